@@ -1,0 +1,33 @@
+/* mem.h - checked allocation with a replaceable allocator.
+ *
+ * Anything sized by the network or by data is allocated through these functions, which
+ * return NULL on failure instead of aborting. Tests install a failing allocator with
+ * pf_mem_set_allocator() to check that every caller turns NULL into PF_ERR_NOMEM.
+ * pf_mem_set_allocator is not thread-safe: call it before starting threads.
+ */
+#ifndef PSFLOW_MEM_H
+#define PSFLOW_MEM_H
+
+#include <stddef.h>
+
+typedef struct pf_allocator {
+    void *(*malloc_fn)(size_t size);
+    void *(*realloc_fn)(void *ptr, size_t size);
+    void (*free_fn)(void *ptr);
+} pf_allocator;
+
+/* Installs `a` (copied), or restores the libc allocator when a is NULL. */
+void pf_mem_set_allocator(const pf_allocator *a);
+
+/* Returns NULL on failure or when count * size overflows. Zero sizes allocate 1 byte so a
+ * successful call never returns NULL. */
+void *pf_malloc(size_t size);
+void *pf_calloc(size_t count, size_t size);
+void *pf_mallocarray(size_t count, size_t size);
+/* Like realloc; on failure the old block is left untouched and NULL is returned. */
+void *pf_realloc(void *ptr, size_t size);
+void pf_free(void *ptr);
+/* Copy of a NUL-terminated string, or NULL on failure. */
+char *pf_strdup(const char *s);
+
+#endif

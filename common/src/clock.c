@@ -1,0 +1,19 @@
+/* clock.c - monotonic and wall-clock seconds. */
+#define _POSIX_C_SOURCE 200809L
+#include "psflow/clock.h"
+
+#include <time.h>
+
+static double seconds(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double pf_clock_now(void) {
+    return seconds(CLOCK_MONOTONIC);
+}
+
+double pf_clock_wall(void) {
+    return seconds(CLOCK_REALTIME);
+}

@@ -1,0 +1,36 @@
+/* status.c - pf_strerror and the pf_error helpers. */
+#include "psflow/status.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *pf_strerror(pf_status status) {
+    switch (status) {
+#define PF_STATUS_CASE(name, value, text)                                                          \
+    case name:                                                                                     \
+        return text;
+        PF_STATUS_LIST(PF_STATUS_CASE)
+#undef PF_STATUS_CASE
+    }
+    return "unknown status";
+}
+
+void pf_error_clear(pf_error *err) {
+    if (!err)
+        return;
+    err->message[0] = '\0';
+    err->pointer[0] = '\0';
+    err->offset = -1;
+}
+
+pf_status pf_error_set(pf_error *err, pf_status status, const char *pointer, const char *fmt, ...) {
+    if (!err)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    snprintf(err->pointer, sizeof err->pointer, "%s", pointer ? pointer : "");
+    return status;
+}

@@ -1,0 +1,165 @@
+/* spec.h - the job spec (DESIGN.md section 2): parse, validate, normalise, serialise.
+ *
+ * A job spec is JSON with snake_case keys. Parsing is strict: unknown fields, wrong types,
+ * out-of-range values and bad enum values are rejected with PF_ERR_SPEC and a pf_error
+ * whose `pointer` names the field ("/training/batch_size") and whose `message` says what
+ * is wrong in one line. Malformed JSON gives PF_ERR_FORMAT (pointer "", offset set to the
+ * byte position jansson reports). Omitted fields take the defaults documented below, and
+ * pf_job_spec_to_json() writes the normalised spec with every default filled in, so
+ * parse(to_json(parse(x))) == parse(x).
+ *
+ * pf_job_spec is a plain value: the caller owns it, pf_job_spec_deinit() frees the strings
+ * it holds. All functions are reentrant.
+ */
+#ifndef PSFLOW_SPEC_H
+#define PSFLOW_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/status.h"
+
+#define PF_NAME_MAX       63        /* job names: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars */
+#define PF_MAX_HIDDEN     8         /* hidden layers an mlp may have */
+#define PF_MAX_DATA_FILES 2         /* idx: images + labels; csv: one file */
+#define PF_MAX_UNITS      (1 << 20) /* upper bound for inputs, outputs and each hidden width */
+
+typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
+typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
+typedef enum { PF_DATA_IDX, PF_DATA_CSV, PF_DATA_SYNTHETIC_LINEAR } pf_data_format;
+typedef enum { PF_OPT_SGD, PF_OPT_MOMENTUM, PF_OPT_ADAGRAD, PF_OPT_ADAM } pf_optimizer_type;
+typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
+typedef enum { PF_PLACE_ROUND_ROBIN, PF_PLACE_GREEDY } pf_placement_strategy;
+typedef enum {
+    PF_PART_NONE,
+    PF_PART_FIXED_SHARDS,
+    PF_PART_MIN_SIZE,
+    PF_PART_MAX_SIZE
+} pf_partitioner_type;
+typedef enum {
+    PF_RESTART_NEVER,
+    PF_RESTART_ON_FAILURE,
+    PF_RESTART_ALWAYS,
+    PF_RESTART_EXIT_CODE
+} pf_restart_policy;
+typedef enum { PF_DEVICE_CPU, PF_DEVICE_CUDA, PF_DEVICE_AUTO } pf_device;
+
+typedef struct pf_replicas {
+    int ps;        /* >= 1 [1] */
+    int worker;    /* >= 1 [1] */
+    int chief;     /* 0 or 1 [0] */
+    int evaluator; /* 0 or 1 [0] */
+} pf_replicas;
+
+typedef struct pf_model_spec {
+    pf_model_type type;        /* required: "linear" | "softmax" | "mlp" */
+    int inputs;                /* required, 1..PF_MAX_UNITS */
+    int outputs;               /* linear: [1], must be 1; softmax/mlp: required, >= 2 */
+    int n_hidden;              /* mlp: 1..PF_MAX_HIDDEN entries of "hidden"; others: 0 */
+    int hidden[PF_MAX_HIDDEN]; /* widths, each 1..PF_MAX_UNITS */
+    pf_activation activation;  /* mlp: relu | tanh | sigmoid [relu]; others: PF_ACT_NONE */
+} pf_model_spec;
+
+typedef struct pf_data_spec {
+    pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" */
+    int n_train;                    /* number of paths in train[] */
+    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv: [file] */
+    int n_test;                     /* 0 when there is no test set */
+    char *test[PF_MAX_DATA_FILES];
+    /* synthetic_linear only: y = w * x + b + noise * N(0, 1), x ~ U(0, 1) */
+    double w;     /* [2] */
+    double b;     /* [10] */
+    double noise; /* >= 0 [0.1] */
+    int64_t n;    /* training examples, >= 1 [10000]; test set n/5 */
+} pf_data_spec;
+
+typedef struct pf_decay_spec {
+    bool enabled;        /* true when "decay" is present */
+    int64_t decay_steps; /* >= 1, required when present */
+    double decay_rate;   /* > 0, required when present */
+    bool staircase;      /* [false] */
+} pf_decay_spec;
+
+typedef struct pf_optimizer_spec {
+    pf_optimizer_type type;           /* [sgd] */
+    double learning_rate;             /* > 0 [0.01] */
+    double momentum;                  /* momentum: [0.9], 0 <= m < 1 */
+    double initial_accumulator_value; /* adagrad: [0.1], > 0 */
+    double beta1;                     /* adam: [0.9], 0 <= b < 1 */
+    double beta2;                     /* adam: [0.999], 0 <= b < 1 */
+    double epsilon;                   /* adam: [1e-7], > 0 */
+    pf_decay_spec decay;
+} pf_optimizer_spec;
+
+typedef struct pf_training_spec {
+    pf_training_mode mode;     /* [async] */
+    int batch_size;            /* per worker, 1..1048576 [100] */
+    int64_t max_steps;         /* global steps, >= 1 [1000] */
+    int replicas_to_aggregate; /* 1..replicas.worker [= replicas.worker] */
+    uint64_t seed;             /* [1] */
+    int64_t eval_every_steps;  /* >= 0, 0 = only at the end [0] */
+} pf_training_spec;
+
+typedef struct pf_partitioner_spec {
+    pf_partitioner_type type; /* [none] */
+    int num_shards;           /* fixed_shards: required, >= 1 */
+    int64_t min_shard_bytes;  /* min_size: [262144], >= 1 */
+    int64_t max_shard_bytes;  /* max_size: required, >= 1 */
+    int max_shards;           /* min_size: [1] (>= 1); max_size: [0 = unlimited] (>= 0) */
+} pf_partitioner_spec;
+
+typedef struct pf_checkpoint_spec {
+    int64_t every_steps; /* >= 0, 0 = off [0] */
+    int64_t every_secs;  /* >= 0, 0 = off [600] */
+    int keep;            /* >= 1 [5] */
+} pf_checkpoint_spec;
+
+typedef struct pf_run_policy_spec {
+    pf_restart_policy
+        restart_policy;              /* "Never" | "OnFailure" | "Always" | "ExitCode" [OnFailure] */
+    int backoff_limit;               /* >= 0 [3] */
+    int64_t active_deadline_seconds; /* >= 0, 0 = none [0] */
+} pf_run_policy_spec;
+
+typedef struct pf_job_spec {
+    char name[PF_NAME_MAX + 1]; /* required */
+    pf_replicas replicas;
+    pf_model_spec model; /* required */
+    pf_data_spec data;   /* required */
+    pf_optimizer_spec optimizer;
+    pf_training_spec training;
+    pf_placement_strategy placement; /* "placement.strategy" [round_robin] */
+    pf_partitioner_spec partitioner; /* "placement.partitioner" */
+    pf_checkpoint_spec checkpoint;
+    pf_run_policy_spec run_policy;
+    pf_device device; /* "cpu" | "cuda" | "auto" [cpu] */
+} pf_job_spec;
+
+/* Parses and validates `len` bytes of JSON into *out (which needs no prior init and holds
+ * nothing to free on failure). Errors: PF_ERR_FORMAT (not JSON, or not an object),
+ * PF_ERR_SPEC (invalid field; err->pointer names it), PF_ERR_NOMEM. Inputs nested deeper
+ * than 32 levels are rejected as PF_ERR_FORMAT. */
+pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_error *err);
+
+/* Reads `path` and parses it. Unreadable file: PF_ERR_IO with err->message naming the path
+ * and the OS error. */
+pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err);
+
+/* New string (caller frees with pf_free) holding the normalised spec as compact JSON, keys
+ * in the order of DESIGN.md section 2; NULL on allocation failure. */
+char *pf_job_spec_to_json(const pf_job_spec *spec);
+
+/* Frees the strings held by spec and zeroes it. Safe on a zeroed spec. */
+void pf_job_spec_deinit(pf_job_spec *spec);
+
+/* Deep copy; PF_ERR_NOMEM on failure (dst then holds nothing). */
+pf_status pf_job_spec_copy(pf_job_spec *dst, const pf_job_spec *src);
+
+/* Enum <-> text, as the spec spells them ("relu", "adagrad", "OnFailure", ...). */
+const char *pf_model_type_name(pf_model_type t);
+const char *pf_activation_name(pf_activation a);
+const char *pf_optimizer_type_name(pf_optimizer_type t);
+const char *pf_device_name(pf_device d);
+
+#endif

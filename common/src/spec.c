@@ -1,0 +1,1022 @@
+/* spec.c - the job spec: strict parsing, defaults and the normalised JSON form (spec.h).
+ *
+ * DESIGN: every object of the spec is described by a table of fields: key, kind, where the
+ * value lives in pf_job_spec, range, default, and which types it applies to. One walker
+ * parses any object against its table and another writes it back, so the accepted keys,
+ * the checks, the defaults and the output order (DESIGN.md section 2) cannot drift apart.
+ * Objects whose first field is an enum that selects the others (model.type, data.format,
+ * optimizer.type, training.mode, partitioner.type) are "typed": that field is read first,
+ * then each other field is either applicable to the chosen value or rejected by name.
+ * Fields that do not apply stay zero in pf_job_spec (except replicas_to_aggregate, which
+ * always holds the effective count). Rules that span fields (output counts, path counts,
+ * replicas_to_aggregate) live in a per-object check that runs once the object's own fields
+ * are in; objects are parsed in table order, so a check may read objects parsed before it.
+ */
+#include "psflow/spec.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "psflow/mem.h"
+
+#define SPEC_MAX_DEPTH      32        /* deeper input is refused before jansson sees it */
+#define SPEC_MAX_FILE_BYTES (1 << 20) /* pf_job_spec_load refuses larger files */
+#define SHOWN_MAX           40        /* bytes of a user's string quoted in a message */
+#define PTR_SIZE            sizeof(((pf_error *)0)->pointer)
+
+#define COUNT(a)   (sizeof(a) / sizeof((a)[0]))
+#define AT(member) offsetof(pf_job_spec, member)
+#define BIT(v)     (1u << (v))
+#define ALWAYS     (~0u)
+#define NO_SLOT    SIZE_MAX /* a field that is validated and written back but not stored */
+
+/* Enums are read and written through int (see get_enum/put_enum). */
+_Static_assert(sizeof(pf_model_type) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_activation) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_data_format) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_optimizer_type) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_training_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_placement_strategy) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_partitioner_type) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_restart_policy) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_device) == sizeof(int), "enum size");
+
+static const char *const model_names[] = {
+    [PF_MODEL_LINEAR] = "linear", [PF_MODEL_SOFTMAX] = "softmax", [PF_MODEL_MLP] = "mlp"};
+static const char *const activation_names[] = {[PF_ACT_NONE] = "none",
+                                               [PF_ACT_RELU] = "relu",
+                                               [PF_ACT_TANH] = "tanh",
+                                               [PF_ACT_SIGMOID] = "sigmoid"};
+static const char *const format_names[] = {
+    [PF_DATA_IDX] = "idx", [PF_DATA_CSV] = "csv", [PF_DATA_SYNTHETIC_LINEAR] = "synthetic_linear"};
+static const char *const optimizer_names[] = {[PF_OPT_SGD] = "sgd",
+                                              [PF_OPT_MOMENTUM] = "momentum",
+                                              [PF_OPT_ADAGRAD] = "adagrad",
+                                              [PF_OPT_ADAM] = "adam"};
+static const char *const mode_names[] = {[PF_MODE_ASYNC] = "async", [PF_MODE_SYNC] = "sync"};
+static const char *const strategy_names[] = {
+    [PF_PLACE_ROUND_ROBIN] = "round_robin", [PF_PLACE_GREEDY] = "greedy"};
+static const char *const partitioner_names[] = {[PF_PART_NONE] = "none",
+                                                [PF_PART_FIXED_SHARDS] = "fixed_shards",
+                                                [PF_PART_MIN_SIZE] = "min_size",
+                                                [PF_PART_MAX_SIZE] = "max_size"};
+static const char *const restart_names[] = {[PF_RESTART_NEVER] = "Never",
+                                            [PF_RESTART_ON_FAILURE] = "OnFailure",
+                                            [PF_RESTART_ALWAYS] = "Always",
+                                            [PF_RESTART_EXIT_CODE] = "ExitCode"};
+static const char *const device_names[] = {
+    [PF_DEVICE_CPU] = "cpu", [PF_DEVICE_CUDA] = "cuda", [PF_DEVICE_AUTO] = "auto"};
+static const char *const decay_names[] = {"exponential"};
+
+/* --- the tables ------------------------------------------------------------------------------- */
+
+typedef enum {
+    K_NAME,   /* char[PF_NAME_MAX + 1]: the job name */
+    K_INT,    /* int */
+    K_INT64,  /* int64_t */
+    K_UINT64, /* uint64_t, limited to the JSON integer range [0, INT64_MAX] */
+    K_DOUBLE, /* double, range given by `real` */
+    K_BOOL,   /* bool */
+    K_ENUM,   /* an int-sized enum spelled names[min..max] */
+    K_WIDTHS, /* int[] at `at`, entry count at `count_at`; each width 1..PF_MAX_UNITS */
+    K_PATHS,  /* char *[] at `at`, entry count at `count_at`; each a non-empty string */
+    K_OBJECT, /* a nested object described by `sub` */
+} kind;
+
+typedef enum { R_ANY, R_POSITIVE, R_NONNEGATIVE, R_UNIT } real_range; /* R_UNIT: [0, 1) */
+
+typedef struct object_desc object_desc;
+
+typedef struct field {
+    const char *key;
+    kind kind;
+    size_t at;                /* offset of the value in pf_job_spec, or NO_SLOT */
+    long long min, max;       /* integers: value range; enums: accepted values; arrays: count */
+    double def;               /* default when absent (every integer default is exact) */
+    real_range real;          /* K_DOUBLE */
+    const char *const *names; /* K_ENUM: spelling of each value */
+    size_t count_at;          /* K_WIDTHS, K_PATHS: offset of the int entry count */
+    const object_desc *sub;   /* K_OBJECT */
+    size_t present_at;        /* K_OBJECT absent unless given: its bool flag; 0 = always there
+                                 (offset 0 is the name, never a flag) */
+    unsigned only;            /* typed objects: type values it applies to; 0 = all */
+    unsigned need;            /* type values for which it must be given; 0 = optional */
+} field;
+
+struct object_desc {
+    const field *fields;
+    size_t n;
+    bool typed; /* fields[0] is an enum whose value selects which other fields apply */
+    pf_status (*check)(pf_job_spec *s, pf_error *err); /* cross-field rules, or NULL */
+};
+
+static pf_status check_model(pf_job_spec *s, pf_error *err);
+static pf_status check_data(pf_job_spec *s, pf_error *err);
+static pf_status check_training(pf_job_spec *s, pf_error *err);
+static pf_status check_partitioner(pf_job_spec *s, pf_error *err);
+
+static const field replicas_fields[] = {
+    {"ps", K_INT, AT(replicas.ps), .min = 1, .max = INT_MAX, .def = 1},
+    {"worker", K_INT, AT(replicas.worker), .min = 1, .max = INT_MAX, .def = 1},
+    {"chief", K_INT, AT(replicas.chief), .min = 0, .max = 1},
+    {"evaluator", K_INT, AT(replicas.evaluator), .min = 0, .max = 1},
+};
+
+#define MLP         BIT(PF_MODEL_MLP)
+#define CLASSIFIERS (BIT(PF_MODEL_SOFTMAX) | BIT(PF_MODEL_MLP))
+static const field model_fields[] = {
+    {"type", K_ENUM, AT(model.type), .names = model_names, .max = PF_MODEL_MLP, .need = ALWAYS},
+    {"inputs", K_INT, AT(model.inputs), .min = 1, .max = PF_MAX_UNITS, .need = ALWAYS},
+    {"hidden", K_WIDTHS, AT(model.hidden), .count_at = AT(model.n_hidden), .min = 1,
+     .max = PF_MAX_HIDDEN, .only = MLP, .need = MLP},
+    /* Linear's single output and the classifiers' >= 2 are checked in check_model. */
+    {"outputs", K_INT, AT(model.outputs), .min = 1, .max = PF_MAX_UNITS, .def = 1,
+     .need = CLASSIFIERS},
+    {"activation", K_ENUM, AT(model.activation), .names = activation_names, .min = PF_ACT_RELU,
+     .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP},
+};
+
+#define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV))
+#define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
+static const field data_fields[] = {
+    {"format", K_ENUM, AT(data.format), .names = format_names, .max = PF_DATA_SYNTHETIC_LINEAR,
+     .need = ALWAYS},
+    /* Exact path counts per format are checked in check_data. */
+    {"train", K_PATHS, AT(data.train), .count_at = AT(data.n_train), .min = 1,
+     .max = PF_MAX_DATA_FILES, .only = FILES, .need = FILES},
+    {"test", K_PATHS, AT(data.test), .count_at = AT(data.n_test), .min = 1,
+     .max = PF_MAX_DATA_FILES, .only = FILES},
+    {"w", K_DOUBLE, AT(data.w), .def = 2, .only = SYNTHETIC},
+    {"b", K_DOUBLE, AT(data.b), .def = 10, .only = SYNTHETIC},
+    {"noise", K_DOUBLE, AT(data.noise), .real = R_NONNEGATIVE, .def = 0.1, .only = SYNTHETIC},
+    {"n", K_INT64, AT(data.n), .min = 1, .max = INT64_MAX, .def = 10000, .only = SYNTHETIC},
+};
+
+static const field decay_fields[] = {
+    {"type", K_ENUM, NO_SLOT, .names = decay_names, .max = 0},
+    {"decay_steps", K_INT64, AT(optimizer.decay.decay_steps), .min = 1, .max = INT64_MAX,
+     .need = ALWAYS},
+    {"decay_rate", K_DOUBLE, AT(optimizer.decay.decay_rate), .real = R_POSITIVE, .need = ALWAYS},
+    {"staircase", K_BOOL, AT(optimizer.decay.staircase), .def = false},
+};
+static const object_desc decay_desc = {decay_fields, COUNT(decay_fields), false, NULL};
+
+static const field optimizer_fields[] = {
+    {"type", K_ENUM, AT(optimizer.type), .names = optimizer_names, .max = PF_OPT_ADAM},
+    {"learning_rate", K_DOUBLE, AT(optimizer.learning_rate), .real = R_POSITIVE, .def = 0.01},
+    {"momentum", K_DOUBLE, AT(optimizer.momentum), .real = R_UNIT, .def = 0.9,
+     .only = BIT(PF_OPT_MOMENTUM)},
+    {"initial_accumulator_value", K_DOUBLE, AT(optimizer.initial_accumulator_value),
+     .real = R_POSITIVE, .def = 0.1, .only = BIT(PF_OPT_ADAGRAD)},
+    {"beta1", K_DOUBLE, AT(optimizer.beta1), .real = R_UNIT, .def = 0.9, .only = BIT(PF_OPT_ADAM)},
+    {"beta2", K_DOUBLE, AT(optimizer.beta2), .real = R_UNIT, .def = 0.999,
+     .only = BIT(PF_OPT_ADAM)},
+    {"epsilon", K_DOUBLE, AT(optimizer.epsilon), .real = R_POSITIVE, .def = 1e-7,
+     .only = BIT(PF_OPT_ADAM)},
+    {"decay", K_OBJECT, NO_SLOT, .sub = &decay_desc, .present_at = AT(optimizer.decay.enabled)},
+};
+
+static const field training_fields[] = {
+    {"mode", K_ENUM, AT(training.mode), .names = mode_names, .max = PF_MODE_SYNC},
+    {"batch_size", K_INT, AT(training.batch_size), .min = 1, .max = 1048576, .def = 100},
+    {"max_steps", K_INT64, AT(training.max_steps), .min = 1, .max = INT64_MAX, .def = 1000},
+    /* Default 0 stands for "absent": check_training turns it into replicas.worker. */
+    {"replicas_to_aggregate", K_INT, AT(training.replicas_to_aggregate), .min = 1, .max = INT_MAX,
+     .only = BIT(PF_MODE_SYNC)},
+    {"seed", K_UINT64, AT(training.seed), .min = 0, .max = INT64_MAX, .def = 1},
+    {"eval_every_steps", K_INT64, AT(training.eval_every_steps), .min = 0, .max = INT64_MAX},
+};
+
+#define FIXED    BIT(PF_PART_FIXED_SHARDS)
+#define MIN_SIZE BIT(PF_PART_MIN_SIZE)
+#define MAX_SIZE BIT(PF_PART_MAX_SIZE)
+static const field partitioner_fields[] = {
+    {"type", K_ENUM, AT(partitioner.type), .names = partitioner_names, .max = PF_PART_MAX_SIZE},
+    {"num_shards", K_INT, AT(partitioner.num_shards), .min = 1, .max = INT_MAX, .only = FIXED,
+     .need = FIXED},
+    {"min_shard_bytes", K_INT64, AT(partitioner.min_shard_bytes), .min = 1, .max = INT64_MAX,
+     .def = 262144, .only = MIN_SIZE},
+    {"max_shard_bytes", K_INT64, AT(partitioner.max_shard_bytes), .min = 1, .max = INT64_MAX,
+     .only = MAX_SIZE, .need = MAX_SIZE},
+    /* Default -1 stands for "absent": check_partitioner applies the per-type default. */
+    {"max_shards", K_INT, AT(partitioner.max_shards), .min = 0, .max = INT_MAX, .def = -1,
+     .only = MIN_SIZE | MAX_SIZE},
+};
+static const object_desc partitioner_desc = {partitioner_fields, COUNT(partitioner_fields), true,
+                                             check_partitioner};
+
+static const field placement_fields[] = {
+    {"strategy", K_ENUM, AT(placement), .names = strategy_names, .max = PF_PLACE_GREEDY},
+    {"partitioner", K_OBJECT, NO_SLOT, .sub = &partitioner_desc},
+};
+
+static const field checkpoint_fields[] = {
+    {"every_steps", K_INT64, AT(checkpoint.every_steps), .min = 0, .max = INT64_MAX},
+    {"every_secs", K_INT64, AT(checkpoint.every_secs), .min = 0, .max = INT64_MAX, .def = 600},
+    {"keep", K_INT, AT(checkpoint.keep), .min = 1, .max = INT_MAX, .def = 5},
+};
+
+static const field run_policy_fields[] = {
+    {"restart_policy", K_ENUM, AT(run_policy.restart_policy), .names = restart_names,
+     .max = PF_RESTART_EXIT_CODE, .def = PF_RESTART_ON_FAILURE},
+    {"backoff_limit", K_INT, AT(run_policy.backoff_limit), .min = 0, .max = INT_MAX, .def = 3},
+    {"active_deadline_seconds", K_INT64, AT(run_policy.active_deadline_seconds), .min = 0,
+     .max = INT64_MAX},
+};
+
+static const object_desc replicas_desc = {replicas_fields, COUNT(replicas_fields), false, NULL};
+static const object_desc model_desc = {model_fields, COUNT(model_fields), true, check_model};
+static const object_desc data_desc = {data_fields, COUNT(data_fields), true, check_data};
+static const object_desc optimizer_desc = {optimizer_fields, COUNT(optimizer_fields), true, NULL};
+static const object_desc training_desc = {training_fields, COUNT(training_fields), true,
+                                          check_training};
+static const object_desc placement_desc = {placement_fields, COUNT(placement_fields), false, NULL};
+static const object_desc checkpoint_desc = {checkpoint_fields, COUNT(checkpoint_fields), false,
+                                            NULL};
+static const object_desc run_policy_desc = {run_policy_fields, COUNT(run_policy_fields), false,
+                                            NULL};
+
+/* Top level, in DESIGN.md order. replicas comes before training: check_training reads it. */
+static const field spec_fields[] = {
+    {"name", K_NAME, AT(name), .need = ALWAYS},
+    {"replicas", K_OBJECT, NO_SLOT, .sub = &replicas_desc},
+    {"model", K_OBJECT, NO_SLOT, .sub = &model_desc, .need = ALWAYS},
+    {"data", K_OBJECT, NO_SLOT, .sub = &data_desc, .need = ALWAYS},
+    {"optimizer", K_OBJECT, NO_SLOT, .sub = &optimizer_desc},
+    {"training", K_OBJECT, NO_SLOT, .sub = &training_desc},
+    {"placement", K_OBJECT, NO_SLOT, .sub = &placement_desc},
+    {"checkpoint", K_OBJECT, NO_SLOT, .sub = &checkpoint_desc},
+    {"run_policy", K_OBJECT, NO_SLOT, .sub = &run_policy_desc},
+    {"device", K_ENUM, AT(device), .names = device_names, .max = PF_DEVICE_AUTO},
+};
+static const object_desc spec_desc = {spec_fields, COUNT(spec_fields), false, NULL};
+
+/* --- small helpers ---------------------------------------------------------------------------- */
+
+static void *slot(pf_job_spec *s, size_t at) {
+    return (char *)s + at;
+}
+
+static const void *cslot(const pf_job_spec *s, size_t at) {
+    return (const char *)s + at;
+}
+
+static int get_enum(const pf_job_spec *s, size_t at) {
+    int v;
+    memcpy(&v, cslot(s, at), sizeof v);
+    return v;
+}
+
+static void put_enum(pf_job_spec *s, size_t at, int v) {
+    if (at != NO_SLOT)
+        memcpy(slot(s, at), &v, sizeof v);
+}
+
+static bool applies(const field *f, int type) {
+    return f->only == 0 || (f->only & BIT(type)) != 0;
+}
+
+/* Length of the longest prefix of s[0..n) that does not split a UTF-8 sequence. */
+static size_t utf8_cut(const char *s, size_t n) {
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
+/* Copies a user's string for a one-line message: at most SHOWN_MAX bytes, cut on a UTF-8
+ * boundary, control characters shown as '?'. Returns buf. */
+static const char *shown(char buf[SHOWN_MAX + 4], const char *s) {
+    size_t n = strlen(s);
+    bool cut = n > SHOWN_MAX;
+    if (cut)
+        n = utf8_cut(s, SHOWN_MAX);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+    strcpy(buf + n, cut ? "..." : "");
+    return buf;
+}
+
+/* out = parent + "/" + key, the key escaped as RFC 6901 says ('~' -> "~0", '/' -> "~1"),
+ * truncated on a UTF-8 boundary when it does not fit. */
+static void child_ptr(char out[PTR_SIZE], const char *parent, const char *key) {
+    size_t n = (size_t)snprintf(out, PTR_SIZE, "%s/", parent);
+    if (n >= PTR_SIZE)
+        return; /* parents are short: only unknown keys make long pointers */
+    for (const char *k = key; *k; k++) {
+        const char *piece = *k == '~' ? "~0" : *k == '/' ? "~1" : k;
+        size_t len = piece == k ? 1 : 2;
+        if (n + len >= PTR_SIZE) {
+            /* Out of room: if *k continues a UTF-8 sequence, drop the sequence's start too. */
+            if (((unsigned char)*k & 0xC0) == 0x80) {
+                while (n > 0 && ((unsigned char)out[n - 1] & 0xC0) == 0x80)
+                    n--;
+                n -= n > 0;
+            }
+            break;
+        }
+        memcpy(out + n, piece, len);
+        n += len;
+    }
+    out[n] = '\0';
+}
+
+static void index_ptr(char out[PTR_SIZE], const char *parent, size_t i) {
+    char index[24];
+    snprintf(index, sizeof index, "%zu", i);
+    child_ptr(out, parent, index);
+}
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+        return "integer";
+    case JSON_REAL:
+        return "real";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "unknown";
+}
+
+static pf_status type_error(pf_error *err, const char *ptr, const char *want, const json_t *v) {
+    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: expected %s, got %s", ptr, want, json_kind(v));
+}
+
+/* Appends sep (unless buf is empty) and text to buf, truncating within size. */
+static void append(char *buf, size_t size, const char *sep, const char *text) {
+    size_t n = strlen(buf);
+    if (n + 1 < size)
+        snprintf(buf + n, size - n, "%s%s", n ? sep : "", text);
+}
+
+/* "mlp", "min_size or max_size": the spellings of the type values in `mask`. */
+static void type_list(char *buf, size_t size, const field *type_field, unsigned mask) {
+    buf[0] = '\0';
+    for (long long v = type_field->min; v <= type_field->max; v++)
+        if (mask & BIT(v))
+            append(buf, size, " or ", type_field->names[v]);
+}
+
+/* --- parsing ---------------------------------------------------------------------------------- */
+
+/* Where a field is being parsed: its object's table, pointer and type value. */
+typedef struct scope {
+    const object_desc *desc;
+    const char *ptr;
+    int type; /* value of fields[0] for typed objects, else 0 */
+} scope;
+
+static pf_status parse_object(const object_desc *d, const json_t *obj, const char *ptr,
+                              pf_job_spec *s, pf_error *err);
+
+static pf_status missing(const scope *sc, const field *f, const char *fptr, pf_error *err) {
+    if (f->need == ALWAYS)
+        return pf_error_set(err, PF_ERR_SPEC, fptr, "missing required field '%s' in %s", f->key,
+                            sc->ptr[0] ? sc->ptr : "the spec");
+    char tptr[PTR_SIZE];
+    child_ptr(tptr, sc->ptr, sc->desc->fields[0].key);
+    return pf_error_set(err, PF_ERR_SPEC, fptr, "missing field '%s' (required when %s is %s)",
+                        f->key, tptr, sc->desc->fields[0].names[sc->type]);
+}
+
+static void set_default(const field *f, pf_job_spec *s) {
+    switch (f->kind) {
+    case K_INT:
+        *(int *)slot(s, f->at) = (int)f->def;
+        break;
+    case K_INT64:
+        *(int64_t *)slot(s, f->at) = (int64_t)f->def;
+        break;
+    case K_UINT64:
+        *(uint64_t *)slot(s, f->at) = (uint64_t)f->def;
+        break;
+    case K_DOUBLE:
+        *(double *)slot(s, f->at) = f->def;
+        break;
+    case K_BOOL:
+        *(bool *)slot(s, f->at) = f->def != 0;
+        break;
+    case K_ENUM:
+        put_enum(s, f->at, (int)f->def);
+        break;
+    case K_NAME:
+    case K_WIDTHS:
+    case K_PATHS:
+    case K_OBJECT:
+        break; /* none has a default: absent means empty (handled by the caller) */
+    }
+}
+
+static pf_status get_integer(const field *f, const json_t *v, const char *ptr, long long *out,
+                             pf_error *err) {
+    if (!json_is_integer(v))
+        return type_error(err, ptr, "an integer", v);
+    long long x = json_integer_value(v);
+    if (x >= f->min && x <= f->max) {
+        *out = x;
+        return PF_OK;
+    }
+    bool open_ended = f->max == INT_MAX || f->max == INT64_MAX;
+    if (!open_ended)
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: must be between %lld and %lld, got %lld",
+                            ptr, f->min, f->max, x);
+    if (x < f->min)
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: must be >= %lld, got %lld", ptr, f->min, x);
+    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: must be at most %lld, got %lld", ptr, f->max,
+                        x);
+}
+
+static pf_status get_double(const field *f, const json_t *v, const char *ptr, double *out,
+                            pf_error *err) {
+    if (!json_is_number(v))
+        return type_error(err, ptr, "a number", v);
+    double x = json_number_value(v);
+    const char *rule = NULL;
+    if (f->real == R_POSITIVE && !(x > 0))
+        rule = "> 0";
+    else if (f->real == R_NONNEGATIVE && !(x >= 0))
+        rule = ">= 0";
+    else if (f->real == R_UNIT && !(x >= 0 && x < 1))
+        rule = "in [0, 1)";
+    if (rule)
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: must be %s, got %g", ptr, rule, x);
+    *out = x;
+    return PF_OK;
+}
+
+static pf_status get_enum_value(const field *f, const json_t *v, const char *ptr, int *out,
+                                pf_error *err) {
+    if (!json_is_string(v))
+        return type_error(err, ptr, "a string", v);
+    const char *text = json_string_value(v);
+    char allowed[160] = "";
+    for (long long i = f->min; i <= f->max; i++) {
+        if (strcmp(text, f->names[i]) == 0) {
+            *out = (int)i;
+            return PF_OK;
+        }
+        append(allowed, sizeof allowed, ", ", f->names[i]);
+    }
+    char buf[SHOWN_MAX + 4];
+    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: unknown value '%s'; expected one of %s", ptr,
+                        shown(buf, text), allowed);
+}
+
+static pf_status get_name(const json_t *v, const char *ptr, char *out, pf_error *err) {
+    if (!json_is_string(v))
+        return type_error(err, ptr, "a string", v);
+    const char *name = json_string_value(v);
+    size_t len = strlen(name);
+    if (len == 0)
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: must not be empty", ptr);
+    if (len > PF_NAME_MAX)
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: %zu characters long, at most %d allowed",
+                            ptr, len, PF_NAME_MAX);
+    bool ok = name[0] != '-' && name[len - 1] != '-';
+    for (size_t i = 0; ok && i < len; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+             name[i] == '-';
+    if (!ok) {
+        char buf[SHOWN_MAX + 4];
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "%s: '%s' is not a valid name: use lowercase letters, digits and '-', "
+                            "starting and ending with a letter or digit",
+                            ptr, shown(buf, name));
+    }
+    memcpy(out, name, len + 1);
+    return PF_OK;
+}
+
+static pf_status get_array(const field *f, const json_t *v, const char *ptr, const char *what,
+                           pf_error *err) {
+    if (!json_is_array(v))
+        return type_error(err, ptr, "an array", v);
+    size_t n = json_array_size(v);
+    if (n < (size_t)f->min || n > (size_t)f->max)
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: expected %lld to %lld %s, got %zu", ptr,
+                            f->min, f->max, what, n);
+    return PF_OK;
+}
+
+static pf_status get_widths(const field *f, const json_t *v, const char *ptr, pf_job_spec *s,
+                            pf_error *err) {
+    pf_status st = get_array(f, v, ptr, "layer widths", err);
+    if (st != PF_OK)
+        return st;
+    static const field width = {"", K_INT, NO_SLOT, .min = 1, .max = PF_MAX_UNITS};
+    int *widths = slot(s, f->at);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char iptr[PTR_SIZE];
+        long long x = 0;
+        index_ptr(iptr, ptr, i);
+        if ((st = get_integer(&width, json_array_get(v, i), iptr, &x, err)) != PF_OK)
+            return st;
+        widths[i] = (int)x;
+    }
+    *(int *)slot(s, f->count_at) = (int)json_array_size(v);
+    return PF_OK;
+}
+
+static pf_status get_paths(const field *f, const json_t *v, const char *ptr, pf_job_spec *s,
+                           pf_error *err) {
+    pf_status st = get_array(f, v, ptr, "paths", err);
+    if (st != PF_OK)
+        return st;
+    char **paths = slot(s, f->at);
+    int *count = slot(s, f->count_at);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char iptr[PTR_SIZE];
+        const json_t *item = json_array_get(v, i);
+        index_ptr(iptr, ptr, i);
+        if (!json_is_string(item))
+            return type_error(err, iptr, "a string", item);
+        if (json_string_length(item) == 0)
+            return pf_error_set(err, PF_ERR_SPEC, iptr, "%s: must be a non-empty path", iptr);
+        if (!(paths[i] = pf_strdup(json_string_value(item))))
+            return pf_error_set(err, PF_ERR_NOMEM, iptr, "out of memory");
+        *count = (int)i + 1;
+    }
+    return PF_OK;
+}
+
+/* Parses one field whose value is v, or applies its default when v is NULL. For enums,
+ * *enum_out receives the value (the type of a typed object). */
+static pf_status parse_field(const scope *sc, const field *f, const json_t *v, pf_job_spec *s,
+                             int *enum_out, pf_error *err) {
+    char fptr[PTR_SIZE];
+    child_ptr(fptr, sc->ptr, f->key);
+    if (!v) {
+        if (f->need & BIT(sc->type))
+            return missing(sc, f, fptr, err);
+        set_default(f, s);
+        if (f->kind == K_ENUM && enum_out)
+            *enum_out = (int)f->def;
+        if (f->kind == K_OBJECT && !f->present_at)
+            return parse_object(f->sub, NULL, fptr, s, err);
+        return PF_OK;
+    }
+
+    long long x = 0;
+    double d = 0;
+    int e = 0;
+    pf_status st = PF_OK;
+    switch (f->kind) {
+    case K_NAME:
+        return get_name(v, fptr, slot(s, f->at), err);
+    case K_INT:
+        if ((st = get_integer(f, v, fptr, &x, err)) == PF_OK)
+            *(int *)slot(s, f->at) = (int)x;
+        return st;
+    case K_INT64:
+        if ((st = get_integer(f, v, fptr, &x, err)) == PF_OK)
+            *(int64_t *)slot(s, f->at) = (int64_t)x;
+        return st;
+    case K_UINT64:
+        if ((st = get_integer(f, v, fptr, &x, err)) == PF_OK)
+            *(uint64_t *)slot(s, f->at) = (uint64_t)x;
+        return st;
+    case K_DOUBLE:
+        if ((st = get_double(f, v, fptr, &d, err)) == PF_OK)
+            *(double *)slot(s, f->at) = d;
+        return st;
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return type_error(err, fptr, "a boolean", v);
+        *(bool *)slot(s, f->at) = json_is_true(v);
+        return PF_OK;
+    case K_ENUM:
+        if ((st = get_enum_value(f, v, fptr, &e, err)) == PF_OK) {
+            put_enum(s, f->at, e);
+            if (enum_out)
+                *enum_out = e;
+        }
+        return st;
+    case K_WIDTHS:
+        return get_widths(f, v, fptr, s, err);
+    case K_PATHS:
+        return get_paths(f, v, fptr, s, err);
+    case K_OBJECT:
+        if (!json_is_object(v))
+            return type_error(err, fptr, "an object", v);
+        if (f->present_at)
+            *(bool *)slot(s, f->present_at) = true;
+        return parse_object(f->sub, v, fptr, s, err);
+    }
+    return PF_OK;
+}
+
+static const field *find_field(const object_desc *d, const char *key) {
+    for (size_t i = 0; i < d->n; i++)
+        if (strcmp(d->fields[i].key, key) == 0)
+            return &d->fields[i];
+    return NULL;
+}
+
+/* Parses obj (NULL: the object is absent, every field takes its default) against d. Unknown
+ * keys are reported first, in document order; then the type; then keys that do not apply to
+ * the type; then each field in table order; then the object's cross-field check. */
+static pf_status parse_object(const object_desc *d, const json_t *obj, const char *ptr,
+                              pf_job_spec *s, pf_error *err) {
+    scope sc = {d, ptr, 0};
+    const char *key;
+    const json_t *value;
+    char fptr[PTR_SIZE];
+    char buf[SHOWN_MAX + 4];
+    pf_status st;
+
+    json_object_foreach((json_t *)obj, key, value) {
+        if (!find_field(d, key)) {
+            child_ptr(fptr, ptr, key);
+            return pf_error_set(err, PF_ERR_SPEC, fptr, "unknown field '%s' in %s", shown(buf, key),
+                                ptr[0] ? ptr : "the spec");
+        }
+    }
+
+    size_t first = 0;
+    if (d->typed) {
+        const field *t = &d->fields[0];
+        if ((st = parse_field(&sc, t, json_object_get(obj, t->key), s, &sc.type, err)) != PF_OK)
+            return st;
+        first = 1;
+        json_object_foreach((json_t *)obj, key, value) {
+            const field *f = find_field(d, key);
+            if (applies(f, sc.type))
+                continue;
+            char list[96];
+            char tptr[PTR_SIZE];
+            type_list(list, sizeof list, t, f->only);
+            child_ptr(fptr, ptr, key);
+            child_ptr(tptr, ptr, t->key);
+            return pf_error_set(err, PF_ERR_SPEC, fptr, "%s: only applies when %s is %s (it is %s)",
+                                fptr, tptr, list, t->names[sc.type]);
+        }
+    }
+
+    for (size_t i = first; i < d->n; i++) {
+        const field *f = &d->fields[i];
+        if (!applies(f, sc.type))
+            continue;
+        if ((st = parse_field(&sc, f, json_object_get(obj, f->key), s, NULL, err)) != PF_OK)
+            return st;
+    }
+    return d->check ? d->check(s, err) : PF_OK;
+}
+
+/* --- cross-field checks ----------------------------------------------------------------------- */
+
+static pf_status check_model(pf_job_spec *s, pf_error *err) {
+    const pf_model_spec *m = &s->model;
+    if (m->type == PF_MODEL_LINEAR && m->outputs != 1)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/outputs",
+                            "/model/outputs: a linear model has exactly 1 output, got %d",
+                            m->outputs);
+    if (m->type != PF_MODEL_LINEAR && m->outputs < 2)
+        return pf_error_set(
+            err, PF_ERR_SPEC, "/model/outputs",
+            "/model/outputs: model type %s needs at least 2 outputs (classes), got %d",
+            model_names[m->type], m->outputs);
+    return PF_OK;
+}
+
+static pf_status check_paths(const char *ptr, int format, int count, pf_error *err) {
+    int want = format == PF_DATA_IDX ? 2 : 1;
+    if (count == 0 || count == want)
+        return PF_OK;
+    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d", ptr,
+                        format_names[format], want,
+                        format == PF_DATA_IDX ? "paths (images, labels)" : "path", count);
+}
+
+/* Runs after check_model: the model is known here. */
+static pf_status check_data(pf_job_spec *s, pf_error *err) {
+    const pf_data_spec *d = &s->data;
+    if (d->format == PF_DATA_SYNTHETIC_LINEAR) {
+        /* Its examples are one x and a real-valued y: only a linear model can fit them. */
+        if (s->model.type != PF_MODEL_LINEAR)
+            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                                "/data/format: synthetic_linear gives regression targets; model "
+                                "type %s needs class labels",
+                                model_names[s->model.type]);
+        if (s->model.inputs != 1)
+            return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                                "/model/inputs: synthetic_linear data has 1 feature, got %d",
+                                s->model.inputs);
+        return PF_OK;
+    }
+    pf_status st = check_paths("/data/train", d->format, d->n_train, err);
+    return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, err);
+}
+
+static pf_status check_training(pf_job_spec *s, pf_error *err) {
+    pf_training_spec *t = &s->training;
+    int workers = s->replicas.worker;
+    if (t->replicas_to_aggregate == 0)
+        t->replicas_to_aggregate = workers;
+    else if (t->replicas_to_aggregate > workers)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/replicas_to_aggregate",
+                            "/training/replicas_to_aggregate: must be at most replicas.worker "
+                            "(%d), got %d",
+                            workers, t->replicas_to_aggregate);
+    return PF_OK;
+}
+
+static pf_status check_partitioner(pf_job_spec *s, pf_error *err) {
+    pf_partitioner_spec *p = &s->partitioner;
+    if (p->type == PF_PART_MIN_SIZE && p->max_shards == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/placement/partitioner/max_shards",
+                            "/placement/partitioner/max_shards: must be >= 1 for min_size, got 0");
+    if (p->max_shards == -1)
+        p->max_shards = p->type == PF_PART_MIN_SIZE ? 1 : 0;
+    return PF_OK;
+}
+
+/* --- parse entry points ----------------------------------------------------------------------- */
+
+/* Byte offset of the bracket that opens level SPEC_MAX_DEPTH + 1, or -1. Brackets inside
+ * strings do not count; malformed input is left for jansson to describe. */
+static long long too_deep(const char *s, size_t len) {
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > SPEC_MAX_DEPTH)
+                return (long long)i;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return -1;
+}
+
+pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_error *err) {
+    pf_error_clear(err);
+    if (!out || (!json && len))
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "no spec to parse");
+    memset(out, 0, sizeof *out);
+    if (!json)
+        json = "";
+
+    long long deep = too_deep(json, len);
+    if (deep >= 0) {
+        pf_error_set(err, PF_ERR_FORMAT, NULL, "nested deeper than %d levels at byte %lld",
+                     SPEC_MAX_DEPTH, deep);
+        if (err)
+            err->offset = deep;
+        return PF_ERR_FORMAT;
+    }
+
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (json_error_code(&jerr) == json_error_out_of_memory)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        pf_error_set(err, PF_ERR_FORMAT, NULL, "%s (line %d, column %d)", jerr.text, jerr.line,
+                     jerr.column);
+        if (err)
+            err->offset = (long long)jerr.position;
+        return PF_ERR_FORMAT;
+    }
+
+    pf_status st;
+    if (!json_is_object(root)) {
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "a job spec is a JSON object, got %s",
+                          json_kind(root));
+        if (err)
+            err->offset = 0;
+    } else {
+        st = parse_object(&spec_desc, root, "", out, err);
+    }
+    json_decref(root);
+    if (st != PF_OK)
+        pf_job_spec_deinit(out);
+    return st;
+}
+
+static pf_status io_error(pf_error *err, const char *path, int errnum) {
+    char reason[128];
+    char buf[SHOWN_MAX + 4];
+    if (strerror_r(errnum, reason, sizeof reason) != 0)
+        snprintf(reason, sizeof reason, "error %d", errnum);
+    return pf_error_set(err, PF_ERR_IO, NULL, "cannot read '%s': %s", shown(buf, path), reason);
+}
+
+pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err) {
+    pf_error_clear(err);
+    if (!path || !out)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "no spec file to load");
+    memset(out, 0, sizeof *out);
+
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return io_error(err, path, errno);
+    char *buf = pf_malloc(SPEC_MAX_FILE_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    }
+    size_t n = fread(buf, 1, SPEC_MAX_FILE_BYTES + 1, f);
+    int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
+    fclose(f);
+
+    pf_status st;
+    if (read_errno) {
+        st = io_error(err, path, read_errno);
+    } else if (n > SPEC_MAX_FILE_BYTES) {
+        char shown_path[SHOWN_MAX + 4];
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "'%s' is larger than %d bytes",
+                          shown(shown_path, path), SPEC_MAX_FILE_BYTES);
+    } else {
+        st = pf_job_spec_parse(buf, n, out, err);
+    }
+    pf_free(buf);
+    return st;
+}
+
+/* --- serialising ------------------------------------------------------------------------------ */
+
+/* The fewest significant digits (1..17) with which "%.*g" reads back as exactly v, raised so
+ * that values >= 1 print without an exponent (10 as "10.0", not "1e+01"). Printing with more
+ * digits than this also reads back exactly: the shorter decimal is among the candidates. */
+static int digits_for(double v) {
+    char buf[40];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    int int_digits = 1;
+    for (double a = fabs(v); a >= 10 && int_digits < 17; a /= 10)
+        int_digits++;
+    return fabs(v) < 1e17 && int_digits > p ? int_digits : p;
+}
+
+static json_t *object_to_json(const object_desc *d, const pf_job_spec *s, int *digits);
+
+static json_t *enum_to_json(const field *f, int v) {
+    if (v < f->min || v > f->max)
+        return NULL;
+    return json_string(f->names[v]);
+}
+
+/* New JSON value for one field, or NULL on allocation failure or a value the JSON form cannot
+ * hold (only possible for a spec that did not come from pf_job_spec_parse). */
+static json_t *field_to_json(const field *f, const pf_job_spec *s, int *digits) {
+    const void *p = f->at == NO_SLOT ? NULL : cslot(s, f->at);
+    switch (f->kind) {
+    case K_NAME:
+        return json_stringn(p, strnlen(p, sizeof s->name));
+    case K_INT:
+        return json_integer(*(const int *)p);
+    case K_INT64:
+        return json_integer(*(const int64_t *)p);
+    case K_UINT64: {
+        uint64_t v = *(const uint64_t *)p;
+        return v > INT64_MAX ? NULL : json_integer((json_int_t)v);
+    }
+    case K_DOUBLE: {
+        double v = *(const double *)p;
+        int need = digits_for(v);
+        *digits = need > *digits ? need : *digits;
+        return json_real(v);
+    }
+    case K_BOOL:
+        return json_boolean(*(const bool *)p);
+    case K_ENUM:
+        return enum_to_json(f, p ? get_enum(s, f->at) : (int)f->def);
+    case K_WIDTHS:
+    case K_PATHS: {
+        int n = *(const int *)cslot(s, f->count_at);
+        json_t *a = n >= 0 && n <= f->max ? json_array() : NULL;
+        for (int i = 0; a && i < n; i++) {
+            json_t *item = f->kind == K_WIDTHS ? json_integer(((const int *)p)[i])
+                                               : json_string(((char *const *)p)[i]);
+            if (json_array_append_new(a, item) != 0) {
+                json_decref(a);
+                a = NULL;
+            }
+        }
+        return a;
+    }
+    case K_OBJECT:
+        return object_to_json(f->sub, s, digits);
+    }
+    return NULL;
+}
+
+/* Whether a field that applies is written: optional objects and path lists only when given. */
+static bool written(const field *f, const pf_job_spec *s) {
+    if (f->kind == K_OBJECT && f->present_at)
+        return *(const bool *)cslot(s, f->present_at);
+    if (f->kind == K_PATHS)
+        return *(const int *)cslot(s, f->count_at) > 0;
+    return true;
+}
+
+static json_t *object_to_json(const object_desc *d, const pf_job_spec *s, int *digits) {
+    json_t *obj = json_object();
+    int type = d->typed ? get_enum(s, d->fields[0].at) : 0;
+    if (type < 0 || type > 31) /* applies() shifts by it */
+        type = 0;
+    for (size_t i = 0; obj && i < d->n; i++) {
+        const field *f = &d->fields[i];
+        if (!applies(f, type) || !written(f, s))
+            continue;
+        if (json_object_set_new(obj, f->key, field_to_json(f, s, digits)) != 0) {
+            json_decref(obj);
+            obj = NULL;
+        }
+    }
+    return obj;
+}
+
+char *pf_job_spec_to_json(const pf_job_spec *spec) {
+    int digits = 1;
+    json_t *root = object_to_json(&spec_desc, spec, &digits);
+    if (!root)
+        return NULL;
+    size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits);
+    size_t n = json_dumpb(root, NULL, 0, flags);
+    char *out = n ? pf_malloc(n + 1) : NULL;
+    if (out && json_dumpb(root, out, n, flags) == n) {
+        out[n] = '\0';
+    } else {
+        pf_free(out);
+        out = NULL;
+    }
+    json_decref(root);
+    return out;
+}
+
+/* --- lifecycle and names ---------------------------------------------------------------------- */
+
+void pf_job_spec_deinit(pf_job_spec *spec) {
+    if (!spec)
+        return;
+    for (int i = 0; i < PF_MAX_DATA_FILES; i++) {
+        pf_free(spec->data.train[i]);
+        pf_free(spec->data.test[i]);
+    }
+    memset(spec, 0, sizeof *spec);
+}
+
+pf_status pf_job_spec_copy(pf_job_spec *dst, const pf_job_spec *src) {
+    if (dst == src)
+        return PF_OK;
+    *dst = *src;
+    memset(dst->data.train, 0, sizeof dst->data.train);
+    memset(dst->data.test, 0, sizeof dst->data.test);
+    for (int i = 0; i < PF_MAX_DATA_FILES; i++) {
+        if ((src->data.train[i] && !(dst->data.train[i] = pf_strdup(src->data.train[i]))) ||
+            (src->data.test[i] && !(dst->data.test[i] = pf_strdup(src->data.test[i])))) {
+            pf_job_spec_deinit(dst);
+            return PF_ERR_NOMEM;
+        }
+    }
+    return PF_OK;
+}
+
+static const char *name_of(const char *const *names, size_t n, int v) {
+    return v >= 0 && (size_t)v < n ? names[v] : "unknown";
+}
+
+const char *pf_model_type_name(pf_model_type t) {
+    return name_of(model_names, COUNT(model_names), (int)t);
+}
+
+const char *pf_activation_name(pf_activation a) {
+    return name_of(activation_names, COUNT(activation_names), (int)a);
+}
+
+const char *pf_optimizer_type_name(pf_optimizer_type t) {
+    return name_of(optimizer_names, COUNT(optimizer_names), (int)t);
+}
+
+const char *pf_device_name(pf_device d) {
+    return name_of(device_names, COUNT(device_names), (int)d);
+}

@@ -1,0 +1,710 @@
+/* test_spec.c - the job spec parser: every file under tests/data/spec/{valid,invalid}/, the
+ * defaults, DESIGN.md's example, the error details, and failing allocations.
+ *
+ * Each invalid case NAME.json has a sibling NAME.pointer holding the JSON pointer the error
+ * must name (empty for malformed JSON, which has no field to point at).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "psflow/mem.h"
+#include "psflow/spec.h"
+
+#define SPEC_DIR  PSFLOW_TEST_DATA "/spec"
+#define MAX_FILES 256
+
+/* The example of DESIGN.md section 2, verbatim. */
+static const char design_example[] =
+    "{\n"
+    "  \"name\": \"fmnist-mlp\",\n"
+    "  \"replicas\": {\"ps\": 2, \"worker\": 2, \"chief\": 0, \"evaluator\": 0},\n"
+    "  \"model\": {\"type\": \"mlp\", \"inputs\": 784, \"hidden\": [256, 256], \"outputs\": 10,\n"
+    "            \"activation\": \"relu\"},\n"
+    "  \"data\": {\"format\": \"idx\",\n"
+    "           \"train\": [\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\",\n"
+    "                     \"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\"],\n"
+    "           \"test\":  [\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\",\n"
+    "                     \"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\"]},\n"
+    "  \"optimizer\": {\"type\": \"adagrad\", \"learning_rate\": 0.01},\n"
+    "  \"training\": {\"mode\": \"sync\", \"batch_size\": 100, \"max_steps\": 2000,\n"
+    "               \"replicas_to_aggregate\": 2, \"seed\": 1, \"eval_every_steps\": 200},\n"
+    "  \"placement\": {\"strategy\": \"round_robin\",\n"
+    "                \"partitioner\": {\"type\": \"none\"}},\n"
+    "  \"checkpoint\": {\"every_steps\": 500, \"every_secs\": 600, \"keep\": 5},\n"
+    "  \"run_policy\": {\"restart_policy\": \"OnFailure\", \"backoff_limit\": 3,\n"
+    "                 \"active_deadline_seconds\": 0},\n"
+    "  \"device\": \"cpu\"\n"
+    "}\n";
+
+static const char minimal[] = "{\"name\": \"m\", \"model\": {\"type\": \"linear\", \"inputs\": 1},"
+                              " \"data\": {\"format\": \"synthetic_linear\"}}";
+
+/* A complete spec up to its last field, for tests to add one more: BASE "\"x\":1}". */
+#define BASE                                                                                       \
+    "{\"name\":\"a\",\"model\":{\"type\":\"linear\",\"inputs\":1},"                                \
+    "\"data\":{\"format\":\"synthetic_linear\"},"
+
+/* --- helpers ---------------------------------------------------------------------------------- */
+
+static pf_status parse_text(const char *text, pf_job_spec *spec, pf_error *err) {
+    return pf_job_spec_parse(text, strlen(text), spec, err);
+}
+
+/* Parses text expecting failure; returns the status and leaves the detail in *err. */
+static pf_status parse_fails(const char *text, pf_error *err) {
+    pf_job_spec spec;
+    pf_status st = parse_text(text, &spec, err);
+    if (st == PF_OK)
+        pf_job_spec_deinit(&spec);
+    return st;
+}
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted names of the files in dir ending in suffix; the caller frees each and the array. */
+static size_t list_files(const char *dir, const char *suffix, char **names) {
+    DIR *d = opendir(dir);
+    if (!d)
+        fail_msg("cannot open %s", dir);
+    size_t n = 0, slen = strlen(suffix);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
+            continue;
+        assert_true(n < MAX_FILES);
+        names[n] = strdup(e->d_name);
+        assert_non_null(names[n]);
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, compare_names);
+    return n;
+}
+
+/* Whole file as a NUL-terminated string, trailing whitespace removed. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    char *buf = calloc(1, 4096);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, 4095, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    return buf;
+}
+
+static bool same_string(const char *a, const char *b) {
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Field-by-field equality of two parsed specs. */
+static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
+    bool eq =
+        strcmp(a->name, b->name) == 0 &&
+        memcmp(&a->replicas, &b->replicas, sizeof a->replicas) == 0 &&
+        a->model.type == b->model.type && a->model.inputs == b->model.inputs &&
+        a->model.outputs == b->model.outputs && a->model.n_hidden == b->model.n_hidden &&
+        a->model.activation == b->model.activation && a->data.format == b->data.format &&
+        a->data.n_train == b->data.n_train && a->data.n_test == b->data.n_test &&
+        a->data.n == b->data.n && memcmp(&a->data.w, &b->data.w, sizeof(double)) == 0 &&
+        memcmp(&a->data.b, &b->data.b, sizeof(double)) == 0 &&
+        memcmp(&a->data.noise, &b->data.noise, sizeof(double)) == 0 &&
+        a->optimizer.type == b->optimizer.type &&
+        a->optimizer.learning_rate == b->optimizer.learning_rate &&
+        a->optimizer.momentum == b->optimizer.momentum &&
+        a->optimizer.initial_accumulator_value == b->optimizer.initial_accumulator_value &&
+        a->optimizer.beta1 == b->optimizer.beta1 && a->optimizer.beta2 == b->optimizer.beta2 &&
+        a->optimizer.epsilon == b->optimizer.epsilon &&
+        a->optimizer.decay.enabled == b->optimizer.decay.enabled &&
+        a->optimizer.decay.decay_steps == b->optimizer.decay.decay_steps &&
+        a->optimizer.decay.decay_rate == b->optimizer.decay.decay_rate &&
+        a->optimizer.decay.staircase == b->optimizer.decay.staircase &&
+        a->training.mode == b->training.mode && a->training.batch_size == b->training.batch_size &&
+        a->training.max_steps == b->training.max_steps &&
+        a->training.replicas_to_aggregate == b->training.replicas_to_aggregate &&
+        a->training.seed == b->training.seed &&
+        a->training.eval_every_steps == b->training.eval_every_steps &&
+        a->placement == b->placement && a->partitioner.type == b->partitioner.type &&
+        a->partitioner.num_shards == b->partitioner.num_shards &&
+        a->partitioner.min_shard_bytes == b->partitioner.min_shard_bytes &&
+        a->partitioner.max_shard_bytes == b->partitioner.max_shard_bytes &&
+        a->partitioner.max_shards == b->partitioner.max_shards &&
+        a->checkpoint.every_steps == b->checkpoint.every_steps &&
+        a->checkpoint.every_secs == b->checkpoint.every_secs &&
+        a->checkpoint.keep == b->checkpoint.keep &&
+        a->run_policy.restart_policy == b->run_policy.restart_policy &&
+        a->run_policy.backoff_limit == b->run_policy.backoff_limit &&
+        a->run_policy.active_deadline_seconds == b->run_policy.active_deadline_seconds &&
+        a->device == b->device;
+    for (int i = 0; eq && i < a->model.n_hidden; i++)
+        eq = a->model.hidden[i] == b->model.hidden[i];
+    for (int i = 0; eq && i < PF_MAX_DATA_FILES; i++)
+        eq = same_string(a->data.train[i], b->data.train[i]) &&
+             same_string(a->data.test[i], b->data.test[i]);
+    return eq;
+}
+
+static bool is_zeroed(const pf_job_spec *spec) {
+    static const pf_job_spec zero;
+    return memcmp(spec, &zero, sizeof zero) == 0;
+}
+
+/* parse(to_json(a)) must succeed, equal a, and serialise to the same text. */
+static void assert_round_trip(const pf_job_spec *a, const char *what) {
+    pf_job_spec b;
+    pf_error err;
+    char *first = pf_job_spec_to_json(a);
+    if (!first)
+        fail_msg("%s: to_json failed", what);
+    pf_status st = parse_text(first, &b, &err);
+    if (st != PF_OK)
+        fail_msg("%s: normalised form does not parse: %s at '%s'\n%s", what, err.message,
+                 err.pointer, first);
+    char *second = pf_job_spec_to_json(&b);
+    assert_non_null(second);
+    if (strcmp(first, second) != 0)
+        fail_msg("%s: round trip changed the spec:\n%s\n%s", what, first, second);
+    if (!spec_equal(a, &b))
+        fail_msg("%s: round trip changed a field:\n%s", what, first);
+    pf_free(first);
+    pf_free(second);
+    pf_job_spec_deinit(&b);
+}
+
+/* --- data files ------------------------------------------------------------------------------- */
+
+static void test_valid_files(void **state) {
+    (void)state;
+    char *names[MAX_FILES];
+    size_t n = list_files(SPEC_DIR "/valid", ".json", names);
+    assert_true(n >= 6);
+    for (size_t i = 0; i < n; i++) {
+        char path[1024];
+        pf_job_spec spec;
+        pf_error err;
+        snprintf(path, sizeof path, "%s/valid/%s", SPEC_DIR, names[i]);
+        pf_status st = pf_job_spec_load(path, &spec, &err);
+        if (st != PF_OK)
+            fail_msg("%s: %s: %s (pointer '%s')", names[i], pf_strerror(st), err.message,
+                     err.pointer);
+        assert_round_trip(&spec, names[i]);
+        pf_job_spec_deinit(&spec);
+        free(names[i]);
+    }
+    print_message("%zu valid spec files\n", n);
+}
+
+static void test_invalid_files(void **state) {
+    (void)state;
+    char *names[MAX_FILES];
+    size_t n = list_files(SPEC_DIR "/invalid", ".json", names);
+    assert_true(n >= 25);
+    for (size_t i = 0; i < n; i++) {
+        char path[1024];
+        pf_job_spec spec;
+        pf_error err;
+        snprintf(path, sizeof path, "%s/invalid/%s", SPEC_DIR, names[i]);
+        pf_status st = pf_job_spec_load(path, &spec, &err);
+        snprintf(path + strlen(path) - strlen(".json"), 16, ".pointer");
+        char *want = read_text(path);
+        if (st == PF_OK)
+            fail_msg("%s: parsed, expected an error at '%s'", names[i], want);
+        pf_status want_st = want[0] ? PF_ERR_SPEC : PF_ERR_FORMAT;
+        if (st != want_st || strcmp(err.pointer, want) != 0 || err.message[0] == '\0')
+            fail_msg("%s: got %s at '%s' (%s); expected %s at '%s'", names[i], pf_strerror(st),
+                     err.pointer, err.message, pf_strerror(want_st), want);
+        if (!is_zeroed(&spec))
+            fail_msg("%s: a failed parse left data in the spec", names[i]);
+        if (strchr(err.message, '\n'))
+            fail_msg("%s: message spans lines: %s", names[i], err.message);
+        free(want);
+        free(names[i]);
+    }
+    print_message("%zu invalid spec files\n", n);
+}
+
+/* --- values ----------------------------------------------------------------------------------- */
+
+static void test_defaults(void **state) {
+    (void)state;
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(minimal, &s, &err), PF_OK);
+    assert_string_equal(s.name, "m");
+    assert_int_equal(s.replicas.ps, 1);
+    assert_int_equal(s.replicas.worker, 1);
+    assert_int_equal(s.replicas.chief, 0);
+    assert_int_equal(s.replicas.evaluator, 0);
+    assert_int_equal(s.model.type, PF_MODEL_LINEAR);
+    assert_int_equal(s.model.inputs, 1);
+    assert_int_equal(s.model.outputs, 1);
+    assert_int_equal(s.model.n_hidden, 0);
+    assert_int_equal(s.model.activation, PF_ACT_NONE);
+    assert_int_equal(s.data.format, PF_DATA_SYNTHETIC_LINEAR);
+    assert_int_equal(s.data.n_train, 0);
+    assert_int_equal(s.data.n_test, 0);
+    assert_null(s.data.train[0]);
+    assert_true(s.data.w == 2.0);
+    assert_true(s.data.b == 10.0);
+    assert_true(s.data.noise == 0.1);
+    assert_int_equal(s.data.n, 10000);
+    assert_int_equal(s.optimizer.type, PF_OPT_SGD);
+    assert_true(s.optimizer.learning_rate == 0.01);
+    assert_true(s.optimizer.momentum == 0); /* fields of other optimizers stay zero */
+    assert_true(s.optimizer.initial_accumulator_value == 0);
+    assert_true(s.optimizer.beta1 == 0 && s.optimizer.beta2 == 0 && s.optimizer.epsilon == 0);
+    assert_false(s.optimizer.decay.enabled);
+    assert_int_equal(s.optimizer.decay.decay_steps, 0);
+    assert_int_equal(s.training.mode, PF_MODE_ASYNC);
+    assert_int_equal(s.training.batch_size, 100);
+    assert_int_equal(s.training.max_steps, 1000);
+    assert_int_equal(s.training.replicas_to_aggregate, 1);
+    assert_int_equal(s.training.seed, 1);
+    assert_int_equal(s.training.eval_every_steps, 0);
+    assert_int_equal(s.placement, PF_PLACE_ROUND_ROBIN);
+    assert_int_equal(s.partitioner.type, PF_PART_NONE);
+    assert_int_equal(s.partitioner.num_shards, 0);
+    assert_int_equal(s.partitioner.max_shards, 0);
+    assert_int_equal(s.checkpoint.every_steps, 0);
+    assert_int_equal(s.checkpoint.every_secs, 600);
+    assert_int_equal(s.checkpoint.keep, 5);
+    assert_int_equal(s.run_policy.restart_policy, PF_RESTART_ON_FAILURE);
+    assert_int_equal(s.run_policy.backoff_limit, 3);
+    assert_int_equal(s.run_policy.active_deadline_seconds, 0);
+    assert_int_equal(s.device, PF_DEVICE_CPU);
+
+    char *json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_string_equal(
+        json, "{\"name\":\"m\",\"replicas\":{\"ps\":1,\"worker\":1,\"chief\":0,\"evaluator\":0},"
+              "\"model\":{\"type\":\"linear\",\"inputs\":1,\"outputs\":1},"
+              "\"data\":{\"format\":\"synthetic_linear\",\"w\":2.0,\"b\":10.0,\"noise\":0.1,"
+              "\"n\":10000},"
+              "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
+              "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
+              "\"eval_every_steps\":0},"
+              "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
+              "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
+              "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
+              "\"active_deadline_seconds\":0},"
+              "\"device\":\"cpu\"}");
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+}
+
+static void test_type_dependent_defaults(void **state) {
+    (void)state;
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text("{\"name\":\"x\",\"replicas\":{\"worker\":3},"
+                                "\"model\":{\"type\":\"mlp\",\"inputs\":2,\"hidden\":[4],"
+                                "\"outputs\":2},\"data\":{\"format\":\"csv\",\"train\":[\"t\"]},"
+                                "\"optimizer\":{\"type\":\"adam\",\"decay\":{\"decay_steps\":5,"
+                                "\"decay_rate\":0.5}},\"training\":{\"mode\":\"sync\"},"
+                                "\"placement\":{\"partitioner\":{\"type\":\"min_size\"}}}",
+                                &s, &err),
+                     PF_OK);
+    assert_int_equal(s.model.activation, PF_ACT_RELU);
+    assert_true(s.optimizer.beta1 == 0.9 && s.optimizer.beta2 == 0.999);
+    assert_true(s.optimizer.epsilon == 1e-7);
+    assert_true(s.optimizer.decay.enabled);
+    assert_false(s.optimizer.decay.staircase);
+    assert_int_equal(s.training.replicas_to_aggregate, 3);
+    assert_int_equal(s.partitioner.min_shard_bytes, 262144);
+    assert_int_equal(s.partitioner.max_shards, 1);
+    char *json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"decay\":{\"type\":\"exponential\",\"decay_steps\":5,"
+                                 "\"decay_rate\":0.5,\"staircase\":false}"));
+    assert_non_null(strstr(json, "\"replicas_to_aggregate\":3,"));
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+
+    assert_int_equal(parse_text("{\"name\":\"x\",\"model\":{\"type\":\"softmax\",\"inputs\":2,"
+                                "\"outputs\":2},\"data\":{\"format\":\"csv\",\"train\":[\"t\"]},"
+                                "\"optimizer\":{\"type\":\"momentum\"},\"placement\":{"
+                                "\"partitioner\":{\"type\":\"max_size\",\"max_shard_bytes\":9}}}",
+                                &s, &err),
+                     PF_OK);
+    assert_true(s.optimizer.momentum == 0.9);
+    assert_int_equal(s.partitioner.max_shards, 0);
+    assert_int_equal(s.partitioner.min_shard_bytes, 0);
+    pf_job_spec_deinit(&s);
+
+    assert_int_equal(parse_text("{\"name\":\"x\",\"model\":{\"type\":\"softmax\",\"inputs\":2,"
+                                "\"outputs\":2},\"data\":{\"format\":\"csv\",\"train\":[\"t\"]},"
+                                "\"optimizer\":{\"type\":\"adagrad\"}}",
+                                &s, &err),
+                     PF_OK);
+    assert_true(s.optimizer.initial_accumulator_value == 0.1);
+    pf_job_spec_deinit(&s);
+}
+
+static void test_design_example(void **state) {
+    (void)state;
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(design_example, &s, &err), PF_OK);
+    assert_string_equal(s.name, "fmnist-mlp");
+    assert_int_equal(s.replicas.ps, 2);
+    assert_int_equal(s.replicas.worker, 2);
+    assert_int_equal(s.model.type, PF_MODEL_MLP);
+    assert_int_equal(s.model.inputs, 784);
+    assert_int_equal(s.model.n_hidden, 2);
+    assert_int_equal(s.model.hidden[0], 256);
+    assert_int_equal(s.model.hidden[1], 256);
+    assert_int_equal(s.model.outputs, 10);
+    assert_int_equal(s.model.activation, PF_ACT_RELU);
+    assert_int_equal(s.data.format, PF_DATA_IDX);
+    assert_int_equal(s.data.n_train, 2);
+    assert_string_equal(s.data.train[0],
+                        "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+    assert_string_equal(s.data.train[1],
+                        "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+    assert_int_equal(s.data.n_test, 2);
+    assert_string_equal(s.data.test[0],
+                        "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
+    assert_string_equal(s.data.test[1],
+                        "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+    assert_int_equal(s.optimizer.type, PF_OPT_ADAGRAD);
+    assert_true(s.optimizer.learning_rate == 0.01);
+    assert_true(s.optimizer.initial_accumulator_value == 0.1);
+    assert_int_equal(s.training.mode, PF_MODE_SYNC);
+    assert_int_equal(s.training.batch_size, 100);
+    assert_int_equal(s.training.max_steps, 2000);
+    assert_int_equal(s.training.replicas_to_aggregate, 2);
+    assert_int_equal(s.training.seed, 1);
+    assert_int_equal(s.training.eval_every_steps, 200);
+    assert_int_equal(s.placement, PF_PLACE_ROUND_ROBIN);
+    assert_int_equal(s.partitioner.type, PF_PART_NONE);
+    assert_int_equal(s.checkpoint.every_steps, 500);
+    assert_int_equal(s.checkpoint.every_secs, 600);
+    assert_int_equal(s.checkpoint.keep, 5);
+    assert_int_equal(s.run_policy.restart_policy, PF_RESTART_ON_FAILURE);
+    assert_int_equal(s.run_policy.backoff_limit, 3);
+    assert_int_equal(s.run_policy.active_deadline_seconds, 0);
+    assert_int_equal(s.device, PF_DEVICE_CPU);
+
+    /* The normalised form is the example itself (plus the adagrad default), in its order. */
+    char *json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_string_equal(
+        json,
+        "{\"name\":\"fmnist-mlp\",\"replicas\":{\"ps\":2,\"worker\":2,\"chief\":0,\"evaluator\":0},"
+        "\"model\":{\"type\":\"mlp\",\"inputs\":784,\"hidden\":[256,256],\"outputs\":10,"
+        "\"activation\":\"relu\"},"
+        "\"data\":{\"format\":\"idx\","
+        "\"train\":[\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\","
+        "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\"],"
+        "\"test\":[\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\","
+        "\"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\"]},"
+        "\"optimizer\":{\"type\":\"adagrad\",\"learning_rate\":0.01,"
+        "\"initial_accumulator_value\":0.1},"
+        "\"training\":{\"mode\":\"sync\",\"batch_size\":100,\"max_steps\":2000,"
+        "\"replicas_to_aggregate\":2,\"seed\":1,\"eval_every_steps\":200},"
+        "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
+        "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
+        "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
+        "\"active_deadline_seconds\":0},"
+        "\"device\":\"cpu\"}");
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+}
+
+static void test_reals_round_trip(void **state) {
+    (void)state;
+    static const double values[] = {0.1,
+                                    0.30000000000000004,
+                                    1.0 / 3,
+                                    -2.5,
+                                    1e-300,
+                                    5e-324,
+                                    1.7976931348623157e308,
+                                    123456789.125,
+                                    -0.0,
+                                    1e16,
+                                    12345678901234567e3,
+                                    0.999,
+                                    100};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char number[40], text[256];
+        pf_job_spec s;
+        pf_error err;
+        /* Written as a JSON real: "-0" would read back as the integer 0. */
+        snprintf(number, sizeof number, "%.17g", values[i]);
+        if (!strpbrk(number, ".e"))
+            strcat(number, ".0");
+        snprintf(text, sizeof text,
+                 "{\"name\":\"r\",\"model\":{\"type\":\"linear\",\"inputs\":1},"
+                 "\"data\":{\"format\":\"synthetic_linear\",\"w\":%s}}",
+                 number);
+        assert_int_equal(parse_text(text, &s, &err), PF_OK);
+        assert_memory_equal(&s.data.w, &values[i], sizeof(double));
+        assert_round_trip(&s, text);
+        pf_job_spec_deinit(&s);
+    }
+}
+
+static void test_error_details(void **state) {
+    (void)state;
+    pf_error err;
+
+    assert_int_equal(parse_fails("{\"name\": \"a\",\n  \"model\": }", &err), PF_ERR_FORMAT);
+    assert_string_equal(err.pointer, "");
+    assert_non_null(strstr(err.message, "line 2"));
+    assert_non_null(strstr(err.message, "column"));
+    assert_true(err.offset > 0 && err.offset <= 26);
+
+    assert_int_equal(parse_fails(BASE "\"training\":{\"foo\":1}}", &err), PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/training/foo");
+    assert_non_null(strstr(err.message, "unknown field 'foo'"));
+
+    assert_int_equal(parse_fails(BASE "\"training\":{\"batch_size\":\"100\"}}", &err), PF_ERR_SPEC);
+    assert_string_equal(err.message, "/training/batch_size: expected an integer, got string");
+
+    assert_int_equal(parse_fails(BASE "\"device\":\"tpu\"}", &err), PF_ERR_SPEC);
+    assert_non_null(strstr(err.message, "cpu, cuda, auto"));
+
+    assert_int_equal(parse_fails("{\"name\":\"a\",\"model\":{\"type\":\"mlp\",\"inputs\":1,"
+                                 "\"hidden\":[1],\"outputs\":2,\"activation\":\"elu\"}}",
+                                 &err),
+                     PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/model/activation");
+    assert_non_null(strstr(err.message, "relu, tanh, sigmoid"));
+    assert_null(strstr(err.message, "none"));
+
+    assert_int_equal(parse_fails(BASE "\"optimizer\":{\"momentum\":0.5}}", &err), PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/optimizer/momentum");
+    assert_non_null(strstr(err.message, "momentum"));
+    assert_non_null(strstr(err.message, "sgd"));
+
+    assert_int_equal(parse_fails(BASE "\"placement\":{\"partitioner\":{\"type\":"
+                                      "\"fixed_shards\",\"max_shards\":2}}}",
+                                 &err),
+                     PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/placement/partitioner/max_shards");
+    assert_non_null(strstr(err.message, "min_size or max_size"));
+
+    /* Unknown fields come before everything else, and their names are shown safely. */
+    assert_int_equal(parse_fails("{\"name\":\"BAD\",\"x\\ny\":1}", &err), PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/x\ny");
+    assert_null(strchr(err.message, '\n'));
+
+    /* A long key is cut in the pointer without splitting a UTF-8 character. */
+    char text[512] = "{\"";
+    for (int i = 0; i < 100; i++)
+        strcat(text, "\xc3\xa9"); /* U+00E9, two bytes */
+    strcat(text, "\":1}");
+    assert_int_equal(parse_fails(text, &err), PF_ERR_SPEC);
+    assert_true(strlen(err.pointer) < sizeof err.pointer);
+    assert_int_equal(strlen(err.pointer) % 2, 1); /* '/' then whole two-byte characters */
+    json_t *probe = json_string(err.pointer);     /* valid UTF-8 */
+    assert_non_null(probe);
+    json_decref(probe);
+    probe = json_string(err.message);
+    assert_non_null(probe);
+    json_decref(probe);
+}
+
+static void test_nesting_limit(void **state) {
+    (void)state;
+    char text[256];
+    pf_error err;
+    for (int depth = 31; depth <= 33; depth++) {
+        /* One level for the spec object, depth - 1 arrays under an unknown key. */
+        int n = snprintf(text, sizeof text, "{\"x\":");
+        for (int i = 1; i < depth; i++)
+            text[n++] = '[';
+        for (int i = 1; i < depth; i++)
+            text[n++] = ']';
+        snprintf(text + n, sizeof text - (size_t)n, "}");
+        pf_status st = parse_fails(text, &err);
+        if (depth <= 32) {
+            assert_int_equal(st, PF_ERR_SPEC);
+            assert_string_equal(err.pointer, "/x");
+        } else {
+            assert_int_equal(st, PF_ERR_FORMAT);
+            assert_int_equal(err.offset, 5 + 31);
+        }
+    }
+    /* Brackets inside strings do not nest. */
+    memset(text, 0, sizeof text);
+    strcpy(text, "{\"name\":\"");
+    memset(text + strlen(text), '[', 40);
+    strcat(text, "\"}");
+    assert_int_equal(parse_fails(text, &err), PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/name");
+}
+
+static void test_load_errors(void **state) {
+    (void)state;
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(pf_job_spec_load("/nonexistent/psflow/spec.json", &s, &err), PF_ERR_IO);
+    assert_non_null(strstr(err.message, "/nonexistent/psflow/spec.json"));
+    assert_non_null(strstr(err.message, "No such file"));
+    assert_true(is_zeroed(&s));
+
+    assert_int_equal(pf_job_spec_load(SPEC_DIR, &s, &err), PF_ERR_IO);
+
+    /* A file over 1 MiB is refused even when it is valid JSON. */
+    char path[] = "/tmp/psflow-test-spec-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("{\"name\":\"big\",\"model\":{\"type\":\"linear\",\"inputs\":1},"
+          "\"data\":{\"format\":\"synthetic_linear\"}}",
+          f);
+    for (int i = 0; i < (1 << 20); i++)
+        fputc(' ', f);
+    fclose(f);
+    assert_int_equal(pf_job_spec_load(path, &s, &err), PF_ERR_FORMAT);
+    assert_true(truncate(path, 1 << 20) == 0);
+    assert_int_equal(pf_job_spec_load(path, &s, &err), PF_OK);
+    assert_string_equal(s.name, "big");
+    pf_job_spec_deinit(&s);
+    unlink(path);
+}
+
+static void test_copy_and_names(void **state) {
+    (void)state;
+    pf_job_spec a, b;
+    pf_error err;
+    assert_int_equal(parse_text(design_example, &a, &err), PF_OK);
+    assert_int_equal(pf_job_spec_copy(&b, &a), PF_OK);
+    assert_true(spec_equal(&a, &b));
+    assert_ptr_not_equal(a.data.train[0], b.data.train[0]);
+    pf_job_spec_deinit(&a);
+    assert_true(is_zeroed(&a));
+    assert_string_equal(b.data.test[1],
+                        "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+    pf_job_spec_deinit(&b);
+    pf_job_spec_deinit(&b); /* safe on a zeroed spec */
+
+    assert_string_equal(pf_model_type_name(PF_MODEL_SOFTMAX), "softmax");
+    assert_string_equal(pf_activation_name(PF_ACT_SIGMOID), "sigmoid");
+    assert_string_equal(pf_activation_name(PF_ACT_NONE), "none");
+    assert_string_equal(pf_optimizer_type_name(PF_OPT_ADAGRAD), "adagrad");
+    assert_string_equal(pf_device_name(PF_DEVICE_CUDA), "cuda");
+    assert_string_equal(pf_device_name((pf_device)42), "unknown");
+}
+
+/* --- failing allocations ---------------------------------------------------------------------- */
+
+static long budget = -1; /* allocations left before failing; -1 = no limit */
+static long failures;
+
+static bool take(void) {
+    if (budget == 0) {
+        failures++;
+        return false;
+    }
+    if (budget > 0)
+        budget--;
+    return true;
+}
+
+static void *failing_malloc(size_t n) {
+    return take() ? malloc(n) : NULL;
+}
+
+static void *failing_realloc(void *p, size_t n) {
+    return take() ? realloc(p, n) : NULL;
+}
+
+static const pf_allocator failing = {failing_malloc, failing_realloc, free};
+
+/* Parse, serialise and copy with allocation k failing (and every one after it). */
+static void run_with_budget(long k) {
+    pf_job_spec s, c;
+    pf_error err;
+    budget = k;
+    pf_status st = parse_text(design_example, &s, &err);
+    if (st != PF_OK && st != PF_ERR_NOMEM)
+        fail_msg("budget %ld: parse gave %s (%s)", k, pf_strerror(st), err.message);
+    if (st != PF_OK) {
+        assert_true(is_zeroed(&s));
+        return;
+    }
+    char *json = pf_job_spec_to_json(&s);
+    pf_free(json);
+    st = pf_job_spec_copy(&c, &s);
+    assert_true(st == PF_OK || st == PF_ERR_NOMEM);
+    if (st != PF_OK)
+        assert_true(is_zeroed(&c));
+    pf_job_spec_deinit(&c);
+    pf_job_spec_deinit(&s);
+}
+
+static void test_failing_allocator(void **state) {
+    (void)state;
+    pf_mem_set_allocator(&failing);
+    long k = 0;
+    for (;; k++) {
+        failures = 0;
+        run_with_budget(k);
+        if (failures == 0)
+            break; /* k allocations were enough for everything */
+        assert_true(k < 1000);
+    }
+    pf_mem_set_allocator(NULL);
+    budget = -1;
+    print_message("pf allocator: failed each of the first %ld allocations\n", k);
+}
+
+/* jansson's own allocations while serialising. (Its 2.14 lexer drops bytes when its buffer
+ * cannot grow, so failing allocations during parsing test jansson, not this module.) */
+static void test_failing_jansson_allocator(void **state) {
+    (void)state;
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(design_example, &s, &err), PF_OK);
+    char *want = pf_job_spec_to_json(&s);
+    assert_non_null(want);
+    json_set_alloc_funcs(failing_malloc, free);
+    long k = 0;
+    for (;; k++) {
+        failures = 0;
+        budget = k;
+        char *json = pf_job_spec_to_json(&s);
+        if (json)
+            assert_string_equal(json, want);
+        pf_free(json);
+        if (failures == 0)
+            break;
+        assert_true(k < 10000);
+    }
+    json_set_alloc_funcs(malloc, free);
+    budget = -1;
+    print_message("jansson allocator: failed each of the first %ld allocations\n", k);
+    pf_free(want);
+    pf_job_spec_deinit(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_files),       cmocka_unit_test(test_invalid_files),
+        cmocka_unit_test(test_defaults),          cmocka_unit_test(test_type_dependent_defaults),
+        cmocka_unit_test(test_design_example),    cmocka_unit_test(test_reals_round_trip),
+        cmocka_unit_test(test_error_details),     cmocka_unit_test(test_nesting_limit),
+        cmocka_unit_test(test_load_errors),       cmocka_unit_test(test_copy_and_names),
+        cmocka_unit_test(test_failing_allocator), cmocka_unit_test(test_failing_jansson_allocator),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,272 @@
+/* openblas.c - the "openblas" backend: the default on CPU and the training hot path.
+ *
+ * DESIGN: gemm, axpy and scale go to OpenBLAS (cblas, row-major). Everything else is a
+ * plain float loop over restrict-qualified pointers that GCC vectorises at -O3: the
+ * elementwise ops and the optimizer steps are memory-bound, and one pass per op with no
+ * temporaries is what keeps them cheap. Ops whose output may alias an input (activation,
+ * activation_grad, softmax_xent, mse) leave those pointers unqualified; every element's
+ * output depends only on the same element's input (and on row totals read before any
+ * write), so in-place calls are safe and GCC's runtime alias check still takes the vector
+ * path for them. Nothing allocates per call. The adagrad and adam loops call sqrtf, which
+ * GCC vectorises only under -fno-math-errno (about 4x faster on those two steps); without
+ * the flag they are correct but scalar. tanhf/expf stay libm calls either way.
+ *
+ * Reductions (row sums of softmax, the losses) accumulate in double: they are short next
+ * to the gemm, and the loss a user watches should not drift with the batch size.
+ * reference.c holds the naive versions these are tested against (tests/common/test_compute.c).
+ */
+#include "psflow/backend.h"
+#include "psflow/mem.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+/* Largest n one cblas call takes: blasint may be a 32-bit int. */
+#define BLAS_CHUNK ((size_t)INT_MAX)
+
+/* --- dense algebra ------------------------------------------------------------------------ */
+
+static void ob_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        /* C = beta C. cblas would do the same but rejects the lda = 0 that k = 0 allows. */
+        for (int i = 0; i < m; i++) {
+            float *restrict row = c + (size_t)i * (size_t)ldc;
+            for (int j = 0; j < n; j++)
+                row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+        }
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void ob_axpy(size_t n, float a, const float *x, float *y) {
+    for (size_t done = 0; done < n; done += BLAS_CHUNK) {
+        size_t len = n - done < BLAS_CHUNK ? n - done : BLAS_CHUNK;
+        cblas_saxpy((int)len, a, x + done, 1, y + done, 1);
+    }
+}
+
+static void ob_scale(size_t n, float a, float *x) {
+    for (size_t done = 0; done < n; done += BLAS_CHUNK) {
+        size_t len = n - done < BLAS_CHUNK ? n - done : BLAS_CHUNK;
+        cblas_sscal((int)len, a, x + done, 1);
+    }
+}
+
+/* --- layers ------------------------------------------------------------------------------- */
+
+static void ob_bias_add(int rows, int cols, const float *restrict bias, float *restrict x) {
+    if (cols <= 0)
+        return;
+    for (int r = 0; r < rows; r++) {
+        float *restrict row = x + (size_t)r * (size_t)cols;
+        for (int c = 0; c < cols; c++)
+            row[c] += bias[c];
+    }
+}
+
+/* Row by row rather than column by column: the inner loop runs along contiguous memory and
+ * vectorises over columns. */
+static void ob_bias_grad(int rows, int cols, const float *restrict dy, float *restrict db) {
+    if (cols <= 0)
+        return;
+    for (int c = 0; c < cols; c++)
+        db[c] = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        const float *restrict row = dy + (size_t)r * (size_t)cols;
+        for (int c = 0; c < cols; c++)
+            db[c] += row[c];
+    }
+}
+
+static void copy_unless_same(float *dst, const float *src, size_t n) {
+    if (dst != src && n > 0)
+        memmove(dst, src, n * sizeof *dst);
+}
+
+static void ob_activation(pf_activation act, size_t n, const float *x, float *y) {
+    switch (act) {
+    case PF_ACT_RELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    case PF_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = tanhf(x[i]);
+        return;
+    case PF_ACT_SIGMOID:
+        /* exp(-x) overflows to inf for x < -88, giving exactly 0: the right limit. */
+        for (size_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-x[i]));
+        return;
+    case PF_ACT_NONE:
+        break;
+    }
+    copy_unless_same(y, x, n);
+}
+
+static void ob_activation_grad(pf_activation act, size_t n, const float *restrict y,
+                               const float *dy, float *dx) {
+    switch (act) {
+    case PF_ACT_RELU:
+        for (size_t i = 0; i < n; i++) {
+            float d = dy[i]; /* read unconditionally, so the loop vectorises */
+            dx[i] = y[i] > 0.0f ? d : 0.0f;
+        }
+        return;
+    case PF_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+        return;
+    case PF_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+        return;
+    case PF_ACT_NONE:
+        break;
+    }
+    copy_unless_same(dx, dy, n);
+}
+
+/* --- losses ------------------------------------------------------------------------------- */
+
+static float row_max(int cols, const float *row) {
+    float max = row[0];
+    for (int c = 1; c < cols; c++)
+        max = row[c] > max ? row[c] : max;
+    return max;
+}
+
+static float ob_softmax_xent(int rows, int cols, const float *logits, const int32_t *labels,
+                             float *dlogits) {
+    if (rows <= 0)
+        return 0.0f;
+    const float inv_rows = 1.0f / (float)rows;
+    double loss = 0.0;
+    for (int r = 0; r < rows; r++) {
+        const float *row = logits + (size_t)r * (size_t)cols;
+        float *drow = dlogits + (size_t)r * (size_t)cols;
+        const int label = labels[r];
+        /* Read everything needed from row before drow (which may be row) is written. */
+        const float max = row_max(cols, row);
+        const float shifted_label = row[label] - max;
+        double sum = 0.0;
+        for (int c = 0; c < cols; c++) {
+            float e = expf(row[c] - max);
+            drow[c] = e;
+            sum += e;
+        }
+        /* sum >= 1 (the max contributes exp(0)), so the log and the division are safe. */
+        loss += log(sum) - shifted_label;
+        const float norm = (float)(1.0 / sum) * inv_rows;
+        for (int c = 0; c < cols; c++)
+            drow[c] *= norm;
+        drow[label] -= inv_rows;
+    }
+    return (float)(loss / rows);
+}
+
+static float ob_mse(size_t n, const float *pred, const float *target, float *dpred) {
+    if (n == 0)
+        return 0.0f;
+    const float scale = 2.0f / (float)n;
+    double loss = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float diff = pred[i] - target[i];
+        loss += (double)diff * diff;
+        dpred[i] = scale * diff;
+    }
+    return (float)(loss / (double)n);
+}
+
+static double ob_xent_sum(int rows, int cols, const float *logits, const int32_t *labels) {
+    double total = 0.0;
+    for (int r = 0; r < rows; r++) {
+        const float *row = logits + (size_t)r * (size_t)cols;
+        const float max = row_max(cols, row);
+        double sum = 0.0;
+        for (int c = 0; c < cols; c++)
+            sum += expf(row[c] - max);
+        total += log(sum) - (row[labels[r]] - max);
+    }
+    return total;
+}
+
+/* --- optimizer steps ----------------------------------------------------------------------
+ * Written as TensorFlow's training_ops kernels write them, in float. */
+
+static void ob_sgd_step(size_t n, float lr, const float *restrict g, float *restrict w) {
+    for (size_t i = 0; i < n; i++)
+        w[i] -= lr * g[i];
+}
+
+static void ob_momentum_step(size_t n, float lr, float momentum, const float *restrict g,
+                             float *restrict w, float *restrict accum) {
+    for (size_t i = 0; i < n; i++) {
+        float acc = accum[i] * momentum + g[i];
+        accum[i] = acc;
+        w[i] -= lr * acc;
+    }
+}
+
+static void ob_adagrad_step(size_t n, float lr, const float *restrict g, float *restrict w,
+                            float *restrict accum) {
+    for (size_t i = 0; i < n; i++) {
+        float acc = accum[i] + g[i] * g[i];
+        accum[i] = acc;
+        w[i] -= lr * g[i] / sqrtf(acc);
+    }
+}
+
+static void ob_adam_step(size_t n, float lr_t, float beta1, float beta2, float epsilon,
+                         const float *restrict g, float *restrict w, float *restrict m,
+                         float *restrict v) {
+    const float one_minus_beta1 = 1.0f - beta1;
+    const float one_minus_beta2 = 1.0f - beta2;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = m[i] + (gi - m[i]) * one_minus_beta1;
+        float vi = v[i] + (gi * gi - v[i]) * one_minus_beta2;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= lr_t * mi / (sqrtf(vi) + epsilon);
+    }
+}
+
+static const pf_backend openblas_backend = {
+    .name = "openblas",
+    .alloc = pf_malloc,
+    .free = pf_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .upload_i32 = cpu_copy_i32,
+    .fill = cpu_fill,
+    .copy = cpu_copy,
+    .gemm = ob_gemm,
+    .axpy = ob_axpy,
+    .scale = ob_scale,
+    .bias_add = ob_bias_add,
+    .bias_grad = ob_bias_grad,
+    .activation = ob_activation,
+    .activation_grad = ob_activation_grad,
+    .softmax_xent = ob_softmax_xent,
+    .mse = ob_mse,
+    .count_correct = cpu_count_correct,
+    .xent_sum = ob_xent_sum,
+    .sgd_step = ob_sgd_step,
+    .momentum_step = ob_momentum_step,
+    .adagrad_step = ob_adagrad_step,
+    .adam_step = ob_adam_step,
+};
+
+const pf_backend *pf_backend_openblas(void) {
+    return &openblas_backend;
+}

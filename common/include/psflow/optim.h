@@ -1,0 +1,46 @@
+/* optim.h - TensorFlow's optimizers as pure functions over (params, grads, slots) ranges.
+ *
+ * A parameter server owns a range of the flat parameter vector and applies updates to just
+ * that range, so every function here works on any contiguous slice: the caller passes
+ * pointers to the slice's params, grads and slot variables (all in backend memory) and the
+ * slice length. The update rules are those of tf.compat.v1.train's optimizers (see
+ * backend.h for the exact formulas); the learning rate may decay by global step like
+ * tf.compat.v1.train.exponential_decay.
+ *
+ * Slots: sgd has none; momentum has "momentum" (init 0); adagrad "accumulator" (init
+ * initial_accumulator_value); adam "m" and "v" (init 0). Slot buffers are owned by the
+ * caller; pf_optim_slot_init fills them.
+ */
+#ifndef PSFLOW_OPTIM_H
+#define PSFLOW_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/backend.h"
+#include "psflow/spec.h"
+
+#define PF_OPTIM_MAX_SLOTS 2
+
+/* Number of slot vectors (each as long as the params) the optimizer keeps: 0, 1 or 2. */
+int pf_optim_num_slots(const pf_optimizer_spec *spec);
+
+/* Slot name as TensorFlow calls it ("momentum", "accumulator", "m", "v"); NULL if
+ * i >= pf_optim_num_slots(spec). */
+const char *pf_optim_slot_name(const pf_optimizer_spec *spec, int i);
+
+/* Fills slot i (n floats, backend memory) with its initial value. */
+void pf_optim_slot_init(const pf_optimizer_spec *spec, const pf_backend *be, int i, float *slot,
+                        size_t n);
+
+/* Learning rate in force at `global_step` (0-based count of updates applied so far):
+ * lr * decay_rate ^ (global_step / decay_steps), the exponent floored when staircase. */
+double pf_optim_learning_rate(const pf_optimizer_spec *spec, int64_t global_step);
+
+/* Applies one update to n params w from grads g, with slots[0..num_slots) for this range.
+ * `global_step` is the number of updates applied before this one (adam's t = step + 1).
+ * All pointers are backend memory. */
+void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                    size_t n, const float *g, float *w, float *const *slots);
+
+#endif

@@ -1,0 +1,92 @@
+/* optim.c - TensorFlow's optimizers over one contiguous range of parameters (optim.h).
+ *
+ * The arithmetic lives in the backend's *_step ops; this file picks the op, works out the
+ * learning rate for the global step (exponential decay, adam's bias correction) in double,
+ * and names and initialises the slots.
+ */
+#include "psflow/optim.h"
+
+#include <assert.h>
+#include <math.h>
+
+int pf_optim_num_slots(const pf_optimizer_spec *spec) {
+    switch (spec->type) {
+    case PF_OPT_SGD:
+        return 0;
+    case PF_OPT_MOMENTUM:
+    case PF_OPT_ADAGRAD:
+        return 1;
+    case PF_OPT_ADAM:
+        return 2;
+    }
+    return 0;
+}
+
+const char *pf_optim_slot_name(const pf_optimizer_spec *spec, int i) {
+    if (i < 0 || i >= pf_optim_num_slots(spec))
+        return NULL;
+    switch (spec->type) {
+    case PF_OPT_MOMENTUM:
+        return "momentum";
+    case PF_OPT_ADAGRAD:
+        return "accumulator";
+    case PF_OPT_ADAM:
+        return i == 0 ? "m" : "v";
+    case PF_OPT_SGD:
+        break;
+    }
+    return NULL;
+}
+
+void pf_optim_slot_init(const pf_optimizer_spec *spec, const pf_backend *be, int i, float *slot,
+                        size_t n) {
+    if (i < 0 || i >= pf_optim_num_slots(spec) || n == 0)
+        return;
+    float value = spec->type == PF_OPT_ADAGRAD ? (float)spec->initial_accumulator_value : 0.0f;
+    be->fill(slot, value, n);
+}
+
+/* floor(a / b) for b >= 1; C's division truncates toward zero instead. */
+static int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+double pf_optim_learning_rate(const pf_optimizer_spec *spec, int64_t global_step) {
+    const pf_decay_spec *d = &spec->decay;
+    if (!d->enabled)
+        return spec->learning_rate;
+    assert(d->decay_steps >= 1);
+    double p = d->staircase ? (double)floor_div(global_step, d->decay_steps)
+                            : (double)global_step / (double)d->decay_steps;
+    return spec->learning_rate * pow(d->decay_rate, p);
+}
+
+void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                    size_t n, const float *g, float *w, float *const *slots) {
+    if (n == 0)
+        return;
+    double lr = pf_optim_learning_rate(spec, global_step);
+    switch (spec->type) {
+    case PF_OPT_SGD:
+        be->sgd_step(n, (float)lr, g, w);
+        return;
+    case PF_OPT_MOMENTUM:
+        be->momentum_step(n, (float)lr, (float)spec->momentum, g, w, slots[0]);
+        return;
+    case PF_OPT_ADAGRAD:
+        be->adagrad_step(n, (float)lr, g, w, slots[0]);
+        return;
+    case PF_OPT_ADAM: {
+        /* Bias correction for update t = global_step + 1 (TF's beta powers after t steps).
+         * The powers use the float betas the kernel uses, so that 1 - beta2 in v and
+         * 1 - beta2^t here agree (0.999f is 1.3e-5 off 0.999 relative to 1 - 0.999). */
+        const float beta1 = (float)spec->beta1;
+        const float beta2 = (float)spec->beta2;
+        double t = (double)global_step + 1.0;
+        double lr_t = lr * sqrt(1.0 - pow(beta2, t)) / (1.0 - pow(beta1, t));
+        be->adam_step(n, (float)lr_t, beta1, beta2, (float)spec->epsilon, g, w, slots[0], slots[1]);
+        return;
+    }
+    }
+}

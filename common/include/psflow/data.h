@@ -1,0 +1,96 @@
+/* data.h - training data: IDX and CSV readers, the synthetic_linear generator, and the
+ * sampler that shuffles per epoch and shards batches across workers.
+ *
+ * A pf_dataset holds n examples of `features` floats each (pixels scaled to [0, 1]) and
+ * one float target per example: the class index for classification data (IDX labels, CSV
+ * first column when integral) or the regression target.
+ *
+ * Sharding (DESIGN.md section 5, sync equivalence): the examples form an endless stream,
+ * position p being example perm_e[p mod n] where e = p / n is the epoch and perm_e the
+ * epoch's permutation drawn from the seed. At global step s with W workers of batch b,
+ * worker i reads positions s*W*b + i*b .. s*W*b + i*b + b - 1. One process with batch W*b
+ * therefore reads exactly the union of the W workers' examples at every step.
+ */
+#ifndef PSFLOW_DATA_H
+#define PSFLOW_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+#define PF_IDX_MAX_EXAMPLES (1 << 26) /* refuse files claiming more examples than this */
+
+typedef struct pf_dataset {
+    int64_t n;       /* examples */
+    int features;    /* floats per example */
+    int num_classes; /* 1 + largest label for classification data; 0 for regression */
+    float *x;        /* [n, features], owned */
+    float *y;        /* [n], owned: class index (exact integer) or regression target */
+} pf_dataset;
+
+/* Frees what ds owns and zeroes it; safe on a zeroed dataset. */
+void pf_dataset_deinit(pf_dataset *ds);
+
+/* Reads an IDX image file (magic 0x00000803, uint8 [n, rows, cols]) and its IDX label file
+ * (magic 0x00000801, uint8 [n]), each gzip-compressed or plain (detected by content).
+ * Pixels are scaled by 1/255. Errors: PF_ERR_IO (cannot open/read; message names the
+ * path), PF_ERR_FORMAT (wrong magic, truncated, counts disagree, label >= 256 etc.;
+ * message names the path and err->offset the byte offset where known), PF_ERR_NOMEM. */
+pf_status pf_idx_load(const char *images_path, const char *labels_path, pf_dataset *out,
+                      pf_error *err);
+
+/* Parses IDX from memory (already decompressed). Same validation as pf_idx_load; messages
+ * call the inputs "images" and "labels". Used by the fuzz target and tests. */
+pf_status pf_idx_parse(const uint8_t *images, size_t images_len, const uint8_t *labels,
+                       size_t labels_len, pf_dataset *out, pf_error *err);
+
+/* Reads a CSV file: one example per line, the target first, then exactly `features`
+ * numbers, comma-separated; a first line that does not parse as numbers is a header and
+ * skipped; blank lines skipped. `classification` requires integral targets in
+ * [0, 1048576) and sets num_classes. Errors name the path and line: ragged rows, bad
+ * numbers, no rows. */
+pf_status pf_csv_load(const char *path, int features, bool classification, pf_dataset *out,
+                      pf_error *err);
+
+/* Same from memory; `what` names the input in messages. */
+pf_status pf_csv_parse(const char *text, size_t len, const char *what, int features,
+                       bool classification, pf_dataset *out, pf_error *err);
+
+/* n examples of y = w x + b + noise * N(0,1), x ~ U(0,1), deterministic in (seed, stream). */
+pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint64_t seed,
+                              uint64_t stream, pf_dataset *out);
+
+/* Loads the train (test == false) or test set a job spec names, checking that its feature
+ * count matches model.inputs and its labels fit model.outputs. For synthetic_linear the
+ * test set is n/5 (at least 1) fresh examples. A spec with no test files gives
+ * PF_ERR_NOT_FOUND for test == true. */
+pf_status pf_dataset_load(const pf_job_spec *spec, bool test, pf_dataset *out, pf_error *err);
+
+/* --- sampler ------------------------------------------------------------------------------ */
+
+typedef struct pf_sampler pf_sampler;
+
+/* New sampler over n >= 1 examples; shuffle == false gives the identity order every epoch
+ * (used for evaluation). Returns NULL on allocation failure. */
+pf_sampler *pf_sampler_create(int64_t n, uint64_t seed, bool shuffle);
+void pf_sampler_destroy(pf_sampler *s);
+
+/* Dataset index of stream position p >= 0 (see the header comment). Positions should be
+ * requested in non-decreasing epoch order for speed; any order is correct. */
+int64_t pf_sampler_index(pf_sampler *s, int64_t position);
+
+/* Copies `count` examples at stream positions start .. start+count-1 into host buffers
+ * x [count, features] and y [count]; labels (may be NULL) receives y as int32. */
+void pf_batch_gather(const pf_dataset *ds, pf_sampler *s, int64_t start, int count, float *x,
+                     float *y, int32_t *labels);
+
+/* Stream position where worker `task` of `workers` starts its batch of `batch` examples at
+ * global step `step`. */
+static inline int64_t pf_shard_position(int64_t step, int workers, int task, int batch) {
+    return step * (int64_t)workers * batch + (int64_t)task * batch;
+}
+
+#endif

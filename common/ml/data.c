@@ -1,0 +1,707 @@
+/* data.c - IDX and CSV readers, the synthetic_linear generator and the sharding sampler
+ * (see data.h).
+ *
+ * DESIGN. Files are read whole (gunzipped by zlib when they start with the gzip magic
+ * 1f 8b, copied as they are otherwise) into one buffer capped at READ_CAP bytes, then
+ * parsed from memory by the same functions the fuzz targets call. Every length a file
+ * claims is checked against the bytes actually present before anything is allocated, so
+ * a header claiming 2^26 images of 1024x1024 pixels costs nothing. Allocations go through
+ * mem.h and turn into PF_ERR_NOMEM; on any error *out is left zeroed.
+ *
+ * The sampler realises the endless stream of data.h: position p is example
+ * perm_e[p mod n] with e = p / n, perm_e a Fisher-Yates shuffle of 0..n-1 drawn from
+ * pf_rng(seed, 1000 + e). It keeps the permutation of the last epoch asked for, so a
+ * reader that walks the stream forwards shuffles once per epoch. A sampler is not
+ * thread-safe (pf_sampler_index updates that cache); use one per thread.
+ */
+#include "psflow/data.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "psflow/mem.h"
+#include "psflow/rng.h"
+
+#define READ_CAP            ((size_t)256 << 20) /* largest file (decompressed) we read: 256 MiB */
+#define READ_FIRST_CHUNK    ((size_t)64 << 10)
+#define IDX_IMAGES_MAGIC    0x00000803u /* uint8, 3 dims: n, rows, cols */
+#define IDX_LABELS_MAGIC    0x00000801u /* uint8, 1 dim: n */
+#define IDX_MAX_PIXELS      (1u << 20)  /* rows * cols */
+#define CSV_MAX_LABEL       1048576.0   /* classification labels lie in [0, 2^20) */
+#define CSV_FIELD_MAX       127         /* longest field we try to read as a number */
+#define SAMPLER_STREAM_BASE 1000u       /* epoch e shuffles with pf_rng(seed, 1000 + e) */
+
+/* Like pf_error_set, plus the byte offset; pointer is "". */
+static pf_status fail(pf_error *err, pf_status status, long long offset, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static pf_status fail(pf_error *err, pf_status status, long long offset, const char *fmt, ...) {
+    if (!err)
+        return status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    err->pointer[0] = '\0';
+    err->offset = offset;
+    return status;
+}
+
+static void set_pointer(pf_error *err, const char *pointer) {
+    if (err)
+        snprintf(err->pointer, sizeof err->pointer, "%s", pointer);
+}
+
+static void os_error_text(int errnum, char *buf, size_t size) {
+    if (errnum == 0 || strerror_r(errnum, buf, size) != 0)
+        snprintf(buf, size, "error %d", errnum);
+}
+
+void pf_dataset_deinit(pf_dataset *ds) {
+    pf_free(ds->x);
+    pf_free(ds->y);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* Allocates x [n, features] and y [n] for out; out->n and out->features set. */
+static pf_status dataset_alloc(pf_dataset *out, int64_t n, int features) {
+    memset(out, 0, sizeof *out);
+    if (n < 1 || features < 1 || (uint64_t)n > SIZE_MAX / (size_t)features)
+        return PF_ERR_NOMEM;
+    out->x = pf_mallocarray((size_t)n * (size_t)features, sizeof(float));
+    out->y = pf_mallocarray((size_t)n, sizeof(float));
+    if (!out->x || !out->y) {
+        pf_dataset_deinit(out);
+        return PF_ERR_NOMEM;
+    }
+    out->n = n;
+    out->features = features;
+    return PF_OK;
+}
+
+/* --- reading files ------------------------------------------------------------------------ */
+
+/* Reads all of `path` into a new buffer (*data, caller pf_frees; never NULL on success),
+ * gunzipping it when it is gzip data. Errors: PF_ERR_IO (open/read failed), PF_ERR_FORMAT
+ * (corrupt or truncated gzip data, more than READ_CAP bytes), PF_ERR_NOMEM. */
+static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_error *err) {
+    *data = NULL;
+    *len = 0;
+    char os[128];
+    errno = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        if (errno == 0)
+            return fail(err, PF_ERR_NOMEM, -1, "%s: cannot open: out of memory", path);
+        os_error_text(errno, os, sizeof os);
+        return fail(err, PF_ERR_IO, -1, "%s: cannot open: %s", path, os);
+    }
+    gzbuffer(f, 128u << 10);
+
+    pf_status status = PF_OK;
+    uint8_t *buf = NULL;
+    size_t size = 0, capacity = 0;
+    for (;;) {
+        if (size == capacity) {
+            /* Grow geometrically up to READ_CAP + 1 bytes: reading that last byte tells
+             * us the file is over the cap. */
+            size_t next = capacity ? capacity * 2 : READ_FIRST_CHUNK;
+            if (next > READ_CAP + 1)
+                next = READ_CAP + 1;
+            uint8_t *p = pf_realloc(buf, next);
+            if (!p) {
+                status =
+                    fail(err, PF_ERR_NOMEM, -1, "%s: out of memory reading %zu bytes", path, next);
+                break;
+            }
+            buf = p;
+            capacity = next;
+        }
+        size_t want = capacity - size;
+        if (want > (size_t)INT_MAX)
+            want = (size_t)INT_MAX;
+        errno = 0;
+        int got = gzread(f, buf + size, (unsigned)want);
+        if (got <= 0)
+            break; /* end of data or error: gzerror below tells which */
+        size += (size_t)got;
+        if (size > READ_CAP) {
+            status = fail(err, PF_ERR_FORMAT, (long long)READ_CAP,
+                          "%s: larger than the %zu MiB limit (decompressed)", path, READ_CAP >> 20);
+            break;
+        }
+    }
+    if (status == PF_OK) {
+        int zerr = Z_OK;
+        const char *zmsg = gzerror(f, &zerr);
+        if (zerr == Z_ERRNO) {
+            os_error_text(errno, os, sizeof os);
+            status = fail(err, PF_ERR_IO, (long long)size, "%s: read failed: %s", path, os);
+        } else if (zerr == Z_MEM_ERROR) {
+            status = fail(err, PF_ERR_NOMEM, -1, "%s: out of memory decompressing", path);
+        } else if (zerr == Z_BUF_ERROR) {
+            status = fail(err, PF_ERR_FORMAT, -1,
+                          "%s: gzip data ends early (truncated after %zu decompressed bytes)", path,
+                          size);
+        } else if (zerr != Z_OK) {
+            /* zlib's message reads "path: problem"; keep the problem. */
+            size_t plen = strlen(path);
+            if (zmsg && strncmp(zmsg, path, plen) == 0 && strncmp(zmsg + plen, ": ", 2) == 0)
+                zmsg += plen + 2;
+            status = fail(err, PF_ERR_FORMAT, -1, "%s: corrupt gzip data: %s", path,
+                          zmsg ? zmsg : "unknown error");
+        }
+    }
+    int close_rc = gzclose(f);
+    if (status == PF_OK && close_rc != Z_OK)
+        status = fail(err, close_rc == Z_BUF_ERROR ? PF_ERR_FORMAT : PF_ERR_IO, -1, "%s: %s", path,
+                      close_rc == Z_BUF_ERROR ? "gzip data ends early (truncated)"
+                                              : "error closing file");
+    if (status != PF_OK) {
+        pf_free(buf);
+        return status;
+    }
+    *data = buf;
+    *len = size;
+    return PF_OK;
+}
+
+/* --- IDX ---------------------------------------------------------------------------------- */
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static const char *magic_hint(uint32_t magic, uint32_t wanted) {
+    if (magic == IDX_LABELS_MAGIC && wanted == IDX_IMAGES_MAGIC)
+        return " (this is an IDX label file; are images and labels swapped?)";
+    if (magic == IDX_IMAGES_MAGIC && wanted == IDX_LABELS_MAGIC)
+        return " (this is an IDX image file; are images and labels swapped?)";
+    if ((magic >> 16) == 0x1f8b)
+        return " (gzip-compressed data; decompress it first)";
+    return "";
+}
+
+/* Checks one IDX file's header and length: `header` bytes of magic and big-endian uint32
+ * dims (16 for images: n, rows, cols; 8 for labels: n), then exactly rows * cols bytes
+ * (images) or 1 byte (labels) per example. Returns the example count in *n. */
+static pf_status check_idx_file(const uint8_t *data, size_t len, const char *name, uint32_t magic,
+                                size_t header, uint64_t *n, pf_error *err) {
+    if (len == 0)
+        return fail(err, PF_ERR_FORMAT, 0, "%s: empty file", name);
+    if (len >= 4 && be32(data) != magic)
+        return fail(err, PF_ERR_FORMAT, 0, "%s: bad magic 0x%08x, expected 0x%08x%s", name,
+                    (unsigned)be32(data), (unsigned)magic, magic_hint(be32(data), magic));
+    if (len < header)
+        return fail(err, PF_ERR_FORMAT, (long long)len,
+                    "%s: truncated header: expected %zu bytes, got %zu", name, header, len);
+    static const char *const dims[3] = {"example count", "rows", "cols"};
+    for (size_t off = 4; off < header; off += 4) {
+        if (be32(data + off) == 0)
+            return fail(err, PF_ERR_FORMAT, (long long)off, "%s: %s is zero in the header", name,
+                        dims[off / 4 - 1]);
+    }
+    *n = be32(data + 4);
+    if (*n > PF_IDX_MAX_EXAMPLES)
+        return fail(err, PF_ERR_FORMAT, 4, "%s: claims %llu examples, more than the limit of %d",
+                    name, (unsigned long long)*n, PF_IDX_MAX_EXAMPLES);
+    uint64_t item_bytes = 1;
+    if (header == 16) {
+        uint64_t rows = be32(data + 8), cols = be32(data + 12);
+        item_bytes = rows * cols; /* both < 2^32: no overflow in 64 bits */
+        if (item_bytes > IDX_MAX_PIXELS)
+            return fail(err, PF_ERR_FORMAT, 8,
+                        "%s: images of %llux%llu pixels exceed the limit of %u", name,
+                        (unsigned long long)rows, (unsigned long long)cols, IDX_MAX_PIXELS);
+    }
+    uint64_t expected = header + *n * item_bytes; /* <= 16 + 2^26 * 2^20 */
+    if (len < expected)
+        return fail(err, PF_ERR_FORMAT, (long long)len,
+                    "%s: truncated: expected %llu bytes, got %zu", name,
+                    (unsigned long long)expected, len);
+    if (len > expected)
+        return fail(err, PF_ERR_FORMAT, (long long)expected,
+                    "%s: trailing garbage: %llu bytes after the expected %llu", name,
+                    (unsigned long long)(len - expected), (unsigned long long)expected);
+    return PF_OK;
+}
+
+static pf_status parse_idx(const uint8_t *images, size_t images_len, const char *images_name,
+                           const uint8_t *labels, size_t labels_len, const char *labels_name,
+                           pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    uint64_t n_images = 0, n_labels = 0;
+    pf_status status =
+        check_idx_file(images, images_len, images_name, IDX_IMAGES_MAGIC, 16, &n_images, err);
+    if (status == PF_OK)
+        status =
+            check_idx_file(labels, labels_len, labels_name, IDX_LABELS_MAGIC, 8, &n_labels, err);
+    if (status != PF_OK)
+        return status;
+    if (n_images != n_labels)
+        return fail(err, PF_ERR_FORMAT, 4, "%s has %llu images but %s has %llu labels", images_name,
+                    (unsigned long long)n_images, labels_name, (unsigned long long)n_labels);
+
+    int features = (int)(be32(images + 8) * be32(images + 12)); /* <= 2^20, checked */
+    if (dataset_alloc(out, (int64_t)n_images, features) != PF_OK)
+        return fail(err, PF_ERR_NOMEM, -1, "%s: out of memory for %llu images", images_name,
+                    (unsigned long long)n_images);
+    const uint8_t *pixels = images + 16;
+    size_t count = (size_t)n_images * (size_t)features;
+    for (size_t i = 0; i < count; i++)
+        out->x[i] = (float)pixels[i] * (1.0f / 255.0f);
+    int max_label = 0;
+    for (size_t i = 0; i < (size_t)n_images; i++) {
+        int label = labels[8 + i];
+        out->y[i] = (float)label;
+        if (label > max_label)
+            max_label = label;
+    }
+    out->num_classes = max_label + 1;
+    return PF_OK;
+}
+
+pf_status pf_idx_parse(const uint8_t *images, size_t images_len, const uint8_t *labels,
+                       size_t labels_len, pf_dataset *out, pf_error *err) {
+    return parse_idx(images, images_len, "images", labels, labels_len, "labels", out, err);
+}
+
+pf_status pf_idx_load(const char *images_path, const char *labels_path, pf_dataset *out,
+                      pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    uint8_t *images = NULL, *labels = NULL;
+    size_t images_len = 0, labels_len = 0;
+    pf_status status = read_file(images_path, &images, &images_len, err);
+    if (status == PF_OK)
+        status = read_file(labels_path, &labels, &labels_len, err);
+    if (status == PF_OK)
+        status =
+            parse_idx(images, images_len, images_path, labels, labels_len, labels_path, out, err);
+    pf_free(images);
+    pf_free(labels);
+    return status;
+}
+
+/* --- CSV ---------------------------------------------------------------------------------- */
+
+typedef enum {
+    FIELD_OK,
+    FIELD_EMPTY,
+    FIELD_NOT_NUMBER,
+    FIELD_NOT_FINITE, /* nan, inf */
+    FIELD_RANGE       /* beyond double (1e400) or, for floats, beyond float32 */
+} field_result;
+
+static bool is_blank(char c) {
+    return c == ' ' || c == '\t';
+}
+
+/* Parses text[0..len), blanks around it allowed, as one number that fits a float. */
+static field_result parse_field(const char *text, size_t len, double *value) {
+    while (len > 0 && is_blank(text[0])) {
+        text++;
+        len--;
+    }
+    while (len > 0 && is_blank(text[len - 1]))
+        len--;
+    if (len == 0)
+        return FIELD_EMPTY;
+    if (len > CSV_FIELD_MAX)
+        return FIELD_NOT_NUMBER;
+    /* strtod needs a terminated string and the input need not be one. */
+    char buf[CSV_FIELD_MAX + 1];
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(buf, &end);
+    if (end != buf + len) /* nothing read, or junk (an embedded NUL too) after the number */
+        return FIELD_NOT_NUMBER;
+    if (isinf(v) && errno == ERANGE)
+        return FIELD_RANGE;
+    if (!isfinite(v))
+        return FIELD_NOT_FINITE;
+    if (fabs(v) > FLT_MAX)
+        return FIELD_RANGE;
+    *value = v;
+    return FIELD_OK;
+}
+
+/* True when every comma-separated field of the line reads as a number, usable or not. */
+static bool line_is_numeric(const char *line, size_t len) {
+    size_t start = 0;
+    for (;;) {
+        const char *comma = memchr(line + start, ',', len - start);
+        size_t end = comma ? (size_t)(comma - line) : len;
+        double v;
+        field_result r = parse_field(line + start, end - start, &v);
+        if (r == FIELD_EMPTY || r == FIELD_NOT_NUMBER)
+            return false;
+        if (!comma)
+            return true;
+        start = end + 1;
+    }
+}
+
+typedef struct csv_rows {
+    pf_dataset *ds; /* n rows filled so far */
+    int64_t capacity;
+} csv_rows;
+
+static pf_status grow_rows(csv_rows *r) {
+    pf_dataset *ds = r->ds;
+    int64_t next = r->capacity ? r->capacity * 2 : 64;
+    if ((uint64_t)next > SIZE_MAX / sizeof(float) / (size_t)ds->features)
+        return PF_ERR_NOMEM;
+    float *x = pf_realloc(ds->x, (size_t)next * (size_t)ds->features * sizeof(float));
+    if (!x)
+        return PF_ERR_NOMEM;
+    ds->x = x;
+    float *y = pf_realloc(ds->y, (size_t)next * sizeof(float));
+    if (!y)
+        return PF_ERR_NOMEM;
+    ds->y = y;
+    r->capacity = next;
+    return PF_OK;
+}
+
+/* Gives back the unused tail of the row buffers; keeps them as they are if that fails. */
+static void shrink_rows(pf_dataset *ds) {
+    float *x = pf_realloc(ds->x, (size_t)ds->n * (size_t)ds->features * sizeof(float));
+    if (x)
+        ds->x = x;
+    float *y = pf_realloc(ds->y, (size_t)ds->n * sizeof(float));
+    if (y)
+        ds->y = y;
+}
+
+/* Parses a data line already known to hold features + 1 fields into row ds->n, whose
+ * storage exists. */
+static pf_status parse_row(const char *text, size_t line_start, size_t line_len, long long line_no,
+                           const char *what, bool classification, pf_dataset *ds, pf_error *err) {
+    const char *line = text + line_start;
+    float *row = ds->x + (size_t)ds->n * (size_t)ds->features;
+    size_t start = 0;
+    for (int f = 0; f <= ds->features; f++) {
+        const char *comma = memchr(line + start, ',', line_len - start);
+        size_t end = comma ? (size_t)(comma - line) : line_len;
+        long long offset = (long long)(line_start + start);
+        int shown = (int)(end - start > 40 ? 40 : end - start);
+        double v = 0;
+        switch (parse_field(line + start, end - start, &v)) {
+        case FIELD_OK:
+            break;
+        case FIELD_EMPTY:
+            return fail(err, PF_ERR_FORMAT, offset, "%s: line %lld, field %d: empty field", what,
+                        line_no, f + 1);
+        case FIELD_NOT_NUMBER:
+            return fail(err, PF_ERR_FORMAT, offset,
+                        "%s: line %lld, field %d: not a number: \"%.*s\"", what, line_no, f + 1,
+                        shown, line + start);
+        case FIELD_NOT_FINITE:
+            return fail(err, PF_ERR_FORMAT, offset,
+                        "%s: line %lld, field %d: not a finite number: \"%.*s\"", what, line_no,
+                        f + 1, shown, line + start);
+        case FIELD_RANGE:
+            return fail(err, PF_ERR_FORMAT, offset,
+                        "%s: line %lld, field %d: %.*s is out of float32 range", what, line_no,
+                        f + 1, shown, line + start);
+        }
+        if (f == 0) {
+            if (classification && v != floor(v))
+                return fail(err, PF_ERR_FORMAT, offset,
+                            "%s: line %lld: label %.*s is not an integer", what, line_no, shown,
+                            line + start);
+            if (classification && (v < 0 || v >= CSV_MAX_LABEL))
+                return fail(err, PF_ERR_FORMAT, offset,
+                            "%s: line %lld: label %.*s is outside [0, %.0f)", what, line_no, shown,
+                            line + start, CSV_MAX_LABEL);
+            ds->y[ds->n] = (float)v;
+        } else {
+            row[f - 1] = (float)v;
+        }
+        start = end + 1;
+    }
+    return PF_OK;
+}
+
+static pf_status parse_csv(const char *text, size_t len, const char *what, int features,
+                           bool classification, pf_dataset *out, pf_error *err) {
+    csv_rows rows = {out, 0};
+    out->features = features;
+    const char *target = classification ? "label" : "target";
+    bool first_line = true;
+    double max_label = 0;
+    size_t pos = 0;
+    long long line_no = 0;
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t line_start = pos;
+        size_t line_len = nl ? (size_t)(nl - (text + pos)) : len - pos;
+        pos += line_len + 1;
+        line_no++;
+        const char *line = text + line_start;
+        if (line_len > 0 && line[line_len - 1] == '\r')
+            line_len--;
+        size_t blanks = 0;
+        while (blanks < line_len && is_blank(line[blanks]))
+            blanks++;
+        if (blanks == line_len)
+            continue;
+        if (first_line) {
+            first_line = false;
+            if (!line_is_numeric(line, line_len))
+                continue; /* a header */
+        }
+        size_t fields = 1;
+        for (size_t i = 0; i < line_len; i++)
+            fields += line[i] == ',';
+        if (fields != (size_t)features + 1)
+            return fail(err, PF_ERR_FORMAT, (long long)line_start,
+                        "%s: line %lld: expected %d fields (%s + %d features), got %zu", what,
+                        line_no, features + 1, target, features, fields);
+        if (out->n == rows.capacity && grow_rows(&rows) != PF_OK)
+            return fail(err, PF_ERR_NOMEM, (long long)line_start,
+                        "%s: line %lld: out of memory for %lld rows", what, line_no,
+                        (long long)out->n + 1);
+        pf_status status =
+            parse_row(text, line_start, line_len, line_no, what, classification, out, err);
+        if (status != PF_OK)
+            return status;
+        if (out->y[out->n] > max_label)
+            max_label = out->y[out->n];
+        out->n++;
+    }
+    if (out->n == 0)
+        return fail(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
+                    len == 0 ? "empty file" : "no data rows");
+    out->num_classes = classification ? (int)max_label + 1 : 0;
+    shrink_rows(out);
+    return PF_OK;
+}
+
+pf_status pf_csv_parse(const char *text, size_t len, const char *what, int features,
+                       bool classification, pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    if (!what)
+        what = "csv";
+    if (features < 1 || features > PF_MAX_UNITS)
+        return fail(err, PF_ERR_INVALID, -1, "%s: feature count %d outside [1, %d]", what, features,
+                    PF_MAX_UNITS);
+    pf_status status = parse_csv(text, len, what, features, classification, out, err);
+    if (status != PF_OK)
+        pf_dataset_deinit(out);
+    return status;
+}
+
+pf_status pf_csv_load(const char *path, int features, bool classification, pf_dataset *out,
+                      pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    pf_status status = read_file(path, &text, &len, err);
+    if (status == PF_OK)
+        status = pf_csv_parse((const char *)text, len, path, features, classification, out, err);
+    pf_free(text);
+    return status;
+}
+
+/* --- synthetic_linear --------------------------------------------------------------------- */
+
+pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint64_t seed,
+                              uint64_t stream, pf_dataset *out) {
+    memset(out, 0, sizeof *out);
+    if (n < 1 || !isfinite(w) || !isfinite(b) || !isfinite(noise) || noise < 0)
+        return PF_ERR_INVALID;
+    if (dataset_alloc(out, n, 1) != PF_OK)
+        return PF_ERR_NOMEM;
+    pf_rng rng;
+    pf_rng_init(&rng, seed, stream);
+    for (int64_t i = 0; i < n; i++) {
+        /* Always draw the normal, so x does not depend on whether noise is zero. */
+        double x = pf_rng_uniform(&rng);
+        double e = pf_rng_normal(&rng);
+        double y = w * x + b + noise * e;
+        if (!(fabs(y) <= FLT_MAX)) {
+            pf_dataset_deinit(out);
+            return PF_ERR_RANGE;
+        }
+        out->x[i] = (float)x;
+        out->y[i] = (float)y;
+    }
+    out->num_classes = 0;
+    return PF_OK;
+}
+
+/* --- from a job spec ---------------------------------------------------------------------- */
+
+static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *out,
+                                pf_error *err) {
+    const pf_data_spec *d = &spec->data;
+    int n_files = test ? d->n_test : d->n_train;
+    char *const *files = test ? d->test : d->train;
+    const char *pointer = test ? "/data/test" : "/data/train";
+    bool classification = spec->model.type != PF_MODEL_LINEAR;
+    pf_status status;
+
+    if (d->format == PF_DATA_SYNTHETIC_LINEAR) {
+        int64_t n = test ? (d->n / 5 > 1 ? d->n / 5 : 1) : d->n;
+        status =
+            pf_synthetic_linear(d->w, d->b, d->noise, n, spec->training.seed, test ? 2 : 1, out);
+        if (status == PF_ERR_NOMEM)
+            return fail(err, status, -1, "out of memory for %lld synthetic examples", (long long)n);
+        if (status != PF_OK) {
+            fail(err, status, -1, "synthetic_linear: %s (n %lld, w %g, b %g, noise %g)",
+                 pf_strerror(status), (long long)n, d->w, d->b, d->noise);
+            set_pointer(err, "/data");
+        }
+        return status;
+    }
+    if (d->format != PF_DATA_IDX && d->format != PF_DATA_CSV) {
+        fail(err, PF_ERR_UNSUPPORTED, -1, "unknown data format %d", (int)d->format);
+        set_pointer(err, "/data/format");
+        return PF_ERR_UNSUPPORTED;
+    }
+
+    int wanted = d->format == PF_DATA_IDX ? 2 : 1;
+    if (test && n_files == 0)
+        return fail(err, PF_ERR_NOT_FOUND, -1, "the job names no test set (data.test is empty)");
+    if (n_files != wanted) {
+        fail(err, PF_ERR_SPEC, -1, "data.%s needs %d file%s for %s, got %d",
+             test ? "test" : "train", wanted, wanted > 1 ? "s" : "",
+             d->format == PF_DATA_IDX ? "idx (images, labels)" : "csv", n_files);
+        set_pointer(err, pointer);
+        return PF_ERR_SPEC;
+    }
+    if (d->format == PF_DATA_IDX)
+        status = pf_idx_load(files[0], files[1], out, err);
+    else
+        status = pf_csv_load(files[0], spec->model.inputs, classification, out, err);
+    if (status != PF_OK)
+        set_pointer(err, pointer);
+    return status;
+}
+
+pf_status pf_dataset_load(const pf_job_spec *spec, bool test, pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    pf_status status = load_from_spec(spec, test, out, err);
+    if (status != PF_OK)
+        return status;
+
+    const pf_model_spec *m = &spec->model;
+    if (out->features != m->inputs) {
+        status = fail(err, PF_ERR_SPEC, -1, "data has %d features but model.inputs is %d",
+                      out->features, m->inputs);
+        set_pointer(err, "/model/inputs");
+    } else if (m->type != PF_MODEL_LINEAR && out->num_classes == 0) {
+        /* Regression targets would be cast to class indices: refuse rather than read out of
+         * bounds in the loss. */
+        status = fail(err, PF_ERR_SPEC, -1,
+                      "data has regression targets but model.type %s needs class labels",
+                      m->type == PF_MODEL_MLP ? "mlp" : "softmax");
+        set_pointer(err, "/model/type");
+    } else if (m->type != PF_MODEL_LINEAR && out->num_classes > m->outputs) {
+        status =
+            fail(err, PF_ERR_SPEC, -1, "data has %d classes (labels 0..%d) but model.outputs is %d",
+                 out->num_classes, out->num_classes - 1, m->outputs);
+        set_pointer(err, "/model/outputs");
+    }
+    if (status != PF_OK)
+        pf_dataset_deinit(out);
+    return status;
+}
+
+/* --- sampler ------------------------------------------------------------------------------ */
+
+struct pf_sampler {
+    int64_t n;
+    uint64_t seed;
+    bool shuffle;
+    int64_t epoch; /* epoch whose permutation perm holds, -1 for none yet */
+    int64_t *perm; /* [n] when shuffling, else NULL */
+};
+
+pf_sampler *pf_sampler_create(int64_t n, uint64_t seed, bool shuffle) {
+    if (n < 1)
+        return NULL;
+    pf_sampler *s = pf_calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->n = n;
+    s->seed = seed;
+    s->shuffle = shuffle;
+    s->epoch = -1;
+    if (shuffle) {
+        s->perm = pf_mallocarray((size_t)n, sizeof *s->perm);
+        if (!s->perm) {
+            pf_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+void pf_sampler_destroy(pf_sampler *s) {
+    if (!s)
+        return;
+    pf_free(s->perm);
+    pf_free(s);
+}
+
+/* Fisher-Yates from the top: slot i takes a uniform pick among slots 0..i. */
+static void shuffle_epoch(pf_sampler *s, int64_t epoch) {
+    pf_rng rng;
+    pf_rng_init(&rng, s->seed, SAMPLER_STREAM_BASE + (uint64_t)epoch);
+    for (int64_t i = 0; i < s->n; i++)
+        s->perm[i] = i;
+    for (int64_t i = s->n - 1; i > 0; i--) {
+        int64_t j = (int64_t)pf_rng_below(&rng, (uint64_t)i + 1);
+        int64_t t = s->perm[i];
+        s->perm[i] = s->perm[j];
+        s->perm[j] = t;
+    }
+    s->epoch = epoch;
+}
+
+int64_t pf_sampler_index(pf_sampler *s, int64_t position) {
+    assert(position >= 0);
+    if (!s->shuffle)
+        return position % s->n;
+    int64_t epoch = position / s->n;
+    if (epoch != s->epoch)
+        shuffle_epoch(s, epoch);
+    return s->perm[position % s->n];
+}
+
+/* Class index of a target; -1 for values no int32 holds (regression targets). */
+static int32_t label_of(float y) {
+    if (!(y >= (float)INT32_MIN && y < 2147483648.0f))
+        return -1;
+    return (int32_t)y;
+}
+
+void pf_batch_gather(const pf_dataset *ds, pf_sampler *s, int64_t start, int count, float *x,
+                     float *y, int32_t *labels) {
+    assert(s->n == ds->n);
+    size_t row = (size_t)ds->features;
+    for (int k = 0; k < count; k++) {
+        int64_t i = pf_sampler_index(s, start + k);
+        memcpy(x + (size_t)k * row, ds->x + (size_t)i * row, row * sizeof(float));
+        y[k] = ds->y[i];
+        if (labels)
+            labels[k] = label_of(ds->y[i]);
+    }
+}

@@ -1,0 +1,83 @@
+/* model.h - the models a job spec names, as stacks of dense layers over one flat parameter
+ * vector.
+ *
+ * Every model is layers 0..L-1 of y = act(x . kernel + bias); the last layer has no
+ * activation and feeds the loss (mean squared error for `linear`, softmax cross-entropy
+ * for `softmax` and `mlp`). `linear` and `softmax` are one layer; `mlp` has one layer per
+ * hidden width plus the output layer.
+ *
+ * Parameters live in one flat float32 vector, variables in creation order, each a named
+ * view with TensorFlow's names and shapes: dense_0/kernel [in, out], dense_0/bias [out],
+ * dense_1/kernel, ... A parameter server can therefore hold any range of the vector; the
+ * layout is a pure function of the model spec (pf_model_layout), identical in every
+ * process.
+ *
+ * A pf_model owns the activation and gradient scratch buffers for batches of up to
+ * max_batch examples, in the memory of its backend. It is not thread-safe; use one per
+ * thread.
+ */
+#ifndef PSFLOW_MODEL_H
+#define PSFLOW_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/backend.h"
+#include "psflow/spec.h"
+
+#define PF_MAX_LAYERS   (PF_MAX_HIDDEN + 1)
+#define PF_MAX_VARS     (2 * PF_MAX_LAYERS)
+#define PF_VAR_NAME_MAX 32
+
+typedef struct pf_var_info {
+    char name[PF_VAR_NAME_MAX]; /* "dense_0/kernel" */
+    int rank;                   /* 2 for kernels, 1 for biases */
+    int64_t shape[2];           /* [in, out] or [out] (shape[1] = 1 for rank 1) */
+    size_t offset;              /* first element in the flat vector */
+    size_t count;               /* elements */
+} pf_var_info;
+
+/* Fills vars[0..n) with the model's variables in creation order and returns n (at most
+ * PF_MAX_VARS). */
+int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]);
+
+/* Total parameters (floats) of the model. */
+size_t pf_model_num_params(const pf_model_spec *spec);
+
+/* Deterministic initial values into host memory params[num_params]: Glorot-uniform
+ * kernels (limit sqrt(6 / (in + out))), zero biases, drawn from `seed`. */
+void pf_model_init_params(const pf_model_spec *spec, uint64_t seed, float *params);
+
+/* Forward + backward FLOPs per example counted the usual way, 6 * sum(in * out). */
+double pf_model_flops_per_example(const pf_model_spec *spec);
+
+typedef struct pf_model pf_model;
+
+/* New model with scratch space for up to max_batch (>= 1) examples. Errors: PF_ERR_NOMEM,
+ * PF_ERR_INVALID (max_batch < 1). */
+pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int max_batch,
+                          pf_model **out);
+void pf_model_destroy(pf_model *m);
+
+const pf_backend *pf_model_backend(const pf_model *m);
+
+/* One forward and backward pass over `batch` (1..max_batch) examples.
+ * params, grads: [num_params] in backend memory; grads is overwritten with the gradient of
+ * the mean loss over the batch. x: [batch, inputs] backend memory. Targets, backend
+ * memory: `labels` [batch] int32 for classification models (softmax, mlp), `targets`
+ * [batch] float for linear; the other may be NULL. Returns the mean loss. */
+float pf_model_train_step(pf_model *m, const float *params, const float *x, const float *targets,
+                          const int32_t *labels, int batch, float *grads);
+
+/* Running evaluation totals. */
+typedef struct pf_eval {
+    int64_t examples;
+    int64_t correct; /* classification only */
+    double loss_sum; /* sum of per-example losses */
+} pf_eval;
+
+/* Forward pass only, adding this batch's totals to *acc. Same arguments as train_step. */
+void pf_model_eval_batch(pf_model *m, const float *params, const float *x, const float *targets,
+                         const int32_t *labels, int batch, pf_eval *acc);
+
+#endif

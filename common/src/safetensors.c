@@ -1,0 +1,320 @@
+/* safetensors.c - the safetensors layout for float32 tensors (see safetensors.h).
+ *
+ * psflow runs on little-endian hosts only (x86-64, arm64), so tensor data is written and
+ * read as the host's floats; the header's 8-byte length is encoded explicitly.
+ */
+#include "psflow/safetensors.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "psflow/mem.h"
+
+_Static_assert(sizeof(float) == 4, "safetensors F32 needs 4-byte floats");
+
+struct pf_safetensors {
+    int n;
+    char **names;
+    int *ranks;
+    int64_t (*shapes)[PF_ST_MAX_RANK];
+    float **data;
+    json_t *meta; /* the "__metadata__" object, or NULL */
+};
+
+static int64_t element_count(int rank, const int64_t *shape) {
+    int64_t c = 1;
+    for (int i = 0; i < rank; i++)
+        c *= shape[i];
+    return c;
+}
+
+static void put_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static char *build_header(const pf_tensor_view *tensors, int n, const char *const *meta_keys,
+                          const char *const *meta_values, int n_meta) {
+    json_t *root = json_object();
+    if (!root)
+        return NULL;
+    if (n_meta > 0) {
+        json_t *meta = json_object();
+        for (int i = 0; meta && i < n_meta; i++)
+            json_object_set_new(meta, meta_keys[i], json_string(meta_values[i]));
+        json_object_set_new(root, "__metadata__", meta);
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const pf_tensor_view *t = &tensors[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < t->rank; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        uint64_t bytes = (uint64_t)element_count(t->rank, t->shape) * sizeof(float);
+        json_t *entry = json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape,
+                                  "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
+        json_object_set_new(root, t->name, entry);
+        offset += bytes;
+    }
+    char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return text;
+}
+
+pf_status pf_safetensors_write(const char *path, const pf_tensor_view *tensors, int n,
+                               const char *const *meta_keys, const char *const *meta_values,
+                               int n_meta, pf_error *err) {
+    for (int i = 0; i < n; i++) {
+        if (tensors[i].rank < 0 || tensors[i].rank > PF_ST_MAX_RANK)
+            return pf_error_set(err, PF_ERR_INVALID, NULL, "tensor '%s': rank %d unsupported",
+                                tensors[i].name, tensors[i].rank);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(tensors[i].name, tensors[j].name))
+                return pf_error_set(err, PF_ERR_INVALID, NULL, "duplicate tensor name '%s'",
+                                    tensors[i].name);
+    }
+    char *header = build_header(tensors, n, meta_keys, meta_values, n_meta);
+    if (!header)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory building the header");
+    size_t len = strlen(header);
+    size_t padded = (len + 7) & ~(size_t)7; /* tensor data starts 8-byte aligned */
+
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        free(header);
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long", path);
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        int e = errno;
+        free(header);
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", tmp, strerror(e));
+    }
+    unsigned char lenbuf[8];
+    put_le64(lenbuf, padded);
+    int ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(header, 1, len, f) == len;
+    for (size_t i = len; ok && i < padded; i++)
+        ok = fputc(' ', f) != EOF;
+    free(header);
+    for (int i = 0; ok && i < n; i++) {
+        size_t count = (size_t)element_count(tensors[i].rank, tensors[i].shape);
+        ok = fwrite(tensors[i].data, sizeof(float), count, f) == count;
+    }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok)
+            e = errno;
+        unlink(tmp);
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(e));
+    }
+    return PF_OK;
+}
+
+void pf_safetensors_destroy(pf_safetensors *st) {
+    if (!st)
+        return;
+    for (int i = 0; i < st->n; i++) {
+        pf_free(st->names ? st->names[i] : NULL);
+        pf_free(st->data ? st->data[i] : NULL);
+    }
+    pf_free(st->names);
+    pf_free(st->ranks);
+    pf_free(st->shapes);
+    pf_free(st->data);
+    json_decref(st->meta);
+    pf_free(st);
+}
+
+/* Validates one header entry and fills rank/shape/offsets. */
+static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len, int *rank,
+                             int64_t *shape, uint64_t *begin, uint64_t *end, pf_error *err) {
+    json_t *dtype = json_object_get(entry, "dtype");
+    json_t *jshape = json_object_get(entry, "shape");
+    json_t *offs = json_object_get(entry, "data_offsets");
+    if (!json_is_object(entry) || !json_is_string(dtype) || !json_is_array(jshape) ||
+        !json_is_array(offs) || json_array_size(offs) != 2)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "tensor '%s': needs dtype, shape and data_offsets", name);
+    if (strcmp(json_string_value(dtype), "F32") != 0)
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, NULL,
+                            "tensor '%s': dtype %s unsupported (psflow reads F32)", name,
+                            json_string_value(dtype));
+    size_t r = json_array_size(jshape);
+    if (r > PF_ST_MAX_RANK)
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, NULL, "tensor '%s': rank %zu unsupported",
+                            name, r);
+    uint64_t count = 1;
+    for (size_t d = 0; d < r; d++) {
+        json_t *dim = json_array_get(jshape, d);
+        if (!json_is_integer(dim) || json_integer_value(dim) < 0 ||
+            (uint64_t)json_integer_value(dim) > data_len)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "tensor '%s': bad shape", name);
+        shape[d] = json_integer_value(dim);
+        count *= (uint64_t)shape[d];
+        if (count > data_len)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "tensor '%s': shape larger than the file",
+                                name);
+    }
+    json_t *jb = json_array_get(offs, 0), *je = json_array_get(offs, 1);
+    if (!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0 ||
+        json_integer_value(je) < json_integer_value(jb) ||
+        (uint64_t)json_integer_value(je) > data_len)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL, "tensor '%s': data_offsets outside the data",
+                            name);
+    *begin = (uint64_t)json_integer_value(jb);
+    *end = (uint64_t)json_integer_value(je);
+    if (*end - *begin != count * sizeof(float))
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "tensor '%s': %llu data bytes for a shape of %llu floats", name,
+                            (unsigned long long)(*end - *begin), (unsigned long long)count);
+    *rank = (int)r;
+    return PF_OK;
+}
+
+static pf_status read_file(const char *path, unsigned char **buf, size_t *len, pf_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(errno));
+    pf_status st = PF_OK;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        st = pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot determine size", path);
+    } else if (!(*buf = pf_malloc((size_t)size))) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory (%ld bytes)", path, size);
+    } else if (fread(*buf, 1, (size_t)size, f) != (size_t)size) {
+        st = pf_error_set(err, PF_ERR_IO, NULL, "%s: short read", path);
+        pf_free(*buf);
+        *buf = NULL;
+    }
+    *len = size < 0 ? 0 : (size_t)size;
+    fclose(f);
+    return st;
+}
+
+pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *err) {
+    *out = NULL;
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    pf_status st = read_file(path, &buf, &len, err);
+    if (st != PF_OK)
+        return st;
+    json_t *root = NULL;
+    pf_safetensors *s = NULL;
+    uint64_t hlen = len >= 8 ? get_le64(buf) : 0;
+    if (len < 8 || hlen > PF_ST_MAX_HEADER || hlen > len - 8) {
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: bad header length", path);
+        goto done;
+    }
+    json_error_t jerr;
+    root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(root)) {
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: header is not a JSON object: %s", path,
+                          root ? "wrong type" : jerr.text);
+        goto done;
+    }
+    const unsigned char *data = buf + 8 + hlen;
+    uint64_t data_len = len - 8 - hlen;
+    size_t n = json_object_size(root);
+    s = pf_calloc(1, sizeof *s);
+    if (!s || !(s->names = pf_calloc(n, sizeof *s->names)) ||
+        !(s->ranks = pf_calloc(n, sizeof *s->ranks)) ||
+        !(s->shapes = pf_calloc(n, sizeof *s->shapes)) ||
+        !(s->data = pf_calloc(n, sizeof *s->data))) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+        goto done;
+    }
+    /* Tensors must tile the data region exactly: sum of sizes == data_len and no overlap. */
+    uint64_t covered = 0;
+    uint64_t(*ranges)[2] = pf_calloc(n, sizeof *ranges);
+    if (!ranges) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+        goto done;
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        if (!strcmp(key, "__metadata__")) {
+            if (!json_is_object(value)) {
+                st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: __metadata__ not an object", path);
+                break;
+            }
+            s->meta = json_incref(value);
+            continue;
+        }
+        int i = s->n;
+        uint64_t b = 0, e = 0;
+        st = parse_entry(key, value, data_len, &s->ranks[i], s->shapes[i], &b, &e, err);
+        if (st != PF_OK)
+            break;
+        for (int j = 0; j < i && st == PF_OK; j++)
+            if (b < ranges[j][1] && ranges[j][0] < e)
+                st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensors '%s' and '%s' overlap",
+                                  path, key, s->names[j]);
+        if (st != PF_OK)
+            break;
+        ranges[i][0] = b;
+        ranges[i][1] = e;
+        covered += e - b;
+        s->names[i] = pf_strdup(key);
+        s->data[i] = pf_malloc((size_t)(e - b));
+        s->n++;
+        if (!s->names[i] || !s->data[i]) {
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+            break;
+        }
+        memcpy(s->data[i], data + b, (size_t)(e - b));
+    }
+    pf_free(ranges);
+    if (st == PF_OK && covered != data_len)
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: %llu data bytes not covered by tensors",
+                          path, (unsigned long long)(data_len - covered));
+done:
+    json_decref(root);
+    pf_free(buf);
+    if (st != PF_OK) {
+        pf_safetensors_destroy(s);
+        return st;
+    }
+    *out = s;
+    return PF_OK;
+}
+
+int pf_safetensors_count(const pf_safetensors *st) {
+    return st->n;
+}
+
+pf_tensor_view pf_safetensors_get(const pf_safetensors *st, int i) {
+    pf_tensor_view v = {st->names[i], st->ranks[i], {0}, st->data[i]};
+    memcpy(v.shape, st->shapes[i], sizeof v.shape);
+    return v;
+}
+
+int pf_safetensors_find(const pf_safetensors *st, const char *name, pf_tensor_view *out) {
+    for (int i = 0; i < st->n; i++)
+        if (!strcmp(st->names[i], name)) {
+            *out = pf_safetensors_get(st, i);
+            return 0;
+        }
+    return -1;
+}
+
+const char *pf_safetensors_meta(const pf_safetensors *st, const char *key) {
+    return st->meta ? json_string_value(json_object_get(st->meta, key)) : NULL;
+}

@@ -1,0 +1,169 @@
+/* train_throughput.c - how close training gets to the machine's matrix-multiply speed.
+ *
+ * Trains a job (default: examples/fashion-mnist-mlp.json) for a fixed number of steps in
+ * one process and prints the examples/s it reaches next to the ideal for this machine,
+ * measured in the same run: the sgemm rate the backend reaches on the model's own layer
+ * shapes (forward x.W, weight gradient x^T.dy and input gradient dy.W^T of every layer at
+ * the job's batch size) divided by the model's FLOPs per example, 6 * sum(in * out).
+ * Rounds of baseline and training alternate and the medians are reported, so a noisy
+ * neighbour affects both sides alike. Absolute numbers vary by machine; the ratio is the
+ * figure to compare.
+ *
+ * usage: train_throughput [--spec FILE] [--steps N] [--rounds R] [--device cpu|cuda]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/clock.h"
+#include "psflow/model.h"
+#include "psflow/rng.h"
+#include "psflow/session.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct gemm_shape {
+    bool ta, tb;
+    int m, n, k;
+} gemm_shape;
+
+/* The three products of every layer at batch b. Returns the number of shapes. */
+static int layer_shapes(const pf_model_spec *spec, int b, gemm_shape *out) {
+    pf_var_info vars[PF_MAX_VARS];
+    int nv = pf_model_layout(spec, vars), n = 0;
+    for (int v = 0; v < nv; v += 2) {
+        int in = (int)vars[v].shape[0], o = (int)vars[v].shape[1];
+        out[n++] = (gemm_shape){false, false, b, o, in}; /* y = x . W      */
+        out[n++] = (gemm_shape){true, false, in, o, b};  /* dW = x^T . dy  */
+        out[n++] = (gemm_shape){false, true, b, in, o};  /* dx = dy . W^T  */
+    }
+    return n;
+}
+
+/* sgemm FLOP/s over the shapes, repeated for about `seconds`. */
+static double sgemm_rate(const pf_backend *be, const gemm_shape *shapes, int n_shapes,
+                         double seconds) {
+    size_t max_elems = 0;
+    for (int i = 0; i < n_shapes; i++) {
+        size_t sizes[] = {(size_t)shapes[i].m * shapes[i].k, (size_t)shapes[i].k * shapes[i].n,
+                          (size_t)shapes[i].m * shapes[i].n};
+        for (int j = 0; j < 3; j++)
+            max_elems = sizes[j] > max_elems ? sizes[j] : max_elems;
+    }
+    float *host = malloc(max_elems * sizeof(float));
+    float *a = be->alloc(max_elems * sizeof(float)), *b = be->alloc(max_elems * sizeof(float));
+    float *c = be->alloc(max_elems * sizeof(float));
+    if (!host || !a || !b || !c) {
+        fprintf(stderr, "train_throughput: out of memory\n");
+        exit(1);
+    }
+    pf_rng rng;
+    pf_rng_init(&rng, 1, 1);
+    for (size_t i = 0; i < max_elems; i++)
+        host[i] = (float)pf_rng_uniform(&rng) - 0.5f;
+    be->upload(a, host, max_elems);
+    be->upload(b, host, max_elems);
+    double flops = 0, t0 = pf_clock_now(), t;
+    float out;
+    do {
+        for (int i = 0; i < n_shapes; i++) {
+            const gemm_shape *s = &shapes[i];
+            be->gemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->ta ? s->m : s->k, b,
+                     s->tb ? s->k : s->n, 0.0f, c, s->n);
+            flops += 2.0 * s->m * s->n * s->k;
+        }
+        be->download(&out, c, 1); /* waits for queued work on a device backend */
+        t = pf_clock_now() - t0;
+    } while (t < seconds);
+    be->free(a);
+    be->free(b);
+    be->free(c);
+    free(host);
+    return flops / t;
+}
+
+int main(int argc, char **argv) {
+    const char *spec_path = "examples/fashion-mnist-mlp.json";
+    const char *device = NULL;
+    long steps = 600, rounds = 3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--spec") && i + 1 < argc)
+            spec_path = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            steps = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
+        else {
+            fprintf(stderr, "usage: train_throughput [--spec FILE] [--steps N] [--rounds R] "
+                            "[--device cpu|cuda]\n");
+            return 64;
+        }
+    }
+    if (steps < 1 || rounds < 1 || rounds > 50) {
+        fprintf(stderr, "train_throughput: --steps >= 1 and 1 <= --rounds <= 50\n");
+        return 64;
+    }
+    pf_job_spec spec;
+    pf_error err;
+    pf_error_clear(&err);
+    if (pf_job_spec_load(spec_path, &spec, &err) != PF_OK) {
+        fprintf(stderr, "train_throughput: %s: %s %s\n", spec_path, err.pointer, err.message);
+        return 65;
+    }
+    if (device && !strcmp(device, "cuda"))
+        spec.device = PF_DEVICE_CUDA;
+    else if (device && strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "train_throughput: --device must be cpu or cuda\n");
+        return 64;
+    }
+    pf_session *s;
+    pf_session_options opts = {0};
+    if (pf_session_create(&spec, &opts, &s, &err) != PF_OK) {
+        fprintf(stderr, "train_throughput: %s\n", err.message);
+        return 66;
+    }
+    const pf_backend *be = pf_session_backend(s);
+    int batch = spec.training.batch_size;
+    double flops_per_example = pf_model_flops_per_example(&spec.model);
+    gemm_shape shapes[3 * PF_MAX_LAYERS];
+    int n_shapes = layer_shapes(&spec.model, batch, shapes);
+
+    for (int i = 0; i < 20; i++) /* warm-up: caches, thread pool, page faults */
+        pf_session_step(s);
+    double base[50], train[50];
+    for (long r = 0; r < rounds; r++) {
+        double t0 = pf_clock_now();
+        /* Each step returns its loss, which waits for the step's work on any backend. */
+        for (long i = 0; i < steps; i++)
+            pf_session_step(s);
+        double t = pf_clock_now() - t0;
+        train[r] = (double)steps * batch / t;
+        base[r] = sgemm_rate(be, shapes, n_shapes, t);
+    }
+    double rate = median(base, (int)rounds);
+    double measured = median(train, (int)rounds);
+    double ideal = rate / flops_per_example;
+
+    printf("train_throughput: job %s, %s, batch %d, backend %s, %ld rounds of %ld steps\n",
+           spec.name, pf_model_type_name(spec.model.type), batch, be->name, rounds, steps);
+    printf("  model FLOPs per example (6 * sum in*out)  %.3f MFLOP\n", flops_per_example / 1e6);
+    printf("  baseline: sgemm on the layer shapes      %.2f GFLOP/s\n", rate / 1e9);
+    printf("  ideal training rate (baseline / FLOPs)   %.0f examples/s\n", ideal);
+    printf("  measured training rate                   %.0f examples/s (%.2f GFLOP/s)\n", measured,
+           measured * flops_per_example / 1e9);
+    printf("  ratio measured / ideal                   %.2f   (target >= 0.80)\n",
+           measured / ideal);
+    pf_session_destroy(s);
+    pf_job_spec_deinit(&spec);
+    return 0;
+}

@@ -1,0 +1,16 @@
+/* cli.h - the subcommands of the psflow executable, and its exit codes (sysexits.h). */
+#ifndef PSFLOW_CLI_H
+#define PSFLOW_CLI_H
+
+#define CLI_EX_USAGE       64 /* bad command line */
+#define CLI_EX_DATAERR     65 /* invalid job spec or data */
+#define CLI_EX_NOINPUT     66 /* input file missing or unreadable */
+#define CLI_EX_SOFTWARE    70 /* internal error */
+#define CLI_EX_OSERR       71 /* out of memory and other system errors */
+#define CLI_EX_CANTCREAT   73 /* output file cannot be written */
+#define CLI_EX_UNAVAILABLE 69 /* a required device or service is unavailable */
+
+int cli_train(int argc, char **argv);
+int cli_version(int argc, char **argv);
+
+#endif

@@ -1,0 +1,44 @@
+/* options.h - command-line options with environment twins.
+ *
+ * Every option --some-flag has the twin variable PSFLOW_SOME_FLAG; the command line wins
+ * over the environment, which wins over the default. Options take their value as
+ * "--flag VALUE" or "--flag=VALUE"; boolean options take none. Positional arguments are
+ * collected in order. Parsing stops with a one-line error on an unknown option or a
+ * missing value.
+ */
+#ifndef PSFLOW_CLI_OPTIONS_H
+#define PSFLOW_CLI_OPTIONS_H
+
+#include <stdbool.h>
+
+typedef struct cli_option {
+    const char *name;  /* without dashes: "save" */
+    const char *arg;   /* placeholder shown in help ("FILE"), NULL for a boolean flag */
+    const char *help;  /* one line */
+    const char *value; /* out: the value, or NULL when absent ("1" for a boolean flag) */
+} cli_option;
+
+#define CLI_MAX_POSITIONAL 8
+
+typedef struct cli_args {
+    int n_positional;
+    const char *positional[CLI_MAX_POSITIONAL];
+    bool help; /* --help or -h was given */
+} cli_args;
+
+/* Parses argv[1..argc) (argv[0] is the subcommand) into opts[0..n_opts) and *args.
+ * Returns 0, or -1 after printing "psflow CMD: ..." to stderr. */
+int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_opts, cli_args *args);
+
+/* Prints "usage: psflow CMD USAGE", the description and the option table to stdout. */
+void cli_print_help(const char *cmd, const char *usage, const char *description,
+                    const cli_option *opts, int n_opts);
+
+/* Value of the named option (NULL when absent). */
+const char *cli_get(const cli_option *opts, int n_opts, const char *name);
+
+/* Parses an integer option value in [min, max]; prints an error and returns -1 if bad. */
+int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char *name, long min,
+                 long max, long fallback, long *out);
+
+#endif

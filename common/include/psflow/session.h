@@ -1,0 +1,60 @@
+/* session.h - one process training a whole job: the engine behind `psflow train` and the
+ * training benchmark, and the reference that distributed runs are compared with.
+ *
+ * A session owns the model, the parameters and optimizer slots (in backend memory), the
+ * train and test sets and the sampler. Each pf_session_step() reads the next batch of
+ * training.batch_size examples from the shuffled stream (data.h), computes the gradient of
+ * the mean loss and applies the optimizer, exactly what a parameter server does with the
+ * averaged gradients of its workers. Not thread-safe.
+ */
+#ifndef PSFLOW_SESSION_H
+#define PSFLOW_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "psflow/backend.h"
+#include "psflow/data.h"
+#include "psflow/model.h"
+#include "psflow/spec.h"
+
+typedef struct pf_session_options {
+    const pf_backend *backend; /* NULL: the backend for spec->device */
+    bool load_test;            /* also load the test set (when the spec names one) */
+} pf_session_options;
+
+typedef struct pf_session pf_session;
+
+/* Loads data, builds the model and initialises the parameters from training.seed. The
+ * spec is copied. Errors: those of pf_backend_for_device, pf_dataset_load (PF_ERR_IO for
+ * unreadable data, PF_ERR_FORMAT / PF_ERR_SPEC for bad data) and PF_ERR_NOMEM, each with
+ * a one-line message in err. */
+pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *options,
+                            pf_session **out, pf_error *err);
+void pf_session_destroy(pf_session *s);
+
+/* One global step; returns the batch's mean loss. */
+float pf_session_step(pf_session *s);
+
+/* Steps applied so far. */
+int64_t pf_session_global_step(const pf_session *s);
+
+/* Evaluates the current parameters on the test set (or, when there is none, on the train
+ * set) in batches; fills *out. */
+void pf_session_evaluate(pf_session *s, pf_eval *out);
+
+/* Whether evaluation uses a separate test set. */
+bool pf_session_has_test_set(const pf_session *s);
+
+/* Copies the current parameters into host memory params[pf_model_num_params]. */
+void pf_session_read_params(const pf_session *s, float *params);
+
+/* Writes the variables under their TensorFlow names as safetensors (metadata: job name,
+ * global step, model type). */
+pf_status pf_session_save(const pf_session *s, const char *path, pf_error *err);
+
+const pf_dataset *pf_session_train_set(const pf_session *s);
+const pf_backend *pf_session_backend(const pf_session *s);
+const pf_job_spec *pf_session_spec(const pf_session *s);
+
+#endif

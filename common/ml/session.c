@@ -1,0 +1,211 @@
+/* session.c - single-process training (see session.h).
+ *
+ * DESIGN: the step is gather (host) -> upload -> forward/backward -> optimizer, all on
+ * buffers allocated once at creation; nothing is allocated per step. Evaluation walks the
+ * evaluation set in order with batches of up to EVAL_BATCH examples.
+ */
+#include "psflow/session.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "psflow/mem.h"
+#include "psflow/optim.h"
+#include "psflow/safetensors.h"
+
+#define EVAL_BATCH 1000
+
+struct pf_session {
+    pf_job_spec spec;
+    const pf_backend *be;
+    pf_model *model;
+    pf_dataset train, test;
+    bool has_test;
+    pf_sampler *sampler;
+    int64_t step;
+    size_t n_params;
+    int n_slots;
+    /* backend memory */
+    float *params, *grads, *slots[PF_OPTIM_MAX_SLOTS];
+    float *x, *y;
+    int32_t *labels;
+    /* host staging for one batch */
+    float *hx, *hy;
+    int32_t *hlabels;
+};
+
+static bool is_classifier(const pf_job_spec *spec) {
+    return spec->model.type != PF_MODEL_LINEAR;
+}
+
+pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *options,
+                            pf_session **out, pf_error *err) {
+    *out = NULL;
+    pf_session *s = pf_calloc(1, sizeof *s);
+    if (!s)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pf_status st = pf_job_spec_copy(&s->spec, spec);
+    if (st != PF_OK) {
+        pf_free(s);
+        return pf_error_set(err, st, NULL, "out of memory");
+    }
+    if (options && options->backend)
+        s->be = options->backend;
+    else if ((st = pf_backend_for_device(spec->device, &s->be, err)) != PF_OK)
+        goto fail;
+
+    if ((st = pf_dataset_load(spec, false, &s->train, err)) != PF_OK)
+        goto fail;
+    bool test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;
+    if (options && options->load_test && test_exists) {
+        if ((st = pf_dataset_load(spec, true, &s->test, err)) != PF_OK)
+            goto fail;
+        s->has_test = true;
+    }
+
+    int batch = spec->training.batch_size;
+    int max_batch = batch > EVAL_BATCH ? batch : EVAL_BATCH;
+    if ((st = pf_model_create(&spec->model, s->be, max_batch, &s->model)) != PF_OK)
+        goto nomem;
+    s->sampler = pf_sampler_create(s->train.n, spec->training.seed, true);
+    s->n_params = pf_model_num_params(&spec->model);
+    s->n_slots = pf_optim_num_slots(&spec->optimizer);
+    const pf_backend *be = s->be;
+    size_t in = (size_t)spec->model.inputs;
+    s->params = be->alloc(s->n_params * sizeof(float));
+    s->grads = be->alloc(s->n_params * sizeof(float));
+    s->x = be->alloc((size_t)max_batch * in * sizeof(float));
+    s->y = be->alloc((size_t)max_batch * sizeof(float));
+    s->labels = be->alloc((size_t)max_batch * sizeof(int32_t));
+    s->hx = pf_mallocarray((size_t)max_batch * in, sizeof(float));
+    s->hy = pf_mallocarray((size_t)max_batch, sizeof(float));
+    s->hlabels = pf_mallocarray((size_t)max_batch, sizeof(int32_t));
+    if (!s->sampler || !s->params || !s->grads || !s->x || !s->y || !s->labels || !s->hx ||
+        !s->hy || !s->hlabels)
+        goto nomem;
+    for (int i = 0; i < s->n_slots; i++) {
+        if (!(s->slots[i] = be->alloc(s->n_params * sizeof(float))))
+            goto nomem;
+        pf_optim_slot_init(&spec->optimizer, be, i, s->slots[i], s->n_params);
+    }
+    /* Initial values are drawn on the host (identical on every backend), then uploaded. */
+    float *init = pf_mallocarray(s->n_params, sizeof(float));
+    if (!init)
+        goto nomem;
+    pf_model_init_params(&spec->model, spec->training.seed, init);
+    be->upload(s->params, init, s->n_params);
+    pf_free(init);
+    *out = s;
+    return PF_OK;
+nomem:
+    st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory setting up the model");
+fail:
+    pf_session_destroy(s);
+    return st;
+}
+
+void pf_session_destroy(pf_session *s) {
+    if (!s)
+        return;
+    const pf_backend *be = s->be;
+    if (be) {
+        float *bufs[] = {s->params,          s->grads,    s->x,       s->y,
+                         (float *)s->labels, s->slots[0], s->slots[1]};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i])
+                be->free(bufs[i]);
+    }
+    pf_free(s->hx);
+    pf_free(s->hy);
+    pf_free(s->hlabels);
+    pf_model_destroy(s->model);
+    pf_sampler_destroy(s->sampler);
+    pf_dataset_deinit(&s->train);
+    pf_dataset_deinit(&s->test);
+    pf_job_spec_deinit(&s->spec);
+    pf_free(s);
+}
+
+/* Uploads `count` host-staged examples to the backend batch buffers. */
+static void upload_batch(pf_session *s, int count) {
+    const pf_backend *be = s->be;
+    be->upload(s->x, s->hx, (size_t)count * (size_t)s->spec.model.inputs);
+    if (is_classifier(&s->spec))
+        be->upload_i32(s->labels, s->hlabels, (size_t)count);
+    else
+        be->upload(s->y, s->hy, (size_t)count);
+}
+
+float pf_session_step(pf_session *s) {
+    int batch = s->spec.training.batch_size;
+    pf_batch_gather(&s->train, s->sampler, pf_shard_position(s->step, 1, 0, batch), batch, s->hx,
+                    s->hy, s->hlabels);
+    upload_batch(s, batch);
+    float loss = pf_model_train_step(s->model, s->params, s->x, s->y, s->labels, batch, s->grads);
+    pf_optim_apply(&s->spec.optimizer, s->be, s->step, s->n_params, s->grads, s->params, s->slots);
+    s->step++;
+    return loss;
+}
+
+int64_t pf_session_global_step(const pf_session *s) {
+    return s->step;
+}
+
+bool pf_session_has_test_set(const pf_session *s) {
+    return s->has_test;
+}
+
+void pf_session_evaluate(pf_session *s, pf_eval *out) {
+    const pf_dataset *ds = s->has_test ? &s->test : &s->train;
+    memset(out, 0, sizeof *out);
+    size_t in = (size_t)ds->features;
+    for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
+        int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
+        memcpy(s->hx, ds->x + (size_t)start * in, (size_t)count * in * sizeof(float));
+        for (int i = 0; i < count; i++) {
+            s->hy[i] = ds->y[start + i];
+            s->hlabels[i] = (int32_t)ds->y[start + i];
+        }
+        upload_batch(s, count);
+        pf_model_eval_batch(s->model, s->params, s->x, s->y, s->labels, count, out);
+    }
+}
+
+void pf_session_read_params(const pf_session *s, float *params) {
+    s->be->download(params, s->params, s->n_params);
+}
+
+pf_status pf_session_save(const pf_session *s, const char *path, pf_error *err) {
+    float *host = pf_mallocarray(s->n_params, sizeof(float));
+    if (!host)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pf_session_read_params(s, host);
+    pf_var_info vars[PF_MAX_VARS];
+    int n = pf_model_layout(&s->spec.model, vars);
+    pf_tensor_view views[PF_MAX_VARS];
+    for (int i = 0; i < n; i++) {
+        views[i] =
+            (pf_tensor_view){vars[i].name, vars[i].rank, {vars[i].shape[0]}, host + vars[i].offset};
+        if (vars[i].rank == 2)
+            views[i].shape[1] = vars[i].shape[1];
+    }
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)s->step);
+    const char *keys[] = {"format", "psflow_job", "global_step", "model_type"};
+    const char *values[] = {"np", s->spec.name, step, pf_model_type_name(s->spec.model.type)};
+    pf_status st = pf_safetensors_write(path, views, n, keys, values, 4, err);
+    pf_free(host);
+    return st;
+}
+
+const pf_dataset *pf_session_train_set(const pf_session *s) {
+    return &s->train;
+}
+
+const pf_job_spec *pf_session_spec(const pf_session *s) {
+    return &s->spec;
+}
+
+const pf_backend *pf_session_backend(const pf_session *s) {
+    return s->be;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what psflow needs to build, test and run its examples on Debian 12: the Debian
+# packages below and, when web/package.json exists, the dashboard's npm packages.
+# Idempotent: installs only what is missing. As root it installs; otherwise it prints the
+# exact command to run and exits 1 if anything is missing.
+#
+# usage: scripts/deps.sh [--check]     (--check: report only, never install)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  build-essential cmake pkg-config clang clang-format   # toolchain; clang for libFuzzer
+  libopenblas-dev libjansson-dev zlib1g-dev             # libpsflow_common
+  libcmocka-dev python3                                 # tests
+  dataset-fashion-mnist                                 # the examples' data
+)
+
+check_only=0
+[ "${1:-}" = "--check" ] && check_only=1
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"
+  if [ "$check_only" = 1 ] || [ "$(id -u)" != 0 ]; then
+    echo "deps: missing Debian packages: ${missing[*]}" >&2
+    echo "deps: install them with:" >&2
+    echo "  sudo sh -c '$cmd'" >&2
+    exit 1
+  fi
+  echo "deps: installing ${missing[*]}" >&2
+  # Update the package lists only when a package cannot be found in the current ones.
+  if ! apt-get install -y --no-install-recommends -s "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -q
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ -f web/package.json ]; then
+  if [ ! -d web/node_modules ] || [ web/package.json -nt web/node_modules ]; then
+    if [ "$check_only" = 1 ]; then
+      echo "deps: npm packages of web/ are not installed: run (cd web && npm ci)" >&2
+      exit 1
+    fi
+    echo "deps: installing npm packages for web/" >&2
+    (cd web && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi)
+    touch web/node_modules
+  fi
+fi
+echo "deps: all dependencies present" >&2

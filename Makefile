@@ -6,7 +6,7 @@
 #   make build       configure and build into build/
 #   make bench       run the benchmarks in bench/ (ratios against a baseline of the same run)
 #   make test-fast   unit and integration tiers only (no slow training runs, no sanitizers)
-#   make test-asan   the test suite built with PSFLOW_SANITIZE=address,undefined
+#   make test-asan   every test tier built with PSFLOW_SANITIZE=address,undefined
 #   make fuzz-smoke  build the libFuzzer targets with clang and run each for FUZZ_SECONDS
 #   make format      reformat the C sources with clang-format
 
@@ -53,7 +53,7 @@ test-asan: deps
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -LE slow
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST)
 
 fuzz-smoke: deps
 	@echo "== tier: fuzz smoke ($(FUZZ_SECONDS) s per target)"

@@ -139,10 +139,8 @@ int cli_train(int argc, char **argv) {
     pf_error_clear(&err);
     pf_status st = pf_job_spec_load(path, &spec, &err);
     if (st != PF_OK) {
-        if (err.pointer[0])
-            fprintf(stderr, "psflow train: %s: %s: %s\n", path, err.pointer, err.message);
-        else
-            fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
+        /* Spec messages start with the JSON pointer of the field they name. */
+        fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
         return exit_code_for(st);
     }
     fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);

@@ -122,8 +122,8 @@ static pf_status check_training(pf_job_spec *s, pf_error *err);
 static pf_status check_partitioner(pf_job_spec *s, pf_error *err);
 
 static const field replicas_fields[] = {
-    {"ps", K_INT, AT(replicas.ps), .min = 1, .max = INT_MAX, .def = 1},
-    {"worker", K_INT, AT(replicas.worker), .min = 1, .max = INT_MAX, .def = 1},
+    {"ps", K_INT, AT(replicas.ps), .min = 1, .max = PF_MAX_REPLICAS, .def = 1},
+    {"worker", K_INT, AT(replicas.worker), .min = 1, .max = PF_MAX_REPLICAS, .def = 1},
     {"chief", K_INT, AT(replicas.chief), .min = 0, .max = 1},
     {"evaluator", K_INT, AT(replicas.evaluator), .min = 0, .max = 1},
 };

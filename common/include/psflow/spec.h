@@ -24,6 +24,7 @@
 #define PF_MAX_HIDDEN     8         /* hidden layers an mlp may have */
 #define PF_MAX_DATA_FILES 2         /* idx: images + labels; csv: one file */
 #define PF_MAX_UNITS      (1 << 20) /* upper bound for inputs, outputs and each hidden width */
+#define PF_MAX_REPLICAS   1024      /* upper bound for replicas.ps and replicas.worker */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
@@ -46,8 +47,8 @@ typedef enum {
 typedef enum { PF_DEVICE_CPU, PF_DEVICE_CUDA, PF_DEVICE_AUTO } pf_device;
 
 typedef struct pf_replicas {
-    int ps;        /* >= 1 [1] */
-    int worker;    /* >= 1 [1] */
+    int ps;        /* 1..PF_MAX_REPLICAS [1] */
+    int worker;    /* 1..PF_MAX_REPLICAS [1] */
     int chief;     /* 0 or 1 [0] */
     int evaluator; /* 0 or 1 [0] */
 } pf_replicas;

@@ -5,9 +5,10 @@
  * measured in the same run: the sgemm rate the backend reaches on the model's own layer
  * shapes (forward x.W, weight gradient x^T.dy and input gradient dy.W^T of every layer at
  * the job's batch size) divided by the model's FLOPs per example, 6 * sum(in * out).
- * Rounds of baseline and training alternate and the medians are reported, so a noisy
- * neighbour affects both sides alike. Absolute numbers vary by machine; the ratio is the
- * figure to compare.
+ * Short rounds of baseline and training alternate many times. Noise from other tenants
+ * of a shared machine only ever slows a round down, so the headline ratio compares the
+ * best round of each side; the ratio of the medians is printed too. Absolute numbers vary
+ * by machine; the ratio is the figure to compare.
  *
  * usage: train_throughput [--spec FILE] [--steps N] [--rounds R] [--device cpu|cuda]
  */
@@ -23,6 +24,13 @@
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static double max_of(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
 }
 
 static double median(double *v, int n) {
@@ -93,7 +101,7 @@ static double sgemm_rate(const pf_backend *be, const gemm_shape *shapes, int n_s
 int main(int argc, char **argv) {
     const char *spec_path = "examples/fashion-mnist-mlp.json";
     const char *device = NULL;
-    long steps = 600, rounds = 3;
+    long steps = 200, rounds = 15;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--spec") && i + 1 < argc)
             spec_path = argv[++i];
@@ -150,19 +158,23 @@ int main(int argc, char **argv) {
         train[r] = (double)steps * batch / t;
         base[r] = sgemm_rate(be, shapes, n_shapes, t);
     }
-    double rate = median(base, (int)rounds);
-    double measured = median(train, (int)rounds);
+    double rate = max_of(base, (int)rounds), measured = max_of(train, (int)rounds);
+    double rate_median = median(base, (int)rounds), measured_median = median(train, (int)rounds);
     double ideal = rate / flops_per_example;
 
     printf("train_throughput: job %s, %s, batch %d, backend %s, %ld rounds of %ld steps\n",
            spec.name, pf_model_type_name(spec.model.type), batch, be->name, rounds, steps);
     printf("  model FLOPs per example (6 * sum in*out)  %.3f MFLOP\n", flops_per_example / 1e6);
-    printf("  baseline: sgemm on the layer shapes      %.2f GFLOP/s\n", rate / 1e9);
+    printf("  baseline: sgemm on the layer shapes      %.2f GFLOP/s (best round)\n", rate / 1e9);
     printf("  ideal training rate (baseline / FLOPs)   %.0f examples/s\n", ideal);
-    printf("  measured training rate                   %.0f examples/s (%.2f GFLOP/s)\n", measured,
-           measured * flops_per_example / 1e9);
+    printf(
+        "  measured training rate                   %.0f examples/s (%.2f GFLOP/s, best round)\n",
+        measured, measured * flops_per_example / 1e9);
     printf("  ratio measured / ideal                   %.2f   (target >= 0.80)\n",
            measured / ideal);
+    printf("  ratio of the medians                     %.2f   (%.0f / %.0f examples/s)\n",
+           measured_median / (rate_median / flops_per_example), measured_median,
+           rate_median / flops_per_example);
     pf_session_destroy(s);
     pf_job_spec_deinit(&spec);
     return 0;

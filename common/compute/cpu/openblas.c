@@ -28,6 +28,20 @@
 /* Largest n one cblas call takes: blasint may be a 32-bit int. */
 #define BLAS_CHUNK ((size_t)INT_MAX)
 
+/* The elementwise optimizer steps are bound by sqrt and division throughput, so they are
+ * compiled for several x86-64 levels and the widest one the CPU supports is picked when
+ * the program loads (GCC's target_clones); the binary stays portable. Every clone does the
+ * same IEEE operations per element (-std=c11 keeps FP contraction off), so results are
+ * bit-identical whichever clone runs. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define VECTOR_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
+#endif
+#endif
+#ifndef VECTOR_CLONES
+#define VECTOR_CLONES
+#endif
+
 /* --- dense algebra ------------------------------------------------------------------------ */
 
 static void ob_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
@@ -203,13 +217,15 @@ static double ob_xent_sum(int rows, int cols, const float *logits, const int32_t
 /* --- optimizer steps ----------------------------------------------------------------------
  * Written as TensorFlow's training_ops kernels write them, in float. */
 
-static void ob_sgd_step(size_t n, float lr, const float *restrict g, float *restrict w) {
+VECTOR_CLONES static void ob_sgd_step(size_t n, float lr, const float *restrict g,
+                                      float *restrict w) {
     for (size_t i = 0; i < n; i++)
         w[i] -= lr * g[i];
 }
 
-static void ob_momentum_step(size_t n, float lr, float momentum, const float *restrict g,
-                             float *restrict w, float *restrict accum) {
+VECTOR_CLONES static void ob_momentum_step(size_t n, float lr, float momentum,
+                                           const float *restrict g, float *restrict w,
+                                           float *restrict accum) {
     for (size_t i = 0; i < n; i++) {
         float acc = accum[i] * momentum + g[i];
         accum[i] = acc;
@@ -217,8 +233,8 @@ static void ob_momentum_step(size_t n, float lr, float momentum, const float *re
     }
 }
 
-static void ob_adagrad_step(size_t n, float lr, const float *restrict g, float *restrict w,
-                            float *restrict accum) {
+VECTOR_CLONES static void ob_adagrad_step(size_t n, float lr, const float *restrict g,
+                                          float *restrict w, float *restrict accum) {
     for (size_t i = 0; i < n; i++) {
         float acc = accum[i] + g[i] * g[i];
         accum[i] = acc;
@@ -226,9 +242,9 @@ static void ob_adagrad_step(size_t n, float lr, const float *restrict g, float *
     }
 }
 
-static void ob_adam_step(size_t n, float lr_t, float beta1, float beta2, float epsilon,
-                         const float *restrict g, float *restrict w, float *restrict m,
-                         float *restrict v) {
+VECTOR_CLONES static void ob_adam_step(size_t n, float lr_t, float beta1, float beta2,
+                                       float epsilon, const float *restrict g, float *restrict w,
+                                       float *restrict m, float *restrict v) {
     const float one_minus_beta1 = 1.0f - beta1;
     const float one_minus_beta2 = 1.0f - beta2;
     for (size_t i = 0; i < n; i++) {

@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PACKAGES=(
   build-essential cmake pkg-config clang clang-format   # toolchain; clang for libFuzzer
   libopenblas-dev libjansson-dev zlib1g-dev             # libpsflow_common
+  libwebsockets-dev                                     # data plane
   libcmocka-dev python3 python3-jsonschema              # tests
   dataset-fashion-mnist                                 # the examples' data
 )

@@ -1,0 +1,231 @@
+/* test_ws.c - the data-plane transport on 127.0.0.1: round trips of small and fragmented
+ * messages, byte-exact reassembly, sends to closed connections, the message size cap and
+ * connection failures. Waits use condition variables with deadlines, never sleeps. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "psflow/mem.h"
+#include "psflow/ws.h"
+
+typedef struct endpoint {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int opened, closed, messages, sent_ok, sent_dropped;
+    uint64_t last_conn;
+    uint8_t *last;
+    size_t last_len;
+    int echo; /* server: send every message back */
+    uint8_t *echo_buf;
+} endpoint;
+
+static void ep_init(endpoint *e) {
+    memset(e, 0, sizeof *e);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+}
+
+static void ep_deinit(endpoint *e) {
+    free(e->last);
+    free(e->echo_buf);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+}
+
+static void on_open(pf_ws *ws, uint64_t conn, void *cu, void *user) {
+    (void)ws;
+    (void)cu;
+    endpoint *e = user;
+    pthread_mutex_lock(&e->mu);
+    e->opened++;
+    e->last_conn = conn;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, size_t len,
+                       void *user) {
+    (void)cu;
+    endpoint *e = user;
+    pthread_mutex_lock(&e->mu);
+    free(e->last);
+    e->last = malloc(len ? len : 1);
+    memcpy(e->last, data, len);
+    e->last_len = len;
+    e->messages++;
+    if (e->echo) {
+        free(e->echo_buf);
+        e->echo_buf = malloc(pf_ws_headroom() + len);
+        memcpy(e->echo_buf + pf_ws_headroom(), data, len);
+        assert_int_equal(pf_ws_send(ws, conn, e->echo_buf, len), PF_OK);
+    }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void on_close(pf_ws *ws, uint64_t conn, void *cu, void *user) {
+    (void)ws;
+    (void)conn;
+    (void)cu;
+    endpoint *e = user;
+    pthread_mutex_lock(&e->mu);
+    e->closed++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void on_sent(pf_ws *ws, uint64_t conn, void *buf, int ok, void *user) {
+    (void)ws;
+    (void)conn;
+    (void)buf;
+    endpoint *e = user;
+    pthread_mutex_lock(&e->mu);
+    if (ok)
+        e->sent_ok++;
+    else
+        e->sent_dropped++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static const pf_ws_handlers handlers = {on_open, on_message, on_close, on_sent};
+
+/* Waits up to 10 s for *counter >= want. */
+static int wait_for(endpoint *e, int *counter, int want) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    while (*counter < want && rc == 0)
+        rc = pthread_cond_timedwait(&e->cv, &e->mu, &deadline);
+    int ok = *counter >= want;
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+static uint8_t *message(size_t len, unsigned seed) {
+    uint8_t *buf = malloc(pf_ws_headroom() + len);
+    for (size_t i = 0; i < len; i++)
+        buf[pf_ws_headroom() + i] = (uint8_t)(i * 31u + seed);
+    return buf;
+}
+
+static void check_payload(const endpoint *e, size_t len, unsigned seed) {
+    assert_int_equal(e->last_len, len);
+    for (size_t i = 0; i < len; i++)
+        if (e->last[i] != (uint8_t)(i * 31u + seed))
+            fail_msg("byte %zu differs", i);
+}
+
+static void test_round_trips(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.echo = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 64u << 20, &handlers, &s, &srv, &err),
+                     PF_OK);
+    assert_true(pf_ws_port(srv) > 0);
+    assert_int_equal(pf_ws_client_create(64u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    assert_true(wait_for(&s, &s.opened, 1));
+
+    /* Sizes around the fragment boundary and a multi-fragment message. */
+    const size_t sizes[] = {
+        0, 1, 24, 4096, PF_WS_CHUNK - 1, PF_WS_CHUNK, PF_WS_CHUNK + 1, 3 * PF_WS_CHUNK + 17};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint8_t *buf = message(sizes[i], (unsigned)i);
+        assert_int_equal(pf_ws_send(cli, conn, buf, sizes[i]), PF_OK);
+        assert_true(wait_for(&c, &c.messages, (int)i + 1));
+        assert_true(wait_for(&c, &c.sent_ok, (int)i + 1));
+        check_payload(&s, sizes[i], (unsigned)i); /* what the server got */
+        check_payload(&c, sizes[i], (unsigned)i); /* what came back */
+        free(buf);
+    }
+
+    /* After the client closes, sends on the dead id fail and the server sees the close. */
+    pf_ws_close(cli, conn);
+    assert_true(wait_for(&c, &c.closed, 1));
+    assert_true(wait_for(&s, &s.closed, 1));
+    uint8_t *buf = message(8, 0);
+    assert_int_equal(pf_ws_send(cli, conn, buf, 8), PF_ERR_NOT_FOUND);
+    free(buf);
+    pf_ws_destroy(cli);
+    pf_ws_destroy(srv);
+    ep_deinit(&s);
+    ep_deinit(&c);
+}
+
+static void test_message_cap(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    pf_ws *srv, *cli;
+    pf_error err;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 1000, &handlers, &s, &srv, &err), PF_OK);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    uint8_t *ok = message(1000, 1), *big = message(1001, 2);
+    assert_int_equal(pf_ws_send(cli, conn, ok, 1000), PF_OK);
+    assert_true(wait_for(&s, &s.messages, 1));
+    assert_int_equal(pf_ws_send(cli, conn, big, 1001), PF_OK);
+    /* The server closes the connection rather than buffer an oversized message. */
+    assert_true(wait_for(&c, &c.closed, 1));
+    assert_int_equal(s.messages, 1);
+    pf_ws_destroy(cli);
+    pf_ws_destroy(srv);
+    free(ok);
+    free(big);
+    ep_deinit(&s);
+    ep_deinit(&c);
+}
+
+static void test_connect_refused(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    pf_ws *srv, *cli;
+    pf_error err;
+    /* Find a free port by listening and stopping again. */
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 1000, &handlers, &s, &srv, &err), PF_OK);
+    int port = pf_ws_port(srv);
+    pf_ws_destroy(srv);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", port, NULL, &conn), PF_OK);
+    uint8_t *buf = message(8, 0);
+    pf_status st = pf_ws_send(cli, conn, buf, 8); /* queued before the failure is known */
+    assert_true(wait_for(&c, &c.closed, 1));
+    assert_int_equal(c.opened, 0);
+    if (st == PF_OK)
+        assert_int_equal(c.sent_dropped, 1); /* the queued buffer is handed back */
+    pf_ws_destroy(cli);
+    free(buf);
+    ep_deinit(&s);
+    ep_deinit(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_message_cap),
+        cmocka_unit_test(test_connect_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

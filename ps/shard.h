@@ -1,0 +1,76 @@
+/* shard.h - the state one parameter-server task holds: the values and optimizer slots of
+ * its shards, the version (updates applied so far) and the gradient aggregation of
+ * DESIGN.md section 5. No I/O and no locking: the server serialises calls.
+ *
+ * Pushes carry a gradient for every shard this ps holds (local shard order).
+ *   sync:  a push for step == version is kept in its worker's slot; when
+ *          replicas_to_aggregate workers have pushed for the step, their gradients are
+ *          averaged in task-index order (so the result does not depend on arrival order),
+ *          the optimizer is applied and the version advances. Pushes for an older step
+ *          are dropped and counted as stale; a second push for the same step from the same
+ *          worker is a duplicate.
+ *   async: every push is applied when it arrives.
+ * At-most-once: each worker task numbers its pushes (seq, increasing) within an
+ * incarnation. A push whose seq is not above the last one seen from that incarnation is a
+ * duplicate (acknowledged, not applied); a push from an older incarnation than the newest
+ * seen for that task is refused.
+ */
+#ifndef PSFLOW_PS_SHARD_H
+#define PSFLOW_PS_SHARD_H
+
+#include <stdint.h>
+
+#include "psflow/backend.h"
+#include "psflow/placement.h"
+#include "psflow/spec.h"
+
+typedef enum {
+    PS_PUSH_APPLIED,   /* applied now (async, or the push that completed a sync step) */
+    PS_PUSH_ACCEPTED,  /* kept for the current sync step */
+    PS_PUSH_STALE,     /* sync gradient for an older step: dropped */
+    PS_PUSH_DUPLICATE, /* seq already seen, or second push for the step: not applied */
+    PS_PUSH_REFUSED    /* from an older incarnation of the task: not applied */
+} ps_push_result;
+
+typedef struct ps_stats {
+    uint64_t version;        /* updates applied */
+    uint64_t pushes_applied; /* pushes that were applied or aggregated into an update */
+    uint64_t pushes_stale;
+    uint64_t pushes_duplicate;
+    uint64_t pushes_refused;
+} ps_stats;
+
+typedef struct ps_shards ps_shards;
+
+/* Creates the store for ps task `ps_task` of the placement, with values initialised
+ * exactly as pf_model_init_params(spec->model, training.seed) initialises the whole
+ * vector, and slots at their initial values. Errors: PF_ERR_NOMEM, PF_ERR_INVALID
+ * (ps_task out of range). */
+pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placement, int ps_task,
+                           const pf_backend *be, ps_shards **out);
+void ps_shards_destroy(ps_shards *s);
+
+/* Shards held, and the i-th one's placement entry (borrowed). */
+int ps_shards_count(const ps_shards *s);
+const pf_shard_info *ps_shards_info(const ps_shards *s, int i);
+
+/* Current values of local shard i (count floats, borrowed; valid until the next push). */
+const float *ps_shards_values(const ps_shards *s, int i);
+
+/* Offers a push. grads[i] is the gradient for local shard i (its count floats), already
+ * validated by the caller. `task` is the worker's index (0..replicas.worker-1, the chief
+ * counting as worker 0 when there is no separate chief task). */
+ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
+                              uint64_t step, const float *const *grads);
+
+ps_stats ps_shards_stats(const ps_shards *s);
+
+/* Replaces values, slots and version (restore from a checkpoint). values[i] / slots[i][k]
+ * hold local shard i's data. Pending sync gradients are discarded. */
+void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *values,
+                       const float *const *const *slots);
+
+/* Slot k of local shard i (borrowed), for checkpoints; k < pf_optim_num_slots. */
+const float *ps_shards_slot(const ps_shards *s, int i, int k);
+
+#endif

@@ -1,0 +1,291 @@
+/* test_shard.c - the parameter server's aggregation semantics, driven in-process exactly as
+ * workers drive it: sync equivalence with one process using the combined batch (and
+ * independence from arrival order), backup workers and stale gradients, async updates and
+ * at-most-once pushes. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "psflow/data.h"
+#include "psflow/model.h"
+#include "psflow/optim.h"
+#include "psflow/placement.h"
+#include "psflow/rng.h"
+#include "shard.h"
+
+enum { FEATURES = 8, CLASSES = 3, EXAMPLES = 37 };
+
+static pf_job_spec make_spec(pf_training_mode mode, int workers, int aggregate, int ps) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"name\": \"t\", \"replicas\": {\"ps\": %d, \"worker\": %d},"
+             " \"model\": {\"type\": \"mlp\", \"inputs\": %d, \"hidden\": [16], \"outputs\": %d},"
+             " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+             " \"optimizer\": {\"type\": \"adam\", \"learning_rate\": 0.01},"
+             " \"training\": {\"mode\": \"%s\", \"batch_size\": 5, \"seed\": 3 %s},"
+             " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2}}}",
+             ps, workers, FEATURES, CLASSES, mode == PF_MODE_SYNC ? "sync" : "async",
+             mode == PF_MODE_SYNC ? (aggregate == 2 ? ", \"replicas_to_aggregate\": 2" : "") : "");
+    pf_job_spec spec;
+    pf_error err;
+    if (pf_job_spec_parse(json, strlen(json), &spec, &err) != PF_OK)
+        fail_msg("spec: %s", err.message);
+    return spec;
+}
+
+static pf_dataset make_data(void) {
+    pf_dataset ds = {.n = EXAMPLES, .features = FEATURES, .num_classes = CLASSES};
+    ds.x = malloc(sizeof(float) * EXAMPLES * FEATURES);
+    ds.y = malloc(sizeof(float) * EXAMPLES);
+    pf_rng rng;
+    pf_rng_init(&rng, 11, 0);
+    for (int i = 0; i < EXAMPLES * FEATURES; i++)
+        ds.x[i] = (float)pf_rng_uniform(&rng);
+    for (int i = 0; i < EXAMPLES; i++)
+        ds.y[i] = (float)pf_rng_below(&rng, CLASSES);
+    return ds;
+}
+
+/* One gradient of the mean loss over `count` examples at stream position `start`. */
+static void gradient(pf_model *m, const pf_dataset *ds, pf_sampler *sampler, int64_t start,
+                     int count, const float *params, float *grads) {
+    float x[64 * FEATURES], y[64];
+    int32_t labels[64];
+    pf_batch_gather(ds, sampler, start, count, x, y, labels);
+    pf_model_train_step(m, params, x, y, labels, count, grads);
+}
+
+/* Assembles the full parameter vector from the ps stores. */
+static void pull_all(ps_shards **stores, int n_ps, float *params) {
+    for (int p = 0; p < n_ps; p++)
+        for (int i = 0; i < ps_shards_count(stores[p]); i++) {
+            const pf_shard_info *info = ps_shards_info(stores[p], i);
+            memcpy(params + info->offset, ps_shards_values(stores[p], i),
+                   info->count * sizeof(float));
+        }
+}
+
+/* Pushes a full gradient vector to every ps (each gets its shards). */
+static ps_push_result push_all_inc(ps_shards **stores, int n_ps, int task, uint64_t incarnation,
+                                   uint64_t seq, uint64_t step, const float *grads) {
+    ps_push_result last = PS_PUSH_APPLIED;
+    for (int p = 0; p < n_ps; p++) {
+        const float *g[64];
+        for (int i = 0; i < ps_shards_count(stores[p]); i++)
+            g[i] = grads + ps_shards_info(stores[p], i)->offset;
+        last = ps_shards_push(stores[p], task, incarnation, seq, step, g);
+    }
+    return last;
+}
+
+static ps_push_result push_all(ps_shards **stores, int n_ps, int task, uint64_t seq, uint64_t step,
+                               const float *grads) {
+    return push_all_inc(stores, n_ps, task, 1, seq, step, grads);
+}
+
+static ps_push_result push_inc(ps_shards **stores, int task, uint64_t incarnation, uint64_t seq,
+                               uint64_t step, const float *grads) {
+    return push_all_inc(stores, 1, task, incarnation, seq, step, grads);
+}
+
+/* Runs `steps` sync steps with W workers of batch b pushing in the given task order; leaves
+ * the final parameters in params. */
+static void run_sync(const pf_job_spec *spec, const pf_dataset *ds, int steps, const int *order,
+                     float *params) {
+    const pf_backend *be = pf_backend_openblas();
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(spec, &pl), PF_OK);
+    ps_shards *stores[4];
+    for (int p = 0; p < pl.n_ps; p++)
+        assert_int_equal(ps_shards_create(spec, &pl, p, be, &stores[p]), PF_OK);
+    size_t np = pf_model_num_params(&spec->model);
+    int w = spec->replicas.worker, b = spec->training.batch_size;
+    float *local = malloc(np * sizeof(float)), *grads = malloc(np * sizeof(float) * 4);
+    pf_model *m;
+    assert_int_equal(pf_model_create(&spec->model, be, b, &m), PF_OK);
+    pf_sampler *sampler = pf_sampler_create(ds->n, spec->training.seed, true);
+    for (int step = 0; step < steps; step++) {
+        pull_all(stores, pl.n_ps, local);
+        for (int t = 0; t < w; t++)
+            gradient(m, ds, sampler, pf_shard_position(step, w, t, b), b, local, grads + t * np);
+        for (int k = 0; k < w; k++) {
+            int t = order[k];
+            ps_push_result r =
+                push_all(stores, pl.n_ps, t, (uint64_t)step + 1, (uint64_t)step, grads + t * np);
+            assert_int_equal(r, k == w - 1 ? PS_PUSH_APPLIED : PS_PUSH_ACCEPTED);
+        }
+    }
+    pull_all(stores, pl.n_ps, params);
+    for (int p = 0; p < pl.n_ps; p++) {
+        assert_int_equal(ps_shards_stats(stores[p]).version, steps);
+        ps_shards_destroy(stores[p]);
+    }
+    pf_sampler_destroy(sampler);
+    pf_model_destroy(m);
+    pf_placement_deinit(&pl);
+    free(local);
+    free(grads);
+}
+
+/* One process with batch W*b, as psflow train runs it. */
+static void run_single(const pf_job_spec *spec, const pf_dataset *ds, int steps, float *params) {
+    const pf_backend *be = pf_backend_openblas();
+    size_t np = pf_model_num_params(&spec->model);
+    int big = spec->replicas.worker * spec->training.batch_size;
+    float *grads = malloc(np * sizeof(float));
+    float *slots[PF_OPTIM_MAX_SLOTS] = {0};
+    for (int k = 0; k < pf_optim_num_slots(&spec->optimizer); k++) {
+        slots[k] = malloc(np * sizeof(float));
+        pf_optim_slot_init(&spec->optimizer, be, k, slots[k], np);
+    }
+    pf_model_init_params(&spec->model, spec->training.seed, params);
+    pf_model *m;
+    assert_int_equal(pf_model_create(&spec->model, be, big, &m), PF_OK);
+    pf_sampler *sampler = pf_sampler_create(ds->n, spec->training.seed, true);
+    for (int step = 0; step < steps; step++) {
+        gradient(m, ds, sampler, pf_shard_position(step, 1, 0, big), big, params, grads);
+        pf_optim_apply(&spec->optimizer, be, step, np, grads, params, slots);
+    }
+    pf_sampler_destroy(sampler);
+    pf_model_destroy(m);
+    for (int k = 0; k < PF_OPTIM_MAX_SLOTS; k++)
+        free(slots[k]);
+    free(grads);
+}
+
+static void test_sync_equivalence(void **state) {
+    (void)state;
+    pf_job_spec spec = make_spec(PF_MODE_SYNC, 2, 0, 2);
+    pf_dataset ds = make_data();
+    size_t np = pf_model_num_params(&spec.model);
+    float *single = malloc(np * sizeof(float)), *forward = malloc(np * sizeof(float));
+    float *backward = malloc(np * sizeof(float));
+    const int steps = 40, in_order[] = {0, 1}, reversed[] = {1, 0};
+    run_single(&spec, &ds, steps, single);
+    run_sync(&spec, &ds, steps, in_order, forward);
+    run_sync(&spec, &ds, steps, reversed, backward);
+    double max_diff = 0;
+    for (size_t i = 0; i < np; i++)
+        max_diff = fmax(max_diff, fabs((double)single[i] - forward[i]));
+    print_message("sync equivalence: max |single - distributed| = %.3g over %zu params\n", max_diff,
+                  np);
+    assert_true(max_diff <= 1e-5);
+    /* Arrival order does not matter at all: averaging happens in task-index order. */
+    assert_memory_equal(forward, backward, np * sizeof(float));
+    free(single);
+    free(forward);
+    free(backward);
+    free(ds.x);
+    free(ds.y);
+    pf_job_spec_deinit(&spec);
+}
+
+static void test_backup_workers_and_stale(void **state) {
+    (void)state;
+    pf_job_spec spec = make_spec(PF_MODE_SYNC, 3, 2, 1);
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_shards *s;
+    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &s), PF_OK);
+    size_t np = pf_model_num_params(&spec.model);
+    float *g = calloc(np, sizeof(float));
+    ps_shards *stores[] = {s};
+    /* Step 0: workers 0 and 2 complete the step; worker 1 (the slow one) is late. */
+    assert_int_equal(push_all(stores, 1, 0, 1, 0, g), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(stores, 1, 2, 1, 0, g), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_stats(s).version, 1);
+    assert_int_equal(push_all(stores, 1, 1, 1, 0, g), PS_PUSH_STALE);
+    /* Step 1 goes on without it. */
+    assert_int_equal(push_all(stores, 1, 1, 2, 1, g), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(stores, 1, 0, 2, 1, g), PS_PUSH_APPLIED);
+    ps_stats st = ps_shards_stats(s);
+    assert_int_equal(st.version, 2);
+    assert_int_equal(st.pushes_stale, 1);
+    assert_int_equal(st.pushes_applied, 4);
+    ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
+    free(g);
+    pf_job_spec_deinit(&spec);
+}
+
+static void test_async_and_at_most_once(void **state) {
+    (void)state;
+    pf_job_spec spec = make_spec(PF_MODE_ASYNC, 2, 0, 1);
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_shards *s;
+    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &s), PF_OK);
+    size_t np = pf_model_num_params(&spec.model);
+    float *g = malloc(np * sizeof(float)), *before = malloc(np * sizeof(float));
+    float *after = malloc(np * sizeof(float));
+    for (size_t i = 0; i < np; i++)
+        g[i] = 0.5f;
+    ps_shards *stores[] = {s};
+    assert_int_equal(push_inc(stores, 0, 1, 1, 0, g), PS_PUSH_APPLIED);
+    assert_int_equal(push_inc(stores, 1, 1, 1, 0, g), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_stats(s).version, 2);
+
+    /* A retried push (same incarnation and seq) is acknowledged, not applied. */
+    pull_all(stores, 1, before);
+    assert_int_equal(push_inc(stores, 0, 1, 1, 5, g), PS_PUSH_DUPLICATE);
+    pull_all(stores, 1, after);
+    assert_memory_equal(before, after, np * sizeof(float));
+    /* A restarted task (new incarnation) starts its numbering again... */
+    assert_int_equal(push_inc(stores, 0, 2, 1, 5, g), PS_PUSH_APPLIED);
+    /* ...and its old incarnation is refused from then on. */
+    pull_all(stores, 1, before);
+    assert_int_equal(push_inc(stores, 0, 1, 9, 5, g), PS_PUSH_REFUSED);
+    pull_all(stores, 1, after);
+    assert_memory_equal(before, after, np * sizeof(float));
+    ps_stats st = ps_shards_stats(s);
+    assert_int_equal(st.version, 3);
+    assert_int_equal(st.pushes_duplicate, 1);
+    assert_int_equal(st.pushes_refused, 1);
+    ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
+    free(g);
+    free(before);
+    free(after);
+    pf_job_spec_deinit(&spec);
+}
+
+static void test_initial_values(void **state) {
+    (void)state;
+    /* Every ps starts from exactly the values one process starts from. */
+    pf_job_spec spec = make_spec(PF_MODE_SYNC, 2, 0, 3);
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    size_t np = pf_model_num_params(&spec.model);
+    float *expect = malloc(np * sizeof(float)), *got = calloc(np, sizeof(float));
+    pf_model_init_params(&spec.model, spec.training.seed, expect);
+    ps_shards *stores[3];
+    for (int p = 0; p < 3; p++)
+        assert_int_equal(ps_shards_create(&spec, &pl, p, pf_backend_openblas(), &stores[p]), PF_OK);
+    pull_all(stores, 3, got);
+    assert_memory_equal(expect, got, np * sizeof(float));
+    for (int p = 0; p < 3; p++)
+        ps_shards_destroy(stores[p]);
+    ps_shards *none;
+    assert_int_equal(ps_shards_create(&spec, &pl, 3, pf_backend_openblas(), &none), PF_ERR_INVALID);
+    pf_placement_deinit(&pl);
+    free(expect);
+    free(got);
+    pf_job_spec_deinit(&spec);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_initial_values),
+        cmocka_unit_test(test_sync_equivalence),
+        cmocka_unit_test(test_backup_workers_and_stale),
+        cmocka_unit_test(test_async_and_at_most_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

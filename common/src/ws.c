@@ -14,6 +14,7 @@
 
 #include <libwebsockets.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,11 +22,24 @@
 
 #define PROTOCOL_NAME "psflow-v1"
 
+/* A send buffer: this header, LWS_PRE bytes of headroom, then `cap` message bytes. While
+ * queued, `next` and `len` chain it on its connection; while free, on the pool. */
 typedef struct out_msg {
     struct out_msg *next;
-    uint8_t *buf; /* message starts at buf + LWS_PRE */
+    size_t cap;
     size_t len;
+    size_t pad; /* keeps the message 16-byte aligned */
 } out_msg;
+
+#define POOL_KEEP 16 /* free buffers kept for reuse */
+
+static uint8_t *msg_bytes(out_msg *m) {
+    return (uint8_t *)(m + 1) + LWS_PRE;
+}
+
+static out_msg *msg_of(uint8_t *bytes) {
+    return (out_msg *)(bytes - LWS_PRE) - 1;
+}
 
 typedef struct conn {
     struct conn *next;
@@ -57,14 +71,12 @@ struct pf_ws {
     conn *conns;
     uint64_t next_id;
     size_t max_message;
+    out_msg *pool; /* free send buffers, under lock */
+    int pool_n;
     pf_ws_handlers h;
     void *user;
     int port;
 };
-
-size_t pf_ws_headroom(void) {
-    return LWS_PRE;
-}
 
 /* --- connection table (callers hold ws->lock) -------------------------------------------- */
 
@@ -86,6 +98,19 @@ static conn *new_conn_locked(pf_ws *ws, void *user) {
     return c;
 }
 
+/* Returns a send buffer to the pool (or frees it when the pool is full). */
+static void release(pf_ws *ws, out_msg *m) {
+    pthread_mutex_lock(&ws->lock);
+    if (ws->pool_n < POOL_KEEP) {
+        m->next = ws->pool;
+        ws->pool = m;
+        ws->pool_n++;
+        m = NULL;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    pf_free(m);
+}
+
 /* Removes c from the table, drops its queue and delivers on_close. Loop thread only. */
 static void finish(pf_ws *ws, conn *c) {
     if (c->finished)
@@ -102,9 +127,7 @@ static void finish(pf_ws *ws, conn *c) {
     pthread_mutex_unlock(&ws->lock);
     while (q) {
         out_msg *next = q->next;
-        if (ws->h.sent)
-            ws->h.sent(ws, c->id, q->buf, 0, ws->user);
-        pf_free(q);
+        release(ws, q);
         q = next;
     }
     if (ws->h.on_close)
@@ -207,7 +230,7 @@ static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
     int flags = c->tx_off == 0 ? LWS_WRITE_BINARY : LWS_WRITE_CONTINUATION;
     if (n < left)
         flags |= LWS_WRITE_NO_FIN;
-    if (lws_write(wsi, m->buf + LWS_PRE + c->tx_off, n, (enum lws_write_protocol)flags) < (int)n)
+    if (lws_write(wsi, msg_bytes(m) + c->tx_off, n, (enum lws_write_protocol)flags) < (int)n)
         return -1;
     c->tx_off += n;
     if (c->tx_off == m->len) {
@@ -218,9 +241,7 @@ static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
             c->tail = NULL;
         int more = c->head != NULL;
         pthread_mutex_unlock(&ws->lock);
-        if (ws->h.sent)
-            ws->h.sent(ws, c->id, m->buf, 1, ws->user);
-        pf_free(m);
+        release(ws, m);
         if (more)
             lws_callback_on_writable(wsi);
     } else {
@@ -375,8 +396,46 @@ void pf_ws_destroy(pf_ws *ws) {
         conn *c = ws->conns;
         finish(ws, c);
     }
+    while (ws->pool) {
+        out_msg *m = ws->pool;
+        ws->pool = m->next;
+        pf_free(m);
+    }
     pthread_mutex_destroy(&ws->lock);
     pf_free(ws);
+}
+
+uint8_t *pf_ws_buffer(pf_ws *ws, size_t len) {
+    /* Best fit from the pool, else a new buffer rounded up to limit regrowth. */
+    pthread_mutex_lock(&ws->lock);
+    out_msg **best = NULL;
+    for (out_msg **p = &ws->pool; *p; p = &(*p)->next)
+        if ((*p)->cap >= len && (!best || (*p)->cap < (*best)->cap))
+            best = p;
+    out_msg *m = NULL;
+    if (best) {
+        m = *best;
+        *best = m->next;
+        ws->pool_n--;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    if (!m) {
+        size_t cap = len < 4096 ? 4096 : len + len / 8;
+        if (cap > SIZE_MAX - sizeof *m - LWS_PRE || !(m = pf_malloc(sizeof *m + LWS_PRE + cap)))
+            return NULL;
+        m->cap = cap;
+    }
+    m->next = NULL;
+    m->len = 0;
+    return msg_bytes(m);
+}
+
+void pf_ws_set_conn_user(pf_ws *ws, uint64_t id, void *user) {
+    pthread_mutex_lock(&ws->lock);
+    conn *c = find_locked(ws, id);
+    if (c)
+        c->user = user;
+    pthread_mutex_unlock(&ws->lock);
 }
 
 pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, uint64_t *id) {
@@ -395,12 +454,9 @@ pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, 
     return PF_OK;
 }
 
-pf_status pf_ws_send(pf_ws *ws, uint64_t id, void *buf, size_t len) {
-    out_msg *m = pf_malloc(sizeof *m);
-    if (!m)
-        return PF_ERR_NOMEM;
+pf_status pf_ws_send(pf_ws *ws, uint64_t id, uint8_t *msg, size_t len) {
+    out_msg *m = msg_of(msg);
     m->next = NULL;
-    m->buf = buf;
     m->len = len;
     pthread_mutex_lock(&ws->lock);
     conn *c = find_locked(ws, id);
@@ -415,7 +471,7 @@ pf_status pf_ws_send(pf_ws *ws, uint64_t id, void *buf, size_t len) {
     }
     pthread_mutex_unlock(&ws->lock);
     if (!c) {
-        pf_free(m);
+        release(ws, m);
         return PF_ERR_NOT_FOUND;
     }
     lws_cancel_service(ws->ctx);

@@ -7,11 +7,11 @@
  * reused for every message of that connection (grown geometrically, never shrunk, capped
  * at max_message bytes: a longer message closes the connection).
  *
- * Sending is zero-copy: the caller owns a buffer with pf_ws_headroom() bytes free before
- * the message's first byte, hands it to pf_ws_send() and gets it back through the
- * `sent` callback once every byte has been written or the connection closed. The
- * transport writes frame headers into the headroom and, on a client, masks the payload in
- * place, so the buffer's contents are scratch after sending.
+ * Sending is zero-copy: pf_ws_buffer() hands out a buffer from the endpoint's pool with
+ * room for the frame headers in front of the message, the caller writes the message into
+ * it and passes it to pf_ws_send(), which always takes it back: the transport writes frame
+ * headers in front of each fragment and, on a client, masks the payload in place, then
+ * returns the buffer to the pool. Once warm, sending allocates nothing.
  *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection
  * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_send
@@ -38,13 +38,7 @@ typedef struct pf_ws_handlers {
     /* The connection closed or (client) could not be established. Called once per
      * connection, after which the id is dead. */
     void (*on_close)(pf_ws *ws, uint64_t conn, void *conn_user, void *user);
-    /* A buffer given to pf_ws_send is free again (sent, or dropped on close). May be
-     * NULL. `ok` is 0 when the message was dropped. */
-    void (*sent)(pf_ws *ws, uint64_t conn, void *buf, int ok, void *user);
 } pf_ws_handlers;
-
-/* Bytes of headroom a send buffer needs before the message (LWS_PRE). */
-size_t pf_ws_headroom(void);
 
 /* Starts a server on iface:port (iface NULL or "0.0.0.0" = all; port 0 = ephemeral, see
  * pf_ws_port). Errors: PF_ERR_IO (cannot listen; message names the address). */
@@ -55,8 +49,8 @@ pf_status pf_ws_server_create(const char *iface, int port, size_t max_message,
 pf_status pf_ws_client_create(size_t max_message, const pf_ws_handlers *h, void *user, pf_ws **out,
                               pf_error *err);
 
-/* Stops the service thread, closes every connection (calling on_close and sent for what
- * is pending) and frees everything. */
+/* Stops the service thread, closes every connection (calling on_close; pending sends are
+ * dropped) and frees everything. */
 void pf_ws_destroy(pf_ws *ws);
 
 /* The port a server listens on. */
@@ -66,9 +60,16 @@ int pf_ws_port(const pf_ws *ws);
  * on_open or on_close follows on the service thread. conn_user is passed to handlers. */
 pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, uint64_t *conn);
 
-/* Queues buf[headroom .. headroom + len) for sending on conn. Returns PF_ERR_NOT_FOUND if
- * the connection is closed (then `sent` is NOT called and the caller keeps buf). */
-pf_status pf_ws_send(pf_ws *ws, uint64_t conn, void *buf, size_t len);
+/* A send buffer for a message of up to len bytes, or NULL when memory is short. Any thread. */
+uint8_t *pf_ws_buffer(pf_ws *ws, size_t len);
+
+/* Queues msg[0 .. len) (a buffer from pf_ws_buffer) for sending on conn and takes the
+ * buffer back in every case. PF_ERR_NOT_FOUND: the connection is closed (nothing sent). */
+pf_status pf_ws_send(pf_ws *ws, uint64_t conn, uint8_t *msg, size_t len);
+
+/* Sets the conn_user passed to handlers for a server connection (service thread only, e.g.
+ * from on_open). */
+void pf_ws_set_conn_user(pf_ws *ws, uint64_t conn, void *conn_user);
 
 /* Closes a connection (asynchronously; on_close follows). Unknown ids are ignored. */
 void pf_ws_close(pf_ws *ws, uint64_t conn);

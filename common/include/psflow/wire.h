@@ -1,0 +1,362 @@
+/* wire.h - the data-plane codec: every byte a ps and a worker exchange (api/wire.md).
+ *
+ * A message is a 24-byte header followed by a type-specific payload. All integers are
+ * little-endian; tensor data is raw little-endian IEEE-754 float32. psflow runs on
+ * little-endian hosts only (wire.c refuses to compile elsewhere), which is what lets a
+ * decoded tensor be a plain `const float *` into the receive buffer.
+ *
+ * Decoding is zero-copy and validating. pf_wire_decode_header() looks at the first 24
+ * bytes only, so a transport can refuse an oversized message before buffering it;
+ * pf_wire_decode() checks a whole message (every length against the bytes that remain,
+ * counts against the limits, dtypes, enum values, UTF-8 strings, no trailing bytes) and
+ * returns views: pointers into the caller's buffer, valid while that buffer is. A failure
+ * fills a pf_error (message naming the problem, offset = byte offset into the message)
+ * and records the wire error code to send back (pf_wire_in_code). Checks that need the
+ * ps's state (unknown shard, wrong count, stale incarnation) are the caller's; the codes
+ * for them are here.
+ *
+ * Encoding never copies tensor data. An encoder writes the header, the fixed fields,
+ * strings and per-tensor headers into a small reusable buffer and records each tensor's
+ * data as a pointer; pf_wire_out_copy() then produces any byte range of the logical
+ * message, so a transport can fill its ~1 MiB send chunks (after its own headroom, e.g.
+ * LWS_PRE) one at a time. Tensor data must stay valid and unchanged until the message is
+ * sent.
+ *
+ * Threads: pf_wire_in and pf_wire_out are per connection and used by one thread at a
+ * time; everything else is reentrant.
+ */
+#ifndef PSFLOW_WIRE_H
+#define PSFLOW_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/buf.h"
+#include "psflow/status.h"
+
+/* --- constants (api/wire.md) ----------------------------------------------------------- */
+
+#define PF_WIRE_MAGIC       0x57465350u /* the bytes "PSFW" read as a little-endian u32 */
+#define PF_WIRE_VERSION     1
+#define PF_WIRE_HEADER_SIZE 24
+
+#define PF_WIRE_MAX_PAYLOAD   (1ull << 30) /* default and largest payload limit, bytes */
+#define PF_WIRE_MAX_TENSORS   65536u       /* tensors (or pulled ids) in one message */
+#define PF_WIRE_MAX_JOB_NAME  63u          /* HELLO job name, bytes */
+#define PF_WIRE_MAX_ERROR_MSG 1024u        /* ERROR message, bytes */
+#define PF_WIRE_MAX_PATH      4096u        /* CHECKPOINT_ACK path, bytes */
+
+#define PF_WIRE_F32 1u /* the only dtype of v1 */
+
+/* Message types (u16 at header offset 6). */
+#define PF_WIRE_TYPE_LIST(X)                                                                       \
+    X(PF_WIRE_HELLO, 1, "HELLO")                                                                   \
+    X(PF_WIRE_HELLO_ACK, 2, "HELLO_ACK")                                                           \
+    X(PF_WIRE_PULL, 3, "PULL")                                                                     \
+    X(PF_WIRE_PULL_REPLY, 4, "PULL_REPLY")                                                         \
+    X(PF_WIRE_PUSH, 5, "PUSH")                                                                     \
+    X(PF_WIRE_PUSH_ACK, 6, "PUSH_ACK")                                                             \
+    X(PF_WIRE_PUSH_PULL, 7, "PUSH_PULL")                                                           \
+    X(PF_WIRE_STATS, 8, "STATS")                                                                   \
+    X(PF_WIRE_STATS_REPLY, 9, "STATS_REPLY")                                                       \
+    X(PF_WIRE_CHECKPOINT, 10, "CHECKPOINT")                                                        \
+    X(PF_WIRE_CHECKPOINT_ACK, 11, "CHECKPOINT_ACK")                                                \
+    X(PF_WIRE_ERROR, 12, "ERROR")
+
+typedef enum {
+#define PF_WIRE_TYPE_ENUM(name, value, text) name = value,
+    PF_WIRE_TYPE_LIST(PF_WIRE_TYPE_ENUM)
+#undef PF_WIRE_TYPE_ENUM
+} pf_wire_type;
+
+/* Wire error codes: ERROR.code, CHECKPOINT_ACK.status. 0 means no error and is never the
+ * code of an ERROR message. The codec produces BAD_MAGIC .. BAD_DTYPE and INTERNAL; the
+ * ps produces the rest from its own checks. Numbers are fixed forever; new codes are
+ * appended, and a receiver treats a code it does not know as INTERNAL. */
+#define PF_WIRE_CODE_LIST(X)                                                                       \
+    X(PF_WIRE_OK, 0, "OK")                                                                         \
+    X(PF_WIRE_BAD_MAGIC, 1, "BAD_MAGIC")                  /* not a psflow frame */                 \
+    X(PF_WIRE_BAD_VERSION, 2, "BAD_VERSION")              /* protocol version not spoken */        \
+    X(PF_WIRE_BAD_TYPE, 3, "BAD_TYPE")                    /* unknown message type */               \
+    X(PF_WIRE_BAD_FLAGS, 4, "BAD_FLAGS")                  /* flags != 0 */                         \
+    X(PF_WIRE_TRUNCATED, 5, "TRUNCATED")                  /* fewer bytes than the header says */   \
+    X(PF_WIRE_BAD_LENGTH, 6, "BAD_LENGTH")                /* lengths inside disagree */            \
+    X(PF_WIRE_TOO_LARGE, 7, "TOO_LARGE")                  /* a size or count over a limit */       \
+    X(PF_WIRE_BAD_VALUE, 8, "BAD_VALUE")                  /* enum out of range, bad string */      \
+    X(PF_WIRE_BAD_DTYPE, 9, "BAD_DTYPE")                  /* dtype other than f32 */               \
+    X(PF_WIRE_UNKNOWN_SHARD, 10, "UNKNOWN_SHARD")         /* id not held by this ps */             \
+    X(PF_WIRE_BAD_SHAPE, 11, "BAD_SHAPE")                 /* count != shard size */                \
+    X(PF_WIRE_STALE_INCARNATION, 12, "STALE_INCARNATION") /* sender is an old incarnation */       \
+    X(PF_WIRE_NOT_READY, 13, "NOT_READY")                 /* ps not restored yet; retry */         \
+    X(PF_WIRE_UNEXPECTED, 14, "UNEXPECTED")               /* valid type, wrong place or time */    \
+    X(PF_WIRE_INTERNAL, 15, "INTERNAL")                   /* receiver's own failure */
+
+typedef enum {
+#define PF_WIRE_CODE_ENUM(name, value, text) name = value,
+    PF_WIRE_CODE_LIST(PF_WIRE_CODE_ENUM)
+#undef PF_WIRE_CODE_ENUM
+} pf_wire_code;
+
+/* HELLO.role */
+enum {
+    PF_WIRE_ROLE_WORKER = 0,
+    PF_WIRE_ROLE_CHIEF = 1,
+    PF_WIRE_ROLE_EVALUATOR = 2,
+    PF_WIRE_ROLE_TOOL = 3
+};
+
+/* PUSH_ACK.result and PULL_REPLY.push_result */
+enum {
+    PF_WIRE_PUSH_APPLIED = 0,  /* applied (async), or completed the sync aggregate */
+    PF_WIRE_PUSH_ACCEPTED = 1, /* buffered for the sync aggregate of its step */
+    PF_WIRE_PUSH_STALE = 2,    /* computed against another version; dropped, counted */
+    PF_WIRE_PUSH_DUPLICATE = 3 /* (task, incarnation, seq) seen before; not applied again */
+};
+
+/* --- messages -------------------------------------------------------------------------- */
+
+typedef struct pf_wire_header {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint32_t request_id; /* chosen by the requester, echoed by the reply */
+    uint32_t flags;
+    uint64_t payload_len; /* bytes after the header */
+} pf_wire_header;
+
+/* A string on the wire: u32 length + bytes, no terminator, valid UTF-8 without NUL.
+ * Decoded strings point into the message; print with "%.*s", (int)s.len, s.ptr. */
+typedef struct pf_wire_str {
+    const char *ptr;
+    uint32_t len;
+} pf_wire_str;
+
+/* One tensor: a shard's values or gradients. On the wire its data offset is a multiple of
+ * 4 from the message start, so a decoded `data` is aligned when the buffer is. */
+typedef struct pf_wire_tensor {
+    uint32_t id;       /* shard index in pf_placement order */
+    uint32_t dtype;    /* PF_WIRE_F32 */
+    uint64_t count;    /* elements */
+    const float *data; /* [count] float32; borrowed */
+} pf_wire_tensor;
+
+/* HELLO's layout is frozen forever, like the header's and ERROR's: a peer of any version
+ * can read who is talking and answer (api/wire.md). */
+typedef struct pf_wire_hello {
+    uint8_t role; /* PF_WIRE_ROLE_* */
+    uint32_t task_index;
+    uint64_t incarnation;
+    pf_wire_str job; /* <= PF_WIRE_MAX_JOB_NAME bytes */
+} pf_wire_hello;
+
+typedef struct pf_wire_hello_ack {
+    uint32_t ps_task;
+    uint64_t ps_incarnation;
+    uint64_t version;  /* updates applied so far */
+    uint32_t n_shards; /* shards this ps holds */
+} pf_wire_hello_ack;
+
+typedef struct pf_wire_pull {
+    uint64_t min_version; /* answer only once version >= min_version */
+    uint32_t n;
+    const uint32_t *ids; /* [n] shard ids; borrowed */
+} pf_wire_pull;
+
+typedef struct pf_wire_pull_reply {
+    uint64_t version;
+    uint32_t push_result; /* PF_WIRE_PUSH_* when answering PUSH_PULL, else 0 */
+    uint32_t n;
+    const pf_wire_tensor *tensors; /* [n]; borrowed */
+} pf_wire_pull_reply;
+
+typedef struct pf_wire_push {
+    uint32_t task_index;
+    uint64_t incarnation;
+    uint64_t seq;  /* per (task, incarnation): 1, 2, ...; a retry repeats it */
+    uint64_t step; /* the version the gradients were computed against */
+    uint32_t n;
+    const pf_wire_tensor *tensors; /* [n] gradients; borrowed */
+} pf_wire_push;
+
+typedef struct pf_wire_push_ack {
+    uint64_t seq;
+    uint32_t result;  /* PF_WIRE_PUSH_* */
+    uint64_t version; /* the ps's version after handling the push */
+} pf_wire_push_ack;
+
+typedef struct pf_wire_push_pull {
+    pf_wire_push push;
+    pf_wire_pull pull;
+} pf_wire_push_pull;
+
+typedef struct pf_wire_stats_reply {
+    pf_wire_str json; /* UTF-8 JSON text */
+} pf_wire_stats_reply;
+
+typedef struct pf_wire_checkpoint {
+    uint64_t step;
+    uint32_t final; /* 1: the job is done; checkpoint, acknowledge, then exit */
+} pf_wire_checkpoint;
+
+typedef struct pf_wire_checkpoint_ack {
+    uint64_t step;
+    uint32_t status;  /* 0 written, else a wire error code */
+    pf_wire_str path; /* <= PF_WIRE_MAX_PATH bytes */
+} pf_wire_checkpoint_ack;
+
+typedef struct pf_wire_error {
+    uint32_t code;       /* pf_wire_code, never 0 */
+    pf_wire_str message; /* <= PF_WIRE_MAX_ERROR_MSG bytes */
+} pf_wire_error;
+
+/* Any message: `type` says which member of u is meant (STATS has none). */
+typedef struct pf_wire_msg {
+    uint16_t type; /* pf_wire_type */
+    uint32_t request_id;
+    union {
+        pf_wire_hello hello;
+        pf_wire_hello_ack hello_ack;
+        pf_wire_pull pull;
+        pf_wire_pull_reply pull_reply;
+        pf_wire_push push;
+        pf_wire_push_ack push_ack;
+        pf_wire_push_pull push_pull;
+        pf_wire_stats_reply stats_reply;
+        pf_wire_checkpoint checkpoint;
+        pf_wire_checkpoint_ack checkpoint_ack;
+        pf_wire_error error;
+    } u;
+} pf_wire_msg;
+
+/* --- decoding -------------------------------------------------------------------------- */
+
+/* Receive-side state of one connection: the limits, storage for tensor views (grown to
+ * the largest n seen, never shrunk) and the wire code of the last failure. */
+typedef struct pf_wire_in {
+    uint64_t max_payload;
+    uint32_t max_tensors;
+    pf_wire_tensor *views; /* owned */
+    uint32_t cap_views;
+    pf_wire_code code; /* PF_WIRE_OK after a success */
+} pf_wire_in;
+
+/* Limits: payload_len above max_payload is TOO_LARGE, and so is n or n_pull above
+ * max_tensors (the ps passes its shard count). 0, or a value above PF_WIRE_MAX_*, means
+ * PF_WIRE_MAX_PAYLOAD / PF_WIRE_MAX_TENSORS. Allocates nothing. */
+void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors);
+
+/* Frees the views; safe on a zeroed or deinit'ed pf_wire_in. */
+void pf_wire_in_deinit(pf_wire_in *in);
+
+/* Checks the header in msg[0 .. 24): magic, version, known type, flags == 0, payload_len
+ * <= in->max_payload. Bytes after the header are not looked at, so a transport can call
+ * it on a message's first fragment and reserve 24 + h->payload_len bytes or refuse. On
+ * failure *h still holds the raw fields (request_id to echo in the ERROR reply), except
+ * that they are all 0 when the message is shorter than 24 bytes or the magic is wrong.
+ * Errors: PF_ERR_FORMAT (TRUNCATED, BAD_MAGIC, BAD_TYPE), PF_ERR_UNSUPPORTED
+ * (BAD_VERSION, BAD_FLAGS), PF_ERR_RANGE (TOO_LARGE); the code goes to in->code. */
+pf_status pf_wire_decode_header(pf_wire_in *in, const void *msg, size_t len, pf_wire_header *h,
+                                pf_error *err);
+
+/* Decodes one whole message msg[0 .. len) of any type into *out. msg must be 4-byte
+ * aligned (any malloc'd buffer is). Tensor views live in in->views and are valid until
+ * the next decode with `in`; every pointer in *out points into msg. On failure
+ * out->type and out->request_id hold the raw header values as pf_wire_decode_header
+ * leaves them (0 when there is no header or the magic is wrong), so a caller can always
+ * answer ERROR with out->request_id.
+ * Errors: as pf_wire_decode_header, plus PF_ERR_FORMAT (TRUNCATED: len < 24 +
+ * payload_len; BAD_LENGTH: a field runs past the payload, or bytes are left over;
+ * BAD_VALUE: enum out of range, nonzero padding, string not UTF-8 or containing NUL),
+ * PF_ERR_RANGE (TOO_LARGE: n, n_pull or a string over its limit), PF_ERR_UNSUPPORTED
+ * (BAD_DTYPE), PF_ERR_NOMEM (INTERNAL: growing the views), PF_ERR_INVALID (INTERNAL:
+ * msg not aligned). */
+pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_msg *out,
+                         pf_error *err);
+
+/* The wire code for the last decode failure on `in` (what to put in the ERROR reply);
+ * PF_WIRE_OK after a success. */
+pf_wire_code pf_wire_in_code(const pf_wire_in *in);
+
+/* --- encoding -------------------------------------------------------------------------- */
+
+/* A piece of tensor data inside an encoded message: it follows the head bytes before
+ * head_off and sits at logical offset `pos` of the message. */
+typedef struct pf_wire_seg {
+    size_t head_off;
+    size_t pos;
+    const void *data; /* borrowed */
+    size_t len;       /* bytes, > 0 */
+} pf_wire_seg;
+
+/* Send-side state of one connection: the last encoded message as head bytes plus data
+ * segments. The message is head[0 .. seg[0].head_off) + seg[0].data + head[seg[0].head_off
+ * .. seg[1].head_off) + seg[1].data + ... + head[last head_off .. head.len). */
+typedef struct pf_wire_out {
+    pf_buf head;      /* header, fixed fields, strings, tensor headers */
+    pf_wire_seg *seg; /* owned, grown geometrically, never shrunk */
+    size_t n_seg, cap_seg;
+    size_t total; /* message length, 0 when none */
+} pf_wire_out;
+
+/* An empty encoder. Allocates nothing. */
+void pf_wire_out_init(pf_wire_out *out);
+
+/* Frees what out owns; safe on a zeroed or deinit'ed pf_wire_out. */
+void pf_wire_out_deinit(pf_wire_out *out);
+
+/* Encoders: each replaces the message in `out` with a new one. Once `out` has held a
+ * message at least as large (in tensors and head bytes), encoding allocates nothing.
+ * Tensor data is referenced, not copied. On failure `out` holds no message
+ * (pf_wire_out_len() is 0). Errors: PF_ERR_INVALID (a field the decoder would refuse:
+ * enum out of range, dtype not f32, n over PF_WIRE_MAX_TENSORS, data NULL with count > 0,
+ * string over its limit, not UTF-8 or containing NUL), PF_ERR_RANGE (payload over
+ * PF_WIRE_MAX_PAYLOAD), PF_ERR_NOMEM. err may be NULL. */
+pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err);
+pf_status pf_wire_encode_hello(pf_wire_out *out, uint32_t request_id, const pf_wire_hello *m,
+                               pf_error *err);
+pf_status pf_wire_encode_hello_ack(pf_wire_out *out, uint32_t request_id,
+                                   const pf_wire_hello_ack *m, pf_error *err);
+pf_status pf_wire_encode_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_pull *m,
+                              pf_error *err);
+pf_status pf_wire_encode_pull_reply(pf_wire_out *out, uint32_t request_id,
+                                    const pf_wire_pull_reply *m, pf_error *err);
+pf_status pf_wire_encode_push(pf_wire_out *out, uint32_t request_id, const pf_wire_push *m,
+                              pf_error *err);
+pf_status pf_wire_encode_push_ack(pf_wire_out *out, uint32_t request_id, const pf_wire_push_ack *m,
+                                  pf_error *err);
+pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
+                                   const pf_wire_push_pull *m, pf_error *err);
+pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err);
+pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,
+                                     const pf_wire_stats_reply *m, pf_error *err);
+pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
+                                    const pf_wire_checkpoint *m, pf_error *err);
+pf_status pf_wire_encode_checkpoint_ack(pf_wire_out *out, uint32_t request_id,
+                                        const pf_wire_checkpoint_ack *m, pf_error *err);
+/* ERROR never fails on its text, so an error can always be reported: a message over
+ * PF_WIRE_MAX_ERROR_MSG bytes is cut at a character boundary, and bytes that are not
+ * UTF-8 become '?' (pf_wire_encode does the same for an ERROR). message is
+ * NUL-terminated; NULL means "". Errors: PF_ERR_INVALID (code 0), PF_ERR_NOMEM. */
+pf_status pf_wire_encode_error(pf_wire_out *out, uint32_t request_id, uint32_t code,
+                               const char *message, pf_error *err);
+
+/* Length of the encoded message in bytes (0 when none). */
+size_t pf_wire_out_len(const pf_wire_out *out);
+
+/* Copies bytes [pos, pos + len) of the message to dst, clipped at its end; returns the
+ * number of bytes copied (0 when pos >= pf_wire_out_len). The transport calls it once
+ * per send chunk. */
+size_t pf_wire_out_copy(const pf_wire_out *out, size_t pos, void *dst, size_t len);
+
+/* Appends the whole message to dst (tests, small messages). Errors: as pf_buf_reserve. */
+pf_status pf_wire_out_gather(const pf_wire_out *out, pf_buf *dst);
+
+/* --- query ----------------------------------------------------------------------------- */
+
+/* "PUSH", "ERROR", ...; "UNKNOWN" for other values. Never NULL. */
+const char *pf_wire_type_name(uint32_t type);
+
+/* "BAD_MAGIC", ...; "UNKNOWN" for other values. Never NULL. */
+const char *pf_wire_code_name(uint32_t code);
+
+#endif

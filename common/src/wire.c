@@ -1,0 +1,1068 @@
+/* wire.c - the data-plane codec (see wire.h and api/wire.md).
+ *
+ * DESIGN. This is the only file that reads or writes data-plane bytes. Every field goes
+ * through the explicit little-endian helpers below; no struct is ever laid over a buffer.
+ * Decoding walks the message with a cursor that knows how many payload bytes remain and
+ * checks each field's size against that before reading it, comparing counts against
+ * remaining / element_size so nothing is multiplied before it is known to be small. A
+ * failure records the wire code, a message and the byte offset, and nothing is
+ * allocated for a message until its counts have been checked against its length. The
+ * only allocation on the receive side is the tensor-view array, bounded by max_tensors
+ * and by payload_len / 16.
+ *
+ * Encoding validates everything first (so an encoder never emits a frame the decoder
+ * would refuse), computes the exact head size, reserves it once, and then writes with
+ * stores that cannot fail. Tensor data is recorded as segments and only copied by
+ * pf_wire_out_copy(), chunk by chunk, into the transport's send buffers.
+ *
+ * Decoded messages are canonical: flags, padding and dtype are checked, lengths must be
+ * exact and strings are compared byte for byte, so a message that decodes re-encodes to
+ * the same bytes (the fuzz target checks this).
+ *
+ * The header, HELLO and ERROR layouts never change in any later version (api/wire.md), so
+ * peers of different versions can still identify each other and report the mismatch.
+ */
+#include "psflow/wire.h"
+
+#include <float.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "psflow/mem.h"
+
+/* Tensor data is exposed as host floats and written from them unchanged, which is only
+ * right on little-endian hosts with IEEE-754 binary32 floats. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "psflow's data plane needs a little-endian host"
+#endif
+#if defined(__FLOAT_WORD_ORDER__) && __FLOAT_WORD_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "psflow's data plane needs little-endian floats"
+#endif
+_Static_assert(sizeof(float) == 4 && FLT_RADIX == 2 && FLT_MANT_DIG == 24 && FLT_MAX_EXP == 128,
+               "float must be IEEE-754 binary32");
+_Static_assert(PF_WIRE_HEADER_SIZE == 4 + 2 + 2 + 4 + 4 + 8, "header is 24 bytes");
+_Static_assert(PF_WIRE_HEADER_SIZE % 8 == 0, "the payload starts 8-byte aligned");
+_Static_assert(PF_WIRE_MAX_PAYLOAD <= SIZE_MAX / 2, "a whole message fits in size_t");
+
+/* Sizes of the fixed parts of each payload (api/wire.md). */
+enum {
+    HELLO_FIXED = 20,          /* role, pad[3], task_index, incarnation, job length */
+    HELLO_ACK_SIZE = 24,       /* ps_task, ps_incarnation, version, n_shards */
+    PULL_FIXED = 12,           /* min_version, n */
+    PULL_REPLY_FIXED = 16,     /* version, push_result, n */
+    PUSH_FIXED = 32,           /* task_index, incarnation, seq, step, n */
+    PUSH_ACK_SIZE = 20,        /* seq, result, version */
+    STATS_REPLY_FIXED = 4,     /* json length */
+    CHECKPOINT_SIZE = 12,      /* step, final */
+    CHECKPOINT_ACK_FIXED = 16, /* step, status, path length */
+    ERROR_FIXED = 8,           /* code, message length */
+    TENSOR_HEADER = 16,        /* id, dtype, count */
+};
+
+/* --- little-endian helpers ------------------------------------------------------------- */
+
+static uint16_t ld16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t ld64(const uint8_t *p) {
+    return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
+}
+
+static void st16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void st32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void st64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* --- names ----------------------------------------------------------------------------- */
+
+const char *pf_wire_type_name(uint32_t type) {
+    switch (type) {
+#define TYPE_CASE(name, value, text)                                                               \
+    case value:                                                                                    \
+        return text;
+        PF_WIRE_TYPE_LIST(TYPE_CASE)
+#undef TYPE_CASE
+    }
+    return "UNKNOWN";
+}
+
+const char *pf_wire_code_name(uint32_t code) {
+    switch (code) {
+#define CODE_CASE(name, value, text)                                                               \
+    case value:                                                                                    \
+        return text;
+        PF_WIRE_CODE_LIST(CODE_CASE)
+#undef CODE_CASE
+    }
+    return "UNKNOWN";
+}
+
+static int known_type(uint32_t type) {
+    return type >= PF_WIRE_HELLO && type <= PF_WIRE_ERROR;
+}
+
+/* --- UTF-8 ----------------------------------------------------------------------------- */
+
+/* Length (1..4) of the well-formed UTF-8 sequence at s[0 .. n), or 0 when it is not one
+ * (NUL, stray continuation, overlong form, surrogate, above U+10FFFF, cut short). */
+static size_t utf8_seq(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c == 0)
+        return 0;
+    if (c < 0x80)
+        return 1;
+    size_t k;
+    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        k = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F; /* surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 4;
+        if (c == 0xF0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xF4)
+            hi = 0x8F; /* above U+10FFFF */
+    } else
+        return 0;
+    if (n < k || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < k; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return k;
+}
+
+/* Index of the first byte of s[0 .. n) that is not well-formed UTF-8, or n. */
+static size_t utf8_check(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t k = utf8_seq(s + i, n - i);
+        if (!k)
+            return i;
+        i += k;
+    }
+    return n;
+}
+
+/* Copies at most `limit` bytes of s to dst (when dst is not NULL), replacing each byte
+ * that does not start a well-formed sequence with '?' and never cutting a sequence.
+ * Returns the output length. */
+static size_t utf8_sanitize(const uint8_t *s, size_t n, uint8_t *dst, size_t limit) {
+    size_t i = 0, o = 0;
+    while (i < n) {
+        size_t k = utf8_seq(s + i, n - i);
+        size_t w = k ? k : 1;
+        if (o + w > limit)
+            break;
+        if (dst) {
+            if (k)
+                memcpy(dst + o, s + i, k);
+            else
+                dst[o] = '?';
+        }
+        o += w;
+        i += w;
+    }
+    return o;
+}
+
+/* --- decoding -------------------------------------------------------------------------- */
+
+/* Records a decode failure: the wire code in `in`, the message and offset in err. */
+static pf_status fail(pf_wire_in *in, pf_error *err, pf_status st, pf_wire_code code, size_t offset,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static pf_status fail(pf_wire_in *in, pf_error *err, pf_status st, pf_wire_code code, size_t offset,
+                      const char *fmt, ...) {
+    in->code = code;
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+        err->pointer[0] = '\0';
+        err->offset = (long long)offset;
+    }
+    return st;
+}
+
+void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors) {
+    in->max_payload =
+        max_payload && max_payload < PF_WIRE_MAX_PAYLOAD ? max_payload : PF_WIRE_MAX_PAYLOAD;
+    in->max_tensors =
+        max_tensors && max_tensors < PF_WIRE_MAX_TENSORS ? max_tensors : PF_WIRE_MAX_TENSORS;
+    in->views = NULL;
+    in->cap_views = 0;
+    in->code = PF_WIRE_OK;
+}
+
+void pf_wire_in_deinit(pf_wire_in *in) {
+    if (!in)
+        return;
+    pf_free(in->views);
+    in->views = NULL;
+    in->cap_views = 0;
+}
+
+pf_wire_code pf_wire_in_code(const pf_wire_in *in) {
+    return in->code;
+}
+
+pf_status pf_wire_decode_header(pf_wire_in *in, const void *msg, size_t len, pf_wire_header *h,
+                                pf_error *err) {
+    memset(h, 0, sizeof *h);
+    pf_error_clear(err);
+    in->code = PF_WIRE_OK;
+    if (len < PF_WIRE_HEADER_SIZE)
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_TRUNCATED, len,
+                    "message of %zu bytes is shorter than the %d-byte header", len,
+                    PF_WIRE_HEADER_SIZE);
+    const uint8_t *b = msg;
+    h->magic = ld32(b);
+    h->version = ld16(b + 4);
+    h->type = ld16(b + 6);
+    h->request_id = ld32(b + 8);
+    h->flags = ld32(b + 12);
+    h->payload_len = ld64(b + 16);
+    if (h->magic != PF_WIRE_MAGIC) {
+        /* Not our frame: none of its other fields mean anything (request_id stays 0). */
+        uint32_t magic = h->magic;
+        memset(h, 0, sizeof *h);
+        h->magic = magic;
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_BAD_MAGIC, 0,
+                    "bad magic %02x %02x %02x %02x (expected \"PSFW\")", b[0], b[1], b[2], b[3]);
+    }
+    if (h->version != PF_WIRE_VERSION)
+        return fail(in, err, PF_ERR_UNSUPPORTED, PF_WIRE_BAD_VERSION, 4,
+                    "protocol version %u is not spoken here (this side speaks %d)",
+                    (unsigned)h->version, PF_WIRE_VERSION);
+    if (!known_type(h->type))
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_BAD_TYPE, 6, "unknown message type %u",
+                    (unsigned)h->type);
+    if (h->flags != 0)
+        return fail(in, err, PF_ERR_UNSUPPORTED, PF_WIRE_BAD_FLAGS, 12,
+                    "%s: flags 0x%x must be 0 in version %d", pf_wire_type_name(h->type),
+                    (unsigned)h->flags, PF_WIRE_VERSION);
+    if (h->payload_len > in->max_payload)
+        return fail(in, err, PF_ERR_RANGE, PF_WIRE_TOO_LARGE, 16,
+                    "%s: payload_len %llu exceeds the limit of %llu bytes",
+                    pf_wire_type_name(h->type), (unsigned long long)h->payload_len,
+                    (unsigned long long)in->max_payload);
+    return PF_OK;
+}
+
+/* A cursor over one message's payload: [pos, end) are the bytes not yet read. */
+typedef struct reader {
+    const uint8_t *b;
+    size_t pos, end;
+    const char *type; /* name for messages */
+    pf_wire_in *in;
+    pf_error *err;
+} reader;
+
+static size_t remain(const reader *r) {
+    return r->end - r->pos;
+}
+
+/* Fails with BAD_LENGTH unless n more bytes remain for `field`. */
+static pf_status need(reader *r, size_t n, const char *field) {
+    if (remain(r) >= n)
+        return PF_OK;
+    return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r->pos,
+                "%s: %s at offset %zu needs %zu bytes but the payload has %zu left", r->type, field,
+                r->pos, n, remain(r));
+}
+
+/* Readers for fields whose room was checked with need(). */
+static uint32_t rd32(reader *r) {
+    uint32_t v = ld32(r->b + r->pos);
+    r->pos += 4;
+    return v;
+}
+
+static uint64_t rd64(reader *r) {
+    uint64_t v = ld64(r->b + r->pos);
+    r->pos += 8;
+    return v;
+}
+
+/* An enum-like u32 field that must be <= max. */
+static pf_status rd_enum(reader *r, uint32_t max, const char *field, uint32_t *out) {
+    size_t off = r->pos;
+    pf_status st = need(r, 4, field);
+    if (st != PF_OK)
+        return st;
+    *out = rd32(r);
+    if (*out > max)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                    "%s: %s %u at offset %zu is out of range (0..%u)", r->type, field,
+                    (unsigned)*out, off, (unsigned)max);
+    return PF_OK;
+}
+
+/* A string: u32 length (<= limit) + that many bytes of UTF-8 without NUL. */
+static pf_status rd_str(reader *r, uint32_t limit, const char *field, pf_wire_str *out) {
+    size_t off = r->pos;
+    pf_status st = need(r, 4, field);
+    if (st != PF_OK)
+        return st;
+    uint32_t len = rd32(r);
+    if (len > limit)
+        return fail(r->in, r->err, PF_ERR_RANGE, PF_WIRE_TOO_LARGE, off,
+                    "%s: %s at offset %zu is %u bytes, the limit is %u", r->type, field, off,
+                    (unsigned)len, (unsigned)limit);
+    if ((st = need(r, len, field)) != PF_OK)
+        return st;
+    size_t bad = utf8_check(r->b + r->pos, len);
+    if (bad != len)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos + bad,
+                    "%s: %s has a NUL or invalid UTF-8 byte 0x%02x at offset %zu", r->type, field,
+                    (unsigned)r->b[r->pos + bad], r->pos + bad);
+    out->ptr = (const char *)(r->b + r->pos);
+    out->len = len;
+    r->pos += len;
+    return PF_OK;
+}
+
+/* A count n of items of at least `min_size` bytes each: n <= max_tensors (TOO_LARGE),
+ * n * min_size <= remaining (BAD_LENGTH). Checked before anything is sized by n. */
+static pf_status rd_count(reader *r, size_t min_size, const char *field, uint32_t *n) {
+    size_t off = r->pos;
+    pf_status st = need(r, 4, field);
+    if (st != PF_OK)
+        return st;
+    *n = rd32(r);
+    if (*n > r->in->max_tensors)
+        return fail(r->in, r->err, PF_ERR_RANGE, PF_WIRE_TOO_LARGE, off,
+                    "%s: %s %u at offset %zu exceeds the limit of %u", r->type, field, (unsigned)*n,
+                    off, (unsigned)r->in->max_tensors);
+    if (*n > remain(r) / min_size)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
+                    "%s: %s %u at offset %zu needs at least %zu bytes but the payload has %zu "
+                    "left",
+                    r->type, field, (unsigned)*n, off, (size_t)*n * min_size, remain(r));
+    return PF_OK;
+}
+
+/* n tensors into in->views (grown as needed). */
+static pf_status rd_tensors(reader *r, uint32_t n, const pf_wire_tensor **out) {
+    pf_wire_in *in = r->in;
+    if (n > in->cap_views) {
+        uint32_t cap = in->cap_views ? in->cap_views : 16;
+        while (cap < n)
+            cap = cap > in->max_tensors / 2 ? in->max_tensors : cap * 2;
+        pf_wire_tensor *v = pf_realloc(in->views, (size_t)cap * sizeof *v);
+        if (!v)
+            return fail(in, r->err, PF_ERR_NOMEM, PF_WIRE_INTERNAL, r->pos,
+                        "%s: out of memory for %u tensor views", r->type, (unsigned)n);
+        in->views = v;
+        in->cap_views = cap;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        size_t off = r->pos;
+        if (remain(r) < TENSOR_HEADER)
+            return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
+                        "%s: tensor %u of %u at offset %zu needs a %d-byte header but the "
+                        "payload has %zu left",
+                        r->type, (unsigned)i, (unsigned)n, off, TENSOR_HEADER, remain(r));
+        pf_wire_tensor *t = &in->views[i];
+        t->id = rd32(r);
+        t->dtype = rd32(r);
+        t->count = rd64(r);
+        if (t->dtype != PF_WIRE_F32)
+            return fail(in, r->err, PF_ERR_UNSUPPORTED, PF_WIRE_BAD_DTYPE, off + 4,
+                        "%s: tensor %u (id %u) has dtype %u; only 1 (f32) is supported", r->type,
+                        (unsigned)i, (unsigned)t->id, (unsigned)t->dtype);
+        if (t->count > remain(r) / 4)
+            return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off + 8,
+                        "%s: tensor %u (id %u) count %llu at offset %zu needs %llu bytes but the "
+                        "payload has %zu left",
+                        r->type, (unsigned)i, (unsigned)t->id, (unsigned long long)t->count,
+                        off + 8,
+                        t->count > UINT64_MAX / 4 ? UINT64_MAX : (unsigned long long)t->count * 4,
+                        remain(r));
+        /* 4-byte aligned: the header, every fixed part and every tensor are multiples of 4
+         * and the message start is 4-aligned (checked in pf_wire_decode). */
+        t->data = (const float *)(const void *)(r->b + r->pos);
+        r->pos += (size_t)t->count * 4;
+    }
+    *out = in->views;
+    return PF_OK;
+}
+
+/* min_version, n, ids[n] of PULL and of PUSH_PULL's pull part. */
+static pf_status rd_pull(reader *r, const char *count_field, pf_wire_pull *p) {
+    pf_status st = need(r, 8, "min_version");
+    if (st != PF_OK)
+        return st;
+    p->min_version = rd64(r);
+    if ((st = rd_count(r, 4, count_field, &p->n)) != PF_OK)
+        return st;
+    p->ids = (const uint32_t *)(const void *)(r->b + r->pos);
+    r->pos += (size_t)p->n * 4;
+    return PF_OK;
+}
+
+static pf_status rd_push(reader *r, pf_wire_push *p) {
+    pf_status st = need(r, PUSH_FIXED, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    p->task_index = rd32(r);
+    p->incarnation = rd64(r);
+    p->seq = rd64(r);
+    p->step = rd64(r);
+    if ((st = rd_count(r, TENSOR_HEADER, "tensor count n", &p->n)) != PF_OK)
+        return st;
+    return rd_tensors(r, p->n, &p->tensors);
+}
+
+static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
+    pf_status st = PF_OK;
+    switch ((pf_wire_type)type) {
+    case PF_WIRE_HELLO: {
+        pf_wire_hello *h = &m->u.hello;
+        if ((st = need(r, HELLO_FIXED, "fixed fields")) != PF_OK)
+            return st;
+        size_t off = r->pos;
+        uint32_t role_pad = rd32(r);
+        h->role = (uint8_t)role_pad;
+        if (h->role > PF_WIRE_ROLE_TOOL)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                        "HELLO: role %u at offset %zu is out of range (0..3)", (unsigned)h->role,
+                        off);
+        if (role_pad >> 8)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off + 1,
+                        "HELLO: padding at offset %zu must be zero", off + 1);
+        h->task_index = rd32(r);
+        h->incarnation = rd64(r);
+        return rd_str(r, PF_WIRE_MAX_JOB_NAME, "job name", &h->job);
+    }
+    case PF_WIRE_HELLO_ACK: {
+        pf_wire_hello_ack *a = &m->u.hello_ack;
+        if ((st = need(r, HELLO_ACK_SIZE, "fixed fields")) != PF_OK)
+            return st;
+        a->ps_task = rd32(r);
+        a->ps_incarnation = rd64(r);
+        a->version = rd64(r);
+        a->n_shards = rd32(r);
+        return PF_OK;
+    }
+    case PF_WIRE_PULL:
+        return rd_pull(r, "id count n", &m->u.pull);
+    case PF_WIRE_PULL_REPLY: {
+        pf_wire_pull_reply *p = &m->u.pull_reply;
+        if ((st = need(r, 8, "version")) != PF_OK)
+            return st;
+        p->version = rd64(r);
+        if ((st = rd_enum(r, PF_WIRE_PUSH_DUPLICATE, "push_result", &p->push_result)) != PF_OK)
+            return st;
+        if ((st = rd_count(r, TENSOR_HEADER, "tensor count n", &p->n)) != PF_OK)
+            return st;
+        return rd_tensors(r, p->n, &p->tensors);
+    }
+    case PF_WIRE_PUSH:
+        return rd_push(r, &m->u.push);
+    case PF_WIRE_PUSH_ACK: {
+        pf_wire_push_ack *a = &m->u.push_ack;
+        if ((st = need(r, PUSH_ACK_SIZE, "fixed fields")) != PF_OK)
+            return st;
+        a->seq = rd64(r);
+        if ((st = rd_enum(r, PF_WIRE_PUSH_DUPLICATE, "result", &a->result)) != PF_OK)
+            return st;
+        a->version = rd64(r);
+        return PF_OK;
+    }
+    case PF_WIRE_PUSH_PULL:
+        if ((st = rd_push(r, &m->u.push_pull.push)) != PF_OK)
+            return st;
+        return rd_pull(r, "pull id count n_pull", &m->u.push_pull.pull);
+    case PF_WIRE_STATS:
+        return PF_OK;
+    case PF_WIRE_STATS_REPLY:
+        return rd_str(r, UINT32_MAX, "json", &m->u.stats_reply.json);
+    case PF_WIRE_CHECKPOINT: {
+        pf_wire_checkpoint *c = &m->u.checkpoint;
+        if ((st = need(r, CHECKPOINT_SIZE, "fixed fields")) != PF_OK)
+            return st;
+        c->step = rd64(r);
+        return rd_enum(r, 1, "final", &c->final);
+    }
+    case PF_WIRE_CHECKPOINT_ACK: {
+        pf_wire_checkpoint_ack *c = &m->u.checkpoint_ack;
+        if ((st = need(r, CHECKPOINT_ACK_FIXED, "fixed fields")) != PF_OK)
+            return st;
+        c->step = rd64(r);
+        c->status = rd32(r);
+        return rd_str(r, PF_WIRE_MAX_PATH, "path", &c->path);
+    }
+    case PF_WIRE_ERROR: {
+        pf_wire_error *e = &m->u.error;
+        if ((st = need(r, ERROR_FIXED, "fixed fields")) != PF_OK)
+            return st;
+        size_t off = r->pos;
+        e->code = rd32(r);
+        if (e->code == PF_WIRE_OK)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                        "ERROR: code at offset %zu is 0", off);
+        return rd_str(r, PF_WIRE_MAX_ERROR_MSG, "message", &e->message);
+    }
+    }
+    /* Unreachable: the header check admits known types only. */
+    return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_TYPE, 6, "unknown message type %u",
+                (unsigned)type);
+}
+
+pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_msg *out,
+                         pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    in->code = PF_WIRE_OK;
+    if ((uintptr_t)msg % 4 != 0)
+        return fail(in, err, PF_ERR_INVALID, PF_WIRE_INTERNAL, 0,
+                    "receive buffer is not 4-byte aligned");
+    pf_wire_header h;
+    pf_status st = pf_wire_decode_header(in, msg, len, &h, err);
+    out->type = h.type;
+    out->request_id = h.request_id;
+    if (st != PF_OK)
+        return st;
+    const char *name = pf_wire_type_name(h.type);
+    size_t have = len - PF_WIRE_HEADER_SIZE;
+    if (have < h.payload_len)
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_TRUNCATED, len,
+                    "%s: payload_len is %llu but only %zu bytes follow the header", name,
+                    (unsigned long long)h.payload_len, have);
+    if (have > h.payload_len)
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH,
+                    PF_WIRE_HEADER_SIZE + (size_t)h.payload_len,
+                    "%s: %zu bytes follow the %llu-byte payload", name,
+                    have - (size_t)h.payload_len, (unsigned long long)h.payload_len);
+    reader r = {msg, PF_WIRE_HEADER_SIZE, len, name, in, err};
+    if ((st = decode_payload(&r, h.type, out)) != PF_OK)
+        return st;
+    if (r.pos != r.end)
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r.pos,
+                    "%s: %zu bytes left over after the last field, at offset %zu", name, remain(&r),
+                    r.pos);
+    return PF_OK;
+}
+
+/* --- encoding -------------------------------------------------------------------------- */
+
+void pf_wire_out_init(pf_wire_out *out) {
+    /* The head never exceeds a whole message. */
+    pf_buf_init(&out->head, PF_WIRE_HEADER_SIZE + (size_t)PF_WIRE_MAX_PAYLOAD);
+    out->seg = NULL;
+    out->n_seg = 0;
+    out->cap_seg = 0;
+    out->total = 0;
+}
+
+void pf_wire_out_deinit(pf_wire_out *out) {
+    if (!out)
+        return;
+    pf_buf_deinit(&out->head);
+    pf_free(out->seg);
+    out->seg = NULL;
+    out->n_seg = 0;
+    out->cap_seg = 0;
+    out->total = 0;
+}
+
+size_t pf_wire_out_len(const pf_wire_out *out) {
+    return out->total;
+}
+
+static pf_status bad(pf_error *err, pf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static pf_status bad(pf_error *err, pf_status st, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+        err->pointer[0] = '\0';
+        err->offset = -1;
+    }
+    return st;
+}
+
+/* What an encoder found while validating: the exact head size, the data bytes and the
+ * number of data segments. */
+typedef struct plan {
+    const char *type;
+    uint64_t head; /* header + fixed fields + strings + tensor headers + ids */
+    uint64_t data; /* tensor data bytes */
+    size_t segs;
+    pf_error *err;
+} plan;
+
+static pf_status plan_str(plan *p, pf_wire_str s, uint32_t limit, const char *field) {
+    if (s.len && !s.ptr)
+        return bad(p->err, PF_ERR_INVALID, "%s: %s is NULL with length %u", p->type, field,
+                   (unsigned)s.len);
+    if (s.len > limit)
+        return bad(p->err, PF_ERR_INVALID, "%s: %s is %u bytes, the limit is %u", p->type, field,
+                   (unsigned)s.len, (unsigned)limit);
+    if (s.len && utf8_check((const uint8_t *)s.ptr, s.len) != s.len)
+        return bad(p->err, PF_ERR_INVALID, "%s: %s is not UTF-8 without NUL", p->type, field);
+    p->head += 4 + (uint64_t)s.len;
+    return PF_OK;
+}
+
+static pf_status plan_tensors(plan *p, const pf_wire_tensor *t, uint32_t n) {
+    if (n > PF_WIRE_MAX_TENSORS)
+        return bad(p->err, PF_ERR_INVALID, "%s: %u tensors exceed the limit of %u", p->type,
+                   (unsigned)n, PF_WIRE_MAX_TENSORS);
+    if (n && !t)
+        return bad(p->err, PF_ERR_INVALID, "%s: tensors is NULL with n = %u", p->type, (unsigned)n);
+    p->head += (uint64_t)n * TENSOR_HEADER;
+    for (uint32_t i = 0; i < n; i++) {
+        if (t[i].dtype != PF_WIRE_F32)
+            return bad(p->err, PF_ERR_INVALID, "%s: tensor %u (id %u) has dtype %u, not f32",
+                       p->type, (unsigned)i, (unsigned)t[i].id, (unsigned)t[i].dtype);
+        if (t[i].count > PF_WIRE_MAX_PAYLOAD / 4 || p->data + t[i].count * 4 > PF_WIRE_MAX_PAYLOAD)
+            return bad(p->err, PF_ERR_RANGE,
+                       "%s: tensor %u (id %u) of %llu elements: payload "
+                       "over the limit of %llu bytes",
+                       p->type, (unsigned)i, (unsigned)t[i].id, (unsigned long long)t[i].count,
+                       (unsigned long long)PF_WIRE_MAX_PAYLOAD);
+        if (t[i].count && !t[i].data)
+            return bad(p->err, PF_ERR_INVALID, "%s: tensor %u (id %u) has no data", p->type,
+                       (unsigned)i, (unsigned)t[i].id);
+        p->data += t[i].count * 4;
+        p->segs += t[i].count > 0;
+    }
+    return PF_OK;
+}
+
+static pf_status plan_ids(plan *p, const uint32_t *ids, uint32_t n, const char *field) {
+    if (n > PF_WIRE_MAX_TENSORS)
+        return bad(p->err, PF_ERR_INVALID, "%s: %s %u exceeds the limit of %u", p->type, field,
+                   (unsigned)n, PF_WIRE_MAX_TENSORS);
+    if (n && !ids)
+        return bad(p->err, PF_ERR_INVALID, "%s: ids is NULL with %s = %u", p->type, field,
+                   (unsigned)n);
+    p->head += (uint64_t)n * 4;
+    return PF_OK;
+}
+
+/* A cursor writing into the reserved head. */
+typedef struct writer {
+    pf_wire_out *o;
+    uint8_t *b;
+    size_t pos;
+    size_t data; /* tensor data bytes placed so far */
+} writer;
+
+/* Starts a message: checks the plan's total against the limit, reserves the head and the
+ * segments, and writes the header. Nothing after this can fail. */
+static pf_status begin(pf_wire_out *o, uint16_t type, uint32_t request_id, const plan *p,
+                       writer *w) {
+    uint64_t payload = p->head + p->data; /* p->head does not count the header yet */
+    if (payload > PF_WIRE_MAX_PAYLOAD)
+        return bad(p->err, PF_ERR_RANGE, "%s: payload of %llu bytes exceeds the limit of %llu",
+                   p->type, (unsigned long long)payload, (unsigned long long)PF_WIRE_MAX_PAYLOAD);
+    if (p->segs > o->cap_seg) {
+        size_t cap = o->cap_seg ? o->cap_seg : 16;
+        while (cap < p->segs)
+            cap *= 2; /* p->segs <= PF_WIRE_MAX_TENSORS: no overflow */
+        pf_wire_seg *s = pf_realloc(o->seg, cap * sizeof *s);
+        if (!s)
+            return bad(p->err, PF_ERR_NOMEM, "%s: out of memory for %zu segments", p->type,
+                       p->segs);
+        o->seg = s;
+        o->cap_seg = cap;
+    }
+    size_t head = PF_WIRE_HEADER_SIZE + (size_t)p->head;
+    void *b;
+    pf_status st = pf_buf_extend(&o->head, head, &b);
+    if (st != PF_OK)
+        return bad(p->err, st, "%s: cannot reserve %zu head bytes: %s", p->type, head,
+                   pf_strerror(st));
+    w->o = o;
+    w->b = b;
+    w->pos = 0;
+    w->data = 0;
+    st32(w->b, PF_WIRE_MAGIC);
+    st16(w->b + 4, PF_WIRE_VERSION);
+    st16(w->b + 6, type);
+    st32(w->b + 8, request_id);
+    st32(w->b + 12, 0);
+    st64(w->b + 16, payload);
+    w->pos = PF_WIRE_HEADER_SIZE;
+    return PF_OK;
+}
+
+static void finish(writer *w) {
+    w->o->total = w->o->head.len + w->data;
+}
+
+static void w8(writer *w, uint8_t v) {
+    w->b[w->pos++] = v;
+}
+
+static void w32(writer *w, uint32_t v) {
+    st32(w->b + w->pos, v);
+    w->pos += 4;
+}
+
+static void w64(writer *w, uint64_t v) {
+    st64(w->b + w->pos, v);
+    w->pos += 8;
+}
+
+static void wbytes(writer *w, const void *p, size_t n) {
+    if (n)
+        memcpy(w->b + w->pos, p, n);
+    w->pos += n;
+}
+
+static void wstr(writer *w, pf_wire_str s) {
+    w32(w, s.len);
+    wbytes(w, s.ptr, s.len);
+}
+
+static void wtensors(writer *w, const pf_wire_tensor *t, uint32_t n) {
+    w32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        w32(w, t[i].id);
+        w32(w, PF_WIRE_F32);
+        w64(w, t[i].count);
+        if (t[i].count) {
+            size_t len = (size_t)t[i].count * 4;
+            w->o->seg[w->o->n_seg++] = (pf_wire_seg){w->pos, w->pos + w->data, t[i].data, len};
+            w->data += len;
+        }
+    }
+}
+
+static void wids(writer *w, const uint32_t *ids, uint32_t n) {
+    w32(w, n);
+    for (uint32_t i = 0; i < n; i++)
+        w32(w, ids[i]);
+}
+
+/* Every encoder starts from an empty message, so a failure leaves none behind. */
+static void reset(pf_wire_out *o) {
+    pf_buf_reset(&o->head);
+    o->n_seg = 0;
+    o->total = 0;
+}
+
+pf_status pf_wire_encode_hello(pf_wire_out *out, uint32_t request_id, const pf_wire_hello *m,
+                               pf_error *err) {
+    reset(out);
+    plan p = {.type = "HELLO", .head = HELLO_FIXED - 4, .err = err};
+    if (m->role > PF_WIRE_ROLE_TOOL)
+        return bad(err, PF_ERR_INVALID, "HELLO: role %u is out of range (0..3)", (unsigned)m->role);
+    pf_status st = plan_str(&p, m->job, PF_WIRE_MAX_JOB_NAME, "job name");
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_HELLO, request_id, &p, &w)) != PF_OK)
+        return st;
+    w8(&w, m->role);
+    w8(&w, 0);
+    w8(&w, 0);
+    w8(&w, 0);
+    w32(&w, m->task_index);
+    w64(&w, m->incarnation);
+    wstr(&w, m->job);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_hello_ack(pf_wire_out *out, uint32_t request_id,
+                                   const pf_wire_hello_ack *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "HELLO_ACK", .head = HELLO_ACK_SIZE, .err = err};
+    writer w;
+    pf_status st = begin(out, PF_WIRE_HELLO_ACK, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w32(&w, m->ps_task);
+    w64(&w, m->ps_incarnation);
+    w64(&w, m->version);
+    w32(&w, m->n_shards);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_pull *m,
+                              pf_error *err) {
+    reset(out);
+    plan p = {.type = "PULL", .head = PULL_FIXED, .err = err};
+    pf_status st = plan_ids(&p, m->ids, m->n, "n");
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_PULL, request_id, &p, &w)) != PF_OK)
+        return st;
+    w64(&w, m->min_version);
+    wids(&w, m->ids, m->n);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_pull_reply(pf_wire_out *out, uint32_t request_id,
+                                    const pf_wire_pull_reply *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "PULL_REPLY", .head = PULL_REPLY_FIXED, .err = err};
+    if (m->push_result > PF_WIRE_PUSH_DUPLICATE)
+        return bad(err, PF_ERR_INVALID, "PULL_REPLY: push_result %u is out of range (0..3)",
+                   (unsigned)m->push_result);
+    pf_status st = plan_tensors(&p, m->tensors, m->n);
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_PULL_REPLY, request_id, &p, &w)) != PF_OK)
+        return st;
+    w64(&w, m->version);
+    w32(&w, m->push_result);
+    wtensors(&w, m->tensors, m->n);
+    finish(&w);
+    return PF_OK;
+}
+
+static void wpush(writer *w, const pf_wire_push *m) {
+    w32(w, m->task_index);
+    w64(w, m->incarnation);
+    w64(w, m->seq);
+    w64(w, m->step);
+    wtensors(w, m->tensors, m->n);
+}
+
+pf_status pf_wire_encode_push(pf_wire_out *out, uint32_t request_id, const pf_wire_push *m,
+                              pf_error *err) {
+    reset(out);
+    plan p = {.type = "PUSH", .head = PUSH_FIXED, .err = err};
+    pf_status st = plan_tensors(&p, m->tensors, m->n);
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_PUSH, request_id, &p, &w)) != PF_OK)
+        return st;
+    wpush(&w, m);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_push_ack(pf_wire_out *out, uint32_t request_id, const pf_wire_push_ack *m,
+                                  pf_error *err) {
+    reset(out);
+    plan p = {.type = "PUSH_ACK", .head = PUSH_ACK_SIZE, .err = err};
+    if (m->result > PF_WIRE_PUSH_DUPLICATE)
+        return bad(err, PF_ERR_INVALID, "PUSH_ACK: result %u is out of range (0..3)",
+                   (unsigned)m->result);
+    writer w;
+    pf_status st = begin(out, PF_WIRE_PUSH_ACK, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w64(&w, m->seq);
+    w32(&w, m->result);
+    w64(&w, m->version);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
+                                   const pf_wire_push_pull *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "PUSH_PULL", .head = PUSH_FIXED + PULL_FIXED, .err = err};
+    pf_status st = plan_tensors(&p, m->push.tensors, m->push.n);
+    if (st == PF_OK)
+        st = plan_ids(&p, m->pull.ids, m->pull.n, "n_pull");
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_PUSH_PULL, request_id, &p, &w)) != PF_OK)
+        return st;
+    wpush(&w, &m->push);
+    w64(&w, m->pull.min_version);
+    wids(&w, m->pull.ids, m->pull.n);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err) {
+    reset(out);
+    plan p = {.type = "STATS", .err = err};
+    writer w;
+    pf_status st = begin(out, PF_WIRE_STATS, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,
+                                     const pf_wire_stats_reply *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "STATS_REPLY", .err = err};
+    pf_status st =
+        plan_str(&p, m->json, (uint32_t)(PF_WIRE_MAX_PAYLOAD - STATS_REPLY_FIXED), "json");
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_STATS_REPLY, request_id, &p, &w)) != PF_OK)
+        return st;
+    wstr(&w, m->json);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
+                                    const pf_wire_checkpoint *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "CHECKPOINT", .head = CHECKPOINT_SIZE, .err = err};
+    if (m->final > 1)
+        return bad(err, PF_ERR_INVALID, "CHECKPOINT: final %u is not 0 or 1", (unsigned)m->final);
+    writer w;
+    pf_status st = begin(out, PF_WIRE_CHECKPOINT, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w64(&w, m->step);
+    w32(&w, m->final);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_checkpoint_ack(pf_wire_out *out, uint32_t request_id,
+                                        const pf_wire_checkpoint_ack *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "CHECKPOINT_ACK", .head = CHECKPOINT_ACK_FIXED - 4, .err = err};
+    pf_status st = plan_str(&p, m->path, PF_WIRE_MAX_PATH, "path");
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_CHECKPOINT_ACK, request_id, &p, &w)) != PF_OK)
+        return st;
+    w64(&w, m->step);
+    w32(&w, m->status);
+    wstr(&w, m->path);
+    finish(&w);
+    return PF_OK;
+}
+
+/* ERROR with its text sanitised (see wire.h). */
+static pf_status encode_error(pf_wire_out *out, uint32_t request_id, uint32_t code,
+                              const char *text, size_t text_len, pf_error *err) {
+    reset(out);
+    plan p = {.type = "ERROR", .err = err};
+    if (code == PF_WIRE_OK)
+        return bad(err, PF_ERR_INVALID, "ERROR: code must not be 0");
+    if (!text)
+        text_len = 0;
+    const uint8_t *s = (const uint8_t *)text;
+    size_t len = text_len ? utf8_sanitize(s, text_len, NULL, PF_WIRE_MAX_ERROR_MSG) : 0;
+    p.head = ERROR_FIXED + len;
+    writer w;
+    pf_status st = begin(out, PF_WIRE_ERROR, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w32(&w, code);
+    w32(&w, (uint32_t)len);
+    if (len)
+        utf8_sanitize(s, text_len, w.b + w.pos, len);
+    w.pos += len;
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_error(pf_wire_out *out, uint32_t request_id, uint32_t code,
+                               const char *message, pf_error *err) {
+    return encode_error(out, request_id, code, message, message ? strlen(message) : 0, err);
+}
+
+pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) {
+    uint32_t id = m->request_id;
+    switch (m->type) {
+    case PF_WIRE_HELLO:
+        return pf_wire_encode_hello(out, id, &m->u.hello, err);
+    case PF_WIRE_HELLO_ACK:
+        return pf_wire_encode_hello_ack(out, id, &m->u.hello_ack, err);
+    case PF_WIRE_PULL:
+        return pf_wire_encode_pull(out, id, &m->u.pull, err);
+    case PF_WIRE_PULL_REPLY:
+        return pf_wire_encode_pull_reply(out, id, &m->u.pull_reply, err);
+    case PF_WIRE_PUSH:
+        return pf_wire_encode_push(out, id, &m->u.push, err);
+    case PF_WIRE_PUSH_ACK:
+        return pf_wire_encode_push_ack(out, id, &m->u.push_ack, err);
+    case PF_WIRE_PUSH_PULL:
+        return pf_wire_encode_push_pull(out, id, &m->u.push_pull, err);
+    case PF_WIRE_STATS:
+        return pf_wire_encode_stats(out, id, err);
+    case PF_WIRE_STATS_REPLY:
+        return pf_wire_encode_stats_reply(out, id, &m->u.stats_reply, err);
+    case PF_WIRE_CHECKPOINT:
+        return pf_wire_encode_checkpoint(out, id, &m->u.checkpoint, err);
+    case PF_WIRE_CHECKPOINT_ACK:
+        return pf_wire_encode_checkpoint_ack(out, id, &m->u.checkpoint_ack, err);
+    case PF_WIRE_ERROR:
+        return encode_error(out, id, m->u.error.code, m->u.error.message.ptr,
+                            m->u.error.message.len, err);
+    }
+    reset(out);
+    return bad(err, PF_ERR_INVALID, "unknown message type %u", (unsigned)m->type);
+}
+
+/* --- gathering ------------------------------------------------------------------------- */
+
+size_t pf_wire_out_copy(const pf_wire_out *out, size_t pos, void *dst, size_t len) {
+    if (pos >= out->total)
+        return 0;
+    if (len > out->total - pos)
+        len = out->total - pos;
+    /* First segment whose data ends after pos; everything before pos lies in earlier
+     * pieces. Binary search: a message can have PF_WIRE_MAX_TENSORS segments. */
+    size_t lo = 0, hi = out->n_seg;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (out->seg[mid].pos + out->seg[mid].len <= pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint8_t *d = dst;
+    const uint8_t *head = out->head.data;
+    size_t done = 0, i = lo;
+    while (done < len) {
+        size_t p = pos + done, want = len - done, n;
+        if (i < out->n_seg && p >= out->seg[i].pos) { /* inside segment i's data */
+            const pf_wire_seg *s = &out->seg[i];
+            size_t off = p - s->pos;
+            n = s->len - off < want ? s->len - off : want;
+            memcpy(d + done, (const uint8_t *)s->data + off, n);
+            if (off + n == s->len)
+                i++;
+        } else if (i < out->n_seg) { /* head bytes just before segment i */
+            const pf_wire_seg *s = &out->seg[i];
+            n = s->pos - p < want ? s->pos - p : want;
+            memcpy(d + done, head + s->head_off - (s->pos - p), n);
+        } else { /* head bytes after the last segment */
+            n = want;
+            memcpy(d + done, head + out->head.len - (out->total - p), n);
+        }
+        done += n;
+    }
+    return len;
+}
+
+pf_status pf_wire_out_gather(const pf_wire_out *out, pf_buf *dst) {
+    void *p;
+    pf_status st = pf_buf_extend(dst, out->total, &p);
+    if (st != PF_OK)
+        return st;
+    pf_wire_out_copy(out, 0, p, out->total);
+    return PF_OK;
+}

@@ -1,0 +1,87 @@
+/* export.c - `psflow export DIR --out model.safetensors`: merges a checkpoint's shards into
+ * one safetensors file with the variables under their TensorFlow names (DESIGN.md section
+ * 6), loadable with the `safetensors` library from PyTorch or NumPy.
+ *
+ * DIR is a step-<N> folder (it must have a complete manifest.json) or a job's checkpoint
+ * folder (<checkpoint_dir>/<job>, meaning its newest complete checkpoint). The summary goes
+ * to stdout; errors are one line on stderr.
+ */
+#include <stdio.h>
+
+#include "cli.h"
+#include "options.h"
+#include "psflow/checkpoint.h"
+
+static int exit_code_for(pf_status st) {
+    switch (st) {
+    case PF_ERR_IO:
+    case PF_ERR_NOT_FOUND:
+        return CLI_EX_NOINPUT;
+    case PF_ERR_FORMAT:
+    case PF_ERR_UNSUPPORTED:
+    case PF_ERR_RANGE:
+        return CLI_EX_DATAERR;
+    case PF_ERR_NOMEM:
+        return CLI_EX_OSERR;
+    default:
+        return CLI_EX_SOFTWARE;
+    }
+}
+
+int cli_export(int argc, char **argv) {
+    cli_option opts[] = {
+        {"out", "FILE", "write the merged variables to FILE (safetensors); required", NULL},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    cli_args args;
+    if (cli_parse("export", argc, argv, opts, n_opts, &args) != 0)
+        return CLI_EX_USAGE;
+    if (args.help) {
+        cli_print_help("export", "DIR --out FILE",
+                       "Merges the parameter-server shards of a checkpoint into one safetensors "
+                       "file,\nvariables under their TensorFlow names (dense_0/kernel [in, out], "
+                       "dense_0/bias\n[out], ...). DIR is a step-<N> folder with a complete "
+                       "manifest.json, or a job's\ncheckpoint folder (its newest complete "
+                       "checkpoint). Exit codes: 0 done, 64 usage,\n65 corrupt checkpoint, 66 no "
+                       "complete checkpoint or unreadable input, 73 cannot\nwrite --out.",
+                       opts, n_opts);
+        return 0;
+    }
+    if (args.n_positional != 1) {
+        fprintf(stderr, "psflow export: expected one checkpoint folder (see 'psflow export "
+                        "--help')\n");
+        return CLI_EX_USAGE;
+    }
+    const char *out = cli_get(opts, n_opts, "out");
+    if (!out || !*out) {
+        fprintf(stderr, "psflow export: --out FILE is required (see 'psflow export --help')\n");
+        return CLI_EX_USAGE;
+    }
+    pf_error err;
+    pf_error_clear(&err);
+    pf_checkpoint_model *m;
+    pf_status st = pf_checkpoint_merge(args.positional[0], &m, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow export: %s\n", err.message);
+        return exit_code_for(st);
+    }
+    st = pf_checkpoint_model_write(m, out, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow export: cannot write: %s\n", err.message);
+        pf_checkpoint_model_destroy(m);
+        return st == PF_ERR_NOMEM ? CLI_EX_OSERR : CLI_EX_CANTCREAT;
+    }
+    long long params = 0;
+    int n = pf_checkpoint_model_count(m);
+    for (int i = 0; i < n; i++) {
+        pf_tensor_view v = pf_checkpoint_model_get(m, i);
+        long long c = 1;
+        for (int d = 0; d < v.rank; d++)
+            c *= v.shape[d];
+        params += c;
+    }
+    printf("%s: job %s, step %lld, %d variables, %lld parameters\n", out,
+           pf_checkpoint_model_job(m), (long long)pf_checkpoint_model_step(m), n, params);
+    pf_checkpoint_model_destroy(m);
+    return 0;
+}

@@ -11,6 +11,9 @@
 #define CLI_EX_UNAVAILABLE 69 /* a required device or service is unavailable */
 
 int cli_train(int argc, char **argv);
+int cli_ps(int argc, char **argv);
+int cli_worker(int argc, char **argv);
+int cli_export(int argc, char **argv);
 int cli_version(int argc, char **argv);
 
 #endif

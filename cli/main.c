@@ -12,6 +12,9 @@ typedef struct command {
 
 static const command commands[] = {
     {"train", cli_train, "train a job in this one process (no network)"},
+    {"ps", cli_ps, "run a parameter-server task (task from TF_CONFIG)"},
+    {"worker", cli_worker, "run a training task (task from TF_CONFIG)"},
+    {"export", cli_export, "merge a checkpoint's shards into one safetensors file"},
     {"version", cli_version, "print the version"},
 };
 

@@ -52,3 +52,67 @@ PY
 in_range() {
   python3 -c 'import sys; v,lo,hi=map(float,sys.argv[1:]); sys.exit(0 if lo<=v<=hi else 1)' "$@"
 }
+
+# free_ports N: prints N distinct free TCP ports on 127.0.0.1.
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# tf_config TYPE INDEX PS_PORTS WORKER_PORTS: the TF_CONFIG of one task on 127.0.0.1
+# (port lists are comma-separated).
+tf_config() {
+  python3 - "$@" <<'PY'
+import json, sys
+t, i, ps, workers = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+addr = lambda ports: ["127.0.0.1:%s" % p for p in ports.split(",") if p]
+print(json.dumps({"cluster": {"ps": addr(ps), "worker": addr(workers)},
+                  "task": {"type": t, "index": i}, "environment": "cloud"},
+                 separators=(",", ":")))
+PY
+}
+
+# wait_pid PID SECONDS: waits for a background process, failing after SECONDS.
+wait_pid() {
+  local pid=$1 limit=$2 waited=0
+  while kill -0 "$pid" 2>/dev/null; do
+    [ "$waited" -lt $((limit * 10)) ] || { kill -9 "$pid" 2>/dev/null; fail "pid $pid still running after ${limit}s"; }
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  wait "$pid"
+}
+
+# max_abs_diff A B: largest |a - b| over every tensor of two safetensors files with the
+# same tensor names and shapes.
+max_abs_diff() {
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        raw = data[8 + n + b:8 + n + e]
+        out[name] = (t["shape"], struct.unpack("<%df" % (len(raw) // 4), raw))
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+worst = 0.0
+for name in a:
+    assert a[name][0] == b[name][0], (name, a[name][0], b[name][0])
+    worst = max([worst] + [abs(x - y) for x, y in zip(a[name][1], b[name][1])])
+print("%.3g" % worst)
+PY
+}

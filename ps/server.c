@@ -1,0 +1,556 @@
+/* server.c - a parameter-server task on the data plane (see server.h).
+ *
+ * DESIGN: every message is handled on the transport's service thread: decode (wire.c
+ * validates the frame), check it against this task's shards (ids, counts, hello, job
+ * name), act on ps_shards, reply. Because updates and replies happen on the same thread, a
+ * PULL_REPLY copies values that no update can touch halfway. A pull that asks for a
+ * version not reached yet ("not before v") is parked on its connection and answered right
+ * after the update that reaches v. Bad frames get an ERROR reply and change nothing.
+ * The chief's final CHECKPOINT ends the task: it writes its shards, acknowledges, answers
+ * whatever is parked, and returns from ps_server_wait once its workers have gone.
+ */
+#include "server.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "psflow/checkpoint.h"
+#include "psflow/clock.h"
+#include "psflow/mem.h"
+#include "psflow/optim.h"
+#include "psflow/placement.h"
+#include "psflow/wire.h"
+#include "psflow/ws.h"
+#include "shard.h"
+
+typedef struct peer {
+    struct peer *next;
+    uint64_t conn;
+    int hello;
+    int task;
+    uint64_t incarnation;
+    pf_wire_in in;
+    /* a parked pull */
+    int parked;
+    uint32_t request_id;
+    uint64_t min_version;
+    uint32_t push_result;
+    uint32_t n_ids;
+    uint32_t *ids; /* capacity: the task's shard count */
+} peer;
+
+struct ps_server {
+    pf_job_spec spec;
+    int task;
+    uint64_t incarnation;
+    char checkpoint_dir[1024];
+    double grace;
+    pf_placement placement;
+    ps_shards *shards;
+    int *local_of;         /* global shard id -> local index, or -1 */
+    const float **grads;   /* scratch: local shard order */
+    pf_wire_tensor *views; /* scratch for replies */
+    pf_ws *ws;
+    pf_wire_out out; /* service thread only */
+    peer *peers;
+    uint64_t errors; /* ERROR replies sent */
+    /* completion, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int final_done;
+    int n_peers;
+    double final_time;
+    volatile sig_atomic_t stop;
+};
+
+static void logf_(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(const ps_server *s, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
+}
+
+/* Sends the message held in s->out to conn (copying it into a pooled send buffer). */
+static void send_out(ps_server *s, uint64_t conn) {
+    size_t len = pf_wire_out_len(&s->out);
+    uint8_t *buf = pf_ws_buffer(s->ws, len);
+    if (!buf) {
+        logf_(s, "out of memory for a %zu-byte reply; closing connection", len);
+        pf_ws_close(s->ws, conn);
+        return;
+    }
+    pf_wire_out_copy(&s->out, 0, buf, len);
+    pf_ws_send(s->ws, conn, buf, len);
+}
+
+static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
+                       const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->errors++;
+    pf_error err;
+    if (pf_wire_encode_error(&s->out, request_id, code, msg, &err) == PF_OK)
+        send_out(s, conn);
+}
+
+static uint64_t version(const ps_server *s) {
+    return ps_shards_stats(s->shards).version;
+}
+
+/* Checks pulled ids: each must be a shard this task holds. Returns 0 or sends an error. */
+static int check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
+                     uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] >= (uint32_t)s->placement.n_shards || s->local_of[ids[i]] < 0) {
+            send_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                       "shard %" PRIu32 " is not held by ps %d", ids[i], s->task);
+            return -1;
+        }
+    return 0;
+}
+
+static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
+                       uint32_t n, uint32_t push_result) {
+    for (uint32_t i = 0; i < n; i++) {
+        int local = s->local_of[ids[i]];
+        s->views[i] = (pf_wire_tensor){ids[i], PF_WIRE_F32, ps_shards_info(s->shards, local)->count,
+                                       ps_shards_values(s->shards, local)};
+    }
+    pf_wire_pull_reply r = {version(s), push_result, n, s->views};
+    pf_error err;
+    if (pf_wire_encode_pull_reply(&s->out, request_id, &r, &err) == PF_OK)
+        send_out(s, conn);
+}
+
+/* Answers a pull now if its version is reached, else parks it on the peer. */
+static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
+                         uint32_t push_result) {
+    if (version(s) >= pull->min_version || version(s) >= (uint64_t)s->spec.training.max_steps ||
+        s->final_done) {
+        reply_pull(s, p->conn, request_id, pull->ids, pull->n, push_result);
+        return;
+    }
+    p->parked = 1;
+    p->request_id = request_id;
+    p->min_version = pull->min_version;
+    p->push_result = push_result;
+    p->n_ids = pull->n;
+    memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
+}
+
+/* Answers parked pulls whose version has been reached (or all, when the job is over). */
+static void release_parked(ps_server *s) {
+    uint64_t v = version(s);
+    int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
+    for (peer *p = s->peers; p; p = p->next)
+        if (p->parked && (v >= p->min_version || over)) {
+            p->parked = 0;
+            reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
+        }
+}
+
+static const uint32_t push_result_wire[] = {
+    [PS_PUSH_APPLIED] = PF_WIRE_PUSH_APPLIED,
+    [PS_PUSH_ACCEPTED] = PF_WIRE_PUSH_ACCEPTED,
+    [PS_PUSH_STALE] = PF_WIRE_PUSH_STALE,
+    [PS_PUSH_DUPLICATE] = PF_WIRE_PUSH_DUPLICATE,
+};
+
+/* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
+static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
+    int n_local = ps_shards_count(s->shards);
+    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    if (!p->hello) {
+        send_error(s, p->conn, request_id, PF_WIRE_NOT_READY, "push before HELLO");
+        return -1;
+    }
+    if (push->task_index >= (uint32_t)n_tasks) {
+        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                   "task index %" PRIu32 " out of range (job has %d training tasks)",
+                   push->task_index, n_tasks);
+        return -1;
+    }
+    if (push->n != (uint32_t)n_local) {
+        send_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
+                   "push carries %" PRIu32 " tensors; ps %d holds %d shards", push->n, s->task,
+                   n_local);
+        return -1;
+    }
+    for (int i = 0; i < n_local; i++)
+        s->grads[i] = NULL;
+    for (uint32_t i = 0; i < push->n; i++) {
+        const pf_wire_tensor *t = &push->tensors[i];
+        int local = t->id < (uint32_t)s->placement.n_shards ? s->local_of[t->id] : -1;
+        if (local < 0 || s->grads[local]) {
+            send_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                       "shard %" PRIu32 " is not held by ps %d or appears twice", t->id, s->task);
+            return -1;
+        }
+        const pf_shard_info *info = ps_shards_info(s->shards, local);
+        if (t->count != info->count) {
+            send_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                       "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
+                       info->name, info->count, t->count);
+            return -1;
+        }
+        s->grads[local] = t->data;
+    }
+    if (version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
+        return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
+    ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
+                                      push->seq, push->step, s->grads);
+    if (r == PS_PUSH_REFUSED) {
+        send_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                   "push from incarnation %" PRIu64 " of task %" PRIu32
+                   ", which has been replaced by a newer one",
+                   push->incarnation, push->task_index);
+        return -1;
+    }
+    if (r == PS_PUSH_APPLIED)
+        release_parked(s);
+    return (int)push_result_wire[r];
+}
+
+/* Writes this task's shards into <checkpoint_dir>/<job>/step-<step>/ps-<task>.safetensors. */
+static pf_status ps_checkpoint_write(ps_server *s, uint64_t step, char *path, size_t len,
+                                     pf_error *err) {
+    char dir[2048];
+    pf_status st =
+        pf_checkpoint_step_dir(s->checkpoint_dir, s->spec.name, (int64_t)step, dir, sizeof dir);
+    if (st != PF_OK)
+        return pf_error_set(err, st, NULL, "checkpoint path too long");
+    int n = ps_shards_count(s->shards);
+    int n_slots = pf_optim_num_slots(&s->spec.optimizer);
+    const float **values = pf_calloc((size_t)(n ? n : 1), sizeof *values);
+    const float **slot_ptrs =
+        pf_calloc((size_t)(n ? n : 1) * PF_OPTIM_MAX_SLOTS, sizeof *slot_ptrs);
+    const float *const **slots = pf_calloc((size_t)(n ? n : 1), sizeof *slots);
+    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
+    if (!values || !slot_ptrs || !slots || !info) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        info[i] = *ps_shards_info(s->shards, i);
+        values[i] = ps_shards_values(s->shards, i);
+        for (int k = 0; k < n_slots; k++)
+            slot_ptrs[i * PF_OPTIM_MAX_SLOTS + k] = ps_shards_slot(s->shards, i, k);
+        slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS;
+    }
+    pf_checkpoint_shards shards = {n, info, values, n_slots ? slots : NULL};
+    st = pf_checkpoint_write_ps(dir, s->task, version(s), &s->spec, &shards, path, len, NULL, err);
+done:
+    pf_free(values);
+    pf_free(slot_ptrs);
+    pf_free(slots);
+    pf_free(info);
+    return st;
+}
+
+static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
+                              const pf_wire_checkpoint *c) {
+    pf_error err;
+    pf_error_clear(&err);
+    char path[2048] = "";
+    pf_status st = ps_checkpoint_write(s, c->step, path, sizeof path, &err);
+    pf_wire_checkpoint_ack ack = {
+        c->step,
+        st == PF_OK ? 0 : PF_WIRE_INTERNAL,
+        {st == PF_OK ? path : err.message, (uint32_t)strlen(st == PF_OK ? path : err.message)}};
+    if (st == PF_OK)
+        logf_(s, "checkpoint written at step %" PRIu64 " (version %" PRIu64 "): %s", c->step,
+              version(s), path);
+    else
+        logf_(s, "checkpoint at step %" PRIu64 " failed: %s", c->step, err.message);
+    if (pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err) == PF_OK)
+        send_out(s, p->conn);
+    if (c->final && st == PF_OK) {
+        pthread_mutex_lock(&s->mu);
+        s->final_done = 1;
+        s->final_time = pf_clock_now();
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        release_parked(s);
+        logf_(s, "job %s done at version %" PRIu64, s->spec.name, version(s));
+    }
+}
+
+static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
+    ps_stats st = ps_shards_stats(s->shards);
+    char json[512];
+    int n = snprintf(json, sizeof json,
+                     "{\"ps_task\":%d,\"incarnation\":%" PRIu64 ",\"version\":%" PRIu64
+                     ",\"pushes_applied\":%" PRIu64 ",\"pushes_stale\":%" PRIu64
+                     ",\"pushes_duplicate\":%" PRIu64 ",\"pushes_refused\":%" PRIu64
+                     ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64 "}",
+                     s->task, s->incarnation, st.version, st.pushes_applied, st.pushes_stale,
+                     st.pushes_duplicate, st.pushes_refused, s->errors, ps_shards_count(s->shards),
+                     s->placement.bytes_per_ps[s->task]);
+    pf_wire_stats_reply r = {{json, (uint32_t)n}};
+    pf_error err;
+    if (pf_wire_encode_stats_reply(&s->out, request_id, &r, &err) == PF_OK)
+        send_out(s, p->conn);
+}
+
+static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
+                       void *user) {
+    (void)ws;
+    ps_server *s = user;
+    peer *p = conn_user;
+    if (!p)
+        return;
+    pf_wire_msg m;
+    memset(&m, 0, sizeof m);
+    pf_error err;
+    pf_error_clear(&err);
+    if (pf_wire_decode(&p->in, data, len, &m, &err) != PF_OK) {
+        send_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
+        return;
+    }
+    switch (m.type) {
+    case PF_WIRE_HELLO: {
+        const pf_wire_hello *h = &m.u.hello;
+        if (h->job.len != strlen(s->spec.name) ||
+            memcmp(h->job.ptr, s->spec.name, h->job.len) != 0) {
+            send_error(s, conn, m.request_id, PF_WIRE_BAD_VALUE,
+                       "this ps serves job '%s', not '%.*s'", s->spec.name, (int)h->job.len,
+                       h->job.ptr);
+            return;
+        }
+        p->hello = 1;
+        p->task = (int)h->task_index;
+        p->incarnation = h->incarnation;
+        pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
+                                 (uint32_t)ps_shards_count(s->shards)};
+        if (pf_wire_encode_hello_ack(&s->out, m.request_id, &ack, &err) == PF_OK)
+            send_out(s, conn);
+        return;
+    }
+    case PF_WIRE_PULL:
+        if (check_ids(s, conn, m.request_id, m.u.pull.ids, m.u.pull.n) == 0)
+            pull_or_park(s, p, m.request_id, &m.u.pull, 0);
+        return;
+    case PF_WIRE_PUSH: {
+        int r = handle_push(s, p, m.request_id, &m.u.push);
+        if (r < 0)
+            return;
+        pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, version(s)};
+        if (pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err) == PF_OK)
+            send_out(s, conn);
+        return;
+    }
+    case PF_WIRE_PUSH_PULL: {
+        if (check_ids(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n))
+            return;
+        int r = handle_push(s, p, m.request_id, &m.u.push_pull.push);
+        if (r >= 0)
+            pull_or_park(s, p, m.request_id, &m.u.push_pull.pull, (uint32_t)r);
+        return;
+    }
+    case PF_WIRE_STATS:
+        handle_stats(s, p, m.request_id);
+        return;
+    case PF_WIRE_CHECKPOINT:
+        handle_checkpoint(s, p, m.request_id, &m.u.checkpoint);
+        return;
+    default:
+        send_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
+                   pf_wire_type_name(m.type));
+    }
+}
+
+static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
+    (void)conn_user;
+    ps_server *s = user;
+    int n_local = ps_shards_count(s->shards);
+    peer *p = pf_calloc(1, sizeof *p);
+    if (p && !(p->ids = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->ids))) {
+        pf_free(p);
+        p = NULL;
+    }
+    if (!p) {
+        pf_ws_close(ws, conn);
+        return;
+    }
+    p->conn = conn;
+    pf_wire_in_init(&p->in, 0, (uint32_t)(n_local ? n_local : 1));
+    p->next = s->peers;
+    s->peers = p;
+    pf_ws_set_conn_user(ws, conn, p);
+    pthread_mutex_lock(&s->mu);
+    s->n_peers++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
+    (void)ws;
+    (void)conn_user;
+    ps_server *s = user;
+    for (peer **pp = &s->peers; *pp; pp = &(*pp)->next) {
+        peer *p = *pp;
+        if (p->conn != conn)
+            continue;
+        *pp = p->next;
+        if (p->hello)
+            logf_(s, "worker task %d disconnected", p->task);
+        pf_wire_in_deinit(&p->in);
+        pf_free(p->ids);
+        pf_free(p);
+        pthread_mutex_lock(&s->mu);
+        s->n_peers--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+}
+
+/* Restores the newest complete checkpoint of the job, if any. */
+static pf_status restore(ps_server *s, pf_error *err) {
+    char job_dir[2048], step_dir[2048];
+    int64_t step;
+    if (pf_checkpoint_job_dir(s->checkpoint_dir, s->spec.name, job_dir, sizeof job_dir) != PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    pf_status st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
+    if (st == PF_ERR_NOT_FOUND) {
+        logf_(s, "no checkpoint under %s: starting from the initial values", job_dir);
+        return PF_OK;
+    }
+    if (st != PF_OK)
+        return st;
+    int n = ps_shards_count(s->shards);
+    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
+    if (!info)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (int i = 0; i < n; i++)
+        info[i] = *ps_shards_info(s->shards, i);
+    pf_checkpoint_ps *c;
+    st = pf_checkpoint_load_ps(step_dir, s->task, info, n, &s->spec.optimizer, &c, err);
+    pf_free(info);
+    if (st != PF_OK)
+        return st;
+    ps_shards_restore(s->shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
+                      pf_checkpoint_ps_slots(c));
+    logf_(s, "restored from %s (step %lld, version %" PRIu64 ")", step_dir, (long long)step,
+          pf_checkpoint_ps_version(c));
+    pf_checkpoint_ps_destroy(c);
+    return PF_OK;
+}
+
+pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error *err) {
+    *out = NULL;
+    ps_server *s = pf_calloc(1, sizeof *s);
+    if (!s)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pf_wire_out_init(&s->out);
+    s->task = o->ps_task;
+    s->incarnation = o->incarnation;
+    s->grace = o->exit_grace_seconds;
+    snprintf(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s",
+             o->checkpoint_dir ? o->checkpoint_dir : "./checkpoints");
+    pf_status st = pf_job_spec_copy(&s->spec, o->spec);
+    if (st != PF_OK) {
+        pf_free(s);
+        return pf_error_set(err, st, NULL, "out of memory");
+    }
+    if ((st = pf_placement_compute(&s->spec, &s->placement)) != PF_OK ||
+        (st = ps_shards_create(&s->spec, &s->placement, s->task, pf_backend_openblas(),
+                               &s->shards)) != PF_OK) {
+        pf_error_set(err, st, NULL,
+                     st == PF_ERR_INVALID ? "ps task %d out of range (job has %d ps)"
+                                          : "out of memory",
+                     s->task, s->spec.replicas.ps);
+        goto fail;
+    }
+    int n_local = ps_shards_count(s->shards);
+    s->local_of = pf_mallocarray((size_t)s->placement.n_shards, sizeof *s->local_of);
+    s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
+    s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
+    if (!s->local_of || !s->grads || !s->views) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < s->placement.n_shards; i++)
+        s->local_of[i] = -1;
+    for (int i = 0; i < n_local; i++) {
+        const pf_shard_info *info = ps_shards_info(s->shards, i);
+        for (int g = 0; g < s->placement.n_shards; g++)
+            if (s->placement.shards[g].offset == info->offset)
+                s->local_of[g] = i;
+    }
+    /* Restore before listening: a restarted ps never serves fresh values to a running job. */
+    if ((st = restore(s, err)) != PF_OK)
+        goto fail;
+    pf_ws_handlers h = {on_open, on_message, on_close};
+    size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
+    if ((st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws, err)) !=
+        PF_OK)
+        goto fail;
+    logf_(s, "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64,
+          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, pf_ws_port(s->ws), version(s));
+    *out = s;
+    return PF_OK;
+fail:
+    ps_server_destroy(s);
+    return st;
+}
+
+int ps_server_port(const ps_server *s) {
+    return pf_ws_port(s->ws);
+}
+
+void ps_server_stop(ps_server *s) {
+    s->stop = 1;
+}
+
+int ps_server_wait(ps_server *s) {
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->stop) {
+            pthread_mutex_unlock(&s->mu);
+            return 1;
+        }
+        if (s->final_done && (s->n_peers == 0 || pf_clock_now() - s->final_time > s->grace))
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000; /* re-check the stop flag ten times a second */
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void ps_server_destroy(ps_server *s) {
+    if (!s)
+        return;
+    pf_ws_destroy(s->ws); /* closes every connection: on_close frees the peers */
+    ps_shards_destroy(s->shards);
+    pf_placement_deinit(&s->placement);
+    pf_wire_out_deinit(&s->out);
+    pf_free(s->local_of);
+    pf_free(s->grads);
+    pf_free(s->views);
+    pf_job_spec_deinit(&s->spec);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pf_free(s);
+}

@@ -1,0 +1,43 @@
+/* server.h - a parameter-server task: its shards behind the data-plane protocol
+ * (api/wire.md) on a WebSocket port.
+ *
+ * Lifecycle: ps_server_start() computes the placement, creates this task's shards
+ * (restoring the newest complete checkpoint of the job when there is one) and starts
+ * listening; ps_server_wait() blocks until the chief's final CHECKPOINT has been written
+ * and every worker has disconnected (or a grace period passed), or ps_server_stop() was
+ * called. Logging: one line per event on stderr.
+ */
+#ifndef PSFLOW_PS_SERVER_H
+#define PSFLOW_PS_SERVER_H
+
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+typedef struct ps_server_options {
+    const pf_job_spec *spec;
+    int ps_task;
+    const char *listen_host;    /* NULL or "0.0.0.0": every interface */
+    int port;                   /* 0: ephemeral (see ps_server_port) */
+    const char *checkpoint_dir; /* root of <dir>/<job>/step-<N>/ */
+    uint64_t incarnation;       /* differs on every start of this task */
+    double exit_grace_seconds;  /* after the final checkpoint, wait this long for workers */
+} ps_server_options;
+
+typedef struct ps_server ps_server;
+
+/* Errors: PF_ERR_IO (cannot listen; checkpoint unreadable), PF_ERR_NOMEM, with a message. */
+pf_status ps_server_start(const ps_server_options *options, ps_server **out, pf_error *err);
+
+int ps_server_port(const ps_server *s);
+
+/* Blocks until the job is done (returns 0) or ps_server_stop() was called (returns 1). */
+int ps_server_wait(ps_server *s);
+
+/* Asks ps_server_wait to return; async-signal-safe. */
+void ps_server_stop(ps_server *s);
+
+void ps_server_destroy(ps_server *s);
+
+#endif

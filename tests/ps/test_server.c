@@ -1,0 +1,300 @@
+/* test_server.c - a real ps_server on 127.0.0.1 fed hand-made frames over a WebSocket:
+ * every bad frame gets an ERROR reply (or, for a replayed push, a DUPLICATE ack) and the
+ * ps's variables stay byte-identical; good pushes do change them. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "psflow/buf.h"
+#include "psflow/placement.h"
+#include "psflow/wire.h"
+#include "psflow/ws.h"
+#include "server.h"
+
+typedef struct client {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, closed, got;
+    uint8_t *reply;
+    size_t reply_len;
+} client;
+
+static void c_open(pf_ws *ws, uint64_t conn, void *cu, void *user) {
+    (void)ws;
+    (void)conn;
+    (void)cu;
+    client *c = user;
+    pthread_mutex_lock(&c->mu);
+    c->open = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void c_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *d, size_t n, void *user) {
+    (void)ws;
+    (void)conn;
+    (void)cu;
+    client *c = user;
+    pthread_mutex_lock(&c->mu);
+    free(c->reply);
+    c->reply = malloc(n ? n : 1);
+    memcpy(c->reply, d, n);
+    c->reply_len = n;
+    c->got++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void c_close(pf_ws *ws, uint64_t conn, void *cu, void *user) {
+    (void)ws;
+    (void)conn;
+    (void)cu;
+    client *c = user;
+    pthread_mutex_lock(&c->mu);
+    c->closed = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct fixture {
+    pf_job_spec spec;
+    pf_placement pl;
+    ps_server *server;
+    pf_ws *ws;
+    uint64_t conn;
+    client c;
+    pf_wire_out out;
+    pf_wire_in in;
+    char dir[64];
+} fixture;
+
+static fixture fx;
+
+/* Sends raw bytes and waits (10 s at most) for the reply, decoded into *m. */
+static void exchange_raw(const void *bytes, size_t len, pf_wire_msg *m) {
+    int before = fx.c.got;
+    uint8_t *buf = pf_ws_buffer(fx.ws, len);
+    memcpy(buf, bytes, len);
+    assert_int_equal(pf_ws_send(fx.ws, fx.conn, buf, len), PF_OK);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&fx.c.mu);
+    while (fx.c.got == before && !fx.c.closed)
+        if (pthread_cond_timedwait(&fx.c.cv, &fx.c.mu, &deadline) != 0)
+            break;
+    int got = fx.c.got > before;
+    pthread_mutex_unlock(&fx.c.mu);
+    assert_true(got);
+    pf_error err;
+    assert_int_equal(pf_wire_decode(&fx.in, fx.c.reply, fx.c.reply_len, m, &err), PF_OK);
+}
+
+static void exchange(pf_wire_msg *m) {
+    pf_buf whole;
+    pf_buf_init(&whole, 1u << 20);
+    assert_int_equal(pf_wire_out_gather(&fx.out, &whole), PF_OK);
+    exchange_raw(whole.data, whole.len, m);
+    pf_buf_deinit(&whole);
+}
+
+/* The ps's values: pulls every shard and returns them concatenated (caller frees). */
+static uint8_t *snapshot(size_t *len) {
+    uint32_t ids[64];
+    uint32_t n = 0;
+    for (int i = 0; i < fx.pl.n_shards; i++)
+        ids[n++] = (uint32_t)i;
+    pf_wire_pull pull = {0, n, ids};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_pull(&fx.out, 7, &pull, &err), PF_OK);
+    pf_wire_msg m;
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_PULL_REPLY);
+    size_t total = 0;
+    for (uint32_t i = 0; i < m.u.pull_reply.n; i++)
+        total += m.u.pull_reply.tensors[i].count * sizeof(float);
+    uint8_t *out = malloc(total), *p = out;
+    for (uint32_t i = 0; i < m.u.pull_reply.n; i++) {
+        size_t b = m.u.pull_reply.tensors[i].count * sizeof(float);
+        memcpy(p, m.u.pull_reply.tensors[i].data, b);
+        p += b;
+    }
+    *len = total;
+    return out;
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"frames\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"async\", \"max_steps\": 1000}}";
+    pf_error err;
+    if (pf_job_spec_parse(json, strlen(json), &fx.spec, &err) != PF_OK)
+        return -1;
+    pf_placement_compute(&fx.spec, &fx.pl);
+    snprintf(fx.dir, sizeof fx.dir, "/tmp/psflow-server-XXXXXX");
+    if (!mkdtemp(fx.dir))
+        return -1;
+    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0};
+    if (ps_server_start(&o, &fx.server, &err) != PF_OK)
+        return -1;
+    pthread_mutex_init(&fx.c.mu, NULL);
+    pthread_cond_init(&fx.c.cv, NULL);
+    pf_ws_handlers h = {c_open, c_message, c_close};
+    if (pf_ws_client_create(1u << 20, &h, &fx.c, &fx.ws, &err) != PF_OK)
+        return -1;
+    pf_ws_connect(fx.ws, "127.0.0.1", ps_server_port(fx.server), NULL, &fx.conn);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    pthread_mutex_lock(&fx.c.mu);
+    while (!fx.c.open && !fx.c.closed)
+        if (pthread_cond_timedwait(&fx.c.cv, &fx.c.mu, &deadline) != 0)
+            break;
+    pthread_mutex_unlock(&fx.c.mu);
+    pf_wire_out_init(&fx.out);
+    pf_wire_in_init(&fx.in, 0, 0);
+    return fx.c.open ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    pf_ws_destroy(fx.ws);
+    ps_server_destroy(fx.server);
+    pf_wire_out_deinit(&fx.out);
+    pf_wire_in_deinit(&fx.in);
+    pf_placement_deinit(&fx.pl);
+    pf_job_spec_deinit(&fx.spec);
+    free(fx.c.reply);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", fx.dir);
+    return system(cmd);
+}
+
+static float grad_data[64];
+
+/* A push of every shard (counts may be overridden) from task/incarnation/seq. */
+static void encode_push(uint32_t task, uint64_t incarnation, uint64_t seq, int bad_id,
+                        int bad_count) {
+    static pf_wire_tensor t[64];
+    for (int i = 0; i < fx.pl.n_shards; i++)
+        t[i] = (pf_wire_tensor){(uint32_t)i, PF_WIRE_F32, fx.pl.shards[i].count, grad_data};
+    if (bad_id)
+        t[0].id = 999;
+    if (bad_count)
+        t[0].count += 1;
+    pf_wire_push p = {task, incarnation, seq, 0, (uint32_t)fx.pl.n_shards, t};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_push(&fx.out, 9, &p, &err), PF_OK);
+}
+
+static void expect_error(pf_wire_code code) {
+    pf_wire_msg m;
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_ERROR);
+    assert_int_equal(m.u.error.code, code);
+    assert_true(m.u.error.message.len > 0);
+}
+
+static void test_bad_frames_change_nothing(void **state) {
+    (void)state;
+    for (size_t i = 0; i < 64; i++)
+        grad_data[i] = 0.25f;
+    size_t len0, len1;
+    uint8_t *before = snapshot(&len0);
+
+    /* A push before HELLO is refused. */
+    encode_push(0, 1, 1, 0, 0);
+    expect_error(PF_WIRE_NOT_READY);
+
+    pf_wire_hello h = {PF_WIRE_ROLE_WORKER, 0, 1, {"frames", 6}};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &h, &err), PF_OK);
+    pf_wire_msg m;
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
+
+    /* Raw garbage at the framing level. */
+    pf_buf whole;
+    pf_buf_init(&whole, 1u << 20);
+    encode_push(0, 1, 1, 0, 0);
+    assert_int_equal(pf_wire_out_gather(&fx.out, &whole), PF_OK);
+    uint8_t *bytes = malloc(whole.len);
+    memcpy(bytes, whole.data, whole.len);
+    struct {
+        size_t offset;
+        uint8_t value;
+        size_t len;
+        pf_wire_code code;
+    } cases[] = {
+        {0, 'X', whole.len, PF_WIRE_BAD_MAGIC},     /* magic */
+        {4, 9, whole.len, PF_WIRE_BAD_VERSION},     /* version */
+        {6, 99, whole.len, PF_WIRE_BAD_TYPE},       /* type */
+        {0, 'P', whole.len - 3, PF_WIRE_TRUNCATED}, /* truncated payload */
+        {23, 0xff, whole.len, PF_WIRE_TOO_LARGE},   /* payload_len over the limit */
+        {16, 0xff, whole.len, PF_WIRE_TRUNCATED},   /* payload_len disagrees */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memcpy(bytes, whole.data, whole.len);
+        bytes[cases[i].offset] = cases[i].value;
+        exchange_raw(bytes, cases[i].len, &m);
+        assert_int_equal(m.type, PF_WIRE_ERROR);
+        if (m.u.error.code != (uint32_t)cases[i].code)
+            fail_msg("case %zu: got %s, expected %s", i, pf_wire_code_name(m.u.error.code),
+                     pf_wire_code_name(cases[i].code));
+    }
+    free(bytes);
+    pf_buf_deinit(&whole);
+
+    /* Well-formed frames that do not fit this ps. */
+    encode_push(0, 1, 1, 1, 0);
+    expect_error(PF_WIRE_UNKNOWN_SHARD);
+    encode_push(0, 1, 1, 0, 1);
+    expect_error(PF_WIRE_BAD_SHAPE);
+    encode_push(7, 1, 1, 0, 0);
+    expect_error(PF_WIRE_BAD_VALUE);
+
+    uint8_t *after = snapshot(&len1);
+    assert_int_equal(len0, len1);
+    assert_memory_equal(before, after, len0);
+    free(after);
+
+    /* A good push changes the values... */
+    encode_push(0, 5, 1, 0, 0);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_PUSH_ACK);
+    assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_APPLIED);
+    uint8_t *changed = snapshot(&len1);
+    assert_true(memcmp(before, changed, len0) != 0);
+
+    /* ...its replay (same incarnation and seq) does not... */
+    encode_push(0, 5, 1, 0, 0);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_PUSH_ACK);
+    assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_DUPLICATE);
+    /* ...nor does a push from an older incarnation of the task. */
+    encode_push(0, 4, 2, 0, 0);
+    expect_error(PF_WIRE_STALE_INCARNATION);
+    after = snapshot(&len1);
+    assert_memory_equal(changed, after, len0);
+    free(after);
+    free(changed);
+    free(before);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_frames_change_nothing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

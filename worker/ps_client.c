@@ -1,0 +1,525 @@
+/* ps_client.c - a worker's requests to every ps (see ps_client.h).
+ *
+ * DESIGN: the trainer thread encodes one request per ps, sends them all, then waits on a
+ * condition variable until every ps has answered; the transport's service thread decodes
+ * replies and copies pulled tensors straight into the trainer's parameter vector (the
+ * trainer is blocked meanwhile, so nothing else touches it). A connection that drops while
+ * its request is outstanding is re-established by the trainer thread and the same encoded
+ * request is sent again: same push sequence number, so at-most-once holds.
+ */
+#include "ps_client.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "psflow/clock.h"
+#include "psflow/mem.h"
+#include "psflow/wire.h"
+#include "psflow/ws.h"
+
+typedef struct ps_link {
+    int index;
+    char host[256];
+    int port;
+    uint32_t *ids; /* global shard ids this ps holds */
+    int n_ids;
+    pf_wire_out out; /* the request in flight, kept for resending */
+    /* under client->mu */
+    uint64_t conn;
+    int open;    /* transport connection up */
+    int closed;  /* the connection went away */
+    int waiting; /* a reply is expected */
+    int done;    /* the reply arrived */
+    uint32_t request_id;
+    pf_status status;
+    char message[256];
+    uint64_t version;
+    uint64_t ps_incarnation;
+    uint32_t push_result;
+    char *stats; /* STATS_REPLY text */
+    /* service thread only */
+    pf_wire_in in;
+} ps_link;
+
+struct ps_client {
+    pf_job_spec spec;
+    pf_placement placement;
+    pf_ws *ws;
+    ps_link *links;
+    int n;
+    int task;
+    uint8_t role;
+    uint64_t incarnation;
+    double retry;
+    uint64_t seq;
+    uint32_t next_request;
+    pf_wire_tensor *views;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    float *params; /* destination of pulled values during a request */
+};
+
+/* --- service thread ------------------------------------------------------------------------ */
+
+static void finish_link(ps_client *c, ps_link *l, pf_status st, const char *msg) {
+    l->status = st;
+    snprintf(l->message, sizeof l->message, "%s", msg ? msg : "");
+    l->done = 1;
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* Copies a PULL_REPLY's tensors into the parameter vector after checking each. */
+static pf_status take_values(ps_client *c, ps_link *l, const pf_wire_pull_reply *r, char *msg,
+                             size_t len) {
+    if (r->n != (uint32_t)l->n_ids) {
+        snprintf(msg, len, "ps %d answered with %" PRIu32 " shards, expected %d", l->index, r->n,
+                 l->n_ids);
+        return PF_ERR_FORMAT;
+    }
+    for (uint32_t i = 0; i < r->n; i++) {
+        const pf_wire_tensor *t = &r->tensors[i];
+        if (t->id >= (uint32_t)c->placement.n_shards ||
+            c->placement.shards[t->id].ps_task != l->index ||
+            t->count != c->placement.shards[t->id].count) {
+            snprintf(msg, len, "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements", l->index,
+                     t->id, t->count);
+            return PF_ERR_FORMAT;
+        }
+        if (c->params)
+            memcpy(c->params + c->placement.shards[t->id].offset, t->data,
+                   t->count * sizeof(float));
+    }
+    return PF_OK;
+}
+
+static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
+                       void *user) {
+    (void)ws;
+    (void)conn;
+    ps_client *c = user;
+    ps_link *l = conn_user;
+    pf_wire_msg m;
+    memset(&m, 0, sizeof m);
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_wire_decode(&l->in, data, len, &m, &err);
+    pthread_mutex_lock(&c->mu);
+    if (!l->waiting || m.request_id != l->request_id) {
+        pthread_mutex_unlock(&c->mu);
+        return; /* a late answer to a request that was given up */
+    }
+    l->waiting = 0;
+    char msg[256] = "";
+    if (st != PF_OK) {
+        snprintf(msg, sizeof msg, "bad reply from ps %d: %.200s", l->index, err.message);
+    } else {
+        switch (m.type) {
+        case PF_WIRE_HELLO_ACK:
+            l->version = m.u.hello_ack.version;
+            l->ps_incarnation = m.u.hello_ack.ps_incarnation;
+            break;
+        case PF_WIRE_PULL_REPLY:
+            st = take_values(c, l, &m.u.pull_reply, msg, sizeof msg);
+            l->version = m.u.pull_reply.version;
+            l->push_result = m.u.pull_reply.push_result;
+            break;
+        case PF_WIRE_PUSH_ACK:
+            l->version = m.u.push_ack.version;
+            l->push_result = m.u.push_ack.result;
+            break;
+        case PF_WIRE_CHECKPOINT_ACK:
+            if (m.u.checkpoint_ack.status != 0) {
+                st = PF_ERR_IO;
+                snprintf(msg, sizeof msg, "ps %d could not checkpoint: %.*s", l->index,
+                         (int)m.u.checkpoint_ack.path.len, m.u.checkpoint_ack.path.ptr);
+            }
+            break;
+        case PF_WIRE_STATS_REPLY:
+            pf_free(l->stats);
+            if ((l->stats = pf_malloc(m.u.stats_reply.json.len + 1))) {
+                memcpy(l->stats, m.u.stats_reply.json.ptr, m.u.stats_reply.json.len);
+                l->stats[m.u.stats_reply.json.len] = '\0';
+            }
+            break;
+        case PF_WIRE_ERROR:
+            st = PF_ERR_INVALID;
+            snprintf(msg, sizeof msg, "ps %d: %s: %.*s", l->index,
+                     pf_wire_code_name(m.u.error.code), (int)m.u.error.message.len,
+                     m.u.error.message.ptr);
+            break;
+        default:
+            st = PF_ERR_FORMAT;
+            snprintf(msg, sizeof msg, "ps %d sent an unexpected %s", l->index,
+                     pf_wire_type_name(m.type));
+        }
+    }
+    finish_link(c, l, st, msg);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
+    (void)ws;
+    ps_client *c = user;
+    ps_link *l = conn_user;
+    pthread_mutex_lock(&c->mu);
+    if (l->conn == conn)
+        l->open = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
+    (void)ws;
+    ps_client *c = user;
+    ps_link *l = conn_user;
+    pthread_mutex_lock(&c->mu);
+    if (l->conn == conn) {
+        l->open = 0;
+        l->closed = 1;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* --- trainer thread ------------------------------------------------------------------------ */
+
+static void deadline_in(struct timespec *ts, double seconds) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    double whole = (double)(long)seconds;
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((seconds - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Sends l->out on l's connection (the encoded request must already be there). */
+static pf_status send_request(ps_client *c, ps_link *l) {
+    size_t len = pf_wire_out_len(&l->out);
+    uint8_t *buf = pf_ws_buffer(c->ws, len);
+    if (!buf)
+        return PF_ERR_NOMEM;
+    pf_wire_out_copy(&l->out, 0, buf, len);
+    pthread_mutex_lock(&c->mu);
+    l->waiting = 1;
+    l->done = 0;
+    uint64_t conn = l->conn;
+    pthread_mutex_unlock(&c->mu);
+    if (pf_ws_send(c->ws, conn, buf, len) != PF_OK) {
+        pthread_mutex_lock(&c->mu);
+        l->closed = 1;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return PF_OK;
+}
+
+/* (Re)connects l and completes HELLO, retrying until c->retry seconds have passed. The
+ * request kept in l->out is preserved. */
+static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
+    double give_up = pf_clock_now() + c->retry, backoff = 0.05;
+    pf_wire_out hello_out;
+    pf_wire_out_init(&hello_out);
+    pf_status st = PF_ERR_IO;
+    char last[256] = "connection refused";
+    while (pf_clock_now() < give_up) {
+        pthread_mutex_lock(&c->mu);
+        l->open = l->closed = 0;
+        pthread_mutex_unlock(&c->mu);
+        uint64_t conn;
+        if (pf_ws_connect(c->ws, l->host, l->port, l, &conn) != PF_OK)
+            break;
+        pthread_mutex_lock(&c->mu);
+        l->conn = conn;
+        struct timespec ts;
+        deadline_in(&ts, 10.0);
+        while (!l->open && !l->closed)
+            if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
+                break;
+        int up = l->open;
+        pthread_mutex_unlock(&c->mu);
+        if (up) {
+            /* HELLO on the fresh connection, then restore the request being retried. */
+            pf_wire_out saved = l->out;
+            l->out = hello_out;
+            pf_wire_hello h = {c->role,
+                               (uint32_t)c->task,
+                               c->incarnation,
+                               {c->spec.name, (uint32_t)strlen(c->spec.name)}};
+            l->request_id = ++c->next_request;
+            pf_error e2;
+            st = pf_wire_encode_hello(&l->out, l->request_id, &h, &e2);
+            if (st == PF_OK)
+                st = send_request(c, l);
+            hello_out = l->out;
+            l->out = saved;
+            if (st != PF_OK)
+                break;
+            pthread_mutex_lock(&c->mu);
+            deadline_in(&ts, 10.0);
+            while (!l->done && !l->closed)
+                if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
+                    break;
+            int ok = l->done && l->status == PF_OK;
+            snprintf(last, sizeof last, "%s", l->done ? l->message : "no answer to HELLO");
+            pthread_mutex_unlock(&c->mu);
+            if (ok) {
+                st = PF_OK;
+                break;
+            }
+            if (l->done && l->status != PF_OK) { /* the ps refused us: retrying won't help */
+                st = PF_ERR_INVALID;
+                break;
+            }
+            pf_ws_close(c->ws, conn);
+        }
+        st = PF_ERR_IO;
+        struct timespec nap = {0, (long)(backoff * 1e9)};
+        nanosleep(&nap, NULL); /* reconnect backoff, not synchronisation */
+        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+    }
+    pf_wire_out_deinit(&hello_out);
+    if (st != PF_OK)
+        pf_error_set(err, st, NULL, "cannot reach ps %d at %s:%d: %s", l->index, l->host, l->port,
+                     last);
+    return st;
+}
+
+/* Sends every link's encoded request and waits for all answers, reconnecting and resending
+ * where a connection drops. */
+static pf_status round_trip(ps_client *c, pf_error *err) {
+    for (int p = 0; p < c->n; p++)
+        if (send_request(c, &c->links[p]) != PF_OK)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        for (;;) {
+            pthread_mutex_lock(&c->mu);
+            while (!l->done && !l->closed)
+                pthread_cond_wait(&c->cv, &c->mu);
+            int done = l->done;
+            pf_status st = l->status;
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", l->message);
+            l->waiting = 0;
+            pthread_mutex_unlock(&c->mu);
+            if (done) {
+                if (st != PF_OK)
+                    return pf_error_set(err, st, NULL, "%s", msg);
+                break;
+            }
+            fprintf(stderr, "psflow worker %d: lost ps %d; reconnecting\n", c->task, l->index);
+            uint64_t before = l->ps_incarnation;
+            pf_status cs = connect_link(c, l, err);
+            if (cs != PF_OK)
+                return cs;
+            if (l->ps_incarnation != before) {
+                /* The ps restarted and restored its newest checkpoint: a gradient computed
+                 * against its old values means nothing to it. Pull its values instead; the
+                 * next step computes against them. */
+                fprintf(stderr,
+                        "psflow worker %d: ps %d restarted (incarnation %" PRIu64
+                        ", restored version %" PRIu64 "); pulling its values\n",
+                        c->task, l->index, l->ps_incarnation, l->version);
+                pf_wire_pull pull = {0, (uint32_t)l->n_ids, l->ids};
+                l->request_id = ++c->next_request;
+                if (pf_wire_encode_pull(&l->out, l->request_id, &pull, err) != PF_OK)
+                    return PF_ERR_NOMEM;
+            } else {
+                fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task,
+                        l->index);
+            }
+            if (send_request(c, l) != PF_OK)
+                return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        }
+    }
+    return PF_OK;
+}
+
+static int parse_addr(const char *addr, char *host, size_t len, int *port) {
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= len)
+        return -1;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 1 || p > 65535)
+        return -1;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error *err) {
+    *out = NULL;
+    ps_client *c = pf_calloc(1, sizeof *c);
+    if (!c)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->task = o->task;
+    c->role = o->role;
+    c->incarnation = o->incarnation;
+    c->retry = o->retry_seconds > 0 ? o->retry_seconds : 60;
+    pf_status st = pf_job_spec_copy(&c->spec, o->spec);
+    if (st == PF_OK)
+        st = pf_placement_compute(&c->spec, &c->placement);
+    if (st != PF_OK) {
+        pf_error_set(err, st, NULL, "out of memory");
+        goto fail;
+    }
+    c->n = c->spec.replicas.ps;
+    c->links = pf_calloc((size_t)c->n, sizeof *c->links);
+    c->views = pf_calloc((size_t)c->placement.n_shards, sizeof *c->views);
+    if (!c->links || !c->views) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        l->index = p;
+        pf_wire_out_init(&l->out);
+        pf_wire_in_init(&l->in, 0, 0);
+        if (parse_addr(o->ps_addrs[p], l->host, sizeof l->host, &l->port) != 0) {
+            st = pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d address '%s' is not host:port", p,
+                              o->ps_addrs[p]);
+            goto fail;
+        }
+        l->ids = pf_mallocarray((size_t)c->placement.n_shards, sizeof *l->ids);
+        if (!l->ids) {
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+            goto fail;
+        }
+        for (int g = 0; g < c->placement.n_shards; g++)
+            if (c->placement.shards[g].ps_task == p)
+                l->ids[l->n_ids++] = (uint32_t)g;
+    }
+    pf_ws_handlers h = {on_open, on_message, on_close};
+    size_t max_message = 0;
+    for (int p = 0; p < c->n; p++)
+        if ((size_t)c->placement.bytes_per_ps[p] > max_message)
+            max_message = (size_t)c->placement.bytes_per_ps[p];
+    max_message += 65536 + (size_t)c->placement.n_shards * 16;
+    if ((st = pf_ws_client_create(max_message, &h, c, &c->ws, err)) != PF_OK)
+        goto fail;
+    for (int p = 0; p < c->n; p++)
+        if ((st = connect_link(c, &c->links[p], err)) != PF_OK)
+            goto fail;
+    *out = c;
+    return PF_OK;
+fail:
+    ps_client_destroy(c);
+    return st;
+}
+
+void ps_client_destroy(ps_client *c) {
+    if (!c)
+        return;
+    pf_ws_destroy(c->ws);
+    for (int p = 0; c->links && p < c->n; p++) {
+        pf_wire_out_deinit(&c->links[p].out);
+        pf_wire_in_deinit(&c->links[p].in);
+        pf_free(c->links[p].ids);
+        pf_free(c->links[p].stats);
+    }
+    pf_free(c->links);
+    pf_free(c->views);
+    pf_placement_deinit(&c->placement);
+    pf_job_spec_deinit(&c->spec);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    pf_free(c);
+}
+
+static void collect(ps_client *c, uint64_t *versions, uint32_t *results) {
+    for (int p = 0; p < c->n; p++) {
+        if (versions)
+            versions[p] = c->links[p].version;
+        if (results)
+            results[p] = c->links[p].push_result;
+    }
+}
+
+pf_status ps_client_pull(ps_client *c, const uint64_t *min_version, float *params,
+                         uint64_t *versions, pf_error *err) {
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        pf_wire_pull pull = {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids};
+        l->request_id = ++c->next_request;
+        pf_status st = pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
+        if (st != PF_OK)
+            return st;
+    }
+    c->params = params;
+    pf_status st = round_trip(c, err);
+    c->params = NULL;
+    collect(c, versions, NULL);
+    return st;
+}
+
+pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *step,
+                              const uint64_t *min_version, float *params, uint64_t *versions,
+                              uint32_t *results, pf_error *err) {
+    c->seq++;
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        for (int i = 0; i < l->n_ids; i++) {
+            const pf_shard_info *s = &c->placement.shards[l->ids[i]];
+            c->views[i] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count, grads + s->offset};
+        }
+        pf_wire_push_pull pp = {
+            {(uint32_t)c->task, c->incarnation, c->seq, step[p], (uint32_t)l->n_ids, c->views},
+            {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids}};
+        l->request_id = ++c->next_request;
+        pf_status st = pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
+        if (st != PF_OK)
+            return st;
+    }
+    c->params = params;
+    pf_status st = round_trip(c, err);
+    c->params = NULL;
+    collect(c, versions, results);
+    return st;
+}
+
+pf_status ps_client_checkpoint(ps_client *c, uint64_t step, int final, pf_error *err) {
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        pf_wire_checkpoint ck = {step, (uint32_t) final};
+        l->request_id = ++c->next_request;
+        pf_status st = pf_wire_encode_checkpoint(&l->out, l->request_id, &ck, err);
+        if (st != PF_OK)
+            return st;
+    }
+    return round_trip(c, err);
+}
+
+char *ps_client_stats(ps_client *c, int p, pf_error *err) {
+    ps_link *l = &c->links[p];
+    l->request_id = ++c->next_request;
+    if (pf_wire_encode_stats(&l->out, l->request_id, err) != PF_OK)
+        return NULL;
+    if (send_request(c, l) != PF_OK)
+        return NULL;
+    pthread_mutex_lock(&c->mu);
+    while (!l->done && !l->closed)
+        pthread_cond_wait(&c->cv, &c->mu);
+    char *text = l->done && l->status == PF_OK && l->stats ? pf_strdup(l->stats) : NULL;
+    if (!text)
+        pf_error_set(err, PF_ERR_IO, NULL, "no statistics from ps %d: %s", p,
+                     l->done ? l->message : "connection lost");
+    pthread_mutex_unlock(&c->mu);
+    return text;
+}
+
+int ps_client_num_ps(const ps_client *c) {
+    return c->n;
+}
+
+const pf_placement *ps_client_placement(const ps_client *c) {
+    return &c->placement;
+}

@@ -1,0 +1,304 @@
+/* trainer.c - the training loop of a worker or chief (see trainer.h).
+ *
+ * DESIGN: parameters and gradients live in host vectors that the ps client fills and
+ * reads; they cross to the compute backend once each way per step (a copy on the CPU
+ * backend, the one host<->device transfer each way on a GPU backend). Everything is
+ * allocated before the first step.
+ */
+#include "trainer.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "psflow/backend.h"
+#include "psflow/checkpoint.h"
+#include "psflow/clock.h"
+#include "psflow/data.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
+#include "psflow/wire.h"
+#include "ps_client.h"
+
+#define EVAL_BATCH 1000
+
+typedef struct trainer {
+    const worker_options *o;
+    const pf_job_spec *spec;
+    const pf_backend *be;
+    ps_client *client;
+    pf_model *model;
+    pf_dataset train, test;
+    int has_test;
+    pf_sampler *sampler;
+    size_t n_params;
+    int n_ps, n_tasks;
+    float *params, *grads;                 /* host */
+    float *d_params, *d_grads, *d_x, *d_y; /* backend */
+    int32_t *d_labels;
+    float *hx, *hy;
+    int32_t *hlabels;
+    uint64_t *versions, *steps, *min_version;
+    double last_checkpoint_time;
+} trainer;
+
+static int exit_code(pf_status st) {
+    switch (st) {
+    case PF_ERR_IO:
+    case PF_ERR_NOT_FOUND:
+        return 66;
+    case PF_ERR_SPEC:
+    case PF_ERR_FORMAT:
+        return 65;
+    case PF_ERR_UNSUPPORTED:
+        return 69;
+    default:
+        return 70;
+    }
+}
+
+static void upload_batch(trainer *t, int count) {
+    t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)t->spec->model.inputs);
+    if (t->spec->model.type == PF_MODEL_LINEAR)
+        t->be->upload(t->d_y, t->hy, (size_t)count);
+    else
+        t->be->upload_i32(t->d_labels, t->hlabels, (size_t)count);
+}
+
+/* Evaluates the host parameters on the test set (or the train set without one). */
+static pf_eval evaluate(trainer *t) {
+    pf_eval ev = {0};
+    const pf_dataset *ds = t->has_test ? &t->test : &t->train;
+    t->be->upload(t->d_params, t->params, t->n_params);
+    size_t in = (size_t)ds->features;
+    for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
+        int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
+        memcpy(t->hx, ds->x + (size_t)start * in, (size_t)count * in * sizeof(float));
+        for (int i = 0; i < count; i++) {
+            t->hy[i] = ds->y[start + i];
+            t->hlabels[i] = (int32_t)ds->y[start + i];
+        }
+        upload_batch(t, count);
+        pf_model_eval_batch(t->model, t->d_params, t->d_x, t->d_y, t->d_labels, count, &ev);
+    }
+    return ev;
+}
+
+static void log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
+    const char *set = t->has_test ? "test" : "train";
+    if (t->spec->model.type == PF_MODEL_LINEAR)
+        fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.6f\n", step, set,
+                ev->loss_sum / (double)ev->examples);
+    else
+        fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.4f %s accuracy %.4f\n", step,
+                set, ev->loss_sum / (double)ev->examples, set,
+                (double)ev->correct / (double)ev->examples);
+}
+
+/* Asks every ps to checkpoint at `step`, then makes the checkpoint exist (manifest) and
+ * prunes old ones. */
+static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
+    pf_status st = ps_client_checkpoint(t->client, step, final, err);
+    if (st != PF_OK)
+        return st;
+    char job_dir[2048], step_dir[2048];
+    const char *root = t->o->checkpoint_dir;
+    if (pf_checkpoint_job_dir(root, t->spec->name, job_dir, sizeof job_dir) != PF_OK ||
+        pf_checkpoint_step_dir(root, t->spec->name, (int64_t)step, step_dir, sizeof step_dir) !=
+            PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    st = pf_checkpoint_write_manifest(step_dir, t->spec->name, (int64_t)step, t->n_ps, NULL, err);
+    if (st != PF_OK)
+        return st;
+    int removed = 0;
+    pf_checkpoint_prune(job_dir, t->spec->checkpoint.keep, &removed, NULL);
+    fprintf(stderr, "psflow chief: checkpoint %s complete%s\n", step_dir, final ? " (final)" : "");
+    t->last_checkpoint_time = pf_clock_now();
+    return PF_OK;
+}
+
+static pf_status setup(trainer *t, pf_error *err) {
+    const pf_job_spec *spec = t->spec;
+    pf_status st = pf_backend_for_device(spec->device, &t->be, err);
+    if (st != PF_OK)
+        return st;
+    if ((st = pf_dataset_load(spec, false, &t->train, err)) != PF_OK)
+        return st;
+    int test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;
+    if (t->o->is_chief && test_exists) {
+        if ((st = pf_dataset_load(spec, true, &t->test, err)) != PF_OK)
+            return st;
+        t->has_test = 1;
+    }
+    int b = spec->training.batch_size, max_batch = b > EVAL_BATCH ? b : EVAL_BATCH;
+    if (pf_model_create(&spec->model, t->be, max_batch, &t->model) != PF_OK)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    t->n_params = pf_model_num_params(&spec->model);
+    t->n_ps = spec->replicas.ps;
+    t->n_tasks = spec->replicas.worker + spec->replicas.chief;
+    size_t in = (size_t)spec->model.inputs;
+    t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
+    t->params = pf_mallocarray(t->n_params, sizeof(float));
+    t->grads = pf_mallocarray(t->n_params, sizeof(float));
+    t->d_params = t->be->alloc(t->n_params * sizeof(float));
+    t->d_grads = t->be->alloc(t->n_params * sizeof(float));
+    t->d_x = t->be->alloc((size_t)max_batch * in * sizeof(float));
+    t->d_y = t->be->alloc((size_t)max_batch * sizeof(float));
+    t->d_labels = t->be->alloc((size_t)max_batch * sizeof(int32_t));
+    t->hx = pf_mallocarray((size_t)max_batch * in, sizeof(float));
+    t->hy = pf_mallocarray((size_t)max_batch, sizeof(float));
+    t->hlabels = pf_mallocarray((size_t)max_batch, sizeof(int32_t));
+    t->versions = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
+    t->steps = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
+    t->min_version = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
+    if (!t->sampler || !t->params || !t->grads || !t->d_params || !t->d_grads || !t->d_x ||
+        !t->d_y || !t->d_labels || !t->hx || !t->hy || !t->hlabels || !t->versions || !t->steps ||
+        !t->min_version)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    ps_client_options co = {spec,
+                            t->o->ps_addrs,
+                            t->o->task,
+                            (uint8_t)(t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER),
+                            t->o->incarnation,
+                            t->o->retry_seconds};
+    return ps_client_create(&co, &t->client, err);
+}
+
+static void teardown(trainer *t) {
+    ps_client_destroy(t->client);
+    pf_model_destroy(t->model);
+    pf_sampler_destroy(t->sampler);
+    pf_dataset_deinit(&t->train);
+    pf_dataset_deinit(&t->test);
+    if (t->be) {
+        float *bufs[] = {t->d_params, t->d_grads, t->d_x, t->d_y, (float *)t->d_labels};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i])
+                t->be->free(bufs[i]);
+    }
+    pf_free(t->params);
+    pf_free(t->grads);
+    pf_free(t->hx);
+    pf_free(t->hy);
+    pf_free(t->hlabels);
+    pf_free(t->versions);
+    pf_free(t->steps);
+    pf_free(t->min_version);
+}
+
+int worker_run(const worker_options *o) {
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.o = o;
+    t.spec = o->spec;
+    const pf_job_spec *spec = o->spec;
+    const char *who = o->is_chief ? "chief" : "worker";
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = setup(&t, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow %s %d: %s\n", who, o->task, err.message);
+        teardown(&t);
+        return err.message[0] && strstr(err.message, "cannot reach") ? 69 : exit_code(st);
+    }
+    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d\n", who,
+            o->task, t.n_ps, o->task, t.n_tasks, spec->training.batch_size);
+    int sync = spec->training.mode == PF_MODE_SYNC;
+    int b = spec->training.batch_size;
+    uint64_t max_steps = (uint64_t)spec->training.max_steps;
+    int rc = 0;
+    double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;
+    long local_steps = 0, window = 0;
+    t.last_checkpoint_time = t_start;
+    uint64_t last_eval = 0, last_ckpt = 0;
+
+    if ((st = ps_client_pull(t.client, NULL, t.params, t.versions, &err)) != PF_OK)
+        goto fail;
+    last_eval = last_ckpt = t.versions[0];
+    while (t.versions[0] < max_steps) {
+        uint64_t global = t.versions[0];
+        if (o->is_chief) {
+            int64_t ee = spec->training.eval_every_steps, ce = spec->checkpoint.every_steps;
+            if (ee > 0 && global / (uint64_t)ee > last_eval / (uint64_t)ee) {
+                pf_eval ev = evaluate(&t);
+                log_eval(&t, global, &ev);
+            }
+            int by_steps = ce > 0 && global / (uint64_t)ce > last_ckpt / (uint64_t)ce;
+            int by_time =
+                spec->checkpoint.every_secs > 0 &&
+                pf_clock_now() - t.last_checkpoint_time > (double)spec->checkpoint.every_secs;
+            if ((by_steps || by_time) && (st = checkpoint(&t, global, 0, &err)) != PF_OK)
+                goto fail;
+            last_eval = last_ckpt = global;
+        }
+        pf_batch_gather(&t.train, t.sampler,
+                        pf_shard_position((int64_t)global, t.n_tasks, o->task, b), b, t.hx, t.hy,
+                        t.hlabels);
+        upload_batch(&t, b);
+        t.be->upload(t.d_params, t.params, t.n_params);
+        last_loss =
+            pf_model_train_step(t.model, t.d_params, t.d_x, t.d_y, t.d_labels, b, t.d_grads);
+        t.be->download(t.grads, t.d_grads, t.n_params);
+        for (int p = 0; p < t.n_ps; p++) {
+            t.steps[p] = t.versions[p];
+            t.min_version[p] = sync ? t.versions[p] + 1 : 0;
+        }
+        if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
+            struct timespec nap = {o->push_delay_ms / 1000, (o->push_delay_ms % 1000) * 1000000L};
+            nanosleep(&nap, NULL);
+        }
+        st = ps_client_push_pull(t.client, t.grads, t.steps, t.min_version, t.params, t.versions,
+                                 NULL, &err);
+        if (st != PF_OK)
+            goto fail;
+        local_steps++;
+        loss_sum += last_loss;
+        window++;
+        if (o->log_every > 0 && local_steps % o->log_every == 0) {
+            double secs = pf_clock_now() - t_start;
+            fprintf(stderr,
+                    "psflow %s %d: step %" PRIu64 "/%" PRIu64 " loss %.4f %.0f examples/s\n", who,
+                    o->task, t.versions[0], max_steps, loss_sum / window,
+                    (double)local_steps * b / secs);
+            loss_sum = 0;
+            window = 0;
+        }
+    }
+    double seconds = pf_clock_now() - t_start;
+    fprintf(stderr, "psflow %s %d: reached step %" PRIu64 " after %ld local steps, %.1f s\n", who,
+            o->task, t.versions[0], local_steps, seconds);
+    if (o->is_chief) {
+        pf_eval ev = evaluate(&t);
+        log_eval(&t, t.versions[0], &ev);
+        if ((st = checkpoint(&t, t.versions[0], 1, &err)) != PF_OK)
+            goto fail;
+        double acc =
+            spec->model.type == PF_MODEL_LINEAR ? -1 : (double)ev.correct / (double)ev.examples;
+        double test_loss = ev.loss_sum / (double)ev.examples;
+        if (o->json) {
+            json_t *j = json_pack("{s:s, s:I, s:f, s:o, s:f, s:I}", "name", spec->name, "steps",
+                                  (json_int_t)t.versions[0], "test_loss", test_loss,
+                                  "test_accuracy", acc < 0 ? json_null() : json_real(acc),
+                                  "seconds", seconds, "local_steps", (json_int_t)local_steps);
+            char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            printf("%s\n", text);
+            free(text);
+            json_decref(j);
+        } else if (acc >= 0) {
+            printf("%s: %" PRIu64 " steps, test accuracy %.4f, %.1f s\n", spec->name, t.versions[0],
+                   acc, seconds);
+        } else {
+            printf("%s: %" PRIu64 " steps, test loss %.6f, %.1f s\n", spec->name, t.versions[0],
+                   test_loss, seconds);
+        }
+        fflush(stdout);
+    }
+    teardown(&t);
+    return rc;
+fail:
+    fprintf(stderr, "psflow %s %d: %s\n", who, o->task, err.message);
+    teardown(&t);
+    return st == PF_ERR_IO ? 69 : exit_code(st);
+}

@@ -1,0 +1,36 @@
+/* trainer.h - a training task (worker or chief) of a distributed job.
+ *
+ * Each step: take this task's slice of the global batch (data.h: the examples one process
+ * with batch tasks*b would read at that global step), compute the gradient against the
+ * parameters pulled from the ps tasks, push it and pull the next parameters in one round
+ * trip per ps (sync: not before the next version). The global step is ps 0's version.
+ * The chief (the chief task, or worker 0 when there is none) also evaluates every
+ * training.eval_every_steps, asks every ps to checkpoint every checkpoint.every_steps /
+ * every_secs and writes the manifest, and at max_steps takes the final checkpoint, which
+ * tells the ps tasks to finish.
+ */
+#ifndef PSFLOW_WORKER_TRAINER_H
+#define PSFLOW_WORKER_TRAINER_H
+
+#include <stdint.h>
+
+#include "psflow/spec.h"
+
+typedef struct worker_options {
+    const pf_job_spec *spec;
+    const char *const *ps_addrs; /* replicas.ps "host:port" */
+    int task;                    /* training task index: chief 0, then workers */
+    int is_chief;
+    uint64_t incarnation;
+    const char *checkpoint_dir;
+    long log_every;       /* progress line every N local steps */
+    int json;             /* chief: print the result as one JSON object */
+    double retry_seconds; /* how long to keep reconnecting to a lost ps */
+    long push_delay_ms;   /* testing: wait this long before every push */
+} worker_options;
+
+/* Runs the task to the end of the job. Returns a process exit code (0 done; 65 bad data,
+ * 66 unreadable data, 69 ps unreachable or device unavailable, 70 internal error). */
+int worker_run(const worker_options *o);
+
+#endif

@@ -461,16 +461,21 @@ pf_status ps_client_pull(ps_client *c, const uint64_t *min_version, float *param
     return st;
 }
 
+/* Points c->views at this link's shards of grads. */
+static void gradient_views(ps_client *c, ps_link *l, const float *grads) {
+    for (int i = 0; i < l->n_ids; i++) {
+        const pf_shard_info *s = &c->placement.shards[l->ids[i]];
+        c->views[i] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count, grads + s->offset};
+    }
+}
+
 pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *step,
                               const uint64_t *min_version, float *params, uint64_t *versions,
                               uint32_t *results, pf_error *err) {
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        for (int i = 0; i < l->n_ids; i++) {
-            const pf_shard_info *s = &c->placement.shards[l->ids[i]];
-            c->views[i] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count, grads + s->offset};
-        }
+        gradient_views(c, l, grads);
         pf_wire_push_pull pp = {
             {(uint32_t)c->task, c->incarnation, c->seq, step[p], (uint32_t)l->n_ids, c->views},
             {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids}};
@@ -482,6 +487,24 @@ pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *
     c->params = params;
     pf_status st = round_trip(c, err);
     c->params = NULL;
+    collect(c, versions, results);
+    return st;
+}
+
+pf_status ps_client_push(ps_client *c, const float *grads, const uint64_t *step, uint64_t *versions,
+                         uint32_t *results, pf_error *err) {
+    c->seq++;
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        gradient_views(c, l, grads);
+        pf_wire_push push = {(uint32_t)c->task, c->incarnation,     c->seq,
+                             step[p],           (uint32_t)l->n_ids, c->views};
+        l->request_id = ++c->next_request;
+        pf_status st = pf_wire_encode_push(&l->out, l->request_id, &push, err);
+        if (st != PF_OK)
+            return st;
+    }
+    pf_status st = round_trip(c, err);
     collect(c, versions, results);
     return st;
 }

@@ -50,6 +50,10 @@ pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *
                               const uint64_t *min_version, float *params, uint64_t *versions,
                               uint32_t *results, pf_error *err);
 
+/* Pushes grads to every ps without pulling; results as in ps_client_push_pull. */
+pf_status ps_client_push(ps_client *c, const float *grads, const uint64_t *step, uint64_t *versions,
+                         uint32_t *results, pf_error *err);
+
 /* Asks every ps to checkpoint at `step` (final: the job is done, then they exit) and
  * waits for their acknowledgements. */
 pf_status ps_client_checkpoint(ps_client *c, uint64_t step, int final, pf_error *err);

@@ -1,0 +1,166 @@
+/* wire.c - data-plane throughput: a real ps server and worker client on 127.0.0.1.
+ *
+ * One ps task holds one dense float32 tensor of 4 KB, 4 MB or 40 MB (a softmax model sized
+ * to it; async sgd, so every push is applied). The worker client measures push (gradient
+ * to the ps, ack back), pull (values back) and fused push-pull, and the 4 KB push-pull
+ * round-trip time. Goodput counts payload both ways: push S, pull S, push-pull 2S bytes
+ * per round trip. Next to each figure: the plain-TCP baseline of bench/tcp_baseline,
+ * measured in the same run on the same sizes (best round trip of each side; noise only
+ * adds time). Targets: push-pull goodput >= 0.8 x TCP at 4 MB and 40 MB; 4 KB round trip
+ * <= 2 x TCP.
+ *
+ * usage: wire [--seconds T]     (T: time per measurement, default 1)
+ */
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "psflow/clock.h"
+#include "psflow/model.h"
+#include "ps_client.h"
+#include "server.h"
+
+typedef struct size_case {
+    const char *label;
+    size_t bytes;
+    int inputs, outputs; /* softmax kernel [inputs, outputs] + bias [outputs] = bytes / 4 */
+} size_case;
+
+static const size_case cases[] = {
+    {"4 KB", 4096, 255, 4},
+    {"4 MB", 4194304, 262143, 4},
+    {"40 MB", 41943040, 655359, 16},
+};
+
+/* Best seconds per round trip of fn over about `seconds`. */
+typedef pf_status (*round_fn)(ps_client *c, float *grads, float *params, uint64_t *v,
+                              pf_error *err);
+
+static pf_status do_push(ps_client *c, float *g, float *p, uint64_t *v, pf_error *err) {
+    (void)p;
+    return ps_client_push(c, g, v, v, NULL, err);
+}
+
+static pf_status do_pull(ps_client *c, float *g, float *p, uint64_t *v, pf_error *err) {
+    (void)g;
+    return ps_client_pull(c, NULL, p, v, err);
+}
+
+static pf_status do_push_pull(ps_client *c, float *g, float *p, uint64_t *v, pf_error *err) {
+    return ps_client_push_pull(c, g, v, NULL, p, v, NULL, err);
+}
+
+static double best_time(ps_client *c, round_fn fn, float *g, float *p, double seconds) {
+    uint64_t v = 0;
+    pf_error err;
+    double best = 1e30, start = pf_clock_now();
+    int rounds = 0;
+    while (rounds < 3 || (pf_clock_now() - start < seconds && rounds < 100000)) {
+        double t0 = pf_clock_now();
+        if (fn(c, g, p, &v, &err) != PF_OK) {
+            fprintf(stderr, "wire: %s\n", err.message);
+            exit(1);
+        }
+        double t = pf_clock_now() - t0;
+        best = t < best ? t : best;
+        rounds++;
+    }
+    return best;
+}
+
+/* TCP baseline seconds for (size, pattern), parsed from tcp_baseline's output. */
+static double tcp[3][3];
+
+static void run_baseline(const char *self, double seconds) {
+    char dir[4096], cmd[8192];
+    snprintf(dir, sizeof dir, "%s", self);
+    snprintf(cmd, sizeof cmd, "%s/tcp_baseline --seconds %g %zu %zu %zu", dirname(dir), seconds,
+             cases[0].bytes, cases[1].bytes, cases[2].bytes);
+    FILE *f = popen(cmd, "r");
+    char pattern[32];
+    size_t size;
+    double t;
+    while (f && fscanf(f, "%zu %31s %lf", &size, pattern, &t) == 3)
+        for (int s = 0; s < 3; s++)
+            if (size == cases[s].bytes)
+                tcp[s][!strcmp(pattern, "push") ? 0 : !strcmp(pattern, "pull") ? 1 : 2] = t;
+    if (!f || pclose(f) != 0) {
+        fprintf(stderr, "wire: cannot run %s\n", cmd);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv) {
+    double seconds = 1.0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: wire [--seconds T]\n");
+            return 64;
+        }
+    }
+    run_baseline(argv[0], seconds);
+    printf("wire: 1 ps + 1 worker on 127.0.0.1, goodput counts payload both ways; "
+           "TCP = plain socket, same run\n");
+    printf("%-6s %-10s %12s %12s %7s\n", "size", "pattern", "psflow GB/s", "TCP GB/s", "ratio");
+    for (int s = 0; s < 3; s++) {
+        char json[512], dir[] = "/tmp/psflow-bench-wire-XXXXXX";
+        snprintf(json, sizeof json,
+                 "{\"name\": \"bench-wire\", \"model\": {\"type\": \"softmax\", \"inputs\": %d,"
+                 " \"outputs\": %d}, \"data\": {\"format\": \"csv\", \"train\": [\"x.csv\"]},"
+                 " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 1e-9},"
+                 " \"training\": {\"max_steps\": 1000000000}}",
+                 cases[s].inputs, cases[s].outputs);
+        pf_job_spec spec;
+        pf_error err;
+        if (pf_job_spec_parse(json, strlen(json), &spec, &err) != PF_OK || !mkdtemp(dir)) {
+            fprintf(stderr, "wire: %s\n", err.message);
+            return 1;
+        }
+        ps_server_options so = {&spec, 0, "127.0.0.1", 0, dir, 1, 0};
+        ps_server *server;
+        if (ps_server_start(&so, &server, &err) != PF_OK) {
+            fprintf(stderr, "wire: %s\n", err.message);
+            return 1;
+        }
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
+        const char *addrs[] = {addr};
+        ps_client_options co = {&spec, addrs, 0, 0, 1, 10};
+        ps_client *client;
+        if (ps_client_create(&co, &client, &err) != PF_OK) {
+            fprintf(stderr, "wire: %s\n", err.message);
+            return 1;
+        }
+        size_t n = pf_model_num_params(&spec.model);
+        float *grads = calloc(n, sizeof(float)), *params = calloc(n, sizeof(float));
+        round_fn fns[] = {do_push, do_pull, do_push_pull};
+        const char *names[] = {"push", "pull", "push-pull"};
+        double factor[] = {1, 1, 2};
+        for (int p = 0; p < 3; p++) {
+            double t = best_time(client, fns[p], grads, params, seconds);
+            double bytes = factor[p] * (double)cases[s].bytes;
+            printf("%-6s %-10s %12.3f %12.3f %7.2f\n", cases[s].label, names[p], bytes / t / 1e9,
+                   bytes / tcp[s][p] / 1e9, tcp[s][p] / t);
+            if (s == 0 && p == 2)
+                printf("%-6s %-10s %9.1f us %9.1f us %7.2f   (round trip; target <= 2.00)\n",
+                       cases[s].label, "rtt", t * 1e6, tcp[s][p] * 1e6, t / tcp[s][p]);
+        }
+        ps_client_destroy(client);
+        ps_server_stop(server);
+        ps_server_destroy(server);
+        free(grads);
+        free(params);
+        pf_job_spec_deinit(&spec);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            return 1;
+    }
+    printf("targets: push-pull ratio >= 0.80 at 4 MB and 40 MB; 4 KB rtt ratio <= 2.00\n");
+    return 0;
+}

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <zlib.h>
 
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
@@ -270,10 +271,15 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
         c->step,
         st == PF_OK ? 0 : PF_WIRE_INTERNAL,
         {st == PF_OK ? path : err.message, (uint32_t)strlen(st == PF_OK ? path : err.message)}};
-    if (st == PF_OK)
-        logf_(s, "checkpoint written at step %" PRIu64 " (version %" PRIu64 "): %s", c->step,
-              version(s), path);
-    else
+    if (st == PF_OK) {
+        ps_stats ps = ps_shards_stats(s->shards);
+        logf_(s,
+              "checkpoint written at step %" PRIu64 " (version %" PRIu64
+              "): %s; pushes applied %" PRIu64 ", stale %" PRIu64 ", duplicate %" PRIu64
+              ", refused %" PRIu64 ", errors %" PRIu64,
+              c->step, ps.version, path, ps.pushes_applied, ps.pushes_stale, ps.pushes_duplicate,
+              ps.pushes_refused, s->errors);
+    } else
         logf_(s, "checkpoint at step %" PRIu64 " failed: %s", c->step, err.message);
     if (pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err) == PF_OK)
         send_out(s, p->conn);
@@ -443,8 +449,14 @@ static pf_status restore(ps_server *s, pf_error *err) {
         return st;
     ps_shards_restore(s->shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
                       pf_checkpoint_ps_slots(c));
-    logf_(s, "restored from %s (step %lld, version %" PRIu64 ")", step_dir, (long long)step,
-          pf_checkpoint_ps_version(c));
+    /* The checksum is over the values this ps will now serve, in local shard order, so an
+     * operator (or a test) can compare them with the checkpoint file. */
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < n; i++)
+        crc = crc32(crc, (const Bytef *)ps_shards_values(s->shards, i),
+                    (uInt)(ps_shards_info(s->shards, i)->count * sizeof(float)));
+    logf_(s, "restored from %s (step %lld, version %" PRIu64 ", values crc32 %08lx)", step_dir,
+          (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc);
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }

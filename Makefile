@@ -71,6 +71,7 @@ format-check:
 
 bench: build
 	@$(BUILD)/bench/train_throughput
+	@$(BUILD)/bench/wire 2>/dev/null
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -205,13 +205,16 @@ static int on_receive(pf_ws *ws, struct lws *wsi, conn *c, const uint8_t *in, si
         c->rx = p;
         c->rx_cap = cap;
     }
-    memcpy(c->rx + c->rx_len, in, len);
+    if (len) /* an empty message may arrive before any buffer exists */
+        memcpy(c->rx + c->rx_len, in, len);
     c->rx_len += len;
     if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
         size_t n = c->rx_len;
         c->rx_len = 0;
+        static const uint32_t empty[1]; /* data for an empty first message: never NULL */
         if (ws->h.on_message)
-            ws->h.on_message(ws, c->id, c->user, c->rx, n, ws->user);
+            ws->h.on_message(ws, c->id, c->user, c->rx ? c->rx : (const uint8_t *)empty, n,
+                             ws->user);
     }
     return 0;
 }

@@ -82,20 +82,6 @@ static uint64_t new_incarnation(void) {
     return (uint64_t)(pf_clock_wall() * 1e6);
 }
 
-static int parse_host_port(const char *s, char *host, size_t len, int *port) {
-    const char *colon = strrchr(s, ':');
-    if (!colon || (size_t)(colon - s) >= len)
-        return -1;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535)
-        return -1;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    *port = (int)p;
-    return 0;
-}
-
 static ps_server *running_ps;
 
 static void stop_ps(int sig) {
@@ -143,8 +129,8 @@ int cli_ps(int argc, char **argv) {
     char host[256] = "0.0.0.0";
     int port = 0;
     char own_host[256];
-    if ((listen && parse_host_port(listen, host, sizeof host, &port) != 0) ||
-        (!listen && parse_host_port(own, own_host, sizeof own_host, &port) != 0)) {
+    if ((listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) ||
+        (!listen && pf_split_host_port(own, own_host, sizeof own_host, &port) != 0)) {
         fprintf(stderr, "psflow ps: '%s' is not HOST:PORT\n", listen ? listen : own);
         node_deinit(&n);
         return CLI_EX_USAGE;

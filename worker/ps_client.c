@@ -18,6 +18,7 @@
 
 #include "psflow/clock.h"
 #include "psflow/mem.h"
+#include "psflow/tf_config.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 
@@ -340,20 +341,6 @@ static pf_status round_trip(ps_client *c, pf_error *err) {
     return PF_OK;
 }
 
-static int parse_addr(const char *addr, char *host, size_t len, int *port) {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= len)
-        return -1;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 1 || p > 65535)
-        return -1;
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
-    *port = (int)p;
-    return 0;
-}
-
 pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error *err) {
     *out = NULL;
     ps_client *c = pf_calloc(1, sizeof *c);
@@ -384,7 +371,8 @@ pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error
         l->index = p;
         pf_wire_out_init(&l->out);
         pf_wire_in_init(&l->in, 0, 0);
-        if (parse_addr(o->ps_addrs[p], l->host, sizeof l->host, &l->port) != 0) {
+        if (pf_split_host_port(o->ps_addrs[p], l->host, sizeof l->host, &l->port) != 0 ||
+            l->port == 0) {
             st = pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d address '%s' is not host:port", p,
                               o->ps_addrs[p]);
             goto fail;

@@ -72,14 +72,9 @@ static pf_eval evaluate(trainer *t) {
     pf_eval ev = {0};
     const pf_dataset *ds = t->has_test ? &t->test : &t->train;
     t->be->upload(t->d_params, t->params, t->n_params);
-    size_t in = (size_t)ds->features;
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
-        memcpy(t->hx, ds->x + (size_t)start * in, (size_t)count * in * sizeof(float));
-        for (int i = 0; i < count; i++) {
-            t->hy[i] = ds->y[start + i];
-            t->hlabels[i] = (int32_t)ds->y[start + i];
-        }
+        pf_batch_copy(ds, start, count, t->hx, t->hy, t->hlabels);
         upload_batch(t, count);
         pf_model_eval_batch(t->model, t->d_params, t->d_x, t->d_y, t->d_labels, count, &ev);
     }

@@ -705,3 +705,12 @@ void pf_batch_gather(const pf_dataset *ds, pf_sampler *s, int64_t start, int cou
             labels[k] = label_of(ds->y[i]);
     }
 }
+
+void pf_batch_copy(const pf_dataset *ds, int64_t start, int count, float *x, float *y,
+                   int32_t *labels) {
+    size_t in = (size_t)ds->features;
+    memcpy(x, ds->x + (size_t)start * in, (size_t)count * in * sizeof(float));
+    memcpy(y, ds->y + start, (size_t)count * sizeof(float));
+    for (int i = 0; labels && i < count; i++)
+        labels[i] = (int32_t)ds->y[start + i];
+}

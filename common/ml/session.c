@@ -158,14 +158,9 @@ bool pf_session_has_test_set(const pf_session *s) {
 void pf_session_evaluate(pf_session *s, pf_eval *out) {
     const pf_dataset *ds = s->has_test ? &s->test : &s->train;
     memset(out, 0, sizeof *out);
-    size_t in = (size_t)ds->features;
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
-        memcpy(s->hx, ds->x + (size_t)start * in, (size_t)count * in * sizeof(float));
-        for (int i = 0; i < count; i++) {
-            s->hy[i] = ds->y[start + i];
-            s->hlabels[i] = (int32_t)ds->y[start + i];
-        }
+        pf_batch_copy(ds, start, count, s->hx, s->hy, s->hlabels);
         upload_batch(s, count);
         pf_model_eval_batch(s->model, s->params, s->x, s->y, s->labels, count, out);
     }

@@ -87,6 +87,11 @@ int64_t pf_sampler_index(pf_sampler *s, int64_t position);
 void pf_batch_gather(const pf_dataset *ds, pf_sampler *s, int64_t start, int count, float *x,
                      float *y, int32_t *labels);
 
+/* Copies `count` consecutive examples start .. start+count-1 (dataset order, no shuffling:
+ * evaluation) into x [count, features], y [count] and labels [count] (labels may be NULL). */
+void pf_batch_copy(const pf_dataset *ds, int64_t start, int count, float *x, float *y,
+                   int32_t *labels);
+
 /* Stream position where worker `task` of `workers` starts its batch of `batch` examples at
  * global step `step`. */
 static inline int64_t pf_shard_position(int64_t step, int workers, int task, int batch) {

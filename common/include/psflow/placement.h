@@ -54,9 +54,9 @@ typedef struct pf_shard_info {
 typedef struct pf_placement {
     int n_ps;
     int n_shards;
-    pf_shard_info *shards;   /* n_shards entries, creation order; owned */
-    int64_t *bytes_per_ps;   /* n_ps entries; owned */
-    int *shards_per_ps;      /* n_ps entries; owned */
+    pf_shard_info *shards; /* n_shards entries, creation order; owned */
+    int64_t *bytes_per_ps; /* n_ps entries; owned */
+    int *shards_per_ps;    /* n_ps entries; owned */
 } pf_placement;
 
 /* Number of shards TensorFlow's partitioner gives a variable of `rows` rows and

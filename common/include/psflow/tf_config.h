@@ -19,15 +19,15 @@
 
 #include "psflow/status.h"
 
-#define PF_TF_MAX_JOBS 8        /* distinct job names in "cluster" */
-#define PF_TF_MAX_TASKS 4096    /* tasks in one job */
-#define PF_TF_NAME_MAX 32       /* job name length */
-#define PF_TF_ADDR_MAX 256      /* "host:port" length */
+#define PF_TF_MAX_JOBS  8    /* distinct job names in "cluster" */
+#define PF_TF_MAX_TASKS 4096 /* tasks in one job */
+#define PF_TF_NAME_MAX  32   /* job name length */
+#define PF_TF_ADDR_MAX  256  /* "host:port" length */
 
 typedef struct pf_tf_job {
     char name[PF_TF_NAME_MAX]; /* "chief", "evaluator", "ps", "worker", ... */
     int n_tasks;
-    char **addrs;              /* n_tasks entries; NULL for a gap in a sparse job; owned */
+    char **addrs; /* n_tasks entries; NULL for a gap in a sparse job; owned */
 } pf_tf_job;
 
 typedef struct pf_tf_config {
@@ -35,8 +35,8 @@ typedef struct pf_tf_config {
     pf_tf_job jobs[PF_TF_MAX_JOBS]; /* sorted by name */
     bool has_task;
     char task_type[PF_TF_NAME_MAX];
-    int task_index;                 /* -1 when "task" has no "index" */
-    char environment[32];           /* "cloud" when written by psflow or the operator */
+    int task_index;       /* -1 when "task" has no "index" */
+    char environment[32]; /* "cloud" when written by psflow or the operator */
 } pf_tf_config;
 
 /* Parses a TF_CONFIG document into *out (no prior init; nothing to free on failure).
@@ -63,6 +63,10 @@ char *pf_tf_config_format(const pf_tf_config *cfg);
 /* Number of tasks of a job (0 when absent), and the address of one (NULL when absent). */
 int pf_tf_config_count(const pf_tf_config *cfg, const char *job);
 const char *pf_tf_config_address(const pf_tf_config *cfg, const char *job, int index);
+
+/* Splits "host:port" at its last colon into host[len] and *port (0..65535). Returns 0, or
+ * -1 when there is no colon, the host is empty or too long, or the port is not a number. */
+int pf_split_host_port(const char *addr, char *host, size_t len, int *port);
 
 /* Frees what cfg owns and zeroes it; safe on a zeroed config. */
 void pf_tf_config_deinit(pf_tf_config *cfg);

@@ -9,7 +9,7 @@
  * adds time). Targets: push-pull goodput >= 0.8 x TCP at 4 MB and 40 MB; 4 KB round trip
  * <= 2 x TCP.
  *
- * usage: wire [--seconds T]     (T: time per measurement, default 1)
+ * usage: wire [--seconds T]     (T: time per measurement, default 2)
  */
 #include <libgen.h>
 #include <stdint.h>
@@ -94,7 +94,7 @@ static void run_baseline(const char *self, double seconds) {
 }
 
 int main(int argc, char **argv) {
-    double seconds = 1.0;
+    double seconds = 2.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);

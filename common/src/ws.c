@@ -20,6 +20,9 @@
 #include "psflow/ws.h"
 
 #include <libwebsockets.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -125,6 +128,25 @@ static void apply_mask(uint8_t *p, size_t n, const uint8_t mask[4], size_t phase
     }
     for (; i < n; i++)
         p[i] ^= m8[i & 7];
+}
+
+/* dst = src XOR mask (continuing at mask position `phase`): copy and unmask in one pass. */
+static void copy_unmask(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t mask[4],
+                        size_t phase) {
+    uint8_t m8[8];
+    for (int i = 0; i < 8; i++)
+        m8[i] = mask[(phase + (size_t)i) & 3];
+    uint64_t m;
+    memcpy(&m, m8, 8);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, src + i, 8);
+        v ^= m;
+        memcpy(dst + i, &v, 8);
+    }
+    for (; i < n; i++)
+        dst[i] = src[i] ^ m8[i & 7];
 }
 
 /* --- connections ---------------------------------------------------------------------------- */
@@ -478,11 +500,10 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
         size_t n = c->frame_left < len ? (size_t)c->frame_left : len;
         int control = c->frame_opcode & 0x08;
         uint8_t *dst = control ? c->control + c->frame_done : c->rx + c->rx_len;
-        if (n) {
+        if (n && c->frame_masked)
+            copy_unmask(dst, in, n, c->frame_mask, c->frame_done);
+        else if (n)
             memcpy(dst, in, n);
-            if (c->frame_masked)
-                apply_mask(dst, n, c->frame_mask, c->frame_done);
-        }
         if (!control)
             c->rx_len += n;
         c->frame_done += n;
@@ -665,6 +686,18 @@ static void handle_requests(pf_ws *ws) {
         lws_cancel_service(ws->ctx);
 }
 
+/* Small messages go out at once (no Nagle delay on request/reply traffic) and large ones
+ * in few system calls: the data plane is latency-bound for small tensors and
+ * copy-bound for large ones. */
+static void tune_socket(struct lws *wsi) {
+    int fd = (int)lws_get_socket_fd(wsi), one = 1, size = 4 << 20;
+    if (fd < 0)
+        return;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+}
+
 /* Client: the TCP connection is up; send the upgrade request. */
 static int send_upgrade(pf_ws *ws, conn *c) {
     uint8_t nonce[16];
@@ -719,11 +752,13 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->server = 1;
         c->state = ST_HTTP;
         lws_set_opaque_user_data(wsi, c);
+        tune_socket(wsi);
         return 0;
     case LWS_CALLBACK_RAW_CONNECTED: /* client: TCP is up */
         if (!c)
             return -1;
         c->state = ST_HTTP;
+        tune_socket(wsi);
         return send_upgrade(ws, c);
     case LWS_CALLBACK_RAW_RX:
         if (!c)

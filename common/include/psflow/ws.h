@@ -25,7 +25,7 @@
 
 #include "psflow/status.h"
 
-#define PF_WS_CHUNK (1u << 20) /* fragment size on the wire */
+#define PF_WS_CHUNK (1u << 20) /* bytes written per writeable event */
 
 typedef struct pf_ws pf_ws;
 

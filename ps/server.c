@@ -65,6 +65,8 @@ struct ps_server {
     pthread_cond_t cv;
     int final_done;
     int n_peers;
+    unsigned char *seen; /* training tasks that have said HELLO, under mu */
+    int n_seen;
     double final_time;
     volatile sig_atomic_t stop;
 };
@@ -338,6 +340,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         }
         p->hello = 1;
         p->task = (int)h->task_index;
+        int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+        pthread_mutex_lock(&s->mu);
+        if (h->role != PF_WIRE_ROLE_TOOL && p->task < n_tasks && !s->seen[p->task]) {
+            s->seen[p->task] = 1;
+            s->n_seen++;
+        }
+        pthread_mutex_unlock(&s->mu);
         p->incarnation = h->incarnation;
         pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
                                  (uint32_t)ps_shards_count(s->shards)};
@@ -492,7 +501,8 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     s->local_of = pf_mallocarray((size_t)s->placement.n_shards, sizeof *s->local_of);
     s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
     s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
-    if (!s->local_of || !s->grads || !s->views) {
+    s->seen = pf_calloc((size_t)(s->spec.replicas.worker + s->spec.replicas.chief), 1);
+    if (!s->local_of || !s->grads || !s->views || !s->seen) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -536,7 +546,11 @@ int ps_server_wait(ps_server *s) {
             pthread_mutex_unlock(&s->mu);
             return 1;
         }
-        if (s->final_done && (s->n_peers == 0 || pf_clock_now() - s->final_time > s->grace))
+        /* Done once every training task has been here and gone (a task still to come,
+         * or reconnecting, gets the grace period to learn the job is over). */
+        int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+        if (s->final_done && ((s->n_peers == 0 && s->n_seen == n_tasks) ||
+                              pf_clock_now() - s->final_time > s->grace))
             break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -561,6 +575,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->local_of);
     pf_free(s->grads);
     pf_free(s->views);
+    pf_free(s->seen);
     pf_job_spec_deinit(&s->spec);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

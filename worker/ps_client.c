@@ -22,13 +22,19 @@
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 
+enum { REQ_DATA, REQ_CHECKPOINT, REQ_STATS };
+
 typedef struct ps_link {
     int index;
     char host[256];
     int port;
     uint32_t *ids; /* global shard ids this ps holds */
     int n_ids;
-    pf_wire_out out; /* the request in flight, kept for resending */
+    pf_wire_out out;  /* the request in flight, kept for resending */
+    int kind;         /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_STATS */
+    uint64_t ck_step; /* REQ_CHECKPOINT: to re-encode after a ps restart */
+    uint32_t ck_final;
+    int swapped; /* REQ_DATA replaced by a pull after a ps restart */
     /* under client->mu */
     uint64_t conn;
     int open;    /* transport connection up */
@@ -232,9 +238,13 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
         l->open = l->closed = 0;
         pthread_mutex_unlock(&c->mu);
         uint64_t conn;
-        if (pf_ws_connect(c->ws, l->host, l->port, l, &conn) != PF_OK)
-            break;
+        /* Hold mu across connect and the assignment, so an on_open or on_close for the
+         * new id cannot arrive before l->conn names it (handlers take mu too). */
         pthread_mutex_lock(&c->mu);
+        if (pf_ws_connect(c->ws, l->host, l->port, l, &conn) != PF_OK) {
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
         l->conn = conn;
         struct timespec ts;
         deadline_in(&ts, 10.0);
@@ -243,9 +253,12 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
                 break;
         int up = l->open;
         pthread_mutex_unlock(&c->mu);
+        if (!up)
+            pf_ws_close(c->ws, conn); /* no orphan connection if it opens later */
         if (up) {
             /* HELLO on the fresh connection, then restore the request being retried. */
             pf_wire_out saved = l->out;
+            uint32_t saved_id = l->request_id;
             l->out = hello_out;
             pf_wire_hello h = {c->role,
                                (uint32_t)c->task,
@@ -267,6 +280,7 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
                     break;
             int ok = l->done && l->status == PF_OK;
             snprintf(last, sizeof last, "%s", l->done ? l->message : "no answer to HELLO");
+            l->request_id = saved_id; /* the request being retried keeps its id */
             pthread_mutex_unlock(&c->mu);
             if (ok) {
                 st = PF_OK;
@@ -318,7 +332,14 @@ static pf_status round_trip(ps_client *c, pf_error *err) {
             pf_status cs = connect_link(c, l, err);
             if (cs != PF_OK)
                 return cs;
-            if (l->ps_incarnation != before) {
+            if (l->ps_incarnation != before && l->kind == REQ_CHECKPOINT) {
+                /* A restarted ps restored its newest checkpoint: ask it again, with a new
+                 * id (it records its own version in the file). */
+                pf_wire_checkpoint ck = {l->ck_step, l->ck_final};
+                l->request_id = ++c->next_request;
+                if (pf_wire_encode_checkpoint(&l->out, l->request_id, &ck, err) != PF_OK)
+                    return PF_ERR_NOMEM;
+            } else if (l->ps_incarnation != before) {
                 /* The ps restarted and restored its newest checkpoint: a gradient computed
                  * against its old values means nothing to it. Pull its values instead; the
                  * next step computes against them. */
@@ -328,6 +349,7 @@ static pf_status round_trip(ps_client *c, pf_error *err) {
                         c->task, l->index, l->ps_incarnation, l->version);
                 pf_wire_pull pull = {0, (uint32_t)l->n_ids, l->ids};
                 l->request_id = ++c->next_request;
+                l->swapped = 1;
                 if (pf_wire_encode_pull(&l->out, l->request_id, &pull, err) != PF_OK)
                     return PF_ERR_NOMEM;
             } else {
@@ -427,8 +449,8 @@ static void collect(ps_client *c, uint64_t *versions, uint32_t *results) {
     for (int p = 0; p < c->n; p++) {
         if (versions)
             versions[p] = c->links[p].version;
-        if (results)
-            results[p] = c->links[p].push_result;
+        if (results) /* a push replaced by a pull after a ps restart was not applied */
+            results[p] = c->links[p].swapped ? PF_WIRE_PUSH_STALE : c->links[p].push_result;
     }
 }
 
@@ -438,6 +460,8 @@ pf_status ps_client_pull(ps_client *c, const uint64_t *min_version, float *param
         ps_link *l = &c->links[p];
         pf_wire_pull pull = {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids};
         l->request_id = ++c->next_request;
+        l->kind = REQ_DATA;
+        l->swapped = 0;
         pf_status st = pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
         if (st != PF_OK)
             return st;
@@ -468,6 +492,8 @@ pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *
             {(uint32_t)c->task, c->incarnation, c->seq, step[p], (uint32_t)l->n_ids, c->views},
             {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids}};
         l->request_id = ++c->next_request;
+        l->kind = REQ_DATA;
+        l->swapped = 0;
         pf_status st = pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
         if (st != PF_OK)
             return st;
@@ -488,6 +514,8 @@ pf_status ps_client_push(ps_client *c, const float *grads, const uint64_t *step,
         pf_wire_push push = {(uint32_t)c->task, c->incarnation,     c->seq,
                              step[p],           (uint32_t)l->n_ids, c->views};
         l->request_id = ++c->next_request;
+        l->kind = REQ_DATA;
+        l->swapped = 0;
         pf_status st = pf_wire_encode_push(&l->out, l->request_id, &push, err);
         if (st != PF_OK)
             return st;
@@ -502,6 +530,9 @@ pf_status ps_client_checkpoint(ps_client *c, uint64_t step, int final, pf_error 
         ps_link *l = &c->links[p];
         pf_wire_checkpoint ck = {step, (uint32_t) final};
         l->request_id = ++c->next_request;
+        l->kind = REQ_CHECKPOINT;
+        l->ck_step = step;
+        l->ck_final = (uint32_t) final;
         pf_status st = pf_wire_encode_checkpoint(&l->out, l->request_id, &ck, err);
         if (st != PF_OK)
             return st;
@@ -512,6 +543,7 @@ pf_status ps_client_checkpoint(ps_client *c, uint64_t step, int final, pf_error 
 char *ps_client_stats(ps_client *c, int p, pf_error *err) {
     ps_link *l = &c->links[p];
     l->request_id = ++c->next_request;
+    l->kind = REQ_STATS;
     if (pf_wire_encode_stats(&l->out, l->request_id, err) != PF_OK)
         return NULL;
     if (send_request(c, l) != PF_OK)

@@ -560,6 +560,7 @@ static void opened(pf_ws *ws, conn *c) {
 
 /* Handshake bytes. Returns -1 to close; leftover bytes after the handshake are frames. */
 static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
+    size_t before = c->http_len;
     size_t take = MAX_HTTP - 1 - c->http_len < len ? MAX_HTTP - 1 - c->http_len : len;
     memcpy(c->http + c->http_len, in, take);
     c->http_len += take;
@@ -567,9 +568,10 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     char *end = strstr(c->http, "\r\n\r\n");
     if (!end)
         return c->http_len >= MAX_HTTP - 1 ? -1 : 0;
-    size_t used_total = (size_t)(end + 4 - c->http);
-    size_t leftover = c->http_len - used_total;
-    const uint8_t *rest = in + (take - leftover);
+    /* Bytes of `in` that belong to the handshake; the rest are frames already. */
+    size_t consumed = (size_t)(end + 4 - c->http) - before;
+    size_t leftover = len - consumed;
+    const uint8_t *rest = in + consumed;
     char key[64], value[64];
     if (c->server) {
         if (strncmp(c->http, "GET ", 4) != 0 ||
@@ -652,11 +654,16 @@ static void start_connect(pf_ws *ws, conn *c) {
     ci.method = "RAW";
     ci.local_protocol_name = PROTOCOL_NAME;
     ci.opaque_user_data = c;
-    ci.pwsi = &c->wsi;
-    if (!lws_client_connect_via_info(&ci) && !c->finished) {
-        c->wsi = NULL;
-        finish(ws, c);
-    }
+    /* A synchronous failure may already have finished (freed) c: look it up again. */
+    uint64_t id = c->id;
+    struct lws *wsi = lws_client_connect_via_info(&ci);
+    pthread_mutex_lock(&ws->lock);
+    conn *still = find_locked(ws, id);
+    if (still && wsi)
+        still->wsi = wsi;
+    pthread_mutex_unlock(&ws->lock);
+    if (still && !wsi)
+        finish(ws, still);
 }
 
 static void handle_requests(pf_ws *ws) {
@@ -757,6 +764,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_RAW_CONNECTED: /* client: TCP is up */
         if (!c)
             return -1;
+        c->wsi = wsi;
         c->state = ST_HTTP;
         tune_socket(wsi);
         return send_upgrade(ws, c);
@@ -925,16 +933,15 @@ pf_status pf_ws_send(pf_ws *ws, uint64_t id, uint8_t *msg, size_t len) {
             c->head = m;
         c->tail = m;
     }
-    struct lws *wsi = c ? c->wsi : NULL;
     pthread_mutex_unlock(&ws->lock);
     if (!c) {
         release(ws, m);
         return PF_ERR_NOT_FOUND;
     }
-    /* From a handler (the service thread) ask for WRITEABLE directly; from any other
-     * thread wake the loop, which does it. */
-    if (wsi && pthread_equal(pthread_self(), ws->thread))
-        lws_callback_on_writable(wsi);
+    /* From a handler (the service thread, the only one that frees connections or sets
+     * their wsi) ask for WRITEABLE directly; from any other thread wake the loop. */
+    if (pthread_equal(pthread_self(), ws->thread) && c->wsi)
+        lws_callback_on_writable(c->wsi);
     else
         lws_cancel_service(ws->ctx);
     return PF_OK;

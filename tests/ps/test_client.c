@@ -1,0 +1,137 @@
+/* test_client.c - the worker's ps client against real in-process ps servers: a request in
+ * flight when the connection is lost completes once the same ps (same incarnation) is back,
+ * and the final checkpoint is asked again of a ps that restarted meanwhile. A watchdog
+ * fails the test instead of letting a hang run into the ctest timeout. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ps_client.h"
+#include "psflow/model.h"
+#include "server.h"
+
+static pf_job_spec spec;
+static char dir[64];
+
+static void watchdog(int sig) {
+    (void)sig;
+    static const char msg[] = "test_client: a request hung for 30 s\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+static int setup(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"client\", \"replicas\": {\"ps\": 1, \"worker\": 1},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"async\", \"max_steps\": 1000}}";
+    pf_error err;
+    snprintf(dir, sizeof dir, "/tmp/psflow-client-XXXXXX");
+    signal(SIGALRM, watchdog);
+    return pf_job_spec_parse(json, strlen(json), &spec, &err) == PF_OK && mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    pf_job_spec_deinit(&spec);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+typedef struct restart {
+    int port;
+    uint64_t incarnation;
+    ps_server *server;
+} restart;
+
+/* Brings a ps up on a given port after a short delay (the client is retrying meanwhile). */
+static void *start_later(void *arg) {
+    restart *r = arg;
+    struct timespec nap = {0, 300 * 1000 * 1000}; /* the outage being simulated */
+    nanosleep(&nap, NULL);
+    ps_server_options o = {&spec, 0, "127.0.0.1", r->port, dir, r->incarnation, 0};
+    pf_error err;
+    for (int i = 0; i < 50; i++) { /* the old listener may take a moment to go */
+        if (ps_server_start(&o, &r->server, &err) == PF_OK)
+            return NULL;
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+static ps_client *connect_client(int port) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *addrs[] = {addr};
+    ps_client_options co = {&spec, addrs, 0, 0, 7, 20};
+    ps_client *c;
+    pf_error err;
+    assert_int_equal(ps_client_create(&co, &c, &err), PF_OK);
+    return c;
+}
+
+static void lose_and_return(uint64_t incarnation_after, int checkpoint) {
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 100, 0};
+    ps_server *first;
+    pf_error err;
+    assert_int_equal(ps_server_start(&o, &first, &err), PF_OK);
+    restart r = {ps_server_port(first), incarnation_after, NULL};
+    ps_client *c = connect_client(r.port);
+    size_t n = pf_model_num_params(&spec.model);
+    float *params = calloc(n, sizeof(float));
+    uint64_t v;
+    assert_int_equal(ps_client_pull(c, NULL, params, &v, &err), PF_OK);
+
+    /* The ps goes away while the client is between requests; the next request finds the
+     * connection gone, reconnects (retrying until the ps is back) and must complete. */
+    ps_server_destroy(first);
+    pthread_t th;
+    pthread_create(&th, NULL, start_later, &r);
+    alarm(30);
+    if (checkpoint) {
+        assert_int_equal(ps_client_checkpoint(c, 5, 1, &err), PF_OK);
+        /* The ps that came back got the final checkpoint: its file exists. */
+        char path[256];
+        snprintf(path, sizeof path, "%s/client/step-5/ps-0.safetensors", dir);
+        assert_int_equal(access(path, F_OK), 0);
+    } else {
+        assert_int_equal(ps_client_pull(c, NULL, params, &v, &err), PF_OK);
+    }
+    alarm(0);
+    pthread_join(th, NULL);
+    assert_non_null(r.server);
+    ps_client_destroy(c);
+    ps_server_destroy(r.server);
+    free(params);
+}
+
+static void test_same_ps_returns(void **state) {
+    (void)state;
+    lose_and_return(100, 0); /* same incarnation: the request is resent with its own id */
+}
+
+static void test_restarted_ps_gets_checkpoint(void **state) {
+    (void)state;
+    lose_and_return(101, 1); /* new incarnation: the checkpoint is asked again, not a pull */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_ps_returns),
+        cmocka_unit_test(test_restarted_ps_gets_checkpoint),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

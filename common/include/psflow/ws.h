@@ -1,16 +1,18 @@
-/* ws.h - message-oriented WebSocket endpoints for the data plane (libwebsockets inside).
+/* ws.h - message-oriented WebSocket endpoints for the data plane (RFC 6455 over
+ * libwebsockets raw sockets).
  *
  * One pf_ws is one libwebsockets context with its own service thread: a server listening
  * on a port, or a client that opens connections to servers. Handlers run on the service
- * thread and must not block for long. A message is one WebSocket binary message, sent in
- * fragments of at most PF_WS_CHUNK bytes and reassembled on receipt into a buffer that is
- * reused for every message of that connection (grown geometrically, never shrunk, capped
- * at max_message bytes: a longer message closes the connection).
+ * thread and must not block for long. A message is one WebSocket binary message (sent as
+ * one frame, written PF_WS_CHUNK bytes per writeable event; fragmented messages from
+ * other peers are accepted) and is reassembled on receipt into a buffer that is reused
+ * for every message of that connection (grown geometrically, never shrunk, capped at
+ * max_message bytes: a longer message closes the connection).
  *
  * Sending is zero-copy: pf_ws_buffer() hands out a buffer from the endpoint's pool with
- * room for the frame headers in front of the message, the caller writes the message into
- * it and passes it to pf_ws_send(), which always takes it back: the transport writes frame
- * headers in front of each fragment and, on a client, masks the payload in place, then
+ * room for the frame header in front of the message, the caller writes the message into
+ * it and passes it to pf_ws_send(), which always takes it back: the transport writes the
+ * frame header in front of the message and, on a client, masks the payload in place, then
  * returns the buffer to the pool. Once warm, sending allocates nothing.
  *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection

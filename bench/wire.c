@@ -74,19 +74,20 @@ static double best_time(ps_client *c, round_fn fn, float *g, float *p, double se
 /* TCP baseline seconds for (size, pattern), parsed from tcp_baseline's output. */
 static double tcp[3][3];
 
-static void run_baseline(const char *self, double seconds) {
+/* Runs tcp_baseline (next to this program) for case s just before psflow is measured on
+ * it, so both sides see the same load on a shared machine. */
+static void run_baseline(const char *self, double seconds, int s) {
     char dir[4096], cmd[8192];
     snprintf(dir, sizeof dir, "%s", self);
-    snprintf(cmd, sizeof cmd, "%s/tcp_baseline --seconds %g %zu %zu %zu", dirname(dir), seconds,
-             cases[0].bytes, cases[1].bytes, cases[2].bytes);
+    snprintf(cmd, sizeof cmd, "%s/tcp_baseline --seconds %g %zu", dirname(dir), seconds,
+             cases[s].bytes);
     FILE *f = popen(cmd, "r");
     char pattern[32];
     size_t size;
     double t;
     while (f && fscanf(f, "%zu %31s %lf", &size, pattern, &t) == 3)
-        for (int s = 0; s < 3; s++)
-            if (size == cases[s].bytes)
-                tcp[s][!strcmp(pattern, "push") ? 0 : !strcmp(pattern, "pull") ? 1 : 2] = t;
+        if (size == cases[s].bytes)
+            tcp[s][!strcmp(pattern, "push") ? 0 : !strcmp(pattern, "pull") ? 1 : 2] = t;
     if (!f || pclose(f) != 0) {
         fprintf(stderr, "wire: cannot run %s\n", cmd);
         exit(1);
@@ -103,11 +104,11 @@ int main(int argc, char **argv) {
             return 64;
         }
     }
-    run_baseline(argv[0], seconds);
     printf("wire: 1 ps + 1 worker on 127.0.0.1, goodput counts payload both ways; "
            "TCP = plain socket, same run\n");
     printf("%-6s %-10s %12s %12s %7s\n", "size", "pattern", "psflow GB/s", "TCP GB/s", "ratio");
     for (int s = 0; s < 3; s++) {
+        run_baseline(argv[0], seconds, s);
         char json[512], dir[] = "/tmp/psflow-bench-wire-XXXXXX";
         snprintf(json, sizeof json,
                  "{\"name\": \"bench-wire\", \"model\": {\"type\": \"softmax\", \"inputs\": %d,"

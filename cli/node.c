@@ -225,7 +225,8 @@ int cli_worker(int argc, char **argv) {
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
     };
-    rc = worker_run(&wo);
+    pf_status st = worker_run(&wo);
+    rc = st == PF_OK ? 0 : cli_exit_code(st);
     node_deinit(&n);
     return rc;
 }

@@ -26,24 +26,6 @@ static void on_signal(int sig) {
     interrupted = 1;
 }
 
-static int exit_code_for(pf_status st) {
-    switch (st) {
-    case PF_ERR_IO:
-    case PF_ERR_NOT_FOUND:
-        return CLI_EX_NOINPUT;
-    case PF_ERR_SPEC:
-    case PF_ERR_FORMAT:
-    case PF_ERR_RANGE:
-        return CLI_EX_DATAERR;
-    case PF_ERR_UNSUPPORTED:
-        return CLI_EX_UNAVAILABLE;
-    case PF_ERR_NOMEM:
-        return CLI_EX_OSERR;
-    default:
-        return CLI_EX_SOFTWARE;
-    }
-}
-
 static void format_eta(double seconds, char *buf, size_t len) {
     if (!isfinite(seconds) || seconds < 0) {
         snprintf(buf, len, "--:--");
@@ -141,7 +123,7 @@ int cli_train(int argc, char **argv) {
     if (st != PF_OK) {
         /* Spec messages start with the JSON pointer of the field they name. */
         fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
-        return exit_code_for(st);
+        return cli_exit_code(st);
     }
     fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);
     pf_session *s;
@@ -149,7 +131,7 @@ int cli_train(int argc, char **argv) {
     if (st != PF_OK) {
         fprintf(stderr, "psflow train: %s\n", err.message);
         pf_job_spec_deinit(&spec);
-        return exit_code_for(st);
+        return cli_exit_code(st);
     }
     const pf_dataset *train = pf_session_train_set(s);
     int64_t max_steps = spec.training.max_steps;

@@ -11,6 +11,7 @@
  */
 #include "server.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -506,14 +507,12 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < s->placement.n_shards; i++)
-        s->local_of[i] = -1;
-    for (int i = 0; i < n_local; i++) {
-        const pf_shard_info *info = ps_shards_info(s->shards, i);
-        for (int g = 0; g < s->placement.n_shards; g++)
-            if (s->placement.shards[g].offset == info->offset)
-                s->local_of[g] = i;
-    }
+    /* ps_shards holds this task's shards in placement (creation) order. */
+    for (int g = 0, next = 0; g < s->placement.n_shards; g++)
+        s->local_of[g] = s->placement.shards[g].ps_task == s->task ? next++ : -1;
+    for (int g = 0; g < s->placement.n_shards; g++)
+        assert(s->local_of[g] < 0 ||
+               ps_shards_info(s->shards, s->local_of[g])->offset == s->placement.shards[g].offset);
     /* Restore before listening: a restarted ps never serves fresh values to a running job. */
     if ((st = restore(s, err)) != PF_OK)
         goto fail;

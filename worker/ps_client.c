@@ -231,7 +231,7 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
     double give_up = pf_clock_now() + c->retry, backoff = 0.05;
     pf_wire_out hello_out;
     pf_wire_out_init(&hello_out);
-    pf_status st = PF_ERR_IO;
+    pf_status st = PF_ERR_UNAVAILABLE;
     char last[256] = "connection refused";
     while (pf_clock_now() < give_up) {
         pthread_mutex_lock(&c->mu);
@@ -292,7 +292,7 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
             }
             pf_ws_close(c->ws, conn);
         }
-        st = PF_ERR_IO;
+        st = PF_ERR_UNAVAILABLE;
         struct timespec nap = {0, (long)(backoff * 1e9)};
         nanosleep(&nap, NULL); /* reconnect backoff, not synchronisation */
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;

@@ -44,21 +44,6 @@ typedef struct trainer {
     double last_checkpoint_time;
 } trainer;
 
-static int exit_code(pf_status st) {
-    switch (st) {
-    case PF_ERR_IO:
-    case PF_ERR_NOT_FOUND:
-        return 66;
-    case PF_ERR_SPEC:
-    case PF_ERR_FORMAT:
-        return 65;
-    case PF_ERR_UNSUPPORTED:
-        return 69;
-    default:
-        return 70;
-    }
-}
-
 static void upload_batch(trainer *t, int count) {
     t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)t->spec->model.inputs);
     if (t->spec->model.type == PF_MODEL_LINEAR)
@@ -183,7 +168,7 @@ static void teardown(trainer *t) {
     pf_free(t->min_version);
 }
 
-int worker_run(const worker_options *o) {
+pf_status worker_run(const worker_options *o) {
     trainer t;
     memset(&t, 0, sizeof t);
     t.o = o;
@@ -196,14 +181,13 @@ int worker_run(const worker_options *o) {
     if (st != PF_OK) {
         fprintf(stderr, "psflow %s %d: %s\n", who, o->task, err.message);
         teardown(&t);
-        return err.message[0] && strstr(err.message, "cannot reach") ? 69 : exit_code(st);
+        return st;
     }
     fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d\n", who,
             o->task, t.n_ps, o->task, t.n_tasks, spec->training.batch_size);
     int sync = spec->training.mode == PF_MODE_SYNC;
     int b = spec->training.batch_size;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
-    int rc = 0;
     double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;
     long local_steps = 0, window = 0;
     t.last_checkpoint_time = t_start;
@@ -291,9 +275,9 @@ int worker_run(const worker_options *o) {
         fflush(stdout);
     }
     teardown(&t);
-    return rc;
+    return PF_OK;
 fail:
     fprintf(stderr, "psflow %s %d: %s\n", who, o->task, err.message);
     teardown(&t);
-    return st == PF_ERR_IO ? 69 : exit_code(st);
+    return st;
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "psflow/spec.h"
+#include "psflow/status.h"
 
 typedef struct worker_options {
     const pf_job_spec *spec;
@@ -29,8 +30,10 @@ typedef struct worker_options {
     long push_delay_ms;   /* testing: wait this long before every push */
 } worker_options;
 
-/* Runs the task to the end of the job. Returns a process exit code (0 done; 65 bad data,
- * 66 unreadable data, 69 ps unreachable or device unavailable, 70 internal error). */
-int worker_run(const worker_options *o);
+/* Runs the task to the end of the job, logging progress and errors to stderr. Returns
+ * PF_OK when done, else the failure: PF_ERR_UNAVAILABLE (a ps stayed unreachable),
+ * PF_ERR_UNSUPPORTED (device), PF_ERR_IO / PF_ERR_NOT_FOUND (data or checkpoint files),
+ * PF_ERR_SPEC / PF_ERR_FORMAT (bad data), PF_ERR_NOMEM. */
+pf_status worker_run(const worker_options *o);
 
 #endif

@@ -112,25 +112,8 @@ static void accept_key(const char *key, char out[32]) {
     base64(digest, 20, out);
 }
 
-/* XOR with the 4-byte mask, continuing at mask position `phase`. 8 bytes at a time. */
-static void apply_mask(uint8_t *p, size_t n, const uint8_t mask[4], size_t phase) {
-    uint8_t m8[8];
-    for (int i = 0; i < 8; i++)
-        m8[i] = mask[(phase + (size_t)i) & 3];
-    uint64_t m;
-    memcpy(&m, m8, 8);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        v ^= m;
-        memcpy(p + i, &v, 8);
-    }
-    for (; i < n; i++)
-        p[i] ^= m8[i & 7];
-}
-
-/* dst = src XOR mask (continuing at mask position `phase`): copy and unmask in one pass. */
+/* dst = src XOR mask, continuing at mask position `phase`, 8 bytes at a time; dst may be
+ * src (mask in place) or another buffer (copy and unmask in one pass). */
 static void copy_unmask(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t mask[4],
                         size_t phase) {
     uint8_t m8[8];
@@ -147,6 +130,10 @@ static void copy_unmask(uint8_t *dst, const uint8_t *src, size_t n, const uint8_
     }
     for (; i < n; i++)
         dst[i] = src[i] ^ m8[i & 7];
+}
+
+static void apply_mask(uint8_t *p, size_t n, const uint8_t mask[4], size_t phase) {
+    copy_unmask(p, p, n, mask, phase);
 }
 
 /* --- connections ---------------------------------------------------------------------------- */

@@ -56,4 +56,9 @@ expect_exit 65 "$PSFLOW_BIN" train ragged.json
 grep -q 'ragged.csv' stderr && grep -q 'line 3' stderr || fail "ragged csv names file and line"
 
 expect_exit 73 "$PSFLOW_BIN" train "$PSFLOW_SRC/examples/linear.json" --save /nonexistent/m.safetensors
+# A worker whose ps never answers gives up after --retry-seconds with exit 69 (unavailable).
+port=$(free_ports 1)
+TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:$port\"],\"worker\":[\"127.0.0.1:1\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" \
+  expect_exit 69 "$PSFLOW_BIN" worker --job "$PSFLOW_SRC/examples/linear.json" --retry-seconds 1
+grep -q "cannot reach ps 0 at 127.0.0.1:$port" stderr || fail "unreachable ps is named"
 pass "bad input gives the documented exit codes"

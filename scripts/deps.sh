@@ -13,7 +13,9 @@ DEBIAN_PACKAGES=(
   build-essential cmake pkg-config clang clang-format   # toolchain; clang for libFuzzer
   libopenblas-dev libjansson-dev zlib1g-dev             # libpsflow_common
   libwebsockets-dev                                     # data plane
+  libmicrohttpd-dev libsqlite3-dev libcurl4-openssl-dev # coordinator and its clients
   libcmocka-dev python3 python3-jsonschema              # tests
+  curl chromium prometheus                              # API, dashboard and metrics tests
   dataset-fashion-mnist                                 # the examples' data
 )
 
@@ -26,6 +28,11 @@ for pkg in "${DEBIAN_PACKAGES[@]}"; do
     missing+=("$pkg")
   fi
 done
+
+# npm: Debian's nodejs + npm, unless a Node.js that brings its own npm is installed.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}"

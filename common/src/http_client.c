@@ -12,7 +12,9 @@
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 
-static void curl_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 typedef struct sink {
     char *data;
@@ -41,8 +43,7 @@ static size_t on_body(char *ptr, size_t size, size_t n, void *ud) {
     return add;
 }
 
-static void copy_header_value(const char *line, size_t n, size_t name_len, char *dst,
-                              size_t cap) {
+static void copy_header_value(const char *line, size_t n, size_t name_len, char *dst, size_t cap) {
     const char *v = line + name_len;
     size_t left = n - name_len;
     while (left && (*v == ' ' || *v == '\t'))
@@ -82,9 +83,9 @@ static struct curl_slist *base_headers(const char *token, int json_body, const c
     return h;
 }
 
-pf_status pf_http_request(const char *method, const char *url, const char *token,
-                          const char *body, size_t len, double timeout_seconds,
-                          pf_http_response *out, pf_error *err) {
+pf_status pf_http_request(const char *method, const char *url, const char *token, const char *body,
+                          size_t len, double timeout_seconds, pf_http_response *out,
+                          pf_error *err) {
     memset(out, 0, sizeof *out);
     pthread_once(&curl_once, curl_init);
     CURL *c = curl_easy_init();

@@ -24,9 +24,8 @@ typedef struct pf_http_response {
  * waits at most timeout_seconds. Returns PF_OK whenever a response arrived, whatever its
  * status; PF_ERR_UNAVAILABLE when the server could not be reached or timed out (message
  * names the URL and the reason); PF_ERR_NOMEM. *out is always initialised. */
-pf_status pf_http_request(const char *method, const char *url, const char *token,
-                          const char *body, size_t len, double timeout_seconds,
-                          pf_http_response *out, pf_error *err);
+pf_status pf_http_request(const char *method, const char *url, const char *token, const char *body,
+                          size_t len, double timeout_seconds, pf_http_response *out, pf_error *err);
 
 /* Streams GET url (e.g. Server-Sent Events): calls on_data for every chunk received until
  * it returns non-zero or the connection ends. PF_OK when the server ended the response or

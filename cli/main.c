@@ -12,8 +12,17 @@ typedef struct command {
 
 static const command commands[] = {
     {"train", cli_train, "train a job in this one process (no network)"},
-    {"ps", cli_ps, "run a parameter-server task (task from TF_CONFIG)"},
-    {"worker", cli_worker, "run a training task (task from TF_CONFIG)"},
+    {"coordinator", cli_coordinator, "run the coordinator: job API, dashboard, SQLite state"},
+    {"up", cli_up, "start a local cluster: coordinator + ps and worker agents"},
+    {"ps", cli_ps, "run a parameter-server task (TF_CONFIG) or agent (--coordinator)"},
+    {"worker", cli_worker, "run a training task (TF_CONFIG) or agent (--coordinator)"},
+    {"submit", cli_submit, "submit a job spec to the coordinator (--wait: follow it)"},
+    {"list", cli_list, "list the coordinator's jobs"},
+    {"get", cli_get_job, "show one job: status, conditions, tasks"},
+    {"watch", cli_watch, "print the coordinator's live events"},
+    {"cancel", cli_cancel, "cancel a job"},
+    {"tfconfig", cli_tfconfig, "print the TF_CONFIG of one task of a job"},
+    {"health", cli_health, "check that the coordinator is ready (exit 0 or 69)"},
     {"export", cli_export, "merge a checkpoint's shards into one safetensors file"},
     {"version", cli_version, "print the version"},
 };

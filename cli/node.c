@@ -9,9 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "agent.h"
 #include "cli.h"
 #include "options.h"
 #include "psflow/clock.h"
+#include "psflow/http_client.h"
 #include "psflow/tf_config.h"
 #include "server.h"
 #include "trainer.h"
@@ -90,9 +94,64 @@ static void stop_ps(int sig) {
         ps_server_stop(running_ps);
 }
 
+/* Defaults of a managed node: id "<role>-<hostname>-<pid>", address "<hostname>:<port>". */
+static void node_defaults(const char *role, const char *id, const char *advertise, int port,
+                          char *id_out, size_t id_cap, char *adv_out, size_t adv_cap) {
+    char host[200] = "localhost";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    if (id)
+        snprintf(id_out, id_cap, "%s", id);
+    else
+        snprintf(id_out, id_cap, "%s-%s-%d", role, host, (int)getpid());
+    if (advertise)
+        snprintf(adv_out, adv_cap, "%s", advertise);
+    else
+        snprintf(adv_out, adv_cap, "%s:%d", host, port);
+}
+
+static int token_or_exit(const char *cmd, char *token, size_t cap) {
+    pf_error err;
+    pf_error_clear(&err);
+    if (!pf_http_token_from_env(token, cap, &err)) {
+        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
+        return CLI_EX_NOINPUT;
+    }
+    return 0;
+}
+
+/* `psflow ps --coordinator URL` without --job: a managed ps agent. */
+static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator) {
+    const char *listen = cli_get(opts, n_opts, "listen");
+    const char *advertise = cli_get(opts, n_opts, "advertise");
+    char host[256] = "0.0.0.0", adv_host[256];
+    int port = 2222;
+    if (listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) {
+        fprintf(stderr, "psflow ps: --listen '%s' is not HOST:PORT\n", listen);
+        return CLI_EX_USAGE;
+    }
+    if (!listen && advertise &&
+        pf_split_host_port(advertise, adv_host, sizeof adv_host, &port) != 0) {
+        fprintf(stderr, "psflow ps: --advertise '%s' is not HOST:PORT\n", advertise);
+        return CLI_EX_USAGE;
+    }
+    char id[128], adv[300], token[512];
+    node_defaults("ps", cli_get(opts, n_opts, "node-id"), advertise, port, id, sizeof id, adv,
+                  sizeof adv);
+    int rc = token_or_exit("ps", token, sizeof token);
+    if (rc)
+        return rc;
+    const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
+    agent_options ao = {
+        "ps", coordinator, token, id, adv, host, port, ckpt ? ckpt : "./checkpoints", 100};
+    return agent_run(&ao);
+}
+
 int cli_ps(int argc, char **argv) {
     cli_option opts[] = {
-        {"job", "FILE", "the job spec (JSON)", NULL},
+        {"coordinator", "URL", "run as a managed agent of this coordinator (no --job)", NULL},
+        {"node-id", "ID", "managed: this agent's id [ps-<hostname>-<pid>]", NULL},
+        {"job", "FILE", "static mode: the job spec (JSON); the task comes from TF_CONFIG", NULL},
         {"listen", "HOST:PORT", "address to bind [0.0.0.0 and the port of this task in TF_CONFIG]",
          NULL},
         {"advertise", "HOST:PORT",
@@ -107,14 +166,21 @@ int cli_ps(int argc, char **argv) {
     if (cli_parse("ps", argc, argv, opts, n_opts, &args) != 0)
         return CLI_EX_USAGE;
     if (args.help) {
-        cli_print_help("ps", "--job FILE [options]",
-                       "Runs a parameter-server task. Its task (type ps, index) and the cluster "
-                       "come from\nthe TF_CONFIG environment variable, as Kubeflow's TFJob "
-                       "operator sets it. It restores\nthe job's newest complete checkpoint, "
-                       "serves its shards until the chief's final\ncheckpoint, then exits 0.",
+        cli_print_help("ps", "--job FILE [options]  |  --coordinator URL [options]",
+                       "Runs a parameter-server task. Static mode (--job): the task (type ps, "
+                       "index) and the\ncluster come from the TF_CONFIG environment variable, "
+                       "as Kubeflow's TFJob operator\nsets it; it restores the job's newest "
+                       "complete checkpoint, serves its shards until the\nchief's final "
+                       "checkpoint, then exits 0. Managed mode (--coordinator without --job):\n"
+                       "registers as an idle ps agent, runs the ps tasks it is assigned (listening "
+                       "on --listen,\n[0.0.0.0 and the --advertise port, 2222]) and returns to "
+                       "the pool after each job;\nSIGTERM stops it and deregisters.",
                        opts, n_opts);
         return 0;
     }
+    const char *coordinator = cli_get(opts, n_opts, "coordinator");
+    if (coordinator && !cli_get(opts, n_opts, "job"))
+        return run_ps_agent(opts, n_opts, coordinator);
     node n;
     int rc = node_load("ps", cli_get(opts, n_opts, "job"), &n);
     if (rc)
@@ -167,7 +233,12 @@ int cli_ps(int argc, char **argv) {
 
 int cli_worker(int argc, char **argv) {
     cli_option opts[] = {
-        {"job", "FILE", "the job spec (JSON)", NULL},
+        {"coordinator", "URL",
+         "managed agent of this coordinator (no --job); with --job: report metrics there", NULL},
+        {"node-id", "ID", "managed: this agent's id [worker-<hostname>-<pid>]", NULL},
+        {"advertise", "HOST:PORT", "managed: this task's address in TF_CONFIG [<hostname>:2222]",
+         NULL},
+        {"job", "FILE", "static mode: the job spec (JSON); the task comes from TF_CONFIG", NULL},
         {"checkpoint-dir", "DIR", "checkpoint root, shared by the job's tasks [./checkpoints]",
          NULL},
         {"output", "FORMAT", "chief's result: text (default) or json", NULL},
@@ -180,12 +251,31 @@ int cli_worker(int argc, char **argv) {
     if (cli_parse("worker", argc, argv, opts, n_opts, &args) != 0)
         return CLI_EX_USAGE;
     if (args.help) {
-        cli_print_help("worker", "--job FILE [options]",
+        cli_print_help("worker", "--job FILE [options]  |  --coordinator URL [options]",
                        "Runs a training task (TF_CONFIG task type worker or chief; worker 0 is "
                        "the chief\nwhen the cluster has no chief task). The chief evaluates, "
-                       "checkpoints and, at\ntraining.max_steps, ends the job.",
+                       "checkpoints and, at\ntraining.max_steps, ends the job. Managed mode "
+                       "(--coordinator without --job): registers\nas an idle worker agent and "
+                       "runs the chief or worker tasks it is assigned; SIGTERM\nfinishes the "
+                       "current step, stops and deregisters.",
                        opts, n_opts);
         return 0;
+    }
+    const char *coordinator = cli_get(opts, n_opts, "coordinator");
+    if (coordinator && !cli_get(opts, n_opts, "job")) {
+        long every;
+        if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &every))
+            return CLI_EX_USAGE;
+        char id[128], adv[300], token[512];
+        node_defaults("worker", cli_get(opts, n_opts, "node-id"),
+                      cli_get(opts, n_opts, "advertise"), 2222, id, sizeof id, adv, sizeof adv);
+        int trc = token_or_exit("worker", token, sizeof token);
+        if (trc)
+            return trc;
+        const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
+        agent_options ao = {
+            "worker", coordinator, token, id, adv, NULL, 0, dir ? dir : "./checkpoints", every};
+        return agent_run(&ao);
     }
     long log_every, retry, delay;
     if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &log_every) ||
@@ -225,7 +315,24 @@ int cli_worker(int argc, char **argv) {
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
     };
+    reporter *rep = NULL;
+    if (coordinator) {
+        char token[512], name[32];
+        rc = token_or_exit("worker", token, sizeof token);
+        if (rc) {
+            node_deinit(&n);
+            return rc;
+        }
+        if (wo.is_chief)
+            snprintf(name, sizeof name, "chief");
+        else
+            snprintf(name, sizeof name, "worker-%d", n.index);
+        rep = reporter_create(coordinator, token, n.spec.name, name);
+        wo.report = reporter_add;
+        wo.report_ctx = rep;
+    }
     pf_status st = worker_run(&wo);
+    reporter_destroy(rep, 5.0);
     rc = st == PF_OK ? 0 : cli_exit_code(st);
     node_deinit(&n);
     return rc;

@@ -125,6 +125,8 @@ int cli_exit_code(pf_status st) {
         return CLI_EX_UNAVAILABLE;
     case PF_ERR_NOMEM:
         return CLI_EX_OSERR;
+    case PF_ERR_CANCELLED:
+        return 130; /* as a shell reports a process ended by SIGINT */
     default:
         return CLI_EX_SOFTWARE;
     }

@@ -70,6 +70,8 @@ struct ps_server {
     int n_seen;
     double final_time;
     volatile sig_atomic_t stop;
+    /* counters published by the service thread for ps_server_stats (atomic access) */
+    uint64_t pub_version, pub_applied, pub_stale;
 };
 
 static void logf_(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -216,6 +218,10 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
     ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
                                       push->seq, push->step, s->grads);
+    ps_stats now = ps_shards_stats(s->shards);
+    __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pub_stale, now.pushes_stale, __ATOMIC_RELAXED);
     if (r == PS_PUSH_REFUSED) {
         send_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
                    "push from incarnation %" PRIu64 " of task %" PRIu32
@@ -532,6 +538,12 @@ fail:
 
 int ps_server_port(const ps_server *s) {
     return pf_ws_port(s->ws);
+}
+
+void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, uint64_t *stale) {
+    *version = __atomic_load_n(&s->pub_version, __ATOMIC_RELAXED);
+    *applied = __atomic_load_n(&s->pub_applied, __ATOMIC_RELAXED);
+    *stale = __atomic_load_n(&s->pub_stale, __ATOMIC_RELAXED);
 }
 
 void ps_server_stop(ps_server *s) {

@@ -32,6 +32,10 @@ pf_status ps_server_start(const ps_server_options *options, ps_server **out, pf_
 
 int ps_server_port(const ps_server *s);
 
+/* Counters as of the last push handled: version (updates applied to this ps's shards),
+ * pushes applied or aggregated, stale pushes dropped. Any thread. */
+void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, uint64_t *stale);
+
 /* Blocks until the job is done (returns 0) or ps_server_stop() was called (returns 1). */
 int ps_server_wait(ps_server *s);
 

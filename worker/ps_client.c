@@ -62,6 +62,7 @@ struct ps_client {
     uint8_t role;
     uint64_t incarnation;
     double retry;
+    const int *stop; /* see ps_client_options */
     uint64_t seq;
     uint32_t next_request;
     pf_wire_tensor *views;
@@ -234,6 +235,10 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
     pf_status st = PF_ERR_UNAVAILABLE;
     char last[256] = "connection refused";
     while (pf_clock_now() < give_up) {
+        if (c->stop && __atomic_load_n(c->stop, __ATOMIC_RELAXED)) {
+            snprintf(last, sizeof last, "the task was stopped");
+            break;
+        }
         pthread_mutex_lock(&c->mu);
         l->open = l->closed = 0;
         pthread_mutex_unlock(&c->mu);
@@ -374,6 +379,7 @@ pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error
     c->role = o->role;
     c->incarnation = o->incarnation;
     c->retry = o->retry_seconds > 0 ? o->retry_seconds : 60;
+    c->stop = o->stop;
     pf_status st = pf_job_spec_copy(&c->spec, o->spec);
     if (st == PF_OK)
         st = pf_placement_compute(&c->spec, &c->placement);

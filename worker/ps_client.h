@@ -30,6 +30,7 @@ typedef struct ps_client_options {
     uint8_t role;                /* PF_WIRE_ROLE_* */
     uint64_t incarnation;
     double retry_seconds; /* give up reconnecting after this long */
+    const int *stop;      /* NULL, or a flag another thread sets to abandon reconnecting */
 } ps_client_options;
 
 /* Connects to every ps and says HELLO; returns once all answered (or fails after

@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -66,7 +67,25 @@ static pf_eval evaluate(trainer *t) {
     return ev;
 }
 
+static int stopped(const trainer *t) {
+    return t->o->stop && __atomic_load_n(t->o->stop, __ATOMIC_RELAXED);
+}
+
+static void report(trainer *t, worker_report *r) {
+    if (!t->o->report)
+        return;
+    r->time = pf_clock_wall();
+    t->o->report(t->o->report_ctx, r);
+}
+
 static void log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
+    worker_report r = {.kind = WORKER_REPORT_EVAL,
+                       .step = step,
+                       .accuracy = t->spec->model.type == PF_MODEL_LINEAR
+                                       ? NAN
+                                       : (double)ev->correct / (double)ev->examples,
+                       .test_loss = ev->loss_sum / (double)ev->examples};
+    report(t, &r);
     const char *set = t->has_test ? "test" : "train";
     if (t->spec->model.type == PF_MODEL_LINEAR)
         fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.6f\n", step, set,
@@ -95,6 +114,8 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
     int removed = 0;
     pf_checkpoint_prune(job_dir, t->spec->checkpoint.keep, &removed, NULL);
     fprintf(stderr, "psflow chief: checkpoint %s complete%s\n", step_dir, final ? " (final)" : "");
+    worker_report r = {.kind = WORKER_REPORT_CHECKPOINT, .step = step, .step_dir = step_dir};
+    report(t, &r);
     t->last_checkpoint_time = pf_clock_now();
     return PF_OK;
 }
@@ -142,7 +163,8 @@ static pf_status setup(trainer *t, pf_error *err) {
                             t->o->task,
                             (uint8_t)(t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER),
                             t->o->incarnation,
-                            t->o->retry_seconds};
+                            t->o->retry_seconds,
+                            t->o->stop};
     return ps_client_create(&co, &t->client, err);
 }
 
@@ -190,6 +212,9 @@ pf_status worker_run(const worker_options *o) {
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
     double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;
     long local_steps = 0, window = 0;
+    double every = o->report_every_seconds > 0 ? o->report_every_seconds : 0.25;
+    double report_start = t_start, report_loss = 0;
+    long report_steps = 0;
     t.last_checkpoint_time = t_start;
     uint64_t last_eval = 0, last_ckpt = 0;
 
@@ -198,6 +223,10 @@ pf_status worker_run(const worker_options *o) {
     last_eval = last_ckpt = t.versions[0];
     while (t.versions[0] < max_steps) {
         uint64_t global = t.versions[0];
+        if (stopped(&t)) {
+            st = pf_error_set(&err, PF_ERR_CANCELLED, NULL, "stopped at step %" PRIu64, global);
+            goto fail;
+        }
         if (o->is_chief) {
             int64_t ee = spec->training.eval_every_steps, ce = spec->checkpoint.every_steps;
             if (ee > 0 && global / (uint64_t)ee > last_eval / (uint64_t)ee) {
@@ -235,6 +264,20 @@ pf_status worker_run(const worker_options *o) {
         local_steps++;
         loss_sum += last_loss;
         window++;
+        report_loss += last_loss;
+        report_steps++;
+        double now = pf_clock_now();
+        if (now - report_start >= every) {
+            worker_report r = {.kind = WORKER_REPORT_STEP,
+                               .step = t.versions[0],
+                               .loss = report_loss / (double)report_steps,
+                               .examples_per_sec = (double)report_steps * b / (now - report_start),
+                               .step_time_seconds = (now - report_start) / (double)report_steps};
+            report(&t, &r);
+            report_start = now;
+            report_loss = 0;
+            report_steps = 0;
+        }
         if (o->log_every > 0 && local_steps % o->log_every == 0) {
             double secs = pf_clock_now() - t_start;
             fprintf(stderr,
@@ -244,6 +287,15 @@ pf_status worker_run(const worker_options *o) {
             loss_sum = 0;
             window = 0;
         }
+    }
+    if (report_steps > 0) {
+        double now = pf_clock_now();
+        worker_report r = {.kind = WORKER_REPORT_STEP,
+                           .step = t.versions[0],
+                           .loss = report_loss / (double)report_steps,
+                           .examples_per_sec = (double)report_steps * b / (now - report_start),
+                           .step_time_seconds = (now - report_start) / (double)report_steps};
+        report(&t, &r);
     }
     double seconds = pf_clock_now() - t_start;
     fprintf(stderr, "psflow %s %d: reached step %" PRIu64 " after %ld local steps, %.1f s\n", who,
@@ -256,6 +308,8 @@ pf_status worker_run(const worker_options *o) {
         double acc =
             spec->model.type == PF_MODEL_LINEAR ? -1 : (double)ev.correct / (double)ev.examples;
         double test_loss = ev.loss_sum / (double)ev.examples;
+        if (o->result)
+            *o->result = (worker_result){t.versions[0], acc < 0 ? NAN : acc, test_loss};
         if (o->json) {
             json_t *j = json_pack("{s:s, s:I, s:f, s:o, s:f, s:I}", "name", spec->name, "steps",
                                   (json_int_t)t.versions[0], "test_loss", test_loss,

@@ -17,6 +17,32 @@
 #include "psflow/spec.h"
 #include "psflow/status.h"
 
+/* What a task reports while it trains (for the coordinator's metrics and checkpoints). */
+typedef enum {
+    WORKER_REPORT_STEP,
+    WORKER_REPORT_EVAL,
+    WORKER_REPORT_CHECKPOINT
+} worker_report_kind;
+
+typedef struct worker_report {
+    worker_report_kind kind;
+    uint64_t step;            /* global step */
+    double time;              /* Unix seconds */
+    double loss;              /* STEP: mean training loss since the last report */
+    double examples_per_sec;  /* STEP: this task's, since the last report */
+    double step_time_seconds; /* STEP: mean wall time of this task's steps */
+    double accuracy;          /* EVAL: NAN for regression */
+    double test_loss;         /* EVAL */
+    const char *step_dir;     /* CHECKPOINT: the complete checkpoint's folder */
+} worker_report;
+
+/* The chief's final evaluation (when the run ends with PF_OK). */
+typedef struct worker_result {
+    uint64_t steps;
+    double accuracy; /* NAN for regression */
+    double test_loss;
+} worker_result;
+
 typedef struct worker_options {
     const pf_job_spec *spec;
     const char *const *ps_addrs; /* replicas.ps "host:port" */
@@ -28,12 +54,19 @@ typedef struct worker_options {
     int json;             /* chief: print the result as one JSON object */
     double retry_seconds; /* how long to keep reconnecting to a lost ps */
     long push_delay_ms;   /* testing: wait this long before every push */
+    const int *stop;      /* NULL, or a flag another thread sets: return PF_ERR_CANCELLED */
+    /* Called on the trainer thread every report_every_seconds [0.25] of training, after each
+     * evaluation and after each complete checkpoint; NULL: no reports. */
+    void (*report)(void *ctx, const worker_report *r);
+    void *report_ctx;
+    double report_every_seconds;
+    worker_result *result; /* chief: receives the final evaluation; may be NULL */
 } worker_options;
 
 /* Runs the task to the end of the job, logging progress and errors to stderr. Returns
  * PF_OK when done, else the failure: PF_ERR_UNAVAILABLE (a ps stayed unreachable),
  * PF_ERR_UNSUPPORTED (device), PF_ERR_IO / PF_ERR_NOT_FOUND (data or checkpoint files),
- * PF_ERR_SPEC / PF_ERR_FORMAT (bad data), PF_ERR_NOMEM. */
+ * PF_ERR_SPEC / PF_ERR_FORMAT (bad data), PF_ERR_NOMEM, PF_ERR_CANCELLED (o->stop was set). */
 pf_status worker_run(const worker_options *o);
 
 #endif

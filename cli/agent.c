@@ -1,0 +1,606 @@
+/* agent.c - managed ps/worker nodes and the metric reporter (see agent.h).
+ *
+ * DESIGN: the main thread runs the control loop (register, heartbeat, reconcile); the task
+ * runs in its own thread and only publishes its state under the agent's lock; a reporter
+ * thread per training task posts metric points. Assignments are level-triggered, so a lost
+ * heartbeat answer or a coordinator restart needs no special handling: the next answer says
+ * again what should run.
+ */
+#include "agent.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "psflow/clock.h"
+#include "psflow/http_client.h"
+#include "psflow/mem.h"
+#include "psflow/tf_config.h"
+#include "server.h"
+
+static volatile sig_atomic_t agent_signalled;
+
+static void on_signal(int sig) {
+    (void)sig;
+    agent_signalled = 1;
+}
+
+static void nap(double seconds) {
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL); /* a loop period, not synchronisation */
+}
+
+/* --- reporter --- */
+
+#define REPORTER_MAX_QUEUED 100000 /* points kept while the coordinator is unreachable */
+
+struct reporter {
+    char url[1024];
+    char token[512];
+    char task[32];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    json_t *points, *evals, *checkpoints;
+    int stop, gone; /* gone: the coordinator does not know the job; stop reporting */
+    double flush_until;
+    pthread_t thread;
+    int dropped;
+};
+
+static int post_json(const char *url, const char *token, json_t *body, long *status) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    if (!text)
+        return -1;
+    pf_http_response resp;
+    pf_error err;
+    pf_status st = pf_http_request("POST", url, token, text, strlen(text), 5.0, &resp, &err);
+    free(text);
+    *status = resp.status;
+    pf_http_response_deinit(&resp);
+    return st == PF_OK ? 0 : -1;
+}
+
+/* Sends the queued points and checkpoints once; returns 0 when nothing is left. */
+static int reporter_send(reporter *r) {
+    pthread_mutex_lock(&r->mu);
+    json_t *points = r->points, *evals = r->evals, *ckpts = r->checkpoints;
+    r->points = json_array();
+    r->evals = json_array();
+    r->checkpoints = json_array();
+    pthread_mutex_unlock(&r->mu);
+    int left = 0;
+    long status = 0;
+    if (json_array_size(points) || json_array_size(evals)) {
+        json_t *body =
+            json_pack("{s:s, s:O, s:O}", "task", r->task, "points", points, "evals", evals);
+        char url[1100];
+        snprintf(url, sizeof url, "%s/metrics", r->url);
+        int rc = body ? post_json(url, r->token, body, &status) : -1;
+        json_decref(body);
+        if (rc == 0 && status == 404) {
+            fprintf(stderr,
+                    "psflow %s: the coordinator has no such job; metrics are not reported\n",
+                    r->task);
+            r->gone = 1;
+        } else if (rc != 0 || status >= 500 || status == 0) {
+            left = 1; /* keep them for the next try */
+            pthread_mutex_lock(&r->mu);
+            json_array_extend(points, r->points);
+            json_array_extend(evals, r->evals);
+            json_decref(r->points);
+            json_decref(r->evals);
+            r->points = json_incref(points);
+            r->evals = json_incref(evals);
+            size_t n = json_array_size(r->points);
+            while (n > REPORTER_MAX_QUEUED) { /* bounded: the oldest go first */
+                json_array_remove(r->points, 0);
+                n--;
+                r->dropped++;
+            }
+            pthread_mutex_unlock(&r->mu);
+        }
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(ckpts, i, c) {
+        char url[1100];
+        snprintf(url, sizeof url, "%s/checkpoints", r->url);
+        if (post_json(url, r->token, c, &status) != 0 || status >= 500 || status == 0) {
+            left = 1;
+            pthread_mutex_lock(&r->mu);
+            json_array_append(r->checkpoints, c);
+            pthread_mutex_unlock(&r->mu);
+        }
+    }
+    json_decref(points);
+    json_decref(evals);
+    json_decref(ckpts);
+    return left;
+}
+
+static void *reporter_main(void *arg) {
+    reporter *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int stop = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        int left = r->gone ? 0 : reporter_send(r);
+        if (stop && (!left || pf_clock_now() > r->flush_until))
+            break;
+        nap(0.25);
+    }
+    return NULL;
+}
+
+reporter *reporter_create(const char *coordinator, const char *token, const char *job,
+                          const char *task_name) {
+    reporter *r = pf_calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    snprintf(r->url, sizeof r->url, "%s/api/v1/jobs/%s", coordinator, job);
+    snprintf(r->token, sizeof r->token, "%s", token ? token : "");
+    snprintf(r->task, sizeof r->task, "%s", task_name);
+    r->points = json_array();
+    r->evals = json_array();
+    r->checkpoints = json_array();
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    if (!r->points || !r->evals || !r->checkpoints ||
+        pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
+        json_decref(r->points);
+        json_decref(r->evals);
+        json_decref(r->checkpoints);
+        pf_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static json_t *num_or_null(double v) {
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+/* The checkpoint item of api/rest.md from the manifest the chief just wrote. */
+static json_t *checkpoint_item(const worker_report *rep) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/manifest.json", rep->step_dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    json_t *files = json_object_get(m, "files");
+    json_int_t bytes = 0;
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f) bytes += json_integer_value(json_object_get(f, "bytes"));
+    json_t *item = json_pack("{s:I, s:I, s:O}", "step", (json_int_t)rep->step, "bytes", bytes,
+                             "files", files ? files : json_array());
+    json_decref(m);
+    return item;
+}
+
+void reporter_add(void *ctx, const worker_report *rep) {
+    reporter *r = ctx;
+    if (!r)
+        return;
+    json_t *item = NULL;
+    if (rep->kind == WORKER_REPORT_STEP)
+        item = json_pack("{s:I, s:f, s:o, s:o, s:o}", "step", (json_int_t)rep->step, "time",
+                         rep->time, "loss", num_or_null(rep->loss), "examples_per_sec",
+                         num_or_null(rep->examples_per_sec), "step_time_seconds",
+                         num_or_null(rep->step_time_seconds));
+    else if (rep->kind == WORKER_REPORT_EVAL)
+        item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
+                         "accuracy", num_or_null(rep->accuracy), "test_loss",
+                         num_or_null(rep->test_loss));
+    else
+        item = checkpoint_item(rep);
+    if (!item)
+        return;
+    pthread_mutex_lock(&r->mu);
+    json_array_append_new(rep->kind == WORKER_REPORT_STEP   ? r->points
+                          : rep->kind == WORKER_REPORT_EVAL ? r->evals
+                                                            : r->checkpoints,
+                          item);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void reporter_destroy(reporter *r, double seconds) {
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    r->flush_until = pf_clock_now() + seconds;
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    if (r->dropped)
+        fprintf(stderr,
+                "psflow %s: %d metric points were dropped while the coordinator was "
+                "unreachable\n",
+                r->task, r->dropped);
+    json_decref(r->points);
+    json_decref(r->evals);
+    json_decref(r->checkpoints);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    pf_free(r);
+}
+
+/* --- the task an agent runs --- */
+
+enum { TASK_RUNNING = 1, TASK_SUCCEEDED, TASK_FAILED };
+
+typedef struct agent agent;
+
+typedef struct task {
+    agent *a;
+    pthread_t thread;
+    char job[PF_NAME_MAX + 1];
+    int generation;
+    char type[8];
+    int index;
+    uint64_t incarnation;
+    pf_job_spec spec;
+    pf_tf_config cfg;
+    int stop;      /* atomic: set to stop a training task */
+    ps_server *ps; /* under a->mu */
+    /* published under a->mu */
+    int state;
+    int exit_code;
+    char message[256];
+    worker_result result;
+    reporter *rep;
+} task;
+
+struct agent {
+    const agent_options *o;
+    pthread_mutex_t mu;
+    char base[1024]; /* coordinator URL without a trailing slash */
+    task *t;
+    int changed; /* the task's state changed since the last heartbeat */
+};
+
+static void task_finish(task *t, int state, int code, const char *message) {
+    pthread_mutex_lock(&t->a->mu);
+    t->state = state;
+    t->exit_code = code;
+    snprintf(t->message, sizeof t->message, "%s", message ? message : "");
+    t->a->changed = 1;
+    pthread_mutex_unlock(&t->a->mu);
+}
+
+static void *ps_task_main(void *arg) {
+    task *t = arg;
+    const agent_options *o = t->a->o;
+    ps_server_options so = {
+        &t->spec,       t->index, o->listen_host, o->listen_port, o->checkpoint_dir,
+        t->incarnation, 10.0};
+    pf_error err;
+    pf_error_clear(&err);
+    ps_server *s;
+    if (ps_server_start(&so, &s, &err) != PF_OK) {
+        fprintf(stderr, "psflow ps agent: %s\n", err.message);
+        task_finish(t, TASK_FAILED, CLI_EX_UNAVAILABLE, err.message);
+        return NULL;
+    }
+    pthread_mutex_lock(&t->a->mu);
+    t->ps = s;
+    int stop_now = t->stop;
+    pthread_mutex_unlock(&t->a->mu);
+    if (stop_now)
+        ps_server_stop(s);
+    int rc = ps_server_wait(s);
+    pthread_mutex_lock(&t->a->mu);
+    t->ps = NULL;
+    pthread_mutex_unlock(&t->a->mu);
+    ps_server_destroy(s);
+    if (rc == 0)
+        task_finish(t, TASK_SUCCEEDED, 0, "the job is done");
+    else
+        task_finish(t, TASK_FAILED, 130, "stopped");
+    return NULL;
+}
+
+static void *worker_task_main(void *arg) {
+    task *t = arg;
+    const agent_options *o = t->a->o;
+    int has_chief = pf_tf_config_count(&t->cfg, "chief") > 0;
+    int chief_type = !strcmp(t->type, "chief");
+    const char *addrs[PF_MAX_REPLICAS];
+    for (int p = 0; p < t->spec.replicas.ps; p++)
+        addrs[p] = pf_tf_config_address(&t->cfg, "ps", p);
+    worker_options wo = {
+        .spec = &t->spec,
+        .ps_addrs = addrs,
+        .task = chief_type ? 0 : t->index + has_chief,
+        .is_chief = chief_type || (!has_chief && t->index == 0),
+        .incarnation = t->incarnation,
+        .checkpoint_dir = o->checkpoint_dir,
+        .log_every = o->log_every,
+        .retry_seconds = 120,
+        .stop = &t->stop,
+        .report = reporter_add,
+        .report_ctx = t->rep,
+        .result = &t->result,
+    };
+    t->result.accuracy = t->result.test_loss = NAN;
+    pf_status st = worker_run(&wo);
+    if (st == PF_OK)
+        task_finish(t, TASK_SUCCEEDED, 0, "reached max_steps");
+    else
+        task_finish(t, TASK_FAILED, cli_exit_code(st), pf_strerror(st));
+    return NULL;
+}
+
+/* Starts the assigned task; on a bad assignment reports the task failed. */
+static task *task_start(agent *a, json_t *as) {
+    task *t = pf_calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->a = a;
+    snprintf(t->job, sizeof t->job, "%s", json_string_value(json_object_get(as, "job")));
+    snprintf(t->type, sizeof t->type, "%s", json_string_value(json_object_get(as, "type")));
+    t->generation = (int)json_integer_value(json_object_get(as, "generation"));
+    t->index = (int)json_integer_value(json_object_get(as, "index"));
+    t->incarnation = (uint64_t)json_integer_value(json_object_get(as, "incarnation"));
+    if (!t->incarnation)
+        t->incarnation = (uint64_t)(pf_clock_wall() * 1e6);
+    t->state = TASK_RUNNING;
+    const char *tf = json_string_value(json_object_get(as, "tf_config"));
+    char *spec = json_dumps(json_object_get(as, "spec"), JSON_COMPACT);
+    pf_error err;
+    pf_error_clear(&err);
+    if (!tf || !spec || pf_job_spec_parse(spec, strlen(spec), &t->spec, &err) != PF_OK ||
+        pf_tf_config_parse(tf, strlen(tf), &t->cfg, &err) != PF_OK ||
+        pf_tf_config_validate(&t->cfg, &err) != PF_OK) {
+        free(spec);
+        t->state = TASK_FAILED;
+        t->exit_code = CLI_EX_DATAERR;
+        snprintf(t->message, sizeof t->message, "bad assignment: %.200s", err.message);
+        a->changed = 1;
+        return t;
+    }
+    free(spec);
+    int is_ps = !strcmp(t->type, "ps");
+    fprintf(stderr, "psflow %s agent %s: assigned %s %d of job %s (generation %d)\n", a->o->role,
+            a->o->node_id, t->type, t->index, t->job, t->generation);
+    if (!is_ps) {
+        char name[32];
+        int chief = !strcmp(t->type, "chief") ||
+                    (pf_tf_config_count(&t->cfg, "chief") == 0 && t->index == 0);
+        if (chief)
+            snprintf(name, sizeof name, "chief");
+        else
+            snprintf(name, sizeof name, "worker-%d", t->index);
+        t->rep = reporter_create(a->base, a->o->token, t->job, name);
+    }
+    if (pthread_create(&t->thread, NULL, is_ps ? ps_task_main : worker_task_main, t) != 0) {
+        t->state = TASK_FAILED;
+        t->exit_code = CLI_EX_OSERR;
+        snprintf(t->message, sizeof t->message, "cannot start a thread");
+        t->thread = 0;
+    }
+    a->changed = 1;
+    return t;
+}
+
+/* Stops a task (if still running), waits for it and frees it. */
+static void task_stop(agent *a, task *t) {
+    if (!t)
+        return;
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&t->stop, 1, __ATOMIC_RELAXED);
+    if (t->ps)
+        ps_server_stop(t->ps);
+    int running = t->state == TASK_RUNNING;
+    pthread_mutex_unlock(&a->mu);
+    if (running)
+        fprintf(stderr, "psflow %s agent %s: stopping %s %d of job %s\n", a->o->role, a->o->node_id,
+                t->type, t->index, t->job);
+    if (t->thread)
+        pthread_join(t->thread, NULL);
+    reporter_destroy(t->rep, 5.0);
+    pf_job_spec_deinit(&t->spec);
+    pf_tf_config_deinit(&t->cfg);
+    pf_free(t);
+}
+
+/* --- control loop --- */
+
+static json_t *heartbeat_body(agent *a) {
+    pthread_mutex_lock(&a->mu);
+    task *t = a->t;
+    json_t *b;
+    if (!t) {
+        b = json_pack("{s:s}", "state", "idle");
+    } else {
+        const char *state = t->state == TASK_RUNNING     ? "running"
+                            : t->state == TASK_SUCCEEDED ? "succeeded"
+                                                         : "failed";
+        b = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s}", "state", state, "job", t->job,
+                      "generation", t->generation, "type", t->type, "index", t->index, "exit_code",
+                      t->exit_code, "message", t->message);
+        if (b && t->state == TASK_SUCCEEDED && t->result.steps)
+            json_object_set_new(b, "result",
+                                json_pack("{s:o, s:o, s:I}", "accuracy",
+                                          num_or_null(t->result.accuracy), "test_loss",
+                                          num_or_null(t->result.test_loss), "steps",
+                                          (json_int_t)t->result.steps));
+        if (b && t->ps) {
+            uint64_t version, applied, stale;
+            ps_server_stats(t->ps, &version, &applied, &stale);
+            json_object_set_new(b, "stats",
+                                json_pack("{s:I, s:I}", "updates", (json_int_t)version, "stale",
+                                          (json_int_t)stale));
+        }
+    }
+    a->changed = 0;
+    pthread_mutex_unlock(&a->mu);
+    return b;
+}
+
+static int same_assignment(const task *t, json_t *as) {
+    const char *job = json_string_value(json_object_get(as, "job"));
+    const char *type = json_string_value(json_object_get(as, "type"));
+    return job && type && !strcmp(job, t->job) && !strcmp(type, t->type) &&
+           json_integer_value(json_object_get(as, "generation")) == t->generation &&
+           json_integer_value(json_object_get(as, "index")) == t->index;
+}
+
+static void reconcile(agent *a, json_t *as) {
+    int has = json_is_object(as);
+    if (a->t && (!has || !same_assignment(a->t, as))) {
+        task *old = a->t;
+        pthread_mutex_lock(&a->mu);
+        a->t = NULL;
+        a->changed = 1;
+        pthread_mutex_unlock(&a->mu);
+        task_stop(a, old);
+    }
+    if (has && !a->t) {
+        task *t = task_start(a, as);
+        pthread_mutex_lock(&a->mu);
+        a->t = t;
+        pthread_mutex_unlock(&a->mu);
+    }
+}
+
+/* POSTs the registration; 0 when the coordinator accepted it. */
+static int register_node(agent *a, int quiet) {
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "id", a->o->node_id, "role", a->o->role,
+                             "address", a->o->advertise, "version", PSFLOW_VERSION);
+    char url[1100], *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text)
+        return -1;
+    snprintf(url, sizeof url, "%s/api/v1/nodes", a->base);
+    pf_http_response resp;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_http_request("POST", url, a->o->token, text, strlen(text), 5.0, &resp, &err);
+    free(text);
+    int ok = st == PF_OK && (resp.status == 200 || resp.status == 201);
+    if (!ok && !quiet) {
+        if (st != PF_OK)
+            fprintf(stderr, "psflow %s agent %s: coordinator %s unreachable (%s); retrying\n",
+                    a->o->role, a->o->node_id, a->base, err.message);
+        else
+            fprintf(stderr, "psflow %s agent %s: registration refused: HTTP %ld %.300s\n",
+                    a->o->role, a->o->node_id, resp.status, resp.body);
+    }
+    if (ok)
+        fprintf(stderr, "psflow %s agent %s: registered with %s as %s\n", a->o->role, a->o->node_id,
+                a->base, a->o->advertise);
+    long status = resp.status;
+    pf_http_response_deinit(&resp);
+    if (status == 401 || status == 422)
+        return -2; /* retrying will not help */
+    return ok ? 0 : -1;
+}
+
+static int register_until_accepted(agent *a) {
+    double backoff = 0.25, last_log = -1e9;
+    while (!agent_signalled) {
+        int quiet = pf_clock_now() - last_log < 30;
+        if (!quiet)
+            last_log = pf_clock_now();
+        int rc = register_node(a, quiet);
+        if (rc == 0)
+            return 0;
+        if (rc == -2)
+            return CLI_EX_NOPERM;
+        nap(backoff);
+        backoff = backoff * 2 > 5 ? 5 : backoff * 2;
+    }
+    return 130;
+}
+
+int agent_run(const agent_options *o) {
+    agent a;
+    memset(&a, 0, sizeof a);
+    a.o = o;
+    pthread_mutex_init(&a.mu, NULL);
+    snprintf(a.base, sizeof a.base, "%s", o->coordinator);
+    size_t n = strlen(a.base);
+    while (n && a.base[n - 1] == '/')
+        a.base[--n] = '\0';
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = register_until_accepted(&a);
+    char url[1200];
+    snprintf(url, sizeof url, "%s/api/v1/nodes/%s/heartbeat", a.base, o->node_id);
+    double next = 0, last_complaint = -1e9;
+    while (rc == 0 && !agent_signalled) {
+        double now = pf_clock_now();
+        pthread_mutex_lock(&a.mu);
+        int changed = a.changed;
+        pthread_mutex_unlock(&a.mu);
+        if (now < next && !changed) {
+            nap(0.05);
+            continue;
+        }
+        next = now + 1.0;
+        json_t *body = heartbeat_body(&a);
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        if (!text)
+            continue;
+        pf_http_response resp;
+        pf_error err;
+        pf_error_clear(&err);
+        pf_status st = pf_http_request("POST", url, o->token, text, strlen(text), 5.0, &resp, &err);
+        free(text);
+        if (st != PF_OK || resp.status >= 500) {
+            if (now - last_complaint > 30) {
+                fprintf(stderr,
+                        "psflow %s agent %s: heartbeat failed (%s); the task keeps running, "
+                        "retrying\n",
+                        o->role, o->node_id, st != PF_OK ? err.message : "server error");
+                last_complaint = now;
+            }
+        } else if (resp.status == 404) {
+            fprintf(stderr,
+                    "psflow %s agent %s: the coordinator does not know this node; "
+                    "registering again\n",
+                    o->role, o->node_id);
+            rc = register_until_accepted(&a) == 0 ? 0 : 130;
+            next = 0;
+        } else if (resp.status == 200) {
+            json_t *reply = json_loadb(resp.body, resp.len, 0, NULL);
+            reconcile(&a, json_object_get(reply, "assignment"));
+            json_decref(reply);
+        } else {
+            fprintf(stderr, "psflow %s agent %s: heartbeat refused: HTTP %ld %.300s\n", o->role,
+                    o->node_id, resp.status, resp.body);
+            if (resp.status == 401)
+                rc = CLI_EX_NOPERM;
+        }
+        pf_http_response_deinit(&resp);
+    }
+    /* Graceful stop: the task ends (a training task after its current step), then the
+     * node leaves the pool so the coordinator reassigns its work at once. */
+    task_stop(&a, a.t);
+    a.t = NULL;
+    if (agent_signalled) {
+        char durl[1200];
+        snprintf(durl, sizeof durl, "%s/api/v1/nodes/%s", a.base, o->node_id);
+        pf_http_response resp;
+        pf_error err;
+        if (pf_http_request("DELETE", durl, o->token, NULL, 0, 3.0, &resp, &err) == PF_OK)
+            fprintf(stderr, "psflow %s agent %s: deregistered\n", o->role, o->node_id);
+        pf_http_response_deinit(&resp);
+        rc = 0;
+    }
+    pthread_mutex_destroy(&a.mu);
+    return rc;
+}

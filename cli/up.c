@@ -1,0 +1,301 @@
+/* up.c - `psflow up`: the compose topology as local processes on 127.0.0.1 — one
+ * coordinator and N ps + M worker agents, each a `psflow` child process logging to
+ * DIR/logs/. Ctrl-C (or SIGTERM) stops the agents first (they deregister), then the
+ * coordinator. The children run in their own process group so the terminal's Ctrl-C reaches
+ * only this supervisor, which stops them in that order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "options.h"
+#include "psflow/clock.h"
+#include "psflow/http_client.h"
+
+#define UP_MAX_AGENTS 64
+
+typedef struct child {
+    char name[32];
+    pid_t pid;
+    int exited;
+} child;
+
+static volatile sig_atomic_t up_signalled;
+
+static void on_signal(int sig) {
+    (void)sig;
+    up_signalled = 1;
+}
+
+static void nap(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL); /* a polling period, not synchronisation */
+}
+
+/* A free TCP port on 127.0.0.1 (the kernel's pick; released before the child binds it). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static int spawn(child *c, const char *name, const char *log_dir, char *const argv[]) {
+    snprintf(c->name, sizeof c->name, "%s", name);
+    char log[PATH_MAX];
+    snprintf(log, sizeof log, "%s/%s.log", log_dir, name);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0)
+            dup2(null, 0);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    c->pid = pid;
+    c->exited = 0;
+    return 0;
+}
+
+static int get_json(const char *url, const char *token, json_t **out) {
+    pf_http_response r;
+    pf_error err;
+    *out = NULL;
+    if (pf_http_request("GET", url, token, NULL, 0, 2.0, &r, &err) != PF_OK)
+        return -1;
+    if (r.status == 200)
+        *out = json_loadb(r.body, r.len, 0, NULL);
+    long status = r.status;
+    pf_http_response_deinit(&r);
+    return status == 200 ? 0 : -1;
+}
+
+/* Reaps children that exited; reports each once. */
+static void reap(child *kids, int n) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < n; i++) {
+            if (kids[i].pid != pid)
+                continue;
+            kids[i].exited = 1;
+            if (!up_signalled) {
+                if (WIFSIGNALED(status))
+                    fprintf(stderr, "psflow up: %s (pid %d) was killed by signal %d\n",
+                            kids[i].name, (int)pid, WTERMSIG(status));
+                else
+                    fprintf(stderr, "psflow up: %s (pid %d) exited with status %d\n", kids[i].name,
+                            (int)pid, WEXITSTATUS(status));
+            }
+        }
+    }
+}
+
+static void stop_all(child *kids, int from, int to, double grace) {
+    for (int i = from; i < to; i++)
+        if (!kids[i].exited)
+            kill(kids[i].pid, SIGTERM);
+    double until = pf_clock_now() + grace;
+    for (;;) {
+        reap(kids, to);
+        int left = 0;
+        for (int i = from; i < to; i++)
+            left += !kids[i].exited;
+        if (!left)
+            return;
+        if (pf_clock_now() > until)
+            break;
+        nap(0.05);
+    }
+    for (int i = from; i < to; i++)
+        if (!kids[i].exited) {
+            fprintf(stderr, "psflow up: %s did not stop in %.0f s; killing it\n", kids[i].name,
+                    grace);
+            kill(kids[i].pid, SIGKILL);
+            waitpid(kids[i].pid, NULL, 0);
+            kids[i].exited = 1;
+        }
+}
+
+int cli_up(int argc, char **argv) {
+    cli_option opts[] = {
+        {"ps", "N", "parameter-server agents [2]", NULL},
+        {"workers", "M", "worker agents [2]", NULL},
+        {"port", "P", "the coordinator's port on 127.0.0.1 [8080]", NULL},
+        {"dir", "DIR", "database, checkpoints and logs [./psflow-up]", NULL},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    cli_args args;
+    if (cli_parse("up", argc, argv, opts, n_opts, &args) != 0)
+        return CLI_EX_USAGE;
+    if (args.help) {
+        cli_print_help("up", "[options]",
+                       "Starts a local cluster on 127.0.0.1: the coordinator (API and dashboard) "
+                       "and N ps and M\nworker agents, each a psflow process logging to "
+                       "DIR/logs/. Prints the dashboard URL and\nhow to submit a job; Ctrl-C "
+                       "stops them all.",
+                       opts, n_opts);
+        return 0;
+    }
+    long n_ps, n_workers, port;
+    if (cli_get_long("up", opts, n_opts, "ps", 1, UP_MAX_AGENTS / 2, 2, &n_ps) ||
+        cli_get_long("up", opts, n_opts, "workers", 1, UP_MAX_AGENTS / 2, 2, &n_workers) ||
+        cli_get_long("up", opts, n_opts, "port", 0, 65535, 8080, &port))
+        return CLI_EX_USAGE;
+    if (port == 0 && (port = free_port()) < 0) {
+        fprintf(stderr, "psflow up: no free port on 127.0.0.1\n");
+        return CLI_EX_UNAVAILABLE;
+    }
+    const char *dir = cli_get(opts, n_opts, "dir");
+    if (!dir)
+        dir = "./psflow-up";
+    char logs[PATH_MAX], db[PATH_MAX], ckpt[PATH_MAX], url[128], listen[64], token[512];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    snprintf(db, sizeof db, "%s/psflow.db", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints", dir);
+    if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(logs, 0755) != 0 && errno != EEXIST)) {
+        fprintf(stderr, "psflow up: cannot create %s: %s\n", logs, strerror(errno));
+        return CLI_EX_CANTCREAT;
+    }
+    pf_error err;
+    if (!pf_http_token_from_env(token, sizeof token, &err)) {
+        fprintf(stderr, "psflow up: %s\n", err.message);
+        return CLI_EX_NOINPUT;
+    }
+    snprintf(listen, sizeof listen, "127.0.0.1:%ld", port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%ld", port);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    child kids[UP_MAX_AGENTS + 1];
+    int n = 0;
+    char *cargv[] = {"psflow", "coordinator", "--listen", listen, "--db", db, NULL};
+    if (spawn(&kids[n++], "coordinator", logs, cargv) != 0) {
+        fprintf(stderr, "psflow up: cannot start the coordinator: %s\n", strerror(errno));
+        return CLI_EX_OSERR;
+    }
+    /* Ready when /readyz answers; a coordinator that exits (port taken...) ends it here. */
+    char readyz[160];
+    snprintf(readyz, sizeof readyz, "%s/readyz", url);
+    double deadline = pf_clock_now() + 30;
+    int ready = 0;
+    while (!ready && !up_signalled && pf_clock_now() < deadline) {
+        pf_http_response r;
+        if (pf_http_request("GET", readyz, token, NULL, 0, 1.0, &r, &err) == PF_OK &&
+            r.status == 200)
+            ready = 1;
+        pf_http_response_deinit(&r);
+        reap(kids, n);
+        if (kids[0].exited)
+            break;
+        if (!ready)
+            nap(0.1);
+    }
+    reap(kids, n);
+    if (kids[0].exited) /* something else answered on that port */
+        ready = 0;
+    if (!ready) {
+        fprintf(stderr, "psflow up: the coordinator did not become ready; see %s/coordinator.log\n",
+                logs);
+        stop_all(kids, 0, n, 5);
+        return CLI_EX_UNAVAILABLE;
+    }
+    fprintf(stderr, "psflow up: coordinator %s (pid %d, database %s)\n", url, (int)kids[0].pid, db);
+    for (long i = 0; i < n_ps + n_workers; i++) {
+        int is_ps = i < n_ps;
+        long k = is_ps ? i : i - n_ps;
+        int p = free_port();
+        char name[32], id[48], adv[64];
+        snprintf(name, sizeof name, "%s-%ld", is_ps ? "ps" : "worker", k);
+        snprintf(id, sizeof id, "%s", name);
+        snprintf(adv, sizeof adv, "127.0.0.1:%d", p);
+        char *aargv[] = {"psflow",
+                         is_ps ? "ps" : "worker",
+                         "--coordinator",
+                         url,
+                         "--node-id",
+                         id,
+                         "--advertise",
+                         adv,
+                         "--checkpoint-dir",
+                         ckpt,
+                         is_ps ? "--listen" : NULL,
+                         adv,
+                         NULL};
+        if (p < 0 || spawn(&kids[n++], name, logs, aargv) != 0) {
+            fprintf(stderr, "psflow up: cannot start %s\n", name);
+            stop_all(kids, 1, n, 10);
+            stop_all(kids, 0, 1, 10);
+            return CLI_EX_OSERR;
+        }
+    }
+    /* Wait until every agent has registered. */
+    char nodes_url[160];
+    snprintf(nodes_url, sizeof nodes_url, "%s/api/v1/nodes", url);
+    deadline = pf_clock_now() + 30;
+    size_t registered = 0;
+    while (!up_signalled && pf_clock_now() < deadline) {
+        json_t *nodes;
+        if (get_json(nodes_url, token, &nodes) == 0) {
+            registered = json_array_size(json_object_get(nodes, "items"));
+            json_decref(nodes);
+        }
+        if (registered >= (size_t)(n_ps + n_workers))
+            break;
+        nap(0.1);
+    }
+    fprintf(stderr, "psflow up: %zu of %ld agents registered (%ld ps, %ld workers; logs in %s)\n",
+            registered, n_ps + n_workers, n_ps, n_workers, logs);
+    printf("dashboard: %s/\n", url);
+    printf("submit:    curl -X POST -H 'Content-Type: application/json' --data-binary "
+           "@examples/fashion-mnist-mlp.json %s/api/v1/jobs\n",
+           url);
+    printf("      or:  psflow submit examples/fashion-mnist-mlp.json --coordinator %s --wait\n",
+           url);
+    printf("Ctrl-C stops the cluster.\n");
+    fflush(stdout);
+    while (!up_signalled) {
+        reap(kids, n);
+        nap(0.2);
+    }
+    fprintf(stderr, "psflow up: stopping %d agents, then the coordinator\n", n - 1);
+    stop_all(kids, 1, n, 15);
+    stop_all(kids, 0, 1, 10);
+    fprintf(stderr, "psflow up: stopped\n");
+    return 0;
+}

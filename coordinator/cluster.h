@@ -1,0 +1,206 @@
+/* cluster.h - the coordinator's state machine: jobs, their tasks and the agents (nodes) that
+ * run them. Pure: no I/O, no clock, no locks. Every function takes `now` (Unix seconds) and
+ * changes memory only; what changed is marked dirty and every change a client should see is
+ * queued as an event, so the caller (coordinator.c) can persist both in one transaction
+ * before it answers. The caller serialises all calls (one lock).
+ *
+ * DESIGN: jobs are gang-scheduled. A job in Created or Restarting gets all of its tasks at
+ * once, from idle agents of the right role (ps agents for ps tasks; worker agents for the
+ * chief and worker tasks), or none: while agents are missing the status message names
+ * exactly the tasks that have none. Assignments are level-triggered: a node's heartbeat
+ * answer always carries what it should run (job, generation, task), and the agent makes its
+ * process match. When a task fails or its node's lease expires, the restart policy decides:
+ * release the whole gang and start it again (generation + 1; the ps tasks restore the newest
+ * checkpoint, the workers carry on from the restored global step), or fail the job. The job
+ * succeeds when its chief (the chief task, else worker 0) reports success: it has reached
+ * max_steps and every ps has written the final checkpoint.
+ */
+#ifndef PSFLOW_COORDINATOR_CLUSTER_H
+#define PSFLOW_COORDINATOR_CLUSTER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+typedef enum {
+    COORD_CREATED,
+    COORD_RUNNING,
+    COORD_RESTARTING,
+    COORD_SUSPENDED,
+    COORD_SUCCEEDED,
+    COORD_FAILED
+} coord_phase;
+
+typedef enum {
+    TASK_PENDING, /* waiting for an agent, or assigned and not yet reported running */
+    TASK_RUNNING,
+    TASK_SUCCEEDED,
+    TASK_FAILED,
+    TASK_LOST
+} coord_task_state;
+
+#define COORD_ID_MAX    128 /* node ids */
+#define COORD_ADDR_MAX  256 /* advertised host:port */
+#define COORD_TEXT_MAX  256 /* condition and status messages */
+#define COORD_MAX_CONDS 6   /* one per condition type */
+
+typedef struct coord_condition {
+    char type[16];   /* Created Running Restarting Suspended Succeeded Failed */
+    char status[8];  /* "True" or "False" */
+    char reason[40]; /* CamelCase, e.g. WaitingForAgents */
+    char message[COORD_TEXT_MAX];
+    double time; /* last transition, Unix seconds */
+} coord_condition;
+
+typedef struct coord_task {
+    char type[8]; /* chief, ps, worker */
+    int index;
+    char node_id[COORD_ID_MAX]; /* "" while no agent holds it */
+    char address[COORD_ADDR_MAX];
+    coord_task_state state;
+    uint64_t incarnation;  /* set at each assignment; microseconds since the epoch */
+    int restarts;          /* times this task was started again after the first */
+    double last_heartbeat; /* its node's, 0 = never */
+    int64_t step;          /* last step it reported */
+    double examples_per_sec;
+    int64_t updates; /* ps: optimizer updates it applied */
+    int64_t stale;   /* ps: stale gradients it dropped */
+} coord_task;
+
+typedef struct coord_job {
+    char name[PF_NAME_MAX + 1];
+    char *spec_json; /* normalised spec, compact JSON (owned) */
+    pf_job_spec spec;
+    coord_phase phase;
+    char message[COORD_TEXT_MAX];
+    coord_condition conds[COORD_MAX_CONDS];
+    int n_conds;
+    int64_t global_step;
+    double loss, accuracy, test_loss; /* NAN when unknown */
+    double examples_per_sec, steps_per_sec;
+    int restarts, generation;
+    double create_time, start_time, completion_time; /* 0 = not yet */
+    int n_tasks;
+    coord_task *tasks; /* chief, ps 0.., worker 0.. */
+    /* steps/s: global step and time of the last rate sample */
+    int64_t rate_step;
+    double rate_time, last_summary_event;
+    bool dirty;   /* job row (status) changed */
+    bool deleted; /* to be removed from the store, then from memory */
+} coord_job;
+
+typedef struct coord_node {
+    char id[COORD_ID_MAX];
+    char role[8]; /* ps or worker */
+    char address[COORD_ADDR_MAX];
+    char version[32];
+    double registered, last_heartbeat;
+    bool lost;
+    bool busy; /* its agent reported a running task (its last report) */
+    /* assignment; job[0] == 0 when none */
+    char job[PF_NAME_MAX + 1];
+    int generation;
+    char type[8];
+    int index;
+    bool dirty, deleted;
+} coord_node;
+
+/* One change for the event stream and the job log; data is owned (stolen on queue). */
+typedef struct coord_event {
+    char kind[12]; /* job task metric node checkpoint log */
+    char job[PF_NAME_MAX + 1];
+    json_t *data;
+} coord_event;
+
+typedef struct coord_cluster {
+    coord_job **jobs;
+    int n_jobs, cap_jobs;
+    coord_node **nodes;
+    int n_nodes, cap_nodes;
+    double lease_seconds;
+    coord_event *pending; /* queued since the last coord_cluster_take_events */
+    int n_pending, cap_pending;
+} coord_cluster;
+
+/* --- lifecycle --- */
+void coord_cluster_init(coord_cluster *c, double lease_seconds);
+void coord_cluster_deinit(coord_cluster *c);
+
+/* --- jobs --- */
+
+/* Adds a job for a parsed spec (stolen into the job on success) and its normalised JSON.
+ * Returns PF_OK with *created = 1 for a new job; PF_OK with *created = 0 when a job of that
+ * name exists with the same spec (safe retry); PF_ERR_INVALID (err names it) when it exists
+ * with another spec; PF_ERR_UNSUPPORTED for evaluator tasks; PF_ERR_NOMEM. */
+pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coord_job **out,
+                           int *created, pf_error *err);
+coord_job *coord_job_find(const coord_cluster *c, const char *name);
+/* Cancels (phase Failed, reason Cancelled) unless already finished. */
+void coord_job_cancel(coord_cluster *c, coord_job *j, double now);
+/* Cancels and marks the job deleted. */
+void coord_job_delete(coord_cluster *c, coord_job *j, double now);
+/* Changes replicas.worker (new_workers > 0) and/or suspends/resumes (suspend 0/1, -1 =
+ * unchanged). PF_ERR_INVALID (err names the field) for a finished job or a bad value. */
+pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int suspend, double now,
+                          pf_error *err);
+/* Records metric points reported for a task ("chief" or "worker-<i>"): updates the job's
+ * step, loss, rates and accuracy, and queues metric events. points/evals are arrays as in
+ * api/rest.md (borrowed). */
+void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, json_t *points,
+                              json_t *evals, double now);
+bool coord_job_finished(const coord_job *j);
+const char *coord_phase_name(coord_phase p);
+const char *coord_task_state_name(coord_task_state s);
+
+/* The TF_CONFIG of one task (new string, pf_free), NULL when the job has no such task or
+ * no agents yet (*why says which). */
+char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why);
+
+/* --- nodes --- */
+
+/* Registers (or updates: idempotent on id) an agent. *created = 1 for a new node. */
+pf_status coord_node_register(coord_cluster *c, const char *id, const char *role,
+                              const char *address, const char *version, double now,
+                              coord_node **out, int *created);
+coord_node *coord_node_find(const coord_cluster *c, const char *id);
+/* Applies a heartbeat report (api/rest.md) and renews the lease. */
+void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *report, double now);
+/* The node's current assignment as JSON (new reference), or json_null(). */
+json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n);
+/* Deregisters: its task (if any) is treated like a lost node's. */
+void coord_node_remove(coord_cluster *c, coord_node *n, double now);
+
+/* --- time --- */
+
+/* Expires leases, enforces deadlines and admits waiting jobs. Call a few times a second. */
+void coord_cluster_tick(coord_cluster *c, double now);
+
+/* --- serialisation (shapes of api/rest.md) --- */
+/* RFC 3339 UTC with milliseconds ("2026-11-22T10:00:00.123Z"); json_null() for t <= 0. */
+json_t *coord_time_json(double t);
+json_t *coord_job_json(const coord_job *j, double now); /* {name, spec, status} */
+json_t *coord_job_status_json(const coord_job *j);      /* status */
+json_t *coord_job_summary_json(const coord_job *j);     /* list item */
+json_t *coord_task_json(const coord_task *t, double lease, double now);
+json_t *coord_node_json(const coord_node *n, double now);
+/* Restores a job's status fields from coord_job_status_json output (store reload). */
+void coord_job_status_from_json(coord_job *j, json_t *status);
+
+/* Queues an event (data stolen; NULL is ignored). */
+void coord_cluster_queue_event(coord_cluster *c, const char *kind, const char *job, json_t *data);
+/* Moves the queued events to the caller (who frees data with json_decref). */
+coord_event *coord_cluster_take_events(coord_cluster *c, int *n);
+/* Adds a loaded job (store reload); takes ownership of j. PF_ERR_NOMEM. */
+pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j);
+pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n);
+/* Builds a job's task array for its spec (all Pending, unassigned). PF_ERR_NOMEM. */
+pf_status coord_job_make_tasks(coord_job *j);
+/* Frees a job (spec, tasks, the struct). */
+void coord_job_free(coord_job *j);
+/* Drops jobs and nodes marked deleted (after the store has removed them). */
+void coord_cluster_reap(coord_cluster *c);
+
+#endif

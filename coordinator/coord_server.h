@@ -1,0 +1,115 @@
+/* coord_server.h - what the coordinator's HTTP glue (http.c) and its route handlers (routes_*.c)
+ * share: the server object, the request/reply records, and the commit step that persists a
+ * change and publishes its events.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; every handler takes s->lock for
+ * the whole parse-apply-persist step, so the cluster and the store see one caller at a
+ * time. Event streams wait on s->changed.
+ */
+#ifndef PSFLOW_COORDINATOR_COORD_SERVER_H
+#define PSFLOW_COORDINATOR_COORD_SERVER_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include "cluster.h"
+#include "coordinator.h"
+#include "store.h"
+
+#define COORD_BODY_MAX  (1 << 20) /* request bodies: 413 above this */
+#define COORD_RING_SIZE 8192      /* recent events kept in memory for streams */
+
+typedef struct coord_ring_entry {
+    int64_t id;
+    char kind[12];
+    char job[PF_NAME_MAX + 1];
+    char *data; /* compact JSON */
+} coord_ring_entry;
+
+typedef struct coord_http_count {
+    const char *route; /* static pattern, e.g. "/api/v1/jobs/{name}" */
+    int code;
+    uint64_t count;
+} coord_http_count;
+
+struct coord_server {
+    coord_options o;
+    char *token;
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* broadcast after every commit that published events */
+    coord_cluster cluster;
+    coord_store *store;
+    struct MHD_Daemon *mhd;
+    int port;
+    pthread_t ticker;
+    int ticker_started;
+    volatile sig_atomic_t stopping;
+    int wake[2]; /* self-pipe: coord_server_stop wakes coord_server_wait */
+    double start_time;
+    /* recent events, ids ring[(id - 1) % COORD_RING_SIZE] for ids in [ring_first, ring_last] */
+    coord_ring_entry ring[COORD_RING_SIZE];
+    int64_t ring_first, ring_last;
+    /* HTTP request counters (under stats_lock) */
+    pthread_mutex_t stats_lock;
+    coord_http_count *counts;
+    int n_counts, cap_counts;
+    uint64_t heartbeats;
+};
+
+typedef struct coord_request {
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *path;
+    const char *body; /* NUL-terminated; NULL when empty */
+    size_t body_len;
+    const char *seg[8]; /* path segments after /api/v1/ */
+    int n_seg;
+} coord_request;
+
+typedef struct coord_reply {
+    int status;
+    json_t *json;             /* body (stolen), or NULL */
+    char *text;               /* body (owned, pf_free), used when json is NULL */
+    const char *content_type; /* for text */
+    char location[512];
+    const char *allow; /* for 405 */
+} coord_reply;
+
+/* Sets a JSON reply (steals json; NULL means out of memory -> 500). */
+void coord_reply_json(coord_reply *r, int status, json_t *json);
+/* Sets an application/problem+json reply; errors (stolen, may be NULL) is an array of
+ * {pointer, message}. */
+void coord_reply_problem(coord_reply *r, int status, json_t *errors, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Persists what the cluster marked dirty plus, inside the same transaction, whatever
+ * extra() writes (may be NULL), then publishes the queued events. Caller holds s->lock.
+ * Returns 0, or -1 after rolling back (the in-memory state is reloaded from the database
+ * so it matches what was committed). */
+int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void *ctx), void *ctx);
+
+double coord_now(void);
+
+/* Starts the HTTP daemon (http.c); NULL with err set when it cannot listen. */
+struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err);
+
+/* Parses a JSON body that must be an object; on failure sets a 400 reply naming the
+ * problem and returns NULL. */
+json_t *coord_parse_object(const coord_request *rq, coord_reply *rp);
+/* Rejects keys of obj not in allowed (NULL-terminated): 400 naming the first one; 0 = ok. */
+int coord_check_keys(json_t *obj, const char *const *allowed, const char *where, coord_reply *rp);
+/* Query argument, or NULL. */
+const char *coord_query(const coord_request *rq, const char *name);
+/* Parses an integer query argument in [min, max] (absent: fallback); -1 + 400 when bad. */
+int coord_query_long(const coord_request *rq, coord_reply *rp, const char *name, long long min,
+                     long long max, long long fallback, long long *out);
+
+/* Route handlers: return 1 when they handled the path (rp set), 0 when it is not theirs. */
+int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp);
+int coord_routes_nodes(coord_server *s, coord_request *rq, coord_reply *rp);
+/* /livez /readyz /version /metrics; rq->path is the full path. */
+int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp);
+
+#endif

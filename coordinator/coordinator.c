@@ -1,0 +1,209 @@
+/* coordinator.c - the coordinator's lifecycle, its commit step and its ticker.
+ *
+ * DESIGN: one lock around the cluster and the store. A handler applies a change to the
+ * in-memory cluster, then coord_commit() writes what changed and the change's events in one
+ * SQLite transaction; only then are the events published (the in-memory ring, the stream
+ * threads woken) and the reply sent. A ticker runs the time-driven part of the state
+ * machine (lease expiry, deadlines, admission) four times a second.
+ */
+#include <errno.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "psflow/mem.h"
+#include "coord_server.h"
+
+double coord_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void ring_push(coord_server *s, int64_t id, const coord_event *e, char *data) {
+    coord_ring_entry *r = &s->ring[(id - 1) % COORD_RING_SIZE];
+    if (r->id)
+        pf_free(r->data);
+    r->id = id;
+    snprintf(r->kind, sizeof r->kind, "%s", e->kind);
+    snprintf(r->job, sizeof r->job, "%s", e->job);
+    r->data = data;
+    s->ring_last = id;
+    if (s->ring_last - s->ring_first + 1 > COORD_RING_SIZE)
+        s->ring_first = s->ring_last - COORD_RING_SIZE + 1;
+}
+
+static void ring_clear(coord_server *s) {
+    for (int i = 0; i < COORD_RING_SIZE; i++) {
+        pf_free(s->ring[i].data);
+        s->ring[i].data = NULL;
+        s->ring[i].id = 0;
+    }
+}
+
+static char *dup_text(const char *t) {
+    size_t n = strlen(t);
+    char *d = pf_malloc(n + 1);
+    if (d)
+        memcpy(d, t, n + 1);
+    return d;
+}
+
+static void reload(coord_server *s, double now) {
+    coord_cluster_deinit(&s->cluster);
+    coord_cluster_init(&s->cluster, s->o.lease_seconds);
+    pf_error err;
+    if (coord_store_load(s->store, &s->cluster, now, &err) != PF_OK)
+        fprintf(stderr, "psflow coordinator: reloading the state failed: %s\n", err.message);
+}
+
+int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void *ctx), void *ctx) {
+    int n_events;
+    coord_event *events = coord_cluster_take_events(&s->cluster, &n_events);
+    int64_t *ids = n_events ? pf_calloc((size_t)n_events, sizeof *ids) : NULL;
+    char **texts = n_events ? pf_calloc((size_t)n_events, sizeof *texts) : NULL;
+    int ok = (!n_events || (ids && texts)) && coord_store_begin(s->store) == PF_OK;
+    int began = ok;
+    for (int i = 0; ok && i < n_events; i++) {
+        texts[i] = json_dumps(events[i].data, JSON_COMPACT);
+        ok = texts[i] && coord_store_add_event(s->store, events[i].kind, events[i].job, texts[i],
+                                               now, &ids[i]) == PF_OK;
+    }
+    ok = ok && coord_store_save(s->store, &s->cluster) == PF_OK;
+    ok = ok && (!extra || extra(s->store, ctx) == 0);
+    ok = ok && coord_store_commit(s->store) == PF_OK;
+    if (ok) {
+        coord_cluster_reap(&s->cluster);
+        for (int i = 0; i < n_events; i++) {
+            char *copy = dup_text(texts[i]);
+            if (copy)
+                ring_push(s, ids[i], &events[i], copy);
+        }
+        if (n_events)
+            pthread_cond_broadcast(&s->changed);
+    } else {
+        if (began)
+            coord_store_rollback(s->store);
+        fprintf(stderr, "psflow coordinator: writing the state failed; reloading it\n");
+        reload(s, now);
+    }
+    for (int i = 0; i < n_events; i++) {
+        json_decref(events[i].data);
+        if (texts)
+            free(texts[i]);
+    }
+    pf_free(events);
+    pf_free(ids);
+    pf_free(texts);
+    return ok ? 0 : -1;
+}
+
+static void *tick_main(void *arg) {
+    coord_server *s = arg;
+    while (!s->stopping) {
+        struct timespec nap = {0, 250 * 1000000L};
+        nanosleep(&nap, NULL); /* the ticker's period, not synchronisation */
+        pthread_mutex_lock(&s->lock);
+        double now = coord_now();
+        coord_cluster_tick(&s->cluster, now);
+        coord_commit(s, now, NULL, NULL);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return NULL;
+}
+
+pf_status coord_server_start(const coord_options *o, coord_server **out, pf_error *err) {
+    *out = NULL;
+    coord_server *s = pf_calloc(1, sizeof *s);
+    if (!s)
+        return PF_ERR_NOMEM;
+    s->o = *o;
+    s->wake[0] = s->wake[1] = -1;
+    if (s->o.lease_seconds <= 0)
+        s->o.lease_seconds = 10;
+    s->token = o->token && *o->token ? dup_text(o->token) : NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->stats_lock, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    coord_cluster_init(&s->cluster, s->o.lease_seconds);
+    s->start_time = coord_now();
+    pf_status st = coord_store_open(o->db_path, &s->store, err);
+    if (st == PF_OK)
+        st = coord_store_load(s->store, &s->cluster, s->start_time, err);
+    if (st != PF_OK) {
+        coord_server_destroy(s);
+        return st;
+    }
+    /* Stream ids continue from the database's so a reconnecting client resumes. */
+    s->ring_last = coord_store_last_event_id(s->store);
+    s->ring_first = s->ring_last + 1; /* empty */
+    if (pipe(s->wake) != 0) {
+        st = pf_error_set(err, PF_ERR_IO, NULL, "pipe: %s", strerror(errno));
+        coord_server_destroy(s);
+        return st;
+    }
+    s->mhd = coord_http_start(s, err);
+    if (!s->mhd) {
+        coord_server_destroy(s);
+        return PF_ERR_IO;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : o->port;
+    if (pthread_create(&s->ticker, NULL, tick_main, s) != 0) {
+        coord_server_destroy(s);
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the ticker thread");
+    }
+    s->ticker_started = 1;
+    *out = s;
+    return PF_OK;
+}
+
+int coord_server_port(const coord_server *s) {
+    return s->port;
+}
+
+void coord_server_stop(coord_server *s) {
+    s->stopping = 1;
+    if (s->wake[1] >= 0) {
+        char b = 1;
+        ssize_t w = write(s->wake[1], &b, 1); /* async-signal-safe */
+        (void)w;
+    }
+}
+
+void coord_server_wait(coord_server *s) {
+    while (!s->stopping) {
+        struct pollfd p = {s->wake[0], POLLIN, 0};
+        poll(&p, 1, 1000);
+    }
+}
+
+void coord_server_destroy(coord_server *s) {
+    if (!s)
+        return;
+    s->stopping = 1;
+    pthread_mutex_lock(&s->lock);
+    pthread_cond_broadcast(&s->changed); /* ends the event streams */
+    pthread_mutex_unlock(&s->lock);
+    if (s->mhd)
+        MHD_stop_daemon(s->mhd);
+    if (s->ticker_started)
+        pthread_join(s->ticker, NULL);
+    coord_store_close(s->store);
+    coord_cluster_deinit(&s->cluster);
+    ring_clear(s);
+    if (s->wake[0] >= 0)
+        close(s->wake[0]);
+    if (s->wake[1] >= 0)
+        close(s->wake[1]);
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->stats_lock);
+    pf_free(s->counts);
+    pf_free(s->token);
+    pf_free(s);
+}

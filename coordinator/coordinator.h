@@ -1,0 +1,36 @@
+/* coordinator.h - `psflow coordinator`: the REST API (api/rest.md), the event stream and
+ * the dashboard's files over libmicrohttpd, with the cluster state machine (cluster.h)
+ * persisted in SQLite (store.h).
+ *
+ * Lifecycle: coord_server_start() opens and migrates the database, loads the state, starts
+ * the HTTP daemon and the ticker (leases, deadlines, admission); coord_server_wait() blocks
+ * until coord_server_stop() (async-signal-safe) is called; coord_server_destroy() stops
+ * everything and frees it.
+ */
+#ifndef PSFLOW_COORDINATOR_H
+#define PSFLOW_COORDINATOR_H
+
+#include "psflow/status.h"
+
+typedef struct coord_options {
+    const char *listen_host; /* NULL or "0.0.0.0": every interface */
+    int port;                /* 0: ephemeral (see coord_server_port) */
+    const char *db_path;
+    const char *web_dir;      /* dashboard files; NULL: none */
+    const char *openapi_path; /* api/openapi.yaml to serve; NULL: none */
+    const char *token;        /* bearer token; NULL or "": no authentication */
+    double lease_seconds;     /* agents lost after this long without a heartbeat */
+    int max_connections;      /* concurrent HTTP connections */
+    int connection_timeout;   /* seconds an idle connection is kept */
+} coord_options;
+
+typedef struct coord_server coord_server;
+
+/* Errors: PF_ERR_IO (database, listening socket) with a message; PF_ERR_NOMEM. */
+pf_status coord_server_start(const coord_options *o, coord_server **out, pf_error *err);
+int coord_server_port(const coord_server *s);
+void coord_server_wait(coord_server *s);
+void coord_server_stop(coord_server *s);
+void coord_server_destroy(coord_server *s);
+
+#endif

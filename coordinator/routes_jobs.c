@@ -1,0 +1,517 @@
+/* routes_jobs.c - /api/v1/jobs and everything under it (api/rest.md). Each handler:
+ * parse and validate -> change the cluster (cluster.c) under the lock -> commit -> reply. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/mem.h"
+#include "psflow/placement.h"
+#include "psflow/spec.h"
+#include "coord_server.h"
+
+static void method_not_allowed(coord_request *rq, coord_reply *rp, const char *allow) {
+    rp->allow = allow;
+    coord_reply_problem(rp, 405, NULL, "%s is not allowed on %s (allowed: %s)", rq->method,
+                        rq->path, allow);
+}
+
+static int is(const coord_request *rq, const char *method) {
+    return !strcmp(rq->method, method);
+}
+
+/* POST /api/v1/jobs */
+static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
+    if (!rq->body || rq->body_len == 0) {
+        coord_reply_problem(rp, 400, NULL, "the request body is empty: expected a job spec");
+        return;
+    }
+    pf_job_spec spec;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_job_spec_parse(rq->body, rq->body_len, &spec, &err);
+    if (st == PF_ERR_NOMEM) {
+        coord_reply_problem(rp, 500, NULL, "out of memory");
+        return;
+    }
+    if (st == PF_ERR_FORMAT) {
+        coord_reply_problem(rp, 400, NULL, "%s", err.message);
+        return;
+    }
+    if (st != PF_OK) {
+        /* DESIGN section 2: unknown fields are a malformed request (400); a known field
+         * with a bad value is an invalid spec (422). */
+        int unknown = strstr(err.message, "unknown field") != NULL;
+        coord_reply_problem(
+            rp, unknown ? 400 : 422,
+            json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", err.message), "%s",
+            err.message);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    double now = coord_now();
+    coord_job *j;
+    int created;
+    st = coord_job_submit(&s->cluster, &spec, now, &j, &created, &err);
+    if (st == PF_OK && created && coord_commit(s, now, NULL, NULL) != 0)
+        st = PF_ERR_IO;
+    if (st == PF_OK) {
+        coord_reply_json(rp, created ? 201 : 200, coord_job_json(j, now));
+        snprintf(rp->location, sizeof rp->location, "/api/v1/jobs/%s", j->name);
+    } else if (st == PF_ERR_INVALID) {
+        coord_reply_problem(rp, 409, NULL, "%s", err.message);
+    } else if (st == PF_ERR_UNSUPPORTED) {
+        coord_reply_problem(
+            rp, 422, json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", err.message),
+            "%s", err.message);
+    } else {
+        coord_reply_problem(rp, 503, NULL, "the job could not be stored");
+    }
+    pthread_mutex_unlock(&s->lock);
+    pf_job_spec_deinit(&spec); /* empty when the cluster took it */
+}
+
+static void list_jobs(coord_server *s, coord_reply *rp) {
+    pthread_mutex_lock(&s->lock);
+    json_t *items = json_array();
+    for (int i = s->cluster.n_jobs - 1; items && i >= 0; i--)
+        json_array_append_new(items, coord_job_summary_json(s->cluster.jobs[i]));
+    pthread_mutex_unlock(&s->lock);
+    coord_reply_json(rp, 200, items ? json_pack("{s:o}", "items", items) : NULL);
+}
+
+static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord_job *j) {
+    json_t *body = coord_parse_object(rq, rp);
+    if (!body)
+        return;
+    static const char *const keys[] = {"replicas", "suspend", NULL};
+    static const char *const rkeys[] = {"worker", NULL};
+    json_t *replicas = json_object_get(body, "replicas"),
+           *suspend = json_object_get(body, "suspend");
+    int workers = 0, susp = -1;
+    if (coord_check_keys(body, keys, "", rp))
+        goto done;
+    if (replicas) {
+        if (!json_is_object(replicas)) {
+            coord_reply_problem(
+                rp, 422,
+                json_pack("[{s:s, s:s}]", "pointer", "/replicas", "message", "must be an object"),
+                "/replicas: must be an object like {\"worker\": 4}");
+            goto done;
+        }
+        if (coord_check_keys(replicas, rkeys, "/replicas", rp))
+            goto done;
+        json_t *w = json_object_get(replicas, "worker");
+        if (!json_is_integer(w) || json_integer_value(w) < 1 ||
+            json_integer_value(w) > PF_MAX_REPLICAS) {
+            coord_reply_problem(rp, 422,
+                                json_pack("[{s:s, s:s}]", "pointer", "/replicas/worker", "message",
+                                          "must be an integer from 1 to 1024"),
+                                "/replicas/worker: must be an integer from 1 to %d",
+                                PF_MAX_REPLICAS);
+            goto done;
+        }
+        workers = (int)json_integer_value(w);
+    }
+    if (suspend) {
+        if (!json_is_boolean(suspend)) {
+            coord_reply_problem(rp, 422,
+                                json_pack("[{s:s, s:s}]", "pointer", "/suspend", "message",
+                                          "must be true or false"),
+                                "/suspend: must be true or false");
+            goto done;
+        }
+        susp = json_is_true(suspend);
+    }
+    pf_error err;
+    pf_error_clear(&err);
+    double now = coord_now();
+    pf_status st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
+    if (st == PF_ERR_INVALID) {
+        coord_reply_problem(rp, err.pointer[0] ? 422 : 409,
+                            err.pointer[0] ? json_pack("[{s:s, s:s}]", "pointer", err.pointer,
+                                                       "message", err.message)
+                                           : NULL,
+                            "%s", err.message);
+    } else if (st != PF_OK || coord_commit(s, now, NULL, NULL) != 0) {
+        coord_reply_problem(rp, 503, NULL, "the change could not be stored");
+    } else {
+        coord_reply_json(rp, 200, coord_job_json(j, now));
+    }
+done:
+    json_decref(body);
+}
+
+static void tf_config(coord_request *rq, coord_reply *rp, coord_job *j) {
+    const char *type = coord_query(rq, "type");
+    long long index;
+    if (!type || !*type) {
+        coord_reply_problem(rp, 400, NULL, "query parameter type is required (ps, worker, chief)");
+        return;
+    }
+    if (coord_query_long(rq, rp, "index", 0, PF_MAX_REPLICAS, -1, &index))
+        return;
+    if (index < 0) {
+        coord_reply_problem(rp, 400, NULL, "query parameter index is required");
+        return;
+    }
+    const char *why;
+    char *tf = coord_job_tf_config(j, type, (int)index, &why);
+    if (!tf) {
+        int missing = !strcmp(why, "the job has no such task");
+        coord_reply_problem(rp, missing ? 404 : 409, NULL, "job %s, task %.20s %lld: %s", j->name,
+                            type, index, why);
+        return;
+    }
+    rp->status = 200;
+    rp->text = tf;
+    rp->content_type = "application/json";
+}
+
+static json_t *placement_json(const coord_job *j) {
+    pf_placement p;
+    if (pf_placement_compute(&j->spec, &p) != PF_OK)
+        return NULL;
+    int n_ps = j->spec.replicas.ps;
+    int64_t *bytes = pf_calloc((size_t)n_ps, sizeof *bytes);
+    int *count = pf_calloc((size_t)n_ps, sizeof *count);
+    json_t *shards = json_array(), *ps = json_array();
+    int64_t total = 0;
+    for (int i = 0; bytes && count && i < p.n_shards; i++) {
+        const pf_shard_info *sh = &p.shards[i];
+        char variable[PF_SHARD_NAME_MAX];
+        snprintf(variable, sizeof variable, "%s", sh->name);
+        char *part = sh->num_shards > 1 ? strstr(variable, "/part_") : NULL;
+        if (part)
+            *part = '\0'; /* the shard's variable: "dense_0/kernel/part_1" -> "dense_0/kernel" */
+        int64_t nbytes = (int64_t)sh->count * (int64_t)sizeof(float);
+        json_t *shape = json_array();
+        for (int d = 0; d < sh->rank; d++)
+            json_array_append_new(shape, json_integer(sh->shape[d]));
+        json_array_append_new(shards,
+                              json_pack("{s:s, s:s, s:o, s:i, s:I, s:i, s:I}", "variable", variable,
+                                        "name", sh->name, "shape", shape, "shard", sh->shard,
+                                        "offset", (json_int_t)sh->row_offset, "ps_task",
+                                        sh->ps_task, "bytes", (json_int_t)nbytes));
+        bytes[sh->ps_task] += nbytes;
+        count[sh->ps_task]++;
+        total += nbytes;
+    }
+    int64_t largest = 0;
+    for (int t = 0; bytes && count && t < n_ps; t++) {
+        int64_t updates = 0, stale = 0;
+        for (int k = 0; k < j->n_tasks; k++)
+            if (!strcmp(j->tasks[k].type, "ps") && j->tasks[k].index == t) {
+                updates = j->tasks[k].updates;
+                stale = j->tasks[k].stale;
+            }
+        json_array_append_new(ps, json_pack("{s:i, s:I, s:i, s:I, s:I}", "task", t, "bytes",
+                                            (json_int_t)bytes[t], "shards", count[t], "updates",
+                                            (json_int_t)updates, "stale", (json_int_t)stale));
+        if (bytes[t] > largest)
+            largest = bytes[t];
+    }
+    double mean = (double)total / n_ps;
+    json_t *out = json_pack("{s:I, s:f, s:o, s:o}", "total_bytes", (json_int_t)total, "imbalance",
+                            mean > 0 ? (double)largest / mean : 1.0, "shards", shards, "ps", ps);
+    pf_free(bytes);
+    pf_free(count);
+    pf_placement_deinit(&p);
+    return out;
+}
+
+/* POST .../metrics: validated before anything is stored. */
+typedef struct metrics_post {
+    const char *job, *task;
+    json_t *points, *evals;
+} metrics_post;
+
+static int store_metrics(coord_store *st, void *ctx) {
+    metrics_post *m = ctx;
+    return coord_store_add_metrics(st, m->job, m->task, m->points, m->evals) == PF_OK ? 0 : -1;
+}
+
+static int check_points(json_t *arr, const char *name, const char *const *keys,
+                        const char *const *required, coord_reply *rp) {
+    if (!arr)
+        return 0;
+    char where[64];
+    if (!json_is_array(arr) || json_array_size(arr) > 10000) {
+        snprintf(where, sizeof where, "/%s", name);
+        coord_reply_problem(rp, 422,
+                            json_pack("[{s:s, s:s}]", "pointer", where, "message",
+                                      "must be an array of at most 10000 objects"),
+                            "%s: must be an array of at most 10000 objects", where);
+        return -1;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(arr, i, p) {
+        snprintf(where, sizeof where, "/%s/%zu", name, i);
+        if (!json_is_object(p)) {
+            coord_reply_problem(rp, 422, NULL, "%s: must be an object", where);
+            return -1;
+        }
+        if (coord_check_keys(p, keys, where, rp))
+            return -1;
+        const char *key;
+        json_t *v;
+        json_object_foreach(p, key, v) {
+            if (!json_is_number(v) && !json_is_null(v)) {
+                coord_reply_problem(rp, 422, NULL, "%s/%s: must be a number", where, key);
+                return -1;
+            }
+        }
+        for (int r = 0; required[r]; r++) {
+            json_t *v2 = json_object_get(p, required[r]);
+            if (!json_is_number(v2) || json_number_value(v2) < 0) {
+                coord_reply_problem(rp, 422, NULL, "%s/%s: required, a number >= 0", where,
+                                    required[r]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, const char *name) {
+    json_t *body = coord_parse_object(rq, rp);
+    if (!body)
+        return;
+    static const char *const keys[] = {"task", "points", "evals", NULL};
+    static const char *const pkeys[] = {
+        "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
+    static const char *const ekeys[] = {"step", "time", "accuracy", "test_loss", NULL};
+    static const char *const req[] = {"step", "time", NULL};
+    const char *task = json_string_value(json_object_get(body, "task"));
+    int index;
+    char tail;
+    if (coord_check_keys(body, keys, "", rp)) {
+        /* reply set */
+    } else if (!task || (strcmp(task, "chief") != 0 &&
+                         (sscanf(task, "worker-%d%c", &index, &tail) != 1 || index < 0))) {
+        coord_reply_problem(rp, 422,
+                            json_pack("[{s:s, s:s}]", "pointer", "/task", "message",
+                                      "must be \"chief\" or \"worker-<index>\""),
+                            "/task: must be \"chief\" or \"worker-<index>\"");
+    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, rp) &&
+               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, rp)) {
+        pthread_mutex_lock(&s->lock);
+        coord_job *j = coord_job_find(&s->cluster, name);
+        if (!j) {
+            coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
+        } else {
+            json_t *empty = json_array();
+            metrics_post m = {j->name, task, json_object_get(body, "points"),
+                              json_object_get(body, "evals")};
+            if (!m.points)
+                m.points = empty;
+            if (!m.evals)
+                m.evals = empty;
+            double now = coord_now();
+            coord_job_record_metrics(&s->cluster, j, task, m.points, m.evals, now);
+            if (coord_commit(s, now, store_metrics, &m) == 0) {
+                rp->status = 204;
+            } else {
+                coord_reply_problem(rp, 503, NULL, "the metrics could not be stored");
+            }
+            json_decref(empty);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    json_decref(body);
+}
+
+typedef struct checkpoint_post {
+    const char *job;
+    int64_t step, bytes;
+    double time;
+    char *files;
+} checkpoint_post;
+
+static int store_checkpoint(coord_store *st, void *ctx) {
+    checkpoint_post *c = ctx;
+    return coord_store_add_checkpoint(st, c->job, c->step, c->time, c->bytes, c->files) == PF_OK
+               ? 0
+               : -1;
+}
+
+static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp, const char *name) {
+    json_t *body = coord_parse_object(rq, rp);
+    if (!body)
+        return;
+    static const char *const keys[] = {"step", "time", "bytes", "files", NULL};
+    json_t *step = json_object_get(body, "step"), *bytes = json_object_get(body, "bytes"),
+           *files = json_object_get(body, "files");
+    if (coord_check_keys(body, keys, "", rp)) {
+        /* reply set */
+    } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_integer(bytes) ||
+               json_integer_value(bytes) < 0 || (files && !json_is_array(files))) {
+        coord_reply_problem(rp, 422, NULL,
+                            "a checkpoint needs step and bytes (integers >= 0) and files (an "
+                            "array)");
+    } else {
+        pthread_mutex_lock(&s->lock);
+        coord_job *j = coord_job_find(&s->cluster, name);
+        if (!j) {
+            coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
+        } else {
+            double now = coord_now();
+            checkpoint_post c = {j->name, json_integer_value(step), json_integer_value(bytes), now,
+                                 files ? json_dumps(files, JSON_COMPACT) : NULL};
+            json_t *ev = json_pack("{s:s, s:I, s:o, s:I, s:O}", "job", j->name, "step",
+                                   (json_int_t)c.step, "time", coord_time_json(now), "bytes",
+                                   (json_int_t)c.bytes, "files", files ? files : json_null());
+            char msg[160];
+            snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)",
+                     c.step, c.bytes);
+            /* Queued through the cluster so it is stored and streamed with the commit. */
+            json_t *log =
+                json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", j->name, "time", coord_time_json(now),
+                          "type", "Checkpoint", "reason", "CheckpointWritten", "message", msg);
+            coord_cluster_queue_event(&s->cluster, "checkpoint", j->name, ev);
+            coord_cluster_queue_event(&s->cluster, "log", j->name, log);
+            if (!c.files)
+                c.files = strdup("[]");
+            if (c.files && coord_commit(s, now, store_checkpoint, &c) == 0)
+                rp->status = 204;
+            else
+                coord_reply_problem(rp, 503, NULL, "the checkpoint could not be stored");
+            free(c.files);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    json_decref(body);
+}
+
+typedef struct log_collect {
+    json_t *items;
+} log_collect;
+
+static int collect_log(int64_t id, const char *kind, const char *job, const char *data, void *ctx) {
+    (void)kind, (void)job;
+    log_collect *l = ctx;
+    json_t *v = json_loads(data, 0, NULL);
+    if (v) {
+        json_object_set_new(v, "id", json_integer(id));
+        json_array_append_new(l->items, v);
+    }
+    return 0;
+}
+
+int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
+    if (rq->n_seg < 1 || strcmp(rq->seg[0], "jobs") != 0)
+        return 0;
+    if (rq->n_seg == 1) {
+        if (is(rq, "POST"))
+            create_job(s, rq, rp);
+        else if (is(rq, "GET"))
+            list_jobs(s, rp);
+        else
+            method_not_allowed(rq, rp, "GET, POST");
+        return 1;
+    }
+    if (rq->n_seg > 3)
+        return 0;
+    const char *name = rq->seg[1];
+    const char *sub = rq->n_seg == 3 ? rq->seg[2] : "";
+    static const char *const subs[] = {"",          "cancel",  "tasks",       "tf_config",
+                                       "placement", "metrics", "checkpoints", "events"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+        known |= !strcmp(sub, subs[i]);
+    if (!known)
+        return 0;
+    /* POSTs of metrics and checkpoints take the lock themselves after validating. */
+    if (!strcmp(sub, "metrics") && is(rq, "POST")) {
+        post_metrics(s, rq, rp, name);
+        return 1;
+    }
+    if (!strcmp(sub, "checkpoints") && is(rq, "POST")) {
+        post_checkpoint(s, rq, rp, name);
+        return 1;
+    }
+    pthread_mutex_lock(&s->lock);
+    double now = coord_now();
+    coord_job *j = coord_job_find(&s->cluster, name);
+    if (!j) {
+        coord_reply_problem(rp, 404, NULL, "no job named '%.70s'", name);
+    } else if (!*sub) {
+        if (is(rq, "GET")) {
+            coord_reply_json(rp, 200, coord_job_json(j, now));
+        } else if (is(rq, "PATCH")) {
+            patch_job(s, rq, rp, j);
+        } else if (is(rq, "DELETE")) {
+            coord_job_delete(&s->cluster, j, now);
+            if (coord_commit(s, now, NULL, NULL) == 0)
+                rp->status = 204;
+            else
+                coord_reply_problem(rp, 503, NULL, "the deletion could not be stored");
+        } else {
+            method_not_allowed(rq, rp, "GET, PATCH, DELETE");
+        }
+    } else if (!strcmp(sub, "cancel")) {
+        if (!is(rq, "POST")) {
+            method_not_allowed(rq, rp, "POST");
+        } else {
+            coord_job_cancel(&s->cluster, j, now);
+            if (coord_commit(s, now, NULL, NULL) == 0)
+                coord_reply_json(rp, 200, coord_job_json(j, now));
+            else
+                coord_reply_problem(rp, 503, NULL, "the cancellation could not be stored");
+        }
+    } else if (!is(rq, "GET")) {
+        method_not_allowed(
+            rq, rp, !strcmp(sub, "metrics") || !strcmp(sub, "checkpoints") ? "GET, POST" : "GET");
+    } else if (!strcmp(sub, "tasks")) {
+        json_t *items = json_array();
+        for (int i = 0; items && i < j->n_tasks; i++)
+            json_array_append_new(items,
+                                  coord_task_json(&j->tasks[i], s->cluster.lease_seconds, now));
+        coord_reply_json(rp, 200, items ? json_pack("{s:o}", "items", items) : NULL);
+    } else if (!strcmp(sub, "tf_config")) {
+        tf_config(rq, rp, j);
+    } else if (!strcmp(sub, "placement")) {
+        coord_reply_json(rp, 200, placement_json(j));
+    } else if (!strcmp(sub, "metrics")) {
+        long long since, max_points;
+        if (!coord_query_long(rq, rp, "since_step", 0, INT64_MAX, 0, &since) &&
+            !coord_query_long(rq, rp, "max_points", 1, 100000, 2000, &max_points)) {
+            json_t *m = coord_store_metrics(s->store, j->name, since, (int)max_points);
+            json_t *stale = json_object();
+            for (int i = 0; m && stale && i < j->n_tasks; i++)
+                if (!strcmp(j->tasks[i].type, "ps")) {
+                    char key[32];
+                    snprintf(key, sizeof key, "ps-%d", j->tasks[i].index);
+                    json_object_set_new(stale, key, json_integer(j->tasks[i].stale));
+                }
+            if (m)
+                json_object_set_new(m, "stale", stale);
+            else
+                json_decref(stale);
+            coord_reply_json(rp, 200, m);
+        }
+    } else if (!strcmp(sub, "checkpoints")) {
+        coord_reply_json(rp, 200, coord_store_checkpoints(s->store, j->name));
+    } else if (!strcmp(sub, "events")) {
+        long long since;
+        if (!coord_query_long(rq, rp, "since_id", 0, INT64_MAX, 0, &since)) {
+            log_collect l = {json_array()};
+            coord_store_events_after(s->store, since, j->name, "log", 1000, collect_log, &l);
+            /* Only this job's log, not the agent-wide lines that have no job. */
+            json_t *items = json_array();
+            size_t i;
+            json_t *v;
+            json_array_foreach(l.items, i, v) {
+                const char *vj = json_string_value(json_object_get(v, "job"));
+                if (vj && !strcmp(vj, j->name))
+                    json_array_append(items, v);
+            }
+            json_decref(l.items);
+            coord_reply_json(rp, 200, json_pack("{s:o}", "items", items));
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return 1;
+}

@@ -1,0 +1,161 @@
+/* routes_nodes.c - /api/v1/nodes: agent registration, heartbeats (lease renewal; the reply
+ * carries the agent's assignment), deregistration and listing (api/rest.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "psflow/tf_config.h"
+#include "coord_server.h"
+
+static int valid_id(const char *id) {
+    size_t n = strlen(id);
+    if (n == 0 || n >= COORD_ID_MAX)
+        return 0;
+    for (const char *p = id; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return 0;
+    return 1;
+}
+
+static void problem_field(coord_reply *rp, int status, const char *pointer, const char *message) {
+    coord_reply_problem(rp, status,
+                        json_pack("[{s:s, s:s}]", "pointer", pointer, "message", message), "%s: %s",
+                        pointer, message);
+}
+
+static void register_node(coord_server *s, coord_request *rq, coord_reply *rp) {
+    json_t *body = coord_parse_object(rq, rp);
+    if (!body)
+        return;
+    static const char *const keys[] = {"id", "role", "address", "version", NULL};
+    const char *id = json_string_value(json_object_get(body, "id"));
+    const char *role = json_string_value(json_object_get(body, "role"));
+    const char *address = json_string_value(json_object_get(body, "address"));
+    json_t *version = json_object_get(body, "version");
+    char host[COORD_ADDR_MAX];
+    int port;
+    if (coord_check_keys(body, keys, "", rp)) {
+        /* reply set */
+    } else if (!id || !valid_id(id)) {
+        problem_field(rp, 422, "/id", "required: 1 to 127 characters of [A-Za-z0-9._-]");
+    } else if (!role || (strcmp(role, "ps") != 0 && strcmp(role, "worker") != 0)) {
+        problem_field(rp, 422, "/role", "required: \"ps\" or \"worker\"");
+    } else if (!address || strlen(address) >= COORD_ADDR_MAX ||
+               pf_split_host_port(address, host, sizeof host, &port) != 0 || port == 0) {
+        problem_field(rp, 422, "/address", "required: host:port with a port from 1 to 65535");
+    } else if (version && (!json_is_string(version) || json_string_length(version) >= 32)) {
+        problem_field(rp, 422, "/version", "must be a string of fewer than 32 characters");
+    } else {
+        pthread_mutex_lock(&s->lock);
+        double now = coord_now();
+        coord_node *n;
+        int created;
+        if (coord_node_register(&s->cluster, id, role, address, json_string_value(version), now, &n,
+                                &created) != PF_OK ||
+            coord_commit(s, now, NULL, NULL) != 0) {
+            coord_reply_problem(rp, 503, NULL, "the registration could not be stored");
+        } else {
+            coord_reply_json(
+                rp, created ? 201 : 200,
+                json_pack("{s:s, s:f, s:f}", "id", id, "lease_seconds", s->cluster.lease_seconds,
+                          "heartbeat_seconds",
+                          s->cluster.lease_seconds / 10 < 1 ? s->cluster.lease_seconds / 10 : 1.0));
+            snprintf(rp->location, sizeof rp->location, "/api/v1/nodes/%s", id);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    json_decref(body);
+}
+
+static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const char *id) {
+    json_t *body = coord_parse_object(rq, rp);
+    if (!body)
+        return;
+    static const char *const keys[] = {"state",     "job",     "generation", "type",  "index",
+                                       "exit_code", "message", "result",     "stats", NULL};
+    const char *state = json_string_value(json_object_get(body, "state"));
+    static const char *const states[] = {"idle", "running", "succeeded", "failed"};
+    int ok = 0;
+    for (size_t i = 0; state && i < sizeof states / sizeof states[0]; i++)
+        ok |= !strcmp(state, states[i]);
+    if (coord_check_keys(body, keys, "", rp)) {
+        /* reply set */
+    } else if (!ok) {
+        problem_field(rp, 422, "/state", "required: idle, running, succeeded or failed");
+    } else {
+        pthread_mutex_lock(&s->lock);
+        double now = coord_now();
+        coord_node *n = coord_node_find(&s->cluster, id);
+        if (!n) {
+            coord_reply_problem(rp, 404, NULL, "no node '%.100s': register it first", id);
+        } else {
+            coord_node_heartbeat(&s->cluster, n, body, now);
+            /* Nothing to write for a plain lease renewal: leases are in memory and restart
+             * with the coordinator; state changes are committed before the answer. */
+            if (coord_commit(s, now, NULL, NULL) != 0) {
+                coord_reply_problem(rp, 503, NULL, "the heartbeat could not be stored");
+            } else {
+                coord_reply_json(rp, 200,
+                                 json_pack("{s:f, s:f, s:o}", "lease_seconds",
+                                           s->cluster.lease_seconds, "heartbeat_seconds", 1.0,
+                                           "assignment", coord_node_assignment(&s->cluster, n)));
+            }
+            s->heartbeats++;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    json_decref(body);
+}
+
+int coord_routes_nodes(coord_server *s, coord_request *rq, coord_reply *rp) {
+    if (rq->n_seg < 1 || strcmp(rq->seg[0], "nodes") != 0 || rq->n_seg > 3)
+        return 0;
+    if (rq->n_seg == 1) {
+        if (!strcmp(rq->method, "POST")) {
+            register_node(s, rq, rp);
+        } else if (!strcmp(rq->method, "GET")) {
+            pthread_mutex_lock(&s->lock);
+            double now = coord_now();
+            json_t *items = json_array();
+            for (int i = 0; items && i < s->cluster.n_nodes; i++)
+                json_array_append_new(items, coord_node_json(s->cluster.nodes[i], now));
+            pthread_mutex_unlock(&s->lock);
+            coord_reply_json(rp, 200, items ? json_pack("{s:o}", "items", items) : NULL);
+        } else {
+            rp->allow = "GET, POST";
+            coord_reply_problem(rp, 405, NULL, "%s is not allowed on %s", rq->method, rq->path);
+        }
+        return 1;
+    }
+    const char *id = rq->seg[1];
+    if (rq->n_seg == 3) {
+        if (strcmp(rq->seg[2], "heartbeat") != 0)
+            return 0;
+        if (strcmp(rq->method, "POST") != 0) {
+            rp->allow = "POST";
+            coord_reply_problem(rp, 405, NULL, "%s is not allowed on %s", rq->method, rq->path);
+        } else {
+            heartbeat(s, rq, rp, id);
+        }
+        return 1;
+    }
+    pthread_mutex_lock(&s->lock);
+    double now = coord_now();
+    coord_node *n = coord_node_find(&s->cluster, id);
+    if (!n) {
+        coord_reply_problem(rp, 404, NULL, "no node '%.100s'", id);
+    } else if (!strcmp(rq->method, "GET")) {
+        coord_reply_json(rp, 200, coord_node_json(n, now));
+    } else if (!strcmp(rq->method, "DELETE")) {
+        coord_node_remove(&s->cluster, n, now);
+        if (coord_commit(s, now, NULL, NULL) == 0)
+            rp->status = 204;
+        else
+            coord_reply_problem(rp, 503, NULL, "the deregistration could not be stored");
+    } else {
+        rp->allow = "GET, DELETE";
+        coord_reply_problem(rp, 405, NULL, "%s is not allowed on %s", rq->method, rq->path);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return 1;
+}

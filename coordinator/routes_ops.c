@@ -1,0 +1,221 @@
+/* routes_ops.c - operations routes: /livez, /readyz, /version, /openapi.yaml and /metrics
+ * (Prometheus text format 0.0.4, psflow_ prefix, base units, _total counters). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/mem.h"
+#include "coord_server.h"
+
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+    while (!t->oom) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->oom = 1;
+            return;
+        }
+        if (t->buf && (size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap ? t->cap * 2 : 8192) + (size_t)n;
+        char *g = pf_realloc(t->buf, cap);
+        if (!g) {
+            t->oom = 1;
+            return;
+        }
+        t->buf = g;
+        t->cap = cap;
+    }
+}
+
+/* A label value with \, " and newline escaped as the exposition format requires. */
+static const char *label(const char *v, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *v && k + 2 < cap; v++) {
+        if (*v == '\\' || *v == '"') {
+            out[k++] = '\\';
+            out[k++] = *v;
+        } else if (*v == '\n') {
+            out[k++] = '\\';
+            out[k++] = 'n';
+        } else {
+            out[k++] = *v;
+        }
+    }
+    out[k] = '\0';
+    return out;
+}
+
+static void family(text *t, const char *name, const char *type, const char *help) {
+    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static char *prometheus(coord_server *s) {
+    text t = {0};
+    char a[256], b[256];
+    pthread_mutex_lock(&s->lock);
+    double now = coord_now();
+    coord_cluster *c = &s->cluster;
+    family(&t, "psflow_jobs", "gauge", "Jobs by phase.");
+    for (int p = COORD_CREATED; p <= COORD_FAILED; p++) {
+        int n = 0;
+        for (int i = 0; i < c->n_jobs; i++)
+            n += (int)c->jobs[i]->phase == p;
+        put(&t, "psflow_jobs{phase=\"%s\"} %d\n", coord_phase_name((coord_phase)p), n);
+    }
+    family(&t, "psflow_tasks", "gauge", "Tasks of all jobs by type and state.");
+    static const char *const types[] = {"chief", "ps", "worker"};
+    for (size_t k = 0; k < 3; k++)
+        for (int st = TASK_PENDING; st <= TASK_LOST; st++) {
+            int n = 0;
+            for (int i = 0; i < c->n_jobs; i++)
+                for (int q = 0; q < c->jobs[i]->n_tasks; q++)
+                    n += !strcmp(c->jobs[i]->tasks[q].type, types[k]) &&
+                         (int)c->jobs[i]->tasks[q].state == st;
+            put(&t, "psflow_tasks{type=\"%s\",state=\"%s\"} %d\n", types[k],
+                coord_task_state_name((coord_task_state)st), n);
+        }
+    family(&t, "psflow_nodes", "gauge", "Registered agents by role and state.");
+    static const char *const roles[] = {"ps", "worker"};
+    static const char *const nstates[] = {"idle", "busy", "lost"};
+    for (size_t r = 0; r < 2; r++)
+        for (size_t k = 0; k < 3; k++) {
+            int n = 0;
+            for (int i = 0; i < c->n_nodes; i++) {
+                coord_node *nd = c->nodes[i];
+                const char *st = nd->lost ? "lost" : (nd->busy || nd->job[0]) ? "busy" : "idle";
+                n += !strcmp(nd->role, roles[r]) && !strcmp(st, nstates[k]);
+            }
+            put(&t, "psflow_nodes{role=\"%s\",state=\"%s\"} %d\n", roles[r], nstates[k], n);
+        }
+    family(&t, "psflow_node_heartbeat_age_seconds", "gauge",
+           "Seconds since each agent's last heartbeat.");
+    for (int i = 0; i < c->n_nodes; i++)
+        put(&t, "psflow_node_heartbeat_age_seconds{node=\"%s\",role=\"%s\"} %.3f\n",
+            label(c->nodes[i]->id, a, sizeof a), c->nodes[i]->role,
+            now - c->nodes[i]->last_heartbeat);
+    family(&t, "psflow_heartbeats_total", "counter", "Heartbeats received since start.");
+    put(&t, "psflow_heartbeats_total %" PRIu64 "\n", s->heartbeats);
+    family(&t, "psflow_job_global_step", "gauge", "Global step of each job.");
+    for (int i = 0; i < c->n_jobs; i++)
+        put(&t, "psflow_job_global_step{job=\"%s\"} %" PRId64 "\n", c->jobs[i]->name,
+            c->jobs[i]->global_step);
+    family(&t, "psflow_job_max_steps", "gauge", "training.max_steps of each job.");
+    for (int i = 0; i < c->n_jobs; i++)
+        put(&t, "psflow_job_max_steps{job=\"%s\"} %" PRId64 "\n", c->jobs[i]->name,
+            (int64_t)c->jobs[i]->spec.training.max_steps);
+    family(&t, "psflow_job_examples_per_second", "gauge",
+           "Training examples per second of each job, summed over its workers.");
+    for (int i = 0; i < c->n_jobs; i++)
+        put(&t, "psflow_job_examples_per_second{job=\"%s\"} %.3f\n", c->jobs[i]->name,
+            c->jobs[i]->examples_per_sec);
+    family(&t, "psflow_job_loss", "gauge", "Latest training loss of each job.");
+    for (int i = 0; i < c->n_jobs; i++)
+        if (!isnan(c->jobs[i]->loss))
+            put(&t, "psflow_job_loss{job=\"%s\"} %.6g\n", c->jobs[i]->name, c->jobs[i]->loss);
+    family(&t, "psflow_job_restarts_total", "counter", "Gang restarts of each job.");
+    for (int i = 0; i < c->n_jobs; i++)
+        put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,
+            c->jobs[i]->restarts);
+    double uptime_start = s->start_time;
+    pthread_mutex_unlock(&s->lock);
+
+    family(&t, "psflow_http_requests_total", "counter",
+           "HTTP requests answered, by route pattern and status code.");
+    pthread_mutex_lock(&s->stats_lock);
+    for (int i = 0; i < s->n_counts; i++)
+        put(&t, "psflow_http_requests_total{route=\"%s\",code=\"%d\"} %" PRIu64 "\n",
+            label(s->counts[i].route, b, sizeof b), s->counts[i].code, s->counts[i].count);
+    pthread_mutex_unlock(&s->stats_lock);
+    family(&t, "psflow_coordinator_start_time_seconds", "gauge",
+           "Unix time the coordinator started.");
+    put(&t, "psflow_coordinator_start_time_seconds %.3f\n", uptime_start);
+    family(&t, "psflow_build_info", "gauge", "Version of this coordinator (value 1).");
+    put(&t, "psflow_build_info{version=\"%s\",git=\"%s\"} 1\n", PSFLOW_VERSION, PSFLOW_GIT);
+    if (t.oom) {
+        pf_free(t.buf);
+        return NULL;
+    }
+    return t.buf;
+}
+
+static void read_file_reply(coord_reply *rp, const char *path, const char *type) {
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) {
+        coord_reply_problem(rp, 404, NULL, "the API description is not installed here");
+        return;
+    }
+    text t = {0};
+    char chunk[8192];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        put(&t, "%.*s", (int)n, chunk);
+    fclose(f);
+    if (t.oom) {
+        pf_free(t.buf);
+        coord_reply_problem(rp, 500, NULL, "out of memory");
+        return;
+    }
+    rp->status = 200;
+    rp->text = t.buf;
+    rp->content_type = type;
+}
+
+int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp) {
+    const char *p = rq->path;
+    int get = !strcmp(rq->method, "GET") || !strcmp(rq->method, "HEAD");
+    int known = !strcmp(p, "/livez") || !strcmp(p, "/readyz") || !strcmp(p, "/version") ||
+                !strcmp(p, "/metrics") || !strcmp(p, "/openapi.yaml");
+    if (!known)
+        return 0;
+    if (!get) {
+        rp->allow = "GET, HEAD";
+        coord_reply_problem(rp, 405, NULL, "%s is not allowed on %s", rq->method, p);
+        return 1;
+    }
+    if (!strcmp(p, "/livez")) {
+        rp->status = 200;
+        rp->text = pf_malloc(4);
+        if (rp->text)
+            memcpy(rp->text, "ok\n", 4);
+    } else if (!strcmp(p, "/readyz")) {
+        /* Ready once the database is open and migrated, which start() guarantees; a
+         * coordinator that is stopping is no longer ready. */
+        int ready = s->store && !s->stopping;
+        rp->status = ready ? 200 : 503;
+        rp->text = pf_malloc(16);
+        if (rp->text)
+            snprintf(rp->text, 16, "%s\n", ready ? "ok" : "stopping");
+    } else if (!strcmp(p, "/version")) {
+        coord_reply_json(rp, 200,
+                         json_pack("{s:s, s:s, s:s, s:i}", "version", PSFLOW_VERSION, "git",
+                                   PSFLOW_GIT, "api", "v1", "schema",
+                                   coord_store_schema_version(s->store)));
+    } else if (!strcmp(p, "/metrics")) {
+        char *body = prometheus(s);
+        if (!body) {
+            coord_reply_problem(rp, 500, NULL, "out of memory");
+        } else {
+            rp->status = 200;
+            rp->text = body;
+            rp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        }
+    } else {
+        read_file_reply(rp, s->o.openapi_path, "application/yaml");
+    }
+    return 1;
+}

@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
         const char *addrs[] = {addr};
-        ps_client_options co = {&spec, addrs, 0, 0, 1, 10};
+        ps_client_options co = {&spec, addrs, 0, 0, 1, 10, NULL};
         ps_client *client;
         if (ps_client_create(&co, &client, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);

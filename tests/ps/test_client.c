@@ -76,7 +76,7 @@ static ps_client *connect_client(int port) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const char *addrs[] = {addr};
-    ps_client_options co = {&spec, addrs, 0, 0, 7, 20};
+    ps_client_options co = {&spec, addrs, 0, 0, 7, 20, NULL};
     ps_client *c;
     pf_error err;
     assert_int_equal(ps_client_create(&co, &c, &err), PF_OK);

@@ -358,10 +358,16 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
             listed++;
         }
         if (strcmp(j->message, msg) != 0) {
-            if (j->phase == COORD_CREATED)
+            if (j->phase == COORD_CREATED) {
                 set_phase(c, j, COORD_CREATED, "WaitingForAgents", msg, now);
-            else
-                set_phase(c, j, COORD_RESTARTING, "WaitingForAgents", msg, now);
+            } else {
+                /* Restarting keeps the reason it restarts for; the message says what it
+                 * waits for. */
+                snprintf(j->message, sizeof j->message, "%s", msg);
+                j->dirty = true;
+                log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
+                job_event(c, j, now);
+            }
         }
         return;
     }

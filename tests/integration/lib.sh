@@ -6,7 +6,14 @@ set -euo pipefail
 : "${PSFLOW_BIN:?run through ctest (PSFLOW_BIN unset)}"
 : "${PSFLOW_SRC:?run through ctest (PSFLOW_SRC unset)}"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/psflow-it.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+# On exit every process still running from this test's folder (psflow up, agents, a
+# coordinator) is killed, so a failing test never leaves processes behind.
+cleanup() {
+  if [ -n "${UP_PID:-}" ]; then kill -9 "$UP_PID" 2>/dev/null || true; fi
+  pkill -9 -f -- "$WORK" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 cd "$WORK"
 
 fail() {
@@ -116,3 +123,54 @@ for name in a:
 print("%.3g" % worst)
 PY
 }
+
+# --- coordinator helpers ---------------------------------------------------------------
+
+# jget URL EXPR: GETs URL and evaluates a Python expression over the JSON answer `d`.
+jget() {
+  curl -sf --max-time 5 "$1" >"$WORK/jget.json" || return 1
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' \
+    "$WORK/jget.json" "$2"
+}
+
+# wait_until SECONDS DESCRIPTION CMD...: runs CMD every 0.2 s until it succeeds; fails the
+# test with DESCRIPTION after SECONDS.
+wait_until() {
+  local limit=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${limit}s waiting for: $what"
+    sleep 0.2
+  done
+}
+
+# up_start ARGS...: starts `psflow up --port 0 --dir $WORK/up ARGS` in the background and
+# sets UP_PID, URL and COORD_PID once every agent has registered.
+up_start() {
+  "$PSFLOW_BIN" up --port 0 --dir "$WORK/up" "$@" >"$WORK/up.out" 2>"$WORK/up.err" &
+  UP_PID=$!
+  local deadline=$((SECONDS + 60))
+  until grep -q '^Ctrl-C' "$WORK/up.out" 2>/dev/null; do
+    kill -0 "$UP_PID" 2>/dev/null || { cat "$WORK/up.err" >&2; fail "psflow up exited"; }
+    [ "$SECONDS" -lt "$deadline" ] || { cat "$WORK/up.err" >&2; fail "psflow up did not start"; }
+    sleep 0.2
+  done
+  URL=$(sed -n 's|^dashboard: \(http://[0-9.:]*\)/$|\1|p' "$WORK/up.out")
+  COORD_PID=$(sed -n 's/.*coordinator http[^ ]* (pid \([0-9]*\),.*/\1/p' "$WORK/up.err")
+  [ -n "$URL" ] && [ -n "$COORD_PID" ] || fail "cannot read the URL and pid from psflow up"
+}
+
+# up_stop: Ctrl-C for psflow up; checks that it and every process it started are gone.
+up_stop() {
+  kill -INT "$UP_PID" 2>/dev/null || true
+  wait_pid "$UP_PID" 60 || true
+  ! pgrep -f -- "--dir $WORK/up" >/dev/null || fail "processes of psflow up left running"
+  ! pgrep -f -- "$WORK/up/" >/dev/null || fail "agents of psflow up left running"
+}
+
+# job_phase NAME: the job's phase.
+job_phase() { jget "$URL/api/v1/jobs/$1" 'd["status"]["phase"]'; }
+
+# phase_is NAME PHASE: succeeds when the job is in that phase.
+phase_is() { [ "$(job_phase "$1")" = "$2" ]; }

@@ -58,13 +58,16 @@ coord_event *coord_cluster_take_events(coord_cluster *c, int *n) {
 json_t *coord_time_json(double t) {
     if (t <= 0)
         return json_null();
-    time_t secs = (time_t)t;
+    /* Rounded to the millisecond, so a time read back from its own text (time_from_json)
+     * prints the same text again. */
+    long long total_ms = llround(t * 1000.0);
+    time_t secs = (time_t)(total_ms / 1000);
+    int ms = (int)(total_ms % 1000);
     struct tm tm;
     gmtime_r(&secs, &tm);
     char buf[64];
-    int ms = (int)((t - (double)secs) * 1000);
     snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms < 0 ? 0 : ms);
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
     return json_string(buf);
 }
 
@@ -581,6 +584,7 @@ static double num(json_t *o, const char *key) {
 void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, json_t *points,
                               json_t *evals, double now) {
     coord_task *t = find_task_by_name(j, task);
+    bool finished = coord_job_finished(j);
     size_t i;
     json_t *p;
     int64_t best = -1;
@@ -593,6 +597,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, 
                       "examples_per_sec", json_number_or_null(eps), "step_time_seconds",
                       json_number_or_null(num(p, "step_time_seconds")));
         coord_cluster_queue_event(c, "metric", j->name, e);
+        if (finished)
+            continue; /* kept in the history; the final summary stays as the job ended */
         if (step > j->global_step)
             j->global_step = step;
         if (step >= best && !isnan(loss)) {
@@ -615,6 +621,12 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, 
                                             "test_loss", json_number_or_null(tl)));
         j->accuracy = acc;
         j->test_loss = tl;
+    }
+    j->dirty = true;
+    if (finished) {
+        if (json_array_size(evals) > 0)
+            job_event(c, j, now);
+        return;
     }
     double eps = 0;
     for (int k = 0; k < j->n_tasks; k++)

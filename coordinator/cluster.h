@@ -147,8 +147,10 @@ void coord_job_delete(coord_cluster *c, coord_job *j, double now);
 pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int suspend, double now,
                           pf_error *err);
 /* Records metric points reported for a task ("chief" or "worker-<i>"): updates the job's
- * step, loss, rates and accuracy, and queues metric events. points/evals are arrays as in
- * api/rest.md (borrowed). */
+ * step, loss, rates and accuracy, and queues metric events. Points that arrive after the
+ * job finished are kept in the history but leave its step, loss and rates as they ended;
+ * a late evaluation still sets the accuracy. points/evals are arrays as in api/rest.md
+ * (borrowed). */
 void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, json_t *points,
                               json_t *evals, double now);
 bool coord_job_finished(const coord_job *j);

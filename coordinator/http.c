@@ -175,8 +175,8 @@ static void count_request(coord_server *s, const char *route, int code) {
 /* The route pattern a request matched, for the request counter (static strings only). */
 static const char *route_pattern(const char *path, const coord_request *rq) {
     if (strncmp(path, "/api/v1/", 8) != 0) {
-        static const char *const ops[] = {"/livez", "/readyz", "/version", "/metrics",
-                                          "/openapi.yaml"};
+        static const char *const ops[] = {"/livez",   "/readyz",       "/version",
+                                          "/metrics", "/openapi.yaml", "/schemas/job.schema.json"};
         for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
             if (!strcmp(path, ops[i]))
                 return ops[i];
@@ -636,10 +636,10 @@ struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err) {
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
             MHD_USE_ERROR_LOG,
-        (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
-        timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, on_log,
-        s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+        (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!d)
         pf_error_set(err, PF_ERR_IO, NULL, "cannot listen on %s:%d: %s", host, s->o.port,
                      errno ? strerror(errno) : "address in use or not available");

@@ -11,6 +11,15 @@
 #include "psflow/spec.h"
 #include "coord_server.h"
 
+/* The message of a field error without the "<pointer>: " prefix pf_error puts on it: the
+ * problem's errors[] carry the pointer separately. */
+static const char *field_message(const pf_error *err) {
+    size_t n = strlen(err->pointer);
+    if (n && !strncmp(err->message, err->pointer, n) && !strncmp(err->message + n, ": ", 2))
+        return err->message + n + 2;
+    return err->message;
+}
+
 static void method_not_allowed(coord_request *rq, coord_reply *rp, const char *allow) {
     rp->allow = allow;
     coord_reply_problem(rp, 405, NULL, "%s is not allowed on %s (allowed: %s)", rq->method,
@@ -45,7 +54,7 @@ static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
         int unknown = strstr(err.message, "unknown field") != NULL;
         coord_reply_problem(
             rp, unknown ? 400 : 422,
-            json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", err.message), "%s",
+            json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)), "%s",
             err.message);
         return;
     }
@@ -63,8 +72,9 @@ static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
         coord_reply_problem(rp, 409, NULL, "%s", err.message);
     } else if (st == PF_ERR_UNSUPPORTED) {
         coord_reply_problem(
-            rp, 422, json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", err.message),
-            "%s", err.message);
+            rp, 422,
+            json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)), "%s",
+            err.message);
     } else {
         coord_reply_problem(rp, 503, NULL, "the job could not be stored");
     }
@@ -131,7 +141,7 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
     if (st == PF_ERR_INVALID) {
         coord_reply_problem(rp, err.pointer[0] ? 422 : 409,
                             err.pointer[0] ? json_pack("[{s:s, s:s}]", "pointer", err.pointer,
-                                                       "message", err.message)
+                                                       "message", field_message(&err))
                                            : NULL,
                             "%s", err.message);
     } else if (st != PF_OK || coord_commit(s, now, NULL, NULL) != 0) {
@@ -147,7 +157,16 @@ static void tf_config(coord_request *rq, coord_reply *rp, coord_job *j) {
     const char *type = coord_query(rq, "type");
     long long index;
     if (!type || !*type) {
-        coord_reply_problem(rp, 400, NULL, "query parameter type is required (ps, worker, chief)");
+        coord_reply_problem(rp, 400, NULL,
+                            "query parameter type is required (chief, ps, worker or evaluator)");
+        return;
+    }
+    if (strcmp(type, "chief") && strcmp(type, "ps") && strcmp(type, "worker") &&
+        strcmp(type, "evaluator")) {
+        coord_reply_problem(rp, 400, NULL,
+                            "query parameter type: unknown task type \"%.20s\" (expected chief, "
+                            "ps, worker or evaluator)",
+                            type);
         return;
     }
     if (coord_query_long(rq, rp, "index", 0, PF_MAX_REPLICAS, -1, &index))

@@ -1,6 +1,7 @@
 /* routes_ops.c - operations routes: /livez, /readyz, /version, /openapi.yaml and /metrics
  * (Prometheus text format 0.0.4, psflow_ prefix, base units, _total counters). */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -179,7 +180,8 @@ int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp) {
     const char *p = rq->path;
     int get = !strcmp(rq->method, "GET") || !strcmp(rq->method, "HEAD");
     int known = !strcmp(p, "/livez") || !strcmp(p, "/readyz") || !strcmp(p, "/version") ||
-                !strcmp(p, "/metrics") || !strcmp(p, "/openapi.yaml");
+                !strcmp(p, "/metrics") || !strcmp(p, "/openapi.yaml") ||
+                !strcmp(p, "/schemas/job.schema.json");
     if (!known)
         return 0;
     if (!get) {
@@ -214,8 +216,16 @@ int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp) {
             rp->text = body;
             rp->content_type = "text/plain; version=0.0.4; charset=utf-8";
         }
-    } else {
+    } else if (!strcmp(p, "/openapi.yaml")) {
         read_file_reply(rp, s->o.openapi_path, "application/yaml");
+    } else {
+        /* openapi.yaml refers to ./schemas/job.schema.json: serve it from beside the file. */
+        char path[PATH_MAX];
+        const char *slash = s->o.openapi_path ? strrchr(s->o.openapi_path, '/') : NULL;
+        int dir = slash ? (int)(slash - s->o.openapi_path) : 1;
+        snprintf(path, sizeof path, "%.*s/schemas/job.schema.json", dir,
+                 slash ? s->o.openapi_path : ".");
+        read_file_reply(rp, s->o.openapi_path ? path : NULL, "application/schema+json");
     }
     return 1;
 }

@@ -179,6 +179,10 @@ static void print_problem(const client *c, const char *prefix, const pf_http_res
     json_array_foreach(errors, i, e) {
         const char *ptr = jstr(e, "pointer");
         const char *msg = jstr(e, "message");
+        /* A message that already starts with its pointer is shown without the repeat. */
+        size_t plen = ptr ? strlen(ptr) : 0;
+        if (msg && plen && !strncmp(msg, ptr, plen) && !strncmp(msg + plen, ": ", 2))
+            msg += plen + 2;
         fprintf(stderr, "  %s: %s\n", ptr && *ptr ? ptr : "/", msg ? msg : "invalid");
     }
     json_decref(doc);
@@ -695,12 +699,11 @@ static int follow_job(const client *c, const char *name, const char *escaped) {
             /* The coordinator refused the stream (one without it, or one still starting):
              * poll every second, and try the stream again now and then. */
             stream_again = pf_clock_now() + POLL_STREAM_RETRY;
-        } else if (st == PF_ERR_UNAVAILABLE) {
-            follower_outage(&f, err.message);
-            sleep_seconds(1.0);
         } else if (pf_clock_now() - t0 < 1.0) {
             sleep_seconds(1.0); /* a stream that ends at once must not make us spin */
         }
+        /* A stream that broke says nothing about the coordinator: the GET at the top of
+         * the loop tells whether it is down. */
     }
     sse_deinit(&f.parser);
     if (!phase_is_final(f.view.phase)) {
@@ -1277,18 +1280,20 @@ static int watcher_on_data(const char *data, size_t len, void *ctx) {
 static int watch_check(watcher *w, const char *path, const char *not_found) {
     pf_http_response r;
     pf_error why;
-    if (client_try(w->c, "GET", path, NULL, 0, REQUEST_TIMEOUT, &r, &why) != PF_OK) {
+    if (client_try(w->c, "GET", path, NULL, 0, REQUEST_TIMEOUT, &r, &why) != PF_OK ||
+        r.status >= 500) {
+        if (r.status)
+            snprintf(why.message, sizeof why.message, "HTTP %ld", r.status);
         if (!w->outage)
             fprintf(stderr, "psflow watch: coordinator unreachable, retrying (%s)\n", why.message);
         w->outage = true;
+        pf_http_response_deinit(&r);
         return -1;
     }
+    w->outage = false;
     int rc = 0;
-    if (r.status >= 500) {
-        rc = -1;
-    } else if (r.status != 200) {
+    if (r.status != 200)
         rc = report_error(w->c, &r, not_found);
-    }
     pf_http_response_deinit(&r);
     return rc;
 }
@@ -1304,12 +1309,13 @@ int cli_watch(int argc, char **argv) {
     if (parse_args("watch", argc, argv, opts, n_opts, &args) != 0)
         return CLI_EX_USAGE;
     if (args.help) {
-        cli_print_help("watch", "[NAME] [options]",
-                       "Prints the coordinator's live events, one line each: time, job, kind "
-                       "(job, task,\nmetric, node, checkpoint, log) and a summary; with NAME only "
-                       "that job's. Reconnects\nwithout losing events when the stream drops. "
-                       "Ctrl-C ends it." TOKEN_NOTE,
-                       opts, n_opts);
+        cli_print_help(
+            "watch", "[NAME] [options]",
+            "Prints the coordinator's live events, one line each: time (the event's own, "
+            "or when it\narrived), job, kind (job, task, metric, node, checkpoint, "
+            "log) and a summary; with\nNAME only that job's. Reconnects without "
+            "losing events when the stream drops.\nCtrl-C ends it." TOKEN_NOTE,
+            opts, n_opts);
         return 0;
     }
     if (args.n_positional > 1)
@@ -1356,24 +1362,21 @@ int cli_watch(int argc, char **argv) {
         sse_reset(&w.parser);
         if (w.write_failed)
             break;
-        if (st == PF_ERR_UNAVAILABLE) {
-            if (!w.outage)
-                fprintf(stderr, "psflow watch: coordinator unreachable, retrying (%s)\n",
-                        err.message);
-            w.outage = true;
-        } else if (st == PF_ERR_FORMAT) {
-            /* The stream was refused: the plain GET says why (job deleted, token), or the
-             * coordinator is restarting and the next attempt will do. */
+        rc = 0;
+        if (st != PF_OK) {
+            /* A plain GET tells a coordinator that is down (retry, said once) from one that
+             * refuses this client (job deleted, token) and from a stream that merely broke
+             * (reconnect at once). */
             rc = watch_check(&w, check_path, name ? not_found : NULL);
             if (rc > 0)
                 break;
-            if (rc == 0) {
+            if (rc == 0 && st == PF_ERR_FORMAT) {
                 fprintf(stderr, "psflow watch: %s\n", err.message);
                 rc = CLI_EX_UNAVAILABLE;
                 break;
             }
         }
-        if (pf_clock_now() - t0 < 1.0 || st != PF_OK)
+        if (rc < 0 || pf_clock_now() - t0 < 1.0)
             sleep_seconds(1.0);
     }
     sse_deinit(&w.parser);

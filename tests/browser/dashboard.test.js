@@ -1,0 +1,575 @@
+#!/usr/bin/env node
+/*
+ * Browser test of the dashboard (web/): a real cluster on 127.0.0.1, a job trained through the
+ * API, and Debian's chromium driven by playwright-core (no browser download). Run it through
+ * test_dashboard.sh (ctest -L browser), which installs the npm packages and skips when chromium
+ * is missing.
+ *
+ * Environment: PSFLOW_BIN (the built psflow), PSFLOW_SRC (the source tree), PSFLOW_ARTIFACTS
+ * (screenshots; default tests/browser/artifacts), PSFLOW_CHROMIUM (default /usr/bin/chromium),
+ * PSFLOW_DASHBOARD_MOCK=1 (runs the same checks against tests/browser/mock-server.js instead of
+ * psflow: a development aid for the page, not a test of psflow).
+ *
+ * What it checks, in order:
+ *   1. an invalid spec submitted from the page shows the API's error next to its field and in the
+ *      list under the spec text;
+ *   2. a small sync job submitted through the API: the global step shown increases, the loss
+ *      chart gains points while it trains, the placement view lists every variable with bytes
+ *      summing to the model's size, the task table lists every task, the phase reaches Succeeded;
+ *   3. the coordinator is killed: the page shows "reconnecting"; it is restarted on the same
+ *      database: the page is "live" again, without a reload, and has re-fetched its state;
+ *   4. a job with 100,000 metric points (posted through the metrics API; the job waits for
+ *      agents, so nothing else writes to it): prints how long its page takes to open and how
+ *      long each live update takes to redraw (figures, not pass/fail), and asserts that each
+ *      point POSTed to /api/v1/jobs/NAME/metrics is drawn within 1 s;
+ *   and no console errors other than the ones steps 1 and 4 cause on purpose.
+ */
+'use strict';
+
+const {chromium} = require('playwright-core');
+const {spawn} = require('child_process');
+const fs = require('fs');
+const net = require('net');
+const os = require('os');
+const path = require('path');
+
+const SRC = process.env.PSFLOW_SRC;
+const BIN = process.env.PSFLOW_BIN;
+const MOCK = process.env.PSFLOW_DASHBOARD_MOCK === '1';
+const CHROMIUM = process.env.PSFLOW_CHROMIUM || '/usr/bin/chromium';
+const ARTIFACTS = process.env.PSFLOW_ARTIFACTS || path.join(SRC || '.', 'tests', 'browser', 'artifacts');
+const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
+    '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const BIG_POINTS = 100000;
+const LATENCY_LIMIT_MS = 1000;
+
+const t0 = Date.now();
+function log(...args) {
+    console.log('[' + ((Date.now() - t0) / 1000).toFixed(1).padStart(6) + ' s]', ...args);
+}
+
+function check(cond, message) {
+    if (!cond) throw new Error('check failed: ' + message);
+    log('ok: ' + message);
+}
+
+/* Polls fn until it returns a truthy value, failing after timeoutMs with what it waited for.
+ * An error fn throws is retried unless it is fatal(). */
+async function waitFor(what, fn, timeoutMs, intervalMs) {
+    const deadline = Date.now() + timeoutMs;
+    let last;
+    for (;;) {
+        try {
+            last = await fn();
+            if (last) return last;
+        } catch (e) {
+            if (e.fatal) throw e;
+            last = e;
+        }
+        if (Date.now() > deadline) {
+            throw new Error('timed out after ' + timeoutMs / 1000 + ' s waiting for ' + what +
+                (last instanceof Error ? ' (last error: ' + last.message + ')' : ''));
+        }
+        await new Promise((r) => setTimeout(r, intervalMs || 100));
+    }
+}
+
+function fatal(message) {
+    return Object.assign(new Error(message), {fatal: true});
+}
+
+function freePort() {
+    return new Promise((resolve, reject) => {
+        const srv = net.createServer();
+        srv.on('error', reject);
+        srv.listen(0, '127.0.0.1', () => {
+            const {port} = srv.address();
+            srv.close(() => resolve(port));
+        });
+    });
+}
+
+function median(xs) {
+    const s = xs.slice().sort((a, b) => a - b);
+    return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
+}
+
+/* ------------------------------------------------------------------ the cluster */
+
+/* A process whose output goes to a log file in the work dir; exited resolves with its status. */
+class Proc {
+    constructor(name, cmd, args, dir) {
+        this.name = name;
+        this.logPath = path.join(dir, name + '.log');
+        const out = fs.openSync(this.logPath, 'a');
+        this.child = spawn(cmd, args, {cwd: dir, stdio: ['ignore', out, out], env: process.env});
+        fs.closeSync(out);
+        this.exited = new Promise((resolve) => this.child.on('exit', (code, sig) => resolve({code, sig})));
+        this.running = true;
+        this.exited.then(() => {
+            this.running = false;
+        });
+    }
+    async kill(sig, graceMs) {
+        if (this.running) this.child.kill(sig || 'SIGTERM');
+        const timer = setTimeout(() => this.running && this.child.kill('SIGKILL'), graceMs || 10000);
+        await this.exited;
+        clearTimeout(timer);
+    }
+    tail(n) {
+        try {
+            return fs.readFileSync(this.logPath, 'utf8').split('\n').slice(-(n || 30)).join('\n');
+        } catch (e) {
+            return '';
+        }
+    }
+}
+
+/* `psflow up --ps 2 --workers 2` on a port of ours. Its coordinator is killed with SIGKILL and
+ * restarted as a `psflow coordinator` of our own on the same port and database; up's agents
+ * keep running and register with it again. */
+class Cluster {
+    constructor(dir) {
+        this.dir = dir;
+        this.procs = [];
+        this.coordinatorPid = null;
+        this.coordinator = null;
+    }
+
+    async start() {
+        this.port = await freePort();
+        this.url = 'http://127.0.0.1:' + this.port;
+        this.db = path.join(this.dir, 'up', 'psflow.db');
+        if (MOCK) {
+            await this.startCoordinator();
+            return;
+        }
+        /* The coordinator up starts finds the dashboard through PSFLOW_WEB (the --web twin). */
+        process.env.PSFLOW_WEB = path.join(SRC, 'web');
+        const up = new Proc('up', BIN, ['up', '--ps', '2', '--workers', '2', '--port', String(this.port),
+            '--dir', path.join(this.dir, 'up')], this.dir);
+        this.procs.push(up);
+        const m = await waitFor('psflow up to print the dashboard URL and the coordinator pid', async () => {
+            if (!up.running) throw fatal('psflow up exited:\n' + up.tail());
+            const text = fs.readFileSync(up.logPath, 'utf8');
+            const pid = /coordinator \S+ \(pid (\d+)/.exec(text);
+            return pid && text.includes('dashboard: ' + this.url) ? pid : null;
+        }, 60000, 100);
+        this.coordinatorPid = Number(m[1]);
+        await waitFor('4 agents registered', async () => {
+            const nodes = await api(this.url, 'GET', '/api/v1/nodes');
+            return nodes.items.filter((n) => n.state !== 'lost').length >= 4;
+        }, 30000, 200);
+    }
+
+    async startCoordinator() {
+        const n = this.procs.filter((p) => p.name.startsWith('coordinator')).length;
+        const proc = MOCK ?
+            new Proc('coordinator-' + n, process.execPath,
+                [path.join(SRC, 'tests', 'browser', 'mock-server.js'), '--port', String(this.port),
+                    '--state', path.join(this.dir, 'mock-state.json')], this.dir) :
+            new Proc('coordinator-' + n, BIN, ['coordinator', '--listen', '127.0.0.1:' + this.port,
+                '--db', this.db, '--web', path.join(SRC, 'web')], this.dir);
+        this.procs.push(proc);
+        this.coordinator = proc;
+        await waitFor('the coordinator to answer', async () => {
+            if (!proc.running) throw fatal('coordinator exited:\n' + proc.tail());
+            return (await fetch(this.url + (MOCK ? '/api/v1/jobs' : '/readyz'))).ok;
+        }, 20000, 100);
+    }
+
+    async killCoordinator() {
+        if (this.coordinator) {
+            await this.coordinator.kill('SIGKILL');
+            return;
+        }
+        process.kill(this.coordinatorPid, 'SIGKILL');
+        await waitFor('the coordinator to die', async () => {
+            try {
+                process.kill(this.coordinatorPid, 0);
+            } catch (e) {
+                return true;
+            }
+            /* A zombie until psflow up reaps it: it no longer answers. */
+            return !(await fetch(this.url + '/livez').then((r) => r.ok, () => false));
+        }, 10000, 50);
+    }
+
+    /* up first, which stops its agents (they deregister from the coordinator that is running)
+     * and its coordinator, then the coordinator this test restarted. */
+    async stop() {
+        await Promise.all(this.procs.filter((p) => p.name === 'up').map((p) => p.kill('SIGTERM', 40000)));
+        await Promise.all(this.procs.filter((p) => p.name !== 'up').map((p) => p.kill('SIGTERM')));
+    }
+
+    dumpLogs() {
+        const logs = [...this.procs.map((p) => [p.name, p.logPath])];
+        const upLogs = path.join(this.dir, 'up', 'logs');
+        if (fs.existsSync(upLogs)) {
+            for (const f of fs.readdirSync(upLogs)) logs.push(['up/' + f, path.join(upLogs, f)]);
+        }
+        for (const [name, file] of logs) {
+            let text = '';
+            try {
+                text = fs.readFileSync(file, 'utf8').split('\n').slice(-40).join('\n');
+            } catch (e) {
+                text = '(no log)';
+            }
+            console.log('---- ' + name + ' (' + file + ')\n' + text);
+        }
+    }
+}
+
+async function api(base, method, route, body) {
+    const res = await fetch(base + route, {
+        method,
+        headers: body === undefined ? {} : {'Content-Type': 'application/json'},
+        body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    const data = text ? JSON.parse(text) : null;
+    if (!res.ok) {
+        const err = new Error(method + ' ' + route + ': ' + res.status + ' ' + text.slice(0, 300));
+        err.status = res.status;
+        err.body = data;
+        throw err;
+    }
+    return data;
+}
+
+/* ------------------------------------------------------------------ the job */
+
+function trainingSpec(name) {
+    return {
+        name,
+        replicas: {ps: 2, worker: 2},
+        model: {type: 'softmax', inputs: 784, outputs: 10},
+        data: {format: 'idx',
+            train: ['/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz',
+                '/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz'],
+            test: ['/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz',
+                '/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz']},
+        optimizer: {type: 'adam', learning_rate: 0.005},
+        training: {mode: 'sync', batch_size: 100, max_steps: 20000, seed: 1, eval_every_steps: 2500},
+        checkpoint: {every_steps: 5000, every_secs: 600, keep: 5},
+    };
+}
+
+/* The variables of a softmax or mlp spec with their sizes in bytes (float32). */
+function expectedVariables(spec) {
+    const m = spec.model;
+    const dims = m.type === 'softmax' ? [m.inputs, m.outputs] :
+        m.type === 'linear' ? [m.inputs || 1, 1] : [m.inputs, ...(m.hidden || []), m.outputs];
+    const vars = {};
+    for (let l = 0; l + 1 < dims.length; l++) {
+        vars['dense_' + l + '/kernel'] = dims[l] * dims[l + 1] * 4;
+        vars['dense_' + l + '/bias'] = dims[l + 1] * 4;
+    }
+    return vars;
+}
+
+/* ------------------------------------------------------------------ the browser */
+
+class ConsoleWatch {
+    constructor(page) {
+        this.unexpected = [];
+        this.allowed = [];
+        page.on('console', (m) => {
+            if (m.type() === 'error') this.record(m.text());
+        });
+        page.on('pageerror', (e) => this.record('uncaught: ' + e.message));
+    }
+    record(text) {
+        const a = this.allowed.find((x) => x.re.test(text));
+        if (a) {
+            a.hits++;
+            log('expected console error (' + a.why + '): ' + text);
+        } else {
+            this.unexpected.push(text);
+            log('CONSOLE ERROR: ' + text);
+        }
+    }
+    /* Runs fn while console errors matching re are expected (they are still logged). */
+    async allowing(why, re, fn) {
+        const a = {why, re, hits: 0};
+        this.allowed.push(a);
+        try {
+            return await fn();
+        } finally {
+            this.allowed = this.allowed.filter((x) => x !== a);
+        }
+    }
+}
+
+const bodyData = (page, key) => page.evaluate((k) => document.body.dataset[k], key);
+
+/* Waits until the page shows route hash (a hash change is asynchronous after a click) and has
+ * applied that page's snapshot. */
+function waitForRoute(page, hash, kind) {
+    return page.waitForFunction(({hash, kind}) => location.hash === hash && document.body.dataset.page === kind &&
+        document.body.dataset.loaded === '1', {hash, kind}, {timeout: 10000});
+}
+const stats = (page) => page.evaluate(() => Object.assign({}, window.psflowStats));
+
+/* POSTs one loss point from inside the page and returns how long until the chart drew it,
+ * both measured with the page's performance.now(). */
+async function postPointAndTime(page, base, job, task, step, loss) {
+    const sent = await page.evaluate(async ({job, task, step, loss}) => {
+        const t = performance.now();
+        const res = await fetch('/api/v1/jobs/' + encodeURIComponent(job) + '/metrics', {
+            method: 'POST', headers: {'Content-Type': 'application/json'},
+            body: JSON.stringify({task, points: [{step, time: Date.now() / 1000, loss,
+                examples_per_sec: 1000, step_time_seconds: 0.05}]}),
+        });
+        return {t, status: res.status};
+    }, {job, task, step, loss});
+    if (sent.status !== 204) throw new Error('POST metrics answered ' + sent.status + ', expected 204');
+    const drawn = await waitFor('step ' + step + ' to be drawn on the loss chart', async () => {
+        const s = await stats(page);
+        return s.lastPointStep >= step ? s : null;
+    }, 10000, 10);
+    return {latency: drawn.lastPointDrawnAt - sent.t, drawMs: drawn.lastDrawMs};
+}
+
+async function main() {
+    if (!SRC || (!BIN && !MOCK)) throw new Error('PSFLOW_SRC and PSFLOW_BIN must be set (run test_dashboard.sh)');
+    fs.mkdirSync(ARTIFACTS, {recursive: true});
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psflow-browser-'));
+    const cluster = new Cluster(dir);
+    let browser = null;
+    let ok = false;
+    try {
+        await cluster.start();
+        const base = cluster.url;
+        log('cluster up at ' + base + (MOCK ? ' (mock coordinator)' : '') + ', work dir ' + dir);
+
+        browser = await chromium.launch({executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS});
+        const context = await browser.newContext({viewport: {width: 1280, height: 800}});
+        const page = await context.newPage();
+        const consoleWatch = new ConsoleWatch(page);
+        page.on('dialog', (d) => d.accept());
+
+        /* ---- jobs page and an invalid spec submitted from it */
+        await page.goto(base + '/');
+        await page.waitForSelector('body[data-page="jobs"][data-loaded="1"][data-connection="live"]', {timeout: 15000});
+        check(true, 'jobs page loaded and the stream is live');
+
+        const suffix = Date.now().toString(36);
+        const badName = 'bad-' + suffix;
+        await page.fill('#f-name', badName);
+        await page.fill('#f-training-batch_size', '0');
+        const badSpec = JSON.parse(await page.inputValue('[data-testid="spec-text"]'));
+        check(badSpec.training.batch_size === 0 && badSpec.name === badName,
+            'the quick fields edit the spec text (batch_size 0, name ' + badName + ')');
+        let apiErr = null;
+        try {
+            await api(base, 'POST', '/api/v1/jobs', badSpec);
+        } catch (e) {
+            apiErr = e;
+        }
+        check(apiErr && apiErr.status === 422, 'the API answers 422 to batch_size 0');
+        const want = (apiErr.body.errors || []).find((e) => e.pointer === '/training/batch_size');
+        check(want, 'the 422 names /training/batch_size in errors[] (' + JSON.stringify(apiErr.body.errors) + ')');
+        await consoleWatch.allowing('the invalid spec answers 422', /status of 422/, async () => {
+            await page.click('[data-testid="submit-job"]');
+            await page.waitForSelector('.field[data-pointer="/training/batch_size"] .field-error:not(:empty)', {timeout: 5000});
+        });
+        /* The page drops a leading "POINTER: " from the message, since it shows the pointer. */
+        const wantText = want.message.startsWith(want.pointer + ': ') ? want.message.slice(want.pointer.length + 2) : want.message;
+        const shown = await page.textContent('.field[data-pointer="/training/batch_size"] .field-error');
+        check(shown === wantText, 'the API\'s message "' + wantText + '" is shown next to the batch size field');
+        const listed = await page.textContent('[data-testid="spec-errors"] li[data-pointer="/training/batch_size"]');
+        check(listed.includes('/training/batch_size') && listed.includes(wantText),
+            'the error list under the spec names the pointer and the message');
+        check(await page.getAttribute('#f-training-batch_size', 'aria-invalid') === 'true',
+            'the batch size input is marked aria-invalid');
+        await page.screenshot({path: path.join(ARTIFACTS, 'jobs-invalid-full.png'), fullPage: true});
+
+        /* ---- a job trained through the API, watched on its page */
+        const spec = trainingSpec('dash-' + suffix);
+        const name = spec.name;
+        const maxSteps = spec.training.max_steps;
+        await api(base, 'POST', '/api/v1/jobs', spec);
+        log('submitted ' + name + ' (' + maxSteps + ' sync steps, 2 ps, 2 workers)');
+        const link = page.locator('[data-testid="jobs-table"] a', {hasText: name});
+        await link.waitFor({timeout: 5000});
+        await link.click();
+        await waitForRoute(page, '#/jobs/' + name, 'job');
+        /* Sample what the page shows every 50 ms while the job runs. */
+        await page.evaluate(() => {
+            window.__samples = [];
+            window.__sampler = setInterval(() => {
+                const el = document.querySelector('[data-testid="global-step"]');
+                window.__samples.push({phase: document.body.dataset.phase, step: Number(el.dataset.value || -1),
+                    text: el.textContent, points: window.psflowStats.points});
+            }, 50);
+        });
+        let runningShot = false;
+        await waitFor(name + ' to succeed', async () => {
+            const phase = await bodyData(page, 'phase');
+            if (phase === 'Failed') throw fatal(name + ' failed');
+            /* One picture mid-run, for people; nothing depends on catching that moment. */
+            const step = Number(await page.getAttribute('[data-testid="global-step"]', 'data-value'));
+            if (!runningShot && phase === 'Running' && step >= maxSteps / 3) {
+                runningShot = true;
+                await page.screenshot({path: path.join(ARTIFACTS, 'job-running.png')});
+            }
+            return phase === 'Succeeded';
+        }, 300000, 250).catch(async (e) => {
+            log('job status: ' + JSON.stringify((await api(base, 'GET', '/api/v1/jobs/' + name)).status));
+            throw e;
+        });
+        const samples = await page.evaluate(() => {
+            clearInterval(window.__sampler);
+            return window.__samples;
+        });
+        const running = samples.filter((s) => s.phase === 'Running');
+        const steps = [...new Set(samples.map((s) => s.step).filter((s) => s >= 0))];
+        const increasing = steps.every((s, i) => i === 0 || s > steps[i - 1]);
+        check(steps.length >= 3 && increasing,
+            'the global step shown increased through ' + steps.length + ' values (' + steps.slice(0, 6).join(', ') +
+            (steps.length > 6 ? ', …' : '') + ')');
+        check(steps[steps.length - 1] === maxSteps, 'the global step shown ends at max_steps ' + maxSteps);
+        const runPoints = [...new Set(running.map((s) => s.points))];
+        check(runPoints.length >= 2 && runPoints[runPoints.length - 1] > runPoints[0],
+            'the loss chart gained points while the job ran (' + runPoints[0] + ' → ' + runPoints[runPoints.length - 1] + ')');
+        const stepText = await page.textContent('[data-testid="global-step"]');
+        check(stepText.replace(/,/g, '').startsWith(String(maxSteps)), 'the header shows global step "' + stepText + '"');
+
+        const expected = expectedVariables(spec);
+        const expectedTotal = Object.values(expected).reduce((a, b) => a + b, 0);
+        await page.waitForSelector('[data-testid="placement-table"] tbody tr', {timeout: 10000});
+        const rows = await page.$$eval('[data-testid="placement-table"] tbody tr',
+            (trs) => trs.map((tr) => ({variable: tr.dataset.variable, bytes: Number(tr.dataset.bytes),
+                ps: tr.children[5].textContent})));
+        const got = {};
+        for (const r of rows) got[r.variable] = (got[r.variable] || 0) + r.bytes;
+        check(JSON.stringify(Object.keys(got).sort()) === JSON.stringify(Object.keys(expected).sort()),
+            'the placement view lists every variable: ' + Object.keys(got).sort().join(', '));
+        for (const [v, b] of Object.entries(expected)) check(got[v] === b, v + ' has ' + b + ' bytes');
+        const shownTotal = rows.reduce((a, r) => a + r.bytes, 0);
+        check(shownTotal === expectedTotal, 'placement bytes sum to the model size ' + expectedTotal);
+        const bars = await page.$$eval('[data-testid="ps-bars"] .ps-bar', (els) => els.length);
+        check(bars === spec.replicas.ps, 'one bar per ps (' + bars + ')');
+
+        const taskKeys = await page.$$eval('[data-testid="task-table"] tbody tr', (trs) => trs.map((tr) => tr.dataset.task));
+        const wantTasks = [];
+        for (const t of ['ps', 'worker']) for (let i = 0; i < spec.replicas[t]; i++) wantTasks.push(t + '-' + i);
+        check(JSON.stringify(taskKeys.slice().sort()) === JSON.stringify(wantTasks.sort()),
+            'the task table lists every task: ' + taskKeys.join(', '));
+        const evals = await page.$$eval('[data-testid="accuracy-chart"]', (els) => els.length && !els[0].hidden);
+        log('accuracy chart visible: ' + evals + '; checkpoints listed: ' +
+            await page.$$eval('[data-testid="checkpoints"] tbody tr', (trs) => trs.length));
+        await page.evaluate(() => window.scrollTo(0, 0));
+        await page.screenshot({path: path.join(ARTIFACTS, 'job.png')});
+        await page.screenshot({path: path.join(ARTIFACTS, 'job-full.png'), fullPage: true});
+
+        /* ---- coordinator restart: reconnecting, then live again without a reload */
+        await page.evaluate(() => {
+            window.__sameDocument = true;
+        });
+        const loadsBefore = Number(await bodyData(page, 'loads'));
+        await consoleWatch.allowing('the coordinator is down', /ERR_CONNECTION_REFUSED|ERR_INCOMPLETE_CHUNKED_ENCODING|ERR_EMPTY_RESPONSE|ERR_CONNECTION_RESET|Failed to fetch/, async () => {
+            const killedAt = Date.now();
+            await cluster.killCoordinator();
+            await page.waitForSelector('body[data-connection="reconnecting"]', {timeout: 10000});
+            log('page shows reconnecting ' + (Date.now() - killedAt) + ' ms after the coordinator was killed');
+            check((await page.textContent('#connection')).includes('Reconnecting'), 'the indicator reads "Reconnecting"');
+            await page.screenshot({path: path.join(ARTIFACTS, 'job-reconnecting.png')});
+            const restartAt = Date.now();
+            await cluster.startCoordinator();
+            await page.waitForSelector('body[data-connection="live"]', {timeout: 20000});
+            log('page live again ' + (Date.now() - restartAt) + ' ms after the restart began');
+            await waitFor('the page to re-fetch its state', async () => Number(await bodyData(page, 'loads')) > loadsBefore, 10000);
+        });
+        check(await page.evaluate(() => window.__sameDocument === true), 'the page was not reloaded');
+        check(await bodyData(page, 'phase') === 'Succeeded', 'after the restart the page still shows Succeeded');
+        const apiStep = (await api(base, 'GET', '/api/v1/jobs/' + name)).status.global_step;
+        check(Number((await page.getAttribute('[data-testid="global-step"]', 'data-value'))) === apiStep,
+            'after the restart the page shows the global step the API reports (' + apiStep + ')');
+
+        /* ---- a job with 100,000 metric points */
+        const bigName = 'dash-big-' + suffix;
+        const bigSpec = trainingSpec(bigName);
+        /* More workers than agents: the job waits in Created and only holds the posted points. */
+        bigSpec.replicas.worker = 8;
+        bigSpec.training.max_steps = 100000;
+        await api(base, 'POST', '/api/v1/jobs', bigSpec);
+        const perTask = BIG_POINTS / 2;
+        const batch = 5000;
+        const insertStart = Date.now();
+        for (const task of ['worker-0', 'worker-1']) {
+            for (let from = 1; from <= perTask; from += batch) {
+                const points = [];
+                for (let s = from; s < from + batch; s++) {
+                    points.push({step: s, time: 1.7e9 + s * 0.05, loss: 2.3 * Math.exp(-s / 8000) + 0.3 +
+                        0.05 * Math.sin(s / 7) + (task === 'worker-1' ? 0.02 : 0),
+                    examples_per_sec: 2000 + (s % 100), step_time_seconds: 0.04 + (s % 13) / 1000});
+                }
+                await api(base, 'POST', '/api/v1/jobs/' + bigName + '/metrics', {task, points});
+            }
+        }
+        log('inserted ' + BIG_POINTS + ' metric points into ' + bigName + ' in ' + (Date.now() - insertStart) + ' ms');
+        const getStart = Date.now();
+        const m = await api(base, 'GET', '/api/v1/jobs/' + bigName + '/metrics?max_points=2000');
+        log('GET /metrics?max_points=2000 of that job answered in ' + (Date.now() - getStart) + ' ms with ' +
+            m.points.length + ' points (part of the page\'s opening time below)');
+        check(m.total_points === BIG_POINTS, 'the API holds ' + BIG_POINTS + ' points (total_points ' + m.total_points + ')');
+
+        await page.click('a.back');
+        await waitForRoute(page, '#/', 'jobs');
+        await page.locator('[data-testid="jobs-table"] a', {hasText: bigName}).click();
+        /* Read the figures only once the big job's page is the one showing. */
+        const bigStats = () => page.evaluate((hash) => (location.hash === hash && document.body.dataset.page === 'job' &&
+            window.psflowStats.loadMs !== null ? Object.assign({}, window.psflowStats) : null), '#/jobs/' + bigName);
+        const opened = await waitFor('the big job\'s chart to be drawn', bigStats, 20000, 20);
+        log('RESULT job page with ' + BIG_POINTS + ' points opened in ' + opened.loadMs.toFixed(0) +
+            ' ms (route change to first chart draw; the chart holds ' + opened.points + ' downsampled points)');
+        await page.goto('about:blank');
+        await page.goto(base + '/#/jobs/' + bigName);
+        const fresh = await waitFor('the big job\'s chart after a fresh load', bigStats, 20000, 20);
+        check(opened.points > 0 && opened.points <= BIG_POINTS / 10,
+            'the page loaded a downsampled series (' + opened.points + ' of ' + BIG_POINTS + ' points)');
+        log('RESULT fresh page load of that job page: chart drawn ' + fresh.loadMs.toFixed(0) +
+            ' ms after the page script started, ' + fresh.lastPointDrawnAt.toFixed(0) + ' ms after navigation start');
+        await page.waitForSelector('body[data-connection="live"]', {timeout: 10000});
+        const draws = [];
+        const lats = [];
+        for (let i = 1; i <= 20; i++) {
+            const r = await postPointAndTime(page, base, bigName, 'worker-' + (i % 2), perTask + i, 0.31);
+            draws.push(r.drawMs);
+            lats.push(r.latency);
+        }
+        log('RESULT live update redraw with ' + BIG_POINTS + ' points in the job: median ' + median(draws).toFixed(1) +
+            ' ms, max ' + Math.max(...draws).toFixed(1) + ' ms over ' + draws.length + ' updates');
+        log('RESULT metric POST to drawn on the chart: median ' + median(lats).toFixed(1) + ' ms, max ' +
+            Math.max(...lats).toFixed(1) + ' ms over ' + lats.length + ' posts');
+        check(Math.max(...lats) < LATENCY_LIMIT_MS, 'every POSTed metric was drawn within ' + LATENCY_LIMIT_MS + ' ms');
+        await page.screenshot({path: path.join(ARTIFACTS, 'job-big.png')});
+
+        /* ---- the jobs page with both jobs */
+        await page.goto(base + '/');
+        await page.waitForSelector('body[data-page="jobs"][data-loaded="1"][data-connection="live"]', {timeout: 10000});
+        await page.screenshot({path: path.join(ARTIFACTS, 'jobs.png')});
+        await page.screenshot({path: path.join(ARTIFACTS, 'jobs-full.png'), fullPage: true});
+        await api(base, 'POST', '/api/v1/jobs/' + bigName + '/cancel');
+
+        check(consoleWatch.unexpected.length === 0, 'no console errors' +
+            (consoleWatch.unexpected.length ? ': ' + consoleWatch.unexpected.join(' | ') : ''));
+        log('screenshots in ' + ARTIFACTS);
+        ok = true;
+    } finally {
+        if (browser) await browser.close().catch(() => {});
+        if (!ok) cluster.dumpLogs();
+        await cluster.stop();
+        if (ok) fs.rmSync(dir, {recursive: true, force: true});
+    }
+}
+
+main().then(() => {
+    log('PASS');
+    process.exit(0);
+}, (e) => {
+    log('FAIL: ' + (e && e.stack || e));
+    process.exit(1);
+});

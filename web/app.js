@@ -1,0 +1,2079 @@
+/*
+ * psflow dashboard: one page that reads the coordinator's public REST API (api/rest.md) and
+ * follows its Server-Sent Events stream. Plain browser JavaScript, no framework and no build
+ * step; the charts are uPlot, served by the coordinator from web/node_modules at /vendor/uplot/.
+ *
+ * DESIGN
+ * - Hash routing: "#/" lists the jobs, "#/jobs/NAME" shows one job. A token given in the URL
+ *   fragment ("#token=..."), or typed into the banner after a 401, is kept in sessionStorage
+ *   and sent as "Authorization: Bearer".
+ * - One event stream for the whole page (GET /api/v1/events). Every time it opens, the current
+ *   page fetches a fresh snapshot over REST; events that arrive while the snapshot loads are
+ *   queued and applied after it, and applying an event twice is harmless (rows are keyed, metric
+ *   points by task and step). So a dropped stream or a restarted coordinator (whose event ids may
+ *   start again) never leaves the page stale or doubled, and no reload is needed.
+ * - The stream is read with fetch() rather than EventSource: EventSource hides comment lines, so
+ *   the ": keepalive" the coordinator sends every 10 s could not keep the indicator "live" on an
+ *   idle cluster, and fetch() sends the Authorization header like every other request.
+ *   Indicator: "live" while the stream is open and bytes (events or keepalives) arrived in the
+ *   last 30 s, "stale" when it is open but silent for longer, "reconnecting" while it is closed
+ *   and being retried (backoff 0.5 s doubling to 4 s). After 60 s of silence the stream is
+ *   dropped and reopened.
+ * - Long runs stay fast: the job page loads at most 2000 points per series
+ *   (/metrics?max_points=2000, downsampled by the server), appends live "metric" events, and
+ *   redraws at most once per animation frame. Past 20000 appended points it reloads the
+ *   downsampled series.
+ *
+ * Test hooks (tests/browser/dashboard.test.js reads them):
+ *   document.body.dataset.connection  "live" | "reconnecting" | "stale"
+ *   document.body.dataset.page        "jobs" | "job"; dataset.loaded = "1" once its snapshot has
+ *                                     been applied; dataset.loads counts snapshots (one more after
+ *                                     each reconnect); dataset.phase is the job page's phase
+ *   [data-testid=...]                 global-step, phase, loss-chart, task-table, placement-table,
+ *                                     jobs-table, spec-errors, ...
+ *   window.psflowStats = {points, lastDrawMs, loadMs, lastPointStep, lastPointDrawnAt}
+ *     points            metric points (per task) that the loss chart holds
+ *     loadMs            ms from opening the job page to the first chart draw with its data
+ *                       (null until the job has metric points)
+ *     lastDrawMs        duration of the latest loss-chart redraw (setData to uPlot's draw hook)
+ *     lastPointStep     largest training step drawn on the loss chart
+ *     lastPointDrawnAt  performance.now() when that step was first drawn
+ */
+'use strict';
+
+(function () {
+    const TOKEN_KEY = 'psflow.token';
+    const STALE_MS = 30000;
+    const DROP_MS = 60000;
+    const POLL_MS = 3000;
+    const MAX_POINTS = 2000;
+    const RELOAD_AFTER_APPENDED = 20000;
+    const PALETTE = ['#2563eb', '#d97706', '#059669', '#db2777', '#7c3aed', '#0891b2',
+        '#65a30d', '#dc2626', '#4f46e5', '#ca8a04'];
+    const TERMINAL = new Set(['Succeeded', 'Failed']);
+
+    window.psflowStats = {
+        points: 0, lastDrawMs: 0, loadMs: null, lastPointStep: null, lastPointDrawnAt: null,
+    };
+
+    /* ---------------------------------------------------------------- helpers */
+
+    /* h('div', {class: 'x', onclick: fn}, child, ...): builds an element. Children may be
+     * strings, nodes, arrays or null. */
+    function h(tag, attrs, ...children) {
+        const el = document.createElement(tag);
+        if (attrs) {
+            for (const [k, v] of Object.entries(attrs)) {
+                if (v === null || v === undefined || v === false) continue;
+                if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+                else if (k === 'class') el.className = v;
+                else if (k === 'dataset') Object.assign(el.dataset, v);
+                else if (k === 'text') el.textContent = v;
+                else el.setAttribute(k, v === true ? '' : String(v));
+            }
+        }
+        appendChildren(el, children);
+        return el;
+    }
+
+    function appendChildren(el, children) {
+        for (const c of children) {
+            if (c === null || c === undefined || c === false) continue;
+            if (Array.isArray(c)) appendChildren(el, c);
+            else el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+        }
+    }
+
+    /* Sets text only when it changed, so that live updates do not disturb selection. */
+    function setText(el, text) {
+        const s = String(text);
+        if (el.textContent !== s) el.textContent = s;
+    }
+
+    function isNum(v) {
+        return typeof v === 'number' && Number.isFinite(v);
+    }
+
+    function fmtInt(v) {
+        return isNum(v) ? Math.round(v).toLocaleString('en-US') : '—';
+    }
+
+    function fmtNum(v, digits) {
+        if (!isNum(v)) return '—';
+        const a = Math.abs(v);
+        if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
+        return v.toLocaleString('en-US', {
+            minimumFractionDigits: 0, maximumFractionDigits: digits === undefined ? 4 : digits,
+        });
+    }
+
+    function fmtRate(v) {
+        if (!isNum(v)) return '—';
+        return v >= 100 ? fmtInt(v) : fmtNum(v, 1);
+    }
+
+    function fmtBytes(b) {
+        if (!isNum(b)) return '—';
+        const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+        let v = b;
+        let u = 0;
+        while (v >= 1024 && u < units.length - 1) {
+            v /= 1024;
+            u++;
+        }
+        return (u === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : 1)) + ' ' + units[u];
+    }
+
+    function fmtDuration(sec) {
+        if (!isNum(sec) || sec < 0) return '—';
+        if (sec < 10) return sec.toFixed(1) + ' s';
+        if (sec < 60) return Math.round(sec) + ' s';
+        const s = Math.round(sec);
+        if (s < 3600) return Math.floor(s / 60) + ' m ' + String(s % 60).padStart(2, '0') + ' s';
+        if (s < 86400) {
+            return Math.floor(s / 3600) + ' h ' + String(Math.floor(s / 60) % 60).padStart(2, '0') +
+                ' m';
+        }
+        return Math.floor(s / 86400) + ' d ' + Math.floor(s / 3600) % 24 + ' h';
+    }
+
+    function parseTime(iso) {
+        if (!iso) return null;
+        const t = Date.parse(iso);
+        return Number.isNaN(t) ? null : t;
+    }
+
+    function fmtClock(ms) {
+        if (ms === null) return '—';
+        const d = new Date(ms);
+        const today = new Date();
+        const time = d.toLocaleTimeString('en-GB', {hour12: false});
+        if (d.toDateString() === today.toDateString()) return time;
+        return d.toISOString().slice(0, 10) + ' ' + time;
+    }
+
+    function timeEl(iso) {
+        const ms = parseTime(iso);
+        return h('time', {datetime: iso || null, title: iso || null}, fmtClock(ms));
+    }
+
+    function phaseBadge(phase) {
+        const p = phase || 'Unknown';
+        return h('span', {class: 'badge phase-' + p.toLowerCase(), dataset: {testid: 'phase'}}, p);
+    }
+
+    function stateBadge(state) {
+        const s = state || 'Unknown';
+        return h('span', {class: 'badge state-' + s.toLowerCase()}, s);
+    }
+
+    /* Keyed table body: rows are created once per key and updated in place, so focus, hover
+     * and selection survive live updates. render(row, item, fresh) fills the row. */
+    class KeyedRows {
+        constructor(tbody, render) {
+            this.tbody = tbody;
+            this.render = render;
+            this.rows = new Map();
+        }
+        update(items, keyOf) {
+            const seen = new Set();
+            let prev = null;
+            for (const item of items) {
+                const key = keyOf(item);
+                seen.add(key);
+                let row = this.rows.get(key);
+                const fresh = !row;
+                if (fresh) {
+                    row = h('tr', {dataset: {key}});
+                    this.rows.set(key, row);
+                }
+                this.render(row, item, fresh);
+                const want = prev ? prev.nextSibling : this.tbody.firstChild;
+                if (want !== row) this.tbody.insertBefore(row, want);
+                prev = row;
+            }
+            for (const [key, row] of this.rows) {
+                if (!seen.has(key)) {
+                    row.remove();
+                    this.rows.delete(key);
+                }
+            }
+        }
+    }
+
+    /* Fills a row's cells, creating them on first use; cells[i] is a string or a node. */
+    function fillRow(row, cells) {
+        while (row.children.length < cells.length) row.append(h('td'));
+        cells.forEach((c, i) => {
+            const td = row.children[i];
+            if (c instanceof Node) {
+                if (td.firstChild !== c || td.childNodes.length !== 1) td.replaceChildren(c);
+            } else {
+                setText(td, c === null || c === undefined ? '—' : c);
+            }
+        });
+    }
+
+    /* ---------------------------------------------------------------- API */
+
+    class ApiError extends Error {
+        constructor(status, problem, message) {
+            super(message);
+            this.status = status;
+            this.problem = problem;
+        }
+    }
+
+    let token = sessionStorage.getItem(TOKEN_KEY) || '';
+
+    function authHeaders(extra) {
+        const hd = Object.assign({}, extra || {});
+        if (token) hd.Authorization = 'Bearer ' + token;
+        return hd;
+    }
+
+    async function api(path, opts) {
+        const o = opts || {};
+        const init = {method: o.method || 'GET', headers: authHeaders({Accept: 'application/json'}),
+            cache: 'no-store'};
+        if (o.body !== undefined) {
+            init.headers['Content-Type'] = 'application/json';
+            init.body = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
+        }
+        const res = await fetch(path, init);
+        if (res.status === 401) showTokenBanner();
+        if (res.status === 204) return null;
+        const type = res.headers.get('Content-Type') || '';
+        let body = null;
+        if (type.includes('json')) {
+            try {
+                body = await res.json();
+            } catch (e) {
+                body = null;
+            }
+        } else {
+            body = await res.text();
+        }
+        if (!res.ok) {
+            const problem = body && typeof body === 'object' ? body : null;
+            const msg = problem ? (problem.detail || problem.title) : res.status + ' ' + res.statusText;
+            throw new ApiError(res.status, problem, msg || 'HTTP ' + res.status);
+        }
+        return body;
+    }
+
+    function jobPath(name, rest) {
+        return '/api/v1/jobs/' + encodeURIComponent(name) + (rest || '');
+    }
+
+    /* ---------------------------------------------------------------- token */
+
+    function takeTokenFromHash() {
+        const m = /(?:^#|[#&?])token=([^&]*)/.exec(location.hash);
+        if (!m) return;
+        token = decodeURIComponent(m[1]);
+        sessionStorage.setItem(TOKEN_KEY, token);
+        const rest = location.hash.replace(/[#&?]?token=[^&]*/, '').replace(/^#?&?/, '');
+        history.replaceState(null, '', location.pathname + location.search + '#' +
+            (rest.startsWith('/') ? rest : '/'));
+    }
+
+    function showTokenBanner() {
+        const banner = document.getElementById('token-banner');
+        if (!banner.hidden) return;
+        banner.hidden = false;
+        document.getElementById('token-input').focus();
+    }
+
+    function setupTokenForm() {
+        document.getElementById('token-form').addEventListener('submit', (ev) => {
+            ev.preventDefault();
+            token = document.getElementById('token-input').value.trim();
+            sessionStorage.setItem(TOKEN_KEY, token);
+            document.getElementById('token-banner').hidden = true;
+            stream.restart();
+        });
+    }
+
+    /* ---------------------------------------------------------------- event stream */
+
+    const stream = {
+        state: 'reconnecting',
+        everOpened: false,
+        failures: 0,
+        lastActivity: 0,
+        controller: null,
+        retryTimer: null,
+        gen: 0,
+
+        start() {
+            const gen = ++this.gen;
+            clearTimeout(this.retryTimer);
+            this.retryTimer = null;
+            this.run(gen);
+        },
+
+        restart() {
+            if (this.controller) this.controller.abort();
+            this.start();
+        },
+
+        async run(gen) {
+            const controller = new AbortController();
+            this.controller = controller;
+            let opened = false;
+            try {
+                const res = await fetch('/api/v1/events', {
+                    headers: authHeaders({Accept: 'text/event-stream'}),
+                    cache: 'no-store', signal: controller.signal,
+                });
+                if (res.status === 401) showTokenBanner();
+                if (!res.ok || !res.body) throw new Error('events: HTTP ' + res.status);
+                if (gen !== this.gen) return;
+                opened = true;
+                this.failures = 0;
+                this.everOpened = true;
+                this.lastActivity = performance.now();
+                setConnection('live');
+                onStreamOpen();
+                await this.read(res.body.getReader(), gen);
+            } catch (e) {
+                /* A network error or an abort: both end in the retry below unless the abort
+                 * came from restart(), which already started a newer run. */
+            }
+            if (gen !== this.gen) return;
+            this.failures++;
+            setConnection('reconnecting');
+            if (!opened) onStreamFailed();
+            const delay = Math.min(4000, 500 * Math.pow(2, Math.min(this.failures - 1, 3)));
+            this.retryTimer = setTimeout(() => {
+                if (gen === this.gen) this.start();
+            }, delay);
+        },
+
+        async read(reader, gen) {
+            const decoder = new TextDecoder();
+            let buf = '';
+            let ev = {type: 'message', data: [], id: null};
+            for (;;) {
+                const {value, done} = await reader.read();
+                if (done || gen !== this.gen) return;
+                this.lastActivity = performance.now();
+                if (connection !== 'live') setConnection('live');
+                buf += decoder.decode(value, {stream: true});
+                let nl;
+                while ((nl = buf.search(/\r\n|\r|\n/)) >= 0) {
+                    const line = buf.slice(0, nl);
+                    const skip = buf[nl] === '\r' && buf[nl + 1] === '\n' ? 2 : 1;
+                    /* A lone \r at the end of the buffer may be the first half of \r\n. */
+                    if (buf[nl] === '\r' && nl + 1 === buf.length) break;
+                    buf = buf.slice(nl + skip);
+                    if (line === '') {
+                        if (ev.data.length) deliverEvent(ev.type, ev.data.join('\n'), ev.id);
+                        ev = {type: 'message', data: [], id: null};
+                        continue;
+                    }
+                    if (line[0] === ':') continue;
+                    const colon = line.indexOf(':');
+                    const field = colon < 0 ? line : line.slice(0, colon);
+                    let val = colon < 0 ? '' : line.slice(colon + 1);
+                    if (val[0] === ' ') val = val.slice(1);
+                    if (field === 'event') ev.type = val;
+                    else if (field === 'data') ev.data.push(val);
+                    else if (field === 'id') ev.id = val;
+                }
+            }
+        },
+
+        watchdog() {
+            if (this.state === 'reconnecting' || !this.everOpened) return;
+            const idle = performance.now() - this.lastActivity;
+            if (idle > DROP_MS && this.controller) this.controller.abort();
+            else if (idle > STALE_MS && connection === 'live') setConnection('stale');
+        },
+    };
+
+    let connection = 'reconnecting';
+
+    function setConnection(state) {
+        connection = state;
+        stream.state = state;
+        document.body.dataset.connection = state;
+        const el = document.getElementById('connection');
+        const label = state === 'live' ? 'Live' :
+            state === 'stale' ? 'Stale — no events for 30 s' :
+                stream.everOpened ? 'Reconnecting…' : 'Connecting…';
+        setText(el.querySelector('.connection-label'), label);
+        el.title = state === 'live' ? 'Event stream open' :
+            state === 'stale' ? 'Event stream open but silent' : 'Event stream closed, retrying';
+    }
+
+    function deliverEvent(type, data, id) {
+        let obj;
+        try {
+            obj = JSON.parse(data);
+        } catch (e) {
+            return;
+        }
+        const ev = {type, data: obj, id};
+        if (!page) return;
+        if (page.loading) page.queue.push(ev);
+        else page.onEvent(ev);
+    }
+
+    function onStreamOpen() {
+        if (page) loadPage(page);
+    }
+
+    /* The stream failed before opening: the REST API may still answer, so show what it has. */
+    function onStreamFailed() {
+        if (page && !page.loadedOnce && !page.loading) loadPage(page);
+    }
+
+    /* ---------------------------------------------------------------- pages */
+
+    let page = null;
+
+    function loadPage(p) {
+        const gen = (p.loadGen = (p.loadGen || 0) + 1);
+        p.loading = true;
+        p.queue = [];
+        p.load().then(() => {
+            if (page !== p || gen !== p.loadGen) return;
+            p.loading = false;
+            p.loadedOnce = true;
+            p.showError(null);
+            const queued = p.queue;
+            p.queue = [];
+            for (const ev of queued) p.onEvent(ev);
+            document.body.dataset.loaded = '1';
+            document.body.dataset.loads = String(Number(document.body.dataset.loads || 0) + 1);
+        }, (err) => {
+            if (page !== p || gen !== p.loadGen) return;
+            p.loading = false;
+            const queued = p.queue;
+            p.queue = [];
+            if (p.loadedOnce) for (const ev of queued) p.onEvent(ev);
+            p.showError(err);
+            /* A coordinator that is still starting (503) or a dropped request: try again while
+             * the stream is up; a reconnect reloads anyway. 401 and 404 wait for the user. */
+            const status = err instanceof ApiError ? err.status : 0;
+            if (status !== 401 && status !== 404) {
+                setTimeout(() => {
+                    if (page === p && gen === p.loadGen && !p.loading && connection !== 'reconnecting') loadPage(p);
+                }, 2000);
+            }
+        });
+    }
+
+    function route() {
+        const main = document.getElementById('main');
+        if (page) page.destroy();
+        page = null;
+        delete document.body.dataset.loaded;
+        const hash = location.hash.replace(/^#/, '');
+        const m = /^\/jobs\/([^/?&]+)/.exec(hash);
+        if (m) {
+            page = new JobPage(decodeURIComponent(m[1]));
+            document.title = page.name + ' · psflow';
+        } else {
+            page = new JobsPage();
+            document.title = 'Jobs · psflow';
+        }
+        document.body.dataset.page = page.kind;
+        document.getElementById('nav-jobs').setAttribute('aria-current',
+            page.kind === 'jobs' ? 'page' : 'false');
+        main.replaceChildren(page.root);
+        page.mounted();
+        if (connection !== 'reconnecting' || stream.failures > 0) loadPage(page);
+    }
+
+    function errorBox() {
+        const el = h('div', {class: 'alert', role: 'alert', hidden: true});
+        return {
+            el,
+            show(err, what) {
+                if (!err) {
+                    el.hidden = true;
+                    return;
+                }
+                el.hidden = false;
+                el.textContent = err instanceof ApiError && err.status === 401 ?
+                    'The coordinator needs an access token (see the banner above).' :
+                    (what || 'Could not load') + ': ' + (err.message || err);
+            },
+        };
+    }
+
+    function card(title, opts, ...body) {
+        const o = opts || {};
+        return h('section', {class: 'card ' + (o.class || ''), 'aria-labelledby': o.id + '-title',
+            id: o.id}, h('div', {class: 'card-head'}, h('h2', {id: o.id + '-title'}, title),
+            o.extra || null), ...body);
+    }
+
+    /* ================================================================ jobs page */
+
+    /* The quick fields of the submit form: each edits one JSON pointer of the spec. */
+    const QUICK_FIELDS = [
+        {pointer: '/name', label: 'Name', type: 'text'},
+        {pointer: '/model/type', label: 'Model', type: 'select', options: ['linear', 'softmax', 'mlp']},
+        {pointer: '/replicas/ps', label: 'ps replicas', type: 'number'},
+        {pointer: '/replicas/worker', label: 'Workers', type: 'number'},
+        {pointer: '/training/mode', label: 'Mode', type: 'select', options: ['sync', 'async']},
+        {pointer: '/training/batch_size', label: 'Batch size', type: 'number'},
+        {pointer: '/training/max_steps', label: 'Max steps', type: 'number'},
+        {pointer: '/optimizer/type', label: 'Optimizer', type: 'select',
+            options: ['sgd', 'momentum', 'adagrad', 'adam']},
+        {pointer: '/optimizer/learning_rate', label: 'Learning rate', type: 'number', step: 'any'},
+    ];
+
+    const DEFAULT_SPEC = {
+        name: 'linear',
+        replicas: {ps: 1, worker: 2},
+        model: {type: 'linear', inputs: 1},
+        data: {format: 'synthetic_linear', w: 2, b: 10, noise: 0.1, n: 10000},
+        optimizer: {type: 'sgd', learning_rate: 0.5},
+        training: {mode: 'async', batch_size: 100, max_steps: 3000, seed: 1, eval_every_steps: 500},
+    };
+
+    function pointerTokens(ptr) {
+        if (!ptr || ptr === '/') return [];
+        return ptr.replace(/^\//, '').split('/').map((t) => t.replace(/~1/g, '/').replace(/~0/g, '~'));
+    }
+
+    function getPointer(obj, ptr) {
+        let cur = obj;
+        for (const t of pointerTokens(ptr)) {
+            if (cur === null || typeof cur !== 'object') return undefined;
+            cur = cur[t];
+        }
+        return cur;
+    }
+
+    function setPointer(obj, ptr, value) {
+        const toks = pointerTokens(ptr);
+        let cur = obj;
+        for (let i = 0; i < toks.length - 1; i++) {
+            if (cur[toks[i]] === null || typeof cur[toks[i]] !== 'object') cur[toks[i]] = {};
+            cur = cur[toks[i]];
+        }
+        const last = toks[toks.length - 1];
+        if (value === undefined) {
+            delete cur[last];
+        } else {
+            cur[last] = value;
+        }
+    }
+
+    /* Where a pointer's key sits in pretty-printed JSON text: the last token's key, searched
+     * after each parent key in turn. Good enough to select the offending line. */
+    function locatePointer(text, ptr) {
+        let pos = 0;
+        let found = null;
+        for (const t of pointerTokens(ptr)) {
+            const i = /^\d+$/.test(t) ? -1 : text.indexOf(JSON.stringify(t), pos);
+            if (i < 0) break;
+            found = [i, i + JSON.stringify(t).length];
+            pos = found[1];
+        }
+        if (!found) return null;
+        const lineEnd = text.indexOf('\n', found[0]);
+        return [found[0], lineEnd < 0 ? text.length : lineEnd];
+    }
+
+    /* An errors[] entry's message without a leading copy of its pointer ("/a/b: ..."), which
+     * the page already shows beside it. */
+    function problemMessage(e) {
+        const msg = String(e.message || 'invalid');
+        const prefix = (e.pointer || '') + ': ';
+        return e.pointer && msg.startsWith(prefix) ? msg.slice(prefix.length) : msg;
+    }
+
+    class JobsPage {
+        constructor() {
+            this.kind = 'jobs';
+            this.jobs = new Map();
+            this.nodes = new Map();
+            this.loading = false;
+            this.queue = [];
+            this.err = errorBox();
+            this.renderPending = false;
+            this.build();
+        }
+
+        build() {
+            const tbody = h('tbody');
+            this.table = h('table', {class: 'table', dataset: {testid: 'jobs-table'}},
+                h('caption', {class: 'sr-only'}, 'Jobs, newest first'),
+                h('thead', null, h('tr', null,
+                    ['Name', 'Phase', 'Reason', 'Age', 'Step', 'Workers', 'ps', 'Loss', ''].map(
+                        (t, i) => h('th', {scope: 'col', class: i >= 3 && i <= 7 ? 'num' : null},
+                            t || h('span', {class: 'sr-only'}, 'Actions'))))),
+                tbody);
+            this.rows = new KeyedRows(tbody, (row, job, fresh) => this.renderJobRow(row, job, fresh));
+            this.empty = h('p', {class: 'empty', hidden: true},
+                'No jobs yet. Submit one below, or with ', h('code', null, 'psflow submit JOB.json'), '.');
+
+            const nodeBody = h('tbody');
+            this.nodeTable = h('table', {class: 'table table-compact', dataset: {testid: 'nodes-table'}},
+                h('thead', null, h('tr', null, ['Agent', 'Role', 'Address', 'State', 'Job', 'Task',
+                    'Heartbeat'].map((t, i) => h('th', {scope: 'col', class: i === 6 ? 'num' : null}, t)))),
+                nodeBody);
+            this.nodeRows = new KeyedRows(nodeBody, (row, n) => {
+                fillRow(row, [
+                    n.id, n.role, n.address || '—', stateBadge(n.state),
+                    n.job ? h('a', {href: '#/jobs/' + encodeURIComponent(n.job)}, n.job) : '—',
+                    n.type ? n.type + ' ' + n.index : '—',
+                    fmtDuration(this.nodeAge(n)),
+                ]);
+                row.lastChild.className = 'num';
+            });
+            this.nodesEmpty = h('p', {class: 'empty', hidden: true}, 'No agents registered.');
+
+            this.root = h('div', {class: 'page page-jobs'},
+                h('div', {class: 'page-head'}, h('h1', null, 'Jobs'),
+                    this.summary = h('span', {class: 'muted'})),
+                this.err.el,
+                card('All jobs', {id: 'jobs'}, h('div', {class: 'table-wrap'}, this.table), this.empty),
+                this.buildSubmit(),
+                card('Agents', {id: 'agents'}, h('div', {class: 'table-wrap'}, this.nodeTable),
+                    this.nodesEmpty));
+        }
+
+        nodeAge(n) {
+            if (!isNum(n.heartbeat_age_seconds)) return null;
+            return n.heartbeat_age_seconds + (performance.now() - n._at) / 1000;
+        }
+
+        renderJobRow(row, j, fresh) {
+            if (fresh) {
+                row.append(
+                    h('th', {scope: 'row'}, h('a', {href: '#/jobs/' + encodeURIComponent(j.name),
+                        class: 'job-link'}, j.name)),
+                    h('td'), h('td'), h('td', {class: 'num'}), h('td', {class: 'num'}),
+                    h('td', {class: 'num'}), h('td', {class: 'num'}), h('td', {class: 'num'}),
+                    h('td', {class: 'actions'}));
+                const btn = h('button', {type: 'button', class: 'btn btn-small btn-danger',
+                    'aria-label': 'Cancel job ' + j.name, onclick: () => this.cancel(j.name, btn)},
+                'Cancel');
+                row.lastChild.append(btn);
+                row._cancel = btn;
+            }
+            const c = row.children;
+            const phaseText = j.phase || '—';
+            if (c[1].textContent !== phaseText) c[1].replaceChildren(phaseBadge(j.phase));
+            setText(c[2], j.reason || '—');
+            c[2].title = j.message || '';
+            setText(c[3], fmtDuration(this.ageOf(j)));
+            setText(c[4], fmtInt(j.global_step) + ' / ' + fmtInt(j.max_steps));
+            const r = j.replicas || {};
+            const rd = (x) => (x ? fmtInt(x.ready) + '/' + fmtInt(x.desired) : '—');
+            setText(c[5], rd(r.worker));
+            setText(c[6], rd(r.ps));
+            setText(c[7], fmtNum(j.loss, 4));
+            row._cancel.hidden = TERMINAL.has(j.phase);
+        }
+
+        ageOf(j) {
+            const t = parseTime(j.create_time);
+            return t === null ? null : (Date.now() - t) / 1000;
+        }
+
+        async cancel(name, btn) {
+            if (!window.confirm('Cancel job ' + name + '? Its tasks are stopped; checkpoints are kept.')) return;
+            btn.disabled = true;
+            try {
+                const job = await api(jobPath(name, '/cancel'), {method: 'POST'});
+                if (job && job.status) this.upsertJob(summaryFromJob(job));
+            } catch (e) {
+                this.err.show(e, 'Could not cancel ' + name);
+            } finally {
+                btn.disabled = false;
+            }
+        }
+
+        buildSubmit() {
+            this.fieldEls = new Map();
+            const grid = h('div', {class: 'field-grid'});
+            for (const f of QUICK_FIELDS) {
+                const id = 'f' + f.pointer.replace(/\//g, '-');
+                let input;
+                if (f.type === 'select') {
+                    input = h('select', {id, name: f.pointer}, h('option', {value: ''}, '(default)'),
+                        f.options.map((o) => h('option', {value: o}, o)));
+                } else {
+                    input = h('input', {id, name: f.pointer, type: f.type, step: f.step || null, autocomplete: 'off',
+                        spellcheck: f.type === 'text' ? 'false' : null});
+                }
+                const msg = h('div', {class: 'field-error', id: id + '-error', role: 'alert',
+                    dataset: {testid: 'field-error', pointer: f.pointer}});
+                input.setAttribute('aria-describedby', id + '-error');
+                input.addEventListener('input', () => this.quickChanged(f, input));
+                const wrap = h('div', {class: 'field', dataset: {pointer: f.pointer}},
+                    h('label', {for: id}, f.label), input, h('span', {class: 'pointer'}, f.pointer), msg);
+                grid.append(wrap);
+                this.fieldEls.set(f.pointer, {f, input, msg, wrap});
+            }
+            this.specText = h('textarea', {id: 'spec-text', rows: 18, spellcheck: 'false',
+                autocomplete: 'off', 'aria-describedby': 'spec-errors', dataset: {testid: 'spec-text'}});
+            this.specText.value = JSON.stringify(DEFAULT_SPEC, null, 2);
+            this.specText.addEventListener('input', () => this.textChanged());
+            this.errList = h('ul', {class: 'error-list', id: 'spec-errors', dataset: {testid: 'spec-errors'},
+                hidden: true});
+            this.submitMsg = h('p', {class: 'submit-msg', role: 'status', dataset: {testid: 'submit-result'}});
+            this.submitBtn = h('button', {type: 'submit', class: 'btn btn-primary',
+                dataset: {testid: 'submit-job'}}, 'Submit job');
+            const form = h('form', {class: 'submit-form', novalidate: true, onsubmit: (e) => {
+                e.preventDefault();
+                this.submit();
+            }},
+            h('p', {class: 'muted'}, 'Edit the common fields, or paste a whole job spec (JSON, ',
+                h('a', {href: '/openapi.yaml'}, 'schema'), '). Both edit the same spec.'),
+            grid,
+            h('div', {class: 'field field-wide'}, h('label', {for: 'spec-text'}, 'Job spec (JSON)'),
+                this.specText),
+            this.errList,
+            h('div', {class: 'form-actions'}, this.submitBtn, this.submitMsg));
+            this.textChanged();
+            return card('Submit a job', {id: 'submit'}, form);
+        }
+
+        quickChanged(f, input) {
+            let spec;
+            try {
+                spec = JSON.parse(this.specText.value);
+            } catch (e) {
+                this.showLocalError('The JSON below does not parse: ' + e.message);
+                return;
+            }
+            let v = input.value;
+            if (f.type === 'number') v = v === '' ? undefined : Number(v);
+            else if (v === '') v = undefined;
+            setPointer(spec, f.pointer, v);
+            this.specText.value = JSON.stringify(spec, null, 2);
+            this.clearFieldError(f.pointer);
+        }
+
+        textChanged() {
+            let spec;
+            try {
+                spec = JSON.parse(this.specText.value);
+            } catch (e) {
+                return;
+            }
+            for (const {f, input} of this.fieldEls.values()) {
+                if (document.activeElement === input) continue;
+                const v = getPointer(spec, f.pointer);
+                const s = v === undefined || v === null || typeof v === 'object' ? '' : String(v);
+                if (input.value !== s) input.value = s;
+            }
+        }
+
+        clearFieldError(ptr) {
+            const fe = this.fieldEls.get(ptr);
+            if (!fe) return;
+            fe.msg.textContent = '';
+            fe.input.removeAttribute('aria-invalid');
+            fe.wrap.classList.remove('invalid');
+        }
+
+        clearErrors() {
+            for (const ptr of this.fieldEls.keys()) this.clearFieldError(ptr);
+            this.errList.replaceChildren();
+            this.errList.hidden = true;
+            this.specText.classList.remove('invalid');
+            this.specText.removeAttribute('aria-invalid');
+            this.submitMsg.className = 'submit-msg';
+            this.submitMsg.textContent = '';
+        }
+
+        showLocalError(text) {
+            this.submitMsg.className = 'submit-msg error';
+            this.submitMsg.textContent = text;
+        }
+
+        /* Shows a problem+json: each errors[] entry next to its quick field when there is
+         * one, and every entry in the list under the spec text with its pointer. */
+        showProblem(err) {
+            const p = err.problem || {};
+            const errors = Array.isArray(p.errors) ? p.errors : [];
+            this.showLocalError((p.title ? p.title + ' (' + err.status + ')' : 'Error ' + err.status) +
+                (p.detail && !errors.length ? ': ' + p.detail : ''));
+            if (!errors.length) return;
+            this.specText.classList.add('invalid');
+            this.specText.setAttribute('aria-invalid', 'true');
+            this.errList.hidden = false;
+            let firstField = null;
+            for (const e of errors) {
+                const ptr = e.pointer || '';
+                const message = problemMessage(e);
+                const fe = this.fieldEls.get(ptr);
+                if (fe) {
+                    fe.msg.textContent = message;
+                    fe.input.setAttribute('aria-invalid', 'true');
+                    fe.wrap.classList.add('invalid');
+                    if (!firstField) firstField = fe.input;
+                }
+                const loc = h('button', {type: 'button', class: 'link-button pointer-link',
+                    title: 'Select this field in the spec', onclick: () => this.selectPointer(ptr)},
+                h('code', null, ptr || '/'));
+                this.errList.append(h('li', {dataset: {pointer: ptr}}, loc, ' ', message));
+            }
+            if (firstField) firstField.focus();
+        }
+
+        selectPointer(ptr) {
+            const fe = this.fieldEls.get(ptr);
+            const range = locatePointer(this.specText.value, ptr);
+            if (range) {
+                this.specText.focus();
+                this.specText.setSelectionRange(range[0], range[1]);
+            } else if (fe) {
+                fe.input.focus();
+            }
+        }
+
+        async submit() {
+            this.clearErrors();
+            let spec;
+            try {
+                spec = JSON.parse(this.specText.value);
+            } catch (e) {
+                this.specText.classList.add('invalid');
+                this.showLocalError('The job spec is not valid JSON: ' + e.message);
+                return;
+            }
+            this.submitBtn.disabled = true;
+            try {
+                const job = await api('/api/v1/jobs', {method: 'POST', body: spec});
+                const name = job && job.name ? job.name : spec.name;
+                this.submitMsg.className = 'submit-msg ok';
+                this.submitMsg.replaceChildren('Submitted ',
+                    h('a', {href: '#/jobs/' + encodeURIComponent(name)}, name), '.');
+                if (job && job.status) this.upsertJob(summaryFromJob(job));
+            } catch (e) {
+                if (e instanceof ApiError) this.showProblem(e);
+                else this.showLocalError('Could not submit: ' + e.message);
+            } finally {
+                this.submitBtn.disabled = false;
+            }
+        }
+
+        mounted() {
+            this.ticker = setInterval(() => this.tick(), 1000);
+        }
+
+        destroy() {
+            clearInterval(this.ticker);
+        }
+
+        showError(err) {
+            this.err.show(err);
+        }
+
+        async load() {
+            const [jobs, nodes] = await Promise.all([
+                api('/api/v1/jobs'),
+                api('/api/v1/nodes').catch(() => ({items: []})),
+            ]);
+            this.jobs = new Map();
+            for (const j of (jobs && jobs.items) || []) this.jobs.set(j.name, j);
+            this.nodes = new Map();
+            const now = performance.now();
+            for (const n of (nodes && nodes.items) || []) this.nodes.set(n.id, Object.assign(n, {_at: now}));
+            this.render();
+        }
+
+        upsertJob(summary) {
+            const old = this.jobs.get(summary.name) || {};
+            this.jobs.set(summary.name, Object.assign({}, old, summary));
+            this.scheduleRender();
+        }
+
+        onEvent(ev) {
+            if (ev.type === 'job' && ev.data.name) {
+                this.upsertJob(ev.data);
+            } else if (ev.type === 'node' && ev.data.id) {
+                this.nodes.set(ev.data.id, Object.assign(ev.data, {_at: performance.now()}));
+                this.scheduleRender();
+            }
+        }
+
+        scheduleRender() {
+            if (this.renderPending) return;
+            this.renderPending = true;
+            requestAnimationFrame(() => {
+                this.renderPending = false;
+                this.render();
+            });
+        }
+
+        render() {
+            const jobs = [...this.jobs.values()].sort((a, b) =>
+                (parseTime(b.create_time) || 0) - (parseTime(a.create_time) || 0) ||
+                a.name.localeCompare(b.name));
+            this.rows.update(jobs, (j) => j.name);
+            this.empty.hidden = jobs.length > 0;
+            this.table.hidden = jobs.length === 0;
+            const running = jobs.filter((j) => j.phase === 'Running').length;
+            setText(this.summary, jobs.length ? jobs.length + ' job' + (jobs.length === 1 ? '' : 's') +
+                ', ' + running + ' running' : '');
+            const order = {ps: 0, worker: 1};
+            const nodes = [...this.nodes.values()].sort((a, b) =>
+                (order[a.role] ?? 2) - (order[b.role] ?? 2) || String(a.id).localeCompare(String(b.id)));
+            this.nodeRows.update(nodes, (n) => n.id);
+            this.nodesEmpty.hidden = nodes.length > 0;
+            this.nodeTable.hidden = nodes.length === 0;
+        }
+
+        tick() {
+            for (const [name, row] of this.rows.rows) {
+                const j = this.jobs.get(name);
+                if (j) setText(row.children[3], fmtDuration(this.ageOf(j)));
+            }
+            for (const [id, row] of this.nodeRows.rows) {
+                const n = this.nodes.get(id);
+                if (n) setText(row.lastChild, fmtDuration(this.nodeAge(n)));
+            }
+        }
+    }
+
+    function summaryFromJob(job) {
+        const st = job.status || {};
+        const cond = (st.conditions || []).filter((c) => c.status === 'True').pop() ||
+            (st.conditions || []).slice(-1)[0] || {};
+        const rs = st.replica_statuses || {};
+        const spec = job.spec || {};
+        const rep = spec.replicas || {};
+        const replicas = {};
+        for (const t of ['ps', 'worker']) {
+            if (rep[t] !== undefined) replicas[t] = {ready: (rs[t] || {}).active || 0, desired: rep[t]};
+        }
+        return {
+            name: job.name, phase: st.phase, reason: cond.reason, message: st.message,
+            mode: (spec.training || {}).mode, global_step: st.global_step, max_steps: st.max_steps,
+            loss: st.loss, accuracy: st.accuracy, examples_per_sec: st.examples_per_sec,
+            create_time: st.create_time, start_time: st.start_time,
+            completion_time: st.completion_time, replicas,
+        };
+    }
+
+    /* ================================================================ charts */
+
+    /* Aligned series for uPlot: one sorted x (step) column, the wall time of each row, and one
+     * value column per series key, null where that series has no point at that step. */
+    class SeriesTable {
+        constructor() {
+            this.clear();
+        }
+        clear() {
+            this.x = [];
+            this.t = [];
+            this.idx = new Map();
+            this.cols = new Map();
+            this.version = 0;
+        }
+        row(step, time) {
+            let i = this.idx.get(step);
+            if (i !== undefined) {
+                if (isNum(time) && !(this.t[i] <= time)) this.t[i] = time;
+                return i;
+            }
+            const n = this.x.length;
+            if (n === 0 || step > this.x[n - 1]) {
+                i = n;
+                this.x.push(step);
+                this.t.push(isNum(time) ? time : null);
+                for (const c of this.cols.values()) c.push(null);
+            } else {
+                let lo = 0;
+                let hi = n;
+                while (lo < hi) {
+                    const mid = (lo + hi) >> 1;
+                    if (this.x[mid] < step) lo = mid + 1;
+                    else hi = mid;
+                }
+                i = lo;
+                this.x.splice(i, 0, step);
+                this.t.splice(i, 0, isNum(time) ? time : null);
+                for (const c of this.cols.values()) c.splice(i, 0, null);
+                for (let k = i + 1; k < this.x.length; k++) this.idx.set(this.x[k], k);
+            }
+            this.idx.set(step, i);
+            return i;
+        }
+        set(key, step, time, value) {
+            let col = this.cols.get(key);
+            if (!col) {
+                col = new Array(this.x.length).fill(null);
+                this.cols.set(key, col);
+                this.version++;
+            }
+            const i = this.row(step, time);
+            const fresh = col[i] === null;
+            col[i] = isNum(value) ? value : null;
+            return fresh;
+        }
+        get(key, step) {
+            const i = this.idx.get(step);
+            const col = this.cols.get(key);
+            return i === undefined || !col ? null : col[i];
+        }
+        lastStep() {
+            return this.x.length ? this.x[this.x.length - 1] : null;
+        }
+        /* Wall times for a time axis: never decreasing, so that uPlot's x stays sorted. */
+        times() {
+            const out = new Array(this.t.length);
+            let prev = -Infinity;
+            for (let i = 0; i < this.t.length; i++) {
+                const v = this.t[i] === null ? prev : this.t[i];
+                prev = Math.max(prev, v);
+                out[i] = isFinite(prev) ? prev : 0;
+            }
+            return out;
+        }
+    }
+
+    /* TensorBoard's smoothing: an exponential moving average with weight w over the non-null
+     * values, debiased so that the first points are not pulled towards 0. */
+    function ema(col, w) {
+        if (!(w > 0)) return col;
+        const out = new Array(col.length);
+        let last = 0;
+        let n = 0;
+        for (let i = 0; i < col.length; i++) {
+            const v = col[i];
+            if (v === null || !isFinite(v)) {
+                out[i] = null;
+                continue;
+            }
+            last = last * w + (1 - w) * v;
+            n++;
+            out[i] = last / (1 - Math.pow(w, n));
+        }
+        return out;
+    }
+
+    function taskOrder(a, b) {
+        const rank = (k) => (k === 'chief' ? -1 : 0);
+        const num = (k) => Number((/(\d+)$/.exec(k) || [0, 0])[1]);
+        const stem = (k) => k.replace(/\d+$/, '');
+        return rank(a) - rank(b) || stem(a).localeCompare(stem(b)) || num(a) - num(b);
+    }
+
+    function seriesColor(key, i) {
+        return PALETTE[i % PALETTE.length];
+    }
+
+    /* A uPlot chart in a card whose width follows its container. build(width) returns
+     * {opts, data}; the chart is rebuilt when the series set or the axis modes change and
+     * otherwise updated with setData. */
+    class Chart {
+        constructor(container, height, onDraw) {
+            this.container = container;
+            this.height = height;
+            this.onDraw = onDraw;
+            this.u = null;
+            this.signature = '';
+            this.zoomed = false;
+            this.hidden = new Set();
+            this.resize = new ResizeObserver(() => {
+                if (this.u) {
+                    const w = this.width();
+                    if (w !== this.u.width) this.u.setSize({width: w, height: this.height});
+                }
+            });
+            this.resize.observe(container);
+        }
+        width() {
+            return Math.max(240, Math.floor(this.container.clientWidth));
+        }
+        draw(signature, makeOpts, data) {
+            if (typeof uPlot === 'undefined') {
+                setText(this.container, 'Charts unavailable: uPlot did not load from /vendor/uplot/.');
+                return;
+            }
+            if (!this.u || signature !== this.signature) {
+                if (this.u) this.u.destroy();
+                this.signature = signature;
+                this.zoomed = false;
+                const opts = makeOpts();
+                opts.width = this.width();
+                opts.height = this.height;
+                /* Series hidden from the legend stay hidden when the chart is rebuilt. */
+                opts.series.forEach((sr, i) => {
+                    if (i > 0 && this.hidden.has(sr.label)) sr.show = false;
+                });
+                opts.hooks = {
+                    draw: [() => this.onDraw && this.onDraw()],
+                    setSelect: [(u) => {
+                        if (u.select.width > 0) this.zoomed = true;
+                    }],
+                    setSeries: [(u, i) => {
+                        if (i === null || i === undefined || !u.series[i]) return;
+                        const label = u.series[i].label;
+                        if (u.series[i].show) this.hidden.delete(label);
+                        else this.hidden.add(label);
+                    }],
+                };
+                opts.cursor = Object.assign({drag: {x: true, y: false, setScale: true}}, opts.cursor || {});
+                this.u = new uPlot(opts, data, this.container);
+                this.u.over.addEventListener('dblclick', () => {
+                    this.zoomed = false;
+                });
+                this.keyboardLegend();
+                return;
+            }
+            this.u.setData(data, !this.zoomed);
+        }
+        /* uPlot's legend entries toggle their series on click; make them reachable and usable
+         * from the keyboard too. */
+        keyboardLegend() {
+            const rows = this.u.root.querySelectorAll('.u-legend .u-series');
+            rows.forEach((row, i) => {
+                const th = row.querySelector('th');
+                if (i === 0 || !th) return;
+                const sync = () => th.setAttribute('aria-checked', String(!row.classList.contains('u-off')));
+                th.tabIndex = 0;
+                th.setAttribute('role', 'switch');
+                th.title = 'Show or hide this series';
+                sync();
+                th.addEventListener('click', sync);
+                th.addEventListener('keydown', (e) => {
+                    if (e.key === 'Enter' || e.key === ' ') {
+                        e.preventDefault();
+                        th.click();
+                    }
+                });
+            });
+        }
+        resetZoom() {
+            this.zoomed = false;
+            if (this.u) this.u.setData(this.u.data, true);
+        }
+        destroy() {
+            this.resize.disconnect();
+            if (this.u) this.u.destroy();
+            this.u = null;
+        }
+    }
+
+    const axisStyle = {
+        stroke: '#4b5563',
+        grid: {stroke: 'rgba(0,0,0,0.07)', width: 1},
+        ticks: {stroke: 'rgba(0,0,0,0.15)', width: 1},
+        font: '12px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
+        labelFont: '12px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
+    };
+
+    /* Whole-number tick spacings for a step axis (uPlot's defaults include 2.5 and 0.5). */
+    const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5,
+        5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8];
+
+    function xAxis(timeMode) {
+        return Object.assign({}, axisStyle, timeMode ? {} : {
+            incrs: STEP_INCRS,
+            values: (u, splits) => splits.map((v) => (v === null ? '' : fmtCompact(v))),
+        });
+    }
+
+    function fmtCompact(v) {
+        const a = Math.abs(v);
+        if (a >= 1e6) return +(v / 1e6).toFixed(2) + 'M';
+        if (a >= 1e4) return +(v / 1e3).toFixed(1) + 'k';
+        return String(+v.toFixed(6));
+    }
+
+    /* A legend value formatter: the series' value at the cursor, or where it has no point there
+     * its last value before it (the line drawn through the gap), or its latest value when the
+     * cursor is off the chart. */
+    function legendValue(fmt) {
+        return (u, v, si, idx) => {
+            const col = u.data[si] || [];
+            const from = idx === null || idx === undefined ? col.length - 1 : idx;
+            for (let i = from; i >= 0; i--) {
+                if (col[i] !== null && col[i] !== undefined) return fmt(col[i]);
+            }
+            return '—';
+        };
+    }
+
+    function fmtSeconds(v) {
+        if (v === 0) return '0';
+        if (Math.abs(v) < 1e-3) return +(v * 1e6).toFixed(1) + ' µs';
+        if (Math.abs(v) < 1) return +(v * 1e3).toFixed(2) + ' ms';
+        return +v.toFixed(2) + ' s';
+    }
+
+    function yAxis(scale, extra) {
+        return Object.assign({}, axisStyle, {scale, size: 60,
+            values: (u, splits) => splits.map((v) => (v === null ? '' : fmtCompact(v)))}, extra || {});
+    }
+
+    /* ================================================================ job page */
+
+    function storedSmoothing() {
+        const v = Number(localStorage.getItem('psflow.smoothing') ?? 0.6);
+        return Number.isFinite(v) && v >= 0 && v <= 0.99 ? v : 0.6;
+    }
+
+    class JobPage {
+        constructor(name) {
+            this.kind = 'job';
+            this.name = name;
+            this.loading = false;
+            this.queue = [];
+            this.err = errorBox();
+            this.job = null;
+            this.tasks = new Map();
+            this.placement = null;
+            this.checkpoints = new Map();
+            this.logKeys = new Set();
+            this.log = [];
+            this.loss = new SeriesTable();
+            this.stepTime = new SeriesTable();
+            this.evals = new SeriesTable();
+            this.stale = {};
+            this.appended = 0;
+            this.settings = {
+                smoothing: storedSmoothing(),
+                timeAxis: false,
+                logY: false,
+            };
+            this.dirty = new Set();
+            this.frame = 0;
+            this.openedAt = performance.now();
+            this.firstDrawPending = true;
+            this.pendingPointStep = null;
+            window.psflowStats.loadMs = null;
+            window.psflowStats.points = 0;
+            window.psflowStats.lastPointStep = null;
+            window.psflowStats.lastPointDrawnAt = null;
+            this.build();
+        }
+
+        /* ---------- layout */
+
+        build() {
+            const stat = (label, testid, hint, wide) => {
+                const v = h('dd', {dataset: {testid}});
+                return [h('div', {class: 'stat' + (wide ? ' stat-wide' : ''), title: hint || null},
+                    h('dt', null, label), v), v];
+            };
+            const [sStep, vStep] = stat('Global step', 'global-step', 'Global step / max steps', true);
+            const [sSps, vSps] = stat('Steps/s', 'steps-per-sec', 'Global steps per second');
+            const [sEps, vEps] = stat('Examples/s', 'examples-per-sec');
+            const [sEta, vEta] = stat('ETA', 'eta', 'Time left at the current rate');
+            const [sLoss, vLoss] = stat('Loss', 'loss');
+            const [sAcc, vAcc] = stat('Accuracy', 'accuracy', 'Latest evaluation on the test set');
+            const [sRep, vRep] = stat('Workers / ps', 'replicas', 'Ready / desired');
+            const [sRst, vRst] = stat('Restarts', 'restarts', 'Gang restarts (generation)');
+            const [sDur, vDur] = stat('Running for', 'duration');
+            this.v = {step: vStep, sps: vSps, eps: vEps, eta: vEta, loss: vLoss, acc: vAcc,
+                rep: vRep, rst: vRst, dur: vDur};
+            this.progress = h('div', {class: 'progress', role: 'progressbar', 'aria-valuemin': 0,
+                'aria-label': 'Training progress'}, h('div', {class: 'progress-bar'}));
+
+            this.phaseSlot = h('span');
+            this.message = h('p', {class: 'job-message', dataset: {testid: 'job-message'}});
+            this.conditions = h('ol', {class: 'conditions', dataset: {testid: 'conditions'}});
+            this.suspendBtn = h('button', {type: 'button', class: 'btn', onclick: () => this.toggleSuspend()},
+                'Suspend');
+            this.cancelBtn = h('button', {type: 'button', class: 'btn btn-danger',
+                onclick: () => this.cancel()}, 'Cancel job');
+            this.scaleInput = h('input', {type: 'number', min: 1, id: 'scale-workers', class: 'input-small',
+                'aria-label': 'Worker replicas'});
+            this.scaleForm = h('form', {class: 'inline-form', onsubmit: (e) => {
+                e.preventDefault();
+                this.scale();
+            }}, h('label', {for: 'scale-workers'}, 'Workers'), this.scaleInput,
+            h('button', {type: 'submit', class: 'btn'}, 'Scale'));
+
+            const head = h('div', {class: 'job-head'},
+                h('div', {class: 'job-title'},
+                    h('a', {href: '#/', class: 'back'}, '← Jobs'),
+                    h('h1', null, this.name), this.phaseSlot),
+                h('div', {class: 'job-actions'}, this.scaleForm, this.suspendBtn, this.cancelBtn));
+
+            /* Loss chart controls. */
+            const smooth = h('input', {type: 'range', min: 0, max: 0.99, step: 0.01, id: 'smoothing',
+                value: this.settings.smoothing, dataset: {testid: 'smoothing'}});
+            const smoothVal = h('output', {for: 'smoothing'}, this.settings.smoothing.toFixed(2));
+            smooth.addEventListener('input', () => {
+                this.settings.smoothing = Number(smooth.value);
+                smoothVal.value = this.settings.smoothing.toFixed(2);
+                localStorage.setItem('psflow.smoothing', smooth.value);
+                this.markDirty('loss');
+            });
+            const timeToggle = h('input', {type: 'checkbox', id: 'x-time', dataset: {testid: 'x-time'}});
+            timeToggle.addEventListener('change', () => {
+                this.settings.timeAxis = timeToggle.checked;
+                this.markDirty('loss', 'steptime');
+            });
+            const logToggle = h('input', {type: 'checkbox', id: 'log-y', dataset: {testid: 'log-y'}});
+            logToggle.addEventListener('change', () => {
+                this.settings.logY = logToggle.checked;
+                this.markDirty('loss');
+            });
+            const resetZoom = h('button', {type: 'button', class: 'btn btn-small',
+                onclick: () => this.lossChart.resetZoom()}, 'Reset zoom');
+            const controls = h('div', {class: 'chart-controls'},
+                h('label', {for: 'smoothing', class: 'control'}, 'Smoothing', smooth, smoothVal),
+                h('label', {class: 'control'}, timeToggle, 'Wall time on x'),
+                h('label', {class: 'control'}, logToggle, 'Log y'),
+                resetZoom);
+
+            this.lossBox = h('div', {class: 'chart', role: 'group', 'aria-label': 'Loss by step',
+                dataset: {testid: 'loss-chart'}});
+            this.lossEmpty = h('p', {class: 'empty chart-empty'}, 'No training metrics yet.');
+            this.accBox = h('div', {class: 'chart', role: 'group', 'aria-label': 'Test accuracy and loss by step',
+                dataset: {testid: 'accuracy-chart'}});
+            this.accEmpty = h('p', {class: 'empty chart-empty'}, 'No evaluations yet.');
+            this.stBox = h('div', {class: 'chart', role: 'group', 'aria-label': 'Step time per worker',
+                dataset: {testid: 'step-time-chart'}});
+            this.stEmpty = h('p', {class: 'empty chart-empty'}, 'No step times yet.');
+            this.staleList = h('dl', {class: 'stale-list', dataset: {testid: 'stale'}});
+
+            this.lossChart = new Chart(this.lossBox, 300, () => this.lossDrawn());
+            this.accChart = new Chart(this.accBox, 220);
+            this.stChart = new Chart(this.stBox, 220);
+
+            /* Task table. */
+            const taskBody = h('tbody');
+            this.taskTable = h('table', {class: 'table', dataset: {testid: 'task-table'}},
+                h('thead', null, h('tr', null, ['Task', 'Address', 'State', 'Incarnation', 'Restarts',
+                    'Step', 'Examples/s', 'Heartbeat'].map((t, i) =>
+                    h('th', {scope: 'col', class: i >= 3 ? 'num' : null}, t)))),
+                taskBody);
+            this.taskRows = new KeyedRows(taskBody, (row, t, fresh) => this.renderTaskRow(row, t, fresh));
+
+            /* Placement. */
+            this.psBars = h('div', {class: 'ps-bars', dataset: {testid: 'ps-bars'}});
+            this.placementSummary = h('p', {class: 'placement-summary', dataset: {testid: 'placement-summary'}});
+            const shardBody = h('tbody');
+            this.placementTable = h('table', {class: 'table table-compact', dataset: {testid: 'placement-table'}},
+                h('thead', null, h('tr', null, ['Variable', 'Shard', 'Shape', 'Offset', 'Bytes', 'ps'].map(
+                    (t, i) => h('th', {scope: 'col', class: i === 1 || i >= 3 ? 'num' : null}, t)))),
+                shardBody);
+            this.shardRows = new KeyedRows(shardBody, (row, s) => {
+                fillRow(row, [s.variable, fmtInt(s.shard), '[' + (s.shape || []).join(', ') + ']',
+                    fmtInt(s.offset), fmtInt(s.bytes), 'ps ' + s.ps_task]);
+                if (!row.dataset.styled) {
+                    row.dataset.styled = '1';
+                    row.dataset.variable = s.variable;
+                    row.children[0].className = 'mono';
+                    for (const i of [1, 3, 4, 5]) row.children[i].className = 'num';
+                    row.children[2].className = 'mono';
+                }
+                row.dataset.bytes = s.bytes;
+            });
+            this.placementEmpty = h('p', {class: 'empty'}, 'No placement yet: it is fixed when the job starts.');
+
+            /* Checkpoints. */
+            const ckBody = h('tbody');
+            this.ckTable = h('table', {class: 'table table-compact', dataset: {testid: 'checkpoints'}},
+                h('thead', null, h('tr', null, ['Step', 'Time', 'Size', 'Files'].map((t, i) =>
+                    h('th', {scope: 'col', class: i === 0 || i === 2 ? 'num' : null}, t)))),
+                ckBody);
+            this.ckRows = new KeyedRows(ckBody, (row, c) => {
+                const files = h('ul', {class: 'files'}, (c.files || []).map((f) =>
+                    h('li', null, h('span', {class: 'mono'}, f.name), ' ',
+                        h('span', {class: 'muted'}, fmtBytes(f.bytes) + (f.crc32 ? ' · crc32 ' + f.crc32 : '')))));
+                fillRow(row, [fmtInt(c.step), timeEl(c.time), fmtBytes(c.bytes), files]);
+                row.children[0].className = 'num';
+                row.children[2].className = 'num';
+            });
+            this.ckEmpty = h('p', {class: 'empty'}, 'No checkpoints yet.');
+
+            /* Event log. */
+            this.logList = h('ol', {class: 'log', dataset: {testid: 'event-log'}, 'aria-live': 'off'});
+            this.logEmpty = h('p', {class: 'empty'}, 'No events yet.');
+
+            this.syncCard = card('Step time per worker', {id: 'steptime', class: 'span-1'},
+                this.stBox, this.stEmpty,
+                h('h3', {class: 'subhead'}, 'Dropped stale gradients'), this.staleList);
+            this.syncCard.hidden = true;
+
+            this.root = h('div', {class: 'page page-job'},
+                head,
+                this.err.el,
+                this.notFound = h('div', {class: 'alert', hidden: true}),
+                h('section', {class: 'summary', 'aria-label': 'Job status'},
+                    this.message,
+                    h('dl', {class: 'stats'}, sStep, sSps, sEps, sEta, sLoss, sAcc, sRep, sRst, sDur),
+                    this.progress,
+                    h('details', {class: 'conditions-box'}, h('summary', null, 'Conditions'), this.conditions)),
+                h('div', {class: 'grid'},
+                    card('Loss', {id: 'loss', class: 'span-2', extra: controls}, this.lossBox, this.lossEmpty,
+                        h('p', {class: 'hint'}, 'Drag across the chart to zoom, double-click to reset. ' +
+                            'Click a legend entry to hide that series.')),
+                    card('Accuracy', {id: 'accuracy', class: 'span-1'}, this.accBox, this.accEmpty),
+                    this.syncCard,
+                    card('Tasks', {id: 'tasks', class: 'span-2'}, h('div', {class: 'table-wrap'}, this.taskTable)),
+                    card('Variable placement', {id: 'placement', class: 'span-2'},
+                        this.placementSummary, this.psBars,
+                        h('div', {class: 'table-wrap'}, this.placementTable), this.placementEmpty),
+                    card('Checkpoints', {id: 'checkpoints-card', class: 'span-1'},
+                        h('div', {class: 'table-wrap'}, this.ckTable), this.ckEmpty),
+                    card('Event log', {id: 'log', class: 'span-1'}, this.logList, this.logEmpty)));
+        }
+
+        mounted() {
+            this.ticker = setInterval(() => this.tick(), 1000);
+            this.poller = setInterval(() => this.poll(), POLL_MS);
+            this.markDirty('all');
+        }
+
+        destroy() {
+            clearInterval(this.ticker);
+            clearInterval(this.poller);
+            cancelAnimationFrame(this.frame);
+            this.lossChart.destroy();
+            this.accChart.destroy();
+            this.stChart.destroy();
+        }
+
+        showError(err) {
+            if (err instanceof ApiError && err.status === 404) {
+                this.notFound.hidden = false;
+                this.notFound.replaceChildren('No job named ', h('strong', null, this.name), '. ',
+                    h('a', {href: '#/'}, 'Back to all jobs'), '.');
+                this.err.show(null);
+                return;
+            }
+            this.notFound.hidden = true;
+            this.err.show(err);
+        }
+
+        /* ---------- data */
+
+        async load() {
+            const p = (rest) => api(jobPath(this.name, rest));
+            const soft = (rest, dflt) => p(rest).catch((e) => {
+                if (e instanceof ApiError && (e.status === 404 || e.status === 409)) return dflt;
+                throw e;
+            });
+            const job = await p('');
+            /* A job waiting for agents has no placement yet; asking would only log a 409. */
+            const placed = (job.status || {}).phase !== 'Created';
+            const [tasks, placement, metrics, checkpoints, events] = await Promise.all([
+                soft('/tasks', {items: []}),
+                placed ? soft('/placement', null) : null,
+                soft('/metrics?max_points=' + MAX_POINTS, null),
+                soft('/checkpoints', {items: []}),
+                soft('/events', {items: []}),
+            ]);
+            this.job = job;
+            this.setTasks(tasks.items || []);
+            this.placement = placement;
+            this.setMetrics(metrics);
+            this.checkpoints = new Map();
+            for (const c of checkpoints.items || []) this.checkpoints.set(c.step, c);
+            this.log = [];
+            this.logKeys = new Set();
+            for (const e of events.items || []) this.addLog(e);
+            this.rateSamples = [];
+            this.markDirty('all');
+        }
+
+        setTasks(items) {
+            this.tasks = new Map();
+            const now = performance.now();
+            for (const t of items) this.tasks.set(t.type + '-' + t.index, Object.assign(t, {_at: now}));
+        }
+
+        setMetrics(m) {
+            this.loss.clear();
+            this.stepTime.clear();
+            this.evals.clear();
+            this.appended = 0;
+            this.reloadingMetrics = false;
+            let points = 0;
+            if (m) {
+                for (const pt of m.points || []) {
+                    if (this.loss.set(pt.task, pt.step, pt.time, pt.loss)) points++;
+                    if (isNum(pt.step_time_seconds)) this.stepTime.set(pt.task, pt.step, pt.time, pt.step_time_seconds);
+                }
+                for (const e of m.evals || []) this.setEval(e);
+                this.stale = m.stale || {};
+                this.totalPoints = m.total_points;
+            }
+            this.points = points;
+            window.psflowStats.points = points;
+        }
+
+        setEval(e) {
+            this.evals.set('accuracy', e.step, e.time, e.accuracy);
+            this.evals.set('test_loss', e.step, e.time, e.test_loss);
+        }
+
+        addMetric(pt) {
+            if (isNum(pt.accuracy) || isNum(pt.test_loss)) {
+                this.setEval(pt);
+                this.markDirty('acc');
+                return;
+            }
+            if (!isNum(pt.step) || !pt.task) return;
+            if (this.loss.set(pt.task, pt.step, pt.time, pt.loss)) {
+                this.points++;
+                this.appended++;
+                window.psflowStats.points = this.points;
+            }
+            if (isNum(pt.step_time_seconds)) this.stepTime.set(pt.task, pt.step, pt.time, pt.step_time_seconds);
+            if (isNum(pt.loss) && (this.pendingPointStep === null || pt.step > this.pendingPointStep)) {
+                this.pendingPointStep = pt.step;
+            }
+            this.markDirty('loss', 'steptime', 'stats');
+            if (this.appended > RELOAD_AFTER_APPENDED && !this.reloadingMetrics) this.reloadMetrics();
+        }
+
+        async reloadMetrics() {
+            this.reloadingMetrics = true;
+            try {
+                const m = await api(jobPath(this.name, '/metrics?max_points=' + MAX_POINTS));
+                if (page === this) {
+                    this.setMetrics(m);
+                    this.markDirty('loss', 'acc', 'steptime');
+                }
+            } catch (e) {
+                this.reloadingMetrics = false;
+            }
+        }
+
+        addLog(e) {
+            const key = [e.time, e.type, e.reason, e.message].join('\u0000');
+            if (this.logKeys.has(key)) return;
+            this.logKeys.add(key);
+            this.log.push(e);
+            if (this.log.length > 1000) {
+                const drop = this.log.shift();
+                this.logKeys.delete([drop.time, drop.type, drop.reason, drop.message].join('\u0000'));
+            }
+        }
+
+        onEvent(ev) {
+            const d = ev.data;
+            if (d.job !== undefined && d.job !== this.name) return;
+            switch (ev.type) {
+            case 'job':
+                if (d.name === this.name) this.applySummary(d);
+                break;
+            case 'task':
+                this.tasks.set(d.type + '-' + d.index, Object.assign(d, {_at: performance.now()}));
+                this.markDirty('tasks');
+                break;
+            case 'metric':
+                this.addMetric(d);
+                break;
+            case 'checkpoint':
+                this.checkpoints.set(d.step, d);
+                this.markDirty('checkpoints');
+                break;
+            case 'log':
+                this.addLog(d);
+                this.markDirty('log');
+                break;
+            default:
+                break;
+            }
+        }
+
+        applySummary(s) {
+            if (!this.job) return;
+            const st = this.job.status || (this.job.status = {});
+            const phaseChanged = s.phase && s.phase !== st.phase;
+            for (const k of ['phase', 'message', 'global_step', 'max_steps', 'loss', 'accuracy',
+                'examples_per_sec', 'steps_per_sec', 'start_time', 'completion_time']) {
+                if (s[k] !== undefined) st[k] = s[k];
+            }
+            if (s.replicas) this.liveReplicas = s.replicas;
+            if (isNum(s.global_step)) this.sampleRate(s.global_step);
+            this.markDirty('stats');
+            /* Conditions and placement are not in the summary: fetch them when the phase moves. */
+            if (phaseChanged) this.refreshDetails();
+        }
+
+        sampleRate(step) {
+            const now = performance.now();
+            const rs = this.rateSamples || (this.rateSamples = []);
+            if (rs.length && rs[rs.length - 1].step === step) return;
+            rs.push({t: now, step});
+            while (rs.length > 2 && now - rs[0].t > 15000) rs.shift();
+        }
+
+        liveRate() {
+            const rs = this.rateSamples || [];
+            if (rs.length < 2) return null;
+            const a = rs[0];
+            const b = rs[rs.length - 1];
+            if (b.t - a.t < 2000 || performance.now() - b.t > 10000) return null;
+            return (b.step - a.step) / ((b.t - a.t) / 1000);
+        }
+
+        async refreshDetails() {
+            try {
+                const job = await api(jobPath(this.name));
+                const placement = (job.status || {}).phase === 'Created' ? this.placement :
+                    await api(jobPath(this.name, '/placement')).catch(() => this.placement);
+                if (page !== this) return;
+                this.job = job;
+                this.placement = placement;
+                this.markDirty('stats', 'placement');
+            } catch (e) {
+                /* The next stream reconnect or poll refreshes it. */
+            }
+        }
+
+        /* Heartbeats, update counters and stale-gradient counts have no events: poll them while
+         * the job is active and the stream is open. */
+        async poll() {
+            if (this.loading || !this.job || connection === 'reconnecting') return;
+            const phase = (this.job.status || {}).phase;
+            if (TERMINAL.has(phase)) return;
+            try {
+                const sync = ((this.job.spec || {}).training || {}).mode === 'sync';
+                const since = this.loss.lastStep();
+                const [tasks, placement, m] = await Promise.all([
+                    api(jobPath(this.name, '/tasks')),
+                    phase === 'Created' ? this.placement :
+                        api(jobPath(this.name, '/placement')).catch(() => this.placement),
+                    sync && since !== null ?
+                        api(jobPath(this.name, '/metrics?since_step=' + (since + 1) + '&max_points=1')).catch(() => null) :
+                        null,
+                ]);
+                if (page !== this || this.loading) return;
+                this.setTasks(tasks.items || []);
+                this.placement = placement;
+                if (m && m.stale) this.stale = m.stale;
+                this.markDirty('tasks', 'placement', 'steptime');
+            } catch (e) {
+                /* A failed poll is retried on the next tick. */
+            }
+        }
+
+        async toggleSuspend() {
+            const phase = (this.job && this.job.status || {}).phase;
+            await this.act(phase === 'Suspended' ? 'Could not resume' : 'Could not suspend',
+                () => api(jobPath(this.name), {method: 'PATCH', body: {suspend: phase !== 'Suspended'}}));
+        }
+
+        async cancel() {
+            if (!window.confirm('Cancel job ' + this.name + '? Its tasks are stopped; checkpoints are kept.')) return;
+            await this.act('Could not cancel', () => api(jobPath(this.name, '/cancel'), {method: 'POST'}));
+        }
+
+        async scale() {
+            const n = Number(this.scaleInput.value);
+            if (!Number.isInteger(n) || n < 1) {
+                this.err.show(new Error('worker replicas must be a whole number of at least 1'), 'Cannot scale');
+                return;
+            }
+            await this.act('Could not scale', () => api(jobPath(this.name), {method: 'PATCH', body: {replicas: {worker: n}}}));
+        }
+
+        async act(what, fn) {
+            for (const b of [this.suspendBtn, this.cancelBtn]) b.disabled = true;
+            try {
+                const job = await fn();
+                if (job && job.status && page === this) {
+                    this.job = job;
+                    this.markDirty('stats');
+                }
+                this.err.show(null);
+            } catch (e) {
+                this.err.show(e, what);
+            } finally {
+                for (const b of [this.suspendBtn, this.cancelBtn]) b.disabled = false;
+            }
+        }
+
+        /* ---------- rendering, batched per animation frame */
+
+        markDirty(...parts) {
+            for (const p of parts) {
+                if (p === 'all') {
+                    for (const q of ['stats', 'loss', 'acc', 'steptime', 'tasks', 'placement',
+                        'checkpoints', 'log']) this.dirty.add(q);
+                } else {
+                    this.dirty.add(p);
+                }
+            }
+            if (!this.frame) this.frame = requestAnimationFrame(() => this.render());
+        }
+
+        render() {
+            this.frame = 0;
+            const d = this.dirty;
+            this.dirty = new Set();
+            if (!this.job) return;
+            if (d.has('stats')) this.renderStats();
+            if (d.has('loss')) this.renderLoss();
+            if (d.has('acc')) this.renderAcc();
+            if (d.has('steptime')) this.renderStepTime();
+            if (d.has('tasks')) this.renderTasks();
+            if (d.has('placement')) this.renderPlacement();
+            if (d.has('checkpoints')) this.renderCheckpoints();
+            if (d.has('log')) this.renderLog();
+        }
+
+        stepsPerSec() {
+            const st = this.job.status || {};
+            if (st.phase !== 'Running') return null;
+            const live = this.liveRate();
+            if (live !== null) return live;
+            return isNum(st.steps_per_sec) ? st.steps_per_sec : this.metricRate();
+        }
+
+        /* Steps per second over the last 30 s of metric points (server timestamps). */
+        metricRate() {
+            const x = this.loss.x;
+            const t = this.loss.t;
+            const n = x.length;
+            if (n < 2 || t[n - 1] === null) return null;
+            let i = n - 1;
+            while (i > 0 && t[i - 1] !== null && t[n - 1] - t[i - 1] <= 30) i--;
+            const dt = t[n - 1] - t[i];
+            return dt > 0 ? (x[n - 1] - x[i]) / dt : null;
+        }
+
+        renderStats() {
+            const st = this.job.status || {};
+            const spec = this.job.spec || {};
+            const phase = st.phase || 'Unknown';
+            if (this.phaseSlot.textContent !== phase) this.phaseSlot.replaceChildren(phaseBadge(phase));
+            document.body.dataset.phase = phase;
+            setText(this.message, st.message || '');
+            const maxSteps = isNum(st.max_steps) ? st.max_steps : (spec.training || {}).max_steps;
+            setText(this.v.step, fmtInt(st.global_step) + (isNum(maxSteps) ? ' / ' + fmtInt(maxSteps) : ''));
+            this.v.step.dataset.value = isNum(st.global_step) ? st.global_step : '';
+            const sps = this.stepsPerSec();
+            setText(this.v.sps, phase === 'Running' ? fmtRate(sps) : '—');
+            setText(this.v.eps, phase === 'Running' ? fmtRate(st.examples_per_sec) : '—');
+            let eta = '—';
+            if (phase === 'Succeeded') eta = 'done';
+            else if (phase === 'Running' && isNum(sps) && sps > 0 && isNum(maxSteps) && isNum(st.global_step)) {
+                eta = fmtDuration(Math.max(0, maxSteps - st.global_step) / sps);
+            }
+            setText(this.v.eta, eta);
+            setText(this.v.loss, fmtNum(st.loss, 4));
+            setText(this.v.acc, isNum(st.accuracy) ? (st.accuracy * 100).toFixed(2) + ' %' : '—');
+            const rep = spec.replicas || {};
+            const rs = st.replica_statuses || {};
+            const live = this.liveReplicas || {};
+            const ready = (t) => (live[t] ? live[t].ready : (rs[t] || {}).active);
+            const desired = (t) => (live[t] ? live[t].desired : rep[t]);
+            setText(this.v.rep, fmtInt(ready('worker')) + '/' + fmtInt(desired('worker')) + ' · ' +
+                fmtInt(ready('ps')) + '/' + fmtInt(desired('ps')));
+            setText(this.v.rst, fmtInt(st.restarts) + (isNum(st.generation) ? ' (gen ' + st.generation + ')' : ''));
+            this.renderDuration();
+            const frac = isNum(maxSteps) && maxSteps > 0 && isNum(st.global_step) ?
+                Math.min(1, st.global_step / maxSteps) : 0;
+            this.progress.firstChild.style.width = (frac * 100).toFixed(1) + '%';
+            this.progress.setAttribute('aria-valuemax', isNum(maxSteps) ? maxSteps : 0);
+            this.progress.setAttribute('aria-valuenow', isNum(st.global_step) ? st.global_step : 0);
+            this.progress.className = 'progress progress-' + phase.toLowerCase();
+
+            const conds = st.conditions || [];
+            const condSig = JSON.stringify(conds);
+            if (condSig !== this.condSig) {
+                this.condSig = condSig;
+                this.conditions.replaceChildren(...conds.map((c) => h('li', {class: c.status === 'True' ? 'on' : 'off'},
+                    h('span', {class: 'cond-type'}, c.type), ' ',
+                    h('span', {class: 'cond-reason'}, c.reason || ''), ' ',
+                    timeEl(c.last_transition_time),
+                    c.message ? h('div', {class: 'cond-message'}, c.message) : null)));
+            }
+
+            const terminal = TERMINAL.has(phase);
+            this.cancelBtn.hidden = terminal;
+            this.suspendBtn.hidden = terminal;
+            this.scaleForm.hidden = terminal;
+            setText(this.suspendBtn, phase === 'Suspended' ? 'Resume' : 'Suspend');
+            if (document.activeElement !== this.scaleInput && isNum(rep.worker)) {
+                this.scaleInput.value = rep.worker;
+            }
+            const sync = (spec.training || {}).mode === 'sync';
+            this.syncCard.hidden = !sync;
+        }
+
+        renderDuration() {
+            const st = this.job.status || {};
+            const start = parseTime(st.start_time);
+            const end = parseTime(st.completion_time) || Date.now();
+            setText(this.v.dur, start === null ? '—' : fmtDuration((end - start) / 1000));
+        }
+
+        lossSeriesKeys() {
+            return [...this.loss.cols.keys()].sort(taskOrder);
+        }
+
+        /* The aggregate loss at each row: the mean over tasks of each task's latest loss at or
+         * before that step, counting a task only between its first and last point. Tasks report
+         * at different steps, so a mean of only the points at exactly one step would jump
+         * between tasks; this is the live counterpart of the API's bucketed "aggregate". */
+        aggregateColumn(keys) {
+            const n = this.loss.x.length;
+            const cols = keys.map((k) => this.loss.cols.get(k));
+            const first = cols.map((c) => c.findIndex((v) => v !== null));
+            const last = cols.map((c) => {
+                for (let i = c.length - 1; i >= 0; i--) if (c[i] !== null) return i;
+                return -1;
+            });
+            const cur = cols.map(() => null);
+            const out = new Array(n);
+            for (let i = 0; i < n; i++) {
+                let sum = 0;
+                let count = 0;
+                for (let j = 0; j < cols.length; j++) {
+                    const v = cols[j][i];
+                    if (v !== null) cur[j] = v;
+                    if (cur[j] !== null && i >= first[j] && i <= last[j]) {
+                        sum += cur[j];
+                        count++;
+                    }
+                }
+                out[i] = count ? sum / count : null;
+            }
+            return out;
+        }
+
+        renderLoss() {
+            const keys = this.lossSeriesKeys();
+            const hasAgg = keys.length > 0;
+            const empty = this.loss.x.length === 0;
+            this.lossEmpty.hidden = !empty;
+            this.lossBox.hidden = empty;
+            if (empty) return;
+            const {timeAxis, logY, smoothing} = this.settings;
+            const pos = (col) => (logY ? col.map((v) => (v !== null && v > 0 ? v : null)) : col);
+            const data = [timeAxis ? this.loss.times() : this.loss.x];
+            if (hasAgg) {
+                const agg = this.aggregateColumn(keys);
+                data.push(pos(agg), pos(ema(agg, smoothing)));
+            }
+            for (const k of keys) data.push(pos(ema(this.loss.cols.get(k), smoothing)));
+            const sig = [timeAxis, logY, hasAgg, keys.join(',')].join('|');
+            this.drawStartedAt = performance.now();
+            this.drawStep = this.pendingPointStep;
+            this.lossChart.draw(sig, () => {
+                const series = [{label: timeAxis ? 'Time' : 'Step',
+                    value: legendValue((v) => (timeAxis ? fmtClock(v * 1000) : fmtInt(v)))}];
+                const fmtv = legendValue((v) => fmtNum(v, 4));
+                if (hasAgg) {
+                    series.push({label: 'aggregate (raw)', stroke: 'rgba(17,24,39,0.28)', width: 1,
+                        spanGaps: true, value: fmtv, points: {show: false}});
+                    series.push({label: 'aggregate (smoothed)', stroke: '#111827', width: 2,
+                        spanGaps: true, value: fmtv, points: {show: false}});
+                }
+                keys.forEach((k, i) => series.push({label: k, stroke: seriesColor(k, i), width: 1.25,
+                    spanGaps: true, value: fmtv, points: {show: false}, alpha: 0.85}));
+                return {
+                    scales: {x: {time: timeAxis}, y: logY ? {distr: 3, log: 10} : {}},
+                    series,
+                    axes: [xAxis(timeAxis), yAxis('y', {label: 'loss', labelSize: 18})],
+                    legend: {live: true},
+                };
+            }, data);
+        }
+
+        /* uPlot's draw hook for the loss chart: the figures window.psflowStats reports. */
+        lossDrawn() {
+            const now = performance.now();
+            const stats = window.psflowStats;
+            if (this.drawStartedAt !== undefined) stats.lastDrawMs = now - this.drawStartedAt;
+            if (this.firstDrawPending && this.loadedOnce && !this.loading && this.loss.x.length) {
+                this.firstDrawPending = false;
+                stats.loadMs = now - this.openedAt;
+            }
+            if (this.drawStep !== null && this.drawStep !== undefined &&
+                (stats.lastPointStep === null || this.drawStep > stats.lastPointStep)) {
+                stats.lastPointStep = this.drawStep;
+                stats.lastPointDrawnAt = now;
+            } else if (stats.lastPointStep === null && this.loss.x.length) {
+                stats.lastPointStep = this.loss.lastStep();
+                stats.lastPointDrawnAt = now;
+            }
+        }
+
+        renderAcc() {
+            const empty = this.evals.x.length === 0;
+            this.accEmpty.hidden = !empty;
+            this.accBox.hidden = empty;
+            if (empty) return;
+            const acc = this.evals.cols.get('accuracy') || [];
+            const tl = this.evals.cols.get('test_loss') || [];
+            this.accChart.draw('acc', () => ({
+                scales: {x: {time: false}, acc: {}, tl: {}},
+                series: [
+                    {label: 'Step', value: legendValue(fmtInt)},
+                    {label: 'accuracy', scale: 'acc', stroke: '#059669', width: 2, spanGaps: true,
+                        value: legendValue((v) => (v * 100).toFixed(2) + ' %'),
+                        points: {show: true, size: 5}},
+                    {label: 'test loss', scale: 'tl', stroke: '#d97706', width: 1.5, spanGaps: true,
+                        dash: [6, 4], value: legendValue((v) => fmtNum(v, 4)),
+                        points: {show: true, size: 4}},
+                ],
+                axes: [xAxis(false), yAxis('acc', {label: 'accuracy', labelSize: 18}),
+                    yAxis('tl', {side: 1, label: 'test loss', labelSize: 18, grid: {show: false}})],
+            }), [this.evals.x, acc, tl]);
+        }
+
+        renderStepTime() {
+            const sync = (((this.job.spec || {}).training) || {}).mode === 'sync';
+            if (!sync) return;
+            const keys = [...this.stepTime.cols.keys()].sort(taskOrder);
+            const empty = this.stepTime.x.length === 0;
+            this.stEmpty.hidden = !empty;
+            this.stBox.hidden = empty;
+            if (!empty) {
+                const timeAxis = this.settings.timeAxis;
+                const data = [timeAxis ? this.stepTime.times() : this.stepTime.x];
+                for (const k of keys) data.push(this.stepTime.cols.get(k));
+                this.stChart.draw([timeAxis, keys.join(',')].join('|'), () => ({
+                    scales: {x: {time: timeAxis}},
+                    series: [{label: timeAxis ? 'Time' : 'Step',
+                        value: legendValue((v) => (timeAxis ? fmtClock(v * 1000) : fmtInt(v)))}]
+                        .concat(keys.map((k, i) => ({label: k, stroke: seriesColor(k, i), width: 1.25,
+                            spanGaps: true, points: {show: false},
+                            value: legendValue(fmtSeconds)}))),
+                    axes: [xAxis(timeAxis), yAxis('y', {label: 'step time', labelSize: 18,
+                        values: (u, splits) => splits.map((v) => (v === null ? '' : fmtSeconds(v)))})],
+                }), data);
+            }
+            const entries = Object.entries(this.stale || {}).sort((a, b) => taskOrder(a[0], b[0]));
+            if (!entries.length) {
+                this.staleList.replaceChildren(h('div', {class: 'muted'}, 'None dropped.'));
+            } else {
+                this.staleList.replaceChildren(...entries.map(([k, v]) =>
+                    h('div', {class: 'stale-item' + (v > 0 ? ' warn' : '')}, h('dt', null, k), h('dd', null, fmtInt(v)))));
+            }
+        }
+
+        taskAge(t) {
+            if (!isNum(t.heartbeat_age_seconds)) return null;
+            return t.heartbeat_age_seconds + (performance.now() - t._at) / 1000;
+        }
+
+        renderTaskRow(row, t, fresh) {
+            if (fresh) {
+                row.append(h('th', {scope: 'row'}), h('td', {class: 'mono'}), h('td'),
+                    h('td', {class: 'num mono'}), h('td', {class: 'num'}), h('td', {class: 'num'}),
+                    h('td', {class: 'num'}), h('td', {class: 'num hb'}));
+                row.dataset.task = t.type + '-' + t.index;
+            }
+            const c = row.children;
+            setText(c[0], t.type + ' ' + t.index);
+            c[0].title = t.node_id || 'no agent';
+            setText(c[1], t.address || '—');
+            if (c[2].textContent !== (t.state || 'Unknown')) c[2].replaceChildren(stateBadge(t.state));
+            setText(c[3], t.incarnation === null || t.incarnation === undefined ? '—' : String(t.incarnation));
+            setText(c[4], fmtInt(t.restarts));
+            setText(c[5], fmtInt(t.step));
+            setText(c[6], fmtRate(t.examples_per_sec));
+            this.renderHeartbeat(c[7], t);
+        }
+
+        renderHeartbeat(td, t) {
+            const age = this.taskAge(t);
+            const lease = isNum(t.lease_seconds) && t.lease_seconds > 0 ? t.lease_seconds : null;
+            const active = t.state === 'Running' || t.state === 'Pending';
+            let level = 'idle';
+            if (age !== null && lease !== null && (active || t.state === 'Lost')) {
+                const f = age / lease;
+                level = f >= 0.8 ? 'bad' : f >= 0.5 ? 'warn' : 'ok';
+            }
+            if (!td.firstChild) {
+                td.append(h('span', {class: 'hb-text'}), h('span', {class: 'hb-meter', 'aria-hidden': 'true'},
+                    h('span', {class: 'hb-fill'})));
+            }
+            setText(td.firstChild, age === null ? '—' : fmtDuration(age) + (lease ? ' / ' + lease + ' s' : ''));
+            td.className = 'num hb hb-' + level;
+            td.title = lease ? 'Heartbeat age; the lease is ' + lease + ' s' : 'Heartbeat age';
+            const frac = age !== null && lease ? Math.min(1, age / lease) : 0;
+            td.lastChild.firstChild.style.width = (frac * 100).toFixed(0) + '%';
+            td.lastChild.hidden = !(active || t.state === 'Lost') || !lease;
+        }
+
+        renderTasks() {
+            const rank = {chief: 0, ps: 1, worker: 2, evaluator: 3};
+            const items = [...this.tasks.values()].sort((a, b) =>
+                (rank[a.type] ?? 9) - (rank[b.type] ?? 9) || a.index - b.index);
+            this.taskRows.update(items, (t) => t.type + '-' + t.index);
+        }
+
+        renderPlacement() {
+            const p = this.placement;
+            const shards = (p && p.shards) || [];
+            this.placementEmpty.hidden = shards.length > 0;
+            this.placementTable.hidden = shards.length === 0;
+            this.shardRows.update(shards, (s) => s.variable + '#' + s.shard);
+            if (!p || !shards.length) {
+                this.psBars.replaceChildren();
+                setText(this.placementSummary, '');
+                return;
+            }
+            const total = isNum(p.total_bytes) ? p.total_bytes : shards.reduce((a, s) => a + s.bytes, 0);
+            this.placementSummary.replaceChildren(
+                h('span', null, 'Total ', h('strong', {dataset: {testid: 'placement-total'}, title: fmtInt(total) + ' bytes'},
+                    fmtBytes(total)), ' in ', String(shards.length), ' shard' + (shards.length === 1 ? '' : 's')),
+                h('span', {class: 'imbalance' + (p.imbalance > 1.2 ? ' warn' : ''),
+                    title: 'Largest ps bytes / mean ps bytes (1.00 is perfectly even)'},
+                'Imbalance ', h('strong', {dataset: {testid: 'imbalance'}}, isNum(p.imbalance) ? p.imbalance.toFixed(2) : '—')));
+            const ps = (p.ps || []).slice().sort((a, b) => a.task - b.task);
+            const max = Math.max(1, ...ps.map((x) => x.bytes || 0));
+            this.psBars.replaceChildren(...ps.map((x) => h('div', {class: 'ps-bar', dataset: {ps: x.task}},
+                h('div', {class: 'ps-bar-label'}, 'ps ' + x.task),
+                h('div', {class: 'ps-bar-track', role: 'img',
+                    'aria-label': 'ps ' + x.task + ': ' + fmtBytes(x.bytes) + ', ' + (x.shards || 0) + ' shards, ' +
+                        fmtInt(x.updates) + ' updates'},
+                h('div', {class: 'ps-bar-fill', style: 'width:' + ((x.bytes || 0) / max * 100).toFixed(1) + '%'})),
+                h('div', {class: 'ps-bar-figures'}, h('span', {title: fmtInt(x.bytes) + ' bytes'}, fmtBytes(x.bytes)),
+                    h('span', {class: 'muted'}, fmtInt(x.shards) + ' shard' + (x.shards === 1 ? '' : 's')),
+                    h('span', {class: 'muted'}, fmtInt(x.updates) + ' updates')))));
+        }
+
+        renderCheckpoints() {
+            const items = [...this.checkpoints.values()].sort((a, b) => b.step - a.step);
+            this.ckRows.update(items, (c) => String(c.step));
+            this.ckEmpty.hidden = items.length > 0;
+            this.ckTable.hidden = items.length === 0;
+        }
+
+        renderLog() {
+            const items = this.log.slice(-300).reverse();
+            this.logEmpty.hidden = items.length > 0;
+            this.logList.replaceChildren(...items.map((e) => h('li', {class: 'log-' + String(e.type || '').toLowerCase()},
+                timeEl(e.time), ' ', h('span', {class: 'log-type'}, e.type || ''), ' ',
+                e.reason ? h('span', {class: 'log-reason'}, e.reason) : null, ' ',
+                h('span', {class: 'log-message'}, e.message || ''))));
+        }
+
+        tick() {
+            if (!this.job) return;
+            for (const [key, row] of this.taskRows.rows) {
+                const t = this.tasks.get(key);
+                if (t) this.renderHeartbeat(row.lastChild, t);
+            }
+            const st = this.job.status || {};
+            if (!TERMINAL.has(st.phase)) this.renderDuration();
+            if (st.phase === 'Running') this.markDirty('stats');
+        }
+    }
+
+    /* ---------------------------------------------------------------- start */
+
+    takeTokenFromHash();
+    setupTokenForm();
+    setConnection('reconnecting');
+    window.addEventListener('hashchange', () => {
+        takeTokenFromHash();
+        route();
+        document.getElementById('main').focus({preventScroll: true});
+        window.scrollTo(0, 0);
+    });
+    setInterval(() => stream.watchdog(), 1000);
+    route();
+    stream.start();
+})();

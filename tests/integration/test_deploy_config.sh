@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# The deployment files are valid and wired together, checked offline:
+#  1. docker-compose.yml: `docker-compose config -q` (Compose 1.29) and, when installed,
+#     `docker compose config -q` (v2); then the resolved file: only the coordinator
+#     publishes a port, on 127.0.0.1; agents have no fixed names or ports (so --scale
+#     works), wait for a healthy coordinator and share the checkpoint volume.
+#  2. deploy/kubernetes: rendered with `kubectl kustomize` when kubectl exists, else its
+#     resources read as they are; schema-checked with the npm package kubernetes-models
+#     (deploy/validate) when kubectl is missing or its node_modules are installed; then the
+#     objects: kinds, Recreate, probes on /readyz and /livez, the headless ps Service and
+#     advertised names, references to Secrets and claims that exist.
+#  3. deploy/kubernetes/tfjob/tfjob.yaml: the same schema check, the container and port
+#     names Kubeflow's operator looks for, and a job spec whose replicas match.
+# Every PSFLOW_* variable set in these files must be an option of the command it runs
+# (`psflow <command> --help`), so a misspelt variable cannot be silently ignored.
+source "$(dirname "$0")/lib.sh"
+
+# manifests.py (the YAML reader) is imported from the source tree, which stays clean.
+export PYTHONPATH=$PSFLOW_SRC/deploy/validate PYTHONDONTWRITEBYTECODE=1
+KUBE=$PSFLOW_SRC/deploy/kubernetes
+# Options per command, for the environment-variable check.
+for cmd in coordinator ps worker; do
+  "$PSFLOW_BIN" "$cmd" --help >"$WORK/help-$cmd.txt" || fail "psflow $cmd --help failed"
+done
+
+# check_env FILE.json: FILE holds [[command, {NAME: value}], ...]; every PSFLOW_<FLAG> must
+# be an option --<flag> of that command (the token variables are read by every command).
+check_env() {
+  python3 - "$1" "$WORK" <<'PY'
+import json, os, sys
+bad = []
+for cmd, env in json.load(open(sys.argv[1])):
+    help_text = open(os.path.join(sys.argv[2], "help-%s.txt" % cmd)).read()
+    for name in env:
+        if not name.startswith("PSFLOW_") or name in ("PSFLOW_TOKEN", "PSFLOW_TOKEN_FILE"):
+            continue
+        flag = "--" + name[len("PSFLOW_"):].lower().replace("_", "-")
+        if flag + " " not in help_text:
+            bad.append("%s: psflow %s has no option %s" % (name, cmd, flag))
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
+}
+
+# --- 1. docker-compose.yml -------------------------------------------------------------------
+COMPOSE_FILE=$PSFLOW_SRC/docker-compose.yml
+compose_checked=0
+if command -v docker-compose >/dev/null 2>&1; then
+  (unset PSFLOW_TOKEN PSFLOW_PORT PSFLOW_IMAGE; cd "$PSFLOW_SRC" &&
+    docker-compose -f "$COMPOSE_FILE" config -q) 2>compose.err ||
+    { cat compose.err >&2; fail "docker-compose config -q rejects docker-compose.yml"; }
+  (unset PSFLOW_TOKEN PSFLOW_PORT PSFLOW_IMAGE; cd "$PSFLOW_SRC" &&
+    docker-compose -f "$COMPOSE_FILE" config) >compose.yaml 2>compose.err ||
+    { cat compose.err >&2; fail "docker-compose config failed"; }
+  pass "docker-compose $(docker-compose version --short 2>/dev/null) accepts docker-compose.yml"
+  compose_checked=1
+else
+  echo "skipped: docker-compose is not installed: Compose 1.29 does not validate docker-compose.yml"
+fi
+if docker compose version >/dev/null 2>&1; then
+  (cd "$PSFLOW_SRC" && docker compose -f "$COMPOSE_FILE" config -q) 2>compose.err ||
+    { cat compose.err >&2; fail "docker compose (v2) config -q rejects docker-compose.yml"; }
+  pass "docker compose $(docker compose version --short) accepts docker-compose.yml"
+else
+  echo "skipped: Compose v2 (docker compose) is not installed"
+fi
+
+if [ "$compose_checked" = 1 ]; then
+  python3 - compose.yaml compose-env.json <<'PY' || fail "docker-compose.yml: wrong wiring"
+import json, sys
+from manifests import load_documents
+
+(doc,) = load_documents(sys.argv[1])
+services = doc["services"]
+errors = []
+def expect(cond, msg):
+    if not cond:
+        errors.append(msg)
+
+expect(set(services) == {"coordinator", "ps", "worker"}, "services: %s" % sorted(services))
+coord = services["coordinator"]
+expect(coord.get("command", [None])[0] == "coordinator", "coordinator: command")
+for port in coord.get("ports", []):
+    if not isinstance(port, str):  # the long syntax
+        port = "%s:%s:%s" % (port.get("host_ip"), port.get("published"), port.get("target"))
+    text = port
+    expect(text.startswith("127.0.0.1:"), "coordinator publishes %s beyond 127.0.0.1" % text)
+expect(len(coord.get("ports", [])) == 1, "coordinator: one published port")
+test = coord.get("healthcheck", {}).get("test", [])
+expect(test[:3] == ["CMD", "psflow", "health"],
+       "coordinator: healthcheck runs psflow health: %s" % test)
+expect(any(v.startswith("db:") or (isinstance(v, dict) and v.get("source") == "db")
+           for v in coord.get("volumes", [])), "coordinator: the db volume holds the database")
+env_by_cmd = [["coordinator", coord.get("environment", {})]]
+for name in ("ps", "worker"):
+    s = services[name]
+    cmd = s.get("command", [])
+    expect(cmd[:3] == [name, "--coordinator", "http://coordinator:8080"],
+           "%s: runs as a managed agent of http://coordinator:8080: %s" % (name, cmd))
+    expect("ports" not in s and "container_name" not in s and "hostname" not in s,
+           "%s: fixed ports or names would break --scale" % name)
+    expect(s.get("depends_on", {}).get("coordinator", {}).get("condition") == "service_healthy",
+           "%s: must wait for a healthy coordinator" % name)
+    expect(s.get("scale") == 2, "%s: scale 2" % name)
+    expect("stop_grace_period" in s, "%s: stop_grace_period" % name)
+    expect(any(str(v).startswith("checkpoints:/var/lib/psflow/checkpoints")
+               for v in s.get("volumes", [])), "%s: the shared checkpoint volume" % name)
+    expect(s.get("environment", {}).get("PSFLOW_CHECKPOINT_DIR") == "/var/lib/psflow/checkpoints",
+           "%s: PSFLOW_CHECKPOINT_DIR is the shared volume" % name)
+    env_by_cmd.append([name, s.get("environment", {})])
+expect(set(doc.get("volumes", {})) == {"db", "checkpoints"}, "volumes: %s" % doc.get("volumes"))
+json.dump(env_by_cmd, open(sys.argv[2], "w"))
+for e in errors:
+    print("docker-compose.yml:", e)
+sys.exit(1 if errors else 0)
+PY
+  check_env compose-env.json || fail "docker-compose.yml sets variables psflow does not read"
+  pass "docker-compose.yml: ports, health ordering, scaling and volumes as intended"
+fi
+
+# --- 2. Kubernetes base ----------------------------------------------------------------------
+if command -v kubectl >/dev/null 2>&1; then
+  kubectl kustomize "$KUBE" >rendered.yaml 2>kustomize.err ||
+    { cat kustomize.err >&2; fail "kubectl kustomize deploy/kubernetes failed"; }
+  rendered_by=kubectl
+  pass "kubectl kustomize renders deploy/kubernetes"
+else
+  echo "kubectl not found: checking the base's resources as written (no kustomize rendering)"
+  python3 - "$KUBE" >rendered.yaml <<'PY' || fail "kustomization.yaml is unreadable"
+import os, sys
+from manifests import load_documents
+(k,) = load_documents(os.path.join(sys.argv[1], "kustomization.yaml"))
+for res in k["resources"]:
+    sys.stdout.write(open(os.path.join(sys.argv[1], res)).read().rstrip("\n") + "\n---\n")
+PY
+  rendered_by=files
+fi
+
+# Schema check with kubernetes-models: where kubectl cannot render, or where its packages are
+# installed already (scripts/deps.sh). A copy in $WORK keeps the source tree untouched.
+VALIDATE=$PSFLOW_SRC/deploy/validate
+schema_dir=
+if [ -d "$VALIDATE/node_modules/kubernetes-models" ]; then
+  schema_dir=$VALIDATE
+elif [ "$rendered_by" = files ]; then
+  command -v npm >/dev/null 2>&1 ||
+    fail "neither kubectl nor npm is installed: nothing can check deploy/kubernetes"
+  mkdir validate
+  cp "$VALIDATE"/package.json "$VALIDATE"/package-lock.json "$VALIDATE"/schema-check.mjs validate/
+  (cd validate && npm ci --no-audit --no-fund --loglevel=error) >npm.log 2>&1 ||
+    { cat npm.log >&2; fail "npm ci in deploy/validate failed"; }
+  schema_dir=$WORK/validate
+fi
+if [ -n "$schema_dir" ]; then
+  node "$schema_dir/schema-check.mjs" rendered.yaml "$KUBE/tfjob/tfjob.yaml" >schema.log 2>&1 ||
+    { cat schema.log >&2; fail "deploy/kubernetes does not pass the Kubernetes schemas"; }
+  pass "kubernetes-models schema check: $(grep -c ': ok$' schema.log) objects valid"
+else
+  echo "skipped: schema check (kubectl rendered the base; deploy/validate has no node_modules)"
+fi
+
+python3 - rendered.yaml "$rendered_by" kube-env.json <<'PY' || fail "kubernetes: wrong wiring"
+import json, sys
+from collections import Counter
+from manifests import load_documents
+
+docs = load_documents(sys.argv[1])
+rendered_by = sys.argv[2]
+errors = []
+def expect(cond, msg):
+    if not cond:
+        errors.append(msg)
+
+by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+kinds = Counter(d["kind"] for d in docs)
+want = Counter({"Deployment": 2, "StatefulSet": 1, "Service": 2, "PersistentVolumeClaim": 2,
+                "Secret": 1})
+expect(kinds == want, "kinds %s, expected %s" % (dict(kinds), dict(want)))
+
+def pod(workload):
+    return workload["spec"]["template"]["spec"]
+
+def container(workload):
+    (c,) = pod(workload)["containers"]
+    return c
+
+def env(c):
+    return {e["name"]: e for e in c.get("env", [])}
+
+def selects(service, workload):
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    sel = service["spec"]["selector"]
+    return all(labels.get(k) == v for k, v in sel.items())
+
+coord = by.get(("Deployment", "psflow-coordinator"))
+ps = by.get(("StatefulSet", "psflow-ps"))
+worker = by.get(("Deployment", "psflow-worker"))
+coord_svc = by.get(("Service", "psflow-coordinator"))
+ps_svc = by.get(("Service", "psflow-ps"))
+expect(all([coord, ps, worker, coord_svc, ps_svc]), "missing workloads or Services")
+if not errors:
+    # Coordinator: one replica, Recreate, probes on its HTTP port, its database on a claim.
+    expect(coord["spec"]["replicas"] == 1, "coordinator: 1 replica (SQLite has one writer)")
+    expect(coord["spec"].get("strategy", {}).get("type") == "Recreate",
+           "coordinator: strategy Recreate")
+    c = container(coord)
+    expect(c["args"][0] == "coordinator", "coordinator: args")
+    ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+        get = c.get(probe, {}).get("httpGet", {})
+        expect(get.get("path") == path,
+               "coordinator: %s on %s, found %s" % (probe, path, get.get("path")))
+        port = get.get("port")
+        expect(ports.get(port, port) == 8080, "coordinator: %s port %s is not 8080" % (probe, port))
+    expect(selects(coord_svc, coord), "Service psflow-coordinator does not select the coordinator")
+    expect([p["port"] for p in coord_svc["spec"]["ports"]] == [8080],
+           "Service psflow-coordinator: port 8080")
+    # ps: a StatefulSet behind its headless Service, advertising the pod's DNS name.
+    expect(ps["spec"]["serviceName"] == "psflow-ps", "ps: serviceName psflow-ps")
+    expect(ps_svc["spec"].get("clusterIP") == "None", "Service psflow-ps must be headless")
+    expect(selects(ps_svc, ps), "Service psflow-ps does not select the ps pods")
+    c = container(ps)
+    names = [e["name"] for e in c.get("env", [])]
+    e = env(c)
+    expect(e.get("PSFLOW_ADVERTISE", {}).get("value") == "$(POD_NAME).psflow-ps:2222",
+           "ps: advertises $(POD_NAME).psflow-ps:2222")
+    field = e.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    expect(field == "metadata.name", "ps: POD_NAME from the downward API")
+    # Kubernetes expands $(VAR) only for variables defined earlier in the list.
+    expect("POD_NAME" in names and names.index("POD_NAME") < names.index("PSFLOW_ADVERTISE"),
+           "ps: POD_NAME must come before PSFLOW_ADVERTISE")
+    expect(2222 in [p["containerPort"] for p in c.get("ports", [])], "ps: container port 2222")
+    expect(2222 in [p["port"] for p in ps_svc["spec"]["ports"]], "Service psflow-ps: port 2222")
+    # Both agents: the coordinator's Service, the shared checkpoint claim.
+    url = "http://psflow-coordinator:8080"
+    for name, w in (("ps", ps), ("worker", worker)):
+        c = container(w)
+        expect(c["args"][0] == name, "%s: args" % name)
+        expect(env(c).get("PSFLOW_COORDINATOR", {}).get("value") == url,
+               "%s: PSFLOW_COORDINATOR %s" % (name, url))
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod(w).get("volumes", [])
+                  if "persistentVolumeClaim" in v]
+        expect(claims == ["psflow-checkpoints"], "%s: checkpoint claim %s" % (name, claims))
+    rwx = by.get(("PersistentVolumeClaim", "psflow-checkpoints"), {}).get("spec", {})
+    expect("ReadWriteMany" in rwx.get("accessModes", []),
+           "psflow-checkpoints must be ReadWriteMany")
+    # Every referenced Secret and claim exists; images were set by kustomize.
+    env_by_cmd = []
+    for w in (coord, ps, worker):
+        for v in pod(w).get("volumes", []):
+            if "secret" in v:
+                n = v["secret"]["secretName"]
+                expect(("Secret", n) in by, "no Secret %s" % n)
+            if "persistentVolumeClaim" in v:
+                n = v["persistentVolumeClaim"]["claimName"]
+                expect(("PersistentVolumeClaim", n) in by, "no PersistentVolumeClaim %s" % n)
+        c = container(w)
+        if rendered_by == "kubectl":
+            expect(c["image"] == "psflow:latest",
+                   "%s: image %s" % (w["metadata"]["name"], c["image"]))
+        env_by_cmd.append([c["args"][0], {k: v.get("value") for k, v in env(c).items()}])
+    json.dump(env_by_cmd, open(sys.argv[3], "w"))
+for e in errors:
+    print("deploy/kubernetes:", e)
+sys.exit(1 if errors else 0)
+PY
+check_env kube-env.json || fail "deploy/kubernetes sets variables psflow does not read"
+pass "deploy/kubernetes: Recreate coordinator, /readyz and /livez probes, headless ps StatefulSet"
+
+# --- 3. TFJob --------------------------------------------------------------------------------
+python3 - "$KUBE/tfjob/tfjob.yaml" tfjob-env.json <<'PY' || fail "tfjob.yaml: wrong wiring"
+import json, sys
+from manifests import load_documents
+
+docs = load_documents(sys.argv[1])
+errors = []
+def expect(cond, msg):
+    if not cond:
+        errors.append(msg)
+
+(tfjob,) = [d for d in docs if d["kind"] == "TFJob"]
+expect(tfjob["apiVersion"] == "kubeflow.org/v1", "apiVersion kubeflow.org/v1")
+specs = tfjob["spec"]["tfReplicaSpecs"]
+expect(sorted(specs) == ["PS", "Worker"], "replica types %s" % sorted(specs))
+configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+env_by_cmd = []
+for rt, spec in specs.items():
+    expect(spec.get("replicas") == 2, "%s: 2 replicas" % rt)
+    containers = spec["template"]["spec"]["containers"]
+    tf = [c for c in containers if c["name"] == "tensorflow"]
+    expect(len(tf) == 1, "%s: TF_CONFIG is injected only into the container named tensorflow" % rt)
+    if not tf:
+        continue
+    c = tf[0]
+    expect({"name": "tfjob-port", "containerPort": 2222} in c.get("ports", []),
+           "%s: port 2222 named tfjob-port" % rt)
+    role = "ps" if rt == "PS" else "worker"
+    expect(c["args"][:2] == [role, "--job"], "%s: args %s" % (rt, c["args"]))
+    job_path = c["args"][2]
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    found = False
+    for name, path in mounts.items():
+        cm = vols[name].get("configMap")
+        if cm and job_path.startswith(path.rstrip("/") + "/"):
+            key = job_path[len(path.rstrip("/")) + 1:]
+            data = configmaps.get(cm["name"], {}).get("data", {})
+            expect(key in data, "%s: ConfigMap %s has no key %s" % (rt, cm["name"], key))
+            if key in data:
+                job = json.loads(data[key])
+                expect(job["replicas"].get("ps") == specs["PS"]["replicas"] and
+                       job["replicas"].get("worker") == specs["Worker"]["replicas"],
+                       "the job spec's replicas differ from tfReplicaSpecs")
+            found = True
+    expect(found, "%s: %s is not in a mounted ConfigMap" % (rt, job_path))
+    env_by_cmd.append([role, {e["name"]: e.get("value") for e in c.get("env", [])}])
+json.dump(env_by_cmd, open(sys.argv[2], "w"))
+for e in errors:
+    print("tfjob.yaml:", e)
+sys.exit(1 if errors else 0)
+PY
+check_env tfjob-env.json || fail "tfjob.yaml sets variables psflow does not read"
+pass "tfjob.yaml: containers named tensorflow, tfjob-port 2222, job spec from its ConfigMap"

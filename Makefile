@@ -1,13 +1,18 @@
 # psflow - the two commands a newcomer needs are `make demo` and `make test`.
 #
-#   make demo        install missing dependencies, build, train the Fashion-MNIST MLP example
-#   make test        build with -Werror, run every test tier, then again under ASan+UBSan,
-#                    fuzz each parser briefly, and check formatting
+#   make demo        install missing dependencies, build, start a local cluster (psflow up),
+#                    train the Fashion-MNIST MLP example through the job API, print the
+#                    final accuracy and the dashboard URL, stop the cluster
+#   make test        build with -Werror, check formatting and lint the OpenAPI file, run every
+#                    test tier, then again under ASan+UBSan, fuzz each parser briefly, and
+#                    run the container tier (reported as skipped when dockerd cannot start)
 #   make build       configure and build into build/
 #   make bench       run the benchmarks in bench/ (ratios against a baseline of the same run)
 #   make test-fast   unit and integration tiers only (no slow training runs, no sanitizers)
 #   make test-asan   every test tier built with PSFLOW_SANITIZE=address,undefined
 #   make fuzz-smoke  build the libFuzzer targets with clang and run each for FUZZ_SECONDS
+#   make test-docker build the image on a local Debian base, docker-compose up, train, scale
+#   make lint-openapi lint api/openapi.yaml with the pinned @redocly/cli
 #   make format      reformat the C sources with clang-format
 
 BUILD       ?= build
@@ -18,8 +23,8 @@ FUZZ_SECONDS ?= 10
 CTEST       = ctest --output-on-failure --no-tests=error -j$(JOBS)
 C_SOURCES   = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 
-.PHONY: all deps build demo test test-fast test-slow test-asan fuzz-smoke format format-check \
-        bench clean
+.PHONY: all deps build demo test test-fast test-slow test-asan test-docker fuzz-smoke format \
+        format-check lint-openapi bench clean
 
 all: build
 
@@ -31,14 +36,14 @@ build: deps
 	@cmake --build $(BUILD) -j$(JOBS)
 
 demo: build
-	@echo "== psflow demo: training the Fashion-MNIST MLP (784-256-256-10) in one process"
-	@$(BUILD)/psflow train examples/fashion-mnist-mlp.json
+	@scripts/demo.sh $(BUILD)
 
-test: build format-check
-	@echo "== tier: unit + integration + slow (release build)"
+test: build format-check lint-openapi
+	@echo "== tier: unit + integration + slow + browser (release build)"
 	@cd $(BUILD) && $(CTEST)
 	@$(MAKE) --no-print-directory test-asan
 	@$(MAKE) --no-print-directory fuzz-smoke
+	@$(MAKE) --no-print-directory test-docker
 	@echo "== all test tiers passed"
 
 test-fast: build
@@ -62,6 +67,15 @@ fuzz-smoke: deps
 	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
 	@scripts/fuzz-smoke.sh $(FUZZ_BUILD)/tests/fuzz $(FUZZ_SECONDS)
 
+test-docker: deps
+	@echo "== tier: containers (Dockerfile, docker-compose.yml on a private dockerd)"
+	@rc=0; scripts/test-docker.sh || rc=$$?; \
+	  if [ $$rc = 77 ]; then echo "== tier: containers SKIPPED (reason above)"; \
+	  elif [ $$rc != 0 ]; then exit $$rc; fi
+
+lint-openapi: deps
+	@scripts/lint-openapi.sh
+
 format:
 	@clang-format -i $(C_SOURCES)
 
@@ -72,6 +86,7 @@ format-check:
 bench: build
 	@$(BUILD)/bench/train_throughput
 	@$(BUILD)/bench/wire 2>/dev/null
+	@bench/coordinator.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what psflow needs to build, test and run its examples on Debian 12: the Debian
-# packages below and, when web/package.json exists, the dashboard's npm packages.
+# packages below and the npm packages pinned by each package.json (the dashboard's uPlot,
+# the OpenAPI linter, the manifest schema check and the browser test's playwright-core).
 # Idempotent: installs only what is missing. As root it installs; otherwise it prints the
 # exact command to run and exits 1 if anything is missing.
 #
@@ -15,7 +16,9 @@ DEBIAN_PACKAGES=(
   libwebsockets-dev                                     # data plane
   libmicrohttpd-dev libsqlite3-dev libcurl4-openssl-dev # coordinator and its clients
   libcmocka-dev python3 python3-jsonschema              # tests
-  curl chromium prometheus                              # API, dashboard and metrics tests
+  curl sqlite3 chromium prometheus wrk                  # API, dashboard, metrics tests; bench
+  iproute2                                              # TFJob test (network namespaces)
+  docker.io docker-compose debootstrap                  # container tier (make test-docker)
   dataset-fashion-mnist                                 # the examples' data
 )
 
@@ -50,15 +53,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-if [ -f web/package.json ]; then
-  if [ ! -d web/node_modules ] || [ web/package.json -nt web/node_modules ]; then
+for dir in web api deploy/validate tests/browser; do
+  [ -f "$dir/package.json" ] || continue
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package.json" -nt "$dir/node_modules" ]; then
     if [ "$check_only" = 1 ]; then
-      echo "deps: npm packages of web/ are not installed: run (cd web && npm ci)" >&2
+      echo "deps: npm packages of $dir/ are not installed: run (cd $dir && npm ci)" >&2
       exit 1
     fi
-    echo "deps: installing npm packages for web/" >&2
-    (cd web && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi)
-    touch web/node_modules
+    echo "deps: installing npm packages for $dir/" >&2
+    (cd "$dir" && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi)
+    touch "$dir/node_modules"
   fi
-fi
+done
 echo "deps: all dependencies present" >&2

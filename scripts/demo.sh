@@ -55,8 +55,10 @@ ACC=$("$PSFLOW" get "$NAME" -o json --coordinator "$URL" |
   python3 -c 'import json,sys; a=json.load(sys.stdin)["status"].get("accuracy"); print("n/a" if a is None else "%.4f" % a)')
 echo "== final test accuracy: $ACC"
 echo "== dashboard: $URL/#/jobs/$NAME"
-if [ "$status" = 0 ] && [ "${PSFLOW_DEMO_KEEP:-0}" = 1 ]; then
+if [ "${PSFLOW_DEMO_KEEP:-0}" = 1 ]; then
   echo "== the cluster keeps running: Ctrl-C stops it"
   wait "$UP" || true
+else
+  echo "== the cluster stops now; 'PSFLOW_DEMO_KEEP=1 make demo' keeps it running to browse the job"
 fi
 exit "$status"

@@ -8,10 +8,24 @@ set -euo pipefail
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/psflow-it.XXXXXX")
 # On exit every process still running from this test's folder (psflow up, agents, a
 # coordinator) is killed, so a failing test never leaves processes behind.
+# Under the sanitizer build a report in any log the test kept (a ps, an agent, a coordinator
+# whose exit status the test did not check) fails the test too.
 cleanup() {
+  local rc=$?
   if [ -n "${UP_PID:-}" ]; then kill -9 "$UP_PID" 2>/dev/null || true; fi
   pkill -9 -f -- "$WORK" 2>/dev/null || true
+  local reports
+  reports=$(grep -rlsI -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
+    -e 'runtime error: ' "$WORK" 2>/dev/null || true)
+  if [ -n "$reports" ]; then
+    for f in $reports; do
+      echo "sanitizer report in ${f#"$WORK"/}:" >&2
+      grep -sI -A12 -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' -e 'runtime error: ' "$f" | head -40 >&2
+    done
+    rc=1
+  fi
   rm -rf "$WORK"
+  exit "$rc"
 }
 trap cleanup EXIT
 cd "$WORK"

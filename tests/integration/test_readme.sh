@@ -1,25 +1,333 @@
 #!/usr/bin/env bash
 # labels: slow
 # timeout: 300
-# The README's commands work as written: the "Distributed training" block is extracted
-# from README.md and run with free ports, the built binary and a shortened copy of the
-# example job; the chief prints its result and every task exits 0.
+# README.md says what a user can run; this test runs it, so the README cannot drift:
+#  1. the configuration tables list every option of every command exactly as
+#     `psflow <command> --help` does (both ways), each with its PSFLOW_* twin; every
+#     `psflow <command> --flag` in the README's code exists; every `make` target it names
+#     exists in the Makefile; every repository path it names exists;
+#  2. "Quick start": scripts/demo.sh (the recipe of `make demo` after the build) runs on a
+#     copy of the tree whose example job is shortened, and prints the lines the README shows;
+#  3. "Training in one process": the block runs as written;
+#  4. "A local cluster", "The job API", "Command-line clients" and "Operations": their blocks
+#     run in that order in one shell, against the `psflow up` the first one starts (a free
+#     port for 8080, a shortened copy of the example job), then the last block of "A local
+#     cluster" exports the model and stops the cluster with SIGINT; the outputs are checked,
+#     and the Docker Compose section submits with the very same curl command;
+#  5. "Distributed training": the block runs with free ports and the shortened job;
+#  6. "Benchmarks": each program runs briefly and prints what the README describes.
 source "$(dirname "$0")/lib.sh"
 
-python3 - "$PSFLOW_SRC/README.md" >snippet.sh <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-section = text.split("## Distributed training", 1)[1]
-print(re.search(r"```sh\n(.*?)```", section, re.S).group(1))
-PY
-[ -s snippet.sh ] || fail "no sh block under 'Distributed training' in README.md"
+README=$PSFLOW_SRC/README.md
+BUILD_DIR=$(cd "$(dirname "$PSFLOW_BIN")" && pwd)
+# No PSFLOW_* setting of the calling shell may reach the commands under test.
+for var in $(compgen -e | grep '^PSFLOW_' || true); do
+  case $var in PSFLOW_BIN | PSFLOW_SRC | PSFLOW_TEST_DATA) ;; *) unset "$var" ;; esac
+done
 
+# block HEADING [N]: the N-th (from 0) ```sh block of the section whose "## " heading
+# starts with HEADING; LANG_BLOCK=text picks ```text blocks instead.
+block() {
+  python3 - "$README" "$1" "${2:-0}" "${LANG_BLOCK:-sh}" <<'PY'
+import re, sys
+text, heading, n, lang = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sections = re.split(r"^## ", text, flags=re.M)
+section = [s for s in sections if s.startswith(heading)]
+if not section:
+    sys.exit("README.md has no section '## %s'" % heading)
+blocks = re.findall(r"^```%s\n(.*?)^```" % lang, section[0], re.S | re.M)
+if len(blocks) <= n:
+    sys.exit("section '## %s' has no ```%s block number %d" % (heading, lang, n))
+sys.stdout.write(blocks[n])
+PY
+}
+
+# The example job, shortened: 200 steps, evaluated at the end only.
 python3 - "$PSFLOW_SRC/examples/fashion-mnist-mlp.json" >short.json <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["training"].update(max_steps=200, eval_every_steps=0)
 json.dump(d, sys.stdout)
 PY
+
+# --- 1. the README against the program's own descriptions -----------------------------------
+"$PSFLOW_BIN" --help >help-main.txt
+COMMANDS=$(sed -n '/^commands:/,/^$/s/^  \([a-z]*\)  .*/\1/p' help-main.txt)
+[ -n "$COMMANDS" ] || fail "cannot read the commands from 'psflow --help'"
+mkdir help
+for cmd in $COMMANDS; do
+  "$PSFLOW_BIN" "$cmd" --help >"help/$cmd.txt" || fail "psflow $cmd --help failed"
+done
+python3 - "$README" help "$PSFLOW_SRC" "$BUILD_DIR" $COMMANDS <<'PY' || fail "README.md disagrees with the program"
+import os, re, sys
+readme_path, help_dir, src, build = sys.argv[1:5]
+commands = sys.argv[5:]
+text = open(readme_path).read()
+helps = {c: open(os.path.join(help_dir, c + ".txt")).read() for c in commands}
+def help_flags(cmd):
+    return set(re.findall(r"^  (--[a-z][a-z0-9-]*)", helps[cmd], re.M)) - {"--help"}
+errors = []
+
+# Configuration tables: rows of "`psflow CMD` option" tables, and of the clients' table whose
+# "commands" column names the commands.
+section = re.split(r"^## ", text, flags=re.M)
+conf = [s for s in section if s.startswith("Configuration")]
+if not conf:
+    sys.exit("README.md has no '## Configuration' section")
+documented = {c: set() for c in commands}
+for table in re.findall(r"((?:^\|.*\n)+)", conf[0], re.M):
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in table.splitlines()]
+    header, body = rows[0], rows[2:]
+    if "environment" not in header:
+        continue
+    env_col = header.index("environment")
+    m = re.fullmatch(r"`psflow ([a-z]+)` option", header[0])
+    cmd_col = header.index("commands") if "commands" in header else None
+    if not m and cmd_col is None:
+        continue
+    for row in body:
+        flags = re.findall(r"--[a-z][a-z0-9-]*", row[0])
+        if not flags:
+            errors.append("configuration row without an option: %s" % row)
+            continue
+        cmds = [m.group(1)] if m else re.findall(r"`([a-z]+)`", row[cmd_col])
+        want = "PSFLOW_" + flags[0][2:].upper().replace("-", "_")
+        if re.findall(r"PSFLOW_[A-Z_]+", row[env_col]) != [want]:
+            errors.append("%s: the environment column should be %s" % (flags[0], want))
+        for cmd in cmds:
+            if cmd not in helps:
+                errors.append("configuration names 'psflow %s', which does not exist" % cmd)
+                continue
+            for flag in flags:
+                if flag not in help_flags(cmd):
+                    errors.append("configuration: psflow %s has no option %s" % (cmd, flag))
+                documented[cmd].add(flag)
+for cmd in commands:
+    for flag in sorted(help_flags(cmd) - documented[cmd]):
+        errors.append("configuration lacks 'psflow %s %s' (it is in --help)" % (cmd, flag))
+for var in ("PSFLOW_TOKEN", "PSFLOW_TOKEN_FILE"):
+    if "`%s`" % var not in conf[0]:
+        errors.append("configuration does not describe %s" % var)
+
+# Code anywhere: `psflow CMD ... --flag` on one line of a block or in one inline span.
+code = re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)
+lines = [l for b in code for l in b.splitlines()]
+lines += re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+for line in lines:
+    for m in re.finditer(r"\bpsflow ([a-z]+)\b([^|;&#]*)", line):
+        cmd, tail = m.group(1), m.group(2)
+        if cmd not in helps:
+            continue
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", tail):
+            if flag != "--help" and flag not in help_flags(cmd):
+                errors.append("'%s': psflow %s has no option %s" % (line.strip(), cmd, flag))
+
+# Paths: every `path` or link into the repository (or build/) must exist.
+tops = ("common/", "coordinator/", "ps/", "worker/", "cli/", "web/", "api/", "deploy/",
+        "tests/", "bench/", "examples/", "scripts/", "build/")
+words = re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text)
+path_re = r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(map(re.escape, tops))
+for line in (l for b in code for l in b.splitlines()):
+    if line.startswith("kubectl"):  # resource names (deploy/psflow-worker) are no paths
+        line = " ".join(re.findall(r"-[kf] (\S+)", line))
+    words += re.findall(path_re, line)
+for w in sorted(set(words)):
+    w = w.rstrip(".,:")
+    if not w.startswith(tops) or re.search(r"[<>{}*\[\]$]", w) or "node_modules" in w:
+        continue
+    if w.startswith("build/"):
+        path = os.path.join(build, w[len("build/"):])
+    else:
+        path = os.path.join(src, w)
+    if not os.path.exists(path):
+        errors.append("README.md names %s, which does not exist" % w)
+
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+pass "configuration tables match 'psflow <command> --help' for: $(echo $COMMANDS)"
+
+# Every `make TARGET` the README names is a target of the Makefile (-n: print, run nothing).
+targets=$(python3 - "$README" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+code = [l for b in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M) for l in b.splitlines()]
+code += re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+found = set()
+for line in code:
+    if not line.startswith("apt-get"):  # `apt-get install make git` installs make
+        found.update(re.findall(r"(?:^|[\s'])make ([a-z][a-z-]*)", line))
+print("\n".join(sorted(found)))
+PY
+)
+for t in $targets; do
+  make -n -C "$PSFLOW_SRC" "$t" >/dev/null 2>make.err || { cat make.err >&2; fail "README names 'make $t', which the Makefile lacks"; }
+done
+pass "make targets exist: $(echo $targets)"
+
+# --- 2. Quick start: make demo ----------------------------------------------------------------
+block "Quick start" >quick-start.sh
+grep -qx 'make demo .*' quick-start.sh || fail "'make demo' is not in the Quick start block"
+mkdir -p demo-tree/scripts demo-tree/examples
+cp "$PSFLOW_SRC/scripts/demo.sh" demo-tree/scripts/
+cp short.json demo-tree/examples/fashion-mnist-mlp.json
+read -r demo_port <<<"$(free_ports 1)"
+PSFLOW_DEMO_PORT=$demo_port PSFLOW_DEMO_DIR=$WORK/demo timeout 120 \
+  bash demo-tree/scripts/demo.sh "$BUILD_DIR" >demo.out 2>demo.err ||
+  { tail -20 demo.err demo.out; fail "scripts/demo.sh failed"; }
+grep -q "^== dashboard: http://127.0.0.1:$demo_port/ " demo.out || { cat demo.out; fail "demo: no dashboard line"; }
+grep -q '^== final test accuracy: 0\.[0-9]\{4\}$' demo.out || { cat demo.out; fail "demo: no accuracy line"; }
+# The README's sample: each line of it but the progress lines, with every number any number.
+LANG_BLOCK=text block "Quick start" >demo-sample.txt
+python3 - demo-sample.txt demo.out "$WORK/demo" <<'PY' || fail "make demo's output is not what the README shows"
+import re, sys
+sample, out, demo_dir = open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3]
+bad = 0
+for line in sample.splitlines():
+    if line == "..." or re.match(r"fmnist-mlp  ", line):
+        continue  # progress lines depend on timing
+    pattern = re.sub(r"[0-9]+", "[0-9]+", re.escape(line.replace("psflow-demo", demo_dir)))
+    if not re.search("^" + pattern + "$", out, re.M):
+        print("README line not printed by the demo: %s" % line)
+        bad = 1
+sys.exit(bad)
+PY
+pass "make demo (scripts/demo.sh, 200 steps) prints what the README shows"
+
+# --- 3. Training in one process ---------------------------------------------------------------
+mkdir train
+block "Training in one process" |
+  sed -e "s|build/psflow|$PSFLOW_BIN|g" -e "s|examples/|$PSFLOW_SRC/examples/|g" >train/run.sh
+(cd train && timeout 120 bash -e run.sh >out.txt 2>err.txt) ||
+  { tail -20 train/err.txt; fail "the 'Training in one process' block failed"; }
+grep -q '^linear: 3000 steps, loss 0\.0[0-9]*, test loss 0\.0[0-9]*, ' train/out.txt ||
+  { cat train/out.txt; fail "no result line for linear.json"; }
+python3 - train/out.txt "$README" <<'PY' || fail "psflow train --output json"
+import json, re, sys
+obj = json.loads(open(sys.argv[1]).read().splitlines()[1])
+keys = ["name", "steps", "loss", "test_loss", "test_accuracy", "examples_per_sec", "seconds",
+        "epochs", "backend"]
+assert sorted(obj) == sorted(keys), sorted(obj)
+section = re.split(r"^## ", open(sys.argv[2]).read(), flags=re.M)
+section = [s for s in section if s.startswith("Training in one process")][0]
+for k in keys:
+    assert "`%s`" % k in section, "the README does not describe %s" % k
+assert obj["name"] == "fmnist-softmax" and obj["steps"] == 6000 and obj["test_accuracy"] > 0.8, obj
+PY
+[ "$(safetensors_values train/model.safetensors dense_0/kernel | awk '{printf "%.1f", $1}')" = 2.0 ] ||
+  fail "model.safetensors: dense_0/kernel is not about 2 (y = 2x + 10)"
+pass "'Training in one process' runs as written; --save and --output json give what it says"
+
+# --- 4. A local cluster, the job API, the clients, operations ---------------------------------
+read -r PORT <<<"$(free_ports 1)"
+{
+  cat <<'SH'
+set -euo pipefail
+# The API's JSON answers end without a newline; HTTP errors fail the block. The event stream
+# is followed for 3 s.
+curl() {
+  local a stream=0 rc=0
+  for a in "$@"; do case $a in */api/v1/events*) stream=1 ;; esac; done
+  if [ "$stream" = 1 ]; then
+    command curl --fail-with-body --max-time 3 "$@" || rc=$?
+    [ "$rc" = 28 ] || { echo "curl $*: exit $rc, not the 3 s limit" >&2; return 1; }
+  else
+    command curl --fail-with-body --max-time 30 "$@"
+  fi
+  echo
+}
+# timeout_ok SECONDS CMD...: CMD must still be running after SECONDS (psflow watch).
+timeout_ok() {
+  local t=$1 rc=0
+  shift
+  timeout "$t" "$@" || rc=$?
+  [ "$rc" = 124 ] || { echo "'$*' ended ($rc) before ${t} s" >&2; return 1; }
+}
+SH
+  for part in "A local cluster:0" "The job API:0" "Command-line clients:0" "Operations:0" \
+    "A local cluster:1"; do
+    echo "echo '### ${part%:*} ${part#*:}'"
+    block "${part%:*}" "${part#*:}"
+  done
+  echo "echo '### end'"
+  echo 'wait %1 # psflow up, stopped by the last block'
+} >cluster.tmpl
+python3 - cluster.tmpl "$PSFLOW_BIN" "$WORK" "$PORT" >cluster.sh <<'PY'
+import sys
+text, binary, work, port = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
+for old, new in [
+        ("psflow-up/", "@WORK@/psflow-up/"),
+        ("build/psflow up", "@BIN@ up --port %s --dir @WORK@/psflow-up" % port),
+        ("build/psflow watch", "timeout_ok 3 @BIN@ watch"),
+        ("build/psflow", "@BIN@"),
+        ("examples/fashion-mnist-mlp.json", "@WORK@/short.json"),
+        ("127.0.0.1:8080", "127.0.0.1:%s" % port)]:
+    text = text.replace(old, new)
+sys.stdout.write(text.replace("@BIN@", binary).replace("@WORK@", work))
+PY
+grep -q "$PSFLOW_BIN up --port $PORT" cluster.sh || fail "no 'build/psflow up' in the local cluster block"
+PSFLOW_COORDINATOR=http://127.0.0.1:$PORT timeout 200 bash cluster.sh >cluster.out 2>cluster.err ||
+  { tail -30 cluster.err; tail -20 cluster.out; fail "the README's cluster blocks failed"; }
+! pgrep -f -- "$WORK/psflow-up" >/dev/null || fail "processes of psflow up left running"
+grep -q '^psflow up: stopped$' cluster.err || fail "psflow up did not say it stopped"
+
+# part NAME: the output of that block.
+part() { sed -n "/^### $1\$/,/^### /p" cluster.out; }
+expect() { # expect BLOCK REGEX WHAT
+  part "$1" >part.txt
+  grep -Eq -- "$2" part.txt || { cat part.txt >&2; fail "$1: $3"; }
+}
+expect "A local cluster 0" '^ok$' "psflow health did not print ok"
+expect "A local cluster 0" '"name":"fmnist-mlp"' "the curl POST did not answer with the job"
+expect "A local cluster 0" '^fmnist-mlp: Succeeded, step 200/200, test accuracy 0\.[0-9]+$' \
+  "submit --wait did not follow the job to Succeeded"
+LANG_BLOCK=text block "A local cluster" | sed "s|127.0.0.1:8080|127.0.0.1:$PORT|g" >up-sample.txt
+while IFS= read -r line; do
+  grep -qxF -- "$line" cluster.out || { cat cluster.out; fail "psflow up did not print: $line"; }
+done <up-sample.txt
+pass "A local cluster: psflow up, curl POST, submit --wait -> Succeeded; psflow up printed what the README shows"
+
+expect "The job API 0" '^\{"items":\[\{"name":"fmnist-mlp","phase":"Succeeded"' "GET /api/v1/jobs"
+expect "The job API 0" '^\{"name":"fmnist-mlp","spec":' "GET /api/v1/jobs/fmnist-mlp"
+expect "The job API 0" '"type":"worker","index":1,"node_id":"worker-' "GET .../tasks"
+expect "The job API 0" '^\{"cluster":\{"ps":\["127\.0\.0\.1:[0-9]+","127\.0\.0\.1:[0-9]+"\],"worker":.*"task":\{"type":"worker","index":0\}' \
+  "GET .../tf_config"
+expect "The job API 0" '^\{"job":"fmnist-mlp","total_points":[1-9][0-9]*,.*"points":\[\{"task":"' "GET .../metrics"
+expect "The job API 0" '"variable":"dense_0/kernel"' "GET .../placement"
+# The final checkpoint's record may reach the coordinator just after the job's Succeeded.
+expect "The job API 0" '^\{"items":\[(\{"step":200,.*)?\]\}$' "GET .../checkpoints"
+expect "The job API 0" '"role":"worker"' "GET /api/v1/nodes"
+expect "The job API 0" '^event: job$' "the event stream replayed no job event"
+pass "The job API: every curl of the block answered 2xx with the expected content"
+
+expect "Command-line clients 0" '^fmnist-mlp: Succeeded, step 200/200' "submit --wait"
+expect "Command-line clients 0" '^fmnist-mlp +Succeeded +200/200 ' "list"
+expect "Command-line clients 0" '^Phase: +Succeeded' "get"
+expect "Command-line clients 0" '^\{"name":"fmnist-mlp","spec":' "get -o json"
+expect "Command-line clients 0" '"task":\{"type":"worker","index":0\}' "tfconfig"
+expect "Command-line clients 0" ' fmnist-mlp +job +Succeeded ' "watch"
+expect "Command-line clients 0" '^job fmnist-mlp Succeeded' "cancel of a finished job"
+expect "Command-line clients 0" '^psflow [0-9]+\.[0-9]+\.[0-9]+ ' "version"
+pass "Command-line clients: submit, list, get, tfconfig, watch, cancel, health, version as shown"
+
+expect "Operations 0" '^\{"version":"[0-9.]+","git":".*","api":"v1"' "GET /version"
+expect "Operations 0" '^psflow_jobs\{phase="Succeeded"\} 1$' "GET /metrics"
+part "Operations 0" >part.txt
+[ "$(grep -c '^ok$' part.txt)" = 2 ] || fail "Operations: /livez and /readyz should print ok"
+[ -f "$WORK/fmnist-mlp.safetensors" ] || fail "psflow export wrote no fmnist-mlp.safetensors"
+[ "$(safetensors_values fmnist-mlp.safetensors dense_2/bias | wc -w)" = 10 ] ||
+  fail "the exported model has no dense_2/bias [10]"
+pass "Operations: /livez /readyz /version /metrics; export and Ctrl-C (kill -INT) as shown"
+
+# The Docker Compose section submits with the same curl command the local cluster block ran.
+curl_cmd() { block "$1" | sed -n '/^curl /,/[^\\]$/p' | head -2 | tr -s ' '; }
+[ -n "$(curl_cmd "A local cluster")" ] && [ "$(curl_cmd "Docker Compose")" = "$(curl_cmd "A local cluster")" ] ||
+  fail "the Docker Compose section's curl differs from the one the local cluster block runs"
+pass "Docker Compose: the curl submission is the one tested against psflow up"
+
+# --- 5. Distributed training -------------------------------------------------------------------
+block "Distributed training" >snippet.sh
 read -r -a ports <<<"$(free_ports 4)"
 sed -e "s|build/psflow|$PSFLOW_BIN|g" -e "s|examples/fashion-mnist-mlp.json|$WORK/short.json|g" \
   -e "s|2222|${ports[0]}|g; s|2223|${ports[1]}|g; s|2224|${ports[2]}|g; s|2225|${ports[3]}|g" \
@@ -30,3 +338,27 @@ cat out.txt
 grep -q '^fmnist-mlp: 200 steps, test accuracy 0\.[0-9]*' out.txt || fail "no result line from the chief"
 [ -f checkpoints/fmnist-mlp/step-200/manifest.json ] || fail "no final checkpoint"
 pass "README distributed block runs as written"
+
+# --- 6. Benchmarks -------------------------------------------------------------------------------
+# The synopses in the README are the programs' own usage lines.
+for prog in train_throughput wire; do
+  usage=$("$BUILD_DIR/bench/$prog" --help 2>&1 | sed -n "s/^usage: $prog //p" || true)
+  [ -n "$usage" ] || fail "bench/$prog printed no usage line"
+  grep -qF "\`build/bench/$prog $usage\`" "$README" || fail "the README's synopsis of build/bench/$prog is not '$usage'"
+done
+(cd "$PSFLOW_SRC" && "$BUILD_DIR/bench/train_throughput" --steps 20 --rounds 1) >bench.out 2>&1 ||
+  { cat bench.out; fail "build/bench/train_throughput failed"; }
+grep -q 'ratio measured / ideal' bench.out || { cat bench.out; fail "train_throughput printed no ratio"; }
+"$BUILD_DIR/bench/wire" --seconds 0.05 >bench.out 2>/dev/null || fail "build/bench/wire failed"
+for size in "4 KB" "4 MB" "40 MB"; do
+  grep -q "^$size *push-pull " bench.out || { cat bench.out; fail "bench/wire printed no $size push-pull line"; }
+done
+if command -v wrk >/dev/null; then
+  SECONDS_PER_PHASE=1 timeout 120 bash "$PSFLOW_SRC/bench/coordinator.sh" "$BUILD_DIR" >bench.out 2>&1 ||
+    { tail -20 bench.out; fail "bench/coordinator.sh failed"; }
+  grep -q '^heartbeat throughput = ' bench.out && grep -q '^GET job throughput = ' bench.out ||
+    { cat bench.out; fail "bench/coordinator.sh printed no ratios"; }
+  pass "Benchmarks: train_throughput, wire and coordinator.sh run and print their ratios"
+else
+  pass "Benchmarks: train_throughput and wire run (bench/coordinator.sh skipped: wrk is not installed)"
+fi

@@ -540,17 +540,25 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
         return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
                             phase_names[j->phase]);
     if (new_workers > 0 && new_workers != j->spec.replicas.worker) {
-        if (new_workers > PF_MAX_REPLICAS || new_workers < j->spec.training.replicas_to_aggregate)
+        /* Only a sync job aggregates gradients. An async job's replicas_to_aggregate is its
+         * worker count (the parser's effective value, not part of its spec text) and follows
+         * it, so the job reloaded from its spec text is the same job. */
+        bool sync = j->spec.training.mode == PF_MODE_SYNC;
+        if (new_workers > PF_MAX_REPLICAS ||
+            (sync && new_workers < j->spec.training.replicas_to_aggregate))
             return pf_error_set(err, PF_ERR_INVALID, "/replicas/worker",
                                 "/replicas/worker: must be between training.replicas_to_aggregate "
                                 "(%d) and %d",
-                                j->spec.training.replicas_to_aggregate, PF_MAX_REPLICAS);
-        int old = j->spec.replicas.worker;
+                                sync ? j->spec.training.replicas_to_aggregate : 1, PF_MAX_REPLICAS);
+        int old = j->spec.replicas.worker, old_aggregate = j->spec.training.replicas_to_aggregate;
         j->spec.replicas.worker = new_workers;
+        if (!sync)
+            j->spec.training.replicas_to_aggregate = new_workers;
         char *json = pf_job_spec_to_json(&j->spec);
         if (!json || coord_job_make_tasks(j) != PF_OK) {
             pf_free(json);
             j->spec.replicas.worker = old;
+            j->spec.training.replicas_to_aggregate = old_aggregate;
             return PF_ERR_NOMEM;
         }
         pf_free(j->spec_json);

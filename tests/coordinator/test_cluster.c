@@ -1,0 +1,825 @@
+/* test_cluster.c - the coordinator's state machine (coordinator/cluster.c), driven in-process
+ * with explicit times: gang admission and the message naming the missing tasks, jobs waiting
+ * their turn for agents, lease expiry and the restart policies (OnFailure with its backoff
+ * limit, Never, ExitCode), agents that restart or leave, active_deadline_seconds, idempotent
+ * submission, scaling and suspension, the chief's success, metrics that arrive after the
+ * end, and times that survive their own text.
+ *
+ * Agents are simulated by calling coord_node_register and coord_node_heartbeat with the
+ * reports of api/rest.md; no test sleeps: `now` is an argument.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "psflow/mem.h"
+#include "psflow/rng.h"
+#include "psflow/spec.h"
+
+#define SPEC_DIR PSFLOW_TEST_DATA "/spec/valid"
+#define T0       1763805600.0 /* 2025-11-22T10:00:00Z: test times are offsets from it */
+#define LEASE    10.0         /* seconds an agent may stay silent */
+
+/* --- helpers ---------------------------------------------------------------------------------- */
+
+static void parse_spec(const char *text, pf_job_spec *spec) {
+    pf_error err;
+    if (pf_job_spec_parse(text, strlen(text), spec, &err) != PF_OK)
+        fail_msg("spec %s: %s (at %s)", text, err.message, err.pointer);
+}
+
+/* A valid linear job `name` with `ps` ps and `workers` worker tasks and 100 steps; `extra`
+ * appends top-level fields (", \"run_policy\": {...}") or is "". */
+static void make_spec(pf_job_spec *spec, const char *name, int ps, int workers, const char *extra) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"name\": \"%s\", \"replicas\": {\"ps\": %d, \"worker\": %d},"
+             " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
+             " \"data\": {\"format\": \"synthetic_linear\"},"
+             " \"training\": {\"max_steps\": 100}%s}",
+             name, ps, workers, extra);
+    parse_spec(text, spec);
+}
+
+/* Submits a new job; the cluster takes the spec. */
+static coord_job *submit(coord_cluster *c, pf_job_spec *spec, double now) {
+    coord_job *j = NULL;
+    int created = -1;
+    pf_error err;
+    pf_status st = coord_job_submit(c, spec, now, &j, &created, &err);
+    if (st != PF_OK)
+        fail_msg("submit: %s: %s", pf_strerror(st), err.message);
+    assert_int_equal(created, 1);
+    assert_non_null(j);
+    pf_job_spec_deinit(spec); /* empty: stolen */
+    return j;
+}
+
+/* Registers agent `id` of `role`, advertising "<id>.test:2222". */
+static coord_node *add_node(coord_cluster *c, const char *id, const char *role, double now) {
+    char address[COORD_ADDR_MAX];
+    snprintf(address, sizeof address, "%s.test:2222", id);
+    coord_node *n = NULL;
+    int created = -1;
+    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", now, &n, &created), PF_OK);
+    assert_non_null(n);
+    return n;
+}
+
+/* The agent's heartbeat report (api/rest.md) for what it was assigned, in `state`. */
+static void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, double now) {
+    json_t *r = json_pack("{s:s}", "state", state);
+    if (n->job[0]) {
+        json_object_set_new(r, "job", json_string(n->job));
+        json_object_set_new(r, "generation", json_integer(n->generation));
+        json_object_set_new(r, "type", json_string(n->type));
+        json_object_set_new(r, "index", json_integer(n->index));
+        json_object_set_new(r, "exit_code", json_integer(exit_code));
+    }
+    coord_node_heartbeat(c, n, r, now);
+    json_decref(r);
+}
+
+/* Takes the queued events and counts those of `kind` (any when NULL) whose data has this
+ * "reason" (any when NULL). */
+static int take_events(coord_cluster *c, const char *kind, const char *reason) {
+    int n = 0, found = 0;
+    coord_event *events = coord_cluster_take_events(c, &n);
+    for (int i = 0; i < n; i++) {
+        const char *r = json_string_value(json_object_get(events[i].data, "reason"));
+        if ((!kind || !strcmp(events[i].kind, kind)) && (!reason || (r && !strcmp(r, reason))))
+            found++;
+        json_decref(events[i].data);
+    }
+    pf_free(events);
+    return found;
+}
+
+static const coord_condition *find_condition(const coord_job *j, const char *type) {
+    for (int i = 0; i < j->n_conds; i++)
+        if (!strcmp(j->conds[i].type, type))
+            return &j->conds[i];
+    return NULL;
+}
+
+static void assert_condition(const coord_job *j, const char *type, const char *status,
+                             const char *reason) {
+    const coord_condition *k = find_condition(j, type);
+    if (!k)
+        fail_msg("job %s has no %s condition", j->name, type);
+    assert_string_equal(k->status, status);
+    if (reason)
+        assert_string_equal(k->reason, reason);
+}
+
+static coord_task *task_of(coord_job *j, const char *type, int index) {
+    for (int i = 0; i < j->n_tasks; i++)
+        if (!strcmp(j->tasks[i].type, type) && j->tasks[i].index == index)
+            return &j->tasks[i];
+    fail_msg("job %s has no task %s %d", j->name, type, index);
+    return NULL;
+}
+
+/* Asserts that agent n runs task type/index of job j (generation gen). */
+static void assert_assigned(coord_job *j, coord_node *n, const char *type, int index, int gen) {
+    coord_task *t = task_of(j, type, index);
+    assert_string_equal(t->node_id, n->id);
+    assert_string_equal(t->address, n->address);
+    assert_string_equal(n->job, j->name);
+    assert_string_equal(n->type, type);
+    assert_int_equal(n->index, index);
+    assert_int_equal(n->generation, gen);
+}
+
+static void assert_idle(coord_cluster *c, coord_node *n) {
+    assert_string_equal(n->job, "");
+    json_t *a = coord_node_assignment(c, n);
+    assert_true(json_is_null(a));
+    json_decref(a);
+}
+
+/* A job of one ps and one worker, running on agents ps-a and w-a registered at `now`. */
+static coord_job *running_pair(coord_cluster *c, const char *name, const char *extra, double now,
+                               coord_node **ps, coord_node **worker) {
+    pf_job_spec spec;
+    make_spec(&spec, name, 1, 1, extra);
+    coord_job *j = submit(c, &spec, now);
+    *ps = add_node(c, "ps-a", "ps", now);
+    *worker = add_node(c, "w-a", "worker", now);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 1);
+    report(c, *ps, "running", 0, now);
+    report(c, *worker, "running", 0, now);
+    assert_int_equal(task_of(j, "ps", 0)->state, TASK_RUNNING);
+    assert_int_equal(task_of(j, "worker", 0)->state, TASK_RUNNING);
+    take_events(c, NULL, NULL);
+    return j;
+}
+
+/* --- admission -------------------------------------------------------------------------------- */
+
+/* DESIGN.md section 3: a Created job's message names exactly the tasks without an agent, and a
+ * job gets all of its agents at once or none (never a half-started job). */
+static void test_gang_admission(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    pf_error err;
+    assert_int_equal(pf_job_spec_load(SPEC_DIR "/design_example.json", &spec, &err), PF_OK);
+    assert_int_equal(spec.replicas.ps, 2);
+    assert_int_equal(spec.replicas.worker, 2);
+    coord_job *j = submit(&c, &spec, T0);
+
+    assert_int_equal(j->phase, COORD_CREATED);
+    assert_string_equal(j->message, "waiting for agents: missing ps 0, ps 1, worker 0, worker 1");
+    assert_condition(j, "Created", "True", "WaitingForAgents");
+    assert_int_equal(j->generation, 0);
+    assert_int_equal(take_events(&c, "log", "JobCreated"), 1);
+    const char *why = NULL;
+    assert_null(coord_job_tf_config(j, "worker", 0, &why));
+    assert_string_equal(why, "the job has no agents assigned yet");
+    assert_null(coord_job_tf_config(j, "worker", 2, &why));
+    assert_string_equal(why, "the job has no such task");
+
+    /* Agents arrive one at a time: until the last one, nothing is assigned. */
+    static const struct {
+        const char *id, *role, *message;
+    } arrivals[] = {
+        {"ps-a", "ps", "waiting for agents: missing ps 1, worker 0, worker 1"},
+        {"worker-a", "worker", "waiting for agents: missing ps 1, worker 1"},
+        {"worker-b", "worker", "waiting for agents: missing ps 1"},
+    };
+    coord_node *nodes[4];
+    for (int i = 0; i < 3; i++) {
+        nodes[i] = add_node(&c, arrivals[i].id, arrivals[i].role, T0 + 1 + i);
+        assert_int_equal(j->phase, COORD_CREATED);
+        assert_string_equal(j->message, arrivals[i].message);
+        assert_int_equal(j->generation, 0);
+        assert_true(j->start_time == 0);
+        for (int k = 0; k <= i; k++)
+            assert_idle(&c, nodes[k]);
+        for (int k = 0; k < j->n_tasks; k++)
+            assert_string_equal(j->tasks[k].node_id, "");
+    }
+    assert_int_equal(take_events(&c, "log", "WaitingForAgents"), 3);
+
+    nodes[3] = add_node(&c, "ps-b", "ps", T0 + 5);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 1);
+    assert_true(j->start_time == T0 + 5);
+    assert_string_equal(j->message, "4 tasks assigned to agents");
+    assert_condition(j, "Running", "True", "JobRunning");
+    assert_int_equal(take_events(&c, "log", "JobRunning"), 1);
+    /* Agents are taken in registration order, tasks in index order. */
+    assert_assigned(j, nodes[0], "ps", 0, 1);
+    assert_assigned(j, nodes[3], "ps", 1, 1);
+    assert_assigned(j, nodes[1], "worker", 0, 1);
+    assert_assigned(j, nodes[2], "worker", 1, 1);
+    for (int k = 0; k < j->n_tasks; k++)
+        assert_int_equal(j->tasks[k].state, TASK_PENDING);
+
+    /* The heartbeat answer carries the assignment with the task's TF_CONFIG. */
+    json_t *a = coord_node_assignment(&c, nodes[2]);
+    assert_string_equal(json_string_value(json_object_get(a, "job")), "fmnist-mlp");
+    assert_string_equal(json_string_value(json_object_get(a, "type")), "worker");
+    assert_int_equal(json_integer_value(json_object_get(a, "index")), 1);
+    assert_int_equal(json_integer_value(json_object_get(a, "generation")), 1);
+    assert_true(json_is_object(json_object_get(a, "spec")));
+    json_t *tf = json_loads(json_string_value(json_object_get(a, "tf_config")), 0, NULL);
+    assert_non_null(tf);
+    json_t *cluster = json_object_get(tf, "cluster");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(cluster, "ps"), 1)),
+                        "ps-b.test:2222");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(cluster, "worker"), 0)),
+                        "worker-a.test:2222");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(tf, "task"), "type")),
+                        "worker");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(tf, "task"), "index")), 1);
+    json_decref(tf);
+    json_decref(a);
+
+    /* Once every agent reports its task running, the message says so. */
+    for (int i = 0; i < 4; i++)
+        report(&c, nodes[i], "running", 0, T0 + 6);
+    for (int k = 0; k < j->n_tasks; k++)
+        assert_int_equal(j->tasks[k].state, TASK_RUNNING);
+    assert_string_equal(j->message, "all 4 tasks running");
+
+    /* An agent arriving later finds nothing to do. */
+    coord_node *spare = add_node(&c, "worker-c", "worker", T0 + 7);
+    assert_idle(&c, spare);
+    coord_cluster_deinit(&c);
+}
+
+/* A second job waits for the first one's agents, and gets them only once they are idle
+ * again: an agent still reporting a running task is not handed another. */
+static void test_jobs_wait_their_turn(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *first = running_pair(&c, "first", "", T0, &ps, &w);
+    pf_job_spec spec;
+    make_spec(&spec, "second", 1, 1, "");
+    coord_job *second = submit(&c, &spec, T0 + 1);
+    assert_int_equal(second->phase, COORD_CREATED);
+    assert_string_equal(second->message, "waiting for agents: missing ps 0, worker 0");
+
+    coord_job_cancel(&c, first, T0 + 2);
+    assert_int_equal(first->phase, COORD_FAILED);
+    assert_condition(first, "Failed", "True", "Cancelled");
+    assert_condition(first, "Running", "False", NULL);
+    assert_true(first->completion_time == T0 + 2);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w->job, "");
+
+    /* The agents still run the cancelled tasks until they report otherwise. */
+    coord_cluster_tick(&c, T0 + 3);
+    assert_int_equal(second->phase, COORD_CREATED);
+    report(&c, ps, "idle", 0, T0 + 4);
+    assert_int_equal(second->phase, COORD_CREATED);
+    assert_string_equal(second->message, "waiting for agents: missing worker 0");
+    report(&c, w, "idle", 0, T0 + 4);
+    assert_int_equal(second->phase, COORD_RUNNING);
+    assert_assigned(second, ps, "ps", 0, 1);
+    assert_assigned(second, w, "worker", 0, 1);
+
+    /* Cancelling a finished job changes nothing. */
+    coord_job_cancel(&c, first, T0 + 5);
+    assert_true(first->completion_time == T0 + 2);
+    assert_condition(first, "Failed", "True", "Cancelled");
+    coord_cluster_deinit(&c);
+}
+
+/* --- failures --------------------------------------------------------------------------------- */
+
+/* A lease expires after more than `lease` seconds of silence: the agent is lost, the job
+ * restarts as a new generation once agents are back, and fails past backoff_limit. */
+static void test_lease_expiry_and_backoff(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j =
+        running_pair(&c, "lease", ", \"run_policy\": {\"backoff_limit\": 1}", T0, &ps, &w);
+    uint64_t first_incarnation = task_of(j, "worker", 0)->incarnation;
+
+    /* Exactly `lease` seconds of silence is still within the lease. */
+    report(&c, ps, "running", 0, T0 + 8);
+    report(&c, w, "running", 0, T0 + 2);
+    coord_cluster_tick(&c, T0 + 2 + LEASE);
+    assert_false(w->lost);
+    assert_int_equal(j->phase, COORD_RUNNING);
+
+    coord_cluster_tick(&c, T0 + 2.5 + LEASE);
+    assert_true(w->lost);
+    assert_false(ps->lost);
+    assert_int_equal(take_events(&c, "log", "NodeLost"), 1);
+    json_t *nj = coord_node_json(w, T0 + 12.5);
+    assert_string_equal(json_string_value(json_object_get(nj, "state")), "lost");
+    json_decref(nj);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_int_equal(j->restarts, 1);
+    assert_condition(j, "Restarting", "True", "TaskLost");
+    assert_condition(j, "Running", "False", NULL);
+    assert_int_equal(task_of(j, "worker", 0)->state, TASK_LOST);
+    /* The whole gang is released; ps-a still reports its task running. */
+    assert_string_equal(ps->job, "");
+    assert_string_equal(j->message, "waiting for agents: missing ps 0, worker 0");
+
+    report(&c, ps, "idle", 0, T0 + 13);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_string_equal(j->message, "waiting for agents: missing worker 0");
+    assert_condition(j, "Restarting", "True", "TaskLost"); /* it keeps its reason */
+
+    /* The lost agent comes back: the gang starts again as generation 2. */
+    add_node(&c, "w-a", "worker", T0 + 13.5);
+    assert_false(w->lost);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_condition(j, "Running", "True", "JobRestarted");
+    assert_condition(j, "Restarting", "False", NULL);
+    assert_assigned(j, ps, "ps", 0, 2);
+    assert_assigned(j, w, "worker", 0, 2);
+    for (int k = 0; k < j->n_tasks; k++) {
+        assert_int_equal(j->tasks[k].state, TASK_PENDING);
+        assert_int_equal(j->tasks[k].restarts, 1);
+    }
+    assert_true(task_of(j, "worker", 0)->incarnation > first_incarnation);
+
+    /* A second loss is past backoff_limit 1: the job fails and frees its agents. */
+    report(&c, ps, "running", 0, T0 + 14);
+    report(&c, w, "running", 0, T0 + 14);
+    report(&c, ps, "running", 0, T0 + 25);
+    coord_cluster_tick(&c, T0 + 30);
+    assert_true(w->lost);
+    assert_int_equal(j->phase, COORD_FAILED);
+    assert_condition(j, "Failed", "True", "BackoffLimitExceeded");
+    assert_int_equal(j->restarts, 1);
+    assert_non_null(strstr(j->message, "backoff limit 1 reached"));
+    assert_true(j->completion_time == T0 + 30);
+    assert_string_equal(ps->job, "");
+
+    /* Time passing after the end changes nothing. */
+    coord_cluster_tick(&c, T0 + 100);
+    assert_int_equal(j->phase, COORD_FAILED);
+    assert_true(j->completion_time == T0 + 30);
+    coord_cluster_deinit(&c);
+}
+
+/* restart_policy Never: the first lost task fails the job. */
+static void test_restart_policy_never(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "never", 1, 2, ", \"run_policy\": {\"restart_policy\": \"Never\"}");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w0 = add_node(&c, "w-a", "worker", T0);
+    coord_node *w1 = add_node(&c, "w-b", "worker", T0 + 1);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    report(&c, ps, "running", 0, T0 + 9);
+    report(&c, w0, "running", 0, T0 + 9);
+
+    coord_cluster_tick(&c, T0 + 12.25); /* w-b silent for 11.25 s */
+    assert_true(w1->lost);
+    assert_int_equal(j->phase, COORD_FAILED);
+    assert_condition(j, "Failed", "True", "TaskLost");
+    assert_int_equal(j->restarts, 0);
+    assert_string_equal(j->message, "worker 1 lost: agent w-b sent no heartbeat for 11 s; "
+                                    "restart policy does not restart it");
+    assert_int_equal(task_of(j, "worker", 1)->state, TASK_LOST);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w0->job, "");
+    json_t *status = coord_job_status_json(j);
+    json_t *workers = json_object_get(json_object_get(status, "replica_statuses"), "worker");
+    assert_int_equal(json_integer_value(json_object_get(workers, "failed")), 1);
+    json_decref(status);
+    coord_cluster_deinit(&c);
+}
+
+/* restart_policy ExitCode (TFJob): exit codes 128-255 (signals) restart, 1-127 fail. */
+static void test_restart_policy_exit_code(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "exit", ", \"run_policy\": {\"restart_policy\": \"ExitCode\"}",
+                                T0, &ps, &w);
+
+    report(&c, w, "failed", 137, T0 + 1);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_condition(j, "Restarting", "True", "TaskFailed");
+    assert_int_equal(j->restarts, 1);
+    assert_int_equal(task_of(j, "worker", 0)->state, TASK_FAILED);
+
+    report(&c, ps, "idle", 0, T0 + 2);
+    report(&c, w, "idle", 0, T0 + 2);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+
+    /* A report for the old generation is ignored. */
+    json_t *stale = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i}", "state", "failed", "job", "exit",
+                              "generation", 1, "type", "worker", "index", 0, "exit_code", 1);
+    coord_node_heartbeat(&c, w, stale, T0 + 3);
+    json_decref(stale);
+    assert_int_equal(j->phase, COORD_RUNNING);
+
+    report(&c, w, "failed", 1, T0 + 4);
+    assert_int_equal(j->phase, COORD_FAILED);
+    assert_condition(j, "Failed", "True", "TaskFailed");
+    assert_int_equal(j->restarts, 1);
+    assert_non_null(strstr(j->message, "exit code 1"));
+    coord_cluster_deinit(&c);
+}
+
+/* An agent that registers again has restarted and lost its task; one that deregisters is
+ * gone. Both restart the gang. */
+static void test_agent_restart_and_removal(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "agents", "", T0, &ps, &w);
+
+    report(&c, w, "idle", 0, T0 + 1); /* the agent's process restarted */
+    coord_node *again = add_node(&c, "w-a", "worker", T0 + 1);
+    assert_ptr_equal(again, w);
+    assert_int_equal(c.n_nodes, 2);
+    assert_int_equal(take_events(&c, "log", "TaskLost"), 1);
+    assert_int_equal(j->restarts, 1);
+    /* ps-a still reports the old generation running: the gang waits for it. */
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, ps, "idle", 0, T0 + 2);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+
+    coord_node_remove(&c, ps, T0 + 3);
+    assert_true(ps->deleted);
+    assert_null(coord_node_find(&c, "ps-a"));
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_int_equal(j->restarts, 2);
+    assert_int_equal(task_of(j, "ps", 0)->state, TASK_LOST);
+    assert_string_equal(j->message, "waiting for agents: missing ps 0");
+    coord_cluster_reap(&c);
+    assert_int_equal(c.n_nodes, 1);
+    assert_ptr_equal(c.nodes[0], w);
+    coord_cluster_deinit(&c);
+}
+
+/* active_deadline_seconds counts from the job's start (its first admission): the tick fails
+ * a job running longer. */
+static void test_active_deadline(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, 1e6); /* leases never expire here */
+    pf_job_spec spec;
+    make_spec(&spec, "deadline", 1, 1, ", \"run_policy\": {\"active_deadline_seconds\": 60}");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0 + 5);
+    coord_node *w = add_node(&c, "w-a", "worker", T0 + 5);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_true(j->start_time == T0 + 5);
+
+    coord_cluster_tick(&c, T0 + 65);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    coord_cluster_tick(&c, T0 + 65.5);
+    assert_int_equal(j->phase, COORD_FAILED);
+    assert_condition(j, "Failed", "True", "DeadlineExceeded");
+    assert_string_equal(j->message, "ran longer than active_deadline_seconds (60 s)");
+    assert_true(j->completion_time == T0 + 65.5);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w->job, "");
+    assert_int_equal(take_events(&c, "log", "DeadlineExceeded"), 1);
+    coord_cluster_deinit(&c);
+}
+
+/* --- jobs ------------------------------------------------------------------------------------- */
+
+/* The same spec again is a safe retry (created 0, nothing queued); another spec under the
+ * same name is refused and left with the caller; a deleted job's name is free again. */
+static void test_submit_idempotent(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "same", 1, 1, "");
+    coord_job *j = submit(&c, &spec, T0);
+    take_events(&c, NULL, NULL);
+
+    /* The normalised text of the spec is the same spec. */
+    parse_spec(j->spec_json, &spec);
+    coord_job *again = NULL;
+    int created = -1;
+    pf_error err;
+    assert_int_equal(coord_job_submit(&c, &spec, T0 + 1, &again, &created, &err), PF_OK);
+    assert_int_equal(created, 0);
+    assert_ptr_equal(again, j);
+    assert_int_equal(c.n_jobs, 1);
+    assert_int_equal(take_events(&c, NULL, NULL), 0);
+    assert_true(j->create_time == T0);
+    pf_job_spec_deinit(&spec); /* not taken on a retry */
+
+    make_spec(&spec, "same", 1, 2, "");
+    again = NULL;
+    assert_int_equal(coord_job_submit(&c, &spec, T0 + 2, &again, &created, &err), PF_ERR_INVALID);
+    assert_null(again);
+    assert_int_equal(created, 0);
+    assert_string_equal(err.pointer, "/name");
+    assert_non_null(strstr(err.message, "'same'"));
+    assert_string_equal(spec.name, "same"); /* still the caller's */
+    assert_int_equal(c.n_jobs, 1);
+    assert_int_equal(j->spec.replicas.worker, 1);
+
+    pf_job_spec other;
+    parse_spec("{\"name\": \"eval\", \"replicas\": {\"evaluator\": 1},"
+               " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
+               " \"data\": {\"format\": \"synthetic_linear\"}}",
+               &other);
+    assert_int_equal(coord_job_submit(&c, &other, T0 + 3, &again, &created, &err),
+                     PF_ERR_UNSUPPORTED);
+    assert_string_equal(err.pointer, "/replicas/evaluator");
+    assert_null(coord_job_find(&c, "eval"));
+    pf_job_spec_deinit(&other);
+
+    /* Once deleted, the name takes another spec. */
+    coord_job_delete(&c, j, T0 + 4);
+    assert_true(j->deleted);
+    assert_null(coord_job_find(&c, "same"));
+    make_spec(&other, "same", 1, 2, "");
+    coord_job *fresh = submit(&c, &other, T0 + 5);
+    coord_cluster_reap(&c);
+    assert_int_equal(c.n_jobs, 1);
+    assert_ptr_equal(coord_job_find(&c, "same"), fresh);
+    assert_int_equal(fresh->spec.replicas.worker, 2);
+    pf_job_spec_deinit(&spec);
+    coord_cluster_deinit(&c);
+}
+
+/* Scaling replaces the task list and restarts the gang; suspension frees the agents until
+ * the job is resumed. A finished job takes no patch. */
+static void test_scale_and_suspend(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    parse_spec("{\"name\": \"elastic\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
+               " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
+               " \"data\": {\"format\": \"synthetic_linear\"}, \"training\": {\"mode\": \"sync\"}}",
+               &spec);
+    assert_int_equal(spec.training.replicas_to_aggregate, 2);
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w0 = add_node(&c, "w-a", "worker", T0);
+    coord_node *w1 = add_node(&c, "w-b", "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 1, &err), PF_OK);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_condition(j, "Restarting", "True", "WorkersChanged");
+    assert_int_equal(j->n_tasks, 4);
+    assert_int_equal(j->spec.replicas.worker, 3);
+    assert_string_equal(j->message, "waiting for agents: missing worker 2");
+    pf_job_spec stored;
+    parse_spec(j->spec_json, &stored);
+    assert_int_equal(stored.replicas.worker, 3);
+    pf_job_spec_deinit(&stored);
+    coord_node *w2 = add_node(&c, "w-c", "worker", T0 + 2);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_assigned(j, w2, "worker", 2, 2);
+
+    /* A sync job cannot have fewer workers than it aggregates per step. */
+    assert_int_equal(coord_job_patch(&c, j, 1, -1, T0 + 3, &err), PF_ERR_INVALID);
+    assert_string_equal(err.pointer, "/replicas/worker");
+    assert_int_equal(j->n_tasks, 4);
+    assert_int_equal(j->phase, COORD_RUNNING);
+
+    assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 4, &err), PF_OK);
+    assert_int_equal(j->phase, COORD_SUSPENDED);
+    assert_condition(j, "Suspended", "True", "JobSuspended");
+    assert_condition(j, "Running", "False", NULL);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w0->job, "");
+    coord_cluster_tick(&c, T0 + 5);
+    assert_int_equal(j->phase, COORD_SUSPENDED);
+    /* An agent leaving while the job is suspended costs it no restart. */
+    coord_node_remove(&c, w1, T0 + 5);
+    assert_int_equal(j->restarts, 0);
+
+    assert_int_equal(coord_job_patch(&c, j, 0, 0, T0 + 6, &err), PF_OK);
+    assert_condition(j, "Suspended", "False", NULL);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_string_equal(j->message, "waiting for agents: missing worker 2");
+    add_node(&c, "w-d", "worker", T0 + 7);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 3);
+
+    coord_job_cancel(&c, j, T0 + 8);
+    assert_int_equal(coord_job_patch(&c, j, 4, -1, T0 + 9, &err), PF_ERR_INVALID);
+    assert_int_equal(j->spec.replicas.worker, 3);
+    coord_cluster_deinit(&c);
+}
+
+/* An async job aggregates nothing: it scales down as well as up, and its spec stays the one
+ * its own normalised text gives (which is what the store reloads after a restart). */
+static void test_scale_async(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "async", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    pf_error err;
+    static const int sizes[] = {3, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        pf_status st = coord_job_patch(&c, j, sizes[i], -1, T0 + 1 + i, &err);
+        if (st != PF_OK)
+            fail_msg("%d workers: %s", sizes[i], err.message);
+        assert_int_equal(j->spec.replicas.worker, sizes[i]);
+        assert_int_equal(j->n_tasks, 1 + sizes[i]);
+        pf_job_spec reloaded;
+        parse_spec(j->spec_json, &reloaded);
+        assert_int_equal(reloaded.replicas.worker, j->spec.replicas.worker);
+        assert_int_equal(reloaded.training.mode, j->spec.training.mode);
+        assert_int_equal(reloaded.training.replicas_to_aggregate,
+                         j->spec.training.replicas_to_aggregate);
+        pf_job_spec_deinit(&reloaded);
+    }
+    coord_cluster_deinit(&c);
+}
+
+/* The chief's success ends the job: every task succeeded, every agent released. */
+static void test_chief_success(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "success", "", T0, &ps, &w);
+    json_t *r =
+        json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded", "job",
+                  "success", "generation", 1, "type", "worker", "index", 0, "exit_code", 0,
+                  "result", "accuracy", 0.89, "test_loss", 0.31, "steps", 100);
+    coord_node_heartbeat(&c, w, r, T0 + 10);
+    json_decref(r);
+    assert_int_equal(j->phase, COORD_SUCCEEDED);
+    assert_condition(j, "Succeeded", "True", "JobSucceeded");
+    assert_string_equal(j->message, "reached step 100 of 100; test accuracy 0.8900");
+    assert_int_equal(j->global_step, 100);
+    assert_true(j->accuracy == 0.89);
+    assert_true(j->completion_time == T0 + 10);
+    for (int k = 0; k < j->n_tasks; k++)
+        assert_int_equal(j->tasks[k].state, TASK_SUCCEEDED);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w->job, "");
+    coord_cluster_deinit(&c);
+}
+
+/* Metric points update the job's step, loss and rates while it runs; points that arrive
+ * after it finished are kept in the history (events) but leave its summary as it ended. */
+static void test_metrics_after_end(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "metrics", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *nodes[3] = {add_node(&c, "ps-a", "ps", T0), add_node(&c, "w-a", "worker", T0),
+                            add_node(&c, "w-b", "worker", T0)};
+    for (int i = 0; i < 3; i++)
+        report(&c, nodes[i], "running", 0, T0 + 1);
+    assert_true(isnan(j->loss));
+    take_events(&c, NULL, NULL);
+
+    json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}, {s:i, s:f, s:f, s:f}]", "step", 10, "time",
+                           T0 + 2, "loss", 0.5, "examples_per_sec", 100.0, "step", 12, "time",
+                           T0 + 2.1, "loss", 0.4, "examples_per_sec", 110.0);
+    coord_job_record_metrics(&c, j, "worker-0", p0, NULL, T0 + 2.2);
+    json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 13, "time", T0 + 2.3, "loss", 0.35,
+                           "examples_per_sec", 90.0);
+    coord_job_record_metrics(&c, j, "worker-1", p1, NULL, T0 + 2.4);
+    assert_int_equal(take_events(&c, "metric", NULL), 3);
+    assert_int_equal(j->global_step, 13);
+    assert_true(j->loss == 0.35);
+    assert_true(j->examples_per_sec == 200.0);
+    assert_int_equal(task_of(j, "worker", 0)->step, 12);
+
+    coord_job_cancel(&c, j, T0 + 3);
+    take_events(&c, NULL, NULL);
+    json_t *late = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 20, "time", T0 + 4, "loss", 0.1,
+                             "examples_per_sec", 500.0);
+    coord_job_record_metrics(&c, j, "worker-0", late, NULL, T0 + 4);
+    assert_int_equal(take_events(&c, "metric", NULL), 1);
+    assert_int_equal(j->global_step, 13);
+    assert_true(j->loss == 0.35);
+    assert_true(j->examples_per_sec == 200.0);
+    assert_int_equal(task_of(j, "worker", 0)->step, 12);
+
+    /* A late evaluation still gives the job its accuracy. */
+    json_t *evals = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 20, "time", T0 + 5, "accuracy", 0.9,
+                              "test_loss", 0.3);
+    coord_job_record_metrics(&c, j, "chief", NULL, evals, T0 + 5);
+    assert_true(j->accuracy == 0.9);
+    assert_true(j->test_loss == 0.3);
+    assert_int_equal(j->global_step, 13);
+    assert_int_equal(j->phase, COORD_FAILED);
+    json_decref(p0);
+    json_decref(p1);
+    json_decref(late);
+    json_decref(evals);
+    coord_cluster_deinit(&c);
+}
+
+/* --- serialisation ---------------------------------------------------------------------------- */
+
+static void assert_time_text(double t, const char *text) {
+    json_t *v = coord_time_json(t);
+    if (!text)
+        assert_true(json_is_null(v));
+    else
+        assert_string_equal(json_string_value(v), text);
+    json_decref(v);
+}
+
+/* Times are written to the millisecond, rounded; a status read back from its own JSON (as
+ * the store does) writes the same JSON again, for any sub-millisecond time. */
+static void test_time_round_trip(void **state) {
+    (void)state;
+    assert_time_text(0, NULL);
+    assert_time_text(-1, NULL);
+    assert_time_text(T0, "2025-11-22T10:00:00.000Z");
+    assert_time_text(T0 + 0.5674, "2025-11-22T10:00:00.567Z");
+    assert_time_text(T0 + 0.5676, "2025-11-22T10:00:00.568Z");
+    assert_time_text(T0 + 0.0004, "2025-11-22T10:00:00.000Z");
+    assert_time_text(T0 + 59.9996, "2025-11-22T10:01:00.000Z"); /* carries into the minute */
+    assert_time_text(951782400.25, "2000-02-29T00:00:00.250Z");
+
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "times", 1, 1, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_job *copy = pf_calloc(1, sizeof *copy);
+    assert_non_null(copy);
+    assert_int_equal(pf_job_spec_copy(&copy->spec, &j->spec), PF_OK);
+    assert_int_equal(coord_job_make_tasks(copy), PF_OK);
+
+    pf_rng rng;
+    pf_rng_init(&rng, 7, 0);
+    for (int i = 0; i < 5000; i++) {
+        /* Whole seconds from 2001 to 2033 plus a fraction with sub-millisecond digits. */
+        double t = 1e9 + (double)pf_rng_below(&rng, 1000000000) + pf_rng_uniform(&rng);
+        j->create_time = t;
+        j->start_time = t + pf_rng_uniform(&rng);
+        j->completion_time = t + 1000 * pf_rng_uniform(&rng);
+        for (int k = 0; k < j->n_conds; k++)
+            j->conds[k].time = t + 0.001 * k + 0.0001 * (double)pf_rng_below(&rng, 10);
+        json_t *first = coord_job_status_json(j);
+        coord_job_status_from_json(copy, first);
+        json_t *second = coord_job_status_json(copy);
+        char *a = json_dumps(first, JSON_COMPACT | JSON_SORT_KEYS);
+        char *b = json_dumps(second, JSON_COMPACT | JSON_SORT_KEYS);
+        assert_non_null(a);
+        assert_non_null(b);
+        if (strcmp(a, b) != 0)
+            fail_msg("time %.6f:\n  %s\n  %s", t, a, b);
+        assert_true(fabs(copy->create_time - t) <= 0.0005 + 1e-6);
+        free(a);
+        free(b);
+        json_decref(first);
+        json_decref(second);
+    }
+    coord_job_free(copy);
+    coord_cluster_deinit(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gang_admission),
+        cmocka_unit_test(test_jobs_wait_their_turn),
+        cmocka_unit_test(test_lease_expiry_and_backoff),
+        cmocka_unit_test(test_restart_policy_never),
+        cmocka_unit_test(test_restart_policy_exit_code),
+        cmocka_unit_test(test_agent_restart_and_removal),
+        cmocka_unit_test(test_active_deadline),
+        cmocka_unit_test(test_submit_idempotent),
+        cmocka_unit_test(test_scale_and_suspend),
+        cmocka_unit_test(test_scale_async),
+        cmocka_unit_test(test_chief_success),
+        cmocka_unit_test(test_metrics_after_end),
+        cmocka_unit_test(test_time_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

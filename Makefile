@@ -47,7 +47,7 @@ test: build format-check lint-openapi
 	@echo "== all test tiers passed"
 
 test-fast: build
-	@cd $(BUILD) && $(CTEST) -LE slow
+	@cd $(BUILD) && $(CTEST) -LE "slow|browser"
 
 test-slow: build
 	@cd $(BUILD) && $(CTEST) -L slow

@@ -50,6 +50,7 @@ struct reporter {
     pthread_cond_t cv;
     json_t *points, *evals, *checkpoints;
     int stop, gone; /* gone: the coordinator does not know the job; stop reporting */
+    int inflight;   /* sends that have taken items and not yet stored or requeued them */
     double flush_until;
     pthread_t thread;
     int dropped;
@@ -75,6 +76,7 @@ static int reporter_send(reporter *r) {
     r->points = json_array();
     r->evals = json_array();
     r->checkpoints = json_array();
+    r->inflight++;
     pthread_mutex_unlock(&r->mu);
     int left = 0;
     long status = 0;
@@ -123,7 +125,27 @@ static int reporter_send(reporter *r) {
     json_decref(points);
     json_decref(evals);
     json_decref(ckpts);
+    pthread_mutex_lock(&r->mu);
+    r->inflight--;
+    pthread_mutex_unlock(&r->mu);
     return left;
+}
+
+int reporter_flush(reporter *r, double seconds) {
+    if (!r)
+        return 0;
+    double deadline = pf_clock_now() + seconds;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int busy = !r->gone && (r->inflight || json_array_size(r->points) ||
+                                json_array_size(r->evals) || json_array_size(r->checkpoints));
+        pthread_mutex_unlock(&r->mu);
+        if (!busy)
+            return 0;
+        if (pf_clock_now() > deadline)
+            return -1;
+        nap(0.02);
+    }
 }
 
 static void *reporter_main(void *arg) {
@@ -330,6 +352,11 @@ static void *worker_task_main(void *arg) {
     };
     t->result.accuracy = t->result.test_loss = NAN;
     pf_status st = worker_run(&wo);
+    /* The final evaluation and checkpoint reach the coordinator before the task reports
+     * success, so a job is Succeeded only with its final accuracy and checkpoint on record. */
+    if (st == PF_OK && reporter_flush(t->rep, 10.0) != 0)
+        fprintf(stderr, "psflow %s agent %s: the final metrics are still unsent after 10 s\n",
+                o->role, o->node_id);
     if (st == PF_OK)
         task_finish(t, TASK_SUCCEEDED, 0, "reached max_steps");
     else

@@ -36,6 +36,9 @@ reporter *reporter_create(const char *coordinator, const char *token, const char
                           const char *task_name);
 /* worker_options.report callback: ctx is the reporter. */
 void reporter_add(void *ctx, const worker_report *r);
+/* Waits until everything added so far is stored by the coordinator (or it forgot the job);
+ * -1 if that takes longer than `seconds`. */
+int reporter_flush(reporter *r, double seconds);
 /* Sends what is left (trying for at most `seconds`), stops the thread and frees. */
 void reporter_destroy(reporter *r, double seconds);
 

@@ -824,7 +824,7 @@ int cli_submit(int argc, char **argv) {
         return CLI_EX_USAGE;
     if (args.help) {
         cli_print_help("submit", "FILE [--wait] [options]",
-                       "Submits the job spec in FILE (JSON, DESIGN.md section 2) to the "
+                       "Submits the job spec in FILE (JSON, api/schemas/job.schema.json) to the "
                        "coordinator. Submitting\nthe same spec again is safe: the existing job "
                        "is reported. With --wait, shows a\nprogress line until the job ends, "
                        "then its result.\n\nExit codes: 0 created (with --wait: succeeded), 1 "
@@ -1313,8 +1313,9 @@ int cli_watch(int argc, char **argv) {
             "watch", "[NAME] [options]",
             "Prints the coordinator's live events, one line each: time (the event's own, "
             "or when it\narrived), job, kind (job, task, metric, node, checkpoint, "
-            "log) and a summary; with\nNAME only that job's. Reconnects without "
-            "losing events when the stream drops.\nCtrl-C ends it." TOKEN_NOTE,
+            "log) and a summary; with\nNAME that job's and the cluster's (agents registering, "
+            "lost). Reconnects without\nlosing events when the stream drops. Ctrl-C ends "
+            "it." TOKEN_NOTE,
             opts, n_opts);
         return 0;
     }

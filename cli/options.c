@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *env_twin(const char *name) {
     char var[96] = "PSFLOW_";
@@ -65,9 +66,30 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_op
             return -1;
         }
     }
-    for (int i = 0; i < n_opts; i++)
-        if (!opts[i].value)
-            opts[i].value = env_twin(opts[i].name);
+    for (int i = 0; i < n_opts; i++) {
+        if (opts[i].value)
+            continue;
+        const char *v = env_twin(opts[i].name);
+        if (v && !opts[i].arg) {
+            /* A flag from the environment: 1/true/yes/on sets it, 0/false/no/off leaves it off. */
+            static const char *const on[] = {"1", "true", "yes", "on"};
+            static const char *const off[] = {"0", "false", "no", "off"};
+            int is_on = 0, is_off = 0;
+            for (size_t k = 0; k < sizeof on / sizeof on[0]; k++) {
+                is_on |= !strcasecmp(v, on[k]);
+                is_off |= !strcasecmp(v, off[k]);
+            }
+            if (!is_on && !is_off) {
+                fprintf(stderr,
+                        "psflow %s: the environment sets flag --%s to '%s': use 1, true, yes, "
+                        "on, or 0, false, no, off\n",
+                        cmd, opts[i].name, v);
+                return -1;
+            }
+            v = is_on ? "1" : NULL;
+        }
+        opts[i].value = v;
+    }
     return 0;
 }
 

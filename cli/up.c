@@ -24,6 +24,7 @@
 #include "options.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
+#include "psflow/mem.h"
 
 #define UP_MAX_AGENTS 64
 
@@ -63,13 +64,42 @@ static int free_port(void) {
     return port;
 }
 
+/* The environment for the children: this one without the PSFLOW_* settings, which would
+ * otherwise reach them as their own options (PSFLOW_JOB would make an agent a static node,
+ * PSFLOW_PORT move it), except the API token they need. Built before fork: the child only
+ * calls async-signal-safe functions. */
+static char **child_environment(void) {
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = pf_calloc(n + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = environ[i];
+        int psflow = !strncmp(e, "PSFLOW_", 7);
+        int token = !strncmp(e, "PSFLOW_TOKEN=", 13) || !strncmp(e, "PSFLOW_TOKEN_FILE=", 18);
+        if (!psflow || token)
+            env[k++] = environ[i];
+    }
+    env[k] = NULL;
+    return env;
+}
+
 static int spawn(child *c, const char *name, const char *log_dir, char *const argv[]) {
     snprintf(c->name, sizeof c->name, "%s", name);
     char log[PATH_MAX];
     snprintf(log, sizeof log, "%s/%s.log", log_dir, name);
-    pid_t pid = fork();
-    if (pid < 0)
+    char **env = child_environment();
+    if (!env)
         return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        pf_free(env);
+        return -1;
+    }
     if (pid == 0) {
         setpgid(0, 0);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -80,9 +110,10 @@ static int spawn(child *c, const char *name, const char *log_dir, char *const ar
         int null = open("/dev/null", O_RDONLY);
         if (null >= 0)
             dup2(null, 0);
-        execv("/proc/self/exe", argv);
+        execve("/proc/self/exe", argv, env);
         _exit(127);
     }
+    pf_free(env);
     c->pid = pid;
     c->exited = 0;
     return 0;

@@ -13,9 +13,8 @@ static pf_status cuda_backend(const pf_backend **out, pf_error *err) {
     *out = NULL;
     pf_error_clear(err);
     return pf_error_set(err, PF_ERR_UNSUPPORTED, NULL,
-                        "device \"cuda\" requested but this psflow was built without CUDA "
-                        "support (rebuild with PSFLOW_CUDA=ON on a machine with the CUDA "
-                        "Toolkit)");
+                        "device \"cuda\" requested but this psflow has no CUDA backend: "
+                        "use \"cpu\", or \"auto\" to take a GPU when there is one");
 }
 #endif
 

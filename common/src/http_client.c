@@ -202,6 +202,11 @@ const char *pf_http_token_from_env(char *buf, size_t size, pf_error *err) {
     buf[0] = '\0';
     const char *t = getenv("PSFLOW_TOKEN");
     if (t && *t) {
+        if (strlen(t) >= size) {
+            pf_error_set(err, PF_ERR_INVALID, NULL, "PSFLOW_TOKEN is longer than %zu bytes",
+                         size - 1);
+            return NULL;
+        }
         snprintf(buf, size, "%s", t);
         return buf;
     }
@@ -215,7 +220,15 @@ const char *pf_http_token_from_env(char *buf, size_t size, pf_error *err) {
     }
     if (!fgets(buf, (int)size, f))
         buf[0] = '\0';
+    size_t n = strcspn(buf, "\r\n");
+    int whole = buf[n] != '\0' || feof(f) || fgetc(f) == EOF;
     fclose(f);
-    buf[strcspn(buf, "\r\n")] = '\0';
+    buf[n] = '\0';
+    if (!whole) {
+        pf_error_set(err, PF_ERR_INVALID, NULL,
+                     "PSFLOW_TOKEN_FILE %s: the token is longer than %zu bytes", path, size - 1);
+        buf[0] = '\0';
+        return NULL;
+    }
     return buf;
 }

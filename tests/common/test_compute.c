@@ -1097,9 +1097,8 @@ static void test_backend_for_device(void **state) {
     assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, &be, &err), PF_ERR_UNSUPPORTED);
     assert_null(be);
     assert_string_equal(err.message,
-                        "device \"cuda\" requested but this psflow was built without CUDA "
-                        "support (rebuild with PSFLOW_CUDA=ON on a machine with the CUDA "
-                        "Toolkit)");
+                        "device \"cuda\" requested but this psflow has no CUDA backend: "
+                        "use \"cpu\", or \"auto\" to take a GPU when there is one");
     assert_string_equal(err.pointer, "");
     assert_null(strchr(err.message, '\n'));
     /* err may be NULL */

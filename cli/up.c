@@ -64,10 +64,12 @@ static int free_port(void) {
     return port;
 }
 
-/* The environment for the children: this one without the PSFLOW_* settings, which would
- * otherwise reach them as their own options (PSFLOW_JOB would make an agent a static node,
- * PSFLOW_PORT move it), except the API token they need. Built before fork: the child only
- * calls async-signal-safe functions. */
+/* The environment for the children: this one, so that tuning variables (PSFLOW_TOKEN,
+ * PSFLOW_LEASE_SECONDS, PSFLOW_LOG_EVERY...) reach the coordinator and the agents, less
+ * PSFLOW_JOB, which would turn every agent into a static task. Every other option that
+ * names a process (its address, node id, database) is given on its command line, which
+ * wins over the variable. Built before fork: the child only calls async-signal-safe
+ * functions. */
 static char **child_environment(void) {
     extern char **environ;
     size_t n = 0;
@@ -77,13 +79,9 @@ static char **child_environment(void) {
     if (!env)
         return NULL;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *e = environ[i];
-        int psflow = !strncmp(e, "PSFLOW_", 7);
-        int token = !strncmp(e, "PSFLOW_TOKEN=", 13) || !strncmp(e, "PSFLOW_TOKEN_FILE=", 18);
-        if (!psflow || token)
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "PSFLOW_JOB=", 11) != 0)
             env[k++] = environ[i];
-    }
     env[k] = NULL;
     return env;
 }

@@ -17,6 +17,13 @@ cleanup() {
   local reports
   reports=$(grep -rlsI -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' \
     -e 'runtime error: ' "$WORK" 2>/dev/null || true)
+  if [ "$rc" -ne 0 ]; then # what the processes said last, for a failure seen only in CI
+    find "$WORK" -maxdepth 4 -type f \( -name '*.log' -o -name '*.err' \) -size +0 2>/dev/null |
+      sort | head -24 | while read -r f; do
+      echo "--- last lines of ${f#"$WORK"/}" >&2
+      tail -n 12 "$f" >&2
+    done
+  fi
   if [ -n "$reports" ]; then
     for f in $reports; do
       echo "sanitizer report in ${f#"$WORK"/}:" >&2

@@ -44,8 +44,9 @@ step_over() { # NAME N: succeeds once the job's global step is past N
   [ "$(jget "$URL/api/v1/jobs/$1" "int(d['status']['global_step'] > $2)")" = 1 ]
 }
 
-agent_pid() { # NODE_ID -> pid of that agent process
-  pgrep -f -- "--node-id $1 " | head -1
+agent_pid() { # NODE_ID -> pid of that agent process of this test's cluster (other tests
+  # running at the same time have agents with the same node ids, for other coordinators)
+  pgrep -f -- "--coordinator $URL --node-id $1 " | head -1
 }
 
 export PSFLOW_LEASE_SECONDS=3 # the coordinator (a child of psflow up) inherits it
@@ -81,7 +82,9 @@ spec lost 2 30000 "training.batch_size=50" >"$WORK/lost.json"
 [ "$(submit "$WORK/lost.json")" = 201 ] || fail "submit lost: $(cat "$WORK/submit.json")"
 wait_until 60 "job 'lost' past step 300" step_over lost 300
 victim=$(jget "$URL/api/v1/jobs/lost/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="ps" and t["index"]==1][0]')
-kill -9 "$(agent_pid "$victim")"
+pid=$(agent_pid "$victim")
+[ -n "$pid" ] || fail "no process for agent $victim"
+kill -9 "$pid"
 restart_reason() { # NAME: "<reason>: <message>" of the job's Restarting condition
   jget "$URL/api/v1/jobs/$1" '[c["reason"] + ": " + c["message"] for c in d["status"]["conditions"] if c["type"]=="Restarting"][0]'
 }
@@ -124,7 +127,9 @@ spec never 2 1000000 'run_policy.restart_policy="Never"' >"$WORK/never.json"
 [ "$(submit "$WORK/never.json")" = 201 ] || fail "submit never: $(cat "$WORK/submit.json")"
 wait_until 30 "job 'never' Running" phase_is never Running
 victim=$(jget "$URL/api/v1/jobs/never/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="worker" and t["index"]==1][0]')
-kill -9 "$(agent_pid "$victim")"
+pid=$(agent_pid "$victim")
+[ -n "$pid" ] || fail "no process for agent $victim"
+kill -9 "$pid"
 wait_until 30 "job 'never' Failed" phase_is never Failed
 reason=$(jget "$URL/api/v1/jobs/never" '[c for c in d["status"]["conditions"] if c["type"]=="Failed"][0]["reason"]')
 [ "$reason" = TaskLost ] || fail "never: reason $reason"

@@ -8,14 +8,21 @@
  * unmask - because a byte-at-a-time payload parser (libwebsockets 4.1's own client path)
  * caps the data plane at a fraction of what TCP carries. Sends are zero-copy: the frame
  * header is written into the headroom in front of a pooled message buffer and the client
- * masks the payload in place, then the buffer goes out in pieces of at most PF_WS_CHUNK
- * bytes, one lws_write() per WRITEABLE callback.
+ * masks the payload in place. A message sent while its connection has nothing else to
+ * write goes straight to the socket from the sender's thread (no loop wake-up on a
+ * request/reply round trip); otherwise, and for what the socket did not take, the loop
+ * writes it in pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE
+ * callback. The rest of a large incoming frame is read from the socket straight into the
+ * message buffer.
  *
- * Threads: everything that touches a wsi runs on the service thread. Other threads only
- * edit the connection table under `lock` (queue a message, ask for a connect or a close)
- * and wake the loop with lws_cancel_service(); the loop acts on those requests in
- * LWS_CALLBACK_EVENT_WAIT_CANCELLED. Connection structs are freed only on the service
- * thread and are looked up by id, never held across threads.
+ * Threads: everything that touches a wsi runs on the service thread. Other threads edit
+ * the connection table under `lock` (queue a message, ask for a connect or a close) and
+ * wake the loop with lws_cancel_service(); the loop acts on those requests in
+ * LWS_CALLBACK_EVENT_WAIT_CANCELLED. The one exception is a direct send: under `lock` a
+ * sender claims an idle, open connection (`direct`), then writes to its socket with the
+ * lock released; meanwhile the loop writes nothing on it, and a closing connection waits
+ * for the claim to end before libwebsockets closes the socket. Connection structs are
+ * freed only on the service thread and are looked up by id, never held across threads.
  */
 #include "psflow/ws.h"
 
@@ -148,7 +155,7 @@ typedef struct out_msg {
     size_t wire; /* bytes to write from start: frame header + message */
     uint8_t *start;
     int raw;
-    int pad;
+    int framed; /* header written (and payload masked) */
 } out_msg;
 
 #define POOL_KEEP 16
@@ -174,6 +181,9 @@ typedef struct conn {
     /* requests from other threads, under ws->lock */
     int want_connect;
     int want_close;
+    int fd;           /* the socket once the handshake is done, else -1 */
+    int direct;       /* a sender is writing a message straight to fd */
+    int lws_buffered; /* libwebsockets holds unsent bytes of ours */
     char host[256];
     int port;
     out_msg *head, *tail;
@@ -209,7 +219,8 @@ struct pf_ws {
     size_t max_message;
     out_msg *pool;
     int pool_n;
-    pf_rng rng; /* mask keys and handshake keys; loop thread only */
+    pthread_cond_t direct_done; /* a direct send ended */
+    pf_rng rng;                 /* mask keys and handshake keys; under lock */
     pf_ws_handlers h;
     void *user;
     int port;
@@ -228,6 +239,7 @@ static conn *new_conn_locked(pf_ws *ws, void *user) {
         return NULL;
     c->id = ++ws->next_id;
     c->user = user;
+    c->fd = -1;
     c->next = ws->conns;
     ws->conns = c;
     return c;
@@ -251,6 +263,9 @@ static void finish(pf_ws *ws, conn *c) {
         return;
     c->finished = 1;
     pthread_mutex_lock(&ws->lock);
+    c->fd = -1; /* no new direct send; wait for one in progress before the socket closes */
+    while (c->direct)
+        pthread_cond_wait(&ws->direct_done, &ws->lock);
     for (conn **p = &ws->conns; *p; p = &(*p)->next)
         if (*p == c) {
             *p = c->next;
@@ -292,6 +307,7 @@ uint8_t *pf_ws_buffer(pf_ws *ws, size_t len) {
     m->next = NULL;
     m->len = 0;
     m->raw = 0;
+    m->framed = 0;
     return msg_bytes(m);
 }
 
@@ -321,7 +337,8 @@ static int queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len) {
 }
 
 /* Writes the frame header in front of the message and masks it when we are a client.
- * Done once, on the loop thread, when the message reaches the head of the queue. */
+ * Done once: by a direct sender, or on the loop thread when the message reaches the head
+ * of the queue. */
 static void frame(pf_ws *ws, conn *c, out_msg *m) {
     uint8_t *payload = msg_bytes(m);
     if (m->raw) {
@@ -345,7 +362,9 @@ static void frame(pf_ws *ws, conn *c, out_msg *m) {
             h[n++] = (uint8_t)((uint64_t)m->len >> (8 * i));
     }
     if (!c->server) {
+        pthread_mutex_lock(&ws->lock);
         uint64_t r = pf_rng_next(&ws->rng);
+        pthread_mutex_unlock(&ws->lock);
         uint8_t mask[4] = {(uint8_t)r, (uint8_t)(r >> 8), (uint8_t)(r >> 16), (uint8_t)(r >> 24)};
         memcpy(h + n, mask, 4);
         n += 4;
@@ -459,6 +478,44 @@ static int on_control(pf_ws *ws, conn *c) {
     return 0; /* pong */
 }
 
+/* Completes a frame whose payload is all in: back to headers, and a control frame acted
+ * on or a finished message delivered. Returns -1 to close. */
+static int frame_done(pf_ws *ws, conn *c) {
+    c->state = ST_HEADER;
+    if (c->frame_opcode & 0x08)
+        return on_control(ws, c);
+    if (c->frame_fin)
+        deliver(ws, c);
+    return 0;
+}
+
+/* The rest of a large data frame, read from the socket straight into the message buffer
+ * (and unmasked there) instead of through libwebsockets' receive buffer: one copy less
+ * per byte. Reads what the socket holds now; libwebsockets, which reads only when poll()
+ * says so, sees the remainder (or the end of the stream) on its next turn. */
+#define DIRECT_READ_MIN (64u << 10)
+
+static int read_direct(pf_ws *ws, conn *c) {
+    int fd = (int)lws_get_socket_fd(c->wsi);
+    while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) &&
+           c->frame_left >= DIRECT_READ_MIN) {
+        uint8_t *dst = c->rx + c->rx_len;
+        size_t want = c->frame_left > PF_WS_CHUNK * 4 ? PF_WS_CHUNK * 4 : (size_t)c->frame_left;
+        ssize_t k = recv(fd, dst, want, MSG_DONTWAIT);
+        if (k <= 0)
+            return 0; /* nothing more now; an error or the end shows up on lws' next read */
+        size_t n = (size_t)k;
+        if (c->frame_masked)
+            apply_mask(dst, n, c->frame_mask, c->frame_done);
+        c->rx_len += n;
+        c->frame_done += n;
+        c->frame_left -= n;
+        if (c->frame_left == 0)
+            return frame_done(ws, c);
+    }
+    return 0;
+}
+
 static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     while (len > 0) {
         if (c->state == ST_HEADER) {
@@ -497,17 +554,10 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
         c->frame_left -= n;
         in += n;
         len -= n;
-        if (c->frame_left == 0) {
-            c->state = ST_HEADER;
-            if (control) {
-                if (on_control(ws, c) != 0)
-                    return -1;
-            } else if (c->frame_fin) {
-                deliver(ws, c);
-            }
-        }
+        if (c->frame_left == 0 && frame_done(ws, c) != 0)
+            return -1;
     }
-    return 0;
+    return read_direct(ws, c);
 }
 
 /* Finds a header's value in an HTTP message (case-insensitive name); copies it. */
@@ -534,8 +584,11 @@ static int header_value(const char *http, const char *name, char *out, size_t le
 }
 
 static void opened(pf_ws *ws, conn *c) {
-    c->open = 1;
     c->state = ST_HEADER;
+    pthread_mutex_lock(&ws->lock);
+    c->open = 1;
+    c->fd = (int)lws_get_socket_fd(c->wsi);
+    pthread_mutex_unlock(&ws->lock);
     if (ws->h.on_open)
         ws->h.on_open(ws, c->id, c->user, ws->user);
     pthread_mutex_lock(&ws->lock);
@@ -599,27 +652,33 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
 
 /* --- writing -------------------------------------------------------------------------------- */
 
+/* libwebsockets calls WRITEABLE only once it has sent what it buffered of an earlier
+ * lws_write, so here nothing of ours is pending inside it. */
 static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
     pthread_mutex_lock(&ws->lock);
-    out_msg *m = c->head;
-    int closing = c->want_close;
+    c->lws_buffered = 0;
+    out_msg *m = c->direct ? NULL : c->head; /* a direct sender owns the socket for now */
+    int closing = c->want_close && !c->direct;
     pthread_mutex_unlock(&ws->lock);
     if (!m || (!m->raw && !c->open)) /* nothing to write, or data waiting for the handshake */
         return closing ? -1 : 0;
-    if (c->tx_off == 0)
+    if (!m->framed)
         frame(ws, c, m);
+    m->framed = 1;
     size_t left = m->wire - c->tx_off;
     size_t n = left < PF_WS_CHUNK ? left : PF_WS_CHUNK;
     if (lws_write(wsi, m->start + c->tx_off, n, LWS_WRITE_RAW) < (int)n)
         return -1;
     c->tx_off += n;
+    int buffered = lws_partial_buffered(wsi);
     if (c->tx_off == m->wire) {
         c->tx_off = 0;
         pthread_mutex_lock(&ws->lock);
         c->head = m->next;
         if (!c->head)
             c->tail = NULL;
-        int more = c->head != NULL || c->want_close;
+        c->lws_buffered = buffered;
+        int more = c->head != NULL || c->want_close || buffered;
         pthread_mutex_unlock(&ws->lock);
         release(ws, m);
         if (more)
@@ -627,6 +686,55 @@ static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
     } else {
         lws_callback_on_writable(wsi);
     }
+    return 0;
+}
+
+/* Sends a message on the caller's thread when the connection has nothing else to write:
+ * straight to the socket, without waking the loop (a request/reply round trip saves two
+ * thread hand-offs). What the socket does not take now goes to the head of the queue for
+ * the loop to finish. Returns 0 when m was taken (sent or queued), -1 when the caller
+ * must queue it the usual way. */
+static int send_direct(pf_ws *ws, conn *c, out_msg *m) {
+    /* under ws->lock */
+    if (!c->open || c->fd < 0 || c->head || c->direct || c->lws_buffered || c->want_close)
+        return -1;
+    c->direct = 1;
+    int fd = c->fd;
+    pthread_mutex_unlock(&ws->lock);
+    frame(ws, c, m);
+    m->framed = 1;
+    size_t sent = 0;
+    while (sent < m->wire) {
+        ssize_t k = send(fd, m->start + sent, m->wire - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k <= 0)
+            break; /* full (or failing): the loop writes the rest, or sees the error */
+        sent += (size_t)k;
+    }
+    pthread_mutex_lock(&ws->lock);
+    c->direct = 0;
+    pthread_cond_broadcast(&ws->direct_done);
+    int wake = 0;
+    if (sent < m->wire) {
+        c->tx_off = sent; /* the queue was empty when this send began: it goes first */
+        m->next = c->head;
+        c->head = m;
+        if (!c->tail)
+            c->tail = m;
+        m = NULL;
+        wake = 1;
+    } else {
+        wake = c->head != NULL || c->want_close; /* queued by others meanwhile */
+    }
+    pthread_mutex_unlock(&ws->lock);
+    if (m)
+        release(ws, m);
+    if (wake) {
+        if (pthread_equal(pthread_self(), ws->thread))
+            lws_callback_on_writable(c->wsi);
+        else
+            lws_cancel_service(ws->ctx);
+    }
+    pthread_mutex_lock(&ws->lock);
     return 0;
 }
 
@@ -798,6 +906,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     ws->h = *h;
     ws->user = user;
     pthread_mutex_init(&ws->lock, NULL);
+    pthread_cond_init(&ws->direct_done, NULL);
     /* Mask and handshake keys: seeded from the clock and this endpoint's address. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -826,6 +935,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     }
     ws->ctx = lws_create_context(&info);
     if (!ws->ctx) {
+        pthread_cond_destroy(&ws->direct_done);
         pthread_mutex_destroy(&ws->lock);
         pf_free(ws);
         if (port == CONTEXT_PORT_NO_LISTEN)
@@ -837,6 +947,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     ws->port = port == CONTEXT_PORT_NO_LISTEN ? 0 : vh ? lws_get_vhost_listen_port(vh) : port;
     if (pthread_create(&ws->thread, NULL, service_thread, ws) != 0) {
         lws_context_destroy(ws->ctx);
+        pthread_cond_destroy(&ws->direct_done);
         pthread_mutex_destroy(&ws->lock);
         pf_free(ws);
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the websocket thread");
@@ -876,6 +987,7 @@ void pf_ws_destroy(pf_ws *ws) {
         ws->pool = m->next;
         pf_free(m);
     }
+    pthread_cond_destroy(&ws->direct_done);
     pthread_mutex_destroy(&ws->lock);
     pf_free(ws);
 }
@@ -909,10 +1021,15 @@ pf_status pf_ws_send(pf_ws *ws, uint64_t id, uint8_t *msg, size_t len) {
     m->next = NULL;
     m->len = len;
     m->raw = 0;
+    m->framed = 0;
     pthread_mutex_lock(&ws->lock);
     conn *c = find_locked(ws, id);
     if (c && c->want_close)
         c = NULL;
+    if (c && send_direct(ws, c, m) == 0) {
+        pthread_mutex_unlock(&ws->lock); /* c may be gone now: not touched again */
+        return PF_OK;
+    }
     if (c) {
         if (c->tail)
             c->tail->next = m;

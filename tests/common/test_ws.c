@@ -22,8 +22,16 @@ typedef struct endpoint {
     uint64_t last_conn;
     uint8_t *last;
     size_t last_len;
-    int echo; /* server: send every message back */
+    int echo;            /* server: send every message back */
+    uint64_t digest[64]; /* FNV-1a of each of the first 64 messages, in arrival order */
 } endpoint;
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
 
 static void ep_init(endpoint *e) {
     memset(e, 0, sizeof *e);
@@ -57,6 +65,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
     e->last = malloc(len ? len : 1);
     memcpy(e->last, data, len);
     e->last_len = len;
+    if (e->messages < 64)
+        e->digest[e->messages] = fnv1a(data, len);
     e->messages++;
     if (e->echo) {
         uint8_t *reply = pf_ws_buffer(ws, len);
@@ -149,6 +159,44 @@ static void test_round_trips(void **state) {
     ep_deinit(&c);
 }
 
+/* Messages sent back to back, without waiting for replies, large and small mixed: frame
+ * boundaries fall anywhere in what one read returns, and every message arrives whole, in
+ * order, both ways. */
+static void test_pipelined(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.echo = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 64u << 20, &handlers, &s, &srv, &err),
+                     PF_OK);
+    assert_int_equal(pf_ws_client_create(64u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    const size_t sizes[] = {5 * PF_WS_CHUNK + 3, 7,   300001, 0, 65536, 2 * PF_WS_CHUNK, 131071, 1,
+                            4 * PF_WS_CHUNK + 1, 9999};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint64_t want[N];
+    for (int i = 0; i < N; i++) {
+        uint8_t *buf = message(cli, sizes[i], (unsigned)i + 7);
+        want[i] = fnv1a(buf, sizes[i]);
+        assert_int_equal(pf_ws_send(cli, conn, buf, sizes[i]), PF_OK);
+    }
+    assert_true(wait_for(&c, &c.messages, N));
+    for (int i = 0; i < N; i++) {
+        if (s.digest[i] != want[i])
+            fail_msg("message %d (%zu bytes) reached the server changed", i, sizes[i]);
+        if (c.digest[i] != want[i])
+            fail_msg("message %d (%zu bytes) came back changed", i, sizes[i]);
+    }
+    pf_ws_destroy(cli);
+    pf_ws_destroy(srv);
+    ep_deinit(&s);
+    ep_deinit(&c);
+}
+
 static void test_message_cap(void **state) {
     (void)state;
     endpoint s, c;
@@ -200,6 +248,7 @@ static void test_connect_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_pipelined),
         cmocka_unit_test(test_message_cap),
         cmocka_unit_test(test_connect_refused),
     };

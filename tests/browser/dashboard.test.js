@@ -383,7 +383,7 @@ async function main() {
             'the error list under the spec names the pointer and the message');
         check(await page.getAttribute('#f-training-batch_size', 'aria-invalid') === 'true',
             'the batch size input is marked aria-invalid');
-        await page.screenshot({path: path.join(ARTIFACTS, 'jobs-invalid-full.png'), fullPage: true});
+        await page.screenshot({path: path.join(ARTIFACTS, 'jobs-invalid-full.png'), fullPage: true, animations: 'disabled'});
 
         /* ---- a job trained through the API, watched on its page */
         const spec = trainingSpec('dash-' + suffix);
@@ -412,7 +412,7 @@ async function main() {
             const step = Number(await page.getAttribute('[data-testid="global-step"]', 'data-value'));
             if (!runningShot && phase === 'Running' && step >= maxSteps / 3) {
                 runningShot = true;
-                await page.screenshot({path: path.join(ARTIFACTS, 'job-running.png')});
+                await page.screenshot({path: path.join(ARTIFACTS, 'job-running.png'), animations: 'disabled'});
             }
             return phase === 'Succeeded';
         }, 300000, 250).catch(async (e) => {
@@ -461,8 +461,8 @@ async function main() {
         log('accuracy chart visible: ' + evals + '; checkpoints listed: ' +
             await page.$$eval('[data-testid="checkpoints"] tbody tr', (trs) => trs.length));
         await page.evaluate(() => window.scrollTo(0, 0));
-        await page.screenshot({path: path.join(ARTIFACTS, 'job.png')});
-        await page.screenshot({path: path.join(ARTIFACTS, 'job-full.png'), fullPage: true});
+        await page.screenshot({path: path.join(ARTIFACTS, 'job.png'), animations: 'disabled'});
+        await page.screenshot({path: path.join(ARTIFACTS, 'job-full.png'), fullPage: true, animations: 'disabled'});
 
         /* ---- coordinator restart: reconnecting, then live again without a reload */
         await page.evaluate(() => {
@@ -475,7 +475,7 @@ async function main() {
             await page.waitForSelector('body[data-connection="reconnecting"]', {timeout: 10000});
             log('page shows reconnecting ' + (Date.now() - killedAt) + ' ms after the coordinator was killed');
             check((await page.textContent('#connection')).includes('Reconnecting'), 'the indicator reads "Reconnecting"');
-            await page.screenshot({path: path.join(ARTIFACTS, 'job-reconnecting.png')});
+            await page.screenshot({path: path.join(ARTIFACTS, 'job-reconnecting.png'), animations: 'disabled'});
             const restartAt = Date.now();
             await cluster.startCoordinator();
             await page.waitForSelector('body[data-connection="live"]', {timeout: 20000});
@@ -545,13 +545,13 @@ async function main() {
         log('RESULT metric POST to drawn on the chart: median ' + median(lats).toFixed(1) + ' ms, max ' +
             Math.max(...lats).toFixed(1) + ' ms over ' + lats.length + ' posts');
         check(Math.max(...lats) < LATENCY_LIMIT_MS, 'every POSTed metric was drawn within ' + LATENCY_LIMIT_MS + ' ms');
-        await page.screenshot({path: path.join(ARTIFACTS, 'job-big.png')});
+        await page.screenshot({path: path.join(ARTIFACTS, 'job-big.png'), animations: 'disabled'});
 
         /* ---- the jobs page with both jobs */
         await page.goto(base + '/');
         await page.waitForSelector('body[data-page="jobs"][data-loaded="1"][data-connection="live"]', {timeout: 10000});
-        await page.screenshot({path: path.join(ARTIFACTS, 'jobs.png')});
-        await page.screenshot({path: path.join(ARTIFACTS, 'jobs-full.png'), fullPage: true});
+        await page.screenshot({path: path.join(ARTIFACTS, 'jobs.png'), animations: 'disabled'});
+        await page.screenshot({path: path.join(ARTIFACTS, 'jobs-full.png'), fullPage: true, animations: 'disabled'});
         await api(base, 'POST', '/api/v1/jobs/' + bigName + '/cancel');
 
         check(consoleWatch.unexpected.length === 0, 'no console errors' +

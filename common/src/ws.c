@@ -212,7 +212,7 @@ struct pf_ws {
     struct lws_protocols protocols[2];
     pthread_t thread;
     int thread_started;
-    volatile int stop;
+    int stop; /* atomic */
     pthread_mutex_t lock;
     conn *conns;
     uint64_t next_id;
@@ -886,7 +886,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 static void *service_thread(void *arg) {
     pf_ws *ws = arg;
-    while (!ws->stop)
+    while (!__atomic_load_n(&ws->stop, __ATOMIC_ACQUIRE))
         lws_service(ws->ctx, 0);
     return NULL;
 }
@@ -945,7 +945,11 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     }
     struct lws_vhost *vh = lws_get_vhost_by_name(ws->ctx, "default");
     ws->port = port == CONTEXT_PORT_NO_LISTEN ? 0 : vh ? lws_get_vhost_listen_port(vh) : port;
+    /* Published before the loop starts: a handler may run (and its owner read *out)
+     * as soon as the first connection comes in. */
+    *out = ws;
     if (pthread_create(&ws->thread, NULL, service_thread, ws) != 0) {
+        *out = NULL;
         lws_context_destroy(ws->ctx);
         pthread_cond_destroy(&ws->direct_done);
         pthread_mutex_destroy(&ws->lock);
@@ -953,7 +957,6 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the websocket thread");
     }
     ws->thread_started = 1;
-    *out = ws;
     return PF_OK;
 }
 
@@ -975,7 +978,7 @@ void pf_ws_destroy(pf_ws *ws) {
     if (!ws)
         return;
     if (ws->thread_started) {
-        ws->stop = 1;
+        __atomic_store_n(&ws->stop, 1, __ATOMIC_RELEASE);
         lws_cancel_service(ws->ctx);
         pthread_join(ws->thread, NULL);
     }

@@ -33,7 +33,10 @@
  * the program loads (GCC's target_clones); the binary stays portable. Every clone does the
  * same IEEE operations per element (-std=c11 keeps FP contraction off), so results are
  * bit-identical whichever clone runs. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: its instrumentation of the ifunc resolver runs before it is
+ * initialised. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define VECTOR_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
 #endif

@@ -120,20 +120,25 @@ static void check_payload(const endpoint *e, size_t len, unsigned seed) {
             fail_msg("byte %zu differs", i);
 }
 
+/* An echoing server (s) and a client (c) connected to it on 127.0.0.1. */
+static void echo_pair(endpoint *s, endpoint *c, pf_ws **srv, pf_ws **cli, uint64_t *conn) {
+    pf_error err;
+    ep_init(s);
+    ep_init(c);
+    s->echo = 1;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 64u << 20, &handlers, s, srv, &err),
+                     PF_OK);
+    assert_true(pf_ws_port(*srv) > 0);
+    assert_int_equal(pf_ws_client_create(64u << 20, &handlers, c, cli, &err), PF_OK);
+    assert_int_equal(pf_ws_connect(*cli, "127.0.0.1", pf_ws_port(*srv), NULL, conn), PF_OK);
+}
+
 static void test_round_trips(void **state) {
     (void)state;
     endpoint s, c;
-    ep_init(&s);
-    ep_init(&c);
-    s.echo = 1;
     pf_ws *srv, *cli;
-    pf_error err;
-    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 64u << 20, &handlers, &s, &srv, &err),
-                     PF_OK);
-    assert_true(pf_ws_port(srv) > 0);
-    assert_int_equal(pf_ws_client_create(64u << 20, &handlers, &c, &cli, &err), PF_OK);
     uint64_t conn;
-    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    echo_pair(&s, &c, &srv, &cli, &conn);
     assert_true(wait_for(&c, &c.opened, 1));
     assert_true(wait_for(&s, &s.opened, 1));
 
@@ -165,16 +170,9 @@ static void test_round_trips(void **state) {
 static void test_pipelined(void **state) {
     (void)state;
     endpoint s, c;
-    ep_init(&s);
-    ep_init(&c);
-    s.echo = 1;
     pf_ws *srv, *cli;
-    pf_error err;
-    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 64u << 20, &handlers, &s, &srv, &err),
-                     PF_OK);
-    assert_int_equal(pf_ws_client_create(64u << 20, &handlers, &c, &cli, &err), PF_OK);
     uint64_t conn;
-    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    echo_pair(&s, &c, &srv, &cli, &conn);
     const size_t sizes[] = {5 * PF_WS_CHUNK + 3, 7,   300001, 0, 65536, 2 * PF_WS_CHUNK, 131071, 1,
                             4 * PF_WS_CHUNK + 1, 9999};
     enum { N = sizeof sizes / sizeof sizes[0] };

@@ -184,6 +184,7 @@ typedef struct conn {
     int fd;           /* the socket once the handshake is done, else -1 */
     int direct;       /* a sender is writing a message straight to fd */
     int lws_buffered; /* libwebsockets holds unsent bytes of ours */
+    pf_rng rng;       /* handshake and mask keys; used by whoever frames for c */
     char host[256];
     int port;
     out_msg *head, *tail;
@@ -220,7 +221,7 @@ struct pf_ws {
     out_msg *pool;
     int pool_n;
     pthread_cond_t direct_done; /* a direct send ended */
-    pf_rng rng;                 /* mask keys and handshake keys; under lock */
+    pf_rng rng;                 /* seeds each connection's rng; under lock */
     pf_ws_handlers h;
     void *user;
     int port;
@@ -240,6 +241,7 @@ static conn *new_conn_locked(pf_ws *ws, void *user) {
     c->id = ++ws->next_id;
     c->user = user;
     c->fd = -1;
+    pf_rng_init(&c->rng, pf_rng_next(&ws->rng), c->id);
     c->next = ws->conns;
     ws->conns = c;
     return c;
@@ -339,8 +341,9 @@ static int queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len) {
 /* Writes the frame header in front of the message and masks it when we are a client.
  * Done once: by a direct sender, or on the loop thread when the message reaches the head
  * of the queue. */
-static void frame(pf_ws *ws, conn *c, out_msg *m) {
+static void frame(conn *c, out_msg *m) {
     uint8_t *payload = msg_bytes(m);
+    m->framed = 1;
     if (m->raw) {
         m->start = payload;
         m->wire = m->len;
@@ -362,9 +365,7 @@ static void frame(pf_ws *ws, conn *c, out_msg *m) {
             h[n++] = (uint8_t)((uint64_t)m->len >> (8 * i));
     }
     if (!c->server) {
-        pthread_mutex_lock(&ws->lock);
-        uint64_t r = pf_rng_next(&ws->rng);
-        pthread_mutex_unlock(&ws->lock);
+        uint64_t r = pf_rng_next(&c->rng);
         uint8_t mask[4] = {(uint8_t)r, (uint8_t)(r >> 8), (uint8_t)(r >> 16), (uint8_t)(r >> 24)};
         memcpy(h + n, mask, 4);
         n += 4;
@@ -496,7 +497,7 @@ static int frame_done(pf_ws *ws, conn *c) {
 #define DIRECT_READ_MIN (64u << 10)
 
 static int read_direct(pf_ws *ws, conn *c) {
-    int fd = (int)lws_get_socket_fd(c->wsi);
+    int fd = c->fd; /* set when the handshake completed; changed only on this thread */
     while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) &&
            c->frame_left >= DIRECT_READ_MIN) {
         uint8_t *dst = c->rx + c->rx_len;
@@ -663,8 +664,7 @@ static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
     if (!m || (!m->raw && !c->open)) /* nothing to write, or data waiting for the handshake */
         return closing ? -1 : 0;
     if (!m->framed)
-        frame(ws, c, m);
-    m->framed = 1;
+        frame(c, m);
     size_t left = m->wire - c->tx_off;
     size_t n = left < PF_WS_CHUNK ? left : PF_WS_CHUNK;
     if (lws_write(wsi, m->start + c->tx_off, n, LWS_WRITE_RAW) < (int)n)
@@ -701,8 +701,7 @@ static int send_direct(pf_ws *ws, conn *c, out_msg *m) {
     c->direct = 1;
     int fd = c->fd;
     pthread_mutex_unlock(&ws->lock);
-    frame(ws, c, m);
-    m->framed = 1;
+    frame(c, m);
     size_t sent = 0;
     while (sent < m->wire) {
         ssize_t k = send(fd, m->start + sent, m->wire - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -804,7 +803,7 @@ static void tune_socket(struct lws *wsi) {
 static int send_upgrade(pf_ws *ws, conn *c) {
     uint8_t nonce[16];
     for (int i = 0; i < 16; i += 8) {
-        uint64_t r = pf_rng_next(&ws->rng);
+        uint64_t r = pf_rng_next(&c->rng);
         memcpy(nonce + i, &r, 8);
     }
     base64(nonce, 16, c->key);

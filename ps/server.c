@@ -57,6 +57,7 @@ struct ps_server {
     int *local_of;         /* global shard id -> local index, or -1 */
     const float **grads;   /* scratch: local shard order */
     pf_wire_tensor *views; /* scratch for replies */
+    unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
     pf_wire_out out; /* service thread only */
     peer *peers;
@@ -116,15 +117,22 @@ static uint64_t version(const ps_server *s) {
     return ps_shards_stats(s->shards).version;
 }
 
-/* Checks pulled ids: each must be a shard this task holds. Returns 0 or sends an error. */
+/* Checks pulled ids: each must be a shard this task holds, named once (so a reply never
+ * has more tensors than the task has shards). Returns 0 or sends an error. */
 static int check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
                      uint32_t n) {
-    for (uint32_t i = 0; i < n; i++)
-        if (ids[i] >= (uint32_t)s->placement.n_shards || s->local_of[ids[i]] < 0) {
+    int n_local = ps_shards_count(s->shards);
+    memset(s->pulled, 0, (size_t)n_local);
+    for (uint32_t i = 0; i < n; i++) {
+        int local = ids[i] < (uint32_t)s->placement.n_shards ? s->local_of[ids[i]] : -1;
+        if (local < 0 || s->pulled[local]) {
             send_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                       "shard %" PRIu32 " is not held by ps %d", ids[i], s->task);
+                       "shard %" PRIu32 " is not held by ps %d or appears twice", ids[i],
+                       s->task);
             return -1;
         }
+        s->pulled[local] = 1;
+    }
     return 0;
 }
 
@@ -509,7 +517,8 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
     s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
     s->seen = pf_calloc((size_t)(s->spec.replicas.worker + s->spec.replicas.chief), 1);
-    if (!s->local_of || !s->grads || !s->views || !s->seen) {
+    s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
+    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->pulled) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -586,6 +595,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->local_of);
     pf_free(s->grads);
     pf_free(s->views);
+    pf_free(s->pulled);
     pf_free(s->seen);
     pf_job_spec_deinit(&s->spec);
     pthread_mutex_destroy(&s->mu);

@@ -263,6 +263,21 @@ static void test_bad_frames_change_nothing(void **state) {
     expect_error(PF_WIRE_BAD_SHAPE);
     encode_push(7, 1, 1, 0, 0);
     expect_error(PF_WIRE_BAD_VALUE);
+    /* A pull, or the pull half of a push-pull, that names a shard twice: its reply would
+     * not fit what the ps sets aside for one (with several ps, a pull may name up to the
+     * job's shard count, more than one ps holds). */
+    uint32_t twice[] = {0, 0};
+    pf_wire_pull dup = {0, 2, twice};
+    assert_int_equal(pf_wire_encode_pull(&fx.out, 3, &dup, &err), PF_OK);
+    expect_error(PF_WIRE_UNKNOWN_SHARD);
+    {
+        static pf_wire_tensor t[64];
+        for (int i = 0; i < fx.pl.n_shards; i++)
+            t[i] = (pf_wire_tensor){(uint32_t)i, PF_WIRE_F32, fx.pl.shards[i].count, grad_data};
+        pf_wire_push_pull pp = {{0, 1, 1, 0, (uint32_t)fx.pl.n_shards, t}, dup};
+        assert_int_equal(pf_wire_encode_push_pull(&fx.out, 4, &pp, &err), PF_OK);
+        expect_error(PF_WIRE_UNKNOWN_SHARD);
+    }
 
     uint8_t *after = snapshot(&len1);
     assert_int_equal(len0, len1);

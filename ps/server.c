@@ -57,6 +57,8 @@ struct ps_server {
     int *local_of;         /* global shard id -> local index, or -1 */
     const float **grads;   /* scratch: local shard order */
     pf_wire_tensor *views; /* scratch for replies */
+    struct iovec *parts;   /* scratch: a reply's pieces, 2 * n_local + 1 at most */
+    size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
     pf_wire_out out; /* service thread only */
@@ -85,17 +87,17 @@ static void logf_(const ps_server *s, const char *fmt, ...) {
     fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
 }
 
-/* Sends the message held in s->out to conn (copying it into a pooled send buffer). */
+/* Sends the message held in s->out to conn: its pieces go to the transport, which writes
+ * a reply's tensor data straight from the shards (on this thread, before any update can
+ * touch them) and copies only what the socket cannot take now. */
 static void send_out(ps_server *s, uint64_t conn) {
-    size_t len = pf_wire_out_len(&s->out);
-    uint8_t *buf = pf_ws_buffer(s->ws, len);
-    if (!buf) {
-        logf_(s, "out of memory for a %zu-byte reply; closing connection", len);
+    size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
+    assert(n <= s->max_parts);
+    if (pf_ws_sendv(s->ws, conn, s->parts, (int)n) == PF_ERR_NOMEM) {
+        logf_(s, "out of memory for a %zu-byte reply; closing connection",
+              pf_wire_out_len(&s->out));
         pf_ws_close(s->ws, conn);
-        return;
     }
-    pf_wire_out_copy(&s->out, 0, buf, len);
-    pf_ws_send(s->ws, conn, buf, len);
 }
 
 static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -127,8 +129,7 @@ static int check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uin
         int local = ids[i] < (uint32_t)s->placement.n_shards ? s->local_of[ids[i]] : -1;
         if (local < 0 || s->pulled[local]) {
             send_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                       "shard %" PRIu32 " is not held by ps %d or appears twice", ids[i],
-                       s->task);
+                       "shard %" PRIu32 " is not held by ps %d or appears twice", ids[i], s->task);
             return -1;
         }
         s->pulled[local] = 1;
@@ -517,8 +518,10 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
     s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
     s->seen = pf_calloc((size_t)(s->spec.replicas.worker + s->spec.replicas.chief), 1);
+    s->max_parts = 2 * (size_t)n_local + 1;
+    s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
-    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->pulled) {
+    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->pulled) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -595,6 +598,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->local_of);
     pf_free(s->grads);
     pf_free(s->views);
+    pf_free(s->parts);
     pf_free(s->pulled);
     pf_free(s->seen);
     pf_job_spec_deinit(&s->spec);

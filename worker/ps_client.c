@@ -30,9 +30,12 @@ typedef struct ps_link {
     int port;
     uint32_t *ids; /* global shard ids this ps holds */
     int n_ids;
-    pf_wire_out out;  /* the request in flight, kept for resending */
-    int kind;         /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_STATS */
-    uint64_t ck_step; /* REQ_CHECKPOINT: to re-encode after a ps restart */
+    pf_ws_place *places; /* where each shard's values lie in a PULL_REPLY for ids (dst:
+                            the offset into the parameter vector until a request sets it) */
+    size_t reply_len;    /* that reply's length */
+    pf_wire_out out;     /* the request in flight, kept for resending */
+    int kind;            /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_STATS */
+    uint64_t ck_step;    /* REQ_CHECKPOINT: to re-encode after a ps restart */
     uint32_t ck_final;
     int swapped; /* REQ_DATA replaced by a pull after a ps restart */
     /* under client->mu */
@@ -66,6 +69,8 @@ struct ps_client {
     uint64_t seq;
     uint32_t next_request;
     pf_wire_tensor *views;
+    struct iovec *parts; /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
+    size_t max_parts;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     float *params; /* destination of pulled values during a request */
@@ -88,16 +93,17 @@ static pf_status take_values(ps_client *c, ps_link *l, const pf_wire_pull_reply 
                  l->n_ids);
         return PF_ERR_FORMAT;
     }
+    int placed = pf_ws_message_placed(c->ws); /* the values are in place already */
     for (uint32_t i = 0; i < r->n; i++) {
         const pf_wire_tensor *t = &r->tensors[i];
         if (t->id >= (uint32_t)c->placement.n_shards ||
             c->placement.shards[t->id].ps_task != l->index ||
-            t->count != c->placement.shards[t->id].count) {
-            snprintf(msg, len, "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements", l->index,
-                     t->id, t->count);
+            t->count != c->placement.shards[t->id].count || (placed && t->id != l->ids[i])) {
+            snprintf(msg, len, "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements%s", l->index,
+                     t->id, t->count, placed ? " out of request order" : "");
             return PF_ERR_FORMAT;
         }
-        if (c->params)
+        if (c->params && !placed)
             memcpy(c->params + c->placement.shards[t->id].offset, t->data,
                    t->count * sizeof(float));
     }
@@ -206,19 +212,28 @@ static void deadline_in(struct timespec *ts, double seconds) {
     }
 }
 
-/* Sends l->out on l's connection (the encoded request must already be there). */
-static pf_status send_request(ps_client *c, ps_link *l) {
-    size_t len = pf_wire_out_len(&l->out);
-    uint8_t *buf = pf_ws_buffer(c->ws, len);
-    if (!buf)
-        return PF_ERR_NOMEM;
-    pf_wire_out_copy(&l->out, 0, buf, len);
+/* Sends l->out on l's connection (the encoded request must already be there). The
+ * transport masks the gradients into its send buffer as it writes them. With `values`
+ * (a pull into c->params), the reply's values are received straight into c->params. */
+static pf_status send_request(ps_client *c, ps_link *l, int values) {
+    size_t n = pf_wire_out_parts(&l->out, c->parts, c->max_parts);
+    if (n > c->max_parts)
+        return PF_ERR_NOMEM; /* cannot happen: no request carries more than every shard */
     pthread_mutex_lock(&c->mu);
     l->waiting = 1;
     l->done = 0;
     uint64_t conn = l->conn;
     pthread_mutex_unlock(&c->mu);
-    if (pf_ws_send(c->ws, conn, buf, len) != PF_OK) {
+    if (values && c->params) {
+        for (int i = 0; i < l->n_ids; i++)
+            l->places[i].dst = c->params + c->placement.shards[l->ids[i]].offset;
+        /* Refused (out of memory, or the connection is gone): received as usual. */
+        pf_ws_expect(c->ws, conn, l->reply_len, l->places, l->n_ids);
+    }
+    pf_status st = pf_ws_sendv(c->ws, conn, c->parts, (int)n);
+    if (st == PF_ERR_NOMEM)
+        return st;
+    if (st != PF_OK) {
         pthread_mutex_lock(&c->mu);
         l->closed = 1;
         pthread_mutex_unlock(&c->mu);
@@ -273,7 +288,7 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
             pf_error e2;
             st = pf_wire_encode_hello(&l->out, l->request_id, &h, &e2);
             if (st == PF_OK)
-                st = send_request(c, l);
+                st = send_request(c, l, 0);
             hello_out = l->out;
             l->out = saved;
             if (st != PF_OK)
@@ -309,11 +324,9 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
     return st;
 }
 
-/* Sends every link's encoded request and waits for all answers, reconnecting and resending
- * where a connection drops. */
-static pf_status round_trip(ps_client *c, pf_error *err) {
+static pf_status round_trip_(ps_client *c, pf_error *err) {
     for (int p = 0; p < c->n; p++)
-        if (send_request(c, &c->links[p]) != PF_OK)
+        if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
@@ -361,11 +374,43 @@ static pf_status round_trip(ps_client *c, pf_error *err) {
                 fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task,
                         l->index);
             }
-            if (send_request(c, l) != PF_OK)
+            if (send_request(c, l, l->kind == REQ_DATA) != PF_OK)
                 return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         }
     }
     return PF_OK;
+}
+
+/* Gives up the requests still in flight after a round trip failed: their replies may be
+ * being received straight into c->params, which the caller owns again once the round trip
+ * returns, so each such connection is closed, and the close awaited, before it does. The
+ * next request reconnects. */
+static void abandon(ps_client *c) {
+    if (!c->params)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        if (l->waiting && !l->done && !l->closed) {
+            uint64_t conn = l->conn;
+            pthread_mutex_unlock(&c->mu);
+            pf_ws_close(c->ws, conn);
+            pthread_mutex_lock(&c->mu);
+            while (!l->closed)
+                pthread_cond_wait(&c->cv, &c->mu);
+        }
+        l->waiting = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Sends every link's encoded request and waits for all answers, reconnecting and resending
+ * where a connection drops. */
+static pf_status round_trip(ps_client *c, pf_error *err) {
+    pf_status st = round_trip_(c, err);
+    if (st != PF_OK)
+        abandon(c);
+    return st;
 }
 
 pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error *err) {
@@ -390,7 +435,9 @@ pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error
     c->n = c->spec.replicas.ps;
     c->links = pf_calloc((size_t)c->n, sizeof *c->links);
     c->views = pf_calloc((size_t)c->placement.n_shards, sizeof *c->views);
-    if (!c->links || !c->views) {
+    c->max_parts = 2 * (size_t)c->placement.n_shards + 1;
+    c->parts = pf_calloc(c->max_parts, sizeof *c->parts);
+    if (!c->links || !c->views || !c->parts) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -413,6 +460,18 @@ pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error
         for (int g = 0; g < c->placement.n_shards; g++)
             if (c->placement.shards[g].ps_task == p)
                 l->ids[l->n_ids++] = (uint32_t)g;
+        l->places = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *l->places);
+        if (!l->places) {
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+            goto fail;
+        }
+        size_t pos = PF_WIRE_PULL_REPLY_RECORDS;
+        for (int i = 0; i < l->n_ids; i++) {
+            size_t bytes = (size_t)c->placement.shards[l->ids[i]].count * sizeof(float);
+            l->places[i] = (pf_ws_place){pos + PF_WIRE_RECORD_DATA, bytes, NULL};
+            pos += PF_WIRE_RECORD_DATA + bytes;
+        }
+        l->reply_len = pos;
     }
     pf_ws_handlers h = {on_open, on_message, on_close};
     size_t max_message = 0;
@@ -440,10 +499,12 @@ void ps_client_destroy(ps_client *c) {
         pf_wire_out_deinit(&c->links[p].out);
         pf_wire_in_deinit(&c->links[p].in);
         pf_free(c->links[p].ids);
+        pf_free(c->links[p].places);
         pf_free(c->links[p].stats);
     }
     pf_free(c->links);
     pf_free(c->views);
+    pf_free(c->parts);
     pf_placement_deinit(&c->placement);
     pf_job_spec_deinit(&c->spec);
     pthread_mutex_destroy(&c->mu);
@@ -552,7 +613,7 @@ char *ps_client_stats(ps_client *c, int p, pf_error *err) {
     l->kind = REQ_STATS;
     if (pf_wire_encode_stats(&l->out, l->request_id, err) != PF_OK)
         return NULL;
-    if (send_request(c, l) != PF_OK)
+    if (send_request(c, l, 0) != PF_OK)
         return NULL;
     pthread_mutex_lock(&c->mu);
     while (!l->done && !l->closed)

@@ -12,8 +12,8 @@
  *
  * Encoding validates everything first (so an encoder never emits a frame the decoder
  * would refuse), computes the exact head size, reserves it once, and then writes with
- * stores that cannot fail. Tensor data is recorded as segments and only copied by
- * pf_wire_out_copy(), chunk by chunk, into the transport's send buffers.
+ * stores that cannot fail. Tensor data is recorded as segments: the transport sends it
+ * from where it lies (pf_wire_out_parts()) or copies byte ranges (pf_wire_out_copy()).
  *
  * Decoded messages are canonical: flags, padding and dtype are checked, lengths must be
  * exact and strings are compared byte for byte, so a message that decodes re-encodes to
@@ -59,6 +59,9 @@ enum {
     ERROR_FIXED = 8,           /* code, message length */
     TENSOR_HEADER = 16,        /* id, dtype, count */
 };
+_Static_assert(PF_WIRE_PULL_REPLY_RECORDS == PF_WIRE_HEADER_SIZE + PULL_REPLY_FIXED &&
+                   PF_WIRE_RECORD_DATA == TENSOR_HEADER,
+               "the published PULL_REPLY layout matches the codec's");
 
 /* --- little-endian helpers ------------------------------------------------------------- */
 
@@ -1056,6 +1059,26 @@ size_t pf_wire_out_copy(const pf_wire_out *out, size_t pos, void *dst, size_t le
         done += n;
     }
     return len;
+}
+
+size_t pf_wire_out_parts(const pf_wire_out *out, struct iovec *parts, size_t max) {
+    size_t n = 0, head = 0; /* head bytes already placed */
+    const uint8_t *h = out->head.data;
+    for (size_t i = 0; i <= out->n_seg; i++) {
+        size_t upto = i < out->n_seg ? out->seg[i].head_off : out->head.len;
+        if (upto > head) {
+            if (n < max)
+                parts[n] = (struct iovec){(void *)(h + head), upto - head};
+            n++;
+            head = upto;
+        }
+        if (i < out->n_seg) {
+            if (n < max)
+                parts[n] = (struct iovec){(void *)out->seg[i].data, out->seg[i].len};
+            n++;
+        }
+    }
+    return out->total ? n : 0;
 }
 
 pf_status pf_wire_out_gather(const pf_wire_out *out, pf_buf *dst) {

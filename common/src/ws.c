@@ -6,14 +6,17 @@
  * upgrade handshake, then one binary frame per message. Received bytes are parsed in
  * blocks - frame headers byte by byte, payload with one memcpy and an 8-bytes-at-a-time
  * unmask - because a byte-at-a-time payload parser (libwebsockets 4.1's own client path)
- * caps the data plane at a fraction of what TCP carries. Sends are zero-copy: the frame
- * header is written into the headroom in front of a pooled message buffer and the client
- * masks the payload in place. A message sent while its connection has nothing else to
- * write goes straight to the socket from the sender's thread (no loop wake-up on a
- * request/reply round trip); otherwise, and for what the socket did not take, the loop
- * writes it in pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE
- * callback. The rest of a large incoming frame is read from the socket straight into the
- * message buffer.
+ * caps the data plane at a fraction of what TCP carries. The frame header is written into
+ * the headroom in front of a pooled message buffer. A message sent while its connection
+ * has nothing else to write goes straight to the socket from the sender's thread (no loop
+ * wake-up on a request/reply round trip): a server writes it with one gathering sendmsg()
+ * from wherever its pieces lie (a ps's shards), a client masks it into the buffer a chunk
+ * at a time and sends each chunk while it is in cache. Otherwise, and for what the socket
+ * did not take (copied into the buffer before the sender returns), the loop writes it in
+ * pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE callback.
+ * libwebsockets reads RX_CHUNK bytes per readable event; the rest of a large incoming
+ * frame is read from the socket straight into the message buffer, DIRECT_READ_MAX bytes
+ * a read, and unmasked there while still in cache.
  *
  * Threads: everything that touches a wsi runs on the service thread. Other threads edit
  * the connection table under `lock` (queue a message, ask for a connect or a close) and
@@ -30,6 +33,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +45,9 @@
 #include "psflow/rng.h"
 
 #define PROTOCOL_NAME "psflow-v1"
-#define HEADROOM      16   /* frame header space in front of a message: at most 14 bytes */
-#define MAX_HTTP      8192 /* handshake request or response */
+#define HEADROOM      16          /* frame header space in front of a message: at most 14 bytes */
+#define MAX_HTTP      8192        /* handshake request or response */
+#define RX_CHUNK      (16u << 10) /* bytes libwebsockets reads per readable event */
 #define WS_GUID       "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 /* --- SHA-1 and base64, for Sec-WebSocket-Accept --------------------------------------------- */
@@ -206,6 +211,14 @@ typedef struct conn {
     uint8_t control[125];
     uint8_t *rx;
     size_t rx_len, rx_cap;
+    /* pf_ws_expect: where the next data message goes; under ws->lock */
+    size_t expect_len; /* 0: no expectation */
+    pf_ws_place *expect;
+    int expect_n, expect_cap;
+    /* loop thread: the places of the message being received, when `placing` */
+    pf_ws_place *place;
+    int place_n, place_cap, place_i;
+    int placing;
 } conn;
 
 struct pf_ws {
@@ -222,6 +235,7 @@ struct pf_ws {
     int pool_n;
     pthread_cond_t direct_done; /* a direct send ended */
     pf_rng rng;                 /* seeds each connection's rng; under lock */
+    int placed;                 /* the message being delivered was received in place */
     pf_ws_handlers h;
     void *user;
     int port;
@@ -284,6 +298,8 @@ static void finish(pf_ws *ws, conn *c) {
     if (ws->h.on_close)
         ws->h.on_close(ws, c->id, c->user, ws->user);
     pf_free(c->rx);
+    pf_free(c->expect);
+    pf_free(c->place);
     pf_free(c);
 }
 
@@ -338,17 +354,10 @@ static int queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len) {
     return 0;
 }
 
-/* Writes the frame header in front of the message and masks it when we are a client.
- * Done once: by a direct sender, or on the loop thread when the message reaches the head
- * of the queue. */
-static void frame(conn *c, out_msg *m) {
+/* Writes the frame header in front of the message (m->start, m->wire); a client draws
+ * the frame's mask key into mask. The payload is left as it is. */
+static void put_header(conn *c, out_msg *m, uint8_t mask[4]) {
     uint8_t *payload = msg_bytes(m);
-    m->framed = 1;
-    if (m->raw) {
-        m->start = payload;
-        m->wire = m->len;
-        return;
-    }
     uint8_t h[14];
     size_t n = 0;
     h[n++] = 0x82; /* FIN, binary */
@@ -366,14 +375,87 @@ static void frame(conn *c, out_msg *m) {
     }
     if (!c->server) {
         uint64_t r = pf_rng_next(&c->rng);
-        uint8_t mask[4] = {(uint8_t)r, (uint8_t)(r >> 8), (uint8_t)(r >> 16), (uint8_t)(r >> 24)};
+        for (int i = 0; i < 4; i++)
+            mask[i] = (uint8_t)(r >> (8 * i));
         memcpy(h + n, mask, 4);
         n += 4;
-        apply_mask(payload, m->len, mask, 0);
     }
     m->start = payload - n;
     memcpy(m->start, h, n);
     m->wire = n + m->len;
+    m->framed = 1;
+}
+
+/* Writes the frame header in front of the message and masks it when we are a client.
+ * Done once: by a direct sender, or on the loop thread when the message reaches the head
+ * of the queue. */
+static void frame(conn *c, out_msg *m) {
+    if (m->raw) {
+        m->start = msg_bytes(m);
+        m->wire = m->len;
+        m->framed = 1;
+        return;
+    }
+    uint8_t mask[4];
+    put_header(c, m, mask);
+    if (!c->server)
+        apply_mask(msg_bytes(m), m->len, mask, 0);
+}
+
+/* A read position in a message given as parts (an iovec array): part i, offset off in it,
+ * payload position pos. */
+typedef struct cursor {
+    const struct iovec *parts;
+    int n, i;
+    size_t off, pos;
+} cursor;
+
+/* Copies the next len payload bytes to payload + their position, XOR mask when mask is
+ * not NULL (mask in place when the parts are the payload itself). */
+static void cursor_copy(cursor *k, uint8_t *payload, size_t len, const uint8_t *mask) {
+    while (len > 0 && k->i < k->n) {
+        const struct iovec *p = &k->parts[k->i];
+        size_t take = p->iov_len - k->off < len ? p->iov_len - k->off : len;
+        const uint8_t *src = (const uint8_t *)p->iov_base + k->off;
+        uint8_t *dst = payload + k->pos;
+        if (mask)
+            copy_unmask(dst, src, take, mask, k->pos & 3);
+        else if (take && dst != src)
+            memcpy(dst, src, take);
+        k->pos += take;
+        k->off += take;
+        len -= take;
+        if (k->off == p->iov_len) {
+            k->i++;
+            k->off = 0;
+        }
+    }
+}
+
+/* Moves past len payload bytes (sent straight from the parts). */
+static void cursor_skip(cursor *k, size_t len) {
+    k->pos += len;
+    while (len > 0 && k->i < k->n) {
+        size_t left = k->parts[k->i].iov_len - k->off;
+        if (len < left) {
+            k->off += len;
+            return;
+        }
+        len -= left;
+        k->i++;
+        k->off = 0;
+    }
+}
+
+/* Fills v with up to max iovecs for the payload bytes not yet passed; returns how many. */
+static int cursor_iov(const cursor *k, struct iovec *v, int max) {
+    int nv = 0;
+    size_t off = k->off;
+    for (int i = k->i; i < k->n && nv < max; i++, off = 0)
+        if (k->parts[i].iov_len > off)
+            v[nv++] =
+                (struct iovec){(uint8_t *)k->parts[i].iov_base + off, k->parts[i].iov_len - off};
+    return nv;
 }
 
 /* --- receiving ------------------------------------------------------------------------------ */
@@ -402,8 +484,49 @@ static void deliver(pf_ws *ws, conn *c) {
     size_t n = c->rx_len;
     c->rx_len = 0;
     c->in_message = 0;
+    ws->placed = c->placing;
+    c->placing = 0;
     if (ws->h.on_message)
         ws->h.on_message(ws, c->id, c->user, c->rx ? c->rx : (const uint8_t *)empty, n, ws->user);
+    ws->placed = 0;
+}
+
+/* A data frame begins a message: it is received in place if it is the one expected. */
+static void take_expectation(pf_ws *ws, conn *c, uint64_t len, int whole) {
+    pthread_mutex_lock(&ws->lock);
+    if (c->expect_len && whole && len == c->expect_len) {
+        pf_ws_place *p = c->place;
+        int cap = c->place_cap;
+        c->place = c->expect;
+        c->place_cap = c->expect_cap;
+        c->place_n = c->expect_n;
+        c->expect = p;
+        c->expect_cap = cap;
+        c->place_i = 0;
+        c->placing = 1;
+    }
+    c->expect_len = 0; /* it was for this message, whichever it is */
+    c->expect_n = 0;
+    pthread_mutex_unlock(&ws->lock);
+}
+
+/* Where the message byte at pos goes, and how many bytes from there go to the same place
+ * (*room): a place of the expected message, or the connection's buffer. */
+static uint8_t *rx_dest(conn *c, size_t pos, size_t *room) {
+    *room = SIZE_MAX;
+    if (!c->placing)
+        return c->rx + pos;
+    while (c->place_i < c->place_n && c->place[c->place_i].pos + c->place[c->place_i].len <= pos)
+        c->place_i++;
+    if (c->place_i == c->place_n)
+        return c->rx + pos;
+    const pf_ws_place *p = &c->place[c->place_i];
+    if (pos >= p->pos) {
+        *room = p->pos + p->len - pos;
+        return (uint8_t *)p->dst + (pos - p->pos);
+    }
+    *room = p->pos - pos;
+    return c->rx + pos;
 }
 
 /* Parses a frame header once enough bytes are in c->hdr; returns 1 when complete, 0 when
@@ -451,6 +574,8 @@ static int parse_header(pf_ws *ws, conn *c) {
         }
         if (continuation != c->in_message)
             return -1;
+        if (!continuation)
+            take_expectation(ws, c, len, c->frame_fin);
         c->in_message = 1;
         if (rx_reserve(ws, c, len) != 0)
             return -1;
@@ -494,14 +619,17 @@ static int frame_done(pf_ws *ws, conn *c) {
  * (and unmasked there) instead of through libwebsockets' receive buffer: one copy less
  * per byte. Reads what the socket holds now; libwebsockets, which reads only when poll()
  * says so, sees the remainder (or the end of the stream) on its next turn. */
-#define DIRECT_READ_MIN (64u << 10)
+#define DIRECT_READ_MIN (16u << 10)
+#define DIRECT_READ_MAX (1u << 20)
 
 static int read_direct(pf_ws *ws, conn *c) {
     int fd = c->fd; /* set when the handshake completed; changed only on this thread */
     while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) &&
            c->frame_left >= DIRECT_READ_MIN) {
-        uint8_t *dst = c->rx + c->rx_len;
-        size_t want = c->frame_left > PF_WS_CHUNK * 4 ? PF_WS_CHUNK * 4 : (size_t)c->frame_left;
+        size_t room;
+        uint8_t *dst = rx_dest(c, c->rx_len, &room);
+        size_t want = c->frame_left > DIRECT_READ_MAX ? DIRECT_READ_MAX : (size_t)c->frame_left;
+        want = want < room ? want : room;
         ssize_t k = recv(fd, dst, want, MSG_DONTWAIT);
         if (k <= 0)
             return 0; /* nothing more now; an error or the end shows up on lws' next read */
@@ -541,17 +669,22 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
             c->hdr_len = 0;
             c->state = ST_PAYLOAD;
         }
-        /* ST_PAYLOAD */
+        /* ST_PAYLOAD: in pieces that each go to one place */
         size_t n = c->frame_left < len ? (size_t)c->frame_left : len;
         int control = c->frame_opcode & 0x08;
-        uint8_t *dst = control ? c->control + c->frame_done : c->rx + c->rx_len;
-        if (n && c->frame_masked)
-            copy_unmask(dst, in, n, c->frame_mask, c->frame_done);
-        else if (n)
-            memcpy(dst, in, n);
-        if (!control)
-            c->rx_len += n;
-        c->frame_done += n;
+        for (size_t done = 0; done < n;) {
+            size_t room = SIZE_MAX;
+            uint8_t *dst = control ? c->control + c->frame_done : rx_dest(c, c->rx_len, &room);
+            size_t take = n - done < room ? n - done : room;
+            if (c->frame_masked)
+                copy_unmask(dst, in + done, take, c->frame_mask, c->frame_done);
+            else
+                memcpy(dst, in + done, take);
+            if (!control)
+                c->rx_len += take;
+            c->frame_done += take;
+            done += take;
+        }
         c->frame_left -= n;
         in += n;
         len -= n;
@@ -689,52 +822,140 @@ static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
     return 0;
 }
 
-/* Sends a message on the caller's thread when the connection has nothing else to write:
- * straight to the socket, without waking the loop (a request/reply round trip saves two
- * thread hand-offs). What the socket does not take now goes to the head of the queue for
- * the loop to finish. Returns 0 when m was taken (sent or queued), -1 when the caller
- * must queue it the usual way. */
-static int send_direct(pf_ws *ws, conn *c, out_msg *m) {
-    /* under ws->lock */
-    if (!c->open || c->fd < 0 || c->head || c->direct || c->lws_buffered || c->want_close)
-        return -1;
-    c->direct = 1;
-    int fd = c->fd;
-    pthread_mutex_unlock(&ws->lock);
-    frame(c, m);
-    size_t sent = 0;
-    while (sent < m->wire) {
-        ssize_t k = send(fd, m->start + sent, m->wire - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (k <= 0)
-            break; /* full (or failing): the loop writes the rest, or sees the error */
-        sent += (size_t)k;
+/* Bytes a client masks and sends at a time on a direct send: small enough that the kernel
+ * reads them from cache right after the mask pass wrote them. */
+#define MASK_CHUNK (1u << 20)
+#define IOV_BATCH  64
+
+/* Writes the frame of m, whose payload is parts[0 .. n), to fd without blocking; returns
+ * the wire bytes the socket took. A server sends straight from the parts (the payload is
+ * never copied when the socket takes it all); a client masks the payload into m's buffer
+ * a chunk at a time and sends each chunk while it is still in cache. Either way m holds
+ * the frame from the returned offset on, ready for the loop to finish. */
+static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *parts, int n) {
+    uint8_t mask[4];
+    put_header(c, m, mask);
+    uint8_t *payload = msg_bytes(m);
+    size_t hn = m->wire - m->len, sent = 0;
+    cursor k = {parts, n, 0, 0, 0};
+    if (c->server) {
+        for (;;) {
+            struct iovec v[IOV_BATCH];
+            int nv = 0;
+            size_t head_left = sent < hn ? hn - sent : 0;
+            if (head_left)
+                v[nv++] = (struct iovec){m->start + sent, head_left};
+            nv += cursor_iov(&k, v + nv, IOV_BATCH - nv);
+            if (nv == 0)
+                break;
+            struct msghdr mh;
+            memset(&mh, 0, sizeof mh);
+            mh.msg_iov = v;
+            mh.msg_iovlen = (size_t)nv;
+            ssize_t r = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (r <= 0)
+                break; /* full (or failing): the loop writes the rest, or sees the error */
+            size_t took = (size_t)r, head = took < head_left ? took : head_left;
+            sent += took;
+            cursor_skip(&k, took - head);
+        }
+        cursor_copy(&k, payload, m->len - k.pos, NULL); /* what the socket did not take */
+        return sent;
     }
+    int stalled = 0;
+    do {
+        size_t len = m->len - k.pos < MASK_CHUNK ? m->len - k.pos : MASK_CHUNK;
+        cursor_copy(&k, payload, len, mask);
+        while (!stalled && sent < hn + k.pos) {
+            ssize_t r = send(fd, m->start + sent, hn + k.pos - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (r <= 0)
+                stalled = 1;
+            else
+                sent += (size_t)r;
+        }
+    } while (k.pos < m->len);
+    return sent;
+}
+
+/* Sends message m, whose payload is parts[0 .. n) (m's own buffer, or memory of the
+ * caller's that is read before this returns), and takes m back. When the connection has
+ * nothing else to write, the frame goes straight to the socket from the caller's thread
+ * (no loop wake-up on a request/reply round trip) and only what the socket does not take
+ * now is left in m, at the head of the queue, for the loop to finish. Otherwise the
+ * payload is gathered into m and m is queued; the loop frames (and masks) it. */
+static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iovec *parts, int n) {
+    m->next = NULL;
+    m->raw = 0;
+    m->framed = 0;
+    int own = n == 1 && parts[0].iov_base == msg_bytes(m);
     pthread_mutex_lock(&ws->lock);
-    c->direct = 0;
-    pthread_cond_broadcast(&ws->direct_done);
-    int wake = 0;
-    if (sent < m->wire) {
-        c->tx_off = sent; /* the queue was empty when this send began: it goes first */
-        m->next = c->head;
-        c->head = m;
-        if (!c->tail)
-            c->tail = m;
-        m = NULL;
-        wake = 1;
-    } else {
-        wake = c->head != NULL || c->want_close; /* queued by others meanwhile */
-    }
-    pthread_mutex_unlock(&ws->lock);
-    if (m)
+    conn *c = find_locked(ws, id);
+    if (!c || c->want_close) {
+        pthread_mutex_unlock(&ws->lock);
         release(ws, m);
-    if (wake) {
-        if (pthread_equal(pthread_self(), ws->thread))
-            lws_callback_on_writable(c->wsi);
-        else
-            lws_cancel_service(ws->ctx);
+        return PF_ERR_NOT_FOUND;
+    }
+    if (c->open && c->fd >= 0 && !c->head && !c->direct && !c->lws_buffered) {
+        c->direct = 1; /* claimed: the loop writes nothing on c until it ends */
+        int fd = c->fd;
+        pthread_mutex_unlock(&ws->lock);
+        size_t sent = write_direct(c, fd, m, parts, n);
+        pthread_mutex_lock(&ws->lock);
+        c->direct = 0;
+        pthread_cond_broadcast(&ws->direct_done);
+        int wake;
+        if (sent < m->wire) {
+            c->tx_off = sent; /* the queue was empty when this send began: it goes first */
+            m->next = c->head;
+            c->head = m;
+            if (!c->tail)
+                c->tail = m;
+            m = NULL;
+            wake = 1;
+        } else {
+            wake = c->head != NULL || c->want_close; /* queued by others meanwhile */
+        }
+        struct lws *wsi = c->wsi;
+        pthread_mutex_unlock(&ws->lock); /* c may be gone now: not touched again */
+        if (m)
+            release(ws, m);
+        if (wake) {
+            if (pthread_equal(pthread_self(), ws->thread))
+                lws_callback_on_writable(wsi);
+            else
+                lws_cancel_service(ws->ctx);
+        }
+        return PF_OK;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    if (!own) { /* the parts are the caller's: gather them; the loop frames and masks */
+        cursor k = {parts, n, 0, 0, 0};
+        cursor_copy(&k, msg_bytes(m), m->len, NULL);
     }
     pthread_mutex_lock(&ws->lock);
-    return 0;
+    c = find_locked(ws, id);
+    if (c && !c->want_close) {
+        if (c->tail)
+            c->tail->next = m;
+        else
+            c->head = m;
+        c->tail = m;
+    } else {
+        c = NULL;
+    }
+    struct lws *wsi = c ? c->wsi : NULL;
+    pthread_mutex_unlock(&ws->lock);
+    if (!c) {
+        release(ws, m);
+        return PF_ERR_NOT_FOUND;
+    }
+    /* From a handler (the service thread, the only one that frees connections or sets
+     * their wsi) ask for WRITEABLE directly; from any other thread wake the loop. */
+    if (pthread_equal(pthread_self(), ws->thread) && wsi)
+        lws_callback_on_writable(wsi);
+    else
+        lws_cancel_service(ws->ctx);
+    return PF_OK;
 }
 
 /* --- the loop ------------------------------------------------------------------------------- */
@@ -914,7 +1135,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     ws->protocols[0] = (struct lws_protocols){
         .name = PROTOCOL_NAME,
         .callback = callback,
-        .rx_buffer_size = PF_WS_CHUNK,
+        .rx_buffer_size = RX_CHUNK,
         .tx_packet_size = PF_WS_CHUNK,
     };
     struct lws_context_creation_info info;
@@ -925,7 +1146,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     info.user = ws;
     info.gid = -1;
     info.uid = -1;
-    info.pt_serv_buf_size = PF_WS_CHUNK;
+    info.pt_serv_buf_size = RX_CHUNK;
     info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
     if (port != CONTEXT_PORT_NO_LISTEN) {
         info.options |= LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG;
@@ -1020,37 +1241,54 @@ pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, 
 
 pf_status pf_ws_send(pf_ws *ws, uint64_t id, uint8_t *msg, size_t len) {
     out_msg *m = msg_of(msg);
-    m->next = NULL;
     m->len = len;
-    m->raw = 0;
-    m->framed = 0;
+    struct iovec whole = {msg, len};
+    return send_parts(ws, id, m, &whole, 1);
+}
+
+pf_status pf_ws_sendv(pf_ws *ws, uint64_t id, const struct iovec *parts, int n) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += parts[i].iov_len;
+    uint8_t *b = pf_ws_buffer(ws, len);
+    if (!b)
+        return PF_ERR_NOMEM;
+    out_msg *m = msg_of(b);
+    m->len = len;
+    return send_parts(ws, id, m, parts, n);
+}
+
+pf_status pf_ws_expect(pf_ws *ws, uint64_t id, size_t len, const pf_ws_place *places, int n) {
+    if (n < 0 || (n > 0 && !places))
+        return PF_ERR_INVALID;
+    for (int i = 0; i < n; i++)
+        if (places[i].pos > len || places[i].len > len - places[i].pos ||
+            (i > 0 && places[i].pos < places[i - 1].pos + places[i - 1].len))
+            return PF_ERR_INVALID;
     pthread_mutex_lock(&ws->lock);
     conn *c = find_locked(ws, id);
-    if (c && c->want_close)
-        c = NULL;
-    if (c && send_direct(ws, c, m) == 0) {
-        pthread_mutex_unlock(&ws->lock); /* c may be gone now: not touched again */
-        return PF_OK;
+    pf_status st = c ? PF_OK : PF_ERR_NOT_FOUND;
+    if (c && n > c->expect_cap) {
+        pf_ws_place *p = pf_realloc(c->expect, (size_t)n * sizeof *p);
+        if (p) {
+            c->expect = p;
+            c->expect_cap = n;
+        } else {
+            st = PF_ERR_NOMEM;
+        }
     }
     if (c) {
-        if (c->tail)
-            c->tail->next = m;
-        else
-            c->head = m;
-        c->tail = m;
+        c->expect_len = st == PF_OK ? len : 0;
+        c->expect_n = st == PF_OK ? n : 0;
+        if (st == PF_OK && n > 0)
+            memcpy(c->expect, places, (size_t)n * sizeof *places);
     }
     pthread_mutex_unlock(&ws->lock);
-    if (!c) {
-        release(ws, m);
-        return PF_ERR_NOT_FOUND;
-    }
-    /* From a handler (the service thread, the only one that frees connections or sets
-     * their wsi) ask for WRITEABLE directly; from any other thread wake the loop. */
-    if (pthread_equal(pthread_self(), ws->thread) && c->wsi)
-        lws_callback_on_writable(c->wsi);
-    else
-        lws_cancel_service(ws->ctx);
-    return PF_OK;
+    return st;
+}
+
+int pf_ws_message_placed(const pf_ws *ws) {
+    return ws->placed;
 }
 
 void pf_ws_close(pf_ws *ws, uint64_t id) {

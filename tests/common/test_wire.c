@@ -491,6 +491,20 @@ static void test_chunked_gather(void **state) {
     }
     assert_int_equal(pf_wire_out_copy(&o, total, got, 10), 0);
     assert_int_equal(pf_wire_out_copy(&o, total + 5, got, 10), 0);
+    /* As pieces for a gathering write: none empty, together the whole message; a short
+     * array still reports how many are needed. */
+    struct iovec parts[2 * N + 1];
+    size_t n_parts = pf_wire_out_parts(&o, parts, 2 * N + 1);
+    assert_true(n_parts >= 2 && n_parts <= 2 * N + 1);
+    assert_int_equal(pf_wire_out_parts(&o, parts, 1), n_parts);
+    pf_wire_out_parts(&o, parts, n_parts);
+    size_t at = 0;
+    for (size_t i = 0; i < n_parts; i++) {
+        assert_true(parts[i].iov_len > 0);
+        assert_memory_equal(parts[i].iov_base, whole.data + at, parts[i].iov_len);
+        at += parts[i].iov_len;
+    }
+    assert_int_equal(at, total);
 
     pf_wire_in in;
     pf_wire_in_init(&in, 0, 0);

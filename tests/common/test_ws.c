@@ -22,8 +22,13 @@ typedef struct endpoint {
     uint64_t last_conn;
     uint8_t *last;
     size_t last_len;
-    int echo;            /* server: send every message back */
+    int echo;                  /* server: send every message back */
+    int echo_parts;            /* ... with pf_ws_sendv, in uneven parts read from the message */
+    struct endpoint *hold_for; /* client: on the first message, wait (up to 5 s) until this
+                                  peer has received hold_count messages */
+    int hold_count;
     uint64_t digest[64]; /* FNV-1a of each of the first 64 messages, in arrival order */
+    int placed[64];      /* pf_ws_message_placed() for each of them */
 } endpoint;
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
@@ -65,10 +70,31 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
     e->last = malloc(len ? len : 1);
     memcpy(e->last, data, len);
     e->last_len = len;
-    if (e->messages < 64)
+    if (e->messages < 64) {
         e->digest[e->messages] = fnv1a(data, len);
+        e->placed[e->messages] = pf_ws_message_placed(ws);
+    }
     e->messages++;
-    if (e->echo) {
+    if (e->hold_for && e->messages == 1) {
+        /* Not reading meanwhile fills the socket buffers, so the peer's sends stall. */
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 5;
+        endpoint *p = e->hold_for;
+        pthread_mutex_lock(&p->mu);
+        while (p->messages < e->hold_count &&
+               pthread_cond_timedwait(&p->cv, &p->mu, &deadline) == 0)
+            ;
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (e->echo && e->echo_parts) {
+        size_t a = len / 3, b = len / 2 + (len > 1);
+        struct iovec parts[] = {{(void *)data, a},
+                                {(void *)data, 0},
+                                {(void *)(data + a), b - a},
+                                {(void *)(data + b), len - b}};
+        assert_int_equal(pf_ws_sendv(ws, conn, parts, 4), PF_OK);
+    } else if (e->echo) {
         uint8_t *reply = pf_ws_buffer(ws, len);
         assert_non_null(reply);
         memcpy(reply, data, len);
@@ -133,6 +159,26 @@ static void echo_pair(endpoint *s, endpoint *c, pf_ws **srv, pf_ws **cli, uint64
     assert_int_equal(pf_ws_connect(*cli, "127.0.0.1", pf_ws_port(*srv), NULL, conn), PF_OK);
 }
 
+static void destroy_pair(endpoint *s, endpoint *c, pf_ws *srv, pf_ws *cli) {
+    pf_ws_destroy(cli);
+    pf_ws_destroy(srv);
+    ep_deinit(s);
+    ep_deinit(c);
+}
+
+/* Waits for n echoes and checks that each message reached the server and came back
+ * unchanged, in order. */
+static void check_echoes(endpoint *s, endpoint *c, const uint64_t *want, const size_t *sizes,
+                         int n) {
+    assert_true(wait_for(c, &c->messages, n));
+    for (int i = 0; i < n; i++) {
+        if (s->digest[i] != want[i])
+            fail_msg("message %d (%zu bytes) reached the server changed", i, sizes[i]);
+        if (c->digest[i] != want[i])
+            fail_msg("message %d (%zu bytes) came back changed", i, sizes[i]);
+    }
+}
+
 static void test_round_trips(void **state) {
     (void)state;
     endpoint s, c;
@@ -158,10 +204,7 @@ static void test_round_trips(void **state) {
     assert_true(wait_for(&c, &c.closed, 1));
     assert_true(wait_for(&s, &s.closed, 1));
     assert_int_equal(pf_ws_send(cli, conn, message(cli, 8, 0), 8), PF_ERR_NOT_FOUND);
-    pf_ws_destroy(cli);
-    pf_ws_destroy(srv);
-    ep_deinit(&s);
-    ep_deinit(&c);
+    destroy_pair(&s, &c, srv, cli);
 }
 
 /* Messages sent back to back, without waiting for replies, large and small mixed: frame
@@ -182,17 +225,111 @@ static void test_pipelined(void **state) {
         want[i] = fnv1a(buf, sizes[i]);
         assert_int_equal(pf_ws_send(cli, conn, buf, sizes[i]), PF_OK);
     }
-    assert_true(wait_for(&c, &c.messages, N));
+    check_echoes(&s, &c, want, sizes, N);
+    destroy_pair(&s, &c, srv, cli);
+}
+
+/* pf_ws_sendv both ways, back to back: the client sends from a scratch buffer it
+ * scribbles over as soon as each call returns, in up to 300 parts (more than one gathering
+ * write takes); the server echoes straight from the message it was handed, in uneven
+ * parts. The client reads nothing more after the first echo until the server has had
+ * every message, so the server's sends stall and leave a remainder that the transport
+ * must have copied before the call returned. Every message arrives whole, in order. */
+static void test_sendv(void **state) {
+    (void)state;
+    endpoint s, c;
+    pf_ws *srv, *cli;
+    uint64_t conn;
+    echo_pair(&s, &c, &srv, &cli, &conn);
+    s.echo_parts = 1;
+    assert_true(wait_for(&c, &c.opened, 1));
+    c.hold_for = &s;
+    const size_t sizes[] = {9 * PF_WS_CHUNK + 5, 0, 3, 4096, 300001, 12 * PF_WS_CHUNK, 1, 70000};
+    const int n_parts[] = {300, 1, 2, 7, 64, 65, 1, 3};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint64_t want[N];
+    c.hold_count = N;
+    uint8_t *scratch = malloc(12 * PF_WS_CHUNK + 16);
+    struct iovec parts[300];
     for (int i = 0; i < N; i++) {
-        if (s.digest[i] != want[i])
-            fail_msg("message %d (%zu bytes) reached the server changed", i, sizes[i]);
-        if (c.digest[i] != want[i])
-            fail_msg("message %d (%zu bytes) came back changed", i, sizes[i]);
+        for (size_t k = 0; k < sizes[i]; k++)
+            scratch[k] = (uint8_t)(k * 131u + (unsigned)i);
+        want[i] = fnv1a(scratch, sizes[i]);
+        size_t pos = 0;
+        for (int p = 0; p < n_parts[i]; p++) { /* uneven parts, the last takes the rest */
+            size_t len = p + 1 == n_parts[i] ? sizes[i] - pos : (sizes[i] - pos) / 3;
+            parts[p] = (struct iovec){scratch + pos, len};
+            pos += len;
+        }
+        assert_int_equal(pf_ws_sendv(cli, conn, parts, n_parts[i]), PF_OK);
+        memset(scratch, 0xAA, sizes[i]); /* the transport must not read it any more */
     }
-    pf_ws_destroy(cli);
-    pf_ws_destroy(srv);
-    ep_deinit(&s);
-    ep_deinit(&c);
+    check_echoes(&s, &c, want, sizes, N);
+    free(scratch);
+    destroy_pair(&s, &c, srv, cli);
+}
+
+/* Replies received in place (pf_ws_expect): the expected ranges land in the caller's
+ * buffers, read straight from the socket for a large message and from libwebsockets'
+ * buffer for a small one; everything else arrives in the message as usual. A reply of
+ * another length is received as usual and leaves the buffers alone; bad places are
+ * refused. */
+static void test_expect(void **state) {
+    (void)state;
+    endpoint s, c;
+    pf_ws *srv, *cli;
+    uint64_t conn;
+    echo_pair(&s, &c, &srv, &cli, &conn);
+    assert_true(wait_for(&c, &c.opened, 1));
+    const size_t sizes[] = {3 * PF_WS_CHUNK + 11, 5000};
+    uint8_t *a = malloc(2 * PF_WS_CHUNK), *b = malloc(PF_WS_CHUNK);
+    for (int i = 0; i < 2; i++) {
+        size_t len = sizes[i];
+        pf_ws_place places[] = {{40, len / 2, a}, {len / 2 + 56, len / 4 - 3, b}};
+        memset(a, 0xEE, 2 * PF_WS_CHUNK);
+        memset(b, 0xEE, PF_WS_CHUNK);
+        assert_int_equal(pf_ws_expect(cli, conn, len, places, 2), PF_OK);
+        assert_int_equal(pf_ws_send(cli, conn, message(cli, len, 3u + (unsigned)i), len), PF_OK);
+        assert_true(wait_for(&c, &c.messages, i + 1));
+        assert_int_equal(c.placed[i], 1);
+        assert_int_equal(c.last_len, len);
+        for (size_t k = 0; k < len; k++) {
+            uint8_t want = (uint8_t)(k * 31u + 3u + (unsigned)i);
+            const uint8_t *got = &c.last[k];
+            if (k >= places[0].pos && k < places[0].pos + places[0].len)
+                got = a + (k - places[0].pos);
+            else if (k >= places[1].pos && k < places[1].pos + places[1].len)
+                got = b + (k - places[1].pos);
+            if (*got != want)
+                fail_msg("message %d: byte %zu differs", i, k);
+        }
+    }
+    /* The next message is 1 byte longer than expected: received whole, as usual. */
+    pf_ws_place one[] = {{0, 100, a}};
+    memset(a, 0xEE, 100);
+    assert_int_equal(pf_ws_expect(cli, conn, 4096, one, 1), PF_OK);
+    assert_int_equal(pf_ws_send(cli, conn, message(cli, 4097, 9), 4097), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 3));
+    assert_int_equal(c.placed[2], 0);
+    check_payload(&c, 4097, 9);
+    for (int k = 0; k < 100; k++)
+        assert_int_equal(a[k], 0xEE);
+    /* The expectation was for that message only: the next is received as usual too. */
+    assert_int_equal(pf_ws_send(cli, conn, message(cli, 4096, 10), 4096), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 4));
+    assert_int_equal(c.placed[3], 0);
+    check_payload(&c, 4096, 10);
+    /* Places out of order, overlapping or past the end. */
+    pf_ws_place bad1[] = {{100, 10, a}, {50, 10, b}};
+    pf_ws_place bad2[] = {{0, 10, a}, {5, 10, b}};
+    pf_ws_place bad3[] = {{4090, 10, a}};
+    assert_int_equal(pf_ws_expect(cli, conn, 4096, bad1, 2), PF_ERR_INVALID);
+    assert_int_equal(pf_ws_expect(cli, conn, 4096, bad2, 2), PF_ERR_INVALID);
+    assert_int_equal(pf_ws_expect(cli, conn, 4096, bad3, 1), PF_ERR_INVALID);
+    assert_int_equal(pf_ws_expect(cli, 999, 4096, one, 1), PF_ERR_NOT_FOUND);
+    free(a);
+    free(b);
+    destroy_pair(&s, &c, srv, cli);
 }
 
 static void test_message_cap(void **state) {
@@ -213,10 +350,7 @@ static void test_message_cap(void **state) {
     /* The server closes the connection rather than buffer an oversized message. */
     assert_true(wait_for(&c, &c.closed, 1));
     assert_int_equal(s.messages, 1);
-    pf_ws_destroy(cli);
-    pf_ws_destroy(srv);
-    ep_deinit(&s);
-    ep_deinit(&c);
+    destroy_pair(&s, &c, srv, cli);
 }
 
 static void test_connect_refused(void **state) {
@@ -245,10 +379,9 @@ static void test_connect_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trips),
-        cmocka_unit_test(test_pipelined),
-        cmocka_unit_test(test_message_cap),
-        cmocka_unit_test(test_connect_refused),
+        cmocka_unit_test(test_round_trips), cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_sendv),       cmocka_unit_test(test_expect),
+        cmocka_unit_test(test_message_cap), cmocka_unit_test(test_connect_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,10 +17,9 @@
  *
  * Encoding never copies tensor data. An encoder writes the header, the fixed fields,
  * strings and per-tensor headers into a small reusable buffer and records each tensor's
- * data as a pointer; pf_wire_out_copy() then produces any byte range of the logical
- * message, so a transport can fill its ~1 MiB send chunks (after its own headroom, e.g.
- * LWS_PRE) one at a time. Tensor data must stay valid and unchanged until the message is
- * sent.
+ * data as a pointer; pf_wire_out_parts() lists the message as pieces for a gathering
+ * write (tensor data sent from where it lives), and pf_wire_out_copy() produces any byte
+ * range of it. Tensor data must stay valid and unchanged until the message is sent.
  *
  * Threads: pf_wire_in and pf_wire_out are per connection and used by one thread at a
  * time; everything else is reentrant.
@@ -30,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "psflow/buf.h"
 #include "psflow/status.h"
@@ -47,6 +47,12 @@
 #define PF_WIRE_MAX_PATH      4096u        /* CHECKPOINT_ACK path, bytes */
 
 #define PF_WIRE_F32 1u /* the only dtype of v1 */
+
+/* Where a PULL_REPLY's first tensor record starts, and a record's data within the record:
+ * enough for a client to know where each tensor's values will lie in the reply it asked
+ * for (records follow each other, one per requested id, in request order). */
+#define PF_WIRE_PULL_REPLY_RECORDS (PF_WIRE_HEADER_SIZE + 16)
+#define PF_WIRE_RECORD_DATA        16
 
 /* Message types (u16 at header offset 6). */
 #define PF_WIRE_TYPE_LIST(X)                                                                       \
@@ -347,6 +353,11 @@ size_t pf_wire_out_len(const pf_wire_out *out);
  * number of bytes copied (0 when pos >= pf_wire_out_len). The transport calls it once
  * per send chunk. */
 size_t pf_wire_out_copy(const pf_wire_out *out, size_t pos, void *dst, size_t len);
+
+/* The message as pieces for a gathering write: head bytes and tensor data, in order, none
+ * empty. Fills at most max entries of parts and returns how many the whole message needs
+ * (at most 2 * tensors + 1); the caller passes a larger array when that is over max. */
+size_t pf_wire_out_parts(const pf_wire_out *out, struct iovec *parts, size_t max);
 
 /* Appends the whole message to dst (tests, small messages). Errors: as pf_buf_reserve. */
 pf_status pf_wire_out_gather(const pf_wire_out *out, pf_buf *dst);

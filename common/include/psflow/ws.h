@@ -13,7 +13,9 @@
  * room for the frame header in front of the message, the caller writes the message into
  * it and passes it to pf_ws_send(), which always takes it back: the transport writes the
  * frame header in front of the message and, on a client, masks the payload in place, then
- * returns the buffer to the pool. Once warm, sending allocates nothing.
+ * returns the buffer to the pool. Once warm, sending allocates nothing. pf_ws_sendv()
+ * sends a message that lies in pieces of the caller's memory (tensor data where it
+ * lives) without gathering it first.
  *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection
  * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_send
@@ -24,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "psflow/status.h"
 
@@ -68,6 +71,37 @@ uint8_t *pf_ws_buffer(pf_ws *ws, size_t len);
 /* Queues msg[0 .. len) (a buffer from pf_ws_buffer) for sending on conn and takes the
  * buffer back in every case. PF_ERR_NOT_FOUND: the connection is closed (nothing sent). */
 pf_status pf_ws_send(pf_ws *ws, uint64_t conn, uint8_t *msg, size_t len);
+
+/* Sends the message made of parts[0 .. n) (an encoded message's header pieces and the
+ * tensor data they point at) on conn. The parts are read before this returns and may
+ * change right after. When the connection has nothing else queued the frame goes to the
+ * socket from the caller's thread: a server sends straight from the parts, and copies
+ * only what the socket did not take; a client masks into a pooled buffer a chunk at a
+ * time, sending each chunk as it is masked. Otherwise the parts are gathered into a
+ * pooled buffer and queued. Errors: PF_ERR_NOT_FOUND (the connection is closed: nothing
+ * sent), PF_ERR_NOMEM. Any thread. */
+pf_status pf_ws_sendv(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n);
+
+/* A byte range of an expected message and where it should be received. */
+typedef struct pf_ws_place {
+    size_t pos; /* offset in the message */
+    size_t len;
+    void *dst;
+} pf_ws_place;
+
+/* Receives the next data message on conn in place: if it is one frame of exactly len bytes,
+ * its bytes [places[i].pos, + places[i].len) are read from the socket straight into
+ * places[i].dst and the rest into the connection's buffer as usual; on_message then sees
+ * those ranges missing from `data` and pf_ws_message_placed() is 1. Any other next message
+ * is received as usual. The expectation holds for that one message (len 0 clears it);
+ * places must be in order and not overlap, and the destinations must stay writable, and
+ * untouched by anyone else, until that message has been delivered or the connection has
+ * closed. Errors: PF_ERR_INVALID (places out of order or past len), PF_ERR_NOT_FOUND,
+ * PF_ERR_NOMEM. Any thread. */
+pf_status pf_ws_expect(pf_ws *ws, uint64_t conn, size_t len, const pf_ws_place *places, int n);
+
+/* In on_message: whether this message was received in place (see pf_ws_expect). */
+int pf_ws_message_placed(const pf_ws *ws);
 
 /* Sets the conn_user passed to handlers for a server connection (service thread only, e.g.
  * from on_open). */

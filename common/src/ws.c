@@ -14,9 +14,10 @@
  * at a time and sends each chunk while it is in cache. Otherwise, and for what the socket
  * did not take (copied into the buffer before the sender returns), the loop writes it in
  * pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE callback.
- * libwebsockets reads RX_CHUNK bytes per readable event; the rest of a large incoming
- * frame is read from the socket straight into the message buffer, DIRECT_READ_MAX bytes
- * a read, and unmasked there while still in cache.
+ * libwebsockets reads up to RX_CHUNK bytes per readable event; the rest of an incoming
+ * data frame is read from the socket straight into the message buffer (or where
+ * pf_ws_expect placed it), DIRECT_READ_MAX bytes a read, and unmasked there while still
+ * in cache.
  *
  * Threads: everything that touches a wsi runs on the service thread. Other threads edit
  * the connection table under `lock` (queue a message, ask for a connect or a close) and
@@ -47,7 +48,7 @@
 #define PROTOCOL_NAME "psflow-v1"
 #define HEADROOM      16          /* frame header space in front of a message: at most 14 bytes */
 #define MAX_HTTP      8192        /* handshake request or response */
-#define RX_CHUNK      (16u << 10) /* bytes libwebsockets reads per readable event */
+#define RX_CHUNK      (64u << 10) /* bytes libwebsockets reads per readable event */
 #define WS_GUID       "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 /* --- SHA-1 and base64, for Sec-WebSocket-Accept --------------------------------------------- */
@@ -615,17 +616,16 @@ static int frame_done(pf_ws *ws, conn *c) {
     return 0;
 }
 
-/* The rest of a large data frame, read from the socket straight into the message buffer
- * (and unmasked there) instead of through libwebsockets' receive buffer: one copy less
- * per byte. Reads what the socket holds now; libwebsockets, which reads only when poll()
- * says so, sees the remainder (or the end of the stream) on its next turn. */
-#define DIRECT_READ_MIN (16u << 10)
+/* The rest of a data frame that libwebsockets' read did not hold, read from the socket
+ * straight into the message buffer (and unmasked there): one copy less per byte, and no
+ * wait for the next readable event when the rest is already there. Reads what the socket
+ * holds now; libwebsockets, which reads only when poll() says so, sees the remainder (or
+ * the end of the stream) on its next turn. */
 #define DIRECT_READ_MAX (1u << 20)
 
 static int read_direct(pf_ws *ws, conn *c) {
     int fd = c->fd; /* set when the handshake completed; changed only on this thread */
-    while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) &&
-           c->frame_left >= DIRECT_READ_MIN) {
+    while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) && c->frame_left > 0) {
         size_t room;
         uint8_t *dst = rx_dest(c, c->rx_len, &room);
         size_t want = c->frame_left > DIRECT_READ_MAX ? DIRECT_READ_MAX : (size_t)c->frame_left;

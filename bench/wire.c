@@ -99,18 +99,29 @@ static void run_baseline(const char *self, double seconds, int s) {
     }
 }
 
+static int is_case(size_t bytes) {
+    for (int s = 0; s < 3; s++)
+        if (cases[s].bytes == bytes)
+            return 1;
+    return 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: wire [--seconds T] [--size 4096|4194304|41943040]\n");
+    return 64;
+}
+
 int main(int argc, char **argv) {
     double seconds = 2.0;
     size_t only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-            only = strtoull(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: wire [--seconds T] [--size 4096|4194304|41943040]\n");
-            return 64;
-        }
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
+                 is_case(only = strtoull(argv[++i], NULL, 10)))
+            continue;
+        else
+            return usage();
     }
     printf("wire: 1 ps + 1 worker on 127.0.0.1, goodput counts payload both ways; "
            "TCP = plain socket, same run\n");

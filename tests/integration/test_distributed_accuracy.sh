@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow accuracy
 # timeout: 900
 # 2 ps + 2 workers (real processes, TF_CONFIG) train the Fashion-MNIST examples:
 # sync reaches the targets (softmax >= 0.84, MLP >= 0.88) and async reaches the sync

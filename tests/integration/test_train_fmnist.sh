@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow accuracy
 # timeout: 900
 # The Fashion-MNIST examples reach the published accuracies with `psflow train`:
 # softmax regression >= 0.84 (published 0.842) and the MLP >= 0.88 (published 0.883 for

@@ -299,9 +299,8 @@ static void task_finish(task *t, int state, int code, const char *message) {
 static void *ps_task_main(void *arg) {
     task *t = arg;
     const agent_options *o = t->a->o;
-    ps_server_options so = {
-        &t->spec,       t->index, o->listen_host, o->listen_port, o->checkpoint_dir,
-        t->incarnation, 10.0};
+    ps_server_options so = {&t->spec,          t->index,       o->listen_host,       o->listen_port,
+                            o->checkpoint_dir, t->incarnation, o->exit_grace_seconds};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
@@ -344,7 +343,8 @@ static void *worker_task_main(void *arg) {
         .incarnation = t->incarnation,
         .checkpoint_dir = o->checkpoint_dir,
         .log_every = o->log_every,
-        .retry_seconds = 120,
+        .retry_seconds = o->retry_seconds,
+        .push_delay_ms = o->push_delay_ms,
         .stop = &t->stop,
         .report = reporter_add,
         .report_ctx = t->rep,

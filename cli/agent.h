@@ -23,6 +23,9 @@ typedef struct agent_options {
     int listen_port; /* ps: where the data plane listens */
     const char *checkpoint_dir;
     long log_every;
+    double exit_grace_seconds; /* ps: after the final checkpoint, wait this long for workers */
+    double retry_seconds;      /* worker: keep reconnecting to a lost ps this long */
+    long push_delay_ms;        /* worker, testing: wait this long before every push */
 } agent_options;
 
 /* Runs until SIGINT/SIGTERM; returns the process exit code. */

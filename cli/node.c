@@ -141,9 +141,20 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
     int rc = token_or_exit("ps", token, sizeof token);
     if (rc)
         return rc;
+    long grace;
+    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace))
+        return CLI_EX_USAGE;
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
-    agent_options ao = {
-        "ps", coordinator, token, id, adv, host, port, ckpt ? ckpt : "./checkpoints", 100};
+    agent_options ao = {.role = "ps",
+                        .coordinator = coordinator,
+                        .token = token,
+                        .node_id = id,
+                        .advertise = adv,
+                        .listen_host = host,
+                        .listen_port = port,
+                        .checkpoint_dir = ckpt ? ckpt : "./checkpoints",
+                        .log_every = 100,
+                        .exit_grace_seconds = (double)grace};
     return agent_run(&ao);
 }
 
@@ -263,9 +274,16 @@ int cli_worker(int argc, char **argv) {
     }
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job")) {
-        long every;
-        if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &every))
+        long every, retry, delay;
+        if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &every) ||
+            cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
+            cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay))
             return CLI_EX_USAGE;
+        if (cli_get(opts, n_opts, "output")) {
+            fprintf(stderr, "psflow worker: --output is for static mode (--job); a managed "
+                            "chief reports its result to the coordinator\n");
+            return CLI_EX_USAGE;
+        }
         char id[128], adv[300], token[512];
         node_defaults("worker", cli_get(opts, n_opts, "node-id"),
                       cli_get(opts, n_opts, "advertise"), 2222, id, sizeof id, adv, sizeof adv);
@@ -273,8 +291,15 @@ int cli_worker(int argc, char **argv) {
         if (trc)
             return trc;
         const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
-        agent_options ao = {
-            "worker", coordinator, token, id, adv, NULL, 0, dir ? dir : "./checkpoints", every};
+        agent_options ao = {.role = "worker",
+                            .coordinator = coordinator,
+                            .token = token,
+                            .node_id = id,
+                            .advertise = adv,
+                            .checkpoint_dir = dir ? dir : "./checkpoints",
+                            .log_every = every,
+                            .retry_seconds = (double)retry,
+                            .push_delay_ms = delay};
         return agent_run(&ao);
     }
     long log_every, retry, delay;

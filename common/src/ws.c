@@ -530,8 +530,8 @@ static uint8_t *rx_dest(conn *c, size_t pos, size_t *room) {
     return c->rx + pos;
 }
 
-/* Parses a frame header once enough bytes are in c->hdr; returns 1 when complete, 0 when
- * more bytes are needed, -1 on a protocol error. */
+/* Parses a frame header once enough bytes are in c->hdr; returns the header's length when
+ * complete, 0 when more bytes are needed, -1 on a protocol error. */
 static int parse_header(pf_ws *ws, conn *c) {
     if (c->hdr_len < 2)
         return 0;
@@ -581,8 +581,7 @@ static int parse_header(pf_ws *ws, conn *c) {
         if (rx_reserve(ws, c, len) != 0)
             return -1;
     }
-    (void)ws;
-    return 1;
+    return (int)need;
 }
 
 /* A control frame's payload is complete. Returns -1 to close. */
@@ -661,9 +660,7 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
                 len -= take;
                 continue;
             }
-            int masked = c->frame_masked, len7 = c->hdr[1] & 0x7f;
-            size_t hlen = 2 + (len7 == 126 ? 2 : len7 == 127 ? 8 : 0) + (masked ? 4 : 0);
-            size_t used = hlen - before;
+            size_t used = (size_t)r - before;
             in += used;
             len -= used;
             c->hdr_len = 0;

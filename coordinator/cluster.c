@@ -627,8 +627,11 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, 
                                             "task", task, "step", (json_int_t)step, "time",
                                             num(p, "time"), "accuracy", json_number_or_null(acc),
                                             "test_loss", json_number_or_null(tl)));
-        j->accuracy = acc;
-        j->test_loss = tl;
+        /* An evaluation may carry only one of the two: the other keeps its last value. */
+        if (!isnan(acc))
+            j->accuracy = acc;
+        if (!isnan(tl))
+            j->test_loss = tl;
     }
     j->dirty = true;
     if (finished) {

@@ -735,6 +735,20 @@ static void test_metrics_after_end(void **state) {
     assert_true(j->test_loss == 0.3);
     assert_int_equal(j->global_step, 13);
     assert_int_equal(j->phase, COORD_FAILED);
+
+    /* An evaluation with only a test loss (or only an accuracy) leaves the other figure as
+     * it was instead of blanking it. */
+    json_t *loss_only =
+        json_pack("[{s:i, s:f, s:f}]", "step", 21, "time", T0 + 6, "test_loss", 0.25);
+    coord_job_record_metrics(&c, j, "chief", NULL, loss_only, T0 + 6);
+    assert_true(j->accuracy == 0.9);
+    assert_true(j->test_loss == 0.25);
+    json_t *acc_only = json_pack("[{s:i, s:f, s:f}]", "step", 22, "time", T0 + 7, "accuracy", 0.91);
+    coord_job_record_metrics(&c, j, "chief", NULL, acc_only, T0 + 7);
+    assert_true(j->accuracy == 0.91);
+    assert_true(j->test_loss == 0.25);
+    json_decref(loss_only);
+    json_decref(acc_only);
     json_decref(p0);
     json_decref(p1);
     json_decref(late);

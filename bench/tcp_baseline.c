@@ -4,8 +4,9 @@
  *   push       client sends S bytes, server answers 8 bytes
  *   pull       client sends 8 bytes, server answers S bytes
  *   push-pull  client sends S bytes, server answers S bytes
- * and prints one line per size and pattern: "S pattern best_seconds". Each pattern runs
- * for about --seconds and the best round trip is kept (noise only adds time).
+ * and prints one line per size and pattern: "S pattern seconds seconds ...", every round
+ * trip it timed. Each pattern runs for about --seconds (at least 3 and at most MAX_ROUNDS
+ * round trips).
  *
  * usage: tcp_baseline [--seconds T] SIZE...
  */
@@ -21,6 +22,8 @@
 #include <unistd.h>
 
 #include "psflow/clock.h"
+
+enum { MAX_ROUNDS = 100000 };
 
 static int read_all(int fd, uint8_t *p, size_t n) {
     while (n) {
@@ -101,20 +104,20 @@ int main(int argc, char **argv) {
         const char *names[] = {"push", "pull", "push-pull"};
         uint64_t shapes[3][2] = {{sizes[s], 8}, {8, sizes[s]}, {sizes[s], sizes[s]}};
         for (int p = 0; p < 3; p++) {
-            double best = 1e30, start = pf_clock_now();
+            double start = pf_clock_now();
             int rounds = 0;
-            while (rounds < 3 || (pf_clock_now() - start < seconds && rounds < 100000)) {
+            printf("%zu %s", sizes[s], names[p]);
+            while (rounds < 3 || (pf_clock_now() - start < seconds && rounds < MAX_ROUNDS)) {
                 double t0 = pf_clock_now();
                 if (write_all(fd, (uint8_t *)shapes[p], 16) || write_all(fd, buf, shapes[p][0]) ||
                     read_all(fd, buf, shapes[p][1])) {
                     perror("tcp_baseline");
                     return 71;
                 }
-                double t = pf_clock_now() - t0;
-                best = t < best ? t : best;
+                printf(" %.9f", pf_clock_now() - t0);
                 rounds++;
             }
-            printf("%zu %s %.9f\n", sizes[s], names[p], best);
+            printf("\n");
         }
     }
     fflush(stdout);

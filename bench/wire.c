@@ -81,10 +81,13 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The q-quantile (0: best, 0.5: median) of s's times. */
-static double quantile(samples *s, double q) {
-    qsort(s->t, s->n, sizeof *s->t, cmp_double);
+/* The q-quantile (0: best, 0.5: median) of s's times, once sort_samples(s) has run. */
+static double quantile(const samples *s, double q) {
     return s->t[(size_t)(q * (double)(s->n - 1) + 0.5)];
+}
+
+static void sort_samples(samples *s) {
+    qsort(s->t, s->n, sizeof *s->t, cmp_double);
 }
 
 enum { MAX_ROUNDS = 100000 }; /* per pattern and turn */
@@ -209,6 +212,8 @@ int main(int argc, char **argv) {
                 time_rounds(client, fns[p], grads, params, seconds / ROUNDS, &mine[p]);
         }
         for (int p = 0; p < 3; p++) {
+            sort_samples(&mine[p]);
+            sort_samples(&tcp[p]);
             double t = quantile(&mine[p], 0.5), base = quantile(&tcp[p], 0.5);
             double t_best = quantile(&mine[p], 0), base_best = quantile(&tcp[p], 0);
             double bytes = factor[p] * (double)cases[s].bytes;

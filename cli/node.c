@@ -120,8 +120,8 @@ static int token_or_exit(const char *cmd, char *token, size_t cap) {
     return 0;
 }
 
-/* `psflow ps --coordinator URL` without --job: a managed ps agent. */
-static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator) {
+/* `psflow ps --coordinator URL` without --job: a managed ps agent; grace is --exit-grace. */
+static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator, double grace) {
     const char *listen = cli_get(opts, n_opts, "listen");
     const char *advertise = cli_get(opts, n_opts, "advertise");
     char host[256] = "0.0.0.0", adv_host[256];
@@ -141,9 +141,6 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
     int rc = token_or_exit("ps", token, sizeof token);
     if (rc)
         return rc;
-    long grace;
-    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace))
-        return CLI_EX_USAGE;
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
     agent_options ao = {.role = "ps",
                         .coordinator = coordinator,
@@ -154,7 +151,7 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
                         .listen_port = port,
                         .checkpoint_dir = ckpt ? ckpt : "./checkpoints",
                         .log_every = 100,
-                        .exit_grace_seconds = (double)grace};
+                        .exit_grace_seconds = grace};
     return agent_run(&ao);
 }
 
@@ -189,9 +186,12 @@ int cli_ps(int argc, char **argv) {
                        opts, n_opts);
         return 0;
     }
+    long grace;
+    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace))
+        return CLI_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job"))
-        return run_ps_agent(opts, n_opts, coordinator);
+        return run_ps_agent(opts, n_opts, coordinator, (double)grace);
     node n;
     int rc = node_load("ps", cli_get(opts, n_opts, "job"), &n);
     if (rc)
@@ -209,11 +209,6 @@ int cli_ps(int argc, char **argv) {
     if ((listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) ||
         (!listen && pf_split_host_port(own, own_host, sizeof own_host, &port) != 0)) {
         fprintf(stderr, "psflow ps: '%s' is not HOST:PORT\n", listen ? listen : own);
-        node_deinit(&n);
-        return CLI_EX_USAGE;
-    }
-    long grace;
-    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace)) {
         node_deinit(&n);
         return CLI_EX_USAGE;
     }
@@ -272,13 +267,13 @@ int cli_worker(int argc, char **argv) {
                        opts, n_opts);
         return 0;
     }
+    long log_every, retry, delay;
+    if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &log_every) ||
+        cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
+        cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay))
+        return CLI_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job")) {
-        long every, retry, delay;
-        if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &every) ||
-            cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
-            cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay))
-            return CLI_EX_USAGE;
         if (cli_get(opts, n_opts, "output")) {
             fprintf(stderr, "psflow worker: --output is for static mode (--job); a managed "
                             "chief reports its result to the coordinator\n");
@@ -297,16 +292,11 @@ int cli_worker(int argc, char **argv) {
                             .node_id = id,
                             .advertise = adv,
                             .checkpoint_dir = dir ? dir : "./checkpoints",
-                            .log_every = every,
+                            .log_every = log_every,
                             .retry_seconds = (double)retry,
                             .push_delay_ms = delay};
         return agent_run(&ao);
     }
-    long log_every, retry, delay;
-    if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &log_every) ||
-        cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
-        cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay))
-        return CLI_EX_USAGE;
     const char *output = cli_get(opts, n_opts, "output");
     if (output && strcmp(output, "json") != 0 && strcmp(output, "text") != 0) {
         fprintf(stderr, "psflow worker: --output must be text or json, got '%s'\n", output);

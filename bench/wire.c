@@ -8,10 +8,10 @@
  * measured in the same run on the same sizes. The two take turns, ROUNDS times each per
  * size, so a stretch of heavy load on a shared machine falls on both rather than on one.
  * Every round trip is kept. The table's goodput and ratio come from each side's median
- * round trip; the ratio of the best round trips is printed next to it. On a loopback
- * between two busy cores the best round trip is a rare lucky schedule: on one 2-core VM
- * the same build gave best-round ratios from 0.4 to 1.05 at 4 MB, median ratios from
- * 0.67 to 0.87. Read the median ratio first, and compare runs. Targets: push-pull goodput
+ * round trip; next to it are the ratio of the mean round trips (bytes over the total time
+ * spent) and the ratio of the best ones. On a loopback between two busy cores the best
+ * round trip is a rare lucky schedule: best-round ratios swing far more between runs than
+ * medians do. Read the median ratio first, and compare runs. Targets: push-pull goodput
  * >= 0.8 x TCP at 4 MB and 40 MB; 4 KB round trip <= 2 x TCP.
  *
  * usage: wire [--seconds T] [--size S]   (T: time per measurement, default 2; S: only the
@@ -79,6 +79,13 @@ static void add(samples *s, double t) {
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+static double mean(const samples *s) {
+    double sum = 0;
+    for (size_t i = 0; i < s->n; i++)
+        sum += s->t[i];
+    return sum / (double)s->n;
 }
 
 /* The q-quantile (0: best, 0.5: median) of s's times, once sort_samples(s) has run. */
@@ -165,10 +172,10 @@ int main(int argc, char **argv) {
     }
     printf("wire: 1 ps + 1 worker on 127.0.0.1, goodput counts payload both ways; "
            "TCP = plain socket, same run\n");
-    printf(
-        "GB/s and ratio at each side's median round trip; best ratio: of the best round trips\n");
-    printf("%-6s %-10s %12s %12s %7s %11s\n", "size", "pattern", "psflow GB/s", "TCP GB/s", "ratio",
-           "best ratio");
+    printf("GB/s and ratio at each side's median round trip; mean ratio: of the mean round trips "
+           "(total goodput); best ratio: of the best round trips\n");
+    printf("%-6s %-10s %12s %12s %7s %11s %11s\n", "size", "pattern", "psflow GB/s", "TCP GB/s",
+           "ratio", "mean ratio", "best ratio");
     for (int s = 0; s < 3; s++) {
         if (only && cases[s].bytes != only)
             continue;
@@ -216,12 +223,16 @@ int main(int argc, char **argv) {
             sort_samples(&tcp[p]);
             double t = quantile(&mine[p], 0.5), base = quantile(&tcp[p], 0.5);
             double t_best = quantile(&mine[p], 0), base_best = quantile(&tcp[p], 0);
+            double t_mean = mean(&mine[p]), base_mean = mean(&tcp[p]);
             double bytes = factor[p] * (double)cases[s].bytes;
-            printf("%-6s %-10s %12.3f %12.3f %7.2f %11.2f\n", cases[s].label, names[p],
-                   bytes / t / 1e9, bytes / base / 1e9, base / t, base_best / t_best);
+            printf("%-6s %-10s %12.3f %12.3f %7.2f %11.2f %11.2f\n", cases[s].label, names[p],
+                   bytes / t / 1e9, bytes / base / 1e9, base / t, base_mean / t_mean,
+                   base_best / t_best);
             if (s == 0 && p == 2)
-                printf("%-6s %-10s %9.1f us %9.1f us %7.2f %11.2f   (round trip; target <= 2.00)\n",
-                       cases[s].label, "rtt", t * 1e6, base * 1e6, t / base, t_best / base_best);
+                printf("%-6s %-10s %9.1f us %9.1f us %7.2f %11.2f %11.2f   (round trip; target <= "
+                       "2.00)\n",
+                       cases[s].label, "rtt", t * 1e6, base * 1e6, t / base, t_mean / base_mean,
+                       t_best / base_best);
             free(mine[p].t);
             free(tcp[p].t);
         }

@@ -6,9 +6,10 @@
  *   push-pull  client sends S bytes, server answers S bytes
  * and prints one line per size and pattern: "S pattern seconds seconds ...", every round
  * trip it timed. Each pattern runs for about --seconds (at least 3 and at most MAX_ROUNDS
- * round trips).
+ * round trips). Both sockets keep the kernel's buffer sizing unless --sndbuf asks for a
+ * send buffer of BYTES on each (to compare with the one psflow's transport asks for).
  *
- * usage: tcp_baseline [--seconds T] SIZE...
+ * usage: tcp_baseline [--seconds T] [--sndbuf BYTES] SIZE...
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -50,13 +51,21 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 typedef struct server_arg {
     int listen_fd;
     size_t max;
+    int sndbuf; /* 0: the kernel's sizing */
 } server_arg;
+
+static void tune(int fd, int sndbuf) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (sndbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+}
 
 /* Serves requests "u64 request bytes, u64 reply bytes" followed by the request body. */
 static void *server(void *arg) {
     server_arg *a = arg;
-    int fd = accept(a->listen_fd, NULL, NULL), one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int fd = accept(a->listen_fd, NULL, NULL);
+    tune(fd, a->sndbuf);
     uint8_t *buf = malloc(a->max + 16);
     uint64_t hdr[2];
     while (read_all(fd, (uint8_t *)hdr, sizeof hdr) == 0 && read_all(fd, buf, hdr[0]) == 0 &&
@@ -69,15 +78,21 @@ static void *server(void *arg) {
 
 int main(int argc, char **argv) {
     double seconds = 1.0;
+    int sndbuf = 0, bad = 0;
     size_t sizes[16], n_sizes = 0, max = 8;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds = atof(argv[++i]);
-        else if (n_sizes < 16)
-            sizes[n_sizes++] = strtoull(argv[i], NULL, 10);
+        else if (!strcmp(argv[i], "--sndbuf") && i + 1 < argc)
+            sndbuf = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && n_sizes < 16 &&
+                 (sizes[n_sizes] = strtoull(argv[i], NULL, 10)))
+            n_sizes++;
+        else
+            bad = 1; /* an unknown option, a size of 0 or not a number, or too many sizes */
     }
-    if (!n_sizes) {
-        fprintf(stderr, "usage: tcp_baseline [--seconds T] SIZE...\n");
+    if (bad || !n_sizes || sndbuf < 0) {
+        fprintf(stderr, "usage: tcp_baseline [--seconds T] [--sndbuf BYTES] SIZE...\n");
         return 64;
     }
     for (size_t i = 0; i < n_sizes; i++)
@@ -90,15 +105,15 @@ int main(int argc, char **argv) {
         perror("tcp_baseline");
         return 71;
     }
-    server_arg sa = {ls, max};
+    server_arg sa = {ls, max, sndbuf};
     pthread_t th;
     pthread_create(&th, NULL, server, &sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr)) {
         perror("tcp_baseline");
         return 71;
     }
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    tune(fd, sndbuf);
     uint8_t *buf = calloc(1, max + 16);
     for (size_t s = 0; s < n_sizes; s++) {
         const char *names[] = {"push", "pull", "push-pull"};

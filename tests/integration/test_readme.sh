@@ -341,7 +341,7 @@ pass "README distributed block runs as written"
 
 # --- 6. Benchmarks -------------------------------------------------------------------------------
 # The synopses in the README are the programs' own usage lines.
-for prog in train_throughput wire; do
+for prog in train_throughput wire tcp_baseline; do
   usage=$("$BUILD_DIR/bench/$prog" --help 2>&1 | sed -n "s/^usage: $prog //p" || true)
   [ -n "$usage" ] || fail "bench/$prog printed no usage line"
   grep -qF "\`build/bench/$prog $usage\`" "$README" || fail "the README's synopsis of build/bench/$prog is not '$usage'"

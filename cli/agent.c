@@ -24,6 +24,7 @@
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
+#include "psflow/version.h"
 #include "server.h"
 
 static volatile sig_atomic_t agent_signalled;

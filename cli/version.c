@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "psflow/version.h"
 
 int cli_version(int argc, char **argv) {
     (void)argc;

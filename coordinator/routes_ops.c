@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "psflow/mem.h"
+#include "psflow/version.h"
 #include "coord_server.h"
 
 typedef struct text {

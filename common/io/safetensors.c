@@ -19,7 +19,7 @@ struct pf_safetensors {
     int n;
     char **names;
     int *ranks;
-    int64_t (*shapes)[PF_ST_MAX_RANK];
+    int64_t (*shapes)[PF_TENSOR_MAX_RANK];
     float **data;
     json_t *meta; /* the "__metadata__" object, or NULL */
 };
@@ -75,7 +75,7 @@ pf_status pf_safetensors_write(const char *path, const pf_tensor_view *tensors, 
                                const char *const *meta_keys, const char *const *meta_values,
                                int n_meta, pf_error *err) {
     for (int i = 0; i < n; i++) {
-        if (tensors[i].rank < 0 || tensors[i].rank > PF_ST_MAX_RANK)
+        if (tensors[i].rank < 0 || tensors[i].rank > PF_TENSOR_MAX_RANK)
             return pf_error_set(err, PF_ERR_INVALID, NULL, "tensor '%s': rank %d unsupported",
                                 tensors[i].name, tensors[i].rank);
         for (int j = 0; j < i; j++)
@@ -155,7 +155,7 @@ static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len,
                             "tensor '%s': dtype %s unsupported (psflow reads F32)", name,
                             json_string_value(dtype));
     size_t r = json_array_size(jshape);
-    if (r > PF_ST_MAX_RANK)
+    if (r > PF_TENSOR_MAX_RANK)
         return pf_error_set(err, PF_ERR_UNSUPPORTED, NULL, "tensor '%s': rank %zu unsupported",
                             name, r);
     uint64_t count = 1;

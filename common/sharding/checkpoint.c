@@ -27,6 +27,7 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
+#include "psflow/safetensors.h"
 
 #define MANIFEST     "manifest.json"
 #define MANIFEST_TMP "manifest.json.tmp"

@@ -21,6 +21,7 @@
 #include "psflow/model.h"
 #include "psflow/optim.h"
 #include "psflow/placement.h"
+#include "psflow/safetensors.h"
 #include "psflow/spec.h"
 
 #define JOB    "ckpt-mlp"

@@ -42,9 +42,9 @@
 #include <stdint.h>
 
 #include "psflow/placement.h"
-#include "psflow/safetensors.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
+#include "psflow/tensor.h"
 
 #define PF_CKPT_PATH_MAX      4096
 #define PF_CKPT_FILE_NAME_MAX 32         /* "ps-1023.safetensors" */

@@ -16,16 +16,9 @@
 #include <stdint.h>
 
 #include "psflow/status.h"
+#include "psflow/tensor.h"
 
-#define PF_ST_MAX_RANK   4
 #define PF_ST_MAX_HEADER (100u << 20) /* refuse headers larger than 100 MiB */
-
-typedef struct pf_tensor_view {
-    const char *name;
-    int rank; /* 0..PF_ST_MAX_RANK */
-    int64_t shape[PF_ST_MAX_RANK];
-    const float *data; /* product(shape) floats, host memory */
-} pf_tensor_view;
 
 /* Writes n tensors (names unique, in the given order) and optional string metadata
  * (meta_keys/meta_values, n_meta pairs). PF_ERR_IO names the path and OS error. */

@@ -12,7 +12,7 @@
 #include "coordinator.h"
 #include "options.h"
 #include "psflow/http_client.h"
-#include "psflow/tf_config.h"
+#include "psflow/address.h"
 
 static coord_server *running;
 

@@ -14,6 +14,7 @@
 #include "agent.h"
 #include "cli.h"
 #include "options.h"
+#include "psflow/address.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/tf_config.h"

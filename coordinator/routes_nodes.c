@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "psflow/tf_config.h"
+#include "psflow/address.h"
 #include "coord_server.h"
 
 static int valid_id(const char *id) {

@@ -18,7 +18,7 @@
 
 #include "psflow/clock.h"
 #include "psflow/mem.h"
-#include "psflow/tf_config.h"
+#include "psflow/address.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 

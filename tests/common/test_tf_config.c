@@ -1361,21 +1361,6 @@ static void test_failing_allocator_build(void **state) {
     free_addrs(ws);
 }
 
-static void test_split_host_port(void **state) {
-    (void)state;
-    char host[16];
-    int port = -1;
-    assert_int_equal(pf_split_host_port("ps-0.ns.svc:2222", host, sizeof host, &port), 0);
-    assert_string_equal(host, "ps-0.ns.svc");
-    assert_int_equal(port, 2222);
-    assert_int_equal(pf_split_host_port("[::1]:80", host, sizeof host, &port), 0);
-    assert_string_equal(host, "[::1]");
-    const char *bad[] = {
-        "nohost", ":2222", "h:", "h:22x", "h:70000", "h:-1", "a-very-long-host-name:1"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        assert_int_equal(pf_split_host_port(bad[i], host, sizeof host, &port), -1);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_operator_vectors_built),
@@ -1391,7 +1376,6 @@ int main(void) {
         cmocka_unit_test(test_add_job),
         cmocka_unit_test(test_valid_files),
         cmocka_unit_test(test_invalid_files),
-        cmocka_unit_test(test_split_host_port),
         cmocka_unit_test_teardown(test_failing_allocator_parse, restore_allocator),
         cmocka_unit_test_teardown(test_failing_allocator_build, restore_allocator),
     };

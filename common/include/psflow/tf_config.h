@@ -64,10 +64,6 @@ char *pf_tf_config_format(const pf_tf_config *cfg);
 int pf_tf_config_count(const pf_tf_config *cfg, const char *job);
 const char *pf_tf_config_address(const pf_tf_config *cfg, const char *job, int index);
 
-/* Splits "host:port" at its last colon into host[len] and *port (0..65535). Returns 0, or
- * -1 when there is no colon, the host is empty or too long, or the port is not a number. */
-int pf_split_host_port(const char *addr, char *host, size_t len, int *port);
-
 /* Frees what cfg owns and zeroes it; safe on a zeroed config. */
 void pf_tf_config_deinit(pf_tf_config *cfg);
 

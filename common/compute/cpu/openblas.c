@@ -13,7 +13,7 @@
  *
  * Reductions (row sums of softmax, the losses) accumulate in double: they are short next
  * to the gemm, and the loss a user watches should not drift with the batch size.
- * reference.c holds the naive versions these are tested against (tests/common/test_compute.c).
+ * reference.c holds the naive versions these are tested against (tests/compute/test_compute.c).
  */
 #include "psflow/backend.h"
 #include "psflow/mem.h"

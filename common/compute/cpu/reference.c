@@ -4,7 +4,7 @@
  * rounded to float once at the end, so its only error is that final rounding (and libm's).
  * Nothing here is tuned, and nothing is shared with the fast backends except the memory
  * ops and count_correct (cpu_ops.h; the tests check count_correct against literals).
- * tests/common/test_compute.c compares openblas.c (and later cuda/) against these
+ * tests/compute/test_compute.c compares openblas.c (and later cuda/) against these
  * results: when a fast op and this one disagree, this one should be obviously right.
  */
 #include "psflow/backend.h"

@@ -1,7 +1,8 @@
-/* test_wire.c - the data-plane codec and its byte buffer: round trips of every message
- * type, the frozen HELLO layout, chunked gathering, zero-copy and no-allocation-when-warm
- * encoding, every class of malformed frame (right wire code, message and offset), the
- * frames under tests/data/wire/{valid,invalid}/, and failing allocators.
+/* test_wire.c - the data-plane codec: round trips of every message type, the frozen HELLO
+ * layout, chunked gathering, zero-copy and no-allocation-when-warm encoding, every class
+ * of malformed frame (right wire code, message and offset), the frames under
+ * tests/data/wire/{valid,invalid}/, and failing allocators. pf_buf has its own test
+ * (tests/base/test_buf.c).
  *
  * Each invalid file is named CODE-what.bin, where CODE (lower case) is the wire error code
  * its decoding must give; each valid file must decode and re-encode to the same bytes.
@@ -21,41 +22,10 @@
 #include "psflow/buf.h"
 #include "psflow/mem.h"
 #include "psflow/wire.h"
+#include "tests/support/counting_alloc.h"
 
 #define WIRE_DIR  PSFLOW_TEST_DATA "/wire"
 #define MAX_FILES 256
-
-/* --- a counting allocator that can fail after a budget ---------------------------------- */
-
-static long alloc_count;
-static long alloc_budget = -1; /* < 0: never fail */
-
-static void *count_malloc(size_t n) {
-    if (alloc_budget >= 0 && alloc_count >= alloc_budget)
-        return NULL;
-    alloc_count++;
-    return malloc(n);
-}
-
-static void *count_realloc(void *p, size_t n) {
-    if (alloc_budget >= 0 && alloc_count >= alloc_budget)
-        return NULL;
-    alloc_count++;
-    return realloc(p, n);
-}
-
-static const pf_allocator counting = {count_malloc, count_realloc, free};
-
-static void use_counting(long budget) {
-    alloc_count = 0;
-    alloc_budget = budget;
-    pf_mem_set_allocator(&counting);
-}
-
-static void use_libc(void) {
-    pf_mem_set_allocator(NULL);
-    alloc_budget = -1;
-}
 
 /* --- helpers ---------------------------------------------------------------------------- */
 
@@ -187,74 +157,6 @@ static long long fails_frame(pf_wire_in *in, const frame *f, pf_wire_code code) 
 static float d0[3] = {1.0f, -2.5f, 3.25f};
 static float d1[7] = {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f};
 static float d2[1] = {-0.0f};
-
-/* --- pf_buf ----------------------------------------------------------------------------- */
-
-static void test_buf(void **state) {
-    (void)state;
-    pf_buf b;
-    pf_buf_init(&b, 100);
-    assert_null(b.data);
-    assert_int_equal(pf_buf_reserve(&b, 10), PF_OK);
-    assert_int_equal(b.cap, 64); /* the first block */
-    uint8_t bytes[128];
-    for (int i = 0; i < 128; i++)
-        bytes[i] = (uint8_t)i;
-    assert_int_equal(pf_buf_append(&b, bytes, 70), PF_OK);
-    assert_int_equal(b.cap, 100); /* doubling stops at the cap */
-    assert_int_equal(pf_buf_append(&b, bytes, 31), PF_ERR_RANGE);
-    assert_int_equal(b.len, 70); /* unchanged */
-    assert_int_equal(pf_buf_append(&b, bytes, 30), PF_OK);
-    assert_int_equal(b.len, 100);
-    assert_memory_equal(b.data + 70, bytes, 30);
-    assert_int_equal(pf_buf_append(&b, NULL, 0), PF_OK);
-    assert_int_equal(pf_buf_reserve(&b, SIZE_MAX), PF_ERR_RANGE); /* len + extra overflows */
-    uint8_t *block = b.data;
-    pf_buf_reset(&b);
-    assert_int_equal(b.len, 0);
-    assert_int_equal(b.cap, 100);
-    void *p;
-    assert_int_equal(pf_buf_extend(&b, 8, &p), PF_OK);
-    assert_ptr_equal(p, block); /* same block reused */
-    assert_int_equal(b.len, 8);
-    assert_int_equal(pf_buf_extend(&b, 93, &p), PF_ERR_RANGE);
-    assert_null(p);
-    pf_buf_deinit(&b);
-    assert_null(b.data);
-    assert_int_equal(b.cap, 0);
-    pf_buf_deinit(&b); /* twice is fine */
-
-    /* Growth is geometric: 64 KiB one byte at a time takes a handful of reallocations. */
-    use_counting(-1);
-    pf_buf_init(&b, 1 << 20);
-    for (int i = 0; i < 65536; i++)
-        assert_int_equal(pf_buf_append(&b, bytes + (i & 127), 1), PF_OK);
-    assert_true(alloc_count <= 11);
-    assert_int_equal(b.data[1000], 1000 & 127);
-    pf_buf_deinit(&b);
-    use_libc();
-}
-
-static void test_buf_alloc_failure(void **state) {
-    (void)state;
-    pf_buf b;
-    pf_buf_init(&b, 1 << 20);
-    uint8_t bytes[200] = {1, 2, 3};
-    assert_int_equal(pf_buf_append(&b, bytes, 3), PF_OK);
-    use_counting(0);
-    uint8_t *before = b.data;
-    assert_int_equal(pf_buf_append(&b, bytes, 200), PF_ERR_NOMEM);
-    assert_ptr_equal(b.data, before);
-    assert_int_equal(b.len, 3);
-    assert_int_equal(b.cap, 64);
-    void *p = &p;
-    assert_int_equal(pf_buf_extend(&b, 100, &p), PF_ERR_NOMEM);
-    assert_null(p);
-    use_libc();
-    assert_memory_equal(b.data, bytes, 3);
-    assert_int_equal(pf_buf_append(&b, bytes, 200), PF_OK);
-    pf_buf_deinit(&b);
-}
 
 /* --- layout ----------------------------------------------------------------------------- */
 
@@ -1248,8 +1150,6 @@ static void test_names(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_buf),
-        cmocka_unit_test(test_buf_alloc_failure),
         cmocka_unit_test(test_hello_golden),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_chunked_gather),

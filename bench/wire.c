@@ -1,7 +1,7 @@
-/* wire.c - data-plane throughput: a real ps server and worker client on 127.0.0.1.
+/* wire.c - data-plane throughput: a real ps server and worker link on 127.0.0.1.
  *
  * One ps task holds one dense float32 tensor of 4 KB, 4 MB or 40 MB (a softmax model sized
- * to it; async sgd, so every push is applied). The worker client measures push (gradient
+ * to it; async sgd, so every push is applied). The worker link measures push (gradient
  * to the ps, ack back), pull (values back) and fused push-pull, and the 4 KB push-pull
  * round-trip time. Goodput counts payload both ways: push S, pull S, push-pull 2S bytes
  * per round trip. Next to each figure: the plain-TCP baseline of bench/tcp_baseline,
@@ -26,8 +26,8 @@
 
 #include "psflow/clock.h"
 #include "psflow/model.h"
-#include "ps_client.h"
-#include "server.h"
+#include "ps/server.h"
+#include "worker/link.h"
 
 typedef struct size_case {
     const char *label;
@@ -41,21 +41,21 @@ static const size_case cases[] = {
     {"40 MB", 41943040, 655359, 16},
 };
 
-typedef pf_status (*round_fn)(ps_client *c, float *grads, float *params, uint64_t *v,
+typedef pf_status (*round_fn)(worker_link *c, float *grads, float *params, uint64_t *v,
                               pf_error *err);
 
-static pf_status do_push(ps_client *c, float *g, float *p, uint64_t *v, pf_error *err) {
+static pf_status do_push(worker_link *c, float *g, float *p, uint64_t *v, pf_error *err) {
     (void)p;
-    return ps_client_push(c, g, v, v, NULL, err);
+    return worker_link_push(c, g, v, v, NULL, err);
 }
 
-static pf_status do_pull(ps_client *c, float *g, float *p, uint64_t *v, pf_error *err) {
+static pf_status do_pull(worker_link *c, float *g, float *p, uint64_t *v, pf_error *err) {
     (void)g;
-    return ps_client_pull(c, NULL, p, v, err);
+    return worker_link_pull(c, NULL, p, v, err);
 }
 
-static pf_status do_push_pull(ps_client *c, float *g, float *p, uint64_t *v, pf_error *err) {
-    return ps_client_push_pull(c, g, v, NULL, p, v, NULL, err);
+static pf_status do_push_pull(worker_link *c, float *g, float *p, uint64_t *v, pf_error *err) {
+    return worker_link_push_pull(c, g, v, NULL, p, v, NULL, err);
 }
 
 /* Round-trip times of one side (psflow or TCP) for one size and pattern, over all turns. */
@@ -100,7 +100,7 @@ static void sort_samples(samples *s) {
 enum { MAX_ROUNDS = 100000 }; /* per pattern and turn */
 
 /* Times fn for about `seconds` (at least 3 round trips) into out. */
-static void time_rounds(ps_client *c, round_fn fn, float *g, float *p, double seconds,
+static void time_rounds(worker_link *c, round_fn fn, float *g, float *p, double seconds,
                         samples *out) {
     uint64_t v = 0;
     pf_error err;
@@ -201,9 +201,9 @@ int main(int argc, char **argv) {
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
         const char *addrs[] = {addr};
-        ps_client_options co = {&spec, addrs, 0, 0, 1, 10, NULL};
-        ps_client *client;
-        if (ps_client_create(&co, &client, &err) != PF_OK) {
+        worker_link_options co = {&spec, addrs, 0, 0, 1, 10, NULL};
+        worker_link *link;
+        if (worker_link_create(&co, &link, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);
             return 1;
         }
@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
         for (int r = 0; r < ROUNDS; r++) {
             run_baseline(argv[0], seconds / ROUNDS, cases[s].bytes, tcp);
             for (int p = 0; p < 3; p++)
-                time_rounds(client, fns[p], grads, params, seconds / ROUNDS, &mine[p]);
+                time_rounds(link, fns[p], grads, params, seconds / ROUNDS, &mine[p]);
         }
         for (int p = 0; p < 3; p++) {
             sort_samples(&mine[p]);
@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
             free(mine[p].t);
             free(tcp[p].t);
         }
-        ps_client_destroy(client);
+        worker_link_destroy(link);
         ps_server_stop(server);
         ps_server_destroy(server);
         free(grads);

@@ -1,6 +1,6 @@
 /* trainer.c - the training loop of a worker or chief (see trainer.h).
  *
- * DESIGN: parameters and gradients live in host vectors that the ps client fills and
+ * DESIGN: parameters and gradients live in host vectors that the link to the ps fills and
  * reads; they cross to the compute backend once each way per step (a copy on the CPU
  * backend, the one host<->device transfer each way on a GPU backend). Everything is
  * allocated before the first step.
@@ -21,7 +21,7 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/wire.h"
-#include "ps_client.h"
+#include "worker/link.h"
 
 #define EVAL_BATCH 1000
 
@@ -29,7 +29,7 @@ typedef struct trainer {
     const worker_options *o;
     const pf_job_spec *spec;
     const pf_backend *be;
-    ps_client *client;
+    worker_link *link;
     pf_model *model;
     pf_dataset train, test;
     int has_test;
@@ -99,7 +99,7 @@ static void log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
 /* Asks every ps to checkpoint at `step`, then makes the checkpoint exist (manifest) and
  * prunes old ones. */
 static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
-    pf_status st = ps_client_checkpoint(t->client, step, final, err);
+    pf_status st = worker_link_checkpoint(t->link, step, final, err);
     if (st != PF_OK)
         return st;
     char job_dir[2048], step_dir[2048];
@@ -158,18 +158,18 @@ static pf_status setup(trainer *t, pf_error *err) {
         !t->d_y || !t->d_labels || !t->hx || !t->hy || !t->hlabels || !t->versions || !t->steps ||
         !t->min_version)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-    ps_client_options co = {spec,
-                            t->o->ps_addrs,
-                            t->o->task,
-                            (uint8_t)(t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER),
-                            t->o->incarnation,
-                            t->o->retry_seconds,
-                            t->o->stop};
-    return ps_client_create(&co, &t->client, err);
+    worker_link_options co = {spec,
+                              t->o->ps_addrs,
+                              t->o->task,
+                              (uint8_t)(t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER),
+                              t->o->incarnation,
+                              t->o->retry_seconds,
+                              t->o->stop};
+    return worker_link_create(&co, &t->link, err);
 }
 
 static void teardown(trainer *t) {
-    ps_client_destroy(t->client);
+    worker_link_destroy(t->link);
     pf_model_destroy(t->model);
     pf_sampler_destroy(t->sampler);
     pf_dataset_deinit(&t->train);
@@ -218,7 +218,7 @@ pf_status worker_run(const worker_options *o) {
     t.last_checkpoint_time = t_start;
     uint64_t last_eval = 0, last_ckpt = 0;
 
-    if ((st = ps_client_pull(t.client, NULL, t.params, t.versions, &err)) != PF_OK)
+    if ((st = worker_link_pull(t.link, NULL, t.params, t.versions, &err)) != PF_OK)
         goto fail;
     last_eval = last_ckpt = t.versions[0];
     while (t.versions[0] < max_steps) {
@@ -257,8 +257,8 @@ pf_status worker_run(const worker_options *o) {
             struct timespec nap = {o->push_delay_ms / 1000, (o->push_delay_ms % 1000) * 1000000L};
             nanosleep(&nap, NULL);
         }
-        st = ps_client_push_pull(t.client, t.grads, t.steps, t.min_version, t.params, t.versions,
-                                 NULL, &err);
+        st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
+                                   NULL, &err);
         if (st != PF_OK)
             goto fail;
         local_steps++;

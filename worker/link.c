@@ -1,4 +1,4 @@
-/* ps_client.c - a worker's requests to every ps (see ps_client.h).
+/* link.c - a worker's requests to every ps (see link.h).
  *
  * DESIGN: the trainer thread encodes one request per ps, sends them all, then waits on a
  * condition variable until every ps has answered; the transport's service thread decodes
@@ -7,7 +7,7 @@
  * its request is outstanding is re-established by the trainer thread and the same encoded
  * request is sent again: same push sequence number, so at-most-once holds.
  */
-#include "ps_client.h"
+#include "worker/link.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "psflow/address.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
-#include "psflow/address.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 
@@ -38,7 +38,7 @@ typedef struct ps_link {
     uint64_t ck_step;    /* REQ_CHECKPOINT: to re-encode after a ps restart */
     uint32_t ck_final;
     int swapped; /* REQ_DATA replaced by a pull after a ps restart */
-    /* under client->mu */
+    /* under the link's mu */
     uint64_t conn;
     int open;    /* transport connection up */
     int closed;  /* the connection went away */
@@ -55,7 +55,7 @@ typedef struct ps_link {
     pf_wire_in in;
 } ps_link;
 
-struct ps_client {
+struct worker_link {
     pf_job_spec spec;
     pf_placement placement;
     pf_ws *ws;
@@ -65,7 +65,7 @@ struct ps_client {
     uint8_t role;
     uint64_t incarnation;
     double retry;
-    const int *stop; /* see ps_client_options */
+    const int *stop; /* see worker_link_options */
     uint64_t seq;
     uint32_t next_request;
     pf_wire_tensor *views;
@@ -78,7 +78,7 @@ struct ps_client {
 
 /* --- service thread ------------------------------------------------------------------------ */
 
-static void finish_link(ps_client *c, ps_link *l, pf_status st, const char *msg) {
+static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *msg) {
     l->status = st;
     snprintf(l->message, sizeof l->message, "%s", msg ? msg : "");
     l->done = 1;
@@ -86,7 +86,7 @@ static void finish_link(ps_client *c, ps_link *l, pf_status st, const char *msg)
 }
 
 /* Copies a PULL_REPLY's tensors into the parameter vector after checking each. */
-static pf_status take_values(ps_client *c, ps_link *l, const pf_wire_pull_reply *r, char *msg,
+static pf_status take_values(worker_link *c, ps_link *l, const pf_wire_pull_reply *r, char *msg,
                              size_t len) {
     if (r->n != (uint32_t)l->n_ids) {
         snprintf(msg, len, "ps %d answered with %" PRIu32 " shards, expected %d", l->index, r->n,
@@ -114,7 +114,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
                        void *user) {
     (void)ws;
     (void)conn;
-    ps_client *c = user;
+    worker_link *c = user;
     ps_link *l = conn_user;
     pf_wire_msg m;
     memset(&m, 0, sizeof m);
@@ -177,7 +177,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
 
 static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     (void)ws;
-    ps_client *c = user;
+    worker_link *c = user;
     ps_link *l = conn_user;
     pthread_mutex_lock(&c->mu);
     if (l->conn == conn)
@@ -188,7 +188,7 @@ static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
 
 static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     (void)ws;
-    ps_client *c = user;
+    worker_link *c = user;
     ps_link *l = conn_user;
     pthread_mutex_lock(&c->mu);
     if (l->conn == conn) {
@@ -215,7 +215,7 @@ static void deadline_in(struct timespec *ts, double seconds) {
 /* Sends l->out on l's connection (the encoded request must already be there). The
  * transport masks the gradients into its send buffer as it writes them. With `values`
  * (a pull into c->params), the reply's values are received straight into c->params. */
-static pf_status send_request(ps_client *c, ps_link *l, int values) {
+static pf_status send_request(worker_link *c, ps_link *l, int values) {
     size_t n = pf_wire_out_parts(&l->out, c->parts, c->max_parts);
     if (n > c->max_parts)
         return PF_ERR_NOMEM; /* cannot happen: no request carries more than every shard */
@@ -243,7 +243,7 @@ static pf_status send_request(ps_client *c, ps_link *l, int values) {
 
 /* (Re)connects l and completes HELLO, retrying until c->retry seconds have passed. The
  * request kept in l->out is preserved. */
-static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
+static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
     double give_up = pf_clock_now() + c->retry, backoff = 0.05;
     pf_wire_out hello_out;
     pf_wire_out_init(&hello_out);
@@ -324,7 +324,7 @@ static pf_status connect_link(ps_client *c, ps_link *l, pf_error *err) {
     return st;
 }
 
-static pf_status round_trip_(ps_client *c, pf_error *err) {
+static pf_status round_trip_(worker_link *c, pf_error *err) {
     for (int p = 0; p < c->n; p++)
         if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -385,7 +385,7 @@ static pf_status round_trip_(ps_client *c, pf_error *err) {
  * being received straight into c->params, which the caller owns again once the round trip
  * returns, so each such connection is closed, and the close awaited, before it does. The
  * next request reconnects. */
-static void abandon(ps_client *c) {
+static void abandon(worker_link *c) {
     if (!c->params)
         return;
     pthread_mutex_lock(&c->mu);
@@ -406,16 +406,16 @@ static void abandon(ps_client *c) {
 
 /* Sends every link's encoded request and waits for all answers, reconnecting and resending
  * where a connection drops. */
-static pf_status round_trip(ps_client *c, pf_error *err) {
+static pf_status round_trip(worker_link *c, pf_error *err) {
     pf_status st = round_trip_(c, err);
     if (st != PF_OK)
         abandon(c);
     return st;
 }
 
-pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error *err) {
+pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf_error *err) {
     *out = NULL;
-    ps_client *c = pf_calloc(1, sizeof *c);
+    worker_link *c = pf_calloc(1, sizeof *c);
     if (!c)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     pthread_mutex_init(&c->mu, NULL);
@@ -487,11 +487,11 @@ pf_status ps_client_create(const ps_client_options *o, ps_client **out, pf_error
     *out = c;
     return PF_OK;
 fail:
-    ps_client_destroy(c);
+    worker_link_destroy(c);
     return st;
 }
 
-void ps_client_destroy(ps_client *c) {
+void worker_link_destroy(worker_link *c) {
     if (!c)
         return;
     pf_ws_destroy(c->ws);
@@ -512,7 +512,7 @@ void ps_client_destroy(ps_client *c) {
     pf_free(c);
 }
 
-static void collect(ps_client *c, uint64_t *versions, uint32_t *results) {
+static void collect(worker_link *c, uint64_t *versions, uint32_t *results) {
     for (int p = 0; p < c->n; p++) {
         if (versions)
             versions[p] = c->links[p].version;
@@ -521,8 +521,8 @@ static void collect(ps_client *c, uint64_t *versions, uint32_t *results) {
     }
 }
 
-pf_status ps_client_pull(ps_client *c, const uint64_t *min_version, float *params,
-                         uint64_t *versions, pf_error *err) {
+pf_status worker_link_pull(worker_link *c, const uint64_t *min_version, float *params,
+                           uint64_t *versions, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         pf_wire_pull pull = {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids};
@@ -541,16 +541,16 @@ pf_status ps_client_pull(ps_client *c, const uint64_t *min_version, float *param
 }
 
 /* Points c->views at this link's shards of grads. */
-static void gradient_views(ps_client *c, ps_link *l, const float *grads) {
+static void gradient_views(worker_link *c, ps_link *l, const float *grads) {
     for (int i = 0; i < l->n_ids; i++) {
         const pf_shard_info *s = &c->placement.shards[l->ids[i]];
         c->views[i] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count, grads + s->offset};
     }
 }
 
-pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *step,
-                              const uint64_t *min_version, float *params, uint64_t *versions,
-                              uint32_t *results, pf_error *err) {
+pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64_t *step,
+                                const uint64_t *min_version, float *params, uint64_t *versions,
+                                uint32_t *results, pf_error *err) {
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
@@ -572,8 +572,8 @@ pf_status ps_client_push_pull(ps_client *c, const float *grads, const uint64_t *
     return st;
 }
 
-pf_status ps_client_push(ps_client *c, const float *grads, const uint64_t *step, uint64_t *versions,
-                         uint32_t *results, pf_error *err) {
+pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *step,
+                           uint64_t *versions, uint32_t *results, pf_error *err) {
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
@@ -592,7 +592,7 @@ pf_status ps_client_push(ps_client *c, const float *grads, const uint64_t *step,
     return st;
 }
 
-pf_status ps_client_checkpoint(ps_client *c, uint64_t step, int final, pf_error *err) {
+pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         pf_wire_checkpoint ck = {step, (uint32_t) final};
@@ -607,7 +607,7 @@ pf_status ps_client_checkpoint(ps_client *c, uint64_t step, int final, pf_error 
     return round_trip(c, err);
 }
 
-char *ps_client_stats(ps_client *c, int p, pf_error *err) {
+char *worker_link_stats(worker_link *c, int p, pf_error *err) {
     ps_link *l = &c->links[p];
     l->request_id = ++c->next_request;
     l->kind = REQ_STATS;
@@ -626,10 +626,10 @@ char *ps_client_stats(ps_client *c, int p, pf_error *err) {
     return text;
 }
 
-int ps_client_num_ps(const ps_client *c) {
+int worker_link_num_ps(const worker_link *c) {
     return c->n;
 }
 
-const pf_placement *ps_client_placement(const ps_client *c) {
+const pf_placement *worker_link_placement(const worker_link *c) {
     return &c->placement;
 }

@@ -1,4 +1,4 @@
-/* test_client.c - the worker's ps client against real in-process ps servers: a request in
+/* test_link.c - the worker's link to the ps tasks against real in-process ps servers: a request in
  * flight when the connection is lost completes once the same ps (same incarnation) is back,
  * and the final checkpoint is asked again of a ps that restarted meanwhile. A watchdog
  * fails the test instead of letting a hang run into the ctest timeout. */
@@ -16,16 +16,16 @@
 
 #include <cmocka.h>
 
-#include "ps_client.h"
+#include "ps/server.h"
 #include "psflow/model.h"
-#include "server.h"
+#include "worker/link.h"
 
 static pf_job_spec spec;
 static char dir[64];
 
 static void watchdog(int sig) {
     (void)sig;
-    static const char msg[] = "test_client: a request hung for 30 s\n";
+    static const char msg[] = "test_link: a request hung for 30 s\n";
     (void)!write(2, msg, sizeof msg - 1);
     _exit(1);
 }
@@ -57,7 +57,7 @@ typedef struct restart {
     ps_server *server;
 } restart;
 
-/* Brings a ps up on a given port after a short delay (the client is retrying meanwhile). */
+/* Brings a ps up on a given port after a short delay (the link is retrying meanwhile). */
 static void *start_later(void *arg) {
     restart *r = arg;
     struct timespec nap = {0, 300 * 1000 * 1000}; /* the outage being simulated */
@@ -72,14 +72,14 @@ static void *start_later(void *arg) {
     return NULL;
 }
 
-static ps_client *connect_client(int port) {
+static worker_link *connect_link(int port) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const char *addrs[] = {addr};
-    ps_client_options co = {&spec, addrs, 0, 0, 7, 20, NULL};
-    ps_client *c;
+    worker_link_options co = {&spec, addrs, 0, 0, 7, 20, NULL};
+    worker_link *c;
     pf_error err;
-    assert_int_equal(ps_client_create(&co, &c, &err), PF_OK);
+    assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
     return c;
 }
 
@@ -89,31 +89,31 @@ static void lose_and_return(uint64_t incarnation_after, int checkpoint) {
     pf_error err;
     assert_int_equal(ps_server_start(&o, &first, &err), PF_OK);
     restart r = {ps_server_port(first), incarnation_after, NULL};
-    ps_client *c = connect_client(r.port);
+    worker_link *c = connect_link(r.port);
     size_t n = pf_model_num_params(&spec.model);
     float *params = calloc(n, sizeof(float));
     uint64_t v;
-    assert_int_equal(ps_client_pull(c, NULL, params, &v, &err), PF_OK);
+    assert_int_equal(worker_link_pull(c, NULL, params, &v, &err), PF_OK);
 
-    /* The ps goes away while the client is between requests; the next request finds the
+    /* The ps goes away while the link is between requests; the next request finds the
      * connection gone, reconnects (retrying until the ps is back) and must complete. */
     ps_server_destroy(first);
     pthread_t th;
     pthread_create(&th, NULL, start_later, &r);
     alarm(30);
     if (checkpoint) {
-        assert_int_equal(ps_client_checkpoint(c, 5, 1, &err), PF_OK);
+        assert_int_equal(worker_link_checkpoint(c, 5, 1, &err), PF_OK);
         /* The ps that came back got the final checkpoint: its file exists. */
         char path[256];
         snprintf(path, sizeof path, "%s/client/step-5/ps-0.safetensors", dir);
         assert_int_equal(access(path, F_OK), 0);
     } else {
-        assert_int_equal(ps_client_pull(c, NULL, params, &v, &err), PF_OK);
+        assert_int_equal(worker_link_pull(c, NULL, params, &v, &err), PF_OK);
     }
     alarm(0);
     pthread_join(th, NULL);
     assert_non_null(r.server);
-    ps_client_destroy(c);
+    worker_link_destroy(c);
     ps_server_destroy(r.server);
     free(params);
 }

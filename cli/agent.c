@@ -6,7 +6,7 @@
  * heartbeat answer or a coordinator restart needs no special handling: the next answer says
  * again what should run.
  */
-#include "agent.h"
+#include "cli/agent.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -19,13 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
-#include "server.h"
+#include "ps/server.h"
 
 static volatile sig_atomic_t agent_signalled;
 

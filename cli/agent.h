@@ -11,7 +11,7 @@
 #ifndef PSFLOW_CLI_AGENT_H
 #define PSFLOW_CLI_AGENT_H
 
-#include "trainer.h"
+#include "worker/trainer.h"
 
 typedef struct agent_options {
     const char *role;        /* "ps" or "worker" */

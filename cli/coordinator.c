@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "coordinator.h"
-#include "options.h"
+#include "cli/cli.h"
+#include "coordinator/coordinator.h"
+#include "cli/options.h"
 #include "psflow/http_client.h"
 #include "psflow/address.h"
 

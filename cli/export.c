@@ -8,8 +8,8 @@
  */
 #include <stdio.h>
 
-#include "cli.h"
-#include "options.h"
+#include "cli/cli.h"
+#include "cli/options.h"
 #include "psflow/checkpoint.h"
 
 static int exit_code_for(pf_status st) {

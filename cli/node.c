@@ -11,15 +11,15 @@
 
 #include <unistd.h>
 
-#include "agent.h"
-#include "cli.h"
-#include "options.h"
+#include "cli/agent.h"
+#include "cli/cli.h"
+#include "cli/options.h"
 #include "psflow/address.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/tf_config.h"
-#include "server.h"
-#include "trainer.h"
+#include "ps/server.h"
+#include "worker/trainer.h"
 
 typedef struct node {
     pf_job_spec spec;

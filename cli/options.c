@@ -1,7 +1,7 @@
 /* options.c - option parsing with PSFLOW_* environment twins (see options.h). */
-#include "options.h"
+#include "cli/options.h"
 
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <ctype.h>
 #include <errno.h>

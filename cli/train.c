@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "options.h"
+#include "cli/cli.h"
+#include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/session.h"
 

@@ -20,8 +20,8 @@
 
 #include <jansson.h>
 
-#include "cli.h"
-#include "options.h"
+#include "cli/cli.h"
+#include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"

@@ -1,7 +1,7 @@
 /* version.c - `psflow version`. */
 #include <stdio.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "psflow/version.h"
 
 int cli_version(int argc, char **argv) {

@@ -1,5 +1,5 @@
 /* cluster.c - the coordinator's pure state machine (see cluster.h for the design). */
-#include "cluster.h"
+#include "coordinator/cluster.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -14,9 +14,9 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "cluster.h"
-#include "coordinator.h"
-#include "store.h"
+#include "coordinator/cluster.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/store.h"
 
 #define COORD_BODY_MAX  (1 << 20) /* request bodies: 413 above this */
 #define COORD_RING_SIZE 8192      /* recent events kept in memory for streams */

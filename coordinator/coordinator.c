@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "psflow/mem.h"
-#include "coord_server.h"
+#include "coordinator/coord_server.h"
 
 double coord_now(void) {
     struct timespec ts;

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "psflow/mem.h"
-#include "coord_server.h"
+#include "coordinator/coord_server.h"
 
 typedef struct request_state {
     char *body;

@@ -9,7 +9,7 @@
 #include "psflow/mem.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
-#include "coord_server.h"
+#include "coordinator/coord_server.h"
 
 /* The message of a field error without the "<pointer>: " prefix pf_error puts on it: the
  * problem's errors[] carry the pointer separately. */

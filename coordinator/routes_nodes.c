@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "psflow/address.h"
-#include "coord_server.h"
+#include "coordinator/coord_server.h"
 
 static int valid_id(const char *id) {
     size_t n = strlen(id);

@@ -10,7 +10,7 @@
 
 #include "psflow/mem.h"
 #include "psflow/version.h"
-#include "coord_server.h"
+#include "coordinator/coord_server.h"
 
 typedef struct text {
     char *buf;

@@ -7,7 +7,7 @@
  * Migrations are numbered; each runs in its own transaction and bumps user_version, so a
  * database of any older version is brought up to date at open.
  */
-#include "store.h"
+#include "coordinator/store.h"
 
 #include <math.h>
 #include <sqlite3.h>

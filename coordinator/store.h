@@ -13,7 +13,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "cluster.h"
+#include "coordinator/cluster.h"
 #include "psflow/status.h"
 
 typedef struct coord_store coord_store;

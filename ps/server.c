@@ -9,7 +9,7 @@
  * The chief's final CHECKPOINT ends the task: it writes its shards, acknowledges, answers
  * whatever is parked, and returns from ps_server_wait once its workers have gone.
  */
-#include "server.h"
+#include "ps/server.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -28,7 +28,7 @@
 #include "psflow/placement.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
-#include "shard.h"
+#include "ps/shard.h"
 
 typedef struct peer {
     struct peer *next;

@@ -6,7 +6,7 @@
  * keeps one gradient buffer per worker; when enough have arrived they are summed in
  * task-index order, scaled by 1/replicas_to_aggregate and applied.
  */
-#include "shard.h"
+#include "ps/shard.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * backend, the one host<->device transfer each way on a GPU backend). Everything is
  * allocated before the first step.
  */
-#include "trainer.h"
+#include "worker/trainer.h"
 
 #include <inttypes.h>
 #include <jansson.h>

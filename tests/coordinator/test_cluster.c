@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "coordinator/cluster.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 #include "psflow/spec.h"

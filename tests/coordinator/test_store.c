@@ -17,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "coordinator/cluster.h"
 #include "psflow/mem.h"
 #include "psflow/spec.h"
-#include "store.h"
+#include "coordinator/store.h"
 
 #define T0    1763805600.0 /* 2025-11-22T10:00:00Z: test times are offsets from it */
 #define LEASE 10.0

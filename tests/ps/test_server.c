@@ -17,7 +17,7 @@
 #include "psflow/placement.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
-#include "server.h"
+#include "ps/server.h"
 
 typedef struct client {
     pthread_mutex_t mu;

@@ -18,7 +18,7 @@
 #include "psflow/optim.h"
 #include "psflow/placement.h"
 #include "psflow/rng.h"
-#include "shard.h"
+#include "ps/shard.h"
 
 enum { FEATURES = 8, CLASSES = 3, EXAMPLES = 37 };
 

@@ -61,7 +61,7 @@ static int client_init(client *c, const char *cmd, const char *url, bool need_to
     int n = snprintf(c->base, sizeof c->base, "%s%s", strstr(url, "://") ? "" : "http://", url);
     if (n < 0 || (size_t)n >= sizeof c->base) {
         fprintf(stderr, "psflow %s: --coordinator URL is too long\n", cmd);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     while (n > 0 && c->base[n - 1] == '/')
         c->base[--n] = '\0';
@@ -69,7 +69,7 @@ static int client_init(client *c, const char *cmd, const char *url, bool need_to
     pf_error_clear(&err);
     if (need_token && !pf_http_token_from_env(c->token, sizeof c->token, &err)) {
         fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
-        return CLI_EX_NOINPUT;
+        return PF_EX_NOINPUT;
     }
     return 0;
 }
@@ -101,7 +101,7 @@ static int client_url(const client *c, const char *path, char *url, size_t cap) 
     int n = snprintf(url, cap, "%s%s", c->base, path);
     if (n < 0 || (size_t)n >= cap) {
         fprintf(stderr, "psflow %s: URL too long\n", c->cmd);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     return 0;
 }
@@ -128,7 +128,7 @@ static int client_call(const client *c, const char *method, const char *path, co
         return 0;
     fprintf(stderr, "psflow %s: %s%s\n", c->cmd,
             st == PF_ERR_UNAVAILABLE ? "coordinator unreachable: " : "", why.message);
-    return cli_exit_code(st);
+    return pf_exit_code(st);
 }
 
 /* ---- JSON helpers ------------------------------------------------------------------------ */
@@ -191,9 +191,9 @@ static void print_problem(const client *c, const char *prefix, const pf_http_res
 /* The exit code for an error status: 77 not allowed, 69 server trouble, 1 the rest. */
 static int status_exit(long status) {
     if (status == 401 || status == 403)
-        return CLI_EX_NOPERM;
+        return PF_EX_NOPERM;
     if (status >= 500 || status == 0)
-        return CLI_EX_UNAVAILABLE;
+        return PF_EX_UNAVAILABLE;
     return 1;
 }
 
@@ -708,7 +708,7 @@ static int follow_job(const client *c, const char *name, const char *escaped) {
     sse_deinit(&f.parser);
     if (!phase_is_final(f.view.phase)) {
         progress_break(&f.prog);
-        return f.exit_code ? f.exit_code : CLI_EX_SOFTWARE;
+        return f.exit_code ? f.exit_code : PF_EX_SOFTWARE;
     }
     /* The final state from the job itself: a `job` event carries no test loss. */
     f.done = false;
@@ -769,7 +769,7 @@ static int output_json(const char *cmd, const cli_option *opts, int n_opts) {
 
 static int usage_error(const char *cmd, const char *what) {
     fprintf(stderr, "psflow %s: %s (see 'psflow %s --help')\n", cmd, what, cmd);
-    return CLI_EX_USAGE;
+    return PF_EX_USAGE;
 }
 
 /* Writes a raw body followed by a newline when it lacks one. */
@@ -821,7 +821,7 @@ int cli_submit(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("submit", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("submit", "FILE [--wait] [options]",
                        "Submits the job spec in FILE (JSON, api/schemas/job.schema.json) to the "
@@ -845,7 +845,7 @@ int cli_submit(int argc, char **argv) {
     char *spec = read_file(path, &len);
     if (!spec) {
         fprintf(stderr, "psflow submit: %s: cannot read it: %s\n", path, strerror(errno));
-        return CLI_EX_NOINPUT;
+        return PF_EX_NOINPUT;
     }
     pf_http_response r;
     rc = client_call(&c, "POST", "/api/v1/jobs", spec, len, REQUEST_TIMEOUT, &r);
@@ -862,7 +862,7 @@ int cli_submit(int argc, char **argv) {
         if (!name_buf[0]) {
             fprintf(stderr, "psflow submit: the coordinator's answer names no job\n");
             pf_http_response_deinit(&r);
-            return CLI_EX_UNAVAILABLE;
+            return PF_EX_UNAVAILABLE;
         }
         printf("job %s %s\n", name_buf, r.status == 201 ? "created" : "exists (same spec)");
         fflush(stdout);
@@ -877,7 +877,7 @@ int cli_submit(int argc, char **argv) {
     if (r.status == 400 || r.status == 413 || r.status == 422) {
         snprintf(prefix, sizeof prefix, "%s: job spec rejected", path);
         print_problem(&c, prefix, &r);
-        rc = CLI_EX_DATAERR;
+        rc = PF_EX_DATAERR;
     } else if (r.status == 409) {
         snprintf(prefix, sizeof prefix, "%s: a job of that name exists with another spec", path);
         print_problem(&c, prefix, &r);
@@ -909,7 +909,7 @@ int cli_list(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("list", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help(
             "list", "[-o json] [options]",
@@ -920,7 +920,7 @@ int cli_list(int argc, char **argv) {
     }
     int json_out = output_json("list", opts, n_opts);
     if (json_out < 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.n_positional != 0)
         return usage_error("list", "takes no arguments");
     client c;
@@ -946,7 +946,7 @@ int cli_list(int argc, char **argv) {
     if (!json_is_array(items)) {
         fprintf(stderr, "psflow list: the coordinator's answer has no items list\n");
         json_decref(doc);
-        return CLI_EX_UNAVAILABLE;
+        return PF_EX_UNAVAILABLE;
     }
     size_t n = json_array_size(items);
     if (n == 0) {
@@ -960,7 +960,7 @@ int cli_list(int argc, char **argv) {
     if (!cells) {
         json_decref(doc);
         fprintf(stderr, "psflow list: out of memory\n");
-        return CLI_EX_OSERR;
+        return PF_EX_OSERR;
     }
     static const char *const head[N_COLS] = {"NAME",     "PHASE",   "STEP", "LOSS",
                                              "ACCURACY", "WORKERS", "PS",   "AGE"};
@@ -1135,7 +1135,7 @@ int cli_get_job(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("get", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("get", "NAME [-o json] [options]",
                        "Shows one job: phase and message, conditions with reasons and times, "
@@ -1147,7 +1147,7 @@ int cli_get_job(int argc, char **argv) {
     }
     int json_out = output_json("get", opts, n_opts);
     if (json_out < 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.n_positional != 1)
         return usage_error("get", "expected one job NAME");
     client c;
@@ -1171,7 +1171,7 @@ int cli_get_job(int argc, char **argv) {
         json_t *doc = body_json(&r);
         if (!json_is_object(doc)) {
             fprintf(stderr, "psflow get: the coordinator's answer is not a job\n");
-            rc = CLI_EX_UNAVAILABLE;
+            rc = PF_EX_UNAVAILABLE;
         } else {
             print_job(doc);
             print_tasks(&c, escaped);
@@ -1307,7 +1307,7 @@ int cli_watch(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("watch", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help(
             "watch", "[NAME] [options]",
@@ -1323,7 +1323,7 @@ int cli_watch(int argc, char **argv) {
         return usage_error("watch", "expected at most one job NAME");
     long since;
     if (cli_get_long("watch", opts, n_opts, "since-id", 0, LONG_MAX, -1, &since))
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     client c;
     int rc = client_init(&c, "watch", cli_get(opts, n_opts, "coordinator"), true);
     if (rc)
@@ -1373,7 +1373,7 @@ int cli_watch(int argc, char **argv) {
                 break;
             if (rc == 0 && st == PF_ERR_FORMAT) {
                 fprintf(stderr, "psflow watch: %s\n", err.message);
-                rc = CLI_EX_UNAVAILABLE;
+                rc = PF_EX_UNAVAILABLE;
                 break;
             }
         }
@@ -1391,7 +1391,7 @@ int cli_cancel(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("cancel", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("cancel", "NAME [options]",
                        "Cancels a job: it ends in phase Failed with reason Cancelled and its "
@@ -1436,7 +1436,7 @@ int cli_tfconfig(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("tfconfig", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help(
             "tfconfig", "NAME TYPE INDEX [options]",
@@ -1490,7 +1490,7 @@ int cli_health(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (parse_args("health", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("health", "[options]",
                        "Asks the coordinator's /readyz (2 s at most). Prints ok and exits 0 "
@@ -1509,7 +1509,7 @@ int cli_health(int argc, char **argv) {
     pf_error why;
     if (client_try(&c, "GET", "/readyz", NULL, 0, HEALTH_TIMEOUT, &r, &why) != PF_OK) {
         fprintf(stderr, "psflow health: coordinator unreachable: %s\n", why.message);
-        return CLI_EX_UNAVAILABLE;
+        return PF_EX_UNAVAILABLE;
     }
     if (r.status == 200) {
         printf("ok\n");
@@ -1517,7 +1517,7 @@ int cli_health(int argc, char **argv) {
         size_t n = r.body ? strcspn(r.body, "\r\n") : 0;
         fprintf(stderr, "psflow health: coordinator not ready (HTTP %ld)%s%.*s\n", r.status,
                 n ? ": " : "", (int)(n < 300 ? n : 300), r.body ? r.body : "");
-        rc = CLI_EX_UNAVAILABLE;
+        rc = PF_EX_UNAVAILABLE;
     }
     pf_http_response_deinit(&r);
     return rc;

@@ -54,7 +54,7 @@ int cli_coordinator(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (cli_parse("coordinator", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("coordinator", "[options]",
                        "Serves the job API (api/rest.md), the live event stream and the "
@@ -67,26 +67,26 @@ int cli_coordinator(int argc, char **argv) {
     }
     if (args.n_positional) {
         fprintf(stderr, "psflow coordinator: unexpected argument '%s'\n", args.positional[0]);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     const char *listen = cli_get(opts, n_opts, "listen");
     char host[256] = "0.0.0.0";
     int port = 8080;
     if (listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) {
         fprintf(stderr, "psflow coordinator: --listen '%s' is not HOST:PORT\n", listen);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     long lease, max_conn, timeout;
     if (cli_get_long("coordinator", opts, n_opts, "lease-seconds", 1, 3600, 10, &lease) ||
         cli_get_long("coordinator", opts, n_opts, "max-connections", 4, 65536, 256, &max_conn) ||
         cli_get_long("coordinator", opts, n_opts, "connection-timeout", 1, 3600, 30, &timeout))
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     char token[512];
     pf_error err;
     pf_error_clear(&err);
     if (!pf_http_token_from_env(token, sizeof token, &err)) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
-        return CLI_EX_NOINPUT;
+        return PF_EX_NOINPUT;
     }
     char web[PATH_MAX], openapi[PATH_MAX];
     const char *web_dir = cli_get(opts, n_opts, "web");
@@ -110,8 +110,8 @@ int cli_coordinator(int argc, char **argv) {
     coord_server *s;
     if (coord_server_start(&o, &s, &err) != PF_OK) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
-        return err.message[0] && strstr(err.message, "listen") ? CLI_EX_UNAVAILABLE
-                                                               : CLI_EX_CANTCREAT;
+        return err.message[0] && strstr(err.message, "listen") ? PF_EX_UNAVAILABLE
+                                                               : PF_EX_CANTCREAT;
     }
     fprintf(stderr, "psflow coordinator: listening on http://%s:%d (database %s, dashboard %s%s)\n",
             host, coord_server_port(s), o.db_path, web_dir ? web_dir : "not installed",

@@ -16,15 +16,15 @@ static int exit_code_for(pf_status st) {
     switch (st) {
     case PF_ERR_IO:
     case PF_ERR_NOT_FOUND:
-        return CLI_EX_NOINPUT;
+        return PF_EX_NOINPUT;
     case PF_ERR_FORMAT:
     case PF_ERR_UNSUPPORTED:
     case PF_ERR_RANGE:
-        return CLI_EX_DATAERR;
+        return PF_EX_DATAERR;
     case PF_ERR_NOMEM:
-        return CLI_EX_OSERR;
+        return PF_EX_OSERR;
     default:
-        return CLI_EX_SOFTWARE;
+        return PF_EX_SOFTWARE;
     }
 }
 
@@ -35,7 +35,7 @@ int cli_export(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (cli_parse("export", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("export", "DIR --out FILE",
                        "Merges the parameter-server shards of a checkpoint into one safetensors "
@@ -50,12 +50,12 @@ int cli_export(int argc, char **argv) {
     if (args.n_positional != 1) {
         fprintf(stderr, "psflow export: expected one checkpoint folder (see 'psflow export "
                         "--help')\n");
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     const char *out = cli_get(opts, n_opts, "out");
     if (!out || !*out) {
         fprintf(stderr, "psflow export: --out FILE is required (see 'psflow export --help')\n");
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     pf_error err;
     pf_error_clear(&err);
@@ -69,7 +69,7 @@ int cli_export(int argc, char **argv) {
     if (st != PF_OK) {
         fprintf(stderr, "psflow export: cannot write: %s\n", err.message);
         pf_checkpoint_model_destroy(m);
-        return st == PF_ERR_NOMEM ? CLI_EX_OSERR : CLI_EX_CANTCREAT;
+        return st == PF_ERR_NOMEM ? PF_EX_OSERR : PF_EX_CANTCREAT;
     }
     long long params = 0;
     int n = pf_checkpoint_model_count(m);

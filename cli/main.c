@@ -39,7 +39,7 @@ static void usage(FILE *out) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
@@ -51,5 +51,5 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "psflow: unknown command '%s' (see 'psflow --help')\n", argv[1]);
-    return CLI_EX_USAGE;
+    return PF_EX_USAGE;
 }

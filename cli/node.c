@@ -11,7 +11,8 @@
 
 #include <unistd.h>
 
-#include "cli/agent.h"
+#include "agent/agent.h"
+#include "agent/reporter.h"
 #include "cli/cli.h"
 #include "cli/options.h"
 #include "psflow/address.h"
@@ -40,12 +41,12 @@ static int node_load(const char *cmd, const char *job_path, node *n) {
     pf_error_clear(&err);
     if (!job_path) {
         fprintf(stderr, "psflow %s: --job FILE is required (see 'psflow %s --help')\n", cmd, cmd);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     pf_status st = pf_job_spec_load(job_path, &n->spec, &err);
     if (st != PF_OK) {
         fprintf(stderr, "psflow %s: %s: %s\n", cmd, job_path, err.message);
-        return st == PF_ERR_IO ? CLI_EX_NOINPUT : CLI_EX_DATAERR;
+        return st == PF_ERR_IO ? PF_EX_NOINPUT : PF_EX_DATAERR;
     }
     const char *tf = getenv("TF_CONFIG");
     if (!tf || !*tf) {
@@ -54,12 +55,12 @@ static int node_load(const char *cmd, const char *job_path, node *n) {
                 "{\"cluster\":{\"ps\":[\"host:2222\"],\"worker\":[\"host:2223\"]},"
                 "\"task\":{\"type\":\"%s\",\"index\":0}}\n",
                 cmd, cmd);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     if (pf_tf_config_parse(tf, strlen(tf), &n->cfg, &err) != PF_OK ||
         pf_tf_config_validate(&n->cfg, &err) != PF_OK) {
         fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
-        return CLI_EX_DATAERR;
+        return PF_EX_DATAERR;
     }
     n->type = n->cfg.task_type;
     n->index = n->cfg.task_index;
@@ -76,7 +77,7 @@ static int node_load(const char *cmd, const char *job_path, node *n) {
                     "psflow %s: TF_CONFIG has %d %s task(s) but the job spec's replicas.%s is %d: "
                     "make them agree\n",
                     cmd, have, shape[i].job, shape[i].job, shape[i].want);
-            return CLI_EX_DATAERR;
+            return PF_EX_DATAERR;
         }
     }
     return 0;
@@ -116,7 +117,7 @@ static int token_or_exit(const char *cmd, char *token, size_t cap) {
     pf_error_clear(&err);
     if (!pf_http_token_from_env(token, cap, &err)) {
         fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
-        return CLI_EX_NOINPUT;
+        return PF_EX_NOINPUT;
     }
     return 0;
 }
@@ -129,12 +130,12 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
     int port = 2222;
     if (listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) {
         fprintf(stderr, "psflow ps: --listen '%s' is not HOST:PORT\n", listen);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     if (!listen && advertise &&
         pf_split_host_port(advertise, adv_host, sizeof adv_host, &port) != 0) {
         fprintf(stderr, "psflow ps: --advertise '%s' is not HOST:PORT\n", advertise);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     char id[128], adv[300], token[512];
     node_defaults("ps", cli_get(opts, n_opts, "node-id"), advertise, port, id, sizeof id, adv,
@@ -173,7 +174,7 @@ int cli_ps(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (cli_parse("ps", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("ps", "--job FILE [options]  |  --coordinator URL [options]",
                        "Runs a parameter-server task. Static mode (--job): the task (type ps, "
@@ -189,7 +190,7 @@ int cli_ps(int argc, char **argv) {
     }
     long grace;
     if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace))
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job"))
         return run_ps_agent(opts, n_opts, coordinator, (double)grace);
@@ -200,7 +201,7 @@ int cli_ps(int argc, char **argv) {
     if (strcmp(n.type, "ps") != 0) {
         fprintf(stderr, "psflow ps: TF_CONFIG says this task is a %s, not a ps\n", n.type);
         node_deinit(&n);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     const char *own = pf_tf_config_address(&n.cfg, "ps", n.index);
     const char *listen = cli_get(opts, n_opts, "listen");
@@ -211,7 +212,7 @@ int cli_ps(int argc, char **argv) {
         (!listen && pf_split_host_port(own, own_host, sizeof own_host, &port) != 0)) {
         fprintf(stderr, "psflow ps: '%s' is not HOST:PORT\n", listen ? listen : own);
         node_deinit(&n);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
     ps_server_options so = {
@@ -223,7 +224,7 @@ int cli_ps(int argc, char **argv) {
     if (ps_server_start(&so, &s, &err) != PF_OK) {
         fprintf(stderr, "psflow ps %d: %s\n", n.index, err.message);
         node_deinit(&n);
-        return CLI_EX_UNAVAILABLE;
+        return PF_EX_UNAVAILABLE;
     }
     const char *advertise = cli_get(opts, n_opts, "advertise");
     fprintf(stderr, "psflow ps %d: listening on %s:%d, advertised as %s\n", n.index, host,
@@ -256,7 +257,7 @@ int cli_worker(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (cli_parse("worker", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("worker", "--job FILE [options]  |  --coordinator URL [options]",
                        "Runs a training task (TF_CONFIG task type worker or chief; worker 0 is "
@@ -272,13 +273,13 @@ int cli_worker(int argc, char **argv) {
     if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &log_every) ||
         cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
         cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay))
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job")) {
         if (cli_get(opts, n_opts, "output")) {
             fprintf(stderr, "psflow worker: --output is for static mode (--job); a managed "
                             "chief reports its result to the coordinator\n");
-            return CLI_EX_USAGE;
+            return PF_EX_USAGE;
         }
         char id[128], adv[300], token[512];
         node_defaults("worker", cli_get(opts, n_opts, "node-id"),
@@ -301,7 +302,7 @@ int cli_worker(int argc, char **argv) {
     const char *output = cli_get(opts, n_opts, "output");
     if (output && strcmp(output, "json") != 0 && strcmp(output, "text") != 0) {
         fprintf(stderr, "psflow worker: --output must be text or json, got '%s'\n", output);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     node n;
     int rc = node_load("worker", cli_get(opts, n_opts, "job"), &n);
@@ -313,7 +314,7 @@ int cli_worker(int argc, char **argv) {
         fprintf(stderr, "psflow worker: TF_CONFIG says this task is a %s; run 'psflow %s'\n",
                 n.type, n.type);
         node_deinit(&n);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     const char *addrs[PF_MAX_REPLICAS];
     for (int p = 0; p < n.spec.replicas.ps; p++)
@@ -331,7 +332,7 @@ int cli_worker(int argc, char **argv) {
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
     };
-    reporter *rep = NULL;
+    agent_reporter *rep = NULL;
     if (coordinator) {
         char token[512], name[32];
         rc = token_or_exit("worker", token, sizeof token);
@@ -343,13 +344,13 @@ int cli_worker(int argc, char **argv) {
             snprintf(name, sizeof name, "chief");
         else
             snprintf(name, sizeof name, "worker-%d", n.index);
-        rep = reporter_create(coordinator, token, n.spec.name, name);
-        wo.report = reporter_add;
+        rep = agent_reporter_create(coordinator, token, n.spec.name, name);
+        wo.report = agent_reporter_add;
         wo.report_ctx = rep;
     }
     pf_status st = worker_run(&wo);
-    reporter_destroy(rep, 5.0);
-    rc = st == PF_OK ? 0 : cli_exit_code(st);
+    agent_reporter_destroy(rep, 5.0);
+    rc = st == PF_OK ? 0 : pf_exit_code(st);
     node_deinit(&n);
     return rc;
 }

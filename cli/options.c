@@ -132,24 +132,3 @@ int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char
     *out = x;
     return 0;
 }
-
-int cli_exit_code(pf_status st) {
-    switch (st) {
-    case PF_ERR_IO:
-    case PF_ERR_NOT_FOUND:
-        return CLI_EX_NOINPUT;
-    case PF_ERR_SPEC:
-    case PF_ERR_FORMAT:
-    case PF_ERR_RANGE:
-        return CLI_EX_DATAERR;
-    case PF_ERR_UNSUPPORTED:
-    case PF_ERR_UNAVAILABLE:
-        return CLI_EX_UNAVAILABLE;
-    case PF_ERR_NOMEM:
-        return CLI_EX_OSERR;
-    case PF_ERR_CANCELLED:
-        return 130; /* as a shell reports a process ended by SIGINT */
-    default:
-        return CLI_EX_SOFTWARE;
-    }
-}

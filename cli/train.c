@@ -77,7 +77,7 @@ int cli_train(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (cli_parse("train", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("train", "JOB.json [options]",
                        "Trains the job described by JOB.json in this one process, evaluates it "
@@ -89,7 +89,7 @@ int cli_train(int argc, char **argv) {
     }
     if (args.n_positional != 1) {
         fprintf(stderr, "psflow train: expected one job spec file (see 'psflow train --help')\n");
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     const char *output = cli_get(opts, n_opts, "output");
     bool json_out = false;
@@ -97,11 +97,11 @@ int cli_train(int argc, char **argv) {
         json_out = true;
     else if (output && strcmp(output, "text") != 0) {
         fprintf(stderr, "psflow train: --output must be text or json, got '%s'\n", output);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
     progress prog = {.tty = isatty(STDERR_FILENO) != 0};
     if (cli_get_long("train", opts, n_opts, "log-every", 1, 1L << 40, 100, &prog.log_every))
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     const char *save = cli_get(opts, n_opts, "save");
     const char *backend = cli_get(opts, n_opts, "backend");
     pf_session_options sopts = {.load_test = true};
@@ -112,7 +112,7 @@ int cli_train(int argc, char **argv) {
     else if (backend) {
         fprintf(stderr, "psflow train: --backend must be openblas or reference, got '%s'\n",
                 backend);
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     }
 
     const char *path = args.positional[0];
@@ -123,7 +123,7 @@ int cli_train(int argc, char **argv) {
     if (st != PF_OK) {
         /* Spec messages start with the JSON pointer of the field they name. */
         fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
-        return cli_exit_code(st);
+        return pf_exit_code(st);
     }
     fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);
     pf_session *s;
@@ -131,7 +131,7 @@ int cli_train(int argc, char **argv) {
     if (st != PF_OK) {
         fprintf(stderr, "psflow train: %s\n", err.message);
         pf_job_spec_deinit(&spec);
-        return cli_exit_code(st);
+        return pf_exit_code(st);
     }
     const pf_dataset *train = pf_session_train_set(s);
     int64_t max_steps = spec.training.max_steps;
@@ -187,7 +187,7 @@ int cli_train(int argc, char **argv) {
         st = pf_session_save(s, save, &err);
         if (st != PF_OK) {
             fprintf(stderr, "psflow train: cannot save: %s\n", err.message);
-            rc = CLI_EX_CANTCREAT;
+            rc = PF_EX_CANTCREAT;
         } else {
             fprintf(stderr, "psflow train: saved variables to %s\n", save);
         }

@@ -187,7 +187,7 @@ int cli_up(int argc, char **argv) {
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (cli_parse("up", argc, argv, opts, n_opts, &args) != 0)
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (args.help) {
         cli_print_help("up", "[options]",
                        "Starts a local cluster on 127.0.0.1: the coordinator (API and dashboard) "
@@ -201,10 +201,10 @@ int cli_up(int argc, char **argv) {
     if (cli_get_long("up", opts, n_opts, "ps", 1, UP_MAX_AGENTS / 2, 2, &n_ps) ||
         cli_get_long("up", opts, n_opts, "workers", 1, UP_MAX_AGENTS / 2, 2, &n_workers) ||
         cli_get_long("up", opts, n_opts, "port", 0, 65535, 8080, &port))
-        return CLI_EX_USAGE;
+        return PF_EX_USAGE;
     if (port == 0 && (port = free_port()) < 0) {
         fprintf(stderr, "psflow up: no free port on 127.0.0.1\n");
-        return CLI_EX_UNAVAILABLE;
+        return PF_EX_UNAVAILABLE;
     }
     const char *dir = cli_get(opts, n_opts, "dir");
     if (!dir)
@@ -215,12 +215,12 @@ int cli_up(int argc, char **argv) {
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints", dir);
     if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(logs, 0755) != 0 && errno != EEXIST)) {
         fprintf(stderr, "psflow up: cannot create %s: %s\n", logs, strerror(errno));
-        return CLI_EX_CANTCREAT;
+        return PF_EX_CANTCREAT;
     }
     pf_error err;
     if (!pf_http_token_from_env(token, sizeof token, &err)) {
         fprintf(stderr, "psflow up: %s\n", err.message);
-        return CLI_EX_NOINPUT;
+        return PF_EX_NOINPUT;
     }
     snprintf(listen, sizeof listen, "127.0.0.1:%ld", port);
     snprintf(url, sizeof url, "http://127.0.0.1:%ld", port);
@@ -236,7 +236,7 @@ int cli_up(int argc, char **argv) {
     char *cargv[] = {"psflow", "coordinator", "--listen", listen, "--db", db, NULL};
     if (spawn(&kids[n++], "coordinator", logs, cargv) != 0) {
         fprintf(stderr, "psflow up: cannot start the coordinator: %s\n", strerror(errno));
-        return CLI_EX_OSERR;
+        return PF_EX_OSERR;
     }
     /* Ready when /readyz answers; a coordinator that exits (port taken...) ends it here. */
     char readyz[160];
@@ -262,7 +262,7 @@ int cli_up(int argc, char **argv) {
         fprintf(stderr, "psflow up: the coordinator did not become ready; see %s/coordinator.log\n",
                 logs);
         stop_all(kids, 0, n, 5);
-        return CLI_EX_UNAVAILABLE;
+        return PF_EX_UNAVAILABLE;
     }
     fprintf(stderr, "psflow up: coordinator %s (pid %d, database %s)\n", url, (int)kids[0].pid, db);
     for (long i = 0; i < n_ps + n_workers; i++) {
@@ -290,7 +290,7 @@ int cli_up(int argc, char **argv) {
             fprintf(stderr, "psflow up: cannot start %s\n", name);
             stop_all(kids, 1, n, 10);
             stop_all(kids, 0, 1, 10);
-            return CLI_EX_OSERR;
+            return PF_EX_OSERR;
         }
     }
     /* Wait until every agent has registered. */

@@ -1,4 +1,4 @@
-/* clock.c - monotonic and wall-clock seconds. */
+/* clock.c - monotonic and wall-clock seconds, and sleeping for a period. */
 #define _POSIX_C_SOURCE 200809L
 #include "psflow/clock.h"
 
@@ -16,4 +16,9 @@ double pf_clock_now(void) {
 
 double pf_clock_wall(void) {
     return seconds(CLOCK_REALTIME);
+}
+
+void pf_clock_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
 }

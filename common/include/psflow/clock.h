@@ -8,4 +8,8 @@ double pf_clock_now(void);
 /* Seconds since the Unix epoch (CLOCK_REALTIME), for timestamps shown to users. */
 double pf_clock_wall(void);
 
+/* Sleeps for `seconds` (a polling or retry period, never synchronisation); returns early
+ * when a signal arrives, so a loop that sleeps sees SIGINT/SIGTERM at once. */
+void pf_clock_sleep(double seconds);
+
 #endif

@@ -1,4 +1,4 @@
-/* agent.c - managed ps/worker nodes and the metric reporter (see agent.h).
+/* agent.c - managed ps/worker nodes (see agent.h).
  *
  * DESIGN: the main thread runs the control loop (register, heartbeat, reconcile); the task
  * runs in its own thread and only publishes its state under the agent's lock; a reporter
@@ -6,7 +6,7 @@
  * heartbeat answer or a coordinator restart needs no special handling: the next answer says
  * again what should run.
  */
-#include "cli/agent.h"
+#include "agent/agent.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -16,16 +16,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "agent/reporter.h"
+#include "ps/server.h"
 #include "psflow/clock.h"
+#include "psflow/exit_code.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
-#include "ps/server.h"
+#include "worker/trainer.h"
 
 static volatile sig_atomic_t agent_signalled;
 
@@ -34,224 +35,8 @@ static void on_signal(int sig) {
     agent_signalled = 1;
 }
 
-static void nap(double seconds) {
-    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    nanosleep(&ts, NULL); /* a loop period, not synchronisation */
-}
-
-/* --- reporter --- */
-
-#define REPORTER_MAX_QUEUED 100000 /* points kept while the coordinator is unreachable */
-
-struct reporter {
-    char url[1024];
-    char token[512];
-    char task[32];
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    json_t *points, *evals, *checkpoints;
-    int stop, gone; /* gone: the coordinator does not know the job; stop reporting */
-    int inflight;   /* sends that have taken items and not yet stored or requeued them */
-    double flush_until;
-    pthread_t thread;
-    int dropped;
-};
-
-static int post_json(const char *url, const char *token, json_t *body, long *status) {
-    char *text = json_dumps(body, JSON_COMPACT);
-    if (!text)
-        return -1;
-    pf_http_response resp;
-    pf_error err;
-    pf_status st = pf_http_request("POST", url, token, text, strlen(text), 5.0, &resp, &err);
-    free(text);
-    *status = resp.status;
-    pf_http_response_deinit(&resp);
-    return st == PF_OK ? 0 : -1;
-}
-
-/* Sends the queued points and checkpoints once; returns 0 when nothing is left. */
-static int reporter_send(reporter *r) {
-    pthread_mutex_lock(&r->mu);
-    json_t *points = r->points, *evals = r->evals, *ckpts = r->checkpoints;
-    r->points = json_array();
-    r->evals = json_array();
-    r->checkpoints = json_array();
-    r->inflight++;
-    pthread_mutex_unlock(&r->mu);
-    int left = 0;
-    long status = 0;
-    if (json_array_size(points) || json_array_size(evals)) {
-        json_t *body =
-            json_pack("{s:s, s:O, s:O}", "task", r->task, "points", points, "evals", evals);
-        char url[1100];
-        snprintf(url, sizeof url, "%s/metrics", r->url);
-        int rc = body ? post_json(url, r->token, body, &status) : -1;
-        json_decref(body);
-        if (rc == 0 && status == 404) {
-            fprintf(stderr,
-                    "psflow %s: the coordinator has no such job; metrics are not reported\n",
-                    r->task);
-            r->gone = 1;
-        } else if (rc != 0 || status >= 500 || status == 0) {
-            left = 1; /* keep them for the next try */
-            pthread_mutex_lock(&r->mu);
-            json_array_extend(points, r->points);
-            json_array_extend(evals, r->evals);
-            json_decref(r->points);
-            json_decref(r->evals);
-            r->points = json_incref(points);
-            r->evals = json_incref(evals);
-            size_t n = json_array_size(r->points);
-            while (n > REPORTER_MAX_QUEUED) { /* bounded: the oldest go first */
-                json_array_remove(r->points, 0);
-                n--;
-                r->dropped++;
-            }
-            pthread_mutex_unlock(&r->mu);
-        }
-    }
-    size_t i;
-    json_t *c;
-    json_array_foreach(ckpts, i, c) {
-        char url[1100];
-        snprintf(url, sizeof url, "%s/checkpoints", r->url);
-        if (post_json(url, r->token, c, &status) != 0 || status >= 500 || status == 0) {
-            left = 1;
-            pthread_mutex_lock(&r->mu);
-            json_array_append(r->checkpoints, c);
-            pthread_mutex_unlock(&r->mu);
-        }
-    }
-    json_decref(points);
-    json_decref(evals);
-    json_decref(ckpts);
-    pthread_mutex_lock(&r->mu);
-    r->inflight--;
-    pthread_mutex_unlock(&r->mu);
-    return left;
-}
-
-int reporter_flush(reporter *r, double seconds) {
-    if (!r)
-        return 0;
-    double deadline = pf_clock_now() + seconds;
-    for (;;) {
-        pthread_mutex_lock(&r->mu);
-        int busy = !r->gone && (r->inflight || json_array_size(r->points) ||
-                                json_array_size(r->evals) || json_array_size(r->checkpoints));
-        pthread_mutex_unlock(&r->mu);
-        if (!busy)
-            return 0;
-        if (pf_clock_now() > deadline)
-            return -1;
-        nap(0.02);
-    }
-}
-
-static void *reporter_main(void *arg) {
-    reporter *r = arg;
-    for (;;) {
-        pthread_mutex_lock(&r->mu);
-        int stop = r->stop;
-        pthread_mutex_unlock(&r->mu);
-        int left = r->gone ? 0 : reporter_send(r);
-        if (stop && (!left || pf_clock_now() > r->flush_until))
-            break;
-        nap(0.25);
-    }
-    return NULL;
-}
-
-reporter *reporter_create(const char *coordinator, const char *token, const char *job,
-                          const char *task_name) {
-    reporter *r = pf_calloc(1, sizeof *r);
-    if (!r)
-        return NULL;
-    snprintf(r->url, sizeof r->url, "%s/api/v1/jobs/%s", coordinator, job);
-    snprintf(r->token, sizeof r->token, "%s", token ? token : "");
-    snprintf(r->task, sizeof r->task, "%s", task_name);
-    r->points = json_array();
-    r->evals = json_array();
-    r->checkpoints = json_array();
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
-    if (!r->points || !r->evals || !r->checkpoints ||
-        pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
-        json_decref(r->points);
-        json_decref(r->evals);
-        json_decref(r->checkpoints);
-        pf_free(r);
-        return NULL;
-    }
-    return r;
-}
-
 static json_t *num_or_null(double v) {
     return isnan(v) ? json_null() : json_real(v);
-}
-
-/* The checkpoint item of api/rest.md from the manifest the chief just wrote. */
-static json_t *checkpoint_item(const worker_report *rep) {
-    char path[2200];
-    snprintf(path, sizeof path, "%s/manifest.json", rep->step_dir);
-    json_t *m = json_load_file(path, 0, NULL);
-    json_t *files = json_object_get(m, "files");
-    json_int_t bytes = 0;
-    size_t i;
-    json_t *f;
-    json_array_foreach(files, i, f) bytes += json_integer_value(json_object_get(f, "bytes"));
-    json_t *item = json_pack("{s:I, s:I, s:O}", "step", (json_int_t)rep->step, "bytes", bytes,
-                             "files", files ? files : json_array());
-    json_decref(m);
-    return item;
-}
-
-void reporter_add(void *ctx, const worker_report *rep) {
-    reporter *r = ctx;
-    if (!r)
-        return;
-    json_t *item = NULL;
-    if (rep->kind == WORKER_REPORT_STEP)
-        item = json_pack("{s:I, s:f, s:o, s:o, s:o}", "step", (json_int_t)rep->step, "time",
-                         rep->time, "loss", num_or_null(rep->loss), "examples_per_sec",
-                         num_or_null(rep->examples_per_sec), "step_time_seconds",
-                         num_or_null(rep->step_time_seconds));
-    else if (rep->kind == WORKER_REPORT_EVAL)
-        item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
-                         "accuracy", num_or_null(rep->accuracy), "test_loss",
-                         num_or_null(rep->test_loss));
-    else
-        item = checkpoint_item(rep);
-    if (!item)
-        return;
-    pthread_mutex_lock(&r->mu);
-    json_array_append_new(rep->kind == WORKER_REPORT_STEP   ? r->points
-                          : rep->kind == WORKER_REPORT_EVAL ? r->evals
-                                                            : r->checkpoints,
-                          item);
-    pthread_mutex_unlock(&r->mu);
-}
-
-void reporter_destroy(reporter *r, double seconds) {
-    if (!r)
-        return;
-    pthread_mutex_lock(&r->mu);
-    r->stop = 1;
-    r->flush_until = pf_clock_now() + seconds;
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL);
-    if (r->dropped)
-        fprintf(stderr,
-                "psflow %s: %d metric points were dropped while the coordinator was "
-                "unreachable\n",
-                r->task, r->dropped);
-    json_decref(r->points);
-    json_decref(r->evals);
-    json_decref(r->checkpoints);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    pf_free(r);
 }
 
 /* --- the task an agent runs --- */
@@ -277,7 +62,7 @@ typedef struct task {
     int exit_code;
     char message[256];
     worker_result result;
-    reporter *rep;
+    agent_reporter *rep;
 } task;
 
 struct agent {
@@ -307,7 +92,7 @@ static void *ps_task_main(void *arg) {
     ps_server *s;
     if (ps_server_start(&so, &s, &err) != PF_OK) {
         fprintf(stderr, "psflow ps agent: %s\n", err.message);
-        task_finish(t, TASK_FAILED, CLI_EX_UNAVAILABLE, err.message);
+        task_finish(t, TASK_FAILED, PF_EX_UNAVAILABLE, err.message);
         return NULL;
     }
     pthread_mutex_lock(&t->a->mu);
@@ -347,7 +132,7 @@ static void *worker_task_main(void *arg) {
         .retry_seconds = o->retry_seconds,
         .push_delay_ms = o->push_delay_ms,
         .stop = &t->stop,
-        .report = reporter_add,
+        .report = agent_reporter_add,
         .report_ctx = t->rep,
         .result = &t->result,
     };
@@ -355,13 +140,13 @@ static void *worker_task_main(void *arg) {
     pf_status st = worker_run(&wo);
     /* The final evaluation and checkpoint reach the coordinator before the task reports
      * success, so a job is Succeeded only with its final accuracy and checkpoint on record. */
-    if (st == PF_OK && reporter_flush(t->rep, 10.0) != 0)
+    if (st == PF_OK && agent_reporter_flush(t->rep, 10.0) != 0)
         fprintf(stderr, "psflow %s agent %s: the final metrics are still unsent after 10 s\n",
                 o->role, o->node_id);
     if (st == PF_OK)
         task_finish(t, TASK_SUCCEEDED, 0, "reached max_steps");
     else
-        task_finish(t, TASK_FAILED, cli_exit_code(st), pf_strerror(st));
+        task_finish(t, TASK_FAILED, pf_exit_code(st), pf_strerror(st));
     return NULL;
 }
 
@@ -388,7 +173,7 @@ static task *task_start(agent *a, json_t *as) {
         pf_tf_config_validate(&t->cfg, &err) != PF_OK) {
         free(spec);
         t->state = TASK_FAILED;
-        t->exit_code = CLI_EX_DATAERR;
+        t->exit_code = PF_EX_DATAERR;
         snprintf(t->message, sizeof t->message, "bad assignment: %.200s", err.message);
         a->changed = 1;
         return t;
@@ -405,11 +190,11 @@ static task *task_start(agent *a, json_t *as) {
             snprintf(name, sizeof name, "chief");
         else
             snprintf(name, sizeof name, "worker-%d", t->index);
-        t->rep = reporter_create(a->base, a->o->token, t->job, name);
+        t->rep = agent_reporter_create(a->base, a->o->token, t->job, name);
     }
     if (pthread_create(&t->thread, NULL, is_ps ? ps_task_main : worker_task_main, t) != 0) {
         t->state = TASK_FAILED;
-        t->exit_code = CLI_EX_OSERR;
+        t->exit_code = PF_EX_OSERR;
         snprintf(t->message, sizeof t->message, "cannot start a thread");
         t->thread = 0;
     }
@@ -432,7 +217,7 @@ static void task_stop(agent *a, task *t) {
                 t->type, t->index, t->job);
     if (t->thread)
         pthread_join(t->thread, NULL);
-    reporter_destroy(t->rep, 5.0);
+    agent_reporter_destroy(t->rep, 5.0);
     pf_job_spec_deinit(&t->spec);
     pf_tf_config_deinit(&t->cfg);
     pf_free(t);
@@ -541,8 +326,8 @@ static int register_until_accepted(agent *a) {
         if (rc == 0)
             return 0;
         if (rc == -2)
-            return CLI_EX_NOPERM;
-        nap(backoff);
+            return PF_EX_NOPERM;
+        pf_clock_sleep(backoff);
         backoff = backoff * 2 > 5 ? 5 : backoff * 2;
     }
     return 130;
@@ -574,7 +359,7 @@ int agent_run(const agent_options *o) {
         int changed = a.changed;
         pthread_mutex_unlock(&a.mu);
         if (now < next && !changed) {
-            nap(0.05);
+            pf_clock_sleep(0.05);
             continue;
         }
         next = now + 1.0;
@@ -611,7 +396,7 @@ int agent_run(const agent_options *o) {
             fprintf(stderr, "psflow %s agent %s: heartbeat refused: HTTP %ld %.300s\n", o->role,
                     o->node_id, resp.status, resp.body);
             if (resp.status == 401)
-                rc = CLI_EX_NOPERM;
+                rc = PF_EX_NOPERM;
         }
         pf_http_response_deinit(&resp);
     }

@@ -1,0 +1,232 @@
+/* reporter.c - a training task's metric reports to the coordinator (see reporter.h).
+ *
+ * DESIGN: the training thread only appends JSON items to three queues under the reporter's
+ * lock; the reporter's own thread takes the queues four times a second and POSTs them
+ * (points and evaluations to .../metrics, each checkpoint to .../checkpoints). What could
+ * not be delivered goes back to the front of its queue, bounded by REPORTER_MAX_QUEUED.
+ */
+#include "agent/reporter.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/clock.h"
+#include "psflow/http_client.h"
+#include "psflow/mem.h"
+
+#define REPORTER_MAX_QUEUED 100000 /* points kept while the coordinator is unreachable */
+
+struct agent_reporter {
+    char url[1024];
+    char token[512];
+    char task[32];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    json_t *points, *evals, *checkpoints;
+    int stop, gone; /* gone: the coordinator does not know the job; stop reporting */
+    int inflight;   /* sends that have taken items and not yet stored or requeued them */
+    double flush_until;
+    pthread_t thread;
+    int dropped;
+};
+
+static int post_json(const char *url, const char *token, json_t *body, long *status) {
+    char *text = json_dumps(body, JSON_COMPACT);
+    if (!text)
+        return -1;
+    pf_http_response resp;
+    pf_error err;
+    pf_status st = pf_http_request("POST", url, token, text, strlen(text), 5.0, &resp, &err);
+    free(text);
+    *status = resp.status;
+    pf_http_response_deinit(&resp);
+    return st == PF_OK ? 0 : -1;
+}
+
+/* Sends the queued points and checkpoints once; returns 0 when nothing is left. */
+static int reporter_send(agent_reporter *r) {
+    pthread_mutex_lock(&r->mu);
+    json_t *points = r->points, *evals = r->evals, *ckpts = r->checkpoints;
+    r->points = json_array();
+    r->evals = json_array();
+    r->checkpoints = json_array();
+    r->inflight++;
+    pthread_mutex_unlock(&r->mu);
+    int left = 0;
+    long status = 0;
+    if (json_array_size(points) || json_array_size(evals)) {
+        json_t *body =
+            json_pack("{s:s, s:O, s:O}", "task", r->task, "points", points, "evals", evals);
+        char url[1100];
+        snprintf(url, sizeof url, "%s/metrics", r->url);
+        int rc = body ? post_json(url, r->token, body, &status) : -1;
+        json_decref(body);
+        if (rc == 0 && status == 404) {
+            fprintf(stderr,
+                    "psflow %s: the coordinator has no such job; metrics are not reported\n",
+                    r->task);
+            r->gone = 1;
+        } else if (rc != 0 || status >= 500 || status == 0) {
+            left = 1; /* keep them for the next try */
+            pthread_mutex_lock(&r->mu);
+            json_array_extend(points, r->points);
+            json_array_extend(evals, r->evals);
+            json_decref(r->points);
+            json_decref(r->evals);
+            r->points = json_incref(points);
+            r->evals = json_incref(evals);
+            size_t n = json_array_size(r->points);
+            while (n > REPORTER_MAX_QUEUED) { /* bounded: the oldest go first */
+                json_array_remove(r->points, 0);
+                n--;
+                r->dropped++;
+            }
+            pthread_mutex_unlock(&r->mu);
+        }
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(ckpts, i, c) {
+        char url[1100];
+        snprintf(url, sizeof url, "%s/checkpoints", r->url);
+        if (post_json(url, r->token, c, &status) != 0 || status >= 500 || status == 0) {
+            left = 1;
+            pthread_mutex_lock(&r->mu);
+            json_array_append(r->checkpoints, c);
+            pthread_mutex_unlock(&r->mu);
+        }
+    }
+    json_decref(points);
+    json_decref(evals);
+    json_decref(ckpts);
+    pthread_mutex_lock(&r->mu);
+    r->inflight--;
+    pthread_mutex_unlock(&r->mu);
+    return left;
+}
+
+int agent_reporter_flush(agent_reporter *r, double seconds) {
+    if (!r)
+        return 0;
+    double deadline = pf_clock_now() + seconds;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int busy = !r->gone && (r->inflight || json_array_size(r->points) ||
+                                json_array_size(r->evals) || json_array_size(r->checkpoints));
+        pthread_mutex_unlock(&r->mu);
+        if (!busy)
+            return 0;
+        if (pf_clock_now() > deadline)
+            return -1;
+        pf_clock_sleep(0.02);
+    }
+}
+
+static void *reporter_main(void *arg) {
+    agent_reporter *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int stop = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        int left = r->gone ? 0 : reporter_send(r);
+        if (stop && (!left || pf_clock_now() > r->flush_until))
+            break;
+        pf_clock_sleep(0.25);
+    }
+    return NULL;
+}
+
+agent_reporter *agent_reporter_create(const char *coordinator, const char *token, const char *job,
+                          const char *task_name) {
+    agent_reporter *r = pf_calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    snprintf(r->url, sizeof r->url, "%s/api/v1/jobs/%s", coordinator, job);
+    snprintf(r->token, sizeof r->token, "%s", token ? token : "");
+    snprintf(r->task, sizeof r->task, "%s", task_name);
+    r->points = json_array();
+    r->evals = json_array();
+    r->checkpoints = json_array();
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    if (!r->points || !r->evals || !r->checkpoints ||
+        pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
+        json_decref(r->points);
+        json_decref(r->evals);
+        json_decref(r->checkpoints);
+        pf_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static json_t *num_or_null(double v) {
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+/* The checkpoint item of api/rest.md from the manifest the chief just wrote. */
+static json_t *checkpoint_item(const worker_report *rep) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/manifest.json", rep->step_dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    json_t *files = json_object_get(m, "files");
+    json_int_t bytes = 0;
+    size_t i;
+    json_t *f;
+    json_array_foreach(files, i, f) bytes += json_integer_value(json_object_get(f, "bytes"));
+    json_t *item = json_pack("{s:I, s:I, s:O}", "step", (json_int_t)rep->step, "bytes", bytes,
+                             "files", files ? files : json_array());
+    json_decref(m);
+    return item;
+}
+
+void agent_reporter_add(void *ctx, const worker_report *rep) {
+    agent_reporter *r = ctx;
+    if (!r)
+        return;
+    json_t *item = NULL;
+    if (rep->kind == WORKER_REPORT_STEP)
+        item = json_pack("{s:I, s:f, s:o, s:o, s:o}", "step", (json_int_t)rep->step, "time",
+                         rep->time, "loss", num_or_null(rep->loss), "examples_per_sec",
+                         num_or_null(rep->examples_per_sec), "step_time_seconds",
+                         num_or_null(rep->step_time_seconds));
+    else if (rep->kind == WORKER_REPORT_EVAL)
+        item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
+                         "accuracy", num_or_null(rep->accuracy), "test_loss",
+                         num_or_null(rep->test_loss));
+    else
+        item = checkpoint_item(rep);
+    if (!item)
+        return;
+    pthread_mutex_lock(&r->mu);
+    json_array_append_new(rep->kind == WORKER_REPORT_STEP   ? r->points
+                          : rep->kind == WORKER_REPORT_EVAL ? r->evals
+                                                            : r->checkpoints,
+                          item);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void agent_reporter_destroy(agent_reporter *r, double seconds) {
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    r->flush_until = pf_clock_now() + seconds;
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    if (r->dropped)
+        fprintf(stderr,
+                "psflow %s: %d metric points were dropped while the coordinator was "
+                "unreachable\n",
+                r->task, r->dropped);
+    json_decref(r->points);
+    json_decref(r->evals);
+    json_decref(r->checkpoints);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    pf_free(r);
+}

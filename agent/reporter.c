@@ -141,7 +141,7 @@ static void *reporter_main(void *arg) {
 }
 
 agent_reporter *agent_reporter_create(const char *coordinator, const char *token, const char *job,
-                          const char *task_name) {
+                                      const char *task_name) {
     agent_reporter *r = pf_calloc(1, sizeof *r);
     if (!r)
         return NULL;

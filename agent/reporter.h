@@ -12,8 +12,8 @@ typedef struct agent_reporter agent_reporter;
 
 /* Starts the reporter of task_name ("chief" or "worker-<i>") of job at the coordinator's
  * base URL (token "" or NULL for none). NULL when out of memory or no thread could start. */
-agent_reporter *agent_reporter_create(const char *coordinator, const char *token,
-                                      const char *job, const char *task_name);
+agent_reporter *agent_reporter_create(const char *coordinator, const char *token, const char *job,
+                                      const char *task_name);
 /* worker_options.report callback: ctx is the reporter (NULL: nothing is reported). Any
  * thread. */
 void agent_reporter_add(void *ctx, const worker_report *r);

@@ -7,19 +7,18 @@
  * other 4xx. Errors are printed from the problem+json body: its detail, then one line per
  * `errors[]` entry with the JSON pointer of the field.
  *
- * `submit --wait` and `watch` follow the Server-Sent Events stream GET /api/v1/events.
- * The SSE parser below is incremental: bytes arrive in arbitrary chunks, lines may be split
- * anywhere (even between CR and LF), and a message is dispatched at the blank line that
- * ends it. When the stream drops, both commands reconnect with Last-Event-ID so nothing is
- * missed or shown twice; while the coordinator is down they retry every second and say so
- * once per outage. `submit --wait` also reads the job with GET: once when the stream has
- * delivered its first bytes (a job that finished before the stream was subscribed would
+ * `submit --wait` and `watch` follow the Server-Sent Events stream GET /api/v1/events,
+ * parsed incrementally by psflow/sse.h. When the stream drops, both commands reconnect with
+ * Last-Event-ID so nothing is missed or shown twice; while the coordinator is down they retry every
+ * second and say so once per outage. `submit --wait` also reads the job with GET: once when the
+ * stream has delivered its first bytes (a job that finished before the stream was subscribed would
  * otherwise never be seen finishing), then every 15 s as a safety net, and every second
  * when the coordinator offers no event stream at all.
  */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +28,11 @@
 
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "psflow/buf.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
+#include "psflow/sse.h"
 
 #define DEFAULT_COORDINATOR "http://127.0.0.1:8080"
 #define REQUEST_TIMEOUT     10.0 /* seconds for one ordinary API call */
@@ -40,7 +41,6 @@
 #define RATE_WINDOW         20.0 /* seconds of step samples behind the steps/s estimate */
 #define PLAIN_EVERY         10.0 /* seconds between progress lines without a terminal */
 #define POLL_STREAM_RETRY   30.0 /* seconds of polling before a refused stream is tried again */
-#define SSE_MAX_LINE        (1 << 20) /* longer SSE lines are dropped, not buffered */
 
 /* ---- connection settings shared by every command ---------------------------------------- */
 
@@ -292,128 +292,6 @@ static void sleep_seconds(double s) {
         ;
 }
 
-/* ---- Server-Sent Events parser ----------------------------------------------------------- */
-
-typedef void (*sse_handler)(const char *event, const char *data, const char *id, void *ctx);
-
-typedef struct sse {
-    char *line; /* the line being received, without its terminator */
-    size_t line_len, line_cap;
-    bool overlong; /* the current line exceeded SSE_MAX_LINE: drop it */
-    bool after_cr; /* the previous byte ended a line with CR: a following LF belongs to it */
-    char *data;    /* the message's data lines joined with '\n' */
-    size_t data_len, data_cap;
-    bool oom;
-    char event[64];
-    char id[128];      /* the id field of the message being received */
-    char last_id[128]; /* the id of the last dispatched message, for Last-Event-ID */
-    sse_handler on_event;
-    void *ctx;
-} sse;
-
-static void sse_deinit(sse *p) {
-    pf_free(p->line);
-    pf_free(p->data);
-    memset(p, 0, sizeof *p);
-}
-
-/* Appends n bytes to a growing buffer. Returns false when out of memory. */
-static bool grow_append(char **buf, size_t *len, size_t *cap, const char *src, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *g = pf_realloc(*buf, c);
-        if (!g)
-            return false;
-        *buf = g;
-        *cap = c;
-    }
-    memcpy(*buf + *len, src, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return true;
-}
-
-/* Handles one complete line (the WHATWG "interpret an event stream" steps). */
-static void sse_line(sse *p, const char *line, size_t n) {
-    if (n == 0) {
-        /* A blank line dispatches the message; one without data lines is discarded. The
-         * id counts as seen either way, as in the WHATWG "dispatch the event" steps. */
-        memcpy(p->last_id, p->id, sizeof p->last_id);
-        if (p->data_len && !p->oom) {
-            p->data[--p->data_len] = '\0'; /* the last data line's '\n' */
-            p->on_event(p->event[0] ? p->event : "message", p->data, p->last_id, p->ctx);
-        }
-        p->data_len = 0;
-        p->oom = false;
-        p->event[0] = '\0';
-        return;
-    }
-    if (line[0] == ':')
-        return; /* a comment, e.g. the keepalive */
-    const char *colon = memchr(line, ':', n);
-    size_t name_len = colon ? (size_t)(colon - line) : n;
-    const char *value = colon ? colon + 1 : line + n;
-    size_t value_len = colon ? n - name_len - 1 : 0;
-    if (value_len && *value == ' ')
-        value++, value_len--;
-    if (name_len == 4 && !memcmp(line, "data", 4)) {
-        if (!grow_append(&p->data, &p->data_len, &p->data_cap, value, value_len) ||
-            !grow_append(&p->data, &p->data_len, &p->data_cap, "\n", 1))
-            p->oom = true;
-    } else if (name_len == 5 && !memcmp(line, "event", 5)) {
-        snprintf(p->event, sizeof p->event, "%.*s", (int)value_len, value);
-    } else if (name_len == 2 && !memcmp(line, "id", 2)) {
-        if (!memchr(value, '\0', value_len) && value_len < sizeof p->id)
-            snprintf(p->id, sizeof p->id, "%.*s", (int)value_len, value);
-    }
-    /* "retry" and unknown fields are ignored: reconnection timing is ours. */
-}
-
-/* Forgets a half-received message: it belonged to a connection that is gone, and the next
- * one resumes after the last dispatched id. */
-static void sse_reset(sse *p) {
-    p->line_len = 0;
-    p->overlong = false;
-    p->after_cr = false;
-    p->data_len = 0;
-    p->oom = false;
-    p->event[0] = '\0';
-    memcpy(p->id, p->last_id, sizeof p->id);
-}
-
-/* Feeds received bytes; lines end with CRLF, LF or CR, possibly split across calls. */
-static void sse_feed(sse *p, const char *buf, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        char ch = buf[i];
-        if (ch == '\n' && p->after_cr) {
-            p->after_cr = false;
-            continue;
-        }
-        p->after_cr = ch == '\r';
-        if (ch == '\r' || ch == '\n') {
-            if (!p->overlong)
-                sse_line(p, p->line ? p->line : "", p->line_len);
-            p->line_len = 0;
-            p->overlong = false;
-            continue;
-        }
-        if (p->overlong)
-            continue;
-        /* Copy the run of ordinary bytes up to the next line end in one go. */
-        size_t j = i;
-        while (j < n && buf[j] != '\r' && buf[j] != '\n')
-            j++;
-        if (p->line_len + (j - i) > SSE_MAX_LINE ||
-            !grow_append(&p->line, &p->line_len, &p->line_cap, buf + i, j - i)) {
-            p->overlong = true;
-            p->line_len = 0;
-        }
-        i = j - 1;
-    }
-}
-
 /* ---- job state as seen from the API ----------------------------------------------------- */
 
 typedef struct job_view {
@@ -580,7 +458,7 @@ typedef struct follower {
     char job_path[1024]; /* /api/v1/jobs/NAME, escaped */
     job_view view;
     progress prog;
-    sse parser;
+    pf_sse parser;
     bool outage;    /* "coordinator unreachable" was said and the outage goes on */
     bool got_bytes; /* the current stream has delivered something: it is subscribed */
     double last_sync;
@@ -655,7 +533,7 @@ static void follower_event(const char *event, const char *data, const char *id, 
 static int follower_on_data(const char *data, size_t len, void *ctx) {
     follower *f = ctx;
     f->outage = false;
-    sse_feed(&f->parser, data, len);
+    pf_sse_feed(&f->parser, data, len);
     if (!f->done && (!f->got_bytes || pf_clock_now() - f->last_sync >= SYNC_EVERY))
         follower_sync(f);
     f->got_bytes = true;
@@ -669,8 +547,7 @@ static int follow_job(const client *c, const char *name, const char *escaped) {
     f.view.step = f.view.max_steps = -1;
     f.prog.name = name;
     f.prog.tty = isatty(STDERR_FILENO) != 0;
-    f.parser.on_event = follower_event;
-    f.parser.ctx = &f;
+    pf_sse_init(&f.parser, follower_event, &f);
     snprintf(f.job_path, sizeof f.job_path, "/api/v1/jobs/%s", escaped);
     char events_url[2048];
     snprintf(events_url, sizeof events_url, "%s/api/v1/events?job=%s", c->base, escaped);
@@ -690,9 +567,9 @@ static int follow_job(const client *c, const char *name, const char *escaped) {
         double t0 = pf_clock_now();
         pf_error err;
         pf_error_clear(&err);
-        pf_status st =
-            pf_http_stream(events_url, c->token, f.parser.last_id, follower_on_data, &f, &err);
-        sse_reset(&f.parser);
+        pf_status st = pf_http_stream(events_url, c->token, pf_sse_last_id(&f.parser),
+                                      follower_on_data, &f, &err);
+        pf_sse_reset(&f.parser);
         if (f.done)
             break;
         if (st == PF_ERR_FORMAT) {
@@ -705,7 +582,7 @@ static int follow_job(const client *c, const char *name, const char *escaped) {
         /* A stream that broke says nothing about the coordinator: the GET at the top of
          * the loop tells whether it is down. */
     }
-    sse_deinit(&f.parser);
+    pf_sse_deinit(&f.parser);
     if (!phase_is_final(f.view.phase)) {
         progress_break(&f.prog);
         return f.exit_code ? f.exit_code : PF_EX_SOFTWARE;
@@ -786,13 +663,13 @@ static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
+    pf_buf b;
+    pf_buf_init(&b, SIZE_MAX);
     char chunk[8192];
     size_t got;
     bool ok = true;
     while (ok && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        ok = grow_append(&buf, &n, &cap, chunk, got);
+        ok = pf_buf_append(&b, chunk, got) == PF_OK;
     if (ok && ferror(f)) {
         ok = false;
         errno = EIO;
@@ -800,16 +677,17 @@ static char *read_file(const char *path, size_t *len) {
         errno = ENOMEM;
     }
     fclose(f);
-    if (ok && !buf && !(buf = pf_calloc(1, 1))) {
+    size_t n = b.len;
+    if (ok && pf_buf_append(&b, "", 1) != PF_OK) { /* the terminating NUL */
         ok = false;
         errno = ENOMEM;
     }
     if (!ok) {
-        pf_free(buf);
+        pf_buf_deinit(&b);
         return NULL;
     }
     *len = n;
-    return buf;
+    return (char *)b.data;
 }
 
 int cli_submit(int argc, char **argv) {
@@ -1186,7 +1064,7 @@ int cli_get_job(int argc, char **argv) {
 
 typedef struct watcher {
     const client *c;
-    sse parser;
+    pf_sse parser;
     bool outage;
     bool write_failed;
 } watcher;
@@ -1272,7 +1150,7 @@ static void watcher_event(const char *event, const char *data, const char *id, v
 static int watcher_on_data(const char *data, size_t len, void *ctx) {
     watcher *w = ctx;
     w->outage = false;
-    sse_feed(&w->parser, data, len);
+    pf_sse_feed(&w->parser, data, len);
     return w->write_failed;
 }
 
@@ -1343,12 +1221,12 @@ int cli_watch(int argc, char **argv) {
     if ((rc = client_url(&c, events_path, url, sizeof url)))
         return rc;
     watcher w = {.c = &c};
-    w.parser.on_event = watcher_event;
-    w.parser.ctx = &w;
+    pf_sse_init(&w.parser, watcher_event, &w);
     if (since >= 0) {
         /* Resuming after a given event is exactly a reconnection after it. */
-        snprintf(w.parser.last_id, sizeof w.parser.last_id, "%ld", since);
-        memcpy(w.parser.id, w.parser.last_id, sizeof w.parser.id);
+        char id[32];
+        snprintf(id, sizeof id, "%ld", since);
+        pf_sse_resume_after(&w.parser, id);
     }
     /* The first check turns a wrong name or token into a clear error before any waiting. */
     while ((rc = watch_check(&w, check_path, name ? not_found : NULL)) < 0)
@@ -1359,8 +1237,9 @@ int cli_watch(int argc, char **argv) {
         pf_error err;
         pf_error_clear(&err);
         double t0 = pf_clock_now();
-        pf_status st = pf_http_stream(url, c.token, w.parser.last_id, watcher_on_data, &w, &err);
-        sse_reset(&w.parser);
+        pf_status st =
+            pf_http_stream(url, c.token, pf_sse_last_id(&w.parser), watcher_on_data, &w, &err);
+        pf_sse_reset(&w.parser);
         if (w.write_failed)
             break;
         rc = 0;
@@ -1380,7 +1259,7 @@ int cli_watch(int argc, char **argv) {
         if (rc < 0 || pf_clock_now() - t0 < 1.0)
             sleep_seconds(1.0);
     }
-    sse_deinit(&w.parser);
+    pf_sse_deinit(&w.parser);
     return w.write_failed ? 0 : rc;
 }
 

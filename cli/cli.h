@@ -12,9 +12,9 @@ int cli_worker(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_version(int argc, char **argv);
 
-/* Clients of the coordinator's REST API (client.c). Exit codes: 0 done, 1 a 4xx answer such
- * as an unknown job (or, for submit --wait, the job failed), 64 usage, 65 spec rejected,
- * 66 unreadable file, 69 coordinator unreachable or 5xx, 77 token missing or refused. */
+/* Clients of the coordinator's REST API (cmd_*.c over api.h). Exit codes: 0 done, 1 a 4xx answer
+ * such as an unknown job (or, for submit --wait, the job failed), 64 usage, 65 spec rejected, 66
+ * unreadable file, 69 coordinator unreachable or 5xx, 77 token missing or refused. */
 int cli_submit(int argc, char **argv);
 int cli_list(int argc, char **argv);
 int cli_get_job(int argc, char **argv);

@@ -41,8 +41,7 @@ static void feed_str(pf_sse *p, const char *text) {
     pf_sse_feed(p, text, strlen(text));
 }
 
-static void assert_seen(const seen *s, int i, const char *event, const char *data,
-                        const char *id) {
+static void assert_seen(const seen *s, int i, const char *event, const char *data, const char *id) {
     assert_true(i < s->n);
     assert_string_equal(s->event[i], event);
     assert_string_equal(s->data[i], data);
@@ -207,9 +206,9 @@ static void test_alloc_failure(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_whole_stream),    cmocka_unit_test(test_any_chunking),
-        cmocka_unit_test(test_line_ends),       cmocka_unit_test(test_fields),
-        cmocka_unit_test(test_overlong_line),   cmocka_unit_test(test_reset_and_resume),
+        cmocka_unit_test(test_whole_stream),  cmocka_unit_test(test_any_chunking),
+        cmocka_unit_test(test_line_ends),     cmocka_unit_test(test_fields),
+        cmocka_unit_test(test_overlong_line), cmocka_unit_test(test_reset_and_resume),
         cmocka_unit_test(test_alloc_failure),
     };
     return cmocka_run_group_tests_name("sse", tests, NULL, NULL);

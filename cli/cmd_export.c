@@ -1,4 +1,4 @@
-/* export.c - `psflow export DIR --out model.safetensors`: merges a checkpoint's shards into
+/* cmd_export.c - `psflow export DIR --out model.safetensors`: merges a checkpoint's shards into
  * one safetensors file with the variables under their TensorFlow names (DESIGN.md section
  * 6), loadable with the `safetensors` library from PyTorch or NumPy.
  *

@@ -1,4 +1,4 @@
-/* version.c - `psflow version`. */
+/* cmd_version.c - `psflow version`. */
 #include <stdio.h>
 
 #include "cli/cli.h"

@@ -1,4 +1,4 @@
-/* coordinator.c - `psflow coordinator`: the REST API, the event stream, the dashboard and
+/* cmd_coordinator.c - `psflow coordinator`: the REST API, the event stream, the dashboard and
  * the job state in SQLite (coordinator/coordinator.h). */
 #include <limits.h>
 #include <signal.h>

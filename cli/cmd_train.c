@@ -1,4 +1,4 @@
-/* train.c - `psflow train JOB.json`: the whole job in one process, no network.
+/* cmd_train.c - `psflow train JOB.json`: the whole job in one process, no network.
  *
  * Progress goes to stderr: on a terminal one line redrawn in place (epoch, step/max, loss,
  * examples/s, ETA), otherwise one plain line every --log-every steps. Evaluation lines

@@ -1,4 +1,4 @@
-/* up.c - `psflow up`: the compose topology as local processes on 127.0.0.1 — one
+/* cmd_up.c - `psflow up`: the compose topology as local processes on 127.0.0.1 — one
  * coordinator and N ps + M worker agents, each a `psflow` child process logging to
  * DIR/logs/. Ctrl-C (or SIGTERM) stops the agents first (they deregister), then the
  * coordinator. The children run in their own process group so the terminal's Ctrl-C reaches

@@ -1,0 +1,282 @@
+/* api.c - what the REST API clients share (see api.h). */
+#include "cli/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "psflow/mem.h"
+
+int api_client_init(api_client *c, const char *cmd, const char *url, bool need_token) {
+    memset(c, 0, sizeof *c);
+    c->cmd = cmd;
+    if (!url)
+        url = API_DEFAULT_COORDINATOR;
+    /* "host:port" alone is taken as plain HTTP, the only scheme the coordinator serves. */
+    int n = snprintf(c->base, sizeof c->base, "%s%s", strstr(url, "://") ? "" : "http://", url);
+    if (n < 0 || (size_t)n >= sizeof c->base) {
+        fprintf(stderr, "psflow %s: --coordinator URL is too long\n", cmd);
+        return PF_EX_USAGE;
+    }
+    while (n > 0 && c->base[n - 1] == '/')
+        c->base[--n] = '\0';
+    pf_error err;
+    pf_error_clear(&err);
+    if (need_token && !pf_http_token_from_env(c->token, sizeof c->token, &err)) {
+        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
+        return PF_EX_NOINPUT;
+    }
+    return 0;
+}
+
+char *api_url_escape(const char *s, char *dst, size_t cap) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                     (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' || *p == '~';
+        if (o + (plain ? 1 : 3) >= cap)
+            return NULL;
+        if (plain) {
+            dst[o++] = (char)*p;
+        } else {
+            dst[o++] = '%';
+            dst[o++] = hex[*p >> 4];
+            dst[o++] = hex[*p & 15];
+        }
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
+int api_url(const api_client *c, const char *path, char *url, size_t cap) {
+    int n = snprintf(url, cap, "%s%s", c->base, path);
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr, "psflow %s: URL too long\n", c->cmd);
+        return PF_EX_USAGE;
+    }
+    return 0;
+}
+
+pf_status api_try(const api_client *c, const char *method, const char *path, const char *body,
+                  size_t len, double timeout, pf_http_response *out, pf_error *why) {
+    char url[2048];
+    pf_error_clear(why);
+    memset(out, 0, sizeof *out);
+    if (snprintf(url, sizeof url, "%s%s", c->base, path) >= (int)sizeof url)
+        return pf_error_set(why, PF_ERR_INVALID, NULL, "URL too long");
+    return pf_http_request(method, url, c->token, body, len, timeout, out, why);
+}
+
+int api_call(const api_client *c, const char *method, const char *path, const char *body,
+             size_t len, double timeout, pf_http_response *out) {
+    pf_error why;
+    pf_status st = api_try(c, method, path, body, len, timeout, out, &why);
+    if (st == PF_OK)
+        return 0;
+    fprintf(stderr, "psflow %s: %s%s\n", c->cmd,
+            st == PF_ERR_UNAVAILABLE ? "coordinator unreachable: " : "", why.message);
+    return pf_exit_code(st);
+}
+
+const char *api_jstr(const json_t *o, const char *key) {
+    return json_string_value(json_object_get(o, key));
+}
+
+bool api_jnum(const json_t *o, const char *key, double *out) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        return false;
+    *out = json_number_value(v);
+    return true;
+}
+
+long long api_jint(const json_t *o, const char *key, long long fallback) {
+    double v;
+    return api_jnum(o, key, &v) ? (long long)v : fallback;
+}
+
+json_t *api_body_json(const pf_http_response *r) {
+    if (!r->body || !r->len)
+        return NULL;
+    return json_loadb(r->body, r->len, 0, NULL);
+}
+
+void api_print_problem(const api_client *c, const char *prefix, const pf_http_response *r) {
+    json_t *doc = api_body_json(r);
+    const char *detail = api_jstr(doc, "detail");
+    if (!detail || !*detail)
+        detail = api_jstr(doc, "title");
+    char line[512] = "";
+    if (!detail && r->body && r->len) {
+        size_t n = strcspn(r->body, "\r\n");
+        snprintf(line, sizeof line, "%.*s", (int)(n < 300 ? n : 300), r->body);
+        detail = line;
+    }
+    fprintf(stderr, "psflow %s: %s%s%s (HTTP %ld)\n", c->cmd, prefix ? prefix : "",
+            prefix && detail && *detail ? ": " : "", detail ? detail : "", r->status);
+    json_t *errors = json_object_get(doc, "errors");
+    size_t i;
+    json_t *e;
+    json_array_foreach(errors, i, e) {
+        const char *ptr = api_jstr(e, "pointer");
+        const char *msg = api_jstr(e, "message");
+        /* A message that already starts with its pointer is shown without the repeat. */
+        size_t plen = ptr ? strlen(ptr) : 0;
+        if (msg && plen && !strncmp(msg, ptr, plen) && !strncmp(msg + plen, ": ", 2))
+            msg += plen + 2;
+        fprintf(stderr, "  %s: %s\n", ptr && *ptr ? ptr : "/", msg ? msg : "invalid");
+    }
+    json_decref(doc);
+}
+
+/* The exit code for an error status: 77 not allowed, 69 server trouble, 1 the rest. */
+static int status_exit(long status) {
+    if (status == 401 || status == 403)
+        return PF_EX_NOPERM;
+    if (status >= 500 || status == 0)
+        return PF_EX_UNAVAILABLE;
+    return 1;
+}
+
+int api_report_error(const api_client *c, const pf_http_response *r, const char *not_found) {
+    if (r->status == 401) {
+        if (c->token[0])
+            fprintf(stderr, "psflow %s: the coordinator rejected the token from %s\n", c->cmd,
+                    getenv("PSFLOW_TOKEN") && *getenv("PSFLOW_TOKEN") ? "PSFLOW_TOKEN"
+                                                                      : "PSFLOW_TOKEN_FILE");
+        else
+            fprintf(stderr,
+                    "psflow %s: the coordinator requires a token: set PSFLOW_TOKEN or "
+                    "PSFLOW_TOKEN_FILE\n",
+                    c->cmd);
+    } else if (r->status == 404 && not_found) {
+        fprintf(stderr, "psflow %s: %s\n", c->cmd, not_found);
+    } else {
+        api_print_problem(c, r->status >= 500 ? "coordinator error" : NULL, r);
+    }
+    return status_exit(r->status);
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm), so that
+ * UTC times convert without timegm(), which POSIX lacks. */
+static long long days_from_civil(long long y, unsigned m, unsigned d) {
+    y -= m <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (long long)doe - 719468;
+}
+
+bool api_parse_rfc3339(const char *s, double *out) {
+    int y, mo, d, h, mi, n = 0;
+    double sec;
+    if (!s || sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+        return false;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31)
+        return false;
+    double t = (double)days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400.0 + h * 3600.0 +
+               mi * 60.0 + sec;
+    const char *z = s + n;
+    int oh, om;
+    if (*z == 'Z' || *z == 'z')
+        ;
+    else if ((*z == '+' || *z == '-') && sscanf(z + 1, "%2d:%2d", &oh, &om) == 2)
+        t -= (*z == '+' ? 1 : -1) * (oh * 3600.0 + om * 60.0);
+    else
+        return false;
+    *out = t;
+    return true;
+}
+
+void api_format_age(double seconds, char *buf, size_t cap) {
+    long long s = seconds < 0 ? 0 : (long long)seconds;
+    if (s < 120)
+        snprintf(buf, cap, "%llds", s);
+    else if (s < 7200)
+        snprintf(buf, cap, "%lldm", s / 60);
+    else if (s < 172800)
+        snprintf(buf, cap, "%lldh", s / 3600);
+    else
+        snprintf(buf, cap, "%lldd", s / 86400);
+}
+
+void api_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+void api_view_update(api_job_view *v, const json_t *o) {
+    const char *s;
+    if ((s = api_jstr(o, "phase")))
+        snprintf(v->phase, sizeof v->phase, "%s", s);
+    if ((s = api_jstr(o, "message")))
+        snprintf(v->message, sizeof v->message, "%s", s);
+    if ((s = api_jstr(o, "reason"))) {
+        snprintf(v->reason, sizeof v->reason, "%s", s);
+    } else {
+        /* A full status names the reason in the condition of its current phase. */
+        size_t i;
+        json_t *cond;
+        json_array_foreach(json_object_get(o, "conditions"), i, cond) {
+            if ((s = api_jstr(cond, "type")) && !strcmp(s, v->phase) && api_jstr(cond, "reason"))
+                snprintf(v->reason, sizeof v->reason, "%s", api_jstr(cond, "reason"));
+        }
+    }
+    v->step = api_jint(o, "global_step", v->step);
+    v->max_steps = api_jint(o, "max_steps", v->max_steps);
+    if (json_object_get(o, "loss"))
+        v->has_loss = api_jnum(o, "loss", &v->loss);
+    if (json_object_get(o, "accuracy"))
+        v->has_accuracy = api_jnum(o, "accuracy", &v->accuracy);
+    if (json_object_get(o, "test_loss"))
+        v->has_test_loss = api_jnum(o, "test_loss", &v->test_loss);
+    if (json_object_get(o, "steps_per_sec"))
+        v->has_rate = api_jnum(o, "steps_per_sec", &v->steps_per_sec) && v->steps_per_sec > 0;
+}
+
+void api_format_steps(const api_job_view *v, char *buf, size_t cap) {
+    if (v->step < 0)
+        snprintf(buf, cap, "-");
+    else if (v->max_steps > 0)
+        snprintf(buf, cap, "%lld/%lld", v->step, v->max_steps);
+    else
+        snprintf(buf, cap, "%lld", v->step);
+}
+
+int api_parse_args(const char *cmd, int argc, char **argv, cli_option *opts, int n_opts,
+                   cli_args *args) {
+    char *copy[64];
+    if (argc > (int)(sizeof copy / sizeof copy[0])) {
+        fprintf(stderr, "psflow %s: too many arguments\n", cmd);
+        return -1;
+    }
+    for (int i = 0; i < argc; i++)
+        copy[i] = strcmp(argv[i], "-o") ? argv[i] : "--output";
+    return cli_parse(cmd, argc, copy, opts, n_opts, args);
+}
+
+int api_output_json(const char *cmd, const cli_option *opts, int n_opts) {
+    const char *o = cli_get(opts, n_opts, "output");
+    if (!o || !strcmp(o, "text"))
+        return 0;
+    if (!strcmp(o, "json"))
+        return 1;
+    fprintf(stderr, "psflow %s: -o/--output must be text or json, got '%s'\n", cmd, o);
+    return -1;
+}
+
+int api_usage_error(const char *cmd, const char *what) {
+    fprintf(stderr, "psflow %s: %s (see 'psflow %s --help')\n", cmd, what, cmd);
+    return PF_EX_USAGE;
+}
+
+void api_print_body(const pf_http_response *r) {
+    fwrite(r->body, 1, r->len, stdout);
+    if (!r->len || r->body[r->len - 1] != '\n')
+        fputc('\n', stdout);
+}

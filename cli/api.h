@@ -1,0 +1,128 @@
+/* api.h - what the clients of the coordinator's REST API share (psflow submit, list, get,
+ * watch, cancel, tfconfig, health): the coordinator's address and token, one request with
+ * its failure mapped to an exit code, problem+json errors, the job state as the API shows
+ * it, and the options and help texts every client command has.
+ *
+ * Exit codes (psflow/exit_code.h): 65 for a rejected spec (400, 413, 422), 77 for 401/403,
+ * 69 when the coordinator is unreachable or answers 5xx, 1 for any other 4xx. Errors are
+ * printed from the problem+json body: its detail, then one line per `errors[]` entry with
+ * the JSON pointer of the field. Single-threaded, like the commands.
+ */
+#ifndef PSFLOW_CLI_API_H
+#define PSFLOW_CLI_API_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cli/options.h"
+#include "psflow/http_client.h"
+
+#define API_DEFAULT_COORDINATOR "http://127.0.0.1:8080"
+#define API_REQUEST_TIMEOUT     10.0 /* seconds for one ordinary API call */
+
+/* The --coordinator option every client command has, and the help text about the token. */
+#define API_COORDINATOR_OPTION                                                                     \
+    { "coordinator", "URL", "the coordinator's address [" API_DEFAULT_COORDINATOR "]", NULL }
+
+#define API_TOKEN_NOTE                                                                             \
+    "\n\nThe API token, when the coordinator requires one, is read from PSFLOW_TOKEN or the "      \
+    "file\nnamed by PSFLOW_TOKEN_FILE."
+
+/* A command's connection settings. */
+typedef struct api_client {
+    const char *cmd; /* the subcommand, for messages: "psflow CMD: ..." */
+    char base[1024]; /* coordinator URL without a trailing slash */
+    char token[1024];
+} api_client;
+
+/* A job's state as the API shows it (a list item, a `job` event or a job's status). */
+typedef struct api_job_view {
+    char phase[32];
+    char reason[64];
+    char message[256];
+    long long step, max_steps; /* -1: unknown */
+    bool has_loss, has_accuracy, has_test_loss, has_rate;
+    double loss, accuracy, test_loss, steps_per_sec;
+} api_job_view;
+
+/* --- requests --- */
+
+/* Fills c from --coordinator (or its default) and, with need_token, the token environment.
+ * Returns 0 or an exit code after printing why. */
+int api_client_init(api_client *c, const char *cmd, const char *url, bool need_token);
+
+/* Percent-encodes everything but RFC 3986's unreserved characters. Returns dst, or NULL
+ * when the result does not fit. */
+char *api_url_escape(const char *s, char *dst, size_t cap);
+
+/* Joins the base URL and a path ("/api/v1/jobs"). Returns 0 or a usage exit code. */
+int api_url(const api_client *c, const char *path, char *url, size_t cap);
+
+/* Sends one request. PF_OK whenever a response arrived, whatever its status; otherwise
+ * PF_ERR_UNAVAILABLE (unreachable, timed out) or another error, with *why saying why. */
+pf_status api_try(const api_client *c, const char *method, const char *path, const char *body,
+                  size_t len, double timeout, pf_http_response *out, pf_error *why);
+
+/* Like api_try, but prints the failure and returns its exit code (0 when a response
+ * arrived). */
+int api_call(const api_client *c, const char *method, const char *path, const char *body,
+             size_t len, double timeout, pf_http_response *out);
+
+/* --- JSON answers --- */
+
+/* o[key] as a string (borrowed), NULL when it is not one. */
+const char *api_jstr(const json_t *o, const char *key);
+
+/* True when o[key] is a number (null or absent: false). */
+bool api_jnum(const json_t *o, const char *key, double *out);
+
+/* o[key] as an integer (a number, truncated), else fallback. */
+long long api_jint(const json_t *o, const char *key, long long fallback);
+
+/* The body as JSON (new reference), or NULL when it is not JSON. */
+json_t *api_body_json(const pf_http_response *r);
+
+/* Prints a problem+json error: "psflow CMD: PREFIX: detail", then "  /pointer: message"
+ * for each errors[] entry. Bodies that are not JSON are shown by their first line. */
+void api_print_problem(const api_client *c, const char *prefix, const pf_http_response *r);
+
+/* Prints an error answer and returns its exit code. A 401 gets a hint about the token;
+ * not_found, when given, replaces the coordinator's text for a 404. */
+int api_report_error(const api_client *c, const pf_http_response *r, const char *not_found);
+
+/* --- times and the job state --- */
+
+/* Parses an RFC 3339 time ("2026-11-22T10:00:00.123Z", or with a +hh:mm offset) into Unix
+ * seconds. Returns false when it is not one. */
+bool api_parse_rfc3339(const char *s, double *out);
+
+/* A duration the way kubectl shows ages: 45s, 12m, 3h, 2d. */
+void api_format_age(double seconds, char *buf, size_t cap);
+
+/* Sleeps s seconds, all of them (a retry period, not synchronisation). */
+void api_sleep(double s);
+
+/* Updates v from a job summary (list item, `job` event) or a job's status object. Fields
+ * the object lacks keep their values, except the ones the object owns when present. */
+void api_view_update(api_job_view *v, const json_t *o);
+
+/* "step/max_steps", "step" when max_steps is unknown, "-" when the step is. */
+void api_format_steps(const api_job_view *v, char *buf, size_t cap);
+
+/* --- options and output --- */
+
+/* cli_parse with "-o" accepted as a short form of --output. */
+int api_parse_args(const char *cmd, int argc, char **argv, cli_option *opts, int n_opts,
+                   cli_args *args);
+
+/* Reads --output: 0 text, 1 json, -1 after printing a usage error. */
+int api_output_json(const char *cmd, const cli_option *opts, int n_opts);
+
+/* Prints "psflow CMD: WHAT (see 'psflow CMD --help')" and returns the usage exit code. */
+int api_usage_error(const char *cmd, const char *what);
+
+/* Writes a raw body followed by a newline when it lacks one. */
+void api_print_body(const pf_http_response *r);
+
+#endif

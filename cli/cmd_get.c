@@ -1,0 +1,185 @@
+/* cmd_get.c - `psflow get NAME`: one job, its conditions, replicas and tasks
+ * (GET /api/v1/jobs/{name} and .../tasks). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/api.h"
+#include "cli/cli.h"
+#include "psflow/clock.h"
+
+/* "2026-11-22T10:00:00.000Z (5m ago)", or "-" when absent. */
+static void format_time(const char *rfc3339, char *buf, size_t cap) {
+    double t;
+    if (!rfc3339) {
+        snprintf(buf, cap, "-");
+    } else if (api_parse_rfc3339(rfc3339, &t)) {
+        char age[32];
+        api_format_age(pf_clock_wall() - t, age, sizeof age);
+        snprintf(buf, cap, "%s (%s ago)", rfc3339, age);
+    } else {
+        snprintf(buf, cap, "%s", rfc3339);
+    }
+}
+
+static void print_tasks(const api_client *c, const char *escaped) {
+    char path[600];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/tasks", escaped);
+    pf_http_response r;
+    pf_error why;
+    if (api_try(c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, &r, &why) != PF_OK) {
+        printf("Tasks:       unavailable (%s)\n", why.message);
+        return;
+    }
+    json_t *doc = r.status == 200 ? api_body_json(&r) : NULL;
+    json_t *items = json_object_get(doc, "items");
+    if (!json_is_array(items)) {
+        printf("Tasks:       unavailable (HTTP %ld)\n", r.status);
+    } else if (json_array_size(items) == 0) {
+        printf("Tasks:       none\n");
+    } else {
+        printf("Tasks:\n  %-12s %-10s %-24s %-22s %-9s %-6s %s\n", "TASK", "STATE", "NODE",
+               "ADDRESS", "RESTARTS", "STEP", "HEARTBEAT");
+        size_t i;
+        json_t *t;
+        json_array_foreach(items, i, t) {
+            char task[64], hb[32] = "-", step[32] = "-";
+            snprintf(task, sizeof task, "%s-%lld", api_jstr(t, "type") ? api_jstr(t, "type") : "?",
+                     api_jint(t, "index", -1));
+            double age;
+            if (api_jnum(t, "heartbeat_age_seconds", &age))
+                snprintf(hb, sizeof hb, "%.1fs ago", age);
+            if (api_jint(t, "step", -1) >= 0)
+                snprintf(step, sizeof step, "%lld", api_jint(t, "step", -1));
+            printf("  %-12s %-10s %-24s %-22s %-9lld %-6s %s\n", task,
+                   api_jstr(t, "state") ? api_jstr(t, "state") : "-",
+                   api_jstr(t, "node_id") ? api_jstr(t, "node_id") : "-",
+                   api_jstr(t, "address") ? api_jstr(t, "address") : "-",
+                   api_jint(t, "restarts", 0), step, hb);
+        }
+    }
+    json_decref(doc);
+    pf_http_response_deinit(&r);
+}
+
+static void print_job(const json_t *job) {
+    const json_t *st = json_object_get(job, "status");
+    api_job_view v = {.step = -1, .max_steps = -1};
+    api_view_update(&v, st);
+    char buf[256];
+    printf("Name:        %s\n", api_jstr(job, "name") ? api_jstr(job, "name") : "?");
+    printf("Phase:       %s%s%s%s\n", v.phase[0] ? v.phase : "-", v.reason[0] ? " (" : "", v.reason,
+           v.reason[0] ? ")" : "");
+    if (v.message[0])
+        printf("Message:     %s\n", v.message);
+    const json_t *spec = json_object_get(job, "spec");
+    const char *mode = api_jstr(json_object_get(spec, "training"), "mode");
+    if (mode)
+        printf("Mode:        %s\n", mode);
+    api_format_steps(&v, buf, sizeof buf);
+    printf("Step:        %s\n", buf);
+    if (v.has_loss)
+        printf("Loss:        %.4f\n", v.loss);
+    if (v.has_accuracy)
+        printf("Accuracy:    %.4f\n", v.accuracy);
+    if (v.has_test_loss)
+        printf("Test loss:   %.6g\n", v.test_loss);
+    double x;
+    if (api_jnum(st, "steps_per_sec", &x))
+        printf("Steps/s:     %.1f\n", x);
+    if (api_jnum(st, "examples_per_sec", &x))
+        printf("Examples/s:  %.1f\n", x);
+    if (json_object_get(st, "restarts"))
+        printf("Restarts:    %lld (generation %lld)\n", api_jint(st, "restarts", 0),
+               api_jint(st, "generation", 0));
+    format_time(api_jstr(st, "create_time"), buf, sizeof buf);
+    printf("Created:     %s\n", buf);
+    format_time(api_jstr(st, "start_time"), buf, sizeof buf);
+    printf("Started:     %s\n", buf);
+    format_time(api_jstr(st, "completion_time"), buf, sizeof buf);
+    printf("Completed:   %s\n", buf);
+    const json_t *conds = json_object_get(st, "conditions");
+    if (json_array_size(conds)) {
+        printf("Conditions:\n  %-11s %-7s %-22s %-25s %s\n", "TYPE", "STATUS", "REASON",
+               "LAST TRANSITION", "MESSAGE");
+        size_t i;
+        json_t *cond;
+        json_array_foreach(conds, i, cond) {
+            const char *t = api_jstr(cond, "last_transition_time");
+            printf("  %-11s %-7s %-22s %-25s %s\n",
+                   api_jstr(cond, "type") ? api_jstr(cond, "type") : "-",
+                   api_jstr(cond, "status") ? api_jstr(cond, "status") : "-",
+                   api_jstr(cond, "reason") ? api_jstr(cond, "reason") : "-", t ? t : "-",
+                   api_jstr(cond, "message") ? api_jstr(cond, "message") : "");
+        }
+    }
+    const json_t *reps = json_object_get(st, "replica_statuses");
+    if (json_object_size(reps)) {
+        printf("Replicas:\n  %-10s %-7s %-10s %s\n", "TYPE", "ACTIVE", "SUCCEEDED", "FAILED");
+        const char *type;
+        json_t *rs;
+        json_object_foreach((json_t *)reps, type, rs) {
+            printf("  %-10s %-7lld %-10lld %lld\n", type, api_jint(rs, "active", 0),
+                   api_jint(rs, "succeeded", 0), api_jint(rs, "failed", 0));
+        }
+    }
+}
+
+int cli_get_job(int argc, char **argv) {
+    cli_option opts[] = {
+        API_COORDINATOR_OPTION,
+        {"output", "FORMAT",
+         "text (a summary, default) or json (the job as the API gives it); "
+         "also -o",
+         NULL},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    cli_args args;
+    if (api_parse_args("get", argc, argv, opts, n_opts, &args) != 0)
+        return PF_EX_USAGE;
+    if (args.help) {
+        cli_print_help("get", "NAME [-o json] [options]",
+                       "Shows one job: phase and message, conditions with reasons and times, "
+                       "global step,\nloss, accuracy, replica statuses and its tasks. Exit "
+                       "codes: 0 shown, 1 no such job,\n64 usage, 69 coordinator unreachable, 77 "
+                       "token missing or rejected." API_TOKEN_NOTE,
+                       opts, n_opts);
+        return 0;
+    }
+    int json_out = api_output_json("get", opts, n_opts);
+    if (json_out < 0)
+        return PF_EX_USAGE;
+    if (args.n_positional != 1)
+        return api_usage_error("get", "expected one job NAME");
+    api_client c;
+    int rc = api_client_init(&c, "get", cli_get(opts, n_opts, "coordinator"), true);
+    if (rc)
+        return rc;
+    const char *name = args.positional[0];
+    char escaped[512], path[600], not_found[400];
+    if (!api_url_escape(name, escaped, sizeof escaped))
+        return api_usage_error("get", "job NAME too long");
+    snprintf(path, sizeof path, "/api/v1/jobs/%s", escaped);
+    snprintf(not_found, sizeof not_found, "no job named '%s'", name);
+    pf_http_response r;
+    if ((rc = api_call(&c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, &r)))
+        return rc;
+    if (r.status != 200) {
+        rc = api_report_error(&c, &r, not_found);
+    } else if (json_out) {
+        api_print_body(&r);
+    } else {
+        json_t *doc = api_body_json(&r);
+        if (!json_is_object(doc)) {
+            fprintf(stderr, "psflow get: the coordinator's answer is not a job\n");
+            rc = PF_EX_UNAVAILABLE;
+        } else {
+            print_job(doc);
+            print_tasks(&c, escaped);
+        }
+        json_decref(doc);
+    }
+    pf_http_response_deinit(&r);
+    return rc;
+}

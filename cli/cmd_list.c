@@ -1,0 +1,127 @@
+/* cmd_list.c - `psflow list`: the coordinator's jobs as a table (GET /api/v1/jobs). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/api.h"
+#include "cli/cli.h"
+#include "psflow/clock.h"
+#include "psflow/mem.h"
+
+enum { COL_NAME, COL_PHASE, COL_STEP, COL_LOSS, COL_ACC, COL_WORKERS, COL_PS, COL_AGE, N_COLS };
+
+static void ready_desired(const json_t *item, const char *type, char *buf, size_t cap) {
+    const json_t *rep = json_object_get(json_object_get(item, "replicas"), type);
+    if (!rep)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%lld/%lld", api_jint(rep, "ready", 0), api_jint(rep, "desired", 0));
+}
+
+int cli_list(int argc, char **argv) {
+    cli_option opts[] = {
+        API_COORDINATOR_OPTION,
+        {"output", "FORMAT", "text (a table, default) or json (the API's answer); also -o", NULL},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    cli_args args;
+    if (api_parse_args("list", argc, argv, opts, n_opts, &args) != 0)
+        return PF_EX_USAGE;
+    if (args.help) {
+        cli_print_help(
+            "list", "[-o json] [options]",
+            "Lists the coordinator's jobs, newest first: phase, global step, last "
+            "loss, test\naccuracy, workers and ps tasks ready/desired, and age." API_TOKEN_NOTE,
+            opts, n_opts);
+        return 0;
+    }
+    int json_out = api_output_json("list", opts, n_opts);
+    if (json_out < 0)
+        return PF_EX_USAGE;
+    if (args.n_positional != 0)
+        return api_usage_error("list", "takes no arguments");
+    api_client c;
+    int rc = api_client_init(&c, "list", cli_get(opts, n_opts, "coordinator"), true);
+    if (rc)
+        return rc;
+    pf_http_response r;
+    if ((rc = api_call(&c, "GET", "/api/v1/jobs", NULL, 0, API_REQUEST_TIMEOUT, &r)))
+        return rc;
+    if (r.status != 200) {
+        rc = api_report_error(&c, &r, NULL);
+        pf_http_response_deinit(&r);
+        return rc;
+    }
+    if (json_out) {
+        api_print_body(&r);
+        pf_http_response_deinit(&r);
+        return 0;
+    }
+    json_t *doc = api_body_json(&r);
+    pf_http_response_deinit(&r);
+    json_t *items = json_object_get(doc, "items");
+    if (!json_is_array(items)) {
+        fprintf(stderr, "psflow list: the coordinator's answer has no items list\n");
+        json_decref(doc);
+        return PF_EX_UNAVAILABLE;
+    }
+    size_t n = json_array_size(items);
+    if (n == 0) {
+        fprintf(stderr, "psflow list: no jobs\n");
+        json_decref(doc);
+        return 0;
+    }
+    /* Two passes: format every cell, then print with each column as wide as its widest. */
+    typedef char cell[80];
+    cell *cells = pf_mallocarray((n + 1) * N_COLS, sizeof(cell));
+    if (!cells) {
+        json_decref(doc);
+        fprintf(stderr, "psflow list: out of memory\n");
+        return PF_EX_OSERR;
+    }
+    static const char *const head[N_COLS] = {"NAME",     "PHASE",   "STEP", "LOSS",
+                                             "ACCURACY", "WORKERS", "PS",   "AGE"};
+    for (int k = 0; k < N_COLS; k++)
+        snprintf(cells[k], sizeof(cell), "%s", head[k]);
+    double now = pf_clock_wall();
+    for (size_t i = 0; i < n; i++) {
+        const json_t *it = json_array_get(items, i);
+        cell *row = cells + (i + 1) * N_COLS;
+        api_job_view v = {.step = -1, .max_steps = -1};
+        api_view_update(&v, it);
+        snprintf(row[COL_NAME], sizeof(cell), "%s",
+                 api_jstr(it, "name") ? api_jstr(it, "name") : "?");
+        snprintf(row[COL_PHASE], sizeof(cell), "%s", v.phase[0] ? v.phase : "-");
+        api_format_steps(&v, row[COL_STEP], sizeof(cell));
+        if (v.has_loss)
+            snprintf(row[COL_LOSS], sizeof(cell), "%.4f", v.loss);
+        else
+            snprintf(row[COL_LOSS], sizeof(cell), "-");
+        if (v.has_accuracy)
+            snprintf(row[COL_ACC], sizeof(cell), "%.4f", v.accuracy);
+        else
+            snprintf(row[COL_ACC], sizeof(cell), "-");
+        ready_desired(it, "worker", row[COL_WORKERS], sizeof(cell));
+        ready_desired(it, "ps", row[COL_PS], sizeof(cell));
+        double created;
+        if (api_parse_rfc3339(api_jstr(it, "create_time"), &created))
+            api_format_age(now - created, row[COL_AGE], sizeof(cell));
+        else
+            snprintf(row[COL_AGE], sizeof(cell), "-");
+    }
+    int width[N_COLS] = {0};
+    for (size_t i = 0; i <= n; i++)
+        for (int k = 0; k < N_COLS; k++) {
+            int w = (int)strlen(cells[i * N_COLS + k]);
+            width[k] = w > width[k] ? w : width[k];
+        }
+    for (size_t i = 0; i <= n; i++)
+        for (int k = 0; k < N_COLS; k++) {
+            bool last = k + 1 == N_COLS;
+            printf("%-*s%s", last ? 0 : width[k], cells[i * N_COLS + k], last ? "\n" : "   ");
+        }
+    pf_free(cells);
+    json_decref(doc);
+    return 0;
+}

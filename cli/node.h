@@ -1,0 +1,43 @@
+/* node.h - what `psflow ps` and `psflow worker` share (DESIGN.md section 1). A static node
+ * takes its task from TF_CONFIG in the environment and its job from --job spec.json, the
+ * Kubeflow TFJob way; the cluster's shape in TF_CONFIG must match the spec's replicas, so
+ * that every process computes the same placement. A managed node (--coordinator, no --job)
+ * is an agent (agent/agent.h) with an id and an address of its own.
+ */
+#ifndef PSFLOW_CLI_NODE_H
+#define PSFLOW_CLI_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/tf_config.h"
+
+/* A static node's job and task. */
+typedef struct node {
+    pf_job_spec spec;
+    pf_tf_config cfg;
+    const char *type; /* task type from TF_CONFIG */
+    int index;
+} node;
+
+/* Loads --job and TF_CONFIG and checks they agree (n needs no init). Returns 0, or an exit
+ * code after printing why. */
+int node_load(const char *cmd, const char *job_path, node *n);
+
+/* Frees what n holds. */
+void node_deinit(node *n);
+
+/* A new incarnation for a task this process starts: microseconds since the epoch, so a
+ * restarted task always gets a larger one. */
+uint64_t node_incarnation(void);
+
+/* Defaults of a managed node: id "<role>-<hostname>-<pid>", address "<hostname>:<port>". */
+void node_defaults(const char *role, const char *id, const char *advertise, int port, char *id_out,
+                   size_t id_cap, char *adv_out, size_t adv_cap);
+
+/* The API token from PSFLOW_TOKEN or PSFLOW_TOKEN_FILE into token[cap] ("" for none).
+ * Returns 0, or the exit code for an unreadable token file after printing why. */
+int node_token(const char *cmd, char *token, size_t cap);
+
+#endif

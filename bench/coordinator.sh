@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Control-plane benchmark: starts a coordinator on a temporary database, submits one job,
-# runs bench/coordinator (1,000 agents registering, then heartbeating as fast as the
+# runs bench/coordinator_load (1,000 agents registering, then heartbeating as fast as the
 # coordinator answers, against a GET /livez baseline of the same run), then wrk on
 # GET /api/v1/jobs/{name} next to wrk on GET /livez, and stops the coordinator.
 # Targets: >= 5000 heartbeats/s with p99 < 20 ms on 2 cores.
@@ -12,7 +12,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd)
 seconds=${SECONDS_PER_PHASE:-5}
 psflow=$build/psflow
-bench=$build/bench/coordinator
+bench=$build/bench/coordinator_load
 [ -x "$psflow" ] || { echo "coordinator.sh: $psflow not built" >&2; exit 1; }
 [ -x "$bench" ] || { echo "coordinator.sh: $bench not built" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "coordinator.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
@@ -44,7 +44,7 @@ code=$(curl -s -o "$work/job.json" -w '%{http_code}' -X POST "$base/api/v1/jobs"
   --data "{\"name\": \"$job\", \"replicas\": {\"ps\": 1, \"worker\": 2}, \"model\": {\"type\": \"linear\", \"inputs\": 1}, \"data\": {\"format\": \"synthetic_linear\"}}")
 [ "$code" = 201 ] || { cat "$work/job.json" >&2; echo "coordinator.sh: job submission: $code" >&2; exit 1; }
 
-echo "== agents: registration and heartbeats (bench/coordinator)"
+echo "== agents: registration and heartbeats (bench/coordinator_load)"
 "$bench" --url "$base" --agents 1000 --threads 4 --seconds "$seconds"
 
 # wrk_rate OUT: requests/s from a wrk report.

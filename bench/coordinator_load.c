@@ -1,4 +1,4 @@
-/* coordinator.c - control-plane load: many agents registering with and heartbeating one
+/* coordinator_load.c - control-plane load: many agents registering with and heartbeating one
  * coordinator, as fast as it takes them.
  *
  * DESIGN: the client has to cost less than the server it measures on a small machine, so it
@@ -17,7 +17,7 @@
  *   deregister DELETE /api/v1/nodes/{id} for every agent (not timed), unless --keep.
  * Targets: >= 5000 heartbeats/s with p99 < 20 ms on 2 cores.
  *
- * usage: coordinator --url http://HOST:PORT [--agents N] [--threads T] [--seconds S] [--keep]
+ * usage: coordinator_load --url http://HOST:PORT [--agents N] [--threads T] [--seconds S] [--keep]
  * The bearer token comes from PSFLOW_TOKEN or PSFLOW_TOKEN_FILE, as for every client.
  */
 #include <errno.h>
@@ -436,7 +436,7 @@ static int parse_url(const char *url, options *o) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: coordinator --url http://HOST:PORT [--agents N] [--threads T] "
+    fprintf(stderr, "usage: coordinator_load --url http://HOST:PORT [--agents N] [--threads T] "
                     "[--seconds S] [--keep]\n");
     return 64;
 }

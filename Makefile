@@ -85,7 +85,7 @@ format-check:
 
 bench: build
 	@$(BUILD)/bench/train_throughput
-	@$(BUILD)/bench/wire 2>/dev/null
+	@$(BUILD)/bench/wire_throughput 2>/dev/null
 	@bench/coordinator.sh $(BUILD)
 
 clean:

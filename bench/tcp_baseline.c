@@ -1,4 +1,5 @@
-/* tcp_baseline.c - the plain-TCP yardstick for bench/wire: the least a data plane can cost.
+/* tcp_baseline.c - the plain-TCP yardstick for bench/wire_throughput: the least a data plane can
+ * cost.
  *
  * For each size S it measures, over one TCP connection on 127.0.0.1 with TCP_NODELAY:
  *   push       client sends S bytes, server answers 8 bytes

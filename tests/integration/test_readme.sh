@@ -341,7 +341,7 @@ pass "README distributed block runs as written"
 
 # --- 6. Benchmarks -------------------------------------------------------------------------------
 # The synopses in the README are the programs' own usage lines.
-for prog in train_throughput wire tcp_baseline; do
+for prog in train_throughput wire_throughput tcp_baseline; do
   usage=$("$BUILD_DIR/bench/$prog" --help 2>&1 | sed -n "s/^usage: $prog //p" || true)
   [ -n "$usage" ] || fail "bench/$prog printed no usage line"
   grep -qF "\`build/bench/$prog $usage\`" "$README" || fail "the README's synopsis of build/bench/$prog is not '$usage'"
@@ -349,9 +349,9 @@ done
 (cd "$PSFLOW_SRC" && "$BUILD_DIR/bench/train_throughput" --steps 20 --rounds 1) >bench.out 2>&1 ||
   { cat bench.out; fail "build/bench/train_throughput failed"; }
 grep -q 'ratio measured / ideal' bench.out || { cat bench.out; fail "train_throughput printed no ratio"; }
-"$BUILD_DIR/bench/wire" --seconds 0.05 >bench.out 2>/dev/null || fail "build/bench/wire failed"
+"$BUILD_DIR/bench/wire_throughput" --seconds 0.05 >bench.out 2>/dev/null || fail "build/bench/wire_throughput failed"
 for size in "4 KB" "4 MB" "40 MB"; do
-  grep -q "^$size *push-pull " bench.out || { cat bench.out; fail "bench/wire printed no $size push-pull line"; }
+  grep -q "^$size *push-pull " bench.out || { cat bench.out; fail "bench/wire_throughput printed no $size push-pull line"; }
 done
 if command -v wrk >/dev/null; then
   SECONDS_PER_PHASE=1 timeout 120 bash "$PSFLOW_SRC/bench/coordinator.sh" "$BUILD_DIR" >bench.out 2>&1 ||
@@ -360,5 +360,5 @@ if command -v wrk >/dev/null; then
     { cat bench.out; fail "bench/coordinator.sh printed no ratios"; }
   pass "Benchmarks: train_throughput, wire and coordinator.sh run and print their ratios"
 else
-  pass "Benchmarks: train_throughput and wire run (bench/coordinator.sh skipped: wrk is not installed)"
+  pass "Benchmarks: train_throughput and wire_throughput run (bench/coordinator.sh skipped: wrk is not installed)"
 fi

@@ -1,4 +1,4 @@
-/* wire.c - data-plane throughput: a real ps server and worker link on 127.0.0.1.
+/* wire_throughput.c - data-plane throughput: a real ps server and worker link on 127.0.0.1.
  *
  * One ps task holds one dense float32 tensor of 4 KB, 4 MB or 40 MB (a softmax model sized
  * to it; async sgd, so every push is applied). The worker link measures push (gradient
@@ -14,8 +14,8 @@
  * medians do. Read the median ratio first, and compare runs. Targets: push-pull goodput
  * >= 0.8 x TCP at 4 MB and 40 MB; 4 KB round trip <= 2 x TCP.
  *
- * usage: wire [--seconds T] [--size S]   (T: time per measurement, default 2; S: only the
- *                                        case of S bytes: 4096, 4194304 or 41943040)
+ * usage: wire_throughput [--seconds T] [--size S]   (T: time per measurement, default 2; S: only
+ * the case of S bytes: 4096, 4194304 or 41943040)
  */
 #include <libgen.h>
 #include <stdint.h>
@@ -154,7 +154,7 @@ static int is_case(size_t bytes) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: wire [--seconds T] [--size 4096|4194304|41943040]\n");
+    fprintf(stderr, "usage: wire_throughput [--seconds T] [--size 4096|4194304|41943040]\n");
     return 64;
 }
 

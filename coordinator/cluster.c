@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
@@ -28,23 +27,33 @@ bool coord_job_finished(const coord_job *j) {
 
 /* --- events --- */
 
-void coord_cluster_queue_event(coord_cluster *c, const char *kind, const char *job, json_t *data) {
-    if (!data)
-        return;
+/* A zeroed event at the end of the queue, or NULL when out of memory: the change itself is
+ * kept, only its notification is lost. */
+static coord_event *queue_event(coord_cluster *c, coord_event_type type, const char *kind,
+                                const char *job, double now) {
     if (c->n_pending == c->cap_pending) {
         int cap = c->cap_pending ? c->cap_pending * 2 : 64;
         coord_event *grown = pf_realloc(c->pending, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            json_decref(data); /* the change itself is kept; only its notification is lost */
-            return;
-        }
+        if (!grown)
+            return NULL;
         c->pending = grown;
         c->cap_pending = cap;
     }
     coord_event *e = &c->pending[c->n_pending++];
+    memset(e, 0, sizeof *e);
+    e->type = type;
     snprintf(e->kind, sizeof e->kind, "%s", kind);
     snprintf(e->job, sizeof e->job, "%s", job ? job : "");
-    e->data = data;
+    e->time = now;
+    return e;
+}
+
+void coord_event_deinit(coord_event *e) {
+    if (e->type == COORD_EVENT_POINT || e->type == COORD_EVENT_EVAL)
+        pf_free(e->u.metric.task);
+    else if (e->type == COORD_EVENT_CHECKPOINT)
+        pf_free(e->u.checkpoint.files);
+    memset(e, 0, sizeof *e);
 }
 
 coord_event *coord_cluster_take_events(coord_cluster *c, int *n) {
@@ -55,63 +64,50 @@ coord_event *coord_cluster_take_events(coord_cluster *c, int *n) {
     return e;
 }
 
-json_t *coord_time_json(double t) {
-    if (t <= 0)
-        return json_null();
-    /* Rounded to the millisecond, so a time read back from its own text (time_from_json)
-     * prints the same text again. */
-    long long total_ms = llround(t * 1000.0);
-    time_t secs = (time_t)(total_ms / 1000);
-    int ms = (int)(total_ms % 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char buf[64];
-    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-    return json_string(buf);
-}
-
-static double time_from_json(json_t *v) {
-    const char *s = json_string_value(v);
-    if (!s)
-        return 0;
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    int ms = 0;
-    if (sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &ms) < 6)
-        return 0;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (double)timegm(&tm) + ms / 1000.0;
-}
-
-static json_t *json_number_or_null(double v) {
-    return isnan(v) ? json_null() : json_real(v);
-}
-
 static void log_event(coord_cluster *c, const char *job, const char *type, const char *reason,
                       const char *message, double now) {
-    coord_cluster_queue_event(c, "log", job,
-                              json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", job ? job : "", "time",
-                                        coord_time_json(now), "type", type, "reason", reason,
-                                        "message", message));
+    coord_event *e = queue_event(c, COORD_EVENT_LOG, "log", job, now);
+    if (!e)
+        return;
+    snprintf(e->u.log.type, sizeof e->u.log.type, "%s", type);
+    snprintf(e->u.log.reason, sizeof e->u.log.reason, "%s", reason);
+    snprintf(e->u.log.message, sizeof e->u.log.message, "%s", message);
 }
 
 static void job_event(coord_cluster *c, coord_job *j, double now) {
     j->last_summary_event = now;
-    coord_cluster_queue_event(c, "job", j->name, coord_job_summary_json(j));
+    coord_event *e = queue_event(c, COORD_EVENT_JOB, "job", j->name, now);
+    if (e)
+        coord_job_summarize(j, &e->u.job);
 }
 
 static void task_event(coord_cluster *c, coord_job *j, coord_task *t, double now) {
-    json_t *d = coord_task_json(t, c->lease_seconds, now);
-    if (d)
-        json_object_set_new(d, "job", json_string(j->name));
-    coord_cluster_queue_event(c, "task", j->name, d);
+    coord_event *e = queue_event(c, COORD_EVENT_TASK, "task", j->name, now);
+    if (e) {
+        e->u.task.task = *t;
+        e->u.task.lease_seconds = c->lease_seconds;
+    }
 }
 
 static void node_event(coord_cluster *c, coord_node *n, double now) {
-    coord_cluster_queue_event(c, "node", n->job, coord_node_json(n, now));
+    coord_event *e = queue_event(c, COORD_EVENT_NODE, "node", n->job, now);
+    if (e)
+        e->u.node = *n;
+}
+
+/* A metric event for task's report; NULL when out of memory. */
+static coord_event *metric_event(coord_cluster *c, coord_event_type type, const coord_job *j,
+                                 const char *task, int64_t step, double time, double now) {
+    char *name = pf_strdup(task);
+    coord_event *e = name ? queue_event(c, type, "metric", j->name, now) : NULL;
+    if (!e) {
+        pf_free(name);
+        return NULL;
+    }
+    e->u.metric.task = name;
+    e->u.metric.step = step;
+    e->u.metric.time = time;
+    return e;
 }
 
 /* --- conditions and phases --- */
@@ -256,7 +252,7 @@ void coord_cluster_deinit(coord_cluster *c) {
     for (int i = 0; i < c->n_nodes; i++)
         pf_free(c->nodes[i]);
     for (int i = 0; i < c->n_pending; i++)
-        json_decref(c->pending[i].data);
+        coord_event_deinit(&c->pending[i]);
     pf_free(c->jobs);
     pf_free(c->nodes);
     pf_free(c->pending);
@@ -584,27 +580,22 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
     return PF_OK;
 }
 
-static double num(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, json_t *points,
-                              json_t *evals, double now) {
+void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
+                              const coord_point *points, int n_points, const coord_eval *evals,
+                              int n_evals, double now) {
     coord_task *t = find_task_by_name(j, task);
     bool finished = coord_job_finished(j);
-    size_t i;
-    json_t *p;
     int64_t best = -1;
-    json_array_foreach(points, i, p) {
-        int64_t step = (int64_t)num(p, "step");
-        double loss = num(p, "loss"), eps = num(p, "examples_per_sec");
-        json_t *e =
-            json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o}", "job", j->name, "task", task, "step",
-                      (json_int_t)step, "time", num(p, "time"), "loss", json_number_or_null(loss),
-                      "examples_per_sec", json_number_or_null(eps), "step_time_seconds",
-                      json_number_or_null(num(p, "step_time_seconds")));
-        coord_cluster_queue_event(c, "metric", j->name, e);
+    for (int i = 0; i < n_points; i++) {
+        const coord_point *p = &points[i];
+        int64_t step = (int64_t)p->step;
+        double loss = p->loss, eps = p->examples_per_sec;
+        coord_event *e = metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
+        if (e) {
+            e->u.metric.loss = loss;
+            e->u.metric.examples_per_sec = eps;
+            e->u.metric.step_time_seconds = p->step_time_seconds;
+        }
         if (finished)
             continue; /* kept in the history; the final summary stays as the job ended */
         if (step > j->global_step)
@@ -619,14 +610,15 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, 
                 t->examples_per_sec = eps;
         }
     }
-    json_array_foreach(evals, i, p) {
-        double acc = num(p, "accuracy"), tl = num(p, "test_loss");
-        int64_t step = (int64_t)num(p, "step");
-        coord_cluster_queue_event(c, "metric", j->name,
-                                  json_pack("{s:s, s:s, s:I, s:f, s:o, s:o}", "job", j->name,
-                                            "task", task, "step", (json_int_t)step, "time",
-                                            num(p, "time"), "accuracy", json_number_or_null(acc),
-                                            "test_loss", json_number_or_null(tl)));
+    for (int i = 0; i < n_evals; i++) {
+        const coord_eval *p = &evals[i];
+        double acc = p->accuracy, tl = p->test_loss;
+        int64_t step = (int64_t)p->step;
+        coord_event *e = metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
+        if (e) {
+            e->u.metric.accuracy = acc;
+            e->u.metric.test_loss = tl;
+        }
         /* An evaluation may carry only one of the two: the other keeps its last value. */
         if (!isnan(acc))
             j->accuracy = acc;
@@ -635,7 +627,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, 
     }
     j->dirty = true;
     if (finished) {
-        if (json_array_size(evals) > 0)
+        if (n_evals > 0)
             job_event(c, j, now);
         return;
     }
@@ -653,8 +645,26 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, 
         j->rate_step = j->global_step;
     }
     j->dirty = true;
-    if (now - j->last_summary_event >= 0.25 || json_array_size(evals) > 0)
+    if (now - j->last_summary_event >= 0.25 || n_evals > 0)
         job_event(c, j, now);
+}
+
+void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
+                                 const char *files, double now) {
+    char *copy = files ? pf_strdup(files) : NULL;
+    coord_event *e =
+        !files || copy ? queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now) : NULL;
+    if (e) {
+        e->u.checkpoint.step = step;
+        e->u.checkpoint.bytes = bytes;
+        e->u.checkpoint.files = copy;
+    } else {
+        pf_free(copy);
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,
+             bytes);
+    log_event(c, j->name, "Checkpoint", "CheckpointWritten", msg, now);
 }
 
 char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why) {
@@ -740,7 +750,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     return PF_OK;
 }
 
-void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *r, double now) {
+void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r, double now) {
     n->last_heartbeat = now;
     if (n->lost) {
         n->lost = false;
@@ -750,7 +760,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *r, double now
         log_event(c, NULL, "Registered", "NodeBack", msg, now);
         node_event(c, n, now);
     }
-    const char *state = json_string_value(json_object_get(r, "state"));
+    const char *state = r->state;
     bool busy = state && !strcmp(state, "running");
     if (busy != n->busy) {
         n->busy = busy;
@@ -760,21 +770,16 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *r, double now
     if (n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
         coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
-        const char *rjob = json_string_value(json_object_get(r, "job"));
-        const char *rtype = json_string_value(json_object_get(r, "type"));
-        json_t *rgen = json_object_get(r, "generation"), *rindex = json_object_get(r, "index");
+        const char *rjob = r->job, *rtype = r->type;
         if (t) {
             t->last_heartbeat = now;
         }
         if (t && rjob && rtype && !strcmp(rjob, j->name) && !strcmp(rtype, t->type) &&
-            json_integer_value(rgen) == n->generation && json_integer_value(rindex) == t->index) {
-            json_t *stats = json_object_get(r, "stats");
-            if (json_is_object(stats)) {
-                if (json_is_integer(json_object_get(stats, "updates")))
-                    t->updates = json_integer_value(json_object_get(stats, "updates"));
-                if (json_is_integer(json_object_get(stats, "stale")))
-                    t->stale = json_integer_value(json_object_get(stats, "stale"));
-            }
+            r->generation == n->generation && r->index == t->index) {
+            if (r->has_updates)
+                t->updates = r->updates;
+            if (r->has_stale)
+                t->stale = r->stale;
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
                 j->dirty = true;
@@ -792,9 +797,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *r, double now
                 j->dirty = true;
                 task_event(c, j, t, now);
                 if (is_chief(j, t)) {
-                    json_t *res = json_object_get(r, "result");
-                    double acc = num(res, "accuracy"), tl = num(res, "test_loss"),
-                           steps = num(res, "steps");
+                    double acc = r->accuracy, tl = r->test_loss, steps = r->steps;
                     if (!isnan(acc))
                         j->accuracy = acc;
                     if (!isnan(tl))
@@ -821,33 +824,21 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *r, double now
                 t->state = TASK_FAILED;
                 j->dirty = true;
                 task_event(c, j, t, now);
-                json_t *code = json_object_get(r, "exit_code");
-                const char *m = json_string_value(json_object_get(r, "message"));
+                const char *m = r->message;
                 char why[COORD_TEXT_MAX];
-                snprintf(why, sizeof why, "failed (exit code %d%s%.180s)",
-                         (int)json_integer_value(code), m ? ": " : "", m ? m : "");
-                task_failed(c, j, t, (int)json_integer_value(code), false, why, now);
+                snprintf(why, sizeof why, "failed (exit code %d%s%.180s)", (int)r->exit_code,
+                         m ? ": " : "", m ? m : "");
+                task_failed(c, j, t, (int)r->exit_code, false, why, now);
             }
         }
     }
     admit_all(c, now);
 }
 
-json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {
-    if (!n->job[0])
-        return json_null();
-    coord_job *j = coord_job_find(c, n->job);
-    if (!j)
-        return json_null();
-    const char *why;
-    char *tf = coord_job_tf_config(j, n->type, n->index, &why);
-    json_t *spec = json_loads(j->spec_json, 0, NULL);
-    coord_task *t = find_task(j, n->type, n->index);
-    json_t *a = json_pack("{s:s, s:i, s:s, s:i, s:s?, s:o?, s:I}", "job", j->name, "generation",
-                          n->generation, "type", n->type, "index", n->index, "tf_config", tf,
-                          "spec", spec, "incarnation", (json_int_t)(t ? t->incarnation : 0));
-    pf_free(tf);
-    return a ? a : json_null();
+void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,
+                         coord_task **task) {
+    *job = n->job[0] ? coord_job_find(c, n->job) : NULL;
+    *task = *job ? find_task(*job, n->type, n->index) : NULL;
 }
 
 void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
@@ -912,84 +903,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
     admit_all(c, now);
 }
 
-/* --- serialisation --- */
-
-json_t *coord_job_status_json(const coord_job *j) {
-    json_t *conds = json_array();
-    for (int i = 0; i < j->n_conds; i++) {
-        const coord_condition *k = &j->conds[i];
-        json_array_append_new(conds,
-                              json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", k->type, "status",
-                                        k->status, "reason", k->reason, "message", k->message,
-                                        "last_transition_time", coord_time_json(k->time)));
-    }
-    json_t *rs = json_object();
-    static const char *const types[] = {"chief", "ps", "worker"};
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        int active = 0, succeeded = 0, failed = 0, any = 0;
-        for (int i = 0; i < j->n_tasks; i++) {
-            const coord_task *t = &j->tasks[i];
-            if (strcmp(t->type, types[k]) != 0)
-                continue;
-            any = 1;
-            active += t->state == TASK_RUNNING ||
-                      (t->state == TASK_PENDING && t->node_id[0] && j->phase == COORD_RUNNING);
-            succeeded += t->state == TASK_SUCCEEDED;
-            failed += t->state == TASK_FAILED || t->state == TASK_LOST;
-        }
-        if (any)
-            json_object_set_new(rs, types[k],
-                                json_pack("{s:i, s:i, s:i}", "active", active, "succeeded",
-                                          succeeded, "failed", failed));
-    }
-    return json_pack(
-        "{s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, s:o, "
-        "s:o, s:o}",
-        "phase", phase_names[j->phase], "message", j->message, "conditions", conds, "global_step",
-        (json_int_t)j->global_step, "max_steps", (json_int_t)j->spec.training.max_steps, "loss",
-        json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy), "test_loss",
-        json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec, "steps_per_sec",
-        j->steps_per_sec, "restarts", j->restarts, "generation", j->generation, "create_time",
-        coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
-        "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
-}
-
-void coord_job_status_from_json(coord_job *j, json_t *s) {
-    const char *phase = json_string_value(json_object_get(s, "phase"));
-    for (size_t i = 0; phase && i < sizeof phase_names / sizeof phase_names[0]; i++)
-        if (!strcmp(phase, phase_names[i]))
-            j->phase = (coord_phase)i;
-    const char *m = json_string_value(json_object_get(s, "message"));
-    snprintf(j->message, sizeof j->message, "%s", m ? m : "");
-    size_t i;
-    json_t *k;
-    j->n_conds = 0;
-    json_array_foreach(json_object_get(s, "conditions"), i, k) {
-        if (j->n_conds == COORD_MAX_CONDS)
-            break;
-        coord_condition *d = &j->conds[j->n_conds++];
-        const char *f[4] = {json_string_value(json_object_get(k, "type")),
-                            json_string_value(json_object_get(k, "status")),
-                            json_string_value(json_object_get(k, "reason")),
-                            json_string_value(json_object_get(k, "message"))};
-        snprintf(d->type, sizeof d->type, "%s", f[0] ? f[0] : "");
-        snprintf(d->status, sizeof d->status, "%s", f[1] ? f[1] : "");
-        snprintf(d->reason, sizeof d->reason, "%s", f[2] ? f[2] : "");
-        snprintf(d->message, sizeof d->message, "%s", f[3] ? f[3] : "");
-        d->time = time_from_json(json_object_get(k, "last_transition_time"));
-    }
-    j->global_step = (int64_t)json_integer_value(json_object_get(s, "global_step"));
-    j->loss = num(s, "loss");
-    j->accuracy = num(s, "accuracy");
-    j->test_loss = num(s, "test_loss");
-    j->examples_per_sec = isnan(num(s, "examples_per_sec")) ? 0 : num(s, "examples_per_sec");
-    j->steps_per_sec = isnan(num(s, "steps_per_sec")) ? 0 : num(s, "steps_per_sec");
-    j->restarts = (int)json_integer_value(json_object_get(s, "restarts"));
-    j->generation = (int)json_integer_value(json_object_get(s, "generation"));
-    j->create_time = time_from_json(json_object_get(s, "create_time"));
-    j->start_time = time_from_json(json_object_get(s, "start_time"));
-    j->completion_time = time_from_json(json_object_get(s, "completion_time"));
-}
+/* --- events --- */
 
 static const char *latest_reason(const coord_job *j) {
     const coord_condition *best = NULL;
@@ -999,54 +913,26 @@ static const char *latest_reason(const coord_job *j) {
     return best ? best->reason : "";
 }
 
-json_t *coord_job_summary_json(const coord_job *j) {
-    int ready[2] = {0, 0}, desired[2] = {0, 0}; /* ps, worker (with chief) */
+void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", j->name);
+    out->phase = j->phase;
+    snprintf(out->reason, sizeof out->reason, "%s", latest_reason(j));
+    snprintf(out->message, sizeof out->message, "%s", j->message);
+    out->sync = j->spec.training.mode == PF_MODE_SYNC;
+    out->global_step = j->global_step;
+    out->max_steps = (int64_t)j->spec.training.max_steps;
+    out->loss = j->loss;
+    out->accuracy = j->accuracy;
+    out->examples_per_sec = j->examples_per_sec;
+    out->steps_per_sec = j->steps_per_sec;
+    out->create_time = j->create_time;
+    out->start_time = j->start_time;
+    out->completion_time = j->completion_time;
+    out->restarts = j->restarts;
     for (int i = 0; i < j->n_tasks; i++) {
         int w = strcmp(j->tasks[i].type, "ps") != 0;
-        desired[w]++;
-        ready[w] += j->tasks[i].state == TASK_RUNNING;
+        out->desired[w]++;
+        out->ready[w] += j->tasks[i].state == TASK_RUNNING;
     }
-    return json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:i, s:{s:{s:i, "
-        "s:i}, s:{s:i, s:i}}}",
-        "name", j->name, "phase", phase_names[j->phase], "reason", latest_reason(j), "message",
-        j->message, "mode", j->spec.training.mode == PF_MODE_SYNC ? "sync" : "async", "global_step",
-        (json_int_t)j->global_step, "max_steps", (json_int_t)j->spec.training.max_steps, "loss",
-        json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy),
-        "examples_per_sec", j->examples_per_sec, "steps_per_sec", j->steps_per_sec, "create_time",
-        coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
-        "completion_time", coord_time_json(j->completion_time), "restarts", j->restarts, "replicas",
-        "ps", "ready", ready[0], "desired", desired[0], "worker", "ready", ready[1], "desired",
-        desired[1]);
-}
-
-json_t *coord_job_json(const coord_job *j, double now) {
-    (void)now;
-    json_t *spec = json_loads(j->spec_json, 0, NULL);
-    return json_pack("{s:s, s:o, s:o}", "name", j->name, "spec", spec ? spec : json_null(),
-                     "status", coord_job_status_json(j));
-}
-
-json_t *coord_task_json(const coord_task *t, double lease, double now) {
-    double age = t->last_heartbeat > 0 ? now - t->last_heartbeat : -1;
-    return json_pack(
-        "{s:s, s:i, s:o, s:o, s:s, s:I, s:i, s:o, s:o, s:f, s:I, s:f, s:I, s:I}", "type", t->type,
-        "index", t->index, "node_id", t->node_id[0] ? json_string(t->node_id) : json_null(),
-        "address", t->address[0] ? json_string(t->address) : json_null(), "state",
-        task_state_names[t->state], "incarnation", (json_int_t)t->incarnation, "restarts",
-        t->restarts, "last_heartbeat", coord_time_json(t->last_heartbeat), "heartbeat_age_seconds",
-        age >= 0 ? json_real(age) : json_null(), "lease_seconds", lease, "step",
-        (json_int_t)t->step, "examples_per_sec", t->examples_per_sec, "updates",
-        (json_int_t)t->updates, "stale", (json_int_t)t->stale);
-}
-
-json_t *coord_node_json(const coord_node *n, double now) {
-    const char *state = n->lost ? "lost" : (n->busy || n->job[0]) ? "busy" : "idle";
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:s}", "id", n->id, "role",
-                     n->role, "address", n->address, "state", state, "job",
-                     n->job[0] ? json_string(n->job) : json_null(), "type",
-                     n->job[0] ? json_string(n->type) : json_null(), "index",
-                     n->job[0] ? json_integer(n->index) : json_null(), "last_heartbeat",
-                     coord_time_json(n->last_heartbeat), "heartbeat_age_seconds",
-                     now - n->last_heartbeat, "version", n->version);
 }

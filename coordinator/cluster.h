@@ -14,11 +14,13 @@
  * checkpoint, the workers carry on from the restored global step), or fail the job. The job
  * succeeds when its chief (the chief task, else worker 0) reports success: it has reached
  * max_steps and every ps has written the final checkpoint.
+ *
+ * No JSON here: events are queued as typed snapshots of what changed, and reports arrive
+ * as plain structs. cluster_json.h turns both to and from the shapes of api/rest.md.
  */
 #ifndef PSFLOW_COORDINATOR_CLUSTER_H
 #define PSFLOW_COORDINATOR_CLUSTER_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -108,12 +110,88 @@ typedef struct coord_node {
     bool dirty, deleted;
 } coord_node;
 
-/* One change for the event stream and the job log; data is owned (stolen on queue). */
+/* A job as a list item or a `job` event shows it, copied when the event is queued. */
+typedef struct coord_job_summary {
+    char name[PF_NAME_MAX + 1];
+    coord_phase phase;
+    char reason[40]; /* of the newest True condition */
+    char message[COORD_TEXT_MAX];
+    bool sync;
+    int64_t global_step, max_steps;
+    double loss, accuracy; /* NAN when unknown */
+    double examples_per_sec, steps_per_sec;
+    double create_time, start_time, completion_time;
+    int restarts;
+    int ready[2], desired[2]; /* ps, worker (with chief) */
+} coord_job_summary;
+
+typedef enum {
+    COORD_EVENT_JOB,        /* job: a summary */
+    COORD_EVENT_TASK,       /* task: the task, with the lease it is judged by */
+    COORD_EVENT_NODE,       /* node: the agent */
+    COORD_EVENT_POINT,      /* metric: one training step's figures */
+    COORD_EVENT_EVAL,       /* metric: one evaluation */
+    COORD_EVENT_LOG,        /* log: a phase change, an agent coming or going */
+    COORD_EVENT_CHECKPOINT, /* checkpoint: a complete checkpoint */
+} coord_event_type;
+
+/* One change for the event stream and the job log: a snapshot taken when it happened, so
+ * that serialising it later gives what the state was then. Strings are owned where noted
+ * (coord_event_deinit frees them). */
 typedef struct coord_event {
-    char kind[12]; /* job task metric node checkpoint log */
+    coord_event_type type;
+    char kind[12]; /* the stream's event name: job task metric node checkpoint log */
     char job[PF_NAME_MAX + 1];
-    json_t *data;
+    double time; /* when it was queued (Unix seconds) */
+    union {
+        coord_job_summary job;
+        struct {
+            coord_task task;
+            double lease_seconds;
+        } task;
+        coord_node node;
+        struct {
+            char *task; /* "chief" or "worker-<i>" (owned) */
+            int64_t step;
+            double time; /* as reported; NAN when absent */
+            double loss, examples_per_sec, step_time_seconds, accuracy, test_loss;
+        } metric; /* POINT uses loss, examples_per_sec, step_time_seconds; EVAL the others */
+        struct {
+            char type[24];
+            char reason[40];
+            char message[COORD_TEXT_MAX];
+        } log;
+        struct {
+            int64_t step, bytes;
+            char *files; /* the files array as compact JSON (owned), NULL for none */
+        } checkpoint;
+    } u;
 } coord_event;
+
+/* Frees what e owns. */
+void coord_event_deinit(coord_event *e);
+
+/* A heartbeat's report (api/rest.md, POST /api/v1/nodes/{id}/heartbeat) as the state
+ * machine reads it. Strings are borrowed: NULL when absent or not strings. Integers are 0
+ * when absent or not integers; result figures NAN when absent or not numbers. */
+typedef struct coord_report {
+    const char *state; /* idle running succeeded failed */
+    const char *job, *type, *message;
+    long long generation, index, exit_code;
+    bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
+    long long updates, stale;
+    double accuracy, test_loss, steps; /* result of a succeeded chief */
+} coord_report;
+
+/* Metric reports (api/rest.md, POST /api/v1/jobs/{name}/metrics); NAN for an absent or
+ * null figure. */
+typedef struct coord_point {
+    double step, time, loss, examples_per_sec, step_time_seconds;
+} coord_point;
+
+typedef struct coord_eval {
+    double step, time, accuracy, test_loss;
+} coord_eval;
 
 typedef struct coord_cluster {
     coord_job **jobs;
@@ -149,10 +227,14 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
 /* Records metric points reported for a task ("chief" or "worker-<i>"): updates the job's
  * step, loss, rates and accuracy, and queues metric events. Points that arrive after the
  * job finished are kept in the history but leave its step, loss and rates as they ended;
- * a late evaluation still sets the accuracy. points/evals are arrays as in api/rest.md
- * (borrowed). */
-void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task, json_t *points,
-                              json_t *evals, double now);
+ * a late evaluation still sets the accuracy. */
+void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
+                              const coord_point *points, int n_points, const coord_eval *evals,
+                              int n_evals, double now);
+/* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL): queues
+ * its checkpoint event and the log line that goes with it. */
+void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
+                                 const char *files, double now);
 bool coord_job_finished(const coord_job *j);
 const char *coord_phase_name(coord_phase p);
 const char *coord_task_state_name(coord_task_state s);
@@ -168,10 +250,11 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
                               const char *address, const char *version, double now,
                               coord_node **out, int *created);
 coord_node *coord_node_find(const coord_cluster *c, const char *id);
-/* Applies a heartbeat report (api/rest.md) and renews the lease. */
-void coord_node_heartbeat(coord_cluster *c, coord_node *n, json_t *report, double now);
-/* The node's current assignment as JSON (new reference), or json_null(). */
-json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n);
+/* Applies a heartbeat report and renews the lease. */
+void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *report, double now);
+/* The job and task a node is assigned (both NULL when none). */
+void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,
+                         coord_task **task);
 /* Deregisters: its task (if any) is treated like a lost node's. */
 void coord_node_remove(coord_cluster *c, coord_node *n, double now);
 
@@ -180,21 +263,16 @@ void coord_node_remove(coord_cluster *c, coord_node *n, double now);
 /* Expires leases, enforces deadlines and admits waiting jobs. Call a few times a second. */
 void coord_cluster_tick(coord_cluster *c, double now);
 
-/* --- serialisation (shapes of api/rest.md) --- */
-/* RFC 3339 UTC with milliseconds ("2026-11-22T10:00:00.123Z"); json_null() for t <= 0. */
-json_t *coord_time_json(double t);
-json_t *coord_job_json(const coord_job *j, double now); /* {name, spec, status} */
-json_t *coord_job_status_json(const coord_job *j);      /* status */
-json_t *coord_job_summary_json(const coord_job *j);     /* list item */
-json_t *coord_task_json(const coord_task *t, double lease, double now);
-json_t *coord_node_json(const coord_node *n, double now);
-/* Restores a job's status fields from coord_job_status_json output (store reload). */
-void coord_job_status_from_json(coord_job *j, json_t *status);
+/* --- events --- */
 
-/* Queues an event (data stolen; NULL is ignored). */
-void coord_cluster_queue_event(coord_cluster *c, const char *kind, const char *job, json_t *data);
-/* Moves the queued events to the caller (who frees data with json_decref). */
+/* The job as a list item or `job` event shows it. */
+void coord_job_summarize(const coord_job *j, coord_job_summary *out);
+/* Moves the queued events to the caller, who calls coord_event_deinit on each and pf_free
+ * on the array. */
 coord_event *coord_cluster_take_events(coord_cluster *c, int *n);
+
+/* --- store reload --- */
+
 /* Adds a loaded job (store reload); takes ownership of j. PF_ERR_NOMEM. */
 pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j);
 pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "coordinator/cluster.h"
+#include "coordinator/cluster_json.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/store.h"
 

@@ -69,7 +69,13 @@ int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void
     int ok = (!n_events || (ids && texts)) && coord_store_begin(s->store) == PF_OK;
     int began = ok;
     for (int i = 0; ok && i < n_events; i++) {
-        texts[i] = json_dumps(events[i].data, JSON_COMPACT);
+        /* An event whose data cannot be built (a string that is not UTF-8) is not published;
+         * failing to print built data is running out of memory, and fails the commit. */
+        json_t *data = coord_event_json(&events[i]);
+        if (!data)
+            continue;
+        texts[i] = json_dumps(data, JSON_COMPACT);
+        json_decref(data);
         ok = texts[i] && coord_store_add_event(s->store, events[i].kind, events[i].job, texts[i],
                                                now, &ids[i]) == PF_OK;
     }
@@ -78,12 +84,14 @@ int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void
     ok = ok && coord_store_commit(s->store) == PF_OK;
     if (ok) {
         coord_cluster_reap(&s->cluster);
+        int published = 0;
         for (int i = 0; i < n_events; i++) {
-            char *copy = dup_text(texts[i]);
+            published += texts[i] != NULL;
+            char *copy = texts[i] ? dup_text(texts[i]) : NULL;
             if (copy)
                 ring_push(s, ids[i], &events[i], copy);
         }
-        if (n_events)
+        if (published)
             pthread_cond_broadcast(&s->changed);
     } else {
         if (began)
@@ -92,7 +100,7 @@ int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void
         reload(s, now);
     }
     for (int i = 0; i < n_events; i++) {
-        json_decref(events[i].data);
+        coord_event_deinit(&events[i]);
         if (texts)
             free(texts[i]);
     }

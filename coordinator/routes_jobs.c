@@ -329,8 +329,9 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
             if (!m.evals)
                 m.evals = empty;
             double now = coord_now();
-            coord_job_record_metrics(&s->cluster, j, task, m.points, m.evals, now);
-            if (coord_commit(s, now, store_metrics, &m) == 0) {
+            if (coord_job_record_metrics_json(&s->cluster, j, task, m.points, m.evals, now) ==
+                    PF_OK &&
+                coord_commit(s, now, store_metrics, &m) == 0) {
                 rp->status = 204;
             } else {
                 coord_reply_problem(rp, 503, NULL, "the metrics could not be stored");
@@ -379,18 +380,8 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
             double now = coord_now();
             checkpoint_post c = {j->name, json_integer_value(step), json_integer_value(bytes), now,
                                  files ? json_dumps(files, JSON_COMPACT) : NULL};
-            json_t *ev = json_pack("{s:s, s:I, s:o, s:I, s:O}", "job", j->name, "step",
-                                   (json_int_t)c.step, "time", coord_time_json(now), "bytes",
-                                   (json_int_t)c.bytes, "files", files ? files : json_null());
-            char msg[160];
-            snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)",
-                     c.step, c.bytes);
             /* Queued through the cluster so it is stored and streamed with the commit. */
-            json_t *log =
-                json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", j->name, "time", coord_time_json(now),
-                          "type", "Checkpoint", "reason", "CheckpointWritten", "message", msg);
-            coord_cluster_queue_event(&s->cluster, "checkpoint", j->name, ev);
-            coord_cluster_queue_event(&s->cluster, "log", j->name, log);
+            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, now);
             if (!c.files)
                 c.files = strdup("[]");
             if (c.files && coord_commit(s, now, store_checkpoint, &c) == 0)

@@ -89,7 +89,7 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
         if (!n) {
             coord_reply_problem(rp, 404, NULL, "no node '%.100s': register it first", id);
         } else {
-            coord_node_heartbeat(&s->cluster, n, body, now);
+            coord_node_heartbeat_json(&s->cluster, n, body, now);
             /* Nothing to write for a plain lease renewal: leases are in memory and restart
              * with the coordinator; state changes are committed before the answer. */
             if (coord_commit(s, now, NULL, NULL) != 0) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/cluster_json.h"
 #include "psflow/mem.h"
 
 static const char *const migrations[] = {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "coordinator/cluster.h"
+#include "coordinator/cluster_json.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 #include "psflow/spec.h"
@@ -85,7 +86,7 @@ static void report(coord_cluster *c, coord_node *n, const char *state, int exit_
         json_object_set_new(r, "index", json_integer(n->index));
         json_object_set_new(r, "exit_code", json_integer(exit_code));
     }
-    coord_node_heartbeat(c, n, r, now);
+    coord_node_heartbeat_json(c, n, r, now);
     json_decref(r);
 }
 
@@ -95,10 +96,14 @@ static int take_events(coord_cluster *c, const char *kind, const char *reason) {
     int n = 0, found = 0;
     coord_event *events = coord_cluster_take_events(c, &n);
     for (int i = 0; i < n; i++) {
-        const char *r = json_string_value(json_object_get(events[i].data, "reason"));
-        if ((!kind || !strcmp(events[i].kind, kind)) && (!reason || (r && !strcmp(r, reason))))
+        /* As the coordinator publishes them: an event without data is not published. */
+        json_t *data = coord_event_json(&events[i]);
+        const char *r = json_string_value(json_object_get(data, "reason"));
+        if (data && (!kind || !strcmp(events[i].kind, kind)) &&
+            (!reason || (r && !strcmp(r, reason))))
             found++;
-        json_decref(events[i].data);
+        json_decref(data);
+        coord_event_deinit(&events[i]);
     }
     pf_free(events);
     return found;
@@ -432,7 +437,7 @@ static void test_restart_policy_exit_code(void **state) {
     /* A report for the old generation is ignored. */
     json_t *stale = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i}", "state", "failed", "job", "exit",
                               "generation", 1, "type", "worker", "index", 0, "exit_code", 1);
-    coord_node_heartbeat(&c, w, stale, T0 + 3);
+    coord_node_heartbeat_json(&c, w, stale, T0 + 3);
     json_decref(stale);
     assert_int_equal(j->phase, COORD_RUNNING);
 
@@ -672,7 +677,7 @@ static void test_chief_success(void **state) {
         json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded", "job",
                   "success", "generation", 1, "type", "worker", "index", 0, "exit_code", 0,
                   "result", "accuracy", 0.89, "test_loss", 0.31, "steps", 100);
-    coord_node_heartbeat(&c, w, r, T0 + 10);
+    coord_node_heartbeat_json(&c, w, r, T0 + 10);
     json_decref(r);
     assert_int_equal(j->phase, COORD_SUCCEEDED);
     assert_condition(j, "Succeeded", "True", "JobSucceeded");
@@ -706,10 +711,10 @@ static void test_metrics_after_end(void **state) {
     json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}, {s:i, s:f, s:f, s:f}]", "step", 10, "time",
                            T0 + 2, "loss", 0.5, "examples_per_sec", 100.0, "step", 12, "time",
                            T0 + 2.1, "loss", 0.4, "examples_per_sec", 110.0);
-    coord_job_record_metrics(&c, j, "worker-0", p0, NULL, T0 + 2.2);
+    coord_job_record_metrics_json(&c, j, "worker-0", p0, NULL, T0 + 2.2);
     json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 13, "time", T0 + 2.3, "loss", 0.35,
                            "examples_per_sec", 90.0);
-    coord_job_record_metrics(&c, j, "worker-1", p1, NULL, T0 + 2.4);
+    coord_job_record_metrics_json(&c, j, "worker-1", p1, NULL, T0 + 2.4);
     assert_int_equal(take_events(&c, "metric", NULL), 3);
     assert_int_equal(j->global_step, 13);
     assert_true(j->loss == 0.35);
@@ -720,7 +725,7 @@ static void test_metrics_after_end(void **state) {
     take_events(&c, NULL, NULL);
     json_t *late = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 20, "time", T0 + 4, "loss", 0.1,
                              "examples_per_sec", 500.0);
-    coord_job_record_metrics(&c, j, "worker-0", late, NULL, T0 + 4);
+    coord_job_record_metrics_json(&c, j, "worker-0", late, NULL, T0 + 4);
     assert_int_equal(take_events(&c, "metric", NULL), 1);
     assert_int_equal(j->global_step, 13);
     assert_true(j->loss == 0.35);
@@ -730,7 +735,7 @@ static void test_metrics_after_end(void **state) {
     /* A late evaluation still gives the job its accuracy. */
     json_t *evals = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 20, "time", T0 + 5, "accuracy", 0.9,
                               "test_loss", 0.3);
-    coord_job_record_metrics(&c, j, "chief", NULL, evals, T0 + 5);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, evals, T0 + 5);
     assert_true(j->accuracy == 0.9);
     assert_true(j->test_loss == 0.3);
     assert_int_equal(j->global_step, 13);
@@ -740,11 +745,11 @@ static void test_metrics_after_end(void **state) {
      * it was instead of blanking it. */
     json_t *loss_only =
         json_pack("[{s:i, s:f, s:f}]", "step", 21, "time", T0 + 6, "test_loss", 0.25);
-    coord_job_record_metrics(&c, j, "chief", NULL, loss_only, T0 + 6);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, loss_only, T0 + 6);
     assert_true(j->accuracy == 0.9);
     assert_true(j->test_loss == 0.25);
     json_t *acc_only = json_pack("[{s:i, s:f, s:f}]", "step", 22, "time", T0 + 7, "accuracy", 0.91);
-    coord_job_record_metrics(&c, j, "chief", NULL, acc_only, T0 + 7);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, acc_only, T0 + 7);
     assert_true(j->accuracy == 0.91);
     assert_true(j->test_loss == 0.25);
     json_decref(loss_only);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "coordinator/cluster.h"
+#include "coordinator/cluster_json.h"
 #include "psflow/mem.h"
 #include "psflow/spec.h"
 #include "coordinator/store.h"
@@ -117,7 +118,7 @@ static coord_node *add_node(coord_cluster *c, const char *id, const char *role, 
 static void report(coord_cluster *c, coord_node *n, const char *state, double now) {
     json_t *r = json_pack("{s:s, s:s, s:i, s:s, s:i}", "state", state, "job", n->job, "generation",
                           n->generation, "type", n->type, "index", n->index);
-    coord_node_heartbeat(c, n, r, now);
+    coord_node_heartbeat_json(c, n, r, now);
     json_decref(r);
 }
 
@@ -264,7 +265,7 @@ static void test_save_load_round_trip(void **state) {
         report(&c, nodes[i], "running", T0 + 2.3456);
     json_t *points = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 7, "time", T0 + 3, "loss", 0.25,
                                "examples_per_sec", 123.5);
-    coord_job_record_metrics(&c, alpha, "worker-0", points, NULL, T0 + 3.0007);
+    coord_job_record_metrics_json(&c, alpha, "worker-0", points, NULL, T0 + 3.0007);
     json_decref(points);
 
     coord_job *beta = submit(&c, "beta", 2, 1, T0 + 4.5678);

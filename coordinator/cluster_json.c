@@ -1,0 +1,290 @@
+/* cluster_json.c - the cluster in the JSON shapes of api/rest.md, and the JSON reports
+ * that drive it (see cluster_json.h).
+ */
+#include "coordinator/cluster_json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <time.h>
+
+#include "psflow/mem.h"
+
+json_t *coord_time_json(double t) {
+    if (t <= 0)
+        return json_null();
+    /* Rounded to the millisecond, so a time read back from its own text (time_from_json)
+     * prints the same text again. */
+    long long total_ms = llround(t * 1000.0);
+    time_t secs = (time_t)(total_ms / 1000);
+    int ms = (int)(total_ms % 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+    return json_string(buf);
+}
+
+static double time_from_json(json_t *v) {
+    const char *s = json_string_value(v);
+    if (!s)
+        return 0;
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    int ms = 0;
+    if (sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &ms) < 6)
+        return 0;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (double)timegm(&tm) + ms / 1000.0;
+}
+
+static json_t *json_number_or_null(double v) {
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+json_t *coord_job_status_json(const coord_job *j) {
+    json_t *conds = json_array();
+    for (int i = 0; i < j->n_conds; i++) {
+        const coord_condition *k = &j->conds[i];
+        json_array_append_new(conds,
+                              json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", k->type, "status",
+                                        k->status, "reason", k->reason, "message", k->message,
+                                        "last_transition_time", coord_time_json(k->time)));
+    }
+    json_t *rs = json_object();
+    static const char *const types[] = {"chief", "ps", "worker"};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        int active = 0, succeeded = 0, failed = 0, any = 0;
+        for (int i = 0; i < j->n_tasks; i++) {
+            const coord_task *t = &j->tasks[i];
+            if (strcmp(t->type, types[k]) != 0)
+                continue;
+            any = 1;
+            active += t->state == TASK_RUNNING ||
+                      (t->state == TASK_PENDING && t->node_id[0] && j->phase == COORD_RUNNING);
+            succeeded += t->state == TASK_SUCCEEDED;
+            failed += t->state == TASK_FAILED || t->state == TASK_LOST;
+        }
+        if (any)
+            json_object_set_new(rs, types[k],
+                                json_pack("{s:i, s:i, s:i}", "active", active, "succeeded",
+                                          succeeded, "failed", failed));
+    }
+    return json_pack(
+        "{s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, s:o, "
+        "s:o, s:o}",
+        "phase", coord_phase_name(j->phase), "message", j->message, "conditions", conds, "global_step",
+        (json_int_t)j->global_step, "max_steps", (json_int_t)j->spec.training.max_steps, "loss",
+        json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy), "test_loss",
+        json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec, "steps_per_sec",
+        j->steps_per_sec, "restarts", j->restarts, "generation", j->generation, "create_time",
+        coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
+        "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
+}
+
+void coord_job_status_from_json(coord_job *j, json_t *s) {
+    const char *phase = json_string_value(json_object_get(s, "phase"));
+    for (int i = COORD_CREATED; phase && i <= COORD_FAILED; i++)
+        if (!strcmp(phase, coord_phase_name((coord_phase)i)))
+            j->phase = (coord_phase)i;
+    const char *m = json_string_value(json_object_get(s, "message"));
+    snprintf(j->message, sizeof j->message, "%s", m ? m : "");
+    size_t i;
+    json_t *k;
+    j->n_conds = 0;
+    json_array_foreach(json_object_get(s, "conditions"), i, k) {
+        if (j->n_conds == COORD_MAX_CONDS)
+            break;
+        coord_condition *d = &j->conds[j->n_conds++];
+        const char *f[4] = {json_string_value(json_object_get(k, "type")),
+                            json_string_value(json_object_get(k, "status")),
+                            json_string_value(json_object_get(k, "reason")),
+                            json_string_value(json_object_get(k, "message"))};
+        snprintf(d->type, sizeof d->type, "%s", f[0] ? f[0] : "");
+        snprintf(d->status, sizeof d->status, "%s", f[1] ? f[1] : "");
+        snprintf(d->reason, sizeof d->reason, "%s", f[2] ? f[2] : "");
+        snprintf(d->message, sizeof d->message, "%s", f[3] ? f[3] : "");
+        d->time = time_from_json(json_object_get(k, "last_transition_time"));
+    }
+    j->global_step = (int64_t)json_integer_value(json_object_get(s, "global_step"));
+    j->loss = num(s, "loss");
+    j->accuracy = num(s, "accuracy");
+    j->test_loss = num(s, "test_loss");
+    j->examples_per_sec = isnan(num(s, "examples_per_sec")) ? 0 : num(s, "examples_per_sec");
+    j->steps_per_sec = isnan(num(s, "steps_per_sec")) ? 0 : num(s, "steps_per_sec");
+    j->restarts = (int)json_integer_value(json_object_get(s, "restarts"));
+    j->generation = (int)json_integer_value(json_object_get(s, "generation"));
+    j->create_time = time_from_json(json_object_get(s, "create_time"));
+    j->start_time = time_from_json(json_object_get(s, "start_time"));
+    j->completion_time = time_from_json(json_object_get(s, "completion_time"));
+}
+
+json_t *coord_job_json(const coord_job *j, double now) {
+    (void)now;
+    json_t *spec = json_loads(j->spec_json, 0, NULL);
+    return json_pack("{s:s, s:o, s:o}", "name", j->name, "spec", spec ? spec : json_null(),
+                     "status", coord_job_status_json(j));
+}
+
+json_t *coord_task_json(const coord_task *t, double lease, double now) {
+    double age = t->last_heartbeat > 0 ? now - t->last_heartbeat : -1;
+    return json_pack(
+        "{s:s, s:i, s:o, s:o, s:s, s:I, s:i, s:o, s:o, s:f, s:I, s:f, s:I, s:I}", "type", t->type,
+        "index", t->index, "node_id", t->node_id[0] ? json_string(t->node_id) : json_null(),
+        "address", t->address[0] ? json_string(t->address) : json_null(), "state",
+        coord_task_state_name(t->state), "incarnation", (json_int_t)t->incarnation, "restarts",
+        t->restarts, "last_heartbeat", coord_time_json(t->last_heartbeat), "heartbeat_age_seconds",
+        age >= 0 ? json_real(age) : json_null(), "lease_seconds", lease, "step",
+        (json_int_t)t->step, "examples_per_sec", t->examples_per_sec, "updates",
+        (json_int_t)t->updates, "stale", (json_int_t)t->stale);
+}
+
+json_t *coord_node_json(const coord_node *n, double now) {
+    const char *state = n->lost ? "lost" : (n->busy || n->job[0]) ? "busy" : "idle";
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:s}", "id", n->id, "role",
+                     n->role, "address", n->address, "state", state, "job",
+                     n->job[0] ? json_string(n->job) : json_null(), "type",
+                     n->job[0] ? json_string(n->type) : json_null(), "index",
+                     n->job[0] ? json_integer(n->index) : json_null(), "last_heartbeat",
+                     coord_time_json(n->last_heartbeat), "heartbeat_age_seconds",
+                     now - n->last_heartbeat, "version", n->version);
+}
+
+static json_t *summary_json(const coord_job_summary *s) {
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:i, s:{s:{s:i, "
+        "s:i}, s:{s:i, s:i}}}",
+        "name", s->name, "phase", coord_phase_name(s->phase), "reason", s->reason, "message",
+        s->message, "mode", s->sync ? "sync" : "async", "global_step", (json_int_t)s->global_step,
+        "max_steps", (json_int_t)s->max_steps, "loss", json_number_or_null(s->loss), "accuracy",
+        json_number_or_null(s->accuracy), "examples_per_sec", s->examples_per_sec, "steps_per_sec",
+        s->steps_per_sec, "create_time", coord_time_json(s->create_time), "start_time",
+        coord_time_json(s->start_time), "completion_time", coord_time_json(s->completion_time),
+        "restarts", s->restarts, "replicas", "ps", "ready", s->ready[0], "desired", s->desired[0],
+        "worker", "ready", s->ready[1], "desired", s->desired[1]);
+}
+
+json_t *coord_job_summary_json(const coord_job *j) {
+    coord_job_summary s;
+    coord_job_summarize(j, &s);
+    return summary_json(&s);
+}
+
+json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {
+    coord_job *j;
+    coord_task *t;
+    coord_node_assigned(c, n, &j, &t);
+    if (!j)
+        return json_null();
+    const char *why;
+    char *tf = coord_job_tf_config(j, n->type, n->index, &why);
+    json_t *spec = json_loads(j->spec_json, 0, NULL);
+    json_t *a = json_pack("{s:s, s:i, s:s, s:i, s:s?, s:o?, s:I}", "job", j->name, "generation",
+                          n->generation, "type", n->type, "index", n->index, "tf_config", tf,
+                          "spec", spec, "incarnation", (json_int_t)(t ? t->incarnation : 0));
+    pf_free(tf);
+    return a ? a : json_null();
+}
+
+json_t *coord_event_json(const coord_event *e) {
+    switch (e->type) {
+    case COORD_EVENT_JOB:
+        return summary_json(&e->u.job);
+    case COORD_EVENT_TASK: {
+        json_t *d = coord_task_json(&e->u.task.task, e->u.task.lease_seconds, e->time);
+        if (d)
+            json_object_set_new(d, "job", json_string(e->job));
+        return d;
+    }
+    case COORD_EVENT_NODE:
+        return coord_node_json(&e->u.node, e->time);
+    case COORD_EVENT_POINT:
+        return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o}", "job", e->job, "task",
+                         e->u.metric.task, "step", (json_int_t)e->u.metric.step, "time",
+                         e->u.metric.time, "loss", json_number_or_null(e->u.metric.loss),
+                         "examples_per_sec", json_number_or_null(e->u.metric.examples_per_sec),
+                         "step_time_seconds", json_number_or_null(e->u.metric.step_time_seconds));
+    case COORD_EVENT_EVAL:
+        return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o}", "job", e->job, "task", e->u.metric.task,
+                         "step", (json_int_t)e->u.metric.step, "time", e->u.metric.time,
+                         "accuracy", json_number_or_null(e->u.metric.accuracy), "test_loss",
+                         json_number_or_null(e->u.metric.test_loss));
+    case COORD_EVENT_LOG:
+        return json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", e->job, "time",
+                         coord_time_json(e->time), "type", e->u.log.type, "reason",
+                         e->u.log.reason, "message", e->u.log.message);
+    case COORD_EVENT_CHECKPOINT: {
+        json_t *files = e->u.checkpoint.files ? json_loads(e->u.checkpoint.files, 0, NULL)
+                                              : json_null();
+        return json_pack("{s:s, s:I, s:o, s:I, s:o}", "job", e->job, "step",
+                         (json_int_t)e->u.checkpoint.step, "time", coord_time_json(e->time),
+                         "bytes", (json_int_t)e->u.checkpoint.bytes, "files", files);
+    }
+    }
+    return NULL;
+}
+
+void coord_report_from_json(json_t *r, coord_report *out) {
+    memset(out, 0, sizeof *out);
+    out->state = json_string_value(json_object_get(r, "state"));
+    out->job = json_string_value(json_object_get(r, "job"));
+    out->type = json_string_value(json_object_get(r, "type"));
+    out->message = json_string_value(json_object_get(r, "message"));
+    out->generation = json_integer_value(json_object_get(r, "generation"));
+    out->index = json_integer_value(json_object_get(r, "index"));
+    out->exit_code = json_integer_value(json_object_get(r, "exit_code"));
+    json_t *stats = json_object_get(r, "stats");
+    if (json_is_object(stats)) {
+        json_t *updates = json_object_get(stats, "updates"), *stale = json_object_get(stats, "stale");
+        out->has_updates = json_is_integer(updates);
+        out->updates = json_integer_value(updates);
+        out->has_stale = json_is_integer(stale);
+        out->stale = json_integer_value(stale);
+    }
+    json_t *res = json_object_get(r, "result");
+    out->accuracy = num(res, "accuracy");
+    out->test_loss = num(res, "test_loss");
+    out->steps = num(res, "steps");
+}
+
+void coord_node_heartbeat_json(coord_cluster *c, coord_node *n, json_t *report, double now) {
+    coord_report r;
+    coord_report_from_json(report, &r);
+    coord_node_heartbeat(c, n, &r, now);
+}
+
+pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const char *task,
+                                        json_t *points, json_t *evals, double now) {
+    size_t n_points = json_array_size(points), n_evals = json_array_size(evals);
+    coord_point *p = n_points ? pf_mallocarray(n_points, sizeof *p) : NULL;
+    coord_eval *e = n_evals ? pf_mallocarray(n_evals, sizeof *e) : NULL;
+    if ((n_points && !p) || (n_evals && !e) || n_points > INT_MAX || n_evals > INT_MAX) {
+        pf_free(p);
+        pf_free(e);
+        return PF_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n_points; i++) {
+        json_t *o = json_array_get(points, i);
+        p[i] = (coord_point){num(o, "step"), num(o, "time"), num(o, "loss"),
+                             num(o, "examples_per_sec"), num(o, "step_time_seconds")};
+    }
+    for (size_t i = 0; i < n_evals; i++) {
+        json_t *o = json_array_get(evals, i);
+        e[i] = (coord_eval){num(o, "step"), num(o, "time"), num(o, "accuracy"),
+                            num(o, "test_loss")};
+    }
+    coord_job_record_metrics(c, j, task, p, (int)n_points, e, (int)n_evals, now);
+    pf_free(p);
+    pf_free(e);
+    return PF_OK;
+}

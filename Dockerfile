@@ -21,30 +21,20 @@ RUN apt-get update -q \
 WORKDIR /src
 COPY . .
 
-# Release build without the test suite: tests run in CI against the native build, the image
-# only needs the executable.
-RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DPSFLOW_BUILD_TESTS=OFF \
- && cmake --build /build -j"$(nproc)" --target psflow \
- && install -D -m 0755 /build/psflow /out/usr/bin/psflow \
- && install -d /out/usr/share/psflow \
- && cp -r examples /out/usr/share/psflow/examples \
- && cp -r api/openapi.yaml api/schemas /out/usr/share/psflow/
-
-# The dashboard: static files plus uPlot from the npm registry (package-lock.json pins it).
-# Only uPlot's dist/ and licence are kept from node_modules.
+# The dashboard's uPlot from the npm registry (web/package-lock.json pins it); the install
+# step below takes only its dist/ and licence from node_modules.
 RUN if [ -f web/package.json ]; then \
       cd web \
       && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
-         else npm install --no-audit --no-fund; fi \
-      && cd .. \
-      && install -d /out/usr/share/psflow/web/node_modules/uplot \
-      && tar -C web --exclude=node_modules --exclude=package.json --exclude=package-lock.json \
-           -cf - . | tar -C /out/usr/share/psflow/web -xf - \
-      && cp -r web/node_modules/uplot/dist web/node_modules/uplot/LICENSE \
-           /out/usr/share/psflow/web/node_modules/uplot/; \
-    elif [ -d web ]; then \
-      cp -r web /out/usr/share/psflow/web; \
+         else npm install --no-audit --no-fund; fi; \
     fi
+
+# Release build without the test suite: tests run in CI against the native build, the image
+# only needs the executable. cmake --install lays out /usr/bin/psflow and /usr/share/psflow/
+# (dashboard, examples, OpenAPI document and schemas) under /out.
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DPSFLOW_BUILD_TESTS=OFF \
+ && cmake --build /build -j"$(nproc)" --target psflow \
+ && cmake --install /build --prefix /out/usr
 
 # --- runtime: shared libraries, the data set, the executable, examples and dashboard ------
 FROM ${BASE}

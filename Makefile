@@ -22,6 +22,9 @@ JOBS        ?= $(shell nproc)
 FUZZ_SECONDS ?= 10
 CTEST       = ctest --output-on-failure --no-tests=error -j$(JOBS)
 C_SOURCES   = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+# The build's own progress only: CMake's generated makefiles are sub-makes of this one and
+# would otherwise print "Entering directory" around every target.
+CMAKE_BUILD = MAKEFLAGS=--no-print-directory cmake --build
 
 .PHONY: all deps build demo test test-fast test-slow test-asan test-docker fuzz-smoke format \
         format-check lint-openapi bench clean
@@ -33,7 +36,7 @@ deps:
 
 build: deps
 	@cmake -S . -B $(BUILD) -DPSFLOW_WERROR=ON >/dev/null
-	@cmake --build $(BUILD) -j$(JOBS)
+	@$(CMAKE_BUILD) $(BUILD) -j$(JOBS)
 
 demo: build
 	@scripts/demo.sh $(BUILD)
@@ -56,7 +59,7 @@ test-asan: deps
 	@echo "== tier: sanitizers (PSFLOW_SANITIZE=address,undefined; every CTest tier but accuracy)"
 	@cmake -S . -B $(ASAN_BUILD) -DPSFLOW_WERROR=ON -DPSFLOW_SANITIZE=address,undefined \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@$(CMAKE_BUILD) $(ASAN_BUILD) -j$(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST) -LE accuracy
 
@@ -64,7 +67,7 @@ fuzz-smoke: deps
 	@echo "== tier: fuzz smoke ($(FUZZ_SECONDS) s per target)"
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DPSFLOW_FUZZ=ON -DPSFLOW_BUILD_TESTS=OFF \
 	  -DPSFLOW_SANITIZE=address,undefined -DPSFLOW_WERROR=ON >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
+	@$(CMAKE_BUILD) $(FUZZ_BUILD) -j$(JOBS)
 	@scripts/fuzz-smoke.sh $(FUZZ_BUILD)/tests/fuzz $(FUZZ_SECONDS)
 
 test-docker: deps

@@ -3,9 +3,10 @@
 #   make demo        install missing dependencies, build, start a local cluster (psflow up),
 #                    train the Fashion-MNIST MLP example through the job API, print the
 #                    final accuracy and the dashboard URL, stop the cluster
-#   make test        build with -Werror, check formatting and lint the OpenAPI file, run every
-#                    test tier, then again under ASan+UBSan, fuzz each parser briefly, and
-#                    run the container tier (reported as skipped when dockerd cannot start)
+#   make test        build with -Werror, check formatting and the layout, lint the OpenAPI
+#                    file, run every test tier, then again under ASan+UBSan, fuzz each parser
+#                    briefly, and run the container tier (reported as skipped when dockerd
+#                    cannot start)
 #   make build       configure and build into build/
 #   make bench       run the benchmarks in bench/ (ratios against a baseline of the same run)
 #   make test-fast   unit and integration tiers only (no slow training runs, no sanitizers)
@@ -14,6 +15,8 @@
 #   make test-docker build the image on a local Debian base, docker-compose up, train, scale
 #   make lint-openapi lint api/openapi.yaml with the pinned @redocly/cli
 #   make format      reformat the C sources with clang-format
+#   make check-layout check the layering of common/, the roles' includes, no GLOB, unique
+#                    C file names (scripts/check-layout.sh; also a unit test)
 
 BUILD       ?= build
 ASAN_BUILD  ?= build-asan
@@ -27,7 +30,7 @@ C_SOURCES   = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
 CMAKE_BUILD = MAKEFLAGS=--no-print-directory cmake --build
 
 .PHONY: all deps build demo test test-fast test-slow test-asan test-docker fuzz-smoke format \
-        format-check lint-openapi bench clean
+        format-check check-layout lint-openapi bench clean
 
 all: build
 
@@ -41,7 +44,7 @@ build: deps
 demo: build
 	@scripts/demo.sh $(BUILD)
 
-test: build format-check lint-openapi
+test: build format-check check-layout lint-openapi
 	@echo "== tier: unit + integration + slow + browser (release build)"
 	@cd $(BUILD) && $(CTEST)
 	@$(MAKE) --no-print-directory test-asan
@@ -75,6 +78,9 @@ test-docker: deps
 	@rc=0; scripts/test-docker.sh || rc=$$?; \
 	  if [ $$rc = 77 ]; then echo "== tier: containers SKIPPED (reason above)"; \
 	  elif [ $$rc != 0 ]; then exit $$rc; fi
+
+check-layout:
+	@scripts/check-layout.sh
 
 lint-openapi: deps
 	@scripts/lint-openapi.sh

@@ -123,7 +123,7 @@ for line in lines:
                 errors.append("'%s': psflow %s has no option %s" % (line.strip(), cmd, flag))
 
 # Paths: every `path` or link into the repository (or build/) must exist.
-tops = ("common/", "coordinator/", "ps/", "worker/", "cli/", "web/", "api/", "deploy/",
+tops = ("common/", "coordinator/", "ps/", "worker/", "agent/", "cli/", "web/", "api/", "deploy/",
         "tests/", "bench/", "examples/", "scripts/", "build/")
 words = re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text)
 path_re = r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(map(re.escape, tops))

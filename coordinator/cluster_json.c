@@ -80,16 +80,17 @@ json_t *coord_job_status_json(const coord_job *j) {
                                 json_pack("{s:i, s:i, s:i}", "active", active, "succeeded",
                                           succeeded, "failed", failed));
     }
-    return json_pack(
-        "{s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, s:o, "
-        "s:o, s:o}",
-        "phase", coord_phase_name(j->phase), "message", j->message, "conditions", conds, "global_step",
-        (json_int_t)j->global_step, "max_steps", (json_int_t)j->spec.training.max_steps, "loss",
-        json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy), "test_loss",
-        json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec, "steps_per_sec",
-        j->steps_per_sec, "restarts", j->restarts, "generation", j->generation, "create_time",
-        coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
-        "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
+    return json_pack("{s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, s:o, "
+                     "s:o, s:o}",
+                     "phase", coord_phase_name(j->phase), "message", j->message, "conditions",
+                     conds, "global_step", (json_int_t)j->global_step, "max_steps",
+                     (json_int_t)j->spec.training.max_steps, "loss", json_number_or_null(j->loss),
+                     "accuracy", json_number_or_null(j->accuracy), "test_loss",
+                     json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec,
+                     "steps_per_sec", j->steps_per_sec, "restarts", j->restarts, "generation",
+                     j->generation, "create_time", coord_time_json(j->create_time), "start_time",
+                     coord_time_json(j->start_time), "completion_time",
+                     coord_time_json(j->completion_time), "replica_statuses", rs);
 }
 
 void coord_job_status_from_json(coord_job *j, json_t *s) {
@@ -216,16 +217,16 @@ json_t *coord_event_json(const coord_event *e) {
                          "step_time_seconds", json_number_or_null(e->u.metric.step_time_seconds));
     case COORD_EVENT_EVAL:
         return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o}", "job", e->job, "task", e->u.metric.task,
-                         "step", (json_int_t)e->u.metric.step, "time", e->u.metric.time,
-                         "accuracy", json_number_or_null(e->u.metric.accuracy), "test_loss",
+                         "step", (json_int_t)e->u.metric.step, "time", e->u.metric.time, "accuracy",
+                         json_number_or_null(e->u.metric.accuracy), "test_loss",
                          json_number_or_null(e->u.metric.test_loss));
     case COORD_EVENT_LOG:
         return json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", e->job, "time",
-                         coord_time_json(e->time), "type", e->u.log.type, "reason",
-                         e->u.log.reason, "message", e->u.log.message);
+                         coord_time_json(e->time), "type", e->u.log.type, "reason", e->u.log.reason,
+                         "message", e->u.log.message);
     case COORD_EVENT_CHECKPOINT: {
-        json_t *files = e->u.checkpoint.files ? json_loads(e->u.checkpoint.files, 0, NULL)
-                                              : json_null();
+        json_t *files =
+            e->u.checkpoint.files ? json_loads(e->u.checkpoint.files, 0, NULL) : json_null();
         return json_pack("{s:s, s:I, s:o, s:I, s:o}", "job", e->job, "step",
                          (json_int_t)e->u.checkpoint.step, "time", coord_time_json(e->time),
                          "bytes", (json_int_t)e->u.checkpoint.bytes, "files", files);
@@ -245,7 +246,8 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     out->exit_code = json_integer_value(json_object_get(r, "exit_code"));
     json_t *stats = json_object_get(r, "stats");
     if (json_is_object(stats)) {
-        json_t *updates = json_object_get(stats, "updates"), *stale = json_object_get(stats, "stale");
+        json_t *updates = json_object_get(stats, "updates"),
+               *stale = json_object_get(stats, "stale");
         out->has_updates = json_is_integer(updates);
         out->updates = json_integer_value(updates);
         out->has_stale = json_is_integer(stale);
@@ -280,8 +282,8 @@ pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const ch
     }
     for (size_t i = 0; i < n_evals; i++) {
         json_t *o = json_array_get(evals, i);
-        e[i] = (coord_eval){num(o, "step"), num(o, "time"), num(o, "accuracy"),
-                            num(o, "test_loss")};
+        e[i] =
+            (coord_eval){num(o, "step"), num(o, "time"), num(o, "accuracy"), num(o, "test_loss")};
     }
     coord_job_record_metrics(c, j, task, p, (int)n_points, e, (int)n_evals, now);
     pf_free(p);

@@ -39,7 +39,9 @@
  *     lastPointStep     largest training step drawn on the loss chart
  *     lastPointDrawnAt  performance.now() when that step was first drawn
  */
-'use strict';
+import {KeyedRows, fillRow, h, setText} from './js/dom.js';
+import {fmtBytes, fmtClock, fmtCompact, fmtDuration, fmtInt, fmtNum, fmtRate, fmtSeconds, isNum, parseTime}
+    from './js/format.js';
 
 (function () {
     const TOKEN_KEY = 'psflow.token';
@@ -58,100 +60,6 @@
 
     /* ---------------------------------------------------------------- helpers */
 
-    /* h('div', {class: 'x', onclick: fn}, child, ...): builds an element. Children may be
-     * strings, nodes, arrays or null. */
-    function h(tag, attrs, ...children) {
-        const el = document.createElement(tag);
-        if (attrs) {
-            for (const [k, v] of Object.entries(attrs)) {
-                if (v === null || v === undefined || v === false) continue;
-                if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
-                else if (k === 'class') el.className = v;
-                else if (k === 'dataset') Object.assign(el.dataset, v);
-                else if (k === 'text') el.textContent = v;
-                else el.setAttribute(k, v === true ? '' : String(v));
-            }
-        }
-        appendChildren(el, children);
-        return el;
-    }
-
-    function appendChildren(el, children) {
-        for (const c of children) {
-            if (c === null || c === undefined || c === false) continue;
-            if (Array.isArray(c)) appendChildren(el, c);
-            else el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-        }
-    }
-
-    /* Sets text only when it changed, so that live updates do not disturb selection. */
-    function setText(el, text) {
-        const s = String(text);
-        if (el.textContent !== s) el.textContent = s;
-    }
-
-    function isNum(v) {
-        return typeof v === 'number' && Number.isFinite(v);
-    }
-
-    function fmtInt(v) {
-        return isNum(v) ? Math.round(v).toLocaleString('en-US') : '—';
-    }
-
-    function fmtNum(v, digits) {
-        if (!isNum(v)) return '—';
-        const a = Math.abs(v);
-        if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
-        return v.toLocaleString('en-US', {
-            minimumFractionDigits: 0, maximumFractionDigits: digits === undefined ? 4 : digits,
-        });
-    }
-
-    function fmtRate(v) {
-        if (!isNum(v)) return '—';
-        return v >= 100 ? fmtInt(v) : fmtNum(v, 1);
-    }
-
-    function fmtBytes(b) {
-        if (!isNum(b)) return '—';
-        const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-        let v = b;
-        let u = 0;
-        while (v >= 1024 && u < units.length - 1) {
-            v /= 1024;
-            u++;
-        }
-        return (u === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : 1)) + ' ' + units[u];
-    }
-
-    function fmtDuration(sec) {
-        if (!isNum(sec) || sec < 0) return '—';
-        if (sec < 10) return sec.toFixed(1) + ' s';
-        if (sec < 60) return Math.round(sec) + ' s';
-        const s = Math.round(sec);
-        if (s < 3600) return Math.floor(s / 60) + ' m ' + String(s % 60).padStart(2, '0') + ' s';
-        if (s < 86400) {
-            return Math.floor(s / 3600) + ' h ' + String(Math.floor(s / 60) % 60).padStart(2, '0') +
-                ' m';
-        }
-        return Math.floor(s / 86400) + ' d ' + Math.floor(s / 3600) % 24 + ' h';
-    }
-
-    function parseTime(iso) {
-        if (!iso) return null;
-        const t = Date.parse(iso);
-        return Number.isNaN(t) ? null : t;
-    }
-
-    function fmtClock(ms) {
-        if (ms === null) return '—';
-        const d = new Date(ms);
-        const today = new Date();
-        const time = d.toLocaleTimeString('en-GB', {hour12: false});
-        if (d.toDateString() === today.toDateString()) return time;
-        return d.toISOString().slice(0, 10) + ' ' + time;
-    }
-
     function timeEl(iso) {
         const ms = parseTime(iso);
         return h('time', {datetime: iso || null, title: iso || null}, fmtClock(ms));
@@ -165,53 +73,6 @@
     function stateBadge(state) {
         const s = state || 'Unknown';
         return h('span', {class: 'badge state-' + s.toLowerCase()}, s);
-    }
-
-    /* Keyed table body: rows are created once per key and updated in place, so focus, hover
-     * and selection survive live updates. render(row, item, fresh) fills the row. */
-    class KeyedRows {
-        constructor(tbody, render) {
-            this.tbody = tbody;
-            this.render = render;
-            this.rows = new Map();
-        }
-        update(items, keyOf) {
-            const seen = new Set();
-            let prev = null;
-            for (const item of items) {
-                const key = keyOf(item);
-                seen.add(key);
-                let row = this.rows.get(key);
-                const fresh = !row;
-                if (fresh) {
-                    row = h('tr', {dataset: {key}});
-                    this.rows.set(key, row);
-                }
-                this.render(row, item, fresh);
-                const want = prev ? prev.nextSibling : this.tbody.firstChild;
-                if (want !== row) this.tbody.insertBefore(row, want);
-                prev = row;
-            }
-            for (const [key, row] of this.rows) {
-                if (!seen.has(key)) {
-                    row.remove();
-                    this.rows.delete(key);
-                }
-            }
-        }
-    }
-
-    /* Fills a row's cells, creating them on first use; cells[i] is a string or a node. */
-    function fillRow(row, cells) {
-        while (row.children.length < cells.length) row.append(h('td'));
-        cells.forEach((c, i) => {
-            const td = row.children[i];
-            if (c instanceof Node) {
-                if (td.firstChild !== c || td.childNodes.length !== 1) td.replaceChildren(c);
-            } else {
-                setText(td, c === null || c === undefined ? '—' : c);
-            }
-        });
     }
 
     /* ---------------------------------------------------------------- API */
@@ -1179,13 +1040,6 @@
         });
     }
 
-    function fmtCompact(v) {
-        const a = Math.abs(v);
-        if (a >= 1e6) return +(v / 1e6).toFixed(2) + 'M';
-        if (a >= 1e4) return +(v / 1e3).toFixed(1) + 'k';
-        return String(+v.toFixed(6));
-    }
-
     /* A legend value formatter: the series' value at the cursor, or where it has no point there
      * its last value before it (the line drawn through the gap), or its latest value when the
      * cursor is off the chart. */
@@ -1198,13 +1052,6 @@
             }
             return '—';
         };
-    }
-
-    function fmtSeconds(v) {
-        if (v === 0) return '0';
-        if (Math.abs(v) < 1e-3) return +(v * 1e6).toFixed(1) + ' µs';
-        if (Math.abs(v) < 1) return +(v * 1e3).toFixed(2) + ' ms';
-        return +v.toFixed(2) + ' s';
     }
 
     function yAxis(scale, extra) {

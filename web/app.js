@@ -39,256 +39,33 @@
  *     lastPointStep     largest training step drawn on the loss chart
  *     lastPointDrawnAt  performance.now() when that step was first drawn
  */
+import {ApiError, api, jobPath, setToken, takeTokenFromHash} from './js/api.js';
 import {KeyedRows, fillRow, h, setText} from './js/dom.js';
 import {fmtBytes, fmtClock, fmtCompact, fmtDuration, fmtInt, fmtNum, fmtRate, fmtSeconds, isNum, parseTime}
     from './js/format.js';
+import {connectionState, onStream, setConnection, stream} from './js/stream.js';
+import {TERMINAL, card, errorBox, phaseBadge, stateBadge, timeEl} from './js/widgets.js';
 
 (function () {
-    const TOKEN_KEY = 'psflow.token';
-    const STALE_MS = 30000;
-    const DROP_MS = 60000;
     const POLL_MS = 3000;
     const MAX_POINTS = 2000;
     const RELOAD_AFTER_APPENDED = 20000;
     const PALETTE = ['#2563eb', '#d97706', '#059669', '#db2777', '#7c3aed', '#0891b2',
         '#65a30d', '#dc2626', '#4f46e5', '#ca8a04'];
-    const TERMINAL = new Set(['Succeeded', 'Failed']);
 
     window.psflowStats = {
         points: 0, lastDrawMs: 0, loadMs: null, lastPointStep: null, lastPointDrawnAt: null,
     };
 
-    /* ---------------------------------------------------------------- helpers */
-
-    function timeEl(iso) {
-        const ms = parseTime(iso);
-        return h('time', {datetime: iso || null, title: iso || null}, fmtClock(ms));
-    }
-
-    function phaseBadge(phase) {
-        const p = phase || 'Unknown';
-        return h('span', {class: 'badge phase-' + p.toLowerCase(), dataset: {testid: 'phase'}}, p);
-    }
-
-    function stateBadge(state) {
-        const s = state || 'Unknown';
-        return h('span', {class: 'badge state-' + s.toLowerCase()}, s);
-    }
-
-    /* ---------------------------------------------------------------- API */
-
-    class ApiError extends Error {
-        constructor(status, problem, message) {
-            super(message);
-            this.status = status;
-            this.problem = problem;
-        }
-    }
-
-    let token = sessionStorage.getItem(TOKEN_KEY) || '';
-
-    function authHeaders(extra) {
-        const hd = Object.assign({}, extra || {});
-        if (token) hd.Authorization = 'Bearer ' + token;
-        return hd;
-    }
-
-    async function api(path, opts) {
-        const o = opts || {};
-        const init = {method: o.method || 'GET', headers: authHeaders({Accept: 'application/json'}),
-            cache: 'no-store'};
-        if (o.body !== undefined) {
-            init.headers['Content-Type'] = 'application/json';
-            init.body = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
-        }
-        const res = await fetch(path, init);
-        if (res.status === 401) showTokenBanner();
-        if (res.status === 204) return null;
-        const type = res.headers.get('Content-Type') || '';
-        let body = null;
-        if (type.includes('json')) {
-            try {
-                body = await res.json();
-            } catch (e) {
-                body = null;
-            }
-        } else {
-            body = await res.text();
-        }
-        if (!res.ok) {
-            const problem = body && typeof body === 'object' ? body : null;
-            const msg = problem ? (problem.detail || problem.title) : res.status + ' ' + res.statusText;
-            throw new ApiError(res.status, problem, msg || 'HTTP ' + res.status);
-        }
-        return body;
-    }
-
-    function jobPath(name, rest) {
-        return '/api/v1/jobs/' + encodeURIComponent(name) + (rest || '');
-    }
-
     /* ---------------------------------------------------------------- token */
-
-    function takeTokenFromHash() {
-        const m = /(?:^#|[#&?])token=([^&]*)/.exec(location.hash);
-        if (!m) return;
-        token = decodeURIComponent(m[1]);
-        sessionStorage.setItem(TOKEN_KEY, token);
-        const rest = location.hash.replace(/[#&?]?token=[^&]*/, '').replace(/^#?&?/, '');
-        history.replaceState(null, '', location.pathname + location.search + '#' +
-            (rest.startsWith('/') ? rest : '/'));
-    }
-
-    function showTokenBanner() {
-        const banner = document.getElementById('token-banner');
-        if (!banner.hidden) return;
-        banner.hidden = false;
-        document.getElementById('token-input').focus();
-    }
 
     function setupTokenForm() {
         document.getElementById('token-form').addEventListener('submit', (ev) => {
             ev.preventDefault();
-            token = document.getElementById('token-input').value.trim();
-            sessionStorage.setItem(TOKEN_KEY, token);
+            setToken(document.getElementById('token-input').value.trim());
             document.getElementById('token-banner').hidden = true;
             stream.restart();
         });
-    }
-
-    /* ---------------------------------------------------------------- event stream */
-
-    const stream = {
-        state: 'reconnecting',
-        everOpened: false,
-        failures: 0,
-        lastActivity: 0,
-        controller: null,
-        retryTimer: null,
-        gen: 0,
-
-        start() {
-            const gen = ++this.gen;
-            clearTimeout(this.retryTimer);
-            this.retryTimer = null;
-            this.run(gen);
-        },
-
-        restart() {
-            if (this.controller) this.controller.abort();
-            this.start();
-        },
-
-        async run(gen) {
-            const controller = new AbortController();
-            this.controller = controller;
-            let opened = false;
-            try {
-                const res = await fetch('/api/v1/events', {
-                    headers: authHeaders({Accept: 'text/event-stream'}),
-                    cache: 'no-store', signal: controller.signal,
-                });
-                if (res.status === 401) showTokenBanner();
-                if (!res.ok || !res.body) throw new Error('events: HTTP ' + res.status);
-                if (gen !== this.gen) return;
-                opened = true;
-                this.failures = 0;
-                this.everOpened = true;
-                this.lastActivity = performance.now();
-                setConnection('live');
-                onStreamOpen();
-                await this.read(res.body.getReader(), gen);
-            } catch (e) {
-                /* A network error or an abort: both end in the retry below unless the abort
-                 * came from restart(), which already started a newer run. */
-            }
-            if (gen !== this.gen) return;
-            this.failures++;
-            setConnection('reconnecting');
-            if (!opened) onStreamFailed();
-            const delay = Math.min(4000, 500 * Math.pow(2, Math.min(this.failures - 1, 3)));
-            this.retryTimer = setTimeout(() => {
-                if (gen === this.gen) this.start();
-            }, delay);
-        },
-
-        async read(reader, gen) {
-            const decoder = new TextDecoder();
-            let buf = '';
-            let ev = {type: 'message', data: [], id: null};
-            for (;;) {
-                const {value, done} = await reader.read();
-                if (done || gen !== this.gen) return;
-                this.lastActivity = performance.now();
-                if (connection !== 'live') setConnection('live');
-                buf += decoder.decode(value, {stream: true});
-                let nl;
-                while ((nl = buf.search(/\r\n|\r|\n/)) >= 0) {
-                    const line = buf.slice(0, nl);
-                    const skip = buf[nl] === '\r' && buf[nl + 1] === '\n' ? 2 : 1;
-                    /* A lone \r at the end of the buffer may be the first half of \r\n. */
-                    if (buf[nl] === '\r' && nl + 1 === buf.length) break;
-                    buf = buf.slice(nl + skip);
-                    if (line === '') {
-                        if (ev.data.length) deliverEvent(ev.type, ev.data.join('\n'), ev.id);
-                        ev = {type: 'message', data: [], id: null};
-                        continue;
-                    }
-                    if (line[0] === ':') continue;
-                    const colon = line.indexOf(':');
-                    const field = colon < 0 ? line : line.slice(0, colon);
-                    let val = colon < 0 ? '' : line.slice(colon + 1);
-                    if (val[0] === ' ') val = val.slice(1);
-                    if (field === 'event') ev.type = val;
-                    else if (field === 'data') ev.data.push(val);
-                    else if (field === 'id') ev.id = val;
-                }
-            }
-        },
-
-        watchdog() {
-            if (this.state === 'reconnecting' || !this.everOpened) return;
-            const idle = performance.now() - this.lastActivity;
-            if (idle > DROP_MS && this.controller) this.controller.abort();
-            else if (idle > STALE_MS && connection === 'live') setConnection('stale');
-        },
-    };
-
-    let connection = 'reconnecting';
-
-    function setConnection(state) {
-        connection = state;
-        stream.state = state;
-        document.body.dataset.connection = state;
-        const el = document.getElementById('connection');
-        const label = state === 'live' ? 'Live' :
-            state === 'stale' ? 'Stale — no events for 30 s' :
-                stream.everOpened ? 'Reconnecting…' : 'Connecting…';
-        setText(el.querySelector('.connection-label'), label);
-        el.title = state === 'live' ? 'Event stream open' :
-            state === 'stale' ? 'Event stream open but silent' : 'Event stream closed, retrying';
-    }
-
-    function deliverEvent(type, data, id) {
-        let obj;
-        try {
-            obj = JSON.parse(data);
-        } catch (e) {
-            return;
-        }
-        const ev = {type, data: obj, id};
-        if (!page) return;
-        if (page.loading) page.queue.push(ev);
-        else page.onEvent(ev);
-    }
-
-    function onStreamOpen() {
-        if (page) loadPage(page);
-    }
-
-    /* The stream failed before opening: the REST API may still answer, so show what it has. */
-    function onStreamFailed() {
-        if (page && !page.loadedOnce && !page.loading) loadPage(page);
     }
 
     /* ---------------------------------------------------------------- pages */
@@ -321,7 +98,7 @@ import {fmtBytes, fmtClock, fmtCompact, fmtDuration, fmtInt, fmtNum, fmtRate, fm
             const status = err instanceof ApiError ? err.status : 0;
             if (status !== 401 && status !== 404) {
                 setTimeout(() => {
-                    if (page === p && gen === p.loadGen && !p.loading && connection !== 'reconnecting') loadPage(p);
+                    if (page === p && gen === p.loadGen && !p.loading && connectionState() !== 'reconnecting') loadPage(p);
                 }, 2000);
             }
         });
@@ -346,31 +123,7 @@ import {fmtBytes, fmtClock, fmtCompact, fmtDuration, fmtInt, fmtNum, fmtRate, fm
             page.kind === 'jobs' ? 'page' : 'false');
         main.replaceChildren(page.root);
         page.mounted();
-        if (connection !== 'reconnecting' || stream.failures > 0) loadPage(page);
-    }
-
-    function errorBox() {
-        const el = h('div', {class: 'alert', role: 'alert', hidden: true});
-        return {
-            el,
-            show(err, what) {
-                if (!err) {
-                    el.hidden = true;
-                    return;
-                }
-                el.hidden = false;
-                el.textContent = err instanceof ApiError && err.status === 401 ?
-                    'The coordinator needs an access token (see the banner above).' :
-                    (what || 'Could not load') + ': ' + (err.message || err);
-            },
-        };
-    }
-
-    function card(title, opts, ...body) {
-        const o = opts || {};
-        return h('section', {class: 'card ' + (o.class || ''), 'aria-labelledby': o.id + '-title',
-            id: o.id}, h('div', {class: 'card-head'}, h('h2', {id: o.id + '-title'}, title),
-            o.extra || null), ...body);
+        if (connectionState() !== 'reconnecting' || stream.failures > 0) loadPage(page);
     }
 
     /* ================================================================ jobs page */
@@ -1476,7 +1229,7 @@ import {fmtBytes, fmtClock, fmtCompact, fmtDuration, fmtInt, fmtNum, fmtRate, fm
         /* Heartbeats, update counters and stale-gradient counts have no events: poll them while
          * the job is active and the stream is open. */
         async poll() {
-            if (this.loading || !this.job || connection === 'reconnecting') return;
+            if (this.loading || !this.job || connectionState() === 'reconnecting') return;
             const phase = (this.job.status || {}).phase;
             if (TERMINAL.has(phase)) return;
             try {
@@ -1910,6 +1663,21 @@ import {fmtBytes, fmtClock, fmtCompact, fmtDuration, fmtInt, fmtNum, fmtRate, fm
     }
 
     /* ---------------------------------------------------------------- start */
+
+    onStream({
+        open() {
+            if (page) loadPage(page);
+        },
+        /* The stream failed before opening: the REST API may still answer, so show what it has. */
+        failed() {
+            if (page && !page.loadedOnce && !page.loading) loadPage(page);
+        },
+        event(ev) {
+            if (!page) return;
+            if (page.loading) page.queue.push(ev);
+            else page.onEvent(ev);
+        },
+    });
 
     takeTokenFromHash();
     setupTokenForm();

@@ -31,10 +31,10 @@
  *     lastPointDrawnAt  performance.now() when that step was first drawn
  */
 
-import {ApiError, setToken, takeTokenFromHash} from './js/api.js';
-import {JobPage} from './js/job_page.js';
-import {JobsPage} from './js/jobs_page.js';
-import {connectionState, onStream, setConnection, stream} from './js/stream.js';
+import {ApiError, setToken, takeTokenFromHash} from './api.js';
+import {JobPage} from './job_page.js';
+import {JobsPage} from './jobs_page.js';
+import {connectionState, onStream, setConnection, stream} from './stream.js';
 
 let page = null;
 

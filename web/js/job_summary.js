@@ -1,0 +1,136 @@
+/*
+ * The job page's status summary: the job's message, the figures (global step, steps/s,
+ * examples/s, ETA, loss, accuracy, replicas, restarts, running time), the progress bar and
+ * the conditions.
+ *
+ * Steps/s is measured on the page from the global steps of "job" events over the last 15 s;
+ * without recent samples it is the coordinator's steps_per_sec, else the rate of the metric
+ * points (the metricRate given to the constructor).
+ */
+
+import {h, setText} from './dom.js';
+import {fmtDuration, fmtInt, fmtNum, fmtRate, isNum, parseTime} from './format.js';
+import {timeEl} from './widgets.js';
+
+/* new JobSummary(metricRate): el is the summary section; metricRate() is steps/s or null. */
+export class JobSummary {
+    constructor(metricRate) {
+        this.metricRate = metricRate;
+        this.rateSamples = [];
+        this.liveReplicas = null;
+        const stat = (label, testid, hint, wide) => {
+            const v = h('dd', {dataset: {testid}});
+            return [h('div', {class: 'stat' + (wide ? ' stat-wide' : ''), title: hint || null},
+                h('dt', null, label), v), v];
+        };
+        const [sStep, vStep] = stat('Global step', 'global-step', 'Global step / max steps', true);
+        const [sSps, vSps] = stat('Steps/s', 'steps-per-sec', 'Global steps per second');
+        const [sEps, vEps] = stat('Examples/s', 'examples-per-sec');
+        const [sEta, vEta] = stat('ETA', 'eta', 'Time left at the current rate');
+        const [sLoss, vLoss] = stat('Loss', 'loss');
+        const [sAcc, vAcc] = stat('Accuracy', 'accuracy', 'Latest evaluation on the test set');
+        const [sRep, vRep] = stat('Workers / ps', 'replicas', 'Ready / desired');
+        const [sRst, vRst] = stat('Restarts', 'restarts', 'Gang restarts (generation)');
+        const [sDur, vDur] = stat('Running for', 'duration');
+        this.v = {step: vStep, sps: vSps, eps: vEps, eta: vEta, loss: vLoss, acc: vAcc,
+            rep: vRep, rst: vRst, dur: vDur};
+        this.progress = h('div', {class: 'progress', role: 'progressbar', 'aria-valuemin': 0,
+            'aria-label': 'Training progress'}, h('div', {class: 'progress-bar'}));
+        this.message = h('p', {class: 'job-message', dataset: {testid: 'job-message'}});
+        this.conditions = h('ol', {class: 'conditions', dataset: {testid: 'conditions'}});
+        this.el = h('section', {class: 'summary', 'aria-label': 'Job status'},
+            this.message,
+            h('dl', {class: 'stats'}, sStep, sSps, sEps, sEta, sLoss, sAcc, sRep, sRst, sDur),
+            this.progress,
+            h('details', {class: 'conditions-box'}, h('summary', null, 'Conditions'), this.conditions));
+    }
+
+    /* Forgets the rate samples: a fresh snapshot of the job was loaded. */
+    resetRate() {
+        this.rateSamples = [];
+    }
+
+    /* A "job" event's summary: its replica counts and a global-step sample. */
+    noteSummary(s) {
+        if (s.replicas) this.liveReplicas = s.replicas;
+        if (isNum(s.global_step)) this.sampleRate(s.global_step);
+    }
+
+    sampleRate(step) {
+        const now = performance.now();
+        const rs = this.rateSamples;
+        if (rs.length && rs[rs.length - 1].step === step) return;
+        rs.push({t: now, step});
+        while (rs.length > 2 && now - rs[0].t > 15000) rs.shift();
+    }
+
+    liveRate() {
+        const rs = this.rateSamples;
+        if (rs.length < 2) return null;
+        const a = rs[0];
+        const b = rs[rs.length - 1];
+        if (b.t - a.t < 2000 || performance.now() - b.t > 10000) return null;
+        return (b.step - a.step) / ((b.t - a.t) / 1000);
+    }
+
+    stepsPerSec(st) {
+        if (st.phase !== 'Running') return null;
+        const live = this.liveRate();
+        if (live !== null) return live;
+        return isNum(st.steps_per_sec) ? st.steps_per_sec : this.metricRate();
+    }
+
+    render(job) {
+        const st = job.status || {};
+        const spec = job.spec || {};
+        const phase = st.phase || 'Unknown';
+        setText(this.message, st.message || '');
+        const maxSteps = isNum(st.max_steps) ? st.max_steps : (spec.training || {}).max_steps;
+        setText(this.v.step, fmtInt(st.global_step) + (isNum(maxSteps) ? ' / ' + fmtInt(maxSteps) : ''));
+        this.v.step.dataset.value = isNum(st.global_step) ? st.global_step : '';
+        const sps = this.stepsPerSec(st);
+        setText(this.v.sps, phase === 'Running' ? fmtRate(sps) : '—');
+        setText(this.v.eps, phase === 'Running' ? fmtRate(st.examples_per_sec) : '—');
+        let eta = '—';
+        if (phase === 'Succeeded') eta = 'done';
+        else if (phase === 'Running' && isNum(sps) && sps > 0 && isNum(maxSteps) && isNum(st.global_step)) {
+            eta = fmtDuration(Math.max(0, maxSteps - st.global_step) / sps);
+        }
+        setText(this.v.eta, eta);
+        setText(this.v.loss, fmtNum(st.loss, 4));
+        setText(this.v.acc, isNum(st.accuracy) ? (st.accuracy * 100).toFixed(2) + ' %' : '—');
+        const rep = spec.replicas || {};
+        const rs = st.replica_statuses || {};
+        const live = this.liveReplicas || {};
+        const ready = (t) => (live[t] ? live[t].ready : (rs[t] || {}).active);
+        const desired = (t) => (live[t] ? live[t].desired : rep[t]);
+        setText(this.v.rep, fmtInt(ready('worker')) + '/' + fmtInt(desired('worker')) + ' · ' +
+            fmtInt(ready('ps')) + '/' + fmtInt(desired('ps')));
+        setText(this.v.rst, fmtInt(st.restarts) + (isNum(st.generation) ? ' (gen ' + st.generation + ')' : ''));
+        this.renderDuration(job);
+        const frac = isNum(maxSteps) && maxSteps > 0 && isNum(st.global_step) ?
+            Math.min(1, st.global_step / maxSteps) : 0;
+        this.progress.firstChild.style.width = (frac * 100).toFixed(1) + '%';
+        this.progress.setAttribute('aria-valuemax', isNum(maxSteps) ? maxSteps : 0);
+        this.progress.setAttribute('aria-valuenow', isNum(st.global_step) ? st.global_step : 0);
+        this.progress.className = 'progress progress-' + phase.toLowerCase();
+
+        const conds = st.conditions || [];
+        const condSig = JSON.stringify(conds);
+        if (condSig !== this.condSig) {
+            this.condSig = condSig;
+            this.conditions.replaceChildren(...conds.map((c) => h('li', {class: c.status === 'True' ? 'on' : 'off'},
+                h('span', {class: 'cond-type'}, c.type), ' ',
+                h('span', {class: 'cond-reason'}, c.reason || ''), ' ',
+                timeEl(c.last_transition_time),
+                c.message ? h('div', {class: 'cond-message'}, c.message) : null)));
+        }
+    }
+
+    renderDuration(job) {
+        const st = job.status || {};
+        const start = parseTime(st.start_time);
+        const end = parseTime(st.completion_time) || Date.now();
+        setText(this.v.dur, start === null ? '—' : fmtDuration((end - start) / 1000));
+    }
+}

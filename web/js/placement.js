@@ -1,0 +1,67 @@
+/*
+ * The job page's variable placement view (GET /jobs/NAME/placement): the total size and the
+ * imbalance across ps tasks, one bar per ps task, and one table row per variable shard.
+ */
+
+import {KeyedRows, fillRow, h, setText} from './dom.js';
+import {fmtBytes, fmtInt, isNum} from './format.js';
+import {card} from './widgets.js';
+
+/* new PlacementView(): el is its card; render(placement) shows a placement or none (null). */
+export class PlacementView {
+    constructor() {
+        this.psBars = h('div', {class: 'ps-bars', dataset: {testid: 'ps-bars'}});
+        this.summary = h('p', {class: 'placement-summary', dataset: {testid: 'placement-summary'}});
+        const shardBody = h('tbody');
+        this.table = h('table', {class: 'table table-compact', dataset: {testid: 'placement-table'}},
+            h('thead', null, h('tr', null, ['Variable', 'Shard', 'Shape', 'Offset', 'Bytes', 'ps'].map(
+                (t, i) => h('th', {scope: 'col', class: i === 1 || i >= 3 ? 'num' : null}, t)))),
+            shardBody);
+        this.shardRows = new KeyedRows(shardBody, (row, s) => {
+            fillRow(row, [s.variable, fmtInt(s.shard), '[' + (s.shape || []).join(', ') + ']',
+                fmtInt(s.offset), fmtInt(s.bytes), 'ps ' + s.ps_task]);
+            if (!row.dataset.styled) {
+                row.dataset.styled = '1';
+                row.dataset.variable = s.variable;
+                row.children[0].className = 'mono';
+                for (const i of [1, 3, 4, 5]) row.children[i].className = 'num';
+                row.children[2].className = 'mono';
+            }
+            row.dataset.bytes = s.bytes;
+        });
+        this.empty = h('p', {class: 'empty'}, 'No placement yet: it is fixed when the job starts.');
+        this.el = card('Variable placement', {id: 'placement', class: 'span-2'},
+            this.summary, this.psBars,
+            h('div', {class: 'table-wrap'}, this.table), this.empty);
+    }
+
+    render(p) {
+        const shards = (p && p.shards) || [];
+        this.empty.hidden = shards.length > 0;
+        this.table.hidden = shards.length === 0;
+        this.shardRows.update(shards, (s) => s.variable + '#' + s.shard);
+        if (!p || !shards.length) {
+            this.psBars.replaceChildren();
+            setText(this.summary, '');
+            return;
+        }
+        const total = isNum(p.total_bytes) ? p.total_bytes : shards.reduce((a, s) => a + s.bytes, 0);
+        this.summary.replaceChildren(
+            h('span', null, 'Total ', h('strong', {dataset: {testid: 'placement-total'}, title: fmtInt(total) + ' bytes'},
+                fmtBytes(total)), ' in ', String(shards.length), ' shard' + (shards.length === 1 ? '' : 's')),
+            h('span', {class: 'imbalance' + (p.imbalance > 1.2 ? ' warn' : ''),
+                title: 'Largest ps bytes / mean ps bytes (1.00 is perfectly even)'},
+            'Imbalance ', h('strong', {dataset: {testid: 'imbalance'}}, isNum(p.imbalance) ? p.imbalance.toFixed(2) : '—')));
+        const ps = (p.ps || []).slice().sort((a, b) => a.task - b.task);
+        const max = Math.max(1, ...ps.map((x) => x.bytes || 0));
+        this.psBars.replaceChildren(...ps.map((x) => h('div', {class: 'ps-bar', dataset: {ps: x.task}},
+            h('div', {class: 'ps-bar-label'}, 'ps ' + x.task),
+            h('div', {class: 'ps-bar-track', role: 'img',
+                'aria-label': 'ps ' + x.task + ': ' + fmtBytes(x.bytes) + ', ' + (x.shards || 0) + ' shards, ' +
+                    fmtInt(x.updates) + ' updates'},
+            h('div', {class: 'ps-bar-fill', style: 'width:' + ((x.bytes || 0) / max * 100).toFixed(1) + '%'})),
+            h('div', {class: 'ps-bar-figures'}, h('span', {title: fmtInt(x.bytes) + ' bytes'}, fmtBytes(x.bytes)),
+                h('span', {class: 'muted'}, fmtInt(x.shards) + ' shard' + (x.shards === 1 ? '' : 's')),
+                h('span', {class: 'muted'}, fmtInt(x.updates) + ' updates')))));
+    }
+}

@@ -2,6 +2,7 @@
 #include "psflow/buf.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "psflow/mem.h"
@@ -68,4 +69,44 @@ pf_status pf_buf_extend(pf_buf *b, size_t n, void **out) {
 
 void pf_buf_reset(pf_buf *b) {
     b->len = 0;
+}
+
+pf_status pf_buf_vprintf(pf_buf *b, const char *fmt, va_list ap) {
+    va_list again;
+    va_copy(again, ap);
+    /* Try the room there is; when the text does not fit, grow once to its exact size. */
+    size_t room = b->cap - b->len;
+    int n = vsnprintf(room ? (char *)b->data + b->len : NULL, room, fmt, ap);
+    pf_status st = PF_OK;
+    if (n < 0)
+        st = PF_ERR_INVALID;
+    else if ((size_t)n >= room && (st = pf_buf_reserve(b, (size_t)n + 1)) == PF_OK)
+        vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, again);
+    va_end(again);
+    if (st == PF_OK)
+        b->len += (size_t)n;
+    return st;
+}
+
+pf_status pf_buf_printf(pf_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pf_status st = pf_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+pf_status pf_buf_terminate(pf_buf *b) {
+    pf_status st = pf_buf_reserve(b, 1);
+    if (st == PF_OK)
+        b->data[b->len] = '\0';
+    return st;
+}
+
+void *pf_buf_detach(pf_buf *b) {
+    void *data = b->data;
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    return data;
 }

@@ -34,3 +34,22 @@ pf_status pf_error_set(pf_error *err, pf_status status, const char *pointer, con
     snprintf(err->pointer, sizeof err->pointer, "%s", pointer ? pointer : "");
     return status;
 }
+
+pf_status pf_error_vset_offset(pf_error *err, pf_status status, long long offset, const char *fmt,
+                               va_list ap) {
+    if (!err)
+        return status;
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    err->pointer[0] = '\0';
+    err->offset = offset;
+    return status;
+}
+
+pf_status pf_error_set_offset(pf_error *err, pf_status status, long long offset, const char *fmt,
+                              ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pf_status st = pf_error_vset_offset(err, status, offset, fmt, ap);
+    va_end(ap);
+    return st;
+}

@@ -1,6 +1,6 @@
 /* test_buf.c - the growable byte buffer: growth up to the hard cap, reuse of the block after
- * a reset, geometric growth (few reallocations), and failing allocations that leave the
- * buffer unchanged.
+ * a reset, geometric growth (few reallocations), failing allocations that leave the
+ * buffer unchanged, printf-style appends, the NUL terminator and handing the block over.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +8,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <string.h>
+
 #include "psflow/buf.h"
+#include "psflow/mem.h"
 #include "tests/support/counting_alloc.h"
 
 static void test_buf(void **state) {
@@ -77,10 +80,76 @@ static void test_buf_alloc_failure(void **state) {
     pf_buf_deinit(&b);
 }
 
+static void test_buf_printf(void **state) {
+    (void)state;
+    pf_buf b;
+    pf_buf_init(&b, 64);
+    assert_int_equal(pf_buf_printf(&b, "%s=%d", "steps", 500), PF_OK);
+    assert_int_equal(b.len, 9);
+    assert_string_equal((char *)b.data, "steps=500"); /* NUL after the text */
+    assert_int_equal(pf_buf_printf(&b, ", %s", "loss"), PF_OK);
+    assert_string_equal((char *)b.data, "steps=500, loss");
+    assert_int_equal(pf_buf_printf(&b, "%s", ""), PF_OK);
+    assert_int_equal(b.len, 15);
+    /* Longer than the room left: grows once to the text's size. */
+    char big[40];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(pf_buf_printf(&b, "%s", big), PF_OK);
+    assert_int_equal(b.len, 15 + 39);
+    assert_memory_equal(b.data + 15, big, 39);
+    assert_int_equal(b.data[b.len], '\0');
+    /* Text and its NUL over the cap: refused, nothing changes. */
+    size_t len = b.len;
+    assert_int_equal(pf_buf_printf(&b, "%s", "0123456789"), PF_ERR_RANGE);
+    assert_int_equal(b.len, len);
+    assert_int_equal(pf_buf_printf(&b, "%s", "012345678"), PF_OK); /* exactly to the cap */
+    assert_int_equal(b.len, 63);
+    assert_int_equal(b.data[63], '\0');
+    pf_buf_deinit(&b);
+
+    /* Out of memory: an error, and the text so far is intact. */
+    pf_buf_init(&b, 1 << 20);
+    assert_int_equal(pf_buf_printf(&b, "%d", 42), PF_OK);
+    use_counting(0);
+    assert_int_equal(pf_buf_printf(&b, "%0100d", 7), PF_ERR_NOMEM);
+    use_libc();
+    assert_int_equal(b.len, 2);
+    assert_memory_equal(b.data, "42", 2);
+    pf_buf_deinit(&b);
+}
+
+static void test_buf_terminate_and_detach(void **state) {
+    (void)state;
+    pf_buf b;
+    pf_buf_init(&b, 5);
+    assert_int_equal(pf_buf_append(&b, "abcd", 4), PF_OK);
+    assert_int_equal(pf_buf_terminate(&b), PF_OK);
+    assert_int_equal(b.len, 4); /* the NUL is not counted */
+    assert_string_equal((char *)b.data, "abcd");
+    assert_int_equal(pf_buf_append(&b, "e", 1), PF_OK);
+    assert_int_equal(pf_buf_terminate(&b), PF_ERR_RANGE); /* no room under the cap */
+    char *text = pf_buf_detach(&b);
+    assert_non_null(text);
+    assert_memory_equal(text, "abcde", 5);
+    assert_null(b.data);
+    assert_int_equal(b.len, 0);
+    assert_int_equal(b.cap, 0);
+    assert_int_equal(b.max, 5); /* still usable */
+    assert_int_equal(pf_buf_append(&b, "z", 1), PF_OK);
+    assert_ptr_not_equal(b.data, text);
+    pf_free(text);
+    pf_buf_deinit(&b);
+    pf_buf_init(&b, 5);
+    assert_null(pf_buf_detach(&b)); /* nothing allocated yet */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buf),
         cmocka_unit_test(test_buf_alloc_failure),
+        cmocka_unit_test(test_buf_printf),
+        cmocka_unit_test(test_buf_terminate_and_detach),
     };
     return cmocka_run_group_tests_name("buf", tests, NULL, NULL);
 }

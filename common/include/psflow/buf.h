@@ -13,6 +13,7 @@
 #ifndef PSFLOW_BUF_H
 #define PSFLOW_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,7 +52,22 @@ pf_status pf_buf_append(pf_buf *b, const void *p, size_t n);
  * NULL. */
 pf_status pf_buf_extend(pf_buf *b, size_t n, void **out);
 
+/* Appends printf-style text. After a success data[len] is a NUL byte (not counted in len),
+ * so a buffer filled only by these calls reads as a C string. Errors as pf_buf_reserve
+ * (the text and its NUL must fit under max), PF_ERR_INVALID (an encoding error in fmt); on
+ * error len is unchanged. */
+pf_status pf_buf_printf(pf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+pf_status pf_buf_vprintf(pf_buf *b, const char *fmt, va_list ap);
+
+/* Writes a NUL byte at data[len], not counted in len, so bytes appended with pf_buf_append
+ * read as a C string. Errors as pf_buf_reserve for one byte; b is unchanged on error. */
+pf_status pf_buf_terminate(pf_buf *b);
+
 /* Sets len to 0 and keeps the block. */
 void pf_buf_reset(pf_buf *b);
+
+/* Hands the block to the caller (new: pf_free it) and leaves b empty with the same max.
+ * NULL when nothing was ever allocated. */
+void *pf_buf_detach(pf_buf *b);
 
 #endif

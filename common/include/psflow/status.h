@@ -7,6 +7,7 @@
 #ifndef PSFLOW_STATUS_H
 #define PSFLOW_STATUS_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #define PF_STATUS_LIST(X)                                                                          \
@@ -47,5 +48,16 @@ void pf_error_clear(pf_error *err);
  * err may be NULL. */
 pf_status pf_error_set(pf_error *err, pf_status status, const char *pointer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* pf_error_set for a problem located by a byte offset into a file or a message (-1: none)
+ * rather than by a JSON pointer: fills message and offset, and pointer becomes "". Returns
+ * `status`; err may be NULL. */
+pf_status pf_error_set_offset(pf_error *err, pf_status status, long long offset, const char *fmt,
+                              ...) __attribute__((format(printf, 4, 5)));
+
+/* The va_list form of pf_error_set_offset, for wrappers that record more (a wire code)
+ * before they fill err. */
+pf_status pf_error_vset_offset(pf_error *err, pf_status status, long long offset, const char *fmt,
+                               va_list ap) __attribute__((format(printf, 4, 0)));
 
 #endif

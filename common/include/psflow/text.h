@@ -1,0 +1,37 @@
+/* text.h - small text formats every layer shows or reads: RFC 3339 times and RFC 6901 JSON
+ * pointers.
+ *
+ * No psflow concepts. Reentrant; any thread.
+ */
+#ifndef PSFLOW_TEXT_H
+#define PSFLOW_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define PF_RFC3339_MAX 32 /* bytes a formatted time needs, NUL included */
+
+/* --- RFC 3339 times -------------------------------------------------------------------- */
+
+/* Unix time t (seconds) as RFC 3339 UTC into buf[cap] (cap >= PF_RFC3339_MAX):
+ * "2026-11-22T10:00:00.123Z" with `millis` (rounded to the millisecond, so the text read
+ * back with pf_text_parse_rfc3339 prints the same text again), "2026-11-22T10:00:00Z"
+ * without (truncated to the second). Returns buf. */
+char *pf_text_format_rfc3339(double t, bool millis, char *buf, size_t cap);
+
+/* Parses an RFC 3339 time - "2026-11-22T10:00:00Z", with 't' or ' ' for 'T', a fraction
+ * of a second, and 'Z', 'z' or a +hh:mm / -hh:mm offset - into Unix seconds. False (and
+ * *out untouched) for anything else, trailing characters included. */
+bool pf_text_parse_rfc3339(const char *s, double *out);
+
+/* --- JSON pointers --------------------------------------------------------------------- */
+
+/* Appends "/" + token to the JSON pointer in ptr[cap] (NUL-terminated), escaping '~' as
+ * "~0" and '/' as "~1" (RFC 6901). A token that does not fit is cut at a UTF-8 character
+ * boundary; a pointer with no room for the "/" is left as it is. */
+void pf_text_pointer_add(char *ptr, size_t cap, const char *token);
+
+/* pf_text_pointer_add with an array index as the token. */
+void pf_text_pointer_add_index(char *ptr, size_t cap, size_t index);
+
+#endif

@@ -9,7 +9,6 @@
  * finishing), then every 15 s as a safety net, and every second when the coordinator offers
  * no event stream at all.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,8 +18,8 @@
 
 #include "cli/api.h"
 #include "cli/cli.h"
-#include "psflow/buf.h"
 #include "psflow/clock.h"
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/sse.h"
 
@@ -311,38 +310,6 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
 
 /* ---- psflow submit ------------------------------------------------------------------------- */
 
-/* The whole file, new and NUL-terminated; NULL with errno set when it cannot be read. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    pf_buf b;
-    pf_buf_init(&b, SIZE_MAX);
-    char chunk[8192];
-    size_t got;
-    bool ok = true;
-    while (ok && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        ok = pf_buf_append(&b, chunk, got) == PF_OK;
-    if (ok && ferror(f)) {
-        ok = false;
-        errno = EIO;
-    } else if (!ok) {
-        errno = ENOMEM;
-    }
-    fclose(f);
-    size_t n = b.len;
-    if (ok && pf_buf_append(&b, "", 1) != PF_OK) { /* the terminating NUL */
-        ok = false;
-        errno = ENOMEM;
-    }
-    if (!ok) {
-        pf_buf_deinit(&b);
-        return NULL;
-    }
-    *len = n;
-    return (char *)b.data;
-}
-
 int cli_submit(int argc, char **argv) {
     cli_option opts[] = {
         API_COORDINATOR_OPTION,
@@ -373,9 +340,11 @@ int cli_submit(int argc, char **argv) {
         return rc;
     const char *path = args.positional[0];
     size_t len = 0;
-    char *spec = read_file(path, &len);
-    if (!spec) {
-        fprintf(stderr, "psflow submit: %s: cannot read it: %s\n", path, strerror(errno));
+    char *spec;
+    pf_error err;
+    /* Bounded far above the coordinator's body limit, which stays the one that decides. */
+    if (pf_fs_read_file(path, 64u << 20, &spec, &len, &err) != PF_OK) {
+        fprintf(stderr, "psflow submit: %s\n", err.message);
         return PF_EX_NOINPUT;
     }
     pf_http_response r;

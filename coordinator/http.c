@@ -20,12 +20,13 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include "psflow/buf.h"
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "coordinator/coord_server.h"
 
 typedef struct request_state {
-    char *body;
-    size_t len, cap;
+    pf_buf body; /* NUL-terminated, at most COORD_BODY_MAX bytes */
     int too_big;
     int started;
 } request_state;
@@ -272,35 +273,15 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, coord_reply *rp) {
 
 /* --- Server-Sent Events --- */
 
+#define STREAM_BUFFER_MAX (16u << 20) /* bytes of events collected for one read */
+
 typedef struct stream {
     coord_server *s;
     int64_t last_id;
     char job[PF_NAME_MAX + 1]; /* "" = every job */
-    char *buf;
-    size_t len, off, cap;
+    pf_buf out;                /* events collected, sent from `off` on */
+    size_t off;
 } stream;
-
-static int buf_append(stream *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int buf_append(stream *st, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(st->buf + st->len, st->cap - st->len, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return -1;
-        if ((size_t)n < st->cap - st->len) {
-            st->len += (size_t)n;
-            return 0;
-        }
-        size_t cap = st->cap * 2 + (size_t)n + 1;
-        char *g = pf_realloc(st->buf, cap);
-        if (!g)
-            return -1;
-        st->buf = g;
-        st->cap = cap;
-    }
-}
 
 static int wants(const stream *st, const char *job) {
     return !st->job[0] || !job[0] || !strcmp(st->job, job);
@@ -310,11 +291,11 @@ static int add_event(int64_t id, const char *kind, const char *job, const char *
     stream *st = ctx;
     st->last_id = id;
     if (wants(st, job))
-        buf_append(st, "id: %" PRId64 "\nevent: %s\ndata: %s\n\n", id, kind, data);
-    return st->len > 256 * 1024;
+        pf_buf_printf(&st->out, "id: %" PRId64 "\nevent: %s\ndata: %s\n\n", id, kind, data);
+    return st->out.len > 256 * 1024;
 }
 
-/* Fills st->buf with the events after st->last_id; caller holds the lock. */
+/* Fills st->out with the events after st->last_id; caller holds the lock. */
 static void collect(stream *st) {
     coord_server *s = st->s;
     if (st->last_id + 1 >= s->ring_first) {
@@ -332,35 +313,34 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     stream *st = cls;
     coord_server *s = st->s;
-    if (st->off == st->len) {
-        st->off = st->len = 0;
+    if (st->off == st->out.len) {
+        st->off = 0;
+        pf_buf_reset(&st->out);
         pthread_mutex_lock(&s->lock);
-        while (!s->stopping && st->len == 0) {
+        while (!s->stopping && st->out.len == 0) {
             collect(st);
-            if (st->len)
+            if (st->out.len)
                 break;
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += 10;
+            struct timespec until = pf_clock_deadline(10.0);
             if (pthread_cond_timedwait(&s->changed, &s->lock, &until) == ETIMEDOUT) {
                 collect(st);
-                if (!st->len)
-                    buf_append(st, ": keepalive\n\n");
+                if (!st->out.len)
+                    pf_buf_printf(&st->out, ": keepalive\n\n");
             }
         }
         pthread_mutex_unlock(&s->lock);
-        if (s->stopping && st->len == 0)
+        if (s->stopping && st->out.len == 0)
             return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    size_t n = st->len - st->off < max ? st->len - st->off : max;
-    memcpy(out, st->buf + st->off, n);
+    size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
+    memcpy(out, st->out.data + st->off, n);
     st->off += n;
     return (ssize_t)n;
 }
 
 static void stream_free(void *cls) {
     stream *st = cls;
-    pf_free(st->buf);
+    pf_buf_deinit(&st->out);
     pf_free(st);
 }
 
@@ -382,17 +362,19 @@ static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, c
         return send_reply(c, rp);
     }
     stream *st = pf_calloc(1, sizeof *st);
-    if (!st || !(st->buf = pf_malloc(st->cap = 4096))) {
-        pf_free(st);
+    if (!st)
         return MHD_NO;
-    }
+    pf_buf_init(&st->out, STREAM_BUFFER_MAX);
     st->s = s;
     snprintf(st->job, sizeof st->job, "%s", job ? job : "");
     pthread_mutex_lock(&s->lock);
     st->last_id = since >= 0 ? since : s->ring_last;
     pthread_mutex_unlock(&s->lock);
     /* The first bytes tell the client the stream is open (and how soon to retry). */
-    buf_append(st, "retry: 1000\n: connected\n\n");
+    if (pf_buf_printf(&st->out, "retry: 1000\n: connected\n\n") != PF_OK) {
+        stream_free(st);
+        return MHD_NO;
+    }
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
                                                                stream_read, st, stream_free);
     if (!r) {
@@ -501,7 +483,7 @@ static int split_path(coord_request *rq, char *copy) {
 
 static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const char *url,
                                 const char *method, request_state *rs) {
-    coord_request rq = {c, method, url, rs->body, rs->len, {0}, 0};
+    coord_request rq = {c, method, url, (char *)rs->body.data, rs->body.len, {0}, 0};
     coord_reply rp;
     memset(&rp, 0, sizeof rp);
     char copy[1024];
@@ -568,6 +550,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rs = pf_calloc(1, sizeof *rs);
         if (!rs)
             return MHD_NO;
+        pf_buf_init(&rs->body, COORD_BODY_MAX + 1);
         *con_cls = rs;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > COORD_BODY_MAX)
@@ -575,26 +558,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!rs->too_big && rs->len + *upload_size > COORD_BODY_MAX) {
+        if (!rs->too_big && rs->body.len + *upload_size > COORD_BODY_MAX) {
             rs->too_big = 1;
-            pf_free(rs->body);
-            rs->body = NULL;
-            rs->len = rs->cap = 0;
+            pf_buf_deinit(&rs->body);
         }
         if (!rs->too_big) {
-            if (rs->len + *upload_size + 1 > rs->cap) {
-                size_t cap = rs->cap ? rs->cap : 4096;
-                while (cap < rs->len + *upload_size + 1)
-                    cap *= 2;
-                char *g = pf_realloc(rs->body, cap);
-                if (!g)
-                    return MHD_NO;
-                rs->body = g;
-                rs->cap = cap;
-            }
-            memcpy(rs->body + rs->len, upload, *upload_size);
-            rs->len += *upload_size;
-            rs->body[rs->len] = '\0';
+            pf_status st = pf_buf_append(&rs->body, upload, *upload_size);
+            if (st != PF_OK || pf_buf_terminate(&rs->body) != PF_OK)
+                return MHD_NO;
         }
         *upload_size = 0;
         return MHD_YES;
@@ -607,7 +578,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)cls, (void)c, (void)toe;
     request_state *rs = *con_cls;
     if (rs) {
-        pf_free(rs->body);
+        pf_buf_deinit(&rs->body);
         pf_free(rs);
         *con_cls = NULL;
     }

@@ -8,40 +8,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "psflow/buf.h"
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/version.h"
 #include "coordinator/coord_server.h"
 
+#define METRICS_MAX (64u << 20) /* bytes of /metrics text: far above any real cluster's */
+#define FILE_MAX    (16u << 20) /* bytes of openapi.yaml or the job schema */
+
+/* The /metrics text being built; the first failed append sticks, and the text is dropped. */
 typedef struct text {
-    char *buf;
-    size_t len, cap;
-    int oom;
+    pf_buf b;
+    pf_status st;
 } text;
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(text *t, const char *fmt, ...) {
-    while (!t->oom) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->oom = 1;
-            return;
-        }
-        if (t->buf && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = (t->cap ? t->cap * 2 : 8192) + (size_t)n;
-        char *g = pf_realloc(t->buf, cap);
-        if (!g) {
-            t->oom = 1;
-            return;
-        }
-        t->buf = g;
-        t->cap = cap;
-    }
+    if (t->st != PF_OK)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    t->st = pf_buf_vprintf(&t->b, fmt, ap);
+    va_end(ap);
 }
 
 /* A label value with \, " and newline escaped as the exposition format requires. */
@@ -67,7 +56,8 @@ static void family(text *t, const char *name, const char *type, const char *help
 }
 
 static char *prometheus(coord_server *s) {
-    text t = {0};
+    text t = {.st = PF_OK};
+    pf_buf_init(&t.b, METRICS_MAX);
     char a[256], b[256];
     pthread_mutex_lock(&s->lock);
     double now = coord_now();
@@ -148,32 +138,28 @@ static char *prometheus(coord_server *s) {
     put(&t, "psflow_coordinator_start_time_seconds %.3f\n", uptime_start);
     family(&t, "psflow_build_info", "gauge", "Version of this coordinator (value 1).");
     put(&t, "psflow_build_info{version=\"%s\",git=\"%s\"} 1\n", PSFLOW_VERSION, PSFLOW_GIT);
-    if (t.oom) {
-        pf_free(t.buf);
+    if (t.st != PF_OK) {
+        pf_buf_deinit(&t.b);
         return NULL;
     }
-    return t.buf;
+    return pf_buf_detach(&t.b);
 }
 
 static void read_file_reply(coord_reply *rp, const char *path, const char *type) {
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) {
-        coord_reply_problem(rp, 404, NULL, "the API description is not installed here");
-        return;
-    }
-    text t = {0};
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        put(&t, "%.*s", (int)n, chunk);
-    fclose(f);
-    if (t.oom) {
-        pf_free(t.buf);
+    char *body = NULL;
+    size_t len;
+    pf_error err;
+    pf_status st = path ? pf_fs_read_file(path, FILE_MAX, &body, &len, &err) : PF_ERR_NOT_FOUND;
+    if (st == PF_ERR_NOMEM) {
         coord_reply_problem(rp, 500, NULL, "out of memory");
         return;
     }
+    if (st != PF_OK) {
+        coord_reply_problem(rp, 404, NULL, "the API description is not installed here");
+        return;
+    }
     rp->status = 200;
-    rp->text = t.buf;
+    rp->text = body;
     rp->content_type = type;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "psflow/buf.h"
 #include "psflow/mem.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -16,31 +17,20 @@ static void curl_init(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+#define REPLY_MAX (64u << 20) /* bytes of one reply body: far above any the API sends */
+
+/* The reply body being received; the first failed append sticks. */
 typedef struct sink {
-    char *data;
-    size_t len, cap;
-    int oom;
+    pf_buf body; /* NUL-terminated */
+    pf_status st;
 } sink;
 
 static size_t on_body(char *ptr, size_t size, size_t n, void *ud) {
     sink *s = ud;
     size_t add = size * n;
-    if (s->len + add + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap < s->len + add + 1)
-            cap *= 2;
-        char *grown = pf_realloc(s->data, cap);
-        if (!grown) {
-            s->oom = 1;
-            return 0; /* makes curl fail the transfer */
-        }
-        s->data = grown;
-        s->cap = cap;
-    }
-    memcpy(s->data + s->len, ptr, add);
-    s->len += add;
-    s->data[s->len] = '\0';
-    return add;
+    if ((s->st = pf_buf_append(&s->body, ptr, add)) == PF_OK)
+        s->st = pf_buf_terminate(&s->body);
+    return s->st == PF_OK ? add : 0; /* 0 makes curl fail the transfer */
 }
 
 static void copy_header_value(const char *line, size_t n, size_t name_len, char *dst, size_t cap) {
@@ -91,7 +81,8 @@ pf_status pf_http_request(const char *method, const char *url, const char *token
     CURL *c = curl_easy_init();
     if (!c)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot create an HTTP handle");
-    sink s = {0};
+    sink s = {.st = PF_OK};
+    pf_buf_init(&s.body, REPLY_MAX);
     struct curl_slist *h = base_headers(token, body != NULL, NULL);
     char curl_err[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -113,8 +104,11 @@ pf_status pf_http_request(const char *method, const char *url, const char *token
     }
     CURLcode rc = curl_easy_perform(c);
     pf_status st = PF_OK;
-    if (s.oom) {
+    if (s.st == PF_ERR_NOMEM) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory reading the reply of %s", url);
+    } else if (s.st != PF_OK) {
+        st = pf_error_set(err, PF_ERR_RANGE, NULL, "%s %s: the reply is larger than %u bytes",
+                          method, url, REPLY_MAX);
     } else if (rc != CURLE_OK) {
         st = pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "%s %s: %s", method, url,
                           curl_err[0] ? curl_err : curl_easy_strerror(rc));
@@ -123,15 +117,15 @@ pf_status pf_http_request(const char *method, const char *url, const char *token
     }
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
-    if (st == PF_OK && !s.data && !(s.data = pf_calloc(1, 1)))
+    if (st == PF_OK && pf_buf_terminate(&s.body) != PF_OK) /* an empty reply: "" */
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     if (st != PF_OK) {
-        pf_free(s.data);
+        pf_buf_deinit(&s.body);
         out->status = 0;
         return st;
     }
-    out->body = s.data;
-    out->len = s.len;
+    out->len = s.body.len;
+    out->body = pf_buf_detach(&s.body);
     return PF_OK;
 }
 

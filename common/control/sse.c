@@ -10,36 +10,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "psflow/mem.h"
-
 void pf_sse_init(pf_sse *p, pf_sse_handler on_event, void *ctx) {
     memset(p, 0, sizeof *p);
+    pf_buf_init(&p->line, PF_SSE_MAX_LINE);
+    pf_buf_init(&p->data, PF_SSE_MAX_DATA);
     p->on_event = on_event;
     p->ctx = ctx;
 }
 
 void pf_sse_deinit(pf_sse *p) {
-    pf_free(p->line);
-    pf_free(p->data);
+    pf_buf_deinit(&p->line);
+    pf_buf_deinit(&p->data);
     memset(p, 0, sizeof *p);
-}
-
-/* Appends n bytes to a growing buffer. Returns false when out of memory. */
-static bool grow_append(char **buf, size_t *len, size_t *cap, const char *src, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *g = pf_realloc(*buf, c);
-        if (!g)
-            return false;
-        *buf = g;
-        *cap = c;
-    }
-    memcpy(*buf + *len, src, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return true;
 }
 
 /* Handles one complete line (the WHATWG "interpret an event stream" steps). */
@@ -48,11 +30,12 @@ static void handle_line(pf_sse *p, const char *line, size_t n) {
         /* A blank line dispatches the message; one without data lines is discarded. The
          * id counts as seen either way, as in the WHATWG "dispatch the event" steps. */
         memcpy(p->last_id, p->id, sizeof p->last_id);
-        if (p->data_len && !p->oom) {
-            p->data[--p->data_len] = '\0'; /* the last data line's '\n' */
-            p->on_event(p->event[0] ? p->event : "message", p->data, p->last_id, p->ctx);
+        if (p->data.len && !p->oom) {
+            char *data = (char *)p->data.data;
+            data[--p->data.len] = '\0'; /* the last data line's '\n' */
+            p->on_event(p->event[0] ? p->event : "message", data, p->last_id, p->ctx);
         }
-        p->data_len = 0;
+        pf_buf_reset(&p->data);
         p->oom = false;
         p->event[0] = '\0';
         return;
@@ -66,8 +49,8 @@ static void handle_line(pf_sse *p, const char *line, size_t n) {
     if (value_len && *value == ' ')
         value++, value_len--;
     if (name_len == 4 && !memcmp(line, "data", 4)) {
-        if (!grow_append(&p->data, &p->data_len, &p->data_cap, value, value_len) ||
-            !grow_append(&p->data, &p->data_len, &p->data_cap, "\n", 1))
+        if (pf_buf_append(&p->data, value, value_len) != PF_OK ||
+            pf_buf_append(&p->data, "\n", 1) != PF_OK || pf_buf_terminate(&p->data) != PF_OK)
             p->oom = true;
     } else if (name_len == 5 && !memcmp(line, "event", 5)) {
         snprintf(p->event, sizeof p->event, "%.*s", (int)value_len, value);
@@ -79,10 +62,10 @@ static void handle_line(pf_sse *p, const char *line, size_t n) {
 }
 
 void pf_sse_reset(pf_sse *p) {
-    p->line_len = 0;
+    pf_buf_reset(&p->line);
     p->overlong = false;
     p->after_cr = false;
-    p->data_len = 0;
+    pf_buf_reset(&p->data);
     p->oom = false;
     p->event[0] = '\0';
     memcpy(p->id, p->last_id, sizeof p->id);
@@ -98,8 +81,8 @@ void pf_sse_feed(pf_sse *p, const char *buf, size_t n) {
         p->after_cr = ch == '\r';
         if (ch == '\r' || ch == '\n') {
             if (!p->overlong)
-                handle_line(p, p->line ? p->line : "", p->line_len);
-            p->line_len = 0;
+                handle_line(p, p->line.len ? (const char *)p->line.data : "", p->line.len);
+            pf_buf_reset(&p->line);
             p->overlong = false;
             continue;
         }
@@ -109,10 +92,9 @@ void pf_sse_feed(pf_sse *p, const char *buf, size_t n) {
         size_t j = i;
         while (j < n && buf[j] != '\r' && buf[j] != '\n')
             j++;
-        if (p->line_len + (j - i) > PF_SSE_MAX_LINE ||
-            !grow_append(&p->line, &p->line_len, &p->line_cap, buf + i, j - i)) {
-            p->overlong = true;
-            p->line_len = 0;
+        if (pf_buf_append(&p->line, buf + i, j - i) != PF_OK) {
+            p->overlong = true; /* over PF_SSE_MAX_LINE, or out of memory: drop the line */
+            pf_buf_reset(&p->line);
         }
         i = j - 1;
     }

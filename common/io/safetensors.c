@@ -5,12 +5,12 @@
  */
 #include "psflow/safetensors.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/uio.h>
 
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 
 _Static_assert(sizeof(float) == 4, "safetensors F32 needs 4-byte floats");
@@ -89,40 +89,26 @@ pf_status pf_safetensors_write(const char *path, const pf_tensor_view *tensors, 
     size_t len = strlen(header);
     size_t padded = (len + 7) & ~(size_t)7; /* tensor data starts 8-byte aligned */
 
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        free(header);
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long", path);
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        int e = errno;
-        free(header);
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", tmp, strerror(e));
-    }
+    /* The file as pieces: length, header, padding, then each tensor's data where it lies. */
+    static const char spaces[8] = "       ";
     unsigned char lenbuf[8];
     put_le64(lenbuf, padded);
-    int ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(header, 1, len, f) == len;
-    for (size_t i = len; ok && i < padded; i++)
-        ok = fputc(' ', f) != EOF;
-    free(header);
-    for (int i = 0; ok && i < n; i++) {
-        size_t count = (size_t)element_count(tensors[i].rank, tensors[i].shape);
-        ok = fwrite(tensors[i].data, sizeof(float), count, f) == count;
+    struct iovec *parts = pf_mallocarray((size_t)n + 3, sizeof *parts);
+    if (!parts) {
+        free(header);
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            e = errno;
-        unlink(tmp);
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(e));
-    }
-    return PF_OK;
+    parts[0] = (struct iovec){lenbuf, 8};
+    parts[1] = (struct iovec){header, len};
+    parts[2] = (struct iovec){(void *)spaces, padded - len};
+    for (int i = 0; i < n; i++)
+        parts[3 + i] = (struct iovec){(void *)tensors[i].data,
+                                      (size_t)element_count(tensors[i].rank, tensors[i].shape) *
+                                          sizeof(float)};
+    pf_status st = pf_fs_write_atomic(path, parts, n + 3, err);
+    pf_free(parts);
+    free(header); /* from jansson's allocator */
+    return st;
 }
 
 void pf_safetensors_destroy(pf_safetensors *st) {
@@ -186,35 +172,14 @@ static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len,
     return PF_OK;
 }
 
-static pf_status read_file(const char *path, unsigned char **buf, size_t *len, pf_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(errno));
-    pf_status st = PF_OK;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot determine size", path);
-    } else if (!(*buf = pf_malloc((size_t)size))) {
-        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory (%ld bytes)", path, size);
-    } else if (fread(*buf, 1, (size_t)size, f) != (size_t)size) {
-        st = pf_error_set(err, PF_ERR_IO, NULL, "%s: short read", path);
-        pf_free(*buf);
-        *buf = NULL;
-    }
-    *len = size < 0 ? 0 : (size_t)size;
-    fclose(f);
-    return st;
-}
-
 pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *err) {
     *out = NULL;
-    unsigned char *buf = NULL;
+    char *text = NULL;
     size_t len = 0;
-    pf_status st = read_file(path, &buf, &len, err);
+    pf_status st = pf_fs_read_file(path, PF_ST_MAX_FILE, &text, &len, err);
     if (st != PF_OK)
-        return st;
+        return st == PF_ERR_NOT_FOUND ? PF_ERR_IO : st;
+    const unsigned char *buf = (const unsigned char *)text;
     json_t *root = NULL;
     pf_safetensors *s = NULL;
     uint64_t hlen = len >= 8 ? get_le64(buf) : 0;
@@ -287,7 +252,7 @@ pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *
                           path, (unsigned long long)(data_len - covered));
 done:
     json_decref(root);
-    pf_free(buf);
+    pf_free(text);
     if (st != PF_OK) {
         pf_safetensors_destroy(s);
         return st;

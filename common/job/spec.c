@@ -14,7 +14,6 @@
  */
 #include "psflow/spec.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +22,7 @@
 
 #include <jansson.h>
 
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 
 #define SPEC_MAX_DEPTH      32        /* deeper input is refused before jansson sees it */
@@ -817,43 +817,22 @@ pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_e
     return st;
 }
 
-static pf_status io_error(pf_error *err, const char *path, int errnum) {
-    char reason[128];
-    char buf[SHOWN_MAX + 4];
-    if (strerror_r(errnum, reason, sizeof reason) != 0)
-        snprintf(reason, sizeof reason, "error %d", errnum);
-    return pf_error_set(err, PF_ERR_IO, NULL, "cannot read '%s': %s", shown(buf, path), reason);
-}
-
 pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err) {
     pf_error_clear(err);
     if (!path || !out)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "no spec file to load");
     memset(out, 0, sizeof *out);
-
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return io_error(err, path, errno);
-    char *buf = pf_malloc(SPEC_MAX_FILE_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-    }
-    size_t n = fread(buf, 1, SPEC_MAX_FILE_BYTES + 1, f);
-    int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-
-    pf_status st;
-    if (read_errno) {
-        st = io_error(err, path, read_errno);
-    } else if (n > SPEC_MAX_FILE_BYTES) {
-        char shown_path[SHOWN_MAX + 4];
-        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "'%s' is larger than %d bytes",
-                          shown(shown_path, path), SPEC_MAX_FILE_BYTES);
-    } else {
-        st = pf_job_spec_parse(buf, n, out, err);
-    }
-    pf_free(buf);
+    char *text;
+    size_t n;
+    pf_status st = pf_fs_read_file(path, SPEC_MAX_FILE_BYTES, &text, &n, err);
+    if (st == PF_ERR_NOT_FOUND)
+        return PF_ERR_IO; /* this function's contract: a file that cannot be read */
+    if (st == PF_ERR_RANGE)
+        return PF_ERR_FORMAT;
+    if (st != PF_OK)
+        return st;
+    st = pf_job_spec_parse(text, n, out, err);
+    pf_free(text);
     return st;
 }
 

@@ -24,10 +24,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
 #include "psflow/safetensors.h"
+#include "psflow/text.h"
 
 #define MANIFEST     "manifest.json"
 #define MANIFEST_TMP "manifest.json.tmp"
@@ -97,50 +99,6 @@ static void base_name(const char *path, char *out, size_t len) {
     snprintf(out, len, "%.*s", (int)(end - begin), path + begin);
 }
 
-static int fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc;
-}
-
-/* mkdir -p: creates path and its missing parents (0755), fsyncing each parent in which a
- * folder was created so the new entry is durable. */
-static pf_status make_dirs(const char *path, pf_error *err) {
-    char buf[PF_CKPT_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long", path);
-    size_t n = strlen(buf);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0755) == 0) {
-            char *slash = strrchr(buf, '/');
-            if (slash && slash != buf) {
-                *slash = '\0';
-                fsync_dir(buf); /* best effort: the folder exists either way */
-                *slash = '/';
-            } else {
-                fsync_dir(slash ? "/" : ".");
-            }
-        } else if (errno != EEXIST) {
-            return pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot create: %s", buf,
-                                strerror(errno));
-        }
-        buf[i] = saved;
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: not a folder", path);
-    return PF_OK;
-}
-
 /* CRC-32 (zlib) and size of the file at path. */
 static pf_status file_crc32(const char *path, uint32_t *crc, int64_t *bytes, pf_error *err) {
     FILE *f = fopen(path, "rb");
@@ -166,74 +124,6 @@ static pf_status file_crc32(const char *path, uint32_t *crc, int64_t *bytes, pf_
         return pf_error_set(err, PF_ERR_IO, NULL, "%s: read error", path);
     *crc = (uint32_t)c;
     *bytes = total;
-    return PF_OK;
-}
-
-/* Reads a whole file of at most max bytes into a new NUL-terminated buffer. */
-static pf_status read_small_file(const char *path, size_t max, char **out, size_t *len,
-                                 pf_error *err) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pf_error_set(err, errno == ENOENT ? PF_ERR_NOT_FOUND : PF_ERR_IO, NULL, "%s: %s",
-                            path, strerror(errno));
-    struct stat sb;
-    pf_status st = PF_OK;
-    char *buf = NULL;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = pf_error_set(err, PF_ERR_IO, NULL, "%s: not a regular file", path);
-    } else if ((uint64_t)sb.st_size > max) {
-        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: %lld bytes, more than the %zu allowed",
-                          path, (long long)sb.st_size, max);
-    } else if (!(buf = pf_malloc((size_t)sb.st_size + 1))) {
-        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
-    } else {
-        *len = fread(buf, 1, (size_t)sb.st_size, f);
-        if (ferror(f)) {
-            st = pf_error_set(err, PF_ERR_IO, NULL, "%s: read error", path);
-        } else {
-            buf[*len] = '\0';
-            *out = buf;
-            buf = NULL;
-        }
-    }
-    pf_free(buf);
-    fclose(f);
-    return st;
-}
-
-/* Writes len bytes to path via "<path>.tmp", fsync and rename, then fsyncs dir. */
-static pf_status write_atomic(const char *dir, const char *path, const char *tmp, const char *data,
-                              size_t len, pf_error *err) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", tmp, strerror(errno));
-    size_t done = 0;
-    int ok = 1;
-    while (ok && done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        ok = w > 0;
-        if (ok)
-            done += (size_t)w;
-    }
-    ok = ok && fsync(fd) == 0;
-    int e = errno;
-    if (close(fd) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(e));
-    }
-    if (fsync_dir(dir) != 0)
-        return pf_error_set(err, PF_ERR_IO, NULL, "%s: fsync: %s", dir, strerror(errno));
     return PF_OK;
 }
 
@@ -379,12 +269,12 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
     const char *keys[] = {"psflow_job", "ps_task", "version", "optimizer", "psflow_shards"};
     const char *values[] = {spec->name, task_text, version_text,
                             pf_optimizer_type_name(spec->optimizer.type), shards_meta};
-    if ((st = make_dirs(step_dir, err)) != PF_OK)
+    if ((st = pf_fs_make_dirs(step_dir, err)) != PF_OK)
         goto done;
     if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, 5, err)) != PF_OK)
         goto done;
-    struct stat sb;
-    if (fsync_dir(step_dir) != 0 || stat(path, &sb) != 0) {
+    struct stat sb; /* pf_safetensors_write has fsynced step_dir after the rename */
+    if (stat(path, &sb) != 0) {
         st = pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(errno));
         goto done;
     }
@@ -440,14 +330,11 @@ pf_status pf_checkpoint_write_manifest(const char *step_dir, const char *job, in
                             (long long)step, num_ps);
     pf_checkpoint_manifest m = {.step = step, .num_ps = num_ps};
     snprintf(m.job, sizeof m.job, "%s", job);
-    time_t now = time(NULL);
-    struct tm tm;
-    if (!gmtime_r(&now, &tm) || !strftime(m.created, sizeof m.created, "%Y-%m-%dT%H:%M:%SZ", &tm))
-        snprintf(m.created, sizeof m.created, "1970-01-01T00:00:00Z");
+    pf_text_format_rfc3339((double)time(NULL), false, m.created, sizeof m.created);
     if (!(m.files = pf_calloc((size_t)num_ps, sizeof *m.files)))
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
 
-    char path[PF_CKPT_PATH_MAX], tmp[PF_CKPT_PATH_MAX];
+    char path[PF_CKPT_PATH_MAX];
     pf_status st = PF_OK;
     char *text = NULL;
     for (int i = 0; i < num_ps && st == PF_OK; i++) {
@@ -469,24 +356,15 @@ pf_status pf_checkpoint_write_manifest(const char *step_dir, const char *job, in
             st = file_crc32(path, &f->crc32, &f->bytes, err);
         }
     }
-    if (st == PF_OK && ((st = join(path, sizeof path, step_dir, MANIFEST, err)) != PF_OK ||
-                        (st = join(tmp, sizeof tmp, step_dir, MANIFEST_TMP, err)) != PF_OK))
+    if (st == PF_OK && (st = join(path, sizeof path, step_dir, MANIFEST, err)) != PF_OK)
         goto done;
     if (st == PF_OK && !(text = manifest_text(&m)))
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
     if (st == PF_OK) {
-        /* jansson's text has no final newline; the file gets one. */
-        size_t len = strlen(text);
-        char *line = pf_malloc(len + 2);
-        if (!line) {
-            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
-        } else {
-            memcpy(line, text, len);
-            line[len] = '\n';
-            line[len + 1] = '\0';
-            st = write_atomic(step_dir, path, tmp, line, len + 1, err);
-            pf_free(line);
-        }
+        /* jansson's text has no final newline; the file gets one. The .tmp it goes through
+         * is MANIFEST_TMP. */
+        struct iovec parts[] = {{text, strlen(text)}, {(void *)"\n", 1}};
+        st = pf_fs_write_atomic(path, parts, 2, err);
     }
 done:
     free(text); /* from jansson's allocator */
@@ -533,10 +411,12 @@ pf_status pf_checkpoint_manifest_read(const char *step_dir, pf_checkpoint_manife
         return st;
     char *text = NULL;
     size_t len = 0;
-    st = read_small_file(path, PF_CKPT_MANIFEST_MAX, &text, &len, err);
+    st = pf_fs_read_file(path, PF_CKPT_MANIFEST_MAX, &text, &len, err);
     if (st == PF_ERR_NOT_FOUND)
         return pf_error_set(err, st, NULL, "%s: no %s (not a complete checkpoint)", step_dir,
                             MANIFEST);
+    if (st == PF_ERR_RANGE)
+        return PF_ERR_FORMAT; /* larger than any manifest this module writes */
     if (st != PF_OK)
         return st;
     json_error_t jerr;
@@ -937,7 +817,7 @@ pf_status pf_checkpoint_prune(const char *job_dir, int keep, int *removed, pf_er
     }
     pf_free(steps);
     if (oldest_kept > 0)
-        fsync_dir(job_dir); /* best effort: the removals are done either way */
+        pf_fs_fsync_dir(job_dir); /* best effort: the removals are done either way */
     return first;
 }
 

@@ -154,7 +154,7 @@ static void test_overlong_line(void **state) {
     feed_str(&p, "\ndata: after\n\n");
     assert_int_equal(s.n, 1);
     assert_seen(&s, 0, "message", "after", "");
-    assert_true(p.line_cap <= PF_SSE_MAX_LINE * 2); /* bounded, not the whole line */
+    assert_true(p.line.cap <= PF_SSE_MAX_LINE * 2); /* bounded, not the whole line */
     pf_sse_deinit(&p);
 }
 

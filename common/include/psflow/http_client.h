@@ -23,7 +23,8 @@ typedef struct pf_http_response {
 /* Sends METHOD url with body (NULL: none; else len bytes sent as application/json) and
  * waits at most timeout_seconds. Returns PF_OK whenever a response arrived, whatever its
  * status; PF_ERR_UNAVAILABLE when the server could not be reached or timed out (message
- * names the URL and the reason); PF_ERR_NOMEM. *out is always initialised. */
+ * names the URL and the reason); PF_ERR_RANGE when the reply body is over 64 MiB;
+ * PF_ERR_NOMEM. *out is always initialised. */
 pf_status pf_http_request(const char *method, const char *url, const char *token, const char *body,
                           size_t len, double timeout_seconds, pf_http_response *out, pf_error *err);
 

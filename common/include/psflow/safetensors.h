@@ -6,8 +6,8 @@
  * raw little-endian tensor data, offsets relative to the end of the header. This is the
  * format the `safetensors` Python library (PyTorch, NumPy) loads.
  *
- * Writes go to "<path>.tmp" first and are renamed into place after fsync, so a reader
- * never sees a half-written file.
+ * Writes go to "<path>.tmp" first and are renamed into place after fsync, and the folder is
+ * fsynced (pf_fs_write_atomic), so a reader never sees a half-written file.
  */
 #ifndef PSFLOW_SAFETENSORS_H
 #define PSFLOW_SAFETENSORS_H
@@ -18,7 +18,8 @@
 #include "psflow/status.h"
 #include "psflow/tensor.h"
 
-#define PF_ST_MAX_HEADER (100u << 20) /* refuse headers larger than 100 MiB */
+#define PF_ST_MAX_HEADER (100u << 20)       /* refuse headers larger than 100 MiB */
+#define PF_ST_MAX_FILE   ((size_t)16 << 30) /* refuse files larger than 16 GiB */
 
 /* Writes n tensors (names unique, in the given order) and optional string metadata
  * (meta_keys/meta_values, n_meta pairs). PF_ERR_IO names the path and OS error. */
@@ -29,8 +30,9 @@ pf_status pf_safetensors_write(const char *path, const pf_tensor_view *tensors, 
 typedef struct pf_safetensors pf_safetensors;
 
 /* Reads and validates a whole file (only F32 tensors are accepted). Errors: PF_ERR_IO,
- * PF_ERR_FORMAT (bad header length, bad JSON, offsets outside the data or overlapping,
- * size that disagrees with the shape), PF_ERR_UNSUPPORTED (dtype other than F32). */
+ * PF_ERR_RANGE (over PF_ST_MAX_FILE bytes), PF_ERR_NOMEM, PF_ERR_FORMAT (bad header length, bad
+ * JSON, offsets outside the data or overlapping, size that disagrees with the shape),
+ * PF_ERR_UNSUPPORTED (dtype other than F32). */
 pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *err);
 void pf_safetensors_destroy(pf_safetensors *st);
 

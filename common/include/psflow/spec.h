@@ -144,7 +144,7 @@ typedef struct pf_job_spec {
 pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_error *err);
 
 /* Reads `path` and parses it. Unreadable file: PF_ERR_IO with err->message naming the path
- * and the OS error. */
+ * and the OS error; a file over 1 MiB: PF_ERR_FORMAT. */
 pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err);
 
 /* New string (caller frees with pf_free) holding the normalised spec as compact JSON, keys

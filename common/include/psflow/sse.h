@@ -6,7 +6,7 @@
  * the handler with its event name ("message" when it has none), its data lines joined with
  * '\n', and the id in force. Comments (":keepalive") and "retry" are ignored. A line longer
  * than PF_SSE_MAX_LINE is dropped, not buffered, and a message whose data could not be
- * stored (out of memory) is dropped whole.
+ * stored (out of memory, or more than PF_SSE_MAX_DATA bytes) is dropped whole.
  *
  * The parser remembers the id of the last dispatched message, so that a client that
  * reconnects can send it as Last-Event-ID and miss nothing. A pf_sse is caller storage
@@ -19,20 +19,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define PF_SSE_MAX_LINE (1 << 20) /* bytes; longer lines are dropped */
-#define PF_SSE_ID_MAX   128       /* an id field this long or longer is ignored */
+#include "psflow/buf.h"
+
+#define PF_SSE_MAX_LINE (1 << 20)  /* bytes; longer lines are dropped */
+#define PF_SSE_MAX_DATA (16 << 20) /* bytes of one message's data; more drops the message */
+#define PF_SSE_ID_MAX   128        /* an id field this long or longer is ignored */
 
 /* Called for every dispatched message; the strings are borrowed for the call. */
 typedef void (*pf_sse_handler)(const char *event, const char *data, const char *id, void *ctx);
 
 typedef struct pf_sse {
-    char *line; /* the line being received, without its terminator */
-    size_t line_len, line_cap;
+    pf_buf line;   /* the line being received, without its terminator */
     bool overlong; /* the current line exceeded PF_SSE_MAX_LINE: drop it */
     bool after_cr; /* the previous byte ended a line with CR: a following LF belongs to it */
-    char *data;    /* the message's data lines joined with '\n' */
-    size_t data_len, data_cap;
-    bool oom;
+    pf_buf data;   /* the message's data lines, each followed by '\n' */
+    bool oom;      /* a data line could not be stored: the message is dropped */
     char event[64];
     char id[PF_SSE_ID_MAX];      /* the id field of the message being received */
     char last_id[PF_SSE_ID_MAX]; /* the id of the last dispatched message */

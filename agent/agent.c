@@ -24,6 +24,7 @@
 #include "psflow/exit_code.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
+#include "psflow/signals.h"
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
 #include "worker/trainer.h"
@@ -342,12 +343,7 @@ int agent_run(const agent_options *o) {
     size_t n = strlen(a.base);
     while (n && a.base[n - 1] == '/')
         a.base[--n] = '\0';
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    pf_signals_on_stop(on_signal);
 
     int rc = register_until_accepted(&a);
     char url[1200];

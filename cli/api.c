@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "psflow/mem.h"
 
 int api_client_init(api_client *c, const char *cmd, const char *url, bool need_token) {
@@ -22,13 +23,7 @@ int api_client_init(api_client *c, const char *cmd, const char *url, bool need_t
     }
     while (n > 0 && c->base[n - 1] == '/')
         c->base[--n] = '\0';
-    pf_error err;
-    pf_error_clear(&err);
-    if (need_token && !pf_http_token_from_env(c->token, sizeof c->token, &err)) {
-        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
-        return PF_EX_NOINPUT;
-    }
-    return 0;
+    return need_token ? cli_token(cmd, c->token, sizeof c->token) : 0;
 }
 
 char *api_url_escape(const char *s, char *dst, size_t cap) {
@@ -160,38 +155,6 @@ int api_report_error(const api_client *c, const pf_http_response *r, const char 
     return status_exit(r->status);
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm), so that
- * UTC times convert without timegm(), which POSIX lacks. */
-static long long days_from_civil(long long y, unsigned m, unsigned d) {
-    y -= m <= 2;
-    long long era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (long long)doe - 719468;
-}
-
-bool api_parse_rfc3339(const char *s, double *out) {
-    int y, mo, d, h, mi, n = 0;
-    double sec;
-    if (!s || sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%lf%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
-        return false;
-    if (mo < 1 || mo > 12 || d < 1 || d > 31)
-        return false;
-    double t = (double)days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400.0 + h * 3600.0 +
-               mi * 60.0 + sec;
-    const char *z = s + n;
-    int oh, om;
-    if (*z == 'Z' || *z == 'z')
-        ;
-    else if ((*z == '+' || *z == '-') && sscanf(z + 1, "%2d:%2d", &oh, &om) == 2)
-        t -= (*z == '+' ? 1 : -1) * (oh * 3600.0 + om * 60.0);
-    else
-        return false;
-    *out = t;
-    return true;
-}
-
 void api_format_age(double seconds, char *buf, size_t cap) {
     long long s = seconds < 0 ? 0 : (long long)seconds;
     if (s < 120)
@@ -202,12 +165,6 @@ void api_format_age(double seconds, char *buf, size_t cap) {
         snprintf(buf, cap, "%lldh", s / 3600);
     else
         snprintf(buf, cap, "%lldd", s / 86400);
-}
-
-void api_sleep(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
 }
 
 void api_view_update(api_job_view *v, const json_t *o) {

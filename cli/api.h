@@ -93,15 +93,8 @@ int api_report_error(const api_client *c, const pf_http_response *r, const char 
 
 /* --- times and the job state --- */
 
-/* Parses an RFC 3339 time ("2026-11-22T10:00:00.123Z", or with a +hh:mm offset) into Unix
- * seconds. Returns false when it is not one. */
-bool api_parse_rfc3339(const char *s, double *out);
-
 /* A duration the way kubectl shows ages: 45s, 12m, 3h, 2d. */
 void api_format_age(double seconds, char *buf, size_t cap);
-
-/* Sleeps s seconds, all of them (a retry period, not synchronisation). */
-void api_sleep(double s);
 
 /* Updates v from a job summary (list item, `job` event) or a job's status object. Fields
  * the object lacks keep their values, except the ones the object owns when present. */

@@ -13,6 +13,7 @@
 #include "cli/options.h"
 #include "psflow/http_client.h"
 #include "psflow/address.h"
+#include "psflow/signals.h"
 
 static coord_server *running;
 
@@ -82,12 +83,10 @@ int cli_coordinator(int argc, char **argv) {
         cli_get_long("coordinator", opts, n_opts, "connection-timeout", 1, 3600, 30, &timeout))
         return PF_EX_USAGE;
     char token[512];
+    int rc = cli_token("coordinator", token, sizeof token);
+    if (rc)
+        return rc;
     pf_error err;
-    pf_error_clear(&err);
-    if (!pf_http_token_from_env(token, sizeof token, &err)) {
-        fprintf(stderr, "psflow coordinator: %s\n", err.message);
-        return PF_EX_NOINPUT;
-    }
     char web[PATH_MAX], openapi[PATH_MAX];
     const char *web_dir = cli_get(opts, n_opts, "web");
     static const char *const web_rels[] = {"share/psflow/web", "web"};
@@ -117,12 +116,7 @@ int cli_coordinator(int argc, char **argv) {
             host, coord_server_port(s), o.db_path, web_dir ? web_dir : "not installed",
             token[0] ? ", bearer token required" : "");
     running = s;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    pf_signals_on_stop(on_signal);
     coord_server_wait(s);
     fprintf(stderr, "psflow coordinator: stopping\n");
     running = NULL;

@@ -8,13 +8,14 @@
 #include "cli/api.h"
 #include "cli/cli.h"
 #include "psflow/clock.h"
+#include "psflow/text.h"
 
 /* "2026-11-22T10:00:00.000Z (5m ago)", or "-" when absent. */
 static void format_time(const char *rfc3339, char *buf, size_t cap) {
     double t;
     if (!rfc3339) {
         snprintf(buf, cap, "-");
-    } else if (api_parse_rfc3339(rfc3339, &t)) {
+    } else if (pf_text_parse_rfc3339(rfc3339, &t)) {
         char age[32];
         api_format_age(pf_clock_wall() - t, age, sizeof age);
         snprintf(buf, cap, "%s (%s ago)", rfc3339, age);

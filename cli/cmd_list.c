@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
+#include "psflow/text.h"
 
 enum { COL_NAME, COL_PHASE, COL_STEP, COL_LOSS, COL_ACC, COL_WORKERS, COL_PS, COL_AGE, N_COLS };
 
@@ -105,7 +106,7 @@ int cli_list(int argc, char **argv) {
         ready_desired(it, "worker", row[COL_WORKERS], sizeof(cell));
         ready_desired(it, "ps", row[COL_PS], sizeof(cell));
         double created;
-        if (api_parse_rfc3339(api_jstr(it, "create_time"), &created))
+        if (pf_text_parse_rfc3339(api_jstr(it, "create_time"), &created))
             api_format_age(now - created, row[COL_AGE], sizeof(cell));
         else
             snprintf(row[COL_AGE], sizeof(cell), "-");

@@ -37,7 +37,7 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
     char id[128], adv[300], token[512];
     node_defaults("ps", cli_get(opts, n_opts, "node-id"), advertise, port, id, sizeof id, adv,
                   sizeof adv);
-    int rc = node_token("ps", token, sizeof token);
+    int rc = cli_token("ps", token, sizeof token);
     if (rc)
         return rc;
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");

@@ -250,13 +250,13 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
     double stream_again = 0; /* while now is before it, follow by polling */
     while (!f.done) {
         if (!follower_sync(&f)) {
-            api_sleep(1.0);
+            pf_clock_sleep(1.0);
             continue;
         }
         if (f.done)
             break;
         if (pf_clock_now() < stream_again) {
-            api_sleep(1.0);
+            pf_clock_sleep(1.0);
             continue;
         }
         f.got_bytes = false;
@@ -273,7 +273,7 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
              * poll every second, and try the stream again now and then. */
             stream_again = pf_clock_now() + POLL_STREAM_RETRY;
         } else if (pf_clock_now() - t0 < 1.0) {
-            api_sleep(1.0); /* a stream that ends at once must not make us spin */
+            pf_clock_sleep(1.0); /* a stream that ends at once must not make us spin */
         }
         /* A stream that broke says nothing about the coordinator: the GET at the top of
          * the loop tells whether it is down. */
@@ -286,7 +286,7 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
     /* The final state from the job itself: a `job` event carries no test loss. */
     f.done = false;
     for (int tries = 0; tries < 3 && !follower_sync(&f); tries++)
-        api_sleep(1.0);
+        pf_clock_sleep(1.0);
     progress_show(&f.prog, &f.view, f.prog.tty);
     progress_break(&f.prog);
     char steps[64];

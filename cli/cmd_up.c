@@ -41,11 +41,6 @@ static void on_signal(int sig) {
     up_signalled = 1;
 }
 
-static void nap(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL); /* a polling period, not synchronisation */
-}
-
 /* A free TCP port on 127.0.0.1 (the kernel's pick; released before the child binds it). */
 static int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -165,7 +160,7 @@ static void stop_all(child *kids, int from, int to, double grace) {
             return;
         if (pf_clock_now() > until)
             break;
-        nap(0.05);
+        pf_clock_sleep(0.05);
     }
     for (int i = from; i < to; i++)
         if (!kids[i].exited) {
@@ -217,11 +212,10 @@ int cli_up(int argc, char **argv) {
         fprintf(stderr, "psflow up: cannot create %s: %s\n", logs, strerror(errno));
         return PF_EX_CANTCREAT;
     }
+    int rc = cli_token("up", token, sizeof token);
+    if (rc)
+        return rc;
     pf_error err;
-    if (!pf_http_token_from_env(token, sizeof token, &err)) {
-        fprintf(stderr, "psflow up: %s\n", err.message);
-        return PF_EX_NOINPUT;
-    }
     snprintf(listen, sizeof listen, "127.0.0.1:%ld", port);
     snprintf(url, sizeof url, "http://127.0.0.1:%ld", port);
 
@@ -253,7 +247,7 @@ int cli_up(int argc, char **argv) {
         if (kids[0].exited)
             break;
         if (!ready)
-            nap(0.1);
+            pf_clock_sleep(0.1);
     }
     reap(kids, n);
     if (kids[0].exited) /* something else answered on that port */
@@ -306,7 +300,7 @@ int cli_up(int argc, char **argv) {
         }
         if (registered >= (size_t)(n_ps + n_workers))
             break;
-        nap(0.1);
+        pf_clock_sleep(0.1);
     }
     fprintf(stderr, "psflow up: %zu of %ld agents registered (%ld ps, %ld workers; logs in %s)\n",
             registered, n_ps + n_workers, n_ps, n_workers, logs);
@@ -320,7 +314,7 @@ int cli_up(int argc, char **argv) {
     fflush(stdout);
     while (!up_signalled) {
         reap(kids, n);
-        nap(0.2);
+        pf_clock_sleep(0.2);
     }
     fprintf(stderr, "psflow up: stopping %d agents, then the coordinator\n", n - 1);
     stop_all(kids, 1, n, 15);

@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "psflow/clock.h"
 #include "psflow/sse.h"
+#include "psflow/text.h"
 
 /* Local wall-clock time of a Unix time as HH:MM:SS. */
 static void format_clock(double t, char *buf, size_t cap) {
@@ -90,7 +91,7 @@ static void event_summary(const char *event, const json_t *d, char *buf, size_t 
 /* The time an event happened: its own "time" (Unix seconds or RFC 3339), else now. */
 static double event_time(const json_t *d) {
     double t;
-    if (api_jnum(d, "time", &t) || api_parse_rfc3339(api_jstr(d, "time"), &t))
+    if (api_jnum(d, "time", &t) || pf_text_parse_rfc3339(api_jstr(d, "time"), &t))
         return t;
     return pf_clock_wall();
 }
@@ -194,7 +195,7 @@ int cli_watch(int argc, char **argv) {
     }
     /* The first check turns a wrong name or token into a clear error before any waiting. */
     while ((rc = watch_check(&w, check_path, name ? not_found : NULL)) < 0)
-        api_sleep(1.0);
+        pf_clock_sleep(1.0);
     if (rc)
         return rc;
     for (;;) {
@@ -221,7 +222,7 @@ int cli_watch(int argc, char **argv) {
             }
         }
         if (rc < 0 || pf_clock_now() - t0 < 1.0)
-            api_sleep(1.0);
+            pf_clock_sleep(1.0);
     }
     pf_sse_deinit(&w.parser);
     return w.write_failed ? 0 : rc;

@@ -55,7 +55,7 @@ int cli_worker(int argc, char **argv) {
         char id[128], adv[300], token[512];
         node_defaults("worker", cli_get(opts, n_opts, "node-id"),
                       cli_get(opts, n_opts, "advertise"), 2222, id, sizeof id, adv, sizeof adv);
-        int trc = node_token("worker", token, sizeof token);
+        int trc = cli_token("worker", token, sizeof token);
         if (trc)
             return trc;
         const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
@@ -106,7 +106,7 @@ int cli_worker(int argc, char **argv) {
     agent_reporter *rep = NULL;
     if (coordinator) {
         char token[512], name[32];
-        rc = node_token("worker", token, sizeof token);
+        rc = cli_token("worker", token, sizeof token);
         if (rc) {
             node_deinit(&n);
             return rc;

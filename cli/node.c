@@ -82,13 +82,3 @@ void node_defaults(const char *role, const char *id, const char *advertise, int 
     else
         snprintf(adv_out, adv_cap, "%s:%d", host, port);
 }
-
-int node_token(const char *cmd, char *token, size_t cap) {
-    pf_error err;
-    pf_error_clear(&err);
-    if (!pf_http_token_from_env(token, cap, &err)) {
-        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
-        return PF_EX_NOINPUT;
-    }
-    return 0;
-}

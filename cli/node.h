@@ -36,8 +36,4 @@ uint64_t node_incarnation(void);
 void node_defaults(const char *role, const char *id, const char *advertise, int port, char *id_out,
                    size_t id_cap, char *adv_out, size_t adv_cap);
 
-/* The API token from PSFLOW_TOKEN or PSFLOW_TOKEN_FILE into token[cap] ("" for none).
- * Returns 0, or the exit code for an unreadable token file after printing why. */
-int node_token(const char *cmd, char *token, size_t cap);
-
 #endif

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "psflow/http_client.h"
+
 static const char *env_twin(const char *name) {
     char var[96] = "PSFLOW_";
     size_t n = strlen(var);
@@ -130,5 +132,15 @@ int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+int cli_token(const char *cmd, char *token, size_t cap) {
+    pf_error err;
+    pf_error_clear(&err);
+    if (!pf_http_token_from_env(token, cap, &err)) {
+        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
+        return PF_EX_NOINPUT;
+    }
     return 0;
 }

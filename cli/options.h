@@ -10,6 +10,7 @@
 #define PSFLOW_CLI_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct cli_option {
     const char *name;  /* without dashes: "save" */
@@ -40,5 +41,10 @@ const char *cli_get(const cli_option *opts, int n_opts, const char *name);
 /* Parses an integer option value in [min, max]; prints an error and returns -1 if bad. */
 int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char *name, long min,
                  long max, long fallback, long *out);
+
+/* The API token from PSFLOW_TOKEN or PSFLOW_TOKEN_FILE into token[cap] ("" for none), for
+ * every subcommand that talks to the coordinator or serves its API. Returns 0, or the exit
+ * code for an unreadable token file after printing "psflow CMD: why". */
+int cli_token(const char *cmd, char *token, size_t cap);
 
 #endif

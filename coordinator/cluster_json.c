@@ -11,36 +11,20 @@
 #include <time.h>
 
 #include "psflow/mem.h"
+#include "psflow/text.h"
 
 json_t *coord_time_json(double t) {
     if (t <= 0)
         return json_null();
     /* Rounded to the millisecond, so a time read back from its own text (time_from_json)
      * prints the same text again. */
-    long long total_ms = llround(t * 1000.0);
-    time_t secs = (time_t)(total_ms / 1000);
-    int ms = (int)(total_ms % 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char buf[64];
-    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-    return json_string(buf);
+    char buf[PF_RFC3339_MAX];
+    return json_string(pf_text_format_rfc3339(t, true, buf, sizeof buf));
 }
 
 static double time_from_json(json_t *v) {
-    const char *s = json_string_value(v);
-    if (!s)
-        return 0;
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    int ms = 0;
-    if (sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &ms) < 6)
-        return 0;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (double)timegm(&tm) + ms / 1000.0;
+    double t;
+    return pf_text_parse_rfc3339(json_string_value(v), &t) ? t : 0;
 }
 
 static json_t *json_number_or_null(double v) {

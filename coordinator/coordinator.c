@@ -15,13 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "coordinator/coord_server.h"
 
 double coord_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return pf_clock_wall();
 }
 
 static void ring_push(coord_server *s, int64_t id, const coord_event *e, char *data) {
@@ -113,8 +112,7 @@ int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void
 static void *tick_main(void *arg) {
     coord_server *s = arg;
     while (!s->stopping) {
-        struct timespec nap = {0, 250 * 1000000L};
-        nanosleep(&nap, NULL); /* the ticker's period, not synchronisation */
+        pf_clock_sleep(0.25); /* the ticker's period, not synchronisation */
         pthread_mutex_lock(&s->lock);
         double now = coord_now();
         coord_cluster_tick(&s->cluster, now);

@@ -575,13 +575,8 @@ int ps_server_wait(ps_server *s) {
         if (s->final_done && ((s->n_peers == 0 && s->n_seen == n_tasks) ||
                               pf_clock_now() - s->final_time > s->grace))
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000; /* re-check the stop flag ten times a second */
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        /* Re-check the stop flag ten times a second. */
+        struct timespec ts = pf_clock_deadline(0.1);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);

@@ -201,17 +201,6 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
 
 /* --- trainer thread ------------------------------------------------------------------------ */
 
-static void deadline_in(struct timespec *ts, double seconds) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    double whole = (double)(long)seconds;
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((seconds - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Sends l->out on l's connection (the encoded request must already be there). The
  * transport masks the gradients into its send buffer as it writes them. With `values`
  * (a pull into c->params), the reply's values are received straight into c->params. */
@@ -266,8 +255,7 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             break;
         }
         l->conn = conn;
-        struct timespec ts;
-        deadline_in(&ts, 10.0);
+        struct timespec ts = pf_clock_deadline(10.0);
         while (!l->open && !l->closed)
             if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
                 break;
@@ -294,7 +282,7 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             if (st != PF_OK)
                 break;
             pthread_mutex_lock(&c->mu);
-            deadline_in(&ts, 10.0);
+            ts = pf_clock_deadline(10.0);
             while (!l->done && !l->closed)
                 if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
                     break;
@@ -313,8 +301,7 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             pf_ws_close(c->ws, conn);
         }
         st = PF_ERR_UNAVAILABLE;
-        struct timespec nap = {0, (long)(backoff * 1e9)};
-        nanosleep(&nap, NULL); /* reconnect backoff, not synchronisation */
+        pf_clock_sleep(backoff); /* reconnect backoff, not synchronisation */
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     pf_wire_out_deinit(&hello_out);

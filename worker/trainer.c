@@ -254,8 +254,7 @@ pf_status worker_run(const worker_options *o) {
             t.min_version[p] = sync ? t.versions[p] + 1 : 0;
         }
         if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
-            struct timespec nap = {o->push_delay_ms / 1000, (o->push_delay_ms % 1000) * 1000000L};
-            nanosleep(&nap, NULL);
+            pf_clock_sleep(o->push_delay_ms / 1000.0);
         }
         st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
                                    NULL, &err);

@@ -28,8 +28,8 @@ char *pf_text_format_rfc3339(double t, bool millis, char *buf, size_t cap) {
         return buf;
     }
     if (millis)
-        snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+        snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
     else
         snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
@@ -50,8 +50,8 @@ bool pf_text_parse_rfc3339(const char *s, double *out) {
     int oh, om, k = 0;
     if (*z == 'Z' || *z == 'z')
         k = 1;
-    else if ((*z == '+' || *z == '-') && sscanf(z + 1, "%2d:%2d%n", &oh, &om, &k) == 2 &&
-             oh >= 0 && oh <= 23 && om >= 0 && om <= 59)
+    else if ((*z == '+' || *z == '-') && sscanf(z + 1, "%2d:%2d%n", &oh, &om, &k) == 2 && oh >= 0 &&
+             oh <= 23 && om >= 0 && om <= 59)
         t -= (*z == '+' ? 1 : -1) * (oh * 3600.0 + om * 60.0), k++;
     else
         return false;

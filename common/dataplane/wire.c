@@ -199,14 +199,10 @@ static pf_status fail(pf_wire_in *in, pf_error *err, pf_status st, pf_wire_code 
 static pf_status fail(pf_wire_in *in, pf_error *err, pf_status st, pf_wire_code code, size_t offset,
                       const char *fmt, ...) {
     in->code = code;
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-        err->pointer[0] = '\0';
-        err->offset = (long long)offset;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    pf_error_vset_offset(err, st, (long long)offset, fmt, ap);
+    va_end(ap);
     return st;
 }
 
@@ -597,21 +593,6 @@ size_t pf_wire_out_len(const pf_wire_out *out) {
     return out->total;
 }
 
-static pf_status bad(pf_error *err, pf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static pf_status bad(pf_error *err, pf_status st, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-        err->pointer[0] = '\0';
-        err->offset = -1;
-    }
-    return st;
-}
-
 /* What an encoder found while validating: the exact head size, the data bytes and the
  * number of data segments. */
 typedef struct plan {
@@ -624,37 +605,44 @@ typedef struct plan {
 
 static pf_status plan_str(plan *p, pf_wire_str s, uint32_t limit, const char *field) {
     if (s.len && !s.ptr)
-        return bad(p->err, PF_ERR_INVALID, "%s: %s is NULL with length %u", p->type, field,
-                   (unsigned)s.len);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: %s is NULL with length %u",
+                                   p->type, field, (unsigned)s.len);
     if (s.len > limit)
-        return bad(p->err, PF_ERR_INVALID, "%s: %s is %u bytes, the limit is %u", p->type, field,
-                   (unsigned)s.len, (unsigned)limit);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                   "%s: %s is %u bytes, the limit is %u", p->type, field,
+                                   (unsigned)s.len, (unsigned)limit);
     if (s.len && utf8_check((const uint8_t *)s.ptr, s.len) != s.len)
-        return bad(p->err, PF_ERR_INVALID, "%s: %s is not UTF-8 without NUL", p->type, field);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: %s is not UTF-8 without NUL",
+                                   p->type, field);
     p->head += 4 + (uint64_t)s.len;
     return PF_OK;
 }
 
 static pf_status plan_tensors(plan *p, const pf_wire_tensor *t, uint32_t n) {
     if (n > PF_WIRE_MAX_TENSORS)
-        return bad(p->err, PF_ERR_INVALID, "%s: %u tensors exceed the limit of %u", p->type,
-                   (unsigned)n, PF_WIRE_MAX_TENSORS);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                   "%s: %u tensors exceed the limit of %u", p->type, (unsigned)n,
+                                   PF_WIRE_MAX_TENSORS);
     if (n && !t)
-        return bad(p->err, PF_ERR_INVALID, "%s: tensors is NULL with n = %u", p->type, (unsigned)n);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: tensors is NULL with n = %u",
+                                   p->type, (unsigned)n);
     p->head += (uint64_t)n * TENSOR_HEADER;
     for (uint32_t i = 0; i < n; i++) {
         if (t[i].dtype != PF_WIRE_F32)
-            return bad(p->err, PF_ERR_INVALID, "%s: tensor %u (id %u) has dtype %u, not f32",
-                       p->type, (unsigned)i, (unsigned)t[i].id, (unsigned)t[i].dtype);
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: tensor %u (id %u) has dtype %u, not f32", p->type,
+                                       (unsigned)i, (unsigned)t[i].id, (unsigned)t[i].dtype);
         if (t[i].count > PF_WIRE_MAX_PAYLOAD / 4 || p->data + t[i].count * 4 > PF_WIRE_MAX_PAYLOAD)
-            return bad(p->err, PF_ERR_RANGE,
-                       "%s: tensor %u (id %u) of %llu elements: payload "
-                       "over the limit of %llu bytes",
-                       p->type, (unsigned)i, (unsigned)t[i].id, (unsigned long long)t[i].count,
-                       (unsigned long long)PF_WIRE_MAX_PAYLOAD);
+            return pf_error_set_offset(p->err, PF_ERR_RANGE, -1,
+                                       "%s: tensor %u (id %u) of %llu elements: payload "
+                                       "over the limit of %llu bytes",
+                                       p->type, (unsigned)i, (unsigned)t[i].id,
+                                       (unsigned long long)t[i].count,
+                                       (unsigned long long)PF_WIRE_MAX_PAYLOAD);
         if (t[i].count && !t[i].data)
-            return bad(p->err, PF_ERR_INVALID, "%s: tensor %u (id %u) has no data", p->type,
-                       (unsigned)i, (unsigned)t[i].id);
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: tensor %u (id %u) has no data", p->type, (unsigned)i,
+                                       (unsigned)t[i].id);
         p->data += t[i].count * 4;
         p->segs += t[i].count > 0;
     }
@@ -663,11 +651,11 @@ static pf_status plan_tensors(plan *p, const pf_wire_tensor *t, uint32_t n) {
 
 static pf_status plan_ids(plan *p, const uint32_t *ids, uint32_t n, const char *field) {
     if (n > PF_WIRE_MAX_TENSORS)
-        return bad(p->err, PF_ERR_INVALID, "%s: %s %u exceeds the limit of %u", p->type, field,
-                   (unsigned)n, PF_WIRE_MAX_TENSORS);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: %s %u exceeds the limit of %u",
+                                   p->type, field, (unsigned)n, PF_WIRE_MAX_TENSORS);
     if (n && !ids)
-        return bad(p->err, PF_ERR_INVALID, "%s: ids is NULL with %s = %u", p->type, field,
-                   (unsigned)n);
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: ids is NULL with %s = %u",
+                                   p->type, field, (unsigned)n);
     p->head += (uint64_t)n * 4;
     return PF_OK;
 }
@@ -686,16 +674,17 @@ static pf_status begin(pf_wire_out *o, uint16_t type, uint32_t request_id, const
                        writer *w) {
     uint64_t payload = p->head + p->data; /* p->head does not count the header yet */
     if (payload > PF_WIRE_MAX_PAYLOAD)
-        return bad(p->err, PF_ERR_RANGE, "%s: payload of %llu bytes exceeds the limit of %llu",
-                   p->type, (unsigned long long)payload, (unsigned long long)PF_WIRE_MAX_PAYLOAD);
+        return pf_error_set_offset(
+            p->err, PF_ERR_RANGE, -1, "%s: payload of %llu bytes exceeds the limit of %llu",
+            p->type, (unsigned long long)payload, (unsigned long long)PF_WIRE_MAX_PAYLOAD);
     if (p->segs > o->cap_seg) {
         size_t cap = o->cap_seg ? o->cap_seg : 16;
         while (cap < p->segs)
             cap *= 2; /* p->segs <= PF_WIRE_MAX_TENSORS: no overflow */
         pf_wire_seg *s = pf_realloc(o->seg, cap * sizeof *s);
         if (!s)
-            return bad(p->err, PF_ERR_NOMEM, "%s: out of memory for %zu segments", p->type,
-                       p->segs);
+            return pf_error_set_offset(p->err, PF_ERR_NOMEM, -1,
+                                       "%s: out of memory for %zu segments", p->type, p->segs);
         o->seg = s;
         o->cap_seg = cap;
     }
@@ -703,8 +692,8 @@ static pf_status begin(pf_wire_out *o, uint16_t type, uint32_t request_id, const
     void *b;
     pf_status st = pf_buf_extend(&o->head, head, &b);
     if (st != PF_OK)
-        return bad(p->err, st, "%s: cannot reserve %zu head bytes: %s", p->type, head,
-                   pf_strerror(st));
+        return pf_error_set_offset(p->err, st, -1, "%s: cannot reserve %zu head bytes: %s", p->type,
+                                   head, pf_strerror(st));
     w->o = o;
     w->b = b;
     w->pos = 0;
@@ -780,7 +769,8 @@ pf_status pf_wire_encode_hello(pf_wire_out *out, uint32_t request_id, const pf_w
     reset(out);
     plan p = {.type = "HELLO", .head = HELLO_FIXED - 4, .err = err};
     if (m->role > PF_WIRE_ROLE_TOOL)
-        return bad(err, PF_ERR_INVALID, "HELLO: role %u is out of range (0..3)", (unsigned)m->role);
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "HELLO: role %u is out of range (0..3)",
+                                   (unsigned)m->role);
     pf_status st = plan_str(&p, m->job, PF_WIRE_MAX_JOB_NAME, "job name");
     writer w;
     if (st != PF_OK || (st = begin(out, PF_WIRE_HELLO, request_id, &p, &w)) != PF_OK)
@@ -831,8 +821,9 @@ pf_status pf_wire_encode_pull_reply(pf_wire_out *out, uint32_t request_id,
     reset(out);
     plan p = {.type = "PULL_REPLY", .head = PULL_REPLY_FIXED, .err = err};
     if (m->push_result > PF_WIRE_PUSH_DUPLICATE)
-        return bad(err, PF_ERR_INVALID, "PULL_REPLY: push_result %u is out of range (0..3)",
-                   (unsigned)m->push_result);
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "PULL_REPLY: push_result %u is out of range (0..3)",
+                                   (unsigned)m->push_result);
     pf_status st = plan_tensors(&p, m->tensors, m->n);
     writer w;
     if (st != PF_OK || (st = begin(out, PF_WIRE_PULL_REPLY, request_id, &p, &w)) != PF_OK)
@@ -870,8 +861,9 @@ pf_status pf_wire_encode_push_ack(pf_wire_out *out, uint32_t request_id, const p
     reset(out);
     plan p = {.type = "PUSH_ACK", .head = PUSH_ACK_SIZE, .err = err};
     if (m->result > PF_WIRE_PUSH_DUPLICATE)
-        return bad(err, PF_ERR_INVALID, "PUSH_ACK: result %u is out of range (0..3)",
-                   (unsigned)m->result);
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "PUSH_ACK: result %u is out of range (0..3)",
+                                   (unsigned)m->result);
     writer w;
     pf_status st = begin(out, PF_WIRE_PUSH_ACK, request_id, &p, &w);
     if (st != PF_OK)
@@ -930,7 +922,8 @@ pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
     reset(out);
     plan p = {.type = "CHECKPOINT", .head = CHECKPOINT_SIZE, .err = err};
     if (m->final > 1)
-        return bad(err, PF_ERR_INVALID, "CHECKPOINT: final %u is not 0 or 1", (unsigned)m->final);
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "CHECKPOINT: final %u is not 0 or 1",
+                                   (unsigned)m->final);
     writer w;
     pf_status st = begin(out, PF_WIRE_CHECKPOINT, request_id, &p, &w);
     if (st != PF_OK)
@@ -962,7 +955,7 @@ static pf_status encode_error(pf_wire_out *out, uint32_t request_id, uint32_t co
     reset(out);
     plan p = {.type = "ERROR", .err = err};
     if (code == PF_WIRE_OK)
-        return bad(err, PF_ERR_INVALID, "ERROR: code must not be 0");
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "ERROR: code must not be 0");
     if (!text)
         text_len = 0;
     const uint8_t *s = (const uint8_t *)text;
@@ -1016,7 +1009,8 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
                             m->u.error.message.len, err);
     }
     reset(out);
-    return bad(err, PF_ERR_INVALID, "unknown message type %u", (unsigned)m->type);
+    return pf_error_set_offset(err, PF_ERR_INVALID, -1, "unknown message type %u",
+                               (unsigned)m->type);
 }
 
 /* --- gathering ------------------------------------------------------------------------- */

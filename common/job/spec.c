@@ -24,6 +24,7 @@
 
 #include "psflow/fs.h"
 #include "psflow/mem.h"
+#include "psflow/text.h"
 
 #define SPEC_MAX_DEPTH      32        /* deeper input is refused before jansson sees it */
 #define SPEC_MAX_FILE_BYTES (1 << 20) /* pf_job_spec_load refuses larger files */
@@ -302,34 +303,15 @@ static const char *shown(char buf[SHOWN_MAX + 4], const char *s) {
     return buf;
 }
 
-/* out = parent + "/" + key, the key escaped as RFC 6901 says ('~' -> "~0", '/' -> "~1"),
- * truncated on a UTF-8 boundary when it does not fit. */
+/* out = parent + "/" + key, the key escaped as RFC 6901 says (pf_text_pointer_add). */
 static void child_ptr(char out[PTR_SIZE], const char *parent, const char *key) {
-    size_t n = (size_t)snprintf(out, PTR_SIZE, "%s/", parent);
-    if (n >= PTR_SIZE)
-        return; /* parents are short: only unknown keys make long pointers */
-    for (const char *k = key; *k; k++) {
-        const char *piece = *k == '~' ? "~0" : *k == '/' ? "~1" : k;
-        size_t len = piece == k ? 1 : 2;
-        if (n + len >= PTR_SIZE) {
-            /* Out of room: if *k continues a UTF-8 sequence, drop the sequence's start too. */
-            if (((unsigned char)*k & 0xC0) == 0x80) {
-                while (n > 0 && ((unsigned char)out[n - 1] & 0xC0) == 0x80)
-                    n--;
-                n -= n > 0;
-            }
-            break;
-        }
-        memcpy(out + n, piece, len);
-        n += len;
-    }
-    out[n] = '\0';
+    snprintf(out, PTR_SIZE, "%s", parent);
+    pf_text_pointer_add(out, PTR_SIZE, key);
 }
 
 static void index_ptr(char out[PTR_SIZE], const char *parent, size_t i) {
-    char index[24];
-    snprintf(index, sizeof index, "%zu", i);
-    child_ptr(out, parent, index);
+    snprintf(out, PTR_SIZE, "%s", parent);
+    pf_text_pointer_add_index(out, PTR_SIZE, i);
 }
 
 static const char *json_kind(const json_t *v) {

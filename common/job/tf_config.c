@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "psflow/mem.h"
+#include "psflow/text.h"
 
 #define PTR_MAX   ((size_t)sizeof(((pf_error *)0)->pointer))
 #define SHOWN_MAX 48 /* bytes of a name or pointer quoted in a message */
@@ -44,39 +45,6 @@ static const char *shown(char buf[SHOWN_MAX + 4], const char *s) {
         buf[n] = '\0';
     }
     return buf;
-}
-
-/* Appends "/" + token to the JSON pointer ptr (PTR_MAX bytes), escaping '~' as "~0" and '/'
- * as "~1". A token that does not fit is cut at a UTF-8 character boundary. */
-static void ptr_add(char *ptr, const char *token) {
-    size_t n = strlen(ptr);
-    if (n + 2 > PTR_MAX)
-        return;
-    ptr[n++] = '/';
-    for (const char *t = token; *t; t++) {
-        const char *esc = *t == '~' ? "~0" : *t == '/' ? "~1" : NULL;
-        size_t k = esc ? 2 : 1;
-        if (n + k + 1 > PTR_MAX) {
-            if (((unsigned char)*t & 0xC0) == 0x80) {
-                while (((unsigned char)ptr[n - 1] & 0xC0) == 0x80)
-                    n--;
-                n--; /* the lead byte of the character that does not fit */
-            }
-            break;
-        }
-        if (esc)
-            memcpy(ptr + n, esc, 2);
-        else
-            ptr[n] = *t;
-        n += k;
-    }
-    ptr[n] = '\0';
-}
-
-static void ptr_add_index(char *ptr, size_t i) {
-    char token[24];
-    snprintf(token, sizeof token, "%zu", i);
-    ptr_add(ptr, token);
 }
 
 /* jansson's message quotes the input near the error, raw: control bytes and non-ASCII bytes
@@ -202,7 +170,7 @@ static pf_status parse_list(pf_tf_job *job, const json_t *v, const char *ptr, pf
     for (size_t i = 0; i < n; i++) {
         char item[PTR_MAX];
         memcpy(item, ptr, strlen(ptr) + 1);
-        ptr_add_index(item, i);
+        pf_text_pointer_add_index(item, PTR_MAX, i);
         pf_status st = parse_address(json_array_get(v, i), item, &job->addrs[i], err);
         if (st != PF_OK)
             return st;
@@ -219,7 +187,7 @@ static pf_status parse_sparse(pf_tf_job *job, const json_t *v, const char *ptr, 
     json_object_foreach((json_t *)v, key, value) {
         char item[PTR_MAX];
         memcpy(item, ptr, strlen(ptr) + 1);
-        ptr_add(item, key);
+        pf_text_pointer_add(item, PTR_MAX, key);
         int i = digits_index(key);
         if (i < 0)
             return fail(err, item, "expected a task index (decimal digits) as the key");
@@ -237,7 +205,7 @@ static pf_status parse_sparse(pf_tf_job *job, const json_t *v, const char *ptr, 
     json_object_foreach((json_t *)v, key, value) {
         char item[PTR_MAX];
         memcpy(item, ptr, strlen(ptr) + 1);
-        ptr_add(item, key);
+        pf_text_pointer_add(item, PTR_MAX, key);
         int i = digits_index(key);
         if (job->addrs[i])
             return fail(err, item, "task index %d appears twice", i);
@@ -257,7 +225,7 @@ static pf_status parse_cluster(pf_tf_config *cfg, const json_t *cluster, pf_erro
     json_t *value;
     json_object_foreach((json_t *)cluster, name, value) {
         char ptr[PTR_MAX] = "/cluster";
-        ptr_add(ptr, name);
+        pf_text_pointer_add(ptr, PTR_MAX, name);
         size_t len = strlen(name); /* jansson refuses NUL bytes in keys */
         if (len == 0)
             return fail(err, ptr, "job name is empty");

@@ -39,22 +39,6 @@
 #define CSV_FIELD_MAX       127         /* longest field we try to read as a number */
 #define SAMPLER_STREAM_BASE 1000u       /* epoch e shuffles with pf_rng(seed, 1000 + e) */
 
-/* Like pf_error_set, plus the byte offset; pointer is "". */
-static pf_status fail(pf_error *err, pf_status status, long long offset, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static pf_status fail(pf_error *err, pf_status status, long long offset, const char *fmt, ...) {
-    if (!err)
-        return status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    err->pointer[0] = '\0';
-    err->offset = offset;
-    return status;
-}
-
 static void set_pointer(pf_error *err, const char *pointer) {
     if (err)
         snprintf(err->pointer, sizeof err->pointer, "%s", pointer);
@@ -100,9 +84,10 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
     gzFile f = gzopen(path, "rb");
     if (!f) {
         if (errno == 0)
-            return fail(err, PF_ERR_NOMEM, -1, "%s: cannot open: out of memory", path);
+            return pf_error_set_offset(err, PF_ERR_NOMEM, -1, "%s: cannot open: out of memory",
+                                       path);
         os_error_text(errno, os, sizeof os);
-        return fail(err, PF_ERR_IO, -1, "%s: cannot open: %s", path, os);
+        return pf_error_set_offset(err, PF_ERR_IO, -1, "%s: cannot open: %s", path, os);
     }
     gzbuffer(f, 128u << 10);
 
@@ -118,8 +103,8 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
                 next = READ_CAP + 1;
             uint8_t *p = pf_realloc(buf, next);
             if (!p) {
-                status =
-                    fail(err, PF_ERR_NOMEM, -1, "%s: out of memory reading %zu bytes", path, next);
+                status = pf_error_set_offset(err, PF_ERR_NOMEM, -1,
+                                             "%s: out of memory reading %zu bytes", path, next);
                 break;
             }
             buf = p;
@@ -134,8 +119,9 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
             break; /* end of data or error: gzerror below tells which */
         size += (size_t)got;
         if (size > READ_CAP) {
-            status = fail(err, PF_ERR_FORMAT, (long long)READ_CAP,
-                          "%s: larger than the %zu MiB limit (decompressed)", path, READ_CAP >> 20);
+            status = pf_error_set_offset(err, PF_ERR_FORMAT, (long long)READ_CAP,
+                                         "%s: larger than the %zu MiB limit (decompressed)", path,
+                                         READ_CAP >> 20);
             break;
         }
     }
@@ -144,27 +130,29 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
         const char *zmsg = gzerror(f, &zerr);
         if (zerr == Z_ERRNO) {
             os_error_text(errno, os, sizeof os);
-            status = fail(err, PF_ERR_IO, (long long)size, "%s: read failed: %s", path, os);
+            status = pf_error_set_offset(err, PF_ERR_IO, (long long)size, "%s: read failed: %s",
+                                         path, os);
         } else if (zerr == Z_MEM_ERROR) {
-            status = fail(err, PF_ERR_NOMEM, -1, "%s: out of memory decompressing", path);
+            status =
+                pf_error_set_offset(err, PF_ERR_NOMEM, -1, "%s: out of memory decompressing", path);
         } else if (zerr == Z_BUF_ERROR) {
-            status = fail(err, PF_ERR_FORMAT, -1,
-                          "%s: gzip data ends early (truncated after %zu decompressed bytes)", path,
-                          size);
+            status = pf_error_set_offset(
+                err, PF_ERR_FORMAT, -1,
+                "%s: gzip data ends early (truncated after %zu decompressed bytes)", path, size);
         } else if (zerr != Z_OK) {
             /* zlib's message reads "path: problem"; keep the problem. */
             size_t plen = strlen(path);
             if (zmsg && strncmp(zmsg, path, plen) == 0 && strncmp(zmsg + plen, ": ", 2) == 0)
                 zmsg += plen + 2;
-            status = fail(err, PF_ERR_FORMAT, -1, "%s: corrupt gzip data: %s", path,
-                          zmsg ? zmsg : "unknown error");
+            status = pf_error_set_offset(err, PF_ERR_FORMAT, -1, "%s: corrupt gzip data: %s", path,
+                                         zmsg ? zmsg : "unknown error");
         }
     }
     int close_rc = gzclose(f);
     if (status == PF_OK && close_rc != Z_OK)
-        status = fail(err, close_rc == Z_BUF_ERROR ? PF_ERR_FORMAT : PF_ERR_IO, -1, "%s: %s", path,
-                      close_rc == Z_BUF_ERROR ? "gzip data ends early (truncated)"
-                                              : "error closing file");
+        status = pf_error_set_offset(
+            err, close_rc == Z_BUF_ERROR ? PF_ERR_FORMAT : PF_ERR_IO, -1, "%s: %s", path,
+            close_rc == Z_BUF_ERROR ? "gzip data ends early (truncated)" : "error closing file");
     if (status != PF_OK) {
         pf_free(buf);
         return status;
@@ -196,41 +184,45 @@ static const char *magic_hint(uint32_t magic, uint32_t wanted) {
 static pf_status check_idx_file(const uint8_t *data, size_t len, const char *name, uint32_t magic,
                                 size_t header, uint64_t *n, pf_error *err) {
     if (len == 0)
-        return fail(err, PF_ERR_FORMAT, 0, "%s: empty file", name);
+        return pf_error_set_offset(err, PF_ERR_FORMAT, 0, "%s: empty file", name);
     if (len >= 4 && be32(data) != magic)
-        return fail(err, PF_ERR_FORMAT, 0, "%s: bad magic 0x%08x, expected 0x%08x%s", name,
-                    (unsigned)be32(data), (unsigned)magic, magic_hint(be32(data), magic));
+        return pf_error_set_offset(err, PF_ERR_FORMAT, 0, "%s: bad magic 0x%08x, expected 0x%08x%s",
+                                   name, (unsigned)be32(data), (unsigned)magic,
+                                   magic_hint(be32(data), magic));
     if (len < header)
-        return fail(err, PF_ERR_FORMAT, (long long)len,
-                    "%s: truncated header: expected %zu bytes, got %zu", name, header, len);
+        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len,
+                                   "%s: truncated header: expected %zu bytes, got %zu", name,
+                                   header, len);
     static const char *const dims[3] = {"example count", "rows", "cols"};
     for (size_t off = 4; off < header; off += 4) {
         if (be32(data + off) == 0)
-            return fail(err, PF_ERR_FORMAT, (long long)off, "%s: %s is zero in the header", name,
-                        dims[off / 4 - 1]);
+            return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)off,
+                                       "%s: %s is zero in the header", name, dims[off / 4 - 1]);
     }
     *n = be32(data + 4);
     if (*n > PF_IDX_MAX_EXAMPLES)
-        return fail(err, PF_ERR_FORMAT, 4, "%s: claims %llu examples, more than the limit of %d",
-                    name, (unsigned long long)*n, PF_IDX_MAX_EXAMPLES);
+        return pf_error_set_offset(err, PF_ERR_FORMAT, 4,
+                                   "%s: claims %llu examples, more than the limit of %d", name,
+                                   (unsigned long long)*n, PF_IDX_MAX_EXAMPLES);
     uint64_t item_bytes = 1;
     if (header == 16) {
         uint64_t rows = be32(data + 8), cols = be32(data + 12);
         item_bytes = rows * cols; /* both < 2^32: no overflow in 64 bits */
         if (item_bytes > IDX_MAX_PIXELS)
-            return fail(err, PF_ERR_FORMAT, 8,
-                        "%s: images of %llux%llu pixels exceed the limit of %u", name,
-                        (unsigned long long)rows, (unsigned long long)cols, IDX_MAX_PIXELS);
+            return pf_error_set_offset(
+                err, PF_ERR_FORMAT, 8, "%s: images of %llux%llu pixels exceed the limit of %u",
+                name, (unsigned long long)rows, (unsigned long long)cols, IDX_MAX_PIXELS);
     }
     uint64_t expected = header + *n * item_bytes; /* <= 16 + 2^26 * 2^20 */
     if (len < expected)
-        return fail(err, PF_ERR_FORMAT, (long long)len,
-                    "%s: truncated: expected %llu bytes, got %zu", name,
-                    (unsigned long long)expected, len);
+        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len,
+                                   "%s: truncated: expected %llu bytes, got %zu", name,
+                                   (unsigned long long)expected, len);
     if (len > expected)
-        return fail(err, PF_ERR_FORMAT, (long long)expected,
-                    "%s: trailing garbage: %llu bytes after the expected %llu", name,
-                    (unsigned long long)(len - expected), (unsigned long long)expected);
+        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)expected,
+                                   "%s: trailing garbage: %llu bytes after the expected %llu", name,
+                                   (unsigned long long)(len - expected),
+                                   (unsigned long long)expected);
     return PF_OK;
 }
 
@@ -248,13 +240,14 @@ static pf_status parse_idx(const uint8_t *images, size_t images_len, const char 
     if (status != PF_OK)
         return status;
     if (n_images != n_labels)
-        return fail(err, PF_ERR_FORMAT, 4, "%s has %llu images but %s has %llu labels", images_name,
-                    (unsigned long long)n_images, labels_name, (unsigned long long)n_labels);
+        return pf_error_set_offset(
+            err, PF_ERR_FORMAT, 4, "%s has %llu images but %s has %llu labels", images_name,
+            (unsigned long long)n_images, labels_name, (unsigned long long)n_labels);
 
     int features = (int)(be32(images + 8) * be32(images + 12)); /* <= 2^20, checked */
     if (dataset_alloc(out, (int64_t)n_images, features) != PF_OK)
-        return fail(err, PF_ERR_NOMEM, -1, "%s: out of memory for %llu images", images_name,
-                    (unsigned long long)n_images);
+        return pf_error_set_offset(err, PF_ERR_NOMEM, -1, "%s: out of memory for %llu images",
+                                   images_name, (unsigned long long)n_images);
     const uint8_t *pixels = images + 16;
     size_t count = (size_t)n_images * (size_t)features;
     for (size_t i = 0; i < count; i++)
@@ -402,30 +395,31 @@ static pf_status parse_row(const char *text, size_t line_start, size_t line_len,
         case FIELD_OK:
             break;
         case FIELD_EMPTY:
-            return fail(err, PF_ERR_FORMAT, offset, "%s: line %lld, field %d: empty field", what,
-                        line_no, f + 1);
+            return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                       "%s: line %lld, field %d: empty field", what, line_no,
+                                       f + 1);
         case FIELD_NOT_NUMBER:
-            return fail(err, PF_ERR_FORMAT, offset,
-                        "%s: line %lld, field %d: not a number: \"%.*s\"", what, line_no, f + 1,
-                        shown, line + start);
+            return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                       "%s: line %lld, field %d: not a number: \"%.*s\"", what,
+                                       line_no, f + 1, shown, line + start);
         case FIELD_NOT_FINITE:
-            return fail(err, PF_ERR_FORMAT, offset,
-                        "%s: line %lld, field %d: not a finite number: \"%.*s\"", what, line_no,
-                        f + 1, shown, line + start);
+            return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                       "%s: line %lld, field %d: not a finite number: \"%.*s\"",
+                                       what, line_no, f + 1, shown, line + start);
         case FIELD_RANGE:
-            return fail(err, PF_ERR_FORMAT, offset,
-                        "%s: line %lld, field %d: %.*s is out of float32 range", what, line_no,
-                        f + 1, shown, line + start);
+            return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                       "%s: line %lld, field %d: %.*s is out of float32 range",
+                                       what, line_no, f + 1, shown, line + start);
         }
         if (f == 0) {
             if (classification && v != floor(v))
-                return fail(err, PF_ERR_FORMAT, offset,
-                            "%s: line %lld: label %.*s is not an integer", what, line_no, shown,
-                            line + start);
+                return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                           "%s: line %lld: label %.*s is not an integer", what,
+                                           line_no, shown, line + start);
             if (classification && (v < 0 || v >= CSV_MAX_LABEL))
-                return fail(err, PF_ERR_FORMAT, offset,
-                            "%s: line %lld: label %.*s is outside [0, %.0f)", what, line_no, shown,
-                            line + start, CSV_MAX_LABEL);
+                return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                           "%s: line %lld: label %.*s is outside [0, %.0f)", what,
+                                           line_no, shown, line + start, CSV_MAX_LABEL);
             ds->y[ds->n] = (float)v;
         } else {
             row[f - 1] = (float)v;
@@ -467,13 +461,14 @@ static pf_status parse_csv(const char *text, size_t len, const char *what, int f
         for (size_t i = 0; i < line_len; i++)
             fields += line[i] == ',';
         if (fields != (size_t)features + 1)
-            return fail(err, PF_ERR_FORMAT, (long long)line_start,
-                        "%s: line %lld: expected %d fields (%s + %d features), got %zu", what,
-                        line_no, features + 1, target, features, fields);
+            return pf_error_set_offset(
+                err, PF_ERR_FORMAT, (long long)line_start,
+                "%s: line %lld: expected %d fields (%s + %d features), got %zu", what, line_no,
+                features + 1, target, features, fields);
         if (out->n == rows.capacity && grow_rows(&rows) != PF_OK)
-            return fail(err, PF_ERR_NOMEM, (long long)line_start,
-                        "%s: line %lld: out of memory for %lld rows", what, line_no,
-                        (long long)out->n + 1);
+            return pf_error_set_offset(err, PF_ERR_NOMEM, (long long)line_start,
+                                       "%s: line %lld: out of memory for %lld rows", what, line_no,
+                                       (long long)out->n + 1);
         pf_status status =
             parse_row(text, line_start, line_len, line_no, what, classification, out, err);
         if (status != PF_OK)
@@ -483,8 +478,8 @@ static pf_status parse_csv(const char *text, size_t len, const char *what, int f
         out->n++;
     }
     if (out->n == 0)
-        return fail(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
-                    len == 0 ? "empty file" : "no data rows");
+        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
+                                   len == 0 ? "empty file" : "no data rows");
     out->num_classes = classification ? (int)max_label + 1 : 0;
     shrink_rows(out);
     return PF_OK;
@@ -497,8 +492,8 @@ pf_status pf_csv_parse(const char *text, size_t len, const char *what, int featu
     if (!what)
         what = "csv";
     if (features < 1 || features > PF_MAX_UNITS)
-        return fail(err, PF_ERR_INVALID, -1, "%s: feature count %d outside [1, %d]", what, features,
-                    PF_MAX_UNITS);
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "%s: feature count %d outside [1, %d]",
+                                   what, features, PF_MAX_UNITS);
     pf_status status = parse_csv(text, len, what, features, classification, out, err);
     if (status != PF_OK)
         pf_dataset_deinit(out);
@@ -561,27 +556,30 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         status =
             pf_synthetic_linear(d->w, d->b, d->noise, n, spec->training.seed, test ? 2 : 1, out);
         if (status == PF_ERR_NOMEM)
-            return fail(err, status, -1, "out of memory for %lld synthetic examples", (long long)n);
+            return pf_error_set_offset(err, status, -1, "out of memory for %lld synthetic examples",
+                                       (long long)n);
         if (status != PF_OK) {
-            fail(err, status, -1, "synthetic_linear: %s (n %lld, w %g, b %g, noise %g)",
-                 pf_strerror(status), (long long)n, d->w, d->b, d->noise);
+            pf_error_set_offset(err, status, -1,
+                                "synthetic_linear: %s (n %lld, w %g, b %g, noise %g)",
+                                pf_strerror(status), (long long)n, d->w, d->b, d->noise);
             set_pointer(err, "/data");
         }
         return status;
     }
     if (d->format != PF_DATA_IDX && d->format != PF_DATA_CSV) {
-        fail(err, PF_ERR_UNSUPPORTED, -1, "unknown data format %d", (int)d->format);
+        pf_error_set_offset(err, PF_ERR_UNSUPPORTED, -1, "unknown data format %d", (int)d->format);
         set_pointer(err, "/data/format");
         return PF_ERR_UNSUPPORTED;
     }
 
     int wanted = d->format == PF_DATA_IDX ? 2 : 1;
     if (test && n_files == 0)
-        return fail(err, PF_ERR_NOT_FOUND, -1, "the job names no test set (data.test is empty)");
+        return pf_error_set_offset(err, PF_ERR_NOT_FOUND, -1,
+                                   "the job names no test set (data.test is empty)");
     if (n_files != wanted) {
-        fail(err, PF_ERR_SPEC, -1, "data.%s needs %d file%s for %s, got %d",
-             test ? "test" : "train", wanted, wanted > 1 ? "s" : "",
-             d->format == PF_DATA_IDX ? "idx (images, labels)" : "csv", n_files);
+        pf_error_set_offset(err, PF_ERR_SPEC, -1, "data.%s needs %d file%s for %s, got %d",
+                            test ? "test" : "train", wanted, wanted > 1 ? "s" : "",
+                            d->format == PF_DATA_IDX ? "idx (images, labels)" : "csv", n_files);
         set_pointer(err, pointer);
         return PF_ERR_SPEC;
     }
@@ -603,20 +601,22 @@ pf_status pf_dataset_load(const pf_job_spec *spec, bool test, pf_dataset *out, p
 
     const pf_model_spec *m = &spec->model;
     if (out->features != m->inputs) {
-        status = fail(err, PF_ERR_SPEC, -1, "data has %d features but model.inputs is %d",
-                      out->features, m->inputs);
+        status =
+            pf_error_set_offset(err, PF_ERR_SPEC, -1, "data has %d features but model.inputs is %d",
+                                out->features, m->inputs);
         set_pointer(err, "/model/inputs");
     } else if (m->type != PF_MODEL_LINEAR && out->num_classes == 0) {
         /* Regression targets would be cast to class indices: refuse rather than read out of
          * bounds in the loss. */
-        status = fail(err, PF_ERR_SPEC, -1,
-                      "data has regression targets but model.type %s needs class labels",
-                      m->type == PF_MODEL_MLP ? "mlp" : "softmax");
+        status =
+            pf_error_set_offset(err, PF_ERR_SPEC, -1,
+                                "data has regression targets but model.type %s needs class labels",
+                                m->type == PF_MODEL_MLP ? "mlp" : "softmax");
         set_pointer(err, "/model/type");
     } else if (m->type != PF_MODEL_LINEAR && out->num_classes > m->outputs) {
-        status =
-            fail(err, PF_ERR_SPEC, -1, "data has %d classes (labels 0..%d) but model.outputs is %d",
-                 out->num_classes, out->num_classes - 1, m->outputs);
+        status = pf_error_set_offset(err, PF_ERR_SPEC, -1,
+                                     "data has %d classes (labels 0..%d) but model.outputs is %d",
+                                     out->num_classes, out->num_classes - 1, m->outputs);
         set_pointer(err, "/model/outputs");
     }
     if (status != PF_OK)

@@ -19,6 +19,7 @@
 
 #include "psflow/mem.h"
 #include "psflow/spec.h"
+#include "tests/support/counting_alloc.h"
 
 #define SPEC_DIR  PSFLOW_TEST_DATA "/spec"
 #define MAX_FILES 256
@@ -607,34 +608,11 @@ static void test_copy_and_names(void **state) {
 
 /* --- failing allocations ---------------------------------------------------------------------- */
 
-static long budget = -1; /* allocations left before failing; -1 = no limit */
-static long failures;
-
-static bool take(void) {
-    if (budget == 0) {
-        failures++;
-        return false;
-    }
-    if (budget > 0)
-        budget--;
-    return true;
-}
-
-static void *failing_malloc(size_t n) {
-    return take() ? malloc(n) : NULL;
-}
-
-static void *failing_realloc(void *p, size_t n) {
-    return take() ? realloc(p, n) : NULL;
-}
-
-static const pf_allocator failing = {failing_malloc, failing_realloc, free};
-
 /* Parse, serialise and copy with allocation k failing (and every one after it). */
 static void run_with_budget(long k) {
     pf_job_spec s, c;
     pf_error err;
-    budget = k;
+    use_counting(k);
     pf_status st = parse_text(design_example, &s, &err);
     if (st != PF_OK && st != PF_ERR_NOMEM)
         fail_msg("budget %ld: parse gave %s (%s)", k, pf_strerror(st), err.message);
@@ -654,17 +632,14 @@ static void run_with_budget(long k) {
 
 static void test_failing_allocator(void **state) {
     (void)state;
-    pf_mem_set_allocator(&failing);
     long k = 0;
     for (;; k++) {
-        failures = 0;
         run_with_budget(k);
-        if (failures == 0)
+        if (alloc_refused == 0)
             break; /* k allocations were enough for everything */
         assert_true(k < 1000);
     }
-    pf_mem_set_allocator(NULL);
-    budget = -1;
+    use_libc();
     print_message("pf allocator: failed each of the first %ld allocations\n", k);
 }
 
@@ -677,21 +652,20 @@ static void test_failing_jansson_allocator(void **state) {
     assert_int_equal(parse_text(design_example, &s, &err), PF_OK);
     char *want = pf_job_spec_to_json(&s);
     assert_non_null(want);
-    json_set_alloc_funcs(failing_malloc, free);
+    json_set_alloc_funcs(counting_malloc, counting_free);
     long k = 0;
     for (;; k++) {
-        failures = 0;
-        budget = k;
+        counting_budget(k);
         char *json = pf_job_spec_to_json(&s);
         if (json)
             assert_string_equal(json, want);
         pf_free(json);
-        if (failures == 0)
+        if (alloc_refused == 0)
             break;
         assert_true(k < 10000);
     }
     json_set_alloc_funcs(malloc, free);
-    budget = -1;
+    counting_budget(-1);
     print_message("jansson allocator: failed each of the first %ld allocations\n", k);
     pf_free(want);
     pf_job_spec_deinit(&s);

@@ -20,6 +20,7 @@
 
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
+#include "tests/support/counting_alloc.h"
 
 #define TFC_DIR   PSFLOW_TEST_DATA "/tf_config"
 #define MAX_FILES 256
@@ -233,51 +234,9 @@ static pf_status add_one(pf_tf_config *cfg, const char *job, const char *addr) {
 
 /* --- failing allocator ------------------------------------------------------------------------ */
 
-static long budget;  /* allocations left before failing; < 0: never fail */
-static long live;    /* blocks allocated and not freed */
-static bool refused; /* an allocation failed since the last reset */
-
-static void *limited_malloc(size_t size) {
-    if (budget == 0) {
-        refused = true;
-        return NULL;
-    }
-    if (budget > 0)
-        budget--;
-    void *p = malloc(size);
-    if (p)
-        live++;
-    return p;
-}
-
-static void *limited_realloc(void *ptr, size_t size) {
-    if (budget == 0) {
-        refused = true;
-        return NULL;
-    }
-    if (budget > 0)
-        budget--;
-    void *p = realloc(ptr, size);
-    if (p && !ptr)
-        live++;
-    return p;
-}
-
-static void counted_free(void *ptr) {
-    live--;
-    free(ptr);
-}
-
-static void limit_allocations(long n) {
-    static const pf_allocator limited = {limited_malloc, limited_realloc, counted_free};
-    budget = n;
-    refused = false;
-    pf_mem_set_allocator(&limited);
-}
-
 static int restore_allocator(void **state) {
     (void)state;
-    pf_mem_set_allocator(NULL);
+    use_libc();
     return 0;
 }
 
@@ -1284,8 +1243,7 @@ static void test_failing_allocator_parse(void **state) {
         for (long k = 0;; k++) {
             pf_tf_config c;
             pf_error err;
-            live = 0;
-            limit_allocations(k);
+            use_counting(k);
             pf_status st = pf_tf_config_parse(text, len, &c, &err);
             char *s = NULL;
             if (st == PF_OK) {
@@ -1298,10 +1256,10 @@ static void test_failing_allocator_parse(void **state) {
                 assert_true(is_zeroed(&c));
                 assert_string_equal(err.message, "TF_CONFIG: out of memory");
             }
-            bool done = !refused;
-            pf_mem_set_allocator(NULL);
-            if (live != 0)
-                fail_msg("%s, %ld allocations: %ld blocks leaked", names[i], k, live);
+            bool done = alloc_refused == 0;
+            use_libc();
+            if (alloc_live != 0)
+                fail_msg("%s, %ld allocations: %ld blocks leaked", names[i], k, alloc_live);
             if (done) {
                 assert_non_null(s);
                 break;
@@ -1320,21 +1278,20 @@ static void test_failing_allocator_build(void **state) {
     addr_list *ws = make_addrs("w", 5);
     for (long k = 0;; k++) {
         pf_tf_config c;
-        live = 0;
         pf_tf_config_init(&c);
-        limit_allocations(-1);
+        use_counting(-1);
         assert_int_equal(add_one(&c, "ps", "p:1"), PF_OK);
         const char *gappy[] = {NULL, "e1:1"};
         assert_int_equal(pf_tf_config_add_job(&c, "evaluator", gappy, 2), PF_OK);
         c.has_task = true;
         snprintf(c.task_type, sizeof c.task_type, "ps");
 
-        limit_allocations(k);
+        counting_budget(k);
         /* A new job, then a replacement of an existing one, then the text. */
         pf_status st1 = pf_tf_config_add_job(&c, "worker", (const char *const *)ws->addrs, 5);
         pf_status st2 = pf_tf_config_add_job(&c, "ps", (const char *const *)ws->addrs, 2);
         char *s = pf_tf_config_format(&c);
-        bool done = !refused;
+        bool done = alloc_refused == 0;
         assert_true(st1 == PF_OK || st1 == PF_ERR_NOMEM);
         assert_true(st2 == PF_OK || st2 == PF_ERR_NOMEM);
         /* A failed call changed nothing. */
@@ -1347,9 +1304,9 @@ static void test_failing_allocator_build(void **state) {
             pf_free(s);
         }
         pf_tf_config_deinit(&c);
-        pf_mem_set_allocator(NULL);
-        if (live != 0)
-            fail_msg("%ld allocations: %ld blocks leaked", k, live);
+        use_libc();
+        if (alloc_live != 0)
+            fail_msg("%ld allocations: %ld blocks leaked", k, alloc_live);
         if (done) {
             assert_int_equal(st1, PF_OK);
             assert_int_equal(st2, PF_OK);

@@ -23,6 +23,7 @@
 #include "psflow/data.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
+#include "tests/support/counting_alloc.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define MAX_CASES  128
@@ -129,36 +130,6 @@ static int list_dir(const char *dir, const char *suffix, bool strip, char **name
 static void free_names(char **names, int n) {
     for (int i = 0; i < n; i++)
         free(names[i]);
-}
-
-/* An allocator that fails once `budget` allocations have succeeded (budget < 0: never)
- * and records the largest single request. */
-static long budget = -1;
-static size_t largest_request;
-
-static bool spend(size_t size) {
-    if (size > largest_request)
-        largest_request = size;
-    if (budget == 0)
-        return false;
-    if (budget > 0)
-        budget--;
-    return true;
-}
-
-static void *test_malloc_fn(size_t size) {
-    return spend(size) ? malloc(size) : NULL;
-}
-
-static void *test_realloc_fn(void *ptr, size_t size) {
-    return spend(size) ? realloc(ptr, size) : NULL;
-}
-
-static void install_allocator(long allocations) {
-    static const pf_allocator a = {test_malloc_fn, test_realloc_fn, free};
-    budget = allocations;
-    largest_request = 0;
-    pf_mem_set_allocator(&a);
 }
 
 /* --- fixture: a temp dir holding the tiny set, plain and gzip-compressed ----------------- */
@@ -281,10 +252,10 @@ static void test_idx_invalid_files(void **state) {
         assert_true(file_exists(labels));
         pf_dataset ds;
         pf_error err;
-        install_allocator(-1);
+        use_counting(-1);
         pf_status st = pf_idx_load(images, labels, &ds, &err);
-        size_t largest = largest_request;
-        pf_mem_set_allocator(NULL);
+        size_t largest = alloc_largest;
+        use_libc();
         if (st != PF_ERR_FORMAT)
             print_error("%s: got %s (%s)\n", names[i], pf_strerror(st), err.message);
         assert_int_equal(st, PF_ERR_FORMAT);
@@ -386,10 +357,10 @@ static void test_idx_size_cap(void **state) {
     assert_int_equal(gzclose(f), Z_OK);
     pf_dataset ds;
     pf_error err;
-    install_allocator(-1);
+    use_counting(-1);
     pf_status st = pf_idx_load(path, fx->plain_labels, &ds, &err);
-    size_t largest = largest_request;
-    pf_mem_set_allocator(NULL);
+    size_t largest = alloc_largest;
+    use_libc();
     unlink(path);
     assert_int_equal(st, PF_ERR_FORMAT);
     assert_non_null(strstr(err.message, "larger than the 256 MiB limit"));
@@ -973,9 +944,9 @@ static void test_failing_allocator(void **state) {
             pf_dataset ds;
             pf_error err;
             pf_error_clear(&err);
-            install_allocator(k);
+            use_counting(k);
             pf_status st = loaders[l](fx, &ds, &err);
-            pf_mem_set_allocator(NULL);
+            use_libc();
             if (st == PF_OK) {
                 assert_true(ds.n > 0 && ds.x && ds.y);
                 pf_dataset_deinit(&ds);
@@ -992,9 +963,9 @@ static void test_failing_allocator(void **state) {
     }
     /* The sampler reports failure as NULL. */
     for (long k = 0; k < 2; k++) {
-        install_allocator(k);
+        use_counting(k);
         pf_sampler *s = pf_sampler_create(100, 1, true);
-        pf_mem_set_allocator(NULL);
+        use_libc();
         assert_null(s);
     }
 }

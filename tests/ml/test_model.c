@@ -19,6 +19,7 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/rng.h"
+#include "tests/support/counting_alloc.h"
 
 #define MAX_REL_ERR 1e-4
 #define FD_STEP     1e-6
@@ -361,19 +362,14 @@ static void test_init(void **state) {
 }
 
 /* Every allocation failure in pf_model_create is reported, never a crash or a leak. */
-static int fail_after;
-static void *failing_malloc(size_t n) {
-    return fail_after-- > 0 ? malloc(n) : NULL;
-}
 static void test_create_nomem(void **state) {
     (void)state;
     pf_model_spec s = mlp_spec(PF_ACT_TANH);
     for (int k = 0; k < 12; k++) {
-        fail_after = k;
-        pf_mem_set_allocator(&(pf_allocator){failing_malloc, realloc, free});
+        use_counting(k);
         pf_model *m = NULL;
         pf_status st = pf_model_create(&s, pf_backend_openblas(), 4, &m);
-        pf_mem_set_allocator(NULL);
+        use_libc();
         assert_true(st == PF_OK || st == PF_ERR_NOMEM);
         if (st == PF_OK)
             pf_model_destroy(m);

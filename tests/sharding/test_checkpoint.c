@@ -23,6 +23,7 @@
 #include "psflow/placement.h"
 #include "psflow/safetensors.h"
 #include "psflow/spec.h"
+#include "tests/support/counting_alloc.h"
 
 #define JOB    "ckpt-mlp"
 #define MAX_PS 2
@@ -866,16 +867,6 @@ static void test_export_tiling(void **state) {
 
 /* --- allocation failures ------------------------------------------------------------------- */
 
-static int fail_after; /* allocations left before pf_malloc starts failing */
-
-static void *failing_malloc(size_t n) {
-    return fail_after-- > 0 ? malloc(n) : NULL;
-}
-
-static void *failing_realloc(void *p, size_t n) {
-    return fail_after-- > 0 ? realloc(p, n) : NULL;
-}
-
 static void test_allocation_failures(void **state) {
     (void)state;
     pf_job_spec spec;
@@ -890,7 +881,6 @@ static void test_allocation_failures(void **state) {
     local_shards l;
     local_of(&pl, 1, &s, &l);
     pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots};
-    const pf_allocator failing = {failing_malloc, failing_realloc, free};
     pf_error err;
     /* Every allocation of each operation fails in turn: each gives PF_ERR_NOMEM (or
      * succeeds once enough are allowed) and never crashes or leaks. */
@@ -898,8 +888,7 @@ static void test_allocation_failures(void **state) {
         pf_status st = PF_ERR_NOMEM;
         int limit;
         for (limit = 0; st == PF_ERR_NOMEM && limit < 10000; limit++) {
-            fail_after = limit;
-            pf_mem_set_allocator(&failing);
+            use_counting(limit);
             pf_checkpoint_ps *c = NULL;
             pf_checkpoint_model *m = NULL;
             int64_t *steps = NULL;
@@ -921,7 +910,7 @@ static void test_allocation_failures(void **state) {
                 st = pf_checkpoint_prune(job_dir, 1, &removed, &err);
                 break;
             }
-            pf_mem_set_allocator(NULL);
+            use_libc();
             pf_checkpoint_ps_destroy(c);
             pf_checkpoint_model_destroy(m);
             pf_free(steps);

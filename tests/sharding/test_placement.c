@@ -21,6 +21,7 @@
 #include "psflow/model.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
+#include "tests/support/counting_alloc.h"
 
 #define EXAMPLE_MLP PSFLOW_TEST_DATA "/../../examples/fashion-mnist-mlp.json"
 
@@ -606,61 +607,26 @@ static void test_deterministic_and_deinit(void **state) {
 
 /* --- failing allocator ---------------------------------------------------------------------- */
 
-static long budget = -1; /* allocations left before failing; -1 = unlimited */
-static long live;        /* blocks allocated and not yet freed */
-
-static void *counting_malloc(size_t n) {
-    if (budget == 0)
-        return NULL;
-    if (budget > 0)
-        budget--;
-    void *p = malloc(n);
-    if (p)
-        live++;
-    return p;
-}
-
-static void *counting_realloc(void *p, size_t n) {
-    if (budget == 0)
-        return NULL;
-    if (budget > 0)
-        budget--;
-    void *q = realloc(p, n);
-    if (q && !p)
-        live++;
-    return q;
-}
-
-static void counting_free(void *p) {
-    if (p)
-        live--;
-    free(p);
-}
-
-static const pf_allocator counting = {counting_malloc, counting_realloc, counting_free};
-
 static void test_failing_allocator(void **state) {
     (void)state;
     const pf_placement_strategy strategies[] = {PF_PLACE_ROUND_ROBIN, PF_PLACE_GREEDY};
     for (int s = 0; s < 2; s++) {
         pf_job_spec spec = job(mlp(30, 20, 10, 4), 3, strategies[s], part_fixed(3));
-        pf_mem_set_allocator(&counting);
         long k = 0;
         for (;; k++) {
             pf_placement pl;
             memset(&pl, 0xab, sizeof pl); /* compute needs no prior init */
-            budget = k;
-            live = 0;
+            use_counting(k);
             pf_status st = pf_placement_compute(&spec, &pl);
-            budget = -1;
+            counting_budget(-1);
             if (st == PF_OK) {
                 check_invariants(&spec, &pl);
                 pf_placement_deinit(&pl);
-                assert_int_equal(live, 0);
+                assert_int_equal(alloc_live, 0);
                 break;
             }
             assert_int_equal(st, PF_ERR_NOMEM);
-            assert_int_equal(live, 0); /* nothing leaked */
+            assert_int_equal(alloc_live, 0); /* nothing leaked */
             assert_int_equal(pl.n_shards, 0);
             assert_null(pl.shards);
             assert_null(pl.bytes_per_ps);
@@ -668,7 +634,7 @@ static void test_failing_allocator(void **state) {
             pf_placement_deinit(&pl); /* and nothing to free */
             assert_true(k < 100);
         }
-        pf_mem_set_allocator(NULL);
+        use_libc();
         /* The three owned arrays (and greedy's heap) are allocated, so k counts them all. */
         assert_true(k >= 3);
         print_message("%s: failed each of the first %ld allocations\n",

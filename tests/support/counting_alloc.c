@@ -6,27 +6,55 @@
 #include "psflow/mem.h"
 
 long alloc_count;
+long alloc_refused;
+long alloc_live;
+size_t alloc_largest;
 static long alloc_budget = -1; /* < 0: never fail */
 
-static void *count_malloc(size_t n) {
-    if (alloc_budget >= 0 && alloc_count >= alloc_budget)
-        return NULL;
+/* Whether an allocation of n bytes is granted; counts it either way. */
+static int grant(size_t n) {
+    if (n > alloc_largest)
+        alloc_largest = n;
+    if (alloc_budget >= 0 && alloc_count >= alloc_budget) {
+        alloc_refused++;
+        return 0;
+    }
     alloc_count++;
-    return malloc(n);
+    return 1;
 }
 
-static void *count_realloc(void *p, size_t n) {
-    if (alloc_budget >= 0 && alloc_count >= alloc_budget)
-        return NULL;
-    alloc_count++;
-    return realloc(p, n);
+void *counting_malloc(size_t n) {
+    void *p = grant(n) ? malloc(n) : NULL;
+    if (p)
+        alloc_live++;
+    return p;
 }
 
-static const pf_allocator counting = {count_malloc, count_realloc, free};
+void *counting_realloc(void *p, size_t n) {
+    void *q = grant(n) ? realloc(p, n) : NULL;
+    if (q && !p)
+        alloc_live++;
+    return q;
+}
+
+void counting_free(void *p) {
+    if (p)
+        alloc_live--;
+    free(p);
+}
+
+static const pf_allocator counting = {counting_malloc, counting_realloc, counting_free};
+
+void counting_budget(long budget) {
+    alloc_count = 0;
+    alloc_refused = 0;
+    alloc_budget = budget;
+}
 
 void use_counting(long budget) {
-    alloc_count = 0;
-    alloc_budget = budget;
+    counting_budget(budget);
+    alloc_live = 0;
+    alloc_largest = 0;
     pf_mem_set_allocator(&counting);
 }
 

@@ -270,7 +270,9 @@ static pf_status ps_checkpoint_write(ps_server *s, uint64_t step, char *path, si
         slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS;
     }
     pf_checkpoint_shards shards = {n, info, values, n_slots ? slots : NULL};
-    st = pf_checkpoint_write_ps(dir, s->task, version(s), &s->spec, &shards, path, len, NULL, err);
+    st = pf_checkpoint_write_ps(dir, s->task, version(s), &s->spec,
+                                pf_optim_slots_of(&s->spec.optimizer), &shards, path, len, NULL,
+                                err);
 done:
     pf_free(values);
     pf_free(slot_ptrs);
@@ -468,7 +470,8 @@ static pf_status restore(ps_server *s, pf_error *err) {
     for (int i = 0; i < n; i++)
         info[i] = *ps_shards_info(s->shards, i);
     pf_checkpoint_ps *c;
-    st = pf_checkpoint_load_ps(step_dir, s->task, info, n, &s->spec.optimizer, &c, err);
+    st = pf_checkpoint_load_ps(step_dir, s->task, info, n, pf_optim_slots_of(&s->spec.optimizer),
+                               &c, err);
     pf_free(info);
     if (st != PF_OK)
         return st;

@@ -9,33 +9,27 @@
 #include <assert.h>
 #include <math.h>
 
+/* Every optimizer's slots: TensorFlow's slot names (tf.compat.v1.train's get_slot_names())
+ * and the suffixes of its slot variables, which name them in checkpoints. */
+static const pf_optim_slots slot_table[] = {
+    [PF_OPT_SGD] = {"sgd", 0, {NULL, NULL}, {NULL, NULL}},
+    [PF_OPT_MOMENTUM] = {"momentum", 1, {"momentum", NULL}, {"Momentum", NULL}},
+    [PF_OPT_ADAGRAD] = {"adagrad", 1, {"accumulator", NULL}, {"Adagrad", NULL}},
+    [PF_OPT_ADAM] = {"adam", 2, {"m", "v"}, {"Adam", "Adam_1"}},
+};
+
+const pf_optim_slots *pf_optim_slots_of(const pf_optimizer_spec *spec) {
+    size_t t = (size_t)spec->type;
+    return t < sizeof slot_table / sizeof slot_table[0] ? &slot_table[t] : &slot_table[PF_OPT_SGD];
+}
+
 int pf_optim_num_slots(const pf_optimizer_spec *spec) {
-    switch (spec->type) {
-    case PF_OPT_SGD:
-        return 0;
-    case PF_OPT_MOMENTUM:
-    case PF_OPT_ADAGRAD:
-        return 1;
-    case PF_OPT_ADAM:
-        return 2;
-    }
-    return 0;
+    return pf_optim_slots_of(spec)->n;
 }
 
 const char *pf_optim_slot_name(const pf_optimizer_spec *spec, int i) {
-    if (i < 0 || i >= pf_optim_num_slots(spec))
-        return NULL;
-    switch (spec->type) {
-    case PF_OPT_MOMENTUM:
-        return "momentum";
-    case PF_OPT_ADAGRAD:
-        return "accumulator";
-    case PF_OPT_ADAM:
-        return i == 0 ? "m" : "v";
-    case PF_OPT_SGD:
-        break;
-    }
-    return NULL;
+    const pf_optim_slots *s = pf_optim_slots_of(spec);
+    return i >= 0 && i < s->n ? s->name[i] : NULL;
 }
 
 void pf_optim_slot_init(const pf_optimizer_spec *spec, const pf_backend *be, int i, float *slot,

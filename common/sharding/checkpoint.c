@@ -134,26 +134,16 @@ static int64_t view_count(const pf_tensor_view *v) {
     return c;
 }
 
-/* TensorFlow's slot variable suffix for slot k of the optimizer. */
-static const char *slot_suffix(pf_optimizer_type type, int k) {
-    switch (type) {
-    case PF_OPT_MOMENTUM:
-        return "Momentum";
-    case PF_OPT_ADAGRAD:
-        return "Adagrad";
-    case PF_OPT_ADAM:
-        return k == 0 ? "Adam" : "Adam_1";
-    case PF_OPT_SGD:
-        break;
-    }
-    assert(!"optimizer without slots");
-    return "";
-}
+#define SLOT_NAME_MAX (PF_SHARD_NAME_MAX + 32) /* "<shard>/Momentum" */
 
-#define SLOT_NAME_MAX (PF_SHARD_NAME_MAX + 16) /* "<shard>/Momentum" */
-
-static void slot_name(char out[SLOT_NAME_MAX], const char *shard, pf_optimizer_type type, int k) {
-    snprintf(out, SLOT_NAME_MAX, "%s/%s", shard, slot_suffix(type, k));
+/* The tensor name of slot k of a shard: "<shard>/<the optimizer's slot variable suffix>". */
+static pf_status slot_name(char out[SLOT_NAME_MAX], const char *shard, const pf_optim_slots *optim,
+                           int k, pf_error *err) {
+    int w = snprintf(out, SLOT_NAME_MAX, "%s/%s", shard, optim->variable[k]);
+    if (w < 0 || w >= SLOT_NAME_MAX)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "slot variable name %s/%s too long", shard,
+                            optim->variable[k]);
+    return PF_OK;
 }
 
 /* --- paths -------------------------------------------------------------------------------- */
@@ -216,14 +206,14 @@ static char *shards_json(const pf_checkpoint_shards *sh, const pf_var_info *vars
 }
 
 pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t version,
-                                 const pf_job_spec *spec, const pf_checkpoint_shards *shards,
-                                 char *path_out, size_t path_len, int64_t *bytes_out,
-                                 pf_error *err) {
+                                 const pf_job_spec *spec, const pf_optim_slots *optim,
+                                 const pf_checkpoint_shards *shards, char *path_out,
+                                 size_t path_len, int64_t *bytes_out, pf_error *err) {
     pf_var_info vars[PF_MAX_VARS];
     int nv = pf_model_layout(&spec->model, vars);
-    int n = shards->n, n_slots = pf_optim_num_slots(&spec->optimizer);
-    if (ps_task < 0 || n < 0 || (n > 0 && (!shards->info || !shards->values)) ||
-        (n > 0 && n_slots > 0 && !shards->slots))
+    int n = shards->n, n_slots = optim->n;
+    if (ps_task < 0 || n < 0 || n_slots < 0 || n_slots > PF_OPTIM_MAX_SLOTS ||
+        (n > 0 && (!shards->info || !shards->values)) || (n > 0 && n_slots > 0 && !shards->slots))
         return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d: invalid checkpoint arguments",
                             ps_task);
     for (int i = 0; i < n; i++) {
@@ -257,7 +247,8 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
         t[(size_t)i * (size_t)(1 + n_slots)] = v;
         for (int k = 0; k < n_slots; k++) {
             char *sn = names[(size_t)i * (size_t)n_slots + (size_t)k];
-            slot_name(sn, s->name, spec->optimizer.type, k);
+            if ((st = slot_name(sn, s->name, optim, k, err)) != PF_OK)
+                goto done;
             v.name = sn;
             v.data = shards->slots[i][k];
             t[(size_t)i * (size_t)(1 + n_slots) + 1 + (size_t)k] = v;
@@ -267,8 +258,7 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
     snprintf(task_text, sizeof task_text, "%d", ps_task);
     snprintf(version_text, sizeof version_text, "%llu", (unsigned long long)version);
     const char *keys[] = {"psflow_job", "ps_task", "version", "optimizer", "psflow_shards"};
-    const char *values[] = {spec->name, task_text, version_text,
-                            pf_optimizer_type_name(spec->optimizer.type), shards_meta};
+    const char *values[] = {spec->name, task_text, version_text, optim->optimizer, shards_meta};
     if ((st = pf_fs_make_dirs(step_dir, err)) != PF_OK)
         goto done;
     if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, 5, err)) != PF_OK)
@@ -670,10 +660,10 @@ static pf_status expect_tensor(const pf_safetensors *st, const char *path, const
 }
 
 pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shard_info *info, int n,
-                                const pf_optimizer_spec *opt, pf_checkpoint_ps **out,
+                                const pf_optim_slots *optim, pf_checkpoint_ps **out,
                                 pf_error *err) {
     *out = NULL;
-    if (ps_task < 0 || n < 0 || (n > 0 && !info))
+    if (ps_task < 0 || n < 0 || (n > 0 && !info) || optim->n < 0 || optim->n > PF_OPTIM_MAX_SLOTS)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d: invalid restore arguments", ps_task);
     char name[PF_CKPT_FILE_NAME_MAX], path[PF_CKPT_PATH_MAX];
     ps_file_name(ps_task, name);
@@ -702,10 +692,10 @@ pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shar
                           ps_task);
         goto fail;
     }
-    if (optimizer && strcmp(optimizer, pf_optimizer_type_name(opt->type)) != 0) {
+    if (optimizer && strcmp(optimizer, optim->optimizer) != 0) {
         st =
             pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: written with optimizer %s, the job uses %s",
-                         path, optimizer, pf_optimizer_type_name(opt->type));
+                         path, optimizer, optim->optimizer);
         goto fail;
     }
     c->values = pf_calloc((size_t)n, sizeof *c->values);
@@ -715,14 +705,13 @@ pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shar
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
         goto fail;
     }
-    int n_slots = pf_optim_num_slots(opt);
     for (int i = 0; i < n; i++) {
         st = expect_tensor(c->st, path, info[i].name, info[i].count, &c->values[i], err);
-        for (int k = 0; st == PF_OK && k < n_slots; k++) {
+        for (int k = 0; st == PF_OK && k < optim->n; k++) {
             char sn[SLOT_NAME_MAX];
-            slot_name(sn, info[i].name, opt->type, k);
-            st = expect_tensor(c->st, path, sn, info[i].count,
-                               &c->slot_ptrs[(size_t)i * PF_OPTIM_MAX_SLOTS + (size_t)k], err);
+            if ((st = slot_name(sn, info[i].name, optim, k, err)) == PF_OK)
+                st = expect_tensor(c->st, path, sn, info[i].count,
+                                   &c->slot_ptrs[(size_t)i * PF_OPTIM_MAX_SLOTS + (size_t)k], err);
         }
         if (st != PF_OK)
             goto fail;

@@ -260,6 +260,27 @@ static void test_slots(void **state) {
     }
 }
 
+/* The one slot table: what pf_optim_slot_name says is what checkpoints get, each optimizer is
+ * named as the spec spells it, and every slot has a variable suffix of its own. */
+static void test_slot_table(void **state) {
+    (void)state;
+    const pf_optimizer_type types[] = {PF_OPT_SGD, PF_OPT_MOMENTUM, PF_OPT_ADAGRAD, PF_OPT_ADAM};
+    for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
+        pf_optimizer_spec spec = make_spec(types[c], 0.01);
+        const pf_optim_slots *t = pf_optim_slots_of(&spec);
+        assert_non_null(t);
+        assert_string_equal(t->optimizer, pf_optimizer_type_name(types[c]));
+        assert_int_equal(t->n, pf_optim_num_slots(&spec));
+        for (int k = 0; k < t->n; k++) {
+            assert_string_equal(t->name[k], pf_optim_slot_name(&spec, k));
+            assert_non_null(t->variable[k]);
+            assert_true(strchr(t->variable[k], '/') == NULL); /* one path component */
+            for (int j = 0; j < k; j++)
+                assert_string_not_equal(t->variable[k], t->variable[j]);
+        }
+    }
+}
+
 static void expect_lr(const pf_optimizer_spec *spec, int64_t step, double want) {
     double got = pf_optim_learning_rate(spec, step);
     if (!(fabs(got - want) <= 1e-15 + 1e-12 * want))
@@ -439,15 +460,11 @@ static void test_empty_range(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),
-        cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_slots),
-        cmocka_unit_test(test_decay),
-        cmocka_unit_test(test_decay_in_apply),
-        cmocka_unit_test(test_subrange),
-        cmocka_unit_test(test_empty_range),
+        cmocka_unit_test(test_sgd),      cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_adagrad),  cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_slots),    cmocka_unit_test(test_slot_table),
+        cmocka_unit_test(test_decay),    cmocka_unit_test(test_decay_in_apply),
+        cmocka_unit_test(test_subrange), cmocka_unit_test(test_empty_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,11 +22,12 @@
  *
  * A ps file holds, for each local shard, the values under the shard's name
  * ("dense_0/kernel", "dense_0/kernel/part_1") and the optimizer slots under TensorFlow's
- * slot names appended to it: momentum "<shard>/Momentum"; adagrad "<shard>/Adagrad"; adam
- * "<shard>/Adam" (m) and "<shard>/Adam_1" (v). Shapes are the shard's: [rows, cols] for
- * kernels, [rows] for biases. String metadata: "psflow_job", "ps_task", "version" (updates
- * applied), "optimizer" (spec name) and "psflow_shards", a JSON array with one object per
- * shard, {"name", "variable", "shard", "num_shards", "row_offset", "shape",
+ * slot variable names appended to it, as the optimizer's pf_optim_slots gives them
+ * (optim.h): momentum "<shard>/Momentum"; adagrad "<shard>/Adagrad"; adam "<shard>/Adam"
+ * (m) and "<shard>/Adam_1" (v). This module knows no optimizer by name. Shapes are the shard's:
+ * [rows, cols] for kernels, [rows] for biases. String metadata: "psflow_job", "ps_task", "version"
+ * (updates applied), "optimizer" (pf_optim_slots.optimizer) and "psflow_shards", a JSON array with
+ * one object per shard, {"name", "variable", "shard", "num_shards", "row_offset", "shape",
  * "variable_shape"}, so that export can merge the shards without the job spec.
  *
  * All functions are reentrant and may be called from any thread; none keeps global state.
@@ -41,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "psflow/optim.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
@@ -74,17 +76,18 @@ typedef struct pf_checkpoint_shards {
 
 /* Writes step_dir/ps-<ps_task>.safetensors (creating step_dir and its parents as needed,
  * then fsyncing step_dir after the rename). `version` is the number of updates the ps has
- * applied; `spec` gives the job name, the optimizer (which slots to write) and the model
- * layout (variable names and shapes for "psflow_shards"). On success *path_out (when not
+ * applied; `spec` gives the job name and the model layout (variable names and shapes for
+ * "psflow_shards"); `optim` the slots shards carries and their names (the job's:
+ * pf_optim_slots_of(&spec->optimizer)). On success *path_out (when not
  * NULL, path_len bytes) receives the file's path and *bytes_out (when not NULL) its size.
  * Errors: PF_ERR_INVALID (a shard whose var index, shape or count disagrees with the
  * model, or missing slot data), PF_ERR_IO (names the path and OS error), PF_ERR_NOMEM.
  * Rewriting the file of a committed checkpoint makes that checkpoint incomplete until its
  * manifest is written again. */
 pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t version,
-                                 const pf_job_spec *spec, const pf_checkpoint_shards *shards,
-                                 char *path_out, size_t path_len, int64_t *bytes_out,
-                                 pf_error *err);
+                                 const pf_job_spec *spec, const pf_optim_slots *optim,
+                                 const pf_checkpoint_shards *shards, char *path_out,
+                                 size_t path_len, int64_t *bytes_out, pf_error *err);
 
 /* One file a manifest lists. */
 typedef struct pf_checkpoint_file {
@@ -154,20 +157,19 @@ typedef struct pf_checkpoint_ps pf_checkpoint_ps;
 
 /* Reads step_dir/ps-<ps_task>.safetensors and checks it holds every expected local shard
  * (info[0..n), the ps's placement entries in local order) with info[i].count elements, and
- * each of the optimizer's slots for it. Errors: PF_ERR_NOT_FOUND (no such file),
+ * each of optim's slots for it. Errors: PF_ERR_NOT_FOUND (no such file),
  * PF_ERR_FORMAT (a tensor missing or of the wrong size, named in the message; a bad
- * "version", a "ps_task" other than ps_task or an "optimizer" other than opt's),
+ * "version", a "ps_task" other than ps_task or an "optimizer" other than optim's),
  * PF_ERR_UNSUPPORTED, PF_ERR_IO, PF_ERR_NOMEM. Tensors the ps does not expect are ignored.
  * The manifest is not consulted: pass a step_dir that pf_checkpoint_find_latest returned. */
 pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shard_info *info, int n,
-                                const pf_optimizer_spec *opt, pf_checkpoint_ps **out,
-                                pf_error *err);
+                                const pf_optim_slots *optim, pf_checkpoint_ps **out, pf_error *err);
 void pf_checkpoint_ps_destroy(pf_checkpoint_ps *c);
 
 /* The loaded version (updates applied when the file was written). */
 uint64_t pf_checkpoint_ps_version(const pf_checkpoint_ps *c);
 
-/* values[i] (info[i].count floats) and slots[i][k] (k < pf_optim_num_slots) for local shard
+/* values[i] (info[i].count floats) and slots[i][k] (k < optim->n) for local shard
  * i, host memory borrowed from c and valid until pf_checkpoint_ps_destroy: exactly the
  * arguments ps_shards_restore() takes. slots is never NULL (its rows are empty when the
  * optimizer has no slots). */

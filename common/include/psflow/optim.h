@@ -9,7 +9,9 @@
  *
  * Slots: sgd has none; momentum has "momentum" (init 0); adagrad "accumulator" (init
  * initial_accumulator_value); adam "m" and "v" (init 0). Slot buffers are owned by the
- * caller; pf_optim_slot_init fills them.
+ * caller; pf_optim_slot_init fills them. One table (pf_optim_slots_of) names the slots for
+ * everything: the functions below, the ps, and the checkpoints that store the slots under
+ * TensorFlow's slot variable names - so an optimizer added to it is checkpointed too.
  */
 #ifndef PSFLOW_OPTIM_H
 #define PSFLOW_OPTIM_H
@@ -21,6 +23,18 @@
 #include "psflow/spec.h"
 
 #define PF_OPTIM_MAX_SLOTS 2
+
+/* An optimizer's slots as stored and restored: plain constant data. */
+typedef struct pf_optim_slots {
+    const char *optimizer;                /* the spec's name for it, "adam": checkpoint metadata */
+    int n;                                /* slot vectors per parameter, 0..PF_OPTIM_MAX_SLOTS */
+    const char *name[PF_OPTIM_MAX_SLOTS]; /* TensorFlow's slot names: "m", "v" */
+    const char *variable[PF_OPTIM_MAX_SLOTS]; /* slot variable suffixes, "<var>/Adam" and
+                                                 "<var>/Adam_1": checkpoint tensor names */
+} pf_optim_slots;
+
+/* The slots of spec's optimizer (static, never NULL). */
+const pf_optim_slots *pf_optim_slots_of(const pf_optimizer_spec *spec);
 
 /* Number of slot vectors (each as long as the params) the optimizer keeps: 0, 1 or 2. */
 int pf_optim_num_slots(const pf_optimizer_spec *spec);

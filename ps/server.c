@@ -19,15 +19,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include <zlib.h>
 
-#include "psflow/checkpoint.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
-#include "psflow/optim.h"
 #include "psflow/placement.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
+#include "ps/checkpoint.h"
 #include "ps/shard.h"
 
 typedef struct peer {
@@ -243,50 +241,13 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     return (int)push_result_wire[r];
 }
 
-/* Writes this task's shards into <checkpoint_dir>/<job>/step-<step>/ps-<task>.safetensors. */
-static pf_status ps_checkpoint_write(ps_server *s, uint64_t step, char *path, size_t len,
-                                     pf_error *err) {
-    char dir[2048];
-    pf_status st =
-        pf_checkpoint_step_dir(s->checkpoint_dir, s->spec.name, (int64_t)step, dir, sizeof dir);
-    if (st != PF_OK)
-        return pf_error_set(err, st, NULL, "checkpoint path too long");
-    int n = ps_shards_count(s->shards);
-    int n_slots = pf_optim_num_slots(&s->spec.optimizer);
-    const float **values = pf_calloc((size_t)(n ? n : 1), sizeof *values);
-    const float **slot_ptrs =
-        pf_calloc((size_t)(n ? n : 1) * PF_OPTIM_MAX_SLOTS, sizeof *slot_ptrs);
-    const float *const **slots = pf_calloc((size_t)(n ? n : 1), sizeof *slots);
-    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
-    if (!values || !slot_ptrs || !slots || !info) {
-        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        info[i] = *ps_shards_info(s->shards, i);
-        values[i] = ps_shards_values(s->shards, i);
-        for (int k = 0; k < n_slots; k++)
-            slot_ptrs[i * PF_OPTIM_MAX_SLOTS + k] = ps_shards_slot(s->shards, i, k);
-        slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS;
-    }
-    pf_checkpoint_shards shards = {n, info, values, n_slots ? slots : NULL};
-    st = pf_checkpoint_write_ps(dir, s->task, version(s), &s->spec,
-                                pf_optim_slots_of(&s->spec.optimizer), &shards, path, len, NULL,
-                                err);
-done:
-    pf_free(values);
-    pf_free(slot_ptrs);
-    pf_free(slots);
-    pf_free(info);
-    return st;
-}
-
 static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                               const pf_wire_checkpoint *c) {
     pf_error err;
     pf_error_clear(&err);
     char path[2048] = "";
-    pf_status st = ps_checkpoint_write(s, c->step, path, sizeof path, &err);
+    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, c->step,
+                                       path, sizeof path, &err);
     pf_wire_checkpoint_ack ack = {
         c->step,
         st == PF_OK ? 0 : PF_WIRE_INTERNAL,
@@ -450,45 +411,6 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     }
 }
 
-/* Restores the newest complete checkpoint of the job, if any. */
-static pf_status restore(ps_server *s, pf_error *err) {
-    char job_dir[2048], step_dir[2048];
-    int64_t step;
-    if (pf_checkpoint_job_dir(s->checkpoint_dir, s->spec.name, job_dir, sizeof job_dir) != PF_OK)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
-    pf_status st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
-    if (st == PF_ERR_NOT_FOUND) {
-        logf_(s, "no checkpoint under %s: starting from the initial values", job_dir);
-        return PF_OK;
-    }
-    if (st != PF_OK)
-        return st;
-    int n = ps_shards_count(s->shards);
-    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
-    if (!info)
-        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-    for (int i = 0; i < n; i++)
-        info[i] = *ps_shards_info(s->shards, i);
-    pf_checkpoint_ps *c;
-    st = pf_checkpoint_load_ps(step_dir, s->task, info, n, pf_optim_slots_of(&s->spec.optimizer),
-                               &c, err);
-    pf_free(info);
-    if (st != PF_OK)
-        return st;
-    ps_shards_restore(s->shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
-                      pf_checkpoint_ps_slots(c));
-    /* The checksum is over the values this ps will now serve, in local shard order, so an
-     * operator (or a test) can compare them with the checkpoint file. */
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (int i = 0; i < n; i++)
-        crc = crc32(crc, (const Bytef *)ps_shards_values(s->shards, i),
-                    (uInt)(ps_shards_info(s->shards, i)->count * sizeof(float)));
-    logf_(s, "restored from %s (step %lld, version %" PRIu64 ", values crc32 %08lx)", step_dir,
-          (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc);
-    pf_checkpoint_ps_destroy(c);
-    return PF_OK;
-}
-
 pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error *err) {
     *out = NULL;
     ps_server *s = pf_calloc(1, sizeof *s);
@@ -535,8 +457,11 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
         assert(s->local_of[g] < 0 ||
                ps_shards_info(s->shards, s->local_of[g])->offset == s->placement.shards[g].offset);
     /* Restore before listening: a restarted ps never serves fresh values to a running job. */
-    if ((st = restore(s, err)) != PF_OK)
+    char note[3000];
+    if ((st = ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir, note,
+                                    sizeof note, err)) != PF_OK)
         goto fail;
+    logf_(s, "%s", note);
     pf_ws_handlers h = {on_open, on_message, on_close};
     size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
     if ((st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws, err)) !=

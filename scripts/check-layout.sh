@@ -19,7 +19,9 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
 
 LAYERS=(base io job dataplane control compute ml sharding)
-HEADER_ONLY=(tensor:base version:base) # psflow/NAME.h without a NAME.c: its folder
+# psflow/NAME.h without a NAME.c - header-only, or one module in files named by their jobs -
+# and its folder.
+HEADER_ONLY=(tensor:base version:base checkpoint:sharding)
 ROLES=(ps worker coordinator agent cli)
 
 problems=0

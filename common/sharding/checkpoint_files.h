@@ -1,0 +1,35 @@
+/* checkpoint_files.h - what the files of the checkpoint module share (private to
+ * common/sharding/: shard_files.c, manifest.c, export.c; the public API is
+ * psflow/checkpoint.h).
+ */
+#ifndef PSFLOW_SHARDING_CHECKPOINT_FILES_H
+#define PSFLOW_SHARDING_CHECKPOINT_FILES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/checkpoint.h"
+
+#define MANIFEST     "manifest.json"
+#define MANIFEST_TMP "manifest.json.tmp"
+
+/* out = dir + "/" + name; PF_ERR_INVALID (message names the path) when it does not fit. */
+pf_status ckpt_join(char *out, size_t len, const char *dir, const char *name, pf_error *err);
+
+/* "ps-<ps_task>.safetensors", the name of ps task ps_task's file in a step folder. */
+void ckpt_ps_file_name(int ps_task, char out[PF_CKPT_FILE_NAME_MAX]);
+
+/* Parses a non-empty string of decimal digits without sign into *out; -1 when it is not
+ * one or overflows. Leading zeros are allowed only when `canonical` is false. */
+int ckpt_parse_u64(const char *s, bool canonical, uint64_t *out);
+
+/* "step-<N>" with N canonical decimal and at most INT64_MAX; -1 for any other name. */
+int ckpt_parse_step_name(const char *name, int64_t *step);
+
+/* Reads the integer member key of o in [min, max]; -1 when missing, mistyped or out of
+ * range. */
+int ckpt_get_int(json_t *o, const char *key, int64_t min, int64_t max, int64_t *out);
+
+#endif

@@ -1,0 +1,366 @@
+/* export.c - a checkpoint merged into whole variables and written as one safetensors file
+ * (psflow export; see checkpoint.h).
+ *
+ * DESIGN: export trusts a checkpoint only through its manifest, verified with CRC-32. The
+ * shard layout comes from each ps file's "psflow_shards" metadata, not from a job spec, so a
+ * checkpoint exports on its own; the shards of each variable must tile it exactly (every row
+ * once) before any value is copied.
+ */
+#include "psflow/checkpoint.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint_files.h"
+#include "psflow/mem.h"
+#include "psflow/safetensors.h"
+
+/* Last path component of `path` without trailing slashes, into out[len]. */
+static void base_name(const char *path, char *out, size_t len) {
+    size_t end = strlen(path);
+    while (end > 1 && path[end - 1] == '/')
+        end--;
+    size_t begin = end;
+    while (begin > 0 && path[begin - 1] != '/')
+        begin--;
+    snprintf(out, len, "%.*s", (int)(end - begin), path + begin);
+}
+
+struct pf_checkpoint_model {
+    char job[PF_NAME_MAX + 1];
+    int64_t step;
+    int n;
+    char **names;
+    int *ranks;
+    int64_t (*shapes)[2];
+    float **data;
+};
+
+void pf_checkpoint_model_destroy(pf_checkpoint_model *m) {
+    if (!m)
+        return;
+    for (int i = 0; i < m->n; i++) {
+        pf_free(m->names ? m->names[i] : NULL);
+        pf_free(m->data ? m->data[i] : NULL);
+    }
+    pf_free(m->names);
+    pf_free(m->ranks);
+    pf_free(m->shapes);
+    pf_free(m->data);
+    pf_free(m);
+}
+
+const char *pf_checkpoint_model_job(const pf_checkpoint_model *m) {
+    return m->job;
+}
+
+int64_t pf_checkpoint_model_step(const pf_checkpoint_model *m) {
+    return m->step;
+}
+
+int pf_checkpoint_model_count(const pf_checkpoint_model *m) {
+    return m->n;
+}
+
+pf_tensor_view pf_checkpoint_model_get(const pf_checkpoint_model *m, int i) {
+    pf_tensor_view v = {m->names[i], m->ranks[i], {m->shapes[i][0], m->shapes[i][1]}, m->data[i]};
+    return v;
+}
+
+/* One value shard found in a ps file's "psflow_shards". */
+typedef struct shard_entry {
+    const char *variable; /* borrowed from the parsed metadata (kept alive in `metas`) */
+    const char *name;
+    int shard, num_shards, rank;
+    int64_t row_offset, rows, cols, var_rows, var_cols;
+    const float *data; /* rows * cols floats, borrowed from the ps file */
+} shard_entry;
+
+static int cmp_entry(const void *a, const void *b) {
+    const shard_entry *x = a, *y = b;
+    int c = strcmp(x->variable, y->variable);
+    if (c)
+        return c;
+    return (x->row_offset > y->row_offset) - (x->row_offset < y->row_offset);
+}
+
+/* Reads a shape array of rank 1 or 2 with dimensions >= 1; -1 when it is not one. */
+static int get_shape(json_t *o, const char *key, int *rank, int64_t *rows, int64_t *cols) {
+    json_t *a = json_object_get(o, key);
+    size_t r = json_array_size(a);
+    if (!json_is_array(a) || r < 1 || r > 2)
+        return -1;
+    int64_t dims[2] = {1, 1};
+    for (size_t d = 0; d < r; d++) {
+        json_t *v = json_array_get(a, d);
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            return -1;
+        dims[d] = (int64_t)json_integer_value(v);
+    }
+    *rank = (int)r;
+    *rows = dims[0];
+    *cols = dims[1];
+    return 0;
+}
+
+/* Parses one ps file's "psflow_shards" into entries appended to *v. */
+static pf_status collect_entries(const pf_safetensors *st, const char *path, json_t *meta,
+                                 shard_entry **v, size_t *n, size_t *cap, pf_error *err) {
+    if (!json_is_array(meta))
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: metadata 'psflow_shards' is not a JSON array", path);
+    for (size_t i = 0; i < json_array_size(meta); i++) {
+        json_t *o = json_array_get(meta, i);
+        json_t *name = json_object_get(o, "name"), *var = json_object_get(o, "variable");
+        int64_t shard, num_shards, row_offset;
+        shard_entry e = {0};
+        int vrank;
+        if (!json_is_string(name) || !json_is_string(var) || !*json_string_value(var) ||
+            ckpt_get_int(o, "shard", 0, INT32_MAX, &shard) != 0 ||
+            ckpt_get_int(o, "num_shards", 1, INT32_MAX, &num_shards) != 0 ||
+            ckpt_get_int(o, "row_offset", 0, INT64_MAX, &row_offset) != 0 ||
+            get_shape(o, "shape", &e.rank, &e.rows, &e.cols) != 0 ||
+            get_shape(o, "variable_shape", &vrank, &e.var_rows, &e.var_cols) != 0 ||
+            vrank != e.rank || e.cols != e.var_cols || shard >= num_shards)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "%s: psflow_shards[%zu] is not a valid shard description", path, i);
+        e.name = json_string_value(name);
+        e.variable = json_string_value(var);
+        e.shard = (int)shard;
+        e.num_shards = (int)num_shards;
+        e.row_offset = row_offset;
+        pf_tensor_view t;
+        if (pf_safetensors_find(st, e.name, &t) != 0)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' missing", path, e.name);
+        if (t.rank != e.rank || t.shape[0] != e.rows || (e.rank == 2 && t.shape[1] != e.cols))
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "%s: tensor '%s' has another shape than psflow_shards says", path,
+                                e.name);
+        e.data = t.data;
+        if (*n == *cap) {
+            size_t ncap = *cap ? 2 * *cap : 16;
+            shard_entry *nv = pf_mallocarray(ncap, sizeof *nv);
+            if (!nv)
+                return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+            if (*n)
+                memcpy(nv, *v, *n * sizeof *nv);
+            pf_free(*v);
+            *v = nv;
+            *cap = ncap;
+        }
+        (*v)[(*n)++] = e;
+    }
+    return PF_OK;
+}
+
+/* Checks that entries e[0..k) (one variable, sorted by row offset) tile it exactly. */
+static pf_status check_tiling(const shard_entry *e, size_t k, const char *step_dir, pf_error *err) {
+    const char *var = e[0].variable;
+    if (k != (size_t)e[0].num_shards)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: variable '%s' has %zu shards, its metadata says %d", step_dir, var,
+                            k, e[0].num_shards);
+    int64_t next = 0;
+    for (size_t j = 0; j < k; j++) {
+        if (e[j].num_shards != e[0].num_shards || e[j].var_rows != e[0].var_rows ||
+            e[j].var_cols != e[0].var_cols || e[j].rank != e[0].rank)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "%s: shards of variable '%s' disagree on its shape", step_dir, var);
+        if (e[j].row_offset != next || e[j].shard != (int)j)
+            return pf_error_set(
+                err, PF_ERR_FORMAT, NULL, "%s: shards of variable '%s' %s at row %lld (shard '%s')",
+                step_dir, var, e[j].row_offset < next ? "overlap" : "leave a gap",
+                (long long)(e[j].row_offset < next ? e[j].row_offset : next), e[j].name);
+        next += e[j].rows;
+    }
+    if (next != e[0].var_rows)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: shards of variable '%s' cover %lld of its %lld rows", step_dir,
+                            var, (long long)next, (long long)e[0].var_rows);
+    return PF_OK;
+}
+
+/* Resolves dir to a complete step folder and its manifest. */
+static pf_status resolve_checkpoint(const char *dir, char *step_dir, size_t len,
+                                    pf_checkpoint_manifest *m, pf_error *err) {
+    char path[PF_CKPT_PATH_MAX], base[256];
+    pf_status st = ckpt_join(path, sizeof path, dir, MANIFEST, err);
+    if (st != PF_OK)
+        return st;
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return pf_error_set(err, errno == ENOENT ? PF_ERR_NOT_FOUND : PF_ERR_IO, NULL, "%s: %s",
+                            dir, strerror(errno));
+    base_name(dir, base, sizeof base);
+    int64_t named_step = -1;
+    bool is_step = stat(path, &sb) == 0;
+    if (is_step) {
+        if (snprintf(step_dir, len, "%s", dir) >= (int)len)
+            return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long", dir);
+        if (ckpt_parse_step_name(base, &named_step) != 0)
+            named_step = -1;
+    } else {
+        /* find_latest has verified the sizes and checksums already. */
+        int64_t step;
+        st = pf_checkpoint_find_latest(dir, PF_CKPT_VERIFY_CRC, &step, step_dir, len, err);
+        if (st == PF_ERR_NOT_FOUND)
+            return pf_error_set(err, st, NULL, "%s: no complete checkpoint here (%s)", dir,
+                                ckpt_parse_step_name(base, &step) == 0
+                                    ? "this step folder has no manifest.json"
+                                    : "neither a step-<N> folder with a manifest.json nor a job "
+                                      "folder holding one");
+        if (st != PF_OK)
+            return st;
+        named_step = step;
+    }
+    if ((st = pf_checkpoint_manifest_read(step_dir, m, err)) != PF_OK)
+        return st;
+    pf_error local;
+    pf_error_clear(&local);
+    if (named_step >= 0 && m->step != named_step)
+        st = pf_error_set(&local, PF_ERR_FORMAT, NULL, "%s says step %lld", MANIFEST,
+                          (long long)m->step);
+    else if (is_step)
+        st = pf_checkpoint_verify(step_dir, m, PF_CKPT_VERIFY_CRC, &local);
+    if (st != PF_OK) {
+        pf_checkpoint_manifest_deinit(m);
+        return pf_error_set(err, st, NULL, "%s: not a complete checkpoint: %s", step_dir,
+                            local.message);
+    }
+    return PF_OK;
+}
+
+/* Builds the merged model from entries sorted by (variable, row offset). */
+static pf_status assemble(shard_entry *e, size_t n, const char *step_dir, pf_checkpoint_model *m,
+                          pf_error *err) {
+    size_t vars = 0;
+    for (size_t i = 0; i < n; i++)
+        vars += i == 0 || strcmp(e[i].variable, e[i - 1].variable) != 0;
+    if (vars > INT32_MAX)
+        return pf_error_set(err, PF_ERR_RANGE, NULL, "%s: too many variables", step_dir);
+    m->names = pf_calloc(vars, sizeof *m->names);
+    m->ranks = pf_calloc(vars, sizeof *m->ranks);
+    m->shapes = pf_calloc(vars, sizeof *m->shapes);
+    m->data = pf_calloc(vars, sizeof *m->data);
+    if (!m->names || !m->ranks || !m->shapes || !m->data)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
+    for (size_t i = 0; i < n;) {
+        size_t k = 1;
+        while (i + k < n && !strcmp(e[i + k].variable, e[i].variable))
+            k++;
+        pf_status st = check_tiling(e + i, k, step_dir, err);
+        if (st != PF_OK)
+            return st;
+        /* Tiling bounds the size by the shard data actually present in the files. */
+        size_t count = (size_t)e[i].var_rows * (size_t)e[i].var_cols;
+        int v = m->n;
+        m->names[v] = pf_strdup(e[i].variable);
+        m->data[v] = pf_mallocarray(count, sizeof(float));
+        m->n++;
+        if (!m->names[v] || !m->data[v])
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
+        m->ranks[v] = e[i].rank;
+        m->shapes[v][0] = e[i].var_rows;
+        m->shapes[v][1] = e[i].rank == 2 ? e[i].var_cols : 0;
+        for (size_t j = i; j < i + k; j++)
+            memcpy(m->data[v] + (size_t)e[j].row_offset * (size_t)e[j].cols, e[j].data,
+                   (size_t)(e[j].rows * e[j].cols) * sizeof(float));
+        i += k;
+    }
+    return PF_OK;
+}
+
+pf_status pf_checkpoint_merge(const char *dir, pf_checkpoint_model **out, pf_error *err) {
+    *out = NULL;
+    char step_dir[PF_CKPT_PATH_MAX], path[PF_CKPT_PATH_MAX];
+    pf_checkpoint_manifest man;
+    pf_status st = resolve_checkpoint(dir, step_dir, sizeof step_dir, &man, err);
+    if (st != PF_OK)
+        return st;
+    pf_safetensors **files = pf_calloc((size_t)man.num_ps, sizeof *files);
+    json_t **metas = pf_calloc((size_t)man.num_ps, sizeof *metas);
+    pf_checkpoint_model *m = pf_calloc(1, sizeof *m);
+    shard_entry *entries = NULL;
+    size_t n_entries = 0, cap = 0;
+    if (!files || !metas || !m) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
+        goto done;
+    }
+    snprintf(m->job, sizeof m->job, "%s", man.job);
+    m->step = man.step;
+    for (int i = 0; i < man.num_ps && st == PF_OK; i++) {
+        if ((st = ckpt_join(path, sizeof path, step_dir, man.files[i].name, err)) != PF_OK ||
+            (st = pf_safetensors_read(path, &files[i], err)) != PF_OK)
+            break;
+        const char *job = pf_safetensors_meta(files[i], "psflow_job");
+        const char *text = pf_safetensors_meta(files[i], "psflow_shards");
+        if (job && strcmp(job, man.job) != 0) {
+            st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: belongs to job '%s', not '%s'", path,
+                              job, man.job);
+            break;
+        }
+        if (!text) {
+            st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: no 'psflow_shards' metadata", path);
+            break;
+        }
+        json_error_t jerr;
+        metas[i] = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+        st = collect_entries(files[i], path, metas[i], &entries, &n_entries, &cap, err);
+    }
+    if (st != PF_OK)
+        goto done;
+    if (n_entries == 0) {
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: the checkpoint holds no variables",
+                          step_dir);
+        goto done;
+    }
+    qsort(entries, n_entries, sizeof *entries, cmp_entry);
+    st = assemble(entries, n_entries, step_dir, m, err);
+done:
+    for (int i = 0; files && metas && i < man.num_ps; i++) {
+        pf_safetensors_destroy(files[i]);
+        json_decref(metas[i]);
+    }
+    pf_free(files);
+    pf_free(metas);
+    pf_free(entries);
+    pf_checkpoint_manifest_deinit(&man);
+    if (st != PF_OK) {
+        pf_checkpoint_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return PF_OK;
+}
+
+pf_status pf_checkpoint_model_write(const pf_checkpoint_model *m, const char *path, pf_error *err) {
+    pf_tensor_view *t = pf_mallocarray((size_t)m->n, sizeof *t);
+    if (!t)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+    for (int i = 0; i < m->n; i++)
+        t[i] = pf_checkpoint_model_get(m, i);
+    char step[24];
+    snprintf(step, sizeof step, "%lld", (long long)m->step);
+    const char *keys[] = {"psflow_job", "global_step"};
+    const char *values[] = {m->job, step};
+    pf_status st = pf_safetensors_write(path, t, m->n, keys, values, 2, err);
+    pf_free(t);
+    return st;
+}
+
+pf_status pf_checkpoint_export(const char *dir, const char *out_path, int64_t *step,
+                               pf_error *err) {
+    pf_checkpoint_model *m;
+    pf_status st = pf_checkpoint_merge(dir, &m, err);
+    if (st != PF_OK)
+        return st;
+    st = pf_checkpoint_model_write(m, out_path, err);
+    if (st == PF_OK && step)
+        *step = m->step;
+    pf_checkpoint_model_destroy(m);
+    return st;
+}

@@ -1,0 +1,321 @@
+/* shard_files.c - the checkpoint file of each ps task: step folder paths, writing a ps's
+ * shards and optimizer slots into ps-<i>.safetensors, and loading them back for a restore
+ * (see checkpoint.h).
+ *
+ * DESIGN: a ps file is a safetensors file, renamed into place and its folder fsynced by
+ * pf_safetensors_write; it names every tensor after its shard and slot (the optimizer's
+ * pf_optim_slots give the slot suffixes) and carries the shard layout as metadata, so that
+ * export can merge it without the job spec. Loading checks every expected tensor and its
+ * size before the ps takes any value from it.
+ */
+#include "psflow/checkpoint.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint_files.h"
+#include "psflow/fs.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
+#include "psflow/optim.h"
+#include "psflow/safetensors.h"
+
+/* --- helpers the checkpoint files share ------------------------------------------------------ */
+
+pf_status ckpt_join(char *out, size_t len, const char *dir, const char *name, pf_error *err) {
+    int w = snprintf(out, len, "%s/%s", dir, name);
+    if (w < 0 || (size_t)w >= len)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s/%s: path too long", dir, name);
+    return PF_OK;
+}
+
+void ckpt_ps_file_name(int ps_task, char out[PF_CKPT_FILE_NAME_MAX]) {
+    snprintf(out, PF_CKPT_FILE_NAME_MAX, "ps-%d.safetensors", ps_task);
+}
+
+int ckpt_parse_u64(const char *s, bool canonical, uint64_t *out) {
+    if (!*s || (canonical && s[0] == '0' && s[1] != '\0'))
+        return -1;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* --- names -------------------------------------------------------------------------------- */
+
+static int64_t view_count(const pf_tensor_view *v) {
+    int64_t c = 1;
+    for (int d = 0; d < v->rank; d++)
+        c *= v->shape[d];
+    return c;
+}
+
+#define SLOT_NAME_MAX (PF_SHARD_NAME_MAX + 32) /* "<shard>/Momentum" */
+
+/* The tensor name of slot k of a shard: "<shard>/<the optimizer's slot variable suffix>". */
+static pf_status slot_name(char out[SLOT_NAME_MAX], const char *shard, const pf_optim_slots *optim,
+                           int k, pf_error *err) {
+    int w = snprintf(out, SLOT_NAME_MAX, "%s/%s", shard, optim->variable[k]);
+    if (w < 0 || w >= SLOT_NAME_MAX)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "slot variable name %s/%s too long", shard,
+                            optim->variable[k]);
+    return PF_OK;
+}
+
+/* --- paths -------------------------------------------------------------------------------- */
+
+pf_status pf_checkpoint_job_dir(const char *root, const char *job, char *out, size_t len) {
+    int w = snprintf(out, len, "%s/%s", root, job);
+    return w < 0 || (size_t)w >= len ? PF_ERR_INVALID : PF_OK;
+}
+
+pf_status pf_checkpoint_step_dir(const char *root, const char *job, int64_t step, char *out,
+                                 size_t len) {
+    if (step < 0)
+        return PF_ERR_INVALID;
+    int w = snprintf(out, len, "%s/%s/step-%lld", root, job, (long long)step);
+    return w < 0 || (size_t)w >= len ? PF_ERR_INVALID : PF_OK;
+}
+
+/* --- writing a ps file -------------------------------------------------------------------- */
+
+static json_t *shape_json(int rank, int64_t rows, int64_t cols) {
+    return rank == 2 ? json_pack("[I,I]", (json_int_t)rows, (json_int_t)cols)
+                     : json_pack("[I]", (json_int_t)rows);
+}
+
+/* Checks one shard entry against the model layout. */
+static pf_status check_shard(const pf_shard_info *s, const pf_var_info *vars, int nv,
+                             pf_error *err) {
+    if (s->var < 0 || s->var >= nv)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "shard '%s': variable index %d out of range",
+                            s->name, s->var);
+    const pf_var_info *v = &vars[s->var];
+    int64_t cols = v->rank == 2 ? v->shape[1] : 1;
+    if (s->rank != v->rank || s->shape[0] < 1 || s->shape[1] != cols || s->row_offset < 0 ||
+        s->row_offset + s->shape[0] > v->shape[0] || s->num_shards < 1 || s->shard < 0 ||
+        s->shard >= s->num_shards || s->count != (size_t)(s->shape[0] * cols))
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "shard '%s' does not fit variable '%s' of the model", s->name, v->name);
+    return PF_OK;
+}
+
+/* The "psflow_shards" metadata: one object per shard, as compact JSON (free with free()). */
+static char *shards_json(const pf_checkpoint_shards *sh, const pf_var_info *vars) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < sh->n; i++) {
+        const pf_shard_info *s = &sh->info[i];
+        const pf_var_info *v = &vars[s->var];
+        json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:I, s:o, s:o}", "name", s->name, "variable",
+                              v->name, "shard", s->shard, "num_shards", s->num_shards, "row_offset",
+                              (json_int_t)s->row_offset, "shape",
+                              shape_json(s->rank, s->shape[0], s->shape[1]), "variable_shape",
+                              shape_json(v->rank, v->shape[0], v->shape[1]));
+        if (!o || json_array_append_new(arr, o) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    char *text = arr ? json_dumps(arr, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(arr);
+    return text;
+}
+
+pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t version,
+                                 const pf_job_spec *spec, const pf_optim_slots *optim,
+                                 const pf_checkpoint_shards *shards, char *path_out,
+                                 size_t path_len, int64_t *bytes_out, pf_error *err) {
+    pf_var_info vars[PF_MAX_VARS];
+    int nv = pf_model_layout(&spec->model, vars);
+    int n = shards->n, n_slots = optim->n;
+    if (ps_task < 0 || n < 0 || n_slots < 0 || n_slots > PF_OPTIM_MAX_SLOTS ||
+        (n > 0 && (!shards->info || !shards->values)) || (n > 0 && n_slots > 0 && !shards->slots))
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d: invalid checkpoint arguments",
+                            ps_task);
+    for (int i = 0; i < n; i++) {
+        pf_status st = check_shard(&shards->info[i], vars, nv, err);
+        if (st != PF_OK)
+            return st;
+        int missing = !shards->values[i];
+        for (int k = 0; k < n_slots; k++)
+            missing |= !shards->slots[i] || !shards->slots[i][k];
+        if (missing)
+            return pf_error_set(err, PF_ERR_INVALID, NULL, "shard '%s': no data given",
+                                shards->info[i].name);
+    }
+    char name[PF_CKPT_FILE_NAME_MAX], path[PF_CKPT_PATH_MAX];
+    ckpt_ps_file_name(ps_task, name);
+    pf_status st = ckpt_join(path, sizeof path, step_dir, name, err);
+    if (st != PF_OK)
+        return st;
+
+    size_t n_tensors = (size_t)n * (size_t)(1 + n_slots);
+    pf_tensor_view *t = pf_mallocarray(n_tensors, sizeof *t);
+    char(*names)[SLOT_NAME_MAX] = pf_mallocarray((size_t)n * (size_t)n_slots, sizeof *names);
+    char *shards_meta = shards_json(shards, vars);
+    if (!t || !names || !shards_meta) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const pf_shard_info *s = &shards->info[i];
+        pf_tensor_view v = {s->name, s->rank, {s->shape[0], s->shape[1]}, shards->values[i]};
+        t[(size_t)i * (size_t)(1 + n_slots)] = v;
+        for (int k = 0; k < n_slots; k++) {
+            char *sn = names[(size_t)i * (size_t)n_slots + (size_t)k];
+            if ((st = slot_name(sn, s->name, optim, k, err)) != PF_OK)
+                goto done;
+            v.name = sn;
+            v.data = shards->slots[i][k];
+            t[(size_t)i * (size_t)(1 + n_slots) + 1 + (size_t)k] = v;
+        }
+    }
+    char task_text[24], version_text[24];
+    snprintf(task_text, sizeof task_text, "%d", ps_task);
+    snprintf(version_text, sizeof version_text, "%llu", (unsigned long long)version);
+    const char *keys[] = {"psflow_job", "ps_task", "version", "optimizer", "psflow_shards"};
+    const char *values[] = {spec->name, task_text, version_text, optim->optimizer, shards_meta};
+    if ((st = pf_fs_make_dirs(step_dir, err)) != PF_OK)
+        goto done;
+    if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, 5, err)) != PF_OK)
+        goto done;
+    struct stat sb; /* pf_safetensors_write has fsynced step_dir after the rename */
+    if (stat(path, &sb) != 0) {
+        st = pf_error_set(err, PF_ERR_IO, NULL, "%s: %s", path, strerror(errno));
+        goto done;
+    }
+    if (path_out && snprintf(path_out, path_len, "%s", path) >= (int)path_len) {
+        st = pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long for the caller", path);
+        goto done;
+    }
+    if (bytes_out)
+        *bytes_out = (int64_t)sb.st_size;
+done:
+    pf_free(t);
+    pf_free(names);
+    free(shards_meta); /* from jansson's allocator */
+    return st;
+}
+
+/* --- restoring a ps ----------------------------------------------------------------------- */
+
+struct pf_checkpoint_ps {
+    pf_safetensors *st;
+    uint64_t version;
+    const float **values;       /* [n] */
+    const float **slot_ptrs;    /* [n * PF_OPTIM_MAX_SLOTS] */
+    const float *const **slots; /* [n]: slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS */
+};
+
+void pf_checkpoint_ps_destroy(pf_checkpoint_ps *c) {
+    if (!c)
+        return;
+    pf_safetensors_destroy(c->st);
+    pf_free(c->values);
+    pf_free(c->slot_ptrs);
+    pf_free(c->slots);
+    pf_free(c);
+}
+
+uint64_t pf_checkpoint_ps_version(const pf_checkpoint_ps *c) {
+    return c->version;
+}
+
+const float *const *pf_checkpoint_ps_values(const pf_checkpoint_ps *c) {
+    return c->values;
+}
+
+const float *const *const *pf_checkpoint_ps_slots(const pf_checkpoint_ps *c) {
+    return c->slots;
+}
+
+/* Finds tensor `name` with `count` elements in st. */
+static pf_status expect_tensor(const pf_safetensors *st, const char *path, const char *name,
+                               size_t count, const float **data, pf_error *err) {
+    pf_tensor_view v;
+    if (pf_safetensors_find(st, name, &v) != 0)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' missing", path, name);
+    if (view_count(&v) != (int64_t)count)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: tensor '%s' has %lld elements, expected %zu", path, name,
+                            (long long)view_count(&v), count);
+    *data = v.data;
+    return PF_OK;
+}
+
+pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shard_info *info, int n,
+                                const pf_optim_slots *optim, pf_checkpoint_ps **out,
+                                pf_error *err) {
+    *out = NULL;
+    if (ps_task < 0 || n < 0 || (n > 0 && !info) || optim->n < 0 || optim->n > PF_OPTIM_MAX_SLOTS)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d: invalid restore arguments", ps_task);
+    char name[PF_CKPT_FILE_NAME_MAX], path[PF_CKPT_PATH_MAX];
+    ckpt_ps_file_name(ps_task, name);
+    pf_status st = ckpt_join(path, sizeof path, step_dir, name, err);
+    if (st != PF_OK)
+        return st;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return pf_error_set(err, PF_ERR_NOT_FOUND, NULL, "%s: missing", path);
+    pf_checkpoint_ps *c = pf_calloc(1, sizeof *c);
+    if (!c)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+    if ((st = pf_safetensors_read(path, &c->st, err)) != PF_OK)
+        goto fail;
+    const char *version = pf_safetensors_meta(c->st, "version");
+    const char *task = pf_safetensors_meta(c->st, "ps_task");
+    const char *optimizer = pf_safetensors_meta(c->st, "optimizer");
+    uint64_t task_v = 0;
+    if (!version || ckpt_parse_u64(version, false, &c->version) != 0) {
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                          "%s: metadata 'version' missing or not a number", path);
+        goto fail;
+    }
+    if (task && (ckpt_parse_u64(task, false, &task_v) != 0 || task_v != (uint64_t)ps_task)) {
+        st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: written by ps task %s, not %d", path, task,
+                          ps_task);
+        goto fail;
+    }
+    if (optimizer && strcmp(optimizer, optim->optimizer) != 0) {
+        st =
+            pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: written with optimizer %s, the job uses %s",
+                         path, optimizer, optim->optimizer);
+        goto fail;
+    }
+    c->values = pf_calloc((size_t)n, sizeof *c->values);
+    c->slot_ptrs = pf_calloc((size_t)n * PF_OPTIM_MAX_SLOTS, sizeof *c->slot_ptrs);
+    c->slots = pf_calloc((size_t)n, sizeof *c->slots);
+    if (!c->values || !c->slot_ptrs || !c->slots) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        st = expect_tensor(c->st, path, info[i].name, info[i].count, &c->values[i], err);
+        for (int k = 0; st == PF_OK && k < optim->n; k++) {
+            char sn[SLOT_NAME_MAX];
+            if ((st = slot_name(sn, info[i].name, optim, k, err)) == PF_OK)
+                st = expect_tensor(c->st, path, sn, info[i].count,
+                                   &c->slot_ptrs[(size_t)i * PF_OPTIM_MAX_SLOTS + (size_t)k], err);
+        }
+        if (st != PF_OK)
+            goto fail;
+        c->slots[i] = c->slot_ptrs + (size_t)i * PF_OPTIM_MAX_SLOTS;
+    }
+    *out = c;
+    return PF_OK;
+fail:
+    pf_checkpoint_ps_destroy(c);
+    return st;
+}

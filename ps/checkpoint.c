@@ -1,0 +1,87 @@
+/* checkpoint.c - a ps task's shards into its checkpoint file and back (see checkpoint.h). */
+#include "ps/checkpoint.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <zlib.h>
+
+#include "psflow/checkpoint.h"
+#include "psflow/mem.h"
+#include "psflow/optim.h"
+
+pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, int task,
+                              const char *checkpoint_dir, uint64_t step, char *path, size_t len,
+                              pf_error *err) {
+    char dir[2048];
+    pf_status st =
+        pf_checkpoint_step_dir(checkpoint_dir, spec->name, (int64_t)step, dir, sizeof dir);
+    if (st != PF_OK)
+        return pf_error_set(err, st, NULL, "checkpoint path too long");
+    /* The arguments pf_checkpoint_write_ps takes: pointers into the shards, local order. */
+    int n = ps_shards_count(shards);
+    const pf_optim_slots *optim = pf_optim_slots_of(&spec->optimizer);
+    const float **values = pf_calloc((size_t)(n ? n : 1), sizeof *values);
+    const float **slot_ptrs =
+        pf_calloc((size_t)(n ? n : 1) * PF_OPTIM_MAX_SLOTS, sizeof *slot_ptrs);
+    const float *const **slots = pf_calloc((size_t)(n ? n : 1), sizeof *slots);
+    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
+    if (!values || !slot_ptrs || !slots || !info) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        info[i] = *ps_shards_info(shards, i);
+        values[i] = ps_shards_values(shards, i);
+        for (int k = 0; k < optim->n; k++)
+            slot_ptrs[i * PF_OPTIM_MAX_SLOTS + k] = ps_shards_slot(shards, i, k);
+        slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS;
+    }
+    pf_checkpoint_shards sh = {n, info, values, optim->n ? slots : NULL};
+    st = pf_checkpoint_write_ps(dir, task, ps_shards_stats(shards).version, spec, optim, &sh, path,
+                                len, NULL, err);
+done:
+    pf_free(values);
+    pf_free(slot_ptrs);
+    pf_free(slots);
+    pf_free(info);
+    return st;
+}
+
+pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
+                                const char *checkpoint_dir, char *note, size_t len, pf_error *err) {
+    char job_dir[2048], step_dir[2048];
+    int64_t step;
+    if (pf_checkpoint_job_dir(checkpoint_dir, spec->name, job_dir, sizeof job_dir) != PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    pf_status st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
+    if (st == PF_ERR_NOT_FOUND) {
+        snprintf(note, len, "no checkpoint under %s: starting from the initial values", job_dir);
+        return PF_OK;
+    }
+    if (st != PF_OK)
+        return st;
+    int n = ps_shards_count(shards);
+    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
+    if (!info)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (int i = 0; i < n; i++)
+        info[i] = *ps_shards_info(shards, i);
+    pf_checkpoint_ps *c;
+    st = pf_checkpoint_load_ps(step_dir, task, info, n, pf_optim_slots_of(&spec->optimizer), &c,
+                               err);
+    pf_free(info);
+    if (st != PF_OK)
+        return st;
+    ps_shards_restore(shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
+                      pf_checkpoint_ps_slots(c));
+    /* The checksum is over the values this ps will now serve, in local shard order, so an
+     * operator (or a test) can compare them with the checkpoint file. */
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < n; i++)
+        crc = crc32(crc, (const Bytef *)ps_shards_values(shards, i),
+                    (uInt)(ps_shards_info(shards, i)->count * sizeof(float)));
+    snprintf(note, len, "restored from %s (step %lld, version %" PRIu64 ", values crc32 %08lx)",
+             step_dir, (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc);
+    pf_checkpoint_ps_destroy(c);
+    return PF_OK;
+}

@@ -1,0 +1,35 @@
+/* checkpoint.h - a ps task's side of checkpoints: its shards (values, optimizer slots and
+ * version) written into its file of a step folder when the chief asks, and restored from the
+ * newest complete checkpoint of the job when the task starts. The files themselves are
+ * psflow/checkpoint.h's.
+ *
+ * Called on the ps's service thread (write) or before it serves (restore): nothing else
+ * touches the shards meanwhile.
+ */
+#ifndef PSFLOW_PS_CHECKPOINT_H
+#define PSFLOW_PS_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+#include "ps/shard.h"
+
+/* Writes the shards of ps task `task` into <checkpoint_dir>/<job>/step-<step>/
+ * ps-<task>.safetensors; path[len] receives the file's path. Errors: PF_ERR_INVALID (a
+ * path too long), PF_ERR_NOMEM, and those of pf_checkpoint_write_ps. */
+pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, int task,
+                              const char *checkpoint_dir, uint64_t step, char *path, size_t len,
+                              pf_error *err);
+
+/* Restores the shards from the newest complete checkpoint of the job under checkpoint_dir,
+ * when there is one, and says in note[len] what it did (a line for the task's log: where
+ * it restored from, the step and version, and a CRC-32 of the values it will now serve;
+ * or that it starts from the initial values). Errors: PF_ERR_INVALID (a path too long),
+ * PF_ERR_NOMEM, and those of pf_checkpoint_find_latest (but PF_ERR_NOT_FOUND, which means
+ * no checkpoint yet) and pf_checkpoint_load_ps; the shards are unchanged on error. */
+pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
+                                const char *checkpoint_dir, char *note, size_t len, pf_error *err);
+
+#endif

@@ -22,7 +22,7 @@
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 
-enum { REQ_DATA, REQ_CHECKPOINT, REQ_STATS };
+enum { REQ_DATA, REQ_CHECKPOINT };
 
 typedef struct ps_link {
     int index;
@@ -30,11 +30,11 @@ typedef struct ps_link {
     int port;
     uint32_t *ids; /* global shard ids this ps holds */
     int n_ids;
-    pf_ws_place *places; /* where each shard's values lie in a PULL_REPLY for ids (dst:
-                            the offset into the parameter vector until a request sets it) */
+    pf_ws_place *places; /* where each shard's values lie in a PULL_REPLY for ids
+                            (pf_wire_pull_reply_places; dst set by each request) */
     size_t reply_len;    /* that reply's length */
     pf_wire_out out;     /* the request in flight, kept for resending */
-    int kind;            /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_STATS */
+    int kind;            /* what `out` holds: REQ_DATA (pull/push) or REQ_CHECKPOINT */
     uint64_t ck_step;    /* REQ_CHECKPOINT: to re-encode after a ps restart */
     uint32_t ck_final;
     int swapped; /* REQ_DATA replaced by a pull after a ps restart */
@@ -50,7 +50,6 @@ typedef struct ps_link {
     uint64_t version;
     uint64_t ps_incarnation;
     uint32_t push_result;
-    char *stats; /* STATS_REPLY text */
     /* service thread only */
     pf_wire_in in;
 } ps_link;
@@ -85,7 +84,9 @@ static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *ms
     pthread_cond_broadcast(&c->cv);
 }
 
-/* Copies a PULL_REPLY's tensors into the parameter vector after checking each. */
+/* Takes a PULL_REPLY's tensors into the parameter vector after checking each: a ps answers
+ * with the shards asked for, in request order. A tensor received in place is there
+ * already (its view points at its destination); any other is copied. */
 static pf_status take_values(worker_link *c, ps_link *l, const pf_wire_pull_reply *r, char *msg,
                              size_t len) {
     if (r->n != (uint32_t)l->n_ids) {
@@ -93,26 +94,25 @@ static pf_status take_values(worker_link *c, ps_link *l, const pf_wire_pull_repl
                  l->n_ids);
         return PF_ERR_FORMAT;
     }
-    int placed = pf_ws_message_placed(c->ws); /* the values are in place already */
     for (uint32_t i = 0; i < r->n; i++) {
         const pf_wire_tensor *t = &r->tensors[i];
-        if (t->id >= (uint32_t)c->placement.n_shards ||
-            c->placement.shards[t->id].ps_task != l->index ||
-            t->count != c->placement.shards[t->id].count || (placed && t->id != l->ids[i])) {
-            snprintf(msg, len, "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements%s", l->index,
-                     t->id, t->count, placed ? " out of request order" : "");
+        const pf_shard_info *want = &c->placement.shards[l->ids[i]];
+        if (t->id != l->ids[i] || t->count != want->count) {
+            snprintf(msg, len,
+                     "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements where shard %" PRIu32
+                     " with %zu was asked for",
+                     l->index, t->id, t->count, l->ids[i], want->count);
             return PF_ERR_FORMAT;
         }
-        if (c->params && !placed)
-            memcpy(c->params + c->placement.shards[t->id].offset, t->data,
-                   t->count * sizeof(float));
+        float *dst = c->params ? c->params + want->offset : NULL;
+        if (dst && t->data != dst)
+            memcpy(dst, t->data, t->count * sizeof(float));
     }
     return PF_OK;
 }
 
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
-    (void)ws;
     (void)conn;
     worker_link *c = user;
     ps_link *l = conn_user;
@@ -120,7 +120,9 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     memset(&m, 0, sizeof m);
     pf_error err;
     pf_error_clear(&err);
-    pf_status st = pf_wire_decode(&l->in, data, len, &m, &err);
+    int n_places;
+    const pf_ws_place *places = pf_ws_message_places(ws, &n_places);
+    pf_status st = pf_wire_decode_placed(&l->in, data, len, places, n_places, &m, &err);
     pthread_mutex_lock(&c->mu);
     if (!l->waiting || m.request_id != l->request_id) {
         pthread_mutex_unlock(&c->mu);
@@ -150,13 +152,6 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
                 st = PF_ERR_IO;
                 snprintf(msg, sizeof msg, "ps %d could not checkpoint: %.*s", l->index,
                          (int)m.u.checkpoint_ack.path.len, m.u.checkpoint_ack.path.ptr);
-            }
-            break;
-        case PF_WIRE_STATS_REPLY:
-            pf_free(l->stats);
-            if ((l->stats = pf_malloc(m.u.stats_reply.json.len + 1))) {
-                memcpy(l->stats, m.u.stats_reply.json.ptr, m.u.stats_reply.json.len);
-                l->stats[m.u.stats_reply.json.len] = '\0';
             }
             break;
         case PF_WIRE_ERROR:
@@ -448,17 +443,20 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
             if (c->placement.shards[g].ps_task == p)
                 l->ids[l->n_ids++] = (uint32_t)g;
         l->places = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *l->places);
-        if (!l->places) {
+        uint64_t *counts = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *counts);
+        if (!l->places || !counts) {
+            pf_free(counts);
             st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
             goto fail;
         }
-        size_t pos = PF_WIRE_PULL_REPLY_RECORDS;
-        for (int i = 0; i < l->n_ids; i++) {
-            size_t bytes = (size_t)c->placement.shards[l->ids[i]].count * sizeof(float);
-            l->places[i] = (pf_ws_place){pos + PF_WIRE_RECORD_DATA, bytes, NULL};
-            pos += PF_WIRE_RECORD_DATA + bytes;
+        for (int i = 0; i < l->n_ids; i++)
+            counts[i] = c->placement.shards[l->ids[i]].count;
+        st = pf_wire_pull_reply_places(counts, (uint32_t)l->n_ids, l->places, &l->reply_len);
+        pf_free(counts);
+        if (st != PF_OK) {
+            pf_error_set(err, st, NULL, "ps %d's shards do not fit one message", p);
+            goto fail;
         }
-        l->reply_len = pos;
     }
     pf_ws_handlers h = {on_open, on_message, on_close};
     size_t max_message = 0;
@@ -487,7 +485,6 @@ void worker_link_destroy(worker_link *c) {
         pf_wire_in_deinit(&c->links[p].in);
         pf_free(c->links[p].ids);
         pf_free(c->links[p].places);
-        pf_free(c->links[p].stats);
     }
     pf_free(c->links);
     pf_free(c->views);
@@ -592,31 +589,4 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
             return st;
     }
     return round_trip(c, err);
-}
-
-char *worker_link_stats(worker_link *c, int p, pf_error *err) {
-    ps_link *l = &c->links[p];
-    l->request_id = ++c->next_request;
-    l->kind = REQ_STATS;
-    if (pf_wire_encode_stats(&l->out, l->request_id, err) != PF_OK)
-        return NULL;
-    if (send_request(c, l, 0) != PF_OK)
-        return NULL;
-    pthread_mutex_lock(&c->mu);
-    while (!l->done && !l->closed)
-        pthread_cond_wait(&c->cv, &c->mu);
-    char *text = l->done && l->status == PF_OK && l->stats ? pf_strdup(l->stats) : NULL;
-    if (!text)
-        pf_error_set(err, PF_ERR_IO, NULL, "no statistics from ps %d: %s", p,
-                     l->done ? l->message : "connection lost");
-    pthread_mutex_unlock(&c->mu);
-    return text;
-}
-
-int worker_link_num_ps(const worker_link *c) {
-    return c->n;
-}
-
-const pf_placement *worker_link_placement(const worker_link *c) {
-    return &c->placement;
 }

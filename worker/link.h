@@ -59,10 +59,4 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
  * waits for their acknowledgements. */
 pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err);
 
-/* ps p's statistics as JSON text (new string, pf_free it). */
-char *worker_link_stats(worker_link *c, int p, pf_error *err);
-
-int worker_link_num_ps(const worker_link *c);
-const pf_placement *worker_link_placement(const worker_link *c);
-
 #endif

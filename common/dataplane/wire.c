@@ -13,7 +13,13 @@
  * Encoding validates everything first (so an encoder never emits a frame the decoder
  * would refuse), computes the exact head size, reserves it once, and then writes with
  * stores that cannot fail. Tensor data is recorded as segments: the transport sends it
- * from where it lies (pf_wire_out_parts()) or copies byte ranges (pf_wire_out_copy()).
+ * from where it lies (pf_wire_out_parts()).
+ *
+ * A PULL_REPLY's layout follows from the pull it answers; pf_wire_pull_reply_places() is the
+ * one place that computes it for a receiver, and pf_wire_decode_placed() the one that reads
+ * a reply whose values were received elsewhere: before reading a tensor's header it checks
+ * that the header lies just before that tensor's place, so no byte of a place is ever read
+ * from the receive buffer.
  *
  * Decoded messages are canonical: flags, padding and dtype are checked, lengths must be
  * exact and strings are compared byte for byte, so a message that decodes re-encodes to
@@ -59,9 +65,6 @@ enum {
     ERROR_FIXED = 8,           /* code, message length */
     TENSOR_HEADER = 16,        /* id, dtype, count */
 };
-_Static_assert(PF_WIRE_PULL_REPLY_RECORDS == PF_WIRE_HEADER_SIZE + PULL_REPLY_FIXED &&
-                   PF_WIRE_RECORD_DATA == TENSOR_HEADER,
-               "the published PULL_REPLY layout matches the codec's");
 
 /* --- little-endian helpers ------------------------------------------------------------- */
 
@@ -278,6 +281,8 @@ typedef struct reader {
     const char *type; /* name for messages */
     pf_wire_in *in;
     pf_error *err;
+    const pf_ws_place *places; /* a PULL_REPLY received in place: where its values went */
+    uint32_t n_places;
 } reader;
 
 static size_t remain(const reader *r) {
@@ -380,6 +385,14 @@ static pf_status rd_tensors(reader *r, uint32_t n, const pf_wire_tensor **out) {
     }
     for (uint32_t i = 0; i < n; i++) {
         size_t off = r->pos;
+        const pf_ws_place *pl = r->places ? &r->places[i] : NULL;
+        /* Received in place: the record's header must end where the values were placed,
+         * or reading it would read a place (or a header not where the sender put it). */
+        if (pl && (pl->pos < off || pl->pos - off != TENSOR_HEADER))
+            return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
+                        "%s: tensor %u's record at offset %zu does not end where its values "
+                        "were received (offset %zu)",
+                        r->type, (unsigned)i, off, pl->pos);
         if (remain(r) < TENSOR_HEADER)
             return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
                         "%s: tensor %u of %u at offset %zu needs a %d-byte header but the "
@@ -401,9 +414,16 @@ static pf_status rd_tensors(reader *r, uint32_t n, const pf_wire_tensor **out) {
                         off + 8,
                         t->count > UINT64_MAX / 4 ? UINT64_MAX : (unsigned long long)t->count * 4,
                         remain(r));
+        if (pl && pl->len != (size_t)t->count * 4)
+            return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off + 8,
+                        "%s: tensor %u (id %u) has %llu bytes of values where %zu were received "
+                        "in place",
+                        r->type, (unsigned)i, (unsigned)t->id, (unsigned long long)t->count * 4,
+                        pl->len);
         /* 4-byte aligned: the header, every fixed part and every tensor are multiples of 4
-         * and the message start is 4-aligned (checked in pf_wire_decode). */
-        t->data = (const float *)(const void *)(r->b + r->pos);
+         * and the message start is 4-aligned (checked in pf_wire_decode). In place, the
+         * values are where the transport put them. */
+        t->data = pl ? (const float *)pl->dst : (const float *)(const void *)(r->b + r->pos);
         r->pos += (size_t)t->count * 4;
     }
     *out = in->views;
@@ -478,6 +498,10 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
             return st;
         if ((st = rd_count(r, TENSOR_HEADER, "tensor count n", &p->n)) != PF_OK)
             return st;
+        if (r->places && p->n != r->n_places)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r->pos - 4,
+                        "PULL_REPLY: %u tensors where %u were received in place", (unsigned)p->n,
+                        (unsigned)r->n_places);
         return rd_tensors(r, p->n, &p->tensors);
     }
     case PF_WIRE_PUSH:
@@ -532,20 +556,31 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
                 (unsigned)type);
 }
 
-pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_msg *out,
-                         pf_error *err) {
+/* pf_wire_decode, with places[0 .. n_places) received elsewhere when places is not NULL. */
+static pf_status decode(pf_wire_in *in, const void *msg, size_t len, const pf_ws_place *places,
+                        uint32_t n_places, pf_wire_msg *out, pf_error *err) {
     memset(out, 0, sizeof *out);
     pf_error_clear(err);
     in->code = PF_WIRE_OK;
     if ((uintptr_t)msg % 4 != 0)
         return fail(in, err, PF_ERR_INVALID, PF_WIRE_INTERNAL, 0,
                     "receive buffer is not 4-byte aligned");
+    /* In place, the header and PULL_REPLY's fixed fields must lie before the first place. */
+    if (places && n_places > 0 &&
+        places[0].pos < PF_WIRE_HEADER_SIZE + PULL_REPLY_FIXED + TENSOR_HEADER)
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, places[0].pos,
+                    "values received in place at offset %zu, inside the fixed fields",
+                    places[0].pos);
     pf_wire_header h;
     pf_status st = pf_wire_decode_header(in, msg, len, &h, err);
     out->type = h.type;
     out->request_id = h.request_id;
     if (st != PF_OK)
         return st;
+    if (places && h.type != PF_WIRE_PULL_REPLY)
+        return fail(in, err, PF_ERR_FORMAT, PF_WIRE_UNEXPECTED, 6,
+                    "a %s of %zu bytes arrived where a PULL_REPLY was received in place",
+                    pf_wire_type_name(h.type), len);
     const char *name = pf_wire_type_name(h.type);
     size_t have = len - PF_WIRE_HEADER_SIZE;
     if (have < h.payload_len)
@@ -557,13 +592,46 @@ pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_ms
                     PF_WIRE_HEADER_SIZE + (size_t)h.payload_len,
                     "%s: %zu bytes follow the %llu-byte payload", name,
                     have - (size_t)h.payload_len, (unsigned long long)h.payload_len);
-    reader r = {msg, PF_WIRE_HEADER_SIZE, len, name, in, err};
+    reader r = {msg, PF_WIRE_HEADER_SIZE, len, name, in, err, places, n_places};
     if ((st = decode_payload(&r, h.type, out)) != PF_OK)
         return st;
     if (r.pos != r.end)
         return fail(in, err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r.pos,
                     "%s: %zu bytes left over after the last field, at offset %zu", name, remain(&r),
                     r.pos);
+    return PF_OK;
+}
+
+pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_msg *out,
+                         pf_error *err) {
+    return decode(in, msg, len, NULL, 0, out, err);
+}
+
+pf_status pf_wire_decode_placed(pf_wire_in *in, const void *msg, size_t len,
+                                const pf_ws_place *places, int n, pf_wire_msg *out, pf_error *err) {
+    if (places && (n < 0 || (uint32_t)n > PF_WIRE_MAX_TENSORS)) {
+        memset(out, 0, sizeof *out);
+        return fail(in, err, PF_ERR_INVALID, PF_WIRE_INTERNAL, 0, "%d places", n);
+    }
+    return decode(in, msg, len, places, places ? (uint32_t)n : 0, out, err);
+}
+
+pf_status pf_wire_pull_reply_places(const uint64_t *counts, uint32_t n, pf_ws_place *places,
+                                    size_t *len) {
+    if (n > PF_WIRE_MAX_TENSORS)
+        return PF_ERR_INVALID;
+    uint64_t pos = PF_WIRE_HEADER_SIZE + PULL_REPLY_FIXED;
+    for (uint32_t i = 0; i < n; i++) {
+        if (counts[i] > PF_WIRE_MAX_PAYLOAD / 4)
+            return PF_ERR_RANGE;
+        pos += TENSOR_HEADER;
+        places[i].pos = (size_t)pos;
+        places[i].len = (size_t)counts[i] * 4;
+        pos += counts[i] * 4;
+        if (pos - PF_WIRE_HEADER_SIZE > PF_WIRE_MAX_PAYLOAD)
+            return PF_ERR_RANGE;
+    }
+    *len = (size_t)pos;
     return PF_OK;
 }
 
@@ -1015,46 +1083,6 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
 
 /* --- gathering ------------------------------------------------------------------------- */
 
-size_t pf_wire_out_copy(const pf_wire_out *out, size_t pos, void *dst, size_t len) {
-    if (pos >= out->total)
-        return 0;
-    if (len > out->total - pos)
-        len = out->total - pos;
-    /* First segment whose data ends after pos; everything before pos lies in earlier
-     * pieces. Binary search: a message can have PF_WIRE_MAX_TENSORS segments. */
-    size_t lo = 0, hi = out->n_seg;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (out->seg[mid].pos + out->seg[mid].len <= pos)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    uint8_t *d = dst;
-    const uint8_t *head = out->head.data;
-    size_t done = 0, i = lo;
-    while (done < len) {
-        size_t p = pos + done, want = len - done, n;
-        if (i < out->n_seg && p >= out->seg[i].pos) { /* inside segment i's data */
-            const pf_wire_seg *s = &out->seg[i];
-            size_t off = p - s->pos;
-            n = s->len - off < want ? s->len - off : want;
-            memcpy(d + done, (const uint8_t *)s->data + off, n);
-            if (off + n == s->len)
-                i++;
-        } else if (i < out->n_seg) { /* head bytes just before segment i */
-            const pf_wire_seg *s = &out->seg[i];
-            n = s->pos - p < want ? s->pos - p : want;
-            memcpy(d + done, head + s->head_off - (s->pos - p), n);
-        } else { /* head bytes after the last segment */
-            n = want;
-            memcpy(d + done, head + out->head.len - (out->total - p), n);
-        }
-        done += n;
-    }
-    return len;
-}
-
 size_t pf_wire_out_parts(const pf_wire_out *out, struct iovec *parts, size_t max) {
     size_t n = 0, head = 0; /* head bytes already placed */
     const uint8_t *h = out->head.data;
@@ -1080,6 +1108,20 @@ pf_status pf_wire_out_gather(const pf_wire_out *out, pf_buf *dst) {
     pf_status st = pf_buf_extend(dst, out->total, &p);
     if (st != PF_OK)
         return st;
-    pf_wire_out_copy(out, 0, p, out->total);
+    /* The pieces pf_wire_out_parts lists, copied in order. */
+    uint8_t *d = p;
+    size_t head = 0;
+    for (size_t i = 0; i <= out->n_seg; i++) {
+        size_t upto = i < out->n_seg ? out->seg[i].head_off : out->head.len;
+        if (upto > head) {
+            memcpy(d, out->head.data + head, upto - head);
+            d += upto - head;
+            head = upto;
+        }
+        if (i < out->n_seg) {
+            memcpy(d, out->seg[i].data, out->seg[i].len);
+            d += out->seg[i].len;
+        }
+    }
     return PF_OK;
 }

@@ -42,6 +42,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "psflow/buf.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 
@@ -51,78 +52,21 @@
 #define RX_CHUNK      (64u << 10) /* bytes libwebsockets reads per readable event */
 #define WS_GUID       "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
-/* --- SHA-1 and base64, for Sec-WebSocket-Accept --------------------------------------------- */
+/* --- the handshake's key ---------------------------------------------------------------------- */
 
-static uint32_t rol(uint32_t x, int n) {
-    return (x << n) | (x >> (32 - n));
-}
-
-/* SHA-1 of a short message (the handshake key + GUID, < 120 bytes). */
-static void sha1(const uint8_t *msg, size_t len, uint8_t out[20]) {
-    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
-    uint8_t block[128] = {0};
-    size_t total = (len + 9 + 63) / 64 * 64;
-    memcpy(block, msg, len);
-    block[len] = 0x80;
-    uint64_t bits = (uint64_t)len * 8;
-    for (int i = 0; i < 8; i++)
-        block[total - 1 - i] = (uint8_t)(bits >> (8 * i));
-    for (size_t off = 0; off < total; off += 64) {
-        uint32_t w[80];
-        for (int i = 0; i < 16; i++)
-            w[i] = (uint32_t)block[off + 4 * i] << 24 | (uint32_t)block[off + 4 * i + 1] << 16 |
-                   (uint32_t)block[off + 4 * i + 2] << 8 | block[off + 4 * i + 3];
-        for (int i = 16; i < 80; i++)
-            w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-        for (int i = 0; i < 80; i++) {
-            uint32_t f, k;
-            if (i < 20)
-                f = (b & c) | (~b & d), k = 0x5A827999;
-            else if (i < 40)
-                f = b ^ c ^ d, k = 0x6ED9EBA1;
-            else if (i < 60)
-                f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDC;
-            else
-                f = b ^ c ^ d, k = 0xCA62C1D6;
-            uint32_t t = rol(a, 5) + f + e + k + w[i];
-            e = d;
-            d = c;
-            c = rol(b, 30);
-            b = a;
-            a = t;
-        }
-        h[0] += a;
-        h[1] += b;
-        h[2] += c;
-        h[3] += d;
-        h[4] += e;
-    }
-    for (int i = 0; i < 20; i++)
-        out[i] = (uint8_t)(h[i / 4] >> (24 - 8 * (i % 4)));
-}
-
-static void base64(const uint8_t *in, size_t len, char *out) {
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0) |
-                     (i + 2 < len ? in[i + 2] : 0);
-        out[o++] = tab[v >> 18 & 63];
-        out[o++] = tab[v >> 12 & 63];
-        out[o++] = i + 1 < len ? tab[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < len ? tab[v & 63] : '=';
-    }
-    out[o] = '\0';
-}
-
-/* Sec-WebSocket-Accept for a Sec-WebSocket-Key. */
+/* Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 section 4.2.2): base64 of the SHA-1
+ * of the key and the protocol's GUID, by libwebsockets' helpers. A key longer than any
+ * client sends (24 characters) gives "", which matches no answer. */
 static void accept_key(const char *key, char out[32]) {
     char buf[128];
+    unsigned char digest[20];
     int n = snprintf(buf, sizeof buf, "%s%s", key, WS_GUID);
-    uint8_t digest[20];
-    sha1((const uint8_t *)buf, (size_t)n, digest);
-    base64(digest, 20, out);
+    out[0] = '\0';
+    if (n > 0 && (size_t)n < sizeof buf && strlen(key) <= 60) {
+        lws_SHA1((const unsigned char *)buf, (size_t)n, digest);
+        if (lws_b64_encode_string((const char *)digest, 20, out, 32) < 0)
+            out[0] = '\0';
+    }
 }
 
 /* dst = src XOR mask, continuing at mask position `phase`, 8 bytes at a time; dst may be
@@ -210,8 +154,7 @@ typedef struct conn {
     uint8_t frame_mask[4];
     int in_message; /* a fragmented message is being assembled */
     uint8_t control[125];
-    uint8_t *rx;
-    size_t rx_len, rx_cap;
+    pf_buf rx; /* the message being received; len counts placed bytes too */
     /* pf_ws_expect: where the next data message goes; under ws->lock */
     size_t expect_len; /* 0: no expectation */
     pf_ws_place *expect;
@@ -236,7 +179,8 @@ struct pf_ws {
     int pool_n;
     pthread_cond_t direct_done; /* a direct send ended */
     pf_rng rng;                 /* seeds each connection's rng; under lock */
-    int placed;                 /* the message being delivered was received in place */
+    const pf_ws_place *placed;  /* the places of the message being delivered, or NULL */
+    int placed_n;
     pf_ws_handlers h;
     void *user;
     int port;
@@ -256,6 +200,7 @@ static conn *new_conn_locked(pf_ws *ws, void *user) {
     c->id = ++ws->next_id;
     c->user = user;
     c->fd = -1;
+    pf_buf_init(&c->rx, ws->max_message);
     pf_rng_init(&c->rng, pf_rng_next(&ws->rng), c->id);
     c->next = ws->conns;
     ws->conns = c;
@@ -298,13 +243,15 @@ static void finish(pf_ws *ws, conn *c) {
     }
     if (ws->h.on_close)
         ws->h.on_close(ws, c->id, c->user, ws->user);
-    pf_free(c->rx);
+    pf_buf_deinit(&c->rx);
     pf_free(c->expect);
     pf_free(c->place);
     pf_free(c);
 }
 
-uint8_t *pf_ws_buffer(pf_ws *ws, size_t len) {
+/* A send buffer for a message of up to len bytes, from the pool when one is large enough;
+ * NULL when memory is short. Any thread. */
+static uint8_t *take_buffer(pf_ws *ws, size_t len) {
     pthread_mutex_lock(&ws->lock);
     out_msg **best = NULL;
     for (out_msg **p = &ws->pool; *p; p = &(*p)->next)
@@ -344,7 +291,7 @@ static void queue_now(pf_ws *ws, conn *c, out_msg *m) {
 
 /* A raw message (handshake text or a control frame) queued from the loop thread. */
 static int queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len) {
-    uint8_t *b = pf_ws_buffer(ws, len);
+    uint8_t *b = take_buffer(ws, len);
     if (!b)
         return -1;
     memcpy(b, bytes, len);
@@ -462,34 +409,26 @@ static int cursor_iov(const cursor *k, struct iovec *v, int max) {
 /* --- receiving ------------------------------------------------------------------------------ */
 
 static int rx_reserve(pf_ws *ws, conn *c, uint64_t extra) {
-    if (extra > ws->max_message - c->rx_len) {
+    pf_status st = extra > SIZE_MAX ? PF_ERR_RANGE : pf_buf_reserve(&c->rx, (size_t)extra);
+    if (st == PF_ERR_RANGE)
         lwsl_warn("psflow: closing connection %llu: message over %zu bytes\n",
                   (unsigned long long)c->id, ws->max_message);
-        return -1;
-    }
-    if (c->rx_len + extra <= c->rx_cap)
-        return 0;
-    size_t cap = c->rx_cap ? c->rx_cap : 64 * 1024;
-    while (cap < c->rx_len + extra)
-        cap = cap > ws->max_message / 2 ? ws->max_message : cap * 2;
-    uint8_t *p = pf_realloc(c->rx, cap);
-    if (!p)
-        return -1;
-    c->rx = p;
-    c->rx_cap = cap;
-    return 0;
+    return st == PF_OK ? 0 : -1;
 }
 
 static void deliver(pf_ws *ws, conn *c) {
     static const uint32_t empty[1]; /* data for an empty first message: never NULL */
-    size_t n = c->rx_len;
-    c->rx_len = 0;
+    size_t n = c->rx.len;
+    pf_buf_reset(&c->rx);
     c->in_message = 0;
-    ws->placed = c->placing;
+    ws->placed = c->placing ? c->place : NULL;
+    ws->placed_n = c->placing ? c->place_n : 0;
     c->placing = 0;
     if (ws->h.on_message)
-        ws->h.on_message(ws, c->id, c->user, c->rx ? c->rx : (const uint8_t *)empty, n, ws->user);
-    ws->placed = 0;
+        ws->h.on_message(ws, c->id, c->user, c->rx.data ? c->rx.data : (const uint8_t *)empty, n,
+                         ws->user);
+    ws->placed = NULL;
+    ws->placed_n = 0;
 }
 
 /* A data frame begins a message: it is received in place if it is the one expected. */
@@ -516,18 +455,18 @@ static void take_expectation(pf_ws *ws, conn *c, uint64_t len, int whole) {
 static uint8_t *rx_dest(conn *c, size_t pos, size_t *room) {
     *room = SIZE_MAX;
     if (!c->placing)
-        return c->rx + pos;
+        return c->rx.data + pos;
     while (c->place_i < c->place_n && c->place[c->place_i].pos + c->place[c->place_i].len <= pos)
         c->place_i++;
     if (c->place_i == c->place_n)
-        return c->rx + pos;
+        return c->rx.data + pos;
     const pf_ws_place *p = &c->place[c->place_i];
     if (pos >= p->pos) {
         *room = p->pos + p->len - pos;
         return (uint8_t *)p->dst + (pos - p->pos);
     }
     *room = p->pos - pos;
-    return c->rx + pos;
+    return c->rx.data + pos;
 }
 
 /* Parses a frame header once enough bytes are in c->hdr; returns the header's length when
@@ -626,7 +565,7 @@ static int read_direct(pf_ws *ws, conn *c) {
     int fd = c->fd; /* set when the handshake completed; changed only on this thread */
     while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) && c->frame_left > 0) {
         size_t room;
-        uint8_t *dst = rx_dest(c, c->rx_len, &room);
+        uint8_t *dst = rx_dest(c, c->rx.len, &room);
         size_t want = c->frame_left > DIRECT_READ_MAX ? DIRECT_READ_MAX : (size_t)c->frame_left;
         want = want < room ? want : room;
         ssize_t k = recv(fd, dst, want, MSG_DONTWAIT);
@@ -635,7 +574,7 @@ static int read_direct(pf_ws *ws, conn *c) {
         size_t n = (size_t)k;
         if (c->frame_masked)
             apply_mask(dst, n, c->frame_mask, c->frame_done);
-        c->rx_len += n;
+        c->rx.len += n;
         c->frame_done += n;
         c->frame_left -= n;
         if (c->frame_left == 0)
@@ -671,14 +610,14 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
         int control = c->frame_opcode & 0x08;
         for (size_t done = 0; done < n;) {
             size_t room = SIZE_MAX;
-            uint8_t *dst = control ? c->control + c->frame_done : rx_dest(c, c->rx_len, &room);
+            uint8_t *dst = control ? c->control + c->frame_done : rx_dest(c, c->rx.len, &room);
             size_t take = n - done < room ? n - done : room;
             if (c->frame_masked)
                 copy_unmask(dst, in + done, take, c->frame_mask, c->frame_done);
             else
                 memcpy(dst, in + done, take);
             if (!control)
-                c->rx_len += take;
+                c->rx.len += take;
             c->frame_done += take;
             done += take;
         }
@@ -874,8 +813,8 @@ static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *part
     return sent;
 }
 
-/* Sends message m, whose payload is parts[0 .. n) (m's own buffer, or memory of the
- * caller's that is read before this returns), and takes m back. When the connection has
+/* Sends message m, whose payload is parts[0 .. n) (memory of the caller's that is read
+ * before this returns), and takes m back. When the connection has
  * nothing else to write, the frame goes straight to the socket from the caller's thread
  * (no loop wake-up on a request/reply round trip) and only what the socket does not take
  * now is left in m, at the head of the queue, for the loop to finish. Otherwise the
@@ -884,7 +823,6 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
     m->next = NULL;
     m->raw = 0;
     m->framed = 0;
-    int own = n == 1 && parts[0].iov_base == msg_bytes(m);
     pthread_mutex_lock(&ws->lock);
     conn *c = find_locked(ws, id);
     if (!c || c->want_close) {
@@ -925,10 +863,9 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
         return PF_OK;
     }
     pthread_mutex_unlock(&ws->lock);
-    if (!own) { /* the parts are the caller's: gather them; the loop frames and masks */
-        cursor k = {parts, n, 0, 0, 0};
-        cursor_copy(&k, msg_bytes(m), m->len, NULL);
-    }
+    /* The parts are the caller's: gather them; the loop frames and masks. */
+    cursor k = {parts, n, 0, 0, 0};
+    cursor_copy(&k, msg_bytes(m), m->len, NULL);
     pthread_mutex_lock(&ws->lock);
     c = find_locked(ws, id);
     if (c && !c->want_close) {
@@ -1042,7 +979,8 @@ static int send_upgrade(pf_ws *ws, conn *c) {
         uint64_t r = pf_rng_next(&c->rng);
         memcpy(nonce + i, &r, 8);
     }
-    base64(nonce, 16, c->key);
+    if (lws_b64_encode_string((const char *)nonce, 16, c->key, sizeof c->key) < 0)
+        return -1;
     char req[512];
     int n =
         snprintf(req, sizeof req,
@@ -1051,7 +989,7 @@ static int send_upgrade(pf_ws *ws, conn *c) {
                  "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: " PROTOCOL_NAME "\r\n\r\n",
                  c->host, c->port, c->key);
     /* The request goes first, ahead of any message queued before the connection was up. */
-    uint8_t *b = pf_ws_buffer(ws, (size_t)n);
+    uint8_t *b = take_buffer(ws, (size_t)n);
     if (!b)
         return -1;
     memcpy(b, req, (size_t)n);
@@ -1254,18 +1192,11 @@ pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, 
     return PF_OK;
 }
 
-pf_status pf_ws_send(pf_ws *ws, uint64_t id, uint8_t *msg, size_t len) {
-    out_msg *m = msg_of(msg);
-    m->len = len;
-    struct iovec whole = {msg, len};
-    return send_parts(ws, id, m, &whole, 1);
-}
-
 pf_status pf_ws_sendv(pf_ws *ws, uint64_t id, const struct iovec *parts, int n) {
     size_t len = 0;
     for (int i = 0; i < n; i++)
         len += parts[i].iov_len;
-    uint8_t *b = pf_ws_buffer(ws, len);
+    uint8_t *b = take_buffer(ws, len);
     if (!b)
         return PF_ERR_NOMEM;
     out_msg *m = msg_of(b);
@@ -1302,7 +1233,8 @@ pf_status pf_ws_expect(pf_ws *ws, uint64_t id, size_t len, const pf_ws_place *pl
     return st;
 }
 
-int pf_ws_message_placed(const pf_ws *ws) {
+const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n) {
+    *n = ws->placed_n;
     return ws->placed;
 }
 

@@ -1,6 +1,11 @@
-/* test_ws.c - the data-plane transport on 127.0.0.1: round trips of small and fragmented
- * messages, byte-exact reassembly, sends to closed connections, the message size cap and
- * connection failures. Waits use condition variables with deadlines, never sleeps. */
+/* test_ws.c - the data-plane transport on 127.0.0.1: the opening handshake (RFC 6455's own
+ * example key and answer; a client refusing a wrong answer), round trips of small and
+ * fragmented messages, byte-exact reassembly, sends to closed connections, receiving in
+ * place, the message size cap and connection failures. Every send is pf_ws_sendv, the
+ * production path. Waits use condition variables or poll() with deadlines, never sleeps. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,7 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -28,7 +35,7 @@ typedef struct endpoint {
                                   peer has received hold_count messages */
     int hold_count;
     uint64_t digest[64]; /* FNV-1a of each of the first 64 messages, in arrival order */
-    int placed[64];      /* pf_ws_message_placed() for each of them */
+    int placed[64];      /* whether pf_ws_message_places() gave places for each of them */
 } endpoint;
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
@@ -72,7 +79,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
     e->last_len = len;
     if (e->messages < 64) {
         e->digest[e->messages] = fnv1a(data, len);
-        e->placed[e->messages] = pf_ws_message_placed(ws);
+        int n_places;
+        e->placed[e->messages] = pf_ws_message_places(ws, &n_places) != NULL;
     }
     e->messages++;
     if (e->hold_for && e->messages == 1) {
@@ -95,10 +103,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
                                 {(void *)(data + b), len - b}};
         assert_int_equal(pf_ws_sendv(ws, conn, parts, 4), PF_OK);
     } else if (e->echo) {
-        uint8_t *reply = pf_ws_buffer(ws, len);
-        assert_non_null(reply);
-        memcpy(reply, data, len);
-        assert_int_equal(pf_ws_send(ws, conn, reply, len), PF_OK);
+        struct iovec whole = {(void *)data, len};
+        assert_int_equal(pf_ws_sendv(ws, conn, &whole, 1), PF_OK);
     }
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -131,12 +137,22 @@ static int wait_for(endpoint *e, int *counter, int want) {
     return ok;
 }
 
-static uint8_t *message(pf_ws *ws, size_t len, unsigned seed) {
-    uint8_t *buf = pf_ws_buffer(ws, len);
+/* Sends a message of len bytes whose byte i is i * 31 + seed (what check_payload expects)
+ * with pf_ws_sendv, from a buffer scribbled over and freed as soon as the call returns;
+ * *digest (may be NULL) receives its FNV-1a. */
+static pf_status send_message(pf_ws *ws, uint64_t conn, size_t len, unsigned seed,
+                              uint64_t *digest) {
+    uint8_t *buf = malloc(len ? len : 1);
     assert_non_null(buf);
     for (size_t i = 0; i < len; i++)
         buf[i] = (uint8_t)(i * 31u + seed);
-    return buf;
+    if (digest)
+        *digest = fnv1a(buf, len);
+    struct iovec whole = {buf, len};
+    pf_status st = pf_ws_sendv(ws, conn, &whole, 1);
+    memset(buf, 0xAA, len); /* the transport must not read it any more */
+    free(buf);
+    return st;
 }
 
 static void check_payload(const endpoint *e, size_t len, unsigned seed) {
@@ -192,8 +208,7 @@ static void test_round_trips(void **state) {
     const size_t sizes[] = {
         0, 1, 24, 4096, PF_WS_CHUNK - 1, PF_WS_CHUNK, PF_WS_CHUNK + 1, 3 * PF_WS_CHUNK + 17};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        uint8_t *buf = message(cli, sizes[i], (unsigned)i);
-        assert_int_equal(pf_ws_send(cli, conn, buf, sizes[i]), PF_OK);
+        assert_int_equal(send_message(cli, conn, sizes[i], (unsigned)i, NULL), PF_OK);
         assert_true(wait_for(&c, &c.messages, (int)i + 1));
         check_payload(&s, sizes[i], (unsigned)i); /* what the server got */
         check_payload(&c, sizes[i], (unsigned)i); /* what came back */
@@ -203,7 +218,7 @@ static void test_round_trips(void **state) {
     pf_ws_close(cli, conn);
     assert_true(wait_for(&c, &c.closed, 1));
     assert_true(wait_for(&s, &s.closed, 1));
-    assert_int_equal(pf_ws_send(cli, conn, message(cli, 8, 0), 8), PF_ERR_NOT_FOUND);
+    assert_int_equal(send_message(cli, conn, 8, 0, NULL), PF_ERR_NOT_FOUND);
     destroy_pair(&s, &c, srv, cli);
 }
 
@@ -221,9 +236,7 @@ static void test_pipelined(void **state) {
     enum { N = sizeof sizes / sizeof sizes[0] };
     uint64_t want[N];
     for (int i = 0; i < N; i++) {
-        uint8_t *buf = message(cli, sizes[i], (unsigned)i + 7);
-        want[i] = fnv1a(buf, sizes[i]);
-        assert_int_equal(pf_ws_send(cli, conn, buf, sizes[i]), PF_OK);
+        assert_int_equal(send_message(cli, conn, sizes[i], (unsigned)i + 7, &want[i]), PF_OK);
     }
     check_echoes(&s, &c, want, sizes, N);
     destroy_pair(&s, &c, srv, cli);
@@ -289,7 +302,7 @@ static void test_expect(void **state) {
         memset(a, 0xEE, 2 * PF_WS_CHUNK);
         memset(b, 0xEE, PF_WS_CHUNK);
         assert_int_equal(pf_ws_expect(cli, conn, len, places, 2), PF_OK);
-        assert_int_equal(pf_ws_send(cli, conn, message(cli, len, 3u + (unsigned)i), len), PF_OK);
+        assert_int_equal(send_message(cli, conn, len, 3u + (unsigned)i, NULL), PF_OK);
         assert_true(wait_for(&c, &c.messages, i + 1));
         assert_int_equal(c.placed[i], 1);
         assert_int_equal(c.last_len, len);
@@ -308,14 +321,14 @@ static void test_expect(void **state) {
     pf_ws_place one[] = {{0, 100, a}};
     memset(a, 0xEE, 100);
     assert_int_equal(pf_ws_expect(cli, conn, 4096, one, 1), PF_OK);
-    assert_int_equal(pf_ws_send(cli, conn, message(cli, 4097, 9), 4097), PF_OK);
+    assert_int_equal(send_message(cli, conn, 4097, 9, NULL), PF_OK);
     assert_true(wait_for(&c, &c.messages, 3));
     assert_int_equal(c.placed[2], 0);
     check_payload(&c, 4097, 9);
     for (int k = 0; k < 100; k++)
         assert_int_equal(a[k], 0xEE);
     /* The expectation was for that message only: the next is received as usual too. */
-    assert_int_equal(pf_ws_send(cli, conn, message(cli, 4096, 10), 4096), PF_OK);
+    assert_int_equal(send_message(cli, conn, 4096, 10, NULL), PF_OK);
     assert_true(wait_for(&c, &c.messages, 4));
     assert_int_equal(c.placed[3], 0);
     check_payload(&c, 4096, 10);
@@ -344,9 +357,9 @@ static void test_message_cap(void **state) {
     uint64_t conn;
     assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
     assert_true(wait_for(&c, &c.opened, 1));
-    assert_int_equal(pf_ws_send(cli, conn, message(cli, 1000, 1), 1000), PF_OK);
+    assert_int_equal(send_message(cli, conn, 1000, 1, NULL), PF_OK);
     assert_true(wait_for(&s, &s.messages, 1));
-    assert_int_equal(pf_ws_send(cli, conn, message(cli, 1001, 2), 1001), PF_OK);
+    assert_int_equal(send_message(cli, conn, 1001, 2, NULL), PF_OK);
     /* The server closes the connection rather than buffer an oversized message. */
     assert_true(wait_for(&c, &c.closed, 1));
     assert_int_equal(s.messages, 1);
@@ -369,7 +382,7 @@ static void test_connect_refused(void **state) {
     assert_int_equal(pf_ws_connect(cli, "127.0.0.1", port, NULL, &conn), PF_OK);
     /* Queued before the failure is known; dropped with the connection (ASan checks that the
      * buffer goes back to the pool rather than leaking). */
-    pf_ws_send(cli, conn, message(cli, 8, 0), 8);
+    send_message(cli, conn, 8, 0, NULL);
     assert_true(wait_for(&c, &c.closed, 1));
     assert_int_equal(c.opened, 0);
     pf_ws_destroy(cli);
@@ -377,11 +390,113 @@ static void test_connect_refused(void **state) {
     ep_deinit(&c);
 }
 
+/* --- the opening handshake, against a plain TCP peer ------------------------------------- */
+
+/* Reads from fd until "\r\n\r\n" (or 10 s pass) into buf[cap], NUL-terminated. */
+static void read_http(int fd, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int turns = 0; n + 1 < cap && !strstr(buf, "\r\n\r\n") && turns < 100; turns++) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 10000) != 1)
+            break;
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+        buf[n] = '\0';
+    }
+}
+
+/* The server answers RFC 6455 section 1.3's example request with the example's accept
+ * value, computed with libwebsockets' SHA-1 and base64. */
+static void test_handshake_rfc6455(void **state) {
+    (void)state;
+    endpoint s;
+    ep_init(&s);
+    pf_ws *srv;
+    pf_error err;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 1000, &handlers, &s, &srv, &err), PF_OK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pf_ws_port(srv))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char request[] = "GET /chat HTTP/1.1\r\n"
+                                  "Host: server.example.com\r\n"
+                                  "Upgrade: websocket\r\n"
+                                  "Connection: Upgrade\r\n"
+                                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                  "Origin: http://example.com\r\n"
+                                  "Sec-WebSocket-Protocol: chat, superchat\r\n"
+                                  "Sec-WebSocket-Version: 13\r\n\r\n";
+    assert_int_equal(write(fd, request, sizeof request - 1), (ssize_t)(sizeof request - 1));
+    char answer[1024];
+    read_http(fd, answer, sizeof answer);
+    assert_true(strncmp(answer, "HTTP/1.1 101 ", 13) == 0);
+    assert_non_null(strstr(answer, "\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+    assert_true(wait_for(&s, &s.opened, 1));
+    close(fd);
+    assert_true(wait_for(&s, &s.closed, 1));
+    pf_ws_destroy(srv);
+    ep_deinit(&s);
+}
+
+/* A client sends a fresh 16-byte key in base64 and refuses an answer whose accept value is
+ * not the one for it: the connection never opens. */
+static void test_handshake_wrong_accept(void **state) {
+    (void)state;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 1), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+    endpoint c;
+    ep_init(&c);
+    pf_ws *cli;
+    pf_error err;
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", ntohs(a.sin_port), NULL, &conn), PF_OK);
+    struct pollfd p = {lfd, POLLIN, 0};
+    assert_int_equal(poll(&p, 1, 10000), 1);
+    int fd = accept(lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    char request[1024];
+    read_http(fd, request, sizeof request);
+    assert_true(strncmp(request, "GET / HTTP/1.1\r\n", 16) == 0);
+    assert_non_null(strstr(request, "\r\nSec-WebSocket-Version: 13\r\n"));
+    const char *key = strstr(request, "\r\nSec-WebSocket-Key: ");
+    assert_non_null(key);
+    key += 21;
+    assert_int_equal(strcspn(key, "\r"), 24); /* base64 of 16 bytes */
+    assert_true(strncmp(key + 22, "==", 2) == 0);
+    static const char answer[] = "HTTP/1.1 101 Switching Protocols\r\n"
+                                 "Upgrade: websocket\r\n"
+                                 "Connection: Upgrade\r\n"
+                                 "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+    assert_int_equal(write(fd, answer, sizeof answer - 1), (ssize_t)(sizeof answer - 1));
+    assert_true(wait_for(&c, &c.closed, 1));
+    assert_int_equal(c.opened, 0);
+    close(fd);
+    close(lfd);
+    pf_ws_destroy(cli);
+    ep_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trips), cmocka_unit_test(test_pipelined),
-        cmocka_unit_test(test_sendv),       cmocka_unit_test(test_expect),
-        cmocka_unit_test(test_message_cap), cmocka_unit_test(test_connect_refused),
+        cmocka_unit_test(test_handshake_rfc6455),
+        cmocka_unit_test(test_handshake_wrong_accept),
+        cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_sendv),
+        cmocka_unit_test(test_expect),
+        cmocka_unit_test(test_message_cap),
+        cmocka_unit_test(test_connect_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

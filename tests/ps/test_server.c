@@ -81,9 +81,8 @@ static fixture fx;
 /* Sends raw bytes and waits (10 s at most) for the reply, decoded into *m. */
 static void exchange_raw(const void *bytes, size_t len, pf_wire_msg *m) {
     int before = fx.c.got;
-    uint8_t *buf = pf_ws_buffer(fx.ws, len);
-    memcpy(buf, bytes, len);
-    assert_int_equal(pf_ws_send(fx.ws, fx.conn, buf, len), PF_OK);
+    struct iovec whole = {(void *)bytes, len};
+    assert_int_equal(pf_ws_sendv(fx.ws, fx.conn, &whole, 1), PF_OK);
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 10;

@@ -15,11 +15,17 @@
  * ps's state (unknown shard, wrong count, stale incarnation) are the caller's; the codes
  * for them are here.
  *
+ * Receiving in place: the layout of a PULL_REPLY follows from the pull it answers, so a
+ * worker computes where each requested tensor's values will lie (pf_wire_pull_reply_places)
+ * and has the transport receive those bytes straight into their destination (pf_ws_expect).
+ * pf_wire_decode_placed() then decodes such a reply without reading the ranges that never
+ * reached the buffer: its views point at the destinations, where the values are.
+ *
  * Encoding never copies tensor data. An encoder writes the header, the fixed fields,
  * strings and per-tensor headers into a small reusable buffer and records each tensor's
  * data as a pointer; pf_wire_out_parts() lists the message as pieces for a gathering
- * write (tensor data sent from where it lives), and pf_wire_out_copy() produces any byte
- * range of it. Tensor data must stay valid and unchanged until the message is sent.
+ * write, which is what the transport sends (pf_ws_sendv: tensor data goes out from where
+ * it lives). Tensor data must stay valid and unchanged until the message is sent.
  *
  * Threads: pf_wire_in and pf_wire_out are per connection and used by one thread at a
  * time; everything else is reentrant.
@@ -33,6 +39,7 @@
 
 #include "psflow/buf.h"
 #include "psflow/status.h"
+#include "psflow/ws.h"
 
 /* --- constants (api/wire.md) ----------------------------------------------------------- */
 
@@ -47,12 +54,6 @@
 #define PF_WIRE_MAX_PATH      4096u        /* CHECKPOINT_ACK path, bytes */
 
 #define PF_WIRE_F32 1u /* the only dtype of v1 */
-
-/* Where a PULL_REPLY's first tensor record starts, and a record's data within the record:
- * enough for a client to know where each tensor's values will lie in the reply it asked
- * for (records follow each other, one per requested id, in request order). */
-#define PF_WIRE_PULL_REPLY_RECORDS (PF_WIRE_HEADER_SIZE + 16)
-#define PF_WIRE_RECORD_DATA        16
 
 /* Message types (u16 at header offset 6). */
 #define PF_WIRE_TYPE_LIST(X)                                                                       \
@@ -283,6 +284,26 @@ pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_ms
  * PF_WIRE_OK after a success. */
 pf_wire_code pf_wire_in_code(const pf_wire_in *in);
 
+/* --- receiving a PULL_REPLY in place ----------------------------------------------------- */
+
+/* The layout of the PULL_REPLY that answers a pull of n tensors of counts[i] elements
+ * (records follow each other, one per requested id, in request order): places[i].pos and
+ * .len receive where tensor i's values will lie (places[i].dst is left as it is, for the
+ * caller to fill), and *len the reply's whole length. Errors: PF_ERR_INVALID (n over
+ * PF_WIRE_MAX_TENSORS), PF_ERR_RANGE (the reply would exceed PF_WIRE_MAX_PAYLOAD). */
+pf_status pf_wire_pull_reply_places(const uint64_t *counts, uint32_t n, pf_ws_place *places,
+                                    size_t *len);
+
+/* pf_wire_decode for a message the transport may have received in place: with places NULL
+ * exactly pf_wire_decode; otherwise msg[0 .. len) lacks the ranges places[0 .. n) (as
+ * pf_ws_message_places gives them), which are read nowhere. The message must then be a
+ * PULL_REPLY of n tensors whose values lie exactly at those places, in order; tensor i's
+ * view points at places[i].dst. Anything else is refused without reading a placed byte:
+ * PF_ERR_FORMAT with UNEXPECTED (another type) or BAD_LENGTH (another layout), besides the
+ * errors of pf_wire_decode. */
+pf_status pf_wire_decode_placed(pf_wire_in *in, const void *msg, size_t len,
+                                const pf_ws_place *places, int n, pf_wire_msg *out, pf_error *err);
+
 /* --- encoding -------------------------------------------------------------------------- */
 
 /* A piece of tensor data inside an encoded message: it follows the head bytes before
@@ -349,17 +370,14 @@ pf_status pf_wire_encode_error(pf_wire_out *out, uint32_t request_id, uint32_t c
 /* Length of the encoded message in bytes (0 when none). */
 size_t pf_wire_out_len(const pf_wire_out *out);
 
-/* Copies bytes [pos, pos + len) of the message to dst, clipped at its end; returns the
- * number of bytes copied (0 when pos >= pf_wire_out_len). The transport calls it once
- * per send chunk. */
-size_t pf_wire_out_copy(const pf_wire_out *out, size_t pos, void *dst, size_t len);
-
-/* The message as pieces for a gathering write: head bytes and tensor data, in order, none
- * empty. Fills at most max entries of parts and returns how many the whole message needs
- * (at most 2 * tensors + 1); the caller passes a larger array when that is over max. */
+/* The message as pieces for a gathering write - head bytes and tensor data, in order, none
+ * empty - which is how the transport sends it (pf_ws_sendv). Fills at most max entries of
+ * parts and returns how many the whole message needs (at most 2 * tensors + 1); the caller
+ * passes a larger array when that is over max. */
 size_t pf_wire_out_parts(const pf_wire_out *out, struct iovec *parts, size_t max);
 
-/* Appends the whole message to dst (tests, small messages). Errors: as pf_buf_reserve. */
+/* Appends a copy of the whole message to dst (tests, the fuzz target). Errors: as
+ * pf_buf_reserve. */
 pf_status pf_wire_out_gather(const pf_wire_out *out, pf_buf *dst);
 
 /* --- query ----------------------------------------------------------------------------- */

@@ -4,22 +4,28 @@
  * One pf_ws is one libwebsockets context with its own service thread: a server listening
  * on a port, or a client that opens connections to servers. Handlers run on the service
  * thread and must not block for long. A message is one WebSocket binary message (sent as
- * one frame, written PF_WS_CHUNK bytes per writeable event; fragmented messages from
- * other peers are accepted) and is reassembled on receipt into a buffer that is reused
- * for every message of that connection (grown geometrically, never shrunk, capped at
- * max_message bytes: a longer message closes the connection).
+ * one frame; fragmented messages from other peers are accepted).
  *
- * Sending is zero-copy: pf_ws_buffer() hands out a buffer from the endpoint's pool with
- * room for the frame header in front of the message, the caller writes the message into
- * it and passes it to pf_ws_send(), which always takes it back: the transport writes the
- * frame header in front of the message and, on a client, masks the payload in place, then
- * returns the buffer to the pool. Once warm, sending allocates nothing. pf_ws_sendv()
- * sends a message that lies in pieces of the caller's memory (tensor data where it
- * lives) without gathering it first.
+ * Sending: pf_ws_sendv() sends a message that lies in pieces of the caller's memory - an
+ * encoded message's header bytes and the tensor data they describe, where that data lives
+ * (pf_wire_out_parts) - without gathering it first. When the connection has nothing else
+ * to write, the frame goes to the socket from the caller's thread: a server straight from
+ * the pieces, a client masking them a chunk at a time into a pooled buffer. What the socket
+ * does not take now, or a message behind others, is copied into a pooled buffer (with room
+ * for the frame header in front) and written by the service thread, PF_WS_CHUNK bytes per
+ * writeable event. Once warm, sending allocates nothing.
+ *
+ * Receiving: each connection reassembles a message into a buffer reused for every message
+ * of that connection (grown geometrically, never shrunk, capped at max_message bytes: a
+ * longer message closes the connection) and hands it whole to on_message. A client that
+ * knows the layout of the reply it awaits (a PULL_REPLY: pf_wire_pull_reply_places) calls
+ * pf_ws_expect() first, and the reply's tensor values are then read from the socket
+ * straight to their destination; on_message learns which ranges went where from
+ * pf_ws_message_places(), and pf_wire_decode_placed() gives views of the values there.
  *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection
- * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_send
- * and pf_ws_close may be called from any thread.
+ * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_sendv,
+ * pf_ws_expect and pf_ws_close may be called from any thread.
  */
 #ifndef PSFLOW_WS_H
 #define PSFLOW_WS_H
@@ -37,13 +43,24 @@ typedef struct pf_ws pf_ws;
 typedef struct pf_ws_handlers {
     /* A connection is up (server: accepted; client: handshake done). */
     void (*on_open)(pf_ws *ws, uint64_t conn, void *conn_user, void *user);
-    /* A whole message arrived. `data` is valid only during the call. */
+    /* A whole message arrived. `data` is valid only during the call; when the message was
+     * received in place (pf_ws_message_places) the placed ranges of `data` hold nothing. */
     void (*on_message)(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user);
     /* The connection closed or (client) could not be established. Called once per
      * connection, after which the id is dead. */
     void (*on_close)(pf_ws *ws, uint64_t conn, void *conn_user, void *user);
 } pf_ws_handlers;
+
+/* A byte range of an expected message and where it is received instead of the
+ * connection's buffer. */
+typedef struct pf_ws_place {
+    size_t pos; /* offset in the message */
+    size_t len;
+    void *dst; /* len writable bytes, the caller's */
+} pf_ws_place;
+
+/* --- lifecycle ------------------------------------------------------------------------- */
 
 /* Starts a server on iface:port (iface NULL or "0.0.0.0" = all; port 0 = ephemeral, see
  * pf_ws_port). Errors: PF_ERR_IO (cannot listen; message names the address). */
@@ -58,56 +75,42 @@ pf_status pf_ws_client_create(size_t max_message, const pf_ws_handlers *h, void 
  * dropped) and frees everything. */
 void pf_ws_destroy(pf_ws *ws);
 
-/* The port a server listens on. */
-int pf_ws_port(const pf_ws *ws);
-
 /* Client: starts connecting to host:port; returns the new connection's id in *conn.
  * on_open or on_close follows on the service thread. conn_user is passed to handlers. */
 pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, uint64_t *conn);
 
-/* A send buffer for a message of up to len bytes, or NULL when memory is short. Any thread. */
-uint8_t *pf_ws_buffer(pf_ws *ws, size_t len);
+/* Closes a connection (asynchronously; on_close follows). Unknown ids are ignored. */
+void pf_ws_close(pf_ws *ws, uint64_t conn);
 
-/* Queues msg[0 .. len) (a buffer from pf_ws_buffer) for sending on conn and takes the
- * buffer back in every case. PF_ERR_NOT_FOUND: the connection is closed (nothing sent). */
-pf_status pf_ws_send(pf_ws *ws, uint64_t conn, uint8_t *msg, size_t len);
+/* --- sending and receiving ------------------------------------------------------------- */
 
-/* Sends the message made of parts[0 .. n) (an encoded message's header pieces and the
- * tensor data they point at) on conn. The parts are read before this returns and may
- * change right after. When the connection has nothing else queued the frame goes to the
- * socket from the caller's thread: a server sends straight from the parts, and copies
- * only what the socket did not take; a client masks into a pooled buffer a chunk at a
- * time, sending each chunk as it is masked. Otherwise the parts are gathered into a
- * pooled buffer and queued. Errors: PF_ERR_NOT_FOUND (the connection is closed: nothing
- * sent), PF_ERR_NOMEM. Any thread. */
+/* Sends the message made of parts[0 .. n) on conn, as described above. The parts are read
+ * before this returns and may change right after. Errors: PF_ERR_NOT_FOUND (the
+ * connection is closed: nothing sent), PF_ERR_NOMEM. Any thread. */
 pf_status pf_ws_sendv(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n);
-
-/* A byte range of an expected message and where it should be received. */
-typedef struct pf_ws_place {
-    size_t pos; /* offset in the message */
-    size_t len;
-    void *dst;
-} pf_ws_place;
 
 /* Receives the next data message on conn in place: if it is one frame of exactly len bytes,
  * its bytes [places[i].pos, + places[i].len) are read from the socket straight into
  * places[i].dst and the rest into the connection's buffer as usual; on_message then sees
- * those ranges missing from `data` and pf_ws_message_placed() is 1. Any other next message
- * is received as usual. The expectation holds for that one message (len 0 clears it);
- * places must be in order and not overlap, and the destinations must stay writable, and
- * untouched by anyone else, until that message has been delivered or the connection has
- * closed. Errors: PF_ERR_INVALID (places out of order or past len), PF_ERR_NOT_FOUND,
- * PF_ERR_NOMEM. Any thread. */
+ * those ranges missing from `data` and pf_ws_message_places() returns the places. Any other
+ * next message is received as usual. The expectation holds for that one message (len 0
+ * clears it); places must be in order and not overlap, and the destinations must stay
+ * writable, and untouched by anyone else, until that message has been delivered or the
+ * connection has closed. Errors: PF_ERR_INVALID (places out of order or past len),
+ * PF_ERR_NOT_FOUND, PF_ERR_NOMEM. Any thread. */
 pf_status pf_ws_expect(pf_ws *ws, uint64_t conn, size_t len, const pf_ws_place *places, int n);
 
-/* In on_message: whether this message was received in place (see pf_ws_expect). */
-int pf_ws_message_placed(const pf_ws *ws);
+/* In on_message: the places the message was received in (see pf_ws_expect), *n of them,
+ * borrowed for the call; NULL (and *n 0) when it was received whole into `data`. */
+const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n);
 
 /* Sets the conn_user passed to handlers for a server connection (service thread only, e.g.
  * from on_open). */
 void pf_ws_set_conn_user(pf_ws *ws, uint64_t conn, void *conn_user);
 
-/* Closes a connection (asynchronously; on_close follows). Unknown ids are ignored. */
-void pf_ws_close(pf_ws *ws, uint64_t conn);
+/* --- query ----------------------------------------------------------------------------- */
+
+/* The port a server listens on. */
+int pf_ws_port(const pf_ws *ws);
 
 #endif

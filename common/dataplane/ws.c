@@ -3,7 +3,8 @@
  *
  * DESIGN: libwebsockets owns the sockets and the event loop (raw-socket role: accept,
  * connect, readable/writeable callbacks); this file speaks WebSocket on top: the HTTP/1.1
- * upgrade handshake, then one binary frame per message. Received bytes are parsed in
+ * upgrade handshake (whose text ws_handshake.c writes and checks), then one binary frame
+ * per message. Received bytes are parsed in
  * blocks - frame headers byte by byte, payload with one memcpy and an 8-bytes-at-a-time
  * unmask - because a byte-at-a-time payload parser (libwebsockets 4.1's own client path)
  * caps the data plane at a fraction of what TCP carries. The frame header is written into
@@ -39,35 +40,16 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "psflow/buf.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
+#include "ws_handshake.h"
 
-#define PROTOCOL_NAME "psflow-v1"
-#define HEADROOM      16          /* frame header space in front of a message: at most 14 bytes */
-#define MAX_HTTP      8192        /* handshake request or response */
-#define RX_CHUNK      (64u << 10) /* bytes libwebsockets reads per readable event */
-#define WS_GUID       "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-/* --- the handshake's key ---------------------------------------------------------------------- */
-
-/* Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 section 4.2.2): base64 of the SHA-1
- * of the key and the protocol's GUID, by libwebsockets' helpers. A key longer than any
- * client sends (24 characters) gives "", which matches no answer. */
-static void accept_key(const char *key, char out[32]) {
-    char buf[128];
-    unsigned char digest[20];
-    int n = snprintf(buf, sizeof buf, "%s%s", key, WS_GUID);
-    out[0] = '\0';
-    if (n > 0 && (size_t)n < sizeof buf && strlen(key) <= 60) {
-        lws_SHA1((const unsigned char *)buf, (size_t)n, digest);
-        if (lws_b64_encode_string((const char *)digest, 20, out, 32) < 0)
-            out[0] = '\0';
-    }
-}
+#define HEADROOM 16          /* frame header space in front of a message: at most 14 bytes */
+#define MAX_HTTP 8192        /* handshake request or response */
+#define RX_CHUNK (64u << 10) /* bytes libwebsockets reads per readable event */
 
 /* dst = src XOR mask, continuing at mask position `phase`, 8 bytes at a time; dst may be
  * src (mask in place) or another buffer (copy and unmask in one pass). */
@@ -140,7 +122,7 @@ typedef struct conn {
     out_msg *head, *tail;
     /* loop thread only */
     size_t tx_off;
-    char key[32]; /* client: the Sec-WebSocket-Key sent */
+    char key[WS_KEY_SIZE]; /* client: the Sec-WebSocket-Key sent */
     char http[MAX_HTTP];
     size_t http_len;
     int state;
@@ -630,29 +612,6 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     return read_direct(ws, c);
 }
 
-/* Finds a header's value in an HTTP message (case-insensitive name); copies it. */
-static int header_value(const char *http, const char *name, char *out, size_t len) {
-    size_t nl = strlen(name);
-    for (const char *p = strstr(http, "\r\n"); p; p = strstr(p + 2, "\r\n")) {
-        const char *line = p + 2;
-        if (!strncasecmp(line, name, nl) && line[nl] == ':') {
-            const char *v = line + nl + 1;
-            while (*v == ' ' || *v == '\t')
-                v++;
-            const char *e = strstr(v, "\r\n");
-            size_t n = e ? (size_t)(e - v) : strlen(v);
-            while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-                n--;
-            if (n >= len)
-                return -1;
-            memcpy(out, v, n);
-            out[n] = '\0';
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static void opened(pf_ws *ws, conn *c) {
     c->state = ST_HEADER;
     pthread_mutex_lock(&ws->lock);
@@ -682,35 +641,20 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     size_t consumed = (size_t)(end + 4 - c->http) - before;
     size_t leftover = len - consumed;
     const uint8_t *rest = in + consumed;
-    char key[64], value[64];
+    end[4] = '\0'; /* the handshake's text alone */
     if (c->server) {
-        if (strncmp(c->http, "GET ", 4) != 0 ||
-            header_value(c->http, "Upgrade", value, sizeof value) ||
-            strcasecmp(value, "websocket") != 0 ||
-            header_value(c->http, "Sec-WebSocket-Key", key, sizeof key)) {
-            static const char bad[] = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
-                                      "Content-Length: 0\r\n\r\n";
-            queue_raw(ws, c, bad, sizeof bad - 1);
+        char resp[256];
+        int ok, n = ws_handshake_answer(c->http, resp, sizeof resp, &ok);
+        if (n < 0 || queue_raw(ws, c, resp, (size_t)n) != 0)
+            return -1;
+        if (!ok) {
             pthread_mutex_lock(&ws->lock);
             c->want_close = 1; /* after the answer is written */
             pthread_mutex_unlock(&ws->lock);
             return 0;
         }
-        char acc[32], resp[256];
-        accept_key(key, acc);
-        int n = snprintf(resp, sizeof resp,
-                         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                         "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n"
-                         "Sec-WebSocket-Protocol: " PROTOCOL_NAME "\r\n\r\n",
-                         acc);
-        if (queue_raw(ws, c, resp, (size_t)n) != 0)
-            return -1;
     } else {
-        char acc[32];
-        accept_key(c->key, acc);
-        if (strncmp(c->http, "HTTP/1.1 101", 12) != 0 ||
-            header_value(c->http, "Sec-WebSocket-Accept", value, sizeof value) ||
-            strcmp(value, acc) != 0) {
+        if (!ws_handshake_accepted(c->http, c->key)) {
             lwsl_warn("psflow: connection %llu: the server refused the WebSocket upgrade\n",
                       (unsigned long long)c->id);
             return -1;
@@ -901,7 +845,7 @@ static void start_connect(pf_ws *ws, conn *c) {
     ci.address = c->host;
     ci.port = c->port;
     ci.method = "RAW";
-    ci.local_protocol_name = PROTOCOL_NAME;
+    ci.local_protocol_name = WS_PROTOCOL_NAME;
     ci.opaque_user_data = c;
     /* A synchronous failure may already have finished (freed) c: look it up again. */
     uint64_t id = c->id;
@@ -979,15 +923,10 @@ static int send_upgrade(pf_ws *ws, conn *c) {
         uint64_t r = pf_rng_next(&c->rng);
         memcpy(nonce + i, &r, 8);
     }
-    if (lws_b64_encode_string((const char *)nonce, 16, c->key, sizeof c->key) < 0)
-        return -1;
     char req[512];
-    int n =
-        snprintf(req, sizeof req,
-                 "GET / HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\n"
-                 "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"
-                 "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: " PROTOCOL_NAME "\r\n\r\n",
-                 c->host, c->port, c->key);
+    int n = ws_handshake_request(nonce, c->host, c->port, c->key, req, sizeof req);
+    if (n < 0)
+        return -1;
     /* The request goes first, ahead of any message queued before the connection was up. */
     uint8_t *b = take_buffer(ws, (size_t)n);
     if (!b)
@@ -1086,7 +1025,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     pf_rng_init(&ws->rng, (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30),
                 (uint64_t)(uintptr_t)ws);
     ws->protocols[0] = (struct lws_protocols){
-        .name = PROTOCOL_NAME,
+        .name = WS_PROTOCOL_NAME,
         .callback = callback,
         .rx_buffer_size = RX_CHUNK,
         .tx_packet_size = PF_WS_CHUNK,
@@ -1104,7 +1043,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     if (port != CONTEXT_PORT_NO_LISTEN) {
         info.options |= LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG;
         info.listen_accept_role = "raw-skt";
-        info.listen_accept_protocol = PROTOCOL_NAME;
+        info.listen_accept_protocol = WS_PROTOCOL_NAME;
     }
     ws->ctx = lws_create_context(&info);
     if (!ws->ctx) {

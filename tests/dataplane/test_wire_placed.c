@@ -44,8 +44,8 @@ static void encode_reply(const uint64_t *c, pf_buf *out) {
     }
     pf_wire_out o;
     pf_wire_out_init(&o);
-    assert_int_equal(
-        pf_wire_encode_pull_reply(&o, 99, &(pf_wire_pull_reply){12, 0, N, t}, NULL), PF_OK);
+    assert_int_equal(pf_wire_encode_pull_reply(&o, 99, &(pf_wire_pull_reply){12, 0, N, t}, NULL),
+                     PF_OK);
     pf_buf_reset(out);
     assert_int_equal(pf_wire_out_gather(&o, out), PF_OK);
     pf_wire_out_deinit(&o);

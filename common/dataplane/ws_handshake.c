@@ -47,8 +47,8 @@ static int header_value(const char *http, const char *name, char *out, size_t le
     return -1;
 }
 
-int ws_handshake_request(const uint8_t nonce[16], const char *host, int port,
-                         char key[WS_KEY_SIZE], char *out, size_t cap) {
+int ws_handshake_request(const uint8_t nonce[16], const char *host, int port, char key[WS_KEY_SIZE],
+                         char *out, size_t cap) {
     if (lws_b64_encode_string((const char *)nonce, 16, key, WS_KEY_SIZE) < 0)
         return -1;
     int n = snprintf(out, cap,
@@ -76,8 +76,9 @@ int ws_handshake_answer(const char *request, char *out, size_t cap, int *ok) {
                      "Sec-WebSocket-Protocol: " WS_PROTOCOL_NAME "\r\n\r\n",
                      acc);
     } else {
-        n = snprintf(out, cap, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
-                               "Content-Length: 0\r\n\r\n");
+        n = snprintf(out, cap,
+                     "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                     "Content-Length: 0\r\n\r\n");
     }
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }

@@ -14,8 +14,8 @@
 /* Client: the Sec-WebSocket-Key for 16 random bytes (base64) into key, and the upgrade
  * request for host:port with it into out[cap]. Returns the request's length, or -1 when
  * it does not fit. */
-int ws_handshake_request(const uint8_t nonce[16], const char *host, int port,
-                         char key[WS_KEY_SIZE], char *out, size_t cap);
+int ws_handshake_request(const uint8_t nonce[16], const char *host, int port, char key[WS_KEY_SIZE],
+                         char *out, size_t cap);
 
 /* Server: the answer to an upgrade request (its text through the blank line, NUL-
  * terminated) into out[cap]: "101 Switching Protocols" with the Sec-WebSocket-Accept for its

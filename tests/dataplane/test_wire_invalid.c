@@ -592,15 +592,11 @@ static void test_invalid_files(void **state) {
     pf_wire_in_deinit(&in);
 }
 
-
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_invalid_header),
-        cmocka_unit_test(test_invalid_payload),
-        cmocka_unit_test(test_encode_rejects),
-        cmocka_unit_test(test_error_text),
-        cmocka_unit_test(test_valid_files),
-        cmocka_unit_test(test_invalid_files),
+        cmocka_unit_test(test_invalid_header), cmocka_unit_test(test_invalid_payload),
+        cmocka_unit_test(test_encode_rejects), cmocka_unit_test(test_error_text),
+        cmocka_unit_test(test_valid_files),    cmocka_unit_test(test_invalid_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

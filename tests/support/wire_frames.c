@@ -65,7 +65,7 @@ void assert_str(pf_wire_str s, const char *want) {
 }
 
 void assert_tensors(const pf_wire_tensor *got, const pf_wire_tensor *want, uint32_t n,
-                           const uint8_t *msg) {
+                    const uint8_t *msg) {
     for (uint32_t i = 0; i < n; i++) {
         assert_int_equal(got[i].id, want[i].id);
         assert_int_equal(got[i].dtype, PF_WIRE_F32);
@@ -131,4 +131,3 @@ long long fails_frame(pf_wire_in *in, const frame *f, pf_wire_code code) {
 float d0[3] = {1.0f, -2.5f, 3.25f};
 float d1[7] = {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f};
 float d2[1] = {-0.0f};
-

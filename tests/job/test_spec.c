@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/spec.h"
 #include "tests/support/counting_alloc.h"
@@ -95,15 +96,13 @@ static size_t list_files(const char *dir, const char *suffix, char **names) {
     return n;
 }
 
-/* Whole file as a NUL-terminated string, trailing whitespace removed. */
+/* Whole file as a NUL-terminated string (pf_free it), trailing whitespace removed. */
 static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    char *buf = calloc(1, 4096);
-    assert_non_null(buf);
-    size_t n = fread(buf, 1, 4095, f);
-    fclose(f);
+    char *buf;
+    size_t n;
+    pf_error err;
+    if (pf_fs_read_file(path, 4095, &buf, &n, &err) != PF_OK)
+        fail_msg("%s", err.message);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
     return buf;
@@ -233,7 +232,7 @@ static void test_invalid_files(void **state) {
             fail_msg("%s: a failed parse left data in the spec", names[i]);
         if (strchr(err.message, '\n'))
             fail_msg("%s: message spans lines: %s", names[i], err.message);
-        free(want);
+        pf_free(want);
         free(names[i]);
     }
     print_message("%zu invalid spec files\n", n);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "psflow/checkpoint.h"
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
@@ -159,18 +160,13 @@ static bool exists(const char *path) {
     return lstat(path, &sb) == 0;
 }
 
+/* The whole file at path, NUL-terminated (pf_free it). */
 static unsigned char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc(*len + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, *len, f), *len);
-    fclose(f);
-    buf[*len] = 0;
-    return buf;
+    char *text;
+    pf_error err;
+    if (pf_fs_read_file(path, 64u << 20, &text, len, &err) != PF_OK)
+        fail_msg("%s", err.message);
+    return (unsigned char *)text;
 }
 
 static void spill(const char *path, const void *data, size_t len) {
@@ -225,12 +221,12 @@ static void test_round_trip(void **state) {
         assert_int_equal(m.files[i].bytes, (int64_t)len);
         char crc[9];
         snprintf(crc, sizeof crc, "%08x", (unsigned)m.files[i].crc32);
-        free(bytes);
+        pf_free(bytes);
         /* The text on disk has the same 8 hex digits. */
         file_path(10, "manifest.json", path, sizeof path);
         unsigned char *text = slurp(path, &len);
         assert_non_null(strstr((char *)text, crc));
-        free(text);
+        pf_free(text);
     }
     assert_int_equal(pf_checkpoint_verify(dir, &m, PF_CKPT_VERIFY_CRC, &err), PF_OK);
     pf_checkpoint_manifest_deinit(&m);
@@ -472,7 +468,7 @@ static void test_load_errors(void **state) {
     size_t len;
     unsigned char *bytes = slurp(p1, &len);
     spill(p0, bytes, len);
-    free(bytes);
+    pf_free(bytes);
     assert_int_equal(
         pf_checkpoint_load_ps(dir, 0, l.info, l.n, pf_optim_slots_of(&spec.optimizer), &c, &err),
         PF_ERR_FORMAT);
@@ -548,7 +544,7 @@ static void test_incomplete_and_junk_ignored(void **state) {
         file_path(30, names[i], to, sizeof to);
         unsigned char *bytes = slurp(from, &len);
         spill(to, bytes, len);
-        free(bytes);
+        pf_free(bytes);
     }
     /* A manifest that is not JSON. */
     file_path(20, "manifest.json", path, sizeof path);
@@ -628,7 +624,7 @@ static void test_corrupt_crc_detected(void **state) {
     unsigned char *bytes = slurp(path, &len);
     bytes[len - 1] ^= 0x01;
     spill(path, bytes, len);
-    free(bytes);
+    pf_free(bytes);
     assert_int_equal(latest(0), 20); /* sizes only: looks complete */
     assert_int_equal(latest(PF_CKPT_VERIFY_CRC), 10);
     step_dir_of(20, dir, sizeof dir);
@@ -697,7 +693,7 @@ static void test_manifest_validation(void **state) {
     }
     spill(path, good, len);
     assert_int_equal(latest(PF_CKPT_VERIFY_CRC), 4);
-    free(good);
+    pf_free(good);
     pf_placement_deinit(&pl);
     pf_job_spec_deinit(&spec);
 }

@@ -1,8 +1,13 @@
 /* test_sse.c - the Server-Sent Events parser: messages as the coordinator sends them, every
  * way a stream can be cut into chunks (byte by byte, between CR and LF), CR, LF and CRLF line
  * ends, the WHATWG field rules (default event name, joined data lines, comments, ids, one
- * leading space), overlong lines, reconnection (reset, Last-Event-ID, resuming after an id)
- * and failing allocations.
+ * leading space), overlong lines, reconnection (reset, Last-Event-ID, resuming after an id),
+ * failing allocations, and the streams under tests/data/sse/{valid,invalid}/.
+ *
+ * Each NAME.sse there is fed whole and a byte at a time; NAME.events lists the messages it
+ * must dispatch, one per line as EVENT<TAB>ID<TAB>DATA with \n, \r, \t and \\ escaped
+ * (lines starting with '#' are comments). valid/ holds streams as servers send them;
+ * invalid/ holds malformed ones, whose bad parts must be ignored without harm.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,10 +15,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "psflow/fs.h"
+#include "psflow/mem.h"
 #include "psflow/sse.h"
 #include "tests/support/counting_alloc.h"
 
@@ -204,12 +212,131 @@ static void test_alloc_failure(void **state) {
     pf_sse_deinit(&p);
 }
 
+/* --- the data files ---------------------------------------------------------------------- */
+
+#define SSE_DIR   PSFLOW_TEST_DATA "/sse"
+#define MAX_FILES 64
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted base names (without .sse) of the streams in dir; the caller frees each. */
+static size_t list_streams(const char *dir, char **names) {
+    DIR *d = opendir(dir);
+    if (!d)
+        fail_msg("cannot open %s", dir);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len <= 4 || strcmp(e->d_name + len - 4, ".sse") != 0)
+            continue;
+        assert_true(n < MAX_FILES);
+        names[n] = strndup(e->d_name, len - 4);
+        assert_non_null(names[n]);
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, compare_names);
+    return n;
+}
+
+static char *read_whole(const char *path, size_t *len) {
+    char *text;
+    pf_error err;
+    if (pf_fs_read_file(path, 1 << 20, &text, len, &err) != PF_OK)
+        fail_msg("%s", err.message);
+    return text;
+}
+
+/* One field of an .events line, unescaped, into out[cap]; returns where the next begins. */
+static const char *unescape_field(const char *p, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *p && *p != '\t' && *p != '\n'; p++) {
+        char c = *p;
+        if (c == '\\' && p[1]) {
+            c = *++p;
+            c = c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;
+        }
+        assert_true(n + 1 < cap);
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return *p == '\t' ? p + 1 : p;
+}
+
+/* Checks what s saw against the .events text. */
+static void check_events(const char *name, const seen *s, const char *events) {
+    int i = 0;
+    for (const char *line = events; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        if (len && line[0] != '#') {
+            char event[64], id[PF_SSE_ID_MAX], data[256];
+            const char *p = unescape_field(line, event, sizeof event);
+            p = unescape_field(p, id, sizeof id);
+            unescape_field(p, data, sizeof data);
+            if (i >= s->n)
+                fail_msg("%s: message %d (%s) was not dispatched", name, i, data);
+            if (strcmp(s->event[i], event) || strcmp(s->id[i], id) || strcmp(s->data[i], data))
+                fail_msg("%s: message %d is %s/%s/%s, expected %s/%s/%s", name, i, s->event[i],
+                         s->id[i], s->data[i], event, id, data);
+            i++;
+        }
+        line += len + (end != NULL);
+    }
+    if (s->n != i)
+        fail_msg("%s: %d messages dispatched, %d expected", name, s->n, i);
+}
+
+static void run_files(const char *kind) {
+    char dir[512], *names[MAX_FILES];
+    snprintf(dir, sizeof dir, "%s/%s", SSE_DIR, kind);
+    size_t n = list_streams(dir, names);
+    assert_true(n >= 5);
+    for (size_t f = 0; f < n; f++) {
+        char path[768];
+        size_t len, events_len;
+        snprintf(path, sizeof path, "%s/%s.sse", dir, names[f]);
+        char *stream_bytes = read_whole(path, &len);
+        snprintf(path, sizeof path, "%s/%s.events", dir, names[f]);
+        char *events = read_whole(path, &events_len);
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            seen s = {0};
+            pf_sse p;
+            pf_sse_init(&p, record, &s);
+            if (bytewise)
+                for (size_t i = 0; i < len; i++)
+                    pf_sse_feed(&p, stream_bytes + i, 1);
+            else
+                pf_sse_feed(&p, stream_bytes, len);
+            check_events(names[f], &s, events);
+            pf_sse_deinit(&p);
+        }
+        pf_free(stream_bytes);
+        pf_free(events);
+        free(names[f]);
+    }
+}
+
+static void test_valid_files(void **state) {
+    (void)state;
+    run_files("valid");
+}
+
+static void test_invalid_files(void **state) {
+    (void)state;
+    run_files("invalid");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_stream),  cmocka_unit_test(test_any_chunking),
         cmocka_unit_test(test_line_ends),     cmocka_unit_test(test_fields),
         cmocka_unit_test(test_overlong_line), cmocka_unit_test(test_reset_and_resume),
-        cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_alloc_failure), cmocka_unit_test(test_valid_files),
+        cmocka_unit_test(test_invalid_files),
     };
     return cmocka_run_group_tests_name("sse", tests, NULL, NULL);
 }

@@ -34,8 +34,6 @@ static pf_status parse_fails(const char *text, size_t len, pf_error *err) {
     return st;
 }
 
-
-
 /* --- validation ------------------------------------------------------------------------------- */
 
 static void test_validate_errors(void **state) {

@@ -10,7 +10,10 @@
 #     agent may include ps and worker, cli may include anything; a role names another
 #     folder's header by its path ("ps/server.h"), never by a bare name;
 #  4. a CMakeLists.txt (or .cmake file) uses file(GLOB ...): sources are listed by name;
-#  5. two C files share a basename.
+#  5. two C files share a basename;
+#  6. a file does more than one job, as its length shows: a C file (.c, .h) over
+#     C_MAX_LINES lines, a dashboard file (web/, but not node_modules/ or npm's
+#     package*.json) over WEB_MAX_LINES.
 #
 # usage: scripts/check-layout.sh [ROOT]     (default: the repository this script is in)
 # Exit 0 when the layout holds, 1 after printing one line per problem.
@@ -23,6 +26,8 @@ LAYERS=(base io job dataplane control compute ml sharding)
 # and its folder.
 HEADER_ONLY=(tensor:base version:base checkpoint:sharding)
 ROLES=(ps worker coordinator agent cli)
+C_MAX_LINES=1200
+WEB_MAX_LINES=600
 
 problems=0
 problem() {
@@ -164,8 +169,21 @@ while read -r base; do
   problem "C files share the name $base: $(printf '%s\n' "${files[@]}" | grep -E "(^|/)$base\$" | tr '\n' ' ')"
 done < <(printf '%s\n' "${files[@]}" | grep '\.c$' | xargs -n1 basename | sort | uniq -d)
 
+# --- 6: no file too long to do one job ------------------------------------------------------------
+for f in "${files[@]}"; do
+  case $f in
+    web/node_modules/* | web/package*.json) continue ;;
+    web/*) limit=$WEB_MAX_LINES ;;
+    *.c | *.h) limit=$C_MAX_LINES ;;
+    *) continue ;;
+  esac
+  lines=$(wc -l <"$f")
+  [ "$lines" -le "$limit" ] || problem "$f: $lines lines, more than $limit: split it by job"
+done
+
 if [ "$problems" -gt 0 ]; then
   echo "check-layout: $problems problem(s); see ARCHITECTURE.md for the layout"
   exit 1
 fi
-echo "check-layout: ok (${#files[@]} files: layers ${LAYERS[*]}; roles ${ROLES[*]})"
+echo "check-layout: ok (${#files[@]} files: layers ${LAYERS[*]}; roles ${ROLES[*]};" \
+  "C files <= $C_MAX_LINES lines, web/ files <= $WEB_MAX_LINES)"

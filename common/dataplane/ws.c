@@ -892,15 +892,9 @@ static void handle_requests(pf_ws *ws) {
  * link. The send buffer is small on purpose: a large message then goes out at the pace
  * the peer reads it - what the socket does not take is finished by this endpoint's loop
  * (a client masks it first, so masking overlaps sending) - and only 768 KiB or so is in
- * flight, which the receiving side copies while it is still in cache. Measured with
- * bench/wire_throughput on a 2-core VM: with an 8 MiB send buffer (4 MiB asked) a ps that has just
- * sent a 4 MB reply spent 1.7-2.0 ms of CPU receiving the next 4 MB push, against
- * 0.75-0.8 ms after a small reply, and 4 MB push-pull ran at 2.1-2.8 GB/s; with 512 KiB
- * asked that push cost 1.2 ms and push-pull ran at 3.1-4.1 GB/s. Asking 256, 384 or
- * 512 KiB measured alike; 640 KiB and more fell back to the slow case (the VM's cores have
- * 1 MiB of L2 each), so this size keeps a margin below that edge. The plain-TCP baseline,
- * which blocks in write(), gains nothing from a smaller send buffer (bench/tcp_baseline
- * --sndbuf shows it). */
+ * flight, which the receiving side copies while it is still in cache. bench/RESULTS.md has
+ * the measurements behind the size (larger buffers made large pushes after large replies
+ * slower), and plain TCP's, which gains nothing from it. */
 #define SEND_BUFFER    (384 << 10)
 #define RECEIVE_BUFFER (4 << 20)
 

@@ -24,6 +24,7 @@
 #include "psflow/mem.h"
 #include "psflow/sse.h"
 #include "tests/support/counting_alloc.h"
+#include "tests/support/data_files.h"
 
 /* --- what the handler saw --------------------------------------------------------------- */
 
@@ -217,39 +218,6 @@ static void test_alloc_failure(void **state) {
 #define SSE_DIR   PSFLOW_TEST_DATA "/sse"
 #define MAX_FILES 64
 
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted base names (without .sse) of the streams in dir; the caller frees each. */
-static size_t list_streams(const char *dir, char **names) {
-    DIR *d = opendir(dir);
-    if (!d)
-        fail_msg("cannot open %s", dir);
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len <= 4 || strcmp(e->d_name + len - 4, ".sse") != 0)
-            continue;
-        assert_true(n < MAX_FILES);
-        names[n] = strndup(e->d_name, len - 4);
-        assert_non_null(names[n]);
-        n++;
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
-    return n;
-}
-
-static char *read_whole(const char *path, size_t *len) {
-    char *text;
-    pf_error err;
-    if (pf_fs_read_file(path, 1 << 20, &text, len, &err) != PF_OK)
-        fail_msg("%s", err.message);
-    return text;
-}
-
 /* One field of an .events line, unescaped, into out[cap]; returns where the next begins. */
 static const char *unescape_field(const char *p, char *out, size_t cap) {
     size_t n = 0;
@@ -293,15 +261,15 @@ static void check_events(const char *name, const seen *s, const char *events) {
 static void run_files(const char *kind) {
     char dir[512], *names[MAX_FILES];
     snprintf(dir, sizeof dir, "%s/%s", SSE_DIR, kind);
-    size_t n = list_streams(dir, names);
+    size_t n = data_files(dir, ".sse", true, names, MAX_FILES);
     assert_true(n >= 5);
     for (size_t f = 0; f < n; f++) {
         char path[768];
         size_t len, events_len;
         snprintf(path, sizeof path, "%s/%s.sse", dir, names[f]);
-        char *stream_bytes = read_whole(path, &len);
+        char *stream_bytes = data_read(path, 1 << 20, &len);
         snprintf(path, sizeof path, "%s/%s.events", dir, names[f]);
-        char *events = read_whole(path, &events_len);
+        char *events = data_read(path, 1 << 20, &events_len);
         for (int bytewise = 0; bytewise < 2; bytewise++) {
             seen s = {0};
             pf_sse p;

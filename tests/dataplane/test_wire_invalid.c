@@ -23,6 +23,7 @@
 #include "psflow/wire.h"
 #include "tests/support/counting_alloc.h"
 #include "tests/support/wire_frames.h"
+#include "tests/support/data_files.h"
 
 #define WIRE_DIR  PSFLOW_TEST_DATA "/wire"
 #define MAX_FILES 256
@@ -483,44 +484,10 @@ static void test_error_text(void **state) {
 
 /* --- files ------------------------------------------------------------------------------ */
 
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted names of the .bin files in dir; the caller frees each. */
-static size_t list_files(const char *dir, char **names) {
-    DIR *d = opendir(dir);
-    if (!d)
-        fail_msg("cannot open %s", dir);
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len > 4 && strcmp(e->d_name + len - 4, ".bin") == 0) {
-            assert_true(n < MAX_FILES);
-            names[n] = malloc(len + 1);
-            assert_non_null(names[n]);
-            memcpy(names[n++], e->d_name, len + 1);
-        }
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
-    return n;
-}
-
-/* The file at path, whole, in a pf_malloc'd (so aligned) block; files here are small. */
-static uint8_t *read_file(const char *path, size_t *len) {
-    char *p;
-    pf_error err;
-    if (pf_fs_read_file(path, 65535, &p, len, &err) != PF_OK)
-        fail_msg("%s", err.message);
-    return (uint8_t *)p;
-}
-
 static void test_valid_files(void **state) {
     (void)state;
     char *names[MAX_FILES];
-    size_t n = list_files(WIRE_DIR "/valid", names);
+    size_t n = data_files(WIRE_DIR "/valid", ".bin", false, names, MAX_FILES);
     assert_true(n >= 12);
     unsigned seen = 0;
     pf_wire_in in;
@@ -533,7 +500,7 @@ static void test_valid_files(void **state) {
         char path[512];
         snprintf(path, sizeof path, "%s/valid/%s", WIRE_DIR, names[i]);
         size_t len;
-        uint8_t *data = read_file(path, &len);
+        uint8_t *data = (uint8_t *)data_read(path, 65535, &len);
         pf_wire_msg m;
         pf_error err;
         if (pf_wire_decode(&in, data, len, &m, &err) != PF_OK)
@@ -561,7 +528,7 @@ static void test_valid_files(void **state) {
 static void test_invalid_files(void **state) {
     (void)state;
     char *names[MAX_FILES];
-    size_t n = list_files(WIRE_DIR "/invalid", names);
+    size_t n = data_files(WIRE_DIR "/invalid", ".bin", false, names, MAX_FILES);
     assert_true(n >= 20);
     pf_wire_in in;
     pf_wire_in_init(&in, 0, 0);
@@ -576,7 +543,7 @@ static void test_invalid_files(void **state) {
             want[j] = (char)toupper((unsigned char)names[i][j]);
         want[k] = '\0';
         size_t len;
-        uint8_t *data = read_file(path, &len);
+        uint8_t *data = (uint8_t *)data_read(path, 65535, &len);
         pf_wire_msg m;
         pf_error err;
         if (pf_wire_decode(&in, data, len, &m, &err) == PF_OK)

@@ -76,11 +76,31 @@ static void release(uint8_t *rx, size_t len) {
     free(rx);
 }
 
-/* Places for the reply to a pull of `counts`, each with a destination of its own. */
-static void make_places(pf_ws_place *places, size_t *len, float dst[N][1000]) {
-    assert_int_equal(pf_wire_pull_reply_places(counts, N, places, len), PF_OK);
+/* A worker awaiting the reply to a pull of `counts`: the places, each with a destination
+ * of its own, the reply's length, a buffer for the reply and a decoder. */
+typedef struct awaiting {
+    float dst[N][1000];
+    pf_ws_place places[N];
+    size_t len;
+    pf_buf msg;
+    pf_wire_in in;
+} awaiting;
+
+static awaiting *await_reply(void) {
+    awaiting *a = calloc(1, sizeof *a);
+    assert_non_null(a);
+    assert_int_equal(pf_wire_pull_reply_places(counts, N, a->places, &a->len), PF_OK);
     for (int i = 0; i < N; i++)
-        places[i].dst = dst[i];
+        a->places[i].dst = a->dst[i];
+    pf_buf_init(&a->msg, 1 << 20);
+    pf_wire_in_init(&a->in, 0, 0);
+    return a;
+}
+
+static void await_done(awaiting *a) {
+    pf_wire_in_deinit(&a->in);
+    pf_buf_deinit(&a->msg);
+    free(a);
 }
 
 static void test_places_match_the_encoder(void **state) {
@@ -118,19 +138,12 @@ static void test_places_match_the_encoder(void **state) {
 
 static void test_views_point_at_destinations(void **state) {
     (void)state;
-    static float dst[N][1000];
-    pf_ws_place places[N];
-    size_t len;
-    make_places(places, &len, dst);
-    pf_buf msg;
-    pf_buf_init(&msg, 1 << 20);
-    encode_reply(counts, &msg);
-    uint8_t *rx = receive_in_place(&msg, places, N);
-    pf_wire_in in;
-    pf_wire_in_init(&in, 0, 0);
+    awaiting *a = await_reply();
+    encode_reply(counts, &a->msg);
+    uint8_t *rx = receive_in_place(&a->msg, a->places, N);
     pf_wire_msg m;
     pf_error err;
-    assert_int_equal(pf_wire_decode_placed(&in, rx, msg.len, places, N, &m, &err), PF_OK);
+    assert_int_equal(pf_wire_decode_placed(&a->in, rx, a->msg.len, a->places, N, &m, &err), PF_OK);
     assert_int_equal(m.type, PF_WIRE_PULL_REPLY);
     assert_int_equal(m.request_id, 99);
     assert_int_equal(m.u.pull_reply.version, 12);
@@ -139,59 +152,56 @@ static void test_views_point_at_destinations(void **state) {
         const pf_wire_tensor *t = &m.u.pull_reply.tensors[i];
         assert_int_equal(t->id, 7 + i);
         assert_int_equal(t->count, counts[i]);
-        assert_ptr_equal(t->data, dst[i]); /* never into the buffer */
+        assert_ptr_equal(t->data, a->dst[i]); /* never into the buffer */
         for (uint64_t k = 0; k < counts[i]; k++)
             assert_true(t->data[k] == (float)(100 * i) + (float)k + 0.5f);
     }
     /* Without places it is pf_wire_decode, on a whole message. */
-    assert_int_equal(pf_wire_decode_placed(&in, msg.data, msg.len, NULL, 0, &m, &err), PF_OK);
-    assert_true((const uint8_t *)m.u.pull_reply.tensors[2].data > msg.data);
-    release(rx, msg.len);
-    pf_wire_in_deinit(&in);
-    pf_buf_deinit(&msg);
+    assert_int_equal(pf_wire_decode_placed(&a->in, a->msg.data, a->msg.len, NULL, 0, &m, &err),
+                     PF_OK);
+    assert_true((const uint8_t *)m.u.pull_reply.tensors[2].data > a->msg.data);
+    release(rx, a->msg.len);
+    await_done(a);
 }
 
 /* Replies of the expected length that do not fit the places: refused, no place read. */
 static void test_other_layouts_refused(void **state) {
     (void)state;
-    static float dst[N][1000];
-    pf_ws_place places[N];
-    size_t len;
-    make_places(places, &len, dst);
-    pf_buf msg;
-    pf_buf_init(&msg, 1 << 20);
-    pf_wire_in in;
-    pf_wire_in_init(&in, 0, 0);
+    awaiting *a = await_reply();
+    pf_ws_place *places = a->places;
+    pf_buf *msg = &a->msg;
+    size_t len = a->len;
+    pf_wire_in *in = &a->in;
     pf_wire_msg m;
     pf_error err;
 
     /* The same length, the values split otherwise: tensor 0 one longer, tensor 2 one
      * shorter. */
     const uint64_t shifted[N] = {4, 0, 999, 5};
-    encode_reply(shifted, &msg);
-    assert_int_equal(msg.len, len);
-    uint8_t *rx = receive_in_place(&msg, places, N);
-    assert_int_equal(pf_wire_decode_placed(&in, rx, msg.len, places, N, &m, &err), PF_ERR_FORMAT);
-    assert_int_equal(pf_wire_in_code(&in), PF_WIRE_BAD_LENGTH);
+    encode_reply(shifted, msg);
+    assert_int_equal(msg->len, len);
+    uint8_t *rx = receive_in_place(msg, places, N);
+    assert_int_equal(pf_wire_decode_placed(in, rx, msg->len, places, N, &m, &err), PF_ERR_FORMAT);
+    assert_int_equal(pf_wire_in_code(in), PF_WIRE_BAD_LENGTH);
     assert_non_null(strstr(err.message, "received in place"));
-    release(rx, msg.len);
+    release(rx, msg->len);
 
     /* Places that do not lie where a PULL_REPLY of that many tensors puts values. */
-    encode_reply(counts, &msg);
+    encode_reply(counts, msg);
     pf_ws_place moved[N];
     memcpy(moved, places, sizeof moved);
     moved[3].pos -= 4;
-    rx = receive_in_place(&msg, moved, N);
-    assert_int_equal(pf_wire_decode_placed(&in, rx, msg.len, moved, N, &m, &err), PF_ERR_FORMAT);
-    assert_int_equal(pf_wire_in_code(&in), PF_WIRE_BAD_LENGTH);
-    release(rx, msg.len);
+    rx = receive_in_place(msg, moved, N);
+    assert_int_equal(pf_wire_decode_placed(in, rx, msg->len, moved, N, &m, &err), PF_ERR_FORMAT);
+    assert_int_equal(pf_wire_in_code(in), PF_WIRE_BAD_LENGTH);
+    release(rx, msg->len);
 
     /* Fewer places than tensors. */
-    rx = receive_in_place(&msg, places, N - 1);
-    assert_int_equal(pf_wire_decode_placed(&in, rx, msg.len, places, N - 1, &m, &err),
+    rx = receive_in_place(msg, places, N - 1);
+    assert_int_equal(pf_wire_decode_placed(in, rx, msg->len, places, N - 1, &m, &err),
                      PF_ERR_FORMAT);
-    assert_int_equal(pf_wire_in_code(&in), PF_WIRE_BAD_LENGTH);
-    release(rx, msg.len);
+    assert_int_equal(pf_wire_in_code(in), PF_WIRE_BAD_LENGTH);
+    release(rx, msg->len);
 
     /* Another type of exactly the expected length: an ERROR (for a smaller pull, since an
      * ERROR's text is at most 1 KiB). */
@@ -199,7 +209,7 @@ static void test_other_layouts_refused(void **state) {
     pf_ws_place small_places[N];
     assert_int_equal(pf_wire_pull_reply_places(small, N, small_places, &len), PF_OK);
     for (int i = 0; i < N; i++)
-        small_places[i].dst = dst[i];
+        small_places[i].dst = a->dst[i];
     size_t text_len = len - PF_WIRE_HEADER_SIZE - 8;
     assert_true(text_len <= PF_WIRE_MAX_ERROR_MSG);
     char *text = malloc(text_len + 1);
@@ -209,27 +219,26 @@ static void test_other_layouts_refused(void **state) {
     pf_wire_out o;
     pf_wire_out_init(&o);
     assert_int_equal(pf_wire_encode_error(&o, 99, PF_WIRE_NOT_READY, text, NULL), PF_OK);
-    pf_buf_reset(&msg);
-    assert_int_equal(pf_wire_out_gather(&o, &msg), PF_OK);
-    assert_int_equal(msg.len, len);
-    rx = receive_in_place(&msg, small_places, N);
-    assert_int_equal(pf_wire_decode_placed(&in, rx, msg.len, small_places, N, &m, &err),
+    pf_buf_reset(msg);
+    assert_int_equal(pf_wire_out_gather(&o, msg), PF_OK);
+    assert_int_equal(msg->len, len);
+    rx = receive_in_place(msg, small_places, N);
+    assert_int_equal(pf_wire_decode_placed(in, rx, msg->len, small_places, N, &m, &err),
                      PF_ERR_FORMAT);
-    assert_int_equal(pf_wire_in_code(&in), PF_WIRE_UNEXPECTED);
+    assert_int_equal(pf_wire_in_code(in), PF_WIRE_UNEXPECTED);
     assert_int_equal(m.request_id, 99); /* still answerable */
     assert_non_null(strstr(err.message, "ERROR"));
-    release(rx, msg.len);
+    release(rx, msg->len);
 
     /* Places inside the fixed fields. */
-    pf_ws_place early[1] = {{30, 8, dst[0]}};
-    assert_int_equal(pf_wire_decode_placed(&in, msg.data, msg.len, early, 1, &m, &err),
+    pf_ws_place early[1] = {{30, 8, a->dst[0]}};
+    assert_int_equal(pf_wire_decode_placed(in, msg->data, msg->len, early, 1, &m, &err),
                      PF_ERR_FORMAT);
-    assert_int_equal(pf_wire_in_code(&in), PF_WIRE_BAD_LENGTH);
+    assert_int_equal(pf_wire_in_code(in), PF_WIRE_BAD_LENGTH);
 
     free(text);
     pf_wire_out_deinit(&o);
-    pf_wire_in_deinit(&in);
-    pf_buf_deinit(&msg);
+    await_done(a);
 }
 
 int main(void) {

@@ -21,6 +21,7 @@
 #include "psflow/mem.h"
 #include "psflow/spec.h"
 #include "tests/support/counting_alloc.h"
+#include "tests/support/data_files.h"
 
 #define SPEC_DIR  PSFLOW_TEST_DATA "/spec"
 #define MAX_FILES 256
@@ -71,38 +72,10 @@ static pf_status parse_fails(const char *text, pf_error *err) {
     return st;
 }
 
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted names of the files in dir ending in suffix; the caller frees each and the array. */
-static size_t list_files(const char *dir, const char *suffix, char **names) {
-    DIR *d = opendir(dir);
-    if (!d)
-        fail_msg("cannot open %s", dir);
-    size_t n = 0, slen = strlen(suffix);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
-            continue;
-        assert_true(n < MAX_FILES);
-        names[n] = strdup(e->d_name);
-        assert_non_null(names[n]);
-        n++;
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
-    return n;
-}
-
 /* Whole file as a NUL-terminated string (pf_free it), trailing whitespace removed. */
 static char *read_text(const char *path) {
-    char *buf;
     size_t n;
-    pf_error err;
-    if (pf_fs_read_file(path, 4095, &buf, &n, &err) != PF_OK)
-        fail_msg("%s", err.message);
+    char *buf = data_read(path, 4095, &n);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
     return buf;
@@ -191,7 +164,7 @@ static void assert_round_trip(const pf_job_spec *a, const char *what) {
 static void test_valid_files(void **state) {
     (void)state;
     char *names[MAX_FILES];
-    size_t n = list_files(SPEC_DIR "/valid", ".json", names);
+    size_t n = data_files(SPEC_DIR "/valid", ".json", false, names, MAX_FILES);
     assert_true(n >= 6);
     for (size_t i = 0; i < n; i++) {
         char path[1024];
@@ -212,7 +185,7 @@ static void test_valid_files(void **state) {
 static void test_invalid_files(void **state) {
     (void)state;
     char *names[MAX_FILES];
-    size_t n = list_files(SPEC_DIR "/invalid", ".json", names);
+    size_t n = data_files(SPEC_DIR "/invalid", ".json", false, names, MAX_FILES);
     assert_true(n >= 25);
     for (size_t i = 0; i < n; i++) {
         char path[1024];

@@ -23,53 +23,19 @@
 #include "psflow/tf_config.h"
 #include "tests/support/counting_alloc.h"
 #include "tests/support/tf_config_cases.h"
+#include "tests/support/data_files.h"
 
 #define TFC_DIR   PSFLOW_TEST_DATA "/tf_config"
 #define MAX_FILES 256
 
 /* --- helpers ---------------------------------------------------------------------------------- */
 
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted names of the *.json files in dir; the caller frees each. */
-static size_t list_files(const char *dir, char **names) {
-    DIR *d = opendir(dir);
-    if (!d)
-        fail_msg("cannot open %s", dir);
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len <= 5 || strcmp(e->d_name + len - 5, ".json") != 0)
-            continue;
-        assert_true(n < MAX_FILES);
-        names[n] = strdup(e->d_name);
-        assert_non_null(names[n]);
-        n++;
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
-    return n;
-}
-
-/* Whole file; *len is its size (the file may hold any bytes). NUL-terminated for convenience;
- * pf_free it. */
-static char *read_file(const char *path, size_t *len) {
-    char *text;
-    pf_error err;
-    if (pf_fs_read_file(path, 16u << 20, &text, len, &err) != PF_OK)
-        fail_msg("%s", err.message);
-    return text;
-}
-
 /* --- data files ------------------------------------------------------------------------------- */
 
 static void test_valid_files(void **state) {
     (void)state;
     char *names[MAX_FILES];
-    size_t n = list_files(TFC_DIR "/valid", names);
+    size_t n = data_files(TFC_DIR "/valid", ".json", false, names, MAX_FILES);
     assert_true(n >= 20);
     for (size_t i = 0; i < n; i++) {
         char path[1024];
@@ -77,7 +43,7 @@ static void test_valid_files(void **state) {
         pf_tf_config c;
         pf_error err;
         snprintf(path, sizeof path, "%s/valid/%s", TFC_DIR, names[i]);
-        char *text = read_file(path, &len);
+        char *text = data_read(path, 16u << 20, &len);
         pf_status st = pf_tf_config_parse(text, len, &c, &err);
         if (st != PF_OK)
             fail_msg("%s: %s: %s", names[i], pf_strerror(st), err.message);
@@ -191,7 +157,7 @@ static void test_invalid_files(void **state) {
     (void)state;
     char *names[MAX_FILES];
     bool seen[N_INVALID_CASES] = {false};
-    size_t n = list_files(TFC_DIR "/invalid", names);
+    size_t n = data_files(TFC_DIR "/invalid", ".json", false, names, MAX_FILES);
     for (size_t i = 0; i < n; i++) {
         char base[256];
         snprintf(base, sizeof base, "%.*s", (int)(strlen(names[i]) - 5), names[i]);
@@ -207,7 +173,7 @@ static void test_invalid_files(void **state) {
         pf_tf_config c;
         pf_error err;
         snprintf(path, sizeof path, "%s/invalid/%s", TFC_DIR, names[i]);
-        char *text = read_file(path, &len);
+        char *text = data_read(path, 16u << 20, &len);
         pf_status st = pf_tf_config_parse(text, len, &c, &err);
         if (st == PF_OK) {
             st = pf_tf_config_validate(&c, &err);
@@ -239,13 +205,13 @@ static void test_invalid_files(void **state) {
 static void test_failing_allocator_parse(void **state) {
     (void)state;
     char *names[MAX_FILES];
-    size_t n = list_files(TFC_DIR "/valid", names);
+    size_t n = data_files(TFC_DIR "/valid", ".json", false, names, MAX_FILES);
     long total_failures = 0;
     for (size_t i = 0; i < n; i++) {
         char path[1024];
         size_t len;
         snprintf(path, sizeof path, "%s/valid/%s", TFC_DIR, names[i]);
-        char *text = read_file(path, &len);
+        char *text = data_read(path, 16u << 20, &len);
         for (long k = 0;; k++) {
             pf_tf_config c;
             pf_error err;

@@ -24,6 +24,7 @@
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 #include "tests/support/counting_alloc.h"
+#include "tests/support/data_files.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define MAX_CASES  128
@@ -99,32 +100,6 @@ static void write_gz(const char *path, const void *data, size_t len) {
 static bool file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
-}
-
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sorted names in dir ending in suffix, without the suffix when strip is set. */
-static int list_dir(const char *dir, const char *suffix, bool strip, char **names, int max) {
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    size_t slen = strlen(suffix);
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
-            continue;
-        assert_true(n < max);
-        names[n] = strdup(e->d_name);
-        assert_non_null(names[n]);
-        if (strip)
-            names[n][len - slen] = '\0';
-        n++;
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, compare_names);
-    return n;
 }
 
 static void free_names(char **names, int n) {
@@ -205,7 +180,7 @@ static void test_idx_valid_files(void **state) {
     char dir[512], images[600], labels[600], file[300];
     path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "idx/valid");
     char *names[MAX_CASES];
-    int n = list_dir(dir, ".images", true, names, MAX_CASES);
+    int n = (int)data_files(dir, ".images", true, names, MAX_CASES);
     assert_true(n >= 4);
     for (int i = 0; i < n; i++) {
         snprintf(file, sizeof file, "%s.images", names[i]);
@@ -229,7 +204,7 @@ static void test_idx_invalid_files(void **state) {
     char dir[512], images[600], labels[600], file[300];
     path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "idx/invalid");
     char *names[MAX_CASES];
-    int n = list_dir(dir, ".images", true, names, MAX_CASES);
+    int n = (int)data_files(dir, ".images", true, names, MAX_CASES);
     static const char *const required[] = {
         "bad_image_magic", "bad_label_magic", "truncated_images", "truncated_labels",
         "trailing_images", "trailing_labels", "count_mismatch",   "zero_n",
@@ -436,7 +411,7 @@ static void test_csv_valid_files(void **state) {
     char dir[512], path[600];
     path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "csv/valid");
     char *names[MAX_CASES];
-    int n = list_dir(dir, ".csv", false, names, MAX_CASES);
+    int n = (int)data_files(dir, ".csv", false, names, MAX_CASES);
     assert_int_equal(n, (int)(sizeof cases / sizeof *cases)); /* every file has a row here */
     free_names(names, n);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -463,7 +438,7 @@ static void test_csv_invalid_files(void **state) {
     char dir[512], path[600];
     path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "csv/invalid");
     char *names[MAX_CASES];
-    int n = list_dir(dir, ".csv", false, names, MAX_CASES);
+    int n = (int)data_files(dir, ".csv", false, names, MAX_CASES);
     assert_true(n >= 15);
     for (int i = 0; i < n; i++) {
         path_join(path, sizeof path, dir, names[i]);

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "psflow/checkpoint.h"
-#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
@@ -25,6 +24,7 @@
 #include "psflow/safetensors.h"
 #include "psflow/spec.h"
 #include "tests/support/counting_alloc.h"
+#include "tests/support/data_files.h"
 
 #define JOB    "ckpt-mlp"
 #define MAX_PS 2
@@ -162,11 +162,7 @@ static bool exists(const char *path) {
 
 /* The whole file at path, NUL-terminated (pf_free it). */
 static unsigned char *slurp(const char *path, size_t *len) {
-    char *text;
-    pf_error err;
-    if (pf_fs_read_file(path, 64u << 20, &text, len, &err) != PF_OK)
-        fail_msg("%s", err.message);
-    return (unsigned char *)text;
+    return (unsigned char *)data_read(path, 64u << 20, len);
 }
 
 static void spill(const char *path, const void *data, size_t len) {

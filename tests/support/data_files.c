@@ -1,0 +1,47 @@
+/* data_files.c - listing and reading the tests' data files (see data_files.h). */
+#include "tests/support/data_files.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/fs.h"
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t data_files(const char *dir, const char *suffix, bool strip, char **names, size_t max) {
+    DIR *d = opendir(dir);
+    if (!d)
+        fail_msg("cannot open %s", dir);
+    size_t n = 0, slen = strlen(suffix);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
+            continue;
+        assert_true(n < max);
+        names[n] = strdup(e->d_name);
+        assert_non_null(names[n]);
+        if (strip)
+            names[n][len - slen] = '\0';
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, compare_names);
+    return n;
+}
+
+char *data_read(const char *path, size_t max, size_t *len) {
+    char *text;
+    pf_error err;
+    if (pf_fs_read_file(path, max, &text, len, &err) != PF_OK)
+        fail_msg("%s", err.message);
+    return text;
+}

@@ -36,10 +36,6 @@ static void on_signal(int sig) {
     agent_signalled = 1;
 }
 
-static json_t *num_or_null(double v) {
-    return isnan(v) ? json_null() : json_real(v);
-}
-
 /* --- the task an agent runs --- */
 
 enum { TASK_RUNNING = 1, TASK_SUCCEEDED, TASK_FAILED };
@@ -242,8 +238,8 @@ static json_t *heartbeat_body(agent *a) {
         if (b && t->state == TASK_SUCCEEDED && t->result.steps)
             json_object_set_new(b, "result",
                                 json_pack("{s:o, s:o, s:I}", "accuracy",
-                                          num_or_null(t->result.accuracy), "test_loss",
-                                          num_or_null(t->result.test_loss), "steps",
+                                          agent_number_json(t->result.accuracy), "test_loss",
+                                          agent_number_json(t->result.test_loss), "steps",
                                           (json_int_t)t->result.steps));
         if (b && t->ps) {
             uint64_t version, applied, stale;

@@ -164,7 +164,7 @@ agent_reporter *agent_reporter_create(const char *coordinator, const char *token
     return r;
 }
 
-static json_t *num_or_null(double v) {
+json_t *agent_number_json(double v) {
     return isnan(v) ? json_null() : json_real(v);
 }
 
@@ -191,13 +191,13 @@ void agent_reporter_add(void *ctx, const worker_report *rep) {
     json_t *item = NULL;
     if (rep->kind == WORKER_REPORT_STEP)
         item = json_pack("{s:I, s:f, s:o, s:o, s:o}", "step", (json_int_t)rep->step, "time",
-                         rep->time, "loss", num_or_null(rep->loss), "examples_per_sec",
-                         num_or_null(rep->examples_per_sec), "step_time_seconds",
-                         num_or_null(rep->step_time_seconds));
+                         rep->time, "loss", agent_number_json(rep->loss), "examples_per_sec",
+                         agent_number_json(rep->examples_per_sec), "step_time_seconds",
+                         agent_number_json(rep->step_time_seconds));
     else if (rep->kind == WORKER_REPORT_EVAL)
         item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
-                         "accuracy", num_or_null(rep->accuracy), "test_loss",
-                         num_or_null(rep->test_loss));
+                         "accuracy", agent_number_json(rep->accuracy), "test_loss",
+                         agent_number_json(rep->test_loss));
     else
         item = checkpoint_item(rep);
     if (!item)

@@ -6,6 +6,8 @@
 #ifndef PSFLOW_AGENT_REPORTER_H
 #define PSFLOW_AGENT_REPORTER_H
 
+#include <jansson.h>
+
 #include "worker/trainer.h"
 
 typedef struct agent_reporter agent_reporter;
@@ -23,5 +25,9 @@ int agent_reporter_flush(agent_reporter *r, double seconds);
 /* Sends what is left (trying for at most `seconds`), stops the thread and frees; NULL is
  * ignored. */
 void agent_reporter_destroy(agent_reporter *r, double seconds);
+
+/* A measured figure as JSON: the number, or null when it was not measured (NaN). New
+ * reference; NULL when out of memory. */
+json_t *agent_number_json(double v);
 
 #endif

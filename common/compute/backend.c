@@ -1,8 +1,8 @@
 /* backend.c - which backend serves a device (see backend.h).
  *
- * This build has no CUDA: cuda_backend() below always answers PF_ERR_UNSUPPORTED. A build
- * with PSFLOW_HAVE_CUDA replaces it with one that probes for a usable GPU and returns the
- * cuda table; pf_backend_for_device() itself does not change.
+ * psflow has no CUDA backend yet, and no build file defines PSFLOW_HAVE_CUDA: cuda_backend()
+ * below always answers PF_ERR_UNSUPPORTED. The CUDA backend, when it lands, defines the
+ * macro and supplies a cuda_backend() that probes for a usable GPU.
  */
 #include "psflow/backend.h"
 

@@ -28,8 +28,6 @@
 #define TFC_DIR   PSFLOW_TEST_DATA "/tf_config"
 #define MAX_FILES 256
 
-/* --- helpers ---------------------------------------------------------------------------------- */
-
 /* --- data files ------------------------------------------------------------------------------- */
 
 static void test_valid_files(void **state) {

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/ws.h"
 
@@ -85,9 +86,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
     e->messages++;
     if (e->hold_for && e->messages == 1) {
         /* Not reading meanwhile fills the socket buffers, so the peer's sends stall. */
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += 5;
+        struct timespec deadline = pf_clock_deadline(5);
         endpoint *p = e->hold_for;
         pthread_mutex_lock(&p->mu);
         while (p->messages < e->hold_count &&
@@ -125,9 +124,7 @@ static const pf_ws_handlers handlers = {on_open, on_message, on_close};
 
 /* Waits up to 10 s for *counter >= want. */
 static int wait_for(endpoint *e, int *counter, int want) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
+    struct timespec deadline = pf_clock_deadline(10);
     pthread_mutex_lock(&e->mu);
     int rc = 0;
     while (*counter < want && rc == 0)

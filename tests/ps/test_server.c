@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "psflow/clock.h"
 #include "psflow/buf.h"
 #include "psflow/placement.h"
 #include "psflow/wire.h"
@@ -83,9 +84,7 @@ static void exchange_raw(const void *bytes, size_t len, pf_wire_msg *m) {
     int before = fx.c.got;
     struct iovec whole = {(void *)bytes, len};
     assert_int_equal(pf_ws_sendv(fx.ws, fx.conn, &whole, 1), PF_OK);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
+    struct timespec deadline = pf_clock_deadline(10);
     pthread_mutex_lock(&fx.c.mu);
     while (fx.c.got == before && !fx.c.closed)
         if (pthread_cond_timedwait(&fx.c.cv, &fx.c.mu, &deadline) != 0)
@@ -153,9 +152,7 @@ static int setup(void **state) {
     if (pf_ws_client_create(1u << 20, &h, &fx.c, &fx.ws, &err) != PF_OK)
         return -1;
     pf_ws_connect(fx.ws, "127.0.0.1", ps_server_port(fx.server), NULL, &fx.conn);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 10;
+    struct timespec deadline = pf_clock_deadline(10);
     pthread_mutex_lock(&fx.c.mu);
     while (!fx.c.open && !fx.c.closed)
         if (pthread_cond_timedwait(&fx.c.cv, &fx.c.mu, &deadline) != 0)

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "ps/server.h"
+#include "psflow/clock.h"
 #include "psflow/model.h"
 #include "worker/link.h"
 
@@ -60,14 +61,13 @@ typedef struct restart {
 /* Brings a ps up on a given port after a short delay (the link is retrying meanwhile). */
 static void *start_later(void *arg) {
     restart *r = arg;
-    struct timespec nap = {0, 300 * 1000 * 1000}; /* the outage being simulated */
-    nanosleep(&nap, NULL);
+    pf_clock_sleep(0.3); /* the outage being simulated */
     ps_server_options o = {&spec, 0, "127.0.0.1", r->port, dir, r->incarnation, 0};
     pf_error err;
     for (int i = 0; i < 50; i++) { /* the old listener may take a moment to go */
         if (ps_server_start(&o, &r->server, &err) == PF_OK)
             return NULL;
-        nanosleep(&nap, NULL);
+        pf_clock_sleep(0.3);
     }
     return NULL;
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "psflow/buf.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 
@@ -92,32 +93,26 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
     gzbuffer(f, 128u << 10);
 
     pf_status status = PF_OK;
-    uint8_t *buf = NULL;
-    size_t size = 0, capacity = 0;
+    /* Up to READ_CAP + 1 bytes, grown geometrically: reading that last byte tells us the
+     * file is over the cap. */
+    pf_buf b;
+    pf_buf_init(&b, READ_CAP + 1);
     for (;;) {
-        if (size == capacity) {
-            /* Grow geometrically up to READ_CAP + 1 bytes: reading that last byte tells
-             * us the file is over the cap. */
-            size_t next = capacity ? capacity * 2 : READ_FIRST_CHUNK;
-            if (next > READ_CAP + 1)
-                next = READ_CAP + 1;
-            uint8_t *p = pf_realloc(buf, next);
-            if (!p) {
-                status = pf_error_set_offset(err, PF_ERR_NOMEM, -1,
-                                             "%s: out of memory reading %zu bytes", path, next);
-                break;
-            }
-            buf = p;
-            capacity = next;
+        if (b.len == b.cap && pf_buf_reserve(&b, b.cap ? b.cap : READ_FIRST_CHUNK) != PF_OK &&
+            pf_buf_reserve(&b, b.max - b.len) != PF_OK) { /* the last step, up to the cap */
+            status = pf_error_set_offset(err, PF_ERR_NOMEM, -1,
+                                         "%s: out of memory reading %zu bytes", path, b.len + 1);
+            break;
         }
-        size_t want = capacity - size;
+        size_t want = b.cap - b.len;
         if (want > (size_t)INT_MAX)
             want = (size_t)INT_MAX;
         errno = 0;
-        int got = gzread(f, buf + size, (unsigned)want);
+        int got = gzread(f, b.data + b.len, (unsigned)want);
         if (got <= 0)
             break; /* end of data or error: gzerror below tells which */
-        size += (size_t)got;
+        b.len += (size_t)got;
+        size_t size = b.len;
         if (size > READ_CAP) {
             status = pf_error_set_offset(err, PF_ERR_FORMAT, (long long)READ_CAP,
                                          "%s: larger than the %zu MiB limit (decompressed)", path,
@@ -130,7 +125,7 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
         const char *zmsg = gzerror(f, &zerr);
         if (zerr == Z_ERRNO) {
             os_error_text(errno, os, sizeof os);
-            status = pf_error_set_offset(err, PF_ERR_IO, (long long)size, "%s: read failed: %s",
+            status = pf_error_set_offset(err, PF_ERR_IO, (long long)b.len, "%s: read failed: %s",
                                          path, os);
         } else if (zerr == Z_MEM_ERROR) {
             status =
@@ -138,7 +133,7 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
         } else if (zerr == Z_BUF_ERROR) {
             status = pf_error_set_offset(
                 err, PF_ERR_FORMAT, -1,
-                "%s: gzip data ends early (truncated after %zu decompressed bytes)", path, size);
+                "%s: gzip data ends early (truncated after %zu decompressed bytes)", path, b.len);
         } else if (zerr != Z_OK) {
             /* zlib's message reads "path: problem"; keep the problem. */
             size_t plen = strlen(path);
@@ -154,11 +149,11 @@ static pf_status read_file(const char *path, uint8_t **data, size_t *len, pf_err
             err, close_rc == Z_BUF_ERROR ? PF_ERR_FORMAT : PF_ERR_IO, -1, "%s: %s", path,
             close_rc == Z_BUF_ERROR ? "gzip data ends early (truncated)" : "error closing file");
     if (status != PF_OK) {
-        pf_free(buf);
+        pf_buf_deinit(&b);
         return status;
     }
-    *data = buf;
-    *len = size;
+    *len = b.len;
+    *data = pf_buf_detach(&b);
     return PF_OK;
 }
 

@@ -1,5 +1,7 @@
 /* cmd_coordinator.c - `psflow coordinator`: the REST API, the event stream, the dashboard and
  * the job state in SQLite (coordinator/coordinator.h). */
+#include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "cli/options.h"
 #include "psflow/http_client.h"
 #include "psflow/address.h"
+#include "psflow/mem.h"
 
 static coord_server *running;
 
@@ -41,6 +44,51 @@ static int find_near_exe(const char *const *rels, int n, int want_dir, char *out
     return -1;
 }
 
+/* Reads a PEM file of at most 1 MiB into a new NUL-terminated string (pf_free); NULL after
+ * printing why. */
+static char *read_pem(const char *option, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "psflow coordinator: --%s %s: %s\n", option, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *text = pf_malloc(cap + 1);
+    if (text)
+        len = fread(text, 1, cap + 1, f);
+    int bad = !text || ferror(f) || len > cap || len == 0;
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "psflow coordinator: --%s %s: %s\n", option, path,
+                !text      ? "out of memory"
+                : len == 0 ? "empty or unreadable"
+                           : "larger than 1 MiB");
+        pf_free(text);
+        return NULL;
+    }
+    text[len] = '\0';
+    if (!strstr(text, "-----BEGIN ")) {
+        fprintf(stderr, "psflow coordinator: --%s %s: not a PEM file\n", option, path);
+        pf_free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* An origin as browsers send it: http or https, a host, an optional port, nothing after. */
+static int valid_origin(const char *o) {
+    const char *host = !strncmp(o, "http://", 7)    ? o + 7
+                       : !strncmp(o, "https://", 8) ? o + 8
+                                                    : NULL;
+    if (!host || !*host)
+        return 0;
+    for (const char *p = host; *p; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == ':' || *p == '[' ||
+              *p == ']'))
+            return 0;
+    return 1;
+}
+
 int cli_coordinator(int argc, char **argv) {
     cli_option opts[] = {
         {"listen", "HOST:PORT", "address of the API and dashboard [0.0.0.0:8080]", NULL},
@@ -50,6 +98,14 @@ int cli_coordinator(int argc, char **argv) {
         {"lease-seconds", "S", "an agent without a heartbeat for S seconds is lost [10]", NULL},
         {"max-connections", "N", "concurrent HTTP connections [256]", NULL},
         {"connection-timeout", "S", "idle HTTP connections are closed after S seconds [30]", NULL},
+        {"max-streams", "N",
+         "event streams open at once; more are told 503 [64, at most max-connections/2]", NULL},
+        {"cors-origin", "ORIGIN",
+         "let pages of ORIGIN (https://host:port) call the API; repeatable or comma-separated "
+         "[none]",
+         NULL},
+        {"tls-cert", "FILE", "serve HTTPS with this PEM certificate (chain) [plain HTTP]", NULL},
+        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -76,16 +132,46 @@ int cli_coordinator(int argc, char **argv) {
         fprintf(stderr, "psflow coordinator: --listen '%s' is not HOST:PORT\n", listen);
         return PF_EX_USAGE;
     }
-    long lease, max_conn, timeout;
+    long lease, max_conn, timeout, max_streams;
     if (cli_get_long("coordinator", opts, n_opts, "lease-seconds", 1, 3600, 10, &lease) ||
         cli_get_long("coordinator", opts, n_opts, "max-connections", 4, 65536, 256, &max_conn) ||
         cli_get_long("coordinator", opts, n_opts, "connection-timeout", 1, 3600, 30, &timeout))
         return PF_EX_USAGE;
+    long reserve = max_conn / 8 > 2 ? max_conn / 8 : 2, stream_cap = (max_conn - reserve) / 2;
+    if (cli_get_long("coordinator", opts, n_opts, "max-streams", 1, stream_cap,
+                     stream_cap < 64 ? stream_cap : 64, &max_streams))
+        return PF_EX_USAGE;
+    char cors_buf[2048];
+    const char *cors[16];
+    int n_cors = cli_get_list("coordinator", argc, argv, opts, n_opts, "cors-origin", ',', cors_buf,
+                              sizeof cors_buf, cors, 16);
+    if (n_cors < 0)
+        return PF_EX_USAGE;
+    for (int i = 0; i < n_cors; i++)
+        if (!valid_origin(cors[i])) {
+            fprintf(stderr,
+                    "psflow coordinator: --cors-origin '%s' is not an origin like "
+                    "https://host:port (scheme, host and port only)\n",
+                    cors[i]);
+            return PF_EX_USAGE;
+        }
+    const char *cert_path = cli_get(opts, n_opts, "tls-cert");
+    const char *key_path = cli_get(opts, n_opts, "tls-key");
+    if (!cert_path != !key_path) {
+        fprintf(stderr, "psflow coordinator: --tls-cert and --tls-key go together\n");
+        return PF_EX_USAGE;
+    }
     char token[512];
     pf_error err;
     pf_error_clear(&err);
     if (!pf_http_token_from_env(token, sizeof token, &err)) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
+        return PF_EX_NOINPUT;
+    }
+    char *cert = NULL, *key = NULL;
+    if (cert_path &&
+        (!(cert = read_pem("tls-cert", cert_path)) || !(key = read_pem("tls-key", key_path)))) {
+        pf_free(cert);
         return PF_EX_NOINPUT;
     }
     char web[PATH_MAX], openapi[PATH_MAX];
@@ -106,16 +192,24 @@ int cli_coordinator(int argc, char **argv) {
         .lease_seconds = (double)lease,
         .max_connections = (int)max_conn,
         .connection_timeout = (int)timeout,
+        .max_streams = (int)max_streams,
+        .cors_origins = cors,
+        .n_cors_origins = n_cors,
+        .tls_cert_pem = cert,
+        .tls_key_pem = key,
     };
     coord_server *s;
     if (coord_server_start(&o, &s, &err) != PF_OK) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
+        pf_free(cert);
+        pf_free(key);
         return err.message[0] && strstr(err.message, "listen") ? PF_EX_UNAVAILABLE
                                                                : PF_EX_CANTCREAT;
     }
-    fprintf(stderr, "psflow coordinator: listening on http://%s:%d (database %s, dashboard %s%s)\n",
-            host, coord_server_port(s), o.db_path, web_dir ? web_dir : "not installed",
-            token[0] ? ", bearer token required" : "");
+    fprintf(stderr, "psflow coordinator: listening on %s://%s:%d (database %s, dashboard %s%s%s)\n",
+            cert ? "https" : "http", host, coord_server_port(s), o.db_path,
+            web_dir ? web_dir : "not installed", token[0] ? ", bearer token required" : "",
+            n_cors ? ", CORS for --cors-origin" : "");
     running = s;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -127,5 +221,7 @@ int cli_coordinator(int argc, char **argv) {
     fprintf(stderr, "psflow coordinator: stopping\n");
     running = NULL;
     coord_server_destroy(s);
+    pf_free(cert);
+    pf_free(key);
     return 0;
 }

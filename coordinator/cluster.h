@@ -194,8 +194,10 @@ typedef struct coord_eval {
 } coord_eval;
 
 typedef struct coord_cluster {
-    coord_job **jobs;
+    coord_job **jobs; /* in creation order: ascending (create_time, name) */
     int n_jobs, cap_jobs;
+    coord_job **by_name; /* open-addressing index of jobs by name; by_name_cap a power of 2 */
+    int by_name_cap;
     coord_node **nodes;
     int n_nodes, cap_nodes;
     double lease_seconds;
@@ -215,7 +217,11 @@ void coord_cluster_deinit(coord_cluster *c);
  * with another spec; PF_ERR_UNSUPPORTED for evaluator tasks; PF_ERR_NOMEM. */
 pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coord_job **out,
                            int *created, pf_error *err);
+/* The job of that name (not deleted), or NULL; a hash lookup. */
 coord_job *coord_job_find(const coord_cluster *c, const char *name);
+/* How many jobs were created before (create_time, name) in creation order: jobs[0..n) are
+ * the older ones. A binary search, for listing from a position. */
+int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name);
 /* Cancels (phase Failed, reason Cancelled) unless already finished. */
 void coord_job_cancel(coord_cluster *c, coord_job *j, double now);
 /* Cancels and marks the job deleted. */
@@ -273,7 +279,8 @@ coord_event *coord_cluster_take_events(coord_cluster *c, int *n);
 
 /* --- store reload --- */
 
-/* Adds a loaded job (store reload); takes ownership of j. PF_ERR_NOMEM. */
+/* Adds a loaded job (store reload) at its place in creation order; takes ownership of j.
+ * PF_ERR_NOMEM. */
 pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j);
 pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n);
 /* Builds a job's task array for its spec (all Pending, unassigned). PF_ERR_NOMEM. */

@@ -305,8 +305,9 @@ static pf_status load_tasks(coord_store *s, coord_job *j) {
 
 pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_error *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT name, spec, status FROM jobs ORDER BY create_time", -1,
-                           &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            s->db, "SELECT name, spec, status, create_time FROM jobs ORDER BY create_time, name",
+            -1, &st, NULL) != SQLITE_OK)
         return db_error(s, err, "loading jobs");
     pf_status rc = PF_OK;
     while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
@@ -329,6 +330,9 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         json_t *status = json_loads(col_text(st, 2), 0, NULL);
         coord_job_status_from_json(j, status);
         json_decref(status);
+        /* The column keeps the exact time; the status's RFC 3339 text only milliseconds. It
+         * orders the jobs and is their position in a paginated list. */
+        j->create_time = sqlite3_column_double(st, 3);
         j->rate_time = now;
         j->rate_step = j->global_step;
         if (coord_job_make_tasks(j) != PF_OK || load_tasks(s, j) != PF_OK ||

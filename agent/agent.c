@@ -285,8 +285,9 @@ static void reconcile(agent *a, json_t *as) {
 
 /* POSTs the registration; 0 when the coordinator accepted it. */
 static int register_node(agent *a, int quiet) {
-    json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "id", a->o->node_id, "role", a->o->role,
-                             "address", a->o->advertise, "version", PSFLOW_VERSION);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:I}", "id", a->o->node_id, "role", a->o->role,
+                             "address", a->o->advertise, "version", PSFLOW_VERSION, "memory_bytes",
+                             (json_int_t)a->o->memory);
     char url[1100], *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text)

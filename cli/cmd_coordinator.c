@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "psflow/http_client.h"
 #include "psflow/address.h"
+#include "psflow/footprint.h"
 #include "psflow/mem.h"
 
 static coord_server *running;
@@ -106,6 +107,17 @@ int cli_coordinator(int argc, char **argv) {
          NULL},
         {"tls-cert", "FILE", "serve HTTPS with this PEM certificate (chain) [plain HTTP]", NULL},
         {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
+        {"data-root", "DIR",
+         "jobs may read data only under DIR; repeatable or ':'-separated [the Fashion-MNIST "
+         "folder and the working directory]",
+         NULL},
+        {"max-steps-limit", "N", "refuse jobs whose training.max_steps is above N [100000000]",
+         NULL},
+        {"max-model-bytes", "SIZE",
+         "refuse models whose values and optimizer slots take more than SIZE [4G]", NULL},
+        {"max-shards", "N", "refuse jobs whose variables are cut into more than N shards [1024]",
+         NULL},
+        {"max-replicas", "N", "refuse jobs with more than N ps or N worker tasks [256]", NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -155,6 +167,28 @@ int cli_coordinator(int argc, char **argv) {
                     cors[i]);
             return PF_EX_USAGE;
         }
+    long max_shards, max_replicas;
+    long long max_steps, max_model;
+    if (cli_get_size("coordinator", opts, n_opts, "max-steps-limit", 1, INT64_MAX,
+                     COORD_DEFAULT_MAX_STEPS, &max_steps) ||
+        cli_get_size("coordinator", opts, n_opts, "max-model-bytes", 1, INT64_MAX,
+                     COORD_DEFAULT_MAX_MODEL_BYTES, &max_model) ||
+        cli_get_long("coordinator", opts, n_opts, "max-shards", 1, PF_FOOTPRINT_MAX_SHARDS,
+                     COORD_DEFAULT_MAX_SHARDS, &max_shards) ||
+        cli_get_long("coordinator", opts, n_opts, "max-replicas", 1, PF_MAX_REPLICAS,
+                     COORD_DEFAULT_MAX_REPLICAS, &max_replicas))
+        return PF_EX_USAGE;
+    char roots_buf[4 * PATH_MAX];
+    const char *roots[COORD_MAX_DATA_ROOTS];
+    int n_roots = cli_get_list("coordinator", argc, argv, opts, n_opts, "data-root", ':', roots_buf,
+                               sizeof roots_buf, roots, COORD_MAX_DATA_ROOTS);
+    if (n_roots < 0)
+        return PF_EX_USAGE;
+    int default_roots = n_roots == 0;
+    if (default_roots) {
+        roots[n_roots++] = "/usr/share/datasets/fashion-mnist";
+        roots[n_roots++] = ".";
+    }
     const char *cert_path = cli_get(opts, n_opts, "tls-cert");
     const char *key_path = cli_get(opts, n_opts, "tls-key");
     if (!cert_path != !key_path) {
@@ -197,14 +231,22 @@ int cli_coordinator(int argc, char **argv) {
         .n_cors_origins = n_cors,
         .tls_cert_pem = cert,
         .tls_key_pem = key,
+        .limits = {.data_roots = roots,
+                   .n_data_roots = n_roots,
+                   .data_roots_optional = default_roots,
+                   .max_steps = max_steps,
+                   .max_model_bytes = max_model,
+                   .max_shards = (int)max_shards,
+                   .max_replicas = (int)max_replicas},
     };
     coord_server *s;
     if (coord_server_start(&o, &s, &err) != PF_OK) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
         pf_free(cert);
         pf_free(key);
-        return err.message[0] && strstr(err.message, "listen") ? PF_EX_UNAVAILABLE
-                                                               : PF_EX_CANTCREAT;
+        return !strncmp(err.message, "--data-root", 11)          ? PF_EX_USAGE
+               : err.message[0] && strstr(err.message, "listen") ? PF_EX_UNAVAILABLE
+                                                                 : PF_EX_CANTCREAT;
     }
     fprintf(stderr, "psflow coordinator: listening on %s://%s:%d (database %s, dashboard %s%s%s)\n",
             cert ? "https" : "http", host, coord_server_port(s), o.db_path,

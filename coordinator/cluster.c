@@ -786,7 +786,7 @@ done:
 /* --- nodes --- */
 
 pf_status coord_node_register(coord_cluster *c, const char *id, const char *role,
-                              const char *address, const char *version, double now,
+                              const char *address, const char *version, int64_t memory, double now,
                               coord_node **out, int *created) {
     coord_node *n = coord_node_find(c, id);
     *created = n == NULL;
@@ -803,6 +803,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     snprintf(n->role, sizeof n->role, "%s", role);
     snprintf(n->address, sizeof n->address, "%s", address);
     snprintf(n->version, sizeof n->version, "%s", version ? version : "");
+    n->memory = memory > 0 ? memory : 0;
     n->last_heartbeat = now;
     bool was_lost = n->lost;
     n->lost = false;

@@ -99,6 +99,7 @@ typedef struct coord_node {
     char role[8]; /* ps or worker */
     char address[COORD_ADDR_MAX];
     char version[32];
+    int64_t memory; /* bytes its tasks may use, as it registered them; 0 = unknown */
     double registered, last_heartbeat;
     bool lost;
     bool busy; /* its agent reported a running task (its last report) */
@@ -251,9 +252,10 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
 
 /* --- nodes --- */
 
-/* Registers (or updates: idempotent on id) an agent. *created = 1 for a new node. */
+/* Registers (or updates: idempotent on id) an agent; memory: the bytes it offers its tasks,
+ * 0 when unknown. *created = 1 for a new node. */
 pf_status coord_node_register(coord_cluster *c, const char *id, const char *role,
-                              const char *address, const char *version, double now,
+                              const char *address, const char *version, int64_t memory, double now,
                               coord_node **out, int *created);
 coord_node *coord_node_find(const coord_cluster *c, const char *id);
 /* Applies a heartbeat report and renews the lease. */

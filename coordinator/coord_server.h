@@ -64,6 +64,9 @@ struct coord_server {
     int open_connections;
     int normal_slots;
     int streams;
+    /* the data roots resolved at start (o.limits.data_roots points here) */
+    char data_roots[COORD_MAX_DATA_ROOTS][PATH_MAX];
+    const char *data_root_ptrs[COORD_MAX_DATA_ROOTS];
     /* refusals logged at most once a second (under stats_lock) */
     double refusal_logged;
     uint64_t refusals_unlogged;

@@ -10,6 +10,7 @@
 #ifndef PSFLOW_COORDINATOR_H
 #define PSFLOW_COORDINATOR_H
 
+#include "coordinator/admission.h"
 #include "psflow/status.h"
 
 typedef struct coord_options {
@@ -29,6 +30,7 @@ typedef struct coord_options {
     /* TLS: PEM text of the certificate (chain) and its private key; both NULL: plain HTTP */
     const char *tls_cert_pem;
     const char *tls_key_pem;
+    coord_limits limits; /* admission: data roots, size limits (admission.h) */
 } coord_options;
 
 typedef struct coord_server coord_server;

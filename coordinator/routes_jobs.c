@@ -58,7 +58,24 @@ static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
             err.message);
         return;
     }
+    /* Admission: the data first (no lock: it reads only the filesystem), then the sizes
+     * against the limits and the agents' memory. Nothing is stored for a refused job. */
+    st = coord_admit_data(&s->o.limits, &spec, &err);
     pthread_mutex_lock(&s->lock);
+    if (st == PF_OK)
+        st = coord_admit_size(&s->o.limits, &s->cluster, &spec, &err);
+    if (st != PF_OK) {
+        pthread_mutex_unlock(&s->lock);
+        if (st == PF_ERR_NOMEM)
+            coord_reply_problem(rp, 500, NULL, "out of memory");
+        else
+            coord_reply_problem(
+                rp, 422,
+                json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)),
+                "%s", err.message);
+        pf_job_spec_deinit(&spec);
+        return;
+    }
     double now = coord_now();
     coord_job *j;
     int created;
@@ -204,7 +221,31 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
     pf_error err;
     pf_error_clear(&err);
     double now = coord_now();
-    pf_status st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
+    pf_status st = PF_OK;
+    if (workers > 0) {
+        /* More workers are more push and sync buffers on every ps: admitted like a new
+         * job with that count (the data was admitted with the job). */
+        pf_job_spec scaled = j->spec; /* a shallow copy, only read */
+        scaled.replicas.worker = workers;
+        st = coord_admit_size(&s->o.limits, &s->cluster, &scaled, &err);
+        if (st == PF_ERR_SPEC && !strcmp(err.pointer, "/replicas/worker")) {
+            coord_reply_problem(
+                rp, 422,
+                json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)),
+                "%s", err.message);
+            goto done;
+        }
+        if (st != PF_OK) {
+            coord_reply_problem(rp, st == PF_ERR_NOMEM ? 500 : 422,
+                                st == PF_ERR_NOMEM
+                                    ? NULL
+                                    : json_pack("[{s:s, s:s}]", "pointer", "/replicas/worker",
+                                                "message", field_message(&err)),
+                                "/replicas/worker: with %d workers: %s", workers, err.message);
+            goto done;
+        }
+    }
+    st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
     if (st == PF_ERR_INVALID) {
         coord_reply_problem(rp, err.pointer[0] ? 422 : 409,
                             err.pointer[0] ? json_pack("[{s:s, s:s}]", "pointer", err.pointer,

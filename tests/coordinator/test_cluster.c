@@ -71,7 +71,8 @@ static coord_node *add_node(coord_cluster *c, const char *id, const char *role, 
     snprintf(address, sizeof address, "%s.test:2222", id);
     coord_node *n = NULL;
     int created = -1;
-    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", now, &n, &created), PF_OK);
+    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", 0, now, &n, &created),
+                     PF_OK);
     assert_non_null(n);
     return n;
 }

@@ -118,6 +118,24 @@ bodies = {
     "restart_lower": spec(run_policy={"restart_policy": "onfailure"}),
     "big": spec(name="big") .replace(b'"name": "big"', b'"name": "big", "pad": "' + b"x" * (2 << 20) + b'"'),
 
+    # Admission: data outside the data roots (the Fashion-MNIST folder and the working
+    # directory, where "link" points at /etc/passwd), sizes over the limits.
+    "data_outside": spec(model__inputs=2, data={"format": "csv", "train": ["/etc/passwd"]}),
+    "data_dotdot": spec(model__inputs=2, data={"format": "csv", "train": [
+        "/usr/share/datasets/fashion-mnist/../../../../etc/passwd"]}),
+    "data_symlink": spec(model__inputs=2, data={"format": "csv", "train": ["link"]}),
+    "data_test_outside": spec(model={"type": "softmax", "inputs": 784, "outputs": 10}, data={
+        "format": "idx",
+        "train": ["/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
+                  "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"],
+        "test": ["/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "/etc/hostname"]}),
+    "model_huge": spec(model={"type": "mlp", "inputs": 65536, "hidden": [65536], "outputs": 10},
+                       data={"format": "csv", "train": ["data.csv"]}),
+    "steps_huge": spec(training__max_steps=2**63 - 1),
+    "ps_many": spec(replicas__ps=1000),
+    "node_memory_negative": b'{"id": "n-bad", "role": "ps", "address": "127.0.0.1:2302", "memory_bytes": -1}',
+    "node_memory_string": b'{"id": "n-bad", "role": "ps", "address": "127.0.0.1:2302", "memory_bytes": "1G"}',
+
     "patch_unknown": b'{"replicaz": {"worker": 2}}',
     "patch_worker_zero": b'{"replicas": {"worker": 0}}',
     "patch_suspend_string": b'{"suspend": "yes"}',
@@ -142,6 +160,10 @@ for name, data in bodies.items():
         f.write(data)
 PY
 B=$WORK/b
+# The coordinator's working directory is a data root: a link there to a file outside it
+# must not let a job read that file; data.csv there is admissible.
+ln -s /etc/passwd "$WORK/link"
+printf '1,2,3\n' >"$WORK/data.csv"
 
 # --- the happy path the table relies on -------------------------------------------------------
 request POST /api/v1/jobs ok "$B/job.json"
@@ -200,6 +222,13 @@ POST   /api/v1/jobs                          ok     model_type_cnn       422    
 POST   /api/v1/jobs                          ok     optimizer_lion       422     ptr:/optimizer/type
 POST   /api/v1/jobs                          ok     device_tpu           422     ptr:/device
 POST   /api/v1/jobs                          ok     restart_lower        422     ptr:/run_policy/restart_policy
+POST   /api/v1/jobs                          ok     data_outside         422     ptr:/data/train/0
+POST   /api/v1/jobs                          ok     data_dotdot          422     ptr:/data/train/0
+POST   /api/v1/jobs                          ok     data_symlink         422     ptr:/data/train/0
+POST   /api/v1/jobs                          ok     data_test_outside    422     ptr:/data/test/1
+POST   /api/v1/jobs                          ok     model_huge           422     ptr:/model
+POST   /api/v1/jobs                          ok     steps_huge           422     ptr:/training/max_steps
+POST   /api/v1/jobs                          ok     ps_many              422     ptr:/replicas/ps
 POST   /api/v1/jobs                          ok     big                  413     re:1 ?MiB|1048576|large|big
 POST   /api/v1/jobs                          ok     big:chunked          413     re:1 ?MiB|1048576|large|big
 POST   /api/v1/jobs                          ok     job_fresh:text       415     re:Content-Type.*text/plain
@@ -248,6 +277,8 @@ POST   /api/v1/nodes                         ok     node_missing_id      422    
 POST   /api/v1/nodes                         ok     node_empty_id        422     re:\bid\b
 POST   /api/v1/nodes                         ok     node_unknown_field   400     re:colour
 POST   /api/v1/nodes                         ok     node_malformed       400     re:expected|json|end of
+POST   /api/v1/nodes                         ok     node_memory_negative 422     re:memory_bytes
+POST   /api/v1/nodes                         ok     node_memory_string   422     re:memory_bytes
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_bad_state         422     re:state
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_unknown_field     400     re:colour
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_malformed         400     re:expected|json|invalid

@@ -127,15 +127,18 @@ for s in hog:
     s.close()
 
 def open_connections():
-    r = subprocess.run(["curl", "-s", "--max-time", "5", url + "/metrics"], capture_output=True,
+    """The gauge, or None while /metrics is not served (from the reserve: 503)."""
+    r = subprocess.run(["curl", "-sf", "--max-time", "5", url + "/metrics"], capture_output=True,
                        text=True)
+    if r.returncode != 0:
+        return None
     for line in r.stdout.splitlines():
         if line.startswith("psflow_http_connections "):
             return int(line.split()[1])
     raise AssertionError("/metrics has no psflow_http_connections")
 
 deadline = time.time() + 10
-while open_connections() > 1:  # the /metrics request itself
+while open_connections() != 1:  # the /metrics request itself
     assert time.time() < deadline, "the coordinator still counts closed connections"
     time.sleep(0.1)
 print("ok: psflow_http_connections back to 1 once the clients left")

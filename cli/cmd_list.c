@@ -67,7 +67,7 @@ static json_t *fetch_all(const api_client *c, int *rc) {
 
 int cli_list(int argc, char **argv) {
     cli_option opts[] = {
-        API_COORDINATOR_OPTION,
+        API_COORDINATOR_OPTIONS,
         {"output", "FORMAT", "text (a table, default) or json (the API's answer); also -o", NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
@@ -88,7 +88,7 @@ int cli_list(int argc, char **argv) {
     if (args.n_positional != 0)
         return api_usage_error("list", "takes no arguments");
     api_client c;
-    int rc = api_client_init(&c, "list", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "list", opts, n_opts, true);
     if (rc)
         return rc;
     json_t *items = fetch_all(&c, &rc);

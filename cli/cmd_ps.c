@@ -40,7 +40,7 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
     node_defaults("ps", cli_get(opts, n_opts, "node-id"), advertise, port, id, sizeof id, adv,
                   sizeof adv);
     int rc = node_token("ps", token, sizeof token);
-    if (rc)
+    if (rc || (rc = cli_use_ca_file("ps", opts, n_opts)))
         return rc;
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
     agent_options ao = {.role = "ps",
@@ -71,6 +71,7 @@ int cli_ps(int argc, char **argv) {
         {"exit-grace", "SECONDS", "after the final checkpoint, wait for workers to leave [10]",
          NULL},
         NODE_MEMORY_OPTION,
+        CLI_CA_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;

@@ -26,6 +26,7 @@ int cli_worker(int argc, char **argv) {
         {"retry-seconds", "S", "keep reconnecting to a lost ps for S seconds [120]", NULL},
         {"push-delay-ms", "MS", "testing: wait MS milliseconds before every push [0]", NULL},
         NODE_MEMORY_OPTION,
+        CLI_CA_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -60,7 +61,7 @@ int cli_worker(int argc, char **argv) {
         node_defaults("worker", cli_get(opts, n_opts, "node-id"),
                       cli_get(opts, n_opts, "advertise"), 2222, id, sizeof id, adv, sizeof adv);
         int trc = node_token("worker", token, sizeof token);
-        if (trc)
+        if (trc || (trc = cli_use_ca_file("worker", opts, n_opts)))
             return trc;
         const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
         agent_options ao = {.role = "worker",
@@ -116,7 +117,7 @@ int cli_worker(int argc, char **argv) {
     if (coordinator) {
         char token[512], name[32];
         rc = node_token("worker", token, sizeof token);
-        if (rc) {
+        if (rc || (rc = cli_use_ca_file("worker", opts, n_opts))) {
             node_deinit(&n);
             return rc;
         }

@@ -2,6 +2,7 @@
 #include "cli/options.h"
 
 #include "cli/cli.h"
+#include "psflow/http_client.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -131,6 +132,16 @@ int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts) {
+    pf_error err;
+    pf_error_clear(&err);
+    if (pf_http_set_ca_file(cli_get(opts, n_opts, "ca-file"), &err) != PF_OK) {
+        fprintf(stderr, "psflow %s: --ca-file: %s\n", cmd, err.message);
+        return PF_EX_NOINPUT;
+    }
     return 0;
 }
 

@@ -39,6 +39,17 @@ void cli_print_help(const char *cmd, const char *usage, const char *description,
 /* Value of the named option (NULL when absent). */
 const char *cli_get(const cli_option *opts, int n_opts, const char *name);
 
+/* --ca-file, which every command that talks to a coordinator has. */
+#define CLI_CA_FILE_OPTION                                                                         \
+    {                                                                                              \
+        "ca-file", "FILE",                                                                         \
+            "trust only this PEM CA for an https:// coordinator [the system's CAs]", NULL          \
+    }
+
+/* Applies --ca-file (psflow/http_client.h) for every request this process makes. Returns 0,
+ * or PF_EX_NOINPUT after printing why the file cannot be used. */
+int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts);
+
 /* Parses an integer option value in [min, max]; prints an error and returns -1 if bad. */
 int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char *name, long min,
                  long max, long fallback, long *out);

@@ -43,8 +43,7 @@ static pf_status check_path(const coord_limits *l, const char *path, const char 
     }
     struct stat sb;
     if (stat(resolved, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%.200s' is not a regular file", ptr,
-                            path);
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%.200s' is not a regular file", ptr, path);
     return PF_OK;
 }
 
@@ -99,15 +98,13 @@ pf_status coord_admit_size(const coord_limits *l, const coord_cluster *c, const 
     char need[32], have[32];
     if (spec->replicas.ps > l->max_replicas || spec->replicas.worker > l->max_replicas) {
         const char *field = spec->replicas.ps > l->max_replicas ? "ps" : "worker";
-        return pf_error_set(err, PF_ERR_SPEC,
-                            spec->replicas.ps > l->max_replicas ? "/replicas/ps"
-                                                                : "/replicas/worker",
-                            "/replicas/%s: %d tasks, more than this coordinator's limit of %d "
-                            "(--max-replicas)",
-                            field,
-                            spec->replicas.ps > l->max_replicas ? spec->replicas.ps
-                                                                : spec->replicas.worker,
-                            l->max_replicas);
+        return pf_error_set(
+            err, PF_ERR_SPEC,
+            spec->replicas.ps > l->max_replicas ? "/replicas/ps" : "/replicas/worker",
+            "/replicas/%s: %d tasks, more than this coordinator's limit of %d "
+            "(--max-replicas)",
+            field, spec->replicas.ps > l->max_replicas ? spec->replicas.ps : spec->replicas.worker,
+            l->max_replicas);
     }
     if (spec->training.max_steps > l->max_steps)
         return pf_error_set(err, PF_ERR_SPEC, "/training/max_steps",
@@ -162,13 +159,12 @@ pf_status coord_admit_size(const coord_limits *l, const coord_cluster *c, const 
     if (worker_have > 0 && fp.worker_bytes > worker_have) {
         pf_footprint_format_bytes(fp.worker_bytes, need, sizeof need);
         pf_footprint_format_bytes(worker_have, have, sizeof have);
-        return pf_error_set(err, PF_ERR_SPEC, "/model",
-                            "/model: each training task needs about %s (the parameters and "
-                            "gradients twice over, batch buffers%s), more than the largest "
-                            "worker agent has (%s)",
-                            need,
-                            spec->data.format == PF_DATA_SYNTHETIC_LINEAR ? ", the data set" : "",
-                            have);
+        return pf_error_set(
+            err, PF_ERR_SPEC, "/model",
+            "/model: each training task needs about %s (the parameters and "
+            "gradients twice over, batch buffers%s), more than the largest "
+            "worker agent has (%s)",
+            need, spec->data.format == PF_DATA_SYNTHETIC_LINEAR ? ", the data set" : "", have);
     }
     return PF_OK;
 }

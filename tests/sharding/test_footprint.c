@@ -88,11 +88,12 @@ static void test_limits(void **state) {
     pf_job_spec_deinit(&spec);
 
     /* 9 layers of 2^20 rows cut row by row: millions of shards, counted without placing. */
-    parse("{\"name\": \"m\", \"model\": {\"type\": \"mlp\", \"inputs\": 1048576,"
-          " \"hidden\": [1048576, 1048576, 1048576, 1048576, 1048576, 1048576, 1048576, 1048576],"
-          " \"outputs\": 10}, \"data\": {\"format\": \"csv\", \"train\": [\"x.csv\"]},"
-          " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2000000}}}",
-          &spec);
+    parse(
+        "{\"name\": \"m\", \"model\": {\"type\": \"mlp\", \"inputs\": 1048576,"
+        " \"hidden\": [1048576, 1048576, 1048576, 1048576, 1048576, 1048576, 1048576, 1048576],"
+        " \"outputs\": 10}, \"data\": {\"format\": \"csv\", \"train\": [\"x.csv\"]},"
+        " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2000000}}}",
+        &spec);
     pf_footprint_estimate(&spec, &fp);
     assert_true(fp.shards > PF_FOOTPRINT_MAX_SHARDS);
     assert_true(fp.params > ((int64_t)1 << 43)); /* 8 kernels of 2^40 */

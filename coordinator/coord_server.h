@@ -23,6 +23,7 @@
 #define COORD_RING_SIZE       8192      /* recent events kept in memory for streams */
 #define COORD_RESERVE_TIMEOUT 2         /* seconds a reserve connection may stay silent */
 #define COORD_RETRY_AFTER     2         /* Retry-After of a 503 for capacity, seconds */
+#define COORD_STREAM_RETRY    5         /* the same for an event stream over --max-streams */
 
 typedef struct coord_ring_entry {
     int64_t id;

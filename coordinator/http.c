@@ -516,7 +516,7 @@ static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, c
                             "%d event streams are open, the most this coordinator serves "
                             "(--max-streams): retry later",
                             s->o.max_streams);
-        rp->retry_after = COORD_RETRY_AFTER;
+        rp->retry_after = COORD_STREAM_RETRY;
         rp->close = 1;
         log_refusal(s, c, rq->method, rq->path, 503, "event streams at --max-streams");
         return send_reply(s, c, rp);

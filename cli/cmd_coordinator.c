@@ -2,6 +2,7 @@
  * the job state in SQLite (coordinator/coordinator.h). */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,6 +77,55 @@ static char *read_pem(const char *option, const char *path) {
     return text;
 }
 
+/* --generate-token: when PSFLOW_TOKEN_FILE names a file that does not exist (and
+ * PSFLOW_TOKEN is not set), creates it with a new random token, 32 bytes from /dev/urandom
+ * as 64 hex digits, readable by this user only. O_EXCL: a file that appears meanwhile (a
+ * second coordinator) is not overwritten, and is then read like any token file. Returns 0
+ * or an exit code after printing why. */
+static int generate_token(void) {
+    const char *path = getenv("PSFLOW_TOKEN_FILE");
+    if (getenv("PSFLOW_TOKEN") && *getenv("PSFLOW_TOKEN"))
+        return 0;
+    if (!path || !*path) {
+        fprintf(stderr, "psflow coordinator: --generate-token needs PSFLOW_TOKEN_FILE, the file "
+                        "to keep the token in\n");
+        return PF_EX_USAGE;
+    }
+    if (access(path, F_OK) == 0)
+        return 0;
+    unsigned char raw[32];
+    FILE *r = fopen("/dev/urandom", "rb");
+    size_t got = r ? fread(raw, 1, sizeof raw, r) : 0;
+    if (r)
+        fclose(r);
+    if (got != sizeof raw) {
+        fprintf(stderr, "psflow coordinator: --generate-token: cannot read /dev/urandom\n");
+        return PF_EX_OSERR;
+    }
+    char text[2 * sizeof raw + 2];
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(text + 2 * i, 3, "%02x", raw[i]);
+    text[2 * sizeof raw] = '\n';
+    text[2 * sizeof raw + 1] = '\0';
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST)
+        return 0;
+    ssize_t wrote = fd >= 0 ? write(fd, text, strlen(text)) : -1;
+    int ok = fd >= 0 && wrote == (ssize_t)strlen(text) && fsync(fd) == 0;
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        fprintf(stderr, "psflow coordinator: --generate-token: cannot write %s: %s\n", path,
+                strerror(saved));
+        if (fd >= 0)
+            unlink(path);
+        return PF_EX_CANTCREAT;
+    }
+    fprintf(stderr, "psflow coordinator: created a new API token in %s\n", path);
+    return 0;
+}
+
 /* An origin as browsers send it: http or https, a host, an optional port, nothing after. */
 static int valid_origin(const char *o) {
     const char *host = !strncmp(o, "http://", 7)    ? o + 7
@@ -118,6 +168,8 @@ int cli_coordinator(int argc, char **argv) {
         {"max-shards", "N", "refuse jobs whose variables are cut into more than N shards [1024]",
          NULL},
         {"max-replicas", "N", "refuse jobs with more than N ps or N worker tasks [256]", NULL},
+        {"generate-token", NULL,
+         "create PSFLOW_TOKEN_FILE with a random token when it does not exist yet", NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -198,6 +250,9 @@ int cli_coordinator(int argc, char **argv) {
     char token[512];
     pf_error err;
     pf_error_clear(&err);
+    int grc = cli_get(opts, n_opts, "generate-token") ? generate_token() : 0;
+    if (grc)
+        return grc;
     if (!pf_http_token_from_env(token, sizeof token, &err)) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
         return PF_EX_NOINPUT;

@@ -168,7 +168,7 @@ static void list_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     }
     pthread_mutex_unlock(&s->lock);
     coord_reply_json(
-        rp, 200, items && meta ? json_pack("{s:o, s:o}", "metadata", meta, "items", items) : NULL);
+        rp, 200, items && meta ? json_pack("{s:o, s:o}", "items", items, "metadata", meta) : NULL);
     if (!items || !meta) {
         json_decref(items);
         json_decref(meta);

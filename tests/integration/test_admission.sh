@@ -112,6 +112,22 @@ code=$(curl -s -o body.json -w '%{http_code}' -X PATCH -H 'Content-Type: applica
 [ "$(jobs_digest)" = "$before" ] || fail "the refused PATCH changed the job"
 pass "a ps share over the largest ps agent's memory is refused, at submit and when PATCH adds workers"
 
+# Admission compares with the largest agent; the gang may still land on a smaller one. The
+# real 1 MiB worker agent, given a task that needs more, refuses it with a clear message
+# instead of allocating (the job's log says so).
+for reg in '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": 1073741824}' \
+  '{"id": "w-huge", "role": "worker", "address": "127.0.0.1:2", "memory_bytes": 1073741824}'; do
+  curl -sf -X POST -H 'Content-Type: application/json' --data "$reg" "$URL/api/v1/nodes" \
+    >/dev/null || fail "registering $reg"
+done
+submit '{"name": "lands-small", "replicas": {"worker": 2},
+  "model": {"type": "softmax", "inputs": 100, "outputs": 10},
+  "data": {"format": "csv", "train": ["'"$WORK"'/data/ok.csv"]}, "run_policy": {"restart_policy": "Never"}}'
+[ "$code" = 201 ] || fail "lands-small was refused: $code $(cat body.json)"
+wait_until 60 "the 1 MiB agent refusing its task of lands-small" \
+  grep -q 'this agent offers 1.0 MiB' "$WORK/worker.log"
+pass "an agent given a task bigger than its --memory refuses it with a clear message"
+
 # --- static mode -------------------------------------------------------------------------
 cat >steps.json <<'EOF'
 {"name": "steps", "model": {"type": "linear", "inputs": 1}, "data": {"format": "synthetic_linear"},

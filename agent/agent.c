@@ -22,6 +22,7 @@
 #include "ps/server.h"
 #include "psflow/clock.h"
 #include "psflow/exit_code.h"
+#include "psflow/footprint.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
 #include "psflow/signals.h"
@@ -147,7 +148,25 @@ static void *worker_task_main(void *arg) {
     return NULL;
 }
 
-/* Starts the assigned task; on a bad assignment reports the task failed. */
+/* The bytes task t needs (psflow/footprint.h): a ps task's share, or a training task's;
+ * -1 when the placement cannot even be computed. */
+static int64_t task_need(const task *t) {
+    if (strcmp(t->type, "ps") != 0) {
+        pf_footprint fp;
+        pf_footprint_estimate(&t->spec, &fp);
+        return fp.worker_bytes;
+    }
+    pf_placement p;
+    if (pf_placement_compute(&t->spec, &p) != PF_OK)
+        return -1;
+    int64_t need = pf_footprint_ps_bytes(&t->spec, &p, t->index);
+    pf_placement_deinit(&p);
+    return need;
+}
+
+/* Starts the assigned task; on a bad assignment, or one that needs more memory than this
+ * agent offers (the coordinator admitted it against its largest agent, and may have given
+ * it a smaller one), reports the task failed instead of running out of memory. */
 static task *task_start(agent *a, json_t *as) {
     task *t = pf_calloc(1, sizeof *t);
     if (!t)
@@ -176,6 +195,22 @@ static task *task_start(agent *a, json_t *as) {
         return t;
     }
     free(spec);
+    int64_t need = a->o->memory > 0 ? task_need(t) : 0;
+    if (need < 0 || need > a->o->memory) {
+        char want[32] = "?", have[32];
+        if (need > 0)
+            pf_footprint_format_bytes(need, want, sizeof want);
+        pf_footprint_format_bytes(a->o->memory, have, sizeof have);
+        t->state = TASK_FAILED;
+        t->exit_code = PF_EX_DATAERR;
+        snprintf(t->message, sizeof t->message,
+                 "%s %d of job %s needs about %s of memory; this agent offers %s (--memory)",
+                 t->type, t->index, t->job, want, have);
+        fprintf(stderr, "psflow %s agent %s: refusing the assignment: %s\n", a->o->role,
+                a->o->node_id, t->message);
+        a->changed = 1;
+        return t;
+    }
     int is_ps = !strcmp(t->type, "ps");
     fprintf(stderr, "psflow %s agent %s: assigned %s %d of job %s (generation %d)\n", a->o->role,
             a->o->node_id, t->type, t->index, t->job, t->generation);
@@ -282,8 +317,9 @@ static void reconcile(agent *a, json_t *as) {
 
 /* POSTs the registration; 0 when the coordinator accepted it. */
 static int register_node(agent *a, int quiet) {
-    json_t *body = json_pack("{s:s, s:s, s:s, s:s}", "id", a->o->node_id, "role", a->o->role,
-                             "address", a->o->advertise, "version", PSFLOW_VERSION);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:I}", "id", a->o->node_id, "role", a->o->role,
+                             "address", a->o->advertise, "version", PSFLOW_VERSION, "memory_bytes",
+                             (json_int_t)a->o->memory);
     char url[1100], *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text)

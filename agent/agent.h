@@ -23,6 +23,7 @@ typedef struct agent_options {
     double exit_grace_seconds; /* ps: after the final checkpoint, wait this long for workers */
     double retry_seconds;      /* worker: keep reconnecting to a lost ps this long */
     long push_delay_ms;        /* worker, testing: wait this long before every push */
+    long long memory;          /* bytes its tasks may use, told to the coordinator; 0: unknown */
 } agent_options;
 
 /* Runs until SIGINT/SIGTERM; returns the process exit code (psflow/exit_code.h). */

@@ -10,12 +10,17 @@
 #include "cli/options.h"
 #include "psflow/mem.h"
 
-int api_client_init(api_client *c, const char *cmd, const char *url, bool need_token) {
+int api_client_init(api_client *c, const char *cmd, const cli_option *opts, int n_opts,
+                    bool need_token) {
     memset(c, 0, sizeof *c);
     c->cmd = cmd;
+    const char *url = cli_get(opts, n_opts, "coordinator");
     if (!url)
         url = API_DEFAULT_COORDINATOR;
-    /* "host:port" alone is taken as plain HTTP, the only scheme the coordinator serves. */
+    int rc = cli_use_ca_file(cmd, opts, n_opts);
+    if (rc)
+        return rc;
+    /* "host:port" alone is taken as plain HTTP; https:// must be said. */
     int n = snprintf(c->base, sizeof c->base, "%s%s", strstr(url, "://") ? "" : "http://", url);
     if (n < 0 || (size_t)n >= sizeof c->base) {
         fprintf(stderr, "psflow %s: --coordinator URL is too long\n", cmd);

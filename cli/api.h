@@ -21,9 +21,12 @@
 #define API_DEFAULT_COORDINATOR "http://127.0.0.1:8080"
 #define API_REQUEST_TIMEOUT     10.0 /* seconds for one ordinary API call */
 
-/* The --coordinator option every client command has, and the help text about the token. */
-#define API_COORDINATOR_OPTION                                                                     \
-    { "coordinator", "URL", "the coordinator's address [" API_DEFAULT_COORDINATOR "]", NULL }
+/* The --coordinator and --ca-file options every client command has, and the help text about
+ * the token. */
+#define API_COORDINATOR_OPTIONS                                                                    \
+    {"coordinator", "URL",                                                                         \
+     "the coordinator's address, http:// or https:// [" API_DEFAULT_COORDINATOR "]", NULL},        \
+        CLI_CA_FILE_OPTION
 
 #define API_TOKEN_NOTE                                                                             \
     "\n\nThe API token, when the coordinator requires one, is read from PSFLOW_TOKEN or the "      \
@@ -48,9 +51,10 @@ typedef struct api_job_view {
 
 /* --- requests --- */
 
-/* Fills c from --coordinator (or its default) and, with need_token, the token environment.
- * Returns 0 or an exit code after printing why. */
-int api_client_init(api_client *c, const char *cmd, const char *url, bool need_token);
+/* Fills c from --coordinator (or its default) and, with need_token, the token environment,
+ * and applies --ca-file. Returns 0 or an exit code after printing why. */
+int api_client_init(api_client *c, const char *cmd, const cli_option *opts, int n_opts,
+                    bool need_token);
 
 /* Percent-encodes everything but RFC 3986's unreserved characters. Returns dst, or NULL
  * when the result does not fit. */

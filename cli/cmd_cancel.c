@@ -5,7 +5,7 @@
 #include "cli/cli.h"
 
 int cli_cancel(int argc, char **argv) {
-    cli_option opts[] = {API_COORDINATOR_OPTION};
+    cli_option opts[] = {API_COORDINATOR_OPTIONS};
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (api_parse_args("cancel", argc, argv, opts, n_opts, &args) != 0)
@@ -21,7 +21,7 @@ int cli_cancel(int argc, char **argv) {
     if (args.n_positional != 1)
         return api_usage_error("cancel", "expected one job NAME");
     api_client c;
-    int rc = api_client_init(&c, "cancel", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "cancel", opts, n_opts, true);
     if (rc)
         return rc;
     const char *name = args.positional[0];

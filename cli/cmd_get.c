@@ -129,7 +129,7 @@ static void print_job(const json_t *job) {
 
 int cli_get_job(int argc, char **argv) {
     cli_option opts[] = {
-        API_COORDINATOR_OPTION,
+        API_COORDINATOR_OPTIONS,
         {"output", "FORMAT",
          "text (a summary, default) or json (the job as the API gives it); "
          "also -o",
@@ -154,7 +154,7 @@ int cli_get_job(int argc, char **argv) {
     if (args.n_positional != 1)
         return api_usage_error("get", "expected one job NAME");
     api_client c;
-    int rc = api_client_init(&c, "get", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "get", opts, n_opts, true);
     if (rc)
         return rc;
     const char *name = args.positional[0];

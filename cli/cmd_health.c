@@ -8,7 +8,7 @@
 #define HEALTH_TIMEOUT 2.0 /* seconds: the compose healthcheck must stay quick */
 
 int cli_health(int argc, char **argv) {
-    cli_option opts[] = {API_COORDINATOR_OPTION};
+    cli_option opts[] = {API_COORDINATOR_OPTIONS};
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (api_parse_args("health", argc, argv, opts, n_opts, &args) != 0)
@@ -24,7 +24,7 @@ int cli_health(int argc, char **argv) {
     if (args.n_positional != 0)
         return api_usage_error("health", "takes no arguments");
     api_client c;
-    int rc = api_client_init(&c, "health", cli_get(opts, n_opts, "coordinator"), false);
+    int rc = api_client_init(&c, "health", opts, n_opts, false);
     if (rc)
         return rc;
     pf_http_response r;

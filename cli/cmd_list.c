@@ -1,4 +1,5 @@
-/* cmd_list.c - `psflow list`: the coordinator's jobs as a table (GET /api/v1/jobs). */
+/* cmd_list.c - `psflow list`: the coordinator's jobs as a table (GET /api/v1/jobs, every
+ * page: the list is paginated and each page's metadata.continue asks for the next). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +21,54 @@ static void ready_desired(const json_t *item, const char *type, char *buf, size_
         snprintf(buf, cap, "%lld/%lld", api_jint(rep, "ready", 0), api_jint(rep, "desired", 0));
 }
 
+#define LIST_PAGE 500 /* jobs asked for per request */
+
+/* Every job the coordinator lists, page after page, as one array (new reference); NULL
+ * with *rc set after printing why. */
+static json_t *fetch_all(const api_client *c, int *rc) {
+    json_t *all = json_array();
+    char token[256] = "", path[1024];
+    for (;;) {
+        char escaped[3 * sizeof token];
+        if (!all || !api_url_escape(token, escaped, sizeof escaped)) {
+            *rc = PF_EX_OSERR;
+            break;
+        }
+        snprintf(path, sizeof path, "/api/v1/jobs?limit=%d%s%s", LIST_PAGE,
+                 token[0] ? "&continue=" : "", escaped);
+        pf_http_response r;
+        if ((*rc = api_call(c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, &r)))
+            break;
+        if (r.status != 200) {
+            *rc = api_report_error(c, &r, NULL);
+            pf_http_response_deinit(&r);
+            break;
+        }
+        json_t *doc = api_body_json(&r);
+        pf_http_response_deinit(&r);
+        json_t *items = json_object_get(doc, "items");
+        if (!json_is_array(items)) {
+            fprintf(stderr, "psflow list: the coordinator's answer has no items list\n");
+            json_decref(doc);
+            *rc = PF_EX_UNAVAILABLE;
+            break;
+        }
+        json_array_extend(all, items);
+        const char *next = api_jstr(json_object_get(doc, "metadata"), "continue");
+        int more = next && *next && strlen(next) < sizeof token && json_array_size(items) > 0;
+        if (more)
+            snprintf(token, sizeof token, "%s", next);
+        json_decref(doc);
+        if (!more)
+            return all;
+    }
+    json_decref(all);
+    return NULL;
+}
+
 int cli_list(int argc, char **argv) {
     cli_option opts[] = {
-        API_COORDINATOR_OPTION,
+        API_COORDINATOR_OPTIONS,
         {"output", "FORMAT", "text (a table, default) or json (the API's answer); also -o", NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
@@ -43,29 +89,23 @@ int cli_list(int argc, char **argv) {
     if (args.n_positional != 0)
         return api_usage_error("list", "takes no arguments");
     api_client c;
-    int rc = api_client_init(&c, "list", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "list", opts, n_opts, true);
     if (rc)
         return rc;
-    pf_http_response r;
-    if ((rc = api_call(&c, "GET", "/api/v1/jobs", NULL, 0, API_REQUEST_TIMEOUT, &r)))
+    json_t *items = fetch_all(&c, &rc);
+    if (!items)
         return rc;
-    if (r.status != 200) {
-        rc = api_report_error(&c, &r, NULL);
-        pf_http_response_deinit(&r);
-        return rc;
+    json_t *doc = json_pack("{s:o}", "items", items);
+    if (!doc) {
+        fprintf(stderr, "psflow list: out of memory\n");
+        return PF_EX_OSERR;
     }
     if (json_out) {
-        api_print_body(&r);
-        pf_http_response_deinit(&r);
-        return 0;
-    }
-    json_t *doc = api_body_json(&r);
-    pf_http_response_deinit(&r);
-    json_t *items = json_object_get(doc, "items");
-    if (!json_is_array(items)) {
-        fprintf(stderr, "psflow list: the coordinator's answer has no items list\n");
+        /* Every page's items as one answer, the shape of a single page without metadata. */
+        int ok = json_dumpf(doc, stdout, JSON_COMPACT) == 0;
+        fputc('\n', stdout);
         json_decref(doc);
-        return PF_EX_UNAVAILABLE;
+        return ok ? 0 : PF_EX_OSERR;
     }
     size_t n = json_array_size(items);
     if (n == 0) {

@@ -10,6 +10,7 @@
 #include "cli/options.h"
 #include "ps/server.h"
 #include "psflow/address.h"
+#include "psflow/mem.h"
 
 static ps_server *running_ps;
 
@@ -20,7 +21,8 @@ static void stop_ps(int sig) {
 }
 
 /* `psflow ps --coordinator URL` without --job: a managed ps agent; grace is --exit-grace. */
-static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator, double grace) {
+static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator, double grace,
+                        long long memory) {
     const char *listen = cli_get(opts, n_opts, "listen");
     const char *advertise = cli_get(opts, n_opts, "advertise");
     char host[256] = "0.0.0.0", adv_host[256];
@@ -38,7 +40,7 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
     node_defaults("ps", cli_get(opts, n_opts, "node-id"), advertise, port, id, sizeof id, adv,
                   sizeof adv);
     int rc = cli_token("ps", token, sizeof token);
-    if (rc)
+    if (rc || (rc = cli_use_ca_file("ps", opts, n_opts)))
         return rc;
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
     agent_options ao = {.role = "ps",
@@ -50,7 +52,8 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
                         .listen_port = port,
                         .checkpoint_dir = ckpt ? ckpt : "./checkpoints",
                         .log_every = 100,
-                        .exit_grace_seconds = grace};
+                        .exit_grace_seconds = grace,
+                        .memory = memory > 0 ? memory : pf_mem_system_bytes()};
     return agent_run(&ao);
 }
 
@@ -67,6 +70,8 @@ int cli_ps(int argc, char **argv) {
          NULL},
         {"exit-grace", "SECONDS", "after the final checkpoint, wait for workers to leave [10]",
          NULL},
+        NODE_MEMORY_OPTION,
+        CLI_CA_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -86,11 +91,13 @@ int cli_ps(int argc, char **argv) {
         return 0;
     }
     long grace;
-    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace))
+    long long memory;
+    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace) ||
+        cli_get_size("ps", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
         return PF_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job"))
-        return run_ps_agent(opts, n_opts, coordinator, (double)grace);
+        return run_ps_agent(opts, n_opts, coordinator, (double)grace, memory);
     node n;
     int rc = node_load("ps", cli_get(opts, n_opts, "job"), &n);
     if (rc)
@@ -99,6 +106,10 @@ int cli_ps(int argc, char **argv) {
         fprintf(stderr, "psflow ps: TF_CONFIG says this task is a %s, not a ps\n", n.type);
         node_deinit(&n);
         return PF_EX_USAGE;
+    }
+    if ((rc = node_check_fit("ps", &n.spec, "ps", n.index, memory))) {
+        node_deinit(&n);
+        return rc;
     }
     const char *own = pf_tf_config_address(&n.cfg, "ps", n.index);
     const char *listen = cli_get(opts, n_opts, "listen");

@@ -312,7 +312,7 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
 
 int cli_submit(int argc, char **argv) {
     cli_option opts[] = {
-        API_COORDINATOR_OPTION,
+        API_COORDINATOR_OPTIONS,
         {"wait", NULL, "follow the job until it ends; exit 0 if it succeeded, 1 if it failed",
          NULL},
     };
@@ -335,7 +335,7 @@ int cli_submit(int argc, char **argv) {
     if (args.n_positional != 1)
         return api_usage_error("submit", "expected one job spec FILE");
     api_client c;
-    int rc = api_client_init(&c, "submit", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "submit", opts, n_opts, true);
     if (rc)
         return rc;
     const char *path = args.positional[0];

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 
 int cli_tfconfig(int argc, char **argv) {
-    cli_option opts[] = {API_COORDINATOR_OPTION};
+    cli_option opts[] = {API_COORDINATOR_OPTIONS};
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
     if (api_parse_args("tfconfig", argc, argv, opts, n_opts, &args) != 0)
@@ -29,7 +29,7 @@ int cli_tfconfig(int argc, char **argv) {
     if (!*index || *end || idx < 0 || idx > 1000000)
         return api_usage_error("tfconfig", "INDEX must be a task index (0, 1, ...)");
     api_client c;
-    int rc = api_client_init(&c, "tfconfig", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "tfconfig", opts, n_opts, true);
     if (rc)
         return rc;
     char escaped[512], etype[256], path[900], not_found[400];

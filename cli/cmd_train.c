@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/node.h"
 #include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/session.h"
@@ -73,6 +74,7 @@ int cli_train(int argc, char **argv) {
         {"save", "FILE", "write the final variables to FILE (safetensors)", NULL},
         {"log-every", "N", "without a terminal, print progress every N steps [100]", NULL},
         {"backend", "NAME", "compute backend: openblas (default on cpu) or reference", NULL},
+        NODE_MEMORY_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -100,7 +102,9 @@ int cli_train(int argc, char **argv) {
         return PF_EX_USAGE;
     }
     progress prog = {.tty = isatty(STDERR_FILENO) != 0};
-    if (cli_get_long("train", opts, n_opts, "log-every", 1, 1L << 40, 100, &prog.log_every))
+    long long memory;
+    if (cli_get_long("train", opts, n_opts, "log-every", 1, 1L << 40, 100, &prog.log_every) ||
+        cli_get_size("train", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
         return PF_EX_USAGE;
     const char *save = cli_get(opts, n_opts, "save");
     const char *backend = cli_get(opts, n_opts, "backend");
@@ -124,6 +128,11 @@ int cli_train(int argc, char **argv) {
         /* Spec messages start with the JSON pointer of the field they name. */
         fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
         return pf_exit_code(st);
+    }
+    int fit = node_check_fit("train", &spec, "train", 0, memory);
+    if (fit) {
+        pf_job_spec_deinit(&spec);
+        return fit;
     }
     fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);
     pf_session *s;

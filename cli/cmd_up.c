@@ -2,7 +2,9 @@
  * coordinator and N ps + M worker agents, each a `psflow` child process logging to
  * DIR/logs/. Ctrl-C (or SIGTERM) stops the agents first (they deregister), then the
  * coordinator. The children run in their own process group so the terminal's Ctrl-C reaches
- * only this supervisor, which stops them in that order.
+ * only this supervisor, which stops them in that order. With --tls-cert/--tls-key the
+ * coordinator serves https:// and the agents (and this supervisor) trust --ca-file, by
+ * default the certificate itself (a self-signed one); the data plane stays plain TCP.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -178,6 +180,10 @@ int cli_up(int argc, char **argv) {
         {"workers", "M", "worker agents [2]", NULL},
         {"port", "P", "the coordinator's port on 127.0.0.1 [8080]", NULL},
         {"dir", "DIR", "database, checkpoints and logs [./psflow-up]", NULL},
+        {"tls-cert", "FILE", "the coordinator serves HTTPS with this PEM certificate [HTTP]", NULL},
+        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
+        {"ca-file", "FILE", "the CA the agents trust for the coordinator [--tls-cert itself]",
+         NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -216,8 +222,21 @@ int cli_up(int argc, char **argv) {
     if (rc)
         return rc;
     pf_error err;
+    const char *cert = cli_get(opts, n_opts, "tls-cert");
+    const char *key = cli_get(opts, n_opts, "tls-key");
+    const char *ca = cli_get(opts, n_opts, "ca-file");
+    if (!cert != !key) {
+        fprintf(stderr, "psflow up: --tls-cert and --tls-key go together\n");
+        return PF_EX_USAGE;
+    }
+    if (!ca)
+        ca = cert; /* a self-signed certificate is its own CA */
+    if (ca && pf_http_set_ca_file(ca, &err) != PF_OK) {
+        fprintf(stderr, "psflow up: --ca-file: %s\n", err.message);
+        return PF_EX_NOINPUT;
+    }
     snprintf(listen, sizeof listen, "127.0.0.1:%ld", port);
-    snprintf(url, sizeof url, "http://127.0.0.1:%ld", port);
+    snprintf(url, sizeof url, "%s://127.0.0.1:%ld", cert ? "https" : "http", port);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -227,7 +246,9 @@ int cli_up(int argc, char **argv) {
 
     child kids[UP_MAX_AGENTS + 1];
     int n = 0;
-    char *cargv[] = {"psflow", "coordinator", "--listen", listen, "--db", db, NULL};
+    char *cargv[] = {
+        "psflow",     "coordinator", "--listen",  listen, "--db", db, cert ? "--tls-cert" : NULL,
+        (char *)cert, "--tls-key",   (char *)key, NULL};
     if (spawn(&kids[n++], "coordinator", logs, cargv) != 0) {
         fprintf(stderr, "psflow up: cannot start the coordinator: %s\n", strerror(errno));
         return PF_EX_OSERR;
@@ -267,19 +288,21 @@ int cli_up(int argc, char **argv) {
         snprintf(name, sizeof name, "%s-%ld", is_ps ? "ps" : "worker", k);
         snprintf(id, sizeof id, "%s", name);
         snprintf(adv, sizeof adv, "127.0.0.1:%d", p);
-        char *aargv[] = {"psflow",
-                         is_ps ? "ps" : "worker",
-                         "--coordinator",
-                         url,
-                         "--node-id",
-                         id,
-                         "--advertise",
-                         adv,
-                         "--checkpoint-dir",
-                         ckpt,
-                         is_ps ? "--listen" : NULL,
-                         adv,
-                         NULL};
+        char *aargv[16] = {"psflow",           is_ps ? "ps" : "worker",
+                           "--coordinator",    url,
+                           "--node-id",        id,
+                           "--advertise",      adv,
+                           "--checkpoint-dir", ckpt};
+        int argn = 10;
+        if (is_ps) {
+            aargv[argn++] = "--listen";
+            aargv[argn++] = adv;
+        }
+        if (ca) {
+            aargv[argn++] = "--ca-file";
+            aargv[argn++] = (char *)ca;
+        }
+        aargv[argn] = NULL;
         if (p < 0 || spawn(&kids[n++], name, logs, aargv) != 0) {
             fprintf(stderr, "psflow up: cannot start %s\n", name);
             stop_all(kids, 1, n, 10);
@@ -304,12 +327,17 @@ int cli_up(int argc, char **argv) {
     }
     fprintf(stderr, "psflow up: %zu of %ld agents registered (%ld ps, %ld workers; logs in %s)\n",
             registered, n_ps + n_workers, n_ps, n_workers, logs);
+    char cacert[PATH_MAX + 32] = "", cafile[PATH_MAX + 32] = "";
+    if (ca) {
+        snprintf(cacert, sizeof cacert, "--cacert %s ", ca);
+        snprintf(cafile, sizeof cafile, " --ca-file %s", ca);
+    }
     printf("dashboard: %s/\n", url);
-    printf("submit:    curl -X POST -H 'Content-Type: application/json' --data-binary "
+    printf("submit:    curl %s-X POST -H 'Content-Type: application/json' --data-binary "
            "@examples/fashion-mnist-mlp.json %s/api/v1/jobs\n",
-           url);
-    printf("      or:  psflow submit examples/fashion-mnist-mlp.json --coordinator %s --wait\n",
-           url);
+           cacert, url);
+    printf("      or:  psflow submit examples/fashion-mnist-mlp.json --coordinator %s%s --wait\n",
+           url, cafile);
     printf("Ctrl-C stops the cluster.\n");
     fflush(stdout);
     while (!up_signalled) {

@@ -143,7 +143,7 @@ static int watch_check(watcher *w, const char *path, const char *not_found) {
 
 int cli_watch(int argc, char **argv) {
     cli_option opts[] = {
-        API_COORDINATOR_OPTION,
+        API_COORDINATOR_OPTIONS,
         {"since-id", "ID", "first replay the events after event ID (0: all the coordinator keeps)",
          NULL},
     };
@@ -168,7 +168,7 @@ int cli_watch(int argc, char **argv) {
     if (cli_get_long("watch", opts, n_opts, "since-id", 0, LONG_MAX, -1, &since))
         return PF_EX_USAGE;
     api_client c;
-    int rc = api_client_init(&c, "watch", cli_get(opts, n_opts, "coordinator"), true);
+    int rc = api_client_init(&c, "watch", opts, n_opts, true);
     if (rc)
         return rc;
     const char *name = args.n_positional ? args.positional[0] : NULL;

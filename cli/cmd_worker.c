@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/node.h"
 #include "cli/options.h"
+#include "psflow/mem.h"
 #include "worker/trainer.h"
 
 int cli_worker(int argc, char **argv) {
@@ -24,6 +25,8 @@ int cli_worker(int argc, char **argv) {
         {"log-every", "N", "progress line every N steps of this task [100]", NULL},
         {"retry-seconds", "S", "keep reconnecting to a lost ps for S seconds [120]", NULL},
         {"push-delay-ms", "MS", "testing: wait MS milliseconds before every push [0]", NULL},
+        NODE_MEMORY_OPTION,
+        CLI_CA_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -41,9 +44,11 @@ int cli_worker(int argc, char **argv) {
         return 0;
     }
     long log_every, retry, delay;
+    long long memory;
     if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &log_every) ||
         cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
-        cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay))
+        cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay) ||
+        cli_get_size("worker", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
         return PF_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job")) {
@@ -56,7 +61,7 @@ int cli_worker(int argc, char **argv) {
         node_defaults("worker", cli_get(opts, n_opts, "node-id"),
                       cli_get(opts, n_opts, "advertise"), 2222, id, sizeof id, adv, sizeof adv);
         int trc = cli_token("worker", token, sizeof token);
-        if (trc)
+        if (trc || (trc = cli_use_ca_file("worker", opts, n_opts)))
             return trc;
         const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
         agent_options ao = {.role = "worker",
@@ -67,7 +72,8 @@ int cli_worker(int argc, char **argv) {
                             .checkpoint_dir = dir ? dir : "./checkpoints",
                             .log_every = log_every,
                             .retry_seconds = (double)retry,
-                            .push_delay_ms = delay};
+                            .push_delay_ms = delay,
+                            .memory = memory > 0 ? memory : pf_mem_system_bytes()};
         return agent_run(&ao);
     }
     const char *output = cli_get(opts, n_opts, "output");
@@ -86,6 +92,10 @@ int cli_worker(int argc, char **argv) {
                 n.type, n.type);
         node_deinit(&n);
         return PF_EX_USAGE;
+    }
+    if ((rc = node_check_fit("worker", &n.spec, "worker", n.index, memory))) {
+        node_deinit(&n);
+        return rc;
     }
     const char *addrs[PF_MAX_REPLICAS];
     for (int p = 0; p < n.spec.replicas.ps; p++)
@@ -107,7 +117,7 @@ int cli_worker(int argc, char **argv) {
     if (coordinator) {
         char token[512], name[32];
         rc = cli_token("worker", token, sizeof token);
-        if (rc) {
+        if (rc || (rc = cli_use_ca_file("worker", opts, n_opts))) {
             node_deinit(&n);
             return rc;
         }

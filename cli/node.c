@@ -8,7 +8,9 @@
 
 #include "cli/cli.h"
 #include "psflow/clock.h"
+#include "psflow/footprint.h"
 #include "psflow/http_client.h"
+#include "psflow/mem.h"
 
 void node_deinit(node *n) {
     pf_job_spec_deinit(&n->spec);
@@ -59,6 +61,51 @@ int node_load(const char *cmd, const char *job_path, node *n) {
                     cmd, have, shape[i].job, shape[i].job, shape[i].want);
             return PF_EX_DATAERR;
         }
+    }
+    return 0;
+}
+
+int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, int index,
+                   long long memory) {
+    pf_footprint fp;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_footprint_estimate(spec, &fp);
+    if (pf_footprint_check(spec, &fp, &err) != PF_OK) {
+        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
+        return PF_EX_DATAERR;
+    }
+    int64_t need = fp.worker_bytes;
+    const char *what =
+        !strcmp(role, "train") ? "the whole job in this process" : "this training task";
+    if (!strcmp(role, "train"))
+        need = fp.process_bytes;
+    if (!strcmp(role, "ps")) {
+        pf_placement p;
+        if (pf_placement_compute(spec, &p) != PF_OK) {
+            fprintf(stderr, "psflow %s: out of memory placing the model's shards\n", cmd);
+            return PF_EX_OSERR;
+        }
+        pf_status st = pf_footprint_check_placement(spec, &p, &err);
+        need = pf_footprint_ps_bytes(spec, &p, index);
+        pf_placement_deinit(&p);
+        if (st != PF_OK) {
+            fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
+            return PF_EX_DATAERR;
+        }
+        what = "this ps task's shards (values, gradients, optimizer slots, push and sync "
+               "buffers)";
+    }
+    int64_t have = memory > 0 ? memory : pf_mem_system_bytes();
+    if (have > 0 && need > have) {
+        char a[32], b[32];
+        pf_footprint_format_bytes(need, a, sizeof a);
+        pf_footprint_format_bytes(have, b, sizeof b);
+        fprintf(stderr,
+                "psflow %s: job %s needs about %s for %s, more than this process may use (%s%s): "
+                "shrink the model or the batch, or spread it over more tasks\n",
+                cmd, spec->name, a, what, b, memory > 0 ? ", --memory" : "");
+        return PF_EX_DATAERR;
     }
     return 0;
 }

@@ -28,6 +28,14 @@ int node_load(const char *cmd, const char *job_path, node *n);
 /* Frees what n holds. */
 void node_deinit(node *n);
 
+/* Refuses a job this process cannot run, before anything is allocated: the limits every job
+ * has (psflow/footprint.h), and the memory of this task (a ps task's share of the
+ * placement, or a training task's need) against `memory` bytes, or this machine's
+ * (pf_mem_system_bytes) when 0. role: "ps" (task index) or "worker". Returns 0, or
+ * PF_EX_DATAERR after printing why. */
+int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, int index,
+                   long long memory);
+
 /* A new incarnation for a task this process starts: microseconds since the epoch, so a
  * restarted task always gets a larger one. */
 uint64_t node_incarnation(void);
@@ -35,5 +43,9 @@ uint64_t node_incarnation(void);
 /* Defaults of a managed node: id "<role>-<hostname>-<pid>", address "<hostname>:<port>". */
 void node_defaults(const char *role, const char *id, const char *advertise, int port, char *id_out,
                    size_t id_cap, char *adv_out, size_t adv_cap);
+
+/* The --memory option of the node commands and `psflow train`. */
+#define NODE_MEMORY_OPTION                                                                         \
+    { "memory", "SIZE", "memory this process may use [MemTotal, or the cgroup's limit]", NULL }
 
 #endif

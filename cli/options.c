@@ -2,15 +2,16 @@
 #include "cli/options.h"
 
 #include "cli/cli.h"
+#include "psflow/http_client.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "psflow/http_client.h"
 
 static const char *env_twin(const char *name) {
     char var[96] = "PSFLOW_";
@@ -143,4 +144,105 @@ int cli_token(const char *cmd, char *token, size_t cap) {
         return PF_EX_NOINPUT;
     }
     return 0;
+}
+
+int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts) {
+    pf_error err;
+    pf_error_clear(&err);
+    if (pf_http_set_ca_file(cli_get(opts, n_opts, "ca-file"), &err) != PF_OK) {
+        fprintf(stderr, "psflow %s: --ca-file: %s\n", cmd, err.message);
+        return PF_EX_NOINPUT;
+    }
+    return 0;
+}
+
+int cli_get_size(const char *cmd, const cli_option *opts, int n_opts, const char *name,
+                 long long min, long long max, long long fallback, long long *out) {
+    const char *v = cli_get(opts, n_opts, name);
+    if (!v) {
+        *out = fallback;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    int shift = 0;
+    if (*end && end != v) {
+        const char *units = "KMGT";
+        const char *u = strchr(units, toupper((unsigned char)*end));
+        if (u) {
+            shift = 10 * (int)(u - units + 1);
+            end++;
+            if (*end == 'i' || *end == 'I')
+                end++;
+        }
+    }
+    int ok = !errno && end != v && !*end && x >= 0 && (shift == 0 || x <= (LLONG_MAX >> shift));
+    if (ok)
+        x <<= shift;
+    if (!ok || x < min || x > max) {
+        fprintf(stderr,
+                "psflow %s: --%s must be a size in bytes from %lld to %lld (suffixes K, M, G, "
+                "T allowed), got '%s'\n",
+                cmd, name, min, max, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Splits value at sep into out[*n..max), copying the items into buf at *used. */
+static int split_items(const char *cmd, const char *name, const char *value, char sep, char *buf,
+                       size_t cap, size_t *used, const char **out, int *n, int max) {
+    const char *p = value;
+    while (*p) {
+        size_t len = strcspn(p, (char[]){sep, '\0'});
+        const char *item = p;
+        p += len + (p[len] == sep);
+        while (len && isspace((unsigned char)*item))
+            item++, len--;
+        while (len && isspace((unsigned char)item[len - 1]))
+            len--;
+        if (!len)
+            continue;
+        if (*n == max || *used + len + 1 > cap) {
+            fprintf(stderr, "psflow %s: --%s: more than %d items, or too long\n", cmd, name, max);
+            return -1;
+        }
+        memcpy(buf + *used, item, len);
+        buf[*used + len] = '\0';
+        out[(*n)++] = buf + *used;
+        *used += len + 1;
+    }
+    return 0;
+}
+
+int cli_get_list(const char *cmd, int argc, char **argv, const cli_option *opts, int n_opts,
+                 const char *name, char sep, char *buf, size_t cap, const char **out, int max) {
+    int n = 0, given = 0;
+    size_t used = 0;
+    /* The command line as cli_parse() walked it: an option's value is never an option. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+            continue;
+        const char *eq = strchr(a + 2, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        const cli_option *o = NULL;
+        for (int j = 0; j < n_opts; j++)
+            if (strlen(opts[j].name) == len && !strncmp(opts[j].name, a + 2, len))
+                o = &opts[j];
+        if (!o || !o->arg)
+            continue;
+        const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (value && !strcmp(o->name, name)) {
+            given = 1;
+            if (split_items(cmd, name, value, sep, buf, cap, &used, out, &n, max))
+                return -1;
+        }
+    }
+    const char *env = given ? NULL : cli_get(opts, n_opts, name);
+    if (env && split_items(cmd, name, env, sep, buf, cap, &used, out, &n, max))
+        return -1;
+    return n;
 }

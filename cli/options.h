@@ -2,8 +2,9 @@
  *
  * Every option --some-flag has the twin variable PSFLOW_SOME_FLAG; the command line wins
  * over the environment, which wins over the default. Options take their value as
- * "--flag VALUE" or "--flag=VALUE"; boolean options take none. Positional arguments are
- * collected in order. Parsing stops with a one-line error on an unknown option or a
+ * "--flag VALUE" or "--flag=VALUE"; boolean options take none. When an option is given
+ * twice the last one wins, except for the lists cli_get_list() reads. Positional arguments
+ * are collected in order. Parsing stops with a one-line error on an unknown option or a
  * missing value.
  */
 #ifndef PSFLOW_CLI_OPTIONS_H
@@ -38,6 +39,17 @@ void cli_print_help(const char *cmd, const char *usage, const char *description,
 /* Value of the named option (NULL when absent). */
 const char *cli_get(const cli_option *opts, int n_opts, const char *name);
 
+/* --ca-file, which every command that talks to a coordinator has. */
+#define CLI_CA_FILE_OPTION                                                                         \
+    {                                                                                              \
+        "ca-file", "FILE",                                                                         \
+            "trust only this PEM CA for an https:// coordinator [the system's CAs]", NULL          \
+    }
+
+/* Applies --ca-file (psflow/http_client.h) for every request this process makes. Returns 0,
+ * or PF_EX_NOINPUT after printing why the file cannot be used. */
+int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts);
+
 /* Parses an integer option value in [min, max]; prints an error and returns -1 if bad. */
 int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char *name, long min,
                  long max, long fallback, long *out);
@@ -46,5 +58,17 @@ int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char
  * every subcommand that talks to the coordinator or serves its API. Returns 0, or the exit
  * code for an unreadable token file after printing "psflow CMD: why". */
 int cli_token(const char *cmd, char *token, size_t cap);
+/* Parses a size in bytes, a whole number with an optional suffix K, M, G or T (powers of
+ * 1024, "Ki" etc. also accepted), in [min, max]; prints an error and returns -1 if bad. */
+int cli_get_size(const char *cmd, const cli_option *opts, int n_opts, const char *name,
+                 long long min, long long max, long long fallback, long long *out);
+
+/* The items of an option that may be repeated: every value argv[1..argc) gives it (argv as
+ * cli_parse() read it), else its environment twin, each value split at `sep`, blanks around
+ * items and empty items dropped. Copies them into buf[cap] and points out[0..max) at them.
+ * Returns the count (0 when absent), or -1 after printing an error when there are more
+ * than max or they do not fit. */
+int cli_get_list(const char *cmd, int argc, char **argv, const cli_option *opts, int n_opts,
+                 const char *name, char sep, char *buf, size_t cap, const char **out, int max);
 
 #endif

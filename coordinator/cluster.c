@@ -254,6 +254,7 @@ void coord_cluster_deinit(coord_cluster *c) {
     for (int i = 0; i < c->n_pending; i++)
         coord_event_deinit(&c->pending[i]);
     pf_free(c->jobs);
+    pf_free(c->by_name);
     pf_free(c->nodes);
     pf_free(c->pending);
     memset(c, 0, sizeof *c);
@@ -271,10 +272,74 @@ static int grow(void **arr, int *cap, int n, size_t size) {
     return 0;
 }
 
+/* --- the jobs' order and name index --- */
+
+/* Creation order: (create_time, name) ascending. */
+static int job_order(double t1, const char *n1, double t2, const char *n2) {
+    if (t1 != t2)
+        return t1 < t2 ? -1 : 1;
+    return strcmp(n1, n2);
+}
+
+static uint32_t name_hash(const char *name) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static void index_put(coord_job **slots, int cap, coord_job *j) {
+    uint32_t k = name_hash(j->name) & (uint32_t)(cap - 1);
+    while (slots[k])
+        k = (k + 1) & (uint32_t)(cap - 1);
+    slots[k] = j;
+}
+
+/* Rebuilds the name index for the current jobs, at least twice as large as their number.
+ * PF_ERR_NOMEM leaves the old index (and the cluster) as it was. */
+static pf_status index_rebuild(coord_cluster *c, int n_jobs) {
+    int cap = 16;
+    while (cap < 2 * n_jobs)
+        cap *= 2;
+    coord_job **slots = pf_calloc((size_t)cap, sizeof *slots);
+    if (!slots)
+        return PF_ERR_NOMEM;
+    for (int i = 0; i < c->n_jobs; i++)
+        index_put(slots, cap, c->jobs[i]);
+    pf_free(c->by_name);
+    c->by_name = slots;
+    c->by_name_cap = cap;
+    return PF_OK;
+}
+
+int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name) {
+    int lo = 0, hi = c->n_jobs;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const coord_job *j = c->jobs[mid];
+        if (job_order(j->create_time, j->name, create_time, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j) {
     if (grow((void **)&c->jobs, &c->cap_jobs, c->n_jobs, sizeof *c->jobs))
         return PF_ERR_NOMEM;
-    c->jobs[c->n_jobs++] = j;
+    if (2 * (c->n_jobs + 1) > c->by_name_cap && index_rebuild(c, c->n_jobs + 1) != PF_OK)
+        return PF_ERR_NOMEM;
+    /* Jobs normally come newest last; one older than the newest (a clock set back) moves
+     * down to its place. */
+    int at = c->n_jobs;
+    while (at > 0 && job_order(c->jobs[at - 1]->create_time, c->jobs[at - 1]->name, j->create_time,
+                               j->name) > 0)
+        at--;
+    memmove(&c->jobs[at + 1], &c->jobs[at], (size_t)(c->n_jobs - at) * sizeof *c->jobs);
+    c->jobs[at] = j;
+    c->n_jobs++;
+    index_put(c->by_name, c->by_name_cap, j);
     return PF_OK;
 }
 
@@ -293,7 +358,15 @@ void coord_cluster_reap(coord_cluster *c) {
         else
             c->jobs[k++] = c->jobs[i];
     }
+    int reaped = c->n_jobs - k;
     c->n_jobs = k;
+    /* The index points at freed jobs now: rebuild it, or drop it when that fails (lookups
+     * then scan the jobs until the next job is adopted). */
+    if (reaped && index_rebuild(c, k) != PF_OK) {
+        pf_free(c->by_name);
+        c->by_name = NULL;
+        c->by_name_cap = 0;
+    }
     k = 0;
     for (int i = 0; i < c->n_nodes; i++) {
         if (c->nodes[i]->deleted)
@@ -305,9 +378,16 @@ void coord_cluster_reap(coord_cluster *c) {
 }
 
 coord_job *coord_job_find(const coord_cluster *c, const char *name) {
-    for (int i = 0; i < c->n_jobs; i++)
-        if (!c->jobs[i]->deleted && !strcmp(c->jobs[i]->name, name))
-            return c->jobs[i];
+    if (!c->by_name_cap) {
+        for (int i = 0; i < c->n_jobs; i++)
+            if (!c->jobs[i]->deleted && !strcmp(c->jobs[i]->name, name))
+                return c->jobs[i];
+        return NULL;
+    }
+    uint32_t mask = (uint32_t)(c->by_name_cap - 1);
+    for (uint32_t k = name_hash(name) & mask; c->by_name[k]; k = (k + 1) & mask)
+        if (!c->by_name[k]->deleted && !strcmp(c->by_name[k]->name, name))
+            return c->by_name[k];
     return NULL;
 }
 
@@ -495,6 +575,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     snprintf(j->name, sizeof j->name, "%s", spec->name);
     j->spec = *spec;
     j->spec_json = json;
+    j->create_time = now; /* before adopting: it orders the jobs */
     if (coord_job_make_tasks(j) != PF_OK || coord_cluster_adopt_job(c, j) != PF_OK) {
         memset(&j->spec, 0, sizeof j->spec); /* the caller still owns spec */
         coord_job_free(j);
@@ -502,7 +583,6 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     }
     memset(spec, 0, sizeof *spec); /* stolen */
     j->loss = j->accuracy = j->test_loss = NAN;
-    j->create_time = now;
     j->phase = COORD_CREATED;
     j->dirty = true;
     char msg[COORD_TEXT_MAX];
@@ -706,7 +786,7 @@ done:
 /* --- nodes --- */
 
 pf_status coord_node_register(coord_cluster *c, const char *id, const char *role,
-                              const char *address, const char *version, double now,
+                              const char *address, const char *version, int64_t memory, double now,
                               coord_node **out, int *created) {
     coord_node *n = coord_node_find(c, id);
     *created = n == NULL;
@@ -723,6 +803,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     snprintf(n->role, sizeof n->role, "%s", role);
     snprintf(n->address, sizeof n->address, "%s", address);
     snprintf(n->version, sizeof n->version, "%s", version ? version : "");
+    n->memory = memory > 0 ? memory : 0;
     n->last_heartbeat = now;
     bool was_lost = n->lost;
     n->lost = false;

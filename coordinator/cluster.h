@@ -99,6 +99,7 @@ typedef struct coord_node {
     char role[8]; /* ps or worker */
     char address[COORD_ADDR_MAX];
     char version[32];
+    int64_t memory; /* bytes its tasks may use, as it registered them; 0 = unknown */
     double registered, last_heartbeat;
     bool lost;
     bool busy; /* its agent reported a running task (its last report) */
@@ -194,8 +195,10 @@ typedef struct coord_eval {
 } coord_eval;
 
 typedef struct coord_cluster {
-    coord_job **jobs;
+    coord_job **jobs; /* in creation order: ascending (create_time, name) */
     int n_jobs, cap_jobs;
+    coord_job **by_name; /* open-addressing index of jobs by name; by_name_cap a power of 2 */
+    int by_name_cap;
     coord_node **nodes;
     int n_nodes, cap_nodes;
     double lease_seconds;
@@ -215,7 +218,11 @@ void coord_cluster_deinit(coord_cluster *c);
  * with another spec; PF_ERR_UNSUPPORTED for evaluator tasks; PF_ERR_NOMEM. */
 pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coord_job **out,
                            int *created, pf_error *err);
+/* The job of that name (not deleted), or NULL; a hash lookup. */
 coord_job *coord_job_find(const coord_cluster *c, const char *name);
+/* How many jobs were created before (create_time, name) in creation order: jobs[0..n) are
+ * the older ones. A binary search, for listing from a position. */
+int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name);
 /* Cancels (phase Failed, reason Cancelled) unless already finished. */
 void coord_job_cancel(coord_cluster *c, coord_job *j, double now);
 /* Cancels and marks the job deleted. */
@@ -245,9 +252,10 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
 
 /* --- nodes --- */
 
-/* Registers (or updates: idempotent on id) an agent. *created = 1 for a new node. */
+/* Registers (or updates: idempotent on id) an agent; memory: the bytes it offers its tasks,
+ * 0 when unknown. *created = 1 for a new node. */
 pf_status coord_node_register(coord_cluster *c, const char *id, const char *role,
-                              const char *address, const char *version, double now,
+                              const char *address, const char *version, int64_t memory, double now,
                               coord_node **out, int *created);
 coord_node *coord_node_find(const coord_cluster *c, const char *id);
 /* Applies a heartbeat report and renews the lease. */
@@ -273,7 +281,8 @@ coord_event *coord_cluster_take_events(coord_cluster *c, int *n);
 
 /* --- store reload --- */
 
-/* Adds a loaded job (store reload); takes ownership of j. PF_ERR_NOMEM. */
+/* Adds a loaded job (store reload) at its place in creation order; takes ownership of j.
+ * PF_ERR_NOMEM. */
 pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j);
 pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n);
 /* Builds a job's task array for its spec (all Pending, unassigned). PF_ERR_NOMEM. */

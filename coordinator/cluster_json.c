@@ -136,13 +136,14 @@ json_t *coord_task_json(const coord_task *t, double lease, double now) {
 
 json_t *coord_node_json(const coord_node *n, double now) {
     const char *state = n->lost ? "lost" : (n->busy || n->job[0]) ? "busy" : "idle";
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:s}", "id", n->id, "role",
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:s, s:o}", "id", n->id, "role",
                      n->role, "address", n->address, "state", state, "job",
                      n->job[0] ? json_string(n->job) : json_null(), "type",
                      n->job[0] ? json_string(n->type) : json_null(), "index",
                      n->job[0] ? json_integer(n->index) : json_null(), "last_heartbeat",
                      coord_time_json(n->last_heartbeat), "heartbeat_age_seconds",
-                     now - n->last_heartbeat, "version", n->version);
+                     now - n->last_heartbeat, "version", n->version, "memory_bytes",
+                     n->memory > 0 ? json_integer((json_int_t)n->memory) : json_null());
 }
 
 static json_t *summary_json(const coord_job_summary *s) {

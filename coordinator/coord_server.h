@@ -19,8 +19,11 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/store.h"
 
-#define COORD_BODY_MAX  (1 << 20) /* request bodies: 413 above this */
-#define COORD_RING_SIZE 8192      /* recent events kept in memory for streams */
+#define COORD_BODY_MAX        (1 << 20) /* request bodies: 413 above this */
+#define COORD_RING_SIZE       8192      /* recent events kept in memory for streams */
+#define COORD_RESERVE_TIMEOUT 2         /* seconds a reserve connection may stay silent */
+#define COORD_RETRY_AFTER     2         /* Retry-After of a 503 for capacity, seconds */
+#define COORD_STREAM_RETRY    5         /* the same for an event stream over --max-streams */
 
 typedef struct coord_ring_entry {
     int64_t id;
@@ -57,6 +60,17 @@ struct coord_server {
     coord_http_count *counts;
     int n_counts, cap_counts;
     uint64_t heartbeats;
+    /* capacity (http.c): open connections (atomic), the first `normal_slots` of them
+     * ordinary and the rest the reserve; event streams open (under lock) */
+    int open_connections;
+    int normal_slots;
+    int streams;
+    /* the data roots resolved at start (o.limits.data_roots points here) */
+    char data_roots[COORD_MAX_DATA_ROOTS][PATH_MAX];
+    const char *data_root_ptrs[COORD_MAX_DATA_ROOTS];
+    /* refusals logged at most once a second (under stats_lock) */
+    double refusal_logged;
+    uint64_t refusals_unlogged;
 };
 
 typedef struct coord_request {
@@ -76,6 +90,8 @@ typedef struct coord_reply {
     const char *content_type; /* for text */
     char location[512];
     const char *allow; /* for 405 */
+    int retry_after;   /* seconds for a Retry-After header; 0 = none */
+    int close;         /* send "Connection: close" and end the connection */
 } coord_reply;
 
 /* Sets a JSON reply (steals json; NULL means out of memory -> 500). */

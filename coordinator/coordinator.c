@@ -137,7 +137,9 @@ pf_status coord_server_start(const coord_options *o, coord_server **out, pf_erro
     pthread_cond_init(&s->changed, NULL);
     coord_cluster_init(&s->cluster, s->o.lease_seconds);
     s->start_time = coord_now();
-    pf_status st = coord_store_open(o->db_path, &s->store, err);
+    pf_status st = coord_limits_resolve(&s->o.limits, s->data_roots, s->data_root_ptrs, err);
+    if (st == PF_OK)
+        st = coord_store_open(o->db_path, &s->store, err);
     if (st == PF_OK)
         st = coord_store_load(s->store, &s->cluster, s->start_time, err);
     if (st != PF_OK) {

@@ -10,6 +10,7 @@
 #ifndef PSFLOW_COORDINATOR_H
 #define PSFLOW_COORDINATOR_H
 
+#include "coordinator/admission.h"
 #include "psflow/status.h"
 
 typedef struct coord_options {
@@ -22,6 +23,14 @@ typedef struct coord_options {
     double lease_seconds;     /* agents lost after this long without a heartbeat */
     int max_connections;      /* concurrent HTTP connections */
     int connection_timeout;   /* seconds an idle connection is kept */
+    int max_streams;          /* event streams open at once (<= max_connections / 2) */
+    /* CORS: origins ("https://host:port") whose pages may call the API; none by default */
+    const char *const *cors_origins;
+    int n_cors_origins;
+    /* TLS: PEM text of the certificate (chain) and its private key; both NULL: plain HTTP */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
+    coord_limits limits; /* admission: data roots, size limits (admission.h) */
 } coord_options;
 
 typedef struct coord_server coord_server;

@@ -1,10 +1,36 @@
-/* http.c - libmicrohttpd glue of the coordinator: request bodies (1 MiB limit), bearer
- * authentication, routing to the handlers, problem+json errors, the Server-Sent Events
- * stream and the dashboard's static files.
+/* http.c - libmicrohttpd glue of the coordinator: request bodies (1 MiB limit), strict
+ * framing and media types, bearer authentication, CORS, routing to the handlers,
+ * problem+json errors, the Server-Sent Events stream, the dashboard's static files, TLS.
  *
  * DESIGN: one thread per connection (MHD_USE_THREAD_PER_CONNECTION) with a connection cap
  * and an idle timeout, so a slow client holds only its own thread and never the others';
  * an event stream's thread sleeps on the server's condition variable between events.
+ *
+ * Capacity. libmicrohttpd refuses connections over --max-connections when it accepts them,
+ * before a byte of the request is read, so the cap alone cannot tell an agent's heartbeat
+ * from an event stream or from a client that never sends anything. Three rules keep the
+ * routes the cluster lives on (GET /livez and /readyz; POST /api/v1/nodes, its heartbeats
+ * and DELETE) served whatever else holds connections:
+ *  - Event streams have a budget of their own, --max-streams, well below the cap: a stream
+ *    over it is answered 503 with Retry-After and its connection closed, so streams never
+ *    hold more than max_streams slots, however many clients ask.
+ *  - The last slots (an eighth of the cap, at least 2) are a reserve. A connection accepted
+ *    while every other slot is taken serves only those routes, always with
+ *    "Connection: close"; any other request on it gets 503 + Retry-After at once, and it has
+ *    COORD_RESERVE_TIMEOUT seconds, not --connection-timeout, to send its request, so
+ *    silent clients cannot sit on the reserve.
+ *  - Idle connections in the ordinary slots are closed after --connection-timeout.
+ * An agent heartbeats every second on a fresh connection (http_client.c reuses none) and
+ * is lost only after --lease-seconds without one: to starve it a flood has to refill the
+ * whole reserve faster than every COORD_RESERVE_TIMEOUT seconds. Limits per client address
+ * are not used: on loopback, behind NAT or a proxy the agents share the flood's address.
+ *
+ * Strictness. Everything decided from the headers alone is decided in the first call of the
+ * request handler, before libmicrohttpd would send "100 Continue": a body over the limit
+ * (413), Transfer-Encoding with Content-Length or two different Content-Lengths (400, the
+ * framing is ambiguous), a body that is not application/json on /api/ (415). Those answers
+ * close the connection when a body may follow; a 415 for a body already on its way is sent
+ * once the body has been read and dropped, so the client sees it rather than a reset.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -16,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -28,8 +55,20 @@
 typedef struct request_state {
     pf_buf body; /* NUL-terminated, at most COORD_BODY_MAX bytes */
     int too_big;
-    int started;
+    /* A refusal decided from the headers (the body, if any, is read and dropped): */
+    int reject;       /* HTTP status, 0 = none */
+    int reject_retry; /* Retry-After seconds */
+    char reject_why[240];
 } request_state;
+
+/* The socket context of a connection accepted into the reserve (see DESIGN). */
+static char reserve_mark;
+
+static int in_reserve(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci && ci->socket_context == &reserve_mark;
+}
 
 /* --- replies --- */
 
@@ -49,6 +88,8 @@ static const char *status_title(int status) {
         return "Bad Request";
     case 401:
         return "Unauthorized";
+    case 403:
+        return "Forbidden";
     case 404:
         return "Not Found";
     case 405:
@@ -57,6 +98,8 @@ static const char *status_title(int status) {
         return "Conflict";
     case 413:
         return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
     case 422:
         return "Unprocessable Content";
     case 503:
@@ -233,9 +276,74 @@ static int authorized(coord_server *s, struct MHD_Connection *c, int allow_query
     return 0;
 }
 
+/* --- refusals, CORS --- */
+
+static const char *header(struct MHD_Connection *c, const char *name) {
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/* Logs a refused request: at most one line a second, with the count of those left out. */
+static void log_refusal(coord_server *s, struct MHD_Connection *c, const char *method,
+                        const char *url, int status, const char *why) {
+    pthread_mutex_lock(&s->stats_lock);
+    double now = coord_now();
+    int print = now - s->refusal_logged >= 1.0;
+    uint64_t skipped = s->refusals_unlogged;
+    if (print) {
+        s->refusal_logged = now;
+        s->refusals_unlogged = 0;
+    } else {
+        s->refusals_unlogged++;
+    }
+    pthread_mutex_unlock(&s->stats_lock);
+    if (!print)
+        return;
+    char addr[INET6_ADDRSTRLEN] = "?";
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ci->client_addr)->sin_addr, addr,
+                  sizeof addr);
+    char more[64] = "";
+    if (skipped)
+        snprintf(more, sizeof more, " (%" PRIu64 " more refused in the last second)", skipped);
+    fprintf(stderr, "psflow coordinator: refused %s %.120s from %s: %d, %.200s%s\n", method, url,
+            addr, status, why, more);
+}
+
+/* The --cors-origin entry that origin names (scheme and host compared without case), or
+ * NULL. */
+static const char *cors_match(const coord_server *s, const char *origin) {
+    for (int i = 0; origin && i < s->o.n_cors_origins; i++)
+        if (!strcasecmp(origin, s->o.cors_origins[i]))
+            return s->o.cors_origins[i];
+    return NULL;
+}
+
+/* True when origin is the coordinator itself as the client addressed it (scheme + Host),
+ * i.e. the dashboard it serves. */
+static int same_origin(const coord_server *s, struct MHD_Connection *c, const char *origin) {
+    const char *host = header(c, "Host");
+    const char *scheme = s->o.tls_cert_pem ? "https://" : "http://";
+    size_t n = strlen(scheme);
+    return host && !strncasecmp(origin, scheme, n) && !strcasecmp(origin + n, host);
+}
+
+static void add_cors_headers(const coord_server *s, struct MHD_Connection *c,
+                             struct MHD_Response *r) {
+    if (!s->o.n_cors_origins)
+        return;
+    MHD_add_response_header(r, "Vary", "Origin");
+    const char *allowed = cors_match(s, header(c, "Origin"));
+    if (allowed) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", allowed);
+        MHD_add_response_header(r, "Access-Control-Expose-Headers", "Location, Retry-After");
+    }
+}
+
 /* --- sending --- */
 
-static enum MHD_Result send_reply(struct MHD_Connection *c, coord_reply *rp) {
+static enum MHD_Result send_reply(coord_server *s, struct MHD_Connection *c, coord_reply *rp) {
     char *text = NULL;
     const char *type = rp->content_type;
     size_t len = 0;
@@ -265,6 +373,14 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, coord_reply *rp) {
         MHD_add_response_header(r, "Allow", rp->allow);
     if (rp->status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"psflow\"");
+    if (rp->retry_after > 0) {
+        char secs[16];
+        snprintf(secs, sizeof secs, "%d", rp->retry_after);
+        MHD_add_response_header(r, "Retry-After", secs);
+    }
+    if (rp->close)
+        MHD_add_response_header(r, "Connection", "close");
+    add_cors_headers(s, c, r);
     MHD_add_response_header(r, "Cache-Control", "no-store");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)rp->status, r);
     MHD_destroy_response(r);
@@ -338,10 +454,24 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     return (ssize_t)n;
 }
 
+/* Ends a stream: frees it and gives back its place in the --max-streams budget. */
 static void stream_free(void *cls) {
     stream *st = cls;
+    pthread_mutex_lock(&st->s->lock);
+    st->s->streams--;
+    pthread_mutex_unlock(&st->s->lock);
     pf_buf_deinit(&st->out);
     pf_free(st);
+}
+
+/* Takes a place in the --max-streams budget; 0 when every place is taken. */
+static int stream_admit(coord_server *s) {
+    pthread_mutex_lock(&s->lock);
+    int ok = s->streams < s->o.max_streams;
+    if (ok)
+        s->streams++;
+    pthread_mutex_unlock(&s->lock);
+    return ok;
 }
 
 static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, coord_request *rq,
@@ -350,7 +480,7 @@ static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, c
     const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
     long long since = -1;
     if (coord_query_long(rq, rp, "since_id", 0, INT64_MAX, -1, &since))
-        return send_reply(c, rp);
+        return send_reply(s, c, rp);
     if (last && since < 0) {
         char *end;
         since = strtoll(last, &end, 10);
@@ -359,11 +489,25 @@ static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, c
     }
     if (job && strlen(job) > PF_NAME_MAX) {
         coord_reply_problem(rp, 400, NULL, "query parameter job: not a job name");
-        return send_reply(c, rp);
+        return send_reply(s, c, rp);
+    }
+    if (!stream_admit(s)) {
+        coord_reply_problem(rp, 503, NULL,
+                            "%d event streams are open, the most this coordinator serves "
+                            "(--max-streams): retry later",
+                            s->o.max_streams);
+        rp->retry_after = COORD_STREAM_RETRY;
+        rp->close = 1;
+        log_refusal(s, c, rq->method, rq->path, 503, "event streams at --max-streams");
+        return send_reply(s, c, rp);
     }
     stream *st = pf_calloc(1, sizeof *st);
-    if (!st)
+    if (!st) {
+        pthread_mutex_lock(&s->lock);
+        s->streams--;
+        pthread_mutex_unlock(&s->lock);
         return MHD_NO;
+    }
     pf_buf_init(&st->out, STREAM_BUFFER_MAX);
     st->s = s;
     snprintf(st->job, sizeof st->job, "%s", job ? job : "");
@@ -384,6 +528,7 @@ static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, c
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-store");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    add_cors_headers(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     return ret;
@@ -465,7 +610,7 @@ static enum MHD_Result serve_static(coord_server *s, struct MHD_Connection *c, c
     } else {
         coord_reply_problem(rp, 404, NULL, "no such page: %.200s", path);
     }
-    return send_reply(c, rp);
+    return send_reply(s, c, rp);
 }
 
 /* --- dispatch --- */
@@ -481,6 +626,50 @@ static int split_path(coord_request *rq, char *copy) {
     return 0;
 }
 
+/* Answers a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method): 204
+ * with the allowed methods and headers for a --cors-origin, else 403. No token is needed:
+ * browsers send preflights without credentials. */
+static enum MHD_Result preflight(coord_server *s, struct MHD_Connection *c, const char *url,
+                                 const char *origin, coord_reply *rp) {
+    if (!cors_match(s, origin)) {
+        coord_reply_problem(rp, 403, NULL,
+                            "origin '%.100s' may not call this API from a browser (the "
+                            "coordinator allows the origins of --cors-origin)",
+                            origin);
+        log_refusal(s, c, "OPTIONS", url, 403, "CORS preflight from an origin not allowed");
+        return send_reply(s, c, rp);
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    add_cors_headers(s, c, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, Last-Event-ID");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    rp->status = 204;
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Methods that change something: a cross-site request may not send them. */
+static int unsafe_method(const char *method) {
+    return strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "OPTIONS");
+}
+
+/* Fills rq's path segments (after /api/v1/) from url, using copy[cap] as storage; the route
+ * pattern for the request counters. */
+static const char *route_of(const char *url, coord_request *rq, char *copy, size_t cap) {
+    rq->n_seg = 0;
+    if (strlen(url) >= cap)
+        return "/api/{unknown}";
+    snprintf(copy, cap, "%s", url + (strncmp(url, "/api/v1/", 8) ? 0 : 8));
+    if (!strncmp(url, "/api/v1/", 8))
+        split_path(rq, copy);
+    return route_pattern(url, rq);
+}
+
 static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const char *url,
                                 const char *method, request_state *rs) {
     coord_request rq = {c, method, url, (char *)rs->body.data, rs->body.len, {0}, 0};
@@ -491,16 +680,33 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
     if (strlen(url) >= sizeof copy) {
         coord_reply_problem(&rp, 404, NULL, "path too long");
         count_request(s, "/api/{unknown}", 404);
-        return send_reply(c, &rp);
+        return send_reply(s, c, &rp);
     }
-    snprintf(copy, sizeof copy, "%s", url + (strncmp(url, "/api/v1/", 8) ? 0 : 8));
-    if (!strncmp(url, "/api/v1/", 8))
-        split_path(&rq, copy);
-    const char *route = route_pattern(url, &rq);
+    const char *route = route_of(url, &rq, copy, sizeof copy);
+    const char *origin = header(c, "Origin");
     enum MHD_Result ret;
-    if (rs->too_big) {
+    if (rs->reject) {
+        coord_reply_problem(&rp, rs->reject, NULL, "%s", rs->reject_why);
+        rp.retry_after = rs->reject_retry;
+        log_refusal(s, c, method, url, rs->reject, rs->reject_why);
+    } else if (rs->too_big) {
         coord_reply_problem(&rp, 413, NULL, "the request body is larger than %d bytes",
                             COORD_BODY_MAX);
+        log_refusal(s, c, method, url, 413, "body over the limit");
+    } else if (!strcmp(method, "OPTIONS") && origin && header(c, "Access-Control-Request-Method")) {
+        ret = preflight(s, c, url, origin, &rp);
+        count_request(s, route, rp.status);
+        json_decref(rp.json);
+        return ret;
+    } else if (origin && unsafe_method(method) && !same_origin(s, c, origin) &&
+               !cors_match(s, origin)) {
+        /* A page of another site may make a browser send this (a form, a fetch without a
+         * preflight): refuse it even where no token is configured. */
+        coord_reply_problem(&rp, 403, NULL,
+                            "%s from origin '%.100s' refused: only the coordinator's own "
+                            "dashboard and the origins of --cors-origin may change things",
+                            method, origin);
+        log_refusal(s, c, method, url, 403, "cross-origin request");
     } else if (coord_routes_ops(s, &rq, &rp)) {
         /* handled */
     } else if (!is_api) {
@@ -518,13 +724,16 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
         coord_reply_problem(&rp, 401, NULL,
                             "missing or wrong bearer token: send 'Authorization: Bearer TOKEN' "
                             "(the coordinator's PSFLOW_TOKEN)");
+        log_refusal(s, c, method, url, 401, "missing or wrong bearer token");
     } else if (rq.n_seg == 1 && !strcmp(rq.seg[0], "events")) {
         if (strcmp(method, "GET") != 0) {
             rp.allow = "GET";
             coord_reply_problem(&rp, 405, NULL, "%s is not allowed on %s", method, url);
         } else {
-            count_request(s, route, 200);
-            return start_stream(s, c, &rq, &rp);
+            ret = start_stream(s, c, &rq, &rp);
+            count_request(s, route, rp.status ? rp.status : 200);
+            json_decref(rp.json);
+            return ret;
         }
     } else if (coord_routes_jobs(s, &rq, &rp) || coord_routes_nodes(s, &rq, &rp)) {
         /* handled */
@@ -533,11 +742,121 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
     }
     if (!rp.status)
         coord_reply_problem(&rp, 500, NULL, "no reply");
+    if (in_reserve(c))
+        rp.close = 1; /* a reserve slot serves one request */
     count_request(s, route, rp.status);
-    ret = send_reply(c, &rp);
+    ret = send_reply(s, c, &rp);
     json_decref(rp.json);
     pf_free(rp.text);
     return ret;
+}
+
+/* --- the first look at a request: its headers --- */
+
+/* Routes served from the reserve: what keeps agents' leases and the liveness probe. */
+static int priority_route(const char *method, const char *url) {
+    if (!strcmp(url, "/livez") || !strcmp(url, "/readyz"))
+        return 1;
+    if (strncmp(url, "/api/v1/nodes", 13) != 0)
+        return 0;
+    const char *rest = url + 13;
+    if (!*rest)
+        return !strcmp(method, "POST"); /* registration */
+    if (*rest != '/')
+        return 0;
+    const char *slash = strchr(rest + 1, '/');
+    if (!slash)
+        return !strcmp(method, "DELETE"); /* deregistration */
+    return !strcmp(slash, "/heartbeat") && !strcmp(method, "POST");
+}
+
+typedef struct header_scan {
+    int lengths;           /* Content-Length headers */
+    const char *length;    /* the first one's value */
+    int lengths_differ;    /* a later one says something else */
+    int transfer_encoding; /* a Transfer-Encoding header */
+} header_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    (void)kind;
+    header_scan *h = cls;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (h->lengths++ == 0)
+            h->length = value;
+        else if (strcmp(value, h->length) != 0)
+            h->lengths_differ = 1;
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        h->transfer_encoding = 1;
+    }
+    return MHD_YES;
+}
+
+/* "application/json", with any parameters (charset) after a ';'. */
+static int json_media_type(const char *type) {
+    while (*type == ' ' || *type == '\t')
+        type++;
+    size_t n = strcspn(type, ";");
+    while (n && (type[n - 1] == ' ' || type[n - 1] == '\t'))
+        n--;
+    return n == 16 && !strncasecmp(type, "application/json", 16);
+}
+
+static void refuse(request_state *rs, int status, int retry, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse(request_state *rs, int status, int retry, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rs->reject_why, sizeof rs->reject_why, fmt, ap);
+    va_end(ap);
+    rs->reject = status;
+    rs->reject_retry = retry;
+}
+
+/* Decides what the headers alone decide (see DESIGN) into rs->reject. Returns 1 when the
+ * answer must go out now, before any body is read. */
+static int check_headers(struct MHD_Connection *c, const char *url, const char *method,
+                         request_state *rs) {
+    header_scan h = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
+    if (h.transfer_encoding && h.lengths) {
+        refuse(rs, 400, 0,
+               "Transfer-Encoding and Content-Length together: the body's length "
+               "is ambiguous");
+        return 1;
+    }
+    if (h.lengths_differ) {
+        refuse(rs, 400, 0,
+               "two different Content-Length headers: the body's length is "
+               "ambiguous");
+        return 1;
+    }
+    if (in_reserve(c) && !priority_route(method, url)) {
+        refuse(rs, 503, COORD_RETRY_AFTER,
+               "the coordinator is at its connection limit (--max-connections): retry later");
+        return 1;
+    }
+    errno = 0;
+    unsigned long long length = h.length ? strtoull(h.length, NULL, 10) : 0;
+    if (errno == ERANGE || length > COORD_BODY_MAX) {
+        refuse(rs, 413, 0, "the request body (Content-Length %.30s) is larger than %d bytes",
+               h.length, COORD_BODY_MAX);
+        return 1;
+    }
+    int is_api = !strncmp(url, "/api/", 5);
+    int has_body = length > 0 || h.transfer_encoding;
+    const char *type = header(c, "Content-Type");
+    if (is_api && unsafe_method(method) && (type || has_body) && !(type && json_media_type(type))) {
+        if (type)
+            refuse(rs, 415, 0, "Content-Type: expected application/json, got '%.80s'", type);
+        else
+            refuse(rs, 415, 0, "Content-Type: missing; the body must be application/json");
+        /* A client waiting for "100 Continue" gets the answer instead; one already sending
+         * gets it once its body is read. */
+        const char *expect = header(c, "Expect");
+        return expect && !strcasecmp(expect, "100-continue");
+    }
+    return 0;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -552,17 +871,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         pf_buf_init(&rs->body, COORD_BODY_MAX + 1);
         *con_cls = rs;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > COORD_BODY_MAX)
-            rs->too_big = 1;
-        return MHD_YES;
+        if (!check_headers(c, url, method, rs))
+            return MHD_YES;
+        /* Answered in this first call: libmicrohttpd sends no "100 Continue", drops any
+         * body and closes the connection after the answer. */
+        coord_request rq = {c, method, url, NULL, 0, {0}, 0};
+        coord_reply rp;
+        memset(&rp, 0, sizeof rp);
+        char copy[1024];
+        const char *route = route_of(url, &rq, copy, sizeof copy);
+        coord_reply_problem(&rp, rs->reject, NULL, "%s", rs->reject_why);
+        rp.retry_after = rs->reject_retry;
+        rp.close = 1;
+        log_refusal(s, c, method, url, rs->reject, rs->reject_why);
+        count_request(s, route, rp.status);
+        enum MHD_Result ret = send_reply(s, c, &rp);
+        json_decref(rp.json);
+        return ret;
     }
     if (*upload_size) {
-        if (!rs->too_big && rs->body.len + *upload_size > COORD_BODY_MAX) {
+        if (!rs->too_big && !rs->reject && rs->body.len + *upload_size > COORD_BODY_MAX) {
             rs->too_big = 1;
             pf_buf_deinit(&rs->body);
         }
-        if (!rs->too_big) {
+        if (!rs->too_big && !rs->reject) {
             pf_status st = pf_buf_append(&rs->body, upload, *upload_size);
             if (st != PF_OK || pf_buf_terminate(&rs->body) != PF_OK)
                 return MHD_NO;
@@ -584,6 +916,24 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
+/* Counts open connections; one accepted while the ordinary slots are all taken goes to the
+ * reserve, with the short timeout (see DESIGN). Called by libmicrohttpd's accepting thread
+ * (started) and the connection's own (closed). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    coord_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        int open = __atomic_add_fetch(&s->open_connections, 1, __ATOMIC_SEQ_CST);
+        if (open > s->normal_slots) {
+            *socket_context = &reserve_mark;
+            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+                                      (unsigned)COORD_RESERVE_TIMEOUT);
+        }
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        __atomic_sub_fetch(&s->open_connections, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
 static void on_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     fprintf(stderr, "psflow coordinator: http: ");
@@ -602,16 +952,38 @@ struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err) {
         pf_error_set(err, PF_ERR_IO, NULL, "--listen: '%s' is not an IPv4 address", host);
         return NULL;
     }
-    unsigned limit = s->o.max_connections > 0 ? (unsigned)s->o.max_connections : 256;
+    int limit = s->o.max_connections >= 4 ? s->o.max_connections : 256;
     unsigned timeout = s->o.connection_timeout > 0 ? (unsigned)s->o.connection_timeout : 30;
+    int reserve = limit / 8 > 2 ? limit / 8 : 2;
+    s->normal_slots = limit - reserve;
+    if (s->o.max_streams < 1) /* the default: 64, or half the ordinary slots when fewer */
+        s->o.max_streams = s->normal_slots / 2 < 64 ? s->normal_slots / 2 : 64;
+    int tls = s->o.tls_cert_pem && s->o.tls_key_pem;
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        pf_error_set(err, PF_ERR_UNSUPPORTED, NULL,
+                     "--tls-cert: this libmicrohttpd was built without TLS support");
+        return NULL;
+    }
+    struct MHD_OptionItem tls_options[] = {
+        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)s->o.tls_key_pem},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)s->o.tls_cert_pem},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    errno = 0;
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
-            MHD_USE_ERROR_LOG,
+            MHD_USE_ERROR_LOG | (tls ? MHD_USE_TLS : 0),
         (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
-    if (!d)
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)limit, MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_ARRAY, tls_options, MHD_OPTION_END);
+    if (!d && tls)
+        pf_error_set(err, PF_ERR_IO, NULL,
+                     "cannot serve HTTPS on %s:%d: the listening socket failed or the "
+                     "--tls-cert/--tls-key pair was refused (see the message above)",
+                     host, s->o.port);
+    else if (!d)
         pf_error_set(err, PF_ERR_IO, NULL, "cannot listen on %s:%d: %s", host, s->o.port,
                      errno ? strerror(errno) : "address in use or not available");
     return d;

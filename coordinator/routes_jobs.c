@@ -58,7 +58,24 @@ static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
             err.message);
         return;
     }
+    /* Admission: the data first (no lock: it reads only the filesystem), then the sizes
+     * against the limits and the agents' memory. Nothing is stored for a refused job. */
+    st = coord_admit_data(&s->o.limits, &spec, &err);
     pthread_mutex_lock(&s->lock);
+    if (st == PF_OK)
+        st = coord_admit_size(&s->o.limits, &s->cluster, &spec, &err);
+    if (st != PF_OK) {
+        pthread_mutex_unlock(&s->lock);
+        if (st == PF_ERR_NOMEM)
+            coord_reply_problem(rp, 500, NULL, "out of memory");
+        else
+            coord_reply_problem(
+                rp, 422,
+                json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)),
+                "%s", err.message);
+        pf_job_spec_deinit(&spec);
+        return;
+    }
     double now = coord_now();
     coord_job *j;
     int created;
@@ -82,13 +99,80 @@ static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
     pf_job_spec_deinit(&spec); /* empty when the cluster took it */
 }
 
-static void list_jobs(coord_server *s, coord_reply *rp) {
+/* GET /api/v1/jobs pages, as Kubernetes lists do: at most `limit` jobs, newest first, and
+ * metadata.continue to ask for the next page with. */
+#define LIST_DEFAULT_LIMIT 500
+#define LIST_MAX_LIMIT     1000
+
+/* A continue token: the position after the last job of a page, (create_time, name), as the
+ * 16 hex digits of the time's bits, '.', the name. Opaque to clients; it stays valid across
+ * coordinator restarts and deletions, since it names a position, not a job. */
+static void continue_token(const coord_job *j, char *out, size_t cap) {
+    uint64_t bits;
+    memcpy(&bits, &j->create_time, sizeof bits);
+    snprintf(out, cap, "%016" PRIx64 ".%s", bits, j->name);
+}
+
+static int parse_continue(const char *token, double *time, char *name, size_t cap) {
+    size_t n = strlen(token);
+    if (n < 18 || n > 17 + PF_NAME_MAX || token[16] != '.' || n - 17 >= cap)
+        return -1;
+    uint64_t bits = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = token[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return -1;
+        bits = bits << 4 | (uint64_t)d;
+    }
+    for (const char *p = token + 17; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
+            return -1;
+    memcpy(time, &bits, sizeof *time);
+    if (!isfinite(*time))
+        return -1;
+    memcpy(name, token + 17, n - 17 + 1);
+    return 0;
+}
+
+static void list_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
+    long long limit;
+    if (coord_query_long(rq, rp, "limit", 1, LIST_MAX_LIMIT, LIST_DEFAULT_LIMIT, &limit))
+        return;
+    const char *token = coord_query(rq, "continue");
+    double after_time = 0;
+    char after_name[PF_NAME_MAX + 1];
+    if (token && parse_continue(token, &after_time, after_name, sizeof after_name) != 0) {
+        coord_reply_problem(rp, 400, NULL,
+                            "query parameter continue: not a token of this API (take it from "
+                            "metadata.continue of the previous page)");
+        return;
+    }
     pthread_mutex_lock(&s->lock);
-    json_t *items = json_array();
-    for (int i = s->cluster.n_jobs - 1; items && i >= 0; i--)
-        json_array_append_new(items, coord_job_summary_json(s->cluster.jobs[i]));
+    const coord_cluster *c = &s->cluster;
+    int i = token ? coord_cluster_jobs_before(c, after_time, after_name) - 1 : c->n_jobs - 1;
+    json_t *items = json_array(), *meta = json_object();
+    const coord_job *last = NULL;
+    for (long long taken = 0; items && i >= 0 && taken < limit; i--) {
+        if (c->jobs[i]->deleted)
+            continue;
+        last = c->jobs[i];
+        json_array_append_new(items, coord_job_summary_json(last));
+        taken++;
+    }
+    if (meta && last && i >= 0) {
+        char next[40 + PF_NAME_MAX];
+        continue_token(last, next, sizeof next);
+        json_object_set_new(meta, "continue", json_string(next));
+        json_object_set_new(meta, "remainingItemCount", json_integer(i + 1));
+    }
     pthread_mutex_unlock(&s->lock);
-    coord_reply_json(rp, 200, items ? json_pack("{s:o}", "items", items) : NULL);
+    coord_reply_json(
+        rp, 200, items && meta ? json_pack("{s:o, s:o}", "items", items, "metadata", meta) : NULL);
+    if (!items || !meta) {
+        json_decref(items);
+        json_decref(meta);
+    }
 }
 
 static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord_job *j) {
@@ -137,7 +221,31 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
     pf_error err;
     pf_error_clear(&err);
     double now = coord_now();
-    pf_status st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
+    pf_status st = PF_OK;
+    if (workers > 0) {
+        /* More workers are more push and sync buffers on every ps: admitted like a new
+         * job with that count (the data was admitted with the job). */
+        pf_job_spec scaled = j->spec; /* a shallow copy, only read */
+        scaled.replicas.worker = workers;
+        st = coord_admit_size(&s->o.limits, &s->cluster, &scaled, &err);
+        if (st == PF_ERR_SPEC && !strcmp(err.pointer, "/replicas/worker")) {
+            coord_reply_problem(
+                rp, 422,
+                json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)),
+                "%s", err.message);
+            goto done;
+        }
+        if (st != PF_OK) {
+            coord_reply_problem(rp, st == PF_ERR_NOMEM ? 500 : 422,
+                                st == PF_ERR_NOMEM
+                                    ? NULL
+                                    : json_pack("[{s:s, s:s}]", "pointer", "/replicas/worker",
+                                                "message", field_message(&err)),
+                                "/replicas/worker: with %d workers: %s", workers, err.message);
+            goto done;
+        }
+    }
+    st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
     if (st == PF_ERR_INVALID) {
         coord_reply_problem(rp, err.pointer[0] ? 422 : 409,
                             err.pointer[0] ? json_pack("[{s:s, s:s}]", "pointer", err.pointer,
@@ -417,7 +525,7 @@ int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
         if (is(rq, "POST"))
             create_job(s, rq, rp);
         else if (is(rq, "GET"))
-            list_jobs(s, rp);
+            list_jobs(s, rq, rp);
         else
             method_not_allowed(rq, rp, "GET, POST");
         return 1;

@@ -27,11 +27,12 @@ static void register_node(coord_server *s, coord_request *rq, coord_reply *rp) {
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"id", "role", "address", "version", NULL};
+    static const char *const keys[] = {"id", "role", "address", "version", "memory_bytes", NULL};
     const char *id = json_string_value(json_object_get(body, "id"));
     const char *role = json_string_value(json_object_get(body, "role"));
     const char *address = json_string_value(json_object_get(body, "address"));
     json_t *version = json_object_get(body, "version");
+    json_t *memory = json_object_get(body, "memory_bytes");
     char host[COORD_ADDR_MAX];
     int port;
     if (coord_check_keys(body, keys, "", rp)) {
@@ -45,13 +46,20 @@ static void register_node(coord_server *s, coord_request *rq, coord_reply *rp) {
         problem_field(rp, 422, "/address", "required: host:port with a port from 1 to 65535");
     } else if (version && (!json_is_string(version) || json_string_length(version) >= 32)) {
         problem_field(rp, 422, "/version", "must be a string of fewer than 32 characters");
+    } else if (memory && !json_is_null(memory) &&
+               (!json_is_integer(memory) || json_integer_value(memory) < 0 ||
+                json_integer_value(memory) > ((json_int_t)1 << 60))) {
+        problem_field(rp, 422, "/memory_bytes",
+                      "must be an integer from 0 (unknown) to 2^60: the bytes the agent's tasks "
+                      "may use");
     } else {
         pthread_mutex_lock(&s->lock);
         double now = coord_now();
         coord_node *n;
         int created;
-        if (coord_node_register(&s->cluster, id, role, address, json_string_value(version), now, &n,
-                                &created) != PF_OK ||
+        if (coord_node_register(&s->cluster, id, role, address, json_string_value(version),
+                                json_is_integer(memory) ? (int64_t)json_integer_value(memory) : 0,
+                                now, &n, &created) != PF_OK ||
             coord_commit(s, now, NULL, NULL) != 0) {
             coord_reply_problem(rp, 503, NULL, "the registration could not be stored");
         } else {

@@ -123,6 +123,12 @@ static char *prometheus(coord_server *s) {
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,
             c->jobs[i]->restarts);
+    family(&t, "psflow_http_connections", "gauge",
+           "Open HTTP connections, the reserve for agents and probes included.");
+    put(&t, "psflow_http_connections %d\n",
+        __atomic_load_n(&s->open_connections, __ATOMIC_RELAXED));
+    family(&t, "psflow_http_event_streams", "gauge", "Open event streams (GET /api/v1/events).");
+    put(&t, "psflow_http_event_streams %d\n", s->streams);
     double uptime_start = s->start_time;
     pthread_mutex_unlock(&s->lock);
 

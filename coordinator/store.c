@@ -42,6 +42,8 @@ static const char *const migrations[] = {
     "CREATE INDEX events_by_job ON events (job, id);"
     "CREATE TABLE checkpoints (job TEXT NOT NULL, step INTEGER NOT NULL, time REAL NOT NULL,"
     "  bytes INTEGER NOT NULL, files TEXT NOT NULL, PRIMARY KEY (job, step));",
+    /* 2: the memory an agent offers its tasks (bytes, 0 = unknown), for admission */
+    "ALTER TABLE nodes ADD COLUMN memory INTEGER NOT NULL DEFAULT 0;",
 };
 
 enum {
@@ -70,8 +72,8 @@ static const char *const queries[Q_COUNT] = {
                       " incarnation, restarts, step) VALUES (?,?,?,?,?,?,?,?,?)",
     [Q_TASKS_DELETE] = "DELETE FROM tasks WHERE job = ?",
     [Q_NODE_UPSERT] = "INSERT OR REPLACE INTO nodes (id, role, address, version, registered,"
-                      " last_heartbeat, lost, busy, job, generation, type, idx)"
-                      " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                      " last_heartbeat, lost, busy, job, generation, type, idx, memory)"
+                      " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_NODE_DELETE] = "DELETE FROM nodes WHERE id = ?",
     [Q_EVENT_ADD] = "INSERT INTO events (time, job, kind, data) VALUES (?,?,?,?)",
     [Q_METRIC_ADD] = "INSERT INTO metrics (job, task, step, time, loss, examples_per_sec,"
@@ -246,9 +248,9 @@ static pf_status save_job(coord_store *s, coord_job *j) {
 static pf_status save_node(coord_store *s, coord_node *n) {
     if (n->deleted)
         return run(bind(s, Q_NODE_DELETE, "s", n->id));
-    return run(bind(s, Q_NODE_UPSERT, "ssssddiisisi", n->id, n->role, n->address, n->version,
+    return run(bind(s, Q_NODE_UPSERT, "ssssddiisisii", n->id, n->role, n->address, n->version,
                     n->registered, n->last_heartbeat, (int64_t)n->lost, (int64_t)n->busy, n->job,
-                    (int64_t)n->generation, n->type, (int64_t)n->index));
+                    (int64_t)n->generation, n->type, (int64_t)n->index, n->memory));
 }
 
 pf_status coord_store_save(coord_store *s, coord_cluster *c) {
@@ -305,8 +307,9 @@ static pf_status load_tasks(coord_store *s, coord_job *j) {
 
 pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_error *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "SELECT name, spec, status FROM jobs ORDER BY create_time", -1,
-                           &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            s->db, "SELECT name, spec, status, create_time FROM jobs ORDER BY create_time, name",
+            -1, &st, NULL) != SQLITE_OK)
         return db_error(s, err, "loading jobs");
     pf_status rc = PF_OK;
     while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
@@ -329,6 +332,9 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         json_t *status = json_loads(col_text(st, 2), 0, NULL);
         coord_job_status_from_json(j, status);
         json_decref(status);
+        /* The column keeps the exact time; the status's RFC 3339 text only milliseconds. It
+         * orders the jobs and is their position in a paginated list. */
+        j->create_time = sqlite3_column_double(st, 3);
         j->rate_time = now;
         j->rate_step = j->global_step;
         if (coord_job_make_tasks(j) != PF_OK || load_tasks(s, j) != PF_OK ||
@@ -344,7 +350,7 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         return rc;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, role, address, version, registered, lost, busy, job,"
-                           " generation, type, idx FROM nodes ORDER BY registered",
+                           " generation, type, idx, memory FROM nodes ORDER BY registered",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(s, err, "loading nodes");
     while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
@@ -365,6 +371,7 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         n->generation = sqlite3_column_int(st, 8);
         snprintf(n->type, sizeof n->type, "%s", col_text(st, 9));
         n->index = sqlite3_column_int(st, 10);
+        n->memory = sqlite3_column_int64(st, 11);
         n->last_heartbeat = now; /* a fresh lease: see store.h */
     }
     sqlite3_finalize(st);

@@ -18,6 +18,7 @@ DEBIAN_PACKAGES=(
   libcmocka-dev python3 python3-jsonschema              # tests
   curl sqlite3 chromium prometheus wrk                  # API, dashboard, metrics tests; bench
   iproute2                                              # TFJob test (network namespaces)
+  openssl                                               # TLS test: a CA and certificates
   docker.io docker-compose debootstrap                  # container tier (make test-docker)
   dataset-fashion-mnist                                 # the examples' data
 )

@@ -7,8 +7,10 @@
 #  2. builds a Debian 12 base image with debootstrap (cached: only when the tag is missing),
 #     so no registry but Debian's mirror is needed;
 #  3. builds the Dockerfile on that base;
-#  4. `docker-compose up -d` of docker-compose.yml, submits a Fashion-MNIST job with curl,
-#     waits for Succeeded, checks the checkpoint, scales the workers to 3 and back to 2;
+#  4. `docker-compose up -d` of docker-compose.yml with nothing set but the port: the API
+#     needs the token the coordinator generated on its volume, which the agents read and the
+#     test takes with `docker-compose exec`; submits a Fashion-MNIST job with curl, waits
+#     for Succeeded, checks the checkpoint, scales the workers to 3 and back to 2;
 #  5. `docker-compose down -v`, stops dockerd.
 #
 # Exit 0 passed, 1 failed, 77 skipped (no root, no dockerd, the engine does not start).
@@ -166,14 +168,15 @@ docker run --rm "$IMAGE" coordinator --help >/dev/null ||
 # dockerd creates even with --bridge=none (that flag only drops the default docker0), and
 # Docker's DNS on it resolves service names and each container's hostname (its short id,
 # which the agents advertise). The API port is published on 127.0.0.1 by docker-proxy,
-# which needs no iptables. Only the host port and a token are set from outside.
+# which needs no iptables. Only the host port is set from outside: the token is the one the
+# coordinator generates on its first start.
 PSFLOW_PORT=$(python3 -c '
 import socket
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])')
-PSFLOW_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-export PSFLOW_PORT PSFLOW_TOKEN PSFLOW_IMAGE=$IMAGE
+unset PSFLOW_TOKEN
+export PSFLOW_PORT PSFLOW_IMAGE=$IMAGE
 API=http://127.0.0.1:$PSFLOW_PORT
 compose() {
   docker-compose -f "$SRC/docker-compose.yml" "$@"
@@ -214,6 +217,10 @@ log "stack up: $(compose ps --services | tr '\n' ' ')"
 health=$(docker inspect --format '{{.State.Health.Status}}' "$(compose ps -q coordinator)")
 [ "$health" = healthy ] ||
   fail "the coordinator is not healthy after docker-compose up"
+# The token the coordinator generated, read the way the README says.
+PSFLOW_TOKEN=$(compose exec -T coordinator cat /var/lib/psflow/token/token | tr -d '\r\n')
+[[ $PSFLOW_TOKEN =~ ^[0-9a-f]{64}$ ]] || fail "no generated token in the token volume: '$PSFLOW_TOKEN'"
+log "the coordinator generated its API token; the agents read it from the token volume"
 wait_for 60 "2 ps agents registered" agents ps 2
 wait_for 60 "2 worker agents registered" agents worker 2
 # Every agent advertises its container's hostname, which Docker's DNS resolves.

@@ -1,7 +1,9 @@
 /* mem.c - checked allocation behind a replaceable allocator (see mem.h). */
 #include "psflow/mem.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,4 +48,43 @@ char *pf_strdup(const char *s) {
     if (p)
         memcpy(p, s, n);
     return p;
+}
+
+/* The first number in the file at path (the whole file is one line for the cgroup files),
+ * or -1 when it cannot be read or holds no number ("max"). */
+static int64_t read_number(const char *path, const char *prefix) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    int64_t v = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (prefix && strncmp(line, prefix, strlen(prefix)) != 0)
+            continue;
+        const char *p = line + (prefix ? strlen(prefix) : 0);
+        while (*p == ' ' || *p == '\t')
+            p++;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end != p && !errno && x >= 0)
+            v = (int64_t)x;
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+int64_t pf_mem_system_bytes(void) {
+    int64_t total = read_number("/proc/meminfo", "MemTotal:");
+    if (total > 0) /* the file says kB */
+        total = total > INT64_MAX / 1024 ? INT64_MAX : total * 1024;
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
+                                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        int64_t limit = read_number(limits[i], NULL);
+        if (limit > 0 && (total <= 0 || limit < total))
+            total = limit;
+    }
+    return total > 0 ? total : 0;
 }

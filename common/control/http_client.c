@@ -2,6 +2,8 @@
 #include "psflow/http_client.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,48 @@
 #include "psflow/mem.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+/* pf_http_set_ca_file's file, "" for the system's trust store. Written before requests
+ * start (the main thread), only read afterwards. */
+static char ca_file[PATH_MAX];
+
+pf_status pf_http_set_ca_file(const char *path, pf_error *err) {
+    if (!path || !*path) {
+        ca_file[0] = '\0';
+        return PF_OK;
+    }
+    if (strlen(path) >= sizeof ca_file)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "CA file path too long: %.100s...", path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return pf_error_set(err, PF_ERR_IO, NULL, "CA file %s: %s", path, strerror(errno));
+    fclose(f);
+    snprintf(ca_file, sizeof ca_file, "%s", path);
+    return PF_OK;
+}
+
+/* The TLS settings every request shares: verification on (libcurl's default, said here so
+ * it cannot be lost), and the CA file in place of the system's store when one is set. */
+static void set_tls(CURL *c) {
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (ca_file[0]) {
+        curl_easy_setopt(c, CURLOPT_CAINFO, ca_file);
+        curl_easy_setopt(c, CURLOPT_CAPATH, NULL);
+    }
+}
+
+/* A hint after curl's own words when the failure is the server's certificate. */
+static const char *tls_hint(CURLcode rc) {
+    if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE)
+        return ca_file[0] ? " (the certificate is not signed by the CA of the CA file given, or "
+                            "does not name this host)"
+                          : " (the certificate is not trusted here: give its CA with --ca-file "
+                            "or PSFLOW_CA_FILE)";
+    if (rc == CURLE_SSL_CONNECT_ERROR)
+        return " (TLS handshake failed: is it an https:// server?)";
+    return "";
+}
 
 static void curl_init(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -96,6 +140,7 @@ pf_status pf_http_request(const char *method, const char *url, const char *token
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout_seconds * 1000));
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_seconds * 1000));
+    set_tls(c);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
@@ -110,8 +155,8 @@ pf_status pf_http_request(const char *method, const char *url, const char *token
         st = pf_error_set(err, PF_ERR_RANGE, NULL, "%s %s: the reply is larger than %u bytes",
                           method, url, REPLY_MAX);
     } else if (rc != CURLE_OK) {
-        st = pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "%s %s: %s", method, url,
-                          curl_err[0] ? curl_err : curl_easy_strerror(rc));
+        st = pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "%s %s: %s%s", method, url,
+                          curl_err[0] ? curl_err : curl_easy_strerror(rc), tls_hint(rc));
     } else {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
     }
@@ -171,6 +216,7 @@ pf_status pf_http_stream(const char *url, const char *token, const char *last_ev
     /* The stream sends a keepalive every 10 s: 30 s without a byte means it is gone. */
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, 30L);
+    set_tls(c);
     CURLcode rc = curl_easy_perform(c);
     if (!s.status)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &s.status);
@@ -180,8 +226,8 @@ pf_status pf_http_stream(const char *url, const char *token, const char *last_ev
     else if (s.status && (s.status < 200 || s.status > 299))
         st = pf_error_set(err, PF_ERR_FORMAT, NULL, "GET %s: HTTP %ld", url, s.status);
     else if (rc != CURLE_OK)
-        st = pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "GET %s: %s", url,
-                          curl_err[0] ? curl_err : curl_easy_strerror(rc));
+        st = pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "GET %s: %s%s", url,
+                          curl_err[0] ? curl_err : curl_easy_strerror(rc), tls_hint(rc));
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return st;

@@ -63,7 +63,7 @@ enum {
     CHECKPOINT_SIZE = 12,      /* step, final */
     CHECKPOINT_ACK_FIXED = 16, /* step, status, path length */
     ERROR_FIXED = 8,           /* code, message length */
-    TENSOR_HEADER = 16,        /* id, dtype, count */
+    TENSOR_HEADER = PF_WIRE_TENSOR_HEADER,
 };
 
 /* --- little-endian helpers ------------------------------------------------------------- */

@@ -71,7 +71,8 @@ static coord_node *add_node(coord_cluster *c, const char *id, const char *role, 
     snprintf(address, sizeof address, "%s.test:2222", id);
     coord_node *n = NULL;
     int created = -1;
-    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", now, &n, &created), PF_OK);
+    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", 0, now, &n, &created),
+                     PF_OK);
     assert_non_null(n);
     return n;
 }
@@ -572,6 +573,73 @@ static void test_submit_idempotent(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* Jobs are kept in creation order, (create_time, name), whatever order they come in (a
+ * clock set back, a reload), found by name through the index, also after deletions; a
+ * position found by coord_cluster_jobs_before walks every job exactly once. */
+static void test_job_order_and_index(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    enum { N = 300 };
+    for (int i = 0; i < N; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "job-%03d", i);
+        pf_job_spec spec;
+        make_spec(&spec, name, 1, 1, "");
+        /* Times out of order, with ties broken by name. */
+        submit(&c, &spec, T0 + (double)((i * 37) % 100));
+    }
+    take_events(&c, NULL, NULL);
+    assert_int_equal(c.n_jobs, N);
+    for (int i = 1; i < N; i++) {
+        const coord_job *a = c.jobs[i - 1], *b = c.jobs[i];
+        assert_true(a->create_time < b->create_time ||
+                    (a->create_time == b->create_time && strcmp(a->name, b->name) < 0));
+    }
+    for (int i = 0; i < N; i++) {
+        assert_ptr_equal(coord_job_find(&c, c.jobs[i]->name), c.jobs[i]);
+        assert_int_equal(coord_cluster_jobs_before(&c, c.jobs[i]->create_time, c.jobs[i]->name), i);
+    }
+    assert_null(coord_job_find(&c, "job-300"));
+    assert_int_equal(coord_cluster_jobs_before(&c, T0 - 1, "a"), 0);
+    assert_int_equal(coord_cluster_jobs_before(&c, T0 + 1000, "a"), N);
+
+    /* Every third job deleted: the others are still found, the deleted ones are not. */
+    for (int i = 0; i < N; i += 3)
+        coord_job_delete(&c, c.jobs[i], T0 + 200);
+    coord_cluster_reap(&c);
+    take_events(&c, NULL, NULL);
+    assert_int_equal(c.n_jobs, N - N / 3);
+    for (int i = 0; i < N; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "job-%03d", i);
+        coord_job *j = coord_job_find(&c, name);
+        int found = 0;
+        for (int k = 0; k < c.n_jobs; k++)
+            found += !strcmp(c.jobs[k]->name, name);
+        assert_int_equal(j != NULL, found);
+    }
+
+    /* Pages of 7, newest first, each starting below the last job of the one before. */
+    int seen[N] = {0}, listed = 0;
+    int at = c.n_jobs;
+    while (at > 0) {
+        const coord_job *last = NULL;
+        for (int k = 0; k < 7 && at > 0; k++, listed++) {
+            last = c.jobs[--at];
+            seen[atoi(last->name + 4)]++;
+        }
+        at = coord_cluster_jobs_before(&c, last->create_time, last->name);
+    }
+    assert_int_equal(listed, c.n_jobs);
+    for (int i = 0; i < N; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "job-%03d", i);
+        assert_int_equal(seen[i], coord_job_find(&c, name) != NULL);
+    }
+    coord_cluster_deinit(&c);
+}
+
 /* Scaling replaces the task list and restarts the gang; suspension frees the agents until
  * the job is resumed. A finished job takes no patch. */
 static void test_scale_and_suspend(void **state) {
@@ -834,6 +902,7 @@ int main(void) {
         cmocka_unit_test(test_agent_restart_and_removal),
         cmocka_unit_test(test_active_deadline),
         cmocka_unit_test(test_submit_idempotent),
+        cmocka_unit_test(test_job_order_and_index),
         cmocka_unit_test(test_scale_and_suspend),
         cmocka_unit_test(test_scale_async),
         cmocka_unit_test(test_chief_success),

@@ -111,7 +111,9 @@ static coord_node *add_node(coord_cluster *c, const char *id, const char *role, 
     snprintf(address, sizeof address, "%s.test:2222", id);
     coord_node *n = NULL;
     int created = 0;
-    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", now, &n, &created), PF_OK);
+    assert_int_equal(
+        coord_node_register(c, id, role, address, "0.1.0", (int64_t)3 << 30, now, &n, &created),
+        PF_OK);
     return n;
 }
 
@@ -175,6 +177,7 @@ static void assert_same_cluster(const coord_cluster *saved, const coord_cluster 
         assert_string_equal(b->role, a->role);
         assert_string_equal(b->address, a->address);
         assert_string_equal(b->version, a->version);
+        assert_true(b->memory == a->memory && b->memory == (int64_t)3 << 30);
         assert_true(b->registered == a->registered);
         assert_int_equal(b->lost, a->lost);
         assert_int_equal(b->busy, a->busy);

@@ -177,7 +177,7 @@ up_start() {
     [ "$SECONDS" -lt "$deadline" ] || { cat "$WORK/up.err" >&2; fail "psflow up did not start"; }
     sleep 0.2
   done
-  URL=$(sed -n 's|^dashboard: \(http://[0-9.:]*\)/$|\1|p' "$WORK/up.out")
+  URL=$(sed -n 's|^dashboard: \(https\{0,1\}://[0-9.:]*\)/$|\1|p' "$WORK/up.out")
   COORD_PID=$(sed -n 's/.*coordinator http[^ ]* (pid \([0-9]*\),.*/\1/p' "$WORK/up.err")
   [ -n "$URL" ] && [ -n "$COORD_PID" ] || fail "cannot read the URL and pid from psflow up"
 }

@@ -3,12 +3,17 @@
 #  1. docker-compose.yml: `docker-compose config -q` (Compose 1.29) and, when installed,
 #     `docker compose config -q` (v2); then the resolved file: only the coordinator
 #     publishes a port, on 127.0.0.1; agents have no fixed names or ports (so --scale
-#     works), wait for a healthy coordinator and share the checkpoint volume.
-#  2. deploy/kubernetes: rendered with `kubectl kustomize` when kubectl exists, else its
-#     resources read as they are; schema-checked with the npm package kubernetes-models
-#     (deploy/validate) when kubectl is missing or its node_modules are installed; then the
-#     objects: kinds, Recreate, probes on /readyz and /livez, the headless ps Service and
-#     advertised names, references to Secrets and claims that exist.
+#     works), wait for a healthy coordinator and share the checkpoint volume; a token is
+#     required by default: the coordinator generates it into the token volume, which the
+#     agents mount read-only and read it from.
+#  2. deploy/kubernetes: it ships no token (no Secret manifest, `kubectl kustomize` fails
+#     until the user generates deploy/kubernetes/token, which git ignores); a copy with a
+#     generated token is rendered with `kubectl kustomize` when kubectl exists, else its
+#     resources read as they are and the Secret made as kustomize would; schema-checked with
+#     the npm package kubernetes-models (deploy/validate) when kubectl is missing or its
+#     node_modules are installed; then the objects: kinds, Recreate, probes on /readyz and
+#     /livez, the headless ps Service and advertised names, references to Secrets and claims
+#     that exist, the token mounted where PSFLOW_TOKEN_FILE points.
 #  3. deploy/kubernetes/tfjob/tfjob.yaml: the same schema check, the container and port
 #     names Kubeflow's operator looks for, and a job spec whose replicas match.
 # Every PSFLOW_* variable set in these files must be an option of the command it runs
@@ -109,7 +114,32 @@ for name in ("ps", "worker"):
     expect(s.get("environment", {}).get("PSFLOW_CHECKPOINT_DIR") == "/var/lib/psflow/checkpoints",
            "%s: PSFLOW_CHECKPOINT_DIR is the shared volume" % name)
     env_by_cmd.append([name, s.get("environment", {})])
-expect(set(doc.get("volumes", {})) == {"db", "checkpoints"}, "volumes: %s" % doc.get("volumes"))
+expect(set(doc.get("volumes", {})) == {"db", "checkpoints", "token"},
+       "volumes: %s" % doc.get("volumes"))
+# A token by default: the coordinator generates it into the token volume; agents read it.
+def mounts(service):
+    out = {}
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            out[v.get("source")] = (v.get("target"), bool(v.get("read_only")))
+        else:
+            parts = str(v).split(":")
+            out[parts[0]] = (parts[1], len(parts) > 2 and "ro" in parts[2].split(","))
+    return out
+cenv = coord.get("environment", {})
+token_file = cenv.get("PSFLOW_TOKEN_FILE") or ""
+token_dir = mounts(coord).get("token", (None, None))[0]
+expect(token_dir and token_file.startswith(token_dir.rstrip("/") + "/"),
+       "coordinator: PSFLOW_TOKEN_FILE %r is not in the token volume (%s)" % (token_file, token_dir))
+expect(not mounts(coord).get("token", (None, True))[1], "coordinator: the token volume is read-only")
+expect(str(cenv.get("PSFLOW_GENERATE_TOKEN")) in ("1", "true"),
+       "coordinator: PSFLOW_GENERATE_TOKEN must be on (a token from the first start)")
+for name in ("ps", "worker"):
+    s = services[name]
+    expect(s.get("environment", {}).get("PSFLOW_TOKEN_FILE") == token_file,
+           "%s: PSFLOW_TOKEN_FILE must be the coordinator's %s" % (name, token_file))
+    expect(mounts(s).get("token") == (token_dir, True),
+           "%s: the token volume read-only at %s: %s" % (name, token_dir, mounts(s).get("token")))
 json.dump(env_by_cmd, open(sys.argv[2], "w"))
 for e in errors:
     print("docker-compose.yml:", e)
@@ -120,19 +150,42 @@ PY
 fi
 
 # --- 2. Kubernetes base ----------------------------------------------------------------------
+# The base ships no token: no Secret manifest among its files, the generated file ignored
+# by git, and nothing renders until the user makes one (a copy gets one here, the way the
+# README says).
+! grep -l '^kind: Secret' "$KUBE"/*.yaml 2>/dev/null || fail "deploy/kubernetes ships a Secret"
+[ ! -e "$KUBE/token" ] || echo "note: $KUBE/token exists here (ignored by git)"
+if git -C "$PSFLOW_SRC" rev-parse --git-dir >/dev/null 2>&1; then
+  git -C "$PSFLOW_SRC" check-ignore -q deploy/kubernetes/token ||
+    fail "deploy/kubernetes/token is not ignored by git"
+fi
+cp -r "$KUBE" kube
+rm -f kube/token
 if command -v kubectl >/dev/null 2>&1; then
-  kubectl kustomize "$KUBE" >rendered.yaml 2>kustomize.err ||
+  ! kubectl kustomize kube >/dev/null 2>&1 || fail "deploy/kubernetes renders without a token"
+fi
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >kube/token
+if command -v kubectl >/dev/null 2>&1; then
+  kubectl kustomize kube >rendered.yaml 2>kustomize.err ||
     { cat kustomize.err >&2; fail "kubectl kustomize deploy/kubernetes failed"; }
   rendered_by=kubectl
-  pass "kubectl kustomize renders deploy/kubernetes"
+  pass "kubectl kustomize renders deploy/kubernetes once a token is generated, and not before"
 else
   echo "kubectl not found: checking the base's resources as written (no kustomize rendering)"
-  python3 - "$KUBE" >rendered.yaml <<'PY' || fail "kustomization.yaml is unreadable"
-import os, sys
+  python3 - kube >rendered.yaml <<'PY' || fail "kustomization.yaml is unreadable"
+import base64, os, sys
 from manifests import load_documents
 (k,) = load_documents(os.path.join(sys.argv[1], "kustomization.yaml"))
 for res in k["resources"]:
     sys.stdout.write(open(os.path.join(sys.argv[1], res)).read().rstrip("\n") + "\n---\n")
+for gen in k.get("secretGenerator", []):  # what kustomize makes of it
+    sys.stdout.write("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\ntype: Opaque\ndata:\n"
+                     % gen["name"])
+    for f in gen.get("files", []):
+        key, _, path = f.partition("=")
+        data = open(os.path.join(sys.argv[1], path or key), "rb").read()
+        sys.stdout.write("  %s: %s\n" % (key, base64.b64encode(data).decode()))
+    sys.stdout.write("---\n")
 PY
   rendered_by=files
 fi
@@ -260,6 +313,19 @@ if not errors:
             expect(c["image"] == "psflow:latest",
                    "%s: image %s" % (w["metadata"]["name"], c["image"]))
         env_by_cmd.append([c["args"][0], {k: v.get("value") for k, v in env(c).items()}])
+        # The token: PSFLOW_TOKEN_FILE names the key "token" of the generated Secret, mounted.
+        name = w["metadata"]["name"]
+        token_file = (env(c).get("PSFLOW_TOKEN_FILE") or {}).get("value", "")
+        secret_vols = {v["name"]: v["secret"]["secretName"] for v in pod(w).get("volumes", [])
+                       if "secret" in v}
+        mounted = [m for m in c.get("volumeMounts", [])
+                   if secret_vols.get(m["name"]) == "psflow-token" and
+                   token_file == m["mountPath"].rstrip("/") + "/token"]
+        expect(mounted, "%s: PSFLOW_TOKEN_FILE %r is not the mounted psflow-token Secret"
+               % (name, token_file))
+    secret = by.get(("Secret", "psflow-token"), {})
+    expect(len(secret.get("data", {}).get("token", "")) >= 40,
+           "the Secret psflow-token holds no generated token: %s" % secret.get("data"))
     json.dump(env_by_cmd, open(sys.argv[3], "w"))
 for e in errors:
     print("deploy/kubernetes:", e)

@@ -131,9 +131,16 @@ for line in (l for b in code for l in b.splitlines()):
     if line.startswith("kubectl"):  # resource names (deploy/psflow-worker) are no paths
         line = " ".join(re.findall(r"-[kf] (\S+)", line))
     words += re.findall(path_re, line)
+# Files the user makes and git ignores (deploy/kubernetes/token) exist only after that.
+import subprocess
+candidates = sorted({w.rstrip(".,:") for w in words if w.startswith(tops)})
+ignored = set(subprocess.run(["git", "-C", src, "check-ignore", "--no-index"] + candidates,
+                             capture_output=True, text=True).stdout.split())
 for w in sorted(set(words)):
     w = w.rstrip(".,:")
     if not w.startswith(tops) or re.search(r"[<>{}*\[\]$]", w) or "node_modules" in w:
+        continue
+    if w in ignored and not w.startswith("build/"):
         continue
     if w.startswith("build/"):
         path = os.path.join(build, w[len("build/"):])
@@ -321,7 +328,11 @@ part "Operations 0" >part.txt
 pass "Operations: /livez /readyz /version /metrics; export and Ctrl-C (kill -INT) as shown"
 
 # The Docker Compose section submits with the same curl command the local cluster block ran.
-curl_cmd() { block "$1" | sed -n '/^curl /,/[^\\]$/p' | head -2 | tr -s ' '; }
+# (Compose needs the token it generated: the Authorization header is the one difference.)
+curl_cmd() {
+  block "$1" | sed -n '/^curl /,/[^\\]$/p' | head -2 | tr -s ' ' |
+    sed 's/ -H "Authorization: Bearer \$TOKEN"//'
+}
 [ -n "$(curl_cmd "A local cluster")" ] && [ "$(curl_cmd "Docker Compose")" = "$(curl_cmd "A local cluster")" ] ||
   fail "the Docker Compose section's curl differs from the one the local cluster block runs"
 pass "Docker Compose: the curl submission is the one tested against psflow up"

@@ -80,6 +80,22 @@ export async function api(path, opts) {
     return body;
 }
 
+/* Every item of a paginated list (GET /api/v1/jobs): follows metadata.continue page after
+ * page and returns the items of all pages in order. */
+export async function listAll(path, pageSize) {
+    const items = [];
+    let next = '';
+    for (;;) {
+        const sep = path.includes('?') ? '&' : '?';
+        const page = await api(path + sep + 'limit=' + (pageSize || 500) +
+            (next ? '&continue=' + encodeURIComponent(next) : ''));
+        const got = (page && page.items) || [];
+        items.push(...got);
+        next = page && page.metadata && page.metadata.continue;
+        if (!next || got.length === 0) return items;
+    }
+}
+
 export function jobPath(name, rest) {
     return '/api/v1/jobs/' + encodeURIComponent(name) + (rest || '');
 }

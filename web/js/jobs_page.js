@@ -8,7 +8,7 @@
  * loading, queue and loadedOnce that the router keeps.
  */
 
-import {api, jobPath} from './api.js';
+import {api, jobPath, listAll} from './api.js';
 import {KeyedRows, fillRow, h, setText} from './dom.js';
 import {fmtDuration, fmtInt, fmtNum, isNum, parseTime} from './format.js';
 import {SpecForm} from './spec_form.js';
@@ -152,11 +152,11 @@ export class JobsPage {
 
     async load() {
         const [jobs, nodes] = await Promise.all([
-            api('/api/v1/jobs'),
+            listAll('/api/v1/jobs'),
             api('/api/v1/nodes').catch(() => ({items: []})),
         ]);
         this.jobs = new Map();
-        for (const j of (jobs && jobs.items) || []) this.jobs.set(j.name, j);
+        for (const j of jobs) this.jobs.set(j.name, j);
         this.nodes = new Map();
         const now = performance.now();
         for (const n of (nodes && nodes.items) || []) this.nodes.set(n.id, Object.assign(n, {_at: now}));

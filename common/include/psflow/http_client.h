@@ -3,7 +3,9 @@
  *
  * Every call is independent (one easy handle per call; connections are not reused across
  * calls) and safe to make from any thread. Bodies are JSON. The bearer token, when given,
- * is sent as "Authorization: Bearer <token>".
+ * is sent as "Authorization: Bearer <token>". https:// URLs are verified (certificate and
+ * host name) against the system's CA certificates, or only against those of the file
+ * pf_http_set_ca_file() names.
  */
 #ifndef PSFLOW_HTTP_CLIENT_H
 #define PSFLOW_HTTP_CLIENT_H
@@ -37,6 +39,13 @@ pf_status pf_http_stream(const char *url, const char *token, const char *last_ev
                          pf_error *err);
 
 void pf_http_response_deinit(pf_http_response *r);
+
+/* Trusts only the CA certificates of the PEM file at path for every https:// request this
+ * process makes from now on (a private CA, a self-signed coordinator); NULL or "" goes back
+ * to the system's trust store. Call from the main thread before any request is made.
+ * PF_ERR_IO (message naming the path) when the file cannot be read, PF_ERR_INVALID when
+ * the path is too long; the setting is then unchanged. */
+pf_status pf_http_set_ca_file(const char *path, pf_error *err);
 
 /* The API token from PSFLOW_TOKEN, else the first line of the file PSFLOW_TOKEN_FILE
  * names; "" when neither is set. Returns buf, or NULL when PSFLOW_TOKEN_FILE is set but

@@ -1,4 +1,4 @@
-/* mem.h - checked allocation with a replaceable allocator.
+/* mem.h - checked allocation with a replaceable allocator, and the memory a process may use.
  *
  * Anything sized by the network or by data is allocated through these functions, which
  * return NULL on failure instead of aborting. Tests install a failing allocator with
@@ -9,6 +9,7 @@
 #define PSFLOW_MEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct pf_allocator {
     void *(*malloc_fn)(size_t size);
@@ -29,5 +30,10 @@ void *pf_realloc(void *ptr, size_t size);
 void pf_free(void *ptr);
 /* Copy of a NUL-terminated string, or NULL on failure. */
 char *pf_strdup(const char *s);
+
+/* The memory this process may use, in bytes: MemTotal of /proc/meminfo, lowered to the limit
+ * of its cgroup when there is one (v2 memory.max, v1 memory.limit_in_bytes). 0 when none of
+ * them can be read. */
+int64_t pf_mem_system_bytes(void);
 
 #endif

@@ -52,6 +52,7 @@
 #define PF_WIRE_MAX_JOB_NAME  63u          /* HELLO job name, bytes */
 #define PF_WIRE_MAX_ERROR_MSG 1024u        /* ERROR message, bytes */
 #define PF_WIRE_MAX_PATH      4096u        /* CHECKPOINT_ACK path, bytes */
+#define PF_WIRE_TENSOR_HEADER 16u          /* id, dtype, count before each tensor's values */
 
 #define PF_WIRE_F32 1u /* the only dtype of v1 */
 

@@ -1,0 +1,75 @@
+/* footprint.h - what a job needs before anything is allocated: its parameters, shards and
+ * the memory of each kind of task, and the limits every job must stay within.
+ *
+ * The coordinator compares these figures with its admission limits and its agents' memory
+ * when a job is submitted; `psflow train`, `psflow ps --job` and `psflow worker --job`
+ * compare them with the machine's memory before they start. Bytes are estimates of the
+ * largest allocations, float32 everywhere (P = the model's parameters, S = the optimizer's
+ * slots per parameter, T = training tasks, B' = max(batch_size, 1000), the largest batch a
+ * model is built for, evaluation included):
+ *
+ *   model     4 P (1 + S)                    values and optimizer slots, the whole model
+ *   ps task   4 (P + L (2 + S + T + T_sync)) L = the parameters placed on that task: its
+ *                                            values, the averaged gradient and the slots,
+ *                                            one incoming push buffer per training task,
+ *                                            and in sync mode one pending gradient per
+ *                                            training task (T_sync = T, else 0); P: the
+ *                                            initial values of the whole model, built once
+ *                                            at start and cut to the task's shards
+ *   training  4 (4 P + B' (2 I + 4 + A + 2 W)) + D
+ *                                            params and gradients on the host and the
+ *                                            backend, the input batch, the activations
+ *                                            (A = the sum of the layers' widths) and two
+ *                                            error buffers of the widest layer (W); D the
+ *                                            data set when its size is known from the spec
+ *                                            (synthetic_linear: 16 n for the examples and
+ *                                            their shuffle order, plus n/5 test examples);
+ *                                            files are read on the agent and not counted
+ *   process   as a training task, plus 4 P (1 + S) for the slots and the initial values
+ *
+ * All functions are pure and reentrant.
+ */
+#ifndef PSFLOW_FOOTPRINT_H
+#define PSFLOW_FOOTPRINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/placement.h"
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+/* Variable shards a job may have at all: no message of the data plane carries more
+ * tensors (api/wire.md), and placing that many costs a few megabytes. */
+#define PF_FOOTPRINT_MAX_SHARDS 65536
+
+typedef struct pf_footprint {
+    int64_t params;        /* P */
+    int slots;             /* S */
+    int64_t model_bytes;   /* values and optimizer slots of the whole model */
+    int64_t shards;        /* variable shards the partitioner makes */
+    int64_t worker_bytes;  /* one training task (a worker or the chief) */
+    int64_t process_bytes; /* psflow train: the whole job in one process */
+} pf_footprint;
+
+/* Fills *out from the spec alone, without placing or allocating anything. */
+void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out);
+
+/* Bytes ps task `task` needs under placement p (the formula above). */
+int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task);
+
+/* The limits every job has whatever runs it: stream positions max_steps * T * batch_size
+ * fit in 64 bits (/training/max_steps) and at most PF_FOOTPRINT_MAX_SHARDS shards
+ * (/placement/partitioner). PF_ERR_SPEC with err->pointer naming the field. */
+pf_status pf_footprint_check(const pf_job_spec *spec, const pf_footprint *fp, pf_error *err);
+
+/* With the job placed: no ps task holds more than one message of the data plane carries
+ * (its values in one PULL_REPLY: PF_WIRE_MAX_PAYLOAD) or more than PF_WIRE_MAX_TENSORS
+ * shards. PF_ERR_SPEC naming /replicas/ps. */
+pf_status pf_footprint_check_placement(const pf_job_spec *spec, const pf_placement *p,
+                                       pf_error *err);
+
+/* "1.5 GiB", "512 MiB", "12 KiB", "100 B": bytes for messages, in binary units. */
+void pf_footprint_format_bytes(int64_t bytes, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,119 @@
+/* footprint.c - a job's needs before anything is allocated (see footprint.h). Sums are
+ * computed in double and clamped, so absurd specs (a trillion parameters, 2^62 examples)
+ * give huge figures rather than overflows. */
+#include "psflow/footprint.h"
+
+#include <stdio.h>
+
+#include "psflow/model.h"
+#include "psflow/optim.h"
+#include "psflow/wire.h"
+
+#define EVAL_BATCH 1000 /* the evaluation batch every model is also built for (session.c) */
+
+static int64_t clamp(double bytes) {
+    return bytes >= 9.0e18 ? INT64_MAX : (int64_t)bytes;
+}
+
+void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
+    pf_var_info vars[PF_MAX_VARS];
+    int n_vars = pf_model_layout(&spec->model, vars);
+    double params = 0, shards = 0, widths = 0, widest = 0;
+    for (int v = 0; v < n_vars; v++) {
+        params += (double)vars[v].count;
+        shards += pf_partition_count(&spec->partitioner, vars[v].shape[0],
+                                     (int64_t)sizeof(float) * vars[v].shape[1]);
+        if (vars[v].rank == 2) { /* a kernel [in, out] */
+            widths += (double)vars[v].shape[1];
+            widest = vars[v].shape[0] > widest ? (double)vars[v].shape[0] : widest;
+            widest = vars[v].shape[1] > widest ? (double)vars[v].shape[1] : widest;
+        }
+    }
+    int slots = pf_optim_num_slots(&spec->optimizer);
+    double batch = spec->training.batch_size > EVAL_BATCH ? spec->training.batch_size : EVAL_BATCH;
+    double data = 0;
+    if (spec->data.format == PF_DATA_SYNTHETIC_LINEAR) {
+        double n = (double)spec->data.n;
+        data = 16 * n + 8 * (n / 5 > 1 ? n / 5 : 1);
+    }
+    double training =
+        4 * (4 * params + batch * (2.0 * spec->model.inputs + 4 + widths + 2 * widest)) + data;
+    out->params = clamp(params);
+    out->slots = slots;
+    out->model_bytes = clamp(4 * params * (1 + slots));
+    out->shards = clamp(shards);
+    out->worker_bytes = clamp(training);
+    out->process_bytes = clamp(training + 4 * params * (1 + slots));
+}
+
+int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {
+    if (task < 0 || task >= p->n_ps)
+        return 0;
+    double params = (double)pf_model_num_params(&spec->model);
+    double local = (double)p->bytes_per_ps[task] / sizeof(float);
+    double tasks = spec->replicas.worker + spec->replicas.chief;
+    double per = 2 + pf_optim_num_slots(&spec->optimizer) + tasks +
+                 (spec->training.mode == PF_MODE_SYNC ? tasks : 0);
+    return clamp(4 * (params + local * per));
+}
+
+pf_status pf_footprint_check(const pf_job_spec *spec, const pf_footprint *fp, pf_error *err) {
+    /* At global step s, worker i reads stream positions from s * T * b + i * b on
+     * (data.h): the last step's must be a 64-bit integer. */
+    int64_t per_step =
+        (int64_t)(spec->replicas.worker + spec->replicas.chief) * spec->training.batch_size;
+    if (spec->training.max_steps > INT64_MAX / per_step)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/max_steps",
+                            "/training/max_steps: %lld steps of %lld examples each (every "
+                            "training task's batch) do not fit the 64-bit example stream; at "
+                            "most %lld",
+                            (long long)spec->training.max_steps, (long long)per_step,
+                            (long long)(INT64_MAX / per_step));
+    if (fp->shards > PF_FOOTPRINT_MAX_SHARDS)
+        return pf_error_set(err, PF_ERR_SPEC, "/placement/partitioner",
+                            "/placement/partitioner: cuts the model into %lld shards, more than "
+                            "the %d any job may have",
+                            (long long)fp->shards, PF_FOOTPRINT_MAX_SHARDS);
+    return PF_OK;
+}
+
+pf_status pf_footprint_check_placement(const pf_job_spec *spec, const pf_placement *p,
+                                       pf_error *err) {
+    (void)spec;
+    for (int t = 0; t < p->n_ps; t++) {
+        char held[32], most[32];
+        /* The reply to a pull of everything the task holds: values plus a header and a
+         * 16-byte record per shard. */
+        int64_t reply = p->bytes_per_ps[t] + (int64_t)PF_WIRE_HEADER_SIZE +
+                        PF_WIRE_TENSOR_HEADER * (int64_t)p->shards_per_ps[t];
+        if (reply > (int64_t)PF_WIRE_MAX_PAYLOAD) {
+            pf_footprint_format_bytes(p->bytes_per_ps[t], held, sizeof held);
+            pf_footprint_format_bytes((int64_t)PF_WIRE_MAX_PAYLOAD, most, sizeof most);
+            return pf_error_set(err, PF_ERR_SPEC, "/replicas/ps",
+                                "/replicas/ps: ps task %d would hold %s of values, more than "
+                                "one message of the data plane carries (%s): spread the model "
+                                "over more ps tasks",
+                                t, held, most);
+        }
+        if ((unsigned)p->shards_per_ps[t] > PF_WIRE_MAX_TENSORS)
+            return pf_error_set(err, PF_ERR_SPEC, "/replicas/ps",
+                                "/replicas/ps: ps task %d would hold %d shards, more than one "
+                                "message of the data plane carries (%u)",
+                                t, p->shards_per_ps[t], PF_WIRE_MAX_TENSORS);
+    }
+    return PF_OK;
+}
+
+void pf_footprint_format_bytes(int64_t bytes, char *buf, size_t cap) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%lld B", (long long)bytes);
+    else
+        snprintf(buf, cap, "%.*f %s", v < 10 ? 1 : 0, v, units[u]);
+}

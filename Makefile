@@ -21,7 +21,7 @@ FUZZ_BUILD  ?= build-fuzz
 JOBS        ?= $(shell nproc)
 FUZZ_SECONDS ?= 10
 CTEST       = ctest --output-on-failure --no-tests=error -j$(JOBS)
-C_SOURCES   = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+C_SOURCES   = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 
 .PHONY: all deps build demo test test-fast test-slow test-asan test-docker fuzz-smoke format \
         format-check lint-openapi bench clean

@@ -1079,31 +1079,88 @@ static void test_zero_sizes(void **state) {
 
 /* --- device selection ----------------------------------------------------------------- */
 
+static bool starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* "cpu" always gives openblas; what "cuda", "cuda:N" and "auto" give depends on the build
+ * and on the machine, and each case is checked: no CUDA in the build, CUDA but no usable GPU
+ * (the one-line reason, the CPU for "auto"), a usable GPU (the cuda table, bound to GPU 0).
+ * tests/compute/test_cuda.c checks the cuda ops themselves. */
 static void test_backend_for_device(void **state) {
     (void)state;
     const pf_backend *be = NULL;
     pf_error err;
     pf_error_clear(&err);
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_CPU, &be, &err), PF_OK);
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CPU, 0, &be, &err), PF_OK);
     assert_ptr_equal(be, pf_backend_openblas());
-#ifdef PSFLOW_HAVE_CUDA
-    skip(); /* this test states what a build without CUDA answers */
-#else
-    be = pf_backend_reference();
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, &be, &err), PF_OK);
-    assert_ptr_equal(be, pf_backend_openblas());
+    assert_string_equal(err.message, ""); /* nothing to log */
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, -1, &be, &err), PF_ERR_INVALID);
+    assert_null(be);
 
     be = pf_backend_reference();
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, &be, &err), PF_ERR_UNSUPPORTED);
+    pf_status st = pf_backend_for_device(PF_DEVICE_CUDA, 0, &be, &err);
+    if (st == PF_OK) { /* a build with CUDA on a machine with a usable GPU */
+#ifndef PSFLOW_HAVE_CUDA
+        fail_msg("a build without CUDA returned a backend for \"cuda\": %s", be->name);
+#endif
+        assert_string_equal(be->name, "cuda");
+        assert_true(starts_with(err.message, "device cuda:0: "));
+        print_message("  %s\n", err.message);
+        const pf_backend *again = NULL;
+        assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, 0, &again, &err), PF_OK);
+        assert_ptr_equal(again, be);
+        assert_true(starts_with(err.message, "device cuda:0: "));
+        /* The process is bound to GPU 0 now: another GPU is refused, naming the one in use. */
+        assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 255, &again, &err),
+                         PF_ERR_UNSUPPORTED);
+        assert_null(again);
+        assert_string_equal(err.message, "device \"cuda:255\" is not usable: this process already "
+                                         "uses cuda:0 (one GPU per process); use \"cpu\", or "
+                                         "\"auto\" to fall back to the CPU");
+        return;
+    }
+    assert_int_equal(st, PF_ERR_UNSUPPORTED);
     assert_null(be);
-    assert_string_equal(err.message,
-                        "device \"cuda\" requested but this psflow has no CUDA backend: "
-                        "use \"cpu\", or \"auto\" to take a GPU when there is one");
     assert_string_equal(err.pointer, "");
     assert_null(strchr(err.message, '\n'));
-    /* err may be NULL */
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, &be, NULL), PF_ERR_UNSUPPORTED);
+    print_message("  %s\n", err.message);
+#ifdef PSFLOW_HAVE_CUDA
+    /* CUDA built, no usable GPU: the probe's reason, in one line. */
+    const char *prefix = "device \"cuda\" is not usable: ";
+    const char *suffix = "; use \"cpu\", or \"auto\" to fall back to the CPU";
+    assert_true(starts_with(err.message, prefix));
+    assert_true(ends_with(err.message, suffix));
+    char reason[sizeof err.message];
+    size_t len = strlen(err.message) - strlen(prefix) - strlen(suffix);
+    assert_true(len > 0);
+    memcpy(reason, err.message + strlen(prefix), len);
+    reason[len] = '\0';
+#else
+    assert_string_equal(err.message, "device \"cuda\" is not usable: this psflow was built "
+                                     "without CUDA; use \"cpu\", or \"auto\" to fall back to "
+                                     "the CPU");
+    const char *reason = "this psflow was built without CUDA";
 #endif
+    /* "cuda:N" is named as written, for the same reason. */
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 3, &be, &err), PF_ERR_UNSUPPORTED);
+    assert_true(starts_with(err.message, "device \"cuda:3\" is not usable: "));
+    /* err may be NULL */
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 0, &be, NULL), PF_ERR_UNSUPPORTED);
+
+    /* "auto" trains on the CPU and says why, with the same reason. */
+    be = pf_backend_reference();
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, 0, &be, &err), PF_OK);
+    assert_ptr_equal(be, pf_backend_openblas());
+    char want[512];
+    snprintf(want, sizeof want, "device \"auto\": no usable GPU (%s); training on the CPU", reason);
+    assert_string_equal(err.message, want);
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, 0, &be, NULL), PF_OK);
 }
 
 int main(void) {

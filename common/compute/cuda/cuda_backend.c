@@ -228,7 +228,8 @@ static void cu_free(void *buf) {
     if (!buf)
         return;
     ctx("free");
-    check("free", cudaFree(buf)); /* waits for queued work that may still use buf */
+    check("free", cudaStreamSynchronize(stream)); /* queued work may still use buf */
+    check("free", cudaFree(buf));
 }
 
 /* Host -> device. The caller's buffer is copied into pinned memory before this returns. */
@@ -584,10 +585,14 @@ static bool probe_compute(int index, const struct cudaDeviceProp *p, cudaStream_
         else
             ok = true;
     }
-    if (h)
-        cublasDestroy(h);
-    cudaStreamSynchronize(s);
-    cudaFree(d);
+    /* Tearing down must work too: a GPU that fails here would fail the first op. */
+    if (h && (bs = cublasDestroy(h)) != CUBLAS_STATUS_SUCCESS && ok)
+        ok = refuse(msg, len, "GPU %d (%s): cuBLAS cannot stop: %s", index, p->name,
+                    cublasGetStatusString(bs));
+    if ((e = cudaStreamSynchronize(s)) != cudaSuccess && ok)
+        ok = refuse_on_gpu(index, p, "cudaStreamSynchronize", e, msg, len);
+    if ((e = cudaFree(d)) != cudaSuccess && ok)
+        ok = refuse_on_gpu(index, p, "cudaFree", e, msg, len);
     (void)cudaGetLastError();
     return ok;
 }

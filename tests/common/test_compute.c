@@ -1130,12 +1130,12 @@ static void test_backend_for_device(void **state) {
     assert_string_equal(err.pointer, "");
     assert_null(strchr(err.message, '\n'));
     print_message("  %s\n", err.message);
-#ifdef PSFLOW_HAVE_CUDA
-    /* CUDA built, no usable GPU: the probe's reason, in one line. */
     const char *prefix = "device \"cuda\" is not usable: ";
     const char *suffix = "; use \"cpu\", or \"auto\" to fall back to the CPU";
     assert_true(starts_with(err.message, prefix));
     assert_true(ends_with(err.message, suffix));
+#ifdef PSFLOW_HAVE_CUDA
+    /* CUDA built, no usable GPU: the probe's reason, in one line. */
     char reason[sizeof err.message];
     size_t len = strlen(err.message) - strlen(prefix) - strlen(suffix);
     assert_true(len > 0);

@@ -125,6 +125,16 @@ int cli_train(int argc, char **argv) {
         fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
         return pf_exit_code(st);
     }
+    if (!sopts.backend) {
+        /* The job's device; one line says which GPU, or why "auto" trains on the CPU. */
+        st = pf_backend_for_device(spec.device, spec.device_index, &sopts.backend, &err);
+        if (st != PF_OK || err.message[0])
+            fprintf(stderr, "psflow train: %s\n", err.message);
+        if (st != PF_OK) {
+            pf_job_spec_deinit(&spec);
+            return pf_exit_code(st);
+        }
+    }
     fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);
     pf_session *s;
     st = pf_session_create(&spec, &sopts, &s, &err);

@@ -122,9 +122,13 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
 
 static pf_status setup(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
-    pf_status st = pf_backend_for_device(spec->device, &t->be, err);
+    pf_status st = pf_backend_for_device(spec->device, spec->device_index, &t->be, err);
     if (st != PF_OK)
         return st;
+    if (err && err->message[0]) /* which GPU, or why "auto" trains on the CPU */
+        fprintf(stderr, "psflow %s %d: %s\n", t->o->is_chief ? "chief" : "worker", t->o->task,
+                err->message);
+    pf_error_clear(err);
     if ((st = pf_dataset_load(spec, false, &t->train, err)) != PF_OK)
         return st;
     int test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;

@@ -87,6 +87,7 @@ typedef enum {
     K_WIDTHS, /* int[] at `at`, entry count at `count_at`; each width 1..PF_MAX_UNITS */
     K_PATHS,  /* char *[] at `at`, entry count at `count_at`; each a non-empty string */
     K_OBJECT, /* a nested object described by `sub` */
+    K_DEVICE, /* "device": an enum spelled names[min..max], or "cuda:N" (index at count_at) */
 } kind;
 
 typedef enum { R_ANY, R_POSITIVE, R_NONNEGATIVE, R_UNIT } real_range; /* R_UNIT: [0, 1) */
@@ -101,7 +102,8 @@ typedef struct field {
     double def;               /* default when absent (every integer default is exact) */
     real_range real;          /* K_DOUBLE */
     const char *const *names; /* K_ENUM: spelling of each value */
-    size_t count_at;          /* K_WIDTHS, K_PATHS: offset of the int entry count */
+    size_t count_at;          /* K_WIDTHS, K_PATHS: offset of the int entry count;
+                                 K_DEVICE: offset of the int device index */
     const object_desc *sub;   /* K_OBJECT */
     size_t present_at;        /* K_OBJECT absent unless given: its bool flag; 0 = always there
                                  (offset 0 is the name, never a flag) */
@@ -253,7 +255,8 @@ static const field spec_fields[] = {
     {"placement", K_OBJECT, NO_SLOT, .sub = &placement_desc},
     {"checkpoint", K_OBJECT, NO_SLOT, .sub = &checkpoint_desc},
     {"run_policy", K_OBJECT, NO_SLOT, .sub = &run_policy_desc},
-    {"device", K_ENUM, AT(device), .names = device_names, .max = PF_DEVICE_AUTO},
+    {"device", K_DEVICE, AT(device), .names = device_names, .max = PF_DEVICE_AUTO,
+     .count_at = AT(device_index)},
 };
 static const object_desc spec_desc = {spec_fields, COUNT(spec_fields), false, NULL};
 
@@ -414,6 +417,10 @@ static void set_default(const field *f, pf_job_spec *s) {
     case K_ENUM:
         put_enum(s, f->at, (int)f->def);
         break;
+    case K_DEVICE:
+        put_enum(s, f->at, (int)f->def);
+        *(int *)slot(s, f->count_at) = 0;
+        break;
     case K_NAME:
     case K_WIDTHS:
     case K_PATHS:
@@ -475,6 +482,32 @@ static pf_status get_enum_value(const field *f, const json_t *v, const char *ptr
     char buf[SHOWN_MAX + 4];
     return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: unknown value '%s'; expected one of %s", ptr,
                         shown(buf, text), allowed);
+}
+
+static pf_status get_device(const field *f, const json_t *v, const char *ptr, pf_job_spec *s,
+                            pf_error *err) {
+    if (!json_is_string(v))
+        return type_error(err, ptr, "a string", v);
+    const char *text = json_string_value(v);
+    pf_device device;
+    int index;
+    char buf[SHOWN_MAX + 4];
+    if (pf_device_parse(text, &device, &index) != PF_OK) {
+        if (strncmp(text, "cuda:", 5) == 0)
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: '%s' is not a device: cuda:N takes a GPU number N from 0 "
+                                "to %d",
+                                ptr, shown(buf, text), PF_MAX_GPU_INDEX);
+        char allowed[160] = "";
+        for (long long i = f->min; i <= f->max; i++)
+            append(allowed, sizeof allowed, ", ", f->names[i]);
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "%s: unknown value '%s'; expected one of %s, or cuda:N for GPU N", ptr,
+                            shown(buf, text), allowed);
+    }
+    put_enum(s, f->at, (int)device);
+    *(int *)slot(s, f->count_at) = index;
+    return PF_OK;
 }
 
 static pf_status get_name(const json_t *v, const char *ptr, char *out, pf_error *err) {
@@ -610,6 +643,8 @@ static pf_status parse_field(const scope *sc, const field *f, const json_t *v, p
         return get_widths(f, v, fptr, s, err);
     case K_PATHS:
         return get_paths(f, v, fptr, s, err);
+    case K_DEVICE:
+        return get_device(f, v, fptr, s, err);
     case K_OBJECT:
         if (!json_is_object(v))
             return type_error(err, fptr, "an object", v);
@@ -909,6 +944,16 @@ static json_t *field_to_json(const field *f, const pf_job_spec *s, int *digits) 
         return json_boolean(*(const bool *)p);
     case K_ENUM:
         return enum_to_json(f, p ? get_enum(s, f->at) : (int)f->def);
+    case K_DEVICE: {
+        int device = get_enum(s, f->at), index = *(const int *)cslot(s, f->count_at);
+        if (index < 0 || index > PF_MAX_GPU_INDEX || (index > 0 && device != PF_DEVICE_CUDA))
+            return NULL;
+        if (index == 0)
+            return enum_to_json(f, device);
+        char text[16];
+        snprintf(text, sizeof text, "cuda:%d", index);
+        return json_string(text);
+    }
     case K_WIDTHS:
     case K_PATHS: {
         int n = *(const int *)cslot(s, f->count_at);
@@ -1019,4 +1064,31 @@ const char *pf_optimizer_type_name(pf_optimizer_type t) {
 
 const char *pf_device_name(pf_device d) {
     return name_of(device_names, COUNT(device_names), (int)d);
+}
+
+pf_status pf_device_parse(const char *text, pf_device *device, int *index) {
+    *device = PF_DEVICE_CPU;
+    *index = 0;
+    if (!text)
+        return PF_ERR_SPEC;
+    for (size_t i = 0; i < COUNT(device_names); i++) {
+        if (strcmp(text, device_names[i]) == 0) {
+            *device = (pf_device)i;
+            return PF_OK;
+        }
+    }
+    /* "cuda:N": N is 1 to 3 digits, without a sign or leading zeros, at most
+     * PF_MAX_GPU_INDEX. */
+    if (strncmp(text, "cuda:", 5) != 0)
+        return PF_ERR_SPEC;
+    const char *digits = text + 5;
+    size_t n = strlen(digits);
+    if (n == 0 || n > 3 || strspn(digits, "0123456789") != n || (n > 1 && digits[0] == '0'))
+        return PF_ERR_SPEC;
+    int value = atoi(digits);
+    if (value > PF_MAX_GPU_INDEX)
+        return PF_ERR_SPEC;
+    *device = PF_DEVICE_CUDA;
+    *index = value;
+    return PF_OK;
 }

@@ -51,7 +51,7 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     }
     if (options && options->backend)
         s->be = options->backend;
-    else if ((st = pf_backend_for_device(spec->device, &s->be, err)) != PF_OK)
+    else if ((st = pf_backend_for_device(spec->device, spec->device_index, &s->be, err)) != PF_OK)
         goto fail;
 
     if ((st = pf_dataset_load(spec, false, &s->train, err)) != PF_OK)

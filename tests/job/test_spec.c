@@ -150,7 +150,7 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->run_policy.restart_policy == b->run_policy.restart_policy &&
         a->run_policy.backoff_limit == b->run_policy.backoff_limit &&
         a->run_policy.active_deadline_seconds == b->run_policy.active_deadline_seconds &&
-        a->device == b->device;
+        a->device == b->device && a->device_index == b->device_index;
     for (int i = 0; eq && i < a->model.n_hidden; i++)
         eq = a->model.hidden[i] == b->model.hidden[i];
     for (int i = 0; eq && i < PF_MAX_DATA_FILES; i++)
@@ -478,7 +478,7 @@ static void test_error_details(void **state) {
     assert_string_equal(err.message, "/training/batch_size: expected an integer, got string");
 
     assert_int_equal(parse_fails(BASE "\"device\":\"tpu\"}", &err), PF_ERR_SPEC);
-    assert_non_null(strstr(err.message, "cpu, cuda, auto"));
+    assert_non_null(strstr(err.message, "cpu, cuda, auto, or cuda:N for GPU N"));
 
     assert_int_equal(parse_fails("{\"name\":\"a\",\"model\":{\"type\":\"mlp\",\"inputs\":1,"
                                  "\"hidden\":[1],\"outputs\":2,\"activation\":\"elu\"}}",
@@ -605,6 +605,78 @@ static void test_copy_and_names(void **state) {
     assert_string_equal(pf_device_name((pf_device)42), "unknown");
 }
 
+/* "device": "cuda:N" picks GPU N; "cuda:0" is "cuda"; the normalised form writes "cuda:N"
+ * back for N > 0. pf_device_parse is the same grammar for command lines. */
+static void test_device_forms(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        pf_device device;
+        int index;
+        const char *normal;
+    } good[] = {
+        {"cpu", PF_DEVICE_CPU, 0, "cpu"},
+        {"auto", PF_DEVICE_AUTO, 0, "auto"},
+        {"cuda", PF_DEVICE_CUDA, 0, "cuda"},
+        {"cuda:0", PF_DEVICE_CUDA, 0, "cuda"},
+        {"cuda:7", PF_DEVICE_CUDA, 7, "cuda:7"},
+        {"cuda:10", PF_DEVICE_CUDA, 10, "cuda:10"},
+        {"cuda:255", PF_DEVICE_CUDA, 255, "cuda:255"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        pf_device d;
+        int index = -1;
+        assert_int_equal(pf_device_parse(good[i].text, &d, &index), PF_OK);
+        assert_int_equal(d, good[i].device);
+        assert_int_equal(index, good[i].index);
+
+        char text[256], want[64];
+        snprintf(text, sizeof text, BASE "\"device\":\"%s\"}", good[i].text);
+        pf_job_spec s;
+        pf_error err;
+        assert_int_equal(parse_text(text, &s, &err), PF_OK);
+        assert_int_equal(s.device, good[i].device);
+        assert_int_equal(s.device_index, good[i].index);
+        char *json = pf_job_spec_to_json(&s);
+        assert_non_null(json);
+        snprintf(want, sizeof want, "\"device\":\"%s\"}", good[i].normal);
+        if (!strstr(json, want))
+            fail_msg("%s normalises to %s, want %s", good[i].text, json, want);
+        assert_round_trip(&s, good[i].text);
+        pf_free(json);
+        pf_job_spec_deinit(&s);
+    }
+    static const char *const bad[] = {"cuda:",    "cuda:01",  "cuda:-1",   "cuda:+1", "cuda: 1",
+                                      "cuda:1 ",  "cuda:256", "cuda:1000", "cuda:1x", "CUDA",
+                                      "cuda:0:0", "auto:0",   "cpu:0",     "",        "gpu:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pf_device d = PF_DEVICE_AUTO;
+        int index = -1;
+        if (pf_device_parse(bad[i], &d, &index) != PF_ERR_SPEC)
+            fail_msg("pf_device_parse accepted '%s'", bad[i]);
+        assert_int_equal(d, PF_DEVICE_CPU);
+        assert_int_equal(index, 0);
+        char text[256];
+        pf_error err;
+        snprintf(text, sizeof text, BASE "\"device\":\"%s\"}", bad[i]);
+        assert_int_equal(parse_fails(text, &err), PF_ERR_SPEC);
+        assert_string_equal(err.pointer, "/device");
+        bool cuda_n = strncmp(bad[i], "cuda:", 5) == 0;
+        assert_non_null(strstr(err.message, cuda_n ? "cuda:N takes a GPU number N from 0 to 255"
+                                                   : "expected one of cpu, cuda, auto, or cuda:N"));
+    }
+    pf_device d;
+    int index;
+    assert_int_equal(pf_device_parse(NULL, &d, &index), PF_ERR_SPEC);
+    /* A spec built in code with an index on a device that has none cannot be written. */
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(BASE "\"device\":\"cpu\"}", &s, &err), PF_OK);
+    s.device_index = 3;
+    assert_null(pf_job_spec_to_json(&s));
+    pf_job_spec_deinit(&s);
+}
+
 /* --- failing allocations ---------------------------------------------------------------------- */
 
 static long budget = -1; /* allocations left before failing; -1 = no limit */
@@ -705,6 +777,7 @@ int main(void) {
         cmocka_unit_test(test_error_details),     cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_load_errors),       cmocka_unit_test(test_copy_and_names),
         cmocka_unit_test(test_failing_allocator), cmocka_unit_test(test_failing_jansson_allocator),
+        cmocka_unit_test(test_device_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,9 +103,23 @@ typedef struct pf_backend {
 const pf_backend *pf_backend_reference(void);
 const pf_backend *pf_backend_openblas(void);
 
-/* The backend for a device: PF_DEVICE_CPU -> openblas; PF_DEVICE_CUDA -> cuda, or
- * PF_ERR_UNSUPPORTED with a one-line reason in err when the build has no CUDA or no GPU
- * is usable; PF_DEVICE_AUTO -> cuda when usable, else openblas. */
-pf_status pf_backend_for_device(pf_device device, const pf_backend **out, pf_error *err);
+/* The backend for a device (a job spec's "device"; index is the N of "cuda:N", 0 for
+ * "cuda"): PF_DEVICE_CPU -> openblas; PF_DEVICE_CUDA -> cuda on GPU `index`, or
+ * PF_ERR_UNSUPPORTED with the one-line reason in err when the build has no CUDA or that GPU
+ * is not usable (no driver or one too old, no GPU, index out of range, out of memory);
+ * PF_DEVICE_AUTO -> cuda on GPU 0 when usable, else openblas.
+ * On PF_OK, err (when not NULL) holds one line for the log, or "" when there is nothing to
+ * say (cpu): which GPU was taken ("device cuda:0: NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB"),
+ * or for "auto" on the CPU why no GPU was ("device \"auto\": no usable GPU (...); training
+ * on the CPU"). Any thread may call it. */
+pf_status pf_backend_for_device(pf_device device, int index, const pf_backend **out, pf_error *err);
+
+/* The "cuda" table on GPU `index` (counted among the GPUs CUDA_VISIBLE_DEVICES leaves
+ * visible), in builds with CUDA only (PSFLOW_HAVE_CUDA); callers go through
+ * pf_backend_for_device. The first success binds the process to that GPU: every op of every
+ * thread runs there, and a later call for another index fails. Returns the table and writes
+ * a description of the GPU to msg[0..msg_len) ("NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB"), or
+ * returns NULL and writes the one-line reason the GPU is not usable. */
+const pf_backend *pf_backend_cuda(int index, char *msg, size_t msg_len);
 
 #endif

@@ -19,7 +19,7 @@
 #include "psflow/spec.h"
 
 typedef struct pf_session_options {
-    const pf_backend *backend; /* NULL: the backend for spec->device */
+    const pf_backend *backend; /* NULL: the backend for spec->device and device_index */
     bool load_test;            /* also load the test set (when the spec names one) */
 } pf_session_options;
 

@@ -25,6 +25,7 @@
 #define PF_MAX_DATA_FILES 2         /* idx: images + labels; csv: one file */
 #define PF_MAX_UNITS      (1 << 20) /* upper bound for inputs, outputs and each hidden width */
 #define PF_MAX_REPLICAS   1024      /* upper bound for replicas.ps and replicas.worker */
+#define PF_MAX_GPU_INDEX  255       /* the largest N of "device": "cuda:N" */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
@@ -134,7 +135,8 @@ typedef struct pf_job_spec {
     pf_partitioner_spec partitioner; /* "placement.partitioner" */
     pf_checkpoint_spec checkpoint;
     pf_run_policy_spec run_policy;
-    pf_device device; /* "cpu" | "cuda" | "auto" [cpu] */
+    pf_device device; /* "cpu" | "cuda" | "cuda:N" | "auto" [cpu] */
+    int device_index; /* cuda: the N of "cuda:N", 0..PF_MAX_GPU_INDEX ("cuda" is 0); else 0 */
 } pf_job_spec;
 
 /* Parses and validates `len` bytes of JSON into *out (which needs no prior init and holds
@@ -162,5 +164,10 @@ const char *pf_model_type_name(pf_model_type t);
 const char *pf_activation_name(pf_activation a);
 const char *pf_optimizer_type_name(pf_optimizer_type t);
 const char *pf_device_name(pf_device d);
+
+/* A device as the spec spells it: "cpu", "cuda", "cuda:N" (N in 0..PF_MAX_GPU_INDEX, without
+ * sign or leading zeros; "cuda:0" is "cuda") or "auto". Fills *device and *index (0 unless
+ * "cuda:N"); PF_ERR_SPEC for anything else (then CPU and 0). */
+pf_status pf_device_parse(const char *text, pf_device *device, int *index);
 
 #endif

@@ -14,7 +14,8 @@
  *     logit), logits up to 1e30 (softmax must subtract the row's max);
  *   - host transfers larger than the 4 MiB pinned staging buffers, a host buffer reused at
  *     once after an upload, nothing written past the end of a download;
- *   - ops issued from several threads (each gets its own cuBLAS handle).
+ *   - ops issued from several threads (each gets its own cuBLAS handle), also from threads
+ *     that each choose a GPU (on a machine with several, different ones).
  *
  * Tolerances: every element must satisfy |ref - x| <= atol + rtol |ref|, and NaN must meet
  * NaN (same for infinities):
@@ -870,11 +871,12 @@ enum { THREADS = 4, TM = 96, TN = 10, TK = 200 };
 
 typedef struct thread_job {
     int id;
+    int gpu; /* test_gpu_per_thread: the GPU the thread chooses */
     float a[TM * TK], b[TK * TN], bias[TN];
     int32_t labels[TM];
     float want_logits[TM * TN], want_grad[TM * TN];
     float want_loss;
-    char error[256]; /* "" when the thread's results matched */
+    char error[512]; /* "" when the thread's results matched */
 } thread_job;
 
 /* No cmocka assertions here: they must not run on other threads. Returns false with
@@ -934,12 +936,12 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-static void test_threads(void **state) {
-    (void)state;
+/* Jobs with inputs and the oracle's results, for test_threads and test_gpu_per_thread. */
+static thread_job *thread_jobs(uint64_t stream) {
     thread_job *jobs = pf_calloc(THREADS, sizeof *jobs);
     assert_non_null(jobs);
     pf_rng rng;
-    pf_rng_init(&rng, 42, 110);
+    pf_rng_init(&rng, 42, stream);
     for (int t = 0; t < THREADS; t++) {
         thread_job *j = &jobs[t];
         j->id = t;
@@ -949,19 +951,61 @@ static void test_threads(void **state) {
         edge_labels(&rng, j->labels, TM, TN);
         assert_true(run_thread_ops(oracle(), j, j->want_logits, j->want_grad, &j->want_loss));
     }
+    return jobs;
+}
+
+/* Runs fn on every job, one thread each, then thread_main on the main thread after they
+ * have ended; fails with the first error any of them reported. Frees jobs. */
+static void run_threads(thread_job *jobs, void *(*fn)(void *)) {
     pthread_t threads[THREADS];
     for (int t = 0; t < THREADS; t++)
-        assert_int_equal(pthread_create(&threads[t], NULL, thread_main, &jobs[t]), 0);
+        assert_int_equal(pthread_create(&threads[t], NULL, fn, &jobs[t]), 0);
     for (int t = 0; t < THREADS; t++)
         assert_int_equal(pthread_join(threads[t], NULL), 0);
     for (int t = 0; t < THREADS; t++)
         if (jobs[t].error[0])
             fail_msg("%s", jobs[t].error);
-    /* The main thread after the others have ended. */
     thread_main(&jobs[0]);
     if (jobs[0].error[0])
         fail_msg("main thread after the others: %s", jobs[0].error);
     pf_free(jobs);
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    run_threads(thread_jobs(110), thread_main);
+}
+
+/* A thread that chooses a GPU first, as each in-graph replica of a worker does. */
+static void *gpu_thread_main(void *arg) {
+    thread_job *j = arg;
+    const pf_backend *be = NULL;
+    pf_error err;
+    if (pf_backend_for_device(PF_DEVICE_CUDA, j->gpu, &be, &err) != PF_OK || be != gpu) {
+        snprintf(j->error, sizeof j->error, "thread %d: cuda:%d: %s", j->id, j->gpu, err.message);
+        return NULL;
+    }
+    return thread_main(arg);
+}
+
+/* Threads that each choose a GPU (thread t takes GPU t mod the GPUs there are, up to 4)
+ * compute the right results there, with buffers allocated on their GPU; with one GPU they all
+ * choose GPU 0. The main thread is on GPU 0 again afterwards. */
+static void test_gpu_per_thread(void **state) {
+    (void)state;
+    if (standin)
+        skip(); /* choosing a GPU means nothing to a CPU stand-in */
+    const pf_backend *be = NULL;
+    pf_error err;
+    int gpus = 1;
+    while (gpus < THREADS && pf_backend_for_device(PF_DEVICE_CUDA, gpus, &be, &err) == PF_OK)
+        gpus++;
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 0, &be, &err), PF_OK);
+    print_message("  %d threads on %d GPU(s)\n", THREADS, gpus);
+    thread_job *jobs = thread_jobs(111);
+    for (int t = 0; t < THREADS; t++)
+        jobs[t].gpu = t % gpus;
+    run_threads(jobs, gpu_thread_main);
 }
 
 /* --- main ----------------------------------------------------------------------------- */
@@ -987,6 +1031,7 @@ int main(void) {
         cmocka_unit_test(test_optimizer_steps),
         cmocka_unit_test(test_zero_sizes),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_gpu_per_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

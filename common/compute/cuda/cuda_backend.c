@@ -1,12 +1,16 @@
-/* cuda_backend.c - the "cuda" backend: cuBLAS sgemm and the kernels of kernels.cu on one GPU.
+/* cuda_backend.c - the "cuda" backend: cuBLAS sgemm and the kernels of kernels.cu on GPUs.
  *
- * DESIGN: a process uses one GPU. pf_backend_cuda() probes it (driver, device, memory, one
- * kernel and one sgemm that must give the right numbers) and binds the process to it; from
- * then on every op of every thread runs on that GPU and is queued on one stream, so the
- * order in which the host issues ops is the order in which the GPU runs them, whichever
- * thread issues them. A thread gets its own cuBLAS handle (cuBLAS handles are not to be
- * shared between threads) and its own pinned staging buffers on its first op; both go
- * when the thread ends.
+ * DESIGN: pf_backend_cuda(N) probes GPU N the first time it is asked for (driver, device,
+ * memory, one kernel and one sgemm that must give the right numbers), gives it one stream,
+ * and makes it the calling thread's GPU: from then on that thread's ops run on GPU N, the
+ * way cudaSetDevice() works. A thread that never asked runs on the first GPU the process
+ * probed, so a process that uses one GPU needs no thought about threads. A process that
+ * uses several (a worker's in-graph replicas, one per GPU) asks once in each thread that
+ * drives one; a buffer is only ever handed to ops on the GPU it was allocated on.
+ * All ops on one GPU, from any thread, are queued on that GPU's stream, so the order in
+ * which the host issues them is the order in which the GPU runs them. A thread gets its own
+ * cuBLAS handle per GPU (cuBLAS handles are not to be shared between threads) and its own
+ * pinned staging buffers on its first op there; they go when the thread ends.
  *
  * backend.h's contract, "ops are synchronous from the caller's view", holds this way:
  *   - kernels and sgemm are queued without waiting;
@@ -52,17 +56,32 @@
 #define SCRATCH_MIN_BYTES ((size_t)64 << 10) /* loss terms: enough for 8192 rows */
 #define PROBE_BYTES       ((size_t)1 << 20)  /* what the probe allocates to test memory */
 
-/* --- the process's GPU ------------------------------------------------------------------- */
+/* --- the process's GPUs ------------------------------------------------------------------ */
+
+#define MAX_GPUS (PF_MAX_GPU_INDEX + 1)
 
 static pthread_mutex_t bind_lock = PTHREAD_MUTEX_INITIALIZER;
-/* The GPU this process uses, -1 until the first successful pf_backend_cuda(); then fixed.
- * Written under bind_lock, read with acquire loads by ops on any thread. */
-static int bound_device = -1;
-static cudaStream_t stream;  /* every op of every thread is queued here */
-static char bound_text[256]; /* "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB" */
+/* GPU i once its probe succeeded: written once under bind_lock before ready[i] is set (a
+ * release store), read-only after. */
+static struct {
+    cudaStream_t stream; /* every op on this GPU, of every thread, is queued here */
+    char text[256];      /* "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB" */
+} gpus[MAX_GPUS];
+static int ready[MAX_GPUS];
+/* The first GPU probed, -1 before: where the ops of a thread that chose none run. */
+static int first_device = -1;
 
+/* The GPU this thread chose with pf_backend_cuda(), -1 for none. */
+static _Thread_local int thread_device = -1;
+/* The device cudaSetDevice() last made current on this thread through ctx(); -1 when
+ * unknown (the probe makes others current). */
+static _Thread_local int thread_current = -1;
+/* The stream of the thread's GPU, set by ctx() before every op. */
+static _Thread_local cudaStream_t stream;
+
+/* The GPU the calling thread's ops run on. */
 static int device(void) {
-    return __atomic_load_n(&bound_device, __ATOMIC_ACQUIRE);
+    return thread_device >= 0 ? thread_device : __atomic_load_n(&first_device, __ATOMIC_ACQUIRE);
 }
 
 /* --- fatal errors ------------------------------------------------------------------------ */
@@ -90,6 +109,8 @@ static void check_blas(const char *op, cublasStatus_t s) {
 /* --- per-thread state -------------------------------------------------------------------- */
 
 typedef struct thread_ctx {
+    int device;              /* the GPU this state belongs to */
+    struct thread_ctx *next; /* the thread's state on its other GPUs */
     cublasHandle_t blas;
     /* Pinned staging for upload/download; stage_done[i] is recorded after the last GPU
      * copy that reads or writes stage[i]. */
@@ -101,8 +122,8 @@ typedef struct thread_ctx {
     size_t scratch_bytes;
 } thread_ctx;
 
-static _Thread_local thread_ctx *tls_ctx;
-static pthread_key_t ctx_key; /* its destructor frees a thread's state when it ends */
+static _Thread_local thread_ctx *tls_ctx; /* per GPU the thread used, the latest first */
+static pthread_key_t ctx_key;             /* its destructor frees them when the thread ends */
 static pthread_once_t ctx_key_once = PTHREAD_ONCE_INIT;
 
 static void free_staging(thread_ctx *t) {
@@ -116,18 +137,22 @@ static void free_staging(thread_ctx *t) {
     }
 }
 
-/* At thread exit. Errors are ignored: the thread is ending and has no caller to tell. */
+/* At thread exit, for every GPU the thread used. Errors are ignored: the thread is ending
+ * and has no caller to tell. */
 static void ctx_destroy(void *p) {
-    thread_ctx *t = p;
-    cudaSetDevice(device());
-    free_staging(t);
-    if (t->scratch) {
-        cudaFree(t->scratch);
-        cudaFreeHost(t->host_scratch);
+    for (thread_ctx *t = p, *next; t; t = next) {
+        next = t->next;
+        cudaSetDevice(t->device);
+        free_staging(t);
+        if (t->scratch) {
+            cudaFree(t->scratch);
+            cudaFreeHost(t->host_scratch);
+        }
+        cublasDestroy(t->blas);
+        free(t);
     }
-    cublasDestroy(t->blas);
-    free(t);
     tls_ctx = NULL;
+    thread_current = -1;
 }
 
 static void ctx_key_create(void) {
@@ -137,23 +162,39 @@ static void ctx_key_create(void) {
     }
 }
 
-/* This thread's state, set up on its first op: the bound GPU made current, a cuBLAS handle
- * on the process's stream. */
+/* This thread's state on its GPU (device()), made ready for an op: the GPU current, `stream`
+ * its stream, a cuBLAS handle on that stream (set up on the thread's first op there). */
 static thread_ctx *ctx(const char *op) {
+    const int dev = device();
     thread_ctx *t = tls_ctx;
-    if (t)
-        return t;
-    pthread_once(&ctx_key_once, ctx_key_create);
-    t = calloc(1, sizeof *t);
-    if (!t)
-        fatal(op, "out of host memory for the thread's CUDA state");
-    check(op, cudaSetDevice(device()));
-    check_blas(op, cublasCreate(&t->blas));
-    check_blas(op, cublasSetStream(t->blas, stream));
-    check_blas(op, cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH));
+    if (t && t->device == dev && thread_current == dev)
+        return t; /* the common case: the same GPU as the last op */
+    if (dev < 0 || !__atomic_load_n(&ready[dev], __ATOMIC_ACQUIRE))
+        fatal(op, "no GPU was set up for this process");
+    if (thread_current != dev) {
+        check(op, cudaSetDevice(dev));
+        thread_current = dev;
+    }
+    stream = gpus[dev].stream;
+    thread_ctx **link = &tls_ctx;
+    while (*link && (*link)->device != dev)
+        link = &(*link)->next;
+    if ((t = *link) != NULL) {
+        *link = t->next; /* to the front, for the fast path */
+    } else {
+        pthread_once(&ctx_key_once, ctx_key_create);
+        t = calloc(1, sizeof *t);
+        if (!t)
+            fatal(op, "out of host memory for the thread's CUDA state");
+        t->device = dev;
+        check_blas(op, cublasCreate(&t->blas));
+        check_blas(op, cublasSetStream(t->blas, stream));
+        check_blas(op, cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH));
+    }
+    t->next = tls_ctx;
+    tls_ctx = t;
     if (pthread_setspecific(ctx_key, t) != 0)
         fatal(op, "cannot register the thread's CUDA state");
-    tls_ctx = t;
     return t;
 }
 
@@ -640,23 +681,27 @@ const pf_backend *pf_backend_cuda(int index, char *msg, size_t msg_len) {
     char text[256];
     const pf_backend *be = NULL;
     pthread_mutex_lock(&bind_lock);
-    int current = device();
-    if (current >= 0 && current != index) {
-        refuse(text, sizeof text, "this process already uses cuda:%d (one GPU per process)",
-               current);
-    } else if (current >= 0) {
-        snprintf(text, sizeof text, "%s", bound_text);
+    if (index >= 0 && index < MAX_GPUS && __atomic_load_n(&ready[index], __ATOMIC_ACQUIRE)) {
+        snprintf(text, sizeof text, "%s", gpus[index].text);
         be = &cuda_backend;
     } else {
         cudaStream_t s;
-        if (probe(index, &s, text, sizeof text)) {
-            stream = s;
-            snprintf(bound_text, sizeof bound_text, "%s", text);
-            __atomic_store_n(&bound_device, index, __ATOMIC_RELEASE);
+        if (index >= 0 && index < MAX_GPUS && probe(index, &s, text, sizeof text)) {
+            gpus[index].stream = s;
+            snprintf(gpus[index].text, sizeof gpus[index].text, "%s", text);
+            __atomic_store_n(&ready[index], 1, __ATOMIC_RELEASE);
+            int none = -1;
+            __atomic_compare_exchange_n(&first_device, &none, index, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
             be = &cuda_backend;
+        } else if (index < 0 || index >= MAX_GPUS) {
+            refuse(text, sizeof text, "no GPU cuda:%d", index);
         }
+        thread_current = -1; /* the probe may have made another device current */
     }
     pthread_mutex_unlock(&bind_lock);
+    if (be)
+        thread_device = index;
     if (msg && msg_len > 0)
         snprintf(msg, msg_len, "%s", text);
     return be;

@@ -170,14 +170,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train_throughput: %s: %s %s\n", spec_path, err.pointer, err.message);
         return 65;
     }
-    if (device && (pf_device_parse(device, &spec.device, &spec.device_index) != PF_OK ||
-                   spec.device == PF_DEVICE_AUTO)) {
+    /* One model replica on one device: the ideal below is one device's sgemm rate. */
+    spec.replicas_per_worker = 1;
+    pf_device_spec *dev = &spec.devices[0];
+    if (device && (pf_device_parse(device, &dev->device, &dev->index) != PF_OK ||
+                   dev->device == PF_DEVICE_AUTO)) {
         fprintf(stderr, "train_throughput: --device must be cpu, cuda or cuda:N\n");
         pf_job_spec_deinit(&spec);
         return 64;
     }
     pf_session_options opts = {0};
-    pf_status st = pf_backend_for_device(spec.device, spec.device_index, &opts.backend, &err);
+    pf_status st = pf_backend_for_device(dev->device, dev->index, &opts.backend, &err);
     if (st != PF_OK) {
         fprintf(stderr, "train_throughput: %s\n", err.message);
         fprintf(stderr, "train_throughput: no usable GPU: nothing measured\n");

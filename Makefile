@@ -7,7 +7,8 @@
 #                    file, run every test tier, then again under ASan+UBSan, fuzz each parser
 #                    briefly, and run the container tier (reported as skipped when dockerd
 #                    cannot start)
-#   make build       configure and build into build/
+#   make build       configure and build into build/ (with the CUDA backend when a CUDA
+#                    toolkit is found: cmake option PSFLOW_CUDA=AUTO, the default)
 #   make bench       run the benchmarks in bench/ (ratios against a baseline of the same run)
 #   make test-fast   unit and integration tiers only (no slow training runs, no sanitizers)
 #   make test-asan   every test tier built with PSFLOW_SANITIZE=address,undefined
@@ -25,7 +26,7 @@ FUZZ_BUILD  ?= build-fuzz
 JOBS        ?= $(shell nproc)
 FUZZ_SECONDS ?= 10
 CTEST       = ctest --output-on-failure --no-tests=error -j$(JOBS)
-C_SOURCES   = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+C_SOURCES   = $(shell git ls-files '*.c' '*.h' '*.cu' 2>/dev/null)
 # The build's own progress only: CMake's generated makefiles are sub-makes of this one and
 # would otherwise print "Entering directory" around every target.
 CMAKE_BUILD = MAKEFLAGS=--no-print-directory cmake --build
@@ -70,7 +71,7 @@ test-asan: deps
 fuzz-smoke: deps
 	@echo "== tier: fuzz smoke ($(FUZZ_SECONDS) s per target)"
 	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DPSFLOW_FUZZ=ON -DPSFLOW_BUILD_TESTS=OFF \
-	  -DPSFLOW_SANITIZE=address,undefined -DPSFLOW_WERROR=ON >/dev/null
+	  -DPSFLOW_SANITIZE=address,undefined -DPSFLOW_WERROR=ON -DPSFLOW_CUDA=OFF >/dev/null
 	@$(CMAKE_BUILD) $(FUZZ_BUILD) -j$(JOBS)
 	@scripts/fuzz-smoke.sh $(FUZZ_BUILD)/tests/fuzz $(FUZZ_SECONDS)
 

@@ -134,6 +134,18 @@ int cli_train(int argc, char **argv) {
         pf_job_spec_deinit(&spec);
         return fit;
     }
+    /* The job's devices, one per in-graph replica, in replica order; one line says which GPU,
+     * or why "auto" trains on the CPU. The session asks again for each replica. */
+    for (int r = 0; !sopts.backend && r < spec.replicas_per_worker; r++) {
+        const pf_backend *be;
+        st = pf_backend_for_device(spec.devices[r].device, spec.devices[r].index, &be, &err);
+        if (st != PF_OK || err.message[0])
+            fprintf(stderr, "psflow train: %s\n", err.message);
+        if (st != PF_OK) {
+            pf_job_spec_deinit(&spec);
+            return pf_exit_code(st);
+        }
+    }
     fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);
     pf_session *s;
     st = pf_session_create(&spec, &sopts, &s, &err);
@@ -144,12 +156,17 @@ int cli_train(int argc, char **argv) {
     }
     const pf_dataset *train = pf_session_train_set(s);
     int64_t max_steps = spec.training.max_steps;
-    int batch = spec.training.batch_size;
+    /* the examples of one step: replicas x batch_size */
+    const int replicas = spec.replicas_per_worker, batch = replicas * spec.training.batch_size;
+    char split[64] = "";
+    if (replicas > 1)
+        snprintf(split, sizeof split, " (%d in-graph replicas x %d)", replicas,
+                 spec.training.batch_size);
     fprintf(stderr,
-            "psflow train: %s model, %zu parameters, %lld training examples, batch %d, "
+            "psflow train: %s model, %zu parameters, %lld training examples, batch %d%s, "
             "%lld steps (%.2f epochs)\n",
             pf_model_type_name(spec.model.type), pf_model_num_params(&spec.model),
-            (long long)train->n, batch, (long long)max_steps,
+            (long long)train->n, batch, split, (long long)max_steps,
             (double)max_steps * batch / (double)train->n);
 
     signal(SIGINT, on_signal);

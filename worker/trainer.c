@@ -1,9 +1,12 @@
 /* trainer.c - the training loop of a worker or chief (see trainer.h).
  *
  * DESIGN: parameters and gradients live in host vectors that the link to the ps fills and
- * reads; they cross to the compute backend once each way per step (a copy on the CPU
- * backend, the one host<->device transfer each way on a GPU backend). Everything is
- * allocated before the first step.
+ * reads. A step gathers the worker's K * batch_size examples, and its in-graph replicas
+ * (towers.h, K = replicas_per_worker, usually 1) turn the parameters into one averaged
+ * gradient: per replica, the parameters and its slice of the batch cross to its backend and
+ * its gradient comes back (a copy on the CPU backend, the one host<->device transfer each
+ * way on a GPU). The chief evaluates on replica 0's backend. Everything is allocated before
+ * the first step.
  */
 #include "worker/trainer.h"
 
@@ -20,6 +23,7 @@
 #include "psflow/data.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
+#include "psflow/towers.h"
 #include "psflow/wire.h"
 #include "worker/link.h"
 
@@ -28,18 +32,19 @@
 typedef struct trainer {
     const worker_options *o;
     const pf_job_spec *spec;
-    const pf_backend *be;
+    const pf_backend *be; /* replica 0's: evaluation */
+    pf_towers *towers;
     worker_link *link;
-    pf_model *model;
+    pf_model *model; /* evaluation (chief) */
     pf_dataset train, test;
     int has_test;
     pf_sampler *sampler;
     size_t n_params;
     int n_ps, n_tasks;
-    float *params, *grads;                 /* host */
-    float *d_params, *d_grads, *d_x, *d_y; /* backend */
+    float *params, *grads;       /* host */
+    float *d_params, *d_x, *d_y; /* backend: evaluation (chief) */
     int32_t *d_labels;
-    float *hx, *hy;
+    float *hx, *hy; /* host: the step's K * batch examples, or an evaluation batch */
     int32_t *hlabels;
     uint64_t *versions, *steps, *min_version;
     double last_checkpoint_time;
@@ -122,9 +127,22 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
 
 static pf_status setup(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
-    pf_status st = pf_backend_for_device(spec->device, &t->be, err);
-    if (st != PF_OK)
+    const int k = spec->replicas_per_worker;
+    pf_status st;
+    /* Every replica's device, in replica order, before anything else: a GPU that is not
+     * usable fails the task at once, in one line. */
+    for (int r = 0; r < k; r++) {
+        const pf_device_spec *d = &spec->devices[r];
+        if ((st = pf_backend_for_device(d->device, d->index, &t->be, err)) != PF_OK)
+            return st;
+        if (err && err->message[0]) /* which GPU, or why "auto" trains on the CPU */
+            fprintf(stderr, "psflow %s %d: %s\n", t->o->is_chief ? "chief" : "worker", t->o->task,
+                    err->message);
+    }
+    pf_error_clear(err);
+    if ((st = pf_towers_create(spec, NULL, &t->towers, err)) != PF_OK)
         return st;
+    t->be = pf_towers_backend(t->towers, 0);
     if ((st = pf_dataset_load(spec, false, &t->train, err)) != PF_OK)
         return st;
     int test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;
@@ -133,9 +151,8 @@ static pf_status setup(trainer *t, pf_error *err) {
             return st;
         t->has_test = 1;
     }
-    int b = spec->training.batch_size, max_batch = b > EVAL_BATCH ? b : EVAL_BATCH;
-    if (pf_model_create(&spec->model, t->be, max_batch, &t->model) != PF_OK)
-        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    int step_batch = k * spec->training.batch_size;
+    int stage = step_batch > EVAL_BATCH ? step_batch : EVAL_BATCH;
     t->n_params = pf_model_num_params(&spec->model);
     t->n_ps = spec->replicas.ps;
     t->n_tasks = spec->replicas.worker + spec->replicas.chief;
@@ -143,21 +160,25 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));
     t->grads = pf_mallocarray(t->n_params, sizeof(float));
-    t->d_params = t->be->alloc(t->n_params * sizeof(float));
-    t->d_grads = t->be->alloc(t->n_params * sizeof(float));
-    t->d_x = t->be->alloc((size_t)max_batch * in * sizeof(float));
-    t->d_y = t->be->alloc((size_t)max_batch * sizeof(float));
-    t->d_labels = t->be->alloc((size_t)max_batch * sizeof(int32_t));
-    t->hx = pf_mallocarray((size_t)max_batch * in, sizeof(float));
-    t->hy = pf_mallocarray((size_t)max_batch, sizeof(float));
-    t->hlabels = pf_mallocarray((size_t)max_batch, sizeof(int32_t));
+    t->hx = pf_mallocarray((size_t)stage * in, sizeof(float));
+    t->hy = pf_mallocarray((size_t)stage, sizeof(float));
+    t->hlabels = pf_mallocarray((size_t)stage, sizeof(int32_t));
     t->versions = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->steps = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->min_version = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
-    if (!t->sampler || !t->params || !t->grads || !t->d_params || !t->d_grads || !t->d_x ||
-        !t->d_y || !t->d_labels || !t->hx || !t->hy || !t->hlabels || !t->versions || !t->steps ||
-        !t->min_version)
+    if (!t->sampler || !t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions ||
+        !t->steps || !t->min_version)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    if (t->o->is_chief) { /* the model and buffers the chief evaluates with */
+        if (pf_model_create(&spec->model, t->be, EVAL_BATCH, &t->model) != PF_OK)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        t->d_params = t->be->alloc(t->n_params * sizeof(float));
+        t->d_x = t->be->alloc((size_t)EVAL_BATCH * in * sizeof(float));
+        t->d_y = t->be->alloc((size_t)EVAL_BATCH * sizeof(float));
+        t->d_labels = t->be->alloc((size_t)EVAL_BATCH * sizeof(int32_t));
+        if (!t->d_params || !t->d_x || !t->d_y || !t->d_labels)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    }
     worker_link_options co = {spec,
                               t->o->ps_addrs,
                               t->o->task,
@@ -171,11 +192,12 @@ static pf_status setup(trainer *t, pf_error *err) {
 static void teardown(trainer *t) {
     worker_link_destroy(t->link);
     pf_model_destroy(t->model);
+    pf_towers_destroy(t->towers);
     pf_sampler_destroy(t->sampler);
     pf_dataset_deinit(&t->train);
     pf_dataset_deinit(&t->test);
     if (t->be) {
-        float *bufs[] = {t->d_params, t->d_grads, t->d_x, t->d_y, (float *)t->d_labels};
+        float *bufs[] = {t->d_params, t->d_x, t->d_y, (float *)t->d_labels};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 t->be->free(bufs[i]);
@@ -205,10 +227,14 @@ pf_status worker_run(const worker_options *o) {
         teardown(&t);
         return st;
     }
-    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d\n", who,
-            o->task, t.n_ps, o->task, t.n_tasks, spec->training.batch_size);
+    /* b: the examples of one step, K replicas x batch_size */
+    const int k = spec->replicas_per_worker, b = k * spec->training.batch_size;
+    char split[64] = "";
+    if (k > 1)
+        snprintf(split, sizeof split, " (%d in-graph replicas x %d)", k, spec->training.batch_size);
+    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s\n", who,
+            o->task, t.n_ps, o->task, t.n_tasks, b, split);
     int sync = spec->training.mode == PF_MODE_SYNC;
-    int b = spec->training.batch_size;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
     double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;
     long local_steps = 0, window = 0;
@@ -244,11 +270,7 @@ pf_status worker_run(const worker_options *o) {
         pf_batch_gather(&t.train, t.sampler,
                         pf_shard_position((int64_t)global, t.n_tasks, o->task, b), b, t.hx, t.hy,
                         t.hlabels);
-        upload_batch(&t, b);
-        t.be->upload(t.d_params, t.params, t.n_params);
-        last_loss =
-            pf_model_train_step(t.model, t.d_params, t.d_x, t.d_y, t.d_labels, b, t.d_grads);
-        t.be->download(t.grads, t.d_grads, t.n_params);
+        last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
         for (int p = 0; p < t.n_ps; p++) {
             t.steps[p] = t.versions[p];
             t.min_version[p] = sync ? t.versions[p] + 1 : 0;

@@ -88,6 +88,8 @@ typedef enum {
     K_WIDTHS, /* int[] at `at`, entry count at `count_at`; each width 1..PF_MAX_UNITS */
     K_PATHS,  /* char *[] at `at`, entry count at `count_at`; each a non-empty string */
     K_OBJECT, /* a nested object described by `sub` */
+    K_DEVICE, /* "device": pf_device_spec[] at `at`, one per replica, the replica count at
+                 `count_at`; each an enum spelled names[min..max], or "cuda:N" */
 } kind;
 
 typedef enum { R_ANY, R_POSITIVE, R_NONNEGATIVE, R_UNIT } real_range; /* R_UNIT: [0, 1) */
@@ -102,7 +104,8 @@ typedef struct field {
     double def;               /* default when absent (every integer default is exact) */
     real_range real;          /* K_DOUBLE */
     const char *const *names; /* K_ENUM: spelling of each value */
-    size_t count_at;          /* K_WIDTHS, K_PATHS: offset of the int entry count */
+    size_t count_at;          /* K_WIDTHS, K_PATHS: offset of the int entry count;
+                                 K_DEVICE: offset of the int replica count */
     const object_desc *sub;   /* K_OBJECT */
     size_t present_at;        /* K_OBJECT absent unless given: its bool flag; 0 = always there
                                  (offset 0 is the name, never a flag) */
@@ -254,7 +257,11 @@ static const field spec_fields[] = {
     {"placement", K_OBJECT, NO_SLOT, .sub = &placement_desc},
     {"checkpoint", K_OBJECT, NO_SLOT, .sub = &checkpoint_desc},
     {"run_policy", K_OBJECT, NO_SLOT, .sub = &run_policy_desc},
-    {"device", K_ENUM, AT(device), .names = device_names, .max = PF_DEVICE_AUTO},
+    /* Default 0 stands for "absent": "device", parsed next, settles the count. */
+    {"replicas_per_worker", K_INT, AT(replicas_per_worker), .min = 1,
+     .max = PF_MAX_REPLICAS_PER_WORKER},
+    {"device", K_DEVICE, AT(devices), .names = device_names, .max = PF_DEVICE_AUTO,
+     .count_at = AT(replicas_per_worker)},
 };
 static const object_desc spec_desc = {spec_fields, COUNT(spec_fields), false, NULL};
 
@@ -396,6 +403,16 @@ static void set_default(const field *f, pf_job_spec *s) {
     case K_ENUM:
         put_enum(s, f->at, (int)f->def);
         break;
+    case K_DEVICE: {
+        /* Every replica on the default device. */
+        pf_device_spec *devices = slot(s, f->at);
+        int *replicas = slot(s, f->count_at);
+        if (*replicas == 0)
+            *replicas = 1;
+        for (int r = 0; r < *replicas; r++)
+            devices[r] = (pf_device_spec){(pf_device)f->def, 0};
+        break;
+    }
     case K_NAME:
     case K_WIDTHS:
     case K_PATHS:
@@ -457,6 +474,89 @@ static pf_status get_enum_value(const field *f, const json_t *v, const char *ptr
     char buf[SHOWN_MAX + 4];
     return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: unknown value '%s'; expected one of %s", ptr,
                         shown(buf, text), allowed);
+}
+
+/* One device, "cpu", "cuda", "cuda:N" or "auto", at ptr. */
+static pf_status get_one_device(const field *f, const json_t *v, const char *ptr,
+                                pf_device_spec *out, pf_error *err) {
+    if (!json_is_string(v))
+        return type_error(err, ptr, "a string", v);
+    const char *text = json_string_value(v);
+    char buf[SHOWN_MAX + 4];
+    if (pf_device_parse(text, &out->device, &out->index) != PF_OK) {
+        if (strncmp(text, "cuda:", 5) == 0)
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: '%s' is not a device: cuda:N takes a GPU number N from 0 "
+                                "to %d",
+                                ptr, shown(buf, text), PF_MAX_GPU_INDEX);
+        char allowed[160] = "";
+        for (long long i = f->min; i <= f->max; i++)
+            append(allowed, sizeof allowed, ", ", f->names[i]);
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "%s: unknown value '%s'; expected one of %s, or cuda:N for GPU N", ptr,
+                            shown(buf, text), allowed);
+    }
+    return PF_OK;
+}
+
+/* "device": one device for every replica, or a list of one device per replica. Runs after
+ * "replicas_per_worker" (0 when absent) and settles it: a list's length, else 1. */
+static pf_status get_device(const field *f, const json_t *v, const char *ptr, pf_job_spec *s,
+                            pf_error *err) {
+    pf_device_spec *devices = slot(s, f->at);
+    int *replicas = slot(s, f->count_at);
+    char buf[SHOWN_MAX + 4];
+    pf_status st;
+    if (json_is_string(v)) {
+        if ((st = get_one_device(f, v, ptr, &devices[0], err)) != PF_OK)
+            return st;
+        int k = *replicas ? *replicas : 1;
+        if (k > 1 && devices[0].device != PF_DEVICE_CPU)
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: one device '%s' for %d replicas (replicas_per_worker): "
+                                "list one GPU per replica, e.g. [\"cuda:0\", \"cuda:1\"]",
+                                ptr, shown(buf, json_string_value(v)), k);
+        for (int r = 1; r < k; r++)
+            devices[r] = devices[0];
+        *replicas = k;
+        return PF_OK;
+    }
+    if (!json_is_array(v))
+        return type_error(err, ptr, "a string or an array of strings", v);
+    size_t n = json_array_size(v);
+    if (n < 1 || n > PF_MAX_REPLICAS_PER_WORKER)
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "%s: expected 1 to %d devices, one per replica, got %zu", ptr,
+                            PF_MAX_REPLICAS_PER_WORKER, n);
+    for (size_t i = 0; i < n; i++) {
+        char iptr[PTR_SIZE];
+        index_ptr(iptr, ptr, i);
+        pf_device_spec *d = &devices[i];
+        if ((st = get_one_device(f, json_array_get(v, i), iptr, d, err)) != PF_OK)
+            return st;
+        if (d->device == PF_DEVICE_AUTO)
+            return pf_error_set(err, PF_ERR_SPEC, iptr,
+                                "%s: auto is not allowed in a device list: name each replica's "
+                                "device (cpu, cuda or cuda:N)",
+                                iptr);
+        if (d->device != devices[0].device)
+            return pf_error_set(err, PF_ERR_SPEC, iptr,
+                                "%s: %s after %s: a device list is all cpu or all GPUs", iptr,
+                                device_names[d->device], device_names[devices[0].device]);
+        for (size_t j = 0; j < i; j++)
+            if (d->device == PF_DEVICE_CUDA && devices[j].index == d->index)
+                return pf_error_set(err, PF_ERR_SPEC, iptr,
+                                    "%s: cuda:%d is listed twice (also at %s/%zu): one GPU per "
+                                    "replica",
+                                    iptr, d->index, ptr, j);
+    }
+    if (*replicas && *replicas != (int)n)
+        return pf_error_set(err, PF_ERR_SPEC, "/replicas_per_worker",
+                            "/replicas_per_worker: %d, but %s lists %zu devices (one per "
+                            "replica)",
+                            *replicas, ptr, n);
+    *replicas = (int)n;
+    return PF_OK;
 }
 
 static pf_status get_name(const json_t *v, const char *ptr, char *out, pf_error *err) {
@@ -592,6 +692,8 @@ static pf_status parse_field(const scope *sc, const field *f, const json_t *v, p
         return get_widths(f, v, fptr, s, err);
     case K_PATHS:
         return get_paths(f, v, fptr, s, err);
+    case K_DEVICE:
+        return get_device(f, v, fptr, s, err);
     case K_OBJECT:
         if (!json_is_object(v))
             return type_error(err, fptr, "an object", v);
@@ -845,6 +947,18 @@ static json_t *enum_to_json(const field *f, int v) {
     return json_string(f->names[v]);
 }
 
+/* "cpu", "cuda", "cuda:N" or "auto"; NULL for an index the device cannot have. */
+static json_t *device_to_json(const field *f, const pf_device_spec *d) {
+    if (d->index < 0 || d->index > PF_MAX_GPU_INDEX ||
+        (d->index > 0 && d->device != PF_DEVICE_CUDA))
+        return NULL;
+    if (d->index == 0)
+        return enum_to_json(f, (int)d->device);
+    char text[16];
+    snprintf(text, sizeof text, "cuda:%d", d->index);
+    return json_string(text);
+}
+
 /* New JSON value for one field, or NULL on allocation failure or a value the JSON form cannot
  * hold (only possible for a spec that did not come from pf_job_spec_parse). */
 static json_t *field_to_json(const field *f, const pf_job_spec *s, int *digits) {
@@ -870,6 +984,27 @@ static json_t *field_to_json(const field *f, const pf_job_spec *s, int *digits) 
         return json_boolean(*(const bool *)p);
     case K_ENUM:
         return enum_to_json(f, p ? get_enum(s, f->at) : (int)f->def);
+    case K_DEVICE: {
+        /* One string when every replica has the same device (one GPU cannot hold two), else
+         * the list. */
+        const pf_device_spec *d = p;
+        int k = *(const int *)cslot(s, f->count_at);
+        if (k < 1 || k > PF_MAX_REPLICAS_PER_WORKER)
+            return NULL;
+        bool same = true;
+        for (int r = 1; r < k; r++)
+            same = same && d[r].device == d[0].device && d[r].index == d[0].index;
+        if (same)
+            return k == 1 || d[0].device == PF_DEVICE_CPU ? device_to_json(f, &d[0]) : NULL;
+        json_t *a = json_array();
+        for (int r = 0; a && r < k; r++) {
+            if (json_array_append_new(a, device_to_json(f, &d[r])) != 0) {
+                json_decref(a);
+                a = NULL;
+            }
+        }
+        return a;
+    }
     case K_WIDTHS:
     case K_PATHS: {
         int n = *(const int *)cslot(s, f->count_at);
@@ -980,4 +1115,31 @@ const char *pf_optimizer_type_name(pf_optimizer_type t) {
 
 const char *pf_device_name(pf_device d) {
     return name_of(device_names, COUNT(device_names), (int)d);
+}
+
+pf_status pf_device_parse(const char *text, pf_device *device, int *index) {
+    *device = PF_DEVICE_CPU;
+    *index = 0;
+    if (!text)
+        return PF_ERR_SPEC;
+    for (size_t i = 0; i < COUNT(device_names); i++) {
+        if (strcmp(text, device_names[i]) == 0) {
+            *device = (pf_device)i;
+            return PF_OK;
+        }
+    }
+    /* "cuda:N": N is 1 to 3 digits, without a sign or leading zeros, at most
+     * PF_MAX_GPU_INDEX. */
+    if (strncmp(text, "cuda:", 5) != 0)
+        return PF_ERR_SPEC;
+    const char *digits = text + 5;
+    size_t n = strlen(digits);
+    if (n == 0 || n > 3 || strspn(digits, "0123456789") != n || (n > 1 && digits[0] == '0'))
+        return PF_ERR_SPEC;
+    int value = atoi(digits);
+    if (value > PF_MAX_GPU_INDEX)
+        return PF_ERR_SPEC;
+    *device = PF_DEVICE_CUDA;
+    *index = value;
+    return PF_OK;
 }

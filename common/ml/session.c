@@ -1,8 +1,12 @@
 /* session.c - single-process training (see session.h).
  *
  * DESIGN: the step is gather (host) -> upload -> forward/backward -> optimizer, all on
- * buffers allocated once at creation; nothing is allocated per step. Evaluation walks the
- * evaluation set in order with batches of up to EVAL_BATCH examples.
+ * buffers allocated once at creation; nothing is allocated per step. Parameters, gradients
+ * and optimizer slots stay in the memory of replica 0's backend. With K in-graph replicas
+ * (towers.h) a step gathers K * batch_size examples, hands the parameters (downloaded to
+ * the host) to the replicas, uploads their averaged gradient and applies the optimizer: the
+ * same step as a worker with K replicas whose ps applies its gradient. Evaluation walks the
+ * evaluation set in order with batches of up to EVAL_BATCH examples, on replica 0's backend.
  */
 #include "psflow/session.h"
 
@@ -12,6 +16,7 @@
 #include "psflow/mem.h"
 #include "psflow/optim.h"
 #include "psflow/safetensors.h"
+#include "psflow/towers.h"
 
 #define EVAL_BATCH 1000
 
@@ -29,9 +34,13 @@ struct pf_session {
     float *params, *grads, *slots[PF_OPTIM_MAX_SLOTS];
     float *x, *y;
     int32_t *labels;
-    /* host staging for one batch */
+    /* host staging for one batch (of all replicas) */
     float *hx, *hy;
     int32_t *hlabels;
+    /* in-graph replicas, when the spec asks for more than one: their host parameters and
+     * averaged gradient */
+    pf_towers *towers;
+    float *hparams, *hgrads;
 };
 
 static bool is_classifier(const pf_job_spec *spec) {
@@ -49,9 +58,14 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
         pf_free(s);
         return pf_error_set(err, st, NULL, "out of memory");
     }
-    if (options && options->backend)
-        s->be = options->backend;
-    else if ((st = pf_backend_for_device(spec->device, &s->be, err)) != PF_OK)
+    const pf_backend *override = options ? options->backend : NULL;
+    if (override)
+        s->be = override;
+    else if ((st = pf_backend_for_device(spec->devices[0].device, spec->devices[0].index, &s->be,
+                                         err)) != PF_OK)
+        goto fail;
+    const int replicas = spec->replicas_per_worker;
+    if (replicas > 1 && (st = pf_towers_create(spec, override, &s->towers, err)) != PF_OK)
         goto fail;
 
     if ((st = pf_dataset_load(spec, false, &s->train, err)) != PF_OK)
@@ -65,6 +79,8 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
 
     int batch = spec->training.batch_size;
     int max_batch = batch > EVAL_BATCH ? batch : EVAL_BATCH;
+    /* the host staging holds every replica's examples */
+    int stage = replicas * batch > EVAL_BATCH ? replicas * batch : EVAL_BATCH;
     if ((st = pf_model_create(&spec->model, s->be, max_batch, &s->model)) != PF_OK)
         goto nomem;
     s->sampler = pf_sampler_create(s->train.n, spec->training.seed, true);
@@ -77,12 +93,18 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     s->x = be->alloc((size_t)max_batch * in * sizeof(float));
     s->y = be->alloc((size_t)max_batch * sizeof(float));
     s->labels = be->alloc((size_t)max_batch * sizeof(int32_t));
-    s->hx = pf_mallocarray((size_t)max_batch * in, sizeof(float));
-    s->hy = pf_mallocarray((size_t)max_batch, sizeof(float));
-    s->hlabels = pf_mallocarray((size_t)max_batch, sizeof(int32_t));
+    s->hx = pf_mallocarray((size_t)stage * in, sizeof(float));
+    s->hy = pf_mallocarray((size_t)stage, sizeof(float));
+    s->hlabels = pf_mallocarray((size_t)stage, sizeof(int32_t));
     if (!s->sampler || !s->params || !s->grads || !s->x || !s->y || !s->labels || !s->hx ||
         !s->hy || !s->hlabels)
         goto nomem;
+    if (s->towers) {
+        s->hparams = pf_mallocarray(s->n_params, sizeof(float));
+        s->hgrads = pf_mallocarray(s->n_params, sizeof(float));
+        if (!s->hparams || !s->hgrads)
+            goto nomem;
+    }
     for (int i = 0; i < s->n_slots; i++) {
         if (!(s->slots[i] = be->alloc(s->n_params * sizeof(float))))
             goto nomem;
@@ -118,6 +140,9 @@ void pf_session_destroy(pf_session *s) {
     pf_free(s->hx);
     pf_free(s->hy);
     pf_free(s->hlabels);
+    pf_free(s->hparams);
+    pf_free(s->hgrads);
+    pf_towers_destroy(s->towers);
     pf_model_destroy(s->model);
     pf_sampler_destroy(s->sampler);
     pf_dataset_deinit(&s->train);
@@ -137,11 +162,18 @@ static void upload_batch(pf_session *s, int count) {
 }
 
 float pf_session_step(pf_session *s) {
-    int batch = s->spec.training.batch_size;
+    int batch = s->spec.training.batch_size * s->spec.replicas_per_worker;
     pf_batch_gather(&s->train, s->sampler, pf_shard_position(s->step, 1, 0, batch), batch, s->hx,
                     s->hy, s->hlabels);
-    upload_batch(s, batch);
-    float loss = pf_model_train_step(s->model, s->params, s->x, s->y, s->labels, batch, s->grads);
+    float loss;
+    if (s->towers) {
+        s->be->download(s->hparams, s->params, s->n_params);
+        loss = pf_towers_gradient(s->towers, s->hparams, s->hx, s->hy, s->hlabels, s->hgrads);
+        s->be->upload(s->grads, s->hgrads, s->n_params);
+    } else {
+        upload_batch(s, batch);
+        loss = pf_model_train_step(s->model, s->params, s->x, s->y, s->labels, batch, s->grads);
+    }
     pf_optim_apply(&s->spec.optimizer, s->be, s->step, s->n_params, s->grads, s->params, s->slots);
     s->step++;
     return loss;

@@ -9,8 +9,8 @@
  * checked against numbers worked out by hand, so the oracle is not trusted blindly.
  *
  * Agreement means |ref - x| <= atol + rtol * |ref| for every element (gemm's atol grows
- * with k, see run_gemm_case); each test prints the largest error it saw, how much of the
- * allowed bound that used, and where. Data reaches a
+ * with k, see tests/support/backend_check.h, which test_cuda.c shares); each test prints the
+ * largest error it saw, how much of the allowed bound that used, and where. Data reaches a
  * backend only through its upload/download, so a device backend can join the list as is.
  */
 #include <math.h>
@@ -27,8 +27,7 @@
 #include "psflow/backend.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
-
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#include "tests/support/backend_check.h"
 
 /* --- backends under test -------------------------------------------------------------- */
 
@@ -41,99 +40,6 @@ static const pf_backend *candidate(size_t i) {
     return i == 0 ? pf_backend_openblas() : NULL;
 }
 #define NUM_CANDIDATES 1
-
-/* --- tolerances ----------------------------------------------------------------------- */
-
-typedef struct tol {
-    const char *op;
-    double atol, rtol;
-    const char *atol_text; /* printed instead of atol when atol varies by case */
-    double max_err;        /* largest |ref - x| seen */
-    double max_ratio;      /* largest |ref - x| / (atol + rtol |ref|) seen */
-    size_t checked;
-    char worst[256]; /* where max_ratio was seen */
-} tol;
-
-static tol make_tol(const char *op, double atol, double rtol) {
-    return (tol){.op = op, .atol = atol, .rtol = rtol};
-}
-
-static void check_value(tol *t, const char *backend, const char *ctx, size_t i, double ref,
-                        double got) {
-    double err = fabs(ref - got);
-    double bound = t->atol + t->rtol * fabs(ref);
-    /* Written so that NaN in `got` fails. */
-    if (!(err <= bound))
-        fail_msg("%s [%s] %s, element %zu: reference %.9g, got %.9g (|err| %.3g > bound %.3g)",
-                 t->op, backend, ctx, i, ref, got, err, bound);
-    if (err > t->max_err)
-        t->max_err = err;
-    if (err / bound > t->max_ratio) {
-        t->max_ratio = err / bound;
-        snprintf(t->worst, sizeof t->worst, "%s, element %zu: %.9g vs %.9g", ctx, i, ref, got);
-    }
-    t->checked++;
-}
-
-static void check_close(tol *t, const char *backend, const char *ctx, const float *ref,
-                        const float *got, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        check_value(t, backend, ctx, i, ref[i], got[i]);
-}
-
-static void report(const tol *t) {
-    char atol[64];
-    if (t->atol_text)
-        snprintf(atol, sizeof atol, "%s", t->atol_text);
-    else
-        snprintf(atol, sizeof atol, "%.0e", t->atol);
-    print_message("  %-16s atol %s rtol %.0e: %zu values, max |err| %.2e, "
-                  "worst %.1f%% of the bound%s%s\n",
-                  t->op, atol, t->rtol, t->checked, t->max_err, 100.0 * t->max_ratio,
-                  t->max_ratio > 0 ? "\n      at " : "", t->max_ratio > 0 ? t->worst : "");
-}
-
-/* --- buffers -------------------------------------------------------------------------- */
-
-/* New backend buffer holding host[0..n). */
-static float *put(const pf_backend *be, const float *host, size_t n) {
-    float *d = be->alloc((n ? n : 1) * sizeof(float));
-    assert_non_null(d);
-    be->upload(d, host, n);
-    return d;
-}
-
-static int32_t *put_i32(const pf_backend *be, const int32_t *host, size_t n) {
-    int32_t *d = be->alloc((n ? n : 1) * sizeof(int32_t));
-    assert_non_null(d);
-    be->upload_i32(d, host, n);
-    return d;
-}
-
-/* Copies d[0..n) to host and frees d. */
-static void take(const pf_backend *be, float *host, float *d, size_t n) {
-    be->download(host, d, n);
-    be->free(d);
-}
-
-static float *host_new(size_t n) {
-    float *p = pf_malloc((n ? n : 1) * sizeof(float));
-    assert_non_null(p);
-    return p;
-}
-
-static float uniform(pf_rng *rng, float lo, float hi) {
-    return lo + (hi - lo) * (float)pf_rng_uniform(rng);
-}
-
-static void fill_uniform(pf_rng *rng, float *x, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = uniform(rng, lo, hi);
-}
-
-static int rand_int(pf_rng *rng, int lo, int hi) {
-    return lo + (int)pf_rng_below(rng, (uint64_t)(hi - lo + 1));
-}
 
 /* Lengths for the elementwise ops: 1, odd sizes around SIMD widths, and a few thousand. */
 static const size_t LENGTHS[] = {1, 2, 3, 7, 8, 13, 16, 33, 129, 1000, 4099};
@@ -226,116 +132,21 @@ static void test_memory(void **state) {
  * float, so every backend must hit these exactly. */
 static void test_gemm_known(void **state) {
     (void)state;
-    static const float a[6] = {1, 2, 3, 4, 5, 6};      /* [2,3] */
-    static const float a_t[6] = {1, 4, 2, 5, 3, 6};    /* [3,2], A^T stored */
-    static const float b[6] = {7, 8, 9, 10, 11, 12};   /* [3,2] */
-    static const float b_t[6] = {7, 9, 11, 8, 10, 12}; /* [2,3], B^T stored */
-    static const float want[4] = {115, 127, 277, 307};
-    const pf_backend *all[] = {pf_backend_reference(), pf_backend_openblas()};
-    for (size_t be_i = 0; be_i < ARRAY_LEN(all); be_i++) {
-        const pf_backend *be = all[be_i];
-        for (int t = 0; t < 4; t++) {
-            bool ta = t & 1, tb = t & 2;
-            static const float ones[4] = {1, 1, 1, 1};
-            float *da = put(be, ta ? a_t : a, 6);
-            float *db = put(be, tb ? b_t : b, 6);
-            float *dc = put(be, ones, 4);
-            be->gemm(ta, tb, 2, 2, 3, 2.0f, da, ta ? 2 : 3, db, tb ? 3 : 2, -1.0f, dc, 2);
-            float c[4];
-            take(be, c, dc, 4);
-            be->free(db);
-            be->free(da);
-            for (int i = 0; i < 4; i++)
-                if (c[i] != want[i])
-                    fail_msg("%s gemm(trans_a %d, trans_b %d): c[%d] = %g, want %g", be->name, ta,
-                             tb, i, (double)c[i], (double)want[i]);
-        }
-    }
+    check_gemm_known(pf_backend_reference());
+    check_gemm_known(pf_backend_openblas());
 }
 
-#define GEMM_ATOL_BASE  1e-6
-#define GEMM_ATOL_PER_K 2.5e-7
-#define GEMM_RTOL       1e-4
-
-typedef struct gemm_case {
-    bool ta, tb;
-    int m, n, k;
-    float alpha, beta;
-    int pad; /* extra elements at the end of every row of A, B and C */
-} gemm_case;
-
-/* Runs one case on the oracle and every candidate and compares. The padding of A and B is
- * NaN (a kernel reading it fails), the padding of C a sentinel that must survive, and C
- * itself NaN when beta == 0 (it must not be read). */
+/* Runs one case on the oracle and every candidate and compares. */
 static void run_gemm_case(tol *t, pf_rng *rng, const gemm_case *g) {
-    const int a_rows = g->ta ? g->k : g->m, a_cols = g->ta ? g->m : g->k;
-    const int b_rows = g->tb ? g->n : g->k, b_cols = g->tb ? g->k : g->n;
-    const int lda = a_cols + g->pad, ldb = b_cols + g->pad, ldc = g->n + g->pad;
-    const size_t a_len = (size_t)a_rows * (size_t)lda, b_len = (size_t)b_rows * (size_t)ldb;
-    const size_t c_len = (size_t)g->m * (size_t)ldc;
-    const float sentinel = 12345.5f;
-
-    float *a = host_new(a_len), *b = host_new(b_len), *c0 = host_new(c_len);
-    float *want = host_new(c_len), *got = host_new(c_len);
-    for (size_t i = 0; i < a_len; i++)
-        a[i] = (int)(i % (size_t)lda) < a_cols ? uniform(rng, -1.0f, 1.0f) : NAN;
-    for (size_t i = 0; i < b_len; i++)
-        b[i] = (int)(i % (size_t)ldb) < b_cols ? uniform(rng, -1.0f, 1.0f) : NAN;
-    for (size_t i = 0; i < c_len; i++) {
-        bool inside = (int)(i % (size_t)ldc) < g->n;
-        c0[i] = !inside ? sentinel : g->beta == 0.0f ? NAN : uniform(rng, -1.0f, 1.0f);
-    }
-
-    const pf_backend *ref = oracle();
-    float *da = put(ref, a, a_len), *db = put(ref, b, b_len), *dc = put(ref, c0, c_len);
-    ref->gemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, da, lda, db, ldb, g->beta, dc, ldc);
-    take(ref, want, dc, c_len);
-    ref->free(db);
-    ref->free(da);
-
-    /* A float dot product of k terms in [-1, 1] is off by ~eps * k * |alpha| (terms ~1/4
-     * on average, error growing as sqrt(k) twice over); the reference's double sum is
-     * exact by comparison. atol allows four times that, so the bound does not depend on
-     * which sgemm kernel (SSE, AVX2, AVX-512, FMA or not) OpenBLAS picked. */
-    t->atol = GEMM_ATOL_BASE + GEMM_ATOL_PER_K * g->k * fmax(1.0, fabs((double)g->alpha));
-
-    char ctx[128];
-    snprintf(ctx, sizeof ctx, "m=%d n=%d k=%d trans_a=%d trans_b=%d alpha=%g beta=%g pad=%d", g->m,
-             g->n, g->k, g->ta, g->tb, (double)g->alpha, (double)g->beta, g->pad);
-    for (size_t ci = 0; ci < NUM_CANDIDATES; ci++) {
-        const pf_backend *be = candidate(ci);
-        da = put(be, a, a_len);
-        db = put(be, b, b_len);
-        dc = put(be, c0, c_len);
-        be->gemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, da, lda, db, ldb, g->beta, dc, ldc);
-        take(be, got, dc, c_len);
-        be->free(db);
-        be->free(da);
-        for (int i = 0; i < g->m; i++) {
-            const float *w = want + (size_t)i * (size_t)ldc, *x = got + (size_t)i * (size_t)ldc;
-            check_close(t, be->name, ctx, w, x, (size_t)g->n);
-            for (int j = g->n; j < ldc; j++)
-                if (x[j] != sentinel)
-                    fail_msg("gemm [%s] %s: wrote C's padding at row %d column %d", be->name, ctx,
-                             i, j);
-        }
-    }
-    pf_free(got);
-    pf_free(want);
-    pf_free(c0);
-    pf_free(b);
-    pf_free(a);
+    for (size_t ci = 0; ci < NUM_CANDIDATES; ci++)
+        check_gemm_case(t, rng, g, candidate(ci));
 }
-
-static const float GEMM_ALPHA_BETA[][2] = {
-    {1.0f, 0.0f}, {1.0f, 1.0f}, {-1.5f, 0.25f}, {0.5f, 0.0f}, {0.0f, 2.0f},
-};
 
 /* Float sgemm against a double-accumulated dot product of up to 300 terms in [-1, 1]. */
 static void test_gemm_parity(void **state) {
     (void)state;
-    tol t = make_tol("gemm", GEMM_ATOL_BASE, GEMM_RTOL); /* atol grows with k; see above */
-    t.atol_text = "1e-6 + 2.5e-7 k max(1, |alpha|)";
+    tol t = make_tol("gemm", GEMM_ATOL_BASE, GEMM_RTOL); /* atol grows with k */
+    t.atol_text = GEMM_ATOL_TEXT;
     pf_rng rng;
     pf_rng_init(&rng, 42, 1);
     static const int edge[][3] = {
@@ -1079,31 +890,90 @@ static void test_zero_sizes(void **state) {
 
 /* --- device selection ----------------------------------------------------------------- */
 
+static bool starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* "cpu" always gives openblas; what "cuda", "cuda:N" and "auto" give depends on the build
+ * and on the machine, and each case is checked: no CUDA in the build, CUDA but no usable GPU
+ * (the one-line reason, the CPU for "auto"), a usable GPU (the cuda table, bound to GPU 0).
+ * tests/compute/test_cuda.c checks the cuda ops themselves. */
 static void test_backend_for_device(void **state) {
     (void)state;
     const pf_backend *be = NULL;
     pf_error err;
     pf_error_clear(&err);
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_CPU, &be, &err), PF_OK);
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CPU, 0, &be, &err), PF_OK);
     assert_ptr_equal(be, pf_backend_openblas());
-#ifdef PSFLOW_HAVE_CUDA
-    skip(); /* this test states what a build without CUDA answers */
-#else
-    be = pf_backend_reference();
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, &be, &err), PF_OK);
-    assert_ptr_equal(be, pf_backend_openblas());
+    assert_string_equal(err.message, ""); /* nothing to log */
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, -1, &be, &err), PF_ERR_INVALID);
+    assert_null(be);
 
     be = pf_backend_reference();
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, &be, &err), PF_ERR_UNSUPPORTED);
+    pf_status st = pf_backend_for_device(PF_DEVICE_CUDA, 0, &be, &err);
+    if (st == PF_OK) { /* a build with CUDA on a machine with a usable GPU */
+#ifndef PSFLOW_HAVE_CUDA
+        fail_msg("a build without CUDA returned a backend for \"cuda\": %s", be->name);
+#endif
+        assert_string_equal(be->name, "cuda");
+        assert_true(starts_with(err.message, "device cuda:0: "));
+        print_message("  %s\n", err.message);
+        const pf_backend *again = NULL;
+        assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, 0, &again, &err), PF_OK);
+        assert_ptr_equal(again, be);
+        assert_true(starts_with(err.message, "device cuda:0: "));
+        /* A GPU past the last one is refused, naming the GPUs there are (no machine has 256),
+         * and leaves the thread on GPU 0. */
+        assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 255, &again, &err),
+                         PF_ERR_UNSUPPORTED);
+        assert_null(again);
+        assert_true(starts_with(err.message, "device \"cuda:255\" is not usable: only "));
+        assert_true(ends_with(err.message, "; use \"cpu\", or \"auto\" to fall back to the CPU"));
+        assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 0, &again, &err), PF_OK);
+        assert_ptr_equal(again, be);
+        return;
+    }
+    assert_int_equal(st, PF_ERR_UNSUPPORTED);
     assert_null(be);
-    assert_string_equal(err.message,
-                        "device \"cuda\" requested but this psflow has no CUDA backend: "
-                        "use \"cpu\", or \"auto\" to take a GPU when there is one");
     assert_string_equal(err.pointer, "");
     assert_null(strchr(err.message, '\n'));
-    /* err may be NULL */
-    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, &be, NULL), PF_ERR_UNSUPPORTED);
+    print_message("  %s\n", err.message);
+    const char *prefix = "device \"cuda\" is not usable: ";
+    const char *suffix = "; use \"cpu\", or \"auto\" to fall back to the CPU";
+    assert_true(starts_with(err.message, prefix));
+    assert_true(ends_with(err.message, suffix));
+#ifdef PSFLOW_HAVE_CUDA
+    /* CUDA built, no usable GPU: the probe's reason, in one line. */
+    char reason[sizeof err.message];
+    size_t len = strlen(err.message) - strlen(prefix) - strlen(suffix);
+    assert_true(len > 0);
+    memcpy(reason, err.message + strlen(prefix), len);
+    reason[len] = '\0';
+#else
+    assert_string_equal(err.message, "device \"cuda\" is not usable: this psflow was built "
+                                     "without CUDA; use \"cpu\", or \"auto\" to fall back to "
+                                     "the CPU");
+    const char *reason = "this psflow was built without CUDA";
 #endif
+    /* "cuda:N" is named as written, for the same reason. */
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 3, &be, &err), PF_ERR_UNSUPPORTED);
+    assert_true(starts_with(err.message, "device \"cuda:3\" is not usable: "));
+    /* err may be NULL */
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_CUDA, 0, &be, NULL), PF_ERR_UNSUPPORTED);
+
+    /* "auto" trains on the CPU and says why, with the same reason. */
+    be = pf_backend_reference();
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, 0, &be, &err), PF_OK);
+    assert_ptr_equal(be, pf_backend_openblas());
+    char want[512];
+    snprintf(want, sizeof want, "device \"auto\": no usable GPU (%s); training on the CPU", reason);
+    assert_string_equal(err.message, want);
+    assert_int_equal(pf_backend_for_device(PF_DEVICE_AUTO, 0, &be, NULL), PF_OK);
 }
 
 int main(void) {

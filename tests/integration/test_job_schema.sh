@@ -24,7 +24,12 @@ for path in accepted:
 # Invalid cases whose problem is local to one field (unknown field, type, range, enum).
 local = ["unknown_top_level", "batch_size_zero", "name_uppercase", "replicas_ps_zero",
          "model_type_unknown", "device_tpu", "replicas_worker_too_many",
-         "learning_rate_negative", "hidden_zero_width", "unknown_nested"]
+         "learning_rate_negative", "hidden_zero_width", "unknown_nested",
+         "device_cuda_leading_zero", "device_cuda_negative", "device_cuda_too_big",
+         "device_cuda_empty", "device_auto_index", "replicas_per_worker_zero",
+         "replicas_per_worker_too_many", "device_list_empty", "device_list_too_long",
+         "device_list_auto", "device_list_mixed", "device_list_bad_entry",
+         "device_list_not_string", "device_object"]
 checked = 0
 for path in sorted(glob.glob(os.path.join(src, "tests/data/spec/invalid/*.json"))):
     stem = os.path.basename(path)[:-5]

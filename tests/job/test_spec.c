@@ -123,7 +123,10 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->run_policy.restart_policy == b->run_policy.restart_policy &&
         a->run_policy.backoff_limit == b->run_policy.backoff_limit &&
         a->run_policy.active_deadline_seconds == b->run_policy.active_deadline_seconds &&
-        a->device == b->device;
+        a->replicas_per_worker == b->replicas_per_worker;
+    for (int r = 0; eq && r < a->replicas_per_worker; r++)
+        eq = a->devices[r].device == b->devices[r].device &&
+             a->devices[r].index == b->devices[r].index;
     for (int i = 0; eq && i < a->model.n_hidden; i++)
         eq = a->model.hidden[i] == b->model.hidden[i];
     for (int i = 0; eq && i < PF_MAX_DATA_FILES; i++)
@@ -259,7 +262,8 @@ static void test_defaults(void **state) {
     assert_int_equal(s.run_policy.restart_policy, PF_RESTART_ON_FAILURE);
     assert_int_equal(s.run_policy.backoff_limit, 3);
     assert_int_equal(s.run_policy.active_deadline_seconds, 0);
-    assert_int_equal(s.device, PF_DEVICE_CPU);
+    assert_int_equal(s.replicas_per_worker, 1);
+    assert_int_equal(s.devices[0].device, PF_DEVICE_CPU);
 
     char *json = pf_job_spec_to_json(&s);
     assert_non_null(json);
@@ -275,7 +279,7 @@ static void test_defaults(void **state) {
               "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
               "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
               "\"active_deadline_seconds\":0},"
-              "\"device\":\"cpu\"}");
+              "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
 }
@@ -371,9 +375,11 @@ static void test_design_example(void **state) {
     assert_int_equal(s.run_policy.restart_policy, PF_RESTART_ON_FAILURE);
     assert_int_equal(s.run_policy.backoff_limit, 3);
     assert_int_equal(s.run_policy.active_deadline_seconds, 0);
-    assert_int_equal(s.device, PF_DEVICE_CPU);
+    assert_int_equal(s.replicas_per_worker, 1);
+    assert_int_equal(s.devices[0].device, PF_DEVICE_CPU);
 
-    /* The normalised form is the example itself (plus the adagrad default), in its order. */
+    /* The normalised form is the example itself (plus the adagrad default and
+     * replicas_per_worker), in its order. */
     char *json = pf_job_spec_to_json(&s);
     assert_non_null(json);
     assert_string_equal(
@@ -394,7 +400,7 @@ static void test_design_example(void **state) {
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
         "\"active_deadline_seconds\":0},"
-        "\"device\":\"cpu\"}");
+        "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
 }
@@ -451,7 +457,7 @@ static void test_error_details(void **state) {
     assert_string_equal(err.message, "/training/batch_size: expected an integer, got string");
 
     assert_int_equal(parse_fails(BASE "\"device\":\"tpu\"}", &err), PF_ERR_SPEC);
-    assert_non_null(strstr(err.message, "cpu, cuda, auto"));
+    assert_non_null(strstr(err.message, "cpu, cuda, auto, or cuda:N for GPU N"));
 
     assert_int_equal(parse_fails("{\"name\":\"a\",\"model\":{\"type\":\"mlp\",\"inputs\":1,"
                                  "\"hidden\":[1],\"outputs\":2,\"activation\":\"elu\"}}",
@@ -578,6 +584,203 @@ static void test_copy_and_names(void **state) {
     assert_string_equal(pf_device_name((pf_device)42), "unknown");
 }
 
+/* "device": "cuda:N" picks GPU N; "cuda:0" is "cuda"; the normalised form writes "cuda:N"
+ * back for N > 0. pf_device_parse is the same grammar for command lines. */
+static void test_device_forms(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        pf_device device;
+        int index;
+        const char *normal;
+    } good[] = {
+        {"cpu", PF_DEVICE_CPU, 0, "cpu"},
+        {"auto", PF_DEVICE_AUTO, 0, "auto"},
+        {"cuda", PF_DEVICE_CUDA, 0, "cuda"},
+        {"cuda:0", PF_DEVICE_CUDA, 0, "cuda"},
+        {"cuda:7", PF_DEVICE_CUDA, 7, "cuda:7"},
+        {"cuda:10", PF_DEVICE_CUDA, 10, "cuda:10"},
+        {"cuda:255", PF_DEVICE_CUDA, 255, "cuda:255"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        pf_device d;
+        int index = -1;
+        assert_int_equal(pf_device_parse(good[i].text, &d, &index), PF_OK);
+        assert_int_equal(d, good[i].device);
+        assert_int_equal(index, good[i].index);
+
+        char text[256], want[64];
+        snprintf(text, sizeof text, BASE "\"device\":\"%s\"}", good[i].text);
+        pf_job_spec s;
+        pf_error err;
+        assert_int_equal(parse_text(text, &s, &err), PF_OK);
+        assert_int_equal(s.replicas_per_worker, 1);
+        assert_int_equal(s.devices[0].device, good[i].device);
+        assert_int_equal(s.devices[0].index, good[i].index);
+        char *json = pf_job_spec_to_json(&s);
+        assert_non_null(json);
+        snprintf(want, sizeof want, "\"device\":\"%s\"}", good[i].normal);
+        if (!strstr(json, want))
+            fail_msg("%s normalises to %s, want %s", good[i].text, json, want);
+        assert_round_trip(&s, good[i].text);
+        pf_free(json);
+        pf_job_spec_deinit(&s);
+    }
+    static const char *const bad[] = {"cuda:",    "cuda:01",  "cuda:-1",   "cuda:+1", "cuda: 1",
+                                      "cuda:1 ",  "cuda:256", "cuda:1000", "cuda:1x", "CUDA",
+                                      "cuda:0:0", "auto:0",   "cpu:0",     "",        "gpu:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pf_device d = PF_DEVICE_AUTO;
+        int index = -1;
+        if (pf_device_parse(bad[i], &d, &index) != PF_ERR_SPEC)
+            fail_msg("pf_device_parse accepted '%s'", bad[i]);
+        assert_int_equal(d, PF_DEVICE_CPU);
+        assert_int_equal(index, 0);
+        char text[256];
+        pf_error err;
+        snprintf(text, sizeof text, BASE "\"device\":\"%s\"}", bad[i]);
+        assert_int_equal(parse_fails(text, &err), PF_ERR_SPEC);
+        assert_string_equal(err.pointer, "/device");
+        bool cuda_n = strncmp(bad[i], "cuda:", 5) == 0;
+        assert_non_null(strstr(err.message, cuda_n ? "cuda:N takes a GPU number N from 0 to 255"
+                                                   : "expected one of cpu, cuda, auto, or cuda:N"));
+    }
+    pf_device d;
+    int index;
+    assert_int_equal(pf_device_parse(NULL, &d, &index), PF_ERR_SPEC);
+    /* A spec built in code with an index on a device that has none cannot be written. */
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(BASE "\"device\":\"cpu\"}", &s, &err), PF_OK);
+    s.devices[0].index = 3;
+    assert_null(pf_job_spec_to_json(&s));
+    pf_job_spec_deinit(&s);
+}
+
+/* In-graph replicas: "replicas_per_worker": K runs K replicas on one device that can hold
+ * them (cpu), a "device" list names one device per replica (all cpu, or distinct GPUs), and
+ * the two agree. The normalised form writes K, and one device string when every replica
+ * has the same device, else the list. */
+static void test_replica_forms(void **state) {
+    (void)state;
+    static const struct {
+        const char *fields; /* the spec's last fields, after BASE */
+        int k;
+        pf_device device; /* of every replica */
+        int index[4];
+        const char *normal; /* the end of the normalised form */
+    } good[] = {
+        {"\"device\":\"cpu\"}",
+         1,
+         PF_DEVICE_CPU,
+         {0},
+         "\"replicas_per_worker\":1,\"device\":\"cpu\"}"},
+        {"\"replicas_per_worker\":2}",
+         2,
+         PF_DEVICE_CPU,
+         {0},
+         "\"replicas_per_worker\":2,\"device\":\"cpu\"}"},
+        {"\"replicas_per_worker\":16,\"device\":\"cpu\"}",
+         16,
+         PF_DEVICE_CPU,
+         {0},
+         "\"replicas_per_worker\":16,\"device\":\"cpu\"}"},
+        {"\"device\":[\"cpu\",\"cpu\",\"cpu\"]}",
+         3,
+         PF_DEVICE_CPU,
+         {0},
+         "\"replicas_per_worker\":3,\"device\":\"cpu\"}"},
+        {"\"device\":[\"cuda:1\"]}",
+         1,
+         PF_DEVICE_CUDA,
+         {1},
+         "\"replicas_per_worker\":1,\"device\":\"cuda:1\"}"},
+        {"\"device\":[\"cuda:0\",\"cuda:1\"]}",
+         2,
+         PF_DEVICE_CUDA,
+         {0, 1},
+         "\"replicas_per_worker\":2,\"device\":[\"cuda\",\"cuda:1\"]}"},
+        {"\"replicas_per_worker\":4,\"device\":[\"cuda:3\",\"cuda\",\"cuda:255\",\"cuda:7\"]}",
+         4,
+         PF_DEVICE_CUDA,
+         {3, 0, 255, 7},
+         "\"replicas_per_worker\":4,\"device\":[\"cuda:3\",\"cuda\",\"cuda:255\",\"cuda:7\"]}"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, BASE "%s", good[i].fields);
+        pf_job_spec s;
+        pf_error err;
+        if (parse_text(text, &s, &err) != PF_OK)
+            fail_msg("%s: %s", good[i].fields, err.message);
+        assert_int_equal(s.replicas_per_worker, good[i].k);
+        for (int r = 0; r < good[i].k; r++) {
+            assert_int_equal(s.devices[r].device, good[i].device);
+            assert_int_equal(s.devices[r].index, r < 4 ? good[i].index[r] : 0);
+        }
+        char *json = pf_job_spec_to_json(&s);
+        assert_non_null(json);
+        size_t len = strlen(json), want = strlen(good[i].normal);
+        if (len < want || strcmp(json + len - want, good[i].normal) != 0)
+            fail_msg("%s normalises to %s, want the end %s", good[i].fields, json, good[i].normal);
+        assert_round_trip(&s, good[i].fields);
+        pf_free(json);
+        pf_job_spec_deinit(&s);
+    }
+
+    static const struct {
+        const char *fields;
+        const char *pointer;
+        const char *message; /* a part of it */
+    } bad[] = {
+        {"\"replicas_per_worker\":0}", "/replicas_per_worker", "between 1 and 16, got 0"},
+        {"\"replicas_per_worker\":17}", "/replicas_per_worker", "between 1 and 16, got 17"},
+        {"\"replicas_per_worker\":\"2\"}", "/replicas_per_worker", "expected an integer"},
+        {"\"replicas_per_worker\":2,\"device\":\"cuda\"}", "/device",
+         "one device 'cuda' for 2 replicas (replicas_per_worker): list one GPU per replica"},
+        {"\"replicas_per_worker\":2,\"device\":\"auto\"}", "/device", "one device 'auto'"},
+        {"\"device\":[]}", "/device", "expected 1 to 16 devices, one per replica, got 0"},
+        {"\"device\":[\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\","
+         "\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\",\"cpu\"]}",
+         "/device", "got 17"},
+        {"\"device\":{}}", "/device", "expected a string or an array of strings, got object"},
+        {"\"device\":[\"cpu\",\"cuda\"]}", "/device/1",
+         "cuda after cpu: a device list is all cpu or all GPUs"},
+        {"\"device\":[\"cuda:2\",\"cpu\"]}", "/device/1", "cpu after cuda"},
+        {"\"device\":[\"cuda:1\",\"cuda:2\",\"cuda:1\"]}", "/device/2",
+         "cuda:1 is listed twice (also at /device/0): one GPU per replica"},
+        {"\"device\":[\"cuda\",\"cuda:0\"]}", "/device/1", "cuda:0 is listed twice"},
+        {"\"device\":[\"auto\"]}", "/device/0", "auto is not allowed in a device list"},
+        {"\"device\":[\"cpu\",3]}", "/device/1", "expected a string, got integer"},
+        {"\"device\":[\"cuda\",\"cuda:256\"]}", "/device/1", "cuda:N takes a GPU number N"},
+        {"\"device\":[\"cpu\",\"tpu\"]}", "/device/1", "unknown value 'tpu'"},
+        {"\"replicas_per_worker\":3,\"device\":[\"cpu\",\"cpu\"]}", "/replicas_per_worker",
+         "3, but /device lists 2 devices (one per replica)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, BASE "%s", bad[i].fields);
+        pf_error err;
+        assert_int_equal(parse_fails(text, &err), PF_ERR_SPEC);
+        if (strcmp(err.pointer, bad[i].pointer) != 0 || !strstr(err.message, bad[i].message))
+            fail_msg("%s: got '%s' at %s, want '%s' at %s", bad[i].fields, err.message, err.pointer,
+                     bad[i].message, bad[i].pointer);
+        assert_null(strchr(err.message, '\n'));
+    }
+
+    /* Specs built in code that no parse gives cannot be written. */
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(BASE "\"device\":[\"cuda:0\",\"cuda:1\"]}", &s, &err), PF_OK);
+    s.devices[1].index = 0; /* one GPU for two replicas */
+    assert_null(pf_job_spec_to_json(&s));
+    s.replicas_per_worker = 0;
+    assert_null(pf_job_spec_to_json(&s));
+    s.replicas_per_worker = PF_MAX_REPLICAS_PER_WORKER + 1;
+    assert_null(pf_job_spec_to_json(&s));
+    pf_job_spec_deinit(&s);
+}
+
 /* --- failing allocations ---------------------------------------------------------------------- */
 
 /* Parse, serialise and copy with allocation k failing (and every one after it). */
@@ -651,6 +854,7 @@ int main(void) {
         cmocka_unit_test(test_error_details),     cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_load_errors),       cmocka_unit_test(test_copy_and_names),
         cmocka_unit_test(test_failing_allocator), cmocka_unit_test(test_failing_jansson_allocator),
+        cmocka_unit_test(test_device_forms),      cmocka_unit_test(test_replica_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

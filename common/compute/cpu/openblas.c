@@ -14,6 +14,10 @@
  * Reductions (row sums of softmax, the losses) accumulate in double: they are short next
  * to the gemm, and the loss a user watches should not drift with the batch size.
  * reference.c holds the naive versions these are tested against (tests/compute/test_compute.c).
+ *
+ * Threads: each gemm runs on OpenBLAS's own threads (OPENBLAS_NUM_THREADS, else one per
+ * core). Several threads calling at once (a worker's CPU replicas) would each ask for every
+ * core; pf_backend_openblas_share() splits the cores among them instead.
  */
 #include "psflow/backend.h"
 #include "psflow/mem.h"
@@ -21,6 +25,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "cpu_ops.h"
@@ -288,4 +293,24 @@ static const pf_backend openblas_backend = {
 
 const pf_backend *pf_backend_openblas(void) {
     return &openblas_backend;
+}
+
+/* --- sharing the cores ----------------------------------------------------------------------- */
+
+static pthread_once_t share_once = PTHREAD_ONCE_INIT;
+static int share_base; /* OpenBLAS's threads before the first pf_backend_openblas_share() */
+
+static void share_init(void) {
+    share_base = openblas_get_num_threads();
+    if (share_base < 1)
+        share_base = 1;
+}
+
+int pf_backend_openblas_share(int callers) {
+    pthread_once(&share_once, share_init);
+    int per = callers > 1 ? share_base / callers : share_base;
+    if (per < 1)
+        per = 1;
+    openblas_set_num_threads(per);
+    return per;
 }

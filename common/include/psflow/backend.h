@@ -103,9 +103,35 @@ typedef struct pf_backend {
 const pf_backend *pf_backend_reference(void);
 const pf_backend *pf_backend_openblas(void);
 
-/* The backend for a device: PF_DEVICE_CPU -> openblas; PF_DEVICE_CUDA -> cuda, or
- * PF_ERR_UNSUPPORTED with a one-line reason in err when the build has no CUDA or no GPU
- * is usable; PF_DEVICE_AUTO -> cuda when usable, else openblas. */
-pf_status pf_backend_for_device(pf_device device, const pf_backend **out, pf_error *err);
+/* Shares the cores among `callers` threads that call the "openblas" backend at the same time
+ * (a worker's CPU replicas), instead of each gemm asking OpenBLAS for all of them: each gemm
+ * then runs on max(1, T / callers) threads, T being OpenBLAS's thread count before the first
+ * call (OPENBLAS_NUM_THREADS, else one per core). callers <= 1 gives every gemm T threads
+ * again. Returns the threads a gemm now uses. Process-wide: call it while no gemm runs. */
+int pf_backend_openblas_share(int callers);
+
+/* The backend for a device (a job spec's "device"; index is the N of "cuda:N", 0 for
+ * "cuda"): PF_DEVICE_CPU -> openblas; PF_DEVICE_CUDA -> cuda on GPU `index`, or
+ * PF_ERR_UNSUPPORTED with the one-line reason in err when the build has no CUDA or that GPU
+ * is not usable (no driver or one too old, no GPU, index out of range, out of memory);
+ * PF_DEVICE_AUTO -> cuda on GPU 0 when usable, else openblas.
+ * On PF_OK, err (when not NULL) holds one line for the log, or "" when there is nothing to
+ * say (cpu): which GPU was taken ("device cuda:0: NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB"),
+ * or for "auto" on the CPU why no GPU was ("device \"auto\": no usable GPU (...); training
+ * on the CPU"). Any thread may call it; for cuda it also makes GPU `index` the calling
+ * thread's GPU (see pf_backend_cuda). */
+pf_status pf_backend_for_device(pf_device device, int index, const pf_backend **out, pf_error *err);
+
+/* The "cuda" table on GPU `index` (counted among the GPUs CUDA_VISIBLE_DEVICES leaves
+ * visible), in builds with CUDA only (PSFLOW_HAVE_CUDA); callers go through
+ * pf_backend_for_device. The first call for a GPU probes it. A success makes that GPU the
+ * calling thread's: the thread's ops run there until it asks for another one (as
+ * cudaSetDevice does); a thread that never asked runs on the first GPU the process probed.
+ * A buffer is only passed to ops on the GPU it was allocated on: with several GPUs (one per
+ * in-graph replica), each thread asks for its GPU before its first op. Returns the table
+ * and writes a description of the GPU to msg[0..msg_len) ("NVIDIA H100 80GB HBM3, sm_90,
+ * 79.1 GiB"), or returns NULL and writes the one-line reason the GPU is not usable (the
+ * thread's GPU is then unchanged). */
+const pf_backend *pf_backend_cuda(int index, char *msg, size_t msg_len);
 
 #endif

@@ -9,7 +9,9 @@
  * position p being example perm_e[p mod n] where e = p / n is the epoch and perm_e the
  * epoch's permutation drawn from the seed. At global step s with W workers of batch b,
  * worker i reads positions s*W*b + i*b .. s*W*b + i*b + b - 1. One process with batch W*b
- * therefore reads exactly the union of the W workers' examples at every step.
+ * therefore reads exactly the union of the W workers' examples at every step. A worker with
+ * K in-graph replicas of batch b reads as a worker of batch K*b, and its replica r what task
+ * i*K + r of W*K tasks with batch b would read (towers.h).
  */
 #ifndef PSFLOW_DATA_H
 #define PSFLOW_DATA_H

@@ -5,7 +5,10 @@
  * train and test sets and the sampler. Each pf_session_step() reads the next batch of
  * training.batch_size examples from the shuffled stream (data.h), computes the gradient of
  * the mean loss and applies the optimizer, exactly what a parameter server does with the
- * averaged gradients of its workers. Not thread-safe.
+ * averaged gradients of its workers. With replicas_per_worker K > 1 the batch is K *
+ * training.batch_size examples, split over K in-graph replicas whose gradients are averaged
+ * (towers.h), as one worker with K replicas computes it. Not thread-safe: one thread creates,
+ * steps and destroys a session.
  */
 #ifndef PSFLOW_SESSION_H
 #define PSFLOW_SESSION_H
@@ -19,7 +22,7 @@
 #include "psflow/spec.h"
 
 typedef struct pf_session_options {
-    const pf_backend *backend; /* NULL: the backend for spec->device */
+    const pf_backend *backend; /* NULL: each replica's device of the spec (devices[r]) */
     bool load_test;            /* also load the test set (when the spec names one) */
 } pf_session_options;
 

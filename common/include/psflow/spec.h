@@ -20,11 +20,13 @@
 
 #include "psflow/status.h"
 
-#define PF_NAME_MAX       63        /* job names: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars */
-#define PF_MAX_HIDDEN     8         /* hidden layers an mlp may have */
-#define PF_MAX_DATA_FILES 2         /* idx: images + labels; csv: one file */
-#define PF_MAX_UNITS      (1 << 20) /* upper bound for inputs, outputs and each hidden width */
-#define PF_MAX_REPLICAS   1024      /* upper bound for replicas.ps and replicas.worker */
+#define PF_NAME_MAX                63 /* job names: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars */
+#define PF_MAX_HIDDEN              8         /* hidden layers an mlp may have */
+#define PF_MAX_DATA_FILES          2         /* idx: images + labels; csv: one file */
+#define PF_MAX_UNITS               (1 << 20) /* upper bound for inputs, outputs and each hidden width */
+#define PF_MAX_REPLICAS            1024      /* upper bound for replicas.ps and replicas.worker */
+#define PF_MAX_GPU_INDEX           255       /* the largest N of "device": "cuda:N" */
+#define PF_MAX_REPLICAS_PER_WORKER 16        /* in-graph replicas one worker may run */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
@@ -45,6 +47,12 @@ typedef enum {
     PF_RESTART_EXIT_CODE
 } pf_restart_policy;
 typedef enum { PF_DEVICE_CPU, PF_DEVICE_CUDA, PF_DEVICE_AUTO } pf_device;
+
+/* One device as the spec spells it. */
+typedef struct pf_device_spec {
+    pf_device device; /* "cpu" | "cuda" | "cuda:N" | "auto" */
+    int index;        /* cuda: the N of "cuda:N", 0..PF_MAX_GPU_INDEX ("cuda" is 0); else 0 */
+} pf_device_spec;
 
 typedef struct pf_replicas {
     int ps;        /* 1..PF_MAX_REPLICAS [1] */
@@ -95,7 +103,8 @@ typedef struct pf_optimizer_spec {
 
 typedef struct pf_training_spec {
     pf_training_mode mode;     /* [async] */
-    int batch_size;            /* per worker, 1..1048576 [100] */
+    int batch_size;            /* per in-graph replica, 1..1048576 [100]: a worker with K
+                                  replicas reads K * batch_size examples a step */
     int64_t max_steps;         /* global steps, >= 1 [1000] */
     int replicas_to_aggregate; /* 1..replicas.worker [= replicas.worker] */
     uint64_t seed;             /* [1] */
@@ -134,7 +143,15 @@ typedef struct pf_job_spec {
     pf_partitioner_spec partitioner; /* "placement.partitioner" */
     pf_checkpoint_spec checkpoint;
     pf_run_policy_spec run_policy;
-    pf_device device; /* "cpu" | "cuda" | "auto" [cpu] */
+    /* In-graph replicas: each worker (and psflow train) runs replicas_per_worker copies of
+     * the model, replica r on devices[r], each on batch_size examples, and averages their
+     * gradients in replica order. "replicas_per_worker": 1..PF_MAX_REPLICAS_PER_WORKER [1,
+     * or the length of a "device" list]. "device": one device for every replica ("cpu"
+     * [default], "cuda", "cuda:N", "auto"; with more than one replica only "cpu"), or a
+     * list of one device per replica: all "cpu", or distinct GPUs ("cuda", "cuda:N").
+     * devices[r] is set for every r < replicas_per_worker. */
+    int replicas_per_worker;
+    pf_device_spec devices[PF_MAX_REPLICAS_PER_WORKER];
 } pf_job_spec;
 
 /* Parses and validates `len` bytes of JSON into *out (which needs no prior init and holds
@@ -162,5 +179,10 @@ const char *pf_model_type_name(pf_model_type t);
 const char *pf_activation_name(pf_activation a);
 const char *pf_optimizer_type_name(pf_optimizer_type t);
 const char *pf_device_name(pf_device d);
+
+/* A device as the spec spells it: "cpu", "cuda", "cuda:N" (N in 0..PF_MAX_GPU_INDEX, without
+ * sign or leading zeros; "cuda:0" is "cuda") or "auto". Fills *device and *index (0 unless
+ * "cuda:N"); PF_ERR_SPEC for anything else (then CPU and 0). */
+pf_status pf_device_parse(const char *text, pf_device *device, int *index);
 
 #endif

@@ -83,8 +83,9 @@ static void task_finish(task *t, int state, int code, const char *message) {
 static void *ps_task_main(void *arg) {
     task *t = arg;
     const agent_options *o = t->a->o;
-    ps_server_options so = {&t->spec,          t->index,       o->listen_host,       o->listen_port,
-                            o->checkpoint_dir, t->incarnation, o->exit_grace_seconds};
+    ps_server_options so = {
+        &t->spec,          t->index,       o->listen_host,        o->listen_port,
+        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, NULL};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;

@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "wire: %s\n", err.message);
             return 1;
         }
-        ps_server_options so = {&spec, 0, "127.0.0.1", 0, dir, 1, 0};
+        ps_server_options so = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL};
         ps_server *server;
         if (ps_server_start(&so, &server, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);

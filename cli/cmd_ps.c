@@ -124,8 +124,8 @@ int cli_ps(int argc, char **argv) {
     }
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
     ps_server_options so = {
-        &n.spec,      n.index, host, port, ckpt ? ckpt : "./checkpoints", node_incarnation(),
-        (double)grace};
+        &n.spec,       n.index, host, port, ckpt ? ckpt : "./checkpoints", node_incarnation(),
+        (double)grace, NULL};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;

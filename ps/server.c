@@ -31,7 +31,8 @@
 typedef struct peer {
     struct peer *next;
     uint64_t conn;
-    int hello;
+    int hello; /* HELLO accepted: role, task and incarnation below are the peer's */
+    uint8_t role;
     int task;
     uint64_t incarnation;
     pf_wire_in in;
@@ -69,6 +70,10 @@ struct ps_server {
     int n_peers;
     unsigned char *seen; /* training tasks that have said HELLO, under mu */
     int n_seen;
+    int has_key;
+    uint8_t job_key[32];
+    uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
+    uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
     double final_time;
     volatile sig_atomic_t stop;
     /* counters published by the service thread for ps_server_stats (atomic access) */
@@ -108,9 +113,19 @@ static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     s->errors++;
+    /* Every refusal is answered; the log names the first of each code and then every
+     * power of two, so a peer sending garbage cannot flood it. */
+    uint64_t n = ++s->refusals[code <= PF_WIRE_UNAUTHENTICATED ? code : PF_WIRE_INTERNAL];
+    if ((n & (n - 1)) == 0)
+        logf_(s, "refused (%s, %" PRIu64 " so far): %s", pf_wire_code_name(code), n, msg);
     pf_error err;
     if (pf_wire_encode_error(&s->out, request_id, code, msg, &err) == PF_OK)
         send_out(s, conn);
+}
+
+static const char *role_name(uint8_t role) {
+    static const char *const names[] = {"worker", "chief", "evaluator", "tool"};
+    return role < 4 ? names[role] : "unknown role";
 }
 
 static uint64_t version(const ps_server *s) {
@@ -186,14 +201,22 @@ static const uint32_t push_result_wire[] = {
 static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_local = ps_shards_count(s->shards);
     int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
-    if (!p->hello) {
-        send_error(s, p->conn, request_id, PF_WIRE_NOT_READY, "push before HELLO");
+    if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
+        send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
+                   role_name(p->role));
         return -1;
     }
     if (push->task_index >= (uint32_t)n_tasks) {
         send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
                    "task index %" PRIu32 " out of range (job has %d training tasks)",
                    push->task_index, n_tasks);
+        return -1;
+    }
+    if (push->task_index != (uint32_t)p->task || push->incarnation != p->incarnation) {
+        send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                   "push names task %" PRIu32 " incarnation %" PRIu64
+                   "; this connection said HELLO as task %d incarnation %" PRIu64,
+                   push->task_index, push->incarnation, p->task, p->incarnation);
         return -1;
     }
     if (push->n != (uint32_t)n_local) {
@@ -243,6 +266,18 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
 
 static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                               const pf_wire_checkpoint *c) {
+    if (p->role != PF_WIRE_ROLE_CHIEF) {
+        send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                   "only the chief may checkpoint (this connection is %s %d)", role_name(p->role),
+                   p->task);
+        return;
+    }
+    if (p->incarnation < s->chief_incarnation) {
+        send_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                   "checkpoint from chief incarnation %" PRIu64 ", replaced by %" PRIu64,
+                   p->incarnation, s->chief_incarnation);
+        return;
+    }
     pf_error err;
     pf_error_clear(&err);
     char path[2048] = "";
@@ -292,6 +327,62 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
         send_out(s, p->conn);
 }
 
+/* Checks who a HELLO says it is against the job: the job's name, and a role and index the
+ * job has (the chief is training task 0, workers 1 .. n-1 follow it; evaluators count
+ * from 0; a tool says 0). Returns 0 or sends an error. */
+static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
+    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    if (p->hello) {
+        send_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                   "a second HELLO on a connection that said HELLO as %s %d", role_name(p->role),
+                   p->task);
+        return -1;
+    }
+    if (h->job.len != strlen(s->spec.name) || memcmp(h->job.ptr, s->spec.name, h->job.len) != 0) {
+        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE, "this ps serves job '%s', not '%.*s'",
+                   s->spec.name, (int)h->job.len, h->job.ptr);
+        return -1;
+    }
+    uint32_t lo = 0, end = 1; /* the task indices the role may name: [lo, end) */
+    if (h->role == PF_WIRE_ROLE_CHIEF)
+        end = 1;
+    else if (h->role == PF_WIRE_ROLE_WORKER)
+        lo = 1, end = (uint32_t)n_tasks;
+    else if (h->role == PF_WIRE_ROLE_EVALUATOR)
+        end = (uint32_t)s->spec.replicas.evaluator;
+    if (h->task_index < lo || h->task_index >= end) {
+        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                   "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
+                   role_name(h->role), h->task_index, s->spec.name, lo, (int64_t)end - 1);
+        return -1;
+    }
+    return 0;
+}
+
+static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
+    if (check_hello(s, p, request_id, h) != 0)
+        return;
+    p->hello = 1;
+    p->role = h->role;
+    p->task = (int)h->task_index;
+    p->incarnation = h->incarnation;
+    if (p->role == PF_WIRE_ROLE_CHIEF && p->incarnation > s->chief_incarnation)
+        s->chief_incarnation = p->incarnation;
+    if (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->seen[p->task]) { /* p->task < n_tasks: check_hello */
+            s->seen[p->task] = 1;
+            s->n_seen++;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
+                             (uint32_t)ps_shards_count(s->shards)};
+    pf_error err;
+    if (pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err) == PF_OK)
+        send_out(s, p->conn);
+}
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     (void)ws;
@@ -307,33 +398,20 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         send_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
         return;
     }
-    switch (m.type) {
-    case PF_WIRE_HELLO: {
-        const pf_wire_hello *h = &m.u.hello;
-        if (h->job.len != strlen(s->spec.name) ||
-            memcmp(h->job.ptr, s->spec.name, h->job.len) != 0) {
-            send_error(s, conn, m.request_id, PF_WIRE_BAD_VALUE,
-                       "this ps serves job '%s', not '%.*s'", s->spec.name, (int)h->job.len,
-                       h->job.ptr);
-            return;
-        }
-        p->hello = 1;
-        p->task = (int)h->task_index;
-        int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
-        pthread_mutex_lock(&s->mu);
-        if (h->role != PF_WIRE_ROLE_TOOL && p->task < n_tasks && !s->seen[p->task]) {
-            s->seen[p->task] = 1;
-            s->n_seen++;
-        }
-        pthread_mutex_unlock(&s->mu);
-        p->incarnation = h->incarnation;
-        pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
-                                 (uint32_t)ps_shards_count(s->shards)};
-        if (pf_wire_encode_hello_ack(&s->out, m.request_id, &ack, &err) == PF_OK)
-            send_out(s, conn);
+    if (!p->hello && m.type != PF_WIRE_HELLO) {
+        send_error(s, conn, m.request_id, PF_WIRE_UNEXPECTED, "%s before HELLO",
+                   pf_wire_type_name(m.type));
         return;
     }
+    switch (m.type) {
+    case PF_WIRE_HELLO:
+        handle_hello(s, p, m.request_id, &m.u.hello);
+        return;
     case PF_WIRE_PULL:
+        if (p->role == PF_WIRE_ROLE_TOOL) {
+            send_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN, "a tool may not pull");
+            return;
+        }
         if (check_ids(s, conn, m.request_id, m.u.pull.ids, m.u.pull.n) == 0)
             pull_or_park(s, p, m.request_id, &m.u.pull, 0);
         return;
@@ -398,8 +476,8 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         if (p->conn != conn)
             continue;
         *pp = p->next;
-        if (p->hello)
-            logf_(s, "worker task %d disconnected", p->task);
+        if (p->hello && p->role != PF_WIRE_ROLE_TOOL)
+            logf_(s, "%s %d disconnected", role_name(p->role), p->task);
         pf_wire_in_deinit(&p->in);
         pf_free(p->ids);
         pf_free(p);
@@ -467,6 +545,12 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     if ((st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws, err)) !=
         PF_OK)
         goto fail;
+    if (!s->has_key)
+        logf_(s,
+              "the data plane is unauthenticated: any peer that reaches port %d and names "
+              "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
+              "of the job's key)",
+              pf_ws_port(s->ws), s->spec.name);
     logf_(s, "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64,
           n_local, s->placement.bytes_per_ps[s->task], s->spec.name, pf_ws_port(s->ws), version(s));
     *out = s;

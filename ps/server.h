@@ -23,6 +23,9 @@ typedef struct ps_server_options {
     const char *checkpoint_dir; /* root of <dir>/<job>/step-<N>/ */
     uint64_t incarnation;       /* differs on every start of this task */
     double exit_grace_seconds;  /* after the final checkpoint, wait this long for workers */
+    /* The job's data-plane key (PF_WIRE_KEY_SIZE bytes, pf_wire_auth.h), or NULL: then any
+     * peer that names the job is served, and the ps says so once at start. */
+    const uint8_t *job_key;
 } ps_server_options;
 
 typedef struct ps_server ps_server;

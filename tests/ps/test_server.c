@@ -143,7 +143,7 @@ static int setup(void **state) {
     snprintf(fx.dir, sizeof fx.dir, "/tmp/psflow-server-XXXXXX");
     if (!mkdtemp(fx.dir))
         return -1;
-    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0};
+    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0, NULL};
     if (ps_server_start(&o, &fx.server, &err) != PF_OK)
         return -1;
     pthread_mutex_init(&fx.c.mu, NULL);
@@ -207,23 +207,45 @@ static void test_bad_frames_change_nothing(void **state) {
     for (size_t i = 0; i < 64; i++)
         grad_data[i] = 0.25f;
     size_t len0, len1;
-    uint8_t *before = snapshot(&len0);
 
     /* A push before HELLO is refused. */
-    encode_push(0, 1, 1, 0, 0);
-    expect_error(PF_WIRE_NOT_READY);
+    encode_push(0, 5, 1, 0, 0);
+    expect_error(PF_WIRE_UNEXPECTED);
 
-    pf_wire_hello h = {PF_WIRE_ROLE_WORKER, 0, 1, {"frames", 6}};
+    /* HELLOs naming an index the job does not have are refused (the chief is task 0,
+     * workers follow it; 2^31 and 2^32-1 once indexed memory the ps does not own). */
     pf_error err;
-    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &h, &err), PF_OK);
     pf_wire_msg m;
+    pf_wire_hello bad[] = {
+        {PF_WIRE_ROLE_WORKER, 0x80000000u, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_WORKER, 0xffffffffu, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_WORKER, 2, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_WORKER, 0, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_CHIEF, 1, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_EVALUATOR, 0, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_TOOL, 1, 5, {"frames", 6}},
+        {PF_WIRE_ROLE_CHIEF, 0, 5, {"frame", 5}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &bad[i], &err), PF_OK);
+        expect_error(PF_WIRE_BAD_VALUE);
+    }
+    encode_push(0, 5, 1, 0, 0);
+    expect_error(PF_WIRE_UNEXPECTED);
+
+    pf_wire_hello h = {PF_WIRE_ROLE_CHIEF, 0, 5, {"frames", 6}};
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &h, &err), PF_OK);
     exchange(&m);
     assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
+    uint8_t *before = snapshot(&len0);
+    /* One HELLO per connection: who it is cannot change. */
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &h, &err), PF_OK);
+    expect_error(PF_WIRE_UNEXPECTED);
 
     /* Raw garbage at the framing level. */
     pf_buf whole;
     pf_buf_init(&whole, 1u << 20);
-    encode_push(0, 1, 1, 0, 0);
+    encode_push(0, 5, 1, 0, 0);
     assert_int_equal(pf_wire_out_gather(&fx.out, &whole), PF_OK);
     uint8_t *bytes = malloc(whole.len);
     memcpy(bytes, whole.data, whole.len);
@@ -253,12 +275,17 @@ static void test_bad_frames_change_nothing(void **state) {
     pf_buf_deinit(&whole);
 
     /* Well-formed frames that do not fit this ps. */
-    encode_push(0, 1, 1, 1, 0);
+    encode_push(0, 5, 1, 1, 0);
     expect_error(PF_WIRE_UNKNOWN_SHARD);
-    encode_push(0, 1, 1, 0, 1);
+    encode_push(0, 5, 1, 0, 1);
     expect_error(PF_WIRE_BAD_SHAPE);
-    encode_push(7, 1, 1, 0, 0);
+    encode_push(7, 5, 1, 0, 0);
     expect_error(PF_WIRE_BAD_VALUE);
+    /* A push naming another task or incarnation than the connection's HELLO. */
+    encode_push(1, 5, 1, 0, 0);
+    expect_error(PF_WIRE_FORBIDDEN);
+    encode_push(0, 6, 1, 0, 0);
+    expect_error(PF_WIRE_FORBIDDEN);
     /* A pull, or the pull half of a push-pull, that names a shard twice: its reply would
      * not fit what the ps sets aside for one (with several ps, a pull may name up to the
      * job's shard count, more than one ps holds). */
@@ -270,7 +297,7 @@ static void test_bad_frames_change_nothing(void **state) {
         static pf_wire_tensor t[64];
         for (int i = 0; i < fx.pl.n_shards; i++)
             t[i] = (pf_wire_tensor){(uint32_t)i, PF_WIRE_F32, fx.pl.shards[i].count, grad_data};
-        pf_wire_push_pull pp = {{0, 1, 1, 0, (uint32_t)fx.pl.n_shards, t}, dup};
+        pf_wire_push_pull pp = {{0, 5, 1, 0, (uint32_t)fx.pl.n_shards, t}, dup};
         assert_int_equal(pf_wire_encode_push_pull(&fx.out, 4, &pp, &err), PF_OK);
         expect_error(PF_WIRE_UNKNOWN_SHARD);
     }
@@ -293,9 +320,9 @@ static void test_bad_frames_change_nothing(void **state) {
     exchange(&m);
     assert_int_equal(m.type, PF_WIRE_PUSH_ACK);
     assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_DUPLICATE);
-    /* ...nor does a push from an older incarnation of the task. */
+    /* ...nor does a push naming an older incarnation of the task. */
     encode_push(0, 4, 2, 0, 0);
-    expect_error(PF_WIRE_STALE_INCARNATION);
+    expect_error(PF_WIRE_FORBIDDEN);
     after = snapshot(&len1);
     assert_memory_equal(changed, after, len0);
     free(after);

@@ -26,6 +26,7 @@
 
 #include "psflow/clock.h"
 #include "psflow/model.h"
+#include "psflow/wire.h"
 #include "ps/server.h"
 #include "worker/link.h"
 
@@ -201,7 +202,7 @@ int main(int argc, char **argv) {
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
         const char *addrs[] = {addr};
-        worker_link_options co = {&spec, addrs, 0, 0, 1, 10, NULL};
+        worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 1, 10, NULL, NULL};
         worker_link *link;
         if (worker_link_create(&co, &link, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);

@@ -11,6 +11,7 @@
 #include "ps/server.h"
 #include "psflow/address.h"
 #include "psflow/mem.h"
+#include "psflow/wire_auth.h"
 
 static ps_server *running_ps;
 
@@ -123,13 +124,26 @@ int cli_ps(int argc, char **argv) {
         return PF_EX_USAGE;
     }
     const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
-    ps_server_options so = {
-        &n.spec,       n.index, host, port, ckpt ? ckpt : "./checkpoints", node_incarnation(),
-        (double)grace, NULL};
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    int has_key = node_job_key("ps", n.spec.name, key);
+    if (has_key < 0) {
+        node_deinit(&n);
+        return -has_key;
+    }
+    ps_server_options so = {&n.spec,
+                            n.index,
+                            host,
+                            port,
+                            ckpt ? ckpt : "./checkpoints",
+                            node_incarnation(),
+                            (double)grace,
+                            has_key ? key : NULL};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
-    if (ps_server_start(&so, &s, &err) != PF_OK) {
+    pf_status started = ps_server_start(&so, &s, &err);
+    pf_wire_key_clear(key, sizeof key);
+    if (started != PF_OK) {
         fprintf(stderr, "psflow ps %d: %s\n", n.index, err.message);
         node_deinit(&n);
         return PF_EX_UNAVAILABLE;

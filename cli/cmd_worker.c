@@ -9,6 +9,7 @@
 #include "cli/node.h"
 #include "cli/options.h"
 #include "psflow/mem.h"
+#include "psflow/wire_auth.h"
 #include "worker/trainer.h"
 
 int cli_worker(int argc, char **argv) {
@@ -113,6 +114,13 @@ int cli_worker(int argc, char **argv) {
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
     };
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    int has_key = node_job_key("worker", n.spec.name, key);
+    if (has_key < 0) {
+        node_deinit(&n);
+        return -has_key;
+    }
+    wo.job_key = has_key ? key : NULL;
     agent_reporter *rep = NULL;
     if (coordinator) {
         char token[512], name[32];
@@ -130,6 +138,7 @@ int cli_worker(int argc, char **argv) {
         wo.report_ctx = rep;
     }
     pf_status st = worker_run(&wo);
+    pf_wire_key_clear(key, sizeof key);
     agent_reporter_destroy(rep, 5.0);
     rc = st == PF_OK ? 0 : pf_exit_code(st);
     node_deinit(&n);

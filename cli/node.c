@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/footprint.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
+#include "psflow/wire_auth.h"
 
 void node_deinit(node *n) {
     pf_job_spec_deinit(&n->spec);
@@ -108,6 +110,18 @@ int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, i
         return PF_EX_DATAERR;
     }
     return 0;
+}
+
+int node_job_key(const char *cmd, const char *job, uint8_t *key) {
+    char token[512];
+    int rc = cli_token(cmd, token, sizeof token);
+    if (rc)
+        return -rc;
+    if (!token[0])
+        return 0;
+    pf_wire_job_key(token, strlen(token), job, key);
+    pf_wire_key_clear(token, sizeof token);
+    return 1;
 }
 
 uint64_t node_incarnation(void) {

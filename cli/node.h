@@ -36,6 +36,12 @@ void node_deinit(node *n);
 int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, int index,
                    long long memory);
 
+/* The job's data-plane key for a static node (api/wire.md, "Authentication"): derived from
+ * PSFLOW_TOKEN (or the first line of PSFLOW_TOKEN_FILE) and the job's name into
+ * key[PF_WIRE_KEY_SIZE]. Returns 1 with a key, 0 when neither is set (the data plane is then
+ * unauthenticated), or -exit code after printing why the token file cannot be read. */
+int node_job_key(const char *cmd, const char *job, uint8_t *key);
+
 /* A new incarnation for a task this process starts: microseconds since the epoch, so a
  * restarted task always gets a larger one. */
 uint64_t node_incarnation(void);

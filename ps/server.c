@@ -24,6 +24,7 @@
 #include "psflow/mem.h"
 #include "psflow/placement.h"
 #include "psflow/wire.h"
+#include "psflow/wire_auth.h"
 #include "psflow/ws.h"
 #include "ps/checkpoint.h"
 #include "ps/shard.h"
@@ -35,6 +36,12 @@ typedef struct peer {
     uint8_t role;
     int task;
     uint64_t incarnation;
+    /* with a key: a HELLO waiting for its AUTH_PROOF */
+    int challenged;
+    pf_wire_hello pending; /* its job view is not kept */
+    uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
+    size_t hello_len;
+    uint8_t nonce[PF_WIRE_NONCE_SIZE];
     pf_wire_in in;
     /* a parked pull */
     int parked;
@@ -71,7 +78,7 @@ struct ps_server {
     unsigned char *seen; /* training tasks that have said HELLO, under mu */
     int n_seen;
     int has_key;
-    uint8_t job_key[32];
+    uint8_t job_key[PF_WIRE_KEY_SIZE];
     uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
     uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
     double final_time;
@@ -101,6 +108,10 @@ static void send_out(ps_server *s, uint64_t conn) {
               pf_wire_out_len(&s->out));
         pf_ws_close(s->ws, conn);
     }
+}
+
+static void close_conn(ps_server *s, uint64_t conn) {
+    pf_ws_close(s->ws, conn); /* after what was queued for it is written */
 }
 
 static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -359,9 +370,8 @@ static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     return 0;
 }
 
-static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
-    if (check_hello(s, p, request_id, h) != 0)
-        return;
+/* Serves the connection as the task its HELLO names, from now on. */
+static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
     p->hello = 1;
     p->role = h->role;
     p->task = (int)h->task_index;
@@ -383,6 +393,65 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         send_out(s, p->conn);
 }
 
+/* A HELLO: served at once without a key; with one, answered by AUTH_CHALLENGE and held
+ * until the task proves the key (check_proof). */
+static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h,
+                         const uint8_t *msg, size_t len) {
+    if (check_hello(s, p, request_id, h) != 0)
+        return;
+    if (!s->has_key) {
+        accept_hello(s, p, request_id, h);
+        return;
+    }
+    pf_error err;
+    if (len > sizeof p->hello_msg || pf_wire_nonce(p->nonce, &err) != PF_OK) {
+        send_error(s, p->conn, request_id, PF_WIRE_INTERNAL, "cannot start authentication");
+        return; /* cannot happen: a decoded HELLO fits; the generator failing */
+    }
+    memcpy(p->hello_msg, msg, len);
+    p->hello_len = len;
+    p->pending = *h;
+    p->pending.job = (pf_wire_str){NULL, 0};
+    p->challenged = 1;
+    pf_wire_auth a = {p->nonce, NULL};
+    if (pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err) == PF_OK)
+        send_out(s, p->conn);
+}
+
+/* The message after AUTH_CHALLENGE: an AUTH_PROOF under the key of the task the HELLO
+ * named, or the connection is refused and closed. A valid proof is answered by AUTH_OK
+ * (the ps's own proof) and HELLO_ACK. */
+static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded) {
+    p->challenged = 0;
+    uint8_t key[PF_WIRE_KEY_SIZE], want[PF_WIRE_MAC_SIZE];
+    pf_wire_task_key(s->job_key, p->pending.role, p->pending.task_index, key);
+    int ok = decoded && m->type == PF_WIRE_AUTH_PROOF;
+    if (ok) {
+        pf_wire_proof(key, PF_WIRE_PROOF_TASK, p->hello_msg, p->hello_len, p->nonce,
+                      m->u.auth.nonce, want);
+        ok = pf_wire_mac_equal(want, m->u.auth.mac);
+    }
+    if (!ok) {
+        pf_wire_key_clear(key, sizeof key);
+        send_error(s, p->conn, m->request_id, PF_WIRE_UNAUTHENTICATED,
+                   "%s %" PRIu32 " of job %s did not prove the job's key (%s); closing",
+                   role_name(p->pending.role), p->pending.task_index, s->spec.name,
+                   !decoded                        ? "a malformed message"
+                   : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
+                                                   : "wrong proof");
+        close_conn(s, p->conn);
+        return;
+    }
+    pf_wire_proof(key, PF_WIRE_PROOF_PS, p->hello_msg, p->hello_len, p->nonce, m->u.auth.nonce,
+                  want);
+    pf_wire_key_clear(key, sizeof key);
+    pf_wire_auth a = {NULL, want};
+    pf_error err;
+    if (pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err) == PF_OK)
+        send_out(s, p->conn);
+    accept_hello(s, p, m->request_id, &p->pending);
+}
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     (void)ws;
@@ -394,7 +463,12 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     memset(&m, 0, sizeof m);
     pf_error err;
     pf_error_clear(&err);
-    if (pf_wire_decode(&p->in, data, len, &m, &err) != PF_OK) {
+    pf_status decoded = pf_wire_decode(&p->in, data, len, &m, &err);
+    if (p->challenged) {
+        check_proof(s, p, &m, decoded == PF_OK);
+        return;
+    }
+    if (decoded != PF_OK) {
         send_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
         return;
     }
@@ -405,7 +479,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     }
     switch (m.type) {
     case PF_WIRE_HELLO:
-        handle_hello(s, p, m.request_id, &m.u.hello);
+        handle_hello(s, p, m.request_id, &m.u.hello, data, len);
         return;
     case PF_WIRE_PULL:
         if (p->role == PF_WIRE_ROLE_TOOL) {
@@ -500,6 +574,10 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     s->task = o->ps_task;
     s->incarnation = o->incarnation;
     s->grace = o->exit_grace_seconds;
+    if (o->job_key) {
+        s->has_key = 1;
+        memcpy(s->job_key, o->job_key, PF_WIRE_KEY_SIZE);
+    }
     snprintf(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s",
              o->checkpoint_dir ? o->checkpoint_dir : "./checkpoints");
     pf_status st = pf_job_spec_copy(&s->spec, o->spec);
@@ -609,6 +687,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->pulled);
     pf_free(s->seen);
     pf_job_spec_deinit(&s->spec);
+    pf_wire_key_clear(s->job_key, sizeof s->job_key);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pf_free(s);

@@ -20,6 +20,7 @@
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/wire.h"
+#include "psflow/wire_auth.h"
 #include "psflow/ws.h"
 
 enum { REQ_DATA, REQ_CHECKPOINT };
@@ -50,8 +51,14 @@ typedef struct ps_link {
     uint64_t version;
     uint64_t ps_incarnation;
     uint32_t push_result;
+    /* the authentication of the current connection (api/wire.md) */
+    int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
+    uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */
+    size_t hello_len;
+    uint8_t nonce_ps[PF_WIRE_NONCE_SIZE], nonce_task[PF_WIRE_NONCE_SIZE];
     /* service thread only */
     pf_wire_in in;
+    pf_wire_out auth_out; /* AUTH_PROOF */
 } ps_link;
 
 struct worker_link {
@@ -63,6 +70,8 @@ struct worker_link {
     int task;
     uint8_t role;
     uint64_t incarnation;
+    int has_key;
+    uint8_t task_key[PF_WIRE_KEY_SIZE];
     double retry;
     const int *stop; /* see worker_link_options */
     uint64_t seq;
@@ -111,6 +120,59 @@ static pf_status take_values(worker_link *c, ps_link *l, const pf_wire_pull_repl
     return PF_OK;
 }
 
+/* AUTH_CHALLENGE and AUTH_OK, the ps's part of the exchange that answers our HELLO. Returns
+ * 0 to keep waiting for HELLO_ACK, or -1 with msg saying why the ps is refused. Under mu. */
+static int authenticate(worker_link *c, ps_link *l, uint64_t conn, const pf_wire_msg *m, char *msg,
+                        size_t len) {
+    pf_error err;
+    if (m->type == PF_WIRE_AUTH_CHALLENGE) {
+        if (!c->has_key) {
+            snprintf(msg, len,
+                     "ps %d requires a proof of the job's key: give this task the job's "
+                     "PSFLOW_TOKEN (or PSFLOW_TOKEN_FILE)",
+                     l->index);
+            return -1;
+        }
+        if (l->auth != 0 || l->hello_len == 0) {
+            snprintf(msg, len, "ps %d sent AUTH_CHALLENGE out of turn", l->index);
+            return -1;
+        }
+        uint8_t mac[PF_WIRE_MAC_SIZE];
+        memcpy(l->nonce_ps, m->u.auth.nonce, PF_WIRE_NONCE_SIZE);
+        if (pf_wire_nonce(l->nonce_task, &err) != PF_OK) {
+            snprintf(msg, len, "%s", err.message);
+            return -1;
+        }
+        pf_wire_proof(c->task_key, PF_WIRE_PROOF_TASK, l->hello_msg, l->hello_len, l->nonce_ps,
+                      l->nonce_task, mac);
+        pf_wire_auth a = {l->nonce_task, mac};
+        struct iovec part[2];
+        if (pf_wire_encode_auth(&l->auth_out, PF_WIRE_AUTH_PROOF, m->request_id, &a, &err) !=
+                PF_OK ||
+            pf_wire_out_parts(&l->auth_out, part, 2) != 1 ||
+            pf_ws_sendv(c->ws, conn, part, 1) != PF_OK) {
+            snprintf(msg, len, "cannot answer the challenge of ps %d", l->index);
+            return -1;
+        }
+        l->auth = 1;
+        return 0;
+    }
+    /* AUTH_OK: the ps's proof over the same transcript */
+    uint8_t want[PF_WIRE_MAC_SIZE];
+    if (!c->has_key || l->auth != 1) {
+        snprintf(msg, len, "ps %d sent AUTH_OK out of turn", l->index);
+        return -1;
+    }
+    pf_wire_proof(c->task_key, PF_WIRE_PROOF_PS, l->hello_msg, l->hello_len, l->nonce_ps,
+                  l->nonce_task, want);
+    if (!pf_wire_mac_equal(want, m->u.auth.mac)) {
+        snprintf(msg, len, "ps %d could not prove the job's key: not a ps of this job", l->index);
+        return -1;
+    }
+    l->auth = 2;
+    return 0;
+}
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     (void)conn;
@@ -128,13 +190,27 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         pthread_mutex_unlock(&c->mu);
         return; /* a late answer to a request that was given up */
     }
-    l->waiting = 0;
     char msg[256] = "";
-    if (st != PF_OK) {
+    if (st == PF_OK && (m.type == PF_WIRE_AUTH_CHALLENGE || m.type == PF_WIRE_AUTH_OK) &&
+        authenticate(c, l, conn, &m, msg, sizeof msg) == 0) {
+        pthread_mutex_unlock(&c->mu);
+        return; /* HELLO_ACK is still to come */
+    }
+    l->waiting = 0;
+    if (msg[0]) {
+        st = PF_ERR_INVALID; /* authenticate() refused the ps */
+    } else if (st != PF_OK) {
         snprintf(msg, sizeof msg, "bad reply from ps %d: %.200s", l->index, err.message);
     } else {
         switch (m.type) {
         case PF_WIRE_HELLO_ACK:
+            if (c->has_key && l->auth != 2) {
+                st = PF_ERR_INVALID;
+                snprintf(msg, sizeof msg,
+                         "ps %d answered HELLO without proving the job's key; refusing it",
+                         l->index);
+                break;
+            }
             l->version = m.u.hello_ack.version;
             l->ps_incarnation = m.u.hello_ack.ps_incarnation;
             break;
@@ -270,6 +346,16 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             l->request_id = ++c->next_request;
             pf_error e2;
             st = pf_wire_encode_hello(&l->out, l->request_id, &h, &e2);
+            struct iovec part[2];
+            pthread_mutex_lock(&c->mu);
+            l->auth = 0;
+            l->hello_len = 0;
+            if (st == PF_OK && pf_wire_out_parts(&l->out, part, 2) == 1 &&
+                part[0].iov_len <= sizeof l->hello_msg) {
+                memcpy(l->hello_msg, part[0].iov_base, part[0].iov_len);
+                l->hello_len = part[0].iov_len; /* the transcript's HELLO, as sent */
+            }
+            pthread_mutex_unlock(&c->mu);
             if (st == PF_OK)
                 st = send_request(c, l, 0);
             hello_out = l->out;
@@ -407,6 +493,10 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     c->incarnation = o->incarnation;
     c->retry = o->retry_seconds > 0 ? o->retry_seconds : 60;
     c->stop = o->stop;
+    if (o->task_key) {
+        c->has_key = 1;
+        memcpy(c->task_key, o->task_key, PF_WIRE_KEY_SIZE);
+    }
     pf_status st = pf_job_spec_copy(&c->spec, o->spec);
     if (st == PF_OK)
         st = pf_placement_compute(&c->spec, &c->placement);
@@ -427,6 +517,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
         ps_link *l = &c->links[p];
         l->index = p;
         pf_wire_out_init(&l->out);
+        pf_wire_out_init(&l->auth_out);
         pf_wire_in_init(&l->in, 0, 0);
         if (pf_split_host_port(o->ps_addrs[p], l->host, sizeof l->host, &l->port) != 0 ||
             l->port == 0) {
@@ -482,6 +573,7 @@ void worker_link_destroy(worker_link *c) {
     pf_ws_destroy(c->ws);
     for (int p = 0; c->links && p < c->n; p++) {
         pf_wire_out_deinit(&c->links[p].out);
+        pf_wire_out_deinit(&c->links[p].auth_out);
         pf_wire_in_deinit(&c->links[p].in);
         pf_free(c->links[p].ids);
         pf_free(c->links[p].places);
@@ -493,6 +585,7 @@ void worker_link_destroy(worker_link *c) {
     pf_job_spec_deinit(&c->spec);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    pf_wire_key_clear(c->task_key, sizeof c->task_key);
     pf_free(c);
 }
 

@@ -31,6 +31,10 @@ typedef struct worker_link_options {
     uint64_t incarnation;
     double retry_seconds; /* give up reconnecting after this long */
     const int *stop;      /* NULL, or a flag another thread sets to abandon reconnecting */
+    /* This task's data-plane key (PF_WIRE_KEY_SIZE bytes, pf_wire_task_key), or NULL. With
+     * a key the link proves it to every ps and accepts only a ps that proves it back; a ps
+     * that answers HELLO without authenticating is refused (no downgrade). */
+    const uint8_t *task_key;
 } worker_link_options;
 
 /* Connects to every ps and says HELLO; returns once all answered (or fails after

@@ -25,6 +25,7 @@
 #include "psflow/model.h"
 #include "psflow/towers.h"
 #include "psflow/wire.h"
+#include "psflow/wire_auth.h"
 #include "worker/link.h"
 
 #define EVAL_BATCH 1000
@@ -179,14 +180,21 @@ static pf_status setup(trainer *t, pf_error *err) {
         if (!t->d_params || !t->d_x || !t->d_y || !t->d_labels)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     }
+    uint8_t role = t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER;
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    if (t->o->job_key)
+        pf_wire_task_key(t->o->job_key, role, (uint32_t)t->o->task, key);
     worker_link_options co = {spec,
                               t->o->ps_addrs,
                               t->o->task,
-                              (uint8_t)(t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER),
+                              role,
                               t->o->incarnation,
                               t->o->retry_seconds,
-                              t->o->stop};
-    return worker_link_create(&co, &t->link, err);
+                              t->o->stop,
+                              t->o->job_key ? key : NULL};
+    pf_status linked = worker_link_create(&co, &t->link, err);
+    pf_wire_key_clear(key, sizeof key);
+    return linked;
 }
 
 static void teardown(trainer *t) {

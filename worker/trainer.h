@@ -61,6 +61,9 @@ typedef struct worker_options {
     void *report_ctx;
     double report_every_seconds;
     worker_result *result; /* chief: receives the final evaluation; may be NULL */
+    /* The job's data-plane key (PF_WIRE_KEY_SIZE bytes, psflow/wire_auth.h), or NULL: the
+     * task proves the key derived from it for its role and index to every ps. */
+    const uint8_t *job_key;
 } worker_options;
 
 /* Runs the task to the end of the job, logging progress and errors to stderr. Returns

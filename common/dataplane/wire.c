@@ -120,7 +120,7 @@ const char *pf_wire_code_name(uint32_t code) {
 }
 
 static int known_type(uint32_t type) {
-    return type >= PF_WIRE_HELLO && type <= PF_WIRE_ERROR;
+    return type >= PF_WIRE_HELLO && type <= PF_WIRE_AUTH_OK;
 }
 
 /* --- UTF-8 ----------------------------------------------------------------------------- */
@@ -538,6 +538,18 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
         c->step = rd64(r);
         c->status = rd32(r);
         return rd_str(r, PF_WIRE_MAX_PATH, "path", &c->path);
+    }
+    case PF_WIRE_AUTH_CHALLENGE:
+    case PF_WIRE_AUTH_PROOF:
+    case PF_WIRE_AUTH_OK: { /* nonce, then mac, as the type carries them */
+        pf_wire_auth *a = &m->u.auth;
+        int nonce = type != PF_WIRE_AUTH_OK, mac = type != PF_WIRE_AUTH_CHALLENGE;
+        if ((st = need(r, 32u * (size_t)(nonce + mac), "nonce and MAC")) != PF_OK)
+            return st;
+        a->nonce = nonce ? r->b + r->pos : NULL;
+        a->mac = mac ? r->b + r->pos + 32u * (size_t)nonce : NULL;
+        r->pos += 32u * (size_t)(nonce + mac);
+        return PF_OK;
     }
     case PF_WIRE_ERROR: {
         pf_wire_error *e = &m->u.error;
@@ -1002,6 +1014,28 @@ pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
     return PF_OK;
 }
 
+pf_status pf_wire_encode_auth(pf_wire_out *out, uint16_t type, uint32_t request_id,
+                              const pf_wire_auth *m, pf_error *err) {
+    reset(out);
+    int nonce = type != PF_WIRE_AUTH_OK, mac = type != PF_WIRE_AUTH_CHALLENGE;
+    plan p = {.type = pf_wire_type_name(type), .head = 32u * (size_t)(nonce + mac), .err = err};
+    if ((type != PF_WIRE_AUTH_CHALLENGE && type != PF_WIRE_AUTH_PROOF && type != PF_WIRE_AUTH_OK) ||
+        (nonce && !m->nonce) || (mac && !m->mac))
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "%s: not an AUTH message, or a field is NULL",
+                                   pf_wire_type_name(type));
+    writer w;
+    pf_status st = begin(out, type, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    if (nonce)
+        wbytes(&w, m->nonce, 32);
+    if (mac)
+        wbytes(&w, m->mac, 32);
+    finish(&w);
+    return PF_OK;
+}
+
 pf_status pf_wire_encode_checkpoint_ack(pf_wire_out *out, uint32_t request_id,
                                         const pf_wire_checkpoint_ack *m, pf_error *err) {
     reset(out);
@@ -1075,6 +1109,10 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
     case PF_WIRE_ERROR:
         return encode_error(out, id, m->u.error.code, m->u.error.message.ptr,
                             m->u.error.message.len, err);
+    case PF_WIRE_AUTH_CHALLENGE:
+    case PF_WIRE_AUTH_PROOF:
+    case PF_WIRE_AUTH_OK:
+        return pf_wire_encode_auth(out, m->type, id, &m->u.auth, err);
     }
     reset(out);
     return pf_error_set_offset(err, PF_ERR_INVALID, -1, "unknown message type %u",

@@ -409,13 +409,15 @@ static void test_names(void **state) {
     (void)state;
     assert_string_equal(pf_wire_type_name(PF_WIRE_PUSH_PULL), "PUSH_PULL");
     assert_string_equal(pf_wire_type_name(0), "UNKNOWN");
-    assert_string_equal(pf_wire_type_name(13), "UNKNOWN");
+    assert_string_equal(pf_wire_type_name(13), "AUTH_CHALLENGE");
+    assert_string_equal(pf_wire_type_name(16), "UNKNOWN");
+    assert_string_equal(pf_wire_code_name(PF_WIRE_UNAUTHENTICATED), "UNAUTHENTICATED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_STALE_INCARNATION), "STALE_INCARNATION");
     assert_string_equal(pf_wire_code_name(PF_WIRE_INTERNAL), "INTERNAL");
     assert_string_equal(pf_wire_code_name(1000), "UNKNOWN");
     /* Codes are distinct and named. */
-    for (uint32_t c = PF_WIRE_BAD_MAGIC; c <= PF_WIRE_INTERNAL; c++)
-        for (uint32_t d = c + 1; d <= PF_WIRE_INTERNAL; d++)
+    for (uint32_t c = PF_WIRE_BAD_MAGIC; c <= PF_WIRE_UNAUTHENTICATED; c++)
+        for (uint32_t d = c + 1; d <= PF_WIRE_UNAUTHENTICATED; d++)
             assert_string_not_equal(pf_wire_code_name(c), pf_wire_code_name(d));
 }
 

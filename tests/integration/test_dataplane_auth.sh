@@ -8,10 +8,12 @@
 #     refused (FORBIDDEN) and the variables are byte-identical afterwards; a tool may not
 #     pull; a worker's CHECKPOINT (even final = 1) is refused while two real workers train,
 #     and the job still finishes normally (every process exits 0, final checkpoint written).
-#  2. with PSFLOW_TOKEN (static mode): a HELLO followed by no proof, a wrong proof or a
-#     proof with another job's key is refused with UNAUTHENTICATED and the connection is
-#     closed; a right proof is answered with the ps's own proof (checked) and HELLO_ACK; real
-#     workers with the token train to the end, a worker without it is refused.
+#     A worker with PSFLOW_TOKEN refuses this ps, which cannot prove the key (no downgrade).
+#  2. with PSFLOW_TOKEN (static mode): a HELLO followed by no proof, a wrong token's proof,
+#     another job's, a worker's key claiming the chief, a zero proof or a replayed one is
+#     refused with UNAUTHENTICATED and the connection is closed; a right proof is answered
+#     with the ps's own proof (checked) and HELLO_ACK; real workers with the token train to
+#     the end, a worker without it is refused.
 source "$(dirname "$0")/lib.sh"
 export PYTHONPATH="$PSFLOW_SRC/tests/integration"
 
@@ -68,10 +70,10 @@ port = int(sys.argv[1])
 c = Conn(port)
 for name, payload in [("PULL", pull([0, 1])), ("PUSH", push(0, 1, 1, 0, [])),
                       ("PUSH_PULL", push(0, 1, 1, 0, []) + pull([0])), ("STATS", b""),
-                      ("CHECKPOINT", checkpoint(1, 1))]:
+                      ("CHECKPOINT", checkpoint(1, 1)), ("AUTH_PROOF", bytes(64))]:
     got = error_code(c.request(name, payload))
     assert got == "UNEXPECTED", (name, got)
-print("ok: PULL, PUSH, PUSH_PULL, STATS, CHECKPOINT before HELLO: UNEXPECTED")
+print("ok: PULL, PUSH, PUSH_PULL, STATS, CHECKPOINT, AUTH_PROOF before HELLO: UNEXPECTED")
 
 # HELLO with task_index 2^31 and 2^32-1 (and other indices the job lacks): BAD_VALUE.
 for role, task in [("worker", 1 << 31), ("worker", (1 << 32) - 1), ("chief", 1 << 31),
@@ -113,6 +115,13 @@ print("ok: PUSH/PUSH_PULL as task 0, incarnation 8, 6, 2^62: FORBIDDEN; worker C
       % (len(after), sum(len(d) for _, d in after), v1))
 PY
 
+# A task that has a key refuses a ps that answers HELLO without proving it (no downgrade).
+TF_CONFIG=$(tf_config worker 1 "$PS_PORT" "$W_PORTS") PSFLOW_TOKEN=tok \
+  expect_exit 70 "$PSFLOW_BIN" worker --job open.json --checkpoint-dir "$WORK/ckpt" --retry-seconds 5
+grep -q "answered HELLO without proving the job's key" "$WORK/stderr" ||
+  { cat "$WORK/stderr" >&2; fail "the worker did not say why it refused the ps"; }
+pass "a worker with PSFLOW_TOKEN refuses a ps without a key"
+
 # Real workers train; meanwhile a raw worker's final CHECKPOINT is refused.
 start_worker open.json 0 "$WORK/w0.log"
 start_worker open.json 1 "$WORK/w1.log"
@@ -131,3 +140,81 @@ wait_pid "$PS_PID" 60 || fail "ps exited non-zero"
 grep -q 'job open done at version' "$WORK/ps.log" || fail "the ps did not finish the job"
 ls "$WORK"/ckpt/open/step-600/ps-0.safetensors >/dev/null || fail "no final checkpoint at step 600"
 pass "the job finished normally: workers and ps exited 0, final checkpoint at step 600"
+
+# --- 2. static mode with PSFLOW_TOKEN: the proof of the job's key ------------------------
+spec locked 300 >locked.json
+rm -f "$WORK/w0.log" "$WORK/w1.log"
+PSFLOW_TOKEN=tok-1234 start_ps locked.json "$WORK/ps2.log"
+! grep -q 'unauthenticated' "$WORK/ps2.log" || fail "a ps with a key says it is unauthenticated"
+
+python3 - "$PS_PORT" <<'PY' || fail "raw client (PSFLOW_TOKEN)"
+import os, struct, sys
+import rawps
+from rawps import Conn, error_code, hello, authed_hello
+port, token, job = int(sys.argv[1]), b"tok-1234", "locked"
+jkey = rawps.job_key(token, job)
+
+def refused(what, conn, ans):
+    got = error_code(ans)
+    assert got == "UNAUTHENTICATED", (what, got, rawps.error_text(ans))
+    assert conn.closed_by_peer(), (what, "connection left open")
+    print("ok: %s: UNAUTHENTICATED, connection closed" % what)
+
+# HELLO, then anything but a proof.
+c = Conn(port)
+ans = c.request("HELLO", hello("worker", 1, 3, job))
+assert ans[0] == "AUTH_CHALLENGE" and len(ans[2]) == 32, ans
+refused("HELLO then STATS instead of a proof", c, c.request("STATS", b"", request_id=ans[1]))
+
+# Wrong token, another job's key, a worker's key claiming the chief.
+c = Conn(port)
+refused("proof with a wrong token", c,
+        authed_hello(c, "worker", 1, 3, job, None,
+                     forge=rawps.task_key(rawps.job_key(b"wrong", job), "worker", 1)))
+c = Conn(port)
+refused("proof with another job's key", c,
+        authed_hello(c, "worker", 1, 3, job, None,
+                     forge=rawps.task_key(rawps.job_key(token, "other"), "worker", 1)))
+c = Conn(port)
+refused("chief HELLO proven with worker 1's key", c,
+        authed_hello(c, "chief", 0, 3, job, None, forge=rawps.task_key(jkey, "worker", 1)))
+c = Conn(port)
+refused("an all-zero proof", c, (c.request("HELLO", hello("worker", 1, 3, job)),
+                                 c.request("AUTH_PROOF", bytes(64)))[1])
+
+# A replayed proof: a valid transcript's HELLO and proof on a new connection.
+c = Conn(port)
+ans = c.request("HELLO", hello("worker", 1, 3, job))
+old_hello, nonce_ps = c.last_sent, ans[2]
+nonce_task = os.urandom(32)
+tkey = rawps.task_key(jkey, "worker", 1)
+old_proof = nonce_task + rawps.proof(tkey, rawps.LABEL_PROOF, old_hello, nonce_ps, nonce_task)
+assert c.request("AUTH_PROOF", old_proof, request_id=ans[1])[0] == "AUTH_OK"
+assert c.recv()[0] == "HELLO_ACK"
+c.close()
+r = Conn(port)
+ans = r.request("HELLO", hello("worker", 1, 3, job), request_id=1)
+assert r.last_sent == old_hello and ans[2] != nonce_ps, "the ps's nonce repeated"
+refused("a replayed proof", r, r.request("AUTH_PROOF", old_proof, request_id=ans[1]))
+
+# The right key: AUTH_OK carries the ps's proof (checked in authed_hello), then HELLO_ACK.
+t = Conn(port)
+ans = authed_hello(t, "tool", 0, 3, job, token)
+assert ans[0] == "HELLO_ACK", ans
+assert t.request("STATS", b"")[0] == "STATS_REPLY"
+print("ok: the right proof: AUTH_OK with the ps's proof (verified), HELLO_ACK, STATS served")
+PY
+
+# A worker without the token is refused; workers with it train to the end.
+TF_CONFIG=$(tf_config worker 1 "$PS_PORT" "$W_PORTS") \
+  expect_exit 70 "$PSFLOW_BIN" worker --job locked.json --checkpoint-dir "$WORK/ckpt" --retry-seconds 5
+grep -q "requires a proof of the job's key" "$WORK/stderr" ||
+  { cat "$WORK/stderr" >&2; fail "the worker without a token did not say why"; }
+pass "a worker without PSFLOW_TOKEN is refused by a ps with one"
+PSFLOW_TOKEN=tok-1234 start_worker locked.json 0 "$WORK/w0.log"
+PSFLOW_TOKEN=tok-1234 start_worker locked.json 1 "$WORK/w1.log"
+for i in 0 1; do wait_pid "${PIDS[$i]}" 180 || fail "worker $i (with the token) exited non-zero"; done
+wait_pid "$PS_PID" 60 || fail "ps (with the token) exited non-zero"
+ls "$WORK"/ckpt/locked/step-300/ps-0.safetensors >/dev/null || fail "no final checkpoint at step 300"
+grep -q 'refused (UNAUTHENTICATED' "$WORK/ps2.log" || fail "the ps did not log the refusals"
+pass "with PSFLOW_TOKEN: workers authenticated and the job finished; refusals logged"

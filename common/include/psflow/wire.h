@@ -69,7 +69,10 @@
     X(PF_WIRE_STATS_REPLY, 9, "STATS_REPLY")                                                       \
     X(PF_WIRE_CHECKPOINT, 10, "CHECKPOINT")                                                        \
     X(PF_WIRE_CHECKPOINT_ACK, 11, "CHECKPOINT_ACK")                                                \
-    X(PF_WIRE_ERROR, 12, "ERROR")
+    X(PF_WIRE_ERROR, 12, "ERROR")                                                                  \
+    X(PF_WIRE_AUTH_CHALLENGE, 13, "AUTH_CHALLENGE")                                                \
+    X(PF_WIRE_AUTH_PROOF, 14, "AUTH_PROOF")                                                        \
+    X(PF_WIRE_AUTH_OK, 15, "AUTH_OK")
 
 typedef enum {
 #define PF_WIRE_TYPE_ENUM(name, value, text) name = value,
@@ -219,6 +222,14 @@ typedef struct pf_wire_error {
     pf_wire_str message; /* <= PF_WIRE_MAX_ERROR_MSG bytes */
 } pf_wire_error;
 
+/* The authentication exchange (api/wire.md, psflow/wire_auth.h): AUTH_CHALLENGE carries
+ * the ps's nonce, AUTH_PROOF the task's nonce and MAC, AUTH_OK the ps's MAC; each field is
+ * 32 bytes (PF_WIRE_NONCE_SIZE, PF_WIRE_MAC_SIZE) and absent fields are NULL. */
+typedef struct pf_wire_auth {
+    const uint8_t *nonce; /* [32]; borrowed */
+    const uint8_t *mac;   /* [32]; borrowed */
+} pf_wire_auth;
+
 /* Any message: `type` says which member of u is meant (STATS has none). */
 typedef struct pf_wire_msg {
     uint16_t type; /* pf_wire_type */
@@ -235,6 +246,7 @@ typedef struct pf_wire_msg {
         pf_wire_checkpoint checkpoint;
         pf_wire_checkpoint_ack checkpoint_ack;
         pf_wire_error error;
+        pf_wire_auth auth; /* AUTH_CHALLENGE, AUTH_PROOF, AUTH_OK */
     } u;
 } pf_wire_msg;
 
@@ -363,6 +375,10 @@ pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
                                     const pf_wire_checkpoint *m, pf_error *err);
 pf_status pf_wire_encode_checkpoint_ack(pf_wire_out *out, uint32_t request_id,
                                         const pf_wire_checkpoint_ack *m, pf_error *err);
+/* type: PF_WIRE_AUTH_CHALLENGE (nonce), AUTH_PROOF (nonce, mac) or AUTH_OK (mac); the
+ * fields the type carries must not be NULL. Errors: PF_ERR_INVALID, PF_ERR_NOMEM. */
+pf_status pf_wire_encode_auth(pf_wire_out *out, uint16_t type, uint32_t request_id,
+                              const pf_wire_auth *m, pf_error *err);
 /* ERROR never fails on its text, so an error can always be reported: a message over
  * PF_WIRE_MAX_ERROR_MSG bytes is cut at a character boundary, and bytes that are not
  * UTF-8 become '?' (pf_wire_encode does the same for an ERROR). message is

@@ -28,6 +28,7 @@
 #include "psflow/signals.h"
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
+#include "psflow/wire_auth.h"
 #include "worker/trainer.h"
 
 static volatile sig_atomic_t agent_signalled;
@@ -80,16 +81,31 @@ static void task_finish(task *t, int state, int code, const char *message) {
     pthread_mutex_unlock(&t->a->mu);
 }
 
+/* The job's data-plane key: derived from the agent's API token and the job's name, as a
+ * static task derives it from PSFLOW_TOKEN (api/wire.md, "Authentication"), so managed and
+ * static tasks of one job with one token interoperate. Returns key, or NULL without a token
+ * (the data plane is then unauthenticated, as the coordinator's API is). */
+static const uint8_t *job_key(const task *t, uint8_t key[PF_WIRE_KEY_SIZE]) {
+    const char *token = t->a->o->token;
+    if (!token || !*token)
+        return NULL;
+    pf_wire_job_key(token, strlen(token), t->spec.name, key);
+    return key;
+}
+
 static void *ps_task_main(void *arg) {
     task *t = arg;
     const agent_options *o = t->a->o;
+    uint8_t key[PF_WIRE_KEY_SIZE];
     ps_server_options so = {
         &t->spec,          t->index,       o->listen_host,        o->listen_port,
-        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, NULL};
+        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, job_key(t, key)};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
-    if (ps_server_start(&so, &s, &err) != PF_OK) {
+    pf_status started = ps_server_start(&so, &s, &err);
+    pf_wire_key_clear(key, sizeof key);
+    if (started != PF_OK) {
         fprintf(stderr, "psflow ps agent: %s\n", err.message);
         task_finish(t, TASK_FAILED, PF_EX_UNAVAILABLE, err.message);
         return NULL;
@@ -135,8 +151,11 @@ static void *worker_task_main(void *arg) {
         .report_ctx = t->rep,
         .result = &t->result,
     };
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    wo.job_key = job_key(t, key);
     t->result.accuracy = t->result.test_loss = NAN;
     pf_status st = worker_run(&wo);
+    pf_wire_key_clear(key, sizeof key);
     /* The final evaluation and checkpoint reach the coordinator before the task reports
      * success, so a job is Succeeded only with its final accuracy and checkpoint on record. */
     if (st == PF_OK && agent_reporter_flush(t->rep, 10.0) != 0)

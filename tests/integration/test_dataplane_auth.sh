@@ -218,3 +218,22 @@ wait_pid "$PS_PID" 60 || fail "ps (with the token) exited non-zero"
 ls "$WORK"/ckpt/locked/step-300/ps-0.safetensors >/dev/null || fail "no final checkpoint at step 300"
 grep -q 'refused (UNAUTHENTICATED' "$WORK/ps2.log" || fail "the ps did not log the refusals"
 pass "with PSFLOW_TOKEN: workers authenticated and the job finished; refusals logged"
+
+# --- 3. managed mode: psflow up with PSFLOW_TOKEN; its agents' tasks prove the key ------
+export PSFLOW_TOKEN=up-token-5678
+up_start --ps 1 --workers 2
+spec managed 200 >managed.json
+code=$(curl -s -o "$WORK/created.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $PSFLOW_TOKEN" \
+  -H 'Content-Type: application/json' --data-binary @managed.json "$URL/api/v1/jobs")
+[ "$code" = 201 ] || fail "POST /api/v1/jobs: $code $(cat "$WORK/created.json")"
+succeeded() { [ "$(jget_auth "$URL/api/v1/jobs/managed" 'd["status"]["phase"]')" = Succeeded ]; }
+jget_auth() {
+  curl -sf --max-time 5 -H "Authorization: Bearer $PSFLOW_TOKEN" "$1" >"$WORK/jget.json" || return 1
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$WORK/jget.json" "$2"
+}
+wait_until 180 "the managed job succeeds" succeeded
+grep -rq "serving .* of job managed" "$WORK/up/logs" || fail "no ps of the managed job in the logs"
+! grep -rq "data plane is unauthenticated" "$WORK/up/logs" ||
+  fail "a managed ps with PSFLOW_TOKEN served an unauthenticated data plane"
+up_stop
+pass "managed (psflow up with PSFLOW_TOKEN): the job succeeded over an authenticated data plane"

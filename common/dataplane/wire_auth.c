@@ -54,7 +54,8 @@ void pf_wire_task_key(const uint8_t job_key[PF_WIRE_KEY_SIZE], uint8_t role, uin
 void pf_wire_proof(const uint8_t task_key[PF_WIRE_KEY_SIZE], pf_wire_proof_side side,
                    const void *hello, size_t hello_len, const uint8_t nonce_ps[PF_WIRE_NONCE_SIZE],
                    const uint8_t nonce_task[PF_WIRE_NONCE_SIZE], uint8_t mac[PF_WIRE_MAC_SIZE]) {
-    piece p[] = {{hello, hello_len}, {nonce_ps, PF_WIRE_NONCE_SIZE}, {nonce_task, PF_WIRE_NONCE_SIZE}};
+    piece p[] = {
+        {hello, hello_len}, {nonce_ps, PF_WIRE_NONCE_SIZE}, {nonce_task, PF_WIRE_NONCE_SIZE}};
     memset(mac, 0, PF_WIRE_MAC_SIZE); /* stays zero only if the transcript were too long */
     hmac(task_key, PF_WIRE_KEY_SIZE, side == PF_WIRE_PROOF_PS ? LABEL_PS_PROOF : LABEL_TASK_PROOF,
          p, 3, mac);

@@ -85,6 +85,7 @@ struct ps_server {
     volatile sig_atomic_t stop;
     /* counters published by the service thread for ps_server_stats (atomic access) */
     uint64_t pub_version, pub_applied, pub_stale;
+    ps_server_sink sink; /* without a socket: replies go here (sink.send set) */
 };
 
 static void logf_(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -94,7 +95,15 @@ static void logf_(const ps_server *s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
+    if (!s->sink.quiet)
+        fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
+}
+
+static void close_conn(ps_server *s, uint64_t conn) {
+    if (s->sink.send)
+        s->sink.close(s->sink.user, conn);
+    else
+        pf_ws_close(s->ws, conn); /* after what was queued for it is written */
 }
 
 /* Sends the message held in s->out to conn: its pieces go to the transport, which writes
@@ -103,15 +112,15 @@ static void logf_(const ps_server *s, const char *fmt, ...) {
 static void send_out(ps_server *s, uint64_t conn) {
     size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
     assert(n <= s->max_parts);
+    if (s->sink.send) {
+        s->sink.send(s->sink.user, conn, s->parts, (int)n);
+        return;
+    }
     if (pf_ws_sendv(s->ws, conn, s->parts, (int)n) == PF_ERR_NOMEM) {
         logf_(s, "out of memory for a %zu-byte reply; closing connection",
               pf_wire_out_len(&s->out));
-        pf_ws_close(s->ws, conn);
+        close_conn(s, conn);
     }
-}
-
-static void close_conn(ps_server *s, uint64_t conn) {
-    pf_ws_close(s->ws, conn); /* after what was queued for it is written */
 }
 
 static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -404,7 +413,9 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         return;
     }
     pf_error err;
-    if (len > sizeof p->hello_msg || pf_wire_nonce(p->nonce, &err) != PF_OK) {
+    if (s->sink.nonce)
+        s->sink.nonce(s->sink.user, p->nonce);
+    if (len > sizeof p->hello_msg || (!s->sink.nonce && pf_wire_nonce(p->nonce, &err) != PF_OK)) {
         send_error(s, p->conn, request_id, PF_WIRE_INTERNAL, "cannot start authentication");
         return; /* cannot happen: a decoded HELLO fits; the generator failing */
     }
@@ -528,14 +539,15 @@ static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         p = NULL;
     }
     if (!p) {
-        pf_ws_close(ws, conn);
+        close_conn(s, conn);
         return;
     }
     p->conn = conn;
     pf_wire_in_init(&p->in, 0, (uint32_t)(n_local ? n_local : 1));
     p->next = s->peers;
     s->peers = p;
-    pf_ws_set_conn_user(ws, conn, p);
+    if (ws)
+        pf_ws_set_conn_user(ws, conn, p);
     pthread_mutex_lock(&s->mu);
     s->n_peers++;
     pthread_mutex_unlock(&s->mu);
@@ -563,11 +575,14 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     }
 }
 
-pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error *err) {
+static pf_status start(const ps_server_options *o, const ps_server_sink *sink, ps_server **out,
+                       pf_error *err) {
     *out = NULL;
     ps_server *s = pf_calloc(1, sizeof *s);
     if (!s)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    if (sink)
+        s->sink = *sink;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pf_wire_out_init(&s->out);
@@ -620,17 +635,17 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     logf_(s, "%s", note);
     pf_ws_handlers h = {on_open, on_message, on_close};
     size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
-    if ((st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws, err)) !=
-        PF_OK)
+    if (!sink && (st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws,
+                                           err)) != PF_OK)
         goto fail;
     if (!s->has_key)
         logf_(s,
               "the data plane is unauthenticated: any peer that reaches port %d and names "
               "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
               "of the job's key)",
-              pf_ws_port(s->ws), s->spec.name);
+              ps_server_port(s), s->spec.name);
     logf_(s, "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64,
-          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, pf_ws_port(s->ws), version(s));
+          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s), version(s));
     *out = s;
     return PF_OK;
 fail:
@@ -638,8 +653,39 @@ fail:
     return st;
 }
 
+pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error *err) {
+    return start(o, NULL, out, err);
+}
+
+pf_status ps_server_start_sink(const ps_server_options *o, const ps_server_sink *sink,
+                               ps_server **out, pf_error *err) {
+    return start(o, sink, out, err);
+}
+
+static peer *find_peer(ps_server *s, uint64_t conn) {
+    for (peer *p = s->peers; p; p = p->next)
+        if (p->conn == conn)
+            return p;
+    return NULL;
+}
+
+void ps_server_sink_open(ps_server *s, uint64_t conn) {
+    if (!find_peer(s, conn))
+        on_open(NULL, conn, NULL, s);
+}
+
+void ps_server_sink_message(ps_server *s, uint64_t conn, const uint8_t *data, size_t len) {
+    peer *p = find_peer(s, conn);
+    if (p)
+        on_message(NULL, conn, p, data, len, s);
+}
+
+void ps_server_sink_close(ps_server *s, uint64_t conn) {
+    on_close(NULL, conn, NULL, s);
+}
+
 int ps_server_port(const ps_server *s) {
-    return pf_ws_port(s->ws);
+    return s->ws ? pf_ws_port(s->ws) : 0;
 }
 
 void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, uint64_t *stale) {
@@ -677,6 +723,8 @@ void ps_server_destroy(ps_server *s) {
     if (!s)
         return;
     pf_ws_destroy(s->ws); /* closes every connection: on_close frees the peers */
+    while (s->peers)      /* without a socket: the caller's connections still open */
+        on_close(NULL, s->peers->conn, NULL, s);
     ps_shards_destroy(s->shards);
     pf_placement_deinit(&s->placement);
     pf_wire_out_deinit(&s->out);

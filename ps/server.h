@@ -11,6 +11,7 @@
 #define PSFLOW_PS_SERVER_H
 
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "psflow/spec.h"
 #include "psflow/status.h"
@@ -46,5 +47,25 @@ int ps_server_wait(ps_server *s);
 void ps_server_stop(ps_server *s);
 
 void ps_server_destroy(ps_server *s);
+
+/* --- without a socket (the fuzz target) ---------------------------------------------------
+ * The same handler, driven by the caller on its own thread: messages go in through
+ * ps_server_sink_message() and replies come out through sink->send, all before the call
+ * returns. Connections are the caller's ids. */
+typedef struct ps_server_sink {
+    void (*send)(void *user, uint64_t conn, const struct iovec *parts, int n); /* a reply */
+    void (*close)(void *user, uint64_t conn);  /* the ps closes conn (after what it sent) */
+    void (*nonce)(void *user, uint8_t *nonce); /* NULL: random; else fills 32 bytes */
+    void *user;
+    int quiet; /* log nothing */
+} ps_server_sink;
+
+/* As ps_server_start without listening (o->listen_host and o->port are unused). */
+pf_status ps_server_start_sink(const ps_server_options *o, const ps_server_sink *sink,
+                               ps_server **out, pf_error *err);
+void ps_server_sink_open(ps_server *s, uint64_t conn);
+/* data must be 4-byte aligned (as a transport's receive buffer is). */
+void ps_server_sink_message(ps_server *s, uint64_t conn, const uint8_t *data, size_t len);
+void ps_server_sink_close(ps_server *s, uint64_t conn);
 
 #endif

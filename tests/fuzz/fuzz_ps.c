@@ -1,0 +1,238 @@
+/* fuzz_ps.c - libFuzzer target for the ps's message handler (ps/server.c) without sockets:
+ * sequences of messages on up to four connections, including the HELLO/authentication
+ * state machine, through the real handler (ps_server_start_sink).
+ *
+ * Input: byte 0 picks the ps (bit 0: with a job key). Then records, each an op byte:
+ *   op & 3         the connection (a closed one is opened again on its next use)
+ *   (op >> 2) & 3  0: a message follows as u16 length (little-endian) + bytes;
+ *                  1: the peer closes the connection;
+ *                  2: the harness sends the right AUTH_PROOF for the connection's last
+ *                     HELLO and challenge (it knows the key and the nonce the ps drew);
+ *                  3: the same proof with one bit flipped.
+ * Oracles: every reply the ps sends decodes; nothing but AUTH_CHALLENGE or ERROR answers
+ * a connection that has not been accepted yet, and with a key no HELLO_ACK comes without a
+ * right proof before it; a connection the ps closed gets nothing more; and the sanitizers.
+ * Seeds: tests/data/ps/valid/ (conversations written by tests/fuzz/ps_seeds.py).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps/server.h"
+#include "psflow/buf.h"
+#include "psflow/spec.h"
+#include "psflow/wire.h"
+#include "psflow/wire_auth.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+enum { N_CONN = 4 };
+
+typedef struct conn_state {
+    uint64_t id;      /* the id given to the ps; a new one after a close */
+    int open;         /* opened to the ps */
+    int closed_by_ps; /* the ps closed it: nothing more may come */
+    int accepted;     /* HELLO_ACK received */
+    int proved;       /* a right proof was sent since the last challenge */
+    uint8_t hello[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
+    size_t hello_len;
+    uint8_t role;
+    uint32_t task;
+    uint32_t request_id;
+    uint8_t nonce_ps[PF_WIRE_NONCE_SIZE];
+    int challenged;
+} conn_state;
+
+static struct {
+    conn_state c[N_CONN];
+    uint64_t next_id;
+    int with_key;
+    uint8_t job_key[PF_WIRE_KEY_SIZE];
+    uint32_t nonce_counter;
+    pf_wire_in in;
+    pf_buf reply;
+} h;
+
+static conn_state *by_id(uint64_t id) {
+    for (int i = 0; i < N_CONN; i++)
+        if (h.c[i].id == id)
+            return &h.c[i];
+    abort(); /* the ps answered a connection it was never given */
+}
+
+static void on_send(void *user, uint64_t conn, const struct iovec *parts, int n) {
+    (void)user;
+    conn_state *c = by_id(conn);
+    if (c->closed_by_ps)
+        abort(); /* a reply after the ps closed the connection */
+    pf_buf_reset(&h.reply);
+    for (int i = 0; i < n; i++) {
+        void *dst;
+        if (pf_buf_extend(&h.reply, parts[i].iov_len, &dst) != PF_OK)
+            abort();
+        memcpy(dst, parts[i].iov_base, parts[i].iov_len);
+    }
+    pf_wire_msg m;
+    pf_error err;
+    if (pf_wire_decode(&h.in, h.reply.data, h.reply.len, &m, &err) != PF_OK)
+        abort(); /* the ps sent a malformed message */
+    if (!c->accepted && m.type != PF_WIRE_ERROR && m.type != PF_WIRE_AUTH_CHALLENGE &&
+        m.type != PF_WIRE_AUTH_OK && m.type != PF_WIRE_HELLO_ACK)
+        abort(); /* served before HELLO_ACK */
+    if (m.type == PF_WIRE_AUTH_CHALLENGE) {
+        if (!h.with_key)
+            abort();
+        memcpy(c->nonce_ps, m.u.auth.nonce, PF_WIRE_NONCE_SIZE);
+        c->challenged = 1;
+        c->proved = 0;
+    }
+    if (m.type == PF_WIRE_AUTH_OK && (!h.with_key || !c->proved))
+        abort(); /* AUTH_OK without a right proof */
+    if (m.type == PF_WIRE_HELLO_ACK) {
+        if (h.with_key && !c->proved)
+            abort(); /* authenticated without a right proof */
+        c->accepted = 1;
+    }
+}
+
+static void on_close(void *user, uint64_t conn) {
+    (void)user;
+    by_id(conn)->closed_by_ps = 1;
+}
+
+/* Deterministic nonces, distinct per challenge. */
+static void on_nonce(void *user, uint8_t *nonce) {
+    (void)user;
+    memset(nonce, 0, PF_WIRE_NONCE_SIZE);
+    h.nonce_counter++;
+    memcpy(nonce, &h.nonce_counter, sizeof h.nonce_counter);
+}
+
+static ps_server *start_ps(int with_key) {
+    static pf_job_spec spec;
+    static int parsed;
+    if (!parsed) {
+        const char *json = "{\"name\": \"fuzz\", \"replicas\": {\"ps\": 1, \"worker\": 2, "
+                           "\"chief\": 1, \"evaluator\": 1},"
+                           " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                           " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                           " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                           " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\","
+                           " \"num_shards\": 2}},"
+                           " \"training\": {\"mode\": \"sync\", \"max_steps\": 5}}";
+        pf_error err;
+        if (pf_job_spec_parse(json, strlen(json), &spec, &err) != PF_OK)
+            abort();
+        pf_wire_job_key("fuzz-token", 10, "fuzz", h.job_key);
+        pf_wire_in_init(&h.in, 0, 0);
+        pf_buf_init(&h.reply, 1u << 20);
+        parsed = 1;
+    }
+    /* Checkpoints cannot be written under a regular file: CHECKPOINT is answered with
+     * an error status and nothing is left on disk between runs. */
+    ps_server_options o = {
+        &spec, 0, NULL, 0, "/dev/null/psflow-fuzz", 1, 0, with_key ? h.job_key : NULL};
+    ps_server_sink sink = {on_send, on_close, on_nonce, NULL, 1};
+    ps_server *s;
+    pf_error err;
+    if (ps_server_start_sink(&o, &sink, &s, &err) != PF_OK)
+        abort();
+    return s;
+}
+
+static void open_conn(ps_server *s, conn_state *c) {
+    if (c->open && !c->closed_by_ps)
+        return;
+    if (c->open)
+        ps_server_sink_close(s, c->id); /* the transport reports the close */
+    memset(c, 0, sizeof *c);
+    c->id = ++h.next_id;
+    c->open = 1;
+    ps_server_sink_open(s, c->id);
+}
+
+/* Sends a copy of msg (aligned, exact size, so reads past it are caught). */
+static void send_msg(ps_server *s, conn_state *c, const uint8_t *msg, size_t len) {
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return;
+    memcpy(copy, msg, len);
+    /* Remember a HELLO: the harness's proof covers it. */
+    if (len >= PF_WIRE_HEADER_SIZE && len <= sizeof c->hello && copy[6] == PF_WIRE_HELLO &&
+        copy[7] == 0) {
+        memcpy(c->hello, copy, len);
+        c->hello_len = len;
+        c->role = len > 24 ? copy[24] : 0;
+        c->task = len >= 32 ? (uint32_t)copy[28] | (uint32_t)copy[29] << 8 |
+                                  (uint32_t)copy[30] << 16 | (uint32_t)copy[31] << 24
+                            : 0;
+        memcpy(&c->request_id, copy + 8, 4);
+        c->challenged = 0;
+    }
+    c->proved = 0;
+    ps_server_sink_message(s, c->id, copy, len);
+    free(copy);
+}
+
+static void send_proof(ps_server *s, conn_state *c, int flip) {
+    if (!c->challenged || !c->hello_len)
+        return;
+    uint8_t key[PF_WIRE_KEY_SIZE], nonce_task[PF_WIRE_NONCE_SIZE], mac[PF_WIRE_MAC_SIZE];
+    memset(nonce_task, 0xa5, sizeof nonce_task);
+    pf_wire_task_key(h.job_key, c->role, c->task, key);
+    pf_wire_proof(key, PF_WIRE_PROOF_TASK, c->hello, c->hello_len, c->nonce_ps, nonce_task, mac);
+    if (flip)
+        mac[flip % PF_WIRE_MAC_SIZE] ^= 1;
+    pf_wire_out out;
+    pf_wire_out_init(&out);
+    pf_wire_auth a = {nonce_task, mac};
+    pf_buf b;
+    pf_buf_init(&b, 1024);
+    pf_error err;
+    if (pf_wire_encode_auth(&out, PF_WIRE_AUTH_PROOF, c->request_id, &a, &err) == PF_OK &&
+        pf_wire_out_gather(&out, &b) == PF_OK) {
+        c->challenged = 0;
+        c->proved = !flip;
+        ps_server_sink_message(s, c->id, b.data, b.len);
+    }
+    pf_buf_deinit(&b);
+    pf_wire_out_deinit(&out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1)
+        return 0;
+    memset(h.c, 0, sizeof h.c);
+    h.with_key = data[0] & 1;
+    ps_server *s = start_ps(h.with_key);
+    size_t pos = 1;
+    while (pos < size) {
+        uint8_t op = data[pos++];
+        conn_state *c = &h.c[op & 3];
+        int kind = (op >> 2) & 3;
+        if (kind == 1) {
+            if (c->open) {
+                ps_server_sink_close(s, c->id);
+                c->open = 0;
+                c->closed_by_ps = 0;
+            }
+            continue;
+        }
+        open_conn(s, c);
+        if (kind == 0) {
+            if (size - pos < 2)
+                break;
+            size_t len = (size_t)data[pos] | (size_t)data[pos + 1] << 8;
+            pos += 2;
+            if (len > size - pos)
+                len = size - pos;
+            send_msg(s, c, data + pos, len);
+            pos += len;
+        } else {
+            send_proof(s, c, kind == 3 ? 1 + (op >> 4) : 0);
+        }
+    }
+    ps_server_destroy(s);
+    return 0;
+}

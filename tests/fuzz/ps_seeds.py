@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""ps_seeds.py - writes the seed conversations of fuzz_ps (tests/fuzz/fuzz_ps.c) into
+tests/data/ps/valid/: valid exchanges with and without a key, for the fuzzer to mutate.
+usage: python3 tests/fuzz/ps_seeds.py [OUT_DIR]"""
+import os
+import struct
+import sys
+
+MAGIC = 0x57465350
+ROLE = {"worker": 0, "chief": 1, "evaluator": 2, "tool": 3}
+
+
+def msg(mtype, payload, rid=1):
+    return struct.pack("<IHHIIQ", MAGIC, 1, mtype, rid, 0, len(payload)) + payload
+
+
+def hello(role, task, inc=1, job=b"fuzz", rid=1):
+    return msg(1, struct.pack("<B3xIQI", ROLE[role], task, inc, len(job)) + job, rid)
+
+
+def pull(ids, min_version=0, rid=2):
+    return msg(3, struct.pack("<QI", min_version, len(ids)) + struct.pack("<%dI" % len(ids), *ids), rid)
+
+
+# the fuzz job: softmax 4 x 3, 2 fixed shards per variable: kernel 12 = 6 + 6, bias 3 = 2 + 1
+SHARDS = [(0, 6), (1, 6), (2, 2), (3, 1)]
+
+
+def push_payload(task, inc, seq, step):
+    out = struct.pack("<IQQQI", task, inc, seq, step, len(SHARDS))
+    for i, n in SHARDS:
+        out += struct.pack("<IIQ", i, 1, n) + struct.pack("<%df" % n, *([0.25] * n))
+    return out
+
+
+def push(task, inc, seq, step, rid=3):
+    return msg(5, push_payload(task, inc, seq, step), rid)
+
+
+def push_pull(task, inc, seq, step, ids, rid=4):
+    return msg(7, push_payload(task, inc, seq, step) + struct.pack("<QI", step + 1, len(ids)) +
+               struct.pack("<%dI" % len(ids), *ids), rid)
+
+
+def stats(rid=5):
+    return msg(8, b"", rid)
+
+
+def checkpoint(step, final, rid=6):
+    return msg(10, struct.pack("<QI", step, final), rid)
+
+
+def rec(conn, m):
+    return bytes([conn]) + struct.pack("<H", len(m)) + m
+
+
+def proof(conn, bad=False):
+    return bytes([conn | ((3 if bad else 2) << 2)])
+
+
+def close(conn):
+    return bytes([conn | (1 << 2)])
+
+
+def conversation(key, steps):
+    out = bytes([1 if key else 0])
+    for s in steps:
+        out += s
+    return out
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "data", "ps", "valid")
+    os.makedirs(out, exist_ok=True)
+    seeds = {}
+    for key in (0, 1):
+        auth = (lambda c: [proof(c)]) if key else (lambda c: [])
+        k = "key" if key else "open"
+        seeds["%s-train" % k] = conversation(key, [
+            rec(0, hello("chief", 0, 7)), *auth(0), rec(1, hello("worker", 1, 9)), *auth(1),
+            rec(0, pull([0, 1, 2, 3])), rec(0, push(0, 7, 1, 0)), rec(1, push_pull(1, 9, 1, 0, [0, 1, 2, 3])),
+            rec(0, push_pull(0, 7, 2, 1, [3, 2, 1, 0])), rec(1, push(1, 9, 2, 1)), rec(0, stats()),
+            rec(0, checkpoint(2, 0)), rec(0, checkpoint(5, 1)), close(1), close(0)])
+        seeds["%s-roles" % k] = conversation(key, [
+            rec(0, pull([0])), rec(0, hello("tool", 0)), *auth(0), rec(0, stats()),
+            rec(0, pull([0])), rec(0, checkpoint(1, 1)), rec(1, hello("evaluator", 0)), *auth(1),
+            rec(1, pull([0, 1, 2, 3])), rec(1, push(0, 1, 1, 0)), rec(2, hello("worker", 2, 3)),
+            *auth(2), rec(2, push(1, 3, 1, 0)), rec(2, push(2, 4, 1, 0)),
+            rec(2, checkpoint(1, 1)), rec(2, hello("worker", 2, 3))])
+        seeds["%s-ranges" % k] = conversation(key, [
+            rec(0, hello("worker", 1 << 31)), rec(0, hello("worker", (1 << 32) - 1)),
+            rec(0, hello("chief", 1)), rec(0, hello("worker", 0)), rec(0, hello("evaluator", 1)),
+            rec(0, hello("tool", 3)), rec(0, hello("chief", 0, job=b"other")),
+            rec(0, hello("chief", 0, 2)), *auth(0), rec(0, push(0, 2, 1, 0))])
+    seeds["key-refused"] = conversation(1, [
+        rec(0, hello("worker", 1)), rec(0, stats()), rec(1, hello("chief", 0)), proof(1, True),
+        rec(1, stats()), rec(2, hello("worker", 2)), rec(2, msg(14, bytes(64))),
+        rec(3, msg(14, bytes(64))), rec(3, hello("worker", 1)), proof(3), proof(3)])
+    for name, data in seeds.items():
+        with open(os.path.join(out, name + ".bin"), "wb") as f:
+            f.write(data)
+    print("wrote %d seeds to %s" % (len(seeds), out))
+
+
+main()

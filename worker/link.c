@@ -211,6 +211,14 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
                          l->index);
                 break;
             }
+            if (m.u.hello_ack.n_shards != (uint32_t)l->n_ids) {
+                st = PF_ERR_INVALID; /* not the placement this task computed: another spec */
+                snprintf(msg, sizeof msg,
+                         "ps %d holds %" PRIu32 " shards where this task's placement has %d; "
+                         "do both run the same job spec?",
+                         l->index, m.u.hello_ack.n_shards, l->n_ids);
+                break;
+            }
             l->version = m.u.hello_ack.version;
             l->ps_incarnation = m.u.hello_ack.ps_incarnation;
             break;

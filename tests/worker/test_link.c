@@ -129,10 +129,39 @@ static void test_restarted_ps_gets_checkpoint(void **state) {
     lose_and_return(101, 1); /* new incarnation: the checkpoint is asked again, not a pull */
 }
 
+/* A ps serving the same job name with another placement (a spec with more shards): the
+ * link refuses it at HELLO_ACK instead of exchanging tensors it would misread. */
+static void test_other_placement_refused(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"client\", \"replicas\": {\"ps\": 1, \"worker\": 1},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\","
+                       " \"num_shards\": 3}},"
+                       " \"training\": {\"mode\": \"async\", \"max_steps\": 1000}}";
+    pf_job_spec other;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &other, &err), PF_OK);
+    ps_server_options o = {&other, 0, "127.0.0.1", 0, dir, 100, 0, NULL};
+    ps_server *s;
+    assert_int_equal(ps_server_start(&o, &s, &err), PF_OK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(s));
+    const char *addrs[] = {addr};
+    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL};
+    worker_link *c = NULL;
+    assert_int_equal(worker_link_create(&co, &c, &err), PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "same job spec"));
+    ps_server_destroy(s);
+    pf_job_spec_deinit(&other);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_ps_returns),
         cmocka_unit_test(test_restarted_ps_gets_checkpoint),
+        cmocka_unit_test(test_other_placement_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -38,6 +38,7 @@ typedef struct peer {
     uint64_t incarnation;
     /* with a key: a HELLO waiting for its AUTH_PROOF */
     int challenged;
+    int refused;           /* failed the proof: closing, nothing more is read */
     pf_wire_hello pending; /* its job view is not kept */
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
     size_t hello_len;
@@ -450,6 +451,7 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
                    !decoded                        ? "a malformed message"
                    : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
                                                    : "wrong proof");
+        p->refused = 1;
         close_conn(s, p->conn);
         return;
     }
@@ -468,7 +470,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     (void)ws;
     ps_server *s = user;
     peer *p = conn_user;
-    if (!p)
+    if (!p || p->refused)
         return;
     pf_wire_msg m;
     memset(&m, 0, sizeof m);

@@ -83,8 +83,9 @@ static void task_finish(task *t, int state, int code, const char *message) {
 static void *ps_task_main(void *arg) {
     task *t = arg;
     const agent_options *o = t->a->o;
-    ps_server_options so = {&t->spec,          t->index,       o->listen_host,       o->listen_port,
-                            o->checkpoint_dir, t->incarnation, o->exit_grace_seconds};
+    ps_server_options so = {
+        &t->spec,          t->index,       o->listen_host,        o->listen_port,
+        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, o->data_plane};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
@@ -133,6 +134,7 @@ static void *worker_task_main(void *arg) {
         .report = agent_reporter_add,
         .report_ctx = t->rep,
         .result = &t->result,
+        .ca_file = o->data_plane.ca_file,
     };
     t->result.accuracy = t->result.test_loss = NAN;
     pf_status st = worker_run(&wo);

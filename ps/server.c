@@ -318,6 +318,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             return;
         }
         p->hello = 1;
+        pf_ws_trust(ws, conn); /* past the limits of a stranger (psflow/ws.h) */
         p->task = (int)h->task_index;
         int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
         pthread_mutex_lock(&s->mu);
@@ -464,8 +465,14 @@ pf_status ps_server_start(const ps_server_options *o, ps_server **out, pf_error 
     logf_(s, "%s", note);
     pf_ws_handlers h = {on_open, on_message, on_close};
     size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
-    if ((st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws, err)) !=
-        PF_OK)
+    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    pf_ws_options wo = o->data_plane;
+    if (wo.max_connections <= 0)
+        wo.max_connections = 2 * n_tasks + 32;
+    if (wo.max_buffered == 0)
+        wo.max_buffered = ((size_t)n_tasks + 4) * max_message;
+    if ((st = pf_ws_server_create_with(o->listen_host, o->port, max_message, &wo, &h, s, &s->ws,
+                                       err)) != PF_OK)
         goto fail;
     logf_(s, "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64,
           n_local, s->placement.bytes_per_ps[s->task], s->spec.name, pf_ws_port(s->ws), version(s));

@@ -14,6 +14,7 @@
 
 #include "psflow/spec.h"
 #include "psflow/status.h"
+#include "psflow/ws.h"
 
 typedef struct ps_server_options {
     const pf_job_spec *spec;
@@ -23,6 +24,10 @@ typedef struct ps_server_options {
     const char *checkpoint_dir; /* root of <dir>/<job>/step-<N>/ */
     uint64_t incarnation;       /* differs on every start of this task */
     double exit_grace_seconds;  /* after the final checkpoint, wait this long for workers */
+    /* Data-plane limits and TLS (psflow/ws.h); zero fields take the ps's defaults:
+     * max_connections twice the job's training tasks plus 32, max_buffered the job's
+     * training tasks plus 4 times the largest message this ps accepts. */
+    pf_ws_options data_plane;
 } ps_server_options;
 
 typedef struct ps_server ps_server;

@@ -31,6 +31,7 @@ typedef struct worker_link_options {
     uint64_t incarnation;
     double retry_seconds; /* give up reconnecting after this long */
     const int *stop;      /* NULL, or a flag another thread sets to abandon reconnecting */
+    const char *ca_file;  /* NULL: plain TCP; else TLS (wss), each ps verified against it */
 } worker_link_options;
 
 /* Connects to every ps and says HELLO; returns once all answered (or fails after

@@ -185,7 +185,8 @@ static pf_status setup(trainer *t, pf_error *err) {
                               (uint8_t)(t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER),
                               t->o->incarnation,
                               t->o->retry_seconds,
-                              t->o->stop};
+                              t->o->stop,
+                              t->o->ca_file};
     return worker_link_create(&co, &t->link, err);
 }
 

@@ -61,6 +61,7 @@ typedef struct worker_options {
     void *report_ctx;
     double report_every_seconds;
     worker_result *result; /* chief: receives the final evaluation; may be NULL */
+    const char *ca_file;   /* NULL: the data plane is plain TCP; else TLS verified with it */
 } worker_options;
 
 /* Runs the task to the end of the job, logging progress and errors to stderr. Returns

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PACKAGES=(
   build-essential cmake pkg-config clang clang-format   # toolchain; clang for libFuzzer
   libopenblas-dev libjansson-dev zlib1g-dev             # compute, job spec, data, checkpoints
-  libwebsockets-dev                                     # data plane (common/dataplane)
+  libwebsockets-dev libssl-dev                          # data plane (common/dataplane)
   libmicrohttpd-dev libsqlite3-dev libcurl4-openssl-dev # coordinator; its clients (common/control)
   libcmocka-dev python3 python3-jsonschema              # tests
   curl sqlite3 chromium prometheus wrk                  # API, dashboard, metrics tests; bench

@@ -38,6 +38,16 @@
  * connections may hold in incomplete messages, and discharged when its message is
  * delivered or its connection closes. The handshake's bytes are checked as they come, so
  * garbage is answered 400 at once rather than when 8 KiB have arrived.
+ *
+ * TLS: the direct paths above write and read the socket itself, which TLS cannot allow, so
+ * with TLS a connection never gets its fd (c->fd stays -1): no direct sends, no direct
+ * reads, every byte through the loop. A server uses libwebsockets' TLS on the raw sockets it
+ * accepts (its reads and lws_write() then carry plaintext). A client cannot: libwebsockets
+ * 4.1 starts a raw client's TLS handshake before its socket exists. So a client dials plain
+ * TCP and runs OpenSSL itself over memory BIOs (ws_tls.c): what libwebsockets reads is
+ * ciphertext, decrypted before the handshake text and frames are parsed, and what the loop
+ * writes is encrypted first. Plain TCP keeps every fast path; TLS pays a copy per byte and
+ * the loop's wake-ups.
  */
 #include "psflow/ws.h"
 
@@ -120,6 +130,8 @@ static void finish(pf_ws *ws, conn *c) {
     if (c->server)
         ws->n_server--;
     ws->buffered -= c->charged;
+    if (c->ssl)
+        ws_tls_conn_free(c);
     while (q) {
         out_msg *next = q->next;
         ws_release(ws, q);
@@ -472,10 +484,6 @@ static void start_connect(pf_ws *ws, conn *c) {
     ci.method = "RAW";
     ci.local_protocol_name = WS_PROTOCOL_NAME;
     ci.opaque_user_data = c;
-    if (ws->tls) { /* verified against o.ca_file, and the name against the host dialled */
-        ci.ssl_connection = LCCSCF_USE_SSL;
-        ci.host = c->host;
-    }
     /* A synchronous failure may already have finished (freed) c: look it up again. */
     uint64_t id = c->id;
     struct lws *wsi = lws_client_connect_via_info(&ci);
@@ -540,7 +548,7 @@ static void tune_socket(struct lws *wsi) {
 }
 
 /* Client: the TCP connection is up; send the upgrade request. */
-static int send_upgrade(pf_ws *ws, conn *c) {
+int ws_send_upgrade(pf_ws *ws, conn *c) {
     uint8_t nonce[16];
     for (int i = 0; i < 16; i += 8) {
         uint64_t r = pf_rng_next(&c->rng);
@@ -604,6 +612,14 @@ static int on_deadline(pf_ws *ws, conn *c) {
     return 0;
 }
 
+int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
+    if (c->state == ST_HTTP)
+        return on_http(ws, c, in, len);
+    if (c->state == ST_REFUSED)
+        return 0;
+    return on_frames(ws, c, in, len);
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len) {
     struct lws_context *ctx = lws_get_context(wsi);
@@ -643,15 +659,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->wsi = wsi;
         c->state = ST_HTTP;
         tune_socket(wsi);
-        return send_upgrade(ws, c);
+        return ws->ssl_ctx ? ws_tls_start(ws, c) : ws_send_upgrade(ws, c);
     case LWS_CALLBACK_RAW_RX:
         if (!c)
             return -1;
-        if (c->state == ST_HTTP)
-            return on_http(ws, c, in, len);
-        if (c->state == ST_REFUSED)
-            return 0;
-        return on_frames(ws, c, in, len);
+        return c->ssl ? ws_tls_rx(ws, c, in, len) : ws_on_plain(ws, c, in, len);
     case LWS_CALLBACK_RAW_WRITEABLE:
         return c ? ws_on_writeable(ws, wsi, c) : 0;
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
@@ -676,6 +688,15 @@ static void *service_thread(void *arg) {
 
 static void log_to_stderr(int level, const char *line) {
     fprintf(stderr, "psflow: websocket %s: %s", level == LLL_ERR ? "error" : "warning", line);
+}
+
+/* Frees what create() made before the context. */
+static void free_ws(pf_ws *ws) {
+    ws_tls_client_deinit(ws);
+    pf_free(ws->tls_rx);
+    pthread_cond_destroy(&ws->direct_done);
+    pthread_mutex_destroy(&ws->lock);
+    pf_free(ws);
 }
 
 /* o with its defaults filled in, or an error for what cannot work. */
@@ -747,17 +768,20 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
         info.listen_accept_role = "raw-skt";
         info.listen_accept_protocol = WS_PROTOCOL_NAME;
     }
-    if (ws->tls) {
+    if (o.tls_cert) { /* a server: libwebsockets' TLS on the raw sockets it accepts */
         info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
         info.ssl_cert_filepath = o.tls_cert;
         info.ssl_private_key_filepath = o.tls_key;
-        info.client_ssl_ca_filepath = o.ca_file;
+    }
+    if (o.ca_file && ((st = ws_tls_client_init(ws, o.ca_file, err)) != PF_OK ||
+                      !(ws->tls_rx = pf_malloc(RX_CHUNK)))) {
+        ws_tls_client_deinit(ws);
+        free_ws(ws);
+        return st != PF_OK ? st : pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     }
     ws->ctx = lws_create_context(&info);
     if (!ws->ctx) {
-        pthread_cond_destroy(&ws->direct_done);
-        pthread_mutex_destroy(&ws->lock);
-        pf_free(ws);
+        free_ws(ws);
         if (port == CONTEXT_PORT_NO_LISTEN)
             return pf_error_set(err, PF_ERR_IO, NULL, "cannot create a websocket client%s%s",
                                 o.ca_file ? " trusting the CA file " : "",
@@ -777,9 +801,7 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     if (pthread_create(&ws->thread, NULL, service_thread, ws) != 0) {
         *out = NULL;
         lws_context_destroy(ws->ctx);
-        pthread_cond_destroy(&ws->direct_done);
-        pthread_mutex_destroy(&ws->lock);
-        pf_free(ws);
+        free_ws(ws);
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the websocket thread");
     }
     ws->thread_started = 1;
@@ -828,9 +850,7 @@ void pf_ws_destroy(pf_ws *ws) {
         ws->pool = m->next;
         pf_free(m);
     }
-    pthread_cond_destroy(&ws->direct_done);
-    pthread_mutex_destroy(&ws->lock);
-    pf_free(ws);
+    free_ws(ws);
 }
 
 void pf_ws_set_conn_user(pf_ws *ws, uint64_t id, void *user) {

@@ -6,6 +6,7 @@
 #define PSFLOW_DATAPLANE_WS_CONN_H
 
 #include <libwebsockets.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -101,6 +102,10 @@ typedef struct conn {
     pf_ws_place *place;
     int place_n, place_cap, place_i;
     int placing;
+    /* client TLS (ws_tls.c), loop thread */
+    SSL *ssl;       /* NULL: plain TCP */
+    pf_buf tls_out; /* ciphertext to write, behind LWS_PRE bytes */
+    int tls_ready;  /* handshake done */
 } conn;
 
 struct pf_ws {
@@ -131,6 +136,8 @@ struct pf_ws {
         double last;         /* when it was last logged; 0: never */
         unsigned long since; /* refusals since then not logged */
     } refusals[8];
+    SSL_CTX *ssl_ctx; /* client TLS (o.ca_file), else NULL */
+    uint8_t *tls_rx;  /* RX_CHUNK bytes: plaintext as it is decrypted */
 };
 
 /* Causes of a refusal, each logged on its own rate limit. */
@@ -152,6 +159,29 @@ static inline conn *find_locked(pf_ws *ws, uint64_t id) {
             return c;
     return NULL;
 }
+
+/* --- ws.c ------------------------------------------------------------------------------ */
+
+/* Received bytes (plaintext) of a connection: handshake or frames. Returns -1 to close. */
+int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
+
+/* Client: queues the upgrade request ahead of anything else. Returns -1 to close. */
+int ws_send_upgrade(pf_ws *ws, conn *c);
+
+/* --- ws_tls.c ---------------------------------------------------------------------------- */
+
+/* A client's TLS context verifying servers against ca_file. Errors: PF_ERR_IO. */
+pf_status ws_tls_client_init(pf_ws *ws, const char *ca_file, pf_error *err);
+void ws_tls_client_deinit(pf_ws *ws);
+/* TCP is up: starts the TLS handshake (the upgrade follows once it is done). */
+int ws_tls_start(pf_ws *ws, conn *c);
+/* Ciphertext read from c's socket. Returns -1 to close. */
+int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
+/* Encrypts n bytes into c->tls_out. Returns -1 on failure. */
+int ws_tls_write(conn *c, const uint8_t *p, size_t n);
+/* Writes c->tls_out to the socket (libwebsockets buffers what it does not take). */
+int ws_tls_flush(struct lws *wsi, conn *c);
+void ws_tls_conn_free(conn *c);
 
 /* --- ws_send.c ------------------------------------------------------------------------- */
 

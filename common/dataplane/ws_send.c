@@ -204,6 +204,16 @@ static int cursor_iov(const cursor *k, struct iovec *v, int max) {
 /* libwebsockets calls WRITEABLE only once it has sent what it buffered of an earlier
  * lws_write, so here nothing of ours is pending inside it. */
 int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
+    if (c->ssl) { /* client TLS: ciphertext first; nothing of ours before the handshake */
+        if (ws_tls_flush(wsi, c) != 0)
+            return -1;
+        if (!c->tls_ready)
+            return 0;
+        if (lws_partial_buffered(wsi)) {
+            lws_callback_on_writable(wsi);
+            return 0;
+        }
+    }
     pthread_mutex_lock(&ws->lock);
     c->lws_buffered = 0;
     out_msg *m = c->direct ? NULL : c->head; /* a direct sender owns the socket for now */
@@ -215,7 +225,8 @@ int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
         frame(c, m);
     size_t left = m->wire - c->tx_off;
     size_t n = left < PF_WS_CHUNK ? left : PF_WS_CHUNK;
-    if (lws_write(wsi, m->start + c->tx_off, n, LWS_WRITE_RAW) < (int)n)
+    if (c->ssl ? ws_tls_write(c, m->start + c->tx_off, n) != 0 || ws_tls_flush(wsi, c) != 0
+               : lws_write(wsi, m->start + c->tx_off, n, LWS_WRITE_RAW) < (int)n)
         return -1;
     c->tx_off += n;
     int buffered = lws_partial_buffered(wsi);

@@ -69,11 +69,7 @@
 #include "psflow/rng.h"
 #include "ws_conn.h"
 
-/* Logs a refusal: the first of its cause at once, then at most one line every
- * REFUSAL_LOG_EVERY seconds saying how many more there were. Loop thread. */
-static void refused(pf_ws *ws, int cause, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refused(pf_ws *ws, int cause, const char *fmt, ...) {
+void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) {
     struct refusal *r = &ws->refusals[cause];
     double now = pf_clock_now();
     if (r->last != 0 && now - r->last < REFUSAL_LOG_EVERY) {
@@ -85,13 +81,14 @@ static void refused(pf_ws *ws, int cause, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    char where[32] = "";
+    if (ws->port)
+        snprintf(where, sizeof where, " (port %d)", ws->port);
     if (r->since)
-        fprintf(stderr,
-                "psflow: data plane (port %d): %s (and %lu more like it since the last "
-                "report)\n",
-                ws->port, line, r->since);
+        fprintf(stderr, "psflow: data plane%s: %s (and %lu more like it since the last report)\n",
+                where, line, r->since);
     else
-        fprintf(stderr, "psflow: data plane (port %d): %s\n", ws->port, line);
+        fprintf(stderr, "psflow: data plane%s: %s\n", where, line);
     r->last = now;
     r->since = 0;
 }
@@ -213,22 +210,20 @@ static uint8_t *rx_dest(conn *c, size_t pos, size_t *room) {
 /* Server: counts a data frame of len bytes against the limits of an untrusted connection
  * and of all connections' incomplete messages; returns -1 (logged) to refuse it. */
 static int charge(pf_ws *ws, conn *c, uint64_t len) {
-    pthread_mutex_lock(&ws->lock);
-    int trusted = c->trusted;
-    pthread_mutex_unlock(&ws->lock);
+    int trusted = __atomic_load_n(&c->trusted, __ATOMIC_ACQUIRE);
     size_t limit = ws->o.untrusted_max_message;
     if (!trusted && (len > limit || c->rx.len + len > limit)) {
-        refused(ws, REF_UNTRUSTED_SIZE,
-                "closed connection %llu: a %llu-byte frame before HELLO (at most %zu bytes)",
-                (unsigned long long)c->id, (unsigned long long)len, limit);
+        ws_refused(ws, REF_UNTRUSTED_SIZE,
+                   "closed connection %llu: a %llu-byte frame before HELLO (at most %zu bytes)",
+                   (unsigned long long)c->id, (unsigned long long)len, limit);
         return -1;
     }
     if (len > ws->o.max_buffered - ws->buffered) {
-        refused(ws, REF_BUFFERED,
-                "closed connection %llu: a %llu-byte frame would pass the %zu bytes this "
-                "endpoint buffers for incomplete messages (%zu in use)",
-                (unsigned long long)c->id, (unsigned long long)len, ws->o.max_buffered,
-                ws->buffered);
+        ws_refused(ws, REF_BUFFERED,
+                   "closed connection %llu: a %llu-byte frame would pass the %zu bytes this "
+                   "endpoint buffers for incomplete messages (%zu in use)",
+                   (unsigned long long)c->id, (unsigned long long)len, ws->o.max_buffered,
+                   ws->buffered);
         return -1;
     }
     c->charged += (size_t)len;
@@ -419,8 +414,8 @@ static void opened(pf_ws *ws, conn *c) {
 static int refuse_http(pf_ws *ws, conn *c) {
     static const char answer[] = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
                                  "Content-Length: 0\r\n\r\n";
-    refused(ws, REF_GARBAGE, "closed connection %llu: not a WebSocket upgrade request (400)",
-            (unsigned long long)c->id);
+    ws_refused(ws, REF_GARBAGE, "closed connection %llu: not a WebSocket upgrade request (400)",
+               (unsigned long long)c->id);
     c->state = ST_REFUSED;
     if (ws_queue_raw(ws, c, answer, sizeof answer - 1) != 0)
         return -1;
@@ -590,22 +585,20 @@ static lws_usec_t next_deadline(pf_ws *ws, conn *c) {
 /* The timer of a server connection: closes it (logged) when it is past a deadline,
  * otherwise waits for the next one; a trusted connection has none. */
 static int on_deadline(pf_ws *ws, conn *c) {
-    pthread_mutex_lock(&ws->lock);
-    int trusted = c->trusted;
-    pthread_mutex_unlock(&ws->lock);
+    int trusted = __atomic_load_n(&c->trusted, __ATOMIC_ACQUIRE);
     if (trusted)
         return 0;
     double age = pf_clock_now() - c->accepted;
     if (!c->open && age >= ws->o.handshake_timeout) {
-        refused(ws, REF_HANDSHAKE_TIMEOUT,
-                "closed connection %llu: no WebSocket upgrade within %g s (handshake timeout)",
-                (unsigned long long)c->id, ws->o.handshake_timeout);
+        ws_refused(ws, REF_HANDSHAKE_TIMEOUT,
+                   "closed connection %llu: no WebSocket upgrade within %g s (handshake timeout)",
+                   (unsigned long long)c->id, ws->o.handshake_timeout);
         return -1;
     }
     if (age >= ws->o.idle_timeout) {
-        refused(ws, REF_IDLE_TIMEOUT,
-                "closed connection %llu: no HELLO accepted within %g s (idle timeout)",
-                (unsigned long long)c->id, ws->o.idle_timeout);
+        ws_refused(ws, REF_IDLE_TIMEOUT,
+                   "closed connection %llu: no HELLO accepted within %g s (idle timeout)",
+                   (unsigned long long)c->id, ws->o.idle_timeout);
         return -1;
     }
     lws_set_timer_usecs(c->wsi, next_deadline(ws, c));
@@ -633,8 +626,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
     case LWS_CALLBACK_RAW_ADOPT: /* server: a new connection */
         if (ws->n_server >= ws->o.max_connections) {
-            refused(ws, REF_CONNECTIONS, "refused a connection: %d open already (the maximum)",
-                    ws->n_server);
+            ws_refused(ws, REF_CONNECTIONS, "refused a connection: %d open already (the maximum)",
+                       ws->n_server);
             return -1;
         }
         pthread_mutex_lock(&ws->lock);
@@ -915,7 +908,7 @@ void pf_ws_trust(pf_ws *ws, uint64_t id) {
     pthread_mutex_lock(&ws->lock);
     conn *c = find_locked(ws, id);
     if (c)
-        c->trusted = 1;
+        __atomic_store_n(&c->trusted, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ws->lock);
 }
 

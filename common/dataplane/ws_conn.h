@@ -64,7 +64,7 @@ typedef struct conn {
     int server;
     int open;        /* handshake complete */
     int finished;    /* on_close delivered */
-    int trusted;     /* server: pf_ws_trust called (under ws->lock) */
+    int trusted;     /* server: pf_ws_trust called (atomic) */
     double accepted; /* server: pf_clock_now() at accept */
     size_t charged;  /* server: bytes of the incomplete message counted in ws->buffered */
     /* requests from other threads, under ws->lock */
@@ -148,7 +148,7 @@ enum {
     REF_GARBAGE,
     REF_UNTRUSTED_SIZE,
     REF_BUFFERED,
-    REF_FRAME,
+    REF_TLS,
 };
 
 #define REFUSAL_LOG_EVERY 10.0 /* seconds between two log lines of one cause */
@@ -167,6 +167,10 @@ int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
 
 /* Client: queues the upgrade request ahead of anything else. Returns -1 to close. */
 int ws_send_upgrade(pf_ws *ws, conn *c);
+
+/* Logs a refusal: the first of its cause at once, then at most one line every
+ * REFUSAL_LOG_EVERY seconds saying how many more there were. Loop thread. */
+void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* --- ws_tls.c ---------------------------------------------------------------------------- */
 

@@ -60,8 +60,9 @@ static int collect(conn *c) {
     return 0;
 }
 
-/* Logs why the TLS connection failed: the certificate check's verdict when it failed. */
-static void log_failure(conn *c) {
+/* Logs (rate-limited) why the TLS connection failed: the certificate check's verdict when it
+ * failed. */
+static void log_failure(pf_ws *ws, conn *c) {
     long v = SSL_get_verify_result(c->ssl);
     unsigned long e = ERR_get_error();
     char why[256];
@@ -73,7 +74,7 @@ static void log_failure(conn *c) {
     else
         snprintf(why, sizeof why, "the connection closed during the handshake");
     ERR_clear_error();
-    fprintf(stderr, "psflow: data plane: TLS to %s:%d failed: %s\n", c->host, c->port, why);
+    ws_refused(ws, REF_TLS, "TLS to %s:%d failed: %s", c->host, c->port, why);
 }
 
 int ws_tls_start(pf_ws *ws, conn *c) {
@@ -98,7 +99,7 @@ int ws_tls_start(pf_ws *ws, conn *c) {
     }
     int n = SSL_do_handshake(c->ssl); /* writes the ClientHello */
     if (n <= 0 && SSL_get_error(c->ssl, n) != SSL_ERROR_WANT_READ) {
-        log_failure(c);
+        log_failure(ws, c);
         return -1;
     }
     return collect(c);
@@ -112,7 +113,7 @@ int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
         if (n <= 0) {
             int e = SSL_get_error(c->ssl, n);
             if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-                log_failure(c);
+                log_failure(ws, c);
                 return -1;
             }
             return collect(c);
@@ -129,7 +130,7 @@ int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
                 return collect(c);
             if (e != SSL_ERROR_ZERO_RETURN)
-                log_failure(c);
+                log_failure(ws, c);
             return -1; /* the peer's close_notify, or an error */
         }
         if (ws_on_plain(ws, c, buf, (size_t)n) != 0)

@@ -23,6 +23,11 @@
  * straight to their destination; on_message learns which ranges went where from
  * pf_ws_message_places(), and pf_wire_decode_placed() gives views of the values there.
  *
+ * Limits and TLS (pf_ws_options): a server bounds its connections, their handshake and
+ * idle time until their owner trusts them (pf_ws_trust), their messages before that, and
+ * the bytes all of them hold in incomplete messages; with a certificate it serves TLS, and a
+ * client given a CA file dials TLS and verifies each server's certificate and address.
+ *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection
  * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_sendv,
  * pf_ws_expect and pf_ws_close may be called from any thread.

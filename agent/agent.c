@@ -99,7 +99,8 @@ static void *ps_task_main(void *arg) {
     uint8_t key[PF_WIRE_KEY_SIZE];
     ps_server_options so = {
         &t->spec,          t->index,       o->listen_host,        o->listen_port,
-        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, job_key(t, key)};
+        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, job_key(t, key),
+        o->data_plane};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
@@ -150,6 +151,7 @@ static void *worker_task_main(void *arg) {
         .report = agent_reporter_add,
         .report_ctx = t->rep,
         .result = &t->result,
+        .ca_file = o->data_plane.ca_file,
     };
     uint8_t key[PF_WIRE_KEY_SIZE];
     wo.job_key = job_key(t, key);

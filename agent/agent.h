@@ -10,6 +10,8 @@
 #ifndef PSFLOW_AGENT_AGENT_H
 #define PSFLOW_AGENT_AGENT_H
 
+#include "psflow/ws.h"
+
 typedef struct agent_options {
     const char *role;        /* "ps" or "worker" */
     const char *coordinator; /* base URL, e.g. http://127.0.0.1:8080 */
@@ -24,6 +26,9 @@ typedef struct agent_options {
     double retry_seconds;      /* worker: keep reconnecting to a lost ps this long */
     long push_delay_ms;        /* worker, testing: wait this long before every push */
     long long memory;          /* bytes its tasks may use, told to the coordinator; 0: unknown */
+    /* Data plane: a ps serves with its limits and TLS certificate; a worker dials TLS
+     * verifying with ca_file when set. */
+    pf_ws_options data_plane;
 } agent_options;
 
 /* Runs until SIGINT/SIGTERM; returns the process exit code (psflow/exit_code.h). */

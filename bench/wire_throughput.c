@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "wire: %s\n", err.message);
             return 1;
         }
-        ps_server_options so = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL};
+        ps_server_options so = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
         ps_server *server;
         if (ps_server_start(&so, &server, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);
@@ -202,7 +202,7 @@ int main(int argc, char **argv) {
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
         const char *addrs[] = {addr};
-        worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 1, 10, NULL, NULL};
+        worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 1, 10, NULL, NULL, NULL};
         worker_link *link;
         if (worker_link_create(&co, &link, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);

@@ -21,9 +21,35 @@ static void stop_ps(int sig) {
         ps_server_stop(running_ps);
 }
 
+/* The data plane's limits and TLS from the options into *o. Returns 0, or PF_EX_USAGE after
+ * printing what is wrong. */
+static int data_plane_options(const cli_option *opts, int n_opts, pf_ws_options *o) {
+    long conns, handshake, idle;
+    long long buffered;
+    if (cli_get_long("ps", opts, n_opts, "max-connections", 1, 100000, 0, &conns) ||
+        cli_get_long("ps", opts, n_opts, "handshake-timeout", 1, 3600,
+                     (long)PF_WS_DEFAULT_HANDSHAKE_TIMEOUT, &handshake) ||
+        cli_get_long("ps", opts, n_opts, "idle-timeout", 1, 3600, (long)PF_WS_DEFAULT_IDLE_TIMEOUT,
+                     &idle) ||
+        cli_get_size("ps", opts, n_opts, "max-buffered", 1 << 20, INT64_MAX, 0, &buffered))
+        return PF_EX_USAGE;
+    const char *cert = cli_get(opts, n_opts, "tls-cert"), *key = cli_get(opts, n_opts, "tls-key");
+    if (!cert != !key) {
+        fprintf(stderr, "psflow ps: --tls-cert and --tls-key go together\n");
+        return PF_EX_USAGE;
+    }
+    *o = (pf_ws_options){.max_connections = (int)conns,
+                         .handshake_timeout = (double)handshake,
+                         .idle_timeout = (double)idle,
+                         .max_buffered = (size_t)buffered,
+                         .tls_cert = cert,
+                         .tls_key = key};
+    return 0;
+}
+
 /* `psflow ps --coordinator URL` without --job: a managed ps agent; grace is --exit-grace. */
 static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator, double grace,
-                        long long memory) {
+                        long long memory, const pf_ws_options *data_plane) {
     const char *listen = cli_get(opts, n_opts, "listen");
     const char *advertise = cli_get(opts, n_opts, "advertise");
     char host[256] = "0.0.0.0", adv_host[256];
@@ -54,7 +80,8 @@ static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordina
                         .checkpoint_dir = ckpt ? ckpt : "./checkpoints",
                         .log_every = 100,
                         .exit_grace_seconds = grace,
-                        .memory = memory > 0 ? memory : pf_mem_system_bytes()};
+                        .memory = memory > 0 ? memory : pf_mem_system_bytes(),
+                        .data_plane = *data_plane};
     return agent_run(&ao);
 }
 
@@ -73,6 +100,21 @@ int cli_ps(int argc, char **argv) {
          NULL},
         NODE_MEMORY_OPTION,
         CLI_CA_FILE_OPTION,
+        {"tls-cert", "FILE",
+         "serve the data plane over TLS (wss) with this PEM certificate "
+         "[plain TCP]",
+         NULL},
+        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
+        {"max-connections", "N",
+         "data-plane connections open at once [twice the job's training tasks + 32]", NULL},
+        {"handshake-timeout", "SECONDS",
+         "close a connection whose WebSocket (and TLS) handshake is not done by then [10]", NULL},
+        {"idle-timeout", "SECONDS",
+         "close a connection that has not been accepted by HELLO by then [30]", NULL},
+        {"max-buffered", "BYTES",
+         "bytes of incomplete messages held over all connections [(training tasks + 4) x the "
+         "largest message]",
+         NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -96,9 +138,13 @@ int cli_ps(int argc, char **argv) {
     if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace) ||
         cli_get_size("ps", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
         return PF_EX_USAGE;
+    pf_ws_options data_plane;
+    int drc = data_plane_options(opts, n_opts, &data_plane);
+    if (drc)
+        return drc;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job"))
-        return run_ps_agent(opts, n_opts, coordinator, (double)grace, memory);
+        return run_ps_agent(opts, n_opts, coordinator, (double)grace, memory, &data_plane);
     node n;
     int rc = node_load("ps", cli_get(opts, n_opts, "job"), &n);
     if (rc)
@@ -137,7 +183,8 @@ int cli_ps(int argc, char **argv) {
                             ckpt ? ckpt : "./checkpoints",
                             node_incarnation(),
                             (double)grace,
-                            has_key ? key : NULL};
+                            has_key ? key : NULL,
+                            data_plane};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;

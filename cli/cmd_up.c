@@ -4,7 +4,8 @@
  * coordinator. The children run in their own process group so the terminal's Ctrl-C reaches
  * only this supervisor, which stops them in that order. With --tls-cert/--tls-key the
  * coordinator serves https:// and the agents (and this supervisor) trust --ca-file, by
- * default the certificate itself (a self-signed one); the data plane stays plain TCP.
+ * default the certificate itself (a self-signed one); the data plane is TLS too: the ps
+ * agents serve wss with the same certificate and the worker agents verify it with --ca-file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -180,10 +181,12 @@ int cli_up(int argc, char **argv) {
         {"workers", "M", "worker agents [2]", NULL},
         {"port", "P", "the coordinator's port on 127.0.0.1 [8080]", NULL},
         {"dir", "DIR", "database, checkpoints and logs [./psflow-up]", NULL},
-        {"tls-cert", "FILE", "the coordinator serves HTTPS with this PEM certificate [HTTP]", NULL},
-        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
-        {"ca-file", "FILE", "the CA the agents trust for the coordinator [--tls-cert itself]",
+        {"tls-cert", "FILE",
+         "the coordinator serves HTTPS and the ps agents wss with this PEM certificate [HTTP]",
          NULL},
+        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
+        {"ca-file", "FILE",
+         "the CA the agents trust for the coordinator and the ps [--tls-cert itself]", NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -288,7 +291,7 @@ int cli_up(int argc, char **argv) {
         snprintf(name, sizeof name, "%s-%ld", is_ps ? "ps" : "worker", k);
         snprintf(id, sizeof id, "%s", name);
         snprintf(adv, sizeof adv, "127.0.0.1:%d", p);
-        char *aargv[16] = {"psflow",           is_ps ? "ps" : "worker",
+        char *aargv[24] = {"psflow",           is_ps ? "ps" : "worker",
                            "--coordinator",    url,
                            "--node-id",        id,
                            "--advertise",      adv,
@@ -297,6 +300,12 @@ int cli_up(int argc, char **argv) {
         if (is_ps) {
             aargv[argn++] = "--listen";
             aargv[argn++] = adv;
+        }
+        if (is_ps && cert) { /* the data plane over TLS with the API's certificate */
+            aargv[argn++] = "--tls-cert";
+            aargv[argn++] = (char *)cert;
+            aargv[argn++] = "--tls-key";
+            aargv[argn++] = (char *)key;
         }
         if (ca) {
             aargv[argn++] = "--ca-file";

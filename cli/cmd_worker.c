@@ -27,7 +27,10 @@ int cli_worker(int argc, char **argv) {
         {"retry-seconds", "S", "keep reconnecting to a lost ps for S seconds [120]", NULL},
         {"push-delay-ms", "MS", "testing: wait MS milliseconds before every push [0]", NULL},
         NODE_MEMORY_OPTION,
-        CLI_CA_FILE_OPTION,
+        {"ca-file", "FILE",
+         "trust only this PEM CA for an https:// coordinator, and dial the ps over TLS (wss) "
+         "verifying them with it [the system's CAs; plain TCP to the ps]",
+         NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -74,7 +77,8 @@ int cli_worker(int argc, char **argv) {
                             .log_every = log_every,
                             .retry_seconds = (double)retry,
                             .push_delay_ms = delay,
-                            .memory = memory > 0 ? memory : pf_mem_system_bytes()};
+                            .memory = memory > 0 ? memory : pf_mem_system_bytes(),
+                            .data_plane = {.ca_file = cli_get(opts, n_opts, "ca-file")}};
         return agent_run(&ao);
     }
     const char *output = cli_get(opts, n_opts, "output");
@@ -113,6 +117,7 @@ int cli_worker(int argc, char **argv) {
         .json = output && !strcmp(output, "json"),
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
+        .ca_file = cli_get(opts, n_opts, "ca-file"),
     };
     uint8_t key[PF_WIRE_KEY_SIZE];
     int has_key = node_job_key("worker", n.spec.name, key);

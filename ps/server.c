@@ -396,6 +396,8 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         }
         pthread_mutex_unlock(&s->mu);
     }
+    if (!s->sink.send)
+        pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
     pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
                              (uint32_t)ps_shards_count(s->shards)};
     pf_error err;
@@ -637,8 +639,14 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     logf_(s, "%s", note);
     pf_ws_handlers h = {on_open, on_message, on_close};
     size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
-    if (!sink && (st = pf_ws_server_create(o->listen_host, o->port, max_message, &h, s, &s->ws,
-                                           err)) != PF_OK)
+    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    pf_ws_options wo = o->data_plane;
+    if (wo.max_connections <= 0)
+        wo.max_connections = 2 * n_tasks + 32;
+    if (wo.max_buffered == 0)
+        wo.max_buffered = ((size_t)n_tasks + 4) * max_message;
+    if (!sink && (st = pf_ws_server_create_with(o->listen_host, o->port, max_message, &wo, &h, s,
+                                                &s->ws, err)) != PF_OK)
         goto fail;
     if (!s->has_key)
         logf_(s,

@@ -15,6 +15,7 @@
 
 #include "psflow/spec.h"
 #include "psflow/status.h"
+#include "psflow/ws.h"
 
 typedef struct ps_server_options {
     const pf_job_spec *spec;
@@ -27,6 +28,10 @@ typedef struct ps_server_options {
     /* The job's data-plane key (PF_WIRE_KEY_SIZE bytes, pf_wire_auth.h), or NULL: then any
      * peer that names the job is served, and the ps says so once at start. */
     const uint8_t *job_key;
+    /* Data-plane limits and TLS (psflow/ws.h); zero fields take the ps's defaults:
+     * max_connections twice the job's training tasks plus 32, max_buffered the job's
+     * training tasks plus 4 times the largest message this ps accepts. */
+    pf_ws_options data_plane;
 } ps_server_options;
 
 typedef struct ps_server ps_server;

@@ -563,7 +563,8 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
         if ((size_t)c->placement.bytes_per_ps[p] > max_message)
             max_message = (size_t)c->placement.bytes_per_ps[p];
     max_message += 65536 + (size_t)c->placement.n_shards * 16;
-    if ((st = pf_ws_client_create(max_message, &h, c, &c->ws, err)) != PF_OK)
+    pf_ws_options wo = {.ca_file = o->ca_file};
+    if ((st = pf_ws_client_create_with(max_message, &wo, &h, c, &c->ws, err)) != PF_OK)
         goto fail;
     for (int p = 0; p < c->n; p++)
         if ((st = connect_link(c, &c->links[p], err)) != PF_OK)

@@ -191,7 +191,8 @@ static pf_status setup(trainer *t, pf_error *err) {
                               t->o->incarnation,
                               t->o->retry_seconds,
                               t->o->stop,
-                              t->o->job_key ? key : NULL};
+                              t->o->job_key ? key : NULL,
+                              t->o->ca_file};
     pf_status linked = worker_link_create(&co, &t->link, err);
     pf_wire_key_clear(key, sizeof key);
     return linked;

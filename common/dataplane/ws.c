@@ -28,6 +28,26 @@
  * lock released; meanwhile the loop writes nothing on it, and a closing connection waits
  * for the claim to end before libwebsockets closes the socket. Connection structs are
  * freed only on the service thread and are looked up by id, never held across threads.
+ * The connection table (ws_conn.h) is shared with ws_send.c, which holds the sending half.
+ *
+ * Limits (pf_ws_options): a server counts its connections and closes one past the maximum
+ * on accept; each connection gets a libwebsockets timer for its handshake and idle
+ * deadlines, which stops mattering once its owner calls pf_ws_trust(). Frame headers are
+ * checked before anything is reserved: an untrusted connection's message is small, and
+ * every data frame is charged, as its header announces it, against the bytes all
+ * connections may hold in incomplete messages, and discharged when its message is
+ * delivered or its connection closes. The handshake's bytes are checked as they come, so
+ * garbage is answered 400 at once rather than when 8 KiB have arrived.
+ *
+ * TLS: the direct paths above write and read the socket itself, which TLS cannot allow, so
+ * with TLS a connection never gets its fd (c->fd stays -1): no direct sends, no direct
+ * reads, every byte through the loop. A server uses libwebsockets' TLS on the raw sockets it
+ * accepts (its reads and lws_write() then carry plaintext). A client cannot: libwebsockets
+ * 4.1 starts a raw client's TLS handshake before its socket exists. So a client dials plain
+ * TCP and runs OpenSSL itself over memory BIOs (ws_tls.c): what libwebsockets reads is
+ * ciphertext, decrypted before the handshake text and frames are parsed, and what the loop
+ * writes is encrypted first. Plain TCP keeps every fast path; TLS pays a copy per byte and
+ * the loop's wake-ups.
  */
 #include "psflow/ws.h"
 
@@ -37,142 +57,40 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "psflow/buf.h"
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
-#include "ws_handshake.h"
+#include "ws_conn.h"
 
-#define HEADROOM 16          /* frame header space in front of a message: at most 14 bytes */
-#define MAX_HTTP 8192        /* handshake request or response */
-#define RX_CHUNK (64u << 10) /* bytes libwebsockets reads per readable event */
-
-/* dst = src XOR mask, continuing at mask position `phase`, 8 bytes at a time; dst may be
- * src (mask in place) or another buffer (copy and unmask in one pass). */
-static void copy_unmask(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t mask[4],
-                        size_t phase) {
-    uint8_t m8[8];
-    for (int i = 0; i < 8; i++)
-        m8[i] = mask[(phase + (size_t)i) & 3];
-    uint64_t m;
-    memcpy(&m, m8, 8);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, src + i, 8);
-        v ^= m;
-        memcpy(dst + i, &v, 8);
+void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) {
+    struct refusal *r = &ws->refusals[cause];
+    double now = pf_clock_now();
+    if (r->last != 0 && now - r->last < REFUSAL_LOG_EVERY) {
+        r->since++;
+        return;
     }
-    for (; i < n; i++)
-        dst[i] = src[i] ^ m8[i & 7];
-}
-
-static void apply_mask(uint8_t *p, size_t n, const uint8_t mask[4], size_t phase) {
-    copy_unmask(p, p, n, mask, phase);
-}
-
-/* --- connections ---------------------------------------------------------------------------- */
-
-/* A send buffer: this header, HEADROOM bytes, then `cap` message bytes. While queued,
- * `next` chains it on its connection; while free, on the pool. `raw` messages (handshake
- * text, control frames) go out as they are. */
-typedef struct out_msg {
-    struct out_msg *next;
-    size_t cap;
-    size_t len;  /* message bytes */
-    size_t wire; /* bytes to write from start: frame header + message */
-    uint8_t *start;
-    int raw;
-    int framed; /* header written (and payload masked) */
-} out_msg;
-
-#define POOL_KEEP 16
-
-static uint8_t *msg_bytes(out_msg *m) {
-    return (uint8_t *)(m + 1) + HEADROOM;
-}
-
-static out_msg *msg_of(uint8_t *bytes) {
-    return (out_msg *)(bytes - HEADROOM) - 1;
-}
-
-enum { ST_HTTP, ST_HEADER, ST_PAYLOAD };
-
-typedef struct conn {
-    struct conn *next;
-    uint64_t id;
-    struct lws *wsi;
-    void *user;
-    int server;
-    int open;     /* handshake complete */
-    int finished; /* on_close delivered */
-    /* requests from other threads, under ws->lock */
-    int want_connect;
-    int want_close;
-    int fd;           /* the socket once the handshake is done, else -1 */
-    int direct;       /* a sender is writing a message straight to fd */
-    int lws_buffered; /* libwebsockets holds unsent bytes of ours */
-    pf_rng rng;       /* handshake and mask keys; used by whoever frames for c */
-    char host[256];
-    int port;
-    out_msg *head, *tail;
-    /* loop thread only */
-    size_t tx_off;
-    char key[WS_KEY_SIZE]; /* client: the Sec-WebSocket-Key sent */
-    char http[MAX_HTTP];
-    size_t http_len;
-    int state;
-    uint8_t hdr[14];
-    size_t hdr_len;
-    uint64_t frame_left; /* payload bytes of the current frame still to come */
-    size_t frame_done;   /* payload bytes of the current frame seen (mask phase) */
-    int frame_opcode;
-    int frame_fin;
-    int frame_masked;
-    uint8_t frame_mask[4];
-    int in_message; /* a fragmented message is being assembled */
-    uint8_t control[125];
-    pf_buf rx; /* the message being received; len counts placed bytes too */
-    /* pf_ws_expect: where the next data message goes; under ws->lock */
-    size_t expect_len; /* 0: no expectation */
-    pf_ws_place *expect;
-    int expect_n, expect_cap;
-    /* loop thread: the places of the message being received, when `placing` */
-    pf_ws_place *place;
-    int place_n, place_cap, place_i;
-    int placing;
-} conn;
-
-struct pf_ws {
-    struct lws_context *ctx;
-    struct lws_protocols protocols[2];
-    pthread_t thread;
-    int thread_started;
-    int stop; /* atomic */
-    pthread_mutex_t lock;
-    conn *conns;
-    uint64_t next_id;
-    size_t max_message;
-    out_msg *pool;
-    int pool_n;
-    pthread_cond_t direct_done; /* a direct send ended */
-    pf_rng rng;                 /* seeds each connection's rng; under lock */
-    const pf_ws_place *placed;  /* the places of the message being delivered, or NULL */
-    int placed_n;
-    pf_ws_handlers h;
-    void *user;
-    int port;
-};
-
-static conn *find_locked(pf_ws *ws, uint64_t id) {
-    for (conn *c = ws->conns; c; c = c->next)
-        if (c->id == id)
-            return c;
-    return NULL;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    char where[32] = "";
+    if (ws->port)
+        snprintf(where, sizeof where, " (port %d)", ws->port);
+    if (r->since)
+        fprintf(stderr, "psflow: data plane%s: %s (and %lu more like it since the last report)\n",
+                where, line, r->since);
+    else
+        fprintf(stderr, "psflow: data plane%s: %s\n", where, line);
+    r->last = now;
+    r->since = 0;
 }
 
 static conn *new_conn_locked(pf_ws *ws, void *user) {
@@ -187,18 +105,6 @@ static conn *new_conn_locked(pf_ws *ws, void *user) {
     c->next = ws->conns;
     ws->conns = c;
     return c;
-}
-
-static void release(pf_ws *ws, out_msg *m) {
-    pthread_mutex_lock(&ws->lock);
-    if (ws->pool_n < POOL_KEEP) {
-        m->next = ws->pool;
-        ws->pool = m;
-        ws->pool_n++;
-        m = NULL;
-    }
-    pthread_mutex_unlock(&ws->lock);
-    pf_free(m);
 }
 
 /* Removes c from the table, drops its queue and delivers on_close. Loop thread only. */
@@ -218,9 +124,14 @@ static void finish(pf_ws *ws, conn *c) {
     out_msg *q = c->head;
     c->head = c->tail = NULL;
     pthread_mutex_unlock(&ws->lock);
+    if (c->server)
+        ws->n_server--;
+    ws->buffered -= c->charged;
+    if (c->ssl)
+        ws_tls_conn_free(c);
     while (q) {
         out_msg *next = q->next;
-        release(ws, q);
+        ws_release(ws, q);
         q = next;
     }
     if (ws->h.on_close)
@@ -229,163 +140,6 @@ static void finish(pf_ws *ws, conn *c) {
     pf_free(c->expect);
     pf_free(c->place);
     pf_free(c);
-}
-
-/* A send buffer for a message of up to len bytes, from the pool when one is large enough;
- * NULL when memory is short. Any thread. */
-static uint8_t *take_buffer(pf_ws *ws, size_t len) {
-    pthread_mutex_lock(&ws->lock);
-    out_msg **best = NULL;
-    for (out_msg **p = &ws->pool; *p; p = &(*p)->next)
-        if ((*p)->cap >= len && (!best || (*p)->cap < (*best)->cap))
-            best = p;
-    out_msg *m = NULL;
-    if (best) {
-        m = *best;
-        *best = m->next;
-        ws->pool_n--;
-    }
-    pthread_mutex_unlock(&ws->lock);
-    if (!m) {
-        size_t cap = len < 4096 ? 4096 : len + len / 8;
-        if (cap > SIZE_MAX - sizeof *m - HEADROOM || !(m = pf_malloc(sizeof *m + HEADROOM + cap)))
-            return NULL;
-        m->cap = cap;
-    }
-    m->next = NULL;
-    m->len = 0;
-    m->raw = 0;
-    m->framed = 0;
-    return msg_bytes(m);
-}
-
-/* Appends m to c's queue (under the lock) and makes the loop write it. Loop thread. */
-static void queue_now(pf_ws *ws, conn *c, out_msg *m) {
-    pthread_mutex_lock(&ws->lock);
-    if (c->tail)
-        c->tail->next = m;
-    else
-        c->head = m;
-    c->tail = m;
-    pthread_mutex_unlock(&ws->lock);
-    lws_callback_on_writable(c->wsi);
-}
-
-/* A raw message (handshake text or a control frame) queued from the loop thread. */
-static int queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len) {
-    uint8_t *b = take_buffer(ws, len);
-    if (!b)
-        return -1;
-    memcpy(b, bytes, len);
-    out_msg *m = msg_of(b);
-    m->len = len;
-    m->raw = 1;
-    queue_now(ws, c, m);
-    return 0;
-}
-
-/* Writes the frame header in front of the message (m->start, m->wire); a client draws
- * the frame's mask key into mask. The payload is left as it is. */
-static void put_header(conn *c, out_msg *m, uint8_t mask[4]) {
-    uint8_t *payload = msg_bytes(m);
-    uint8_t h[14];
-    size_t n = 0;
-    h[n++] = 0x82; /* FIN, binary */
-    uint8_t maskbit = c->server ? 0 : 0x80;
-    if (m->len < 126) {
-        h[n++] = (uint8_t)(maskbit | m->len);
-    } else if (m->len <= 0xffff) {
-        h[n++] = maskbit | 126;
-        h[n++] = (uint8_t)(m->len >> 8);
-        h[n++] = (uint8_t)m->len;
-    } else {
-        h[n++] = maskbit | 127;
-        for (int i = 7; i >= 0; i--)
-            h[n++] = (uint8_t)((uint64_t)m->len >> (8 * i));
-    }
-    if (!c->server) {
-        uint64_t r = pf_rng_next(&c->rng);
-        for (int i = 0; i < 4; i++)
-            mask[i] = (uint8_t)(r >> (8 * i));
-        memcpy(h + n, mask, 4);
-        n += 4;
-    }
-    m->start = payload - n;
-    memcpy(m->start, h, n);
-    m->wire = n + m->len;
-    m->framed = 1;
-}
-
-/* Writes the frame header in front of the message and masks it when we are a client.
- * Done once: by a direct sender, or on the loop thread when the message reaches the head
- * of the queue. */
-static void frame(conn *c, out_msg *m) {
-    if (m->raw) {
-        m->start = msg_bytes(m);
-        m->wire = m->len;
-        m->framed = 1;
-        return;
-    }
-    uint8_t mask[4];
-    put_header(c, m, mask);
-    if (!c->server)
-        apply_mask(msg_bytes(m), m->len, mask, 0);
-}
-
-/* A read position in a message given as parts (an iovec array): part i, offset off in it,
- * payload position pos. */
-typedef struct cursor {
-    const struct iovec *parts;
-    int n, i;
-    size_t off, pos;
-} cursor;
-
-/* Copies the next len payload bytes to payload + their position, XOR mask when mask is
- * not NULL (mask in place when the parts are the payload itself). */
-static void cursor_copy(cursor *k, uint8_t *payload, size_t len, const uint8_t *mask) {
-    while (len > 0 && k->i < k->n) {
-        const struct iovec *p = &k->parts[k->i];
-        size_t take = p->iov_len - k->off < len ? p->iov_len - k->off : len;
-        const uint8_t *src = (const uint8_t *)p->iov_base + k->off;
-        uint8_t *dst = payload + k->pos;
-        if (mask)
-            copy_unmask(dst, src, take, mask, k->pos & 3);
-        else if (take && dst != src)
-            memcpy(dst, src, take);
-        k->pos += take;
-        k->off += take;
-        len -= take;
-        if (k->off == p->iov_len) {
-            k->i++;
-            k->off = 0;
-        }
-    }
-}
-
-/* Moves past len payload bytes (sent straight from the parts). */
-static void cursor_skip(cursor *k, size_t len) {
-    k->pos += len;
-    while (len > 0 && k->i < k->n) {
-        size_t left = k->parts[k->i].iov_len - k->off;
-        if (len < left) {
-            k->off += len;
-            return;
-        }
-        len -= left;
-        k->i++;
-        k->off = 0;
-    }
-}
-
-/* Fills v with up to max iovecs for the payload bytes not yet passed; returns how many. */
-static int cursor_iov(const cursor *k, struct iovec *v, int max) {
-    int nv = 0;
-    size_t off = k->off;
-    for (int i = k->i; i < k->n && nv < max; i++, off = 0)
-        if (k->parts[i].iov_len > off)
-            v[nv++] =
-                (struct iovec){(uint8_t *)k->parts[i].iov_base + off, k->parts[i].iov_len - off};
-    return nv;
 }
 
 /* --- receiving ------------------------------------------------------------------------------ */
@@ -403,6 +157,8 @@ static void deliver(pf_ws *ws, conn *c) {
     size_t n = c->rx.len;
     pf_buf_reset(&c->rx);
     c->in_message = 0;
+    ws->buffered -= c->charged;
+    c->charged = 0;
     ws->placed = c->placing ? c->place : NULL;
     ws->placed_n = c->placing ? c->place_n : 0;
     c->placing = 0;
@@ -449,6 +205,30 @@ static uint8_t *rx_dest(conn *c, size_t pos, size_t *room) {
     }
     *room = p->pos - pos;
     return c->rx.data + pos;
+}
+
+/* Server: counts a data frame of len bytes against the limits of an untrusted connection
+ * and of all connections' incomplete messages; returns -1 (logged) to refuse it. */
+static int charge(pf_ws *ws, conn *c, uint64_t len) {
+    int trusted = __atomic_load_n(&c->trusted, __ATOMIC_ACQUIRE);
+    size_t limit = ws->o.untrusted_max_message;
+    if (!trusted && (len > limit || c->rx.len + len > limit)) {
+        ws_refused(ws, REF_UNTRUSTED_SIZE,
+                   "closed connection %llu: a %llu-byte frame before HELLO (at most %zu bytes)",
+                   (unsigned long long)c->id, (unsigned long long)len, limit);
+        return -1;
+    }
+    if (len > ws->o.max_buffered - ws->buffered) {
+        ws_refused(ws, REF_BUFFERED,
+                   "closed connection %llu: a %llu-byte frame would pass the %zu bytes this "
+                   "endpoint buffers for incomplete messages (%zu in use)",
+                   (unsigned long long)c->id, (unsigned long long)len, ws->o.max_buffered,
+                   ws->buffered);
+        return -1;
+    }
+    c->charged += (size_t)len;
+    ws->buffered += (size_t)len;
+    return 0;
 }
 
 /* Parses a frame header once enough bytes are in c->hdr; returns the header's length when
@@ -499,6 +279,8 @@ static int parse_header(pf_ws *ws, conn *c) {
         if (!continuation)
             take_expectation(ws, c, len, c->frame_fin);
         c->in_message = 1;
+        if (c->server && charge(ws, c, len) != 0)
+            return -1;
         if (rx_reserve(ws, c, len) != 0)
             return -1;
     }
@@ -520,7 +302,7 @@ static int on_control(pf_ws *ws, conn *c) {
             k += 4;
         }
         memcpy(f + k, c->control, n);
-        return queue_raw(ws, c, f, k + n);
+        return ws_queue_raw(ws, c, f, k + n);
     }
     return 0; /* pong */
 }
@@ -555,7 +337,7 @@ static int read_direct(pf_ws *ws, conn *c) {
             return 0; /* nothing more now; an error or the end shows up on lws' next read */
         size_t n = (size_t)k;
         if (c->frame_masked)
-            apply_mask(dst, n, c->frame_mask, c->frame_done);
+            ws_apply_mask(dst, n, c->frame_mask, c->frame_done);
         c->rx.len += n;
         c->frame_done += n;
         c->frame_left -= n;
@@ -595,7 +377,7 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
             uint8_t *dst = control ? c->control + c->frame_done : rx_dest(c, c->rx.len, &room);
             size_t take = n - done < room ? n - done : room;
             if (c->frame_masked)
-                copy_unmask(dst, in + done, take, c->frame_mask, c->frame_done);
+                ws_copy_unmask(dst, in + done, take, c->frame_mask, c->frame_done);
             else
                 memcpy(dst, in + done, take);
             if (!control)
@@ -616,7 +398,7 @@ static void opened(pf_ws *ws, conn *c) {
     c->state = ST_HEADER;
     pthread_mutex_lock(&ws->lock);
     c->open = 1;
-    c->fd = (int)lws_get_socket_fd(c->wsi);
+    c->fd = ws->tls ? -1 : (int)lws_get_socket_fd(c->wsi); /* TLS: no direct socket I/O */
     pthread_mutex_unlock(&ws->lock);
     if (ws->h.on_open)
         ws->h.on_open(ws, c->id, c->user, ws->user);
@@ -627,6 +409,22 @@ static void opened(pf_ws *ws, conn *c) {
         lws_callback_on_writable(c->wsi);
 }
 
+/* Server: answers a request that is not a WebSocket upgrade with 400 and closes once the
+ * answer is written; whatever else comes in is dropped. */
+static int refuse_http(pf_ws *ws, conn *c) {
+    static const char answer[] = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                                 "Content-Length: 0\r\n\r\n";
+    ws_refused(ws, REF_GARBAGE, "closed connection %llu: not a WebSocket upgrade request (400)",
+               (unsigned long long)c->id);
+    c->state = ST_REFUSED;
+    if (ws_queue_raw(ws, c, answer, sizeof answer - 1) != 0)
+        return -1;
+    pthread_mutex_lock(&ws->lock);
+    c->want_close = 1; /* after the answer is written */
+    pthread_mutex_unlock(&ws->lock);
+    return 0;
+}
+
 /* Handshake bytes. Returns -1 to close; leftover bytes after the handshake are frames. */
 static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     size_t before = c->http_len;
@@ -635,6 +433,14 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     c->http_len += take;
     c->http[c->http_len] = '\0';
     char *end = strstr(c->http, "\r\n\r\n");
+    if (c->server) {
+        /* Not an HTTP request (NUL bytes, or not "GET "), or none that fits: 400, close. */
+        size_t head = end ? (size_t)(end + 4 - c->http) : c->http_len;
+        size_t prefix = c->http_len < 4 ? c->http_len : 4;
+        if (memchr(c->http, '\0', head) || memcmp(c->http, "GET ", prefix) != 0 ||
+            (!end && c->http_len >= MAX_HTTP - 1))
+            return refuse_http(ws, c);
+    }
     if (!end)
         return c->http_len >= MAX_HTTP - 1 ? -1 : 0;
     /* Bytes of `in` that belong to the handshake; the rest are frames already. */
@@ -645,14 +451,10 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     if (c->server) {
         char resp[256];
         int ok, n = ws_handshake_answer(c->http, resp, sizeof resp, &ok);
-        if (n < 0 || queue_raw(ws, c, resp, (size_t)n) != 0)
+        if (!ok)
+            return refuse_http(ws, c);
+        if (n < 0 || ws_queue_raw(ws, c, resp, (size_t)n) != 0)
             return -1;
-        if (!ok) {
-            pthread_mutex_lock(&ws->lock);
-            c->want_close = 1; /* after the answer is written */
-            pthread_mutex_unlock(&ws->lock);
-            return 0;
-        }
     } else {
         if (!ws_handshake_accepted(c->http, c->key)) {
             lwsl_warn("psflow: connection %llu: the server refused the WebSocket upgrade\n",
@@ -665,176 +467,6 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
 }
 
 /* --- writing -------------------------------------------------------------------------------- */
-
-/* libwebsockets calls WRITEABLE only once it has sent what it buffered of an earlier
- * lws_write, so here nothing of ours is pending inside it. */
-static int on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
-    pthread_mutex_lock(&ws->lock);
-    c->lws_buffered = 0;
-    out_msg *m = c->direct ? NULL : c->head; /* a direct sender owns the socket for now */
-    int closing = c->want_close && !c->direct;
-    pthread_mutex_unlock(&ws->lock);
-    if (!m || (!m->raw && !c->open)) /* nothing to write, or data waiting for the handshake */
-        return closing ? -1 : 0;
-    if (!m->framed)
-        frame(c, m);
-    size_t left = m->wire - c->tx_off;
-    size_t n = left < PF_WS_CHUNK ? left : PF_WS_CHUNK;
-    if (lws_write(wsi, m->start + c->tx_off, n, LWS_WRITE_RAW) < (int)n)
-        return -1;
-    c->tx_off += n;
-    int buffered = lws_partial_buffered(wsi);
-    if (c->tx_off == m->wire) {
-        c->tx_off = 0;
-        pthread_mutex_lock(&ws->lock);
-        c->head = m->next;
-        if (!c->head)
-            c->tail = NULL;
-        c->lws_buffered = buffered;
-        int more = c->head != NULL || c->want_close || buffered;
-        pthread_mutex_unlock(&ws->lock);
-        release(ws, m);
-        if (more)
-            lws_callback_on_writable(wsi);
-    } else {
-        lws_callback_on_writable(wsi);
-    }
-    return 0;
-}
-
-/* Bytes a client masks and sends at a time on a direct send: small enough that the kernel
- * reads them from cache right after the mask pass wrote them. */
-#define MASK_CHUNK (1u << 20)
-#define IOV_BATCH  64
-
-/* Writes the frame of m, whose payload is parts[0 .. n), to fd without blocking; returns
- * the wire bytes the socket took. A server sends straight from the parts (the payload is
- * never copied when the socket takes it all); a client masks the payload into m's buffer
- * a chunk at a time and sends each chunk while it is still in cache. Either way m holds
- * the frame from the returned offset on, ready for the loop to finish. */
-static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *parts, int n) {
-    uint8_t mask[4];
-    put_header(c, m, mask);
-    uint8_t *payload = msg_bytes(m);
-    size_t hn = m->wire - m->len, sent = 0;
-    cursor k = {parts, n, 0, 0, 0};
-    if (c->server) {
-        for (;;) {
-            struct iovec v[IOV_BATCH];
-            int nv = 0;
-            size_t head_left = sent < hn ? hn - sent : 0;
-            if (head_left)
-                v[nv++] = (struct iovec){m->start + sent, head_left};
-            nv += cursor_iov(&k, v + nv, IOV_BATCH - nv);
-            if (nv == 0)
-                break;
-            struct msghdr mh;
-            memset(&mh, 0, sizeof mh);
-            mh.msg_iov = v;
-            mh.msg_iovlen = (size_t)nv;
-            ssize_t r = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (r <= 0)
-                break; /* full (or failing): the loop writes the rest, or sees the error */
-            size_t took = (size_t)r, head = took < head_left ? took : head_left;
-            sent += took;
-            cursor_skip(&k, took - head);
-        }
-        cursor_copy(&k, payload, m->len - k.pos, NULL); /* what the socket did not take */
-        return sent;
-    }
-    int stalled = 0;
-    do {
-        size_t len = m->len - k.pos < MASK_CHUNK ? m->len - k.pos : MASK_CHUNK;
-        cursor_copy(&k, payload, len, mask);
-        while (!stalled && sent < hn + k.pos) {
-            ssize_t r = send(fd, m->start + sent, hn + k.pos - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (r <= 0)
-                stalled = 1;
-            else
-                sent += (size_t)r;
-        }
-    } while (k.pos < m->len);
-    return sent;
-}
-
-/* Sends message m, whose payload is parts[0 .. n) (memory of the caller's that is read
- * before this returns), and takes m back. When the connection has
- * nothing else to write, the frame goes straight to the socket from the caller's thread
- * (no loop wake-up on a request/reply round trip) and only what the socket does not take
- * now is left in m, at the head of the queue, for the loop to finish. Otherwise the
- * payload is gathered into m and m is queued; the loop frames (and masks) it. */
-static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iovec *parts, int n) {
-    m->next = NULL;
-    m->raw = 0;
-    m->framed = 0;
-    pthread_mutex_lock(&ws->lock);
-    conn *c = find_locked(ws, id);
-    if (!c || c->want_close) {
-        pthread_mutex_unlock(&ws->lock);
-        release(ws, m);
-        return PF_ERR_NOT_FOUND;
-    }
-    if (c->open && c->fd >= 0 && !c->head && !c->direct && !c->lws_buffered) {
-        c->direct = 1; /* claimed: the loop writes nothing on c until it ends */
-        int fd = c->fd;
-        pthread_mutex_unlock(&ws->lock);
-        size_t sent = write_direct(c, fd, m, parts, n);
-        pthread_mutex_lock(&ws->lock);
-        c->direct = 0;
-        pthread_cond_broadcast(&ws->direct_done);
-        int wake;
-        if (sent < m->wire) {
-            c->tx_off = sent; /* the queue was empty when this send began: it goes first */
-            m->next = c->head;
-            c->head = m;
-            if (!c->tail)
-                c->tail = m;
-            m = NULL;
-            wake = 1;
-        } else {
-            wake = c->head != NULL || c->want_close; /* queued by others meanwhile */
-        }
-        struct lws *wsi = c->wsi;
-        pthread_mutex_unlock(&ws->lock); /* c may be gone now: not touched again */
-        if (m)
-            release(ws, m);
-        if (wake) {
-            if (pthread_equal(pthread_self(), ws->thread))
-                lws_callback_on_writable(wsi);
-            else
-                lws_cancel_service(ws->ctx);
-        }
-        return PF_OK;
-    }
-    pthread_mutex_unlock(&ws->lock);
-    /* The parts are the caller's: gather them; the loop frames and masks. */
-    cursor k = {parts, n, 0, 0, 0};
-    cursor_copy(&k, msg_bytes(m), m->len, NULL);
-    pthread_mutex_lock(&ws->lock);
-    c = find_locked(ws, id);
-    if (c && !c->want_close) {
-        if (c->tail)
-            c->tail->next = m;
-        else
-            c->head = m;
-        c->tail = m;
-    } else {
-        c = NULL;
-    }
-    struct lws *wsi = c ? c->wsi : NULL;
-    pthread_mutex_unlock(&ws->lock);
-    if (!c) {
-        release(ws, m);
-        return PF_ERR_NOT_FOUND;
-    }
-    /* From a handler (the service thread, the only one that frees connections or sets
-     * their wsi) ask for WRITEABLE directly; from any other thread wake the loop. */
-    if (pthread_equal(pthread_self(), ws->thread) && wsi)
-        lws_callback_on_writable(wsi);
-    else
-        lws_cancel_service(ws->ctx);
-    return PF_OK;
-}
 
 /* --- the loop ------------------------------------------------------------------------------- */
 
@@ -911,7 +543,7 @@ static void tune_socket(struct lws *wsi) {
 }
 
 /* Client: the TCP connection is up; send the upgrade request. */
-static int send_upgrade(pf_ws *ws, conn *c) {
+int ws_send_upgrade(pf_ws *ws, conn *c) {
     uint8_t nonce[16];
     for (int i = 0; i < 16; i += 8) {
         uint64_t r = pf_rng_next(&c->rng);
@@ -922,7 +554,7 @@ static int send_upgrade(pf_ws *ws, conn *c) {
     if (n < 0)
         return -1;
     /* The request goes first, ahead of any message queued before the connection was up. */
-    uint8_t *b = take_buffer(ws, (size_t)n);
+    uint8_t *b = ws_take_buffer(ws, (size_t)n);
     if (!b)
         return -1;
     memcpy(b, req, (size_t)n);
@@ -939,6 +571,48 @@ static int send_upgrade(pf_ws *ws, conn *c) {
     return 0;
 }
 
+/* Microseconds from now to c's next deadline: the handshake's while it is not done, and
+ * the idle timeout's. */
+static lws_usec_t next_deadline(pf_ws *ws, conn *c) {
+    double t = ws->o.idle_timeout;
+    if (!c->open && ws->o.handshake_timeout < t)
+        t = ws->o.handshake_timeout;
+    double at = c->accepted + t;
+    double left = at - pf_clock_now();
+    return left <= 0 ? 1 : (lws_usec_t)(left * 1e6) + 1;
+}
+
+/* The timer of a server connection: closes it (logged) when it is past a deadline,
+ * otherwise waits for the next one; a trusted connection has none. */
+static int on_deadline(pf_ws *ws, conn *c) {
+    int trusted = __atomic_load_n(&c->trusted, __ATOMIC_ACQUIRE);
+    if (trusted)
+        return 0;
+    double age = pf_clock_now() - c->accepted;
+    if (!c->open && age >= ws->o.handshake_timeout) {
+        ws_refused(ws, REF_HANDSHAKE_TIMEOUT,
+                   "closed connection %llu: no WebSocket upgrade within %g s (handshake timeout)",
+                   (unsigned long long)c->id, ws->o.handshake_timeout);
+        return -1;
+    }
+    if (age >= ws->o.idle_timeout) {
+        ws_refused(ws, REF_IDLE_TIMEOUT,
+                   "closed connection %llu: no HELLO accepted within %g s (idle timeout)",
+                   (unsigned long long)c->id, ws->o.idle_timeout);
+        return -1;
+    }
+    lws_set_timer_usecs(c->wsi, next_deadline(ws, c));
+    return 0;
+}
+
+int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
+    if (c->state == ST_HTTP)
+        return on_http(ws, c, in, len);
+    if (c->state == ST_REFUSED)
+        return 0;
+    return on_frames(ws, c, in, len);
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len) {
     struct lws_context *ctx = lws_get_context(wsi);
@@ -951,6 +625,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             handle_requests(ws);
         return 0;
     case LWS_CALLBACK_RAW_ADOPT: /* server: a new connection */
+        if (ws->n_server >= ws->o.max_connections) {
+            ws_refused(ws, REF_CONNECTIONS, "refused a connection: %d open already (the maximum)",
+                       ws->n_server);
+            return -1;
+        }
         pthread_mutex_lock(&ws->lock);
         c = new_conn_locked(ws, NULL);
         pthread_mutex_unlock(&ws->lock);
@@ -959,24 +638,27 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->wsi = wsi;
         c->server = 1;
         c->state = ST_HTTP;
+        c->accepted = pf_clock_now();
+        ws->n_server++;
         lws_set_opaque_user_data(wsi, c);
         tune_socket(wsi);
+        lws_set_timer_usecs(wsi, next_deadline(ws, c));
         return 0;
+    case LWS_CALLBACK_TIMER: /* server: a deadline of an untrusted connection */
+        return c ? on_deadline(ws, c) : 0;
     case LWS_CALLBACK_RAW_CONNECTED: /* client: TCP is up */
         if (!c)
             return -1;
         c->wsi = wsi;
         c->state = ST_HTTP;
         tune_socket(wsi);
-        return send_upgrade(ws, c);
+        return ws->ssl_ctx ? ws_tls_start(ws, c) : ws_send_upgrade(ws, c);
     case LWS_CALLBACK_RAW_RX:
         if (!c)
             return -1;
-        if (c->state == ST_HTTP)
-            return on_http(ws, c, in, len);
-        return on_frames(ws, c, in, len);
+        return c->ssl ? ws_tls_rx(ws, c, in, len) : ws_on_plain(ws, c, in, len);
     case LWS_CALLBACK_RAW_WRITEABLE:
-        return c ? on_writeable(ws, wsi, c) : 0;
+        return c ? ws_on_writeable(ws, wsi, c) : 0;
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
     case LWS_CALLBACK_RAW_CLOSE:
     case LWS_CALLBACK_WSI_DESTROY:
@@ -1001,14 +683,54 @@ static void log_to_stderr(int level, const char *line) {
     fprintf(stderr, "psflow: websocket %s: %s", level == LLL_ERR ? "error" : "warning", line);
 }
 
-static pf_status create(const char *iface, int port, size_t max_message, const pf_ws_handlers *h,
-                        void *user, pf_ws **out, pf_error *err) {
+/* Frees what create() made before the context. */
+static void free_ws(pf_ws *ws) {
+    ws_tls_client_deinit(ws);
+    pf_free(ws->tls_rx);
+    pthread_cond_destroy(&ws->direct_done);
+    pthread_mutex_destroy(&ws->lock);
+    pf_free(ws);
+}
+
+/* o with its defaults filled in, or an error for what cannot work. */
+static pf_status resolve_options(const pf_ws_options *in, int server, size_t max_message,
+                                 pf_ws_options *o, pf_error *err) {
+    memset(o, 0, sizeof *o);
+    if (in)
+        *o = *in;
+    if (o->max_connections <= 0)
+        o->max_connections = PF_WS_DEFAULT_MAX_CONNECTIONS;
+    if (!(o->handshake_timeout > 0))
+        o->handshake_timeout = PF_WS_DEFAULT_HANDSHAKE_TIMEOUT;
+    if (!(o->idle_timeout > 0))
+        o->idle_timeout = PF_WS_DEFAULT_IDLE_TIMEOUT;
+    if (o->untrusted_max_message == 0)
+        o->untrusted_max_message = PF_WS_DEFAULT_UNTRUSTED_MAX_MESSAGE;
+    if (o->max_buffered == 0)
+        o->max_buffered = max_message > SIZE_MAX / 4 ? SIZE_MAX : 4 * max_message;
+    if (!server)
+        o->tls_cert = o->tls_key = NULL;
+    else
+        o->ca_file = NULL;
+    if (!o->tls_cert != !o->tls_key)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "a TLS certificate and its key go together");
+    return PF_OK;
+}
+
+static pf_status create(const char *iface, int port, size_t max_message, const pf_ws_options *opt,
+                        const pf_ws_handlers *h, void *user, pf_ws **out, pf_error *err) {
     *out = NULL;
+    pf_ws_options o;
+    pf_status st = resolve_options(opt, port != CONTEXT_PORT_NO_LISTEN, max_message, &o, err);
+    if (st != PF_OK)
+        return st;
     lws_set_log_level(LLL_ERR | LLL_WARN, log_to_stderr);
     pf_ws *ws = pf_calloc(1, sizeof *ws);
     if (!ws)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     ws->max_message = max_message;
+    ws->o = o;
+    ws->tls = o.tls_cert || o.ca_file;
     ws->h = *h;
     ws->user = user;
     pthread_mutex_init(&ws->lock, NULL);
@@ -1039,13 +761,28 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
         info.listen_accept_role = "raw-skt";
         info.listen_accept_protocol = WS_PROTOCOL_NAME;
     }
+    if (o.tls_cert) { /* a server: libwebsockets' TLS on the raw sockets it accepts */
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = o.tls_cert;
+        info.ssl_private_key_filepath = o.tls_key;
+    }
+    if (o.ca_file && ((st = ws_tls_client_init(ws, o.ca_file, err)) != PF_OK ||
+                      !(ws->tls_rx = pf_malloc(RX_CHUNK)))) {
+        ws_tls_client_deinit(ws);
+        free_ws(ws);
+        return st != PF_OK ? st : pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    }
     ws->ctx = lws_create_context(&info);
     if (!ws->ctx) {
-        pthread_cond_destroy(&ws->direct_done);
-        pthread_mutex_destroy(&ws->lock);
-        pf_free(ws);
+        free_ws(ws);
         if (port == CONTEXT_PORT_NO_LISTEN)
-            return pf_error_set(err, PF_ERR_IO, NULL, "cannot create a websocket client");
+            return pf_error_set(err, PF_ERR_IO, NULL, "cannot create a websocket client%s%s",
+                                o.ca_file ? " trusting the CA file " : "",
+                                o.ca_file ? o.ca_file : "");
+        if (o.tls_cert)
+            return pf_error_set(err, PF_ERR_IO, NULL,
+                                "cannot listen on %s:%d with TLS certificate %s and key %s",
+                                iface ? iface : "0.0.0.0", port, o.tls_cert, o.tls_key);
         return pf_error_set(err, PF_ERR_IO, NULL, "cannot listen on %s:%d",
                             iface ? iface : "0.0.0.0", port);
     }
@@ -1057,23 +794,33 @@ static pf_status create(const char *iface, int port, size_t max_message, const p
     if (pthread_create(&ws->thread, NULL, service_thread, ws) != 0) {
         *out = NULL;
         lws_context_destroy(ws->ctx);
-        pthread_cond_destroy(&ws->direct_done);
-        pthread_mutex_destroy(&ws->lock);
-        pf_free(ws);
+        free_ws(ws);
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the websocket thread");
     }
     ws->thread_started = 1;
     return PF_OK;
 }
 
+pf_status pf_ws_server_create_with(const char *iface, int port, size_t max_message,
+                                   const pf_ws_options *o, const pf_ws_handlers *h, void *user,
+                                   pf_ws **out, pf_error *err) {
+    return create(iface, port, max_message, o, h, user, out, err);
+}
+
 pf_status pf_ws_server_create(const char *iface, int port, size_t max_message,
                               const pf_ws_handlers *h, void *user, pf_ws **out, pf_error *err) {
-    return create(iface, port, max_message, h, user, out, err);
+    return create(iface, port, max_message, NULL, h, user, out, err);
+}
+
+pf_status pf_ws_client_create_with(size_t max_message, const pf_ws_options *o,
+                                   const pf_ws_handlers *h, void *user, pf_ws **out,
+                                   pf_error *err) {
+    return create(NULL, CONTEXT_PORT_NO_LISTEN, max_message, o, h, user, out, err);
 }
 
 pf_status pf_ws_client_create(size_t max_message, const pf_ws_handlers *h, void *user, pf_ws **out,
                               pf_error *err) {
-    return create(NULL, CONTEXT_PORT_NO_LISTEN, max_message, h, user, out, err);
+    return create(NULL, CONTEXT_PORT_NO_LISTEN, max_message, NULL, h, user, out, err);
 }
 
 int pf_ws_port(const pf_ws *ws) {
@@ -1096,9 +843,7 @@ void pf_ws_destroy(pf_ws *ws) {
         ws->pool = m->next;
         pf_free(m);
     }
-    pthread_cond_destroy(&ws->direct_done);
-    pthread_mutex_destroy(&ws->lock);
-    pf_free(ws);
+    free_ws(ws);
 }
 
 void pf_ws_set_conn_user(pf_ws *ws, uint64_t id, void *user) {
@@ -1123,18 +868,6 @@ pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, 
         return PF_ERR_NOMEM;
     lws_cancel_service(ws->ctx);
     return PF_OK;
-}
-
-pf_status pf_ws_sendv(pf_ws *ws, uint64_t id, const struct iovec *parts, int n) {
-    size_t len = 0;
-    for (int i = 0; i < n; i++)
-        len += parts[i].iov_len;
-    uint8_t *b = take_buffer(ws, len);
-    if (!b)
-        return PF_ERR_NOMEM;
-    out_msg *m = msg_of(b);
-    m->len = len;
-    return send_parts(ws, id, m, parts, n);
 }
 
 pf_status pf_ws_expect(pf_ws *ws, uint64_t id, size_t len, const pf_ws_place *places, int n) {
@@ -1169,6 +902,14 @@ pf_status pf_ws_expect(pf_ws *ws, uint64_t id, size_t len, const pf_ws_place *pl
 const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n) {
     *n = ws->placed_n;
     return ws->placed;
+}
+
+void pf_ws_trust(pf_ws *ws, uint64_t id) {
+    pthread_mutex_lock(&ws->lock);
+    conn *c = find_locked(ws, id);
+    if (c)
+        __atomic_store_n(&c->trusted, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ws->lock);
 }
 
 void pf_ws_close(pf_ws *ws, uint64_t id) {

@@ -35,6 +35,7 @@ typedef struct endpoint {
     struct endpoint *hold_for; /* client: on the first message, wait (up to 5 s) until this
                                   peer has received hold_count messages */
     int hold_count;
+    int stranger;        /* server: never pf_ws_trust its connections */
     uint64_t digest[64]; /* FNV-1a of each of the first 64 messages, in arrival order */
     int placed[64];      /* whether pf_ws_message_places() gave places for each of them */
 } endpoint;
@@ -59,9 +60,10 @@ static void ep_deinit(endpoint *e) {
 }
 
 static void on_open(pf_ws *ws, uint64_t conn, void *cu, void *user) {
-    (void)ws;
     (void)cu;
     endpoint *e = user;
+    if (!e->stranger)
+        pf_ws_trust(ws, conn); /* a client's own connections: ignored */
     pthread_mutex_lock(&e->mu);
     e->opened++;
     e->last_conn = conn;
@@ -363,6 +365,62 @@ static void test_message_cap(void **state) {
     destroy_pair(&s, &c, srv, cli);
 }
 
+/* Before pf_ws_trust a server connection's messages are small and its time is short: a
+ * message at the limit arrives, one byte more closes the connection, and a connection
+ * that is never trusted is closed by the idle timeout. */
+static void test_untrusted_limits(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.stranger = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    pf_ws_options o = {.untrusted_max_message = 100, .idle_timeout = 0.3};
+    assert_int_equal(
+        pf_ws_server_create_with("127.0.0.1", 0, 1u << 20, &o, &handlers, &s, &srv, &err), PF_OK);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    assert_int_equal(send_message(cli, conn, 100, 1, NULL), PF_OK);
+    assert_true(wait_for(&s, &s.messages, 1));
+    assert_int_equal(send_message(cli, conn, 101, 2, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.closed, 1));
+    assert_int_equal(s.messages, 1);
+    /* A second connection that sends nothing: closed by the idle timeout. */
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 2));
+    assert_true(wait_for(&c, &c.closed, 2));
+    destroy_pair(&s, &c, srv, cli);
+}
+
+/* A server with max_connections 1 closes a second connection on accept; the first one
+ * keeps working. */
+static void test_max_connections(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.echo = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    pf_ws_options o = {.max_connections = 1};
+    assert_int_equal(
+        pf_ws_server_create_with("127.0.0.1", 0, 1u << 20, &o, &handlers, &s, &srv, &err), PF_OK);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t first, second;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &first), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &second), PF_OK);
+    assert_true(wait_for(&c, &c.closed, 1));
+    assert_int_equal(c.opened, 1);
+    assert_int_equal(send_message(cli, first, 1000, 3, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 1));
+    check_payload(&c, 1000, 3);
+    destroy_pair(&s, &c, srv, cli);
+}
+
 static void test_connect_refused(void **state) {
     (void)state;
     endpoint s, c;
@@ -389,6 +447,16 @@ static void test_connect_refused(void **state) {
 
 /* --- the opening handshake, against a plain TCP peer ------------------------------------- */
 
+/* A plain TCP connection to 127.0.0.1:port. */
+static int tcp_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
 /* Reads from fd until "\r\n\r\n" (or 10 s pass) into buf[cap], NUL-terminated. */
 static void read_http(int fd, char *buf, size_t cap) {
     size_t n = 0;
@@ -414,11 +482,7 @@ static void test_handshake_rfc6455(void **state) {
     pf_ws *srv;
     pf_error err;
     assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 1000, &handlers, &s, &srv, &err), PF_OK);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pf_ws_port(srv))};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = tcp_connect(pf_ws_port(srv));
     static const char request[] = "GET /chat HTTP/1.1\r\n"
                                   "Host: server.example.com\r\n"
                                   "Upgrade: websocket\r\n"
@@ -435,6 +499,31 @@ static void test_handshake_rfc6455(void **state) {
     assert_true(wait_for(&s, &s.opened, 1));
     close(fd);
     assert_true(wait_for(&s, &s.closed, 1));
+    pf_ws_destroy(srv);
+    ep_deinit(&s);
+}
+
+/* Bytes that are not an HTTP request (here NUL bytes, then a request) are answered with
+ * 400 at once and the connection is closed, whatever follows. */
+static void test_handshake_garbage(void **state) {
+    (void)state;
+    endpoint s;
+    ep_init(&s);
+    pf_ws *srv;
+    pf_error err;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 1000, &handlers, &s, &srv, &err), PF_OK);
+    int fd = tcp_connect(pf_ws_port(srv));
+    static const char junk[] = "\0\0\0\0GET / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n";
+    assert_int_equal(write(fd, junk, sizeof junk - 1), (ssize_t)(sizeof junk - 1));
+    char answer[1024];
+    read_http(fd, answer, sizeof answer);
+    assert_true(strncmp(answer, "HTTP/1.1 400 ", 13) == 0);
+    struct pollfd p = {fd, POLLIN, 0};
+    char rest[16];
+    assert_int_equal(poll(&p, 1, 10000), 1);
+    assert_int_equal(read(fd, rest, sizeof rest), 0); /* closed by the server */
+    assert_int_equal(s.opened, 0);
+    close(fd);
     pf_ws_destroy(srv);
     ep_deinit(&s);
 }
@@ -493,7 +582,10 @@ int main(void) {
         cmocka_unit_test(test_sendv),
         cmocka_unit_test(test_expect),
         cmocka_unit_test(test_message_cap),
+        cmocka_unit_test(test_untrusted_limits),
+        cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_connect_refused),
+        cmocka_unit_test(test_handshake_garbage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,7 +132,7 @@ static ps_server *start_ps(int with_key) {
     /* Checkpoints cannot be written under a regular file: CHECKPOINT is answered with
      * an error status and nothing is left on disk between runs. */
     ps_server_options o = {
-        &spec, 0, NULL, 0, "/dev/null/psflow-fuzz", 1, 0, with_key ? h.job_key : NULL};
+        &spec, 0, NULL, 0, "/dev/null/psflow-fuzz", 1, 0, with_key ? h.job_key : NULL, {0}};
     ps_server_sink sink = {on_send, on_close, on_nonce, NULL, 1};
     ps_server *s;
     pf_error err;

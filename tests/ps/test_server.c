@@ -143,7 +143,7 @@ static int setup(void **state) {
     snprintf(fx.dir, sizeof fx.dir, "/tmp/psflow-server-XXXXXX");
     if (!mkdtemp(fx.dir))
         return -1;
-    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0, NULL};
+    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0, NULL, {0}};
     if (ps_server_start(&o, &fx.server, &err) != PF_OK)
         return -1;
     pthread_mutex_init(&fx.c.mu, NULL);

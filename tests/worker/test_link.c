@@ -63,7 +63,7 @@ typedef struct restart {
 static void *start_later(void *arg) {
     restart *r = arg;
     pf_clock_sleep(0.3); /* the outage being simulated */
-    ps_server_options o = {&spec, 0, "127.0.0.1", r->port, dir, r->incarnation, 0, NULL};
+    ps_server_options o = {&spec, 0, "127.0.0.1", r->port, dir, r->incarnation, 0, NULL, {0}};
     pf_error err;
     for (int i = 0; i < 50; i++) { /* the old listener may take a moment to go */
         if (ps_server_start(&o, &r->server, &err) == PF_OK)
@@ -77,7 +77,7 @@ static worker_link *connect_link(int port) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const char *addrs[] = {addr};
-    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL};
+    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL, NULL};
     worker_link *c;
     pf_error err;
     assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
@@ -85,7 +85,7 @@ static worker_link *connect_link(int port) {
 }
 
 static void lose_and_return(uint64_t incarnation_after, int checkpoint) {
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 100, 0, NULL};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 100, 0, NULL, {0}};
     ps_server *first;
     pf_error err;
     assert_int_equal(ps_server_start(&o, &first, &err), PF_OK);
@@ -143,13 +143,13 @@ static void test_other_placement_refused(void **state) {
     pf_job_spec other;
     pf_error err;
     assert_int_equal(pf_job_spec_parse(json, strlen(json), &other, &err), PF_OK);
-    ps_server_options o = {&other, 0, "127.0.0.1", 0, dir, 100, 0, NULL};
+    ps_server_options o = {&other, 0, "127.0.0.1", 0, dir, 100, 0, NULL, {0}};
     ps_server *s;
     assert_int_equal(ps_server_start(&o, &s, &err), PF_OK);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(s));
     const char *addrs[] = {addr};
-    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL};
+    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL, NULL};
     worker_link *c = NULL;
     assert_int_equal(worker_link_create(&co, &c, &err), PF_ERR_INVALID);
     assert_non_null(strstr(err.message, "same job spec"));

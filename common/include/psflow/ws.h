@@ -23,6 +23,11 @@
  * straight to their destination; on_message learns which ranges went where from
  * pf_ws_message_places(), and pf_wire_decode_placed() gives views of the values there.
  *
+ * Limits and TLS (pf_ws_options): a server bounds its connections, their handshake and
+ * idle time until their owner trusts them (pf_ws_trust), their messages before that, and
+ * the bytes all of them hold in incomplete messages; with a certificate it serves TLS, and a
+ * client given a CA file dials TLS and verifies each server's certificate and address.
+ *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection
  * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_sendv,
  * pf_ws_expect and pf_ws_close may be called from any thread.
@@ -60,7 +65,44 @@ typedef struct pf_ws_place {
     void *dst; /* len writable bytes, the caller's */
 } pf_ws_place;
 
+/* Limits and TLS of an endpoint (pf_ws_server_create_with, pf_ws_client_create_with). A zero
+ * field takes its default. A server connection is *untrusted* from accept until its owner
+ * calls pf_ws_trust() (a ps: once HELLO, and authentication where configured, succeeded);
+ * until then its messages are at most untrusted_max_message bytes and it is closed
+ * idle_timeout seconds after it was accepted. Every refusal is logged on stderr, once per
+ * cause and then at most once every 10 seconds with the count since. */
+typedef struct pf_ws_options {
+    int max_connections;          /* server: connections open at once [1024]; more are closed
+                                     on accept */
+    double handshake_timeout;     /* server: seconds from accept to a finished upgrade (and TLS
+                                     handshake) [10] */
+    double idle_timeout;          /* server: seconds from accept to pf_ws_trust [30] */
+    size_t untrusted_max_message; /* server: message bytes before pf_ws_trust [4096] */
+    size_t max_buffered;          /* server: bytes of incomplete messages (as their frame
+                                     headers announce them) over all connections; a frame that
+                                     would pass it closes its connection [4 x max_message] */
+    const char *tls_cert;         /* server: PEM certificate (chain) to serve TLS with, and */
+    const char *tls_key;          /*   its PEM private key; both or neither */
+    const char *ca_file;          /* client: dial TLS and verify servers against this PEM CA */
+} pf_ws_options;
+
+#define PF_WS_DEFAULT_MAX_CONNECTIONS       1024
+#define PF_WS_DEFAULT_HANDSHAKE_TIMEOUT     10.0
+#define PF_WS_DEFAULT_IDLE_TIMEOUT          30.0
+#define PF_WS_DEFAULT_UNTRUSTED_MAX_MESSAGE 4096
+
 /* --- lifecycle ------------------------------------------------------------------------- */
+
+/* Starts a server with options o (NULL: all defaults, plain TCP); otherwise as
+ * pf_ws_server_create. Errors also: PF_ERR_IO (the certificate or key cannot be used). */
+pf_status pf_ws_server_create_with(const char *iface, int port, size_t max_message,
+                                   const pf_ws_options *o, const pf_ws_handlers *h, void *user,
+                                   pf_ws **out, pf_error *err);
+
+/* Starts a client endpoint with options o (o->ca_file: every connection is TLS, the server's
+ * certificate verified against it and its name against the host dialled). */
+pf_status pf_ws_client_create_with(size_t max_message, const pf_ws_options *o,
+                                   const pf_ws_handlers *h, void *user, pf_ws **out, pf_error *err);
 
 /* Starts a server on iface:port (iface NULL or "0.0.0.0" = all; port 0 = ephemeral, see
  * pf_ws_port). Errors: PF_ERR_IO (cannot listen; message names the address). */
@@ -103,6 +145,10 @@ pf_status pf_ws_expect(pf_ws *ws, uint64_t conn, size_t len, const pf_ws_place *
 /* In on_message: the places the message was received in (see pf_ws_expect), *n of them,
  * borrowed for the call; NULL (and *n 0) when it was received whole into `data`. */
 const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n);
+
+/* Server: marks conn trusted (see pf_ws_options): its messages may be up to max_message
+ * bytes and the idle timeout no longer applies. Unknown ids are ignored. Any thread. */
+void pf_ws_trust(pf_ws *ws, uint64_t conn);
 
 /* Sets the conn_user passed to handlers for a server connection (service thread only, e.g.
  * from on_open). */

@@ -1,0 +1,205 @@
+/* ws_conn.h - the connection table of a pf_ws (ws.h), shared by ws.c (connections,
+ * receiving, the loop) and ws_send.c (send buffers and writing); private to
+ * common/dataplane/. ws.c's DESIGN comment describes how they work together.
+ */
+#ifndef PSFLOW_DATAPLANE_WS_CONN_H
+#define PSFLOW_DATAPLANE_WS_CONN_H
+
+#include <libwebsockets.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "psflow/buf.h"
+#include "psflow/rng.h"
+#include "psflow/ws.h"
+#include "ws_handshake.h"
+
+#define HEADROOM 16          /* frame header space in front of a message: at most 14 bytes */
+#define MAX_HTTP 8192        /* handshake request or response */
+#define RX_CHUNK (64u << 10) /* bytes libwebsockets reads per readable event */
+
+/* dst = src XOR mask, continuing at mask position `phase`, 8 bytes at a time; dst may be
+ * src (mask in place) or another buffer (copy and unmask in one pass). */
+void ws_copy_unmask(uint8_t *dst, const uint8_t *src, size_t n, const uint8_t mask[4],
+                    size_t phase);
+
+static inline void ws_apply_mask(uint8_t *p, size_t n, const uint8_t mask[4], size_t phase) {
+    ws_copy_unmask(p, p, n, mask, phase);
+}
+
+/* --- connections ---------------------------------------------------------------------------- */
+
+/* A send buffer: this header, HEADROOM bytes, then `cap` message bytes. While queued,
+ * `next` chains it on its connection; while free, on the pool. `raw` messages (handshake
+ * text, control frames) go out as they are. */
+typedef struct out_msg {
+    struct out_msg *next;
+    size_t cap;
+    size_t len;  /* message bytes */
+    size_t wire; /* bytes to write from start: frame header + message */
+    uint8_t *start;
+    int raw;
+    int framed; /* header written (and payload masked) */
+} out_msg;
+
+#define POOL_KEEP 16
+
+static inline uint8_t *msg_bytes(out_msg *m) {
+    return (uint8_t *)(m + 1) + HEADROOM;
+}
+
+static inline out_msg *msg_of(uint8_t *bytes) {
+    return (out_msg *)(bytes - HEADROOM) - 1;
+}
+
+enum { ST_HTTP, ST_HEADER, ST_PAYLOAD, ST_REFUSED /* answered 400: input is dropped */ };
+
+typedef struct conn {
+    struct conn *next;
+    uint64_t id;
+    struct lws *wsi;
+    void *user;
+    int server;
+    int open;        /* handshake complete */
+    int finished;    /* on_close delivered */
+    int trusted;     /* server: pf_ws_trust called (atomic) */
+    double accepted; /* server: pf_clock_now() at accept */
+    size_t charged;  /* server: bytes of the incomplete message counted in ws->buffered */
+    /* requests from other threads, under ws->lock */
+    int want_connect;
+    int want_close;
+    int fd;           /* the socket once the handshake is done, else -1 */
+    int direct;       /* a sender is writing a message straight to fd */
+    int lws_buffered; /* libwebsockets holds unsent bytes of ours */
+    pf_rng rng;       /* handshake and mask keys; used by whoever frames for c */
+    char host[256];
+    int port;
+    out_msg *head, *tail;
+    /* loop thread only */
+    size_t tx_off;
+    char key[WS_KEY_SIZE]; /* client: the Sec-WebSocket-Key sent */
+    char http[MAX_HTTP];
+    size_t http_len;
+    int state;
+    uint8_t hdr[14];
+    size_t hdr_len;
+    uint64_t frame_left; /* payload bytes of the current frame still to come */
+    size_t frame_done;   /* payload bytes of the current frame seen (mask phase) */
+    int frame_opcode;
+    int frame_fin;
+    int frame_masked;
+    uint8_t frame_mask[4];
+    int in_message; /* a fragmented message is being assembled */
+    uint8_t control[125];
+    pf_buf rx; /* the message being received; len counts placed bytes too */
+    /* pf_ws_expect: where the next data message goes; under ws->lock */
+    size_t expect_len; /* 0: no expectation */
+    pf_ws_place *expect;
+    int expect_n, expect_cap;
+    /* loop thread: the places of the message being received, when `placing` */
+    pf_ws_place *place;
+    int place_n, place_cap, place_i;
+    int placing;
+    /* client TLS (ws_tls.c), loop thread */
+    SSL *ssl;       /* NULL: plain TCP */
+    pf_buf tls_out; /* ciphertext to write, behind LWS_PRE bytes */
+    int tls_ready;  /* handshake done */
+} conn;
+
+struct pf_ws {
+    struct lws_context *ctx;
+    struct lws_protocols protocols[2];
+    pthread_t thread;
+    int thread_started;
+    int stop; /* atomic */
+    pthread_mutex_t lock;
+    conn *conns;
+    uint64_t next_id;
+    size_t max_message;
+    out_msg *pool;
+    int pool_n;
+    pthread_cond_t direct_done; /* a direct send ended */
+    pf_rng rng;                 /* seeds each connection's rng; under lock */
+    const pf_ws_place *placed;  /* the places of the message being delivered, or NULL */
+    int placed_n;
+    pf_ws_handlers h;
+    void *user;
+    int port;
+    pf_ws_options o; /* defaults filled in; the strings are the caller's */
+    int tls;
+    /* server, loop thread only */
+    int n_server;    /* server connections open */
+    size_t buffered; /* sum of the connections' `charged` */
+    struct refusal {
+        double last;         /* when it was last logged; 0: never */
+        unsigned long since; /* refusals since then not logged */
+    } refusals[8];
+    SSL_CTX *ssl_ctx; /* client TLS (o.ca_file), else NULL */
+    uint8_t *tls_rx;  /* RX_CHUNK bytes: plaintext as it is decrypted */
+};
+
+/* Causes of a refusal, each logged on its own rate limit. */
+enum {
+    REF_CONNECTIONS,
+    REF_HANDSHAKE_TIMEOUT,
+    REF_IDLE_TIMEOUT,
+    REF_GARBAGE,
+    REF_UNTRUSTED_SIZE,
+    REF_BUFFERED,
+    REF_TLS,
+};
+
+#define REFUSAL_LOG_EVERY 10.0 /* seconds between two log lines of one cause */
+
+static inline conn *find_locked(pf_ws *ws, uint64_t id) {
+    for (conn *c = ws->conns; c; c = c->next)
+        if (c->id == id)
+            return c;
+    return NULL;
+}
+
+/* --- ws.c ------------------------------------------------------------------------------ */
+
+/* Received bytes (plaintext) of a connection: handshake or frames. Returns -1 to close. */
+int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
+
+/* Client: queues the upgrade request ahead of anything else. Returns -1 to close. */
+int ws_send_upgrade(pf_ws *ws, conn *c);
+
+/* Logs a refusal: the first of its cause at once, then at most one line every
+ * REFUSAL_LOG_EVERY seconds saying how many more there were. Loop thread. */
+void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* --- ws_tls.c ---------------------------------------------------------------------------- */
+
+/* A client's TLS context verifying servers against ca_file. Errors: PF_ERR_IO. */
+pf_status ws_tls_client_init(pf_ws *ws, const char *ca_file, pf_error *err);
+void ws_tls_client_deinit(pf_ws *ws);
+/* TCP is up: starts the TLS handshake (the upgrade follows once it is done). */
+int ws_tls_start(pf_ws *ws, conn *c);
+/* Ciphertext read from c's socket. Returns -1 to close. */
+int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
+/* Encrypts n bytes into c->tls_out. Returns -1 on failure. */
+int ws_tls_write(conn *c, const uint8_t *p, size_t n);
+/* Writes c->tls_out to the socket (libwebsockets buffers what it does not take). */
+int ws_tls_flush(struct lws *wsi, conn *c);
+void ws_tls_conn_free(conn *c);
+
+/* --- ws_send.c ------------------------------------------------------------------------- */
+
+/* A send buffer for a message of up to len bytes, from the pool when one is large enough;
+ * NULL when memory is short. Any thread. */
+uint8_t *ws_take_buffer(pf_ws *ws, size_t len);
+
+/* Gives a send buffer back to the pool (or frees it). Any thread. */
+void ws_release(pf_ws *ws, out_msg *m);
+
+/* A raw message (handshake text or a control frame) queued from the loop thread. */
+int ws_queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len);
+
+/* LWS_CALLBACK_RAW_WRITEABLE: writes the next piece of c's queue. Returns -1 to close. */
+int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c);
+
+#endif

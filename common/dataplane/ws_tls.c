@@ -1,0 +1,160 @@
+/* ws_tls.c - TLS for a data-plane client endpoint (ws_conn.h): OpenSSL over memory BIOs.
+ *
+ * libwebsockets 4.1 cannot start TLS on a raw client connection (it begins the TLS
+ * handshake before the socket exists), so a client dials plain TCP through libwebsockets
+ * and runs TLS itself: the bytes libwebsockets reads are the ciphertext, fed to OpenSSL
+ * through a memory BIO, and what OpenSSL writes (handshake records, encrypted messages)
+ * is collected in the connection's tls_out and written by the loop with lws_write. The
+ * server's certificate chain is verified against the CA file and its name (or IP address)
+ * against the host dialled; a connection that fails either is closed and logged.
+ */
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ws_conn.h"
+
+pf_status ws_tls_client_init(pf_ws *ws, const char *ca_file, pf_error *err) {
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot create a TLS context");
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+        SSL_CTX_free(ctx);
+        return pf_error_set(err, PF_ERR_IO, NULL, "cannot load the CA file %s", ca_file);
+    }
+    ws->ssl_ctx = ctx;
+    return PF_OK;
+}
+
+void ws_tls_client_deinit(pf_ws *ws) {
+    SSL_CTX_free(ws->ssl_ctx);
+    ws->ssl_ctx = NULL;
+}
+
+void ws_tls_conn_free(conn *c) {
+    SSL_free(c->ssl); /* frees its BIOs */
+    c->ssl = NULL;
+    pf_buf_deinit(&c->tls_out);
+}
+
+/* Moves what OpenSSL wrote into c->tls_out (behind LWS_PRE bytes of headroom) and asks
+ * for WRITEABLE. Returns -1 when memory is short. */
+static int collect(conn *c) {
+    BIO *w = SSL_get_wbio(c->ssl);
+    int pending = (int)BIO_ctrl_pending(w);
+    if (pending <= 0)
+        return 0;
+    if (c->tls_out.len == 0 && pf_buf_reserve(&c->tls_out, LWS_PRE) == PF_OK)
+        c->tls_out.len = LWS_PRE;
+    void *dst;
+    if (c->tls_out.len < LWS_PRE || pf_buf_extend(&c->tls_out, (size_t)pending, &dst) != PF_OK)
+        return -1;
+    if (BIO_read(w, dst, pending) != pending)
+        return -1;
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+/* Logs (rate-limited) why the TLS connection failed: the certificate check's verdict when it
+ * failed. */
+static void log_failure(pf_ws *ws, conn *c) {
+    long v = SSL_get_verify_result(c->ssl);
+    unsigned long e = ERR_get_error();
+    char why[256];
+    if (v != X509_V_OK)
+        snprintf(why, sizeof why, "the ps's certificate is not trusted: %s",
+                 X509_verify_cert_error_string(v));
+    else if (e)
+        ERR_error_string_n(e, why, sizeof why);
+    else
+        snprintf(why, sizeof why, "the connection closed during the handshake");
+    ERR_clear_error();
+    ws_refused(ws, REF_TLS, "TLS to %s:%d failed: %s", c->host, c->port, why);
+}
+
+int ws_tls_start(pf_ws *ws, conn *c) {
+    BIO *r = BIO_new(BIO_s_mem()), *w = BIO_new(BIO_s_mem());
+    c->ssl = SSL_new(ws->ssl_ctx);
+    if (!r || !w || !c->ssl) {
+        BIO_free(r);
+        BIO_free(w);
+        return -1;
+    }
+    SSL_set_bio(c->ssl, r, w);
+    SSL_set_connect_state(c->ssl);
+    pf_buf_init(&c->tls_out, SIZE_MAX);
+    unsigned char ip[16];
+    int is_ip = inet_pton(AF_INET, c->host, ip) == 1 || inet_pton(AF_INET6, c->host, ip) == 1;
+    if (is_ip) {
+        if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), c->host) != 1)
+            return -1;
+    } else if (SSL_set1_host(c->ssl, c->host) != 1 ||
+               SSL_set_tlsext_host_name(c->ssl, c->host) != 1) {
+        return -1;
+    }
+    int n = SSL_do_handshake(c->ssl); /* writes the ClientHello */
+    if (n <= 0 && SSL_get_error(c->ssl, n) != SSL_ERROR_WANT_READ) {
+        log_failure(ws, c);
+        return -1;
+    }
+    return collect(c);
+}
+
+int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
+    if (len > INT32_MAX || BIO_write(SSL_get_rbio(c->ssl), in, (int)len) != (int)len)
+        return -1;
+    if (!c->tls_ready) {
+        int n = SSL_do_handshake(c->ssl);
+        if (n <= 0) {
+            int e = SSL_get_error(c->ssl, n);
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+                log_failure(ws, c);
+                return -1;
+            }
+            return collect(c);
+        }
+        c->tls_ready = 1;
+        if (collect(c) != 0 || ws_send_upgrade(ws, c) != 0)
+            return -1;
+    }
+    for (;;) {
+        uint8_t *buf = ws->tls_rx;
+        int n = SSL_read(c->ssl, buf, RX_CHUNK);
+        if (n <= 0) {
+            int e = SSL_get_error(c->ssl, n);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+                return collect(c);
+            if (e != SSL_ERROR_ZERO_RETURN)
+                log_failure(ws, c);
+            return -1; /* the peer's close_notify, or an error */
+        }
+        if (ws_on_plain(ws, c, buf, (size_t)n) != 0)
+            return -1;
+    }
+}
+
+int ws_tls_write(conn *c, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        int k = SSL_write(c->ssl, p, n > INT32_MAX ? INT32_MAX : (int)n);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return collect(c);
+}
+
+int ws_tls_flush(struct lws *wsi, conn *c) {
+    if (c->tls_out.len <= LWS_PRE)
+        return 0;
+    size_t n = c->tls_out.len - LWS_PRE;
+    if (lws_write(wsi, c->tls_out.data + LWS_PRE, n, LWS_WRITE_RAW) < (int)n)
+        return -1;
+    pf_buf_reset(&c->tls_out);
+    return 0;
+}

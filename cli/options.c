@@ -12,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 
-
 static const char *env_twin(const char *name) {
     char var[96] = "PSFLOW_";
     size_t n = strlen(var);

@@ -149,13 +149,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             break;
         case PF_WIRE_CHECKPOINT_ACK:
             if (m.u.checkpoint_ack.status != 0) {
-                st = PF_ERR_IO;
+                st = m.u.checkpoint_ack.status == PF_WIRE_NONFINITE ? PF_ERR_NONFINITE : PF_ERR_IO;
                 snprintf(msg, sizeof msg, "ps %d could not checkpoint: %.*s", l->index,
                          (int)m.u.checkpoint_ack.path.len, m.u.checkpoint_ack.path.ptr);
             }
             break;
         case PF_WIRE_ERROR:
-            st = PF_ERR_INVALID;
+            st = m.u.error.code == PF_WIRE_NONFINITE ? PF_ERR_NONFINITE : PF_ERR_INVALID;
             snprintf(msg, sizeof msg, "ps %d: %s: %.*s", l->index,
                      pf_wire_code_name(m.u.error.code), (int)m.u.error.message.len,
                      m.u.error.message.ptr);

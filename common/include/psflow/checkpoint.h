@@ -85,7 +85,8 @@ typedef struct pf_checkpoint_shards {
  * pf_optim_slots_of(&spec->optimizer)). On success *path_out (when not
  * NULL, path_len bytes) receives the file's path and *bytes_out (when not NULL) its size.
  * Errors: PF_ERR_INVALID (a shard whose var index, shape or count disagrees with the
- * model, or missing slot data), PF_ERR_IO (names the path and OS error), PF_ERR_NOMEM.
+ * model, or missing slot data), PF_ERR_NONFINITE (a value or slot is NaN or infinite:
+ * nothing is written), PF_ERR_IO (names the path and OS error), PF_ERR_NOMEM.
  * Rewriting the file of a committed checkpoint makes that checkpoint incomplete until its
  * manifest is written again. */
 pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t version,

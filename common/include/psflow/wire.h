@@ -97,7 +97,8 @@ typedef enum {
     X(PF_WIRE_STALE_INCARNATION, 12, "STALE_INCARNATION") /* sender is an old incarnation */       \
     X(PF_WIRE_NOT_READY, 13, "NOT_READY")                 /* ps not restored yet; retry */         \
     X(PF_WIRE_UNEXPECTED, 14, "UNEXPECTED")               /* valid type, wrong place or time */    \
-    X(PF_WIRE_INTERNAL, 15, "INTERNAL")                   /* receiver's own failure */
+    X(PF_WIRE_INTERNAL, 15, "INTERNAL")                   /* receiver's own failure */             \
+    X(PF_WIRE_NONFINITE, 16, "NONFINITE")                 /* a value became NaN or Inf */
 
 typedef enum {
 #define PF_WIRE_CODE_ENUM(name, value, text) name = value,

@@ -686,6 +686,20 @@ static void test_corrupt_crc_detected(void **state) {
     assert_int_equal(pf_checkpoint_export(dir, out, NULL, &err), PF_ERR_FORMAT);
     assert_non_null(strstr(err.message, "not a complete checkpoint"));
     assert_false(exists(out));
+
+    /* Set aside: renamed step-20.corrupt-<time> with its files, then invisible to finding,
+     * listing and pruning; a second attempt finds it gone. */
+    char aside[PF_CKPT_PATH_MAX + 64];
+    assert_int_equal(pf_checkpoint_set_aside(dir, aside, sizeof aside, &err), PF_OK);
+    assert_non_null(strstr(aside, "/step-20.corrupt-"));
+    assert_false(exists(dir));
+    char moved[PF_CKPT_PATH_MAX + 128];
+    snprintf(moved, sizeof moved, "%s/ps-1.safetensors", aside);
+    assert_true(exists(moved));
+    assert_int_equal(latest(0), 10);
+    assert_int_equal(pf_checkpoint_prune(job_dir, 1, NULL, &err), PF_OK);
+    assert_true(exists(moved));
+    assert_int_equal(pf_checkpoint_set_aside(dir, NULL, 0, &err), PF_ERR_NOT_FOUND);
     pf_placement_deinit(&pl);
     pf_job_spec_deinit(&spec);
 }

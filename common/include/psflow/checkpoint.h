@@ -155,6 +155,13 @@ pf_status pf_checkpoint_list(const char *job_dir, unsigned flags, int64_t **step
 pf_status pf_checkpoint_find_latest(const char *job_dir, unsigned flags, int64_t *step, char *dir,
                                     size_t len, pf_error *err);
 
+/* Sets a bad checkpoint aside, never deleting it: renames step_dir to
+ * "<step_dir>.corrupt-<YYYYMMDDTHHMMSSZ>" (UTC now; a "-<k>" suffix when that name is taken)
+ * and fsyncs its parent, so that finding, listing and pruning no longer see it.
+ * new_path[len] (may be NULL) receives the new name. Errors: PF_ERR_NOT_FOUND (step_dir is
+ * gone: another process set it aside first), PF_ERR_INVALID (path too long), PF_ERR_IO. */
+pf_status pf_checkpoint_set_aside(const char *step_dir, char *new_path, size_t len, pf_error *err);
+
 /* --- restoring a ps ------------------------------------------------------------------------ */
 
 /* One ps file loaded for restore. Opaque: owns the file's tensors. */

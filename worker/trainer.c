@@ -262,6 +262,11 @@ pf_status worker_run(const worker_options *o) {
     if ((st = worker_link_pull(t.link, NULL, t.params, t.versions, &err)) != PF_OK)
         goto fail;
     last_eval = last_ckpt = t.versions[0];
+    /* Step 0, right after the variables are initialised: a restore target exists from the
+     * start, so a ps restarted before the first periodic checkpoint restores these values
+     * rather than serving freshly initialised ones mid-job. */
+    if (o->is_chief && t.versions[0] == 0 && (st = checkpoint(&t, 0, 0, &err)) != PF_OK)
+        goto fail;
     while (t.versions[0] < max_steps) {
         uint64_t global = t.versions[0];
         if (stopped(&t)) {

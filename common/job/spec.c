@@ -199,6 +199,8 @@ static const field training_fields[] = {
     {"eval_every_steps", K_INT64, AT(training.eval_every_steps), .min = 0, .max = INT64_MAX},
     {"on_nonfinite", K_ENUM, AT(training.on_nonfinite), .names = nonfinite_names,
      .max = PF_NONFINITE_ROLLBACK, .def = PF_NONFINITE_FAIL},
+    {"stall_timeout_secs", K_INT64, AT(training.stall_timeout_secs), .min = 1, .max = 604800,
+     .def = 300},
 };
 
 #define FIXED    BIT(PF_PART_FIXED_SHARDS)

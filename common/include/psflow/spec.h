@@ -112,6 +112,8 @@ typedef struct pf_training_spec {
     uint64_t seed;                    /* [1] */
     int64_t eval_every_steps;         /* >= 0, 0 = only at the end [0] */
     pf_nonfinite_action on_nonfinite; /* "fail" ["fail"]; "rollback" is refused for now */
+    int64_t stall_timeout_secs;       /* 1..604800 [300]: a task fails (exit 69) when a ps
+                                         request goes unanswered this long */
 } pf_training_spec;
 
 typedef struct pf_partitioner_spec {

@@ -65,6 +65,11 @@ for (const file of process.argv.slice(2)) {
     }
     const obj = doc.toJS();
     if (obj === null || obj === undefined) continue;
+    // kubectl kustomize writes a Secret's base64 values folded over several lines; the API
+    // server's base64 decoder skips line breaks, the schema's "byte" format does not.
+    if (obj.kind === "Secret" && obj.data && typeof obj.data === "object")
+      for (const [key, value] of Object.entries(obj.data))
+        if (typeof value === "string") obj.data[key] = value.replace(/[\r\n]/g, "");
     // kustomization.yaml is kustomize's own file, not an API object.
     if (String(obj.apiVersion).startsWith("kustomize.config.k8s.io/")) continue;
     const what = `${file}: ${obj.kind ?? "?"} ${obj.metadata?.name ?? "?"}`;

@@ -90,7 +90,9 @@ wait_for 10 "silent listener" test -s "$WORK/silent.port"
 t0=$(date +%s.%N)
 expect_exit 69 "$P" health --coordinator "127.0.0.1:$(cat "$WORK/silent.port")"
 elapsed=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$(date +%s.%N)")
-in_range "$elapsed" 0 4 || fail "psflow health took ${elapsed}s against a silent peer"
+# health gives up after 2 s; the peer stays silent for 60 s. The bound only tells "gave up"
+# from "waited for the peer", with room for a loaded machine under the sanitizers.
+in_range "$elapsed" 0 30 || fail "psflow health took ${elapsed}s against a silent peer"
 pass "health: 69 when down, gave up on a silent peer after ${elapsed}s"
 
 start_coordinator

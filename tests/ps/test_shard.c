@@ -240,6 +240,7 @@ static void test_find_nonfinite(void **state) {
     assert_int_equal(elem, 1);
     free(g);
     ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
     pf_job_spec_deinit(&spec);
 }
 

@@ -451,6 +451,7 @@ static void test_nonfinite_refused(void **state) {
         assert_false(exists(file));
     }
     free_state(&s);
+    pf_placement_deinit(&pl);
     pf_job_spec_deinit(&spec);
 }
 

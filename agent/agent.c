@@ -60,6 +60,7 @@ typedef struct task {
     int state;
     int exit_code;
     char message[256];
+    const char *reason; /* a failure's reason for the coordinator ("NonFiniteLoss"), or NULL */
     worker_result result;
     agent_reporter *rep;
 } task;
@@ -163,10 +164,16 @@ static void *worker_task_main(void *arg) {
     if (st == PF_OK && agent_reporter_flush(t->rep, 10.0) != 0)
         fprintf(stderr, "psflow %s agent %s: the final metrics are still unsent after 10 s\n",
                 o->role, o->node_id);
-    if (st == PF_OK)
+    if (st == PF_OK) {
         task_finish(t, TASK_SUCCEEDED, 0, "reached max_steps");
-    else
+    } else if (st == PF_ERR_NONFINITE) { /* the job fails, whatever the restart policy */
+        pthread_mutex_lock(&t->a->mu);
+        t->reason = "NonFiniteLoss";
+        pthread_mutex_unlock(&t->a->mu);
+        task_finish(t, TASK_FAILED, pf_exit_code(st), t->result.message);
+    } else {
         task_finish(t, TASK_FAILED, pf_exit_code(st), pf_strerror(st));
+    }
     return NULL;
 }
 
@@ -292,6 +299,8 @@ static json_t *heartbeat_body(agent *a) {
         b = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s}", "state", state, "job", t->job,
                       "generation", t->generation, "type", t->type, "index", t->index, "exit_code",
                       t->exit_code, "message", t->message);
+        if (b && t->state == TASK_FAILED && t->reason)
+            json_object_set_new(b, "reason", json_string(t->reason));
         if (b && t->state == TASK_SUCCEEDED && t->result.steps)
             json_object_set_new(b, "result",
                                 json_pack("{s:o, s:o, s:I}", "accuracy",

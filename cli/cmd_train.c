@@ -16,6 +16,9 @@
 #include "cli/node.h"
 #include "cli/options.h"
 #include "psflow/clock.h"
+#include "psflow/exit_code.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
 #include "psflow/session.h"
 
 #define LOSS_WINDOW 100 /* the reported training loss is the mean of the last 100 steps */
@@ -68,6 +71,22 @@ static void print_eval(const pf_session *s, const pf_eval *ev, bool tty) {
                 (double)ev->correct / (double)ev->examples);
 }
 
+/* Says into why[] which variable holds a NaN or infinite value, if one does. */
+static void check_params(const pf_session *s, char *why, size_t len) {
+    const pf_job_spec *spec = pf_session_spec(s);
+    size_t n = pf_model_num_params(&spec->model);
+    float *params = pf_mallocarray(n, sizeof *params);
+    if (!params)
+        return; /* the check is skipped, the evaluation still shows a non-finite result */
+    pf_session_read_params(s, params);
+    size_t i = pf_first_nonfinite(params, n);
+    pf_var_info var;
+    if (i < n && pf_model_var_at(&spec->model, i, &var) >= 0)
+        snprintf(why, len, "non-finite value (%g) in %s at step %lld", (double)params[i], var.name,
+                 (long long)pf_session_global_step(s));
+    pf_free(params);
+}
+
 int cli_train(int argc, char **argv) {
     cli_option opts[] = {
         {"output", "FORMAT", "result format: text (default) or json", NULL},
@@ -84,7 +103,8 @@ int cli_train(int argc, char **argv) {
         cli_print_help("train", "JOB.json [options]",
                        "Trains the job described by JOB.json in this one process, evaluates it "
                        "on the\ntest set and prints the result. Exit codes: 0 done, 64 usage, "
-                       "65 invalid spec\nor data, 66 unreadable input, 69 device unavailable, "
+                       "65 invalid spec\nor data, or a NaN/infinite loss or value (training "
+                       "stops at that step), 66\nunreadable input, 69 device unavailable, "
                        "73 cannot write --save.",
                        opts, n_opts);
         return 0;
@@ -173,11 +193,17 @@ int cli_train(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     double train_seconds = 0, t_start = pf_clock_now();
     pf_eval ev = {0};
+    char nonfinite[256] = ""; /* why training stopped on a NaN or infinite number */
     while (pf_session_global_step(s) < max_steps && !interrupted) {
         double t0 = pf_clock_now();
         float loss = pf_session_step(s);
         train_seconds += pf_clock_now() - t0;
         int64_t step = pf_session_global_step(s);
+        if (!isfinite(loss)) {
+            snprintf(nonfinite, sizeof nonfinite, "non-finite loss (%g) at step %lld", (double)loss,
+                     (long long)step);
+            break;
+        }
         prog.window[(step - 1) % LOSS_WINDOW] = loss;
         if (prog.filled < LOSS_WINDOW)
             prog.filled++;
@@ -204,12 +230,25 @@ int cli_train(int argc, char **argv) {
     if (interrupted)
         fprintf(stderr, "psflow train: interrupted at step %lld\n",
                 (long long)pf_session_global_step(s));
-    pf_session_evaluate(s, &ev);
-    print_eval(s, &ev, false);
+    if (!nonfinite[0]) /* the last update can overflow with a finite loss */
+        check_params(s, nonfinite, sizeof nonfinite);
+    if (!nonfinite[0]) {
+        pf_session_evaluate(s, &ev);
+        print_eval(s, &ev, false);
+    }
     double seconds = pf_clock_now() - t_start;
 
     int rc = interrupted ? 130 : 0;
-    if (save) {
+    if (nonfinite[0]) {
+        fprintf(stderr,
+                "psflow train: %s; stopping (lower optimizer.learning_rate or check the "
+                "data)\n",
+                nonfinite);
+        rc = pf_exit_code(PF_ERR_NONFINITE);
+    }
+    if (save && nonfinite[0]) {
+        fprintf(stderr, "psflow train: not saving %s: the variables are not finite\n", save);
+    } else if (save) {
         st = pf_session_save(s, save, &err);
         if (st != PF_OK) {
             fprintf(stderr, "psflow train: cannot save: %s\n", err.message);
@@ -220,20 +259,31 @@ int cli_train(int argc, char **argv) {
     }
     int64_t steps = pf_session_global_step(s);
     double examples_per_sec = train_seconds > 0 ? (double)steps * batch / train_seconds : 0;
-    double test_loss = ev.loss_sum / (double)ev.examples;
+    double test_loss = ev.examples ? ev.loss_sum / (double)ev.examples : NAN;
     bool classifier = spec.model.type != PF_MODEL_LINEAR;
-    double accuracy = classifier ? (double)ev.correct / (double)ev.examples : NAN;
+    double accuracy = classifier && ev.examples ? (double)ev.correct / (double)ev.examples : NAN;
     if (json_out) {
-        json_t *o = json_pack(
-            "{s:s, s:I, s:f, s:f, s:o, s:f, s:f, s:f, s:s}", "name", spec.name, "steps",
-            (json_int_t)steps, "loss", window_mean(&prog), "test_loss", test_loss, "test_accuracy",
-            classifier ? json_real(accuracy) : json_null(), "examples_per_sec", examples_per_sec,
-            "seconds", seconds, "epochs", (double)steps * batch / (double)train->n, "backend",
-            pf_session_backend(s)->name);
-        char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
-        printf("%s\n", text);
+        /* Numbers JSON cannot hold (NaN, Inf) are null; reason says why training ended. */
+        const char *reason = nonfinite[0] ? "NonFiniteLoss" : interrupted ? "Interrupted" : "Done";
+        json_t *o = json_pack("{s:s, s:I, s:o, s:o, s:o, s:f, s:f, s:f, s:s, s:s}", "name",
+                              spec.name, "steps", (json_int_t)steps, "loss",
+                              pf_json_number(nonfinite[0] ? NAN : window_mean(&prog)), "test_loss",
+                              pf_json_number(test_loss), "test_accuracy", pf_json_number(accuracy),
+                              "examples_per_sec", examples_per_sec, "seconds", seconds, "epochs",
+                              (double)steps * batch / (double)train->n, "backend",
+                              pf_session_backend(s)->name, "reason", reason);
+        if (o && nonfinite[0])
+            json_object_set_new(o, "message", json_string(nonfinite));
+        char *text =
+            o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8)) : NULL;
+        if (text)
+            printf("%s\n", text);
+        else
+            fprintf(stderr, "psflow train: out of memory writing the result\n");
         free(text);
         json_decref(o);
+    } else if (nonfinite[0]) {
+        printf("%s: stopped at step %lld: %s\n", spec.name, (long long)steps, nonfinite);
     } else if (classifier) {
         printf("%s: %lld steps, loss %.4f, test accuracy %.4f, %.0f examples/s, %.1f s\n",
                spec.name, (long long)steps, window_mean(&prog), accuracy, examples_per_sec,

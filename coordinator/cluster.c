@@ -907,9 +907,16 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 task_event(c, j, t, now);
                 const char *m = r->message;
                 char why[COORD_TEXT_MAX];
-                snprintf(why, sizeof why, "failed (exit code %d%s%.180s)", (int)r->exit_code,
-                         m ? ": " : "", m ? m : "");
-                task_failed(c, j, t, (int)r->exit_code, false, why, now);
+                if (r->reason && !strcmp(r->reason, "NonFiniteLoss")) {
+                    /* training.on_nonfinite "fail": a restart would repeat the same numbers */
+                    snprintf(why, sizeof why, "%s %d: %.200s", t->type, t->index,
+                             m ? m : "non-finite loss");
+                    finish(c, j, COORD_FAILED, "NonFiniteLoss", why, now);
+                } else {
+                    snprintf(why, sizeof why, "failed (exit code %d%s%.180s)", (int)r->exit_code,
+                             m ? ": " : "", m ? m : "");
+                    task_failed(c, j, t, (int)r->exit_code, false, why, now);
+                }
             }
         }
     }

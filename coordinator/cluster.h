@@ -178,6 +178,7 @@ void coord_event_deinit(coord_event *e);
 typedef struct coord_report {
     const char *state; /* idle running succeeded failed */
     const char *job, *type, *message;
+    const char *reason; /* a failed task's reason, e.g. "NonFiniteLoss"; NULL when absent */
     long long generation, index, exit_code;
     bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
     long long updates, stale;

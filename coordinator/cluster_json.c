@@ -226,6 +226,7 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     out->job = json_string_value(json_object_get(r, "job"));
     out->type = json_string_value(json_object_get(r, "type"));
     out->message = json_string_value(json_object_get(r, "message"));
+    out->reason = json_string_value(json_object_get(r, "reason"));
     out->generation = json_integer_value(json_object_get(r, "generation"));
     out->index = json_integer_value(json_object_get(r, "index"));
     out->exit_code = json_integer_value(json_object_get(r, "exit_code"));

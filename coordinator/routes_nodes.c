@@ -79,8 +79,9 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"state",     "job",     "generation", "type",  "index",
-                                       "exit_code", "message", "result",     "stats", NULL};
+    static const char *const keys[] = {"state",  "job",       "generation", "type",
+                                       "index",  "exit_code", "message",    "reason",
+                                       "result", "stats",     NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
     static const char *const states[] = {"idle", "running", "succeeded", "failed"};
     int ok = 0;

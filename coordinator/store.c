@@ -328,6 +328,16 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
             coord_job_free(j);
             break;
         }
+        /* Normalised again: a spec stored by an older version lacks fields added since
+         * (their defaults), and must still equal the same spec submitted again. */
+        char *normal = pf_job_spec_to_json(&j->spec);
+        if (!normal) {
+            coord_job_free(j);
+            rc = PF_ERR_NOMEM;
+            break;
+        }
+        pf_free(j->spec_json);
+        j->spec_json = normal;
         snprintf(j->name, sizeof j->name, "%s", col_text(st, 0));
         json_t *status = json_loads(col_text(st, 2), 0, NULL);
         coord_job_status_from_json(j, status);

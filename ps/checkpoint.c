@@ -47,29 +47,74 @@ done:
     return st;
 }
 
+/* Loads ps `task`'s file of the checkpoint in step_dir once the whole checkpoint checks
+ * out: every file the manifest lists has its size and CRC-32. */
+static pf_status load_verified(const char *step_dir, int task, const pf_shard_info *info, int n,
+                               const pf_optim_slots *optim, pf_checkpoint_ps **out, pf_error *err) {
+    pf_checkpoint_manifest m;
+    pf_status st = pf_checkpoint_manifest_read(step_dir, &m, err);
+    if (st != PF_OK)
+        return st;
+    st = pf_checkpoint_verify(step_dir, &m, PF_CKPT_VERIFY_CRC, err);
+    pf_checkpoint_manifest_deinit(&m);
+    return st == PF_OK ? pf_checkpoint_load_ps(step_dir, task, info, n, optim, out, err) : st;
+}
+
 pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
                                 const char *checkpoint_dir, char *note, size_t len, pf_error *err) {
     char job_dir[2048], step_dir[2048];
     int64_t step;
     if (pf_checkpoint_job_dir(checkpoint_dir, spec->name, job_dir, sizeof job_dir) != PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
-    pf_status st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
-    if (st == PF_ERR_NOT_FOUND) {
-        snprintf(note, len, "no checkpoint under %s: starting from the initial values", job_dir);
-        return PF_OK;
-    }
-    if (st != PF_OK)
-        return st;
     int n = ps_shards_count(shards);
     pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
     if (!info)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     for (int i = 0; i < n; i++)
         info[i] = *ps_shards_info(shards, i);
-    pf_checkpoint_ps *c;
-    st = pf_checkpoint_load_ps(step_dir, task, info, n, pf_optim_slots_of(&spec->optimizer), &c,
-                               err);
+    /* The newest complete checkpoint that verifies; each bad one is set aside (renamed,
+     * never deleted), so every round looks at an older one. */
+    pf_checkpoint_ps *c = NULL;
+    int set_aside = 0;
+    pf_status st;
+    for (;;) {
+        st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
+        if (st != PF_OK)
+            break;
+        pf_error bad;
+        pf_error_clear(&bad);
+        st = load_verified(step_dir, task, info, n, pf_optim_slots_of(&spec->optimizer), &c, &bad);
+        if (st == PF_OK || st == PF_ERR_NOMEM) {
+            if (st != PF_OK)
+                pf_error_set(err, st, NULL, "%s", bad.message);
+            break;
+        }
+        char aside[2048 + 64];
+        pf_error e2;
+        pf_error_clear(&e2);
+        pf_status sa = pf_checkpoint_set_aside(step_dir, aside, sizeof aside, &e2);
+        if (sa == PF_ERR_NOT_FOUND) { /* another ps set it aside first */
+            fprintf(stderr, "psflow ps %d: checkpoint %s is bad (%s); already set aside\n", task,
+                    step_dir, bad.message);
+        } else if (sa != PF_OK) {
+            st =
+                pf_error_set(err, sa, NULL, "checkpoint %s is bad (%s) and cannot be set aside: %s",
+                             step_dir, bad.message, e2.message);
+            break;
+        } else {
+            fprintf(stderr,
+                    "psflow ps %d: checkpoint %s is bad (%s); set aside as %s, trying the next "
+                    "older one\n",
+                    task, step_dir, bad.message, aside);
+        }
+        set_aside++;
+    }
     pf_free(info);
+    if (st == PF_ERR_NOT_FOUND) {
+        snprintf(note, len, "no %scheckpoint under %s%s: starting from the initial values",
+                 set_aside ? "good " : "", job_dir, set_aside ? " (bad ones set aside)" : "");
+        return PF_OK;
+    }
     if (st != PF_OK)
         return st;
     ps_shards_restore(shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
@@ -80,8 +125,11 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
     for (int i = 0; i < n; i++)
         crc = crc32(crc, (const Bytef *)ps_shards_values(shards, i),
                     (uInt)(ps_shards_info(shards, i)->count * sizeof(float)));
-    snprintf(note, len, "restored from %s (step %lld, version %" PRIu64 ", values crc32 %08lx)",
-             step_dir, (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc);
+    snprintf(note, len,
+             "restored from %s (step %lld, version %" PRIu64
+             ", values crc32 %08lx; every file's size and CRC-32 verified%s)",
+             step_dir, (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc,
+             set_aside ? ", after setting bad ones aside" : "");
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }

@@ -23,12 +23,16 @@ pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, 
                               const char *checkpoint_dir, uint64_t step, char *path, size_t len,
                               pf_error *err);
 
-/* Restores the shards from the newest complete checkpoint of the job under checkpoint_dir,
- * when there is one, and says in note[len] what it did (a line for the task's log: where
- * it restored from, the step and version, and a CRC-32 of the values it will now serve;
- * or that it starts from the initial values). Errors: PF_ERR_INVALID (a path too long),
- * PF_ERR_NOMEM, and those of pf_checkpoint_find_latest (but PF_ERR_NOT_FOUND, which means
- * no checkpoint yet) and pf_checkpoint_load_ps; the shards are unchanged on error. */
+/* Restores the shards from the newest complete checkpoint of the job under checkpoint_dir
+ * that verifies (every file the manifest lists has its size and CRC-32, and this task's
+ * file loads), when there is one, and says in note[len] what it did (a line for the task's
+ * log: where it restored from, the step and version, and a CRC-32 of the values it will
+ * now serve; or that it starts from the initial values). A checkpoint that does not verify
+ * is set aside (pf_checkpoint_set_aside: renamed step-<N>.corrupt-<time>, never deleted),
+ * a line on stderr names it, the bad file and the new name, and the next older one is
+ * tried. Errors: PF_ERR_INVALID (a path too long), PF_ERR_NOMEM, a bad checkpoint that
+ * cannot be renamed, and those of pf_checkpoint_find_latest (but PF_ERR_NOT_FOUND, which
+ * means no checkpoint yet); the shards are unchanged on error. */
 pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
                                 const char *checkpoint_dir, char *note, size_t len, pf_error *err);
 

@@ -70,7 +70,8 @@ struct ps_server {
     pf_ws *ws;
     pf_wire_out out; /* service thread only */
     peer *peers;
-    uint64_t errors; /* ERROR replies sent */
+    uint64_t errors;     /* ERROR replies sent */
+    char nonfinite[256]; /* set once a value became NaN or Inf: every request is refused */
     /* completion, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -205,7 +206,10 @@ static void release_parked(ps_server *s) {
     uint64_t v = version(s);
     int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
     for (peer *p = s->peers; p; p = p->next)
-        if (p->parked && (v >= p->min_version || over)) {
+        if (p->parked && s->nonfinite[0]) {
+            p->parked = 0;
+            send_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        } else if (p->parked && (v >= p->min_version || over)) {
             p->parked = 0;
             reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
         }
@@ -217,6 +221,21 @@ static const uint32_t push_result_wire[] = {
     [PS_PUSH_STALE] = PF_WIRE_PUSH_STALE,
     [PS_PUSH_DUPLICATE] = PF_WIRE_PUSH_DUPLICATE,
 };
+
+/* After an update: a NaN or infinite value stops this ps serving (training.on_nonfinite
+ * "fail"), with a message naming the variable and the version. */
+static void check_finite(ps_server *s) {
+    size_t elem;
+    int local = ps_shards_find_nonfinite(s->shards, &elem);
+    if (local < 0)
+        return;
+    const pf_shard_info *info = ps_shards_info(s->shards, local);
+    snprintf(s->nonfinite, sizeof s->nonfinite,
+             "ps %d: %s became non-finite (element %zu) at step %" PRIu64
+             "; serving and checkpointing stopped",
+             s->task, info->name, elem, version(s));
+    logf_(s, "%s", s->nonfinite);
+}
 
 /* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
 static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
@@ -281,7 +300,13 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         return -1;
     }
     if (r == PS_PUSH_APPLIED)
+        check_finite(s);
+    if (r == PS_PUSH_APPLIED)
         release_parked(s);
+    if (s->nonfinite[0]) {
+        send_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        return -1;
+    }
     return (int)push_result_wire[r];
 }
 
@@ -306,7 +331,9 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                                        path, sizeof path, &err);
     pf_wire_checkpoint_ack ack = {
         c->step,
-        st == PF_OK ? 0 : PF_WIRE_INTERNAL,
+        st == PF_OK              ? 0
+        : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
+                                 : PF_WIRE_INTERNAL,
         {st == PF_OK ? path : err.message, (uint32_t)strlen(st == PF_OK ? path : err.message)}};
     if (st == PF_OK) {
         ps_stats ps = ps_shards_stats(s->shards);
@@ -490,6 +517,11 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     if (!p->hello && m.type != PF_WIRE_HELLO) {
         send_error(s, conn, m.request_id, PF_WIRE_UNEXPECTED, "%s before HELLO",
                    pf_wire_type_name(m.type));
+        return;
+    }
+    if (s->nonfinite[0] && (m.type == PF_WIRE_PULL || m.type == PF_WIRE_PUSH ||
+                            m.type == PF_WIRE_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT)) {
+        send_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return;
     }
     switch (m.type) {

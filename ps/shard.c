@@ -235,3 +235,19 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
     s->n_arrived = 0;
     s->stats.version = version;
 }
+
+int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
+    float chunk[4096]; /* values may be backend memory: checked a piece at a time */
+    for (int i = 0; i < s->n; i++)
+        for (size_t done = 0; done < s->info[i].count; done += sizeof chunk / sizeof *chunk) {
+            size_t n = s->info[i].count - done;
+            n = n < sizeof chunk / sizeof *chunk ? n : sizeof chunk / sizeof *chunk;
+            s->be->download(chunk, s->values + s->local_off[i] + done, n);
+            size_t bad = pf_first_nonfinite(chunk, n);
+            if (bad < n) {
+                *elem = done + bad;
+                return i;
+            }
+        }
+    return -1;
+}

@@ -73,4 +73,8 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
 /* Slot k of local shard i (borrowed), for checkpoints; k < pf_optim_num_slots. */
 const float *ps_shards_slot(const ps_shards *s, int i, int k);
 
+/* The local index of the first shard holding a NaN or infinite value (after an update), or
+ * -1 when every value is finite; *elem receives the element within that shard. */
+int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem);
+
 #endif

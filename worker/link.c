@@ -233,13 +233,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             break;
         case PF_WIRE_CHECKPOINT_ACK:
             if (m.u.checkpoint_ack.status != 0) {
-                st = PF_ERR_IO;
+                st = m.u.checkpoint_ack.status == PF_WIRE_NONFINITE ? PF_ERR_NONFINITE : PF_ERR_IO;
                 snprintf(msg, sizeof msg, "ps %d could not checkpoint: %.*s", l->index,
                          (int)m.u.checkpoint_ack.path.len, m.u.checkpoint_ack.path.ptr);
             }
             break;
         case PF_WIRE_ERROR:
-            st = PF_ERR_INVALID;
+            st = m.u.error.code == PF_WIRE_NONFINITE ? PF_ERR_NONFINITE : PF_ERR_INVALID;
             snprintf(msg, sizeof msg, "ps %d: %s: %.*s", l->index,
                      pf_wire_code_name(m.u.error.code), (int)m.u.error.message.len,
                      m.u.error.message.ptr);
@@ -400,6 +400,42 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
     return st;
 }
 
+/* Waits (under c->mu) for l's reply or its connection's end, saying every 30 s (half the
+ * limit when that is shorter) what it waits for, and at most training.stall_timeout_secs:
+ * a ps that holds a request that long stalls the job, and the task fails rather than hang
+ * (exit 69; a restart policy then acts on it). */
+static pf_status wait_reply(worker_link *c, ps_link *l, pf_error *err) {
+    const double limit = (double)c->spec.training.stall_timeout_secs;
+    const double every = limit < 60 ? limit / 2 : 30.0;
+    const double start = pf_clock_now();
+    double next_note = start + every;
+    while (!l->done && !l->closed) {
+        double now = pf_clock_now();
+        if (now - start >= limit)
+            return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
+                                "no answer from ps %d at %s:%d for %.0f s "
+                                "(training.stall_timeout_secs) to its %s: the job is stalled",
+                                l->index, l->host, l->port, now - start,
+                                l->kind == REQ_CHECKPOINT ? "checkpoint request"
+                                : c->spec.training.mode == PF_MODE_SYNC
+                                    ? "push/pull (a sync step waits for the gradients of "
+                                      "replicas_to_aggregate workers)"
+                                    : "push/pull");
+        if (now >= next_note) {
+            fprintf(stderr,
+                    "psflow worker %d: waiting %.0f s for ps %d at %s:%d (version %" PRIu64
+                    ") to answer its %s; giving up after %.0f s\n",
+                    c->task, now - start, l->index, l->host, l->port, l->version,
+                    l->kind == REQ_CHECKPOINT ? "checkpoint request" : "push/pull", limit);
+            next_note += every;
+        }
+        double until = next_note < start + limit ? next_note : start + limit;
+        struct timespec ts = pf_clock_deadline(until - now);
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    return PF_OK;
+}
+
 static pf_status round_trip_(worker_link *c, pf_error *err) {
     for (int p = 0; p < c->n; p++)
         if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
@@ -408,8 +444,10 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
         ps_link *l = &c->links[p];
         for (;;) {
             pthread_mutex_lock(&c->mu);
-            while (!l->done && !l->closed)
-                pthread_cond_wait(&c->cv, &c->mu);
+            if (wait_reply(c, l, err) != PF_OK) {
+                pthread_mutex_unlock(&c->mu); /* still waiting: abandon() closes it */
+                return PF_ERR_UNAVAILABLE;
+            }
             int done = l->done;
             pf_status st = l->status;
             char msg[256];

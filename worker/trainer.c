@@ -126,6 +126,21 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
     return PF_OK;
 }
 
+/* Refuses to push a NaN or infinite loss or gradient (training.on_nonfinite "fail"), naming
+ * the step and the variable. */
+static pf_status check_finite(const trainer *t, double loss, uint64_t step, pf_error *err) {
+    if (!isfinite(loss))
+        return pf_error_set(err, PF_ERR_NONFINITE, NULL,
+                            "non-finite loss (%g) at step %" PRIu64 "; nothing pushed", loss, step);
+    size_t i = pf_first_nonfinite(t->grads, t->n_params);
+    pf_var_info var;
+    if (i < t->n_params && pf_model_var_at(&t->spec->model, i, &var) >= 0)
+        return pf_error_set(err, PF_ERR_NONFINITE, NULL,
+                            "non-finite gradient (%g) of %s at step %" PRIu64 "; nothing pushed",
+                            (double)t->grads[i], var.name, step);
+    return PF_OK;
+}
+
 static pf_status setup(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     const int k = spec->replicas_per_worker;
@@ -256,6 +271,11 @@ pf_status worker_run(const worker_options *o) {
     if ((st = worker_link_pull(t.link, NULL, t.params, t.versions, &err)) != PF_OK)
         goto fail;
     last_eval = last_ckpt = t.versions[0];
+    /* Step 0, right after the variables are initialised: a restore target exists from the
+     * start, so a ps restarted before the first periodic checkpoint restores these values
+     * rather than serving freshly initialised ones mid-job. */
+    if (o->is_chief && t.versions[0] == 0 && (st = checkpoint(&t, 0, 0, &err)) != PF_OK)
+        goto fail;
     while (t.versions[0] < max_steps) {
         uint64_t global = t.versions[0];
         if (stopped(&t)) {
@@ -280,6 +300,8 @@ pf_status worker_run(const worker_options *o) {
                         pf_shard_position((int64_t)global, t.n_tasks, o->task, b), b, t.hx, t.hy,
                         t.hlabels);
         last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
+        if ((st = check_finite(&t, last_loss, global, &err)) != PF_OK)
+            goto fail;
         for (int p = 0; p < t.n_ps; p++) {
             t.steps[p] = t.versions[p];
             t.min_version[p] = sync ? t.versions[p] + 1 : 0;
@@ -339,14 +361,16 @@ pf_status worker_run(const worker_options *o) {
             spec->model.type == PF_MODEL_LINEAR ? -1 : (double)ev.correct / (double)ev.examples;
         double test_loss = ev.loss_sum / (double)ev.examples;
         if (o->result)
-            *o->result = (worker_result){t.versions[0], acc < 0 ? NAN : acc, test_loss};
+            *o->result = (worker_result){
+                .steps = t.versions[0], .accuracy = acc < 0 ? NAN : acc, .test_loss = test_loss};
         if (o->json) {
-            json_t *j = json_pack("{s:s, s:I, s:f, s:o, s:f, s:I}", "name", spec->name, "steps",
-                                  (json_int_t)t.versions[0], "test_loss", test_loss,
-                                  "test_accuracy", acc < 0 ? json_null() : json_real(acc),
-                                  "seconds", seconds, "local_steps", (json_int_t)local_steps);
-            char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
-            printf("%s\n", text);
+            json_t *j = json_pack("{s:s, s:I, s:o, s:o, s:f, s:I}", "name", spec->name, "steps",
+                                  (json_int_t)t.versions[0], "test_loss", pf_json_number(test_loss),
+                                  "test_accuracy", pf_json_number(acc < 0 ? NAN : acc), "seconds",
+                                  seconds, "local_steps", (json_int_t)local_steps);
+            char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            if (text)
+                printf("%s\n", text);
             free(text);
             json_decref(j);
         } else if (acc >= 0) {
@@ -362,6 +386,22 @@ pf_status worker_run(const worker_options *o) {
     return PF_OK;
 fail:
     fprintf(stderr, "psflow %s %d: %s\n", who, o->task, err.message);
+    if (o->result)
+        snprintf(o->result->message, sizeof o->result->message, "%s", err.message);
+    if (o->is_chief && o->json && st == PF_ERR_NONFINITE) {
+        /* The result object as on success, without numbers JSON cannot hold, and why. */
+        json_t *j =
+            json_pack("{s:s, s:I, s:n, s:n, s:f, s:I, s:s, s:s}", "name", spec->name, "steps",
+                      (json_int_t)t.versions[0], "test_loss", "test_accuracy", "seconds",
+                      pf_clock_now() - t_start, "local_steps", (json_int_t)local_steps, "reason",
+                      "NonFiniteLoss", "message", err.message);
+        char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (text)
+            printf("%s\n", text);
+        free(text);
+        json_decref(j);
+        fflush(stdout);
+    }
     teardown(&t);
     return st;
 }

@@ -36,11 +36,12 @@ typedef struct worker_report {
     const char *step_dir;     /* CHECKPOINT: the complete checkpoint's folder */
 } worker_report;
 
-/* The chief's final evaluation (when the run ends with PF_OK). */
+/* The chief's final evaluation (when the run ends with PF_OK), or why the run failed. */
 typedef struct worker_result {
     uint64_t steps;
     double accuracy; /* NAN for regression */
     double test_loss;
+    char message[256]; /* when the run fails: what went wrong (the line logged) */
 } worker_result;
 
 typedef struct worker_options {

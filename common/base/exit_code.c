@@ -9,6 +9,7 @@ int pf_exit_code(pf_status st) {
     case PF_ERR_SPEC:
     case PF_ERR_FORMAT:
     case PF_ERR_RANGE:
+    case PF_ERR_NONFINITE:
         return PF_EX_DATAERR;
     case PF_ERR_UNSUPPORTED:
     case PF_ERR_UNAVAILABLE:

@@ -61,6 +61,8 @@ static const char *const optimizer_names[] = {[PF_OPT_SGD] = "sgd",
                                               [PF_OPT_ADAGRAD] = "adagrad",
                                               [PF_OPT_ADAM] = "adam"};
 static const char *const mode_names[] = {[PF_MODE_ASYNC] = "async", [PF_MODE_SYNC] = "sync"};
+static const char *const nonfinite_names[] = {
+    [PF_NONFINITE_FAIL] = "fail", [PF_NONFINITE_ROLLBACK] = "rollback"};
 static const char *const strategy_names[] = {
     [PF_PLACE_ROUND_ROBIN] = "round_robin", [PF_PLACE_GREEDY] = "greedy"};
 static const char *const partitioner_names[] = {[PF_PART_NONE] = "none",
@@ -195,6 +197,10 @@ static const field training_fields[] = {
      .only = BIT(PF_MODE_SYNC)},
     {"seed", K_UINT64, AT(training.seed), .min = 0, .max = INT64_MAX, .def = 1},
     {"eval_every_steps", K_INT64, AT(training.eval_every_steps), .min = 0, .max = INT64_MAX},
+    {"on_nonfinite", K_ENUM, AT(training.on_nonfinite), .names = nonfinite_names,
+     .max = PF_NONFINITE_ROLLBACK, .def = PF_NONFINITE_FAIL},
+    {"stall_timeout_secs", K_INT64, AT(training.stall_timeout_secs), .min = 1, .max = 604800,
+     .def = 300},
 };
 
 #define FIXED    BIT(PF_PART_FIXED_SHARDS)
@@ -816,6 +822,10 @@ static pf_status check_training(pf_job_spec *s, pf_error *err) {
                             "/training/replicas_to_aggregate: must be at most replicas.worker "
                             "(%d), got %d",
                             workers, t->replicas_to_aggregate);
+    if (t->on_nonfinite == PF_NONFINITE_ROLLBACK)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/on_nonfinite",
+                            "/training/on_nonfinite: \"rollback\" is not supported yet; use "
+                            "\"fail\" (the job fails with reason NonFiniteLoss)");
     return PF_OK;
 }
 
@@ -940,6 +950,10 @@ static int digits_for(double v) {
 }
 
 static json_t *object_to_json(const object_desc *d, const pf_job_spec *s, int *digits);
+
+json_t *pf_json_number(double v) {
+    return isfinite(v) ? json_real(v) : json_null();
+}
 
 static json_t *enum_to_json(const field *f, int v) {
     if (v < f->min || v > f->max)

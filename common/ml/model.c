@@ -69,6 +69,24 @@ int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]) {
     return n;
 }
 
+size_t pf_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
+}
+
+int pf_model_var_at(const pf_model_spec *spec, size_t i, pf_var_info *out) {
+    pf_var_info vars[PF_MAX_VARS];
+    int n = pf_model_layout(spec, vars);
+    for (int v = 0; v < n; v++)
+        if (i >= vars[v].offset && i - vars[v].offset < vars[v].count) {
+            *out = vars[v];
+            return v;
+        }
+    return -1;
+}
+
 size_t pf_model_num_params(const pf_model_spec *spec) {
     pf_var_info vars[PF_MAX_VARS];
     int n = pf_model_layout(spec, vars);

@@ -416,6 +416,39 @@ pf_status pf_checkpoint_find_latest(const char *job_dir, unsigned flags, int64_t
     return st;
 }
 
+pf_status pf_checkpoint_set_aside(const char *step_dir, char *new_path, size_t len, pf_error *err) {
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32], path[PF_CKPT_PATH_MAX];
+    if (!gmtime_r(&now, &tm) || !strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm))
+        snprintf(stamp, sizeof stamp, "%lld", (long long)now);
+    for (int k = 0; k < 100; k++) {
+        int n = k ? snprintf(path, sizeof path, "%s.corrupt-%s-%d", step_dir, stamp, k)
+                  : snprintf(path, sizeof path, "%s.corrupt-%s", step_dir, stamp);
+        if (n < 0 || n >= (int)sizeof path)
+            return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long", step_dir);
+        struct stat sb;
+        if (lstat(path, &sb) == 0)
+            continue; /* set aside at the same second already */
+        if (rename(step_dir, path) != 0)
+            return pf_error_set(err, errno == ENOENT ? PF_ERR_NOT_FOUND : PF_ERR_IO, NULL,
+                                "cannot rename %s to %s: %s", step_dir, path, strerror(errno));
+        char parent[PF_CKPT_PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", step_dir);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) {
+            *slash = '\0';
+            pf_fs_fsync_dir(parent);
+        }
+        if (new_path && snprintf(new_path, len, "%s", path) >= (int)len)
+            return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: path too long for the caller",
+                                path);
+        return PF_OK;
+    }
+    return pf_error_set(err, PF_ERR_IO, NULL, "%s: too many checkpoints set aside this second",
+                        step_dir);
+}
+
 /* --- pruning ------------------------------------------------------------------------------ */
 
 /* Removes one step folder if it only holds files this module writes. */

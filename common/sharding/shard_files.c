@@ -154,6 +154,16 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
         if (missing)
             return pf_error_set(err, PF_ERR_INVALID, NULL, "shard '%s': no data given",
                                 shards->info[i].name);
+        /* A checkpoint is a restore target: one holding NaN or Inf is never written. */
+        size_t count = shards->info[i].count;
+        int bad = pf_first_nonfinite(shards->values[i], count) < count;
+        for (int k = 0; k < n_slots && !bad; k++)
+            bad = pf_first_nonfinite(shards->slots[i][k], count) < count;
+        if (bad)
+            return pf_error_set(err, PF_ERR_NONFINITE, NULL,
+                                "ps %d: not writing a checkpoint of version %llu: shard '%s' "
+                                "holds a non-finite value",
+                                ps_task, (unsigned long long)version, shards->info[i].name);
     }
     char name[PF_CKPT_FILE_NAME_MAX], path[PF_CKPT_PATH_MAX];
     ckpt_ps_file_name(ps_task, name);

@@ -450,6 +450,27 @@ static void test_restart_policy_exit_code(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A task that stopped on a NaN or infinite number (reason NonFiniteLoss) fails the job with
+ * that reason and its message, with no restart even under OnFailure. */
+static void test_nonfinite_fails_the_job(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "nan", "", T0, &ps, &w);
+    json_t *r =
+        json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s, s:s}", "state", "failed", "job", "nan",
+                  "generation", 1, "type", "worker", "index", 0, "exit_code", 65, "message",
+                  "non-finite loss (inf) at step 7; nothing pushed", "reason", "NonFiniteLoss");
+    coord_node_heartbeat_json(&c, w, r, T0 + 1);
+    json_decref(r);
+    assert_int_equal(j->phase, COORD_FAILED);
+    assert_condition(j, "Failed", "True", "NonFiniteLoss");
+    assert_int_equal(j->restarts, 0);
+    assert_string_equal(j->message, "worker 0: non-finite loss (inf) at step 7; nothing pushed");
+    coord_cluster_deinit(&c);
+}
+
 /* An agent that registers again has restarted and lost its task; one that deregisters is
  * gone. Both restart the gang. */
 static void test_agent_restart_and_removal(void **state) {
@@ -899,6 +920,7 @@ int main(void) {
         cmocka_unit_test(test_lease_expiry_and_backoff),
         cmocka_unit_test(test_restart_policy_never),
         cmocka_unit_test(test_restart_policy_exit_code),
+        cmocka_unit_test(test_nonfinite_fails_the_job),
         cmocka_unit_test(test_agent_restart_and_removal),
         cmocka_unit_test(test_active_deadline),
         cmocka_unit_test(test_submit_idempotent),

@@ -214,13 +214,14 @@ python3 - train/out.txt "$README" <<'PY' || fail "psflow train --output json"
 import json, re, sys
 obj = json.loads(open(sys.argv[1]).read().splitlines()[1])
 keys = ["name", "steps", "loss", "test_loss", "test_accuracy", "examples_per_sec", "seconds",
-        "epochs", "backend"]
+        "epochs", "backend", "reason"]
 assert sorted(obj) == sorted(keys), sorted(obj)
 section = re.split(r"^## ", open(sys.argv[2]).read(), flags=re.M)
 section = [s for s in section if s.startswith("Training in one process")][0]
 for k in keys:
     assert "`%s`" % k in section, "the README does not describe %s" % k
 assert obj["name"] == "fmnist-softmax" and obj["steps"] == 6000 and obj["test_accuracy"] > 0.8, obj
+assert obj["reason"] == "Done", obj
 PY
 [ "$(safetensors_values train/model.safetensors dense_0/kernel | awk '{printf "%.1f", $1}')" = 2.0 ] ||
   fail "model.safetensors: dense_0/kernel is not about 2 (y = 2x + 10)"

@@ -112,6 +112,8 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->training.replicas_to_aggregate == b->training.replicas_to_aggregate &&
         a->training.seed == b->training.seed &&
         a->training.eval_every_steps == b->training.eval_every_steps &&
+        a->training.on_nonfinite == b->training.on_nonfinite &&
+        a->training.stall_timeout_secs == b->training.stall_timeout_secs &&
         a->placement == b->placement && a->partitioner.type == b->partitioner.type &&
         a->partitioner.num_shards == b->partitioner.num_shards &&
         a->partitioner.min_shard_bytes == b->partitioner.min_shard_bytes &&
@@ -252,6 +254,8 @@ static void test_defaults(void **state) {
     assert_int_equal(s.training.replicas_to_aggregate, 1);
     assert_int_equal(s.training.seed, 1);
     assert_int_equal(s.training.eval_every_steps, 0);
+    assert_int_equal(s.training.on_nonfinite, PF_NONFINITE_FAIL);
+    assert_int_equal(s.training.stall_timeout_secs, 300);
     assert_int_equal(s.placement, PF_PLACE_ROUND_ROBIN);
     assert_int_equal(s.partitioner.type, PF_PART_NONE);
     assert_int_equal(s.partitioner.num_shards, 0);
@@ -274,7 +278,7 @@ static void test_defaults(void **state) {
               "\"n\":10000},"
               "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
               "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
-              "\"eval_every_steps\":0},"
+              "\"eval_every_steps\":0,\"on_nonfinite\":\"fail\",\"stall_timeout_secs\":300},"
               "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
               "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
               "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
@@ -395,7 +399,8 @@ static void test_design_example(void **state) {
         "\"optimizer\":{\"type\":\"adagrad\",\"learning_rate\":0.01,"
         "\"initial_accumulator_value\":0.1},"
         "\"training\":{\"mode\":\"sync\",\"batch_size\":100,\"max_steps\":2000,"
-        "\"replicas_to_aggregate\":2,\"seed\":1,\"eval_every_steps\":200},"
+        "\"replicas_to_aggregate\":2,\"seed\":1,\"eval_every_steps\":200,"
+        "\"on_nonfinite\":\"fail\",\"stall_timeout_secs\":300},"
         "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"

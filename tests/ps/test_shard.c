@@ -215,6 +215,35 @@ static void test_backup_workers_and_stale(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
+/* After an update the ps finds a value that became NaN or infinite: the shard holding it
+ * and the element within it; none while every value is finite. */
+static void test_find_nonfinite(void **state) {
+    (void)state;
+    pf_job_spec spec = make_spec(PF_MODE_ASYNC, 2, 0, 1);
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_shards *s;
+    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &s), PF_OK);
+    size_t np = pf_model_num_params(&spec.model), elem = 99;
+    float *g = malloc(np * sizeof(float));
+    for (size_t i = 0; i < np; i++)
+        g[i] = 0.5f;
+    ps_shards *stores[] = {s};
+    assert_int_equal(push_inc(stores, 0, 1, 1, 0, g), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_find_nonfinite(s, &elem), -1);
+    int local = 1; /* the second shard, one element in */
+    const pf_shard_info *info = ps_shards_info(s, local);
+    assert_true(info->count > 1);
+    g[info->offset + 1] = NAN;
+    assert_int_equal(push_inc(stores, 0, 1, 2, 1, g), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_find_nonfinite(s, &elem), local);
+    assert_int_equal(elem, 1);
+    free(g);
+    ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 static void test_async_and_at_most_once(void **state) {
     (void)state;
     pf_job_spec spec = make_spec(PF_MODE_ASYNC, 2, 0, 1);
@@ -286,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_backup_workers_and_stale),
         cmocka_unit_test(test_async_and_at_most_once),
+        cmocka_unit_test(test_find_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

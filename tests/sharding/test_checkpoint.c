@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,6 +419,42 @@ static void test_fake_optimizer_round_trip(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
+/* A checkpoint is a restore target: a NaN or infinite value, or slot, is never written. */
+static void test_nonfinite_refused(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_placement pl;
+    make_spec("adam", &spec, &pl);
+    state_vectors s;
+    make_state(&spec, 3, &s);
+    char dir[PF_CKPT_PATH_MAX], path[PF_CKPT_PATH_MAX];
+    step_dir_of(3, dir, sizeof dir);
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int which = 0; which < 2 * 3; which++) {
+        local_shards l;
+        local_of(&pl, 1, &s, &l);
+        float *target = which < 3 ? (float *)l.values[1] : (float *)l.slots[2][1];
+        float saved = target[0];
+        target[0] = bad[which % 3];
+        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots};
+        pf_error err;
+        pf_error_clear(&err);
+        assert_int_equal(pf_checkpoint_write_ps(dir, 1, 30, &spec,
+                                                pf_optim_slots_of(&spec.optimizer), &sh, path,
+                                                sizeof path, NULL, &err),
+                         PF_ERR_NONFINITE);
+        assert_non_null(strstr(err.message, which < 3 ? l.info[1].name : l.info[2].name));
+        assert_non_null(strstr(err.message, "version 30"));
+        target[0] = saved;
+        char file[PF_CKPT_PATH_MAX];
+        file_path(3, "ps-1.safetensors", file, sizeof file);
+        assert_false(exists(file));
+    }
+    free_state(&s);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 static void test_load_errors(void **state) {
     (void)state;
     pf_job_spec spec;
@@ -650,6 +687,20 @@ static void test_corrupt_crc_detected(void **state) {
     assert_int_equal(pf_checkpoint_export(dir, out, NULL, &err), PF_ERR_FORMAT);
     assert_non_null(strstr(err.message, "not a complete checkpoint"));
     assert_false(exists(out));
+
+    /* Set aside: renamed step-20.corrupt-<time> with its files, then invisible to finding,
+     * listing and pruning; a second attempt finds it gone. */
+    char aside[PF_CKPT_PATH_MAX + 64];
+    assert_int_equal(pf_checkpoint_set_aside(dir, aside, sizeof aside, &err), PF_OK);
+    assert_non_null(strstr(aside, "/step-20.corrupt-"));
+    assert_false(exists(dir));
+    char moved[PF_CKPT_PATH_MAX + 128];
+    snprintf(moved, sizeof moved, "%s/ps-1.safetensors", aside);
+    assert_true(exists(moved));
+    assert_int_equal(latest(0), 10);
+    assert_int_equal(pf_checkpoint_prune(job_dir, 1, NULL, &err), PF_OK);
+    assert_true(exists(moved));
+    assert_int_equal(pf_checkpoint_set_aside(dir, NULL, 0, &err), PF_ERR_NOT_FOUND);
     pf_placement_deinit(&pl);
     pf_job_spec_deinit(&spec);
 }
@@ -999,6 +1050,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_slot_names, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fake_optimizer_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nonfinite_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_manifest_needs_every_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_incomplete_and_junk_ignored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_size_is_incomplete, setup, teardown),

@@ -85,7 +85,8 @@ typedef struct pf_checkpoint_shards {
  * pf_optim_slots_of(&spec->optimizer)). On success *path_out (when not
  * NULL, path_len bytes) receives the file's path and *bytes_out (when not NULL) its size.
  * Errors: PF_ERR_INVALID (a shard whose var index, shape or count disagrees with the
- * model, or missing slot data), PF_ERR_IO (names the path and OS error), PF_ERR_NOMEM.
+ * model, or missing slot data), PF_ERR_NONFINITE (a value or slot is NaN or infinite:
+ * nothing is written), PF_ERR_IO (names the path and OS error), PF_ERR_NOMEM.
  * Rewriting the file of a committed checkpoint makes that checkpoint incomplete until its
  * manifest is written again. */
 pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t version,
@@ -153,6 +154,13 @@ pf_status pf_checkpoint_list(const char *job_dir, unsigned flags, int64_t **step
  * or no job_dir), PF_ERR_INVALID (dir too small), PF_ERR_RANGE, PF_ERR_IO, PF_ERR_NOMEM. */
 pf_status pf_checkpoint_find_latest(const char *job_dir, unsigned flags, int64_t *step, char *dir,
                                     size_t len, pf_error *err);
+
+/* Sets a bad checkpoint aside, never deleting it: renames step_dir to
+ * "<step_dir>.corrupt-<YYYYMMDDTHHMMSSZ>" (UTC now; a "-<k>" suffix when that name is taken)
+ * and fsyncs its parent, so that finding, listing and pruning no longer see it.
+ * new_path[len] (may be NULL) receives the new name. Errors: PF_ERR_NOT_FOUND (step_dir is
+ * gone: another process set it aside first), PF_ERR_INVALID (path too long), PF_ERR_IO. */
+pf_status pf_checkpoint_set_aside(const char *step_dir, char *new_path, size_t len, pf_error *err);
 
 /* --- restoring a ps ------------------------------------------------------------------------ */
 

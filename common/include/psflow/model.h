@@ -41,6 +41,13 @@ typedef struct pf_var_info {
  * PF_MAX_VARS). */
 int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]);
 
+/* The index of the first element of x[0..n) that is NaN or infinite, or n when every one
+ * is finite (x is host memory). */
+size_t pf_first_nonfinite(const float *x, size_t n);
+
+/* The variable holding element i of the flat vector into *out; -1 when i is past the end. */
+int pf_model_var_at(const pf_model_spec *spec, size_t i, pf_var_info *out);
+
 /* Total parameters (floats) of the model. */
 size_t pf_model_num_params(const pf_model_spec *spec);
 

@@ -33,6 +33,8 @@ typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activa
 typedef enum { PF_DATA_IDX, PF_DATA_CSV, PF_DATA_SYNTHETIC_LINEAR } pf_data_format;
 typedef enum { PF_OPT_SGD, PF_OPT_MOMENTUM, PF_OPT_ADAGRAD, PF_OPT_ADAM } pf_optimizer_type;
 typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
+/* What a job does when training produces a NaN or infinite loss, gradient or value. */
+typedef enum { PF_NONFINITE_FAIL, PF_NONFINITE_ROLLBACK } pf_nonfinite_action;
 typedef enum { PF_PLACE_ROUND_ROBIN, PF_PLACE_GREEDY } pf_placement_strategy;
 typedef enum {
     PF_PART_NONE,
@@ -102,13 +104,16 @@ typedef struct pf_optimizer_spec {
 } pf_optimizer_spec;
 
 typedef struct pf_training_spec {
-    pf_training_mode mode;     /* [async] */
-    int batch_size;            /* per in-graph replica, 1..1048576 [100]: a worker with K
-                                  replicas reads K * batch_size examples a step */
-    int64_t max_steps;         /* global steps, >= 1 [1000] */
-    int replicas_to_aggregate; /* 1..replicas.worker [= replicas.worker] */
-    uint64_t seed;             /* [1] */
-    int64_t eval_every_steps;  /* >= 0, 0 = only at the end [0] */
+    pf_training_mode mode;            /* [async] */
+    int batch_size;                   /* per in-graph replica, 1..1048576 [100]: a worker with K
+                                         replicas reads K * batch_size examples a step */
+    int64_t max_steps;                /* global steps, >= 1 [1000] */
+    int replicas_to_aggregate;        /* 1..replicas.worker [= replicas.worker] */
+    uint64_t seed;                    /* [1] */
+    int64_t eval_every_steps;         /* >= 0, 0 = only at the end [0] */
+    pf_nonfinite_action on_nonfinite; /* "fail" ["fail"]; "rollback" is refused for now */
+    int64_t stall_timeout_secs;       /* 1..604800 [300]: a task fails (exit 69) when a ps
+                                         request goes unanswered this long */
 } pf_training_spec;
 
 typedef struct pf_partitioner_spec {
@@ -163,6 +168,10 @@ pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_e
 /* Reads `path` and parses it. Unreadable file: PF_ERR_IO with err->message naming the path
  * and the OS error; a file over 1 MiB: PF_ERR_FORMAT. */
 pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err);
+
+/* A new JSON number for v, or JSON null when v is NaN or infinite (JSON has no such numbers,
+ * and jansson's json_real refuses them); NULL only on allocation failure. */
+struct json_t *pf_json_number(double v);
 
 /* New string (caller frees with pf_free) holding the normalised spec as compact JSON, keys
  * in the order of DESIGN.md section 2; NULL on allocation failure. */

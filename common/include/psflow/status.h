@@ -21,7 +21,8 @@
     X(PF_ERR_UNSUPPORTED, -7, "unsupported")                                                       \
     X(PF_ERR_RANGE, -8, "value out of range")                                                      \
     X(PF_ERR_UNAVAILABLE, -9, "peer unavailable")                                                  \
-    X(PF_ERR_CANCELLED, -10, "cancelled")
+    X(PF_ERR_CANCELLED, -10, "cancelled")                                                          \
+    X(PF_ERR_NONFINITE, -11, "non-finite value")
 
 typedef enum {
 #define PF_STATUS_ENUM(name, value, text) name = value,

@@ -102,7 +102,8 @@ typedef enum {
     X(PF_WIRE_UNEXPECTED, 14, "UNEXPECTED")               /* valid type, wrong place or time */    \
     X(PF_WIRE_INTERNAL, 15, "INTERNAL")                   /* receiver's own failure */             \
     X(PF_WIRE_FORBIDDEN, 16, "FORBIDDEN")                 /* not allowed for this peer's role */   \
-    X(PF_WIRE_UNAUTHENTICATED, 17, "UNAUTHENTICATED")     /* no valid proof of the job key */
+    X(PF_WIRE_UNAUTHENTICATED, 17, "UNAUTHENTICATED")     /* no valid proof of the job key */      \
+    X(PF_WIRE_NONFINITE, 18, "NONFINITE")                 /* a value became NaN or Inf */
 
 typedef enum {
 #define PF_WIRE_CODE_ENUM(name, value, text) name = value,

@@ -195,3 +195,27 @@ job_phase() { jget "$URL/api/v1/jobs/$1" 'd["status"]["phase"]'; }
 
 # phase_is NAME PHASE: succeeds when the job is in that phase.
 phase_is() { [ "$(job_phase "$1")" = "$2" ]; }
+
+# make_test_pki DIR: in DIR, a self-signed CA (ca.pem, ca.key), a second unrelated one
+# (other.pem), and a server certificate for 127.0.0.1 and localhost signed by the first
+# (server.pem, server.key); sets CA and OTHER to their paths. Needs the openssl CLI.
+make_test_pki() {
+  local dir=$1 name
+  mkdir -p "$dir"
+  for name in ca other; do
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+      -keyout "$dir/$name.key" -out "$dir/$name.pem" -subj "/CN=psflow test $name" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      2>/dev/null || fail "openssl: making CA $name"
+  done
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/server.key" \
+    -out "$dir/server.csr" -subj "/CN=127.0.0.1" 2>/dev/null || fail "openssl: server key"
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' >"$dir/server.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 2 -extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null ||
+    fail "openssl: signing the server certificate"
+  openssl verify -CAfile "$dir/ca.pem" "$dir/server.pem" >/dev/null ||
+    fail "the test certificate does not verify"
+  CA=$dir/ca.pem
+  OTHER=$dir/other.pem
+}

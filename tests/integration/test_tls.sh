@@ -12,25 +12,7 @@ source "$(dirname "$0")/lib.sh"
 command -v openssl >/dev/null || { echo "skipped: openssl is not installed"; exit 77; }
 
 # --- certificates --------------------------------------------------------------------------
-mkdir tls
-cd tls
-make_ca() { # make_ca NAME: NAME.key, NAME.pem, a self-signed CA
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-    -keyout "$1.key" -out "$1.pem" -subj "/CN=psflow test $1" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    2>/dev/null || fail "openssl: making CA $1"
-}
-make_ca ca
-make_ca other
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key \
-  -out server.csr -subj "/CN=127.0.0.1" 2>/dev/null || fail "openssl: server key"
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' >server.ext
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-  -extfile server.ext -out server.pem 2>/dev/null || fail "openssl: signing the server certificate"
-openssl verify -CAfile ca.pem server.pem >/dev/null || fail "the test certificate does not verify"
-cd "$WORK"
-CA=$WORK/tls/ca.pem
-OTHER=$WORK/tls/other.pem
+make_test_pki "$WORK/tls"
 
 # --- psflow up over https ------------------------------------------------------------------
 up_start --ps 1 --workers 1 --tls-cert "$WORK/tls/server.pem" --tls-key "$WORK/tls/server.key" \

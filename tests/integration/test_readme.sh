@@ -182,7 +182,7 @@ cp short.json demo-tree/examples/fashion-mnist-mlp.json
 read -r demo_port <<<"$(free_ports 1)"
 PSFLOW_DEMO_PORT=$demo_port PSFLOW_DEMO_DIR=$WORK/demo timeout 120 \
   bash demo-tree/scripts/demo.sh "$BUILD_DIR" >demo.out 2>demo.err ||
-  { tail -20 demo.err demo.out; fail "scripts/demo.sh failed"; }
+  { tail -n 20 demo.err demo.out >&2; fail "scripts/demo.sh failed"; }
 grep -q "^== dashboard: http://127.0.0.1:$demo_port/ " demo.out || { cat demo.out; fail "demo: no dashboard line"; }
 grep -q '^== final test accuracy: 0\.[0-9]\{4\}$' demo.out || { cat demo.out; fail "demo: no accuracy line"; }
 # The README's sample: each line of it but the progress lines, with every number any number.

@@ -35,7 +35,7 @@ typedef struct worker_link_options {
      * a key the link proves it to every ps and accepts only a ps that proves it back; a ps
      * that answers HELLO without authenticating is refused (no downgrade). */
     const uint8_t *task_key;
-    const char *ca_file;  /* NULL: plain TCP; else TLS (wss), each ps verified against it */
+    const char *ca_file; /* NULL: plain TCP; else TLS (wss), each ps verified against it */
 } worker_link_options;
 
 /* Connects to every ps and says HELLO; returns once all answered (or fails after

@@ -26,11 +26,11 @@
 #define API_COORDINATOR_OPTIONS                                                                    \
     {"coordinator", "URL",                                                                         \
      "the coordinator's address, http:// or https:// [" API_DEFAULT_COORDINATOR "]", NULL},        \
-        CLI_CA_FILE_OPTION
+        CLI_CA_FILE_OPTION, CLI_TOKEN_FILE_OPTION
 
 #define API_TOKEN_NOTE                                                                             \
     "\n\nThe API token, when the coordinator requires one, is read from PSFLOW_TOKEN or the "      \
-    "file\nnamed by PSFLOW_TOKEN_FILE."
+    "file\nnamed by --token-file (PSFLOW_TOKEN_FILE)."
 
 /* A command's connection settings. */
 typedef struct api_client {

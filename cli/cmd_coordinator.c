@@ -170,7 +170,9 @@ int cli_coordinator(int argc, char **argv) {
          NULL},
         {"max-replicas", "N", "refuse jobs with more than N ps or N worker tasks [256]", NULL},
         {"generate-token", NULL,
-         "create PSFLOW_TOKEN_FILE with a random token when it does not exist yet", NULL},
+         "create PSFLOW_TOKEN_FILE (--token-file) with a random token when it does not exist yet",
+         NULL},
+        CLI_TOKEN_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;

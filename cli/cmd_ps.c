@@ -100,6 +100,7 @@ int cli_ps(int argc, char **argv) {
          NULL},
         NODE_MEMORY_OPTION,
         CLI_CA_FILE_OPTION,
+        CLI_TOKEN_FILE_OPTION,
         {"tls-cert", "FILE",
          "serve the data plane over TLS (wss) with this PEM certificate "
          "[plain TCP]",

@@ -187,6 +187,7 @@ int cli_up(int argc, char **argv) {
         {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
         {"ca-file", "FILE",
          "the CA the agents trust for the coordinator and the ps [--tls-cert itself]", NULL},
+        CLI_TOKEN_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;

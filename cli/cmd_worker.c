@@ -31,6 +31,7 @@ int cli_worker(int argc, char **argv) {
          "trust only this PEM CA for an https:// coordinator, and dial the ps over TLS (wss) "
          "verifying them with it [the system's CAs; plain TCP to the ps]",
          NULL},
+        CLI_TOKEN_FILE_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;

@@ -92,6 +92,18 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_op
         }
         opts[i].value = v;
     }
+    /* --token-file on the command line: the token's readers (cli_token, and the processes
+     * this one starts) look in the environment, so it becomes PSFLOW_TOKEN_FILE there and
+     * wins over PSFLOW_TOKEN. */
+    const char *token_file = cli_get(opts, n_opts, "token-file");
+    const char *env_file = getenv("PSFLOW_TOKEN_FILE");
+    if (token_file && (!env_file || strcmp(env_file, token_file) != 0)) {
+        if (!*token_file || setenv("PSFLOW_TOKEN_FILE", token_file, 1) != 0) {
+            fprintf(stderr, "psflow %s: --token-file: cannot use '%s'\n", cmd, token_file);
+            return -1;
+        }
+        unsetenv("PSFLOW_TOKEN");
+    }
     return 0;
 }
 

@@ -46,6 +46,16 @@ const char *cli_get(const cli_option *opts, int n_opts, const char *name);
             "trust only this PEM CA for an https:// coordinator [the system's CAs]", NULL          \
     }
 
+/* --token-file, which every command that talks to a coordinator, serves its API or serves or
+ * dials the data plane has. Its twin is PSFLOW_TOKEN_FILE; given on the command line it
+ * replaces PSFLOW_TOKEN_FILE in this process's environment and drops PSFLOW_TOKEN, so the
+ * file named there is the token (cli_parse). */
+#define CLI_TOKEN_FILE_OPTION                                                                      \
+    {                                                                                              \
+        "token-file", "FILE",                                                                      \
+            "read the API token (which also keys the data plane) from FILE [PSFLOW_TOKEN]", NULL   \
+    }
+
 /* Applies --ca-file (psflow/http_client.h) for every request this process makes. Returns 0,
  * or PF_EX_NOINPUT after printing why the file cannot be used. */
 int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts);

@@ -204,9 +204,13 @@ contains "$WORK/stdout" "alpha"
 printf 's3cret\n' >"$WORK/token"
 PSFLOW_TOKEN_FILE="$WORK/token" expect_exit 0 "$P" get alpha
 PSFLOW_TOKEN_FILE="$WORK/no-token" expect_exit 66 "$P" list
+expect_exit 0 "$P" get alpha --token-file "$WORK/token"
+PSFLOW_TOKEN=wrong expect_exit 0 "$P" list --token-file="$WORK/token" # the flag wins
+PSFLOW_TOKEN=s3cret expect_exit 66 "$P" list --token-file "$WORK/no-token"
+contains "$WORK/stderr" "no-token"
 expect_exit 77 "$P" submit "$WORK/alpha.json"
 expect_exit 0 "$P" health
-pass "token: 77 without or with a wrong one, ok with PSFLOW_TOKEN or PSFLOW_TOKEN_FILE"
+pass "token: 77 without or with a wrong one, ok with PSFLOW_TOKEN, PSFLOW_TOKEN_FILE or --token-file"
 
 stop_coordinator
 expect_exit 69 "$P" health

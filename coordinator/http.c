@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -390,6 +391,8 @@ static enum MHD_Result send_reply(coord_server *s, struct MHD_Connection *c, coo
 /* --- Server-Sent Events --- */
 
 #define STREAM_BUFFER_MAX (16u << 20) /* bytes of events collected for one read */
+#define STREAM_KEEPALIVE  10.0        /* seconds without events before a comment line */
+#define STREAM_PEER_CHECK 1.0         /* seconds between looks for a subscriber that left */
 
 typedef struct stream {
     coord_server *s;
@@ -397,7 +400,19 @@ typedef struct stream {
     char job[PF_NAME_MAX + 1]; /* "" = every job */
     pf_buf out;                /* events collected, sent from `off` on */
     size_t off;
+    int fd; /* the subscriber's socket, watched for its end; -1 when unknown */
 } stream;
+
+/* Whether the subscriber closed its end: an idle stream would otherwise hold its place in
+ * --max-streams until a write fails, a keepalive or two later. A subscriber sends nothing
+ * after its request, so readable with nothing to read is the end. */
+static int peer_closed(const stream *st) {
+    if (st->fd < 0)
+        return 0;
+    char byte;
+    ssize_t n = recv(st->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 
 static int wants(const stream *st, const char *job) {
     return !st->job[0] || !job[0] || !strcmp(st->job, job);
@@ -433,16 +448,23 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         st->off = 0;
         pf_buf_reset(&st->out);
         pthread_mutex_lock(&s->lock);
+        double idle_since = pf_clock_now();
         while (!s->stopping && st->out.len == 0) {
             collect(st);
             if (st->out.len)
                 break;
-            struct timespec until = pf_clock_deadline(10.0);
-            if (pthread_cond_timedwait(&s->changed, &s->lock, &until) == ETIMEDOUT) {
-                collect(st);
-                if (!st->out.len)
-                    pf_buf_printf(&st->out, ": keepalive\n\n");
+            struct timespec until = pf_clock_deadline(STREAM_PEER_CHECK);
+            if (pthread_cond_timedwait(&s->changed, &s->lock, &until) != ETIMEDOUT)
+                continue;
+            collect(st);
+            if (st->out.len)
+                break;
+            if (peer_closed(st)) {
+                pthread_mutex_unlock(&s->lock);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             }
+            if (pf_clock_now() - idle_since >= STREAM_KEEPALIVE)
+                pf_buf_printf(&st->out, ": keepalive\n\n");
         }
         pthread_mutex_unlock(&s->lock);
         if (s->stopping && st->out.len == 0)
@@ -510,6 +532,9 @@ static enum MHD_Result start_stream(coord_server *s, struct MHD_Connection *c, c
     }
     pf_buf_init(&st->out, STREAM_BUFFER_MAX);
     st->s = s;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    st->fd = ci ? ci->connect_fd : -1;
     snprintf(st->job, sizeof st->job, "%s", job ? job : "");
     pthread_mutex_lock(&s->lock);
     st->last_id = since >= 0 ? since : s->ring_last;

@@ -25,9 +25,11 @@
 #define PTR_MAX   ((size_t)sizeof(((pf_error *)0)->pointer))
 #define SHOWN_MAX 48 /* bytes of a name or pointer quoted in a message */
 
-/* The task types a psflow node can run as, sorted, as named in messages. */
+/* The task types a psflow node can run as, sorted, as named in messages. TFJob's legacy name for
+ * the chief, "master", is read as "chief" (a job and a task type; see parse_cluster). */
 static const char *const known_types[] = {"chief", "evaluator", "ps", "worker"};
 #define KNOWN_TYPES_TEXT "chief, evaluator, ps, worker"
+#define LEGACY_CHIEF     "master"
 
 /* --- messages and pointers -------------------------------------------------------------------- */
 
@@ -231,8 +233,19 @@ static pf_status parse_cluster(pf_tf_config *cfg, const json_t *cluster, pf_erro
             return fail(err, ptr, "job name is empty");
         if (len > PF_TF_NAME_MAX - 1)
             return fail(err, ptr, "job name is longer than %d bytes", PF_TF_NAME_MAX - 1);
+        /* TFJob's legacy "master" is the chief (TensorFlow's RunConfig treats them alike and
+         * refuses a cluster with both); it is kept under one name so every role decision
+         * looks at "chief" only. */
+        const char *job_name = name; /* name itself drives json_object_foreach */
+        if (strcmp(name, LEGACY_CHIEF) == 0) {
+            if (json_object_get(cluster, "chief"))
+                return fail(err, ptr,
+                            "the cluster has both a 'chief' and a 'master' job: 'master' is "
+                            "TFJob's legacy name for the chief, use one of them");
+            job_name = "chief";
+        }
         /* Keys are unique (JSON_REJECT_DUPLICATES), so this is a new job. */
-        pf_tf_job *job = insert_job(cfg, name);
+        pf_tf_job *job = insert_job(cfg, job_name);
         pf_status st;
         if (json_is_array(value))
             st = parse_list(job, value, ptr, err);
@@ -298,6 +311,8 @@ static pf_status parse_task(pf_tf_config *cfg, const json_t *task, pf_error *err
         if (len > PF_TF_NAME_MAX - 1)
             return fail(err, "/task/type", "task type is longer than %d bytes", PF_TF_NAME_MAX - 1);
         memcpy(cfg->task_type, json_string_value(type), len + 1);
+        if (strcmp(cfg->task_type, LEGACY_CHIEF) == 0)
+            snprintf(cfg->task_type, sizeof cfg->task_type, "chief");
     } else if (json_is_integer(type)) {
         snprintf(cfg->task_type, sizeof cfg->task_type, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(type));

@@ -329,6 +329,27 @@ static void test_run_config_vectors(void **state) {
     assert_string_equal(
         err.message, "TF_CONFIG: the cluster has no 'evaluator' job, but the task is evaluator 0");
 
+    /* TFJob's legacy "master" is the chief: as a job (the others see a chief) and as a task
+     * type (that task runs as the chief); RunConfig refuses a cluster with both. */
+    must_parse("{\"cluster\":{\"master\":[\"m0:2222\"],\"ps\":[\"p0:2222\"],\"worker\":"
+               "[\"w0:2222\"]},\"task\":{\"type\":\"master\",\"index\":0}}",
+               &c);
+    assert_string_equal(c.task_type, "chief");
+    assert_int_equal(pf_tf_config_count(&c, "chief"), 1);
+    assert_int_equal(pf_tf_config_count(&c, "master"), 0);
+    assert_string_equal(pf_tf_config_address(&c, "chief", 0), "m0:2222");
+    assert_int_equal(pf_tf_config_validate(&c, &err), PF_OK);
+    pf_tf_config_deinit(&c);
+    assert_int_equal(validate_text("{\"cluster\":{\"master\":[\"m0:2222\"],\"ps\":[\"p0:2222\"],"
+                                   "\"worker\":[\"w0:2222\"]},\"task\":{\"type\":\"worker\","
+                                   "\"index\":0}}",
+                                   &err),
+                     PF_OK);
+    static const char both[] = "{\"cluster\":{\"chief\":[\"c:1\"],\"master\":[\"m:1\"],"
+                               "\"ps\":[\"p:1\"]}}";
+    assert_int_equal(pf_tf_config_parse(both, strlen(both), &c, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "both a 'chief' and a 'master' job"));
+
     /* ParameterServerStrategy's ps 1, byte for byte. */
     assert_round_trip_exact(ps_strategy_ps1);
     assert_int_equal(validate_text(ps_strategy_ps1, &err), PF_OK);

@@ -46,10 +46,6 @@ static void test_validate_errors(void **state) {
          "similar"},
         {"{\"cluster\":{\"ps\":[\"p:1\"],\"worker\":[\"w:1\"]},\"task\":{\"index\":0}}",
          "TF_CONFIG: task type is missing: must be one of chief, evaluator, ps, worker"},
-        {"{\"cluster\":{\"master\":[\"m:1\"],\"ps\":[\"p:1\"]},\"task\":{\"type\":\"master\","
-         "\"index\":0}}",
-         "TF_CONFIG: task type 'master' is not supported: must be one of chief, evaluator, ps, "
-         "worker"},
         {"{\"cluster\":{\"ps\":[\"p:1\"],\"worker\":[\"w:1\"]},\"task\":{\"type\":\"foo\","
          "\"index\":0}}",
          "TF_CONFIG: task type 'foo' is not supported: must be one of chief, evaluator, ps, "

@@ -74,6 +74,8 @@ static const struct {
     {"address_number", PF_ERR_FORMAT, "/cluster/ps/1: expected an address string"},
     {"address_object", PF_ERR_FORMAT, "/cluster/ps/0: expected an address string"},
     {"address_too_long", PF_ERR_FORMAT, "/cluster/ps/0: address is longer than 255 bytes"},
+    {"chief_and_master", PF_ERR_FORMAT,
+     "/cluster/master: the cluster has both a 'chief' and a 'master' job"},
     {"cluster_array", PF_ERR_FORMAT, "/cluster: expected an object of jobs, got an array"},
     {"cluster_null", PF_ERR_FORMAT, "/cluster: expected an object of jobs, got null"},
     {"cluster_string", PF_ERR_FORMAT, "/cluster: expected an object of jobs, got a string"},
@@ -144,8 +146,6 @@ static const struct {
     {"trailing_garbage", PF_ERR_FORMAT, "not valid JSON"},
     {"truncated", PF_ERR_FORMAT, "not valid JSON"},
     {"type_foo", PF_ERR_INVALID, "task type 'foo' is not supported"},
-    {"type_master", PF_ERR_INVALID,
-     "task type 'master' is not supported: must be one of chief, evaluator, ps, worker"},
     {"type_numeric", PF_ERR_INVALID, "task type '123456' is not supported"},
     {"type_uppercase", PF_ERR_INVALID, "task type 'Worker' is not supported"},
 };

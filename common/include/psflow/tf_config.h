@@ -9,7 +9,8 @@
  * Parsing accepts what TensorFlow's TFConfigClusterResolver accepts: task.index as a
  * number or a decimal string, job lists as arrays or as sparse objects
  * {"0": "host:port", ...}, and extra keys ("rpc_layer", "session_master", "environment",
- * anything else) are ignored.
+ * anything else) are ignored. TFJob's legacy "master" (a cluster job and a task type) is read
+ * as "chief"; a cluster with both is refused.
  */
 #ifndef PSFLOW_TF_CONFIG_H
 #define PSFLOW_TF_CONFIG_H

@@ -14,11 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "psflow/checkpoint.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
 
 #define REPORTER_MAX_QUEUED 100000 /* points kept while the coordinator is unreachable */
+#define KEPT_MAX            10000  /* steps a checkpoint report may list (api/rest.md) */
 
 struct agent_reporter {
     char url[1024];
@@ -181,6 +183,24 @@ static json_t *checkpoint_item(const worker_report *rep) {
     json_t *item = json_pack("{s:I, s:I, s:O}", "step", (json_int_t)rep->step, "bytes", bytes,
                              "files", files ? files : json_array());
     json_decref(m);
+    /* Every complete checkpoint on disk now that old ones are pruned: the coordinator lists
+     * exactly these, even when an earlier report was lost. */
+    char job_dir[2200];
+    snprintf(job_dir, sizeof job_dir, "%s", rep->step_dir);
+    char *slash = strrchr(job_dir, '/');
+    int64_t *steps = NULL;
+    int n = 0;
+    if (item && slash) {
+        *slash = '\0';
+        if (pf_checkpoint_list(job_dir, 0, &steps, &n, NULL) == PF_OK && n <= KEPT_MAX) {
+            json_t *kept = json_array();
+            for (int k = 0; kept && k < n; k++)
+                json_array_append_new(kept, json_integer((json_int_t)steps[k]));
+            if (kept)
+                json_object_set_new(item, "kept", kept);
+        }
+        pf_free(steps);
+    }
     return item;
 }
 

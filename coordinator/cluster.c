@@ -52,7 +52,7 @@ void coord_event_deinit(coord_event *e) {
     if (e->type == COORD_EVENT_POINT || e->type == COORD_EVENT_EVAL)
         pf_free(e->u.metric.task);
     else if (e->type == COORD_EVENT_CHECKPOINT)
-        pf_free(e->u.checkpoint.files);
+        pf_free(e->u.checkpoint.files), pf_free(e->u.checkpoint.kept);
     memset(e, 0, sizeof *e);
 }
 
@@ -730,16 +730,19 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
 }
 
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, double now) {
-    char *copy = files ? pf_strdup(files) : NULL;
-    coord_event *e =
-        !files || copy ? queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now) : NULL;
+                                 const char *files, const char *kept, double now) {
+    char *copy = files ? pf_strdup(files) : NULL, *kept_copy = kept ? pf_strdup(kept) : NULL;
+    coord_event *e = (!files || copy) && (!kept || kept_copy)
+                         ? queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
+                         : NULL;
     if (e) {
         e->u.checkpoint.step = step;
         e->u.checkpoint.bytes = bytes;
         e->u.checkpoint.files = copy;
+        e->u.checkpoint.kept = kept_copy;
     } else {
         pf_free(copy);
+        pf_free(kept_copy);
     }
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,

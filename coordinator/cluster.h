@@ -165,6 +165,7 @@ typedef struct coord_event {
         struct {
             int64_t step, bytes;
             char *files; /* the files array as compact JSON (owned), NULL for none */
+            char *kept;  /* the steps on disk as a compact JSON array (owned), NULL: unknown */
         } checkpoint;
     } u;
 } coord_event;
@@ -239,10 +240,11 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
 void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
                               const coord_point *points, int n_points, const coord_eval *evals,
                               int n_evals, double now);
-/* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL): queues
- * its checkpoint event and the log line that goes with it. */
+/* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL; kept: the
+ * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL): queues its
+ * checkpoint event and the log line that goes with it. */
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, double now);
+                                 const char *files, const char *kept, double now);
 bool coord_job_finished(const coord_job *j);
 const char *coord_phase_name(coord_phase p);
 const char *coord_task_state_name(coord_task_state s);

@@ -212,9 +212,15 @@ json_t *coord_event_json(const coord_event *e) {
     case COORD_EVENT_CHECKPOINT: {
         json_t *files =
             e->u.checkpoint.files ? json_loads(e->u.checkpoint.files, 0, NULL) : json_null();
-        return json_pack("{s:s, s:I, s:o, s:I, s:o}", "job", e->job, "step",
-                         (json_int_t)e->u.checkpoint.step, "time", coord_time_json(e->time),
-                         "bytes", (json_int_t)e->u.checkpoint.bytes, "files", files);
+        json_t *o = json_pack("{s:s, s:I, s:o, s:I, s:o}", "job", e->job, "step",
+                              (json_int_t)e->u.checkpoint.step, "time", coord_time_json(e->time),
+                              "bytes", (json_int_t)e->u.checkpoint.bytes, "files", files);
+        json_t *kept = e->u.checkpoint.kept ? json_loads(e->u.checkpoint.kept, 0, NULL) : NULL;
+        if (o && kept)
+            json_object_set_new(o, "kept", kept);
+        else
+            json_decref(kept);
+        return o;
     }
     }
     return NULL;

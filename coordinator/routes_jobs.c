@@ -451,16 +451,30 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     json_decref(body);
 }
 
+#define KEPT_MAX      10000 /* steps in a checkpoint report's "kept" */
+#define KEPT_MAX_TEXT "10000"
+
+/* A checkpoint report's "kept": the steps of the checkpoints on disk. */
+static bool steps_array(const json_t *v) {
+    if (!json_is_array(v) || json_array_size(v) > KEPT_MAX)
+        return false;
+    size_t i;
+    const json_t *x;
+    json_array_foreach(v, i, x) if (!json_is_integer(x) || json_integer_value(x) < 0) return false;
+    return true;
+}
+
 typedef struct checkpoint_post {
     const char *job;
     int64_t step, bytes;
     double time;
-    char *files;
+    char *files, *kept;
 } checkpoint_post;
 
 static int store_checkpoint(coord_store *st, void *ctx) {
     checkpoint_post *c = ctx;
-    return coord_store_add_checkpoint(st, c->job, c->step, c->time, c->bytes, c->files) == PF_OK
+    return coord_store_add_checkpoint(st, c->job, c->step, c->time, c->bytes, c->files, c->kept) ==
+                   PF_OK
                ? 0
                : -1;
 }
@@ -469,11 +483,17 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"step", "time", "bytes", "files", NULL};
+    static const char *const keys[] = {"step", "time", "bytes", "files", "kept", NULL};
     json_t *step = json_object_get(body, "step"), *bytes = json_object_get(body, "bytes"),
-           *files = json_object_get(body, "files");
+           *files = json_object_get(body, "files"), *kept = json_object_get(body, "kept");
     if (coord_check_keys(body, keys, "", rp)) {
         /* reply set */
+    } else if (kept && !steps_array(kept)) {
+        coord_reply_problem(rp, 422,
+                            json_pack("[{s:s, s:s}]", "pointer", "/kept", "message",
+                                      "must be an array of at most " KEPT_MAX_TEXT
+                                      " integers >= 0"),
+                            "/kept: must be an array of at most " KEPT_MAX_TEXT " integers >= 0");
     } else if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_integer(bytes) ||
                json_integer_value(bytes) < 0 || (files && !json_is_array(files))) {
         coord_reply_problem(rp, 422, NULL,
@@ -486,10 +506,14 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
             coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
         } else {
             double now = coord_now();
-            checkpoint_post c = {j->name, json_integer_value(step), json_integer_value(bytes), now,
-                                 files ? json_dumps(files, JSON_COMPACT) : NULL};
+            checkpoint_post c = {j->name,
+                                 json_integer_value(step),
+                                 json_integer_value(bytes),
+                                 now,
+                                 files ? json_dumps(files, JSON_COMPACT) : NULL,
+                                 kept ? json_dumps(kept, JSON_COMPACT) : NULL};
             /* Queued through the cluster so it is stored and streamed with the commit. */
-            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, now);
+            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, c.kept, now);
             if (!c.files)
                 c.files = strdup("[]");
             if (c.files && coord_commit(s, now, store_checkpoint, &c) == 0)
@@ -497,6 +521,7 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
             else
                 coord_reply_problem(rp, 503, NULL, "the checkpoint could not be stored");
             free(c.files);
+            free(c.kept);
         }
         pthread_mutex_unlock(&s->lock);
     }

@@ -59,6 +59,7 @@ enum {
     Q_CKPT_ADD,
     Q_METRICS_DELETE,
     Q_EVALS_DELETE,
+    Q_CKPTS_KEEP,
     Q_CKPTS_DELETE,
     Q_COUNT
 };
@@ -85,6 +86,8 @@ static const char *const queries[Q_COUNT] = {
     [Q_METRICS_DELETE] = "DELETE FROM metrics WHERE job = ?",
     [Q_EVALS_DELETE] = "DELETE FROM evals WHERE job = ?",
     [Q_CKPTS_DELETE] = "DELETE FROM checkpoints WHERE job = ?",
+    [Q_CKPTS_KEEP] = "DELETE FROM checkpoints WHERE job = ?"
+                     " AND step NOT IN (SELECT value FROM json_each(?))",
 };
 
 struct coord_store {
@@ -542,8 +545,10 @@ json_t *coord_store_metrics(coord_store *s, const char *job, int64_t since_step,
 }
 
 pf_status coord_store_add_checkpoint(coord_store *s, const char *job, int64_t step, double time,
-                                     int64_t bytes, const char *files_json) {
-    return run(bind(s, Q_CKPT_ADD, "sidis", job, step, time, bytes, files_json));
+                                     int64_t bytes, const char *files_json, const char *kept_json) {
+    if (run(bind(s, Q_CKPT_ADD, "sidis", job, step, time, bytes, files_json)))
+        return PF_ERR_IO;
+    return kept_json && run(bind(s, Q_CKPTS_KEEP, "ss", job, kept_json)) ? PF_ERR_IO : PF_OK;
 }
 
 json_t *coord_store_checkpoints(coord_store *s, const char *job) {

@@ -56,8 +56,10 @@ pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *t
 /* The GET .../metrics answer: {job, total_points, downsampled, points, aggregate, evals}. */
 json_t *coord_store_metrics(coord_store *s, const char *job, int64_t since_step, int max_points);
 
+/* Records a checkpoint; kept_json (a JSON array of steps, or NULL) names every checkpoint on
+ * disk now: the job's others are forgotten. */
 pf_status coord_store_add_checkpoint(coord_store *s, const char *job, int64_t step, double time,
-                                     int64_t bytes, const char *files_json);
+                                     int64_t bytes, const char *files_json, const char *kept_json);
 /* {items: [{step, time, bytes, files}]} newest first. */
 json_t *coord_store_checkpoints(coord_store *s, const char *job);
 

@@ -323,7 +323,7 @@ static void test_delete_and_rollback(void **state) {
     assert_int_equal(coord_store_begin(s), PF_OK);
     assert_int_equal(coord_store_add_metrics(s, "drop", "worker-0", points, NULL), PF_OK);
     assert_int_equal(coord_store_add_metrics(s, "keep", "worker-0", points, NULL), PF_OK);
-    assert_int_equal(coord_store_add_checkpoint(s, "drop", 1, T0 + 3, 10, "[]"), PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "drop", 1, T0 + 3, 10, "[]", NULL), PF_OK);
     assert_int_equal(coord_store_commit(s), PF_OK);
     json_decref(points);
     save(s, &c);
@@ -543,11 +543,11 @@ static void test_checkpoints(void **state) {
     coord_store *s = open_store(fx);
     static const char files[] =
         "[{\"name\":\"ps-0.safetensors\",\"bytes\":10,\"crc32\":\"1a2b3c4d\"}]";
-    assert_int_equal(coord_store_add_checkpoint(s, "c", 500, T0 + 5.25, 10, files), PF_OK);
-    assert_int_equal(coord_store_add_checkpoint(s, "c", 1500, T0 + 15, 30, files), PF_OK);
-    assert_int_equal(coord_store_add_checkpoint(s, "c", 1000, T0 + 10, 20, "[]"), PF_OK);
-    assert_int_equal(coord_store_add_checkpoint(s, "c", 1000, T0 + 11, 21, files), PF_OK);
-    assert_int_equal(coord_store_add_checkpoint(s, "other", 7, T0, 1, "[]"), PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 500, T0 + 5.25, 10, files, NULL), PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 1500, T0 + 15, 30, files, NULL), PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 1000, T0 + 10, 20, "[]", NULL), PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 1000, T0 + 11, 21, files, NULL), PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "other", 7, T0, 1, "[]", NULL), PF_OK);
 
     json_t *ck = coord_store_checkpoints(s, "c");
     json_t *items = json_object_get(ck, "items");
@@ -564,6 +564,19 @@ static void test_checkpoints(void **state) {
     }
     assert_string_equal(json_string_value(json_object_get(json_array_get(items, 2), "time")),
                         "2025-11-22T10:00:05.250Z");
+    json_decref(ck);
+
+    /* A report naming what is on disk forgets the rest (pruned, set aside), of this job only. */
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 2000, T0 + 20, 40, files, "[1500,2000]"),
+                     PF_OK);
+    ck = coord_store_checkpoints(s, "c");
+    items = json_object_get(ck, "items");
+    assert_int_equal(json_array_size(items), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "step")), 2000);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 1), "step")), 1500);
+    json_decref(ck);
+    ck = coord_store_checkpoints(s, "other");
+    assert_int_equal(json_array_size(json_object_get(ck, "items")), 1);
     json_decref(ck);
     coord_store_close(s);
 }

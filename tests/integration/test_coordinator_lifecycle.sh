@@ -102,6 +102,13 @@ holder=$(jget "$URL/api/v1/jobs/lost/tasks" '[t["node_id"] for t in d["items"] i
 grep -q "restored" "$WORK"/spare-ps.log "$WORK"/up/logs/ps-*.log ||
   fail "no ps restored a checkpoint after the restart"
 pass "restarted (generation $gen, ps 1 on $holder), restored the checkpoint, Succeeded"
+# keep 3 pruned the older checkpoints: the API lists exactly the complete ones on disk.
+on_disk() { (cd "$WORK/up/checkpoints/lost" && ls -d step-*/manifest.json | sed 's|step-\([0-9]*\)/.*|\1|' | sort -n | paste -sd,); }
+listed() { jget "$URL/api/v1/jobs/lost/checkpoints" '",".join(str(c["step"]) for c in sorted(d["items"], key=lambda c: c["step"]))'; }
+same_checkpoints() { [ "$(listed)" = "$(on_disk)" ]; }
+wait_until 20 "/checkpoints lists what is on disk ($(on_disk))" same_checkpoints
+[ "$(on_disk | tr , '\n' | wc -l)" = 3 ] || fail "keep 3, but on disk: $(on_disk)"
+pass "/checkpoints lists exactly the checkpoints on disk after pruning: $(listed)"
 wait_until 20 "every agent idle after the restart job" all_idle
 
 # 3. cancel

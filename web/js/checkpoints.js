@@ -35,9 +35,13 @@ export class CheckpointTable {
         for (const c of items) this.checkpoints.set(c.step, c);
     }
 
-    /* A "checkpoint" event. */
+    /* A "checkpoint" event; its "kept" names every checkpoint still on disk. */
     set(c) {
         this.checkpoints.set(c.step, c);
+        if (Array.isArray(c.kept)) {
+            const kept = new Set(c.kept);
+            for (const step of this.checkpoints.keys()) if (!kept.has(step)) this.checkpoints.delete(step);
+        }
     }
 
     render() {

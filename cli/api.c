@@ -199,6 +199,8 @@ void api_view_update(api_job_view *v, const json_t *o) {
         v->has_test_loss = api_jnum(o, "test_loss", &v->test_loss);
     if (json_object_get(o, "steps_per_sec"))
         v->has_rate = api_jnum(o, "steps_per_sec", &v->steps_per_sec) && v->steps_per_sec > 0;
+    if (json_object_get(o, "eta_seconds"))
+        v->has_eta = api_jnum(o, "eta_seconds", &v->eta_seconds) && v->eta_seconds >= 0;
 }
 
 void api_format_steps(const api_job_view *v, char *buf, size_t cap) {

@@ -45,8 +45,8 @@ typedef struct api_job_view {
     char reason[64];
     char message[256];
     long long step, max_steps; /* -1: unknown */
-    bool has_loss, has_accuracy, has_test_loss, has_rate;
-    double loss, accuracy, test_loss, steps_per_sec;
+    bool has_loss, has_accuracy, has_test_loss, has_rate, has_eta;
+    double loss, accuracy, test_loss, steps_per_sec, eta_seconds; /* eta: the coordinator's */
 } api_job_view;
 
 /* --- requests --- */

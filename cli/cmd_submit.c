@@ -99,9 +99,11 @@ static void progress_line(const progress *p, const api_job_view *v, char *buf, s
     double rate = progress_rate(p, v);
     if (!strcmp(v->phase, "Running") && rate > 0 && (size_t)n < cap) {
         n += snprintf(buf + n, cap - (size_t)n, "  %.1f steps/s", rate);
-        if (v->max_steps > 0 && v->step >= 0 && (size_t)n < cap) {
+        /* The coordinator's status.eta_seconds; a coordinator without it: this client's. */
+        if ((v->has_eta || (v->max_steps > 0 && v->step >= 0)) && (size_t)n < cap) {
             char eta[32];
-            format_eta((double)(v->max_steps - v->step) / rate, eta, sizeof eta);
+            format_eta(v->has_eta ? v->eta_seconds : (double)(v->max_steps - v->step) / rate, eta,
+                       sizeof eta);
             n += snprintf(buf + n, cap - (size_t)n, "  ETA %s", eta);
         }
     }

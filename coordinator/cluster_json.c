@@ -36,6 +36,26 @@ static double num(json_t *o, const char *key) {
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* status.progress: the fraction of max_steps done, 0..1 (1 once Succeeded). */
+static double progress_of(coord_phase phase, int64_t step, int64_t max_steps) {
+    if (phase == COORD_SUCCEEDED)
+        return 1.0;
+    if (max_steps <= 0 || step <= 0)
+        return 0.0;
+    return step >= max_steps ? 1.0 : (double)step / (double)max_steps;
+}
+
+/* status.eta_seconds: the time left at the recent step rate; 0 once Succeeded, null while
+ * not Running or with no rate yet. */
+static json_t *eta_json(coord_phase phase, int64_t step, int64_t max_steps, double steps_per_sec) {
+    if (phase == COORD_SUCCEEDED)
+        return json_real(0.0);
+    if (phase != COORD_RUNNING || !(steps_per_sec > 0) || max_steps <= 0)
+        return json_null();
+    int64_t left = max_steps > step ? max_steps - step : 0;
+    return json_real((double)left / steps_per_sec);
+}
+
 json_t *coord_job_status_json(const coord_job *j) {
     json_t *conds = json_array();
     for (int i = 0; i < j->n_conds; i++) {
@@ -64,17 +84,19 @@ json_t *coord_job_status_json(const coord_job *j) {
                                 json_pack("{s:i, s:i, s:i}", "active", active, "succeeded",
                                           succeeded, "failed", failed));
     }
-    return json_pack("{s:s, s:s, s:o, s:I, s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, s:o, "
-                     "s:o, s:o}",
-                     "phase", coord_phase_name(j->phase), "message", j->message, "conditions",
-                     conds, "global_step", (json_int_t)j->global_step, "max_steps",
-                     (json_int_t)j->spec.training.max_steps, "loss", json_number_or_null(j->loss),
-                     "accuracy", json_number_or_null(j->accuracy), "test_loss",
-                     json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec,
-                     "steps_per_sec", j->steps_per_sec, "restarts", j->restarts, "generation",
-                     j->generation, "create_time", coord_time_json(j->create_time), "start_time",
-                     coord_time_json(j->start_time), "completion_time",
-                     coord_time_json(j->completion_time), "replica_statuses", rs);
+    int64_t max_steps = j->spec.training.max_steps;
+    return json_pack(
+        "{s:s, s:s, s:o, s:I, s:I, s:f, s:o, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, "
+        "s:o, s:o, s:o}",
+        "phase", coord_phase_name(j->phase), "message", j->message, "conditions", conds,
+        "global_step", (json_int_t)j->global_step, "max_steps", (json_int_t)max_steps, "progress",
+        progress_of(j->phase, j->global_step, max_steps), "eta_seconds",
+        eta_json(j->phase, j->global_step, max_steps, j->steps_per_sec), "loss",
+        json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy), "test_loss",
+        json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec, "steps_per_sec",
+        j->steps_per_sec, "restarts", j->restarts, "generation", j->generation, "create_time",
+        coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
+        "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
 }
 
 void coord_job_status_from_json(coord_job *j, json_t *s) {
@@ -148,16 +170,19 @@ json_t *coord_node_json(const coord_node *n, double now) {
 
 static json_t *summary_json(const coord_job_summary *s) {
     return json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:i, s:{s:{s:i, "
-        "s:i}, s:{s:i, s:i}}}",
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:f, s:o, s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:i, "
+        "s:{s:{s:i, s:i}, s:{s:i, s:i}}}",
         "name", s->name, "phase", coord_phase_name(s->phase), "reason", s->reason, "message",
         s->message, "mode", s->sync ? "sync" : "async", "global_step", (json_int_t)s->global_step,
-        "max_steps", (json_int_t)s->max_steps, "loss", json_number_or_null(s->loss), "accuracy",
-        json_number_or_null(s->accuracy), "examples_per_sec", s->examples_per_sec, "steps_per_sec",
-        s->steps_per_sec, "create_time", coord_time_json(s->create_time), "start_time",
-        coord_time_json(s->start_time), "completion_time", coord_time_json(s->completion_time),
-        "restarts", s->restarts, "replicas", "ps", "ready", s->ready[0], "desired", s->desired[0],
-        "worker", "ready", s->ready[1], "desired", s->desired[1]);
+        "max_steps", (json_int_t)s->max_steps, "progress",
+        progress_of(s->phase, s->global_step, s->max_steps), "eta_seconds",
+        eta_json(s->phase, s->global_step, s->max_steps, s->steps_per_sec), "loss",
+        json_number_or_null(s->loss), "accuracy", json_number_or_null(s->accuracy),
+        "examples_per_sec", s->examples_per_sec, "steps_per_sec", s->steps_per_sec, "create_time",
+        coord_time_json(s->create_time), "start_time", coord_time_json(s->start_time),
+        "completion_time", coord_time_json(s->completion_time), "restarts", s->restarts, "replicas",
+        "ps", "ready", s->ready[0], "desired", s->desired[0], "worker", "ready", s->ready[1],
+        "desired", s->desired[1]);
 }
 
 json_t *coord_job_summary_json(const coord_job *j) {

@@ -25,6 +25,21 @@ pass "POST -> 201 with Location; the same spec again -> 200, one job"
 
 step_over() { [ "$(jget "$URL/api/v1/jobs/$JOB" "int(d['status']['global_step'] > $1)")" = 1 ]; }
 wait_until 120 "global step past 500" step_over 500
+# status.progress and eta_seconds come from the server: progress = global_step / max_steps,
+# and while Running (once it has a rate) eta_seconds = steps left / steps_per_sec.
+has_eta() { [ "$(jget "$URL/api/v1/jobs/$JOB" 'int(d["status"]["eta_seconds"] is not None)')" = 1 ]; }
+wait_until 30 "status.eta_seconds known" has_eta
+curl -sf "$URL/api/v1/jobs/$JOB" -o "$WORK/progress.json"
+python3 - "$WORK/progress.json" <<'PY' || fail "status.progress / eta_seconds"
+import json, sys
+st = json.load(open(sys.argv[1]))["status"]
+p, eta = st["progress"], st["eta_seconds"]
+want = st["global_step"] / st["max_steps"]
+assert abs(p - want) < 1e-9, "progress %r, global_step/max_steps %r" % (p, want)
+assert st["phase"] != "Running" or st["steps_per_sec"] <= 0 or abs(
+    eta - (st["max_steps"] - st["global_step"]) / st["steps_per_sec"]) < 1e-6 * max(1, eta), st
+print("ok: status.progress %.4f, eta_seconds %.1f at %.1f steps/s" % (p, eta, st["steps_per_sec"]))
+PY
 
 # TF_CONFIG of worker 1: the exact bytes of DESIGN section 4, built here from the tasks'
 # advertised addresses (the agents' --advertise, as /api/v1/nodes lists them).
@@ -101,6 +116,8 @@ conds=$(jget "$URL/api/v1/jobs/$JOB" '",".join(c["type"] for c in d["status"]["c
 [ "$conds" = Created,Running,Succeeded ] || fail "conditions $conds"
 completion=$(jget "$URL/api/v1/jobs/$JOB" 'd["status"]["completion_time"]')
 [ "$completion" != None ] || fail "no completion_time"
+[ "$(jget "$URL/api/v1/jobs/$JOB" '(d["status"]["progress"], d["status"]["eta_seconds"])')" = "(1.0, 0.0)" ] ||
+  fail "a Succeeded job's progress/eta_seconds: $(jget "$URL/api/v1/jobs/$JOB" '(d["status"]["progress"], d["status"]["eta_seconds"])')"
 pass "$JOB Succeeded: test accuracy $acc, conditions $conds, completed $completion"
 
 all_idle() { [ "$(jget "$URL/api/v1/nodes" 'all(n["state"] == "idle" for n in d["items"]) and len(d["items"]) == 4')" = True ]; }

@@ -169,8 +169,8 @@ export class JobPage {
         if (!this.job) return;
         const st = this.job.status || (this.job.status = {});
         const phaseChanged = s.phase && s.phase !== st.phase;
-        for (const k of ['phase', 'message', 'global_step', 'max_steps', 'loss', 'accuracy',
-            'examples_per_sec', 'steps_per_sec', 'start_time', 'completion_time']) {
+        for (const k of ['phase', 'message', 'global_step', 'max_steps', 'progress', 'eta_seconds',
+            'loss', 'accuracy', 'examples_per_sec', 'steps_per_sec', 'start_time', 'completion_time']) {
             if (s[k] !== undefined) st[k] = s[k];
         }
         this.summary.noteSummary(s);

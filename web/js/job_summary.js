@@ -91,11 +91,10 @@ export class JobSummary {
         const sps = this.stepsPerSec(st);
         setText(this.v.sps, phase === 'Running' ? fmtRate(sps) : '—');
         setText(this.v.eps, phase === 'Running' ? fmtRate(st.examples_per_sec) : '—');
+        /* Progress and time left are the coordinator's (status.progress, status.eta_seconds). */
         let eta = '—';
         if (phase === 'Succeeded') eta = 'done';
-        else if (phase === 'Running' && isNum(sps) && sps > 0 && isNum(maxSteps) && isNum(st.global_step)) {
-            eta = fmtDuration(Math.max(0, maxSteps - st.global_step) / sps);
-        }
+        else if (phase === 'Running' && isNum(st.eta_seconds)) eta = fmtDuration(st.eta_seconds);
         setText(this.v.eta, eta);
         setText(this.v.loss, fmtNum(st.loss, 4));
         setText(this.v.acc, isNum(st.accuracy) ? (st.accuracy * 100).toFixed(2) + ' %' : '—');
@@ -108,8 +107,7 @@ export class JobSummary {
             fmtInt(ready('ps')) + '/' + fmtInt(desired('ps')));
         setText(this.v.rst, fmtInt(st.restarts) + (isNum(st.generation) ? ' (gen ' + st.generation + ')' : ''));
         this.renderDuration(job);
-        const frac = isNum(maxSteps) && maxSteps > 0 && isNum(st.global_step) ?
-            Math.min(1, st.global_step / maxSteps) : 0;
+        const frac = isNum(st.progress) ? Math.min(1, Math.max(0, st.progress)) : 0;
         this.progress.firstChild.style.width = (frac * 100).toFixed(1) + '%';
         this.progress.setAttribute('aria-valuemax', isNum(maxSteps) ? maxSteps : 0);
         this.progress.setAttribute('aria-valuenow', isNum(st.global_step) ? st.global_step : 0);

@@ -9,6 +9,7 @@ int cli_coordinator(int argc, char **argv);
 int cli_up(int argc, char **argv);
 int cli_ps(int argc, char **argv);
 int cli_worker(int argc, char **argv);
+int cli_evaluator(int argc, char **argv);
 int cli_export(int argc, char **argv);
 int cli_version(int argc, char **argv);
 

@@ -16,6 +16,7 @@ static const command commands[] = {
     {"up", cli_up, "start a local cluster: coordinator + ps and worker agents"},
     {"ps", cli_ps, "run a parameter-server task (TF_CONFIG) or agent (--coordinator)"},
     {"worker", cli_worker, "run a training task (TF_CONFIG) or agent (--coordinator)"},
+    {"evaluator", cli_evaluator, "evaluate each new checkpoint of a job (TF_CONFIG evaluator)"},
     {"submit", cli_submit, "submit a job spec to the coordinator (--wait: follow it)"},
     {"list", cli_list, "list the coordinator's jobs"},
     {"get", cli_get_job, "show one job: status, conditions, tasks"},

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# timeout: 400
+# The evaluator and TFJob's legacy `master`, static mode (TF_CONFIG + --job), real processes on
+# 127.0.0.1: a cluster of {evaluator, master, ps, worker} as a TFJob with a Master replica
+# writes it. The `master` task runs as the chief (it checkpoints and prints the final test
+# accuracy); `psflow evaluator` evaluates each new complete checkpoint, never connecting to
+# the ps, and exits 0 after the checkpoint of max_steps with its final evaluation.
+source "$(dirname "$0")/lib.sh"
+
+python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" >job.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "evaljob"
+d["replicas"] = {"ps": 1, "worker": 1, "chief": 1, "evaluator": 1}
+d["training"].update(mode="async", max_steps=1500, eval_every_steps=0)
+d["training"].pop("replicas_to_aggregate", None)
+d["checkpoint"] = {"every_steps": 300, "keep": 3}
+json.dump(d, sys.stdout)
+PY
+
+read -r PS_PORT M_PORT W_PORT E_PORT <<<"$(free_ports 4)"
+task_config() { # TYPE INDEX: the operator's TF_CONFIG with a Master replica
+  printf '{"cluster":{"evaluator":["127.0.0.1:%s"],"master":["127.0.0.1:%s"],"ps":["127.0.0.1:%s"],"worker":["127.0.0.1:%s"]},"task":{"type":"%s","index":%s},"environment":"cloud"}' \
+    "$E_PORT" "$M_PORT" "$PS_PORT" "$W_PORT" "$1" "$2"
+}
+CK="$WORK/ckpt"
+
+# The evaluator first: it waits for the first checkpoint.
+TF_CONFIG=$(task_config evaluator 0) "$PSFLOW_BIN" evaluator --job job.json --checkpoint-dir "$CK" \
+  --idle-timeout 120 --output json >"$WORK/eval.out" 2>"$WORK/eval.log" &
+EVAL_PID=$!
+TF_CONFIG=$(task_config ps 0) "$PSFLOW_BIN" ps --job job.json --checkpoint-dir "$CK" \
+  --exit-grace 1 2>"$WORK/ps.log" &
+PS_PID=$!
+TF_CONFIG=$(task_config master 0) "$PSFLOW_BIN" worker --job job.json --checkpoint-dir "$CK" \
+  --log-every 500 >"$WORK/master.out" 2>"$WORK/master.log" &
+MASTER_PID=$!
+TF_CONFIG=$(task_config worker 0) "$PSFLOW_BIN" worker --job job.json --checkpoint-dir "$CK" \
+  --log-every 500 >"$WORK/worker.out" 2>"$WORK/worker.log" &
+WORKER_PID=$!
+
+wait_pid "$MASTER_PID" 300 || { tail "$WORK/master.log" >&2; fail "the master task failed"; }
+wait_pid "$WORKER_PID" 60 || { tail "$WORK/worker.log" >&2; fail "the worker failed"; }
+wait_pid "$PS_PID" 60 || fail "the ps failed"
+grep -q 'test accuracy' "$WORK/master.out" || fail "the master printed no result: $(cat "$WORK/master.out")"
+grep -q 'psflow chief: checkpoint .*step-1500 complete (final)' "$WORK/master.log" ||
+  fail "the master did not take the final checkpoint as the chief"
+! grep -q 'test accuracy' "$WORK/worker.out" || fail "worker 0 acted as the chief next to a master"
+pass "TF_CONFIG task type master ran as the chief: $(cat "$WORK/master.out")"
+
+wait_pid "$EVAL_PID" 120 || { cat "$WORK/eval.log" >&2; fail "the evaluator failed"; }
+cat "$WORK/eval.log"
+python3 - "$WORK/eval.out" "$WORK/eval.log" <<'PY' || fail "evaluator result"
+import json, re, sys
+r = json.loads(open(sys.argv[1]).read())
+steps = [int(s) for s in re.findall(r"psflow evaluator: step (\d+) test loss", open(sys.argv[2]).read())]
+assert r["step"] == 1500, r
+assert r["evaluations"] == len(steps) >= 2, (r, steps)
+assert steps == sorted(set(steps)) and steps[-1] == 1500, steps
+assert r["eval_accuracy"] >= 0.80, r
+print("ok: evaluator evaluated steps %s; final eval accuracy %.4f, eval loss %.4f"
+      % (steps, r["eval_accuracy"], r["eval_loss"]))
+PY
+grep -qi 'connect' "$WORK/eval.log" && fail "the evaluator mentions a connection: $(grep -i connect "$WORK/eval.log")"
+pass "psflow evaluator evaluated every new checkpoint and ended after the final one"
+
+# Without any checkpoint it gives up with 69 and says where it looked.
+TF_CONFIG=$(task_config evaluator 0) "$PSFLOW_BIN" evaluator --job job.json \
+  --checkpoint-dir "$WORK/empty" --idle-timeout 2 >/dev/null 2>"$WORK/idle.log" && fail "no checkpoint: exit 0"
+rc=$?
+[ "$rc" = 69 ] || fail "no checkpoint: exit $rc, expected 69"
+grep -q "no complete checkpoint of job evaljob appeared under .*/empty/evaljob in 2 s" "$WORK/idle.log" ||
+  fail "no checkpoint: $(cat "$WORK/idle.log")"
+pass "no checkpoint within --idle-timeout: exit 69, '$(tail -1 "$WORK/idle.log")'"

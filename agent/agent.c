@@ -29,6 +29,7 @@
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
 #include "psflow/wire_auth.h"
+#include "worker/evaluator.h"
 #include "worker/trainer.h"
 
 static volatile sig_atomic_t agent_signalled;
@@ -49,7 +50,7 @@ typedef struct task {
     pthread_t thread;
     char job[PF_NAME_MAX + 1];
     int generation;
-    char type[8];
+    char type[16];
     int index;
     uint64_t incarnation;
     pf_job_spec spec;
@@ -177,6 +178,28 @@ static void *worker_task_main(void *arg) {
     return NULL;
 }
 
+static void *evaluator_task_main(void *arg) {
+    task *t = arg;
+    evaluator_options eo = {.spec = &t->spec,
+                            .checkpoint_dir = t->a->o->checkpoint_dir,
+                            .stop = &t->stop,
+                            .report = agent_reporter_add,
+                            .report_ctx = t->rep};
+    pf_error err;
+    pf_status st = evaluator_run(&eo, &err);
+    if (st == PF_OK && agent_reporter_flush(t->rep, 10.0) != 0)
+        fprintf(stderr, "psflow %s agent %s: the final evaluation is still unsent after 10 s\n",
+                t->a->o->role, t->a->o->node_id);
+    if (st == PF_OK) {
+        task_finish(t, TASK_SUCCEEDED, 0, "evaluated the final checkpoint");
+    } else {
+        fprintf(stderr, "psflow %s agent %s: evaluator: %s\n", t->a->o->role, t->a->o->node_id,
+                err.message);
+        task_finish(t, TASK_FAILED, pf_exit_code(st), err.message);
+    }
+    return NULL;
+}
+
 /* The bytes task t needs (psflow/footprint.h): a ps task's share, or a training task's;
  * -1 when the placement cannot even be computed. */
 static int64_t task_need(const task *t) {
@@ -246,14 +269,20 @@ static task *task_start(agent *a, json_t *as) {
     if (!is_ps) {
         char name[32];
         int chief = !strcmp(t->type, "chief") ||
-                    (pf_tf_config_count(&t->cfg, "chief") == 0 && t->index == 0);
-        if (chief)
+                    (!strcmp(t->type, "worker") && pf_tf_config_count(&t->cfg, "chief") == 0 &&
+                     t->index == 0);
+        if (!strcmp(t->type, "evaluator"))
+            snprintf(name, sizeof name, "evaluator");
+        else if (chief)
             snprintf(name, sizeof name, "chief");
         else
             snprintf(name, sizeof name, "worker-%d", t->index);
         t->rep = agent_reporter_create(a->base, a->o->token, t->job, name);
     }
-    if (pthread_create(&t->thread, NULL, is_ps ? ps_task_main : worker_task_main, t) != 0) {
+    void *(*run)(void *) = is_ps                           ? ps_task_main
+                           : !strcmp(t->type, "evaluator") ? evaluator_task_main
+                                                           : worker_task_main;
+    if (pthread_create(&t->thread, NULL, run, t) != 0) {
         t->state = TASK_FAILED;
         t->exit_code = PF_EX_OSERR;
         snprintf(t->message, sizeof t->message, "cannot start a thread");

@@ -11,7 +11,8 @@
 
 int cli_evaluator(int argc, char **argv) {
     cli_option opts[] = {
-        {"job", "FILE", "the job spec (JSON); the task comes from TF_CONFIG (type evaluator)", NULL},
+        {"job", "FILE", "the job spec (JSON); the task comes from TF_CONFIG (type evaluator)",
+         NULL},
         {"checkpoint-dir", "DIR", "checkpoint root, shared with the job's ps tasks [./checkpoints]",
          NULL},
         {"output", "FORMAT", "final result: text (default) or json", NULL},

@@ -183,10 +183,16 @@ static coord_task *find_task(coord_job *j, const char *type, int index) {
     return NULL;
 }
 
-/* "chief" or "worker-<i>": the name metric reports use. */
+static bool is_evaluator(const coord_task *t) {
+    return !strcmp(t->type, "evaluator");
+}
+
+/* "chief", "worker-<i>" or "evaluator": the name metric reports use. */
 static coord_task *find_task_by_name(coord_job *j, const char *name) {
     if (!strcmp(name, "chief"))
         return j->spec.replicas.chief ? find_task(j, "chief", 0) : find_task(j, "worker", 0);
+    if (!strcmp(name, "evaluator"))
+        return find_task(j, "evaluator", 0);
     int index;
     char tail;
     if (sscanf(name, "worker-%d%c", &index, &tail) == 1)
@@ -196,7 +202,7 @@ static coord_task *find_task_by_name(coord_job *j, const char *name) {
 
 pf_status coord_job_make_tasks(coord_job *j) {
     const pf_replicas *r = &j->spec.replicas;
-    int n = r->chief + r->ps + r->worker;
+    int n = r->chief + r->ps + r->worker + r->evaluator;
     coord_task *t = pf_calloc((size_t)n, sizeof *t);
     if (!t)
         return PF_ERR_NOMEM;
@@ -207,6 +213,8 @@ pf_status coord_job_make_tasks(coord_job *j) {
         snprintf(t[k].type, sizeof t[k].type, "ps"), t[k].index = i;
     for (int i = 0; i < r->worker; i++, k++)
         snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = i;
+    for (int i = 0; i < r->evaluator; i++, k++) /* runs on a worker agent */
+        snprintf(t[k].type, sizeof t[k].type, "evaluator"), t[k].index = i;
     pf_free(j->tasks);
     j->tasks = t;
     j->n_tasks = n;
@@ -411,7 +419,8 @@ static bool waiting(const coord_job *j) {
 /* Gives every task of j an idle agent, or none. */
 static void admit(coord_cluster *c, coord_job *j, double now) {
     int need_ps = j->spec.replicas.ps;
-    int need_workers = j->spec.replicas.chief + j->spec.replicas.worker;
+    int need_workers =
+        j->spec.replicas.chief + j->spec.replicas.worker + j->spec.replicas.evaluator;
     int have_ps = 0, have_workers = 0;
     for (int i = 0; i < c->n_nodes; i++) {
         have_ps += idle(c->nodes[i], "ps");
@@ -511,6 +520,23 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
                         const char *why, double now) {
     if (coord_job_finished(j) || j->phase == COORD_SUSPENDED)
         return;
+    if (is_evaluator(t)) { /* it never trains: the job carries on without evaluations */
+        char msg[COORD_TEXT_MAX];
+        snprintf(msg, sizeof msg, "evaluator %d %s; training carries on without evaluations",
+                 t->index, why);
+        t->state = lost ? TASK_LOST : TASK_FAILED;
+        for (int i = 0; i < c->n_nodes; i++) { /* its agent is free for other work */
+            coord_node *n = c->nodes[i];
+            if (!strcmp(n->job, j->name) && !strcmp(n->type, t->type) && n->index == t->index) {
+                n->job[0] = n->type[0] = '\0';
+                n->dirty = true;
+                node_event(c, n, now);
+            }
+        }
+        log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg, now);
+        task_event(c, j, t, now);
+        return;
+    }
     const pf_run_policy_spec *rp = &j->spec.run_policy;
     bool retryable;
     switch (rp->restart_policy) {
@@ -548,10 +574,6 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
                            int *created, pf_error *err) {
     *out = NULL;
     *created = 0;
-    if (spec->replicas.evaluator > 0)
-        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/replicas/evaluator",
-                            "/replicas/evaluator: evaluator tasks are not supported in managed "
-                            "jobs; evaluate with the chief (training.eval_every_steps)");
     char *json = pf_job_spec_to_json(spec);
     if (!json)
         return PF_ERR_NOMEM;
@@ -582,7 +604,8 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
         return PF_ERR_NOMEM;
     }
     memset(spec, 0, sizeof *spec); /* stolen */
-    j->loss = j->accuracy = j->test_loss = NAN;
+    j->loss = j->accuracy = j->test_loss = j->eval_loss = j->eval_accuracy = NAN;
+    j->eval_step = -1;
     j->phase = COORD_CREATED;
     j->dirty = true;
     char msg[COORD_TEXT_MAX];
@@ -699,6 +722,14 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
             e->u.metric.accuracy = acc;
             e->u.metric.test_loss = tl;
         }
+        if (t && is_evaluator(t)) { /* eval_loss / eval_accuracy: never the chief's figures */
+            if (step >= j->eval_step) {
+                j->eval_step = step;
+                j->eval_accuracy = acc;
+                j->eval_loss = tl;
+            }
+            continue;
+        }
         /* An evaluation may carry only one of the two: the other keeps its last value. */
         if (!isnan(acc))
             j->accuracy = acc;
@@ -764,7 +795,7 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
         }
     pf_tf_config cfg;
     pf_tf_config_init(&cfg);
-    static const char *const types[] = {"chief", "ps", "worker"};
+    static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
     const char *addrs[PF_MAX_REPLICAS];
     char *out = NULL;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {

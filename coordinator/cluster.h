@@ -58,7 +58,7 @@ typedef struct coord_condition {
 } coord_condition;
 
 typedef struct coord_task {
-    char type[8]; /* chief, ps, worker */
+    char type[16]; /* chief, ps, worker, evaluator */
     int index;
     char node_id[COORD_ID_MAX]; /* "" while no agent holds it */
     char address[COORD_ADDR_MAX];
@@ -82,11 +82,13 @@ typedef struct coord_job {
     int n_conds;
     int64_t global_step;
     double loss, accuracy, test_loss; /* NAN when unknown */
+    double eval_loss, eval_accuracy;  /* the evaluator task's latest; NAN when unknown */
+    int64_t eval_step;                /* the checkpoint it evaluated; -1 before any */
     double examples_per_sec, steps_per_sec;
     int restarts, generation;
     double create_time, start_time, completion_time; /* 0 = not yet */
     int n_tasks;
-    coord_task *tasks; /* chief, ps 0.., worker 0.. */
+    coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
     /* steps/s: global step and time of the last rate sample */
     int64_t rate_step;
     double rate_time, last_summary_event;
@@ -106,7 +108,7 @@ typedef struct coord_node {
     /* assignment; job[0] == 0 when none */
     char job[PF_NAME_MAX + 1];
     int generation;
-    char type[8];
+    char type[16];
     int index;
     bool dirty, deleted;
 } coord_node;

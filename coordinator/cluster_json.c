@@ -66,7 +66,7 @@ json_t *coord_job_status_json(const coord_job *j) {
                                         "last_transition_time", coord_time_json(k->time)));
     }
     json_t *rs = json_object();
-    static const char *const types[] = {"chief", "ps", "worker"};
+    static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         int active = 0, succeeded = 0, failed = 0, any = 0;
         for (int i = 0; i < j->n_tasks; i++) {
@@ -85,7 +85,7 @@ json_t *coord_job_status_json(const coord_job *j) {
                                           succeeded, "failed", failed));
     }
     int64_t max_steps = j->spec.training.max_steps;
-    return json_pack(
+    json_t *out = json_pack(
         "{s:s, s:s, s:o, s:I, s:I, s:f, s:o, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, "
         "s:o, s:o, s:o}",
         "phase", coord_phase_name(j->phase), "message", j->message, "conditions", conds,
@@ -97,6 +97,13 @@ json_t *coord_job_status_json(const coord_job *j) {
         j->steps_per_sec, "restarts", j->restarts, "generation", j->generation, "create_time",
         coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
         "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
+    if (out) /* the evaluator task's latest evaluation (null until it reports one) */
+        json_object_update_new(
+            out, json_pack("{s:o, s:o, s:o}", "eval_step",
+                           j->eval_step >= 0 ? json_integer((json_int_t)j->eval_step) : json_null(),
+                           "eval_loss", json_number_or_null(j->eval_loss), "eval_accuracy",
+                           json_number_or_null(j->eval_accuracy)));
+    return out;
 }
 
 void coord_job_status_from_json(coord_job *j, json_t *s) {
@@ -127,6 +134,10 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->loss = num(s, "loss");
     j->accuracy = num(s, "accuracy");
     j->test_loss = num(s, "test_loss");
+    j->eval_loss = num(s, "eval_loss");
+    j->eval_accuracy = num(s, "eval_accuracy");
+    json_t *es = json_object_get(s, "eval_step");
+    j->eval_step = json_is_integer(es) ? (int64_t)json_integer_value(es) : -1;
     j->examples_per_sec = isnan(num(s, "examples_per_sec")) ? 0 : num(s, "examples_per_sec");
     j->steps_per_sec = isnan(num(s, "steps_per_sec")) ? 0 : num(s, "steps_per_sec");
     j->restarts = (int)json_integer_value(json_object_get(s, "restarts"));

@@ -416,12 +416,12 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     char tail;
     if (coord_check_keys(body, keys, "", rp)) {
         /* reply set */
-    } else if (!task || (strcmp(task, "chief") != 0 &&
+    } else if (!task || (strcmp(task, "chief") != 0 && strcmp(task, "evaluator") != 0 &&
                          (sscanf(task, "worker-%d%c", &index, &tail) != 1 || index < 0))) {
         coord_reply_problem(rp, 422,
                             json_pack("[{s:s, s:s}]", "pointer", "/task", "message",
-                                      "must be \"chief\" or \"worker-<index>\""),
-                            "/task: must be \"chief\" or \"worker-<index>\"");
+                                      "must be \"chief\", \"worker-<index>\" or \"evaluator\""),
+                            "/task: must be \"chief\", \"worker-<index>\" or \"evaluator\"");
     } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, rp) &&
                !check_points(json_object_get(body, "evals"), "evals", ekeys, req, rp)) {
         pthread_mutex_lock(&s->lock);

@@ -70,8 +70,8 @@ static char *prometheus(coord_server *s) {
         put(&t, "psflow_jobs{phase=\"%s\"} %d\n", coord_phase_name((coord_phase)p), n);
     }
     family(&t, "psflow_tasks", "gauge", "Tasks of all jobs by type and state.");
-    static const char *const types[] = {"chief", "ps", "worker"};
-    for (size_t k = 0; k < 3; k++)
+    static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         for (int st = TASK_PENDING; st <= TASK_LOST; st++) {
             int n = 0;
             for (int i = 0; i < c->n_jobs; i++)

@@ -528,17 +528,17 @@ json_t *coord_store_metrics(coord_store *s, const char *job, int64_t since_step,
         sqlite3_finalize(st);
     }
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT step, time, accuracy, test_loss FROM evals"
+                           "SELECT step, time, accuracy, test_loss, task FROM evals"
                            " WHERE job = ? AND step >= ? ORDER BY step LIMIT 10000",
                            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 2, since_step);
         while (sqlite3_step(st) == SQLITE_ROW)
-            json_array_append_new(evals,
-                                  json_pack("{s:I, s:f, s:o, s:o}", "step",
-                                            (json_int_t)sqlite3_column_int64(st, 0), "time",
-                                            sqlite3_column_double(st, 1), "accuracy",
-                                            real_or_null(st, 2), "test_loss", real_or_null(st, 3)));
+            json_array_append_new(evals, json_pack("{s:I, s:f, s:o, s:o, s:s}", "step",
+                                                   (json_int_t)sqlite3_column_int64(st, 0), "time",
+                                                   sqlite3_column_double(st, 1), "accuracy",
+                                                   real_or_null(st, 2), "test_loss",
+                                                   real_or_null(st, 3), "task", col_text(st, 4)));
         sqlite3_finalize(st);
     }
     return out;

@@ -131,8 +131,8 @@ static pf_eval evaluate(evaluator *e) {
 }
 
 /* Merges, loads and evaluates the checkpoint in step_dir; logs and reports the result. */
-static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t step,
-                                     pf_eval *out, pf_error *err) {
+static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t step, pf_eval *out,
+                                     pf_error *err) {
     pf_checkpoint_model *m = NULL;
     pf_status st = pf_checkpoint_merge(step_dir, &m, err);
     if (st == PF_OK)
@@ -216,10 +216,9 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
     double since = pf_clock_now();
     st = PF_OK;
     while (st == PF_OK) {
-        if (stopped(&e)) {
-            st = pf_error_set(err, PF_ERR_CANCELLED, NULL, "stopped");
-            break;
-        }
+        /* Stopped (a managed job ends as its chief succeeds): one last look, since the final
+         * checkpoint may have appeared just before. */
+        int last_look = stopped(&e);
         int64_t step;
         pf_error ferr;
         pf_error_clear(&ferr);
@@ -235,19 +234,26 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
                 since = pf_clock_now();
                 if (step >= spec->training.max_steps)
                     break;
-                continue;
+                if (!last_look)
+                    continue;
             }
             if (cst == PF_ERR_NOMEM) {
                 st = pf_error_set(err, cst, NULL, "%s", cerr.message);
                 break;
             }
-            /* Pruned or set aside while being read, or bad: the next one will do. */
-            fprintf(stderr, "psflow evaluator: skipping checkpoint %s: %s\n", step_dir,
-                    cerr.message);
-            skipped = step;
+            if (cst != PF_OK) { /* pruned or set aside while being read, or bad: skip it */
+                fprintf(stderr, "psflow evaluator: skipping checkpoint %s: %s\n", step_dir,
+                        cerr.message);
+                skipped = step;
+            }
         } else if (found != PF_OK && found != PF_ERR_NOT_FOUND) {
             fprintf(stderr, "psflow evaluator: cannot look for checkpoints in %s: %s\n", job_dir,
                     ferr.message);
+        }
+        if (last_look) {
+            st = pf_error_set(err, PF_ERR_CANCELLED, NULL, "stopped after evaluating step %" PRId64,
+                              last);
+            break;
         }
         if (pf_clock_now() - since > idle) {
             st = last < 0 ? pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
@@ -258,8 +264,7 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
                                          "no checkpoint of job %s newer than step %" PRId64
                                          " appeared under %s in %.0f s (the job ends at step "
                                          "%" PRId64 ")",
-                                         spec->name, last, job_dir, idle,
-                                         spec->training.max_steps);
+                                         spec->name, last, job_dir, idle, spec->training.max_steps);
             break;
         }
         pf_clock_sleep(poll);

@@ -574,10 +574,15 @@ static void test_submit_idempotent(void **state) {
                " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
                " \"data\": {\"format\": \"synthetic_linear\"}}",
                &other);
-    assert_int_equal(coord_job_submit(&c, &other, T0 + 3, &again, &created, &err),
-                     PF_ERR_UNSUPPORTED);
-    assert_string_equal(err.pointer, "/replicas/evaluator");
-    assert_null(coord_job_find(&c, "eval"));
+    /* An evaluator is a task of its own, run by a worker agent after the training tasks. */
+    coord_job *ev = NULL;
+    assert_int_equal(coord_job_submit(&c, &other, T0 + 3, &ev, &created, &err), PF_OK);
+    assert_int_equal(created, 1);
+    assert_int_equal(ev->n_tasks, 3);
+    assert_string_equal(ev->tasks[2].type, "evaluator");
+    assert_int_equal(ev->tasks[2].index, 0);
+    assert_true(ev->eval_step < 0 && isnan(ev->eval_accuracy));
+    coord_job_delete(&c, ev, T0 + 3);
     pf_job_spec_deinit(&other);
 
     /* Once deleted, the name takes another spec. */

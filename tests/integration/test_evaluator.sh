@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# timeout: 400
+# timeout: 600
 # The evaluator and TFJob's legacy `master`, static mode (TF_CONFIG + --job), real processes on
 # 127.0.0.1: a cluster of {evaluator, master, ps, worker} as a TFJob with a Master replica
 # writes it. The `master` task runs as the chief (it checkpoints and prints the final test
@@ -33,10 +33,10 @@ TF_CONFIG=$(task_config ps 0) "$PSFLOW_BIN" ps --job job.json --checkpoint-dir "
   --exit-grace 1 2>"$WORK/ps.log" &
 PS_PID=$!
 TF_CONFIG=$(task_config master 0) "$PSFLOW_BIN" worker --job job.json --checkpoint-dir "$CK" \
-  --log-every 500 >"$WORK/master.out" 2>"$WORK/master.log" &
+  --log-every 500 --push-delay-ms 5 >"$WORK/master.out" 2>"$WORK/master.log" &
 MASTER_PID=$!
 TF_CONFIG=$(task_config worker 0) "$PSFLOW_BIN" worker --job job.json --checkpoint-dir "$CK" \
-  --log-every 500 >"$WORK/worker.out" 2>"$WORK/worker.log" &
+  --log-every 500 --push-delay-ms 5 >"$WORK/worker.out" 2>"$WORK/worker.log" &
 WORKER_PID=$!
 
 wait_pid "$MASTER_PID" 300 || { tail "$WORK/master.log" >&2; fail "the master task failed"; }
@@ -72,3 +72,44 @@ rc=$?
 grep -q "no complete checkpoint of job evaljob appeared under .*/empty/evaljob in 2 s" "$WORK/idle.log" ||
   fail "no checkpoint: $(cat "$WORK/idle.log")"
 pass "no checkpoint within --idle-timeout: exit 69, '$(tail -1 "$WORK/idle.log")'"
+
+# --- managed: `replicas.evaluator: 1` through the API, on a spare worker agent ---------------
+python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" >managed.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "evalmanaged"
+d["replicas"] = {"ps": 1, "worker": 2, "evaluator": 1}
+d["training"].update(mode="async", max_steps=20000, eval_every_steps=0)
+d["training"].pop("replicas_to_aggregate", None)
+d["checkpoint"] = {"every_steps": 1000, "keep": 3}
+json.dump(d, sys.stdout)
+PY
+up_start --ps 1 --workers 3
+code=$(curl -s -o "$WORK/submit.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  --data-binary @managed.json "$URL/api/v1/jobs")
+[ "$code" = 201 ] || fail "submit with an evaluator: HTTP $code $(cat "$WORK/submit.json")"
+wait_until 300 "job evalmanaged Succeeded" phase_is evalmanaged Succeeded
+curl -sf "$URL/api/v1/jobs/evalmanaged" -o "$WORK/managed-job.json"
+curl -sf "$URL/api/v1/jobs/evalmanaged/metrics" -o "$WORK/managed-metrics.json"
+curl -sf "$URL/api/v1/jobs/evalmanaged/tasks" -o "$WORK/managed-tasks.json"
+python3 - "$WORK/managed-job.json" "$WORK/managed-metrics.json" "$WORK/managed-tasks.json" <<'PY' || fail "managed evaluator"
+import json, sys
+job, metrics, tasks = (json.load(open(p)) for p in sys.argv[1:4])
+ev = [e for e in metrics["evals"] if e.get("task") == "evaluator"]
+steps = [e["step"] for e in ev]
+assert len(ev) >= 2, metrics["evals"]
+assert steps == sorted(set(steps)), steps
+assert ev[-1]["accuracy"] >= 0.75, ev[-1]
+st = job["status"]
+assert st["eval_step"] == steps[-1] and st["eval_accuracy"] == ev[-1]["accuracy"], st
+assert st["replica_statuses"]["evaluator"]["failed"] == 0, st["replica_statuses"]
+types = sorted(t["type"] for t in tasks["items"])
+assert types == ["evaluator", "ps", "worker", "worker"], types
+print("ok: managed evaluator reported %d evaluations at steps %s; status eval_step %d, "
+      "eval_accuracy %.4f (chief's accuracy %s)" % (len(ev), steps, st["eval_step"],
+                                                   st["eval_accuracy"], st["accuracy"]))
+PY
+all_idle() { [ "$(jget "$URL/api/v1/nodes" 'all(n["state"] == "idle" for n in d["items"])')" = True ]; }
+wait_until 30 "every agent idle after the job" all_idle
+pass "a managed job with replicas.evaluator 1 ran its evaluator on a worker agent; eval series in the API"
+up_stop

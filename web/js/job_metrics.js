@@ -144,9 +144,11 @@ export class JobMetrics {
         stats.points = points;
     }
 
+    /* The chief's evaluations, or the evaluator task's (one per checkpoint): two series each. */
     setEval(e) {
-        this.evals.set('accuracy', e.step, e.time, e.accuracy);
-        this.evals.set('test_loss', e.step, e.time, e.test_loss);
+        const pre = e.task === 'evaluator' ? 'eval_' : '';
+        this.evals.set(pre + 'accuracy', e.step, e.time, e.accuracy);
+        this.evals.set(pre + 'test_loss', e.step, e.time, e.test_loss);
     }
 
     /* A "metric" event: a training point of one task, or an evaluation. */
@@ -299,22 +301,32 @@ export class JobMetrics {
         this.accEmpty.hidden = !empty;
         this.accBox.hidden = empty;
         if (empty) return;
-        const acc = this.evals.cols.get('accuracy') || [];
-        const tl = this.evals.cols.get('test_loss') || [];
-        this.accChart.draw('acc', () => ({
+        const col = (k) => this.evals.cols.get(k) || this.evals.x.map(() => null);
+        const evaluator = this.evals.cols.has('eval_accuracy') || this.evals.cols.has('eval_test_loss');
+        const pct = legendValue((v) => (v * 100).toFixed(2) + ' %');
+        const num = legendValue((v) => fmtNum(v, 4));
+        const series = [
+            {label: 'Step', value: legendValue(fmtInt)},
+            {label: 'accuracy', scale: 'acc', stroke: '#059669', width: 2, spanGaps: true,
+                value: pct, points: {show: true, size: 5}},
+            {label: 'test loss', scale: 'tl', stroke: '#d97706', width: 1.5, spanGaps: true,
+                dash: [6, 4], value: num, points: {show: true, size: 4}},
+        ];
+        const data = [this.evals.x, col('accuracy'), col('test_loss')];
+        if (evaluator) { /* the evaluator task's series, one point per checkpoint */
+            series.push(
+                {label: 'evaluator accuracy', scale: 'acc', stroke: '#2563eb', width: 2, spanGaps: true,
+                    value: pct, points: {show: true, size: 5}},
+                {label: 'evaluator loss', scale: 'tl', stroke: '#7c3aed', width: 1.5, spanGaps: true,
+                    dash: [2, 3], value: num, points: {show: true, size: 4}});
+            data.push(col('eval_accuracy'), col('eval_test_loss'));
+        }
+        this.accChart.draw(evaluator ? 'acc+eval' : 'acc', () => ({
             scales: {x: {time: false}, acc: {}, tl: {}},
-            series: [
-                {label: 'Step', value: legendValue(fmtInt)},
-                {label: 'accuracy', scale: 'acc', stroke: '#059669', width: 2, spanGaps: true,
-                    value: legendValue((v) => (v * 100).toFixed(2) + ' %'),
-                    points: {show: true, size: 5}},
-                {label: 'test loss', scale: 'tl', stroke: '#d97706', width: 1.5, spanGaps: true,
-                    dash: [6, 4], value: legendValue((v) => fmtNum(v, 4)),
-                    points: {show: true, size: 4}},
-            ],
+            series,
             axes: [xAxis(false), yAxis('acc', {label: 'accuracy', labelSize: 18}),
                 yAxis('tl', {side: 1, label: 'test loss', labelSize: 18, grid: {show: false}})],
-        }), [this.evals.x, acc, tl]);
+        }), data);
     }
 
     /* The sync card: step time per worker and the dropped stale gradients per task. */

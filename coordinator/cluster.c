@@ -1053,6 +1053,8 @@ void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
     out->completion_time = j->completion_time;
     out->restarts = j->restarts;
     for (int i = 0; i < j->n_tasks; i++) {
+        if (is_evaluator(&j->tasks[i]))
+            continue; /* replicas counts the training cluster: ps and training tasks */
         int w = strcmp(j->tasks[i].type, "ps") != 0;
         out->desired[w]++;
         out->ready[w] += j->tasks[i].state == TASK_RUNNING;

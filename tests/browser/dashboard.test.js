@@ -146,7 +146,8 @@ class Cluster {
         }
         /* The coordinator up starts finds the dashboard through PSFLOW_WEB (the --web twin). */
         process.env.PSFLOW_WEB = path.join(SRC, 'web');
-        const up = new Proc('up', BIN, ['up', '--ps', '2', '--workers', '2', '--port', String(this.port),
+        /* Three worker agents: two train, one runs the job's evaluator. */
+        const up = new Proc('up', BIN, ['up', '--ps', '2', '--workers', '3', '--port', String(this.port),
             '--dir', path.join(this.dir, 'up')], this.dir);
         this.procs.push(up);
         const m = await waitFor('psflow up to print the dashboard URL and the coordinator pid', async () => {
@@ -242,7 +243,8 @@ async function api(base, method, route, body) {
 function trainingSpec(name) {
     return {
         name,
-        replicas: {ps: 2, worker: 2},
+        /* The mock coordinator runs no evaluator. */
+        replicas: MOCK ? {ps: 2, worker: 2} : {ps: 2, worker: 2, evaluator: 1},
         model: {type: 'softmax', inputs: 784, outputs: 10},
         data: {format: 'idx',
             train: ['/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz',
@@ -465,9 +467,21 @@ async function main() {
 
         const taskKeys = await page.$$eval('[data-testid="task-table"] tbody tr', (trs) => trs.map((tr) => tr.dataset.task));
         const wantTasks = [];
-        for (const t of ['ps', 'worker']) for (let i = 0; i < spec.replicas[t]; i++) wantTasks.push(t + '-' + i);
+        for (const t of ['ps', 'worker', 'evaluator']) for (let i = 0; i < (spec.replicas[t] || 0); i++) wantTasks.push(t + '-' + i);
         check(JSON.stringify(taskKeys.slice().sort()) === JSON.stringify(wantTasks.sort()),
             'the task table lists every task: ' + taskKeys.join(', '));
+        if (spec.replicas.evaluator) {
+            /* The evaluator task's series: in the API, and drawn on the accuracy chart. */
+            const m = await api(base, 'GET', '/api/v1/jobs/' + name + '/metrics');
+            const evSteps = m.evals.filter((e) => e.task === 'evaluator').map((e) => e.step);
+            check(evSteps.length >= 1, 'the API has the evaluator\'s evaluations (steps ' + evSteps.join(', ') + ')');
+            const legend = await waitFor('the accuracy chart to show the evaluator series', async () => {
+                const labels = await page.$$eval('[data-testid="accuracy-chart"] .u-legend .u-series th',
+                    (ths) => ths.map((th) => th.textContent.trim()));
+                return labels.includes('evaluator accuracy') ? labels : null;
+            }, 10000, 100);
+            check(true, 'the accuracy chart draws the evaluator series (legend: ' + legend.join(', ') + ')');
+        }
         const evals = await page.$$eval('[data-testid="accuracy-chart"]', (els) => els.length && !els[0].hidden);
         log('accuracy chart visible: ' + evals + '; checkpoints listed: ' +
             await page.$$eval('[data-testid="checkpoints"] tbody tr', (trs) => trs.length));

@@ -406,9 +406,19 @@ pf_status worker_run(const worker_options *o) {
         last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
         if ((st = check_finite(&t, last_loss, global, &err)) != PF_OK)
             goto fail;
+        /* With every gradient needed (no backup workers) the ps tasks are at one version
+         * between steps, unless a worker died between its pushes to two ps: then the one
+         * ahead already has its gradient for the step the other still waits for. The
+         * restarted worker completes the step behind (its push to the ps ahead is stale,
+         * dropped) and the ps tasks are at one version again, instead of staying a step
+         * apart for the rest of the job. */
+        uint64_t lo = t.versions[0];
+        for (int p = 1; p < t.n_ps; p++)
+            lo = t.versions[p] < lo ? t.versions[p] : lo;
+        int all_needed = sync && spec->training.replicas_to_aggregate >= t.n_tasks;
         for (int p = 0; p < t.n_ps; p++) {
-            t.steps[p] = t.versions[p];
-            t.min_version[p] = sync ? t.versions[p] + 1 : 0;
+            t.steps[p] = all_needed ? lo : t.versions[p];
+            t.min_version[p] = sync ? t.steps[p] + 1 : 0;
         }
         if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
             pf_clock_sleep(o->push_delay_ms / 1000.0);

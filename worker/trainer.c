@@ -187,6 +187,8 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
     worker_link_take_restart(t->link, &ps, &restored); /* its own restore: already done */
     fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
             t->versions[0]);
+    worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
+    report(t, &r);
     *rolled = 1;
     return PF_OK;
 }

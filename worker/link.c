@@ -550,8 +550,18 @@ static void abandon(worker_link *c) {
             pthread_mutex_unlock(&c->mu);
             pf_ws_close(c->ws, conn);
             pthread_mutex_lock(&c->mu);
+            /* The close is the transport's next turn; 10 s at most. Should it not come,
+             * the caller still owns params safely: it destroys the link (stopping the
+             * transport) before it frees them. */
+            struct timespec ts = pf_clock_deadline(10.0);
             while (!l->closed)
-                pthread_cond_wait(&c->cv, &c->mu);
+                if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0) {
+                    fprintf(stderr,
+                            "psflow worker %d: the connection to ps %d did not close in 10 s "
+                            "after its request was given up; going on\n",
+                            c->task, l->index);
+                    break;
+                }
         }
         l->waiting = 0;
     }

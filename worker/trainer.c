@@ -377,10 +377,28 @@ pf_status worker_run(const worker_options *o) {
      * rather than serving freshly initialised ones mid-job. */
     if (o->is_chief && t.versions[0] == 0 && (st = checkpoint(&t, 0, 0, &err)) != PF_OK)
         goto fail;
+    /* The chief's watchdog: every wait is bounded on its own, and this bounds their sum: no
+     * version progress for training.stall_timeout_secs fails the job with a line that says
+     * so (exit 69; a restart policy acts on it), whatever kept it turning. */
+    double progress_time = pf_clock_now();
+    uint64_t progress_version = t.versions[0];
     while (t.versions[0] < max_steps) {
         uint64_t global = t.versions[0];
         if (stopped(&t)) {
             st = pf_error_set(&err, PF_ERR_CANCELLED, NULL, "stopped at step %" PRIu64, global);
+            goto fail;
+        }
+        if (global != progress_version) {
+            progress_version = global;
+            progress_time = pf_clock_now();
+        } else if (o->is_chief &&
+                   pf_clock_now() - progress_time > (double)spec->training.stall_timeout_secs) {
+            st = pf_error_set(&err, PF_ERR_UNAVAILABLE, NULL,
+                              "no progress past step %" PRIu64
+                              " for %.0f s (training.stall_timeout_secs): every ps answered but "
+                              "none advanced; a sync step waits for the gradients of %d tasks",
+                              global, pf_clock_now() - progress_time,
+                              sync ? spec->training.replicas_to_aggregate : 1);
             goto fail;
         }
         if (o->is_chief) {

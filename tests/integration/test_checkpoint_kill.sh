@@ -54,7 +54,7 @@ grep -q 'restored from .*/step-400 (step 400, version 400,' "$WORK/ps1.log" ||
   fail "ps 1 did not restore step-400, the newest complete checkpoint"
 
 # Progress resumes: the chief rolls every ps back to step 400 and passes step 800 again.
-wait_until 60 "the chief's rollback" grep -q 'rolled back from step' "$WORK/worker0.log"
+wait_until 20 "the chief's rollback within 20 s of the restore" grep -q 'rolled back from step' "$WORK/worker0.log"
 grep 'rolling every ps back\|rolled back from step' "$WORK/worker0.log"
 grep -q 'rolling every ps back to checkpoint step 400' "$WORK/worker0.log" ||
   fail "the chief did not roll back to step 400"

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "psflow/clock.h"
+#include "psflow/footprint.h"
 #include "psflow/mem.h"
 #include "psflow/placement.h"
 #include "psflow/wire.h"
@@ -686,8 +687,11 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
               "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
               "of the job's key)",
               ps_server_port(s), s->spec.name);
-    logf_(s, "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64,
-          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s), version(s));
+    logf_(s,
+          "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
+          "; memory bound %" PRId64 " bytes",
+          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s), version(s),
+          pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
     *out = s;
     return PF_OK;
 fail:

@@ -22,8 +22,10 @@
  *                                            M = 4 L + 88 + 32 n (n shards): the message
  *                                            being received (a push is checked whole before
  *                                            any of it is applied) and the part of a reply
- *                                            the socket has not taken yet (a copy, so no
- *                                            later update changes a reply halfway)
+ *                                            the socket has not taken yet: written from
+ *                                            the values themselves, and copied only when
+ *                                            an update comes while it is being written
+ *                                            (so no update changes a reply halfway)
  *   training  4 (4 P + B' (2 I + 4 + A + 2 W)) + D
  *                                            params and gradients on the host and the
  *                                            backend, the input batch, the activations

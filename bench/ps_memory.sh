@@ -8,7 +8,8 @@
 # e.g. `bench/ps_memory.sh -o adam -p 2 8192 8192` runs a 784-8192-8192-10 MLP on two ps
 # tasks and one worker for 5 steps of Fashion-MNIST. Each ps runs under /usr/bin/time,
 # whose "maximum resident set size" is the kernel's ru_maxrss (the VmHWM of
-# /proc/PID/status at exit). Prints one line per ps: held bytes, bound, peak, peak/bound.
+# /proc/PID/status at exit). Prints one line per ps: held bytes, bound, its CPU time (user
+# + system) per training step, peak, peak/bound; and each worker's wall time per step.
 set -euo pipefail
 build=build opt=sgd n_ps=1 workers=1 mode=async steps=5
 while getopts b:o:p:w:m:s: f; do
@@ -60,13 +61,13 @@ tf() { printf '{"cluster":{"ps":[%s],"worker":[%s]},"task":{"type":"%s","index":
   "${ps_addr%,}" "${w_addr%,}" "$1" "$2"; }
 
 for i in $(seq 0 $((n_ps - 1))); do
-  TF_CONFIG=$(tf ps "$i") /usr/bin/time -f %M -o "$work/ps$i.rss" ${PS_WRAP:-} \
+  TF_CONFIG=$(tf ps "$i") /usr/bin/time -f '%U %S %M' -o "$work/ps$i.rss" ${PS_WRAP:-} \
     "$bin" ps --job "$work/job.json" --checkpoint-dir "$work/ckpt" --exit-grace 30 \
     2>"$work/ps$i.log" &
   pids+=($!)
 done
 for i in $(seq 0 $((workers - 1))); do
-  TF_CONFIG=$(tf worker "$i") /usr/bin/time -f %M -o "$work/worker$i.rss" \
+  TF_CONFIG=$(tf worker "$i") /usr/bin/time -f '%e %M' -o "$work/worker$i.rss" \
     "$bin" worker --job "$work/job.json" --checkpoint-dir "$work/ckpt" \
     >/dev/null 2>"$work/worker$i.log" &
   pids+=($!)
@@ -84,15 +85,18 @@ for i in $(seq 0 $((n_ps - 1))); do
   # "serving N shards (B bytes) ... memory bound M bytes"
   held=$(sed -n 's/.*serving [0-9]* shards (\([0-9]*\) bytes).*/\1/p' "$work/ps$i.log")
   bound=$(sed -n 's/.*memory bound \([0-9]*\) bytes.*/\1/p' "$work/ps$i.log")
-  peak=$(($(tail -n 1 "$work/ps$i.rss") * 1024))
+  read -r user sys peak < <(tail -n 1 "$work/ps$i.rss")
   python3 -c 'import sys
-m, o, md, i, h, b, p = sys.argv[1:]
-h, p = int(h), int(p)
+m, o, md, i, h, b, p, u, s, n = sys.argv[1:]
+h, p = int(h), int(p) * 1024
 b = int(b) if b else 0
-print("%s %s %s ps %s: holds %.1f MB, bound %s, peak RSS %.1f MiB, peak/bound %s"
-      % (m, o, md, i, h / 1e6, "%.1f MiB" % (b / 2**20) if b else "(not logged)", p / 2**20,
-         "%.2f" % (p / b) if b else "-"))' "$model" "$opt" "$mode" "$i" "$held" "$bound" "$peak"
+cpu = (float(u) + float(s)) / int(n) * 1000
+print("%s %s %s ps %s: holds %.1f MB, bound %s, cpu %.2f ms/step, peak RSS %.1f MiB, "
+      "peak/bound %s" % (m, o, md, i, h / 1e6, "%.1f MiB" % (b / 2**20) if b else "(not logged)",
+                          cpu, p / 2**20, "%.2f" % (p / b) if b else "-"))' \
+    "$model" "$opt" "$mode" "$i" "$held" "$bound" "$peak" "$user" "$sys" "$steps"
 done
 for i in $(seq 0 $((workers - 1))); do
-  echo "$model $opt $mode worker $i: peak RSS $(($(tail -n 1 "$work/worker$i.rss") / 1024)) MiB"
+  read -r wall peak < <(tail -n 1 "$work/worker$i.rss")
+  echo "$model $opt $mode worker $i: wall $(python3 -c "print('%.1f' % ($wall / $steps * 1000))") ms/step (start included), peak RSS $((peak / 1024)) MiB"
 done

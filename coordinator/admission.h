@@ -4,9 +4,9 @@
  * registered. Checked when a job is submitted and when PATCH changes its workers; a job
  * refused is never stored (422, the problem naming the field).
  *
- * Memory: each ps task needs its share of the placement (footprint.h: values, averaged
- * gradient, optimizer slots, a push buffer per training task, sync accumulators, and the
- * whole model's initial values once); each training task the parameters, gradients and
+ * Memory: each ps task needs its share of the placement (footprint.h: a base, values,
+ * optimizer slots, sync accumulators, and a receive and a reply buffer per training task;
+ * nothing the size of the whole model); each training task the parameters, gradients and
  * batch buffers. A share larger than the largest live ps agent's memory, or a training
  * task larger than the largest live worker agent's, can never run: refused. While no agent
  * of a role has registered its memory, only the configured model limit applies.

@@ -2,8 +2,11 @@
  *
  * DESIGN: every message is handled on the transport's service thread: decode (wire.c
  * validates the frame), check it against this task's shards (ids, counts, hello, job
- * name), act on ps_shards, reply. Because updates and replies happen on the same thread, a
- * PULL_REPLY copies values that no update can touch halfway. A pull that asks for a
+ * name), act on ps_shards, reply. A PULL_REPLY is sent from the values themselves, lent
+ * to the transport for what the socket does not take at once (no copy of the values per
+ * reply); before an update touches the values, pf_ws_settle() copies whatever of a reply
+ * is still unwritten, so no update changes a reply halfway. Updates, replies and the
+ * transport's writes all happen on that one thread. A pull that asks for a
  * version not reached yet ("not before v") is parked on its connection and answered right
  * after the update that reaches v. Bad frames get an ERROR reply and change nothing.
  * The chief's final CHECKPOINT ends the task: it writes its shards, acknowledges, answers
@@ -22,6 +25,7 @@
 
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
+#include "psflow/footprint.h"
 #include "psflow/mem.h"
 #include "psflow/placement.h"
 #include "psflow/wire.h"
@@ -71,6 +75,7 @@ struct ps_server {
     const float **grads;   /* scratch: local shard order */
     pf_wire_tensor *views; /* scratch for replies */
     struct iovec *parts;   /* scratch: a reply's pieces, 2 * n_local + 1 at most */
+    unsigned char *lend;   /* scratch: which of them are lent (the values) */
     size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
@@ -115,20 +120,31 @@ static void close_conn(ps_server *s, uint64_t conn) {
 }
 
 /* Sends the message held in s->out to conn: its pieces go to the transport, which writes
- * a reply's tensor data straight from the shards (on this thread, before any update can
- * touch them) and copies only what the socket cannot take now. */
-static void send_out(ps_server *s, uint64_t conn) {
+ * them straight from where they lie when the socket takes them now. With lend_values (a
+ * PULL_REPLY) the tensor data - the shards' values - is lent for what the socket does not
+ * take (pf_ws_sendv_lent; the header pieces, in s->out, are copied), else everything
+ * unwritten is copied. */
+static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
     assert(n <= s->max_parts);
     if (s->sink.send) {
         s->sink.send(s->sink.user, conn, s->parts, (int)n);
         return;
     }
-    if (pf_ws_sendv(s->ws, conn, s->parts, (int)n) == PF_ERR_NOMEM) {
+    const uint8_t *head = s->out.head.data, *end = head + s->out.head.len;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = s->parts[i].iov_base;
+        s->lend[i] = lend_values && !(p >= head && p < end);
+    }
+    if (pf_ws_sendv_lent(s->ws, conn, s->parts, (int)n, s->lend) == PF_ERR_NOMEM) {
         logf_(s, "out of memory for a %zu-byte reply; closing connection",
               pf_wire_out_len(&s->out));
         close_conn(s, conn);
     }
+}
+
+static void send_out(ps_server *s, uint64_t conn) {
+    send_message(s, conn, 0);
 }
 
 static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -188,7 +204,7 @@ static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const u
     pf_wire_pull_reply r = {version(s), push_result, n, s->views};
     pf_error err;
     if (pf_wire_encode_pull_reply(&s->out, request_id, &r, &err) == PF_OK)
-        send_out(s, conn);
+        send_message(s, conn, 1);
 }
 
 /* Answers a pull now if its version is reached, else parks it on the peer. */
@@ -293,7 +309,10 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         s->grads[local] = t->data;
     }
     if (version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
-        return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
+        return PF_WIRE_PUSH_STALE;             /* the job is over: nothing more is applied */
+    if (s->ws && pf_ws_settle(s->ws) != PF_OK) /* replies still being written keep theirs */
+        logf_(s, "out of memory copying the rest of replies before an update; their "
+                 "connections are closed");
     ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
                                       push->seq, push->step, s->grads);
     ps_stats now = ps_shards_stats(s->shards);
@@ -774,8 +793,9 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->seen = pf_calloc((size_t)(s->spec.replicas.worker + s->spec.replicas.chief), 1);
     s->max_parts = 2 * (size_t)n_local + 1;
     s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
+    s->lend = pf_calloc(s->max_parts, 1);
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
-    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->pulled) {
+    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -808,8 +828,11 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
               "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
               "of the job's key)",
               ps_server_port(s), s->spec.name);
-    logf_(s, "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64,
-          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s), version(s));
+    logf_(s,
+          "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
+          "; memory bound %" PRId64 " bytes",
+          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s), version(s),
+          pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
     *out = s;
     return PF_OK;
 fail:
@@ -896,6 +919,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->grads);
     pf_free(s->views);
     pf_free(s->parts);
+    pf_free(s->lend);
     pf_free(s->pulled);
     pf_free(s->seen);
     pf_job_spec_deinit(&s->spec);

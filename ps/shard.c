@@ -4,7 +4,9 @@
  * optimizer slot and each worker's pending gradient are single buffers of n_local floats
  * and one pf_optim_apply call updates everything (optimizers are elementwise). A sync step
  * keeps one gradient buffer per worker; when enough have arrived they are summed in
- * task-index order, scaled by 1/replicas_to_aggregate and applied.
+ * task-index order into the first one, scaled by 1/replicas_to_aggregate and applied.
+ * Nothing here is the size of the whole model: initial values are drawn for the task's
+ * own shards (footprint.h has the bound this memory follows).
  */
 #include "ps/shard.h"
 
@@ -34,7 +36,6 @@ struct ps_shards {
     float **pending;        /* sync: n_tasks gradient buffers, allocated on first use */
     unsigned char *arrived; /* sync: which tasks pushed for step == version */
     int n_arrived;
-    float *sum;     /* sync: the averaged gradient */
     task_seq *seqs; /* n_tasks entries */
     ps_stats stats;
 };
@@ -55,17 +56,22 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     s->n_tasks = spec->replicas.worker + spec->replicas.chief;
     s->n_slots = pf_optim_num_slots(&spec->optimizer);
     int total = placement->n_shards;
+    size_t *offsets = NULL, *counts = NULL;
+    float **outs = NULL;
     int *idx = pf_mallocarray((size_t)total, sizeof *idx);
-    float *init = pf_mallocarray(pf_model_num_params(&spec->model), sizeof *init);
-    if (!idx || !init)
+    if (!idx)
         goto nomem;
     s->n = pf_placement_shards_of(placement, ps_task, idx, total);
     s->info = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *s->info);
     s->local_off = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *s->local_off);
+    offsets = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *offsets);
+    counts = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *counts);
+    outs = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *outs);
     s->seqs = pf_calloc((size_t)s->n_tasks, sizeof *s->seqs);
     s->arrived = pf_calloc((size_t)s->n_tasks, 1);
     s->pending = pf_calloc((size_t)s->n_tasks, sizeof *s->pending);
-    if (!s->info || !s->local_off || !s->seqs || !s->arrived || !s->pending)
+    if (!s->info || !s->local_off || !s->seqs || !s->arrived || !s->pending || !offsets ||
+        !counts || !outs)
         goto nomem;
     for (int i = 0; i < s->n; i++) {
         s->info[i] = placement->shards[idx[i]];
@@ -74,30 +80,53 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     }
     size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
     s->values = be->alloc(bytes);
-    s->sum = be->alloc(bytes);
-    if (!s->values || !s->sum)
+    if (!s->values)
         goto nomem;
     for (int k = 0; k < s->n_slots; k++) {
         if (!(s->slots[k] = be->alloc(bytes)))
             goto nomem;
         pf_optim_slot_init(&spec->optimizer, be, k, s->slots[k], s->n_local);
     }
-    /* Sync mode keeps one pending gradient per training task: allocated now so that a
-     * running job never fails an allocation. */
+    /* Sync mode keeps one pending gradient per training task, averaged in place into the
+     * first (no separate sum): allocated now so that a running job never fails an
+     * allocation. Async mode applies each push from the message itself. */
     for (int t = 0; spec->training.mode == PF_MODE_SYNC && t < s->n_tasks; t++)
         if (!(s->pending[t] = be->alloc(bytes)))
             goto nomem;
-    /* The same initial values a single process starts from, cut to this task's shards. */
-    pf_model_init_params(&spec->model, spec->training.seed, init);
-    for (int i = 0; i < s->n; i++)
-        be->upload(s->values + s->local_off[i], init + s->info[i].offset, s->info[i].count);
+    /* The same initial values a single process starts from, drawn for this task's shards
+     * only (never the whole model): straight into the values when the backend's memory is
+     * the host's, else a shard at a time through a host buffer. Shards come in placement
+     * order, which is the model's. */
+    int host = strcmp(be->name, "cuda") != 0; /* the CPU backends' buffers are host memory */
+    for (int i = 0; i < s->n; i++) {
+        offsets[i] = s->info[i].offset;
+        counts[i] = s->info[i].count;
+        outs[i] = s->values + s->local_off[i];
+    }
+    if (host) {
+        pf_model_init_ranges(&spec->model, spec->training.seed, s->n, offsets, counts, outs);
+    } else {
+        for (int i = 0; i < s->n; i++) {
+            float *init = pf_mallocarray(counts[i] ? counts[i] : 1, sizeof *init);
+            if (!init)
+                goto nomem;
+            pf_model_init_ranges(&spec->model, spec->training.seed, 1, &offsets[i], &counts[i],
+                                 &init);
+            be->upload(outs[i], init, counts[i]);
+            pf_free(init);
+        }
+    }
     pf_free(idx);
-    pf_free(init);
+    pf_free(offsets);
+    pf_free(counts);
+    pf_free(outs);
     *out = s;
     return PF_OK;
 nomem:
     pf_free(idx);
-    pf_free(init);
+    pf_free(offsets);
+    pf_free(counts);
+    pf_free(outs);
     ps_shards_destroy(s);
     return PF_ERR_NOMEM;
 }
@@ -107,8 +136,6 @@ void ps_shards_destroy(ps_shards *s) {
         return;
     if (s->values)
         s->be->free(s->values);
-    if (s->sum)
-        s->be->free(s->sum);
     for (int k = 0; k < PF_OPTIM_MAX_SLOTS; k++)
         if (s->slots[k])
             s->be->free(s->slots[k]);
@@ -187,21 +214,22 @@ static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const flo
     if (s->n_arrived < s->spec.training.replicas_to_aggregate)
         return PS_PUSH_ACCEPTED;
 
-    /* Average in task-index order so the result is independent of arrival order. */
-    int first = 1;
+    /* Average in task-index order so the result is independent of arrival order: summed
+     * into the first arrived task's buffer, the same additions in the same order as into
+     * a separate sum. */
+    float *sum = NULL;
     for (int t = 0; t < s->n_tasks; t++) {
         if (!s->arrived[t])
             continue;
-        if (first)
-            s->be->copy(s->sum, s->pending[t], s->n_local);
+        if (!sum)
+            sum = s->pending[t];
         else
-            s->be->axpy(s->n_local, 1.0f, s->pending[t], s->sum);
-        first = 0;
+            s->be->axpy(s->n_local, 1.0f, s->pending[t], sum);
         s->arrived[t] = 0;
     }
-    s->be->scale(s->n_local, 1.0f / (float)s->n_arrived, s->sum);
+    s->be->scale(s->n_local, 1.0f / (float)s->n_arrived, sum);
     s->n_arrived = 0;
-    apply(s, s->sum);
+    apply(s, sum);
     return PS_PUSH_APPLIED;
 }
 

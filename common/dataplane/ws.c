@@ -14,7 +14,10 @@
  * from wherever its pieces lie (a ps's shards), a client masks it into the buffer a chunk
  * at a time and sends each chunk while it is in cache. Otherwise, and for what the socket
  * did not take (copied into the buffer before the sender returns), the loop writes it in
- * pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE callback.
+ * pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE callback. A lent
+ * message (pf_ws_sendv_lent, a server's handler) keeps a list of its pieces instead of
+ * their copy; the loop writes them from where they lie until pf_ws_settle() replaces what
+ * is left of it by a copy.
  * libwebsockets reads up to RX_CHUNK bytes per readable event; the rest of an incoming
  * data frame is read from the socket straight into the message buffer (or where
  * pf_ws_expect placed it), DIRECT_READ_MAX bytes a read, and unmasked there while still

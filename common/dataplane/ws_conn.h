@@ -42,6 +42,12 @@ typedef struct out_msg {
     uint8_t *start;
     int raw;
     int framed; /* header written (and payload masked) */
+    /* A lent message (pf_ws_sendv_lent, server only): the payload is lent[0 .. n_lent),
+     * pieces of the caller's memory or copies in this buffer; the buffer holds only the
+     * frame header and those copies. lent_i / lent_off: the next payload byte to write. */
+    struct iovec *lent;
+    int n_lent, lent_i;
+    size_t lent_off;
 } out_msg;
 
 #define POOL_KEEP 16

@@ -69,6 +69,9 @@ uint8_t *ws_take_buffer(pf_ws *ws, size_t len) {
     m->len = 0;
     m->raw = 0;
     m->framed = 0;
+    m->lent = NULL;
+    m->n_lent = m->lent_i = 0;
+    m->lent_off = 0;
     return msg_bytes(m);
 }
 
@@ -223,12 +226,30 @@ int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
         return closing ? -1 : 0;
     if (!m->framed)
         frame(c, m);
-    size_t left = m->wire - c->tx_off;
+    /* The next piece: from the buffer (header and payload), or for a lent message its
+     * header from the buffer and then its payload piece by piece from where it lies. */
+    uint8_t *from = m->start + c->tx_off;
+    size_t left = m->wire - c->tx_off, head = m->wire - m->len;
+    int lent_piece = m->lent && c->tx_off >= head;
+    if (lent_piece) {
+        while (m->lent_i < m->n_lent && m->lent_off == m->lent[m->lent_i].iov_len) {
+            m->lent_i++;
+            m->lent_off = 0;
+        }
+        if (m->lent_i == m->n_lent)
+            return -1; /* cannot happen: the pieces add up to the payload */
+        from = (uint8_t *)m->lent[m->lent_i].iov_base + m->lent_off;
+        left = m->lent[m->lent_i].iov_len - m->lent_off;
+    } else if (m->lent) {
+        left = head - c->tx_off;
+    }
     size_t n = left < PF_WS_CHUNK ? left : PF_WS_CHUNK;
-    if (c->ssl ? ws_tls_write(c, m->start + c->tx_off, n) != 0 || ws_tls_flush(wsi, c) != 0
-               : lws_write(wsi, m->start + c->tx_off, n, LWS_WRITE_RAW) < (int)n)
+    if (c->ssl ? ws_tls_write(c, from, n) != 0 || ws_tls_flush(wsi, c) != 0
+               : lws_write(wsi, from, n, LWS_WRITE_RAW) < (int)n)
         return -1;
     c->tx_off += n;
+    if (lent_piece)
+        m->lent_off += n;
     int buffered = lws_partial_buffered(wsi);
     if (c->tx_off == m->wire) {
         c->tx_off = 0;
@@ -285,7 +306,12 @@ static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *part
             sent += took;
             cursor_skip(&k, took - head);
         }
-        cursor_copy(&k, payload, m->len - k.pos, NULL); /* what the socket did not take */
+        if (m->lent) { /* the rest is written from where it lies, from here on */
+            m->lent_i = k.i;
+            m->lent_off = k.off;
+        } else {
+            cursor_copy(&k, payload, m->len - k.pos, NULL); /* what the socket did not take */
+        }
         return sent;
     }
     int stalled = 0;
@@ -324,7 +350,7 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
         c->direct = 1; /* claimed: the loop writes nothing on c until it ends */
         int fd = c->fd;
         pthread_mutex_unlock(&ws->lock);
-        size_t sent = write_direct(c, fd, m, parts, n);
+        size_t sent = write_direct(c, fd, m, m->lent ? m->lent : parts, m->lent ? m->n_lent : n);
         pthread_mutex_lock(&ws->lock);
         c->direct = 0;
         pthread_cond_broadcast(&ws->direct_done);
@@ -353,9 +379,12 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
         return PF_OK;
     }
     pthread_mutex_unlock(&ws->lock);
-    /* The parts are the caller's: gather them; the loop frames and masks. */
-    cursor k = {parts, n, 0, 0, 0};
-    cursor_copy(&k, msg_bytes(m), m->len, NULL);
+    /* The parts are the caller's: gather them (a lent message's pieces stay where they
+     * are); the loop frames and masks. */
+    if (!m->lent) {
+        cursor k = {parts, n, 0, 0, 0};
+        cursor_copy(&k, msg_bytes(m), m->len, NULL);
+    }
     pthread_mutex_lock(&ws->lock);
     c = find_locked(ws, id);
     if (c && !c->want_close) {
@@ -392,4 +421,116 @@ pf_status pf_ws_sendv(pf_ws *ws, uint64_t id, const struct iovec *parts, int n) 
     out_msg *m = msg_of(b);
     m->len = len;
     return send_parts(ws, id, m, parts, n);
+}
+
+pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t id, const struct iovec *parts, int n,
+                           const unsigned char *lend) {
+    if (ws->port == 0) /* a client masks every byte it sends: nothing to gain */
+        return pf_ws_sendv(ws, id, parts, n);
+    size_t len = 0, copied = 0;
+    for (int i = 0; i < n; i++) {
+        len += parts[i].iov_len;
+        copied += lend[i] ? 0 : parts[i].iov_len;
+    }
+    if (copied == len)
+        return pf_ws_sendv(ws, id, parts, n);
+    /* The buffer: the piece list, then copies of the pieces not lent. */
+    size_t list = (size_t)n * sizeof(struct iovec);
+    uint8_t *b = ws_take_buffer(ws, list + copied);
+    if (!b)
+        return PF_ERR_NOMEM;
+    out_msg *m = msg_of(b);
+    struct iovec *v = (struct iovec *)(void *)b; /* msg_bytes is pointer-aligned */
+    uint8_t *copy = b + list;
+    for (int i = 0; i < n; i++) {
+        v[i] = parts[i];
+        if (!lend[i] && parts[i].iov_len) {
+            memcpy(copy, parts[i].iov_base, parts[i].iov_len);
+            v[i].iov_base = copy;
+            copy += parts[i].iov_len;
+        }
+    }
+    m->len = len;
+    m->lent = v;
+    m->n_lent = n;
+    return send_parts(ws, id, m, parts, n);
+}
+
+/* A lent message's bytes not yet written - the frame header's rest, then the payload
+ * from its cursor - copied into a new buffer that takes its place in the queue (as a raw
+ * message: it is wire bytes already). NULL when memory is short. Under ws->lock. */
+static out_msg *settle_one(conn *c, out_msg *m, size_t written) {
+    if (!m->framed)
+        frame(c, m);
+    size_t rest = m->wire - written, head = m->wire - m->len;
+    out_msg *s = pf_malloc(sizeof *s + HEADROOM + (rest ? rest : 1));
+    if (!s)
+        return NULL;
+    memset(s, 0, sizeof *s);
+    s->cap = rest;
+    s->len = s->wire = rest;
+    s->start = msg_bytes(s);
+    s->raw = s->framed = 1;
+    uint8_t *d = s->start;
+    if (written < head) {
+        memcpy(d, m->start + written, head - written);
+        d += head - written;
+    }
+    cursor k = {m->lent, m->n_lent, m->lent_i, m->lent_off, 0};
+    cursor_copy(&k, d - k.pos, rest - (size_t)(d - s->start), NULL);
+    return s;
+}
+
+pf_status pf_ws_settle(pf_ws *ws) {
+    pf_status st = PF_OK;
+    out_msg *drop = NULL; /* freed after the lock: lent messages replaced or dropped */
+    pthread_mutex_lock(&ws->lock);
+    for (conn *c = ws->conns; c; c = c->next) {
+        out_msg *prev = NULL;
+        for (out_msg *m = c->head; m; prev = m, m = m->next) {
+            if (!m->lent)
+                continue;
+            size_t written = m == c->head ? c->tx_off : 0;
+            out_msg *s = settle_one(c, m, written);
+            if (!s) {
+                /* The rest cannot be kept: what follows is dropped and the connection
+                 * closed (its peer sees the stream end, never changed values). */
+                st = PF_ERR_NOMEM;
+                c->want_close = 1;
+                if (prev)
+                    prev->next = NULL;
+                else
+                    c->head = NULL;
+                c->tail = prev;
+                for (out_msg *x = m; x;) {
+                    out_msg *next = x->next;
+                    x->next = drop;
+                    drop = x;
+                    x = next;
+                }
+                break;
+            }
+            s->next = m->next;
+            if (prev)
+                prev->next = s;
+            else
+                c->head = s;
+            if (c->tail == m)
+                c->tail = s;
+            if (!prev)
+                c->tx_off = 0; /* s starts where m's writing stopped */
+            m->next = drop;
+            drop = m;
+            m = s;
+        }
+    }
+    pthread_mutex_unlock(&ws->lock);
+    while (drop) {
+        out_msg *next = drop->next;
+        pf_free(drop);
+        drop = next;
+    }
+    if (st != PF_OK)
+        lws_cancel_service(ws->ctx); /* the loop closes the connections marked */
+    return st;
 }

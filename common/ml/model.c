@@ -93,22 +93,47 @@ size_t pf_model_num_params(const pf_model_spec *spec) {
     return vars[n - 1].offset + vars[n - 1].count;
 }
 
-void pf_model_init_params(const pf_model_spec *spec, uint64_t seed, float *params) {
+void pf_model_init_ranges(const pf_model_spec *spec, uint64_t seed, int n_ranges,
+                          const size_t *offsets, const size_t *counts, float *const *outs) {
     pf_var_info vars[PF_MAX_VARS];
     int n = pf_model_layout(spec, vars);
     pf_rng rng;
     pf_rng_init(&rng, seed, 0);
-    for (int i = 0; i < n; i++) {
-        float *v = params + vars[i].offset;
-        if (vars[i].rank == 1) {
-            memset(v, 0, vars[i].count * sizeof *v);
-            continue;
+    int r = 0;
+    for (int i = 0; i < n && r < n_ranges; i++) {
+        size_t lo = vars[i].offset, hi = vars[i].offset + vars[i].count;
+        /* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)); biases
+         * start at zero and draw nothing. Every element of a kernel draws, kept or not,
+         * so each range gets the values it has in the whole vector. */
+        double limit =
+            vars[i].rank == 1 ? 0 : sqrt(6.0 / (double)(vars[i].shape[0] + vars[i].shape[1]));
+        size_t j = lo;
+        while (j < hi) {
+            while (r < n_ranges && offsets[r] + counts[r] <= j)
+                r++;
+            size_t from = r < n_ranges && offsets[r] < hi ? offsets[r] : hi;
+            if (from < j)
+                from = j;
+            for (; vars[i].rank != 1 && j < from; j++)
+                pf_rng_next(&rng); /* not held: drawn and dropped */
+            j = from;
+            if (j == hi)
+                break;
+            size_t to = offsets[r] + counts[r] < hi ? offsets[r] + counts[r] : hi;
+            float *o = outs[r] + (j - offsets[r]);
+            if (vars[i].rank == 1)
+                memset(o, 0, (to - j) * sizeof *o);
+            else
+                for (size_t k = 0; k < to - j; k++)
+                    o[k] = (float)((2.0 * pf_rng_uniform(&rng) - 1.0) * limit);
+            j = to;
         }
-        /* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)). */
-        double limit = sqrt(6.0 / (double)(vars[i].shape[0] + vars[i].shape[1]));
-        for (size_t j = 0; j < vars[i].count; j++)
-            v[j] = (float)((2.0 * pf_rng_uniform(&rng) - 1.0) * limit);
     }
+}
+
+void pf_model_init_params(const pf_model_spec *spec, uint64_t seed, float *params) {
+    size_t offset = 0, count = pf_model_num_params(spec);
+    pf_model_init_ranges(spec, seed, 1, &offset, &count, &params);
 }
 
 double pf_model_flops_per_example(const pf_model_spec *spec) {

@@ -49,12 +49,15 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
 int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {
     if (task < 0 || task >= p->n_ps)
         return 0;
-    double params = (double)pf_model_num_params(&spec->model);
-    double local = (double)p->bytes_per_ps[task] / sizeof(float);
+    double held = (double)p->bytes_per_ps[task];
     double tasks = spec->replicas.worker + spec->replicas.chief;
-    double per = 2 + pf_optim_num_slots(&spec->optimizer) + tasks +
-                 (spec->training.mode == PF_MODE_SYNC ? tasks : 0);
-    return clamp(4 * (params + local * per));
+    double sync = spec->training.mode == PF_MODE_SYNC ? tasks : 0;
+    double state = held * (1 + pf_optim_num_slots(&spec->optimizer) + sync);
+    /* The largest message a training task exchanges with this ps: every shard's values
+     * (a PUSH_PULL, or its PULL_REPLY) with the headers. */
+    double message = held + PF_FOOTPRINT_PS_MESSAGE_EXTRA +
+                     PF_FOOTPRINT_PS_SHARD_EXTRA * (double)p->shards_per_ps[task];
+    return clamp((double)PF_FOOTPRINT_PS_BASE + state + 2 * tasks * message);
 }
 
 pf_status pf_footprint_check(const pf_job_spec *spec, const pf_footprint *fp, pf_error *err) {

@@ -30,8 +30,12 @@ typedef struct endpoint {
     uint64_t last_conn;
     uint8_t *last;
     size_t last_len;
-    int echo;                  /* server: send every message back */
-    int echo_parts;            /* ... with pf_ws_sendv, in uneven parts read from the message */
+    int echo;       /* server: send every message back */
+    int echo_parts; /* ... with pf_ws_sendv, in uneven parts read from the message */
+    int echo_lent;  /* ... with pf_ws_sendv_lent from a copy kept in lent[] (its
+                       first 100 bytes copied, the rest lent); after odd-numbered
+                       messages pf_ws_settle, then the copy is scribbled over */
+    uint8_t *lent[16];
     struct endpoint *hold_for; /* client: on the first message, wait (up to 5 s) until this
                                   peer has received hold_count messages */
     int hold_count;
@@ -96,7 +100,20 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
             ;
         pthread_mutex_unlock(&p->mu);
     }
-    if (e->echo && e->echo_parts) {
+    if (e->echo && e->echo_lent) {
+        int i = e->messages - 1;
+        assert_true(i < 16);
+        uint8_t *copy = e->lent[i] = malloc(len ? len : 1);
+        memcpy(copy, data, len);
+        size_t a = len < 100 ? len : 100;
+        struct iovec parts[] = {{copy, a}, {copy + a, len - a}};
+        const unsigned char lend[] = {0, 1};
+        assert_int_equal(pf_ws_sendv_lent(ws, conn, parts, 2, lend), PF_OK);
+        if (i == 1 || i == 3) {
+            assert_int_equal(pf_ws_settle(ws), PF_OK);
+            memset(copy, 0xAA, len); /* an update: the rest of the reply must not see it */
+        }
+    } else if (e->echo && e->echo_parts) {
         size_t a = len / 3, b = len / 2 + (len > 1);
         struct iovec parts[] = {{(void *)data, a},
                                 {(void *)data, 0},
@@ -279,6 +296,33 @@ static void test_sendv(void **state) {
     check_echoes(&s, &c, want, sizes, N);
     free(scratch);
     destroy_pair(&s, &c, srv, cli);
+}
+
+/* pf_ws_sendv_lent and pf_ws_settle: the server echoes from a copy it lends, the client
+ * reads nothing more after the first echo until the server has had every message, so the
+ * echoes stall behind one another: some are written later from the lent memory, others
+ * (settled at once, queued or half written) from the transport's copy while the lent
+ * memory is scribbled over. Every echo arrives whole, unchanged, in order. */
+static void test_sendv_lent(void **state) {
+    (void)state;
+    endpoint s, c;
+    pf_ws *srv, *cli;
+    uint64_t conn;
+    echo_pair(&s, &c, &srv, &cli, &conn);
+    s.echo_lent = 1;
+    assert_true(wait_for(&c, &c.opened, 1));
+    c.hold_for = &s;
+    const size_t sizes[] = {
+        9 * PF_WS_CHUNK + 5, 12 * PF_WS_CHUNK, 50, 3 * PF_WS_CHUNK, 300001, 8 * PF_WS_CHUNK, 0, 99};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint64_t want[N];
+    c.hold_count = N;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(send_message(cli, conn, sizes[i], (unsigned)i + 3, &want[i]), PF_OK);
+    check_echoes(&s, &c, want, sizes, N);
+    destroy_pair(&s, &c, srv, cli);
+    for (int i = 0; i < N; i++)
+        free(s.lent[i]);
 }
 
 /* Replies received in place (pf_ws_expect): the expected ranges land in the caller's
@@ -580,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_pipelined),
         cmocka_unit_test(test_sendv),
+        cmocka_unit_test(test_sendv_lent),
         cmocka_unit_test(test_expect),
         cmocka_unit_test(test_message_cap),
         cmocka_unit_test(test_untrusted_limits),

@@ -91,16 +91,18 @@ curl -sf -X POST -H 'Content-Type: application/json' \
   --data '{"id": "w-big", "role": "worker", "address": "127.0.0.1:1", "memory_bytes": 1073741824}' \
   "$URL/api/v1/nodes" >/dev/null || fail "registering w-big"
 curl -sf -X POST -H 'Content-Type: application/json' \
-  --data '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": 10000}' \
-  "$URL/api/v1/nodes" >/dev/null || fail "registering ps-big again with 10000 bytes"
+  --data '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": '$(((32 << 20) + 10000))'}' \
+  "$URL/api/v1/nodes" >/dev/null || fail "registering ps-big again with 32 MiB + 10000 bytes"
 refused /replicas/ps '{"name": "wide", "model": {"type": "softmax", "inputs": 100, "outputs": 10},
   "data": {"format": "csv", "train": ["'"$WORK"'/data/ok.csv"]}}'
-# softmax 100 x 10: P = 1010, one ps, async, T = 1: 4 (P + 3 P) = 16160 bytes > 10000.
-# linear, 1 input, 2 ps: P = 2, one parameter each; sync: 4 (2 + 1 (2 + 0 + T + T)) bytes per
-# ps, 24 with T = 1, 48 with T = 4. Two ps tasks and one ps agent: it waits, never runs.
+# softmax 100 x 10: P = 1010, one ps, async, T = 1: 32 MiB + 4 P + 2 (4 P + 88 + 32 n) bytes,
+# more than 32 MiB + 10000.
+# linear, 1 input, 2 ps: P = 2, one parameter (one shard) each; sync: 32 MiB + 4 (1 + 0 + T)
+# + 2 T (4 + 88 + 32) bytes per ps, 32 MiB + 256 with T = 1, 32 MiB + 1012 with T = 4. Two
+# ps tasks and one ps agent: it waits, never runs.
 curl -sf -X POST -H 'Content-Type: application/json' \
-  --data '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": 30}' \
-  "$URL/api/v1/nodes" >/dev/null || fail "registering ps-big again with 30 bytes"
+  --data '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": '$(((32 << 20) + 300))'}' \
+  "$URL/api/v1/nodes" >/dev/null || fail "registering ps-big again with 32 MiB + 300 bytes"
 submit "$(NAME=tiny base '"replicas": {"ps": 2}, "training": {"mode": "sync", "max_steps": 100}')"
 [ "$code" = 201 ] || fail "the tiny sync job was refused: $code $(cat body.json)"
 before=$(jobs_digest)

@@ -361,6 +361,37 @@ static void test_init(void **state) {
     }
 }
 
+/* Ranges of the initial vector (a ps task's shards) are exactly its elements, whichever
+ * variables they start and end in, biases included, with gaps between them untouched. */
+static void test_init_ranges(void **state) {
+    (void)state;
+    pf_model_spec s = mlp_spec(PF_ACT_RELU);
+    size_t np = pf_model_num_params(&s);
+    float whole[128], part[128];
+    assert_true(np <= 128);
+    pf_model_init_params(&s, 7, whole);
+    /* every split into up to three ranges with gaps: [a, b) [c, d) [e, np) */
+    for (size_t a = 0; a < np; a += 3)
+        for (size_t b = a; b <= np; b += 5)
+            for (size_t c = b; c <= np; c += 7) {
+                size_t offsets[3] = {a, c, c + (np - c) / 2};
+                size_t counts[3] = {b - a, (np - c) / 2 - (np - c) / 4, np - offsets[2]};
+                for (size_t k = 0; k < np; k++)
+                    part[k] = -99.0f;
+                float *outs[3] = {part + offsets[0], part + offsets[1], part + offsets[2]};
+                pf_model_init_ranges(&s, 7, 3, offsets, counts, outs);
+                for (size_t k = 0; k < np; k++) {
+                    int inside = 0;
+                    for (int r = 0; r < 3; r++)
+                        inside |= k >= offsets[r] && k < offsets[r] + counts[r];
+                    if (inside)
+                        assert_true(part[k] == whole[k]);
+                    else
+                        assert_true(part[k] == -99.0f);
+                }
+            }
+}
+
 /* Every allocation failure in pf_model_create is reported, never a crash or a leak. */
 static void test_create_nomem(void **state) {
     (void)state;
@@ -386,6 +417,7 @@ int main(void) {
         cmocka_unit_test(test_loss_grads),
         cmocka_unit_test(test_gradcheck_reference),
         cmocka_unit_test(test_gradcheck_openblas),
+        cmocka_unit_test(test_init_ranges),
         cmocka_unit_test(test_create_nomem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -47,8 +47,11 @@ static void test_figures(void **state) {
     assert_int_equal(pf_placement_compute(&spec, &p), PF_OK);
     for (int t = 0; t < 2; t++) {
         int64_t local = p.bytes_per_ps[t] / 4;
-        /* 4 (P + L (2 + S + T + T)) with S = 2, T = 2 (sync) */
-        assert_int_equal(pf_footprint_ps_bytes(&spec, &p, t), 4 * (P + local * (2 + 2 + 2 + 2)));
+        /* B + 4 L (1 + S + T) + 2 T M with S = 2, T = 2 (sync), M = 4 L + 88 + 32 n: its own
+         * share only, nothing the size of the model */
+        int64_t message = 4 * local + 88 + 32 * p.shards_per_ps[t];
+        assert_int_equal(pf_footprint_ps_bytes(&spec, &p, t),
+                         (32 << 20) + 4 * local * (1 + 2 + 2) + 2 * 2 * message);
     }
     assert_int_equal(pf_footprint_ps_bytes(&spec, &p, 2), 0);
     pf_error err;

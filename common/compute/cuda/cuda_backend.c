@@ -41,6 +41,7 @@
  */
 #include "psflow/backend.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +56,70 @@
 #define STAGE_BYTES       ((size_t)4 << 20)  /* each of a thread's two pinned buffers */
 #define SCRATCH_MIN_BYTES ((size_t)64 << 10) /* loss terms: enough for 8192 rows */
 #define PROBE_BYTES       ((size_t)1 << 20)  /* what the probe allocates to test memory */
+
+/* --- cuBLAS, loaded when a GPU is first set up ------------------------------------------ */
+
+/* Not linked: loading libcublas costs about 150 MiB of resident memory at start (its
+ * static initialisers touch its tables), which every psflow process - a ps task, a run on
+ * the CPU - would pay for nothing. It is opened when the first GPU is probed; its
+ * functions are called through this table. */
+static struct {
+    __typeof__(cublasCreate_v2) *create;
+    __typeof__(cublasDestroy_v2) *destroy;
+    __typeof__(cublasSetStream_v2) *set_stream;
+    __typeof__(cublasSetMathMode) *set_math_mode;
+    __typeof__(cublasSgemm_v2) *sgemm;
+    __typeof__(cublasGetStatusString) *status_string;
+} blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static char blas_error[512]; /* why cuBLAS could not be loaded; empty once it is */
+
+#define STR_(x)       #x
+#define STR(x)        STR_(x)
+#define CUBLAS_SONAME "libcublas.so." STR(CUBLAS_VER_MAJOR)
+
+static void *blas_sym(void *lib, const char *name) {
+    void *f = dlsym(lib, name);
+    if (!f && !blas_error[0])
+        snprintf(blas_error, sizeof blas_error, "%s has no %s", CUBLAS_SONAME, name);
+    return f;
+}
+
+static void blas_load(void) {
+    /* The loader's search path (ld.so.conf names the toolkit's lib directory on a usual
+     * install), then the directory of the toolkit this psflow was built with. */
+    void *lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#ifdef PSFLOW_CUBLAS_DIR
+    if (!lib)
+        lib = dlopen(PSFLOW_CUBLAS_DIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(blas_error, sizeof blas_error, "cannot load %s: %s", CUBLAS_SONAME,
+                 why ? why : "not found");
+        return;
+    }
+    /* dlsym's object pointer into each function pointer, as POSIX allows (a cast is not
+     * ISO C). */
+    struct {
+        void *dst;
+        const char *name;
+    } fns[] = {
+        {&blas.create, "cublasCreate_v2"},        {&blas.destroy, "cublasDestroy_v2"},
+        {&blas.set_stream, "cublasSetStream_v2"}, {&blas.set_math_mode, "cublasSetMathMode"},
+        {&blas.sgemm, "cublasSgemm_v2"},          {&blas.status_string, "cublasGetStatusString"}};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        void *f = blas_sym(lib, fns[i].name);
+        _Static_assert(sizeof f == sizeof blas.create, "function and object pointers differ");
+        memcpy(fns[i].dst, &f, sizeof f);
+    }
+}
+
+/* NULL once cuBLAS is loaded (the first call loads it), else why it cannot be. */
+static const char *blas_ready(void) {
+    pthread_once(&blas_once, blas_load);
+    return blas_error[0] ? blas_error : NULL;
+}
 
 /* --- the process's GPUs ------------------------------------------------------------------ */
 
@@ -103,7 +168,7 @@ static void check(const char *op, cudaError_t e) {
 
 static void check_blas(const char *op, cublasStatus_t s) {
     if (s != CUBLAS_STATUS_SUCCESS)
-        fatal(op, "cuBLAS: %s (status %d)", cublasGetStatusString(s), (int)s);
+        fatal(op, "cuBLAS: %s (status %d)", blas.status_string(s), (int)s);
 }
 
 /* --- per-thread state -------------------------------------------------------------------- */
@@ -148,7 +213,7 @@ static void ctx_destroy(void *p) {
             cudaFree(t->scratch);
             cudaFreeHost(t->host_scratch);
         }
-        cublasDestroy(t->blas);
+        blas.destroy(t->blas);
         free(t);
     }
     tls_ctx = NULL;
@@ -187,9 +252,9 @@ static thread_ctx *ctx(const char *op) {
         if (!t)
             fatal(op, "out of host memory for the thread's CUDA state");
         t->device = dev;
-        check_blas(op, cublasCreate(&t->blas));
-        check_blas(op, cublasSetStream(t->blas, stream));
-        check_blas(op, cublasSetMathMode(t->blas, CUBLAS_DEFAULT_MATH));
+        check_blas(op, blas.create(&t->blas));
+        check_blas(op, blas.set_stream(t->blas, stream));
+        check_blas(op, blas.set_math_mode(t->blas, CUBLAS_DEFAULT_MATH));
     }
     t->next = tls_ctx;
     tls_ctx = t;
@@ -368,9 +433,9 @@ static void cu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha
         return;
     }
     /* Column-major C^T [n, m] = op(B)^T [n, k] . op(A)^T [k, m]; see DESIGN above. */
-    check_blas("gemm", cublasSgemm(t->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
-                                   lda, &beta, c, ldc));
+    check_blas("gemm", blas.sgemm(t->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
+                                  lda, &beta, c, ldc));
 }
 
 static void cu_axpy(size_t n, float a, const float *x, float *y) {
@@ -601,18 +666,20 @@ static bool probe_compute(int index, const struct cudaDeviceProp *p, cudaStream_
         (e = pfk_fill(s, d, 2.0f, 1)) != cudaSuccess ||
         (e = pfk_fill(s, d + 1, 3.0f, 1)) != cudaSuccess) {
         refuse_on_gpu(index, p, "first kernel", e, msg, len);
-    } else if ((bs = cublasCreate(&h)) != CUBLAS_STATUS_SUCCESS ||
-               (bs = cublasSetStream(h, s)) != CUBLAS_STATUS_SUCCESS ||
-               (bs = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
+    } else if (blas_ready()) {
+        refuse(msg, len, "GPU %d (%s): %s", index, p->name, blas_ready());
+    } else if ((bs = blas.create(&h)) != CUBLAS_STATUS_SUCCESS ||
+               (bs = blas.set_stream(h, s)) != CUBLAS_STATUS_SUCCESS ||
+               (bs = blas.set_math_mode(h, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
         refuse(msg, len, "GPU %d (%s): cuBLAS cannot start: %s", index, p->name,
-               cublasGetStatusString(bs));
+               blas.status_string(bs));
     } else {
         const float one = 1.0f, zero = 0.0f;
-        bs = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, d, 1, d + 1, 1, &zero, d + 3,
-                         1);
+        bs =
+            blas.sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, d, 1, d + 1, 1, &zero, d + 3, 1);
         if (bs != CUBLAS_STATUS_SUCCESS)
             refuse(msg, len, "GPU %d (%s): cuBLAS sgemm fails: %s", index, p->name,
-                   cublasGetStatusString(bs));
+                   blas.status_string(bs));
         else if ((e = cudaMemcpyAsync(host, d, sizeof host, cudaMemcpyDeviceToHost, s)) !=
                      cudaSuccess ||
                  (e = cudaStreamSynchronize(s)) != cudaSuccess)
@@ -627,9 +694,9 @@ static bool probe_compute(int index, const struct cudaDeviceProp *p, cudaStream_
             ok = true;
     }
     /* Tearing down must work too: a GPU that fails here would fail the first op. */
-    if (h && (bs = cublasDestroy(h)) != CUBLAS_STATUS_SUCCESS && ok)
+    if (h && (bs = blas.destroy(h)) != CUBLAS_STATUS_SUCCESS && ok)
         ok = refuse(msg, len, "GPU %d (%s): cuBLAS cannot stop: %s", index, p->name,
-                    cublasGetStatusString(bs));
+                    blas.status_string(bs));
     if ((e = cudaStreamSynchronize(s)) != cudaSuccess && ok)
         ok = refuse_on_gpu(index, p, "cudaStreamSynchronize", e, msg, len);
     if ((e = cudaFree(d)) != cudaSuccess && ok)

@@ -9,13 +9,23 @@
  * model is built for, evaluation included):
  *
  *   model     4 P (1 + S)                    values and optimizer slots, the whole model
- *   ps task   4 (P + L (2 + S + T + T_sync)) L = the parameters placed on that task: its
- *                                            values, the averaged gradient and the slots,
- *                                            one incoming push buffer per training task,
- *                                            and in sync mode one pending gradient per
- *                                            training task (T_sync = T, else 0); P: the
- *                                            initial values of the whole model, built once
- *                                            at start and cut to the task's shards
+ *   ps task   B + 4 L (1 + S + T_sync) + 2 T M
+ *                                            L = the parameters placed on that task, and
+ *                                            nothing the size of the whole model: B the
+ *                                            process before it holds anything
+ *                                            (PF_FOOTPRINT_PS_BASE), its values and optimizer
+ *                                            slots, in sync mode one pending gradient per
+ *                                            training task (T_sync = T, else 0; the step's
+ *                                            average is summed into the first), and per
+ *                                            training task the data plane's two buffers of
+ *                                            the largest message it exchanges with the ps,
+ *                                            M = 4 L + 88 + 32 n (n shards): the message
+ *                                            being received (a push is checked whole before
+ *                                            any of it is applied) and the part of a reply
+ *                                            the socket has not taken yet: written from
+ *                                            the values themselves, and copied only when
+ *                                            an update comes while it is being written
+ *                                            (so no update changes a reply halfway)
  *   training  4 (4 P + B' (2 I + 4 + A + 2 W)) + D
  *                                            params and gradients on the host and the
  *                                            backend, the input batch, the activations
@@ -42,6 +52,17 @@
 /* Variable shards a job may have at all: no message of the data plane carries more
  * tensors (api/wire.md), and placing that many costs a few megabytes. */
 #define PF_FOOTPRINT_MAX_SHARDS 65536
+
+/* A ps process before it holds anything: the binary, its libraries (OpenBLAS, OpenSSL,
+ * libwebsockets, SQLite, zlib, the CUDA runtime; cuBLAS is opened only for a GPU), stacks
+ * and the allocator's arenas. Measured at 14 MiB peak RSS with a 65 KB share
+ * (bench/ps_memory.sh); the rest is margin. */
+#define PF_FOOTPRINT_PS_BASE (32ll << 20)
+
+/* A ps task's largest message, M = 4 L + 88 + 32 n: the message header and fixed fields,
+ * and a tensor record plus a pulled id per shard, with room. */
+#define PF_FOOTPRINT_PS_MESSAGE_EXTRA 88
+#define PF_FOOTPRINT_PS_SHARD_EXTRA   32
 
 typedef struct pf_footprint {
     int64_t params;        /* P */

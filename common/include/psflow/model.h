@@ -55,6 +55,13 @@ size_t pf_model_num_params(const pf_model_spec *spec);
  * kernels (limit sqrt(6 / (in + out))), zero biases, drawn from `seed`. */
 void pf_model_init_params(const pf_model_spec *spec, uint64_t seed, float *params);
 
+/* Ranges of the vector pf_model_init_params fills, without the rest of it (what a ps
+ * task needs for its shards): elements [offsets[r], offsets[r] + counts[r]) into
+ * outs[r][counts[r]], for ranges in increasing, non-overlapping order. The random stream
+ * is drawn up to the last range's end (time proportional to it, no memory beyond outs). */
+void pf_model_init_ranges(const pf_model_spec *spec, uint64_t seed, int n_ranges,
+                          const size_t *offsets, const size_t *counts, float *const *outs);
+
 /* Forward + backward FLOPs per example counted the usual way, 6 * sum(in * out). */
 double pf_model_flops_per_example(const pf_model_spec *spec);
 

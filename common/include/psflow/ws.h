@@ -13,7 +13,10 @@
  * the pieces, a client masking them a chunk at a time into a pooled buffer. What the socket
  * does not take now, or a message behind others, is copied into a pooled buffer (with room
  * for the frame header in front) and written by the service thread, PF_WS_CHUNK bytes per
- * writeable event. Once warm, sending allocates nothing.
+ * writeable event. Once warm, sending allocates nothing. A server's handler may instead
+ * lend the large pieces (pf_ws_sendv_lent: a ps's values in a reply): what the socket does
+ * not take is then written later from where they lie, and pf_ws_settle() copies what is
+ * still unwritten just before the owner changes them.
  *
  * Receiving: each connection reassembles a message into a buffer reused for every message
  * of that connection (grown geometrically, never shrunk, capped at max_message bytes: a
@@ -130,6 +133,18 @@ void pf_ws_close(pf_ws *ws, uint64_t conn);
  * before this returns and may change right after. Errors: PF_ERR_NOT_FOUND (the
  * connection is closed: nothing sent), PF_ERR_NOMEM. Any thread. */
 pf_status pf_ws_sendv(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n);
+
+/* As pf_ws_sendv, from a server's service thread (its handlers), with the parts whose
+ * lend[i] is set lent rather than copied: what the socket does not take now is written
+ * later from where those parts lie, so they must stay valid and unchanged until the
+ * message is written or pf_ws_settle() is called. A client copies, as pf_ws_sendv. */
+pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n,
+                           const unsigned char *lend);
+
+/* Copies the unwritten rest of every lent message into the endpoint's own memory: after
+ * it returns, the lent parts may change. Service thread. PF_ERR_NOMEM when a copy cannot
+ * be made: that message is dropped and its connection closed. */
+pf_status pf_ws_settle(pf_ws *ws);
 
 /* Receives the next data message on conn in place: if it is one frame of exactly len bytes,
  * its bytes [places[i].pos, + places[i].len) are read from the socket straight into

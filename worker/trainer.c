@@ -309,6 +309,7 @@ pf_status worker_run(const worker_options *o) {
         if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
             pf_clock_sleep(o->push_delay_ms / 1000.0);
         }
+        pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
         st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
                                    NULL, &err);
         if (st != PF_OK)

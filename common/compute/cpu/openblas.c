@@ -272,6 +272,7 @@ VECTOR_CLONES static void ob_adam_step(size_t n, float lr_t, float beta1, float 
 
 static const pf_backend openblas_backend = {
     .name = "openblas",
+    .host_memory = true,
     .alloc = pf_malloc,
     .free = pf_free,
     .upload = cpu_copy,

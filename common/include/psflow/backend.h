@@ -31,6 +31,9 @@
 
 typedef struct pf_backend {
     const char *name;
+    /* Its buffers are plain host memory (a CPU backend): host vectors may be passed to its
+     * ops directly, without an upload or download. */
+    bool host_memory;
 
     /* --- memory ------------------------------------------------------------------------ */
     /* New buffer of `bytes` bytes (contents undefined), or NULL on failure. */

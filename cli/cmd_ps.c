@@ -137,7 +137,7 @@ int cli_ps(int argc, char **argv) {
     }
     /* A ps runs no matrix products: one BLAS thread, and OpenBLAS's pool (started when the
      * library loaded) put to sleep. */
-    node_set_threads("ps", 1, 1, 0);
+    node_set_threads(1, 1, NULL, 0);
     pf_backend_openblas_idle();
     long grace;
     long long memory;

@@ -129,7 +129,7 @@ int cli_train(int argc, char **argv) {
         cli_get_long("train", opts, n_opts, "threads", 1, 4096, 0, &threads) ||
         cli_get_size("train", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
         return PF_EX_USAGE;
-    node_set_threads("train", threads, 1, threads > 0); /* one task: every core it may use */
+    node_set_threads(threads, 1, NULL, 0); /* one task: every core it may use */
     const char *save = cli_get(opts, n_opts, "save");
     const char *backend = cli_get(opts, n_opts, "backend");
     pf_session_options sopts = {.load_test = true};

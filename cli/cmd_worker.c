@@ -71,7 +71,7 @@ int cli_worker(int argc, char **argv) {
         if (trc || (trc = cli_use_ca_file("worker", opts, n_opts)))
             return trc;
         if (threads > 0) /* otherwise every core, as OpenBLAS sizes itself */
-            node_set_threads("worker", threads, 1, 1);
+            node_set_threads(threads, 1, NULL, 0);
         const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
         agent_options ao = {.role = "worker",
                             .coordinator = coordinator,
@@ -107,7 +107,9 @@ int cli_worker(int argc, char **argv) {
         node_deinit(&n);
         return rc;
     }
-    node_set_threads("worker", threads, pf_tf_config_tasks_on_host(&n.cfg), 1);
+    char threads_note[128];
+    node_set_threads(threads, pf_tf_config_tasks_on_host(&n.cfg), threads_note,
+                     sizeof threads_note);
     const char *addrs[PF_MAX_REPLICAS];
     for (int p = 0; p < n.spec.replicas.ps; p++)
         addrs[p] = pf_tf_config_address(&n.cfg, "ps", p);
@@ -124,6 +126,7 @@ int cli_worker(int argc, char **argv) {
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
         .ca_file = cli_get(opts, n_opts, "ca-file"),
+        .threads_note = threads_note,
     };
     uint8_t key[PF_WIRE_KEY_SIZE];
     int has_key = node_job_key("worker", n.spec.name, key);

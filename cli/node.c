@@ -146,20 +146,18 @@ void node_defaults(const char *role, const char *id, const char *advertise, int 
         snprintf(adv_out, adv_cap, "%s:%d", host, port);
 }
 
-int node_set_threads(const char *cmd, long threads, int tasks_on_host, int say) {
+int node_set_threads(long threads, int tasks_on_host, char *note, size_t cap) {
     int cores = pf_cpus_available();
     int want = threads > 0 ? (int)threads : pf_cpus_share(cores, tasks_on_host);
-    const char *cap = getenv("OPENBLAS_NUM_THREADS"); /* the user's, kept as a ceiling */
-    long capped = cap ? strtol(cap, NULL, 10) : 0;
+    const char *ceiling = getenv("OPENBLAS_NUM_THREADS"); /* the user's, kept as a ceiling */
+    long capped = ceiling ? strtol(ceiling, NULL, 10) : 0;
     if (threads <= 0 && capped >= 1 && capped < want)
         want = (int)capped;
     int set = pf_backend_openblas_set_threads(want);
-    if (say && threads > 0)
-        fprintf(stderr, "psflow %s: %d BLAS thread%s (--threads)\n", cmd, set, set == 1 ? "" : "s");
-    else if (say)
-        fprintf(stderr,
-                "psflow %s: %d BLAS thread%s: %d core%s for %d of the job's tasks on this host "
-                "(--threads to change)\n",
-                cmd, set, set == 1 ? "" : "s", cores, cores == 1 ? "" : "s", tasks_on_host);
+    if (note && threads > 0)
+        snprintf(note, cap, "%d BLAS thread%s (--threads)", set, set == 1 ? "" : "s");
+    else if (note)
+        snprintf(note, cap, "%d BLAS thread%s: %d core%s for %d of the job's tasks on this host",
+                 set, set == 1 ? "" : "s", cores, cores == 1 ? "" : "s", tasks_on_host);
     return set;
 }

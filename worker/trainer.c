@@ -261,8 +261,9 @@ pf_status worker_run(const worker_options *o) {
     char split[64] = "";
     if (k > 1)
         snprintf(split, sizeof split, " (%d in-graph replicas x %d)", k, spec->training.batch_size);
-    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s\n", who,
-            o->task, t.n_ps, o->task, t.n_tasks, b, split);
+    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s\n",
+            who, o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
+            o->threads_note ? o->threads_note : "");
     int sync = spec->training.mode == PF_MODE_SYNC;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
     double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;

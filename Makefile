@@ -98,6 +98,7 @@ bench: build
 	@$(BUILD)/bench/train_throughput
 	@$(BUILD)/bench/wire_throughput 2>/dev/null
 	@bench/coordinator.sh $(BUILD)
+	@bench/train_distributed.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

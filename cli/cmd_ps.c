@@ -10,6 +10,7 @@
 #include "cli/options.h"
 #include "ps/server.h"
 #include "psflow/address.h"
+#include "psflow/backend.h"
 #include "psflow/mem.h"
 #include "psflow/wire_auth.h"
 
@@ -134,6 +135,10 @@ int cli_ps(int argc, char **argv) {
                        opts, n_opts);
         return 0;
     }
+    /* A ps runs no matrix products: one BLAS thread, and OpenBLAS's pool (started when the
+     * library loaded) put to sleep. */
+    node_set_threads(1, 1, NULL, 0);
+    pf_backend_openblas_idle();
     long grace;
     long long memory;
     if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace) ||

@@ -94,6 +94,7 @@ int cli_train(int argc, char **argv) {
         {"log-every", "N", "without a terminal, print progress every N steps [100]", NULL},
         {"backend", "NAME", "compute backend: openblas (default on cpu) or reference", NULL},
         NODE_MEMORY_OPTION,
+        NODE_THREADS_OPTION,
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -123,9 +124,12 @@ int cli_train(int argc, char **argv) {
     }
     progress prog = {.tty = isatty(STDERR_FILENO) != 0};
     long long memory;
+    long threads;
     if (cli_get_long("train", opts, n_opts, "log-every", 1, 1L << 40, 100, &prog.log_every) ||
+        cli_get_long("train", opts, n_opts, "threads", 1, 4096, 0, &threads) ||
         cli_get_size("train", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
         return PF_EX_USAGE;
+    node_set_threads(threads, 1, NULL, 0); /* one task: every core it may use */
     const char *save = cli_get(opts, n_opts, "save");
     const char *backend = cli_get(opts, n_opts, "backend");
     pf_session_options sopts = {.load_test = true};

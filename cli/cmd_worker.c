@@ -27,6 +27,7 @@ int cli_worker(int argc, char **argv) {
         {"retry-seconds", "S", "keep reconnecting to a lost ps for S seconds [120]", NULL},
         {"push-delay-ms", "MS", "testing: wait MS milliseconds before every push [0]", NULL},
         NODE_MEMORY_OPTION,
+        NODE_THREADS_OPTION,
         {"ca-file", "FILE",
          "trust only this PEM CA for an https:// coordinator, and dial the ps over TLS (wss) "
          "verifying them with it [the system's CAs; plain TCP to the ps]",
@@ -48,9 +49,10 @@ int cli_worker(int argc, char **argv) {
                        opts, n_opts);
         return 0;
     }
-    long log_every, retry, delay;
+    long log_every, retry, delay, threads;
     long long memory;
     if (cli_get_long("worker", opts, n_opts, "log-every", 1, 1L << 40, 100, &log_every) ||
+        cli_get_long("worker", opts, n_opts, "threads", 1, 4096, 0, &threads) ||
         cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
         cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay) ||
         cli_get_size("worker", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
@@ -68,6 +70,8 @@ int cli_worker(int argc, char **argv) {
         int trc = cli_token("worker", token, sizeof token);
         if (trc || (trc = cli_use_ca_file("worker", opts, n_opts)))
             return trc;
+        if (threads > 0) /* otherwise every core, as OpenBLAS sizes itself */
+            node_set_threads(threads, 1, NULL, 0);
         const char *dir = cli_get(opts, n_opts, "checkpoint-dir");
         agent_options ao = {.role = "worker",
                             .coordinator = coordinator,
@@ -103,6 +107,9 @@ int cli_worker(int argc, char **argv) {
         node_deinit(&n);
         return rc;
     }
+    char threads_note[128];
+    node_set_threads(threads, pf_tf_config_tasks_on_host(&n.cfg), threads_note,
+                     sizeof threads_note);
     const char *addrs[PF_MAX_REPLICAS];
     for (int p = 0; p < n.spec.replicas.ps; p++)
         addrs[p] = pf_tf_config_address(&n.cfg, "ps", p);
@@ -119,6 +126,7 @@ int cli_worker(int argc, char **argv) {
         .retry_seconds = (double)retry,
         .push_delay_ms = delay,
         .ca_file = cli_get(opts, n_opts, "ca-file"),
+        .threads_note = threads_note,
     };
     uint8_t key[PF_WIRE_KEY_SIZE];
     int has_key = node_job_key("worker", n.spec.name, key);

@@ -8,7 +8,9 @@
 
 #include "cli/cli.h"
 #include "cli/options.h"
+#include "psflow/backend.h"
 #include "psflow/clock.h"
+#include "psflow/cpus.h"
 #include "psflow/footprint.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
@@ -142,4 +144,20 @@ void node_defaults(const char *role, const char *id, const char *advertise, int 
         snprintf(adv_out, adv_cap, "%s", advertise);
     else
         snprintf(adv_out, adv_cap, "%s:%d", host, port);
+}
+
+int node_set_threads(long threads, int tasks_on_host, char *note, size_t cap) {
+    int cores = pf_cpus_available();
+    int want = threads > 0 ? (int)threads : pf_cpus_share(cores, tasks_on_host);
+    const char *ceiling = getenv("OPENBLAS_NUM_THREADS"); /* the user's, kept as a ceiling */
+    long capped = ceiling ? strtol(ceiling, NULL, 10) : 0;
+    if (threads <= 0 && capped >= 1 && capped < want)
+        want = (int)capped;
+    int set = pf_backend_openblas_set_threads(want);
+    if (note && threads > 0)
+        snprintf(note, cap, "%d BLAS thread%s (--threads)", set, set == 1 ? "" : "s");
+    else if (note)
+        snprintf(note, cap, "%d BLAS thread%s: %d core%s for %d of the job's tasks on this host",
+                 set, set == 1 ? "" : "s", cores, cores == 1 ? "" : "s", tasks_on_host);
+    return set;
 }

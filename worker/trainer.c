@@ -4,9 +4,9 @@
  * reads. A step gathers the worker's K * batch_size examples, and its in-graph replicas
  * (towers.h, K = replicas_per_worker, usually 1) turn the parameters into one averaged
  * gradient: per replica, the parameters and its slice of the batch cross to its backend and
- * its gradient comes back (a copy on the CPU backend, the one host<->device transfer each
- * way on a GPU). The chief evaluates on replica 0's backend. Everything is allocated before
- * the first step.
+ * its gradient comes back (on the CPU backend the replica reads and writes the host vectors
+ * themselves; on a GPU, the one host<->device transfer each way). The chief evaluates on replica
+ * 0's backend. Everything is allocated before the first step.
  */
 #include "worker/trainer.h"
 
@@ -63,12 +63,16 @@ static void upload_batch(trainer *t, int count) {
 static pf_eval evaluate(trainer *t) {
     pf_eval ev = {0};
     const pf_dataset *ds = t->has_test ? &t->test : &t->train;
-    t->be->upload(t->d_params, t->params, t->n_params);
+    const float *params = t->params; /* a host backend evaluates the host vector */
+    if (t->d_params) {
+        t->be->upload(t->d_params, t->params, t->n_params);
+        params = t->d_params;
+    }
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
         pf_batch_copy(ds, start, count, t->hx, t->hy, t->hlabels);
         upload_batch(t, count);
-        pf_model_eval_batch(t->model, t->d_params, t->d_x, t->d_y, t->d_labels, count, &ev);
+        pf_model_eval_batch(t->model, params, t->d_x, t->d_y, t->d_labels, count, &ev);
     }
     return ev;
 }
@@ -289,11 +293,12 @@ static pf_status setup(trainer *t, pf_error *err) {
     if (t->o->is_chief) { /* the model and buffers the chief evaluates with */
         if (pf_model_create(&spec->model, t->be, EVAL_BATCH, &t->model) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-        t->d_params = t->be->alloc(t->n_params * sizeof(float));
+        if (!t->be->host_memory)
+            t->d_params = t->be->alloc(t->n_params * sizeof(float));
         t->d_x = t->be->alloc((size_t)EVAL_BATCH * in * sizeof(float));
         t->d_y = t->be->alloc((size_t)EVAL_BATCH * sizeof(float));
         t->d_labels = t->be->alloc((size_t)EVAL_BATCH * sizeof(int32_t));
-        if (!t->d_params || !t->d_x || !t->d_y || !t->d_labels)
+        if ((!t->be->host_memory && !t->d_params) || !t->d_x || !t->d_y || !t->d_labels)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     }
     uint8_t role = t->o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER;
@@ -357,8 +362,9 @@ pf_status worker_run(const worker_options *o) {
     char split[64] = "";
     if (k > 1)
         snprintf(split, sizeof split, " (%d in-graph replicas x %d)", k, spec->training.batch_size);
-    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s\n", who,
-            o->task, t.n_ps, o->task, t.n_tasks, b, split);
+    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s\n",
+            who, o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
+            o->threads_note ? o->threads_note : "");
     int sync = spec->training.mode == PF_MODE_SYNC;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
     double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;
@@ -443,6 +449,7 @@ pf_status worker_run(const worker_options *o) {
         if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
             pf_clock_sleep(o->push_delay_ms / 1000.0);
         }
+        pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
         st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
                                    NULL, &err);
         if (st != PF_OK)

@@ -67,7 +67,8 @@ typedef struct worker_options {
     /* The job's data-plane key (PF_WIRE_KEY_SIZE bytes, psflow/wire_auth.h), or NULL: the
      * task proves the key derived from it for its role and index to every ps. */
     const uint8_t *job_key;
-    const char *ca_file; /* NULL: the data plane is plain TCP; else TLS verified with it */
+    const char *ca_file;      /* NULL: the data plane is plain TCP; else TLS verified with it */
+    const char *threads_note; /* the thread policy's choice, for the first log line; or NULL */
 } worker_options;
 
 /* Runs the task to the end of the job, logging progress and errors to stderr. Returns

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "psflow/address.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
 
@@ -574,6 +575,29 @@ const char *pf_tf_config_address(const pf_tf_config *cfg, const char *job, int i
     if (!j || !j->addrs || index < 0 || index >= j->n_tasks)
         return NULL;
     return j->addrs[index];
+}
+
+/* addr's host into host[cap], loopback names as "localhost"; 0 when addr is not host:port. */
+static int host_of(const char *addr, char *host, size_t cap) {
+    int port;
+    if (!addr || pf_split_host_port(addr, host, cap, &port) != 0)
+        return 0;
+    if (!strcmp(host, "::1") || !strcmp(host, "[::1]") || !strncmp(host, "127.", 4))
+        snprintf(host, cap, "localhost");
+    return 1;
+}
+
+int pf_tf_config_tasks_on_host(const pf_tf_config *cfg) {
+    char mine[256], other[256];
+    if (!cfg || !cfg->has_task ||
+        !host_of(pf_tf_config_address(cfg, cfg->task_type, cfg->task_index), mine, sizeof mine))
+        return 1;
+    int n = 0;
+    for (int j = 0; j < clamp_jobs(cfg); j++)
+        for (int t = 0; t < cfg->jobs[j].n_tasks && cfg->jobs[j].addrs; t++)
+            if (host_of(cfg->jobs[j].addrs[t], other, sizeof other) && !strcmp(mine, other))
+                n++;
+    return n > 0 ? n : 1;
 }
 
 /* --- building ----------------------------------------------------------------------------------

@@ -10,7 +10,10 @@
  * to replica 0's in replica order and scales by 1/K, the way a ps averages the gradients of
  * its workers in task order: the result does not depend on which replica finished first.
  * Nothing is allocated per step. With one replica no thread is started and a step is just
- * replica 0's upload, forward/backward and download.
+ * replica 0's upload, forward/backward and download. On a backend whose buffers are host
+ * memory (the CPU backends) a replica reads the caller's parameters and writes its gradient
+ * in place, with no backend copy of either: a worker holds the model's values once and its
+ * gradient once (plus one gradient per further replica).
  */
 #include "psflow/towers.h"
 
@@ -73,16 +76,18 @@ static pf_status tower_setup(tower *w) {
     w->be = be;
     size_t b = (size_t)t->batch;
     if (pf_model_create(&t->model, be, t->batch, &w->model) == PF_OK) {
-        w->d_params = be->alloc(t->n_params * sizeof(float));
-        w->d_grads = be->alloc(t->n_params * sizeof(float));
+        if (!be->host_memory) { /* a host backend reads and writes the host vectors */
+            w->d_params = be->alloc(t->n_params * sizeof(float));
+            w->d_grads = be->alloc(t->n_params * sizeof(float));
+        }
         w->d_x = be->alloc(b * (size_t)t->inputs * sizeof(float));
         w->d_y = be->alloc(b * sizeof(float));
         w->d_labels = be->alloc(b * sizeof(int32_t));
         if (w->r > 0)
             w->grads = pf_mallocarray(t->n_params, sizeof(float));
     }
-    if (!w->model || !w->d_params || !w->d_grads || !w->d_x || !w->d_y || !w->d_labels ||
-        (w->r > 0 && !w->grads))
+    if (!w->model || (!be->host_memory && (!w->d_params || !w->d_grads)) || !w->d_x || !w->d_y ||
+        !w->d_labels || (w->r > 0 && !w->grads))
         return pf_error_set(&w->setup_err, PF_ERR_NOMEM, NULL,
                             "replica %d: out of memory for the model on %s", w->r, be->name);
     return PF_OK;
@@ -105,15 +110,21 @@ static void tower_step(tower *w) {
     pf_towers *t = w->set;
     const pf_backend *be = w->be;
     const size_t b = (size_t)t->batch, first = (size_t)w->r * b;
-    be->upload(w->d_params, t->params, t->n_params);
+    float *grads = w->r == 0 ? t->grads : w->grads;
     be->upload(w->d_x, t->x + first * (size_t)t->inputs, b * (size_t)t->inputs);
     if (t->classifier)
         be->upload_i32(w->d_labels, t->labels + first, b);
     else
         be->upload(w->d_y, t->targets + first, b);
+    if (be->host_memory) { /* no copies of the parameters or the gradient */
+        w->loss =
+            pf_model_train_step(w->model, t->params, w->d_x, w->d_y, w->d_labels, t->batch, grads);
+        return;
+    }
+    be->upload(w->d_params, t->params, t->n_params);
     w->loss = pf_model_train_step(w->model, w->d_params, w->d_x, w->d_y, w->d_labels, t->batch,
                                   w->d_grads);
-    be->download(w->r == 0 ? t->grads : w->grads, w->d_grads, t->n_params);
+    be->download(grads, w->d_grads, t->n_params);
 }
 
 /* Counts the calling replica thread out of the current round (or of the setup). */

@@ -663,8 +663,47 @@ static void test_failing_allocator_build(void **state) {
     free_addrs(ws);
 }
 
+/* The tasks sharing this task's host, as the thread policy counts them. */
+static void test_tasks_on_host(void **state) {
+    (void)state;
+    static const struct {
+        const char *json;
+        int want;
+    } cases[] = {
+        /* 1 ps + 2 workers on one machine, loopback spelled three ways */
+        {"{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"localhost:2\",\"127.0.0.2:3\"]},"
+         "\"task\":{\"type\":\"worker\",\"index\":1}}",
+         3},
+        /* one task per machine */
+        {"{\"cluster\":{\"ps\":[\"a:1\"],\"worker\":[\"b:1\",\"c:1\"]},"
+         "\"task\":{\"type\":\"worker\",\"index\":0}}",
+         1},
+        /* two workers and a chief on host b, the ps elsewhere; the chief asks */
+        {"{\"cluster\":{\"chief\":[\"b:0\"],\"ps\":[\"a:1\"],\"worker\":[\"b:1\",\"b:2\"]},"
+         "\"task\":{\"type\":\"chief\",\"index\":0}}",
+         3},
+        /* a sparse job's gaps count for nothing */
+        {"{\"cluster\":{\"ps\":[\"b:9\"],\"worker\":{\"1\":\"b:1\"}},"
+         "\"task\":{\"type\":\"worker\",\"index\":1}}",
+         2},
+        /* no task, or a task without an address: this task alone */
+        {"{\"cluster\":{\"ps\":[\"b:9\"],\"worker\":[\"b:1\"]}}", 1},
+        {"{\"cluster\":{\"ps\":[\"b:9\"]},\"task\":{\"type\":\"worker\",\"index\":3}}", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pf_tf_config c;
+        must_parse(cases[i].json, &c);
+        int got = pf_tf_config_tasks_on_host(&c);
+        if (got != cases[i].want)
+            fail_msg("case %zu: %d tasks on the host, expected %d", i, got, cases[i].want);
+        pf_tf_config_deinit(&c);
+    }
+    assert_int_equal(pf_tf_config_tasks_on_host(NULL), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tasks_on_host),
         cmocka_unit_test(test_operator_vectors_built),
         cmocka_unit_test(test_operator_vectors_round_trip),
         cmocka_unit_test(test_tensorflow_resolver_vectors),

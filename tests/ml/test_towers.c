@@ -7,7 +7,8 @@
  * rounding (|ref - x| <= 1e-6 + 1e-5 |ref|), since the mean of equal slices' mean-loss
  * gradients is the mean-loss gradient of their union. Failures: an unusable GPU for one
  * replica, and a backend whose allocations fail on the replica threads, each leave nothing
- * behind (the sanitizer build checks for leaks).
+ * behind (the sanitizer build checks for leaks). On a host-memory backend no replica holds
+ * a copy of the parameters or the gradient.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -264,6 +265,59 @@ static void test_replica_out_of_memory(void **state) {
     pf_job_spec_deinit(&s);
 }
 
+/* A CPU backend that counts the parameter-sized buffers and copies asked of it. */
+static size_t param_bytes;
+static int param_allocs, param_copies;
+static void *counting_alloc(size_t bytes) {
+    param_allocs += bytes == param_bytes;
+    return pf_backend_openblas()->alloc(bytes);
+}
+static void counting_upload(float *dst, const float *src, size_t n) {
+    param_copies += n * sizeof(float) == param_bytes;
+    pf_backend_openblas()->upload(dst, src, n);
+}
+static void counting_download(float *dst, const float *src, size_t n) {
+    param_copies += n * sizeof(float) == param_bytes;
+    pf_backend_openblas()->download(dst, src, n);
+}
+
+/* On a host-memory backend a replica computes on the caller's parameters and writes the
+ * caller's gradient: no backend buffer or copy of either (a worker's memory bound), and
+ * the same gradient, bit for bit, as through backend copies. */
+static void test_host_memory_no_copies(void **state) {
+    (void)state;
+    pf_job_spec s;
+    parse(MLP, "\"device\":\"cpu\"", &s);
+    batch b = make_batch(&s, 21);
+    param_bytes = b.n_params * sizeof(float);
+    float *grads[2] = {pf_mallocarray(b.n_params, sizeof(float)),
+                       pf_mallocarray(b.n_params, sizeof(float))};
+    float loss[2];
+    assert_true(grads[0] && grads[1]);
+    for (int host = 1; host >= 0; host--) {
+        pf_backend counting = *pf_backend_openblas();
+        counting.alloc = counting_alloc;
+        counting.upload = counting_upload;
+        counting.download = counting_download;
+        counting.host_memory = host;
+        param_allocs = param_copies = 0;
+        pf_towers *t;
+        pf_error err;
+        assert_int_equal(pf_towers_create(&s, &counting, &t, &err), PF_OK);
+        loss[host] = pf_towers_gradient(t, b.params, b.x, b.y, b.labels, grads[host]);
+        pf_towers_destroy(t);
+        /* host: nothing; device-style: the parameters and the gradient, each once */
+        assert_int_equal(param_allocs, host ? 0 : 2);
+        assert_int_equal(param_copies, host ? 0 : 2);
+    }
+    assert_true(loss[0] == loss[1]);
+    assert_memory_equal(grads[0], grads[1], b.n_params * sizeof(float));
+    pf_free(grads[0]);
+    pf_free(grads[1]);
+    free_batch(&b);
+    pf_job_spec_deinit(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_average_mlp),
@@ -271,6 +325,7 @@ int main(void) {
         cmocka_unit_test(test_one_replica_and_override),
         cmocka_unit_test(test_unusable_device),
         cmocka_unit_test(test_replica_out_of_memory),
+        cmocka_unit_test(test_host_memory_no_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,8 +16,13 @@
  * reference.c holds the naive versions these are tested against (tests/compute/test_compute.c).
  *
  * Threads: each gemm runs on OpenBLAS's own threads (OPENBLAS_NUM_THREADS, else one per
- * core). Several threads calling at once (a worker's CPU replicas) would each ask for every
- * core; pf_backend_openblas_share() splits the cores among them instead.
+ * core, or pf_backend_openblas_set_threads(): the thread policy of psflow/cpus.h). Several
+ * threads calling at once (a worker's CPU replicas) would each ask for every core;
+ * pf_backend_openblas_share() splits the cores among them instead. Between calls OpenBLAS's
+ * helper threads spin in sched_yield for up to its thread timeout (2^28 cycles, ~0.1 s);
+ * pf_backend_openblas_idle() stops the pool while a worker waits on the network (measured:
+ * a 20 ms wait after a 2-thread gemm burns a whole core without it, nothing with it; the
+ * pool's restart at the next gemm costs a thread creation).
  */
 #include "psflow/backend.h"
 #include "psflow/mem.h"
@@ -267,6 +272,7 @@ VECTOR_CLONES static void ob_adam_step(size_t n, float lr_t, float beta1, float 
 
 static const pf_backend openblas_backend = {
     .name = "openblas",
+    .host_memory = true,
     .alloc = pf_malloc,
     .free = pf_free,
     .upload = cpu_copy,
@@ -301,9 +307,28 @@ static pthread_once_t share_once = PTHREAD_ONCE_INIT;
 static int share_base; /* OpenBLAS's threads before the first pf_backend_openblas_share() */
 
 static void share_init(void) {
+    if (share_base > 0) /* pf_backend_openblas_set_threads came first */
+        return;
     share_base = openblas_get_num_threads();
     if (share_base < 1)
         share_base = 1;
+}
+
+int pf_backend_openblas_set_threads(int threads) {
+    share_base = threads < 1 ? 1 : threads;
+    pthread_once(&share_once, share_init);
+    openblas_set_num_threads(share_base);
+    return share_base;
+}
+
+/* OpenBLAS's own shutdown of its thread pool (what its fork handler calls): exported by the
+ * pthreads and OpenMP builds, absent from others, hence weak. Its next level-3 call starts
+ * the pool again (exec_blas checks blas_server_avail). */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+void pf_backend_openblas_idle(void) {
+    if (blas_thread_shutdown_) /* returns at once when the pool is not running */
+        blas_thread_shutdown_();
 }
 
 int pf_backend_openblas_share(int callers) {

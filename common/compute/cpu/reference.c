@@ -198,6 +198,7 @@ static void ref_adam_step(size_t n, float lr_t, float beta1, float beta2, float 
 
 static const pf_backend reference_backend = {
     .name = "reference",
+    .host_memory = true,
     .alloc = pf_malloc,
     .free = pf_free,
     .upload = cpu_copy,

@@ -31,6 +31,9 @@
 
 typedef struct pf_backend {
     const char *name;
+    /* Its buffers are plain host memory (a CPU backend): host vectors may be passed to its
+     * ops directly, without an upload or download. */
+    bool host_memory;
 
     /* --- memory ------------------------------------------------------------------------ */
     /* New buffer of `bytes` bytes (contents undefined), or NULL on failure. */
@@ -109,6 +112,19 @@ const pf_backend *pf_backend_openblas(void);
  * call (OPENBLAS_NUM_THREADS, else one per core). callers <= 1 gives every gemm T threads
  * again. Returns the threads a gemm now uses. Process-wide: call it while no gemm runs. */
 int pf_backend_openblas_share(int callers);
+
+/* Sets T, the threads a gemm of the "openblas" backend uses (and that
+ * pf_backend_openblas_share splits), to `threads` (>= 1): the thread policy's choice
+ * (cpus.h). Returns the threads now used. Process-wide: call it while no gemm runs. */
+int pf_backend_openblas_set_threads(int threads);
+
+/* Puts OpenBLAS's helper threads to sleep until the next gemm: after a call they otherwise
+ * spin in sched_yield for up to OpenBLAS's thread timeout (about 0.1 s), taking a core from
+ * whatever runs next (a ps or the transport, while a worker waits on the network). The next
+ * gemm starts them again. Nothing to do when the pool is not running, or with a BLAS
+ * without the hook.
+ * Process-wide: call it while no gemm runs. */
+void pf_backend_openblas_idle(void);
 
 /* The backend for a device (a job spec's "device"; index is the N of "cuda:N", 0 for
  * "cuda"): PF_DEVICE_CPU -> openblas; PF_DEVICE_CUDA -> cuda on GPU `index`, or

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Distributed step efficiency: examples/s of `psflow train` (one process) against a static
+# cluster on 127.0.0.1 started the way users start one (`psflow ps` + `psflow worker` with
+# TF_CONFIG and --job), on the same job (Fashion-MNIST, batch 100 per worker, SGD unless
+# --optimizer says otherwise). Runs are interleaved: one process, then the cluster, repeated
+# --repeats times; the ratio printed is the median over those pairs of (cluster's examples/s
+# over the one process's of the same pair). Each side's rate is measured between two of its
+# own progress lines (after the first fifth of the run, to the end), so start-up, data
+# loading, the first pull and the step-0 checkpoint are not counted on either side; a
+# cluster's rate is the sum of its workers' rates.
+#
+# Peak RSS (VmHWM, from /usr/bin/time) of every process is printed next to its bound: a
+# worker against one process's peak (the same pair's) + 1.5 x the model bytes (4 bytes per
+# parameter); a ps against the memory formula `psflow ps` checks itself against
+# (pf_footprint_ps_bytes, read from the refusal `psflow ps --memory 1` prints).
+#
+# Targets (issue 20): 1 ps + 1 worker >= 0.7 of one process on 784-1024-1024-10 and
+# 784-4096-4096-10, >= 0.6 on 784-256-256-10; async 1 ps + 2 workers >= 0.7 on
+# 784-256-256-10; every worker within its bound.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/train_distributed.sh [BUILD_DIR] [options]
+
+  --models LIST     hidden widths, comma-separated, each an MLP 784-W-W-10 [256,1024,4096]
+  --modes LIST      cluster shapes: 1w (1 ps + 1 worker), 2w-async, 2w-sync [1w,2w-async,2w-sync]
+  --repeats N       interleaved pairs per model and mode; the median is printed [3]
+  --steps-scale X   multiply each model's step count by X (0.01 for a smoke run) [1]
+  --optimizer NAME  sgd or adam [sgd]
+  --help            this text
+
+BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.
+Each model's step count: 256: 800, 1024: 150, 4096: 20 (times --steps-scale, at least 10).
+EOF
+}
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=$src/build
+models=256,1024,4096
+modes=1w,2w-async,2w-sync
+repeats=3
+scale=1
+optimizer=sgd
+while [ $# -gt 0 ]; do
+  case $1 in
+  --help | -h) usage; exit 0 ;;
+  --models) models=${2:?--models needs a value}; shift 2 ;;
+  --modes) modes=${2:?--modes needs a value}; shift 2 ;;
+  --repeats) repeats=${2:?--repeats needs a value}; shift 2 ;;
+  --steps-scale) scale=${2:?--steps-scale needs a value}; shift 2 ;;
+  --optimizer) optimizer=${2:?--optimizer needs a value}; shift 2 ;;
+  -*) echo "train_distributed.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
+  *) build=$1; shift ;;
+  esac
+done
+[[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "train_distributed.sh: --repeats must be a positive integer" >&2; exit 64; }
+[[ $scale =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "train_distributed.sh: --steps-scale must be a positive number" >&2; exit 64; }
+case $optimizer in sgd | adam) ;; *) echo "train_distributed.sh: --optimizer must be sgd or adam" >&2; exit 64 ;; esac
+for m in ${models//,/ }; do
+  [[ $m =~ ^[1-9][0-9]{0,4}$ ]] || { echo "train_distributed.sh: bad model width '$m'" >&2; exit 64; }
+done
+for m in ${modes//,/ }; do
+  case $m in 1w | 2w-async | 2w-sync) ;; *) echo "train_distributed.sh: bad mode '$m'" >&2; exit 64 ;; esac
+done
+build=$(cd "$build" && pwd)
+psflow=$build/psflow
+[ -x "$psflow" ] || { echo "train_distributed.sh: $psflow not built" >&2; exit 1; }
+[ -x /usr/bin/time ] || { echo "train_distributed.sh: /usr/bin/time is missing (apt-get install time)" >&2; exit 1; }
+data=/usr/share/datasets/fashion-mnist
+[ -r "$data/train-images-idx3-ubyte.gz" ] || { echo "train_distributed.sh: Fashion-MNIST not found in $data" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/psflow-bench.XXXXXX")
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# spec OUT WIDTH STEPS WORKERS MODE: the job, one process's (WORKERS 1) or a cluster's.
+spec() {
+  python3 - "$@" "$optimizer" "$data" <<'PY'
+import json, sys
+out, width, steps, workers, mode, opt, data = sys.argv[1:8]
+w = int(width)
+d = {"name": "bench-%s-%s" % (width, mode if int(workers) > 1 else "1w"),
+     "replicas": {"ps": 1, "worker": int(workers)},
+     "model": {"type": "mlp", "inputs": 784, "hidden": [w, w], "outputs": 10,
+               "activation": "relu"},
+     "data": {"format": "idx",
+              "train": [data + "/train-images-idx3-ubyte.gz", data + "/train-labels-idx1-ubyte.gz"],
+              "test": [data + "/t10k-images-idx3-ubyte.gz", data + "/t10k-labels-idx1-ubyte.gz"]},
+     "optimizer": {"type": opt, "learning_rate": 0.01 if opt == "sgd" else 0.001},
+     "training": {"mode": mode, "batch_size": 100, "max_steps": int(steps), "seed": 1,
+                  "eval_every_steps": 0},
+     "checkpoint": {"every_steps": 0}}
+json.dump(d, open(out, "w"))
+PY
+}
+
+# rate LOG BATCH EVERY: examples/s between the progress line after the first fifth of the
+# run and the last one. Each line's rate is cumulative (steps x batch / time since its
+# start), so the time at line k is k x EVERY x BATCH / rate_k.
+rate() {
+  python3 - "$@" <<'PY'
+import re, sys
+log, batch, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rates = [float(m.group(1)) for m in
+         re.finditer(r"(?:step \d+/\d+ +loss \S+ +)(\d+) examples/s", open(log).read())]
+if len(rates) < 3 or min(rates) <= 0:
+    print("nan"); sys.exit()
+k0 = max(1, len(rates) // 5)
+t = [(i + 1) * every * batch / r for i, r in enumerate(rates)]
+print("%.1f" % ((len(rates) - k0) * every * batch / (t[-1] - t[k0 - 1])))
+PY
+}
+
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+tf_config() { # TYPE INDEX PS_PORT WORKER_PORTS
+  python3 -c 'import json,sys; t,i,ps,w=sys.argv[1:5]; a=lambda p:["127.0.0.1:"+x for x in p.split(",")]
+print(json.dumps({"cluster":{"ps":a(ps),"worker":a(w)},"task":{"type":t,"index":int(i)}}))' "$@"
+}
+
+# ps_formula JOB WORKERS: the bytes `psflow ps` would need for task 0 (its own estimate).
+ps_formula() {
+  local line w=2
+  [ "$2" = 1 ] || w=2,3
+  line=$(TF_CONFIG=$(tf_config ps 0 1 "$w") "$psflow" ps --job "$1" --memory 1 2>&1 >/dev/null || true)
+  python3 - "$line" <<'PY'
+import re, sys
+m = re.search(r"needs about ([0-9.]+) ?([KMGT]?i?B)", sys.argv[1])
+units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+         "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+print(int(float(m.group(1)) * units[m.group(2)]) if m and m.group(2) in units else 0)
+PY
+}
+
+# one_process JOB STEPS: prints "RATE PEAK_KB".
+one_process() {
+  local job=$1 steps=$2 every=$(($2 / 10))
+  /usr/bin/time -f %M -o "$work/train.rss" "$psflow" train "$job" --log-every "$every" \
+    >/dev/null 2>"$work/train.log" || { tail -n 5 "$work/train.log" >&2; echo "nan 0"; return; }
+  echo "$(rate "$work/train.log" 100 "$every") $(tail -n 1 "$work/train.rss")"
+}
+
+# cluster JOB STEPS WORKERS: prints "RATE PS_PEAK_KB WORKER_PEAK_KB..." (a worker's rate is
+# over its own steps: with 2 async workers each takes about half).
+cluster() {
+  local job=$1 steps=$2 nw=$3 every ports w_ports i rc=0 total=0 r
+  every=$((steps / nw / 10))
+  [ "$every" -ge 1 ] || every=1
+  read -r -a ports <<<"$(free_ports $((1 + nw)))"
+  w_ports=$(IFS=,; echo "${ports[*]:1}")
+  pids=()
+  TF_CONFIG=$(tf_config ps 0 "${ports[0]}" "$w_ports") /usr/bin/time -f %M -o "$work/ps.rss" \
+    "$psflow" ps --job "$job" --checkpoint-dir "$work/ckpt" 2>"$work/ps.log" &
+  pids+=($!)
+  for i in $(seq 0 $((nw - 1))); do
+    TF_CONFIG=$(tf_config worker "$i" "${ports[0]}" "$w_ports") /usr/bin/time -f %M -o "$work/w$i.rss" \
+      "$psflow" worker --job "$job" --checkpoint-dir "$work/ckpt" --log-every "$every" \
+      >/dev/null 2>"$work/w$i.log" &
+    pids+=($!)
+  done
+  for i in $(seq 1 "$nw"); do wait "${pids[$i]}" || rc=$?; done
+  if [ "$rc" != 0 ]; then
+    kill "${pids[0]}" 2>/dev/null || true
+    tail -n 5 "$work"/w*.log >&2
+  fi
+  wait "${pids[0]}" || true
+  pids=()
+  rm -rf "$work/ckpt"
+  [ "$rc" = 0 ] || { echo nan; return; }
+  for i in $(seq 0 $((nw - 1))); do
+    r=$(rate "$work/w$i.log" 100 "$every")
+    total=$(python3 -c 'import sys; print("%.1f" % (float(sys.argv[1]) + float(sys.argv[2])))' "$total" "$r")
+  done
+  local out="$total $(tail -n 1 "$work/ps.rss")"
+  for i in $(seq 0 $((nw - 1))); do out="$out $(tail -n 1 "$work/w$i.rss")"; done
+  echo "$out"
+}
+
+steps_for() { # WIDTH
+  python3 -c 'import sys; w,s=int(sys.argv[1]),float(sys.argv[2]); base={256:800,1024:150}.get(w, 20 if w>=4096 else 100)
+print(max(10, int(base*s)))' "$1" "$scale"
+}
+
+echo "train_distributed: $(nproc) cores, optimizer $optimizer, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
+printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "1 proc ex/s" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
+for width in ${models//,/ }; do
+  steps=$(steps_for "$width")
+  params=$((784 * width + width + width * width + width + width * 10 + 10))
+  spec "$work/one.json" "$width" "$steps" 1 async
+  for mode in ${modes//,/ }; do
+    case $mode in
+    1w) nw=1 m=async ;;
+    2w-async) nw=2 m=async ;;
+    2w-sync) nw=2 m=sync ;;
+    esac
+    spec "$work/cl.json" "$width" "$steps" "$nw" "$m"
+    ps_bound=$(ps_formula "$work/cl.json" "$nw")
+    ratios=() ones=() cls=() rss_line=""
+    for rep in $(seq 1 "$repeats"); do
+      read -r one one_kb <<<"$(one_process "$work/one.json" "$steps")"
+      read -r -a c <<<"$(cluster "$work/cl.json" "$steps" "$nw")"
+      ones+=("$one")
+      cls+=("${c[0]}")
+      ratios+=("$(python3 -c 'import sys; a,b=map(float,sys.argv[1:]); print("%.2f" % (b/a) if a>0 else "nan")' "$one" "${c[0]}")")
+      if [ "$rep" = "$repeats" ] && [ "${#c[@]}" -gt 1 ]; then # the last pair's memory
+        rss_line=$(python3 - "$one_kb" "$params" "$ps_bound" "${c[@]:1}" <<'PY'
+import sys
+one, params, ps_bound = int(sys.argv[1]) * 1024, int(sys.argv[2]), int(sys.argv[3])
+ps, workers = int(sys.argv[4]) * 1024, [int(x) * 1024 for x in sys.argv[5:]]
+mib = lambda b: b / 2**20
+wb = one + 1.5 * 4 * params
+parts = ["%.0f" % mib(one), "ps %.0f (%.0f)%s" % (mib(ps), mib(ps_bound), "" if ps <= 1.5 * ps_bound else " OVER 1.5x")]
+parts += ["w%d %.0f (%.0f)%s" % (i, mib(w), mib(wb), "" if w <= wb else " OVER") for i, w in enumerate(workers)]
+print("; ".join(parts))
+PY
+)
+      fi
+    done
+    python3 - "784-$width-$width-10" "$mode" "$steps" "${#ratios[@]}" "${ones[@]}" "${cls[@]}" "${ratios[@]}" "$rss_line" <<'PY'
+import statistics, sys
+name, mode, steps, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+vals = sys.argv[5:5 + 3 * n]
+ones, cls, ratios = [float(v) for v in vals[:n]], [float(v) for v in vals[n:2 * n]], [float(v) for v in vals[2 * n:]]
+rss = sys.argv[5 + 3 * n]
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+print("%-18s %-9s %6s %12.0f %12.0f %7.2f  %-28s %s" % (name, mode, steps, med(ones), med(cls), med(ratios),
+      " ".join("%.2f" % r for r in ratios), rss))
+PY
+  done
+done

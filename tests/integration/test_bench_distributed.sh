@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# bench/train_distributed.sh runs end to end on a tiny model and prints its table: the
+# header, one row per mode with a ratio and every process's peak RSS next to its bound, and
+# refuses bad options with exit 64. It checks that the benchmark works, never its figures
+# (no timing in a pass/fail test).
+# labels: integration
+source "$(dirname "$0")/lib.sh"
+
+bench=$PSFLOW_SRC/bench/train_distributed.sh
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+  fail "Fashion-MNIST missing: run scripts/deps.sh (package dataset-fashion-mnist)"
+
+"$bench" --help >help.txt || fail "--help failed"
+grep -q -- "--repeats N" help.txt || fail "--help does not list --repeats"
+
+expect_exit 64 "$bench" "$(dirname "$PSFLOW_BIN")" --modes 3w
+grep -q "bad mode '3w'" "$WORK/stderr" || fail "a bad mode is not named: $(cat "$WORK/stderr")"
+expect_exit 64 "$bench" "$(dirname "$PSFLOW_BIN")" --repeats 0
+
+"$bench" "$(dirname "$PSFLOW_BIN")" --models 32 --modes 1w,2w-sync --repeats 1 \
+  --steps-scale 0.2 >table.txt 2>bench.err || { cat table.txt bench.err; fail "the benchmark failed"; }
+cat table.txt
+grep -q "^model  *cluster  *steps" table.txt || fail "no table header"
+for mode in 1w 2w-sync; do
+  row=$(grep "^784-32-32-10  *$mode " table.txt) || fail "no row for $mode"
+  ratio=$(awk '{print $6}' <<<"$row")
+  in_range "$ratio" 0.0001 1000 || fail "$mode: ratio '$ratio' is not a number"
+  grep -q "ps [0-9][0-9]* ([0-9][0-9]*)" <<<"$row" || fail "$mode: no ps peak RSS and bound"
+  grep -q "w0 [0-9][0-9]* ([0-9][0-9]*)" <<<"$row" || fail "$mode: no worker peak RSS and bound"
+done
+grep -q "w1 [0-9]" <<<"$(grep " 2w-sync " table.txt)" || fail "2w-sync: the second worker's RSS is missing"
+pass "bench/train_distributed.sh runs and prints its table"

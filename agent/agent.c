@@ -305,8 +305,35 @@ static void task_stop(agent *a, task *t) {
     if (running)
         fprintf(stderr, "psflow %s agent %s: stopping %s %d of job %s\n", a->o->role, a->o->node_id,
                 t->type, t->index, t->job);
+    /* A stopped task ends within its current wait, which training.stall_timeout_secs
+     * bounds (a ps within 0.1 s); past that and a minute more, the agent exits rather than
+     * hang (69: a supervisor starts it again, clean). */
+    double start = pf_clock_now(), limit = (double)t->spec.training.stall_timeout_secs + 60,
+           next_note = start + 10;
+    for (int done = 0; t->thread && !done;) {
+        pthread_mutex_lock(&a->mu);
+        done = t->state != TASK_RUNNING;
+        pthread_mutex_unlock(&a->mu);
+        double now = pf_clock_now();
+        if (!done && now - start > limit) {
+            fprintf(stderr,
+                    "psflow %s agent %s: %s %d of job %s did not stop in %.0f s; exiting (69) "
+                    "to start again clean\n",
+                    a->o->role, a->o->node_id, t->type, t->index, t->job, now - start);
+            _exit(PF_EX_UNAVAILABLE);
+        }
+        if (!done && now >= next_note) {
+            fprintf(stderr,
+                    "psflow %s agent %s: waiting %.0f s for %s %d of job %s to stop (its "
+                    "current request to a ps); exiting after %.0f s\n",
+                    a->o->role, a->o->node_id, now - start, t->type, t->index, t->job, limit);
+            next_note += 10;
+        }
+        if (!done)
+            pf_clock_sleep(0.05); /* polling the task's state, with a deadline */
+    }
     if (t->thread)
-        pthread_join(t->thread, NULL);
+        pthread_join(t->thread, NULL); /* it returns right after task_finish */
     agent_reporter_destroy(t->rep, 5.0);
     pf_job_spec_deinit(&t->spec);
     pf_tf_config_deinit(&t->cfg);

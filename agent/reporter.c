@@ -28,7 +28,7 @@ struct agent_reporter {
     char task[32];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    json_t *points, *evals, *checkpoints;
+    json_t *points, *evals, *checkpoints, *rollbacks;
     int stop, gone; /* gone: the coordinator does not know the job; stop reporting */
     int inflight;   /* sends that have taken items and not yet stored or requeued them */
     double flush_until;
@@ -52,17 +52,21 @@ static int post_json(const char *url, const char *token, json_t *body, long *sta
 /* Sends the queued points and checkpoints once; returns 0 when nothing is left. */
 static int reporter_send(agent_reporter *r) {
     pthread_mutex_lock(&r->mu);
-    json_t *points = r->points, *evals = r->evals, *ckpts = r->checkpoints;
+    json_t *points = r->points, *evals = r->evals, *ckpts = r->checkpoints,
+           *rollbacks = r->rollbacks;
     r->points = json_array();
     r->evals = json_array();
+    r->rollbacks = json_array();
     r->checkpoints = json_array();
     r->inflight++;
     pthread_mutex_unlock(&r->mu);
     int left = 0;
     long status = 0;
-    if (json_array_size(points) || json_array_size(evals)) {
+    if (json_array_size(points) || json_array_size(evals) || json_array_size(rollbacks)) {
         json_t *body =
             json_pack("{s:s, s:O, s:O}", "task", r->task, "points", points, "evals", evals);
+        if (body && json_array_size(rollbacks))
+            json_object_set(body, "rollbacks", rollbacks);
         char url[1100];
         snprintf(url, sizeof url, "%s/metrics", r->url);
         int rc = body ? post_json(url, r->token, body, &status) : -1;
@@ -77,10 +81,13 @@ static int reporter_send(agent_reporter *r) {
             pthread_mutex_lock(&r->mu);
             json_array_extend(points, r->points);
             json_array_extend(evals, r->evals);
+            json_array_extend(rollbacks, r->rollbacks);
             json_decref(r->points);
             json_decref(r->evals);
+            json_decref(r->rollbacks);
             r->points = json_incref(points);
             r->evals = json_incref(evals);
+            r->rollbacks = json_incref(rollbacks);
             size_t n = json_array_size(r->points);
             while (n > REPORTER_MAX_QUEUED) { /* bounded: the oldest go first */
                 json_array_remove(r->points, 0);
@@ -105,6 +112,7 @@ static int reporter_send(agent_reporter *r) {
     json_decref(points);
     json_decref(evals);
     json_decref(ckpts);
+    json_decref(rollbacks);
     pthread_mutex_lock(&r->mu);
     r->inflight--;
     pthread_mutex_unlock(&r->mu);
@@ -117,8 +125,9 @@ int agent_reporter_flush(agent_reporter *r, double seconds) {
     double deadline = pf_clock_now() + seconds;
     for (;;) {
         pthread_mutex_lock(&r->mu);
-        int busy = !r->gone && (r->inflight || json_array_size(r->points) ||
-                                json_array_size(r->evals) || json_array_size(r->checkpoints));
+        int busy =
+            !r->gone && (r->inflight || json_array_size(r->points) || json_array_size(r->evals) ||
+                         json_array_size(r->checkpoints) || json_array_size(r->rollbacks));
         pthread_mutex_unlock(&r->mu);
         if (!busy)
             return 0;
@@ -153,13 +162,15 @@ agent_reporter *agent_reporter_create(const char *coordinator, const char *token
     r->points = json_array();
     r->evals = json_array();
     r->checkpoints = json_array();
+    r->rollbacks = json_array();
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
-    if (!r->points || !r->evals || !r->checkpoints ||
+    if (!r->points || !r->evals || !r->checkpoints || !r->rollbacks ||
         pthread_create(&r->thread, NULL, reporter_main, r) != 0) {
         json_decref(r->points);
         json_decref(r->evals);
         json_decref(r->checkpoints);
+        json_decref(r->rollbacks);
         pf_free(r);
         return NULL;
     }
@@ -218,14 +229,18 @@ void agent_reporter_add(void *ctx, const worker_report *rep) {
         item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
                          "accuracy", agent_number_json(rep->accuracy), "test_loss",
                          agent_number_json(rep->test_loss));
+    else if (rep->kind == WORKER_REPORT_ROLLBACK)
+        item = json_pack("{s:I, s:I, s:f}", "from", (json_int_t)rep->from_step, "to",
+                         (json_int_t)rep->step, "time", rep->time);
     else
         item = checkpoint_item(rep);
     if (!item)
         return;
     pthread_mutex_lock(&r->mu);
-    json_array_append_new(rep->kind == WORKER_REPORT_STEP   ? r->points
-                          : rep->kind == WORKER_REPORT_EVAL ? r->evals
-                                                            : r->checkpoints,
+    json_array_append_new(rep->kind == WORKER_REPORT_STEP       ? r->points
+                          : rep->kind == WORKER_REPORT_EVAL     ? r->evals
+                          : rep->kind == WORKER_REPORT_ROLLBACK ? r->rollbacks
+                                                                : r->checkpoints,
                           item);
     pthread_mutex_unlock(&r->mu);
 }
@@ -246,6 +261,7 @@ void agent_reporter_destroy(agent_reporter *r, double seconds) {
     json_decref(r->points);
     json_decref(r->evals);
     json_decref(r->checkpoints);
+    json_decref(r->rollbacks);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     pf_free(r);

@@ -170,7 +170,15 @@ static void stop_all(child *kids, int from, int to, double grace) {
             fprintf(stderr, "psflow up: %s did not stop in %.0f s; killing it\n", kids[i].name,
                     grace);
             kill(kids[i].pid, SIGKILL);
-            waitpid(kids[i].pid, NULL, 0);
+            /* SIGKILL ends it at once unless it is stuck in the kernel: 5 s at most. */
+            double killed = pf_clock_now();
+            while (waitpid(kids[i].pid, NULL, WNOHANG) == 0 && pf_clock_now() - killed < 5)
+                pf_clock_sleep(0.05);
+            if (pf_clock_now() - killed >= 5)
+                fprintf(stderr,
+                        "psflow up: %s (pid %d) did not exit 5 s after SIGKILL; "
+                        "leaving it\n",
+                        kids[i].name, (int)kids[i].pid);
             kids[i].exited = 1;
         }
 }

@@ -761,6 +761,23 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
     return PF_OK;
 }
 
+void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
+                               int64_t reached, double now) {
+    if (coord_job_finished(j))
+        return;
+    char msg[COORD_TEXT_MAX];
+    snprintf(msg, sizeof msg,
+             "a ps restarted: every ps rolled back from step %" PRId64
+             " to checkpoint step %" PRId64,
+             from, to);
+    set_condition(j, "RolledBack", "True", "PsRestarted", msg, now);
+    log_event(c, j->name, "RolledBack", "PsRestarted", msg, now);
+    j->global_step = reached > to ? reached : to;
+    j->rate_step = j->global_step;
+    j->rate_time = now;
+    j->dirty = true;
+}
+
 void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
                               const coord_point *points, int n_points, const coord_eval *evals,
                               int n_evals, double now) {

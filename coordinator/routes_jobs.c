@@ -402,11 +402,46 @@ static int check_points(json_t *arr, const char *name, const char *const *keys,
     return 0;
 }
 
+/* Each rollback goes back: to <= from (both were range-checked by check_points). */
+static int check_rollbacks(json_t *arr, coord_reply *rp) {
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        if (json_number_value(json_object_get(o, "to")) >
+            json_number_value(json_object_get(o, "from"))) {
+            coord_reply_problem(rp, 422, NULL, "/rollbacks/%zu: to must not be past from", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The chief's rollbacks: global_step becomes the step training continues from, or the
+ * newest step the same report has from after the rollback. */
+static void record_rollbacks(coord_server *s, coord_job *j, json_t *rollbacks, json_t *points,
+                             double now) {
+    size_t i, k;
+    json_t *o, *p;
+    json_array_foreach(rollbacks, i, o) {
+        double t = json_number_value(json_object_get(o, "time"));
+        int64_t reached = -1;
+        json_array_foreach(points, k, p) {
+            int64_t step = (int64_t)json_number_value(json_object_get(p, "step"));
+            if (json_number_value(json_object_get(p, "time")) >= t && step > reached)
+                reached = step;
+        }
+        coord_job_record_rollback(
+            &s->cluster, j, (int64_t)json_number_value(json_object_get(o, "from")),
+            (int64_t)json_number_value(json_object_get(o, "to")), reached, now);
+    }
+}
+
 static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, const char *name) {
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"task", "points", "evals", NULL};
+    static const char *const keys[] = {"task", "points", "evals", "rollbacks", NULL};
+    static const char *const rkeys[] = {"from", "to", "time", NULL};
     static const char *const pkeys[] = {
         "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
     static const char *const ekeys[] = {"step", "time", "accuracy", "test_loss", NULL};
@@ -422,8 +457,15 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
                             json_pack("[{s:s, s:s}]", "pointer", "/task", "message",
                                       "must be \"chief\", \"worker-<index>\" or \"evaluator\""),
                             "/task: must be \"chief\", \"worker-<index>\" or \"evaluator\"");
+    } else if (json_object_get(body, "rollbacks") && strcmp(task, "chief") != 0) {
+        coord_reply_problem(rp, 422,
+                            json_pack("[{s:s, s:s}]", "pointer", "/rollbacks", "message",
+                                      "only the chief reports rollbacks"),
+                            "/rollbacks: only the chief reports rollbacks");
     } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, rp) &&
-               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, rp)) {
+               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, rp) &&
+               !check_points(json_object_get(body, "rollbacks"), "rollbacks", rkeys, rkeys, rp) &&
+               !check_rollbacks(json_object_get(body, "rollbacks"), rp)) {
         pthread_mutex_lock(&s->lock);
         coord_job *j = coord_job_find(&s->cluster, name);
         if (!j) {
@@ -439,6 +481,7 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
             double now = coord_now();
             if (coord_job_record_metrics_json(&s->cluster, j, task, m.points, m.evals, now) ==
                     PF_OK &&
+                (record_rollbacks(s, j, json_object_get(body, "rollbacks"), m.points, now), 1) &&
                 coord_commit(s, now, store_metrics, &m) == 0) {
                 rp->status = 204;
             } else {

@@ -3,11 +3,37 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "psflow/checkpoint.h"
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/optim.h"
+
+/* Testing aid: with PSFLOW_TEST_PAUSE_CHECKPOINT=<step> in its environment, a ps about to
+ * write its file of checkpoint <step> leaves a marker `.paused-ps-<task>` in the step's
+ * folder and stops there for good, so a test can kill it in the middle of a checkpoint
+ * without guessing a moment. Never set outside tests. */
+static void test_pause(const char *dir, int task, uint64_t step) {
+    const char *e = getenv("PSFLOW_TEST_PAUSE_CHECKPOINT");
+    char *end;
+    if (!e || !*e || strtoull(e, &end, 10) != step || *end)
+        return;
+    char marker[2100];
+    snprintf(marker, sizeof marker, "%s/.paused-ps-%d", dir, task);
+    mkdir(dir, 0755);
+    FILE *f = fopen(marker, "w");
+    if (f)
+        fclose(f);
+    fprintf(stderr, "psflow ps %d: PSFLOW_TEST_PAUSE_CHECKPOINT: paused writing step %" PRIu64 "\n",
+            task, step);
+    for (;;)
+        pf_clock_sleep(3600); /* until killed */
+}
 
 pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, int task,
                               const char *checkpoint_dir, uint64_t step, char *path, size_t len,
@@ -37,6 +63,7 @@ pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, 
         slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS;
     }
     pf_checkpoint_shards sh = {n, info, values, optim->n ? slots : NULL};
+    test_pause(dir, task, step);
     st = pf_checkpoint_write_ps(dir, task, ps_shards_stats(shards).version, spec, optim, &sh, path,
                                 len, NULL, err);
 done:
@@ -45,6 +72,16 @@ done:
     pf_free(slots);
     pf_free(info);
     return st;
+}
+
+/* A copy of the shards' descriptions, local order (what loading a file checks against);
+ * NULL when out of memory. */
+static pf_shard_info *shard_infos(const ps_shards *shards) {
+    int n = ps_shards_count(shards);
+    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
+    for (int i = 0; info && i < n; i++)
+        info[i] = *ps_shards_info(shards, i);
+    return info;
 }
 
 /* Loads ps `task`'s file of the checkpoint in step_dir once the whole checkpoint checks
@@ -67,11 +104,9 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
     if (pf_checkpoint_job_dir(checkpoint_dir, spec->name, job_dir, sizeof job_dir) != PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     int n = ps_shards_count(shards);
-    pf_shard_info *info = pf_calloc((size_t)(n ? n : 1), sizeof *info);
+    pf_shard_info *info = shard_infos(shards);
     if (!info)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-    for (int i = 0; i < n; i++)
-        info[i] = *ps_shards_info(shards, i);
     /* The newest complete checkpoint that verifies; each bad one is set aside (renamed,
      * never deleted), so every round looks at an older one. */
     pf_checkpoint_ps *c = NULL;
@@ -130,6 +165,31 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
              ", values crc32 %08lx; every file's size and CRC-32 verified%s)",
              step_dir, (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc,
              set_aside ? ", after setting bad ones aside" : "");
+    pf_checkpoint_ps_destroy(c);
+    return PF_OK;
+}
+
+pf_status ps_checkpoint_restore_step(ps_shards *shards, const pf_job_spec *spec, int task,
+                                     const char *checkpoint_dir, uint64_t step, char *note,
+                                     size_t len, pf_error *err) {
+    char step_dir[2048];
+    if (pf_checkpoint_step_dir(checkpoint_dir, spec->name, (int64_t)step, step_dir,
+                               sizeof step_dir) != PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    int n = ps_shards_count(shards);
+    pf_shard_info *info = shard_infos(shards);
+    if (!info)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pf_checkpoint_ps *c = NULL;
+    pf_status st =
+        load_verified(step_dir, task, info, n, pf_optim_slots_of(&spec->optimizer), &c, err);
+    pf_free(info);
+    if (st != PF_OK)
+        return st;
+    ps_shards_restore(shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
+                      pf_checkpoint_ps_slots(c));
+    snprintf(note, len, "restored %s (step %" PRIu64 ", version %" PRIu64 ", verified)", step_dir,
+             step, pf_checkpoint_ps_version(c));
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }

@@ -36,4 +36,12 @@ pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, 
 pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
                                 const char *checkpoint_dir, char *note, size_t len, pf_error *err);
 
+/* Restores the shards from the complete checkpoint `step` (a rollback the chief asks for:
+ * every ps of the job restores the same one), verified as above, and says in note[len]
+ * what it did. Errors: PF_ERR_NOT_FOUND (no complete checkpoint `step`), PF_ERR_INVALID,
+ * PF_ERR_NOMEM, and those of verifying and loading; the shards are unchanged on error. */
+pf_status ps_checkpoint_restore_step(ps_shards *shards, const pf_job_spec *spec, int task,
+                                     const char *checkpoint_dir, uint64_t step, char *note,
+                                     size_t len, pf_error *err);
+
 #endif

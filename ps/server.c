@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "psflow/checkpoint.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/placement.h"
@@ -51,6 +52,11 @@ typedef struct peer {
     uint32_t push_result;
     uint32_t n_ids;
     uint32_t *ids; /* capacity: the task's shard count */
+    /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
+    int ck_parked;
+    uint32_t ck_request_id;
+    uint64_t ck_step;
+    uint32_t ck_final;
 } peer;
 
 struct ps_server {
@@ -237,6 +243,8 @@ static void check_finite(ps_server *s) {
     logf_(s, "%s", s->nonfinite);
 }
 
+static void write_parked_checkpoints(ps_server *s);
+
 /* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
 static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_local = ps_shards_count(s->shards);
@@ -301,6 +309,8 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     }
     if (r == PS_PUSH_APPLIED)
         check_finite(s);
+    if (r == PS_PUSH_APPLIED && !s->nonfinite[0])
+        write_parked_checkpoints(s); /* before anything more is applied */
     if (r == PS_PUSH_APPLIED)
         release_parked(s);
     if (s->nonfinite[0]) {
@@ -310,44 +320,57 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     return (int)push_result_wire[r];
 }
 
-static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
-                              const pf_wire_checkpoint *c) {
+/* CHECKPOINT and RESTORE come from the current chief only. Returns 0 or sends an error. */
+static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const char *what) {
     if (p->role != PF_WIRE_ROLE_CHIEF) {
         send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
-                   "only the chief may checkpoint (this connection is %s %d)", role_name(p->role),
+                   "only the chief may %s (this connection is %s %d)", what, role_name(p->role),
                    p->task);
-        return;
+        return -1;
     }
     if (p->incarnation < s->chief_incarnation) {
         send_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                   "checkpoint from chief incarnation %" PRIu64 ", replaced by %" PRIu64,
+                   "%s from chief incarnation %" PRIu64 ", replaced by %" PRIu64, what,
                    p->incarnation, s->chief_incarnation);
-        return;
+        return -1;
     }
+    return 0;
+}
+
+static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                                uint32_t status, const char *text) {
+    pf_wire_checkpoint_ack ack = {step, status, {text, (uint32_t)strlen(text)}};
+    pf_error err;
+    if (pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err) == PF_OK)
+        send_out(s, p->conn);
+}
+
+/* Writes this task's file of checkpoint `step` from the values it holds now (version ==
+ * step in sync mode: handle_checkpoint makes sure), acknowledges, and ends the task's
+ * service after the final one. */
+static void write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                             uint32_t final) {
     pf_error err;
     pf_error_clear(&err);
     char path[2048] = "";
-    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, c->step,
-                                       path, sizeof path, &err);
-    pf_wire_checkpoint_ack ack = {
-        c->step,
-        st == PF_OK              ? 0
-        : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
-                                 : PF_WIRE_INTERNAL,
-        {st == PF_OK ? path : err.message, (uint32_t)strlen(st == PF_OK ? path : err.message)}};
+    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, step, path,
+                                       sizeof path, &err);
     if (st == PF_OK) {
         ps_stats ps = ps_shards_stats(s->shards);
         logf_(s,
               "checkpoint written at step %" PRIu64 " (version %" PRIu64
               "): %s; pushes applied %" PRIu64 ", stale %" PRIu64 ", duplicate %" PRIu64
               ", refused %" PRIu64 ", errors %" PRIu64,
-              c->step, ps.version, path, ps.pushes_applied, ps.pushes_stale, ps.pushes_duplicate,
+              step, ps.version, path, ps.pushes_applied, ps.pushes_stale, ps.pushes_duplicate,
               ps.pushes_refused, s->errors);
     } else
-        logf_(s, "checkpoint at step %" PRIu64 " failed: %s", c->step, err.message);
-    if (pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err) == PF_OK)
-        send_out(s, p->conn);
-    if (c->final && st == PF_OK) {
+        logf_(s, "checkpoint at step %" PRIu64 " failed: %s", step, err.message);
+    send_checkpoint_ack(s, p, request_id, step,
+                        st == PF_OK              ? 0
+                        : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
+                                                 : PF_WIRE_INTERNAL,
+                        st == PF_OK ? path : err.message);
+    if (final && st == PF_OK) {
         pthread_mutex_lock(&s->mu);
         s->final_done = 1;
         s->final_time = pf_clock_now();
@@ -356,6 +379,96 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
         release_parked(s);
         logf_(s, "job %s done at version %" PRIu64, s->spec.name, version(s));
     }
+}
+
+/* A sync checkpoint holds values of version `step` on every ps: a ps at that version writes
+ * now; one behind it parks the request and writes exactly when an update reaches it, before
+ * it applies anything more (write_parked_checkpoints); one already past it refuses
+ * (VERSION_PASSED) and the chief asks again at a later version. So a re-sent CHECKPOINT
+ * never labels older values with a newer step, nor newer ones with an older step. An async
+ * ps writes at once: its file records the version it holds. */
+static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
+                              const pf_wire_checkpoint *c) {
+    if (check_current_chief(s, p, request_id, "checkpoint") != 0)
+        return;
+    uint64_t v = version(s);
+    if (s->spec.training.mode != PF_MODE_SYNC || v == c->step) {
+        write_checkpoint(s, p, request_id, c->step, c->final);
+        return;
+    }
+    if (v > c->step) {
+        char text[160];
+        snprintf(text, sizeof text,
+                 "ps %d is at version %" PRIu64 ", past step %" PRIu64 "; ask again at a later one",
+                 s->task, v, c->step);
+        logf_(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
+        send_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);
+        return;
+    }
+    logf_(s, "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
+          c->step, c->step, v);
+    p->ck_parked = 1;
+    p->ck_request_id = request_id;
+    p->ck_step = c->step;
+    p->ck_final = c->final;
+}
+
+/* Right after an update (or a rollback): writes the parked checkpoints whose version has
+ * been reached; one whose version can no longer be reached is refused. */
+static void write_parked_checkpoints(ps_server *s) {
+    uint64_t v = version(s);
+    for (peer *p = s->peers; p; p = p->next) {
+        if (!p->ck_parked || v < p->ck_step)
+            continue;
+        p->ck_parked = 0;
+        if (v == p->ck_step) {
+            write_checkpoint(s, p, p->ck_request_id, p->ck_step, p->ck_final);
+        } else {
+            char text[160];
+            snprintf(text, sizeof text, "ps %d is at version %" PRIu64 ", past step %" PRIu64,
+                     s->task, v, p->ck_step);
+            send_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
+        }
+    }
+}
+
+/* RESTORE from the chief: a consistent rollback. Every ps of the job loads the same
+ * complete checkpoint; pulls parked for a version past it are answered now with the
+ * restored values (their pushes were computed before the rollback and are dropped), and a
+ * parked checkpoint is refused. */
+static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t step) {
+    if (check_current_chief(s, p, request_id, "roll back") != 0)
+        return;
+    uint64_t before = version(s);
+    char note[2600];
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir, step,
+                                              note, sizeof note, &err);
+    if (st != PF_OK) {
+        logf_(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
+        send_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
+        return;
+    }
+    s->nonfinite[0] = '\0';
+    __atomic_store_n(&s->pub_version, version(s), __ATOMIC_RELAXED);
+    logf_(s, "rolled back from version %" PRIu64 ": %s", before, note);
+    for (peer *q = s->peers; q; q = q->next) {
+        if (q->parked) {
+            q->parked = 0;
+            reply_pull(s, q->conn, q->request_id, q->ids, q->n_ids, PF_WIRE_PUSH_STALE);
+        }
+        if (q->ck_parked) {
+            q->ck_parked = 0;
+            send_checkpoint_ack(s, q, q->ck_request_id, q->ck_step, PF_WIRE_VERSION_PASSED,
+                                "rolled back before this checkpoint's version was reached");
+        }
+    }
+    char dir[2048];
+    if (pf_checkpoint_step_dir(s->checkpoint_dir, s->spec.name, (int64_t)step, dir, sizeof dir) !=
+        PF_OK)
+        dir[0] = '\0';
+    send_checkpoint_ack(s, p, request_id, step, 0, dir);
 }
 
 static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
@@ -549,7 +662,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         if (check_ids(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n))
             return;
         int r = handle_push(s, p, m.request_id, &m.u.push_pull.push);
-        if (r >= 0)
+        if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC && m.u.push_pull.push.step > version(s))
+            /* computed against a version this ps has not reached: from before a rollback.
+             * The worker gets the values to go on from now, not a wait for a step that
+             * cannot come without it. */
+            reply_pull(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n,
+                       (uint32_t)r);
+        else if (r >= 0)
             pull_or_park(s, p, m.request_id, &m.u.push_pull.pull, (uint32_t)r);
         return;
     }
@@ -558,6 +677,9 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         return;
     case PF_WIRE_CHECKPOINT:
         handle_checkpoint(s, p, m.request_id, &m.u.checkpoint);
+        return;
+    case PF_WIRE_RESTORE:
+        handle_restore(s, p, m.request_id, m.u.restore.step);
         return;
     default:
         send_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",

@@ -23,7 +23,7 @@
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
 
-enum { REQ_DATA, REQ_CHECKPOINT };
+enum { REQ_DATA, REQ_CHECKPOINT, REQ_RESTORE };
 
 typedef struct ps_link {
     int index;
@@ -35,8 +35,8 @@ typedef struct ps_link {
                             (pf_wire_pull_reply_places; dst set by each request) */
     size_t reply_len;    /* that reply's length */
     pf_wire_out out;     /* the request in flight, kept for resending */
-    int kind;            /* what `out` holds: REQ_DATA (pull/push) or REQ_CHECKPOINT */
-    uint64_t ck_step;    /* REQ_CHECKPOINT: to re-encode after a ps restart */
+    int kind;            /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
+    uint64_t ck_step;    /* REQ_CHECKPOINT, REQ_RESTORE: to re-encode after a ps restart */
     uint32_t ck_final;
     int swapped; /* REQ_DATA replaced by a pull after a ps restart */
     /* under the link's mu */
@@ -82,6 +82,10 @@ struct worker_link {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     float *params; /* destination of pulled values during a request */
+    /* a ps seen with a new incarnation since worker_link_take_restart last asked */
+    int restarted;
+    int restarted_ps;
+    uint64_t restarted_version;
 };
 
 /* --- service thread ------------------------------------------------------------------------ */
@@ -233,8 +237,11 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             break;
         case PF_WIRE_CHECKPOINT_ACK:
             if (m.u.checkpoint_ack.status != 0) {
-                st = m.u.checkpoint_ack.status == PF_WIRE_NONFINITE ? PF_ERR_NONFINITE : PF_ERR_IO;
-                snprintf(msg, sizeof msg, "ps %d could not checkpoint: %.*s", l->index,
+                st = m.u.checkpoint_ack.status == PF_WIRE_NONFINITE        ? PF_ERR_NONFINITE
+                     : m.u.checkpoint_ack.status == PF_WIRE_VERSION_PASSED ? PF_ERR_RANGE
+                                                                           : PF_ERR_IO;
+                snprintf(msg, sizeof msg, "ps %d could not %s: %.*s", l->index,
+                         l->kind == REQ_RESTORE ? "roll back" : "checkpoint",
                          (int)m.u.checkpoint_ack.path.len, m.u.checkpoint_ack.path.ptr);
             }
             break;
@@ -400,6 +407,12 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
     return st;
 }
 
+static const char *kind_name(int kind) {
+    return kind == REQ_CHECKPOINT ? "checkpoint request"
+           : kind == REQ_RESTORE  ? "rollback request"
+                                  : "push/pull";
+}
+
 /* Waits (under c->mu) for l's reply or its connection's end, saying every 30 s (half the
  * limit when that is shorter) what it waits for, and at most training.stall_timeout_secs:
  * a ps that holds a request that long stalls the job, and the task fails rather than hang
@@ -416,7 +429,7 @@ static pf_status wait_reply(worker_link *c, ps_link *l, pf_error *err) {
                                 "no answer from ps %d at %s:%d for %.0f s "
                                 "(training.stall_timeout_secs) to its %s: the job is stalled",
                                 l->index, l->host, l->port, now - start,
-                                l->kind == REQ_CHECKPOINT ? "checkpoint request"
+                                l->kind != REQ_DATA ? kind_name(l->kind)
                                 : c->spec.training.mode == PF_MODE_SYNC
                                     ? "push/pull (a sync step waits for the gradients of "
                                       "replicas_to_aggregate workers)"
@@ -426,7 +439,7 @@ static pf_status wait_reply(worker_link *c, ps_link *l, pf_error *err) {
                     "psflow worker %d: waiting %.0f s for ps %d at %s:%d (version %" PRIu64
                     ") to answer its %s; giving up after %.0f s\n",
                     c->task, now - start, l->index, l->host, l->port, l->version,
-                    l->kind == REQ_CHECKPOINT ? "checkpoint request" : "push/pull", limit);
+                    kind_name(l->kind), limit);
             next_note += every;
         }
         double until = next_note < start + limit ? next_note : start + limit;
@@ -440,6 +453,8 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
     for (int p = 0; p < c->n; p++)
         if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    int lost_checkpoint = -1; /* a ps that restarted during a checkpoint */
+    pf_status failed = PF_OK;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         for (;;) {
@@ -455,7 +470,13 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
             l->waiting = 0;
             pthread_mutex_unlock(&c->mu);
             if (done) {
-                if (st != PF_OK)
+                /* A checkpoint refused by one ps: the others' answers are still awaited,
+                 * so none is taken for the next request's. */
+                if (st != PF_OK && l->kind == REQ_CHECKPOINT && failed == PF_OK) {
+                    failed = pf_error_set(err, st, NULL, "%s", msg);
+                    break;
+                }
+                if (st != PF_OK && l->kind != REQ_CHECKPOINT)
                     return pf_error_set(err, st, NULL, "%s", msg);
                 break;
             }
@@ -464,12 +485,26 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
             pf_status cs = connect_link(c, l, err);
             if (cs != PF_OK)
                 return cs;
+            if (l->ps_incarnation != before) {
+                c->restarted = 1;
+                c->restarted_ps = l->index;
+                c->restarted_version = l->version;
+            }
             if (l->ps_incarnation != before && l->kind == REQ_CHECKPOINT) {
-                /* A restarted ps restored its newest checkpoint: ask it again, with a new
-                 * id (it records its own version in the file). */
-                pf_wire_checkpoint ck = {l->ck_step, l->ck_final};
+                /* A restarted ps restored an older checkpoint: asking it again would label
+                 * its values with this step. The checkpoint is given up; the chief rolls
+                 * every ps back to what the restarted one restored. */
+                fprintf(stderr,
+                        "psflow worker %d: ps %d restarted (incarnation %" PRIu64
+                        ", restored version %" PRIu64 ") during checkpoint %" PRIu64
+                        "; giving the checkpoint up\n",
+                        c->task, l->index, l->ps_incarnation, l->version, l->ck_step);
+                lost_checkpoint = l->index;
+                break;
+            } else if (l->ps_incarnation != before && l->kind == REQ_RESTORE) {
+                pf_wire_restore rs = {l->ck_step};
                 l->request_id = ++c->next_request;
-                if (pf_wire_encode_checkpoint(&l->out, l->request_id, &ck, err) != PF_OK)
+                if (pf_wire_encode_restore(&l->out, l->request_id, &rs, err) != PF_OK)
                     return PF_ERR_NOMEM;
             } else if (l->ps_incarnation != before) {
                 /* The ps restarted and restored its newest checkpoint: a gradient computed
@@ -492,7 +527,12 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
                 return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         }
     }
-    return PF_OK;
+    if (lost_checkpoint >= 0)
+        return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
+                            "ps %d restarted during checkpoint %" PRIu64
+                            "; the checkpoint was given up",
+                            lost_checkpoint, c->links[lost_checkpoint].ck_step);
+    return failed;
 }
 
 /* Gives up the requests still in flight after a round trip failed: their replies may be
@@ -510,8 +550,18 @@ static void abandon(worker_link *c) {
             pthread_mutex_unlock(&c->mu);
             pf_ws_close(c->ws, conn);
             pthread_mutex_lock(&c->mu);
+            /* The close is the transport's next turn; 10 s at most. Should it not come,
+             * the caller still owns params safely: it destroys the link (stopping the
+             * transport) before it frees them. */
+            struct timespec ts = pf_clock_deadline(10.0);
             while (!l->closed)
-                pthread_cond_wait(&c->cv, &c->mu);
+                if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0) {
+                    fprintf(stderr,
+                            "psflow worker %d: the connection to ps %d did not close in 10 s "
+                            "after its request was given up; going on\n",
+                            c->task, l->index);
+                    break;
+                }
         }
         l->waiting = 0;
     }
@@ -729,4 +779,27 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
             return st;
     }
     return round_trip(c, err);
+}
+
+pf_status worker_link_restore(worker_link *c, uint64_t step, pf_error *err) {
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        pf_wire_restore rs = {step};
+        l->request_id = ++c->next_request;
+        l->kind = REQ_RESTORE;
+        l->ck_step = step;
+        pf_status st = pf_wire_encode_restore(&l->out, l->request_id, &rs, err);
+        if (st != PF_OK)
+            return st;
+    }
+    return round_trip(c, err);
+}
+
+int worker_link_take_restart(worker_link *c, int *ps, uint64_t *version) {
+    if (!c->restarted)
+        return 0;
+    c->restarted = 0;
+    *ps = c->restarted_ps;
+    *version = c->restarted_version;
+    return 1;
 }

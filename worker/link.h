@@ -63,5 +63,18 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
 /* Asks every ps to checkpoint at `step` (final: the job is done, then they exit) and
  * waits for their acknowledgements. */
 pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err);
+/* Errors of worker_link_checkpoint: PF_ERR_RANGE when a sync ps is already past `step`
+ * (ask again at a later one); PF_ERR_UNAVAILABLE also when a ps restarted meanwhile (the
+ * checkpoint is given up: worker_link_take_restart says which). Every ps has answered (or
+ * its connection was closed) when it returns. */
+
+/* Tells every ps to restore the complete checkpoint `step` (the chief's consistent
+ * rollback, RESTORE) and waits for all of them. */
+pf_status worker_link_restore(worker_link *c, uint64_t step, pf_error *err);
+
+/* 1 when a ps was seen with a new incarnation (restarted, and restored its newest complete
+ * checkpoint) since the last call; *ps and *version name it and the version it restored.
+ * 0 otherwise. */
+int worker_link_take_restart(worker_link *c, int *ps, uint64_t *version);
 
 #endif

@@ -102,10 +102,29 @@ static void log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
                 (double)ev->correct / (double)ev->examples);
 }
 
+static uint64_t max_version(const trainer *t) {
+    uint64_t m = 0;
+    for (int p = 0; p < t->n_ps; p++)
+        m = t->versions[p] > m ? t->versions[p] : m;
+    return m;
+}
+
 /* Asks every ps to checkpoint at `step`, then makes the checkpoint exist (manifest) and
- * prunes old ones. */
+ * prunes old ones. A sync checkpoint holds values of one version on every ps (the ps writes
+ * when it holds version `step`); with backup workers a ps may already be past it, and the
+ * chief asks again at a later version, a few times. */
 static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
-    pf_status st = worker_link_checkpoint(t->link, step, final, err);
+    pf_status st;
+    for (int attempt = 0;; attempt++) {
+        st = worker_link_checkpoint(t->link, step, final, err);
+        if (st != PF_ERR_RANGE || final || attempt >= 8)
+            break;
+        fprintf(stderr, "psflow chief: checkpoint at step %" PRIu64 ": %s; asking at a later one\n",
+                step, err->message);
+        if ((st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
+            return st;
+        step = max_version(t) + 1 + (uint64_t)attempt;
+    }
     if (st != PF_OK)
         return st;
     char job_dir[2048], step_dir[2048];
@@ -124,6 +143,88 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
     report(t, &r);
     t->last_checkpoint_time = pf_clock_now();
     return PF_OK;
+}
+
+/* The chief's consistent rollback: a ps that restarted restored the newest complete
+ * checkpoint; every ps is told to restore that same one (RESTORE), and training goes on
+ * from its step. Returns PF_OK with *rolled 0 when no ps restarted. */
+static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
+    *rolled = 0;
+    int ps;
+    uint64_t restored;
+    if (!t->o->is_chief || !worker_link_take_restart(t->link, &ps, &restored))
+        return PF_OK;
+    char job_dir[2048], step_dir[2048];
+    int64_t step;
+    if (pf_checkpoint_job_dir(t->o->checkpoint_dir, t->spec->name, job_dir, sizeof job_dir) !=
+        PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    uint64_t from = max_version(t);
+    for (int attempt = 0;; attempt++) {
+        pf_status st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
+        if (st == PF_ERR_NOT_FOUND) {
+            fprintf(stderr,
+                    "psflow chief: ps %d restarted (restored version %" PRIu64
+                    ") and there is no complete checkpoint to roll every ps back to\n",
+                    ps, restored);
+            return PF_OK;
+        }
+        if (st != PF_OK)
+            return st;
+        fprintf(stderr,
+                "psflow chief: ps %d restarted and restored version %" PRIu64
+                "; rolling every ps back to checkpoint step %" PRId64 " (from step %" PRIu64 ")\n",
+                ps, restored, step, from);
+        st = worker_link_restore(t->link, (uint64_t)step, err);
+        if (st == PF_OK)
+            break;
+        if (attempt >= 3 || !worker_link_take_restart(t->link, &ps, &restored))
+            return st; /* retried only when another ps restarted meanwhile */
+    }
+    pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, err);
+    if (st != PF_OK)
+        return st;
+    worker_link_take_restart(t->link, &ps, &restored); /* its own restore: already done */
+    fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
+            t->versions[0]);
+    worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
+    report(t, &r);
+    *rolled = 1;
+    return PF_OK;
+}
+
+/* A sync worker that sees a ps's version go back (a rollback, or a ps that restarted)
+ * drops what it computed before it and pulls until every ps serves one version (with
+ * backup workers, versions one apart), for at most training.stall_timeout_secs. */
+static pf_status resync(trainer *t, pf_error *err) {
+    const char *who = t->o->is_chief ? "chief" : "worker";
+    const double limit = (double)t->spec->training.stall_timeout_secs, start = pf_clock_now();
+    uint64_t spread = t->spec->training.replicas_to_aggregate < t->n_tasks ? 1 : 0;
+    fprintf(stderr,
+            "psflow %s %d: a ps went back to version %" PRIu64
+            " (rollback); waiting for every ps to serve one version\n",
+            who, t->o->task, t->versions[0]);
+    for (double backoff = 0.01;; backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2) {
+        pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, err);
+        if (st != PF_OK)
+            return st;
+        uint64_t lo = t->versions[0], hi = t->versions[0];
+        for (int p = 1; p < t->n_ps; p++) {
+            lo = t->versions[p] < lo ? t->versions[p] : lo;
+            hi = t->versions[p] > hi ? t->versions[p] : hi;
+        }
+        if (hi - lo <= spread) {
+            fprintf(stderr, "psflow %s %d: every ps at version %" PRIu64 "; going on\n", who,
+                    t->o->task, lo);
+            return PF_OK;
+        }
+        if (pf_clock_now() - start > limit)
+            return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
+                                "the ps tasks stayed at different versions (%" PRIu64 " .. %" PRIu64
+                                ") for %.0f s after a rollback (training.stall_timeout_secs)",
+                                lo, hi, pf_clock_now() - start);
+        pf_clock_sleep(backoff); /* polling the ps tasks' versions, with a deadline */
+    }
 }
 
 /* Refuses to push a NaN or infinite loss or gradient (training.on_nonfinite "fail"), naming
@@ -276,10 +377,28 @@ pf_status worker_run(const worker_options *o) {
      * rather than serving freshly initialised ones mid-job. */
     if (o->is_chief && t.versions[0] == 0 && (st = checkpoint(&t, 0, 0, &err)) != PF_OK)
         goto fail;
+    /* The chief's watchdog: every wait is bounded on its own, and this bounds their sum: no
+     * version progress for training.stall_timeout_secs fails the job with a line that says
+     * so (exit 69; a restart policy acts on it), whatever kept it turning. */
+    double progress_time = pf_clock_now();
+    uint64_t progress_version = t.versions[0];
     while (t.versions[0] < max_steps) {
         uint64_t global = t.versions[0];
         if (stopped(&t)) {
             st = pf_error_set(&err, PF_ERR_CANCELLED, NULL, "stopped at step %" PRIu64, global);
+            goto fail;
+        }
+        if (global != progress_version) {
+            progress_version = global;
+            progress_time = pf_clock_now();
+        } else if (o->is_chief &&
+                   pf_clock_now() - progress_time > (double)spec->training.stall_timeout_secs) {
+            st = pf_error_set(&err, PF_ERR_UNAVAILABLE, NULL,
+                              "no progress past step %" PRIu64
+                              " for %.0f s (training.stall_timeout_secs): every ps answered but "
+                              "none advanced; a sync step waits for the gradients of %d tasks",
+                              global, pf_clock_now() - progress_time,
+                              sync ? spec->training.replicas_to_aggregate : 1);
             goto fail;
         }
         if (o->is_chief) {
@@ -292,8 +411,13 @@ pf_status worker_run(const worker_options *o) {
             int by_time =
                 spec->checkpoint.every_secs > 0 &&
                 pf_clock_now() - t.last_checkpoint_time > (double)spec->checkpoint.every_secs;
-            if ((by_steps || by_time) && (st = checkpoint(&t, global, 0, &err)) != PF_OK)
-                goto fail;
+            if ((by_steps || by_time) && (st = checkpoint(&t, global, 0, &err)) != PF_OK) {
+                int rolled = 0;
+                if (st != PF_ERR_UNAVAILABLE || roll_back(&t, &rolled, &err) != PF_OK || !rolled)
+                    goto fail;
+                last_eval = last_ckpt = t.versions[0];
+                continue;
+            }
             last_eval = last_ckpt = global;
         }
         pf_batch_gather(&t.train, t.sampler,
@@ -302,9 +426,19 @@ pf_status worker_run(const worker_options *o) {
         last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
         if ((st = check_finite(&t, last_loss, global, &err)) != PF_OK)
             goto fail;
+        /* With every gradient needed (no backup workers) the ps tasks are at one version
+         * between steps, unless a worker died between its pushes to two ps: then the one
+         * ahead already has its gradient for the step the other still waits for. The
+         * restarted worker completes the step behind (its push to the ps ahead is stale,
+         * dropped) and the ps tasks are at one version again, instead of staying a step
+         * apart for the rest of the job. */
+        uint64_t lo = t.versions[0];
+        for (int p = 1; p < t.n_ps; p++)
+            lo = t.versions[p] < lo ? t.versions[p] : lo;
+        int all_needed = sync && spec->training.replicas_to_aggregate >= t.n_tasks;
         for (int p = 0; p < t.n_ps; p++) {
-            t.steps[p] = t.versions[p];
-            t.min_version[p] = sync ? t.versions[p] + 1 : 0;
+            t.steps[p] = all_needed ? lo : t.versions[p];
+            t.min_version[p] = sync ? t.steps[p] + 1 : 0;
         }
         if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
             pf_clock_sleep(o->push_delay_ms / 1000.0);
@@ -313,6 +447,20 @@ pf_status worker_run(const worker_options *o) {
                                    NULL, &err);
         if (st != PF_OK)
             goto fail;
+        int rolled = 0;
+        if ((st = roll_back(&t, &rolled, &err)) != PF_OK)
+            goto fail;
+        if (rolled) {
+            last_eval = last_ckpt = t.versions[0];
+            continue;
+        }
+        int went_back = 0;
+        for (int p = 0; sync && p < t.n_ps; p++)
+            went_back |= t.versions[p] < t.min_version[p] && t.versions[p] < max_steps;
+        if (went_back && (st = resync(&t, &err)) != PF_OK)
+            goto fail;
+        if (went_back)
+            continue;
         local_steps++;
         loss_sum += last_loss;
         window++;

@@ -21,7 +21,8 @@
 typedef enum {
     WORKER_REPORT_STEP,
     WORKER_REPORT_EVAL,
-    WORKER_REPORT_CHECKPOINT
+    WORKER_REPORT_CHECKPOINT,
+    WORKER_REPORT_ROLLBACK /* the chief rolled every ps back: from_step -> step */
 } worker_report_kind;
 
 typedef struct worker_report {
@@ -34,6 +35,7 @@ typedef struct worker_report {
     double accuracy;          /* EVAL: NAN for regression */
     double test_loss;         /* EVAL */
     const char *step_dir;     /* CHECKPOINT: the complete checkpoint's folder */
+    uint64_t from_step;       /* ROLLBACK: the step training had reached */
 } worker_report;
 
 /* The chief's final evaluation (when the run ends with PF_OK), or why the run failed. */

@@ -61,6 +61,7 @@ enum {
     PUSH_ACK_SIZE = 20,        /* seq, result, version */
     STATS_REPLY_FIXED = 4,     /* json length */
     CHECKPOINT_SIZE = 12,      /* step, final */
+    RESTORE_SIZE = 8,          /* step */
     CHECKPOINT_ACK_FIXED = 16, /* step, status, path length */
     ERROR_FIXED = 8,           /* code, message length */
     TENSOR_HEADER = PF_WIRE_TENSOR_HEADER,
@@ -120,7 +121,7 @@ const char *pf_wire_code_name(uint32_t code) {
 }
 
 static int known_type(uint32_t type) {
-    return type >= PF_WIRE_HELLO && type <= PF_WIRE_AUTH_OK;
+    return type >= PF_WIRE_HELLO && type <= PF_WIRE_RESTORE;
 }
 
 /* --- UTF-8 ----------------------------------------------------------------------------- */
@@ -531,6 +532,11 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
         c->step = rd64(r);
         return rd_enum(r, 1, "final", &c->final);
     }
+    case PF_WIRE_RESTORE:
+        if ((st = need(r, RESTORE_SIZE, "fixed fields")) != PF_OK)
+            return st;
+        m->u.restore.step = rd64(r);
+        return PF_OK;
     case PF_WIRE_CHECKPOINT_ACK: {
         pf_wire_checkpoint_ack *c = &m->u.checkpoint_ack;
         if ((st = need(r, CHECKPOINT_ACK_FIXED, "fixed fields")) != PF_OK)
@@ -1014,6 +1020,19 @@ pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
     return PF_OK;
 }
 
+pf_status pf_wire_encode_restore(pf_wire_out *out, uint32_t request_id, const pf_wire_restore *m,
+                                 pf_error *err) {
+    reset(out);
+    plan p = {.type = "RESTORE", .head = RESTORE_SIZE, .err = err};
+    writer w;
+    pf_status st = begin(out, PF_WIRE_RESTORE, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w64(&w, m->step);
+    finish(&w);
+    return PF_OK;
+}
+
 pf_status pf_wire_encode_auth(pf_wire_out *out, uint16_t type, uint32_t request_id,
                               const pf_wire_auth *m, pf_error *err) {
     reset(out);
@@ -1106,6 +1125,8 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
         return pf_wire_encode_checkpoint(out, id, &m->u.checkpoint, err);
     case PF_WIRE_CHECKPOINT_ACK:
         return pf_wire_encode_checkpoint_ack(out, id, &m->u.checkpoint_ack, err);
+    case PF_WIRE_RESTORE:
+        return pf_wire_encode_restore(out, id, &m->u.restore, err);
     case PF_WIRE_ERROR:
         return encode_error(out, id, m->u.error.code, m->u.error.message.ptr,
                             m->u.error.message.len, err);

@@ -114,8 +114,16 @@ static void finish(pf_ws *ws, conn *c) {
     c->finished = 1;
     pthread_mutex_lock(&ws->lock);
     c->fd = -1; /* no new direct send; wait for one in progress before the socket closes */
-    while (c->direct)
-        pthread_cond_wait(&ws->direct_done, &ws->lock);
+    /* A direct send never blocks (MSG_DONTWAIT): the wait is as long as copying what the
+     * socket did not take. Said every 5 s all the same, should it ever last. */
+    for (double start = pf_clock_now(); c->direct;) {
+        struct timespec ts = pf_clock_deadline(5.0);
+        if (pthread_cond_timedwait(&ws->direct_done, &ws->lock, &ts) != 0 && c->direct)
+            fprintf(stderr,
+                    "psflow data plane: connection %llu closing, still waiting after %.0f s "
+                    "for a send in progress on it to end\n",
+                    (unsigned long long)c->id, pf_clock_now() - start);
+    }
     for (conn **p = &ws->conns; *p; p = &(*p)->next)
         if (*p == c) {
             *p = c->next;

@@ -914,6 +914,42 @@ static void test_metrics_after_end(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* The chief's rollback: a RolledBack condition and event naming both steps, and
+ * global_step back at the step training continues from (not the high-water mark). */
+static void test_rollback_global_step(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "rollback", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *nodes[3] = {add_node(&c, "ps-a", "ps", T0), add_node(&c, "w-a", "worker", T0),
+                            add_node(&c, "w-b", "worker", T0)};
+    for (int i = 0; i < 3; i++)
+        report(&c, nodes[i], "running", 0, T0 + 1);
+    json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 800, "time", T0 + 2, "loss", 0.5,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
+    assert_int_equal(j->global_step, 800);
+    take_events(&c, NULL, NULL);
+    coord_job_record_rollback(&c, j, 800, 400, -1, T0 + 3);
+    assert_int_equal(j->global_step, 400);
+    assert_condition(j, "RolledBack", "True", "PsRestarted");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message, "from step 800"));
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message, "step 400"));
+    assert_int_equal(take_events(&c, "log", "PsRestarted"), 1);
+    json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 450, "time", T0 + 4, "loss", 0.4,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p1, NULL, T0 + 4);
+    assert_int_equal(j->global_step, 450);
+    /* Reported with points from after it: global_step is the newest of those. */
+    coord_job_record_rollback(&c, j, 450, 400, 420, T0 + 5);
+    assert_int_equal(j->global_step, 420);
+    json_decref(p0);
+    json_decref(p1);
+    coord_cluster_deinit(&c);
+}
+
 /* --- serialisation ---------------------------------------------------------------------------- */
 
 static void assert_time_text(double t, const char *text) {
@@ -994,6 +1030,7 @@ int main(void) {
         cmocka_unit_test(test_scale_async),
         cmocka_unit_test(test_chief_success),
         cmocka_unit_test(test_metrics_after_end),
+        cmocka_unit_test(test_rollback_global_step),
         cmocka_unit_test(test_time_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

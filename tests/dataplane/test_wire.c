@@ -167,6 +167,14 @@ static void test_round_trip(void **state) {
     assert_int_equal(d.u.checkpoint.step, 2000);
     assert_int_equal(d.u.checkpoint.final, 1);
 
+    m = (pf_wire_msg){.type = PF_WIRE_RESTORE, .request_id = 13};
+    m.u.restore = (pf_wire_restore){4000};
+    encode_into(&o, &m, &b);
+    assert_int_equal(b.len, 24 + 8);
+    decode_ok(&in, &b, &d);
+    assert_int_equal(d.type, PF_WIRE_RESTORE);
+    assert_int_equal(d.u.restore.step, 4000);
+
     m = (pf_wire_msg){.type = PF_WIRE_CHECKPOINT_ACK, .request_id = 11};
     m.u.checkpoint_ack = (pf_wire_checkpoint_ack){500, PF_WIRE_INTERNAL, {"ck/step-500", 11}};
     encode_into(&o, &m, &b);
@@ -410,14 +418,16 @@ static void test_names(void **state) {
     assert_string_equal(pf_wire_type_name(PF_WIRE_PUSH_PULL), "PUSH_PULL");
     assert_string_equal(pf_wire_type_name(0), "UNKNOWN");
     assert_string_equal(pf_wire_type_name(13), "AUTH_CHALLENGE");
-    assert_string_equal(pf_wire_type_name(16), "UNKNOWN");
+    assert_string_equal(pf_wire_type_name(16), "RESTORE");
+    assert_string_equal(pf_wire_type_name(17), "UNKNOWN");
+    assert_string_equal(pf_wire_code_name(19), "VERSION_PASSED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_UNAUTHENTICATED), "UNAUTHENTICATED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_STALE_INCARNATION), "STALE_INCARNATION");
     assert_string_equal(pf_wire_code_name(PF_WIRE_INTERNAL), "INTERNAL");
     assert_string_equal(pf_wire_code_name(1000), "UNKNOWN");
     /* Codes are distinct and named. */
-    for (uint32_t c = PF_WIRE_BAD_MAGIC; c <= PF_WIRE_UNAUTHENTICATED; c++)
-        for (uint32_t d = c + 1; d <= PF_WIRE_UNAUTHENTICATED; d++)
+    for (uint32_t c = PF_WIRE_BAD_MAGIC; c <= PF_WIRE_VERSION_PASSED; c++)
+        for (uint32_t d = c + 1; d <= PF_WIRE_VERSION_PASSED; d++)
             assert_string_not_equal(pf_wire_code_name(c), pf_wire_code_name(d));
 }
 

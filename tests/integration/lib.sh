@@ -76,6 +76,35 @@ print(' '.join('%.9g' % v for v in struct.unpack('<%df' % (len(raw) // 4), raw))
 PY
 }
 
+# checkpoint_versions JOB_DIR N_PS MIN: for every complete step-<N> folder (with a manifest)
+# under JOB_DIR, checks that each ps-<i>.safetensors records version N in its metadata (read
+# with Python, not psflow); fails naming the first file that does not, or when fewer than MIN
+# complete checkpoints exist. Prints one line per checkpoint.
+checkpoint_versions() {
+  python3 - "$@" <<'PY'
+import json, os, re, struct, sys
+root, n_ps, least = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+steps = []
+for name in os.listdir(root):
+    m = re.fullmatch(r"step-(\d+)", name)
+    if not m or not os.path.exists(os.path.join(root, name, "manifest.json")):
+        continue
+    step = int(m.group(1))
+    for ps in range(n_ps):
+        data = open(os.path.join(root, name, "ps-%d.safetensors" % ps), "rb").read()
+        (n,) = struct.unpack("<Q", data[:8])
+        version = int(json.loads(data[8:8 + n])["__metadata__"]["version"])
+        if version != step:
+            sys.exit("%s/ps-%d.safetensors records version %d" % (name, ps, version))
+    steps.append(step)
+for step in sorted(steps):
+    print("step-%d: every ps file at version %d" % (step, step))
+if len(steps) < least:
+    sys.exit("%d complete checkpoints, expected at least %d (folders: %s)"
+             % (len(steps), least, sorted(os.listdir(root))))
+PY
+}
+
 # in_range VALUE LO HI: succeeds when LO <= VALUE <= HI.
 in_range() {
   python3 -c 'import sys; v,lo,hi=map(float,sys.argv[1:]); sys.exit(0 if lo<=v<=hi else 1)' "$@"

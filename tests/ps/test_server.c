@@ -15,6 +15,7 @@
 
 #include "psflow/clock.h"
 #include "psflow/buf.h"
+#include "psflow/checkpoint.h"
 #include "psflow/placement.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
@@ -323,6 +324,41 @@ static void test_bad_frames_change_nothing(void **state) {
     /* ...nor does a push naming an older incarnation of the task. */
     encode_push(0, 4, 2, 0, 0);
     expect_error(PF_WIRE_FORBIDDEN);
+    after = snapshot(&len1);
+    assert_memory_equal(changed, after, len0);
+    free(after);
+
+    /* RESTORE (the chief's rollback) brings back a complete checkpoint's values and version:
+     * checkpoint step 1, push once more, restore step 1. */
+    pf_wire_checkpoint ck = {1, 0};
+    assert_int_equal(pf_wire_encode_checkpoint(&fx.out, 20, &ck, &err), PF_OK);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, 0);
+    char step_dir[128];
+    snprintf(step_dir, sizeof step_dir, "%s/frames/step-1", fx.dir);
+    assert_int_equal(pf_checkpoint_write_manifest(step_dir, "frames", 1, 1, NULL, &err), PF_OK);
+    encode_push(0, 5, 3, 0, 0);
+    exchange(&m);
+    assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_APPLIED);
+    assert_int_equal(m.u.push_ack.version, 2);
+    after = snapshot(&len1);
+    assert_true(memcmp(changed, after, len0) != 0);
+    free(after);
+    pf_wire_restore rs = {1};
+    assert_int_equal(pf_wire_encode_restore(&fx.out, 21, &rs, &err), PF_OK);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, 0);
+    after = snapshot(&len1);
+    assert_memory_equal(changed, after, len0);
+    free(after);
+    /* A checkpoint that does not exist: refused, nothing changes. */
+    rs.step = 77;
+    assert_int_equal(pf_wire_encode_restore(&fx.out, 22, &rs, &err), PF_OK);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, PF_WIRE_INTERNAL);
     after = snapshot(&len1);
     assert_memory_equal(changed, after, len0);
     free(after);

@@ -1,6 +1,7 @@
 /* test_link.c - the worker's link to the ps tasks against real in-process ps servers: a request in
  * flight when the connection is lost completes once the same ps (same incarnation) is back,
- * and the final checkpoint is asked again of a ps that restarted meanwhile. A watchdog
+ * and a checkpoint is given up (never asked again: the ps restored older values) when the
+ * ps restarted meanwhile, the restart being reported for the chief's rollback. A watchdog
  * fails the test instead of letting a hang run into the ctest timeout. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -103,11 +104,19 @@ static void lose_and_return(uint64_t incarnation_after, int checkpoint) {
     pthread_create(&th, NULL, start_later, &r);
     alarm(30);
     if (checkpoint) {
-        assert_int_equal(worker_link_checkpoint(c, 5, 1, &err), PF_OK);
-        /* The ps that came back got the final checkpoint: its file exists. */
+        /* The ps that came back restored version 0: asking it for step 5 would label
+         * version-0 values step 5, so the checkpoint is given up and the restart reported. */
+        assert_int_equal(worker_link_checkpoint(c, 5, 1, &err), PF_ERR_UNAVAILABLE);
+        assert_non_null(strstr(err.message, "restarted during checkpoint 5"));
         char path[256];
         snprintf(path, sizeof path, "%s/client/step-5/ps-0.safetensors", dir);
-        assert_int_equal(access(path, F_OK), 0);
+        assert_int_equal(access(path, F_OK), -1);
+        int ps = -1;
+        uint64_t restored = 99;
+        assert_int_equal(worker_link_take_restart(c, &ps, &restored), 1);
+        assert_int_equal(ps, 0);
+        assert_int_equal(restored, 0);
+        assert_int_equal(worker_link_take_restart(c, &ps, &restored), 0);
     } else {
         assert_int_equal(worker_link_pull(c, NULL, params, &v, &err), PF_OK);
     }
@@ -124,9 +133,9 @@ static void test_same_ps_returns(void **state) {
     lose_and_return(100, 0); /* same incarnation: the request is resent with its own id */
 }
 
-static void test_restarted_ps_gets_checkpoint(void **state) {
+static void test_restarted_ps_checkpoint_given_up(void **state) {
     (void)state;
-    lose_and_return(101, 1); /* new incarnation: the checkpoint is asked again, not a pull */
+    lose_and_return(101, 1); /* new incarnation: the checkpoint is given up, not re-sent */
 }
 
 /* A ps serving the same job name with another placement (a spec with more shards): the
@@ -160,7 +169,7 @@ static void test_other_placement_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_ps_returns),
-        cmocka_unit_test(test_restarted_ps_gets_checkpoint),
+        cmocka_unit_test(test_restarted_ps_checkpoint_given_up),
         cmocka_unit_test(test_other_placement_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -72,7 +72,8 @@
     X(PF_WIRE_ERROR, 12, "ERROR")                                                                  \
     X(PF_WIRE_AUTH_CHALLENGE, 13, "AUTH_CHALLENGE")                                                \
     X(PF_WIRE_AUTH_PROOF, 14, "AUTH_PROOF")                                                        \
-    X(PF_WIRE_AUTH_OK, 15, "AUTH_OK")
+    X(PF_WIRE_AUTH_OK, 15, "AUTH_OK")                                                              \
+    X(PF_WIRE_RESTORE, 16, "RESTORE")
 
 typedef enum {
 #define PF_WIRE_TYPE_ENUM(name, value, text) name = value,
@@ -103,7 +104,8 @@ typedef enum {
     X(PF_WIRE_INTERNAL, 15, "INTERNAL")                   /* receiver's own failure */             \
     X(PF_WIRE_FORBIDDEN, 16, "FORBIDDEN")                 /* not allowed for this peer's role */   \
     X(PF_WIRE_UNAUTHENTICATED, 17, "UNAUTHENTICATED")     /* no valid proof of the job key */      \
-    X(PF_WIRE_NONFINITE, 18, "NONFINITE")                 /* a value became NaN or Inf */
+    X(PF_WIRE_NONFINITE, 18, "NONFINITE")                 /* a value became NaN or Inf */          \
+    X(PF_WIRE_VERSION_PASSED, 19, "VERSION_PASSED")       /* sync ps already past the step */
 
 typedef enum {
 #define PF_WIRE_CODE_ENUM(name, value, text) name = value,
@@ -218,6 +220,12 @@ typedef struct pf_wire_checkpoint_ack {
     pf_wire_str path; /* <= PF_WIRE_MAX_PATH bytes */
 } pf_wire_checkpoint_ack;
 
+/* RESTORE (chief -> ps): load the complete checkpoint `step` and serve it from version
+ * `step`; answered by CHECKPOINT_ACK (status 0: restored, path: the checkpoint's folder). */
+typedef struct pf_wire_restore {
+    uint64_t step;
+} pf_wire_restore;
+
 typedef struct pf_wire_error {
     uint32_t code;       /* pf_wire_code, never 0 */
     pf_wire_str message; /* <= PF_WIRE_MAX_ERROR_MSG bytes */
@@ -246,6 +254,7 @@ typedef struct pf_wire_msg {
         pf_wire_stats_reply stats_reply;
         pf_wire_checkpoint checkpoint;
         pf_wire_checkpoint_ack checkpoint_ack;
+        pf_wire_restore restore;
         pf_wire_error error;
         pf_wire_auth auth; /* AUTH_CHALLENGE, AUTH_PROOF, AUTH_OK */
     } u;
@@ -374,6 +383,8 @@ pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,
                                      const pf_wire_stats_reply *m, pf_error *err);
 pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
                                     const pf_wire_checkpoint *m, pf_error *err);
+pf_status pf_wire_encode_restore(pf_wire_out *out, uint32_t request_id, const pf_wire_restore *m,
+                                 pf_error *err);
 pf_status pf_wire_encode_checkpoint_ack(pf_wire_out *out, uint32_t request_id,
                                         const pf_wire_checkpoint_ack *m, pf_error *err);
 /* type: PF_WIRE_AUTH_CHALLENGE (nonce), AUTH_PROOF (nonce, mac) or AUTH_OK (mac); the

@@ -44,14 +44,14 @@ run_case() { # NAME MODE STEPS
   [ "$code" = 201 ] || fail "submit $name: HTTP $code $(cat "$WORK/submit.json")"
   # The global step, sampled until the job ends: it must never go back.
   # (its own answer file: jget's is the main shell's)
-  (while :; do
+  (while kill -0 $$ 2>/dev/null; do # ends with the test
     curl -sf --max-time 5 "$URL/api/v1/jobs/$name" >"$WORK/$name.sample.json" 2>/dev/null &&
       json_field "$WORK/$name.sample.json" 'str(d["status"]["global_step"]) + " " + d["status"]["phase"]' \
         2>/dev/null || true
     sleep 0.2
   done) >"$WORK/$name.steps" &
   local sampler=$!
-  wait_until 120 "job $name past step 1000" step_over "$name" 1000
+  wait_until 120 "job $name past step 300" step_over "$name" 300
   victim=$(jget "$URL/api/v1/jobs/$name/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="worker" and t["index"]==1][0]')
   pid=$(agent_pid "$victim")
   [ -n "$pid" ] || fail "$name: no process for agent $victim"
@@ -90,14 +90,14 @@ PY
   # The killed agent is gone for good; the agent that held worker 1 is the next spare.
 }
 
-run_case elastic-async async 8000
+run_case elastic-async async 20000
 # Another worker agent for the sync case: the killed one does not come back.
 spare2_port=$(free_ports 1)
 "$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker-2 --advertise "127.0.0.1:$spare2_port" \
   --checkpoint-dir "$WORK/up/checkpoints" 2>"$WORK/spare-worker-2.log" &
 SPARE2=$!
 wait_until 20 "second spare worker registered" jget "$URL/api/v1/nodes/spare-worker-2" 'd["id"]'
-run_case elastic-sync sync 12000
+run_case elastic-sync sync 16000
 
 kill -TERM "$SPARE" "$SPARE2" 2>/dev/null || true
 wait "$SPARE" "$SPARE2" 2>/dev/null || true

@@ -501,10 +501,57 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
         task_event(c, j, &j->tasks[k], now);
 }
 
+/* Gives each task of a running job that lost its agent (task_failed: pending, no agent) the
+ * next idle agent of its role, as a new incarnation of the same task in the same generation. */
+static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
+    for (int k = 0; k < j->n_tasks; k++) {
+        coord_task *t = &j->tasks[k];
+        if (t->state != TASK_PENDING || t->node_id[0])
+            continue;
+        coord_node *n = NULL;
+        for (int i = 0; i < c->n_nodes && !n; i++)
+            if (idle(c->nodes[i], task_role(t)))
+                n = c->nodes[i];
+        char msg[COORD_TEXT_MAX];
+        if (!n) {
+            snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
+            if (strcmp(j->message, msg) != 0) {
+                snprintf(j->message, sizeof j->message, "%s", msg);
+                j->dirty = true;
+                job_event(c, j, now);
+            }
+            continue;
+        }
+        snprintf(n->job, sizeof n->job, "%s", j->name);
+        n->generation = j->generation;
+        snprintf(n->type, sizeof n->type, "%s", t->type);
+        n->index = t->index;
+        n->dirty = true;
+        snprintf(t->node_id, sizeof t->node_id, "%s", n->id);
+        snprintf(t->address, sizeof t->address, "%s", n->address);
+        t->restarts++;
+        t->incarnation = (uint64_t)(now * 1e6) + (uint64_t)k;
+        t->last_heartbeat = n->last_heartbeat;
+        t->examples_per_sec = 0;
+        snprintf(msg, sizeof msg,
+                 "%s %d replaced on agent %s (generation %d unchanged: no other task restarted)",
+                 t->type, t->index, n->id, j->generation);
+        log_event(c, j->name, "Normal", "TaskReplaced", msg, now);
+        snprintf(j->message, sizeof j->message, "%s", msg);
+        j->dirty = true;
+        node_event(c, n, now);
+        task_event(c, j, t, now);
+        job_event(c, j, now);
+    }
+}
+
 static void admit_all(coord_cluster *c, double now) {
-    for (int i = 0; i < c->n_jobs; i++)
+    for (int i = 0; i < c->n_jobs; i++) {
         if (waiting(c->jobs[i]))
             admit(c, c->jobs[i], now);
+        else if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
+            replace_tasks(c, c->jobs[i], now);
+    }
 }
 
 /* --- failures --- */
@@ -515,7 +562,28 @@ static void finish(coord_cluster *c, coord_job *j, coord_phase phase, const char
     set_phase(c, j, phase, reason, message, now);
 }
 
-/* A task failed (exit_code) or its agent was lost: restart the gang or fail the job. */
+/* Takes task t's agent off it (the agent stops what it runs on its next heartbeat). */
+static void free_task_agent(coord_cluster *c, coord_job *j, coord_task *t, double now) {
+    for (int i = 0; i < c->n_nodes; i++) {
+        coord_node *n = c->nodes[i];
+        if (!strcmp(n->job, j->name) && !strcmp(n->type, t->type) && n->index == t->index) {
+            n->job[0] = n->type[0] = '\0';
+            n->dirty = true;
+            node_event(c, n, now);
+        }
+    }
+}
+
+/* Whether a lost or failed task is replaced on its own while the others carry on: a worker
+ * other than the chief. It holds no state (the ps tasks do); its replacement pulls the
+ * current variables and joins at the current step, a new incarnation of the same task. The
+ * chief (it checkpoints) and the ps tasks (they hold the variables) restart the gang. */
+static bool replaced_alone(const coord_job *j, const coord_task *t) {
+    return !strcmp(t->type, "worker") && !is_chief(j, t);
+}
+
+/* A task failed (exit_code) or its agent was lost: replace it alone, restart the gang or fail
+ * the job. */
 static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_code, bool lost,
                         const char *why, double now) {
     if (coord_job_finished(j) || j->phase == COORD_SUSPENDED)
@@ -525,14 +593,7 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
         snprintf(msg, sizeof msg, "evaluator %d %s; training carries on without evaluations",
                  t->index, why);
         t->state = lost ? TASK_LOST : TASK_FAILED;
-        for (int i = 0; i < c->n_nodes; i++) { /* its agent is free for other work */
-            coord_node *n = c->nodes[i];
-            if (!strcmp(n->job, j->name) && !strcmp(n->type, t->type) && n->index == t->index) {
-                n->job[0] = n->type[0] = '\0';
-                n->dirty = true;
-                node_event(c, n, now);
-            }
-        }
+        free_task_agent(c, j, t, now); /* free for other work */
         log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg, now);
         task_event(c, j, t, now);
         return;
@@ -551,6 +612,23 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
     }
     const char *reason = lost ? "TaskLost" : "TaskFailed";
     char msg[COORD_TEXT_MAX];
+    if (retryable && replaced_alone(j, t) && j->phase == COORD_RUNNING &&
+        t->restarts < rp->backoff_limit) {
+        /* Pending without an agent: admit_all gives it the next idle worker agent. */
+        free_task_agent(c, j, t, now);
+        t->state = TASK_PENDING;
+        t->node_id[0] = '\0';
+        snprintf(msg, sizeof msg,
+                 "%s %d %s; replacing it alone (replacement %d of at most %d), the other tasks "
+                 "carry on",
+                 t->type, t->index, why, t->restarts + 1, rp->backoff_limit);
+        log_event(c, j->name, "Warning", reason, msg, now);
+        snprintf(j->message, sizeof j->message, "%s", msg);
+        j->dirty = true;
+        task_event(c, j, t, now);
+        job_event(c, j, now);
+        return;
+    }
     if (retryable && j->restarts < rp->backoff_limit) {
         j->restarts++;
         snprintf(msg, sizeof msg, "%s %d %s; restarting the job (restart %d of at most %d)",

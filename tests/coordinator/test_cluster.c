@@ -383,6 +383,65 @@ static void test_lease_expiry_and_backoff(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A worker other than the chief that is lost or fails is replaced alone: the others carry
+ * on in the same generation (no gang restart, no rollback), its replacement runs on the next
+ * idle worker agent as a new incarnation, and it waits for one when there is none. */
+static void test_worker_replaced_alone(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "elastic", 1, 2, ", \"run_policy\": {\"backoff_limit\": 2}");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w0 = add_node(&c, "w-a", "worker", T0);
+    coord_node *w1 = add_node(&c, "w-b", "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    for (coord_node *n = ps; n; n = n == ps ? w0 : n == w0 ? w1 : NULL)
+        report(&c, n, "running", 0, T0 + 1);
+    uint64_t first = task_of(j, "worker", 1)->incarnation;
+    take_events(&c, NULL, NULL);
+
+    /* w-b goes silent; no spare agent yet: worker 1 waits, the job keeps Running. */
+    report(&c, ps, "running", 0, T0 + 9);
+    report(&c, w0, "running", 0, T0 + 9);
+    coord_cluster_tick(&c, T0 + 12.25);
+    assert_true(w1->lost);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 1);
+    assert_int_equal(j->restarts, 0);
+    assert_int_equal(task_of(j, "worker", 1)->state, TASK_PENDING);
+    assert_string_equal(task_of(j, "worker", 1)->node_id, "");
+    assert_assigned(j, ps, "ps", 0, 1);
+    assert_assigned(j, w0, "worker", 0, 1);
+    assert_string_equal(j->message, "waiting for an agent to replace worker 1");
+    assert_int_equal(take_events(&c, "log", "TaskLost"), 1);
+
+    /* A spare agent registers: worker 1 runs there, same generation, new incarnation. */
+    coord_node *spare = add_node(&c, "w-c", "worker", T0 + 13);
+    assert_assigned(j, spare, "worker", 1, 1);
+    coord_task *t = task_of(j, "worker", 1);
+    assert_true(t->incarnation > first);
+    assert_int_equal(t->restarts, 1);
+    assert_int_equal(j->generation, 1);
+    assert_int_equal(take_events(&c, "log", "TaskReplaced"), 1);
+    report(&c, spare, "running", 0, T0 + 14);
+    assert_int_equal(t->state, TASK_RUNNING);
+    assert_string_equal(j->message, "all 3 tasks running");
+
+    /* It fails (a signal): replaced again, on the agent that just gave it up if that is the
+     * idle one. Past backoff_limit replacements, the job restarts as a gang (as it does for
+     * the chief or a ps: test_lease_expiry_and_backoff). */
+    report(&c, spare, "failed", 137, T0 + 15);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(t->restarts, 2);
+    assert_int_equal(j->generation, 1);
+    report(&c, spare, "failed", 137, T0 + 16);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_int_equal(j->restarts, 1);
+    coord_cluster_deinit(&c);
+}
+
 /* restart_policy Never: the first lost task fails the job. */
 static void test_restart_policy_never(void **state) {
     (void)state;
@@ -959,6 +1018,7 @@ int main(void) {
         cmocka_unit_test(test_gang_admission),
         cmocka_unit_test(test_jobs_wait_their_turn),
         cmocka_unit_test(test_lease_expiry_and_backoff),
+        cmocka_unit_test(test_worker_replaced_alone),
         cmocka_unit_test(test_restart_policy_never),
         cmocka_unit_test(test_restart_policy_exit_code),
         cmocka_unit_test(test_nonfinite_fails_the_job),

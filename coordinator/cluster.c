@@ -416,6 +416,30 @@ static bool waiting(const coord_job *j) {
     return !j->deleted && (j->phase == COORD_CREATED || j->phase == COORD_RESTARTING);
 }
 
+/* The first idle agent of `role`, or NULL. */
+static coord_node *first_idle(coord_cluster *c, const char *role) {
+    for (int i = 0; i < c->n_nodes; i++)
+        if (idle(c->nodes[i], role))
+            return c->nodes[i];
+    return NULL;
+}
+
+/* Assigns task k of j to agent n in j's generation, as a new incarnation (pending until the
+ * agent reports it running). */
+static void give_task(coord_job *j, int k, coord_node *n, double now) {
+    coord_task *t = &j->tasks[k];
+    snprintf(n->job, sizeof n->job, "%s", j->name);
+    n->generation = j->generation;
+    snprintf(n->type, sizeof n->type, "%s", t->type);
+    n->index = t->index;
+    n->dirty = true;
+    snprintf(t->node_id, sizeof t->node_id, "%s", n->id);
+    snprintf(t->address, sizeof t->address, "%s", n->address);
+    t->state = TASK_PENDING;
+    t->incarnation = (uint64_t)(now * 1e6) + (uint64_t)k;
+    t->last_heartbeat = n->last_heartbeat;
+}
+
 /* Gives every task of j an idle agent, or none. */
 static void admit(coord_cluster *c, coord_job *j, double now) {
     int need_ps = j->spec.replicas.ps;
@@ -463,23 +487,10 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
     bool restart = j->generation > 1;
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
-        const char *role = task_role(t);
-        coord_node *n = NULL; /* the first idle agent of the role: counted above, so found */
-        for (int i = 0; i < c->n_nodes && !n; i++)
-            if (idle(c->nodes[i], role))
-                n = c->nodes[i];
-        snprintf(n->job, sizeof n->job, "%s", j->name);
-        n->generation = j->generation;
-        snprintf(n->type, sizeof n->type, "%s", t->type);
-        n->index = t->index;
-        n->dirty = true;
-        snprintf(t->node_id, sizeof t->node_id, "%s", n->id);
-        snprintf(t->address, sizeof t->address, "%s", n->address);
+        coord_node *n = first_idle(c, task_role(t)); /* counted above, so found */
+        give_task(j, k, n, now);
         if (restart)
             t->restarts++;
-        t->state = TASK_PENDING;
-        t->incarnation = (uint64_t)(now * 1e6) + (uint64_t)k;
-        t->last_heartbeat = n->last_heartbeat;
         t->step = 0;
         t->examples_per_sec = 0;
         node_event(c, n, now);
@@ -508,10 +519,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
         coord_task *t = &j->tasks[k];
         if (t->state != TASK_PENDING || t->node_id[0])
             continue;
-        coord_node *n = NULL;
-        for (int i = 0; i < c->n_nodes && !n; i++)
-            if (idle(c->nodes[i], task_role(t)))
-                n = c->nodes[i];
+        coord_node *n = first_idle(c, task_role(t));
         char msg[COORD_TEXT_MAX];
         if (!n) {
             snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
@@ -522,16 +530,8 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
             }
             continue;
         }
-        snprintf(n->job, sizeof n->job, "%s", j->name);
-        n->generation = j->generation;
-        snprintf(n->type, sizeof n->type, "%s", t->type);
-        n->index = t->index;
-        n->dirty = true;
-        snprintf(t->node_id, sizeof t->node_id, "%s", n->id);
-        snprintf(t->address, sizeof t->address, "%s", n->address);
+        give_task(j, k, n, now);
         t->restarts++;
-        t->incarnation = (uint64_t)(now * 1e6) + (uint64_t)k;
-        t->last_heartbeat = n->last_heartbeat;
         t->examples_per_sec = 0;
         snprintf(msg, sizeof msg,
                  "%s %d replaced on agent %s (generation %d unchanged: no other task restarted)",

@@ -84,6 +84,10 @@ NAME=mlp refused /model '{"name": "mlp", "model": {"type": "softmax", "inputs": 
   "data": {"format": "csv", "train": ["'"$WORK"'/data/ok.csv"]}}'
 pass "agents register their memory; a training task bigger than the largest worker agent is refused"
 
+# in-root (above) runs on the two real agents: let it finish before they are registered again
+# by hand (a re-registration means a restarted agent, which restarts its job).
+wait_until 120 "job in-root Succeeded" phase_is in-root Succeeded
+
 # A ps agent with little memory (registered by hand, as an agent would): a job whose ps
 # share exceeds it is refused naming /replicas/ps; a sync job that fits with 1 worker is
 # refused when PATCH asks for 4 (4 pending gradients and push buffers per ps).

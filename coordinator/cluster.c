@@ -574,6 +574,42 @@ static void free_task_agent(coord_cluster *c, coord_job *j, coord_task *t, doubl
     }
 }
 
+/* --- the evaluator after training ---
+ * When the chief succeeds while the evaluator still runs, the job stays Running (condition
+ * TrainingComplete) until the evaluator has evaluated the final checkpoint and exited, so a
+ * Succeeded job carries its final eval_step / eval_accuracy. The training tasks' agents are
+ * freed at once; COORD_EVALUATOR_GRACE_SECONDS bounds the wait. */
+
+static bool training_complete(coord_job *j) {
+    coord_condition *k = condition(j, "TrainingComplete");
+    return k && !strcmp(k->status, "True") && !coord_job_finished(j);
+}
+
+/* Whether evaluator task t is (or is about to be) evaluating on an agent. */
+static bool evaluator_busy(const coord_job *j, const coord_task *t) {
+    return j->phase == COORD_RUNNING &&
+           (t->state == TASK_RUNNING || (t->state == TASK_PENDING && t->node_id[0]));
+}
+
+static void await_evaluator(coord_cluster *c, coord_job *j, const char *done, double now) {
+    set_condition(j, "TrainingComplete", "True", "ChiefSucceeded", done, now);
+    log_event(c, j->name, "TrainingComplete", "ChiefSucceeded", done, now);
+    snprintf(j->message, sizeof j->message,
+             "training done; waiting up to %d s for the evaluator's final evaluation",
+             COORD_EVALUATOR_GRACE_SECONDS);
+    j->dirty = true;
+    job_event(c, j, now);
+}
+
+/* The evaluator ended (or gave up): a job whose training is complete succeeds now. */
+static void evaluator_done(coord_cluster *c, coord_job *j, double now) {
+    if (!training_complete(j))
+        return;
+    char msg[COORD_TEXT_MAX];
+    snprintf(msg, sizeof msg, "%s", condition(j, "TrainingComplete")->message);
+    finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
+}
+
 /* Whether a lost or failed task is replaced on its own while the others carry on: a worker
  * other than the chief. It holds no state (the ps tasks do); its replacement pulls the
  * current variables and joins at the current step, a new incarnation of the same task. The
@@ -596,8 +632,11 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
         free_task_agent(c, j, t, now); /* free for other work */
         log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg, now);
         task_event(c, j, t, now);
+        evaluator_done(c, j, now);
         return;
     }
+    if (training_complete(j))
+        return; /* training is over: only the evaluator still runs */
     const pf_run_policy_spec *rp = &j->spec.run_policy;
     bool retryable;
     switch (rp->restart_policy) {
@@ -1014,12 +1053,19 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                         j->test_loss = tl;
                     if (!isnan(steps) && (int64_t)steps > j->global_step)
                         j->global_step = (int64_t)steps;
-                    for (int i = 0; i < j->n_tasks; i++)
-                        if (j->tasks[i].state == TASK_RUNNING ||
-                            j->tasks[i].state == TASK_PENDING) {
-                            j->tasks[i].state = TASK_SUCCEEDED;
-                            task_event(c, j, &j->tasks[i], now);
+                    bool evaluating = false;
+                    for (int i = 0; i < j->n_tasks; i++) {
+                        coord_task *o = &j->tasks[i];
+                        if (is_evaluator(o) && evaluator_busy(j, o)) {
+                            evaluating = true; /* keeps its agent for the final checkpoint */
+                            continue;
                         }
+                        if (o->state == TASK_RUNNING || o->state == TASK_PENDING) {
+                            o->state = TASK_SUCCEEDED;
+                            task_event(c, j, o, now);
+                        }
+                        free_task_agent(c, j, o, now);
+                    }
                     char msg[COORD_TEXT_MAX];
                     if (!isnan(acc))
                         snprintf(msg, sizeof msg,
@@ -1028,7 +1074,12 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                     else
                         snprintf(msg, sizeof msg, "reached step %" PRId64 " of %" PRId64,
                                  j->global_step, (int64_t)j->spec.training.max_steps);
-                    finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
+                    if (evaluating)
+                        await_evaluator(c, j, msg, now);
+                    else
+                        finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
+                } else if (is_evaluator(t)) {
+                    evaluator_done(c, j, now);
                 }
             } else if (!strcmp(state, "failed") && t->state != TASK_FAILED) {
                 t->state = TASK_FAILED;
@@ -1107,6 +1158,20 @@ void coord_cluster_tick(coord_cluster *c, double now) {
             }
         }
         node_event(c, n, now);
+    }
+    for (int i = 0; i < c->n_jobs; i++) {
+        coord_job *j = c->jobs[i];
+        if (j->deleted || !training_complete(j))
+            continue;
+        coord_condition *k = condition(j, "TrainingComplete");
+        if (now - k->time <= COORD_EVALUATOR_GRACE_SECONDS)
+            continue;
+        snprintf(msg, sizeof msg,
+                 "the evaluator did not finish within %d s of the end of training; the job "
+                 "succeeds without its final evaluation",
+                 COORD_EVALUATOR_GRACE_SECONDS);
+        log_event(c, j->name, "Warning", "EvaluatorTimeout", msg, now);
+        evaluator_done(c, j, now);
     }
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];

@@ -47,10 +47,13 @@ typedef enum {
 #define COORD_ID_MAX    128 /* node ids */
 #define COORD_ADDR_MAX  256 /* advertised host:port */
 #define COORD_TEXT_MAX  256 /* condition and status messages */
-#define COORD_MAX_CONDS 6   /* one per condition type */
+#define COORD_MAX_CONDS 10  /* one per condition type */
+/* How long a job whose training is done waits for its evaluator's final evaluation. */
+#define COORD_EVALUATOR_GRACE_SECONDS 120
 
 typedef struct coord_condition {
-    char type[16];   /* Created Running Restarting Suspended Succeeded Failed */
+    char type[24];   /* Created Running Restarting Suspended Succeeded Failed RolledBack
+                        TrainingComplete */
     char status[8];  /* "True" or "False" */
     char reason[40]; /* CamelCase, e.g. WaitingForAgents */
     char message[COORD_TEXT_MAX];

@@ -845,6 +845,71 @@ static void test_chief_success(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* With an evaluator still running when the chief succeeds, the job stays Running
+ * (TrainingComplete) and its training agents are freed; it succeeds when the evaluator ends,
+ * failed or not, or after COORD_EVALUATOR_GRACE_SECONDS. A ps agent lost meanwhile changes
+ * nothing. */
+static void test_success_waits_for_evaluator(void **state) {
+    (void)state;
+    for (int how = 0; how < 3; how++) { /* evaluator succeeds, fails, never ends */
+        coord_cluster c;
+        coord_cluster_init(&c, LEASE);
+        pf_job_spec spec;
+        make_spec(&spec, "evalwait", 1, 1, "");
+        spec.replicas.evaluator = 1;
+        coord_job *j = submit(&c, &spec, T0);
+        coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+        coord_node *w = add_node(&c, "w-a", "worker", T0);
+        coord_node *e = add_node(&c, "w-b", "worker", T0);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        report(&c, ps, "running", 0, T0);
+        report(&c, w, "running", 0, T0);
+        report(&c, e, "running", 0, T0);
+        assert_int_equal(task_of(j, "evaluator", 0)->state, TASK_RUNNING);
+        json_t *r =
+            json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded",
+                      "job", "evalwait", "generation", 1, "type", "worker", "index", 0, "exit_code",
+                      0, "result", "accuracy", 0.89, "test_loss", 0.31, "steps", 100);
+        coord_node_heartbeat_json(&c, w, r, T0 + 10);
+        json_decref(r);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_condition(j, "TrainingComplete", "True", "ChiefSucceeded");
+        assert_non_null(strstr(j->message, "evaluator's final evaluation"));
+        assert_int_equal(task_of(j, "worker", 0)->state, TASK_SUCCEEDED);
+        assert_int_equal(task_of(j, "ps", 0)->state, TASK_SUCCEEDED);
+        assert_int_equal(task_of(j, "evaluator", 0)->state, TASK_RUNNING);
+        assert_string_equal(ps->job, "");
+        assert_string_equal(w->job, "");
+        assert_string_equal(e->job, "evalwait");
+        /* The ps agent goes silent: no restart, the job still waits for the evaluator. */
+        report(&c, e, "running", 0, T0 + 2 * LEASE);
+        coord_cluster_tick(&c, T0 + 3 * LEASE);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_int_equal(j->restarts, 0);
+        if (how == 0) {
+            report(&c, e, "succeeded", 0, T0 + 40);
+            assert_int_equal(task_of(j, "evaluator", 0)->state, TASK_SUCCEEDED);
+        } else if (how == 1) {
+            report(&c, e, "failed", 1, T0 + 40);
+            assert_int_equal(take_events(&c, "log", "EvaluatorFailed"), 1);
+        } else {
+            for (double t = T0 + 40; t < T0 + 10 + COORD_EVALUATOR_GRACE_SECONDS; t += 5) {
+                report(&c, e, "running", 0, t);
+                coord_cluster_tick(&c, t);
+                assert_int_equal(j->phase, COORD_RUNNING);
+            }
+            report(&c, e, "running", 0, T0 + 11 + COORD_EVALUATOR_GRACE_SECONDS);
+            coord_cluster_tick(&c, T0 + 11 + COORD_EVALUATOR_GRACE_SECONDS);
+            assert_int_equal(take_events(&c, "log", "EvaluatorTimeout"), 1);
+        }
+        assert_int_equal(j->phase, COORD_SUCCEEDED);
+        assert_condition(j, "Succeeded", "True", "JobSucceeded");
+        assert_string_equal(j->message, "reached step 100 of 100; test accuracy 0.8900");
+        assert_string_equal(e->job, "");
+        coord_cluster_deinit(&c);
+    }
+}
+
 /* Metric points update the job's step, loss and rates while it runs; points that arrive
  * after it finished are kept in the history (events) but leave its summary as it ended. */
 static void test_metrics_after_end(void **state) {
@@ -1029,6 +1094,7 @@ int main(void) {
         cmocka_unit_test(test_scale_and_suspend),
         cmocka_unit_test(test_scale_async),
         cmocka_unit_test(test_chief_success),
+        cmocka_unit_test(test_success_waits_for_evaluator),
         cmocka_unit_test(test_metrics_after_end),
         cmocka_unit_test(test_rollback_global_step),
         cmocka_unit_test(test_time_round_trip),

@@ -200,6 +200,14 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
 /* A sync worker that sees a ps's version go back (a rollback, or a ps that restarted)
  * drops what it computed before it and pulls until every ps serves one version (with
  * backup workers, versions one apart), for at most training.stall_timeout_secs. */
+/* The version of the ps furthest behind, as this task last saw it. */
+static uint64_t lowest_version(const trainer *t) {
+    uint64_t lo = t->versions[0];
+    for (int p = 1; p < t->n_ps; p++)
+        lo = t->versions[p] < lo ? t->versions[p] : lo;
+    return lo;
+}
+
 static pf_status resync(trainer *t, pf_error *err) {
     const char *who = t->o->is_chief ? "chief" : "worker";
     const double limit = (double)t->spec->training.stall_timeout_secs, start = pf_clock_now();
@@ -387,15 +395,18 @@ pf_status worker_run(const worker_options *o) {
      * version progress for training.stall_timeout_secs fails the job with a line that says
      * so (exit 69; a restart policy acts on it), whatever kept it turning. */
     double progress_time = pf_clock_now();
-    uint64_t progress_version = t.versions[0];
-    while (t.versions[0] < max_steps) {
+    uint64_t progress_version = t.versions[0] + lowest_version(&t);
+    /* Until every ps has reached max_steps: with backup workers the ps tasks advance on
+     * their own, and one may still be a step short when another has reached the end; its
+     * last step needs this task's gradient as much as any other. */
+    while (lowest_version(&t) < max_steps) {
         uint64_t global = t.versions[0];
         if (stopped(&t)) {
             st = pf_error_set(&err, PF_ERR_CANCELLED, NULL, "stopped at step %" PRIu64, global);
             goto fail;
         }
-        if (global != progress_version) {
-            progress_version = global;
+        if (global + lowest_version(&t) != progress_version) { /* any ps advanced */
+            progress_version = global + lowest_version(&t);
             progress_time = pf_clock_now();
         } else if (o->is_chief &&
                    pf_clock_now() - progress_time > (double)spec->training.stall_timeout_secs) {
@@ -438,9 +449,7 @@ pf_status worker_run(const worker_options *o) {
          * restarted worker completes the step behind (its push to the ps ahead is stale,
          * dropped) and the ps tasks are at one version again, instead of staying a step
          * apart for the rest of the job. */
-        uint64_t lo = t.versions[0];
-        for (int p = 1; p < t.n_ps; p++)
-            lo = t.versions[p] < lo ? t.versions[p] : lo;
+        uint64_t lo = lowest_version(&t);
         int all_needed = sync && spec->training.replicas_to_aggregate >= t.n_tasks;
         for (int p = 0; p < t.n_ps; p++) {
             t.steps[p] = all_needed ? lo : t.versions[p];

@@ -84,17 +84,39 @@ static pf_shard_info *shard_infos(const ps_shards *shards) {
     return info;
 }
 
-/* Loads ps `task`'s file of the checkpoint in step_dir once the whole checkpoint checks
- * out: every file the manifest lists has its size and CRC-32. */
-static pf_status load_verified(const char *step_dir, int task, const pf_shard_info *info, int n,
-                               const pf_optim_slots *optim, pf_checkpoint_ps **out, pf_error *err) {
+/* Loads ps `task`'s shards from the checkpoint in step_dir once the whole checkpoint checks
+ * out: every file the manifest lists has its size and CRC-32. A checkpoint written by
+ * another number of ps tasks or another partitioning is reassembled from the slices its
+ * files hold; *from_ps is then the number of ps tasks that wrote it, else 0. */
+static pf_status load_verified(const char *step_dir, const pf_job_spec *spec, int task,
+                               const pf_shard_info *info, int n, pf_checkpoint_ps **out,
+                               int *from_ps, pf_error *err) {
+    *from_ps = 0;
     pf_checkpoint_manifest m;
     pf_status st = pf_checkpoint_manifest_read(step_dir, &m, err);
     if (st != PF_OK)
         return st;
+    int num_ps = m.num_ps;
     st = pf_checkpoint_verify(step_dir, &m, PF_CKPT_VERIFY_CRC, err);
     pf_checkpoint_manifest_deinit(&m);
-    return st == PF_OK ? pf_checkpoint_load_ps(step_dir, task, info, n, optim, out, err) : st;
+    if (st != PF_OK)
+        return st;
+    const pf_optim_slots *optim = pf_optim_slots_of(&spec->optimizer);
+    if (num_ps == spec->replicas.ps) {
+        pf_error same;
+        pf_error_clear(&same);
+        st = pf_checkpoint_load_ps(step_dir, task, info, n, optim, out, &same);
+        if (st != PF_ERR_FORMAT && st != PF_ERR_NOT_FOUND) {
+            if (st != PF_OK)
+                pf_error_set(err, st, NULL, "%s", same.message);
+            return st;
+        }
+        /* The same number of ps tasks under another partitioning: reassembled below. */
+    }
+    st = pf_checkpoint_load_repartitioned(step_dir, spec, info, n, optim, out, err);
+    if (st == PF_OK)
+        *from_ps = num_ps;
+    return st;
 }
 
 pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
@@ -110,7 +132,7 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
     /* The newest complete checkpoint that verifies; each bad one is set aside (renamed,
      * never deleted), so every round looks at an older one. */
     pf_checkpoint_ps *c = NULL;
-    int set_aside = 0;
+    int set_aside = 0, from_ps = 0;
     pf_status st;
     for (;;) {
         st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
@@ -118,7 +140,7 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
             break;
         pf_error bad;
         pf_error_clear(&bad);
-        st = load_verified(step_dir, task, info, n, pf_optim_slots_of(&spec->optimizer), &c, &bad);
+        st = load_verified(step_dir, spec, task, info, n, &c, &from_ps, &bad);
         if (st == PF_OK || st == PF_ERR_NOMEM) {
             if (st != PF_OK)
                 pf_error_set(err, st, NULL, "%s", bad.message);
@@ -160,11 +182,15 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
     for (int i = 0; i < n; i++)
         crc = crc32(crc, (const Bytef *)ps_shards_values(shards, i),
                     (uInt)(ps_shards_info(shards, i)->count * sizeof(float)));
+    char from[96] = "";
+    if (from_ps)
+        snprintf(from, sizeof from, "; repartitioned from a checkpoint of %d ps task%s", from_ps,
+                 from_ps == 1 ? "" : "s");
     snprintf(note, len,
              "restored from %s (step %lld, version %" PRIu64
-             ", values crc32 %08lx; every file's size and CRC-32 verified%s)",
+             ", values crc32 %08lx; every file's size and CRC-32 verified%s%s)",
              step_dir, (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc,
-             set_aside ? ", after setting bad ones aside" : "");
+             set_aside ? ", after setting bad ones aside" : "", from);
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }
@@ -181,15 +207,15 @@ pf_status ps_checkpoint_restore_step(ps_shards *shards, const pf_job_spec *spec,
     if (!info)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     pf_checkpoint_ps *c = NULL;
-    pf_status st =
-        load_verified(step_dir, task, info, n, pf_optim_slots_of(&spec->optimizer), &c, err);
+    int from_ps = 0;
+    pf_status st = load_verified(step_dir, spec, task, info, n, &c, &from_ps, err);
     pf_free(info);
     if (st != PF_OK)
         return st;
     ps_shards_restore(shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),
                       pf_checkpoint_ps_slots(c));
-    snprintf(note, len, "restored %s (step %" PRIu64 ", version %" PRIu64 ", verified)", step_dir,
-             step, pf_checkpoint_ps_version(c));
+    snprintf(note, len, "restored %s (step %" PRIu64 ", version %" PRIu64 ", verified%s)", step_dir,
+             step, pf_checkpoint_ps_version(c), from_ps ? ", repartitioned" : "");
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "psflow/checkpoint.h"
+#include "psflow/safetensors.h"
 
 #define MANIFEST     "manifest.json"
 #define MANIFEST_TMP "manifest.json.tmp"
@@ -31,5 +32,20 @@ int ckpt_parse_step_name(const char *name, int64_t *step);
 /* Reads the integer member key of o in [min, max]; -1 when missing, mistyped or out of
  * range. */
 int ckpt_get_int(json_t *o, const char *key, int64_t min, int64_t max, int64_t *out);
+
+/* One value shard found in a ps file's "psflow_shards" metadata. */
+typedef struct shard_entry {
+    const char *variable; /* borrowed from the parsed metadata (the caller keeps it alive) */
+    const char *name;
+    int shard, num_shards, rank;
+    int64_t row_offset, rows, cols, var_rows, var_cols;
+    const float *data; /* rows * cols floats, borrowed from the ps file */
+} shard_entry;
+
+/* Parses one ps file's "psflow_shards" (meta, parsed JSON) into entries appended to *v (*n
+ * used of *cap; grown with pf_mallocarray, the caller frees *v), checking each against the
+ * tensor of its name in st. Errors: PF_ERR_FORMAT (names path), PF_ERR_NOMEM. */
+pf_status ckpt_collect_entries(const pf_safetensors *st, const char *path, json_t *meta,
+                               shard_entry **v, size_t *n, size_t *cap, pf_error *err);
 
 #endif

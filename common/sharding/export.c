@@ -71,15 +71,6 @@ pf_tensor_view pf_checkpoint_model_get(const pf_checkpoint_model *m, int i) {
     return v;
 }
 
-/* One value shard found in a ps file's "psflow_shards". */
-typedef struct shard_entry {
-    const char *variable; /* borrowed from the parsed metadata (kept alive in `metas`) */
-    const char *name;
-    int shard, num_shards, rank;
-    int64_t row_offset, rows, cols, var_rows, var_cols;
-    const float *data; /* rows * cols floats, borrowed from the ps file */
-} shard_entry;
-
 static int cmp_entry(const void *a, const void *b) {
     const shard_entry *x = a, *y = b;
     int c = strcmp(x->variable, y->variable);
@@ -107,9 +98,8 @@ static int get_shape(json_t *o, const char *key, int *rank, int64_t *rows, int64
     return 0;
 }
 
-/* Parses one ps file's "psflow_shards" into entries appended to *v. */
-static pf_status collect_entries(const pf_safetensors *st, const char *path, json_t *meta,
-                                 shard_entry **v, size_t *n, size_t *cap, pf_error *err) {
+pf_status ckpt_collect_entries(const pf_safetensors *st, const char *path, json_t *meta,
+                               shard_entry **v, size_t *n, size_t *cap, pf_error *err) {
     if (!json_is_array(meta))
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "%s: metadata 'psflow_shards' is not a JSON array", path);
@@ -309,7 +299,7 @@ pf_status pf_checkpoint_merge(const char *dir, pf_checkpoint_model **out, pf_err
         }
         json_error_t jerr;
         metas[i] = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-        st = collect_entries(files[i], path, metas[i], &entries, &n_entries, &cap, err);
+        st = ckpt_collect_entries(files[i], path, metas[i], &entries, &n_entries, &cap, err);
     }
     if (st != PF_OK)
         goto done;

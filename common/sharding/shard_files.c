@@ -222,7 +222,8 @@ done:
 /* --- restoring a ps ----------------------------------------------------------------------- */
 
 struct pf_checkpoint_ps {
-    pf_safetensors *st;
+    pf_safetensors *st; /* the file the views point into, or NULL */
+    float *owned;       /* or the values and slots assembled from several files */
     uint64_t version;
     const float **values;       /* [n] */
     const float **slot_ptrs;    /* [n * PF_OPTIM_MAX_SLOTS] */
@@ -233,6 +234,7 @@ void pf_checkpoint_ps_destroy(pf_checkpoint_ps *c) {
     if (!c)
         return;
     pf_safetensors_destroy(c->st);
+    pf_free(c->owned);
     pf_free(c->values);
     pf_free(c->slot_ptrs);
     pf_free(c->slots);
@@ -328,4 +330,173 @@ pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shar
 fail:
     pf_checkpoint_ps_destroy(c);
     return st;
+}
+
+/* --- restoring under another partitioning ---------------------------------------------------- */
+
+/* The rows [lo, hi) of one new shard that some old shard filled. */
+typedef struct filled_rows {
+    int64_t lo, hi;
+} filled_rows;
+
+static int cmp_filled(const void *a, const void *b) {
+    const filled_rows *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Copies into new shard `s` (values dst, slots dst_slots) the rows it shares with old shard
+ * e of file st, and records them in *filled. */
+static pf_status copy_overlap(const pf_safetensors *st, const char *path, const shard_entry *e,
+                              const pf_shard_info *s, const pf_optim_slots *optim, float *dst,
+                              float *const *dst_slots, filled_rows **filled, int *n_filled,
+                              pf_error *err) {
+    int64_t lo = e->row_offset > s->row_offset ? e->row_offset : s->row_offset;
+    int64_t e_end = e->row_offset + e->rows, s_end = s->row_offset + s->shape[0];
+    int64_t hi = e_end < s_end ? e_end : s_end;
+    if (lo >= hi)
+        return PF_OK;
+    int64_t cols = s->shape[1];
+    size_t n = (size_t)((hi - lo) * cols);
+    size_t from = (size_t)((lo - e->row_offset) * cols), to = (size_t)((lo - s->row_offset) * cols);
+    memcpy(dst + to, e->data + from, n * sizeof *dst);
+    for (int k = 0; k < optim->n; k++) {
+        char sn[SLOT_NAME_MAX];
+        const float *slot;
+        pf_status rc = slot_name(sn, e->name, optim, k, err);
+        if (rc == PF_OK)
+            rc = expect_tensor(st, path, sn, (size_t)(e->rows * e->cols), &slot, err);
+        if (rc != PF_OK)
+            return rc;
+        memcpy(dst_slots[k] + to, slot + from, n * sizeof *dst);
+    }
+    filled_rows *f = pf_mallocarray((size_t)*n_filled + 1, sizeof *f);
+    if (!f)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    if (*n_filled)
+        memcpy(f, *filled, (size_t)*n_filled * sizeof *f);
+    f[(*n_filled)++] = (filled_rows){lo, hi};
+    pf_free(*filled);
+    *filled = f;
+    return PF_OK;
+}
+
+/* Checks that the filled row ranges of new shard s cover it exactly once. */
+static pf_status check_filled(const char *step_dir, const pf_shard_info *s, filled_rows *f, int n,
+                              pf_error *err) {
+    qsort(f, (size_t)n, sizeof *f, cmp_filled);
+    int64_t next = s->row_offset;
+    int i = 0;
+    for (; i < n && f[i].lo == next; i++)
+        next = f[i].hi;
+    if (i != n || next != s->row_offset + s->shape[0])
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: the checkpoint does not hold rows %lld..%lld of '%s' exactly once",
+                            step_dir, (long long)s->row_offset,
+                            (long long)(s->row_offset + s->shape[0] - 1), s->name);
+    return PF_OK;
+}
+
+pf_status pf_checkpoint_load_repartitioned(const char *step_dir, const pf_job_spec *spec,
+                                           const pf_shard_info *info, int n,
+                                           const pf_optim_slots *optim, pf_checkpoint_ps **out,
+                                           pf_error *err) {
+    *out = NULL;
+    if (n < 0 || (n > 0 && !info) || optim->n < 0 || optim->n > PF_OPTIM_MAX_SLOTS)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "invalid restore arguments");
+    pf_var_info vars[PF_MAX_VARS];
+    int nv = pf_model_layout(&spec->model, vars);
+    for (int i = 0; i < n; i++) {
+        pf_status rc = check_shard(&info[i], vars, nv, err);
+        if (rc != PF_OK)
+            return rc;
+    }
+    pf_checkpoint_manifest m;
+    pf_status st = pf_checkpoint_manifest_read(step_dir, &m, err);
+    if (st != PF_OK)
+        return st;
+    pf_checkpoint_ps *c = pf_calloc(1, sizeof *c);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += info[i].count * (size_t)(1 + optim->n);
+    filled_rows **filled = pf_calloc((size_t)(n ? n : 1), sizeof *filled);
+    int *n_filled = pf_calloc((size_t)(n ? n : 1), sizeof *n_filled);
+    if (c) {
+        c->owned = pf_mallocarray(total ? total : 1, sizeof *c->owned);
+        c->values = pf_calloc((size_t)(n ? n : 1), sizeof *c->values);
+        c->slot_ptrs = pf_calloc((size_t)(n ? n : 1) * PF_OPTIM_MAX_SLOTS, sizeof *c->slot_ptrs);
+        c->slots = pf_calloc((size_t)(n ? n : 1), sizeof *c->slots);
+    }
+    if (!c || !filled || !n_filled || !c->owned || !c->values || !c->slot_ptrs || !c->slots) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
+        goto done;
+    }
+    float *next = c->owned;
+    for (int i = 0; i < n; i++) {
+        c->values[i] = next;
+        next += info[i].count;
+        for (int k = 0; k < optim->n; k++, next += info[i].count)
+            c->slot_ptrs[(size_t)i * PF_OPTIM_MAX_SLOTS + (size_t)k] = next;
+        c->slots[i] = c->slot_ptrs + (size_t)i * PF_OPTIM_MAX_SLOTS;
+    }
+    /* One old file at a time: at most one of them is in memory beside the new shards. */
+    c->version = UINT64_MAX;
+    for (int f = 0; f < m.num_ps && st == PF_OK; f++) {
+        char path[PF_CKPT_PATH_MAX];
+        pf_safetensors *file = NULL;
+        json_t *meta = NULL;
+        shard_entry *e = NULL;
+        size_t ne = 0, cap = 0;
+        uint64_t version = 0;
+        if ((st = ckpt_join(path, sizeof path, step_dir, m.files[f].name, err)) == PF_OK)
+            st = pf_safetensors_read(path, &file, err);
+        const char *v = st == PF_OK ? pf_safetensors_meta(file, "version") : NULL;
+        const char *o = st == PF_OK ? pf_safetensors_meta(file, "optimizer") : NULL;
+        const char *text = st == PF_OK ? pf_safetensors_meta(file, "psflow_shards") : NULL;
+        if (st == PF_OK && (!v || ckpt_parse_u64(v, false, &version) != 0 || !text))
+            st = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                              "%s: metadata 'version' or 'psflow_shards' missing or invalid", path);
+        if (st == PF_OK && o && strcmp(o, optim->optimizer) != 0)
+            st = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                              "%s: written with optimizer %s, the job uses %s", path, o,
+                              optim->optimizer);
+        if (st == PF_OK && !(meta = json_loads(text, 0, NULL)))
+            st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: 'psflow_shards' is not JSON", path);
+        if (st == PF_OK)
+            st = ckpt_collect_entries(file, path, meta, &e, &ne, &cap, err);
+        for (size_t j = 0; st == PF_OK && j < ne; j++)
+            for (int i = 0; st == PF_OK && i < n; i++) {
+                const pf_var_info *var = &vars[info[i].var];
+                if (strcmp(e[j].variable, var->name) != 0)
+                    continue;
+                if (e[j].var_rows != var->shape[0] || e[j].var_cols != info[i].shape[1])
+                    st = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                      "%s: variable '%s' is %lldx%lld in the checkpoint, the "
+                                      "job's is %lldx%lld",
+                                      path, var->name, (long long)e[j].var_rows,
+                                      (long long)e[j].var_cols, (long long)var->shape[0],
+                                      (long long)info[i].shape[1]);
+                else
+                    st = copy_overlap(file, path, &e[j], &info[i], optim, (float *)c->values[i],
+                                      (float *const *)c->slots[i], &filled[i], &n_filled[i], err);
+            }
+        if (st == PF_OK && version < c->version)
+            c->version = version;
+        pf_free(e);
+        json_decref(meta);
+        pf_safetensors_destroy(file);
+    }
+    for (int i = 0; st == PF_OK && i < n; i++)
+        st = check_filled(step_dir, &info[i], filled[i], n_filled[i], err);
+done:
+    for (int i = 0; filled && i < n; i++)
+        pf_free(filled[i]);
+    pf_free(filled);
+    pf_free(n_filled);
+    pf_checkpoint_manifest_deinit(&m);
+    if (st != PF_OK) {
+        pf_checkpoint_ps_destroy(c);
+        return st;
+    }
+    *out = c;
+    return PF_OK;
 }

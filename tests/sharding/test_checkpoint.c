@@ -982,6 +982,125 @@ static void test_export_tiling(void **state) {
 #undef SHARD
 }
 
+/* A spec of the same model and optimizer under another layout: `ps` ps tasks and
+ * `partitioner` (a "placement" object's text). */
+static void make_spec_as(const char *optimizer, int ps, const char *partitioner, pf_job_spec *spec,
+                         pf_placement *pl) {
+    char json[640];
+    snprintf(json, sizeof json,
+             "{\"name\": \"%s\", \"replicas\": {\"ps\": %d, \"worker\": 2},"
+             " \"model\": {\"type\": \"mlp\", \"inputs\": 5, \"hidden\": [4], \"outputs\": 3},"
+             " \"data\": {\"format\": \"csv\", \"train\": [\"train.csv\"]},"
+             " \"optimizer\": {\"type\": \"%s\"}, \"placement\": %s}",
+             JOB, ps, optimizer, partitioner);
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), spec, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(spec, pl), PF_OK);
+}
+
+/* A checkpoint of 2 ps tasks (every variable in 2 parts) restores into 1 and 3 ps tasks
+ * and under other partitionings: every shard gets exactly the rows, values and slots it
+ * covers; rows held twice or missing are refused. */
+static void test_repartitioned_restore(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_placement pl;
+    make_spec("adam", &spec, &pl);
+    write_checkpoint(&spec, &pl, 20, true);
+    char dir[PF_CKPT_PATH_MAX];
+    step_dir_of(20, dir, sizeof dir);
+    state_vectors s;
+    make_state(&spec, 20, &s);
+    static const struct {
+        int ps;
+        const char *placement;
+    } layouts[] = {
+        {1, "{\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 1}}"},
+        {3, "{\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 3}}"},
+        {3, "{\"strategy\": \"greedy\"}"},
+        {2, "{\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 3}}"},
+        {2, "{\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2}}"},
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        pf_job_spec to;
+        pf_placement tp;
+        make_spec_as("adam", layouts[k].ps, layouts[k].placement, &to, &tp);
+        const pf_optim_slots *optim = pf_optim_slots_of(&to.optimizer);
+        size_t covered = 0;
+        for (int ps = 0; ps < tp.n_ps; ps++) {
+            int idx[16];
+            int n = pf_placement_shards_of(&tp, ps, idx, 16);
+            pf_shard_info info[16];
+            for (int i = 0; i < n; i++)
+                info[i] = tp.shards[idx[i]];
+            pf_checkpoint_ps *c = NULL;
+            pf_error err;
+            pf_status st = pf_checkpoint_load_repartitioned(dir, &to, info, n, optim, &c, &err);
+            if (st != PF_OK)
+                fail_msg("layout %zu ps %d: %s", k, ps, err.message);
+            assert_int_equal(pf_checkpoint_ps_version(c), 200); /* the lowest: ps 0's */
+            for (int i = 0; i < n; i++) {
+                assert_memory_equal(pf_checkpoint_ps_values(c)[i], s.params + info[i].offset,
+                                    info[i].count * sizeof(float));
+                for (int q = 0; q < optim->n; q++)
+                    assert_memory_equal(pf_checkpoint_ps_slots(c)[i][q],
+                                        s.slots[q] + info[i].offset, info[i].count * sizeof(float));
+                covered += info[i].count;
+            }
+            pf_checkpoint_ps_destroy(c);
+        }
+        assert_int_equal(covered, s.n);
+        pf_placement_deinit(&tp);
+        pf_job_spec_deinit(&to);
+    }
+
+    /* Rows missing: a shard beyond what the checkpoint holds, as a model of another shape
+     * would ask for; and another optimizer's slots. */
+    pf_job_spec other;
+    pf_placement op;
+    make_spec_as("momentum", 1, "{}", &other, &op);
+    int idx[16];
+    int n = pf_placement_shards_of(&op, 0, idx, 16);
+    pf_shard_info info[16];
+    for (int i = 0; i < n; i++)
+        info[i] = op.shards[idx[i]];
+    pf_checkpoint_ps *c = NULL;
+    pf_error err;
+    assert_int_equal(pf_checkpoint_load_repartitioned(
+                         dir, &other, info, n, pf_optim_slots_of(&other.optimizer), &c, &err),
+                     PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "optimizer"));
+    assert_null(c);
+    pf_placement_deinit(&op);
+    pf_job_spec_deinit(&other);
+
+    /* Rows held twice: ps 1's file copied over ps 0's (the manifest rewritten to match)
+     * holds the second halves twice and the first halves never. */
+    char from[PF_CKPT_PATH_MAX], to_path[PF_CKPT_PATH_MAX];
+    file_path(20, "ps-1.safetensors", from, sizeof from);
+    file_path(20, "ps-0.safetensors", to_path, sizeof to_path);
+    size_t len;
+    unsigned char *bytes = slurp(from, &len);
+    spill(to_path, bytes, len);
+    pf_free(bytes);
+    assert_int_equal(pf_checkpoint_write_manifest(dir, JOB, 20, 2, NULL, &err), PF_OK);
+    pf_job_spec one;
+    pf_placement onep;
+    make_spec_as("adam", 1, "{}", &one, &onep);
+    n = pf_placement_shards_of(&onep, 0, idx, 16);
+    for (int i = 0; i < n; i++)
+        info[i] = onep.shards[idx[i]];
+    assert_int_equal(pf_checkpoint_load_repartitioned(dir, &one, info, n,
+                                                      pf_optim_slots_of(&one.optimizer), &c, &err),
+                     PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "exactly once"));
+    pf_placement_deinit(&onep);
+    pf_job_spec_deinit(&one);
+    free_state(&s);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 /* --- allocation failures ------------------------------------------------------------------- */
 
 static void test_allocation_failures(void **state) {
@@ -1059,6 +1178,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export, setup, teardown),
         cmocka_unit_test_setup_teardown(test_export_tiling, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repartitioned_restore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -176,6 +176,22 @@ typedef struct pf_checkpoint_ps pf_checkpoint_ps;
  * The manifest is not consulted: pass a step_dir that pf_checkpoint_find_latest returned. */
 pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shard_info *info, int n,
                                 const pf_optim_slots *optim, pf_checkpoint_ps **out, pf_error *err);
+
+/* Assembles shards info[0..n) (a ps's placement entries in local order, under the job's
+ * model and partitioning) and optim's slots for them from the checkpoint in step_dir,
+ * whatever number of ps tasks and partitioning wrote it: each file's "psflow_shards" says
+ * which rows of which variable it holds, and every row of every shard must come from
+ * exactly one of them (TensorFlow's save_slice_info). Reads one file at a time, so memory
+ * is the shards' own size plus the largest file. The version is the lowest of the files'.
+ * Errors: PF_ERR_FORMAT (a variable of another shape, rows missing or given twice, a bad
+ * file, an optimizer other than optim's; the message names the file or the shard),
+ * PF_ERR_NOT_FOUND (no manifest), PF_ERR_INVALID (a shard that does not fit spec's model),
+ * PF_ERR_UNSUPPORTED, PF_ERR_IO, PF_ERR_NOMEM. Verify the files first
+ * (pf_checkpoint_verify). */
+pf_status pf_checkpoint_load_repartitioned(const char *step_dir, const pf_job_spec *spec,
+                                           const pf_shard_info *info, int n,
+                                           const pf_optim_slots *optim, pf_checkpoint_ps **out,
+                                           pf_error *err);
 void pf_checkpoint_ps_destroy(pf_checkpoint_ps *c);
 
 /* The loaded version (updates applied when the file was written). */

@@ -383,7 +383,8 @@ static pf_status copy_overlap(const pf_safetensors *st, const char *path, const 
 /* Checks that the filled row ranges of new shard s cover it exactly once. */
 static pf_status check_filled(const char *step_dir, const pf_shard_info *s, filled_rows *f, int n,
                               pf_error *err) {
-    qsort(f, (size_t)n, sizeof *f, cmp_filled);
+    if (n > 1)
+        qsort(f, (size_t)n, sizeof *f, cmp_filled);
     int64_t next = s->row_offset;
     int i = 0;
     for (; i < n && f[i].lo == next; i++)
@@ -475,6 +476,10 @@ pf_status pf_checkpoint_load_repartitioned(const char *step_dir, const pf_job_sp
                                       path, var->name, (long long)e[j].var_rows,
                                       (long long)e[j].var_cols, (long long)var->shape[0],
                                       (long long)info[i].shape[1]);
+                else if (e[j].rows > e[j].var_rows || e[j].row_offset > e[j].var_rows - e[j].rows)
+                    st = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                      "%s: shard '%s' holds rows outside variable '%s'", path,
+                                      e[j].name, var->name);
                 else
                     st = copy_overlap(file, path, &e[j], &info[i], optim, (float *)c->values[i],
                                       (float *const *)c->slots[i], &filled[i], &n_filled[i], err);

@@ -89,8 +89,8 @@ static pf_shard_info *shard_infos(const ps_shards *shards) {
  * another number of ps tasks or another partitioning is reassembled from the slices its
  * files hold; *from_ps is then the number of ps tasks that wrote it, else 0. */
 static pf_status load_verified(const char *step_dir, const pf_job_spec *spec, int task,
-                               const pf_shard_info *info, int n, pf_checkpoint_ps **out,
-                               int *from_ps, pf_error *err) {
+                               const ps_shards *shards, pf_checkpoint_ps **out, int *from_ps,
+                               pf_error *err) {
     *from_ps = 0;
     pf_checkpoint_manifest m;
     pf_status st = pf_checkpoint_manifest_read(step_dir, &m, err);
@@ -101,21 +101,27 @@ static pf_status load_verified(const char *step_dir, const pf_job_spec *spec, in
     pf_checkpoint_manifest_deinit(&m);
     if (st != PF_OK)
         return st;
+    int n = ps_shards_count(shards);
+    pf_shard_info *info = shard_infos(shards);
+    if (!info)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     const pf_optim_slots *optim = pf_optim_slots_of(&spec->optimizer);
+    st = PF_ERR_FORMAT;
     if (num_ps == spec->replicas.ps) {
         pf_error same;
         pf_error_clear(&same);
         st = pf_checkpoint_load_ps(step_dir, task, info, n, optim, out, &same);
-        if (st != PF_ERR_FORMAT && st != PF_ERR_NOT_FOUND) {
-            if (st != PF_OK)
-                pf_error_set(err, st, NULL, "%s", same.message);
-            return st;
-        }
-        /* The same number of ps tasks under another partitioning: reassembled below. */
+        if (st != PF_OK && st != PF_ERR_FORMAT && st != PF_ERR_NOT_FOUND)
+            pf_error_set(err, st, NULL, "%s", same.message);
     }
-    st = pf_checkpoint_load_repartitioned(step_dir, spec, info, n, optim, out, err);
-    if (st == PF_OK)
-        *from_ps = num_ps;
+    /* Another number of ps tasks, or the same under another partitioning: reassembled
+     * from the slices the files hold. */
+    if (st == PF_ERR_FORMAT || st == PF_ERR_NOT_FOUND) {
+        st = pf_checkpoint_load_repartitioned(step_dir, spec, info, n, optim, out, err);
+        if (st == PF_OK)
+            *from_ps = num_ps;
+    }
+    pf_free(info);
     return st;
 }
 
@@ -126,9 +132,6 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
     if (pf_checkpoint_job_dir(checkpoint_dir, spec->name, job_dir, sizeof job_dir) != PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     int n = ps_shards_count(shards);
-    pf_shard_info *info = shard_infos(shards);
-    if (!info)
-        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     /* The newest complete checkpoint that verifies; each bad one is set aside (renamed,
      * never deleted), so every round looks at an older one. */
     pf_checkpoint_ps *c = NULL;
@@ -140,7 +143,7 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
             break;
         pf_error bad;
         pf_error_clear(&bad);
-        st = load_verified(step_dir, spec, task, info, n, &c, &from_ps, &bad);
+        st = load_verified(step_dir, spec, task, shards, &c, &from_ps, &bad);
         if (st == PF_OK || st == PF_ERR_NOMEM) {
             if (st != PF_OK)
                 pf_error_set(err, st, NULL, "%s", bad.message);
@@ -166,7 +169,6 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
         }
         set_aside++;
     }
-    pf_free(info);
     if (st == PF_ERR_NOT_FOUND) {
         snprintf(note, len, "no %scheckpoint under %s%s: starting from the initial values",
                  set_aside ? "good " : "", job_dir, set_aside ? " (bad ones set aside)" : "");
@@ -202,14 +204,9 @@ pf_status ps_checkpoint_restore_step(ps_shards *shards, const pf_job_spec *spec,
     if (pf_checkpoint_step_dir(checkpoint_dir, spec->name, (int64_t)step, step_dir,
                                sizeof step_dir) != PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
-    int n = ps_shards_count(shards);
-    pf_shard_info *info = shard_infos(shards);
-    if (!info)
-        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     pf_checkpoint_ps *c = NULL;
     int from_ps = 0;
-    pf_status st = load_verified(step_dir, spec, task, info, n, &c, &from_ps, err);
-    pf_free(info);
+    pf_status st = load_verified(step_dir, spec, task, shards, &c, &from_ps, err);
     if (st != PF_OK)
         return st;
     ps_shards_restore(shards, pf_checkpoint_ps_version(c), pf_checkpoint_ps_values(c),

@@ -246,7 +246,9 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
  * RolledBack condition and a log event name both steps, and global_step becomes the step
  * training continues from (`to`, or a later step reported after it). reason NULL: a ps
  * restarted (reason PsRestarted); "NonFiniteLoss": a value went non-finite, and `detail`
- * (may be NULL) is the chief's message (what was non-finite, which data it skips). */
+ * (may be NULL) is the chief's message (what was non-finite, which data it skips); such a
+ * rollback reported after the job ended (the chief's report arrives after its exit) is
+ * still logged as an event. */
 void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
                                int64_t reached, const char *reason, const char *detail, double now);
 /* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL; kept: the

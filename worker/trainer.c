@@ -55,8 +55,8 @@ typedef struct trainer {
     /* training.on_nonfinite "rollback": the data steps never fed again (ascending; one per
      * non-finite rollback, at most nonfinite_max_rollbacks) */
     uint64_t *skipped;
-    int n_skipped;
-    int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
+    int n_skipped, n_rollbacks; /* rollbacks: every one this task saw (it fed data or not) */
+    int64_t nan_position;       /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
 } trainer;
 
 static void upload_batch(trainer *t, int count) {
@@ -169,7 +169,7 @@ static pf_status newest_checkpoint(const trainer *t, int64_t *step, pf_error *er
 /* The learning-rate factor every ps updates with: training.nonfinite_lr_scale per non-finite
  * rollback so far (1 without one). */
 static float lr_factor(const trainer *t) {
-    float f = (float)pow(t->spec->training.nonfinite_lr_scale, t->n_skipped);
+    float f = (float)pow(t->spec->training.nonfinite_lr_scale, t->n_rollbacks);
     return f > FLT_MIN ? f : FLT_MIN; /* never 0: RESTORE needs a factor in (0, 1] */
 }
 
@@ -279,40 +279,47 @@ static uint64_t data_step(const trainer *t, uint64_t step) {
 }
 
 /* training.on_nonfinite "rollback": a ps answered NONFINITE (err holds its message, naming
- * the variable and the step) while this task was at global step `failed`. The data step
- * that step fed is skipped from now on (every task's batches of it: in sync mode the
- * batches whose gradients made the value non-finite). The chief restores every ps to the
- * newest complete checkpoint (no checkpoint holds a non-finite value: a ps that went
+ * the variable and the step) while this task was at global step `failed`, having pushed the
+ * gradient of that step's batch (`fed`) or not (a pull, a checkpoint). A fed data step is
+ * skipped from now on: in sync mode every task is at the failing step, so that step's
+ * batches of every task, the ones whose gradients made the value non-finite, are never fed
+ * again; in async mode each task skips the batch it was pushing. The chief restores every ps
+ * to the newest complete checkpoint (no checkpoint holds a non-finite value: a ps that went
  * non-finite writes none) with the learning rate scaled by nonfinite_lr_scale per rollback;
  * the other tasks poll until the ps tasks serve again, for at most stall_timeout_secs.
  * After nonfinite_max_rollbacks the task fails with the non-finite error. */
-static pf_status recover_nonfinite(trainer *t, uint64_t failed, pf_error *err) {
+static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_error *err) {
     const pf_training_spec *tr = &t->spec->training;
     const char *who = t->o->is_chief ? "chief" : "worker";
     char why[sizeof err->message];
     snprintf(why, sizeof why, "%s", err->message);
-    if (t->n_skipped >= tr->nonfinite_max_rollbacks)
+    if (t->n_rollbacks >= tr->nonfinite_max_rollbacks)
         return pf_error_set(err, PF_ERR_NONFINITE, NULL,
                             "%s; not rolled back: %d rollbacks already "
                             "(training.nonfinite_max_rollbacks)",
-                            why, t->n_skipped);
-    uint64_t d = data_step(t, failed);
-    int at = t->n_skipped;
-    while (at > 0 && t->skipped[at - 1] > d) {
-        t->skipped[at] = t->skipped[at - 1];
-        at--;
+                            why, t->n_rollbacks);
+    t->n_rollbacks++;
+    char skip[256] = "no data skipped by this task (it pushed no gradient)";
+    if (fed) {
+        uint64_t d = data_step(t, failed);
+        int at = t->n_skipped;
+        while (at > 0 && t->skipped[at - 1] > d) {
+            t->skipped[at] = t->skipped[at - 1];
+            at--;
+        }
+        t->skipped[at] = d;
+        t->n_skipped++;
+        const int b = t->spec->replicas_per_worker * tr->batch_size;
+        int sync = tr->mode == PF_MODE_SYNC;
+        int64_t first = pf_shard_position((int64_t)d, t->n_tasks, sync ? 0 : t->o->task, b);
+        snprintf(skip, sizeof skip,
+                 "data step %" PRIu64 " skipped (stream positions %" PRId64 "..%" PRId64 ": %s)", d,
+                 first, first + (int64_t)(sync ? t->n_tasks : 1) * b - 1,
+                 sync ? "every task's batch of the failing step" : "this task's batch");
     }
-    t->skipped[at] = d;
-    t->n_skipped++;
-    const int b = t->spec->replicas_per_worker * tr->batch_size;
-    int64_t first = pf_shard_position((int64_t)d, t->n_tasks, 0, b);
-    char skip[256];
-    snprintf(skip, sizeof skip,
-             "data step %" PRIu64 " skipped (stream positions %" PRId64 "..%" PRId64
-             ", the batches of %d tasks at step %" PRIu64 ")",
-             d, first, first + (int64_t)t->n_tasks * b - 1, t->n_tasks, failed);
-    fprintf(stderr, "psflow %s %d: %s; non-finite rollback %d of at most %d, %s\n", who, t->o->task,
-            why, t->n_skipped, tr->nonfinite_max_rollbacks, skip);
+    fprintf(stderr,
+            "psflow %s %d: %s; non-finite rollback %d of at most %d at step %" PRIu64 ", %s\n", who,
+            t->o->task, why, t->n_rollbacks, tr->nonfinite_max_rollbacks, failed, skip);
     if (!t->o->is_chief) {
         const double start = pf_clock_now();
         for (double backoff = 0.01;; backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2) {
@@ -524,7 +531,10 @@ pf_status worker_run(const worker_options *o) {
     t.last_checkpoint_time = t_start;
     uint64_t last_eval = 0, last_ckpt = 0;
 
-    if ((st = worker_link_pull(t.link, NULL, t.params, t.versions, &err)) != PF_OK)
+    st = worker_link_pull(t.link, NULL, t.params, t.versions, &err);
+    if (st == PF_ERR_NONFINITE && rollback) /* another task's step went non-finite already */
+        st = recover_nonfinite(&t, t.versions[0], 0, &err);
+    if (st != PF_OK)
         goto fail;
     last_eval = last_ckpt = t.versions[0];
     /* Step 0, right after the variables are initialised: a restore target exists from the
@@ -570,7 +580,7 @@ train:
             if ((by_steps || by_time) && (st = checkpoint(&t, global, 0, &err)) != PF_OK) {
                 int rolled = 0;
                 if (st == PF_ERR_NONFINITE && rollback) { /* another task's step went non-finite */
-                    if ((st = recover_nonfinite(&t, global, &err)) != PF_OK)
+                    if ((st = recover_nonfinite(&t, global, 0, &err)) != PF_OK)
                         goto fail;
                     last_eval = last_ckpt = t.versions[0];
                     continue;
@@ -619,7 +629,7 @@ train:
         st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
                                    NULL, &err);
         if (st == PF_ERR_NONFINITE && rollback) {
-            if ((st = recover_nonfinite(&t, global, &err)) != PF_OK)
+            if ((st = recover_nonfinite(&t, global, 1, &err)) != PF_OK)
                 goto fail;
             last_eval = last_ckpt = t.versions[0];
             continue;
@@ -636,7 +646,9 @@ train:
         int went_back = 0;
         for (int p = 0; sync && p < t.n_ps; p++)
             went_back |= t.versions[p] < t.min_version[p] && t.versions[p] < max_steps;
-        if (went_back && (st = resync(&t, &err)) != PF_OK)
+        if (went_back && (st = resync(&t, &err)) == PF_ERR_NONFINITE && rollback)
+            st = recover_nonfinite(&t, t.versions[0], 0, &err);
+        if (went_back && st != PF_OK)
             goto fail;
         if (went_back)
             continue;
@@ -685,7 +697,7 @@ train:
         if ((st = checkpoint(&t, t.versions[0], 1, &err)) != PF_OK) {
             /* async: another task's last push made a value non-finite */
             if (st != PF_ERR_NONFINITE || !rollback ||
-                (st = recover_nonfinite(&t, t.versions[0], &err)) != PF_OK)
+                (st = recover_nonfinite(&t, t.versions[0], 0, &err)) != PF_OK)
                 goto fail;
             last_eval = last_ckpt = t.versions[0];
             goto train;

@@ -358,8 +358,8 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
              failed, step, skip, (double)factor, why);
     fprintf(stderr, "psflow chief: %s\n", msg);
     worker_report r = {.kind = WORKER_REPORT_ROLLBACK,
-                       .step = t->versions[0],
-                       .from_step = failed,
+                       .step = (uint64_t)step, /* async: others may be past it already */
+                       .from_step = failed > (uint64_t)step ? failed : (uint64_t)step,
                        .reason = "NonFiniteLoss",
                        .message = msg};
     report(t, &r);

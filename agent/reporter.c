@@ -229,6 +229,10 @@ void agent_reporter_add(void *ctx, const worker_report *rep) {
         item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
                          "accuracy", agent_number_json(rep->accuracy), "test_loss",
                          agent_number_json(rep->test_loss));
+    else if (rep->kind == WORKER_REPORT_ROLLBACK && rep->reason)
+        item = json_pack("{s:I, s:I, s:f, s:s, s:s}", "from", (json_int_t)rep->from_step, "to",
+                         (json_int_t)rep->step, "time", rep->time, "reason", rep->reason, "message",
+                         rep->message ? rep->message : "");
     else if (rep->kind == WORKER_REPORT_ROLLBACK)
         item = json_pack("{s:I, s:I, s:f}", "from", (json_int_t)rep->from_step, "to",
                          (json_int_t)rep->step, "time", rep->time);

@@ -105,8 +105,9 @@ int cli_train(int argc, char **argv) {
                        "Trains the job described by JOB.json in this one process, evaluates it "
                        "on the\ntest set and prints the result. Exit codes: 0 done, 64 usage, "
                        "65 invalid spec\nor data, or a NaN/infinite loss or value (training "
-                       "stops at that step), 66\nunreadable input, 69 device unavailable, "
-                       "73 cannot write --save.",
+                       "stops at that step\nwhatever training.on_nonfinite says: one process "
+                       "has no checkpoint to roll\nback to), 66 unreadable input, 69 device "
+                       "unavailable, 73 cannot write --save.",
                        opts, n_opts);
         return 0;
     }

@@ -663,16 +663,30 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
 }
 
 void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
-                               int64_t reached, double now) {
-    if (coord_job_finished(j))
+                               int64_t reached, const char *reason, const char *detail,
+                               double now) {
+    bool finished = coord_job_finished(j);
+    if (finished && !reason)
         return;
     char msg[COORD_TEXT_MAX];
-    snprintf(msg, sizeof msg,
-             "a ps restarted: every ps rolled back from step %" PRId64
-             " to checkpoint step %" PRId64,
-             from, to);
-    set_condition(j, "RolledBack", "True", "PsRestarted", msg, now);
-    log_event(c, j->name, "RolledBack", "PsRestarted", msg, now);
+    if (reason && detail && detail[0]) /* the chief's own account (non-finite rollback) */
+        snprintf(msg, sizeof msg, "%s", detail);
+    else if (reason)
+        snprintf(msg, sizeof msg,
+                 "a non-finite value: every ps rolled back from step %" PRId64
+                 " to checkpoint step %" PRId64,
+                 from, to);
+    else
+        snprintf(msg, sizeof msg,
+                 "a ps restarted: every ps rolled back from step %" PRId64
+                 " to checkpoint step %" PRId64,
+                 from, to);
+    if (!reason)
+        reason = "PsRestarted";
+    log_event(c, j->name, "RolledBack", reason, msg, now);
+    if (finished) /* the chief's report came after the job ended (it failed on the next one) */
+        return;
+    set_condition(j, "RolledBack", "True", reason, msg, now);
     j->global_step = reached > to ? reached : to;
     j->rate_step = j->global_step;
     j->rate_time = now;

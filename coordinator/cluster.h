@@ -245,11 +245,15 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
 void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
                               const coord_point *points, int n_points, const coord_eval *evals,
                               int n_evals, double now);
-/* Records the chief's consistent rollback (a ps restarted; every ps restored checkpoint
- * `to`): the job's RolledBack condition and a log event name both steps, and global_step
- * becomes the step training continues from (`to`, or a later step reported after it). */
+/* Records the chief's consistent rollback (every ps restored checkpoint `to`): the job's
+ * RolledBack condition and a log event name both steps, and global_step becomes the step
+ * training continues from (`to`, or a later step reported after it). reason NULL: a ps
+ * restarted (reason PsRestarted); "NonFiniteLoss": a value went non-finite, and `detail`
+ * (may be NULL) is the chief's message (what was non-finite, which data it skips); such a
+ * rollback reported after the job ended (the chief's report arrives after its exit) is
+ * still logged as an event. */
 void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
-                               int64_t reached, double now);
+                               int64_t reached, const char *reason, const char *detail, double now);
 /* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL; kept: the
  * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL): queues its
  * checkpoint event and the log line that goes with it. */

@@ -360,7 +360,7 @@ static int store_metrics(coord_store *st, void *ctx) {
 }
 
 static int check_points(json_t *arr, const char *name, const char *const *keys,
-                        const char *const *required, coord_reply *rp) {
+                        const char *const *required, const char *const *texts, coord_reply *rp) {
     if (!arr)
         return 0;
     char where[64];
@@ -385,7 +385,15 @@ static int check_points(json_t *arr, const char *name, const char *const *keys,
         const char *key;
         json_t *v;
         json_object_foreach(p, key, v) {
-            if (!json_is_number(v) && !json_is_null(v)) {
+            int text = 0;
+            for (int t = 0; texts && texts[t]; t++)
+                text |= !strcmp(key, texts[t]);
+            if (text && (!json_is_string(v) || json_string_length(v) > 1024)) {
+                coord_reply_problem(rp, 422, NULL, "%s/%s: must be a string of at most 1024 bytes",
+                                    where, key);
+                return -1;
+            }
+            if (!text && !json_is_number(v) && !json_is_null(v)) {
                 coord_reply_problem(rp, 422, NULL, "%s/%s: must be a number", where, key);
                 return -1;
             }
@@ -402,11 +410,18 @@ static int check_points(json_t *arr, const char *name, const char *const *keys,
     return 0;
 }
 
-/* Each rollback goes back: to <= from (both were range-checked by check_points). */
+/* Each rollback goes back: to <= from (both were range-checked by check_points); a reason,
+ * when given, is NonFiniteLoss (absent: a ps restarted). */
 static int check_rollbacks(json_t *arr, coord_reply *rp) {
     size_t i;
     json_t *o;
     json_array_foreach(arr, i, o) {
+        const char *reason = json_string_value(json_object_get(o, "reason"));
+        if (reason && strcmp(reason, "NonFiniteLoss") != 0) {
+            coord_reply_problem(rp, 422, NULL,
+                                "/rollbacks/%zu/reason: must be \"NonFiniteLoss\" or absent", i);
+            return -1;
+        }
         if (json_number_value(json_object_get(o, "to")) >
             json_number_value(json_object_get(o, "from"))) {
             coord_reply_problem(rp, 422, NULL, "/rollbacks/%zu: to must not be past from", i);
@@ -430,9 +445,11 @@ static void record_rollbacks(coord_server *s, coord_job *j, json_t *rollbacks, j
             if (json_number_value(json_object_get(p, "time")) >= t && step > reached)
                 reached = step;
         }
-        coord_job_record_rollback(
-            &s->cluster, j, (int64_t)json_number_value(json_object_get(o, "from")),
-            (int64_t)json_number_value(json_object_get(o, "to")), reached, now);
+        coord_job_record_rollback(&s->cluster, j,
+                                  (int64_t)json_number_value(json_object_get(o, "from")),
+                                  (int64_t)json_number_value(json_object_get(o, "to")), reached,
+                                  json_string_value(json_object_get(o, "reason")),
+                                  json_string_value(json_object_get(o, "message")), now);
     }
 }
 
@@ -441,7 +458,9 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     if (!body)
         return;
     static const char *const keys[] = {"task", "points", "evals", "rollbacks", NULL};
-    static const char *const rkeys[] = {"from", "to", "time", NULL};
+    static const char *const rkeys[] = {"from", "to", "time", "reason", "message", NULL};
+    static const char *const rreq[] = {"from", "to", "time", NULL};
+    static const char *const rtexts[] = {"reason", "message", NULL};
     static const char *const pkeys[] = {
         "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
     static const char *const ekeys[] = {"step", "time", "accuracy", "test_loss", NULL};
@@ -462,9 +481,10 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
                             json_pack("[{s:s, s:s}]", "pointer", "/rollbacks", "message",
                                       "only the chief reports rollbacks"),
                             "/rollbacks: only the chief reports rollbacks");
-    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, rp) &&
-               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, rp) &&
-               !check_points(json_object_get(body, "rollbacks"), "rollbacks", rkeys, rkeys, rp) &&
+    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, NULL, rp) &&
+               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, NULL, rp) &&
+               !check_points(json_object_get(body, "rollbacks"), "rollbacks", rkeys, rreq, rtexts,
+                             rp) &&
                !check_rollbacks(json_object_get(body, "rollbacks"), rp)) {
         pthread_mutex_lock(&s->lock);
         coord_job *j = coord_job_find(&s->cluster, name);

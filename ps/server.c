@@ -455,7 +455,8 @@ static void write_parked_checkpoints(ps_server *s) {
  * complete checkpoint; pulls parked for a version past it are answered now with the
  * restored values (their pushes were computed before the rollback and are dropped), and a
  * parked checkpoint is refused. */
-static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t step) {
+static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                           float lr_factor) {
     if (check_current_chief(s, p, request_id, "roll back") != 0)
         return;
     uint64_t before = version(s);
@@ -472,6 +473,11 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     s->nonfinite[0] = '\0';
     __atomic_store_n(&s->pub_version, version(s), __ATOMIC_RELAXED);
     logf_(s, "rolled back from version %" PRIu64 ": %s", before, note);
+    double lr = s->spec.optimizer.learning_rate * (double)lr_factor;
+    ps_shards_set_learning_rate(s->shards, lr);
+    if (lr_factor < 1)
+        logf_(s, "learning rate %g from now on (%g x %g)", lr, s->spec.optimizer.learning_rate,
+              (double)lr_factor);
     for (peer *q = s->peers; q; q = q->next) {
         if (q->parked) {
             q->parked = 0;
@@ -698,7 +704,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         handle_checkpoint(s, p, m.request_id, &m.u.checkpoint);
         return;
     case PF_WIRE_RESTORE:
-        handle_restore(s, p, m.request_id, m.u.restore.step);
+        handle_restore(s, p, m.request_id, m.u.restore.step, m.u.restore.lr_factor);
         return;
     default:
         send_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",

@@ -279,3 +279,8 @@ int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
         }
     return -1;
 }
+
+void ps_shards_set_learning_rate(ps_shards *s, double lr) {
+    if (lr > 0)
+        s->spec.optimizer.learning_rate = lr;
+}

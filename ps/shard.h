@@ -77,4 +77,8 @@ const float *ps_shards_slot(const ps_shards *s, int i, int k);
  * -1 when every value is finite; *elem receives the element within that shard. */
 int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem);
 
+/* Updates with learning rate `lr` (> 0) from now on (a rollback after a non-finite value
+ * may lower it: training.nonfinite_lr_scale). */
+void ps_shards_set_learning_rate(ps_shards *s, double lr);
+
 #endif

@@ -38,7 +38,8 @@ typedef struct ps_link {
     int kind;            /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
     uint64_t ck_step;    /* REQ_CHECKPOINT, REQ_RESTORE: to re-encode after a ps restart */
     uint32_t ck_final;
-    int swapped; /* REQ_DATA replaced by a pull after a ps restart */
+    float ck_lr_factor; /* REQ_RESTORE */
+    int swapped;        /* REQ_DATA replaced by a pull after a ps restart */
     /* under the link's mu */
     uint64_t conn;
     int open;    /* transport connection up */
@@ -502,7 +503,7 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
                 lost_checkpoint = l->index;
                 break;
             } else if (l->ps_incarnation != before && l->kind == REQ_RESTORE) {
-                pf_wire_restore rs = {l->ck_step};
+                pf_wire_restore rs = {l->ck_step, l->ck_lr_factor};
                 l->request_id = ++c->next_request;
                 if (pf_wire_encode_restore(&l->out, l->request_id, &rs, err) != PF_OK)
                     return PF_ERR_NOMEM;
@@ -781,13 +782,14 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
     return round_trip(c, err);
 }
 
-pf_status worker_link_restore(worker_link *c, uint64_t step, pf_error *err) {
+pf_status worker_link_restore(worker_link *c, uint64_t step, float lr_factor, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        pf_wire_restore rs = {step};
+        pf_wire_restore rs = {step, lr_factor};
         l->request_id = ++c->next_request;
         l->kind = REQ_RESTORE;
         l->ck_step = step;
+        l->ck_lr_factor = lr_factor;
         pf_status st = pf_wire_encode_restore(&l->out, l->request_id, &rs, err);
         if (st != PF_OK)
             return st;

@@ -69,8 +69,9 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
  * its connection was closed) when it returns. */
 
 /* Tells every ps to restore the complete checkpoint `step` (the chief's consistent
- * rollback, RESTORE) and waits for all of them. */
-pf_status worker_link_restore(worker_link *c, uint64_t step, pf_error *err);
+ * rollback, RESTORE) and to update with the job's learning rate times lr_factor (in (0, 1])
+ * from then on, and waits for all of them. */
+pf_status worker_link_restore(worker_link *c, uint64_t step, float lr_factor, pf_error *err);
 
 /* 1 when a ps was seen with a new incarnation (restarted, and restored its newest complete
  * checkpoint) since the last call; *ps and *version name it and the version it restored.

@@ -10,10 +10,13 @@
  */
 #include "worker/trainer.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -49,6 +52,11 @@ typedef struct trainer {
     int32_t *hlabels;
     uint64_t *versions, *steps, *min_version;
     double last_checkpoint_time;
+    /* training.on_nonfinite "rollback": the data steps never fed again (ascending; one per
+     * non-finite rollback, at most nonfinite_max_rollbacks) */
+    uint64_t *skipped;
+    int n_skipped, n_rollbacks; /* rollbacks: every one this task saw (it fed data or not) */
+    int64_t nan_position;       /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
 } trainer;
 
 static void upload_batch(trainer *t, int count) {
@@ -149,6 +157,22 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
     return PF_OK;
 }
 
+/* The step of the job's newest complete checkpoint (PF_ERR_NOT_FOUND without one). */
+static pf_status newest_checkpoint(const trainer *t, int64_t *step, pf_error *err) {
+    char job_dir[2048], step_dir[2048];
+    if (pf_checkpoint_job_dir(t->o->checkpoint_dir, t->spec->name, job_dir, sizeof job_dir) !=
+        PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    return pf_checkpoint_find_latest(job_dir, 0, step, step_dir, sizeof step_dir, err);
+}
+
+/* The learning-rate factor every ps updates with: training.nonfinite_lr_scale per non-finite
+ * rollback so far (1 without one). */
+static float lr_factor(const trainer *t) {
+    float f = (float)pow(t->spec->training.nonfinite_lr_scale, t->n_rollbacks);
+    return f > FLT_MIN ? f : FLT_MIN; /* never 0: RESTORE needs a factor in (0, 1] */
+}
+
 /* The chief's consistent rollback: a ps that restarted restored the newest complete
  * checkpoint; every ps is told to restore that same one (RESTORE), and training goes on
  * from its step. Returns PF_OK with *rolled 0 when no ps restarted. */
@@ -158,14 +182,10 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
     uint64_t restored;
     if (!t->o->is_chief || !worker_link_take_restart(t->link, &ps, &restored))
         return PF_OK;
-    char job_dir[2048], step_dir[2048];
     int64_t step;
-    if (pf_checkpoint_job_dir(t->o->checkpoint_dir, t->spec->name, job_dir, sizeof job_dir) !=
-        PF_OK)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     uint64_t from = max_version(t);
     for (int attempt = 0;; attempt++) {
-        pf_status st = pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, err);
+        pf_status st = newest_checkpoint(t, &step, err);
         if (st == PF_ERR_NOT_FOUND) {
             fprintf(stderr,
                     "psflow chief: ps %d restarted (restored version %" PRIu64
@@ -179,7 +199,7 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
                 "psflow chief: ps %d restarted and restored version %" PRIu64
                 "; rolling every ps back to checkpoint step %" PRId64 " (from step %" PRIu64 ")\n",
                 ps, restored, step, from);
-        st = worker_link_restore(t->link, (uint64_t)step, err);
+        st = worker_link_restore(t->link, (uint64_t)step, lr_factor(t), err);
         if (st == PF_OK)
             break;
         if (attempt >= 3 || !worker_link_take_restart(t->link, &ps, &restored))
@@ -239,25 +259,158 @@ static pf_status resync(trainer *t, pf_error *err) {
     }
 }
 
-/* Refuses to push a NaN or infinite loss or gradient (training.on_nonfinite "fail"), naming
- * the step and the variable. */
-static pf_status check_finite(const trainer *t, double loss, uint64_t step, pf_error *err) {
+/* Says which NaN or infinite loss or gradient the step computed, naming the step and the
+ * variable, followed by `then` (what happens next). */
+static pf_status check_finite(const trainer *t, double loss, uint64_t step, const char *then,
+                              pf_error *err) {
     if (!isfinite(loss))
         return pf_error_set(err, PF_ERR_NONFINITE, NULL,
-                            "non-finite loss (%g) at step %" PRIu64 "; nothing pushed", loss, step);
+                            "non-finite loss (%g) at step %" PRIu64 "; %s", loss, step, then);
     size_t i = pf_first_nonfinite(t->grads, t->n_params);
     pf_var_info var;
     if (i < t->n_params && pf_model_var_at(&t->spec->model, i, &var) >= 0)
         return pf_error_set(err, PF_ERR_NONFINITE, NULL,
-                            "non-finite gradient (%g) of %s at step %" PRIu64 "; nothing pushed",
-                            (double)t->grads[i], var.name, step);
+                            "non-finite gradient (%g) of %s at step %" PRIu64 "; %s",
+                            (double)t->grads[i], var.name, step, then);
     return PF_OK;
+}
+
+/* The data step whose batches global step `step` feeds: the step itself, moved past every
+ * data step skipped after a non-finite rollback. Deterministic: the same skips give the
+ * same examples on every task and in every rerun. */
+static uint64_t data_step(const trainer *t, uint64_t step) {
+    uint64_t d = step;
+    for (int i = 0; i < t->n_skipped; i++)
+        if (t->skipped[i] <= d)
+            d++;
+    return d;
+}
+
+/* training.on_nonfinite "rollback": a ps answered NONFINITE (err holds its message, naming
+ * the variable and the step) while this task was at global step `failed`, having pushed the
+ * gradient of that step's batch (`fed`) or not (a pull, a checkpoint). A fed data step is
+ * skipped from now on: in sync mode every task is at the failing step, so that step's
+ * batches of every task, the ones whose gradients made the value non-finite, are never fed
+ * again; in async mode each task skips the batch it was pushing. The chief restores every ps
+ * to the newest complete checkpoint (no checkpoint holds a non-finite value: a ps that went
+ * non-finite writes none) with the learning rate scaled by nonfinite_lr_scale per rollback;
+ * the other tasks poll until the ps tasks serve again, for at most stall_timeout_secs.
+ * After nonfinite_max_rollbacks the task fails with the non-finite error. */
+static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_error *err) {
+    const pf_training_spec *tr = &t->spec->training;
+    const char *who = t->o->is_chief ? "chief" : "worker";
+    char why[sizeof err->message];
+    snprintf(why, sizeof why, "%s", err->message);
+    if (t->n_rollbacks >= tr->nonfinite_max_rollbacks)
+        return pf_error_set(err, PF_ERR_NONFINITE, NULL,
+                            "%s; not rolled back: %d rollbacks already "
+                            "(training.nonfinite_max_rollbacks)",
+                            why, t->n_rollbacks);
+    t->n_rollbacks++;
+    char skip[256] = "no data skipped by this task (it pushed no gradient)";
+    if (fed) {
+        uint64_t d = data_step(t, failed);
+        int at = t->n_skipped;
+        while (at > 0 && t->skipped[at - 1] > d) {
+            t->skipped[at] = t->skipped[at - 1];
+            at--;
+        }
+        t->skipped[at] = d;
+        t->n_skipped++;
+        const int b = t->spec->replicas_per_worker * tr->batch_size;
+        int sync = tr->mode == PF_MODE_SYNC;
+        int64_t first = pf_shard_position((int64_t)d, t->n_tasks, sync ? 0 : t->o->task, b);
+        snprintf(skip, sizeof skip,
+                 "data step %" PRIu64 " skipped (stream positions %" PRId64 "..%" PRId64 ": %s)", d,
+                 first, first + (int64_t)(sync ? t->n_tasks : 1) * b - 1,
+                 sync ? "every task's batch of the failing step" : "this task's batch");
+    }
+    fprintf(stderr,
+            "psflow %s %d: %s; non-finite rollback %d of at most %d at step %" PRIu64 ", %s\n", who,
+            t->o->task, why, t->n_rollbacks, tr->nonfinite_max_rollbacks, failed, skip);
+    if (!t->o->is_chief) {
+        const double start = pf_clock_now();
+        for (double backoff = 0.01;; backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2) {
+            pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, err);
+            if (st == PF_OK)
+                break;
+            if (st != PF_ERR_NONFINITE)
+                return st;
+            if (pf_clock_now() - start > (double)tr->stall_timeout_secs)
+                return pf_error_set(err, PF_ERR_NONFINITE, NULL,
+                                    "%s; the chief did not roll the ps tasks back within %.0f s "
+                                    "(training.stall_timeout_secs)",
+                                    why, pf_clock_now() - start);
+            pf_clock_sleep(backoff); /* polling until the chief's RESTORE, with a deadline */
+        }
+        fprintf(stderr, "psflow %s %d: the ps tasks serve step %" PRIu64 " again; going on\n", who,
+                t->o->task, t->versions[0]);
+        return PF_OK;
+    }
+    int64_t step;
+    pf_status st = newest_checkpoint(t, &step, err);
+    if (st == PF_ERR_NOT_FOUND)
+        return pf_error_set(err, PF_ERR_NONFINITE, NULL,
+                            "%s; no complete checkpoint to roll back to", why);
+    if (st != PF_OK)
+        return st;
+    float factor = lr_factor(t);
+    if ((st = worker_link_restore(t->link, (uint64_t)step, factor, err)) != PF_OK)
+        return st;
+    if ((st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
+        return st;
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "non-finite value: every ps rolled back from step %" PRIu64
+             " to checkpoint step %" PRId64 "; %s; learning rate x%g; %s",
+             failed, step, skip, (double)factor, why);
+    fprintf(stderr, "psflow chief: %s\n", msg);
+    worker_report r = {.kind = WORKER_REPORT_ROLLBACK,
+                       .step = (uint64_t)step, /* async: others may be past it already */
+                       .from_step = failed > (uint64_t)step ? failed : (uint64_t)step,
+                       .reason = "NonFiniteLoss",
+                       .message = msg};
+    report(t, &r);
+    return PF_OK;
+}
+
+/* Testing aid, never for real jobs: with PSFLOW_TEST_NAN_POSITION=<p> in its environment, a
+ * task that gathers the example at stream position p (pf_shard_position's numbering) gets
+ * its first feature as NaN, once per position: a data window poisoned with one NaN example
+ * (IDX pixels are uint8 and CSV refuses non-finite numbers, so no real input is NaN). */
+static pf_status read_nan_position(trainer *t, pf_error *err) {
+    t->nan_position = -1;
+    const char *e = getenv("PSFLOW_TEST_NAN_POSITION");
+    if (!e || !*e)
+        return PF_OK;
+    char *end;
+    errno = 0;
+    long long p = strtoll(e, &end, 10);
+    if (errno || *end || p < 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "PSFLOW_TEST_NAN_POSITION: '%s' is not a stream position (>= 0)", e);
+    t->nan_position = p;
+    fprintf(stderr,
+            "psflow %s %d: PSFLOW_TEST_NAN_POSITION: the example at stream position %lld "
+            "is fed as NaN (a testing aid)\n",
+            t->o->is_chief ? "chief" : "worker", t->o->task, p);
+    return PF_OK;
+}
+
+/* Gathers this task's batch of global step `step` (its data step, past skipped ones). */
+static void gather(trainer *t, uint64_t step, int b) {
+    int64_t start = pf_shard_position((int64_t)data_step(t, step), t->n_tasks, t->o->task, b);
+    pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
+    if (t->nan_position >= start && t->nan_position < start + b)
+        t->hx[(size_t)(t->nan_position - start) * (size_t)t->spec->model.inputs] = NAN;
 }
 
 static pf_status setup(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     const int k = spec->replicas_per_worker;
     pf_status st;
+    if ((st = read_nan_position(t, err)) != PF_OK)
+        return st;
     /* Every replica's device, in replica order, before anything else: a GPU that is not
      * usable fails the task at once, in one line. */
     for (int r = 0; r < k; r++) {
@@ -295,8 +448,9 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->versions = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->steps = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->min_version = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
+    t->skipped = pf_calloc((size_t)spec->training.nonfinite_max_rollbacks + 1, sizeof(uint64_t));
     if (!t->sampler || !t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions ||
-        !t->steps || !t->min_version)
+        !t->steps || !t->min_version || !t->skipped)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     if (t->o->is_chief) { /* the model and buffers the chief evaluates with */
         if (pf_model_create(&spec->model, t->be, EVAL_BATCH, &t->model) != PF_OK)
@@ -348,6 +502,7 @@ static void teardown(trainer *t) {
     pf_free(t->versions);
     pf_free(t->steps);
     pf_free(t->min_version);
+    pf_free(t->skipped);
 }
 
 pf_status worker_run(const worker_options *o) {
@@ -374,6 +529,7 @@ pf_status worker_run(const worker_options *o) {
             who, o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
             o->threads_note ? o->threads_note : "");
     int sync = spec->training.mode == PF_MODE_SYNC;
+    int rollback = spec->training.on_nonfinite == PF_NONFINITE_ROLLBACK;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
     double t_start = pf_clock_now(), loss_sum = 0, last_loss = 0;
     long local_steps = 0, window = 0;
@@ -383,7 +539,10 @@ pf_status worker_run(const worker_options *o) {
     t.last_checkpoint_time = t_start;
     uint64_t last_eval = 0, last_ckpt = 0;
 
-    if ((st = worker_link_pull(t.link, NULL, t.params, t.versions, &err)) != PF_OK)
+    st = worker_link_pull(t.link, NULL, t.params, t.versions, &err);
+    if (st == PF_ERR_NONFINITE && rollback) /* another task's step went non-finite already */
+        st = recover_nonfinite(&t, t.versions[0], 0, &err);
+    if (st != PF_OK)
         goto fail;
     last_eval = last_ckpt = t.versions[0];
     /* Step 0, right after the variables are initialised: a restore target exists from the
@@ -399,6 +558,7 @@ pf_status worker_run(const worker_options *o) {
     /* Until every ps has reached max_steps: with backup workers the ps tasks advance on
      * their own, and one may still be a step short when another has reached the end; its
      * last step needs this task's gradient as much as any other. */
+train:
     while (lowest_version(&t) < max_steps) {
         uint64_t global = t.versions[0];
         if (stopped(&t)) {
@@ -430,6 +590,12 @@ pf_status worker_run(const worker_options *o) {
                 pf_clock_now() - t.last_checkpoint_time > (double)spec->checkpoint.every_secs;
             if ((by_steps || by_time) && (st = checkpoint(&t, global, 0, &err)) != PF_OK) {
                 int rolled = 0;
+                if (st == PF_ERR_NONFINITE && rollback) { /* another task's step went non-finite */
+                    if ((st = recover_nonfinite(&t, global, 0, &err)) != PF_OK)
+                        goto fail;
+                    last_eval = last_ckpt = t.versions[0];
+                    continue;
+                }
                 if (st != PF_ERR_UNAVAILABLE || roll_back(&t, &rolled, &err) != PF_OK || !rolled)
                     goto fail;
                 last_eval = last_ckpt = t.versions[0];
@@ -437,12 +603,22 @@ pf_status worker_run(const worker_options *o) {
             }
             last_eval = last_ckpt = global;
         }
-        pf_batch_gather(&t.train, t.sampler,
-                        pf_shard_position((int64_t)global, t.n_tasks, o->task, b), b, t.hx, t.hy,
-                        t.hlabels);
+        gather(&t, global, b);
         last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
-        if ((st = check_finite(&t, last_loss, global, &err)) != PF_OK)
-            goto fail;
+        if ((st = check_finite(&t, last_loss, global,
+                               rollback ? "pushing a NaN gradient: the ps tasks stop and the "
+                                          "chief rolls them back"
+                                        : "nothing pushed",
+                               &err)) != PF_OK) {
+            if (!rollback)
+                goto fail;
+            /* The ps is where a non-finite step becomes visible to every task: a gradient of
+             * NaN makes its values NaN, it answers NONFINITE, and the chief rolls back. */
+            fprintf(stderr, "psflow %s %d: %s\n", who, o->task, err.message);
+            for (size_t i = 0; i < t.n_params; i++)
+                t.grads[i] = NAN;
+            pf_error_clear(&err);
+        }
         /* With every gradient needed (no backup workers) the ps tasks are at one version
          * between steps, unless a worker died between its pushes to two ps: then the one
          * ahead already has its gradient for the step the other still waits for. The
@@ -461,6 +637,12 @@ pf_status worker_run(const worker_options *o) {
         pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
         st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
                                    NULL, &err);
+        if (st == PF_ERR_NONFINITE && rollback) {
+            if ((st = recover_nonfinite(&t, global, 1, &err)) != PF_OK)
+                goto fail;
+            last_eval = last_ckpt = t.versions[0];
+            continue;
+        }
         if (st != PF_OK)
             goto fail;
         int rolled = 0;
@@ -473,7 +655,9 @@ pf_status worker_run(const worker_options *o) {
         int went_back = 0;
         for (int p = 0; sync && p < t.n_ps; p++)
             went_back |= t.versions[p] < t.min_version[p] && t.versions[p] < max_steps;
-        if (went_back && (st = resync(&t, &err)) != PF_OK)
+        if (went_back && (st = resync(&t, &err)) == PF_ERR_NONFINITE && rollback)
+            st = recover_nonfinite(&t, t.versions[0], 0, &err);
+        if (went_back && st != PF_OK)
             goto fail;
         if (went_back)
             continue;
@@ -519,8 +703,14 @@ pf_status worker_run(const worker_options *o) {
     if (o->is_chief) {
         pf_eval ev = evaluate(&t);
         log_eval(&t, t.versions[0], &ev);
-        if ((st = checkpoint(&t, t.versions[0], 1, &err)) != PF_OK)
-            goto fail;
+        if ((st = checkpoint(&t, t.versions[0], 1, &err)) != PF_OK) {
+            /* async: another task's last push made a value non-finite */
+            if (st != PF_ERR_NONFINITE || !rollback ||
+                (st = recover_nonfinite(&t, t.versions[0], 0, &err)) != PF_OK)
+                goto fail;
+            last_eval = last_ckpt = t.versions[0];
+            goto train;
+        }
         double acc =
             spec->model.type == PF_MODEL_LINEAR ? -1 : (double)ev.correct / (double)ev.examples;
         double test_loss = ev.loss_sum / (double)ev.examples;

@@ -36,6 +36,8 @@ typedef struct worker_report {
     double test_loss;         /* EVAL */
     const char *step_dir;     /* CHECKPOINT: the complete checkpoint's folder */
     uint64_t from_step;       /* ROLLBACK: the step training had reached */
+    const char *reason;       /* ROLLBACK: NULL (a ps restarted) or "NonFiniteLoss" */
+    const char *message;      /* ROLLBACK with a reason: what was non-finite, what is skipped */
 } worker_report;
 
 /* The chief's final evaluation (when the run ends with PF_OK), or why the run failed. */

@@ -61,7 +61,7 @@ enum {
     PUSH_ACK_SIZE = 20,        /* seq, result, version */
     STATS_REPLY_FIXED = 4,     /* json length */
     CHECKPOINT_SIZE = 12,      /* step, final */
-    RESTORE_SIZE = 8,          /* step */
+    RESTORE_SIZE = 12,         /* step, lr_factor */
     CHECKPOINT_ACK_FIXED = 16, /* step, status, path length */
     ERROR_FIXED = 8,           /* code, message length */
     TENSOR_HEADER = PF_WIRE_TENSOR_HEADER,
@@ -532,11 +532,19 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
         c->step = rd64(r);
         return rd_enum(r, 1, "final", &c->final);
     }
-    case PF_WIRE_RESTORE:
+    case PF_WIRE_RESTORE: {
         if ((st = need(r, RESTORE_SIZE, "fixed fields")) != PF_OK)
             return st;
         m->u.restore.step = rd64(r);
+        uint32_t bits = rd32(r);
+        float *f = &m->u.restore.lr_factor;
+        memcpy(f, &bits, sizeof *f);
+        if (!(*f > 0 && *f <= 1)) /* NaN too */
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos - 4,
+                        "RESTORE: lr_factor %g at offset %zu is out of range (0, 1]", (double)*f,
+                        r->pos - 4);
         return PF_OK;
+    }
     case PF_WIRE_CHECKPOINT_ACK: {
         pf_wire_checkpoint_ack *c = &m->u.checkpoint_ack;
         if ((st = need(r, CHECKPOINT_ACK_FIXED, "fixed fields")) != PF_OK)
@@ -1023,12 +1031,18 @@ pf_status pf_wire_encode_checkpoint(pf_wire_out *out, uint32_t request_id,
 pf_status pf_wire_encode_restore(pf_wire_out *out, uint32_t request_id, const pf_wire_restore *m,
                                  pf_error *err) {
     reset(out);
+    if (!(m->lr_factor > 0 && m->lr_factor <= 1))
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "RESTORE: lr_factor %g is not in (0, 1]",
+                            (double)m->lr_factor);
     plan p = {.type = "RESTORE", .head = RESTORE_SIZE, .err = err};
     writer w;
     pf_status st = begin(out, PF_WIRE_RESTORE, request_id, &p, &w);
     if (st != PF_OK)
         return st;
     w64(&w, m->step);
+    uint32_t bits;
+    memcpy(&bits, &m->lr_factor, sizeof bits);
+    w32(&w, bits);
     finish(&w);
     return PF_OK;
 }

@@ -94,7 +94,8 @@ typedef enum {
                  `count_at`; each an enum spelled names[min..max], or "cuda:N" */
 } kind;
 
-typedef enum { R_ANY, R_POSITIVE, R_NONNEGATIVE, R_UNIT } real_range; /* R_UNIT: [0, 1) */
+/* R_UNIT: [0, 1); R_SCALE: (0, 1] */
+typedef enum { R_ANY, R_POSITIVE, R_NONNEGATIVE, R_UNIT, R_SCALE } real_range;
 
 typedef struct object_desc object_desc;
 
@@ -198,9 +199,12 @@ static const field training_fields[] = {
     {"seed", K_UINT64, AT(training.seed), .min = 0, .max = INT64_MAX, .def = 1},
     {"eval_every_steps", K_INT64, AT(training.eval_every_steps), .min = 0, .max = INT64_MAX},
     {"on_nonfinite", K_ENUM, AT(training.on_nonfinite), .names = nonfinite_names,
-     .max = PF_NONFINITE_ROLLBACK, .def = PF_NONFINITE_FAIL},
+     .max = PF_NONFINITE_ROLLBACK, .def = PF_NONFINITE_ROLLBACK},
     {"stall_timeout_secs", K_INT64, AT(training.stall_timeout_secs), .min = 1, .max = 604800,
      .def = 300},
+    {"nonfinite_max_rollbacks", K_INT, AT(training.nonfinite_max_rollbacks), .min = 0, .max = 1000,
+     .def = 3},
+    {"nonfinite_lr_scale", K_DOUBLE, AT(training.nonfinite_lr_scale), .real = R_SCALE, .def = 1},
 };
 
 #define FIXED    BIT(PF_PART_FIXED_SHARDS)
@@ -458,6 +462,8 @@ static pf_status get_double(const field *f, const json_t *v, const char *ptr, do
         rule = ">= 0";
     else if (f->real == R_UNIT && !(x >= 0 && x < 1))
         rule = "in [0, 1)";
+    else if (f->real == R_SCALE && !(x > 0 && x <= 1))
+        rule = "in (0, 1]";
     if (rule)
         return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: must be %s, got %g", ptr, rule, x);
     *out = x;
@@ -822,10 +828,6 @@ static pf_status check_training(pf_job_spec *s, pf_error *err) {
                             "/training/replicas_to_aggregate: must be at most replicas.worker "
                             "(%d), got %d",
                             workers, t->replicas_to_aggregate);
-    if (t->on_nonfinite == PF_NONFINITE_ROLLBACK)
-        return pf_error_set(err, PF_ERR_SPEC, "/training/on_nonfinite",
-                            "/training/on_nonfinite: \"rollback\" is not supported yet; use "
-                            "\"fail\" (the job fails with reason NonFiniteLoss)");
     return PF_OK;
 }
 

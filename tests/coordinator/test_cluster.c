@@ -997,7 +997,7 @@ static void test_rollback_global_step(void **state) {
     coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
     assert_int_equal(j->global_step, 800);
     take_events(&c, NULL, NULL);
-    coord_job_record_rollback(&c, j, 800, 400, -1, T0 + 3);
+    coord_job_record_rollback(&c, j, 800, 400, -1, NULL, NULL, T0 + 3);
     assert_int_equal(j->global_step, 400);
     assert_condition(j, "RolledBack", "True", "PsRestarted");
     assert_non_null(strstr(find_condition(j, "RolledBack")->message, "from step 800"));
@@ -1008,8 +1008,17 @@ static void test_rollback_global_step(void **state) {
     coord_job_record_metrics_json(&c, j, "chief", p1, NULL, T0 + 4);
     assert_int_equal(j->global_step, 450);
     /* Reported with points from after it: global_step is the newest of those. */
-    coord_job_record_rollback(&c, j, 450, 400, 420, T0 + 5);
+    coord_job_record_rollback(&c, j, 450, 400, 420, NULL, NULL, T0 + 5);
     assert_int_equal(j->global_step, 420);
+    /* A non-finite rollback: its reason, and the chief's message as the condition's. */
+    coord_job_record_rollback(&c, j, 430, 400, -1, "NonFiniteLoss",
+                              "non-finite value: every ps rolled back from step 430 to "
+                              "checkpoint step 400; data step 430 skipped",
+                              T0 + 6);
+    assert_int_equal(j->global_step, 400);
+    assert_condition(j, "RolledBack", "True", "NonFiniteLoss");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message, "data step 430 skipped"));
+    assert_int_equal(take_events(&c, "log", "NonFiniteLoss"), 1);
     json_decref(p0);
     json_decref(p1);
     coord_cluster_deinit(&c);

@@ -168,12 +168,13 @@ static void test_round_trip(void **state) {
     assert_int_equal(d.u.checkpoint.final, 1);
 
     m = (pf_wire_msg){.type = PF_WIRE_RESTORE, .request_id = 13};
-    m.u.restore = (pf_wire_restore){4000};
+    m.u.restore = (pf_wire_restore){4000, 0.25f};
     encode_into(&o, &m, &b);
-    assert_int_equal(b.len, 24 + 8);
+    assert_int_equal(b.len, 24 + 12);
     decode_ok(&in, &b, &d);
     assert_int_equal(d.type, PF_WIRE_RESTORE);
     assert_int_equal(d.u.restore.step, 4000);
+    assert_true(d.u.restore.lr_factor == 0.25f);
 
     m = (pf_wire_msg){.type = PF_WIRE_CHECKPOINT_ACK, .request_id = 11};
     m.u.checkpoint_ack = (pf_wire_checkpoint_ack){500, PF_WIRE_INTERNAL, {"ck/step-500", 11}};

@@ -260,6 +260,20 @@ static void test_invalid_payload(void **state) {
     f_u32(&f, 0);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 24);
+    /* RESTORE: the learning-rate factor in (0, 1]; 0, above 1 and NaN are refused. */
+    static const uint32_t factors[] = {0x00000000u, 0x3fc00000u /* 1.5 */, 0x7fc00000u /* NaN */,
+                                       0xbf800000u /* -1 */};
+    for (size_t i = 0; i < sizeof factors / sizeof factors[0]; i++) {
+        f_begin(&f, PF_WIRE_RESTORE);
+        f_u64(&f, 40);
+        f_u32(&f, factors[i]);
+        f_end(&f);
+        assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 32);
+    }
+    f_begin(&f, PF_WIRE_RESTORE); /* the step alone: the factor is missing */
+    f_u64(&f, 40);
+    f_end(&f);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 24);
 
     /* Strings: too long, longer than the payload, not UTF-8, NUL. */
     char job[PF_WIRE_MAX_JOB_NAME + 1];

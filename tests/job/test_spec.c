@@ -114,6 +114,8 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->training.eval_every_steps == b->training.eval_every_steps &&
         a->training.on_nonfinite == b->training.on_nonfinite &&
         a->training.stall_timeout_secs == b->training.stall_timeout_secs &&
+        a->training.nonfinite_max_rollbacks == b->training.nonfinite_max_rollbacks &&
+        a->training.nonfinite_lr_scale == b->training.nonfinite_lr_scale &&
         a->placement == b->placement && a->partitioner.type == b->partitioner.type &&
         a->partitioner.num_shards == b->partitioner.num_shards &&
         a->partitioner.min_shard_bytes == b->partitioner.min_shard_bytes &&
@@ -254,8 +256,10 @@ static void test_defaults(void **state) {
     assert_int_equal(s.training.replicas_to_aggregate, 1);
     assert_int_equal(s.training.seed, 1);
     assert_int_equal(s.training.eval_every_steps, 0);
-    assert_int_equal(s.training.on_nonfinite, PF_NONFINITE_FAIL);
+    assert_int_equal(s.training.on_nonfinite, PF_NONFINITE_ROLLBACK);
     assert_int_equal(s.training.stall_timeout_secs, 300);
+    assert_int_equal(s.training.nonfinite_max_rollbacks, 3);
+    assert_true(s.training.nonfinite_lr_scale == 1.0);
     assert_int_equal(s.placement, PF_PLACE_ROUND_ROBIN);
     assert_int_equal(s.partitioner.type, PF_PART_NONE);
     assert_int_equal(s.partitioner.num_shards, 0);
@@ -278,7 +282,8 @@ static void test_defaults(void **state) {
               "\"n\":10000},"
               "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
               "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
-              "\"eval_every_steps\":0,\"on_nonfinite\":\"fail\",\"stall_timeout_secs\":300},"
+              "\"eval_every_steps\":0,\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
+              "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0},"
               "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
               "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
               "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
@@ -286,6 +291,42 @@ static void test_defaults(void **state) {
               "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
+}
+
+/* training.on_nonfinite and its two limits: the values given, and errors naming the field. */
+static void test_nonfinite_fields(void **state) {
+    (void)state;
+    pf_job_spec s;
+    pf_error err;
+    const char *head = "{\"name\":\"x\",\"model\":{\"type\":\"linear\",\"inputs\":1},"
+                       "\"data\":{\"format\":\"synthetic_linear\"},\"training\":";
+    char text[512];
+    snprintf(text, sizeof text,
+             "%s{\"on_nonfinite\":\"fail\",\"nonfinite_max_rollbacks\":0,"
+             "\"nonfinite_lr_scale\":0.25}}",
+             head);
+    assert_int_equal(parse_text(text, &s, &err), PF_OK);
+    assert_int_equal(s.training.on_nonfinite, PF_NONFINITE_FAIL);
+    assert_int_equal(s.training.nonfinite_max_rollbacks, 0);
+    assert_true(s.training.nonfinite_lr_scale == 0.25);
+    pf_job_spec_deinit(&s);
+    static const struct {
+        const char *training, *message;
+    } bad[] = {
+        {"{\"nonfinite_lr_scale\":0}", "/training/nonfinite_lr_scale: must be in (0, 1], got 0"},
+        {"{\"nonfinite_lr_scale\":2}", "/training/nonfinite_lr_scale: must be in (0, 1], got 2"},
+        {"{\"nonfinite_max_rollbacks\":-1}",
+         "/training/nonfinite_max_rollbacks: must be between 0 and 1000, got -1"},
+        {"{\"nonfinite_max_rollbacks\":1001}",
+         "/training/nonfinite_max_rollbacks: must be between 0 and 1000, got 1001"},
+        {"{\"on_nonfinite\":\"retry\"}", "/training/on_nonfinite"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s}", head, bad[i].training);
+        assert_int_equal(parse_text(text, &s, &err), PF_ERR_SPEC);
+        if (!strstr(err.message, bad[i].message))
+            fail_msg("%s: message '%s' lacks '%s'", bad[i].training, err.message, bad[i].message);
+    }
 }
 
 static void test_type_dependent_defaults(void **state) {
@@ -400,7 +441,8 @@ static void test_design_example(void **state) {
         "\"initial_accumulator_value\":0.1},"
         "\"training\":{\"mode\":\"sync\",\"batch_size\":100,\"max_steps\":2000,"
         "\"replicas_to_aggregate\":2,\"seed\":1,\"eval_every_steps\":200,"
-        "\"on_nonfinite\":\"fail\",\"stall_timeout_secs\":300},"
+        "\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
+        "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0},"
         "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
@@ -853,13 +895,21 @@ static void test_failing_jansson_allocator(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid_files),       cmocka_unit_test(test_invalid_files),
-        cmocka_unit_test(test_defaults),          cmocka_unit_test(test_type_dependent_defaults),
-        cmocka_unit_test(test_design_example),    cmocka_unit_test(test_reals_round_trip),
-        cmocka_unit_test(test_error_details),     cmocka_unit_test(test_nesting_limit),
-        cmocka_unit_test(test_load_errors),       cmocka_unit_test(test_copy_and_names),
-        cmocka_unit_test(test_failing_allocator), cmocka_unit_test(test_failing_jansson_allocator),
-        cmocka_unit_test(test_device_forms),      cmocka_unit_test(test_replica_forms),
+        cmocka_unit_test(test_nonfinite_fields),
+        cmocka_unit_test(test_valid_files),
+        cmocka_unit_test(test_invalid_files),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_type_dependent_defaults),
+        cmocka_unit_test(test_design_example),
+        cmocka_unit_test(test_reals_round_trip),
+        cmocka_unit_test(test_error_details),
+        cmocka_unit_test(test_nesting_limit),
+        cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_copy_and_names),
+        cmocka_unit_test(test_failing_allocator),
+        cmocka_unit_test(test_failing_jansson_allocator),
+        cmocka_unit_test(test_device_forms),
+        cmocka_unit_test(test_replica_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -345,7 +345,7 @@ static void test_bad_frames_change_nothing(void **state) {
     after = snapshot(&len1);
     assert_true(memcmp(changed, after, len0) != 0);
     free(after);
-    pf_wire_restore rs = {1};
+    pf_wire_restore rs = {1, 1.0f};
     assert_int_equal(pf_wire_encode_restore(&fx.out, 21, &rs, &err), PF_OK);
     exchange(&m);
     assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);

@@ -111,9 +111,11 @@ typedef struct pf_training_spec {
     int replicas_to_aggregate;        /* 1..replicas.worker [= replicas.worker] */
     uint64_t seed;                    /* [1] */
     int64_t eval_every_steps;         /* >= 0, 0 = only at the end [0] */
-    pf_nonfinite_action on_nonfinite; /* "fail" ["fail"]; "rollback" is refused for now */
+    pf_nonfinite_action on_nonfinite; /* "rollback" or "fail" ["rollback"] */
     int64_t stall_timeout_secs;       /* 1..604800 [300]: a task fails (exit 69) when a ps
                                          request goes unanswered this long */
+    int nonfinite_max_rollbacks;      /* rollback: 0..1000 [3]; one more non-finite value fails */
+    double nonfinite_lr_scale;        /* rollback: (0, 1] [1]: learning rate factor per rollback */
 } pf_training_spec;
 
 typedef struct pf_partitioner_spec {

@@ -221,9 +221,11 @@ typedef struct pf_wire_checkpoint_ack {
 } pf_wire_checkpoint_ack;
 
 /* RESTORE (chief -> ps): load the complete checkpoint `step` and serve it from version
- * `step`; answered by CHECKPOINT_ACK (status 0: restored, path: the checkpoint's folder). */
+ * `step`, updating with the job's learning rate times `lr_factor` from then on; answered by
+ * CHECKPOINT_ACK (status 0: restored, path: the checkpoint's folder). */
 typedef struct pf_wire_restore {
     uint64_t step;
+    float lr_factor; /* (0, 1]: 1 after a ps restart; training.nonfinite_lr_scale^rollbacks */
 } pf_wire_restore;
 
 typedef struct pf_wire_error {

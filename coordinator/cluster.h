@@ -70,6 +70,7 @@ typedef struct coord_task {
     double examples_per_sec;
     int64_t updates; /* ps: optimizer updates it applied */
     int64_t stale;   /* ps: stale gradients it dropped */
+    int workers;     /* the job's workers this task runs with, as its agent last reported */
 } coord_task;
 
 typedef struct coord_job {
@@ -184,6 +185,8 @@ typedef struct coord_report {
     const char *reason; /* a failed task's reason, e.g. "NonFiniteLoss"; NULL when absent */
     long long generation, index, exit_code;
     bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
+    bool has_workers;            /* workers (the membership it runs with) given */
+    long long workers;
     long long updates, stale;
     double accuracy, test_loss, steps; /* result of a succeeded chief */
 } coord_report;

@@ -272,6 +272,10 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     out->generation = json_integer_value(json_object_get(r, "generation"));
     out->index = json_integer_value(json_object_get(r, "index"));
     out->exit_code = json_integer_value(json_object_get(r, "exit_code"));
+    json_t *workers = json_object_get(r, "workers");
+    out->has_workers = json_is_integer(workers) && json_integer_value(workers) >= 1 &&
+                       json_integer_value(workers) <= PF_MAX_REPLICAS;
+    out->workers = out->has_workers ? json_integer_value(workers) : 0;
     json_t *stats = json_object_get(r, "stats");
     if (json_is_object(stats)) {
         json_t *updates = json_object_get(stats, "updates"),

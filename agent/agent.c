@@ -403,11 +403,17 @@ static void take_membership(agent *a, task *t, json_t *as) {
     json_t *spec = json_object_get(as, "spec");
     json_t *replicas = json_object_get(spec, "replicas");
     json_t *training = json_object_get(spec, "training");
-    json_int_t workers = json_integer_value(json_object_get(replicas, "worker"));
+    /* A ps serves "workers" where the assignment says it (removed workers still stopping
+     * count); training tasks partition the data among replicas.worker. */
+    json_t *w = json_object_get(as, "workers");
+    if (!w || strcmp(t->type, "ps") != 0)
+        w = json_object_get(replicas, "worker");
+    json_int_t workers = json_integer_value(w);
     json_int_t aggregate = json_integer_value(json_object_get(training, "replicas_to_aggregate"));
-    if (!json_is_integer(json_object_get(replicas, "worker")) ||
-        workers == __atomic_load_n(&t->workers, __ATOMIC_RELAXED))
+    if (!json_is_integer(w) || workers == __atomic_load_n(&t->workers, __ATOMIC_RELAXED))
         return;
+    if (aggregate > workers) /* a removed worker still stopping: the ps aggregates as many */
+        aggregate = workers;
     if (workers < 1 || workers > PF_MAX_REPLICAS ||
         (t->spec.training.mode == PF_MODE_SYNC && (aggregate < 1 || aggregate > workers))) {
         fprintf(stderr,

@@ -744,6 +744,9 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
         coord_task *o = &j->tasks[i];
         bool worker = !strcmp(o->type, "worker");
         if (worker && o->index >= workers) {
+            for (int q = 0; q < c->n_nodes && o->node_id[0]; q++)
+                if (!strcmp(c->nodes[q]->id, o->node_id) && c->nodes[q]->busy)
+                    snprintf(c->nodes[q]->draining, sizeof c->nodes[q]->draining, "%s", j->name);
             free_task_agent(c, j, o, now);
             continue;
         }
@@ -1013,6 +1016,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     n->last_heartbeat = now;
     bool was_lost = n->lost;
     n->lost = false;
+    n->draining[0] = '\0'; /* a re-registered agent runs nothing */
     n->dirty = true;
     char msg[COORD_TEXT_MAX];
     if (*created || was_lost || moved) {
@@ -1049,6 +1053,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
     }
     const char *state = r->state;
     bool busy = state && !strcmp(state, "running");
+    if (n->draining[0] && !busy) /* the removed worker has stopped */
+        n->draining[0] = '\0';
     if (busy != n->busy) {
         n->busy = busy;
         n->dirty = true;
@@ -1129,6 +1135,17 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         }
     }
     admit_all(c, now);
+}
+
+int coord_job_membership(const coord_cluster *c, const coord_job *j) {
+    int workers = j->spec.replicas.worker;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *n = c->nodes[i];
+        if (n->draining[0] && !n->lost && !n->deleted && !strcmp(n->draining, j->name) &&
+            n->index >= workers)
+            workers = n->index + 1;
+    }
+    return workers;
 }
 
 void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,

@@ -215,6 +215,8 @@ json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {
                           n->generation, "type", n->type, "index", n->index, "tf_config", tf,
                           "spec", spec, "incarnation", (json_int_t)(t ? t->incarnation : 0));
     pf_free(tf);
+    if (a && !strcmp(n->type, "ps")) /* the membership it serves (coord_job_membership) */
+        json_object_set_new(a, "workers", json_integer(coord_job_membership(c, j)));
     return a ? a : json_null();
 }
 

@@ -786,11 +786,23 @@ static void test_scale_and_suspend(void **state) {
                      3);
     json_decref(a);
 
-    /* Down again: the highest worker's agent is freed, nothing restarts. */
+    /* Down again: the highest worker's agent is freed, nothing restarts; the ps keeps worker
+     * 2 in its membership until its agent has stopped it. */
+    report(&c, w2, "running", 0, T0 + 3);
+    assert_int_equal(coord_job_membership(&c, j), 3);
     assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 3, &err), PF_OK);
     assert_int_equal(j->n_tasks, 3);
     assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
     assert_idle(&c, w2);
+    assert_int_equal(coord_job_membership(&c, j), 3);
+    a = coord_node_assignment(&c, ps);
+    assert_int_equal(json_integer_value(json_object_get(a, "workers")), 3);
+    json_decref(a);
+    report(&c, w2, "idle", 0, T0 + 3);
+    assert_int_equal(coord_job_membership(&c, j), 2);
+    a = coord_node_assignment(&c, ps);
+    assert_int_equal(json_integer_value(json_object_get(a, "workers")), 2);
+    json_decref(a);
     assert_assigned(j, w1, "worker", 1, 1);
     assert_int_equal(j->phase, COORD_RUNNING);
     assert_int_equal(j->generation, 1);

@@ -740,6 +740,7 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
     if (!t)
         return PF_ERR_NOMEM;
     int k = 0;
+    bool added = false; /* the new workers go after the others, before the evaluator */
     for (int i = 0; i < j->n_tasks; i++) {
         coord_task *o = &j->tasks[i];
         bool worker = !strcmp(o->type, "worker");
@@ -750,12 +751,14 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
             free_task_agent(c, j, o, now);
             continue;
         }
-        if (!strcmp(o->type, "evaluator") && k < n) /* after the workers, as make_tasks puts it */
+        if (!strcmp(o->type, "evaluator") && !added) {
             for (int w = old; w < workers; w++, k++)
                 snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = w;
+            added = true;
+        }
         t[k++] = *o;
     }
-    for (int w = old; w < workers && k < n; w++, k++) /* no evaluator */
+    for (int w = old; w < workers && !added; w++, k++)
         snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = w;
     pf_free(j->tasks);
     j->tasks = t;

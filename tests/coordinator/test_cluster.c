@@ -845,6 +845,35 @@ static void test_scale_and_suspend(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* Workers added live go after the others and before the evaluator, as a fresh job has them. */
+static void test_scale_keeps_task_order(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "ordered", 1, 1, "");
+    spec.replicas.evaluator = 1;
+    coord_job *j = submit(&c, &spec, T0);
+    add_node(&c, "ps-a", "ps", T0);
+    add_node(&c, "w-a", "worker", T0);
+    add_node(&c, "w-b", "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 1, &err), PF_OK);
+    static const char *const types[] = {"ps", "worker", "worker", "worker", "evaluator"};
+    static const int indices[] = {0, 0, 1, 2, 0};
+    assert_int_equal(j->n_tasks, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_string_equal(j->tasks[i].type, types[i]);
+        assert_int_equal(j->tasks[i].index, indices[i]);
+    }
+    assert_int_equal(coord_job_patch(&c, j, 1, -1, T0 + 2, &err), PF_OK);
+    assert_int_equal(j->n_tasks, 3);
+    assert_string_equal(j->tasks[2].type, "evaluator");
+    assert_int_equal(j->generation, 1);
+    coord_cluster_deinit(&c);
+}
+
 /* A sync job with backup workers keeps its replicas_to_aggregate and cannot go below it. */
 static void test_scale_backup_workers(void **state) {
     (void)state;
@@ -1104,6 +1133,7 @@ int main(void) {
         cmocka_unit_test(test_job_order_and_index),
         cmocka_unit_test(test_scale_and_suspend),
         cmocka_unit_test(test_scale_backup_workers),
+        cmocka_unit_test(test_scale_keeps_task_order),
         cmocka_unit_test(test_scale_async),
         cmocka_unit_test(test_chief_success),
         cmocka_unit_test(test_metrics_after_end),

@@ -1,0 +1,147 @@
+/* cluster_index.c - the coordinator's jobs in creation order with an index by name, and
+ * its nodes: adopting, finding and reaping them (part of the state machine of cluster.h).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "coordinator/cluster.h"
+#include "psflow/mem.h"
+
+static int grow(void **arr, int *cap, int n, size_t size) {
+    if (n < *cap)
+        return 0;
+    int ncap = *cap ? *cap * 2 : 16;
+    void *g = pf_realloc(*arr, (size_t)ncap * size);
+    if (!g)
+        return -1;
+    *arr = g;
+    *cap = ncap;
+    return 0;
+}
+
+/* --- the jobs' order and name index --- */
+
+/* Creation order: (create_time, name) ascending. */
+static int job_order(double t1, const char *n1, double t2, const char *n2) {
+    if (t1 != t2)
+        return t1 < t2 ? -1 : 1;
+    return strcmp(n1, n2);
+}
+
+static uint32_t name_hash(const char *name) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static void index_put(coord_job **slots, int cap, coord_job *j) {
+    uint32_t k = name_hash(j->name) & (uint32_t)(cap - 1);
+    while (slots[k])
+        k = (k + 1) & (uint32_t)(cap - 1);
+    slots[k] = j;
+}
+
+/* Rebuilds the name index for the current jobs, at least twice as large as their number.
+ * PF_ERR_NOMEM leaves the old index (and the cluster) as it was. */
+static pf_status index_rebuild(coord_cluster *c, int n_jobs) {
+    int cap = 16;
+    while (cap < 2 * n_jobs)
+        cap *= 2;
+    coord_job **slots = pf_calloc((size_t)cap, sizeof *slots);
+    if (!slots)
+        return PF_ERR_NOMEM;
+    for (int i = 0; i < c->n_jobs; i++)
+        index_put(slots, cap, c->jobs[i]);
+    pf_free(c->by_name);
+    c->by_name = slots;
+    c->by_name_cap = cap;
+    return PF_OK;
+}
+
+int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name) {
+    int lo = 0, hi = c->n_jobs;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const coord_job *j = c->jobs[mid];
+        if (job_order(j->create_time, j->name, create_time, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j) {
+    if (grow((void **)&c->jobs, &c->cap_jobs, c->n_jobs, sizeof *c->jobs))
+        return PF_ERR_NOMEM;
+    if (2 * (c->n_jobs + 1) > c->by_name_cap && index_rebuild(c, c->n_jobs + 1) != PF_OK)
+        return PF_ERR_NOMEM;
+    /* Jobs normally come newest last; one older than the newest (a clock set back) moves
+     * down to its place. */
+    int at = c->n_jobs;
+    while (at > 0 && job_order(c->jobs[at - 1]->create_time, c->jobs[at - 1]->name, j->create_time,
+                               j->name) > 0)
+        at--;
+    memmove(&c->jobs[at + 1], &c->jobs[at], (size_t)(c->n_jobs - at) * sizeof *c->jobs);
+    c->jobs[at] = j;
+    c->n_jobs++;
+    index_put(c->by_name, c->by_name_cap, j);
+    return PF_OK;
+}
+
+pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n) {
+    if (grow((void **)&c->nodes, &c->cap_nodes, c->n_nodes, sizeof *c->nodes))
+        return PF_ERR_NOMEM;
+    c->nodes[c->n_nodes++] = n;
+    return PF_OK;
+}
+
+void coord_cluster_reap(coord_cluster *c) {
+    int k = 0;
+    for (int i = 0; i < c->n_jobs; i++) {
+        if (c->jobs[i]->deleted)
+            coord_job_free(c->jobs[i]);
+        else
+            c->jobs[k++] = c->jobs[i];
+    }
+    int reaped = c->n_jobs - k;
+    c->n_jobs = k;
+    /* The index points at freed jobs now: rebuild it, or drop it when that fails (lookups
+     * then scan the jobs until the next job is adopted). */
+    if (reaped && index_rebuild(c, k) != PF_OK) {
+        pf_free(c->by_name);
+        c->by_name = NULL;
+        c->by_name_cap = 0;
+    }
+    k = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        if (c->nodes[i]->deleted)
+            pf_free(c->nodes[i]);
+        else
+            c->nodes[k++] = c->nodes[i];
+    }
+    c->n_nodes = k;
+}
+
+coord_job *coord_job_find(const coord_cluster *c, const char *name) {
+    if (!c->by_name_cap) {
+        for (int i = 0; i < c->n_jobs; i++)
+            if (!c->jobs[i]->deleted && !strcmp(c->jobs[i]->name, name))
+                return c->jobs[i];
+        return NULL;
+    }
+    uint32_t mask = (uint32_t)(c->by_name_cap - 1);
+    for (uint32_t k = name_hash(name) & mask; c->by_name[k]; k = (k + 1) & mask)
+        if (!c->by_name[k]->deleted && !strcmp(c->by_name[k]->name, name))
+            return c->by_name[k];
+    return NULL;
+}
+
+coord_node *coord_node_find(const coord_cluster *c, const char *id) {
+    for (int i = 0; i < c->n_nodes; i++)
+        if (!c->nodes[i]->deleted && !strcmp(c->nodes[i]->id, id))
+            return c->nodes[i];
+    return NULL;
+}
+

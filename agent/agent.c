@@ -56,6 +56,8 @@ typedef struct task {
     pf_job_spec spec;
     pf_tf_config cfg;
     int stop;      /* atomic: set to stop a training task */
+    int workers;   /* atomic: the job's workers as the coordinator last said (live changes) */
+    int aggregate; /* with workers: a sync step's replicas_to_aggregate, under a->mu */
     ps_server *ps; /* under a->mu */
     /* published under a->mu */
     int state;
@@ -116,6 +118,8 @@ static void *ps_task_main(void *arg) {
     pthread_mutex_lock(&t->a->mu);
     t->ps = s;
     int stop_now = t->stop;
+    if (t->workers != t->spec.replicas.worker) /* changed while the ps was starting */
+        ps_server_set_workers(s, t->workers, t->aggregate);
     pthread_mutex_unlock(&t->a->mu);
     if (stop_now)
         ps_server_stop(s);
@@ -150,6 +154,7 @@ static void *worker_task_main(void *arg) {
         .retry_seconds = o->retry_seconds,
         .push_delay_ms = o->push_delay_ms,
         .stop = &t->stop,
+        .workers = &t->workers,
         .report = agent_reporter_add,
         .report_ctx = t->rep,
         .result = &t->result,
@@ -247,6 +252,8 @@ static task *task_start(agent *a, json_t *as) {
         return t;
     }
     free(spec);
+    t->workers = t->spec.replicas.worker;
+    t->aggregate = t->spec.training.replicas_to_aggregate;
     int64_t need = a->o->memory > 0 ? task_need(t) : 0;
     if (need < 0 || need > a->o->memory) {
         char want[32] = "?", have[32];
@@ -363,6 +370,11 @@ static json_t *heartbeat_body(agent *a) {
                                           agent_number_json(t->result.accuracy), "test_loss",
                                           agent_number_json(t->result.test_loss), "steps",
                                           (json_int_t)t->result.steps));
+        if (b && t->state == TASK_RUNNING) /* the membership this task runs with */
+            json_object_set_new(b, "workers",
+                                json_integer(t->ps
+                                                 ? ps_server_workers(t->ps)
+                                                 : __atomic_load_n(&t->workers, __ATOMIC_RELAXED)));
         if (b && t->ps) {
             uint64_t version, applied, stale;
             ps_server_stats(t->ps, &version, &applied, &stale);
@@ -384,8 +396,49 @@ static int same_assignment(const task *t, json_t *as) {
            json_integer_value(json_object_get(as, "index")) == t->index;
 }
 
+/* The same assignment with another worker count: a live membership change, handed to the
+ * running ps (ps_server_set_workers) or training task (its data shards). Range-checked: a
+ * value the spec parser would refuse changes nothing. */
+static void take_membership(agent *a, task *t, json_t *as) {
+    json_t *spec = json_object_get(as, "spec");
+    json_t *replicas = json_object_get(spec, "replicas");
+    json_t *training = json_object_get(spec, "training");
+    /* A ps serves "workers" where the assignment says it (removed workers still stopping
+     * count); training tasks partition the data among replicas.worker. */
+    json_t *w = json_object_get(as, "workers");
+    if (!w || strcmp(t->type, "ps") != 0)
+        w = json_object_get(replicas, "worker");
+    json_int_t workers = json_integer_value(w);
+    json_int_t aggregate = json_integer_value(json_object_get(training, "replicas_to_aggregate"));
+    if (!json_is_integer(w) || workers == __atomic_load_n(&t->workers, __ATOMIC_RELAXED))
+        return;
+    if (aggregate > workers) /* a removed worker still stopping: the ps aggregates as many */
+        aggregate = workers;
+    if (workers < 1 || workers > PF_MAX_REPLICAS ||
+        (t->spec.training.mode == PF_MODE_SYNC && (aggregate < 1 || aggregate > workers))) {
+        fprintf(stderr,
+                "psflow %s agent %s: ignoring a membership of %lld workers aggregating %lld: out "
+                "of range\n",
+                a->o->role, a->o->node_id, (long long)workers, (long long)aggregate);
+        return;
+    }
+    if (t->spec.training.mode != PF_MODE_SYNC)
+        aggregate = workers;
+    fprintf(stderr, "psflow %s agent %s: job %s now has %lld workers (was %d); %s %d carries on\n",
+            a->o->role, a->o->node_id, t->job, (long long)workers, t->workers, t->type, t->index);
+    pthread_mutex_lock(&a->mu);
+    __atomic_store_n(&t->workers, (int)workers, __ATOMIC_RELAXED);
+    t->aggregate = (int)aggregate;
+    if (t->ps)
+        ps_server_set_workers(t->ps, (int)workers, (int)aggregate);
+    a->changed = 1;
+    pthread_mutex_unlock(&a->mu);
+}
+
 static void reconcile(agent *a, json_t *as) {
     int has = json_is_object(as);
+    if (a->t && has && same_assignment(a->t, as))
+        take_membership(a, a->t, as);
     if (a->t && (!has || !same_assignment(a->t, as))) {
         task *old = a->t;
         pthread_mutex_lock(&a->mu);

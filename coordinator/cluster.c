@@ -300,6 +300,16 @@ static void give_task(coord_job *j, int k, coord_node *n, double now) {
     t->state = TASK_PENDING;
     t->incarnation = (uint64_t)(now * 1e6) + (uint64_t)k;
     t->last_heartbeat = n->last_heartbeat;
+    t->workers = j->spec.replicas.worker; /* what its assignment's spec says */
+}
+
+/* Whether every ps task runs with at least `workers` workers (its agent said so): a worker
+ * added live starts only then, so no ps refuses its HELLO as out of range. */
+static bool ps_know_workers(const coord_job *j, int workers) {
+    for (int k = 0; k < j->n_tasks; k++)
+        if (!strcmp(j->tasks[k].type, "ps") && j->tasks[k].workers < workers)
+            return false;
+    return true;
 }
 
 /* Gives every task of j an idle agent, or none. */
@@ -381,6 +391,9 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
         coord_task *t = &j->tasks[k];
         if (t->state != TASK_PENDING || t->node_id[0])
             continue;
+        bool added = t->incarnation == 0; /* added by a live scale-up: never started */
+        if (added && !ps_know_workers(j, t->index + 1))
+            continue; /* the ps tasks learn the new membership first */
         coord_node *n = first_idle(c, task_role(t));
         char msg[COORD_TEXT_MAX];
         if (!n) {
@@ -393,12 +406,19 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
             continue;
         }
         give_task(j, k, n, now);
-        t->restarts++;
+        t->restarts += !added;
         t->examples_per_sec = 0;
-        snprintf(msg, sizeof msg,
-                 "%s %d replaced on agent %s (generation %d unchanged: no other task restarted)",
-                 t->type, t->index, n->id, j->generation);
-        log_event(c, j->name, "Normal", "TaskReplaced", msg, now);
+        if (added)
+            snprintf(msg, sizeof msg,
+                     "%s %d added on agent %s (generation %d unchanged: it pulls the current "
+                     "variables and joins at the current step)",
+                     t->type, t->index, n->id, j->generation);
+        else
+            snprintf(msg, sizeof msg,
+                     "%s %d replaced on agent %s (generation %d unchanged: no other task "
+                     "restarted)",
+                     t->type, t->index, n->id, j->generation);
+        log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
         snprintf(j->message, sizeof j->message, "%s", msg);
         j->dirty = true;
         node_event(c, n, now);
@@ -612,6 +632,44 @@ void coord_job_delete(coord_cluster *c, coord_job *j, double now) {
     log_event(c, j->name, "Deleted", "JobDeleted", "job record deleted", now);
 }
 
+/* Resizes a running job's worker tasks to `workers` in place: the other tasks keep their
+ * agents and state; a removed worker's agent is freed (it stops the task), an added one is
+ * pending without an agent until replace_tasks gives it one. */
+static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int workers, double now) {
+    int n = j->n_tasks - old + workers;
+    coord_task *t = pf_calloc((size_t)n, sizeof *t);
+    if (!t)
+        return PF_ERR_NOMEM;
+    int k = 0;
+    bool added = false; /* the new workers go after the others, before the evaluator */
+    for (int i = 0; i < j->n_tasks; i++) {
+        coord_task *o = &j->tasks[i];
+        bool worker = !strcmp(o->type, "worker");
+        if (worker && o->index >= workers) {
+            for (int q = 0; q < c->n_nodes && o->node_id[0]; q++)
+                if (!strcmp(c->nodes[q]->id, o->node_id) && c->nodes[q]->busy)
+                    snprintf(c->nodes[q]->draining, sizeof c->nodes[q]->draining, "%s", j->name);
+            free_task_agent(c, j, o, now);
+            continue;
+        }
+        if (!strcmp(o->type, "evaluator") && !added) {
+            for (int w = old; w < workers; w++, k++)
+                snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = w;
+            added = true;
+        }
+        t[k++] = *o;
+    }
+    for (int w = old; w < workers && !added; w++, k++)
+        snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = w;
+    pf_free(j->tasks);
+    j->tasks = t;
+    j->n_tasks = n;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].type, "worker") && t[i].index >= old)
+            task_event(c, j, &t[i], now);
+    return PF_OK;
+}
+
 pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int suspend, double now,
                           pf_error *err) {
     if (coord_job_finished(j))
@@ -622,18 +680,28 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
          * worker count (the parser's effective value, not part of its spec text) and follows
          * it, so the job reloaded from its spec text is the same job. */
         bool sync = j->spec.training.mode == PF_MODE_SYNC;
+        /* replicas_to_aggregate below the worker count (backup workers) is fixed; equal to it,
+         * it follows the count (below) */
+        bool fixed = sync && j->spec.training.replicas_to_aggregate < j->spec.replicas.worker;
         if (new_workers > PF_MAX_REPLICAS ||
-            (sync && new_workers < j->spec.training.replicas_to_aggregate))
+            (fixed && new_workers < j->spec.training.replicas_to_aggregate))
             return pf_error_set(err, PF_ERR_INVALID, "/replicas/worker",
                                 "/replicas/worker: must be between training.replicas_to_aggregate "
                                 "(%d) and %d",
-                                sync ? j->spec.training.replicas_to_aggregate : 1, PF_MAX_REPLICAS);
+                                fixed ? j->spec.training.replicas_to_aggregate : 1,
+                                PF_MAX_REPLICAS);
         int old = j->spec.replicas.worker, old_aggregate = j->spec.training.replicas_to_aggregate;
+        /* A running job changes live. A sync job that aggregates every worker's gradient
+         * (replicas_to_aggregate == replicas.worker, the parser's default) keeps doing so: its
+         * replicas_to_aggregate follows the new count; one with backup workers keeps its
+         * replicas_to_aggregate. */
+        bool live = j->phase == COORD_RUNNING;
         j->spec.replicas.worker = new_workers;
-        if (!sync)
+        if (!sync || old_aggregate == old)
             j->spec.training.replicas_to_aggregate = new_workers;
         char *json = pf_job_spec_to_json(&j->spec);
-        if (!json || coord_job_make_tasks(j) != PF_OK) {
+        if (!json || (live ? resize_workers(c, j, old, new_workers, now)
+                           : coord_job_make_tasks(j)) != PF_OK) {
             pf_free(json);
             j->spec.replicas.worker = old;
             j->spec.training.replicas_to_aggregate = old_aggregate;
@@ -642,13 +710,28 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
         pf_free(j->spec_json);
         j->spec_json = json;
         char msg[COORD_TEXT_MAX];
-        snprintf(msg, sizeof msg, "workers %d -> %d; the job restarts from its newest checkpoint",
-                 old, new_workers);
-        release(c, j, now);
-        log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
-        if (j->phase == COORD_RUNNING || j->phase == COORD_RESTARTING)
-            set_phase(c, j, COORD_RESTARTING, "WorkersChanged", msg, now);
-        j->dirty = true;
+        if (live) {
+            snprintf(msg, sizeof msg,
+                     "workers %d -> %d live (generation %d unchanged, no restart): %s; a sync "
+                     "step aggregates %d gradients",
+                     old, new_workers, j->generation,
+                     new_workers > old ? "the new workers join at the current step"
+                                       : "the highest-numbered workers stop",
+                     j->spec.training.replicas_to_aggregate);
+            log_event(c, j->name, "Scaled", new_workers > old ? "WorkersAdded" : "WorkersRemoved",
+                      msg, now);
+            snprintf(j->message, sizeof j->message, "%s", msg);
+            j->dirty = true;
+            job_event(c, j, now);
+        } else {
+            snprintf(msg, sizeof msg, "workers %d -> %d; the job starts with them", old,
+                     new_workers);
+            release(c, j, now);
+            log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
+            if (j->phase == COORD_RESTARTING)
+                set_phase(c, j, COORD_RESTARTING, "WorkersChanged", msg, now);
+            j->dirty = true;
+        }
     }
     if (suspend == 1 && j->phase != COORD_SUSPENDED) {
         release(c, j, now);
@@ -851,6 +934,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     n->last_heartbeat = now;
     bool was_lost = n->lost;
     n->lost = false;
+    n->draining[0] = '\0'; /* a re-registered agent runs nothing */
     n->dirty = true;
     char msg[COORD_TEXT_MAX];
     if (*created || was_lost || moved) {
@@ -887,6 +971,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
     }
     const char *state = r->state;
     bool busy = state && !strcmp(state, "running");
+    if (n->draining[0] && !busy) /* the removed worker has stopped */
+        n->draining[0] = '\0';
     if (busy != n->busy) {
         n->busy = busy;
         n->dirty = true;
@@ -905,6 +991,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 t->updates = r->updates;
             if (r->has_stale)
                 t->stale = r->stale;
+            if (r->has_workers)
+                t->workers = (int)r->workers;
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
                 j->dirty = true;
@@ -977,6 +1065,17 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         }
     }
     admit_all(c, now);
+}
+
+int coord_job_membership(const coord_cluster *c, const coord_job *j) {
+    int workers = j->spec.replicas.worker;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *n = c->nodes[i];
+        if (n->draining[0] && !n->lost && !n->deleted && !strcmp(n->draining, j->name) &&
+            n->index >= workers)
+            workers = n->index + 1;
+    }
+    return workers;
 }
 
 void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,

@@ -73,6 +73,7 @@ typedef struct coord_task {
     double examples_per_sec;
     int64_t updates; /* ps: optimizer updates it applied */
     int64_t stale;   /* ps: stale gradients it dropped */
+    int workers;     /* the job's workers this task runs with, as its agent last reported */
 } coord_task;
 
 typedef struct coord_job {
@@ -113,6 +114,9 @@ typedef struct coord_node {
     int generation;
     char type[16];
     int index;
+    /* a worker removed by a live scale-down, still stopping: its job ("" when none); index
+     * above is the worker's. The job's ps tasks keep it in their membership until then. */
+    char draining[PF_NAME_MAX + 1];
     bool dirty, deleted;
 } coord_node;
 
@@ -187,6 +191,8 @@ typedef struct coord_report {
     const char *reason; /* a failed task's reason, e.g. "NonFiniteLoss"; NULL when absent */
     long long generation, index, exit_code;
     bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
+    bool has_workers;            /* workers (the membership it runs with) given */
+    long long workers;
     long long updates, stale;
     double accuracy, test_loss, steps; /* result of a succeeded chief */
 } coord_report;
@@ -278,6 +284,11 @@ coord_node *coord_node_find(const coord_cluster *c, const char *id);
 /* Applies a heartbeat report and renews the lease. */
 void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *report, double now);
 /* The job and task a node is assigned (both NULL when none). */
+/* The workers j's ps tasks serve: replicas.worker, and any removed worker whose agent has
+ * not yet reported it stopped (coord_node.draining), so a worker being removed is never
+ * refused by a ps while it still runs: it is stopped by its agent, gracefully. */
+int coord_job_membership(const coord_cluster *c, const coord_job *j);
+
 void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,
                          coord_task **task);
 /* Deregisters: its task (if any) is treated like a lost node's. */

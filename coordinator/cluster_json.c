@@ -215,6 +215,8 @@ json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {
                           n->generation, "type", n->type, "index", n->index, "tf_config", tf,
                           "spec", spec, "incarnation", (json_int_t)(t ? t->incarnation : 0));
     pf_free(tf);
+    if (a && !strcmp(n->type, "ps")) /* the membership it serves (coord_job_membership) */
+        json_object_set_new(a, "workers", json_integer(coord_job_membership(c, j)));
     return a ? a : json_null();
 }
 
@@ -272,6 +274,10 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     out->generation = json_integer_value(json_object_get(r, "generation"));
     out->index = json_integer_value(json_object_get(r, "index"));
     out->exit_code = json_integer_value(json_object_get(r, "exit_code"));
+    json_t *workers = json_object_get(r, "workers");
+    out->has_workers = json_is_integer(workers) && json_integer_value(workers) >= 1 &&
+                       json_integer_value(workers) <= PF_MAX_REPLICAS;
+    out->workers = out->has_workers ? json_integer_value(workers) : 0;
     json_t *stats = json_object_get(r, "stats");
     if (json_is_object(stats)) {
         json_t *updates = json_object_get(stats, "updates"),

@@ -81,7 +81,7 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
         return;
     static const char *const keys[] = {"state",  "job",       "generation", "type",
                                        "index",  "exit_code", "message",    "reason",
-                                       "result", "stats",     NULL};
+                                       "result", "stats",     "workers",    NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
     static const char *const states[] = {"idle", "running", "succeeded", "failed"};
     int ok = 0;
@@ -91,6 +91,12 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
         /* reply set */
     } else if (!ok) {
         problem_field(rp, 422, "/state", "required: idle, running, succeeded or failed");
+    } else if (json_object_get(body, "workers") &&
+               (!json_is_integer(json_object_get(body, "workers")) ||
+                json_integer_value(json_object_get(body, "workers")) < 1 ||
+                json_integer_value(json_object_get(body, "workers")) > PF_MAX_REPLICAS)) {
+        problem_field(rp, 422, "/workers",
+                      "must be an integer between 1 and 1024 (replicas.worker)");
     } else {
         pthread_mutex_lock(&s->lock);
         double now = coord_now();

@@ -88,8 +88,11 @@ struct ps_server {
     pthread_cond_t cv;
     int final_done;
     int n_peers;
-    unsigned char *seen; /* training tasks that have said HELLO, under mu */
-    int n_seen;
+    unsigned char *seen; /* training tasks that have said HELLO (PF_MAX_TASKS), under mu */
+    int n_tasks;         /* training tasks of the current membership, under mu */
+    /* a membership change from the agent (ps_server_set_workers), taken by the service
+     * thread: workers and replicas_to_aggregate, under mu; want_workers 0 = none */
+    int want_workers, want_aggregate;
     int has_key;
     uint8_t job_key[PF_WIRE_KEY_SIZE];
     uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
@@ -264,7 +267,7 @@ static void write_parked_checkpoints(ps_server *s);
 /* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
 static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_local = ps_shards_count(s->shards);
-    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    int n_tasks = ps_shards_tasks(s->shards);
     if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
         send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
                    role_name(p->role));
@@ -272,7 +275,8 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     }
     if (push->task_index >= (uint32_t)n_tasks) {
         send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                   "task index %" PRIu32 " out of range (job has %d training tasks)",
+                   "task index %" PRIu32 " out of range (the job's membership has %d training "
+                   "tasks; a removed worker's push is not counted)",
                    push->task_index, n_tasks);
         return -1;
     }
@@ -517,7 +521,7 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
  * job has (the chief is training task 0, workers 1 .. n-1 follow it; evaluators count
  * from 0; a tool says 0). Returns 0 or sends an error. */
 static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
-    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    int n_tasks = ps_shards_tasks(s->shards); /* as this ps's agent last said: never a peer */
     if (p->hello) {
         send_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
                    "a second HELLO on a connection that said HELLO as %s %d", role_name(p->role),
@@ -555,10 +559,7 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         s->chief_incarnation = p->incarnation;
     if (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) {
         pthread_mutex_lock(&s->mu);
-        if (!s->seen[p->task]) { /* p->task < n_tasks: check_hello */
-            s->seen[p->task] = 1;
-            s->n_seen++;
-        }
+        s->seen[p->task] = 1; /* p->task < n_tasks <= PF_MAX_TASKS: check_hello */
         pthread_mutex_unlock(&s->mu);
     }
     if (!s->sink.send)
@@ -712,6 +713,80 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     }
 }
 
+/* Takes a membership change the agent handed over (ps_server_set_workers): on the service
+ * thread, between messages. A step that waited only for removed workers is applied now and
+ * the pulls parked on it answered; a removed worker's connection is closed. */
+static void apply_membership(ps_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int workers = s->want_workers, aggregate = s->want_aggregate;
+    s->want_workers = 0;
+    pthread_mutex_unlock(&s->mu);
+    int n_tasks = workers + s->spec.replicas.chief, before = ps_shards_tasks(s->shards);
+    if (workers <= 0 || (n_tasks == before && aggregate == s->spec.training.replicas_to_aggregate))
+        return;
+    int applied = 0;
+    pf_status st = ps_shards_set_tasks(s->shards, n_tasks, aggregate, &applied);
+    if (st != PF_OK) {
+        logf_(s, "membership change to %d workers (aggregating %d) refused: %s", workers, aggregate,
+              st == PF_ERR_NOMEM ? "out of memory for its gradient buffers" : "out of range");
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->n_tasks = n_tasks;
+    s->spec.replicas.worker = workers;
+    s->spec.training.replicas_to_aggregate = aggregate;
+    for (int t = n_tasks; t < before; t++)
+        s->seen[t] = 0;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    logf_(s,
+          "membership: %d -> %d training tasks at version %" PRIu64 "%s%s (values and version "
+          "kept)",
+          before, n_tasks, version(s),
+          s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
+          s->spec.training.mode == PF_MODE_SYNC
+              ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
+              : "");
+    for (peer *p = s->peers; p; p = p->next)
+        if (p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) &&
+            p->task >= n_tasks) {
+            p->parked = 0;
+            close_conn(s, p->conn);
+        }
+    if (applied) {
+        ps_stats now = ps_shards_stats(s->shards);
+        __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
+        check_finite(s);
+        if (!s->nonfinite[0])
+            write_parked_checkpoints(s);
+        release_parked(s);
+    }
+}
+
+static void on_wake(pf_ws *ws, void *user) {
+    (void)ws;
+    apply_membership(user);
+}
+
+void ps_server_set_workers(ps_server *s, int workers, int aggregate) {
+    pthread_mutex_lock(&s->mu);
+    s->want_workers = workers;
+    s->want_aggregate = aggregate;
+    pthread_mutex_unlock(&s->mu);
+    if (s->ws)
+        pf_ws_wake(s->ws);
+    else
+        apply_membership(s); /* without a socket the caller is the service thread */
+}
+
+int ps_server_workers(ps_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_tasks - s->spec.replicas.chief;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     (void)conn_user;
     ps_server *s = user;
@@ -796,7 +871,8 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->local_of = pf_mallocarray((size_t)s->placement.n_shards, sizeof *s->local_of);
     s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
     s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
-    s->seen = pf_calloc((size_t)(s->spec.replicas.worker + s->spec.replicas.chief), 1);
+    s->seen = pf_calloc(PF_MAX_TASKS, 1);
+    s->n_tasks = ps_shards_tasks(s->shards);
     s->max_parts = 2 * (size_t)n_local + 1;
     s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
     s->lend = pf_calloc(s->max_parts, 1);
@@ -817,7 +893,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                                     sizeof note, err)) != PF_OK)
         goto fail;
     logf_(s, "%s", note);
-    pf_ws_handlers h = {on_open, on_message, on_close};
+    pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
     size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
     int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
     pf_ws_options wo = o->data_plane;
@@ -900,8 +976,10 @@ int ps_server_wait(ps_server *s) {
         }
         /* Done once every training task has been here and gone (a task still to come,
          * or reconnecting, gets the grace period to learn the job is over). */
-        int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
-        if (s->final_done && ((s->n_peers == 0 && s->n_seen == n_tasks) ||
+        int n_seen = 0; /* of the current members */
+        for (int t = 0; t < s->n_tasks; t++)
+            n_seen += s->seen[t];
+        if (s->final_done && ((s->n_peers == 0 && n_seen == s->n_tasks) ||
                               pf_clock_now() - s->final_time > s->grace))
             break;
         /* Re-check the stop flag ten times a second. */

@@ -45,6 +45,16 @@ int ps_server_port(const ps_server *s);
  * pushes applied or aggregated, stale pushes dropped. Any thread. */
 void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, uint64_t *stale);
 
+/* A live membership change, told by this ps's agent (the coordinator's assignment), never
+ * by a peer: from now on the job has `workers` workers (task indices beyond them are
+ * refused in HELLO and PUSH, and their connections closed) and a sync step aggregates
+ * `aggregate` gradients (ps/shard.h, ps_shards_set_tasks). Values and version are kept.
+ * Any thread; the service thread applies it between messages. */
+void ps_server_set_workers(ps_server *s, int workers, int aggregate);
+
+/* The workers of the membership applied so far. Any thread. */
+int ps_server_workers(ps_server *s);
+
 /* Blocks until the job is done (returns 0) or ps_server_stop() was called (returns 1). */
 int ps_server_wait(ps_server *s);
 

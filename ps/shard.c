@@ -32,11 +32,14 @@ struct ps_shards {
     float *values;
     float *slots[PF_OPTIM_MAX_SLOTS];
     int n_slots;
-    int n_tasks;            /* training tasks that push */
-    float **pending;        /* sync: n_tasks gradient buffers, allocated on first use */
+    int n_tasks;            /* training tasks that push: the current membership */
+    int aggregate;          /* sync: replicas_to_aggregate of the current membership */
+    float **pending;        /* sync: a gradient buffer per member (PF_MAX_TASKS slots) */
     unsigned char *arrived; /* sync: which tasks pushed for step == version */
     int n_arrived;
-    task_seq *seqs; /* n_tasks entries */
+    unsigned char *joined; /* sync: members counted in a step (a new one from its first push) */
+    int n_joined;
+    task_seq *seqs; /* PF_MAX_TASKS entries */
     ps_stats stats;
 };
 
@@ -54,6 +57,8 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     }
     s->be = be;
     s->n_tasks = spec->replicas.worker + spec->replicas.chief;
+    s->aggregate = spec->training.replicas_to_aggregate;
+    s->n_joined = s->n_tasks;
     s->n_slots = pf_optim_num_slots(&spec->optimizer);
     int total = placement->n_shards;
     size_t *offsets = NULL, *counts = NULL;
@@ -67,11 +72,12 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     offsets = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *offsets);
     counts = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *counts);
     outs = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *outs);
-    s->seqs = pf_calloc((size_t)s->n_tasks, sizeof *s->seqs);
-    s->arrived = pf_calloc((size_t)s->n_tasks, 1);
-    s->pending = pf_calloc((size_t)s->n_tasks, sizeof *s->pending);
-    if (!s->info || !s->local_off || !s->seqs || !s->arrived || !s->pending || !offsets ||
-        !counts || !outs)
+    s->seqs = pf_calloc(PF_MAX_TASKS, sizeof *s->seqs);
+    s->arrived = pf_calloc(PF_MAX_TASKS, 1);
+    s->joined = pf_calloc(PF_MAX_TASKS, 1);
+    s->pending = pf_calloc(PF_MAX_TASKS, sizeof *s->pending);
+    if (s->n_tasks > PF_MAX_TASKS || !s->info || !s->local_off || !s->seqs || !s->arrived ||
+        !s->joined || !s->pending || !offsets || !counts || !outs)
         goto nomem;
     for (int i = 0; i < s->n; i++) {
         s->info[i] = placement->shards[idx[i]];
@@ -93,6 +99,7 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     for (int t = 0; spec->training.mode == PF_MODE_SYNC && t < s->n_tasks; t++)
         if (!(s->pending[t] = be->alloc(bytes)))
             goto nomem;
+    memset(s->joined, 1, (size_t)s->n_tasks);
     /* The same initial values a single process starts from, drawn for this task's shards
      * only (never the whole model): straight into the values when the backend's memory is
      * the host's, else a shard at a time through a host buffer. Shards come in placement
@@ -139,11 +146,12 @@ void ps_shards_destroy(ps_shards *s) {
     for (int k = 0; k < PF_OPTIM_MAX_SLOTS; k++)
         if (s->slots[k])
             s->be->free(s->slots[k]);
-    for (int t = 0; s->pending && t < s->n_tasks; t++)
+    for (int t = 0; s->pending && t < PF_MAX_TASKS; t++)
         if (s->pending[t])
             s->be->free(s->pending[t]);
     pf_free(s->pending);
     pf_free(s->arrived);
+    pf_free(s->joined);
     pf_free(s->seqs);
     pf_free(s->info);
     pf_free(s->local_off);
@@ -195,25 +203,15 @@ static int check_sequence(ps_shards *s, int task, uint64_t incarnation, uint64_t
     return -1;
 }
 
-static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const float *const *grads) {
-    if (step < s->stats.version) {
-        s->stats.pushes_stale++;
-        return PS_PUSH_STALE;
-    }
-    if (step > s->stats.version || s->arrived[task]) {
-        /* A gradient for a version this ps has not reached cannot come from an honest
-         * worker; a second one for the same step is a replay under a new seq. */
-        s->stats.pushes_duplicate++;
-        return PS_PUSH_DUPLICATE;
-    }
-    for (int i = 0; i < s->n; i++)
-        s->be->copy(s->pending[task] + s->local_off[i], grads[i], s->info[i].count);
-    s->arrived[task] = 1;
-    s->n_arrived++;
-    s->stats.pushes_applied++;
-    if (s->n_arrived < s->spec.training.replicas_to_aggregate)
-        return PS_PUSH_ACCEPTED;
+/* The gradients a sync step waits for: replicas_to_aggregate, or fewer while members added
+ * by a membership change have not pushed yet (they join the step they first push for). */
+static int needed(const ps_shards *s) {
+    int n = s->aggregate < s->n_joined ? s->aggregate : s->n_joined;
+    return n > 0 ? n : 1;
+}
 
+/* Averages the arrived gradients and applies them: one sync step. */
+static void aggregate_apply(ps_shards *s) {
     /* Average in task-index order so the result is independent of arrival order: summed
      * into the first arrived task's buffer, the same additions in the same order as into
      * a separate sum. */
@@ -230,7 +228,68 @@ static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const flo
     s->be->scale(s->n_local, 1.0f / (float)s->n_arrived, sum);
     s->n_arrived = 0;
     apply(s, sum);
+}
+
+static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const float *const *grads) {
+    if (step < s->stats.version) {
+        s->stats.pushes_stale++;
+        return PS_PUSH_STALE;
+    }
+    if (step > s->stats.version || s->arrived[task]) {
+        /* A gradient for a version this ps has not reached cannot come from an honest
+         * worker; a second one for the same step is a replay under a new seq. */
+        s->stats.pushes_duplicate++;
+        return PS_PUSH_DUPLICATE;
+    }
+    for (int i = 0; i < s->n; i++)
+        s->be->copy(s->pending[task] + s->local_off[i], grads[i], s->info[i].count);
+    s->arrived[task] = 1;
+    s->n_arrived++;
+    if (!s->joined[task]) { /* a new member: counted from this step on */
+        s->joined[task] = 1;
+        s->n_joined++;
+    }
+    s->stats.pushes_applied++;
+    if (s->n_arrived < needed(s))
+        return PS_PUSH_ACCEPTED;
+    aggregate_apply(s);
     return PS_PUSH_APPLIED;
+}
+
+int ps_shards_tasks(const ps_shards *s) {
+    return s->n_tasks;
+}
+
+pf_status ps_shards_set_tasks(ps_shards *s, int n_tasks, int aggregate, int *applied) {
+    *applied = 0;
+    if (n_tasks < 1 || n_tasks > PF_MAX_TASKS || aggregate < 1 || aggregate > n_tasks)
+        return PF_ERR_INVALID;
+    int sync = s->spec.training.mode == PF_MODE_SYNC;
+    size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
+    for (int t = s->n_tasks; sync && t < n_tasks; t++) /* before anything changes */
+        if (!s->pending[t] && !(s->pending[t] = s->be->alloc(bytes)))
+            return PF_ERR_NOMEM;
+    for (int t = n_tasks; t < s->n_tasks; t++) { /* removed: its gradient is not counted */
+        if (s->arrived[t]) {
+            s->arrived[t] = 0;
+            s->n_arrived--;
+        }
+        if (s->joined[t]) {
+            s->joined[t] = 0;
+            s->n_joined--;
+        }
+    }
+    for (int t = s->n_tasks; t < n_tasks; t++) /* added: joins the step it first pushes for */
+        s->joined[t] = 0;
+    s->n_tasks = n_tasks;
+    s->aggregate = aggregate;
+    s->spec.replicas.worker = n_tasks - s->spec.replicas.chief;
+    s->spec.training.replicas_to_aggregate = aggregate;
+    if (sync && s->n_arrived > 0 && s->n_arrived >= needed(s)) {
+        aggregate_apply(s); /* the step waited only for members that left */
+        *applied = 1;
+    }
+    return PF_OK;
 }
 
 ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
@@ -259,7 +318,7 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
         for (int k = 0; k < s->n_slots; k++)
             s->be->upload(s->slots[k] + s->local_off[i], slots[i][k], s->info[i].count);
     }
-    memset(s->arrived, 0, (size_t)s->n_tasks);
+    memset(s->arrived, 0, PF_MAX_TASKS);
     s->n_arrived = 0;
     s->stats.version = version;
 }

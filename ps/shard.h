@@ -65,6 +65,23 @@ ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint
 
 ps_stats ps_shards_stats(const ps_shards *s);
 
+/* The most training tasks a membership may have: every worker and a chief. */
+#define PF_MAX_TASKS (PF_MAX_REPLICAS + 1)
+
+/* Training tasks that push now (the membership), at first replicas.worker + chief. */
+int ps_shards_tasks(const ps_shards *s);
+
+/* A live membership change: from now on tasks 0 .. n_tasks-1 push and a sync step
+ * aggregates `aggregate` gradients. A removed task's gradient waiting in the current step
+ * is dropped; an added task joins the aggregation with the first step it pushes for (until
+ * then a step needs no more gradients than the members that have pushed can give), so a
+ * joining worker never blocks a step and none is counted twice. When the current step
+ * needed only gradients of removed tasks it is applied now (*applied = 1). Values, slots and
+ * the version are kept. Errors: PF_ERR_INVALID (n_tasks outside 1 .. PF_MAX_TASKS, aggregate
+ * outside 1 .. n_tasks), PF_ERR_NOMEM (a gradient buffer for an added task; nothing
+ * changed). */
+pf_status ps_shards_set_tasks(ps_shards *s, int n_tasks, int aggregate, int *applied);
+
 /* Replaces values, slots and version (restore from a checkpoint). values[i] / slots[i][k]
  * hold local shard i's data. Pending sync gradients are discarded. */
 void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *values,

@@ -646,7 +646,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
             goto fail;
         }
     }
-    pf_ws_handlers h = {on_open, on_message, on_close};
+    pf_ws_handlers h = {on_open, on_message, on_close, NULL};
     size_t max_message = 0;
     for (int p = 0; p < c->n; p++)
         if ((size_t)c->placement.bytes_per_ps[p] > max_message)

@@ -57,7 +57,34 @@ typedef struct trainer {
     uint64_t *skipped;
     int n_skipped, n_rollbacks; /* rollbacks: every one this task saw (it fed data or not) */
     int64_t nan_position;       /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
+    /* data: the stream position of global step data_from's batch of task 0, with n_tasks
+     * tasks since then (a live membership change moves both on) */
+    int64_t data_base;
+    uint64_t data_from;
 } trainer;
+
+/* A live membership change (o->workers): from global step `global` the data stream is
+ * partitioned among the new number of tasks, starting where the old partition left off, so
+ * no stream position is skipped or read twice by the tasks that saw the change at the same
+ * step. */
+static void take_membership(trainer *t, uint64_t global, int batch) {
+    if (global < t->data_from) { /* rolled back past the change: the plain partition */
+        t->data_base = 0;
+        t->data_from = 0;
+    }
+    if (!t->o->workers)
+        return;
+    int n = __atomic_load_n(t->o->workers, __ATOMIC_RELAXED) + t->spec->replicas.chief;
+    if (n == t->n_tasks || n < 1 || n > PF_MAX_REPLICAS + 1)
+        return;
+    t->data_base += (int64_t)(global - t->data_from) * t->n_tasks * batch;
+    t->data_from = global;
+    fprintf(stderr,
+            "psflow %s %d: the job now has %d training tasks (was %d); data from step %" PRIu64
+            " at stream position %" PRId64 "\n",
+            t->o->is_chief ? "chief" : "worker", t->o->task, n, t->n_tasks, global, t->data_base);
+    t->n_tasks = n;
+}
 
 static void upload_batch(trainer *t, int count) {
     t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)t->spec->model.inputs);
@@ -545,6 +572,8 @@ pf_status worker_run(const worker_options *o) {
     if (st != PF_OK)
         goto fail;
     last_eval = last_ckpt = t.versions[0];
+    if (o->workers) /* started after a live change: the membership it was assigned with */
+        take_membership(&t, t.versions[0], b);
     /* Step 0, right after the variables are initialised: a restore target exists from the
      * start, so a ps restarted before the first periodic checkpoint restores these values
      * rather than serving freshly initialised ones mid-job. */
@@ -603,6 +632,7 @@ train:
             }
             last_eval = last_ckpt = global;
         }
+        take_membership(&t, global, b);
         gather(&t, global, b);
         last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
         if ((st = check_finite(&t, last_loss, global,

@@ -60,6 +60,9 @@ typedef struct worker_options {
     double retry_seconds; /* how long to keep reconnecting to a lost ps */
     long push_delay_ms;   /* testing: wait this long before every push */
     const int *stop;      /* NULL, or a flag another thread sets: return PF_ERR_CANCELLED */
+    /* NULL, or the job's worker count as another thread (the agent) updates it: a live
+     * membership change re-partitions the data from the next step (trainer.c, data). */
+    const int *workers;
     /* Called on the trainer thread every report_every_seconds [0.25] of training, after each
      * evaluation and after each complete checkpoint; NULL: no reports. */
     void (*report)(void *ctx, const worker_report *r);

@@ -634,6 +634,8 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if (ws)
             handle_requests(ws);
+        if (ws && ws->h.on_wake && __atomic_exchange_n(&ws->wake, 0, __ATOMIC_ACQ_REL))
+            ws->h.on_wake(ws, ws->user);
         return 0;
     case LWS_CALLBACK_RAW_ADOPT: /* server: a new connection */
         if (ws->n_server >= ws->o.max_connections) {
@@ -921,6 +923,11 @@ void pf_ws_trust(pf_ws *ws, uint64_t id) {
     if (c)
         __atomic_store_n(&c->trusted, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ws->lock);
+}
+
+void pf_ws_wake(pf_ws *ws) {
+    __atomic_store_n(&ws->wake, 1, __ATOMIC_RELEASE);
+    lws_cancel_service(ws->ctx);
 }
 
 void pf_ws_close(pf_ws *ws, uint64_t id) {

@@ -120,6 +120,7 @@ struct pf_ws {
     pthread_t thread;
     int thread_started;
     int stop; /* atomic */
+    int wake; /* atomic: pf_ws_wake asked for on_wake */
     pthread_mutex_t lock;
     conn *conns;
     uint64_t next_id;

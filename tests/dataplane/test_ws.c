@@ -139,7 +139,7 @@ static void on_close(pf_ws *ws, uint64_t conn, void *cu, void *user) {
     pthread_mutex_unlock(&e->mu);
 }
 
-static const pf_ws_handlers handlers = {on_open, on_message, on_close};
+static const pf_ws_handlers handlers = {on_open, on_message, on_close, NULL};
 
 /* Waits up to 10 s for *counter >= want. */
 static int wait_for(endpoint *e, int *counter, int want) {

@@ -149,7 +149,7 @@ static int setup(void **state) {
         return -1;
     pthread_mutex_init(&fx.c.mu, NULL);
     pthread_cond_init(&fx.c.cv, NULL);
-    pf_ws_handlers h = {c_open, c_message, c_close};
+    pf_ws_handlers h = {c_open, c_message, c_close, NULL};
     if (pf_ws_client_create(1u << 20, &h, &fx.c, &fx.ws, &err) != PF_OK)
         return -1;
     pf_ws_connect(fx.ws, "127.0.0.1", ps_server_port(fx.server), NULL, &fx.conn);
@@ -366,9 +366,70 @@ static void test_bad_frames_change_nothing(void **state) {
     free(before);
 }
 
+/* Opens another connection to the ps and makes it the one exchange() uses. */
+static void reconnect(void) {
+    pthread_mutex_lock(&fx.c.mu);
+    fx.c.open = fx.c.closed = 0;
+    pthread_mutex_unlock(&fx.c.mu);
+    assert_int_equal(pf_ws_connect(fx.ws, "127.0.0.1", ps_server_port(fx.server), NULL, &fx.conn),
+                     PF_OK);
+    struct timespec deadline = pf_clock_deadline(10);
+    pthread_mutex_lock(&fx.c.mu);
+    while (!fx.c.open && !fx.c.closed)
+        if (pthread_cond_timedwait(&fx.c.cv, &fx.c.mu, &deadline) != 0)
+            break;
+    int open = fx.c.open;
+    pthread_mutex_unlock(&fx.c.mu);
+    assert_true(open);
+}
+
+/* Waits (10 s at most) until the ps runs with `workers` workers. */
+static void wait_workers(int workers) {
+    double give_up = pf_clock_now() + 10;
+    while (ps_server_workers(fx.server) != workers && pf_clock_now() < give_up)
+        pf_clock_sleep(0.01); /* polling the ps's membership, with a deadline */
+    assert_int_equal(ps_server_workers(fx.server), workers);
+}
+
+/* The membership comes from the ps's agent, never from a peer: a HELLO beyond it is refused
+ * until the agent says the job has grown; shrunk again, the removed worker's connection is
+ * closed and a new HELLO from it refused. */
+static void test_membership_from_agent(void **state) {
+    (void)state;
+    pf_error err;
+    pf_wire_msg m;
+    pf_wire_hello w2 = {PF_WIRE_ROLE_WORKER, 2, 8, {"frames", 6}};
+    reconnect();
+    assert_int_equal(ps_server_workers(fx.server), 2);
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &w2, &err), PF_OK);
+    expect_error(PF_WIRE_BAD_VALUE);
+    ps_server_set_workers(fx.server, 3, 3);
+    wait_workers(3);
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &w2, &err), PF_OK);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
+    encode_push(2, 8, 1, 0, 0);
+    exchange(&m);
+    assert_int_equal(m.type, PF_WIRE_PUSH_ACK);
+    ps_server_set_workers(fx.server, 2, 2);
+    wait_workers(2);
+    struct timespec deadline = pf_clock_deadline(10);
+    pthread_mutex_lock(&fx.c.mu);
+    while (!fx.c.closed)
+        if (pthread_cond_timedwait(&fx.c.cv, &fx.c.mu, &deadline) != 0)
+            break;
+    int closed = fx.c.closed;
+    pthread_mutex_unlock(&fx.c.mu);
+    assert_true(closed);
+    reconnect();
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &w2, &err), PF_OK);
+    expect_error(PF_WIRE_BAD_VALUE);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_frames_change_nothing),
+        cmocka_unit_test(test_membership_from_agent),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -244,6 +244,86 @@ static void test_find_nonfinite(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
+/* A live membership change in a sync job: an added worker joins the step it first pushes
+ * for (never blocking the step in flight), a removed worker's waiting gradient is not
+ * counted, a step that waited only for removed workers is applied at once; values and
+ * version are kept. Checked against a store that never saw the removed worker's push. */
+static void test_membership_change(void **state) {
+    (void)state;
+    pf_job_spec spec = make_spec(PF_MODE_SYNC, 2, 0, 1);
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_shards *s, *ref;
+    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &s), PF_OK);
+    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &ref), PF_OK);
+    size_t np = pf_model_num_params(&spec.model);
+    float *g[3];
+    for (int t = 0; t < 3; t++) {
+        g[t] = malloc(np * sizeof(float));
+        for (size_t i = 0; i < np; i++)
+            g[t][i] = (float)(t + 1) * 0.01f * (float)((i % 7) + 1);
+    }
+    ps_shards *one[] = {s}, *other[] = {ref};
+    int applied = -1;
+    assert_int_equal(ps_shards_tasks(s), 2);
+    assert_int_equal(ps_shards_set_tasks(s, 0, 1, &applied), PF_ERR_INVALID);
+    assert_int_equal(ps_shards_set_tasks(s, 3, 4, &applied), PF_ERR_INVALID);
+    assert_int_equal(ps_shards_tasks(s), 2);
+    /* Step 0: worker 0 pushed, then the job grows to 3; worker 2 has not pushed yet, so the
+     * step completes with workers 0 and 1. */
+    assert_int_equal(push_all(one, 1, 0, 1, 0, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(ps_shards_set_tasks(s, 3, 3, &applied), PF_OK);
+    assert_int_equal(applied, 0);
+    assert_int_equal(ps_shards_tasks(s), 3);
+    assert_int_equal(push_all(one, 1, 1, 1, 0, g[1]), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_stats(s).version, 1);
+    /* Step 1: worker 2's first push joins it: the step needs all three. */
+    assert_int_equal(push_all(one, 1, 2, 1, 1, g[2]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(one, 1, 0, 2, 1, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(one, 1, 1, 2, 1, g[1]), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_stats(s).version, 2);
+    /* The reference store: the same steps without any change of membership... */
+    int rapplied;
+    assert_int_equal(push_all(other, 1, 0, 1, 0, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(other, 1, 1, 1, 0, g[1]), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_set_tasks(ref, 3, 3, &rapplied), PF_OK);
+    assert_int_equal(push_all(other, 1, 2, 1, 1, g[2]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(other, 1, 0, 2, 1, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(other, 1, 1, 2, 1, g[1]), PS_PUSH_APPLIED);
+    /* Step 2: workers 0 and 2 pushed, then worker 2 is removed: its gradient is dropped and
+     * the step waits for worker 1. */
+    assert_int_equal(push_all(one, 1, 0, 3, 2, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(one, 1, 2, 2, 2, g[2]), PS_PUSH_ACCEPTED);
+    assert_int_equal(ps_shards_set_tasks(s, 2, 2, &applied), PF_OK);
+    assert_int_equal(applied, 0);
+    assert_int_equal(push_all(one, 1, 1, 3, 2, g[1]), PS_PUSH_APPLIED);
+    /* ... and step 2 of two workers only. */
+    assert_int_equal(ps_shards_set_tasks(ref, 2, 2, &rapplied), PF_OK);
+    assert_int_equal(push_all(other, 1, 0, 3, 2, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(other, 1, 1, 3, 2, g[1]), PS_PUSH_APPLIED);
+    for (int i = 0; i < ps_shards_count(s); i++)
+        assert_memory_equal(ps_shards_values(s, i), ps_shards_values(ref, i),
+                            ps_shards_info(s, i)->count * sizeof(float));
+    /* Step 3: three workers again, all joined; workers 0 and 1 pushed when worker 2 is
+     * removed: the step is applied at once. */
+    assert_int_equal(ps_shards_set_tasks(s, 3, 3, &applied), PF_OK);
+    assert_int_equal(push_all(one, 1, 2, 3, 3, g[2]), PS_PUSH_ACCEPTED); /* joins */
+    assert_int_equal(ps_shards_stats(s).version, 3);
+    assert_int_equal(push_all(one, 1, 0, 4, 3, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(one, 1, 1, 4, 3, g[1]), PS_PUSH_APPLIED);
+    assert_int_equal(push_all(one, 1, 0, 5, 4, g[0]), PS_PUSH_ACCEPTED);
+    assert_int_equal(push_all(one, 1, 1, 5, 4, g[1]), PS_PUSH_ACCEPTED);
+    assert_int_equal(ps_shards_set_tasks(s, 2, 2, &applied), PF_OK);
+    assert_int_equal(applied, 1);
+    assert_int_equal(ps_shards_stats(s).version, 5);
+    for (int t = 0; t < 3; t++)
+        free(g[t]);
+    ps_shards_destroy(s);
+    ps_shards_destroy(ref);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 static void test_async_and_at_most_once(void **state) {
     (void)state;
     pf_job_spec spec = make_spec(PF_MODE_ASYNC, 2, 0, 1);
@@ -311,11 +391,9 @@ static void test_initial_values(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_initial_values),
-        cmocka_unit_test(test_sync_equivalence),
-        cmocka_unit_test(test_backup_workers_and_stale),
-        cmocka_unit_test(test_async_and_at_most_once),
-        cmocka_unit_test(test_find_nonfinite),
+        cmocka_unit_test(test_initial_values),           cmocka_unit_test(test_sync_equivalence),
+        cmocka_unit_test(test_backup_workers_and_stale), cmocka_unit_test(test_membership_change),
+        cmocka_unit_test(test_async_and_at_most_once),   cmocka_unit_test(test_find_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

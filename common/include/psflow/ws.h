@@ -58,6 +58,9 @@ typedef struct pf_ws_handlers {
     /* The connection closed or (client) could not be established. Called once per
      * connection, after which the id is dead. */
     void (*on_close)(pf_ws *ws, uint64_t conn, void *conn_user, void *user);
+    /* Optional: called on the service thread after pf_ws_wake() (at least once per wake;
+     * wakes may be merged). */
+    void (*on_wake)(pf_ws *ws, void *user);
 } pf_ws_handlers;
 
 /* A byte range of an expected message and where it is received instead of the
@@ -126,6 +129,10 @@ pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, 
 
 /* Closes a connection (asynchronously; on_close follows). Unknown ids are ignored. */
 void pf_ws_close(pf_ws *ws, uint64_t conn);
+
+/* From any thread: has the service thread call the on_wake handler soon, so another thread
+ * can hand it work without a message on a connection. */
+void pf_ws_wake(pf_ws *ws);
 
 /* --- sending and receiving ------------------------------------------------------------- */
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# labels: slow
+# timeout: 1200
+# PATCH of a managed job's worker count while it runs, against `psflow up` (a real coordinator
+# and real agents on 127.0.0.1): a sync and an async softmax job go 2 -> 3 -> 2 workers. No
+# gang restart (generation 1, restarts 0, no Restarting condition, no ps rolls back), worker 2
+# joins on the spare agent and leaves again (events WorkersAdded, TaskAdded, WorkersRemoved;
+# every ps logs both membership changes), the global step sampled from the API never goes
+# back, and the job succeeds. The final accuracy is compared with an undisturbed run of the
+# same spec in this test: within 0.01 for sync; async, whose result depends on timing, must
+# meet the example's target.
+source "$(dirname "$0")/lib.sh"
+
+spec() { # NAME MODE STEPS -> a softmax job on Fashion-MNIST, 1 ps + 2 workers
+  python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" "$@" <<'PY'
+import json, sys
+src, name, mode, steps = sys.argv[1:5]
+d = json.load(open(src))
+d["name"] = name
+d["replicas"] = {"ps": 1, "worker": 2}
+d["training"].update(max_steps=int(steps), mode=mode, batch_size=50, eval_every_steps=0)
+d["training"].pop("replicas_to_aggregate", None)  # sync: every worker's gradient, as many as there are
+d["checkpoint"] = {"every_steps": 1000, "keep": 3}
+json.dump(d, sys.stdout)
+PY
+}
+step_over() { [ "$(jget "$URL/api/v1/jobs/$1" "int(d['status']['global_step'] > $2)")" = 1 ]; }
+workers_running() { # NAME N: exactly N worker tasks, all Running
+  [ "$(jget "$URL/api/v1/jobs/$1/tasks" "sorted(t['state'] for t in d['items'] if t['type']=='worker') == ['Running'] * $2")" = True ]
+}
+patch_workers() { # NAME N
+  local code
+  code=$(curl -s -o "$WORK/patch.json" -w '%{http_code}' -X PATCH -H 'Content-Type: application/json' \
+    --data '{"replicas":{"worker":'"$2"'}}' "$URL/api/v1/jobs/$1")
+  [ "$code" = 200 ] || fail "PATCH $1 to $2 workers: HTTP $code $(cat "$WORK/patch.json")"
+}
+submit() { # NAME MODE STEPS
+  spec "$@" >"$WORK/$1.json"
+  local code
+  code=$(curl -s -o "$WORK/submit.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+    --data-binary @"$WORK/$1.json" "$URL/api/v1/jobs")
+  [ "$code" = 201 ] || fail "submit $1: HTTP $code $(cat "$WORK/submit.json")"
+}
+accuracy() { jget "$URL/api/v1/jobs/$1" 'd["status"]["accuracy"]'; }
+
+up_start --ps 1 --workers 2
+spare_port=$(free_ports 1)
+"$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker --advertise "127.0.0.1:$spare_port" \
+  --checkpoint-dir "$WORK/up/checkpoints" 2>"$WORK/spare-worker.log" &
+SPARE=$!
+wait_until 20 "spare worker registered" jget "$URL/api/v1/nodes/spare-worker" 'd["id"]'
+
+run_case() { # MODE STEPS
+  local mode=$1 steps=$2 base="scale-$1-base" name="scale-$1-live"
+  local from spare_from # the ps and spare agent log lines of this case start after these
+  from=$(cat "$WORK"/up/logs/ps-*.log | wc -l)
+  spare_from=$(wc -l <"$WORK/spare-worker.log")
+  # The undisturbed run of the same spec (only the name differs).
+  submit "$base" "$mode" "$steps"
+  wait_until 600 "job $base Succeeded" phase_is "$base" Succeeded
+  local base_acc
+  base_acc=$(accuracy "$base")
+
+  submit "$name" "$mode" "$steps"
+  # The global step, sampled until the job ends: it must never go back.
+  (while kill -0 $$ 2>/dev/null; do # ends with the test
+    curl -sf --max-time 5 "$URL/api/v1/jobs/$name" >"$WORK/$name.sample.json" 2>/dev/null &&
+      json_field "$WORK/$name.sample.json" 'str(d["status"]["global_step"]) + " " + d["status"]["phase"]' \
+        2>/dev/null || true
+    sleep 0.2
+  done) >"$WORK/$name.steps" &
+  local sampler=$!
+  wait_until 120 "job $name past step $((steps / 5))" step_over "$name" $((steps / 5))
+  local up_at down_at
+  up_at=$(jget "$URL/api/v1/jobs/$name" 'd["status"]["global_step"]')
+  patch_workers "$name" 3
+  wait_until 60 "$name: 3 workers running" workers_running "$name" 3
+  # Worker 2 (on the spare agent) has trained 300 steps of its own.
+  spare_steps() { [ "$(tail -n +$((spare_from + 1)) "$WORK/spare-worker.log" | grep -c "psflow worker 2: step")" -ge 3 ]; }
+  wait_until 120 "$name: worker 2 trained 300 steps" spare_steps
+  down_at=$(jget "$URL/api/v1/jobs/$name" 'd["status"]["global_step"]')
+  [ "$down_at" -lt $((steps * 3 / 4)) ] || fail "$name: already at step $down_at of $steps when scaling down; raise max_steps"
+  patch_workers "$name" 2
+  wait_until 60 "$name: back to 2 workers" workers_running "$name" 2
+  wait_until 600 "job $name Succeeded" phase_is "$name" Succeeded
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
+  curl -sf "$URL/api/v1/jobs/$name" -o "$WORK/$name-job.json"
+  curl -sf "$URL/api/v1/jobs/$name/events" -o "$WORK/$name-events.json"
+  python3 - "$WORK/$name-job.json" "$WORK/$name-events.json" "$WORK/$name.steps" "$base_acc" "$mode" \
+    "$up_at" "$down_at" <<'PY' || fail "$name"
+import json, sys
+job = json.load(open(sys.argv[1]))
+events = json.load(open(sys.argv[2]))["items"]
+base, mode, up_at, down_at = float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
+st = job["status"]
+assert st["phase"] == "Succeeded", st["phase"]
+assert st["generation"] == 1 and st["restarts"] == 0, (st["generation"], st["restarts"])
+assert [c for c in st["conditions"] if c["type"] == "Restarting"] == [], st["conditions"]
+assert job["spec"]["replicas"]["worker"] == 2, job["spec"]["replicas"]
+reasons = [e.get("reason") for e in events]
+for r in ("WorkersAdded", "TaskAdded", "WorkersRemoved"):
+    assert r in reasons, (r, reasons)
+for r in ("RolledBack", "JobRestarted", "TaskReplaced"):
+    assert r not in reasons, (r, reasons)
+steps = []
+for line in open(sys.argv[3]):
+    parts = line.split()
+    if len(parts) == 2 and parts[0].isdigit():
+        steps.append(int(parts[0]))
+back = [(a, b) for a, b in zip(steps, steps[1:]) if b < a]
+assert not back, "global step went back: %s" % back[:5]
+acc = st["accuracy"]
+print("%s: 2 -> 3 workers at step %s, 3 -> 2 at step %s; %d step samples, never back; "
+      "generation %d, restarts %d; accuracy %.4f, undisturbed %.4f, difference %.4f"
+      % (mode, up_at, down_at, len(steps), st["generation"], st["restarts"], acc, base,
+         abs(acc - base)))
+if mode == "sync":
+    assert abs(acc - base) <= 0.01, (acc, base)
+assert acc >= 0.80, acc
+PY
+  cat "$WORK"/up/logs/ps-*.log | tail -n +$((from + 1)) >"$WORK/$name-ps.log"
+  grep -q "membership: 2 -> 3 training tasks" "$WORK/$name-ps.log" || fail "$name: no ps took 3 workers"
+  grep -q "membership: 3 -> 2 training tasks" "$WORK/$name-ps.log" || fail "$name: no ps took 2 workers"
+  ! grep -q 'rolled back\|restored from' "$WORK/$name-ps.log" || fail "$name: a ps rolled back or restored"
+  # Worker 2 trained (on the spare agent) and was stopped when removed.
+  tail -n +$((spare_from + 1)) "$WORK/spare-worker.log" >"$WORK/$name-spare.log"
+  grep -q "psflow worker 2: step [0-9]*/$steps" "$WORK/$name-spare.log" || fail "$name: worker 2 never trained"
+  grep -q "stopping worker 2 of job $name" "$WORK/$name-spare.log" || fail "$name: worker 2 was not stopped"
+  pass "$name ($mode): 2 -> 3 -> 2 workers live, no restart, Succeeded"
+}
+
+run_case sync 6000
+run_case async 20000
+
+kill -TERM "$SPARE" 2>/dev/null || true
+wait "$SPARE" 2>/dev/null || true
+up_stop

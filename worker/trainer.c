@@ -63,29 +63,6 @@ typedef struct trainer {
     uint64_t data_from;
 } trainer;
 
-/* A live membership change (o->workers): from global step `global` the data stream is
- * partitioned among the new number of tasks, starting where the old partition left off, so
- * no stream position is skipped or read twice by the tasks that saw the change at the same
- * step. */
-static void take_membership(trainer *t, uint64_t global, int batch) {
-    if (global < t->data_from) { /* rolled back past the change: the plain partition */
-        t->data_base = 0;
-        t->data_from = 0;
-    }
-    if (!t->o->workers)
-        return;
-    int n = __atomic_load_n(t->o->workers, __ATOMIC_RELAXED) + t->spec->replicas.chief;
-    if (n == t->n_tasks || n < 1 || n > PF_MAX_REPLICAS + 1)
-        return;
-    t->data_base += (int64_t)(global - t->data_from) * t->n_tasks * batch;
-    t->data_from = global;
-    fprintf(stderr,
-            "psflow %s %d: the job now has %d training tasks (was %d); data from step %" PRIu64
-            " at stream position %" PRId64 "\n",
-            t->o->is_chief ? "chief" : "worker", t->o->task, n, t->n_tasks, global, t->data_base);
-    t->n_tasks = n;
-}
-
 static void upload_batch(trainer *t, int count) {
     t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)t->spec->model.inputs);
     if (t->spec->model.type == PF_MODEL_LINEAR)
@@ -313,6 +290,30 @@ static uint64_t data_step(const trainer *t, uint64_t step) {
     return d;
 }
 
+/* A live membership change (o->workers): from global step `global` (its data step, past
+ * the steps skipped after non-finite rollbacks) the data stream is partitioned among the new
+ * number of tasks, starting where the old partition left off, so no stream position is
+ * skipped or read twice by the tasks that saw the change at the same step. */
+static void take_membership(trainer *t, uint64_t global, int batch) {
+    uint64_t ds = data_step(t, global);
+    if (ds < t->data_from) { /* rolled back past the change: the plain partition */
+        t->data_base = 0;
+        t->data_from = 0;
+    }
+    if (!t->o->workers)
+        return;
+    int n = __atomic_load_n(t->o->workers, __ATOMIC_RELAXED) + t->spec->replicas.chief;
+    if (n == t->n_tasks || n < 1 || n > PF_MAX_REPLICAS + 1)
+        return;
+    t->data_base += (int64_t)(ds - t->data_from) * t->n_tasks * batch;
+    t->data_from = ds;
+    fprintf(stderr,
+            "psflow %s %d: the job now has %d training tasks (was %d); data from step %" PRIu64
+            " at stream position %" PRId64 "\n",
+            t->o->is_chief ? "chief" : "worker", t->o->task, n, t->n_tasks, global, t->data_base);
+    t->n_tasks = n;
+}
+
 /* training.on_nonfinite "rollback": a ps answered NONFINITE (err holds its message, naming
  * the variable and the step) while this task was at global step `failed`, having pushed the
  * gradient of that step's batch (`fed`) or not (a pull, a checkpoint). A fed data step is
@@ -426,7 +427,8 @@ static pf_status read_nan_position(trainer *t, pf_error *err) {
 
 /* Gathers this task's batch of global step `step` (its data step, past skipped ones). */
 static void gather(trainer *t, uint64_t step, int b) {
-    int64_t start = pf_shard_position((int64_t)data_step(t, step), t->n_tasks, t->o->task, b);
+    int64_t start = t->data_base + pf_shard_position((int64_t)(data_step(t, step) - t->data_from),
+                                                     t->n_tasks, t->o->task, b);
     pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     if (t->nan_position >= start && t->nan_position < start + b)
         t->hx[(size_t)(t->nan_position - start) * (size_t)t->spec->model.inputs] = NAN;

@@ -593,7 +593,8 @@ def main():
             events = all_events(cluster.url, j)
             rollbacks, decreases = check_steps(j, sampler.samples[j], events)
             acked, have = check_metrics(cluster, j)
-            restarts = [e for e in events if e.get("reason") == "JobRestarted"]
+            restarts = [e for e in events
+                        if e.get("type") == "Running" and e.get("reason") == "JobRestarted"]
             results.append("%s: Succeeded at step %d, accuracy %.4f, generation %s, %d gang "
                            "restarts, %d rollbacks %s, %d step samples (%d decreases, each a "
                            "recorded rollback), %d acknowledged metric points all kept (%d stored)"

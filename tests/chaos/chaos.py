@@ -27,6 +27,7 @@ CHAOS_FAULTS [4], CHAOS_STEPS [each job's max_steps; by default from CHAOS_SECON
 CHAOS_DELAY_MS [10], the workers' --push-delay-ms], CHAOS_LEASE [3],
 CHAOS_ACCURACY [0.84], CHAOS_KEEP=1 keeps the run's folder.
 """
+import calendar
 import http.client
 import http.server
 import json
@@ -65,6 +66,11 @@ SPARE_PS, SPARE_WORKERS = 1, 1
 KINDS = ("kill-worker", "kill-ps", "kill-coord", "stop-agent")
 
 START = time.monotonic()
+
+
+def stamp(t):
+    """Wall-clock time t as the coordinator's events write it."""
+    return time.strftime("%H:%M:%S", time.gmtime(t)) + ".%03dZ" % int((t % 1) * 1000)
 
 
 def log(msg):
@@ -341,7 +347,7 @@ class Sampler(threading.Thread):
     def __init__(self, url, jobs):
         super().__init__(daemon=True)
         self.url, self.jobs = url, jobs
-        self.samples = {j: [] for j in jobs}  # (time, step, phase)
+        self.samples = {j: [] for j in jobs}  # (wall-clock time, step, phase)
         self.stop = threading.Event()
 
     def run(self):
@@ -349,8 +355,7 @@ class Sampler(threading.Thread):
             for j in self.jobs:
                 try:
                     st = get_json(self.url + "/api/v1/jobs/" + j, timeout=2)["status"]
-                    self.samples[j].append((time.monotonic() - START, st["global_step"],
-                                            st["phase"]))
+                    self.samples[j].append((time.time(), st["global_step"], st["phase"]))
                 except (OSError, ValueError, KeyError, http.client.HTTPException):
                     pass  # the coordinator is down
             self.stop.wait(0.2)
@@ -414,25 +419,36 @@ def all_events(url, job):
         since = nxt
 
 
+def event_time(e):
+    """An event's RFC 3339 time ("2026-11-25T13:19:06.227Z") in seconds since the epoch."""
+    t = e["time"]
+    whole, _, frac = t.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + float("0." + (frac or "0"))
+
+
 def check_steps(job, samples, events):
+    """Each decrease of the sampled global_step (a -> b between samples at t0 and t1) must be
+    a RolledBack event of its own, recorded between the two samples (1 s of slack for the
+    millisecond times), whose checkpoint step is <= b."""
     rollbacks = []
     for e in events:
         if e.get("type") == "RolledBack":
             m = ROLLBACK_MSG.search(e.get("message", ""))
             if not m:
                 raise Failure("%s: a RolledBack event without from/to steps: %r" % (job, e))
-            rollbacks.append((int(m.group(1)), int(m.group(2))))
+            rollbacks.append((int(m.group(1)), int(m.group(2)), event_time(e)))
     left = list(rollbacks)
     decreases = []
     for (t0, a, _), (t1, b, ph) in zip(samples, samples[1:]):
         if b < a:
             decreases.append((t1, a, b, ph))
-            match = next((r for r in left if r[1] <= b), None)
+            match = next((r for r in left if r[1] <= b and t0 - 1 <= r[2] <= t1 + 1), None)
             if match is None:
-                raise Failure("%s: global_step went back from %d to %d at %.1f s (phase %s) with "
-                              "no recorded rollback to explain it (RolledBack events: %s; "
-                              "restarts: %s)"
-                              % (job, a, b, t1, ph, rollbacks or "none",
+                raise Failure("%s: global_step went back from %d to %d between %s and %s (phase "
+                              "%s) with no recorded rollback to explain it (RolledBack events: "
+                              "%s; restarts: %s)"
+                              % (job, a, b, stamp(t0), stamp(t1), ph,
+                                 [(f, t, stamp(w)) for f, t, w in rollbacks] or "none",
                                  [(e["reason"], e["message"]) for e in events
                                   if e.get("reason") in ("JobRestarted", "TaskLost",
                                                          "TaskFailed")][:6]))
@@ -596,10 +612,10 @@ def main():
             restarts = [e for e in events
                         if e.get("type") == "Running" and e.get("reason") == "JobRestarted"]
             results.append("%s: Succeeded at step %d, accuracy %.4f, generation %s, %d gang "
-                           "restarts, %d rollbacks %s, %d step samples (%d decreases, each a "
+                           "restarts, %d rollbacks (from, to) %s, %d step samples (%d decreases, each a "
                            "recorded rollback), %d acknowledged metric points all kept (%d stored)"
                            % (j, st["global_step"], acc, st.get("generation"), len(restarts),
-                              len(rollbacks), rollbacks, len(sampler.samples[j]), len(decreases),
+                              len(rollbacks), [r[:2] for r in rollbacks], len(sampler.samples[j]), len(decreases),
                               acked, have))
         leftovers = stop_cluster(cluster)
         if leftovers:

@@ -312,6 +312,28 @@ static bool ps_know_workers(const coord_job *j, int workers) {
     return true;
 }
 
+/* Training goes on from checkpoint `to` (`reached`: a later step already reported after it,
+ * or -1): the RolledBack condition and event, with `msg`. */
+static void rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,
+                            int64_t to, int64_t reached, double now) {
+    set_condition(j, "RolledBack", "True", reason, msg, now);
+    log_event(c, j->name, "RolledBack", reason, msg, now);
+    j->global_step = reached > to ? reached : to;
+    j->rate_step = j->global_step;
+    j->rate_time = now;
+    j->dirty = true;
+}
+
+/* rolled_back_msg with a message that names both steps, for a reason and its cause. */
+static void rolled_back(coord_cluster *c, coord_job *j, const char *reason, const char *cause,
+                        int64_t from, int64_t to, int64_t reached, double now) {
+    char msg[COORD_TEXT_MAX];
+    snprintf(msg, sizeof msg,
+             "%.120s: every ps rolled back from step %" PRId64 " to checkpoint step %" PRId64,
+             cause, from, to);
+    rolled_back_msg(c, j, reason, msg, to, reached, now);
+}
+
 /* Gives every task of j an idle agent, or none. */
 static void admit(coord_cluster *c, coord_job *j, double now) {
     int need_ps = j->spec.replicas.ps;
@@ -376,6 +398,11 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
                  "checkpoint",
                  j->generation, j->n_tasks);
         set_phase(c, j, COORD_RUNNING, "JobRestarted", msg, now);
+        /* The steps after that checkpoint are done again: global_step goes back to it. */
+        if (j->has_checkpoint && j->checkpoint_step < j->global_step) {
+            snprintf(msg, sizeof msg, "the job restarted as generation %d", j->generation);
+            rolled_back(c, j, "JobRestarted", msg, j->global_step, j->checkpoint_step, -1, now);
+        }
     } else {
         snprintf(msg, sizeof msg, "%d tasks assigned to agents", j->n_tasks);
         set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
@@ -749,31 +776,23 @@ void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int
                                int64_t reached, const char *reason, const char *detail,
                                double now) {
     bool finished = coord_job_finished(j);
-    if (finished && !reason)
+    if (!reason) {
+        if (!finished)
+            rolled_back(c, j, "PsRestarted", "a ps restarted", from, to, reached, now);
         return;
+    }
     char msg[COORD_TEXT_MAX];
-    if (reason && detail && detail[0]) /* the chief's own account (non-finite rollback) */
+    if (detail && detail[0]) /* the chief's own account (non-finite rollback) */
         snprintf(msg, sizeof msg, "%s", detail);
-    else if (reason)
+    else
         snprintf(msg, sizeof msg,
                  "a non-finite value: every ps rolled back from step %" PRId64
                  " to checkpoint step %" PRId64,
                  from, to);
-    else
-        snprintf(msg, sizeof msg,
-                 "a ps restarted: every ps rolled back from step %" PRId64
-                 " to checkpoint step %" PRId64,
-                 from, to);
-    if (!reason)
-        reason = "PsRestarted";
-    log_event(c, j->name, "RolledBack", reason, msg, now);
     if (finished) /* the chief's report came after the job ended (it failed on the next one) */
-        return;
-    set_condition(j, "RolledBack", "True", reason, msg, now);
-    j->global_step = reached > to ? reached : to;
-    j->rate_step = j->global_step;
-    j->rate_time = now;
-    j->dirty = true;
+        log_event(c, j->name, "RolledBack", reason, msg, now);
+    else
+        rolled_back_msg(c, j, reason, msg, to, reached, now);
 }
 
 void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
@@ -794,7 +813,9 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
         }
         if (finished)
             continue; /* kept in the history; the final summary stays as the job ended */
-        if (step > j->global_step)
+        /* A task not yet running again reports what its previous incarnation did before a
+         * gang restart: that step is not the job's any more. */
+        if (step > j->global_step && !(t && t->state == TASK_PENDING && j->generation > 1))
             j->global_step = step;
         if (step >= best && !isnan(loss)) {
             best = step;
@@ -867,6 +888,10 @@ void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, i
     } else {
         pf_free(copy);
         pf_free(kept_copy);
+    }
+    if (!j->has_checkpoint || step > j->checkpoint_step) {
+        j->has_checkpoint = true;
+        j->checkpoint_step = step;
     }
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,

@@ -90,6 +90,8 @@ typedef struct coord_job {
     int64_t eval_step;                /* the checkpoint it evaluated; -1 before any */
     double examples_per_sec, steps_per_sec;
     int restarts, generation;
+    bool has_checkpoint;     /* a complete checkpoint was reported */
+    int64_t checkpoint_step; /* the newest reported one: what a gang restart restores */
     double create_time, start_time, completion_time; /* 0 = not yet */
     int n_tasks;
     coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
@@ -262,7 +264,8 @@ void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int
                                int64_t reached, const char *reason, const char *detail, double now);
 /* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL; kept: the
  * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL): queues its
- * checkpoint event and the log line that goes with it. */
+ * checkpoint event and the log line that goes with it; the newest step is what a gang restart
+ * rolls back to (the ps tasks restore the newest checkpoint), recorded as for the chief's. */
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
                                  const char *files, const char *kept, double now);
 bool coord_job_finished(const coord_job *j);

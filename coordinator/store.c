@@ -308,6 +308,21 @@ static pf_status load_tasks(coord_store *s, coord_job *j) {
     return PF_OK;
 }
 
+/* The newest checkpoint the coordinator was told about: what a gang restart rolls back to. */
+static pf_status load_checkpoint_step(coord_store *s, coord_job *j) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT MAX(step) FROM checkpoints WHERE job = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return PF_ERR_IO;
+    sqlite3_bind_text(st, 1, j->name, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        j->has_checkpoint = true;
+        j->checkpoint_step = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    return PF_OK;
+}
+
 pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_error *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(
@@ -351,7 +366,7 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         j->rate_time = now;
         j->rate_step = j->global_step;
         if (coord_job_make_tasks(j) != PF_OK || load_tasks(s, j) != PF_OK ||
-            coord_cluster_adopt_job(c, j) != PF_OK) {
+            load_checkpoint_step(s, j) != PF_OK || coord_cluster_adopt_job(c, j) != PF_OK) {
             coord_job_free(j);
             rc = PF_ERR_NOMEM;
         }

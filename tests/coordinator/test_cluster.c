@@ -1129,6 +1129,67 @@ static void test_rollback_global_step(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A gang restart is a rollback too: the ps tasks restore the newest checkpoint, so the job's
+ * RolledBack condition and event name both steps and global_step goes back to the checkpoint;
+ * what the previous generation's tasks report late does not raise it again. */
+static void test_gang_restart_rollback(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "gang", "", T0, &ps, &w);
+    coord_job_record_checkpoint(&c, j, 200, 1000, NULL, NULL, T0 + 1);
+    json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 350, "time", T0 + 2, "loss", 0.5,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
+    assert_int_equal(j->global_step, 350);
+
+    /* The chief's agent is lost: the gang restarts from checkpoint 200. */
+    report(&c, ps, "running", 0, T0 + 8);
+    report(&c, w, "running", 0, T0 + 2);
+    coord_cluster_tick(&c, T0 + 2.5 + LEASE);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_int_equal(j->global_step, 350); /* nothing restored yet */
+    report(&c, ps, "idle", 0, T0 + 13);
+    take_events(&c, NULL, NULL);
+    add_node(&c, "w-a", "worker", T0 + 13.5);
+    assert_int_equal(j->generation, 2);
+    assert_condition(j, "Running", "True", "JobRestarted");
+    assert_int_equal(j->global_step, 200);
+    assert_condition(j, "RolledBack", "True", "JobRestarted");
+    const char *msg = find_condition(j, "RolledBack")->message;
+    assert_non_null(strstr(msg, "rolled back from step 350 to checkpoint step 200"));
+    assert_non_null(strstr(msg, "generation 2"));
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
+
+    /* The previous chief's last report arrives late: not the job's step any more. */
+    json_t *late = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 360, "time", T0 + 3, "loss", 0.5,
+                             "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", late, NULL, T0 + 14);
+    assert_int_equal(j->global_step, 200);
+    /* The new chief runs and reports from the checkpoint on. */
+    report(&c, w, "running", 0, T0 + 14.5);
+    json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 230, "time", T0 + 15, "loss", 0.4,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p1, NULL, T0 + 15);
+    assert_int_equal(j->global_step, 230);
+
+    /* A restart with no newer checkpoint than the step: nothing to roll back. */
+    coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, T0 + 16);
+    report(&c, ps, "running", 0, T0 + 20);
+    coord_cluster_tick(&c, T0 + 15 + LEASE);
+    report(&c, ps, "idle", 0, T0 + 26);
+    take_events(&c, NULL, NULL);
+    add_node(&c, "w-a", "worker", T0 + 26.5);
+    assert_int_equal(j->generation, 3);
+    assert_int_equal(j->global_step, 230);
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 1);
+    json_decref(p0);
+    json_decref(late);
+    json_decref(p1);
+    coord_cluster_deinit(&c);
+}
+
 /* --- serialisation ---------------------------------------------------------------------------- */
 
 static void assert_time_text(double t, const char *text) {
@@ -1213,6 +1274,7 @@ int main(void) {
         cmocka_unit_test(test_success_waits_for_evaluator),
         cmocka_unit_test(test_metrics_after_end),
         cmocka_unit_test(test_rollback_global_step),
+        cmocka_unit_test(test_gang_restart_rollback),
         cmocka_unit_test(test_time_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

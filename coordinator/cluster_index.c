@@ -144,4 +144,3 @@ coord_node *coord_node_find(const coord_cluster *c, const char *id) {
             return c->nodes[i];
     return NULL;
 }
-

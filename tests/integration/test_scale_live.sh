@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # labels: slow
-# timeout: 1200
+# timeout: 1800
 # PATCH of a managed job's worker count while it runs, against `psflow up` (a real coordinator
 # and real agents on 127.0.0.1): a sync and an async softmax job go 2 -> 3 -> 2 workers. No
 # gang restart (generation 1, restarts 0, no Restarting condition, no ps rolls back), worker 2

@@ -1184,39 +1184,3 @@ void coord_cluster_tick(coord_cluster *c, double now) {
     }
     admit_all(c, now);
 }
-
-/* --- events --- */
-
-static const char *latest_reason(const coord_job *j) {
-    const coord_condition *best = NULL;
-    for (int i = 0; i < j->n_conds; i++)
-        if (!strcmp(j->conds[i].status, "True") && (!best || j->conds[i].time >= best->time))
-            best = &j->conds[i];
-    return best ? best->reason : "";
-}
-
-void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", j->name);
-    out->phase = j->phase;
-    snprintf(out->reason, sizeof out->reason, "%s", latest_reason(j));
-    snprintf(out->message, sizeof out->message, "%s", j->message);
-    out->sync = j->spec.training.mode == PF_MODE_SYNC;
-    out->global_step = j->global_step;
-    out->max_steps = (int64_t)j->spec.training.max_steps;
-    out->loss = j->loss;
-    out->accuracy = j->accuracy;
-    out->examples_per_sec = j->examples_per_sec;
-    out->steps_per_sec = j->steps_per_sec;
-    out->create_time = j->create_time;
-    out->start_time = j->start_time;
-    out->completion_time = j->completion_time;
-    out->restarts = j->restarts;
-    for (int i = 0; i < j->n_tasks; i++) {
-        if (is_evaluator(&j->tasks[i]))
-            continue; /* replicas counts the training cluster: ps and training tasks */
-        int w = strcmp(j->tasks[i].type, "ps") != 0;
-        out->desired[w]++;
-        out->ready[w] += j->tasks[i].state == TASK_RUNNING;
-    }
-}

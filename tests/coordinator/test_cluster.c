@@ -2,8 +2,9 @@
  * with explicit times: gang admission and the message naming the missing tasks, jobs waiting
  * their turn for agents, lease expiry and the restart policies (OnFailure with its backoff
  * limit, Never, ExitCode), agents that restart or leave, active_deadline_seconds, idempotent
- * submission, scaling and suspension, the chief's success, metrics that arrive after the
- * end, and times that survive their own text.
+ * submission, the chief's success (and the evaluator's last word), metrics that arrive after
+ * the end, rollbacks, and times that survive their own text. Scaling and suspension are in
+ * test_cluster_scale.c.
  *
  * Agents are simulated by calling coord_node_register and coord_node_heartbeat with the
  * reports of api/rest.md; no test sleeps: `now` is an argument.
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/cluster_fixture.h"
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_json.h"
 #include "psflow/mem.h"
@@ -27,149 +29,6 @@
 #include "psflow/spec.h"
 
 #define SPEC_DIR PSFLOW_TEST_DATA "/spec/valid"
-#define T0       1763805600.0 /* 2025-11-22T10:00:00Z: test times are offsets from it */
-#define LEASE    10.0         /* seconds an agent may stay silent */
-
-/* --- helpers ---------------------------------------------------------------------------------- */
-
-static void parse_spec(const char *text, pf_job_spec *spec) {
-    pf_error err;
-    if (pf_job_spec_parse(text, strlen(text), spec, &err) != PF_OK)
-        fail_msg("spec %s: %s (at %s)", text, err.message, err.pointer);
-}
-
-/* A valid linear job `name` with `ps` ps and `workers` worker tasks and 100 steps; `extra`
- * appends top-level fields (", \"run_policy\": {...}") or is "". */
-static void make_spec(pf_job_spec *spec, const char *name, int ps, int workers, const char *extra) {
-    char text[1024];
-    snprintf(text, sizeof text,
-             "{\"name\": \"%s\", \"replicas\": {\"ps\": %d, \"worker\": %d},"
-             " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
-             " \"data\": {\"format\": \"synthetic_linear\"},"
-             " \"training\": {\"max_steps\": 100}%s}",
-             name, ps, workers, extra);
-    parse_spec(text, spec);
-}
-
-/* Submits a new job; the cluster takes the spec. */
-static coord_job *submit(coord_cluster *c, pf_job_spec *spec, double now) {
-    coord_job *j = NULL;
-    int created = -1;
-    pf_error err;
-    pf_status st = coord_job_submit(c, spec, now, &j, &created, &err);
-    if (st != PF_OK)
-        fail_msg("submit: %s: %s", pf_strerror(st), err.message);
-    assert_int_equal(created, 1);
-    assert_non_null(j);
-    pf_job_spec_deinit(spec); /* empty: stolen */
-    return j;
-}
-
-/* Registers agent `id` of `role`, advertising "<id>.test:2222". */
-static coord_node *add_node(coord_cluster *c, const char *id, const char *role, double now) {
-    char address[COORD_ADDR_MAX];
-    snprintf(address, sizeof address, "%s.test:2222", id);
-    coord_node *n = NULL;
-    int created = -1;
-    assert_int_equal(coord_node_register(c, id, role, address, "0.1.0", 0, now, &n, &created),
-                     PF_OK);
-    assert_non_null(n);
-    return n;
-}
-
-/* The agent's heartbeat report (api/rest.md) for what it was assigned, in `state`. */
-static void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, double now) {
-    json_t *r = json_pack("{s:s}", "state", state);
-    if (n->job[0]) {
-        json_object_set_new(r, "job", json_string(n->job));
-        json_object_set_new(r, "generation", json_integer(n->generation));
-        json_object_set_new(r, "type", json_string(n->type));
-        json_object_set_new(r, "index", json_integer(n->index));
-        json_object_set_new(r, "exit_code", json_integer(exit_code));
-    }
-    coord_node_heartbeat_json(c, n, r, now);
-    json_decref(r);
-}
-
-/* Takes the queued events and counts those of `kind` (any when NULL) whose data has this
- * "reason" (any when NULL). */
-static int take_events(coord_cluster *c, const char *kind, const char *reason) {
-    int n = 0, found = 0;
-    coord_event *events = coord_cluster_take_events(c, &n);
-    for (int i = 0; i < n; i++) {
-        /* As the coordinator publishes them: an event without data is not published. */
-        json_t *data = coord_event_json(&events[i]);
-        const char *r = json_string_value(json_object_get(data, "reason"));
-        if (data && (!kind || !strcmp(events[i].kind, kind)) &&
-            (!reason || (r && !strcmp(r, reason))))
-            found++;
-        json_decref(data);
-        coord_event_deinit(&events[i]);
-    }
-    pf_free(events);
-    return found;
-}
-
-static const coord_condition *find_condition(const coord_job *j, const char *type) {
-    for (int i = 0; i < j->n_conds; i++)
-        if (!strcmp(j->conds[i].type, type))
-            return &j->conds[i];
-    return NULL;
-}
-
-static void assert_condition(const coord_job *j, const char *type, const char *status,
-                             const char *reason) {
-    const coord_condition *k = find_condition(j, type);
-    if (!k)
-        fail_msg("job %s has no %s condition", j->name, type);
-    assert_string_equal(k->status, status);
-    if (reason)
-        assert_string_equal(k->reason, reason);
-}
-
-static coord_task *task_of(coord_job *j, const char *type, int index) {
-    for (int i = 0; i < j->n_tasks; i++)
-        if (!strcmp(j->tasks[i].type, type) && j->tasks[i].index == index)
-            return &j->tasks[i];
-    fail_msg("job %s has no task %s %d", j->name, type, index);
-    return NULL;
-}
-
-/* Asserts that agent n runs task type/index of job j (generation gen). */
-static void assert_assigned(coord_job *j, coord_node *n, const char *type, int index, int gen) {
-    coord_task *t = task_of(j, type, index);
-    assert_string_equal(t->node_id, n->id);
-    assert_string_equal(t->address, n->address);
-    assert_string_equal(n->job, j->name);
-    assert_string_equal(n->type, type);
-    assert_int_equal(n->index, index);
-    assert_int_equal(n->generation, gen);
-}
-
-static void assert_idle(coord_cluster *c, coord_node *n) {
-    assert_string_equal(n->job, "");
-    json_t *a = coord_node_assignment(c, n);
-    assert_true(json_is_null(a));
-    json_decref(a);
-}
-
-/* A job of one ps and one worker, running on agents ps-a and w-a registered at `now`. */
-static coord_job *running_pair(coord_cluster *c, const char *name, const char *extra, double now,
-                               coord_node **ps, coord_node **worker) {
-    pf_job_spec spec;
-    make_spec(&spec, name, 1, 1, extra);
-    coord_job *j = submit(c, &spec, now);
-    *ps = add_node(c, "ps-a", "ps", now);
-    *worker = add_node(c, "w-a", "worker", now);
-    assert_int_equal(j->phase, COORD_RUNNING);
-    assert_int_equal(j->generation, 1);
-    report(c, *ps, "running", 0, now);
-    report(c, *worker, "running", 0, now);
-    assert_int_equal(task_of(j, "ps", 0)->state, TASK_RUNNING);
-    assert_int_equal(task_of(j, "worker", 0)->state, TASK_RUNNING);
-    take_events(c, NULL, NULL);
-    return j;
-}
 
 /* --- admission -------------------------------------------------------------------------------- */
 
@@ -725,205 +584,6 @@ static void test_job_order_and_index(void **state) {
     coord_cluster_deinit(&c);
 }
 
-/* The ps agent's heartbeat saying its ps runs with `workers` workers. */
-static void report_workers(coord_cluster *c, coord_node *n, int workers, double now) {
-    json_t *r = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:i}", "state", "running", "job", n->job,
-                          "generation", n->generation, "type", n->type, "index", n->index,
-                          "exit_code", 0, "workers", workers);
-    coord_node_heartbeat_json(c, n, r, now);
-    json_decref(r);
-}
-
-/* Scaling a running job is live: no restart, the other tasks keep their agents; an added
- * worker gets an agent once every ps runs with the new membership, a removed one's agent is
- * freed. A sync job that aggregates every worker keeps doing so. Suspension frees the
- * agents until the job is resumed. A finished job takes no patch. */
-static void test_scale_and_suspend(void **state) {
-    (void)state;
-    coord_cluster c;
-    coord_cluster_init(&c, LEASE);
-    pf_job_spec spec;
-    parse_spec("{\"name\": \"elastic\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
-               " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
-               " \"data\": {\"format\": \"synthetic_linear\"}, \"training\": {\"mode\": \"sync\"}}",
-               &spec);
-    assert_int_equal(spec.training.replicas_to_aggregate, 2);
-    coord_job *j = submit(&c, &spec, T0);
-    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
-    coord_node *w0 = add_node(&c, "w-a", "worker", T0);
-    coord_node *w1 = add_node(&c, "w-b", "worker", T0);
-    assert_int_equal(j->phase, COORD_RUNNING);
-    take_events(&c, NULL, NULL);
-
-    pf_error err;
-    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 1, &err), PF_OK);
-    assert_int_equal(j->phase, COORD_RUNNING);
-    assert_null(find_condition(j, "Restarting"));
-    assert_int_equal(j->generation, 1);
-    assert_int_equal(j->restarts, 0);
-    assert_int_equal(j->n_tasks, 4);
-    assert_int_equal(j->spec.replicas.worker, 3);
-    assert_int_equal(j->spec.training.replicas_to_aggregate, 3); /* it followed the count */
-    assert_int_equal(take_events(&c, "log", "WorkersAdded"), 1);
-    assert_assigned(j, ps, "ps", 0, 1);
-    assert_assigned(j, w0, "worker", 0, 1);
-    assert_assigned(j, w1, "worker", 1, 1);
-    pf_job_spec stored;
-    parse_spec(j->spec_json, &stored);
-    assert_int_equal(stored.replicas.worker, 3);
-    assert_int_equal(stored.training.replicas_to_aggregate, 3);
-    pf_job_spec_deinit(&stored);
-    /* Worker 2 waits for the ps to run with 3 workers (its agent says so), then joins. */
-    coord_node *w2 = add_node(&c, "w-c", "worker", T0 + 2);
-    assert_idle(&c, w2);
-    report_workers(&c, ps, 3, T0 + 2);
-    assert_assigned(j, w2, "worker", 2, 1);
-    assert_int_equal(task_of(j, "worker", 2)->restarts, 0);
-    assert_int_equal(take_events(&c, "log", "TaskAdded"), 1);
-    json_t *a = coord_node_assignment(&c, w2);
-    assert_int_equal(json_integer_value(json_object_get(
-                         json_object_get(json_object_get(a, "spec"), "replicas"), "worker")),
-                     3);
-    json_decref(a);
-
-    /* Down again: the highest worker's agent is freed, nothing restarts; the ps keeps worker
-     * 2 in its membership until its agent has stopped it. */
-    report(&c, w2, "running", 0, T0 + 3);
-    assert_int_equal(coord_job_membership(&c, j), 3);
-    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 3, &err), PF_OK);
-    assert_int_equal(j->n_tasks, 3);
-    assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
-    assert_idle(&c, w2);
-    assert_int_equal(coord_job_membership(&c, j), 3);
-    a = coord_node_assignment(&c, ps);
-    assert_int_equal(json_integer_value(json_object_get(a, "workers")), 3);
-    json_decref(a);
-    report(&c, w2, "idle", 0, T0 + 3);
-    assert_int_equal(coord_job_membership(&c, j), 2);
-    a = coord_node_assignment(&c, ps);
-    assert_int_equal(json_integer_value(json_object_get(a, "workers")), 2);
-    json_decref(a);
-    assert_assigned(j, w1, "worker", 1, 1);
-    assert_int_equal(j->phase, COORD_RUNNING);
-    assert_int_equal(j->generation, 1);
-    assert_int_equal(take_events(&c, "log", "WorkersRemoved"), 1);
-
-    /* Out of range. */
-    assert_int_equal(coord_job_patch(&c, j, PF_MAX_REPLICAS + 1, -1, T0 + 3, &err), PF_ERR_INVALID);
-    assert_string_equal(err.pointer, "/replicas/worker");
-    assert_int_equal(j->n_tasks, 3);
-
-    assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 4, &err), PF_OK);
-    assert_int_equal(j->phase, COORD_SUSPENDED);
-    assert_condition(j, "Suspended", "True", "JobSuspended");
-    assert_condition(j, "Running", "False", NULL);
-    assert_string_equal(ps->job, "");
-    assert_string_equal(w0->job, "");
-    report(&c, ps, "idle", 0, T0 + 5); /* its agent stopped the ps */
-    coord_cluster_tick(&c, T0 + 5);
-    assert_int_equal(j->phase, COORD_SUSPENDED);
-    /* An agent leaving while the job is suspended costs it no restart. */
-    coord_node_remove(&c, w1, T0 + 5);
-    coord_node_remove(&c, w2, T0 + 5);
-    assert_int_equal(j->restarts, 0);
-    /* While suspended the count changes for the next start. */
-    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 5, &err), PF_OK);
-    assert_int_equal(j->n_tasks, 4);
-
-    assert_int_equal(coord_job_patch(&c, j, 0, 0, T0 + 6, &err), PF_OK);
-    assert_condition(j, "Suspended", "False", NULL);
-    assert_int_equal(j->phase, COORD_RESTARTING);
-    assert_string_equal(j->message, "waiting for agents: missing worker 1, worker 2");
-    add_node(&c, "w-d", "worker", T0 + 7);
-    add_node(&c, "w-e", "worker", T0 + 7);
-    assert_int_equal(j->phase, COORD_RUNNING);
-    assert_int_equal(j->generation, 2);
-
-    coord_job_cancel(&c, j, T0 + 8);
-    assert_int_equal(coord_job_patch(&c, j, 4, -1, T0 + 9, &err), PF_ERR_INVALID);
-    assert_int_equal(j->spec.replicas.worker, 3);
-    coord_cluster_deinit(&c);
-}
-
-/* Workers added live go after the others and before the evaluator, as a fresh job has them. */
-static void test_scale_keeps_task_order(void **state) {
-    (void)state;
-    coord_cluster c;
-    coord_cluster_init(&c, LEASE);
-    pf_job_spec spec;
-    make_spec(&spec, "ordered", 1, 1, "");
-    spec.replicas.evaluator = 1;
-    coord_job *j = submit(&c, &spec, T0);
-    add_node(&c, "ps-a", "ps", T0);
-    add_node(&c, "w-a", "worker", T0);
-    add_node(&c, "w-b", "worker", T0);
-    assert_int_equal(j->phase, COORD_RUNNING);
-    pf_error err;
-    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 1, &err), PF_OK);
-    static const char *const types[] = {"ps", "worker", "worker", "worker", "evaluator"};
-    static const int indices[] = {0, 0, 1, 2, 0};
-    assert_int_equal(j->n_tasks, 5);
-    for (int i = 0; i < 5; i++) {
-        assert_string_equal(j->tasks[i].type, types[i]);
-        assert_int_equal(j->tasks[i].index, indices[i]);
-    }
-    assert_int_equal(coord_job_patch(&c, j, 1, -1, T0 + 2, &err), PF_OK);
-    assert_int_equal(j->n_tasks, 3);
-    assert_string_equal(j->tasks[2].type, "evaluator");
-    assert_int_equal(j->generation, 1);
-    coord_cluster_deinit(&c);
-}
-
-/* A sync job with backup workers keeps its replicas_to_aggregate and cannot go below it. */
-static void test_scale_backup_workers(void **state) {
-    (void)state;
-    coord_cluster c;
-    coord_cluster_init(&c, LEASE);
-    pf_job_spec spec;
-    parse_spec("{\"name\": \"backup\", \"replicas\": {\"ps\": 1, \"worker\": 3},"
-               " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
-               " \"data\": {\"format\": \"synthetic_linear\"},"
-               " \"training\": {\"mode\": \"sync\", \"replicas_to_aggregate\": 2}}",
-               &spec);
-    coord_job *j = submit(&c, &spec, T0);
-    pf_error err;
-    assert_int_equal(coord_job_patch(&c, j, 1, -1, T0 + 1, &err), PF_ERR_INVALID);
-    assert_string_equal(err.pointer, "/replicas/worker");
-    assert_int_equal(coord_job_patch(&c, j, 4, -1, T0 + 2, &err), PF_OK);
-    assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
-    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 3, &err), PF_OK);
-    assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
-    coord_cluster_deinit(&c);
-}
-
-/* An async job aggregates nothing: it scales down as well as up, and its spec stays the one
- * its own normalised text gives (which is what the store reloads after a restart). */
-static void test_scale_async(void **state) {
-    (void)state;
-    coord_cluster c;
-    coord_cluster_init(&c, LEASE);
-    pf_job_spec spec;
-    make_spec(&spec, "async", 1, 2, "");
-    coord_job *j = submit(&c, &spec, T0);
-    pf_error err;
-    static const int sizes[] = {3, 1, 2};
-    for (int i = 0; i < 3; i++) {
-        pf_status st = coord_job_patch(&c, j, sizes[i], -1, T0 + 1 + i, &err);
-        if (st != PF_OK)
-            fail_msg("%d workers: %s", sizes[i], err.message);
-        assert_int_equal(j->spec.replicas.worker, sizes[i]);
-        assert_int_equal(j->n_tasks, 1 + sizes[i]);
-        pf_job_spec reloaded;
-        parse_spec(j->spec_json, &reloaded);
-        assert_int_equal(reloaded.replicas.worker, j->spec.replicas.worker);
-        assert_int_equal(reloaded.training.mode, j->spec.training.mode);
-        assert_int_equal(reloaded.training.replicas_to_aggregate,
-                         j->spec.training.replicas_to_aggregate);
-        pf_job_spec_deinit(&reloaded);
-    }
-    coord_cluster_deinit(&c);
-}
-
 /* The chief's success ends the job: every task succeeded, every agent released. */
 static void test_chief_success(void **state) {
     (void)state;
@@ -1266,10 +926,6 @@ int main(void) {
         cmocka_unit_test(test_active_deadline),
         cmocka_unit_test(test_submit_idempotent),
         cmocka_unit_test(test_job_order_and_index),
-        cmocka_unit_test(test_scale_and_suspend),
-        cmocka_unit_test(test_scale_backup_workers),
-        cmocka_unit_test(test_scale_keeps_task_order),
-        cmocka_unit_test(test_scale_async),
         cmocka_unit_test(test_chief_success),
         cmocka_unit_test(test_success_waits_for_evaluator),
         cmocka_unit_test(test_metrics_after_end),

@@ -1,0 +1,232 @@
+/* test_cluster_scale.c - the coordinator's state machine (coordinator/cluster.c) when a
+ * job's worker count changes: live PATCH of a running job (tasks resized in place, added
+ * workers started once every ps runs with the new membership, removed workers stopped),
+ * replicas_to_aggregate with and without backup workers, task order, suspension, async.
+ * Driven in-process with explicit times, as test_cluster.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/support/cluster_fixture.h"
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_json.h"
+#include "psflow/mem.h"
+#include "psflow/spec.h"
+
+/* The ps agent's heartbeat saying its ps runs with `workers` workers. */
+static void report_workers(coord_cluster *c, coord_node *n, int workers, double now) {
+    json_t *r = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:i}", "state", "running", "job", n->job,
+                          "generation", n->generation, "type", n->type, "index", n->index,
+                          "exit_code", 0, "workers", workers);
+    coord_node_heartbeat_json(c, n, r, now);
+    json_decref(r);
+}
+
+/* Scaling a running job is live: no restart, the other tasks keep their agents; an added
+ * worker gets an agent once every ps runs with the new membership, a removed one's agent is
+ * freed. A sync job that aggregates every worker keeps doing so. Suspension frees the
+ * agents until the job is resumed. A finished job takes no patch. */
+static void test_scale_and_suspend(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    parse_spec("{\"name\": \"elastic\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
+               " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
+               " \"data\": {\"format\": \"synthetic_linear\"}, \"training\": {\"mode\": \"sync\"}}",
+               &spec);
+    assert_int_equal(spec.training.replicas_to_aggregate, 2);
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w0 = add_node(&c, "w-a", "worker", T0);
+    coord_node *w1 = add_node(&c, "w-b", "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    take_events(&c, NULL, NULL);
+
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 1, &err), PF_OK);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_null(find_condition(j, "Restarting"));
+    assert_int_equal(j->generation, 1);
+    assert_int_equal(j->restarts, 0);
+    assert_int_equal(j->n_tasks, 4);
+    assert_int_equal(j->spec.replicas.worker, 3);
+    assert_int_equal(j->spec.training.replicas_to_aggregate, 3); /* it followed the count */
+    assert_int_equal(take_events(&c, "log", "WorkersAdded"), 1);
+    assert_assigned(j, ps, "ps", 0, 1);
+    assert_assigned(j, w0, "worker", 0, 1);
+    assert_assigned(j, w1, "worker", 1, 1);
+    pf_job_spec stored;
+    parse_spec(j->spec_json, &stored);
+    assert_int_equal(stored.replicas.worker, 3);
+    assert_int_equal(stored.training.replicas_to_aggregate, 3);
+    pf_job_spec_deinit(&stored);
+    /* Worker 2 waits for the ps to run with 3 workers (its agent says so), then joins. */
+    coord_node *w2 = add_node(&c, "w-c", "worker", T0 + 2);
+    assert_idle(&c, w2);
+    report_workers(&c, ps, 3, T0 + 2);
+    assert_assigned(j, w2, "worker", 2, 1);
+    assert_int_equal(task_of(j, "worker", 2)->restarts, 0);
+    assert_int_equal(take_events(&c, "log", "TaskAdded"), 1);
+    json_t *a = coord_node_assignment(&c, w2);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(json_object_get(a, "spec"), "replicas"), "worker")),
+                     3);
+    json_decref(a);
+
+    /* Down again: the highest worker's agent is freed, nothing restarts; the ps keeps worker
+     * 2 in its membership until its agent has stopped it. */
+    report(&c, w2, "running", 0, T0 + 3);
+    assert_int_equal(coord_job_membership(&c, j), 3);
+    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 3, &err), PF_OK);
+    assert_int_equal(j->n_tasks, 3);
+    assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
+    assert_idle(&c, w2);
+    assert_int_equal(coord_job_membership(&c, j), 3);
+    a = coord_node_assignment(&c, ps);
+    assert_int_equal(json_integer_value(json_object_get(a, "workers")), 3);
+    json_decref(a);
+    report(&c, w2, "idle", 0, T0 + 3);
+    assert_int_equal(coord_job_membership(&c, j), 2);
+    a = coord_node_assignment(&c, ps);
+    assert_int_equal(json_integer_value(json_object_get(a, "workers")), 2);
+    json_decref(a);
+    assert_assigned(j, w1, "worker", 1, 1);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 1);
+    assert_int_equal(take_events(&c, "log", "WorkersRemoved"), 1);
+
+    /* Out of range. */
+    assert_int_equal(coord_job_patch(&c, j, PF_MAX_REPLICAS + 1, -1, T0 + 3, &err), PF_ERR_INVALID);
+    assert_string_equal(err.pointer, "/replicas/worker");
+    assert_int_equal(j->n_tasks, 3);
+
+    assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 4, &err), PF_OK);
+    assert_int_equal(j->phase, COORD_SUSPENDED);
+    assert_condition(j, "Suspended", "True", "JobSuspended");
+    assert_condition(j, "Running", "False", NULL);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w0->job, "");
+    report(&c, ps, "idle", 0, T0 + 5); /* its agent stopped the ps */
+    coord_cluster_tick(&c, T0 + 5);
+    assert_int_equal(j->phase, COORD_SUSPENDED);
+    /* An agent leaving while the job is suspended costs it no restart. */
+    coord_node_remove(&c, w1, T0 + 5);
+    coord_node_remove(&c, w2, T0 + 5);
+    assert_int_equal(j->restarts, 0);
+    /* While suspended the count changes for the next start. */
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 5, &err), PF_OK);
+    assert_int_equal(j->n_tasks, 4);
+
+    assert_int_equal(coord_job_patch(&c, j, 0, 0, T0 + 6, &err), PF_OK);
+    assert_condition(j, "Suspended", "False", NULL);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_string_equal(j->message, "waiting for agents: missing worker 1, worker 2");
+    add_node(&c, "w-d", "worker", T0 + 7);
+    add_node(&c, "w-e", "worker", T0 + 7);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+
+    coord_job_cancel(&c, j, T0 + 8);
+    assert_int_equal(coord_job_patch(&c, j, 4, -1, T0 + 9, &err), PF_ERR_INVALID);
+    assert_int_equal(j->spec.replicas.worker, 3);
+    coord_cluster_deinit(&c);
+}
+
+/* Workers added live go after the others and before the evaluator, as a fresh job has them. */
+static void test_scale_keeps_task_order(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "ordered", 1, 1, "");
+    spec.replicas.evaluator = 1;
+    coord_job *j = submit(&c, &spec, T0);
+    add_node(&c, "ps-a", "ps", T0);
+    add_node(&c, "w-a", "worker", T0);
+    add_node(&c, "w-b", "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 1, &err), PF_OK);
+    static const char *const types[] = {"ps", "worker", "worker", "worker", "evaluator"};
+    static const int indices[] = {0, 0, 1, 2, 0};
+    assert_int_equal(j->n_tasks, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_string_equal(j->tasks[i].type, types[i]);
+        assert_int_equal(j->tasks[i].index, indices[i]);
+    }
+    assert_int_equal(coord_job_patch(&c, j, 1, -1, T0 + 2, &err), PF_OK);
+    assert_int_equal(j->n_tasks, 3);
+    assert_string_equal(j->tasks[2].type, "evaluator");
+    assert_int_equal(j->generation, 1);
+    coord_cluster_deinit(&c);
+}
+
+/* A sync job with backup workers keeps its replicas_to_aggregate and cannot go below it. */
+static void test_scale_backup_workers(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    parse_spec("{\"name\": \"backup\", \"replicas\": {\"ps\": 1, \"worker\": 3},"
+               " \"model\": {\"type\": \"linear\", \"inputs\": 1},"
+               " \"data\": {\"format\": \"synthetic_linear\"},"
+               " \"training\": {\"mode\": \"sync\", \"replicas_to_aggregate\": 2}}",
+               &spec);
+    coord_job *j = submit(&c, &spec, T0);
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, j, 1, -1, T0 + 1, &err), PF_ERR_INVALID);
+    assert_string_equal(err.pointer, "/replicas/worker");
+    assert_int_equal(coord_job_patch(&c, j, 4, -1, T0 + 2, &err), PF_OK);
+    assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
+    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 3, &err), PF_OK);
+    assert_int_equal(j->spec.training.replicas_to_aggregate, 2);
+    coord_cluster_deinit(&c);
+}
+
+/* An async job aggregates nothing: it scales down as well as up, and its spec stays the one
+ * its own normalised text gives (which is what the store reloads after a restart). */
+static void test_scale_async(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "async", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    pf_error err;
+    static const int sizes[] = {3, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        pf_status st = coord_job_patch(&c, j, sizes[i], -1, T0 + 1 + i, &err);
+        if (st != PF_OK)
+            fail_msg("%d workers: %s", sizes[i], err.message);
+        assert_int_equal(j->spec.replicas.worker, sizes[i]);
+        assert_int_equal(j->n_tasks, 1 + sizes[i]);
+        pf_job_spec reloaded;
+        parse_spec(j->spec_json, &reloaded);
+        assert_int_equal(reloaded.replicas.worker, j->spec.replicas.worker);
+        assert_int_equal(reloaded.training.mode, j->spec.training.mode);
+        assert_int_equal(reloaded.training.replicas_to_aggregate,
+                         j->spec.training.replicas_to_aggregate);
+        pf_job_spec_deinit(&reloaded);
+    }
+    coord_cluster_deinit(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scale_and_suspend),
+        cmocka_unit_test(test_scale_backup_workers),
+        cmocka_unit_test(test_scale_keeps_task_order),
+        cmocka_unit_test(test_scale_async),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

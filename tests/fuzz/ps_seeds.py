@@ -50,8 +50,8 @@ def checkpoint(step, final, rid=6):
     return msg(10, struct.pack("<QI", step, final), rid)
 
 
-def restore(step, rid=7):
-    return msg(16, struct.pack("<Q", step), rid)
+def restore(step, lr_factor=1.0, rid=7):
+    return msg(16, struct.pack("<Qf", step, lr_factor), rid)
 
 
 def rec(conn, m):
@@ -85,7 +85,9 @@ def main():
             rec(0, hello("chief", 0, 7)), *auth(0), rec(1, hello("worker", 1, 9)), *auth(1),
             rec(0, pull([0, 1, 2, 3])), rec(0, push(0, 7, 1, 0)), rec(1, push_pull(1, 9, 1, 0, [0, 1, 2, 3])),
             rec(0, push_pull(0, 7, 2, 1, [3, 2, 1, 0])), rec(1, push(1, 9, 2, 1)), rec(0, stats()),
-            rec(0, checkpoint(2, 0)), rec(1, restore(2)), rec(0, restore(2)), rec(0, restore(1 << 63)),
+            rec(0, checkpoint(2, 0)), rec(1, restore(2)), rec(0, restore(2, 0.5)), rec(0, restore(1 << 63)),
+            rec(0, restore(2, 0.0)), rec(0, restore(2, float("nan"))), rec(0, restore(2, 2.0)),
+            rec(0, msg(16, struct.pack("<Q", 2))),
             rec(0, msg(16, b"\x01")), rec(0, checkpoint(5, 1)), close(1), close(0)])
         seeds["%s-roles" % k] = conversation(key, [
             rec(0, pull([0])), rec(0, hello("tool", 0)), *auth(0), rec(0, stats()),

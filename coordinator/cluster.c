@@ -112,13 +112,23 @@ static coord_event *metric_event(coord_cluster *c, coord_event_type type, const 
 
 /* --- conditions and phases --- */
 
-static coord_condition *condition(coord_job *j, const char *type) {
+/* The condition of this type, or NULL when the job has none. */
+static coord_condition *find_condition(coord_job *j, const char *type) {
     for (int i = 0; i < j->n_conds; i++)
         if (!strcmp(j->conds[i].type, type))
             return &j->conds[i];
+    return NULL;
+}
+
+/* The condition of this type, added (status False) when the job has none; NULL only when
+ * the job has COORD_MAX_CONDS already. */
+static coord_condition *condition(coord_job *j, const char *type) {
+    coord_condition *k = find_condition(j, type);
+    if (k)
+        return k;
     if (j->n_conds == COORD_MAX_CONDS)
         return NULL;
-    coord_condition *k = &j->conds[j->n_conds++];
+    k = &j->conds[j->n_conds++];
     memset(k, 0, sizeof *k);
     snprintf(k->type, sizeof k->type, "%s", type);
     snprintf(k->status, sizeof k->status, "False");
@@ -490,7 +500,7 @@ static void free_task_agent(coord_cluster *c, coord_job *j, coord_task *t, doubl
  * freed at once; COORD_EVALUATOR_GRACE_SECONDS bounds the wait. */
 
 static bool training_complete(coord_job *j) {
-    coord_condition *k = condition(j, "TrainingComplete");
+    coord_condition *k = find_condition(j, "TrainingComplete");
     return k && !strcmp(k->status, "True") && !coord_job_finished(j);
 }
 
@@ -515,7 +525,7 @@ static void evaluator_done(coord_cluster *c, coord_job *j, double now) {
     if (!training_complete(j))
         return;
     char msg[COORD_TEXT_MAX];
-    snprintf(msg, sizeof msg, "%s", condition(j, "TrainingComplete")->message);
+    snprintf(msg, sizeof msg, "%s", find_condition(j, "TrainingComplete")->message);
     finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
 }
 
@@ -1163,7 +1173,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         coord_job *j = c->jobs[i];
         if (j->deleted || !training_complete(j))
             continue;
-        coord_condition *k = condition(j, "TrainingComplete");
+        coord_condition *k = find_condition(j, "TrainingComplete");
         if (now - k->time <= COORD_EVALUATOR_GRACE_SECONDS)
             continue;
         snprintf(msg, sizeof msg,

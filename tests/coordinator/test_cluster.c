@@ -591,6 +591,13 @@ static void test_chief_success(void **state) {
     coord_cluster_init(&c, LEASE);
     coord_node *ps, *w;
     coord_job *j = running_pair(&c, "success", "", T0, &ps, &w);
+    /* Ticks of a running job add no condition (TrainingComplete is for an evaluator). */
+    coord_cluster_tick(&c, T0 + 1);
+    report(&c, ps, "running", 0, T0 + 2);
+    report(&c, w, "running", 0, T0 + 2);
+    coord_cluster_tick(&c, T0 + 3);
+    assert_null(find_condition(j, "TrainingComplete"));
+    int n_conds = j->n_conds;
     json_t *r =
         json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded", "job",
                   "success", "generation", 1, "type", "worker", "index", 0, "exit_code", 0,
@@ -599,6 +606,7 @@ static void test_chief_success(void **state) {
     json_decref(r);
     assert_int_equal(j->phase, COORD_SUCCEEDED);
     assert_condition(j, "Succeeded", "True", "JobSucceeded");
+    assert_int_equal(j->n_conds, n_conds + 1);
     assert_string_equal(j->message, "reached step 100 of 100; test accuracy 0.8900");
     assert_int_equal(j->global_step, 100);
     assert_true(j->accuracy == 0.89);

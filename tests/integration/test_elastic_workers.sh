@@ -29,6 +29,11 @@ agent_pid() { pgrep -f -- "--coordinator $URL --node-id $1 " | head -1; }
 step_over() { [ "$(jget "$URL/api/v1/jobs/$1" "int(d['status']['global_step'] > $2)")" = 1 ]; }
 
 export PSFLOW_LEASE_SECONDS=3 # the coordinator (a child of psflow up) inherits it
+# Every worker agent (psflow up's and the spares) waits 3 ms before each push (the worker's
+# testing option --push-delay-ms, through its environment twin), so that a job lasts long
+# enough for a lease to expire and a replacement to join: without it a fast machine trains
+# the 20000 async steps in under 4 s, before the killed agent's lease has even run out.
+export PSFLOW_PUSH_DELAY_MS=3
 up_start --ps 1 --workers 2
 spare_port=$(free_ports 1)
 "$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker --advertise "127.0.0.1:$spare_port" \

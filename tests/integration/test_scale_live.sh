@@ -43,6 +43,11 @@ submit() { # NAME MODE STEPS
 }
 accuracy() { jget "$URL/api/v1/jobs/$1" 'd["status"]["accuracy"]'; }
 
+# Every worker agent (psflow up's and the spare) waits 3 ms before each push (the worker's
+# testing option --push-delay-ms, through its environment twin), so that a job lasts long
+# enough for two membership changes: without it a fast machine trains the 6000 sync steps
+# in about 2 s, before an added worker has even started.
+export PSFLOW_PUSH_DELAY_MS=3
 up_start --ps 1 --workers 2
 spare_port=$(free_ports 1)
 "$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker --advertise "127.0.0.1:$spare_port" \

@@ -25,7 +25,7 @@ PS=$!
   --advertise "127.0.0.1:$WORKER_PORT" --checkpoint-dir "$WORK/ckpt" --retry-seconds 2 \
   2>"$WORK/worker.log" &
 WORKER=$!
-trap 'kill -9 "$COORD" "$PS" "$WORKER" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'rc=$?; kill -9 "$COORD" "$PS" "$WORKER" 2>/dev/null; wait 2>/dev/null; (exit $rc); cleanup' EXIT
 
 registered() { [ "$(jget "$URL/api/v1/nodes" 'len(d["items"])')" = 2 ]; }
 wait_until 30 "both agents registered" registered

@@ -23,7 +23,7 @@ PSFLOW_TOKEN=$TOKEN "$PSFLOW_BIN" coordinator --listen "127.0.0.1:$PORT" --db "$
   --lease-seconds 600 \
   >"$WORK/coordinator.log" 2>&1 &
 COORD_PID=$!
-trap 'kill "$COORD_PID" 2>/dev/null; wait "$COORD_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'rc=$?; kill "$COORD_PID" 2>/dev/null; wait "$COORD_PID" 2>/dev/null; (exit $rc); cleanup' EXIT
 
 # Waits until /readyz answers 200, failing when the coordinator exits or 15 s pass.
 deadline=$((SECONDS + 15))

@@ -14,14 +14,16 @@ P="$PSFLOW_BIN"
 COORD=""
 BACKGROUND=()
 
-cleanup() {
+stop_clients() { # then lib.sh's cleanup: the logs on failure, sanitizer reports, $WORK
+  local rc=$?
   for pid in "${BACKGROUND[@]}" $COORD; do
     kill "$pid" 2>/dev/null || true
   done
   wait 2>/dev/null || true
-  rm -rf "$WORK"
+  (exit $rc)
+  cleanup
 }
-trap cleanup EXIT
+trap stop_clients EXIT
 
 # wait_for SECONDS WHAT CMD...: polls CMD every 0.1 s until it succeeds.
 wait_for() {

@@ -30,7 +30,7 @@ PY
 
 PIDS=()
 cleanup_cluster() { kill -9 "${PIDS[@]}" 2>/dev/null || true; }
-trap 'cleanup_cluster; rm -rf "$WORK"' EXIT
+trap 'rc=$?; cleanup_cluster; (exit $rc); cleanup' EXIT
 
 start_ps() { # JOB INDEX
   TF_CONFIG=$(tf_config ps "$2" "$PS_PORTS" "$W_PORTS") \

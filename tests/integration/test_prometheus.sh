@@ -18,7 +18,7 @@ AUTH=(-H "Authorization: Bearer $TOKEN")
 PSFLOW_TOKEN=$TOKEN "$PSFLOW_BIN" coordinator --listen "127.0.0.1:$PORT" --db "$WORK/psflow.db" \
   >"$WORK/coordinator.log" 2>&1 &
 COORD_PID=$!
-trap 'kill "$COORD_PID" 2>/dev/null; wait "$COORD_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'rc=$?; kill "$COORD_PID" 2>/dev/null; wait "$COORD_PID" 2>/dev/null; (exit $rc); cleanup' EXIT
 
 deadline=$((SECONDS + 15))
 until [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/readyz")" = 200 ]; do

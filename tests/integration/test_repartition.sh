@@ -27,7 +27,7 @@ PY
 }
 
 PIDS=()
-trap 'kill -9 "${PIDS[@]}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'rc=$?; kill -9 "${PIDS[@]}" 2>/dev/null || true; (exit $rc); cleanup' EXIT
 
 run_job() { # JOB_FILE N_PS CKPT_DIR LOG_PREFIX: a static cluster to the end; all exit 0
   local ports ps_ports i rc=0

@@ -181,7 +181,7 @@ cleanup_netns() {
     rm -rf "/etc/netns/$ns"
   done
   # lib.sh's own exit handler (when it has one) removes $WORK.
-  if declare -F cleanup >/dev/null; then cleanup; else rm -rf "$WORK"; fi
+  if declare -F cleanup >/dev/null; then (exit $rc); cleanup; else rm -rf "$WORK"; fi
   exit $rc
 }
 trap cleanup_netns EXIT

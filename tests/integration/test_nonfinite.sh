@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # NaN and infinite numbers, with training.on_nonfinite "fail" and "rollback" (the default):
 #  1. `psflow train` (one process, no checkpoint to roll back to) exits 65 with one line
-#     naming the step, whatever on_nonfinite says; --output json prints one object with null
+#     naming the step, whatever on_nonfinite says (the linear example at learning rate 1000
+#     and the MLP example with SGD at 1e6); --output json prints one object with null
 #     numbers and reason NonFiniteLoss (no crash); a bad nonfinite_* field is refused (65);
 #  2. static mode, "fail": the chief refuses to push, exits 65, its --output json names the
 #     step;
@@ -11,7 +12,7 @@
 #  4. static mode, "rollback", the Fashion-MNIST softmax example with one example fed as NaN
 #     (PSFLOW_TEST_NAN_POSITION, a testing aid): sync with 2 tasks and async with 1 roll back
 #     once, skip exactly the data step that held it, and reach the example's accuracy;
-#  5. managed mode: "fail" ends Failed/NonFiniteLoss naming the step; "rollback" records a
+#  5. managed mode: "fail" ends Failed/NonFiniteLoss naming the step (both diverging jobs); "rollback" records a
 #     RolledBack condition and event with reason NonFiniteLoss, then (nothing can help a
 #     learning rate of 1000) Failed/NonFiniteLoss; a poisoned sync job completes with one
 #     rollback; a bad nonfinite_* field is a 422 naming it;
@@ -28,6 +29,21 @@ d["training"].update(max_steps=400, eval_every_steps=0)
 if len(sys.argv) > 3:
     d["training"].update(json.loads(sys.argv[3]))
 d["checkpoint"] = {"every_steps": 1, "keep": 50}
+json.dump(d, sys.stdout)
+PY
+}
+
+huge_lr() { # NAME ON-NONFINITE: the Fashion-MNIST MLP example with SGD at learning rate 1e6,
+  # whose loss is NaN within a few steps (with the example's adam the step size is bounded by
+  # the learning rate and the numbers stay finite, the loss near 1e5 and accuracy 0.1)
+  python3 - "$PSFLOW_SRC/examples/fashion-mnist-mlp.json" "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = sys.argv[2]
+d["replicas"] = {"ps": 1, "worker": 1}
+d["optimizer"] = {"type": "sgd", "learning_rate": 1e6}
+d["training"].update(max_steps=400, eval_every_steps=0, on_nonfinite=sys.argv[3])
+d["checkpoint"] = {"every_steps": 100}
 json.dump(d, sys.stdout)
 PY
 }
@@ -77,6 +93,11 @@ done
 expect_exit 65 "$PSFLOW_BIN" train nan.json --save model.safetensors
 grep -q 'stopped at step [0-9]*: non-finite loss' stdout || fail "text result: $(cat stdout)"
 [ ! -e model.safetensors ] || fail "--save wrote non-finite variables"
+huge_lr lr1e6 fail >lr1e6.json
+expect_exit 65 "$PSFLOW_BIN" train lr1e6.json --output json
+grep -q 'non-finite loss (-\?nan) at step [0-9]*; stopping' stderr || { cat stderr; fail "learning rate 1e6: no line naming the step"; }
+[ "$(json_field stdout '[d["reason"], d["loss"], d["test_accuracy"]]')" = "['NonFiniteLoss', None, None]" ] ||
+  fail "learning rate 1e6: $(cat stdout)"
 diverging bad '{"nonfinite_lr_scale": 0}' >bad.json
 expect_exit 65 "$PSFLOW_BIN" train bad.json
 grep -q '/training/nonfinite_lr_scale: must be in (0, 1], got 0' stderr || fail "$(cat stderr)"
@@ -192,7 +213,10 @@ code=$(curl -s -o bad.out -w '%{http_code}' -H 'Content-Type: application/json' 
 submit nan.json
 failed_nonfinite nan
 jget "$URL/api/v1/jobs/nan/events" 'd["items"]' | grep -q RolledBack && fail "fail rolled back"
-pass "managed, fail: Failed/NonFiniteLoss naming the step, no rollback; 422 for a bad field"
+submit lr1e6.json
+failed_nonfinite lr1e6
+jget "$URL/api/v1/jobs/lr1e6" 'd["status"]["message"]'
+pass "managed, fail: Failed/NonFiniteLoss naming the step (linear at 1000 and the MLP at 1e6), no rollback; 422 for a bad field"
 
 submit rollback.json
 failed_nonfinite rb

@@ -104,9 +104,12 @@ st = job["status"]
 assert st["eval_step"] == steps[-1] and st["eval_accuracy"] == ev[-1]["accuracy"], st
 # The job succeeds once the evaluator has evaluated the final checkpoint, not before.
 assert st["eval_step"] == st["max_steps"], ("no final evaluation on record", st)
+# TrainingComplete marks a chief that succeeded while the evaluator still ran; an evaluator
+# that reported its final evaluation before the chief's own report leaves nothing to wait for.
 conds = {k["type"]: k for k in st["conditions"]}
-assert conds["TrainingComplete"]["status"] == "True", st["conditions"]
-assert conds["TrainingComplete"]["last_transition_time"] <= st["completion_time"], st
+if "TrainingComplete" in conds:
+    assert conds["TrainingComplete"]["status"] == "True", st["conditions"]
+    assert conds["TrainingComplete"]["last_transition_time"] <= st["completion_time"], st
 assert st["replica_statuses"]["evaluator"]["failed"] == 0, st["replica_statuses"]
 types = sorted(t["type"] for t in tasks["items"])
 assert types == ["evaluator", "ps", "worker", "worker"], types

@@ -18,7 +18,7 @@ int cli_evaluator(int argc, char **argv) {
         {"output", "FORMAT", "final result: text (default) or json", NULL},
         {"idle-timeout", "S",
          "give up (exit 69) when no newer checkpoint appears for S seconds "
-         "[training.stall_timeout_secs + checkpoint.every_secs]",
+         "[training.stall_timeout_secs + checkpoint.every_secs; none when every_secs is 0]",
          NULL},
         {"coordinator", "URL", "report the eval_loss / eval_accuracy series to this coordinator",
          NULL},

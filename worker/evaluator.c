@@ -11,8 +11,10 @@
 #include "worker/evaluator.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "psflow/backend.h"
@@ -165,25 +167,26 @@ static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t
 }
 
 static void print_result(const evaluator *e, int64_t step, const pf_eval *ev, int count) {
-    double loss = ev->loss_sum / (double)ev->examples;
-    if (e->spec->model.type == PF_MODEL_LINEAR) {
-        if (e->o->json)
-            printf("{\"job\":\"%s\",\"step\":%" PRId64 ",\"evaluations\":%d,\"eval_loss\":%.9g,"
-                   "\"eval_accuracy\":null}\n",
-                   e->spec->name, step, count, loss);
-        else
-            printf("evaluated %d checkpoint(s); final step %" PRId64 ": eval loss %.6f\n", count,
-                   step, loss);
+    double loss = ev->examples ? ev->loss_sum / (double)ev->examples : NAN;
+    double acc = e->spec->model.type != PF_MODEL_LINEAR && ev->examples
+                     ? (double)ev->correct / (double)ev->examples
+                     : NAN;
+    if (e->o->json) { /* a loss JSON cannot hold (NaN, infinite) is null */
+        json_t *j = json_pack("{s:s, s:I, s:i, s:o, s:o}", "job", e->spec->name, "step",
+                              (json_int_t)step, "evaluations", count, "eval_loss",
+                              pf_json_number(loss), "eval_accuracy", pf_json_number(acc));
+        char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (text)
+            printf("%s\n", text);
+        free(text);
+        json_decref(j);
+    } else if (e->spec->model.type == PF_MODEL_LINEAR) {
+        printf("evaluated %d checkpoint(s); final step %" PRId64 ": eval loss %.6f\n", count, step,
+               loss);
     } else {
-        double acc = (double)ev->correct / (double)ev->examples;
-        if (e->o->json)
-            printf("{\"job\":\"%s\",\"step\":%" PRId64 ",\"evaluations\":%d,\"eval_loss\":%.9g,"
-                   "\"eval_accuracy\":%.9g}\n",
-                   e->spec->name, step, count, loss, acc);
-        else
-            printf("evaluated %d checkpoint(s); final step %" PRId64
-                   ": eval loss %.4f, eval accuracy %.4f\n",
-                   count, step, loss, acc);
+        printf("evaluated %d checkpoint(s); final step %" PRId64
+               ": eval loss %.4f, eval accuracy %.4f\n",
+               count, step, loss, acc);
     }
     fflush(stdout);
 }
@@ -197,19 +200,26 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
         return st;
     }
     const pf_job_spec *spec = o->spec;
-    double idle = o->idle_timeout > 0 ? o->idle_timeout
-                                      : (double)spec->training.stall_timeout_secs +
-                                            (double)spec->checkpoint.every_secs;
+    /* Without --idle-timeout: as long as a healthy job can go between two checkpoints plus
+     * the stall bound. A job checkpointing by steps only (every_secs 0) has no such time, so
+     * the evaluator waits until it is stopped (SIGTERM, or its agent when the job ends). */
+    double idle = o->idle_timeout > 0               ? o->idle_timeout
+                  : spec->checkpoint.every_secs > 0 ? (double)spec->training.stall_timeout_secs +
+                                                          (double)spec->checkpoint.every_secs
+                                                    : INFINITY;
     double poll = o->poll_seconds > 0 ? o->poll_seconds : 1.0;
     char job_dir[2048], step_dir[2048];
     if (pf_checkpoint_job_dir(o->checkpoint_dir, spec->name, job_dir, sizeof job_dir) != PF_OK) {
         teardown(&e);
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     }
+    char limit[64] = "waits until stopped (checkpoints by steps only)";
+    if (isfinite(idle))
+        snprintf(limit, sizeof limit, "gives up after %.0f s without one", idle);
     fprintf(stderr,
             "psflow evaluator: job %s: evaluating each new complete checkpoint under %s on the "
-            "%s set (%" PRId64 " examples); gives up after %.0f s without one\n",
-            spec->name, job_dir, e.has_test ? "test" : "train", e.data.n, idle);
+            "%s set (%" PRId64 " examples); %s\n",
+            spec->name, job_dir, e.has_test ? "test" : "train", e.data.n, limit);
     int64_t last = -1, skipped = -1;
     int count = 0;
     pf_eval ev = {0};

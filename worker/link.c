@@ -76,6 +76,7 @@ struct worker_link {
     double retry;
     const int *stop; /* see worker_link_options */
     uint64_t seq;
+    uint64_t max_version; /* the largest version a ps may report (see worker_link_create) */
     uint32_t next_request;
     pf_wire_tensor *views;
     struct iovec *parts; /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
@@ -256,6 +257,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             st = PF_ERR_FORMAT;
             snprintf(msg, sizeof msg, "ps %d sent an unexpected %s", l->index,
                      pf_wire_type_name(m.type));
+        }
+        if (st == PF_OK && l->version > c->max_version) {
+            st = PF_ERR_FORMAT; /* the trainer computes stream positions from it */
+            snprintf(msg, sizeof msg,
+                     "ps %d reports version %" PRIu64 ", beyond any step of this job (%" PRIu64
+                     " at most); refusing it",
+                     l->index, l->version, c->max_version);
         }
     }
     finish_link(c, l, st, msg);
@@ -601,6 +609,13 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
         pf_error_set(err, st, NULL, "out of memory");
         goto fail;
     }
+    /* A ps's version is a global step: the trainer turns it into data stream positions,
+     * step x tasks x examples per step, which must fit in int64 for any membership. A
+     * larger one cannot come from a ps of this job (a ps stops at max_steps, or holds the
+     * step of a checkpoint it restored) and is refused as malformed. */
+    c->max_version = (uint64_t)INT64_MAX /
+                     ((uint64_t)(PF_MAX_REPLICAS + 2) * (uint64_t)c->spec.training.batch_size *
+                      (uint64_t)c->spec.replicas_per_worker);
     c->n = c->spec.replicas.ps;
     c->links = pf_calloc((size_t)c->n, sizeof *c->links);
     c->views = pf_calloc((size_t)c->placement.n_shards, sizeof *c->views);

@@ -128,9 +128,12 @@ static uint64_t max_version(const trainer *t) {
 /* Asks every ps to checkpoint at `step`, then makes the checkpoint exist (manifest) and
  * prunes old ones. A sync checkpoint holds values of one version on every ps (the ps writes
  * when it holds version `step`); with backup workers a ps may already be past it, and the
- * chief asks again at a later version, a few times. */
+ * chief asks again at a later version, a few times. A periodic checkpoint never asks for
+ * max_steps or beyond: a ps there applies nothing more, so such a request could only wait,
+ * and the final checkpoint writes that step. Skipping one returns PF_OK. */
 static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
     pf_status st;
+    const uint64_t max_steps = (uint64_t)t->spec->training.max_steps;
     for (int attempt = 0;; attempt++) {
         st = worker_link_checkpoint(t->link, step, final, err);
         if (st != PF_ERR_RANGE || final || attempt >= 8)
@@ -140,6 +143,15 @@ static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err)
         if ((st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
             return st;
         step = max_version(t) + 1 + (uint64_t)attempt;
+        if (step >= max_steps) {
+            fprintf(stderr,
+                    "psflow chief: periodic checkpoint skipped: the ps tasks are at step %" PRIu64
+                    " of %" PRIu64 " and the final checkpoint follows\n",
+                    max_version(t), max_steps);
+            pf_error_clear(err);
+            t->last_checkpoint_time = pf_clock_now();
+            return PF_OK;
+        }
     }
     if (st != PF_OK)
         return st;
@@ -576,11 +588,22 @@ pf_status worker_run(const worker_options *o) {
     last_eval = last_ckpt = t.versions[0];
     if (o->workers) /* started after a live change: the membership it was assigned with */
         take_membership(&t, t.versions[0], b);
-    /* Step 0, right after the variables are initialised: a restore target exists from the
+    /* A first checkpoint right after the variables are initialised (step 0, or where async
+     * workers that started first have already taken ps 0): a restore target exists from the
      * start, so a ps restarted before the first periodic checkpoint restores these values
-     * rather than serving freshly initialised ones mid-job. */
-    if (o->is_chief && t.versions[0] == 0 && (st = checkpoint(&t, 0, 0, &err)) != PF_OK)
-        goto fail;
+     * rather than serving freshly initialised ones mid-job, and a non-finite rollback has
+     * somewhere to go. */
+    if (o->is_chief && t.versions[0] < max_steps) {
+        int64_t newest;
+        pf_status found = newest_checkpoint(&t, &newest, &err);
+        if (found == PF_ERR_NOT_FOUND)
+            st = checkpoint(&t, t.versions[0], 0, &err);
+        else if (found != PF_OK)
+            fprintf(stderr, "psflow chief: %s; no first checkpoint taken\n", err.message);
+        if (st != PF_OK)
+            goto fail;
+        pf_error_clear(&err);
+    }
     /* The chief's watchdog: every wait is bounded on its own, and this bounds their sum: no
      * version progress for training.stall_timeout_secs fails the job with a line that says
      * so (exit 69; a restart policy acts on it), whatever kept it turning. */
@@ -615,9 +638,12 @@ train:
                 pf_eval ev = evaluate(&t);
                 log_eval(&t, global, &ev);
             }
-            int by_steps = ce > 0 && global / (uint64_t)ce > last_ckpt / (uint64_t)ce;
+            /* Never at max_steps (ps 0 may be there while another ps is a step short): the
+             * final checkpoint writes that step, once. */
+            int by_steps =
+                ce > 0 && global < max_steps && global / (uint64_t)ce > last_ckpt / (uint64_t)ce;
             int by_time =
-                spec->checkpoint.every_secs > 0 &&
+                spec->checkpoint.every_secs > 0 && global < max_steps &&
                 pf_clock_now() - t.last_checkpoint_time > (double)spec->checkpoint.every_secs;
             if ((by_steps || by_time) && (st = checkpoint(&t, global, 0, &err)) != PF_OK) {
                 int rolled = 0;

@@ -31,7 +31,16 @@
 #include "psflow/wire_auth.h"
 #include "worker/link.h"
 
-#define EVAL_BATCH 1000
+#define EVAL_BATCH   1000
+#define MAX_SEGMENTS 64 /* live membership changes remembered for rollbacks past them */
+
+/* From data step `from` on, `n` training tasks read the stream from position `base`: task i
+ * of data step d reads base + pf_shard_position(d - from, n, i, batch). */
+typedef struct data_segment {
+    uint64_t from;
+    int64_t base;
+    int n;
+} data_segment;
 
 typedef struct trainer {
     const worker_options *o;
@@ -57,10 +66,10 @@ typedef struct trainer {
     uint64_t *skipped;
     int n_skipped, n_rollbacks; /* rollbacks: every one this task saw (it fed data or not) */
     int64_t nan_position;       /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
-    /* data: the stream position of global step data_from's batch of task 0, with n_tasks
-     * tasks since then (a live membership change moves both on) */
-    int64_t data_base;
-    uint64_t data_from;
+    /* data: the partition of the stream, a segment per live membership change, oldest
+     * first; the last is the current one (see take_membership) */
+    data_segment segs[MAX_SEGMENTS];
+    int n_segs;
 } trainer;
 
 static void upload_batch(trainer *t, int count) {
@@ -302,27 +311,60 @@ static uint64_t data_step(const trainer *t, uint64_t step) {
     return d;
 }
 
-/* A live membership change (o->workers): from global step `global` (its data step, past
- * the steps skipped after non-finite rollbacks) the data stream is partitioned among the new
- * number of tasks, starting where the old partition left off, so no stream position is
- * skipped or read twice by the tasks that saw the change at the same step. */
+/* The stream position where data step ds begins, under the segment that holds it. */
+static int64_t segment_start(const data_segment *g, uint64_t ds, int batch) {
+    return g->base + (int64_t)(ds - g->from) * g->n * batch;
+}
+
+/* Starts a segment: from data step ds on, n tasks (replacing the last one when it starts
+ * at ds too, dropping the oldest when the list is full). */
+static void push_segment(trainer *t, uint64_t ds, int n, int batch) {
+    data_segment *last = &t->segs[t->n_segs - 1];
+    data_segment next = {ds, segment_start(last, ds, batch), n};
+    if (last->from == ds) {
+        *last = next;
+        return;
+    }
+    if (t->n_segs == MAX_SEGMENTS) {
+        memmove(t->segs, t->segs + 1, (MAX_SEGMENTS - 1) * sizeof *t->segs);
+        t->n_segs--;
+    }
+    t->segs[t->n_segs++] = next;
+}
+
+/* Before each step at global step `global` (its data step ds, past the steps skipped after
+ * non-finite rollbacks):
+ *  - a rollback to before a membership change goes back to the partition that held ds and
+ *    carries on from there with the tasks there are now, so the steps replayed read what
+ *    they read the first time and nothing of the stream is skipped or read twice past them;
+ *  - a live membership change (o->workers) partitions the stream among the new number of
+ *    tasks from ds on, starting where the old partition left off, so no stream position is
+ *    skipped or read twice by the tasks that saw the change at the same step. */
 static void take_membership(trainer *t, uint64_t global, int batch) {
     uint64_t ds = data_step(t, global);
-    if (ds < t->data_from) { /* rolled back past the change: the plain partition */
-        t->data_base = 0;
-        t->data_from = 0;
+    const char *who = t->o->is_chief ? "chief" : "worker";
+    if (ds < t->segs[t->n_segs - 1].from) {
+        while (t->n_segs > 1 && t->segs[t->n_segs - 1].from > ds)
+            t->n_segs--;
+        if (t->segs[t->n_segs - 1].from > ds) /* older than the oldest remembered */
+            t->segs[0] = (data_segment){ds, segment_start(&t->segs[0], ds, batch), t->segs[0].n};
+        fprintf(stderr,
+                "psflow %s %d: rolled back to step %" PRIu64
+                " before a membership change; data from stream position %" PRId64 "\n",
+                who, t->o->task, global, segment_start(&t->segs[t->n_segs - 1], ds, batch));
+        if (t->segs[t->n_segs - 1].n != t->n_tasks)
+            push_segment(t, ds, t->n_tasks, batch);
     }
     if (!t->o->workers)
         return;
     int n = __atomic_load_n(t->o->workers, __ATOMIC_RELAXED) + t->spec->replicas.chief;
     if (n == t->n_tasks || n < 1 || n > PF_MAX_REPLICAS + 1)
         return;
-    t->data_base += (int64_t)(ds - t->data_from) * t->n_tasks * batch;
-    t->data_from = ds;
+    push_segment(t, ds, n, batch);
     fprintf(stderr,
             "psflow %s %d: the job now has %d training tasks (was %d); data from step %" PRIu64
             " at stream position %" PRId64 "\n",
-            t->o->is_chief ? "chief" : "worker", t->o->task, n, t->n_tasks, global, t->data_base);
+            who, t->o->task, n, t->n_tasks, global, t->segs[t->n_segs - 1].base);
     t->n_tasks = n;
 }
 
@@ -359,7 +401,8 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
         t->n_skipped++;
         const int b = t->spec->replicas_per_worker * tr->batch_size;
         int sync = tr->mode == PF_MODE_SYNC;
-        int64_t first = pf_shard_position((int64_t)d, t->n_tasks, sync ? 0 : t->o->task, b);
+        const data_segment *g = &t->segs[t->n_segs - 1];
+        int64_t first = segment_start(g, d, b) + (sync ? 0 : (int64_t)t->o->task * b);
         snprintf(skip, sizeof skip,
                  "data step %" PRIu64 " skipped (stream positions %" PRId64 "..%" PRId64 ": %s)", d,
                  first, first + (int64_t)(sync ? t->n_tasks : 1) * b - 1,
@@ -439,8 +482,9 @@ static pf_status read_nan_position(trainer *t, pf_error *err) {
 
 /* Gathers this task's batch of global step `step` (its data step, past skipped ones). */
 static void gather(trainer *t, uint64_t step, int b) {
-    int64_t start = t->data_base + pf_shard_position((int64_t)(data_step(t, step) - t->data_from),
-                                                     t->n_tasks, t->o->task, b);
+    const data_segment *g = &t->segs[t->n_segs - 1]; /* holds the step: take_membership */
+    int64_t start =
+        g->base + pf_shard_position((int64_t)(data_step(t, step) - g->from), g->n, t->o->task, b);
     pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     if (t->nan_position >= start && t->nan_position < start + b)
         t->hx[(size_t)(t->nan_position - start) * (size_t)t->spec->model.inputs] = NAN;
@@ -479,6 +523,8 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->n_params = pf_model_num_params(&spec->model);
     t->n_ps = spec->replicas.ps;
     t->n_tasks = spec->replicas.worker + spec->replicas.chief;
+    t->segs[0] = (data_segment){0, 0, t->n_tasks};
+    t->n_segs = 1;
     size_t in = (size_t)spec->model.inputs;
     t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));

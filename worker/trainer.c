@@ -24,6 +24,7 @@
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
 #include "psflow/data.h"
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/towers.h"
@@ -311,6 +312,84 @@ static uint64_t data_step(const trainer *t, uint64_t step) {
     return d;
 }
 
+/* The job's non-finite rollbacks so far and, in sync mode, the data steps they skipped,
+ * kept by the chief in <checkpoint_dir>/<job>/data-skips.json ({"rollbacks": R, "skipped":
+ * [d, ...]}, ascending), written before it rolls the ps tasks back: a task that starts later
+ * (restarted, added, or a restarted chief) skips the same steps and counts the same
+ * rollbacks (and so the same learning-rate factor). Async tasks skip their own batch, which
+ * only they know: the file holds no step for them. */
+#define SKIPS_FILE "data-skips.json"
+
+static pf_status skips_path(const trainer *t, char *path, size_t len, pf_error *err) {
+    char job_dir[2048];
+    if (pf_checkpoint_job_dir(t->o->checkpoint_dir, t->spec->name, job_dir, sizeof job_dir) !=
+            PF_OK ||
+        (size_t)snprintf(path, len, "%s/" SKIPS_FILE, job_dir) >= len)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    return PF_OK;
+}
+
+static pf_status write_skips(const trainer *t, pf_error *err) {
+    char path[2100];
+    pf_status st = skips_path(t, path, sizeof path, err);
+    if (st != PF_OK)
+        return st;
+    json_t *skipped = json_array();
+    for (int i = 0; skipped && t->spec->training.mode == PF_MODE_SYNC && i < t->n_skipped; i++)
+        json_array_append_new(skipped, json_integer((json_int_t)t->skipped[i]));
+    json_t *j =
+        skipped ? json_pack("{s:i, s:o}", "rollbacks", t->n_rollbacks, "skipped", skipped) : NULL;
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!text)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    struct iovec part = {text, strlen(text)};
+    st = pf_fs_write_atomic(path, &part, 1, err);
+    free(text);
+    return st;
+}
+
+/* Reads the job's data-skips.json when there is one; a file that does not parse, or holds
+ * values out of range, is reported and ignored. */
+static void read_skips(trainer *t) {
+    const char *who = t->o->is_chief ? "chief" : "worker";
+    char path[2100], *text = NULL;
+    size_t len;
+    pf_error err;
+    pf_error_clear(&err);
+    if (skips_path(t, path, sizeof path, &err) != PF_OK ||
+        pf_fs_read_file(path, 1 << 20, &text, &len, &err) != PF_OK)
+        return; /* none: no rollback yet */
+    json_error_t jerr;
+    json_t *j = json_loadb(text, len, 0, &jerr);
+    free(text);
+    json_t *rollbacks = json_object_get(j, "rollbacks"), *skipped = json_object_get(j, "skipped");
+    const int max = t->spec->training.nonfinite_max_rollbacks;
+    int ok = json_is_integer(rollbacks) && json_integer_value(rollbacks) >= 0 &&
+             json_integer_value(rollbacks) <= max && json_is_array(skipped) &&
+             json_array_size(skipped) <= (size_t)json_integer_value(rollbacks);
+    for (size_t i = 0; ok && i < json_array_size(skipped); i++) {
+        json_t *d = json_array_get(skipped, i);
+        ok = json_is_integer(d) && json_integer_value(d) >= 0 &&
+             json_integer_value(d) <= t->spec->training.max_steps + max &&
+             (i == 0 || json_integer_value(d) > json_integer_value(json_array_get(skipped, i - 1)));
+    }
+    if (!ok) {
+        fprintf(stderr, "psflow %s %d: %s: not a data-skips file of this job; ignored\n", who,
+                t->o->task, path);
+        json_decref(j);
+        return;
+    }
+    t->n_rollbacks = (int)json_integer_value(rollbacks);
+    t->n_skipped = t->spec->training.mode == PF_MODE_SYNC ? (int)json_array_size(skipped) : 0;
+    for (int i = 0; i < t->n_skipped; i++)
+        t->skipped[i] = (uint64_t)json_integer_value(json_array_get(skipped, (size_t)i));
+    json_decref(j);
+    fprintf(stderr,
+            "psflow %s %d: %d non-finite rollback(s) so far, %d data step(s) skipped (%s)\n", who,
+            t->o->task, t->n_rollbacks, t->n_skipped, path);
+}
+
 /* The stream position where data step ds begins, under the segment that holds it. */
 static int64_t segment_start(const data_segment *g, uint64_t ds, int batch) {
     return g->base + (int64_t)(ds - g->from) * g->n * batch;
@@ -437,6 +516,8 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
                             "%s; no complete checkpoint to roll back to", why);
     if (st != PF_OK)
         return st;
+    if ((st = write_skips(t, err)) != PF_OK) /* before any task can start after the rollback */
+        return st;
     float factor = lr_factor(t);
     if ((st = worker_link_restore(t->link, (uint64_t)step, factor, err)) != PF_OK)
         return st;
@@ -539,6 +620,7 @@ static pf_status setup(trainer *t, pf_error *err) {
     if (!t->sampler || !t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions ||
         !t->steps || !t->min_version || !t->skipped)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    read_skips(t);
     if (t->o->is_chief) { /* the model and buffers the chief evaluates with */
         if (pf_model_create(&spec->model, t->be, EVAL_BATCH, &t->model) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");

@@ -423,14 +423,14 @@ static const char *kind_name(int kind) {
 }
 
 /* Waits (under c->mu) for l's reply or its connection's end, saying every 30 s (half the
- * limit when that is shorter) what it waits for, and at most training.stall_timeout_secs:
- * a ps that holds a request that long stalls the job, and the task fails rather than hang
- * (exit 69; a restart policy then acts on it). */
-static pf_status wait_reply(worker_link *c, ps_link *l, pf_error *err) {
+ * limit when that is shorter) what it waits for, and at most until training.stall_timeout_secs
+ * after the round trip began (`start`, the same for every ps and across reconnects): a ps
+ * that holds a request that long stalls the job, and the task fails rather than hang (exit
+ * 69; a restart policy then acts on it). */
+static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *err) {
     const double limit = (double)c->spec.training.stall_timeout_secs;
     const double every = limit < 60 ? limit / 2 : 30.0;
-    const double start = pf_clock_now();
-    double next_note = start + every;
+    double next_note = pf_clock_now() + every;
     while (!l->done && !l->closed) {
         double now = pf_clock_now();
         if (now - start >= limit)
@@ -459,16 +459,18 @@ static pf_status wait_reply(worker_link *c, ps_link *l, pf_error *err) {
 }
 
 static pf_status round_trip_(worker_link *c, pf_error *err) {
+    const double start = pf_clock_now();
     for (int p = 0; p < c->n; p++)
         if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     int lost_checkpoint = -1; /* a ps that restarted during a checkpoint */
+    int restore_resends = 0;  /* RESTOREs sent again to a ps that restarted meanwhile */
     pf_status failed = PF_OK;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         for (;;) {
             pthread_mutex_lock(&c->mu);
-            if (wait_reply(c, l, err) != PF_OK) {
+            if (wait_reply(c, l, start, err) != PF_OK) {
                 pthread_mutex_unlock(&c->mu); /* still waiting: abandon() closes it */
                 return PF_ERR_UNAVAILABLE;
             }
@@ -511,6 +513,13 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
                 lost_checkpoint = l->index;
                 break;
             } else if (l->ps_incarnation != before && l->kind == REQ_RESTORE) {
+                /* A ps that keeps restarting while it restores (it dies restoring): a few
+                 * tries, then the rollback fails rather than loop. */
+                if (++restore_resends > 3)
+                    return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
+                                        "ps %d restarted %d times during the rollback to step "
+                                        "%" PRIu64 "; giving the rollback up",
+                                        l->index, restore_resends, l->ck_step);
                 pf_wire_restore rs = {l->ck_step, l->ck_lr_factor};
                 l->request_id = ++c->next_request;
                 if (pf_wire_encode_restore(&l->out, l->request_id, &rs, err) != PF_OK)

@@ -30,18 +30,10 @@
 #include "psflow/towers.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
+#include "worker/data_plan.h"
 #include "worker/link.h"
 
-#define EVAL_BATCH   1000
-#define MAX_SEGMENTS 64 /* live membership changes remembered for rollbacks past them */
-
-/* From data step `from` on, `n` training tasks read the stream from position `base`: task i
- * of data step d reads base + pf_shard_position(d - from, n, i, batch). */
-typedef struct data_segment {
-    uint64_t from;
-    int64_t base;
-    int n;
-} data_segment;
+#define EVAL_BATCH 1000
 
 typedef struct trainer {
     const worker_options *o;
@@ -64,13 +56,10 @@ typedef struct trainer {
     double last_checkpoint_time;
     /* training.on_nonfinite "rollback": the data steps never fed again (ascending; one per
      * non-finite rollback, at most nonfinite_max_rollbacks) */
-    uint64_t *skipped;
-    int n_skipped, n_rollbacks; /* rollbacks: every one this task saw (it fed data or not) */
-    int64_t nan_position;       /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
-    /* data: the partition of the stream, a segment per live membership change, oldest
-     * first; the last is the current one (see take_membership) */
-    data_segment segs[MAX_SEGMENTS];
-    int n_segs;
+    uint64_t *skipped;    /* the plan's skipped data steps */
+    int n_rollbacks;      /* every one this task saw (it fed data or not) */
+    int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
+    worker_plan plan;     /* which examples each step reads (data_plan.h) */
 } trainer;
 
 static void upload_batch(trainer *t, int count) {
@@ -301,17 +290,6 @@ static pf_status check_finite(const trainer *t, double loss, uint64_t step, cons
     return PF_OK;
 }
 
-/* The data step whose batches global step `step` feeds: the step itself, moved past every
- * data step skipped after a non-finite rollback. Deterministic: the same skips give the
- * same examples on every task and in every rerun. */
-static uint64_t data_step(const trainer *t, uint64_t step) {
-    uint64_t d = step;
-    for (int i = 0; i < t->n_skipped; i++)
-        if (t->skipped[i] <= d)
-            d++;
-    return d;
-}
-
 /* The job's non-finite rollbacks so far and, in sync mode, the data steps they skipped,
  * kept by the chief in <checkpoint_dir>/<job>/data-skips.json ({"rollbacks": R, "skipped":
  * [d, ...]}, ascending), written before it rolls the ps tasks back: a task that starts later
@@ -335,8 +313,8 @@ static pf_status write_skips(const trainer *t, pf_error *err) {
     if (st != PF_OK)
         return st;
     json_t *skipped = json_array();
-    for (int i = 0; skipped && t->spec->training.mode == PF_MODE_SYNC && i < t->n_skipped; i++)
-        json_array_append_new(skipped, json_integer((json_int_t)t->skipped[i]));
+    for (int i = 0; skipped && t->spec->training.mode == PF_MODE_SYNC && i < t->plan.n_skipped; i++)
+        json_array_append_new(skipped, json_integer((json_int_t)t->plan.skipped[i]));
     json_t *j =
         skipped ? json_pack("{s:i, s:o}", "rollbacks", t->n_rollbacks, "skipped", skipped) : NULL;
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -381,69 +359,35 @@ static void read_skips(trainer *t) {
         return;
     }
     t->n_rollbacks = (int)json_integer_value(rollbacks);
-    t->n_skipped = t->spec->training.mode == PF_MODE_SYNC ? (int)json_array_size(skipped) : 0;
-    for (int i = 0; i < t->n_skipped; i++)
-        t->skipped[i] = (uint64_t)json_integer_value(json_array_get(skipped, (size_t)i));
+    for (size_t i = 0; t->spec->training.mode == PF_MODE_SYNC && i < json_array_size(skipped); i++)
+        worker_plan_skip(&t->plan, (uint64_t)json_integer_value(json_array_get(skipped, i)));
     json_decref(j);
     fprintf(stderr,
             "psflow %s %d: %d non-finite rollback(s) so far, %d data step(s) skipped (%s)\n", who,
-            t->o->task, t->n_rollbacks, t->n_skipped, path);
+            t->o->task, t->n_rollbacks, t->plan.n_skipped, path);
 }
 
-/* The stream position where data step ds begins, under the segment that holds it. */
-static int64_t segment_start(const data_segment *g, uint64_t ds, int batch) {
-    return g->base + (int64_t)(ds - g->from) * g->n * batch;
-}
-
-/* Starts a segment: from data step ds on, n tasks (replacing the last one when it starts
- * at ds too, dropping the oldest when the list is full). */
-static void push_segment(trainer *t, uint64_t ds, int n, int batch) {
-    data_segment *last = &t->segs[t->n_segs - 1];
-    data_segment next = {ds, segment_start(last, ds, batch), n};
-    if (last->from == ds) {
-        *last = next;
-        return;
+/* Before each step at global step `global`: the data partition follows a rollback to before
+ * a membership change, and a live membership change (o->workers) partitions the stream
+ * among the new number of tasks from this step on, starting where the old partition left
+ * off, so no stream position is skipped or read twice by the tasks that saw the change at
+ * the same step (data_plan.h). */
+static void take_membership(trainer *t, uint64_t global) {
+    int n = t->n_tasks;
+    if (t->o->workers) {
+        int now = __atomic_load_n(t->o->workers, __ATOMIC_RELAXED) + t->spec->replicas.chief;
+        if (now >= 1 && now <= PF_MAX_REPLICAS + 1)
+            n = now;
     }
-    if (t->n_segs == MAX_SEGMENTS) {
-        memmove(t->segs, t->segs + 1, (MAX_SEGMENTS - 1) * sizeof *t->segs);
-        t->n_segs--;
-    }
-    t->segs[t->n_segs++] = next;
-}
-
-/* Before each step at global step `global` (its data step ds, past the steps skipped after
- * non-finite rollbacks):
- *  - a rollback to before a membership change goes back to the partition that held ds and
- *    carries on from there with the tasks there are now, so the steps replayed read what
- *    they read the first time and nothing of the stream is skipped or read twice past them;
- *  - a live membership change (o->workers) partitions the stream among the new number of
- *    tasks from ds on, starting where the old partition left off, so no stream position is
- *    skipped or read twice by the tasks that saw the change at the same step. */
-static void take_membership(trainer *t, uint64_t global, int batch) {
-    uint64_t ds = data_step(t, global);
-    const char *who = t->o->is_chief ? "chief" : "worker";
-    if (ds < t->segs[t->n_segs - 1].from) {
-        while (t->n_segs > 1 && t->segs[t->n_segs - 1].from > ds)
-            t->n_segs--;
-        if (t->segs[t->n_segs - 1].from > ds) /* older than the oldest remembered */
-            t->segs[0] = (data_segment){ds, segment_start(&t->segs[0], ds, batch), t->segs[0].n};
-        fprintf(stderr,
-                "psflow %s %d: rolled back to step %" PRIu64
-                " before a membership change; data from stream position %" PRId64 "\n",
-                who, t->o->task, global, segment_start(&t->segs[t->n_segs - 1], ds, batch));
-        if (t->segs[t->n_segs - 1].n != t->n_tasks)
-            push_segment(t, ds, t->n_tasks, batch);
-    }
-    if (!t->o->workers)
+    int before = worker_plan_tasks(&t->plan);
+    if (!worker_plan_update(&t->plan, global, n))
         return;
-    int n = __atomic_load_n(t->o->workers, __ATOMIC_RELAXED) + t->spec->replicas.chief;
-    if (n == t->n_tasks || n < 1 || n > PF_MAX_REPLICAS + 1)
-        return;
-    push_segment(t, ds, n, batch);
+    uint64_t ds = worker_plan_data_step(&t->plan, global);
     fprintf(stderr,
-            "psflow %s %d: the job now has %d training tasks (was %d); data from step %" PRIu64
-            " at stream position %" PRId64 "\n",
-            who, t->o->task, n, t->n_tasks, global, t->segs[t->n_segs - 1].base);
+            "psflow %s %d: %d training tasks (was %d) at step %" PRIu64 "; data from stream "
+            "position %" PRId64 "\n",
+            t->o->is_chief ? "chief" : "worker", t->o->task, n, before, global,
+            worker_plan_step_start(&t->plan, ds));
     t->n_tasks = n;
 }
 
@@ -470,18 +414,11 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
     t->n_rollbacks++;
     char skip[256] = "no data skipped by this task (it pushed no gradient)";
     if (fed) {
-        uint64_t d = data_step(t, failed);
-        int at = t->n_skipped;
-        while (at > 0 && t->skipped[at - 1] > d) {
-            t->skipped[at] = t->skipped[at - 1];
-            at--;
-        }
-        t->skipped[at] = d;
-        t->n_skipped++;
+        uint64_t d = worker_plan_data_step(&t->plan, failed);
+        worker_plan_skip(&t->plan, d); /* room: one per rollback, at most the limit */
         const int b = t->spec->replicas_per_worker * tr->batch_size;
         int sync = tr->mode == PF_MODE_SYNC;
-        const data_segment *g = &t->segs[t->n_segs - 1];
-        int64_t first = segment_start(g, d, b) + (sync ? 0 : (int64_t)t->o->task * b);
+        int64_t first = worker_plan_step_start(&t->plan, d) + (sync ? 0 : (int64_t)t->o->task * b);
         snprintf(skip, sizeof skip,
                  "data step %" PRIu64 " skipped (stream positions %" PRId64 "..%" PRId64 ": %s)", d,
                  first, first + (int64_t)(sync ? t->n_tasks : 1) * b - 1,
@@ -563,9 +500,7 @@ static pf_status read_nan_position(trainer *t, pf_error *err) {
 
 /* Gathers this task's batch of global step `step` (its data step, past skipped ones). */
 static void gather(trainer *t, uint64_t step, int b) {
-    const data_segment *g = &t->segs[t->n_segs - 1]; /* holds the step: take_membership */
-    int64_t start =
-        g->base + pf_shard_position((int64_t)(data_step(t, step) - g->from), g->n, t->o->task, b);
+    int64_t start = worker_plan_position(&t->plan, step, t->o->task);
     pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     if (t->nan_position >= start && t->nan_position < start + b)
         t->hx[(size_t)(t->nan_position - start) * (size_t)t->spec->model.inputs] = NAN;
@@ -604,8 +539,6 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->n_params = pf_model_num_params(&spec->model);
     t->n_ps = spec->replicas.ps;
     t->n_tasks = spec->replicas.worker + spec->replicas.chief;
-    t->segs[0] = (data_segment){0, 0, t->n_tasks};
-    t->n_segs = 1;
     size_t in = (size_t)spec->model.inputs;
     t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));
@@ -617,6 +550,8 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->steps = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->min_version = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->skipped = pf_calloc((size_t)spec->training.nonfinite_max_rollbacks + 1, sizeof(uint64_t));
+    worker_plan_init(&t->plan, t->n_tasks, k * spec->training.batch_size, t->skipped,
+                     spec->training.nonfinite_max_rollbacks + 1);
     if (!t->sampler || !t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions ||
         !t->steps || !t->min_version || !t->skipped)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -715,7 +650,7 @@ pf_status worker_run(const worker_options *o) {
         goto fail;
     last_eval = last_ckpt = t.versions[0];
     if (o->workers) /* started after a live change: the membership it was assigned with */
-        take_membership(&t, t.versions[0], b);
+        take_membership(&t, t.versions[0]);
     /* A first checkpoint right after the variables are initialised (step 0, or where async
      * workers that started first have already taken ps 0): a restore target exists from the
      * start, so a ps restarted before the first periodic checkpoint restores these values
@@ -788,7 +723,7 @@ train:
             }
             last_eval = last_ckpt = global;
         }
-        take_membership(&t, global, b);
+        take_membership(&t, global);
         gather(&t, global, b);
         last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
         if ((st = check_finite(&t, last_loss, global,

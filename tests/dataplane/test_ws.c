@@ -470,6 +470,49 @@ static void test_max_connections(void **state) {
     assert_int_equal(send_message(cli, first, 1000, 3, NULL), PF_OK);
     assert_true(wait_for(&c, &c.messages, 1));
     check_payload(&c, 1000, 3);
+    /* Raised while it runs (a ps whose job grew): a second connection is served too. */
+    pf_ws_set_limits(srv, 2, 0);
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &second), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 2));
+    assert_int_equal(send_message(cli, second, 1000, 4, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 2));
+    check_payload(&c, 1000, 4);
+    assert_int_equal(c.closed, 1);
+    destroy_pair(&s, &c, srv, cli);
+}
+
+/* max_buffered moved while the server runs: a frame that would pass the cap closes its
+ * connection; raised, the same frame is received; lowered below what one message holds,
+ * it is refused again (and nothing wraps around). */
+static void test_buffered_limit_live(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.echo = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    pf_ws_options o = {.max_buffered = 4000};
+    assert_int_equal(
+        pf_ws_server_create_with("127.0.0.1", 0, 1u << 20, &o, &handlers, &s, &srv, &err), PF_OK);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    assert_int_equal(send_message(cli, conn, 4000, 1, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 1));
+    assert_int_equal(send_message(cli, conn, 4001, 2, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.closed, 1));
+    pf_ws_set_limits(srv, 0, 8000);
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 2));
+    assert_int_equal(send_message(cli, conn, 8000, 3, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 2));
+    check_payload(&c, 8000, 3);
+    pf_ws_set_limits(srv, 0, 100);
+    assert_int_equal(send_message(cli, conn, 101, 4, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.closed, 2));
+    assert_int_equal(c.messages, 2);
     destroy_pair(&s, &c, srv, cli);
 }
 
@@ -732,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_message_cap),
         cmocka_unit_test(test_untrusted_limits),
         cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_buffered_limit_live),
         cmocka_unit_test(test_settle_out_of_memory),
         cmocka_unit_test(test_connect_refused),
         cmocka_unit_test(test_handshake_garbage),

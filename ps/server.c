@@ -4,8 +4,9 @@
  * validates the frame), check it against this task's shards (ids, counts, hello, job
  * name), act on ps_shards, reply. A PULL_REPLY is sent from the values themselves, lent
  * to the transport for what the socket does not take at once (no copy of the values per
- * reply); before an update touches the values, pf_ws_settle() copies whatever of a reply
- * is still unwritten, so no update changes a reply halfway. Updates, replies and the
+ * reply); before anything changes the values - an update, a rollback, a membership change
+ * that applies a waiting step - pf_ws_settle() copies whatever of a reply is still
+ * unwritten (settle_replies), so nothing changes a reply halfway. Updates, replies and the
  * transport's writes all happen on that one thread. A pull that asks for a
  * version not reached yet ("not before v") is parked on its connection and answered right
  * after the update that reaches v. Bad frames get an ERROR reply and change nothing.
@@ -264,6 +265,15 @@ static void check_finite(ps_server *s) {
 
 static void write_parked_checkpoints(ps_server *s);
 
+/* Called right before anything changes the values (an update, a rollback, a membership
+ * change that applies a waiting sync step): the rest of a reply still being written from
+ * them is copied first, so no reply carries values of two versions under one label. */
+static void settle_replies(ps_server *s) {
+    if (s->ws && pf_ws_settle(s->ws) != PF_OK)
+        logf_(s, "out of memory copying the rest of replies before the values change; their "
+                 "connections are closed");
+}
+
 /* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
 static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_local = ps_shards_count(s->shards);
@@ -313,10 +323,8 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         s->grads[local] = t->data;
     }
     if (version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
-        return PF_WIRE_PUSH_STALE;             /* the job is over: nothing more is applied */
-    if (s->ws && pf_ws_settle(s->ws) != PF_OK) /* replies still being written keep theirs */
-        logf_(s, "out of memory copying the rest of replies before an update; their "
-                 "connections are closed");
+        return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
+    settle_replies(s);
     ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
                                       push->seq, push->step, s->grads);
     ps_stats now = ps_shards_stats(s->shards);
@@ -467,6 +475,7 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     char note[2600];
     pf_error err;
     pf_error_clear(&err);
+    settle_replies(s); /* (a refused rollback changes nothing: the copies are then spare) */
     pf_status st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir, step,
                                               note, sizeof note, &err);
     if (st != PF_OK) {
@@ -725,6 +734,8 @@ static void apply_membership(ps_server *s) {
     if (workers <= 0 || (n_tasks == before && aggregate == s->spec.training.replicas_to_aggregate))
         return;
     int applied = 0;
+    if (s->spec.training.mode == PF_MODE_SYNC)
+        settle_replies(s); /* the change may apply the step that waited for a removed task */
     pf_status st = ps_shards_set_tasks(s->shards, n_tasks, aggregate, &applied);
     if (st != PF_OK) {
         logf_(s, "membership change to %d workers (aggregating %d) refused: %s", workers, aggregate,

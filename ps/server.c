@@ -80,6 +80,11 @@ struct ps_server {
     size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
+    size_t max_message; /* the largest message this ps accepts (a push of every shard) */
+    /* the data plane's limits; those the options left to the ps (auto_*) follow the
+     * membership. Service thread. */
+    int max_connections, auto_connections, auto_buffered;
+    size_t max_buffered;
     pf_wire_out out; /* service thread only */
     peer *peers;
     uint64_t errors;     /* ERROR replies sent */
@@ -722,6 +727,35 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     }
 }
 
+/* The data plane's default limits for n_tasks training tasks (api/wire.md "Limits"):
+ * twice the tasks plus 32 connections (a worker's link and room for reconnects,
+ * evaluators and tools), and the tasks plus 4 largest messages in incomplete messages. */
+static int default_connections(int n_tasks) {
+    return 2 * n_tasks + 32;
+}
+
+static size_t default_buffered(const ps_server *s, int n_tasks) {
+    return ((size_t)n_tasks + 4) * s->max_message;
+}
+
+/* After a membership change: the limits the ps chose itself follow the new task count, so
+ * a job scaled up is not refused by limits sized for its start; the memory bound moves
+ * with them (README "Security"). */
+static void follow_membership(ps_server *s, int n_tasks) {
+    if (!s->ws || (!s->auto_connections && !s->auto_buffered))
+        return;
+    if (s->auto_connections)
+        s->max_connections = default_connections(n_tasks);
+    if (s->auto_buffered)
+        s->max_buffered = default_buffered(s, n_tasks);
+    pf_ws_set_limits(s->ws, s->max_connections, s->max_buffered);
+    logf_(s,
+          "data plane for %d training tasks: at most %d connections and %zu bytes of incomplete "
+          "messages; memory bound %" PRId64 " bytes",
+          n_tasks, s->max_connections, s->max_buffered,
+          pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
+}
+
 /* Takes a membership change the agent handed over (ps_server_set_workers): on the service
  * thread, between messages. A step that waited only for removed workers is applied now and
  * the pulls parked on it answered; a removed worker's connection is closed. */
@@ -758,6 +792,8 @@ static void apply_membership(ps_server *s) {
           s->spec.training.mode == PF_MODE_SYNC
               ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
               : "");
+    if (n_tasks != before)
+        follow_membership(s, n_tasks);
     for (peer *p = s->peers; p; p = p->next)
         if (p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) &&
             p->task >= n_tasks) {
@@ -905,14 +941,15 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
         goto fail;
     logf_(s, "%s", note);
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
-    size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
-    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    s->max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
     pf_ws_options wo = o->data_plane;
-    if (wo.max_connections <= 0)
-        wo.max_connections = 2 * n_tasks + 32;
-    if (wo.max_buffered == 0)
-        wo.max_buffered = ((size_t)n_tasks + 4) * max_message;
-    if (!sink && (st = pf_ws_server_create_with(o->listen_host, o->port, max_message, &wo, &h, s,
+    s->auto_connections = wo.max_connections <= 0;
+    s->auto_buffered = wo.max_buffered == 0;
+    s->max_connections = wo.max_connections =
+        s->auto_connections ? default_connections(s->n_tasks) : wo.max_connections;
+    s->max_buffered = wo.max_buffered =
+        s->auto_buffered ? default_buffered(s, s->n_tasks) : wo.max_buffered;
+    if (!sink && (st = pf_ws_server_create_with(o->listen_host, o->port, s->max_message, &wo, &h, s,
                                                 &s->ws, err)) != PF_OK)
         goto fail;
     if (!s->has_key)

@@ -30,7 +30,8 @@ typedef struct ps_server_options {
     const uint8_t *job_key;
     /* Data-plane limits and TLS (psflow/ws.h); zero fields take the ps's defaults:
      * max_connections twice the job's training tasks plus 32, max_buffered the job's
-     * training tasks plus 4 times the largest message this ps accepts. */
+     * training tasks plus 4 times the largest message this ps accepts. Defaults follow a
+     * live membership change (ps_server_set_workers); values given here stay. */
     pf_ws_options data_plane;
 } ps_server_options;
 

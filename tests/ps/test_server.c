@@ -727,11 +727,119 @@ static void test_reply_never_mixes_versions(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* Opens k tool connections to the ps (HELLO accepted: trusted) and starts on each a frame
+ * of len bytes: header only, nothing of the message yet. With round_trips, it then opens
+ * another connection and says HELLO on it (a small frame: it needs room under the cap
+ * too), by which time the ps's loop has read the headers sent before. */
+static void start_frames(int port, int *fds, int k, size_t len, int round_trips, pf_wire_in *in,
+                         pf_buf *b) {
+    for (int i = 0; i < k; i++) {
+        fds[i] = raw_open(port);
+        raw_hello(fds[i], "grow", PF_WIRE_ROLE_TOOL, 0, in, b);
+    }
+    for (int i = 0; i < k; i++)
+        raw_send_header(fds[i], len);
+    if (round_trips) {
+        int other = raw_open(port);
+        raw_hello(other, "grow", PF_WIRE_ROLE_TOOL, 0, in, b);
+        close(other);
+    }
+}
+
+/* Finishes the frame started on fd with len bytes: a STATS header and zeros, which the ps
+ * receives whole and refuses (its length disagrees): an ERROR. Returns 0, or -1 when the ps
+ * had closed the connection instead. */
+static int finish_frame(int fd, size_t len, pf_wire_in *in, pf_buf *b) {
+    pf_wire_out out;
+    pf_wire_out_init(&out);
+    pf_error err;
+    assert_int_equal(pf_wire_encode_stats(&out, 3, &err), PF_OK);
+    pf_buf whole;
+    pf_buf_init(&whole, len);
+    assert_int_equal(pf_wire_out_gather(&out, &whole), PF_OK);
+    uint8_t *msg = calloc(1, len);
+    memcpy(msg, whole.data, whole.len);
+    if (send(fd, msg, len, MSG_NOSIGNAL) != (ssize_t)len) /* refused: closed at the header */
+        len = 0;
+    free(msg);
+    pf_buf_deinit(&whole);
+    pf_wire_out_deinit(&out);
+    if (len == 0 || raw_recv(fd, b) != 0)
+        return -1;
+    pf_wire_msg m;
+    assert_int_equal(pf_wire_decode(in, b->data, b->len, &m, &err), PF_OK);
+    assert_int_equal(m.type, PF_WIRE_ERROR);
+    return 0;
+}
+
+/* The data plane's default limits follow the membership: a ps started for 1 worker holds
+ * (1 + 4) largest messages of incomplete frames, so the 6th concurrent one closes its
+ * connection; once its agent says the job has 8 workers, (8 + 4) fit and 6 are served. */
+static void test_limits_follow_membership(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"grow\", \"replicas\": {\"ps\": 1, \"worker\": 1},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"sync\", \"max_steps\": 1000}}";
+    pf_job_spec spec;
+    pf_placement pl;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &spec, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, "/dev/null/none", 42, 0, NULL, {0}};
+    ps_server *ps;
+    assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
+    int port = ps_server_port(ps);
+    /* The largest message the ps accepts (ps/server.c): its share, 64 KiB, 16 bytes a shard. */
+    size_t max = (size_t)pl.bytes_per_ps[0] + 65536 + (size_t)pl.n_shards * 16;
+    pf_wire_in in;
+    pf_wire_in_init(&in, 0, 0);
+    pf_buf b;
+    pf_buf_init(&b, 1u << 20);
+    int fds[6];
+
+    start_frames(port, fds, 6, max, 0, &in, &b);
+    int refused = -1;
+    while (refused < 0) { /* one of them is closed at its frame header */
+        struct pollfd q[6];
+        for (int i = 0; i < 6; i++)
+            q[i] = (struct pollfd){fds[i], POLLIN, 0};
+        assert_true(poll(q, 6, 10000) > 0);
+        for (int i = 0; i < 6; i++)
+            if (q[i].revents)
+                refused = i;
+    }
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(finish_frame(fds[i], max, &in, &b), i == refused ? -1 : 0);
+    for (int i = 0; i < 6; i++)
+        close(fds[i]);
+
+    ps_server_set_workers(ps, 8, 8);
+    double give_up = pf_clock_now() + 10;
+    while (ps_server_workers(ps) != 8 && pf_clock_now() < give_up)
+        pf_clock_sleep(0.01); /* polling the ps's membership, with a deadline */
+    assert_int_equal(ps_server_workers(ps), 8);
+    start_frames(port, fds, 6, max, 1, &in, &b);
+    for (int i = 0; i < 6; i++)
+        if (finish_frame(fds[i], max, &in, &b) != 0)
+            fail_msg("frame %d of 6 refused after the job grew to 8 workers", i);
+    for (int i = 0; i < 6; i++)
+        close(fds[i]);
+
+    ps_server_destroy(ps);
+    pf_buf_deinit(&b);
+    pf_wire_in_deinit(&in);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_frames_change_nothing),
         cmocka_unit_test(test_membership_from_agent),
         cmocka_unit_test(test_reply_never_mixes_versions),
+        cmocka_unit_test(test_limits_follow_membership),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

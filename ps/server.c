@@ -443,6 +443,11 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     }
     logf_(s, "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
           c->step, c->step, v);
+    if (p->ck_parked) /* one waits per connection: the chief gave the older one up */
+        send_error(s, p->conn, p->ck_request_id, PF_WIRE_UNEXPECTED,
+                   "CHECKPOINT at step %" PRIu64 " replaced by a newer CHECKPOINT (request %" PRIu32
+                   ", step %" PRIu64 ") on the same connection; nothing written for it",
+                   p->ck_step, request_id, c->step);
     p->ck_parked = 1;
     p->ck_request_id = request_id;
     p->ck_step = c->step;

@@ -232,11 +232,17 @@ static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
 }
 
-/* Answers parked pulls whose version has been reached (or all, when the job is over). */
+static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                                uint32_t status, const char *text);
+
+/* Answers parked pulls whose version has been reached (or all, when the job is over). Once
+ * the job is over - max_steps reached, or the final checkpoint written - no update comes
+ * any more: a parked CHECKPOINT for a later version is answered VERSION_PASSED rather than
+ * left to wait for ever (the chief would wait out its stall timeout). */
 static void release_parked(ps_server *s) {
     uint64_t v = version(s);
     int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
-    for (peer *p = s->peers; p; p = p->next)
+    for (peer *p = s->peers; p; p = p->next) {
         if (p->parked && s->nonfinite[0]) {
             p->parked = 0;
             send_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
@@ -244,6 +250,17 @@ static void release_parked(ps_server *s) {
             p->parked = 0;
             reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
         }
+        if (p->ck_parked && over && p->ck_step > v) {
+            char text[160];
+            snprintf(text, sizeof text,
+                     "ps %d stopped at version %" PRIu64 " (%s): step %" PRIu64 " is never reached",
+                     s->task, v, s->final_done ? "final checkpoint written" : "max_steps",
+                     p->ck_step);
+            p->ck_parked = 0;
+            logf_(s, "checkpoint at step %" PRIu64 " refused: %s", p->ck_step, text);
+            send_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
+        }
+    }
 }
 
 static const uint32_t push_result_wire[] = {
@@ -428,14 +445,24 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     if (check_current_chief(s, p, request_id, "checkpoint") != 0)
         return;
     uint64_t v = version(s);
+    if (c->step > (uint64_t)s->spec.training.max_steps) {
+        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                   "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
+                   ": no ps ever holds that version",
+                   c->step, (int64_t)s->spec.training.max_steps);
+        return;
+    }
     if (s->spec.training.mode != PF_MODE_SYNC || v == c->step) {
         write_checkpoint(s, p, request_id, c->step, c->final);
         return;
     }
-    if (v > c->step) {
+    if (v > c->step || s->final_done) {
         char text[160];
         snprintf(text, sizeof text,
-                 "ps %d is at version %" PRIu64 ", past step %" PRIu64 "; ask again at a later one",
+                 v > c->step ? "ps %d is at version %" PRIu64 ", past step %" PRIu64
+                               "; ask again at a later one"
+                             : "ps %d ended the job at version %" PRIu64
+                               " (final checkpoint written): step %" PRIu64 " is never reached",
                  s->task, v, c->step);
         logf_(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
         send_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);

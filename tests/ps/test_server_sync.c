@@ -214,9 +214,49 @@ static void test_second_checkpoint_answers_first(void **state) {
     stop();
 }
 
+/* A CHECKPOINT the ps can never write does not wait: one past max_steps (5) is refused at
+ * once; one parked for a later version is answered VERSION_PASSED when the job ends below
+ * it (the final checkpoint), and so is one that comes afterwards. One at max_steps itself
+ * is written when the last step is applied. */
+static void test_checkpoint_past_the_end(void **state) {
+    (void)state;
+    start("end");
+    hello_chief(1);
+    hello_chief(2); /* the same chief on a second connection (a reconnect) */
+    checkpoint(1, 10, 6, 0);
+    expect_error(1, 10, PF_WIRE_BAD_VALUE);
+    checkpoint(1, 11, 5, 0);
+    no_more_replies(); /* waits for version 5 */
+    for (uint64_t step = 0; step < 4; step++) {
+        assert_int_equal(push(2, step), PF_WIRE_PUSH_APPLIED);
+        expect_push_ack(2);
+    }
+    assert_int_equal(push(2, 4), PF_WIRE_PUSH_APPLIED);
+    expect_checkpoint_ack(1, 11, 5, 0); /* written at max_steps, before the push's ack */
+    expect_push_ack(2);
+    no_more_replies();
+    stop();
+
+    start("final");
+    hello_chief(1);
+    hello_chief(2);
+    checkpoint(1, 20, 3, 0);
+    no_more_replies();
+    assert_int_equal(push(2, 0), PF_WIRE_PUSH_APPLIED);
+    expect_push_ack(2);
+    checkpoint(2, 21, 1, 1); /* the final checkpoint at version 1: the job is done */
+    expect_checkpoint_ack(2, 21, 1, 0);
+    expect_checkpoint_ack(1, 20, 3, PF_WIRE_VERSION_PASSED);
+    checkpoint(1, 22, 4, 0);
+    expect_checkpoint_ack(1, 22, 4, PF_WIRE_VERSION_PASSED);
+    no_more_replies();
+    stop();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_checkpoint_answers_first),
+        cmocka_unit_test(test_checkpoint_past_the_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

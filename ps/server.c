@@ -29,6 +29,7 @@
 #include "psflow/footprint.h"
 #include "psflow/mem.h"
 #include "psflow/placement.h"
+#include "psflow/text.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
@@ -117,6 +118,7 @@ static void logf_(const ps_server *s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    pf_text_cut_utf8(line);
     if (!s->sink.quiet)
         fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
 }
@@ -152,8 +154,18 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     }
 }
 
-static void send_out(ps_server *s, uint64_t conn) {
-    send_message(s, conn, 0);
+/* Sends the reply just encoded into s->out (encoded: the encoder's status). One that could
+ * not be encoded (out of memory: a text the wire refuses is replaced by the caller) is
+ * logged and its connection closed, so the peer retries at once on a new one rather than
+ * wait out its timeout for an answer that never comes. */
+static void send_encoded(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
+                         int lend_values) {
+    if (encoded == PF_OK) {
+        send_message(s, conn, lend_values);
+        return;
+    }
+    logf_(s, "cannot encode a %s reply (%s); closing its connection", what, pf_strerror(encoded));
+    close_conn(s, conn);
 }
 
 static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -165,6 +177,7 @@ static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pf_text_cut_utf8(msg);
     s->errors++;
     /* Every refusal is answered; the log names the first of each code and then every
      * power of two, so a peer sending garbage cannot flood it. */
@@ -172,8 +185,11 @@ static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire
     if ((n & (n - 1)) == 0)
         logf_(s, "refused (%s, %" PRIu64 " so far): %s", pf_wire_code_name(code), n, msg);
     pf_error err;
-    if (pf_wire_encode_error(&s->out, request_id, code, msg, &err) == PF_OK)
-        send_out(s, conn);
+    pf_status st = pf_wire_encode_error(&s->out, request_id, code, msg, &err);
+    if (st != PF_OK) /* out of memory for the text: a short one may still fit */
+        st = pf_wire_encode_error(&s->out, request_id, code, "(no memory for the error's text)",
+                                  &err);
+    send_encoded(s, conn, st, "ERROR", 0);
 }
 
 static const char *role_name(uint8_t role) {
@@ -212,8 +228,8 @@ static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const u
     }
     pf_wire_pull_reply r = {version(s), push_result, n, s->views};
     pf_error err;
-    if (pf_wire_encode_pull_reply(&s->out, request_id, &r, &err) == PF_OK)
-        send_message(s, conn, 1);
+    send_encoded(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
+                 1);
 }
 
 /* Answers a pull now if its version is reached, else parks it on the peer. */
@@ -282,6 +298,7 @@ static void check_finite(ps_server *s) {
              "ps %d: %s became non-finite (element %zu) at step %" PRIu64
              "; serving and checkpointing stopped",
              s->task, info->name, elem, version(s));
+    pf_text_cut_utf8(s->nonfinite);
     logf_(s, "%s", s->nonfinite);
 }
 
@@ -390,12 +407,24 @@ static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const
     return 0;
 }
 
+/* Answers CHECKPOINT or RESTORE. The text (a path, or why not) is passed through as it is;
+ * one the wire refuses - not UTF-8 (a path is bytes), or over PF_WIRE_MAX_PATH - is
+ * replaced by a fixed one, so the chief always gets the status. */
 static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                                 uint32_t status, const char *text) {
+    static const char fixed[] = "(this reply's text cannot be sent: not UTF-8 or too long; "
+                                "the ps's log has it)";
     pf_wire_checkpoint_ack ack = {step, status, {text, (uint32_t)strlen(text)}};
     pf_error err;
-    if (pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err) == PF_OK)
-        send_out(s, p->conn);
+    pf_error_clear(&err);
+    pf_status st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
+    if (st != PF_OK) {
+        logf_(s, "CHECKPOINT_ACK for step %" PRIu64 " sent with a fixed text: %s (%s)", step,
+              err.message[0] ? err.message : pf_strerror(st), text);
+        ack.path = (pf_wire_str){fixed, sizeof fixed - 1};
+        st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
+    }
+    send_encoded(s, p->conn, st, "CHECKPOINT_ACK", 0);
 }
 
 /* Writes this task's file of checkpoint `step` from the values it holds now (version ==
@@ -559,8 +588,8 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
                      s->placement.bytes_per_ps[s->task]);
     pf_wire_stats_reply r = {{json, (uint32_t)n}};
     pf_error err;
-    if (pf_wire_encode_stats_reply(&s->out, request_id, &r, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
+                 "STATS_REPLY", 0);
 }
 
 /* Checks who a HELLO says it is against the job: the job's name, and a role and index the
@@ -613,8 +642,8 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
                              (uint32_t)ps_shards_count(s->shards)};
     pf_error err;
-    if (pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn, pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err), "HELLO_ACK",
+                 0);
 }
 
 /* A HELLO: served at once without a key; with one, answered by AUTH_CHALLENGE and held
@@ -640,8 +669,9 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     p->pending.job = (pf_wire_str){NULL, 0};
     p->challenged = 1;
     pf_wire_auth a = {p->nonce, NULL};
-    if (pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn,
+                 pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err),
+                 "AUTH_CHALLENGE", 0);
 }
 
 /* The message after AUTH_CHALLENGE: an AUTH_PROOF under the key of the task the HELLO
@@ -674,8 +704,8 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     pf_wire_key_clear(key, sizeof key);
     pf_wire_auth a = {NULL, want};
     pf_error err;
-    if (pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn, pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
+                 "AUTH_OK", 0);
     accept_hello(s, p, m->request_id, &p->pending);
 }
 
@@ -726,8 +756,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         if (r < 0)
             return;
         pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, version(s)};
-        if (pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err) == PF_OK)
-            send_out(s, conn);
+        send_encoded(s, conn, pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err),
+                     "PUSH_ACK", 0);
         return;
     }
     case PF_WIRE_PUSH_PULL: {

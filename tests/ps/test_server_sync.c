@@ -253,10 +253,48 @@ static void test_checkpoint_past_the_end(void **state) {
     stop();
 }
 
+/* A CHECKPOINT_ACK whose text the wire refuses still reaches the chief with its status: a
+ * path that is not UTF-8 (a checkpoint folder's name is bytes) is replaced by a fixed text,
+ * and a reason cut to fit (a 256-byte error message, here inside a 2-byte character of a
+ * long folder name) is cut at a character boundary, so the reason itself is sent. */
+static void test_unencodable_texts_still_answered(void **state) {
+    (void)state;
+    start("\xff\xfe"); /* not UTF-8 */
+    hello_chief(1);
+    checkpoint(1, 10, 0, 0);
+    pf_wire_msg m;
+    next_reply(1, &m);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, 0);
+    assert_true(m.u.checkpoint_ack.path.len > 0);
+    for (uint32_t i = 0; i < m.u.checkpoint_ack.path.len; i++)
+        assert_true((unsigned char)m.u.checkpoint_ack.path.ptr[i] < 0x80); /* the fixed text */
+    no_more_replies();
+    stop();
+
+    char name[256] = "";
+    for (int i = 0; i < 120; i++)
+        strcat(name, "\xc3\xa9"); /* U+00E9, from byte 24 of the path on */
+    start(name);
+    hello_chief(1);
+    pf_wire_restore rs = {77, 1.0f};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_restore(&fx.out, 11, &rs, &err), PF_OK);
+    send_out(1);
+    next_reply(1, &m);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, PF_WIRE_INTERNAL);
+    assert_int_equal(m.u.checkpoint_ack.path.len, 254); /* the 255th byte began a character */
+    assert_memory_equal(m.u.checkpoint_ack.path.ptr, fx.dir, 254);
+    no_more_replies();
+    stop();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_checkpoint_answers_first),
         cmocka_unit_test(test_checkpoint_past_the_end),
+        cmocka_unit_test(test_unencodable_texts_still_answered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

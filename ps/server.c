@@ -100,6 +100,10 @@ struct ps_server {
     /* a membership change from the agent (ps_server_set_workers), taken by the service
      * thread: workers and replicas_to_aggregate, under mu; want_workers 0 = none */
     int want_workers, want_aggregate;
+    /* a change refused for want of memory waits in want_* to be retried: on the service
+     * thread's next message or wake; ps_server_wait wakes it at retry_at (under mu) */
+    int membership_retry; /* atomic */
+    double retry_at;
     int has_key;
     uint8_t job_key[PF_WIRE_KEY_SIZE];
     uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
@@ -709,6 +713,8 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     accept_hello(s, p, m->request_id, &p->pending);
 }
 
+static void apply_membership(ps_server *s);
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     (void)ws;
@@ -716,6 +722,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     peer *p = conn_user;
     if (!p || p->refused)
         return;
+    if (__atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED))
+        apply_membership(s); /* before a message it may concern (a new worker's HELLO) */
     pf_wire_msg m;
     memset(&m, 0, sizeof m);
     pf_error err;
@@ -824,6 +832,7 @@ static void follow_membership(ps_server *s, int n_tasks) {
 static void apply_membership(ps_server *s) {
     pthread_mutex_lock(&s->mu);
     int workers = s->want_workers, aggregate = s->want_aggregate;
+    int retry = __atomic_exchange_n(&s->membership_retry, 0, __ATOMIC_RELAXED);
     s->want_workers = 0;
     pthread_mutex_unlock(&s->mu);
     int n_tasks = workers + s->spec.replicas.chief, before = ps_shards_tasks(s->shards);
@@ -833,9 +842,27 @@ static void apply_membership(ps_server *s) {
     if (s->spec.training.mode == PF_MODE_SYNC)
         settle_replies(s); /* the change may apply the step that waited for a removed task */
     pf_status st = ps_shards_set_tasks(s->shards, n_tasks, aggregate, &applied);
+    if (st == PF_ERR_NOMEM) {
+        /* Kept (unless the agent has meanwhile asked for another one): the agent counts on it,
+         * and a ps that never applies it holds back the workers added. */
+        pthread_mutex_lock(&s->mu);
+        if (s->want_workers == 0) {
+            s->want_workers = workers;
+            s->want_aggregate = aggregate;
+        }
+        s->retry_at = pf_clock_now() + 1;
+        __atomic_store_n(&s->membership_retry, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&s->mu);
+        if (!retry)
+            logf_(s,
+                  "membership change to %d workers (aggregating %d) waits: out of memory for its "
+                  "gradient buffers; retried every second and on every message until it applies",
+                  workers, aggregate);
+        return;
+    }
     if (st != PF_OK) {
-        logf_(s, "membership change to %d workers (aggregating %d) refused: %s", workers, aggregate,
-              st == PF_ERR_NOMEM ? "out of memory for its gradient buffers" : "out of range");
+        logf_(s, "membership change to %d workers (aggregating %d) refused: out of range", workers,
+              aggregate);
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -848,12 +875,13 @@ static void apply_membership(ps_server *s) {
     pthread_mutex_unlock(&s->mu);
     logf_(s,
           "membership: %d -> %d training tasks at version %" PRIu64 "%s%s (values and version "
-          "kept)",
+          "kept%s)",
           before, n_tasks, version(s),
           s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
           s->spec.training.mode == PF_MODE_SYNC
               ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
-              : "");
+              : "",
+          retry ? "; applied on a retry once memory allowed" : "");
     if (n_tasks != before)
         follow_membership(s, n_tasks);
     for (peer *p = s->peers; p; p = p->next)
@@ -1092,6 +1120,13 @@ int ps_server_wait(ps_server *s) {
         if (s->final_done && ((s->n_peers == 0 && n_seen == s->n_tasks) ||
                               pf_clock_now() - s->final_time > s->grace))
             break;
+        /* A membership change waiting for memory: retried once a second even when no
+         * message comes (a sync step may wait on it). */
+        if (s->ws && __atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED) &&
+            pf_clock_now() >= s->retry_at) {
+            s->retry_at = pf_clock_now() + 1;
+            pf_ws_wake(s->ws);
+        }
         /* Re-check the stop flag ten times a second. */
         struct timespec ts = pf_clock_deadline(0.1);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);

@@ -1,7 +1,8 @@
 /* test_server_sync.c - a sync ps driven without sockets (ps_server_start_sink): every
  * request it keeps waiting is answered once, exactly when it can be - a CHECKPOINT parked
- * for a version and replaced by another, or one the ps can no longer reach - and every
- * reply reaches its peer. Replies are collected in order, per connection, and decoded. */
+ * for a version and replaced by another, or one the ps can no longer reach - every reply
+ * reaches its peer, and a membership change refused for want of memory is applied later.
+ * Replies are collected in order, per connection, and decoded. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include "psflow/placement.h"
 #include "psflow/spec.h"
 #include "psflow/wire.h"
+#include "tests/support/counting_alloc.h"
 
 enum { MAX_REPLIES = 64 };
 
@@ -290,11 +292,37 @@ static void test_unencodable_texts_still_answered(void **state) {
     stop();
 }
 
+/* A membership change the ps cannot make for want of memory (the gradient buffers of the
+ * added tasks) is not lost: it is kept and applied on the next message once memory allows,
+ * before that message is handled (here the HELLO of a worker it adds). */
+static void test_membership_retried_after_out_of_memory(void **state) {
+    (void)state;
+    start("retry");
+    hello_chief(1);
+    use_counting(0); /* every allocation fails */
+    ps_server_set_workers(fx.ps, 3, 3);
+    use_libc();
+    assert_true(alloc_refused > 0);
+    assert_int_equal(ps_server_workers(fx.ps), 1);
+    ps_server_sink_open(fx.ps, 2);
+    pf_wire_hello h = {PF_WIRE_ROLE_WORKER, 2, 5, {"sync", 4}};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_hello(&fx.out, 1, &h, &err), PF_OK);
+    send_out(2);
+    pf_wire_msg m;
+    next_reply(2, &m);
+    assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
+    assert_int_equal(ps_server_workers(fx.ps), 3);
+    no_more_replies();
+    stop();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_checkpoint_answers_first),
         cmocka_unit_test(test_checkpoint_past_the_end),
         cmocka_unit_test(test_unencodable_texts_still_answered),
+        cmocka_unit_test(test_membership_retried_after_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

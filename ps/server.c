@@ -4,8 +4,9 @@
  * validates the frame), check it against this task's shards (ids, counts, hello, job
  * name), act on ps_shards, reply. A PULL_REPLY is sent from the values themselves, lent
  * to the transport for what the socket does not take at once (no copy of the values per
- * reply); before an update touches the values, pf_ws_settle() copies whatever of a reply
- * is still unwritten, so no update changes a reply halfway. Updates, replies and the
+ * reply); before anything changes the values - an update, a rollback, a membership change
+ * that applies a waiting step - pf_ws_settle() copies whatever of a reply is still
+ * unwritten (settle_replies), so nothing changes a reply halfway. Updates, replies and the
  * transport's writes all happen on that one thread. A pull that asks for a
  * version not reached yet ("not before v") is parked on its connection and answered right
  * after the update that reaches v. Bad frames get an ERROR reply and change nothing.
@@ -28,6 +29,7 @@
 #include "psflow/footprint.h"
 #include "psflow/mem.h"
 #include "psflow/placement.h"
+#include "psflow/text.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
@@ -79,6 +81,11 @@ struct ps_server {
     size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
+    size_t max_message; /* the largest message this ps accepts (a push of every shard) */
+    /* the data plane's limits; those the options left to the ps (auto_*) follow the
+     * membership. Service thread. */
+    int max_connections, auto_connections, auto_buffered;
+    size_t max_buffered;
     pf_wire_out out; /* service thread only */
     peer *peers;
     uint64_t errors;     /* ERROR replies sent */
@@ -93,6 +100,10 @@ struct ps_server {
     /* a membership change from the agent (ps_server_set_workers), taken by the service
      * thread: workers and replicas_to_aggregate, under mu; want_workers 0 = none */
     int want_workers, want_aggregate;
+    /* a change refused for want of memory waits in want_* to be retried: on the service
+     * thread's next message or wake; ps_server_wait wakes it at retry_at (under mu) */
+    int membership_retry; /* atomic */
+    double retry_at;
     int has_key;
     uint8_t job_key[PF_WIRE_KEY_SIZE];
     uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
@@ -111,6 +122,7 @@ static void logf_(const ps_server *s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    pf_text_cut_utf8(line);
     if (!s->sink.quiet)
         fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
 }
@@ -146,8 +158,18 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     }
 }
 
-static void send_out(ps_server *s, uint64_t conn) {
-    send_message(s, conn, 0);
+/* Sends the reply just encoded into s->out (encoded: the encoder's status). One that could
+ * not be encoded (out of memory: a text the wire refuses is replaced by the caller) is
+ * logged and its connection closed, so the peer retries at once on a new one rather than
+ * wait out its timeout for an answer that never comes. */
+static void send_encoded(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
+                         int lend_values) {
+    if (encoded == PF_OK) {
+        send_message(s, conn, lend_values);
+        return;
+    }
+    logf_(s, "cannot encode a %s reply (%s); closing its connection", what, pf_strerror(encoded));
+    close_conn(s, conn);
 }
 
 static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -159,6 +181,7 @@ static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pf_text_cut_utf8(msg);
     s->errors++;
     /* Every refusal is answered; the log names the first of each code and then every
      * power of two, so a peer sending garbage cannot flood it. */
@@ -166,8 +189,11 @@ static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire
     if ((n & (n - 1)) == 0)
         logf_(s, "refused (%s, %" PRIu64 " so far): %s", pf_wire_code_name(code), n, msg);
     pf_error err;
-    if (pf_wire_encode_error(&s->out, request_id, code, msg, &err) == PF_OK)
-        send_out(s, conn);
+    pf_status st = pf_wire_encode_error(&s->out, request_id, code, msg, &err);
+    if (st != PF_OK) /* out of memory for the text: a short one may still fit */
+        st = pf_wire_encode_error(&s->out, request_id, code, "(no memory for the error's text)",
+                                  &err);
+    send_encoded(s, conn, st, "ERROR", 0);
 }
 
 static const char *role_name(uint8_t role) {
@@ -206,8 +232,8 @@ static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const u
     }
     pf_wire_pull_reply r = {version(s), push_result, n, s->views};
     pf_error err;
-    if (pf_wire_encode_pull_reply(&s->out, request_id, &r, &err) == PF_OK)
-        send_message(s, conn, 1);
+    send_encoded(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
+                 1);
 }
 
 /* Answers a pull now if its version is reached, else parks it on the peer. */
@@ -226,11 +252,17 @@ static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
 }
 
-/* Answers parked pulls whose version has been reached (or all, when the job is over). */
+static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                                uint32_t status, const char *text);
+
+/* Answers parked pulls whose version has been reached (or all, when the job is over). Once
+ * the job is over - max_steps reached, or the final checkpoint written - no update comes
+ * any more: a parked CHECKPOINT for a later version is answered VERSION_PASSED rather than
+ * left to wait for ever (the chief would wait out its stall timeout). */
 static void release_parked(ps_server *s) {
     uint64_t v = version(s);
     int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
-    for (peer *p = s->peers; p; p = p->next)
+    for (peer *p = s->peers; p; p = p->next) {
         if (p->parked && s->nonfinite[0]) {
             p->parked = 0;
             send_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
@@ -238,6 +270,17 @@ static void release_parked(ps_server *s) {
             p->parked = 0;
             reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
         }
+        if (p->ck_parked && over && p->ck_step > v) {
+            char text[160];
+            snprintf(text, sizeof text,
+                     "ps %d stopped at version %" PRIu64 " (%s): step %" PRIu64 " is never reached",
+                     s->task, v, s->final_done ? "final checkpoint written" : "max_steps",
+                     p->ck_step);
+            p->ck_parked = 0;
+            logf_(s, "checkpoint at step %" PRIu64 " refused: %s", p->ck_step, text);
+            send_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
+        }
+    }
 }
 
 static const uint32_t push_result_wire[] = {
@@ -259,10 +302,20 @@ static void check_finite(ps_server *s) {
              "ps %d: %s became non-finite (element %zu) at step %" PRIu64
              "; serving and checkpointing stopped",
              s->task, info->name, elem, version(s));
+    pf_text_cut_utf8(s->nonfinite);
     logf_(s, "%s", s->nonfinite);
 }
 
 static void write_parked_checkpoints(ps_server *s);
+
+/* Called right before anything changes the values (an update, a rollback, a membership
+ * change that applies a waiting sync step): the rest of a reply still being written from
+ * them is copied first, so no reply carries values of two versions under one label. */
+static void settle_replies(ps_server *s) {
+    if (s->ws && pf_ws_settle(s->ws) != PF_OK)
+        logf_(s, "out of memory copying the rest of replies before the values change; their "
+                 "connections are closed");
+}
 
 /* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
 static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
@@ -313,10 +366,8 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         s->grads[local] = t->data;
     }
     if (version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
-        return PF_WIRE_PUSH_STALE;             /* the job is over: nothing more is applied */
-    if (s->ws && pf_ws_settle(s->ws) != PF_OK) /* replies still being written keep theirs */
-        logf_(s, "out of memory copying the rest of replies before an update; their "
-                 "connections are closed");
+        return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
+    settle_replies(s);
     ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
                                       push->seq, push->step, s->grads);
     ps_stats now = ps_shards_stats(s->shards);
@@ -360,12 +411,24 @@ static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const
     return 0;
 }
 
+/* Answers CHECKPOINT or RESTORE. The text (a path, or why not) is passed through as it is;
+ * one the wire refuses - not UTF-8 (a path is bytes), or over PF_WIRE_MAX_PATH - is
+ * replaced by a fixed one, so the chief always gets the status. */
 static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                                 uint32_t status, const char *text) {
+    static const char fixed[] = "(this reply's text cannot be sent: not UTF-8 or too long; "
+                                "the ps's log has it)";
     pf_wire_checkpoint_ack ack = {step, status, {text, (uint32_t)strlen(text)}};
     pf_error err;
-    if (pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err) == PF_OK)
-        send_out(s, p->conn);
+    pf_error_clear(&err);
+    pf_status st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
+    if (st != PF_OK) {
+        logf_(s, "CHECKPOINT_ACK for step %" PRIu64 " sent with a fixed text: %s (%s)", step,
+              err.message[0] ? err.message : pf_strerror(st), text);
+        ack.path = (pf_wire_str){fixed, sizeof fixed - 1};
+        st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
+    }
+    send_encoded(s, p->conn, st, "CHECKPOINT_ACK", 0);
 }
 
 /* Writes this task's file of checkpoint `step` from the values it holds now (version ==
@@ -415,14 +478,24 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     if (check_current_chief(s, p, request_id, "checkpoint") != 0)
         return;
     uint64_t v = version(s);
+    if (c->step > (uint64_t)s->spec.training.max_steps) {
+        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                   "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
+                   ": no ps ever holds that version",
+                   c->step, (int64_t)s->spec.training.max_steps);
+        return;
+    }
     if (s->spec.training.mode != PF_MODE_SYNC || v == c->step) {
         write_checkpoint(s, p, request_id, c->step, c->final);
         return;
     }
-    if (v > c->step) {
+    if (v > c->step || s->final_done) {
         char text[160];
         snprintf(text, sizeof text,
-                 "ps %d is at version %" PRIu64 ", past step %" PRIu64 "; ask again at a later one",
+                 v > c->step ? "ps %d is at version %" PRIu64 ", past step %" PRIu64
+                               "; ask again at a later one"
+                             : "ps %d ended the job at version %" PRIu64
+                               " (final checkpoint written): step %" PRIu64 " is never reached",
                  s->task, v, c->step);
         logf_(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
         send_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);
@@ -430,6 +503,11 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     }
     logf_(s, "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
           c->step, c->step, v);
+    if (p->ck_parked) /* one waits per connection: the chief gave the older one up */
+        send_error(s, p->conn, p->ck_request_id, PF_WIRE_UNEXPECTED,
+                   "CHECKPOINT at step %" PRIu64 " replaced by a newer CHECKPOINT (request %" PRIu32
+                   ", step %" PRIu64 ") on the same connection; nothing written for it",
+                   p->ck_step, request_id, c->step);
     p->ck_parked = 1;
     p->ck_request_id = request_id;
     p->ck_step = c->step;
@@ -467,6 +545,7 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     char note[2600];
     pf_error err;
     pf_error_clear(&err);
+    settle_replies(s); /* (a refused rollback changes nothing: the copies are then spare) */
     pf_status st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir, step,
                                               note, sizeof note, &err);
     if (st != PF_OK) {
@@ -513,8 +592,8 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
                      s->placement.bytes_per_ps[s->task]);
     pf_wire_stats_reply r = {{json, (uint32_t)n}};
     pf_error err;
-    if (pf_wire_encode_stats_reply(&s->out, request_id, &r, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
+                 "STATS_REPLY", 0);
 }
 
 /* Checks who a HELLO says it is against the job: the job's name, and a role and index the
@@ -567,8 +646,8 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
                              (uint32_t)ps_shards_count(s->shards)};
     pf_error err;
-    if (pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn, pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err), "HELLO_ACK",
+                 0);
 }
 
 /* A HELLO: served at once without a key; with one, answered by AUTH_CHALLENGE and held
@@ -594,8 +673,9 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     p->pending.job = (pf_wire_str){NULL, 0};
     p->challenged = 1;
     pf_wire_auth a = {p->nonce, NULL};
-    if (pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn,
+                 pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err),
+                 "AUTH_CHALLENGE", 0);
 }
 
 /* The message after AUTH_CHALLENGE: an AUTH_PROOF under the key of the task the HELLO
@@ -628,10 +708,12 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     pf_wire_key_clear(key, sizeof key);
     pf_wire_auth a = {NULL, want};
     pf_error err;
-    if (pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err) == PF_OK)
-        send_out(s, p->conn);
+    send_encoded(s, p->conn, pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
+                 "AUTH_OK", 0);
     accept_hello(s, p, m->request_id, &p->pending);
 }
+
+static void apply_membership(ps_server *s);
 
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
@@ -640,6 +722,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     peer *p = conn_user;
     if (!p || p->refused)
         return;
+    if (__atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED))
+        apply_membership(s); /* before a message it may concern (a new worker's HELLO) */
     pf_wire_msg m;
     memset(&m, 0, sizeof m);
     pf_error err;
@@ -680,8 +764,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         if (r < 0)
             return;
         pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, version(s)};
-        if (pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err) == PF_OK)
-            send_out(s, conn);
+        send_encoded(s, conn, pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err),
+                     "PUSH_ACK", 0);
         return;
     }
     case PF_WIRE_PUSH_PULL: {
@@ -713,22 +797,72 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     }
 }
 
+/* The data plane's default limits for n_tasks training tasks (api/wire.md "Limits"):
+ * twice the tasks plus 32 connections (a worker's link and room for reconnects,
+ * evaluators and tools), and the tasks plus 4 largest messages in incomplete messages. */
+static int default_connections(int n_tasks) {
+    return 2 * n_tasks + 32;
+}
+
+static size_t default_buffered(const ps_server *s, int n_tasks) {
+    return ((size_t)n_tasks + 4) * s->max_message;
+}
+
+/* After a membership change: the limits the ps chose itself follow the new task count, so
+ * a job scaled up is not refused by limits sized for its start; the memory bound moves
+ * with them (README "Security"). */
+static void follow_membership(ps_server *s, int n_tasks) {
+    if (!s->ws || (!s->auto_connections && !s->auto_buffered))
+        return;
+    if (s->auto_connections)
+        s->max_connections = default_connections(n_tasks);
+    if (s->auto_buffered)
+        s->max_buffered = default_buffered(s, n_tasks);
+    pf_ws_set_limits(s->ws, s->max_connections, s->max_buffered);
+    logf_(s,
+          "data plane for %d training tasks: at most %d connections and %zu bytes of incomplete "
+          "messages; memory bound %" PRId64 " bytes",
+          n_tasks, s->max_connections, s->max_buffered,
+          pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
+}
+
 /* Takes a membership change the agent handed over (ps_server_set_workers): on the service
  * thread, between messages. A step that waited only for removed workers is applied now and
  * the pulls parked on it answered; a removed worker's connection is closed. */
 static void apply_membership(ps_server *s) {
     pthread_mutex_lock(&s->mu);
     int workers = s->want_workers, aggregate = s->want_aggregate;
+    int retry = __atomic_exchange_n(&s->membership_retry, 0, __ATOMIC_RELAXED);
     s->want_workers = 0;
     pthread_mutex_unlock(&s->mu);
     int n_tasks = workers + s->spec.replicas.chief, before = ps_shards_tasks(s->shards);
     if (workers <= 0 || (n_tasks == before && aggregate == s->spec.training.replicas_to_aggregate))
         return;
     int applied = 0;
+    if (s->spec.training.mode == PF_MODE_SYNC)
+        settle_replies(s); /* the change may apply the step that waited for a removed task */
     pf_status st = ps_shards_set_tasks(s->shards, n_tasks, aggregate, &applied);
+    if (st == PF_ERR_NOMEM) {
+        /* Kept (unless the agent has meanwhile asked for another one): the agent counts on it,
+         * and a ps that never applies it holds back the workers added. */
+        pthread_mutex_lock(&s->mu);
+        if (s->want_workers == 0) {
+            s->want_workers = workers;
+            s->want_aggregate = aggregate;
+        }
+        s->retry_at = pf_clock_now() + 1;
+        __atomic_store_n(&s->membership_retry, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&s->mu);
+        if (!retry)
+            logf_(s,
+                  "membership change to %d workers (aggregating %d) waits: out of memory for its "
+                  "gradient buffers; retried every second and on every message until it applies",
+                  workers, aggregate);
+        return;
+    }
     if (st != PF_OK) {
-        logf_(s, "membership change to %d workers (aggregating %d) refused: %s", workers, aggregate,
-              st == PF_ERR_NOMEM ? "out of memory for its gradient buffers" : "out of range");
+        logf_(s, "membership change to %d workers (aggregating %d) refused: out of range", workers,
+              aggregate);
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -741,12 +875,15 @@ static void apply_membership(ps_server *s) {
     pthread_mutex_unlock(&s->mu);
     logf_(s,
           "membership: %d -> %d training tasks at version %" PRIu64 "%s%s (values and version "
-          "kept)",
+          "kept%s)",
           before, n_tasks, version(s),
           s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
           s->spec.training.mode == PF_MODE_SYNC
               ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
-              : "");
+              : "",
+          retry ? "; applied on a retry once memory allowed" : "");
+    if (n_tasks != before)
+        follow_membership(s, n_tasks);
     for (peer *p = s->peers; p; p = p->next)
         if (p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) &&
             p->task >= n_tasks) {
@@ -894,14 +1031,15 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
         goto fail;
     logf_(s, "%s", note);
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
-    size_t max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
-    int n_tasks = s->spec.replicas.worker + s->spec.replicas.chief;
+    s->max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
     pf_ws_options wo = o->data_plane;
-    if (wo.max_connections <= 0)
-        wo.max_connections = 2 * n_tasks + 32;
-    if (wo.max_buffered == 0)
-        wo.max_buffered = ((size_t)n_tasks + 4) * max_message;
-    if (!sink && (st = pf_ws_server_create_with(o->listen_host, o->port, max_message, &wo, &h, s,
+    s->auto_connections = wo.max_connections <= 0;
+    s->auto_buffered = wo.max_buffered == 0;
+    s->max_connections = wo.max_connections =
+        s->auto_connections ? default_connections(s->n_tasks) : wo.max_connections;
+    s->max_buffered = wo.max_buffered =
+        s->auto_buffered ? default_buffered(s, s->n_tasks) : wo.max_buffered;
+    if (!sink && (st = pf_ws_server_create_with(o->listen_host, o->port, s->max_message, &wo, &h, s,
                                                 &s->ws, err)) != PF_OK)
         goto fail;
     if (!s->has_key)
@@ -982,6 +1120,13 @@ int ps_server_wait(ps_server *s) {
         if (s->final_done && ((s->n_peers == 0 && n_seen == s->n_tasks) ||
                               pf_clock_now() - s->final_time > s->grace))
             break;
+        /* A membership change waiting for memory: retried once a second even when no
+         * message comes (a sync step may wait on it). */
+        if (s->ws && __atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED) &&
+            pf_clock_now() >= s->retry_at) {
+            s->retry_at = pf_clock_now() + 1;
+            pf_ws_wake(s->ws);
+        }
         /* Re-check the stop flag ten times a second. */
         struct timespec ts = pf_clock_deadline(0.1);
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);

@@ -30,7 +30,8 @@ typedef struct ps_server_options {
     const uint8_t *job_key;
     /* Data-plane limits and TLS (psflow/ws.h); zero fields take the ps's defaults:
      * max_connections twice the job's training tasks plus 32, max_buffered the job's
-     * training tasks plus 4 times the largest message this ps accepts. */
+     * training tasks plus 4 times the largest message this ps accepts. Defaults follow a
+     * live membership change (ps_server_set_workers); values given here stay. */
     pf_ws_options data_plane;
 } ps_server_options;
 
@@ -49,7 +50,9 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
  * by a peer: from now on the job has `workers` workers (task indices beyond them are
  * refused in HELLO and PUSH, and their connections closed) and a sync step aggregates
  * `aggregate` gradients (ps/shard.h, ps_shards_set_tasks). Values and version are kept.
- * Any thread; the service thread applies it between messages. */
+ * Any thread; the service thread applies it between messages. One it cannot apply for want
+ * of memory is kept and retried (before the next message, and once a second from
+ * ps_server_wait) until it applies or a newer one replaces it; ps_server_workers tells. */
 void ps_server_set_workers(ps_server *s, int workers, int aggregate);
 
 /* The workers of the membership applied so far. Any thread. */

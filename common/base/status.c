@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "psflow/text.h"
+
 const char *pf_strerror(pf_status status) {
     switch (status) {
 #define PF_STATUS_CASE(name, value, text)                                                          \
@@ -31,6 +33,7 @@ pf_status pf_error_set(pf_error *err, pf_status status, const char *pointer, con
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
+    pf_text_cut_utf8(err->message); /* a message cut to fit stays UTF-8 (wire.h strings) */
     snprintf(err->pointer, sizeof err->pointer, "%s", pointer ? pointer : "");
     return status;
 }
@@ -40,6 +43,7 @@ pf_status pf_error_vset_offset(pf_error *err, pf_status status, long long offset
     if (!err)
         return status;
     vsnprintf(err->message, sizeof err->message, fmt, ap);
+    pf_text_cut_utf8(err->message);
     err->pointer[0] = '\0';
     err->offset = offset;
     return status;

@@ -1,4 +1,4 @@
-/* text.c - RFC 3339 times and JSON pointers (see text.h). */
+/* text.c - RFC 3339 times, JSON pointers and UTF-8 cuts (see text.h). */
 #include "psflow/text.h"
 
 #include <math.h>
@@ -91,4 +91,21 @@ void pf_text_pointer_add_index(char *ptr, size_t cap, size_t index) {
     char token[24];
     snprintf(token, sizeof token, "%zu", index);
     pf_text_pointer_add(ptr, cap, token);
+}
+
+char *pf_text_cut_utf8(char *s) {
+    size_t n = strlen(s), i = n;
+    /* Back over at most 3 continuation bytes (10xxxxxx) to the last character's lead byte. */
+    while (i > 0 && n - i < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+        i--;
+    if (i == 0)
+        return s;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t want = (lead & 0xE0) == 0xC0   ? 2
+                  : (lead & 0xF0) == 0xE0 ? 3
+                  : (lead & 0xF8) == 0xF0 ? 4
+                                          : 0;
+    if (want > n - (i - 1)) /* a lead byte whose continuation was cut off */
+        s[i - 1] = '\0';
+    return s;
 }

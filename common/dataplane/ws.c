@@ -39,7 +39,8 @@
  * checked before anything is reserved: an untrusted connection's message is small, and
  * every data frame is charged, as its header announces it, against the bytes all
  * connections may hold in incomplete messages, and discharged when its message is
- * delivered or its connection closes. The handshake's bytes are checked as they come, so
+ * delivered or its connection closes; the owner may move both limits while it runs
+ * (pf_ws_set_limits). The handshake's bytes are checked as they come, so
  * garbage is answered 400 at once rather than when 8 KiB have arrived.
  *
  * TLS: the direct paths above write and read the socket itself, which TLS cannot allow, so
@@ -229,12 +230,13 @@ static int charge(pf_ws *ws, conn *c, uint64_t len) {
                    (unsigned long long)c->id, (unsigned long long)len, limit);
         return -1;
     }
-    if (len > ws->o.max_buffered - ws->buffered) {
+    /* pf_ws_set_limits may have lowered the cap below what is in use already */
+    size_t max_buffered = __atomic_load_n(&ws->o.max_buffered, __ATOMIC_RELAXED);
+    if (ws->buffered > max_buffered || len > max_buffered - ws->buffered) {
         ws_refused(ws, REF_BUFFERED,
                    "closed connection %llu: a %llu-byte frame would pass the %zu bytes this "
                    "endpoint buffers for incomplete messages (%zu in use)",
-                   (unsigned long long)c->id, (unsigned long long)len, ws->o.max_buffered,
-                   ws->buffered);
+                   (unsigned long long)c->id, (unsigned long long)len, max_buffered, ws->buffered);
         return -1;
     }
     c->charged += (size_t)len;
@@ -638,7 +640,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             ws->h.on_wake(ws, ws->user);
         return 0;
     case LWS_CALLBACK_RAW_ADOPT: /* server: a new connection */
-        if (ws->n_server >= ws->o.max_connections) {
+        if (ws->n_server >= __atomic_load_n(&ws->o.max_connections, __ATOMIC_RELAXED)) {
             ws_refused(ws, REF_CONNECTIONS, "refused a connection: %d open already (the maximum)",
                        ws->n_server);
             return -1;
@@ -923,6 +925,14 @@ void pf_ws_trust(pf_ws *ws, uint64_t id) {
     if (c)
         __atomic_store_n(&c->trusted, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ws->lock);
+}
+
+void pf_ws_set_limits(pf_ws *ws, int max_connections, size_t max_buffered) {
+    /* Read by the loop without the lock (on accept, on every frame header): atomics. */
+    if (max_connections > 0)
+        __atomic_store_n(&ws->o.max_connections, max_connections, __ATOMIC_RELAXED);
+    if (max_buffered > 0)
+        __atomic_store_n(&ws->o.max_buffered, max_buffered, __ATOMIC_RELAXED);
 }
 
 void pf_ws_wake(pf_ws *ws) {

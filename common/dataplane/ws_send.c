@@ -497,10 +497,12 @@ pf_status pf_ws_settle(pf_ws *ws) {
                  * closed (its peer sees the stream end, never changed values). */
                 st = PF_ERR_NOMEM;
                 c->want_close = 1;
-                if (prev)
+                if (prev) {
                     prev->next = NULL;
-                else
+                } else {
                     c->head = NULL;
+                    c->tx_off = 0; /* was m's: a frame queued later starts at its own 0 */
+                }
                 c->tail = prev;
                 for (out_msg *x = m; x;) {
                     out_msg *next = x->next;

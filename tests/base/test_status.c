@@ -1,5 +1,6 @@
 /* test_status.c - status texts and the error detail: pf_error_set with a JSON pointer,
- * pf_error_set_offset with a byte offset, NULL details, and long messages cut to fit.
+ * pf_error_set_offset with a byte offset, NULL details, and long messages cut to fit (at a
+ * UTF-8 character boundary).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +49,14 @@ static void test_error_detail(void **state) {
     longer[sizeof longer - 1] = '\0';
     pf_error_set_offset(&err, PF_ERR_FORMAT, 0, "%s", longer);
     assert_int_equal(strlen(err.message), sizeof err.message - 1);
+
+    /* ...at a character boundary: 254 'm' then U+00E9 would end past the 255 bytes kept. */
+    memcpy(longer + 254, "\xc3\xa9", 2);
+    pf_error_set(&err, PF_ERR_IO, NULL, "%s", longer);
+    assert_int_equal(strlen(err.message), 254);
+    memcpy(longer + 253, "\xc3\xa9", 2); /* 253 'm' and the character fit whole */
+    pf_error_set_offset(&err, PF_ERR_IO, 0, "%s", longer);
+    assert_int_equal(strlen(err.message), 255);
 }
 
 int main(void) {

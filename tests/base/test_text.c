@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "psflow/text.h"
@@ -100,12 +101,39 @@ static void test_pointer(void **state) {
     assert_string_equal(s, "/abcd"); /* no room for the "/": left as it is */
 }
 
+/* Text cut to fit: a last character left incomplete is dropped, whatever its length; a
+ * complete one, ASCII and bytes that are not UTF-8 are kept. */
+static void test_cut_utf8(void **state) {
+    (void)state;
+    struct {
+        const char *in, *out;
+    } cases[] = {
+        {"", ""},
+        {"abc", "abc"},
+        {"ab\xc3\xa9", "ab\xc3\xa9"},               /* U+00E9 whole */
+        {"ab\xc3", "ab"},                           /* its lead byte alone */
+        {"a\xe2\x82\xac", "a\xe2\x82\xac"},         /* U+20AC whole */
+        {"a\xe2\x82", "a"},                         /* 2 of its 3 bytes */
+        {"a\xe2", "a"},                             /* 1 of 3 */
+        {"a\xf0\x9f\x98\x80", "a\xf0\x9f\x98\x80"}, /* U+1F600 whole */
+        {"a\xf0\x9f\x98", "a"},                     /* 3 of 4 */
+        {"\xf0", ""},                               /* nothing left */
+        {"a\x80\x80\x80\x80", "a\x80\x80\x80\x80"}, /* not UTF-8: left alone */
+        {"a\xff", "a\xff"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%s", cases[i].in);
+        if (strcmp(pf_text_cut_utf8(buf), cases[i].out) != 0)
+            fail_msg("case %zu: got \"%s\"", i, buf);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_format_rfc3339),
-        cmocka_unit_test(test_parse_rfc3339),
-        cmocka_unit_test(test_rfc3339_round_trip),
-        cmocka_unit_test(test_pointer),
+        cmocka_unit_test(test_format_rfc3339),     cmocka_unit_test(test_parse_rfc3339),
+        cmocka_unit_test(test_rfc3339_round_trip), cmocka_unit_test(test_pointer),
+        cmocka_unit_test(test_cut_utf8),
     };
     return cmocka_run_group_tests_name("text", tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/ws.h"
+#include "tests/support/counting_alloc.h"
 
 typedef struct endpoint {
     pthread_mutex_t mu;
@@ -39,7 +40,10 @@ typedef struct endpoint {
     struct endpoint *hold_for; /* client: on the first message, wait (up to 5 s) until this
                                   peer has received hold_count messages */
     int hold_count;
-    int stranger;        /* server: never pf_ws_trust its connections */
+    int stranger;    /* server: never pf_ws_trust its connections */
+    int fail_settle; /* server: a 1-byte message is not echoed but makes pf_ws_settle run
+                        out of memory (its result in settle_status) */
+    pf_status settle_status;
     uint64_t digest[64]; /* FNV-1a of each of the first 64 messages, in arrival order */
     int placed[64];      /* whether pf_ws_message_places() gave places for each of them */
 } endpoint;
@@ -100,7 +104,11 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
             ;
         pthread_mutex_unlock(&p->mu);
     }
-    if (e->echo && e->echo_lent) {
+    if (e->fail_settle && len == 1) {
+        counting_budget(0); /* every allocation fails: the copy of a lent rest too */
+        e->settle_status = pf_ws_settle(ws);
+        counting_budget(-1);
+    } else if (e->echo && e->echo_lent) {
         int i = e->messages - 1;
         assert_true(i < 16);
         uint8_t *copy = e->lent[i] = malloc(len ? len : 1);
@@ -462,6 +470,49 @@ static void test_max_connections(void **state) {
     assert_int_equal(send_message(cli, first, 1000, 3, NULL), PF_OK);
     assert_true(wait_for(&c, &c.messages, 1));
     check_payload(&c, 1000, 3);
+    /* Raised while it runs (a ps whose job grew): a second connection is served too. */
+    pf_ws_set_limits(srv, 2, 0);
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &second), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 2));
+    assert_int_equal(send_message(cli, second, 1000, 4, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 2));
+    check_payload(&c, 1000, 4);
+    assert_int_equal(c.closed, 1);
+    destroy_pair(&s, &c, srv, cli);
+}
+
+/* max_buffered moved while the server runs: a frame that would pass the cap closes its
+ * connection; raised, the same frame is received; lowered below what one message holds,
+ * it is refused again (and nothing wraps around). */
+static void test_buffered_limit_live(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.echo = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    pf_ws_options o = {.max_buffered = 4000};
+    assert_int_equal(
+        pf_ws_server_create_with("127.0.0.1", 0, 1u << 20, &o, &handlers, &s, &srv, &err), PF_OK);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t conn;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    assert_int_equal(send_message(cli, conn, 4000, 1, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 1));
+    assert_int_equal(send_message(cli, conn, 4001, 2, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.closed, 1));
+    pf_ws_set_limits(srv, 0, 8000);
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", pf_ws_port(srv), NULL, &conn), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 2));
+    assert_int_equal(send_message(cli, conn, 8000, 3, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 2));
+    check_payload(&c, 8000, 3);
+    pf_ws_set_limits(srv, 0, 100);
+    assert_int_equal(send_message(cli, conn, 101, 4, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.closed, 2));
+    assert_int_equal(c.messages, 2);
     destroy_pair(&s, &c, srv, cli);
 }
 
@@ -617,6 +668,101 @@ static void test_handshake_wrong_accept(void **state) {
     ep_deinit(&c);
 }
 
+/* A client frame (masked, with a zero key) of opcode op carrying len bytes of p, into out
+ * (len + 14 bytes); returns its length. */
+static size_t client_frame(uint8_t *out, uint8_t op, const uint8_t *p, size_t len) {
+    size_t n = 0;
+    out[n++] = (uint8_t)(0x80 | op);
+    if (len < 126) {
+        out[n++] = (uint8_t)(0x80 | len);
+    } else {
+        out[n++] = 0x80 | 127;
+        for (int i = 7; i >= 0; i--)
+            out[n++] = (uint8_t)((uint64_t)len >> (8 * i));
+    }
+    memset(out + n, 0, 4);
+    n += 4;
+    memcpy(out + n, p, len);
+    return n + len;
+}
+
+/* pf_ws_settle out of memory while a lent message is half written: the message is dropped
+ * and the connection closed. A ping that arrives before the close is answered from the
+ * start of its pong, not from where the dropped message's writing stopped (which read
+ * past the pong's buffer). The peer sees the cut message, the pong, then the end. */
+static void test_settle_out_of_memory(void **state) {
+    (void)state;
+    use_counting(-1); /* only the server's service thread allocates from here on */
+    endpoint s;
+    ep_init(&s);
+    s.echo = s.echo_lent = s.fail_settle = 1;
+    pf_ws *srv;
+    pf_error err;
+    assert_int_equal(pf_ws_server_create("127.0.0.1", 0, 64u << 20, &handlers, &s, &srv, &err),
+                     PF_OK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int small = 16384; /* a small window: the echo stalls after a few hundred KiB */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pf_ws_port(srv))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char request[] = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                                  "Connection: Upgrade\r\n"
+                                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                  "Sec-WebSocket-Version: 13\r\n\r\n";
+    assert_int_equal(write(fd, request, sizeof request - 1), (ssize_t)(sizeof request - 1));
+    char answer[1024];
+    read_http(fd, answer, sizeof answer);
+    assert_true(strncmp(answer, "HTTP/1.1 101 ", 13) == 0);
+    /* An 8 MiB message the server echoes, lent: most of the echo waits in the server. */
+    size_t big = 8u << 20;
+    uint8_t *msg = malloc(big), *frame = malloc(big + 14);
+    for (size_t i = 0; i < big; i++)
+        msg[i] = (uint8_t)(i * 31u);
+    size_t n = client_frame(frame, 0x2, msg, big);
+    for (size_t off = 0; off < n;) {
+        ssize_t k = write(fd, frame + off, n - off);
+        assert_true(k > 0);
+        off += (size_t)k;
+    }
+    assert_true(wait_for(&s, &s.messages, 1));
+    /* One write: the 1-byte message (settle runs out of memory) and a ping right behind. */
+    uint8_t one = 7, both[32];
+    size_t m1 = client_frame(both, 0x2, &one, 1);
+    size_t m2 = client_frame(both + m1, 0x9, &one, 0);
+    assert_int_equal(write(fd, both, m1 + m2), (ssize_t)(m1 + m2));
+    /* Everything until the server closes. */
+    size_t got = 0, cap = big + 64;
+    uint8_t *in = malloc(cap);
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, 10000), 1);
+        ssize_t k = read(fd, in + got, cap - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+        assert_true(got < cap); /* never more than the echo's frame and a pong */
+    }
+    assert_int_equal(s.settle_status, PF_ERR_NOMEM);
+    assert_true(got > 10 && got < big);
+    assert_int_equal(in[0], 0x82); /* the echo's frame header... */
+    assert_int_equal(in[1], 127);
+    for (size_t i = 10; i < got - 2; i++) /* ...its first bytes as sent... */
+        if (in[i] != (uint8_t)((i - 10) * 31u))
+            fail_msg("echo byte %zu differs", i - 10);
+    assert_int_equal(in[got - 2], 0x8a); /* ...then the pong, empty */
+    assert_int_equal(in[got - 1], 0x00);
+    close(fd);
+    pf_ws_destroy(srv);
+    use_libc();
+    free(s.lent[0]);
+    ep_deinit(&s);
+    free(in);
+    free(frame);
+    free(msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handshake_rfc6455),
@@ -629,6 +775,8 @@ int main(void) {
         cmocka_unit_test(test_message_cap),
         cmocka_unit_test(test_untrusted_limits),
         cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_buffered_limit_live),
+        cmocka_unit_test(test_settle_out_of_memory),
         cmocka_unit_test(test_connect_refused),
         cmocka_unit_test(test_handshake_garbage),
     };

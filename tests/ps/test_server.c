@@ -1,6 +1,11 @@
 /* test_server.c - a real ps_server on 127.0.0.1 fed hand-made frames over a WebSocket:
  * every bad frame gets an ERROR reply (or, for a replayed push, a DUPLICATE ack) and the
- * ps's variables stay byte-identical; good pushes do change them. */
+ * ps's variables stay byte-identical; good pushes do change them. A raw client, whose
+ * socket the test reads only when it chooses, holds a reply half-sent while the values
+ * change under it. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -128,6 +136,126 @@ static uint8_t *snapshot(size_t *len) {
     }
     *len = total;
     return out;
+}
+
+/* --- a raw client: WebSocket frames written and read by hand ----------------------------- */
+
+/* Writes n bytes, blocking. */
+static void raw_write(int fd, const void *p, size_t n) {
+    for (size_t off = 0; off < n;) {
+        ssize_t k = write(fd, (const uint8_t *)p + off, n - off);
+        assert_true(k > 0);
+        off += (size_t)k;
+    }
+}
+
+/* Reads exactly n bytes (10 s at most); 0, or -1 at the end of the stream. */
+static int raw_read(int fd, void *p, size_t n) {
+    for (size_t off = 0; off < n;) {
+        struct pollfd q = {fd, POLLIN, 0};
+        assert_int_equal(poll(&q, 1, 10000), 1);
+        ssize_t k = read(fd, (uint8_t *)p + off, n - off);
+        if (k <= 0)
+            return -1;
+        off += (size_t)k;
+    }
+    return 0;
+}
+
+/* A WebSocket connection to the ps with a small receive window, so a large reply stays
+ * mostly in the ps until the test reads it. */
+static int raw_open(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int small = 16384;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char request[] = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                                  "Connection: Upgrade\r\n"
+                                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                  "Sec-WebSocket-Version: 13\r\n\r\n";
+    raw_write(fd, request, sizeof request - 1);
+    char answer[1024];
+    size_t n = 0;
+    while (n < 4 || memcmp(answer + n - 4, "\r\n\r\n", 4) != 0) { /* byte by byte: no more */
+        assert_true(n + 1 < sizeof answer);
+        assert_int_equal(raw_read(fd, answer + n, 1), 0);
+        n++;
+    }
+    assert_true(strncmp(answer, "HTTP/1.1 101 ", 13) == 0);
+    return fd;
+}
+
+/* A client frame header (masked with a zero key) for a len-byte binary message. */
+static void raw_send_header(int fd, size_t len) {
+    uint8_t h[14];
+    size_t n = 0;
+    h[n++] = 0x82;
+    if (len < 126) {
+        h[n++] = (uint8_t)(0x80 | len);
+    } else {
+        h[n++] = 0x80 | 127;
+        for (int i = 7; i >= 0; i--)
+            h[n++] = (uint8_t)((uint64_t)len >> (8 * i));
+    }
+    memset(h + n, 0, 4);
+    raw_write(fd, h, n + 4);
+}
+
+/* Sends the message encoded in out as one frame. */
+static void raw_send(int fd, const pf_wire_out *out) {
+    pf_buf whole;
+    pf_buf_init(&whole, 1u << 30);
+    assert_int_equal(pf_wire_out_gather(out, &whole), PF_OK);
+    raw_send_header(fd, whole.len);
+    raw_write(fd, whole.data, whole.len);
+    pf_buf_deinit(&whole);
+}
+
+/* Reads the next message (one unfragmented frame from the ps) into b; -1 at the end of the
+ * stream. */
+static int raw_recv(int fd, pf_buf *b) {
+    uint8_t h[10];
+    if (raw_read(fd, h, 2) != 0)
+        return -1;
+    assert_int_equal(h[0], 0x82);
+    uint64_t len = h[1] & 0x7f;
+    if (len == 126 || len == 127) {
+        size_t k = len == 126 ? 2 : 8;
+        assert_int_equal(raw_read(fd, h + 2, k), 0);
+        len = 0;
+        for (size_t i = 0; i < k; i++)
+            len = len << 8 | h[2 + i];
+    }
+    pf_buf_reset(b);
+    void *dst;
+    assert_int_equal(pf_buf_extend(b, (size_t)len, &dst), PF_OK);
+    return raw_read(fd, dst, (size_t)len);
+}
+
+/* Sends out and decodes the reply into *m (views into b). */
+static void raw_exchange(int fd, const pf_wire_out *out, pf_wire_in *in, pf_buf *b,
+                         pf_wire_msg *m) {
+    raw_send(fd, out);
+    assert_int_equal(raw_recv(fd, b), 0);
+    pf_error err;
+    assert_int_equal(pf_wire_decode(in, b->data, b->len, m, &err), PF_OK);
+}
+
+/* HELLO as role/task, answered HELLO_ACK. */
+static void raw_hello(int fd, const char *job, uint8_t role, uint32_t task, pf_wire_in *in,
+                      pf_buf *b) {
+    pf_wire_out out;
+    pf_wire_out_init(&out);
+    pf_wire_hello h = {role, task, 5, {job, (uint32_t)strlen(job)}};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_hello(&out, 1, &h, &err), PF_OK);
+    pf_wire_msg m;
+    raw_exchange(fd, &out, in, b, &m);
+    assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
+    pf_wire_out_deinit(&out);
 }
 
 static int setup(void **state) {
@@ -426,10 +554,292 @@ static void test_membership_from_agent(void **state) {
     expect_error(PF_WIRE_BAD_VALUE);
 }
 
+/* A pull of every shard of placement pl, min_version 0, into out. */
+static void encode_pull_all(pf_wire_out *out, uint32_t request_id, const pf_placement *pl) {
+    static uint32_t ids[64];
+    for (int i = 0; i < pl->n_shards; i++)
+        ids[i] = (uint32_t)i;
+    pf_wire_pull pull = {0, (uint32_t)pl->n_shards, ids};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_pull(out, request_id, &pull, &err), PF_OK);
+}
+
+/* The values of a decoded PULL_REPLY, concatenated (caller frees). */
+static float *reply_values(const pf_wire_msg *m, size_t *n) {
+    assert_int_equal(m->type, PF_WIRE_PULL_REPLY);
+    size_t total = 0;
+    for (uint32_t i = 0; i < m->u.pull_reply.n; i++)
+        total += m->u.pull_reply.tensors[i].count;
+    float *v = malloc(total * sizeof *v), *p = v;
+    for (uint32_t i = 0; i < m->u.pull_reply.n; i++) {
+        memcpy(p, m->u.pull_reply.tensors[i].data, m->u.pull_reply.tensors[i].count * sizeof *p);
+        p += m->u.pull_reply.tensors[i].count;
+    }
+    *n = total;
+    return v;
+}
+
+/* A push of gradient 1 for every shard from task (incarnation 5). */
+static void encode_push_ones(pf_wire_out *out, const pf_placement *pl, uint32_t task, uint64_t seq,
+                             uint64_t step, const float *ones) {
+    static pf_wire_tensor t[64];
+    for (int i = 0; i < pl->n_shards; i++)
+        t[i] = (pf_wire_tensor){(uint32_t)i, PF_WIRE_F32, pl->shards[i].count, ones};
+    pf_wire_push p = {task, 5, seq, step, (uint32_t)pl->n_shards, t};
+    pf_error err;
+    assert_int_equal(pf_wire_encode_push(out, 9, &p, &err), PF_OK);
+}
+
+/* Waits (10 s at most) until the ps's version is v. */
+static void wait_version(ps_server *ps, uint64_t v) {
+    double give_up = pf_clock_now() + 10;
+    uint64_t now, applied, stale;
+    ps_server_stats(ps, &now, &applied, &stale);
+    while (now != v && pf_clock_now() < give_up) {
+        pf_clock_sleep(0.01); /* polling the ps's published version, with a deadline */
+        ps_server_stats(ps, &now, &applied, &stale);
+    }
+    assert_int_equal(now, v);
+}
+
+/* Reads the pull reply waiting on fd (most of it still in the ps) and checks it holds
+ * exactly `want` (n floats). */
+static void expect_reply_values(int fd, pf_wire_in *in, pf_buf *b, const float *want, size_t n) {
+    int avail = 0;
+    assert_int_equal(ioctl(fd, FIONREAD, &avail), 0);
+    assert_true((size_t)avail < n * sizeof(float) / 2); /* the ps holds most of the reply */
+    assert_int_equal(raw_recv(fd, b), 0);
+    pf_wire_msg m;
+    pf_error err;
+    assert_int_equal(pf_wire_decode(in, b->data, b->len, &m, &err), PF_OK);
+    size_t got_n;
+    float *got = reply_values(&m, &got_n);
+    assert_int_equal(got_n, n);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof *got) != 0)
+            fail_msg("value %zu of %zu changed while its reply was being sent", i, n);
+    free(got);
+}
+
+/* A pull reply is sent from the values themselves; what the socket does not take at once
+ * is written later. A rollback (RESTORE) and a membership change that applies the waiting
+ * sync step change the values meanwhile: the reply still carries exactly the values of the
+ * version it names, never a mix. (4 MiB of values; the client reads nothing until the
+ * values have changed.) */
+static void test_reply_never_mixes_versions(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"mix\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 1023, \"outputs\": 1024},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"sync\", \"max_steps\": 1000}}";
+    pf_job_spec spec;
+    pf_placement pl;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &spec, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/psflow-mix-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 42, 0, NULL, {0}};
+    ps_server *ps;
+    assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
+    pf_wire_in in;
+    pf_wire_in_init(&in, 0, 0);
+    pf_wire_out out;
+    pf_wire_out_init(&out);
+    pf_buf b;
+    pf_buf_init(&b, 1u << 30);
+    pf_wire_msg m;
+    size_t n_max = 0;
+    for (int i = 0; i < pl.n_shards; i++)
+        n_max = pl.shards[i].count > n_max ? (size_t)pl.shards[i].count : n_max;
+    float *ones = malloc(n_max * sizeof *ones);
+    for (size_t i = 0; i < n_max; i++)
+        ones[i] = 1.0f;
+    int a = raw_open(ps_server_port(ps)), w = raw_open(ps_server_port(ps));
+    raw_hello(a, "mix", PF_WIRE_ROLE_CHIEF, 0, &in, &b);
+    raw_hello(w, "mix", PF_WIRE_ROLE_WORKER, 1, &in, &b);
+
+    /* Checkpoint step 0, then one sync step (both tasks push): version 1. */
+    pf_wire_checkpoint ck = {0, 0};
+    assert_int_equal(pf_wire_encode_checkpoint(&out, 2, &ck, &err), PF_OK);
+    raw_exchange(a, &out, &in, &b, &m);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, 0);
+    char step_dir[128];
+    snprintf(step_dir, sizeof step_dir, "%s/mix/step-0", dir);
+    assert_int_equal(pf_checkpoint_write_manifest(step_dir, "mix", 0, 1, NULL, &err), PF_OK);
+    encode_push_ones(&out, &pl, 0, 1, 0, ones);
+    raw_exchange(a, &out, &in, &b, &m);
+    assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_ACCEPTED);
+    encode_push_ones(&out, &pl, 1, 1, 0, ones);
+    raw_exchange(w, &out, &in, &b, &m);
+    assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_APPLIED);
+    encode_pull_all(&out, 3, &pl);
+    raw_exchange(a, &out, &in, &b, &m);
+    size_t n;
+    float *v1 = reply_values(&m, &n);
+
+    /* A pull left unread, then a rollback to step 0 on the same connection. */
+    encode_pull_all(&out, 4, &pl);
+    raw_send(a, &out);
+    pf_wire_restore rs = {0, 1.0f};
+    assert_int_equal(pf_wire_encode_restore(&out, 5, &rs, &err), PF_OK);
+    raw_send(a, &out);
+    wait_version(ps, 0);
+    expect_reply_values(a, &in, &b, v1, n);
+    assert_int_equal(raw_recv(a, &b), 0);
+    assert_int_equal(pf_wire_decode(&in, b.data, b.len, &m, &err), PF_OK);
+    assert_int_equal(m.type, PF_WIRE_CHECKPOINT_ACK);
+    assert_int_equal(m.u.checkpoint_ack.status, 0);
+
+    /* The chief's gradient waits for worker 1's; a pull is left unread; the agent removes
+     * worker 1, which applies the step. */
+    encode_pull_all(&out, 6, &pl);
+    raw_exchange(a, &out, &in, &b, &m);
+    float *v0 = reply_values(&m, &n);
+    assert_true(memcmp(v0, v1, n * sizeof *v0) != 0);
+    encode_push_ones(&out, &pl, 0, 2, 0, ones);
+    raw_exchange(a, &out, &in, &b, &m);
+    assert_int_equal(m.u.push_ack.result, PF_WIRE_PUSH_ACCEPTED);
+    encode_pull_all(&out, 7, &pl);
+    raw_send(a, &out);
+    struct pollfd q = {a, POLLIN, 0}; /* the reply has begun: the pull was handled */
+    assert_int_equal(poll(&q, 1, 10000), 1);
+    ps_server_set_workers(ps, 1, 1);
+    wait_version(ps, 1);
+    expect_reply_values(a, &in, &b, v0, n);
+
+    close(a);
+    close(w);
+    ps_server_destroy(ps);
+    free(v0);
+    free(v1);
+    free(ones);
+    pf_buf_deinit(&b);
+    pf_wire_out_deinit(&out);
+    pf_wire_in_deinit(&in);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Opens k tool connections to the ps (HELLO accepted: trusted) and starts on each a frame
+ * of len bytes: header only, nothing of the message yet. With round_trips, it then opens
+ * another connection and says HELLO on it (a small frame: it needs room under the cap
+ * too), by which time the ps's loop has read the headers sent before. */
+static void start_frames(int port, int *fds, int k, size_t len, int round_trips, pf_wire_in *in,
+                         pf_buf *b) {
+    for (int i = 0; i < k; i++) {
+        fds[i] = raw_open(port);
+        raw_hello(fds[i], "grow", PF_WIRE_ROLE_TOOL, 0, in, b);
+    }
+    for (int i = 0; i < k; i++)
+        raw_send_header(fds[i], len);
+    if (round_trips) {
+        int other = raw_open(port);
+        raw_hello(other, "grow", PF_WIRE_ROLE_TOOL, 0, in, b);
+        close(other);
+    }
+}
+
+/* Finishes the frame started on fd with len bytes: a STATS header and zeros, which the ps
+ * receives whole and refuses (its length disagrees): an ERROR. Returns 0, or -1 when the ps
+ * had closed the connection instead. */
+static int finish_frame(int fd, size_t len, pf_wire_in *in, pf_buf *b) {
+    pf_wire_out out;
+    pf_wire_out_init(&out);
+    pf_error err;
+    assert_int_equal(pf_wire_encode_stats(&out, 3, &err), PF_OK);
+    pf_buf whole;
+    pf_buf_init(&whole, len);
+    assert_int_equal(pf_wire_out_gather(&out, &whole), PF_OK);
+    uint8_t *msg = calloc(1, len);
+    memcpy(msg, whole.data, whole.len);
+    if (send(fd, msg, len, MSG_NOSIGNAL) != (ssize_t)len) /* refused: closed at the header */
+        len = 0;
+    free(msg);
+    pf_buf_deinit(&whole);
+    pf_wire_out_deinit(&out);
+    if (len == 0 || raw_recv(fd, b) != 0)
+        return -1;
+    pf_wire_msg m;
+    assert_int_equal(pf_wire_decode(in, b->data, b->len, &m, &err), PF_OK);
+    assert_int_equal(m.type, PF_WIRE_ERROR);
+    return 0;
+}
+
+/* The data plane's default limits follow the membership: a ps started for 1 worker holds
+ * (1 + 4) largest messages of incomplete frames, so the 6th concurrent one closes its
+ * connection; once its agent says the job has 8 workers, (8 + 4) fit and 6 are served. */
+static void test_limits_follow_membership(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"grow\", \"replicas\": {\"ps\": 1, \"worker\": 1},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"sync\", \"max_steps\": 1000}}";
+    pf_job_spec spec;
+    pf_placement pl;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &spec, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, "/dev/null/none", 42, 0, NULL, {0}};
+    ps_server *ps;
+    assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
+    int port = ps_server_port(ps);
+    /* The largest message the ps accepts (ps/server.c): its share, 64 KiB, 16 bytes a shard. */
+    size_t max = (size_t)pl.bytes_per_ps[0] + 65536 + (size_t)pl.n_shards * 16;
+    pf_wire_in in;
+    pf_wire_in_init(&in, 0, 0);
+    pf_buf b;
+    pf_buf_init(&b, 1u << 20);
+    int fds[6];
+
+    start_frames(port, fds, 6, max, 0, &in, &b);
+    int refused = -1;
+    while (refused < 0) { /* one of them is closed at its frame header */
+        struct pollfd q[6];
+        for (int i = 0; i < 6; i++)
+            q[i] = (struct pollfd){fds[i], POLLIN, 0};
+        assert_true(poll(q, 6, 10000) > 0);
+        for (int i = 0; i < 6; i++)
+            if (q[i].revents)
+                refused = i;
+    }
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(finish_frame(fds[i], max, &in, &b), i == refused ? -1 : 0);
+    for (int i = 0; i < 6; i++)
+        close(fds[i]);
+
+    ps_server_set_workers(ps, 8, 8);
+    double give_up = pf_clock_now() + 10;
+    while (ps_server_workers(ps) != 8 && pf_clock_now() < give_up)
+        pf_clock_sleep(0.01); /* polling the ps's membership, with a deadline */
+    assert_int_equal(ps_server_workers(ps), 8);
+    start_frames(port, fds, 6, max, 1, &in, &b);
+    for (int i = 0; i < 6; i++)
+        if (finish_frame(fds[i], max, &in, &b) != 0)
+            fail_msg("frame %d of 6 refused after the job grew to 8 workers", i);
+    for (int i = 0; i < 6; i++)
+        close(fds[i]);
+
+    ps_server_destroy(ps);
+    pf_buf_deinit(&b);
+    pf_wire_in_deinit(&in);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_frames_change_nothing),
         cmocka_unit_test(test_membership_from_agent),
+        cmocka_unit_test(test_reply_never_mixes_versions),
+        cmocka_unit_test(test_limits_follow_membership),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -36,7 +36,8 @@ const char *pf_strerror(pf_status status);
 /* Where and what went wrong, filled by parsers and loaders. All fields are
  * NUL-terminated; pointer is "" and offset is -1 when they do not apply. */
 typedef struct pf_error {
-    char message[256]; /* one line, no trailing newline, names the problem */
+    char message[256]; /* one line, no trailing newline, names the problem; a longer one is
+                          cut at a UTF-8 character boundary */
     char pointer[128]; /* JSON pointer into the input document, e.g. "/model/hidden/1" */
     long long offset;  /* byte offset into a file, or -1 */
 } pf_error;

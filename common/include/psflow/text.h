@@ -1,5 +1,5 @@
-/* text.h - small text formats every layer shows or reads: RFC 3339 times and RFC 6901 JSON
- * pointers.
+/* text.h - small text formats every layer shows or reads: RFC 3339 times, RFC 6901 JSON
+ * pointers, and UTF-8 text cut to fit a buffer.
  *
  * No psflow concepts. Reentrant; any thread.
  */
@@ -33,5 +33,13 @@ void pf_text_pointer_add(char *ptr, size_t cap, const char *token);
 
 /* pf_text_pointer_add with an array index as the token. */
 void pf_text_pointer_add_index(char *ptr, size_t cap, size_t index);
+
+/* --- UTF-8 ---------------------------------------------------------------------------- */
+
+/* Drops a character left incomplete at the end of s (NUL-terminated), as snprintf leaves
+ * one when it cuts UTF-8 text to fit a buffer: the text stays UTF-8 if it was (a decoder
+ * refuses a string with half a character). A complete last character, and bytes that are
+ * not UTF-8 at all, are left as they are. Returns s. */
+char *pf_text_cut_utf8(char *s);
 
 #endif

@@ -172,6 +172,12 @@ const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n);
  * bytes and the idle timeout no longer applies. Unknown ids are ignored. Any thread. */
 void pf_ws_trust(pf_ws *ws, uint64_t conn);
 
+/* Server: new limits for connections open at once and bytes of incomplete messages
+ * (pf_ws_options; 0 keeps a value). Connections and messages already past a lowered limit
+ * are kept; only new ones are refused. The owner's limits may follow what it serves (a ps:
+ * its job's membership). Any thread. */
+void pf_ws_set_limits(pf_ws *ws, int max_connections, size_t max_buffered);
+
 /* Sets the conn_user passed to handlers for a server connection (service thread only, e.g.
  * from on_open). */
 void pf_ws_set_conn_user(pf_ws *ws, uint64_t conn, void *conn_user);

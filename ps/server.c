@@ -478,11 +478,13 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     if (check_current_chief(s, p, request_id, "checkpoint") != 0)
         return;
     uint64_t v = version(s);
-    if (c->step > (uint64_t)s->spec.training.max_steps) {
+    /* Past max_steps nothing more is applied, so a later version is never reached (a ps
+     * that restored a checkpoint of a longer run holds one: that one it can write). */
+    if (c->step > (uint64_t)s->spec.training.max_steps && c->step > v) {
         send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
                    "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
-                   ": no ps ever holds that version",
-                   c->step, (int64_t)s->spec.training.max_steps);
+                   " and this ps's version %" PRIu64 ": no ps ever holds that version",
+                   c->step, (int64_t)s->spec.training.max_steps, v);
         return;
     }
     if (s->spec.training.mode != PF_MODE_SYNC || v == c->step) {

@@ -81,8 +81,7 @@ int64_t worker_plan_step_start(const worker_plan *p, uint64_t d) {
 }
 
 int64_t worker_plan_position(const worker_plan *p, uint64_t global, int task) {
-    return worker_plan_step_start(p, worker_plan_data_step(p, global)) +
-           (int64_t)task * p->batch;
+    return worker_plan_step_start(p, worker_plan_data_step(p, global)) + (int64_t)task * p->batch;
 }
 
 int worker_plan_tasks(const worker_plan *p) {

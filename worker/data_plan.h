@@ -28,7 +28,7 @@ typedef struct worker_plan_segment {
 typedef struct worker_plan {
     int batch; /* examples per task per step */
     worker_plan_segment segs[WORKER_PLAN_MAX_SEGMENTS];
-    int n_segs; /* >= 1; the last is the current one */
+    int n_segs;        /* >= 1; the last is the current one */
     uint64_t *skipped; /* ascending data steps never fed again; the caller's storage */
     int n_skipped, max_skipped;
 } worker_plan;

@@ -22,7 +22,8 @@ static void test_plain_partition(void **state) {
     for (uint64_t g = 0; g < 50; g++) {
         assert_int_equal(worker_plan_update(&p, g, 3), 0);
         for (int i = 0; i < 3; i++)
-            assert_int_equal(worker_plan_position(&p, g, i), pf_shard_position((int64_t)g, 3, i, B));
+            assert_int_equal(worker_plan_position(&p, g, i),
+                             pf_shard_position((int64_t)g, 3, i, B));
     }
 }
 
@@ -105,10 +106,8 @@ static void test_segments_bounded(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain_partition),
-        cmocka_unit_test(test_skips),
-        cmocka_unit_test(test_membership_change),
-        cmocka_unit_test(test_rollback_past_change),
+        cmocka_unit_test(test_plain_partition),   cmocka_unit_test(test_skips),
+        cmocka_unit_test(test_membership_change), cmocka_unit_test(test_rollback_past_change),
         cmocka_unit_test(test_segments_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

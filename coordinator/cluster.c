@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/cluster_events.h"
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
 
@@ -23,91 +24,6 @@ const char *coord_task_state_name(coord_task_state s) {
 
 bool coord_job_finished(const coord_job *j) {
     return j->phase == COORD_SUCCEEDED || j->phase == COORD_FAILED;
-}
-
-/* --- events --- */
-
-/* A zeroed event at the end of the queue, or NULL when out of memory: the change itself is
- * kept, only its notification is lost. */
-static coord_event *queue_event(coord_cluster *c, coord_event_type type, const char *kind,
-                                const char *job, double now) {
-    if (c->n_pending == c->cap_pending) {
-        int cap = c->cap_pending ? c->cap_pending * 2 : 64;
-        coord_event *grown = pf_realloc(c->pending, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return NULL;
-        c->pending = grown;
-        c->cap_pending = cap;
-    }
-    coord_event *e = &c->pending[c->n_pending++];
-    memset(e, 0, sizeof *e);
-    e->type = type;
-    snprintf(e->kind, sizeof e->kind, "%s", kind);
-    snprintf(e->job, sizeof e->job, "%s", job ? job : "");
-    e->time = now;
-    return e;
-}
-
-void coord_event_deinit(coord_event *e) {
-    if (e->type == COORD_EVENT_POINT || e->type == COORD_EVENT_EVAL)
-        pf_free(e->u.metric.task);
-    else if (e->type == COORD_EVENT_CHECKPOINT)
-        pf_free(e->u.checkpoint.files), pf_free(e->u.checkpoint.kept);
-    memset(e, 0, sizeof *e);
-}
-
-coord_event *coord_cluster_take_events(coord_cluster *c, int *n) {
-    coord_event *e = c->pending;
-    *n = c->n_pending;
-    c->pending = NULL;
-    c->n_pending = c->cap_pending = 0;
-    return e;
-}
-
-static void log_event(coord_cluster *c, const char *job, const char *type, const char *reason,
-                      const char *message, double now) {
-    coord_event *e = queue_event(c, COORD_EVENT_LOG, "log", job, now);
-    if (!e)
-        return;
-    snprintf(e->u.log.type, sizeof e->u.log.type, "%s", type);
-    snprintf(e->u.log.reason, sizeof e->u.log.reason, "%s", reason);
-    snprintf(e->u.log.message, sizeof e->u.log.message, "%s", message);
-}
-
-static void job_event(coord_cluster *c, coord_job *j, double now) {
-    j->last_summary_event = now;
-    coord_event *e = queue_event(c, COORD_EVENT_JOB, "job", j->name, now);
-    if (e)
-        coord_job_summarize(j, &e->u.job);
-}
-
-static void task_event(coord_cluster *c, coord_job *j, coord_task *t, double now) {
-    coord_event *e = queue_event(c, COORD_EVENT_TASK, "task", j->name, now);
-    if (e) {
-        e->u.task.task = *t;
-        e->u.task.lease_seconds = c->lease_seconds;
-    }
-}
-
-static void node_event(coord_cluster *c, coord_node *n, double now) {
-    coord_event *e = queue_event(c, COORD_EVENT_NODE, "node", n->job, now);
-    if (e)
-        e->u.node = *n;
-}
-
-/* A metric event for task's report; NULL when out of memory. */
-static coord_event *metric_event(coord_cluster *c, coord_event_type type, const coord_job *j,
-                                 const char *task, int64_t step, double time, double now) {
-    char *name = pf_strdup(task);
-    coord_event *e = name ? queue_event(c, type, "metric", j->name, now) : NULL;
-    if (!e) {
-        pf_free(name);
-        return NULL;
-    }
-    e->u.metric.task = name;
-    e->u.metric.step = step;
-    e->u.metric.time = time;
-    return e;
 }
 
 /* --- conditions and phases --- */
@@ -174,8 +90,8 @@ static void set_phase(coord_cluster *c, coord_job *j, coord_phase phase, const c
         j->completion_time = now;
     j->dirty = true;
     if (changed || !same_reason) {
-        log_event(c, j->name, name, reason, message, now);
-        job_event(c, j, now);
+        coord_log_event(c, j->name, name, reason, message, now);
+        coord_job_event(c, j, now);
     }
 }
 
@@ -243,7 +159,7 @@ static void release(coord_cluster *c, coord_job *j, double now) {
             n->job[0] = '\0';
             n->type[0] = '\0';
             n->dirty = true;
-            node_event(c, n, now);
+            coord_node_event(c, n, now);
         }
     }
 }
@@ -327,7 +243,7 @@ static bool ps_know_workers(const coord_job *j, int workers) {
 static void rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,
                             int64_t to, int64_t reached, double now) {
     set_condition(j, "RolledBack", "True", reason, msg, now);
-    log_event(c, j->name, "RolledBack", reason, msg, now);
+    coord_log_event(c, j->name, "RolledBack", reason, msg, now);
     j->global_step = reached > to ? reached : to;
     j->rate_step = j->global_step;
     j->rate_time = now;
@@ -381,8 +297,8 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
                  * waits for. */
                 snprintf(j->message, sizeof j->message, "%s", msg);
                 j->dirty = true;
-                log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
-                job_event(c, j, now);
+                coord_log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
+                coord_job_event(c, j, now);
             }
         }
         return;
@@ -397,7 +313,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
             t->restarts++;
         t->step = 0;
         t->examples_per_sec = 0;
-        node_event(c, n, now);
+        coord_node_event(c, n, now);
     }
     if (!j->start_time)
         j->start_time = now;
@@ -418,7 +334,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
         set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
     }
     for (int k = 0; k < j->n_tasks; k++)
-        task_event(c, j, &j->tasks[k], now);
+        coord_task_event(c, j, &j->tasks[k], now);
 }
 
 /* Gives each task of a running job that lost its agent (task_failed: pending, no agent) the
@@ -438,7 +354,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
             if (strcmp(j->message, msg) != 0) {
                 snprintf(j->message, sizeof j->message, "%s", msg);
                 j->dirty = true;
-                job_event(c, j, now);
+                coord_job_event(c, j, now);
             }
             continue;
         }
@@ -455,12 +371,12 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
                      "%s %d replaced on agent %s (generation %d unchanged: no other task "
                      "restarted)",
                      t->type, t->index, n->id, j->generation);
-        log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
+        coord_log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
         snprintf(j->message, sizeof j->message, "%s", msg);
         j->dirty = true;
-        node_event(c, n, now);
-        task_event(c, j, t, now);
-        job_event(c, j, now);
+        coord_node_event(c, n, now);
+        coord_task_event(c, j, t, now);
+        coord_job_event(c, j, now);
     }
 }
 
@@ -488,7 +404,7 @@ static void free_task_agent(coord_cluster *c, coord_job *j, coord_task *t, doubl
         if (!strcmp(n->job, j->name) && !strcmp(n->type, t->type) && n->index == t->index) {
             n->job[0] = n->type[0] = '\0';
             n->dirty = true;
-            node_event(c, n, now);
+            coord_node_event(c, n, now);
         }
     }
 }
@@ -512,12 +428,12 @@ static bool evaluator_busy(const coord_job *j, const coord_task *t) {
 
 static void await_evaluator(coord_cluster *c, coord_job *j, const char *done, double now) {
     set_condition(j, "TrainingComplete", "True", "ChiefSucceeded", done, now);
-    log_event(c, j->name, "TrainingComplete", "ChiefSucceeded", done, now);
+    coord_log_event(c, j->name, "TrainingComplete", "ChiefSucceeded", done, now);
     snprintf(j->message, sizeof j->message,
              "training done; waiting up to %d s for the evaluator's final evaluation",
              COORD_EVALUATOR_GRACE_SECONDS);
     j->dirty = true;
-    job_event(c, j, now);
+    coord_job_event(c, j, now);
 }
 
 /* The evaluator ended (or gave up): a job whose training is complete succeeds now. */
@@ -549,8 +465,9 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
                  t->index, why);
         t->state = lost ? TASK_LOST : TASK_FAILED;
         free_task_agent(c, j, t, now); /* free for other work */
-        log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg, now);
-        task_event(c, j, t, now);
+        coord_log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg,
+                        now);
+        coord_task_event(c, j, t, now);
         evaluator_done(c, j, now);
         return;
     }
@@ -580,11 +497,11 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
                  "%s %d %s; replacing it alone (replacement %d of at most %d), the other tasks "
                  "carry on",
                  t->type, t->index, why, t->restarts + 1, rp->backoff_limit);
-        log_event(c, j->name, "Warning", reason, msg, now);
+        coord_log_event(c, j->name, "Warning", reason, msg, now);
         snprintf(j->message, sizeof j->message, "%s", msg);
         j->dirty = true;
-        task_event(c, j, t, now);
-        job_event(c, j, now);
+        coord_task_event(c, j, t, now);
+        coord_job_event(c, j, now);
         return;
     }
     if (retryable && j->restarts < rp->backoff_limit) {
@@ -648,8 +565,8 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     snprintf(msg, sizeof msg, "job %s created", j->name);
     set_condition(j, "Created", "True", "JobCreated", msg, now);
     snprintf(j->message, sizeof j->message, "%s", msg);
-    log_event(c, j->name, "Created", "JobCreated", msg, now);
-    job_event(c, j, now);
+    coord_log_event(c, j->name, "Created", "JobCreated", msg, now);
+    coord_job_event(c, j, now);
     admit(c, j, now);
     *out = j;
     *created = 1;
@@ -666,7 +583,7 @@ void coord_job_delete(coord_cluster *c, coord_job *j, double now) {
     coord_job_cancel(c, j, now);
     j->deleted = true;
     j->dirty = true;
-    log_event(c, j->name, "Deleted", "JobDeleted", "job record deleted", now);
+    coord_log_event(c, j->name, "Deleted", "JobDeleted", "job record deleted", now);
 }
 
 /* Resizes a running job's worker tasks to `workers` in place: the other tasks keep their
@@ -703,7 +620,7 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
     j->n_tasks = n;
     for (int i = 0; i < n; i++)
         if (!strcmp(t[i].type, "worker") && t[i].index >= old)
-            task_event(c, j, &t[i], now);
+            coord_task_event(c, j, &t[i], now);
     return PF_OK;
 }
 
@@ -755,16 +672,16 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
                      new_workers > old ? "the new workers join at the current step"
                                        : "the highest-numbered workers stop",
                      j->spec.training.replicas_to_aggregate);
-            log_event(c, j->name, "Scaled", new_workers > old ? "WorkersAdded" : "WorkersRemoved",
-                      msg, now);
+            coord_log_event(c, j->name, "Scaled",
+                            new_workers > old ? "WorkersAdded" : "WorkersRemoved", msg, now);
             snprintf(j->message, sizeof j->message, "%s", msg);
             j->dirty = true;
-            job_event(c, j, now);
+            coord_job_event(c, j, now);
         } else {
             snprintf(msg, sizeof msg, "workers %d -> %d; the job starts with them", old,
                      new_workers);
             release(c, j, now);
-            log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
+            coord_log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
             if (j->phase == COORD_RESTARTING)
                 set_phase(c, j, COORD_RESTARTING, "WorkersChanged", msg, now);
             j->dirty = true;
@@ -800,7 +717,7 @@ void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int
                  " to checkpoint step %" PRId64,
                  from, to);
     if (finished) /* the chief's report came after the job ended (it failed on the next one) */
-        log_event(c, j->name, "RolledBack", reason, msg, now);
+        coord_log_event(c, j->name, "RolledBack", reason, msg, now);
     else
         rolled_back_msg(c, j, reason, msg, to, reached, now);
 }
@@ -815,7 +732,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
         const coord_point *p = &points[i];
         int64_t step = (int64_t)p->step;
         double loss = p->loss, eps = p->examples_per_sec;
-        coord_event *e = metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
+        coord_event *e = coord_metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
         if (e) {
             e->u.metric.loss = loss;
             e->u.metric.examples_per_sec = eps;
@@ -841,7 +758,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
         const coord_eval *p = &evals[i];
         double acc = p->accuracy, tl = p->test_loss;
         int64_t step = (int64_t)p->step;
-        coord_event *e = metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
+        coord_event *e = coord_metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
         if (e) {
             e->u.metric.accuracy = acc;
             e->u.metric.test_loss = tl;
@@ -863,7 +780,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     j->dirty = true;
     if (finished) {
         if (n_evals > 0)
-            job_event(c, j, now);
+            coord_job_event(c, j, now);
         return;
     }
     double eps = 0;
@@ -881,14 +798,14 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     }
     j->dirty = true;
     if (now - j->last_summary_event >= 0.25 || n_evals > 0)
-        job_event(c, j, now);
+        coord_job_event(c, j, now);
 }
 
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
                                  const char *files, const char *kept, double now) {
     char *copy = files ? pf_strdup(files) : NULL, *kept_copy = kept ? pf_strdup(kept) : NULL;
     coord_event *e = (!files || copy) && (!kept || kept_copy)
-                         ? queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
+                         ? coord_queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
                          : NULL;
     if (e) {
         e->u.checkpoint.step = step;
@@ -906,7 +823,7 @@ void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, i
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,
              bytes);
-    log_event(c, j->name, "Checkpoint", "CheckpointWritten", msg, now);
+    coord_log_event(c, j->name, "Checkpoint", "CheckpointWritten", msg, now);
 }
 
 char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why) {
@@ -974,8 +891,8 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     char msg[COORD_TEXT_MAX];
     if (*created || was_lost || moved) {
         snprintf(msg, sizeof msg, "%s agent %s registered at %s", role, id, address);
-        log_event(c, NULL, "Registered", *created ? "NodeRegistered" : "NodeReregistered", msg,
-                  now);
+        coord_log_event(c, NULL, "Registered", *created ? "NodeRegistered" : "NodeReregistered",
+                        msg, now);
     }
     /* A re-registering agent has restarted: whatever it was assigned is gone with it. */
     if (!*created && n->job[0]) {
@@ -988,7 +905,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
             task_failed(c, j, t, 137, true, msg, now);
         }
     }
-    node_event(c, n, now);
+    coord_node_event(c, n, now);
     admit_all(c, now);
     *out = n;
     return PF_OK;
@@ -1001,8 +918,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         n->dirty = true;
         char msg[COORD_TEXT_MAX];
         snprintf(msg, sizeof msg, "agent %s is back", n->id);
-        log_event(c, NULL, "Registered", "NodeBack", msg, now);
-        node_event(c, n, now);
+        coord_log_event(c, NULL, "Registered", "NodeBack", msg, now);
+        coord_node_event(c, n, now);
     }
     const char *state = r->state;
     bool busy = state && !strcmp(state, "running");
@@ -1011,7 +928,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
     if (busy != n->busy) {
         n->busy = busy;
         n->dirty = true;
-        node_event(c, n, now);
+        coord_node_event(c, n, now);
     }
     if (n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
@@ -1031,7 +948,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 bool all = true;
                 for (int i = 0; i < j->n_tasks; i++)
                     all = all && j->tasks[i].state == TASK_RUNNING;
@@ -1043,7 +960,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             } else if (!strcmp(state, "succeeded") && t->state != TASK_SUCCEEDED) {
                 t->state = TASK_SUCCEEDED;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 if (is_chief(j, t)) {
                     double acc = r->accuracy, tl = r->test_loss, steps = r->steps;
                     if (!isnan(acc))
@@ -1061,7 +978,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                         }
                         if (o->state == TASK_RUNNING || o->state == TASK_PENDING) {
                             o->state = TASK_SUCCEEDED;
-                            task_event(c, j, o, now);
+                            coord_task_event(c, j, o, now);
                         }
                         free_task_agent(c, j, o, now);
                     }
@@ -1083,7 +1000,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             } else if (!strcmp(state, "failed") && t->state != TASK_FAILED) {
                 t->state = TASK_FAILED;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 const char *m = r->message;
                 char why[COORD_TEXT_MAX];
                 if (r->reason && !strcmp(r->reason, "NonFiniteLoss")) {
@@ -1129,12 +1046,12 @@ void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
             snprintf(msg, sizeof msg, "lost: agent %s deregistered", n->id);
             t->state = TASK_LOST;
             j->dirty = true;
-            task_event(c, j, t, now);
+            coord_task_event(c, j, t, now);
             task_failed(c, j, t, 143, true, msg, now);
         }
     }
     snprintf(msg, sizeof msg, "%s agent %s deregistered", n->role, n->id);
-    log_event(c, NULL, "Deregistered", "NodeDeregistered", msg, now);
+    coord_log_event(c, NULL, "Deregistered", "NodeDeregistered", msg, now);
     n->deleted = true;
     n->dirty = true;
     admit_all(c, now);
@@ -1153,7 +1070,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         n->dirty = true;
         snprintf(msg, sizeof msg, "%s agent %s lost: no heartbeat for %.0f s", n->role, n->id,
                  now - n->last_heartbeat);
-        log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);
+        coord_log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);
         if (n->job[0]) {
             coord_job *j = coord_job_find(c, n->job);
             coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
@@ -1161,13 +1078,13 @@ void coord_cluster_tick(coord_cluster *c, double now) {
             if (j && t && !coord_job_finished(j)) {
                 t->state = TASK_LOST;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 snprintf(msg, sizeof msg, "lost: agent %s sent no heartbeat for %.0f s", n->id,
                          now - n->last_heartbeat);
                 task_failed(c, j, t, 137, true, msg, now);
             }
         }
-        node_event(c, n, now);
+        coord_node_event(c, n, now);
     }
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
@@ -1180,7 +1097,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
                  "the evaluator did not finish within %d s of the end of training; the job "
                  "succeeds without its final evaluation",
                  COORD_EVALUATOR_GRACE_SECONDS);
-        log_event(c, j->name, "Warning", "EvaluatorTimeout", msg, now);
+        coord_log_event(c, j->name, "Warning", "EvaluatorTimeout", msg, now);
         evaluator_done(c, j, now);
     }
     for (int i = 0; i < c->n_jobs; i++) {

@@ -937,7 +937,10 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         if (t) {
             t->last_heartbeat = now;
         }
-        if (t && rjob && rtype && !strcmp(rjob, j->name) && !strcmp(rtype, t->type) &&
+        /* A report of an earlier incarnation (the task before its replacement on this same
+         * agent, which the agent has not yet stopped) says nothing about the current one. */
+        bool current = t && (!r->incarnation || r->incarnation == t->incarnation);
+        if (current && rjob && rtype && !strcmp(rjob, j->name) && !strcmp(rtype, t->type) &&
             r->generation == n->generation && r->index == t->index) {
             if (r->has_updates)
                 t->updates = r->updates;

@@ -192,6 +192,9 @@ typedef struct coord_report {
     const char *job, *type, *message;
     const char *reason; /* a failed task's reason, e.g. "NonFiniteLoss"; NULL when absent */
     long long generation, index, exit_code;
+    /* the incarnation of the task it reports (from its assignment); 0 when absent (an older
+     * agent): a report of another incarnation than the task's current one is stale */
+    uint64_t incarnation;
     bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
     bool has_workers;            /* workers (the membership it runs with) given */
     long long workers;

@@ -310,6 +310,9 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     out->generation = json_integer_value(json_object_get(r, "generation"));
     out->index = json_integer_value(json_object_get(r, "index"));
     out->exit_code = json_integer_value(json_object_get(r, "exit_code"));
+    json_t *incarnation = json_object_get(r, "incarnation");
+    if (json_is_integer(incarnation) && json_integer_value(incarnation) > 0)
+        out->incarnation = (uint64_t)json_integer_value(incarnation);
     json_t *workers = json_object_get(r, "workers");
     out->has_workers = json_is_integer(workers) && json_integer_value(workers) >= 1 &&
                        json_integer_value(workers) <= PF_MAX_REPLICAS;

@@ -79,9 +79,9 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"state",  "job",       "generation", "type",
-                                       "index",  "exit_code", "message",    "reason",
-                                       "result", "stats",     "workers",    NULL};
+    static const char *const keys[] = {"state",     "job",         "generation", "type",   "index",
+                                       "exit_code", "message",     "reason",     "result", "stats",
+                                       "workers",   "incarnation", NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
     static const char *const states[] = {"idle", "running", "succeeded", "failed"};
     int ok = 0;
@@ -97,6 +97,11 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
                 json_integer_value(json_object_get(body, "workers")) > PF_MAX_REPLICAS)) {
         problem_field(rp, 422, "/workers",
                       "must be an integer between 1 and 1024 (replicas.worker)");
+    } else if (json_object_get(body, "incarnation") &&
+               (!json_is_integer(json_object_get(body, "incarnation")) ||
+                json_integer_value(json_object_get(body, "incarnation")) < 0)) {
+        problem_field(rp, 422, "/incarnation",
+                      "must be an integer >= 0: the incarnation of the task's assignment");
     } else {
         pthread_mutex_lock(&s->lock);
         double now = coord_now();

@@ -289,13 +289,33 @@ static void test_worker_replaced_alone(void **state) {
     assert_string_equal(j->message, "all 3 tasks running");
 
     /* It fails (a signal): replaced again, on the agent that just gave it up if that is the
-     * idle one. Past backoff_limit replacements, the job restarts as a gang (as it does for
-     * the chief or a ps: test_lease_expiry_and_backoff). */
+     * idle one, as a new incarnation its agent starts afresh. */
+    uint64_t failed = t->incarnation;
     report(&c, spare, "failed", 137, T0 + 15);
     assert_int_equal(j->phase, COORD_RUNNING);
+    assert_assigned(j, spare, "worker", 1, 1);
+    assert_true(t->incarnation > failed);
+    assert_int_equal(t->state, TASK_PENDING);
     assert_int_equal(t->restarts, 2);
     assert_int_equal(j->generation, 1);
-    report(&c, spare, "failed", 137, T0 + 16);
+    json_t *a = coord_node_assignment(&c, spare);
+    assert_int_equal(json_integer_value(json_object_get(a, "incarnation")), t->incarnation);
+    json_decref(a);
+    take_events(&c, NULL, NULL);
+    /* The agent's next heartbeat may still be about the failed incarnation (sent before it
+     * saw the new one): it is stale and counts as no second failure. */
+    report_incarnation(&c, spare, "failed", 137, failed, T0 + 15.5);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(t->state, TASK_PENDING);
+    assert_int_equal(t->restarts, 2);
+    assert_assigned(j, spare, "worker", 1, 1);
+    assert_int_equal(take_events(&c, "log", "TaskFailed"), 0);
+    report(&c, spare, "running", 0, T0 + 16);
+    assert_int_equal(t->state, TASK_RUNNING);
+    assert_string_equal(j->message, "all 3 tasks running");
+    /* The new incarnation fails: past backoff_limit replacements, the job restarts as a gang
+     * (as it does for the chief or a ps: test_lease_expiry_and_backoff). */
+    report(&c, spare, "failed", 137, T0 + 17);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_int_equal(j->restarts, 1);
     coord_cluster_deinit(&c);

@@ -337,46 +337,94 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
         coord_task_event(c, j, &j->tasks[k], now);
 }
 
+/* Sets the job's message (and tells the clients) when it changed. */
+static void set_message(coord_cluster *c, coord_job *j, const char *msg, double now) {
+    if (strcmp(j->message, msg) != 0) {
+        snprintf(j->message, sizeof j->message, "%s", msg);
+        j->dirty = true;
+        coord_job_event(c, j, now);
+    }
+}
+
+/* Gives task k of running job j agent n: a replacement (a new incarnation of a task that
+ * lost its agent) or a worker added live, in the same generation. */
+static void give_running_task(coord_cluster *c, coord_job *j, int k, coord_node *n, double now) {
+    coord_task *t = &j->tasks[k];
+    bool added = t->incarnation == 0; /* added by a live scale-up: never started */
+    give_task(j, k, n, now);
+    t->restarts += !added;
+    t->examples_per_sec = 0;
+    char msg[COORD_TEXT_MAX];
+    if (added)
+        snprintf(msg, sizeof msg,
+                 "%s %d added on agent %s (generation %d unchanged: it pulls the current "
+                 "variables and joins at the current step)",
+                 t->type, t->index, n->id, j->generation);
+    else
+        snprintf(msg, sizeof msg,
+                 "%s %d replaced on agent %s (generation %d unchanged: no other task "
+                 "restarted)",
+                 t->type, t->index, n->id, j->generation);
+    coord_log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
+    snprintf(j->message, sizeof j->message, "%s", msg);
+    j->dirty = true;
+    coord_node_event(c, n, now);
+    coord_task_event(c, j, t, now);
+    coord_job_event(c, j, now);
+}
+
 /* Gives each task of a running job that lost its agent (task_failed: pending, no agent) the
- * next idle agent of its role, as a new incarnation of the same task in the same generation. */
+ * next idle agent of its role, as a new incarnation of the same task in the same generation.
+ * Then the workers a live scale-up added: once every ps runs with them, all at once or none,
+ * as a job's admission does, so that no added worker runs while another has no agent (the
+ * TF_CONFIG of a task lists the workers started so far, coord_job_tf_config). */
 static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
+    char msg[COORD_TEXT_MAX];
+    int added = 0, top = 0;
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
         if (t->state != TASK_PENDING || t->node_id[0])
             continue;
-        bool added = t->incarnation == 0; /* added by a live scale-up: never started */
-        if (added && !ps_know_workers(j, t->index + 1))
-            continue; /* the ps tasks learn the new membership first */
-        coord_node *n = first_idle(c, task_role(t));
-        char msg[COORD_TEXT_MAX];
-        if (!n) {
-            snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
-            if (strcmp(j->message, msg) != 0) {
-                snprintf(j->message, sizeof j->message, "%s", msg);
-                j->dirty = true;
-                coord_job_event(c, j, now);
-            }
+        if (t->incarnation == 0) {
+            added++;
+            top = t->index + 1 > top ? t->index + 1 : top;
             continue;
         }
-        give_task(j, k, n, now);
-        t->restarts += !added;
-        t->examples_per_sec = 0;
-        if (added)
-            snprintf(msg, sizeof msg,
-                     "%s %d added on agent %s (generation %d unchanged: it pulls the current "
-                     "variables and joins at the current step)",
-                     t->type, t->index, n->id, j->generation);
-        else
-            snprintf(msg, sizeof msg,
-                     "%s %d replaced on agent %s (generation %d unchanged: no other task "
-                     "restarted)",
-                     t->type, t->index, n->id, j->generation);
-        coord_log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
-        snprintf(j->message, sizeof j->message, "%s", msg);
-        j->dirty = true;
-        coord_node_event(c, n, now);
-        coord_task_event(c, j, t, now);
-        coord_job_event(c, j, now);
+        coord_node *n = first_idle(c, task_role(t));
+        if (n) {
+            give_running_task(c, j, k, n, now);
+        } else {
+            snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
+            set_message(c, j, msg, now);
+        }
+    }
+    if (!added || !ps_know_workers(j, top))
+        return; /* the ps tasks learn the new membership first */
+    int idle_workers = 0;
+    for (int i = 0; i < c->n_nodes; i++)
+        idle_workers += idle(c->nodes[i], "worker");
+    if (idle_workers < added) {
+        /* Name the added workers that would get no agent: the last ones. */
+        int len = snprintf(msg, sizeof msg, "waiting for agents to add workers: missing"), seen = 0;
+        for (int k = 0, listed = 0; k < j->n_tasks && len < (int)sizeof msg - 40; k++) {
+            coord_task *t = &j->tasks[k];
+            if (t->state != TASK_PENDING || t->node_id[0] || t->incarnation ||
+                seen++ < idle_workers)
+                continue;
+            if (listed++ == 8) {
+                snprintf(msg + len, sizeof msg - (size_t)len, ", ...");
+                break;
+            }
+            len += snprintf(msg + len, sizeof msg - (size_t)len, "%s worker %d",
+                            listed > 1 ? "," : "", t->index);
+        }
+        set_message(c, j, msg, now);
+        return;
+    }
+    for (int k = 0; k < j->n_tasks; k++) {
+        coord_task *t = &j->tasks[k];
+        if (t->state == TASK_PENDING && !t->node_id[0] && t->incarnation == 0)
+            give_running_task(c, j, k, first_idle(c, "worker"), now); /* counted above */
     }
 }
 
@@ -833,11 +881,27 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
         *why = "the job has no such task";
         return NULL;
     }
-    for (int i = 0; i < j->n_tasks; i++)
-        if (!j->tasks[i].address[0]) {
-            *why = "the job has no agents assigned yet";
-            return NULL;
-        }
+    /* Every task has an agent's address but workers added by a live scale-up that have none
+     * yet: they get their agents all at once (replace_tasks), and until then the cluster
+     * lists the workers before them, so each listed index is the task's own. */
+    int workers = 0;
+    bool gap = false;
+    for (int i = 0; i < j->n_tasks; i++) {
+        const coord_task *t = &j->tasks[i];
+        bool worker = !strcmp(t->type, "worker");
+        if (!t->address[0] && (!worker || t->incarnation))
+            gap = true;
+        else if (worker && t->address[0])
+            gap |= workers++ != t->index; /* an addressed worker after one without */
+    }
+    if (gap) {
+        *why = "the job has no agents assigned yet";
+        return NULL;
+    }
+    if (!self->address[0]) {
+        *why = "the task has no agent assigned yet";
+        return NULL;
+    }
     pf_tf_config cfg;
     pf_tf_config_init(&cfg);
     static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
@@ -846,7 +910,7 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         int n = 0;
         for (int i = 0; i < j->n_tasks; i++)
-            if (!strcmp(j->tasks[i].type, types[k]))
+            if (!strcmp(j->tasks[i].type, types[k]) && j->tasks[i].address[0])
                 addrs[n++] = j->tasks[i].address;
         if (n && pf_tf_config_add_job(&cfg, types[k], addrs, n) != PF_OK)
             goto done;

@@ -799,7 +799,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
 }
 
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, const char *kept, double now) {
+                                 const char *files, const char *kept, int64_t kept_max,
+                                 double now) {
     char *copy = files ? pf_strdup(files) : NULL, *kept_copy = kept ? pf_strdup(kept) : NULL;
     coord_event *e = (!files || copy) && (!kept || kept_copy)
                          ? coord_queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
@@ -813,9 +814,10 @@ void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, i
         pf_free(copy);
         pf_free(kept_copy);
     }
-    if (!j->has_checkpoint || step > j->checkpoint_step) {
+    int64_t newest = kept_max > step ? kept_max : step;
+    if (!j->has_checkpoint || newest > j->checkpoint_step) {
         j->has_checkpoint = true;
-        j->checkpoint_step = step;
+        j->checkpoint_step = newest;
     }
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,

@@ -266,11 +266,13 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
 void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
                                int64_t reached, const char *reason, const char *detail, double now);
 /* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL; kept: the
- * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL): queues its
- * checkpoint event and the log line that goes with it; the newest step is what a gang restart
- * rolls back to (the ps tasks restore the newest checkpoint), recorded as for the chief's. */
+ * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL; kept_max: the
+ * largest of them, -1 when kept is NULL or empty): queues its checkpoint event and the log
+ * line that goes with it. The newest step on disk (step, or a newer one kept names, whose own
+ * report was lost) is what a gang restart rolls back to (the ps tasks restore the newest
+ * checkpoint); a report older than one recorded (it was retried) leaves it as it is. */
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, const char *kept, double now);
+                                 const char *files, const char *kept, int64_t kept_max, double now);
 bool coord_job_finished(const coord_job *j);
 const char *coord_phase_name(coord_phase p);
 const char *coord_task_state_name(coord_task_state s);

@@ -527,6 +527,15 @@ static bool steps_array(const json_t *v) {
     return true;
 }
 
+/* The largest step of a "kept" that steps_array accepted; -1 when it has none. */
+static int64_t newest_step(const json_t *kept) {
+    int64_t newest = -1;
+    for (size_t i = 0; i < json_array_size(kept); i++)
+        if (json_integer_value(json_array_get(kept, i)) > newest)
+            newest = json_integer_value(json_array_get(kept, i));
+    return newest;
+}
+
 typedef struct checkpoint_post {
     const char *job;
     int64_t step, bytes;
@@ -576,7 +585,8 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
                                  files ? json_dumps(files, JSON_COMPACT) : NULL,
                                  kept ? json_dumps(kept, JSON_COMPACT) : NULL};
             /* Queued through the cluster so it is stored and streamed with the commit. */
-            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, c.kept, now);
+            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, c.kept,
+                                        newest_step(kept), now);
             if (!c.files)
                 c.files = strdup("[]");
             if (c.files && coord_commit(s, now, store_checkpoint, &c) == 0)

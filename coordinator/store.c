@@ -86,7 +86,9 @@ static const char *const queries[Q_COUNT] = {
     [Q_METRICS_DELETE] = "DELETE FROM metrics WHERE job = ?",
     [Q_EVALS_DELETE] = "DELETE FROM evals WHERE job = ?",
     [Q_CKPTS_DELETE] = "DELETE FROM checkpoints WHERE job = ?",
-    [Q_CKPTS_KEEP] = "DELETE FROM checkpoints WHERE job = ?"
+    /* Only steps below the report's: a report that arrives after a newer one (a retry)
+     * lists what was on disk before the newer checkpoint was written. */
+    [Q_CKPTS_KEEP] = "DELETE FROM checkpoints WHERE job = ? AND step < ?"
                      " AND step NOT IN (SELECT value FROM json_each(?))",
 };
 
@@ -563,7 +565,7 @@ pf_status coord_store_add_checkpoint(coord_store *s, const char *job, int64_t st
                                      int64_t bytes, const char *files_json, const char *kept_json) {
     if (run(bind(s, Q_CKPT_ADD, "sidis", job, step, time, bytes, files_json)))
         return PF_ERR_IO;
-    return kept_json && run(bind(s, Q_CKPTS_KEEP, "ss", job, kept_json)) ? PF_ERR_IO : PF_OK;
+    return kept_json && run(bind(s, Q_CKPTS_KEEP, "sis", job, step, kept_json)) ? PF_ERR_IO : PF_OK;
 }
 
 json_t *coord_store_checkpoints(coord_store *s, const char *job) {

@@ -826,7 +826,7 @@ static void test_gang_restart_rollback(void **state) {
     coord_cluster_init(&c, LEASE);
     coord_node *ps, *w;
     coord_job *j = running_pair(&c, "gang", "", T0, &ps, &w);
-    coord_job_record_checkpoint(&c, j, 200, 1000, NULL, NULL, T0 + 1);
+    coord_job_record_checkpoint(&c, j, 200, 1000, NULL, NULL, -1, T0 + 1);
     json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 350, "time", T0 + 2, "loss", 0.5,
                            "examples_per_sec", 100.0);
     coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
@@ -863,7 +863,7 @@ static void test_gang_restart_rollback(void **state) {
     assert_int_equal(j->global_step, 230);
 
     /* A restart with no newer checkpoint than the step: nothing to roll back. */
-    coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, T0 + 16);
+    coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, -1, T0 + 16);
     report(&c, ps, "running", 0, T0 + 20);
     coord_cluster_tick(&c, T0 + 15 + LEASE);
     report(&c, ps, "idle", 0, T0 + 26);
@@ -875,6 +875,26 @@ static void test_gang_restart_rollback(void **state) {
     json_decref(p0);
     json_decref(late);
     json_decref(p1);
+    coord_cluster_deinit(&c);
+}
+
+/* The checkpoint a gang restart rolls back to is the newest on disk: a report retried after a
+ * newer one (its agent could not deliver it at first) does not take it back, and a newer step
+ * that `kept` names counts even when its own report was lost. */
+static void test_checkpoint_step_newest(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "ckpt", "", T0, &ps, &w);
+    coord_job_record_checkpoint(&c, j, 600, 1000, NULL, "[500,600]", 600, T0 + 1);
+    assert_true(j->has_checkpoint);
+    assert_int_equal(j->checkpoint_step, 600);
+    coord_job_record_checkpoint(&c, j, 500, 1000, NULL, "[400,500]", 500, T0 + 2);
+    assert_int_equal(j->checkpoint_step, 600);
+    assert_int_equal(take_events(&c, "checkpoint", NULL), 2); /* both are listed */
+    coord_job_record_checkpoint(&c, j, 700, 1000, NULL, "[600,700,800]", 800, T0 + 3);
+    assert_int_equal(j->checkpoint_step, 800);
     coord_cluster_deinit(&c);
 }
 
@@ -959,6 +979,7 @@ int main(void) {
         cmocka_unit_test(test_metrics_after_end),
         cmocka_unit_test(test_rollback_global_step),
         cmocka_unit_test(test_gang_restart_rollback),
+        cmocka_unit_test(test_checkpoint_step_newest),
         cmocka_unit_test(test_time_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -578,6 +578,19 @@ static void test_checkpoints(void **state) {
     ck = coord_store_checkpoints(s, "other");
     assert_int_equal(json_array_size(json_object_get(ck, "items")), 1);
     json_decref(ck);
+
+    /* A report retried after a newer one (2500 kept [2000,2500] arrived before 2000's retry,
+     * kept [1500,2000]) forgets nothing newer than its own step: 2500 is on disk. */
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 2500, T0 + 25, 50, files, "[2000,2500]"),
+                     PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 2000, T0 + 26, 40, files, "[1500,2000]"),
+                     PF_OK);
+    ck = coord_store_checkpoints(s, "c");
+    items = json_object_get(ck, "items");
+    assert_int_equal(json_array_size(items), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "step")), 2500);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 1), "step")), 2000);
+    json_decref(ck);
     coord_store_close(s);
 }
 

@@ -187,6 +187,17 @@ static bool ps_know_workers(const coord_job *j, int workers) {
     return true;
 }
 
+/* Caps the worker count j's ps tasks are recorded to run with at j's membership, which may
+ * have shrunk (workers removed, a removed one stopped): the count a ps reported before it
+ * learned of the change would let a scale-up right after start a worker it refuses. NULL j:
+ * nothing. */
+static void cap_ps_workers(const coord_cluster *c, coord_job *j) {
+    int members = j ? coord_job_membership(c, j) : 0;
+    for (int k = 0; j && k < j->n_tasks; k++)
+        if (!strcmp(j->tasks[k].type, "ps") && j->tasks[k].workers > members)
+            j->tasks[k].workers = members;
+}
+
 /* Training goes on from checkpoint `to` (`reached`: a later step already reported after it,
  * or -1): the RolledBack condition and event, with `msg`. */
 static void rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,
@@ -618,6 +629,7 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
     for (int i = 0; i < n; i++)
         if (!strcmp(t[i].type, "worker") && t[i].index >= old)
             coord_task_event(c, j, &t[i], now);
+    cap_ps_workers(c, j);
     return PF_OK;
 }
 
@@ -901,7 +913,11 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     n->last_heartbeat = now;
     bool was_lost = n->lost;
     n->lost = false;
-    n->draining[0] = '\0'; /* a re-registered agent runs nothing */
+    if (n->draining[0]) { /* a re-registered agent runs nothing */
+        coord_job *drained = coord_job_find(c, n->draining);
+        n->draining[0] = '\0';
+        cap_ps_workers(c, drained);
+    }
     n->dirty = true;
     char msg[COORD_TEXT_MAX];
     if (*created || was_lost || moved) {
@@ -938,8 +954,12 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
     }
     const char *state = r->state;
     bool busy = state && !strcmp(state, "running");
-    if (n->draining[0] && !busy) /* the removed worker has stopped */
+    if (n->draining[0] && !busy) { /* the removed worker has stopped */
+        coord_job *drained = coord_job_find(c, n->draining);
         n->draining[0] = '\0';
+        n->dirty = true;
+        cap_ps_workers(c, drained);
+    }
     if (busy != n->busy) {
         n->busy = busy;
         n->dirty = true;
@@ -961,8 +981,10 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 t->updates = r->updates;
             if (r->has_stale)
                 t->stale = r->stale;
-            if (r->has_workers)
-                t->workers = (int)r->workers;
+            if (r->has_workers) { /* more than it is told to serve: it has not heard yet */
+                int members = coord_job_membership(c, j);
+                t->workers = (int)r->workers < members ? (int)r->workers : members;
+            }
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
                 j->dirty = true;
@@ -1072,6 +1094,8 @@ void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
     coord_log_event(c, NULL, "Deregistered", "NodeDeregistered", msg, now);
     n->deleted = true;
     n->dirty = true;
+    if (n->draining[0]) /* no longer in the membership */
+        cap_ps_workers(c, coord_job_find(c, n->draining));
     admit_all(c, now);
 }
 
@@ -1086,6 +1110,8 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         n->lost = true;
         n->busy = false;
         n->dirty = true;
+        if (n->draining[0]) /* no longer in the membership */
+            cap_ps_workers(c, coord_job_find(c, n->draining));
         snprintf(msg, sizeof msg, "%s agent %s lost: no heartbeat for %.0f s", n->role, n->id,
                  now - n->last_heartbeat);
         coord_log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);

@@ -205,6 +205,61 @@ static void test_scale_up_all_at_once(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* After a scale-down, a scale-up waits for every ps to report the larger membership again: the
+ * count a ps reported before it learned of the shrink does not count, whether the removed
+ * worker was never running (the membership shrinks at once) or was stopping (it shrinks when
+ * its agent has stopped it). */
+static void test_scale_down_then_up(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "shrink", 1, 3, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w[3];
+    static const char *const ids[] = {"w-a", "w-b", "w-c"};
+    for (int i = 0; i < 3; i++)
+        w[i] = add_node(&c, ids[i], "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    report_workers(&c, ps, 3, T0 + 1);
+    report(&c, w[0], "running", 0, T0 + 1);
+    report(&c, w[1], "running", 0, T0 + 1);            /* w-c has not started worker 2 yet */
+    assert_int_equal(task_of(j, "ps", 0)->workers, 3); /* found again: a patch moves tasks */
+    pf_error err;
+
+    /* Worker 2 was not running: the membership is 2 at once. The ps's next heartbeat, sent
+     * before it saw the change, still says 3; a scale-up right after waits for it to say 3
+     * again. */
+    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 2, &err), PF_OK);
+    assert_int_equal(coord_job_membership(&c, j), 2);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 2);
+    report_workers(&c, ps, 3, T0 + 2.5);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 2);
+    report(&c, w[2], "idle", 0, T0 + 2.5);
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 3, &err), PF_OK);
+    assert_idle(&c, w[2]);
+    report_workers(&c, ps, 2, T0 + 3.5); /* it had applied 2 */
+    assert_idle(&c, w[2]);
+    report_workers(&c, ps, 3, T0 + 4);
+    assert_assigned(j, w[2], "worker", 2, 1);
+    report(&c, w[2], "running", 0, T0 + 4.5);
+
+    /* Worker 2 is running now: it stays a member until its agent has stopped it, then the
+     * membership shrinks and a scale-up waits again. */
+    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 5, &err), PF_OK);
+    assert_int_equal(coord_job_membership(&c, j), 3);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 3);
+    report(&c, w[2], "idle", 0, T0 + 6);
+    assert_int_equal(coord_job_membership(&c, j), 2);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 2);
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 6.5, &err), PF_OK);
+    assert_idle(&c, w[2]);
+    report_workers(&c, ps, 3, T0 + 7);
+    assert_assigned(j, w[2], "worker", 2, 1);
+    coord_cluster_deinit(&c);
+}
+
 /* Workers added live go after the others and before the evaluator, as a fresh job has them. */
 static void test_scale_keeps_task_order(void **state) {
     (void)state;
@@ -288,7 +343,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale_and_suspend),    cmocka_unit_test(test_scale_up_all_at_once),
         cmocka_unit_test(test_scale_backup_workers), cmocka_unit_test(test_scale_keeps_task_order),
-        cmocka_unit_test(test_scale_async),
+        cmocka_unit_test(test_scale_async),          cmocka_unit_test(test_scale_down_then_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -638,6 +638,12 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
     if (coord_job_finished(j))
         return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
                             phase_names[j->phase]);
+    /* Added workers would never start, and a suspended job would start training again. */
+    if (training_complete(j))
+        return pf_error_set(err, PF_ERR_INVALID, "",
+                            "job %s has finished training (TrainingComplete); only its evaluator "
+                            "still runs",
+                            j->name);
     if (new_workers > 0 && new_workers != j->spec.replicas.worker) {
         /* Only a sync job aggregates gradients. An async job's replicas_to_aggregate is its
          * worker count (the parser's effective value, not part of its spec text) and follows

@@ -674,6 +674,15 @@ static void test_success_waits_for_evaluator(void **state) {
         assert_string_equal(ps->job, "");
         assert_string_equal(w->job, "");
         assert_string_equal(e->job, "evalwait");
+        /* Training is over: no scaling, no suspension (409 for the API: no pointer). */
+        pf_error err;
+        assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 11, &err), PF_ERR_INVALID);
+        assert_string_equal(err.pointer, "");
+        assert_non_null(strstr(err.message, "TrainingComplete"));
+        assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 11, &err), PF_ERR_INVALID);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_int_equal(j->spec.replicas.worker, 1);
+        assert_int_equal(j->n_tasks, 3);
         /* The ps agent goes silent: no restart, the job still waits for the evaluator. */
         report(&c, e, "running", 0, T0 + 2 * LEASE);
         coord_cluster_tick(&c, T0 + 3 * LEASE);

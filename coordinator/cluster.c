@@ -288,6 +288,12 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
         if (j->has_checkpoint && j->checkpoint_step < j->global_step) {
             snprintf(msg, sizeof msg, "the job restarted as generation %d", j->generation);
             rolled_back(c, j, "JobRestarted", msg, j->global_step, j->checkpoint_step, -1, now);
+        } else if (!j->has_checkpoint && j->global_step > 0) {
+            snprintf(msg, sizeof msg,
+                     "the job restarted as generation %d before its first checkpoint: every ps "
+                     "starts again from its initial values, from step %" PRId64 " back to step 0",
+                     j->generation, j->global_step);
+            rolled_back_msg(c, j, "JobRestarted", msg, 0, -1, now);
         }
     } else {
         snprintf(msg, sizeof msg, "%d tasks assigned to agents", j->n_tasks);

@@ -887,6 +887,36 @@ static void test_gang_restart_rollback(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A gang restart before the job's first checkpoint starts training again from step 0: the
+ * job says so (RolledBack) and its global step goes back to 0. */
+static void test_gang_restart_before_checkpoint(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "early", "", T0, &ps, &w);
+    json_t *p = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 150, "time", T0 + 2, "loss", 0.5,
+                          "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p, NULL, T0 + 2);
+    json_decref(p);
+    assert_int_equal(j->global_step, 150);
+    assert_false(j->has_checkpoint);
+
+    report(&c, w, "failed", 137, T0 + 3); /* the chief: the gang restarts */
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, ps, "idle", 0, T0 + 4);
+    report(&c, w, "idle", 0, T0 + 4);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_int_equal(j->global_step, 0);
+    assert_condition(j, "RolledBack", "True", "JobRestarted");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message,
+                           "before its first checkpoint: every ps starts again from its initial "
+                           "values, from step 150 back to step 0"));
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
+    coord_cluster_deinit(&c);
+}
+
 /* The checkpoint a gang restart rolls back to is the newest on disk: a report retried after a
  * newer one (its agent could not deliver it at first) does not take it back, and a newer step
  * that `kept` names counts even when its own report was lost. */
@@ -988,6 +1018,7 @@ int main(void) {
         cmocka_unit_test(test_metrics_after_end),
         cmocka_unit_test(test_rollback_global_step),
         cmocka_unit_test(test_gang_restart_rollback),
+        cmocka_unit_test(test_gang_restart_before_checkpoint),
         cmocka_unit_test(test_checkpoint_step_newest),
         cmocka_unit_test(test_time_round_trip),
     };

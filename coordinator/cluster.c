@@ -751,7 +751,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     int64_t best = -1;
     for (int i = 0; i < n_points; i++) {
         const coord_point *p = &points[i];
-        int64_t step = (int64_t)p->step;
+        int64_t step = p->step;
         double loss = p->loss, eps = p->examples_per_sec;
         coord_event *e = coord_metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
         if (e) {
@@ -778,7 +778,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     for (int i = 0; i < n_evals; i++) {
         const coord_eval *p = &evals[i];
         double acc = p->accuracy, tl = p->test_loss;
-        int64_t step = (int64_t)p->step;
+        int64_t step = p->step;
         coord_event *e = coord_metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
         if (e) {
             e->u.metric.accuracy = acc;
@@ -1014,13 +1014,13 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 j->dirty = true;
                 coord_task_event(c, j, t, now);
                 if (is_chief(j, t)) {
-                    double acc = r->accuracy, tl = r->test_loss, steps = r->steps;
+                    double acc = r->accuracy, tl = r->test_loss;
                     if (!isnan(acc))
                         j->accuracy = acc;
                     if (!isnan(tl))
                         j->test_loss = tl;
-                    if (!isnan(steps) && (int64_t)steps > j->global_step)
-                        j->global_step = (int64_t)steps;
+                    if (r->steps > j->global_step && r->steps <= j->spec.training.max_steps)
+                        j->global_step = r->steps;
                     bool evaluating = false;
                     for (int i = 0; i < j->n_tasks; i++) {
                         coord_task *o = &j->tasks[i];

@@ -199,17 +199,20 @@ typedef struct coord_report {
     bool has_workers;            /* workers (the membership it runs with) given */
     long long workers;
     long long updates, stale;
-    double accuracy, test_loss, steps; /* result of a succeeded chief */
+    double accuracy, test_loss; /* result of a succeeded chief */
+    long long steps;            /* its result.steps; -1 when absent or not an integer >= 0 */
 } coord_report;
 
 /* Metric reports (api/rest.md, POST /api/v1/jobs/{name}/metrics); NAN for an absent or
- * null figure. */
+ * null figure. The step is an integer the caller has checked (0 .. training.max_steps). */
 typedef struct coord_point {
-    double step, time, loss, examples_per_sec, step_time_seconds;
+    int64_t step;
+    double time, loss, examples_per_sec, step_time_seconds;
 } coord_point;
 
 typedef struct coord_eval {
-    double step, time, accuracy, test_loss;
+    int64_t step;
+    double time, accuracy, test_loss;
 } coord_eval;
 
 typedef struct coord_cluster {

@@ -462,13 +462,15 @@ pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *t
     size_t i;
     json_t *p;
     json_array_foreach(points, i, p) {
-        if (run(bind(s, Q_METRIC_ADD, "ssidddd", job, task, (int64_t)jnum(p, "step"),
-                     jnum(p, "time"), jnum(p, "loss"), jnum(p, "examples_per_sec"),
-                     jnum(p, "step_time_seconds"))) != PF_OK)
+        if (run(bind(s, Q_METRIC_ADD, "ssidddd", job, task,
+                     (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
+                     jnum(p, "loss"), jnum(p, "examples_per_sec"), jnum(p, "step_time_seconds"))) !=
+            PF_OK)
             return PF_ERR_IO;
     }
     json_array_foreach(evals, i, p) {
-        if (run(bind(s, Q_EVAL_ADD, "ssiddd", job, task, (int64_t)jnum(p, "step"), jnum(p, "time"),
+        if (run(bind(s, Q_EVAL_ADD, "ssiddd", job, task,
+                     (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
                      jnum(p, "accuracy"), jnum(p, "test_loss"))) != PF_OK)
             return PF_ERR_IO;
     }

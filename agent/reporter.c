@@ -196,8 +196,8 @@ static json_t *checkpoint_item(const worker_report *rep) {
     size_t i;
     json_t *f;
     json_array_foreach(files, i, f) bytes += json_integer_value(json_object_get(f, "bytes"));
-    json_t *item = json_pack("{s:I, s:I, s:O}", "step", (json_int_t)rep->step, "bytes", bytes,
-                             "files", files ? files : json_array());
+    json_t *item = json_pack("{s:I, s:I, s:o}", "step", (json_int_t)rep->step, "bytes", bytes,
+                             "files", files ? json_incref(files) : json_array());
     json_decref(m);
     /* Every complete checkpoint on disk now that old ones are pruned: the coordinator lists
      * exactly these, even when an earlier report was lost. */

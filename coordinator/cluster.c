@@ -347,6 +347,7 @@ static void give_running_task(coord_cluster *c, coord_job *j, int k, coord_node 
 static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     char msg[COORD_TEXT_MAX];
     int added = 0, top = 0;
+    bool short_of_agents = false;
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
         if (t->state != TASK_PENDING || t->node_id[0])
@@ -362,10 +363,11 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
         } else {
             snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
             set_message(c, j, msg, now);
+            short_of_agents = true; /* of worker agents: only workers are replaced alone */
         }
     }
-    if (!added || !ps_know_workers(j, top))
-        return; /* the ps tasks learn the new membership first */
+    if (!added || short_of_agents || !ps_know_workers(j, top))
+        return; /* replacements first; the ps tasks learn the new membership first */
     int idle_workers = 0;
     for (int i = 0; i < c->n_nodes; i++)
         idle_workers += idle(c->nodes[i], "worker");

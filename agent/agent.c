@@ -52,7 +52,8 @@ typedef struct task {
     int generation;
     char type[16];
     int index;
-    uint64_t incarnation;
+    uint64_t incarnation; /* the task's: the assignment's, else one of its own */
+    uint64_t assigned;    /* the assignment's incarnation, 0 when it had none (older coordinator) */
     pf_job_spec spec;
     pf_tf_config cfg;
     int stop;      /* atomic: set to stop a training task */
@@ -233,7 +234,9 @@ static task *task_start(agent *a, json_t *as) {
     snprintf(t->type, sizeof t->type, "%s", json_string_value(json_object_get(as, "type")));
     t->generation = (int)json_integer_value(json_object_get(as, "generation"));
     t->index = (int)json_integer_value(json_object_get(as, "index"));
-    t->incarnation = (uint64_t)json_integer_value(json_object_get(as, "incarnation"));
+    json_int_t incarnation = json_integer_value(json_object_get(as, "incarnation"));
+    t->assigned = incarnation > 0 ? (uint64_t)incarnation : 0;
+    t->incarnation = t->assigned;
     if (!t->incarnation)
         t->incarnation = (uint64_t)(pf_clock_wall() * 1e6);
     t->state = TASK_RUNNING;
@@ -362,6 +365,8 @@ static json_t *heartbeat_body(agent *a) {
         b = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s}", "state", state, "job", t->job,
                       "generation", t->generation, "type", t->type, "index", t->index, "exit_code",
                       t->exit_code, "message", t->message);
+        if (b && t->assigned) /* which incarnation this report is about */
+            json_object_set_new(b, "incarnation", json_integer((json_int_t)t->assigned));
         if (b && t->state == TASK_FAILED && t->reason)
             json_object_set_new(b, "reason", json_string(t->reason));
         if (b && t->state == TASK_SUCCEEDED && t->result.steps)
@@ -388,12 +393,17 @@ static json_t *heartbeat_body(agent *a) {
     return b;
 }
 
+/* Whether assignment `as` is the task t runs. A new incarnation of the same task (the
+ * coordinator replaced a failed worker on the agent that ran it) is another assignment: the
+ * old task is stopped and the new one started. */
 static int same_assignment(const task *t, json_t *as) {
     const char *job = json_string_value(json_object_get(as, "job"));
     const char *type = json_string_value(json_object_get(as, "type"));
+    json_int_t incarnation = json_integer_value(json_object_get(as, "incarnation"));
     return job && type && !strcmp(job, t->job) && !strcmp(type, t->type) &&
            json_integer_value(json_object_get(as, "generation")) == t->generation &&
-           json_integer_value(json_object_get(as, "index")) == t->index;
+           json_integer_value(json_object_get(as, "index")) == t->index &&
+           (incarnation <= 0 || !t->assigned || (uint64_t)incarnation == t->assigned);
 }
 
 /* The same assignment with another worker count: a live membership change, handed to the

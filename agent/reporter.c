@@ -4,6 +4,8 @@
  * lock; the reporter's own thread takes the queues four times a second and POSTs them
  * (points and evaluations to .../metrics, each checkpoint to .../checkpoints). What could
  * not be delivered goes back to the front of its queue, bounded by REPORTER_MAX_QUEUED.
+ * Checkpoints go in the order they were written, one after the other: a report lists the
+ * checkpoints on disk then ("kept"), so an older one must not arrive after a newer one.
  */
 #include "agent/reporter.h"
 
@@ -97,17 +99,20 @@ static int reporter_send(agent_reporter *r) {
             pthread_mutex_unlock(&r->mu);
         }
     }
-    size_t i;
-    json_t *c;
-    json_array_foreach(ckpts, i, c) {
+    for (size_t i = 0; i < json_array_size(ckpts); i++) {
         char url[1100];
         snprintf(url, sizeof url, "%s/checkpoints", r->url);
-        if (post_json(url, r->token, c, &status) != 0 || status >= 500 || status == 0) {
-            left = 1;
-            pthread_mutex_lock(&r->mu);
-            json_array_append(r->checkpoints, c);
-            pthread_mutex_unlock(&r->mu);
-        }
+        if (post_json(url, r->token, json_array_get(ckpts, i), &status) == 0 && status < 500 &&
+            status != 0)
+            continue;
+        /* Not delivered: it and the ones after it go back in front of those written since,
+         * in order, and wait for the next try. */
+        left = 1;
+        pthread_mutex_lock(&r->mu);
+        for (size_t k = i; k < json_array_size(ckpts); k++)
+            json_array_insert(r->checkpoints, k - i, json_array_get(ckpts, k));
+        pthread_mutex_unlock(&r->mu);
+        break;
     }
     json_decref(points);
     json_decref(evals);
@@ -191,8 +196,8 @@ static json_t *checkpoint_item(const worker_report *rep) {
     size_t i;
     json_t *f;
     json_array_foreach(files, i, f) bytes += json_integer_value(json_object_get(f, "bytes"));
-    json_t *item = json_pack("{s:I, s:I, s:O}", "step", (json_int_t)rep->step, "bytes", bytes,
-                             "files", files ? files : json_array());
+    json_t *item = json_pack("{s:I, s:I, s:o}", "step", (json_int_t)rep->step, "bytes", bytes,
+                             "files", files ? json_incref(files) : json_array());
     json_decref(m);
     /* Every complete checkpoint on disk now that old ones are pruned: the coordinator lists
      * exactly these, even when an earlier report was lost. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/cluster_events.h"
 #include "psflow/mem.h"
 #include "psflow/tf_config.h"
 
@@ -23,91 +24,6 @@ const char *coord_task_state_name(coord_task_state s) {
 
 bool coord_job_finished(const coord_job *j) {
     return j->phase == COORD_SUCCEEDED || j->phase == COORD_FAILED;
-}
-
-/* --- events --- */
-
-/* A zeroed event at the end of the queue, or NULL when out of memory: the change itself is
- * kept, only its notification is lost. */
-static coord_event *queue_event(coord_cluster *c, coord_event_type type, const char *kind,
-                                const char *job, double now) {
-    if (c->n_pending == c->cap_pending) {
-        int cap = c->cap_pending ? c->cap_pending * 2 : 64;
-        coord_event *grown = pf_realloc(c->pending, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return NULL;
-        c->pending = grown;
-        c->cap_pending = cap;
-    }
-    coord_event *e = &c->pending[c->n_pending++];
-    memset(e, 0, sizeof *e);
-    e->type = type;
-    snprintf(e->kind, sizeof e->kind, "%s", kind);
-    snprintf(e->job, sizeof e->job, "%s", job ? job : "");
-    e->time = now;
-    return e;
-}
-
-void coord_event_deinit(coord_event *e) {
-    if (e->type == COORD_EVENT_POINT || e->type == COORD_EVENT_EVAL)
-        pf_free(e->u.metric.task);
-    else if (e->type == COORD_EVENT_CHECKPOINT)
-        pf_free(e->u.checkpoint.files), pf_free(e->u.checkpoint.kept);
-    memset(e, 0, sizeof *e);
-}
-
-coord_event *coord_cluster_take_events(coord_cluster *c, int *n) {
-    coord_event *e = c->pending;
-    *n = c->n_pending;
-    c->pending = NULL;
-    c->n_pending = c->cap_pending = 0;
-    return e;
-}
-
-static void log_event(coord_cluster *c, const char *job, const char *type, const char *reason,
-                      const char *message, double now) {
-    coord_event *e = queue_event(c, COORD_EVENT_LOG, "log", job, now);
-    if (!e)
-        return;
-    snprintf(e->u.log.type, sizeof e->u.log.type, "%s", type);
-    snprintf(e->u.log.reason, sizeof e->u.log.reason, "%s", reason);
-    snprintf(e->u.log.message, sizeof e->u.log.message, "%s", message);
-}
-
-static void job_event(coord_cluster *c, coord_job *j, double now) {
-    j->last_summary_event = now;
-    coord_event *e = queue_event(c, COORD_EVENT_JOB, "job", j->name, now);
-    if (e)
-        coord_job_summarize(j, &e->u.job);
-}
-
-static void task_event(coord_cluster *c, coord_job *j, coord_task *t, double now) {
-    coord_event *e = queue_event(c, COORD_EVENT_TASK, "task", j->name, now);
-    if (e) {
-        e->u.task.task = *t;
-        e->u.task.lease_seconds = c->lease_seconds;
-    }
-}
-
-static void node_event(coord_cluster *c, coord_node *n, double now) {
-    coord_event *e = queue_event(c, COORD_EVENT_NODE, "node", n->job, now);
-    if (e)
-        e->u.node = *n;
-}
-
-/* A metric event for task's report; NULL when out of memory. */
-static coord_event *metric_event(coord_cluster *c, coord_event_type type, const coord_job *j,
-                                 const char *task, int64_t step, double time, double now) {
-    char *name = pf_strdup(task);
-    coord_event *e = name ? queue_event(c, type, "metric", j->name, now) : NULL;
-    if (!e) {
-        pf_free(name);
-        return NULL;
-    }
-    e->u.metric.task = name;
-    e->u.metric.step = step;
-    e->u.metric.time = time;
-    return e;
 }
 
 /* --- conditions and phases --- */
@@ -174,8 +90,8 @@ static void set_phase(coord_cluster *c, coord_job *j, coord_phase phase, const c
         j->completion_time = now;
     j->dirty = true;
     if (changed || !same_reason) {
-        log_event(c, j->name, name, reason, message, now);
-        job_event(c, j, now);
+        coord_log_event(c, j->name, name, reason, message, now);
+        coord_job_event(c, j, now);
     }
 }
 
@@ -210,27 +126,6 @@ static coord_task *find_task_by_name(coord_job *j, const char *name) {
     return NULL;
 }
 
-pf_status coord_job_make_tasks(coord_job *j) {
-    const pf_replicas *r = &j->spec.replicas;
-    int n = r->chief + r->ps + r->worker + r->evaluator;
-    coord_task *t = pf_calloc((size_t)n, sizeof *t);
-    if (!t)
-        return PF_ERR_NOMEM;
-    int k = 0;
-    for (int i = 0; i < r->chief; i++, k++)
-        snprintf(t[k].type, sizeof t[k].type, "chief"), t[k].index = i;
-    for (int i = 0; i < r->ps; i++, k++)
-        snprintf(t[k].type, sizeof t[k].type, "ps"), t[k].index = i;
-    for (int i = 0; i < r->worker; i++, k++)
-        snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = i;
-    for (int i = 0; i < r->evaluator; i++, k++) /* runs on a worker agent */
-        snprintf(t[k].type, sizeof t[k].type, "evaluator"), t[k].index = i;
-    pf_free(j->tasks);
-    j->tasks = t;
-    j->n_tasks = n;
-    return PF_OK;
-}
-
 static const char *task_role(const coord_task *t) {
     return strcmp(t->type, "ps") ? "worker" : "ps";
 }
@@ -243,39 +138,9 @@ static void release(coord_cluster *c, coord_job *j, double now) {
             n->job[0] = '\0';
             n->type[0] = '\0';
             n->dirty = true;
-            node_event(c, n, now);
+            coord_node_event(c, n, now);
         }
     }
-}
-
-/* --- lifecycle --- */
-
-void coord_cluster_init(coord_cluster *c, double lease_seconds) {
-    memset(c, 0, sizeof *c);
-    c->lease_seconds = lease_seconds;
-}
-
-void coord_job_free(coord_job *j) {
-    if (!j)
-        return;
-    pf_free(j->spec_json);
-    pf_job_spec_deinit(&j->spec);
-    pf_free(j->tasks);
-    pf_free(j);
-}
-
-void coord_cluster_deinit(coord_cluster *c) {
-    for (int i = 0; i < c->n_jobs; i++)
-        coord_job_free(c->jobs[i]);
-    for (int i = 0; i < c->n_nodes; i++)
-        pf_free(c->nodes[i]);
-    for (int i = 0; i < c->n_pending; i++)
-        coord_event_deinit(&c->pending[i]);
-    pf_free(c->jobs);
-    pf_free(c->by_name);
-    pf_free(c->nodes);
-    pf_free(c->pending);
-    memset(c, 0, sizeof *c);
 }
 
 /* --- admission --- */
@@ -322,12 +187,23 @@ static bool ps_know_workers(const coord_job *j, int workers) {
     return true;
 }
 
+/* Caps the worker count j's ps tasks are recorded to run with at j's membership, which may
+ * have shrunk (workers removed, a removed one stopped): the count a ps reported before it
+ * learned of the change would let a scale-up right after start a worker it refuses. NULL j:
+ * nothing. */
+static void cap_ps_workers(const coord_cluster *c, coord_job *j) {
+    int members = j ? coord_job_membership(c, j) : 0;
+    for (int k = 0; j && k < j->n_tasks; k++)
+        if (!strcmp(j->tasks[k].type, "ps") && j->tasks[k].workers > members)
+            j->tasks[k].workers = members;
+}
+
 /* Training goes on from checkpoint `to` (`reached`: a later step already reported after it,
  * or -1): the RolledBack condition and event, with `msg`. */
 static void rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,
                             int64_t to, int64_t reached, double now) {
     set_condition(j, "RolledBack", "True", reason, msg, now);
-    log_event(c, j->name, "RolledBack", reason, msg, now);
+    coord_log_event(c, j->name, "RolledBack", reason, msg, now);
     j->global_step = reached > to ? reached : to;
     j->rate_step = j->global_step;
     j->rate_time = now;
@@ -381,8 +257,8 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
                  * waits for. */
                 snprintf(j->message, sizeof j->message, "%s", msg);
                 j->dirty = true;
-                log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
-                job_event(c, j, now);
+                coord_log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
+                coord_job_event(c, j, now);
             }
         }
         return;
@@ -397,7 +273,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
             t->restarts++;
         t->step = 0;
         t->examples_per_sec = 0;
-        node_event(c, n, now);
+        coord_node_event(c, n, now);
     }
     if (!j->start_time)
         j->start_time = now;
@@ -412,55 +288,111 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
         if (j->has_checkpoint && j->checkpoint_step < j->global_step) {
             snprintf(msg, sizeof msg, "the job restarted as generation %d", j->generation);
             rolled_back(c, j, "JobRestarted", msg, j->global_step, j->checkpoint_step, -1, now);
+        } else if (!j->has_checkpoint && j->global_step > 0) {
+            snprintf(msg, sizeof msg,
+                     "the job restarted as generation %d before its first checkpoint: every ps "
+                     "starts again from its initial values, from step %" PRId64 " back to step 0",
+                     j->generation, j->global_step);
+            rolled_back_msg(c, j, "JobRestarted", msg, 0, -1, now);
         }
     } else {
         snprintf(msg, sizeof msg, "%d tasks assigned to agents", j->n_tasks);
         set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
     }
     for (int k = 0; k < j->n_tasks; k++)
-        task_event(c, j, &j->tasks[k], now);
+        coord_task_event(c, j, &j->tasks[k], now);
+}
+
+/* Sets the job's message (and tells the clients) when it changed. */
+static void set_message(coord_cluster *c, coord_job *j, const char *msg, double now) {
+    if (strcmp(j->message, msg) != 0) {
+        snprintf(j->message, sizeof j->message, "%s", msg);
+        j->dirty = true;
+        coord_job_event(c, j, now);
+    }
+}
+
+/* Gives task k of running job j agent n: a replacement (a new incarnation of a task that
+ * lost its agent) or a worker added live, in the same generation. */
+static void give_running_task(coord_cluster *c, coord_job *j, int k, coord_node *n, double now) {
+    coord_task *t = &j->tasks[k];
+    bool added = t->incarnation == 0; /* added by a live scale-up: never started */
+    give_task(j, k, n, now);
+    t->restarts += !added;
+    t->examples_per_sec = 0;
+    char msg[COORD_TEXT_MAX];
+    if (added)
+        snprintf(msg, sizeof msg,
+                 "%s %d added on agent %s (generation %d unchanged: it pulls the current "
+                 "variables and joins at the current step)",
+                 t->type, t->index, n->id, j->generation);
+    else
+        snprintf(msg, sizeof msg,
+                 "%s %d replaced on agent %s (generation %d unchanged: no other task "
+                 "restarted)",
+                 t->type, t->index, n->id, j->generation);
+    coord_log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
+    snprintf(j->message, sizeof j->message, "%s", msg);
+    j->dirty = true;
+    coord_node_event(c, n, now);
+    coord_task_event(c, j, t, now);
+    coord_job_event(c, j, now);
 }
 
 /* Gives each task of a running job that lost its agent (task_failed: pending, no agent) the
- * next idle agent of its role, as a new incarnation of the same task in the same generation. */
+ * next idle agent of its role, as a new incarnation of the same task in the same generation.
+ * Then the workers a live scale-up added: once every ps runs with them, all at once or none,
+ * as a job's admission does, so that no added worker runs while another has no agent (the
+ * TF_CONFIG of a task lists the workers started so far, coord_job_tf_config). */
 static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
+    char msg[COORD_TEXT_MAX];
+    int added = 0, top = 0;
+    bool short_of_agents = false;
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
         if (t->state != TASK_PENDING || t->node_id[0])
             continue;
-        bool added = t->incarnation == 0; /* added by a live scale-up: never started */
-        if (added && !ps_know_workers(j, t->index + 1))
-            continue; /* the ps tasks learn the new membership first */
-        coord_node *n = first_idle(c, task_role(t));
-        char msg[COORD_TEXT_MAX];
-        if (!n) {
-            snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
-            if (strcmp(j->message, msg) != 0) {
-                snprintf(j->message, sizeof j->message, "%s", msg);
-                j->dirty = true;
-                job_event(c, j, now);
-            }
+        if (t->incarnation == 0) {
+            added++;
+            top = t->index + 1 > top ? t->index + 1 : top;
             continue;
         }
-        give_task(j, k, n, now);
-        t->restarts += !added;
-        t->examples_per_sec = 0;
-        if (added)
-            snprintf(msg, sizeof msg,
-                     "%s %d added on agent %s (generation %d unchanged: it pulls the current "
-                     "variables and joins at the current step)",
-                     t->type, t->index, n->id, j->generation);
-        else
-            snprintf(msg, sizeof msg,
-                     "%s %d replaced on agent %s (generation %d unchanged: no other task "
-                     "restarted)",
-                     t->type, t->index, n->id, j->generation);
-        log_event(c, j->name, "Normal", added ? "TaskAdded" : "TaskReplaced", msg, now);
-        snprintf(j->message, sizeof j->message, "%s", msg);
-        j->dirty = true;
-        node_event(c, n, now);
-        task_event(c, j, t, now);
-        job_event(c, j, now);
+        coord_node *n = first_idle(c, task_role(t));
+        if (n) {
+            give_running_task(c, j, k, n, now);
+        } else {
+            snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
+            set_message(c, j, msg, now);
+            short_of_agents = true; /* of worker agents: only workers are replaced alone */
+        }
+    }
+    if (!added || short_of_agents || !ps_know_workers(j, top))
+        return; /* replacements first; the ps tasks learn the new membership first */
+    int idle_workers = 0;
+    for (int i = 0; i < c->n_nodes; i++)
+        idle_workers += idle(c->nodes[i], "worker");
+    if (idle_workers < added) {
+        /* Name the added workers that would get no agent: the last ones. */
+        int len = snprintf(msg, sizeof msg, "waiting for agents to add workers: missing"), seen = 0;
+        for (int k = 0, listed = 0; k < j->n_tasks && len < (int)sizeof msg - 40; k++) {
+            coord_task *t = &j->tasks[k];
+            if (t->state != TASK_PENDING || t->node_id[0] || t->incarnation ||
+                seen++ < idle_workers)
+                continue;
+            if (listed++ == 8) {
+                snprintf(msg + len, sizeof msg - (size_t)len, ", ...");
+                break;
+            }
+            len += snprintf(msg + len, sizeof msg - (size_t)len, "%s worker %d",
+                            listed > 1 ? "," : "", t->index);
+        }
+        set_message(c, j, msg, now);
+        return;
+    }
+    for (int k = 0; k < j->n_tasks; k++) {
+        coord_task *t = &j->tasks[k];
+        if (t->state == TASK_PENDING && !t->node_id[0] && t->incarnation == 0)
+            give_running_task(c, j, k, first_idle(c, "worker"), now); /* counted above */
     }
 }
 
@@ -488,7 +420,7 @@ static void free_task_agent(coord_cluster *c, coord_job *j, coord_task *t, doubl
         if (!strcmp(n->job, j->name) && !strcmp(n->type, t->type) && n->index == t->index) {
             n->job[0] = n->type[0] = '\0';
             n->dirty = true;
-            node_event(c, n, now);
+            coord_node_event(c, n, now);
         }
     }
 }
@@ -512,12 +444,12 @@ static bool evaluator_busy(const coord_job *j, const coord_task *t) {
 
 static void await_evaluator(coord_cluster *c, coord_job *j, const char *done, double now) {
     set_condition(j, "TrainingComplete", "True", "ChiefSucceeded", done, now);
-    log_event(c, j->name, "TrainingComplete", "ChiefSucceeded", done, now);
+    coord_log_event(c, j->name, "TrainingComplete", "ChiefSucceeded", done, now);
     snprintf(j->message, sizeof j->message,
              "training done; waiting up to %d s for the evaluator's final evaluation",
              COORD_EVALUATOR_GRACE_SECONDS);
     j->dirty = true;
-    job_event(c, j, now);
+    coord_job_event(c, j, now);
 }
 
 /* The evaluator ended (or gave up): a job whose training is complete succeeds now. */
@@ -549,8 +481,9 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
                  t->index, why);
         t->state = lost ? TASK_LOST : TASK_FAILED;
         free_task_agent(c, j, t, now); /* free for other work */
-        log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg, now);
-        task_event(c, j, t, now);
+        coord_log_event(c, j->name, "Warning", lost ? "EvaluatorLost" : "EvaluatorFailed", msg,
+                        now);
+        coord_task_event(c, j, t, now);
         evaluator_done(c, j, now);
         return;
     }
@@ -580,11 +513,11 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
                  "%s %d %s; replacing it alone (replacement %d of at most %d), the other tasks "
                  "carry on",
                  t->type, t->index, why, t->restarts + 1, rp->backoff_limit);
-        log_event(c, j->name, "Warning", reason, msg, now);
+        coord_log_event(c, j->name, "Warning", reason, msg, now);
         snprintf(j->message, sizeof j->message, "%s", msg);
         j->dirty = true;
-        task_event(c, j, t, now);
-        job_event(c, j, now);
+        coord_task_event(c, j, t, now);
+        coord_job_event(c, j, now);
         return;
     }
     if (retryable && j->restarts < rp->backoff_limit) {
@@ -648,8 +581,8 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     snprintf(msg, sizeof msg, "job %s created", j->name);
     set_condition(j, "Created", "True", "JobCreated", msg, now);
     snprintf(j->message, sizeof j->message, "%s", msg);
-    log_event(c, j->name, "Created", "JobCreated", msg, now);
-    job_event(c, j, now);
+    coord_log_event(c, j->name, "Created", "JobCreated", msg, now);
+    coord_job_event(c, j, now);
     admit(c, j, now);
     *out = j;
     *created = 1;
@@ -666,7 +599,7 @@ void coord_job_delete(coord_cluster *c, coord_job *j, double now) {
     coord_job_cancel(c, j, now);
     j->deleted = true;
     j->dirty = true;
-    log_event(c, j->name, "Deleted", "JobDeleted", "job record deleted", now);
+    coord_log_event(c, j->name, "Deleted", "JobDeleted", "job record deleted", now);
 }
 
 /* Resizes a running job's worker tasks to `workers` in place: the other tasks keep their
@@ -703,7 +636,8 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
     j->n_tasks = n;
     for (int i = 0; i < n; i++)
         if (!strcmp(t[i].type, "worker") && t[i].index >= old)
-            task_event(c, j, &t[i], now);
+            coord_task_event(c, j, &t[i], now);
+    cap_ps_workers(c, j);
     return PF_OK;
 }
 
@@ -712,6 +646,12 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
     if (coord_job_finished(j))
         return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
                             phase_names[j->phase]);
+    /* Added workers would never start, and a suspended job would start training again. */
+    if (training_complete(j))
+        return pf_error_set(err, PF_ERR_INVALID, "",
+                            "job %s has finished training (TrainingComplete); only its evaluator "
+                            "still runs",
+                            j->name);
     if (new_workers > 0 && new_workers != j->spec.replicas.worker) {
         /* Only a sync job aggregates gradients. An async job's replicas_to_aggregate is its
          * worker count (the parser's effective value, not part of its spec text) and follows
@@ -755,16 +695,16 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
                      new_workers > old ? "the new workers join at the current step"
                                        : "the highest-numbered workers stop",
                      j->spec.training.replicas_to_aggregate);
-            log_event(c, j->name, "Scaled", new_workers > old ? "WorkersAdded" : "WorkersRemoved",
-                      msg, now);
+            coord_log_event(c, j->name, "Scaled",
+                            new_workers > old ? "WorkersAdded" : "WorkersRemoved", msg, now);
             snprintf(j->message, sizeof j->message, "%s", msg);
             j->dirty = true;
-            job_event(c, j, now);
+            coord_job_event(c, j, now);
         } else {
             snprintf(msg, sizeof msg, "workers %d -> %d; the job starts with them", old,
                      new_workers);
             release(c, j, now);
-            log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
+            coord_log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
             if (j->phase == COORD_RESTARTING)
                 set_phase(c, j, COORD_RESTARTING, "WorkersChanged", msg, now);
             j->dirty = true;
@@ -800,7 +740,7 @@ void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int
                  " to checkpoint step %" PRId64,
                  from, to);
     if (finished) /* the chief's report came after the job ended (it failed on the next one) */
-        log_event(c, j->name, "RolledBack", reason, msg, now);
+        coord_log_event(c, j->name, "RolledBack", reason, msg, now);
     else
         rolled_back_msg(c, j, reason, msg, to, reached, now);
 }
@@ -813,9 +753,9 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     int64_t best = -1;
     for (int i = 0; i < n_points; i++) {
         const coord_point *p = &points[i];
-        int64_t step = (int64_t)p->step;
+        int64_t step = p->step;
         double loss = p->loss, eps = p->examples_per_sec;
-        coord_event *e = metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
+        coord_event *e = coord_metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
         if (e) {
             e->u.metric.loss = loss;
             e->u.metric.examples_per_sec = eps;
@@ -840,8 +780,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     for (int i = 0; i < n_evals; i++) {
         const coord_eval *p = &evals[i];
         double acc = p->accuracy, tl = p->test_loss;
-        int64_t step = (int64_t)p->step;
-        coord_event *e = metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
+        int64_t step = p->step;
+        coord_event *e = coord_metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
         if (e) {
             e->u.metric.accuracy = acc;
             e->u.metric.test_loss = tl;
@@ -863,7 +803,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     j->dirty = true;
     if (finished) {
         if (n_evals > 0)
-            job_event(c, j, now);
+            coord_job_event(c, j, now);
         return;
     }
     double eps = 0;
@@ -881,14 +821,15 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     }
     j->dirty = true;
     if (now - j->last_summary_event >= 0.25 || n_evals > 0)
-        job_event(c, j, now);
+        coord_job_event(c, j, now);
 }
 
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, const char *kept, double now) {
+                                 const char *files, const char *kept, int64_t kept_max,
+                                 double now) {
     char *copy = files ? pf_strdup(files) : NULL, *kept_copy = kept ? pf_strdup(kept) : NULL;
     coord_event *e = (!files || copy) && (!kept || kept_copy)
-                         ? queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
+                         ? coord_queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
                          : NULL;
     if (e) {
         e->u.checkpoint.step = step;
@@ -899,14 +840,15 @@ void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, i
         pf_free(copy);
         pf_free(kept_copy);
     }
-    if (!j->has_checkpoint || step > j->checkpoint_step) {
+    int64_t newest = kept_max > step ? kept_max : step;
+    if (!j->has_checkpoint || newest > j->checkpoint_step) {
         j->has_checkpoint = true;
-        j->checkpoint_step = step;
+        j->checkpoint_step = newest;
     }
     char msg[160];
     snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,
              bytes);
-    log_event(c, j->name, "Checkpoint", "CheckpointWritten", msg, now);
+    coord_log_event(c, j->name, "Checkpoint", "CheckpointWritten", msg, now);
 }
 
 char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why) {
@@ -916,11 +858,27 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
         *why = "the job has no such task";
         return NULL;
     }
-    for (int i = 0; i < j->n_tasks; i++)
-        if (!j->tasks[i].address[0]) {
-            *why = "the job has no agents assigned yet";
-            return NULL;
-        }
+    /* Every task has an agent's address but workers added by a live scale-up that have none
+     * yet: they get their agents all at once (replace_tasks), and until then the cluster
+     * lists the workers before them, so each listed index is the task's own. */
+    int workers = 0;
+    bool gap = false;
+    for (int i = 0; i < j->n_tasks; i++) {
+        const coord_task *t = &j->tasks[i];
+        bool worker = !strcmp(t->type, "worker");
+        if (!t->address[0] && (!worker || t->incarnation))
+            gap = true;
+        else if (worker && t->address[0])
+            gap |= workers++ != t->index; /* an addressed worker after one without */
+    }
+    if (gap) {
+        *why = "the job has no agents assigned yet";
+        return NULL;
+    }
+    if (!self->address[0]) {
+        *why = "the task has no agent assigned yet";
+        return NULL;
+    }
     pf_tf_config cfg;
     pf_tf_config_init(&cfg);
     static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
@@ -929,7 +887,7 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         int n = 0;
         for (int i = 0; i < j->n_tasks; i++)
-            if (!strcmp(j->tasks[i].type, types[k]))
+            if (!strcmp(j->tasks[i].type, types[k]) && j->tasks[i].address[0])
                 addrs[n++] = j->tasks[i].address;
         if (n && pf_tf_config_add_job(&cfg, types[k], addrs, n) != PF_OK)
             goto done;
@@ -969,13 +927,17 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     n->last_heartbeat = now;
     bool was_lost = n->lost;
     n->lost = false;
-    n->draining[0] = '\0'; /* a re-registered agent runs nothing */
+    if (n->draining[0]) { /* a re-registered agent runs nothing */
+        coord_job *drained = coord_job_find(c, n->draining);
+        n->draining[0] = '\0';
+        cap_ps_workers(c, drained);
+    }
     n->dirty = true;
     char msg[COORD_TEXT_MAX];
     if (*created || was_lost || moved) {
         snprintf(msg, sizeof msg, "%s agent %s registered at %s", role, id, address);
-        log_event(c, NULL, "Registered", *created ? "NodeRegistered" : "NodeReregistered", msg,
-                  now);
+        coord_log_event(c, NULL, "Registered", *created ? "NodeRegistered" : "NodeReregistered",
+                        msg, now);
     }
     /* A re-registering agent has restarted: whatever it was assigned is gone with it. */
     if (!*created && n->job[0]) {
@@ -988,7 +950,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
             task_failed(c, j, t, 137, true, msg, now);
         }
     }
-    node_event(c, n, now);
+    coord_node_event(c, n, now);
     admit_all(c, now);
     *out = n;
     return PF_OK;
@@ -1001,17 +963,21 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         n->dirty = true;
         char msg[COORD_TEXT_MAX];
         snprintf(msg, sizeof msg, "agent %s is back", n->id);
-        log_event(c, NULL, "Registered", "NodeBack", msg, now);
-        node_event(c, n, now);
+        coord_log_event(c, NULL, "Registered", "NodeBack", msg, now);
+        coord_node_event(c, n, now);
     }
     const char *state = r->state;
     bool busy = state && !strcmp(state, "running");
-    if (n->draining[0] && !busy) /* the removed worker has stopped */
+    if (n->draining[0] && !busy) { /* the removed worker has stopped */
+        coord_job *drained = coord_job_find(c, n->draining);
         n->draining[0] = '\0';
+        n->dirty = true;
+        cap_ps_workers(c, drained);
+    }
     if (busy != n->busy) {
         n->busy = busy;
         n->dirty = true;
-        node_event(c, n, now);
+        coord_node_event(c, n, now);
     }
     if (n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
@@ -1020,18 +986,23 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         if (t) {
             t->last_heartbeat = now;
         }
-        if (t && rjob && rtype && !strcmp(rjob, j->name) && !strcmp(rtype, t->type) &&
+        /* A report of an earlier incarnation (the task before its replacement on this same
+         * agent, which the agent has not yet stopped) says nothing about the current one. */
+        bool current = t && (!r->incarnation || r->incarnation == t->incarnation);
+        if (current && rjob && rtype && !strcmp(rjob, j->name) && !strcmp(rtype, t->type) &&
             r->generation == n->generation && r->index == t->index) {
             if (r->has_updates)
                 t->updates = r->updates;
             if (r->has_stale)
                 t->stale = r->stale;
-            if (r->has_workers)
-                t->workers = (int)r->workers;
+            if (r->has_workers) { /* more than it is told to serve: it has not heard yet */
+                int members = coord_job_membership(c, j);
+                t->workers = (int)r->workers < members ? (int)r->workers : members;
+            }
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 bool all = true;
                 for (int i = 0; i < j->n_tasks; i++)
                     all = all && j->tasks[i].state == TASK_RUNNING;
@@ -1043,15 +1014,15 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             } else if (!strcmp(state, "succeeded") && t->state != TASK_SUCCEEDED) {
                 t->state = TASK_SUCCEEDED;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 if (is_chief(j, t)) {
-                    double acc = r->accuracy, tl = r->test_loss, steps = r->steps;
+                    double acc = r->accuracy, tl = r->test_loss;
                     if (!isnan(acc))
                         j->accuracy = acc;
                     if (!isnan(tl))
                         j->test_loss = tl;
-                    if (!isnan(steps) && (int64_t)steps > j->global_step)
-                        j->global_step = (int64_t)steps;
+                    if (r->steps > j->global_step && r->steps <= j->spec.training.max_steps)
+                        j->global_step = r->steps;
                     bool evaluating = false;
                     for (int i = 0; i < j->n_tasks; i++) {
                         coord_task *o = &j->tasks[i];
@@ -1061,7 +1032,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                         }
                         if (o->state == TASK_RUNNING || o->state == TASK_PENDING) {
                             o->state = TASK_SUCCEEDED;
-                            task_event(c, j, o, now);
+                            coord_task_event(c, j, o, now);
                         }
                         free_task_agent(c, j, o, now);
                     }
@@ -1083,7 +1054,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             } else if (!strcmp(state, "failed") && t->state != TASK_FAILED) {
                 t->state = TASK_FAILED;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 const char *m = r->message;
                 char why[COORD_TEXT_MAX];
                 if (r->reason && !strcmp(r->reason, "NonFiniteLoss")) {
@@ -1129,14 +1100,16 @@ void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
             snprintf(msg, sizeof msg, "lost: agent %s deregistered", n->id);
             t->state = TASK_LOST;
             j->dirty = true;
-            task_event(c, j, t, now);
+            coord_task_event(c, j, t, now);
             task_failed(c, j, t, 143, true, msg, now);
         }
     }
     snprintf(msg, sizeof msg, "%s agent %s deregistered", n->role, n->id);
-    log_event(c, NULL, "Deregistered", "NodeDeregistered", msg, now);
+    coord_log_event(c, NULL, "Deregistered", "NodeDeregistered", msg, now);
     n->deleted = true;
     n->dirty = true;
+    if (n->draining[0]) /* no longer in the membership */
+        cap_ps_workers(c, coord_job_find(c, n->draining));
     admit_all(c, now);
 }
 
@@ -1151,9 +1124,11 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         n->lost = true;
         n->busy = false;
         n->dirty = true;
+        if (n->draining[0]) /* no longer in the membership */
+            cap_ps_workers(c, coord_job_find(c, n->draining));
         snprintf(msg, sizeof msg, "%s agent %s lost: no heartbeat for %.0f s", n->role, n->id,
                  now - n->last_heartbeat);
-        log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);
+        coord_log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);
         if (n->job[0]) {
             coord_job *j = coord_job_find(c, n->job);
             coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
@@ -1161,13 +1136,13 @@ void coord_cluster_tick(coord_cluster *c, double now) {
             if (j && t && !coord_job_finished(j)) {
                 t->state = TASK_LOST;
                 j->dirty = true;
-                task_event(c, j, t, now);
+                coord_task_event(c, j, t, now);
                 snprintf(msg, sizeof msg, "lost: agent %s sent no heartbeat for %.0f s", n->id,
                          now - n->last_heartbeat);
                 task_failed(c, j, t, 137, true, msg, now);
             }
         }
-        node_event(c, n, now);
+        coord_node_event(c, n, now);
     }
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
@@ -1180,7 +1155,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
                  "the evaluator did not finish within %d s of the end of training; the job "
                  "succeeds without its final evaluation",
                  COORD_EVALUATOR_GRACE_SECONDS);
-        log_event(c, j->name, "Warning", "EvaluatorTimeout", msg, now);
+        coord_log_event(c, j->name, "Warning", "EvaluatorTimeout", msg, now);
         evaluator_done(c, j, now);
     }
     for (int i = 0; i < c->n_jobs; i++) {

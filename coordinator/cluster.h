@@ -192,21 +192,27 @@ typedef struct coord_report {
     const char *job, *type, *message;
     const char *reason; /* a failed task's reason, e.g. "NonFiniteLoss"; NULL when absent */
     long long generation, index, exit_code;
+    /* the incarnation of the task it reports (from its assignment); 0 when absent (an older
+     * agent): a report of another incarnation than the task's current one is stale */
+    uint64_t incarnation;
     bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
     bool has_workers;            /* workers (the membership it runs with) given */
     long long workers;
     long long updates, stale;
-    double accuracy, test_loss, steps; /* result of a succeeded chief */
+    double accuracy, test_loss; /* result of a succeeded chief */
+    long long steps;            /* its result.steps; -1 when absent or not an integer >= 0 */
 } coord_report;
 
 /* Metric reports (api/rest.md, POST /api/v1/jobs/{name}/metrics); NAN for an absent or
- * null figure. */
+ * null figure. The step is an integer the caller has checked (0 .. training.max_steps). */
 typedef struct coord_point {
-    double step, time, loss, examples_per_sec, step_time_seconds;
+    int64_t step;
+    double time, loss, examples_per_sec, step_time_seconds;
 } coord_point;
 
 typedef struct coord_eval {
-    double step, time, accuracy, test_loss;
+    int64_t step;
+    double time, accuracy, test_loss;
 } coord_eval;
 
 typedef struct coord_cluster {
@@ -263,11 +269,13 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
 void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
                                int64_t reached, const char *reason, const char *detail, double now);
 /* Records a complete checkpoint (files: compact JSON array text, borrowed, or NULL; kept: the
- * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL): queues its
- * checkpoint event and the log line that goes with it; the newest step is what a gang restart
- * rolls back to (the ps tasks restore the newest checkpoint), recorded as for the chief's. */
+ * steps of every checkpoint on disk as a compact JSON array, borrowed, or NULL; kept_max: the
+ * largest of them, -1 when kept is NULL or empty): queues its checkpoint event and the log
+ * line that goes with it. The newest step on disk (step, or a newer one kept names, whose own
+ * report was lost) is what a gang restart rolls back to (the ps tasks restore the newest
+ * checkpoint); a report older than one recorded (it was retried) leaves it as it is. */
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, const char *kept, double now);
+                                 const char *files, const char *kept, int64_t kept_max, double now);
 bool coord_job_finished(const coord_job *j);
 const char *coord_phase_name(coord_phase p);
 const char *coord_task_state_name(coord_task_state s);

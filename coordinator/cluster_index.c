@@ -1,11 +1,64 @@
 /* cluster_index.c - the coordinator's jobs in creation order with an index by name, and
- * its nodes: adopting, finding and reaping them (part of the state machine of cluster.h).
+ * its nodes: the cluster's lifecycle, a job's task list, adopting, finding, reaping and
+ * freeing them (part of the state machine of cluster.h).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "coordinator/cluster.h"
 #include "psflow/mem.h"
+
+/* --- lifecycle --- */
+
+void coord_cluster_init(coord_cluster *c, double lease_seconds) {
+    memset(c, 0, sizeof *c);
+    c->lease_seconds = lease_seconds;
+}
+
+void coord_job_free(coord_job *j) {
+    if (!j)
+        return;
+    pf_free(j->spec_json);
+    pf_job_spec_deinit(&j->spec);
+    pf_free(j->tasks);
+    pf_free(j);
+}
+
+void coord_cluster_deinit(coord_cluster *c) {
+    for (int i = 0; i < c->n_jobs; i++)
+        coord_job_free(c->jobs[i]);
+    for (int i = 0; i < c->n_nodes; i++)
+        pf_free(c->nodes[i]);
+    for (int i = 0; i < c->n_pending; i++)
+        coord_event_deinit(&c->pending[i]);
+    pf_free(c->jobs);
+    pf_free(c->by_name);
+    pf_free(c->nodes);
+    pf_free(c->pending);
+    memset(c, 0, sizeof *c);
+}
+
+pf_status coord_job_make_tasks(coord_job *j) {
+    const pf_replicas *r = &j->spec.replicas;
+    int n = r->chief + r->ps + r->worker + r->evaluator;
+    coord_task *t = pf_calloc((size_t)n, sizeof *t);
+    if (!t)
+        return PF_ERR_NOMEM;
+    int k = 0;
+    for (int i = 0; i < r->chief; i++, k++)
+        snprintf(t[k].type, sizeof t[k].type, "chief"), t[k].index = i;
+    for (int i = 0; i < r->ps; i++, k++)
+        snprintf(t[k].type, sizeof t[k].type, "ps"), t[k].index = i;
+    for (int i = 0; i < r->worker; i++, k++)
+        snprintf(t[k].type, sizeof t[k].type, "worker"), t[k].index = i;
+    for (int i = 0; i < r->evaluator; i++, k++) /* runs on a worker agent */
+        snprintf(t[k].type, sizeof t[k].type, "evaluator"), t[k].index = i;
+    pf_free(j->tasks);
+    j->tasks = t;
+    j->n_tasks = n;
+    return PF_OK;
+}
 
 static int grow(void **arr, int *cap, int n, size_t size) {
     if (n < *cap)

@@ -310,6 +310,9 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     out->generation = json_integer_value(json_object_get(r, "generation"));
     out->index = json_integer_value(json_object_get(r, "index"));
     out->exit_code = json_integer_value(json_object_get(r, "exit_code"));
+    json_t *incarnation = json_object_get(r, "incarnation");
+    if (json_is_integer(incarnation) && json_integer_value(incarnation) > 0)
+        out->incarnation = (uint64_t)json_integer_value(incarnation);
     json_t *workers = json_object_get(r, "workers");
     out->has_workers = json_is_integer(workers) && json_integer_value(workers) >= 1 &&
                        json_integer_value(workers) <= PF_MAX_REPLICAS;
@@ -326,7 +329,10 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     json_t *res = json_object_get(r, "result");
     out->accuracy = num(res, "accuracy");
     out->test_loss = num(res, "test_loss");
-    out->steps = num(res, "steps");
+    json_t *steps = json_object_get(res, "steps");
+    out->steps = json_is_integer(steps) && json_integer_value(steps) >= 0
+                     ? (long long)json_integer_value(steps)
+                     : -1;
 }
 
 void coord_node_heartbeat_json(coord_cluster *c, coord_node *n, json_t *report, double now) {
@@ -347,13 +353,14 @@ pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const ch
     }
     for (size_t i = 0; i < n_points; i++) {
         json_t *o = json_array_get(points, i);
-        p[i] = (coord_point){num(o, "step"), num(o, "time"), num(o, "loss"),
-                             num(o, "examples_per_sec"), num(o, "step_time_seconds")};
+        p[i] =
+            (coord_point){json_integer_value(json_object_get(o, "step")), num(o, "time"),
+                          num(o, "loss"), num(o, "examples_per_sec"), num(o, "step_time_seconds")};
     }
     for (size_t i = 0; i < n_evals; i++) {
         json_t *o = json_array_get(evals, i);
-        e[i] =
-            (coord_eval){num(o, "step"), num(o, "time"), num(o, "accuracy"), num(o, "test_loss")};
+        e[i] = (coord_eval){json_integer_value(json_object_get(o, "step")), num(o, "time"),
+                            num(o, "accuracy"), num(o, "test_loss")};
     }
     coord_job_record_metrics(c, j, task, p, (int)n_points, e, (int)n_evals, now);
     pf_free(p);

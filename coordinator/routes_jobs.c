@@ -359,8 +359,19 @@ static int store_metrics(coord_store *st, void *ctx) {
     return coord_store_add_metrics(st, m->job, m->task, m->points, m->evals) == PF_OK ? 0 : -1;
 }
 
+/* A 422 naming the member `key` of item `where` (a JSON pointer) and what it must be. */
+static void problem_at(coord_reply *rp, const char *where, const char *key, const char *must) {
+    char pointer[96];
+    snprintf(pointer, sizeof pointer, "%s/%s", where, key);
+    coord_reply_problem(rp, 422, json_pack("[{s:s, s:s}]", "pointer", pointer, "message", must),
+                        "%s: %s", pointer, must);
+}
+
+/* Checks the items of array `name`: objects of `keys`, `required` present and numbers >= 0,
+ * `integers` (steps) integers >= 0, `texts` strings, every other member a number or null. */
 static int check_points(json_t *arr, const char *name, const char *const *keys,
-                        const char *const *required, const char *const *texts, coord_reply *rp) {
+                        const char *const *required, const char *const *integers,
+                        const char *const *texts, coord_reply *rp) {
     if (!arr)
         return 0;
     char where[64];
@@ -397,6 +408,13 @@ static int check_points(json_t *arr, const char *name, const char *const *keys,
                 coord_reply_problem(rp, 422, NULL, "%s/%s: must be a number", where, key);
                 return -1;
             }
+            bool integer = false;
+            for (int k = 0; integers[k]; k++)
+                integer |= !strcmp(key, integers[k]);
+            if (integer && (!json_is_integer(v) || json_integer_value(v) < 0)) {
+                problem_at(rp, where, key, "must be an integer >= 0 (a step)");
+                return -1;
+            }
         }
         for (int r = 0; required[r]; r++) {
             json_t *v2 = json_object_get(p, required[r]);
@@ -405,6 +423,29 @@ static int check_points(json_t *arr, const char *name, const char *const *keys,
                                     required[r]);
                 return -1;
             }
+        }
+    }
+    return 0;
+}
+
+/* Every step of a metrics body (points' and evals' step, rollbacks' from and to, integers
+ * >= 0 by check_points) is at most the job's max_steps: no task goes past it. */
+static int check_steps(json_t *body, int64_t max_steps, coord_reply *rp) {
+    static const struct {
+        const char *array, *key;
+    } steps[] = {{"points", "step"}, {"evals", "step"}, {"rollbacks", "from"}, {"rollbacks", "to"}};
+    for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+        json_t *arr = json_object_get(body, steps[s].array);
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            if (json_integer_value(json_object_get(json_array_get(arr, i), steps[s].key)) <=
+                max_steps)
+                continue;
+            char where[64], must[96];
+            snprintf(where, sizeof where, "/%s/%zu", steps[s].array, i);
+            snprintf(must, sizeof must, "must be at most training.max_steps (%" PRId64 ")",
+                     max_steps);
+            problem_at(rp, where, steps[s].key, must);
+            return -1;
         }
     }
     return 0;
@@ -422,8 +463,8 @@ static int check_rollbacks(json_t *arr, coord_reply *rp) {
                                 "/rollbacks/%zu/reason: must be \"NonFiniteLoss\" or absent", i);
             return -1;
         }
-        if (json_number_value(json_object_get(o, "to")) >
-            json_number_value(json_object_get(o, "from"))) {
+        if (json_integer_value(json_object_get(o, "to")) >
+            json_integer_value(json_object_get(o, "from"))) {
             coord_reply_problem(rp, 422, NULL, "/rollbacks/%zu: to must not be past from", i);
             return -1;
         }
@@ -441,13 +482,12 @@ static void record_rollbacks(coord_server *s, coord_job *j, json_t *rollbacks, j
         double t = json_number_value(json_object_get(o, "time"));
         int64_t reached = -1;
         json_array_foreach(points, k, p) {
-            int64_t step = (int64_t)json_number_value(json_object_get(p, "step"));
+            int64_t step = json_integer_value(json_object_get(p, "step"));
             if (json_number_value(json_object_get(p, "time")) >= t && step > reached)
                 reached = step;
         }
-        coord_job_record_rollback(&s->cluster, j,
-                                  (int64_t)json_number_value(json_object_get(o, "from")),
-                                  (int64_t)json_number_value(json_object_get(o, "to")), reached,
+        coord_job_record_rollback(&s->cluster, j, json_integer_value(json_object_get(o, "from")),
+                                  json_integer_value(json_object_get(o, "to")), reached,
                                   json_string_value(json_object_get(o, "reason")),
                                   json_string_value(json_object_get(o, "message")), now);
     }
@@ -465,6 +505,7 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
         "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
     static const char *const ekeys[] = {"step", "time", "accuracy", "test_loss", NULL};
     static const char *const req[] = {"step", "time", NULL};
+    static const char *const steps[] = {"step", NULL}, *const rsteps[] = {"from", "to", NULL};
     const char *task = json_string_value(json_object_get(body, "task"));
     int index;
     char tail;
@@ -481,15 +522,19 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
                             json_pack("[{s:s, s:s}]", "pointer", "/rollbacks", "message",
                                       "only the chief reports rollbacks"),
                             "/rollbacks: only the chief reports rollbacks");
-    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, NULL, rp) &&
-               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, NULL, rp) &&
-               !check_points(json_object_get(body, "rollbacks"), "rollbacks", rkeys, rreq, rtexts,
+    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, steps, NULL,
                              rp) &&
+               !check_points(json_object_get(body, "evals"), "evals", ekeys, req, steps, NULL,
+                             rp) &&
+               !check_points(json_object_get(body, "rollbacks"), "rollbacks", rkeys, rreq, rsteps,
+                             rtexts, rp) &&
                !check_rollbacks(json_object_get(body, "rollbacks"), rp)) {
         pthread_mutex_lock(&s->lock);
         coord_job *j = coord_job_find(&s->cluster, name);
         if (!j) {
             coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
+        } else if (check_steps(body, j->spec.training.max_steps, rp)) {
+            /* reply set */
         } else {
             json_t *empty = json_array();
             metrics_post m = {j->name, task, json_object_get(body, "points"),
@@ -525,6 +570,15 @@ static bool steps_array(const json_t *v) {
     const json_t *x;
     json_array_foreach(v, i, x) if (!json_is_integer(x) || json_integer_value(x) < 0) return false;
     return true;
+}
+
+/* The largest step of a "kept" that steps_array accepted; -1 when it has none. */
+static int64_t newest_step(const json_t *kept) {
+    int64_t newest = -1;
+    for (size_t i = 0; i < json_array_size(kept); i++)
+        if (json_integer_value(json_array_get(kept, i)) > newest)
+            newest = json_integer_value(json_array_get(kept, i));
+    return newest;
 }
 
 typedef struct checkpoint_post {
@@ -576,7 +630,8 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
                                  files ? json_dumps(files, JSON_COMPACT) : NULL,
                                  kept ? json_dumps(kept, JSON_COMPACT) : NULL};
             /* Queued through the cluster so it is stored and streamed with the commit. */
-            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, c.kept, now);
+            coord_job_record_checkpoint(&s->cluster, j, c.step, c.bytes, c.files, c.kept,
+                                        newest_step(kept), now);
             if (!c.files)
                 c.files = strdup("[]");
             if (c.files && coord_commit(s, now, store_checkpoint, &c) == 0)

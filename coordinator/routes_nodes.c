@@ -79,10 +79,13 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"state",  "job",       "generation", "type",
-                                       "index",  "exit_code", "message",    "reason",
-                                       "result", "stats",     "workers",    NULL};
+    static const char *const keys[] = {"state",     "job",         "generation", "type",   "index",
+                                       "exit_code", "message",     "reason",     "result", "stats",
+                                       "workers",   "incarnation", NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
+    json_t *exit_code = json_object_get(body, "exit_code"),
+           *result = json_object_get(body, "result");
+    json_t *steps = json_object_get(result, "steps");
     static const char *const states[] = {"idle", "running", "succeeded", "failed"};
     int ok = 0;
     for (size_t i = 0; state && i < sizeof states / sizeof states[0]; i++)
@@ -97,6 +100,18 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
                 json_integer_value(json_object_get(body, "workers")) > PF_MAX_REPLICAS)) {
         problem_field(rp, 422, "/workers",
                       "must be an integer between 1 and 1024 (replicas.worker)");
+    } else if (json_object_get(body, "incarnation") &&
+               (!json_is_integer(json_object_get(body, "incarnation")) ||
+                json_integer_value(json_object_get(body, "incarnation")) < 0)) {
+        problem_field(rp, 422, "/incarnation",
+                      "must be an integer >= 0: the incarnation of the task's assignment");
+    } else if (exit_code && (!json_is_integer(exit_code) || json_integer_value(exit_code) < 0 ||
+                             json_integer_value(exit_code) > 255)) {
+        problem_field(rp, 422, "/exit_code", "must be an integer from 0 to 255");
+    } else if (result && !json_is_object(result)) {
+        problem_field(rp, 422, "/result", "must be an object");
+    } else if (steps && (!json_is_integer(steps) || json_integer_value(steps) < 0)) {
+        problem_field(rp, 422, "/result/steps", "must be an integer >= 0 (the steps reached)");
     } else {
         pthread_mutex_lock(&s->lock);
         double now = coord_now();

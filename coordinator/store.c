@@ -44,6 +44,9 @@ static const char *const migrations[] = {
     "  bytes INTEGER NOT NULL, files TEXT NOT NULL, PRIMARY KEY (job, step));",
     /* 2: the memory an agent offers its tasks (bytes, 0 = unknown), for admission */
     "ALTER TABLE nodes ADD COLUMN memory INTEGER NOT NULL DEFAULT 0;",
+    /* 3: the job whose removed worker the agent is still stopping ('' = none): the job's ps
+     * tasks keep that worker in their membership across a coordinator restart */
+    "ALTER TABLE nodes ADD COLUMN draining TEXT NOT NULL DEFAULT '';",
 };
 
 enum {
@@ -73,8 +76,8 @@ static const char *const queries[Q_COUNT] = {
                       " incarnation, restarts, step) VALUES (?,?,?,?,?,?,?,?,?)",
     [Q_TASKS_DELETE] = "DELETE FROM tasks WHERE job = ?",
     [Q_NODE_UPSERT] = "INSERT OR REPLACE INTO nodes (id, role, address, version, registered,"
-                      " last_heartbeat, lost, busy, job, generation, type, idx, memory)"
-                      " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                      " last_heartbeat, lost, busy, job, generation, type, idx, memory, draining)"
+                      " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_NODE_DELETE] = "DELETE FROM nodes WHERE id = ?",
     [Q_EVENT_ADD] = "INSERT INTO events (time, job, kind, data) VALUES (?,?,?,?)",
     [Q_METRIC_ADD] = "INSERT INTO metrics (job, task, step, time, loss, examples_per_sec,"
@@ -86,7 +89,9 @@ static const char *const queries[Q_COUNT] = {
     [Q_METRICS_DELETE] = "DELETE FROM metrics WHERE job = ?",
     [Q_EVALS_DELETE] = "DELETE FROM evals WHERE job = ?",
     [Q_CKPTS_DELETE] = "DELETE FROM checkpoints WHERE job = ?",
-    [Q_CKPTS_KEEP] = "DELETE FROM checkpoints WHERE job = ?"
+    /* Only steps below the report's: a report that arrives after a newer one (a retry)
+     * lists what was on disk before the newer checkpoint was written. */
+    [Q_CKPTS_KEEP] = "DELETE FROM checkpoints WHERE job = ? AND step < ?"
                      " AND step NOT IN (SELECT value FROM json_each(?))",
 };
 
@@ -251,9 +256,9 @@ static pf_status save_job(coord_store *s, coord_job *j) {
 static pf_status save_node(coord_store *s, coord_node *n) {
     if (n->deleted)
         return run(bind(s, Q_NODE_DELETE, "s", n->id));
-    return run(bind(s, Q_NODE_UPSERT, "ssssddiisisii", n->id, n->role, n->address, n->version,
+    return run(bind(s, Q_NODE_UPSERT, "ssssddiisisiis", n->id, n->role, n->address, n->version,
                     n->registered, n->last_heartbeat, (int64_t)n->lost, (int64_t)n->busy, n->job,
-                    (int64_t)n->generation, n->type, (int64_t)n->index, n->memory));
+                    (int64_t)n->generation, n->type, (int64_t)n->index, n->memory, n->draining));
 }
 
 pf_status coord_store_save(coord_store *s, coord_cluster *c) {
@@ -376,10 +381,11 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
     sqlite3_finalize(st);
     if (rc != PF_OK)
         return rc;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, role, address, version, registered, lost, busy, job,"
-                           " generation, type, idx, memory FROM nodes ORDER BY registered",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            s->db,
+            "SELECT id, role, address, version, registered, lost, busy, job,"
+            " generation, type, idx, memory, draining FROM nodes ORDER BY registered",
+            -1, &st, NULL) != SQLITE_OK)
         return db_error(s, err, "loading nodes");
     while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
         coord_node *n = pf_calloc(1, sizeof *n);
@@ -400,6 +406,7 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         snprintf(n->type, sizeof n->type, "%s", col_text(st, 9));
         n->index = sqlite3_column_int(st, 10);
         n->memory = sqlite3_column_int64(st, 11);
+        snprintf(n->draining, sizeof n->draining, "%s", col_text(st, 12));
         n->last_heartbeat = now; /* a fresh lease: see store.h */
     }
     sqlite3_finalize(st);
@@ -460,13 +467,15 @@ pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *t
     size_t i;
     json_t *p;
     json_array_foreach(points, i, p) {
-        if (run(bind(s, Q_METRIC_ADD, "ssidddd", job, task, (int64_t)jnum(p, "step"),
-                     jnum(p, "time"), jnum(p, "loss"), jnum(p, "examples_per_sec"),
-                     jnum(p, "step_time_seconds"))) != PF_OK)
+        if (run(bind(s, Q_METRIC_ADD, "ssidddd", job, task,
+                     (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
+                     jnum(p, "loss"), jnum(p, "examples_per_sec"), jnum(p, "step_time_seconds"))) !=
+            PF_OK)
             return PF_ERR_IO;
     }
     json_array_foreach(evals, i, p) {
-        if (run(bind(s, Q_EVAL_ADD, "ssiddd", job, task, (int64_t)jnum(p, "step"), jnum(p, "time"),
+        if (run(bind(s, Q_EVAL_ADD, "ssiddd", job, task,
+                     (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
                      jnum(p, "accuracy"), jnum(p, "test_loss"))) != PF_OK)
             return PF_ERR_IO;
     }
@@ -563,7 +572,7 @@ pf_status coord_store_add_checkpoint(coord_store *s, const char *job, int64_t st
                                      int64_t bytes, const char *files_json, const char *kept_json) {
     if (run(bind(s, Q_CKPT_ADD, "sidis", job, step, time, bytes, files_json)))
         return PF_ERR_IO;
-    return kept_json && run(bind(s, Q_CKPTS_KEEP, "ss", job, kept_json)) ? PF_ERR_IO : PF_OK;
+    return kept_json && run(bind(s, Q_CKPTS_KEEP, "sis", job, step, kept_json)) ? PF_ERR_IO : PF_OK;
 }
 
 json_t *coord_store_checkpoints(coord_store *s, const char *job) {

@@ -289,13 +289,33 @@ static void test_worker_replaced_alone(void **state) {
     assert_string_equal(j->message, "all 3 tasks running");
 
     /* It fails (a signal): replaced again, on the agent that just gave it up if that is the
-     * idle one. Past backoff_limit replacements, the job restarts as a gang (as it does for
-     * the chief or a ps: test_lease_expiry_and_backoff). */
+     * idle one, as a new incarnation its agent starts afresh. */
+    uint64_t failed = t->incarnation;
     report(&c, spare, "failed", 137, T0 + 15);
     assert_int_equal(j->phase, COORD_RUNNING);
+    assert_assigned(j, spare, "worker", 1, 1);
+    assert_true(t->incarnation > failed);
+    assert_int_equal(t->state, TASK_PENDING);
     assert_int_equal(t->restarts, 2);
     assert_int_equal(j->generation, 1);
-    report(&c, spare, "failed", 137, T0 + 16);
+    json_t *a = coord_node_assignment(&c, spare);
+    assert_int_equal(json_integer_value(json_object_get(a, "incarnation")), t->incarnation);
+    json_decref(a);
+    take_events(&c, NULL, NULL);
+    /* The agent's next heartbeat may still be about the failed incarnation (sent before it
+     * saw the new one): it is stale and counts as no second failure. */
+    report_incarnation(&c, spare, "failed", 137, failed, T0 + 15.5);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(t->state, TASK_PENDING);
+    assert_int_equal(t->restarts, 2);
+    assert_assigned(j, spare, "worker", 1, 1);
+    assert_int_equal(take_events(&c, "log", "TaskFailed"), 0);
+    report(&c, spare, "running", 0, T0 + 16);
+    assert_int_equal(t->state, TASK_RUNNING);
+    assert_string_equal(j->message, "all 3 tasks running");
+    /* The new incarnation fails: past backoff_limit replacements, the job restarts as a gang
+     * (as it does for the chief or a ps: test_lease_expiry_and_backoff). */
+    report(&c, spare, "failed", 137, T0 + 17);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_int_equal(j->restarts, 1);
     coord_cluster_deinit(&c);
@@ -654,6 +674,15 @@ static void test_success_waits_for_evaluator(void **state) {
         assert_string_equal(ps->job, "");
         assert_string_equal(w->job, "");
         assert_string_equal(e->job, "evalwait");
+        /* Training is over: no scaling, no suspension (409 for the API: no pointer). */
+        pf_error err;
+        assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 11, &err), PF_ERR_INVALID);
+        assert_string_equal(err.pointer, "");
+        assert_non_null(strstr(err.message, "TrainingComplete"));
+        assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 11, &err), PF_ERR_INVALID);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_int_equal(j->spec.replicas.worker, 1);
+        assert_int_equal(j->n_tasks, 3);
         /* The ps agent goes silent: no restart, the job still waits for the evaluator. */
         report(&c, e, "running", 0, T0 + 2 * LEASE);
         coord_cluster_tick(&c, T0 + 3 * LEASE);
@@ -806,7 +835,7 @@ static void test_gang_restart_rollback(void **state) {
     coord_cluster_init(&c, LEASE);
     coord_node *ps, *w;
     coord_job *j = running_pair(&c, "gang", "", T0, &ps, &w);
-    coord_job_record_checkpoint(&c, j, 200, 1000, NULL, NULL, T0 + 1);
+    coord_job_record_checkpoint(&c, j, 200, 1000, NULL, NULL, -1, T0 + 1);
     json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 350, "time", T0 + 2, "loss", 0.5,
                            "examples_per_sec", 100.0);
     coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
@@ -843,7 +872,7 @@ static void test_gang_restart_rollback(void **state) {
     assert_int_equal(j->global_step, 230);
 
     /* A restart with no newer checkpoint than the step: nothing to roll back. */
-    coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, T0 + 16);
+    coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, -1, T0 + 16);
     report(&c, ps, "running", 0, T0 + 20);
     coord_cluster_tick(&c, T0 + 15 + LEASE);
     report(&c, ps, "idle", 0, T0 + 26);
@@ -855,6 +884,56 @@ static void test_gang_restart_rollback(void **state) {
     json_decref(p0);
     json_decref(late);
     json_decref(p1);
+    coord_cluster_deinit(&c);
+}
+
+/* A gang restart before the job's first checkpoint starts training again from step 0: the
+ * job says so (RolledBack) and its global step goes back to 0. */
+static void test_gang_restart_before_checkpoint(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "early", "", T0, &ps, &w);
+    json_t *p = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 150, "time", T0 + 2, "loss", 0.5,
+                          "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p, NULL, T0 + 2);
+    json_decref(p);
+    assert_int_equal(j->global_step, 150);
+    assert_false(j->has_checkpoint);
+
+    report(&c, w, "failed", 137, T0 + 3); /* the chief: the gang restarts */
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, ps, "idle", 0, T0 + 4);
+    report(&c, w, "idle", 0, T0 + 4);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_int_equal(j->global_step, 0);
+    assert_condition(j, "RolledBack", "True", "JobRestarted");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message,
+                           "before its first checkpoint: every ps starts again from its initial "
+                           "values, from step 150 back to step 0"));
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
+    coord_cluster_deinit(&c);
+}
+
+/* The checkpoint a gang restart rolls back to is the newest on disk: a report retried after a
+ * newer one (its agent could not deliver it at first) does not take it back, and a newer step
+ * that `kept` names counts even when its own report was lost. */
+static void test_checkpoint_step_newest(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "ckpt", "", T0, &ps, &w);
+    coord_job_record_checkpoint(&c, j, 600, 1000, NULL, "[500,600]", 600, T0 + 1);
+    assert_true(j->has_checkpoint);
+    assert_int_equal(j->checkpoint_step, 600);
+    coord_job_record_checkpoint(&c, j, 500, 1000, NULL, "[400,500]", 500, T0 + 2);
+    assert_int_equal(j->checkpoint_step, 600);
+    assert_int_equal(take_events(&c, "checkpoint", NULL), 2); /* both are listed */
+    coord_job_record_checkpoint(&c, j, 700, 1000, NULL, "[600,700,800]", 800, T0 + 3);
+    assert_int_equal(j->checkpoint_step, 800);
     coord_cluster_deinit(&c);
 }
 
@@ -939,6 +1018,8 @@ int main(void) {
         cmocka_unit_test(test_metrics_after_end),
         cmocka_unit_test(test_rollback_global_step),
         cmocka_unit_test(test_gang_restart_rollback),
+        cmocka_unit_test(test_gang_restart_before_checkpoint),
+        cmocka_unit_test(test_checkpoint_step_newest),
         cmocka_unit_test(test_time_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

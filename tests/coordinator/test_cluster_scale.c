@@ -142,6 +142,124 @@ static void test_scale_and_suspend(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* How many workers the cluster of agent n's TF_CONFIG lists. */
+static int tf_config_workers(coord_cluster *c, coord_node *n) {
+    json_t *a = coord_node_assignment(c, n);
+    const char *text = json_string_value(json_object_get(a, "tf_config"));
+    if (!text)
+        fail_msg("agent %s's assignment has no TF_CONFIG", n->id);
+    json_t *tf = json_loads(text, 0, NULL);
+    int workers = (int)json_array_size(json_object_get(json_object_get(tf, "cluster"), "worker"));
+    json_decref(tf);
+    json_decref(a);
+    return workers;
+}
+
+/* Workers added live start all at once or none, as a job's admission does: with one idle
+ * agent for two added workers, none starts (a started one would have no TF_CONFIG while the
+ * other has no address). A worker replaced in the meantime gets a TF_CONFIG that lists the
+ * workers that run; the added ones start together once agents are there. */
+static void test_scale_up_all_at_once(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "grow", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w0 = add_node(&c, "w-a", "worker", T0);
+    coord_node *w1 = add_node(&c, "w-b", "worker", T0);
+    for (coord_node *n = ps; n; n = n == ps ? w0 : n == w0 ? w1 : NULL)
+        report(&c, n, "running", 0, T0 + 1);
+    coord_node *spare = add_node(&c, "w-c", "worker", T0 + 1);
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, j, 4, -1, T0 + 2, &err), PF_OK);
+    report_workers(&c, ps, 4, T0 + 3);
+    assert_idle(&c, spare);
+    assert_string_equal(task_of(j, "worker", 2)->node_id, "");
+    assert_string_equal(task_of(j, "worker", 3)->node_id, "");
+    assert_string_equal(j->message, "waiting for agents to add workers: missing worker 3");
+    const char *why = NULL;
+    assert_null(coord_job_tf_config(j, "worker", 2, &why));
+    assert_string_equal(why, "the task has no agent assigned yet");
+    take_events(&c, NULL, NULL);
+
+    /* Worker 1 fails and is replaced while the added workers wait: its TF_CONFIG lists the
+     * two workers that have agents, each at its own index. */
+    report(&c, w1, "failed", 137, T0 + 4);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_assigned(j, w1, "worker", 1, 1); /* the first idle agent: the one it failed on */
+    assert_idle(&c, spare);
+    assert_int_equal(tf_config_workers(&c, w1), 2);
+    assert_int_equal(tf_config_workers(&c, w0), 2);
+    assert_int_equal(take_events(&c, "log", "TaskAdded"), 0);
+
+    /* A second spare: both added workers start at once, with the whole cluster. */
+    coord_node *spare2 = add_node(&c, "w-d", "worker", T0 + 5);
+    assert_assigned(j, spare, "worker", 2, 1);
+    assert_assigned(j, spare2, "worker", 3, 1);
+    assert_int_equal(take_events(&c, "log", "TaskAdded"), 2);
+    assert_int_equal(tf_config_workers(&c, spare2), 4);
+    assert_int_equal(tf_config_workers(&c, w1), 4);
+    assert_int_equal(j->generation, 1);
+    coord_cluster_deinit(&c);
+}
+
+/* After a scale-down, a scale-up waits for every ps to report the larger membership again: the
+ * count a ps reported before it learned of the shrink does not count, whether the removed
+ * worker was never running (the membership shrinks at once) or was stopping (it shrinks when
+ * its agent has stopped it). */
+static void test_scale_down_then_up(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "shrink", 1, 3, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+    coord_node *w[3];
+    static const char *const ids[] = {"w-a", "w-b", "w-c"};
+    for (int i = 0; i < 3; i++)
+        w[i] = add_node(&c, ids[i], "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    report_workers(&c, ps, 3, T0 + 1);
+    report(&c, w[0], "running", 0, T0 + 1);
+    report(&c, w[1], "running", 0, T0 + 1);            /* w-c has not started worker 2 yet */
+    assert_int_equal(task_of(j, "ps", 0)->workers, 3); /* found again: a patch moves tasks */
+    pf_error err;
+
+    /* Worker 2 was not running: the membership is 2 at once. The ps's next heartbeat, sent
+     * before it saw the change, still says 3; a scale-up right after waits for it to say 3
+     * again. */
+    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 2, &err), PF_OK);
+    assert_int_equal(coord_job_membership(&c, j), 2);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 2);
+    report_workers(&c, ps, 3, T0 + 2.5);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 2);
+    report(&c, w[2], "idle", 0, T0 + 2.5);
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 3, &err), PF_OK);
+    assert_idle(&c, w[2]);
+    report_workers(&c, ps, 2, T0 + 3.5); /* it had applied 2 */
+    assert_idle(&c, w[2]);
+    report_workers(&c, ps, 3, T0 + 4);
+    assert_assigned(j, w[2], "worker", 2, 1);
+    report(&c, w[2], "running", 0, T0 + 4.5);
+
+    /* Worker 2 is running now: it stays a member until its agent has stopped it, then the
+     * membership shrinks and a scale-up waits again. */
+    assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 5, &err), PF_OK);
+    assert_int_equal(coord_job_membership(&c, j), 3);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 3);
+    report(&c, w[2], "idle", 0, T0 + 6);
+    assert_int_equal(coord_job_membership(&c, j), 2);
+    assert_int_equal(task_of(j, "ps", 0)->workers, 2);
+    assert_int_equal(coord_job_patch(&c, j, 3, -1, T0 + 6.5, &err), PF_OK);
+    assert_idle(&c, w[2]);
+    report_workers(&c, ps, 3, T0 + 7);
+    assert_assigned(j, w[2], "worker", 2, 1);
+    coord_cluster_deinit(&c);
+}
+
 /* Workers added live go after the others and before the evaluator, as a fresh job has them. */
 static void test_scale_keeps_task_order(void **state) {
     (void)state;
@@ -223,10 +341,9 @@ static void test_scale_async(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scale_and_suspend),
-        cmocka_unit_test(test_scale_backup_workers),
-        cmocka_unit_test(test_scale_keeps_task_order),
-        cmocka_unit_test(test_scale_async),
+        cmocka_unit_test(test_scale_and_suspend),    cmocka_unit_test(test_scale_up_all_at_once),
+        cmocka_unit_test(test_scale_backup_workers), cmocka_unit_test(test_scale_keeps_task_order),
+        cmocka_unit_test(test_scale_async),          cmocka_unit_test(test_scale_down_then_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

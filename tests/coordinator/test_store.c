@@ -185,6 +185,7 @@ static void assert_same_cluster(const coord_cluster *saved, const coord_cluster 
         assert_int_equal(b->generation, a->generation);
         assert_string_equal(b->type, a->type);
         assert_int_equal(b->index, a->index);
+        assert_string_equal(b->draining, a->draining);
         assert_true(b->last_heartbeat == now); /* a fresh lease */
         assert_false(b->dirty);
         assert_same_json(coord_node_assignment(saved, a), coord_node_assignment(loaded, b));
@@ -284,6 +285,11 @@ static void test_save_load_round_trip(void **state) {
     assert_true(lost->lost);
     assert_int_equal(alpha->phase, COORD_RUNNING);
     assert_string_equal(beta->message, "waiting for agents: missing ps 0, ps 1, worker 0");
+    /* alpha loses worker 1 live; w-b is still stopping it, so alpha's ps tasks keep it. */
+    pf_error err;
+    assert_int_equal(coord_job_patch(&c, alpha, 1, -1, T0 + 16.75, &err), PF_OK);
+    assert_string_equal(nodes[3]->draining, "alpha");
+    assert_int_equal(coord_job_membership(&c, alpha), 2);
 
     coord_store *s = open_store(fx);
     save(s, &c);
@@ -301,6 +307,7 @@ static void test_save_load_round_trip(void **state) {
     coord_job *again = coord_job_find(&loaded, "alpha");
     assert_int_equal(again->phase, COORD_RUNNING);
     assert_int_equal(again->generation, 2);
+    assert_int_equal(coord_job_membership(&loaded, again), 2); /* w-b is still stopping */
     assert_false(coord_node_find(&loaded, "w-a")->lost);
     coord_cluster_deinit(&loaded);
     coord_cluster_deinit(&c);
@@ -577,6 +584,19 @@ static void test_checkpoints(void **state) {
     json_decref(ck);
     ck = coord_store_checkpoints(s, "other");
     assert_int_equal(json_array_size(json_object_get(ck, "items")), 1);
+    json_decref(ck);
+
+    /* A report retried after a newer one (2500 kept [2000,2500] arrived before 2000's retry,
+     * kept [1500,2000]) forgets nothing newer than its own step: 2500 is on disk. */
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 2500, T0 + 25, 50, files, "[2000,2500]"),
+                     PF_OK);
+    assert_int_equal(coord_store_add_checkpoint(s, "c", 2000, T0 + 26, 40, files, "[1500,2000]"),
+                     PF_OK);
+    ck = coord_store_checkpoints(s, "c");
+    items = json_object_get(ck, "items");
+    assert_int_equal(json_array_size(items), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 0), "step")), 2500);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(items, 1), "step")), 2000);
     json_decref(ck);
     coord_store_close(s);
 }

@@ -156,6 +156,17 @@ bodies = {
     "hb_unknown_field": b'{"state": "idle", "colour": "red"}',
     "hb_malformed": b'{"state": idle}',
     "metrics_points_string": b'{"task": "worker-0", "points": "many"}',
+    # Steps are integers from 0 to the job's max_steps (100): a double past 2^63 is refused,
+    # never converted.
+    "metrics_step_huge": b'{"task": "chief", "points": [{"step": 1e300, "time": 0}]}',
+    "metrics_step_fraction": b'{"task": "worker-0", "evals": [{"step": 1.5, "time": 0}]}',
+    "metrics_step_past_max": b'{"task": "chief", "points": [{"step": 101, "time": 0}]}',
+    "metrics_rollback_huge": b'{"task": "chief", "rollbacks": [{"from": 1e300, "to": 1e300, "time": 0}]}',
+    "metrics_rollback_past_max": b'{"task": "chief", "rollbacks": [{"from": 200, "to": 150, "time": 0}]}',
+    "hb_exit_code_big": b'{"state": "failed", "exit_code": 300}',
+    "hb_exit_code_huge": b'{"state": "failed", "exit_code": 1e300}',
+    "hb_steps_huge": b'{"state": "succeeded", "result": {"steps": 1e300}}',
+    "hb_incarnation_negative": b'{"state": "idle", "incarnation": -1}',
     "checkpoint_partial": b'{"step": 1}',
 }
 for name, data in bodies.items():
@@ -286,6 +297,15 @@ POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_bad_state         422    
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_unknown_field     400     re:colour
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_malformed         400     re:expected|json|invalid
 POST   /api/v1/jobs/errs/metrics             ok     metrics_points_string 422    re:points
+POST   /api/v1/jobs/errs/metrics             ok     metrics_step_huge    422     ptr:/points/0/step
+POST   /api/v1/jobs/errs/metrics             ok     metrics_step_fraction 422    ptr:/evals/0/step
+POST   /api/v1/jobs/errs/metrics             ok     metrics_step_past_max 422    ptr:/points/0/step
+POST   /api/v1/jobs/errs/metrics             ok     metrics_rollback_huge 422    ptr:/rollbacks/0/from
+POST   /api/v1/jobs/errs/metrics             ok     metrics_rollback_past_max 422 ptr:/rollbacks/0/from
+POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_exit_code_big     422     ptr:/exit_code
+POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_exit_code_huge    422     ptr:/exit_code
+POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_steps_huge        422     ptr:/result/steps
+POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_incarnation_negative 422  ptr:/incarnation
 POST   /api/v1/jobs/errs/checkpoints         ok     checkpoint_partial   422     re:time|bytes|files
 EOF
 )

@@ -61,8 +61,8 @@ coord_node *add_node(coord_cluster *c, const char *id, const char *role, double 
     return n;
 }
 
-/* The agent's heartbeat report (api/rest.md) for what it was assigned, in `state`. */
-void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, double now) {
+void report_incarnation(coord_cluster *c, coord_node *n, const char *state, int exit_code,
+                        uint64_t incarnation, double now) {
     json_t *r = json_pack("{s:s}", "state", state);
     if (n->job[0]) {
         json_object_set_new(r, "job", json_string(n->job));
@@ -70,9 +70,18 @@ void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, d
         json_object_set_new(r, "type", json_string(n->type));
         json_object_set_new(r, "index", json_integer(n->index));
         json_object_set_new(r, "exit_code", json_integer(exit_code));
+        if (incarnation)
+            json_object_set_new(r, "incarnation", json_integer((json_int_t)incarnation));
     }
     coord_node_heartbeat_json(c, n, r, now);
     json_decref(r);
+}
+
+void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, double now) {
+    coord_job *j;
+    coord_task *t;
+    coord_node_assigned(c, n, &j, &t);
+    report_incarnation(c, n, state, exit_code, t ? t->incarnation : 0, now);
 }
 
 /* Takes the queued events and counts those of `kind` (any when NULL) whose data has this

@@ -23,8 +23,14 @@ coord_job *submit(coord_cluster *c, pf_job_spec *spec, double now);
 /* Registers agent `id` of `role`, advertising "<id>.test:2222". */
 coord_node *add_node(coord_cluster *c, const char *id, const char *role, double now);
 
-/* The agent's heartbeat report (api/rest.md) for what it was assigned, in `state`. */
+/* The agent's heartbeat report (api/rest.md) for what it was assigned, in `state`, with the
+ * incarnation of its assignment. */
 void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, double now);
+
+/* As report, about incarnation `incarnation` of the assigned task (0: none, as an agent older
+ * than the field sends). */
+void report_incarnation(coord_cluster *c, coord_node *n, const char *state, int exit_code,
+                        uint64_t incarnation, double now);
 
 /* Takes the queued events and counts those of `kind` (any when NULL) whose data has this
  * "reason" (any when NULL). */

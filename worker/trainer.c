@@ -232,9 +232,6 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
     return PF_OK;
 }
 
-/* A sync worker that sees a ps's version go back (a rollback, or a ps that restarted)
- * drops what it computed before it and pulls until every ps serves one version (with
- * backup workers, versions one apart), for at most training.stall_timeout_secs. */
 /* The version of the ps furthest behind, as this task last saw it. */
 static uint64_t lowest_version(const trainer *t) {
     uint64_t lo = t->versions[0];
@@ -243,6 +240,45 @@ static uint64_t lowest_version(const trainer *t) {
     return lo;
 }
 
+/* A chief that starts on a running sync job (a replacement for one that was lost) and finds
+ * the ps tasks more than a step apart: a rollback its predecessor left half done (some ps
+ * restored, others not), which no step can bring together. Every ps is rolled back to the
+ * newest complete checkpoint, as the consistent rollback does. Without a checkpoint it says
+ * so and goes on. */
+static pf_status realign(trainer *t, pf_error *err) {
+    int64_t step;
+    uint64_t lo = lowest_version(t), from = max_version(t);
+    pf_status st = newest_checkpoint(t, &step, err);
+    if (st == PF_ERR_NOT_FOUND) {
+        fprintf(stderr,
+                "psflow chief: the ps tasks are at steps %" PRIu64 " to %" PRIu64
+                " and there is no complete checkpoint to roll them back to\n",
+                lo, from);
+        pf_error_clear(err);
+        return PF_OK;
+    }
+    if (st != PF_OK)
+        return st;
+    fprintf(stderr,
+            "psflow chief: the ps tasks are at steps %" PRIu64 " to %" PRIu64
+            " (a rollback left half done); rolling every ps back to checkpoint step %" PRId64 "\n",
+            lo, from, step);
+    if ((st = worker_link_restore(t->link, (uint64_t)step, lr_factor(t), err)) != PF_OK ||
+        (st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
+        return st;
+    int ps;
+    uint64_t restored;
+    worker_link_take_restart(t->link, &ps, &restored); /* a restore of its own: done */
+    fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
+            t->versions[0]);
+    worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
+    report(t, &r);
+    return PF_OK;
+}
+
+/* A sync worker that sees a ps's version go back (a rollback, or a ps that restarted)
+ * drops what it computed before it and pulls until every ps serves one version (with
+ * backup workers, versions one apart), for at most training.stall_timeout_secs. */
 static pf_status resync(trainer *t, pf_error *err) {
     const char *who = t->o->is_chief ? "chief" : "worker";
     const double limit = (double)t->spec->training.stall_timeout_secs, start = pf_clock_now();
@@ -651,6 +687,9 @@ pf_status worker_run(const worker_options *o) {
     last_eval = last_ckpt = t.versions[0];
     if (o->workers) /* started after a live change: the membership it was assigned with */
         take_membership(&t, t.versions[0]);
+    if (o->is_chief && sync && max_version(&t) > lowest_version(&t) + 1 &&
+        (st = realign(&t, &err)) != PF_OK)
+        goto fail;
     /* A first checkpoint right after the variables are initialised (step 0, or where async
      * workers that started first have already taken ps 0): a restore target exists from the
      * start, so a ps restarted before the first periodic checkpoint restores these values

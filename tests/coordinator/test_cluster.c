@@ -4,7 +4,7 @@
  * limit, Never, ExitCode), agents that restart or leave, active_deadline_seconds, idempotent
  * submission, the chief's success (and the evaluator's last word), metrics that arrive after
  * the end, rollbacks, and times that survive their own text. Scaling and suspension are in
- * test_cluster_scale.c.
+ * test_cluster_scale.c, a lost or failed chief in test_cluster_replace.c.
  *
  * Agents are simulated by calling coord_node_register and coord_node_heartbeat with the
  * reports of api/rest.md; no test sleeps: `now` is an argument.
@@ -243,9 +243,10 @@ static void test_lease_expiry_and_backoff(void **state) {
     coord_cluster_deinit(&c);
 }
 
-/* A worker other than the chief that is lost or fails is replaced alone: the others carry
- * on in the same generation (no gang restart, no rollback), its replacement runs on the next
- * idle worker agent as a new incarnation, and it waits for one when there is none. */
+/* A worker that is lost or fails is replaced alone (the chief too: test_cluster_replace.c):
+ * the others carry on in the same generation (no gang restart, no rollback), its replacement
+ * runs on the next idle worker agent as a new incarnation, and it waits for one when there is
+ * none. */
 static void test_worker_replaced_alone(void **state) {
     (void)state;
     coord_cluster c;
@@ -315,7 +316,7 @@ static void test_worker_replaced_alone(void **state) {
     assert_int_equal(t->state, TASK_RUNNING);
     assert_string_equal(j->message, "all 3 tasks running");
     /* The new incarnation fails: past backoff_limit replacements, the job restarts as a gang
-     * (as it does for the chief or a ps: test_lease_expiry_and_backoff). */
+     * (as a ps loss does at once: test_lease_expiry_and_backoff). */
     report(&c, spare, "failed", 137, T0 + 17);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_int_equal(j->restarts, 1);

@@ -363,7 +363,8 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
         } else {
             snprintf(msg, sizeof msg, "waiting for an agent to replace %s %d", t->type, t->index);
             set_message(c, j, msg, now);
-            short_of_agents = true; /* of worker agents: only workers are replaced alone */
+            /* Of worker agents: only the chief and the workers are replaced alone. */
+            short_of_agents = true;
         }
     }
     if (!added || short_of_agents || !ps_know_workers(j, top))
@@ -461,12 +462,17 @@ static void evaluator_done(coord_cluster *c, coord_job *j, double now) {
     finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
 }
 
-/* Whether a lost or failed task is replaced on its own while the others carry on: a worker
- * other than the chief. It holds no state (the ps tasks do); its replacement pulls the
- * current variables and joins at the current step, a new incarnation of the same task. The
- * chief (it checkpoints) and the ps tasks (they hold the variables) restart the gang. */
-static bool replaced_alone(const coord_job *j, const coord_task *t) {
-    return !strcmp(t->type, "worker") && !is_chief(j, t);
+/* Whether a lost or failed task is replaced on its own while the others carry on: a
+ * training task, the chief included. It holds no state (the ps tasks do); its replacement
+ * pulls the current variables and joins at the current step, a new incarnation of the same
+ * task. A replaced chief takes up the checkpoints, evaluations and rollbacks from there: the
+ * ps tasks take CHECKPOINT and RESTORE from the newest chief incarnation only, so one that
+ * still runs unseen (its agent lost) cannot interfere. A RESTORE the lost chief left half
+ * done (some ps tasks restored, others not) is not repaired by its replacement; only a gang
+ * restart restores one checkpoint everywhere. The ps tasks hold the variables: losing one
+ * restarts the gang. */
+static bool replaced_alone(const coord_task *t) {
+    return !strcmp(t->type, "worker") || !strcmp(t->type, "chief");
 }
 
 /* A task failed (exit_code) or its agent was lost: replace it alone, restart the gang or fail
@@ -503,7 +509,7 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
     }
     const char *reason = lost ? "TaskLost" : "TaskFailed";
     char msg[COORD_TEXT_MAX];
-    if (retryable && replaced_alone(j, t) && j->phase == COORD_RUNNING &&
+    if (retryable && replaced_alone(t) && j->phase == COORD_RUNNING &&
         t->restarts < rp->backoff_limit) {
         /* Pending without an agent: admit_all gives it the next idle worker agent. */
         free_task_agent(c, j, t, now);

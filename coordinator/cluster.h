@@ -9,9 +9,13 @@
  * chief and worker tasks), or none: while agents are missing the status message names
  * exactly the tasks that have none. Assignments are level-triggered: a node's heartbeat
  * answer always carries what it should run (job, generation, task), and the agent makes its
- * process match. When a task fails or its node's lease expires, the restart policy decides:
- * release the whole gang and start it again (generation + 1; the ps tasks restore the newest
- * checkpoint, the workers carry on from the restored global step), or fail the job. The job
+ * process match. When a task fails or its node's lease expires, the restart policy decides
+ * whether it restarts. A training task (the chief or a worker) holds no state: while it was
+ * restarted fewer than backoff_limit times, it is replaced alone on the next idle worker agent,
+ * a new incarnation in the same generation. A ps task, or a training task past that limit,
+ * releases the whole gang and starts it again (generation + 1; the ps tasks restore the newest
+ * checkpoint, the workers carry on from the restored global step), at most backoff_limit times
+ * per job; beyond that, or when the policy does not restart, the job fails. The job
  * succeeds when its chief (the chief task, else worker 0) reports success: it has reached
  * max_steps and every ps has written the final checkpoint.
  *

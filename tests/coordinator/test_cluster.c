@@ -4,7 +4,7 @@
  * limit, Never, ExitCode), agents that restart or leave, active_deadline_seconds, idempotent
  * submission, the chief's success (and the evaluator's last word), metrics that arrive after
  * the end, rollbacks, and times that survive their own text. Scaling and suspension are in
- * test_cluster_scale.c.
+ * test_cluster_scale.c, a lost or failed chief in test_cluster_replace.c.
  *
  * Agents are simulated by calling coord_node_register and coord_node_heartbeat with the
  * reports of api/rest.md; no test sleeps: `now` is an argument.
@@ -177,39 +177,40 @@ static void test_lease_expiry_and_backoff(void **state) {
     coord_node *ps, *w;
     coord_job *j =
         running_pair(&c, "lease", ", \"run_policy\": {\"backoff_limit\": 1}", T0, &ps, &w);
-    uint64_t first_incarnation = task_of(j, "worker", 0)->incarnation;
+    uint64_t first_incarnation = task_of(j, "ps", 0)->incarnation;
 
-    /* Exactly `lease` seconds of silence is still within the lease. */
-    report(&c, ps, "running", 0, T0 + 8);
-    report(&c, w, "running", 0, T0 + 2);
+    /* Exactly `lease` seconds of silence is still within the lease. The ps agent is the one
+     * that goes silent: a ps holds the variables, so losing it restarts the gang. */
+    report(&c, w, "running", 0, T0 + 8);
+    report(&c, ps, "running", 0, T0 + 2);
     coord_cluster_tick(&c, T0 + 2 + LEASE);
-    assert_false(w->lost);
+    assert_false(ps->lost);
     assert_int_equal(j->phase, COORD_RUNNING);
 
     coord_cluster_tick(&c, T0 + 2.5 + LEASE);
-    assert_true(w->lost);
-    assert_false(ps->lost);
+    assert_true(ps->lost);
+    assert_false(w->lost);
     assert_int_equal(take_events(&c, "log", "NodeLost"), 1);
-    json_t *nj = coord_node_json(w, T0 + 12.5);
+    json_t *nj = coord_node_json(ps, T0 + 12.5);
     assert_string_equal(json_string_value(json_object_get(nj, "state")), "lost");
     json_decref(nj);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_int_equal(j->restarts, 1);
     assert_condition(j, "Restarting", "True", "TaskLost");
     assert_condition(j, "Running", "False", NULL);
-    assert_int_equal(task_of(j, "worker", 0)->state, TASK_LOST);
-    /* The whole gang is released; ps-a still reports its task running. */
-    assert_string_equal(ps->job, "");
+    assert_int_equal(task_of(j, "ps", 0)->state, TASK_LOST);
+    /* The whole gang is released; w-a still reports its task running. */
+    assert_string_equal(w->job, "");
     assert_string_equal(j->message, "waiting for agents: missing ps 0, worker 0");
 
-    report(&c, ps, "idle", 0, T0 + 13);
+    report(&c, w, "idle", 0, T0 + 13);
     assert_int_equal(j->phase, COORD_RESTARTING);
-    assert_string_equal(j->message, "waiting for agents: missing worker 0");
+    assert_string_equal(j->message, "waiting for agents: missing ps 0");
     assert_condition(j, "Restarting", "True", "TaskLost"); /* it keeps its reason */
 
     /* The lost agent comes back: the gang starts again as generation 2. */
-    add_node(&c, "w-a", "worker", T0 + 13.5);
-    assert_false(w->lost);
+    add_node(&c, "ps-a", "ps", T0 + 13.5);
+    assert_false(ps->lost);
     assert_int_equal(j->phase, COORD_RUNNING);
     assert_int_equal(j->generation, 2);
     assert_condition(j, "Running", "True", "JobRestarted");
@@ -220,20 +221,20 @@ static void test_lease_expiry_and_backoff(void **state) {
         assert_int_equal(j->tasks[k].state, TASK_PENDING);
         assert_int_equal(j->tasks[k].restarts, 1);
     }
-    assert_true(task_of(j, "worker", 0)->incarnation > first_incarnation);
+    assert_true(task_of(j, "ps", 0)->incarnation > first_incarnation);
 
     /* A second loss is past backoff_limit 1: the job fails and frees its agents. */
     report(&c, ps, "running", 0, T0 + 14);
     report(&c, w, "running", 0, T0 + 14);
-    report(&c, ps, "running", 0, T0 + 25);
+    report(&c, w, "running", 0, T0 + 25);
     coord_cluster_tick(&c, T0 + 30);
-    assert_true(w->lost);
+    assert_true(ps->lost);
     assert_int_equal(j->phase, COORD_FAILED);
     assert_condition(j, "Failed", "True", "BackoffLimitExceeded");
     assert_int_equal(j->restarts, 1);
     assert_non_null(strstr(j->message, "backoff limit 1 reached"));
     assert_true(j->completion_time == T0 + 30);
-    assert_string_equal(ps->job, "");
+    assert_string_equal(w->job, "");
 
     /* Time passing after the end changes nothing. */
     coord_cluster_tick(&c, T0 + 100);
@@ -242,9 +243,10 @@ static void test_lease_expiry_and_backoff(void **state) {
     coord_cluster_deinit(&c);
 }
 
-/* A worker other than the chief that is lost or fails is replaced alone: the others carry
- * on in the same generation (no gang restart, no rollback), its replacement runs on the next
- * idle worker agent as a new incarnation, and it waits for one when there is none. */
+/* A worker that is lost or fails is replaced alone (the chief too: test_cluster_replace.c):
+ * the others carry on in the same generation (no gang restart, no rollback), its replacement
+ * runs on the next idle worker agent as a new incarnation, and it waits for one when there is
+ * none. */
 static void test_worker_replaced_alone(void **state) {
     (void)state;
     coord_cluster c;
@@ -314,7 +316,7 @@ static void test_worker_replaced_alone(void **state) {
     assert_int_equal(t->state, TASK_RUNNING);
     assert_string_equal(j->message, "all 3 tasks running");
     /* The new incarnation fails: past backoff_limit replacements, the job restarts as a gang
-     * (as it does for the chief or a ps: test_lease_expiry_and_backoff). */
+     * (as a ps loss does at once: test_lease_expiry_and_backoff). */
     report(&c, spare, "failed", 137, T0 + 17);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_int_equal(j->restarts, 1);
@@ -362,11 +364,12 @@ static void test_restart_policy_exit_code(void **state) {
     coord_job *j = running_pair(&c, "exit", ", \"run_policy\": {\"restart_policy\": \"ExitCode\"}",
                                 T0, &ps, &w);
 
-    report(&c, w, "failed", 137, T0 + 1);
+    /* The ps task fails: a gang restart (a worker's failure replaces it alone). */
+    report(&c, ps, "failed", 137, T0 + 1);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_condition(j, "Restarting", "True", "TaskFailed");
     assert_int_equal(j->restarts, 1);
-    assert_int_equal(task_of(j, "worker", 0)->state, TASK_FAILED);
+    assert_int_equal(task_of(j, "ps", 0)->state, TASK_FAILED);
 
     report(&c, ps, "idle", 0, T0 + 2);
     report(&c, w, "idle", 0, T0 + 2);
@@ -375,12 +378,12 @@ static void test_restart_policy_exit_code(void **state) {
 
     /* A report for the old generation is ignored. */
     json_t *stale = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i}", "state", "failed", "job", "exit",
-                              "generation", 1, "type", "worker", "index", 0, "exit_code", 1);
-    coord_node_heartbeat_json(&c, w, stale, T0 + 3);
+                              "generation", 1, "type", "ps", "index", 0, "exit_code", 1);
+    coord_node_heartbeat_json(&c, ps, stale, T0 + 3);
     json_decref(stale);
     assert_int_equal(j->phase, COORD_RUNNING);
 
-    report(&c, w, "failed", 1, T0 + 4);
+    report(&c, ps, "failed", 1, T0 + 4);
     assert_int_equal(j->phase, COORD_FAILED);
     assert_condition(j, "Failed", "True", "TaskFailed");
     assert_int_equal(j->restarts, 1);
@@ -410,7 +413,7 @@ static void test_nonfinite_fails_the_job(void **state) {
 }
 
 /* An agent that registers again has restarted and lost its task; one that deregisters is
- * gone. Both restart the gang. */
+ * gone. Both restart the gang when the task is a ps (it holds the variables). */
 static void test_agent_restart_and_removal(void **state) {
     (void)state;
     coord_cluster c;
@@ -418,15 +421,15 @@ static void test_agent_restart_and_removal(void **state) {
     coord_node *ps, *w;
     coord_job *j = running_pair(&c, "agents", "", T0, &ps, &w);
 
-    report(&c, w, "idle", 0, T0 + 1); /* the agent's process restarted */
-    coord_node *again = add_node(&c, "w-a", "worker", T0 + 1);
-    assert_ptr_equal(again, w);
+    report(&c, ps, "idle", 0, T0 + 1); /* the agent's process restarted */
+    coord_node *again = add_node(&c, "ps-a", "ps", T0 + 1);
+    assert_ptr_equal(again, ps);
     assert_int_equal(c.n_nodes, 2);
     assert_int_equal(take_events(&c, "log", "TaskLost"), 1);
     assert_int_equal(j->restarts, 1);
-    /* ps-a still reports the old generation running: the gang waits for it. */
+    /* w-a still reports the old generation running: the gang waits for it. */
     assert_int_equal(j->phase, COORD_RESTARTING);
-    report(&c, ps, "idle", 0, T0 + 2);
+    report(&c, w, "idle", 0, T0 + 2);
     assert_int_equal(j->phase, COORD_RUNNING);
     assert_int_equal(j->generation, 2);
 
@@ -841,15 +844,15 @@ static void test_gang_restart_rollback(void **state) {
     coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
     assert_int_equal(j->global_step, 350);
 
-    /* The chief's agent is lost: the gang restarts from checkpoint 200. */
-    report(&c, ps, "running", 0, T0 + 8);
-    report(&c, w, "running", 0, T0 + 2);
+    /* The ps agent is lost: the gang restarts from checkpoint 200. */
+    report(&c, w, "running", 0, T0 + 8);
+    report(&c, ps, "running", 0, T0 + 2);
     coord_cluster_tick(&c, T0 + 2.5 + LEASE);
     assert_int_equal(j->phase, COORD_RESTARTING);
     assert_int_equal(j->global_step, 350); /* nothing restored yet */
-    report(&c, ps, "idle", 0, T0 + 13);
+    report(&c, w, "idle", 0, T0 + 13);
     take_events(&c, NULL, NULL);
-    add_node(&c, "w-a", "worker", T0 + 13.5);
+    add_node(&c, "ps-a", "ps", T0 + 13.5);
     assert_int_equal(j->generation, 2);
     assert_condition(j, "Running", "True", "JobRestarted");
     assert_int_equal(j->global_step, 200);
@@ -859,12 +862,14 @@ static void test_gang_restart_rollback(void **state) {
     assert_non_null(strstr(msg, "generation 2"));
     assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
 
-    /* The previous chief's last report arrives late: not the job's step any more. */
+    /* The previous generation's chief's last report arrives late: not the job's step any
+     * more. */
     json_t *late = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 360, "time", T0 + 3, "loss", 0.5,
                              "examples_per_sec", 100.0);
     coord_job_record_metrics_json(&c, j, "chief", late, NULL, T0 + 14);
     assert_int_equal(j->global_step, 200);
-    /* The new chief runs and reports from the checkpoint on. */
+    /* The new generation runs; its chief reports from the checkpoint on. */
+    report(&c, ps, "running", 0, T0 + 14.5);
     report(&c, w, "running", 0, T0 + 14.5);
     json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 230, "time", T0 + 15, "loss", 0.4,
                            "examples_per_sec", 100.0);
@@ -873,11 +878,12 @@ static void test_gang_restart_rollback(void **state) {
 
     /* A restart with no newer checkpoint than the step: nothing to roll back. */
     coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, -1, T0 + 16);
-    report(&c, ps, "running", 0, T0 + 20);
+    report(&c, w, "running", 0, T0 + 20);
     coord_cluster_tick(&c, T0 + 15 + LEASE);
-    report(&c, ps, "idle", 0, T0 + 26);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, w, "idle", 0, T0 + 26);
     take_events(&c, NULL, NULL);
-    add_node(&c, "w-a", "worker", T0 + 26.5);
+    add_node(&c, "ps-a", "ps", T0 + 26.5);
     assert_int_equal(j->generation, 3);
     assert_int_equal(j->global_step, 230);
     assert_int_equal(take_events(&c, "log", "JobRestarted"), 1);
@@ -902,7 +908,7 @@ static void test_gang_restart_before_checkpoint(void **state) {
     assert_int_equal(j->global_step, 150);
     assert_false(j->has_checkpoint);
 
-    report(&c, w, "failed", 137, T0 + 3); /* the chief: the gang restarts */
+    report(&c, ps, "failed", 137, T0 + 3); /* the ps: the gang restarts */
     assert_int_equal(j->phase, COORD_RESTARTING);
     report(&c, ps, "idle", 0, T0 + 4);
     report(&c, w, "idle", 0, T0 + 4);

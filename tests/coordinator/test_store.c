@@ -262,8 +262,8 @@ static void test_save_load_round_trip(void **state) {
         add_node(&c, "ps-a", "ps", T0 + 1.2345), add_node(&c, "ps-b", "ps", T0 + 1.3456),
         add_node(&c, "w-a", "worker", T0 + 1.4567), add_node(&c, "w-b", "worker", T0 + 1.5678)};
     assert_int_equal(alpha->phase, COORD_RUNNING);
-    /* w-a (the chief, worker 0) restarts: alpha runs again as generation 2. */
-    add_node(&c, "w-a", "worker", T0 + 2.0009);
+    /* ps-a restarts (its ps held variables): alpha runs again as generation 2. */
+    add_node(&c, "ps-a", "ps", T0 + 2.0009);
     assert_int_equal(alpha->generation, 2);
     for (int i = 0; i < 4; i++)
         report(&c, nodes[i], "running", T0 + 2.3456);

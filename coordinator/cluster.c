@@ -468,9 +468,10 @@ static void evaluator_done(coord_cluster *c, coord_job *j, double now) {
  * task. A replaced chief takes up the checkpoints, evaluations and rollbacks from there: the
  * ps tasks take CHECKPOINT and RESTORE from the newest chief incarnation only, so one that
  * still runs unseen (its agent lost) cannot interfere. A RESTORE the lost chief left half
- * done (some ps tasks restored, others not) is not repaired by its replacement; only a gang
- * restart restores one checkpoint everywhere. The ps tasks hold the variables: losing one
- * restarts the gang. */
+ * done (some ps tasks restored, others not) is repaired by its replacement: a sync chief that
+ * finds the ps tasks more than a step apart rolls them all back to the newest complete
+ * checkpoint before it trains (worker/trainer.c, realign). The ps tasks hold the variables:
+ * losing one restarts the gang. */
 static bool replaced_alone(const coord_task *t) {
     return !strcmp(t->type, "worker") || !strcmp(t->type, "chief");
 }

@@ -289,11 +289,15 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
             snprintf(msg, sizeof msg, "the job restarted as generation %d", j->generation);
             rolled_back(c, j, "JobRestarted", msg, j->global_step, j->checkpoint_step, -1, now);
         } else if (!j->has_checkpoint && j->global_step > 0) {
+            /* No checkpoint reported (the chief takes one at start, but its report may not
+             * have arrived): the ps tasks restore the newest one on disk, if any, else start
+             * from their initial values; step 0 is where training goes on at the earliest,
+             * and the new chief's reports say where it does. */
             snprintf(msg, sizeof msg,
-                     "the job restarted as generation %d before its first checkpoint: every ps "
-                     "starts again from its initial values, from step %" PRId64 " back to step 0",
-                     j->generation, j->global_step);
-            rolled_back_msg(c, j, "JobRestarted", msg, 0, -1, now);
+                     "the job restarted as generation %d with no checkpoint reported (the ps "
+                     "tasks restore the newest on disk)",
+                     j->generation);
+            rolled_back(c, j, "JobRestarted", msg, j->global_step, 0, -1, now);
         }
     } else {
         snprintf(msg, sizeof msg, "%d tasks assigned to agents", j->n_tasks);

@@ -917,8 +917,8 @@ static void test_gang_restart_before_checkpoint(void **state) {
     assert_int_equal(j->global_step, 0);
     assert_condition(j, "RolledBack", "True", "JobRestarted");
     assert_non_null(strstr(find_condition(j, "RolledBack")->message,
-                           "before its first checkpoint: every ps starts again from its initial "
-                           "values, from step 150 back to step 0"));
+                           "with no checkpoint reported (the ps tasks restore the newest on "
+                           "disk): every ps rolled back from step 150 to checkpoint step 0"));
     assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
     coord_cluster_deinit(&c);
 }

@@ -5,7 +5,8 @@
 # coordinator with its SQLite file and real agents on 127.0.0.1), one async and one sync job:
 # kill -9 of the agent running worker 1 mid-training -> its lease expires, worker 1 is
 # replaced alone on a spare worker agent (event TaskReplaced) while the ps and the chief carry
-# on: generation stays 1, no restart, no ps restores a checkpoint, the global step sampled
+# on; then the same for worker 0, the chief (async), whose replacement takes up its
+# checkpoints and ends the job: generation stays 1, no restart, no ps restores a checkpoint, the global step sampled
 # from the API never goes back, and the job succeeds with the example's accuracy target.
 source "$(dirname "$0")/lib.sh"
 
@@ -41,8 +42,8 @@ spare_port=$(free_ports 1)
 SPARE=$!
 wait_until 20 "spare worker registered" jget "$URL/api/v1/nodes/spare-worker" 'd["id"]'
 
-run_case() { # NAME MODE STEPS
-  local name=$1
+run_case() { # NAME MODE STEPS [WORKER-INDEX, default 1]
+  local name=$1 w=${4:-1}
   spec "$@" >"$WORK/$name.json"
   code=$(curl -s -o "$WORK/submit.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
     --data-binary @"$WORK/$name.json" "$URL/api/v1/jobs")
@@ -57,15 +58,15 @@ run_case() { # NAME MODE STEPS
   done) >"$WORK/$name.steps" &
   local sampler=$!
   wait_until 120 "job $name past step 300" step_over "$name" 300
-  victim=$(jget "$URL/api/v1/jobs/$name/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="worker" and t["index"]==1][0]')
+  victim=$(jget "$URL/api/v1/jobs/$name/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="worker" and t["index"]=='"$w"'][0]')
   pid=$(agent_pid "$victim")
   [ -n "$pid" ] || fail "$name: no process for agent $victim"
   killed_at=$(jget "$URL/api/v1/jobs/$name" 'd["status"]["global_step"]')
-  [ "$killed_at" -lt $(($3 / 2)) ] || fail "$name: already at step $killed_at of $3 when worker 1 could be killed; raise max_steps"
+  [ "$killed_at" -lt $(($3 / 2)) ] || fail "$name: already at step $killed_at of $3 when worker $w could be killed; raise max_steps"
   kill -9 "$pid"
-  replaced() { [ "$(jget "$URL/api/v1/jobs/$name/tasks" "[t['node_id'] for t in d['items'] if t['type']=='worker' and t['index']==1][0] != '$victim' and [t['state'] for t in d['items'] if t['type']=='worker' and t['index']==1][0] == 'Running'")" = True ]; }
-  wait_until 60 "$name: worker 1 replaced and running" replaced
-  holder=$(jget "$URL/api/v1/jobs/$name/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="worker" and t["index"]==1][0]')
+  replaced() { [ "$(jget "$URL/api/v1/jobs/$name/tasks" "[t['node_id'] for t in d['items'] if t['type']=='worker' and t['index']==$w][0] != '$victim' and [t['state'] for t in d['items'] if t['type']=='worker' and t['index']==$w][0] == 'Running'")" = True ]; }
+  wait_until 60 "$name: worker $w replaced and running" replaced
+  holder=$(jget "$URL/api/v1/jobs/$name/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="worker" and t["index"]=='"$w"'][0]')
   wait_until 400 "job $name Succeeded" phase_is "$name" Succeeded
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
   curl -sf "$URL/api/v1/jobs/$name" -o "$WORK/$name-job.json"
@@ -91,8 +92,8 @@ print("ok: %d step samples, never back; generation %d, restarts %d, accuracy %.4
       % (len(steps), st["generation"], st["restarts"], st["accuracy"]))
 PY
   ! grep -q 'restored from' "$WORK"/up/logs/ps-*.log || fail "$name: a ps restored a checkpoint (a rollback)"
-  pass "$name ($2): worker 1's agent $victim killed at step $killed_at, replaced alone on $holder, no gang restart, Succeeded"
-  # The killed agent is gone for good; the agent that held worker 1 is the next spare.
+  pass "$name ($2): worker $w's agent $victim killed at step $killed_at, replaced alone on $holder, no gang restart, Succeeded"
+  # The killed agent is gone for good; the agent that held worker $w is the next spare.
 }
 
 run_case elastic-async async 20000
@@ -103,7 +104,14 @@ spare2_port=$(free_ports 1)
 SPARE2=$!
 wait_until 20 "second spare worker registered" jget "$URL/api/v1/nodes/spare-worker-2" 'd["id"]'
 run_case elastic-sync sync 16000
+# The chief (worker 0) too, on a third spare.
+spare3_port=$(free_ports 1)
+"$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker-3 --advertise "127.0.0.1:$spare3_port" \
+  --checkpoint-dir "$WORK/up/checkpoints" 2>"$WORK/spare-worker-3.log" &
+SPARE3=$!
+wait_until 20 "third spare worker registered" jget "$URL/api/v1/nodes/spare-worker-3" 'd["id"]'
+run_case elastic-chief async 20000 0
 
-kill -TERM "$SPARE" "$SPARE2" 2>/dev/null || true
-wait "$SPARE" "$SPARE2" 2>/dev/null || true
+kill -TERM "$SPARE" "$SPARE2" "$SPARE3" 2>/dev/null || true
+wait "$SPARE" "$SPARE2" "$SPARE3" 2>/dev/null || true
 up_stop

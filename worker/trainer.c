@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "psflow/backend.h"
 #include "psflow/checkpoint.h"
@@ -130,10 +131,31 @@ static uint64_t max_version(const trainer *t) {
  * chief asks again at a later version, a few times. A periodic checkpoint never asks for
  * max_steps or beyond: a ps there applies nothing more, so such a request could only wait,
  * and the final checkpoint writes that step. Skipping one returns PF_OK. */
+/* Before the ps tasks write checkpoint `step` again (a complete one of that step exists
+ * already, e.g. training passed the step once more after a rollback): its manifest goes first, so
+ * while the files are replaced the folder is an incomplete checkpoint that readers skip, never a
+ * complete one whose files disagree with its manifest (which a restarting ps or an evaluator would
+ * set aside as corrupt). */
+static void retire_complete(const trainer *t, uint64_t step) {
+    char dir[2048], path[2100];
+    if (pf_checkpoint_step_dir(t->o->checkpoint_dir, t->spec->name, (int64_t)step, dir,
+                               sizeof dir) != PF_OK ||
+        (size_t)snprintf(path, sizeof path, "%s/manifest.json", dir) >= sizeof path)
+        return;
+    if (unlink(path) != 0)
+        return; /* none: the usual case */
+    pf_fs_fsync_dir(dir);
+    fprintf(stderr,
+            "psflow chief: checkpoint %s (step %" PRIu64 ") is written again: its "
+            "manifest removed first\n",
+            dir, step);
+}
+
 static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
     pf_status st;
     const uint64_t max_steps = (uint64_t)t->spec->training.max_steps;
     for (int attempt = 0;; attempt++) {
+        retire_complete(t, step);
         st = worker_link_checkpoint(t->link, step, final, err);
         if (st != PF_ERR_RANGE || final || attempt >= 8)
             break;

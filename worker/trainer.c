@@ -407,7 +407,7 @@ static void read_skips(trainer *t) {
     for (size_t i = 0; ok && i < json_array_size(skipped); i++) {
         json_t *d = json_array_get(skipped, i);
         ok = json_is_integer(d) && json_integer_value(d) >= 0 &&
-             json_integer_value(d) <= t->spec->training.max_steps + max &&
+             json_integer_value(d) - max <= t->spec->training.max_steps &&
              (i == 0 || json_integer_value(d) > json_integer_value(json_array_get(skipped, i - 1)));
     }
     if (!ok) {

@@ -476,8 +476,14 @@ static void evaluator_done(coord_cluster *c, coord_job *j, double now) {
  * finds the ps tasks more than a step apart rolls them all back to the newest complete
  * checkpoint before it trains (worker/trainer.c, realign). The ps tasks hold the variables:
  * losing one restarts the gang. */
-static bool replaced_alone(const coord_task *t) {
-    return !strcmp(t->type, "worker") || !strcmp(t->type, "chief");
+static bool replaced_alone(const coord_job *j, const coord_task *t) {
+    if (strcmp(t->type, "worker") != 0 && strcmp(t->type, "chief") != 0)
+        return false;
+    /* A chief lost after the final checkpoint: the ps tasks have ended or are ending, so a
+     * replacement could reach none; the gang restarts, restores the final checkpoint and the
+     * new chief reports the result. */
+    return !(is_chief(j, t) && j->has_checkpoint &&
+             j->checkpoint_step >= j->spec.training.max_steps);
 }
 
 /* A task failed (exit_code) or its agent was lost: replace it alone, restart the gang or fail
@@ -514,7 +520,7 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
     }
     const char *reason = lost ? "TaskLost" : "TaskFailed";
     char msg[COORD_TEXT_MAX];
-    if (retryable && replaced_alone(t) && j->phase == COORD_RUNNING &&
+    if (retryable && replaced_alone(j, t) && j->phase == COORD_RUNNING &&
         t->restarts < rp->backoff_limit) {
         /* Pending without an agent: admit_all gives it the next idle worker agent. */
         free_task_agent(c, j, t, now);

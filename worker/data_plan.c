@@ -65,8 +65,10 @@ int worker_plan_update(worker_plan *p, uint64_t global, int n) {
         while (p->n_segs > 1 && p->segs[p->n_segs - 1].from > d)
             p->n_segs--;
         worker_plan_segment *g = &p->segs[p->n_segs - 1];
-        if (g->from > d) /* older than the oldest remembered */
-            *g = (worker_plan_segment){d, start_in(p, g, d), g->n};
+        if (g->from > d) { /* older than the oldest remembered: extrapolated, never below 0 */
+            int64_t base = start_in(p, g, d);
+            *g = (worker_plan_segment){d, base > 0 ? base : 0, g->n};
+        }
         changed = 1;
     }
     if (n != p->segs[p->n_segs - 1].n) {

@@ -59,6 +59,7 @@ typedef struct trainer {
      * non-finite rollback, at most nonfinite_max_rollbacks) */
     uint64_t *skipped;    /* the plan's skipped data steps */
     int n_rollbacks;      /* every one this task saw (it fed data or not) */
+    int pending;          /* data-skips.json says its last rollback may not be done yet */
     int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
     worker_plan plan;     /* which examples each step reads (data_plan.h) */
 } trainer;
@@ -132,31 +133,40 @@ static uint64_t max_version(const trainer *t) {
  * max_steps or beyond: a ps there applies nothing more, so such a request could only wait,
  * and the final checkpoint writes that step. Skipping one returns PF_OK. */
 /* Before the ps tasks write checkpoint `step` again (a complete one of that step exists
- * already, e.g. training passed the step once more after a rollback): its manifest goes first, so
- * while the files are replaced the folder is an incomplete checkpoint that readers skip, never a
- * complete one whose files disagree with its manifest (which a restarting ps or an evaluator would
- * set aside as corrupt). */
-static void retire_complete(const trainer *t, uint64_t step) {
-    char dir[2048], path[2100];
+ * already, e.g. training passed the step once more after a rollback): its manifest is moved
+ * aside first, so while the files are replaced the folder is an incomplete checkpoint that
+ * readers skip, never a complete one whose files disagree with its manifest (which a
+ * restarting ps or an evaluator would set aside as corrupt). put_back 0: moves it aside
+ * (returns 1 when there was one); 1: the checkpoint was not written, the old manifest goes
+ * back; 2: it was, the old one is deleted. */
+static int retire_complete(const trainer *t, uint64_t step, int put_back) {
+    char dir[2048], path[2100], aside[2120];
     if (pf_checkpoint_step_dir(t->o->checkpoint_dir, t->spec->name, (int64_t)step, dir,
                                sizeof dir) != PF_OK ||
-        (size_t)snprintf(path, sizeof path, "%s/manifest.json", dir) >= sizeof path)
-        return;
-    if (unlink(path) != 0)
-        return; /* none: the usual case */
+        (size_t)snprintf(path, sizeof path, "%s/manifest.json", dir) >= sizeof path ||
+        (size_t)snprintf(aside, sizeof aside, "%s.replaced", path) >= sizeof aside)
+        return 0;
+    if (put_back == 2)
+        return unlink(aside) == 0;
+    if (rename(put_back ? aside : path, put_back ? path : aside) != 0)
+        return 0; /* none: the usual case */
     pf_fs_fsync_dir(dir);
-    fprintf(stderr,
-            "psflow chief: checkpoint %s (step %" PRIu64 ") is written again: its "
-            "manifest removed first\n",
-            dir, step);
+    if (!put_back)
+        fprintf(stderr,
+                "psflow chief: checkpoint %s (step %" PRIu64 ") is written again: its "
+                "manifest moved aside first\n",
+                dir, step);
+    return 1;
 }
 
 static pf_status checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
     pf_status st;
     const uint64_t max_steps = (uint64_t)t->spec->training.max_steps;
     for (int attempt = 0;; attempt++) {
-        retire_complete(t, step);
+        int retired = retire_complete(t, step, 0);
         st = worker_link_checkpoint(t->link, step, final, err);
+        if (retired)
+            retire_complete(t, step, st == PF_OK ? 2 : 1);
         if (st != PF_ERR_RANGE || final || attempt >= 8)
             break;
         fprintf(stderr, "psflow chief: checkpoint at step %" PRIu64 ": %s; asking at a later one\n",
@@ -246,6 +256,7 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
     if (st != PF_OK)
         return st;
     worker_link_take_restart(t->link, &ps, &restored); /* its own restore: already done */
+    t->last_checkpoint_time = pf_clock_now(); /* not at once a checkpoint of what it restored */
     fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
             t->versions[0]);
     worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
@@ -291,6 +302,7 @@ static pf_status realign(trainer *t, pf_error *err) {
     int ps;
     uint64_t restored;
     worker_link_take_restart(t->link, &ps, &restored); /* a restore of its own: done */
+    t->last_checkpoint_time = pf_clock_now();
     fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
             t->versions[0]);
     worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
@@ -365,7 +377,7 @@ static pf_status skips_path(const trainer *t, char *path, size_t len, pf_error *
     return PF_OK;
 }
 
-static pf_status write_skips(const trainer *t, pf_error *err) {
+static pf_status write_skips(const trainer *t, int pending, pf_error *err) {
     char path[2100];
     pf_status st = skips_path(t, path, sizeof path, err);
     if (st != PF_OK)
@@ -373,8 +385,9 @@ static pf_status write_skips(const trainer *t, pf_error *err) {
     json_t *skipped = json_array();
     for (int i = 0; skipped && t->spec->training.mode == PF_MODE_SYNC && i < t->plan.n_skipped; i++)
         json_array_append_new(skipped, json_integer((json_int_t)t->plan.skipped[i]));
-    json_t *j =
-        skipped ? json_pack("{s:i, s:o}", "rollbacks", t->n_rollbacks, "skipped", skipped) : NULL;
+    json_t *j = skipped ? json_pack("{s:i, s:o, s:b}", "rollbacks", t->n_rollbacks, "skipped",
+                                    skipped, "pending", pending)
+                        : NULL;
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!text)
@@ -417,6 +430,7 @@ static void read_skips(trainer *t) {
         return;
     }
     t->n_rollbacks = (int)json_integer_value(rollbacks);
+    t->pending = json_is_true(json_object_get(j, "pending"));
     for (size_t i = 0; t->spec->training.mode == PF_MODE_SYNC && i < json_array_size(skipped); i++)
         worker_plan_skip(&t->plan, (uint64_t)json_integer_value(json_array_get(skipped, i)));
     json_decref(j);
@@ -464,13 +478,24 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
     const char *who = t->o->is_chief ? "chief" : "worker";
     char why[sizeof err->message];
     snprintf(why, sizeof why, "%s", err->message);
+    char skip[256] = "no data skipped by this task (it pushed no gradient)";
+    if (t->pending) {
+        /* Started while a rollback was under way (data-skips.json says so): the ps tasks
+         * still answer NONFINITE for that one, counted and skipped already. The chief
+         * finishes it; a worker waits for it. */
+        t->pending = 0;
+        snprintf(skip, sizeof skip, "the rollback under way when this task started");
+        fprintf(stderr, "psflow %s %d: %s; %s\n", who, t->o->task, why, skip);
+        if (!t->o->is_chief)
+            goto wait_for_chief;
+        goto restore;
+    }
     if (t->n_rollbacks >= tr->nonfinite_max_rollbacks)
         return pf_error_set(err, PF_ERR_NONFINITE, NULL,
                             "%s; not rolled back: %d rollbacks already "
                             "(training.nonfinite_max_rollbacks)",
                             why, t->n_rollbacks);
     t->n_rollbacks++;
-    char skip[256] = "no data skipped by this task (it pushed no gradient)";
     if (fed) {
         uint64_t d = worker_plan_data_step(&t->plan, failed);
         worker_plan_skip(&t->plan, d); /* room: one per rollback, at most the limit */
@@ -486,6 +511,7 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
             "psflow %s %d: %s; non-finite rollback %d of at most %d at step %" PRIu64 ", %s\n", who,
             t->o->task, why, t->n_rollbacks, tr->nonfinite_max_rollbacks, failed, skip);
     if (!t->o->is_chief) {
+    wait_for_chief:;
         const double start = pf_clock_now();
         for (double backoff = 0.01;; backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2) {
             pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, err);
@@ -504,6 +530,7 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
                 t->o->task, t->versions[0]);
         return PF_OK;
     }
+restore:;
     int64_t step;
     pf_status st = newest_checkpoint(t, &step, err);
     if (st == PF_ERR_NOT_FOUND)
@@ -511,13 +538,18 @@ static pf_status recover_nonfinite(trainer *t, uint64_t failed, int fed, pf_erro
                             "%s; no complete checkpoint to roll back to", why);
     if (st != PF_OK)
         return st;
-    if ((st = write_skips(t, err)) != PF_OK) /* before any task can start after the rollback */
+    /* Written before any ps restores, marked pending until every one has: a task that
+     * starts meanwhile skips the same steps and does not count this rollback again. */
+    if ((st = write_skips(t, 1, err)) != PF_OK)
         return st;
     float factor = lr_factor(t);
     if ((st = worker_link_restore(t->link, (uint64_t)step, factor, err)) != PF_OK)
         return st;
     if ((st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
         return st;
+    if ((st = write_skips(t, 0, err)) != PF_OK)
+        return st;
+    t->last_checkpoint_time = pf_clock_now(); /* not at once a checkpoint of what it restored */
     char msg[1024];
     snprintf(msg, sizeof msg,
              "non-finite value: every ps rolled back from step %" PRIu64
@@ -709,9 +741,11 @@ pf_status worker_run(const worker_options *o) {
     last_eval = last_ckpt = t.versions[0];
     if (o->workers) /* started after a live change: the membership it was assigned with */
         take_membership(&t, t.versions[0]);
-    if (o->is_chief && sync && max_version(&t) > lowest_version(&t) + 1 &&
-        (st = realign(&t, &err)) != PF_OK)
-        goto fail;
+    if (o->is_chief && sync && max_version(&t) > lowest_version(&t) + 1) {
+        if ((st = realign(&t, &err)) != PF_OK)
+            goto fail;
+        last_eval = last_ckpt = t.versions[0];
+    }
     /* A first checkpoint right after the variables are initialised (step 0, or where async
      * workers that started first have already taken ps 0): a restore target exists from the
      * start, so a ps restarted before the first periodic checkpoint restores these values

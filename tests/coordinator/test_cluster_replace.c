@@ -273,11 +273,33 @@ static void test_chief_backoff_limit(void **state) {
     }
 }
 
+/* A chief lost after the final checkpoint (reported at max_steps): the ps tasks are ending,
+ * so it is not replaced alone; the gang restarts and restores that checkpoint. */
+static void test_chief_lost_after_final_checkpoint(void **state) {
+    (void)state;
+    for (int k = 0; k < N_CASES; k++) {
+        coord_cluster c;
+        coord_cluster_init(&c, LEASE);
+        coord_node *ps, *w, *other;
+        coord_job *j = start(&c, k, "chief-final", "", &ps, &w, &other);
+        coord_job_record_checkpoint(&c, j, 100, 8, "[]", NULL, -1, T0 + 5);
+        report(&c, ps, "running", 0, T0 + 9);
+        report(&c, other, "running", 0, T0 + 9);
+        coord_cluster_tick(&c, T0 + 12.25);
+        assert_true(w->lost);
+        assert_int_equal(j->phase, COORD_RESTARTING);
+        assert_int_equal(j->restarts, 1);
+        assert_condition(j, "Restarting", "True", "TaskLost");
+        coord_cluster_deinit(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chief_replaced_alone),
         cmocka_unit_test(test_chief_failed_restart_policy),
         cmocka_unit_test(test_chief_backoff_limit),
+        cmocka_unit_test(test_chief_lost_after_final_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,6 +102,13 @@ static void test_segments_bounded(void **state) {
     assert_int_equal(worker_plan_update(&p, 5, 3), 1);
     assert_true(worker_plan_position(&p, 5, 0) < before);
     assert_int_equal(p.n_segs, 1);
+    /* Extrapolated further back than the stream's start: clamped at position 0. */
+    worker_plan q;
+    worker_plan_init(&q, 1, B, skipped, 1);
+    for (int k = 1; k <= WORKER_PLAN_MAX_SEGMENTS + 1; k++)
+        worker_plan_update(&q, (uint64_t)k, k == 1 ? 1000 : 1000 + (k & 1));
+    assert_int_equal(worker_plan_update(&q, 0, 1000), 1);
+    assert_true(worker_plan_position(&q, 0, 0) >= 0);
 }
 
 int main(void) {

@@ -220,6 +220,24 @@ static float lr_factor(const trainer *t) {
     return f > FLT_MIN ? f : FLT_MIN; /* never 0: RESTORE needs a factor in (0, 1] */
 }
 
+/* After every ps restored one checkpoint (RESTORE answered): the chief pulls the values it
+ * goes on from, forgets the restores it caused itself, does not checkpoint what it just
+ * restored at once, and says so (log and the coordinator's RolledBack) from step `from`. */
+static pf_status rolled_back_to(trainer *t, uint64_t from, pf_error *err) {
+    pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, err);
+    if (st != PF_OK)
+        return st;
+    int ps;
+    uint64_t restored;
+    worker_link_take_restart(t->link, &ps, &restored); /* its own restore: already done */
+    t->last_checkpoint_time = pf_clock_now();
+    fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
+            t->versions[0]);
+    worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
+    report(t, &r);
+    return PF_OK;
+}
+
 /* The chief's consistent rollback: a ps that restarted restored the newest complete
  * checkpoint; every ps is told to restore that same one (RESTORE), and training goes on
  * from its step. Returns PF_OK with *rolled 0 when no ps restarted. */
@@ -252,17 +270,9 @@ static pf_status roll_back(trainer *t, int *rolled, pf_error *err) {
         if (attempt >= 3 || !worker_link_take_restart(t->link, &ps, &restored))
             return st; /* retried only when another ps restarted meanwhile */
     }
-    pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, err);
-    if (st != PF_OK)
-        return st;
-    worker_link_take_restart(t->link, &ps, &restored); /* its own restore: already done */
-    t->last_checkpoint_time = pf_clock_now(); /* not at once a checkpoint of what it restored */
-    fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
-            t->versions[0]);
-    worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
-    report(t, &r);
-    *rolled = 1;
-    return PF_OK;
+    pf_status st = rolled_back_to(t, from, err);
+    *rolled = st == PF_OK;
+    return st;
 }
 
 /* The version of the ps furthest behind, as this task last saw it. */
@@ -296,18 +306,9 @@ static pf_status realign(trainer *t, pf_error *err) {
             "psflow chief: the ps tasks are at steps %" PRIu64 " to %" PRIu64
             " (a rollback left half done); rolling every ps back to checkpoint step %" PRId64 "\n",
             lo, from, step);
-    if ((st = worker_link_restore(t->link, (uint64_t)step, lr_factor(t), err)) != PF_OK ||
-        (st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
+    if ((st = worker_link_restore(t->link, (uint64_t)step, lr_factor(t), err)) != PF_OK)
         return st;
-    int ps;
-    uint64_t restored;
-    worker_link_take_restart(t->link, &ps, &restored); /* a restore of its own: done */
-    t->last_checkpoint_time = pf_clock_now();
-    fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
-            t->versions[0]);
-    worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
-    report(t, &r);
-    return PF_OK;
+    return rolled_back_to(t, from, err);
 }
 
 /* A sync worker that sees a ps's version go back (a rollback, or a ps that restarted)

@@ -25,8 +25,11 @@ start_ps() {
   PS_PID=$!
 }
 start_ps
+# 5 ms before each push: the whole job otherwise takes 0.4 s on a fast machine, and pruning
+# (keep 5) had removed step-200 before the test saw it.
 TF_CONFIG=$(tf_config worker 0 "$PS_PORT" "$W_PORT") "$PSFLOW_BIN" worker --job job.json \
-  --checkpoint-dir "$WORK/ckpt" --log-every 50 >"$WORK/chief.out" 2>"$WORK/chief.log" &
+  --checkpoint-dir "$WORK/ckpt" --log-every 50 --push-delay-ms 5 >"$WORK/chief.out" \
+  2>"$WORK/chief.log" &
 CHIEF_PID=$!
 
 wait_until 120 "two complete checkpoints" test -f "$WORK/ckpt/verify/step-200/manifest.json"

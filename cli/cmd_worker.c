@@ -108,7 +108,7 @@ int cli_worker(int argc, char **argv) {
         return rc;
     }
     char threads_note[128];
-    node_set_threads(threads, pf_tf_config_tasks_on_host(&n.cfg), threads_note,
+    node_set_threads(threads, pf_tf_config_trainers_on_host(&n.cfg), threads_note,
                      sizeof threads_note);
     const char *addrs[PF_MAX_REPLICAS];
     for (int p = 0; p < n.spec.replicas.ps; p++)

@@ -157,7 +157,8 @@ int node_set_threads(long threads, int tasks_on_host, char *note, size_t cap) {
     if (note && threads > 0)
         snprintf(note, cap, "%d BLAS thread%s (--threads)", set, set == 1 ? "" : "s");
     else if (note)
-        snprintf(note, cap, "%d BLAS thread%s: %d core%s for %d of the job's tasks on this host",
-                 set, set == 1 ? "" : "s", cores, cores == 1 ? "" : "s", tasks_on_host);
+        snprintf(note, cap,
+                 "%d BLAS thread%s: %d core%s for %d of the job's training tasks on this host", set,
+                 set == 1 ? "" : "s", cores, cores == 1 ? "" : "s", tasks_on_host);
     return set;
 }

@@ -59,14 +59,14 @@ void node_defaults(const char *role, const char *id, const char *advertise, int 
     {                                                                                              \
         "threads", "N",                                                                            \
             "BLAS threads of this process [the cores it may use, shared equally by the job's "     \
-            "tasks on this host]",                                                                 \
+            "training tasks on this host]",                                                        \
             NULL                                                                                   \
     }
 
 /* The thread policy (psflow/cpus.h): sets the BLAS threads of this process to `threads`
- * when > 0 (--threads), else to the cores it may use shared by `tasks_on_host` tasks (at
+ * when > 0 (--threads), else to the cores it may use shared by `tasks_on_host` training tasks (at
  * most OPENBLAS_NUM_THREADS when that is set). With `note`, says what it chose and why in
- * note[cap] ("1 BLAS thread: 2 cores for 2 of the job's tasks on this host"). Returns the
+ * note[cap] ("1 BLAS thread: 2 cores for 2 of the job's training tasks on this host"). Returns the
  * threads set. */
 int node_set_threads(long threads, int tasks_on_host, char *note, size_t cap);
 

@@ -52,6 +52,7 @@ typedef struct ps_link {
     uint64_t version;
     uint64_t ps_incarnation;
     uint32_t push_result;
+    uint64_t min_version; /* REQ_DATA: the pull's minimum version, to re-encode it */
     /* the authentication of the current connection (api/wire.md) */
     int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */
@@ -84,6 +85,8 @@ struct worker_link {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     float *params; /* destination of pulled values during a request */
+    double start;  /* when the round trip in progress began */
+    int detached;  /* a push_pull_start'ed request is in flight: its gradients may be gone */
     /* a ps seen with a new incarnation since worker_link_take_restart last asked */
     int restarted;
     int restarted_ps;
@@ -458,11 +461,19 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
     return PF_OK;
 }
 
-static pf_status round_trip_(worker_link *c, pf_error *err) {
-    const double start = pf_clock_now();
+/* Sends every link's encoded request; the round trip's clock starts here. */
+static pf_status send_all(worker_link *c, pf_error *err) {
+    c->start = pf_clock_now();
     for (int p = 0; p < c->n; p++)
         if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    return PF_OK;
+}
+
+/* Waits for every answer to the requests send_all sent, reconnecting and resending where a
+ * connection drops. */
+static pf_status await_all(worker_link *c, pf_error *err) {
+    const double start = c->start;
     int lost_checkpoint = -1; /* a ps that restarted during a checkpoint */
     int restore_resends = 0;  /* RESTOREs sent again to a ps that restarted meanwhile */
     pf_status failed = PF_OK;
@@ -537,6 +548,20 @@ static pf_status round_trip_(worker_link *c, pf_error *err) {
                 l->swapped = 1;
                 if (pf_wire_encode_pull(&l->out, l->request_id, &pull, err) != PF_OK)
                     return PF_ERR_NOMEM;
+            } else if (l->kind == REQ_DATA && c->detached) {
+                /* A push started with worker_link_push_pull_start: the caller may have
+                 * reused the gradient buffer it was encoded from, so it is not sent again
+                 * (it was never acknowledged; the ps may or may not have applied it). The
+                 * values are pulled instead. */
+                fprintf(stderr,
+                        "psflow worker %d: reconnected to ps %d; its unacknowledged push is "
+                        "not sent again (the gradient was already replaced), pulling\n",
+                        c->task, l->index);
+                pf_wire_pull pull = {l->min_version, (uint32_t)l->n_ids, l->ids};
+                l->request_id = ++c->next_request;
+                l->swapped = 1;
+                if (pf_wire_encode_pull(&l->out, l->request_id, &pull, err) != PF_OK)
+                    return PF_ERR_NOMEM;
             } else {
                 fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task,
                         l->index);
@@ -589,7 +614,9 @@ static void abandon(worker_link *c) {
 /* Sends every link's encoded request and waits for all answers, reconnecting and resending
  * where a connection drops. */
 static pf_status round_trip(worker_link *c, pf_error *err) {
-    pf_status st = round_trip_(c, err);
+    pf_status st = send_all(c, err);
+    if (st == PF_OK)
+        st = await_all(c, err);
     if (st != PF_OK)
         abandon(c);
     return st;
@@ -747,9 +774,9 @@ static void gradient_views(worker_link *c, ps_link *l, const float *grads) {
     }
 }
 
-pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64_t *step,
-                                const uint64_t *min_version, float *params, uint64_t *versions,
-                                uint32_t *results, pf_error *err) {
+/* Encodes a PUSH_PULL of grads for every ps. */
+static pf_status encode_push_pull(worker_link *c, const float *grads, const uint64_t *step,
+                                  const uint64_t *min_version, pf_error *err) {
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
@@ -760,13 +787,49 @@ pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64
         l->request_id = ++c->next_request;
         l->kind = REQ_DATA;
         l->swapped = 0;
+        l->min_version = pp.pull.min_version;
         pf_status st = pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
         if (st != PF_OK)
             return st;
     }
+    return PF_OK;
+}
+
+pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64_t *step,
+                                const uint64_t *min_version, float *params, uint64_t *versions,
+                                uint32_t *results, pf_error *err) {
+    pf_status st = encode_push_pull(c, grads, step, min_version, err);
+    if (st != PF_OK)
+        return st;
     c->params = params;
-    pf_status st = round_trip(c, err);
+    st = round_trip(c, err);
     c->params = NULL;
+    collect(c, versions, results);
+    return st;
+}
+
+pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const uint64_t *step,
+                                      const uint64_t *min_version, float *params, pf_error *err) {
+    pf_status st = encode_push_pull(c, grads, step, min_version, err);
+    if (st != PF_OK)
+        return st;
+    c->params = params;
+    c->detached = 1;
+    if ((st = send_all(c, err)) != PF_OK) {
+        abandon(c);
+        c->params = NULL;
+        c->detached = 0;
+    }
+    return st;
+}
+
+pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint32_t *results,
+                                       pf_error *err) {
+    pf_status st = await_all(c, err);
+    if (st != PF_OK)
+        abandon(c);
+    c->params = NULL;
+    c->detached = 0;
     collect(c, versions, results);
     return st;
 }

@@ -56,6 +56,18 @@ pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64
                                 const uint64_t *min_version, float *params, uint64_t *versions,
                                 uint32_t *results, pf_error *err);
 
+/* worker_link_push_pull in two halves, so the caller can compute while the request is in
+ * flight (async prefetch). _start encodes and sends; grads may be reused as soon as it
+ * returns (the transport has copied them), but params belongs to the link until _finish
+ * returns, whatever it returns. _finish waits for every answer (reconnecting as
+ * worker_link_push_pull does, except that a push whose connection dropped before its
+ * answer is not sent again: it is replaced by a pull, reported PF_WIRE_PUSH_STALE). No
+ * other request may be made in between. */
+pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const uint64_t *step,
+                                      const uint64_t *min_version, float *params, pf_error *err);
+pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint32_t *results,
+                                       pf_error *err);
+
 /* Pushes grads to every ps without pulling; results as in worker_link_push_pull. */
 pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *step,
                            uint64_t *versions, uint32_t *results, pf_error *err);

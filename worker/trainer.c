@@ -49,6 +49,7 @@ typedef struct trainer {
     size_t n_params;
     int n_ps, n_tasks;
     float *params, *grads;       /* host */
+    float *params_next;          /* host, prefetch only: where the in-flight pull lands */
     float *d_params, *d_x, *d_y; /* backend: evaluation (chief) */
     int32_t *d_labels;
     float *hx, *hy; /* host: the step's K * batch examples, or an evaluation batch */
@@ -634,6 +635,9 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));
     t->grads = pf_mallocarray(t->n_params, sizeof(float));
+    int prefetch = spec->training.mode == PF_MODE_ASYNC && spec->training.prefetch;
+    if (prefetch && !(t->params_next = pf_mallocarray(t->n_params, sizeof(float))))
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     t->hx = pf_mallocarray((size_t)stage * in, sizeof(float));
     t->hy = pf_mallocarray((size_t)stage, sizeof(float));
     t->hlabels = pf_mallocarray((size_t)stage, sizeof(int32_t));
@@ -690,6 +694,7 @@ static void teardown(trainer *t) {
                 t->be->free(bufs[i]);
     }
     pf_free(t->params);
+    pf_free(t->params_next);
     pf_free(t->grads);
     pf_free(t->hx);
     pf_free(t->hy);
@@ -720,9 +725,10 @@ pf_status worker_run(const worker_options *o) {
     char split[64] = "";
     if (k > 1)
         snprintf(split, sizeof split, " (%d in-graph replicas x %d)", k, spec->training.batch_size);
-    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s\n",
+    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s%s\n",
             who, o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
-            o->threads_note ? o->threads_note : "");
+            o->threads_note ? o->threads_note : "",
+            t.params_next ? "; prefetch: the next step is computed during each push-pull" : "");
     int sync = spec->training.mode == PF_MODE_SYNC;
     int rollback = spec->training.on_nonfinite == PF_NONFINITE_ROLLBACK;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;
@@ -733,6 +739,9 @@ pf_status worker_run(const worker_options *o) {
     long report_steps = 0;
     t.last_checkpoint_time = t_start;
     uint64_t last_eval = 0, last_ckpt = 0;
+    int ahead = 0; /* prefetch: t.grads holds the gradient of step ahead_step, loss ahead_loss */
+    uint64_t ahead_step = 0;
+    double ahead_loss = 0;
 
     st = worker_link_pull(t.link, NULL, t.params, t.versions, &err);
     if (st == PF_ERR_NONFINITE && rollback) /* another task's step went non-finite already */
@@ -820,9 +829,19 @@ train:
             last_eval = last_ckpt = global;
         }
         take_membership(&t, global);
-        gather(&t, global, b);
-        last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
-        if ((st = check_finite(&t, last_loss, global,
+        /* The step whose batch this gradient was computed from: global, or the step a
+         * gradient computed ahead (prefetch) read its batch for. */
+        uint64_t fed = global;
+        if (ahead) {
+            fed = ahead_step;
+            last_loss = ahead_loss;
+        } else {
+            gather(&t, global, b);
+            last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
+        }
+        ahead = 0;
+        int computed = 0; /* a gradient computed ahead during this step's push-pull */
+        if ((st = check_finite(&t, last_loss, fed,
                                rollback ? "pushing a NaN gradient: the ps tasks stop and the "
                                           "chief rolls them back"
                                         : "nothing pushed",
@@ -851,11 +870,36 @@ train:
         if (o->push_delay_ms > 0) { /* testing aid: make this task's gradients arrive last */
             pf_clock_sleep(o->push_delay_ms / 1000.0);
         }
-        pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
-        st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params, t.versions,
-                                   NULL, &err);
+        if (t.params_next) {
+            /* Prefetch (async): while the ps tasks apply this gradient and answer with their
+             * values (received into params_next), the next step's gradient is computed from
+             * the values this one used: one step staler than without prefetch, which async
+             * training allows. Its batch is the one of the step this push leads to. */
+            st = worker_link_push_pull_start(t.link, t.grads, t.steps, t.min_version, t.params_next,
+                                             &err);
+            if (st == PF_OK) {
+                if (global + 1 < max_steps && !stopped(&t)) {
+                    ahead_step = global + 1;
+                    gather(&t, ahead_step, b);
+                    ahead_loss =
+                        pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
+                    computed = 1;
+                }
+                pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
+                st = worker_link_push_pull_finish(t.link, t.versions, NULL, &err);
+            }
+            if (st == PF_OK) {
+                float *swap = t.params;
+                t.params = t.params_next;
+                t.params_next = swap;
+            }
+        } else {
+            pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
+            st = worker_link_push_pull(t.link, t.grads, t.steps, t.min_version, t.params,
+                                       t.versions, NULL, &err);
+        }
         if (st == PF_ERR_NONFINITE && rollback) {
-            if ((st = recover_nonfinite(&t, global, 1, &err)) != PF_OK)
+            if ((st = recover_nonfinite(&t, fed, 1, &err)) != PF_OK)
                 goto fail;
             last_eval = last_ckpt = t.versions[0];
             continue;
@@ -878,6 +922,7 @@ train:
             goto fail;
         if (went_back)
             continue;
+        ahead = computed; /* kept only by a step that ended normally */
         local_steps++;
         loss_sum += last_loss;
         window++;
@@ -926,6 +971,7 @@ train:
                 (st = recover_nonfinite(&t, t.versions[0], 0, &err)) != PF_OK)
                 goto fail;
             last_eval = last_ckpt = t.versions[0];
+            ahead = 0; /* computed before the rollback */
             goto train;
         }
         double acc =

@@ -205,6 +205,7 @@ static const field training_fields[] = {
     {"nonfinite_max_rollbacks", K_INT, AT(training.nonfinite_max_rollbacks), .min = 0, .max = 1000,
      .def = 3},
     {"nonfinite_lr_scale", K_DOUBLE, AT(training.nonfinite_lr_scale), .real = R_SCALE, .def = 1},
+    {"prefetch", K_BOOL, AT(training.prefetch), .def = false, .only = BIT(PF_MODE_ASYNC)},
 };
 
 #define FIXED    BIT(PF_PART_FIXED_SHARDS)

@@ -116,7 +116,8 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->training.stall_timeout_secs == b->training.stall_timeout_secs &&
         a->training.nonfinite_max_rollbacks == b->training.nonfinite_max_rollbacks &&
         a->training.nonfinite_lr_scale == b->training.nonfinite_lr_scale &&
-        a->placement == b->placement && a->partitioner.type == b->partitioner.type &&
+        a->training.prefetch == b->training.prefetch && a->placement == b->placement &&
+        a->partitioner.type == b->partitioner.type &&
         a->partitioner.num_shards == b->partitioner.num_shards &&
         a->partitioner.min_shard_bytes == b->partitioner.min_shard_bytes &&
         a->partitioner.max_shard_bytes == b->partitioner.max_shard_bytes &&
@@ -260,6 +261,7 @@ static void test_defaults(void **state) {
     assert_int_equal(s.training.stall_timeout_secs, 300);
     assert_int_equal(s.training.nonfinite_max_rollbacks, 3);
     assert_true(s.training.nonfinite_lr_scale == 1.0);
+    assert_false(s.training.prefetch);
     assert_int_equal(s.placement, PF_PLACE_ROUND_ROBIN);
     assert_int_equal(s.partitioner.type, PF_PART_NONE);
     assert_int_equal(s.partitioner.num_shards, 0);
@@ -283,7 +285,7 @@ static void test_defaults(void **state) {
               "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
               "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
               "\"eval_every_steps\":0,\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
-              "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0},"
+              "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0,\"prefetch\":false},"
               "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
               "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
               "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"

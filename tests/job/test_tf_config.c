@@ -663,8 +663,9 @@ static void test_failing_allocator_build(void **state) {
     free_addrs(ws);
 }
 
-/* The tasks sharing this task's host, as the thread policy counts them. */
-static void test_tasks_on_host(void **state) {
+/* The training tasks sharing this task's host, as the thread policy counts them (a ps
+ * does not count). */
+static void test_trainers_on_host(void **state) {
     (void)state;
     static const struct {
         const char *json;
@@ -673,7 +674,11 @@ static void test_tasks_on_host(void **state) {
         /* 1 ps + 2 workers on one machine, loopback spelled three ways */
         {"{\"cluster\":{\"ps\":[\"127.0.0.1:1\"],\"worker\":[\"localhost:2\",\"127.0.0.2:3\"]},"
          "\"task\":{\"type\":\"worker\",\"index\":1}}",
-         3},
+         2},
+        /* 2 ps + 1 worker on one machine: the worker alone computes */
+        {"{\"cluster\":{\"ps\":[\"127.0.0.1:1\",\"127.0.0.1:4\"],\"worker\":[\"127.0.0.1:2\"]},"
+         "\"task\":{\"type\":\"worker\",\"index\":0}}",
+         1},
         /* one task per machine */
         {"{\"cluster\":{\"ps\":[\"a:1\"],\"worker\":[\"b:1\",\"c:1\"]},"
          "\"task\":{\"type\":\"worker\",\"index\":0}}",
@@ -683,7 +688,7 @@ static void test_tasks_on_host(void **state) {
          "\"task\":{\"type\":\"chief\",\"index\":0}}",
          3},
         /* a sparse job's gaps count for nothing */
-        {"{\"cluster\":{\"ps\":[\"b:9\"],\"worker\":{\"1\":\"b:1\"}},"
+        {"{\"cluster\":{\"ps\":[\"b:9\"],\"worker\":{\"1\":\"b:1\",\"4\":\"b:4\"}},"
          "\"task\":{\"type\":\"worker\",\"index\":1}}",
          2},
         /* no task, or a task without an address: this task alone */
@@ -693,17 +698,17 @@ static void test_tasks_on_host(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pf_tf_config c;
         must_parse(cases[i].json, &c);
-        int got = pf_tf_config_tasks_on_host(&c);
+        int got = pf_tf_config_trainers_on_host(&c);
         if (got != cases[i].want)
-            fail_msg("case %zu: %d tasks on the host, expected %d", i, got, cases[i].want);
+            fail_msg("case %zu: %d training tasks on the host, expected %d", i, got, cases[i].want);
         pf_tf_config_deinit(&c);
     }
-    assert_int_equal(pf_tf_config_tasks_on_host(NULL), 1);
+    assert_int_equal(pf_tf_config_trainers_on_host(NULL), 1);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tasks_on_host),
+        cmocka_unit_test(test_trainers_on_host),
         cmocka_unit_test(test_operator_vectors_built),
         cmocka_unit_test(test_operator_vectors_round_trip),
         cmocka_unit_test(test_tensorflow_resolver_vectors),

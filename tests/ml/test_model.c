@@ -6,6 +6,7 @@
  * relative error per variable is ||analytic - numeric|| / max(||numeric||, 1e-6) and must
  * stay below 1e-4.
  */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -409,8 +410,43 @@ static void test_create_nomem(void **state) {
     }
 }
 
+/* pf_first_nonfinite finds the first NaN or infinity wherever it lies: inside, first and
+ * last in a block of its scan, at either end, and none in a finite vector (denormals, the
+ * largest float and -0 are finite). */
+static void test_first_nonfinite(void **state) {
+    (void)state;
+    const size_t n = 5000;
+    float *x = malloc(n * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)i * 0.5f - 100.0f;
+    x[7] = FLT_MAX;
+    x[8] = -FLT_MAX;
+    x[9] = FLT_MIN / 4;
+    x[10] = -0.0f;
+    assert_int_equal(pf_first_nonfinite(x, n), n);
+    assert_int_equal(pf_first_nonfinite(x, 0), 0);
+    const size_t at[] = {0, 1, 1023, 1024, 1025, 2047, 3000, 4999};
+    const float bad[] = {NAN, INFINITY, -INFINITY, -NAN};
+    for (size_t a = 0; a < sizeof at / sizeof at[0]; a++)
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+            float keep = x[at[a]];
+            x[at[a]] = bad[k];
+            assert_int_equal(pf_first_nonfinite(x, n), at[a]);
+            assert_int_equal(pf_first_nonfinite(x, at[a]), at[a]); /* not in range: none */
+            if (at[a] + 100 < n) {
+                x[at[a] + 100] = NAN; /* the first of two */
+                assert_int_equal(pf_first_nonfinite(x, n), at[a]);
+                x[at[a] + 100] = (float)(at[a] + 100) * 0.5f - 100.0f;
+            }
+            x[at[a]] = keep;
+        }
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_init),
         cmocka_unit_test(test_activation_grads),

@@ -116,6 +116,8 @@ typedef struct pf_training_spec {
                                          request goes unanswered this long */
     int nonfinite_max_rollbacks;      /* rollback: 0..1000 [3]; one more non-finite value fails */
     double nonfinite_lr_scale;        /* rollback: (0, 1] [1]: learning rate factor per rollback */
+    bool prefetch;                    /* async only [false]: a worker computes its next step
+                                         while the push-pull of this one is in flight */
 } pf_training_spec;
 
 typedef struct pf_partitioner_spec {

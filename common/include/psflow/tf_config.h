@@ -65,11 +65,11 @@ char *pf_tf_config_format(const pf_tf_config *cfg);
 int pf_tf_config_count(const pf_tf_config *cfg, const char *job);
 const char *pf_tf_config_address(const pf_tf_config *cfg, const char *job, int index);
 
-/* How many of the cluster's tasks (every job, this task included) have the host of this
- * task's own address: the tasks that share its machine, as far as TF_CONFIG tells.
- * Loopback names (localhost, 127.0.0.0/8, ::1) count as one host; other names compare as
- * written. 1 when this task has no address. */
-int pf_tf_config_tasks_on_host(const pf_tf_config *cfg);
+/* How many of the cluster's training tasks (every job but "ps", this task included) have
+ * the host of this task's own address: the tasks that compute on its machine, as far as
+ * TF_CONFIG tells. Loopback names (localhost, 127.0.0.0/8, ::1) count as one host; other
+ * names compare as written. 1 when this task has no address (or is alone). */
+int pf_tf_config_trainers_on_host(const pf_tf_config *cfg);
 
 /* Frees what cfg owns and zeroes it; safe on a zeroed config. */
 void pf_tf_config_deinit(pf_tf_config *cfg);

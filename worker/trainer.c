@@ -55,6 +55,7 @@ typedef struct trainer {
     float *hx, *hy; /* host: the step's K * batch examples, or an evaluation batch */
     int32_t *hlabels;
     uint64_t *versions, *steps, *min_version;
+    uint32_t *results; /* each ps's PF_WIRE_PUSH_* answer to the last push (prefetch) */
     double last_checkpoint_time;
     /* training.on_nonfinite "rollback": the data steps never fed again (ascending; one per
      * non-finite rollback, at most nonfinite_max_rollbacks) */
@@ -644,11 +645,12 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->versions = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->steps = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->min_version = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
+    t->results = pf_calloc((size_t)t->n_ps, sizeof(uint32_t));
     t->skipped = pf_calloc((size_t)spec->training.nonfinite_max_rollbacks + 1, sizeof(uint64_t));
     worker_plan_init(&t->plan, t->n_tasks, k * spec->training.batch_size, t->skipped,
                      spec->training.nonfinite_max_rollbacks + 1);
     if (!t->sampler || !t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions ||
-        !t->steps || !t->min_version || !t->skipped)
+        !t->steps || !t->min_version || !t->results || !t->skipped)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     read_skips(t);
     if (t->o->is_chief) { /* the model and buffers the chief evaluates with */
@@ -702,6 +704,7 @@ static void teardown(trainer *t) {
     pf_free(t->versions);
     pf_free(t->steps);
     pf_free(t->min_version);
+    pf_free(t->results);
     pf_free(t->skipped);
 }
 
@@ -886,7 +889,13 @@ train:
                     computed = 1;
                 }
                 pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
-                st = worker_link_push_pull_finish(t.link, t.versions, NULL, &err);
+                st = worker_link_push_pull_finish(t.link, t.versions, t.results, &err);
+                /* A ps that restarted (or a push not sent again after a reconnect) answered
+                 * with values the gradient computed ahead knows nothing of: computed again
+                 * from them instead. */
+                for (int p = 0; st == PF_OK && p < t.n_ps; p++)
+                    if (t.results[p] != PF_WIRE_PUSH_APPLIED)
+                        computed = 0;
             }
             if (st == PF_OK) {
                 float *swap = t.params;

@@ -25,7 +25,8 @@ replays a run. Checks, each failing the run with a message that says which:
 Environment: PSFLOW_BIN, PSFLOW_SRC (set by ctest); CHAOS_SEED [random], CHAOS_SECONDS [60],
 CHAOS_FAULTS [4], CHAOS_STEPS [each job's max_steps; by default from CHAOS_SECONDS and
 CHAOS_DELAY_MS [10], the workers' --push-delay-ms], CHAOS_LEASE [3],
-CHAOS_ACCURACY [0.84], CHAOS_KEEP=1 keeps the run's folder.
+CHAOS_ACCURACY [0.84], CHAOS_PREFETCH [1 or 0: the async job's training.prefetch; by default
+on for an odd seed], CHAOS_KEEP=1 keeps the run's folder.
 """
 import calendar
 import http.client
@@ -50,6 +51,9 @@ SRC = os.environ.get("PSFLOW_SRC") or sys.exit("PSFLOW_SRC unset (run through ct
 SECONDS = float(os.environ.get("CHAOS_SECONDS", "60"))
 FAULTS = int(os.environ.get("CHAOS_FAULTS", "4"))
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1, 1 << 31))
+# Whether the async job prefetches (training.prefetch): CHAOS_PREFETCH=1/0, else by the seed.
+PREFETCH = (os.environ.get("CHAOS_PREFETCH") == "1" if os.environ.get("CHAOS_PREFETCH")
+            else SEED % 2 == 1)
 LEASE = float(os.environ.get("CHAOS_LEASE", "3"))
 ACCURACY = float(os.environ.get("CHAOS_ACCURACY", "0.84"))
 MODES = ("sync", "async")
@@ -135,7 +139,8 @@ def make_schedule(seed, seconds, n):
 
 def replay():
     extra = "".join(" %s=%s" % (k, os.environ[k]) for k in
-                    ("CHAOS_STEPS", "CHAOS_DELAY_MS", "CHAOS_LEASE") if k in os.environ)
+                    ("CHAOS_STEPS", "CHAOS_DELAY_MS", "CHAOS_LEASE", "CHAOS_PREFETCH")
+                    if k in os.environ)
     return "CHAOS_SEED=%d CHAOS_SECONDS=%g CHAOS_FAULTS=%d%s" % (SEED, SECONDS, FAULTS, extra)
 
 
@@ -334,6 +339,7 @@ def job_spec(name, mode):
         d["training"]["replicas_to_aggregate"] = WORKERS_PER_JOB
     else:
         d["training"].pop("replicas_to_aggregate", None)
+        d["training"]["prefetch"] = PREFETCH
     d["checkpoint"] = {"every_steps": 250, "keep": 3}
     # Every fault may cost a restart: the policy must allow as many as the schedule has.
     d["run_policy"] = {"restart_policy": "OnFailure", "backoff_limit": 2 * FAULTS + 4}
@@ -542,8 +548,9 @@ def stop_cluster(cluster, grace=30):
 
 def main():
     schedule = make_schedule(SEED, SECONDS, FAULTS)
-    print("chaos: seed %d, %d faults over %.0f s, max_steps %s, push delay %d ms, lease %.0f s"
-          % (SEED, FAULTS, SECONDS, STEPS, DELAY_MS, LEASE))
+    print("chaos: seed %d, %d faults over %.0f s, max_steps %s, push delay %d ms, lease %.0f s,"
+          " async prefetch %s" % (SEED, FAULTS, SECONDS, STEPS, DELAY_MS, LEASE,
+                                  "on" if PREFETCH else "off"))
     print("chaos: replay with %s" % replay())
     for f in schedule:
         print("chaos: fault %2d at +%6.1f s: %s" % (f["n"], f["at"], describe(f)))

@@ -825,6 +825,7 @@ pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const 
 
 pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint32_t *results,
                                        pf_error *err) {
+    c->start = pf_clock_now(); /* the caller's computing meanwhile was no wait */
     pf_status st = await_all(c, err);
     if (st != PF_OK)
         abandon(c);

@@ -822,11 +822,13 @@ train:
                     if ((st = recover_nonfinite(&t, global, 0, &err)) != PF_OK)
                         goto fail;
                     last_eval = last_ckpt = t.versions[0];
+                    ahead = 0; /* computed before the rollback */
                     continue;
                 }
                 if (st != PF_ERR_UNAVAILABLE || roll_back(&t, &rolled, &err) != PF_OK || !rolled)
                     goto fail;
                 last_eval = last_ckpt = t.versions[0];
+                ahead = 0;
                 continue;
             }
             last_eval = last_ckpt = global;
@@ -890,11 +892,12 @@ train:
                 }
                 pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
                 st = worker_link_push_pull_finish(t.link, t.versions, t.results, &err);
-                /* A ps that restarted (or a push not sent again after a reconnect) answered
-                 * with values the gradient computed ahead knows nothing of: computed again
-                 * from them instead. */
+                /* A ps that restarted (or a push not sent again after a reconnect), or one
+                 * the chief rolled back meanwhile (its version went below the one this push
+                 * was computed against), answered with values the gradient computed ahead
+                 * knows nothing of: it is computed again from them instead. */
                 for (int p = 0; st == PF_OK && p < t.n_ps; p++)
-                    if (t.results[p] != PF_WIRE_PUSH_APPLIED)
+                    if (t.results[p] != PF_WIRE_PUSH_APPLIED || t.versions[p] < t.steps[p])
                         computed = 0;
             }
             if (st == PF_OK) {

@@ -587,6 +587,9 @@ static int host_of(const char *addr, char *host, size_t cap) {
     return 1;
 }
 
+/* A ps is left out: its receive and apply take a fraction of a core, and a worker that
+ * overlaps them with its compute (async prefetch) gains more from every core than it loses
+ * to sharing them (bench/RESULTS.md, "Async prefetch and the thread policy"). */
 int pf_tf_config_trainers_on_host(const pf_tf_config *cfg) {
     char mine[256], other[256];
     if (!cfg || !cfg->has_task ||

@@ -48,13 +48,15 @@ json.dump(d, sys.stdout)
 PY
 }
 
-poisoned() { # NAME MODE WORKERS STEPS: the Fashion-MNIST softmax example
+poisoned() { # NAME MODE WORKERS STEPS [PREFETCH]: the Fashion-MNIST softmax example
   python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" "$@" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["name"] = sys.argv[2]
 d["replicas"]["worker"] = int(sys.argv[4])
 d["training"].update(mode=sys.argv[3], max_steps=int(sys.argv[5]), eval_every_steps=0)
+if len(sys.argv) > 6:
+    d["training"]["prefetch"] = sys.argv[6] == "on"
 d["checkpoint"] = {"every_steps": 500, "keep": 10}
 json.dump(d, sys.stdout)
 PY
@@ -186,6 +188,18 @@ grep -q 'every ps rolled back from step 1323 to checkpoint step 1000; data step 
 acc=$(json_field chief.json 'd["test_accuracy"]')
 python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.84 else 1)" || fail "async accuracy $acc < 0.84"
 pass "static async, one NaN example: one rollback 1323 -> 1000, accuracy $acc"
+
+# The same with prefetch (training.prefetch): the batch of data step 1323 is computed ahead,
+# during the push of step 1322; the rollback and the skipped data step are the same.
+poisoned poison-async-pf async 1 4000 on >pasyncpf.json
+NAN_ENV=PSFLOW_TEST_NAN_POSITION=132345 static_job pasyncpf.json "$WORK/ckpt"
+[ "$got" = 0 ] || { cat "$WORK/chief.log" >&2; fail "poisoned async prefetch job exited $got"; }
+grep -q 'prefetch: the next step is computed' "$WORK/chief.log" || fail "the chief does not prefetch"
+grep -q 'every ps rolled back from step 1323 to checkpoint step 1000; data step 1323 skipped (stream positions 132300..132399' \
+  "$WORK/chief.log" || fail "async prefetch rollback line: $(grep 'rolled back' "$WORK/chief.log")"
+acc=$(json_field chief.json 'd["test_accuracy"]')
+python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.84 else 1)" || fail "async prefetch accuracy $acc < 0.84"
+pass "static async with prefetch, one NaN example: one rollback 1323 -> 1000, accuracy $acc"
 unset PSFLOW_TEST_NAN_POSITION
 all_finite "$WORK/ckpt"
 pass "static: every checkpoint on disk holds finite values only"

@@ -461,6 +461,15 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
     return PF_OK;
 }
 
+/* Replaces l's push-pull by a pull of its shards (min_version as asked): its push is given
+ * up, and reported PF_WIRE_PUSH_STALE (collect). */
+static pf_status pull_instead(worker_link *c, ps_link *l, uint64_t min_version, pf_error *err) {
+    pf_wire_pull pull = {min_version, (uint32_t)l->n_ids, l->ids};
+    l->request_id = ++c->next_request;
+    l->swapped = 1;
+    return pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
+}
+
 /* Sends every link's encoded request; the round trip's clock starts here. */
 static pf_status send_all(worker_link *c, pf_error *err) {
     c->start = pf_clock_now();
@@ -543,10 +552,7 @@ static pf_status await_all(worker_link *c, pf_error *err) {
                         "psflow worker %d: ps %d restarted (incarnation %" PRIu64
                         ", restored version %" PRIu64 "); pulling its values\n",
                         c->task, l->index, l->ps_incarnation, l->version);
-                pf_wire_pull pull = {0, (uint32_t)l->n_ids, l->ids};
-                l->request_id = ++c->next_request;
-                l->swapped = 1;
-                if (pf_wire_encode_pull(&l->out, l->request_id, &pull, err) != PF_OK)
+                if (pull_instead(c, l, 0, err) != PF_OK)
                     return PF_ERR_NOMEM;
             } else if (l->kind == REQ_DATA && c->detached) {
                 /* A push started with worker_link_push_pull_start: the caller may have
@@ -557,10 +563,7 @@ static pf_status await_all(worker_link *c, pf_error *err) {
                         "psflow worker %d: reconnected to ps %d; its unacknowledged push is "
                         "not sent again (the gradient was already replaced), pulling\n",
                         c->task, l->index);
-                pf_wire_pull pull = {l->min_version, (uint32_t)l->n_ids, l->ids};
-                l->request_id = ++c->next_request;
-                l->swapped = 1;
-                if (pf_wire_encode_pull(&l->out, l->request_id, &pull, err) != PF_OK)
+                if (pull_instead(c, l, l->min_version, err) != PF_OK)
                     return PF_ERR_NOMEM;
             } else {
                 fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task,

@@ -596,12 +596,13 @@ int pf_tf_config_trainers_on_host(const pf_tf_config *cfg) {
         !host_of(pf_tf_config_address(cfg, cfg->task_type, cfg->task_index), mine, sizeof mine))
         return 1;
     int n = 0;
-    for (int j = 0; j < clamp_jobs(cfg); j++)
-        for (int t = 0;
-             strcmp(cfg->jobs[j].name, "ps") != 0 && t < cfg->jobs[j].n_tasks && cfg->jobs[j].addrs;
-             t++)
+    for (int j = 0; j < clamp_jobs(cfg); j++) {
+        if (!strcmp(cfg->jobs[j].name, "ps"))
+            continue;
+        for (int t = 0; t < cfg->jobs[j].n_tasks && cfg->jobs[j].addrs; t++)
             if (host_of(cfg->jobs[j].addrs[t], other, sizeof other) && !strcmp(mine, other))
                 n++;
+    }
     return n > 0 ? n : 1;
 }
 

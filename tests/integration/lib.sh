@@ -195,6 +195,14 @@ wait_until() {
   done
 }
 
+# logged_step_past LOG STEP: the last progress line of a worker's LOG ("step N/M ...")
+# names a global step >= STEP.
+logged_step_past() {
+  local s
+  s=$(grep -o 'step [0-9]*/' "$1" 2>/dev/null | tail -1 | tr -dc 0-9 || true)
+  [ -n "$s" ] && [ "$s" -ge "$2" ]
+}
+
 # up_start ARGS...: starts `psflow up --port 0 --dir $WORK/up ARGS` in the background and
 # sets UP_PID, URL and COORD_PID once every agent has registered.
 up_start() {

@@ -49,11 +49,7 @@ start_worker() { # JOB INDEX LOG
   PIDS[$2]=$!
 }
 
-chief_past() { # STEP: the chief logged a global step >= STEP
-  local s
-  s=$(grep -o 'step [0-9]*/' "$WORK/w0.log" 2>/dev/null | tail -1 | tr -dc 0-9 || true)
-  [ -n "$s" ] && [ "$s" -ge "$1" ]
-}
+chief_past() { logged_step_past "$WORK/w0.log" "$1"; } # the chief logged a step >= $1
 
 # --- 1. no secret: authorisation by role and range checks --------------------------------
 spec open 600 >open.json

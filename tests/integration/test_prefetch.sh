@@ -43,11 +43,7 @@ for i in 0 1; do
     >"$WORK/worker$i.out" 2>"$WORK/worker$i.log" &
   PIDS[$((2 + i))]=$!
 done
-chief_past() { # the chief logged a step >= $1
-  local s
-  s=$(grep -o 'step [0-9]*/' "$WORK/worker0.log" 2>/dev/null | tail -1 | tr -dc 0-9 || true)
-  [ -n "$s" ] && [ "$s" -ge "$1" ]
-}
+chief_past() { logged_step_past "$WORK/worker0.log" "$1"; } # the chief logged a step >= $1
 wait_until 120 "chief step 1500" chief_past 1500
 for i in 0 1; do
   grep -q 'prefetch: the next step is computed during each push-pull' "$WORK/worker$i.log" ||

@@ -38,11 +38,7 @@ for i in 0 1; do
   PIDS[$((2 + i))]=$!
 done
 
-chief_past() { # the chief logged a step >= $1
-  local s
-  s=$(grep -o 'step [0-9]*/' "$WORK/worker0.log" 2>/dev/null | tail -1 | tr -dc 0-9 || true)
-  [ -n "$s" ] && [ "$s" -ge "$1" ]
-}
+chief_past() { logged_step_past "$WORK/worker0.log" "$1"; } # the chief logged a step >= $1
 wait_until 60 "the step-0 checkpoint" test -f "$WORK/ckpt/step0/step-0/manifest.json"
 wait_until 120 "chief step 1000" chief_past 1000
 ls "$WORK/ckpt/step0" | grep -qv '^step-0$' && fail "a periodic checkpoint exists already: $(ls "$WORK/ckpt/step0")"

@@ -49,11 +49,7 @@ start_worker() { # INDEX
   PIDS[$((2 + $1))]=$!
 }
 for i in 0 1 2; do start_worker "$i"; done
-chief_past() { # the chief logged a step >= $1
-  local s
-  s=$(grep -o 'step [0-9]*/' "$WORK/worker0.log" 2>/dev/null | tail -1 | tr -dc 0-9 || true)
-  [ -n "$s" ] && [ "$s" -ge "$1" ]
-}
+chief_past() { logged_step_past "$WORK/worker0.log" "$1"; } # the chief logged a step >= $1
 for kill_at in "${PLAN[@]}"; do
   step=${kill_at%:*}
   w=${kill_at#*:}

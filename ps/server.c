@@ -35,6 +35,7 @@
 #include "psflow/ws.h"
 #include "ps/checkpoint.h"
 #include "ps/shard.h"
+#include "ps/staleness.h"
 
 typedef struct peer {
     struct peer *next;
@@ -57,7 +58,8 @@ typedef struct peer {
     uint64_t min_version;
     uint32_t push_result;
     uint32_t n_ids;
-    uint32_t *ids; /* capacity: the task's shard count */
+    uint32_t *ids;     /* capacity: the task's shard count */
+    double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
     /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
     int ck_parked;
     uint32_t ck_request_id;
@@ -73,11 +75,12 @@ struct ps_server {
     double grace;
     pf_placement placement;
     ps_shards *shards;
-    int *local_of;         /* global shard id -> local index, or -1 */
-    const float **grads;   /* scratch: local shard order */
-    pf_wire_tensor *views; /* scratch for replies */
-    struct iovec *parts;   /* scratch: a reply's pieces, 2 * n_local + 1 at most */
-    unsigned char *lend;   /* scratch: which of them are lent (the values) */
+    ps_staleness *staleness; /* training.max_staleness set (async): its clocks; else NULL */
+    int *local_of;           /* global shard id -> local index, or -1 */
+    const float **grads;     /* scratch: local shard order */
+    pf_wire_tensor *views;   /* scratch for replies */
+    struct iovec *parts;     /* scratch: a reply's pieces, 2 * n_local + 1 at most */
+    unsigned char *lend;     /* scratch: which of them are lent (the values) */
     size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
@@ -201,6 +204,12 @@ static const char *role_name(uint8_t role) {
     return role < 4 ? names[role] : "unknown role";
 }
 
+/* The training task p speaks for (its max_staleness clock), or -1. */
+static int trainer(const peer *p) {
+    return p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) ? p->task
+                                                                                         : -1;
+}
+
 static uint64_t version(const ps_server *s) {
     return ps_shards_stats(s->shards).version;
 }
@@ -239,11 +248,14 @@ static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const u
 /* Answers a pull now if its version is reached, else parks it on the peer. */
 static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
                          uint32_t push_result) {
-    if (version(s) >= pull->min_version || version(s) >= (uint64_t)s->spec.training.max_steps ||
-        s->final_done) {
+    int over = version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done;
+    int fresh = ps_staleness_ready(s->staleness, trainer(p));
+    if ((version(s) >= pull->min_version && fresh) || over) {
+        ps_staleness_answered(s->staleness, fresh ? trainer(p) : -1, -1);
         reply_pull(s, p->conn, request_id, pull->ids, pull->n, push_result);
         return;
     }
+    p->held_since = fresh ? -1 : pf_clock_now();
     p->parked = 1;
     p->request_id = request_id;
     p->min_version = pull->min_version;
@@ -263,11 +275,15 @@ static void release_parked(ps_server *s) {
     uint64_t v = version(s);
     int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
     for (peer *p = s->peers; p; p = p->next) {
+        int fresh =
+            p->parked && v >= p->min_version && ps_staleness_ready(s->staleness, trainer(p));
         if (p->parked && s->nonfinite[0]) {
             p->parked = 0;
             send_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
-        } else if (p->parked && (v >= p->min_version || over)) {
+        } else if (p->parked && (fresh || over)) { /* the job's end answers it unrecorded */
             p->parked = 0;
+            ps_staleness_answered(s->staleness, fresh ? trainer(p) : -1,
+                                  p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
             reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
         }
         if (p->ck_parked && over && p->ck_step > v) {
@@ -381,8 +397,10 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
                    push->incarnation, push->task_index);
         return -1;
     }
-    if (r == PS_PUSH_APPLIED)
+    if (r == PS_PUSH_APPLIED) {
+        ps_staleness_pushed(s->staleness, (int)push->task_index);
         check_finite(s);
+    }
     if (r == PS_PUSH_APPLIED && !s->nonfinite[0])
         write_parked_checkpoints(s); /* before anything more is applied */
     if (r == PS_PUSH_APPLIED)
@@ -583,16 +601,17 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
 
 static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
     ps_stats st = ps_shards_stats(s->shards);
-    char json[512];
+    char json[4096];
     int n = snprintf(json, sizeof json,
                      "{\"ps_task\":%d,\"incarnation\":%" PRIu64 ",\"version\":%" PRIu64
                      ",\"pushes_applied\":%" PRIu64 ",\"pushes_stale\":%" PRIu64
                      ",\"pushes_duplicate\":%" PRIu64 ",\"pushes_refused\":%" PRIu64
-                     ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64 "}",
+                     ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64,
                      s->task, s->incarnation, st.version, st.pushes_applied, st.pushes_stale,
                      st.pushes_duplicate, st.pushes_refused, s->errors, ps_shards_count(s->shards),
                      s->placement.bytes_per_ps[s->task]);
-    pf_wire_stats_reply r = {{json, (uint32_t)n}};
+    size_t len = ps_staleness_json_close(s->staleness, json, (size_t)n, sizeof json);
+    pf_wire_stats_reply r = {{json, (uint32_t)len}};
     pf_error err;
     send_encoded(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
                  "STATS_REPLY", 0);
@@ -642,6 +661,7 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         pthread_mutex_lock(&s->mu);
         s->seen[p->task] = 1; /* p->task < n_tasks <= PF_MAX_TASKS: check_hello */
         pthread_mutex_unlock(&s->mu);
+        ps_staleness_join(s->staleness, p->task);
     }
     if (!s->sink.send)
         pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
@@ -959,8 +979,15 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         if (p->conn != conn)
             continue;
         *pp = p->next;
+        char record[200] = "";
+        if (s->staleness && trainer(p) >= 0) { /* it holds nobody back any more */
+            ps_staleness_describe(s->staleness, p->task, record, sizeof record);
+            ps_staleness_leave(s->staleness, p->task);
+            release_parked(s);
+        }
         if (p->hello && p->role != PF_WIRE_ROLE_TOOL)
-            logf_(s, "%s %d disconnected", role_name(p->role), p->task);
+            logf_(s, "%s %d disconnected%s%s", role_name(p->role), p->task,
+                  record[0] ? "; staleness: " : "", record);
         pf_wire_in_deinit(&p->in);
         pf_free(p->ids);
         pf_free(p);
@@ -1016,6 +1043,12 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
     s->lend = pf_calloc(s->max_parts, 1);
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
+    int64_t bound = s->spec.training.max_staleness;
+    if (s->spec.training.mode == PF_MODE_ASYNC && bound >= 0 &&
+        !(s->staleness = ps_staleness_create(PF_MAX_TASKS, bound))) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        goto fail;
+    }
     if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
@@ -1032,6 +1065,11 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                                     sizeof note, err)) != PF_OK)
         goto fail;
     logf_(s, "%s", note);
+    if (s->staleness)
+        logf_(s,
+              "bounded staleness: a training task's pull waits while it is more than %" PRId64
+              " pushes ahead of the slowest connected one (training.max_staleness)",
+              s->spec.training.max_staleness);
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
     s->max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
     pf_ws_options wo = o->data_plane;
@@ -1153,6 +1191,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->lend);
     pf_free(s->pulled);
     pf_free(s->seen);
+    ps_staleness_destroy(s->staleness);
     pf_job_spec_deinit(&s->spec);
     pf_wire_key_clear(s->job_key, sizeof s->job_key);
     pthread_mutex_destroy(&s->mu);

@@ -206,6 +206,9 @@ static const field training_fields[] = {
      .def = 3},
     {"nonfinite_lr_scale", K_DOUBLE, AT(training.nonfinite_lr_scale), .real = R_SCALE, .def = 1},
     {"prefetch", K_BOOL, AT(training.prefetch), .def = false, .only = BIT(PF_MODE_ASYNC)},
+    /* Default -1 stands for "absent" (unbounded) and is not written back. */
+    {"max_staleness", K_INT64, AT(training.max_staleness), .min = 0, .max = 1000000, .def = -1,
+     .only = BIT(PF_MODE_ASYNC)},
 };
 
 #define FIXED    BIT(PF_PART_FIXED_SHARDS)
@@ -822,6 +825,8 @@ static pf_status check_data(pf_job_spec *s, pf_error *err) {
 static pf_status check_training(pf_job_spec *s, pf_error *err) {
     pf_training_spec *t = &s->training;
     int workers = s->replicas.worker;
+    if (t->mode != PF_MODE_ASYNC)
+        t->max_staleness = -1; /* not parsed: absent */
     if (t->replicas_to_aggregate == 0)
         t->replicas_to_aggregate = workers;
     else if (t->replicas_to_aggregate > workers)
@@ -829,6 +834,11 @@ static pf_status check_training(pf_job_spec *s, pf_error *err) {
                             "/training/replicas_to_aggregate: must be at most replicas.worker "
                             "(%d), got %d",
                             workers, t->replicas_to_aggregate);
+    if (t->prefetch && t->max_staleness >= 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/prefetch",
+                            "/training/prefetch: cannot be combined with max_staleness (a "
+                            "prefetched step is computed on values one push older than the "
+                            "bound allows)");
     return PF_OK;
 }
 
@@ -1044,6 +1054,9 @@ static json_t *field_to_json(const field *f, const pf_job_spec *s, int *digits) 
 
 /* Whether a field that applies is written: optional objects and path lists only when given. */
 static bool written(const field *f, const pf_job_spec *s) {
+    if (f->kind == K_INT64 && f->def < (double)f->min &&
+        *(const int64_t *)cslot(s, f->at) == (int64_t)f->def)
+        return false; /* a default outside the range stands for "absent" */
     if (f->kind == K_OBJECT && f->present_at)
         return *(const bool *)cslot(s, f->present_at);
     if (f->kind == K_PATHS)

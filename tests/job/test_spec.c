@@ -116,7 +116,8 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->training.stall_timeout_secs == b->training.stall_timeout_secs &&
         a->training.nonfinite_max_rollbacks == b->training.nonfinite_max_rollbacks &&
         a->training.nonfinite_lr_scale == b->training.nonfinite_lr_scale &&
-        a->training.prefetch == b->training.prefetch && a->placement == b->placement &&
+        a->training.prefetch == b->training.prefetch &&
+        a->training.max_staleness == b->training.max_staleness && a->placement == b->placement &&
         a->partitioner.type == b->partitioner.type &&
         a->partitioner.num_shards == b->partitioner.num_shards &&
         a->partitioner.min_shard_bytes == b->partitioner.min_shard_bytes &&
@@ -262,6 +263,7 @@ static void test_defaults(void **state) {
     assert_int_equal(s.training.nonfinite_max_rollbacks, 3);
     assert_true(s.training.nonfinite_lr_scale == 1.0);
     assert_false(s.training.prefetch);
+    assert_int_equal(s.training.max_staleness, -1); /* absent: unbounded, not written back */
     assert_int_equal(s.placement, PF_PLACE_ROUND_ROBIN);
     assert_int_equal(s.partitioner.type, PF_PART_NONE);
     assert_int_equal(s.partitioner.num_shards, 0);

@@ -118,6 +118,9 @@ typedef struct pf_training_spec {
     double nonfinite_lr_scale;        /* rollback: (0, 1] [1]: learning rate factor per rollback */
     bool prefetch;                    /* async only [false]: a worker computes its next step
                                          while the push-pull of this one is in flight */
+    int64_t max_staleness;            /* async only, 0..1000000; -1 when absent (unbounded):
+                                         a worker waits while it is more than this many
+                                         pushes ahead of the slowest live one */
 } pf_training_spec;
 
 typedef struct pf_partitioner_spec {

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# labels: slow
+# timeout: 600
+# Bounded staleness (training.max_staleness). Real processes on 127.0.0.1 (TF_CONFIG +
+# --job): the Fashion-MNIST softmax example, async, 1 ps + 2 workers, worker 1 slowed by
+# --push-delay-ms 4 so the chief (task 0) would run far ahead of it.
+#  1. max_staleness 2: the ps's records (STATS during the run, and the line it logs when
+#     each task disconnects) show that no pull of either task was answered at a lag above 2,
+#     that the chief was held back, and that the two tasks' push counts end within 3 of each
+#     other (2, plus the push in flight); the job converges (accuracy >= 0.84).
+#  2. the same job with max_staleness 1000000 (recorded, never reached): the chief's
+#     largest lag goes well past 2, so the check of 1 can fail.
+source "$(dirname "$0")/lib.sh"
+export PYTHONPATH="$PSFLOW_SRC/tests/integration${PYTHONPATH:+:$PYTHONPATH}"
+
+spec() { # NAME MAX_STALENESS
+  python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = sys.argv[2]
+d["replicas"] = {"ps": 1, "worker": 2}
+d["training"].update(mode="async", max_steps=6000, eval_every_steps=0,
+                     max_staleness=int(sys.argv[3]))
+d["checkpoint"] = {"every_steps": 0, "every_secs": 600}
+json.dump(d, sys.stdout)
+PY
+}
+
+# stats PORT JOB: the ps's STATS_REPLY JSON, asked as a tool.
+stats() {
+  python3 - "$@" <<'PY'
+import struct, sys
+import rawps
+c = rawps.Conn(int(sys.argv[1]))
+c.request("HELLO", rawps.hello("tool", 0, 1, sys.argv[2]))
+t, _, payload = c.request("STATS", b"")
+assert t == "STATS_REPLY", t
+n = struct.unpack_from("<I", payload, 0)[0]
+print(payload[4:4 + n].decode())
+PY
+}
+
+# run NAME BOUND: runs the job; leaves ps.log, w0/w1 logs and mid.json (STATS mid-run).
+run() {
+  local name=$1 ports pids=() i rc=0
+  spec "$name" "$2" >"$name.json"
+  read -r -a ports <<<"$(free_ports 3)"
+  TF_CONFIG=$(tf_config ps 0 "${ports[0]}" "${ports[1]},${ports[2]}") "$PSFLOW_BIN" ps \
+    --job "$name.json" --checkpoint-dir "$WORK/ckpt" --exit-grace 2 2>"$WORK/$name-ps.log" &
+  pids+=($!)
+  for i in 0 1; do
+    local delay=0
+    [ "$i" = 1 ] && delay=4
+    TF_CONFIG=$(tf_config worker "$i" "${ports[0]}" "${ports[1]},${ports[2]}") "$PSFLOW_BIN" \
+      worker --job "$name.json" --checkpoint-dir "$WORK/ckpt" --log-every 500 \
+      --push-delay-ms "$delay" >"$WORK/$name-w$i.out" 2>"$WORK/$name-w$i.log" &
+    pids+=($!)
+  done
+  wait_until 120 "chief step 1000" logged_step_past "$WORK/$name-w0.log" 1000
+  stats "${ports[0]}" "$name" >"$WORK/$name-mid.json"
+  for i in 1 2 0; do wait_pid "${pids[$i]}" 300 || { rc=$?; echo "process $i exited $rc" >&2; }; done
+  [ "$rc" = 0 ] || fail "$name: a process exited non-zero"
+}
+
+# record LOG TASK FIELD: from the ps's "... disconnected; staleness: clock C, largest lag at a
+# pull L (max_staleness S), H pulls held for X s in all" line of the task (0: chief).
+record() {
+  python3 - "$@" <<'PY'
+import re, sys
+log, task, field = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+role = "chief" if task == 0 else "worker"
+pat = (r"%s %d disconnected; staleness: clock (\d+), largest lag at a pull (-?\d+) "
+       r"\(max_staleness \d+\), (\d+) pulls held for ([0-9.]+) s") % (role, task)
+m = re.findall(pat, open(log).read())
+if not m:
+    sys.exit("no staleness record of task %d in %s" % (task, log))
+clock, lag, held, secs = m[-1]
+print({"clock": clock, "max_lag": lag, "held": held, "held_secs": secs}[field])
+PY
+}
+
+# --- 1: max_staleness 2
+run ssp 2
+grep -q 'bounded staleness: a training task.s pull waits while it is more than 2 pushes ahead' \
+  "$WORK/ssp-ps.log" || fail "the ps does not say it bounds staleness: $(head -n 5 "$WORK/ssp-ps.log")"
+python3 - "$WORK/ssp-mid.json" <<'PY' || fail "STATS during the run: $(cat "$WORK/ssp-mid.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["max_staleness"] == 2, d
+tasks = {t["task"]: t for t in d["staleness"]}
+assert set(tasks) == {0, 1}, tasks
+for t in tasks.values():
+    assert 0 <= t["max_lag"] <= 2, t
+    assert t["lag"] <= 3, t  # 2, plus a push not yet answered
+print("mid-run: " + ", ".join("task %d clock %d lag %d max_lag %d held %d" %
+      (t["task"], t["clock"], t["lag"], t["max_lag"], t["held"]) for t in tasks.values()))
+PY
+c0=$(record "$WORK/ssp-ps.log" 0 clock)
+c1=$(record "$WORK/ssp-ps.log" 1 clock)
+for t in 0 1; do
+  lag=$(record "$WORK/ssp-ps.log" "$t" max_lag)
+  [ "$lag" -le 2 ] || fail "task $t: a pull answered at lag $lag (max_staleness 2)"
+done
+held=$(record "$WORK/ssp-ps.log" 0 held)
+[ "$held" -gt 100 ] || fail "the chief was held back only $held times: the slowed worker set no pace"
+diff=$((c0 > c1 ? c0 - c1 : c1 - c0))
+[ "$diff" -le 3 ] || fail "push counts $c0 (chief) and $c1 (slowed worker) differ by $diff"
+acc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' "$WORK/ssp-w0.out")
+[ -n "$acc" ] || fail "no final accuracy: $(cat "$WORK/ssp-w0.out")"
+in_range "$acc" 0.84 1 || fail "accuracy $acc below the example's target 0.84"
+echo "max_staleness 2: pushes $c0 (chief) and $c1 (slowed), chief held $held times" \
+  "for $(record "$WORK/ssp-ps.log" 0 held_secs) s, accuracy $acc"
+
+# --- 2: the bound far away: the chief runs ahead
+run loose 1000000
+lag=$(record "$WORK/loose-ps.log" 0 max_lag)
+[ "$lag" -gt 10 ] || fail "without an effective bound the chief's largest lag is only $lag"
+echo "max_staleness 1000000: the chief's largest lag $lag," \
+  "pushes $(record "$WORK/loose-ps.log" 0 clock) and $(record "$WORK/loose-ps.log" 1 clock)"
+pass "bounded staleness: lag <= 2 at every answered pull, accuracy $acc; unbounded lag $lag"

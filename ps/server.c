@@ -113,6 +113,7 @@ struct ps_server {
     uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
     double final_time;
     volatile sig_atomic_t stop;
+    int destroying; /* ps_server_destroy is closing every connection: nothing more is sent */
     /* counters published by the service thread for ps_server_stats (atomic access) */
     uint64_t pub_version, pub_applied, pub_stale;
     ps_server_sink sink; /* without a socket: replies go here (sink.send set) */
@@ -400,11 +401,10 @@ static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     if (r == PS_PUSH_APPLIED) {
         ps_staleness_pushed(s->staleness, (int)push->task_index);
         check_finite(s);
-    }
-    if (r == PS_PUSH_APPLIED && !s->nonfinite[0])
-        write_parked_checkpoints(s); /* before anything more is applied */
-    if (r == PS_PUSH_APPLIED)
+        if (!s->nonfinite[0])
+            write_parked_checkpoints(s); /* before anything more is applied */
         release_parked(s);
+    }
     if (s->nonfinite[0]) {
         send_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return -1;
@@ -983,7 +983,8 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         if (s->staleness && trainer(p) >= 0) { /* it holds nobody back any more */
             ps_staleness_describe(s->staleness, p->task, record, sizeof record);
             ps_staleness_leave(s->staleness, p->task);
-            release_parked(s);
+            if (!s->destroying)
+                release_parked(s);
         }
         if (p->hello && p->role != PF_WIRE_ROLE_TOOL)
             logf_(s, "%s %d disconnected%s%s", role_name(p->role), p->task,
@@ -1043,13 +1044,11 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
     s->lend = pf_calloc(s->max_parts, 1);
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
-    int64_t bound = s->spec.training.max_staleness;
-    if (s->spec.training.mode == PF_MODE_ASYNC && bound >= 0 &&
-        !(s->staleness = ps_staleness_create(PF_MAX_TASKS, bound))) {
-        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-        goto fail;
-    }
-    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled) {
+    int64_t bound = s->spec.training.max_staleness; /* >= 0 in async jobs only */
+    if (bound >= 0)
+        s->staleness = ps_staleness_create(PF_MAX_TASKS, bound);
+    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled ||
+        (bound >= 0 && !s->staleness)) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -1178,6 +1177,7 @@ int ps_server_wait(ps_server *s) {
 void ps_server_destroy(ps_server *s) {
     if (!s)
         return;
+    s->destroying = 1;
     pf_ws_destroy(s->ws); /* closes every connection: on_close frees the peers */
     while (s->peers)      /* without a socket: the caller's connections still open */
         on_close(NULL, s->peers->conn, NULL, s);

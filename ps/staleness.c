@@ -135,8 +135,8 @@ int ps_staleness_snapshot(ps_staleness *st, ps_staleness_task *out, int max) {
     int n = st->n < max ? st->n : max;
     for (int i = 0; i < n; i++) {
         const record *t = &st->t[i];
-        out[i] = (ps_staleness_task){t->conns > 0, t->clock,     lag_of(st, i),
-                                     t->max_lag,   t->held,      t->held_secs};
+        out[i] = (ps_staleness_task){t->conns > 0, t->clock, lag_of(st, i),
+                                     t->max_lag,   t->held,  t->held_secs};
     }
     pthread_mutex_unlock(&st->mu);
     return n;
@@ -162,8 +162,7 @@ size_t ps_staleness_json_close(ps_staleness *st, char *out, size_t len, size_t c
             char e[200];
             int k = snprintf(e, sizeof e,
                              "%s{\"task\":%d,\"clock\":%" PRIu64 ",\"lag\":%" PRId64
-                             ",\"max_lag\":%" PRId64 ",\"held\":%" PRIu64
-                             ",\"held_secs\":%.3f}",
+                             ",\"max_lag\":%" PRId64 ",\"held\":%" PRIu64 ",\"held_secs\":%.3f}",
                              first ? "" : ",", i, t->clock, lag_of(st, i), t->max_lag, t->held,
                              t->held_secs);
             cut = k < 0 || (size_t)k >= sizeof e || at + (size_t)k >= end;

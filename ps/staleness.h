@@ -48,12 +48,12 @@ int ps_staleness_ready(const ps_staleness *st, int task);
 void ps_staleness_answered(ps_staleness *st, int task, double held_secs);
 
 typedef struct ps_staleness_task {
-    int live;             /* a connection of it is open */
-    uint64_t clock;       /* pushes applied */
-    int64_t lag;          /* clock - smallest live clock; -1 when not live */
-    int64_t max_lag;      /* largest lag a pull of it was answered at; -1 before any */
-    uint64_t held;        /* pulls held back */
-    double held_secs;     /* time they waited */
+    int live;         /* a connection of it is open */
+    uint64_t clock;   /* pushes applied */
+    int64_t lag;      /* clock - smallest live clock; -1 when not live */
+    int64_t max_lag;  /* largest lag a pull of it was answered at; -1 before any */
+    uint64_t held;    /* pulls held back */
+    double held_secs; /* time they waited */
 } ps_staleness_task;
 
 /* Copies the records of tasks 0 .. min(max, tasks)-1 into out; returns how many. */

@@ -10,6 +10,8 @@
 #     other (2, plus the push in flight); the job converges (accuracy >= 0.84).
 #  2. the same job with max_staleness 1000000 (recorded, never reached): the chief's
 #     largest lag goes well past 2, so the check of 1 can fail.
+#  3. max_staleness 2 and the slowed worker killed (kill -9) at chief step >= 1000: the
+#     worker that left holds nobody back, and the chief finishes the job alone.
 source "$(dirname "$0")/lib.sh"
 export PYTHONPATH="$PSFLOW_SRC/tests/integration${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -117,4 +119,26 @@ lag=$(record "$WORK/loose-ps.log" 0 max_lag)
 [ "$lag" -gt 10 ] || fail "without an effective bound the chief's largest lag is only $lag"
 echo "max_staleness 1000000: the chief's largest lag $lag," \
   "pushes $(record "$WORK/loose-ps.log" 0 clock) and $(record "$WORK/loose-ps.log" 1 clock)"
+# --- 3: the slow worker killed: the chief goes on alone
+spec gone 2 >gone.json
+read -r -a P <<<"$(free_ports 3)"
+TF_CONFIG=$(tf_config ps 0 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" ps --job gone.json \
+  --checkpoint-dir "$WORK/ckpt" --exit-grace 2 2>"$WORK/gone-ps.log" &
+ps_pid=$!
+TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" worker --job gone.json \
+  --checkpoint-dir "$WORK/ckpt" --log-every 500 >"$WORK/gone-w0.out" 2>"$WORK/gone-w0.log" &
+chief_pid=$!
+TF_CONFIG=$(tf_config worker 1 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" worker --job gone.json \
+  --checkpoint-dir "$WORK/ckpt" --push-delay-ms 4 2>"$WORK/gone-w1.log" &
+slow_pid=$!
+wait_until 120 "chief step 1000" logged_step_past "$WORK/gone-w0.log" 1000
+kill -9 "$slow_pid"
+wait "$slow_pid" 2>/dev/null || true
+wait_pid "$chief_pid" 120 || fail "the chief did not finish after the slowed worker was killed"
+wait_pid "$ps_pid" 60 || fail "the ps did not exit 0"
+grep -q 'worker 1 disconnected; staleness: ' "$WORK/gone-ps.log" || fail "no record of worker 1 leaving"
+grep -q 'job gone done at version 6000' "$WORK/gone-ps.log" || fail "the job did not reach 6000"
+echo "the slowed worker killed at clock $(record "$WORK/gone-ps.log" 1 clock): the chief finished alone" \
+  "(clock $(record "$WORK/gone-ps.log" 0 clock))"
+
 pass "bounded staleness: lag <= 2 at every answered pull, accuracy $acc; unbounded lag $lag"

@@ -352,6 +352,23 @@ static void task_stop(agent *a, task *t) {
 
 /* --- control loop --- */
 
+/* With training.max_staleness: each training task's lag (pushes ahead of the slowest
+ * connected one, -1 while it is not connected) as this ps counts it, indexed by training
+ * task, up to the last one it has seen; NULL without the bound or when out of memory. */
+static json_t *staleness_lags(ps_server *ps) {
+    static ps_staleness_task rec[PF_MAX_REPLICAS + 1]; /* the control loop's thread only */
+    int n = ps_server_staleness(ps, rec, PF_MAX_REPLICAS + 1);
+    while (n > 0 && !rec[n - 1].live && rec[n - 1].clock == 0)
+        n--;
+    json_t *lags = n > 0 ? json_array() : NULL;
+    for (int i = 0; lags && i < n; i++)
+        if (json_array_append_new(lags, json_integer(rec[i].live ? rec[i].lag : -1)) != 0) {
+            json_decref(lags);
+            lags = NULL;
+        }
+    return lags;
+}
+
 static json_t *heartbeat_body(agent *a) {
     pthread_mutex_lock(&a->mu);
     task *t = a->t;
@@ -383,9 +400,14 @@ static json_t *heartbeat_body(agent *a) {
         if (b && t->ps) {
             uint64_t version, applied, stale;
             ps_server_stats(t->ps, &version, &applied, &stale);
-            json_object_set_new(b, "stats",
-                                json_pack("{s:I, s:I}", "updates", (json_int_t)version, "stale",
-                                          (json_int_t)stale));
+            json_t *stats =
+                json_pack("{s:I, s:I}", "updates", (json_int_t)version, "stale", (json_int_t)stale);
+            json_t *lags = staleness_lags(t->ps); /* NULL without training.max_staleness */
+            if (stats && lags)
+                json_object_set_new(stats, "lags", lags);
+            else
+                json_decref(lags);
+            json_object_set_new(b, "stats", stats);
         }
     }
     a->changed = 0;

@@ -40,12 +40,12 @@ static void print_tasks(const api_client *c, const char *escaped) {
     } else if (json_array_size(items) == 0) {
         printf("Tasks:       none\n");
     } else {
-        printf("Tasks:\n  %-12s %-10s %-24s %-22s %-9s %-6s %s\n", "TASK", "STATE", "NODE",
-               "ADDRESS", "RESTARTS", "STEP", "HEARTBEAT");
+        printf("Tasks:\n  %-12s %-10s %-24s %-22s %-9s %-6s %-4s %s\n", "TASK", "STATE", "NODE",
+               "ADDRESS", "RESTARTS", "STEP", "LAG", "HEARTBEAT");
         size_t i;
         json_t *t;
         json_array_foreach(items, i, t) {
-            char task[64], hb[32] = "-", step[32] = "-";
+            char task[64], hb[32] = "-", step[32] = "-", lag[32] = "-";
             snprintf(task, sizeof task, "%s-%lld", api_jstr(t, "type") ? api_jstr(t, "type") : "?",
                      api_jint(t, "index", -1));
             double age;
@@ -53,11 +53,13 @@ static void print_tasks(const api_client *c, const char *escaped) {
                 snprintf(hb, sizeof hb, "%.1fs ago", age);
             if (api_jint(t, "step", -1) >= 0)
                 snprintf(step, sizeof step, "%lld", api_jint(t, "step", -1));
-            printf("  %-12s %-10s %-24s %-22s %-9lld %-6s %s\n", task,
+            if (api_jint(t, "lag", -1) >= 0) /* training.max_staleness */
+                snprintf(lag, sizeof lag, "%lld", api_jint(t, "lag", -1));
+            printf("  %-12s %-10s %-24s %-22s %-9lld %-6s %-4s %s\n", task,
                    api_jstr(t, "state") ? api_jstr(t, "state") : "-",
                    api_jstr(t, "node_id") ? api_jstr(t, "node_id") : "-",
                    api_jstr(t, "address") ? api_jstr(t, "address") : "-",
-                   api_jint(t, "restarts", 0), step, hb);
+                   api_jint(t, "restarts", 0), step, lag, hb);
         }
     }
     json_decref(doc);

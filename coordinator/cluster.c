@@ -126,6 +126,16 @@ static coord_task *find_task_by_name(coord_job *j, const char *name) {
     return NULL;
 }
 
+/* A ps's report of each training task's lag (training.max_staleness): training task i is the
+ * chief replica when the job has one (i = 0, then worker i-1), else worker i. */
+static void take_lags(coord_job *j, const coord_report *r) {
+    for (int i = 0, chief = j->spec.replicas.chief; i < r->n_lags; i++) {
+        coord_task *t = find_task(j, chief && !i ? "chief" : "worker", chief && !i ? 0 : i - chief);
+        if (t)
+            t->has_lag = (t->lag = r->lags[i]) >= 0;
+    }
+}
+
 static const char *task_role(const coord_task *t) {
     return strcmp(t->type, "ps") ? "worker" : "ps";
 }
@@ -1012,6 +1022,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 t->updates = r->updates;
             if (r->has_stale)
                 t->stale = r->stale;
+            if (!strcmp(t->type, "ps")) /* training.max_staleness: the lags it counts */
+                take_lags(j, r);
             if (r->has_workers) { /* more than it is told to serve: it has not heard yet */
                 int members = coord_job_membership(c, j);
                 t->workers = (int)r->workers < members ? (int)r->workers : members;

@@ -78,6 +78,8 @@ typedef struct coord_task {
     int64_t updates; /* ps: optimizer updates it applied */
     int64_t stale;   /* ps: stale gradients it dropped */
     int workers;     /* the job's workers this task runs with, as its agent last reported */
+    bool has_lag;    /* training task of a max_staleness job: lag reported by a ps */
+    int64_t lag;     /* pushes ahead of the slowest connected training task */
 } coord_task;
 
 typedef struct coord_job {
@@ -202,6 +204,10 @@ typedef struct coord_report {
     bool has_updates, has_stale; /* stats.updates / stats.stale given as integers */
     bool has_workers;            /* workers (the membership it runs with) given */
     long long workers;
+    /* a ps's stats.lags (training.max_staleness): lags[i] is training task i's lag, -1 while
+     * it is not connected to that ps; n_lags 0 when absent or malformed */
+    int n_lags;
+    long long lags[PF_MAX_REPLICAS + 1];
     long long updates, stale;
     double accuracy, test_loss; /* result of a succeeded chief */
     long long steps;            /* its result.steps; -1 when absent or not an integer >= 0 */

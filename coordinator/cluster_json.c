@@ -156,15 +156,17 @@ json_t *coord_job_json(const coord_job *j, double now) {
 
 json_t *coord_task_json(const coord_task *t, double lease, double now) {
     double age = t->last_heartbeat > 0 ? now - t->last_heartbeat : -1;
-    return json_pack(
-        "{s:s, s:i, s:o, s:o, s:s, s:I, s:i, s:o, s:o, s:f, s:I, s:f, s:I, s:I}", "type", t->type,
-        "index", t->index, "node_id", t->node_id[0] ? json_string(t->node_id) : json_null(),
-        "address", t->address[0] ? json_string(t->address) : json_null(), "state",
-        coord_task_state_name(t->state), "incarnation", (json_int_t)t->incarnation, "restarts",
-        t->restarts, "last_heartbeat", coord_time_json(t->last_heartbeat), "heartbeat_age_seconds",
-        age >= 0 ? json_real(age) : json_null(), "lease_seconds", lease, "step",
-        (json_int_t)t->step, "examples_per_sec", t->examples_per_sec, "updates",
-        (json_int_t)t->updates, "stale", (json_int_t)t->stale);
+    return json_pack("{s:s, s:i, s:o, s:o, s:s, s:I, s:i, s:o, s:o, s:f, s:I, s:f, s:I, s:I, s:o}",
+                     "type", t->type, "index", t->index, "node_id",
+                     t->node_id[0] ? json_string(t->node_id) : json_null(), "address",
+                     t->address[0] ? json_string(t->address) : json_null(), "state",
+                     coord_task_state_name(t->state), "incarnation", (json_int_t)t->incarnation,
+                     "restarts", t->restarts, "last_heartbeat", coord_time_json(t->last_heartbeat),
+                     "heartbeat_age_seconds", age >= 0 ? json_real(age) : json_null(),
+                     "lease_seconds", lease, "step", (json_int_t)t->step, "examples_per_sec",
+                     t->examples_per_sec, "updates", (json_int_t)t->updates, "stale",
+                     (json_int_t)t->stale, "lag",
+                     t->has_lag ? json_integer((json_int_t)t->lag) : json_null());
 }
 
 json_t *coord_node_json(const coord_node *n, double now) {
@@ -325,6 +327,16 @@ void coord_report_from_json(json_t *r, coord_report *out) {
         out->updates = json_integer_value(updates);
         out->has_stale = json_is_integer(stale);
         out->stale = json_integer_value(stale);
+        json_t *lags = json_object_get(stats, "lags"), *lag;
+        size_t i, n = json_array_size(lags);
+        out->n_lags = n <= PF_MAX_REPLICAS + 1 ? (int)n : 0;
+        json_array_foreach(lags, i, lag) {
+            if (i >= (size_t)out->n_lags || !json_is_integer(lag) || json_integer_value(lag) < -1) {
+                out->n_lags = 0; /* all or nothing */
+                break;
+            }
+            out->lags[i] = json_integer_value(lag);
+        }
     }
     json_t *res = json_object_get(r, "result");
     out->accuracy = num(res, "accuracy");

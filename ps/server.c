@@ -7,9 +7,10 @@
  * reply); before anything changes the values - an update, a rollback, a membership change
  * that applies a waiting step - pf_ws_settle() copies whatever of a reply is still
  * unwritten (settle_replies), so nothing changes a reply halfway. Updates, replies and the
- * transport's writes all happen on that one thread. A pull that asks for a
- * version not reached yet ("not before v") is parked on its connection and answered right
- * after the update that reaches v. Bad frames get an ERROR reply and change nothing.
+ * transport's writes all happen on that one thread. A pull that asks for a version not
+ * reached yet ("not before v"), or a training task's pull while it is too far ahead of the
+ * slowest (training.max_staleness, ps/staleness.h), is parked on its connection and
+ * answered by the update that lets it go. Bad frames get an ERROR reply and change nothing.
  * The chief's final CHECKPOINT ends the task: it writes its shards, acknowledges, answers
  * whatever is parked, and returns from ps_server_wait once its workers have gone.
  */
@@ -35,7 +36,6 @@
 #include "psflow/ws.h"
 #include "ps/checkpoint.h"
 #include "ps/shard.h"
-#include "ps/staleness.h"
 
 typedef struct peer {
     struct peer *next;
@@ -138,11 +138,9 @@ static void close_conn(ps_server *s, uint64_t conn) {
         pf_ws_close(s->ws, conn); /* after what was queued for it is written */
 }
 
-/* Sends the message held in s->out to conn: its pieces go to the transport, which writes
- * them straight from where they lie when the socket takes them now. With lend_values (a
- * PULL_REPLY) the tensor data - the shards' values - is lent for what the socket does not
- * take (pf_ws_sendv_lent; the header pieces, in s->out, are copied), else everything
- * unwritten is copied. */
+/* Sends the message held in s->out to conn: the transport writes its pieces from where they
+ * lie while the socket takes them. What it does not take is copied, except, with lend_values
+ * (a PULL_REPLY), the tensor data - the shards' values - which is lent (pf_ws_sendv_lent). */
 static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
     assert(n <= s->max_parts);
@@ -163,9 +161,8 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
 }
 
 /* Sends the reply just encoded into s->out (encoded: the encoder's status). One that could
- * not be encoded (out of memory: a text the wire refuses is replaced by the caller) is
- * logged and its connection closed, so the peer retries at once on a new one rather than
- * wait out its timeout for an answer that never comes. */
+ * not be encoded (out of memory: a text the wire refuses is replaced by the caller) is logged
+ * and its connection closed: the peer retries at once rather than wait out its timeout. */
 static void send_encoded(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
                          int lend_values) {
     if (encoded == PF_OK) {
@@ -249,9 +246,9 @@ static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const u
 /* Answers a pull now if its version is reached, else parks it on the peer. */
 static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
                          uint32_t push_result) {
-    int over = version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done;
     int fresh = ps_staleness_ready(s->staleness, trainer(p));
-    if ((version(s) >= pull->min_version && fresh) || over) {
+    if ((version(s) >= pull->min_version && fresh) ||
+        version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
         ps_staleness_answered(s->staleness, fresh ? trainer(p) : -1, -1);
         reply_pull(s, p->conn, request_id, pull->ids, pull->n, push_result);
         return;
@@ -268,10 +265,9 @@ static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wi
 static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                                 uint32_t status, const char *text);
 
-/* Answers parked pulls whose version has been reached (or all, when the job is over). Once
- * the job is over - max_steps reached, or the final checkpoint written - no update comes
- * any more: a parked CHECKPOINT for a later version is answered VERSION_PASSED rather than
- * left to wait for ever (the chief would wait out its stall timeout). */
+/* Answers the parked pulls that may go now, or all once the job is over (max_steps reached
+ * or the final checkpoint written: no update comes any more); a parked CHECKPOINT for a later
+ * version then gets VERSION_PASSED, not a wait until the chief's stall timeout. */
 static void release_parked(ps_server *s) {
     uint64_t v = version(s);
     int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
@@ -907,8 +903,7 @@ static void apply_membership(ps_server *s) {
     if (n_tasks != before)
         follow_membership(s, n_tasks);
     for (peer *p = s->peers; p; p = p->next)
-        if (p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) &&
-            p->task >= n_tasks) {
+        if (trainer(p) >= n_tasks) {
             p->parked = 0;
             close_conn(s, p->conn);
         }
@@ -1138,6 +1133,10 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
     *version = __atomic_load_n(&s->pub_version, __ATOMIC_RELAXED);
     *applied = __atomic_load_n(&s->pub_applied, __ATOMIC_RELAXED);
     *stale = __atomic_load_n(&s->pub_stale, __ATOMIC_RELAXED);
+}
+
+int ps_server_staleness(ps_server *s, ps_staleness_task *out, int max) {
+    return ps_staleness_snapshot(s->staleness, out, max);
 }
 
 void ps_server_stop(ps_server *s) {

@@ -16,6 +16,7 @@
 #include "psflow/spec.h"
 #include "psflow/status.h"
 #include "psflow/ws.h"
+#include "ps/staleness.h"
 
 typedef struct ps_server_options {
     const pf_job_spec *spec;
@@ -45,6 +46,10 @@ int ps_server_port(const ps_server *s);
 /* Counters as of the last push handled: version (updates applied to this ps's shards),
  * pushes applied or aggregated, stale pushes dropped. Any thread. */
 void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, uint64_t *stale);
+
+/* With training.max_staleness: each training task's clock and lag (ps/staleness.h) for tasks
+ * 0 .. max-1, into out; returns how many (0 without the bound). Any thread. */
+int ps_server_staleness(ps_server *s, ps_staleness_task *out, int max);
 
 /* A live membership change, told by this ps's agent (the coordinator's assignment), never
  * by a peer: from now on the job has `workers` workers (task indices beyond them are

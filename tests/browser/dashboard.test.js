@@ -470,6 +470,13 @@ async function main() {
         for (const t of ['ps', 'worker', 'evaluator']) for (let i = 0; i < (spec.replicas[t] || 0); i++) wantTasks.push(t + '-' + i);
         check(JSON.stringify(taskKeys.slice().sort()) === JSON.stringify(wantTasks.sort()),
             'the task table lists every task: ' + taskKeys.join(', '));
+        /* Lag (training.max_staleness) is a column of its own; this sync job reports none. */
+        const lagCol = await page.$$eval('[data-testid="task-table"] thead th', (ths) =>
+            ths.map((th) => th.textContent).indexOf('Lag'));
+        const lagCells = await page.$$eval('[data-testid="task-table"] tbody tr', (trs, k) =>
+            trs.map((tr) => tr.children[k] ? tr.children[k].textContent : null), lagCol);
+        check(lagCol > 0 && lagCells.every((v) => v === '—'),
+            'the task table has a Lag column, "—" for a job without max_staleness (' + lagCells.join(' ') + ')');
         if (spec.replicas.evaluator) {
             /* The evaluator task's series: in the API, and drawn on the accuracy chart. */
             const m = await api(base, 'GET', '/api/v1/jobs/' + name + '/metrics');

@@ -391,6 +391,52 @@ static void test_restart_policy_exit_code(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A ps's stats.lags (training.max_staleness) land on the training tasks' rows: training
+ * task i is worker i without a chief replica; -1 (not connected) and a malformed list give
+ * null. */
+static json_t *ps_report(coord_node *ps, coord_task *t, json_t *lags) {
+    json_t *r = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:I, s:{s:i, s:i, s:o}}", "state",
+                          "running", "job", ps->job, "generation", ps->generation, "type", "ps",
+                          "index", 0, "exit_code", 0, "incarnation", (json_int_t)t->incarnation,
+                          "stats", "updates", 10, "stale", 0, "lags", lags);
+    assert_non_null(r);
+    return r;
+}
+
+static void test_staleness_lags(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "ssp", "", T0, &ps, &w);
+    coord_task *t = task_of(j, "worker", 0);
+    json_t *js = coord_task_json(t, LEASE, T0);
+    assert_true(json_is_null(json_object_get(js, "lag"))); /* nothing reported */
+    json_decref(js);
+    json_t *r = ps_report(ps, task_of(j, "ps", 0), json_pack("[i, i]", 2, -1));
+    coord_node_heartbeat_json(&c, ps, r, T0 + 1);
+    json_decref(r);
+    assert_true(t->has_lag);
+    js = coord_task_json(t, LEASE, T0 + 1);
+    assert_int_equal(json_integer_value(json_object_get(js, "lag")), 2);
+    json_decref(js);
+    r = ps_report(ps, task_of(j, "ps", 0), json_pack("[i]", -1));
+    coord_node_heartbeat_json(&c, ps, r, T0 + 2);
+    json_decref(r);
+    assert_false(t->has_lag);
+    t->has_lag = true;
+    t->lag = 5;
+    r = ps_report(ps, task_of(j, "ps", 0), json_pack("[i, s]", 1, "x")); /* malformed: ignored */
+    coord_node_heartbeat_json(&c, ps, r, T0 + 3);
+    json_decref(r);
+    r = ps_report(ps, task_of(j, "ps", 0), json_pack("[i]", -7)); /* below -1: ignored */
+    coord_node_heartbeat_json(&c, ps, r, T0 + 4);
+    json_decref(r);
+    assert_true(t->has_lag);
+    assert_int_equal(t->lag, 5);
+    coord_cluster_deinit(&c);
+}
+
 /* A task that stopped on a NaN or infinite number (reason NonFiniteLoss) fails the job with
  * that reason and its message, with no restart even under OnFailure. */
 static void test_nonfinite_fails_the_job(void **state) {
@@ -1015,6 +1061,7 @@ int main(void) {
         cmocka_unit_test(test_restart_policy_never),
         cmocka_unit_test(test_restart_policy_exit_code),
         cmocka_unit_test(test_nonfinite_fails_the_job),
+        cmocka_unit_test(test_staleness_lags),
         cmocka_unit_test(test_agent_restart_and_removal),
         cmocka_unit_test(test_active_deadline),
         cmocka_unit_test(test_submit_idempotent),

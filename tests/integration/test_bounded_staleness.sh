@@ -12,6 +12,9 @@
 #     largest lag goes well past 2, so the check of 1 can fail.
 #  3. max_staleness 2 and the slowed worker killed (kill -9) at chief step >= 1000: the
 #     worker that left holds nobody back, and the chief finishes the job alone.
+#  4. managed mode (`psflow up`, 1 ps + 2 workers): the job's task table
+#     (GET /api/v1/jobs/NAME/tasks) shows each worker's lag as its ps reports it in the
+#     heartbeat (an integer, at most 3), and null for the ps; `psflow get` prints it.
 source "$(dirname "$0")/lib.sh"
 export PYTHONPATH="$PSFLOW_SRC/tests/integration${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -140,5 +143,47 @@ grep -q 'worker 1 disconnected; staleness: ' "$WORK/gone-ps.log" || fail "no rec
 grep -q 'job gone done at version 6000' "$WORK/gone-ps.log" || fail "the job did not reach 6000"
 echo "the slowed worker killed at clock $(record "$WORK/gone-ps.log" 1 clock): the chief finished alone" \
   "(clock $(record "$WORK/gone-ps.log" 0 clock))"
+
+# --- 4: the task table in managed mode
+up_start --ps 1 --workers 2
+python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" >managed.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "ssp-up"
+d["replicas"] = {"ps": 1, "worker": 2}
+d["training"].update(mode="async", max_steps=200000, eval_every_steps=0, max_staleness=1)
+d["checkpoint"] = {"every_steps": 0, "every_secs": 600}
+json.dump(d, sys.stdout)
+PY
+code=$(curl -s -o "$WORK/created.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  --data-binary @managed.json "$URL/api/v1/jobs")
+[ "$code" = 201 ] || fail "submitting the job: HTTP $code $(cat "$WORK/created.json")"
+lags_shown() {
+  curl -sf "$URL/api/v1/jobs/ssp-up/tasks" -o "$WORK/tasks.json" &&
+    python3 - "$WORK/tasks.json" <<'PY'
+import json, sys
+items = json.load(open(sys.argv[1]))["items"]
+lags = {(t["type"], t["index"]): t.get("lag", "absent") for t in items}
+assert lags[("ps", 0)] is None, lags
+for i in (0, 1):
+    assert isinstance(lags[("worker", i)], int) and 0 <= lags[("worker", i)] <= 3, lags
+print("task table lags: " + ", ".join("%s %d: %s" % (k[0], k[1], v) for k, v in sorted(lags.items())))
+PY
+}
+wait_until 90 "both workers' lags in the task table" lags_shown
+lags_shown
+PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get ssp-up >"$WORK/get.txt"
+python3 - "$WORK/get.txt" <<'PY' || fail "psflow get shows no lags: $(cat "$WORK/get.txt")"
+import sys
+text = open(sys.argv[1]).read()
+rows = [l.split() for l in text[text.index("Tasks:\n"):].splitlines()[1:] if l.startswith("  ")]
+head = rows[0]
+assert head[6] == "LAG", head
+lag = {r[0]: r[6] for r in rows[1:]}
+assert lag["ps-0"] == "-" and lag["worker-0"].isdigit() and lag["worker-1"].isdigit(), lag
+print("psflow get: " + ", ".join("%s lag %s" % kv for kv in sorted(lag.items())))
+PY
+curl -s -o /dev/null -X POST "$URL/api/v1/jobs/ssp-up/cancel" || true
+up_stop
 
 pass "bounded staleness: lag <= 2 at every answered pull, accuracy $acc; unbounded lag $lag"

@@ -1,7 +1,9 @@
 /*
  * The job page's task table: one row per task (chief, ps, worker, evaluator, each by index)
- * with its address, state, incarnation, restarts, step, examples/s, and the age of its last
- * heartbeat against its lease as text and a meter that fills as the lease runs out.
+ * with its address, state, incarnation, restarts, step, examples/s, its lag (a training task
+ * of a job with training.max_staleness: pushes ahead of the slowest, as a ps counts them),
+ * and the age of its last heartbeat against its lease as text and a meter that fills as the
+ * lease runs out.
  */
 
 import {KeyedRows, h, setText} from './dom.js';
@@ -21,7 +23,7 @@ export class TaskTable {
         const taskBody = h('tbody');
         this.el = h('table', {class: 'table', dataset: {testid: 'task-table'}},
             h('thead', null, h('tr', null, ['Task', 'Address', 'State', 'Incarnation', 'Restarts',
-                'Step', 'Examples/s', 'Heartbeat'].map((t, i) =>
+                'Step', 'Examples/s', 'Lag', 'Heartbeat'].map((t, i) =>
                 h('th', {scope: 'col', class: i >= 3 ? 'num' : null}, t)))),
             taskBody);
         this.rows = new KeyedRows(taskBody, (row, t, fresh) => this.renderRow(row, t, fresh));
@@ -49,7 +51,7 @@ export class TaskTable {
         if (fresh) {
             row.append(h('th', {scope: 'row'}), h('td', {class: 'mono'}), h('td'),
                 h('td', {class: 'num mono'}), h('td', {class: 'num'}), h('td', {class: 'num'}),
-                h('td', {class: 'num'}), h('td', {class: 'num hb'}));
+                h('td', {class: 'num'}), h('td', {class: 'num'}), h('td', {class: 'num hb'}));
             row.dataset.task = t.type + '-' + t.index;
         }
         const c = row.children;
@@ -61,7 +63,9 @@ export class TaskTable {
         setText(c[4], fmtInt(t.restarts));
         setText(c[5], fmtInt(t.step));
         setText(c[6], fmtRate(t.examples_per_sec));
-        this.renderHeartbeat(c[7], t);
+        setText(c[7], isNum(t.lag) ? fmtInt(t.lag) : '—');
+        c[7].title = 'Pushes ahead of the slowest training task (training.max_staleness)';
+        this.renderHeartbeat(c[8], t);
     }
 
     renderHeartbeat(td, t) {

@@ -26,7 +26,9 @@ Environment: PSFLOW_BIN, PSFLOW_SRC (set by ctest); CHAOS_SEED [random], CHAOS_S
 CHAOS_FAULTS [4], CHAOS_STEPS [each job's max_steps; by default from CHAOS_SECONDS and
 CHAOS_DELAY_MS [10], the workers' --push-delay-ms], CHAOS_LEASE [3],
 CHAOS_ACCURACY [0.84], CHAOS_PREFETCH [1 or 0: the async job's training.prefetch; by default
-on for an odd seed], CHAOS_KEEP=1 keeps the run's folder.
+on for an odd seed], CHAOS_STALENESS [S >= 0: the async job's training.max_staleness, -1:
+none; by default 2 for a seed that is a multiple of 4, none otherwise; never with prefetch],
+CHAOS_KEEP=1 keeps the run's folder.
 """
 import calendar
 import http.client
@@ -54,6 +56,9 @@ SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1, 1 
 # Whether the async job prefetches (training.prefetch): CHAOS_PREFETCH=1/0, else by the seed.
 PREFETCH = (os.environ.get("CHAOS_PREFETCH") == "1" if os.environ.get("CHAOS_PREFETCH")
             else SEED % 2 == 1)
+# The async job's training.max_staleness (None: unbounded); prefetch excludes it.
+_STALENESS = int(os.environ.get("CHAOS_STALENESS") or (2 if SEED % 4 == 0 else -1))
+STALENESS = None if PREFETCH or _STALENESS < 0 else _STALENESS
 LEASE = float(os.environ.get("CHAOS_LEASE", "3"))
 ACCURACY = float(os.environ.get("CHAOS_ACCURACY", "0.84"))
 MODES = ("sync", "async")
@@ -139,7 +144,8 @@ def make_schedule(seed, seconds, n):
 
 def replay():
     extra = "".join(" %s=%s" % (k, os.environ[k]) for k in
-                    ("CHAOS_STEPS", "CHAOS_DELAY_MS", "CHAOS_LEASE", "CHAOS_PREFETCH")
+                    ("CHAOS_STEPS", "CHAOS_DELAY_MS", "CHAOS_LEASE", "CHAOS_PREFETCH",
+                     "CHAOS_STALENESS")
                     if k in os.environ)
     return "CHAOS_SEED=%d CHAOS_SECONDS=%g CHAOS_FAULTS=%d%s" % (SEED, SECONDS, FAULTS, extra)
 
@@ -340,6 +346,8 @@ def job_spec(name, mode):
     else:
         d["training"].pop("replicas_to_aggregate", None)
         d["training"]["prefetch"] = PREFETCH
+        if STALENESS is not None:
+            d["training"]["max_staleness"] = STALENESS
     d["checkpoint"] = {"every_steps": 250, "keep": 3}
     # Every fault may cost a restart: the policy must allow as many as the schedule has.
     d["run_policy"] = {"restart_policy": "OnFailure", "backoff_limit": 2 * FAULTS + 4}
@@ -549,8 +557,9 @@ def stop_cluster(cluster, grace=30):
 def main():
     schedule = make_schedule(SEED, SECONDS, FAULTS)
     print("chaos: seed %d, %d faults over %.0f s, max_steps %s, push delay %d ms, lease %.0f s,"
-          " async prefetch %s" % (SEED, FAULTS, SECONDS, STEPS, DELAY_MS, LEASE,
-                                  "on" if PREFETCH else "off"))
+          " async prefetch %s, max_staleness %s" % (SEED, FAULTS, SECONDS, STEPS, DELAY_MS, LEASE,
+                                                    "on" if PREFETCH else "off",
+                                                    "none" if STALENESS is None else STALENESS))
     print("chaos: replay with %s" % replay())
     for f in schedule:
         print("chaos: fault %2d at +%6.1f s: %s" % (f["n"], f["at"], describe(f)))

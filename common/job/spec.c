@@ -54,8 +54,10 @@ static const char *const activation_names[] = {[PF_ACT_NONE] = "none",
                                                [PF_ACT_RELU] = "relu",
                                                [PF_ACT_TANH] = "tanh",
                                                [PF_ACT_SIGMOID] = "sigmoid"};
-static const char *const format_names[] = {
-    [PF_DATA_IDX] = "idx", [PF_DATA_CSV] = "csv", [PF_DATA_SYNTHETIC_LINEAR] = "synthetic_linear"};
+static const char *const format_names[] = {[PF_DATA_IDX] = "idx",
+                                           [PF_DATA_CSV] = "csv",
+                                           [PF_DATA_SYNTHETIC_LINEAR] = "synthetic_linear",
+                                           [PF_DATA_LIBSVM] = "libsvm"};
 static const char *const optimizer_names[] = {[PF_OPT_SGD] = "sgd",
                                               [PF_OPT_MOMENTUM] = "momentum",
                                               [PF_OPT_ADAGRAD] = "adagrad",
@@ -149,10 +151,10 @@ static const field model_fields[] = {
      .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP},
 };
 
-#define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV))
+#define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM))
 #define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
 static const field data_fields[] = {
-    {"format", K_ENUM, AT(data.format), .names = format_names, .max = PF_DATA_SYNTHETIC_LINEAR,
+    {"format", K_ENUM, AT(data.format), .names = format_names, .max = PF_DATA_LIBSVM,
      .need = ALWAYS},
     /* Exact path counts per format are checked in check_data. */
     {"train", K_PATHS, AT(data.train), .count_at = AT(data.n_train), .min = 1,
@@ -163,6 +165,8 @@ static const field data_fields[] = {
     {"b", K_DOUBLE, AT(data.b), .def = 10, .only = SYNTHETIC},
     {"noise", K_DOUBLE, AT(data.noise), .real = R_NONNEGATIVE, .def = 0.1, .only = SYNTHETIC},
     {"n", K_INT64, AT(data.n), .min = 1, .max = INT64_MAX, .def = 10000, .only = SYNTHETIC},
+    {"index_base", K_INT, AT(data.index_base), .min = 0, .max = 1, .def = 1,
+     .only = BIT(PF_DATA_LIBSVM)},
 };
 
 static const field decay_fields[] = {

@@ -508,6 +508,164 @@ pf_status pf_csv_load(const char *path, int features, bool classification, pf_da
     return status;
 }
 
+/* --- LIBSVM ------------------------------------------------------------------------------- */
+
+/* Why a label is refused, or NULL: a class index must be an integer in [0, CSV_MAX_LABEL). */
+static const char *label_problem(double v, bool classification) {
+    if (!classification)
+        return NULL;
+    if (v != floor(v))
+        return "is not an integer";
+    if (v == -1)
+        return "is outside [0, 1048576) (binary -1/+1 labels: write them as 0 and 1)";
+    if (v < 0 || v >= CSV_MAX_LABEL)
+        return "is outside [0, 1048576)";
+    return NULL;
+}
+
+/* Parses a LIBSVM token "id:value" at line[0 .. n) into the row; *prev is the previous id
+ * of the line (-1 before the first). */
+static pf_status parse_pair(const char *tok, size_t n, long long offset, long long line_no,
+                            const char *what, int base, long long *prev, float *row, int features,
+                            pf_error *err) {
+    int shown = (int)(n > 40 ? 40 : n);
+    const char *colon = memchr(tok, ':', n);
+    size_t digits = colon ? (size_t)(colon - tok) : 0;
+    int ok = colon && digits > 0 && digits <= 10;
+    for (size_t i = 0; ok && i < digits; i++)
+        ok = tok[i] >= '0' && tok[i] <= '9';
+    if (!ok)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                   "%s: line %lld: \"%.*s\" is not id:value (a non-negative "
+                                   "integer id of at most 10 digits, a colon, a number)",
+                                   what, line_no, shown, tok);
+    long long id = 0;
+    for (size_t i = 0; i < digits; i++)
+        id = id * 10 + (tok[i] - '0');
+    if (id < base || id - base >= features)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                   "%s: line %lld: feature id %lld outside %d .. %d (model.inputs "
+                                   "%d, data.index_base %d)",
+                                   what, line_no, id, base, features - 1 + base, features, base);
+    if (id <= *prev)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                   "%s: line %lld: feature ids must increase along a line (%lld "
+                                   "after %lld)",
+                                   what, line_no, id, *prev);
+    double v = 0;
+    field_result r = parse_field(colon + 1, n - digits - 1, &v);
+    if (r != FIELD_OK)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, offset + (long long)digits + 1,
+                                   "%s: line %lld: feature %lld: %s: \"%.*s\"", what, line_no, id,
+                                   r == FIELD_EMPTY        ? "no value"
+                                   : r == FIELD_NOT_FINITE ? "not a finite number"
+                                   : r == FIELD_RANGE      ? "out of float32 range"
+                                                           : "not a number",
+                                   shown, tok);
+    row[id - base] = (float)v;
+    *prev = id;
+    return PF_OK;
+}
+
+static pf_status parse_libsvm(const char *text, size_t len, const char *what, int features,
+                              int base, bool classification, pf_dataset *out, pf_error *err) {
+    csv_rows rows = {out, 0};
+    out->features = features;
+    double max_label = 0;
+    size_t pos = 0;
+    long long line_no = 0;
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t line_start = pos;
+        size_t line_len = nl ? (size_t)(nl - (text + pos)) : len - pos;
+        pos += line_len + 1;
+        line_no++;
+        const char *line = text + line_start;
+        const char *hash = memchr(line, '#', line_len); /* a comment runs to the line's end */
+        if (hash)
+            line_len = (size_t)(hash - line);
+        size_t i = 0, end;
+        while (i < line_len && (is_blank(line[i]) || line[i] == '\r'))
+            i++;
+        if (i == line_len)
+            continue;
+        for (end = i; end < line_len && !is_blank(line[end]) && line[end] != '\r'; end++) {
+        }
+        double label = 0;
+        int shown = (int)(end - i > 40 ? 40 : end - i);
+        field_result r = parse_field(line + i, end - i, &label);
+        const char *bad = r == FIELD_OK ? label_problem(label, classification) : "is not a number";
+        if (r == FIELD_NOT_FINITE || r == FIELD_RANGE)
+            bad = r == FIELD_RANGE ? "is out of float32 range" : "is not a finite number";
+        if (bad)
+            return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)(line_start + i),
+                                       "%s: line %lld: %s \"%.*s\" %s", what, line_no,
+                                       classification ? "label" : "target", shown, line + i, bad);
+        if (out->n == rows.capacity && grow_rows(&rows) != PF_OK)
+            return pf_error_set_offset(err, PF_ERR_NOMEM, (long long)line_start,
+                                       "%s: line %lld: out of memory for %lld rows", what, line_no,
+                                       (long long)out->n + 1);
+        float *row = out->x + (size_t)out->n * (size_t)features;
+        memset(row, 0, (size_t)features * sizeof *row);
+        long long prev = -1;
+        for (i = end;;) {
+            while (i < line_len && (is_blank(line[i]) || line[i] == '\r'))
+                i++;
+            if (i == line_len)
+                break;
+            for (end = i; end < line_len && !is_blank(line[end]) && line[end] != '\r'; end++) {
+            }
+            pf_status st = parse_pair(line + i, end - i, (long long)(line_start + i), line_no, what,
+                                      base, &prev, row, features, err);
+            if (st != PF_OK)
+                return st;
+            i = end;
+        }
+        out->y[out->n] = (float)label;
+        if (label > max_label)
+            max_label = label;
+        out->n++;
+    }
+    if (out->n == 0)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
+                                   len == 0 ? "empty file" : "no data rows");
+    out->num_classes = classification ? (int)max_label + 1 : 0;
+    shrink_rows(out);
+    return PF_OK;
+}
+
+pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int features,
+                          int index_base, bool classification, pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    if (!what)
+        what = "libsvm";
+    if (features < 1 || features > PF_MAX_UNITS || index_base < 0 || index_base > 1)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "%s: feature count %d outside [1, %d] or index base %d not 0 "
+                                   "or 1",
+                                   what, features, PF_MAX_UNITS, index_base);
+    pf_status status =
+        parse_libsvm(text, len, what, features, index_base, classification, out, err);
+    if (status != PF_OK)
+        pf_dataset_deinit(out);
+    return status;
+}
+
+pf_status pf_libsvm_load(const char *path, int features, int index_base, bool classification,
+                         pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    pf_status status = read_file(path, &text, &len, err);
+    if (status == PF_OK)
+        status = pf_libsvm_parse((const char *)text, len, path, features, index_base,
+                                 classification, out, err);
+    pf_free(text);
+    return status;
+}
+
 /* --- synthetic_linear --------------------------------------------------------------------- */
 
 pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint64_t seed,
@@ -561,7 +719,7 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         }
         return status;
     }
-    if (d->format != PF_DATA_IDX && d->format != PF_DATA_CSV) {
+    if (d->format != PF_DATA_IDX && d->format != PF_DATA_CSV && d->format != PF_DATA_LIBSVM) {
         pf_error_set_offset(err, PF_ERR_UNSUPPORTED, -1, "unknown data format %d", (int)d->format);
         set_pointer(err, "/data/format");
         return PF_ERR_UNSUPPORTED;
@@ -574,14 +732,20 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
     if (n_files != wanted) {
         pf_error_set_offset(err, PF_ERR_SPEC, -1, "data.%s needs %d file%s for %s, got %d",
                             test ? "test" : "train", wanted, wanted > 1 ? "s" : "",
-                            d->format == PF_DATA_IDX ? "idx (images, labels)" : "csv", n_files);
+                            d->format == PF_DATA_IDX   ? "idx (images, labels)"
+                            : d->format == PF_DATA_CSV ? "csv"
+                                                       : "libsvm",
+                            n_files);
         set_pointer(err, pointer);
         return PF_ERR_SPEC;
     }
     if (d->format == PF_DATA_IDX)
         status = pf_idx_load(files[0], files[1], out, err);
-    else
+    else if (d->format == PF_DATA_CSV)
         status = pf_csv_load(files[0], spec->model.inputs, classification, out, err);
+    else
+        status =
+            pf_libsvm_load(files[0], spec->model.inputs, d->index_base, classification, out, err);
     if (status != PF_OK)
         set_pointer(err, pointer);
     return status;

@@ -94,7 +94,8 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->model.outputs == b->model.outputs && a->model.n_hidden == b->model.n_hidden &&
         a->model.activation == b->model.activation && a->data.format == b->data.format &&
         a->data.n_train == b->data.n_train && a->data.n_test == b->data.n_test &&
-        a->data.n == b->data.n && memcmp(&a->data.w, &b->data.w, sizeof(double)) == 0 &&
+        a->data.n == b->data.n && a->data.index_base == b->data.index_base &&
+        memcmp(&a->data.w, &b->data.w, sizeof(double)) == 0 &&
         memcmp(&a->data.b, &b->data.b, sizeof(double)) == 0 &&
         memcmp(&a->data.noise, &b->data.noise, sizeof(double)) == 0 &&
         a->optimizer.type == b->optimizer.type &&

@@ -454,6 +454,112 @@ static void test_csv_invalid_files(void **state) {
     free_names(names, n);
 }
 
+/* --- LIBSVM ------------------------------------------------------------------------------- */
+
+static void test_libsvm_valid_files(void **state) {
+    (void)state;
+    static const csv_case cases[] = {
+        {"basic.libsvm", true, 3, 3, {0, 2, 1}, {0.5f, 0, 2, 0, -1.5f, 0, 0, 0, 0}},
+        {"comments_crlf.libsvm", true, 2, 2, {1, 0}, {1, 2, 3, 0, 4, 0}},
+        {"exponents.libsvm", true, 2, 2, {1, 0}, {1e-3f, 0, 100, 0, 0, 0}},
+    };
+    char dir[512], path[600];
+    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "libsvm/valid");
+    char *names[MAX_CASES];
+    int n = (int)data_files(dir, ".libsvm", false, names, MAX_CASES);
+    assert_int_equal(n, (int)(sizeof cases / sizeof *cases)); /* every file has a row here */
+    free_names(names, n);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        path_join(path, sizeof path, dir, cases[c].file);
+        pf_dataset ds;
+        pf_error err;
+        pf_status st = pf_libsvm_load(path, 3, 1, cases[c].classification, &ds, &err);
+        if (st != PF_OK)
+            print_error("%s: %s\n", cases[c].file, err.message);
+        assert_int_equal(st, PF_OK);
+        assert_int_equal(ds.n, cases[c].n);
+        assert_int_equal(ds.features, 3);
+        assert_int_equal(ds.num_classes, cases[c].num_classes);
+        for (int64_t i = 0; i < ds.n; i++)
+            assert_true(ds.y[i] == cases[c].y[i]);
+        for (int64_t i = 0; i < ds.n * 3; i++)
+            assert_true(ds.x[i] == cases[c].x[i]);
+        pf_dataset_deinit(&ds);
+    }
+}
+
+static void test_libsvm_invalid_files(void **state) {
+    (void)state;
+    char dir[512], path[600];
+    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "libsvm/invalid");
+    char *names[MAX_CASES];
+    int n = (int)data_files(dir, ".libsvm", false, names, MAX_CASES);
+    assert_true(n >= 15);
+    for (int i = 0; i < n; i++) {
+        path_join(path, sizeof path, dir, names[i]);
+        pf_dataset ds;
+        pf_error err;
+        pf_status st = pf_libsvm_load(path, 3, 1, true, &ds, &err);
+        if (st != PF_ERR_FORMAT)
+            print_error("%s: got %s (%s)\n", names[i], pf_strerror(st), err.message);
+        assert_int_equal(st, PF_ERR_FORMAT);
+        assert_non_null(strstr(err.message, names[i]));
+        assert_zeroed(&ds);
+    }
+    free_names(names, n);
+}
+
+static pf_status svm3(const char *text, int base, bool classification, pf_dataset *ds,
+                      pf_error *err) {
+    return pf_libsvm_parse(text, strlen(text), "t.svm", 3, base, classification, ds, err);
+}
+
+static void test_libsvm_messages(void **state) {
+    (void)state;
+    pf_dataset ds;
+    pf_error err;
+    assert_int_equal(svm3("1 1:1\n0 3:1 2:5\n", 1, true, &ds, &err), PF_ERR_FORMAT);
+    assert_string_equal(err.message,
+                        "t.svm: line 2: feature ids must increase along a line (2 after 3)");
+    assert_int_equal(err.offset, (long long)strlen("1 1:1\n0 3:1 "));
+    assert_zeroed(&ds);
+    assert_int_equal(svm3("0 3:1\n", 0, true, &ds, &err), PF_ERR_FORMAT);
+    assert_string_equal(err.message, "t.svm: line 1: feature id 3 outside 0 .. 2 (model.inputs 3, "
+                                     "data.index_base 0)");
+    assert_int_equal(svm3("-1 1:1\n", 1, true, &ds, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "label \"-1\" is outside [0, 1048576) (binary -1/+1"));
+    assert_int_equal(svm3("0 2:x\n", 1, true, &ds, &err), PF_ERR_FORMAT);
+    assert_string_equal(err.message, "t.svm: line 1: feature 2: not a number: \"2:x\"");
+    assert_int_equal(svm3("", 1, true, &ds, &err), PF_ERR_FORMAT);
+    assert_string_equal(err.message, "t.svm: empty file");
+    assert_int_equal(svm3("1 1:1\n", 2, true, &ds, &err), PF_ERR_INVALID); /* base 0 or 1 */
+
+    /* index_base 0, a regression target, a tab and a line without features. */
+    assert_int_equal(svm3("-2.5 0:1\t2:3\n4\n", 0, false, &ds, &err), PF_OK);
+    assert_int_equal(ds.n, 2);
+    assert_int_equal(ds.num_classes, 0);
+    assert_true(ds.y[0] == -2.5f && ds.y[1] == 4);
+    assert_true(ds.x[0] == 1 && ds.x[1] == 0 && ds.x[2] == 3);
+    assert_true(ds.x[3] == 0 && ds.x[4] == 0 && ds.x[5] == 0);
+    pf_dataset_deinit(&ds);
+
+    /* The input need not be NUL-terminated: only len bytes are read. */
+    const char *text = "1 1:2 3:45";
+    assert_int_equal(pf_libsvm_parse(text, strlen(text) - 1, "t", 3, 1, true, &ds, &err), PF_OK);
+    assert_true(ds.x[2] == 4);
+    pf_dataset_deinit(&ds);
+
+    /* Many rows: the buffers grow. */
+    char big[20000];
+    size_t k = 0;
+    for (int i = 0; i < 1000; i++)
+        k += (size_t)snprintf(big + k, sizeof big - k, "%d 2:%d\n", i % 3, i);
+    assert_int_equal(svm3(big, 1, true, &ds, &err), PF_OK);
+    assert_int_equal(ds.n, 1000);
+    assert_true(ds.x[999 * 3 + 1] == 999 && ds.y[999] == 0);
+    pf_dataset_deinit(&ds);
+}
+
 /* Parses text with 3 features and returns the status; message into err. */
 static pf_status csv3(const char *text, bool classification, pf_dataset *ds, pf_error *err) {
     return pf_csv_parse(text, strlen(text), "t.csv", 3, classification, ds, err);
@@ -947,14 +1053,16 @@ static void test_failing_allocator(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_idx_generated),     cmocka_unit_test(test_idx_valid_files),
-        cmocka_unit_test(test_idx_invalid_files), cmocka_unit_test(test_idx_messages),
-        cmocka_unit_test(test_idx_size_cap),      cmocka_unit_test(test_fashion_mnist),
-        cmocka_unit_test(test_csv_valid_files),   cmocka_unit_test(test_csv_invalid_files),
-        cmocka_unit_test(test_csv_messages),      cmocka_unit_test(test_synthetic),
-        cmocka_unit_test(test_dataset_load),      cmocka_unit_test(test_sampler_epochs),
-        cmocka_unit_test(test_sampler_uniform),   cmocka_unit_test(test_batch_gather_boundary),
-        cmocka_unit_test(test_sharding),          cmocka_unit_test(test_failing_allocator),
+        cmocka_unit_test(test_idx_generated),         cmocka_unit_test(test_idx_valid_files),
+        cmocka_unit_test(test_idx_invalid_files),     cmocka_unit_test(test_idx_messages),
+        cmocka_unit_test(test_idx_size_cap),          cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_csv_valid_files),       cmocka_unit_test(test_csv_invalid_files),
+        cmocka_unit_test(test_csv_messages),          cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_libsvm_valid_files),    cmocka_unit_test(test_libsvm_invalid_files),
+        cmocka_unit_test(test_libsvm_messages),       cmocka_unit_test(test_dataset_load),
+        cmocka_unit_test(test_sampler_epochs),        cmocka_unit_test(test_sampler_uniform),
+        cmocka_unit_test(test_batch_gather_boundary), cmocka_unit_test(test_sharding),
+        cmocka_unit_test(test_failing_allocator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

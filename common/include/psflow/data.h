@@ -1,4 +1,4 @@
-/* data.h - training data: IDX and CSV readers, the synthetic_linear generator, and the
+/* data.h - training data: IDX, CSV and LIBSVM readers, the synthetic_linear generator, and the
  * sampler that shuffles per epoch and shards batches across workers.
  *
  * A pf_dataset holds n examples of `features` floats each (pixels scaled to [0, 1]) and
@@ -60,6 +60,19 @@ pf_status pf_csv_load(const char *path, int features, bool classification, pf_da
 /* Same from memory; `what` names the input in messages. */
 pf_status pf_csv_parse(const char *text, size_t len, const char *what, int features,
                        bool classification, pf_dataset *out, pf_error *err);
+
+/* Reads a LIBSVM (svmlight) text file into dense rows of `features` floats: one example per
+ * line, `label id:value id:value ...`, separated by blanks; ids are integers from
+ * index_base (0 or 1; LIBSVM's own files count from 1) to features - 1 + index_base, strictly
+ * increasing along a line; features not named are 0; `#` starts a comment that runs to the
+ * end of the line; blank lines are skipped. Labels as for CSV (binary -1/+1 labels are
+ * refused with a hint to write 0/1). Errors name the path, line and byte offset. */
+pf_status pf_libsvm_load(const char *path, int features, int index_base, bool classification,
+                         pf_dataset *out, pf_error *err);
+
+/* Same from memory; `what` names the input in messages. */
+pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int features,
+                          int index_base, bool classification, pf_dataset *out, pf_error *err);
 
 /* n examples of y = w x + b + noise * N(0,1), x ~ U(0,1), deterministic in (seed, stream). */
 pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint64_t seed,

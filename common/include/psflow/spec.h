@@ -30,7 +30,7 @@
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
-typedef enum { PF_DATA_IDX, PF_DATA_CSV, PF_DATA_SYNTHETIC_LINEAR } pf_data_format;
+typedef enum { PF_DATA_IDX, PF_DATA_CSV, PF_DATA_SYNTHETIC_LINEAR, PF_DATA_LIBSVM } pf_data_format;
 typedef enum { PF_OPT_SGD, PF_OPT_MOMENTUM, PF_OPT_ADAGRAD, PF_OPT_ADAM } pf_optimizer_type;
 typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
 /* What a job does when training produces a NaN or infinite loss, gradient or value. */
@@ -73,16 +73,17 @@ typedef struct pf_model_spec {
 } pf_model_spec;
 
 typedef struct pf_data_spec {
-    pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" */
+    pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" | "libsvm" */
     int n_train;                    /* number of paths in train[] */
-    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv: [file] */
+    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file] */
     int n_test;                     /* 0 when there is no test set */
     char *test[PF_MAX_DATA_FILES];
     /* synthetic_linear only: y = w * x + b + noise * N(0, 1), x ~ U(0, 1) */
-    double w;     /* [2] */
-    double b;     /* [10] */
-    double noise; /* >= 0 [0.1] */
-    int64_t n;    /* training examples, >= 1 [10000]; test set n/5 */
+    double w;       /* [2] */
+    double b;       /* [10] */
+    double noise;   /* >= 0 [0.1] */
+    int index_base; /* libsvm only, 0 or 1 [1]: the feature id of the first input */
+    int64_t n;      /* training examples, >= 1 [10000]; test set n/5 */
 } pf_data_spec;
 
 typedef struct pf_decay_spec {

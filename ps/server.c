@@ -246,7 +246,7 @@ static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const u
 /* Answers a pull now if its version is reached, else parks it on the peer. */
 static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
                          uint32_t push_result) {
-    int fresh = ps_staleness_ready(s->staleness, trainer(p));
+    int fresh = ps_staleness_pull(s->staleness, trainer(p));
     if ((version(s) >= pull->min_version && fresh) ||
         version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
         ps_staleness_answered(s->staleness, fresh ? trainer(p) : -1, -1);
@@ -921,6 +921,7 @@ static void apply_membership(ps_server *s) {
 static void on_wake(pf_ws *ws, void *user) {
     (void)ws;
     apply_membership(user);
+    release_parked(user); /* with max_staleness: a task may have gone silent */
 }
 
 void ps_server_set_workers(ps_server *s, int workers, int aggregate) {
@@ -978,7 +979,7 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         if (s->staleness && trainer(p) >= 0) { /* it holds nobody back any more */
             ps_staleness_describe(s->staleness, p->task, record, sizeof record);
             ps_staleness_leave(s->staleness, p->task);
-            if (!s->destroying)
+            if (!__atomic_load_n(&s->destroying, __ATOMIC_ACQUIRE))
                 release_parked(s);
         }
         if (p->hello && p->role != PF_WIRE_ROLE_TOOL)
@@ -1041,7 +1042,8 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
     int64_t bound = s->spec.training.max_staleness; /* >= 0 in async jobs only */
     if (bound >= 0)
-        s->staleness = ps_staleness_create(PF_MAX_TASKS, bound);
+        s->staleness = ps_staleness_create(PF_MAX_TASKS, bound,
+                                           (double)s->spec.training.stall_timeout_secs / 2);
     if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled ||
         (bound >= 0 && !s->staleness)) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -1158,15 +1160,14 @@ int ps_server_wait(ps_server *s) {
         if (s->final_done && ((s->n_peers == 0 && n_seen == s->n_tasks) ||
                               pf_clock_now() - s->final_time > s->grace))
             break;
-        /* A membership change waiting for memory: retried once a second even when no
-         * message comes (a sync step may wait on it). */
-        if (s->ws && __atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED) &&
+        /* Once a second even when no message comes: a membership change waiting for memory
+         * (a sync step may wait on it), and pulls held for a task that may have gone silent. */
+        if (s->ws && (s->staleness || __atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED)) &&
             pf_clock_now() >= s->retry_at) {
             s->retry_at = pf_clock_now() + 1;
             pf_ws_wake(s->ws);
         }
-        /* Re-check the stop flag ten times a second. */
-        struct timespec ts = pf_clock_deadline(0.1);
+        struct timespec ts = pf_clock_deadline(0.1); /* the stop flag, ten times a second */
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1176,7 +1177,7 @@ int ps_server_wait(ps_server *s) {
 void ps_server_destroy(ps_server *s) {
     if (!s)
         return;
-    s->destroying = 1;
+    __atomic_store_n(&s->destroying, 1, __ATOMIC_RELEASE);
     pf_ws_destroy(s->ws); /* closes every connection: on_close frees the peers */
     while (s->peers)      /* without a socket: the caller's connections still open */
         on_close(NULL, s->peers->conn, NULL, s);

@@ -2,8 +2,8 @@
  *
  * Every change happens on the ps's service thread under `mu`; that thread reads without
  * it, other threads (the agent's heartbeat) read a snapshot under it. The smallest live
- * clock is found by a scan over the task table: at most PF_MAX_TASKS entries, once per
- * applied push or pull, which is small next to the push's own apply.
+ * clock is found by a scan over the tasks that have joined (up to the highest index), once
+ * per applied push or pull, which is small next to the push's own apply.
  */
 #include "ps/staleness.h"
 
@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 
 typedef struct record {
-    int conns; /* open connections that said HELLO as this task */
+    int conns;   /* open connections that said HELLO as this task */
+    double last; /* when it last joined, pushed or pulled */
     uint64_t clock;
     int64_t max_lag;
     uint64_t held;
@@ -24,12 +26,13 @@ typedef struct record {
 
 struct ps_staleness {
     pthread_mutex_t mu;
-    int n;
+    int n, hi; /* the table's size; 1 + the highest task index that joined */
     int64_t bound;
+    double idle; /* a task silent this long is not counted (<= 0: never) */
     record *t;
 };
 
-ps_staleness *ps_staleness_create(int tasks, int64_t bound) {
+ps_staleness *ps_staleness_create(int tasks, int64_t bound, double idle_secs) {
     ps_staleness *st = pf_calloc(1, sizeof *st);
     if (!st || tasks < 1 || !(st->t = pf_calloc((size_t)tasks, sizeof *st->t))) {
         pf_free(st);
@@ -38,6 +41,7 @@ ps_staleness *ps_staleness_create(int tasks, int64_t bound) {
     pthread_mutex_init(&st->mu, NULL);
     st->n = tasks;
     st->bound = bound;
+    st->idle = idle_secs;
     for (int i = 0; i < tasks; i++)
         st->t[i].max_lag = -1;
     return st;
@@ -51,13 +55,18 @@ void ps_staleness_destroy(ps_staleness *st) {
     pf_free(st);
 }
 
+static int live(const ps_staleness *st, int task, double now) {
+    const record *t = &st->t[task];
+    return t->conns > 0 && (st->idle <= 0 || now - t->last <= st->idle);
+}
+
 /* The smallest clock of the live tasks other than `skip` (-1: none skipped); 0 and *any =
  * 0 when there is none. */
-static uint64_t min_clock(const ps_staleness *st, int skip, int *any) {
+static uint64_t min_clock(const ps_staleness *st, int skip, double now, int *any) {
     uint64_t m = 0;
     *any = 0;
-    for (int i = 0; i < st->n; i++) {
-        if (i == skip || st->t[i].conns == 0)
+    for (int i = 0; i < st->hi; i++) {
+        if (i == skip || !live(st, i, now))
             continue;
         if (!*any || st->t[i].clock < m)
             m = st->t[i].clock;
@@ -70,16 +79,32 @@ static int valid(const ps_staleness *st, int task) {
     return st && task >= 0 && task < st->n;
 }
 
+/* Task `task` shows signs of life at `now`. One that was not counted (it had no connection,
+ * or was silent past the idle limit) comes back at no lower clock than the slowest of the
+ * others: it pulls the newest values, and catching up with its old clock would hold every
+ * other task back. A task that is ahead keeps its clock: reconnecting is no way around the
+ * bound. Under mu. */
+static void active(ps_staleness *st, int task, double now) {
+    record *t = &st->t[task];
+    if (!live(st, task, now) || t->last == 0) {
+        int any;
+        uint64_t m = min_clock(st, task, now, &any);
+        if (any && m > t->clock)
+            t->clock = m;
+    }
+    t->last = now;
+}
+
 void ps_staleness_join(ps_staleness *st, int task) {
     if (!valid(st, task))
         return;
     pthread_mutex_lock(&st->mu);
-    if (st->t[task].conns++ == 0) {
-        int any;
-        uint64_t m = min_clock(st, task, &any);
-        if (any)
-            st->t[task].clock = m;
-    }
+    double now = pf_clock_now();
+    if (task >= st->hi)
+        st->hi = task + 1;
+    st->t[task].last = st->t[task].conns ? st->t[task].last : 0; /* counted anew */
+    active(st, task, now);
+    st->t[task].conns++;
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -92,25 +117,35 @@ void ps_staleness_leave(ps_staleness *st, int task) {
 }
 
 void ps_staleness_pushed(ps_staleness *st, int task) {
-    if (!valid(st, task))
+    if (!valid(st, task) || st->t[task].conns == 0)
         return;
     pthread_mutex_lock(&st->mu);
+    active(st, task, pf_clock_now());
     st->t[task].clock++;
     pthread_mutex_unlock(&st->mu);
 }
 
-static int64_t lag_of(const ps_staleness *st, int task) {
-    if (st->t[task].conns == 0)
+static int64_t lag_of(const ps_staleness *st, int task, double now) {
+    if (!live(st, task, now))
         return -1;
     int any;
-    uint64_t m = min_clock(st, -1, &any);
+    uint64_t m = min_clock(st, -1, now, &any);
     return (int64_t)(st->t[task].clock - m);
 }
 
 int ps_staleness_ready(const ps_staleness *st, int task) {
     if (!valid(st, task))
         return 1;
-    return lag_of(st, task) <= st->bound;
+    return lag_of(st, task, pf_clock_now()) <= st->bound;
+}
+
+int ps_staleness_pull(ps_staleness *st, int task) {
+    if (!valid(st, task) || st->t[task].conns == 0)
+        return 1;
+    pthread_mutex_lock(&st->mu);
+    active(st, task, pf_clock_now());
+    pthread_mutex_unlock(&st->mu);
+    return ps_staleness_ready(st, task);
 }
 
 void ps_staleness_answered(ps_staleness *st, int task, double held_secs) {
@@ -118,7 +153,7 @@ void ps_staleness_answered(ps_staleness *st, int task, double held_secs) {
         return;
     pthread_mutex_lock(&st->mu);
     record *t = &st->t[task];
-    int64_t lag = lag_of(st, task);
+    int64_t lag = lag_of(st, task, pf_clock_now());
     if (lag > t->max_lag)
         t->max_lag = lag;
     if (held_secs >= 0) {
@@ -132,11 +167,12 @@ int ps_staleness_snapshot(ps_staleness *st, ps_staleness_task *out, int max) {
     if (!st)
         return 0;
     pthread_mutex_lock(&st->mu);
-    int n = st->n < max ? st->n : max;
+    int n = st->hi < max ? st->hi : max;
+    double now = pf_clock_now();
     for (int i = 0; i < n; i++) {
         const record *t = &st->t[i];
-        out[i] = (ps_staleness_task){t->conns > 0, t->clock, lag_of(st, i),
-                                     t->max_lag,   t->held,  t->held_secs};
+        out[i] = (ps_staleness_task){live(st, i, now), t->clock, lag_of(st, i, now),
+                                     t->max_lag,       t->held,  t->held_secs};
     }
     pthread_mutex_unlock(&st->mu);
     return n;
@@ -155,7 +191,8 @@ size_t ps_staleness_json_close(ps_staleness *st, char *out, size_t len, size_t c
     if (st && n > 0 && at + (size_t)n < end) {
         at += (size_t)n;
         pthread_mutex_lock(&st->mu);
-        for (int i = 0; i < st->n && !cut; i++) {
+        double now = pf_clock_now();
+        for (int i = 0; i < st->hi && !cut; i++) {
             const record *t = &st->t[i];
             if (t->conns == 0 && t->clock == 0)
                 continue;
@@ -163,7 +200,7 @@ size_t ps_staleness_json_close(ps_staleness *st, char *out, size_t len, size_t c
             int k = snprintf(e, sizeof e,
                              "%s{\"task\":%d,\"clock\":%" PRIu64 ",\"lag\":%" PRId64
                              ",\"max_lag\":%" PRId64 ",\"held\":%" PRIu64 ",\"held_secs\":%.3f}",
-                             first ? "" : ",", i, t->clock, lag_of(st, i), t->max_lag, t->held,
+                             first ? "" : ",", i, t->clock, lag_of(st, i, now), t->max_lag, t->held,
                              t->held_secs);
             cut = k < 0 || (size_t)k >= sizeof e || at + (size_t)k >= end;
             if (!cut) {

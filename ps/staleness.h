@@ -9,10 +9,13 @@
  * than s of another live worker's steps. With s = 0 the workers go in lockstep, each
  * update applied on its own (sync without aggregation).
  *
- * Who counts: only live tasks. A task that has not connected yet, or whose connections all
- * closed, holds nobody back. A task that (re)joins starts at the smallest clock of the
- * others (it pulls the newest values, so nothing it computes on is older than theirs).
- * Clocks start at 0 when the ps starts.
+ * Who counts: only live tasks. A task that has not connected yet, whose connections all
+ * closed, or that has been silent (no push, pull or HELLO) for the idle limit - a host gone
+ * without closing its connection, a peer that says HELLO and nothing more - holds nobody
+ * back. A task that comes back (reconnects, or speaks after the idle limit) starts at no
+ * lower clock than the slowest of the others: it pulls the newest values; one that is ahead
+ * keeps its clock, so reconnecting is no way around the bound. Clocks start at 0 when the
+ * ps starts.
  *
  * Records, per task: its clock and lag now, the largest lag at which one of its pulls was
  * answered (never above s), and how many of its pulls were held and for how long.
@@ -28,9 +31,10 @@
 
 typedef struct ps_staleness ps_staleness;
 
-/* For `tasks` possible training task indices (0 .. tasks-1) and bound s >= 0. NULL when
- * out of memory. */
-ps_staleness *ps_staleness_create(int tasks, int64_t bound);
+/* For `tasks` possible training task indices (0 .. tasks-1) and bound s >= 0; a task silent
+ * (no push, pull or HELLO) for idle_secs is not counted until it shows up again (<= 0:
+ * never). NULL when out of memory. */
+ps_staleness *ps_staleness_create(int tasks, int64_t bound, double idle_secs);
 void ps_staleness_destroy(ps_staleness *st);
 
 /* A connection of training task `task` said HELLO / closed. */
@@ -40,15 +44,18 @@ void ps_staleness_leave(ps_staleness *st, int task);
 /* A push of `task` was applied. */
 void ps_staleness_pushed(ps_staleness *st, int task);
 
+/* A pull of `task` arrived (it is active): whether it may be answered now. */
+int ps_staleness_pull(ps_staleness *st, int task);
+
 /* Whether a pull of `task` may be answered now (its lag is at most the bound, or it is not
- * live). */
+ * counted). */
 int ps_staleness_ready(const ps_staleness *st, int task);
 
 /* A pull of `task` is answered now, after being held `held_secs` (< 0: it was not held). */
 void ps_staleness_answered(ps_staleness *st, int task, double held_secs);
 
 typedef struct ps_staleness_task {
-    int live;         /* a connection of it is open */
+    int live;         /* counted: a connection is open and it spoke lately */
     uint64_t clock;   /* pushes applied */
     int64_t lag;      /* clock - smallest live clock; -1 when not live */
     int64_t max_lag;  /* largest lag a pull of it was answered at; -1 before any */

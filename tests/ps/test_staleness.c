@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -14,7 +15,8 @@
 
 static ps_staleness_task rec(ps_staleness *st, int task) {
     ps_staleness_task t[8];
-    assert_true(task < ps_staleness_snapshot(st, t, 8));
+    if (task >= ps_staleness_snapshot(st, t, 8)) /* never joined: not in the snapshot */
+        return (ps_staleness_task){0, 0, -1, -1, 0, 0};
     return t[task];
 }
 
@@ -26,7 +28,7 @@ static void push_n(ps_staleness *st, int task, int n) {
 /* Bound 2, two live tasks: the one ahead is held from lag 3 on, until the other catches up. */
 static void test_bound_holds_the_fast_task(void **state) {
     (void)state;
-    ps_staleness *st = ps_staleness_create(8, 2);
+    ps_staleness *st = ps_staleness_create(8, 2, 0);
     assert_non_null(st);
     ps_staleness_join(st, 0);
     ps_staleness_join(st, 1);
@@ -54,7 +56,7 @@ static void test_bound_holds_the_fast_task(void **state) {
 /* Bound 0: lockstep. */
 static void test_zero_is_lockstep(void **state) {
     (void)state;
-    ps_staleness *st = ps_staleness_create(4, 0);
+    ps_staleness *st = ps_staleness_create(4, 0, 0);
     for (int t = 0; t < 3; t++)
         ps_staleness_join(st, t);
     ps_staleness_pushed(st, 0);
@@ -72,7 +74,7 @@ static void test_zero_is_lockstep(void **state) {
  * the others, and a task never seen does not count. */
 static void test_join_and_leave(void **state) {
     (void)state;
-    ps_staleness *st = ps_staleness_create(4, 1);
+    ps_staleness *st = ps_staleness_create(4, 1, 0);
     ps_staleness_join(st, 0);
     push_n(st, 0, 10); /* alone: nobody to wait for */
     assert_true(ps_staleness_ready(st, 0));
@@ -101,11 +103,40 @@ static void test_join_and_leave(void **state) {
     ps_staleness_destroy(NULL);
 }
 
+/* Reconnecting is no way around the bound: a task that is ahead keeps its clock. A task
+ * silent past the idle limit holds nobody back, and comes back at the slowest clock of the
+ * others. */
+static void test_reconnect_and_idle(void **state) {
+    (void)state;
+    ps_staleness *st = ps_staleness_create(4, 1, 0.2);
+    ps_staleness_join(st, 0);
+    ps_staleness_join(st, 1);
+    push_n(st, 0, 2);
+    assert_false(ps_staleness_ready(st, 0));
+    ps_staleness_leave(st, 0); /* its connection drops while it is held ... */
+    ps_staleness_join(st, 0);  /* ... and it says HELLO again */
+    assert_int_equal(rec(st, 0).clock, 2);
+    assert_false(ps_staleness_pull(st, 0));
+    /* task 1 goes silent: after the idle limit it is not counted */
+    struct timespec nap = {0, 300 * 1000 * 1000};
+    ps_staleness_pushed(st, 0); /* task 0 stays active */
+    nanosleep(&nap, NULL);
+    assert_true(ps_staleness_pull(st, 0));
+    assert_false(rec(st, 1).live);
+    assert_int_equal(rec(st, 1).lag, -1);
+    /* task 1 speaks again: it comes back at task 0's clock, not 3 behind */
+    ps_staleness_pushed(st, 1);
+    assert_int_equal(rec(st, 1).clock, 4);
+    assert_true(rec(st, 1).live);
+    assert_true(ps_staleness_ready(st, 0));
+    ps_staleness_destroy(st);
+}
+
 /* The STATS members: valid JSON with the live or pushed tasks, cut (still valid) when the
  * buffer is short. */
 static void test_json(void **state) {
     (void)state;
-    ps_staleness *st = ps_staleness_create(200, 3);
+    ps_staleness *st = ps_staleness_create(200, 3, 0);
     for (int t = 0; t < 200; t++)
         ps_staleness_join(st, t);
     ps_staleness_pushed(st, 7);
@@ -141,6 +172,7 @@ int main(void) {
         cmocka_unit_test(test_bound_holds_the_fast_task),
         cmocka_unit_test(test_zero_is_lockstep),
         cmocka_unit_test(test_join_and_leave),
+        cmocka_unit_test(test_reconnect_and_idle),
         cmocka_unit_test(test_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,9 @@
 #  4. managed mode (`psflow up`, 1 ps + 2 workers): the job's task table
 #     (GET /api/v1/jobs/NAME/tasks) shows each worker's lag as its ps reports it in the
 #     heartbeat (an integer, at most 3), and null for the ps; `psflow get` prints it.
+#  5. a peer that says HELLO as worker 2 of a 3-worker job and then nothing (no process
+#     runs worker 2; stall_timeout_secs 6): it holds the others back only until it has been
+#     silent for 3 s (half the stall timeout), and the job completes.
 source "$(dirname "$0")/lib.sh"
 export PYTHONPATH="$PSFLOW_SRC/tests/integration${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -143,6 +146,50 @@ grep -q 'worker 1 disconnected; staleness: ' "$WORK/gone-ps.log" || fail "no rec
 grep -q 'job gone done at version 6000' "$WORK/gone-ps.log" || fail "the job did not reach 6000"
 echo "the slowed worker killed at clock $(record "$WORK/gone-ps.log" 1 clock): the chief finished alone" \
   "(clock $(record "$WORK/gone-ps.log" 0 clock))"
+
+# --- 5: a connected task that never speaks again
+python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" >mute.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "mute"
+d["replicas"] = {"ps": 1, "worker": 3}
+d["training"].update(mode="async", max_steps=3000, eval_every_steps=0, max_staleness=2,
+                     stall_timeout_secs=6)
+d["checkpoint"] = {"every_steps": 0, "every_secs": 600}
+json.dump(d, sys.stdout)
+PY
+read -r -a P <<<"$(free_ports 4)"
+W3="${P[1]},${P[2]},${P[3]}"
+TF_CONFIG=$(tf_config ps 0 "${P[0]}" "$W3") "$PSFLOW_BIN" ps --job mute.json \
+  --checkpoint-dir "$WORK/ckpt" --exit-grace 2 2>"$WORK/mute-ps.log" &
+ps_pid=$!
+wait_until 30 "the ps listens" python3 -c "import rawps; rawps.Conn(${P[0]})"
+python3 - "${P[0]}" "$WORK/mute.hello" <<'PY' &
+import sys, time
+import rawps
+c = rawps.Conn(int(sys.argv[1]), timeout=120)
+t, _, _ = c.request("HELLO", rawps.hello("worker", 2, 1, "mute"))
+assert t == "HELLO_ACK", t
+open(sys.argv[2], "w").write("ok\n")
+time.sleep(120)
+PY
+mute_pid=$!
+wait_until 30 "the silent worker 2 said HELLO" test -s "$WORK/mute.hello"
+mpids=()
+for i in 0 1; do
+  TF_CONFIG=$(tf_config worker "$i" "${P[0]}" "$W3") "$PSFLOW_BIN" worker --job mute.json \
+    --checkpoint-dir "$WORK/ckpt" >"$WORK/mute-w$i.out" 2>"$WORK/mute-w$i.log" &
+  mpids+=($!)
+done
+for i in 0 1; do wait_pid "${mpids[$i]}" 120 || fail "worker $i of the mute job exited $?: $(tail -n 3 "$WORK/mute-w$i.log")"; done
+kill "$mute_pid" 2>/dev/null || true
+wait "$mute_pid" 2>/dev/null || true
+wait_pid "$ps_pid" 60 || fail "the ps of the mute job did not exit 0"
+grep -q 'job mute done at version 3000' "$WORK/mute-ps.log" || fail "the mute job did not reach 3000"
+secs=$(record "$WORK/mute-ps.log" 0 held_secs)
+python3 -c 'import sys; s = float(sys.argv[1]); sys.exit(0 if 1 <= s < 6 else 1)' "$secs" ||
+  fail "the chief was held $secs s in all by a silent peer (expected about 3 s, under the 6 s stall timeout)"
+echo "a silent worker 2 held the chief back for $secs s in all; the job completed"
 
 # --- 4: the task table in managed mode
 up_start --ps 1 --workers 2

@@ -373,6 +373,53 @@ static void shrink_rows(pf_dataset *ds) {
         ds->y = y;
 }
 
+/* Why a label is refused, or NULL: a class index must be an integer in [0, CSV_MAX_LABEL). */
+static const char *label_problem(double v, bool classification) {
+    if (!classification)
+        return NULL;
+    if (v != floor(v))
+        return "is not an integer";
+    if (v == -1)
+        return "is outside [0, 1048576) (binary -1/+1 labels: write them as 0 and 1)";
+    if (v < 0 || v >= CSV_MAX_LABEL)
+        return "is outside [0, 1048576)";
+    return NULL;
+}
+
+/* The next line of text[0 .. len) from *pos: where it starts and its length without the
+ * '\n'; moves *pos past it. False at the end of the text. */
+static bool next_line(const char *text, size_t len, size_t *pos, size_t *start, size_t *n) {
+    if (*pos >= len)
+        return false;
+    const char *nl = memchr(text + *pos, '\n', len - *pos);
+    *start = *pos;
+    *n = nl ? (size_t)(nl - (text + *pos)) : len - *pos;
+    *pos += *n + 1;
+    return true;
+}
+
+/* Storage for one more row (row rows->ds->n), or an error naming the line. */
+static pf_status room_for_row(csv_rows *rows, size_t line_start, long long line_no,
+                              const char *what, pf_error *err) {
+    if (rows->ds->n < rows->capacity || grow_rows(rows) == PF_OK)
+        return PF_OK;
+    return pf_error_set_offset(err, PF_ERR_NOMEM, (long long)line_start,
+                               "%s: line %lld: out of memory for %lld rows", what, line_no,
+                               (long long)rows->ds->n + 1);
+}
+
+/* After the last line of a text of len bytes: no rows is an error; else the class count and
+ * the buffers cut to the rows read. */
+static pf_status finish_rows(pf_dataset *out, size_t len, const char *what, bool classification,
+                             double max_label, pf_error *err) {
+    if (out->n == 0)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
+                                   len == 0 ? "empty file" : "no data rows");
+    out->num_classes = classification ? (int)max_label + 1 : 0;
+    shrink_rows(out);
+    return PF_OK;
+}
+
 /* Parses a data line already known to hold features + 1 fields into row ds->n, whose
  * storage exists. */
 static pf_status parse_row(const char *text, size_t line_start, size_t line_len, long long line_no,
@@ -407,14 +454,11 @@ static pf_status parse_row(const char *text, size_t line_start, size_t line_len,
                                        what, line_no, f + 1, shown, line + start);
         }
         if (f == 0) {
-            if (classification && v != floor(v))
+            const char *bad = label_problem(v, classification);
+            if (bad)
                 return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                           "%s: line %lld: label %.*s is not an integer", what,
-                                           line_no, shown, line + start);
-            if (classification && (v < 0 || v >= CSV_MAX_LABEL))
-                return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                           "%s: line %lld: label %.*s is outside [0, %.0f)", what,
-                                           line_no, shown, line + start, CSV_MAX_LABEL);
+                                           "%s: line %lld: label %.*s %s", what, line_no, shown,
+                                           line + start, bad);
             ds->y[ds->n] = (float)v;
         } else {
             row[f - 1] = (float)v;
@@ -431,13 +475,9 @@ static pf_status parse_csv(const char *text, size_t len, const char *what, int f
     const char *target = classification ? "label" : "target";
     bool first_line = true;
     double max_label = 0;
-    size_t pos = 0;
+    size_t pos = 0, line_start, line_len;
     long long line_no = 0;
-    while (pos < len) {
-        const char *nl = memchr(text + pos, '\n', len - pos);
-        size_t line_start = pos;
-        size_t line_len = nl ? (size_t)(nl - (text + pos)) : len - pos;
-        pos += line_len + 1;
+    while (next_line(text, len, &pos, &line_start, &line_len)) {
         line_no++;
         const char *line = text + line_start;
         if (line_len > 0 && line[line_len - 1] == '\r')
@@ -460,24 +500,16 @@ static pf_status parse_csv(const char *text, size_t len, const char *what, int f
                 err, PF_ERR_FORMAT, (long long)line_start,
                 "%s: line %lld: expected %d fields (%s + %d features), got %zu", what, line_no,
                 features + 1, target, features, fields);
-        if (out->n == rows.capacity && grow_rows(&rows) != PF_OK)
-            return pf_error_set_offset(err, PF_ERR_NOMEM, (long long)line_start,
-                                       "%s: line %lld: out of memory for %lld rows", what, line_no,
-                                       (long long)out->n + 1);
-        pf_status status =
-            parse_row(text, line_start, line_len, line_no, what, classification, out, err);
+        pf_status status = room_for_row(&rows, line_start, line_no, what, err);
+        if (status == PF_OK)
+            status = parse_row(text, line_start, line_len, line_no, what, classification, out, err);
         if (status != PF_OK)
             return status;
         if (out->y[out->n] > max_label)
             max_label = out->y[out->n];
         out->n++;
     }
-    if (out->n == 0)
-        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
-                                   len == 0 ? "empty file" : "no data rows");
-    out->num_classes = classification ? (int)max_label + 1 : 0;
-    shrink_rows(out);
-    return PF_OK;
+    return finish_rows(out, len, what, classification, max_label, err);
 }
 
 pf_status pf_csv_parse(const char *text, size_t len, const char *what, int features,
@@ -509,19 +541,6 @@ pf_status pf_csv_load(const char *path, int features, bool classification, pf_da
 }
 
 /* --- LIBSVM ------------------------------------------------------------------------------- */
-
-/* Why a label is refused, or NULL: a class index must be an integer in [0, CSV_MAX_LABEL). */
-static const char *label_problem(double v, bool classification) {
-    if (!classification)
-        return NULL;
-    if (v != floor(v))
-        return "is not an integer";
-    if (v == -1)
-        return "is outside [0, 1048576) (binary -1/+1 labels: write them as 0 and 1)";
-    if (v < 0 || v >= CSV_MAX_LABEL)
-        return "is outside [0, 1048576)";
-    return NULL;
-}
 
 /* Parses a LIBSVM token "id:value" at line[0 .. n) into the row; *prev is the previous id
  * of the line (-1 before the first). */
@@ -572,13 +591,9 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, in
     csv_rows rows = {out, 0};
     out->features = features;
     double max_label = 0;
-    size_t pos = 0;
+    size_t pos = 0, line_start, line_len;
     long long line_no = 0;
-    while (pos < len) {
-        const char *nl = memchr(text + pos, '\n', len - pos);
-        size_t line_start = pos;
-        size_t line_len = nl ? (size_t)(nl - (text + pos)) : len - pos;
-        pos += line_len + 1;
+    while (next_line(text, len, &pos, &line_start, &line_len)) {
         line_no++;
         const char *line = text + line_start;
         const char *hash = memchr(line, '#', line_len); /* a comment runs to the line's end */
@@ -601,10 +616,9 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, in
             return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)(line_start + i),
                                        "%s: line %lld: %s \"%.*s\" %s", what, line_no,
                                        classification ? "label" : "target", shown, line + i, bad);
-        if (out->n == rows.capacity && grow_rows(&rows) != PF_OK)
-            return pf_error_set_offset(err, PF_ERR_NOMEM, (long long)line_start,
-                                       "%s: line %lld: out of memory for %lld rows", what, line_no,
-                                       (long long)out->n + 1);
+        pf_status room = room_for_row(&rows, line_start, line_no, what, err);
+        if (room != PF_OK)
+            return room;
         float *row = out->x + (size_t)out->n * (size_t)features;
         memset(row, 0, (size_t)features * sizeof *row);
         long long prev = -1;
@@ -626,12 +640,7 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, in
             max_label = label;
         out->n++;
     }
-    if (out->n == 0)
-        return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)len, "%s: %s", what,
-                                   len == 0 ? "empty file" : "no data rows");
-    out->num_classes = classification ? (int)max_label + 1 : 0;
-    shrink_rows(out);
-    return PF_OK;
+    return finish_rows(out, len, what, classification, max_label, err);
 }
 
 pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int features,

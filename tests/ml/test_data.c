@@ -395,6 +395,69 @@ typedef struct csv_case {
     float x[12];
 } csv_case;
 
+/* A reader of files with 3 features: CSV, or LIBSVM with ids from 1. */
+typedef pf_status (*reader3)(const char *path, bool classification, pf_dataset *ds, pf_error *err);
+
+static pf_status read_csv3(const char *path, bool classification, pf_dataset *ds, pf_error *err) {
+    return pf_csv_load(path, 3, classification, ds, err);
+}
+
+static pf_status read_svm3(const char *path, bool classification, pf_dataset *ds, pf_error *err) {
+    return pf_libsvm_load(path, 3, 1, classification, ds, err);
+}
+
+/* Every file of tests/data/<sub>/valid (extension ext) is one of cases, and reads as it says. */
+static void check_valid_files(const char *sub, const char *ext, const csv_case *cases,
+                              size_t n_cases, reader3 read) {
+    char dir[512], path[600];
+    snprintf(path, sizeof path, "%s/valid", sub);
+    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, path);
+    char *names[MAX_CASES];
+    int n = (int)data_files(dir, ext, false, names, MAX_CASES);
+    assert_int_equal(n, (int)n_cases); /* every file has a row in cases */
+    free_names(names, n);
+    for (size_t c = 0; c < n_cases; c++) {
+        path_join(path, sizeof path, dir, cases[c].file);
+        pf_dataset ds;
+        pf_error err;
+        pf_status st = read(path, cases[c].classification, &ds, &err);
+        if (st != PF_OK)
+            print_error("%s: %s\n", cases[c].file, err.message);
+        assert_int_equal(st, PF_OK);
+        assert_int_equal(ds.n, cases[c].n);
+        assert_int_equal(ds.features, 3);
+        assert_int_equal(ds.num_classes, cases[c].num_classes);
+        for (int64_t i = 0; i < ds.n; i++)
+            assert_true(ds.y[i] == cases[c].y[i]);
+        for (int64_t i = 0; i < ds.n * 3; i++)
+            assert_true(ds.x[i] == cases[c].x[i]);
+        pf_dataset_deinit(&ds);
+    }
+}
+
+/* Every file of tests/data/<sub>/invalid (at least `at_least`) is refused as a format error
+ * whose message names it, and leaves the data set zeroed. */
+static void check_invalid_files(const char *sub, const char *ext, int at_least, reader3 read) {
+    char dir[512], path[600];
+    snprintf(path, sizeof path, "%s/invalid", sub);
+    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, path);
+    char *names[MAX_CASES];
+    int n = (int)data_files(dir, ext, false, names, MAX_CASES);
+    assert_true(n >= at_least);
+    for (int i = 0; i < n; i++) {
+        path_join(path, sizeof path, dir, names[i]);
+        pf_dataset ds;
+        pf_error err;
+        pf_status st = read(path, true, &ds, &err);
+        if (st != PF_ERR_FORMAT)
+            print_error("%s: got %s (%s)\n", names[i], pf_strerror(st), err.message);
+        assert_int_equal(st, PF_ERR_FORMAT);
+        assert_non_null(strstr(err.message, names[i]));
+        assert_zeroed(&ds);
+    }
+    free_names(names, n);
+}
+
 static void test_csv_valid_files(void **state) {
     (void)state;
     static const csv_case cases[] = {
@@ -408,50 +471,12 @@ static void test_csv_valid_files(void **state) {
          {-2.5f, 1000, 3.25f},
          {1, 2, 3, 0.125f, -0.125f, 0, 7, 8, 9}},
     };
-    char dir[512], path[600];
-    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "csv/valid");
-    char *names[MAX_CASES];
-    int n = (int)data_files(dir, ".csv", false, names, MAX_CASES);
-    assert_int_equal(n, (int)(sizeof cases / sizeof *cases)); /* every file has a row here */
-    free_names(names, n);
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        path_join(path, sizeof path, dir, cases[c].file);
-        pf_dataset ds;
-        pf_error err;
-        pf_status st = pf_csv_load(path, 3, cases[c].classification, &ds, &err);
-        if (st != PF_OK)
-            print_error("%s: %s\n", cases[c].file, err.message);
-        assert_int_equal(st, PF_OK);
-        assert_int_equal(ds.n, cases[c].n);
-        assert_int_equal(ds.features, 3);
-        assert_int_equal(ds.num_classes, cases[c].num_classes);
-        for (int64_t i = 0; i < ds.n; i++)
-            assert_true(ds.y[i] == cases[c].y[i]);
-        for (int64_t i = 0; i < ds.n * 3; i++)
-            assert_true(ds.x[i] == cases[c].x[i]);
-        pf_dataset_deinit(&ds);
-    }
+    check_valid_files("csv", ".csv", cases, sizeof cases / sizeof *cases, read_csv3);
 }
 
 static void test_csv_invalid_files(void **state) {
     (void)state;
-    char dir[512], path[600];
-    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "csv/invalid");
-    char *names[MAX_CASES];
-    int n = (int)data_files(dir, ".csv", false, names, MAX_CASES);
-    assert_true(n >= 15);
-    for (int i = 0; i < n; i++) {
-        path_join(path, sizeof path, dir, names[i]);
-        pf_dataset ds;
-        pf_error err;
-        pf_status st = pf_csv_load(path, 3, true, &ds, &err);
-        if (st != PF_ERR_FORMAT)
-            print_error("%s: got %s (%s)\n", names[i], pf_strerror(st), err.message);
-        assert_int_equal(st, PF_ERR_FORMAT);
-        assert_non_null(strstr(err.message, names[i]));
-        assert_zeroed(&ds);
-    }
-    free_names(names, n);
+    check_invalid_files("csv", ".csv", 15, read_csv3);
 }
 
 /* --- LIBSVM ------------------------------------------------------------------------------- */
@@ -463,50 +488,12 @@ static void test_libsvm_valid_files(void **state) {
         {"comments_crlf.libsvm", true, 2, 2, {1, 0}, {1, 2, 3, 0, 4, 0}},
         {"exponents.libsvm", true, 2, 2, {1, 0}, {1e-3f, 0, 100, 0, 0, 0}},
     };
-    char dir[512], path[600];
-    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "libsvm/valid");
-    char *names[MAX_CASES];
-    int n = (int)data_files(dir, ".libsvm", false, names, MAX_CASES);
-    assert_int_equal(n, (int)(sizeof cases / sizeof *cases)); /* every file has a row here */
-    free_names(names, n);
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        path_join(path, sizeof path, dir, cases[c].file);
-        pf_dataset ds;
-        pf_error err;
-        pf_status st = pf_libsvm_load(path, 3, 1, cases[c].classification, &ds, &err);
-        if (st != PF_OK)
-            print_error("%s: %s\n", cases[c].file, err.message);
-        assert_int_equal(st, PF_OK);
-        assert_int_equal(ds.n, cases[c].n);
-        assert_int_equal(ds.features, 3);
-        assert_int_equal(ds.num_classes, cases[c].num_classes);
-        for (int64_t i = 0; i < ds.n; i++)
-            assert_true(ds.y[i] == cases[c].y[i]);
-        for (int64_t i = 0; i < ds.n * 3; i++)
-            assert_true(ds.x[i] == cases[c].x[i]);
-        pf_dataset_deinit(&ds);
-    }
+    check_valid_files("libsvm", ".libsvm", cases, sizeof cases / sizeof *cases, read_svm3);
 }
 
 static void test_libsvm_invalid_files(void **state) {
     (void)state;
-    char dir[512], path[600];
-    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "libsvm/invalid");
-    char *names[MAX_CASES];
-    int n = (int)data_files(dir, ".libsvm", false, names, MAX_CASES);
-    assert_true(n >= 15);
-    for (int i = 0; i < n; i++) {
-        path_join(path, sizeof path, dir, names[i]);
-        pf_dataset ds;
-        pf_error err;
-        pf_status st = pf_libsvm_load(path, 3, 1, true, &ds, &err);
-        if (st != PF_ERR_FORMAT)
-            print_error("%s: got %s (%s)\n", names[i], pf_strerror(st), err.message);
-        assert_int_equal(st, PF_ERR_FORMAT);
-        assert_non_null(strstr(err.message, names[i]));
-        assert_zeroed(&ds);
-    }
-    free_names(names, n);
+    check_invalid_files("libsvm", ".libsvm", 15, read_svm3);
 }
 
 static pf_status svm3(const char *text, int base, bool classification, pf_dataset *ds,

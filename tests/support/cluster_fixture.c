@@ -61,8 +61,7 @@ coord_node *add_node(coord_cluster *c, const char *id, const char *role, double 
     return n;
 }
 
-void report_incarnation(coord_cluster *c, coord_node *n, const char *state, int exit_code,
-                        uint64_t incarnation, double now) {
+json_t *report_json(const coord_node *n, const char *state, int exit_code, uint64_t incarnation) {
     json_t *r = json_pack("{s:s}", "state", state);
     if (n->job[0]) {
         json_object_set_new(r, "job", json_string(n->job));
@@ -73,6 +72,12 @@ void report_incarnation(coord_cluster *c, coord_node *n, const char *state, int 
         if (incarnation)
             json_object_set_new(r, "incarnation", json_integer((json_int_t)incarnation));
     }
+    return r;
+}
+
+void report_incarnation(coord_cluster *c, coord_node *n, const char *state, int exit_code,
+                        uint64_t incarnation, double now) {
+    json_t *r = report_json(n, state, exit_code, incarnation);
     coord_node_heartbeat_json(c, n, r, now);
     json_decref(r);
 }

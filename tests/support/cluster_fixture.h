@@ -5,6 +5,8 @@
 #ifndef PSFLOW_TESTS_CLUSTER_FIXTURE_H
 #define PSFLOW_TESTS_CLUSTER_FIXTURE_H
 
+#include <jansson.h>
+
 #include "coordinator/cluster.h"
 #include "psflow/spec.h"
 
@@ -26,6 +28,9 @@ coord_node *add_node(coord_cluster *c, const char *id, const char *role, double 
 /* The agent's heartbeat report (api/rest.md) for what it was assigned, in `state`, with the
  * incarnation of its assignment. */
 void report(coord_cluster *c, coord_node *n, const char *state, int exit_code, double now);
+
+/* The body of such a report, not sent (new reference). */
+json_t *report_json(const coord_node *n, const char *state, int exit_code, uint64_t incarnation);
 
 /* As report, about incarnation `incarnation` of the assigned task (0: none, as an agent older
  * than the field sends). */

@@ -16,6 +16,7 @@
 #include "cli/node.h"
 #include "cli/options.h"
 #include "psflow/clock.h"
+#include "psflow/data.h"
 #include "psflow/exit_code.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
@@ -65,6 +66,10 @@ static void print_eval(const pf_session *s, const pf_eval *ev, bool tty) {
     if (spec->model.type == PF_MODEL_LINEAR)
         fprintf(stderr, "eval   step %lld  %s loss %.6f\n", (long long)pf_session_global_step(s),
                 set, ev->loss_sum / (double)ev->examples);
+    else if (!isnan(ev->auc))
+        fprintf(stderr, "eval   step %lld  %s loss %.4f  %s accuracy %.4f  %s auc %.4f\n",
+                (long long)pf_session_global_step(s), set, ev->loss_sum / (double)ev->examples, set,
+                (double)ev->correct / (double)ev->examples, set, ev->auc);
     else
         fprintf(stderr, "eval   step %lld  %s loss %.4f  %s accuracy %.4f\n",
                 (long long)pf_session_global_step(s), set, ev->loss_sum / (double)ev->examples, set,
@@ -193,11 +198,23 @@ int cli_train(int argc, char **argv) {
             pf_model_type_name(spec.model.type), pf_model_num_params(&spec.model),
             (long long)train->n, batch, split, (long long)max_steps,
             (double)max_steps * batch / (double)train->n);
+    /* Generated clicks come from a known model: the best AUC any model can reach on them. */
+    double bayes_auc = spec.data.format == PF_DATA_SYNTHETIC_CTR
+                           ? pf_synthetic_ctr_bayes_auc(&spec, pf_session_eval_set(s))
+                           : NAN;
+    char bayes_text[64] = "";
+    if (!isnan(bayes_auc)) {
+        fprintf(stderr,
+                "psflow train: synthetic_ctr: Bayes-optimal test auc %.4f (the true model on "
+                "the test labels)\n",
+                bayes_auc);
+        snprintf(bayes_text, sizeof bayes_text, " (Bayes-optimal %.4f)", bayes_auc);
+    }
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     double train_seconds = 0, t_start = pf_clock_now();
-    pf_eval ev = {0};
+    pf_eval ev = {.auc = NAN};
     char nonfinite[256] = ""; /* why training stopped on a NaN or infinite number */
     while (pf_session_global_step(s) < max_steps && !interrupted) {
         double t0 = pf_clock_now();
@@ -279,6 +296,10 @@ int cli_train(int argc, char **argv) {
                               pf_session_backend(s)->name, "reason", reason);
         if (o && nonfinite[0])
             json_object_set_new(o, "message", json_string(nonfinite));
+        if (o && !isnan(ev.auc))
+            json_object_set_new(o, "test_auc", pf_json_number(ev.auc));
+        if (o && !isnan(bayes_auc))
+            json_object_set_new(o, "bayes_auc", pf_json_number(bayes_auc));
         char *text =
             o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8)) : NULL;
         if (text)
@@ -289,6 +310,11 @@ int cli_train(int argc, char **argv) {
         json_decref(o);
     } else if (nonfinite[0]) {
         printf("%s: stopped at step %lld: %s\n", spec.name, (long long)steps, nonfinite);
+    } else if (classifier && !isnan(ev.auc)) {
+        printf("%s: %lld steps, loss %.4f, test accuracy %.4f, test auc %.4f%s, %.0f examples/s, "
+               "%.1f s\n",
+               spec.name, (long long)steps, window_mean(&prog), accuracy, ev.auc, bayes_text,
+               examples_per_sec, seconds);
     } else if (classifier) {
         printf("%s: %lld steps, loss %.4f, test accuracy %.4f, %.0f examples/s, %.1f s\n",
                spec.name, (long long)steps, window_mean(&prog), accuracy, examples_per_sec,

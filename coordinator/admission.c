@@ -159,12 +159,11 @@ pf_status coord_admit_size(const coord_limits *l, const coord_cluster *c, const 
     if (worker_have > 0 && fp.worker_bytes > worker_have) {
         pf_footprint_format_bytes(fp.worker_bytes, need, sizeof need);
         pf_footprint_format_bytes(worker_have, have, sizeof have);
-        return pf_error_set(
-            err, PF_ERR_SPEC, "/model",
-            "/model: each training task needs about %s (the parameters and "
-            "gradients twice over, batch buffers%s), more than the largest "
-            "worker agent has (%s)",
-            need, spec->data.format == PF_DATA_SYNTHETIC_LINEAR ? ", the data set" : "", have);
+        return pf_error_set(err, PF_ERR_SPEC, "/model",
+                            "/model: each training task needs about %s (the parameters and "
+                            "gradients twice over, batch buffers%s), more than the largest "
+                            "worker agent has (%s)",
+                            need, pf_data_is_synthetic(&spec->data) ? ", the data set" : "", have);
     }
     return PF_OK;
 }

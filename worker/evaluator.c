@@ -47,12 +47,12 @@ static int stopped(const evaluator *e) {
 static pf_status setup(evaluator *e, pf_error *err) {
     const pf_job_spec *spec = e->spec;
     e->be = pf_backend_openblas();
-    int test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;
+    int test_exists = pf_data_has_test(&spec->data);
     pf_status st = pf_dataset_load(spec, test_exists, &e->data, err);
     if (st != PF_OK)
         return st;
     e->has_test = test_exists;
-    size_t in = (size_t)spec->model.inputs;
+    size_t in = (size_t)pf_model_input_width(&spec->model);
     e->n_params = pf_model_num_params(&spec->model);
     e->params = pf_mallocarray(e->n_params, sizeof(float));
     e->hx = pf_mallocarray((size_t)EVAL_BATCH * in, sizeof(float));
@@ -122,7 +122,7 @@ static pf_eval evaluate(evaluator *e) {
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
         pf_batch_copy(ds, start, count, e->hx, e->hy, e->hlabels);
-        e->be->upload(e->d_x, e->hx, (size_t)count * (size_t)e->spec->model.inputs);
+        e->be->upload(e->d_x, e->hx, (size_t)count * (size_t)pf_model_input_width(&e->spec->model));
         if (e->spec->model.type == PF_MODEL_LINEAR)
             e->be->upload(e->d_y, e->hy, (size_t)count);
         else

@@ -64,10 +64,11 @@ typedef struct trainer {
     int pending;          /* data-skips.json says its last rollback may not be done yet */
     int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
     worker_plan plan;     /* which examples each step reads (data_plan.h) */
+    float *scores;        /* a two-class model's evaluation scores, one per example */
 } trainer;
 
 static void upload_batch(trainer *t, int count) {
-    t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)t->spec->model.inputs);
+    t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)pf_model_input_width(&t->spec->model));
     if (t->spec->model.type == PF_MODEL_LINEAR)
         t->be->upload(t->d_y, t->hy, (size_t)count);
     else
@@ -78,6 +79,9 @@ static void upload_batch(trainer *t, int count) {
 static pf_eval evaluate(trainer *t) {
     pf_eval ev = {0};
     const pf_dataset *ds = t->has_test ? &t->test : &t->train;
+    if (t->spec->model.type != PF_MODEL_LINEAR && t->spec->model.outputs == 2 && !t->scores)
+        t->scores = pf_mallocarray((size_t)ds->n, sizeof *t->scores);
+    ev.scores = t->spec->model.outputs == 2 ? t->scores : NULL; /* no memory: no AUC */
     const float *params = t->params; /* a host backend evaluates the host vector */
     if (t->d_params) {
         t->be->upload(t->d_params, t->params, t->n_params);
@@ -89,6 +93,8 @@ static pf_eval evaluate(trainer *t) {
         upload_batch(t, count);
         pf_model_eval_batch(t->model, params, t->d_x, t->d_y, t->d_labels, count, &ev);
     }
+    ev.auc = ev.scores ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
+    ev.scores = NULL;
     return ev;
 }
 
@@ -101,6 +107,18 @@ static void report(trainer *t, worker_report *r) {
         return;
     r->time = pf_clock_wall();
     t->o->report(t->o->report_ctx, r);
+}
+
+typedef struct auc_text_buf {
+    char text[32];
+} auc_text_buf;
+
+/* " test auc 0.8123", or "" without an AUC. */
+static auc_text_buf auc_text(const char *set, double auc) {
+    auc_text_buf b = {""};
+    if (!isnan(auc))
+        snprintf(b.text, sizeof b.text, " %s auc %.4f", set, auc);
+    return b;
 }
 
 static void log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
@@ -116,9 +134,9 @@ static void log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
         fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.6f\n", step, set,
                 ev->loss_sum / (double)ev->examples);
     else
-        fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.4f %s accuracy %.4f\n", step,
-                set, ev->loss_sum / (double)ev->examples, set,
-                (double)ev->correct / (double)ev->examples);
+        fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.4f %s accuracy %.4f%s\n",
+                step, set, ev->loss_sum / (double)ev->examples, set,
+                (double)ev->correct / (double)ev->examples, auc_text(set, ev->auc).text);
 }
 
 static uint64_t max_version(const trainer *t) {
@@ -596,7 +614,8 @@ static void gather(trainer *t, uint64_t step, int b) {
     int64_t start = worker_plan_position(&t->plan, step, t->o->task);
     pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     if (t->nan_position >= start && t->nan_position < start + b)
-        t->hx[(size_t)(t->nan_position - start) * (size_t)t->spec->model.inputs] = NAN;
+        t->hx[(size_t)(t->nan_position - start) * (size_t)pf_model_input_width(&t->spec->model)] =
+            NAN;
 }
 
 static pf_status setup(trainer *t, pf_error *err) {
@@ -621,7 +640,7 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->be = pf_towers_backend(t->towers, 0);
     if ((st = pf_dataset_load(spec, false, &t->train, err)) != PF_OK)
         return st;
-    int test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;
+    int test_exists = pf_data_has_test(&spec->data);
     if (t->o->is_chief && test_exists) {
         if ((st = pf_dataset_load(spec, true, &t->test, err)) != PF_OK)
             return st;
@@ -632,7 +651,7 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->n_params = pf_model_num_params(&spec->model);
     t->n_ps = spec->replicas.ps;
     t->n_tasks = spec->replicas.worker + spec->replicas.chief;
-    size_t in = (size_t)spec->model.inputs;
+    size_t in = (size_t)pf_model_input_width(&spec->model);
     t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));
     t->grads = pf_mallocarray(t->n_params, sizeof(float));
@@ -701,6 +720,7 @@ static void teardown(trainer *t) {
     pf_free(t->hx);
     pf_free(t->hy);
     pf_free(t->hlabels);
+    pf_free(t->scores);
     pf_free(t->versions);
     pf_free(t->steps);
     pf_free(t->min_version);
@@ -997,6 +1017,8 @@ train:
                                   (json_int_t)t.versions[0], "test_loss", pf_json_number(test_loss),
                                   "test_accuracy", pf_json_number(acc < 0 ? NAN : acc), "seconds",
                                   seconds, "local_steps", (json_int_t)local_steps);
+            if (j && !isnan(ev.auc))
+                json_object_set_new(j, "test_auc", pf_json_number(ev.auc));
             char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
             if (text)
                 printf("%s\n", text);

@@ -11,6 +11,7 @@
  * always holds the effective count). Rules that span fields (output counts, path counts,
  * replicas_to_aggregate) live in a per-object check that runs once the object's own fields
  * are in; objects are parsed in table order, so a check may read objects parsed before it.
+ * The tables' types are in spec_fields.h; spec_json.c writes a spec back by the same tables.
  */
 #include "psflow/spec.h"
 
@@ -26,16 +27,12 @@
 #include "psflow/mem.h"
 #include "psflow/text.h"
 
+#include "spec_fields.h"
+
 #define SPEC_MAX_DEPTH      32        /* deeper input is refused before jansson sees it */
 #define SPEC_MAX_FILE_BYTES (1 << 20) /* pf_job_spec_load refuses larger files */
 #define SHOWN_MAX           40        /* bytes of a user's string quoted in a message */
 #define PTR_SIZE            sizeof(((pf_error *)0)->pointer)
-
-#define COUNT(a)   (sizeof(a) / sizeof((a)[0]))
-#define AT(member) offsetof(pf_job_spec, member)
-#define BIT(v)     (1u << (v))
-#define ALWAYS     (~0u)
-#define NO_SLOT    SIZE_MAX /* a field that is validated and written back but not stored */
 
 /* Enums are read and written through int (see get_enum/put_enum). */
 _Static_assert(sizeof(pf_model_type) == sizeof(int), "enum size");
@@ -47,6 +44,7 @@ _Static_assert(sizeof(pf_placement_strategy) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_partitioner_type) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_restart_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_device) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_combiner) == sizeof(int), "enum size");
 
 static const char *const model_names[] = {
     [PF_MODEL_LINEAR] = "linear", [PF_MODEL_SOFTMAX] = "softmax", [PF_MODEL_MLP] = "mlp"};
@@ -57,7 +55,10 @@ static const char *const activation_names[] = {[PF_ACT_NONE] = "none",
 static const char *const format_names[] = {[PF_DATA_IDX] = "idx",
                                            [PF_DATA_CSV] = "csv",
                                            [PF_DATA_SYNTHETIC_LINEAR] = "synthetic_linear",
-                                           [PF_DATA_LIBSVM] = "libsvm"};
+                                           [PF_DATA_LIBSVM] = "libsvm",
+                                           [PF_DATA_SYNTHETIC_CTR] = "synthetic_ctr"};
+static const char *const combiner_names[] = {
+    [PF_COMBINE_SUM] = "sum", [PF_COMBINE_MEAN] = "mean", [PF_COMBINE_SQRTN] = "sqrtn"};
 static const char *const optimizer_names[] = {[PF_OPT_SGD] = "sgd",
                                               [PF_OPT_MOMENTUM] = "momentum",
                                               [PF_OPT_ADAGRAD] = "adagrad",
@@ -81,54 +82,11 @@ static const char *const decay_names[] = {"exponential"};
 
 /* --- the tables ------------------------------------------------------------------------------- */
 
-typedef enum {
-    K_NAME,   /* char[PF_NAME_MAX + 1]: the job name */
-    K_INT,    /* int */
-    K_INT64,  /* int64_t */
-    K_UINT64, /* uint64_t, limited to the JSON integer range [0, INT64_MAX] */
-    K_DOUBLE, /* double, range given by `real` */
-    K_BOOL,   /* bool */
-    K_ENUM,   /* an int-sized enum spelled names[min..max] */
-    K_WIDTHS, /* int[] at `at`, entry count at `count_at`; each width 1..PF_MAX_UNITS */
-    K_PATHS,  /* char *[] at `at`, entry count at `count_at`; each a non-empty string */
-    K_OBJECT, /* a nested object described by `sub` */
-    K_DEVICE, /* "device": pf_device_spec[] at `at`, one per replica, the replica count at
-                 `count_at`; each an enum spelled names[min..max], or "cuda:N" */
-} kind;
-
-/* R_UNIT: [0, 1); R_SCALE: (0, 1] */
-typedef enum { R_ANY, R_POSITIVE, R_NONNEGATIVE, R_UNIT, R_SCALE } real_range;
-
-typedef struct object_desc object_desc;
-
-typedef struct field {
-    const char *key;
-    kind kind;
-    size_t at;                /* offset of the value in pf_job_spec, or NO_SLOT */
-    long long min, max;       /* integers: value range; enums: accepted values; arrays: count */
-    double def;               /* default when absent (every integer default is exact) */
-    real_range real;          /* K_DOUBLE */
-    const char *const *names; /* K_ENUM: spelling of each value */
-    size_t count_at;          /* K_WIDTHS, K_PATHS: offset of the int entry count;
-                                 K_DEVICE: offset of the int replica count */
-    const object_desc *sub;   /* K_OBJECT */
-    size_t present_at;        /* K_OBJECT absent unless given: its bool flag; 0 = always there
-                                 (offset 0 is the name, never a flag) */
-    unsigned only;            /* typed objects: type values it applies to; 0 = all */
-    unsigned need;            /* type values for which it must be given; 0 = optional */
-} field;
-
-struct object_desc {
-    const field *fields;
-    size_t n;
-    bool typed; /* fields[0] is an enum whose value selects which other fields apply */
-    pf_status (*check)(pf_job_spec *s, pf_error *err); /* cross-field rules, or NULL */
-};
-
 static pf_status check_model(pf_job_spec *s, pf_error *err);
 static pf_status check_data(pf_job_spec *s, pf_error *err);
 static pf_status check_training(pf_job_spec *s, pf_error *err);
 static pf_status check_partitioner(pf_job_spec *s, pf_error *err);
+static pf_status check_devices(pf_job_spec *s, pf_error *err);
 
 static const field replicas_fields[] = {
     {"ps", K_INT, AT(replicas.ps), .min = 1, .max = PF_MAX_REPLICAS, .def = 1},
@@ -137,11 +95,22 @@ static const field replicas_fields[] = {
     {"evaluator", K_INT, AT(replicas.evaluator), .min = 0, .max = 1},
 };
 
+#define EMBEDDING(member) AT(model.embeddings[0].member)
+static const field embedding_fields[] = {
+    {"name", K_NAME, EMBEDDING(name), .need = ALWAYS},
+    {"vocab", K_INT64, EMBEDDING(vocab), .min = 1, .max = PF_MAX_VOCAB, .need = ALWAYS},
+    {"dim", K_INT, EMBEDDING(dim), .min = 1, .max = PF_MAX_EMBEDDING_DIM, .need = ALWAYS},
+    {"combiner", K_ENUM, EMBEDDING(combiner), .names = combiner_names, .max = PF_COMBINE_SQRTN},
+    {"max_ids", K_INT, EMBEDDING(max_ids), .min = 1, .max = PF_MAX_IDS, .def = 1},
+};
+static const object_desc embedding_desc = {embedding_fields, COUNT(embedding_fields), false, NULL};
+
 #define MLP         BIT(PF_MODEL_MLP)
 #define CLASSIFIERS (BIT(PF_MODEL_SOFTMAX) | BIT(PF_MODEL_MLP))
 static const field model_fields[] = {
     {"type", K_ENUM, AT(model.type), .names = model_names, .max = PF_MODEL_MLP, .need = ALWAYS},
-    {"inputs", K_INT, AT(model.inputs), .min = 1, .max = PF_MAX_UNITS, .need = ALWAYS},
+    /* Required unless there are embeddings (check_model): default 0 stands for "absent". */
+    {"inputs", K_INT, AT(model.inputs), .min = 1, .max = PF_MAX_UNITS},
     {"hidden", K_WIDTHS, AT(model.hidden), .count_at = AT(model.n_hidden), .min = 1,
      .max = PF_MAX_HIDDEN, .only = MLP, .need = MLP},
     /* Linear's single output and the classifiers' >= 2 are checked in check_model. */
@@ -149,12 +118,16 @@ static const field model_fields[] = {
      .need = CLASSIFIERS},
     {"activation", K_ENUM, AT(model.activation), .names = activation_names, .min = PF_ACT_RELU,
      .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP},
+    {"embeddings", K_LIST, AT(model.embeddings), .min = 1, .max = PF_MAX_EMBEDDINGS,
+     .sub = &embedding_desc, .count_at = AT(model.n_embeddings),
+     .stride = sizeof(pf_embedding_spec)},
 };
 
 #define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM))
 #define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
+#define CTR       BIT(PF_DATA_SYNTHETIC_CTR)
 static const field data_fields[] = {
-    {"format", K_ENUM, AT(data.format), .names = format_names, .max = PF_DATA_LIBSVM,
+    {"format", K_ENUM, AT(data.format), .names = format_names, .max = PF_DATA_SYNTHETIC_CTR,
      .need = ALWAYS},
     /* Exact path counts per format are checked in check_data. */
     {"train", K_PATHS, AT(data.train), .count_at = AT(data.n_train), .min = 1,
@@ -164,7 +137,10 @@ static const field data_fields[] = {
     {"w", K_DOUBLE, AT(data.w), .def = 2, .only = SYNTHETIC},
     {"b", K_DOUBLE, AT(data.b), .def = 10, .only = SYNTHETIC},
     {"noise", K_DOUBLE, AT(data.noise), .real = R_NONNEGATIVE, .def = 0.1, .only = SYNTHETIC},
-    {"n", K_INT64, AT(data.n), .min = 1, .max = INT64_MAX, .def = 10000, .only = SYNTHETIC},
+    {"n", K_INT64, AT(data.n), .min = 1, .max = INT64_MAX, .def = 10000, .only = SYNTHETIC | CTR},
+    {"zipf", K_DOUBLE, AT(data.zipf), .real = R_POSITIVE, .def = 1.1, .only = CTR},
+    {"signal", K_DOUBLE, AT(data.signal), .real = R_NONNEGATIVE, .def = 1, .only = CTR},
+    {"bias", K_DOUBLE, AT(data.bias), .def = -1.5, .only = CTR},
     {"index_base", K_INT, AT(data.index_base), .min = 0, .max = 1, .def = 1,
      .only = BIT(PF_DATA_LIBSVM)},
 };
@@ -281,32 +257,9 @@ static const field spec_fields[] = {
     {"device", K_DEVICE, AT(devices), .names = device_names, .max = PF_DEVICE_AUTO,
      .count_at = AT(replicas_per_worker)},
 };
-static const object_desc spec_desc = {spec_fields, COUNT(spec_fields), false, NULL};
+const object_desc pf_spec_desc = {spec_fields, COUNT(spec_fields), false, check_devices};
 
 /* --- small helpers ---------------------------------------------------------------------------- */
-
-static void *slot(pf_job_spec *s, size_t at) {
-    return (char *)s + at;
-}
-
-static const void *cslot(const pf_job_spec *s, size_t at) {
-    return (const char *)s + at;
-}
-
-static int get_enum(const pf_job_spec *s, size_t at) {
-    int v;
-    memcpy(&v, cslot(s, at), sizeof v);
-    return v;
-}
-
-static void put_enum(pf_job_spec *s, size_t at, int v) {
-    if (at != NO_SLOT)
-        memcpy(slot(s, at), &v, sizeof v);
-}
-
-static bool applies(const field *f, int type) {
-    return f->only == 0 || (f->only & BIT(type)) != 0;
-}
 
 /* Length of the longest prefix of s[0..n) that does not split a UTF-8 sequence. */
 static size_t utf8_cut(const char *s, size_t n) {
@@ -435,6 +388,7 @@ static void set_default(const field *f, pf_job_spec *s) {
     case K_WIDTHS:
     case K_PATHS:
     case K_OBJECT:
+    case K_LIST:
         break; /* none has a default: absent means empty (handled by the caller) */
     }
 }
@@ -656,6 +610,29 @@ static pf_status get_paths(const field *f, const json_t *v, const char *ptr, pf_
     return PF_OK;
 }
 
+/* Parses each entry into entry 0 of a zeroed scratch spec, where the sub table's offsets
+ * point, and moves it to its place. */
+static pf_status get_list(const field *f, const json_t *v, const char *ptr, pf_job_spec *s,
+                          pf_error *err) {
+    pf_status st = get_array(f, v, ptr, "entries", err);
+    pf_job_spec *scratch = st == PF_OK ? pf_malloc(sizeof *scratch) : NULL;
+    if (st == PF_OK && !scratch)
+        st = pf_error_set(err, PF_ERR_NOMEM, ptr, "out of memory");
+    for (size_t i = 0; st == PF_OK && i < json_array_size(v); i++) {
+        char iptr[PTR_SIZE];
+        const json_t *item = json_array_get(v, i);
+        index_ptr(iptr, ptr, i);
+        memset(scratch, 0, sizeof *scratch);
+        if (!json_is_object(item))
+            st = type_error(err, iptr, "an object", item);
+        else if ((st = parse_object(f->sub, item, iptr, scratch, err)) == PF_OK)
+            memcpy(slot(s, f->at + i * f->stride), cslot(scratch, f->at), f->stride);
+        *(int *)slot(s, f->count_at) = (int)i + (st == PF_OK);
+    }
+    pf_free(scratch);
+    return st;
+}
+
 /* Parses one field whose value is v, or applies its default when v is NULL. For enums,
  * *enum_out receives the value (the type of a typed object). */
 static pf_status parse_field(const scope *sc, const field *f, const json_t *v, pf_job_spec *s,
@@ -714,6 +691,8 @@ static pf_status parse_field(const scope *sc, const field *f, const json_t *v, p
         return get_paths(f, v, fptr, s, err);
     case K_DEVICE:
         return get_device(f, v, fptr, s, err);
+    case K_LIST:
+        return get_list(f, v, fptr, s, err);
     case K_OBJECT:
         if (!json_is_object(v))
             return type_error(err, fptr, "an object", v);
@@ -783,8 +762,36 @@ static pf_status parse_object(const object_desc *d, const json_t *obj, const cha
 
 /* --- cross-field checks ----------------------------------------------------------------------- */
 
+/* Names unique and short enough for "<name>/embeddings"; inputs given exactly when there
+ * are no embeddings. */
+static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
+    char ptr[PTR_SIZE];
+    for (int i = 0; i < m->n_embeddings; i++) {
+        const char *name = m->embeddings[i].name;
+        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/name", i);
+        if (strlen(name) > PF_EMBEDDING_NAME_MAX)
+            return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is longer than %d characters", ptr,
+                                name, PF_EMBEDDING_NAME_MAX);
+        for (int j = 0; j < i; j++)
+            if (strcmp(name, m->embeddings[j].name) == 0)
+                return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is also embedding %d", ptr,
+                                    name, j);
+    }
+    if (m->n_embeddings > 0 && m->inputs != 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                            "/model/inputs: a model with embeddings takes its inputs from them "
+                            "(the dense layers get the sum of their dims); remove inputs");
+    if (m->n_embeddings == 0 && m->inputs == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                            "missing required field 'inputs' in /model (or give embeddings)");
+    return PF_OK;
+}
+
 static pf_status check_model(pf_job_spec *s, pf_error *err) {
     const pf_model_spec *m = &s->model;
+    pf_status st = check_embeddings(m, err);
+    if (st != PF_OK)
+        return st;
     if (m->type == PF_MODEL_LINEAR && m->outputs != 1)
         return pf_error_set(err, PF_ERR_SPEC, "/model/outputs",
                             "/model/outputs: a linear model has exactly 1 output, got %d",
@@ -822,6 +829,20 @@ static pf_status check_data(pf_job_spec *s, pf_error *err) {
                                 s->model.inputs);
         return PF_OK;
     }
+    if (d->format == PF_DATA_SYNTHETIC_CTR) {
+        /* One id per embedding feature and a click or not: a two-class model of embeddings. */
+        if (s->model.n_embeddings == 0 || s->model.type == PF_MODEL_LINEAR || s->model.outputs != 2)
+            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                                "/data/format: synthetic_ctr gives clicks (2 classes) over the "
+                                "ids of model.embeddings: it needs a softmax or mlp model with "
+                                "embeddings and outputs 2");
+        return PF_OK;
+    }
+    if (s->model.n_embeddings > 0 && d->format != PF_DATA_LIBSVM)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                            "/data/format: a model with embeddings reads sparse examples (ids "
+                            "and weights): use libsvm or synthetic_ctr, got %s",
+                            format_names[d->format]);
     pf_status st = check_paths("/data/train", d->format, d->n_train, err);
     return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, err);
 }
@@ -853,6 +874,20 @@ static pf_status check_partitioner(pf_job_spec *s, pf_error *err) {
                             "/placement/partitioner/max_shards: must be >= 1 for min_size, got 0");
     if (p->max_shards == -1)
         p->max_shards = p->type == PF_PART_MIN_SIZE ? 1 : 0;
+    return PF_OK;
+}
+
+/* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"
+ * is written back as "cpu". */
+static pf_status check_devices(pf_job_spec *s, pf_error *err) {
+    for (int r = 0; s->model.n_embeddings > 0 && r < s->replicas_per_worker; r++) {
+        if (s->devices[r].device == PF_DEVICE_AUTO)
+            s->devices[r].device = PF_DEVICE_CPU;
+        if (s->devices[r].device == PF_DEVICE_CUDA)
+            return pf_error_set(err, PF_ERR_SPEC, "/device",
+                                "/device: a model with embeddings trains on the CPU (\"cpu\" or "
+                                "\"auto\", which then means the CPU), got a CUDA device");
+    }
     return PF_OK;
 }
 
@@ -920,7 +955,7 @@ pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_e
         if (err)
             err->offset = 0;
     } else {
-        st = parse_object(&spec_desc, root, "", out, err);
+        st = parse_object(&pf_spec_desc, root, "", out, err);
     }
     json_decref(root);
     if (st != PF_OK)
@@ -945,162 +980,6 @@ pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err) {
     st = pf_job_spec_parse(text, n, out, err);
     pf_free(text);
     return st;
-}
-
-/* --- serialising ------------------------------------------------------------------------------ */
-
-/* The fewest significant digits (1..17) with which "%.*g" reads back as exactly v, raised so
- * that values >= 1 print without an exponent (10 as "10.0", not "1e+01"). Printing with more
- * digits than this also reads back exactly: the shorter decimal is among the candidates. */
-static int digits_for(double v) {
-    char buf[40];
-    int p = 1;
-    for (; p < 17; p++) {
-        snprintf(buf, sizeof buf, "%.*g", p, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    int int_digits = 1;
-    for (double a = fabs(v); a >= 10 && int_digits < 17; a /= 10)
-        int_digits++;
-    return fabs(v) < 1e17 && int_digits > p ? int_digits : p;
-}
-
-static json_t *object_to_json(const object_desc *d, const pf_job_spec *s, int *digits);
-
-json_t *pf_json_number(double v) {
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-static json_t *enum_to_json(const field *f, int v) {
-    if (v < f->min || v > f->max)
-        return NULL;
-    return json_string(f->names[v]);
-}
-
-/* "cpu", "cuda", "cuda:N" or "auto"; NULL for an index the device cannot have. */
-static json_t *device_to_json(const field *f, const pf_device_spec *d) {
-    if (d->index < 0 || d->index > PF_MAX_GPU_INDEX ||
-        (d->index > 0 && d->device != PF_DEVICE_CUDA))
-        return NULL;
-    if (d->index == 0)
-        return enum_to_json(f, (int)d->device);
-    char text[16];
-    snprintf(text, sizeof text, "cuda:%d", d->index);
-    return json_string(text);
-}
-
-/* New JSON value for one field, or NULL on allocation failure or a value the JSON form cannot
- * hold (only possible for a spec that did not come from pf_job_spec_parse). */
-static json_t *field_to_json(const field *f, const pf_job_spec *s, int *digits) {
-    const void *p = f->at == NO_SLOT ? NULL : cslot(s, f->at);
-    switch (f->kind) {
-    case K_NAME:
-        return json_stringn(p, strnlen(p, sizeof s->name));
-    case K_INT:
-        return json_integer(*(const int *)p);
-    case K_INT64:
-        return json_integer(*(const int64_t *)p);
-    case K_UINT64: {
-        uint64_t v = *(const uint64_t *)p;
-        return v > INT64_MAX ? NULL : json_integer((json_int_t)v);
-    }
-    case K_DOUBLE: {
-        double v = *(const double *)p;
-        int need = digits_for(v);
-        *digits = need > *digits ? need : *digits;
-        return json_real(v);
-    }
-    case K_BOOL:
-        return json_boolean(*(const bool *)p);
-    case K_ENUM:
-        return enum_to_json(f, p ? get_enum(s, f->at) : (int)f->def);
-    case K_DEVICE: {
-        /* One string when every replica has the same device (one GPU cannot hold two), else
-         * the list. */
-        const pf_device_spec *d = p;
-        int k = *(const int *)cslot(s, f->count_at);
-        if (k < 1 || k > PF_MAX_REPLICAS_PER_WORKER)
-            return NULL;
-        bool same = true;
-        for (int r = 1; r < k; r++)
-            same = same && d[r].device == d[0].device && d[r].index == d[0].index;
-        if (same)
-            return k == 1 || d[0].device == PF_DEVICE_CPU ? device_to_json(f, &d[0]) : NULL;
-        json_t *a = json_array();
-        for (int r = 0; a && r < k; r++) {
-            if (json_array_append_new(a, device_to_json(f, &d[r])) != 0) {
-                json_decref(a);
-                a = NULL;
-            }
-        }
-        return a;
-    }
-    case K_WIDTHS:
-    case K_PATHS: {
-        int n = *(const int *)cslot(s, f->count_at);
-        json_t *a = n >= 0 && n <= f->max ? json_array() : NULL;
-        for (int i = 0; a && i < n; i++) {
-            json_t *item = f->kind == K_WIDTHS ? json_integer(((const int *)p)[i])
-                                               : json_string(((char *const *)p)[i]);
-            if (json_array_append_new(a, item) != 0) {
-                json_decref(a);
-                a = NULL;
-            }
-        }
-        return a;
-    }
-    case K_OBJECT:
-        return object_to_json(f->sub, s, digits);
-    }
-    return NULL;
-}
-
-/* Whether a field that applies is written: optional objects and path lists only when given. */
-static bool written(const field *f, const pf_job_spec *s) {
-    if (f->kind == K_INT64 && f->def < (double)f->min &&
-        *(const int64_t *)cslot(s, f->at) == (int64_t)f->def)
-        return false; /* a default outside the range stands for "absent" */
-    if (f->kind == K_OBJECT && f->present_at)
-        return *(const bool *)cslot(s, f->present_at);
-    if (f->kind == K_PATHS)
-        return *(const int *)cslot(s, f->count_at) > 0;
-    return true;
-}
-
-static json_t *object_to_json(const object_desc *d, const pf_job_spec *s, int *digits) {
-    json_t *obj = json_object();
-    int type = d->typed ? get_enum(s, d->fields[0].at) : 0;
-    if (type < 0 || type > 31) /* applies() shifts by it */
-        type = 0;
-    for (size_t i = 0; obj && i < d->n; i++) {
-        const field *f = &d->fields[i];
-        if (!applies(f, type) || !written(f, s))
-            continue;
-        if (json_object_set_new(obj, f->key, field_to_json(f, s, digits)) != 0) {
-            json_decref(obj);
-            obj = NULL;
-        }
-    }
-    return obj;
-}
-
-char *pf_job_spec_to_json(const pf_job_spec *spec) {
-    int digits = 1;
-    json_t *root = object_to_json(&spec_desc, spec, &digits);
-    if (!root)
-        return NULL;
-    size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits);
-    size_t n = json_dumpb(root, NULL, 0, flags);
-    char *out = n ? pf_malloc(n + 1) : NULL;
-    if (out && json_dumpb(root, out, n, flags) == n) {
-        out[n] = '\0';
-    } else {
-        pf_free(out);
-        out = NULL;
-    }
-    json_decref(root);
-    return out;
 }
 
 /* --- lifecycle and names ---------------------------------------------------------------------- */
@@ -1145,6 +1024,10 @@ const char *pf_activation_name(pf_activation a) {
 
 const char *pf_optimizer_type_name(pf_optimizer_type t) {
     return name_of(optimizer_names, COUNT(optimizer_names), (int)t);
+}
+
+const char *pf_combiner_name(pf_combiner c) {
+    return name_of(combiner_names, COUNT(combiner_names), (int)c);
 }
 
 const char *pf_device_name(pf_device d) {

@@ -29,6 +29,7 @@
 
 #include "psflow/buf.h"
 #include "psflow/mem.h"
+#include "psflow/model.h"
 #include "psflow/rng.h"
 
 #define READ_CAP            ((size_t)256 << 20) /* largest file (decompressed) we read: 256 MiB */
@@ -542,11 +543,72 @@ pf_status pf_csv_load(const char *path, int features, bool classification, pf_da
 
 /* --- LIBSVM ------------------------------------------------------------------------------- */
 
-/* Parses a LIBSVM token "id:value" at line[0 .. n) into the row; *prev is the previous id
- * of the line (-1 before the first). */
+/* Where the pairs of a LIBSVM line go: dense rows of `features` floats (model NULL), or the
+ * id and weight slots of a model with embeddings (model.h), whose features own consecutive
+ * id ranges: feature f the `vocab` ids after those of features 0 .. f-1. */
+typedef struct libsvm_sink {
+    const pf_model_spec *model;
+    int features; /* ids in all: model.inputs, or the sum of the vocabularies */
+    int base;
+    float *row;
+    long long prev;  /* the line's previous id, -1 before the first */
+    int f;           /* the feature the previous id belonged to */
+    long long first; /* its first id (base excluded) */
+    int slot;        /* x column of its first id slot */
+    int count;       /* its ids on this line so far */
+} libsvm_sink;
+
+static void sink_line(libsvm_sink *k, float *row) {
+    k->row = row;
+    k->prev = -1;
+    k->f = 0;
+    k->first = 0;
+    k->slot = 0;
+    k->count = 0;
+    if (!k->model) {
+        memset(row, 0, (size_t)k->features * sizeof *row);
+        return;
+    }
+    for (int f = 0, col = 0; f < k->model->n_embeddings; f++) {
+        int max = k->model->embeddings[f].max_ids;
+        for (int i = 0; i < max; i++) {
+            row[col + i] = -1; /* padding: id -1, weight 0 */
+            row[col + max + i] = 0;
+        }
+        col += 2 * max;
+    }
+}
+
+/* Stores feature id (base excluded) with value v; refuses a feature's max_ids + 1st id. */
+static pf_status sink_put(libsvm_sink *k, long long id, float v, long long offset,
+                          long long line_no, const char *what, pf_error *err) {
+    if (!k->model) {
+        k->row[id] = v;
+        return PF_OK;
+    }
+    const pf_embedding_spec *e = &k->model->embeddings[k->f];
+    while (id >= k->first + e->vocab) {
+        k->first += e->vocab;
+        k->slot += 2 * e->max_ids;
+        k->count = 0;
+        e = &k->model->embeddings[++k->f];
+    }
+    if (k->count == e->max_ids)
+        return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                   "%s: line %lld: embedding '%s' (ids %lld .. %lld) has more than "
+                                   "its max_ids %d ids on this line",
+                                   what, line_no, e->name, k->first + k->base,
+                                   k->first + e->vocab - 1 + k->base, e->max_ids);
+    k->row[k->slot + k->count] = (float)(id - k->first);
+    k->row[k->slot + e->max_ids + k->count] = v;
+    k->count++;
+    return PF_OK;
+}
+
+/* Parses a LIBSVM token "id:value" at line[0 .. n) into the sink. */
 static pf_status parse_pair(const char *tok, size_t n, long long offset, long long line_no,
-                            const char *what, int base, long long *prev, float *row, int features,
-                            pf_error *err) {
+                            const char *what, libsvm_sink *k, pf_error *err) {
+    int base = k->base, features = k->features;
     int shown = (int)(n > 40 ? 40 : n);
     const char *colon = memchr(tok, ':', n);
     size_t digits = colon ? (size_t)(colon - tok) : 0;
@@ -563,14 +625,16 @@ static pf_status parse_pair(const char *tok, size_t n, long long offset, long lo
         id = id * 10 + (tok[i] - '0');
     if (id < base || id - base >= features)
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                   "%s: line %lld: feature id %lld outside %d .. %d (model.inputs "
-                                   "%d, data.index_base %d)",
-                                   what, line_no, id, base, features - 1 + base, features, base);
-    if (id <= *prev)
+                                   "%s: line %lld: feature id %lld outside %d .. %d (%s %d, "
+                                   "data.index_base %d)",
+                                   what, line_no, id, base, features - 1 + base,
+                                   k->model ? "ids of the model's embeddings" : "model.inputs",
+                                   features, base);
+    if (id <= k->prev)
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
                                    "%s: line %lld: feature ids must increase along a line (%lld "
                                    "after %lld)",
-                                   what, line_no, id, *prev);
+                                   what, line_no, id, k->prev);
     double v = 0;
     field_result r = parse_field(colon + 1, n - digits - 1, &v);
     if (r != FIELD_OK)
@@ -581,15 +645,15 @@ static pf_status parse_pair(const char *tok, size_t n, long long offset, long lo
                                    : r == FIELD_RANGE      ? "out of float32 range"
                                                            : "not a number",
                                    shown, tok);
-    row[id - base] = (float)v;
-    *prev = id;
-    return PF_OK;
+    k->prev = id;
+    return sink_put(k, id - base, (float)v, offset, line_no, what, err);
 }
 
-static pf_status parse_libsvm(const char *text, size_t len, const char *what, int features,
-                              int base, bool classification, pf_dataset *out, pf_error *err) {
+static pf_status parse_libsvm(const char *text, size_t len, const char *what, libsvm_sink *k,
+                              bool classification, pf_dataset *out, pf_error *err) {
     csv_rows rows = {out, 0};
-    out->features = features;
+    int width = k->model ? pf_model_input_width(k->model) : k->features;
+    out->features = width;
     double max_label = 0;
     size_t pos = 0, line_start, line_len;
     long long line_no = 0;
@@ -619,9 +683,7 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, in
         pf_status room = room_for_row(&rows, line_start, line_no, what, err);
         if (room != PF_OK)
             return room;
-        float *row = out->x + (size_t)out->n * (size_t)features;
-        memset(row, 0, (size_t)features * sizeof *row);
-        long long prev = -1;
+        sink_line(k, out->x + (size_t)out->n * (size_t)width);
         for (i = end;;) {
             while (i < line_len && (is_blank(line[i]) || line[i] == '\r'))
                 i++;
@@ -629,8 +691,8 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, in
                 break;
             for (end = i; end < line_len && !is_blank(line[end]) && line[end] != '\r'; end++) {
             }
-            pf_status st = parse_pair(line + i, end - i, (long long)(line_start + i), line_no, what,
-                                      base, &prev, row, features, err);
+            pf_status st =
+                parse_pair(line + i, end - i, (long long)(line_start + i), line_no, what, k, err);
             if (st != PF_OK)
                 return st;
             i = end;
@@ -654,8 +716,31 @@ pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int fe
                                    "%s: feature count %d outside [1, %d] or index base %d not 0 "
                                    "or 1",
                                    what, features, PF_MAX_UNITS, index_base);
-    pf_status status =
-        parse_libsvm(text, len, what, features, index_base, classification, out, err);
+    libsvm_sink sink = {.features = features, .base = index_base};
+    pf_status status = parse_libsvm(text, len, what, &sink, classification, out, err);
+    if (status != PF_OK)
+        pf_dataset_deinit(out);
+    return status;
+}
+
+pf_status pf_libsvm_parse_ids(const char *text, size_t len, const char *what,
+                              const pf_model_spec *model, int index_base, bool classification,
+                              pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    if (!what)
+        what = "libsvm";
+    int64_t ids = 0;
+    for (int f = 0; f < model->n_embeddings; f++)
+        ids += model->embeddings[f].vocab;
+    if (model->n_embeddings < 1 || model->n_embeddings > PF_MAX_EMBEDDINGS || ids > INT_MAX ||
+        index_base < 0 || index_base > 1)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "%s: a model of %d embeddings (%lld ids) or index base %d that "
+                                   "sparse examples cannot have",
+                                   what, model->n_embeddings, (long long)ids, index_base);
+    libsvm_sink sink = {.model = model, .features = (int)ids, .base = index_base};
+    pf_status status = parse_libsvm(text, len, what, &sink, classification, out, err);
     if (status != PF_OK)
         pf_dataset_deinit(out);
     return status;
@@ -671,6 +756,20 @@ pf_status pf_libsvm_load(const char *path, int features, int index_base, bool cl
     if (status == PF_OK)
         status = pf_libsvm_parse((const char *)text, len, path, features, index_base,
                                  classification, out, err);
+    pf_free(text);
+    return status;
+}
+
+pf_status pf_libsvm_load_ids(const char *path, const pf_model_spec *model, int index_base,
+                             bool classification, pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    pf_status status = read_file(path, &text, &len, err);
+    if (status == PF_OK)
+        status = pf_libsvm_parse_ids((const char *)text, len, path, model, index_base,
+                                     classification, out, err);
     pf_free(text);
     return status;
 }
@@ -728,6 +827,16 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         }
         return status;
     }
+    if (d->format == PF_DATA_SYNTHETIC_CTR) {
+        int64_t n = test ? (d->n / 5 > 1 ? d->n / 5 : 1) : d->n;
+        status = pf_synthetic_ctr(spec, n, test ? 2 : 1, out);
+        if (status != PF_OK) {
+            pf_error_set_offset(err, status, -1, "synthetic_ctr: %s (n %lld)", pf_strerror(status),
+                                (long long)n);
+            set_pointer(err, "/data");
+        }
+        return status;
+    }
     if (d->format != PF_DATA_IDX && d->format != PF_DATA_CSV && d->format != PF_DATA_LIBSVM) {
         pf_error_set_offset(err, PF_ERR_UNSUPPORTED, -1, "unknown data format %d", (int)d->format);
         set_pointer(err, "/data/format");
@@ -752,6 +861,9 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         status = pf_idx_load(files[0], files[1], out, err);
     else if (d->format == PF_DATA_CSV)
         status = pf_csv_load(files[0], spec->model.inputs, classification, out, err);
+    else if (spec->model.n_embeddings > 0)
+        status =
+            pf_libsvm_load_ids(files[0], &spec->model, d->index_base, classification, out, err);
     else
         status =
             pf_libsvm_load(files[0], spec->model.inputs, d->index_base, classification, out, err);
@@ -768,7 +880,13 @@ pf_status pf_dataset_load(const pf_job_spec *spec, bool test, pf_dataset *out, p
         return status;
 
     const pf_model_spec *m = &spec->model;
-    if (out->features != m->inputs) {
+    if (m->n_embeddings > 0 && out->features != pf_model_input_width(m)) {
+        status = pf_error_set_offset(err, PF_ERR_SPEC, -1,
+                                     "data has %d id and weight slots but the model's embeddings "
+                                     "read %d",
+                                     out->features, pf_model_input_width(m));
+        set_pointer(err, "/model/embeddings");
+    } else if (m->n_embeddings == 0 && out->features != m->inputs) {
         status =
             pf_error_set_offset(err, PF_ERR_SPEC, -1, "data has %d features but model.inputs is %d",
                                 out->features, m->inputs);

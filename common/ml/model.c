@@ -7,8 +7,13 @@
  * travels down: for layer l,
  *     dK_l = a_l^T . delta_l        [in, out]
  *     db_l = sum_rows(delta_l)      [out]
- *     delta_{l-1} = (delta_l . K_l^T) * act'(a_l)   (skipped for l = 0: no input gradient)
- * All buffers are backend memory; this file never dereferences them.
+ *     delta_{l-1} = (delta_l . K_l^T) * act'(a_l)   (for l = 0 only with embeddings)
+ * All buffers are backend memory; this file never dereferences them, except the lookups of
+ * a model with embeddings (host memory, checked at create): forward combines each
+ * example's rows into `looked` [batch, dense inputs], the input of dense_0, keeping each
+ * (example, feature) scale (1, 1/sum w, 1/sqrt(sum w^2)); backward zeroes the tables'
+ * gradient and adds w * scale * (delta_0 . K_0^T) to each row an example named, the
+ * scatter-add of TensorFlow's IndexedSlices summed into a dense gradient.
  */
 #include "psflow/model.h"
 
@@ -30,12 +35,41 @@ struct pf_model {
     size_t bias_off[PF_MAX_LAYERS];
     float *act[PF_MAX_LAYERS]; /* act[l]: output of layer l, [max_batch, out[l]] */
     float *delta[2];           /* [max_batch, widest layer] each */
+    /* Embeddings: tables at params[table_off[f]], [vocab, dim]; example slots of feature f
+     * from column slot_col[f] of x; its combined row at column col[f] of `looked`. */
+    int n_emb;
+    int width; /* floats per example of x */
+    size_t table_off[PF_MAX_EMBEDDINGS];
+    int slot_col[PF_MAX_EMBEDDINGS];
+    int col[PF_MAX_EMBEDDINGS];
+    size_t tables; /* floats of all tables: params[0 .. tables) */
+    float *looked; /* [max_batch, in[0]] */
+    float *scale;  /* [max_batch, n_emb] */
+    float *logits; /* host [max_batch, 2] for the scores of a two-class model */
 };
+
+int pf_model_dense_inputs(const pf_model_spec *spec) {
+    if (spec->n_embeddings == 0)
+        return spec->inputs;
+    int sum = 0;
+    for (int f = 0; f < spec->n_embeddings; f++)
+        sum += spec->embeddings[f].dim;
+    return sum;
+}
+
+int pf_model_input_width(const pf_model_spec *spec) {
+    if (spec->n_embeddings == 0)
+        return spec->inputs;
+    int sum = 0;
+    for (int f = 0; f < spec->n_embeddings; f++)
+        sum += 2 * spec->embeddings[f].max_ids;
+    return sum;
+}
 
 /* Layer widths: layer l maps dims[l] -> dims[l + 1]. Returns the number of layers. */
 static int layer_dims(const pf_model_spec *spec, int dims[PF_MAX_LAYERS + 1]) {
     int n = 0;
-    dims[n++] = spec->inputs;
+    dims[n++] = pf_model_dense_inputs(spec);
     for (int i = 0; i < spec->n_hidden; i++)
         dims[n++] = spec->hidden[i];
     dims[n++] = spec->outputs;
@@ -47,6 +81,17 @@ int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]) {
     int layers = layer_dims(spec, dims);
     size_t offset = 0;
     int n = 0;
+    for (int f = 0; f < spec->n_embeddings; f++) {
+        const pf_embedding_spec *e = &spec->embeddings[f];
+        pf_var_info *t = &vars[n++];
+        snprintf(t->name, sizeof t->name, "%.*s/embeddings", PF_EMBEDDING_NAME_MAX, e->name);
+        t->rank = 2;
+        t->shape[0] = e->vocab;
+        t->shape[1] = e->dim;
+        t->offset = offset;
+        t->count = (size_t)e->vocab * (size_t)e->dim;
+        offset += t->count;
+    }
     for (int l = 0; l < layers; l++) {
         pf_var_info *k = &vars[n++];
         snprintf(k->name, sizeof k->name, "dense_%d/kernel", l);
@@ -116,11 +161,14 @@ void pf_model_init_ranges(const pf_model_spec *spec, uint64_t seed, int n_ranges
     int r = 0;
     for (int i = 0; i < n && r < n_ranges; i++) {
         size_t lo = vars[i].offset, hi = vars[i].offset + vars[i].count;
-        /* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)); biases
-         * start at zero and draw nothing. Every element of a kernel draws, kept or not,
-         * so each range gets the values it has in the whole vector. */
-        double limit =
-            vars[i].rank == 1 ? 0 : sqrt(6.0 / (double)(vars[i].shape[0] + vars[i].shape[1]));
+        /* Glorot-uniform: U(-limit, limit), limit = sqrt(6 / (fan_in + fan_out)); tables
+         * U(-sqrt(3 / dim), sqrt(3 / dim)); biases start at zero and draw nothing. Every
+         * element of a kernel or table draws, kept or not, so each range gets the values it
+         * has in the whole vector. */
+        double limit = vars[i].rank == 1 ? 0
+                       : i < spec->n_embeddings
+                           ? sqrt(3.0 / (double)vars[i].shape[1])
+                           : sqrt(6.0 / (double)(vars[i].shape[0] + vars[i].shape[1]));
         size_t j = lo;
         while (j < hi) {
             while (r < n_ranges && offsets[r] + counts[r] <= j)
@@ -164,6 +212,8 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
     *out = NULL;
     if (max_batch < 1)
         return PF_ERR_INVALID;
+    if (spec->n_embeddings > 0 && !be->host_memory)
+        return PF_ERR_UNSUPPORTED;
     pf_model *m = pf_calloc(1, sizeof *m);
     if (!m)
         return PF_ERR_NOMEM;
@@ -176,11 +226,21 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
     pf_var_info vars[PF_MAX_VARS];
     pf_model_layout(spec, vars);
     int widest = 0;
+    m->n_emb = spec->n_embeddings;
+    m->width = pf_model_input_width(spec);
+    for (int f = 0, slot_col = 0, col = 0; f < m->n_emb; f++) {
+        m->table_off[f] = vars[f].offset;
+        m->slot_col[f] = slot_col;
+        m->col[f] = col;
+        slot_col += 2 * spec->embeddings[f].max_ids;
+        col += spec->embeddings[f].dim;
+        m->tables = vars[f].offset + vars[f].count;
+    }
     for (int l = 0; l < m->n_layers; l++) {
         m->in[l] = dims[l];
         m->out[l] = dims[l + 1];
-        m->kernel_off[l] = vars[2 * l].offset;
-        m->bias_off[l] = vars[2 * l + 1].offset;
+        m->kernel_off[l] = vars[m->n_emb + 2 * l].offset;
+        m->bias_off[l] = vars[m->n_emb + 2 * l + 1].offset;
         if (dims[l] > widest)
             widest = dims[l];
         if (dims[l + 1] > widest)
@@ -194,6 +254,15 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
     for (int i = 0; i < 2; i++) {
         m->delta[i] = be->alloc((size_t)max_batch * (size_t)widest * sizeof(float));
         if (!m->delta[i])
+            goto nomem;
+    }
+    if (spec->type != PF_MODEL_LINEAR && spec->outputs == 2 &&
+        !(m->logits = pf_mallocarray((size_t)max_batch * 2, sizeof(float))))
+        goto nomem;
+    if (m->n_emb > 0) {
+        m->looked = be->alloc((size_t)max_batch * (size_t)m->in[0] * sizeof(float));
+        m->scale = pf_calloc((size_t)max_batch * (size_t)m->n_emb, sizeof *m->scale);
+        if (!m->looked || !m->scale)
             goto nomem;
     }
     *out = m;
@@ -212,6 +281,10 @@ void pf_model_destroy(pf_model *m) {
     for (int i = 0; i < 2; i++)
         if (m->delta[i])
             m->be->free(m->delta[i]);
+    if (m->looked)
+        m->be->free(m->looked);
+    pf_free(m->scale);
+    pf_free(m->logits);
     pf_free(m);
 }
 
@@ -219,11 +292,82 @@ const pf_backend *pf_model_backend(const pf_model *m) {
     return m->be;
 }
 
-/* Runs the layers on x [batch, inputs]; returns the last layer's output (the logits or
+/* The row an id slot names, or -1 for padding (id -1), or -2 for an id that names no row. */
+static int64_t row_of(float id, int64_t vocab) {
+    if (id == -1.0f)
+        return -1;
+    if (!(id >= 0 && id < (float)vocab) || id != floorf(id))
+        return -2;
+    return (int64_t)id;
+}
+
+/* looked[b, col[f] ..] = scale * sum_k w_k table_f[id_k] for every example and feature. */
+static void look_up(pf_model *m, const float *params, const float *x, int batch) {
+    for (int b = 0; b < batch; b++) {
+        for (int f = 0; f < m->n_emb; f++) {
+            const pf_embedding_spec *e = &m->spec.embeddings[f];
+            const float *ids = x + (size_t)b * (size_t)m->width + m->slot_col[f];
+            const float *w = ids + e->max_ids;
+            float *out = m->looked + (size_t)b * (size_t)m->in[0] + m->col[f];
+            memset(out, 0, (size_t)e->dim * sizeof *out);
+            double sum_w = 0, sum_w2 = 0;
+            bool bad = false;
+            for (int k = 0; k < e->max_ids; k++) {
+                int64_t r = row_of(ids[k], e->vocab);
+                bad = bad || r == -2 || !isfinite(w[k]);
+                if (r < 0)
+                    continue;
+                const float *row = params + m->table_off[f] + (size_t)r * (size_t)e->dim;
+                for (int j = 0; j < e->dim; j++)
+                    out[j] += w[k] * row[j];
+                sum_w += w[k];
+                sum_w2 += (double)w[k] * w[k];
+            }
+            double scale = 1;
+            if (e->combiner == PF_COMBINE_MEAN)
+                scale = sum_w != 0 ? 1 / sum_w : 0;
+            else if (e->combiner == PF_COMBINE_SQRTN)
+                scale = sum_w2 > 0 ? 1 / sqrt(sum_w2) : 0;
+            for (int j = 0; j < e->dim; j++)
+                out[j] = bad ? NAN : (float)(out[j] * scale);
+            m->scale[(size_t)b * (size_t)m->n_emb + f] = (float)scale;
+        }
+    }
+}
+
+/* The tables' gradient from d_looked [batch, in[0]]: zero, then w * scale * d_looked added
+ * to each named row. */
+static void scatter(pf_model *m, const float *x, const float *d_looked, int batch, float *grads) {
+    memset(grads, 0, m->tables * sizeof *grads);
+    for (int b = 0; b < batch; b++) {
+        for (int f = 0; f < m->n_emb; f++) {
+            const pf_embedding_spec *e = &m->spec.embeddings[f];
+            const float *ids = x + (size_t)b * (size_t)m->width + m->slot_col[f];
+            const float *w = ids + e->max_ids;
+            const float *d = d_looked + (size_t)b * (size_t)m->in[0] + m->col[f];
+            float scale = m->scale[(size_t)b * (size_t)m->n_emb + f];
+            for (int k = 0; k < e->max_ids; k++) {
+                int64_t r = row_of(ids[k], e->vocab);
+                if (r < 0)
+                    continue;
+                float c = w[k] * scale;
+                float *g = grads + m->table_off[f] + (size_t)r * (size_t)e->dim;
+                for (int j = 0; j < e->dim; j++)
+                    g[j] += c * d[j];
+            }
+        }
+    }
+}
+
+/* Runs the layers on x [batch, width]; returns the last layer's output (the logits or
  * predictions, [batch, outputs]). */
 static const float *forward(pf_model *m, const float *params, const float *x, int batch) {
     const pf_backend *be = m->be;
     const float *a = x;
+    if (m->n_emb > 0) {
+        look_up(m, params, x, batch);
+        a = m->looked;
+    }
     for (int l = 0; l < m->n_layers; l++) {
         float *y = m->act[l];
         be->gemm(false, false, batch, m->out[l], m->in[l], 1.0f, a, m->in[l],
@@ -250,15 +394,19 @@ float pf_model_train_step(pf_model *m, const float *params, const float *x, cons
         loss = be->softmax_xent(batch, m->out[last], out, labels, delta);
 
     for (int l = last; l >= 0; l--) {
-        const float *a_in = l > 0 ? m->act[l - 1] : x;
+        const float *a_in = l > 0 ? m->act[l - 1] : m->n_emb > 0 ? m->looked : x;
         be->gemm(true, false, m->in[l], m->out[l], batch, 1.0f, a_in, m->in[l], delta, m->out[l],
                  0.0f, grads + m->kernel_off[l], m->out[l]);
         be->bias_grad(batch, m->out[l], delta, grads + m->bias_off[l]);
-        if (l == 0)
+        if (l == 0 && m->n_emb == 0)
             break;
         float *next = m->delta[(last - l + 1) & 1];
         be->gemm(false, true, batch, m->in[l], m->out[l], 1.0f, delta, m->out[l],
                  params + m->kernel_off[l], m->out[l], 0.0f, next, m->in[l]);
+        if (l == 0) {
+            scatter(m, x, next, batch, grads);
+            break;
+        }
         be->activation_grad(m->spec.activation, (size_t)batch * (size_t)m->in[l], m->act[l - 1],
                             next, next);
         delta = next;
@@ -276,6 +424,11 @@ void pf_model_eval_batch(pf_model *m, const float *params, const float *x, const
         int cols = m->out[m->n_layers - 1];
         acc->loss_sum += be->xent_sum(batch, cols, out, labels);
         acc->correct += be->count_correct(batch, cols, out, labels);
+        if (acc->scores && m->logits) {
+            be->download(m->logits, out, (size_t)batch * 2);
+            for (int b = 0; b < batch; b++)
+                acc->scores[acc->examples + b] = m->logits[2 * b + 1] - m->logits[2 * b];
+        }
     }
     acc->examples += batch;
 }

@@ -11,6 +11,7 @@
 #include "psflow/session.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "psflow/mem.h"
@@ -41,6 +42,7 @@ struct pf_session {
      * averaged gradient */
     pf_towers *towers;
     float *hparams, *hgrads;
+    float *scores; /* a two-class model's evaluation scores, one per example of the set */
 };
 
 static bool is_classifier(const pf_job_spec *spec) {
@@ -70,7 +72,7 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
 
     if ((st = pf_dataset_load(spec, false, &s->train, err)) != PF_OK)
         goto fail;
-    bool test_exists = spec->data.format == PF_DATA_SYNTHETIC_LINEAR || spec->data.n_test > 0;
+    bool test_exists = pf_data_has_test(&spec->data);
     if (options && options->load_test && test_exists) {
         if ((st = pf_dataset_load(spec, true, &s->test, err)) != PF_OK)
             goto fail;
@@ -87,7 +89,7 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     s->n_params = pf_model_num_params(&spec->model);
     s->n_slots = pf_optim_num_slots(&spec->optimizer);
     const pf_backend *be = s->be;
-    size_t in = (size_t)spec->model.inputs;
+    size_t in = (size_t)pf_model_input_width(&spec->model);
     s->params = be->alloc(s->n_params * sizeof(float));
     s->grads = be->alloc(s->n_params * sizeof(float));
     s->x = be->alloc((size_t)max_batch * in * sizeof(float));
@@ -142,6 +144,7 @@ void pf_session_destroy(pf_session *s) {
     pf_free(s->hlabels);
     pf_free(s->hparams);
     pf_free(s->hgrads);
+    pf_free(s->scores);
     pf_towers_destroy(s->towers);
     pf_model_destroy(s->model);
     pf_sampler_destroy(s->sampler);
@@ -154,7 +157,7 @@ void pf_session_destroy(pf_session *s) {
 /* Uploads `count` host-staged examples to the backend batch buffers. */
 static void upload_batch(pf_session *s, int count) {
     const pf_backend *be = s->be;
-    be->upload(s->x, s->hx, (size_t)count * (size_t)s->spec.model.inputs);
+    be->upload(s->x, s->hx, (size_t)count * (size_t)pf_model_input_width(&s->spec.model));
     if (is_classifier(&s->spec))
         be->upload_i32(s->labels, s->hlabels, (size_t)count);
     else
@@ -187,15 +190,25 @@ bool pf_session_has_test_set(const pf_session *s) {
     return s->has_test;
 }
 
+const pf_dataset *pf_session_eval_set(const pf_session *s) {
+    return s->has_test ? &s->test : &s->train;
+}
+
 void pf_session_evaluate(pf_session *s, pf_eval *out) {
-    const pf_dataset *ds = s->has_test ? &s->test : &s->train;
+    const pf_dataset *ds = pf_session_eval_set(s);
     memset(out, 0, sizeof *out);
+    bool binary = s->spec.model.type != PF_MODEL_LINEAR && s->spec.model.outputs == 2;
+    if (binary && !s->scores)
+        s->scores = pf_mallocarray((size_t)ds->n, sizeof *s->scores);
+    out->scores = binary ? s->scores : NULL; /* no memory: no AUC */
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
         pf_batch_copy(ds, start, count, s->hx, s->hy, s->hlabels);
         upload_batch(s, count);
         pf_model_eval_batch(s->model, s->params, s->x, s->y, s->labels, count, out);
     }
+    out->auc = out->scores ? pf_auc(out->scores, ds->y, ds->n) : NAN;
+    out->scores = NULL;
 }
 
 void pf_session_read_params(const pf_session *s, float *params) {

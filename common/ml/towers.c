@@ -177,7 +177,7 @@ pf_status pf_towers_create(const pf_job_spec *spec, const pf_backend *backend, p
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     t->k = k;
     t->batch = spec->training.batch_size;
-    t->inputs = spec->model.inputs;
+    t->inputs = pf_model_input_width(&spec->model);
     t->classifier = spec->model.type != PF_MODEL_LINEAR;
     t->n_params = pf_model_num_params(&spec->model);
     t->model = spec->model;

@@ -23,7 +23,7 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
         params += (double)vars[v].count;
         shards += pf_partition_count(&spec->partitioner, vars[v].shape[0],
                                      (int64_t)sizeof(float) * vars[v].shape[1]);
-        if (vars[v].rank == 2) { /* a kernel [in, out] */
+        if (vars[v].rank == 2 && v >= spec->model.n_embeddings) { /* a kernel [in, out] */
             widths += (double)vars[v].shape[1];
             widest = vars[v].shape[0] > widest ? (double)vars[v].shape[0] : widest;
             widest = vars[v].shape[1] > widest ? (double)vars[v].shape[1] : widest;
@@ -32,12 +32,14 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
     int slots = pf_optim_num_slots(&spec->optimizer);
     double batch = spec->training.batch_size > EVAL_BATCH ? spec->training.batch_size : EVAL_BATCH;
     double data = 0;
-    if (spec->data.format == PF_DATA_SYNTHETIC_LINEAR) {
-        double n = (double)spec->data.n;
-        data = 16 * n + 8 * (n / 5 > 1 ? n / 5 : 1);
-    }
-    double training =
-        4 * (4 * params + batch * (2.0 * spec->model.inputs + 4 + widths + 2 * widest)) + data;
+    double n = (double)spec->data.n, n_test = n / 5 > 1 ? n / 5 : 1;
+    if (spec->data.format == PF_DATA_SYNTHETIC_LINEAR)
+        data = 16 * n + 8 * n_test;
+    else if (spec->data.format == PF_DATA_SYNTHETIC_CTR) /* x and y, generated in memory */
+        data = (4.0 * pf_model_input_width(&spec->model) + 4) * (n + n_test);
+    double training = 4 * (4 * params + batch * (2.0 * pf_model_input_width(&spec->model) + 4 +
+                                                 widths + 2 * widest)) +
+                      data;
     out->params = clamp(params);
     out->slots = slots;
     out->model_bytes = clamp(4 * params * (1 + slots));

@@ -1,5 +1,7 @@
 /* fuzz_libsvm.c - libFuzzer target for pf_libsvm_parse (3 features, ids from 1,
- * classification). The input is not NUL-terminated, which the parser must cope with. */
+ * classification) and pf_libsvm_parse_ids (two embeddings: ids 1..3 for "a", 2 ids an
+ * example; 4..8 for "b", 1 id). The input is not NUL-terminated, which the parser must cope
+ * with. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,6 +13,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pf_dataset ds;
     pf_error err;
     if (pf_libsvm_parse((const char *)data, size, "fuzz", 3, 1, true, &ds, &err) == PF_OK)
+        pf_dataset_deinit(&ds);
+    pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 2};
+    m.embeddings[0] = (pf_embedding_spec){"a", 3, 2, PF_COMBINE_SUM, 2};
+    m.embeddings[1] = (pf_embedding_spec){"b", 5, 2, PF_COMBINE_SUM, 1};
+    if (pf_libsvm_parse_ids((const char *)data, size, "fuzz", &m, 1, true, &ds, &err) == PF_OK)
         pf_dataset_deinit(&ds);
     return 0;
 }

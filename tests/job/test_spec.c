@@ -136,6 +136,12 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
              a->devices[r].index == b->devices[r].index;
     for (int i = 0; eq && i < a->model.n_hidden; i++)
         eq = a->model.hidden[i] == b->model.hidden[i];
+    eq = eq && a->model.n_embeddings == b->model.n_embeddings;
+    for (int i = 0; eq && i < a->model.n_embeddings; i++) {
+        const pf_embedding_spec *x = &a->model.embeddings[i], *y = &b->model.embeddings[i];
+        eq = strcmp(x->name, y->name) == 0 && x->vocab == y->vocab && x->dim == y->dim &&
+             x->combiner == y->combiner && x->max_ids == y->max_ids;
+    }
     for (int i = 0; eq && i < PF_MAX_DATA_FILES; i++)
         eq = same_string(a->data.train[i], b->data.train[i]) &&
              same_string(a->data.test[i], b->data.test[i]);
@@ -898,6 +904,78 @@ static void test_failing_jansson_allocator(void **state) {
     pf_job_spec_deinit(&s);
 }
 
+/* model.embeddings: fields and defaults, the normalised form (no inputs, every default
+ * written, "auto" as "cpu"), and the messages of the cross-field rules. */
+static void test_embedding_forms(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_error err;
+    const char *text =
+        "{\"name\":\"emb\",\"model\":{\"type\":\"mlp\",\"hidden\":[8],\"outputs\":3,"
+        "\"embeddings\":[{\"name\":\"user\",\"vocab\":1000,\"dim\":8,\"combiner\":\"mean\","
+        "\"max_ids\":3},{\"name\":\"item-id\",\"vocab\":16777216,\"dim\":4}]},"
+        "\"data\":{\"format\":\"libsvm\",\"train\":[\"a.svm\"]},\"device\":\"auto\"}";
+    assert_int_equal(parse_text(text, &spec, &err), PF_OK);
+    assert_int_equal(spec.model.inputs, 0);
+    assert_int_equal(spec.model.n_embeddings, 2);
+    const pf_embedding_spec *a = &spec.model.embeddings[0], *b = &spec.model.embeddings[1];
+    assert_string_equal(a->name, "user");
+    assert_int_equal(a->vocab, 1000);
+    assert_int_equal(a->dim, 8);
+    assert_int_equal(a->combiner, PF_COMBINE_MEAN);
+    assert_int_equal(a->max_ids, 3);
+    assert_string_equal(b->name, "item-id");
+    assert_int_equal(b->vocab, PF_MAX_VOCAB);
+    assert_int_equal(b->combiner, PF_COMBINE_SUM);
+    assert_int_equal(b->max_ids, 1);
+    assert_int_equal(spec.devices[0].device, PF_DEVICE_CPU);
+    char *json = pf_job_spec_to_json(&spec);
+    assert_non_null(json);
+    assert_null(strstr(json, "\"inputs\""));
+    assert_non_null(strstr(json,
+                           "\"embeddings\":[{\"name\":\"user\",\"vocab\":1000,\"dim\":8,"
+                           "\"combiner\":\"mean\",\"max_ids\":3},{\"name\":\"item-id\","
+                           "\"vocab\":16777216,\"dim\":4,\"combiner\":\"sum\",\"max_ids\":1}]"));
+    assert_non_null(strstr(json, "\"device\":\"cpu\""));
+    assert_round_trip(&spec, "embeddings");
+    pf_free(json);
+    pf_job_spec_deinit(&spec);
+    assert_string_equal(pf_combiner_name(PF_COMBINE_SQRTN), "sqrtn");
+
+    static const struct {
+        const char *model; /* model.embeddings' value */
+        const char *pointer;
+        const char *words; /* in the message */
+    } bad[] = {
+        {"[{\"name\":\"a\",\"vocab\":2,\"dim\":1},{\"name\":\"a\",\"vocab\":2,\"dim\":1}]",
+         "/model/embeddings/1/name", "'a' is also embedding 0"},
+        {"[{\"name\":\"abcdefghijklmnopqrstu\",\"vocab\":2,\"dim\":1}]", "/model/embeddings/0/name",
+         "longer than 20 characters"},
+        {"[{\"name\":\"a\",\"dim\":1}]", "/model/embeddings/0/vocab",
+         "missing required field 'vocab' in /model/embeddings/0"},
+        {"[{\"name\":\"a\",\"vocab\":2,\"dim\":1},7]", "/model/embeddings/1",
+         "expected an object, got integer"},
+        {"[]", "/model/embeddings", "expected 1 to 16 entries, got 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char doc[512];
+        snprintf(doc, sizeof doc,
+                 "{\"name\":\"emb\",\"model\":{\"type\":\"softmax\",\"outputs\":2,"
+                 "\"embeddings\":%s},\"data\":{\"format\":\"libsvm\",\"train\":[\"a\"]}}",
+                 bad[i].model);
+        assert_int_equal(parse_fails(doc, &err), PF_ERR_SPEC);
+        assert_string_equal(err.pointer, bad[i].pointer);
+        if (!strstr(err.message, bad[i].words))
+            fail_msg("%s: message '%s' lacks '%s'", bad[i].model, err.message, bad[i].words);
+    }
+    assert_int_equal(parse_fails("{\"name\":\"emb\",\"model\":{\"type\":\"softmax\",\"outputs\":2},"
+                                 "\"data\":{\"format\":\"libsvm\",\"train\":[\"a\"]}}",
+                                 &err),
+                     PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/model/inputs");
+    assert_non_null(strstr(err.message, "missing required field 'inputs'"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonfinite_fields),
@@ -915,6 +993,7 @@ int main(void) {
         cmocka_unit_test(test_failing_jansson_allocator),
         cmocka_unit_test(test_device_forms),
         cmocka_unit_test(test_replica_forms),
+        cmocka_unit_test(test_embedding_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

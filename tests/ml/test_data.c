@@ -547,6 +547,55 @@ static void test_libsvm_messages(void **state) {
     pf_dataset_deinit(&ds);
 }
 
+/* Sparse examples for a model with embeddings: feature "a" (vocab 3, 2 ids) owns ids
+ * 1..3, "b" (vocab 4, 1 id) ids 4..7; each example is a's 2 id slots, a's 2 weights, b's
+ * id, b's weight, padded with id -1 and weight 0. */
+static void test_libsvm_ids(void **state) {
+    (void)state;
+    pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 2};
+    m.embeddings[0] = (pf_embedding_spec){"a", 3, 4, PF_COMBINE_SUM, 2};
+    m.embeddings[1] = (pf_embedding_spec){"b", 4, 2, PF_COMBINE_MEAN, 1};
+    pf_dataset ds;
+    pf_error err;
+    const char *text = "1 1:1 3:0.5 6:2\n0 7:1\n2\n2 2:4\n";
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err), PF_OK);
+    assert_int_equal(ds.n, 4);
+    assert_int_equal(ds.features, 6);
+    assert_int_equal(ds.num_classes, 3);
+    const float want[4][6] = {
+        {0, 2, 1, 0.5f, 2, 2}, {-1, -1, 0, 0, 3, 1}, {-1, -1, 0, 0, -1, 0}, {1, -1, 4, 0, -1, 0}};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++)
+            if (ds.x[i * 6 + j] != want[i][j])
+                fail_msg("example %d slot %d: %g, want %g", i, j, ds.x[i * 6 + j], want[i][j]);
+    pf_dataset_deinit(&ds);
+
+    /* Too many ids for a feature, an id past the last table, index_base 0. */
+    text = "0 1:1 2:1 3:1\n";
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err),
+                     PF_ERR_FORMAT);
+    assert_string_equal(err.message, "t: line 1: embedding 'a' (ids 1 .. 3) has more than its "
+                                     "max_ids 2 ids on this line");
+    assert_int_equal(err.offset, (long long)strlen("0 1:1 2:1 "));
+    assert_zeroed(&ds);
+    text = "0 4:1 5:1\n";
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err),
+                     PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "embedding 'b' (ids 4 .. 7) has more than its max_ids 1"));
+    text = "0 8:1\n";
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err),
+                     PF_ERR_FORMAT);
+    assert_string_equal(err.message, "t: line 1: feature id 8 outside 1 .. 7 (ids of the model's "
+                                     "embeddings 7, data.index_base 1)");
+    text = "0 0:1 6:1\n";
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 0, true, &ds, &err), PF_OK);
+    assert_true(ds.x[0] == 0 && ds.x[4] == 3);
+    pf_dataset_deinit(&ds);
+    m.n_embeddings = 0;
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 0, true, &ds, &err),
+                     PF_ERR_INVALID);
+}
+
 /* Parses text with 3 features and returns the status; message into err. */
 static pf_status csv3(const char *text, bool classification, pf_dataset *ds, pf_error *err) {
     return pf_csv_parse(text, strlen(text), "t.csv", 3, classification, ds, err);
@@ -1040,16 +1089,16 @@ static void test_failing_allocator(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_idx_generated),         cmocka_unit_test(test_idx_valid_files),
-        cmocka_unit_test(test_idx_invalid_files),     cmocka_unit_test(test_idx_messages),
-        cmocka_unit_test(test_idx_size_cap),          cmocka_unit_test(test_fashion_mnist),
-        cmocka_unit_test(test_csv_valid_files),       cmocka_unit_test(test_csv_invalid_files),
-        cmocka_unit_test(test_csv_messages),          cmocka_unit_test(test_synthetic),
-        cmocka_unit_test(test_libsvm_valid_files),    cmocka_unit_test(test_libsvm_invalid_files),
-        cmocka_unit_test(test_libsvm_messages),       cmocka_unit_test(test_dataset_load),
-        cmocka_unit_test(test_sampler_epochs),        cmocka_unit_test(test_sampler_uniform),
-        cmocka_unit_test(test_batch_gather_boundary), cmocka_unit_test(test_sharding),
-        cmocka_unit_test(test_failing_allocator),
+        cmocka_unit_test(test_idx_generated),      cmocka_unit_test(test_idx_valid_files),
+        cmocka_unit_test(test_idx_invalid_files),  cmocka_unit_test(test_idx_messages),
+        cmocka_unit_test(test_idx_size_cap),       cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_csv_valid_files),    cmocka_unit_test(test_csv_invalid_files),
+        cmocka_unit_test(test_csv_messages),       cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_libsvm_valid_files), cmocka_unit_test(test_libsvm_invalid_files),
+        cmocka_unit_test(test_libsvm_messages),    cmocka_unit_test(test_libsvm_ids),
+        cmocka_unit_test(test_dataset_load),       cmocka_unit_test(test_sampler_epochs),
+        cmocka_unit_test(test_sampler_uniform),    cmocka_unit_test(test_batch_gather_boundary),
+        cmocka_unit_test(test_sharding),           cmocka_unit_test(test_failing_allocator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -74,14 +74,53 @@ pf_status pf_libsvm_load(const char *path, int features, int index_base, bool cl
 pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int features,
                           int index_base, bool classification, pf_dataset *out, pf_error *err);
 
+/* Reads a LIBSVM file as sparse examples of a model with embeddings (model.h): the ids of
+ * the line name feature f's rows when they fall in f's range (feature 0 owns the first
+ * vocab ids from index_base, feature 1 the next, ...), each pair's value is its weight, and
+ * each example becomes pf_model_input_width floats of id and weight slots, padded with id
+ * -1 and weight 0. A feature with more than max_ids ids on a line is refused with the line
+ * and the feature named; everything else as pf_libsvm_load. */
+pf_status pf_libsvm_load_ids(const char *path, const pf_model_spec *model, int index_base,
+                             bool classification, pf_dataset *out, pf_error *err);
+
+/* Same from memory; `what` names the input in messages. */
+pf_status pf_libsvm_parse_ids(const char *text, size_t len, const char *what,
+                              const pf_model_spec *model, int index_base, bool classification,
+                              pf_dataset *out, pf_error *err);
+
 /* n examples of y = w x + b + noise * N(0,1), x ~ U(0,1), deterministic in (seed, stream). */
 pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint64_t seed,
                               uint64_t stream, pf_dataset *out);
 
+/* n examples of data.format synthetic_ctr for the model's embeddings (see ctr.c's DESIGN):
+ * each example names one id per feature (weight 1, the other slots padded), its label is
+ * a click (1) with probability sigmoid(pf_synthetic_ctr_logit) or not (0); deterministic in
+ * (training.seed, stream). Errors: PF_ERR_INVALID (no embeddings, zipf <= 0, signal < 0, a
+ * non-finite bias), PF_ERR_NOMEM. */
+pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, pf_dataset *out);
+
+/* The true weight of id `id` of embedding `feature`: signal * N(0, 1), the same in every
+ * process for one seed. */
+double pf_synthetic_ctr_weight(double signal, uint64_t seed, int feature, int64_t id);
+
+/* The true logit of one example row of pf_synthetic_ctr: data.bias + the sum of its ids'
+ * true weights. */
+double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row);
+
+/* The Bayes-optimal AUC on a synthetic_ctr test set: the AUC of the true logits against its
+ * labels (no model ranks those examples better in expectation). NaN when the set has only
+ * one class or memory runs out. */
+double pf_synthetic_ctr_bayes_auc(const pf_job_spec *spec, const pf_dataset *test);
+
+/* Area under the ROC curve of scores for labels (1 positive, 0 negative) over n examples,
+ * exact (Mann-Whitney, ties counted half); NaN when a class is missing, a score is NaN or
+ * memory runs out. */
+double pf_auc(const float *scores, const float *labels, int64_t n);
+
 /* Loads the train (test == false) or test set a job spec names, checking that its feature
- * count matches model.inputs and its labels fit model.outputs. For synthetic_linear the
- * test set is n/5 (at least 1) fresh examples. A spec with no test files gives
- * PF_ERR_NOT_FOUND for test == true. */
+ * count matches the model's input width (pf_model_input_width) and its labels fit model.outputs.
+ * For synthetic_linear the test set is n/5 (at least 1) fresh examples. A spec with no test files
+ * gives PF_ERR_NOT_FOUND for test == true. */
 pf_status pf_dataset_load(const pf_job_spec *spec, bool test, pf_dataset *out, pf_error *err);
 
 /* --- sampler ------------------------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /* model.h - the models a job spec names, as stacks of dense layers over one flat parameter
- * vector.
+ * vector, optionally fed by embedding lookups.
  *
  * Every model is layers 0..L-1 of y = act(x . kernel + bias); the last layer has no
  * activation and feeds the loss (mean squared error for `linear`, softmax cross-entropy
@@ -11,6 +11,16 @@
  * dense_1/kernel, ... A parameter server can therefore hold any range of the vector; the
  * layout is a pure function of the model spec (pf_model_layout), identical in every
  * process.
+ *
+ * A model with embeddings (spec.h, pf_embedding_spec) starts its vector with one table per
+ * feature, "<name>/embeddings" [vocab, dim], and reads sparse examples: an example is
+ * pf_model_input_width floats, for each feature in order max_ids id slots then max_ids
+ * weight slots. Ids are whole numbers 0 .. vocab - 1 held exactly in float32; a slot with
+ * id -1 (weight 0) is padding. Each feature's weighted rows are combined (sum, mean,
+ * sqrtn) into dim inputs of dense_0, features side by side; the gradient of a table is
+ * zero except on the rows the batch named. Any other id (NaN, negative, a fraction, past
+ * the table) makes that example's outputs NaN, so training's non-finite handling sees it.
+ * Lookups read and write host memory: such a model needs a host-memory backend.
  *
  * A pf_model owns the activation and gradient scratch buffers for batches of up to
  * max_batch examples, in the memory of its backend. It is not thread-safe; use one per
@@ -26,13 +36,13 @@
 #include "psflow/spec.h"
 
 #define PF_MAX_LAYERS   (PF_MAX_HIDDEN + 1)
-#define PF_MAX_VARS     (2 * PF_MAX_LAYERS)
+#define PF_MAX_VARS     (2 * PF_MAX_LAYERS + PF_MAX_EMBEDDINGS)
 #define PF_VAR_NAME_MAX 32
 
 typedef struct pf_var_info {
-    char name[PF_VAR_NAME_MAX]; /* "dense_0/kernel" */
-    int rank;                   /* 2 for kernels, 1 for biases */
-    int64_t shape[2];           /* [in, out] or [out] (shape[1] = 1 for rank 1) */
+    char name[PF_VAR_NAME_MAX]; /* "dense_0/kernel", "user_id/embeddings" */
+    int rank;                   /* 2 for kernels and tables, 1 for biases */
+    int64_t shape[2];           /* [in, out], [vocab, dim] or [out] (shape[1] = 1 for rank 1) */
     size_t offset;              /* first element in the flat vector */
     size_t count;               /* elements */
 } pf_var_info;
@@ -48,11 +58,20 @@ size_t pf_first_nonfinite(const float *x, size_t n);
 /* The variable holding element i of the flat vector into *out; -1 when i is past the end. */
 int pf_model_var_at(const pf_model_spec *spec, size_t i, pf_var_info *out);
 
+/* Floats of one example as the model reads it: model.inputs for a dense model, the sum of
+ * 2 * max_ids over the features for a model with embeddings. */
+int pf_model_input_width(const pf_model_spec *spec);
+
+/* Inputs of dense_0: model.inputs, or the sum of the embedding dims. */
+int pf_model_dense_inputs(const pf_model_spec *spec);
+
 /* Total parameters (floats) of the model. */
 size_t pf_model_num_params(const pf_model_spec *spec);
 
 /* Deterministic initial values into host memory params[num_params]: Glorot-uniform
- * kernels (limit sqrt(6 / (in + out))), zero biases, drawn from `seed`. */
+ * kernels (limit sqrt(6 / (in + out))), zero biases, embedding tables uniform with the
+ * standard deviation 1/sqrt(dim) of TensorFlow's embedding_column (limit sqrt(3 / dim)),
+ * drawn from `seed`. */
 void pf_model_init_params(const pf_model_spec *spec, uint64_t seed, float *params);
 
 /* Ranges of the vector pf_model_init_params fills, without the rest of it (what a ps
@@ -68,7 +87,8 @@ double pf_model_flops_per_example(const pf_model_spec *spec);
 typedef struct pf_model pf_model;
 
 /* New model with scratch space for up to max_batch (>= 1) examples. Errors: PF_ERR_NOMEM,
- * PF_ERR_INVALID (max_batch < 1). */
+ * PF_ERR_INVALID (max_batch < 1), PF_ERR_UNSUPPORTED (embeddings on a backend whose memory
+ * is not the host's). */
 pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int max_batch,
                           pf_model **out);
 void pf_model_destroy(pf_model *m);
@@ -77,7 +97,7 @@ const pf_backend *pf_model_backend(const pf_model *m);
 
 /* One forward and backward pass over `batch` (1..max_batch) examples.
  * params, grads: [num_params] in backend memory; grads is overwritten with the gradient of
- * the mean loss over the batch. x: [batch, inputs] backend memory. Targets, backend
+ * the mean loss over the batch. x: [batch, pf_model_input_width] backend memory. Targets, backend
  * memory: `labels` [batch] int32 for classification models (softmax, mlp), `targets`
  * [batch] float for linear; the other may be NULL. Returns the mean loss. */
 float pf_model_train_step(pf_model *m, const float *params, const float *x, const float *targets,
@@ -88,6 +108,11 @@ typedef struct pf_eval {
     int64_t examples;
     int64_t correct; /* classification only */
     double loss_sum; /* sum of per-example losses */
+    /* Two-class models: when not NULL, pf_model_eval_batch writes each example's score
+     * (logit 1 - logit 0, which orders examples as P(class 1) does) at
+     * scores[examples], so the caller gives room for the whole set. */
+    float *scores;
+    double auc; /* area under the ROC curve of those scores, set by the caller (NaN: none) */
 } pf_eval;
 
 /* Forward pass only, adding this batch's totals to *acc. Same arguments as train_step. */

@@ -43,7 +43,7 @@ float pf_session_step(pf_session *s);
 int64_t pf_session_global_step(const pf_session *s);
 
 /* Evaluates the current parameters on the test set (or, when there is none, on the train
- * set) in batches; fills *out. */
+ * set) in batches; fills *out, out->auc too for a two-class model (else NaN). */
 void pf_session_evaluate(pf_session *s, pf_eval *out);
 
 /* Whether evaluation uses a separate test set. */
@@ -57,6 +57,8 @@ void pf_session_read_params(const pf_session *s, float *params);
 pf_status pf_session_save(const pf_session *s, const char *path, pf_error *err);
 
 const pf_dataset *pf_session_train_set(const pf_session *s);
+/* The set pf_session_evaluate uses: the test set, or the train set when there is none. */
+const pf_dataset *pf_session_eval_set(const pf_session *s);
 const pf_backend *pf_session_backend(const pf_session *s);
 const pf_job_spec *pf_session_spec(const pf_session *s);
 

@@ -27,10 +27,21 @@
 #define PF_MAX_REPLICAS            1024      /* upper bound for replicas.ps and replicas.worker */
 #define PF_MAX_GPU_INDEX           255       /* the largest N of "device": "cuda:N" */
 #define PF_MAX_REPLICAS_PER_WORKER 16        /* in-graph replicas one worker may run */
+#define PF_MAX_EMBEDDINGS          16        /* categorical features a model may embed */
+#define PF_EMBEDDING_NAME_MAX      20        /* "<name>/embeddings" fits a variable name */
+#define PF_MAX_VOCAB               (1 << 24) /* rows of a table: ids are exact in float32 */
+#define PF_MAX_EMBEDDING_DIM       4096      /* columns of a table */
+#define PF_MAX_IDS                 4096      /* ids of one feature in one example */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
-typedef enum { PF_DATA_IDX, PF_DATA_CSV, PF_DATA_SYNTHETIC_LINEAR, PF_DATA_LIBSVM } pf_data_format;
+typedef enum {
+    PF_DATA_IDX,
+    PF_DATA_CSV,
+    PF_DATA_SYNTHETIC_LINEAR,
+    PF_DATA_LIBSVM,
+    PF_DATA_SYNTHETIC_CTR
+} pf_data_format;
 typedef enum { PF_OPT_SGD, PF_OPT_MOMENTUM, PF_OPT_ADAGRAD, PF_OPT_ADAM } pf_optimizer_type;
 typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
 /* What a job does when training produces a NaN or infinite loss, gradient or value. */
@@ -49,6 +60,8 @@ typedef enum {
     PF_RESTART_EXIT_CODE
 } pf_restart_policy;
 typedef enum { PF_DEVICE_CPU, PF_DEVICE_CUDA, PF_DEVICE_AUTO } pf_device;
+/* How an example's embedding rows become one vector (tf.nn.embedding_lookup_sparse). */
+typedef enum { PF_COMBINE_SUM, PF_COMBINE_MEAN, PF_COMBINE_SQRTN } pf_combiner;
 
 /* One device as the spec spells it. */
 typedef struct pf_device_spec {
@@ -63,17 +76,38 @@ typedef struct pf_replicas {
     int evaluator; /* 0 or 1 [0] */
 } pf_replicas;
 
+/* One categorical feature, "model.embeddings[i]": its ids index the rows of the variable
+ * "<name>/embeddings" [vocab, dim]; an example's rows are combined into dim inputs of the
+ * dense layers (sum: sum_k w_k row_k; mean: divided by sum_k w_k; sqrtn: divided by
+ * sqrt(sum_k w_k^2); an example without ids gives zeros). */
+typedef struct pf_embedding_spec {
+    char name[PF_NAME_MAX + 1]; /* required: a name as the job's, at most
+                                   PF_EMBEDDING_NAME_MAX characters, unique in the model */
+    int64_t vocab;              /* required, 1..PF_MAX_VOCAB: ids 0 .. vocab - 1 */
+    int dim;                    /* required, 1..PF_MAX_EMBEDDING_DIM */
+    pf_combiner combiner;       /* "sum" | "mean" | "sqrtn" [sum] */
+    int max_ids;                /* ids one example may have, 1..PF_MAX_IDS [1] */
+} pf_embedding_spec;
+
 typedef struct pf_model_spec {
     pf_model_type type;        /* required: "linear" | "softmax" | "mlp" */
-    int inputs;                /* required, 1..PF_MAX_UNITS */
+    int inputs;                /* 1..PF_MAX_UNITS, required without embeddings and refused
+                                  with them (the dense layers' inputs are then the sum of
+                                  the embedding dims); 0 when absent */
     int outputs;               /* linear: [1], must be 1; softmax/mlp: required, >= 2 */
     int n_hidden;              /* mlp: 1..PF_MAX_HIDDEN entries of "hidden"; others: 0 */
     int hidden[PF_MAX_HIDDEN]; /* widths, each 1..PF_MAX_UNITS */
     pf_activation activation;  /* mlp: relu | tanh | sigmoid [relu]; others: PF_ACT_NONE */
+    /* Categorical features ("embeddings", 0..PF_MAX_EMBEDDINGS entries): the model reads
+     * sparse examples (data.format libsvm, where feature i owns the ids after those of
+     * features 0..i-1), and its variables start with each feature's table. */
+    int n_embeddings;
+    pf_embedding_spec embeddings[PF_MAX_EMBEDDINGS];
 } pf_model_spec;
 
 typedef struct pf_data_spec {
-    pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" | "libsvm" */
+    pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" | "libsvm" |
+                                       "synthetic_ctr" */
     int n_train;                    /* number of paths in train[] */
     char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file] */
     int n_test;                     /* 0 when there is no test set */
@@ -83,8 +117,23 @@ typedef struct pf_data_spec {
     double b;       /* [10] */
     double noise;   /* >= 0 [0.1] */
     int index_base; /* libsvm only, 0 or 1 [1]: the feature id of the first input */
-    int64_t n;      /* training examples, >= 1 [10000]; test set n/5 */
+    int64_t n;      /* synthetic: training examples, >= 1 [10000]; test set n/5 */
+    /* synthetic_ctr only (data.h): one Zipf-distributed id per embedding feature, a click
+     * with probability sigmoid(bias + sum of the ids' true weights, each signal * N(0,1)) */
+    double zipf;   /* > 0 [1.1]: P(the k-th most frequent id) ~ k^-zipf */
+    double signal; /* >= 0 [1] */
+    double bias;   /* [-1.5] */
 } pf_data_spec;
+
+/* Data a generator draws (synthetic_linear, synthetic_ctr) rather than files. */
+static inline bool pf_data_is_synthetic(const pf_data_spec *d) {
+    return d->format == PF_DATA_SYNTHETIC_LINEAR || d->format == PF_DATA_SYNTHETIC_CTR;
+}
+
+/* Whether the job evaluates on a test set: generated ones always have one. */
+static inline bool pf_data_has_test(const pf_data_spec *d) {
+    return pf_data_is_synthetic(d) || d->n_test > 0;
+}
 
 typedef struct pf_decay_spec {
     bool enabled;        /* true when "decay" is present */
@@ -196,6 +245,7 @@ const char *pf_model_type_name(pf_model_type t);
 const char *pf_activation_name(pf_activation a);
 const char *pf_optimizer_type_name(pf_optimizer_type t);
 const char *pf_device_name(pf_device d);
+const char *pf_combiner_name(pf_combiner c);
 
 /* A device as the spec spells it: "cpu", "cuda", "cuda:N" (N in 0..PF_MAX_GPU_INDEX, without
  * sign or leading zeros; "cuda:0" is "cuda") or "auto". Fills *device and *index (0 unless

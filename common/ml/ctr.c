@@ -1,0 +1,214 @@
+/* ctr.c - the synthetic_ctr generator: click-through data drawn from a known model (data.h),
+ * and the area under the ROC curve (pf_auc).
+ *
+ * DESIGN: the true model is logistic: P(click) = sigmoid(bias + sum_f w_f(id_f)) over one id
+ * per embedding feature. w_f(id) is signal * N(0, 1) drawn from its own rng stream keyed by
+ * (seed, f, id), so the truth costs no memory for any vocabulary and every process computes
+ * the same one. Ids follow Zipf's law over ranks 1..vocab (P(rank k) ~ k^-zipf), sampled by
+ * Hoermann and Derflinger's rejection-inversion (O(1) a draw, no table); rank k becomes id
+ * (k * step) mod vocab with step coprime to vocab, so the hot ids are spread over the
+ * table (and over the ps tasks of a partitioned one) as hashed ids are. The Bayes-optimal
+ * AUC of a test set is the AUC of the true logits against its drawn labels: no model can
+ * rank those examples better in expectation.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/data.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
+#include "psflow/rng.h"
+
+#define TRUTH_SEED 0x63747274727574ULL /* keys the true weights apart from other streams */
+
+/* --- Zipf by rejection-inversion ------------------------------------------------------------ */
+
+typedef struct zipf {
+    double s;      /* exponent */
+    int64_t n;     /* ranks 1..n */
+    double h_x1;   /* H(1.5) - 1 */
+    double h_n;    /* H(n + 0.5) */
+    double accept; /* the squeeze: k - x <= accept is accepted at once */
+} zipf;
+
+/* log1p(x) / x and expm1(x) / x, with their series near 0. */
+static double helper1(double x) {
+    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - x * 0.25));
+}
+
+static double helper2(double x) {
+    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + x * 0.25));
+}
+
+static double zipf_h(const zipf *z, double x) {
+    return exp(-z->s * log(x));
+}
+
+/* H(x), an integral of h, and its inverse. */
+static double zipf_hi(const zipf *z, double x) {
+    double lx = log(x);
+    return helper2((1 - z->s) * lx) * lx;
+}
+
+static double zipf_hi_inverse(const zipf *z, double x) {
+    double t = x * (1 - z->s);
+    if (t < -1)
+        t = -1; /* rounding only */
+    return exp(helper1(t) * x);
+}
+
+static void zipf_init(zipf *z, int64_t n, double s) {
+    z->s = s;
+    z->n = n;
+    z->h_x1 = zipf_hi(z, 1.5) - 1;
+    z->h_n = zipf_hi(z, (double)n + 0.5);
+    z->accept = 2 - zipf_hi_inverse(z, zipf_hi(z, 2.5) - zipf_h(z, 2));
+}
+
+static int64_t zipf_rank(const zipf *z, pf_rng *rng) {
+    for (;;) {
+        double u = z->h_n + pf_rng_uniform(rng) * (z->h_x1 - z->h_n);
+        double x = zipf_hi_inverse(z, u);
+        int64_t k = (int64_t)(x + 0.5);
+        k = k < 1 ? 1 : k > z->n ? z->n : k;
+        if ((double)k - x <= z->accept || u >= zipf_hi(z, (double)k + 0.5) - zipf_h(z, (double)k))
+            return k;
+    }
+}
+
+static int64_t gcd(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* A step coprime to vocab near vocab / golden ratio: rank -> id is then a permutation. */
+static int64_t spread_step(int64_t vocab) {
+    int64_t step = (int64_t)(0.6180339887498949 * (double)vocab) | 1;
+    while (gcd(step, vocab) != 1)
+        step++;
+    return step;
+}
+
+double pf_synthetic_ctr_weight(double signal, uint64_t seed, int feature, int64_t id) {
+    pf_rng rng;
+    pf_rng_init(&rng, seed ^ TRUTH_SEED, ((uint64_t)(feature + 1) << 40) ^ (uint64_t)id);
+    return signal * pf_rng_normal(&rng);
+}
+
+double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row) {
+    const pf_model_spec *m = &spec->model;
+    double logit = spec->data.bias;
+    for (int f = 0, col = 0; f < m->n_embeddings; f++) {
+        float id = row[col];
+        if (id >= 0)
+            logit +=
+                pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f, (int64_t)id);
+        col += 2 * m->embeddings[f].max_ids;
+    }
+    return logit;
+}
+
+pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, pf_dataset *out) {
+    memset(out, 0, sizeof *out);
+    const pf_model_spec *m = &spec->model;
+    const pf_data_spec *d = &spec->data;
+    if (n < 1 || m->n_embeddings < 1 || !(d->zipf > 0) || !(d->signal >= 0) || !isfinite(d->bias))
+        return PF_ERR_INVALID;
+    int width = pf_model_input_width(m);
+    out->x = pf_mallocarray((size_t)n, (size_t)width * sizeof(float));
+    out->y = pf_mallocarray((size_t)n, sizeof(float));
+    if (!out->x || !out->y) {
+        pf_dataset_deinit(out);
+        return PF_ERR_NOMEM;
+    }
+    out->n = n;
+    out->features = width;
+    out->num_classes = 2;
+    zipf z[PF_MAX_EMBEDDINGS];
+    int64_t step[PF_MAX_EMBEDDINGS];
+    for (int f = 0; f < m->n_embeddings; f++) {
+        zipf_init(&z[f], m->embeddings[f].vocab, d->zipf);
+        step[f] = spread_step(m->embeddings[f].vocab);
+    }
+    pf_rng rng;
+    pf_rng_init(&rng, spec->training.seed, stream);
+    for (int64_t i = 0; i < n; i++) {
+        float *row = out->x + (size_t)i * (size_t)width;
+        for (int f = 0, col = 0; f < m->n_embeddings; f++) {
+            int max = m->embeddings[f].max_ids;
+            int64_t vocab = m->embeddings[f].vocab;
+            int64_t rank = zipf_rank(&z[f], &rng);
+            /* rank * step mod vocab, without overflow: both are at most 2^24. */
+            row[col] = (float)((rank * step[f]) % vocab);
+            row[col + max] = 1;
+            for (int k = 1; k < max; k++) {
+                row[col + k] = -1;
+                row[col + max + k] = 0;
+            }
+            col += 2 * max;
+        }
+        double p = 1 / (1 + exp(-pf_synthetic_ctr_logit(spec, row)));
+        out->y[i] = pf_rng_uniform(&rng) < p ? 1.0f : 0.0f;
+    }
+    return PF_OK;
+}
+
+/* --- AUC ---------------------------------------------------------------------------------------- */
+
+typedef struct scored {
+    float score;
+    float label;
+} scored;
+
+static int by_score(const void *a, const void *b) {
+    float x = ((const scored *)a)->score, y = ((const scored *)b)->score;
+    return (x > y) - (x < y);
+}
+
+double pf_auc(const float *scores, const float *labels, int64_t n) {
+    scored *v = n > 0 ? pf_mallocarray((size_t)n, sizeof *v) : NULL;
+    if (!v)
+        return NAN;
+    for (int64_t i = 0; i < n; i++) {
+        v[i].score = scores[i];
+        v[i].label = labels[i];
+        if (isnan(scores[i])) {
+            pf_free(v);
+            return NAN;
+        }
+    }
+    qsort(v, (size_t)n, sizeof *v, by_score);
+    /* Mann-Whitney: the positives' ranks (ties share the mean rank of their run). */
+    double rank_sum = 0, pos = 0;
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        double run_pos = 0;
+        while (j < n && v[j].score == v[i].score)
+            run_pos += v[j++].label > 0.5f;
+        rank_sum += run_pos * ((double)(i + 1) + (double)j) / 2;
+        pos += run_pos;
+        i = j;
+    }
+    pf_free(v);
+    double neg = (double)n - pos;
+    if (pos == 0 || neg == 0)
+        return NAN;
+    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+double pf_synthetic_ctr_bayes_auc(const pf_job_spec *spec, const pf_dataset *test) {
+    float *logits = test->n > 0 ? pf_mallocarray((size_t)test->n, sizeof *logits) : NULL;
+    if (!logits)
+        return NAN;
+    for (int64_t i = 0; i < test->n; i++)
+        logits[i] =
+            (float)pf_synthetic_ctr_logit(spec, test->x + (size_t)i * (size_t)test->features);
+    double auc = pf_auc(logits, test->y, test->n);
+    pf_free(logits);
+    return auc;
+}

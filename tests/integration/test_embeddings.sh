@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# labels: slow
+# timeout: 600
+# model.embeddings on Fashion-MNIST read as sparse pixel tokens (scripts/fashion-mnist-tokens.py:
+# each non-zero pixel p is one id, 2p light or 2p + 1 dark, weight 1, gzipped LIBSVM with
+# ids from 0), trained as examples/fashion-mnist-tokens.json: one embedding "pixels"
+# [1568, 64] combined with sqrtn, then an mlp 256-256-10.
+#  1. `psflow train`, 6000 sync steps of 100: test accuracy >= 0.85, and the saved
+#     variables start with pixels/embeddings [1568, 64];
+#  2. sync equivalence: 2 ps (the table split in two row ranges by fixed_shards 2) and 2
+#     workers of batch 50 give the variables of `psflow train` with batch 100 after 100
+#     steps (max |diff| <= 1e-5);
+#  3. async, 2 ps + 2 workers, 3000 steps: the job converges (test accuracy >= 0.84);
+#  4. a line with more ids than max_ids and an id past the table exit 65, naming the file,
+#     the line and the rule.
+source "$(dirname "$0")/lib.sh"
+
+python3 "$PSFLOW_SRC/scripts/fashion-mnist-tokens.py" "$WORK" >/dev/null || fail "fashion-mnist-tokens.py exited $?"
+
+spec() { # NAME PS WORKERS BATCH STEPS MODE [TRAIN]
+  python3 - "$PSFLOW_SRC/examples/fashion-mnist-tokens.json" "$WORK" "$@" <<'PY'
+import json, sys
+src, work, name, ps, workers, batch, steps, mode = sys.argv[1:9]
+d = json.load(open(src))
+d["name"] = name
+d["replicas"] = {"ps": int(ps), "worker": int(workers)}
+d["data"]["train"] = [sys.argv[9] if len(sys.argv) > 9 else work + "/train.tokens.gz"]
+d["data"]["test"] = [work + "/test.tokens.gz"]
+d["training"].update(batch_size=int(batch), max_steps=int(steps), mode=mode, eval_every_steps=0)
+d["placement"] = {"strategy": "greedy", "partitioner": {"type": "fixed_shards", "num_shards": 2}}
+d["checkpoint"] = {"every_steps": 1000}
+json.dump(d, sys.stdout)
+PY
+}
+
+# run_cluster JOB.json WORKERS: 2 ps + WORKERS workers on 127.0.0.1; prints the chief's result.
+run_cluster() {
+  local job=$1 nw=$2 ports ps_ports w_ports pids=() i rc=0
+  read -r -a ports <<<"$(free_ports $((2 + nw)))"
+  ps_ports="${ports[0]},${ports[1]}"
+  w_ports=$(IFS=,; echo "${ports[*]:2}")
+  for i in 0 1; do
+    TF_CONFIG=$(tf_config ps $i "$ps_ports" "$w_ports") \
+      "$PSFLOW_BIN" ps --job "$job" --checkpoint-dir "$WORK/ckpt" 2>>"$WORK/ps$i.log" &
+    pids+=($!)
+  done
+  for i in $(seq 0 $((nw - 1))); do
+    TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
+      "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$WORK/ckpt" --output json \
+      --log-every 500 >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]:2}"; do wait_pid "$pid" 400 || rc=$?; done
+  if [ "$rc" != 0 ]; then
+    kill "${pids[@]:0:2}" 2>/dev/null || true
+    fail "a worker exited $rc"
+  fi
+  for pid in "${pids[@]:0:2}"; do wait_pid "$pid" 60 || rc=$?; done
+  [ "$rc" = 0 ] || fail "a ps exited $rc"
+  cat "$WORK/worker0.out"
+}
+
+# --- 1. one process --------------------------------------------------------------------
+spec tokens 1 1 100 6000 sync >tokens.json
+"$PSFLOW_BIN" train tokens.json --save tokens.safetensors >tokens.out 2>tokens.log ||
+  fail "psflow train exited $?: $(tail -n 3 tokens.log)"
+acc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' tokens.out)
+[ -n "$acc" ] || fail "no final accuracy: $(cat tokens.out)"
+in_range "$acc" 0.85 1 || fail "psflow train: test accuracy $acc below 0.85"
+first=$(python3 - tokens.safetensors <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+h = json.loads(data[8:8 + n])
+t = min((v["data_offsets"][0], k, v["shape"]) for k, v in h.items() if k != "__metadata__")
+print(t[1], t[2])
+PY
+)
+[ "$first" = "pixels/embeddings [1568, 64]" ] || fail "first saved variable: $first"
+echo "one process: test accuracy $acc after 6000 steps; first variable $first"
+
+# --- 2. sync equivalence ---------------------------------------------------------------
+spec equiv 2 2 50 100 sync >equiv.json
+spec single 1 1 100 100 sync >single.json
+"$PSFLOW_BIN" train single.json --save single.safetensors >/dev/null 2>single.log ||
+  fail "psflow train single.json: $(tail -n 3 single.log)"
+run_cluster equiv.json 2 >/dev/null
+grep -rqa 'pixels/embeddings/part_1' "$WORK/ckpt/equiv" || fail "the table was not split in two shards"
+"$PSFLOW_BIN" export "$WORK/ckpt/equiv" --out dist.safetensors || fail "export failed"
+diff=$(max_abs_diff single.safetensors dist.safetensors)
+echo "sync equivalence: max |one process - 2 ps + 2 workers| = $diff"
+in_range "$diff" 0 1e-5 || fail "distributed sync differs from psflow train by $diff"
+
+# --- 3. async --------------------------------------------------------------------------
+rm -rf "$WORK/ckpt"
+spec async 2 2 100 3000 async >async.json
+out=$(run_cluster async.json 2)
+aacc=$(printf '%s\n' "$out" | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.strip()][-1]["test_accuracy"])')
+echo "async 2 ps + 2 workers: test accuracy $aacc after 3000 steps"
+in_range "$aacc" 0.84 1 || fail "async: test accuracy $aacc below 0.84"
+
+# --- 4. refused data -------------------------------------------------------------------
+python3 -c 'print("1 " + " ".join("%d:1" % j for j in range(785)))' >many.libsvm
+spec many 1 1 100 10 sync "$WORK/many.libsvm" >many.json
+printf '3 2:1 1570:1\n' >past.libsvm
+spec past 1 1 100 10 sync "$WORK/past.libsvm" >past.json
+expect_exit 65 "$PSFLOW_BIN" train many.json
+grep -q "many.libsvm: line 1: embedding 'pixels' (ids 0 .. 1567) has more than its max_ids 784 ids" \
+  stderr || fail "max_ids: $(cat stderr)"
+expect_exit 65 "$PSFLOW_BIN" train past.json
+grep -q "past.libsvm: line 1: feature id 1570 outside 0 .. 1567" stderr || fail "past the table: $(cat stderr)"
+pass "embeddings: one process $acc, sync equivalence $diff, async $aacc; bad files refused"

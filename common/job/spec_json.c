@@ -184,4 +184,3 @@ char *pf_job_spec_to_json(const pf_job_spec *spec) {
     json_decref(root);
     return out;
 }
-

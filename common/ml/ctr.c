@@ -158,7 +158,8 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
     return PF_OK;
 }
 
-/* --- AUC ---------------------------------------------------------------------------------------- */
+/* --- AUC ----------------------------------------------------------------------------------------
+ */
 
 typedef struct scored {
     float score;

@@ -98,8 +98,8 @@ static void test_examples(void **state) {
     /* The true weights: fixed per (seed, feature, id), scaled by signal. */
     assert_true(pf_synthetic_ctr_weight(1, 7, 0, 5) == pf_synthetic_ctr_weight(1, 7, 0, 5));
     assert_true(pf_synthetic_ctr_weight(1, 7, 0, 5) != pf_synthetic_ctr_weight(1, 7, 1, 5));
-    assert_true(fabs(pf_synthetic_ctr_weight(2, 7, 0, 5) - 2 * pf_synthetic_ctr_weight(1, 7, 0, 5)) <
-                1e-12);
+    assert_true(fabs(pf_synthetic_ctr_weight(2, 7, 0, 5) -
+                     2 * pf_synthetic_ctr_weight(1, 7, 0, 5)) < 1e-12);
 }
 
 /* A vocabulary of 2^24 ids and a steep exponent: every id in range, no overflow. */

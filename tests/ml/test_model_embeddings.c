@@ -186,8 +186,10 @@ static void test_gradcheck(void **state) {
      * row gets both contributions), example 3 has no tags (zeros). Weights include 0.25,
      * 3 and a negative one. */
     const float x[B][10] = {
-        {0, 4, 1, 1, 6, 2, 3, 1, 0.5f, 2},        {1, -1, 2, 0, 0, -1, -1, 1, 0, 0},
-        {1, 1, 0.25f, 3, 5, 6, 0, -1, 1, 1},      {3, 4, 1, -0.5f, -1, -1, -1, 0, 0, 0},
+        {0, 4, 1, 1, 6, 2, 3, 1, 0.5f, 2},
+        {1, -1, 2, 0, 0, -1, -1, 1, 0, 0},
+        {1, 1, 0.25f, 3, 5, 6, 0, -1, 1, 1},
+        {3, 4, 1, -0.5f, -1, -1, -1, 0, 0, 0},
     };
     const int y[B] = {0, 2, 1, 2};
     for (size_t bi = 0; bi < 2; bi++) {

@@ -102,6 +102,7 @@ static const field embedding_fields[] = {
     {"dim", K_INT, EMBEDDING(dim), .min = 1, .max = PF_MAX_EMBEDDING_DIM, .need = ALWAYS},
     {"combiner", K_ENUM, EMBEDDING(combiner), .names = combiner_names, .max = PF_COMBINE_SQRTN},
     {"max_ids", K_INT, EMBEDDING(max_ids), .min = 1, .max = PF_MAX_IDS, .def = 1},
+    {"hash", K_BOOL, EMBEDDING(hash), .def = false},
 };
 static const object_desc embedding_desc = {embedding_fields, COUNT(embedding_fields), false, NULL};
 
@@ -816,33 +817,42 @@ static pf_status check_paths(const char *ptr, int format, int count, pf_error *e
 /* Runs after check_model: the model is known here. */
 static pf_status check_data(pf_job_spec *s, pf_error *err) {
     const pf_data_spec *d = &s->data;
+    const pf_model_spec *m = &s->model;
     if (d->format == PF_DATA_SYNTHETIC_LINEAR) {
         /* Its examples are one x and a real-valued y: only a linear model can fit them. */
-        if (s->model.type != PF_MODEL_LINEAR)
+        if (m->type != PF_MODEL_LINEAR)
             return pf_error_set(err, PF_ERR_SPEC, "/data/format",
                                 "/data/format: synthetic_linear gives regression targets; model "
                                 "type %s needs class labels",
-                                model_names[s->model.type]);
-        if (s->model.inputs != 1)
+                                model_names[m->type]);
+        if (m->inputs != 1)
             return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
                                 "/model/inputs: synthetic_linear data has 1 feature, got %d",
-                                s->model.inputs);
+                                m->inputs);
         return PF_OK;
     }
-    if (d->format == PF_DATA_SYNTHETIC_CTR) {
-        /* One id per embedding feature and a click or not: a two-class model of embeddings. */
-        if (s->model.n_embeddings == 0 || s->model.type == PF_MODEL_LINEAR || s->model.outputs != 2)
-            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
-                                "/data/format: synthetic_ctr gives clicks (2 classes) over the "
-                                "ids of model.embeddings: it needs a softmax or mlp model with "
-                                "embeddings and outputs 2");
-        return PF_OK;
-    }
-    if (s->model.n_embeddings > 0 && d->format != PF_DATA_LIBSVM)
+    /* One id per embedding feature and a click or not: a two-class model of embeddings. */
+    if (d->format == PF_DATA_SYNTHETIC_CTR &&
+        (m->n_embeddings == 0 || m->type == PF_MODEL_LINEAR || m->outputs != 2))
+        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                            "/data/format: synthetic_ctr gives clicks (2 classes) over the ids of "
+                            "model.embeddings: it needs a softmax or mlp model with embeddings "
+                            "and outputs 2");
+    if (m->n_embeddings > 0 && d->format == PF_DATA_IDX)
         return pf_error_set(err, PF_ERR_SPEC, "/data/format",
                             "/data/format: a model with embeddings reads sparse examples (ids "
-                            "and weights): use libsvm or synthetic_ctr, got %s",
-                            format_names[d->format]);
+                            "and weights): use libsvm, csv or synthetic_ctr, got idx");
+    for (int i = 0; i < m->n_embeddings && d->format != PF_DATA_CSV; i++)
+        if (m->embeddings[i].hash) {
+            char ptr[PTR_SIZE];
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: hash applies to csv data (categorical values); %s ids "
+                                "index the table directly",
+                                ptr, format_names[d->format]);
+        }
+    if (d->format == PF_DATA_SYNTHETIC_CTR)
+        return PF_OK;
     pf_status st = check_paths("/data/train", d->format, d->n_train, err);
     return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, err);
 }

@@ -595,10 +595,8 @@ static pf_status sink_put(libsvm_sink *k, long long id, float v, long long offse
     }
     if (k->count == e->max_ids)
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                   "%s: line %lld: embedding '%s' (ids %lld .. %lld) has more than "
-                                   "its max_ids %d ids on this line",
-                                   what, line_no, e->name, k->first + k->base,
-                                   k->first + e->vocab - 1 + k->base, e->max_ids);
+                                   "%s: line %lld: more than max_ids %d ids for embedding '%s'",
+                                   what, line_no, e->max_ids, e->name);
     k->row[k->slot + k->count] = (float)(id - k->first);
     k->row[k->slot + e->max_ids + k->count] = v;
     k->count++;
@@ -647,6 +645,23 @@ static pf_status parse_pair(const char *tok, size_t n, long long offset, long lo
                                    shown, tok);
     k->prev = id;
     return sink_put(k, id - base, (float)v, offset, line_no, what, err);
+}
+
+/* A sink for the sparse examples of a model with embeddings, or an error for a model that
+ * cannot have them. */
+static pf_status sink_for_model(libsvm_sink *k, const pf_model_spec *model, int index_base,
+                                const char *what, pf_error *err) {
+    int64_t ids = 0;
+    for (int f = 0; f < model->n_embeddings && f < PF_MAX_EMBEDDINGS; f++)
+        ids += model->embeddings[f].vocab;
+    if (model->n_embeddings < 1 || model->n_embeddings > PF_MAX_EMBEDDINGS || ids > INT_MAX ||
+        index_base < 0 || index_base > 1)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "%s: a model of %d embeddings (%lld ids) or index base %d that "
+                                   "sparse examples cannot have",
+                                   what, model->n_embeddings, (long long)ids, index_base);
+    *k = (libsvm_sink){.model = model, .features = (int)ids, .base = index_base};
+    return PF_OK;
 }
 
 static pf_status parse_libsvm(const char *text, size_t len, const char *what, libsvm_sink *k,
@@ -730,17 +745,10 @@ pf_status pf_libsvm_parse_ids(const char *text, size_t len, const char *what,
     pf_error_clear(err);
     if (!what)
         what = "libsvm";
-    int64_t ids = 0;
-    for (int f = 0; f < model->n_embeddings; f++)
-        ids += model->embeddings[f].vocab;
-    if (model->n_embeddings < 1 || model->n_embeddings > PF_MAX_EMBEDDINGS || ids > INT_MAX ||
-        index_base < 0 || index_base > 1)
-        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
-                                   "%s: a model of %d embeddings (%lld ids) or index base %d that "
-                                   "sparse examples cannot have",
-                                   what, model->n_embeddings, (long long)ids, index_base);
-    libsvm_sink sink = {.model = model, .features = (int)ids, .base = index_base};
-    pf_status status = parse_libsvm(text, len, what, &sink, classification, out, err);
+    libsvm_sink sink = {0};
+    pf_status status = sink_for_model(&sink, model, index_base, what, err);
+    if (status == PF_OK)
+        status = parse_libsvm(text, len, what, &sink, classification, out, err);
     if (status != PF_OK)
         pf_dataset_deinit(out);
     return status;
@@ -770,6 +778,160 @@ pf_status pf_libsvm_load_ids(const char *path, const pf_model_spec *model, int i
     if (status == PF_OK)
         status = pf_libsvm_parse_ids((const char *)text, len, path, model, index_base,
                                      classification, out, err);
+    pf_free(text);
+    return status;
+}
+
+/* --- CSV of categorical values ----------------------------------------------------------- */
+
+/* FNV-1a, 64 bits: a categorical value's bytes to its hash bucket. */
+static uint64_t fnv1a(const char *s, size_t n) {
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The values of one cell, cell[0 .. n) at byte `offset` of the text, for embedding f (whose
+ * ids start at `first` in the sink): separated by '|', each an integer id or, with hash, any
+ * string hashed into the table; blanks around a value are not part of it. */
+static pf_status parse_cell(const char *cell, size_t n, long long offset, long long line_no,
+                            int field, int f, int64_t first, const char *what, libsvm_sink *k,
+                            pf_error *err) {
+    const pf_embedding_spec *e = &k->model->embeddings[f];
+    size_t i = 0;
+    while (i < n && is_blank(cell[i]))
+        i++;
+    if (i == n)
+        return PF_OK; /* no ids */
+    for (size_t end;; i = end + 1) {
+        const char *bar = memchr(cell + i, '|', n - i);
+        end = bar ? (size_t)(bar - cell) : n;
+        size_t a = i, b = end;
+        while (a < b && is_blank(cell[a]))
+            a++;
+        while (b > a && is_blank(cell[b - 1]))
+            b--;
+        int shown = (int)(b - a > 40 ? 40 : b - a);
+        if (a == b)
+            return pf_error_set_offset(err, PF_ERR_FORMAT, offset + (long long)i,
+                                       "%s: line %lld, field %d: an empty value", what, line_no,
+                                       field);
+        int64_t id = 0;
+        if (e->hash) {
+            id = (int64_t)(fnv1a(cell + a, b - a) % (uint64_t)e->vocab);
+        } else {
+            bool ok = b - a <= 10;
+            for (size_t j = a; ok && j < b; j++) {
+                ok = cell[j] >= '0' && cell[j] <= '9';
+                id = id * 10 + (cell[j] - '0');
+            }
+            if (!ok || id >= e->vocab)
+                return pf_error_set_offset(
+                    err, PF_ERR_FORMAT, offset + (long long)a,
+                    "%s: line %lld, field %d: \"%.*s\" is not an id of embedding '%s' (an "
+                    "integer 0 .. %lld; set its hash for other values)",
+                    what, line_no, field, shown, cell + a, e->name, (long long)e->vocab - 1);
+        }
+        pf_status st = sink_put(k, first + id, 1.0f, offset + (long long)a, line_no, what, err);
+        if (st != PF_OK || !bar)
+            return st;
+    }
+}
+
+static pf_status parse_csv_ids(const char *text, size_t len, const char *what, libsvm_sink *k,
+                               bool classification, pf_dataset *out, pf_error *err) {
+    csv_rows rows = {out, 0};
+    const pf_model_spec *m = k->model;
+    int width = pf_model_input_width(m);
+    out->features = width;
+    bool first_line = true;
+    double max_label = 0;
+    size_t pos = 0, line_start, line_len;
+    long long line_no = 0;
+    while (next_line(text, len, &pos, &line_start, &line_len)) {
+        line_no++;
+        const char *line = text + line_start;
+        if (line_len > 0 && line[line_len - 1] == '\r')
+            line_len--;
+        size_t i = 0;
+        while (i < line_len && is_blank(line[i]))
+            i++;
+        if (i == line_len)
+            continue;
+        const char *comma = memchr(line, ',', line_len);
+        size_t end = comma ? (size_t)(comma - line) : line_len;
+        double label = 0;
+        field_result r = parse_field(line, end, &label);
+        if (first_line) {
+            first_line = false;
+            if (r == FIELD_NOT_NUMBER)
+                continue; /* a header: its first field is a name */
+        }
+        int shown = (int)(end > 40 ? 40 : end);
+        const char *bad = r == FIELD_OK ? label_problem(label, classification) : "is not a number";
+        if (r == FIELD_NOT_FINITE || r == FIELD_RANGE)
+            bad = r == FIELD_RANGE ? "is out of float32 range" : "is not a finite number";
+        if (bad)
+            return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)line_start,
+                                       "%s: line %lld: %s \"%.*s\" %s", what, line_no,
+                                       classification ? "label" : "target", shown, line, bad);
+        size_t fields = 1;
+        for (size_t j = 0; j < line_len; j++)
+            fields += line[j] == ',';
+        if (fields != (size_t)m->n_embeddings + 1)
+            return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)line_start,
+                                       "%s: line %lld: expected %d fields (label + one per "
+                                       "embedding), got %zu",
+                                       what, line_no, m->n_embeddings + 1, fields);
+        pf_status st = room_for_row(&rows, line_start, line_no, what, err);
+        if (st != PF_OK)
+            return st;
+        sink_line(k, out->x + (size_t)out->n * (size_t)width);
+        int64_t first = 0;
+        for (int f = 0; f < m->n_embeddings; f++) {
+            size_t start = end + 1;
+            comma = memchr(line + start, ',', line_len - start);
+            end = comma ? (size_t)(comma - line) : line_len;
+            st = parse_cell(line + start, end - start, (long long)(line_start + start), line_no,
+                            f + 2, f, first, what, k, err);
+            if (st != PF_OK)
+                return st;
+            first += m->embeddings[f].vocab;
+        }
+        out->y[out->n] = (float)label;
+        if (label > max_label)
+            max_label = label;
+        out->n++;
+    }
+    return finish_rows(out, len, what, classification, max_label, err);
+}
+
+pf_status pf_csv_parse_ids(const char *text, size_t len, const char *what,
+                           const pf_model_spec *model, bool classification, pf_dataset *out,
+                           pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    if (!what)
+        what = "csv";
+    libsvm_sink sink = {0};
+    pf_status status = sink_for_model(&sink, model, 0, what, err);
+    if (status == PF_OK)
+        status = parse_csv_ids(text, len, what, &sink, classification, out, err);
+    if (status != PF_OK)
+        pf_dataset_deinit(out);
+    return status;
+}
+
+pf_status pf_csv_load_ids(const char *path, const pf_model_spec *model, bool classification,
+                          pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    pf_error_clear(err);
+    uint8_t *text = NULL;
+    size_t len = 0;
+    pf_status status = read_file(path, &text, &len, err);
+    if (status == PF_OK)
+        status = pf_csv_parse_ids((const char *)text, len, path, model, classification, out, err);
     pf_free(text);
     return status;
 }
@@ -859,6 +1021,8 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
     }
     if (d->format == PF_DATA_IDX)
         status = pf_idx_load(files[0], files[1], out, err);
+    else if (d->format == PF_DATA_CSV && spec->model.n_embeddings > 0)
+        status = pf_csv_load_ids(files[0], &spec->model, classification, out, err);
     else if (d->format == PF_DATA_CSV)
         status = pf_csv_load(files[0], spec->model.inputs, classification, out, err);
     else if (spec->model.n_embeddings > 0)

@@ -1,5 +1,7 @@
-/* fuzz_csv.c - libFuzzer target for pf_csv_parse (3 features, classification). The input
- * is not NUL-terminated, which the parser must cope with. */
+/* fuzz_csv.c - libFuzzer target for pf_csv_parse (3 features, classification) and
+ * pf_csv_parse_ids (categorical cells: "a" integer ids 0..2, up to 2 a cell; "b" hashed
+ * into 5 rows, 1 a cell). The input is not NUL-terminated, which the parser must cope
+ * with. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,6 +13,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pf_dataset ds;
     pf_error err;
     if (pf_csv_parse((const char *)data, size, "fuzz", 3, true, &ds, &err) == PF_OK)
+        pf_dataset_deinit(&ds);
+    pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 2};
+    m.embeddings[0] = (pf_embedding_spec){"a", 3, 2, PF_COMBINE_SUM, 2, false};
+    m.embeddings[1] = (pf_embedding_spec){"b", 5, 2, PF_COMBINE_SUM, 1, true};
+    if (pf_csv_parse_ids((const char *)data, size, "fuzz", &m, true, &ds, &err) == PF_OK)
         pf_dataset_deinit(&ds);
     return 0;
 }

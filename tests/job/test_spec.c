@@ -140,7 +140,7 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
     for (int i = 0; eq && i < a->model.n_embeddings; i++) {
         const pf_embedding_spec *x = &a->model.embeddings[i], *y = &b->model.embeddings[i];
         eq = strcmp(x->name, y->name) == 0 && x->vocab == y->vocab && x->dim == y->dim &&
-             x->combiner == y->combiner && x->max_ids == y->max_ids;
+             x->combiner == y->combiner && x->max_ids == y->max_ids && x->hash == y->hash;
     }
     for (int i = 0; eq && i < PF_MAX_DATA_FILES; i++)
         eq = same_string(a->data.train[i], b->data.train[i]) &&
@@ -932,10 +932,10 @@ static void test_embedding_forms(void **state) {
     char *json = pf_job_spec_to_json(&spec);
     assert_non_null(json);
     assert_null(strstr(json, "\"inputs\""));
-    assert_non_null(strstr(json,
-                           "\"embeddings\":[{\"name\":\"user\",\"vocab\":1000,\"dim\":8,"
-                           "\"combiner\":\"mean\",\"max_ids\":3},{\"name\":\"item-id\","
-                           "\"vocab\":16777216,\"dim\":4,\"combiner\":\"sum\",\"max_ids\":1}]"));
+    assert_non_null(strstr(json, "\"embeddings\":[{\"name\":\"user\",\"vocab\":1000,\"dim\":8,"
+                                 "\"combiner\":\"mean\",\"max_ids\":3,\"hash\":false},{\"name\":"
+                                 "\"item-id\",\"vocab\":16777216,\"dim\":4,\"combiner\":\"sum\","
+                                 "\"max_ids\":1,\"hash\":false}]"));
     assert_non_null(strstr(json, "\"device\":\"cpu\""));
     assert_round_trip(&spec, "embeddings");
     pf_free(json);

@@ -553,8 +553,8 @@ static void test_libsvm_messages(void **state) {
 static void test_libsvm_ids(void **state) {
     (void)state;
     pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 2};
-    m.embeddings[0] = (pf_embedding_spec){"a", 3, 4, PF_COMBINE_SUM, 2};
-    m.embeddings[1] = (pf_embedding_spec){"b", 4, 2, PF_COMBINE_MEAN, 1};
+    m.embeddings[0] = (pf_embedding_spec){"a", 3, 4, PF_COMBINE_SUM, 2, false};
+    m.embeddings[1] = (pf_embedding_spec){"b", 4, 2, PF_COMBINE_MEAN, 1, false};
     pf_dataset ds;
     pf_error err;
     const char *text = "1 1:1 3:0.5 6:2\n0 7:1\n2\n2 2:4\n";
@@ -574,14 +574,13 @@ static void test_libsvm_ids(void **state) {
     text = "0 1:1 2:1 3:1\n";
     assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err),
                      PF_ERR_FORMAT);
-    assert_string_equal(err.message, "t: line 1: embedding 'a' (ids 1 .. 3) has more than its "
-                                     "max_ids 2 ids on this line");
+    assert_string_equal(err.message, "t: line 1: more than max_ids 2 ids for embedding 'a'");
     assert_int_equal(err.offset, (long long)strlen("0 1:1 2:1 "));
     assert_zeroed(&ds);
     text = "0 4:1 5:1\n";
     assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err),
                      PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "embedding 'b' (ids 4 .. 7) has more than its max_ids 1"));
+    assert_non_null(strstr(err.message, "more than max_ids 1 ids for embedding 'b'"));
     text = "0 8:1\n";
     assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 1, true, &ds, &err),
                      PF_ERR_FORMAT);
@@ -732,6 +731,60 @@ static void base_spec(pf_job_spec *spec, spec_files *f, pf_model_type type, int 
         spec->data.train[i] = f->train[i];
         spec->data.test[i] = f->test[i];
     }
+}
+
+/* Categorical CSV for a model with embeddings: "a" (vocab 3, 2 ids) takes integer ids, "b"
+ * (vocab 4, 1 id) hashes any string into its 4 rows; the slots as for LIBSVM. */
+static void test_csv_ids(void **state) {
+    (void)state;
+    pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 2};
+    m.embeddings[0] = (pf_embedding_spec){"a", 3, 4, PF_COMBINE_SUM, 2, false};
+    m.embeddings[1] = (pf_embedding_spec){"b", 4, 2, PF_COMBINE_MEAN, 1, true};
+    pf_dataset ds;
+    pf_error err;
+    const char *text = "click,a,b\n1,0|2,red\r\n0, 1 ,\n\n2,,blue \n";
+    assert_int_equal(pf_csv_parse_ids(text, strlen(text), "t", &m, true, &ds, &err), PF_OK);
+    assert_int_equal(ds.n, 3);
+    assert_int_equal(ds.features, 6);
+    assert_int_equal(ds.num_classes, 3);
+    /* FNV-1a 64 of "red" is 0x89e9be1960f4c21c -> row 0 of 4; "blue" 0xc5ccd29bc2dda64d -> 1. */
+    const float want[3][6] = {{0, 2, 1, 1, 0, 1}, {1, -1, 1, 0, -1, 0}, {-1, -1, 0, 0, 1, 1}};
+    for (int i = 0; i < 3; i++) {
+        assert_true(ds.y[i] == (float)(i == 0 ? 1 : i == 1 ? 0 : 2));
+        for (int j = 0; j < 6; j++)
+            if (ds.x[i * 6 + j] != want[i][j])
+                fail_msg("example %d slot %d: %g, want %g", i, j, ds.x[i * 6 + j], want[i][j]);
+    }
+    pf_dataset_deinit(&ds);
+
+    static const struct {
+        const char *text, *message;
+        long long offset;
+    } bad[] = {
+        {"1,3,x\n",
+         "t: line 1, field 2: \"3\" is not an id of embedding 'a' (an integer 0 .. 2; "
+         "set its hash for other values)",
+         2},
+        {"1,x1,x\n", "t: line 1, field 2: \"x1\" is not an id of embedding 'a'", 2},
+        {"1,0|1|2,x\n", "t: line 1: more than max_ids 2 ids for embedding 'a'", 6},
+        {"1,0||1,x\n", "t: line 1, field 2: an empty value", 4},
+        {"0,1,x\n1,2\n", "t: line 2: expected 3 fields (label + one per embedding), got 2", 6},
+        {"0,1,x\n-1,2,y\n", "t: line 2: label \"-1\" is outside [0, 1048576) (binary", 6},
+        {"", "t: empty file", 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(
+            pf_csv_parse_ids(bad[i].text, strlen(bad[i].text), "t", &m, true, &ds, &err),
+            PF_ERR_FORMAT);
+        if (strncmp(err.message, bad[i].message, strlen(bad[i].message)) != 0 ||
+            err.offset != bad[i].offset)
+            fail_msg("%s: got '%s' at %lld", bad[i].message, err.message, err.offset);
+        assert_zeroed(&ds);
+    }
+    /* Only len bytes are read. */
+    text = "1,2,abc";
+    assert_int_equal(pf_csv_parse_ids(text, strlen(text) - 1, "t", &m, true, &ds, &err), PF_OK);
+    pf_dataset_deinit(&ds);
 }
 
 static void test_dataset_load(void **state) {
@@ -1089,16 +1142,27 @@ static void test_failing_allocator(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_idx_generated),      cmocka_unit_test(test_idx_valid_files),
-        cmocka_unit_test(test_idx_invalid_files),  cmocka_unit_test(test_idx_messages),
-        cmocka_unit_test(test_idx_size_cap),       cmocka_unit_test(test_fashion_mnist),
-        cmocka_unit_test(test_csv_valid_files),    cmocka_unit_test(test_csv_invalid_files),
-        cmocka_unit_test(test_csv_messages),       cmocka_unit_test(test_synthetic),
-        cmocka_unit_test(test_libsvm_valid_files), cmocka_unit_test(test_libsvm_invalid_files),
-        cmocka_unit_test(test_libsvm_messages),    cmocka_unit_test(test_libsvm_ids),
-        cmocka_unit_test(test_dataset_load),       cmocka_unit_test(test_sampler_epochs),
-        cmocka_unit_test(test_sampler_uniform),    cmocka_unit_test(test_batch_gather_boundary),
-        cmocka_unit_test(test_sharding),           cmocka_unit_test(test_failing_allocator),
+        cmocka_unit_test(test_idx_generated),
+        cmocka_unit_test(test_idx_valid_files),
+        cmocka_unit_test(test_idx_invalid_files),
+        cmocka_unit_test(test_idx_messages),
+        cmocka_unit_test(test_idx_size_cap),
+        cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_csv_valid_files),
+        cmocka_unit_test(test_csv_invalid_files),
+        cmocka_unit_test(test_csv_messages),
+        cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_libsvm_valid_files),
+        cmocka_unit_test(test_libsvm_invalid_files),
+        cmocka_unit_test(test_libsvm_messages),
+        cmocka_unit_test(test_libsvm_ids),
+        cmocka_unit_test(test_csv_ids),
+        cmocka_unit_test(test_dataset_load),
+        cmocka_unit_test(test_sampler_epochs),
+        cmocka_unit_test(test_sampler_uniform),
+        cmocka_unit_test(test_batch_gather_boundary),
+        cmocka_unit_test(test_sharding),
+        cmocka_unit_test(test_failing_allocator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -29,8 +29,8 @@ static pf_model_spec two_features(void) {
                        .hidden = {4},
                        .activation = PF_ACT_TANH,
                        .n_embeddings = 2};
-    s.embeddings[0] = (pf_embedding_spec){"user", 5, 3, PF_COMBINE_MEAN, 2};
-    s.embeddings[1] = (pf_embedding_spec){"tags", 7, 2, PF_COMBINE_SQRTN, 3};
+    s.embeddings[0] = (pf_embedding_spec){"user", 5, 3, PF_COMBINE_MEAN, 2, false};
+    s.embeddings[1] = (pf_embedding_spec){"tags", 7, 2, PF_COMBINE_SQRTN, 3, false};
     return s;
 }
 
@@ -76,7 +76,7 @@ static void test_layout(void **state) {
  * the example names ids 1 (weight 2) and 3 (weight 0.5) and one padding slot. */
 static void check_combiner(pf_combiner c, double scale) {
     pf_model_spec s = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 1};
-    s.embeddings[0] = (pf_embedding_spec){"f", 4, 3, c, 3};
+    s.embeddings[0] = (pf_embedding_spec){"f", 4, 3, c, 3, false};
     size_t np = pf_model_num_params(&s);
     assert_int_equal(np, 12 + 9 + 3);
     float *p = pf_calloc(np, sizeof *p), *g = pf_calloc(np, sizeof *g);
@@ -250,7 +250,7 @@ static void test_gradcheck(void **state) {
 static void test_bad_ids(void **state) {
     (void)state;
     pf_model_spec s = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 1};
-    s.embeddings[0] = (pf_embedding_spec){"f", 4, 2, PF_COMBINE_SUM, 1};
+    s.embeddings[0] = (pf_embedding_spec){"f", 4, 2, PF_COMBINE_SUM, 1, false};
     size_t np = pf_model_num_params(&s);
     float *p = pf_calloc(np, sizeof *p), *g = pf_calloc(np, sizeof *g);
     assert_non_null(p);

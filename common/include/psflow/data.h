@@ -92,6 +92,20 @@ pf_status pf_libsvm_parse_ids(const char *text, size_t len, const char *what,
 pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint64_t seed,
                               uint64_t stream, pf_dataset *out);
 
+/* Reads a CSV file of categorical values as sparse examples of a model with embeddings:
+ * one example per line, `label,cell_1,...,cell_F`, one cell per embedding in order; a cell
+ * holds up to max_ids values separated by '|' (an empty cell: no ids), each an integer id
+ * 0 .. vocab - 1, or, for an embedding with `hash`, any string, whose FNV-1a 64-bit hash
+ * modulo vocab is its row. Each value has weight 1. A first line whose first field is not a
+ * number is a header. Errors name the path, line, field and byte offset. */
+pf_status pf_csv_load_ids(const char *path, const pf_model_spec *model, bool classification,
+                          pf_dataset *out, pf_error *err);
+
+/* Same from memory; `what` names the input in messages. */
+pf_status pf_csv_parse_ids(const char *text, size_t len, const char *what,
+                           const pf_model_spec *model, bool classification, pf_dataset *out,
+                           pf_error *err);
+
 /* n examples of data.format synthetic_ctr for the model's embeddings (see ctr.c's DESIGN):
  * each example names one id per feature (weight 1, the other slots padded), its label is
  * a click (1) with probability sigmoid(pf_synthetic_ctr_logit) or not (0); deterministic in

@@ -87,6 +87,8 @@ typedef struct pf_embedding_spec {
     int dim;                    /* required, 1..PF_MAX_EMBEDDING_DIM */
     pf_combiner combiner;       /* "sum" | "mean" | "sqrtn" [sum] */
     int max_ids;                /* ids one example may have, 1..PF_MAX_IDS [1] */
+    bool hash;                  /* csv data only [false]: a value is any string, hashed into
+                                   the vocab rows (hash buckets), not an integer id */
 } pf_embedding_spec;
 
 typedef struct pf_model_spec {

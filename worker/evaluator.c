@@ -38,6 +38,7 @@ typedef struct evaluator {
     int32_t *hlabels;
     float *d_params, *d_x, *d_y;
     int32_t *d_labels;
+    float *scores; /* a two-class model's scores, one per example of the set */
 } evaluator;
 
 static int stopped(const evaluator *e) {
@@ -83,6 +84,7 @@ static void teardown(evaluator *e) {
     pf_free(e->hx);
     pf_free(e->hy);
     pf_free(e->hlabels);
+    pf_free(e->scores);
 }
 
 /* Copies the merged checkpoint's variables into e->params by name; every variable of the
@@ -118,6 +120,9 @@ static pf_status load_params(evaluator *e, const pf_checkpoint_model *m, pf_erro
 static pf_eval evaluate(evaluator *e) {
     pf_eval ev = {0};
     const pf_dataset *ds = &e->data;
+    if (e->spec->model.type != PF_MODEL_LINEAR && e->spec->model.outputs == 2 && !e->scores)
+        e->scores = pf_mallocarray((size_t)ds->n, sizeof *e->scores);
+    ev.scores = e->spec->model.outputs == 2 ? e->scores : NULL; /* no memory: no AUC */
     e->be->upload(e->d_params, e->params, e->n_params);
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
@@ -129,6 +134,8 @@ static pf_eval evaluate(evaluator *e) {
             e->be->upload_i32(e->d_labels, e->hlabels, (size_t)count);
         pf_model_eval_batch(e->model, e->d_params, e->d_x, e->d_y, e->d_labels, count, &ev);
     }
+    ev.auc = ev.scores ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
+    ev.scores = NULL;
     return ev;
 }
 
@@ -152,6 +159,10 @@ static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t
     const char *set = e->has_test ? "test" : "train";
     if (linear)
         fprintf(stderr, "psflow evaluator: step %" PRId64 " %s loss %.6f\n", step, set, loss);
+    else if (!isnan(out->auc))
+        fprintf(stderr,
+                "psflow evaluator: step %" PRId64 " %s loss %.4f %s accuracy %.4f %s auc %.4f\n",
+                step, set, loss, set, acc, set, out->auc);
     else
         fprintf(stderr, "psflow evaluator: step %" PRId64 " %s loss %.4f %s accuracy %.4f\n", step,
                 set, loss, set, acc);
@@ -175,6 +186,8 @@ static void print_result(const evaluator *e, int64_t step, const pf_eval *ev, in
         json_t *j = json_pack("{s:s, s:I, s:i, s:o, s:o}", "job", e->spec->name, "step",
                               (json_int_t)step, "evaluations", count, "eval_loss",
                               pf_json_number(loss), "eval_accuracy", pf_json_number(acc));
+        if (j && !isnan(ev->auc))
+            json_object_set_new(j, "eval_auc", pf_json_number(ev->auc));
         char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (text)
             printf("%s\n", text);
@@ -222,7 +235,7 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
             spec->name, job_dir, e.has_test ? "test" : "train", e.data.n, limit);
     int64_t last = -1, skipped = -1;
     int count = 0;
-    pf_eval ev = {0};
+    pf_eval ev = {.auc = NAN};
     double since = pf_clock_now();
     st = PF_OK;
     while (st == PF_OK) {

@@ -11,6 +11,8 @@
 #     workers of batch 50 give the variables of `psflow train` with batch 100 after 100
 #     steps (max |diff| <= 1e-5);
 #  3. async, 2 ps + 2 workers, 3000 steps: the job converges (test accuracy >= 0.84);
+#     then its 2-ps checkpoint restores into 3 ps (3 parts) and 1 ps (no partitioner) with
+#     identical exports, and continues on 3 ps;
 #  4. a line with more ids than max_ids and an id past the table exit 65, naming the file,
 #     the line and the rule;
 #  5. the same tokens as categorical CSV: integer ids in one cell ("12|57|...") train exactly
@@ -36,29 +38,30 @@ json.dump(d, sys.stdout)
 PY
 }
 
-# run_cluster JOB.json WORKERS: 2 ps + WORKERS workers on 127.0.0.1; prints the chief's result.
+# run_cluster JOB.json WORKERS [PS [CKPT]]: PS [2] ps + WORKERS workers on 127.0.0.1,
+# checkpoints under CKPT [$WORK/ckpt]; prints the chief's result.
 run_cluster() {
-  local job=$1 nw=$2 ports ps_ports w_ports pids=() i rc=0
-  read -r -a ports <<<"$(free_ports $((2 + nw)))"
-  ps_ports="${ports[0]},${ports[1]}"
-  w_ports=$(IFS=,; echo "${ports[*]:2}")
-  for i in 0 1; do
+  local job=$1 nw=$2 nps=${3:-2} ckpt=${4:-$WORK/ckpt} ports ps_ports w_ports pids=() i rc=0
+  read -r -a ports <<<"$(free_ports $((nps + nw)))"
+  ps_ports=$(IFS=,; echo "${ports[*]:0:nps}")
+  w_ports=$(IFS=,; echo "${ports[*]:nps}")
+  for ((i = 0; i < nps; i++)); do
     TF_CONFIG=$(tf_config ps $i "$ps_ports" "$w_ports") \
-      "$PSFLOW_BIN" ps --job "$job" --checkpoint-dir "$WORK/ckpt" 2>>"$WORK/ps$i.log" &
+      "$PSFLOW_BIN" ps --job "$job" --checkpoint-dir "$ckpt" 2>"$WORK/ps$i.log" &
     pids+=($!)
   done
-  for i in $(seq 0 $((nw - 1))); do
+  for ((i = 0; i < nw; i++)); do
     TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
-      "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$WORK/ckpt" --output json \
+      "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$ckpt" --output json \
       --log-every 500 >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &
     pids+=($!)
   done
-  for pid in "${pids[@]:2}"; do wait_pid "$pid" 400 || rc=$?; done
+  for pid in "${pids[@]:nps}"; do wait_pid "$pid" 400 || rc=$?; done
   if [ "$rc" != 0 ]; then
-    kill "${pids[@]:0:2}" 2>/dev/null || true
+    kill "${pids[@]:0:nps}" 2>/dev/null || true
     fail "a worker exited $rc"
   fi
-  for pid in "${pids[@]:0:2}"; do wait_pid "$pid" 60 || rc=$?; done
+  for pid in "${pids[@]:0:nps}"; do wait_pid "$pid" 60 || rc=$?; done
   [ "$rc" = 0 ] || fail "a ps exited $rc"
   cat "$WORK/worker0.out"
 }
@@ -101,6 +104,40 @@ out=$(run_cluster async.json 2)
 aacc=$(printf '%s\n' "$out" | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.strip()][-1]["test_accuracy"])')
 echo "async 2 ps + 2 workers: test accuracy $aacc after 3000 steps"
 in_range "$aacc" 0.84 1 || fail "async: test accuracy $aacc below 0.84"
+
+# --- 3b. repartitioning restore ---------------------------------------------------------
+# The async job's 2-ps checkpoint (the table and its Adam slots in 2 row ranges) into 3 ps
+# tasks with 3 parts and into 1 ps without a partitioner: at the same max_steps nothing
+# trains and the export is identical; on 3 ps with 500 more steps training goes on.
+"$PSFLOW_BIN" export "$WORK/ckpt/async" --out before.safetensors >/dev/null || fail "export failed"
+regrow() { # FILE PS PARTS STEPS
+  python3 - async.json "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+out, ps, parts, steps = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+d["replicas"]["ps"] = ps
+d["training"]["max_steps"] = steps
+d["placement"] = {"partitioner": {"type": "fixed_shards", "num_shards": parts}} if parts > 1 else {}
+json.dump(d, open(out, "w"))
+PY
+}
+for ps in 3 1; do
+  cp -r "$WORK/ckpt" "$WORK/ckpt$ps"
+  regrow same$ps.json $ps $ps 3000
+  run_cluster same$ps.json 2 $ps "$WORK/ckpt$ps" >/dev/null
+  grep -q "repartitioned from a checkpoint of 2 ps tasks" "$WORK/ps0.log" ||
+    fail "ps 0 of $ps did not repartition: $(tail -n 3 "$WORK/ps0.log")"
+  "$PSFLOW_BIN" export "$WORK/ckpt$ps/async" --out after$ps.safetensors >/dev/null || fail "export failed"
+  same=$(max_abs_diff before.safetensors after$ps.safetensors)
+  [ "$same" = 0 ] || fail "restored into $ps ps, the variables differ by $same"
+done
+regrow more.json 3 3 3500
+read -r rsteps rlocal racc <<<"$(run_cluster more.json 2 3 "$WORK/ckpt3" |
+  python3 -c 'import json,sys; d=[json.loads(l) for l in sys.stdin if l.strip()][-1]; print(d["steps"], d["local_steps"], d["test_accuracy"])')"
+grep -q 'restored from .*/step-3000 (step 3000' "$WORK/ps0.log" || fail "the longer job did not start from step 3000"
+[ "$rsteps" = 3500 ] && [ "$rlocal" -gt 0 ] || fail "continued on 3 ps: steps $rsteps, local steps $rlocal"
+echo "repartitioning restore: 2 ps -> 3 ps and 1 ps identical; on 3 ps to step $rsteps ($rlocal steps by the chief): test accuracy $racc"
+in_range "$racc" 0.84 1 || fail "continued on 3 ps: test accuracy $racc"
 
 # --- 4. refused data -------------------------------------------------------------------
 python3 -c 'print("1 " + " ".join("%d:1" % j for j in range(785)))' >many.libsvm

@@ -196,6 +196,12 @@ int main(int argc, char **argv) {
     }
     if (gpu && batch_arg == 0)
         batch_arg = 1024;
+    if (spec.model.n_embeddings > 0) { /* its ideal is sgemm's rate over dense layers */
+        fprintf(stderr, "train_throughput: a model with embeddings is not a dense stack: not "
+                        "measured here\n");
+        pf_job_spec_deinit(&spec);
+        return 64;
+    }
     if (n_widths > 0) {
         if (spec.model.type != PF_MODEL_MLP) {
             fprintf(stderr, "train_throughput: --hidden needs an mlp job\n");

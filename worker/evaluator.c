@@ -248,7 +248,7 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
         pf_status found =
             pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, &ferr);
         if (found == PF_OK && step > last && step != skipped) {
-            pf_eval one = {0};
+            pf_eval one = {.auc = NAN};
             pf_error cerr;
             pf_error_clear(&cerr);
             pf_status cst = evaluate_checkpoint(&e, step_dir, step, &one, &cerr);

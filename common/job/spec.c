@@ -820,6 +820,11 @@ static pf_status check_data(pf_job_spec *s, pf_error *err) {
     const pf_model_spec *m = &s->model;
     if (d->format == PF_DATA_SYNTHETIC_LINEAR) {
         /* Its examples are one x and a real-valued y: only a linear model can fit them. */
+        if (m->n_embeddings > 0)
+            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                                "/data/format: synthetic_linear gives one number per example; a "
+                                "model with embeddings reads ids: use libsvm, csv or "
+                                "synthetic_ctr");
         if (m->type != PF_MODEL_LINEAR)
             return pf_error_set(err, PF_ERR_SPEC, "/data/format",
                                 "/data/format: synthetic_linear gives regression targets; model "

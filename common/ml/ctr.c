@@ -117,7 +117,8 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
     memset(out, 0, sizeof *out);
     const pf_model_spec *m = &spec->model;
     const pf_data_spec *d = &spec->data;
-    if (n < 1 || m->n_embeddings < 1 || !(d->zipf > 0) || !(d->signal >= 0) || !isfinite(d->bias))
+    if (n < 1 || !pf_model_embeddings_valid(m) || !(d->zipf > 0) || !(d->signal >= 0) ||
+        !isfinite(d->bias))
         return PF_ERR_INVALID;
     int width = pf_model_input_width(m);
     out->x = pf_mallocarray((size_t)n, (size_t)width * sizeof(float));

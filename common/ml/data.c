@@ -651,11 +651,11 @@ static pf_status parse_pair(const char *tok, size_t n, long long offset, long lo
  * cannot have them. */
 static pf_status sink_for_model(libsvm_sink *k, const pf_model_spec *model, int index_base,
                                 const char *what, pf_error *err) {
+    bool valid = pf_model_embeddings_valid(model);
     int64_t ids = 0;
-    for (int f = 0; f < model->n_embeddings && f < PF_MAX_EMBEDDINGS; f++)
+    for (int f = 0; valid && f < model->n_embeddings; f++)
         ids += model->embeddings[f].vocab;
-    if (model->n_embeddings < 1 || model->n_embeddings > PF_MAX_EMBEDDINGS || ids > INT_MAX ||
-        index_base < 0 || index_base > 1)
+    if (!valid || ids > INT_MAX || index_base < 0 || index_base > 1)
         return pf_error_set_offset(err, PF_ERR_INVALID, -1,
                                    "%s: a model of %d embeddings (%lld ids) or index base %d that "
                                    "sparse examples cannot have",

@@ -48,6 +48,18 @@ struct pf_model {
     float *logits; /* host [max_batch, 2] for the scores of a two-class model */
 };
 
+bool pf_model_embeddings_valid(const pf_model_spec *spec) {
+    if (spec->n_embeddings < 1 || spec->n_embeddings > PF_MAX_EMBEDDINGS)
+        return false;
+    for (int f = 0; f < spec->n_embeddings; f++) {
+        const pf_embedding_spec *e = &spec->embeddings[f];
+        if (e->vocab < 1 || e->vocab > PF_MAX_VOCAB || e->dim < 1 ||
+            e->dim > PF_MAX_EMBEDDING_DIM || e->max_ids < 1 || e->max_ids > PF_MAX_IDS)
+            return false;
+    }
+    return true;
+}
+
 int pf_model_dense_inputs(const pf_model_spec *spec) {
     if (spec->n_embeddings == 0)
         return spec->inputs;

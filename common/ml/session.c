@@ -83,7 +83,12 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     int max_batch = batch > EVAL_BATCH ? batch : EVAL_BATCH;
     /* the host staging holds every replica's examples */
     int stage = replicas * batch > EVAL_BATCH ? replicas * batch : EVAL_BATCH;
-    if ((st = pf_model_create(&spec->model, s->be, max_batch, &s->model)) != PF_OK)
+    if ((st = pf_model_create(&spec->model, s->be, max_batch, &s->model)) == PF_ERR_UNSUPPORTED) {
+        pf_error_set(err, st, NULL, "a model with embeddings needs a CPU backend, not %s",
+                     s->be->name);
+        goto fail;
+    }
+    if (st != PF_OK)
         goto nomem;
     s->sampler = pf_sampler_create(s->train.n, spec->training.seed, true);
     s->n_params = pf_model_num_params(&spec->model);

@@ -593,6 +593,19 @@ static void test_libsvm_ids(void **state) {
     m.n_embeddings = 0;
     assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 0, true, &ds, &err),
                      PF_ERR_INVALID);
+    /* A model no spec could give is refused before it is read: too many features, a
+     * feature of no rows or no id slots. */
+    m.n_embeddings = PF_MAX_EMBEDDINGS + 1;
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 0, true, &ds, &err),
+                     PF_ERR_INVALID);
+    m.n_embeddings = 2;
+    m.embeddings[1].max_ids = 0;
+    assert_int_equal(pf_csv_parse_ids(text, strlen(text), "t", &m, true, &ds, &err),
+                     PF_ERR_INVALID);
+    m.embeddings[1].max_ids = 1;
+    m.embeddings[0].vocab = 0;
+    assert_int_equal(pf_libsvm_parse_ids(text, strlen(text), "t", &m, 0, true, &ds, &err),
+                     PF_ERR_INVALID);
 }
 
 /* Parses text with 3 features and returns the status; message into err. */

@@ -62,6 +62,11 @@ int pf_model_var_at(const pf_model_spec *spec, size_t i, pf_var_info *out);
  * 2 * max_ids over the features for a model with embeddings. */
 int pf_model_input_width(const pf_model_spec *spec);
 
+/* Whether the embeddings are within the spec's limits (1..PF_MAX_EMBEDDINGS of them, each
+ * vocab 1..PF_MAX_VOCAB, dim 1..PF_MAX_EMBEDDING_DIM, max_ids 1..PF_MAX_IDS): what code
+ * given a pf_model_spec by hand checks before trusting it. */
+bool pf_model_embeddings_valid(const pf_model_spec *spec);
+
 /* Inputs of dense_0: model.inputs, or the sum of the embedding dims. */
 int pf_model_dense_inputs(const pf_model_spec *spec);
 

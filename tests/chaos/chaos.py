@@ -471,13 +471,17 @@ def check_steps(job, samples, events):
 
 
 def check_metrics(cluster, job):
+    # The points acknowledged before the GET is sent: the coordinator commits a POST before
+    # it answers, so each must be in the answer. A task may still post after its job ended
+    # (a worker's last window), and a point acknowledged while the GET is being answered
+    # may or may not be in it.
+    with cluster.acks.mu:
+        acked = {(t, s) for (j, t, s) in cluster.acks.points if j == job}
     got = get_json(cluster.url + "/api/v1/jobs/%s/metrics?max_points=100000" % job, timeout=30)
     if got.get("downsampled"):
         raise Failure("%s: %d metric points, more than one answer holds; cannot compare"
                       % (job, got["total_points"]))
     have = {(p["task"], int(p["step"])) for p in got["points"]}
-    with cluster.acks.mu:
-        acked = {(t, s) for (j, t, s) in cluster.acks.points if j == job}
     missing = sorted(acked - have)
     if missing:
         raise Failure("%s: %d of %d acknowledged metric points missing from GET .../metrics, "

@@ -120,9 +120,10 @@ static pf_status load_params(evaluator *e, const pf_checkpoint_model *m, pf_erro
 static pf_eval evaluate(evaluator *e) {
     pf_eval ev = {0};
     const pf_dataset *ds = &e->data;
-    if (e->spec->model.type != PF_MODEL_LINEAR && e->spec->model.outputs == 2 && !e->scores)
+    bool binary = pf_model_two_class(&e->spec->model);
+    if (binary && !e->scores)
         e->scores = pf_mallocarray((size_t)ds->n, sizeof *e->scores);
-    ev.scores = e->spec->model.outputs == 2 ? e->scores : NULL; /* no memory: no AUC */
+    ev.scores = binary ? e->scores : NULL; /* no memory: no AUC */
     e->be->upload(e->d_params, e->params, e->n_params);
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);

@@ -79,10 +79,11 @@ static void upload_batch(trainer *t, int count) {
 static pf_eval evaluate(trainer *t) {
     pf_eval ev = {0};
     const pf_dataset *ds = t->has_test ? &t->test : &t->train;
-    if (t->spec->model.type != PF_MODEL_LINEAR && t->spec->model.outputs == 2 && !t->scores)
+    bool binary = pf_model_two_class(&t->spec->model);
+    if (binary && !t->scores)
         t->scores = pf_mallocarray((size_t)ds->n, sizeof *t->scores);
-    ev.scores = t->spec->model.outputs == 2 ? t->scores : NULL; /* no memory: no AUC */
-    const float *params = t->params; /* a host backend evaluates the host vector */
+    ev.scores = binary ? t->scores : NULL; /* no memory: no AUC */
+    const float *params = t->params;       /* a host backend evaluates the host vector */
     if (t->d_params) {
         t->be->upload(t->d_params, t->params, t->n_params);
         params = t->d_params;

@@ -121,14 +121,8 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
         !isfinite(d->bias))
         return PF_ERR_INVALID;
     int width = pf_model_input_width(m);
-    out->x = pf_mallocarray((size_t)n, (size_t)width * sizeof(float));
-    out->y = pf_mallocarray((size_t)n, sizeof(float));
-    if (!out->x || !out->y) {
-        pf_dataset_deinit(out);
+    if (pf_dataset_alloc(out, n, width) != PF_OK)
         return PF_ERR_NOMEM;
-    }
-    out->n = n;
-    out->features = width;
     out->num_classes = 2;
     zipf z[PF_MAX_EMBEDDINGS];
     int64_t step[PF_MAX_EMBEDDINGS];
@@ -140,17 +134,13 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
     pf_rng_init(&rng, spec->training.seed, stream);
     for (int64_t i = 0; i < n; i++) {
         float *row = out->x + (size_t)i * (size_t)width;
+        pf_model_pad_example(m, row);
         for (int f = 0, col = 0; f < m->n_embeddings; f++) {
             int max = m->embeddings[f].max_ids;
-            int64_t vocab = m->embeddings[f].vocab;
             int64_t rank = zipf_rank(&z[f], &rng);
-            /* rank * step mod vocab, without overflow: both are at most 2^24. */
-            row[col] = (float)((rank * step[f]) % vocab);
+            /* One id of weight 1: rank * step mod vocab, without overflow (both <= 2^24). */
+            row[col] = (float)((rank * step[f]) % m->embeddings[f].vocab);
             row[col + max] = 1;
-            for (int k = 1; k < max; k++) {
-                row[col + k] = -1;
-                row[col + max + k] = 0;
-            }
             col += 2 * max;
         }
         double p = 1 / (1 + exp(-pf_synthetic_ctr_logit(spec, row)));

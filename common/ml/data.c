@@ -57,8 +57,7 @@ void pf_dataset_deinit(pf_dataset *ds) {
     memset(ds, 0, sizeof *ds);
 }
 
-/* Allocates x [n, features] and y [n] for out; out->n and out->features set. */
-static pf_status dataset_alloc(pf_dataset *out, int64_t n, int features) {
+pf_status pf_dataset_alloc(pf_dataset *out, int64_t n, int features) {
     memset(out, 0, sizeof *out);
     if (n < 1 || features < 1 || (uint64_t)n > SIZE_MAX / (size_t)features)
         return PF_ERR_NOMEM;
@@ -241,7 +240,7 @@ static pf_status parse_idx(const uint8_t *images, size_t images_len, const char 
             (unsigned long long)n_images, labels_name, (unsigned long long)n_labels);
 
     int features = (int)(be32(images + 8) * be32(images + 12)); /* <= 2^20, checked */
-    if (dataset_alloc(out, (int64_t)n_images, features) != PF_OK)
+    if (pf_dataset_alloc(out, (int64_t)n_images, features) != PF_OK)
         return pf_error_set_offset(err, PF_ERR_NOMEM, -1, "%s: out of memory for %llu images",
                                    images_name, (unsigned long long)n_images);
     const uint8_t *pixels = images + 16;
@@ -565,18 +564,10 @@ static void sink_line(libsvm_sink *k, float *row) {
     k->first = 0;
     k->slot = 0;
     k->count = 0;
-    if (!k->model) {
+    if (k->model)
+        pf_model_pad_example(k->model, row);
+    else
         memset(row, 0, (size_t)k->features * sizeof *row);
-        return;
-    }
-    for (int f = 0, col = 0; f < k->model->n_embeddings; f++) {
-        int max = k->model->embeddings[f].max_ids;
-        for (int i = 0; i < max; i++) {
-            row[col + i] = -1; /* padding: id -1, weight 0 */
-            row[col + max + i] = 0;
-        }
-        col += 2 * max;
-    }
 }
 
 /* Stores feature id (base excluded) with value v; refuses a feature's max_ids + 1st id. */
@@ -943,7 +934,7 @@ pf_status pf_synthetic_linear(double w, double b, double noise, int64_t n, uint6
     memset(out, 0, sizeof *out);
     if (n < 1 || !isfinite(w) || !isfinite(b) || !isfinite(noise) || noise < 0)
         return PF_ERR_INVALID;
-    if (dataset_alloc(out, n, 1) != PF_OK)
+    if (pf_dataset_alloc(out, n, 1) != PF_OK)
         return PF_ERR_NOMEM;
     pf_rng rng;
     pf_rng_init(&rng, seed, stream);

@@ -60,6 +60,17 @@ bool pf_model_embeddings_valid(const pf_model_spec *spec) {
     return true;
 }
 
+void pf_model_pad_example(const pf_model_spec *spec, float *row) {
+    for (int f = 0; f < spec->n_embeddings; f++) {
+        int max = spec->embeddings[f].max_ids;
+        for (int i = 0; i < max; i++) {
+            row[i] = -1;
+            row[max + i] = 0;
+        }
+        row += 2 * max;
+    }
+}
+
 int pf_model_dense_inputs(const pf_model_spec *spec) {
     if (spec->n_embeddings == 0)
         return spec->inputs;
@@ -268,7 +279,7 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
         if (!m->delta[i])
             goto nomem;
     }
-    if (spec->type != PF_MODEL_LINEAR && spec->outputs == 2 &&
+    if (pf_model_two_class(spec) &&
         !(m->logits = pf_mallocarray((size_t)max_batch * 2, sizeof(float))))
         goto nomem;
     if (m->n_emb > 0) {

@@ -202,7 +202,7 @@ const pf_dataset *pf_session_eval_set(const pf_session *s) {
 void pf_session_evaluate(pf_session *s, pf_eval *out) {
     const pf_dataset *ds = pf_session_eval_set(s);
     memset(out, 0, sizeof *out);
-    bool binary = s->spec.model.type != PF_MODEL_LINEAR && s->spec.model.outputs == 2;
+    bool binary = pf_model_two_class(&s->spec.model);
     if (binary && !s->scores)
         s->scores = pf_mallocarray((size_t)ds->n, sizeof *s->scores);
     out->scores = binary ? s->scores : NULL; /* no memory: no AUC */

@@ -33,6 +33,10 @@ typedef struct pf_dataset {
     float *y;        /* [n], owned: class index (exact integer) or regression target */
 } pf_dataset;
 
+/* Allocates x [n, features] and y [n] for out (zeroed first); sets out->n and out->features.
+ * PF_ERR_NOMEM when n or features is below 1 or the memory is not there. */
+pf_status pf_dataset_alloc(pf_dataset *out, int64_t n, int features);
+
 /* Frees what ds owns and zeroes it; safe on a zeroed dataset. */
 void pf_dataset_deinit(pf_dataset *ds);
 

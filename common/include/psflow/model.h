@@ -67,6 +67,15 @@ int pf_model_input_width(const pf_model_spec *spec);
  * given a pf_model_spec by hand checks before trusting it. */
 bool pf_model_embeddings_valid(const pf_model_spec *spec);
 
+/* Fills an example of a model with embeddings (pf_model_input_width floats) with padding:
+ * every id slot -1, every weight 0. */
+void pf_model_pad_example(const pf_model_spec *spec, float *row);
+
+/* A classifier of two classes: its evaluations have scores and an AUC (pf_eval). */
+static inline bool pf_model_two_class(const pf_model_spec *spec) {
+    return spec->type != PF_MODEL_LINEAR && spec->outputs == 2;
+}
+
 /* Inputs of dense_0: model.inputs, or the sum of the embedding dims. */
 int pf_model_dense_inputs(const pf_model_spec *spec);
 

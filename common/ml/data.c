@@ -398,6 +398,36 @@ static bool next_line(const char *text, size_t len, size_t *pos, size_t *start, 
     return true;
 }
 
+/* The next line of a CSV text that is not blank, its '\r' taken off; counts every line in
+ * *line_no. False at the end of the text. */
+static bool next_csv_line(const char *text, size_t len, size_t *pos, long long *line_no,
+                          size_t *start, size_t *n) {
+    while (next_line(text, len, pos, start, n)) {
+        ++*line_no;
+        const char *line = text + *start;
+        if (*n > 0 && line[*n - 1] == '\r')
+            --*n;
+        for (size_t i = 0; i < *n; i++)
+            if (!is_blank(line[i]))
+                return true;
+    }
+    return false;
+}
+
+/* A label field line[0 .. n) at byte `offset` read into *label, or the error naming it. */
+static pf_status parse_label(const char *field, size_t n, long long offset, long long line_no,
+                             const char *what, bool classification, double *label, pf_error *err) {
+    field_result r = parse_field(field, n, label);
+    const char *bad = r == FIELD_OK ? label_problem(*label, classification) : "is not a number";
+    if (r == FIELD_NOT_FINITE || r == FIELD_RANGE)
+        bad = r == FIELD_RANGE ? "is out of float32 range" : "is not a finite number";
+    if (!bad)
+        return PF_OK;
+    return pf_error_set_offset(err, PF_ERR_FORMAT, offset, "%s: line %lld: %s \"%.*s\" %s", what,
+                               line_no, classification ? "label" : "target", (int)(n > 40 ? 40 : n),
+                               field, bad);
+}
+
 /* Storage for one more row (row rows->ds->n), or an error naming the line. */
 static pf_status room_for_row(csv_rows *rows, size_t line_start, long long line_no,
                               const char *what, pf_error *err) {
@@ -477,16 +507,8 @@ static pf_status parse_csv(const char *text, size_t len, const char *what, int f
     double max_label = 0;
     size_t pos = 0, line_start, line_len;
     long long line_no = 0;
-    while (next_line(text, len, &pos, &line_start, &line_len)) {
-        line_no++;
+    while (next_csv_line(text, len, &pos, &line_no, &line_start, &line_len)) {
         const char *line = text + line_start;
-        if (line_len > 0 && line[line_len - 1] == '\r')
-            line_len--;
-        size_t blanks = 0;
-        while (blanks < line_len && is_blank(line[blanks]))
-            blanks++;
-        if (blanks == line_len)
-            continue;
         if (first_line) {
             first_line = false;
             if (!line_is_numeric(line, line_len))
@@ -677,16 +699,10 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, li
         for (end = i; end < line_len && !is_blank(line[end]) && line[end] != '\r'; end++) {
         }
         double label = 0;
-        int shown = (int)(end - i > 40 ? 40 : end - i);
-        field_result r = parse_field(line + i, end - i, &label);
-        const char *bad = r == FIELD_OK ? label_problem(label, classification) : "is not a number";
-        if (r == FIELD_NOT_FINITE || r == FIELD_RANGE)
-            bad = r == FIELD_RANGE ? "is out of float32 range" : "is not a finite number";
-        if (bad)
-            return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)(line_start + i),
-                                       "%s: line %lld: %s \"%.*s\" %s", what, line_no,
-                                       classification ? "label" : "target", shown, line + i, bad);
-        pf_status room = room_for_row(&rows, line_start, line_no, what, err);
+        pf_status room = parse_label(line + i, end - i, (long long)(line_start + i), line_no, what,
+                                     classification, &label, err);
+        if (room == PF_OK)
+            room = room_for_row(&rows, line_start, line_no, what, err);
         if (room != PF_OK)
             return room;
         sink_line(k, out->x + (size_t)out->n * (size_t)width);
@@ -840,33 +856,20 @@ static pf_status parse_csv_ids(const char *text, size_t len, const char *what, l
     double max_label = 0;
     size_t pos = 0, line_start, line_len;
     long long line_no = 0;
-    while (next_line(text, len, &pos, &line_start, &line_len)) {
-        line_no++;
+    while (next_csv_line(text, len, &pos, &line_no, &line_start, &line_len)) {
         const char *line = text + line_start;
-        if (line_len > 0 && line[line_len - 1] == '\r')
-            line_len--;
-        size_t i = 0;
-        while (i < line_len && is_blank(line[i]))
-            i++;
-        if (i == line_len)
-            continue;
         const char *comma = memchr(line, ',', line_len);
         size_t end = comma ? (size_t)(comma - line) : line_len;
         double label = 0;
-        field_result r = parse_field(line, end, &label);
         if (first_line) {
             first_line = false;
-            if (r == FIELD_NOT_NUMBER)
+            if (parse_field(line, end, &label) == FIELD_NOT_NUMBER)
                 continue; /* a header: its first field is a name */
         }
-        int shown = (int)(end > 40 ? 40 : end);
-        const char *bad = r == FIELD_OK ? label_problem(label, classification) : "is not a number";
-        if (r == FIELD_NOT_FINITE || r == FIELD_RANGE)
-            bad = r == FIELD_RANGE ? "is out of float32 range" : "is not a finite number";
-        if (bad)
-            return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)line_start,
-                                       "%s: line %lld: %s \"%.*s\" %s", what, line_no,
-                                       classification ? "label" : "target", shown, line, bad);
+        pf_status st = parse_label(line, end, (long long)line_start, line_no, what, classification,
+                                   &label, err);
+        if (st != PF_OK)
+            return st;
         size_t fields = 1;
         for (size_t j = 0; j < line_len; j++)
             fields += line[j] == ',';
@@ -875,8 +878,7 @@ static pf_status parse_csv_ids(const char *text, size_t len, const char *what, l
                                        "%s: line %lld: expected %d fields (label + one per "
                                        "embedding), got %zu",
                                        what, line_no, m->n_embeddings + 1, fields);
-        pf_status st = room_for_row(&rows, line_start, line_no, what, err);
-        if (st != PF_OK)
+        if ((st = room_for_row(&rows, line_start, line_no, what, err)) != PF_OK)
             return st;
         sink_line(k, out->x + (size_t)out->n * (size_t)width);
         int64_t first = 0;

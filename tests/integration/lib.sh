@@ -174,6 +174,36 @@ print("%.3g" % worst)
 PY
 }
 
+# run_static_cluster JOB.json WORKERS [PS [CKPT]]: PS [2] ps + WORKERS workers on 127.0.0.1,
+# started the TFJob way (TF_CONFIG + --job), checkpoints under CKPT [$WORK/ckpt], each task's
+# stderr in $WORK/ps<i>.log and worker<i>.log; waits for all to exit 0 and prints the
+# chief's --output json result.
+run_static_cluster() {
+  local job=$1 nw=$2 nps=${3:-2} ckpt=${4:-$WORK/ckpt} ports ps_ports w_ports pids=() i rc=0
+  read -r -a ports <<<"$(free_ports $((nps + nw)))"
+  ps_ports=$(IFS=,; echo "${ports[*]:0:nps}")
+  w_ports=$(IFS=,; echo "${ports[*]:nps}")
+  for ((i = 0; i < nps; i++)); do
+    TF_CONFIG=$(tf_config ps $i "$ps_ports" "$w_ports") \
+      "$PSFLOW_BIN" ps --job "$job" --checkpoint-dir "$ckpt" 2>"$WORK/ps$i.log" &
+    pids+=($!)
+  done
+  for ((i = 0; i < nw; i++)); do
+    TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
+      "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$ckpt" --output json \
+      --log-every 500 >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]:nps}"; do wait_pid "$pid" 400 || rc=$?; done
+  if [ "$rc" != 0 ]; then
+    kill "${pids[@]:0:nps}" 2>/dev/null || true
+    fail "a worker exited $rc"
+  fi
+  for pid in "${pids[@]:0:nps}"; do wait_pid "$pid" 60 || rc=$?; done
+  [ "$rc" = 0 ] || fail "a ps exited $rc"
+  cat "$WORK/worker0.out"
+}
+
 # --- coordinator helpers ---------------------------------------------------------------
 
 # jget URL EXPR: GETs URL and evaluates a Python expression over the JSON answer `d`.

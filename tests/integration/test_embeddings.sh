@@ -38,34 +38,6 @@ json.dump(d, sys.stdout)
 PY
 }
 
-# run_cluster JOB.json WORKERS [PS [CKPT]]: PS [2] ps + WORKERS workers on 127.0.0.1,
-# checkpoints under CKPT [$WORK/ckpt]; prints the chief's result.
-run_cluster() {
-  local job=$1 nw=$2 nps=${3:-2} ckpt=${4:-$WORK/ckpt} ports ps_ports w_ports pids=() i rc=0
-  read -r -a ports <<<"$(free_ports $((nps + nw)))"
-  ps_ports=$(IFS=,; echo "${ports[*]:0:nps}")
-  w_ports=$(IFS=,; echo "${ports[*]:nps}")
-  for ((i = 0; i < nps; i++)); do
-    TF_CONFIG=$(tf_config ps $i "$ps_ports" "$w_ports") \
-      "$PSFLOW_BIN" ps --job "$job" --checkpoint-dir "$ckpt" 2>"$WORK/ps$i.log" &
-    pids+=($!)
-  done
-  for ((i = 0; i < nw; i++)); do
-    TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
-      "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$ckpt" --output json \
-      --log-every 500 >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &
-    pids+=($!)
-  done
-  for pid in "${pids[@]:nps}"; do wait_pid "$pid" 400 || rc=$?; done
-  if [ "$rc" != 0 ]; then
-    kill "${pids[@]:0:nps}" 2>/dev/null || true
-    fail "a worker exited $rc"
-  fi
-  for pid in "${pids[@]:0:nps}"; do wait_pid "$pid" 60 || rc=$?; done
-  [ "$rc" = 0 ] || fail "a ps exited $rc"
-  cat "$WORK/worker0.out"
-}
-
 # --- 1. one process --------------------------------------------------------------------
 spec tokens 1 1 100 6000 sync >tokens.json
 "$PSFLOW_BIN" train tokens.json --save tokens.safetensors >tokens.out 2>tokens.log ||
@@ -90,7 +62,7 @@ spec equiv 2 2 50 100 sync >equiv.json
 spec single 1 1 100 100 sync >single.json
 "$PSFLOW_BIN" train single.json --save single.safetensors >/dev/null 2>single.log ||
   fail "psflow train single.json: $(tail -n 3 single.log)"
-run_cluster equiv.json 2 >/dev/null
+run_static_cluster equiv.json 2 >/dev/null
 grep -rqa 'pixels/embeddings/part_1' "$WORK/ckpt/equiv" || fail "the table was not split in two shards"
 "$PSFLOW_BIN" export "$WORK/ckpt/equiv" --out dist.safetensors || fail "export failed"
 diff=$(max_abs_diff single.safetensors dist.safetensors)
@@ -100,7 +72,7 @@ in_range "$diff" 0 1e-5 || fail "distributed sync differs from psflow train by $
 # --- 3. async --------------------------------------------------------------------------
 rm -rf "$WORK/ckpt"
 spec async 2 2 100 3000 async >async.json
-out=$(run_cluster async.json 2)
+out=$(run_static_cluster async.json 2)
 aacc=$(printf '%s\n' "$out" | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.strip()][-1]["test_accuracy"])')
 echo "async 2 ps + 2 workers: test accuracy $aacc after 3000 steps"
 in_range "$aacc" 0.84 1 || fail "async: test accuracy $aacc below 0.84"
@@ -124,7 +96,7 @@ PY
 for ps in 3 1; do
   cp -r "$WORK/ckpt" "$WORK/ckpt$ps"
   regrow same$ps.json $ps $ps 3000
-  run_cluster same$ps.json 2 $ps "$WORK/ckpt$ps" >/dev/null
+  run_static_cluster same$ps.json 2 $ps "$WORK/ckpt$ps" >/dev/null
   grep -q "repartitioned from a checkpoint of 2 ps tasks" "$WORK/ps0.log" ||
     fail "ps 0 of $ps did not repartition: $(tail -n 3 "$WORK/ps0.log")"
   "$PSFLOW_BIN" export "$WORK/ckpt$ps/async" --out after$ps.safetensors >/dev/null || fail "export failed"
@@ -132,7 +104,7 @@ for ps in 3 1; do
   [ "$same" = 0 ] || fail "restored into $ps ps, the variables differ by $same"
 done
 regrow more.json 3 3 3500
-read -r rsteps rlocal racc <<<"$(run_cluster more.json 2 3 "$WORK/ckpt3" |
+read -r rsteps rlocal racc <<<"$(run_static_cluster more.json 2 3 "$WORK/ckpt3" |
   python3 -c 'import json,sys; d=[json.loads(l) for l in sys.stdin if l.strip()][-1]; print(d["steps"], d["local_steps"], d["test_accuracy"])')"
 grep -q 'restored from .*/step-3000 (step 3000' "$WORK/ps0.log" || fail "the longer job did not start from step 3000"
 [ "$rsteps" = 3500 ] && [ "$rlocal" -gt 0 ] || fail "continued on 3 ps: steps $rsteps, local steps $rlocal"

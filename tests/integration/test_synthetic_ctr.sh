@@ -37,26 +37,7 @@ in_range "$(python3 -c "print($bayes - $auc)")" -0.01 0.01 ||
   fail "psflow train: auc $auc is not within 0.01 of the Bayes-optimal $bayes"
 
 # --- 2. 2 ps + 2 workers, async ------------------------------------------------------------
-read -r -a ports <<<"$(free_ports 4)"
-ps_ports="${ports[0]},${ports[1]}"
-w_ports="${ports[2]},${ports[3]}"
-pids=()
-for i in 0 1; do
-  TF_CONFIG=$(tf_config ps $i "$ps_ports" "$w_ports") \
-    "$PSFLOW_BIN" ps --job ctr.json --checkpoint-dir "$WORK/ckpt" 2>>"$WORK/ps$i.log" &
-  pids+=($!)
-done
-for i in 0 1; do
-  TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
-    "$PSFLOW_BIN" worker --job ctr.json --checkpoint-dir "$WORK/ckpt" --output json \
-    >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &
-  pids+=($!)
-done
-rc=0
-for pid in "${pids[@]:2}"; do wait_pid "$pid" 300 || rc=$?; done
-[ "$rc" = 0 ] || { kill "${pids[@]:0:2}" 2>/dev/null; fail "a worker exited $rc"; }
-for pid in "${pids[@]:0:2}"; do wait_pid "$pid" 60 || rc=$?; done
-[ "$rc" = 0 ] || fail "a ps exited $rc"
+run_static_cluster ctr.json 2 >/dev/null
 grep -rqa 'user/embeddings/part_1' "$WORK/ckpt/ctr" || fail "the user table was not split in two"
 dauc=$(json_field worker0.out 'd["test_auc"]')
 echo "async 2 ps + 2 workers: test auc $dauc, Bayes-optimal $bayes"

@@ -205,6 +205,37 @@ typedef struct pf_wire_push_pull {
     pf_wire_pull pull;
 } pf_wire_push_pull;
 
+/* Some rows of one shard (IndexedSlices): a ROW_PULL selection, or row gradients in a
+ * ROW_PUSH_PULL. A shard's rows are those of its placement shape (shape[0] rows of
+ * shape[1] floats); `rows` are relative to the shard's first row. */
+typedef struct pf_wire_rows {
+    uint32_t id;          /* shard index in pf_placement order */
+    uint32_t width;       /* floats per row (>= 1) in a push; 0 in a selection */
+    uint32_t n_rows;      /* may be 0 */
+    const uint32_t *rows; /* [n_rows] shard rows, strictly increasing; borrowed */
+    const float *data;    /* [n_rows * width] row gradients in rows' order; NULL in a selection */
+} pf_wire_rows;
+
+/* ROW_PULL (worker -> ps): whole shards as PULL, then some rows of other shards; answered
+ * by PULL_REPLY whose records are the whole shards in ids' order, then one record per
+ * selection (count = n_rows * the shard's row width, rows in selection order). */
+typedef struct pf_wire_row_pull {
+    uint64_t min_version; /* answer only once version >= min_version */
+    uint32_t n;
+    const uint32_t *ids; /* [n] whole shards; borrowed */
+    uint32_t n_sel;
+    const pf_wire_rows *sel; /* [n_sel] row selections (width 0, data NULL); borrowed */
+} pf_wire_row_pull;
+
+/* ROW_PUSH_PULL (worker -> ps): a push whose gradients are whole shards (push.tensors) and
+ * rows of shards (rows), then a ROW_PULL; answered by PULL_REPLY with push_result. */
+typedef struct pf_wire_row_push_pull {
+    pf_wire_push push;
+    uint32_t n_rows;
+    const pf_wire_rows *rows; /* [n_rows] row gradients; borrowed */
+    pf_wire_row_pull pull;
+} pf_wire_row_push_pull;
+
 typedef struct pf_wire_stats_reply {
     pf_wire_str json; /* UTF-8 JSON text */
 } pf_wire_stats_reply;
@@ -257,6 +288,8 @@ typedef struct pf_wire_msg {
         pf_wire_checkpoint checkpoint;
         pf_wire_checkpoint_ack checkpoint_ack;
         pf_wire_restore restore;
+        pf_wire_row_pull row_pull;
+        pf_wire_row_push_pull row_push_pull;
         pf_wire_error error;
         pf_wire_auth auth; /* AUTH_CHALLENGE, AUTH_PROOF, AUTH_OK */
     } u;
@@ -271,6 +304,10 @@ typedef struct pf_wire_in {
     uint32_t max_tensors;
     pf_wire_tensor *views; /* owned */
     uint32_t cap_views;
+    pf_wire_rows *row_views; /* owned: ROW_PUSH_PULL's row gradients */
+    uint32_t cap_row_views;
+    pf_wire_rows *sel_views; /* owned: the row selections of a ROW_PULL or ROW_PUSH_PULL */
+    uint32_t cap_sel_views;
     pf_wire_code code; /* PF_WIRE_OK after a success */
 } pf_wire_in;
 
@@ -378,6 +415,13 @@ pf_status pf_wire_encode_push(pf_wire_out *out, uint32_t request_id, const pf_wi
                               pf_error *err);
 pf_status pf_wire_encode_push_ack(pf_wire_out *out, uint32_t request_id, const pf_wire_push_ack *m,
                                   pf_error *err);
+/* Row messages: row ids are copied into the head, row data is referenced like tensor data.
+ * Refused besides the common errors: rows not strictly increasing, a push record with
+ * width 0 or data NULL while n_rows > 0, a selection with width != 0 or data != NULL. */
+pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id,
+                                  const pf_wire_row_pull *m, pf_error *err);
+pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,
+                                       const pf_wire_row_push_pull *m, pf_error *err);
 pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
                                    const pf_wire_push_pull *m, pf_error *err);
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err);

@@ -84,3 +84,16 @@ void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t
     }
     }
 }
+
+void pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                         size_t width, size_t n_rows, const uint32_t *rows, const float *g,
+                         float *w, float *const *slots) {
+    int n_slots = pf_optim_num_slots(spec);
+    for (size_t j = 0; j < n_rows; j++) {
+        size_t at = (size_t)rows[j] * width;
+        float *row_slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
+        for (int k = 0; k < n_slots; k++)
+            row_slots[k] = slots[k] + at;
+        pf_optim_apply(spec, be, global_step, width, g + j * width, w + at, row_slots);
+    }
+}

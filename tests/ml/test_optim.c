@@ -458,6 +458,63 @@ static void test_empty_range(void **state) {
     }
 }
 
+/* pf_optim_apply_rows: TensorFlow's sparse kernels on a [4, 2] block, two updates naming
+ * rows {1, 3} (global step 0) then {0, 1} (step 1), lr 0.1. Rows a gradient does not name
+ * keep their values and slots: row 2 never moves, and row 3 keeps its step-1 values in
+ * step 2 although its momentum (and adam's m) is not zero - the lazy update
+ * (SparseApplyMomentum, LazyAdamOptimizer), where a dense one would move it again. */
+static void test_apply_rows(void **state) {
+    (void)state;
+    static const float w0[8] = {1, -1, 0.5f, 2, -0.5f, 0.25f, 3, -2};
+    static const uint32_t rows1[2] = {1, 3}, rows2[2] = {0, 1};
+    static const float g1[4] = {0.5f, -0.25f, 1.0f, 0.5f}, g2[4] = {0.25f, -0.5f, -0.75f, 1.0f};
+    static const struct {
+        pf_optimizer_type type;
+        double w[8], s0[8], s1[8];
+    } cases[] = {
+        /* sgd: row 1 = (0.5 - 0.05 + 0.075, 2 + 0.025 - 0.1), row 3 = (3 - 0.1, -2 - 0.05),
+         * row 0 = (1 - 0.025, -1 + 0.05) */
+        {PF_OPT_SGD, {0.975, -0.95, 0.525, 1.925, -0.5, 0.25, 2.9, -2.05}, {0}, {0}},
+        /* momentum 0.9: row 1 a = 0.9 (0.5, -0.25) + (-0.75, 1) = (-0.3, 0.775),
+         * w = (0.45 + 0.03, 2.025 - 0.0775); row 3 keeps a = (1, 0.5) and w = (2.9, -2.05) */
+        {PF_OPT_MOMENTUM,
+         {0.975, -0.95, 0.48, 1.9475, -0.5, 0.25, 2.9, -2.05},
+         {0.25, -0.5, -0.3, 0.775, 0, 0, 1, 0.5},
+         {0}},
+        /* adagrad from 0.1: row 1 acc = 0.1 + (0.25 + 0.5625, 0.0625 + 1), w as in test_adagrad;
+         * row 2 keeps its accumulator 0.1 */
+        {PF_OPT_ADAGRAD,
+         {0.9379826327053957, -0.9154845745271484, 0.4939981629156804, 1.9692695881425704, -0.5,
+          0.25, 2.9046537410754407, -2.0845154254728517},
+         {0.1625, 0.35, 0.9125, 1.1625, 0.1, 0.1, 1.1, 0.35},
+         {0}},
+        /* lazy adam: t = 1 then 2 (the global step), m and v of row 3 unchanged at t = 2 */
+        {PF_OPT_ADAM,
+         {0.925587258898297, -0.9255867882737758, 0.42477072715233505, 2.0440485573535074, -0.5,
+          0.25, 2.900000316226766, -2.099999367548468},
+         {0.025, -0.05, -0.03, 0.0775, 0, 0, 0.1, 0.05},
+         {6.25e-05, 0.00025, 0.00081225, 0.0010624375, 0, 0, 0.001, 0.00025}},
+    };
+    for (int b = 0; b < NUM_BACKENDS; b++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            pf_optimizer_spec spec = make_spec(cases[c].type, 0.1);
+            const pf_backend *be = backend_at(b);
+            float w[8], s0[8], s1[8];
+            memcpy(w, w0, sizeof w);
+            float *slots[PF_OPTIM_MAX_SLOTS] = {s0, s1};
+            for (int k = 0; k < pf_optim_num_slots(&spec); k++)
+                pf_optim_slot_init(&spec, be, k, slots[k], 8);
+            pf_optim_apply_rows(&spec, be, 0, 2, 2, rows1, g1, w, slots);
+            pf_optim_apply_rows(&spec, be, 1, 2, 2, rows2, g2, w, slots);
+            expect_near("w", be->name, 1, w, cases[c].w, 8);
+            if (pf_optim_num_slots(&spec) > 0)
+                expect_near("slot 0", be->name, 1, s0, cases[c].s0, 8);
+            if (pf_optim_num_slots(&spec) > 1)
+                expect_near("slot 1", be->name, 1, s1, cases[c].s1, 8);
+        }
+    report_error("rows");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd),      cmocka_unit_test(test_momentum),
@@ -465,6 +522,7 @@ int main(void) {
         cmocka_unit_test(test_slots),    cmocka_unit_test(test_slot_table),
         cmocka_unit_test(test_decay),    cmocka_unit_test(test_decay_in_apply),
         cmocka_unit_test(test_subrange), cmocka_unit_test(test_empty_range),
+        cmocka_unit_test(test_apply_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,4 +57,15 @@ double pf_optim_learning_rate(const pf_optimizer_spec *spec, int64_t global_step
 void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
                     size_t n, const float *g, float *w, float *const *slots);
 
+/* One update of some rows only (IndexedSlices), as TensorFlow's sparse kernels apply it:
+ * row rows[j] of a row-major [?, width] block w (and of each slot) is updated from the
+ * gradient row g[j * width .. (j + 1) * width) by the rule of pf_optim_apply; rows not
+ * named keep their values and slots (SparseApplyMomentum, SparseApplyAdagrad, SGD's
+ * scatter_sub, and LazyAdamOptimizer: m and v move only where the gradient names a row,
+ * with the bias correction of global step t). rows must not repeat. Host or backend
+ * memory, as pf_optim_apply. */
+void pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                         size_t width, size_t n_rows, const uint32_t *rows, const float *g,
+                         float *w, float *const *slots);
+
 #endif

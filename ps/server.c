@@ -35,92 +35,10 @@
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
 #include "ps/checkpoint.h"
+#include "ps/server_int.h"
 #include "ps/shard.h"
 
-typedef struct peer {
-    struct peer *next;
-    uint64_t conn;
-    int hello; /* HELLO accepted: role, task and incarnation below are the peer's */
-    uint8_t role;
-    int task;
-    uint64_t incarnation;
-    /* with a key: a HELLO waiting for its AUTH_PROOF */
-    int challenged;
-    int refused;           /* failed the proof: closing, nothing more is read */
-    pf_wire_hello pending; /* its job view is not kept */
-    uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
-    size_t hello_len;
-    uint8_t nonce[PF_WIRE_NONCE_SIZE];
-    pf_wire_in in;
-    /* a parked pull */
-    int parked;
-    uint32_t request_id;
-    uint64_t min_version;
-    uint32_t push_result;
-    uint32_t n_ids;
-    uint32_t *ids;     /* capacity: the task's shard count */
-    double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
-    /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
-    int ck_parked;
-    uint32_t ck_request_id;
-    uint64_t ck_step;
-    uint32_t ck_final;
-} peer;
-
-struct ps_server {
-    pf_job_spec spec;
-    int task;
-    uint64_t incarnation;
-    char checkpoint_dir[1024];
-    double grace;
-    pf_placement placement;
-    ps_shards *shards;
-    ps_staleness *staleness; /* training.max_staleness set (async): its clocks; else NULL */
-    int *local_of;           /* global shard id -> local index, or -1 */
-    const float **grads;     /* scratch: local shard order */
-    pf_wire_tensor *views;   /* scratch for replies */
-    struct iovec *parts;     /* scratch: a reply's pieces, 2 * n_local + 1 at most */
-    unsigned char *lend;     /* scratch: which of them are lent (the values) */
-    size_t max_parts;
-    unsigned char *pulled; /* scratch: local shards named by a pull */
-    pf_ws *ws;
-    size_t max_message; /* the largest message this ps accepts (a push of every shard) */
-    /* the data plane's limits; those the options left to the ps (auto_*) follow the
-     * membership. Service thread. */
-    int max_connections, auto_connections, auto_buffered;
-    size_t max_buffered;
-    pf_wire_out out; /* service thread only */
-    peer *peers;
-    uint64_t errors;     /* ERROR replies sent */
-    char nonfinite[256]; /* set once a value became NaN or Inf: every request is refused */
-    /* completion, under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int final_done;
-    int n_peers;
-    unsigned char *seen; /* training tasks that have said HELLO (PF_MAX_TASKS), under mu */
-    int n_tasks;         /* training tasks of the current membership, under mu */
-    /* a membership change from the agent (ps_server_set_workers), taken by the service
-     * thread: workers and replicas_to_aggregate, under mu; want_workers 0 = none */
-    int want_workers, want_aggregate;
-    /* a change refused for want of memory waits in want_* to be retried: on the service
-     * thread's next message or wake; ps_server_wait wakes it at retry_at (under mu) */
-    int membership_retry; /* atomic */
-    double retry_at;
-    int has_key;
-    uint8_t job_key[PF_WIRE_KEY_SIZE];
-    uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
-    uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
-    double final_time;
-    volatile sig_atomic_t stop;
-    int destroying; /* ps_server_destroy is closing every connection: nothing more is sent */
-    /* counters published by the service thread for ps_server_stats (atomic access) */
-    uint64_t pub_version, pub_applied, pub_stale;
-    ps_server_sink sink; /* without a socket: replies go here (sink.send set) */
-};
-
-static void logf_(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(const ps_server *s, const char *fmt, ...) {
+void ps_srv_log(const ps_server *s, const char *fmt, ...) {
     char line[512];
     va_list ap;
     va_start(ap, fmt);
@@ -154,8 +72,8 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
         s->lend[i] = lend_values && !(p >= head && p < end);
     }
     if (pf_ws_sendv_lent(s->ws, conn, s->parts, (int)n, s->lend) == PF_ERR_NOMEM) {
-        logf_(s, "out of memory for a %zu-byte reply; closing connection",
-              pf_wire_out_len(&s->out));
+        ps_srv_log(s, "out of memory for a %zu-byte reply; closing connection",
+                   pf_wire_out_len(&s->out));
         close_conn(s, conn);
     }
 }
@@ -163,20 +81,19 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
 /* Sends the reply just encoded into s->out (encoded: the encoder's status). One that could
  * not be encoded (out of memory: a text the wire refuses is replaced by the caller) is logged
  * and its connection closed: the peer retries at once rather than wait out its timeout. */
-static void send_encoded(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
-                         int lend_values) {
+void ps_srv_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
+                 int lend_values) {
     if (encoded == PF_OK) {
         send_message(s, conn, lend_values);
         return;
     }
-    logf_(s, "cannot encode a %s reply (%s); closing its connection", what, pf_strerror(encoded));
+    ps_srv_log(s, "cannot encode a %s reply (%s); closing its connection", what,
+               pf_strerror(encoded));
     close_conn(s, conn);
 }
 
-static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
-                       const char *fmt, ...) {
+void ps_srv_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
+                  const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -188,238 +105,32 @@ static void send_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire
      * power of two, so a peer sending garbage cannot flood it. */
     uint64_t n = ++s->refusals[code <= PF_WIRE_UNAUTHENTICATED ? code : PF_WIRE_INTERNAL];
     if ((n & (n - 1)) == 0)
-        logf_(s, "refused (%s, %" PRIu64 " so far): %s", pf_wire_code_name(code), n, msg);
+        ps_srv_log(s, "refused (%s, %" PRIu64 " so far): %s", pf_wire_code_name(code), n, msg);
     pf_error err;
     pf_status st = pf_wire_encode_error(&s->out, request_id, code, msg, &err);
     if (st != PF_OK) /* out of memory for the text: a short one may still fit */
         st = pf_wire_encode_error(&s->out, request_id, code, "(no memory for the error's text)",
                                   &err);
-    send_encoded(s, conn, st, "ERROR", 0);
+    ps_srv_send(s, conn, st, "ERROR", 0);
 }
 
-static const char *role_name(uint8_t role) {
+const char *ps_srv_role_name(uint8_t role) {
     static const char *const names[] = {"worker", "chief", "evaluator", "tool"};
     return role < 4 ? names[role] : "unknown role";
-}
-
-/* The training task p speaks for (its max_staleness clock), or -1. */
-static int trainer(const peer *p) {
-    return p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) ? p->task
-                                                                                         : -1;
-}
-
-static uint64_t version(const ps_server *s) {
-    return ps_shards_stats(s->shards).version;
-}
-
-/* Checks pulled ids: each must be a shard this task holds, named once (so a reply never
- * has more tensors than the task has shards). Returns 0 or sends an error. */
-static int check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
-                     uint32_t n) {
-    int n_local = ps_shards_count(s->shards);
-    memset(s->pulled, 0, (size_t)n_local);
-    for (uint32_t i = 0; i < n; i++) {
-        int local = ids[i] < (uint32_t)s->placement.n_shards ? s->local_of[ids[i]] : -1;
-        if (local < 0 || s->pulled[local]) {
-            send_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                       "shard %" PRIu32 " is not held by ps %d or appears twice", ids[i], s->task);
-            return -1;
-        }
-        s->pulled[local] = 1;
-    }
-    return 0;
-}
-
-static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
-                       uint32_t n, uint32_t push_result) {
-    for (uint32_t i = 0; i < n; i++) {
-        int local = s->local_of[ids[i]];
-        s->views[i] = (pf_wire_tensor){ids[i], PF_WIRE_F32, ps_shards_info(s->shards, local)->count,
-                                       ps_shards_values(s->shards, local)};
-    }
-    pf_wire_pull_reply r = {version(s), push_result, n, s->views};
-    pf_error err;
-    send_encoded(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
-                 1);
-}
-
-/* Answers a pull now if its version is reached, else parks it on the peer. */
-static void pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
-                         uint32_t push_result) {
-    int fresh = ps_staleness_pull(s->staleness, trainer(p));
-    if ((version(s) >= pull->min_version && fresh) ||
-        version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
-        ps_staleness_answered(s->staleness, fresh ? trainer(p) : -1, -1);
-        reply_pull(s, p->conn, request_id, pull->ids, pull->n, push_result);
-        return;
-    }
-    p->held_since = fresh ? -1 : pf_clock_now();
-    p->parked = 1;
-    p->request_id = request_id;
-    p->min_version = pull->min_version;
-    p->push_result = push_result;
-    p->n_ids = pull->n;
-    memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
-}
-
-static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
-                                uint32_t status, const char *text);
-
-/* Answers the parked pulls that may go now, or all once the job is over (max_steps reached
- * or the final checkpoint written: no update comes any more); a parked CHECKPOINT for a later
- * version then gets VERSION_PASSED, not a wait until the chief's stall timeout. */
-static void release_parked(ps_server *s) {
-    uint64_t v = version(s);
-    int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
-    for (peer *p = s->peers; p; p = p->next) {
-        int fresh =
-            p->parked && v >= p->min_version && ps_staleness_ready(s->staleness, trainer(p));
-        if (p->parked && s->nonfinite[0]) {
-            p->parked = 0;
-            send_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
-        } else if (p->parked && (fresh || over)) { /* the job's end answers it unrecorded */
-            p->parked = 0;
-            ps_staleness_answered(s->staleness, fresh ? trainer(p) : -1,
-                                  p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
-            reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
-        }
-        if (p->ck_parked && over && p->ck_step > v) {
-            char text[160];
-            snprintf(text, sizeof text,
-                     "ps %d stopped at version %" PRIu64 " (%s): step %" PRIu64 " is never reached",
-                     s->task, v, s->final_done ? "final checkpoint written" : "max_steps",
-                     p->ck_step);
-            p->ck_parked = 0;
-            logf_(s, "checkpoint at step %" PRIu64 " refused: %s", p->ck_step, text);
-            send_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
-        }
-    }
-}
-
-static const uint32_t push_result_wire[] = {
-    [PS_PUSH_APPLIED] = PF_WIRE_PUSH_APPLIED,
-    [PS_PUSH_ACCEPTED] = PF_WIRE_PUSH_ACCEPTED,
-    [PS_PUSH_STALE] = PF_WIRE_PUSH_STALE,
-    [PS_PUSH_DUPLICATE] = PF_WIRE_PUSH_DUPLICATE,
-};
-
-/* After an update: a NaN or infinite value stops this ps serving (training.on_nonfinite
- * "fail"), with a message naming the variable and the version. */
-static void check_finite(ps_server *s) {
-    size_t elem;
-    int local = ps_shards_find_nonfinite(s->shards, &elem);
-    if (local < 0)
-        return;
-    const pf_shard_info *info = ps_shards_info(s->shards, local);
-    snprintf(s->nonfinite, sizeof s->nonfinite,
-             "ps %d: %s became non-finite (element %zu) at step %" PRIu64
-             "; serving and checkpointing stopped",
-             s->task, info->name, elem, version(s));
-    pf_text_cut_utf8(s->nonfinite);
-    logf_(s, "%s", s->nonfinite);
-}
-
-static void write_parked_checkpoints(ps_server *s);
-
-/* Called right before anything changes the values (an update, a rollback, a membership
- * change that applies a waiting sync step): the rest of a reply still being written from
- * them is copied first, so no reply carries values of two versions under one label. */
-static void settle_replies(ps_server *s) {
-    if (s->ws && pf_ws_settle(s->ws) != PF_OK)
-        logf_(s, "out of memory copying the rest of replies before the values change; their "
-                 "connections are closed");
-}
-
-/* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
-static int handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
-    int n_local = ps_shards_count(s->shards);
-    int n_tasks = ps_shards_tasks(s->shards);
-    if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
-        send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
-                   role_name(p->role));
-        return -1;
-    }
-    if (push->task_index >= (uint32_t)n_tasks) {
-        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                   "task index %" PRIu32 " out of range (the job's membership has %d training "
-                   "tasks; a removed worker's push is not counted)",
-                   push->task_index, n_tasks);
-        return -1;
-    }
-    if (push->task_index != (uint32_t)p->task || push->incarnation != p->incarnation) {
-        send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
-                   "push names task %" PRIu32 " incarnation %" PRIu64
-                   "; this connection said HELLO as task %d incarnation %" PRIu64,
-                   push->task_index, push->incarnation, p->task, p->incarnation);
-        return -1;
-    }
-    if (push->n != (uint32_t)n_local) {
-        send_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
-                   "push carries %" PRIu32 " tensors; ps %d holds %d shards", push->n, s->task,
-                   n_local);
-        return -1;
-    }
-    for (int i = 0; i < n_local; i++)
-        s->grads[i] = NULL;
-    for (uint32_t i = 0; i < push->n; i++) {
-        const pf_wire_tensor *t = &push->tensors[i];
-        int local = t->id < (uint32_t)s->placement.n_shards ? s->local_of[t->id] : -1;
-        if (local < 0 || s->grads[local]) {
-            send_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                       "shard %" PRIu32 " is not held by ps %d or appears twice", t->id, s->task);
-            return -1;
-        }
-        const pf_shard_info *info = ps_shards_info(s->shards, local);
-        if (t->count != info->count) {
-            send_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
-                       "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
-                       info->name, info->count, t->count);
-            return -1;
-        }
-        s->grads[local] = t->data;
-    }
-    if (version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
-        return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
-    settle_replies(s);
-    ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
-                                      push->seq, push->step, s->grads);
-    ps_stats now = ps_shards_stats(s->shards);
-    __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->pub_stale, now.pushes_stale, __ATOMIC_RELAXED);
-    if (r == PS_PUSH_REFUSED) {
-        send_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                   "push from incarnation %" PRIu64 " of task %" PRIu32
-                   ", which has been replaced by a newer one",
-                   push->incarnation, push->task_index);
-        return -1;
-    }
-    if (r == PS_PUSH_APPLIED) {
-        ps_staleness_pushed(s->staleness, (int)push->task_index);
-        check_finite(s);
-        if (!s->nonfinite[0])
-            write_parked_checkpoints(s); /* before anything more is applied */
-        release_parked(s);
-    }
-    if (s->nonfinite[0]) {
-        send_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
-        return -1;
-    }
-    return (int)push_result_wire[r];
 }
 
 /* CHECKPOINT and RESTORE come from the current chief only. Returns 0 or sends an error. */
 static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const char *what) {
     if (p->role != PF_WIRE_ROLE_CHIEF) {
-        send_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
-                   "only the chief may %s (this connection is %s %d)", what, role_name(p->role),
-                   p->task);
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                     "only the chief may %s (this connection is %s %d)", what,
+                     ps_srv_role_name(p->role), p->task);
         return -1;
     }
     if (p->incarnation < s->chief_incarnation) {
-        send_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                   "%s from chief incarnation %" PRIu64 ", replaced by %" PRIu64, what,
-                   p->incarnation, s->chief_incarnation);
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                     "%s from chief incarnation %" PRIu64 ", replaced by %" PRIu64, what,
+                     p->incarnation, s->chief_incarnation);
         return -1;
     }
     return 0;
@@ -428,8 +139,8 @@ static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const
 /* Answers CHECKPOINT or RESTORE. The text (a path, or why not) is passed through as it is;
  * one the wire refuses - not UTF-8 (a path is bytes), or over PF_WIRE_MAX_PATH - is
  * replaced by a fixed one, so the chief always gets the status. */
-static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
-                                uint32_t status, const char *text) {
+void ps_srv_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                           uint32_t status, const char *text) {
     static const char fixed[] = "(this reply's text cannot be sent: not UTF-8 or too long; "
                                 "the ps's log has it)";
     pf_wire_checkpoint_ack ack = {step, status, {text, (uint32_t)strlen(text)}};
@@ -437,12 +148,12 @@ static void send_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint
     pf_error_clear(&err);
     pf_status st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
     if (st != PF_OK) {
-        logf_(s, "CHECKPOINT_ACK for step %" PRIu64 " sent with a fixed text: %s (%s)", step,
-              err.message[0] ? err.message : pf_strerror(st), text);
+        ps_srv_log(s, "CHECKPOINT_ACK for step %" PRIu64 " sent with a fixed text: %s (%s)", step,
+                   err.message[0] ? err.message : pf_strerror(st), text);
         ack.path = (pf_wire_str){fixed, sizeof fixed - 1};
         st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
     }
-    send_encoded(s, p->conn, st, "CHECKPOINT_ACK", 0);
+    ps_srv_send(s, p->conn, st, "CHECKPOINT_ACK", 0);
 }
 
 /* Writes this task's file of checkpoint `step` from the values it holds now (version ==
@@ -457,27 +168,27 @@ static void write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint64_
                                        sizeof path, &err);
     if (st == PF_OK) {
         ps_stats ps = ps_shards_stats(s->shards);
-        logf_(s,
-              "checkpoint written at step %" PRIu64 " (version %" PRIu64
-              "): %s; pushes applied %" PRIu64 ", stale %" PRIu64 ", duplicate %" PRIu64
-              ", refused %" PRIu64 ", errors %" PRIu64,
-              step, ps.version, path, ps.pushes_applied, ps.pushes_stale, ps.pushes_duplicate,
-              ps.pushes_refused, s->errors);
+        ps_srv_log(s,
+                   "checkpoint written at step %" PRIu64 " (version %" PRIu64
+                   "): %s; pushes applied %" PRIu64 ", stale %" PRIu64 ", duplicate %" PRIu64
+                   ", refused %" PRIu64 ", errors %" PRIu64,
+                   step, ps.version, path, ps.pushes_applied, ps.pushes_stale, ps.pushes_duplicate,
+                   ps.pushes_refused, s->errors);
     } else
-        logf_(s, "checkpoint at step %" PRIu64 " failed: %s", step, err.message);
-    send_checkpoint_ack(s, p, request_id, step,
-                        st == PF_OK              ? 0
-                        : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
-                                                 : PF_WIRE_INTERNAL,
-                        st == PF_OK ? path : err.message);
+        ps_srv_log(s, "checkpoint at step %" PRIu64 " failed: %s", step, err.message);
+    ps_srv_checkpoint_ack(s, p, request_id, step,
+                          st == PF_OK              ? 0
+                          : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
+                                                   : PF_WIRE_INTERNAL,
+                          st == PF_OK ? path : err.message);
     if (final && st == PF_OK) {
         pthread_mutex_lock(&s->mu);
         s->final_done = 1;
         s->final_time = pf_clock_now();
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        release_parked(s);
-        logf_(s, "job %s done at version %" PRIu64, s->spec.name, version(s));
+        ps_srv_release_parked(s);
+        ps_srv_log(s, "job %s done at version %" PRIu64, s->spec.name, ps_srv_version(s));
     }
 }
 
@@ -491,14 +202,14 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                               const pf_wire_checkpoint *c) {
     if (check_current_chief(s, p, request_id, "checkpoint") != 0)
         return;
-    uint64_t v = version(s);
+    uint64_t v = ps_srv_version(s);
     /* Past max_steps nothing more is applied, so a later version is never reached (a ps
      * that restored a checkpoint of a longer run holds one: that one it can write). */
     if (c->step > (uint64_t)s->spec.training.max_steps && c->step > v) {
-        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                   "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
-                   " and this ps's version %" PRIu64 ": no ps ever holds that version",
-                   c->step, (int64_t)s->spec.training.max_steps, v);
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                     "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
+                     " and this ps's version %" PRIu64 ": no ps ever holds that version",
+                     c->step, (int64_t)s->spec.training.max_steps, v);
         return;
     }
     if (s->spec.training.mode != PF_MODE_SYNC || v == c->step) {
@@ -513,17 +224,18 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                              : "ps %d ended the job at version %" PRIu64
                                " (final checkpoint written): step %" PRIu64 " is never reached",
                  s->task, v, c->step);
-        logf_(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
-        send_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);
+        ps_srv_log(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
+        ps_srv_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);
         return;
     }
-    logf_(s, "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
-          c->step, c->step, v);
+    ps_srv_log(s, "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
+               c->step, c->step, v);
     if (p->ck_parked) /* one waits per connection: the chief gave the older one up */
-        send_error(s, p->conn, p->ck_request_id, PF_WIRE_UNEXPECTED,
-                   "CHECKPOINT at step %" PRIu64 " replaced by a newer CHECKPOINT (request %" PRIu32
-                   ", step %" PRIu64 ") on the same connection; nothing written for it",
-                   p->ck_step, request_id, c->step);
+        ps_srv_error(s, p->conn, p->ck_request_id, PF_WIRE_UNEXPECTED,
+                     "CHECKPOINT at step %" PRIu64
+                     " replaced by a newer CHECKPOINT (request %" PRIu32 ", step %" PRIu64
+                     ") on the same connection; nothing written for it",
+                     p->ck_step, request_id, c->step);
     p->ck_parked = 1;
     p->ck_request_id = request_id;
     p->ck_step = c->step;
@@ -532,8 +244,8 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
 
 /* Right after an update (or a rollback): writes the parked checkpoints whose version has
  * been reached; one whose version can no longer be reached is refused. */
-static void write_parked_checkpoints(ps_server *s) {
-    uint64_t v = version(s);
+void ps_srv_write_parked_checkpoints(ps_server *s) {
+    uint64_t v = ps_srv_version(s);
     for (peer *p = s->peers; p; p = p->next) {
         if (!p->ck_parked || v < p->ck_step)
             continue;
@@ -544,7 +256,7 @@ static void write_parked_checkpoints(ps_server *s) {
             char text[160];
             snprintf(text, sizeof text, "ps %d is at version %" PRIu64 ", past step %" PRIu64,
                      s->task, v, p->ck_step);
-            send_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
+            ps_srv_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
         }
     }
 }
@@ -557,42 +269,42 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
                            float lr_factor) {
     if (check_current_chief(s, p, request_id, "roll back") != 0)
         return;
-    uint64_t before = version(s);
+    uint64_t before = ps_srv_version(s);
     char note[2600];
     pf_error err;
     pf_error_clear(&err);
-    settle_replies(s); /* (a refused rollback changes nothing: the copies are then spare) */
+    ps_srv_settle(s); /* (a refused rollback changes nothing: the copies are then spare) */
     pf_status st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir, step,
                                               note, sizeof note, &err);
     if (st != PF_OK) {
-        logf_(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
-        send_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
+        ps_srv_log(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
+        ps_srv_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
         return;
     }
     s->nonfinite[0] = '\0';
-    __atomic_store_n(&s->pub_version, version(s), __ATOMIC_RELAXED);
-    logf_(s, "rolled back from version %" PRIu64 ": %s", before, note);
+    __atomic_store_n(&s->pub_version, ps_srv_version(s), __ATOMIC_RELAXED);
+    ps_srv_log(s, "rolled back from version %" PRIu64 ": %s", before, note);
     double lr = s->spec.optimizer.learning_rate * (double)lr_factor;
     ps_shards_set_learning_rate(s->shards, lr);
     if (lr_factor < 1)
-        logf_(s, "learning rate %g from now on (%g x %g)", lr, s->spec.optimizer.learning_rate,
-              (double)lr_factor);
+        ps_srv_log(s, "learning rate %g from now on (%g x %g)", lr, s->spec.optimizer.learning_rate,
+                   (double)lr_factor);
     for (peer *q = s->peers; q; q = q->next) {
         if (q->parked) {
             q->parked = 0;
-            reply_pull(s, q->conn, q->request_id, q->ids, q->n_ids, PF_WIRE_PUSH_STALE);
+            ps_srv_reply_pull(s, q->conn, q->request_id, q->ids, q->n_ids, PF_WIRE_PUSH_STALE);
         }
         if (q->ck_parked) {
             q->ck_parked = 0;
-            send_checkpoint_ack(s, q, q->ck_request_id, q->ck_step, PF_WIRE_VERSION_PASSED,
-                                "rolled back before this checkpoint's version was reached");
+            ps_srv_checkpoint_ack(s, q, q->ck_request_id, q->ck_step, PF_WIRE_VERSION_PASSED,
+                                  "rolled back before this checkpoint's version was reached");
         }
     }
     char dir[2048];
     if (pf_checkpoint_step_dir(s->checkpoint_dir, s->spec.name, (int64_t)step, dir, sizeof dir) !=
         PF_OK)
         dir[0] = '\0';
-    send_checkpoint_ack(s, p, request_id, step, 0, dir);
+    ps_srv_checkpoint_ack(s, p, request_id, step, 0, dir);
 }
 
 static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
@@ -609,8 +321,8 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
     size_t len = ps_staleness_json_close(s->staleness, json, (size_t)n, sizeof json);
     pf_wire_stats_reply r = {{json, (uint32_t)len}};
     pf_error err;
-    send_encoded(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
-                 "STATS_REPLY", 0);
+    ps_srv_send(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
+                "STATS_REPLY", 0);
 }
 
 /* Checks who a HELLO says it is against the job: the job's name, and a role and index the
@@ -619,14 +331,15 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
 static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
     int n_tasks = ps_shards_tasks(s->shards); /* as this ps's agent last said: never a peer */
     if (p->hello) {
-        send_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                   "a second HELLO on a connection that said HELLO as %s %d", role_name(p->role),
-                   p->task);
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                     "a second HELLO on a connection that said HELLO as %s %d",
+                     ps_srv_role_name(p->role), p->task);
         return -1;
     }
     if (h->job.len != strlen(s->spec.name) || memcmp(h->job.ptr, s->spec.name, h->job.len) != 0) {
-        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE, "this ps serves job '%s', not '%.*s'",
-                   s->spec.name, (int)h->job.len, h->job.ptr);
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                     "this ps serves job '%s', not '%.*s'", s->spec.name, (int)h->job.len,
+                     h->job.ptr);
         return -1;
     }
     uint32_t lo = 0, end = 1; /* the task indices the role may name: [lo, end) */
@@ -637,9 +350,9 @@ static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     else if (h->role == PF_WIRE_ROLE_EVALUATOR)
         end = (uint32_t)s->spec.replicas.evaluator;
     if (h->task_index < lo || h->task_index >= end) {
-        send_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                   "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
-                   role_name(h->role), h->task_index, s->spec.name, lo, (int64_t)end - 1);
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                     "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
+                     ps_srv_role_name(h->role), h->task_index, s->spec.name, lo, (int64_t)end - 1);
         return -1;
     }
     return 0;
@@ -661,11 +374,11 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     }
     if (!s->sink.send)
         pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
-    pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, version(s),
+    pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, ps_srv_version(s),
                              (uint32_t)ps_shards_count(s->shards)};
     pf_error err;
-    send_encoded(s, p->conn, pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err), "HELLO_ACK",
-                 0);
+    ps_srv_send(s, p->conn, pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err), "HELLO_ACK",
+                0);
 }
 
 /* A HELLO: served at once without a key; with one, answered by AUTH_CHALLENGE and held
@@ -682,7 +395,7 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     if (s->sink.nonce)
         s->sink.nonce(s->sink.user, p->nonce);
     if (len > sizeof p->hello_msg || (!s->sink.nonce && pf_wire_nonce(p->nonce, &err) != PF_OK)) {
-        send_error(s, p->conn, request_id, PF_WIRE_INTERNAL, "cannot start authentication");
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_INTERNAL, "cannot start authentication");
         return; /* cannot happen: a decoded HELLO fits; the generator failing */
     }
     memcpy(p->hello_msg, msg, len);
@@ -691,9 +404,9 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     p->pending.job = (pf_wire_str){NULL, 0};
     p->challenged = 1;
     pf_wire_auth a = {p->nonce, NULL};
-    send_encoded(s, p->conn,
-                 pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err),
-                 "AUTH_CHALLENGE", 0);
+    ps_srv_send(s, p->conn,
+                pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err),
+                "AUTH_CHALLENGE", 0);
 }
 
 /* The message after AUTH_CHALLENGE: an AUTH_PROOF under the key of the task the HELLO
@@ -711,12 +424,12 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     }
     if (!ok) {
         pf_wire_key_clear(key, sizeof key);
-        send_error(s, p->conn, m->request_id, PF_WIRE_UNAUTHENTICATED,
-                   "%s %" PRIu32 " of job %s did not prove the job's key (%s); closing",
-                   role_name(p->pending.role), p->pending.task_index, s->spec.name,
-                   !decoded                        ? "a malformed message"
-                   : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
-                                                   : "wrong proof");
+        ps_srv_error(s, p->conn, m->request_id, PF_WIRE_UNAUTHENTICATED,
+                     "%s %" PRIu32 " of job %s did not prove the job's key (%s); closing",
+                     ps_srv_role_name(p->pending.role), p->pending.task_index, s->spec.name,
+                     !decoded                        ? "a malformed message"
+                     : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
+                                                     : "wrong proof");
         p->refused = 1;
         close_conn(s, p->conn);
         return;
@@ -726,8 +439,8 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     pf_wire_key_clear(key, sizeof key);
     pf_wire_auth a = {NULL, want};
     pf_error err;
-    send_encoded(s, p->conn, pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
-                 "AUTH_OK", 0);
+    ps_srv_send(s, p->conn, pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
+                "AUTH_OK", 0);
     accept_hello(s, p, m->request_id, &p->pending);
 }
 
@@ -752,17 +465,17 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         return;
     }
     if (decoded != PF_OK) {
-        send_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
+        ps_srv_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
         return;
     }
     if (!p->hello && m.type != PF_WIRE_HELLO) {
-        send_error(s, conn, m.request_id, PF_WIRE_UNEXPECTED, "%s before HELLO",
-                   pf_wire_type_name(m.type));
+        ps_srv_error(s, conn, m.request_id, PF_WIRE_UNEXPECTED, "%s before HELLO",
+                     pf_wire_type_name(m.type));
         return;
     }
     if (s->nonfinite[0] && (m.type == PF_WIRE_PULL || m.type == PF_WIRE_PUSH ||
                             m.type == PF_WIRE_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT)) {
-        send_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        ps_srv_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return;
     }
     switch (m.type) {
@@ -771,33 +484,34 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         return;
     case PF_WIRE_PULL:
         if (p->role == PF_WIRE_ROLE_TOOL) {
-            send_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN, "a tool may not pull");
+            ps_srv_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN, "a tool may not pull");
             return;
         }
-        if (check_ids(s, conn, m.request_id, m.u.pull.ids, m.u.pull.n) == 0)
-            pull_or_park(s, p, m.request_id, &m.u.pull, 0);
+        if (ps_srv_check_ids(s, conn, m.request_id, m.u.pull.ids, m.u.pull.n) == 0)
+            ps_srv_pull_or_park(s, p, m.request_id, &m.u.pull, 0);
         return;
     case PF_WIRE_PUSH: {
-        int r = handle_push(s, p, m.request_id, &m.u.push);
+        int r = ps_srv_handle_push(s, p, m.request_id, &m.u.push);
         if (r < 0)
             return;
-        pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, version(s)};
-        send_encoded(s, conn, pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err),
-                     "PUSH_ACK", 0);
+        pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, ps_srv_version(s)};
+        ps_srv_send(s, conn, pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err), "PUSH_ACK",
+                    0);
         return;
     }
     case PF_WIRE_PUSH_PULL: {
-        if (check_ids(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n))
+        if (ps_srv_check_ids(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n))
             return;
-        int r = handle_push(s, p, m.request_id, &m.u.push_pull.push);
-        if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC && m.u.push_pull.push.step > version(s))
+        int r = ps_srv_handle_push(s, p, m.request_id, &m.u.push_pull.push);
+        if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC &&
+            m.u.push_pull.push.step > ps_srv_version(s))
             /* computed against a version this ps has not reached: from before a rollback.
              * The worker gets the values to go on from now, not a wait for a step that
              * cannot come without it. */
-            reply_pull(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n,
-                       (uint32_t)r);
+            ps_srv_reply_pull(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n,
+                              (uint32_t)r);
         else if (r >= 0)
-            pull_or_park(s, p, m.request_id, &m.u.push_pull.pull, (uint32_t)r);
+            ps_srv_pull_or_park(s, p, m.request_id, &m.u.push_pull.pull, (uint32_t)r);
         return;
     }
     case PF_WIRE_STATS:
@@ -810,8 +524,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         handle_restore(s, p, m.request_id, m.u.restore.step, m.u.restore.lr_factor);
         return;
     default:
-        send_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
-                   pf_wire_type_name(m.type));
+        ps_srv_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
+                     pf_wire_type_name(m.type));
     }
 }
 
@@ -837,11 +551,12 @@ static void follow_membership(ps_server *s, int n_tasks) {
     if (s->auto_buffered)
         s->max_buffered = default_buffered(s, n_tasks);
     pf_ws_set_limits(s->ws, s->max_connections, s->max_buffered);
-    logf_(s,
-          "data plane for %d training tasks: at most %d connections and %zu bytes of incomplete "
-          "messages; memory bound %" PRId64 " bytes",
-          n_tasks, s->max_connections, s->max_buffered,
-          pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
+    ps_srv_log(
+        s,
+        "data plane for %d training tasks: at most %d connections and %zu bytes of incomplete "
+        "messages; memory bound %" PRId64 " bytes",
+        n_tasks, s->max_connections, s->max_buffered,
+        pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
 }
 
 /* Takes a membership change the agent handed over (ps_server_set_workers): on the service
@@ -858,7 +573,7 @@ static void apply_membership(ps_server *s) {
         return;
     int applied = 0;
     if (s->spec.training.mode == PF_MODE_SYNC)
-        settle_replies(s); /* the change may apply the step that waited for a removed task */
+        ps_srv_settle(s); /* the change may apply the step that waited for a removed task */
     pf_status st = ps_shards_set_tasks(s->shards, n_tasks, aggregate, &applied);
     if (st == PF_ERR_NOMEM) {
         /* Kept (unless the agent has meanwhile asked for another one): the agent counts on it,
@@ -872,15 +587,16 @@ static void apply_membership(ps_server *s) {
         __atomic_store_n(&s->membership_retry, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&s->mu);
         if (!retry)
-            logf_(s,
-                  "membership change to %d workers (aggregating %d) waits: out of memory for its "
-                  "gradient buffers; retried every second and on every message until it applies",
-                  workers, aggregate);
+            ps_srv_log(
+                s,
+                "membership change to %d workers (aggregating %d) waits: out of memory for its "
+                "gradient buffers; retried every second and on every message until it applies",
+                workers, aggregate);
         return;
     }
     if (st != PF_OK) {
-        logf_(s, "membership change to %d workers (aggregating %d) refused: out of range", workers,
-              aggregate);
+        ps_srv_log(s, "membership change to %d workers (aggregating %d) refused: out of range",
+                   workers, aggregate);
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -891,19 +607,19 @@ static void apply_membership(ps_server *s) {
         s->seen[t] = 0;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    logf_(s,
-          "membership: %d -> %d training tasks at version %" PRIu64 "%s%s (values and version "
-          "kept%s)",
-          before, n_tasks, version(s),
-          s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
-          s->spec.training.mode == PF_MODE_SYNC
-              ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
-              : "",
-          retry ? "; applied on a retry once memory allowed" : "");
+    ps_srv_log(s,
+               "membership: %d -> %d training tasks at version %" PRIu64 "%s%s (values and version "
+               "kept%s)",
+               before, n_tasks, ps_srv_version(s),
+               s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
+               s->spec.training.mode == PF_MODE_SYNC
+                   ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
+                   : "",
+               retry ? "; applied on a retry once memory allowed" : "");
     if (n_tasks != before)
         follow_membership(s, n_tasks);
     for (peer *p = s->peers; p; p = p->next)
-        if (trainer(p) >= n_tasks) {
+        if (ps_srv_trainer(p) >= n_tasks) {
             p->parked = 0;
             close_conn(s, p->conn);
         }
@@ -911,17 +627,17 @@ static void apply_membership(ps_server *s) {
         ps_stats now = ps_shards_stats(s->shards);
         __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
         __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
-        check_finite(s);
+        ps_srv_check_finite(s);
         if (!s->nonfinite[0])
-            write_parked_checkpoints(s);
-        release_parked(s);
+            ps_srv_write_parked_checkpoints(s);
+        ps_srv_release_parked(s);
     }
 }
 
 static void on_wake(pf_ws *ws, void *user) {
     (void)ws;
     apply_membership(user);
-    release_parked(user); /* with max_staleness: a task may have gone silent */
+    ps_srv_release_parked(user); /* with max_staleness: a task may have gone silent */
 }
 
 void ps_server_set_workers(ps_server *s, int workers, int aggregate) {
@@ -976,15 +692,15 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
             continue;
         *pp = p->next;
         char record[200] = "";
-        if (s->staleness && trainer(p) >= 0) { /* it holds nobody back any more */
+        if (s->staleness && ps_srv_trainer(p) >= 0) { /* it holds nobody back any more */
             ps_staleness_describe(s->staleness, p->task, record, sizeof record);
             ps_staleness_leave(s->staleness, p->task);
             if (!__atomic_load_n(&s->destroying, __ATOMIC_ACQUIRE))
-                release_parked(s);
+                ps_srv_release_parked(s);
         }
         if (p->hello && p->role != PF_WIRE_ROLE_TOOL)
-            logf_(s, "%s %d disconnected%s%s", role_name(p->role), p->task,
-                  record[0] ? "; staleness: " : "", record);
+            ps_srv_log(s, "%s %d disconnected%s%s", ps_srv_role_name(p->role), p->task,
+                       record[0] ? "; staleness: " : "", record);
         pf_wire_in_deinit(&p->in);
         pf_free(p->ids);
         pf_free(p);
@@ -1060,12 +776,12 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     if ((st = ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir, note,
                                     sizeof note, err)) != PF_OK)
         goto fail;
-    logf_(s, "%s", note);
+    ps_srv_log(s, "%s", note);
     if (s->staleness)
-        logf_(s,
-              "bounded staleness: a training task's pull waits while it is more than %" PRId64
-              " pushes ahead of the slowest connected one (training.max_staleness)",
-              s->spec.training.max_staleness);
+        ps_srv_log(s,
+                   "bounded staleness: a training task's pull waits while it is more than %" PRId64
+                   " pushes ahead of the slowest connected one (training.max_staleness)",
+                   s->spec.training.max_staleness);
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
     s->max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
     pf_ws_options wo = o->data_plane;
@@ -1079,16 +795,16 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                                                 &s->ws, err)) != PF_OK)
         goto fail;
     if (!s->has_key)
-        logf_(s,
-              "the data plane is unauthenticated: any peer that reaches port %d and names "
-              "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
-              "of the job's key)",
-              ps_server_port(s), s->spec.name);
-    logf_(s,
-          "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
-          "; memory bound %" PRId64 " bytes",
-          n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s), version(s),
-          pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
+        ps_srv_log(s,
+                   "the data plane is unauthenticated: any peer that reaches port %d and names "
+                   "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
+                   "of the job's key)",
+                   ps_server_port(s), s->spec.name);
+    ps_srv_log(s,
+               "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
+               "; memory bound %" PRId64 " bytes",
+               n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s),
+               ps_srv_version(s), pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
     *out = s;
     return PF_OK;
 fail:

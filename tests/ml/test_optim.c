@@ -517,11 +517,11 @@ static void test_apply_rows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),      cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_adagrad),  cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_slots),    cmocka_unit_test(test_slot_table),
-        cmocka_unit_test(test_decay),    cmocka_unit_test(test_decay_in_apply),
-        cmocka_unit_test(test_subrange), cmocka_unit_test(test_empty_range),
+        cmocka_unit_test(test_sgd),        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_adagrad),    cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_slots),      cmocka_unit_test(test_slot_table),
+        cmocka_unit_test(test_decay),      cmocka_unit_test(test_decay_in_apply),
+        cmocka_unit_test(test_subrange),   cmocka_unit_test(test_empty_range),
         cmocka_unit_test(test_apply_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

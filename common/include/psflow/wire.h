@@ -418,8 +418,8 @@ pf_status pf_wire_encode_push_ack(pf_wire_out *out, uint32_t request_id, const p
 /* Row messages: row ids are copied into the head, row data is referenced like tensor data.
  * Refused besides the common errors: rows not strictly increasing, a push record with
  * width 0 or data NULL while n_rows > 0, a selection with width != 0 or data != NULL. */
-pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id,
-                                  const pf_wire_row_pull *m, pf_error *err);
+pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_row_pull *m,
+                                  pf_error *err);
 pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,
                                        const pf_wire_row_push_pull *m, pf_error *err);
 pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,

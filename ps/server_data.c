@@ -1,0 +1,203 @@
+/* server_data.c - a parameter-server task's data path (see server_int.h): pulls answered
+ * from the values or parked until their version, pushes validated against this task's shards
+ * and offered to ps_shards, and the row messages of embedding tables.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "psflow/clock.h"
+#include "psflow/mem.h"
+#include "psflow/text.h"
+#include "ps/server_int.h"
+
+/* Checks pulled ids: each must be a shard this task holds, named once (so a reply never
+ * has more tensors than the task has shards). Returns 0 or sends an error. */
+int ps_srv_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
+                     uint32_t n) {
+    int n_local = ps_shards_count(s->shards);
+    memset(s->pulled, 0, (size_t)n_local);
+    for (uint32_t i = 0; i < n; i++) {
+        int local = ids[i] < (uint32_t)s->placement.n_shards ? s->local_of[ids[i]] : -1;
+        if (local < 0 || s->pulled[local]) {
+            ps_srv_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                         "shard %" PRIu32 " is not held by ps %d or appears twice", ids[i],
+                         s->task);
+            return -1;
+        }
+        s->pulled[local] = 1;
+    }
+    return 0;
+}
+
+void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
+                       uint32_t n, uint32_t push_result) {
+    for (uint32_t i = 0; i < n; i++) {
+        int local = s->local_of[ids[i]];
+        s->views[i] = (pf_wire_tensor){ids[i], PF_WIRE_F32, ps_shards_info(s->shards, local)->count,
+                                       ps_shards_values(s->shards, local)};
+    }
+    pf_wire_pull_reply r = {ps_srv_version(s), push_result, n, s->views};
+    pf_error err;
+    ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY", 1);
+}
+
+/* Answers a pull now if its version is reached, else parks it on the peer. */
+void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
+                         uint32_t push_result) {
+    int fresh = ps_staleness_pull(s->staleness, ps_srv_trainer(p));
+    if ((ps_srv_version(s) >= pull->min_version && fresh) ||
+        ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
+        ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1, -1);
+        ps_srv_reply_pull(s, p->conn, request_id, pull->ids, pull->n, push_result);
+        return;
+    }
+    p->held_since = fresh ? -1 : pf_clock_now();
+    p->parked = 1;
+    p->request_id = request_id;
+    p->min_version = pull->min_version;
+    p->push_result = push_result;
+    p->n_ids = pull->n;
+    memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
+}
+
+/* Answers the parked pulls that may go now, or all once the job is over (max_steps reached
+ * or the final checkpoint written: no update comes any more); a parked CHECKPOINT for a later
+ * version then gets VERSION_PASSED, not a wait until the chief's stall timeout. */
+void ps_srv_release_parked(ps_server *s) {
+    uint64_t v = ps_srv_version(s);
+    int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
+    for (peer *p = s->peers; p; p = p->next) {
+        int fresh =
+            p->parked && v >= p->min_version && ps_staleness_ready(s->staleness, ps_srv_trainer(p));
+        if (p->parked && s->nonfinite[0]) {
+            p->parked = 0;
+            ps_srv_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        } else if (p->parked && (fresh || over)) { /* the job's end answers it unrecorded */
+            p->parked = 0;
+            ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1,
+                                  p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
+            ps_srv_reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
+        }
+        if (p->ck_parked && over && p->ck_step > v) {
+            char text[160];
+            snprintf(text, sizeof text,
+                     "ps %d stopped at version %" PRIu64 " (%s): step %" PRIu64 " is never reached",
+                     s->task, v, s->final_done ? "final checkpoint written" : "max_steps",
+                     p->ck_step);
+            p->ck_parked = 0;
+            ps_srv_log(s, "checkpoint at step %" PRIu64 " refused: %s", p->ck_step, text);
+            ps_srv_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
+        }
+    }
+}
+
+static const uint32_t push_result_wire[] = {
+    [PS_PUSH_APPLIED] = PF_WIRE_PUSH_APPLIED,
+    [PS_PUSH_ACCEPTED] = PF_WIRE_PUSH_ACCEPTED,
+    [PS_PUSH_STALE] = PF_WIRE_PUSH_STALE,
+    [PS_PUSH_DUPLICATE] = PF_WIRE_PUSH_DUPLICATE,
+};
+
+/* After an update: a NaN or infinite value stops this ps serving (training.on_nonfinite
+ * "fail"), with a message naming the variable and the version. */
+void ps_srv_check_finite(ps_server *s) {
+    size_t elem;
+    int local = ps_shards_find_nonfinite(s->shards, &elem);
+    if (local < 0)
+        return;
+    const pf_shard_info *info = ps_shards_info(s->shards, local);
+    snprintf(s->nonfinite, sizeof s->nonfinite,
+             "ps %d: %s became non-finite (element %zu) at step %" PRIu64
+             "; serving and checkpointing stopped",
+             s->task, info->name, elem, ps_srv_version(s));
+    pf_text_cut_utf8(s->nonfinite);
+    ps_srv_log(s, "%s", s->nonfinite);
+}
+
+/* Called right before anything changes the values (an update, a rollback, a membership
+ * change that applies a waiting sync step): the rest of a reply still being written from
+ * them is copied first, so no reply carries values of two versions under one label. */
+void ps_srv_settle(ps_server *s) {
+    if (s->ws && pf_ws_settle(s->ws) != PF_OK)
+        ps_srv_log(s, "out of memory copying the rest of replies before the values change; their "
+                      "connections are closed");
+}
+
+/* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
+int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
+    int n_local = ps_shards_count(s->shards);
+    int n_tasks = ps_shards_tasks(s->shards);
+    if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
+                     ps_srv_role_name(p->role));
+        return -1;
+    }
+    if (push->task_index >= (uint32_t)n_tasks) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                     "task index %" PRIu32 " out of range (the job's membership has %d training "
+                     "tasks; a removed worker's push is not counted)",
+                     push->task_index, n_tasks);
+        return -1;
+    }
+    if (push->task_index != (uint32_t)p->task || push->incarnation != p->incarnation) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                     "push names task %" PRIu32 " incarnation %" PRIu64
+                     "; this connection said HELLO as task %d incarnation %" PRIu64,
+                     push->task_index, push->incarnation, p->task, p->incarnation);
+        return -1;
+    }
+    if (push->n != (uint32_t)n_local) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
+                     "push carries %" PRIu32 " tensors; ps %d holds %d shards", push->n, s->task,
+                     n_local);
+        return -1;
+    }
+    for (int i = 0; i < n_local; i++)
+        s->grads[i] = NULL;
+    for (uint32_t i = 0; i < push->n; i++) {
+        const pf_wire_tensor *t = &push->tensors[i];
+        int local = t->id < (uint32_t)s->placement.n_shards ? s->local_of[t->id] : -1;
+        if (local < 0 || s->grads[local]) {
+            ps_srv_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                         "shard %" PRIu32 " is not held by ps %d or appears twice", t->id, s->task);
+            return -1;
+        }
+        const pf_shard_info *info = ps_shards_info(s->shards, local);
+        if (t->count != info->count) {
+            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                         "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
+                         info->name, info->count, t->count);
+            return -1;
+        }
+        s->grads[local] = t->data;
+    }
+    if (ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
+        return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
+    ps_srv_settle(s);
+    ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
+                                      push->seq, push->step, s->grads);
+    ps_stats now = ps_shards_stats(s->shards);
+    __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pub_stale, now.pushes_stale, __ATOMIC_RELAXED);
+    if (r == PS_PUSH_REFUSED) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                     "push from incarnation %" PRIu64 " of task %" PRIu32
+                     ", which has been replaced by a newer one",
+                     push->incarnation, push->task_index);
+        return -1;
+    }
+    if (r == PS_PUSH_APPLIED) {
+        ps_staleness_pushed(s->staleness, (int)push->task_index);
+        ps_srv_check_finite(s);
+        if (!s->nonfinite[0])
+            ps_srv_write_parked_checkpoints(s); /* before anything more is applied */
+        ps_srv_release_parked(s);
+    }
+    if (s->nonfinite[0]) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        return -1;
+    }
+    return (int)push_result_wire[r];
+}

@@ -1,0 +1,149 @@
+/* server_int.h - what the parts of a parameter-server task share (see server.h): its
+ * state, the peers, and the helpers the message handlers call. server.c holds the task's
+ * life, its connections and the control messages; server_data.c the data path: pulls,
+ * pushes, row pulls and pushes, and the pulls parked until their version. Everything runs
+ * on the transport's service thread unless a field says otherwise.
+ */
+#ifndef PSFLOW_PS_SERVER_INT_H
+#define PSFLOW_PS_SERVER_INT_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include "psflow/placement.h"
+#include "psflow/wire.h"
+#include "psflow/wire_auth.h"
+#include "psflow/ws.h"
+#include "ps/server.h"
+#include "ps/shard.h"
+#include "ps/staleness.h"
+
+typedef struct peer {
+    struct peer *next;
+    uint64_t conn;
+    int hello; /* HELLO accepted: role, task and incarnation below are the peer's */
+    uint8_t role;
+    int task;
+    uint64_t incarnation;
+    /* with a key: a HELLO waiting for its AUTH_PROOF */
+    int challenged;
+    int refused;           /* failed the proof: closing, nothing more is read */
+    pf_wire_hello pending; /* its job view is not kept */
+    uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
+    size_t hello_len;
+    uint8_t nonce[PF_WIRE_NONCE_SIZE];
+    pf_wire_in in;
+    /* a parked pull */
+    int parked;
+    uint32_t request_id;
+    uint64_t min_version;
+    uint32_t push_result;
+    uint32_t n_ids;
+    uint32_t *ids;     /* capacity: the task's shard count */
+    double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
+    /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
+    int ck_parked;
+    uint32_t ck_request_id;
+    uint64_t ck_step;
+    uint32_t ck_final;
+} peer;
+
+struct ps_server {
+    pf_job_spec spec;
+    int task;
+    uint64_t incarnation;
+    char checkpoint_dir[1024];
+    double grace;
+    pf_placement placement;
+    ps_shards *shards;
+    ps_staleness *staleness; /* training.max_staleness set (async): its clocks; else NULL */
+    int *local_of;           /* global shard id -> local index, or -1 */
+    const float **grads;     /* scratch: local shard order */
+    pf_wire_tensor *views;   /* scratch for replies */
+    struct iovec *parts;     /* scratch: a reply's pieces, 2 * n_local + 1 at most */
+    unsigned char *lend;     /* scratch: which of them are lent (the values) */
+    size_t max_parts;
+    unsigned char *pulled; /* scratch: local shards named by a pull */
+    pf_ws *ws;
+    size_t max_message; /* the largest message this ps accepts (a push of every shard) */
+    /* the data plane's limits; those the options left to the ps (auto_*) follow the
+     * membership. Service thread. */
+    int max_connections, auto_connections, auto_buffered;
+    size_t max_buffered;
+    pf_wire_out out; /* service thread only */
+    peer *peers;
+    uint64_t errors;     /* ERROR replies sent */
+    char nonfinite[256]; /* set once a value became NaN or Inf: every request is refused */
+    /* completion, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int final_done;
+    int n_peers;
+    unsigned char *seen; /* training tasks that have said HELLO (PF_MAX_TASKS), under mu */
+    int n_tasks;         /* training tasks of the current membership, under mu */
+    /* a membership change from the agent (ps_server_set_workers), taken by the service
+     * thread: workers and replicas_to_aggregate, under mu; want_workers 0 = none */
+    int want_workers, want_aggregate;
+    /* a change refused for want of memory waits in want_* to be retried: on the service
+     * thread's next message or wake; ps_server_wait wakes it at retry_at (under mu) */
+    int membership_retry; /* atomic */
+    double retry_at;
+    int has_key;
+    uint8_t job_key[PF_WIRE_KEY_SIZE];
+    uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
+    uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
+    double final_time;
+    volatile sig_atomic_t stop;
+    int destroying; /* ps_server_destroy is closing every connection: nothing more is sent */
+    /* counters published by the service thread for ps_server_stats (atomic access) */
+    uint64_t pub_version, pub_applied, pub_stale;
+    ps_server_sink sink; /* without a socket: replies go here (sink.send set) */
+};
+
+/* The training task p speaks for (its max_staleness clock), or -1. */
+static inline int ps_srv_trainer(const peer *p) {
+    return p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) ? p->task
+                                                                                         : -1;
+}
+
+static inline uint64_t ps_srv_version(const ps_server *s) {
+    return ps_shards_stats(s->shards).version;
+}
+
+/* --- server.c ------------------------------------------------------------------------------ */
+
+/* One line on stderr, prefixed with the task. */
+void ps_srv_log(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sends the reply just encoded into s->out (encoded: the encoder's status); lend_values: the
+ * tensor data are the shards' values, lent to the transport (a PULL_REPLY of whole shards). */
+void ps_srv_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what, int lend_values);
+
+/* Answers ERROR with `code` and the formatted text, logged at the first refusal of each code
+ * and every power of two. */
+void ps_srv_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+const char *ps_srv_role_name(uint8_t role);
+
+void ps_srv_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                           uint32_t status, const char *text);
+
+/* Right after an update: writes the parked checkpoints whose version has been reached. */
+void ps_srv_write_parked_checkpoints(ps_server *s);
+
+/* --- server_data.c ------------------------------------------------------------------------- */
+
+int ps_srv_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
+                     uint32_t n);
+void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
+                       uint32_t n, uint32_t push_result);
+void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
+                         uint32_t push_result);
+void ps_srv_release_parked(ps_server *s);
+void ps_srv_check_finite(ps_server *s);
+void ps_srv_settle(ps_server *s);
+int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push);
+
+#endif

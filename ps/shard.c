@@ -7,6 +7,14 @@
  * task-index order into the first one, scaled by 1/replicas_to_aggregate and applied.
  * Nothing here is the size of the whole model: initial values are drawn for the task's
  * own shards (footprint.h has the bound this memory follows).
+ *
+ * Embedding tables are pushed by rows. Their shards are left out of the sync gradient
+ * buffers, which cover the dense shards only (dense_off); a sync push's rows are copied
+ * into its task's row store, and the step merges the stores of the arrived tasks shard by
+ * shard: each row named by any of them gets the sum of their gradients for it in task-index
+ * order - the additions a dense sum would make, zeros aside - divided by the number of
+ * gradients, and only those rows are updated. A step so costs the rows it touches, never a
+ * whole table.
  */
 #include "ps/shard.h"
 
@@ -21,6 +29,15 @@ typedef struct task_seq {
     uint64_t last_seq;
     int seen;
 } task_seq;
+
+/* sync: one task's row gradients for the current step, per local shard. */
+typedef struct task_rows {
+    uint32_t *rows; /* owned, grown; shard i's rows at row_at[i] */
+    float *data;    /* owned, grown; shard i's gradient rows at data_at[i] */
+    size_t cap_rows, cap_data;
+    size_t *row_at, *data_at; /* n entries */
+    uint32_t *n_rows;         /* n entries */
+} task_rows;
 
 struct ps_shards {
     pf_job_spec spec;
@@ -41,6 +58,20 @@ struct ps_shards {
     int n_joined;
     task_seq *seqs; /* PF_MAX_TASKS entries */
     ps_stats stats;
+    /* embedding tables */
+    int has_tables;
+    unsigned char *table; /* n entries: 1 for a table shard */
+    size_t *dense_off;    /* n entries: a dense shard's offset in a sync gradient buffer */
+    size_t n_dense;       /* floats of the dense shards */
+    task_rows *trows;     /* sync: PF_MAX_TASKS entries */
+    float *rowsum;        /* sync: one row's sum, the widest table row */
+    uint32_t *merged;     /* sync: the rows the last step touched, shard i's at merged_at[i] */
+    size_t cap_merged, *merged_at;
+    /* the rows the last update changed, per table shard (into a message or merged) */
+    const uint32_t **touched;
+    uint32_t *n_touched;
+    int touched_valid; /* 0: unknown (restored, not yet updated): every row is read */
+    ps_grad *whole;    /* n entries: ps_shards_push's gradients */
 };
 
 pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placement, int ps_task,
@@ -79,12 +110,34 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     if (s->n_tasks > PF_MAX_TASKS || !s->info || !s->local_off || !s->seqs || !s->arrived ||
         !s->joined || !s->pending || !offsets || !counts || !outs)
         goto nomem;
+    size_t nn = (size_t)(s->n ? s->n : 1);
+    s->table = pf_calloc(nn, 1);
+    s->dense_off = pf_calloc(nn, sizeof *s->dense_off);
+    s->merged_at = pf_calloc(nn, sizeof *s->merged_at);
+    s->touched = pf_calloc(nn, sizeof *s->touched);
+    s->n_touched = pf_calloc(nn, sizeof *s->n_touched);
+    s->trows = pf_calloc(PF_MAX_TASKS, sizeof *s->trows);
+    s->whole = pf_calloc(nn, sizeof *s->whole);
+    if (!s->whole || !s->table || !s->dense_off || !s->merged_at || !s->touched || !s->n_touched ||
+        !s->trows)
+        goto nomem;
+    size_t widest = 1;
     for (int i = 0; i < s->n; i++) {
         s->info[i] = placement->shards[idx[i]];
         s->local_off[i] = s->n_local;
         s->n_local += s->info[i].count;
+        s->table[i] = s->info[i].var < spec->model.n_embeddings;
+        s->has_tables |= s->table[i];
+        if (s->table[i] && (size_t)s->info[i].shape[1] > widest)
+            widest = (size_t)s->info[i].shape[1];
+        s->dense_off[i] = s->n_dense;
+        if (!s->table[i])
+            s->n_dense += s->info[i].count;
     }
+    if (!(s->rowsum = pf_mallocarray(widest, sizeof *s->rowsum)))
+        goto nomem;
     size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
+    size_t dense_bytes = (s->n_dense ? s->n_dense : 1) * sizeof(float);
     s->values = be->alloc(bytes);
     if (!s->values)
         goto nomem;
@@ -97,7 +150,7 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
      * first (no separate sum): allocated now so that a running job never fails an
      * allocation. Async mode applies each push from the message itself. */
     for (int t = 0; spec->training.mode == PF_MODE_SYNC && t < s->n_tasks; t++)
-        if (!(s->pending[t] = be->alloc(bytes)))
+        if (!(s->pending[t] = be->alloc(dense_bytes)))
             goto nomem;
     memset(s->joined, 1, (size_t)s->n_tasks);
     /* The same initial values a single process starts from, drawn for this task's shards
@@ -150,6 +203,22 @@ void ps_shards_destroy(ps_shards *s) {
         if (s->pending[t])
             s->be->free(s->pending[t]);
     pf_free(s->pending);
+    for (int t = 0; s->trows && t < PF_MAX_TASKS; t++) {
+        pf_free(s->trows[t].rows);
+        pf_free(s->trows[t].data);
+        pf_free(s->trows[t].row_at);
+        pf_free(s->trows[t].data_at);
+        pf_free(s->trows[t].n_rows);
+    }
+    pf_free(s->trows);
+    pf_free(s->whole);
+    pf_free(s->table);
+    pf_free(s->dense_off);
+    pf_free(s->rowsum);
+    pf_free(s->merged);
+    pf_free(s->merged_at);
+    pf_free(s->touched);
+    pf_free(s->n_touched);
     pf_free(s->arrived);
     pf_free(s->joined);
     pf_free(s->seqs);
@@ -173,6 +242,10 @@ const float *ps_shards_values(const ps_shards *s, int i) {
 
 const float *ps_shards_slot(const ps_shards *s, int i, int k) {
     return s->slots[k] + s->local_off[i];
+}
+
+int ps_shards_is_table(const ps_shards *s, int i) {
+    return s->table[i];
 }
 
 ps_stats ps_shards_stats(const ps_shards *s) {
@@ -210,8 +283,79 @@ static int needed(const ps_shards *s) {
     return n > 0 ? n : 1;
 }
 
-/* Averages the arrived gradients and applies them: one sync step. */
-static void aggregate_apply(ps_shards *s) {
+/* Slot k of local shard i, or NULL. */
+static float *slot_at(const ps_shards *s, int k, int i) {
+    return s->slots[k] ? s->slots[k] + s->local_off[i] : NULL;
+}
+
+/* Grows *buf to hold n items of `size` bytes; 0, or -1 out of memory. */
+static int grow(void **buf, size_t *cap, size_t n, size_t size) {
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < n)
+        c *= 2;
+    void *p = pf_realloc(*buf, c * size);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+/* Merges the arrived tasks' rows of table shard i and updates each named row once: its
+ * gradients summed in task-index order, divided by the gradients aggregated. The merged
+ * rows go to s->merged (room for every arrived row was made by the caller). */
+static void merge_apply_rows(ps_shards *s, int i, size_t at) {
+    size_t width = (size_t)s->info[i].shape[1];
+    size_t head[PF_MAX_TASKS] = {0};
+    float scale = 1.0f / (float)s->n_arrived;
+    float *w = s->values + s->local_off[i];
+    s->merged_at[i] = at;
+    for (;;) {
+        uint32_t row = UINT32_MAX;
+        for (int t = 0; t < s->n_tasks; t++) {
+            const task_rows *tr = &s->trows[t];
+            if (s->arrived[t] && head[t] < tr->n_rows[i] && tr->rows[tr->row_at[i] + head[t]] < row)
+                row = tr->rows[tr->row_at[i] + head[t]];
+        }
+        if (row == UINT32_MAX)
+            break;
+        int first = 1;
+        for (int t = 0; t < s->n_tasks; t++) {
+            const task_rows *tr = &s->trows[t];
+            if (!s->arrived[t] || head[t] >= tr->n_rows[i] ||
+                tr->rows[tr->row_at[i] + head[t]] != row)
+                continue;
+            const float *g = tr->data + tr->data_at[i] + head[t] * width;
+            if (first)
+                s->be->copy(s->rowsum, g, width);
+            else
+                s->be->axpy(width, 1.0f, g, s->rowsum);
+            first = 0;
+            head[t]++;
+        }
+        s->be->scale(width, scale, s->rowsum);
+        size_t off = (size_t)row * width;
+        pf_optim_apply(
+            &s->spec.optimizer, s->be, (int64_t)s->stats.version, width, s->rowsum, w + off,
+            (float *const[PF_OPTIM_MAX_SLOTS]){slot_at(s, 0, i) ? slot_at(s, 0, i) + off : NULL,
+                                               slot_at(s, 1, i) ? slot_at(s, 1, i) + off : NULL});
+        s->merged[at++] = row;
+    }
+    s->touched[i] = s->merged + s->merged_at[i];
+    s->n_touched[i] = (uint32_t)(at - s->merged_at[i]);
+}
+
+/* Averages the arrived gradients and applies them: one sync step. Returns -1 (nothing
+ * applied, the gradients kept) when there is no memory to merge a table's rows. */
+static int aggregate_apply(ps_shards *s) {
+    size_t rows = 0; /* every arrived row: room to merge them */
+    for (int t = 0; s->has_tables && t < s->n_tasks; t++)
+        for (int i = 0; s->arrived[t] && i < s->n; i++)
+            rows += s->table[i] ? s->trows[t].n_rows[i] : 0;
+    if (grow((void **)&s->merged, &s->cap_merged, rows ? rows : 1, sizeof *s->merged) != 0)
+        return -1;
     /* Average in task-index order so the result is independent of arrival order: summed
      * into the first arrived task's buffer, the same additions in the same order as into
      * a separate sum. */
@@ -222,15 +366,70 @@ static void aggregate_apply(ps_shards *s) {
         if (!sum)
             sum = s->pending[t];
         else
-            s->be->axpy(s->n_local, 1.0f, s->pending[t], sum);
-        s->arrived[t] = 0;
+            s->be->axpy(s->n_dense, 1.0f, s->pending[t], sum);
     }
-    s->be->scale(s->n_local, 1.0f / (float)s->n_arrived, sum);
+    s->be->scale(s->n_dense, 1.0f / (float)s->n_arrived, sum);
+    if (!s->has_tables) {
+        apply(s, sum); /* one call over the whole local vector */
+    } else {
+        size_t at = 0;
+        for (int i = 0; i < s->n; i++) {
+            if (s->table[i]) {
+                merge_apply_rows(s, i, at);
+                at += s->n_touched[i];
+            } else {
+                pf_optim_apply(
+                    &s->spec.optimizer, s->be, (int64_t)s->stats.version, s->info[i].count,
+                    sum + s->dense_off[i], s->values + s->local_off[i],
+                    (float *const[PF_OPTIM_MAX_SLOTS]){slot_at(s, 0, i), slot_at(s, 1, i)});
+            }
+        }
+        s->touched_valid = 1;
+        s->stats.version++;
+    }
+    memset(s->arrived, 0, PF_MAX_TASKS);
     s->n_arrived = 0;
-    apply(s, sum);
+    return 0;
 }
 
-static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const float *const *grads) {
+/* Keeps task's rows of this push for the sync step. -1: out of memory (nothing kept). */
+static int keep_rows(ps_shards *s, int task, const ps_grad *grads) {
+    task_rows *tr = &s->trows[task];
+    size_t n_rows = 0, n_data = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->table[i]) {
+            n_rows += grads[i].n_rows;
+            n_data += (size_t)grads[i].n_rows * (size_t)s->info[i].shape[1];
+        }
+    size_t nn = (size_t)s->n;
+    if (!tr->row_at && (!(tr->row_at = pf_calloc(nn, sizeof *tr->row_at)) ||
+                        !(tr->data_at = pf_calloc(nn, sizeof *tr->data_at)) ||
+                        !(tr->n_rows = pf_calloc(nn, sizeof *tr->n_rows)))) {
+        pf_free(tr->row_at);
+        pf_free(tr->data_at);
+        tr->row_at = tr->data_at = NULL;
+        return -1;
+    }
+    if (grow((void **)&tr->rows, &tr->cap_rows, n_rows ? n_rows : 1, sizeof *tr->rows) != 0 ||
+        grow((void **)&tr->data, &tr->cap_data, n_data ? n_data : 1, sizeof *tr->data) != 0)
+        return -1;
+    size_t r = 0, d = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (!s->table[i])
+            continue;
+        size_t width = (size_t)s->info[i].shape[1];
+        tr->row_at[i] = r;
+        tr->data_at[i] = d;
+        tr->n_rows[i] = grads[i].n_rows;
+        memcpy(tr->rows + r, grads[i].rows, grads[i].n_rows * sizeof *tr->rows);
+        memcpy(tr->data + d, grads[i].data, grads[i].n_rows * width * sizeof *tr->data);
+        r += grads[i].n_rows;
+        d += grads[i].n_rows * width;
+    }
+    return 0;
+}
+
+static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const ps_grad *grads) {
     if (step < s->stats.version) {
         s->stats.pushes_stale++;
         return PS_PUSH_STALE;
@@ -241,8 +440,11 @@ static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const flo
         s->stats.pushes_duplicate++;
         return PS_PUSH_DUPLICATE;
     }
+    if (s->has_tables && keep_rows(s, task, grads) != 0)
+        return PS_PUSH_NOMEM;
     for (int i = 0; i < s->n; i++)
-        s->be->copy(s->pending[task] + s->local_off[i], grads[i], s->info[i].count);
+        if (!s->table[i])
+            s->be->copy(s->pending[task] + s->dense_off[i], grads[i].data, s->info[i].count);
     s->arrived[task] = 1;
     s->n_arrived++;
     if (!s->joined[task]) { /* a new member: counted from this step on */
@@ -250,9 +452,8 @@ static ps_push_result push_sync(ps_shards *s, int task, uint64_t step, const flo
         s->n_joined++;
     }
     s->stats.pushes_applied++;
-    if (s->n_arrived < needed(s))
-        return PS_PUSH_ACCEPTED;
-    aggregate_apply(s);
+    if (s->n_arrived < needed(s) || aggregate_apply(s) != 0)
+        return PS_PUSH_ACCEPTED; /* a step that could not merge its rows waits for memory */
     return PS_PUSH_APPLIED;
 }
 
@@ -265,7 +466,7 @@ pf_status ps_shards_set_tasks(ps_shards *s, int n_tasks, int aggregate, int *app
     if (n_tasks < 1 || n_tasks > PF_MAX_TASKS || aggregate < 1 || aggregate > n_tasks)
         return PF_ERR_INVALID;
     int sync = s->spec.training.mode == PF_MODE_SYNC;
-    size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
+    size_t bytes = (s->n_dense ? s->n_dense : 1) * sizeof(float);
     for (int t = s->n_tasks; sync && t < n_tasks; t++) /* before anything changes */
         if (!s->pending[t] && !(s->pending[t] = s->be->alloc(bytes)))
             return PF_ERR_NOMEM;
@@ -285,30 +486,58 @@ pf_status ps_shards_set_tasks(ps_shards *s, int n_tasks, int aggregate, int *app
     s->aggregate = aggregate;
     s->spec.replicas.worker = n_tasks - s->spec.replicas.chief;
     s->spec.training.replicas_to_aggregate = aggregate;
-    if (sync && s->n_arrived > 0 && s->n_arrived >= needed(s)) {
-        aggregate_apply(s); /* the step waited only for members that left */
-        *applied = 1;
-    }
+    if (sync && s->n_arrived > 0 && s->n_arrived >= needed(s) && aggregate_apply(s) == 0)
+        *applied = 1; /* the step waited only for members that left */
     return PF_OK;
+}
+
+ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
+                                    uint64_t step, const ps_grad *grads) {
+    int r = check_sequence(s, task, incarnation, seq);
+    if (r >= 0)
+        return (ps_push_result)r;
+    if (s->spec.training.mode == PF_MODE_SYNC) {
+        ps_push_result res = push_sync(s, task, step, grads);
+        if (res == PS_PUSH_NOMEM)
+            s->seqs[task].last_seq = seq - 1; /* not taken: the same push may come again */
+        return res;
+    }
+    /* Async: apply each shard's gradient in place, one update of the whole task. The rows
+     * it names are kept (a copy: the message goes) for the non-finite check; without
+     * memory for them that check reads the whole tables. */
+    size_t rows = 0, at = 0;
+    for (int i = 0; i < s->n; i++)
+        rows += s->table[i] ? grads[i].n_rows : 0;
+    int keep = grow((void **)&s->merged, &s->cap_merged, rows ? rows : 1, sizeof *s->merged) == 0;
+    for (int i = 0; i < s->n; i++) {
+        float *const slots[PF_OPTIM_MAX_SLOTS] = {slot_at(s, 0, i), slot_at(s, 1, i)};
+        if (s->table[i]) {
+            pf_optim_apply_rows(&s->spec.optimizer, s->be, (int64_t)s->stats.version,
+                                (size_t)s->info[i].shape[1], grads[i].n_rows, grads[i].rows,
+                                grads[i].data, s->values + s->local_off[i], slots);
+            if (keep) {
+                memcpy(s->merged + at, grads[i].rows, grads[i].n_rows * sizeof *s->merged);
+                s->touched[i] = s->merged + at;
+                s->n_touched[i] = grads[i].n_rows;
+                at += grads[i].n_rows;
+            }
+        } else {
+            pf_optim_apply(&s->spec.optimizer, s->be, (int64_t)s->stats.version, s->info[i].count,
+                           grads[i].data, s->values + s->local_off[i], slots);
+        }
+    }
+    s->touched_valid = s->has_tables && keep;
+    s->stats.version++;
+    s->stats.pushes_applied++;
+    return PS_PUSH_APPLIED;
 }
 
 ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
                               uint64_t step, const float *const *grads) {
-    int r = check_sequence(s, task, incarnation, seq);
-    if (r >= 0)
-        return (ps_push_result)r;
-    if (s->spec.training.mode == PF_MODE_SYNC)
-        return push_sync(s, task, step, grads);
-    /* Async: apply each shard's gradient in place, one update of the whole task. */
     for (int i = 0; i < s->n; i++)
-        pf_optim_apply(
-            &s->spec.optimizer, s->be, (int64_t)s->stats.version, s->info[i].count, grads[i],
-            s->values + s->local_off[i],
-            (float *const[PF_OPTIM_MAX_SLOTS]){s->slots[0] ? s->slots[0] + s->local_off[i] : NULL,
-                                               s->slots[1] ? s->slots[1] + s->local_off[i] : NULL});
-    s->stats.version++;
-    s->stats.pushes_applied++;
-    return PS_PUSH_APPLIED;
+        s->whole[i] = (ps_grad){grads[i], NULL, 0};
+    ps_push_result r = ps_shards_push_grads(s, task, incarnation, seq, step, s->whole);
+    return r;
 }
 
 void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *values,
@@ -320,22 +549,45 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
     }
     memset(s->arrived, 0, PF_MAX_TASKS);
     s->n_arrived = 0;
+    s->touched_valid = 0;
     s->stats.version = version;
 }
 
-int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
+/* The first non-finite element of the n floats at v (backend memory), or n. */
+static size_t first_nonfinite(const ps_shards *s, const float *v, size_t n) {
     float chunk[4096]; /* values may be backend memory: checked a piece at a time */
-    for (int i = 0; i < s->n; i++)
-        for (size_t done = 0; done < s->info[i].count; done += sizeof chunk / sizeof *chunk) {
-            size_t n = s->info[i].count - done;
-            n = n < sizeof chunk / sizeof *chunk ? n : sizeof chunk / sizeof *chunk;
-            s->be->download(chunk, s->values + s->local_off[i] + done, n);
-            size_t bad = pf_first_nonfinite(chunk, n);
-            if (bad < n) {
-                *elem = done + bad;
-                return i;
+    for (size_t done = 0; done < n; done += sizeof chunk / sizeof *chunk) {
+        size_t k =
+            n - done < sizeof chunk / sizeof *chunk ? n - done : sizeof chunk / sizeof *chunk;
+        s->be->download(chunk, v + done, k);
+        size_t bad = pf_first_nonfinite(chunk, k);
+        if (bad < k)
+            return done + bad;
+    }
+    return n;
+}
+
+int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
+    for (int i = 0; i < s->n; i++) {
+        const float *v = s->values + s->local_off[i];
+        if (s->table[i] && s->touched_valid) { /* only the rows the last update changed */
+            size_t width = (size_t)s->info[i].shape[1];
+            for (uint32_t j = 0; j < s->n_touched[i]; j++) {
+                size_t at = (size_t)s->touched[i][j] * width;
+                size_t bad = first_nonfinite(s, v + at, width);
+                if (bad < width) {
+                    *elem = at + bad;
+                    return i;
+                }
             }
+            continue;
         }
+        size_t bad = first_nonfinite(s, v, s->info[i].count);
+        if (bad < s->info[i].count) {
+            *elem = bad;
+            return i;
+        }
+    }
     return -1;
 }
 

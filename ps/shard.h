@@ -29,8 +29,19 @@ typedef enum {
     PS_PUSH_ACCEPTED,  /* kept for the current sync step */
     PS_PUSH_STALE,     /* sync gradient for an older step: dropped */
     PS_PUSH_DUPLICATE, /* seq already seen, or second push for the step: not applied */
-    PS_PUSH_REFUSED    /* from an older incarnation of the task: not applied */
+    PS_PUSH_REFUSED,   /* from an older incarnation of the task: not applied */
+    PS_PUSH_NOMEM      /* sync: no memory to keep its rows for the step: not applied */
 } ps_push_result;
+
+/* A push's gradient for one local shard: the whole shard (rows NULL: data holds count
+ * floats), or some of its rows (data holds n_rows * width floats, rows[j] relative to the
+ * shard's first row, strictly increasing, each < shape[0]). Table shards (ps_shards_is_table)
+ * take rows only, every other shard whole only; the caller checks. */
+typedef struct ps_grad {
+    const float *data;
+    const uint32_t *rows;
+    uint32_t n_rows;
+} ps_grad;
 
 typedef struct ps_stats {
     uint64_t version;        /* updates applied */
@@ -57,9 +68,22 @@ const pf_shard_info *ps_shards_info(const ps_shards *s, int i);
 /* Current values of local shard i (count floats, borrowed; valid until the next push). */
 const float *ps_shards_values(const ps_shards *s, int i);
 
-/* Offers a push. grads[i] is the gradient for local shard i (its count floats), already
- * validated by the caller. `task` is the worker's index (0..replicas.worker-1, the chief
- * counting as worker 0 when there is no separate chief task). */
+/* 1 when local shard i is (a part of) an embedding table, `<name>/embeddings`: it is pulled
+ * and pushed by rows (api/wire.md ROW_PULL, ROW_PUSH_PULL). Its rows are shape[0] rows of
+ * shape[1] floats. */
+int ps_shards_is_table(const ps_shards *s, int i);
+
+/* Offers a push. grads[i] is the gradient for local shard i, already validated by the
+ * caller. `task` is the worker's index (0..replicas.worker-1, the chief counting as worker
+ * 0 when there is no separate chief task). A table's rows are updated as TensorFlow's
+ * sparse kernels do (pf_optim_apply_rows): only the rows named; in a sync step the rows of
+ * every gradient are merged, a row's gradients summed in task-index order and divided by
+ * the number of gradients aggregated, as the whole shards are. */
+ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
+                                    uint64_t step, const ps_grad *grads);
+
+/* ps_shards_push_grads with every shard whole: grads[i] holds local shard i's count floats.
+ * For a model without tables. */
 ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
                               uint64_t step, const float *const *grads);
 
@@ -91,7 +115,9 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
 const float *ps_shards_slot(const ps_shards *s, int i, int k);
 
 /* The local index of the first shard holding a NaN or infinite value (after an update), or
- * -1 when every value is finite; *elem receives the element within that shard. */
+ * -1 when every value is finite; *elem receives the element within that shard. Right after
+ * an update only the rows it changed are read of a table (a table is not scanned whole per
+ * step); otherwise everything is. */
 int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem);
 
 /* Updates with learning rate `lr` (> 0) from now on (a rollback after a non-finite value

@@ -2,7 +2,7 @@
  *
  * A message is a 24-byte header followed by a type-specific payload. All integers are
  * little-endian; tensor data is raw little-endian IEEE-754 float32. psflow runs on
- * little-endian hosts only (wire.c refuses to compile elsewhere), which is what lets a
+ * little-endian hosts only (the codec refuses to compile elsewhere), which is what lets a
  * decoded tensor be a plain `const float *` into the receive buffer.
  *
  * Decoding is zero-copy and validating. pf_wire_decode_header() looks at the first 24

@@ -8,8 +8,9 @@
  * counts against remaining / element_size so nothing is multiplied before it is known to be
  * small. A failure records the wire code, a message and the byte offset, and nothing is
  * allocated for a message until its counts have been checked against its length. The only
- * allocations on the receive side are the view arrays, each bounded by max_tensors and by
- * payload_len / 16.
+ * allocations on the receive side are the view arrays (tensors, row records, selections),
+ * each bounded by max_tensors and by payload_len / 8 (a selection, the smallest thing
+ * viewed, takes 8 bytes at least).
  *
  * A PULL_REPLY's layout follows from the pull it answers; pf_wire_pull_reply_places() is the
  * one place that computes it for a receiver, and pf_wire_decode_placed() the one that reads
@@ -58,7 +59,13 @@ const char *pf_wire_code_name(uint32_t code) {
 }
 
 static int known_type(uint32_t type) {
-    return type >= PF_WIRE_HELLO && type <= PF_WIRE_RESTORE;
+    switch (type) {
+#define TYPE_KNOWN(name, value, text) case value:
+        PF_WIRE_TYPE_LIST(TYPE_KNOWN)
+#undef TYPE_KNOWN
+        return 1;
+    }
+    return 0;
 }
 
 /* --- UTF-8 ----------------------------------------------------------------------------- */
@@ -150,6 +157,10 @@ void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors)
         max_tensors && max_tensors < PF_WIRE_MAX_TENSORS ? max_tensors : PF_WIRE_MAX_TENSORS;
     in->views = NULL;
     in->cap_views = 0;
+    in->row_views = NULL;
+    in->cap_row_views = 0;
+    in->sel_views = NULL;
+    in->cap_sel_views = 0;
     in->code = PF_WIRE_OK;
 }
 
@@ -157,8 +168,12 @@ void pf_wire_in_deinit(pf_wire_in *in) {
     if (!in)
         return;
     pf_free(in->views);
+    pf_free(in->row_views);
+    pf_free(in->sel_views);
     in->views = NULL;
-    in->cap_views = 0;
+    in->row_views = NULL;
+    in->sel_views = NULL;
+    in->cap_views = in->cap_row_views = in->cap_sel_views = 0;
 }
 
 pf_wire_code pf_wire_in_code(const pf_wire_in *in) {
@@ -303,20 +318,35 @@ static pf_status rd_count(reader *r, size_t min_size, const char *field, uint32_
     return PF_OK;
 }
 
+/* One of in's view arrays, `views` of *cap elements of `size` bytes, grown to hold n (a
+ * count rd_count has checked: n <= max_tensors): doubled from 16 up to max_tensors, never
+ * shrunk. *out receives the array, moved or not. */
+static pf_status grow_views(reader *r, void *views, uint32_t *cap, size_t size, uint32_t n,
+                            const char *what, void **out) {
+    *out = views;
+    if (n <= *cap)
+        return PF_OK;
+    uint32_t c = *cap ? *cap : 16, max = r->in->max_tensors;
+    while (c < n)
+        c = c > max / 2 ? max : c * 2;
+    void *v = pf_realloc(views, (size_t)c * size);
+    if (!v)
+        return fail(r->in, r->err, PF_ERR_NOMEM, PF_WIRE_INTERNAL, r->pos,
+                    "%s: out of memory for %u %s", r->type, (unsigned)n, what);
+    *out = v;
+    *cap = c;
+    return PF_OK;
+}
+
 /* n tensors into in->views (grown as needed). */
 static pf_status rd_tensors(reader *r, uint32_t n, const pf_wire_tensor **out) {
     pf_wire_in *in = r->in;
-    if (n > in->cap_views) {
-        uint32_t cap = in->cap_views ? in->cap_views : 16;
-        while (cap < n)
-            cap = cap > in->max_tensors / 2 ? in->max_tensors : cap * 2;
-        pf_wire_tensor *v = pf_realloc(in->views, (size_t)cap * sizeof *v);
-        if (!v)
-            return fail(in, r->err, PF_ERR_NOMEM, PF_WIRE_INTERNAL, r->pos,
-                        "%s: out of memory for %u tensor views", r->type, (unsigned)n);
-        in->views = v;
-        in->cap_views = cap;
-    }
+    void *views;
+    pf_status st =
+        grow_views(r, in->views, &in->cap_views, sizeof *in->views, n, "tensor views", &views);
+    if (st != PF_OK)
+        return st;
+    in->views = views;
     for (uint32_t i = 0; i < n; i++) {
         size_t off = r->pos;
         const pf_ws_place *pl = r->places ? &r->places[i] : NULL;
@@ -390,6 +420,115 @@ static pf_status rd_push(reader *r, pf_wire_push *p) {
     return rd_tensors(r, p->n, &p->tensors);
 }
 
+/* n selections (push 0: id, n_rows, rows) or row records (push 1: id, dtype, width, n_rows,
+ * rows, data) into v[0 .. n). Each n_rows is checked against the remaining bytes before
+ * the rows are read, and n_rows * width against them in 64 bits (no product of two u32
+ * overflows it) before the data is. */
+static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows *v) {
+    const char *kind = push ? "row record" : "selection";
+    size_t header = push ? ROW_RECORD_HEADER : SELECTION_HEADER;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t off = r->pos;
+        if (remain(r) < header)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
+                        "%s: %s %u of %u at offset %zu needs a %zu-byte header but the payload "
+                        "has %zu left",
+                        r->type, kind, (unsigned)i, (unsigned)n, off, header, remain(r));
+        pf_wire_rows *s = &v[i];
+        *s = (pf_wire_rows){.id = rd32(r)};
+        if (push) {
+            uint32_t dtype = rd32(r);
+            if (dtype != PF_WIRE_F32)
+                return fail(r->in, r->err, PF_ERR_UNSUPPORTED, PF_WIRE_BAD_DTYPE, off + 4,
+                            "%s: row record %u (id %u) has dtype %u at offset %zu; only 1 (f32) "
+                            "is supported",
+                            r->type, (unsigned)i, (unsigned)s->id, (unsigned)dtype, off + 4);
+            s->width = rd32(r);
+            if (s->width == 0)
+                return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off + 8,
+                            "%s: row record %u (id %u) has width 0 at offset %zu; a row has at "
+                            "least one value",
+                            r->type, (unsigned)i, (unsigned)s->id, off + 8);
+        }
+        size_t n_off = r->pos;
+        s->n_rows = rd32(r);
+        if (s->n_rows > remain(r) / 4)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, n_off,
+                        "%s: %s %u (id %u) n_rows %u at offset %zu needs %zu bytes of rows but "
+                        "the payload has %zu left",
+                        r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows, n_off,
+                        (size_t)s->n_rows * 4, remain(r));
+        /* 4-byte aligned, as every part before them is a multiple of 4 bytes. */
+        s->rows = (const uint32_t *)(const void *)(r->b + r->pos);
+        for (uint32_t k = 1; k < s->n_rows; k++) {
+            size_t at = r->pos + (size_t)k * 4;
+            uint32_t prev = ld32(r->b + at - 4), row = ld32(r->b + at);
+            if (row <= prev)
+                return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, at,
+                            "%s: %s %u (id %u) row %u at offset %zu is %u, not above the "
+                            "previous row %u: rows must be strictly increasing",
+                            r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k, at,
+                            (unsigned)row, (unsigned)prev);
+        }
+        r->pos += (size_t)s->n_rows * 4;
+        if (!push)
+            continue;
+        uint64_t values = (uint64_t)s->n_rows * s->width;
+        if (values > remain(r) / 4)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r->pos,
+                        "%s: row record %u (id %u) data of %u rows x width %u at offset %zu "
+                        "needs %llu bytes but the payload has %zu left",
+                        r->type, (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows,
+                        (unsigned)s->width, r->pos,
+                        values > UINT64_MAX / 4 ? UINT64_MAX : (unsigned long long)values * 4,
+                        remain(r));
+        s->data = (const float *)(const void *)(r->b + r->pos);
+        r->pos += (size_t)values * 4;
+    }
+    return PF_OK;
+}
+
+/* A ROW_PULL's payload, alone or after a ROW_PUSH_PULL's row records: PULL's fields, then
+ * n_sel and the selections into in->sel_views. */
+static pf_status rd_row_pull(reader *r, const char *count_field, pf_wire_row_pull *p) {
+    pf_wire_pull whole;
+    pf_status st = rd_pull(r, count_field, &whole);
+    if (st != PF_OK)
+        return st;
+    p->min_version = whole.min_version;
+    p->n = whole.n;
+    p->ids = whole.ids;
+    if ((st = rd_count(r, SELECTION_HEADER, "selection count n_sel", &p->n_sel)) != PF_OK)
+        return st;
+    pf_wire_in *in = r->in;
+    void *views;
+    if ((st = grow_views(r, in->sel_views, &in->cap_sel_views, sizeof *in->sel_views, p->n_sel,
+                         "selection views", &views)) != PF_OK)
+        return st;
+    in->sel_views = views;
+    p->sel = in->sel_views;
+    return rd_row_sets(r, 0, p->n_sel, in->sel_views);
+}
+
+/* PUSH's payload, n_records and the row records into in->row_views, then a ROW_PULL's. */
+static pf_status rd_row_push_pull(reader *r, pf_wire_row_push_pull *p) {
+    pf_status st = rd_push(r, &p->push);
+    if (st != PF_OK)
+        return st;
+    if ((st = rd_count(r, ROW_RECORD_HEADER, "row record count n_records", &p->n_rows)) != PF_OK)
+        return st;
+    pf_wire_in *in = r->in;
+    void *views;
+    if ((st = grow_views(r, in->row_views, &in->cap_row_views, sizeof *in->row_views, p->n_rows,
+                         "row record views", &views)) != PF_OK)
+        return st;
+    in->row_views = views;
+    p->rows = in->row_views;
+    if ((st = rd_row_sets(r, 1, p->n_rows, in->row_views)) != PF_OK)
+        return st;
+    return rd_row_pull(r, "pull id count n_pull", &p->pull);
+}
+
 static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
     pf_status st = PF_OK;
     switch ((pf_wire_type)type) {
@@ -454,6 +593,10 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
         if ((st = rd_push(r, &m->u.push_pull.push)) != PF_OK)
             return st;
         return rd_pull(r, "pull id count n_pull", &m->u.push_pull.pull);
+    case PF_WIRE_ROW_PULL:
+        return rd_row_pull(r, "id count n", &m->u.row_pull);
+    case PF_WIRE_ROW_PUSH_PULL:
+        return rd_row_push_pull(r, &m->u.row_push_pull);
     case PF_WIRE_STATS:
         return PF_OK;
     case PF_WIRE_STATS_REPLY:

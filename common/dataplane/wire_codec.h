@@ -40,6 +40,10 @@ enum {
     CHECKPOINT_ACK_FIXED = 16, /* step, status, path length */
     ERROR_FIXED = 8,           /* code, message length */
     TENSOR_HEADER = PF_WIRE_TENSOR_HEADER,
+    ROW_PULL_FIXED = 16,   /* min_version, n, n_sel (ids and selections in between) */
+    ROW_RECORDS_FIXED = 4, /* n_records, after the push part of a ROW_PUSH_PULL */
+    SELECTION_HEADER = 8,  /* id, n_rows before a selection's rows */
+    ROW_RECORD_HEADER = 16 /* id, dtype, width, n_rows before a row record's rows and data */
 };
 
 /* --- little-endian loads and stores ------------------------------------------------------ */

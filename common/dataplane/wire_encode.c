@@ -43,8 +43,8 @@ size_t pf_wire_out_len(const pf_wire_out *out) {
  * number of data segments. */
 typedef struct plan {
     const char *type;
-    uint64_t head; /* header + fixed fields + strings + tensor headers + ids */
-    uint64_t data; /* tensor data bytes */
+    uint64_t head; /* header + fixed fields + strings + tensor and row headers + ids + rows */
+    uint64_t data; /* tensor and row data bytes */
     size_t segs;
     pf_error *err;
 } plan;
@@ -106,6 +106,66 @@ static pf_status plan_ids(plan *p, const uint32_t *ids, uint32_t n, const char *
     return PF_OK;
 }
 
+/* Selections (push 0) or row records (push 1) as the decoder accepts them (api/wire.md):
+ * at most PF_WIRE_MAX_TENSORS, rows strictly increasing, a selection without width or data,
+ * a row record of width >= 1 with data when it has rows. Sizes are checked against the
+ * payload limit before any row is read; every sum stays far below 2^64 (each term is at most
+ * PF_WIRE_MAX_PAYLOAD and there are a handful). */
+static pf_status plan_row_sets(plan *p, const pf_wire_rows *v, uint32_t n, int push,
+                               const char *field) {
+    const char *kind = push ? "row record" : "selection";
+    if (n > PF_WIRE_MAX_TENSORS)
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: %s %u exceeds the limit of %u",
+                                   p->type, field, (unsigned)n, PF_WIRE_MAX_TENSORS);
+    if (n && !v)
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: %ss are NULL with %s = %u",
+                                   p->type, kind, field, (unsigned)n);
+    p->head += (uint64_t)n * (push ? ROW_RECORD_HEADER : SELECTION_HEADER);
+    for (uint32_t i = 0; i < n; i++) {
+        const pf_wire_rows *s = &v[i];
+        if (push && s->width == 0)
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: row record %u (id %u) has width 0", p->type,
+                                       (unsigned)i, (unsigned)s->id);
+        if (!push && (s->width != 0 || s->data))
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: selection %u (id %u) has a width or data; a "
+                                       "selection names rows only",
+                                       p->type, (unsigned)i, (unsigned)s->id);
+        if (s->n_rows && (!s->rows || (push && !s->data)))
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: %s %u (id %u) has %u rows but no %s", p->type, kind,
+                                       (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows,
+                                       s->rows ? "data" : "row ids");
+        uint64_t values = push ? (uint64_t)s->n_rows * s->width : 0;
+        if (values > PF_WIRE_MAX_PAYLOAD / 4 ||
+            p->head + p->data + (uint64_t)s->n_rows * 4 + values * 4 > PF_WIRE_MAX_PAYLOAD)
+            return pf_error_set_offset(p->err, PF_ERR_RANGE, -1,
+                                       "%s: %s %u (id %u) of %u rows x width %u: payload over "
+                                       "the limit of %llu bytes",
+                                       p->type, kind, (unsigned)i, (unsigned)s->id,
+                                       (unsigned)s->n_rows, (unsigned)s->width,
+                                       (unsigned long long)PF_WIRE_MAX_PAYLOAD);
+        for (uint32_t k = 1; k < s->n_rows; k++)
+            if (s->rows[k] <= s->rows[k - 1])
+                return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                           "%s: %s %u (id %u) row %u is %u, not above the "
+                                           "previous row %u: rows must be strictly increasing",
+                                           p->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k,
+                                           (unsigned)s->rows[k], (unsigned)s->rows[k - 1]);
+        p->head += (uint64_t)s->n_rows * 4;
+        p->data += values * 4;
+        p->segs += values > 0;
+    }
+    return PF_OK;
+}
+
+/* A ROW_PULL's ids and selections (its fixed fields are the caller's). */
+static pf_status plan_row_pull(plan *p, const pf_wire_row_pull *m) {
+    pf_status st = plan_ids(p, m->ids, m->n, "n");
+    return st != PF_OK ? st : plan_row_sets(p, m->sel, m->n_sel, 0, "n_sel");
+}
+
 /* A cursor writing into the reserved head. */
 typedef struct writer {
     pf_wire_out *o;
@@ -126,7 +186,7 @@ static pf_status begin(pf_wire_out *o, uint16_t type, uint32_t request_id, const
     if (p->segs > o->cap_seg) {
         size_t cap = o->cap_seg ? o->cap_seg : 16;
         while (cap < p->segs)
-            cap *= 2; /* p->segs <= PF_WIRE_MAX_TENSORS: no overflow */
+            cap *= 2; /* p->segs <= 2 * PF_WIRE_MAX_TENSORS (tensors, row records) */
         pf_wire_seg *s = pf_realloc(o->seg, cap * sizeof *s);
         if (!s)
             return pf_error_set_offset(p->err, PF_ERR_NOMEM, -1,
@@ -183,17 +243,21 @@ static void wstr(writer *w, pf_wire_str s) {
     wbytes(w, s.ptr, s.len);
 }
 
+/* len bytes of data that follow the head written so far, as a segment (not copied). */
+static void wdata(writer *w, const void *data, size_t len) {
+    if (!len)
+        return;
+    w->o->seg[w->o->n_seg++] = (pf_wire_seg){w->pos, w->pos + w->data, data, len};
+    w->data += len;
+}
+
 static void wtensors(writer *w, const pf_wire_tensor *t, uint32_t n) {
     w32(w, n);
     for (uint32_t i = 0; i < n; i++) {
         w32(w, t[i].id);
         w32(w, PF_WIRE_F32);
         w64(w, t[i].count);
-        if (t[i].count) {
-            size_t len = (size_t)t[i].count * 4;
-            w->o->seg[w->o->n_seg++] = (pf_wire_seg){w->pos, w->pos + w->data, t[i].data, len};
-            w->data += len;
-        }
+        wdata(w, t[i].data, (size_t)t[i].count * 4);
     }
 }
 
@@ -201,6 +265,29 @@ static void wids(writer *w, const uint32_t *ids, uint32_t n) {
     w32(w, n);
     for (uint32_t i = 0; i < n; i++)
         w32(w, ids[i]);
+}
+
+/* Selections (push 0) or row records (push 1): the row ids are copied into the head (the
+ * host is little-endian, wire_codec.h, so they go as they are), row data is a segment. */
+static void wrow_sets(writer *w, const pf_wire_rows *v, uint32_t n, int push) {
+    w32(w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        w32(w, v[i].id);
+        if (push) {
+            w32(w, PF_WIRE_F32);
+            w32(w, v[i].width);
+        }
+        w32(w, v[i].n_rows);
+        wbytes(w, v[i].rows, (size_t)v[i].n_rows * 4);
+        if (push)
+            wdata(w, v[i].data, (size_t)v[i].n_rows * v[i].width * 4);
+    }
+}
+
+static void wrow_pull(writer *w, const pf_wire_row_pull *m) {
+    w64(w, m->min_version);
+    wids(w, m->ids, m->n);
+    wrow_sets(w, m->sel, m->n_sel, 0);
 }
 
 /* Every encoder starts from an empty message, so a failure leaves none behind. */
@@ -334,6 +421,40 @@ pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
     wpush(&w, &m->push);
     w64(&w, m->pull.min_version);
     wids(&w, m->pull.ids, m->pull.n);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_row_pull *m,
+                                  pf_error *err) {
+    reset(out);
+    plan p = {.type = "ROW_PULL", .head = ROW_PULL_FIXED, .err = err};
+    pf_status st = plan_row_pull(&p, m);
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_ROW_PULL, request_id, &p, &w)) != PF_OK)
+        return st;
+    wrow_pull(&w, m);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,
+                                       const pf_wire_row_push_pull *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "ROW_PUSH_PULL",
+              .head = PUSH_FIXED + ROW_RECORDS_FIXED + ROW_PULL_FIXED,
+              .err = err};
+    pf_status st = plan_tensors(&p, m->push.tensors, m->push.n);
+    if (st == PF_OK)
+        st = plan_row_sets(&p, m->rows, m->n_rows, 1, "n_records");
+    if (st == PF_OK)
+        st = plan_row_pull(&p, &m->pull);
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_ROW_PUSH_PULL, request_id, &p, &w)) != PF_OK)
+        return st;
+    wpush(&w, &m->push);
+    wrow_sets(&w, m->rows, m->n_rows, 1);
+    wrow_pull(&w, &m->pull);
     finish(&w);
     return PF_OK;
 }
@@ -483,6 +604,10 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
         return pf_wire_encode_push_ack(out, id, &m->u.push_ack, err);
     case PF_WIRE_PUSH_PULL:
         return pf_wire_encode_push_pull(out, id, &m->u.push_pull, err);
+    case PF_WIRE_ROW_PULL:
+        return pf_wire_encode_row_pull(out, id, &m->u.row_pull, err);
+    case PF_WIRE_ROW_PUSH_PULL:
+        return pf_wire_encode_row_push_pull(out, id, &m->u.row_push_pull, err);
     case PF_WIRE_STATS:
         return pf_wire_encode_stats(out, id, err);
     case PF_WIRE_STATS_REPLY:

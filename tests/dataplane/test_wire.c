@@ -420,7 +420,9 @@ static void test_names(void **state) {
     assert_string_equal(pf_wire_type_name(0), "UNKNOWN");
     assert_string_equal(pf_wire_type_name(13), "AUTH_CHALLENGE");
     assert_string_equal(pf_wire_type_name(16), "RESTORE");
-    assert_string_equal(pf_wire_type_name(17), "UNKNOWN");
+    assert_string_equal(pf_wire_type_name(17), "ROW_PULL");
+    assert_string_equal(pf_wire_type_name(18), "ROW_PUSH_PULL");
+    assert_string_equal(pf_wire_type_name(19), "UNKNOWN");
     assert_string_equal(pf_wire_code_name(19), "VERSION_PASSED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_UNAUTHENTICATED), "UNAUTHENTICATED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_STALE_INCARNATION), "STALE_INCARNATION");

@@ -68,7 +68,7 @@ static void test_invalid_header(void **state) {
     f_begin(&f, 0);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_TYPE), 6);
-    f_begin(&f, PF_WIRE_RESTORE + 1);
+    f_begin(&f, PF_WIRE_ROW_PUSH_PULL + 1);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_TYPE), 6);
     f.b[6] = PF_WIRE_STATS;

@@ -3,7 +3,9 @@
  * The input is one whole frame of any type. It must decode or be refused with a wire
  * code; a frame that decodes must re-encode to exactly the same bytes (decoding is
  * canonical), and the pieces the transport would send (pf_wire_out_parts) must be those
- * bytes in order. Any mismatch aborts.
+ * bytes in order. Any mismatch aborts. The seeds (tests/data/wire/) hold frames of every
+ * type, the row messages (ROW_PULL, ROW_PUSH_PULL) with selections and row records among
+ * them.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -17,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static pf_wire_in in;
     static pf_wire_out out;
-    static struct iovec parts[2 * PF_WIRE_MAX_TENSORS + 1];
+    /* A piece of head, then one of data per tensor and per row record, and a last head. */
+    static struct iovec parts[2 * (2 * PF_WIRE_MAX_TENSORS) + 1];
     static int ready;
     if (!ready) {
         pf_wire_in_init(&in, 0, 0);
@@ -51,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The pieces the transport sends, in order, are the message again byte for byte. */
     size_t n_parts = pf_wire_out_parts(&out, parts, sizeof parts / sizeof parts[0]);
     if (n_parts > sizeof parts / sizeof parts[0])
-        abort(); /* at most 2 * PF_WIRE_MAX_TENSORS + 1 */
+        abort(); /* at most 2 * (tensors + row records) + 1 */
     size_t pos = 0;
     for (size_t i = 0; i < n_parts; i++) {
         if (parts[i].iov_len == 0 || parts[i].iov_len > size - pos ||

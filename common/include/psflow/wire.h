@@ -48,7 +48,7 @@
 #define PF_WIRE_HEADER_SIZE 24
 
 #define PF_WIRE_MAX_PAYLOAD   (1ull << 30) /* default and largest payload limit, bytes */
-#define PF_WIRE_MAX_TENSORS   65536u       /* tensors (or pulled ids) in one message */
+#define PF_WIRE_MAX_TENSORS   65536u       /* tensors, ids, selections or row records */
 #define PF_WIRE_MAX_JOB_NAME  63u          /* HELLO job name, bytes */
 #define PF_WIRE_MAX_ERROR_MSG 1024u        /* ERROR message, bytes */
 #define PF_WIRE_MAX_PATH      4096u        /* CHECKPOINT_ACK path, bytes */
@@ -73,7 +73,9 @@
     X(PF_WIRE_AUTH_CHALLENGE, 13, "AUTH_CHALLENGE")                                                \
     X(PF_WIRE_AUTH_PROOF, 14, "AUTH_PROOF")                                                        \
     X(PF_WIRE_AUTH_OK, 15, "AUTH_OK")                                                              \
-    X(PF_WIRE_RESTORE, 16, "RESTORE")
+    X(PF_WIRE_RESTORE, 16, "RESTORE")                                                              \
+    X(PF_WIRE_ROW_PULL, 17, "ROW_PULL")                                                            \
+    X(PF_WIRE_ROW_PUSH_PULL, 18, "ROW_PUSH_PULL")
 
 typedef enum {
 #define PF_WIRE_TYPE_ENUM(name, value, text) name = value,
@@ -231,8 +233,8 @@ typedef struct pf_wire_row_pull {
  * rows of shards (rows), then a ROW_PULL; answered by PULL_REPLY with push_result. */
 typedef struct pf_wire_row_push_pull {
     pf_wire_push push;
-    uint32_t n_rows;
-    const pf_wire_rows *rows; /* [n_rows] row gradients; borrowed */
+    uint32_t n_rows;          /* row records (n_records in api/wire.md), not rows */
+    const pf_wire_rows *rows; /* [n_rows] row gradients, one record per shard; borrowed */
     pf_wire_row_pull pull;
 } pf_wire_row_push_pull;
 
@@ -297,8 +299,9 @@ typedef struct pf_wire_msg {
 
 /* --- decoding -------------------------------------------------------------------------- */
 
-/* Receive-side state of one connection: the limits, storage for tensor views (grown to
- * the largest n seen, never shrunk) and the wire code of the last failure. */
+/* Receive-side state of one connection: the limits, storage for the views (each array grown
+ * to the largest count seen, never shrunk, at most max_tensors) and the wire code of the last
+ * failure. */
 typedef struct pf_wire_in {
     uint64_t max_payload;
     uint32_t max_tensors;
@@ -311,9 +314,10 @@ typedef struct pf_wire_in {
     pf_wire_code code; /* PF_WIRE_OK after a success */
 } pf_wire_in;
 
-/* Limits: payload_len above max_payload is TOO_LARGE, and so is n or n_pull above
- * max_tensors (the ps passes its shard count). 0, or a value above PF_WIRE_MAX_*, means
- * PF_WIRE_MAX_PAYLOAD / PF_WIRE_MAX_TENSORS. Allocates nothing. */
+/* Limits: payload_len above max_payload is TOO_LARGE, and so is a count of tensors, ids,
+ * selections or row records above max_tensors (the ps passes its shard count). 0, or a
+ * value above PF_WIRE_MAX_*, means PF_WIRE_MAX_PAYLOAD / PF_WIRE_MAX_TENSORS. Allocates
+ * nothing. */
 void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors);
 
 /* Frees the views; safe on a zeroed or deinit'ed pf_wire_in. */
@@ -330,15 +334,17 @@ pf_status pf_wire_decode_header(pf_wire_in *in, const void *msg, size_t len, pf_
                                 pf_error *err);
 
 /* Decodes one whole message msg[0 .. len) of any type into *out. msg must be 4-byte
- * aligned (any malloc'd buffer is). Tensor views live in in->views and are valid until
- * the next decode with `in`; every pointer in *out points into msg. On failure
+ * aligned (any malloc'd buffer is). Views live in in->views, in->row_views and
+ * in->sel_views and are valid until the next decode with `in`; every other pointer in *out
+ * (ids, strings, tensor data, rows, row data) points into msg. On failure
  * out->type and out->request_id hold the raw header values as pf_wire_decode_header
  * leaves them (0 when there is no header or the magic is wrong), so a caller can always
  * answer ERROR with out->request_id.
  * Errors: as pf_wire_decode_header, plus PF_ERR_FORMAT (TRUNCATED: len < 24 +
  * payload_len; BAD_LENGTH: a field runs past the payload, or bytes are left over;
- * BAD_VALUE: enum out of range, nonzero padding, string not UTF-8 or containing NUL),
- * PF_ERR_RANGE (TOO_LARGE: n, n_pull or a string over its limit), PF_ERR_UNSUPPORTED
+ * BAD_VALUE: enum out of range, nonzero padding, string not UTF-8 or containing NUL, rows
+ * not strictly increasing, a row record of width 0), PF_ERR_RANGE (TOO_LARGE: a count
+ * over max_tensors or a string over its limit), PF_ERR_UNSUPPORTED
  * (BAD_DTYPE), PF_ERR_NOMEM (INTERNAL: growing the views), PF_ERR_INVALID (INTERNAL:
  * msg not aligned). */
 pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_msg *out,
@@ -415,15 +421,17 @@ pf_status pf_wire_encode_push(pf_wire_out *out, uint32_t request_id, const pf_wi
                               pf_error *err);
 pf_status pf_wire_encode_push_ack(pf_wire_out *out, uint32_t request_id, const pf_wire_push_ack *m,
                                   pf_error *err);
-/* Row messages: row ids are copied into the head, row data is referenced like tensor data.
- * Refused besides the common errors: rows not strictly increasing, a push record with
- * width 0 or data NULL while n_rows > 0, a selection with width != 0 or data != NULL. */
+pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
+                                   const pf_wire_push_pull *m, pf_error *err);
+/* Row messages: row ids are copied into the head, row data is referenced like tensor data
+ * (dtype is always f32: pf_wire_rows has no dtype). PF_ERR_INVALID besides the common cases:
+ * rows not strictly increasing, rows NULL while n_rows > 0, a row record with width 0 or
+ * data NULL while n_rows > 0, a selection with width != 0 or data != NULL, n, n_sel or
+ * the number of row records over PF_WIRE_MAX_TENSORS. */
 pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_row_pull *m,
                                   pf_error *err);
 pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,
                                        const pf_wire_row_push_pull *m, pf_error *err);
-pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
-                                   const pf_wire_push_pull *m, pf_error *err);
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err);
 pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,
                                      const pf_wire_stats_reply *m, pf_error *err);
@@ -449,8 +457,9 @@ size_t pf_wire_out_len(const pf_wire_out *out);
 
 /* The message as pieces for a gathering write - head bytes and tensor data, in order, none
  * empty - which is how the transport sends it (pf_ws_sendv). Fills at most max entries of
- * parts and returns how many the whole message needs (at most 2 * tensors + 1); the caller
- * passes a larger array when that is over max. */
+ * parts and returns how many the whole message needs: at most 2 * (tensors + row records) +
+ * 1, as every tensor and row record with values is one piece of data between head pieces;
+ * the caller passes a larger array when that is over max. */
 size_t pf_wire_out_parts(const pf_wire_out *out, struct iovec *parts, size_t max);
 
 /* Appends a copy of the whole message to dst (tests, the fuzz target). Errors: as

@@ -421,12 +421,21 @@ static pf_status rd_push(reader *r, pf_wire_push *p) {
 }
 
 /* n selections (push 0: id, n_rows, rows) or row records (push 1: id, dtype, width, n_rows,
- * rows, data) into v[0 .. n). Each n_rows is checked against the remaining bytes before
- * the rows are read, and n_rows * width against them in 64 bits (no product of two u32
- * overflows it) before the data is. */
-static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows *v) {
+ * rows, data; n checked by rd_count) into *views, one of in's view arrays of *cap elements,
+ * grown as needed; *out receives it. Each n_rows is checked against the remaining bytes
+ * before the rows are read, and n_rows * width against them in 64 bits (no product of two
+ * u32 overflows it) before the data is. */
+static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows **views, uint32_t *cap,
+                             const pf_wire_rows **out) {
     const char *kind = push ? "row record" : "selection";
     size_t header = push ? ROW_RECORD_HEADER : SELECTION_HEADER;
+    void *grown;
+    pf_status st = grow_views(r, *views, cap, sizeof **views, n,
+                              push ? "row record views" : "selection views", &grown);
+    if (st != PF_OK)
+        return st;
+    pf_wire_rows *v = *views = grown;
+    *out = v;
     for (uint32_t i = 0; i < n; i++) {
         size_t off = r->pos;
         if (remain(r) < header)
@@ -500,14 +509,7 @@ static pf_status rd_row_pull(reader *r, const char *count_field, pf_wire_row_pul
     p->ids = whole.ids;
     if ((st = rd_count(r, SELECTION_HEADER, "selection count n_sel", &p->n_sel)) != PF_OK)
         return st;
-    pf_wire_in *in = r->in;
-    void *views;
-    if ((st = grow_views(r, in->sel_views, &in->cap_sel_views, sizeof *in->sel_views, p->n_sel,
-                         "selection views", &views)) != PF_OK)
-        return st;
-    in->sel_views = views;
-    p->sel = in->sel_views;
-    return rd_row_sets(r, 0, p->n_sel, in->sel_views);
+    return rd_row_sets(r, 0, p->n_sel, &r->in->sel_views, &r->in->cap_sel_views, &p->sel);
 }
 
 /* PUSH's payload, n_records and the row records into in->row_views, then a ROW_PULL's. */
@@ -517,14 +519,8 @@ static pf_status rd_row_push_pull(reader *r, pf_wire_row_push_pull *p) {
         return st;
     if ((st = rd_count(r, ROW_RECORD_HEADER, "row record count n_records", &p->n_rows)) != PF_OK)
         return st;
-    pf_wire_in *in = r->in;
-    void *views;
-    if ((st = grow_views(r, in->row_views, &in->cap_row_views, sizeof *in->row_views, p->n_rows,
-                         "row record views", &views)) != PF_OK)
-        return st;
-    in->row_views = views;
-    p->rows = in->row_views;
-    if ((st = rd_row_sets(r, 1, p->n_rows, in->row_views)) != PF_OK)
+    st = rd_row_sets(r, 1, p->n_rows, &r->in->row_views, &r->in->cap_row_views, &p->rows);
+    if (st != PF_OK)
         return st;
     return rd_row_pull(r, "pull id count n_pull", &p->pull);
 }

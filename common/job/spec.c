@@ -62,7 +62,8 @@ static const char *const combiner_names[] = {
 static const char *const optimizer_names[] = {[PF_OPT_SGD] = "sgd",
                                               [PF_OPT_MOMENTUM] = "momentum",
                                               [PF_OPT_ADAGRAD] = "adagrad",
-                                              [PF_OPT_ADAM] = "adam"};
+                                              [PF_OPT_ADAM] = "adam",
+                                              [PF_OPT_LAZY_ADAM] = "lazy_adam"};
 static const char *const mode_names[] = {[PF_MODE_ASYNC] = "async", [PF_MODE_SYNC] = "sync"};
 static const char *const nonfinite_names[] = {
     [PF_NONFINITE_FAIL] = "fail", [PF_NONFINITE_ROLLBACK] = "rollback"};
@@ -156,17 +157,18 @@ static const field decay_fields[] = {
 static const object_desc decay_desc = {decay_fields, COUNT(decay_fields), false, NULL};
 
 static const field optimizer_fields[] = {
-    {"type", K_ENUM, AT(optimizer.type), .names = optimizer_names, .max = PF_OPT_ADAM},
+    {"type", K_ENUM, AT(optimizer.type), .names = optimizer_names, .max = PF_OPT_LAZY_ADAM},
     {"learning_rate", K_DOUBLE, AT(optimizer.learning_rate), .real = R_POSITIVE, .def = 0.01},
     {"momentum", K_DOUBLE, AT(optimizer.momentum), .real = R_UNIT, .def = 0.9,
      .only = BIT(PF_OPT_MOMENTUM)},
     {"initial_accumulator_value", K_DOUBLE, AT(optimizer.initial_accumulator_value),
      .real = R_POSITIVE, .def = 0.1, .only = BIT(PF_OPT_ADAGRAD)},
-    {"beta1", K_DOUBLE, AT(optimizer.beta1), .real = R_UNIT, .def = 0.9, .only = BIT(PF_OPT_ADAM)},
+    {"beta1", K_DOUBLE, AT(optimizer.beta1), .real = R_UNIT, .def = 0.9,
+     .only = BIT(PF_OPT_ADAM) | BIT(PF_OPT_LAZY_ADAM)},
     {"beta2", K_DOUBLE, AT(optimizer.beta2), .real = R_UNIT, .def = 0.999,
-     .only = BIT(PF_OPT_ADAM)},
+     .only = BIT(PF_OPT_ADAM) | BIT(PF_OPT_LAZY_ADAM)},
     {"epsilon", K_DOUBLE, AT(optimizer.epsilon), .real = R_POSITIVE, .def = 1e-7,
-     .only = BIT(PF_OPT_ADAM)},
+     .only = BIT(PF_OPT_ADAM) | BIT(PF_OPT_LAZY_ADAM)},
     {"decay", K_OBJECT, NO_SLOT, .sub = &decay_desc, .present_at = AT(optimizer.decay.enabled)},
 };
 

@@ -18,6 +18,7 @@
 #include "psflow/model.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -322,6 +323,38 @@ static int64_t row_of(float id, int64_t vocab) {
     if (!(id >= 0 && id < (float)vocab) || id != floorf(id))
         return -2;
     return (int64_t)id;
+}
+
+int pf_model_id_col(const pf_model_spec *spec, int f) {
+    int col = 0;
+    for (int g = 0; g < f; g++)
+        col += 2 * spec->embeddings[g].max_ids; /* ids, then as many weights */
+    return col;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint32_t pf_model_batch_rows(const pf_model_spec *spec, int f, const float *x, int count,
+                             uint32_t *rows) {
+    const pf_embedding_spec *e = &spec->embeddings[f];
+    const size_t width = (size_t)pf_model_input_width(spec);
+    const float *ids = x + pf_model_id_col(spec, f);
+    uint32_t n = 0;
+    for (int b = 0; b < count; b++)
+        for (int k = 0; k < e->max_ids; k++) {
+            int64_t row = row_of(ids[(size_t)b * width + (size_t)k], e->vocab);
+            if (row >= 0)
+                rows[n++] = (uint32_t)row;
+        }
+    qsort(rows, n, sizeof *rows, cmp_u32);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (u == 0 || rows[i] != rows[u - 1])
+            rows[u++] = rows[i];
+    return u;
 }
 
 /* looked[b, col[f] ..] = scale * sum_k w_k table_f[id_k] for every example and feature. */

@@ -16,6 +16,8 @@ static const pf_optim_slots slot_table[] = {
     [PF_OPT_MOMENTUM] = {"momentum", 1, {"momentum", NULL}, {"Momentum", NULL}},
     [PF_OPT_ADAGRAD] = {"adagrad", 1, {"accumulator", NULL}, {"Adagrad", NULL}},
     [PF_OPT_ADAM] = {"adam", 2, {"m", "v"}, {"Adam", "Adam_1"}},
+    /* LazyAdamOptimizer is an AdamOptimizer: the same slots under the same names */
+    [PF_OPT_LAZY_ADAM] = {"lazy_adam", 2, {"m", "v"}, {"Adam", "Adam_1"}},
 };
 
 const pf_optim_slots *pf_optim_slots_of(const pf_optimizer_spec *spec) {
@@ -71,7 +73,8 @@ void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t
     case PF_OPT_ADAGRAD:
         be->adagrad_step(n, (float)lr, g, w, slots[0]);
         return;
-    case PF_OPT_ADAM: {
+    case PF_OPT_ADAM:
+    case PF_OPT_LAZY_ADAM: {
         /* Bias correction for update t = global_step + 1 (TF's beta powers after t steps).
          * The powers use the float betas the kernel uses, so that 1 - beta2 in v and
          * 1 - beta2^t here agree (0.999f is 1.3e-5 off 0.999 relative to 1 - 0.999). */
@@ -83,6 +86,10 @@ void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t
         return;
     }
     }
+}
+
+bool pf_optim_rows_only(const pf_optimizer_spec *spec) {
+    return spec->type != PF_OPT_ADAM;
 }
 
 void pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,

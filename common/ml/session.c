@@ -42,7 +42,8 @@ struct pf_session {
      * averaged gradient */
     pf_towers *towers;
     float *hparams, *hgrads;
-    float *scores; /* a two-class model's evaluation scores, one per example of the set */
+    float *scores;  /* a two-class model's evaluation scores, one per example of the set */
+    uint32_t *rows; /* a table's rows a batch names (pf_optim_rows_only) */
 };
 
 static bool is_classifier(const pf_job_spec *spec) {
@@ -106,6 +107,13 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     if (!s->sampler || !s->params || !s->grads || !s->x || !s->y || !s->labels || !s->hx ||
         !s->hy || !s->hlabels)
         goto nomem;
+    int most_ids = 0;
+    for (int f = 0; f < spec->model.n_embeddings; f++)
+        most_ids = spec->model.embeddings[f].max_ids > most_ids ? spec->model.embeddings[f].max_ids
+                                                                : most_ids;
+    if (most_ids > 0 &&
+        !(s->rows = pf_mallocarray((size_t)max_batch * (size_t)most_ids, sizeof *s->rows)))
+        goto nomem;
     if (s->towers) {
         s->hparams = pf_mallocarray(s->n_params, sizeof(float));
         s->hgrads = pf_mallocarray(s->n_params, sizeof(float));
@@ -145,6 +153,7 @@ void pf_session_destroy(pf_session *s) {
                 be->free(bufs[i]);
     }
     pf_free(s->hx);
+    pf_free(s->rows);
     pf_free(s->hy);
     pf_free(s->hlabels);
     pf_free(s->hparams);
@@ -169,6 +178,41 @@ static void upload_batch(pf_session *s, int count) {
         be->upload(s->y, s->hy, (size_t)count);
 }
 
+/* One optimizer update from s->grads. A table whose optimizer updates the named rows only
+ * (pf_optim_rows_only: TensorFlow's sparse kernels) changes just the rows the batch hx
+ * names; every other variable, and every table under adam, is updated whole. Tables are
+ * host memory (embedding models train on the CPU). */
+static void apply(pf_session *s, int batch) {
+    const pf_optimizer_spec *o = &s->spec.optimizer;
+    const pf_model_spec *m = &s->spec.model;
+    if (m->n_embeddings == 0 || !pf_optim_rows_only(o) || !s->rows) {
+        pf_optim_apply(o, s->be, s->step, s->n_params, s->grads, s->params, s->slots);
+        return;
+    }
+    pf_var_info vars[PF_MAX_VARS];
+    pf_model_layout(m, vars);
+    for (int f = 0; f < m->n_embeddings; f++) { /* the tables come first */
+        uint32_t n = pf_model_batch_rows(m, f, s->hx, batch, s->rows);
+        size_t dim = (size_t)vars[f].shape[1], at = vars[f].offset;
+        float *slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
+        for (int k = 0; k < s->n_slots; k++)
+            slots[k] = s->slots[k] + at;
+        for (uint32_t j = 0; j < n; j++) {
+            size_t row = (size_t)s->rows[j] * dim;
+            float *row_slots[PF_OPTIM_MAX_SLOTS] = {slots[0] ? slots[0] + row : NULL,
+                                                    slots[1] ? slots[1] + row : NULL};
+            pf_optim_apply(o, s->be, s->step, dim, s->grads + at + row, s->params + at + row,
+                           row_slots);
+        }
+    }
+    size_t dense = vars[m->n_embeddings].offset;
+    float *slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
+    for (int k = 0; k < s->n_slots; k++)
+        slots[k] = s->slots[k] + dense;
+    pf_optim_apply(o, s->be, s->step, s->n_params - dense, s->grads + dense, s->params + dense,
+                   slots);
+}
+
 float pf_session_step(pf_session *s) {
     int batch = s->spec.training.batch_size * s->spec.replicas_per_worker;
     pf_batch_gather(&s->train, s->sampler, pf_shard_position(s->step, 1, 0, batch), batch, s->hx,
@@ -182,7 +226,7 @@ float pf_session_step(pf_session *s) {
         upload_batch(s, batch);
         loss = pf_model_train_step(s->model, s->params, s->x, s->y, s->labels, batch, s->grads);
     }
-    pf_optim_apply(&s->spec.optimizer, s->be, s->step, s->n_params, s->grads, s->params, s->slots);
+    apply(s, batch);
     s->step++;
     return loss;
 }

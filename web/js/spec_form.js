@@ -19,7 +19,7 @@ const QUICK_FIELDS = [
     {pointer: '/training/batch_size', label: 'Batch size', type: 'number'},
     {pointer: '/training/max_steps', label: 'Max steps', type: 'number'},
     {pointer: '/optimizer/type', label: 'Optimizer', type: 'select',
-        options: ['sgd', 'momentum', 'adagrad', 'adam']},
+        options: ['sgd', 'momentum', 'adagrad', 'adam', 'lazy_adam']},
     {pointer: '/optimizer/learning_rate', label: 'Learning rate', type: 'number', step: 'any'},
 ];
 

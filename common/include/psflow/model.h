@@ -71,6 +71,15 @@ bool pf_model_embeddings_valid(const pf_model_spec *spec);
  * every id slot -1, every weight 0. */
 void pf_model_pad_example(const pf_model_spec *spec, float *row);
 
+/* The rows of table f that `count` examples x (pf_model_input_width slots each) name, once
+ * each and ascending, into rows (room for count x max_ids); returns how many. Padding and
+ * ids the table does not have name no row. */
+uint32_t pf_model_batch_rows(const pf_model_spec *spec, int f, const float *x, int count,
+                             uint32_t *rows);
+
+/* The slot of example 0's first id of table f (its ids, then as many weights, follow). */
+int pf_model_id_col(const pf_model_spec *spec, int f);
+
 /* A classifier of two classes: its evaluations have scores and an AUC (pf_eval). */
 static inline bool pf_model_two_class(const pf_model_spec *spec) {
     return spec->type != PF_MODEL_LINEAR && spec->outputs == 2;

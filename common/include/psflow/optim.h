@@ -16,6 +16,7 @@
 #ifndef PSFLOW_OPTIM_H
 #define PSFLOW_OPTIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +57,13 @@ double pf_optim_learning_rate(const pf_optimizer_spec *spec, int64_t global_step
  * All pointers are backend memory. */
 void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
                     size_t n, const float *g, float *w, float *const *slots);
+
+/* Whether an update from a gradient that names some rows of a table (an embedding lookup's
+ * IndexedSlices) changes those rows only, as in TensorFlow: sgd, momentum
+ * (SparseApplyMomentum), adagrad (SparseApplyAdagrad) and lazy_adam (LazyAdamOptimizer) do;
+ * adam does not (AdamOptimizer decays m and v of every row and moves every row by them),
+ * so an adam step updates the whole table with a zero gradient on the rows not named. */
+bool pf_optim_rows_only(const pf_optimizer_spec *spec);
 
 /* One update of some rows only (IndexedSlices), as TensorFlow's sparse kernels apply it:
  * row rows[j] of a row-major [?, width] block w (and of each slot) is updated from the

@@ -42,7 +42,13 @@ typedef enum {
     PF_DATA_LIBSVM,
     PF_DATA_SYNTHETIC_CTR
 } pf_data_format;
-typedef enum { PF_OPT_SGD, PF_OPT_MOMENTUM, PF_OPT_ADAGRAD, PF_OPT_ADAM } pf_optimizer_type;
+typedef enum {
+    PF_OPT_SGD,
+    PF_OPT_MOMENTUM,
+    PF_OPT_ADAGRAD,
+    PF_OPT_ADAM,
+    PF_OPT_LAZY_ADAM /* LazyAdamOptimizer: adam whose table rows move only when named */
+} pf_optimizer_type;
 typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
 /* What a job does when training produces a NaN or infinite loss, gradient or value. */
 typedef enum { PF_NONFINITE_FAIL, PF_NONFINITE_ROLLBACK } pf_nonfinite_action;

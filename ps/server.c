@@ -49,7 +49,7 @@ void ps_srv_log(const ps_server *s, const char *fmt, ...) {
         fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
 }
 
-static void close_conn(ps_server *s, uint64_t conn) {
+void ps_srv_close(ps_server *s, uint64_t conn) {
     if (s->sink.send)
         s->sink.close(s->sink.user, conn);
     else
@@ -74,7 +74,7 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     if (pf_ws_sendv_lent(s->ws, conn, s->parts, (int)n, s->lend) == PF_ERR_NOMEM) {
         ps_srv_log(s, "out of memory for a %zu-byte reply; closing connection",
                    pf_wire_out_len(&s->out));
-        close_conn(s, conn);
+        ps_srv_close(s, conn);
     }
 }
 
@@ -89,7 +89,7 @@ void ps_srv_send(ps_server *s, uint64_t conn, pf_status encoded, const char *wha
     }
     ps_srv_log(s, "cannot encode a %s reply (%s); closing its connection", what,
                pf_strerror(encoded));
-    close_conn(s, conn);
+    ps_srv_close(s, conn);
 }
 
 void ps_srv_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
@@ -292,7 +292,7 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     for (peer *q = s->peers; q; q = q->next) {
         if (q->parked) {
             q->parked = 0;
-            ps_srv_reply_pull(s, q->conn, q->request_id, q->ids, q->n_ids, PF_WIRE_PUSH_STALE);
+            ps_srv_reply_pull(s, q->conn, q->request_id, &q->pull, PF_WIRE_PUSH_STALE);
         }
         if (q->ck_parked) {
             q->ck_parked = 0;
@@ -314,10 +314,11 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
                      "{\"ps_task\":%d,\"incarnation\":%" PRIu64 ",\"version\":%" PRIu64
                      ",\"pushes_applied\":%" PRIu64 ",\"pushes_stale\":%" PRIu64
                      ",\"pushes_duplicate\":%" PRIu64 ",\"pushes_refused\":%" PRIu64
-                     ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64,
+                     ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64
+                     ",\"rows_pulled\":%" PRIu64 ",\"rows_pushed\":%" PRIu64,
                      s->task, s->incarnation, st.version, st.pushes_applied, st.pushes_stale,
                      st.pushes_duplicate, st.pushes_refused, s->errors, ps_shards_count(s->shards),
-                     s->placement.bytes_per_ps[s->task]);
+                     s->placement.bytes_per_ps[s->task], s->rows_pulled, s->rows_pushed);
     size_t len = ps_staleness_json_close(s->staleness, json, (size_t)n, sizeof json);
     pf_wire_stats_reply r = {{json, (uint32_t)len}};
     pf_error err;
@@ -431,7 +432,7 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
                      : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
                                                      : "wrong proof");
         p->refused = 1;
-        close_conn(s, p->conn);
+        ps_srv_close(s, p->conn);
         return;
     }
     pf_wire_proof(key, PF_WIRE_PROOF_PS, p->hello_msg, p->hello_len, p->nonce, m->u.auth.nonce,
@@ -474,7 +475,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         return;
     }
     if (s->nonfinite[0] && (m.type == PF_WIRE_PULL || m.type == PF_WIRE_PUSH ||
-                            m.type == PF_WIRE_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT)) {
+                            m.type == PF_WIRE_PUSH_PULL || m.type == PF_WIRE_ROW_PULL ||
+                            m.type == PF_WIRE_ROW_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT)) {
         ps_srv_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return;
     }
@@ -483,15 +485,22 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         handle_hello(s, p, m.request_id, &m.u.hello, data, len);
         return;
     case PF_WIRE_PULL:
-        if (p->role == PF_WIRE_ROLE_TOOL) {
-            ps_srv_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN, "a tool may not pull");
+    case PF_WIRE_ROW_PULL: {
+        pf_wire_row_pull pull = m.u.row_pull;
+        if (m.type == PF_WIRE_PULL)
+            pull = (pf_wire_row_pull){m.u.pull.min_version, m.u.pull.n, m.u.pull.ids, 0, NULL};
+        if (p->role == PF_WIRE_ROLE_TOOL ||
+            (m.type == PF_WIRE_ROW_PULL && p->role == PF_WIRE_ROLE_EVALUATOR)) {
+            ps_srv_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN, "a %s may not %s",
+                         ps_srv_role_name(p->role), m.type == PF_WIRE_PULL ? "pull" : "pull rows");
             return;
         }
-        if (ps_srv_check_ids(s, conn, m.request_id, m.u.pull.ids, m.u.pull.n) == 0)
-            ps_srv_pull_or_park(s, p, m.request_id, &m.u.pull, 0);
+        if (ps_srv_check_pull(s, conn, m.request_id, &pull) == 0)
+            ps_srv_pull_or_park(s, p, m.request_id, &pull, 0);
         return;
+    }
     case PF_WIRE_PUSH: {
-        int r = ps_srv_handle_push(s, p, m.request_id, &m.u.push);
+        int r = ps_srv_handle_push(s, p, m.request_id, &m.u.push, 0, NULL);
         if (r < 0)
             return;
         pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, ps_srv_version(s)};
@@ -499,19 +508,26 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
                     0);
         return;
     }
-    case PF_WIRE_PUSH_PULL: {
-        if (ps_srv_check_ids(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n))
+    case PF_WIRE_PUSH_PULL:
+    case PF_WIRE_ROW_PUSH_PULL: {
+        const pf_wire_row_push_pull *rp = &m.u.row_push_pull;
+        pf_wire_row_push_pull pp = {m.u.push_pull.push,
+                                    0,
+                                    NULL,
+                                    {m.u.push_pull.pull.min_version, m.u.push_pull.pull.n,
+                                     m.u.push_pull.pull.ids, 0, NULL}};
+        if (m.type == PF_WIRE_ROW_PUSH_PULL)
+            pp = *rp;
+        if (ps_srv_check_pull(s, conn, m.request_id, &pp.pull))
             return;
-        int r = ps_srv_handle_push(s, p, m.request_id, &m.u.push_pull.push);
-        if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC &&
-            m.u.push_pull.push.step > ps_srv_version(s))
+        int r = ps_srv_handle_push(s, p, m.request_id, &pp.push, pp.n_rows, pp.rows);
+        if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC && pp.push.step > ps_srv_version(s))
             /* computed against a version this ps has not reached: from before a rollback.
              * The worker gets the values to go on from now, not a wait for a step that
              * cannot come without it. */
-            ps_srv_reply_pull(s, conn, m.request_id, m.u.push_pull.pull.ids, m.u.push_pull.pull.n,
-                              (uint32_t)r);
+            ps_srv_reply_pull(s, conn, m.request_id, &pp.pull, (uint32_t)r);
         else if (r >= 0)
-            ps_srv_pull_or_park(s, p, m.request_id, &m.u.push_pull.pull, (uint32_t)r);
+            ps_srv_pull_or_park(s, p, m.request_id, &pp.pull, (uint32_t)r);
         return;
     }
     case PF_WIRE_STATS:
@@ -621,7 +637,7 @@ static void apply_membership(ps_server *s) {
     for (peer *p = s->peers; p; p = p->next)
         if (ps_srv_trainer(p) >= n_tasks) {
             p->parked = 0;
-            close_conn(s, p->conn);
+            ps_srv_close(s, p->conn);
         }
     if (applied) {
         ps_stats now = ps_shards_stats(s->shards);
@@ -663,12 +679,16 @@ static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     ps_server *s = user;
     int n_local = ps_shards_count(s->shards);
     peer *p = pf_calloc(1, sizeof *p);
-    if (p && !(p->ids = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->ids))) {
+    if (p && (!(p->ids = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->ids)) ||
+              !(p->sel = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->sel)))) {
+        pf_free(p->ids);
+        pf_free(p->sel);
+        pf_free(p->sel_rows);
         pf_free(p);
         p = NULL;
     }
     if (!p) {
-        close_conn(s, conn);
+        ps_srv_close(s, conn);
         return;
     }
     p->conn = conn;
@@ -703,6 +723,8 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
                        record[0] ? "; staleness: " : "", record);
         pf_wire_in_deinit(&p->in);
         pf_free(p->ids);
+        pf_free(p->sel);
+        pf_free(p->sel_rows);
         pf_free(p);
         pthread_mutex_lock(&s->mu);
         s->n_peers--;
@@ -783,7 +805,14 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                    " pushes ahead of the slowest connected one (training.max_staleness)",
                    s->spec.training.max_staleness);
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
-    s->max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16;
+    /* a push of every shard; a row push of a table names each row with 4 more bytes, and its
+     * ROW_PUSH_PULL may select them again: 8 bytes per table row on top */
+    size_t table_rows = 0;
+    for (int i = 0; i < n_local; i++)
+        if (ps_shards_is_table(s->shards, i))
+            table_rows += (size_t)ps_shards_info(s->shards, i)->shape[0];
+    s->max_message =
+        (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16 + 8 * table_rows;
     pf_ws_options wo = o->data_plane;
     s->auto_connections = wo.max_connections <= 0;
     s->auto_buffered = wo.max_buffered == 0;
@@ -902,6 +931,7 @@ void ps_server_destroy(ps_server *s) {
     pf_wire_out_deinit(&s->out);
     pf_free(s->local_of);
     pf_free(s->grads);
+    pf_free(s->row_values);
     pf_free(s->views);
     pf_free(s->parts);
     pf_free(s->lend);

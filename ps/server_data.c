@@ -11,45 +11,133 @@
 #include "psflow/text.h"
 #include "ps/server_int.h"
 
-/* Checks pulled ids: each must be a shard this task holds, named once (so a reply never
- * has more tensors than the task has shards). Returns 0 or sends an error. */
-int ps_srv_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
-                     uint32_t n) {
+/* Checks a pull: each whole shard must be one this task holds, each row selection a
+ * table shard it holds with rows inside it, and no shard named twice (so a reply never has
+ * more records than the task has shards). Returns 0 or sends an error. */
+int ps_srv_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                      const pf_wire_row_pull *pull) {
     int n_local = ps_shards_count(s->shards);
     memset(s->pulled, 0, (size_t)n_local);
-    for (uint32_t i = 0; i < n; i++) {
-        int local = ids[i] < (uint32_t)s->placement.n_shards ? s->local_of[ids[i]] : -1;
+    for (uint32_t i = 0; i < pull->n + pull->n_sel; i++) {
+        uint32_t id = i < pull->n ? pull->ids[i] : pull->sel[i - pull->n].id;
+        int local = id < (uint32_t)s->placement.n_shards ? s->local_of[id] : -1;
         if (local < 0 || s->pulled[local]) {
             ps_srv_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                         "shard %" PRIu32 " is not held by ps %d or appears twice", ids[i],
-                         s->task);
+                         "shard %" PRIu32 " is not held by ps %d or appears twice", id, s->task);
             return -1;
         }
         s->pulled[local] = 1;
+        if (i < pull->n)
+            continue;
+        const pf_wire_rows *sel = &pull->sel[i - pull->n];
+        const pf_shard_info *info = ps_shards_info(s->shards, local);
+        if (!ps_shards_is_table(s->shards, local)) {
+            ps_srv_error(s, conn, request_id, PF_WIRE_UNEXPECTED,
+                         "shard %" PRIu32 " (%s) is not an embedding table: it is pulled whole", id,
+                         info->name);
+            return -1;
+        }
+        /* rows are strictly increasing (the codec checked): the last is the largest */
+        if (sel->n_rows > 0 && sel->rows[sel->n_rows - 1] >= (uint64_t)info->shape[0]) {
+            ps_srv_error(s, conn, request_id, PF_WIRE_BAD_SHAPE,
+                         "row %" PRIu32 " of shard %" PRIu32 " (%s): it has %" PRId64 " rows",
+                         sel->rows[sel->n_rows - 1], id, info->name, info->shape[0]);
+            return -1;
+        }
     }
     return 0;
 }
 
-void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
-                       uint32_t n, uint32_t push_result) {
-    for (uint32_t i = 0; i < n; i++) {
-        int local = s->local_of[ids[i]];
-        s->views[i] = (pf_wire_tensor){ids[i], PF_WIRE_F32, ps_shards_info(s->shards, local)->count,
-                                       ps_shards_values(s->shards, local)};
+/* Gathers a pull's selected rows into s->row_values (grown as needed); -1 out of memory. */
+static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
+    size_t total = 0;
+    for (uint32_t i = 0; i < pull->n_sel; i++) {
+        const pf_shard_info *info = ps_shards_info(s->shards, s->local_of[pull->sel[i].id]);
+        total += (size_t)pull->sel[i].n_rows * (size_t)info->shape[1];
     }
-    pf_wire_pull_reply r = {ps_srv_version(s), push_result, n, s->views};
+    if (total > s->cap_row_values) {
+        float *v = pf_realloc(s->row_values, total * sizeof *v);
+        if (!v)
+            return -1;
+        s->row_values = v;
+        s->cap_row_values = total;
+    }
+    size_t at = 0;
+    for (uint32_t i = 0; i < pull->n_sel; i++) {
+        const pf_wire_rows *sel = &pull->sel[i];
+        int local = s->local_of[sel->id];
+        size_t width = (size_t)ps_shards_info(s->shards, local)->shape[1];
+        const float *values = ps_shards_values(s->shards, local);
+        s->views[pull->n + i] = (pf_wire_tensor){sel->id, PF_WIRE_F32,
+                                                 (uint64_t)sel->n_rows * width, s->row_values + at};
+        for (uint32_t j = 0; j < sel->n_rows; j++, at += width)
+            memcpy(s->row_values + at, values + (size_t)sel->rows[j] * width,
+                   width * sizeof(float));
+    }
+    return 0;
+}
+
+void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                       const pf_wire_row_pull *pull, uint32_t push_result) {
+    for (uint32_t i = 0; i < pull->n; i++) {
+        int local = s->local_of[pull->ids[i]];
+        s->views[i] =
+            (pf_wire_tensor){pull->ids[i], PF_WIRE_F32, ps_shards_info(s->shards, local)->count,
+                             ps_shards_values(s->shards, local)};
+    }
+    if (pull->n_sel > 0 && gather_rows(s, pull) != 0) {
+        ps_srv_log(s, "out of memory gathering the rows of a pull; closing its connection");
+        ps_srv_close(s, conn);
+        return;
+    }
+    pf_wire_pull_reply r = {ps_srv_version(s), push_result, pull->n + pull->n_sel, s->views};
     pf_error err;
-    ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY", 1);
+    for (uint32_t i = 0; i < pull->n_sel; i++)
+        s->rows_pulled += pull->sel[i].n_rows;
+    /* Whole shards are lent from the values; gathered rows live in a buffer the next reply
+     * reuses, so a reply with rows is copied where the socket does not take it at once. */
+    ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
+                pull->n_sel == 0);
+}
+
+/* Keeps a pull on its peer until its version: ids and selections copied (the message goes).
+ * -1: out of memory for the rows. */
+static int park(peer *p, const pf_wire_row_pull *pull) {
+    size_t rows = 0;
+    for (uint32_t i = 0; i < pull->n_sel; i++)
+        rows += pull->sel[i].n_rows;
+    if (rows > p->cap_sel_rows) {
+        uint32_t *r = pf_realloc(p->sel_rows, rows * sizeof *r);
+        if (!r)
+            return -1;
+        p->sel_rows = r;
+        p->cap_sel_rows = rows;
+    }
+    memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
+    size_t at = 0;
+    for (uint32_t i = 0; i < pull->n_sel; i++) {
+        p->sel[i] = pull->sel[i];
+        memcpy(p->sel_rows + at, pull->sel[i].rows, pull->sel[i].n_rows * sizeof *p->sel_rows);
+        p->sel[i].rows = p->sel_rows + at;
+        at += pull->sel[i].n_rows;
+    }
+    p->pull = (pf_wire_row_pull){pull->min_version, pull->n, p->ids, pull->n_sel, p->sel};
+    return 0;
 }
 
 /* Answers a pull now if its version is reached, else parks it on the peer. */
-void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
+void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_row_pull *pull,
                          uint32_t push_result) {
     int fresh = ps_staleness_pull(s->staleness, ps_srv_trainer(p));
     if ((ps_srv_version(s) >= pull->min_version && fresh) ||
         ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
         ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1, -1);
-        ps_srv_reply_pull(s, p->conn, request_id, pull->ids, pull->n, push_result);
+        ps_srv_reply_pull(s, p->conn, request_id, pull, push_result);
+        return;
+    }
+    if (park(p, pull) != 0) {
+        ps_srv_log(s, "out of memory keeping the rows of a parked pull; closing its connection");
+        ps_srv_close(s, p->conn);
         return;
     }
     p->held_since = fresh ? -1 : pf_clock_now();
@@ -57,8 +145,6 @@ void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     p->request_id = request_id;
     p->min_version = pull->min_version;
     p->push_result = push_result;
-    p->n_ids = pull->n;
-    memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
 }
 
 /* Answers the parked pulls that may go now, or all once the job is over (max_steps reached
@@ -77,7 +163,7 @@ void ps_srv_release_parked(ps_server *s) {
             p->parked = 0;
             ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1,
                                   p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
-            ps_srv_reply_pull(s, p->conn, p->request_id, p->ids, p->n_ids, p->push_result);
+            ps_srv_reply_pull(s, p->conn, p->request_id, &p->pull, p->push_result);
         }
         if (p->ck_parked && over && p->ck_step > v) {
             char text[160];
@@ -124,9 +210,9 @@ void ps_srv_settle(ps_server *s) {
                       "connections are closed");
 }
 
-/* Validates and offers a push; returns the wire push result, or -1 after an error reply. */
-int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
-    int n_local = ps_shards_count(s->shards);
+/* Checks who pushes: a worker or the chief, as the task and incarnation it said HELLO as, in
+ * the membership. Returns 0 or sends an error. */
+static int check_pusher(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_tasks = ps_shards_tasks(s->shards);
     if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
         ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
@@ -147,36 +233,37 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
                      push->task_index, push->incarnation, p->task, p->incarnation);
         return -1;
     }
-    if (push->n != (uint32_t)n_local) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
-                     "push carries %" PRIu32 " tensors; ps %d holds %d shards", push->n, s->task,
-                     n_local);
+    return 0;
+}
+
+/* The local shard `id` names for a push, once: -1 after an error reply. */
+static int push_shard(ps_server *s, peer *p, uint32_t request_id, uint32_t id, int rows) {
+    int local = id < (uint32_t)s->placement.n_shards ? s->local_of[id] : -1;
+    if (local < 0 || s->pulled[local]) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                     "shard %" PRIu32 " is not held by ps %d or appears twice", id, s->task);
         return -1;
     }
-    for (int i = 0; i < n_local; i++)
-        s->grads[i] = NULL;
-    for (uint32_t i = 0; i < push->n; i++) {
-        const pf_wire_tensor *t = &push->tensors[i];
-        int local = t->id < (uint32_t)s->placement.n_shards ? s->local_of[t->id] : -1;
-        if (local < 0 || s->grads[local]) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                         "shard %" PRIu32 " is not held by ps %d or appears twice", t->id, s->task);
-            return -1;
-        }
-        const pf_shard_info *info = ps_shards_info(s->shards, local);
-        if (t->count != info->count) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
-                         "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
-                         info->name, info->count, t->count);
-            return -1;
-        }
-        s->grads[local] = t->data;
+    if (ps_shards_is_table(s->shards, local) != rows) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                     rows ? "shard %" PRIu32 " (%s) is not an embedding table: it is pushed whole"
+                          : "shard %" PRIu32 " (%s) is an embedding table: it is pushed by rows "
+                            "(ROW_PUSH_PULL)",
+                     id, ps_shards_info(s->shards, local)->name);
+        return -1;
     }
+    s->pulled[local] = 1;
+    return local;
+}
+
+/* Offers the push whose gradients are in s->grads; returns the wire push result, or -1
+ * after an error reply. */
+static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     if (ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
         return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
     ps_srv_settle(s);
-    ps_push_result r = ps_shards_push(s->shards, (int)push->task_index, push->incarnation,
-                                      push->seq, push->step, s->grads);
+    ps_push_result r = ps_shards_push_grads(s->shards, (int)push->task_index, push->incarnation,
+                                            push->seq, push->step, s->grads);
     ps_stats now = ps_shards_stats(s->shards);
     __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
     __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
@@ -186,6 +273,11 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
                      "push from incarnation %" PRIu64 " of task %" PRIu32
                      ", which has been replaced by a newer one",
                      push->incarnation, push->task_index);
+        return -1;
+    }
+    if (r == PS_PUSH_NOMEM) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_INTERNAL,
+                     "ps %d has no memory to keep the rows of this push; not applied", s->task);
         return -1;
     }
     if (r == PS_PUSH_APPLIED) {
@@ -200,4 +292,55 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         return -1;
     }
     return (int)push_result_wire[r];
+}
+
+/* Validates and offers a push (PUSH, ROW_PUSH_PULL: rows may be NULL with n_rows 0); returns
+ * the wire push result, or -1 after an error reply. Every shard the task holds is named
+ * once: a table by rows, any other whole. */
+int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
+                       uint32_t n_rows, const pf_wire_rows *rows) {
+    int n_local = ps_shards_count(s->shards);
+    if (check_pusher(s, p, request_id, push) != 0)
+        return -1;
+    if ((uint64_t)push->n + n_rows != (uint64_t)n_local) {
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
+                     "push carries %" PRIu32 " tensors and %" PRIu32 " row sets; ps %d holds %d "
+                     "shards",
+                     push->n, n_rows, s->task, n_local);
+        return -1;
+    }
+    memset(s->pulled, 0, (size_t)n_local); /* here: the shards named so far */
+    for (uint32_t i = 0; i < push->n; i++) {
+        const pf_wire_tensor *t = &push->tensors[i];
+        int local = push_shard(s, p, request_id, t->id, 0);
+        if (local < 0)
+            return -1;
+        const pf_shard_info *info = ps_shards_info(s->shards, local);
+        if (t->count != info->count) {
+            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                         "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
+                         info->name, info->count, t->count);
+            return -1;
+        }
+        s->grads[local] = (ps_grad){t->data, NULL, 0};
+    }
+    for (uint32_t i = 0; i < n_rows; i++) {
+        const pf_wire_rows *r = &rows[i];
+        int local = push_shard(s, p, request_id, r->id, 1);
+        if (local < 0)
+            return -1;
+        const pf_shard_info *info = ps_shards_info(s->shards, local);
+        if (r->width != (uint64_t)info->shape[1] ||
+            (r->n_rows > 0 && r->rows[r->n_rows - 1] >= (uint64_t)info->shape[0])) {
+            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                         "shard %" PRIu32 " (%s) has %" PRId64 " rows of %" PRId64
+                         " floats; the push has rows of %" PRIu32 " up to row %" PRIu32,
+                         r->id, info->name, info->shape[0], info->shape[1], r->width,
+                         r->n_rows ? r->rows[r->n_rows - 1] : 0);
+            return -1;
+        }
+        s->grads[local] = (ps_grad){r->data, r->rows, r->n_rows};
+        s->rows_pushed += r->n_rows;
+    }
+    return offer(s, p, request_id, push);
 }

@@ -39,8 +39,11 @@ typedef struct peer {
     uint32_t request_id;
     uint64_t min_version;
     uint32_t push_result;
-    uint32_t n_ids;
-    uint32_t *ids;     /* capacity: the task's shard count */
+    pf_wire_row_pull pull; /* what it asks for: into ids, sel and sel_rows */
+    uint32_t *ids;         /* capacity: the task's shard count */
+    pf_wire_rows *sel;     /* capacity: the task's shard count */
+    uint32_t *sel_rows;    /* the selections' rows, grown */
+    size_t cap_sel_rows;
     double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
     /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
     int ck_parked;
@@ -59,10 +62,13 @@ struct ps_server {
     ps_shards *shards;
     ps_staleness *staleness; /* training.max_staleness set (async): its clocks; else NULL */
     int *local_of;           /* global shard id -> local index, or -1 */
-    const float **grads;     /* scratch: local shard order */
-    pf_wire_tensor *views;   /* scratch for replies */
-    struct iovec *parts;     /* scratch: a reply's pieces, 2 * n_local + 1 at most */
-    unsigned char *lend;     /* scratch: which of them are lent (the values) */
+    ps_grad *grads;          /* scratch: a push's gradients, local shard order */
+    float *row_values;       /* scratch: a reply's gathered rows, grown */
+    size_t cap_row_values;
+    uint64_t rows_pulled, rows_pushed; /* table rows served and received (STATS) */
+    pf_wire_tensor *views;             /* scratch for replies */
+    struct iovec *parts;               /* scratch: a reply's pieces, 2 * n_local + 1 at most */
+    unsigned char *lend;               /* scratch: which of them are lent (the values) */
     size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
     pf_ws *ws;
@@ -116,6 +122,9 @@ static inline uint64_t ps_srv_version(const ps_server *s) {
 /* One line on stderr, prefixed with the task. */
 void ps_srv_log(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Closes a connection after what was queued for it is written. */
+void ps_srv_close(ps_server *s, uint64_t conn);
+
 /* Sends the reply just encoded into s->out (encoded: the encoder's status); lend_values: the
  * tensor data are the shards' values, lent to the transport (a PULL_REPLY of whole shards). */
 void ps_srv_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what, int lend_values);
@@ -135,15 +144,17 @@ void ps_srv_write_parked_checkpoints(ps_server *s);
 
 /* --- server_data.c ------------------------------------------------------------------------- */
 
-int ps_srv_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
-                     uint32_t n);
-void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id, const uint32_t *ids,
-                       uint32_t n, uint32_t push_result);
-void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_pull *pull,
+/* Pulls: a PULL is a row pull without selections. */
+int ps_srv_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                      const pf_wire_row_pull *pull);
+void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                       const pf_wire_row_pull *pull, uint32_t push_result);
+void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_row_pull *pull,
                          uint32_t push_result);
 void ps_srv_release_parked(ps_server *s);
 void ps_srv_check_finite(ps_server *s);
 void ps_srv_settle(ps_server *s);
-int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push);
+int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
+                       uint32_t n_rows, const pf_wire_rows *rows);
 
 #endif

@@ -72,6 +72,7 @@ struct ps_shards {
     uint32_t *n_touched;
     int touched_valid; /* 0: unknown (restored, not yet updated): every row is read */
     ps_grad *whole;    /* n entries: ps_shards_push's gradients */
+    float *scatter;    /* adam: zeros, the widest table shard; a step's rows go in and out */
 };
 
 pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placement, int ps_task,
@@ -135,6 +136,15 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
             s->n_dense += s->info[i].count;
     }
     if (!(s->rowsum = pf_mallocarray(widest, sizeof *s->rowsum)))
+        goto nomem;
+    /* adam moves every row of a table each step (pf_optim_rows_only): the step's rows are
+     * scattered into zeros the size of the largest table shard and the shard updated whole */
+    size_t largest = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->table[i] && s->info[i].count > largest)
+            largest = s->info[i].count;
+    if (largest > 0 && !pf_optim_rows_only(&spec->optimizer) &&
+        !(s->scatter = pf_calloc(largest, sizeof *s->scatter)))
         goto nomem;
     size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
     size_t dense_bytes = (s->n_dense ? s->n_dense : 1) * sizeof(float);
@@ -215,6 +225,7 @@ void ps_shards_destroy(ps_shards *s) {
     pf_free(s->table);
     pf_free(s->dense_off);
     pf_free(s->rowsum);
+    pf_free(s->scatter);
     pf_free(s->merged);
     pf_free(s->merged_at);
     pf_free(s->touched);
@@ -303,6 +314,17 @@ static int grow(void **buf, size_t *cap, size_t n, size_t size) {
     return 0;
 }
 
+/* adam: updates table shard i whole from s->scatter, which holds the gradient of `rows` and
+ * zeros elsewhere, then zeros those rows again. */
+static void update_whole(ps_shards *s, int i, uint32_t n, const uint32_t *rows) {
+    size_t width = (size_t)s->info[i].shape[1];
+    pf_optim_apply(&s->spec.optimizer, s->be, (int64_t)s->stats.version, s->info[i].count,
+                   s->scatter, s->values + s->local_off[i],
+                   (float *const[PF_OPTIM_MAX_SLOTS]){slot_at(s, 0, i), slot_at(s, 1, i)});
+    for (uint32_t j = 0; j < n; j++)
+        memset(s->scatter + (size_t)rows[j] * width, 0, width * sizeof *s->scatter);
+}
+
 /* Merges the arrived tasks' rows of table shard i and updates each named row once: its
  * gradients summed in task-index order, divided by the gradients aggregated. The merged
  * rows go to s->merged (room for every arrived row was made by the caller). */
@@ -337,14 +359,20 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
         }
         s->be->scale(width, scale, s->rowsum);
         size_t off = (size_t)row * width;
-        pf_optim_apply(
-            &s->spec.optimizer, s->be, (int64_t)s->stats.version, width, s->rowsum, w + off,
-            (float *const[PF_OPTIM_MAX_SLOTS]){slot_at(s, 0, i) ? slot_at(s, 0, i) + off : NULL,
-                                               slot_at(s, 1, i) ? slot_at(s, 1, i) + off : NULL});
+        if (s->scatter)
+            memcpy(s->scatter + off, s->rowsum, width * sizeof *s->rowsum);
+        else
+            pf_optim_apply(&s->spec.optimizer, s->be, (int64_t)s->stats.version, width, s->rowsum,
+                           w + off,
+                           (float *const[PF_OPTIM_MAX_SLOTS]){
+                               slot_at(s, 0, i) ? slot_at(s, 0, i) + off : NULL,
+                               slot_at(s, 1, i) ? slot_at(s, 1, i) + off : NULL});
         s->merged[at++] = row;
     }
     s->touched[i] = s->merged + s->merged_at[i];
     s->n_touched[i] = (uint32_t)(at - s->merged_at[i]);
+    if (s->scatter)
+        update_whole(s, i, s->n_touched[i], s->touched[i]);
 }
 
 /* Averages the arrived gradients and applies them: one sync step. Returns -1 (nothing
@@ -384,7 +412,7 @@ static int aggregate_apply(ps_shards *s) {
                     (float *const[PF_OPTIM_MAX_SLOTS]){slot_at(s, 0, i), slot_at(s, 1, i)});
             }
         }
-        s->touched_valid = 1;
+        s->touched_valid = !s->scatter; /* adam moved every row */
         s->stats.version++;
     }
     memset(s->arrived, 0, PF_MAX_TASKS);
@@ -511,7 +539,13 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
     int keep = grow((void **)&s->merged, &s->cap_merged, rows ? rows : 1, sizeof *s->merged) == 0;
     for (int i = 0; i < s->n; i++) {
         float *const slots[PF_OPTIM_MAX_SLOTS] = {slot_at(s, 0, i), slot_at(s, 1, i)};
-        if (s->table[i]) {
+        if (s->table[i] && s->scatter) { /* adam: the whole shard moves */
+            size_t width = (size_t)s->info[i].shape[1];
+            for (uint32_t j = 0; j < grads[i].n_rows; j++)
+                memcpy(s->scatter + (size_t)grads[i].rows[j] * width, grads[i].data + j * width,
+                       width * sizeof *s->scatter);
+            update_whole(s, i, grads[i].n_rows, grads[i].rows);
+        } else if (s->table[i]) {
             pf_optim_apply_rows(&s->spec.optimizer, s->be, (int64_t)s->stats.version,
                                 (size_t)s->info[i].shape[1], grads[i].n_rows, grads[i].rows,
                                 grads[i].data, s->values + s->local_off[i], slots);
@@ -526,7 +560,7 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
                            grads[i].data, s->values + s->local_off[i], slots);
         }
     }
-    s->touched_valid = s->has_tables && keep;
+    s->touched_valid = s->has_tables && keep && !s->scatter;
     s->stats.version++;
     s->stats.pushes_applied++;
     return PS_PUSH_APPLIED;

@@ -22,6 +22,7 @@
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
+#include "worker/rows.h"
 
 enum { REQ_DATA, REQ_CHECKPOINT, REQ_RESTORE };
 
@@ -34,9 +35,16 @@ typedef struct ps_link {
     pf_ws_place *places; /* where each shard's values lie in a PULL_REPLY for ids
                             (pf_wire_pull_reply_places; dst set by each request) */
     size_t reply_len;    /* that reply's length */
-    pf_wire_out out;     /* the request in flight, kept for resending */
-    int kind;            /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
-    uint64_t ck_step;    /* REQ_CHECKPOINT, REQ_RESTORE: to re-encode after a ps restart */
+    /* row mode: this ps's dense shards, and what the request in flight expects back */
+    uint32_t *dense_ids;
+    int n_dense;
+    uint32_t *exp_id; /* the reply's records, in order: shard, elements, destination */
+    uint64_t *exp_count;
+    float **exp_dst;
+    int n_exp;
+    pf_wire_out out;  /* the request in flight, kept for resending */
+    int kind;         /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
+    uint64_t ck_step; /* REQ_CHECKPOINT, REQ_RESTORE: to re-encode after a ps restart */
     uint32_t ck_final;
     float ck_lr_factor; /* REQ_RESTORE */
     int swapped;        /* REQ_DATA replaced by a pull after a ps restart */
@@ -80,7 +88,11 @@ struct worker_link {
     uint64_t max_version; /* the largest version a ps may report (see worker_link_create) */
     uint32_t next_request;
     pf_wire_tensor *views;
-    struct iovec *parts; /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
+    pf_wire_rows *sel;           /* row mode: a pull's row selections (n_shards) */
+    pf_wire_rows *prows;         /* row mode: a push's row gradients (n_shards) */
+    const worker_rows *rows;     /* NULL: every shard whole (no tables) */
+    const worker_row_plan *plan; /* row mode: the rows pulls fetch and pushes send */
+    struct iovec *parts;         /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
     size_t max_parts;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -107,25 +119,25 @@ static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *ms
  * already (its view points at its destination); any other is copied. */
 static pf_status take_values(worker_link *c, ps_link *l, const pf_wire_pull_reply *r, char *msg,
                              size_t len) {
-    if (r->n != (uint32_t)l->n_ids) {
-        snprintf(msg, len, "ps %d answered with %" PRIu32 " shards, expected %d", l->index, r->n,
-                 l->n_ids);
+    if (r->n != (uint32_t)l->n_exp) {
+        snprintf(msg, len, "ps %d answered with %" PRIu32 " records, expected %d", l->index, r->n,
+                 l->n_exp);
         return PF_ERR_FORMAT;
     }
     for (uint32_t i = 0; i < r->n; i++) {
         const pf_wire_tensor *t = &r->tensors[i];
-        const pf_shard_info *want = &c->placement.shards[l->ids[i]];
-        if (t->id != l->ids[i] || t->count != want->count) {
+        if (t->id != l->exp_id[i] || t->count != l->exp_count[i]) {
             snprintf(msg, len,
                      "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements where shard %" PRIu32
-                     " with %zu was asked for",
-                     l->index, t->id, t->count, l->ids[i], want->count);
+                     " with %" PRIu64 " was asked for",
+                     l->index, t->id, t->count, l->exp_id[i], l->exp_count[i]);
             return PF_ERR_FORMAT;
         }
-        float *dst = c->params ? c->params + want->offset : NULL;
-        if (dst && t->data != dst)
+        float *dst = l->exp_dst[i];
+        if (dst && t->data != dst && t->count > 0)
             memcpy(dst, t->data, t->count * sizeof(float));
     }
+    (void)c;
     return PF_OK;
 }
 
@@ -311,7 +323,7 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
     l->done = 0;
     uint64_t conn = l->conn;
     pthread_mutex_unlock(&c->mu);
-    if (values && c->params) {
+    if (values && c->params && !c->rows) { /* every shard whole: received in place */
         for (int i = 0; i < l->n_ids; i++)
             l->places[i].dst = c->params + c->placement.shards[l->ids[i]].offset;
         /* Refused (out of memory, or the connection is gone): received as usual. */
@@ -461,13 +473,56 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
     return PF_OK;
 }
 
+/* Sets what l's next reply must hold: its pull of every shard whole, or in row mode its
+ * dense shards whole and the plan's rows of its table shards; values go to params (NULL:
+ * nowhere). Fills c->sel with the selections (row mode) and returns their number. */
+static uint32_t expect_pull(worker_link *c, ps_link *l, float *params) {
+    l->n_exp = 0;
+    const worker_rows *r = c->rows;
+    uint32_t n_sel = 0;
+    /* A reply's records are the whole shards first, then the selections: two passes. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < l->n_ids; i++) {
+            const pf_shard_info *s = &c->placement.shards[l->ids[i]];
+            int table = r && s->var < r->n_tables;
+            if (table != pass || (table && !c->plan))
+                continue; /* not in this pass, or no rows wanted */
+            int k = l->n_exp++;
+            l->exp_id[k] = l->ids[i];
+            if (!table) {
+                l->exp_count[k] = s->count;
+                l->exp_dst[k] =
+                    params ? params + (r ? worker_rows_dense_at(r, s) : s->offset) : NULL;
+                continue;
+            }
+            uint32_t first = c->plan->first[l->ids[i]], n = c->plan->count[l->ids[i]];
+            size_t dim = (size_t)s->shape[1];
+            l->exp_count[k] = (uint64_t)n * dim;
+            l->exp_dst[k] = params ? params + r->table_off[s->var] + (size_t)first * dim : NULL;
+            c->sel[n_sel++] = (pf_wire_rows){l->ids[i], 0, n, c->plan->rel[s->var] + first, NULL};
+        }
+    return n_sel;
+}
+
+/* Encodes into l->out a pull (PULL, or ROW_PULL in row mode) of what expect_pull says. */
+static pf_status encode_pull(worker_link *c, ps_link *l, uint64_t min_version, float *params,
+                             pf_error *err) {
+    uint32_t n_sel = expect_pull(c, l, params);
+    l->kind = REQ_DATA;
+    if (!c->rows) {
+        pf_wire_pull pull = {min_version, (uint32_t)l->n_ids, l->ids};
+        return pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
+    }
+    pf_wire_row_pull pull = {min_version, (uint32_t)l->n_dense, l->dense_ids, n_sel, c->sel};
+    return pf_wire_encode_row_pull(&l->out, l->request_id, &pull, err);
+}
+
 /* Replaces l's push-pull by a pull of its shards (min_version as asked): its push is given
  * up, and reported PF_WIRE_PUSH_STALE (collect). */
 static pf_status pull_instead(worker_link *c, ps_link *l, uint64_t min_version, pf_error *err) {
-    pf_wire_pull pull = {min_version, (uint32_t)l->n_ids, l->ids};
     l->request_id = ++c->next_request;
     l->swapped = 1;
-    return pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
+    return encode_pull(c, l, min_version, c->params, err);
 }
 
 /* Sends every link's encoded request; the round trip's clock starts here. */
@@ -658,9 +713,12 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     c->n = c->spec.replicas.ps;
     c->links = pf_calloc((size_t)c->n, sizeof *c->links);
     c->views = pf_calloc((size_t)c->placement.n_shards, sizeof *c->views);
+    c->sel = pf_calloc((size_t)c->placement.n_shards, sizeof *c->sel);
+    c->prows = pf_calloc((size_t)c->placement.n_shards, sizeof *c->prows);
+    c->rows = o->rows;
     c->max_parts = 2 * (size_t)c->placement.n_shards + 1;
     c->parts = pf_calloc(c->max_parts, sizeof *c->parts);
-    if (!c->links || !c->views || !c->parts) {
+    if (!c->links || !c->views || !c->sel || !c->prows || !c->parts) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -681,9 +739,22 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
             st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
             goto fail;
         }
-        for (int g = 0; g < c->placement.n_shards; g++)
-            if (c->placement.shards[g].ps_task == p)
-                l->ids[l->n_ids++] = (uint32_t)g;
+        size_t nn = (size_t)c->placement.n_shards;
+        l->dense_ids = pf_mallocarray(nn, sizeof *l->dense_ids);
+        l->exp_id = pf_mallocarray(nn, sizeof *l->exp_id);
+        l->exp_count = pf_mallocarray(nn, sizeof *l->exp_count);
+        l->exp_dst = pf_mallocarray(nn, sizeof *l->exp_dst);
+        if (!l->dense_ids || !l->exp_id || !l->exp_count || !l->exp_dst) {
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+            goto fail;
+        }
+        for (int g = 0; g < c->placement.n_shards; g++) {
+            if (c->placement.shards[g].ps_task != p)
+                continue;
+            l->ids[l->n_ids++] = (uint32_t)g;
+            if (!c->rows || c->placement.shards[g].var >= c->rows->n_tables)
+                l->dense_ids[l->n_dense++] = (uint32_t)g;
+        }
         l->places = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *l->places);
         uint64_t *counts = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *counts);
         if (!l->places || !counts) {
@@ -729,9 +800,15 @@ void worker_link_destroy(worker_link *c) {
         pf_wire_in_deinit(&c->links[p].in);
         pf_free(c->links[p].ids);
         pf_free(c->links[p].places);
+        pf_free(c->links[p].dense_ids);
+        pf_free(c->links[p].exp_id);
+        pf_free(c->links[p].exp_count);
+        pf_free(c->links[p].exp_dst);
     }
     pf_free(c->links);
     pf_free(c->views);
+    pf_free(c->sel);
+    pf_free(c->prows);
     pf_free(c->parts);
     pf_placement_deinit(&c->placement);
     pf_job_spec_deinit(&c->spec);
@@ -754,11 +831,9 @@ pf_status worker_link_pull(worker_link *c, const uint64_t *min_version, float *p
                            uint64_t *versions, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        pf_wire_pull pull = {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids};
         l->request_id = ++c->next_request;
-        l->kind = REQ_DATA;
         l->swapped = 0;
-        pf_status st = pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
+        pf_status st = encode_pull(c, l, min_version ? min_version[p] : 0, params, err);
         if (st != PF_OK)
             return st;
     }
@@ -777,21 +852,57 @@ static void gradient_views(worker_link *c, ps_link *l, const float *grads) {
     }
 }
 
-/* Encodes a PUSH_PULL of grads for every ps. */
+/* Row mode: ROW_PUSH_PULL of grads (the compact vector) to l, its dense shards whole and the
+ * plan's rows of its table shards, pulling nothing (the reply carries the version). */
+static pf_status encode_row_push(worker_link *c, ps_link *l, const float *grads, uint64_t step,
+                                 uint64_t min_version, pf_error *err) {
+    const worker_rows *r = c->rows;
+    uint32_t n_dense = 0, n_rows = 0;
+    for (int i = 0; i < l->n_ids; i++) {
+        const pf_shard_info *s = &c->placement.shards[l->ids[i]];
+        if (s->var >= r->n_tables) {
+            c->views[n_dense++] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count,
+                                                   grads + worker_rows_dense_at(r, s)};
+            continue;
+        }
+        uint32_t first = c->plan ? c->plan->first[l->ids[i]] : 0;
+        uint32_t n = c->plan ? c->plan->count[l->ids[i]] : 0;
+        size_t dim = (size_t)s->shape[1];
+        c->prows[n_rows++] =
+            (pf_wire_rows){l->ids[i], (uint32_t)dim, n, n ? c->plan->rel[s->var] + first : NULL,
+                           n ? grads + r->table_off[s->var] + (size_t)first * dim : NULL};
+    }
+    l->n_exp = 0;
+    pf_wire_row_push_pull pp = {
+        {(uint32_t)c->task, c->incarnation, c->seq, step, n_dense, c->views},
+        n_rows,
+        c->prows,
+        {min_version, 0, NULL, 0, NULL}};
+    return pf_wire_encode_row_push_pull(&l->out, l->request_id, &pp, err);
+}
+
+/* Encodes a PUSH_PULL of grads for every ps (in row mode a ROW_PUSH_PULL that pulls nothing;
+ * the next pull fetches the next batch's rows). */
 static pf_status encode_push_pull(worker_link *c, const float *grads, const uint64_t *step,
-                                  const uint64_t *min_version, pf_error *err) {
+                                  const uint64_t *min_version, float *params, pf_error *err) {
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        gradient_views(c, l, grads);
-        pf_wire_push_pull pp = {
-            {(uint32_t)c->task, c->incarnation, c->seq, step[p], (uint32_t)l->n_ids, c->views},
-            {min_version ? min_version[p] : 0, (uint32_t)l->n_ids, l->ids}};
         l->request_id = ++c->next_request;
         l->kind = REQ_DATA;
         l->swapped = 0;
-        l->min_version = pp.pull.min_version;
-        pf_status st = pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
+        l->min_version = min_version ? min_version[p] : 0;
+        pf_status st;
+        if (c->rows) {
+            st = encode_row_push(c, l, grads, step[p], l->min_version, err);
+        } else {
+            gradient_views(c, l, grads);
+            expect_pull(c, l, params);
+            pf_wire_push_pull pp = {
+                {(uint32_t)c->task, c->incarnation, c->seq, step[p], (uint32_t)l->n_ids, c->views},
+                {l->min_version, (uint32_t)l->n_ids, l->ids}};
+            st = pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
+        }
         if (st != PF_OK)
             return st;
     }
@@ -801,7 +912,7 @@ static pf_status encode_push_pull(worker_link *c, const float *grads, const uint
 pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64_t *step,
                                 const uint64_t *min_version, float *params, uint64_t *versions,
                                 uint32_t *results, pf_error *err) {
-    pf_status st = encode_push_pull(c, grads, step, min_version, err);
+    pf_status st = encode_push_pull(c, grads, step, min_version, params, err);
     if (st != PF_OK)
         return st;
     c->params = params;
@@ -813,7 +924,7 @@ pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64
 
 pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const uint64_t *step,
                                       const uint64_t *min_version, float *params, pf_error *err) {
-    pf_status st = encode_push_pull(c, grads, step, min_version, err);
+    pf_status st = encode_push_pull(c, grads, step, min_version, params, err);
     if (st != PF_OK)
         return st;
     c->params = params;
@@ -840,6 +951,8 @@ pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint3
 
 pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *step,
                            uint64_t *versions, uint32_t *results, pf_error *err) {
+    if (c->rows) /* a ROW_PUSH_PULL that pulls nothing */
+        return worker_link_push_pull(c, grads, step, NULL, NULL, versions, results, err);
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
@@ -856,6 +969,10 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
     pf_status st = round_trip(c, err);
     collect(c, versions, results);
     return st;
+}
+
+void worker_link_set_plan(worker_link *c, const worker_row_plan *plan) {
+    c->plan = plan;
 }
 
 pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err) {

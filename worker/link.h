@@ -36,7 +36,20 @@ typedef struct worker_link_options {
      * that answers HELLO without authenticating is refused (no downgrade). */
     const uint8_t *task_key;
     const char *ca_file; /* NULL: plain TCP; else TLS (wss), each ps verified against it */
+    /* A model with embedding tables (worker/rows.h), or NULL. With it the link is in row
+     * mode: params and grads are the compact vectors of `rows`, tables are pulled and pushed
+     * by the rows of the plan set with worker_link_set_plan (ROW_PULL, ROW_PUSH_PULL), and a
+     * push-pull pulls nothing (the next worker_link_pull fetches the next batch's rows).
+     * The link keeps the pointer. */
+    const struct worker_rows *rows;
 } worker_link_options;
+
+struct worker_row_plan;
+
+/* Row mode: the rows every following pull fetches and every push sends (NULL: none, only
+ * the dense shards). The link keeps the pointer; the caller keeps the plan alive and
+ * unchanged while it is set. */
+void worker_link_set_plan(worker_link *c, const struct worker_row_plan *plan);
 
 /* Connects to every ps and says HELLO; returns once all answered (or fails after
  * retry_seconds, naming the ps it could not reach). */

@@ -33,6 +33,7 @@
 #include "psflow/wire_auth.h"
 #include "worker/data_plan.h"
 #include "worker/link.h"
+#include "worker/rows.h"
 
 #define EVAL_BATCH 1000
 
@@ -65,7 +66,21 @@ typedef struct trainer {
     int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
     worker_plan plan;     /* which examples each step reads (data_plan.h) */
     float *scores;        /* a two-class model's evaluation scores, one per example */
+    /* row mode (a model with embedding tables, worker/rows.h): params and grads are the
+     * compact vectors of one batch's rows; the chief evaluates a batch of rows at a time */
+    int row_mode;
+    pf_placement placement;
+    worker_rows rows, eval_rows;
+    worker_row_plan rplan, eval_plan;
+    pf_job_spec compact; /* the job with rows.compact as its model: the towers' */
+    float *eval_params;  /* eval_rows' compact vector */
+    uint64_t *eval_versions;
 } trainer;
+
+/* The model the host vectors are laid out by. */
+static const pf_model_spec *vector_model(const trainer *t) {
+    return t->row_mode ? &t->rows.compact : &t->spec->model;
+}
 
 static void upload_batch(trainer *t, int count) {
     t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)pf_model_input_width(&t->spec->model));
@@ -91,10 +106,24 @@ static pf_eval evaluate(trainer *t) {
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
         pf_batch_copy(ds, start, count, t->hx, t->hy, t->hlabels);
+        if (t->row_mode) { /* the rows of this batch, as the ps tasks hold them now */
+            worker_rows_plan(&t->eval_rows, &t->placement, t->hx, count, &t->eval_plan);
+            worker_link_set_plan(t->link, &t->eval_plan);
+            pf_error err;
+            pf_status st = worker_link_pull(t->link, NULL, t->eval_params, t->eval_versions, &err);
+            worker_link_set_plan(t->link, NULL);
+            if (st != PF_OK) {
+                fprintf(stderr, "psflow chief: evaluation stopped after %" PRId64 " examples: %s\n",
+                        start, err.message);
+                ev.scores = NULL;
+                break;
+            }
+            params = t->eval_params;
+        }
         upload_batch(t, count);
         pf_model_eval_batch(t->model, params, t->d_x, t->d_y, t->d_labels, count, &ev);
     }
-    ev.auc = ev.scores ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
+    ev.auc = ev.scores && ev.examples == ds->n ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
     ev.scores = NULL;
     return ev;
 }
@@ -375,7 +404,7 @@ static pf_status check_finite(const trainer *t, double loss, uint64_t step, cons
                             "non-finite loss (%g) at step %" PRIu64 "; %s", loss, step, then);
     size_t i = pf_first_nonfinite(t->grads, t->n_params);
     pf_var_info var;
-    if (i < t->n_params && pf_model_var_at(&t->spec->model, i, &var) >= 0)
+    if (i < t->n_params && pf_model_var_at(vector_model(t), i, &var) >= 0)
         return pf_error_set(err, PF_ERR_NONFINITE, NULL,
                             "non-finite gradient (%g) of %s at step %" PRIu64 "; %s",
                             (double)t->grads[i], var.name, step, then);
@@ -636,7 +665,19 @@ static pf_status setup(trainer *t, pf_error *err) {
                     err->message);
     }
     pf_error_clear(err);
-    if ((st = pf_towers_create(spec, NULL, &t->towers, err)) != PF_OK)
+    int step_batch = k * spec->training.batch_size;
+    const pf_job_spec *tower_spec = spec;
+    if (spec->model.n_embeddings > 0) { /* row mode: the towers train on one batch's rows */
+        t->row_mode = 1;
+        if (worker_rows_init(&t->rows, &spec->model, step_batch) != PF_OK ||
+            pf_placement_compute(spec, &t->placement) != PF_OK ||
+            worker_row_plan_init(&t->rplan, &t->rows, &t->placement) != PF_OK ||
+            pf_job_spec_copy(&t->compact, spec) != PF_OK)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        t->compact.model = t->rows.compact;
+        tower_spec = &t->compact;
+    }
+    if ((st = pf_towers_create(tower_spec, NULL, &t->towers, err)) != PF_OK)
         return st;
     t->be = pf_towers_backend(t->towers, 0);
     if ((st = pf_dataset_load(spec, false, &t->train, err)) != PF_OK)
@@ -647,16 +688,17 @@ static pf_status setup(trainer *t, pf_error *err) {
             return st;
         t->has_test = 1;
     }
-    int step_batch = k * spec->training.batch_size;
     int stage = step_batch > EVAL_BATCH ? step_batch : EVAL_BATCH;
-    t->n_params = pf_model_num_params(&spec->model);
+    t->n_params = pf_model_num_params(vector_model(t));
     t->n_ps = spec->replicas.ps;
     t->n_tasks = spec->replicas.worker + spec->replicas.chief;
     size_t in = (size_t)pf_model_input_width(&spec->model);
     t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));
     t->grads = pf_mallocarray(t->n_params, sizeof(float));
-    int prefetch = spec->training.mode == PF_MODE_ASYNC && spec->training.prefetch;
+    /* Prefetch computes the next step from this step's values: row mode pulls each batch's
+     * own rows, so it has none to compute from. */
+    int prefetch = spec->training.mode == PF_MODE_ASYNC && spec->training.prefetch && !t->row_mode;
     if (prefetch && !(t->params_next = pf_mallocarray(t->n_params, sizeof(float))))
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     t->hx = pf_mallocarray((size_t)stage * in, sizeof(float));
@@ -674,7 +716,16 @@ static pf_status setup(trainer *t, pf_error *err) {
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     read_skips(t);
     if (t->o->is_chief) { /* the model and buffers the chief evaluates with */
-        if (pf_model_create(&spec->model, t->be, EVAL_BATCH, &t->model) != PF_OK)
+        const pf_model_spec *eval_model = &spec->model;
+        if (t->row_mode) {
+            if (worker_rows_init(&t->eval_rows, &spec->model, EVAL_BATCH) != PF_OK ||
+                worker_row_plan_init(&t->eval_plan, &t->eval_rows, &t->placement) != PF_OK ||
+                !(t->eval_params = pf_mallocarray(t->eval_rows.n_params, sizeof(float))) ||
+                !(t->eval_versions = pf_calloc((size_t)t->n_ps, sizeof(uint64_t))))
+                return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+            eval_model = &t->eval_rows.compact;
+        }
+        if (pf_model_create(eval_model, t->be, EVAL_BATCH, &t->model) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         if (!t->be->host_memory)
             t->d_params = t->be->alloc(t->n_params * sizeof(float));
@@ -696,7 +747,8 @@ static pf_status setup(trainer *t, pf_error *err) {
                               t->o->retry_seconds,
                               t->o->stop,
                               t->o->job_key ? key : NULL,
-                              t->o->ca_file};
+                              t->o->ca_file,
+                              t->row_mode ? &t->rows : NULL};
     pf_status linked = worker_link_create(&co, &t->link, err);
     pf_wire_key_clear(key, sizeof key);
     return linked;
@@ -727,6 +779,13 @@ static void teardown(trainer *t) {
     pf_free(t->min_version);
     pf_free(t->results);
     pf_free(t->skipped);
+    pf_free(t->eval_params);
+    pf_free(t->eval_versions);
+    worker_row_plan_deinit(&t->rplan);
+    worker_row_plan_deinit(&t->eval_plan);
+    pf_placement_deinit(&t->placement);
+    if (t->row_mode)
+        pf_job_spec_deinit(&t->compact);
 }
 
 pf_status worker_run(const worker_options *o) {
@@ -863,6 +922,19 @@ train:
             last_loss = ahead_loss;
         } else {
             gather(&t, global, b);
+            if (t.row_mode) { /* this batch's rows, and the dense variables */
+                worker_rows_plan(&t.rows, &t.placement, t.hx, b, &t.rplan);
+                worker_link_set_plan(t.link, &t.rplan);
+                st = worker_link_pull(t.link, NULL, t.params, t.versions, &err);
+                if (st == PF_ERR_NONFINITE && rollback) {
+                    if ((st = recover_nonfinite(&t, global, 0, &err)) != PF_OK)
+                        goto fail;
+                    last_eval = last_ckpt = t.versions[0];
+                    continue;
+                }
+                if (st != PF_OK)
+                    goto fail;
+            }
             last_loss = pf_towers_gradient(t.towers, t.params, t.hx, t.hy, t.hlabels, t.grads);
         }
         ahead = 0;

@@ -161,15 +161,22 @@ def load(path):
         if name == "__metadata__":
             continue
         b, e = t["data_offsets"]
-        raw = data[8 + n + b:8 + n + e]
-        out[name] = (t["shape"], struct.unpack("<%df" % (len(raw) // 4), raw))
+        out[name] = (t["shape"], memoryview(data)[8 + n + b:8 + n + e])
     return out
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert sorted(a) == sorted(b), (sorted(a), sorted(b))
 worst = 0.0
+CHUNK = 1 << 16  # bytes: chunks that are byte-identical (a table's untouched rows) are skipped
 for name in a:
     assert a[name][0] == b[name][0], (name, a[name][0], b[name][0])
-    worst = max([worst] + [abs(x - y) for x, y in zip(a[name][1], b[name][1])])
+    x, y = a[name][1], b[name][1]
+    for at in range(0, len(x), CHUNK):
+        cx, cy = x[at:at + CHUNK], y[at:at + CHUNK]
+        if cx == cy:
+            continue
+        fx = struct.unpack("<%df" % (len(cx) // 4), cx)
+        fy = struct.unpack("<%df" % (len(cy) // 4), cy)
+        worst = max([worst] + [abs(p - q) for p, q in zip(fx, fy)])
 print("%.3g" % worst)
 PY
 }
@@ -178,6 +185,7 @@ PY
 # started the TFJob way (TF_CONFIG + --job), checkpoints under CKPT [$WORK/ckpt], each task's
 # stderr in $WORK/ps<i>.log and worker<i>.log; waits for all to exit 0 and prints the
 # chief's --output json result.
+# With STATIC_RSS set, each worker runs under /usr/bin/time: its peak RSS (KiB) in worker<i>.rss.
 run_static_cluster() {
   local job=$1 nw=$2 nps=${3:-2} ckpt=${4:-$WORK/ckpt} ports ps_ports w_ports pids=() i rc=0
   read -r -a ports <<<"$(free_ports $((nps + nw)))"
@@ -189,8 +197,11 @@ run_static_cluster() {
     pids+=($!)
   done
   for ((i = 0; i < nw; i++)); do
+    # STATIC_RSS=1: each worker's peak RSS in KiB (ru_maxrss, /usr/bin/time) in worker<i>.rss
+    local wrap=()
+    [ -n "${STATIC_RSS:-}" ] && wrap=(/usr/bin/time -f %M -o "$WORK/worker$i.rss")
     TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
-      "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$ckpt" --output json \
+      "${wrap[@]}" "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$ckpt" --output json \
       --log-every 500 >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &
     pids+=($!)
   done

@@ -358,8 +358,8 @@ static void test_rows_sync(void **state) {
             sum = g0[DIM + j] + g1[j];
         if (row == 9)
             sum = g1[DIM + j];
-        float expect = row == 2 || row == 5 || row == 9 ? before[i] - 0.5f * (sum * 0.5f)
-                                                          : before[i];
+        float expect =
+            row == 2 || row == 5 || row == 9 ? before[i] - 0.5f * (sum * 0.5f) : before[i];
         assert_true(after[i] == expect);
     }
     stop(2);

@@ -78,7 +78,7 @@ static worker_link *connect_link(int port) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const char *addrs[] = {addr};
-    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL, NULL};
+    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL, NULL, NULL};
     worker_link *c;
     pf_error err;
     assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
@@ -158,7 +158,7 @@ static void test_other_placement_refused(void **state) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(s));
     const char *addrs[] = {addr};
-    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL, NULL};
+    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL, NULL, NULL};
     worker_link *c = NULL;
     assert_int_equal(worker_link_create(&co, &c, &err), PF_ERR_INVALID);
     assert_non_null(strstr(err.message, "same job spec"));

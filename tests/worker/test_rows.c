@@ -54,8 +54,8 @@ static void test_layout_and_plan(void **state) {
     assert_int_equal(worker_row_plan_init(&p, &r, &pl), PF_OK);
     /* slots per example: a's 2 ids, 2 weights, then b's id and weight */
     float x[3 * 6] = {
-        7, 2, 1, 1, 0, 1,  /* a: 7, 2; b: 0 */
-        2, -1, 1, 0, 2, 1, /* a: 2 (and padding); b: 2 */
+        7, 2,    1, 1, 0, 1, /* a: 7, 2; b: 0 */
+        2, -1,   1, 0, 2, 1, /* a: 2 (and padding); b: 2 */
         9, 3.5f, 1, 1, 5, 1, /* a: 9 and a fraction (invalid); b: 5 (past its 3 rows) */
     };
     worker_rows_plan(&r, &pl, x, 3, &p);

@@ -478,7 +478,7 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
  * nowhere). Fills c->sel with the selections (row mode) and returns their number. */
 static uint32_t expect_pull(worker_link *c, ps_link *l, float *params) {
     l->n_exp = 0;
-    const worker_rows *r = c->rows;
+    const worker_rows *r = c->plan ? c->plan->rows : c->rows; /* the layout of params */
     uint32_t n_sel = 0;
     /* A reply's records are the whole shards first, then the selections: two passes. */
     for (int pass = 0; pass < 2; pass++)
@@ -856,7 +856,7 @@ static void gradient_views(worker_link *c, ps_link *l, const float *grads) {
  * plan's rows of its table shards, pulling nothing (the reply carries the version). */
 static pf_status encode_row_push(worker_link *c, ps_link *l, const float *grads, uint64_t step,
                                  uint64_t min_version, pf_error *err) {
-    const worker_rows *r = c->rows;
+    const worker_rows *r = c->plan ? c->plan->rows : c->rows; /* the layout of grads */
     uint32_t n_dense = 0, n_rows = 0;
     for (int i = 0; i < l->n_ids; i++) {
         const pf_shard_info *s = &c->placement.shards[l->ids[i]];

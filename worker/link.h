@@ -47,7 +47,8 @@ typedef struct worker_link_options {
 struct worker_row_plan;
 
 /* Row mode: the rows every following pull fetches and every push sends (NULL: none, only
- * the dense shards). The link keeps the pointer; the caller keeps the plan alive and
+ * the dense shards), and the layout of the vectors they use (the plan's worker_rows; with
+ * none, the link's). The link keeps the pointer; the caller keeps the plan alive and
  * unchanged while it is set. */
 void worker_link_set_plan(worker_link *c, const struct worker_row_plan *plan);
 

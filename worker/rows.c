@@ -38,6 +38,7 @@ pf_status worker_rows_init(worker_rows *r, const pf_model_spec *model, int batch
 
 pf_status worker_row_plan_init(worker_row_plan *p, const worker_rows *r, const pf_placement *pl) {
     memset(p, 0, sizeof *p);
+    p->rows = r;
     p->n_shards = pl->n_shards;
     p->first = pf_calloc((size_t)pl->n_shards, sizeof *p->first);
     p->count = pf_calloc((size_t)pl->n_shards, sizeof *p->count);

@@ -33,8 +33,9 @@ typedef struct worker_rows {
     size_t n_params;                     /* the compact vector's length */
 } worker_rows;
 
-/* The rows of one batch. */
+/* The rows of one batch, in the compact vector of `rows`. */
 typedef struct worker_row_plan {
+    const worker_rows *rows;          /* the layout the plan's rows are placed by */
     uint32_t *ids[PF_MAX_EMBEDDINGS]; /* table f's distinct ids, ascending: n[f] of cap[f] */
     uint32_t *rel[PF_MAX_EMBEDDINGS]; /* the same ids relative to their shard's first row */
     uint32_t n[PF_MAX_EMBEDDINGS];

@@ -37,15 +37,25 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
         data = 16 * n + 8 * n_test;
     else if (spec->data.format == PF_DATA_SYNTHETIC_CTR) /* x and y, generated in memory */
         data = (4.0 * pf_model_input_width(&spec->model) + 4) * (n + n_test);
-    double training = 4 * (4 * params + batch * (2.0 * pf_model_input_width(&spec->model) + 4 +
-                                                 widths + 2 * widest)) +
-                      data;
+    /* A worker holds of each table only the rows one batch (or the chief's evaluation
+     * batch) names (worker/rows.h); psflow train holds the tables whole. */
+    double held = params;
+    for (int f = 0; f < spec->model.n_embeddings; f++) {
+        const pf_embedding_spec *e = &spec->model.embeddings[f];
+        double named = batch * spec->replicas_per_worker * e->max_ids;
+        if (named < (double)e->vocab)
+            held -= ((double)e->vocab - named) * e->dim;
+    }
+    double per_batch =
+        batch * (2.0 * pf_model_input_width(&spec->model) + 4 + widths + 2 * widest);
+    double training = 4 * (4 * held + per_batch) + data;
+    double process = 4 * (4 * params + per_batch) + data;
     out->params = clamp(params);
     out->slots = slots;
     out->model_bytes = clamp(4 * params * (1 + slots));
     out->shards = clamp(shards);
     out->worker_bytes = clamp(training);
-    out->process_bytes = clamp(training + 4 * params * (1 + slots));
+    out->process_bytes = clamp(process + 4 * params * (1 + slots));
 }
 
 int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {

@@ -34,8 +34,13 @@
  *                                            data set when its size is known from the spec
  *                                            (synthetic_linear: 16 n for the examples and
  *                                            their shuffle order, plus n/5 test examples);
- *                                            files are read on the agent and not counted
- *   process   as a training task, plus 4 P (1 + S) for the slots and the initial values
+ *                                            files are read on the agent and not counted;
+ *                                            for a model with embedding tables P counts
+ *                                            of each table only the B' x max_ids rows a
+ *                                            batch can name (a worker holds a batch's
+ *                                            rows, worker/rows.h)
+ *   process   as a training task with the whole tables, plus 4 P (1 + S) for the slots
+ *             and the initial values
  *
  * All functions are pure and reentrant.
  */

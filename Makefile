@@ -97,6 +97,7 @@ format-check:
 bench: build
 	@$(BUILD)/bench/train_throughput
 	@$(BUILD)/bench/wire_throughput 2>/dev/null
+	@$(BUILD)/bench/sparse 2>/dev/null
 	@bench/coordinator.sh $(BUILD)
 	@bench/train_distributed.sh $(BUILD)
 

@@ -185,7 +185,8 @@ PY
 # started the TFJob way (TF_CONFIG + --job), checkpoints under CKPT [$WORK/ckpt], each task's
 # stderr in $WORK/ps<i>.log and worker<i>.log; waits for all to exit 0 and prints the
 # chief's --output json result.
-# With STATIC_RSS set, each worker runs under /usr/bin/time: its peak RSS (KiB) in worker<i>.rss.
+# With STATIC_RSS set, each worker runs under /usr/bin/time: its peak RSS (KiB) in worker<i>.rss;
+# with STATIC_WORKER_DATA=BYTES, under that limit of its data segment (prlimit --data).
 run_static_cluster() {
   local job=$1 nw=$2 nps=${3:-2} ckpt=${4:-$WORK/ckpt} ports ps_ports w_ports pids=() i rc=0
   read -r -a ports <<<"$(free_ports $((nps + nw)))"
@@ -198,8 +199,11 @@ run_static_cluster() {
   done
   for ((i = 0; i < nw; i++)); do
     # STATIC_RSS=1: each worker's peak RSS in KiB (ru_maxrss, /usr/bin/time) in worker<i>.rss
+    # STATIC_WORKER_DATA=BYTES: each worker's data segment limit (prlimit --data): it can
+    # allocate no more than that
     local wrap=()
     [ -n "${STATIC_RSS:-}" ] && wrap=(/usr/bin/time -f %M -o "$WORK/worker$i.rss")
+    [ -n "${STATIC_WORKER_DATA:-}" ] && wrap+=(prlimit --data="$STATIC_WORKER_DATA" --)
     TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
       "${wrap[@]}" "$PSFLOW_BIN" worker --job "$job" --checkpoint-dir "$ckpt" --output json \
       --log-every 500 >"$WORK/worker$i.out" 2>>"$WORK/worker$i.log" &

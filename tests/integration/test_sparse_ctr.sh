@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # labels: slow
 # timeout: 1500
-# Embedding tables by rows (README "Embeddings"): a CTR model over 10.1 million ids (user
-# 8,000,000 + item 2,000,000 + site 100,000 rows, dimension 16: 646 MB of tables, each split
-# over both ps), synthetic_ctr data with Zipf exponent 1.6, adagrad:
+# Embedding tables by rows (README "Embeddings"): a CTR model over 20.1 million ids (user
+# 16,000,000 + item 4,000,000 + site 100,000 rows, dimension 16: 1.29 GB of tables, each
+# split over both ps), synthetic_ctr data (2,000,000 examples, Zipf exponent 1.6), adagrad:
 #  1. sync equivalence on every row: 100 steps of 2 ps + 2 workers x 250 examples export
 #     the same variables as `psflow train` with batch 500 (max |diff| <= 1e-5);
-#  2. sync, 2 ps + 2 workers, 4000 steps: the chief's test AUC is within 0.01 of the
-#     generator's Bayes-optimal AUC, and each worker's peak RSS is under 200 MB
+#  2. sync, 2 ps + 2 workers, 24000 steps: the chief's test AUC is within 0.01 of the
+#     generator's Bayes-optimal AUC; each worker runs with its data segment limited to 1 GB
+#     (prlimit --data), less than the tables, and its peak RSS stays under 200 MB
 #     (/usr/bin/time): a worker holds a batch's rows, never the tables;
-#  3. async, the same.
+#  3. async, the same with 32000 steps (as many examples).
 source "$(dirname "$0")/lib.sh"
 
 spec() { # NAME MODE BATCH STEPS
@@ -18,11 +19,11 @@ spec() { # NAME MODE BATCH STEPS
   "name": "$1",
   "replicas": {"ps": 2, "worker": 2},
   "model": {"type": "softmax", "outputs": 2,
-            "embeddings": [{"name": "user", "vocab": 8000000, "dim": 16},
-                           {"name": "item", "vocab": 2000000, "dim": 16},
+            "embeddings": [{"name": "user", "vocab": 16000000, "dim": 16},
+                           {"name": "item", "vocab": 4000000, "dim": 16},
                            {"name": "site", "vocab": 100000, "dim": 16}]},
-  "data": {"format": "synthetic_ctr", "n": 500000, "zipf": 1.6},
-  "optimizer": {"type": "adagrad", "learning_rate": 0.5},
+  "data": {"format": "synthetic_ctr", "n": 2000000, "zipf": 1.6},
+  "optimizer": {"type": "adagrad", "learning_rate": 1.0},
   "training": {"mode": "$2", "batch_size": $3, "max_steps": $4},
   "placement": {"strategy": "greedy", "partitioner": {"type": "fixed_shards", "num_shards": 2}}
 }
@@ -40,14 +41,16 @@ run_static_cluster equiv.json 2 >/dev/null
 grep -rqa 'user/embeddings/part_1' "$WORK/ckpt/equiv" || fail "the user table was not split in two"
 "$PSFLOW_BIN" export "$WORK/ckpt/equiv" --out dist.safetensors >/dev/null || fail "export failed"
 diff=$(max_abs_diff single.safetensors dist.safetensors)
-echo "sync equivalence: max |one process - 2 ps + 2 workers| = $diff over 10.1 M rows"
+echo "sync equivalence: max |one process - 2 ps + 2 workers| = $diff over 20.1 M rows"
 in_range "$diff" 0 1e-5 || fail "distributed sync differs from psflow train by $diff"
 rm -rf "$WORK/ckpt" single.safetensors dist.safetensors
 
 # --- 2, 3. sync and async: AUC and the workers' memory ----------------------------------
 for mode in sync async; do
-  spec "ctr-$mode" $mode 500 4000 >$mode.json
-  STATIC_RSS=1 run_static_cluster $mode.json 2 >/dev/null
+  steps=24000
+  [ $mode = async ] && steps=32000
+  spec "ctr-$mode" $mode 500 $steps >$mode.json
+  STATIC_WORKER_DATA=1000000000 STATIC_RSS=1 run_static_cluster $mode.json 2 >/dev/null
   dauc=$(json_field worker0.out 'd["test_auc"]')
   rss0=$(($(tail -n 1 worker0.rss) * 1024 / 1000000))
   rss1=$(($(tail -n 1 worker1.rss) * 1024 / 1000000))
@@ -59,4 +62,4 @@ for mode in sync async; do
   eval "auc_$mode=$dauc rss_$mode='$rss0/$rss1'"
   rm -rf "$WORK/ckpt"
 done
-pass "sparse ctr (10.1 M ids): sync equivalence $diff, sync auc $auc_sync, async auc $auc_async, Bayes $bayes; worker peak RSS sync $rss_sync MB, async $rss_async MB"
+pass "sparse ctr (20.1 M ids, 1.29 GB of tables): sync equivalence $diff, sync auc $auc_sync, async auc $auc_async, Bayes $bayes; worker peak RSS sync $rss_sync MB, async $rss_async MB"

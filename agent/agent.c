@@ -400,8 +400,11 @@ static json_t *heartbeat_body(agent *a) {
         if (b && t->ps) {
             uint64_t version, applied, stale;
             ps_server_stats(t->ps, &version, &applied, &stale);
-            json_t *stats =
-                json_pack("{s:I, s:I}", "updates", (json_int_t)version, "stale", (json_int_t)stale);
+            uint64_t pulled, pushed;
+            ps_server_rows(t->ps, &pulled, &pushed);
+            json_t *stats = json_pack("{s:I, s:I, s:I, s:I}", "updates", (json_int_t)version,
+                                      "stale", (json_int_t)stale, "rows_pulled", (json_int_t)pulled,
+                                      "rows_pushed", (json_int_t)pushed);
             json_t *lags = staleness_lags(t->ps); /* NULL without training.max_staleness */
             if (stats && lags)
                 json_object_set_new(stats, "lags", lags);

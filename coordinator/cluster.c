@@ -102,13 +102,6 @@ static bool is_chief(const coord_job *j, const coord_task *t) {
                                   : !strcmp(t->type, "worker") && t->index == 0;
 }
 
-static coord_task *find_task(coord_job *j, const char *type, int index) {
-    for (int i = 0; i < j->n_tasks; i++)
-        if (!strcmp(j->tasks[i].type, type) && j->tasks[i].index == index)
-            return &j->tasks[i];
-    return NULL;
-}
-
 static bool is_evaluator(const coord_task *t) {
     return !strcmp(t->type, "evaluator");
 }
@@ -116,24 +109,15 @@ static bool is_evaluator(const coord_task *t) {
 /* "chief", "worker-<i>" or "evaluator": the name metric reports use. */
 static coord_task *find_task_by_name(coord_job *j, const char *name) {
     if (!strcmp(name, "chief"))
-        return j->spec.replicas.chief ? find_task(j, "chief", 0) : find_task(j, "worker", 0);
+        return j->spec.replicas.chief ? coord_task_find(j, "chief", 0)
+                                      : coord_task_find(j, "worker", 0);
     if (!strcmp(name, "evaluator"))
-        return find_task(j, "evaluator", 0);
+        return coord_task_find(j, "evaluator", 0);
     int index;
     char tail;
     if (sscanf(name, "worker-%d%c", &index, &tail) == 1)
-        return find_task(j, "worker", index);
+        return coord_task_find(j, "worker", index);
     return NULL;
-}
-
-/* A ps's report of each training task's lag (training.max_staleness): training task i is the
- * chief replica when the job has one (i = 0, then worker i-1), else worker i. */
-static void take_lags(coord_job *j, const coord_report *r) {
-    for (int i = 0, chief = j->spec.replicas.chief; i < r->n_lags; i++) {
-        coord_task *t = find_task(j, chief && !i ? "chief" : "worker", chief && !i ? 0 : i - chief);
-        if (t)
-            t->has_lag = (t->lag = r->lags[i]) >= 0;
-    }
 }
 
 static const char *task_role(const coord_task *t) {
@@ -880,7 +864,7 @@ void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, i
 
 char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why) {
     *why = NULL;
-    coord_task *self = find_task((coord_job *)j, type, index);
+    coord_task *self = coord_task_find((coord_job *)j, type, index);
     if (!self) {
         *why = "the job has no such task";
         return NULL;
@@ -969,7 +953,7 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     /* A re-registering agent has restarted: whatever it was assigned is gone with it. */
     if (!*created && n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
-        coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
+        coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
         n->job[0] = '\0';
         if (j && t && !coord_job_finished(j) && n->generation == j->generation) {
             snprintf(msg, sizeof msg, "restarted on agent %s", n->id);
@@ -1008,7 +992,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
     }
     if (n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
-        coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
+        coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
         const char *rjob = r->job, *rtype = r->type;
         if (t) {
             t->last_heartbeat = now;
@@ -1022,8 +1006,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 t->updates = r->updates;
             if (r->has_stale)
                 t->stale = r->stale;
-            if (!strcmp(t->type, "ps")) /* training.max_staleness: the lags it counts */
-                take_lags(j, r);
+            if (!strcmp(t->type, "ps")) /* its lags and row counts */
+                coord_take_ps_stats(j, t, r, now);
             if (r->has_workers) { /* more than it is told to serve: it has not heard yet */
                 int members = coord_job_membership(c, j);
                 t->workers = (int)r->workers < members ? (int)r->workers : members;
@@ -1116,14 +1100,14 @@ int coord_job_membership(const coord_cluster *c, const coord_job *j) {
 void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,
                          coord_task **task) {
     *job = n->job[0] ? coord_job_find(c, n->job) : NULL;
-    *task = *job ? find_task(*job, n->type, n->index) : NULL;
+    *task = *job ? coord_task_find(*job, n->type, n->index) : NULL;
 }
 
 void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
     char msg[COORD_TEXT_MAX];
     if (n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
-        coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
+        coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
         n->job[0] = '\0';
         if (j && t && !coord_job_finished(j)) {
             snprintf(msg, sizeof msg, "lost: agent %s deregistered", n->id);
@@ -1160,7 +1144,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         coord_log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);
         if (n->job[0]) {
             coord_job *j = coord_job_find(c, n->job);
-            coord_task *t = j ? find_task(j, n->type, n->index) : NULL;
+            coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
             n->job[0] = '\0';
             if (j && t && !coord_job_finished(j)) {
                 t->state = TASK_LOST;

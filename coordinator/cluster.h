@@ -80,6 +80,11 @@ typedef struct coord_task {
     int workers;     /* the job's workers this task runs with, as its agent last reported */
     bool has_lag;    /* training task of a max_staleness job: lag reported by a ps */
     int64_t lag;     /* pushes ahead of the slowest connected training task */
+    /* ps of a model with embedding tables: rows served (ROW_PULL) and received (row
+     * pushes) so far, and their rates over the last two reports */
+    int64_t rows_pulled, rows_pushed;
+    double rows_pulled_per_sec, rows_pushed_per_sec;
+    double rows_time; /* when the counts were reported, 0 = never */
 } coord_task;
 
 typedef struct coord_job {
@@ -209,6 +214,8 @@ typedef struct coord_report {
     int n_lags;
     long long lags[PF_MAX_REPLICAS + 1];
     long long updates, stale;
+    bool has_rows; /* stats.rows_pulled and stats.rows_pushed given as integers >= 0 */
+    long long rows_pulled, rows_pushed;
     double accuracy, test_loss; /* result of a succeeded chief */
     long long steps;            /* its result.steps; -1 when absent or not an integer >= 0 */
 } coord_report;
@@ -251,6 +258,14 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
                            int *created, pf_error *err);
 /* The job of that name (not deleted), or NULL; a hash lookup. */
 coord_job *coord_job_find(const coord_cluster *c, const char *name);
+
+/* The task of j with that type and index, or NULL. */
+coord_task *coord_task_find(coord_job *j, const char *type, int index);
+
+/* Takes what ps task t reported beyond its updates: each training task's lag
+ * (training.max_staleness) and the embedding-table rows it served and received, whose
+ * rates per second it computes from the last report's (at `now`). */
+void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now);
 /* How many jobs were created before (create_time, name) in creation order: jobs[0..n) are
  * the older ones. A binary search, for listing from a position. */
 int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name);

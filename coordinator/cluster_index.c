@@ -197,3 +197,35 @@ coord_node *coord_node_find(const coord_cluster *c, const char *id) {
             return c->nodes[i];
     return NULL;
 }
+
+coord_task *coord_task_find(coord_job *j, const char *type, int index) {
+    for (int i = 0; i < j->n_tasks; i++)
+        if (!strcmp(j->tasks[i].type, type) && j->tasks[i].index == index)
+            return &j->tasks[i];
+    return NULL;
+}
+
+/* Rows per second between two counts; 0 when the count went back (a restarted ps). */
+static double rate(int64_t before, int64_t after, double seconds) {
+    return after >= before && seconds > 0 ? (double)(after - before) / seconds : 0;
+}
+
+void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now) {
+    /* training task i is the chief replica when the job has one (i = 0, then worker i-1),
+     * else worker i */
+    for (int i = 0, chief = j->spec.replicas.chief; i < r->n_lags; i++) {
+        coord_task *w =
+            coord_task_find(j, chief && !i ? "chief" : "worker", chief && !i ? 0 : i - chief);
+        if (w)
+            w->has_lag = (w->lag = r->lags[i]) >= 0;
+    }
+    if (!r->has_rows)
+        return;
+    if (t->rows_time > 0 && now > t->rows_time) {
+        t->rows_pulled_per_sec = rate(t->rows_pulled, r->rows_pulled, now - t->rows_time);
+        t->rows_pushed_per_sec = rate(t->rows_pushed, r->rows_pushed, now - t->rows_time);
+    }
+    t->rows_pulled = r->rows_pulled;
+    t->rows_pushed = r->rows_pushed;
+    t->rows_time = now;
+}

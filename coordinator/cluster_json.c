@@ -327,6 +327,12 @@ void coord_report_from_json(json_t *r, coord_report *out) {
         out->updates = json_integer_value(updates);
         out->has_stale = json_is_integer(stale);
         out->stale = json_integer_value(stale);
+        json_t *pulled = json_object_get(stats, "rows_pulled"),
+               *pushed = json_object_get(stats, "rows_pushed");
+        out->has_rows = json_is_integer(pulled) && json_integer_value(pulled) >= 0 &&
+                        json_is_integer(pushed) && json_integer_value(pushed) >= 0;
+        out->rows_pulled = out->has_rows ? json_integer_value(pulled) : 0;
+        out->rows_pushed = out->has_rows ? json_integer_value(pushed) : 0;
         json_t *lags = json_object_get(stats, "lags"), *lag;
         size_t i, n = json_array_size(lags);
         out->n_lags = n <= PF_MAX_REPLICAS + 1 ? (int)n : 0;

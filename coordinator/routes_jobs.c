@@ -316,26 +316,30 @@ static json_t *placement_json(const coord_job *j) {
         json_t *shape = json_array();
         for (int d = 0; d < sh->rank; d++)
             json_array_append_new(shape, json_integer(sh->shape[d]));
-        json_array_append_new(shards,
-                              json_pack("{s:s, s:s, s:o, s:i, s:I, s:i, s:I}", "variable", variable,
-                                        "name", sh->name, "shape", shape, "shard", sh->shard,
-                                        "offset", (json_int_t)sh->row_offset, "ps_task",
-                                        sh->ps_task, "bytes", (json_int_t)nbytes));
+        json_array_append_new(
+            shards,
+            json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:I, s:i, s:I}", "variable", variable, "name",
+                      sh->name, "kind", sh->var < j->spec.model.n_embeddings ? "table" : "dense",
+                      "shape", shape, "shard", sh->shard, "offset", (json_int_t)sh->row_offset,
+                      "rows", (json_int_t)sh->shape[0], "ps_task", sh->ps_task, "bytes",
+                      (json_int_t)nbytes));
         bytes[sh->ps_task] += nbytes;
         count[sh->ps_task]++;
         total += nbytes;
     }
     int64_t largest = 0;
     for (int t = 0; bytes && count && t < n_ps; t++) {
-        int64_t updates = 0, stale = 0;
-        for (int k = 0; k < j->n_tasks; k++)
-            if (!strcmp(j->tasks[k].type, "ps") && j->tasks[k].index == t) {
-                updates = j->tasks[k].updates;
-                stale = j->tasks[k].stale;
-            }
-        json_array_append_new(ps, json_pack("{s:i, s:I, s:i, s:I, s:I}", "task", t, "bytes",
-                                            (json_int_t)bytes[t], "shards", count[t], "updates",
-                                            (json_int_t)updates, "stale", (json_int_t)stale));
+        const coord_task *task = coord_task_find((coord_job *)j, "ps", t);
+        coord_task none = {0};
+        if (!task)
+            task = &none;
+        json_array_append_new(
+            ps, json_pack(
+                    "{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f}", "task", t, "bytes",
+                    (json_int_t)bytes[t], "shards", count[t], "updates", (json_int_t)task->updates,
+                    "stale", (json_int_t)task->stale, "rows_pulled", (json_int_t)task->rows_pulled,
+                    "rows_pushed", (json_int_t)task->rows_pushed, "rows_pulled_per_sec",
+                    task->rows_pulled_per_sec, "rows_pushed_per_sec", task->rows_pushed_per_sec));
         if (bytes[t] > largest)
             largest = bytes[t];
     }

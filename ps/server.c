@@ -310,15 +310,16 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
 static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
     ps_stats st = ps_shards_stats(s->shards);
     char json[4096];
-    int n = snprintf(json, sizeof json,
-                     "{\"ps_task\":%d,\"incarnation\":%" PRIu64 ",\"version\":%" PRIu64
-                     ",\"pushes_applied\":%" PRIu64 ",\"pushes_stale\":%" PRIu64
-                     ",\"pushes_duplicate\":%" PRIu64 ",\"pushes_refused\":%" PRIu64
-                     ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64
-                     ",\"rows_pulled\":%" PRIu64 ",\"rows_pushed\":%" PRIu64,
-                     s->task, s->incarnation, st.version, st.pushes_applied, st.pushes_stale,
-                     st.pushes_duplicate, st.pushes_refused, s->errors, ps_shards_count(s->shards),
-                     s->placement.bytes_per_ps[s->task], s->rows_pulled, s->rows_pushed);
+    int n = snprintf(
+        json, sizeof json,
+        "{\"ps_task\":%d,\"incarnation\":%" PRIu64 ",\"version\":%" PRIu64
+        ",\"pushes_applied\":%" PRIu64 ",\"pushes_stale\":%" PRIu64 ",\"pushes_duplicate\":%" PRIu64
+        ",\"pushes_refused\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"shards\":%d,\"bytes\":%" PRId64
+        ",\"rows_pulled\":%" PRIu64 ",\"rows_pushed\":%" PRIu64,
+        s->task, s->incarnation, st.version, st.pushes_applied, st.pushes_stale,
+        st.pushes_duplicate, st.pushes_refused, s->errors, ps_shards_count(s->shards),
+        s->placement.bytes_per_ps[s->task], __atomic_load_n(&s->rows_pulled, __ATOMIC_RELAXED),
+        __atomic_load_n(&s->rows_pushed, __ATOMIC_RELAXED));
     size_t len = ps_staleness_json_close(s->staleness, json, (size_t)n, sizeof json);
     pf_wire_stats_reply r = {{json, (uint32_t)len}};
     pf_error err;
@@ -880,6 +881,11 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
     *version = __atomic_load_n(&s->pub_version, __ATOMIC_RELAXED);
     *applied = __atomic_load_n(&s->pub_applied, __ATOMIC_RELAXED);
     *stale = __atomic_load_n(&s->pub_stale, __ATOMIC_RELAXED);
+}
+
+void ps_server_rows(const ps_server *s, uint64_t *pulled, uint64_t *pushed) {
+    *pulled = __atomic_load_n(&s->rows_pulled, __ATOMIC_RELAXED);
+    *pushed = __atomic_load_n(&s->rows_pushed, __ATOMIC_RELAXED);
 }
 
 int ps_server_staleness(ps_server *s, ps_staleness_task *out, int max) {

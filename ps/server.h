@@ -47,6 +47,10 @@ int ps_server_port(const ps_server *s);
  * pushes applied or aggregated, stale pushes dropped. Any thread. */
 void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, uint64_t *stale);
 
+/* Embedding-table rows this ps has served (ROW_PULL selections) and received (row pushes)
+ * since it started. Any thread. */
+void ps_server_rows(const ps_server *s, uint64_t *pulled, uint64_t *pushed);
+
 /* With training.max_staleness: each training task's clock and lag (ps/staleness.h) for tasks
  * 0 .. max-1, into out; returns how many (0 without the bound). Any thread. */
 int ps_server_staleness(ps_server *s, ps_staleness_task *out, int max);

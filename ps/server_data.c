@@ -92,8 +92,10 @@ void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
     }
     pf_wire_pull_reply r = {ps_srv_version(s), push_result, pull->n + pull->n_sel, s->views};
     pf_error err;
+    uint64_t rows = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++)
-        s->rows_pulled += pull->sel[i].n_rows;
+        rows += pull->sel[i].n_rows;
+    __atomic_fetch_add(&s->rows_pulled, rows, __ATOMIC_RELAXED);
     /* Whole shards are lent from the values; gathered rows live in a buffer the next reply
      * reuses, so a reply with rows is copied where the socket does not take it at once. */
     ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
@@ -340,7 +342,7 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
             return -1;
         }
         s->grads[local] = (ps_grad){r->data, r->rows, r->n_rows};
-        s->rows_pushed += r->n_rows;
+        __atomic_fetch_add(&s->rows_pushed, (uint64_t)r->n_rows, __ATOMIC_RELAXED);
     }
     return offer(s, p, request_id, push);
 }

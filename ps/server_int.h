@@ -65,7 +65,7 @@ struct ps_server {
     ps_grad *grads;          /* scratch: a push's gradients, local shard order */
     float *row_values;       /* scratch: a reply's gathered rows, grown */
     size_t cap_row_values;
-    uint64_t rows_pulled, rows_pushed; /* table rows served and received (STATS) */
+    uint64_t rows_pulled, rows_pushed; /* table rows served and received (atomic access) */
     pf_wire_tensor *views;             /* scratch for replies */
     struct iovec *parts;               /* scratch: a reply's pieces, 2 * n_local + 1 at most */
     unsigned char *lend;               /* scratch: which of them are lent (the values) */

@@ -46,8 +46,7 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
         if (named < (double)e->vocab)
             held -= ((double)e->vocab - named) * e->dim;
     }
-    double per_batch =
-        batch * (2.0 * pf_model_input_width(&spec->model) + 4 + widths + 2 * widest);
+    double per_batch = batch * (2.0 * pf_model_input_width(&spec->model) + 4 + widths + 2 * widest);
     double training = 4 * (4 * held + per_batch) + data;
     double process = 4 * (4 * params + per_batch) + data;
     out->params = clamp(params);

@@ -18,7 +18,10 @@
  *      summing to the model's size, the task table lists every task, the phase reaches Succeeded;
  *   3. the coordinator is killed: the page shows "reconnecting"; it is restarted on the same
  *      database: the page is "live" again, without a reload, and has re-fetched its state;
- *   4. a job with 100,000 metric points (posted through the metrics API; the job waits for
+ *   4. an embedding model's job (synthetic_ctr, async): its placement view marks the tables'
+ *      shards with their rows, and each ps bar shows the rows a second it serves and receives,
+ *      above zero while it trains; the job is then cancelled;
+ *   5. a job with 100,000 metric points (posted through the metrics API; the job waits for
  *      agents, so nothing else writes to it): prints how long its page takes to open and how
  *      long each live update takes to redraw (figures, not pass/fail), and asserts that each
  *      point POSTed to /api/v1/jobs/NAME/metrics is drawn within 1 s;
@@ -519,6 +522,33 @@ async function main() {
         const apiStep = (await api(base, 'GET', '/api/v1/jobs/' + name)).status.global_step;
         check(Number((await page.getAttribute('[data-testid="global-step"]', 'data-value'))) === apiStep,
             'after the restart the page shows the global step the API reports (' + apiStep + ')');
+
+        /* ---- an embedding model: tables in the placement view, rows per second per ps */
+        const ctrName = 'dash-ctr-' + suffix;
+        await api(base, 'POST', '/api/v1/jobs', {
+            name: ctrName, replicas: {ps: 2, worker: 2},
+            model: {type: 'softmax', outputs: 2, embeddings: [{name: 'user', vocab: 100000, dim: 8}]},
+            data: {format: 'synthetic_ctr', n: 100000},
+            optimizer: {type: 'adagrad', learning_rate: 0.5},
+            training: {mode: 'async', batch_size: 100, max_steps: 100000000},
+            placement: {partitioner: {type: 'fixed_shards', num_shards: 2}}});
+        await page.goto(base + '/#/jobs/' + ctrName);
+        const tableRows = await waitFor('the placement view to list the table\'s shards', async () => {
+            const r = await page.$$eval('[data-testid="placement-table"] tbody tr[data-kind="table"]',
+                (trs) => trs.map((tr) => tr.children[6].textContent));
+            return r.length === 2 ? r : null;
+        }, 60000, 250);
+        check(tableRows.every((t) => t.replace(/,/g, '') === '50000 (table)'),
+            'the table\'s two shards show their rows (' + tableRows.join(', ') + ')');
+        const rates = await waitFor('each ps bar to show rows a second above zero', async () => {
+            const t = await page.$$eval('[data-testid="ps-rows"]', (els) => els.map((e) => e.textContent));
+            return t.length === 2 && t.every((x) => /^[1-9][0-9,.]* rows\/s pulled, [1-9][0-9,.]* pushed$/.test(x)) ? t : null;
+        }, 60000, 250);
+        check(true, 'each ps bar shows the rows it serves and receives (' + rates.join('; ') + ')');
+        await page.locator('#placement').screenshot({path: path.join(ARTIFACTS, 'job-embeddings.png'), animations: 'disabled'});
+        await api(base, 'POST', '/api/v1/jobs/' + ctrName + '/cancel');
+        await waitFor('the embedding job to end (cancelled: Failed)', async () =>
+            (await api(base, 'GET', '/api/v1/jobs/' + ctrName)).status.phase === 'Failed', 60000, 250);
 
         /* ---- a job with 100,000 metric points */
         const bigName = 'dash-big-' + suffix;

@@ -1,10 +1,12 @@
 /*
  * The job page's variable placement view (GET /jobs/NAME/placement): the total size and the
- * imbalance across ps tasks, one bar per ps task, and one table row per variable shard.
+ * imbalance across ps tasks, one bar per ps task, and one table row per variable shard. An
+ * embedding table's shards say so and how many rows they hold, and each ps bar how many rows
+ * a second it serves and receives.
  */
 
 import {KeyedRows, fillRow, h, setText} from './dom.js';
-import {fmtBytes, fmtInt, isNum} from './format.js';
+import {fmtBytes, fmtInt, fmtRate, isNum} from './format.js';
 import {card} from './widgets.js';
 
 /* new PlacementView(): el is its card; render(placement) shows a placement or none (null). */
@@ -14,17 +16,20 @@ export class PlacementView {
         this.summary = h('p', {class: 'placement-summary', dataset: {testid: 'placement-summary'}});
         const shardBody = h('tbody');
         this.table = h('table', {class: 'table table-compact', dataset: {testid: 'placement-table'}},
-            h('thead', null, h('tr', null, ['Variable', 'Shard', 'Shape', 'Offset', 'Bytes', 'ps'].map(
+            h('thead', null, h('tr', null, ['Variable', 'Shard', 'Shape', 'Offset', 'Bytes', 'ps', 'Rows'].map(
                 (t, i) => h('th', {scope: 'col', class: i === 1 || i >= 3 ? 'num' : null}, t)))),
             shardBody);
         this.shardRows = new KeyedRows(shardBody, (row, s) => {
+            const table = s.kind === 'table';
             fillRow(row, [s.variable, fmtInt(s.shard), '[' + (s.shape || []).join(', ') + ']',
-                fmtInt(s.offset), fmtInt(s.bytes), 'ps ' + s.ps_task]);
+                fmtInt(s.offset), fmtInt(s.bytes), 'ps ' + s.ps_task,
+                table ? fmtInt(s.rows) + ' (table)' : '—']);
             if (!row.dataset.styled) {
                 row.dataset.styled = '1';
                 row.dataset.variable = s.variable;
+                row.dataset.kind = s.kind || 'dense';
                 row.children[0].className = 'mono';
-                for (const i of [1, 3, 4, 5]) row.children[i].className = 'num';
+                for (const i of [1, 3, 4, 5, 6]) row.children[i].className = 'num';
                 row.children[2].className = 'mono';
             }
             row.dataset.bytes = s.bytes;
@@ -53,6 +58,11 @@ export class PlacementView {
                 title: 'Largest ps bytes / mean ps bytes (1.00 is perfectly even)'},
             'Imbalance ', h('strong', {dataset: {testid: 'imbalance'}}, isNum(p.imbalance) ? p.imbalance.toFixed(2) : '—')));
         const ps = (p.ps || []).slice().sort((a, b) => a.task - b.task);
+        const tables = shards.some((s) => s.kind === 'table');
+        /* a table's rows a second, served (pulled) and received (pushed) */
+        const rowRates = (x) => !tables ? [] : [h('span', {class: 'muted', dataset: {testid: 'ps-rows'},
+            title: fmtInt(x.rows_pulled) + ' rows pulled, ' + fmtInt(x.rows_pushed) + ' pushed so far'},
+        fmtRate(x.rows_pulled_per_sec) + ' rows/s pulled, ' + fmtRate(x.rows_pushed_per_sec) + ' pushed')];
         const max = Math.max(1, ...ps.map((x) => x.bytes || 0));
         this.psBars.replaceChildren(...ps.map((x) => h('div', {class: 'ps-bar', dataset: {ps: x.task}},
             h('div', {class: 'ps-bar-label'}, 'ps ' + x.task),
@@ -62,6 +72,6 @@ export class PlacementView {
             h('div', {class: 'ps-bar-fill', style: 'width:' + ((x.bytes || 0) / max * 100).toFixed(1) + '%'})),
             h('div', {class: 'ps-bar-figures'}, h('span', {title: fmtInt(x.bytes) + ' bytes'}, fmtBytes(x.bytes)),
                 h('span', {class: 'muted'}, fmtInt(x.shards) + ' shard' + (x.shards === 1 ? '' : 's')),
-                h('span', {class: 'muted'}, fmtInt(x.updates) + ' updates')))));
+                h('span', {class: 'muted'}, fmtInt(x.updates) + ' updates'), ...rowRates(x)))));
     }
 }

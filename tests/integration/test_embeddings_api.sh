@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# timeout: 300
+# The job API on an embedding model (managed mode, `psflow up --ps 2 --workers 2`): a
+# synthetic_ctr job of two tables (1,000,000 and 1,000 rows, dimension 16, each split over
+# both ps), async. While it trains, GET /api/v1/jobs/NAME/placement marks the tables' shards
+# "kind": "table" with the rows each holds (the dense ones "dense"), and each ps reports the
+# rows it served and received and their rates per second (from its agent's heartbeats),
+# above zero on both ps; the counts only grow; the job succeeds.
+source "$(dirname "$0")/lib.sh"
+
+up_start --ps 2 --workers 2
+cat >ctr.json <<'JSON'
+{
+  "name": "ctr-api",
+  "replicas": {"ps": 2, "worker": 2},
+  "model": {"type": "softmax", "outputs": 2,
+            "embeddings": [{"name": "user", "vocab": 1000000, "dim": 16},
+                           {"name": "site", "vocab": 1000, "dim": 16}]},
+  "data": {"format": "synthetic_ctr", "n": 200000, "zipf": 1.2},
+  "optimizer": {"type": "adagrad", "learning_rate": 0.5},
+  "training": {"mode": "async", "batch_size": 200, "max_steps": 150000},
+  "placement": {"partitioner": {"type": "fixed_shards", "num_shards": 2}}
+}
+JSON
+code=$(curl -s -o "$WORK/created.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  --data-binary @ctr.json "$URL/api/v1/jobs")
+[ "$code" = 201 ] || fail "submitting the job: HTTP $code $(cat "$WORK/created.json")"
+
+# rows_flowing: the placement shows the tables and both ps serving and receiving rows
+rows_flowing() {
+  curl -sf "$URL/api/v1/jobs/ctr-api/placement" -o "$WORK/placement.json" &&
+    python3 - "$WORK/placement.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+kinds = {s["name"]: (s["kind"], s["rows"]) for s in d["shards"]}
+assert kinds["user/embeddings/part_0"] == ("table", 500000), kinds
+assert kinds["user/embeddings/part_1"] == ("table", 500000), kinds
+assert kinds["site/embeddings/part_1"] == ("table", 500), kinds
+assert kinds["dense_0/kernel/part_0"][0] == "dense", kinds
+ps = {p["task"]: p for p in d["ps"]}
+for t in (0, 1):
+    p = ps[t]
+    assert p["rows_pulled"] > 0 and p["rows_pushed"] > 0, p
+    assert p["rows_pulled_per_sec"] > 0 and p["rows_pushed_per_sec"] > 0, p
+print("; ".join("ps %d: %d rows pulled (%.0f/s), %d pushed (%.0f/s)" %
+                (t, p["rows_pulled"], p["rows_pulled_per_sec"], p["rows_pushed"],
+                 p["rows_pushed_per_sec"]) for t, p in sorted(ps.items())))
+PY
+}
+wait_until 120 "both ps reporting rows pulled and pushed per second" rows_flowing
+first=$(rows_flowing)
+echo "while training: $first"
+pulled0=$(jget "$URL/api/v1/jobs/ctr-api/placement" 'd["ps"][0]["rows_pulled"]')
+wait_until 240 "the job to succeed" phase_is ctr-api Succeeded
+pulled1=$(jget "$URL/api/v1/jobs/ctr-api/placement" 'd["ps"][0]["rows_pulled"]')
+[ "$pulled1" -ge "$pulled0" ] || fail "ps 0's rows pulled went from $pulled0 back to $pulled1"
+echo "ps 0 rows pulled: $pulled0 while training, $pulled1 at the end"
+up_stop
+pass "embeddings API: table shards and rows/s per ps in GET .../placement ($first)"

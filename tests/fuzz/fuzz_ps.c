@@ -2,7 +2,9 @@
  * sequences of messages on up to four connections, including the HELLO/authentication
  * state machine, through the real handler (ps_server_start_sink).
  *
- * Input: byte 0 picks the ps (bit 0: with a job key). Then records, each an op byte:
+ * Input: byte 0 picks the ps (bit 0: with a job key; bit 1: a model with an embedding table,
+ * [8, 2] in two row shards, which takes ROW_PULL and ROW_PUSH_PULL; bit 2 with bit 1: async).
+ * Then records, each an op byte:
  *   op & 3         the connection (a closed one is opened again on its next use)
  *   (op >> 2) & 3  0: a message follows as u16 length (little-endian) + bytes;
  *                  1: the peer closes the connection;
@@ -16,6 +18,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,21 +112,31 @@ static void on_nonce(void *user, uint8_t *nonce) {
     memcpy(nonce, &h.nonce_counter, sizeof h.nonce_counter);
 }
 
-static ps_server *start_ps(int with_key) {
-    static pf_job_spec spec;
+/* The fuzz jobs: a dense softmax, and one over an embedding table (sync and async). */
+static void parse_spec(const char *model, const char *data, const char *mode, pf_job_spec *spec) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"name\": \"fuzz\", \"replicas\": {\"ps\": 1, \"worker\": 2, \"chief\": 1, "
+             "\"evaluator\": 1}, \"model\": %s, \"data\": {\"format\": \"%s\", \"train\": "
+             "[\"unused\"]}, \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+             " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2}},"
+             " \"training\": {\"mode\": \"%s\", \"max_steps\": 5}}",
+             model, data, mode);
+    pf_error err;
+    if (pf_job_spec_parse(json, strlen(json), spec, &err) != PF_OK)
+        abort();
+}
+
+static ps_server *start_ps(int with_key, int variant) {
+    static pf_job_spec specs[3];
     static int parsed;
     if (!parsed) {
-        const char *json = "{\"name\": \"fuzz\", \"replicas\": {\"ps\": 1, \"worker\": 2, "
-                           "\"chief\": 1, \"evaluator\": 1},"
-                           " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
-                           " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
-                           " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
-                           " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\","
-                           " \"num_shards\": 2}},"
-                           " \"training\": {\"mode\": \"sync\", \"max_steps\": 5}}";
-        pf_error err;
-        if (pf_job_spec_parse(json, strlen(json), &spec, &err) != PF_OK)
-            abort();
+        parse_spec("{\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3}", "csv", "sync",
+                   &specs[0]);
+        const char *table = "{\"type\": \"softmax\", \"outputs\": 3, \"embeddings\": "
+                            "[{\"name\": \"ids\", \"vocab\": 8, \"dim\": 2, \"max_ids\": 2}]}";
+        parse_spec(table, "libsvm", "sync", &specs[1]);
+        parse_spec(table, "libsvm", "async", &specs[2]);
         pf_wire_job_key("fuzz-token", 10, "fuzz", h.job_key);
         pf_wire_in_init(&h.in, 0, 0);
         pf_buf_init(&h.reply, 1u << 20);
@@ -131,8 +144,15 @@ static ps_server *start_ps(int with_key) {
     }
     /* Checkpoints cannot be written under a regular file: CHECKPOINT is answered with
      * an error status and nothing is left on disk between runs. */
-    ps_server_options o = {
-        &spec, 0, NULL, 0, "/dev/null/psflow-fuzz", 1, 0, with_key ? h.job_key : NULL, {0}};
+    ps_server_options o = {&specs[variant],
+                           0,
+                           NULL,
+                           0,
+                           "/dev/null/psflow-fuzz",
+                           1,
+                           0,
+                           with_key ? h.job_key : NULL,
+                           {0}};
     ps_server_sink sink = {on_send, on_close, on_nonce, NULL, 1};
     ps_server *s;
     pf_error err;
@@ -205,7 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     memset(h.c, 0, sizeof h.c);
     h.with_key = data[0] & 1;
-    ps_server *s = start_ps(h.with_key);
+    ps_server *s = start_ps(h.with_key, data[0] & 2 ? 1 + ((data[0] >> 2) & 1) : 0);
     size_t pos = 1;
     while (pos < size) {
         uint8_t op = data[pos++];

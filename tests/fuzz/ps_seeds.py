@@ -66,8 +66,35 @@ def close(conn):
     return bytes([conn | (1 << 2)])
 
 
-def conversation(key, steps):
-    out = bytes([1 if key else 0])
+def row_pull(ids, sels, min_version=0, rid=8):
+    """ROW_PULL (17): whole shards, then selections (shard, rows)."""
+    out = struct.pack("<QI", min_version, len(ids)) + struct.pack("<%dI" % len(ids), *ids)
+    out += struct.pack("<I", len(sels))
+    for shard, rows in sels:
+        out += struct.pack("<II", shard, len(rows)) + struct.pack("<%dI" % len(rows), *rows)
+    return msg(17, out, rid)
+
+
+# the embedding job: table ids [8, 2] in two row shards 0, 1 ([4, 2] each); dense_0/kernel
+# [2, 3] as shards 2, 3 ([1, 3] each); bias [3] as shards 4 ([2]) and 5 ([1])
+DENSE = [(2, 3), (3, 3), (4, 2), (5, 1)]
+
+
+def row_push_pull(task, inc, seq, step, rows, ids, sels, rid=9):
+    """ROW_PUSH_PULL (18): dense shards whole, rows of the table shards, then a ROW_PULL."""
+    out = struct.pack("<IQQQI", task, inc, seq, step, len(DENSE))
+    for i, n in DENSE:
+        out += struct.pack("<IIQ", i, 1, n) + struct.pack("<%df" % n, *([0.5] * n))
+    out += struct.pack("<I", len(rows))
+    for shard, rs in rows:
+        out += struct.pack("<IIII", shard, 1, 2, len(rs)) + struct.pack("<%dI" % len(rs), *rs)
+        out += struct.pack("<%df" % (2 * len(rs)), *([0.25] * (2 * len(rs))))
+    tail = row_pull(ids, sels, step + 1)
+    return msg(18, out + tail[24:], rid)
+
+
+def conversation(key, steps, variant=0):
+    out = bytes([(1 if key else 0) | variant])
     for s in steps:
         out += s
     return out
@@ -104,6 +131,15 @@ def main():
         rec(0, hello("worker", 1)), rec(0, stats()), rec(1, hello("chief", 0)), proof(1, True),
         rec(1, stats()), rec(2, hello("worker", 2)), rec(2, msg(14, bytes(64))),
         rec(3, msg(14, bytes(64))), rec(3, hello("worker", 1)), proof(3), proof(3)])
+    for variant, mode in ((2, "sync"), (6, "async")):
+        seeds["rows-%s" % mode] = conversation(0, [
+            rec(0, hello("chief", 0, 7)), rec(1, hello("worker", 1, 9)),
+            rec(0, row_pull([2, 3, 4, 5], [(0, [0, 3]), (1, [1])])),
+            rec(0, row_push_pull(0, 7, 1, 0, [(0, [0, 3]), (1, [])], [], [])),
+            rec(1, row_push_pull(1, 9, 1, 0, [(0, [3]), (1, [0, 1, 2, 3])], [2], [(0, [3])])),
+            rec(1, row_pull([], [(1, [0, 4])])), rec(1, row_pull([], [(2, [0])])),
+            rec(0, push(0, 7, 2, 1)), rec(0, stats()), rec(0, checkpoint(1, 1)), close(1),
+            close(0)], variant)
     for name, data in seeds.items():
         with open(os.path.join(out, name + ".bin"), "wb") as f:
             f.write(data)

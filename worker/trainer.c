@@ -811,7 +811,10 @@ pf_status worker_run(const worker_options *o) {
     fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s%s\n",
             who, o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
             o->threads_note ? o->threads_note : "",
-            t.params_next ? "; prefetch: the next step is computed during each push-pull" : "");
+            t.params_next ? "; prefetch: the next step is computed during each push-pull"
+            : t.row_mode && spec->training.prefetch
+                ? "; training.prefetch does not apply: each step pulls its own batch's rows"
+                : "");
     int sync = spec->training.mode == PF_MODE_SYNC;
     int rollback = spec->training.on_nonfinite == PF_NONFINITE_ROLLBACK;
     uint64_t max_steps = (uint64_t)spec->training.max_steps;

@@ -7,7 +7,10 @@
 #     and reaches a test AUC within 0.01 of it after 6000 steps;
 #  2. async, 2 ps + 2 workers (each table split over both ps by fixed_shards 2): the chief
 #     generates the same test set from the seed, and its final test AUC is within 0.01 of
-#     the same Bayes-optimal AUC.
+#     the same Bayes-optimal AUC;
+#  3. sync, 2 ps + 2 workers, with one example fed as NaN (PSFLOW_TEST_NAN_POSITION): the NaN
+#     reaches a table's rows on a ps, which finds it among the rows the step changed; every ps
+#     rolls back to the last checkpoint, the step's data is skipped and the job completes.
 source "$(dirname "$0")/lib.sh"
 
 cat >ctr.json <<'JSON'
@@ -43,4 +46,20 @@ dauc=$(json_field worker0.out 'd["test_auc"]')
 echo "async 2 ps + 2 workers: test auc $dauc, Bayes-optimal $bayes"
 in_range "$(python3 -c "print($bayes - $dauc)")" -0.01 0.01 ||
   fail "async: auc $dauc is not within 0.01 of the Bayes-optimal $bayes"
-pass "synthetic_ctr: one process $auc, async 2 ps + 2 workers $dauc, Bayes-optimal $bayes"
+
+# --- 3. a NaN in a row pushed, sync ----------------------------------------------------------
+python3 - ctr.json >nan.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "ctr-nan"
+d["training"].update(mode="sync", max_steps=1500)
+d["checkpoint"] = {"every_steps": 500}
+json.dump(d, sys.stdout)
+PY
+PSFLOW_TEST_NAN_POSITION=700123 run_static_cluster nan.json 2 >/dev/null
+grep -q "non-finite value: every ps rolled back from step 700 to checkpoint step 500" worker0.log ||
+  fail "no rollback after the NaN example: $(grep -i non-finite worker0.log | head -3)"
+grep -q "embeddings/part_[01] became non-finite" worker0.log || fail "the NaN was not found in a table"
+[ "$(json_field worker0.out 'd["steps"]')" = 1500 ] || fail "the job did not complete: $(cat worker0.out)"
+echo "a NaN example: the ps found it in a table's rows, every ps rolled back to step 500, the job completed"
+pass "synthetic_ctr: one process $auc, async 2 ps + 2 workers $dauc, Bayes-optimal $bayes; a NaN rolled back"

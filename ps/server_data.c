@@ -258,9 +258,11 @@ static int push_shard(ps_server *s, peer *p, uint32_t request_id, uint32_t id, i
     return local;
 }
 
-/* Offers the push whose gradients are in s->grads; returns the wire push result, or -1
- * after an error reply. */
-static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
+/* Offers the push whose gradients are in s->grads (rows_named: its table rows, counted in
+ * rows_pushed when the push is taken); returns the wire push result, or -1 after an error
+ * reply. */
+static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
+                 uint64_t rows_named) {
     if (ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
         return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
     ps_srv_settle(s);
@@ -282,6 +284,8 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
                      "ps %d has no memory to keep the rows of this push; not applied", s->task);
         return -1;
     }
+    if (r == PS_PUSH_APPLIED || r == PS_PUSH_ACCEPTED)
+        __atomic_fetch_add(&s->rows_pushed, rows_named, __ATOMIC_RELAXED);
     if (r == PS_PUSH_APPLIED) {
         ps_staleness_pushed(s->staleness, (int)push->task_index);
         ps_srv_check_finite(s);
@@ -302,6 +306,7 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
 int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
                        uint32_t n_rows, const pf_wire_rows *rows) {
     int n_local = ps_shards_count(s->shards);
+    uint64_t rows_named = 0; /* counted as pushed once the push is taken */
     if (check_pusher(s, p, request_id, push) != 0)
         return -1;
     if ((uint64_t)push->n + n_rows != (uint64_t)n_local) {
@@ -342,7 +347,7 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
             return -1;
         }
         s->grads[local] = (ps_grad){r->data, r->rows, r->n_rows};
-        __atomic_fetch_add(&s->rows_pushed, (uint64_t)r->n_rows, __ATOMIC_RELAXED);
+        rows_named += r->n_rows;
     }
-    return offer(s, p, request_id, push);
+    return offer(s, p, request_id, push, rows_named);
 }

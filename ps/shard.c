@@ -438,8 +438,15 @@ static int keep_rows(ps_shards *s, int task, const ps_grad *grads) {
         tr->row_at = tr->data_at = NULL;
         return -1;
     }
+    /* Room to merge the step's rows, those of the tasks already arrived and these, taken
+     * now: the push that completes the step then cannot fail for memory (aggregate_apply). */
+    size_t merging = n_rows;
+    for (int t = 0; t < s->n_tasks; t++)
+        for (int i = 0; s->arrived[t] && i < s->n; i++)
+            merging += s->table[i] ? s->trows[t].n_rows[i] : 0;
     if (grow((void **)&tr->rows, &tr->cap_rows, n_rows ? n_rows : 1, sizeof *tr->rows) != 0 ||
-        grow((void **)&tr->data, &tr->cap_data, n_data ? n_data : 1, sizeof *tr->data) != 0)
+        grow((void **)&tr->data, &tr->cap_data, n_data ? n_data : 1, sizeof *tr->data) != 0 ||
+        grow((void **)&s->merged, &s->cap_merged, merging ? merging : 1, sizeof *s->merged) != 0)
         return -1;
     size_t r = 0, d = 0;
     for (int i = 0; i < s->n; i++) {
@@ -521,13 +528,14 @@ pf_status ps_shards_set_tasks(ps_shards *s, int n_tasks, int aggregate, int *app
 
 ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
                                     uint64_t step, const ps_grad *grads) {
+    task_seq before = s->seqs[task];
     int r = check_sequence(s, task, incarnation, seq);
     if (r >= 0)
         return (ps_push_result)r;
     if (s->spec.training.mode == PF_MODE_SYNC) {
         ps_push_result res = push_sync(s, task, step, grads);
         if (res == PS_PUSH_NOMEM)
-            s->seqs[task].last_seq = seq - 1; /* not taken: the same push may come again */
+            s->seqs[task] = before; /* not taken: the same push may come again */
         return res;
     }
     /* Async: apply each shard's gradient in place, one update of the whole task. The rows

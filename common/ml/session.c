@@ -111,8 +111,9 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     for (int f = 0; f < spec->model.n_embeddings; f++)
         most_ids = spec->model.embeddings[f].max_ids > most_ids ? spec->model.embeddings[f].max_ids
                                                                 : most_ids;
+    /* a step's batch is every replica's examples (stage), each naming up to most_ids rows */
     if (most_ids > 0 &&
-        !(s->rows = pf_mallocarray((size_t)max_batch * (size_t)most_ids, sizeof *s->rows)))
+        !(s->rows = pf_mallocarray((size_t)stage * (size_t)most_ids, sizeof *s->rows)))
         goto nomem;
     if (s->towers) {
         s->hparams = pf_mallocarray(s->n_params, sizeof(float));

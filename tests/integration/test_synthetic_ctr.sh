@@ -8,7 +8,9 @@
 #  2. async, 2 ps + 2 workers (each table split over both ps by fixed_shards 2): the chief
 #     generates the same test set from the seed, and its final test AUC is within 0.01 of
 #     the same Bayes-optimal AUC;
-#  3. sync, 2 ps + 2 workers, with one example fed as NaN (PSFLOW_TEST_NAN_POSITION): the NaN
+#  3. `psflow train` with 2 in-graph replicas of 600 examples (a step names more rows than an
+#     evaluation batch) trains and evaluates;
+#  4. sync, 2 ps + 2 workers, with one example fed as NaN (PSFLOW_TEST_NAN_POSITION): the NaN
 #     reaches a table's rows on a ps, which finds it among the rows the step changed; every ps
 #     rolls back to the last checkpoint, the step's data is skipped and the job completes.
 source "$(dirname "$0")/lib.sh"
@@ -47,7 +49,21 @@ echo "async 2 ps + 2 workers: test auc $dauc, Bayes-optimal $bayes"
 in_range "$(python3 -c "print($bayes - $dauc)")" -0.01 0.01 ||
   fail "async: auc $dauc is not within 0.01 of the Bayes-optimal $bayes"
 
-# --- 3. a NaN in a row pushed, sync ----------------------------------------------------------
+# --- 3. in-graph replicas: a step's rows are every replica's ---------------------------------
+python3 - ctr.json >replicas.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d.update(name="ctr-replicas", replicas_per_worker=2, device="cpu")
+d["training"].update(mode="sync", batch_size=600, max_steps=100)
+json.dump(d, sys.stdout)
+PY
+"$PSFLOW_BIN" train replicas.json --output json >replicas.out 2>replicas.log ||
+  fail "psflow train with 2 replicas exited $?: $(tail -n 3 replicas.log)"
+rauc=$(json_field replicas.out 'd["test_auc"]')
+in_range "$rauc" 0.6 1 || fail "2 replicas x 600: test auc $rauc"
+echo "psflow train, 2 in-graph replicas x 600: test auc $rauc after 100 steps"
+
+# --- 4. a NaN in a row pushed, sync ----------------------------------------------------------
 python3 - ctr.json >nan.json <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "psflow/data.h"
+#include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
 #include "psflow/placement.h"
@@ -389,11 +390,66 @@ static void test_initial_values(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
+/* An allocator whose realloc fails while `failing` is set (malloc and free as libc's). */
+static int failing;
+static void *fail_realloc(void *p, size_t n) {
+    return failing ? NULL : realloc(p, n);
+}
+
+/* Sync row pushes of two tasks on a table: a push the ps has no memory to keep is answered
+ * NOMEM and changes nothing - not its sequence number, not the step - so the same push taken
+ * later completes the step; rows named by one task only get half its gradient (sgd 0.5). */
+static void test_rows_without_memory(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"rows\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
+                       " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
+                       " [{\"name\": \"ids\", \"vocab\": 6, \"dim\": 2}]},"
+                       " \"data\": {\"format\": \"libsvm\", \"train\": [\"unused\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.5},"
+                       " \"training\": {\"mode\": \"sync\"}}";
+    pf_job_spec spec;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &spec, &err), PF_OK);
+    pf_placement pl;
+    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
+    ps_shards *s;
+    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &s), PF_OK);
+    assert_true(ps_shards_is_table(s, 0) && !ps_shards_is_table(s, 1));
+    float before[12];
+    memcpy(before, ps_shards_values(s, 0), sizeof before);
+    static const float zeros[8] = {0};
+    static const uint32_t r0[1] = {1}, r1[2] = {1, 4};
+    static const float g0[2] = {1, 2}, g1[4] = {3, 4, 8, -8};
+    ps_grad a[3] = {{g0, r0, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+    ps_grad b[3] = {{g1, r1, 2}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+    assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a), PS_PUSH_ACCEPTED);
+    pf_allocator fails = {malloc, fail_realloc, free};
+    pf_mem_set_allocator(&fails);
+    failing = 1;
+    assert_int_equal(ps_shards_push_grads(s, 1, 1, 1, 0, b), PS_PUSH_NOMEM);
+    failing = 0;
+    pf_mem_set_allocator(NULL);
+    assert_int_equal(ps_shards_stats(s).version, 0);
+    /* the same push (same seq) is taken now and completes the step */
+    assert_int_equal(ps_shards_push_grads(s, 1, 1, 1, 0, b), PS_PUSH_APPLIED);
+    assert_int_equal(ps_shards_stats(s).version, 1);
+    const float *after = ps_shards_values(s, 0);
+    for (int i = 0; i < 12; i++) {
+        int row = i / 2, j = i % 2;
+        float sum = row == 1 ? g0[j] + g1[j] : row == 4 ? g1[2 + j] : 0;
+        assert_true(after[i] == before[i] - 0.5f * (sum * 0.5f));
+    }
+    ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_initial_values),           cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_backup_workers_and_stale), cmocka_unit_test(test_membership_change),
         cmocka_unit_test(test_async_and_at_most_once),   cmocka_unit_test(test_find_nonfinite),
+        cmocka_unit_test(test_rows_without_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

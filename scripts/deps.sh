@@ -19,6 +19,7 @@ DEBIAN_PACKAGES=(
   curl sqlite3 chromium prometheus wrk                  # API, dashboard, metrics tests; bench
   iproute2                                              # TFJob test (network namespaces)
   openssl                                               # TLS test: a CA and certificates
+  time                                                  # peak RSS of ps and workers (/usr/bin/time)
   docker.io docker-compose debootstrap                  # container tier (make test-docker)
   dataset-fashion-mnist                                 # the examples' data
 )

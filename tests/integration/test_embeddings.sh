@@ -18,7 +18,17 @@
 #  5. the same tokens as categorical CSV: integer ids in one cell ("12|57|...") train exactly
 #     as the LIBSVM file does (identical loss and accuracy lines), and as strings ("p6d|p28l|
 #     ...") hashed into 4096 rows the model still reaches test accuracy >= 0.84.
+# Under a sanitizer build (many times slower) the runs train a tenth of the steps and the
+# accuracy bounds are not checked; equivalence, identical exports and refusals still are.
 source "$(dirname "$0")/lib.sh"
+
+S=1
+if ldd "$PSFLOW_BIN" | grep -e libasan -e libubsan -e libtsan >/dev/null; then
+  S=10
+  echo "sanitizer build: a tenth of the steps, accuracy bounds not checked"
+fi
+# accurate VALUE MIN: VALUE >= MIN, or a sanitizer build (which trains too few steps to tell)
+accurate() { [ "$S" != 1 ] || in_range "$1" "$2" 1; }
 
 python3 "$PSFLOW_SRC/scripts/fashion-mnist-tokens.py" "$WORK" >/dev/null || fail "fashion-mnist-tokens.py exited $?"
 
@@ -39,12 +49,12 @@ PY
 }
 
 # --- 1. one process --------------------------------------------------------------------
-spec tokens 1 1 100 6000 sync >tokens.json
+spec tokens 1 1 100 $((6000 / S)) sync >tokens.json
 "$PSFLOW_BIN" train tokens.json --save tokens.safetensors >tokens.out 2>tokens.log ||
   fail "psflow train exited $?: $(tail -n 3 tokens.log)"
 acc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' tokens.out)
 [ -n "$acc" ] || fail "no final accuracy: $(cat tokens.out)"
-in_range "$acc" 0.85 1 || fail "psflow train: test accuracy $acc below 0.85"
+accurate "$acc" 0.85 || fail "psflow train: test accuracy $acc below 0.85"
 first=$(python3 - tokens.safetensors <<'PY'
 import json, struct, sys
 data = open(sys.argv[1], "rb").read()
@@ -55,7 +65,7 @@ print(t[1], t[2])
 PY
 )
 [ "$first" = "pixels/embeddings [1568, 64]" ] || fail "first saved variable: $first"
-echo "one process: test accuracy $acc after 6000 steps; first variable $first"
+echo "one process: test accuracy $acc after $((6000 / S)) steps; first variable $first"
 
 # --- 2. sync equivalence ---------------------------------------------------------------
 spec equiv 2 2 50 100 sync >equiv.json
@@ -71,11 +81,12 @@ in_range "$diff" 0 1e-5 || fail "distributed sync differs from psflow train by $
 
 # --- 3. async --------------------------------------------------------------------------
 rm -rf "$WORK/ckpt"
-spec async 2 2 100 3000 async >async.json
+AS=$((3000 / S)) # the async job's steps
+spec async 2 2 100 $AS async >async.json
 out=$(run_static_cluster async.json 2)
 aacc=$(printf '%s\n' "$out" | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin if l.strip()][-1]["test_accuracy"])')
-echo "async 2 ps + 2 workers: test accuracy $aacc after 3000 steps"
-in_range "$aacc" 0.84 1 || fail "async: test accuracy $aacc below 0.84"
+echo "async 2 ps + 2 workers: test accuracy $aacc after $AS steps"
+accurate "$aacc" 0.84 || fail "async: test accuracy $aacc below 0.84"
 
 # --- 3b. repartitioning restore ---------------------------------------------------------
 # The async job's 2-ps checkpoint (the table and its Adam slots in 2 row ranges) into 3 ps
@@ -95,7 +106,7 @@ PY
 }
 for ps in 3 1; do
   cp -r "$WORK/ckpt" "$WORK/ckpt$ps"
-  regrow same$ps.json $ps $ps 3000
+  regrow same$ps.json $ps $ps $AS
   run_static_cluster same$ps.json 2 $ps "$WORK/ckpt$ps" >/dev/null
   grep -q "repartitioned from a checkpoint of 2 ps tasks" "$WORK/ps0.log" ||
     fail "ps 0 of $ps did not repartition: $(tail -n 3 "$WORK/ps0.log")"
@@ -103,13 +114,13 @@ for ps in 3 1; do
   same=$(max_abs_diff before.safetensors after$ps.safetensors)
   [ "$same" = 0 ] || fail "restored into $ps ps, the variables differ by $same"
 done
-regrow more.json 3 3 3500
+regrow more.json 3 3 $((AS + 500 / S))
 read -r rsteps rlocal racc <<<"$(run_static_cluster more.json 2 3 "$WORK/ckpt3" |
   python3 -c 'import json,sys; d=[json.loads(l) for l in sys.stdin if l.strip()][-1]; print(d["steps"], d["local_steps"], d["test_accuracy"])')"
-grep -q 'restored from .*/step-3000 (step 3000' "$WORK/ps0.log" || fail "the longer job did not start from step 3000"
-[ "$rsteps" = 3500 ] && [ "$rlocal" -gt 0 ] || fail "continued on 3 ps: steps $rsteps, local steps $rlocal"
+grep -q "restored from .*/step-$AS (step $AS" "$WORK/ps0.log" || fail "the longer job did not start from step $AS"
+[ "$rsteps" = $((AS + 500 / S)) ] && [ "$rlocal" -gt 0 ] || fail "continued on 3 ps: steps $rsteps, local steps $rlocal"
 echo "repartitioning restore: 2 ps -> 3 ps and 1 ps identical; on 3 ps to step $rsteps ($rlocal steps by the chief): test accuracy $racc"
-in_range "$racc" 0.84 1 || fail "continued on 3 ps: test accuracy $racc"
+accurate "$racc" 0.84 || fail "continued on 3 ps: test accuracy $racc"
 
 # --- 4. refused data -------------------------------------------------------------------
 python3 -c 'print("1 " + " ".join("%d:1" % j for j in range(785)))' >many.libsvm
@@ -163,10 +174,10 @@ for f in svm ids; do
 done
 [ -s svm.fig ] || fail "no progress lines: $(head -n 5 svm.log)"
 diff svm.fig ids.fig >/dev/null || fail "csv ids and libsvm trained differently: $(diff svm.fig ids.fig | head -n 6)"
-csv_spec names names 6000 >names.json
+csv_spec names names $((6000 / S)) >names.json
 "$PSFLOW_BIN" train names.json >names.out 2>names.log || fail "psflow train names.json: $(tail -n 3 names.log)"
 nacc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' names.out)
 echo "categorical csv: integer ids train as libsvm ($(wc -l <ids.fig) identical lines); hashed names: test accuracy $nacc"
-in_range "$nacc" 0.84 1 || fail "hashed names: test accuracy $nacc below 0.84"
+accurate "$nacc" 0.84 || fail "hashed names: test accuracy $nacc below 0.84"
 
 pass "embeddings: one process $acc, sync equivalence $diff, async $aacc, hashed csv $nacc; bad files refused"

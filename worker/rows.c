@@ -17,6 +17,7 @@ pf_status worker_rows_init(worker_rows *r, const pf_model_spec *model, int batch
     memset(r, 0, sizeof *r);
     if (model->n_embeddings < 1 || batch < 1)
         return PF_ERR_INVALID;
+    r->job = *model;
     r->compact = *model;
     r->n_tables = model->n_embeddings;
     r->batch = batch;
@@ -26,7 +27,6 @@ pf_status worker_rows_init(worker_rows *r, const pf_model_spec *model, int batch
         int64_t named = (int64_t)batch * e->max_ids;
         r->cap[f] = (uint32_t)(named < e->vocab ? named : e->vocab);
         r->table_off[f] = compact;
-        r->vocab[f] = e->vocab;
         full += (size_t)e->vocab * (size_t)e->dim;
         compact += (size_t)r->cap[f] * (size_t)e->dim;
         e->vocab = r->cap[f];
@@ -86,21 +86,17 @@ void worker_rows_plan(const worker_rows *r, const pf_placement *pl, float *x, in
     const size_t width = (size_t)pf_model_input_width(m);
     for (int f = 0; f < r->n_tables; f++) {
         const pf_embedding_spec *e = &m->embeddings[f];
-        /* the job's table: its ids (compact holds the cut vocab) */
-        pf_model_spec job = *m;
-        job.embeddings[f].vocab = r->vocab[f];
-        uint32_t u = pf_model_batch_rows(&job, f, x, count, p->ids[f]);
+        int64_t vocab = r->job.embeddings[f].vocab; /* compact holds the cut one */
+        uint32_t u = pf_model_batch_rows(&r->job, f, x, count, p->ids[f]);
         p->n[f] = u;
         for (int b = 0; b < count; b++) {
             float *slot = x + (size_t)b * width + (size_t)pf_model_id_col(m, f);
             for (int k = 0; k < e->max_ids; k++) {
-                float id = slot[k];
-                if (id == -1.0f)
-                    continue; /* padding */
-                if (!(id >= 0 && id < (float)r->vocab[f]) || id != floorf(id))
+                int64_t row = pf_model_row_of(slot[k], vocab);
+                if (row == -2)
                     slot[k] = NAN; /* no row of the table: the example's output is NaN */
-                else
-                    slot[k] = (float)lower_bound(p->ids[f], u, (uint64_t)id);
+                else if (row >= 0)
+                    slot[k] = (float)lower_bound(p->ids[f], u, (uint64_t)row);
             }
         }
     }

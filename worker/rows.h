@@ -23,10 +23,10 @@
 #include "psflow/status.h"
 
 typedef struct worker_rows {
+    pf_model_spec job;     /* the job's model: the ids a batch may name */
     pf_model_spec compact; /* the job's model with each table cut to cap[f] rows */
     int n_tables;
     int batch;                           /* examples a plan takes at most */
-    int64_t vocab[PF_MAX_EMBEDDINGS];    /* the job's rows of table f */
     uint32_t cap[PF_MAX_EMBEDDINGS];     /* compact rows of table f */
     size_t table_off[PF_MAX_EMBEDDINGS]; /* compact table f's first element */
     size_t dense_shift;                  /* full offset - compact offset of a dense variable */

@@ -316,8 +316,7 @@ const pf_backend *pf_model_backend(const pf_model *m) {
     return m->be;
 }
 
-/* The row an id slot names, or -1 for padding (id -1), or -2 for an id that names no row. */
-static int64_t row_of(float id, int64_t vocab) {
+int64_t pf_model_row_of(float id, int64_t vocab) {
     if (id == -1.0f)
         return -1;
     if (!(id >= 0 && id < (float)vocab) || id != floorf(id))
@@ -345,7 +344,7 @@ uint32_t pf_model_batch_rows(const pf_model_spec *spec, int f, const float *x, i
     uint32_t n = 0;
     for (int b = 0; b < count; b++)
         for (int k = 0; k < e->max_ids; k++) {
-            int64_t row = row_of(ids[(size_t)b * width + (size_t)k], e->vocab);
+            int64_t row = pf_model_row_of(ids[(size_t)b * width + (size_t)k], e->vocab);
             if (row >= 0)
                 rows[n++] = (uint32_t)row;
         }
@@ -369,7 +368,7 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
             double sum_w = 0, sum_w2 = 0;
             bool bad = false;
             for (int k = 0; k < e->max_ids; k++) {
-                int64_t r = row_of(ids[k], e->vocab);
+                int64_t r = pf_model_row_of(ids[k], e->vocab);
                 bad = bad || r == -2 || !isfinite(w[k]);
                 if (r < 0)
                     continue;
@@ -403,7 +402,7 @@ static void scatter(pf_model *m, const float *x, const float *d_looked, int batc
             const float *d = d_looked + (size_t)b * (size_t)m->in[0] + m->col[f];
             float scale = m->scale[(size_t)b * (size_t)m->n_emb + f];
             for (int k = 0; k < e->max_ids; k++) {
-                int64_t r = row_of(ids[k], e->vocab);
+                int64_t r = pf_model_row_of(ids[k], e->vocab);
                 if (r < 0)
                     continue;
                 float c = w[k] * scale;

@@ -71,6 +71,10 @@ bool pf_model_embeddings_valid(const pf_model_spec *spec);
  * every id slot -1, every weight 0. */
 void pf_model_pad_example(const pf_model_spec *spec, float *row);
 
+/* The row an id slot names in a table of `vocab` rows: -1 for padding (id -1), -2 for an id
+ * that names no row (NaN, negative, a fraction, past the table), else the row. */
+int64_t pf_model_row_of(float id, int64_t vocab);
+
 /* The rows of table f that `count` examples x (pf_model_input_width slots each) name, once
  * each and ascending, into rows (room for count x max_ids); returns how many. Padding and
  * ids the table does not have name no row. */

@@ -54,6 +54,7 @@
 #include "ps/server.h"
 #include "worker/link.h"
 #include "worker/rows.h"
+#include "bench/samples.h"
 
 enum {
     VOCAB = 1000000, /* rows of the table */
@@ -71,70 +72,10 @@ static void die(const char *what, const char *detail) {
     exit(1);
 }
 
-/* --- samples: the round-trip times of one side and operation, over all turns ------------ */
-
-typedef struct samples {
-    double *t;
-    size_t n, cap;
-} samples;
-
-static void add(samples *s, double t) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 1024;
-        s->t = realloc(s->t, s->cap * sizeof *s->t);
-        if (!s->t)
-            die("out of memory", NULL);
-    }
-    s->t[s->n++] = t;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double mean(const samples *s) {
-    double sum = 0;
-    for (size_t i = 0; i < s->n; i++)
-        sum += s->t[i];
-    return sum / (double)s->n;
-}
-
 /* The median of s's times (sorts them). */
 static double median(samples *s) {
-    qsort(s->t, s->n, sizeof *s->t, cmp_double);
-    return s->t[(s->n - 1) / 2];
-}
-
-/* --- the TCP baseline ------------------------------------------------------------------ */
-
-enum { TCP_PUSH, TCP_PULL, TCP_PUSH_PULL };
-
-/* Runs tcp_baseline (next to this program) on `bytes` for about `seconds` per pattern and
- * adds its round-trip times to tcp[pattern]. */
-static void run_baseline(const char *self, double seconds, size_t bytes, samples tcp[3]) {
-    char dir[4096], cmd[8192];
-    snprintf(dir, sizeof dir, "%s", self);
-    snprintf(cmd, sizeof cmd, "%s/tcp_baseline --seconds %g %zu", dirname(dir), seconds, bytes);
-    FILE *f = popen(cmd, "r");
-    char *line = NULL, pattern[32];
-    size_t cap = 0, size;
-    int lines = 0, used;
-    while (f && getline(&line, &cap, f) > 0 &&
-           sscanf(line, "%zu %31s%n", &size, pattern, &used) == 2 && size == bytes) {
-        samples *s = &tcp[!strcmp(pattern, "push")   ? TCP_PUSH
-                          : !strcmp(pattern, "pull") ? TCP_PULL
-                                                     : TCP_PUSH_PULL];
-        char *p = line + used, *end;
-        for (double t = strtod(p, &end); end != p; t = strtod(p, &end)) {
-            add(s, t);
-            p = end;
-        }
-        lines++;
-    }
-    free(line);
-    if (!f || pclose(f) != 0 || lines != 3)
-        die("cannot run", cmd);
+    samples_sort(s);
+    return samples_quantile(s, 0.5);
 }
 
 /* --- one D: the ps, the link, the plans ------------------------------------------------ */
@@ -328,7 +269,7 @@ static void time_rounds(bench *b, int op, double seconds, samples *out) {
     while (rounds < 3 || (pf_clock_now() - start < seconds && rounds < MAX_ROUNDS)) {
         double t0 = pf_clock_now();
         one_round(b, op);
-        add(out, pf_clock_now() - t0);
+        samples_add(out, pf_clock_now() - t0);
         rounds++;
     }
 }
@@ -394,7 +335,7 @@ static void run_dim(const char *self, int dim, double seconds) {
     fflush(stdout);
     samples mine[N_OPS] = {{0}}, tcp[3] = {{0}};
     for (int r = 0; r < ROUNDS; r++) {
-        run_baseline(self, seconds / ROUNDS, S, tcp);
+        bench_tcp_baseline(self, seconds / ROUNDS, S, tcp);
         for (int op = 0; op < N_OPS; op++)
             time_rounds(&b, op, seconds / ROUNDS, &mine[op]);
     }
@@ -403,8 +344,8 @@ static void run_dim(const char *self, int dim, double seconds) {
     tcp_t[OP_PULL] = median(&tcp[TCP_PULL]);
     tcp_t[OP_PUSH] = median(&tcp[TCP_PUSH]);
     tcp_t[OP_STEP] = tcp_t[OP_PULL] + tcp_t[OP_PUSH];
-    tcp_m[OP_PULL] = mean(&tcp[TCP_PULL]);
-    tcp_m[OP_PUSH] = mean(&tcp[TCP_PUSH]);
+    tcp_m[OP_PULL] = samples_mean(&tcp[TCP_PULL]);
+    tcp_m[OP_PUSH] = samples_mean(&tcp[TCP_PUSH]);
     tcp_m[OP_STEP] = tcp_m[OP_PULL] + tcp_m[OP_PUSH];
     const double gather_mb = (double)S / median(&mine[OP_GATHER]) / 1e6;
     for (int op = 0; op < N_OPS; op++) {
@@ -418,7 +359,8 @@ static void run_dim(const char *self, int dim, double seconds) {
         }
         double tcp_mb = rows * dim * 4 / tcp_t[op] / 1e6;
         printf(" | %8.0f %7.0f %6.2f %6.2f | %9.0f %6.2f %6zu\n", tcp_mb, tcp_t[op] * 1e6,
-               mb / tcp_mb, tcp_m[op] / mean(&mine[op]), gather_mb, mb / gather_mb, mine[op].n);
+               mb / tcp_mb, tcp_m[op] / samples_mean(&mine[op]), gather_mb, mb / gather_mb,
+               mine[op].n);
     }
     fflush(stdout);
     for (int op = 0; op < N_OPS; op++)

@@ -29,6 +29,7 @@
 #include "psflow/wire.h"
 #include "ps/server.h"
 #include "worker/link.h"
+#include "bench/samples.h"
 
 typedef struct size_case {
     const char *label;
@@ -59,45 +60,6 @@ static pf_status do_push_pull(worker_link *c, float *g, float *p, uint64_t *v, p
     return worker_link_push_pull(c, g, v, NULL, p, v, NULL, err);
 }
 
-/* Round-trip times of one side (psflow or TCP) for one size and pattern, over all turns. */
-typedef struct samples {
-    double *t;
-    size_t n, cap;
-} samples;
-
-static void add(samples *s, double t) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 1024;
-        s->t = realloc(s->t, s->cap * sizeof *s->t);
-        if (!s->t) {
-            fprintf(stderr, "wire: out of memory\n");
-            exit(1);
-        }
-    }
-    s->t[s->n++] = t;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double mean(const samples *s) {
-    double sum = 0;
-    for (size_t i = 0; i < s->n; i++)
-        sum += s->t[i];
-    return sum / (double)s->n;
-}
-
-/* The q-quantile (0: best, 0.5: median) of s's times, once sort_samples(s) has run. */
-static double quantile(const samples *s, double q) {
-    return s->t[(size_t)(q * (double)(s->n - 1) + 0.5)];
-}
-
-static void sort_samples(samples *s) {
-    qsort(s->t, s->n, sizeof *s->t, cmp_double);
-}
-
 enum { MAX_ROUNDS = 100000 }; /* per pattern and turn */
 
 /* Times fn for about `seconds` (at least 3 round trips) into out. */
@@ -113,39 +75,12 @@ static void time_rounds(worker_link *c, round_fn fn, float *g, float *p, double 
             fprintf(stderr, "wire: %s\n", err.message);
             exit(1);
         }
-        add(out, pf_clock_now() - t0);
+        samples_add(out, pf_clock_now() - t0);
         rounds++;
     }
 }
 
 enum { ROUNDS = 3 }; /* turns each side takes per size */
-
-/* Runs tcp_baseline (next to this program) on `bytes` for about `seconds` per pattern and
- * adds its round-trip times to tcp[pattern]. */
-static void run_baseline(const char *self, double seconds, size_t bytes, samples tcp[3]) {
-    char dir[4096], cmd[8192];
-    snprintf(dir, sizeof dir, "%s", self);
-    snprintf(cmd, sizeof cmd, "%s/tcp_baseline --seconds %g %zu", dirname(dir), seconds, bytes);
-    FILE *f = popen(cmd, "r");
-    char *line = NULL, pattern[32];
-    size_t cap = 0, size;
-    int lines = 0, used;
-    while (f && getline(&line, &cap, f) > 0 &&
-           sscanf(line, "%zu %31s%n", &size, pattern, &used) == 2 && size == bytes) {
-        samples *s = &tcp[!strcmp(pattern, "push") ? 0 : !strcmp(pattern, "pull") ? 1 : 2];
-        char *p = line + used, *end;
-        for (double t = strtod(p, &end); end != p; t = strtod(p, &end)) {
-            add(s, t);
-            p = end;
-        }
-        lines++;
-    }
-    free(line);
-    if (!f || pclose(f) != 0 || lines != 3) {
-        fprintf(stderr, "wire: cannot run %s\n", cmd);
-        exit(1);
-    }
-}
 
 static int is_case(size_t bytes) {
     for (int s = 0; s < 3; s++)
@@ -216,16 +151,16 @@ int main(int argc, char **argv) {
         double factor[] = {1, 1, 2};
         samples mine[3] = {{0}}, tcp[3] = {{0}};
         for (int r = 0; r < ROUNDS; r++) {
-            run_baseline(argv[0], seconds / ROUNDS, cases[s].bytes, tcp);
+            bench_tcp_baseline(argv[0], seconds / ROUNDS, cases[s].bytes, tcp);
             for (int p = 0; p < 3; p++)
                 time_rounds(link, fns[p], grads, params, seconds / ROUNDS, &mine[p]);
         }
         for (int p = 0; p < 3; p++) {
-            sort_samples(&mine[p]);
-            sort_samples(&tcp[p]);
-            double t = quantile(&mine[p], 0.5), base = quantile(&tcp[p], 0.5);
-            double t_best = quantile(&mine[p], 0), base_best = quantile(&tcp[p], 0);
-            double t_mean = mean(&mine[p]), base_mean = mean(&tcp[p]);
+            samples_sort(&mine[p]);
+            samples_sort(&tcp[p]);
+            double t = samples_quantile(&mine[p], 0.5), base = samples_quantile(&tcp[p], 0.5);
+            double t_best = samples_quantile(&mine[p], 0), base_best = samples_quantile(&tcp[p], 0);
+            double t_mean = samples_mean(&mine[p]), base_mean = samples_mean(&tcp[p]);
             double bytes = factor[p] * (double)cases[s].bytes;
             printf("%-6s %-10s %12.3f %12.3f %7.2f %11.2f %11.2f\n", cases[s].label, names[p],
                    bytes / t / 1e9, bytes / base / 1e9, base / t, base_mean / t_mean,

@@ -8,9 +8,9 @@
  * counts against remaining / element_size so nothing is multiplied before it is known to be
  * small. A failure records the wire code, a message and the byte offset, and nothing is
  * allocated for a message until its counts have been checked against its length. The only
- * allocations on the receive side are the view arrays (tensors, row records, selections),
- * each bounded by max_tensors and by payload_len / 8 (a selection, the smallest thing
- * viewed, takes 8 bytes at least).
+ * allocations on the receive side are the view arrays (tensors, row records, selections,
+ * segment records), each bounded by max_tensors and by payload_len / 8 (a selection, the
+ * smallest thing viewed, takes 8 bytes at least).
  *
  * A PULL_REPLY's layout follows from the pull it answers; pf_wire_pull_reply_places() is the
  * one place that computes it for a receiver, and pf_wire_decode_placed() the one that reads
@@ -161,6 +161,8 @@ void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors)
     in->cap_row_views = 0;
     in->sel_views = NULL;
     in->cap_sel_views = 0;
+    in->seg_views = NULL;
+    in->cap_seg_views = 0;
     in->code = PF_WIRE_OK;
 }
 
@@ -170,10 +172,12 @@ void pf_wire_in_deinit(pf_wire_in *in) {
     pf_free(in->views);
     pf_free(in->row_views);
     pf_free(in->sel_views);
+    pf_free(in->seg_views);
     in->views = NULL;
     in->row_views = NULL;
     in->sel_views = NULL;
-    in->cap_views = in->cap_row_views = in->cap_sel_views = 0;
+    in->seg_views = NULL;
+    in->cap_views = in->cap_row_views = in->cap_sel_views = in->cap_seg_views = 0;
 }
 
 pf_wire_code pf_wire_in_code(const pf_wire_in *in) {
@@ -525,6 +529,91 @@ static pf_status rd_row_push_pull(reader *r, pf_wire_row_push_pull *p) {
     return rd_row_pull(r, "pull id count n_pull", &p->pull);
 }
 
+/* A u32 that must be 0: the reserved fields of the segment messages. */
+static pf_status rd_reserved(reader *r) {
+    size_t off = r->pos;
+    pf_status st = need(r, 4, "reserved");
+    if (st != PF_OK)
+        return st;
+    uint32_t v = rd32(r);
+    if (v != 0)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                    "%s: reserved field at offset %zu is %u; it must be 0", r->type, off,
+                    (unsigned)v);
+    return PF_OK;
+}
+
+/* The grad (value 0) or value range of segment record i, which starts at message offset
+ * `rec`: t->count floats from a byte offset that is a multiple of 4 (BAD_VALUE, at the
+ * offset field), ending at or below 2^64 - 1 (TOO_LARGE, at the count). */
+static pf_status seg_range(reader *r, uint32_t i, size_t rec, const pf_wire_seg_tensor *t,
+                           int value) {
+    const char *what = value ? "value" : "grad";
+    uint64_t at = value ? t->value : t->grad;
+    size_t field = rec + (value ? 24 : 16);
+    if (at % 4 != 0)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, field,
+                    "%s: record %u (id %u) %s offset %llu at offset %zu is not a multiple of 4",
+                    r->type, (unsigned)i, (unsigned)t->id, what, (unsigned long long)at, field);
+    if (!seg_range_fits(at, t->count))
+        return fail(r->in, r->err, PF_ERR_RANGE, PF_WIRE_TOO_LARGE, rec + 8,
+                    "%s: record %u (id %u) count %llu at offset %zu: its %s bytes from offset "
+                    "%llu would end past 2^64 - 1",
+                    r->type, (unsigned)i, (unsigned)t->id, (unsigned long long)t->count, rec + 8,
+                    what, (unsigned long long)at);
+    return PF_OK;
+}
+
+/* SEG_PULL's payload (push 0), or the end of SEG_PUSH_PULL's (push 1): min_version, n, a
+ * reserved u32 and n segment records into in->seg_views. A SEG_PULL's records push nothing
+ * (grad 0). Whether a range lies inside the segment is the ps's check: the codec knows no
+ * segment size, only that no range may wrap. */
+static pf_status rd_seg_pull(reader *r, int push, pf_wire_seg_pull *p) {
+    pf_status st = need(r, 8, "min_version");
+    if (st != PF_OK)
+        return st;
+    p->min_version = rd64(r);
+    if ((st = rd_count(r, SEG_RECORD, "record count n", &p->n)) != PF_OK ||
+        (st = rd_reserved(r)) != PF_OK)
+        return st;
+    pf_wire_in *in = r->in;
+    void *views;
+    st = grow_views(r, in->seg_views, &in->cap_seg_views, sizeof *in->seg_views, p->n,
+                    "segment record views", &views);
+    if (st != PF_OK)
+        return st;
+    in->seg_views = views;
+    for (uint32_t i = 0; i < p->n; i++) {
+        size_t off = r->pos;
+        if (remain(r) < SEG_RECORD)
+            return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
+                        "%s: record %u of %u at offset %zu needs %d bytes but the payload has "
+                        "%zu left",
+                        r->type, (unsigned)i, (unsigned)p->n, off, SEG_RECORD, remain(r));
+        pf_wire_seg_tensor *t = &in->seg_views[i];
+        t->id = rd32(r);
+        uint32_t dtype = rd32(r);
+        t->count = rd64(r);
+        t->grad = rd64(r);
+        t->value = rd64(r);
+        if (dtype != PF_WIRE_F32)
+            return fail(in, r->err, PF_ERR_UNSUPPORTED, PF_WIRE_BAD_DTYPE, off + 4,
+                        "%s: record %u (id %u) has dtype %u; only 1 (f32) is supported", r->type,
+                        (unsigned)i, (unsigned)t->id, (unsigned)dtype);
+        if (!push && t->grad != 0)
+            return fail(in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off + 16,
+                        "%s: record %u (id %u) has grad offset %llu at offset %zu; a SEG_PULL "
+                        "pushes nothing (grad 0)",
+                        r->type, (unsigned)i, (unsigned)t->id, (unsigned long long)t->grad,
+                        off + 16);
+        if ((st = seg_range(r, i, off, t, 0)) != PF_OK ||
+            (st = seg_range(r, i, off, t, 1)) != PF_OK)
+            return st;
+    }
+    p->tensors = in->seg_views;
+    return PF_OK;
+}
+
 static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
     pf_status st = PF_OK;
     switch ((pf_wire_type)type) {
@@ -636,6 +725,37 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
         a->mac = mac ? r->b + r->pos + 32u * (size_t)nonce : NULL;
         r->pos += 32u * (size_t)(nonce + mac);
         return PF_OK;
+    }
+    case PF_WIRE_SEG_ATTACH: {
+        pf_wire_seg_attach *a = &m->u.seg_attach;
+        if ((st = need(r, SEG_ATTACH_SIZE, "fixed fields")) != PF_OK)
+            return st;
+        a->pid = rd32(r);
+        a->fd = rd32(r);
+        a->size = rd64(r);
+        if (a->size < PF_WIRE_SEG_TOKEN_SIZE)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos - 8,
+                        "SEG_ATTACH: size %llu at offset %zu is smaller than the %u-byte token",
+                        (unsigned long long)a->size, r->pos - 8, PF_WIRE_SEG_TOKEN_SIZE);
+        a->token = r->b + r->pos;
+        r->pos += PF_WIRE_SEG_TOKEN_SIZE;
+        return PF_OK;
+    }
+    case PF_WIRE_SEG_ACK:
+        return PF_OK;
+    case PF_WIRE_SEG_PULL:
+        return rd_seg_pull(r, 0, &m->u.seg_pull);
+    case PF_WIRE_SEG_PUSH_PULL: { /* task_index, reserved, incarnation, seq, step, SEG_PULL's */
+        pf_wire_seg_push_pull *p = &m->u.seg_push_pull;
+        if ((st = need(r, SEG_PUSH_PULL_FIXED - SEG_PULL_FIXED, "fixed fields")) != PF_OK)
+            return st;
+        p->task_index = rd32(r);
+        if ((st = rd_reserved(r)) != PF_OK)
+            return st;
+        p->incarnation = rd64(r);
+        p->seq = rd64(r);
+        p->step = rd64(r);
+        return rd_seg_pull(r, 1, &p->pull);
     }
     case PF_WIRE_ERROR: {
         pf_wire_error *e = &m->u.error;

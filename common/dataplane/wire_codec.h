@@ -40,11 +40,22 @@ enum {
     CHECKPOINT_ACK_FIXED = 16, /* step, status, path length */
     ERROR_FIXED = 8,           /* code, message length */
     TENSOR_HEADER = PF_WIRE_TENSOR_HEADER,
-    ROW_PULL_FIXED = 16,   /* min_version, n, n_sel (ids and selections in between) */
-    ROW_RECORDS_FIXED = 4, /* n_records, after the push part of a ROW_PUSH_PULL */
-    SELECTION_HEADER = 8,  /* id, n_rows before a selection's rows */
-    ROW_RECORD_HEADER = 16 /* id, dtype, width, n_rows before a row record's rows and data */
+    ROW_PULL_FIXED = 16,      /* min_version, n, n_sel (ids and selections in between) */
+    ROW_RECORDS_FIXED = 4,    /* n_records, after the push part of a ROW_PUSH_PULL */
+    SELECTION_HEADER = 8,     /* id, n_rows before a selection's rows */
+    ROW_RECORD_HEADER = 16,   /* id, dtype, width, n_rows before a row record's rows and data */
+    SEG_ATTACH_SIZE = 32,     /* pid, fd, size, token */
+    SEG_PULL_FIXED = 16,      /* min_version, n, reserved */
+    SEG_PUSH_PULL_FIXED = 48, /* task_index, incarnation, seq, step, min_version, n, 2 reserved */
+    SEG_RECORD = 32           /* id, dtype, count, grad, value */
 };
+_Static_assert(SEG_ATTACH_SIZE == 16 + PF_WIRE_SEG_TOKEN_SIZE, "SEG_ATTACH carries the token");
+
+/* 1 when `count` floats from byte offset `off` end at or below 2^64 - 1, the check every
+ * segment record's grad and value ranges pass on both sides (api/wire.md). */
+static inline int seg_range_fits(uint64_t off, uint64_t count) {
+    return count <= (UINT64_MAX - off) / 4;
+}
 
 /* --- little-endian loads and stores ------------------------------------------------------ */
 

@@ -166,6 +166,43 @@ static pf_status plan_row_pull(plan *p, const pf_wire_row_pull *m) {
     return st != PF_OK ? st : plan_row_sets(p, m->sel, m->n_sel, 0, "n_sel");
 }
 
+/* Segment records as the decoder accepts them (api/wire.md, "Shared segment"): at most
+ * PF_WIRE_MAX_TENSORS, grad and value multiples of 4 whose ranges of 4 count bytes end at
+ * or below 2^64 - 1, and grad 0 in a SEG_PULL (push 0). */
+static pf_status plan_seg(plan *p, const pf_wire_seg_tensor *t, uint32_t n, int push) {
+    if (n > PF_WIRE_MAX_TENSORS)
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                   "%s: %u records exceed the limit of %u", p->type, (unsigned)n,
+                                   PF_WIRE_MAX_TENSORS);
+    if (n && !t)
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1, "%s: records are NULL with n = %u",
+                                   p->type, (unsigned)n);
+    p->head += (uint64_t)n * SEG_RECORD;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!push && t[i].grad != 0)
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: record %u (id %u) has grad offset %llu; a SEG_PULL "
+                                       "pushes nothing (grad 0)",
+                                       p->type, (unsigned)i, (unsigned)t[i].id,
+                                       (unsigned long long)t[i].grad);
+        if (t[i].grad % 4 != 0 || t[i].value % 4 != 0)
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: record %u (id %u) offsets grad %llu, value %llu: not "
+                                       "multiples of 4",
+                                       p->type, (unsigned)i, (unsigned)t[i].id,
+                                       (unsigned long long)t[i].grad,
+                                       (unsigned long long)t[i].value);
+        if (!seg_range_fits(t[i].grad, t[i].count) || !seg_range_fits(t[i].value, t[i].count))
+            return pf_error_set_offset(
+                p->err, PF_ERR_INVALID, -1,
+                "%s: record %u (id %u) of %llu elements at grad %llu, "
+                "value %llu: a range ends past 2^64 - 1",
+                p->type, (unsigned)i, (unsigned)t[i].id, (unsigned long long)t[i].count,
+                (unsigned long long)t[i].grad, (unsigned long long)t[i].value);
+    }
+    return PF_OK;
+}
+
 /* A cursor writing into the reserved head. */
 typedef struct writer {
     pf_wire_out *o;
@@ -288,6 +325,21 @@ static void wrow_pull(writer *w, const pf_wire_row_pull *m) {
     w64(w, m->min_version);
     wids(w, m->ids, m->n);
     wrow_sets(w, m->sel, m->n_sel, 0);
+}
+
+/* SEG_PULL's payload, or the end of SEG_PUSH_PULL's: min_version, n, reserved, records. */
+static void wseg_pull(writer *w, const pf_wire_seg_pull *m) {
+    w64(w, m->min_version);
+    w32(w, m->n);
+    w32(w, 0);
+    for (uint32_t i = 0; i < m->n; i++) {
+        const pf_wire_seg_tensor *t = &m->tensors[i];
+        w32(w, t->id);
+        w32(w, PF_WIRE_F32);
+        w64(w, t->count);
+        w64(w, t->grad);
+        w64(w, t->value);
+    }
 }
 
 /* Every encoder starts from an empty message, so a failure leaves none behind. */
@@ -459,6 +511,70 @@ pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,
     return PF_OK;
 }
 
+pf_status pf_wire_encode_seg_attach(pf_wire_out *out, uint32_t request_id,
+                                    const pf_wire_seg_attach *m, pf_error *err) {
+    reset(out);
+    if (!m->token)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "SEG_ATTACH: token is NULL");
+    if (m->size < PF_WIRE_SEG_TOKEN_SIZE)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "SEG_ATTACH: size %llu is smaller than the %u-byte token",
+                                   (unsigned long long)m->size, PF_WIRE_SEG_TOKEN_SIZE);
+    plan p = {.type = "SEG_ATTACH", .head = SEG_ATTACH_SIZE, .err = err};
+    writer w;
+    pf_status st = begin(out, PF_WIRE_SEG_ATTACH, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w32(&w, m->pid);
+    w32(&w, m->fd);
+    w64(&w, m->size);
+    wbytes(&w, m->token, PF_WIRE_SEG_TOKEN_SIZE);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_seg_ack(pf_wire_out *out, uint32_t request_id, pf_error *err) {
+    reset(out);
+    plan p = {.type = "SEG_ACK", .err = err};
+    writer w;
+    pf_status st = begin(out, PF_WIRE_SEG_ACK, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_seg_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_seg_pull *m,
+                                  pf_error *err) {
+    reset(out);
+    plan p = {.type = "SEG_PULL", .head = SEG_PULL_FIXED, .err = err};
+    pf_status st = plan_seg(&p, m->tensors, m->n, 0);
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_SEG_PULL, request_id, &p, &w)) != PF_OK)
+        return st;
+    wseg_pull(&w, m);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_seg_push_pull(pf_wire_out *out, uint32_t request_id,
+                                       const pf_wire_seg_push_pull *m, pf_error *err) {
+    reset(out);
+    plan p = {.type = "SEG_PUSH_PULL", .head = SEG_PUSH_PULL_FIXED, .err = err};
+    pf_status st = plan_seg(&p, m->pull.tensors, m->pull.n, 1);
+    writer w;
+    if (st != PF_OK || (st = begin(out, PF_WIRE_SEG_PUSH_PULL, request_id, &p, &w)) != PF_OK)
+        return st;
+    w32(&w, m->task_index);
+    w32(&w, 0);
+    w64(&w, m->incarnation);
+    w64(&w, m->seq);
+    w64(&w, m->step);
+    wseg_pull(&w, &m->pull);
+    finish(&w);
+    return PF_OK;
+}
+
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err) {
     reset(out);
     plan p = {.type = "STATS", .err = err};
@@ -608,6 +724,14 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
         return pf_wire_encode_row_pull(out, id, &m->u.row_pull, err);
     case PF_WIRE_ROW_PUSH_PULL:
         return pf_wire_encode_row_push_pull(out, id, &m->u.row_push_pull, err);
+    case PF_WIRE_SEG_ATTACH:
+        return pf_wire_encode_seg_attach(out, id, &m->u.seg_attach, err);
+    case PF_WIRE_SEG_ACK:
+        return pf_wire_encode_seg_ack(out, id, err);
+    case PF_WIRE_SEG_PULL:
+        return pf_wire_encode_seg_pull(out, id, &m->u.seg_pull, err);
+    case PF_WIRE_SEG_PUSH_PULL:
+        return pf_wire_encode_seg_push_pull(out, id, &m->u.seg_push_pull, err);
     case PF_WIRE_STATS:
         return pf_wire_encode_stats(out, id, err);
     case PF_WIRE_STATS_REPLY:

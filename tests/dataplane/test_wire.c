@@ -422,7 +422,11 @@ static void test_names(void **state) {
     assert_string_equal(pf_wire_type_name(16), "RESTORE");
     assert_string_equal(pf_wire_type_name(17), "ROW_PULL");
     assert_string_equal(pf_wire_type_name(18), "ROW_PUSH_PULL");
-    assert_string_equal(pf_wire_type_name(19), "UNKNOWN");
+    assert_string_equal(pf_wire_type_name(19), "SEG_ATTACH");
+    assert_string_equal(pf_wire_type_name(20), "SEG_ACK");
+    assert_string_equal(pf_wire_type_name(21), "SEG_PULL");
+    assert_string_equal(pf_wire_type_name(22), "SEG_PUSH_PULL");
+    assert_string_equal(pf_wire_type_name(23), "UNKNOWN");
     assert_string_equal(pf_wire_code_name(19), "VERSION_PASSED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_UNAUTHENTICATED), "UNAUTHENTICATED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_STALE_INCARNATION), "STALE_INCARNATION");

@@ -68,7 +68,7 @@ static void test_invalid_header(void **state) {
     f_begin(&f, 0);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_TYPE), 6);
-    f_begin(&f, PF_WIRE_ROW_PUSH_PULL + 1);
+    f_begin(&f, PF_WIRE_SEG_PUSH_PULL + 1);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_TYPE), 6);
     f.b[6] = PF_WIRE_STATS;
@@ -532,7 +532,7 @@ static void test_valid_files(void **state) {
     }
     /* Every message type has a valid example (the authentication exchange and RESTORE are
      * test_wire_auth.c's and test_wire.c's). */
-    for (unsigned t = PF_WIRE_HELLO; t <= PF_WIRE_ROW_PUSH_PULL; t++)
+    for (unsigned t = PF_WIRE_HELLO; t <= PF_WIRE_SEG_PUSH_PULL; t++)
         if (!(seen & 1u << t) && (t <= PF_WIRE_ERROR || t >= PF_WIRE_ROW_PULL))
             fail_msg("no valid example of %s", pf_wire_type_name(t));
     pf_buf_deinit(&b);

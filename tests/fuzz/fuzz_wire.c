@@ -4,8 +4,8 @@
  * code; a frame that decodes must re-encode to exactly the same bytes (decoding is
  * canonical), and the pieces the transport would send (pf_wire_out_parts) must be those
  * bytes in order. Any mismatch aborts. The seeds (tests/data/wire/) hold frames of every
- * type, the row messages (ROW_PULL, ROW_PUSH_PULL) with selections and row records among
- * them.
+ * type, the row messages (ROW_PULL, ROW_PUSH_PULL) with selections and row records and the
+ * segment messages (SEG_ATTACH .. SEG_PUSH_PULL) with segment records among them.
  */
 #include <stddef.h>
 #include <stdint.h>

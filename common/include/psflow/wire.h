@@ -75,7 +75,11 @@
     X(PF_WIRE_AUTH_OK, 15, "AUTH_OK")                                                              \
     X(PF_WIRE_RESTORE, 16, "RESTORE")                                                              \
     X(PF_WIRE_ROW_PULL, 17, "ROW_PULL")                                                            \
-    X(PF_WIRE_ROW_PUSH_PULL, 18, "ROW_PUSH_PULL")
+    X(PF_WIRE_ROW_PUSH_PULL, 18, "ROW_PUSH_PULL")                                                  \
+    X(PF_WIRE_SEG_ATTACH, 19, "SEG_ATTACH")                                                        \
+    X(PF_WIRE_SEG_ACK, 20, "SEG_ACK")                                                              \
+    X(PF_WIRE_SEG_PULL, 21, "SEG_PULL")                                                            \
+    X(PF_WIRE_SEG_PUSH_PULL, 22, "SEG_PUSH_PULL")
 
 typedef enum {
 #define PF_WIRE_TYPE_ENUM(name, value, text) name = value,
@@ -238,6 +242,46 @@ typedef struct pf_wire_row_push_pull {
     pf_wire_row_pull pull;
 } pf_wire_row_push_pull;
 
+/* The shared-memory path of a worker and a ps on one host (api/wire.md, "Shared segment").
+ * SEG_ATTACH (worker -> ps, after HELLO): the worker's segment, a sealed memfd the ps opens
+ * as /proc/<pid>/fd/<fd>; its first PF_WIRE_SEG_TOKEN_SIZE bytes must equal `token`.
+ * Answered by SEG_ACK (no payload) or ERROR. */
+#define PF_WIRE_SEG_TOKEN_SIZE 16u
+typedef struct pf_wire_seg_attach {
+    uint32_t pid;         /* the worker's process id */
+    uint32_t fd;          /* the segment's file descriptor in that process */
+    uint64_t size;        /* the segment's bytes */
+    const uint8_t *token; /* [PF_WIRE_SEG_TOKEN_SIZE]; borrowed */
+} pf_wire_seg_attach;
+
+/* One shard of a segment request: where its gradients lie in the attached segment and
+ * where its values are to be written, as byte offsets (multiples of 4). */
+typedef struct pf_wire_seg_tensor {
+    uint32_t id;    /* shard index in pf_placement order */
+    uint64_t count; /* elements */
+    uint64_t grad;  /* SEG_PUSH_PULL: offset of the count gradients; 0 in a SEG_PULL */
+    uint64_t value; /* offset the count values are written to before the reply */
+} pf_wire_seg_tensor;
+
+/* SEG_PULL (worker -> ps): a PULL whose values the ps writes into the segment; answered by
+ * a PULL_REPLY with no records (version as for PULL) once they are there. */
+typedef struct pf_wire_seg_pull {
+    uint64_t min_version;
+    uint32_t n;
+    const pf_wire_seg_tensor *tensors; /* [n]; borrowed */
+} pf_wire_seg_pull;
+
+/* SEG_PUSH_PULL (worker -> ps): a PUSH_PULL whose gradients are read from the segment and
+ * whose values are written to it; every record is both (the shard's gradients, then where
+ * its values go). Answered by a PULL_REPLY with no records, with push_result. */
+typedef struct pf_wire_seg_push_pull {
+    uint32_t task_index;
+    uint64_t incarnation;
+    uint64_t seq;
+    uint64_t step;
+    pf_wire_seg_pull pull;
+} pf_wire_seg_push_pull;
+
 typedef struct pf_wire_stats_reply {
     pf_wire_str json; /* UTF-8 JSON text */
 } pf_wire_stats_reply;
@@ -294,6 +338,9 @@ typedef struct pf_wire_msg {
         pf_wire_row_push_pull row_push_pull;
         pf_wire_error error;
         pf_wire_auth auth; /* AUTH_CHALLENGE, AUTH_PROOF, AUTH_OK */
+        pf_wire_seg_attach seg_attach;
+        pf_wire_seg_pull seg_pull;
+        pf_wire_seg_push_pull seg_push_pull; /* SEG_ACK has no payload */
     } u;
 } pf_wire_msg;
 
@@ -311,6 +358,8 @@ typedef struct pf_wire_in {
     uint32_t cap_row_views;
     pf_wire_rows *sel_views; /* owned: the row selections of a ROW_PULL or ROW_PUSH_PULL */
     uint32_t cap_sel_views;
+    pf_wire_seg_tensor *seg_views; /* owned: a SEG_PULL's or SEG_PUSH_PULL's records */
+    uint32_t cap_seg_views;
     pf_wire_code code; /* PF_WIRE_OK after a success */
 } pf_wire_in;
 
@@ -334,12 +383,11 @@ pf_status pf_wire_decode_header(pf_wire_in *in, const void *msg, size_t len, pf_
                                 pf_error *err);
 
 /* Decodes one whole message msg[0 .. len) of any type into *out. msg must be 4-byte
- * aligned (any malloc'd buffer is). Views live in in->views, in->row_views and
- * in->sel_views and are valid until the next decode with `in`; every other pointer in *out
- * (ids, strings, tensor data, rows, row data) points into msg. On failure
- * out->type and out->request_id hold the raw header values as pf_wire_decode_header
- * leaves them (0 when there is no header or the magic is wrong), so a caller can always
- * answer ERROR with out->request_id.
+ * aligned (any malloc'd buffer is). Views live in in->views, in->row_views,
+ * in->sel_views and in->seg_views and are valid until the next decode with `in`; every other
+ * pointer in *out (ids, strings, tensor data, rows, row data) points into msg. On failure out->type
+ * and out->request_id hold the raw header values as pf_wire_decode_header leaves them (0 when there
+ * is no header or the magic is wrong), so a caller can always answer ERROR with out->request_id.
  * Errors: as pf_wire_decode_header, plus PF_ERR_FORMAT (TRUNCATED: len < 24 +
  * payload_len; BAD_LENGTH: a field runs past the payload, or bytes are left over;
  * BAD_VALUE: enum out of range, nonzero padding, string not UTF-8 or containing NUL, rows
@@ -432,6 +480,16 @@ pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id, const p
                                   pf_error *err);
 pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,
                                        const pf_wire_row_push_pull *m, pf_error *err);
+/* Segment messages (no tensor data: the head is the whole message). PF_ERR_INVALID besides
+ * the common cases: token NULL, an offset not a multiple of 4, offset + 4 count past 2^64,
+ * a SEG_PULL record with grad != 0. */
+pf_status pf_wire_encode_seg_attach(pf_wire_out *out, uint32_t request_id,
+                                    const pf_wire_seg_attach *m, pf_error *err);
+pf_status pf_wire_encode_seg_ack(pf_wire_out *out, uint32_t request_id, pf_error *err);
+pf_status pf_wire_encode_seg_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_seg_pull *m,
+                                  pf_error *err);
+pf_status pf_wire_encode_seg_push_pull(pf_wire_out *out, uint32_t request_id,
+                                       const pf_wire_seg_push_pull *m, pf_error *err);
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err);
 pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,
                                      const pf_wire_stats_reply *m, pf_error *err);

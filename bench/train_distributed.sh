@@ -28,7 +28,9 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --repeats N       interleaved pairs per model and mode; the median is printed [3]
   --steps-scale X   multiply each model's step count by X (0.01 for a smoke run) [1]
   --optimizer NAME  sgd or adam [sgd]
-  --prefetch on|off the async clusters' training.prefetch (README "Overlap") [on]
+  --prefetch on|off the async clusters' training.prefetch (README "Overlap") [off]
+  --shm on|off      the shared segment of a worker and a ps on one host (PSFLOW_SHM,
+                    README "Overlap") [on]
   --help            this text
 
 BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.
@@ -43,7 +45,8 @@ modes=1w,2w-async,2w-sync
 repeats=3
 scale=1
 optimizer=sgd
-prefetch=on
+prefetch=off
+shm=on
 while [ $# -gt 0 ]; do
   case $1 in
   --help | -h) usage; exit 0 ;;
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
   --steps-scale) scale=${2:?--steps-scale needs a value}; shift 2 ;;
   --optimizer) optimizer=${2:?--optimizer needs a value}; shift 2 ;;
   --prefetch) prefetch=${2:?--prefetch needs a value}; shift 2 ;;
+  --shm) shm=${2:?--shm needs a value}; shift 2 ;;
   -*) echo "train_distributed.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
   *) build=$1; shift ;;
   esac
@@ -61,6 +65,8 @@ done
 [[ $scale =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "train_distributed.sh: --steps-scale must be a positive number" >&2; exit 64; }
 case $optimizer in sgd | adam) ;; *) echo "train_distributed.sh: --optimizer must be sgd or adam" >&2; exit 64 ;; esac
 case $prefetch in on | off) ;; *) echo "train_distributed.sh: --prefetch must be on or off" >&2; exit 64 ;; esac
+case $shm in on | off) ;; *) echo "train_distributed.sh: --shm must be on or off" >&2; exit 64 ;; esac
+export PSFLOW_SHM=$shm
 for m in ${models//,/ }; do
   [[ $m =~ ^[1-9][0-9]{0,4}$ ]] || { echo "train_distributed.sh: bad model width '$m'" >&2; exit 64; }
 done
@@ -201,7 +207,7 @@ steps_for() { # WIDTH
 print(max(10, int(base*s)))' "$1" "$scale"
 }
 
-echo "train_distributed: $(nproc) cores, optimizer $optimizer, async prefetch $prefetch, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
+echo "train_distributed: $(nproc) cores, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
 printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "1 proc ex/s" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
 for width in ${models//,/ }; do
   steps=$(steps_for "$width")

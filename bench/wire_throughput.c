@@ -137,8 +137,8 @@ int main(int argc, char **argv) {
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
         const char *addrs[] = {addr};
-        worker_link_options co = {&spec, addrs, 0,   PF_WIRE_ROLE_CHIEF, 1, 10, NULL,
-                                  NULL,  NULL,  NULL};
+        worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 1, 10, NULL, NULL,
+                                  NULL,  NULL,  0};
         worker_link *link;
         if (worker_link_create(&co, &link, &err) != PF_OK) {
             fprintf(stderr, "wire: %s\n", err.message);

@@ -292,7 +292,8 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     for (peer *q = s->peers; q; q = q->next) {
         if (q->parked) {
             q->parked = 0;
-            ps_srv_reply_pull(s, q->conn, q->request_id, &q->pull, PF_WIRE_PUSH_STALE);
+            ps_srv_reply_pull(s, q->conn, q->request_id, &q->pull, PF_WIRE_PUSH_STALE,
+                              q->parked_seg ? q->seg_dst : NULL);
         }
         if (q->ck_parked) {
             q->ck_parked = 0;
@@ -477,7 +478,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     }
     if (s->nonfinite[0] && (m.type == PF_WIRE_PULL || m.type == PF_WIRE_PUSH ||
                             m.type == PF_WIRE_PUSH_PULL || m.type == PF_WIRE_ROW_PULL ||
-                            m.type == PF_WIRE_ROW_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT)) {
+                            m.type == PF_WIRE_ROW_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT ||
+                            m.type == PF_WIRE_SEG_PULL || m.type == PF_WIRE_SEG_PUSH_PULL)) {
         ps_srv_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return;
     }
@@ -497,7 +499,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             return;
         }
         if (ps_srv_check_pull(s, conn, m.request_id, &pull) == 0)
-            ps_srv_pull_or_park(s, p, m.request_id, &pull, 0);
+            ps_srv_pull_or_park(s, p, m.request_id, &pull, 0, NULL);
         return;
     }
     case PF_WIRE_PUSH: {
@@ -526,11 +528,20 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             /* computed against a version this ps has not reached: from before a rollback.
              * The worker gets the values to go on from now, not a wait for a step that
              * cannot come without it. */
-            ps_srv_reply_pull(s, conn, m.request_id, &pp.pull, (uint32_t)r);
+            ps_srv_reply_pull(s, conn, m.request_id, &pp.pull, (uint32_t)r, NULL);
         else if (r >= 0)
-            ps_srv_pull_or_park(s, p, m.request_id, &pp.pull, (uint32_t)r);
+            ps_srv_pull_or_park(s, p, m.request_id, &pp.pull, (uint32_t)r, NULL);
         return;
     }
+    case PF_WIRE_SEG_ATTACH:
+        ps_srv_seg_attach(s, p, m.request_id, &m.u.seg_attach);
+        return;
+    case PF_WIRE_SEG_PULL:
+        ps_srv_seg_pull(s, p, m.request_id, &m.u.seg_pull);
+        return;
+    case PF_WIRE_SEG_PUSH_PULL:
+        ps_srv_seg_push_pull(s, p, m.request_id, &m.u.seg_push_pull);
+        return;
     case PF_WIRE_STATS:
         handle_stats(s, p, m.request_id);
         return;
@@ -680,10 +691,13 @@ static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     ps_server *s = user;
     int n_local = ps_shards_count(s->shards);
     peer *p = pf_calloc(1, sizeof *p);
-    if (p && (!(p->ids = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->ids)) ||
-              !(p->sel = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->sel)))) {
+    if (p &&
+        (!(p->ids = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->ids)) ||
+         !(p->sel = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->sel)) ||
+         !(p->seg_dst = pf_mallocarray((size_t)(n_local ? n_local : 1), sizeof *p->seg_dst)))) {
         pf_free(p->ids);
         pf_free(p->sel);
+        pf_free(p->seg_dst);
         pf_free(p->sel_rows);
         pf_free(p);
         p = NULL;
@@ -723,8 +737,10 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
             ps_srv_log(s, "%s %d disconnected%s%s", ps_srv_role_name(p->role), p->task,
                        record[0] ? "; staleness: " : "", record);
         pf_wire_in_deinit(&p->in);
+        pf_segment_close(&p->seg);
         pf_free(p->ids);
         pf_free(p->sel);
+        pf_free(p->seg_dst);
         pf_free(p->sel_rows);
         pf_free(p);
         pthread_mutex_lock(&s->mu);
@@ -779,12 +795,18 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
     s->lend = pf_calloc(s->max_parts, 1);
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
+    s->seg_ids = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_ids);
+    s->seg_views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_views);
+    s->seg_dst = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_dst);
+    for (int g = 0; g < s->placement.n_shards; g++) /* a worker's segment: values, gradients */
+        s->seg_limit += 2 * sizeof(float) * (uint64_t)s->placement.shards[g].count;
+    s->seg_limit += 4096;                           /* its header and alignment */
     int64_t bound = s->spec.training.max_staleness; /* >= 0 in async jobs only */
     if (bound >= 0)
         s->staleness = ps_staleness_create(PF_MAX_TASKS, bound,
                                            (double)s->spec.training.stall_timeout_secs / 2);
     if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled ||
-        (bound >= 0 && !s->staleness)) {
+        !s->seg_ids || !s->seg_views || !s->seg_dst || (bound >= 0 && !s->staleness)) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -942,6 +964,9 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->parts);
     pf_free(s->lend);
     pf_free(s->pulled);
+    pf_free(s->seg_ids);
+    pf_free(s->seg_views);
+    pf_free(s->seg_dst);
     pf_free(s->seen);
     ps_staleness_destroy(s->staleness);
     pf_job_spec_deinit(&s->spec);

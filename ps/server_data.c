@@ -78,7 +78,19 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
 }
 
 void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                       const pf_wire_row_pull *pull, uint32_t push_result) {
+                       const pf_wire_row_pull *pull, uint32_t push_result, float *const *seg_dst) {
+    pf_error err;
+    if (seg_dst) { /* the values go into the peer's segment; the reply says they are there */
+        for (uint32_t i = 0; i < pull->n; i++) {
+            int local = s->local_of[pull->ids[i]];
+            memcpy(seg_dst[i], ps_shards_values(s->shards, local),
+                   ps_shards_info(s->shards, local)->count * sizeof(float));
+        }
+        pf_wire_pull_reply r = {ps_srv_version(s), push_result, 0, NULL};
+        ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
+                    0);
+        return;
+    }
     for (uint32_t i = 0; i < pull->n; i++) {
         int local = s->local_of[pull->ids[i]];
         s->views[i] =
@@ -91,7 +103,6 @@ void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
         return;
     }
     pf_wire_pull_reply r = {ps_srv_version(s), push_result, pull->n + pull->n_sel, s->views};
-    pf_error err;
     uint64_t rows = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++)
         rows += pull->sel[i].n_rows;
@@ -102,9 +113,9 @@ void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
                 pull->n_sel == 0);
 }
 
-/* Keeps a pull on its peer until its version: ids and selections copied (the message goes).
- * -1: out of memory for the rows. */
-static int park(peer *p, const pf_wire_row_pull *pull) {
+/* Keeps a pull on its peer until its version: ids, selections and segment destinations
+ * copied (the message goes). -1: out of memory for the rows. */
+static int park(peer *p, const pf_wire_row_pull *pull, float *const *seg_dst) {
     size_t rows = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++)
         rows += pull->sel[i].n_rows;
@@ -116,6 +127,9 @@ static int park(peer *p, const pf_wire_row_pull *pull) {
         p->cap_sel_rows = rows;
     }
     memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
+    p->parked_seg = seg_dst != NULL;
+    if (seg_dst)
+        memcpy(p->seg_dst, seg_dst, pull->n * sizeof *p->seg_dst);
     size_t at = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++) {
         p->sel[i] = pull->sel[i];
@@ -129,15 +143,15 @@ static int park(peer *p, const pf_wire_row_pull *pull) {
 
 /* Answers a pull now if its version is reached, else parks it on the peer. */
 void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_row_pull *pull,
-                         uint32_t push_result) {
+                         uint32_t push_result, float *const *seg_dst) {
     int fresh = ps_staleness_pull(s->staleness, ps_srv_trainer(p));
     if ((ps_srv_version(s) >= pull->min_version && fresh) ||
         ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
         ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1, -1);
-        ps_srv_reply_pull(s, p->conn, request_id, pull, push_result);
+        ps_srv_reply_pull(s, p->conn, request_id, pull, push_result, seg_dst);
         return;
     }
-    if (park(p, pull) != 0) {
+    if (park(p, pull, seg_dst) != 0) {
         ps_srv_log(s, "out of memory keeping the rows of a parked pull; closing its connection");
         ps_srv_close(s, p->conn);
         return;
@@ -165,7 +179,8 @@ void ps_srv_release_parked(ps_server *s) {
             p->parked = 0;
             ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1,
                                   p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
-            ps_srv_reply_pull(s, p->conn, p->request_id, &p->pull, p->push_result);
+            ps_srv_reply_pull(s, p->conn, p->request_id, &p->pull, p->push_result,
+                              p->parked_seg ? p->seg_dst : NULL);
         }
         if (p->ck_parked && over && p->ck_step > v) {
             char text[160];

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "psflow/placement.h"
+#include "psflow/segment.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
@@ -34,6 +35,7 @@ typedef struct peer {
     size_t hello_len;
     uint8_t nonce[PF_WIRE_NONCE_SIZE];
     pf_wire_in in;
+    pf_segment seg; /* the worker's shared segment (SEG_ATTACH), mapped until the close */
     /* a parked pull */
     int parked;
     uint32_t request_id;
@@ -44,6 +46,8 @@ typedef struct peer {
     pf_wire_rows *sel;     /* capacity: the task's shard count */
     uint32_t *sel_rows;    /* the selections' rows, grown */
     size_t cap_sel_rows;
+    float **seg_dst;   /* a parked SEG_PULL: where each shard's values go (capacity as ids) */
+    int parked_seg;    /* the parked pull is one: its reply writes its values there */
     double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
     /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
     int ck_parked;
@@ -71,6 +75,11 @@ struct ps_server {
     unsigned char *lend;               /* scratch: which of them are lent (the values) */
     size_t max_parts;
     unsigned char *pulled; /* scratch: local shards named by a pull */
+    /* scratch of segment requests (n_local each): shard ids, gradient views, destinations */
+    uint32_t *seg_ids;
+    pf_wire_tensor *seg_views;
+    float **seg_dst;
+    uint64_t seg_limit; /* the largest segment a worker may attach: 2 x the model's bytes */
     pf_ws *ws;
     size_t max_message; /* the largest message this ps accepts (a push of every shard) */
     /* the data plane's limits; those the options left to the ps (auto_*) follow the
@@ -147,14 +156,25 @@ void ps_srv_write_parked_checkpoints(ps_server *s);
 /* Pulls: a PULL is a row pull without selections. */
 int ps_srv_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
                       const pf_wire_row_pull *pull);
+/* seg_dst: NULL, or (a segment pull, whole shards only) where each shard's values are
+ * written in the peer's segment before a PULL_REPLY of no records is sent. */
 void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                       const pf_wire_row_pull *pull, uint32_t push_result);
+                       const pf_wire_row_pull *pull, uint32_t push_result, float *const *seg_dst);
 void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_row_pull *pull,
-                         uint32_t push_result);
+                         uint32_t push_result, float *const *seg_dst);
 void ps_srv_release_parked(ps_server *s);
 void ps_srv_check_finite(ps_server *s);
 void ps_srv_settle(ps_server *s);
 int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
                        uint32_t n_rows, const pf_wire_rows *rows);
+
+/* --- server_seg.c -------------------------------------------------------------------------- */
+
+/* SEG_ATTACH, SEG_PULL and SEG_PUSH_PULL (api/wire.md "Shared segment"), and a peer's
+ * segment going with its connection. */
+void ps_srv_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_attach *a);
+void ps_srv_seg_pull(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_pull *pull);
+void ps_srv_seg_push_pull(ps_server *s, peer *p, uint32_t request_id,
+                          const pf_wire_seg_push_pull *pp);
 
 #endif

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "psflow/address.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
+#include "psflow/segment.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
@@ -42,7 +44,12 @@ typedef struct ps_link {
     uint64_t *exp_count;
     float **exp_dst;
     int n_exp;
-    pf_wire_out out;  /* the request in flight, kept for resending */
+    pf_wire_out out;        /* the request in flight, kept for resending */
+    int seg;                /* the ps took the link's segment on the current connection */
+    int seg_said;           /* its refusal was logged */
+    int out_seg;            /* `out` is a segment request (SEG_PULL, SEG_PUSH_PULL) */
+    const float *req_grads; /* `out`'s push (REQ_DATA): to encode it again for the socket */
+    uint64_t req_step;
     int kind;         /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
     uint64_t ck_step; /* REQ_CHECKPOINT, REQ_RESTORE: to re-encode after a ps restart */
     uint32_t ck_final;
@@ -92,7 +99,11 @@ struct worker_link {
     pf_wire_rows *prows;         /* row mode: a push's row gradients (n_shards) */
     const worker_rows *rows;     /* NULL: every shard whole (no tables) */
     const worker_row_plan *plan; /* row mode: the rows pulls fetch and pushes send */
-    struct iovec *parts;         /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
+    pf_segment seg;              /* options.segment: [token | params | grads] */
+    float *seg_params, *seg_grads;
+    size_t n_params;
+    pf_wire_seg_tensor *segrec; /* a segment request's records (n_shards) */
+    struct iovec *parts;        /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
     size_t max_parts;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -248,6 +259,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             l->version = m.u.pull_reply.version;
             l->push_result = m.u.pull_reply.push_result;
             break;
+        case PF_WIRE_SEG_ACK:
+            break;
         case PF_WIRE_PUSH_ACK:
             l->version = m.u.push_ack.version;
             l->push_result = m.u.push_ack.result;
@@ -323,7 +336,7 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
     l->done = 0;
     uint64_t conn = l->conn;
     pthread_mutex_unlock(&c->mu);
-    if (values && c->params && !c->rows) { /* every shard whole: received in place */
+    if (values && c->params && !c->rows && !l->out_seg) { /* whole shards: received in place */
         for (int i = 0; i < l->n_ids; i++)
             l->places[i].dst = c->params + c->placement.shards[l->ids[i]].offset;
         /* Refused (out of memory, or the connection is gone): received as usual. */
@@ -338,6 +351,45 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
         pthread_mutex_unlock(&c->mu);
     }
     return PF_OK;
+}
+
+/* On a fresh connection whose HELLO succeeded: offers l's ps the link's segment
+ * (SEG_ATTACH), encoded in *tmp; l->seg says whether it took it. A refusal keeps l on the
+ * socket (logged once per ps). Returns -1 when the connection went away meanwhile. */
+static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
+    l->seg = 0;
+    if (!c->seg.base)
+        return 0;
+    pf_wire_out saved = l->out;
+    uint32_t saved_id = l->request_id;
+    l->out = *tmp;
+    l->request_id = ++c->next_request;
+    pf_wire_seg_attach a = {(uint32_t)getpid(), (uint32_t)c->seg.fd, c->seg.size, c->seg.token};
+    pf_error e;
+    pf_status st = pf_wire_encode_seg_attach(&l->out, l->request_id, &a, &e);
+    if (st == PF_OK)
+        st = send_request(c, l, 0);
+    *tmp = l->out;
+    l->out = saved;
+    pthread_mutex_lock(&c->mu);
+    struct timespec ts = pf_clock_deadline(10.0);
+    while (st == PF_OK && !l->done && !l->closed)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
+            break;
+    int answered = st == PF_OK && l->done;
+    l->seg = answered && l->status == PF_OK;
+    char why[256];
+    snprintf(why, sizeof why, "%s", answered ? l->message : "");
+    l->request_id = saved_id;
+    pthread_mutex_unlock(&c->mu);
+    if (answered && !l->seg && !l->seg_said) {
+        fprintf(stderr,
+                "psflow worker %d: ps %d did not take the shared segment; over the "
+                "socket: %s\n",
+                c->task, l->index, why);
+        l->seg_said = 1;
+    }
+    return st == PF_OK && !answered ? -1 : 0;
 }
 
 /* (Re)connects l and completes HELLO, retrying until c->retry seconds have passed. The
@@ -410,6 +462,11 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             snprintf(last, sizeof last, "%s", l->done ? l->message : "no answer to HELLO");
             l->request_id = saved_id; /* the request being retried keeps its id */
             pthread_mutex_unlock(&c->mu);
+            if (ok && attach_segment(c, l, &hello_out) != 0) {
+                snprintf(last, sizeof last, "the connection closed after HELLO");
+                ok = 0;
+                l->done = 0; /* not a refusal: retried */
+            }
             if (ok) {
                 st = PF_OK;
                 break;
@@ -504,9 +561,41 @@ static uint32_t expect_pull(worker_link *c, ps_link *l, float *params) {
     return n_sel;
 }
 
+/* 1 when l's data request may go through the segment: the ps took it and the vectors the
+ * request reads (grads, NULL for a pull) and fills (params) lie in it. */
+static int use_segment(const worker_link *c, const ps_link *l, const float *grads,
+                       const float *params) {
+    size_t bytes = c->n_params * sizeof(float);
+    return l->seg && params && pf_segment_holds(&c->seg, params, bytes) &&
+           (!grads || pf_segment_holds(&c->seg, grads, bytes));
+}
+
+/* Encodes into l->out a SEG_PULL (grads NULL) or SEG_PUSH_PULL of l's shards: each one's
+ * gradients in grads and values into params, both in the segment. */
+static pf_status encode_segment(worker_link *c, ps_link *l, const float *grads, uint64_t step,
+                                uint64_t min_version, float *params, pf_error *err) {
+    for (int i = 0; i < l->n_ids; i++) {
+        const pf_shard_info *s = &c->placement.shards[l->ids[i]];
+        uint64_t g = grads ? (uint64_t)((const uint8_t *)(grads + s->offset) - c->seg.base) : 0;
+        c->segrec[i] = (pf_wire_seg_tensor){
+            l->ids[i], s->count, g, (uint64_t)((uint8_t *)(params + s->offset) - c->seg.base)};
+    }
+    l->kind = REQ_DATA;
+    l->n_exp = 0; /* the reply carries no records: the values are in the segment */
+    l->out_seg = 1;
+    pf_wire_seg_pull pull = {min_version, (uint32_t)l->n_ids, c->segrec};
+    if (!grads)
+        return pf_wire_encode_seg_pull(&l->out, l->request_id, &pull, err);
+    pf_wire_seg_push_pull pp = {(uint32_t)c->task, c->incarnation, c->seq, step, pull};
+    return pf_wire_encode_seg_push_pull(&l->out, l->request_id, &pp, err);
+}
+
 /* Encodes into l->out a pull (PULL, or ROW_PULL in row mode) of what expect_pull says. */
 static pf_status encode_pull(worker_link *c, ps_link *l, uint64_t min_version, float *params,
                              pf_error *err) {
+    if (use_segment(c, l, NULL, params))
+        return encode_segment(c, l, NULL, 0, min_version, params, err);
+    l->out_seg = 0;
     uint32_t n_sel = expect_pull(c, l, params);
     l->kind = REQ_DATA;
     if (!c->rows) {
@@ -522,8 +611,12 @@ static pf_status encode_pull(worker_link *c, ps_link *l, uint64_t min_version, f
 static pf_status pull_instead(worker_link *c, ps_link *l, uint64_t min_version, pf_error *err) {
     l->request_id = ++c->next_request;
     l->swapped = 1;
+    l->req_grads = NULL;
     return encode_pull(c, l, min_version, c->params, err);
 }
+
+static pf_status encode_push_pull_one(worker_link *c, ps_link *l, const float *grads, uint64_t step,
+                                      float *params, int seg_ok, pf_error *err);
 
 /* Sends every link's encoded request; the round trip's clock starts here. */
 static pf_status send_all(worker_link *c, pf_error *err) {
@@ -623,6 +716,15 @@ static pf_status await_all(worker_link *c, pf_error *err) {
             } else {
                 fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task,
                         l->index);
+                /* A segment request to a ps that did not take the segment this time goes over
+                 * the socket: the same push (sequence number) encoded again. */
+                pf_status es = PF_OK;
+                if (l->kind == REQ_DATA && l->out_seg && !l->seg)
+                    es = l->req_grads ? encode_push_pull_one(c, l, l->req_grads, l->req_step,
+                                                             c->params, 0, err)
+                                      : encode_pull(c, l, l->min_version, c->params, err);
+                if (es != PF_OK)
+                    return PF_ERR_NOMEM;
             }
             if (send_request(c, l, l->kind == REQ_DATA) != PF_OK)
                 return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -718,7 +820,8 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     c->rows = o->rows;
     c->max_parts = 2 * (size_t)c->placement.n_shards + 1;
     c->parts = pf_calloc(c->max_parts, sizeof *c->parts);
-    if (!c->links || !c->views || !c->sel || !c->prows || !c->parts) {
+    c->segrec = pf_calloc((size_t)c->placement.n_shards, sizeof *c->segrec);
+    if (!c->links || !c->views || !c->sel || !c->prows || !c->parts || !c->segrec) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -771,6 +874,19 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
             goto fail;
         }
     }
+    for (int g = 0; g < c->placement.n_shards; g++)
+        c->n_params += c->placement.shards[g].count;
+    if (o->segment && !c->rows && pf_segment_enabled()) {
+        /* [token, to 64 bytes | params | grads], each vector 64-byte aligned */
+        size_t vec = (c->n_params * sizeof(float) + 63) & ~(size_t)63;
+        pf_error e;
+        if (pf_segment_create(64 + 2 * vec, &c->seg, &e) == PF_OK) {
+            c->seg_params = (float *)(void *)(c->seg.base + 64);
+            c->seg_grads = (float *)(void *)(c->seg.base + 64 + vec);
+        } else {
+            fprintf(stderr, "psflow worker %d: %s; every ps over the socket\n", c->task, e.message);
+        }
+    }
     pf_ws_handlers h = {on_open, on_message, on_close, NULL};
     size_t max_message = 0;
     for (int p = 0; p < c->n; p++)
@@ -810,6 +926,8 @@ void worker_link_destroy(worker_link *c) {
     pf_free(c->sel);
     pf_free(c->prows);
     pf_free(c->parts);
+    pf_free(c->segrec);
+    pf_segment_close(&c->seg); /* after the transport: no reply lands in it any more */
     pf_placement_deinit(&c->placement);
     pf_job_spec_deinit(&c->spec);
     pthread_mutex_destroy(&c->mu);
@@ -833,7 +951,9 @@ pf_status worker_link_pull(worker_link *c, const uint64_t *min_version, float *p
         ps_link *l = &c->links[p];
         l->request_id = ++c->next_request;
         l->swapped = 0;
-        pf_status st = encode_pull(c, l, min_version ? min_version[p] : 0, params, err);
+        l->req_grads = NULL;
+        l->min_version = min_version ? min_version[p] : 0;
+        pf_status st = encode_pull(c, l, l->min_version, params, err);
         if (st != PF_OK)
             return st;
     }
@@ -881,28 +1001,38 @@ static pf_status encode_row_push(worker_link *c, ps_link *l, const float *grads,
     return pf_wire_encode_row_push_pull(&l->out, l->request_id, &pp, err);
 }
 
-/* Encodes a PUSH_PULL of grads for every ps (in row mode a ROW_PUSH_PULL that pulls nothing;
- * the next pull fetches the next batch's rows). */
+/* Encodes l's PUSH_PULL of grads (through the segment when seg_ok and it can, in row mode a
+ * ROW_PUSH_PULL that pulls nothing: the next pull fetches the next batch's rows), with the
+ * link's current sequence number. */
+static pf_status encode_push_pull_one(worker_link *c, ps_link *l, const float *grads, uint64_t step,
+                                      float *params, int seg_ok, pf_error *err) {
+    l->kind = REQ_DATA;
+    l->req_grads = grads;
+    l->req_step = step;
+    if (seg_ok && !c->rows && use_segment(c, l, grads, params))
+        return encode_segment(c, l, grads, step, l->min_version, params, err);
+    l->out_seg = 0;
+    if (c->rows)
+        return encode_row_push(c, l, grads, step, l->min_version, err);
+    gradient_views(c, l, grads);
+    expect_pull(c, l, params);
+    pf_wire_push_pull pp = {
+        {(uint32_t)c->task, c->incarnation, c->seq, step, (uint32_t)l->n_ids, c->views},
+        {l->min_version, (uint32_t)l->n_ids, l->ids}};
+    return pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
+}
+
+/* Encodes a PUSH_PULL of grads for every ps (encode_push_pull_one). */
 static pf_status encode_push_pull(worker_link *c, const float *grads, const uint64_t *step,
-                                  const uint64_t *min_version, float *params, pf_error *err) {
+                                  const uint64_t *min_version, float *params, int seg_ok,
+                                  pf_error *err) {
     c->seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         l->request_id = ++c->next_request;
-        l->kind = REQ_DATA;
         l->swapped = 0;
         l->min_version = min_version ? min_version[p] : 0;
-        pf_status st;
-        if (c->rows) {
-            st = encode_row_push(c, l, grads, step[p], l->min_version, err);
-        } else {
-            gradient_views(c, l, grads);
-            expect_pull(c, l, params);
-            pf_wire_push_pull pp = {
-                {(uint32_t)c->task, c->incarnation, c->seq, step[p], (uint32_t)l->n_ids, c->views},
-                {l->min_version, (uint32_t)l->n_ids, l->ids}};
-            st = pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
-        }
+        pf_status st = encode_push_pull_one(c, l, grads, step[p], params, seg_ok, err);
         if (st != PF_OK)
             return st;
     }
@@ -912,7 +1042,7 @@ static pf_status encode_push_pull(worker_link *c, const float *grads, const uint
 pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64_t *step,
                                 const uint64_t *min_version, float *params, uint64_t *versions,
                                 uint32_t *results, pf_error *err) {
-    pf_status st = encode_push_pull(c, grads, step, min_version, params, err);
+    pf_status st = encode_push_pull(c, grads, step, min_version, params, 1, err);
     if (st != PF_OK)
         return st;
     c->params = params;
@@ -924,7 +1054,8 @@ pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64
 
 pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const uint64_t *step,
                                       const uint64_t *min_version, float *params, pf_error *err) {
-    pf_status st = encode_push_pull(c, grads, step, min_version, params, err);
+    /* Not through the segment: the caller reuses grads before the ps has read them. */
+    pf_status st = encode_push_pull(c, grads, step, min_version, params, 0, err);
     if (st != PF_OK)
         return st;
     c->params = params;
@@ -962,6 +1093,7 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
         l->request_id = ++c->next_request;
         l->kind = REQ_DATA;
         l->swapped = 0;
+        l->out_seg = 0;
         pf_status st = pf_wire_encode_push(&l->out, l->request_id, &push, err);
         if (st != PF_OK)
             return st;
@@ -969,6 +1101,18 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
     pf_status st = round_trip(c, err);
     collect(c, versions, results);
     return st;
+}
+
+float *worker_link_segment(worker_link *c, float **grads) {
+    *grads = c->seg_grads;
+    return c->seg_params;
+}
+
+int worker_link_shared(const worker_link *c) {
+    int n = 0;
+    for (int p = 0; p < c->n; p++)
+        n += c->links[p].seg;
+    return n;
 }
 
 void worker_link_set_plan(worker_link *c, const worker_row_plan *plan) {

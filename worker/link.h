@@ -11,6 +11,10 @@
  * number, so a push the ps had already applied is recognised as a duplicate rather than
  * applied twice. A restarted ps (new incarnation) has restored its newest checkpoint and
  * the request continues against it. Not thread-safe: one trainer thread uses a link.
+ *
+ * A ps on the same host may take the link's shared segment (options.segment): requests to it
+ * then name where the gradients lie and where the values go in the segment, and the ps
+ * copies them there itself; the socket carries a few hundred bytes per round trip.
  */
 #ifndef PSFLOW_WORKER_LINK_H
 #define PSFLOW_WORKER_LINK_H
@@ -42,7 +46,22 @@ typedef struct worker_link_options {
      * push-pull pulls nothing (the next worker_link_pull fetches the next batch's rows).
      * The link keeps the pointer. */
     const struct worker_rows *rows;
+    /* Keep a parameter and a gradient vector in a shared-memory segment (psflow/segment.h)
+     * offered to every ps (SEG_ATTACH): a ps on this host that takes it reads the gradients
+     * and writes the values there, and only a small request and reply cross the socket.
+     * Not in row mode. A ps that refuses it (another host, PSFLOW_SHM=off) is spoken to over
+     * the socket as usual. */
+    int segment;
 } worker_link_options;
+
+/* The segment's parameter vector (and in *grads its gradient vector), each
+ * pf_model_num_params floats, or NULL when the link has no segment. Pulls into and pushes
+ * from these vectors go through the segment to every ps that took it; the link owns them
+ * (worker_link_destroy unmaps them). */
+float *worker_link_segment(worker_link *c, float **grads);
+
+/* How many ps took the segment on their current connection (0 without one). */
+int worker_link_shared(const worker_link *c);
 
 struct worker_row_plan;
 

@@ -49,7 +49,8 @@ typedef struct trainer {
     pf_sampler *sampler;
     size_t n_params;
     int n_ps, n_tasks;
-    float *params, *grads;       /* host */
+    float *params, *grads; /* host; in the link's segment when in_segment */
+    int in_segment;
     float *params_next;          /* host, prefetch only: where the in-flight pull lands */
     float *d_params, *d_x, *d_y; /* backend: evaluation (chief) */
     int32_t *d_labels;
@@ -739,23 +740,30 @@ static pf_status setup(trainer *t, pf_error *err) {
     uint8_t key[PF_WIRE_KEY_SIZE];
     if (t->o->job_key)
         pf_wire_task_key(t->o->job_key, role, (uint32_t)t->o->task, key);
-    worker_link_options co = {spec,
-                              t->o->ps_addrs,
-                              t->o->task,
-                              role,
-                              t->o->incarnation,
-                              t->o->retry_seconds,
-                              t->o->stop,
-                              t->o->job_key ? key : NULL,
-                              t->o->ca_file,
-                              t->row_mode ? &t->rows : NULL};
+    worker_link_options co = {spec, t->o->ps_addrs, t->o->task, role, t->o->incarnation,
+                              t->o->retry_seconds, t->o->stop, t->o->job_key ? key : NULL,
+                              t->o->ca_file, t->row_mode ? &t->rows : NULL,
+                              /* the gradient a prefetching push sends is reused before
+                               * the ps has read it: that push goes over the socket */
+                              !prefetch};
     pf_status linked = worker_link_create(&co, &t->link, err);
     pf_wire_key_clear(key, sizeof key);
+    float *seg_grads,
+        *seg_params = linked == PF_OK ? worker_link_segment(t->link, &seg_grads) : NULL;
+    if (seg_params) { /* nothing was written to the vectors yet */
+        pf_free(t->params);
+        pf_free(t->grads);
+        t->params = seg_params;
+        t->grads = seg_grads;
+        t->in_segment = 1;
+    }
     return linked;
 }
 
 static void teardown(trainer *t) {
     worker_link_destroy(t->link);
+    if (t->in_segment) /* the link unmapped them */
+        t->params = t->grads = NULL;
     pf_model_destroy(t->model);
     pf_towers_destroy(t->towers);
     pf_sampler_destroy(t->sampler);
@@ -808,9 +816,14 @@ pf_status worker_run(const worker_options *o) {
     char split[64] = "";
     if (k > 1)
         snprintf(split, sizeof split, " (%d in-graph replicas x %d)", k, spec->training.batch_size);
-    fprintf(stderr, "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s%s\n",
-            who, o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
-            o->threads_note ? o->threads_note : "",
+    char shared[96] = "";
+    if (t.in_segment)
+        snprintf(shared, sizeof shared, "; %d of %d ps share its memory (no socket copies)",
+                 worker_link_shared(t.link), t.n_ps);
+    fprintf(stderr,
+            "psflow %s %d: connected to %d ps; training task %d of %d, batch %d%s%s%s%s%s\n", who,
+            o->task, t.n_ps, o->task, t.n_tasks, b, split, o->threads_note ? "; " : "",
+            o->threads_note ? o->threads_note : "", shared,
             t.params_next ? "; prefetch: the next step is computed during each push-pull"
             : t.row_mode && spec->training.prefetch
                 ? "; training.prefetch does not apply: each step pulls its own batch's rows"

@@ -74,15 +74,20 @@ static void *start_later(void *arg) {
     return NULL;
 }
 
-static worker_link *connect_link(int port) {
+static worker_link *connect_link_with(int port, int segment) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const char *addrs[] = {addr};
-    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL, NULL, NULL};
+    worker_link_options co = {&spec, addrs, 0,      PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL,
+                              NULL,  NULL,  segment};
     worker_link *c;
     pf_error err;
     assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
     return c;
+}
+
+static worker_link *connect_link(int port) {
+    return connect_link_with(port, 0);
 }
 
 static void lose_and_return(uint64_t incarnation_after, int checkpoint) {
@@ -158,7 +163,7 @@ static void test_other_placement_refused(void **state) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(s));
     const char *addrs[] = {addr};
-    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL, NULL, NULL};
+    worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 5, NULL, NULL, NULL, NULL, 0};
     worker_link *c = NULL;
     assert_int_equal(worker_link_create(&co, &c, &err), PF_ERR_INVALID);
     assert_non_null(strstr(err.message, "same job spec"));
@@ -166,8 +171,101 @@ static void test_other_placement_refused(void **state) {
     pf_job_spec_deinit(&other);
 }
 
+/* Pushes k's gradient (a function of the element and k) and pulls, through whatever path the
+ * link takes; the values land in params. */
+static void push_pull_k(worker_link *c, float *grads, float *params, size_t n, int k) {
+    for (size_t i = 0; i < n; i++)
+        grads[i] = (float)((int)(i % 7) - 3) * 0.125f + (float)k * 0.01f;
+    uint64_t step = 0, v = 0;
+    uint32_t result = 99;
+    pf_error err;
+    assert_int_equal(worker_link_push_pull(c, grads, &step, NULL, params, &v, &result, &err),
+                     PF_OK);
+    assert_int_equal(result, PF_WIRE_PUSH_APPLIED);
+    assert_int_equal(v, (uint64_t)k);
+}
+
+/* A link with a segment to a ps on this host trains exactly as one over the socket: two ps
+ * from the same spec, one reached each way, hold the same bits after the same pushes. */
+static void test_segment_same_as_socket(void **state) {
+    (void)state;
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
+    ps_server *a, *b;
+    pf_error err;
+    assert_int_equal(ps_server_start(&o, &a, &err), PF_OK);
+    assert_int_equal(ps_server_start(&o, &b, &err), PF_OK);
+    alarm(30);
+    worker_link *shm = connect_link_with(ps_server_port(a), 1);
+    worker_link *tcp = connect_link_with(ps_server_port(b), 0);
+    size_t n = pf_model_num_params(&spec.model);
+    float *sg, *sp = worker_link_segment(shm, &sg), *tg;
+    assert_non_null(sp);
+    assert_non_null(sg);
+    assert_int_equal(worker_link_shared(shm), 1);
+    assert_null(worker_link_segment(tcp, &tg));
+    assert_int_equal(worker_link_shared(tcp), 0);
+    float *tp = calloc(n, sizeof(float));
+    tg = calloc(n, sizeof(float));
+    uint64_t v;
+    for (size_t i = 0; i < n; i++)
+        sp[i] = -1;
+    assert_int_equal(worker_link_pull(shm, NULL, sp, &v, &err), PF_OK);
+    assert_int_equal(worker_link_pull(tcp, NULL, tp, &v, &err), PF_OK);
+    assert_memory_equal(sp, tp, n * sizeof(float));
+    for (int k = 1; k <= 5; k++) {
+        push_pull_k(shm, sg, sp, n, k);
+        push_pull_k(tcp, tg, tp, n, k);
+        assert_memory_equal(sp, tp, n * sizeof(float));
+    }
+    /* the values moved: the pushes were applied, not just echoed */
+    assert_true(sp[0] != 0 || sp[1] != 0);
+    /* a vector outside the segment goes over the socket on the same link */
+    float *outside = calloc(n, sizeof(float));
+    assert_int_equal(worker_link_pull(shm, NULL, outside, &v, &err), PF_OK);
+    assert_memory_equal(outside, tp, n * sizeof(float));
+    alarm(0);
+    worker_link_destroy(shm);
+    worker_link_destroy(tcp);
+    ps_server_destroy(a);
+    ps_server_destroy(b);
+    free(tp);
+    free(tg);
+    free(outside);
+}
+
+/* A ps that comes back refusing the segment (PSFLOW_SHM=off there): the push in flight is
+ * sent again over the socket, under its own sequence number, and completes. */
+static void test_segment_refused_after_reconnect(void **state) {
+    (void)state;
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 200, 0, NULL, {0}};
+    ps_server *first;
+    pf_error err;
+    assert_int_equal(ps_server_start(&o, &first, &err), PF_OK);
+    restart r = {ps_server_port(first), 200, NULL};
+    worker_link *c = connect_link_with(r.port, 1);
+    assert_int_equal(worker_link_shared(c), 1);
+    size_t n = pf_model_num_params(&spec.model);
+    float *g, *p = worker_link_segment(c, &g);
+    uint64_t v;
+    assert_int_equal(worker_link_pull(c, NULL, p, &v, &err), PF_OK);
+    ps_server_destroy(first);
+    setenv("PSFLOW_SHM", "off", 1); /* read by the ps at each SEG_ATTACH */
+    pthread_t th;
+    pthread_create(&th, NULL, start_later, &r);
+    alarm(30);
+    push_pull_k(c, g, p, n, 1);
+    alarm(0);
+    pthread_join(th, NULL);
+    unsetenv("PSFLOW_SHM");
+    assert_int_equal(worker_link_shared(c), 0);
+    worker_link_destroy(c);
+    ps_server_destroy(r.server);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_segment_same_as_socket),
+        cmocka_unit_test(test_segment_refused_after_reconnect),
         cmocka_unit_test(test_same_ps_returns),
         cmocka_unit_test(test_restarted_ps_checkpoint_given_up),
         cmocka_unit_test(test_other_placement_refused),

@@ -1,0 +1,120 @@
+/* segment.c - the shared-memory segment of one host's workers and ps tasks (see segment.h). */
+#define _GNU_SOURCE
+#include "psflow/segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "psflow/wire_auth.h"
+
+int pf_segment_enabled(void) {
+    const char *e = getenv("PSFLOW_SHM");
+    if (!e)
+        return 1;
+    return !(strcasecmp(e, "off") == 0 || strcmp(e, "0") == 0 || strcasecmp(e, "false") == 0 ||
+             strcasecmp(e, "no") == 0);
+}
+
+pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (size <= PF_WIRE_SEG_TOKEN_SIZE)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "a segment of %zu bytes is too small", size);
+    const char *step = "memfd_create";
+    int fd = memfd_create("psflow-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd >= 0 && ftruncate(fd, (off_t)size) != 0)
+        step = "ftruncate";
+    else if (fd >= 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        step = "sealing";
+    else if (fd >= 0 && (out->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) ==
+                            MAP_FAILED)
+        step = "mmap";
+    else if (fd >= 0)
+        step = NULL;
+    if (step) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        out->base = NULL;
+        return pf_error_set(err, PF_ERR_IO, NULL, "no shared segment of %zu bytes: %s: %s", size,
+                            step, strerror(e));
+    }
+    pf_error e2;
+    uint8_t nonce[PF_WIRE_NONCE_SIZE];
+    if (pf_wire_nonce(nonce, &e2) != PF_OK) {
+        munmap(out->base, size);
+        close(fd);
+        out->base = NULL;
+        return pf_error_set(err, PF_ERR_IO, NULL, "no shared segment: %s", e2.message);
+    }
+    memcpy(out->token, nonce, sizeof out->token);
+    memcpy(out->base, out->token, sizeof out->token);
+    out->size = size;
+    out->fd = fd;
+    return PF_OK;
+}
+
+pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_t *token,
+                          uint64_t limit, pf_segment *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (size <= PF_WIRE_SEG_TOKEN_SIZE || size > limit || size > (uint64_t)SIZE_MAX)
+        return pf_error_set(
+            err, PF_ERR_INVALID, NULL, "a segment of %llu bytes (this ps takes %u to %llu)",
+            (unsigned long long)size, PF_WIRE_SEG_TOKEN_SIZE + 1, (unsigned long long)limit);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/fd/%u", pid, fd);
+    struct stat before, st;
+    /* What the descriptor names is looked at before it is opened: only a regular file of
+     * this user and the announced size is opened at all (no FIFO to block on, no device). */
+    if (stat(path, &before) != 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s (not on this host?)", path,
+                            strerror(errno));
+    if (!S_ISREG(before.st_mode) || before.st_uid != geteuid() || (uint64_t)before.st_size != size)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "%s is not a regular file of this user of %llu bytes", path,
+                            (unsigned long long)size);
+    int f = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (f < 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
+    const char *why = NULL;
+    int seals = fcntl(f, F_GET_SEALS);
+    if (fstat(f, &st) != 0 || st.st_dev != before.st_dev || st.st_ino != before.st_ino ||
+        (uint64_t)st.st_size != size)
+        why = "changed while it was opened";
+    else if (seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_SEAL))
+        why = "not sealed against shrinking";
+    else if ((out->base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0)) ==
+             MAP_FAILED) {
+        out->base = NULL;
+        why = "cannot be mapped";
+    } else if (memcmp(out->base, token, PF_WIRE_SEG_TOKEN_SIZE) != 0) {
+        munmap(out->base, (size_t)size);
+        out->base = NULL;
+        why = "does not start with the token named";
+    }
+    close(f);
+    if (why)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s %s", path, why);
+    out->size = (size_t)size;
+    memcpy(out->token, token, sizeof out->token);
+    return PF_OK;
+}
+
+void pf_segment_close(pf_segment *s) {
+    if (!s->base)
+        return; /* never made, or closed: a zeroed struct's fd 0 is not ours */
+    munmap(s->base, s->size);
+    if (s->fd >= 0)
+        close(s->fd);
+    s->base = NULL;
+    s->size = 0;
+    s->fd = -1;
+}

@@ -1,0 +1,58 @@
+/* segment.h - the shared-memory segment a worker and a ps on one host exchange values and
+ * gradients through instead of the socket (api/wire.md, "Shared segment").
+ *
+ * The worker makes the segment: a memfd of a fixed size, sealed so that nobody can shrink
+ * or grow it (a ps that maps it can never be handed a SIGBUS by a shorter file), whose first
+ * PF_WIRE_SEG_TOKEN_SIZE bytes are random. It keeps its parameter and gradient vectors in
+ * it and names the segment to each ps by process id, descriptor number and token
+ * (SEG_ATTACH). The ps opens /proc/<pid>/fd/<fd>, checks that it is such a segment and the
+ * one meant (below), and maps it; from then on a request names byte offsets in it, which the
+ * ps checks against the size before it reads or writes there.
+ *
+ * Either side turns the path off with PSFLOW_SHM=off (or 0, false, no): the worker then
+ * makes no segment, the ps refuses every SEG_ATTACH, and everything goes over the socket.
+ */
+#ifndef PSFLOW_SEGMENT_H
+#define PSFLOW_SEGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/status.h"
+#include "psflow/wire.h"
+
+typedef struct pf_segment {
+    uint8_t *base; /* the mapping, NULL when none */
+    size_t size;   /* bytes */
+    int fd;        /* the worker's descriptor (-1 on the ps side: it keeps only the mapping) */
+    uint8_t token[PF_WIRE_SEG_TOKEN_SIZE];
+} pf_segment;
+
+/* 0 when PSFLOW_SHM says off (off, 0, false, no), else 1. */
+int pf_segment_enabled(void);
+
+/* Worker: a sealed memfd segment of `size` bytes (> PF_WIRE_SEG_TOKEN_SIZE), mapped and
+ * zero apart from its random token, which also lies in out->token. Errors: PF_ERR_IO (no
+ * memfd, sealing or mapping: the message says which), PF_ERR_INVALID (size too small). */
+pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err);
+
+/* ps: maps the segment that process `pid` holds as descriptor `fd`, which must be a regular
+ * file owned by this process's user, exactly `size` bytes (at most `limit`), sealed against
+ * shrinking, whose first bytes equal `token`. The file is opened only after the path it
+ * names has been checked, and without blocking, so a peer that names a FIFO or a device gets
+ * a refusal and nothing else. Errors: PF_ERR_INVALID with the reason in err (a segment this
+ * ps cannot or must not use). */
+pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_t *token,
+                          uint64_t limit, pf_segment *out, pf_error *err);
+
+/* Unmaps (and on the worker's side closes) the segment; safe on a zeroed or closed one. */
+void pf_segment_close(pf_segment *s);
+
+/* 1 when [p, p + bytes) lies inside the segment. */
+static inline int pf_segment_holds(const pf_segment *s, const void *p, size_t bytes) {
+    const uint8_t *b = p;
+    return s->base && b >= s->base && b <= s->base + s->size &&
+           bytes <= (size_t)(s->base + s->size - b);
+}
+
+#endif

@@ -18,8 +18,8 @@ void ps_srv_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         return;
     }
     if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED, "a %s may not attach a segment",
-                     ps_srv_role_name(p->role));
+        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                     "a peer with the role %s may not attach a segment", ps_srv_role_name(p->role));
         return;
     }
     if (p->seg.base) {

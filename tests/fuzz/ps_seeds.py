@@ -93,6 +93,40 @@ def row_push_pull(task, inc, seq, step, rows, ids, sels, rid=9):
     return msg(18, out + tail[24:], rid)
 
 
+# the shared segment (api/wire.md "Shared segment"): no segment the fuzz ps could map exists,
+# so every SEG_ATTACH is refused (pid 0 and 2^32 - 1 name no process) and every SEG_PULL or
+# SEG_PUSH_PULL finds none attached; the limit of the dense job is 2 x 4 x 15 + 4096 bytes
+SEG_LIMIT = 4216
+
+
+def seg_attach(pid=0, fd=3, size=SEG_LIMIT, token=bytes(range(16)), rid=10):
+    """SEG_ATTACH (19): pid, fd, size, token."""
+    return msg(19, struct.pack("<IIQ", pid, fd, size) + token, rid)
+
+
+def seg_records(shards, grads=True, dtype=1, value=64):
+    """Segment records: values from `value`, then (grads) the gradients after them."""
+    out, at = b"", value
+    total = 4 * sum(n for _, n in shards)
+    for i, n in shards:
+        out += struct.pack("<IIQQQ", i, dtype, n, at + total if grads else 0, at)
+        at += 4 * n
+    return out
+
+
+def seg_pull(shards, min_version=0, reserved=0, records=None, rid=11):
+    """SEG_PULL (21): min_version, n, reserved, records (grad 0)."""
+    body = seg_records(shards, False) if records is None else records
+    return msg(21, struct.pack("<QII", min_version, len(shards), reserved) + body, rid)
+
+
+def seg_push_pull(task, inc, seq, step, shards, reserved=0, records=None, rid=12):
+    """SEG_PUSH_PULL (22): task_index, reserved, incarnation, seq, step, then SEG_PULL's."""
+    body = seg_records(shards) if records is None else records
+    return msg(22, struct.pack("<IIQQQ", task, reserved, inc, seq, step) +
+               struct.pack("<QII", step + 1, len(shards), 0) + body, rid)
+
+
 def conversation(key, steps, variant=0):
     out = bytes([(1 if key else 0) | variant])
     for s in steps:
@@ -140,6 +174,36 @@ def main():
             rec(1, row_pull([], [(1, [0, 4])])), rec(1, row_pull([], [(2, [0])])),
             rec(0, push(0, 7, 2, 1)), rec(0, stats()), rec(0, checkpoint(1, 1)), close(1),
             close(0)], variant)
+    for key in (0, 1):
+        auth = (lambda c: [proof(c)]) if key else (lambda c: [])
+        k = "key" if key else "open"
+        seeds["%s-seg" % k] = conversation(key, [
+            rec(0, seg_attach()), rec(0, seg_pull(SHARDS)), rec(0, seg_push_pull(0, 7, 1, 0, SHARDS)),
+            rec(0, hello("chief", 0, 7)), *auth(0), rec(1, hello("worker", 1, 9)), *auth(1),
+            rec(0, seg_pull(SHARDS)), rec(0, seg_push_pull(0, 7, 1, 0, SHARDS)),
+            rec(0, seg_attach()), rec(0, seg_attach(0xffffffff, 0xffffffff)),
+            rec(0, seg_attach(size=SEG_LIMIT + 4)), rec(0, seg_attach(size=16)),
+            rec(0, seg_attach(size=15)), rec(0, seg_attach(fd=0)),
+            rec(1, seg_pull(SHARDS[:2], 1)), rec(1, seg_push_pull(1, 9, 1, 0, SHARDS[1:])),
+            rec(1, seg_push_pull(0, 9, 1, 0, SHARDS)), rec(1, seg_pull(SHARDS, reserved=1)),
+            rec(1, seg_pull(SHARDS[:1], records=seg_records(SHARDS[:1], dtype=2))),
+            rec(1, seg_pull(SHARDS[:1], records=seg_records(SHARDS[:1], False, value=66))),
+            rec(1, seg_pull(SHARDS[:1], records=seg_records(SHARDS[:1], True))),
+            rec(1, seg_pull(SHARDS[:1], records=struct.pack("<IIQQQ", 0, 1, 1 << 62, 0, 8))),
+            rec(1, seg_push_pull(1, 9, 1, 0, SHARDS, reserved=1)),
+            rec(1, seg_push_pull(1, 9, 1, 0, SHARDS[:1], records=b"")),
+            rec(0, push(0, 7, 1, 0)), rec(1, push_pull(1, 9, 1, 0, [0, 1, 2, 3])),
+            rec(2, hello("tool", 0)), *auth(2), rec(2, seg_attach()), rec(2, seg_pull(SHARDS)),
+            rec(3, hello("evaluator", 0)), *auth(3), rec(3, seg_attach()),
+            rec(3, seg_push_pull(0, 1, 1, 0, SHARDS)), close(1), rec(1, seg_attach()),
+            close(0)])
+    seeds["key-seg-unproved"] = conversation(1, [
+        rec(0, hello("worker", 1)), rec(0, seg_attach()), rec(0, seg_pull(SHARDS)),
+        rec(1, hello("chief", 0)), rec(1, seg_push_pull(0, 1, 1, 0, SHARDS))])
+    seeds["rows-seg"] = conversation(0, [
+        rec(0, hello("chief", 0, 7)), rec(0, seg_attach(size=1 << 20)),
+        rec(0, seg_pull([(0, 8), (2, 3)])), rec(0, seg_push_pull(0, 7, 1, 0, [(0, 8), (1, 8)] + DENSE)),
+        rec(0, row_pull([2, 3, 4, 5], [(0, [0, 3])])), close(0)], 2)
     for name, data in seeds.items():
         with open(os.path.join(out, name + ".bin"), "wb") as f:
             f.write(data)

@@ -117,6 +117,9 @@ int cli_ps(int argc, char **argv) {
          "bytes of incomplete messages held over all connections [(training tasks + 4) x the "
          "largest message]",
          NULL},
+        {"shm", "on|off",
+         "map the shared segments of workers on this host; off: everything over the socket [on]",
+         NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -143,6 +146,8 @@ int cli_ps(int argc, char **argv) {
     long long memory;
     if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace) ||
         cli_get_size("ps", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
+        return PF_EX_USAGE;
+    if (cli_use_shm("ps", opts, n_opts))
         return PF_EX_USAGE;
     pf_ws_options data_plane;
     int drc = data_plane_options(opts, n_opts, &data_plane);

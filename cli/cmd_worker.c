@@ -33,6 +33,10 @@ int cli_worker(int argc, char **argv) {
          "verifying them with it [the system's CAs; plain TCP to the ps]",
          NULL},
         CLI_TOKEN_FILE_OPTION,
+        {"shm", "on|off",
+         "offer the ps tasks a shared segment (used by those on this host); off: everything over "
+         "the socket [on]",
+         NULL},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     cli_args args;
@@ -55,7 +59,8 @@ int cli_worker(int argc, char **argv) {
         cli_get_long("worker", opts, n_opts, "threads", 1, 4096, 0, &threads) ||
         cli_get_long("worker", opts, n_opts, "retry-seconds", 1, 86400, 120, &retry) ||
         cli_get_long("worker", opts, n_opts, "push-delay-ms", 0, 60000, 0, &delay) ||
-        cli_get_size("worker", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
+        cli_get_size("worker", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory) ||
+        cli_use_shm("worker", opts, n_opts))
         return PF_EX_USAGE;
     const char *coordinator = cli_get(opts, n_opts, "coordinator");
     if (coordinator && !cli_get(opts, n_opts, "job")) {

@@ -257,3 +257,19 @@ int cli_get_list(const char *cmd, int argc, char **argv, const cli_option *opts,
         return -1;
     return n;
 }
+
+int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts) {
+    const char *v = cli_get(opts, n_opts, "shm");
+    if (!v)
+        return 0;
+    static const char *const off[] = {"off", "0", "false", "no"}, *const on[] = {"on", "1", "true",
+                                                                                 "yes"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        if (strcasecmp(v, off[i]) == 0)
+            return setenv("PSFLOW_SHM", "off", 1) == 0 ? 0 : -1;
+        if (strcasecmp(v, on[i]) == 0)
+            return setenv("PSFLOW_SHM", "on", 1) == 0 ? 0 : -1;
+    }
+    fprintf(stderr, "psflow %s: --shm must be on or off, not '%s'\n", cmd, v);
+    return -1;
+}

@@ -56,6 +56,11 @@ const char *cli_get(const cli_option *opts, int n_opts, const char *name);
             "read the API token (which also keys the data plane) from FILE [PSFLOW_TOKEN]", NULL   \
     }
 
+/* Applies --shm on|off (PSFLOW_SHM; also 1/0, true/false, yes/no): sets PSFLOW_SHM to on or
+ * off for this process and the tasks it starts, which psflow/segment.h reads. Absent:
+ * nothing changes (on). Returns 0, or -1 after printing an error for another value. */
+int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts);
+
 /* Applies --ca-file (psflow/http_client.h) for every request this process makes. Returns 0,
  * or PF_EX_NOINPUT after printing why the file cannot be used. */
 int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts);

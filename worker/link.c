@@ -876,7 +876,8 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     }
     for (int g = 0; g < c->placement.n_shards; g++)
         c->n_params += c->placement.shards[g].count;
-    if (o->segment && !c->rows && pf_segment_enabled()) {
+    /* With TLS every byte goes through it: no segment is offered. */
+    if (o->segment && !c->rows && !o->ca_file && pf_segment_enabled()) {
         /* [token, to 64 bytes | params | grads], each vector 64-byte aligned */
         size_t vec = (c->n_params * sizeof(float) + 63) & ~(size_t)63;
         pf_error e;

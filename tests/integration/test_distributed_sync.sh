@@ -4,7 +4,8 @@
 # Real ps and worker processes on 127.0.0.1, started the TFJob way (TF_CONFIG + --job):
 #  1. sync equivalence: 2 workers x batch 50, replicas_to_aggregate 2, 200 steps give the
 #     same variables as `psflow train` with batch 100 (max |diff| <= 1e-5), also when
-#     worker 0 waits before every push so its gradient arrives second at every step;
+#     worker 0 waits before every push so its gradient arrives second at every step, and
+#     with the shared segment off (PSFLOW_SHM=off: everything over the socket);
 #  2. 2 ps + 2 workers train Fashion-MNIST softmax in sync mode to test accuracy >= 0.84,
 #     the ps tasks checkpoint and exit 0 and no process is left.
 source "$(dirname "$0")/lib.sh"
@@ -62,9 +63,19 @@ spec equiv 2 50 200 sync >equiv.json
 spec single 1 100 200 sync >single.json
 "$PSFLOW_BIN" train single.json --save single.safetensors >/dev/null 2>train.log ||
   { cat train.log; fail "psflow train failed"; }
-for variant in plain delayed; do
+# plain and delayed: the workers share their segments with the ps tasks (one host);
+# socket: PSFLOW_SHM=off, every byte over the WebSocket connections.
+for variant in plain delayed socket; do
   rm -rf "$WORK/ckpt"
-  run_cluster equiv.json 2 "$variant" >/dev/null
+  : >"$WORK/worker0.log"
+  if [ "$variant" = socket ]; then
+    PSFLOW_SHM=off run_cluster equiv.json 2 "$variant" >/dev/null
+    grep -q "share its memory" "$WORK/worker0.log" && fail "PSFLOW_SHM=off still shared a segment"
+  else
+    run_cluster equiv.json 2 "$variant" >/dev/null
+    grep -q "2 of 2 ps share its memory" "$WORK/worker0.log" ||
+      { cat "$WORK/worker0.log"; fail "worker 0 did not share its segment with both ps"; }
+  fi
   "$PSFLOW_BIN" export "$WORK/ckpt/equiv" --out "dist-$variant.safetensors" ||
     fail "export failed"
   diff=$(max_abs_diff single.safetensors "dist-$variant.safetensors")
@@ -73,7 +84,9 @@ for variant in plain delayed; do
 done
 same=$(max_abs_diff dist-plain.safetensors dist-delayed.safetensors)
 [ "$same" = 0 ] || fail "arrival order changed the result by $same (averaging must be in task order)"
-pass "sync equivalence holds in both arrival orders, and they agree bit for bit"
+same=$(max_abs_diff dist-plain.safetensors dist-socket.safetensors)
+[ "$same" = 0 ] || fail "the shared segment and the socket differ by $same"
+pass "sync equivalence holds in both arrival orders and over the socket, and they agree bit for bit"
 
 # --- 2. accuracy -----------------------------------------------------------------------
 rm -rf "$WORK/ckpt"

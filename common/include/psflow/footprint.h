@@ -25,7 +25,11 @@
  *                                            the socket has not taken yet: written from
  *                                            the values themselves, and copied only when
  *                                            an update comes while it is being written
- *                                            (so no update changes a reply halfway)
+ *                                            (so no update changes a reply halfway); for
+ *                                            a task on the same host that shares its
+ *                                            segment (psflow/segment.h) instead, the pages
+ *                                            of this ps's shards in it: their gradients
+ *                                            and their values, 4 L each
  *   training  4 (4 P + B' (2 I + 4 + A + 2 W)) + D
  *                                            params and gradients on the host and the
  *                                            backend, the input batch, the activations

@@ -14,6 +14,10 @@
 # parameter); a ps against the memory formula `psflow ps` checks itself against
 # (pf_footprint_ps_bytes, read from the refusal `psflow ps --memory 1` prints).
 #
+# The workers share their memory with the ps on this host (README "Same host", --shm off:
+# everything over the socket); --ps N spreads the model over N ps tasks, each measured
+# against its own formula.
+#
 # Targets (issue 20): 1 ps + 1 worker >= 0.7 of one process on 784-1024-1024-10 and
 # 784-4096-4096-10, >= 0.6 on 784-256-256-10; async 1 ps + 2 workers >= 0.7 on
 # 784-256-256-10; every worker within its bound.
@@ -28,13 +32,15 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --repeats N       interleaved pairs per model and mode; the median is printed [3]
   --steps-scale X   multiply each model's step count by X (0.01 for a smoke run) [1]
   --optimizer NAME  sgd or adam [sgd]
+  --ps N            ps tasks of every cluster, the model spread over them (greedy) [1]
   --prefetch on|off the async clusters' training.prefetch (README "Overlap") [off]
   --shm on|off      the shared segment of a worker and a ps on one host (PSFLOW_SHM,
                     README "Overlap") [on]
   --help            this text
 
 BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.
-Each model's step count: 256: 800, 1024: 150, 4096: 20 (times --steps-scale, at least 10).
+Each model's step count: 256: 800, 1024: 150, 4096 and wider: 20 (times --steps-scale, at
+least 10). 784-8192-8192-10 on --ps 2 is the 300 MB model of the memory criterion.
 EOF
 }
 
@@ -45,6 +51,7 @@ modes=1w,2w-async,2w-sync
 repeats=3
 scale=1
 optimizer=sgd
+nps=1
 prefetch=off
 shm=on
 while [ $# -gt 0 ]; do
@@ -55,6 +62,7 @@ while [ $# -gt 0 ]; do
   --repeats) repeats=${2:?--repeats needs a value}; shift 2 ;;
   --steps-scale) scale=${2:?--steps-scale needs a value}; shift 2 ;;
   --optimizer) optimizer=${2:?--optimizer needs a value}; shift 2 ;;
+  --ps) nps=${2:?--ps needs a value}; shift 2 ;;
   --prefetch) prefetch=${2:?--prefetch needs a value}; shift 2 ;;
   --shm) shm=${2:?--shm needs a value}; shift 2 ;;
   -*) echo "train_distributed.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
@@ -62,6 +70,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "train_distributed.sh: --repeats must be a positive integer" >&2; exit 64; }
+[[ $nps =~ ^[1-8]$ ]] || { echo "train_distributed.sh: --ps must be 1 to 8" >&2; exit 64; }
 [[ $scale =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "train_distributed.sh: --steps-scale must be a positive number" >&2; exit 64; }
 case $optimizer in sgd | adam) ;; *) echo "train_distributed.sh: --optimizer must be sgd or adam" >&2; exit 64 ;; esac
 case $prefetch in on | off) ;; *) echo "train_distributed.sh: --prefetch must be on or off" >&2; exit 64 ;; esac
@@ -91,12 +100,12 @@ trap cleanup EXIT
 
 # spec OUT WIDTH STEPS WORKERS MODE: the job, one process's (WORKERS 1) or a cluster's.
 spec() {
-  python3 - "$@" "$optimizer" "$data" "$prefetch" <<'PY'
+  python3 - "$@" "$optimizer" "$data" "$prefetch" "$nps" <<'PY'
 import json, sys
-out, width, steps, workers, mode, opt, data, prefetch = sys.argv[1:9]
+out, width, steps, workers, mode, opt, data, prefetch, nps = sys.argv[1:10]
 w = int(width)
 d = {"name": "bench-%s-%s" % (width, mode if int(workers) > 1 else "1w"),
-     "replicas": {"ps": 1, "worker": int(workers)},
+     "replicas": {"ps": int(nps), "worker": int(workers)},
      "model": {"type": "mlp", "inputs": 784, "hidden": [w, w], "outputs": 10,
                "activation": "relu"},
      "data": {"format": "idx",
@@ -108,6 +117,8 @@ d = {"name": "bench-%s-%s" % (width, mode if int(workers) > 1 else "1w"),
      "checkpoint": {"every_steps": 0}}
 if mode == "async":
     d["training"]["prefetch"] = prefetch == "on"
+if int(nps) > 1:
+    d["placement"] = {"strategy": "greedy"}
 json.dump(d, open(out, "w"))
 PY
 }
@@ -144,11 +155,13 @@ tf_config() { # TYPE INDEX PS_PORT WORKER_PORTS
 print(json.dumps({"cluster":{"ps":a(ps),"worker":a(w)},"task":{"type":t,"index":int(i)}}))' "$@"
 }
 
-# ps_formula JOB WORKERS: the bytes `psflow ps` would need for task 0 (its own estimate).
+# ps_formula JOB WORKERS TASK: the bytes `psflow ps` would need for ps task TASK (its own
+# estimate).
 ps_formula() {
-  local line w=2
-  [ "$2" = 1 ] || w=2,3
-  line=$(TF_CONFIG=$(tf_config ps 0 1 "$w") "$psflow" ps --job "$1" --memory 1 2>&1 >/dev/null || true)
+  local line w=20 p
+  [ "$2" = 1 ] || w=20,21
+  p=$(seq -s, 1 "$nps")
+  line=$(TF_CONFIG=$(tf_config ps "$3" "$p" "$w") "$psflow" ps --job "$1" --memory 1 2>&1 >/dev/null || true)
   python3 - "$line" <<'PY'
 import re, sys
 m = re.search(r"needs about ([0-9.]+) ?([KMGT]?i?B)", sys.argv[1])
@@ -166,30 +179,33 @@ one_process() {
   echo "$(rate "$work/train.log" 100 "$every") $(tail -n 1 "$work/train.rss")"
 }
 
-# cluster JOB STEPS WORKERS: prints "RATE PS_PEAK_KB WORKER_PEAK_KB..." (a worker's rate is
+# cluster JOB STEPS WORKERS: prints "RATE PS_PEAK_KB... WORKER_PEAK_KB..." (a worker's rate is
 # over its own steps: with 2 async workers each takes about half).
 cluster() {
-  local job=$1 steps=$2 nw=$3 every ports w_ports i rc=0 total=0 r
+  local job=$1 steps=$2 nw=$3 every ports p_ports w_ports i k rc=0 total=0 r
   every=$((steps / nw / 10))
   [ "$every" -ge 1 ] || every=1
-  read -r -a ports <<<"$(free_ports $((1 + nw)))"
-  w_ports=$(IFS=,; echo "${ports[*]:1}")
+  read -r -a ports <<<"$(free_ports $((nps + nw)))"
+  p_ports=$(IFS=,; echo "${ports[*]:0:nps}")
+  w_ports=$(IFS=,; echo "${ports[*]:nps}")
   pids=()
-  TF_CONFIG=$(tf_config ps 0 "${ports[0]}" "$w_ports") /usr/bin/time -f %M -o "$work/ps.rss" \
-    "$psflow" ps --job "$job" --checkpoint-dir "$work/ckpt" 2>"$work/ps.log" &
-  pids+=($!)
+  for k in $(seq 0 $((nps - 1))); do
+    TF_CONFIG=$(tf_config ps "$k" "$p_ports" "$w_ports") /usr/bin/time -f %M -o "$work/ps$k.rss" \
+      "$psflow" ps --job "$job" --checkpoint-dir "$work/ckpt" 2>"$work/ps$k.log" &
+    pids+=($!)
+  done
   for i in $(seq 0 $((nw - 1))); do
-    TF_CONFIG=$(tf_config worker "$i" "${ports[0]}" "$w_ports") /usr/bin/time -f %M -o "$work/w$i.rss" \
+    TF_CONFIG=$(tf_config worker "$i" "$p_ports" "$w_ports") /usr/bin/time -f %M -o "$work/w$i.rss" \
       "$psflow" worker --job "$job" --checkpoint-dir "$work/ckpt" --log-every "$every" \
       >/dev/null 2>"$work/w$i.log" &
     pids+=($!)
   done
-  for i in $(seq 1 "$nw"); do wait "${pids[$i]}" || rc=$?; done
+  for i in $(seq "$nps" $((nps + nw - 1))); do wait "${pids[$i]}" || rc=$?; done
   if [ "$rc" != 0 ]; then
-    kill "${pids[0]}" 2>/dev/null || true
+    kill "${pids[@]:0:nps}" 2>/dev/null || true
     tail -n 5 "$work"/w*.log >&2
   fi
-  wait "${pids[0]}" || true
+  for k in $(seq 0 $((nps - 1))); do wait "${pids[$k]}" || true; done
   pids=()
   rm -rf "$work/ckpt"
   [ "$rc" = 0 ] || { echo nan; return; }
@@ -197,7 +213,8 @@ cluster() {
     r=$(rate "$work/w$i.log" 100 "$every")
     total=$(python3 -c 'import sys; print("%.1f" % (float(sys.argv[1]) + float(sys.argv[2])))' "$total" "$r")
   done
-  local out="$total $(tail -n 1 "$work/ps.rss")"
+  local out="$total"
+  for k in $(seq 0 $((nps - 1))); do out="$out $(tail -n 1 "$work/ps$k.rss")"; done
   for i in $(seq 0 $((nw - 1))); do out="$out $(tail -n 1 "$work/w$i.rss")"; done
   echo "$out"
 }
@@ -207,7 +224,7 @@ steps_for() { # WIDTH
 print(max(10, int(base*s)))' "$1" "$scale"
 }
 
-echo "train_distributed: $(nproc) cores, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
+echo "train_distributed: $(nproc) cores, $nps ps, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
 printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "1 proc ex/s" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
 for width in ${models//,/ }; do
   steps=$(steps_for "$width")
@@ -220,7 +237,8 @@ for width in ${models//,/ }; do
     2w-sync) nw=2 m=sync ;;
     esac
     spec "$work/cl.json" "$width" "$steps" "$nw" "$m"
-    ps_bound=$(ps_formula "$work/cl.json" "$nw")
+    ps_bounds=""
+    for k in $(seq 0 $((nps - 1))); do ps_bounds="$ps_bounds${ps_bounds:+,}$(ps_formula "$work/cl.json" "$nw" "$k")"; done
     ratios=() ones=() cls=() rss_line=""
     for rep in $(seq 1 "$repeats"); do
       read -r one one_kb <<<"$(one_process "$work/one.json" "$steps")"
@@ -229,13 +247,17 @@ for width in ${models//,/ }; do
       cls+=("${c[0]}")
       ratios+=("$(python3 -c 'import sys; a,b=map(float,sys.argv[1:]); print("%.2f" % (b/a) if a>0 else "nan")' "$one" "${c[0]}")")
       if [ "$rep" = "$repeats" ] && [ "${#c[@]}" -gt 1 ]; then # the last pair's memory
-        rss_line=$(python3 - "$one_kb" "$params" "$ps_bound" "${c[@]:1}" <<'PY'
+        rss_line=$(python3 - "$one_kb" "$params" "$ps_bounds" "${c[@]:1}" <<'PY'
 import sys
-one, params, ps_bound = int(sys.argv[1]) * 1024, int(sys.argv[2]), int(sys.argv[3])
-ps, workers = int(sys.argv[4]) * 1024, [int(x) * 1024 for x in sys.argv[5:]]
+one, params = int(sys.argv[1]) * 1024, int(sys.argv[2])
+bounds = [int(b) for b in sys.argv[3].split(",")]
+peaks = [int(x) * 1024 for x in sys.argv[4:]]
+pss, workers = peaks[:len(bounds)], peaks[len(bounds):]
 mib = lambda b: b / 2**20
 wb = one + 1.5 * 4 * params
-parts = ["%.0f" % mib(one), "ps %.0f (%.0f)%s" % (mib(ps), mib(ps_bound), "" if ps <= 1.5 * ps_bound else " OVER 1.5x")]
+parts = ["%.0f" % mib(one)]
+parts += ["ps%s %.0f (%.0f)%s" % (k if len(bounds) > 1 else "", mib(ps), mib(b), "" if ps <= 1.5 * b else " OVER 1.5x")
+          for k, (ps, b) in enumerate(zip(pss, bounds))]
 parts += ["w%d %.0f (%.0f)%s" % (i, mib(w), mib(wb), "" if w <= wb else " OVER") for i, w in enumerate(workers)]
 print("; ".join(parts))
 PY

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/train_distributed.sh runs end to end on a tiny model and prints its table: the
 # header, one row per mode with a ratio and every process's peak RSS next to its bound, and
-# refuses bad options with exit 64. It checks that the benchmark works, never its figures
+# refuses bad options with exit 64; with --ps 2 (over the socket, --shm off) a peak and a
+# bound for each ps. It checks that the benchmark works, never its figures
 # (no timing in a pass/fail test).
 # labels: integration
 source "$(dirname "$0")/lib.sh"
@@ -29,4 +30,16 @@ for mode in 1w 2w-sync; do
   grep -q "w0 [0-9][0-9]* ([0-9][0-9]*)" <<<"$row" || fail "$mode: no worker peak RSS and bound"
 done
 grep -q "w1 [0-9]" <<<"$(grep " 2w-sync " table.txt)" || fail "2w-sync: the second worker's RSS is missing"
+grep -q "shared segment on" table.txt || fail "the header does not say the shared segment is on"
+
+# Two ps tasks, over the socket: each ps's peak RSS against its own bound.
+expect_exit 64 "$bench" "$(dirname "$PSFLOW_BIN")" --ps 9
+expect_exit 64 "$bench" "$(dirname "$PSFLOW_BIN")" --shm maybe
+"$bench" "$(dirname "$PSFLOW_BIN")" --models 32 --modes 1w --repeats 1 --steps-scale 0.2 \
+  --ps 2 --shm off >table2.txt 2>bench2.err || { cat table2.txt bench2.err; fail "--ps 2 failed"; }
+cat table2.txt
+grep -q "2 ps, .*shared segment off" table2.txt || fail "the header does not say 2 ps, segment off"
+row=$(grep "^784-32-32-10  *1w " table2.txt) || fail "no row for --ps 2"
+grep -q "ps0 [0-9][0-9]* ([0-9][0-9]*); ps1 [0-9][0-9]* ([0-9][0-9]*)" <<<"$row" ||
+  fail "--ps 2: no peak RSS and bound for each ps"
 pass "bench/train_distributed.sh runs and prints its table"

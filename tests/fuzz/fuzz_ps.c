@@ -11,6 +11,11 @@
  *                  2: the harness sends the right AUTH_PROOF for the connection's last
  *                     HELLO and challenge (it knows the key and the nonce the ps drew);
  *                  3: the same proof with one bit flipped.
+ * SEG_ATTACH (19) always names this process: a pid of 0 becomes a real segment the harness
+ * made (its pid, descriptor and token; the size as sent, so a wrong one is still refused),
+ * any other pid becomes this process's with the descriptor, size and token as sent, so the
+ * ps never looks at another process's descriptors and the segment paths past the attach
+ * (record checks, values written into the segment) are reached.
  * Oracles: every reply the ps sends decodes; nothing but AUTH_CHALLENGE or ERROR answers
  * a connection that has not been accepted yet, and with a key no HELLO_ACK comes without a
  * right proof before it; a connection the ps closed gets nothing more; and the sanitizers.
@@ -23,7 +28,10 @@
 #include <string.h>
 
 #include "ps/server.h"
+#include <unistd.h>
+
 #include "psflow/buf.h"
+#include "psflow/segment.h"
 #include "psflow/spec.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
@@ -55,6 +63,7 @@ static struct {
     uint32_t nonce_counter;
     pf_wire_in in;
     pf_buf reply;
+    pf_segment seg; /* what a SEG_ATTACH naming pid 0 attaches */
 } h;
 
 static conn_state *by_id(uint64_t id) {
@@ -140,6 +149,10 @@ static ps_server *start_ps(int with_key, int variant) {
         pf_wire_job_key("fuzz-token", 10, "fuzz", h.job_key);
         pf_wire_in_init(&h.in, 0, 0);
         pf_buf_init(&h.reply, 1u << 20);
+        pf_error err;
+        /* the dense job's limit, 2 x 4 x 15 parameters + 4096 bytes (tests/fuzz/ps_seeds.py) */
+        if (pf_segment_create(4216, &h.seg, &err) != PF_OK)
+            abort();
         parsed = 1;
     }
     /* Checkpoints cannot be written under a regular file: CHECKPOINT is answered with
@@ -189,6 +202,16 @@ static void send_msg(ps_server *s, conn_state *c, const uint8_t *msg, size_t len
                             : 0;
         memcpy(&c->request_id, copy + 8, 4);
         c->challenged = 0;
+    }
+    if (len == PF_WIRE_HEADER_SIZE + 32 && copy[6] == PF_WIRE_SEG_ATTACH && copy[7] == 0) {
+        uint32_t pid, self = (uint32_t)getpid();
+        memcpy(&pid, copy + 24, 4);
+        memcpy(copy + 24, &self, 4);
+        if (pid == 0) {
+            uint32_t fd = (uint32_t)h.seg.fd;
+            memcpy(copy + 28, &fd, 4);
+            memcpy(copy + 40, h.seg.token, PF_WIRE_SEG_TOKEN_SIZE);
+        }
     }
     c->proved = 0;
     ps_server_sink_message(s, c->id, copy, len);

@@ -93,9 +93,9 @@ def row_push_pull(task, inc, seq, step, rows, ids, sels, rid=9):
     return msg(18, out + tail[24:], rid)
 
 
-# the shared segment (api/wire.md "Shared segment"): no segment the fuzz ps could map exists,
-# so every SEG_ATTACH is refused (pid 0 and 2^32 - 1 name no process) and every SEG_PULL or
-# SEG_PUSH_PULL finds none attached; the limit of the dense job is 2 x 4 x 15 + 4096 bytes
+# the shared segment (api/wire.md "Shared segment"): fuzz_ps makes a SEG_ATTACH of pid 0 name
+# a real segment of SEG_LIMIT bytes (the size as sent), any other pid its own process; the
+# limit of the dense job is 2 x 4 x 15 + 4096 bytes
 SEG_LIMIT = 4216
 
 
@@ -181,9 +181,17 @@ def main():
             rec(0, seg_attach()), rec(0, seg_pull(SHARDS)), rec(0, seg_push_pull(0, 7, 1, 0, SHARDS)),
             rec(0, hello("chief", 0, 7)), *auth(0), rec(1, hello("worker", 1, 9)), *auth(1),
             rec(0, seg_pull(SHARDS)), rec(0, seg_push_pull(0, 7, 1, 0, SHARDS)),
-            rec(0, seg_attach()), rec(0, seg_attach(0xffffffff, 0xffffffff)),
             rec(0, seg_attach(size=SEG_LIMIT + 4)), rec(0, seg_attach(size=16)),
-            rec(0, seg_attach(size=15)), rec(0, seg_attach(fd=0)),
+            rec(0, seg_attach(size=15)), rec(0, seg_attach(0xffffffff, 0xffffffff)),
+            rec(0, seg_attach(1, 0)), rec(0, seg_attach(1, 3, token=bytes(16))),
+            rec(0, seg_attach()), rec(0, seg_pull(SHARDS)),
+            rec(0, seg_push_pull(0, 7, 1, 0, SHARDS)), rec(0, seg_push_pull(0, 7, 1, 0, SHARDS)),
+            rec(0, seg_pull(SHARDS, records=seg_records(SHARDS, False, value=SEG_LIMIT - 4))),
+            rec(0, seg_push_pull(0, 7, 2, 1, SHARDS, records=seg_records(SHARDS, value=SEG_LIMIT - 64))),
+            rec(0, seg_pull(SHARDS[:1], records=struct.pack("<IIQQQ", 0, 1, 1 << 40, 0, 8))),
+            rec(0, seg_pull(SHARDS[:1], records=struct.pack("<IIQQQ", 9, 1, 1, 0, 8))),
+            rec(0, seg_pull(SHARDS[:2], records=seg_records(SHARDS[:1], False) * 2)),
+            rec(0, seg_push_pull(1, 7, 3, 1, SHARDS)), rec(0, seg_attach()),
             rec(1, seg_pull(SHARDS[:2], 1)), rec(1, seg_push_pull(1, 9, 1, 0, SHARDS[1:])),
             rec(1, seg_push_pull(0, 9, 1, 0, SHARDS)), rec(1, seg_pull(SHARDS, reserved=1)),
             rec(1, seg_pull(SHARDS[:1], records=seg_records(SHARDS[:1], dtype=2))),
@@ -192,7 +200,7 @@ def main():
             rec(1, seg_pull(SHARDS[:1], records=struct.pack("<IIQQQ", 0, 1, 1 << 62, 0, 8))),
             rec(1, seg_push_pull(1, 9, 1, 0, SHARDS, reserved=1)),
             rec(1, seg_push_pull(1, 9, 1, 0, SHARDS[:1], records=b"")),
-            rec(0, push(0, 7, 1, 0)), rec(1, push_pull(1, 9, 1, 0, [0, 1, 2, 3])),
+            rec(0, push(0, 7, 4, 1)), rec(1, push_pull(1, 9, 1, 0, [0, 1, 2, 3])),
             rec(2, hello("tool", 0)), *auth(2), rec(2, seg_attach()), rec(2, seg_pull(SHARDS)),
             rec(3, hello("evaluator", 0)), *auth(3), rec(3, seg_attach()),
             rec(3, seg_push_pull(0, 1, 1, 0, SHARDS)), close(1), rec(1, seg_attach()),
@@ -201,8 +209,8 @@ def main():
         rec(0, hello("worker", 1)), rec(0, seg_attach()), rec(0, seg_pull(SHARDS)),
         rec(1, hello("chief", 0)), rec(1, seg_push_pull(0, 1, 1, 0, SHARDS))])
     seeds["rows-seg"] = conversation(0, [
-        rec(0, hello("chief", 0, 7)), rec(0, seg_attach(size=1 << 20)),
-        rec(0, seg_pull([(0, 8), (2, 3)])), rec(0, seg_push_pull(0, 7, 1, 0, [(0, 8), (1, 8)] + DENSE)),
+        rec(0, hello("chief", 0, 7)), rec(0, seg_attach(size=1 << 20)), rec(0, seg_attach()),
+        rec(0, seg_pull([(0, 8), (2, 3)])), rec(0, seg_pull([(2, 3), (3, 3)])), rec(0, seg_push_pull(0, 7, 1, 0, [(0, 8), (1, 8)] + DENSE)),
         rec(0, row_pull([2, 3, 4, 5], [(0, [0, 3])])), close(0)], 2)
     for name, data in seeds.items():
         with open(os.path.join(out, name + ".bin"), "wb") as f:

@@ -44,10 +44,12 @@ typedef struct ps_link {
     uint64_t *exp_count;
     float **exp_dst;
     int n_exp;
-    pf_wire_out out;        /* the request in flight, kept for resending */
-    int seg;                /* the ps took the link's segment on the current connection */
-    int seg_said;           /* its refusal was logged */
-    int out_seg;            /* `out` is a segment request (SEG_PULL, SEG_PUSH_PULL) */
+    pf_wire_out out; /* the request in flight, kept for resending */
+    int local;       /* the ps's address is this host's: it may be offered the segment */
+    int attaching;   /* the request in flight is SEG_ATTACH (only it is answered by SEG_ACK) */
+    int seg;         /* the ps took the link's segment on the current connection */
+    int seg_said;    /* its refusal was logged */
+    int out_seg;     /* `out` is a segment request (SEG_PULL, SEG_PUSH_PULL) */
     const float *req_grads; /* `out`'s push (REQ_DATA): to encode it again for the socket */
     uint64_t req_step;
     int kind;         /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
@@ -260,6 +262,11 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
             l->push_result = m.u.pull_reply.push_result;
             break;
         case PF_WIRE_SEG_ACK:
+            if (!l->attaching) {
+                st = PF_ERR_FORMAT;
+                snprintf(msg, sizeof msg, "ps %d sent SEG_ACK to a request that was not SEG_ATTACH",
+                         l->index);
+            }
             break;
         case PF_WIRE_PUSH_ACK:
             l->version = m.u.push_ack.version;
@@ -354,11 +361,12 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
 }
 
 /* On a fresh connection whose HELLO succeeded: offers l's ps the link's segment
- * (SEG_ATTACH), encoded in *tmp; l->seg says whether it took it. A refusal keeps l on the
- * socket (logged once per ps). Returns -1 when the connection went away meanwhile. */
+ * (SEG_ATTACH), encoded in *tmp, if the ps is on this host; l->seg says whether it took it.
+ * A refusal, or no answer in 10 s, keeps l on the socket (logged once per ps). Returns -1
+ * when the connection went away meanwhile. */
 static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
     l->seg = 0;
-    if (!c->seg.base)
+    if (!c->seg.base || !l->local)
         return 0;
     pf_wire_out saved = l->out;
     uint32_t saved_id = l->request_id;
@@ -367,6 +375,9 @@ static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
     pf_wire_seg_attach a = {(uint32_t)getpid(), (uint32_t)c->seg.fd, c->seg.size, c->seg.token};
     pf_error e;
     pf_status st = pf_wire_encode_seg_attach(&l->out, l->request_id, &a, &e);
+    pthread_mutex_lock(&c->mu);
+    l->attaching = 1;
+    pthread_mutex_unlock(&c->mu);
     if (st == PF_OK)
         st = send_request(c, l, 0);
     *tmp = l->out;
@@ -376,20 +387,22 @@ static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
     while (st == PF_OK && !l->done && !l->closed)
         if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
             break;
-    int answered = st == PF_OK && l->done;
+    int answered = st == PF_OK && l->done, gone = st == PF_OK && !l->done && l->closed;
     l->seg = answered && l->status == PF_OK;
     char why[256];
-    snprintf(why, sizeof why, "%s", answered ? l->message : "");
+    snprintf(why, sizeof why, "%s", answered ? l->message : "no answer in 10 s");
+    l->attaching = 0;
+    l->waiting = 0; /* a late answer is dropped */
     l->request_id = saved_id;
     pthread_mutex_unlock(&c->mu);
-    if (answered && !l->seg && !l->seg_said) {
+    if (!gone && !l->seg && !l->seg_said) {
         fprintf(stderr,
                 "psflow worker %d: ps %d did not take the shared segment; over the "
                 "socket: %s\n",
                 c->task, l->index, why);
         l->seg_said = 1;
     }
-    return st == PF_OK && !answered ? -1 : 0;
+    return gone ? -1 : 0;
 }
 
 /* (Re)connects l and completes HELLO, retrying until c->retry seconds have passed. The
@@ -463,7 +476,7 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             l->request_id = saved_id; /* the request being retried keeps its id */
             pthread_mutex_unlock(&c->mu);
             if (ok && attach_segment(c, l, &hello_out) != 0) {
-                snprintf(last, sizeof last, "the connection closed after HELLO");
+                snprintf(last, sizeof last, "the connection closed while offering the segment");
                 ok = 0;
                 l->done = 0; /* not a refusal: retried */
             }
@@ -612,6 +625,7 @@ static pf_status pull_instead(worker_link *c, ps_link *l, uint64_t min_version, 
     l->request_id = ++c->next_request;
     l->swapped = 1;
     l->req_grads = NULL;
+    l->min_version = min_version; /* what a re-encoding for the socket asks for */
     return encode_pull(c, l, min_version, c->params, err);
 }
 
@@ -858,6 +872,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
             if (!c->rows || c->placement.shards[g].var >= c->rows->n_tables)
                 l->dense_ids[l->n_dense++] = (uint32_t)g;
         }
+        l->local = pf_segment_host_is_local(l->host);
         l->places = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *l->places);
         uint64_t *counts = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *counts);
         if (!l->places || !counts) {

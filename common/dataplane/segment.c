@@ -2,14 +2,21 @@
 #define _GNU_SOURCE
 #include "psflow/segment.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <linux/magic.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "psflow/wire_auth.h"
@@ -28,7 +35,7 @@ pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err) {
     if (size <= PF_WIRE_SEG_TOKEN_SIZE)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "a segment of %zu bytes is too small", size);
     const char *step = "memfd_create";
-    int fd = memfd_create("psflow-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = memfd_create(PF_SEGMENT_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd >= 0 && ftruncate(fd, (off_t)size) != 0)
         step = "ftruncate";
     else if (fd >= 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
@@ -69,14 +76,22 @@ pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_
         return pf_error_set(
             err, PF_ERR_INVALID, NULL, "a segment of %llu bytes (this ps takes %u to %llu)",
             (unsigned long long)size, PF_WIRE_SEG_TOKEN_SIZE + 1, (unsigned long long)limit);
-    char path[64];
+    char path[64], target[64];
     snprintf(path, sizeof path, "/proc/%u/fd/%u", pid, fd);
+    /* What the descriptor names is looked at before anything follows it: only a psflow
+     * memfd (no file system is touched, so no hung mount can hold the ps), then only one of
+     * this user of the announced size is opened at all (no FIFO, no device, no other file). */
+    static const char memfd[] = "/memfd:" PF_SEGMENT_NAME " ";
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "%s names nothing this ps can see (not on this host?)", path);
+    target[n] = '\0';
+    if (strncmp(target, memfd, sizeof memfd - 1) != 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s is not a psflow segment", path);
     struct stat before, st;
-    /* What the descriptor names is looked at before it is opened: only a regular file of
-     * this user and the announced size is opened at all (no FIFO to block on, no device). */
     if (stat(path, &before) != 0)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s (not on this host?)", path,
-                            strerror(errno));
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
     if (!S_ISREG(before.st_mode) || before.st_uid != geteuid() || (uint64_t)before.st_size != size)
         return pf_error_set(err, PF_ERR_INVALID, NULL,
                             "%s is not a regular file of this user of %llu bytes", path,
@@ -86,8 +101,11 @@ pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_
         return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
     const char *why = NULL;
     int seals = fcntl(f, F_GET_SEALS);
-    if (fstat(f, &st) != 0 || st.st_dev != before.st_dev || st.st_ino != before.st_ino ||
-        (uint64_t)st.st_size != size)
+    struct statfs fs;
+    if (fstatfs(f, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+        why = "not in ordinary shared memory (a huge-page segment could fault)";
+    else if (fstat(f, &st) != 0 || st.st_dev != before.st_dev || st.st_ino != before.st_ino ||
+             (uint64_t)st.st_size != size)
         why = "changed while it was opened";
     else if (seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_SEAL))
         why = "not sealed against shrinking";
@@ -117,4 +135,38 @@ void pf_segment_close(pf_segment *s) {
     s->base = NULL;
     s->size = 0;
     s->fd = -1;
+}
+
+int pf_segment_host_is_local(const char *host) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    if (!host || getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0)
+        ifs = NULL; /* loopback addresses still count */
+    int local = 0;
+    for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            struct in_addr in = ((const struct sockaddr_in *)(const void *)a->ai_addr)->sin_addr;
+            local = (ntohl(in.s_addr) >> 24) == 127;
+            for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next)
+                local = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                        ((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr.s_addr ==
+                            in.s_addr;
+        } else if (a->ai_family == AF_INET6) {
+            const struct in6_addr *in6 =
+                &((const struct sockaddr_in6 *)(const void *)a->ai_addr)->sin6_addr;
+            local = IN6_IS_ADDR_LOOPBACK(in6);
+            for (struct ifaddrs *i = ifs; i && !local; i = i->ifa_next)
+                local = i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 &&
+                        memcmp(&((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr,
+                               in6, sizeof *in6) == 0;
+        }
+    }
+    if (ifs)
+        freeifaddrs(ifs);
+    freeaddrinfo(res);
+    return local;
 }

@@ -1,7 +1,8 @@
 /* test_segment.c - the shared segment of a worker and a ps on one host (psflow/segment.h):
  * what the worker makes, what the ps maps, and everything the ps refuses to open or map -
- * a wrong token, size or limit, an unsealed memfd, a plain file, a FIFO (without blocking),
- * a descriptor or process that does not exist - and PSFLOW_SHM. The ps side opens this
+ * a wrong token, size or limit, an unsealed memfd, another memfd, a huge-page one (where the
+ * kernel has huge pages), a plain file, a FIFO (without blocking), a device, a descriptor or
+ * process that does not exist - which hosts are this one's, and PSFLOW_SHM. The ps side opens this
  * process's own descriptors through /proc, as it opens a worker's. */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -84,8 +85,8 @@ static void test_refusals(void **state) {
     expect_refused(me, 987654, 8192, w.token, LIMIT, "/proc/"); /* no such descriptor */
     expect_refused(4000000000u, (uint32_t)w.fd, 8192, w.token, LIMIT, "/proc/"); /* no process */
 
-    /* a memfd nobody sealed: a peer could shrink it under the ps's mapping */
-    int loose = memfd_create("loose", MFD_CLOEXEC);
+    /* a psflow memfd nobody sealed: a peer could shrink it under the ps's mapping */
+    int loose = memfd_create(PF_SEGMENT_NAME, MFD_CLOEXEC);
     assert_true(loose >= 0);
     assert_int_equal(ftruncate(loose, 8192), 0);
     uint8_t *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, loose, 0);
@@ -95,7 +96,31 @@ static void test_refusals(void **state) {
     munmap(m, 8192);
     close(loose);
 
-    /* a plain file of the right size and token: not a memfd, no seals */
+    /* another memfd, sealed, of the right size and token: not a psflow segment */
+    int other = memfd_create("other", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(other >= 0);
+    assert_int_equal(ftruncate(other, 8192), 0);
+    assert_int_equal(pwrite(other, w.token, PF_WIRE_SEG_TOKEN_SIZE, 0), PF_WIRE_SEG_TOKEN_SIZE);
+    assert_int_equal(fcntl(other, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    expect_refused(me, (uint32_t)other, 8192, w.token, LIMIT, "not a psflow segment");
+    close(other);
+
+    /* a huge-page memfd of the right name: a hole punched in it could fault the ps */
+    int huge = memfd_create(PF_SEGMENT_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+    if (huge >= 0) { /* only where the kernel has huge pages to give */
+        if (ftruncate(huge, 2u << 20) == 0) {
+            uint8_t *hm = mmap(NULL, 2u << 20, PROT_READ | PROT_WRITE, MAP_SHARED, huge, 0);
+            if (hm != MAP_FAILED) {
+                memcpy(hm, w.token, PF_WIRE_SEG_TOKEN_SIZE);
+                fcntl(huge, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+                expect_refused(me, (uint32_t)huge, 2u << 20, w.token, 4u << 20, "huge-page");
+                munmap(hm, 2u << 20);
+            }
+        }
+        close(huge);
+    }
+
+    /* a plain file of the right size and token */
     char path[] = "/tmp/psflow-segment-XXXXXX";
     int plain = mkstemp(path);
     assert_true(plain >= 0);
@@ -103,19 +128,19 @@ static void test_refusals(void **state) {
     uint8_t page[8192] = {0};
     memcpy(page, w.token, PF_WIRE_SEG_TOKEN_SIZE);
     assert_int_equal(write(plain, page, sizeof page), (ssize_t)sizeof page);
-    expect_refused(me, (uint32_t)plain, 8192, w.token, LIMIT, "not sealed");
+    expect_refused(me, (uint32_t)plain, 8192, w.token, LIMIT, "not a psflow segment");
     close(plain);
 
-    /* a FIFO: refused by what it is, never opened (opening one would block) */
+    /* a FIFO: refused by what its link names, never opened (opening one would block) */
     int pipefd[2];
     assert_int_equal(pipe(pipefd), 0);
-    expect_refused(me, (uint32_t)pipefd[0], 8192, w.token, LIMIT, "not a regular file");
+    expect_refused(me, (uint32_t)pipefd[0], 8192, w.token, LIMIT, "not a psflow segment");
     close(pipefd[0]);
     close(pipefd[1]);
     /* a device */
     int null = open("/dev/null", O_RDONLY);
     assert_true(null >= 0);
-    expect_refused(me, (uint32_t)null, 8192, w.token, LIMIT, "not a regular file");
+    expect_refused(me, (uint32_t)null, 8192, w.token, LIMIT, "not a psflow segment");
     close(null);
     pf_segment_close(&w);
 }
@@ -141,12 +166,23 @@ static void test_enabled(void **state) {
     assert_int_equal(pf_segment_enabled(), 1);
 }
 
+static void test_host_is_local(void **state) {
+    (void)state;
+    assert_true(pf_segment_host_is_local("127.0.0.1"));
+    assert_true(pf_segment_host_is_local("127.3.4.5"));
+    assert_true(pf_segment_host_is_local("localhost"));
+    assert_true(pf_segment_host_is_local("::1"));
+    assert_false(pf_segment_host_is_local("192.0.2.1"));   /* TEST-NET-1: nobody's */
+    assert_false(pf_segment_host_is_local("2001:db8::1")); /* documentation prefix */
+    assert_false(pf_segment_host_is_local("no-such-host.invalid"));
+    assert_false(pf_segment_host_is_local(NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_and_open),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_create_too_small),
-        cmocka_unit_test(test_enabled),
+        cmocka_unit_test(test_create_and_open),  cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_create_too_small), cmocka_unit_test(test_enabled),
+        cmocka_unit_test(test_host_is_local),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

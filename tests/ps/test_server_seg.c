@@ -379,8 +379,8 @@ static void test_attach(void **state) {
         {(uint32_t)seg.fd, PF_WIRE_SEG_TOKEN_SIZE, seg.token, "this ps takes"},
         {(uint32_t)seg.fd, size + 4, seg.token, "this ps takes"},
         {1000000, size, seg.token, "not on this host"},
-        {(uint32_t)pipe_fds[0], size, seg.token, "not a regular file"},
-        {(uint32_t)pipe_fds[1], size, seg.token, "not a regular file"},
+        {(uint32_t)pipe_fds[0], size, seg.token, "not a psflow segment"},
+        {(uint32_t)pipe_fds[1], size, seg.token, "not a psflow segment"},
         {(uint32_t)big.fd, size + 4, big.token, "this ps takes"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -21,6 +21,8 @@
 #include "psflow/status.h"
 #include "psflow/wire.h"
 
+#define PF_SEGMENT_NAME "psflow-segment" /* the memfd's name, as /proc shows it */
+
 typedef struct pf_segment {
     uint8_t *base; /* the mapping, NULL when none */
     size_t size;   /* bytes */
@@ -36,14 +38,21 @@ int pf_segment_enabled(void);
  * memfd, sealing or mapping: the message says which), PF_ERR_INVALID (size too small). */
 pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err);
 
-/* ps: maps the segment that process `pid` holds as descriptor `fd`, which must be a regular
- * file owned by this process's user, exactly `size` bytes (at most `limit`), sealed against
- * shrinking, whose first bytes equal `token`. The file is opened only after the path it
- * names has been checked, and without blocking, so a peer that names a FIFO or a device gets
- * a refusal and nothing else. Errors: PF_ERR_INVALID with the reason in err (a segment this
- * ps cannot or must not use). */
+/* ps: maps the segment that process `pid` holds as descriptor `fd`, which must be a psflow
+ * memfd (its /proc link names "memfd:" PF_SEGMENT_NAME, read without following it) in
+ * ordinary shared memory (not huge pages), owned by this process's user, exactly `size`
+ * bytes (at most `limit`), sealed against shrinking, whose first bytes equal `token`. It is
+ * opened only after those checks on its link and inode, without blocking, so a peer that
+ * names a FIFO, a device, a file on a hung mount or any other file gets a refusal and
+ * nothing else. Errors: PF_ERR_INVALID with the reason in err (a segment this ps cannot or
+ * must not use). */
 pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_t *token,
                           uint64_t limit, pf_segment *out, pf_error *err);
+
+/* Worker: 1 when `host` (a name or an address) resolves to this host - a loopback address or
+ * one of this host's interfaces - so a ps there may be offered the segment; 0 otherwise or
+ * when it does not resolve. No ps elsewhere learns the segment's token. */
+int pf_segment_host_is_local(const char *host);
 
 /* Unmaps (and on the worker's side closes) the segment; safe on a zeroed or closed one. */
 void pf_segment_close(pf_segment *s);

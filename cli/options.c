@@ -3,6 +3,7 @@
 
 #include "cli/cli.h"
 #include "psflow/http_client.h"
+#include "psflow/text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 static const char *env_twin(const char *name) {
     char var[96] = "PSFLOW_";
@@ -74,14 +74,8 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_op
         const char *v = env_twin(opts[i].name);
         if (v && !opts[i].arg) {
             /* A flag from the environment: 1/true/yes/on sets it, 0/false/no/off leaves it off. */
-            static const char *const on[] = {"1", "true", "yes", "on"};
-            static const char *const off[] = {"0", "false", "no", "off"};
-            int is_on = 0, is_off = 0;
-            for (size_t k = 0; k < sizeof on / sizeof on[0]; k++) {
-                is_on |= !strcasecmp(v, on[k]);
-                is_off |= !strcasecmp(v, off[k]);
-            }
-            if (!is_on && !is_off) {
+            int is_on = pf_text_bool(v);
+            if (is_on < 0) {
                 fprintf(stderr,
                         "psflow %s: the environment sets flag --%s to '%s': use 1, true, yes, "
                         "on, or 0, false, no, off\n",
@@ -262,14 +256,9 @@ int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts) {
     const char *v = cli_get(opts, n_opts, "shm");
     if (!v)
         return 0;
-    static const char *const off[] = {"off", "0", "false", "no"}, *const on[] = {"on", "1", "true",
-                                                                                 "yes"};
-    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
-        if (strcasecmp(v, off[i]) == 0)
-            return setenv("PSFLOW_SHM", "off", 1) == 0 ? 0 : -1;
-        if (strcasecmp(v, on[i]) == 0)
-            return setenv("PSFLOW_SHM", "on", 1) == 0 ? 0 : -1;
-    }
+    int on = pf_text_bool(v);
+    if (on >= 0)
+        return setenv("PSFLOW_SHM", on ? "on" : "off", 1) == 0 ? 0 : -1;
     fprintf(stderr, "psflow %s: --shm must be on or off, not '%s'\n", cmd, v);
     return -1;
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm), so that
@@ -108,4 +109,16 @@ char *pf_text_cut_utf8(char *s) {
     if (want > n - (i - 1)) /* a lead byte whose continuation was cut off */
         s[i - 1] = '\0';
     return s;
+}
+
+int pf_text_bool(const char *s) {
+    static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no",
+                                                                                "off"};
+    for (size_t i = 0; s && i < sizeof on / sizeof on[0]; i++) {
+        if (strcasecmp(s, on[i]) == 0)
+            return 1;
+        if (strcasecmp(s, off[i]) == 0)
+            return 0;
+    }
+    return -1;
 }

@@ -12,21 +12,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "psflow/text.h"
 #include "psflow/wire_auth.h"
 
 int pf_segment_enabled(void) {
-    const char *e = getenv("PSFLOW_SHM");
-    if (!e)
-        return 1;
-    return !(strcasecmp(e, "off") == 0 || strcmp(e, "0") == 0 || strcasecmp(e, "false") == 0 ||
-             strcasecmp(e, "no") == 0);
+    return pf_text_bool(getenv("PSFLOW_SHM")) != 0; /* unset or unknown: on */
 }
 
 pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err) {

@@ -129,11 +129,24 @@ static void test_cut_utf8(void **state) {
     }
 }
 
+static void test_bool(void **state) {
+    (void)state;
+    const char *on[] = {"1", "true", "TRUE", "yes", "On"}, *off[] = {"0", "false", "No", "OFF"};
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+        assert_int_equal(pf_text_bool(on[i]), 1);
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        assert_int_equal(pf_text_bool(off[i]), 0);
+    assert_int_equal(pf_text_bool("maybe"), -1);
+    assert_int_equal(pf_text_bool(""), -1);
+    assert_int_equal(pf_text_bool("onn"), -1);
+    assert_int_equal(pf_text_bool(NULL), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_rfc3339),     cmocka_unit_test(test_parse_rfc3339),
         cmocka_unit_test(test_rfc3339_round_trip), cmocka_unit_test(test_pointer),
-        cmocka_unit_test(test_cut_utf8),
+        cmocka_unit_test(test_cut_utf8),           cmocka_unit_test(test_bool),
     };
     return cmocka_run_group_tests_name("text", tests, NULL, NULL);
 }

@@ -42,4 +42,8 @@ void pf_text_pointer_add_index(char *ptr, size_t cap, size_t index);
  * not UTF-8 at all, are left as they are. Returns s. */
 char *pf_text_cut_utf8(char *s);
 
+/* A yes/no word, as options and environment variables take them: 1 for 1, true, yes, on;
+ * 0 for 0, false, no, off (any case); -1 for anything else or NULL. */
+int pf_text_bool(const char *s);
+
 #endif

@@ -533,15 +533,21 @@ pf_status pf_wire_encode_seg_attach(pf_wire_out *out, uint32_t request_id,
     return PF_OK;
 }
 
-pf_status pf_wire_encode_seg_ack(pf_wire_out *out, uint32_t request_id, pf_error *err) {
+/* A message with no payload (STATS, SEG_ACK). */
+static pf_status encode_empty(pf_wire_out *out, uint16_t type, const char *name,
+                              uint32_t request_id, pf_error *err) {
     reset(out);
-    plan p = {.type = "SEG_ACK", .err = err};
+    plan p = {.type = name, .err = err};
     writer w;
-    pf_status st = begin(out, PF_WIRE_SEG_ACK, request_id, &p, &w);
+    pf_status st = begin(out, type, request_id, &p, &w);
     if (st != PF_OK)
         return st;
     finish(&w);
     return PF_OK;
+}
+
+pf_status pf_wire_encode_seg_ack(pf_wire_out *out, uint32_t request_id, pf_error *err) {
+    return encode_empty(out, PF_WIRE_SEG_ACK, "SEG_ACK", request_id, err);
 }
 
 pf_status pf_wire_encode_seg_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_seg_pull *m,
@@ -576,14 +582,7 @@ pf_status pf_wire_encode_seg_push_pull(pf_wire_out *out, uint32_t request_id,
 }
 
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err) {
-    reset(out);
-    plan p = {.type = "STATS", .err = err};
-    writer w;
-    pf_status st = begin(out, PF_WIRE_STATS, request_id, &p, &w);
-    if (st != PF_OK)
-        return st;
-    finish(&w);
-    return PF_OK;
+    return encode_empty(out, PF_WIRE_STATS, "STATS", request_id, err);
 }
 
 pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,

@@ -29,6 +29,7 @@
 #include "psflow/clock.h"
 #include "psflow/footprint.h"
 #include "psflow/mem.h"
+#include "psflow/model.h"
 #include "psflow/placement.h"
 #include "psflow/text.h"
 #include "psflow/wire.h"
@@ -798,9 +799,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->seg_ids = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_ids);
     s->seg_views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_views);
     s->seg_dst = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_dst);
-    for (int g = 0; g < s->placement.n_shards; g++) /* a worker's segment: values, gradients */
-        s->seg_limit += 2 * sizeof(float) * (uint64_t)s->placement.shards[g].count;
-    s->seg_limit += 4096;                           /* its header and alignment */
+    s->seg_limit = pf_segment_bytes(pf_model_num_params(&s->spec.model), NULL);
     int64_t bound = s->spec.training.max_staleness; /* >= 0 in async jobs only */
     if (bound >= 0)
         s->staleness = ps_staleness_create(PF_MAX_TASKS, bound,

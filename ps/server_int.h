@@ -79,7 +79,7 @@ struct ps_server {
     uint32_t *seg_ids;
     pf_wire_tensor *seg_views;
     float **seg_dst;
-    uint64_t seg_limit; /* the largest segment a worker may attach: 2 x the model's bytes */
+    uint64_t seg_limit; /* the largest segment a worker may attach (pf_segment_bytes) */
     pf_ws *ws;
     size_t max_message; /* the largest message this ps accepts (a push of every shard) */
     /* the data plane's limits; those the options left to the ps (auto_*) follow the

@@ -20,6 +20,7 @@
 #include "psflow/address.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
+#include "psflow/model.h"
 #include "psflow/segment.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
@@ -103,7 +104,7 @@ struct worker_link {
     const worker_row_plan *plan; /* row mode: the rows pulls fetch and pushes send */
     pf_segment seg;              /* options.segment: [token | params | grads] */
     float *seg_params, *seg_grads;
-    size_t n_params;
+    size_t n_params;            /* floats in a parameter vector */
     pf_wire_seg_tensor *segrec; /* a segment request's records (n_shards) */
     struct iovec *parts;        /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
     size_t max_parts;
@@ -889,16 +890,14 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
             goto fail;
         }
     }
-    for (int g = 0; g < c->placement.n_shards; g++)
-        c->n_params += c->placement.shards[g].count;
+    c->n_params = pf_model_num_params(&c->spec.model);
     /* With TLS every byte goes through it: no segment is offered. */
     if (o->segment && !c->rows && !o->ca_file && pf_segment_enabled()) {
-        /* [token, to 64 bytes | params | grads], each vector 64-byte aligned */
-        size_t vec = (c->n_params * sizeof(float) + 63) & ~(size_t)63;
+        size_t grads_at, bytes = pf_segment_bytes(c->n_params, &grads_at);
         pf_error e;
-        if (pf_segment_create(64 + 2 * vec, &c->seg, &e) == PF_OK) {
-            c->seg_params = (float *)(void *)(c->seg.base + 64);
-            c->seg_grads = (float *)(void *)(c->seg.base + 64 + vec);
+        if (pf_segment_create(bytes, &c->seg, &e) == PF_OK) {
+            c->seg_params = (float *)(void *)(c->seg.base + PF_SEGMENT_HEAD);
+            c->seg_grads = (float *)(void *)(c->seg.base + grads_at);
         } else {
             fprintf(stderr, "psflow worker %d: %s; every ps over the socket\n", c->task, e.message);
         }
@@ -1025,7 +1024,7 @@ static pf_status encode_push_pull_one(worker_link *c, ps_link *l, const float *g
     l->kind = REQ_DATA;
     l->req_grads = grads;
     l->req_step = step;
-    if (seg_ok && !c->rows && use_segment(c, l, grads, params))
+    if (seg_ok && use_segment(c, l, grads, params)) /* never in row mode: no segment */
         return encode_segment(c, l, grads, step, l->min_version, params, err);
     l->out_seg = 0;
     if (c->rows)

@@ -21,6 +21,13 @@
 #include "psflow/text.h"
 #include "psflow/wire_auth.h"
 
+size_t pf_segment_bytes(uint64_t n, size_t *grads_at) {
+    size_t vec = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
+    if (grads_at)
+        *grads_at = PF_SEGMENT_HEAD + vec;
+    return PF_SEGMENT_HEAD + 2 * vec;
+}
+
 int pf_segment_enabled(void) {
     return pf_text_bool(getenv("PSFLOW_SHM")) != 0; /* unset or unknown: on */
 }

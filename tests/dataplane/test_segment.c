@@ -145,6 +145,18 @@ static void test_refusals(void **state) {
     pf_segment_close(&w);
 }
 
+static void test_layout(void **state) {
+    (void)state;
+    size_t grads;
+    /* 15 floats: 60 bytes, rounded up to 64, after the 64-byte head */
+    assert_int_equal(pf_segment_bytes(15, &grads), 64 + 2 * 64);
+    assert_int_equal(grads, 128);
+    assert_int_equal(pf_segment_bytes(16, NULL), 64 + 2 * 64);
+    assert_int_equal(pf_segment_bytes(17, &grads), 64 + 2 * 128);
+    assert_int_equal(grads, 64 + 128);
+    assert_int_equal(pf_segment_bytes(0, &grads), 64);
+}
+
 static void test_create_too_small(void **state) {
     (void)state;
     pf_segment w;
@@ -180,9 +192,9 @@ static void test_host_is_local(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_and_open),  cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_create_too_small), cmocka_unit_test(test_enabled),
-        cmocka_unit_test(test_host_is_local),
+        cmocka_unit_test(test_create_and_open), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layout),          cmocka_unit_test(test_create_too_small),
+        cmocka_unit_test(test_enabled),         cmocka_unit_test(test_host_is_local),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

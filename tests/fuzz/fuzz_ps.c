@@ -150,8 +150,9 @@ static ps_server *start_ps(int with_key, int variant) {
         pf_wire_in_init(&h.in, 0, 0);
         pf_buf_init(&h.reply, 1u << 20);
         pf_error err;
-        /* the dense job's limit, 2 x 4 x 15 parameters + 4096 bytes (tests/fuzz/ps_seeds.py) */
-        if (pf_segment_create(4216, &h.seg, &err) != PF_OK)
+        /* a worker's segment for the dense job's 15 parameters: 192 bytes, the most its ps
+         * takes (SEG_LIMIT in tests/fuzz/ps_seeds.py) */
+        if (pf_segment_create(pf_segment_bytes(15, NULL), &h.seg, &err) != PF_OK)
             abort();
         parsed = 1;
     }

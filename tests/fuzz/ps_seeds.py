@@ -95,8 +95,9 @@ def row_push_pull(task, inc, seq, step, rows, ids, sels, rid=9):
 
 # the shared segment (api/wire.md "Shared segment"): fuzz_ps makes a SEG_ATTACH of pid 0 name
 # a real segment of SEG_LIMIT bytes (the size as sent), any other pid its own process; the
-# limit of the dense job is 2 x 4 x 15 + 4096 bytes
-SEG_LIMIT = 4216
+# limit of the dense job is a worker's segment for its 15 parameters (pf_segment_bytes):
+# a 64-byte head, then params and grads of 60 bytes each, 64-byte aligned
+SEG_LIMIT = 64 + 2 * 64
 
 
 def seg_attach(pid=0, fd=3, size=SEG_LIMIT, token=bytes(range(16)), rid=10):

@@ -196,9 +196,9 @@ static void job_stop(job *j) {
     assert_int_equal(system(cmd), 0);
 }
 
-/* The largest segment the ps takes: 2 x 4 x the model's parameters + 4096. */
+/* The largest segment the ps takes: a worker's for the model's parameters. */
 static uint64_t seg_limit(const job *j) {
-    return 2 * sizeof(float) * (uint64_t)j->n_params + 4096;
+    return pf_segment_bytes((uint64_t)j->n_params, NULL);
 }
 
 /* The segment's layout: the token, then the values of every shard in placement order from

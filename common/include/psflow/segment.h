@@ -22,6 +22,7 @@
 #include "psflow/wire.h"
 
 #define PF_SEGMENT_NAME "psflow-segment" /* the memfd's name, as /proc shows it */
+#define PF_SEGMENT_HEAD 64               /* the token's room: the parameters start here */
 
 typedef struct pf_segment {
     uint8_t *base; /* the mapping, NULL when none */
@@ -29,6 +30,12 @@ typedef struct pf_segment {
     int fd;        /* the worker's descriptor (-1 on the ps side: it keeps only the mapping) */
     uint8_t token[PF_WIRE_SEG_TOKEN_SIZE];
 } pf_segment;
+
+/* The layout of a worker's segment for a parameter vector of n floats: the head
+ * (PF_SEGMENT_HEAD bytes, the token first), the parameters, then the gradients at *grads_at
+ * (may be NULL), each vector 64-byte aligned. Returns the segment's bytes: what the worker
+ * makes, and the most a ps takes for its job's parameter count. */
+size_t pf_segment_bytes(uint64_t n, size_t *grads_at);
 
 /* 0 when PSFLOW_SHM says off (off, 0, false, no), else 1. */
 int pf_segment_enabled(void);

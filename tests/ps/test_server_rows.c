@@ -23,57 +23,16 @@
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 #include "ps/server.h"
+#include "tests/support/ps_client.h"
 
 /* A table [12, 2] ("ids/embeddings", shard 0), then dense_0's kernel [2, 3] and bias. */
 #define VOCAB 12
 #define DIM   2
 
-typedef struct client {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int open, closed, got;
-    uint8_t *reply;
-    size_t reply_len;
-    pf_ws *ws;
-    uint64_t conn;
-    pf_wire_in in;
-} client;
-
-static void c_open(pf_ws *ws, uint64_t conn, void *cu, void *user) {
-    (void)ws, (void)conn, (void)cu;
-    client *c = user;
-    pthread_mutex_lock(&c->mu);
-    c->open = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void c_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *d, size_t n, void *user) {
-    (void)ws, (void)conn, (void)cu;
-    client *c = user;
-    pthread_mutex_lock(&c->mu);
-    free(c->reply);
-    c->reply = malloc(n ? n : 1);
-    memcpy(c->reply, d, n);
-    c->reply_len = n;
-    c->got++;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void c_close(pf_ws *ws, uint64_t conn, void *cu, void *user) {
-    (void)ws, (void)conn, (void)cu;
-    client *c = user;
-    pthread_mutex_lock(&c->mu);
-    c->closed = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
 static pf_job_spec spec;
 static pf_placement pl;
 static ps_server *server;
-static client cl[2];
+static ps_client cl[2];
 static pf_wire_out out;
 static char dir[64];
 static float *init; /* the whole model's initial values */
@@ -101,31 +60,13 @@ static void start(const char *mode, int workers) {
     ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 42, 0, NULL, {0}};
     assert_int_equal(ps_server_start(&o, &server, &err), PF_OK);
     pf_wire_out_init(&out);
-    for (int k = 0; k < workers; k++) {
-        client *c = &cl[k];
-        memset(c, 0, sizeof *c);
-        pthread_mutex_init(&c->mu, NULL);
-        pthread_cond_init(&c->cv, NULL);
-        pf_ws_handlers h = {c_open, c_message, c_close, NULL};
-        assert_int_equal(pf_ws_client_create(1u << 20, &h, c, &c->ws, &err), PF_OK);
-        pf_ws_connect(c->ws, "127.0.0.1", ps_server_port(server), NULL, &c->conn);
-        struct timespec deadline = pf_clock_deadline(10);
-        pthread_mutex_lock(&c->mu);
-        while (!c->open && !c->closed)
-            if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) != 0)
-                break;
-        pthread_mutex_unlock(&c->mu);
-        assert_true(c->open);
-        pf_wire_in_init(&c->in, 0, 0);
-    }
+    for (int k = 0; k < workers; k++)
+        ps_client_open(&cl[k], ps_server_port(server));
 }
 
 static void stop(int workers) {
-    for (int k = 0; k < workers; k++) {
-        pf_ws_destroy(cl[k].ws);
-        pf_wire_in_deinit(&cl[k].in);
-        free(cl[k].reply);
-    }
+    for (int k = 0; k < workers; k++)
+        ps_client_close(&cl[k]);
     ps_server_destroy(server);
     pf_wire_out_deinit(&out);
     pf_placement_deinit(&pl);
@@ -136,44 +77,14 @@ static void stop(int workers) {
     assert_int_equal(system(cmd), 0);
 }
 
-/* Sends what `out` holds on client k; with a reply wanted, waits for it (10 s) into *m. */
-static void send_on(int k) {
-    pf_buf whole;
-    pf_buf_init(&whole, 1u << 20);
-    assert_int_equal(pf_wire_out_gather(&out, &whole), PF_OK);
-    struct iovec iov = {whole.data, whole.len};
-    assert_int_equal(pf_ws_sendv(cl[k].ws, cl[k].conn, &iov, 1), PF_OK);
-    pf_buf_deinit(&whole);
-}
-
-static void await_reply(int k, int before, pf_wire_msg *m) {
-    client *c = &cl[k];
-    struct timespec deadline = pf_clock_deadline(10);
-    pthread_mutex_lock(&c->mu);
-    while (c->got == before && !c->closed)
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) != 0)
-            break;
-    int got = c->got > before;
-    pthread_mutex_unlock(&c->mu);
-    assert_true(got);
-    pf_error err;
-    assert_int_equal(pf_wire_decode(&c->in, c->reply, c->reply_len, m, &err), PF_OK);
-}
-
+/* Sends what `out` holds on client k and waits for its reply (10 s) into *m. */
 static void exchange(int k, pf_wire_msg *m) {
-    int before = cl[k].got;
-    send_on(k);
-    await_reply(k, before, m);
+    ps_client_exchange(&cl[k], &out, m);
 }
 
 static void hello(int k, uint32_t task) {
     /* training task 0 is the chief (the job has no separate one), workers follow */
-    pf_wire_hello h = {task == 0 ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER, task, 5, {"rows", 4}};
-    pf_error err;
-    assert_int_equal(pf_wire_encode_hello(&out, 1, &h, &err), PF_OK);
-    pf_wire_msg m;
-    exchange(k, &m);
-    assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
+    ps_client_hello(&cl[k], "rows", task == 0 ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER, task, 5);
 }
 
 static void expect_error(int k, pf_wire_code code) {
@@ -329,9 +240,8 @@ static void test_rows_sync(void **state) {
     static const uint32_t r0[2] = {2, 5}, r1[2] = {5, 9};
     static const float g0[4] = {1, -1, 2, 4}, g1[4] = {6, 8, 0.5f, -2};
     /* worker 1 first: the order of arrival must not matter */
-    int got1 = cl[1].got;
     encode_row_push(1, 1, r1, 2, g1, DIM, 1);
-    send_on(1);
+    int got1 = ps_client_send(&cl[1], &out);
     for (int i = 0; i < 1000; i++) { /* until the ps has taken worker 1's gradient */
         uint64_t version, applied, stale;
         ps_server_stats(server, &version, &applied, &stale);
@@ -345,7 +255,7 @@ static void test_rows_sync(void **state) {
     assert_int_equal(m.type, PF_WIRE_PULL_REPLY);
     assert_int_equal(m.u.pull_reply.push_result, PF_WIRE_PUSH_APPLIED);
     assert_int_equal(m.u.pull_reply.version, 1);
-    await_reply(1, got1, &m);
+    assert_true(ps_client_wait(&cl[1], got1, 10, &m));
     assert_int_equal(m.u.pull_reply.push_result, PF_WIRE_PUSH_ACCEPTED);
     assert_int_equal(m.u.pull_reply.version, 1); /* parked until the step */
     table(after);

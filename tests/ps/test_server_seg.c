@@ -22,129 +22,17 @@
 #include "psflow/clock.h"
 #include "psflow/placement.h"
 #include "psflow/segment.h"
+#include "tests/support/ps_client.h"
 #include "psflow/wire.h"
 #include "psflow/ws.h"
 #include "ps/server.h"
 
-/* --- a client: one WebSocket connection, its last reply kept ---------------------------- */
-
-typedef struct client {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int open, closed, got;
-    uint8_t *reply;
-    size_t reply_len;
-    pf_ws *ws;
-    uint64_t conn;
-    pf_wire_out out;
-    pf_wire_in in;
-} client;
-
-static void c_open(pf_ws *ws, uint64_t conn, void *cu, void *user) {
-    (void)ws;
-    (void)conn;
-    (void)cu;
-    client *c = user;
-    pthread_mutex_lock(&c->mu);
-    c->open = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void c_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *d, size_t n, void *user) {
-    (void)ws;
-    (void)conn;
-    (void)cu;
-    client *c = user;
-    pthread_mutex_lock(&c->mu);
-    free(c->reply);
-    c->reply = malloc(n ? n : 1);
-    memcpy(c->reply, d, n);
-    c->reply_len = n;
-    c->got++;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void c_close(pf_ws *ws, uint64_t conn, void *cu, void *user) {
-    (void)ws;
-    (void)conn;
-    (void)cu;
-    client *c = user;
-    pthread_mutex_lock(&c->mu);
-    c->closed = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void client_open(client *c, int port) {
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    pf_wire_out_init(&c->out);
-    pf_wire_in_init(&c->in, 0, 0);
-    pf_ws_handlers h = {c_open, c_message, c_close, NULL};
-    pf_error err;
-    assert_int_equal(pf_ws_client_create(1u << 20, &h, c, &c->ws, &err), PF_OK);
-    assert_int_equal(pf_ws_connect(c->ws, "127.0.0.1", port, NULL, &c->conn), PF_OK);
-    struct timespec deadline = pf_clock_deadline(10);
-    pthread_mutex_lock(&c->mu);
-    while (!c->open && !c->closed)
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) != 0)
-            break;
-    int open = c->open;
-    pthread_mutex_unlock(&c->mu);
-    assert_true(open);
-}
-
-static void client_close(client *c) {
-    pf_ws_destroy(c->ws);
-    pf_wire_out_deinit(&c->out);
-    pf_wire_in_deinit(&c->in);
-    free(c->reply);
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
-}
-
-/* Sends the message encoded in c->out; returns the replies counted before it. */
-static int send_out(client *c) {
-    pthread_mutex_lock(&c->mu);
-    int before = c->got;
-    pthread_mutex_unlock(&c->mu);
-    pf_buf whole;
-    pf_buf_init(&whole, 1u << 20);
-    assert_int_equal(pf_wire_out_gather(&c->out, &whole), PF_OK);
-    struct iovec v = {whole.data, whole.len};
-    assert_int_equal(pf_ws_sendv(c->ws, c->conn, &v, 1), PF_OK);
-    pf_buf_deinit(&whole);
-    return before;
-}
-
-/* Waits up to `seconds` for a reply after the `before`th and decodes it into *m (views into
- * c's buffers); 0 when none came. */
-static int wait_reply(client *c, int before, double seconds, pf_wire_msg *m) {
-    struct timespec deadline = pf_clock_deadline(seconds);
-    pthread_mutex_lock(&c->mu);
-    while (c->got == before && !c->closed)
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) != 0)
-            break;
-    int got = c->got > before;
-    pthread_mutex_unlock(&c->mu);
-    if (!got)
-        return 0;
-    pf_error err;
-    assert_int_equal(pf_wire_decode(&c->in, c->reply, c->reply_len, m, &err), PF_OK);
-    return 1;
-}
-
-static void exchange(client *c, pf_wire_msg *m) {
-    assert_true(wait_reply(c, send_out(c), 10, m));
-}
+/* --- a client of the ps (tests/support/ps_client.h) ------------------------------------ */
 
 /* Expects an ERROR with `code` whose message says `why` (NULL: anything). */
-static void expect_error(client *c, pf_wire_code code, const char *why) {
+static void expect_error(ps_client *c, pf_wire_code code, const char *why) {
     pf_wire_msg m;
-    exchange(c, &m);
+    ps_client_exchange(c, &c->out, &m);
     assert_int_equal(m.type, PF_WIRE_ERROR);
     char text[512];
     snprintf(text, sizeof text, "%.*s", (int)m.u.error.message.len, m.u.error.message.ptr);
@@ -152,15 +40,6 @@ static void expect_error(client *c, pf_wire_code code, const char *why) {
         fail_msg("got %s (%s), expected %s (%s)", pf_wire_code_name(m.u.error.code), text,
                  pf_wire_code_name(code), why ? why : "");
     assert_true(text[0] != 0);
-}
-
-static void hello(client *c, const char *job, uint8_t role, uint32_t task, uint64_t inc) {
-    pf_wire_hello h = {role, task, inc, {job, (uint32_t)strlen(job)}};
-    pf_error err;
-    assert_int_equal(pf_wire_encode_hello(&c->out, 1, &h, &err), PF_OK);
-    pf_wire_msg m;
-    exchange(c, &m);
-    assert_int_equal(m.type, PF_WIRE_HELLO_ACK);
 }
 
 /* --- a job: its spec, placement and ps, and a segment laid out for it ------------------- */
@@ -224,19 +103,19 @@ static uint32_t records(const job *j, int push, pf_wire_seg_tensor *t) {
     return (uint32_t)j->pl.n_shards;
 }
 
-static void encode_attach(client *c, uint32_t fd, uint64_t size, const uint8_t *token) {
+static void encode_attach(ps_client *c, uint32_t fd, uint64_t size, const uint8_t *token) {
     pf_wire_seg_attach a = {(uint32_t)getpid(), fd, size, token};
     pf_error err;
     assert_int_equal(pf_wire_encode_seg_attach(&c->out, 11, &a, &err), PF_OK);
 }
 
-static void encode_seg_pull(client *c, const pf_wire_seg_tensor *t, uint32_t n) {
+static void encode_seg_pull(ps_client *c, const pf_wire_seg_tensor *t, uint32_t n) {
     pf_wire_seg_pull p = {0, n, t};
     pf_error err;
     assert_int_equal(pf_wire_encode_seg_pull(&c->out, 12, &p, &err), PF_OK);
 }
 
-static void encode_seg_push_pull(client *c, uint32_t task, uint64_t inc, uint64_t seq,
+static void encode_seg_push_pull(ps_client *c, uint32_t task, uint64_t inc, uint64_t seq,
                                  uint64_t step, uint64_t min_version, const pf_wire_seg_tensor *t,
                                  uint32_t n) {
     pf_wire_seg_push_pull pp = {task, inc, seq, step, {min_version, n, t}};
@@ -245,7 +124,7 @@ static void encode_seg_push_pull(client *c, uint32_t task, uint64_t inc, uint64_
 }
 
 /* A plain PUSH_PULL of every shard, grads [n_params] in placement order. */
-static void encode_push_pull(client *c, const job *j, uint32_t task, uint64_t inc, uint64_t seq,
+static void encode_push_pull(ps_client *c, const job *j, uint32_t task, uint64_t inc, uint64_t seq,
                              uint64_t step, uint64_t min_version, const float *grads) {
     pf_wire_tensor t[16];
     uint32_t ids[16];
@@ -276,7 +155,7 @@ static void reply_values(const job *j, const pf_wire_msg *m, float *out) {
 }
 
 /* The ps's values by a plain PULL of every shard into out [n_params]; returns the version. */
-static uint64_t snapshot(client *c, const job *j, float *out) {
+static uint64_t snapshot(ps_client *c, const job *j, float *out) {
     uint32_t ids[16];
     for (int i = 0; i < j->pl.n_shards; i++)
         ids[i] = (uint32_t)i;
@@ -284,13 +163,13 @@ static uint64_t snapshot(client *c, const job *j, float *out) {
     pf_error err;
     assert_int_equal(pf_wire_encode_pull(&c->out, 7, &pull, &err), PF_OK);
     pf_wire_msg m;
-    exchange(c, &m);
+    ps_client_exchange(c, &c->out, &m);
     reply_values(j, &m, out);
     return m.u.pull_reply.version;
 }
 
 /* Asserts the ps's values still equal `want` [n_params], bit for bit. */
-static void expect_unchanged(client *c, const job *j, const float *want) {
+static void expect_unchanged(ps_client *c, const job *j, const float *want) {
     float *now = malloc(j->n_params * sizeof *now);
     snapshot(c, j, now);
     assert_memory_equal(now, want, j->n_params * sizeof *now);
@@ -328,15 +207,15 @@ static void test_attach(void **state) {
     uint64_t size = seg_limit(&j); /* the largest the ps takes */
     assert_int_equal(pf_segment_create((size_t)size, &seg, &err), PF_OK);
     pf_wire_seg_tensor t[16];
-    client w;
-    client_open(&w, port);
+    ps_client w;
+    ps_client_open(&w, port);
 
     /* Before HELLO: nothing is attached, nothing requested. */
     encode_attach(&w, (uint32_t)seg.fd, size, seg.token);
     expect_error(&w, PF_WIRE_UNEXPECTED, "before HELLO");
     encode_seg_pull(&w, t, records(&j, 0, t));
     expect_error(&w, PF_WIRE_UNEXPECTED, "before HELLO");
-    hello(&w, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
+    ps_client_hello(&w, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
     float *before = malloc(j.n_params * sizeof *before);
     uint64_t v0 = snapshot(&w, &j, before);
 
@@ -350,12 +229,12 @@ static void test_attach(void **state) {
     /* A tool and an evaluator may not attach, even the right segment. */
     const uint8_t roles[] = {PF_WIRE_ROLE_TOOL, PF_WIRE_ROLE_EVALUATOR};
     for (size_t i = 0; i < sizeof roles; i++) {
-        client other;
-        client_open(&other, port);
-        hello(&other, "seg", roles[i], 0, 3);
+        ps_client other;
+        ps_client_open(&other, port);
+        ps_client_hello(&other, "seg", roles[i], 0, 3);
         encode_attach(&other, (uint32_t)seg.fd, size, seg.token);
         expect_error(&other, PF_WIRE_UNEXPECTED, "may not attach");
-        client_close(&other);
+        ps_client_close(&other);
         expect_unchanged(&w, &j, before);
     }
 
@@ -400,7 +279,7 @@ static void test_attach(void **state) {
         grads[i] = 0.5f;
     encode_push_pull(&w, &j, 0, 5, 1, 0, 0, grads);
     pf_wire_msg m;
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     assert_int_equal(m.type, PF_WIRE_PULL_REPLY);
     assert_int_equal(m.u.pull_reply.push_result, PF_WIRE_PUSH_APPLIED);
     assert_int_equal(m.u.pull_reply.version, v0 + 1);
@@ -415,17 +294,17 @@ static void test_attach(void **state) {
 
     /* The right one is taken, once. */
     encode_attach(&w, (uint32_t)seg.fd, size, seg.token);
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     assert_int_equal(m.type, PF_WIRE_SEG_ACK);
     encode_attach(&w, (uint32_t)seg.fd, size, seg.token);
     expect_error(&w, PF_WIRE_UNEXPECTED, "attached already");
     expect_unchanged(&w, &j, before);
     encode_seg_pull(&w, t, records(&j, 0, t));
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     expect_seg_reply(&m, v0 + 1, 0);
     assert_memory_equal(seg.base + VALUES, before, j.n_params * sizeof *before);
 
-    client_close(&w);
+    ps_client_close(&w);
     pf_segment_close(&seg);
     free(grads);
     free(before);
@@ -444,14 +323,14 @@ static void test_requests(void **state) {
     pf_error err;
     uint64_t size = seg_limit(&j);
     assert_int_equal(pf_segment_create((size_t)size, &seg, &err), PF_OK);
-    client w, r;
-    client_open(&w, ps_server_port(j.ps));
-    client_open(&r, ps_server_port(ref.ps));
-    hello(&w, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
-    hello(&r, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
+    ps_client w, r;
+    ps_client_open(&w, ps_server_port(j.ps));
+    ps_client_open(&r, ps_server_port(ref.ps));
+    ps_client_hello(&w, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
+    ps_client_hello(&r, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
     encode_attach(&w, (uint32_t)seg.fd, size, seg.token);
     pf_wire_msg m;
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     assert_int_equal(m.type, PF_WIRE_SEG_ACK);
     size_t n = j.n_params;
     float *v0 = malloc(n * sizeof *v0), *want = malloc(n * sizeof *want);
@@ -468,7 +347,7 @@ static void test_requests(void **state) {
     for (uint32_t i = 0; i < k; i++)
         rev[i] = t[k - 1 - i];
     encode_seg_pull(&w, rev, k);
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     expect_seg_reply(&m, version, 0);
     assert_memory_equal(values, v0, n * sizeof *v0);
 
@@ -519,7 +398,7 @@ static void test_requests(void **state) {
             else
                 encode_seg_push_pull(&w, 0, 5, 1, 0, 0, t, named);
             pf_wire_msg e;
-            exchange(&w, &e);
+            ps_client_exchange(&w, &w.out, &e);
             if (e.type != PF_WIRE_ERROR || e.u.error.code != (uint32_t)bad[i].code)
                 fail_msg("case %zu (%s): got %s %s, expected %s", i,
                          kind == PULL ? "SEG_PULL" : "SEG_PUSH_PULL", pf_wire_type_name(e.type),
@@ -549,10 +428,10 @@ static void test_requests(void **state) {
 
     /* A good SEG_PUSH_PULL (seq 1: no refusal above took it) against the socket's. */
     encode_seg_push_pull(&w, 0, 5, 1, 0, 0, t, records(&j, 1, t));
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     expect_seg_reply(&m, version + 1, PF_WIRE_PUSH_APPLIED);
     encode_push_pull(&r, &ref, 0, 5, 1, 0, 0, grads);
-    exchange(&r, &m);
+    ps_client_exchange(&r, &r.out, &m);
     assert_int_equal(m.u.pull_reply.push_result, PF_WIRE_PUSH_APPLIED);
     assert_int_equal(m.u.pull_reply.version, version + 1);
     reply_values(&ref, &m, want);
@@ -566,12 +445,12 @@ static void test_requests(void **state) {
     for (size_t i = 0; i < n; i++)
         values[i] = -123.0f;
     encode_seg_push_pull(&w, 0, 5, 1, 0, 0, t, records(&j, 1, t));
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     expect_seg_reply(&m, version + 1, PF_WIRE_PUSH_DUPLICATE);
     assert_memory_equal(values, want, n * sizeof *values);
 
-    client_close(&w);
-    client_close(&r);
+    ps_client_close(&w);
+    ps_client_close(&r);
     pf_segment_close(&seg);
     free(copy);
     free(v0);
@@ -596,14 +475,14 @@ static void test_sync_parked(void **state) {
     pf_error err;
     uint64_t size = seg_limit(&j);
     assert_int_equal(pf_segment_create((size_t)size, &seg, &err), PF_OK);
-    client c, w;
-    client_open(&c, ps_server_port(j.ps));
-    client_open(&w, ps_server_port(j.ps));
-    hello(&c, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
-    hello(&w, "seg", PF_WIRE_ROLE_WORKER, 1, 9);
+    ps_client c, w;
+    ps_client_open(&c, ps_server_port(j.ps));
+    ps_client_open(&w, ps_server_port(j.ps));
+    ps_client_hello(&c, "seg", PF_WIRE_ROLE_CHIEF, 0, 5);
+    ps_client_hello(&w, "seg", PF_WIRE_ROLE_WORKER, 1, 9);
     encode_attach(&c, (uint32_t)seg.fd, size, seg.token);
     pf_wire_msg m;
-    exchange(&c, &m);
+    ps_client_exchange(&c, &c.out, &m);
     assert_int_equal(m.type, PF_WIRE_SEG_ACK);
     size_t n = j.n_params;
     float *v0 = malloc(n * sizeof *v0), *got = malloc(n * sizeof *got);
@@ -619,25 +498,25 @@ static void test_sync_parked(void **state) {
     }
     pf_wire_seg_tensor t[16];
     encode_seg_push_pull(&c, 0, 5, 1, 0, 1, t, records(&j, 1, t));
-    int parked = send_out(&c);
-    assert_false(wait_reply(&c, parked, 0.3, &m)); /* held until the step is complete */
+    int parked = ps_client_send(&c, &c.out);
+    assert_false(ps_client_wait(&c, parked, 0.3, &m)); /* held until the step is complete */
     for (size_t i = 0; i < n; i++)
         assert_true(values[i] == -123.0f);
 
     encode_push_pull(&w, &j, 1, 9, 1, 0, 1, g1);
-    exchange(&w, &m);
+    ps_client_exchange(&w, &w.out, &m);
     assert_int_equal(m.u.pull_reply.push_result, PF_WIRE_PUSH_APPLIED);
     assert_int_equal(m.u.pull_reply.version, 1);
     reply_values(&j, &m, got);
-    assert_true(wait_reply(&c, parked, 10, &m));
+    assert_true(ps_client_wait(&c, parked, 10, &m));
     expect_seg_reply(&m, 1, PF_WIRE_PUSH_ACCEPTED);
     assert_memory_equal(values, got, n * sizeof *values);
     for (size_t i = 0; i < n; i++)
         assert_float_equal(values[i], v0[i] - 0.1f * (g0[i] + g1[i]) / 2, 1e-6);
     assert_true(memcmp(values, v0, n * sizeof *v0) != 0);
 
-    client_close(&c);
-    client_close(&w);
+    ps_client_close(&c);
+    ps_client_close(&w);
     pf_segment_close(&seg);
     free(v0);
     free(got);

@@ -1,8 +1,8 @@
 /* wire.c - the data-plane codec's decoding side, type and code names and UTF-8 (see wire.h
- * and api/wire.md); wire_encode.c is its encoding side, wire_codec.h what the two share.
+ * and api/wire.md); wire_encode.c is its encoding side, wire_internal.h what the two share.
  *
  * DESIGN. These two files are the only code that reads or writes data-plane bytes. Every
- * field goes through the explicit little-endian helpers of wire_codec.h; no struct is ever
+ * field goes through the explicit little-endian helpers of wire_internal.h; no struct is ever
  * laid over a buffer. Decoding walks the message with a cursor that knows how many payload
  * bytes remain and checks each field's size against that before reading it, comparing
  * counts against remaining / element_size so nothing is multiplied before it is known to be
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "psflow/mem.h"
-#include "wire_codec.h"
+#include "wire_internal.h"
 
 /* --- names ----------------------------------------------------------------------------- */
 
@@ -614,160 +614,200 @@ static pf_status rd_seg_pull(reader *r, int push, pf_wire_seg_pull *p) {
     return PF_OK;
 }
 
+static pf_status rd_hello(reader *r, pf_wire_hello *h) {
+    pf_status st = need(r, HELLO_FIXED, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    size_t off = r->pos;
+    uint32_t role_pad = rd32(r);
+    h->role = (uint8_t)role_pad;
+    if (h->role > PF_WIRE_ROLE_TOOL)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                    "HELLO: role %u at offset %zu is out of range (0..3)", (unsigned)h->role, off);
+    if (role_pad >> 8)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off + 1,
+                    "HELLO: padding at offset %zu must be zero", off + 1);
+    h->task_index = rd32(r);
+    h->incarnation = rd64(r);
+    return rd_str(r, PF_WIRE_MAX_JOB_NAME, "job name", &h->job);
+}
+
+static pf_status rd_hello_ack(reader *r, pf_wire_hello_ack *a) {
+    pf_status st = need(r, HELLO_ACK_SIZE, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    a->ps_task = rd32(r);
+    a->ps_incarnation = rd64(r);
+    a->version = rd64(r);
+    a->n_shards = rd32(r);
+    return PF_OK;
+}
+
+/* A PULL_REPLY received in place carries exactly the tensors that were placed. */
+static pf_status rd_pull_reply(reader *r, pf_wire_pull_reply *p) {
+    pf_status st = need(r, 8, "version");
+    if (st != PF_OK)
+        return st;
+    p->version = rd64(r);
+    if ((st = rd_enum(r, PF_WIRE_PUSH_DUPLICATE, "push_result", &p->push_result)) != PF_OK)
+        return st;
+    if ((st = rd_count(r, TENSOR_HEADER, "tensor count n", &p->n)) != PF_OK)
+        return st;
+    if (r->places && p->n != r->n_places)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r->pos - 4,
+                    "PULL_REPLY: %u tensors where %u were received in place", (unsigned)p->n,
+                    (unsigned)r->n_places);
+    return rd_tensors(r, p->n, &p->tensors);
+}
+
+static pf_status rd_push_ack(reader *r, pf_wire_push_ack *a) {
+    pf_status st = need(r, PUSH_ACK_SIZE, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    a->seq = rd64(r);
+    if ((st = rd_enum(r, PF_WIRE_PUSH_DUPLICATE, "result", &a->result)) != PF_OK)
+        return st;
+    a->version = rd64(r);
+    return PF_OK;
+}
+
+static pf_status rd_push_pull(reader *r, pf_wire_push_pull *p) {
+    pf_status st = rd_push(r, &p->push);
+    if (st != PF_OK)
+        return st;
+    return rd_pull(r, "pull id count n_pull", &p->pull);
+}
+
+static pf_status rd_checkpoint(reader *r, pf_wire_checkpoint *c) {
+    pf_status st = need(r, CHECKPOINT_SIZE, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    c->step = rd64(r);
+    return rd_enum(r, 1, "final", &c->final);
+}
+
+static pf_status rd_restore(reader *r, pf_wire_restore *p) {
+    pf_status st = need(r, RESTORE_SIZE, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    p->step = rd64(r);
+    uint32_t bits = rd32(r);
+    float *f = &p->lr_factor;
+    memcpy(f, &bits, sizeof *f);
+    if (!(*f > 0 && *f <= 1)) /* NaN too */
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos - 4,
+                    "RESTORE: lr_factor %g at offset %zu is out of range (0, 1]", (double)*f,
+                    r->pos - 4);
+    return PF_OK;
+}
+
+static pf_status rd_checkpoint_ack(reader *r, pf_wire_checkpoint_ack *c) {
+    pf_status st = need(r, CHECKPOINT_ACK_FIXED, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    c->step = rd64(r);
+    c->status = rd32(r);
+    return rd_str(r, PF_WIRE_MAX_PATH, "path", &c->path);
+}
+
+/* AUTH_CHALLENGE, AUTH_PROOF, AUTH_OK: a nonce, then a MAC, as the type carries them. */
+static pf_status rd_auth(reader *r, uint16_t type, pf_wire_auth *a) {
+    int nonce = type != PF_WIRE_AUTH_OK, mac = type != PF_WIRE_AUTH_CHALLENGE;
+    pf_status st = need(r, 32u * (size_t)(nonce + mac), "nonce and MAC");
+    if (st != PF_OK)
+        return st;
+    a->nonce = nonce ? r->b + r->pos : NULL;
+    a->mac = mac ? r->b + r->pos + 32u * (size_t)nonce : NULL;
+    r->pos += 32u * (size_t)(nonce + mac);
+    return PF_OK;
+}
+
+static pf_status rd_seg_attach(reader *r, pf_wire_seg_attach *a) {
+    pf_status st = need(r, SEG_ATTACH_SIZE, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    a->pid = rd32(r);
+    a->fd = rd32(r);
+    a->size = rd64(r);
+    if (a->size < PF_WIRE_SEG_TOKEN_SIZE)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos - 8,
+                    "SEG_ATTACH: size %llu at offset %zu is smaller than the %u-byte token",
+                    (unsigned long long)a->size, r->pos - 8, PF_WIRE_SEG_TOKEN_SIZE);
+    a->token = r->b + r->pos;
+    r->pos += PF_WIRE_SEG_TOKEN_SIZE;
+    return PF_OK;
+}
+
+/* task_index, reserved, incarnation, seq, step, then SEG_PULL's fields. */
+static pf_status rd_seg_push_pull(reader *r, pf_wire_seg_push_pull *p) {
+    pf_status st = need(r, SEG_PUSH_PULL_FIXED - SEG_PULL_FIXED, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    p->task_index = rd32(r);
+    if ((st = rd_reserved(r)) != PF_OK)
+        return st;
+    p->incarnation = rd64(r);
+    p->seq = rd64(r);
+    p->step = rd64(r);
+    return rd_seg_pull(r, 1, &p->pull);
+}
+
+static pf_status rd_error(reader *r, pf_wire_error *e) {
+    pf_status st = need(r, ERROR_FIXED, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    size_t off = r->pos;
+    e->code = rd32(r);
+    if (e->code == PF_WIRE_OK)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                    "ERROR: code at offset %zu is 0", off);
+    return rd_str(r, PF_WIRE_MAX_ERROR_MSG, "message", &e->message);
+}
+
+/* The payload of a message of the given type into its member of m->u. */
 static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
-    pf_status st = PF_OK;
     switch ((pf_wire_type)type) {
-    case PF_WIRE_HELLO: {
-        pf_wire_hello *h = &m->u.hello;
-        if ((st = need(r, HELLO_FIXED, "fixed fields")) != PF_OK)
-            return st;
-        size_t off = r->pos;
-        uint32_t role_pad = rd32(r);
-        h->role = (uint8_t)role_pad;
-        if (h->role > PF_WIRE_ROLE_TOOL)
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
-                        "HELLO: role %u at offset %zu is out of range (0..3)", (unsigned)h->role,
-                        off);
-        if (role_pad >> 8)
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off + 1,
-                        "HELLO: padding at offset %zu must be zero", off + 1);
-        h->task_index = rd32(r);
-        h->incarnation = rd64(r);
-        return rd_str(r, PF_WIRE_MAX_JOB_NAME, "job name", &h->job);
-    }
-    case PF_WIRE_HELLO_ACK: {
-        pf_wire_hello_ack *a = &m->u.hello_ack;
-        if ((st = need(r, HELLO_ACK_SIZE, "fixed fields")) != PF_OK)
-            return st;
-        a->ps_task = rd32(r);
-        a->ps_incarnation = rd64(r);
-        a->version = rd64(r);
-        a->n_shards = rd32(r);
-        return PF_OK;
-    }
+    case PF_WIRE_HELLO:
+        return rd_hello(r, &m->u.hello);
+    case PF_WIRE_HELLO_ACK:
+        return rd_hello_ack(r, &m->u.hello_ack);
     case PF_WIRE_PULL:
         return rd_pull(r, "id count n", &m->u.pull);
-    case PF_WIRE_PULL_REPLY: {
-        pf_wire_pull_reply *p = &m->u.pull_reply;
-        if ((st = need(r, 8, "version")) != PF_OK)
-            return st;
-        p->version = rd64(r);
-        if ((st = rd_enum(r, PF_WIRE_PUSH_DUPLICATE, "push_result", &p->push_result)) != PF_OK)
-            return st;
-        if ((st = rd_count(r, TENSOR_HEADER, "tensor count n", &p->n)) != PF_OK)
-            return st;
-        if (r->places && p->n != r->n_places)
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, r->pos - 4,
-                        "PULL_REPLY: %u tensors where %u were received in place", (unsigned)p->n,
-                        (unsigned)r->n_places);
-        return rd_tensors(r, p->n, &p->tensors);
-    }
+    case PF_WIRE_PULL_REPLY:
+        return rd_pull_reply(r, &m->u.pull_reply);
     case PF_WIRE_PUSH:
         return rd_push(r, &m->u.push);
-    case PF_WIRE_PUSH_ACK: {
-        pf_wire_push_ack *a = &m->u.push_ack;
-        if ((st = need(r, PUSH_ACK_SIZE, "fixed fields")) != PF_OK)
-            return st;
-        a->seq = rd64(r);
-        if ((st = rd_enum(r, PF_WIRE_PUSH_DUPLICATE, "result", &a->result)) != PF_OK)
-            return st;
-        a->version = rd64(r);
-        return PF_OK;
-    }
+    case PF_WIRE_PUSH_ACK:
+        return rd_push_ack(r, &m->u.push_ack);
     case PF_WIRE_PUSH_PULL:
-        if ((st = rd_push(r, &m->u.push_pull.push)) != PF_OK)
-            return st;
-        return rd_pull(r, "pull id count n_pull", &m->u.push_pull.pull);
+        return rd_push_pull(r, &m->u.push_pull);
     case PF_WIRE_ROW_PULL:
         return rd_row_pull(r, "id count n", &m->u.row_pull);
     case PF_WIRE_ROW_PUSH_PULL:
         return rd_row_push_pull(r, &m->u.row_push_pull);
     case PF_WIRE_STATS:
-        return PF_OK;
+    case PF_WIRE_SEG_ACK:
+        return PF_OK; /* no payload */
     case PF_WIRE_STATS_REPLY:
         return rd_str(r, UINT32_MAX, "json", &m->u.stats_reply.json);
-    case PF_WIRE_CHECKPOINT: {
-        pf_wire_checkpoint *c = &m->u.checkpoint;
-        if ((st = need(r, CHECKPOINT_SIZE, "fixed fields")) != PF_OK)
-            return st;
-        c->step = rd64(r);
-        return rd_enum(r, 1, "final", &c->final);
-    }
-    case PF_WIRE_RESTORE: {
-        if ((st = need(r, RESTORE_SIZE, "fixed fields")) != PF_OK)
-            return st;
-        m->u.restore.step = rd64(r);
-        uint32_t bits = rd32(r);
-        float *f = &m->u.restore.lr_factor;
-        memcpy(f, &bits, sizeof *f);
-        if (!(*f > 0 && *f <= 1)) /* NaN too */
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos - 4,
-                        "RESTORE: lr_factor %g at offset %zu is out of range (0, 1]", (double)*f,
-                        r->pos - 4);
-        return PF_OK;
-    }
-    case PF_WIRE_CHECKPOINT_ACK: {
-        pf_wire_checkpoint_ack *c = &m->u.checkpoint_ack;
-        if ((st = need(r, CHECKPOINT_ACK_FIXED, "fixed fields")) != PF_OK)
-            return st;
-        c->step = rd64(r);
-        c->status = rd32(r);
-        return rd_str(r, PF_WIRE_MAX_PATH, "path", &c->path);
-    }
+    case PF_WIRE_CHECKPOINT:
+        return rd_checkpoint(r, &m->u.checkpoint);
+    case PF_WIRE_RESTORE:
+        return rd_restore(r, &m->u.restore);
+    case PF_WIRE_CHECKPOINT_ACK:
+        return rd_checkpoint_ack(r, &m->u.checkpoint_ack);
     case PF_WIRE_AUTH_CHALLENGE:
     case PF_WIRE_AUTH_PROOF:
-    case PF_WIRE_AUTH_OK: { /* nonce, then mac, as the type carries them */
-        pf_wire_auth *a = &m->u.auth;
-        int nonce = type != PF_WIRE_AUTH_OK, mac = type != PF_WIRE_AUTH_CHALLENGE;
-        if ((st = need(r, 32u * (size_t)(nonce + mac), "nonce and MAC")) != PF_OK)
-            return st;
-        a->nonce = nonce ? r->b + r->pos : NULL;
-        a->mac = mac ? r->b + r->pos + 32u * (size_t)nonce : NULL;
-        r->pos += 32u * (size_t)(nonce + mac);
-        return PF_OK;
-    }
-    case PF_WIRE_SEG_ATTACH: {
-        pf_wire_seg_attach *a = &m->u.seg_attach;
-        if ((st = need(r, SEG_ATTACH_SIZE, "fixed fields")) != PF_OK)
-            return st;
-        a->pid = rd32(r);
-        a->fd = rd32(r);
-        a->size = rd64(r);
-        if (a->size < PF_WIRE_SEG_TOKEN_SIZE)
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, r->pos - 8,
-                        "SEG_ATTACH: size %llu at offset %zu is smaller than the %u-byte token",
-                        (unsigned long long)a->size, r->pos - 8, PF_WIRE_SEG_TOKEN_SIZE);
-        a->token = r->b + r->pos;
-        r->pos += PF_WIRE_SEG_TOKEN_SIZE;
-        return PF_OK;
-    }
-    case PF_WIRE_SEG_ACK:
-        return PF_OK;
+    case PF_WIRE_AUTH_OK:
+        return rd_auth(r, type, &m->u.auth);
+    case PF_WIRE_SEG_ATTACH:
+        return rd_seg_attach(r, &m->u.seg_attach);
     case PF_WIRE_SEG_PULL:
         return rd_seg_pull(r, 0, &m->u.seg_pull);
-    case PF_WIRE_SEG_PUSH_PULL: { /* task_index, reserved, incarnation, seq, step, SEG_PULL's */
-        pf_wire_seg_push_pull *p = &m->u.seg_push_pull;
-        if ((st = need(r, SEG_PUSH_PULL_FIXED - SEG_PULL_FIXED, "fixed fields")) != PF_OK)
-            return st;
-        p->task_index = rd32(r);
-        if ((st = rd_reserved(r)) != PF_OK)
-            return st;
-        p->incarnation = rd64(r);
-        p->seq = rd64(r);
-        p->step = rd64(r);
-        return rd_seg_pull(r, 1, &p->pull);
-    }
-    case PF_WIRE_ERROR: {
-        pf_wire_error *e = &m->u.error;
-        if ((st = need(r, ERROR_FIXED, "fixed fields")) != PF_OK)
-            return st;
-        size_t off = r->pos;
-        e->code = rd32(r);
-        if (e->code == PF_WIRE_OK)
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
-                        "ERROR: code at offset %zu is 0", off);
-        return rd_str(r, PF_WIRE_MAX_ERROR_MSG, "message", &e->message);
-    }
+    case PF_WIRE_SEG_PUSH_PULL:
+        return rd_seg_push_pull(r, &m->u.seg_push_pull);
+    case PF_WIRE_ERROR:
+        return rd_error(r, &m->u.error);
     }
     /* Unreachable: the header check admits known types only. */
     return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_TYPE, 6, "unknown message type %u",

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "psflow/mem.h"
-#include "wire_codec.h"
+#include "wire_internal.h"
 
 /* --- encoding -------------------------------------------------------------------------- */
 
@@ -305,7 +305,7 @@ static void wids(writer *w, const uint32_t *ids, uint32_t n) {
 }
 
 /* Selections (push 0) or row records (push 1): the row ids are copied into the head (the
- * host is little-endian, wire_codec.h, so they go as they are), row data is a segment. */
+ * host is little-endian, wire_internal.h, so they go as they are), row data is a segment. */
 static void wrow_sets(writer *w, const pf_wire_rows *v, uint32_t n, int push) {
     w32(w, n);
     for (uint32_t i = 0; i < n; i++) {

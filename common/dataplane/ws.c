@@ -31,7 +31,9 @@
  * lock released; meanwhile the loop writes nothing on it, and a closing connection waits
  * for the claim to end before libwebsockets closes the socket. Connection structs are
  * freed only on the service thread and are looked up by id, never held across threads.
- * The connection table (ws_conn.h) is shared with ws_send.c, which holds the sending half.
+ * The connection table (ws_internal.h) is shared with the files below this one, each calling
+ * only those below it: ws_send.c (the sending half), ws_tls.c (client TLS) and ws_log.c (the
+ * refusal log).
  *
  * Limits (pf_ws_options): a server counts its connections and closes one past the maximum
  * on accept; each connection gets a libwebsockets timer for its handshake and idle
@@ -61,7 +63,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,31 +72,7 @@
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
-#include "ws_conn.h"
-
-void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) {
-    struct refusal *r = &ws->refusals[cause];
-    double now = pf_clock_now();
-    if (r->last != 0 && now - r->last < REFUSAL_LOG_EVERY) {
-        r->since++;
-        return;
-    }
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    char where[32] = "";
-    if (ws->port)
-        snprintf(where, sizeof where, " (port %d)", ws->port);
-    if (r->since)
-        fprintf(stderr, "psflow: data plane%s: %s (and %lu more like it since the last report)\n",
-                where, line, r->since);
-    else
-        fprintf(stderr, "psflow: data plane%s: %s\n", where, line);
-    r->last = now;
-    r->since = 0;
-}
+#include "ws_internal.h"
 
 static conn *new_conn_locked(pf_ws *ws, void *user) {
     conn *c = pf_calloc(1, sizeof *c);
@@ -479,8 +456,6 @@ static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     return leftover ? on_frames(ws, c, rest, leftover) : 0;
 }
 
-/* --- writing -------------------------------------------------------------------------------- */
-
 /* --- the loop ------------------------------------------------------------------------------- */
 
 static void start_connect(pf_ws *ws, conn *c) {
@@ -555,8 +530,9 @@ static void tune_socket(struct lws *wsi) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive, sizeof receive);
 }
 
-/* Client: the TCP connection is up; send the upgrade request. */
-int ws_send_upgrade(pf_ws *ws, conn *c) {
+/* Client: the TCP connection (or TLS over it) is up; sends the upgrade request ahead of
+ * anything else. Returns -1 to close. */
+static int send_upgrade(pf_ws *ws, conn *c) {
     uint8_t nonce[16];
     for (int i = 0; i < 16; i += 8) {
         uint64_t r = pf_rng_next(&c->rng);
@@ -618,12 +594,33 @@ static int on_deadline(pf_ws *ws, conn *c) {
     return 0;
 }
 
-int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
+/* Received bytes (plaintext) of a connection: handshake or frames. Returns -1 to close. */
+static int on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     if (c->state == ST_HTTP)
         return on_http(ws, c, in, len);
     if (c->state == ST_REFUSED)
         return 0;
     return on_frames(ws, c, in, len);
+}
+
+/* Client TLS: ciphertext read from c's socket. Once the TLS handshake is done, the
+ * WebSocket upgrade goes out; then what it decrypts to is parsed, RX_CHUNK bytes at a
+ * time. Returns -1 to close. */
+static int on_ciphertext(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
+    int was_ready = c->tls_ready;
+    if (ws_tls_rx(ws, c, in, len) != 0)
+        return -1;
+    if (!c->tls_ready)
+        return 0;
+    if (!was_ready && send_upgrade(ws, c) != 0)
+        return -1;
+    for (;;) {
+        int n = ws_tls_read(ws, c, ws->tls_rx, RX_CHUNK);
+        if (n <= 0)
+            return n;
+        if (on_plain(ws, c, ws->tls_rx, (size_t)n) != 0)
+            return -1;
+    }
 }
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -667,11 +664,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->wsi = wsi;
         c->state = ST_HTTP;
         tune_socket(wsi);
-        return ws->ssl_ctx ? ws_tls_start(ws, c) : ws_send_upgrade(ws, c);
+        return ws->ssl_ctx ? ws_tls_start(ws, c) : send_upgrade(ws, c);
     case LWS_CALLBACK_RAW_RX:
         if (!c)
             return -1;
-        return c->ssl ? ws_tls_rx(ws, c, in, len) : ws_on_plain(ws, c, in, len);
+        return c->ssl ? on_ciphertext(ws, c, in, len) : on_plain(ws, c, in, len);
     case LWS_CALLBACK_RAW_WRITEABLE:
         return c ? ws_on_writeable(ws, wsi, c) : 0;
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:

@@ -1,4 +1,4 @@
-/* ws_send.c - the sending half of the data plane's WebSocket endpoints (ws.h, ws_conn.h):
+/* ws_send.c - the sending half of the data plane's WebSocket endpoints (ws.h, ws_internal.h):
  * pooled send buffers, framing and masking, direct sends from the caller's thread and the
  * loop's writes of what is queued. ws.c's DESIGN comment describes how they fit together.
  */
@@ -10,7 +10,7 @@
 #include <sys/uio.h>
 
 #include "psflow/mem.h"
-#include "ws_conn.h"
+#include "ws_internal.h"
 
 /* dst = src XOR mask, continuing at mask position `phase`, 8 bytes at a time; dst may be
  * src (mask in place) or another buffer (copy and unmask in one pass). */

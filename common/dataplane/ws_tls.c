@@ -1,4 +1,4 @@
-/* ws_tls.c - TLS for a data-plane client endpoint (ws_conn.h): OpenSSL over memory BIOs.
+/* ws_tls.c - TLS for a data-plane client endpoint (ws_internal.h): OpenSSL over memory BIOs.
  *
  * libwebsockets 4.1 cannot start TLS on a raw client connection (it begins the TLS
  * handshake before the socket exists), so a client dials plain TCP through libwebsockets
@@ -7,6 +7,10 @@
  * is collected in the connection's tls_out and written by the loop with lws_write. The
  * server's certificate chain is verified against the CA file and its name (or IP address)
  * against the host dialled; a connection that fails either is closed and logged.
+ *
+ * Below ws.c and ws_send.c, it calls nothing of theirs (only ws_log.c's log): it hands
+ * plaintext up when asked (ws_tls_read) and says when the handshake is done (c->tls_ready);
+ * ws.c parses the one and sends the WebSocket upgrade on the other.
  */
 #include <arpa/inet.h>
 #include <openssl/err.h>
@@ -15,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ws_conn.h"
+#include "ws_internal.h"
 
 pf_status ws_tls_client_init(pf_ws *ws, const char *ca_file, pf_error *err) {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -108,34 +112,31 @@ int ws_tls_start(pf_ws *ws, conn *c) {
 int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     if (len > INT32_MAX || BIO_write(SSL_get_rbio(c->ssl), in, (int)len) != (int)len)
         return -1;
-    if (!c->tls_ready) {
-        int n = SSL_do_handshake(c->ssl);
-        if (n <= 0) {
-            int e = SSL_get_error(c->ssl, n);
-            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-                log_failure(ws, c);
-                return -1;
-            }
-            return collect(c);
-        }
-        c->tls_ready = 1;
-        if (collect(c) != 0 || ws_send_upgrade(ws, c) != 0)
+    if (c->tls_ready)
+        return 0;
+    int n = SSL_do_handshake(c->ssl);
+    if (n <= 0) {
+        int e = SSL_get_error(c->ssl, n);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+            log_failure(ws, c);
             return -1;
-    }
-    for (;;) {
-        uint8_t *buf = ws->tls_rx;
-        int n = SSL_read(c->ssl, buf, RX_CHUNK);
-        if (n <= 0) {
-            int e = SSL_get_error(c->ssl, n);
-            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-                return collect(c);
-            if (e != SSL_ERROR_ZERO_RETURN)
-                log_failure(ws, c);
-            return -1; /* the peer's close_notify, or an error */
         }
-        if (ws_on_plain(ws, c, buf, (size_t)n) != 0)
-            return -1;
+        return collect(c);
     }
+    c->tls_ready = 1;
+    return collect(c);
+}
+
+int ws_tls_read(pf_ws *ws, conn *c, uint8_t *buf, int cap) {
+    int n = SSL_read(c->ssl, buf, cap);
+    if (n > 0)
+        return n;
+    int e = SSL_get_error(c->ssl, n);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+        return collect(c);
+    if (e != SSL_ERROR_ZERO_RETURN)
+        log_failure(ws, c);
+    return -1; /* the peer's close_notify, or an error */
 }
 
 int ws_tls_write(conn *c, const uint8_t *p, size_t n) {

@@ -33,7 +33,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "cpu_ops.h"
+#include "cpu_internal.h"
 
 /* Largest n one cblas call takes: blasint may be a 32-bit int. */
 #define BLAS_CHUNK ((size_t)INT_MAX)

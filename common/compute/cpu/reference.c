@@ -3,7 +3,7 @@
  * DESIGN: each op is the textbook loop of its formula in backend.h, computed in double and
  * rounded to float once at the end, so its only error is that final rounding (and libm's).
  * Nothing here is tuned, and nothing is shared with the fast backends except the memory
- * ops and count_correct (cpu_ops.h; the tests check count_correct against literals).
+ * ops and count_correct (cpu_internal.h; the tests check count_correct against literals).
  * tests/compute/test_compute.c compares openblas.c (and later cuda/) against these
  * results: when a fast op and this one disagree, this one should be obviously right.
  */
@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "cpu_ops.h"
+#include "cpu_internal.h"
 
 /* --- dense algebra ------------------------------------------------------------------------ */
 

@@ -51,7 +51,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "cuda_kernels.h"
+#include "cuda_internal.h"
 
 #define STAGE_BYTES       ((size_t)4 << 20)  /* each of a thread's two pinned buffers */
 #define SCRATCH_MIN_BYTES ((size_t)64 << 10) /* loss terms: enough for 8192 rows */

@@ -1,4 +1,4 @@
-/* kernels.cu - the GPU kernels of the "cuda" backend (see cuda_kernels.h).
+/* kernels.cu - the GPU kernels of the "cuda" backend (see cuda_internal.h).
  *
  * DESIGN: every kernel is the loop of the same op in cpu/reference.c, line for line, with
  * one GPU thread per element (elementwise ops), per row (losses) or per column (bias_grad),
@@ -13,7 +13,7 @@
  * Reductions are left to the host: a loss kernel writes one double per row (or per block of
  * PFK_MSE_BLOCK elements) and cuda_backend.c adds them in order, the way reference.c does.
  */
-#include "cuda_kernels.h"
+#include "cuda_internal.h"
 
 #include <math.h>
 

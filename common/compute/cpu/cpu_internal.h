@@ -1,4 +1,4 @@
-/* cpu_ops.h - the ops the two CPU backends (reference.c, openblas.c) share.
+/* cpu_internal.h - the ops the two CPU backends (reference.c, openblas.c) share.
  *
  * Internal to common/compute/cpu/. Both backends keep tensors in host memory from
  * pf_malloc, so their memory ops are the same functions. count_correct has one obvious
@@ -9,8 +9,8 @@
  *
  * Size-0 calls may pass NULL pointers (backend.h), hence the guards before memcpy.
  */
-#ifndef PSFLOW_CPU_OPS_H
-#define PSFLOW_CPU_OPS_H
+#ifndef PSFLOW_CPU_INTERNAL_H
+#define PSFLOW_CPU_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

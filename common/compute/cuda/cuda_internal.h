@@ -1,4 +1,4 @@
-/* cuda_kernels.h - the kernels of the "cuda" backend, as cuda_backend.c calls them.
+/* cuda_internal.h - the kernels of the "cuda" backend, as cuda_backend.c calls them.
  *
  * Internal to common/compute/cuda/. kernels.cu defines these launchers; each queues one
  * kernel on `stream` and returns what cudaGetLastError() says right after the launch (a bad
@@ -10,8 +10,8 @@
  *
  * This header is included from C (cuda_backend.c) and from CUDA C++ (kernels.cu).
  */
-#ifndef PSFLOW_CUDA_KERNELS_H
-#define PSFLOW_CUDA_KERNELS_H
+#ifndef PSFLOW_CUDA_INTERNAL_H
+#define PSFLOW_CUDA_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

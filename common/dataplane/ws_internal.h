@@ -1,9 +1,11 @@
-/* ws_conn.h - the connection table of a pf_ws (ws.h), shared by ws.c (connections,
- * receiving, the loop) and ws_send.c (send buffers and writing); private to
- * common/dataplane/. ws.c's DESIGN comment describes how they work together.
+/* ws_internal.h - the connection table of a pf_ws (ws.h) and the functions its files share,
+ * private to common/dataplane/. The files are layered, each calling only those below it:
+ * ws.c (connections, receiving, the loop) -> ws_send.c (send buffers and writing) ->
+ * ws_tls.c (client TLS) -> ws_log.c (the refusal log). ws.c's DESIGN comment describes how
+ * they work together.
  */
-#ifndef PSFLOW_DATAPLANE_WS_CONN_H
-#define PSFLOW_DATAPLANE_WS_CONN_H
+#ifndef PSFLOW_DATAPLANE_WS_INTERNAL_H
+#define PSFLOW_DATAPLANE_WS_INTERNAL_H
 
 #include <libwebsockets.h>
 #include <openssl/ssl.h>
@@ -167,33 +169,6 @@ static inline conn *find_locked(pf_ws *ws, uint64_t id) {
     return NULL;
 }
 
-/* --- ws.c ------------------------------------------------------------------------------ */
-
-/* Received bytes (plaintext) of a connection: handshake or frames. Returns -1 to close. */
-int ws_on_plain(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
-
-/* Client: queues the upgrade request ahead of anything else. Returns -1 to close. */
-int ws_send_upgrade(pf_ws *ws, conn *c);
-
-/* Logs a refusal: the first of its cause at once, then at most one line every
- * REFUSAL_LOG_EVERY seconds saying how many more there were. Loop thread. */
-void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* --- ws_tls.c ---------------------------------------------------------------------------- */
-
-/* A client's TLS context verifying servers against ca_file. Errors: PF_ERR_IO. */
-pf_status ws_tls_client_init(pf_ws *ws, const char *ca_file, pf_error *err);
-void ws_tls_client_deinit(pf_ws *ws);
-/* TCP is up: starts the TLS handshake (the upgrade follows once it is done). */
-int ws_tls_start(pf_ws *ws, conn *c);
-/* Ciphertext read from c's socket. Returns -1 to close. */
-int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
-/* Encrypts n bytes into c->tls_out. Returns -1 on failure. */
-int ws_tls_write(conn *c, const uint8_t *p, size_t n);
-/* Writes c->tls_out to the socket (libwebsockets buffers what it does not take). */
-int ws_tls_flush(struct lws *wsi, conn *c);
-void ws_tls_conn_free(conn *c);
-
 /* --- ws_send.c ------------------------------------------------------------------------- */
 
 /* A send buffer for a message of up to len bytes, from the pool when one is large enough;
@@ -208,5 +183,31 @@ int ws_queue_raw(pf_ws *ws, conn *c, const void *bytes, size_t len);
 
 /* LWS_CALLBACK_RAW_WRITEABLE: writes the next piece of c's queue. Returns -1 to close. */
 int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c);
+
+/* --- ws_tls.c ---------------------------------------------------------------------------- */
+
+/* A client's TLS context verifying servers against ca_file. Errors: PF_ERR_IO. */
+pf_status ws_tls_client_init(pf_ws *ws, const char *ca_file, pf_error *err);
+void ws_tls_client_deinit(pf_ws *ws);
+/* TCP is up: starts the TLS handshake (the upgrade follows once it is done). */
+int ws_tls_start(pf_ws *ws, conn *c);
+/* Ciphertext read from c's socket, handed to OpenSSL; advances the TLS handshake while it
+ * is not done (c->tls_ready once it is). Returns -1 to close (a failure is logged), else 0. */
+int ws_tls_rx(pf_ws *ws, conn *c, const uint8_t *in, size_t len);
+/* Once c->tls_ready: decrypts what has been received into buf (up to cap bytes). Returns the
+ * plaintext's length, 0 when there is none for now, -1 to close (the peer's close_notify, or
+ * an error, logged). */
+int ws_tls_read(pf_ws *ws, conn *c, uint8_t *buf, int cap);
+/* Encrypts n bytes into c->tls_out. Returns -1 on failure. */
+int ws_tls_write(conn *c, const uint8_t *p, size_t n);
+/* Writes c->tls_out to the socket (libwebsockets buffers what it does not take). */
+int ws_tls_flush(struct lws *wsi, conn *c);
+void ws_tls_conn_free(conn *c);
+
+/* --- ws_log.c --------------------------------------------------------------------------- */
+
+/* Logs a refusal: the first of its cause at once, then at most one line every
+ * REFUSAL_LOG_EVERY seconds saying how many more there were. Loop thread. */
+void ws_refused(pf_ws *ws, int cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -1,10 +1,10 @@
-/* wire_codec.h - what the data-plane codec's two halves share, private to common/dataplane/:
+/* wire_internal.h - what the data-plane codec's two halves share, private to common/dataplane/:
  * wire.c decodes (and holds the names and the UTF-8 checks), wire_encode.c encodes. Here are
  * the host checks they both rely on, the sizes of the fixed parts of each payload and the
  * explicit little-endian loads and stores every field goes through (api/wire.md).
  */
-#ifndef PSFLOW_DATAPLANE_WIRE_CODEC_H
-#define PSFLOW_DATAPLANE_WIRE_CODEC_H
+#ifndef PSFLOW_DATAPLANE_WIRE_INTERNAL_H
+#define PSFLOW_DATAPLANE_WIRE_INTERNAL_H
 
 #include <float.h>
 #include <stddef.h>

@@ -1,6 +1,8 @@
-/* backend_check.h - what the backend tests (tests/compute/test_compute.c, test_cuda.c) share:
- * the tolerance check of a backend against the "reference" oracle, buffers moved in and out
- * of a backend, seeded random inputs, and the gemm cases both run.
+/* backend_check.h - what the backend tests (tests/compute/test_compute.c, test_cuda.c and
+ * the case table they share, tests/compute/op_cases.c) use: the tolerance check of a backend
+ * against the "reference" oracle, buffers moved in and out of a backend, seeded random
+ * inputs, gemm cases, and the checks of one backend on its own (every op present, memory,
+ * sizes of zero, values worked out by hand), which hold for the oracle too.
  *
  * Agreement means |ref - x| <= atol + rtol |ref| for every element; NaN must meet NaN and an
  * infinity the same infinity (where the reference gives them, a backend must too). A
@@ -64,6 +66,22 @@ float uniform(pf_rng *rng, float lo, float hi);
 void fill_uniform(pf_rng *rng, float *x, size_t n, float lo, float hi);
 /* Uniform in [lo, hi]. */
 int rand_int(pf_rng *rng, int lo, int hi);
+/* Random labels in [0, cols), except that the first row's is the first column and the last
+ * row's the last column. */
+void edge_labels(pf_rng *rng, int32_t *labels, int rows, int cols);
+
+/* --- op arguments --------------------------------------------------------------------- */
+
+extern const pf_activation ACTS[4]; /* none, relu, tanh, sigmoid */
+extern const char *const ACT_NAMES[4];
+
+enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAGRAD, OPT_ADAM, NUM_OPTS };
+extern const char *const OPT_NAMES[NUM_OPTS]; /* "sgd_step", ... */
+
+/* One step of optimizer opt (OPT_*) with the tests' hyperparameters; s0 and s1 are its slots
+ * (unused ones may be NULL). */
+void run_step(const pf_backend *be, int opt, size_t n, const float *g, float *w, float *s0,
+              float *s1);
 
 /* --- gemm ----------------------------------------------------------------------------- */
 
@@ -94,5 +112,25 @@ void check_gemm_known(const pf_backend *be);
  * alpha). The padding of A and B is NaN (a kernel reading it fails), the padding of C a
  * sentinel that must survive, and C itself NaN when beta == 0 (it must not be read). */
 void check_gemm_case(tol *t, pf_rng *rng, const gemm_case *g, const pf_backend *be);
+
+/* --- one backend on its own ----------------------------------------------------------- */
+
+/* Every op of the table is there (fails naming the first NULL one). */
+void check_ops_present(const pf_backend *be);
+/* upload/download round trips are exact, fill and copy, upload_i32 (seen through
+ * count_correct). */
+void check_memory(const pf_backend *be);
+/* Every op with a zero size and NULL pointers does nothing (backend.h allows NULL when a
+ * size is 0); gemm with k = 0 is C = beta C; bias_grad over zero rows writes zeros. */
+void check_zero_sizes(const pf_backend *be);
+
+/* Against values worked out by hand (closed forms, small integers): */
+void check_activation_known(const pf_backend *be);
+/* The reference's NaN and infinity rules, which the CUDA kernels copy (not openblas's). */
+void check_activation_nan(const pf_backend *be);
+void check_softmax_xent_known(const pf_backend *be);
+void check_mse_known(const pf_backend *be);
+void check_count_correct_known(const pf_backend *be);
+void check_optimizer_steps_known(const pf_backend *be);
 
 #endif

@@ -1,43 +1,71 @@
 #!/usr/bin/env bash
 # labels: slow
 # timeout: 300
-# README.md says what a user can run; this test runs it, so the README cannot drift:
-#  1. the configuration tables list every option of every command exactly as
+# README.md and the pages of docs/ say what a user can run; this test runs it, so they cannot
+# drift. A section named below is looked up by its "## " heading (or a docs page's "# " title)
+# in README.md and docs/*.md, and must be in exactly one place:
+#  0. the README stays short (under 300 lines, `make demo` and `make test` in its first 40),
+#     links every page of docs/, and every relative link of README.md and docs/*.md leads to
+#     a file and, with #anchor, to a heading of it;
+#  1. the configuration tables ("Configuration") list every option of every command exactly as
 #     `psflow <command> --help` does (both ways), each with its PSFLOW_* twin; every
-#     `psflow <command> --flag` in the README's code exists; every `make` target it names
-#     exists in the Makefile; every repository path it names exists;
-#  2. "Quick start": scripts/demo.sh (the recipe of `make demo` after the build) runs on a
-#     copy of the tree whose example job is shortened, and prints the lines the README shows;
-#  3. "Training in one process": the block runs as written;
-#  4. "A local cluster", "The job API", "Command-line clients" and "Operations": their blocks
-#     run in that order in one shell, against the `psflow up` the first one starts (a free
-#     port for 8080, a shortened copy of the example job), then the last block of "A local
-#     cluster" exports the model and stops the cluster with SIGINT; the outputs are checked,
-#     and the Docker Compose section submits with the very same curl command;
-#  5. "Distributed training": the block runs with free ports and the shortened job;
-#  6. "Benchmarks": each program runs briefly and prints what the README describes.
+#     `psflow <command> --flag` in the code of the README and docs exists; every `make` target
+#     they name exists in the Makefile; every repository path they name exists;
+#  2. "Quick start" (README): scripts/demo.sh (the recipe of `make demo` after the build) runs
+#     on a copy of the tree whose example job is shortened, and prints the lines the README
+#     shows;
+#  3. "Training in one process" (docs/training.md): the block runs as written;
+#  4. "A local cluster" (README), "The job API", "Command-line clients" (docs/api.md) and
+#     "Operations" (docs/operations.md): their blocks run in that order in one shell, against
+#     the `psflow up` the first one starts (a free port for 8080, a shortened copy of the
+#     example job), then the last block of "A local cluster" exports the model and stops the
+#     cluster with SIGINT; the outputs are checked, and the Docker Compose section submits
+#     with the very same curl command;
+#  5. "Distributed training" (docs/distributed.md): the block runs with free ports and the
+#     shortened job;
+#  6. "Benchmarks" (docs/benchmarks.md): each program runs briefly and prints what the page
+#     describes.
 source "$(dirname "$0")/lib.sh"
 
 README=$PSFLOW_SRC/README.md
+# pages.py: the README and docs/*.md, their sections, for the Python checks below.
+cat >pages.py <<'PY'
+import glob, os, re, sys
+def pages(src):
+    """README.md, then every page of docs/."""
+    return [os.path.join(src, "README.md")] + sorted(glob.glob(os.path.join(src, "docs", "*.md")))
+def text(src):
+    """Every page, one after the other."""
+    return "\n".join(open(p).read() for p in pages(src))
+def sections(path):
+    """The page's "## " sections; a leading "# " title heads the part before the first."""
+    return re.split(r"^## ", re.sub(r"^# ", "", open(path).read()), flags=re.M)
+def section(src, heading):
+    """(page, text) of the one section whose heading starts with HEADING."""
+    found = [(p, s) for p in pages(src) for s in sections(p) if s.startswith(heading)]
+    if len(found) != 1:
+        sys.exit("README.md and docs/ have %d sections '%s'%s" % (len(found), heading,
+                 "".join(" " + os.path.relpath(p, src) for p, _ in found)))
+    return found[0]
+PY
 BUILD_DIR=$(cd "$(dirname "$PSFLOW_BIN")" && pwd)
 # No PSFLOW_* setting of the calling shell may reach the commands under test.
 for var in $(compgen -e | grep '^PSFLOW_' || true); do
   case $var in PSFLOW_BIN | PSFLOW_SRC | PSFLOW_TEST_DATA) ;; *) unset "$var" ;; esac
 done
 
-# block HEADING [N]: the N-th (from 0) ```sh block of the section whose "## " heading
-# starts with HEADING; LANG_BLOCK=text picks ```text blocks instead.
+# block HEADING [N]: the N-th (from 0) ```sh block of the section (README.md or docs/) whose
+# heading starts with HEADING; LANG_BLOCK=text picks ```text blocks instead.
 block() {
-  python3 - "$README" "$1" "${2:-0}" "${LANG_BLOCK:-sh}" <<'PY'
+  python3 - "$PSFLOW_SRC" "$1" "${2:-0}" "${LANG_BLOCK:-sh}" <<'PY'
 import re, sys
-text, heading, n, lang = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-sections = re.split(r"^## ", text, flags=re.M)
-section = [s for s in sections if s.startswith(heading)]
-if not section:
-    sys.exit("README.md has no section '## %s'" % heading)
-blocks = re.findall(r"^```%s\n(.*?)^```" % lang, section[0], re.S | re.M)
+sys.path.insert(0, ".")
+from pages import section
+src, heading, n, lang = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+page, text = section(src, heading)
+blocks = re.findall(r"^```%s\n(.*?)^```" % lang, text, re.S | re.M)
 if len(blocks) <= n:
-    sys.exit("section '## %s' has no ```%s block number %d" % (heading, lang, n))
+    sys.exit("section '%s' of %s has no ```%s block number %d" % (heading, page, lang, n))
 sys.stdout.write(blocks[n])
 PY
 }
@@ -50,7 +78,56 @@ d["training"].update(max_steps=200, eval_every_steps=0)
 json.dump(d, sys.stdout)
 PY
 
-# --- 1. the README against the program's own descriptions -----------------------------------
+# --- 0. the README's shape, the docs it links, every relative link ---------------------------
+python3 - "$PSFLOW_SRC" <<'PY' || fail "README.md or docs/ has a shape or link problem"
+import os, re, sys
+sys.path.insert(0, ".")
+from pages import pages
+src = sys.argv[1]
+errors = []
+readme = open(os.path.join(src, "README.md")).read()
+lines = readme.splitlines()
+if len(lines) >= 300:
+    errors.append("README.md has %d lines: keep it under 300 (details go to docs/)" % len(lines))
+first = "\n".join(lines[:40])
+for cmd in ("make demo", "make test"):
+    if not re.search(r"^%s\b" % cmd, first, re.M):
+        errors.append("README.md: '%s' is not in a code line of its first 40 lines" % cmd)
+for page in pages(src)[1:]:
+    if "(docs/%s)" % os.path.basename(page) not in readme:
+        errors.append("README.md does not link docs/%s" % os.path.basename(page))
+
+def slug(heading):  # GitHub's anchor for a heading
+    heading = re.sub(r"`", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", heading).replace(" ", "-")
+def anchors(path):
+    found, seen = set(), {}
+    body = re.sub(r"^```.*?^```", "", open(path).read(), flags=re.S | re.M)
+    for h in re.findall(r"^#{1,6} (.*)$", body, re.M):
+        s = slug(h)
+        found.add(s if s not in seen else "%s-%d" % (s, seen[s]))
+        seen[s] = seen.get(s, 0) + 1
+    return found
+for page in pages(src):
+    body = re.sub(r"^```.*?^```", "", open(page).read(), flags=re.S | re.M)
+    body = re.sub(r"`[^`\n]*`", "", body)  # code spans hold no links
+    name = os.path.relpath(page, src)
+    for target in re.findall(r"\]\(([^)\s]+)\)", body):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        if not os.path.exists(full):
+            errors.append("%s links %s, which does not exist" % (name, target))
+        elif anchor and full.endswith(".md") and anchor not in anchors(full):
+            errors.append("%s links %s: no heading with that anchor" % (name, target))
+for e in errors:
+    print(e)
+sys.exit(1 if errors else 0)
+PY
+pass "README.md: under 300 lines, make demo and make test first, every docs/ page linked; every relative link resolves"
+
+# --- 1. the README and docs against the program's own descriptions ---------------------------
 "$PSFLOW_BIN" --help >help-main.txt
 COMMANDS=$(sed -n '/^commands:/,/^$/s/^  \([a-z]*\)  .*/\1/p' help-main.txt)
 [ -n "$COMMANDS" ] || fail "cannot read the commands from 'psflow --help'"
@@ -58,11 +135,13 @@ mkdir help
 for cmd in $COMMANDS; do
   "$PSFLOW_BIN" "$cmd" --help >"help/$cmd.txt" || fail "psflow $cmd --help failed"
 done
-python3 - "$README" help "$PSFLOW_SRC" "$BUILD_DIR" $COMMANDS <<'PY' || fail "README.md disagrees with the program"
+python3 - help "$PSFLOW_SRC" "$BUILD_DIR" $COMMANDS <<'PY' || fail "README.md or docs/ disagree with the program"
 import os, re, sys
-readme_path, help_dir, src, build = sys.argv[1:5]
-commands = sys.argv[5:]
-text = open(readme_path).read()
+sys.path.insert(0, ".")
+import pages
+help_dir, src, build = sys.argv[1:4]
+commands = sys.argv[4:]
+text = pages.text(src)
 helps = {c: open(os.path.join(help_dir, c + ".txt")).read() for c in commands}
 def help_flags(cmd):
     return set(re.findall(r"^  (--[a-z][a-z0-9-]*)", helps[cmd], re.M)) - {"--help"}
@@ -70,10 +149,7 @@ errors = []
 
 # Configuration tables: rows of "`psflow CMD` option" tables, and of the clients' table whose
 # "commands" column names the commands.
-section = re.split(r"^## ", text, flags=re.M)
-conf = [s for s in section if s.startswith("Configuration")]
-if not conf:
-    sys.exit("README.md has no '## Configuration' section")
+conf = [pages.section(src, "Configuration")[1]]
 documented = {c: set() for c in commands}
 for table in re.findall(r"((?:^\|.*\n)+)", conf[0], re.M):
     rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in table.splitlines()]
@@ -147,7 +223,7 @@ for w in sorted(set(words)):
     else:
         path = os.path.join(src, w)
     if not os.path.exists(path):
-        errors.append("README.md names %s, which does not exist" % w)
+        errors.append("README.md or docs/ name %s, which does not exist" % w)
 
 for e in errors:
     print(e)
@@ -155,10 +231,13 @@ sys.exit(1 if errors else 0)
 PY
 pass "configuration tables match 'psflow <command> --help' for: $(echo $COMMANDS)"
 
-# Every `make TARGET` the README names is a target of the Makefile (-n: print, run nothing).
-targets=$(python3 - "$README" <<'PY'
+# Every `make TARGET` the README and docs name is a target of the Makefile (-n: print, run
+# nothing).
+targets=$(python3 - "$PSFLOW_SRC" <<'PY'
 import re, sys
-text = open(sys.argv[1]).read()
+sys.path.insert(0, ".")
+import pages
+text = pages.text(sys.argv[1])
 code = [l for b in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M) for l in b.splitlines()]
 code += re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
 found = set()
@@ -169,7 +248,7 @@ print("\n".join(sorted(found)))
 PY
 )
 for t in $targets; do
-  make -n -C "$PSFLOW_SRC" "$t" >/dev/null 2>make.err || { cat make.err >&2; fail "README names 'make $t', which the Makefile lacks"; }
+  make -n -C "$PSFLOW_SRC" "$t" >/dev/null 2>make.err || { cat make.err >&2; fail "README.md or docs/ name 'make $t', which the Makefile lacks"; }
 done
 pass "make targets exist: $(echo $targets)"
 
@@ -210,16 +289,17 @@ block "Training in one process" |
   { tail -20 train/err.txt; fail "the 'Training in one process' block failed"; }
 grep -q '^linear: 3000 steps, loss 0\.0[0-9]*, test loss 0\.0[0-9]*, ' train/out.txt ||
   { cat train/out.txt; fail "no result line for linear.json"; }
-python3 - train/out.txt "$README" <<'PY' || fail "psflow train --output json"
+python3 - train/out.txt "$PSFLOW_SRC" <<'PY' || fail "psflow train --output json"
 import json, re, sys
+sys.path.insert(0, ".")
+from pages import section
 obj = json.loads(open(sys.argv[1]).read().splitlines()[1])
 keys = ["name", "steps", "loss", "test_loss", "test_accuracy", "examples_per_sec", "seconds",
         "epochs", "backend", "reason"]
 assert sorted(obj) == sorted(keys), sorted(obj)
-section = re.split(r"^## ", open(sys.argv[2]).read(), flags=re.M)
-section = [s for s in section if s.startswith("Training in one process")][0]
+page, section = section(sys.argv[2], "Training in one process")
 for k in keys:
-    assert "`%s`" % k in section, "the README does not describe %s" % k
+    assert "`%s`" % k in section, "%s does not describe %s" % (page, k)
 assert obj["name"] == "fmnist-softmax" and obj["steps"] == 6000 and obj["test_accuracy"] > 0.8, obj
 assert obj["reason"] == "Done", obj
 PY
@@ -352,11 +432,12 @@ grep -q '^fmnist-mlp: 200 steps, test accuracy 0\.[0-9]*' out.txt || fail "no re
 pass "README distributed block runs as written"
 
 # --- 6. Benchmarks -------------------------------------------------------------------------------
-# The synopses in the README are the programs' own usage lines.
+# The synopses in the README and docs are the programs' own usage lines.
+cat "$README" "$PSFLOW_SRC"/docs/*.md >all-pages.md
 for prog in train_throughput wire_throughput tcp_baseline; do
   usage=$("$BUILD_DIR/bench/$prog" --help 2>&1 | sed -n "s/^usage: $prog //p" || true)
   [ -n "$usage" ] || fail "bench/$prog printed no usage line"
-  grep -qF "\`build/bench/$prog $usage\`" "$README" || fail "the README's synopsis of build/bench/$prog is not '$usage'"
+  grep -qF "\`build/bench/$prog $usage\`" all-pages.md || fail "the synopsis of build/bench/$prog in README.md or docs/ is not '$usage'"
 done
 (cd "$PSFLOW_SRC" && "$BUILD_DIR/bench/train_throughput" --steps 20 --rounds 1) >bench.out 2>&1 ||
   { cat bench.out; fail "build/bench/train_throughput failed"; }

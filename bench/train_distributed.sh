@@ -14,7 +14,7 @@
 # parameter); a ps against the memory formula `psflow ps` checks itself against
 # (pf_footprint_ps_bytes, read from the refusal `psflow ps --memory 1` prints).
 #
-# The workers share their memory with the ps on this host (README "Same host", --shm off:
+# The workers share their memory with the ps on this host (docs/distributed.md "Same host", --shm off:
 # everything over the socket); --ps N spreads the model over N ps tasks, each measured
 # against its own formula.
 #
@@ -33,9 +33,9 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --steps-scale X   multiply each model's step count by X (0.01 for a smoke run) [1]
   --optimizer NAME  sgd or adam [sgd]
   --ps N            ps tasks of every cluster, the model spread over them (greedy) [1]
-  --prefetch on|off the async clusters' training.prefetch (README "Overlap") [off]
+  --prefetch on|off the async clusters' training.prefetch (docs/distributed.md "Overlap") [off]
   --shm on|off      the shared segment of a worker and a ps on one host (PSFLOW_SHM,
-                    README "Overlap") [on]
+                    docs/distributed.md "Overlap") [on]
   --help            this text
 
 BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.

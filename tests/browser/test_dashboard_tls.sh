@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The dashboard over https in headless Chromium (README "Security"): `psflow up --tls-cert
+# The dashboard over https in headless Chromium (docs/security.md): `psflow up --tls-cert
 # --tls-key --ca-file` with a test CA (https for the API and the dashboard, wss for the data
 # plane), a job training while its page is watched (dashboard_tls.test.js), and a browser that
 # does not trust the certificate refused. Skips (77) without chromium or openssl.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # labels: slow
 # timeout: 300
-# A ps's data-plane limits (api/wire.md "Limits", README "Security") against a hostile
+# A ps's data-plane limits (api/wire.md "Limits", docs/security.md) against a hostile
 # crowd on 127.0.0.1 (tests/integration/dataplane_flood.py), while a real job trains:
 #  - 2,000 connections that finish the WebSocket upgrade and then say nothing, and 400 that
 #    send half of the largest frame a peer may send before HELLO, are all closed by the idle
@@ -9,7 +9,7 @@
 #  - a frame header announcing 1 GiB before HELLO, and NUL bytes instead of an upgrade
 #    request (answered 400), are refused at once;
 #  - the ps's peak RSS stays within its baseline + 16 KiB per connection + --max-buffered
-#    (the bound README "Security" states), and the refusals are logged without a flood;
+#    (the bound docs/security.md states), and the refusals are logged without a flood;
 #  - the worker, started while the crowd is connected, trains the job to the end.
 source "$(dirname "$0")/lib.sh"
 

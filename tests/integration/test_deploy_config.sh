@@ -152,7 +152,7 @@ fi
 # --- 2. Kubernetes base ----------------------------------------------------------------------
 # The base ships no token: no Secret manifest among its files, the generated file ignored
 # by git, and nothing renders until the user makes one (a copy gets one here, the way the
-# README says).
+# docs/kubernetes.md says).
 ! grep -l '^kind: Secret' "$KUBE"/*.yaml 2>/dev/null || fail "deploy/kubernetes ships a Secret"
 [ ! -e "$KUBE/token" ] || echo "note: $KUBE/token exists here (ignored by git)"
 if git -C "$PSFLOW_SRC" rev-parse --git-dir >/dev/null 2>&1; then

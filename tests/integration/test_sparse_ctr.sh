@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # labels: slow
 # timeout: 1500
-# Embedding tables by rows (README "Embeddings"): a CTR model over 20.1 million ids (user
+# Embedding tables by rows (docs/embeddings.md): a CTR model over 20.1 million ids (user
 # 16,000,000 + item 4,000,000 + site 100,000 rows, dimension 16: 1.29 GB of tables, each
 # split over both ps), synthetic_ctr data (2,000,000 examples, Zipf exponent 1.6), adagrad:
 #  1. sync equivalence on every row: 100 steps of 2 ps + 2 workers x 250 examples export

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TLS for the API (README "Security"): a CA and a server certificate for 127.0.0.1 made with
+# TLS for the API (docs/security.md): a CA and a server certificate for 127.0.0.1 made with
 # the openssl CLI; `psflow up --tls-cert --tls-key --ca-file` runs its coordinator over
 # https:// and its agents register trusting the CA; a job is submitted and followed over
 # https with the CLI (--ca-file, and PSFLOW_CA_FILE) and with curl --cacert; the dashboard

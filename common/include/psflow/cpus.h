@@ -1,6 +1,6 @@
 /* cpus.h - how many cores a process may use, and how a job's tasks share them.
  *
- * The thread policy (README, "Threads"): a process counts the cores it may run on (its
+ * The thread policy (docs/distributed.md, "Threads"): a process counts the cores it may run on (its
  * affinity mask, bounded by a cgroup CPU quota), a ps uses one BLAS thread (it runs no
  * matrix products), and each training task on a host gets an equal share of that host's
  * cores (the job's tasks on a host are counted from TF_CONFIG), unless --threads /

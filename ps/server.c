@@ -20,7 +20,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -31,166 +30,28 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/placement.h"
-#include "psflow/text.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
-#include "ps/checkpoint.h"
-#include "ps/server_int.h"
+#include "ps/ps_checkpoint.h"
+#include "ps/server_internal.h"
 #include "ps/shard.h"
-
-void ps_srv_log(const ps_server *s, const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    pf_text_cut_utf8(line);
-    if (!s->sink.quiet)
-        fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
-}
-
-void ps_srv_close(ps_server *s, uint64_t conn) {
-    if (s->sink.send)
-        s->sink.close(s->sink.user, conn);
-    else
-        pf_ws_close(s->ws, conn); /* after what was queued for it is written */
-}
-
-/* Sends the message held in s->out to conn: the transport writes its pieces from where they
- * lie while the socket takes them. What it does not take is copied, except, with lend_values
- * (a PULL_REPLY), the tensor data - the shards' values - which is lent (pf_ws_sendv_lent). */
-static void send_message(ps_server *s, uint64_t conn, int lend_values) {
-    size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
-    assert(n <= s->max_parts);
-    if (s->sink.send) {
-        s->sink.send(s->sink.user, conn, s->parts, (int)n);
-        return;
-    }
-    const uint8_t *head = s->out.head.data, *end = head + s->out.head.len;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *p = s->parts[i].iov_base;
-        s->lend[i] = lend_values && !(p >= head && p < end);
-    }
-    if (pf_ws_sendv_lent(s->ws, conn, s->parts, (int)n, s->lend) == PF_ERR_NOMEM) {
-        ps_srv_log(s, "out of memory for a %zu-byte reply; closing connection",
-                   pf_wire_out_len(&s->out));
-        ps_srv_close(s, conn);
-    }
-}
-
-/* Sends the reply just encoded into s->out (encoded: the encoder's status). One that could
- * not be encoded (out of memory: a text the wire refuses is replaced by the caller) is logged
- * and its connection closed: the peer retries at once rather than wait out its timeout. */
-void ps_srv_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
-                 int lend_values) {
-    if (encoded == PF_OK) {
-        send_message(s, conn, lend_values);
-        return;
-    }
-    ps_srv_log(s, "cannot encode a %s reply (%s); closing its connection", what,
-               pf_strerror(encoded));
-    ps_srv_close(s, conn);
-}
-
-void ps_srv_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
-                  const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pf_text_cut_utf8(msg);
-    s->errors++;
-    /* Every refusal is answered; the log names the first of each code and then every
-     * power of two, so a peer sending garbage cannot flood it. */
-    uint64_t n = ++s->refusals[code <= PF_WIRE_UNAUTHENTICATED ? code : PF_WIRE_INTERNAL];
-    if ((n & (n - 1)) == 0)
-        ps_srv_log(s, "refused (%s, %" PRIu64 " so far): %s", pf_wire_code_name(code), n, msg);
-    pf_error err;
-    pf_status st = pf_wire_encode_error(&s->out, request_id, code, msg, &err);
-    if (st != PF_OK) /* out of memory for the text: a short one may still fit */
-        st = pf_wire_encode_error(&s->out, request_id, code, "(no memory for the error's text)",
-                                  &err);
-    ps_srv_send(s, conn, st, "ERROR", 0);
-}
-
-const char *ps_srv_role_name(uint8_t role) {
-    static const char *const names[] = {"worker", "chief", "evaluator", "tool"};
-    return role < 4 ? names[role] : "unknown role";
-}
 
 /* CHECKPOINT and RESTORE come from the current chief only. Returns 0 or sends an error. */
 static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const char *what) {
     if (p->role != PF_WIRE_ROLE_CHIEF) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
-                     "only the chief may %s (this connection is %s %d)", what,
-                     ps_srv_role_name(p->role), p->task);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                        "only the chief may %s (this connection is %s %d)", what,
+                        ps_server_role_name(p->role), p->task);
         return -1;
     }
     if (p->incarnation < s->chief_incarnation) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                     "%s from chief incarnation %" PRIu64 ", replaced by %" PRIu64, what,
-                     p->incarnation, s->chief_incarnation);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                        "%s from chief incarnation %" PRIu64 ", replaced by %" PRIu64, what,
+                        p->incarnation, s->chief_incarnation);
         return -1;
     }
     return 0;
-}
-
-/* Answers CHECKPOINT or RESTORE. The text (a path, or why not) is passed through as it is;
- * one the wire refuses - not UTF-8 (a path is bytes), or over PF_WIRE_MAX_PATH - is
- * replaced by a fixed one, so the chief always gets the status. */
-void ps_srv_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
-                           uint32_t status, const char *text) {
-    static const char fixed[] = "(this reply's text cannot be sent: not UTF-8 or too long; "
-                                "the ps's log has it)";
-    pf_wire_checkpoint_ack ack = {step, status, {text, (uint32_t)strlen(text)}};
-    pf_error err;
-    pf_error_clear(&err);
-    pf_status st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
-    if (st != PF_OK) {
-        ps_srv_log(s, "CHECKPOINT_ACK for step %" PRIu64 " sent with a fixed text: %s (%s)", step,
-                   err.message[0] ? err.message : pf_strerror(st), text);
-        ack.path = (pf_wire_str){fixed, sizeof fixed - 1};
-        st = pf_wire_encode_checkpoint_ack(&s->out, request_id, &ack, &err);
-    }
-    ps_srv_send(s, p->conn, st, "CHECKPOINT_ACK", 0);
-}
-
-/* Writes this task's file of checkpoint `step` from the values it holds now (version ==
- * step in sync mode: handle_checkpoint makes sure), acknowledges, and ends the task's
- * service after the final one. */
-static void write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
-                             uint32_t final) {
-    pf_error err;
-    pf_error_clear(&err);
-    char path[2048] = "";
-    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, step, path,
-                                       sizeof path, &err);
-    if (st == PF_OK) {
-        ps_stats ps = ps_shards_stats(s->shards);
-        ps_srv_log(s,
-                   "checkpoint written at step %" PRIu64 " (version %" PRIu64
-                   "): %s; pushes applied %" PRIu64 ", stale %" PRIu64 ", duplicate %" PRIu64
-                   ", refused %" PRIu64 ", errors %" PRIu64,
-                   step, ps.version, path, ps.pushes_applied, ps.pushes_stale, ps.pushes_duplicate,
-                   ps.pushes_refused, s->errors);
-    } else
-        ps_srv_log(s, "checkpoint at step %" PRIu64 " failed: %s", step, err.message);
-    ps_srv_checkpoint_ack(s, p, request_id, step,
-                          st == PF_OK              ? 0
-                          : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
-                                                   : PF_WIRE_INTERNAL,
-                          st == PF_OK ? path : err.message);
-    if (final && st == PF_OK) {
-        pthread_mutex_lock(&s->mu);
-        s->final_done = 1;
-        s->final_time = pf_clock_now();
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        ps_srv_release_parked(s);
-        ps_srv_log(s, "job %s done at version %" PRIu64, s->spec.name, ps_srv_version(s));
-    }
 }
 
 /* A sync checkpoint holds values of version `step` on every ps: a ps at that version writes
@@ -203,18 +64,18 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                               const pf_wire_checkpoint *c) {
     if (check_current_chief(s, p, request_id, "checkpoint") != 0)
         return;
-    uint64_t v = ps_srv_version(s);
+    uint64_t v = ps_server_version(s);
     /* Past max_steps nothing more is applied, so a later version is never reached (a ps
      * that restored a checkpoint of a longer run holds one: that one it can write). */
     if (c->step > (uint64_t)s->spec.training.max_steps && c->step > v) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                     "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
-                     " and this ps's version %" PRIu64 ": no ps ever holds that version",
-                     c->step, (int64_t)s->spec.training.max_steps, v);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "checkpoint step %" PRIu64 " is past the job's max_steps %" PRId64
+                        " and this ps's version %" PRIu64 ": no ps ever holds that version",
+                        c->step, (int64_t)s->spec.training.max_steps, v);
         return;
     }
     if (s->spec.training.mode != PF_MODE_SYNC || v == c->step) {
-        write_checkpoint(s, p, request_id, c->step, c->final);
+        ps_server_write_checkpoint(s, p, request_id, c->step, c->final);
         return;
     }
     if (v > c->step || s->final_done) {
@@ -225,41 +86,23 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
                              : "ps %d ended the job at version %" PRIu64
                                " (final checkpoint written): step %" PRIu64 " is never reached",
                  s->task, v, c->step);
-        ps_srv_log(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
-        ps_srv_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);
+        ps_server_log(s, "checkpoint at step %" PRIu64 " refused: %s", c->step, text);
+        ps_server_checkpoint_ack(s, p, request_id, c->step, PF_WIRE_VERSION_PASSED, text);
         return;
     }
-    ps_srv_log(s, "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
-               c->step, c->step, v);
+    ps_server_log(s,
+                  "checkpoint at step %" PRIu64 " waits for version %" PRIu64 " (now %" PRIu64 ")",
+                  c->step, c->step, v);
     if (p->ck_parked) /* one waits per connection: the chief gave the older one up */
-        ps_srv_error(s, p->conn, p->ck_request_id, PF_WIRE_UNEXPECTED,
-                     "CHECKPOINT at step %" PRIu64
-                     " replaced by a newer CHECKPOINT (request %" PRIu32 ", step %" PRIu64
-                     ") on the same connection; nothing written for it",
-                     p->ck_step, request_id, c->step);
+        ps_server_error(s, p->conn, p->ck_request_id, PF_WIRE_UNEXPECTED,
+                        "CHECKPOINT at step %" PRIu64
+                        " replaced by a newer CHECKPOINT (request %" PRIu32 ", step %" PRIu64
+                        ") on the same connection; nothing written for it",
+                        p->ck_step, request_id, c->step);
     p->ck_parked = 1;
     p->ck_request_id = request_id;
     p->ck_step = c->step;
     p->ck_final = c->final;
-}
-
-/* Right after an update (or a rollback): writes the parked checkpoints whose version has
- * been reached; one whose version can no longer be reached is refused. */
-void ps_srv_write_parked_checkpoints(ps_server *s) {
-    uint64_t v = ps_srv_version(s);
-    for (peer *p = s->peers; p; p = p->next) {
-        if (!p->ck_parked || v < p->ck_step)
-            continue;
-        p->ck_parked = 0;
-        if (v == p->ck_step) {
-            write_checkpoint(s, p, p->ck_request_id, p->ck_step, p->ck_final);
-        } else {
-            char text[160];
-            snprintf(text, sizeof text, "ps %d is at version %" PRIu64 ", past step %" PRIu64,
-                     s->task, v, p->ck_step);
-            ps_srv_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
-        }
-    }
 }
 
 /* RESTORE from the chief: a consistent rollback. Every ps of the job loads the same
@@ -270,43 +113,43 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
                            float lr_factor) {
     if (check_current_chief(s, p, request_id, "roll back") != 0)
         return;
-    uint64_t before = ps_srv_version(s);
+    uint64_t before = ps_server_version(s);
     char note[2600];
     pf_error err;
     pf_error_clear(&err);
-    ps_srv_settle(s); /* (a refused rollback changes nothing: the copies are then spare) */
+    ps_server_settle(s); /* (a refused rollback changes nothing: the copies are then spare) */
     pf_status st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir, step,
                                               note, sizeof note, &err);
     if (st != PF_OK) {
-        ps_srv_log(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
-        ps_srv_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
+        ps_server_log(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
+        ps_server_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
         return;
     }
     s->nonfinite[0] = '\0';
-    __atomic_store_n(&s->pub_version, ps_srv_version(s), __ATOMIC_RELAXED);
-    ps_srv_log(s, "rolled back from version %" PRIu64 ": %s", before, note);
+    __atomic_store_n(&s->pub_version, ps_server_version(s), __ATOMIC_RELAXED);
+    ps_server_log(s, "rolled back from version %" PRIu64 ": %s", before, note);
     double lr = s->spec.optimizer.learning_rate * (double)lr_factor;
     ps_shards_set_learning_rate(s->shards, lr);
     if (lr_factor < 1)
-        ps_srv_log(s, "learning rate %g from now on (%g x %g)", lr, s->spec.optimizer.learning_rate,
-                   (double)lr_factor);
+        ps_server_log(s, "learning rate %g from now on (%g x %g)", lr,
+                      s->spec.optimizer.learning_rate, (double)lr_factor);
     for (peer *q = s->peers; q; q = q->next) {
         if (q->parked) {
             q->parked = 0;
-            ps_srv_reply_pull(s, q->conn, q->request_id, &q->pull, PF_WIRE_PUSH_STALE,
-                              q->parked_seg ? q->seg_dst : NULL);
+            ps_server_reply_pull(s, q->conn, q->request_id, &q->pull, PF_WIRE_PUSH_STALE,
+                                 q->parked_seg ? q->seg_dst : NULL);
         }
         if (q->ck_parked) {
             q->ck_parked = 0;
-            ps_srv_checkpoint_ack(s, q, q->ck_request_id, q->ck_step, PF_WIRE_VERSION_PASSED,
-                                  "rolled back before this checkpoint's version was reached");
+            ps_server_checkpoint_ack(s, q, q->ck_request_id, q->ck_step, PF_WIRE_VERSION_PASSED,
+                                     "rolled back before this checkpoint's version was reached");
         }
     }
     char dir[2048];
     if (pf_checkpoint_step_dir(s->checkpoint_dir, s->spec.name, (int64_t)step, dir, sizeof dir) !=
         PF_OK)
         dir[0] = '\0';
-    ps_srv_checkpoint_ack(s, p, request_id, step, 0, dir);
+    ps_server_checkpoint_ack(s, p, request_id, step, 0, dir);
 }
 
 static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
@@ -325,8 +168,8 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
     size_t len = ps_staleness_json_close(s->staleness, json, (size_t)n, sizeof json);
     pf_wire_stats_reply r = {{json, (uint32_t)len}};
     pf_error err;
-    ps_srv_send(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
-                "STATS_REPLY", 0);
+    ps_server_send(s, p->conn, pf_wire_encode_stats_reply(&s->out, request_id, &r, &err),
+                   "STATS_REPLY", 0);
 }
 
 /* Checks who a HELLO says it is against the job: the job's name, and a role and index the
@@ -335,15 +178,15 @@ static void handle_stats(ps_server *s, peer *p, uint32_t request_id) {
 static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire_hello *h) {
     int n_tasks = ps_shards_tasks(s->shards); /* as this ps's agent last said: never a peer */
     if (p->hello) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                     "a second HELLO on a connection that said HELLO as %s %d",
-                     ps_srv_role_name(p->role), p->task);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        "a second HELLO on a connection that said HELLO as %s %d",
+                        ps_server_role_name(p->role), p->task);
         return -1;
     }
     if (h->job.len != strlen(s->spec.name) || memcmp(h->job.ptr, s->spec.name, h->job.len) != 0) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                     "this ps serves job '%s', not '%.*s'", s->spec.name, (int)h->job.len,
-                     h->job.ptr);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "this ps serves job '%s', not '%.*s'", s->spec.name, (int)h->job.len,
+                        h->job.ptr);
         return -1;
     }
     uint32_t lo = 0, end = 1; /* the task indices the role may name: [lo, end) */
@@ -354,9 +197,10 @@ static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire
     else if (h->role == PF_WIRE_ROLE_EVALUATOR)
         end = (uint32_t)s->spec.replicas.evaluator;
     if (h->task_index < lo || h->task_index >= end) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                     "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
-                     ps_srv_role_name(h->role), h->task_index, s->spec.name, lo, (int64_t)end - 1);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
+                        ps_server_role_name(h->role), h->task_index, s->spec.name, lo,
+                        (int64_t)end - 1);
         return -1;
     }
     return 0;
@@ -378,11 +222,11 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     }
     if (!s->sink.send)
         pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
-    pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, ps_srv_version(s),
+    pf_wire_hello_ack ack = {(uint32_t)s->task, s->incarnation, ps_server_version(s),
                              (uint32_t)ps_shards_count(s->shards)};
     pf_error err;
-    ps_srv_send(s, p->conn, pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err), "HELLO_ACK",
-                0);
+    ps_server_send(s, p->conn, pf_wire_encode_hello_ack(&s->out, request_id, &ack, &err),
+                   "HELLO_ACK", 0);
 }
 
 /* A HELLO: served at once without a key; with one, answered by AUTH_CHALLENGE and held
@@ -399,7 +243,7 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     if (s->sink.nonce)
         s->sink.nonce(s->sink.user, p->nonce);
     if (len > sizeof p->hello_msg || (!s->sink.nonce && pf_wire_nonce(p->nonce, &err) != PF_OK)) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_INTERNAL, "cannot start authentication");
+        ps_server_error(s, p->conn, request_id, PF_WIRE_INTERNAL, "cannot start authentication");
         return; /* cannot happen: a decoded HELLO fits; the generator failing */
     }
     memcpy(p->hello_msg, msg, len);
@@ -408,9 +252,9 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     p->pending.job = (pf_wire_str){NULL, 0};
     p->challenged = 1;
     pf_wire_auth a = {p->nonce, NULL};
-    ps_srv_send(s, p->conn,
-                pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err),
-                "AUTH_CHALLENGE", 0);
+    ps_server_send(s, p->conn,
+                   pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_CHALLENGE, request_id, &a, &err),
+                   "AUTH_CHALLENGE", 0);
 }
 
 /* The message after AUTH_CHALLENGE: an AUTH_PROOF under the key of the task the HELLO
@@ -428,14 +272,14 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     }
     if (!ok) {
         pf_wire_key_clear(key, sizeof key);
-        ps_srv_error(s, p->conn, m->request_id, PF_WIRE_UNAUTHENTICATED,
-                     "%s %" PRIu32 " of job %s did not prove the job's key (%s); closing",
-                     ps_srv_role_name(p->pending.role), p->pending.task_index, s->spec.name,
-                     !decoded                        ? "a malformed message"
-                     : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
-                                                     : "wrong proof");
+        ps_server_error(s, p->conn, m->request_id, PF_WIRE_UNAUTHENTICATED,
+                        "%s %" PRIu32 " of job %s did not prove the job's key (%s); closing",
+                        ps_server_role_name(p->pending.role), p->pending.task_index, s->spec.name,
+                        !decoded                        ? "a malformed message"
+                        : m->type != PF_WIRE_AUTH_PROOF ? "no AUTH_PROOF after the challenge"
+                                                        : "wrong proof");
         p->refused = 1;
-        ps_srv_close(s, p->conn);
+        ps_server_close(s, p->conn);
         return;
     }
     pf_wire_proof(key, PF_WIRE_PROOF_PS, p->hello_msg, p->hello_len, p->nonce, m->u.auth.nonce,
@@ -443,9 +287,47 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     pf_wire_key_clear(key, sizeof key);
     pf_wire_auth a = {NULL, want};
     pf_error err;
-    ps_srv_send(s, p->conn, pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
-                "AUTH_OK", 0);
+    ps_server_send(s, p->conn,
+                   pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
+                   "AUTH_OK", 0);
     accept_hello(s, p, m->request_id, &p->pending);
+}
+
+/* PULL and ROW_PULL: a PULL is a row pull without selections. */
+static void handle_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire_msg *m) {
+    pf_wire_row_pull pull = m->u.row_pull;
+    if (m->type == PF_WIRE_PULL)
+        pull = (pf_wire_row_pull){m->u.pull.min_version, m->u.pull.n, m->u.pull.ids, 0, NULL};
+    if (p->role == PF_WIRE_ROLE_TOOL ||
+        (m->type == PF_WIRE_ROW_PULL && p->role == PF_WIRE_ROLE_EVALUATOR)) {
+        ps_server_error(s, conn, m->request_id, PF_WIRE_FORBIDDEN, "a %s may not %s",
+                        ps_server_role_name(p->role),
+                        m->type == PF_WIRE_PULL ? "pull" : "pull rows");
+        return;
+    }
+    if (ps_server_check_pull(s, conn, m->request_id, &pull) == 0)
+        ps_server_pull_or_park(s, p, m->request_id, &pull, 0, NULL);
+}
+
+/* PUSH_PULL and ROW_PUSH_PULL: the push, then the pull answered or parked. */
+static void handle_push_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire_msg *m) {
+    pf_wire_row_push_pull pp = {
+        m->u.push_pull.push,
+        0,
+        NULL,
+        {m->u.push_pull.pull.min_version, m->u.push_pull.pull.n, m->u.push_pull.pull.ids, 0, NULL}};
+    if (m->type == PF_WIRE_ROW_PUSH_PULL)
+        pp = m->u.row_push_pull;
+    if (ps_server_check_pull(s, conn, m->request_id, &pp.pull))
+        return;
+    int r = ps_server_handle_push(s, p, m->request_id, &pp.push, pp.n_rows, pp.rows);
+    if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC && pp.push.step > ps_server_version(s))
+        /* computed against a version this ps has not reached: from before a rollback.
+         * The worker gets the values to go on from now, not a wait for a step that
+         * cannot come without it. */
+        ps_server_reply_pull(s, conn, m->request_id, &pp.pull, (uint32_t)r, NULL);
+    else if (r >= 0)
+        ps_server_pull_or_park(s, p, m->request_id, &pp.pull, (uint32_t)r, NULL);
 }
 
 static void apply_membership(ps_server *s);
@@ -469,19 +351,19 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         return;
     }
     if (decoded != PF_OK) {
-        ps_srv_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
+        ps_server_error(s, conn, m.request_id, pf_wire_in_code(&p->in), "%s", err.message);
         return;
     }
     if (!p->hello && m.type != PF_WIRE_HELLO) {
-        ps_srv_error(s, conn, m.request_id, PF_WIRE_UNEXPECTED, "%s before HELLO",
-                     pf_wire_type_name(m.type));
+        ps_server_error(s, conn, m.request_id, PF_WIRE_UNEXPECTED, "%s before HELLO",
+                        pf_wire_type_name(m.type));
         return;
     }
     if (s->nonfinite[0] && (m.type == PF_WIRE_PULL || m.type == PF_WIRE_PUSH ||
                             m.type == PF_WIRE_PUSH_PULL || m.type == PF_WIRE_ROW_PULL ||
                             m.type == PF_WIRE_ROW_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT ||
                             m.type == PF_WIRE_SEG_PULL || m.type == PF_WIRE_SEG_PUSH_PULL)) {
-        ps_srv_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        ps_server_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return;
     }
     switch (m.type) {
@@ -489,59 +371,30 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         handle_hello(s, p, m.request_id, &m.u.hello, data, len);
         return;
     case PF_WIRE_PULL:
-    case PF_WIRE_ROW_PULL: {
-        pf_wire_row_pull pull = m.u.row_pull;
-        if (m.type == PF_WIRE_PULL)
-            pull = (pf_wire_row_pull){m.u.pull.min_version, m.u.pull.n, m.u.pull.ids, 0, NULL};
-        if (p->role == PF_WIRE_ROLE_TOOL ||
-            (m.type == PF_WIRE_ROW_PULL && p->role == PF_WIRE_ROLE_EVALUATOR)) {
-            ps_srv_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN, "a %s may not %s",
-                         ps_srv_role_name(p->role), m.type == PF_WIRE_PULL ? "pull" : "pull rows");
-            return;
-        }
-        if (ps_srv_check_pull(s, conn, m.request_id, &pull) == 0)
-            ps_srv_pull_or_park(s, p, m.request_id, &pull, 0, NULL);
+    case PF_WIRE_ROW_PULL:
+        handle_pull(s, p, conn, &m);
         return;
-    }
     case PF_WIRE_PUSH: {
-        int r = ps_srv_handle_push(s, p, m.request_id, &m.u.push, 0, NULL);
+        int r = ps_server_handle_push(s, p, m.request_id, &m.u.push, 0, NULL);
         if (r < 0)
             return;
-        pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, ps_srv_version(s)};
-        ps_srv_send(s, conn, pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err), "PUSH_ACK",
-                    0);
+        pf_wire_push_ack ack = {m.u.push.seq, (uint32_t)r, ps_server_version(s)};
+        ps_server_send(s, conn, pf_wire_encode_push_ack(&s->out, m.request_id, &ack, &err),
+                       "PUSH_ACK", 0);
         return;
     }
     case PF_WIRE_PUSH_PULL:
-    case PF_WIRE_ROW_PUSH_PULL: {
-        const pf_wire_row_push_pull *rp = &m.u.row_push_pull;
-        pf_wire_row_push_pull pp = {m.u.push_pull.push,
-                                    0,
-                                    NULL,
-                                    {m.u.push_pull.pull.min_version, m.u.push_pull.pull.n,
-                                     m.u.push_pull.pull.ids, 0, NULL}};
-        if (m.type == PF_WIRE_ROW_PUSH_PULL)
-            pp = *rp;
-        if (ps_srv_check_pull(s, conn, m.request_id, &pp.pull))
-            return;
-        int r = ps_srv_handle_push(s, p, m.request_id, &pp.push, pp.n_rows, pp.rows);
-        if (r >= 0 && s->spec.training.mode == PF_MODE_SYNC && pp.push.step > ps_srv_version(s))
-            /* computed against a version this ps has not reached: from before a rollback.
-             * The worker gets the values to go on from now, not a wait for a step that
-             * cannot come without it. */
-            ps_srv_reply_pull(s, conn, m.request_id, &pp.pull, (uint32_t)r, NULL);
-        else if (r >= 0)
-            ps_srv_pull_or_park(s, p, m.request_id, &pp.pull, (uint32_t)r, NULL);
+    case PF_WIRE_ROW_PUSH_PULL:
+        handle_push_pull(s, p, conn, &m);
         return;
-    }
     case PF_WIRE_SEG_ATTACH:
-        ps_srv_seg_attach(s, p, m.request_id, &m.u.seg_attach);
+        ps_server_seg_attach(s, p, m.request_id, &m.u.seg_attach);
         return;
     case PF_WIRE_SEG_PULL:
-        ps_srv_seg_pull(s, p, m.request_id, &m.u.seg_pull);
+        ps_server_seg_pull(s, p, m.request_id, &m.u.seg_pull);
         return;
     case PF_WIRE_SEG_PUSH_PULL:
-        ps_srv_seg_push_pull(s, p, m.request_id, &m.u.seg_push_pull);
+        ps_server_seg_push_pull(s, p, m.request_id, &m.u.seg_push_pull);
         return;
     case PF_WIRE_STATS:
         handle_stats(s, p, m.request_id);
@@ -553,8 +406,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         handle_restore(s, p, m.request_id, m.u.restore.step, m.u.restore.lr_factor);
         return;
     default:
-        ps_srv_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
-                     pf_wire_type_name(m.type));
+        ps_server_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
+                        pf_wire_type_name(m.type));
     }
 }
 
@@ -580,7 +433,7 @@ static void follow_membership(ps_server *s, int n_tasks) {
     if (s->auto_buffered)
         s->max_buffered = default_buffered(s, n_tasks);
     pf_ws_set_limits(s->ws, s->max_connections, s->max_buffered);
-    ps_srv_log(
+    ps_server_log(
         s,
         "data plane for %d training tasks: at most %d connections and %zu bytes of incomplete "
         "messages; memory bound %" PRId64 " bytes",
@@ -602,7 +455,7 @@ static void apply_membership(ps_server *s) {
         return;
     int applied = 0;
     if (s->spec.training.mode == PF_MODE_SYNC)
-        ps_srv_settle(s); /* the change may apply the step that waited for a removed task */
+        ps_server_settle(s); /* the change may apply the step that waited for a removed task */
     pf_status st = ps_shards_set_tasks(s->shards, n_tasks, aggregate, &applied);
     if (st == PF_ERR_NOMEM) {
         /* Kept (unless the agent has meanwhile asked for another one): the agent counts on it,
@@ -616,7 +469,7 @@ static void apply_membership(ps_server *s) {
         __atomic_store_n(&s->membership_retry, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&s->mu);
         if (!retry)
-            ps_srv_log(
+            ps_server_log(
                 s,
                 "membership change to %d workers (aggregating %d) waits: out of memory for its "
                 "gradient buffers; retried every second and on every message until it applies",
@@ -624,8 +477,8 @@ static void apply_membership(ps_server *s) {
         return;
     }
     if (st != PF_OK) {
-        ps_srv_log(s, "membership change to %d workers (aggregating %d) refused: out of range",
-                   workers, aggregate);
+        ps_server_log(s, "membership change to %d workers (aggregating %d) refused: out of range",
+                      workers, aggregate);
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -636,37 +489,38 @@ static void apply_membership(ps_server *s) {
         s->seen[t] = 0;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    ps_srv_log(s,
-               "membership: %d -> %d training tasks at version %" PRIu64 "%s%s (values and version "
-               "kept%s)",
-               before, n_tasks, ps_srv_version(s),
-               s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
-               s->spec.training.mode == PF_MODE_SYNC
-                   ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
-                   : "",
-               retry ? "; applied on a retry once memory allowed" : "");
+    ps_server_log(s,
+                  "membership: %d -> %d training tasks at version %" PRIu64
+                  "%s%s (values and version "
+                  "kept%s)",
+                  before, n_tasks, ps_server_version(s),
+                  s->spec.training.mode == PF_MODE_SYNC ? ", a sync step aggregates " : "",
+                  s->spec.training.mode == PF_MODE_SYNC
+                      ? (aggregate == workers ? "every worker's gradient" : "a fixed number")
+                      : "",
+                  retry ? "; applied on a retry once memory allowed" : "");
     if (n_tasks != before)
         follow_membership(s, n_tasks);
     for (peer *p = s->peers; p; p = p->next)
-        if (ps_srv_trainer(p) >= n_tasks) {
+        if (ps_server_trainer(p) >= n_tasks) {
             p->parked = 0;
-            ps_srv_close(s, p->conn);
+            ps_server_close(s, p->conn);
         }
     if (applied) {
         ps_stats now = ps_shards_stats(s->shards);
         __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
         __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
-        ps_srv_check_finite(s);
+        ps_server_check_finite(s);
         if (!s->nonfinite[0])
-            ps_srv_write_parked_checkpoints(s);
-        ps_srv_release_parked(s);
+            ps_server_write_parked_checkpoints(s);
+        ps_server_release_parked(s);
     }
 }
 
 static void on_wake(pf_ws *ws, void *user) {
     (void)ws;
     apply_membership(user);
-    ps_srv_release_parked(user); /* with max_staleness: a task may have gone silent */
+    ps_server_release_parked(user); /* with max_staleness: a task may have gone silent */
 }
 
 void ps_server_set_workers(ps_server *s, int workers, int aggregate) {
@@ -704,7 +558,7 @@ static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         p = NULL;
     }
     if (!p) {
-        ps_srv_close(s, conn);
+        ps_server_close(s, conn);
         return;
     }
     p->conn = conn;
@@ -728,15 +582,15 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
             continue;
         *pp = p->next;
         char record[200] = "";
-        if (s->staleness && ps_srv_trainer(p) >= 0) { /* it holds nobody back any more */
+        if (s->staleness && ps_server_trainer(p) >= 0) { /* it holds nobody back any more */
             ps_staleness_describe(s->staleness, p->task, record, sizeof record);
             ps_staleness_leave(s->staleness, p->task);
             if (!__atomic_load_n(&s->destroying, __ATOMIC_ACQUIRE))
-                ps_srv_release_parked(s);
+                ps_server_release_parked(s);
         }
         if (p->hello && p->role != PF_WIRE_ROLE_TOOL)
-            ps_srv_log(s, "%s %d disconnected%s%s", ps_srv_role_name(p->role), p->task,
-                       record[0] ? "; staleness: " : "", record);
+            ps_server_log(s, "%s %d disconnected%s%s", ps_server_role_name(p->role), p->task,
+                          record[0] ? "; staleness: " : "", record);
         pf_wire_in_deinit(&p->in);
         pf_segment_close(&p->seg);
         pf_free(p->ids);
@@ -750,6 +604,39 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         pthread_mutex_unlock(&s->mu);
         return;
     }
+}
+
+/* Allocates the service thread's scratch (sized by this task's shards), the staleness
+ * clocks a bounded async job keeps, and the global -> local shard map. */
+static pf_status alloc_scratch(ps_server *s) {
+    int n_local = ps_shards_count(s->shards);
+    s->local_of = pf_mallocarray((size_t)s->placement.n_shards, sizeof *s->local_of);
+    s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
+    s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
+    s->seen = pf_calloc(PF_MAX_TASKS, 1);
+    s->n_tasks = ps_shards_tasks(s->shards);
+    s->max_parts = 2 * (size_t)n_local + 1;
+    s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
+    s->lend = pf_calloc(s->max_parts, 1);
+    s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
+    s->seg_ids = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_ids);
+    s->seg_views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_views);
+    s->seg_dst = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_dst);
+    s->seg_limit = pf_segment_bytes(pf_model_num_params(&s->spec.model), NULL);
+    int64_t bound = s->spec.training.max_staleness; /* >= 0 in async jobs only */
+    if (bound >= 0)
+        s->staleness = ps_staleness_create(PF_MAX_TASKS, bound,
+                                           (double)s->spec.training.stall_timeout_secs / 2);
+    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled ||
+        !s->seg_ids || !s->seg_views || !s->seg_dst || (bound >= 0 && !s->staleness))
+        return PF_ERR_NOMEM;
+    /* ps_shards holds this task's shards in placement (creation) order. */
+    for (int g = 0, next = 0; g < s->placement.n_shards; g++)
+        s->local_of[g] = s->placement.shards[g].ps_task == s->task ? next++ : -1;
+    for (int g = 0; g < s->placement.n_shards; g++)
+        assert(s->local_of[g] < 0 ||
+               ps_shards_info(s->shards, s->local_of[g])->offset == s->placement.shards[g].offset);
+    return PF_OK;
 }
 
 static pf_status start(const ps_server_options *o, const ps_server_sink *sink, ps_server **out,
@@ -786,46 +673,23 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                      s->task, s->spec.replicas.ps);
         goto fail;
     }
-    int n_local = ps_shards_count(s->shards);
-    s->local_of = pf_mallocarray((size_t)s->placement.n_shards, sizeof *s->local_of);
-    s->grads = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->grads);
-    s->views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->views);
-    s->seen = pf_calloc(PF_MAX_TASKS, 1);
-    s->n_tasks = ps_shards_tasks(s->shards);
-    s->max_parts = 2 * (size_t)n_local + 1;
-    s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
-    s->lend = pf_calloc(s->max_parts, 1);
-    s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
-    s->seg_ids = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_ids);
-    s->seg_views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_views);
-    s->seg_dst = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_dst);
-    s->seg_limit = pf_segment_bytes(pf_model_num_params(&s->spec.model), NULL);
-    int64_t bound = s->spec.training.max_staleness; /* >= 0 in async jobs only */
-    if (bound >= 0)
-        s->staleness = ps_staleness_create(PF_MAX_TASKS, bound,
-                                           (double)s->spec.training.stall_timeout_secs / 2);
-    if (!s->local_of || !s->grads || !s->views || !s->seen || !s->parts || !s->lend || !s->pulled ||
-        !s->seg_ids || !s->seg_views || !s->seg_dst || (bound >= 0 && !s->staleness)) {
-        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    if ((st = alloc_scratch(s)) != PF_OK) {
+        pf_error_set(err, st, NULL, "out of memory");
         goto fail;
     }
-    /* ps_shards holds this task's shards in placement (creation) order. */
-    for (int g = 0, next = 0; g < s->placement.n_shards; g++)
-        s->local_of[g] = s->placement.shards[g].ps_task == s->task ? next++ : -1;
-    for (int g = 0; g < s->placement.n_shards; g++)
-        assert(s->local_of[g] < 0 ||
-               ps_shards_info(s->shards, s->local_of[g])->offset == s->placement.shards[g].offset);
+    int n_local = ps_shards_count(s->shards);
     /* Restore before listening: a restarted ps never serves fresh values to a running job. */
     char note[3000];
     if ((st = ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir, note,
                                     sizeof note, err)) != PF_OK)
         goto fail;
-    ps_srv_log(s, "%s", note);
+    ps_server_log(s, "%s", note);
     if (s->staleness)
-        ps_srv_log(s,
-                   "bounded staleness: a training task's pull waits while it is more than %" PRId64
-                   " pushes ahead of the slowest connected one (training.max_staleness)",
-                   s->spec.training.max_staleness);
+        ps_server_log(
+            s,
+            "bounded staleness: a training task's pull waits while it is more than %" PRId64
+            " pushes ahead of the slowest connected one (training.max_staleness)",
+            s->spec.training.max_staleness);
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
     /* a push of every shard; a row push of a table names each row with 4 more bytes, and its
      * ROW_PUSH_PULL may select them again: 8 bytes per table row on top */
@@ -846,16 +710,16 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                                                 &s->ws, err)) != PF_OK)
         goto fail;
     if (!s->has_key)
-        ps_srv_log(s,
-                   "the data plane is unauthenticated: any peer that reaches port %d and names "
-                   "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
-                   "of the job's key)",
-                   ps_server_port(s), s->spec.name);
-    ps_srv_log(s,
-               "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
-               "; memory bound %" PRId64 " bytes",
-               n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s),
-               ps_srv_version(s), pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
+        ps_server_log(s,
+                      "the data plane is unauthenticated: any peer that reaches port %d and names "
+                      "job %s is served (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a proof "
+                      "of the job's key)",
+                      ps_server_port(s), s->spec.name);
+    ps_server_log(s,
+                  "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
+                  "; memory bound %" PRId64 " bytes",
+                  n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s),
+                  ps_server_version(s), pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
     *out = s;
     return PF_OK;
 fail:

@@ -1,6 +1,7 @@
-/* server_data.c - a parameter-server task's data path (see server_int.h): pulls answered
+/* server_data.c - a parameter-server task's data path (see server_internal.h): pulls answered
  * from the values or parked until their version, pushes validated against this task's shards
- * and offered to ps_shards, and the row messages of embedding tables.
+ * and offered to ps_shards, the row messages of embedding tables, and the checkpoints written
+ * when the version they wait for is reached.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,21 +10,22 @@
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
-#include "ps/server_int.h"
+#include "ps/ps_checkpoint.h"
+#include "ps/server_internal.h"
 
 /* Checks a pull: each whole shard must be one this task holds, each row selection a
  * table shard it holds with rows inside it, and no shard named twice (so a reply never has
  * more records than the task has shards). Returns 0 or sends an error. */
-int ps_srv_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                      const pf_wire_row_pull *pull) {
+int ps_server_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                         const pf_wire_row_pull *pull) {
     int n_local = ps_shards_count(s->shards);
     memset(s->pulled, 0, (size_t)n_local);
     for (uint32_t i = 0; i < pull->n + pull->n_sel; i++) {
         uint32_t id = i < pull->n ? pull->ids[i] : pull->sel[i - pull->n].id;
         int local = id < (uint32_t)s->placement.n_shards ? s->local_of[id] : -1;
         if (local < 0 || s->pulled[local]) {
-            ps_srv_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                         "shard %" PRIu32 " is not held by ps %d or appears twice", id, s->task);
+            ps_server_error(s, conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                            "shard %" PRIu32 " is not held by ps %d or appears twice", id, s->task);
             return -1;
         }
         s->pulled[local] = 1;
@@ -32,16 +34,16 @@ int ps_srv_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
         const pf_wire_rows *sel = &pull->sel[i - pull->n];
         const pf_shard_info *info = ps_shards_info(s->shards, local);
         if (!ps_shards_is_table(s->shards, local)) {
-            ps_srv_error(s, conn, request_id, PF_WIRE_UNEXPECTED,
-                         "shard %" PRIu32 " (%s) is not an embedding table: it is pulled whole", id,
-                         info->name);
+            ps_server_error(s, conn, request_id, PF_WIRE_UNEXPECTED,
+                            "shard %" PRIu32 " (%s) is not an embedding table: it is pulled whole",
+                            id, info->name);
             return -1;
         }
         /* rows are strictly increasing (the codec checked): the last is the largest */
         if (sel->n_rows > 0 && sel->rows[sel->n_rows - 1] >= (uint64_t)info->shape[0]) {
-            ps_srv_error(s, conn, request_id, PF_WIRE_BAD_SHAPE,
-                         "row %" PRIu32 " of shard %" PRIu32 " (%s): it has %" PRId64 " rows",
-                         sel->rows[sel->n_rows - 1], id, info->name, info->shape[0]);
+            ps_server_error(s, conn, request_id, PF_WIRE_BAD_SHAPE,
+                            "row %" PRIu32 " of shard %" PRIu32 " (%s): it has %" PRId64 " rows",
+                            sel->rows[sel->n_rows - 1], id, info->name, info->shape[0]);
             return -1;
         }
     }
@@ -77,8 +79,9 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
     return 0;
 }
 
-void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                       const pf_wire_row_pull *pull, uint32_t push_result, float *const *seg_dst) {
+void ps_server_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                          const pf_wire_row_pull *pull, uint32_t push_result,
+                          float *const *seg_dst) {
     pf_error err;
     if (seg_dst) { /* the values go into the peer's segment; the reply says they are there */
         for (uint32_t i = 0; i < pull->n; i++) {
@@ -86,9 +89,9 @@ void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
             memcpy(seg_dst[i], ps_shards_values(s->shards, local),
                    ps_shards_info(s->shards, local)->count * sizeof(float));
         }
-        pf_wire_pull_reply r = {ps_srv_version(s), push_result, 0, NULL};
-        ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
-                    0);
+        pf_wire_pull_reply r = {ps_server_version(s), push_result, 0, NULL};
+        ps_server_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err),
+                       "PULL_REPLY", 0);
         return;
     }
     for (uint32_t i = 0; i < pull->n; i++) {
@@ -98,19 +101,19 @@ void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
                              ps_shards_values(s->shards, local)};
     }
     if (pull->n_sel > 0 && gather_rows(s, pull) != 0) {
-        ps_srv_log(s, "out of memory gathering the rows of a pull; closing its connection");
-        ps_srv_close(s, conn);
+        ps_server_log(s, "out of memory gathering the rows of a pull; closing its connection");
+        ps_server_close(s, conn);
         return;
     }
-    pf_wire_pull_reply r = {ps_srv_version(s), push_result, pull->n + pull->n_sel, s->views};
+    pf_wire_pull_reply r = {ps_server_version(s), push_result, pull->n + pull->n_sel, s->views};
     uint64_t rows = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++)
         rows += pull->sel[i].n_rows;
     __atomic_fetch_add(&s->rows_pulled, rows, __ATOMIC_RELAXED);
     /* Whole shards are lent from the values; gathered rows live in a buffer the next reply
      * reuses, so a reply with rows is copied where the socket does not take it at once. */
-    ps_srv_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
-                pull->n_sel == 0);
+    ps_server_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
+                   pull->n_sel == 0);
 }
 
 /* Keeps a pull on its peer until its version: ids, selections and segment destinations
@@ -142,18 +145,19 @@ static int park(peer *p, const pf_wire_row_pull *pull, float *const *seg_dst) {
 }
 
 /* Answers a pull now if its version is reached, else parks it on the peer. */
-void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_row_pull *pull,
-                         uint32_t push_result, float *const *seg_dst) {
-    int fresh = ps_staleness_pull(s->staleness, ps_srv_trainer(p));
-    if ((ps_srv_version(s) >= pull->min_version && fresh) ||
-        ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
-        ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1, -1);
-        ps_srv_reply_pull(s, p->conn, request_id, pull, push_result, seg_dst);
+void ps_server_pull_or_park(ps_server *s, peer *p, uint32_t request_id,
+                            const pf_wire_row_pull *pull, uint32_t push_result,
+                            float *const *seg_dst) {
+    int fresh = ps_staleness_pull(s->staleness, ps_server_trainer(p));
+    if ((ps_server_version(s) >= pull->min_version && fresh) ||
+        ps_server_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done) {
+        ps_staleness_answered(s->staleness, fresh ? ps_server_trainer(p) : -1, -1);
+        ps_server_reply_pull(s, p->conn, request_id, pull, push_result, seg_dst);
         return;
     }
     if (park(p, pull, seg_dst) != 0) {
-        ps_srv_log(s, "out of memory keeping the rows of a parked pull; closing its connection");
-        ps_srv_close(s, p->conn);
+        ps_server_log(s, "out of memory keeping the rows of a parked pull; closing its connection");
+        ps_server_close(s, p->conn);
         return;
     }
     p->held_since = fresh ? -1 : pf_clock_now();
@@ -166,21 +170,21 @@ void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wi
 /* Answers the parked pulls that may go now, or all once the job is over (max_steps reached
  * or the final checkpoint written: no update comes any more); a parked CHECKPOINT for a later
  * version then gets VERSION_PASSED, not a wait until the chief's stall timeout. */
-void ps_srv_release_parked(ps_server *s) {
-    uint64_t v = ps_srv_version(s);
+void ps_server_release_parked(ps_server *s) {
+    uint64_t v = ps_server_version(s);
     int over = v >= (uint64_t)s->spec.training.max_steps || s->final_done;
     for (peer *p = s->peers; p; p = p->next) {
-        int fresh =
-            p->parked && v >= p->min_version && ps_staleness_ready(s->staleness, ps_srv_trainer(p));
+        int fresh = p->parked && v >= p->min_version &&
+                    ps_staleness_ready(s->staleness, ps_server_trainer(p));
         if (p->parked && s->nonfinite[0]) {
             p->parked = 0;
-            ps_srv_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+            ps_server_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         } else if (p->parked && (fresh || over)) { /* the job's end answers it unrecorded */
             p->parked = 0;
-            ps_staleness_answered(s->staleness, fresh ? ps_srv_trainer(p) : -1,
+            ps_staleness_answered(s->staleness, fresh ? ps_server_trainer(p) : -1,
                                   p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
-            ps_srv_reply_pull(s, p->conn, p->request_id, &p->pull, p->push_result,
-                              p->parked_seg ? p->seg_dst : NULL);
+            ps_server_reply_pull(s, p->conn, p->request_id, &p->pull, p->push_result,
+                                 p->parked_seg ? p->seg_dst : NULL);
         }
         if (p->ck_parked && over && p->ck_step > v) {
             char text[160];
@@ -189,8 +193,65 @@ void ps_srv_release_parked(ps_server *s) {
                      s->task, v, s->final_done ? "final checkpoint written" : "max_steps",
                      p->ck_step);
             p->ck_parked = 0;
-            ps_srv_log(s, "checkpoint at step %" PRIu64 " refused: %s", p->ck_step, text);
-            ps_srv_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED, text);
+            ps_server_log(s, "checkpoint at step %" PRIu64 " refused: %s", p->ck_step, text);
+            ps_server_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED,
+                                     text);
+        }
+    }
+}
+
+/* Writes this task's file of checkpoint `step` from the values it holds now (version ==
+ * step in sync mode: handle_checkpoint makes sure), acknowledges, and ends the task's
+ * service after the final one. */
+void ps_server_write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                                uint32_t final) {
+    pf_error err;
+    pf_error_clear(&err);
+    char path[2048] = "";
+    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, step, path,
+                                       sizeof path, &err);
+    if (st == PF_OK) {
+        ps_stats ps = ps_shards_stats(s->shards);
+        ps_server_log(s,
+                      "checkpoint written at step %" PRIu64 " (version %" PRIu64
+                      "): %s; pushes applied %" PRIu64 ", stale %" PRIu64 ", duplicate %" PRIu64
+                      ", refused %" PRIu64 ", errors %" PRIu64,
+                      step, ps.version, path, ps.pushes_applied, ps.pushes_stale,
+                      ps.pushes_duplicate, ps.pushes_refused, s->errors);
+    } else
+        ps_server_log(s, "checkpoint at step %" PRIu64 " failed: %s", step, err.message);
+    ps_server_checkpoint_ack(s, p, request_id, step,
+                             st == PF_OK              ? 0
+                             : st == PF_ERR_NONFINITE ? PF_WIRE_NONFINITE
+                                                      : PF_WIRE_INTERNAL,
+                             st == PF_OK ? path : err.message);
+    if (final && st == PF_OK) {
+        pthread_mutex_lock(&s->mu);
+        s->final_done = 1;
+        s->final_time = pf_clock_now();
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        ps_server_release_parked(s);
+        ps_server_log(s, "job %s done at version %" PRIu64, s->spec.name, ps_server_version(s));
+    }
+}
+
+/* Right after an update (or a rollback): writes the parked checkpoints whose version has
+ * been reached; one whose version can no longer be reached is refused. */
+void ps_server_write_parked_checkpoints(ps_server *s) {
+    uint64_t v = ps_server_version(s);
+    for (peer *p = s->peers; p; p = p->next) {
+        if (!p->ck_parked || v < p->ck_step)
+            continue;
+        p->ck_parked = 0;
+        if (v == p->ck_step) {
+            ps_server_write_checkpoint(s, p, p->ck_request_id, p->ck_step, p->ck_final);
+        } else {
+            char text[160];
+            snprintf(text, sizeof text, "ps %d is at version %" PRIu64 ", past step %" PRIu64,
+                     s->task, v, p->ck_step);
+            ps_server_checkpoint_ack(s, p, p->ck_request_id, p->ck_step, PF_WIRE_VERSION_PASSED,
+                                     text);
         }
     }
 }
@@ -204,7 +265,7 @@ static const uint32_t push_result_wire[] = {
 
 /* After an update: a NaN or infinite value stops this ps serving (training.on_nonfinite
  * "fail"), with a message naming the variable and the version. */
-void ps_srv_check_finite(ps_server *s) {
+void ps_server_check_finite(ps_server *s) {
     size_t elem;
     int local = ps_shards_find_nonfinite(s->shards, &elem);
     if (local < 0)
@@ -213,17 +274,18 @@ void ps_srv_check_finite(ps_server *s) {
     snprintf(s->nonfinite, sizeof s->nonfinite,
              "ps %d: %s became non-finite (element %zu) at step %" PRIu64
              "; serving and checkpointing stopped",
-             s->task, info->name, elem, ps_srv_version(s));
+             s->task, info->name, elem, ps_server_version(s));
     pf_text_cut_utf8(s->nonfinite);
-    ps_srv_log(s, "%s", s->nonfinite);
+    ps_server_log(s, "%s", s->nonfinite);
 }
 
 /* Called right before anything changes the values (an update, a rollback, a membership
  * change that applies a waiting sync step): the rest of a reply still being written from
  * them is copied first, so no reply carries values of two versions under one label. */
-void ps_srv_settle(ps_server *s) {
+void ps_server_settle(ps_server *s) {
     if (s->ws && pf_ws_settle(s->ws) != PF_OK)
-        ps_srv_log(s, "out of memory copying the rest of replies before the values change; their "
+        ps_server_log(s,
+                      "out of memory copying the rest of replies before the values change; their "
                       "connections are closed");
 }
 
@@ -232,22 +294,22 @@ void ps_srv_settle(ps_server *s) {
 static int check_pusher(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_tasks = ps_shards_tasks(s->shards);
     if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
-                     ps_srv_role_name(p->role));
+        ps_server_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
+                        ps_server_role_name(p->role));
         return -1;
     }
     if (push->task_index >= (uint32_t)n_tasks) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                     "task index %" PRIu32 " out of range (the job's membership has %d training "
-                     "tasks; a removed worker's push is not counted)",
-                     push->task_index, n_tasks);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "task index %" PRIu32 " out of range (the job's membership has %d training "
+                        "tasks; a removed worker's push is not counted)",
+                        push->task_index, n_tasks);
         return -1;
     }
     if (push->task_index != (uint32_t)p->task || push->incarnation != p->incarnation) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
-                     "push names task %" PRIu32 " incarnation %" PRIu64
-                     "; this connection said HELLO as task %d incarnation %" PRIu64,
-                     push->task_index, push->incarnation, p->task, p->incarnation);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                        "push names task %" PRIu32 " incarnation %" PRIu64
+                        "; this connection said HELLO as task %d incarnation %" PRIu64,
+                        push->task_index, push->incarnation, p->task, p->incarnation);
         return -1;
     }
     return 0;
@@ -257,16 +319,17 @@ static int check_pusher(ps_server *s, peer *p, uint32_t request_id, const pf_wir
 static int push_shard(ps_server *s, peer *p, uint32_t request_id, uint32_t id, int rows) {
     int local = id < (uint32_t)s->placement.n_shards ? s->local_of[id] : -1;
     if (local < 0 || s->pulled[local]) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                     "shard %" PRIu32 " is not held by ps %d or appears twice", id, s->task);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                        "shard %" PRIu32 " is not held by ps %d or appears twice", id, s->task);
         return -1;
     }
     if (ps_shards_is_table(s->shards, local) != rows) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                     rows ? "shard %" PRIu32 " (%s) is not an embedding table: it is pushed whole"
-                          : "shard %" PRIu32 " (%s) is an embedding table: it is pushed by rows "
-                            "(ROW_PUSH_PULL)",
-                     id, ps_shards_info(s->shards, local)->name);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        rows ? "shard %" PRIu32
+                               " (%s) is not an embedding table: it is pushed whole"
+                             : "shard %" PRIu32 " (%s) is an embedding table: it is pushed by rows "
+                               "(ROW_PUSH_PULL)",
+                        id, ps_shards_info(s->shards, local)->name);
         return -1;
     }
     s->pulled[local] = 1;
@@ -278,9 +341,9 @@ static int push_shard(ps_server *s, peer *p, uint32_t request_id, uint32_t id, i
  * reply. */
 static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
                  uint64_t rows_named) {
-    if (ps_srv_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
+    if (ps_server_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
         return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
-    ps_srv_settle(s);
+    ps_server_settle(s);
     ps_push_result r = ps_shards_push_grads(s->shards, (int)push->task_index, push->incarnation,
                                             push->seq, push->step, s->grads);
     ps_stats now = ps_shards_stats(s->shards);
@@ -288,28 +351,28 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
     __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
     __atomic_store_n(&s->pub_stale, now.pushes_stale, __ATOMIC_RELAXED);
     if (r == PS_PUSH_REFUSED) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                     "push from incarnation %" PRIu64 " of task %" PRIu32
-                     ", which has been replaced by a newer one",
-                     push->incarnation, push->task_index);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                        "push from incarnation %" PRIu64 " of task %" PRIu32
+                        ", which has been replaced by a newer one",
+                        push->incarnation, push->task_index);
         return -1;
     }
     if (r == PS_PUSH_NOMEM) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_INTERNAL,
-                     "ps %d has no memory to keep the rows of this push; not applied", s->task);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_INTERNAL,
+                        "ps %d has no memory to keep the rows of this push; not applied", s->task);
         return -1;
     }
     if (r == PS_PUSH_APPLIED || r == PS_PUSH_ACCEPTED)
         __atomic_fetch_add(&s->rows_pushed, rows_named, __ATOMIC_RELAXED);
     if (r == PS_PUSH_APPLIED) {
         ps_staleness_pushed(s->staleness, (int)push->task_index);
-        ps_srv_check_finite(s);
+        ps_server_check_finite(s);
         if (!s->nonfinite[0])
-            ps_srv_write_parked_checkpoints(s); /* before anything more is applied */
-        ps_srv_release_parked(s);
+            ps_server_write_parked_checkpoints(s); /* before anything more is applied */
+        ps_server_release_parked(s);
     }
     if (s->nonfinite[0]) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return -1;
     }
     return (int)push_result_wire[r];
@@ -318,17 +381,17 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
 /* Validates and offers a push (PUSH, ROW_PUSH_PULL: rows may be NULL with n_rows 0); returns
  * the wire push result, or -1 after an error reply. Every shard the task holds is named
  * once: a table by rows, any other whole. */
-int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
-                       uint32_t n_rows, const pf_wire_rows *rows) {
+int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
+                          uint32_t n_rows, const pf_wire_rows *rows) {
     int n_local = ps_shards_count(s->shards);
     uint64_t rows_named = 0; /* counted as pushed once the push is taken */
     if (check_pusher(s, p, request_id, push) != 0)
         return -1;
     if ((uint64_t)push->n + n_rows != (uint64_t)n_local) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
-                     "push carries %" PRIu32 " tensors and %" PRIu32 " row sets; ps %d holds %d "
-                     "shards",
-                     push->n, n_rows, s->task, n_local);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_LENGTH,
+                        "push carries %" PRIu32 " tensors and %" PRIu32 " row sets; ps %d holds %d "
+                        "shards",
+                        push->n, n_rows, s->task, n_local);
         return -1;
     }
     memset(s->pulled, 0, (size_t)n_local); /* here: the shards named so far */
@@ -339,9 +402,9 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
             return -1;
         const pf_shard_info *info = ps_shards_info(s->shards, local);
         if (t->count != info->count) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
-                         "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
-                         info->name, info->count, t->count);
+            ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                            "shard %" PRIu32 " (%s) has %zu elements, push carries %" PRIu64, t->id,
+                            info->name, info->count, t->count);
             return -1;
         }
         s->grads[local] = (ps_grad){t->data, NULL, 0};
@@ -354,11 +417,11 @@ int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         const pf_shard_info *info = ps_shards_info(s->shards, local);
         if (r->width != (uint64_t)info->shape[1] ||
             (r->n_rows > 0 && r->rows[r->n_rows - 1] >= (uint64_t)info->shape[0])) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
-                         "shard %" PRIu32 " (%s) has %" PRId64 " rows of %" PRId64
-                         " floats; the push has rows of %" PRIu32 " up to row %" PRIu32,
-                         r->id, info->name, info->shape[0], info->shape[1], r->width,
-                         r->n_rows ? r->rows[r->n_rows - 1] : 0);
+            ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                            "shard %" PRIu32 " (%s) has %" PRId64 " rows of %" PRId64
+                            " floats; the push has rows of %" PRIu32 " up to row %" PRIu32,
+                            r->id, info->name, info->shape[0], info->shape[1], r->width,
+                            r->n_rows ? r->rows[r->n_rows - 1] : 0);
             return -1;
         }
         s->grads[local] = (ps_grad){r->data, r->rows, r->n_rows};

@@ -9,36 +9,37 @@
 #include <string.h>
 
 #include "psflow/footprint.h"
-#include "ps/server_int.h"
+#include "ps/server_internal.h"
 
-void ps_srv_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_attach *a) {
+void ps_server_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_attach *a) {
     if (!pf_segment_enabled()) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                     "ps %d does not take shared segments (PSFLOW_SHM=off)", s->task);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        "ps %d does not take shared segments (PSFLOW_SHM=off)", s->task);
         return;
     }
     if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                     "a peer with the role %s may not attach a segment", ps_srv_role_name(p->role));
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        "a peer with the role %s may not attach a segment",
+                        ps_server_role_name(p->role));
         return;
     }
     if (p->seg.base) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                     "this connection has a segment attached already");
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        "this connection has a segment attached already");
         return;
     }
     pf_error err;
     if (pf_segment_open(a->pid, a->fd, a->size, a->token, s->seg_limit, &p->seg, &err) != PF_OK) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                     "segment of %s %d refused (it goes on over the socket): %s",
-                     ps_srv_role_name(p->role), p->task, err.message);
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "segment of %s %d refused (it goes on over the socket): %s",
+                        ps_server_role_name(p->role), p->task, err.message);
         return;
     }
     char size[32];
     pf_footprint_format_bytes((int64_t)p->seg.size, size, sizeof size);
-    ps_srv_log(s, "%s %d shares a segment of %s: its pulls and pushes skip the socket",
-               ps_srv_role_name(p->role), p->task, size);
-    ps_srv_send(s, p->conn, pf_wire_encode_seg_ack(&s->out, request_id, &err), "SEG_ACK", 0);
+    ps_server_log(s, "%s %d shares a segment of %s: its pulls and pushes skip the socket",
+                  ps_server_role_name(p->role), p->task, size);
+    ps_server_send(s, p->conn, pf_wire_encode_seg_ack(&s->out, request_id, &err), "SEG_ACK", 0);
 }
 
 /* Checks a segment request's records - shards this ps holds, each once and whole, ranges
@@ -47,8 +48,8 @@ void ps_srv_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire
 static int check_records(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_pull *r,
                          int push) {
     if (!p->seg.base) {
-        ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                     "no segment attached to this connection (SEG_ATTACH first)");
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        "no segment attached to this connection (SEG_ATTACH first)");
         return -1;
     }
     int n_local = ps_shards_count(s->shards);
@@ -57,23 +58,24 @@ static int check_records(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         const pf_wire_seg_tensor *t = &r->tensors[i];
         int local = t->id < (uint32_t)s->placement.n_shards ? s->local_of[t->id] : -1;
         if (local < 0 || s->pulled[local]) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
-                         "shard %" PRIu32 " is not held by ps %d or appears twice", t->id, s->task);
+            ps_server_error(s, p->conn, request_id, PF_WIRE_UNKNOWN_SHARD,
+                            "shard %" PRIu32 " is not held by ps %d or appears twice", t->id,
+                            s->task);
             return -1;
         }
         s->pulled[local] = 1;
         const pf_shard_info *info = ps_shards_info(s->shards, local);
         if (ps_shards_is_table(s->shards, local)) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
-                         "shard %" PRIu32 " (%s) is an embedding table: it goes by rows, over "
-                         "the socket",
-                         t->id, info->name);
+            ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                            "shard %" PRIu32 " (%s) is an embedding table: it goes by rows, over "
+                            "the socket",
+                            t->id, info->name);
             return -1;
         }
         if (t->count != info->count) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
-                         "shard %" PRIu32 " (%s) has %zu elements, the request names %" PRIu64,
-                         t->id, info->name, info->count, t->count);
+            ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                            "shard %" PRIu32 " (%s) has %zu elements, the request names %" PRIu64,
+                            t->id, info->name, info->count, t->count);
             return -1;
         }
         size_t bytes = info->count * sizeof(float);
@@ -81,10 +83,10 @@ static int check_records(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         if (push)
             fits = fits && t->grad <= p->seg.size && bytes <= p->seg.size - t->grad;
         if (!fits) {
-            ps_srv_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
-                         "shard %" PRIu32 " (%s, %zu bytes) at offsets %" PRIu64 "/%" PRIu64
-                         " runs past the segment's %zu bytes",
-                         t->id, info->name, bytes, t->grad, t->value, p->seg.size);
+            ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                            "shard %" PRIu32 " (%s, %zu bytes) at offsets %" PRIu64 "/%" PRIu64
+                            " runs past the segment's %zu bytes",
+                            t->id, info->name, bytes, t->grad, t->value, p->seg.size);
             return -1;
         }
         s->seg_ids[i] = t->id;
@@ -95,26 +97,26 @@ static int check_records(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     return 0;
 }
 
-void ps_srv_seg_pull(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_pull *pull) {
+void ps_server_seg_pull(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_pull *pull) {
     if (check_records(s, p, request_id, pull, 0) != 0)
         return;
     pf_wire_row_pull rp = {pull->min_version, pull->n, s->seg_ids, 0, NULL};
-    ps_srv_pull_or_park(s, p, request_id, &rp, 0, s->seg_dst);
+    ps_server_pull_or_park(s, p, request_id, &rp, 0, s->seg_dst);
 }
 
-void ps_srv_seg_push_pull(ps_server *s, peer *p, uint32_t request_id,
-                          const pf_wire_seg_push_pull *pp) {
+void ps_server_seg_push_pull(ps_server *s, peer *p, uint32_t request_id,
+                             const pf_wire_seg_push_pull *pp) {
     if (check_records(s, p, request_id, &pp->pull, 1) != 0)
         return;
     pf_wire_push push = {pp->task_index, pp->incarnation, pp->seq,
                          pp->step,       pp->pull.n,      s->seg_views};
     pf_wire_row_pull pull = {pp->pull.min_version, pp->pull.n, s->seg_ids, 0, NULL};
-    int r = ps_srv_handle_push(s, p, request_id, &push, 0, NULL);
+    int r = ps_server_handle_push(s, p, request_id, &push, 0, NULL);
     if (r < 0)
         return;
     /* As PUSH_PULL: a sync push against a version not reached yet is answered at once. */
-    if (s->spec.training.mode == PF_MODE_SYNC && push.step > ps_srv_version(s))
-        ps_srv_reply_pull(s, p->conn, request_id, &pull, (uint32_t)r, s->seg_dst);
+    if (s->spec.training.mode == PF_MODE_SYNC && push.step > ps_server_version(s))
+        ps_server_reply_pull(s, p->conn, request_id, &pull, (uint32_t)r, s->seg_dst);
     else
-        ps_srv_pull_or_park(s, p, request_id, &pull, (uint32_t)r, s->seg_dst);
+        ps_server_pull_or_park(s, p, request_id, &pull, (uint32_t)r, s->seg_dst);
 }

@@ -75,6 +75,95 @@ struct ps_shards {
     float *scatter;    /* adam: zeros, the widest table shard; a step's rows go in and out */
 };
 
+/* Lays out the shards idx[0 .. s->n) back to back in the local vector (and the dense ones in
+ * a sync gradient buffer), and allocates the row scratch their tables need. */
+static pf_status lay_out(ps_shards *s, const pf_placement *placement, const int *idx) {
+    size_t widest = 1;
+    for (int i = 0; i < s->n; i++) {
+        s->info[i] = placement->shards[idx[i]];
+        s->local_off[i] = s->n_local;
+        s->n_local += s->info[i].count;
+        s->table[i] = s->info[i].var < s->spec.model.n_embeddings;
+        s->has_tables |= s->table[i];
+        if (s->table[i] && (size_t)s->info[i].shape[1] > widest)
+            widest = (size_t)s->info[i].shape[1];
+        s->dense_off[i] = s->n_dense;
+        if (!s->table[i])
+            s->n_dense += s->info[i].count;
+    }
+    if (!(s->rowsum = pf_mallocarray(widest, sizeof *s->rowsum)))
+        return PF_ERR_NOMEM;
+    /* adam moves every row of a table each step (pf_optim_rows_only): the step's rows are
+     * scattered into zeros the size of the largest table shard and the shard updated whole */
+    size_t largest = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->table[i] && s->info[i].count > largest)
+            largest = s->info[i].count;
+    if (largest > 0 && !pf_optim_rows_only(&s->spec.optimizer) &&
+        !(s->scatter = pf_calloc(largest, sizeof *s->scatter)))
+        return PF_ERR_NOMEM;
+    return PF_OK;
+}
+
+/* Allocates the values, the optimizer slots (initialised) and, in sync mode, the pending
+ * gradients in the backend's memory. */
+static pf_status alloc_buffers(ps_shards *s) {
+    const pf_backend *be = s->be;
+    size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
+    size_t dense_bytes = (s->n_dense ? s->n_dense : 1) * sizeof(float);
+    s->values = be->alloc(bytes);
+    if (!s->values)
+        return PF_ERR_NOMEM;
+    for (int k = 0; k < s->n_slots; k++) {
+        if (!(s->slots[k] = be->alloc(bytes)))
+            return PF_ERR_NOMEM;
+        pf_optim_slot_init(&s->spec.optimizer, be, k, s->slots[k], s->n_local);
+    }
+    /* Sync mode keeps one pending gradient per training task, averaged in place into the
+     * first (no separate sum): allocated now so that a running job never fails an
+     * allocation. Async mode applies each push from the message itself. */
+    for (int t = 0; s->spec.training.mode == PF_MODE_SYNC && t < s->n_tasks; t++)
+        if (!(s->pending[t] = be->alloc(dense_bytes)))
+            return PF_ERR_NOMEM;
+    return PF_OK;
+}
+
+/* The same initial values a single process starts from, drawn for this task's shards only
+ * (never the whole model): straight into the values when the backend's memory is the
+ * host's, else a shard at a time through a host buffer. Shards come in placement order,
+ * which is the model's. */
+static pf_status init_values(ps_shards *s) {
+    const pf_model_spec *model = &s->spec.model;
+    uint64_t seed = s->spec.training.seed;
+    size_t nn = (size_t)(s->n ? s->n : 1);
+    size_t *offsets = pf_mallocarray(nn, sizeof *offsets);
+    size_t *counts = pf_mallocarray(nn, sizeof *counts);
+    float **outs = pf_mallocarray(nn, sizeof *outs);
+    pf_status st = offsets && counts && outs ? PF_OK : PF_ERR_NOMEM;
+    for (int i = 0; st == PF_OK && i < s->n; i++) {
+        offsets[i] = s->info[i].offset;
+        counts[i] = s->info[i].count;
+        outs[i] = s->values + s->local_off[i];
+    }
+    int host = strcmp(s->be->name, "cuda") != 0; /* the CPU backends' buffers are host memory */
+    if (st == PF_OK && host)
+        pf_model_init_ranges(model, seed, s->n, offsets, counts, outs);
+    for (int i = 0; st == PF_OK && !host && i < s->n; i++) {
+        float *init = pf_mallocarray(counts[i] ? counts[i] : 1, sizeof *init);
+        if (!init) {
+            st = PF_ERR_NOMEM;
+            break;
+        }
+        pf_model_init_ranges(model, seed, 1, &offsets[i], &counts[i], &init);
+        s->be->upload(outs[i], init, counts[i]);
+        pf_free(init);
+    }
+    pf_free(offsets);
+    pf_free(counts);
+    pf_free(outs);
+    return st;
+}
+
 pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placement, int ps_task,
                            const pf_backend *be, ps_shards **out) {
     *out = NULL;
@@ -93,25 +182,20 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     s->n_joined = s->n_tasks;
     s->n_slots = pf_optim_num_slots(&spec->optimizer);
     int total = placement->n_shards;
-    size_t *offsets = NULL, *counts = NULL;
-    float **outs = NULL;
     int *idx = pf_mallocarray((size_t)total, sizeof *idx);
     if (!idx)
         goto nomem;
     s->n = pf_placement_shards_of(placement, ps_task, idx, total);
-    s->info = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *s->info);
-    s->local_off = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *s->local_off);
-    offsets = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *offsets);
-    counts = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *counts);
-    outs = pf_mallocarray((size_t)(s->n ? s->n : 1), sizeof *outs);
+    size_t nn = (size_t)(s->n ? s->n : 1);
+    s->info = pf_mallocarray(nn, sizeof *s->info);
+    s->local_off = pf_mallocarray(nn, sizeof *s->local_off);
     s->seqs = pf_calloc(PF_MAX_TASKS, sizeof *s->seqs);
     s->arrived = pf_calloc(PF_MAX_TASKS, 1);
     s->joined = pf_calloc(PF_MAX_TASKS, 1);
     s->pending = pf_calloc(PF_MAX_TASKS, sizeof *s->pending);
     if (s->n_tasks > PF_MAX_TASKS || !s->info || !s->local_off || !s->seqs || !s->arrived ||
-        !s->joined || !s->pending || !offsets || !counts || !outs)
+        !s->joined || !s->pending)
         goto nomem;
-    size_t nn = (size_t)(s->n ? s->n : 1);
     s->table = pf_calloc(nn, 1);
     s->dense_off = pf_calloc(nn, sizeof *s->dense_off);
     s->merged_at = pf_calloc(nn, sizeof *s->merged_at);
@@ -122,81 +206,16 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     if (!s->whole || !s->table || !s->dense_off || !s->merged_at || !s->touched || !s->n_touched ||
         !s->trows)
         goto nomem;
-    size_t widest = 1;
-    for (int i = 0; i < s->n; i++) {
-        s->info[i] = placement->shards[idx[i]];
-        s->local_off[i] = s->n_local;
-        s->n_local += s->info[i].count;
-        s->table[i] = s->info[i].var < spec->model.n_embeddings;
-        s->has_tables |= s->table[i];
-        if (s->table[i] && (size_t)s->info[i].shape[1] > widest)
-            widest = (size_t)s->info[i].shape[1];
-        s->dense_off[i] = s->n_dense;
-        if (!s->table[i])
-            s->n_dense += s->info[i].count;
-    }
-    if (!(s->rowsum = pf_mallocarray(widest, sizeof *s->rowsum)))
+    if (lay_out(s, placement, idx) != PF_OK || alloc_buffers(s) != PF_OK)
         goto nomem;
-    /* adam moves every row of a table each step (pf_optim_rows_only): the step's rows are
-     * scattered into zeros the size of the largest table shard and the shard updated whole */
-    size_t largest = 0;
-    for (int i = 0; i < s->n; i++)
-        if (s->table[i] && s->info[i].count > largest)
-            largest = s->info[i].count;
-    if (largest > 0 && !pf_optim_rows_only(&spec->optimizer) &&
-        !(s->scatter = pf_calloc(largest, sizeof *s->scatter)))
-        goto nomem;
-    size_t bytes = (s->n_local ? s->n_local : 1) * sizeof(float);
-    size_t dense_bytes = (s->n_dense ? s->n_dense : 1) * sizeof(float);
-    s->values = be->alloc(bytes);
-    if (!s->values)
-        goto nomem;
-    for (int k = 0; k < s->n_slots; k++) {
-        if (!(s->slots[k] = be->alloc(bytes)))
-            goto nomem;
-        pf_optim_slot_init(&spec->optimizer, be, k, s->slots[k], s->n_local);
-    }
-    /* Sync mode keeps one pending gradient per training task, averaged in place into the
-     * first (no separate sum): allocated now so that a running job never fails an
-     * allocation. Async mode applies each push from the message itself. */
-    for (int t = 0; spec->training.mode == PF_MODE_SYNC && t < s->n_tasks; t++)
-        if (!(s->pending[t] = be->alloc(dense_bytes)))
-            goto nomem;
     memset(s->joined, 1, (size_t)s->n_tasks);
-    /* The same initial values a single process starts from, drawn for this task's shards
-     * only (never the whole model): straight into the values when the backend's memory is
-     * the host's, else a shard at a time through a host buffer. Shards come in placement
-     * order, which is the model's. */
-    int host = strcmp(be->name, "cuda") != 0; /* the CPU backends' buffers are host memory */
-    for (int i = 0; i < s->n; i++) {
-        offsets[i] = s->info[i].offset;
-        counts[i] = s->info[i].count;
-        outs[i] = s->values + s->local_off[i];
-    }
-    if (host) {
-        pf_model_init_ranges(&spec->model, spec->training.seed, s->n, offsets, counts, outs);
-    } else {
-        for (int i = 0; i < s->n; i++) {
-            float *init = pf_mallocarray(counts[i] ? counts[i] : 1, sizeof *init);
-            if (!init)
-                goto nomem;
-            pf_model_init_ranges(&spec->model, spec->training.seed, 1, &offsets[i], &counts[i],
-                                 &init);
-            be->upload(outs[i], init, counts[i]);
-            pf_free(init);
-        }
-    }
+    if (init_values(s) != PF_OK)
+        goto nomem;
     pf_free(idx);
-    pf_free(offsets);
-    pf_free(counts);
-    pf_free(outs);
     *out = s;
     return PF_OK;
 nomem:
     pf_free(idx);
-    pf_free(offsets);
-    pf_free(counts);
-    pf_free(outs);
     ps_shards_destroy(s);
     return PF_ERR_NOMEM;
 }

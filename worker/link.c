@@ -1,11 +1,12 @@
 /* link.c - a worker's requests to every ps (see link.h).
  *
- * DESIGN: the trainer thread encodes one request per ps, sends them all, then waits on a
- * condition variable until every ps has answered; the transport's service thread decodes
- * replies and copies pulled tensors straight into the trainer's parameter vector (the
- * trainer is blocked meanwhile, so nothing else touches it). A connection that drops while
- * its request is outstanding is re-established by the trainer thread and the same encoded
- * request is sent again: same push sequence number, so at-most-once holds.
+ * DESIGN: the trainer thread encodes one request per ps (worker/request.h: the form of each
+ * request, and the check of its reply), sends them all, then waits on a condition variable
+ * until every ps has answered; the transport's service thread decodes replies and copies
+ * pulled tensors straight into the trainer's parameter vector (the trainer is blocked
+ * meanwhile, so nothing else touches it). A connection that drops while its request is
+ * outstanding is re-established by the trainer thread and the same encoded request is sent
+ * again: same push sequence number, so at-most-once holds.
  */
 #include "worker/link.h"
 
@@ -25,39 +26,18 @@
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
+#include "worker/request.h"
 #include "worker/rows.h"
-
-enum { REQ_DATA, REQ_CHECKPOINT, REQ_RESTORE };
 
 typedef struct ps_link {
     int index;
     char host[256];
     int port;
-    uint32_t *ids; /* global shard ids this ps holds */
-    int n_ids;
-    pf_ws_place *places; /* where each shard's values lie in a PULL_REPLY for ids
-                            (pf_wire_pull_reply_places; dst set by each request) */
-    size_t reply_len;    /* that reply's length */
-    /* row mode: this ps's dense shards, and what the request in flight expects back */
-    uint32_t *dense_ids;
-    int n_dense;
-    uint32_t *exp_id; /* the reply's records, in order: shard, elements, destination */
-    uint64_t *exp_count;
-    float **exp_dst;
-    int n_exp;
-    pf_wire_out out; /* the request in flight, kept for resending */
-    int local;       /* the ps's address is this host's: it may be offered the segment */
-    int attaching;   /* the request in flight is SEG_ATTACH (only it is answered by SEG_ACK) */
-    int seg;         /* the ps took the link's segment on the current connection */
-    int seg_said;    /* its refusal was logged */
-    int out_seg;     /* `out` is a segment request (SEG_PULL, SEG_PUSH_PULL) */
-    const float *req_grads; /* `out`'s push (REQ_DATA): to encode it again for the socket */
-    uint64_t req_step;
-    int kind;         /* what `out` holds: REQ_DATA (pull/push), REQ_CHECKPOINT, REQ_RESTORE */
-    uint64_t ck_step; /* REQ_CHECKPOINT, REQ_RESTORE: to re-encode after a ps restart */
-    uint32_t ck_final;
-    float ck_lr_factor; /* REQ_RESTORE */
-    int swapped;        /* REQ_DATA replaced by a pull after a ps restart */
+    worker_request req; /* its shards, and the request in flight kept for resending */
+    int local;          /* the ps's address is this host's: it may be offered the segment */
+    int attaching;      /* the request in flight is SEG_ATTACH (only it is answered by SEG_ACK) */
+    int seg;            /* the ps took the link's segment on the current connection */
+    int seg_said;       /* its refusal was logged */
     /* under the link's mu */
     uint64_t conn;
     int open;    /* transport connection up */
@@ -70,7 +50,6 @@ typedef struct ps_link {
     uint64_t version;
     uint64_t ps_incarnation;
     uint32_t push_result;
-    uint64_t min_version; /* REQ_DATA: the pull's minimum version, to re-encode it */
     /* the authentication of the current connection (api/wire.md) */
     int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */
@@ -93,20 +72,15 @@ struct worker_link {
     int has_key;
     uint8_t task_key[PF_WIRE_KEY_SIZE];
     double retry;
-    const int *stop; /* see worker_link_options */
-    uint64_t seq;
-    uint64_t max_version; /* the largest version a ps may report (see worker_link_create) */
+    const int *stop;      /* see worker_link_options */
+    uint64_t max_version; /* the largest version a ps may report (max_version_of) */
     uint32_t next_request;
-    pf_wire_tensor *views;
-    pf_wire_rows *sel;           /* row mode: a pull's row selections (n_shards) */
-    pf_wire_rows *prows;         /* row mode: a push's row gradients (n_shards) */
-    const worker_rows *rows;     /* NULL: every shard whole (no tables) */
-    const worker_row_plan *plan; /* row mode: the rows pulls fetch and pushes send */
-    pf_segment seg;              /* options.segment: [token | params | grads] */
+    /* what every ps's requests share: the layout, rows (NULL: every shard whole, no tables),
+     * the plan (row mode: the rows pulls fetch and pushes send), the push sequence number */
+    worker_request_env env;
+    pf_segment seg; /* options.segment: [token | params | grads] */
     float *seg_params, *seg_grads;
-    size_t n_params;            /* floats in a parameter vector */
-    pf_wire_seg_tensor *segrec; /* a segment request's records (n_shards) */
-    struct iovec *parts;        /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
+    struct iovec *parts; /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
     size_t max_parts;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -126,33 +100,6 @@ static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *ms
     snprintf(l->message, sizeof l->message, "%s", msg ? msg : "");
     l->done = 1;
     pthread_cond_broadcast(&c->cv);
-}
-
-/* Takes a PULL_REPLY's tensors into the parameter vector after checking each: a ps answers
- * with the shards asked for, in request order. A tensor received in place is there
- * already (its view points at its destination); any other is copied. */
-static pf_status take_values(worker_link *c, ps_link *l, const pf_wire_pull_reply *r, char *msg,
-                             size_t len) {
-    if (r->n != (uint32_t)l->n_exp) {
-        snprintf(msg, len, "ps %d answered with %" PRIu32 " records, expected %d", l->index, r->n,
-                 l->n_exp);
-        return PF_ERR_FORMAT;
-    }
-    for (uint32_t i = 0; i < r->n; i++) {
-        const pf_wire_tensor *t = &r->tensors[i];
-        if (t->id != l->exp_id[i] || t->count != l->exp_count[i]) {
-            snprintf(msg, len,
-                     "ps %d sent shard %" PRIu32 " with %" PRIu64 " elements where shard %" PRIu32
-                     " with %" PRIu64 " was asked for",
-                     l->index, t->id, t->count, l->exp_id[i], l->exp_count[i]);
-            return PF_ERR_FORMAT;
-        }
-        float *dst = l->exp_dst[i];
-        if (dst && t->data != dst && t->count > 0)
-            memcpy(dst, t->data, t->count * sizeof(float));
-    }
-    (void)c;
-    return PF_OK;
 }
 
 /* AUTH_CHALLENGE and AUTH_OK, the ps's part of the exchange that answers our HELLO. Returns
@@ -236,64 +183,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         st = PF_ERR_INVALID; /* authenticate() refused the ps */
     } else if (st != PF_OK) {
         snprintf(msg, sizeof msg, "bad reply from ps %d: %.200s", l->index, err.message);
+    } else if (m.type == PF_WIRE_HELLO_ACK && c->has_key && l->auth != 2) {
+        st = PF_ERR_INVALID;
+        snprintf(msg, sizeof msg, "ps %d answered HELLO without proving the job's key; refusing it",
+                 l->index);
     } else {
-        switch (m.type) {
-        case PF_WIRE_HELLO_ACK:
-            if (c->has_key && l->auth != 2) {
-                st = PF_ERR_INVALID;
-                snprintf(msg, sizeof msg,
-                         "ps %d answered HELLO without proving the job's key; refusing it",
-                         l->index);
-                break;
-            }
-            if (m.u.hello_ack.n_shards != (uint32_t)l->n_ids) {
-                st = PF_ERR_INVALID; /* not the placement this task computed: another spec */
-                snprintf(msg, sizeof msg,
-                         "ps %d holds %" PRIu32 " shards where this task's placement has %d; "
-                         "do both run the same job spec?",
-                         l->index, m.u.hello_ack.n_shards, l->n_ids);
-                break;
-            }
-            l->version = m.u.hello_ack.version;
-            l->ps_incarnation = m.u.hello_ack.ps_incarnation;
-            break;
-        case PF_WIRE_PULL_REPLY:
-            st = take_values(c, l, &m.u.pull_reply, msg, sizeof msg);
-            l->version = m.u.pull_reply.version;
-            l->push_result = m.u.pull_reply.push_result;
-            break;
-        case PF_WIRE_SEG_ACK:
-            if (!l->attaching) {
-                st = PF_ERR_FORMAT;
-                snprintf(msg, sizeof msg, "ps %d sent SEG_ACK to a request that was not SEG_ATTACH",
-                         l->index);
-            }
-            break;
-        case PF_WIRE_PUSH_ACK:
-            l->version = m.u.push_ack.version;
-            l->push_result = m.u.push_ack.result;
-            break;
-        case PF_WIRE_CHECKPOINT_ACK:
-            if (m.u.checkpoint_ack.status != 0) {
-                st = m.u.checkpoint_ack.status == PF_WIRE_NONFINITE        ? PF_ERR_NONFINITE
-                     : m.u.checkpoint_ack.status == PF_WIRE_VERSION_PASSED ? PF_ERR_RANGE
-                                                                           : PF_ERR_IO;
-                snprintf(msg, sizeof msg, "ps %d could not %s: %.*s", l->index,
-                         l->kind == REQ_RESTORE ? "roll back" : "checkpoint",
-                         (int)m.u.checkpoint_ack.path.len, m.u.checkpoint_ack.path.ptr);
-            }
-            break;
-        case PF_WIRE_ERROR:
-            st = m.u.error.code == PF_WIRE_NONFINITE ? PF_ERR_NONFINITE : PF_ERR_INVALID;
-            snprintf(msg, sizeof msg, "ps %d: %s: %.*s", l->index,
-                     pf_wire_code_name(m.u.error.code), (int)m.u.error.message.len,
-                     m.u.error.message.ptr);
-            break;
-        default:
-            st = PF_ERR_FORMAT;
-            snprintf(msg, sizeof msg, "ps %d sent an unexpected %s", l->index,
-                     pf_wire_type_name(m.type));
-        }
+        st = worker_request_check_reply(&l->req, &m, l->attaching, &l->version, &l->ps_incarnation,
+                                        &l->push_result, msg, sizeof msg);
         if (st == PF_OK && l->version > c->max_version) {
             st = PF_ERR_FORMAT; /* the trainer computes stream positions from it */
             snprintf(msg, sizeof msg,
@@ -332,11 +228,11 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
 
 /* --- trainer thread ------------------------------------------------------------------------ */
 
-/* Sends l->out on l's connection (the encoded request must already be there). The
+/* Sends l->req.out on l's connection (the encoded request must already be there). The
  * transport masks the gradients into its send buffer as it writes them. With `values`
  * (a pull into c->params), the reply's values are received straight into c->params. */
 static pf_status send_request(worker_link *c, ps_link *l, int values) {
-    size_t n = pf_wire_out_parts(&l->out, c->parts, c->max_parts);
+    size_t n = pf_wire_out_parts(&l->req.out, c->parts, c->max_parts);
     if (n > c->max_parts)
         return PF_ERR_NOMEM; /* cannot happen: no request carries more than every shard */
     pthread_mutex_lock(&c->mu);
@@ -344,11 +240,12 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
     l->done = 0;
     uint64_t conn = l->conn;
     pthread_mutex_unlock(&c->mu);
-    if (values && c->params && !c->rows && !l->out_seg) { /* whole shards: received in place */
-        for (int i = 0; i < l->n_ids; i++)
-            l->places[i].dst = c->params + c->placement.shards[l->ids[i]].offset;
+    if (values && c->params && !c->env.rows &&
+        !l->req.out_seg) { /* whole shards: received in place */
+        for (int i = 0; i < l->req.n_ids; i++)
+            l->req.places[i].dst = c->params + c->placement.shards[l->req.ids[i]].offset;
         /* Refused (out of memory, or the connection is gone): received as usual. */
-        pf_ws_expect(c->ws, conn, l->reply_len, l->places, l->n_ids);
+        pf_ws_expect(c->ws, conn, l->req.reply_len, l->req.places, l->req.n_ids);
     }
     pf_status st = pf_ws_sendv(c->ws, conn, c->parts, (int)n);
     if (st == PF_ERR_NOMEM)
@@ -369,20 +266,20 @@ static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
     l->seg = 0;
     if (!c->seg.base || !l->local)
         return 0;
-    pf_wire_out saved = l->out;
+    pf_wire_out saved = l->req.out;
     uint32_t saved_id = l->request_id;
-    l->out = *tmp;
+    l->req.out = *tmp;
     l->request_id = ++c->next_request;
     pf_wire_seg_attach a = {(uint32_t)getpid(), (uint32_t)c->seg.fd, c->seg.size, c->seg.token};
     pf_error e;
-    pf_status st = pf_wire_encode_seg_attach(&l->out, l->request_id, &a, &e);
+    pf_status st = pf_wire_encode_seg_attach(&l->req.out, l->request_id, &a, &e);
     pthread_mutex_lock(&c->mu);
     l->attaching = 1;
     pthread_mutex_unlock(&c->mu);
     if (st == PF_OK)
         st = send_request(c, l, 0);
-    *tmp = l->out;
-    l->out = saved;
+    *tmp = l->req.out;
+    l->req.out = saved;
     pthread_mutex_lock(&c->mu);
     struct timespec ts = pf_clock_deadline(10.0);
     while (st == PF_OK && !l->done && !l->closed)
@@ -407,7 +304,7 @@ static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
 }
 
 /* (Re)connects l and completes HELLO, retrying until c->retry seconds have passed. The
- * request kept in l->out is preserved. */
+ * request kept in l->req.out is preserved. */
 static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
     double give_up = pf_clock_now() + c->retry, backoff = 0.05;
     pf_wire_out hello_out;
@@ -441,21 +338,21 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             pf_ws_close(c->ws, conn); /* no orphan connection if it opens later */
         if (up) {
             /* HELLO on the fresh connection, then restore the request being retried. */
-            pf_wire_out saved = l->out;
+            pf_wire_out saved = l->req.out;
             uint32_t saved_id = l->request_id;
-            l->out = hello_out;
+            l->req.out = hello_out;
             pf_wire_hello h = {c->role,
                                (uint32_t)c->task,
                                c->incarnation,
                                {c->spec.name, (uint32_t)strlen(c->spec.name)}};
             l->request_id = ++c->next_request;
             pf_error e2;
-            st = pf_wire_encode_hello(&l->out, l->request_id, &h, &e2);
+            st = pf_wire_encode_hello(&l->req.out, l->request_id, &h, &e2);
             struct iovec part[2];
             pthread_mutex_lock(&c->mu);
             l->auth = 0;
             l->hello_len = 0;
-            if (st == PF_OK && pf_wire_out_parts(&l->out, part, 2) == 1 &&
+            if (st == PF_OK && pf_wire_out_parts(&l->req.out, part, 2) == 1 &&
                 part[0].iov_len <= sizeof l->hello_msg) {
                 memcpy(l->hello_msg, part[0].iov_base, part[0].iov_len);
                 l->hello_len = part[0].iov_len; /* the transcript's HELLO, as sent */
@@ -463,8 +360,8 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             pthread_mutex_unlock(&c->mu);
             if (st == PF_OK)
                 st = send_request(c, l, 0);
-            hello_out = l->out;
-            l->out = saved;
+            hello_out = l->req.out;
+            l->req.out = saved;
             if (st != PF_OK)
                 break;
             pthread_mutex_lock(&c->mu);
@@ -503,9 +400,9 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
 }
 
 static const char *kind_name(int kind) {
-    return kind == REQ_CHECKPOINT ? "checkpoint request"
-           : kind == REQ_RESTORE  ? "rollback request"
-                                  : "push/pull";
+    return kind == WORKER_REQ_CHECKPOINT ? "checkpoint request"
+           : kind == WORKER_REQ_RESTORE  ? "rollback request"
+                                         : "push/pull";
 }
 
 /* Waits (under c->mu) for l's reply or its connection's end, saying every 30 s (half the
@@ -524,7 +421,7 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
                                 "no answer from ps %d at %s:%d for %.0f s "
                                 "(training.stall_timeout_secs) to its %s: the job is stalled",
                                 l->index, l->host, l->port, now - start,
-                                l->kind != REQ_DATA ? kind_name(l->kind)
+                                l->req.kind != WORKER_REQ_DATA ? kind_name(l->req.kind)
                                 : c->spec.training.mode == PF_MODE_SYNC
                                     ? "push/pull (a sync step waits for the gradients of "
                                       "replicas_to_aggregate workers)"
@@ -534,7 +431,7 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
                     "psflow worker %d: waiting %.0f s for ps %d at %s:%d (version %" PRIu64
                     ") to answer its %s; giving up after %.0f s\n",
                     c->task, now - start, l->index, l->host, l->port, l->version,
-                    kind_name(l->kind), limit);
+                    kind_name(l->req.kind), limit);
             next_note += every;
         }
         double until = next_note < start + limit ? next_note : start + limit;
@@ -544,102 +441,111 @@ static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *
     return PF_OK;
 }
 
-/* Sets what l's next reply must hold: its pull of every shard whole, or in row mode its
- * dense shards whole and the plan's rows of its table shards; values go to params (NULL:
- * nowhere). Fills c->sel with the selections (row mode) and returns their number. */
-static uint32_t expect_pull(worker_link *c, ps_link *l, float *params) {
-    l->n_exp = 0;
-    const worker_rows *r = c->plan ? c->plan->rows : c->rows; /* the layout of params */
-    uint32_t n_sel = 0;
-    /* A reply's records are the whole shards first, then the selections: two passes. */
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < l->n_ids; i++) {
-            const pf_shard_info *s = &c->placement.shards[l->ids[i]];
-            int table = r && s->var < r->n_tables;
-            if (table != pass || (table && !c->plan))
-                continue; /* not in this pass, or no rows wanted */
-            int k = l->n_exp++;
-            l->exp_id[k] = l->ids[i];
-            if (!table) {
-                l->exp_count[k] = s->count;
-                l->exp_dst[k] =
-                    params ? params + (r ? worker_rows_dense_at(r, s) : s->offset) : NULL;
-                continue;
-            }
-            uint32_t first = c->plan->first[l->ids[i]], n = c->plan->count[l->ids[i]];
-            size_t dim = (size_t)s->shape[1];
-            l->exp_count[k] = (uint64_t)n * dim;
-            l->exp_dst[k] = params ? params + r->table_off[s->var] + (size_t)first * dim : NULL;
-            c->sel[n_sel++] = (pf_wire_rows){l->ids[i], 0, n, c->plan->rel[s->var] + first, NULL};
-        }
-    return n_sel;
-}
-
-/* 1 when l's data request may go through the segment: the ps took it and the vectors the
- * request reads (grads, NULL for a pull) and fills (params) lie in it. */
-static int use_segment(const worker_link *c, const ps_link *l, const float *grads,
-                       const float *params) {
-    size_t bytes = c->n_params * sizeof(float);
-    return l->seg && params && pf_segment_holds(&c->seg, params, bytes) &&
-           (!grads || pf_segment_holds(&c->seg, grads, bytes));
-}
-
-/* Encodes into l->out a SEG_PULL (grads NULL) or SEG_PUSH_PULL of l's shards: each one's
- * gradients in grads and values into params, both in the segment. */
-static pf_status encode_segment(worker_link *c, ps_link *l, const float *grads, uint64_t step,
-                                uint64_t min_version, float *params, pf_error *err) {
-    for (int i = 0; i < l->n_ids; i++) {
-        const pf_shard_info *s = &c->placement.shards[l->ids[i]];
-        uint64_t g = grads ? (uint64_t)((const uint8_t *)(grads + s->offset) - c->seg.base) : 0;
-        c->segrec[i] = (pf_wire_seg_tensor){
-            l->ids[i], s->count, g, (uint64_t)((uint8_t *)(params + s->offset) - c->seg.base)};
-    }
-    l->kind = REQ_DATA;
-    l->n_exp = 0; /* the reply carries no records: the values are in the segment */
-    l->out_seg = 1;
-    pf_wire_seg_pull pull = {min_version, (uint32_t)l->n_ids, c->segrec};
-    if (!grads)
-        return pf_wire_encode_seg_pull(&l->out, l->request_id, &pull, err);
-    pf_wire_seg_push_pull pp = {(uint32_t)c->task, c->incarnation, c->seq, step, pull};
-    return pf_wire_encode_seg_push_pull(&l->out, l->request_id, &pp, err);
-}
-
-/* Encodes into l->out a pull (PULL, or ROW_PULL in row mode) of what expect_pull says. */
-static pf_status encode_pull(worker_link *c, ps_link *l, uint64_t min_version, float *params,
-                             pf_error *err) {
-    if (use_segment(c, l, NULL, params))
-        return encode_segment(c, l, NULL, 0, min_version, params, err);
-    l->out_seg = 0;
-    uint32_t n_sel = expect_pull(c, l, params);
-    l->kind = REQ_DATA;
-    if (!c->rows) {
-        pf_wire_pull pull = {min_version, (uint32_t)l->n_ids, l->ids};
-        return pf_wire_encode_pull(&l->out, l->request_id, &pull, err);
-    }
-    pf_wire_row_pull pull = {min_version, (uint32_t)l->n_dense, l->dense_ids, n_sel, c->sel};
-    return pf_wire_encode_row_pull(&l->out, l->request_id, &pull, err);
-}
-
 /* Replaces l's push-pull by a pull of its shards (min_version as asked): its push is given
  * up, and reported PF_WIRE_PUSH_STALE (collect). */
 static pf_status pull_instead(worker_link *c, ps_link *l, uint64_t min_version, pf_error *err) {
     l->request_id = ++c->next_request;
-    l->swapped = 1;
-    l->req_grads = NULL;
-    l->min_version = min_version; /* what a re-encoding for the socket asks for */
-    return encode_pull(c, l, min_version, c->params, err);
+    l->req.swapped = 1;
+    return worker_request_pull(&l->req, &c->env, l->request_id, l->seg, min_version, c->params,
+                               err);
 }
-
-static pf_status encode_push_pull_one(worker_link *c, ps_link *l, const float *grads, uint64_t step,
-                                      float *params, int seg_ok, pf_error *err);
 
 /* Sends every link's encoded request; the round trip's clock starts here. */
 static pf_status send_all(worker_link *c, pf_error *err) {
     c->start = pf_clock_now();
     for (int p = 0; p < c->n; p++)
-        if (send_request(c, &c->links[p], c->links[p].kind == REQ_DATA) != PF_OK)
+        if (send_request(c, &c->links[p], c->links[p].req.kind == WORKER_REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     return PF_OK;
+}
+
+/* Waits for l's answer to the request in flight: returns 1 when it came (*st and msg[len]
+ * its status and text), 0 when l's connection went away first, -1 (err set) when the job
+ * stalled (wait_reply). */
+static int await_one(worker_link *c, ps_link *l, double start, pf_status *st, char *msg, size_t len,
+                     pf_error *err) {
+    pthread_mutex_lock(&c->mu);
+    if (wait_reply(c, l, start, err) != PF_OK) {
+        pthread_mutex_unlock(&c->mu); /* still waiting: abandon() closes it */
+        return -1;
+    }
+    int done = l->done;
+    *st = l->status;
+    snprintf(msg, len, "%s", l->message);
+    l->waiting = 0;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+/* After l reconnected (its ps had incarnation `before`): makes l->req.out what is to be sent
+ * again. Sets *lost instead when the request is a checkpoint that a restarted ps cannot
+ * write. *restore_resends counts the RESTOREs sent again to a ps that restarted meanwhile. */
+static pf_status resume(worker_link *c, ps_link *l, uint64_t before, int *restore_resends,
+                        int *lost, pf_error *err) {
+    int restarted = l->ps_incarnation != before;
+    if (restarted) {
+        c->restarted = 1;
+        c->restarted_ps = l->index;
+        c->restarted_version = l->version;
+    }
+    if (restarted && l->req.kind == WORKER_REQ_CHECKPOINT) {
+        /* A restarted ps restored an older checkpoint: asking it again would label its
+         * values with this step. The checkpoint is given up; the chief rolls every ps back
+         * to what the restarted one restored. */
+        fprintf(stderr,
+                "psflow worker %d: ps %d restarted (incarnation %" PRIu64
+                ", restored version %" PRIu64 ") during checkpoint %" PRIu64
+                "; giving the checkpoint up\n",
+                c->task, l->index, l->ps_incarnation, l->version, l->req.ck_step);
+        *lost = 1;
+        return PF_OK;
+    }
+    if (restarted && l->req.kind == WORKER_REQ_RESTORE) {
+        /* A ps that keeps restarting while it restores (it dies restoring): a few tries,
+         * then the rollback fails rather than loop. */
+        if (++*restore_resends > 3)
+            return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
+                                "ps %d restarted %d times during the rollback to step %" PRIu64
+                                "; giving the rollback up",
+                                l->index, *restore_resends, l->req.ck_step);
+        l->request_id = ++c->next_request;
+        return worker_request_restore(&l->req, l->request_id, l->req.ck_step, l->req.ck_lr_factor,
+                                      err) != PF_OK
+                   ? PF_ERR_NOMEM
+                   : PF_OK;
+    }
+    if (restarted) {
+        /* The ps restarted and restored its newest checkpoint: a gradient computed against
+         * its old values means nothing to it. Pull its values instead; the next step
+         * computes against them. */
+        fprintf(stderr,
+                "psflow worker %d: ps %d restarted (incarnation %" PRIu64
+                ", restored version %" PRIu64 "); pulling its values\n",
+                c->task, l->index, l->ps_incarnation, l->version);
+        return pull_instead(c, l, 0, err) != PF_OK ? PF_ERR_NOMEM : PF_OK;
+    }
+    if (l->req.kind == WORKER_REQ_DATA && c->detached) {
+        /* A push started with worker_link_push_pull_start: the caller may have reused the
+         * gradient buffer it was encoded from, so it is not sent again (it was never
+         * acknowledged; the ps may or may not have applied it). The values are pulled
+         * instead. */
+        fprintf(stderr,
+                "psflow worker %d: reconnected to ps %d; its unacknowledged push is "
+                "not sent again (the gradient was already replaced), pulling\n",
+                c->task, l->index);
+        return pull_instead(c, l, l->req.min_version, err) != PF_OK ? PF_ERR_NOMEM : PF_OK;
+    }
+    fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task, l->index);
+    /* A segment request to a ps that did not take the segment this time goes over the
+     * socket: the same push (sequence number) encoded again. */
+    pf_status es = PF_OK;
+    worker_request *q = &l->req;
+    if (q->kind == WORKER_REQ_DATA && q->out_seg && !l->seg)
+        es = q->req_grads ? worker_request_push_pull(q, &c->env, l->request_id, 0, q->req_grads,
+                                                     q->req_step, q->min_version, c->params, err)
+                          : worker_request_pull(q, &c->env, l->request_id, 0, q->min_version,
+                                                c->params, err);
+    return es != PF_OK ? PF_ERR_NOMEM : PF_OK;
 }
 
 /* Waits for every answer to the requests send_all sent, reconnecting and resending where a
@@ -652,96 +558,35 @@ static pf_status await_all(worker_link *c, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         for (;;) {
-            pthread_mutex_lock(&c->mu);
-            if (wait_reply(c, l, start, err) != PF_OK) {
-                pthread_mutex_unlock(&c->mu); /* still waiting: abandon() closes it */
-                return PF_ERR_UNAVAILABLE;
-            }
-            int done = l->done;
-            pf_status st = l->status;
+            pf_status st;
             char msg[256];
-            snprintf(msg, sizeof msg, "%s", l->message);
-            l->waiting = 0;
-            pthread_mutex_unlock(&c->mu);
-            if (done) {
+            int answered = await_one(c, l, start, &st, msg, sizeof msg, err);
+            if (answered < 0)
+                return PF_ERR_UNAVAILABLE;
+            if (answered) {
                 /* A checkpoint refused by one ps: the others' answers are still awaited,
                  * so none is taken for the next request's. */
-                if (st != PF_OK && l->kind == REQ_CHECKPOINT && failed == PF_OK) {
+                if (st != PF_OK && l->req.kind == WORKER_REQ_CHECKPOINT && failed == PF_OK) {
                     failed = pf_error_set(err, st, NULL, "%s", msg);
                     break;
                 }
-                if (st != PF_OK && l->kind != REQ_CHECKPOINT)
+                if (st != PF_OK && l->req.kind != WORKER_REQ_CHECKPOINT)
                     return pf_error_set(err, st, NULL, "%s", msg);
                 break;
             }
             fprintf(stderr, "psflow worker %d: lost ps %d; reconnecting\n", c->task, l->index);
             uint64_t before = l->ps_incarnation;
+            int lost = 0;
             pf_status cs = connect_link(c, l, err);
+            if (cs == PF_OK)
+                cs = resume(c, l, before, &restore_resends, &lost, err);
             if (cs != PF_OK)
                 return cs;
-            if (l->ps_incarnation != before) {
-                c->restarted = 1;
-                c->restarted_ps = l->index;
-                c->restarted_version = l->version;
-            }
-            if (l->ps_incarnation != before && l->kind == REQ_CHECKPOINT) {
-                /* A restarted ps restored an older checkpoint: asking it again would label
-                 * its values with this step. The checkpoint is given up; the chief rolls
-                 * every ps back to what the restarted one restored. */
-                fprintf(stderr,
-                        "psflow worker %d: ps %d restarted (incarnation %" PRIu64
-                        ", restored version %" PRIu64 ") during checkpoint %" PRIu64
-                        "; giving the checkpoint up\n",
-                        c->task, l->index, l->ps_incarnation, l->version, l->ck_step);
+            if (lost) {
                 lost_checkpoint = l->index;
                 break;
-            } else if (l->ps_incarnation != before && l->kind == REQ_RESTORE) {
-                /* A ps that keeps restarting while it restores (it dies restoring): a few
-                 * tries, then the rollback fails rather than loop. */
-                if (++restore_resends > 3)
-                    return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
-                                        "ps %d restarted %d times during the rollback to step "
-                                        "%" PRIu64 "; giving the rollback up",
-                                        l->index, restore_resends, l->ck_step);
-                pf_wire_restore rs = {l->ck_step, l->ck_lr_factor};
-                l->request_id = ++c->next_request;
-                if (pf_wire_encode_restore(&l->out, l->request_id, &rs, err) != PF_OK)
-                    return PF_ERR_NOMEM;
-            } else if (l->ps_incarnation != before) {
-                /* The ps restarted and restored its newest checkpoint: a gradient computed
-                 * against its old values means nothing to it. Pull its values instead; the
-                 * next step computes against them. */
-                fprintf(stderr,
-                        "psflow worker %d: ps %d restarted (incarnation %" PRIu64
-                        ", restored version %" PRIu64 "); pulling its values\n",
-                        c->task, l->index, l->ps_incarnation, l->version);
-                if (pull_instead(c, l, 0, err) != PF_OK)
-                    return PF_ERR_NOMEM;
-            } else if (l->kind == REQ_DATA && c->detached) {
-                /* A push started with worker_link_push_pull_start: the caller may have
-                 * reused the gradient buffer it was encoded from, so it is not sent again
-                 * (it was never acknowledged; the ps may or may not have applied it). The
-                 * values are pulled instead. */
-                fprintf(stderr,
-                        "psflow worker %d: reconnected to ps %d; its unacknowledged push is "
-                        "not sent again (the gradient was already replaced), pulling\n",
-                        c->task, l->index);
-                if (pull_instead(c, l, l->min_version, err) != PF_OK)
-                    return PF_ERR_NOMEM;
-            } else {
-                fprintf(stderr, "psflow worker %d: reconnected to ps %d; resending\n", c->task,
-                        l->index);
-                /* A segment request to a ps that did not take the segment this time goes over
-                 * the socket: the same push (sequence number) encoded again. */
-                pf_status es = PF_OK;
-                if (l->kind == REQ_DATA && l->out_seg && !l->seg)
-                    es = l->req_grads ? encode_push_pull_one(c, l, l->req_grads, l->req_step,
-                                                             c->params, 0, err)
-                                      : encode_pull(c, l, l->min_version, c->params, err);
-                if (es != PF_OK)
-                    return PF_ERR_NOMEM;
             }
-            if (send_request(c, l, l->kind == REQ_DATA) != PF_OK)
+            if (send_request(c, l, l->req.kind == WORKER_REQ_DATA) != PF_OK)
                 return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         }
     }
@@ -749,7 +594,7 @@ static pf_status await_all(worker_link *c, pf_error *err) {
         return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
                             "ps %d restarted during checkpoint %" PRIu64
                             "; the checkpoint was given up",
-                            lost_checkpoint, c->links[lost_checkpoint].ck_step);
+                            lost_checkpoint, c->links[lost_checkpoint].req.ck_step);
     return failed;
 }
 
@@ -797,6 +642,56 @@ static pf_status round_trip(worker_link *c, pf_error *err) {
     return st;
 }
 
+/* The largest version a ps of this job may report. A ps's version is a global step: the
+ * trainer turns it into data stream positions, step x tasks x examples per step, which must
+ * fit in int64 for any membership. A larger one cannot come from a ps of this job (a ps stops
+ * at max_steps, or holds the step of a checkpoint it restored) and is refused as malformed. */
+static uint64_t max_version_of(const pf_job_spec *spec) {
+    return (uint64_t)INT64_MAX /
+           ((uint64_t)(PF_MAX_REPLICAS + 2) * (uint64_t)spec->training.batch_size *
+            (uint64_t)spec->replicas_per_worker);
+}
+
+/* Sets up l, the link to ps p at addr ("host:port"), before it connects. */
+static pf_status init_ps_link(worker_link *c, ps_link *l, int p, const char *addr, pf_error *err) {
+    l->index = p;
+    pf_wire_out_init(&l->auth_out);
+    pf_wire_in_init(&l->in, 0, 0);
+    if (pf_split_host_port(addr, l->host, sizeof l->host, &l->port) != 0 || l->port == 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d address '%s' is not host:port", p,
+                            addr);
+    l->local = pf_segment_host_is_local(l->host);
+    return worker_request_init(&l->req, &c->env, p, err);
+}
+
+/* Creates the segment options.segment asks for, where one may be used; without one (or
+ * when it cannot be created, said on stderr) every ps is spoken to over the socket. */
+static void create_segment(worker_link *c, const worker_link_options *o) {
+    /* With TLS every byte goes through it: no segment is offered. */
+    if (!o->segment || c->env.rows || o->ca_file || !pf_segment_enabled())
+        return;
+    size_t grads_at, bytes = pf_segment_bytes(c->env.n_params, &grads_at);
+    pf_error e;
+    if (pf_segment_create(bytes, &c->seg, &e) != PF_OK) {
+        fprintf(stderr, "psflow worker %d: %s; every ps over the socket\n", c->task, e.message);
+        return;
+    }
+    c->seg_params = (float *)(void *)(c->seg.base + PF_SEGMENT_HEAD);
+    c->seg_grads = (float *)(void *)(c->seg.base + grads_at);
+}
+
+/* Starts the transport, taking messages up to the largest a ps of this job answers with. */
+static pf_status start_transport(worker_link *c, const char *ca_file, pf_error *err) {
+    pf_ws_handlers h = {on_open, on_message, on_close, NULL};
+    size_t max_message = 0;
+    for (int p = 0; p < c->n; p++)
+        if ((size_t)c->placement.bytes_per_ps[p] > max_message)
+            max_message = (size_t)c->placement.bytes_per_ps[p];
+    max_message += 65536 + (size_t)c->placement.n_shards * 16;
+    pf_ws_options wo = {.ca_file = ca_file};
+    return pf_ws_client_create_with(max_message, &wo, &h, c, &c->ws, err);
+}
+
 pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf_error *err) {
     *out = NULL;
     worker_link *c = pf_calloc(1, sizeof *c);
@@ -820,96 +715,22 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
         pf_error_set(err, st, NULL, "out of memory");
         goto fail;
     }
-    /* A ps's version is a global step: the trainer turns it into data stream positions,
-     * step x tasks x examples per step, which must fit in int64 for any membership. A
-     * larger one cannot come from a ps of this job (a ps stops at max_steps, or holds the
-     * step of a checkpoint it restored) and is refused as malformed. */
-    c->max_version = (uint64_t)INT64_MAX /
-                     ((uint64_t)(PF_MAX_REPLICAS + 2) * (uint64_t)c->spec.training.batch_size *
-                      (uint64_t)c->spec.replicas_per_worker);
+    c->max_version = max_version_of(&c->spec);
     c->n = c->spec.replicas.ps;
     c->links = pf_calloc((size_t)c->n, sizeof *c->links);
-    c->views = pf_calloc((size_t)c->placement.n_shards, sizeof *c->views);
-    c->sel = pf_calloc((size_t)c->placement.n_shards, sizeof *c->sel);
-    c->prows = pf_calloc((size_t)c->placement.n_shards, sizeof *c->prows);
-    c->rows = o->rows;
     c->max_parts = 2 * (size_t)c->placement.n_shards + 1;
     c->parts = pf_calloc(c->max_parts, sizeof *c->parts);
-    c->segrec = pf_calloc((size_t)c->placement.n_shards, sizeof *c->segrec);
-    if (!c->links || !c->views || !c->sel || !c->prows || !c->parts || !c->segrec) {
+    st = worker_request_env_init(&c->env, &c->placement, o->rows, &c->seg,
+                                 pf_model_num_params(&c->spec.model), c->task, c->incarnation);
+    if (!c->links || !c->parts || st != PF_OK) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
-    for (int p = 0; p < c->n; p++) {
-        ps_link *l = &c->links[p];
-        l->index = p;
-        pf_wire_out_init(&l->out);
-        pf_wire_out_init(&l->auth_out);
-        pf_wire_in_init(&l->in, 0, 0);
-        if (pf_split_host_port(o->ps_addrs[p], l->host, sizeof l->host, &l->port) != 0 ||
-            l->port == 0) {
-            st = pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d address '%s' is not host:port", p,
-                              o->ps_addrs[p]);
-            goto fail;
-        }
-        l->ids = pf_mallocarray((size_t)c->placement.n_shards, sizeof *l->ids);
-        if (!l->ids) {
-            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-            goto fail;
-        }
-        size_t nn = (size_t)c->placement.n_shards;
-        l->dense_ids = pf_mallocarray(nn, sizeof *l->dense_ids);
-        l->exp_id = pf_mallocarray(nn, sizeof *l->exp_id);
-        l->exp_count = pf_mallocarray(nn, sizeof *l->exp_count);
-        l->exp_dst = pf_mallocarray(nn, sizeof *l->exp_dst);
-        if (!l->dense_ids || !l->exp_id || !l->exp_count || !l->exp_dst) {
-            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-            goto fail;
-        }
-        for (int g = 0; g < c->placement.n_shards; g++) {
-            if (c->placement.shards[g].ps_task != p)
-                continue;
-            l->ids[l->n_ids++] = (uint32_t)g;
-            if (!c->rows || c->placement.shards[g].var >= c->rows->n_tables)
-                l->dense_ids[l->n_dense++] = (uint32_t)g;
-        }
-        l->local = pf_segment_host_is_local(l->host);
-        l->places = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *l->places);
-        uint64_t *counts = pf_calloc((size_t)(l->n_ids ? l->n_ids : 1), sizeof *counts);
-        if (!l->places || !counts) {
-            pf_free(counts);
-            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
-            goto fail;
-        }
-        for (int i = 0; i < l->n_ids; i++)
-            counts[i] = c->placement.shards[l->ids[i]].count;
-        st = pf_wire_pull_reply_places(counts, (uint32_t)l->n_ids, l->places, &l->reply_len);
-        pf_free(counts);
-        if (st != PF_OK) {
-            pf_error_set(err, st, NULL, "ps %d's shards do not fit one message", p);
-            goto fail;
-        }
-    }
-    c->n_params = pf_model_num_params(&c->spec.model);
-    /* With TLS every byte goes through it: no segment is offered. */
-    if (o->segment && !c->rows && !o->ca_file && pf_segment_enabled()) {
-        size_t grads_at, bytes = pf_segment_bytes(c->n_params, &grads_at);
-        pf_error e;
-        if (pf_segment_create(bytes, &c->seg, &e) == PF_OK) {
-            c->seg_params = (float *)(void *)(c->seg.base + PF_SEGMENT_HEAD);
-            c->seg_grads = (float *)(void *)(c->seg.base + grads_at);
-        } else {
-            fprintf(stderr, "psflow worker %d: %s; every ps over the socket\n", c->task, e.message);
-        }
-    }
-    pf_ws_handlers h = {on_open, on_message, on_close, NULL};
-    size_t max_message = 0;
     for (int p = 0; p < c->n; p++)
-        if ((size_t)c->placement.bytes_per_ps[p] > max_message)
-            max_message = (size_t)c->placement.bytes_per_ps[p];
-    max_message += 65536 + (size_t)c->placement.n_shards * 16;
-    pf_ws_options wo = {.ca_file = o->ca_file};
-    if ((st = pf_ws_client_create_with(max_message, &wo, &h, c, &c->ws, err)) != PF_OK)
+        if ((st = init_ps_link(c, &c->links[p], p, o->ps_addrs[p], err)) != PF_OK)
+            goto fail;
+    create_segment(c, o);
+    if ((st = start_transport(c, o->ca_file, err)) != PF_OK)
         goto fail;
     for (int p = 0; p < c->n; p++)
         if ((st = connect_link(c, &c->links[p], err)) != PF_OK)
@@ -926,22 +747,13 @@ void worker_link_destroy(worker_link *c) {
         return;
     pf_ws_destroy(c->ws);
     for (int p = 0; c->links && p < c->n; p++) {
-        pf_wire_out_deinit(&c->links[p].out);
+        worker_request_deinit(&c->links[p].req);
         pf_wire_out_deinit(&c->links[p].auth_out);
         pf_wire_in_deinit(&c->links[p].in);
-        pf_free(c->links[p].ids);
-        pf_free(c->links[p].places);
-        pf_free(c->links[p].dense_ids);
-        pf_free(c->links[p].exp_id);
-        pf_free(c->links[p].exp_count);
-        pf_free(c->links[p].exp_dst);
     }
     pf_free(c->links);
-    pf_free(c->views);
-    pf_free(c->sel);
-    pf_free(c->prows);
     pf_free(c->parts);
-    pf_free(c->segrec);
+    worker_request_env_deinit(&c->env);
     pf_segment_close(&c->seg); /* after the transport: no reply lands in it any more */
     pf_placement_deinit(&c->placement);
     pf_job_spec_deinit(&c->spec);
@@ -956,7 +768,7 @@ static void collect(worker_link *c, uint64_t *versions, uint32_t *results) {
         if (versions)
             versions[p] = c->links[p].version;
         if (results) /* a push replaced by a pull after a ps restart was not applied */
-            results[p] = c->links[p].swapped ? PF_WIRE_PUSH_STALE : c->links[p].push_result;
+            results[p] = c->links[p].req.swapped ? PF_WIRE_PUSH_STALE : c->links[p].push_result;
     }
 }
 
@@ -965,10 +777,9 @@ pf_status worker_link_pull(worker_link *c, const uint64_t *min_version, float *p
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         l->request_id = ++c->next_request;
-        l->swapped = 0;
-        l->req_grads = NULL;
-        l->min_version = min_version ? min_version[p] : 0;
-        pf_status st = encode_pull(c, l, l->min_version, params, err);
+        l->req.swapped = 0;
+        pf_status st = worker_request_pull(&l->req, &c->env, l->request_id, l->seg,
+                                           min_version ? min_version[p] : 0, params, err);
         if (st != PF_OK)
             return st;
     }
@@ -979,75 +790,19 @@ pf_status worker_link_pull(worker_link *c, const uint64_t *min_version, float *p
     return st;
 }
 
-/* Points c->views at this link's shards of grads. */
-static void gradient_views(worker_link *c, ps_link *l, const float *grads) {
-    for (int i = 0; i < l->n_ids; i++) {
-        const pf_shard_info *s = &c->placement.shards[l->ids[i]];
-        c->views[i] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count, grads + s->offset};
-    }
-}
-
-/* Row mode: ROW_PUSH_PULL of grads (the compact vector) to l, its dense shards whole and the
- * plan's rows of its table shards, pulling nothing (the reply carries the version). */
-static pf_status encode_row_push(worker_link *c, ps_link *l, const float *grads, uint64_t step,
-                                 uint64_t min_version, pf_error *err) {
-    const worker_rows *r = c->plan ? c->plan->rows : c->rows; /* the layout of grads */
-    uint32_t n_dense = 0, n_rows = 0;
-    for (int i = 0; i < l->n_ids; i++) {
-        const pf_shard_info *s = &c->placement.shards[l->ids[i]];
-        if (s->var >= r->n_tables) {
-            c->views[n_dense++] = (pf_wire_tensor){l->ids[i], PF_WIRE_F32, s->count,
-                                                   grads + worker_rows_dense_at(r, s)};
-            continue;
-        }
-        uint32_t first = c->plan ? c->plan->first[l->ids[i]] : 0;
-        uint32_t n = c->plan ? c->plan->count[l->ids[i]] : 0;
-        size_t dim = (size_t)s->shape[1];
-        c->prows[n_rows++] =
-            (pf_wire_rows){l->ids[i], (uint32_t)dim, n, n ? c->plan->rel[s->var] + first : NULL,
-                           n ? grads + r->table_off[s->var] + (size_t)first * dim : NULL};
-    }
-    l->n_exp = 0;
-    pf_wire_row_push_pull pp = {
-        {(uint32_t)c->task, c->incarnation, c->seq, step, n_dense, c->views},
-        n_rows,
-        c->prows,
-        {min_version, 0, NULL, 0, NULL}};
-    return pf_wire_encode_row_push_pull(&l->out, l->request_id, &pp, err);
-}
-
-/* Encodes l's PUSH_PULL of grads (through the segment when seg_ok and it can, in row mode a
- * ROW_PUSH_PULL that pulls nothing: the next pull fetches the next batch's rows), with the
- * link's current sequence number. */
-static pf_status encode_push_pull_one(worker_link *c, ps_link *l, const float *grads, uint64_t step,
-                                      float *params, int seg_ok, pf_error *err) {
-    l->kind = REQ_DATA;
-    l->req_grads = grads;
-    l->req_step = step;
-    if (seg_ok && use_segment(c, l, grads, params)) /* never in row mode: no segment */
-        return encode_segment(c, l, grads, step, l->min_version, params, err);
-    l->out_seg = 0;
-    if (c->rows)
-        return encode_row_push(c, l, grads, step, l->min_version, err);
-    gradient_views(c, l, grads);
-    expect_pull(c, l, params);
-    pf_wire_push_pull pp = {
-        {(uint32_t)c->task, c->incarnation, c->seq, step, (uint32_t)l->n_ids, c->views},
-        {l->min_version, (uint32_t)l->n_ids, l->ids}};
-    return pf_wire_encode_push_pull(&l->out, l->request_id, &pp, err);
-}
-
-/* Encodes a PUSH_PULL of grads for every ps (encode_push_pull_one). */
+/* Encodes a PUSH_PULL of grads for every ps (worker_request_push_pull; through the segment
+ * to a ps that took it when seg_ok), with the next sequence number. */
 static pf_status encode_push_pull(worker_link *c, const float *grads, const uint64_t *step,
                                   const uint64_t *min_version, float *params, int seg_ok,
                                   pf_error *err) {
-    c->seq++;
+    c->env.seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         l->request_id = ++c->next_request;
-        l->swapped = 0;
-        l->min_version = min_version ? min_version[p] : 0;
-        pf_status st = encode_push_pull_one(c, l, grads, step[p], params, seg_ok, err);
+        l->req.swapped = 0;
+        pf_status st =
+            worker_request_push_pull(&l->req, &c->env, l->request_id, seg_ok && l->seg, grads,
+                                     step[p], min_version ? min_version[p] : 0, params, err);
         if (st != PF_OK)
             return st;
     }
@@ -1097,19 +852,14 @@ pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint3
 
 pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *step,
                            uint64_t *versions, uint32_t *results, pf_error *err) {
-    if (c->rows) /* a ROW_PUSH_PULL that pulls nothing */
+    if (c->env.rows) /* a ROW_PUSH_PULL that pulls nothing */
         return worker_link_push_pull(c, grads, step, NULL, NULL, versions, results, err);
-    c->seq++;
+    c->env.seq++;
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        gradient_views(c, l, grads);
-        pf_wire_push push = {(uint32_t)c->task, c->incarnation,     c->seq,
-                             step[p],           (uint32_t)l->n_ids, c->views};
         l->request_id = ++c->next_request;
-        l->kind = REQ_DATA;
-        l->swapped = 0;
-        l->out_seg = 0;
-        pf_status st = pf_wire_encode_push(&l->out, l->request_id, &push, err);
+        l->req.swapped = 0;
+        pf_status st = worker_request_push(&l->req, &c->env, l->request_id, grads, step[p], err);
         if (st != PF_OK)
             return st;
     }
@@ -1131,18 +881,14 @@ int worker_link_shared(const worker_link *c) {
 }
 
 void worker_link_set_plan(worker_link *c, const worker_row_plan *plan) {
-    c->plan = plan;
+    c->env.plan = plan;
 }
 
 pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        pf_wire_checkpoint ck = {step, (uint32_t) final};
         l->request_id = ++c->next_request;
-        l->kind = REQ_CHECKPOINT;
-        l->ck_step = step;
-        l->ck_final = (uint32_t) final;
-        pf_status st = pf_wire_encode_checkpoint(&l->out, l->request_id, &ck, err);
+        pf_status st = worker_request_checkpoint(&l->req, l->request_id, step, final, err);
         if (st != PF_OK)
             return st;
     }
@@ -1152,12 +898,8 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
 pf_status worker_link_restore(worker_link *c, uint64_t step, float lr_factor, pf_error *err) {
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        pf_wire_restore rs = {step, lr_factor};
         l->request_id = ++c->next_request;
-        l->kind = REQ_RESTORE;
-        l->ck_step = step;
-        l->ck_lr_factor = lr_factor;
-        pf_status st = pf_wire_encode_restore(&l->out, l->request_id, &rs, err);
+        pf_status st = worker_request_restore(&l->req, l->request_id, step, lr_factor, err);
         if (st != PF_OK)
             return st;
     }

@@ -1,11 +1,13 @@
-/* server_int.h - what the parts of a parameter-server task share (see server.h): its
- * state, the peers, and the helpers the message handlers call. server.c holds the task's
- * life, its connections and the control messages; server_data.c the data path: pulls,
- * pushes, row pulls and pushes, and the pulls parked until their version. Everything runs
- * on the transport's service thread unless a field says otherwise.
+/* server_internal.h - what the parts of a parameter-server task share (see server.h): its
+ * state, the peers, and the helpers the message handlers call. Layered, each calling only
+ * those below it: server.c holds the task's life, its connections and the control messages
+ * (it dispatches every message); server_seg.c the shared-segment requests; server_data.c the
+ * data path: pulls, pushes, row pulls and pushes, and the pulls and checkpoints parked until
+ * their version; server_io.c the replies and the log. Everything runs on the transport's
+ * service thread unless a field says otherwise.
  */
-#ifndef PSFLOW_PS_SERVER_INT_H
-#define PSFLOW_PS_SERVER_INT_H
+#ifndef PSFLOW_PS_SERVER_INTERNAL_H
+#define PSFLOW_PS_SERVER_INTERNAL_H
 
 #include <pthread.h>
 #include <signal.h>
@@ -117,64 +119,70 @@ struct ps_server {
 };
 
 /* The training task p speaks for (its max_staleness clock), or -1. */
-static inline int ps_srv_trainer(const peer *p) {
+static inline int ps_server_trainer(const peer *p) {
     return p->hello && (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) ? p->task
                                                                                          : -1;
 }
 
-static inline uint64_t ps_srv_version(const ps_server *s) {
+static inline uint64_t ps_server_version(const ps_server *s) {
     return ps_shards_stats(s->shards).version;
 }
 
-/* --- server.c ------------------------------------------------------------------------------ */
+/* --- server_io.c: the replies and the log; calls no other part of the server --------------- */
 
 /* One line on stderr, prefixed with the task. */
-void ps_srv_log(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ps_server_log(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Closes a connection after what was queued for it is written. */
-void ps_srv_close(ps_server *s, uint64_t conn);
+void ps_server_close(ps_server *s, uint64_t conn);
 
 /* Sends the reply just encoded into s->out (encoded: the encoder's status); lend_values: the
  * tensor data are the shards' values, lent to the transport (a PULL_REPLY of whole shards). */
-void ps_srv_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what, int lend_values);
+void ps_server_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
+                    int lend_values);
 
 /* Answers ERROR with `code` and the formatted text, logged at the first refusal of each code
  * and every power of two. */
-void ps_srv_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void ps_server_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_code code,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-const char *ps_srv_role_name(uint8_t role);
+const char *ps_server_role_name(uint8_t role);
 
-void ps_srv_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
-                           uint32_t status, const char *text);
-
-/* Right after an update: writes the parked checkpoints whose version has been reached. */
-void ps_srv_write_parked_checkpoints(ps_server *s);
+void ps_server_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                              uint32_t status, const char *text);
 
 /* --- server_data.c ------------------------------------------------------------------------- */
 
 /* Pulls: a PULL is a row pull without selections. */
-int ps_srv_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                      const pf_wire_row_pull *pull);
+int ps_server_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                         const pf_wire_row_pull *pull);
 /* seg_dst: NULL, or (a segment pull, whole shards only) where each shard's values are
  * written in the peer's segment before a PULL_REPLY of no records is sent. */
-void ps_srv_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                       const pf_wire_row_pull *pull, uint32_t push_result, float *const *seg_dst);
-void ps_srv_pull_or_park(ps_server *s, peer *p, uint32_t request_id, const pf_wire_row_pull *pull,
-                         uint32_t push_result, float *const *seg_dst);
-void ps_srv_release_parked(ps_server *s);
-void ps_srv_check_finite(ps_server *s);
-void ps_srv_settle(ps_server *s);
-int ps_srv_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
-                       uint32_t n_rows, const pf_wire_rows *rows);
+void ps_server_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                          const pf_wire_row_pull *pull, uint32_t push_result,
+                          float *const *seg_dst);
+void ps_server_pull_or_park(ps_server *s, peer *p, uint32_t request_id,
+                            const pf_wire_row_pull *pull, uint32_t push_result,
+                            float *const *seg_dst);
+void ps_server_release_parked(ps_server *s);
+/* Writes this task's file of checkpoint `step` and acknowledges it (the final one ends the
+ * task's service). */
+void ps_server_write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
+                                uint32_t final);
+/* Right after an update: writes the parked checkpoints whose version has been reached. */
+void ps_server_write_parked_checkpoints(ps_server *s);
+void ps_server_check_finite(ps_server *s);
+void ps_server_settle(ps_server *s);
+int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
+                          uint32_t n_rows, const pf_wire_rows *rows);
 
 /* --- server_seg.c -------------------------------------------------------------------------- */
 
 /* SEG_ATTACH, SEG_PULL and SEG_PUSH_PULL (api/wire.md "Shared segment"), and a peer's
  * segment going with its connection. */
-void ps_srv_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_attach *a);
-void ps_srv_seg_pull(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_pull *pull);
-void ps_srv_seg_push_pull(ps_server *s, peer *p, uint32_t request_id,
-                          const pf_wire_seg_push_pull *pp);
+void ps_server_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_attach *a);
+void ps_server_seg_pull(ps_server *s, peer *p, uint32_t request_id, const pf_wire_seg_pull *pull);
+void ps_server_seg_push_pull(ps_server *s, peer *p, uint32_t request_id,
+                             const pf_wire_seg_push_pull *pp);
 
 #endif

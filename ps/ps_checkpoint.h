@@ -1,4 +1,4 @@
-/* checkpoint.h - a ps task's side of checkpoints: its shards (values, optimizer slots and
+/* ps_checkpoint.h - a ps task's side of checkpoints: its shards (values, optimizer slots and
  * version) written into its file of a step folder when the chief asks, and restored from the
  * newest complete checkpoint of the job when the task starts. The files themselves are
  * psflow/checkpoint.h's.
@@ -6,8 +6,8 @@
  * Called on the ps's service thread (write) or before it serves (restore): nothing else
  * touches the shards meanwhile.
  */
-#ifndef PSFLOW_PS_CHECKPOINT_H
-#define PSFLOW_PS_CHECKPOINT_H
+#ifndef PSFLOW_PS_PS_CHECKPOINT_H
+#define PSFLOW_PS_PS_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>

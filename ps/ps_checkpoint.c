@@ -1,5 +1,5 @@
-/* checkpoint.c - a ps task's shards into its checkpoint file and back (see checkpoint.h). */
-#include "ps/checkpoint.h"
+/* ps_checkpoint.c - a ps task's shards into its checkpoint file and back (see ps_checkpoint.h). */
+#include "ps/ps_checkpoint.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -11,7 +11,8 @@
  * always holds the effective count). Rules that span fields (output counts, path counts,
  * replicas_to_aggregate) live in a per-object check that runs once the object's own fields
  * are in; objects are parsed in table order, so a check may read objects parsed before it.
- * The tables' types are in spec_fields.h; spec_json.c writes a spec back by the same tables.
+ * The tables' types are in spec_internal.h, the enums' spellings in spec_names.c, the
+ * cross-field checks in spec_checks.c; spec_json.c writes a spec back by the same tables.
  */
 #include "psflow/spec.h"
 
@@ -27,12 +28,11 @@
 #include "psflow/mem.h"
 #include "psflow/text.h"
 
-#include "spec_fields.h"
+#include "spec_internal.h"
 
 #define SPEC_MAX_DEPTH      32        /* deeper input is refused before jansson sees it */
 #define SPEC_MAX_FILE_BYTES (1 << 20) /* pf_job_spec_load refuses larger files */
 #define SHOWN_MAX           40        /* bytes of a user's string quoted in a message */
-#define PTR_SIZE            sizeof(((pf_error *)0)->pointer)
 
 /* Enums are read and written through int (see get_enum/put_enum). */
 _Static_assert(sizeof(pf_model_type) == sizeof(int), "enum size");
@@ -46,48 +46,7 @@ _Static_assert(sizeof(pf_restart_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_device) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_combiner) == sizeof(int), "enum size");
 
-static const char *const model_names[] = {
-    [PF_MODEL_LINEAR] = "linear", [PF_MODEL_SOFTMAX] = "softmax", [PF_MODEL_MLP] = "mlp"};
-static const char *const activation_names[] = {[PF_ACT_NONE] = "none",
-                                               [PF_ACT_RELU] = "relu",
-                                               [PF_ACT_TANH] = "tanh",
-                                               [PF_ACT_SIGMOID] = "sigmoid"};
-static const char *const format_names[] = {[PF_DATA_IDX] = "idx",
-                                           [PF_DATA_CSV] = "csv",
-                                           [PF_DATA_SYNTHETIC_LINEAR] = "synthetic_linear",
-                                           [PF_DATA_LIBSVM] = "libsvm",
-                                           [PF_DATA_SYNTHETIC_CTR] = "synthetic_ctr"};
-static const char *const combiner_names[] = {
-    [PF_COMBINE_SUM] = "sum", [PF_COMBINE_MEAN] = "mean", [PF_COMBINE_SQRTN] = "sqrtn"};
-static const char *const optimizer_names[] = {[PF_OPT_SGD] = "sgd",
-                                              [PF_OPT_MOMENTUM] = "momentum",
-                                              [PF_OPT_ADAGRAD] = "adagrad",
-                                              [PF_OPT_ADAM] = "adam",
-                                              [PF_OPT_LAZY_ADAM] = "lazy_adam"};
-static const char *const mode_names[] = {[PF_MODE_ASYNC] = "async", [PF_MODE_SYNC] = "sync"};
-static const char *const nonfinite_names[] = {
-    [PF_NONFINITE_FAIL] = "fail", [PF_NONFINITE_ROLLBACK] = "rollback"};
-static const char *const strategy_names[] = {
-    [PF_PLACE_ROUND_ROBIN] = "round_robin", [PF_PLACE_GREEDY] = "greedy"};
-static const char *const partitioner_names[] = {[PF_PART_NONE] = "none",
-                                                [PF_PART_FIXED_SHARDS] = "fixed_shards",
-                                                [PF_PART_MIN_SIZE] = "min_size",
-                                                [PF_PART_MAX_SIZE] = "max_size"};
-static const char *const restart_names[] = {[PF_RESTART_NEVER] = "Never",
-                                            [PF_RESTART_ON_FAILURE] = "OnFailure",
-                                            [PF_RESTART_ALWAYS] = "Always",
-                                            [PF_RESTART_EXIT_CODE] = "ExitCode"};
-static const char *const device_names[] = {
-    [PF_DEVICE_CPU] = "cpu", [PF_DEVICE_CUDA] = "cuda", [PF_DEVICE_AUTO] = "auto"};
-static const char *const decay_names[] = {"exponential"};
-
 /* --- the tables ------------------------------------------------------------------------------- */
-
-static pf_status check_model(pf_job_spec *s, pf_error *err);
-static pf_status check_data(pf_job_spec *s, pf_error *err);
-static pf_status check_training(pf_job_spec *s, pf_error *err);
-static pf_status check_partitioner(pf_job_spec *s, pf_error *err);
-static pf_status check_devices(pf_job_spec *s, pf_error *err);
 
 static const field replicas_fields[] = {
     {"ps", K_INT, AT(replicas.ps), .min = 1, .max = PF_MAX_REPLICAS, .def = 1},
@@ -101,7 +60,8 @@ static const field embedding_fields[] = {
     {"name", K_NAME, EMBEDDING(name), .need = ALWAYS},
     {"vocab", K_INT64, EMBEDDING(vocab), .min = 1, .max = PF_MAX_VOCAB, .need = ALWAYS},
     {"dim", K_INT, EMBEDDING(dim), .min = 1, .max = PF_MAX_EMBEDDING_DIM, .need = ALWAYS},
-    {"combiner", K_ENUM, EMBEDDING(combiner), .names = combiner_names, .max = PF_COMBINE_SQRTN},
+    {"combiner", K_ENUM, EMBEDDING(combiner), .names = pf_spec_combiner_names,
+     .max = PF_COMBINE_SQRTN},
     {"max_ids", K_INT, EMBEDDING(max_ids), .min = 1, .max = PF_MAX_IDS, .def = 1},
     {"hash", K_BOOL, EMBEDDING(hash), .def = false},
 };
@@ -110,16 +70,17 @@ static const object_desc embedding_desc = {embedding_fields, COUNT(embedding_fie
 #define MLP         BIT(PF_MODEL_MLP)
 #define CLASSIFIERS (BIT(PF_MODEL_SOFTMAX) | BIT(PF_MODEL_MLP))
 static const field model_fields[] = {
-    {"type", K_ENUM, AT(model.type), .names = model_names, .max = PF_MODEL_MLP, .need = ALWAYS},
-    /* Required unless there are embeddings (check_model): default 0 stands for "absent". */
+    {"type", K_ENUM, AT(model.type), .names = pf_spec_model_names, .max = PF_MODEL_MLP,
+     .need = ALWAYS},
+    /* Required unless there are embeddings (pf_spec_check_model): default 0 stands for "absent". */
     {"inputs", K_INT, AT(model.inputs), .min = 1, .max = PF_MAX_UNITS},
     {"hidden", K_WIDTHS, AT(model.hidden), .count_at = AT(model.n_hidden), .min = 1,
      .max = PF_MAX_HIDDEN, .only = MLP, .need = MLP},
-    /* Linear's single output and the classifiers' >= 2 are checked in check_model. */
+    /* Linear's single output and the classifiers' >= 2 are checked in pf_spec_check_model. */
     {"outputs", K_INT, AT(model.outputs), .min = 1, .max = PF_MAX_UNITS, .def = 1,
      .need = CLASSIFIERS},
-    {"activation", K_ENUM, AT(model.activation), .names = activation_names, .min = PF_ACT_RELU,
-     .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP},
+    {"activation", K_ENUM, AT(model.activation), .names = pf_spec_activation_names,
+     .min = PF_ACT_RELU, .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP},
     {"embeddings", K_LIST, AT(model.embeddings), .min = 1, .max = PF_MAX_EMBEDDINGS,
      .sub = &embedding_desc, .count_at = AT(model.n_embeddings),
      .stride = sizeof(pf_embedding_spec)},
@@ -129,9 +90,9 @@ static const field model_fields[] = {
 #define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
 #define CTR       BIT(PF_DATA_SYNTHETIC_CTR)
 static const field data_fields[] = {
-    {"format", K_ENUM, AT(data.format), .names = format_names, .max = PF_DATA_SYNTHETIC_CTR,
+    {"format", K_ENUM, AT(data.format), .names = pf_spec_format_names, .max = PF_DATA_SYNTHETIC_CTR,
      .need = ALWAYS},
-    /* Exact path counts per format are checked in check_data. */
+    /* Exact path counts per format are checked in pf_spec_check_data. */
     {"train", K_PATHS, AT(data.train), .count_at = AT(data.n_train), .min = 1,
      .max = PF_MAX_DATA_FILES, .only = FILES, .need = FILES},
     {"test", K_PATHS, AT(data.test), .count_at = AT(data.n_test), .min = 1,
@@ -148,7 +109,7 @@ static const field data_fields[] = {
 };
 
 static const field decay_fields[] = {
-    {"type", K_ENUM, NO_SLOT, .names = decay_names, .max = 0},
+    {"type", K_ENUM, NO_SLOT, .names = pf_spec_decay_names, .max = 0},
     {"decay_steps", K_INT64, AT(optimizer.decay.decay_steps), .min = 1, .max = INT64_MAX,
      .need = ALWAYS},
     {"decay_rate", K_DOUBLE, AT(optimizer.decay.decay_rate), .real = R_POSITIVE, .need = ALWAYS},
@@ -157,7 +118,7 @@ static const field decay_fields[] = {
 static const object_desc decay_desc = {decay_fields, COUNT(decay_fields), false, NULL};
 
 static const field optimizer_fields[] = {
-    {"type", K_ENUM, AT(optimizer.type), .names = optimizer_names, .max = PF_OPT_LAZY_ADAM},
+    {"type", K_ENUM, AT(optimizer.type), .names = pf_spec_optimizer_names, .max = PF_OPT_LAZY_ADAM},
     {"learning_rate", K_DOUBLE, AT(optimizer.learning_rate), .real = R_POSITIVE, .def = 0.01},
     {"momentum", K_DOUBLE, AT(optimizer.momentum), .real = R_UNIT, .def = 0.9,
      .only = BIT(PF_OPT_MOMENTUM)},
@@ -173,15 +134,15 @@ static const field optimizer_fields[] = {
 };
 
 static const field training_fields[] = {
-    {"mode", K_ENUM, AT(training.mode), .names = mode_names, .max = PF_MODE_SYNC},
+    {"mode", K_ENUM, AT(training.mode), .names = pf_spec_mode_names, .max = PF_MODE_SYNC},
     {"batch_size", K_INT, AT(training.batch_size), .min = 1, .max = 1048576, .def = 100},
     {"max_steps", K_INT64, AT(training.max_steps), .min = 1, .max = INT64_MAX, .def = 1000},
-    /* Default 0 stands for "absent": check_training turns it into replicas.worker. */
+    /* Default 0 stands for "absent": pf_spec_check_training turns it into replicas.worker. */
     {"replicas_to_aggregate", K_INT, AT(training.replicas_to_aggregate), .min = 1, .max = INT_MAX,
      .only = BIT(PF_MODE_SYNC)},
     {"seed", K_UINT64, AT(training.seed), .min = 0, .max = INT64_MAX, .def = 1},
     {"eval_every_steps", K_INT64, AT(training.eval_every_steps), .min = 0, .max = INT64_MAX},
-    {"on_nonfinite", K_ENUM, AT(training.on_nonfinite), .names = nonfinite_names,
+    {"on_nonfinite", K_ENUM, AT(training.on_nonfinite), .names = pf_spec_nonfinite_names,
      .max = PF_NONFINITE_ROLLBACK, .def = PF_NONFINITE_ROLLBACK},
     {"stall_timeout_secs", K_INT64, AT(training.stall_timeout_secs), .min = 1, .max = 604800,
      .def = 300},
@@ -198,22 +159,23 @@ static const field training_fields[] = {
 #define MIN_SIZE BIT(PF_PART_MIN_SIZE)
 #define MAX_SIZE BIT(PF_PART_MAX_SIZE)
 static const field partitioner_fields[] = {
-    {"type", K_ENUM, AT(partitioner.type), .names = partitioner_names, .max = PF_PART_MAX_SIZE},
+    {"type", K_ENUM, AT(partitioner.type), .names = pf_spec_partitioner_names,
+     .max = PF_PART_MAX_SIZE},
     {"num_shards", K_INT, AT(partitioner.num_shards), .min = 1, .max = INT_MAX, .only = FIXED,
      .need = FIXED},
     {"min_shard_bytes", K_INT64, AT(partitioner.min_shard_bytes), .min = 1, .max = INT64_MAX,
      .def = 262144, .only = MIN_SIZE},
     {"max_shard_bytes", K_INT64, AT(partitioner.max_shard_bytes), .min = 1, .max = INT64_MAX,
      .only = MAX_SIZE, .need = MAX_SIZE},
-    /* Default -1 stands for "absent": check_partitioner applies the per-type default. */
+    /* Default -1 stands for "absent": pf_spec_check_partitioner applies the per-type default. */
     {"max_shards", K_INT, AT(partitioner.max_shards), .min = 0, .max = INT_MAX, .def = -1,
      .only = MIN_SIZE | MAX_SIZE},
 };
 static const object_desc partitioner_desc = {partitioner_fields, COUNT(partitioner_fields), true,
-                                             check_partitioner};
+                                             pf_spec_check_partitioner};
 
 static const field placement_fields[] = {
-    {"strategy", K_ENUM, AT(placement), .names = strategy_names, .max = PF_PLACE_GREEDY},
+    {"strategy", K_ENUM, AT(placement), .names = pf_spec_strategy_names, .max = PF_PLACE_GREEDY},
     {"partitioner", K_OBJECT, NO_SLOT, .sub = &partitioner_desc},
 };
 
@@ -224,7 +186,7 @@ static const field checkpoint_fields[] = {
 };
 
 static const field run_policy_fields[] = {
-    {"restart_policy", K_ENUM, AT(run_policy.restart_policy), .names = restart_names,
+    {"restart_policy", K_ENUM, AT(run_policy.restart_policy), .names = pf_spec_restart_names,
      .max = PF_RESTART_EXIT_CODE, .def = PF_RESTART_ON_FAILURE},
     {"backoff_limit", K_INT, AT(run_policy.backoff_limit), .min = 0, .max = INT_MAX, .def = 3},
     {"active_deadline_seconds", K_INT64, AT(run_policy.active_deadline_seconds), .min = 0,
@@ -232,18 +194,20 @@ static const field run_policy_fields[] = {
 };
 
 static const object_desc replicas_desc = {replicas_fields, COUNT(replicas_fields), false, NULL};
-static const object_desc model_desc = {model_fields, COUNT(model_fields), true, check_model};
-static const object_desc data_desc = {data_fields, COUNT(data_fields), true, check_data};
+static const object_desc model_desc = {model_fields, COUNT(model_fields), true,
+                                       pf_spec_check_model};
+static const object_desc data_desc = {data_fields, COUNT(data_fields), true, pf_spec_check_data};
 static const object_desc optimizer_desc = {optimizer_fields, COUNT(optimizer_fields), true, NULL};
 static const object_desc training_desc = {training_fields, COUNT(training_fields), true,
-                                          check_training};
+                                          pf_spec_check_training};
 static const object_desc placement_desc = {placement_fields, COUNT(placement_fields), false, NULL};
 static const object_desc checkpoint_desc = {checkpoint_fields, COUNT(checkpoint_fields), false,
                                             NULL};
 static const object_desc run_policy_desc = {run_policy_fields, COUNT(run_policy_fields), false,
                                             NULL};
 
-/* Top level, in DESIGN.md order. replicas comes before training: check_training reads it. */
+/* Top level, in DESIGN.md order. replicas comes before training: pf_spec_check_training reads it.
+ */
 static const field spec_fields[] = {
     {"name", K_NAME, AT(name), .need = ALWAYS},
     {"replicas", K_OBJECT, NO_SLOT, .sub = &replicas_desc},
@@ -257,10 +221,10 @@ static const field spec_fields[] = {
     /* Default 0 stands for "absent": "device", parsed next, settles the count. */
     {"replicas_per_worker", K_INT, AT(replicas_per_worker), .min = 1,
      .max = PF_MAX_REPLICAS_PER_WORKER},
-    {"device", K_DEVICE, AT(devices), .names = device_names, .max = PF_DEVICE_AUTO,
+    {"device", K_DEVICE, AT(devices), .names = pf_spec_device_names, .max = PF_DEVICE_AUTO,
      .count_at = AT(replicas_per_worker)},
 };
-const object_desc pf_spec_desc = {spec_fields, COUNT(spec_fields), false, check_devices};
+const object_desc pf_spec_desc = {spec_fields, COUNT(spec_fields), false, pf_spec_check_devices};
 
 /* --- small helpers ---------------------------------------------------------------------------- */
 
@@ -517,9 +481,9 @@ static pf_status get_device(const field *f, const json_t *v, const char *ptr, pf
                                 "device (cpu, cuda or cuda:N)",
                                 iptr);
         if (d->device != devices[0].device)
-            return pf_error_set(err, PF_ERR_SPEC, iptr,
-                                "%s: %s after %s: a device list is all cpu or all GPUs", iptr,
-                                device_names[d->device], device_names[devices[0].device]);
+            return pf_error_set(
+                err, PF_ERR_SPEC, iptr, "%s: %s after %s: a device list is all cpu or all GPUs",
+                iptr, pf_spec_device_names[d->device], pf_spec_device_names[devices[0].device]);
         for (size_t j = 0; j < i; j++)
             if (d->device == PF_DEVICE_CUDA && devices[j].index == d->index)
                 return pf_error_set(err, PF_ERR_SPEC, iptr,
@@ -763,151 +727,6 @@ static pf_status parse_object(const object_desc *d, const json_t *obj, const cha
     return d->check ? d->check(s, err) : PF_OK;
 }
 
-/* --- cross-field checks ----------------------------------------------------------------------- */
-
-/* Names unique and short enough for "<name>/embeddings"; inputs given exactly when there
- * are no embeddings. */
-static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
-    char ptr[PTR_SIZE];
-    for (int i = 0; i < m->n_embeddings; i++) {
-        const char *name = m->embeddings[i].name;
-        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/name", i);
-        if (strlen(name) > PF_EMBEDDING_NAME_MAX)
-            return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is longer than %d characters", ptr,
-                                name, PF_EMBEDDING_NAME_MAX);
-        for (int j = 0; j < i; j++)
-            if (strcmp(name, m->embeddings[j].name) == 0)
-                return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is also embedding %d", ptr,
-                                    name, j);
-    }
-    if (m->n_embeddings > 0 && m->inputs != 0)
-        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
-                            "/model/inputs: a model with embeddings takes its inputs from them "
-                            "(the dense layers get the sum of their dims); remove inputs");
-    if (m->n_embeddings == 0 && m->inputs == 0)
-        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
-                            "missing required field 'inputs' in /model (or give embeddings)");
-    return PF_OK;
-}
-
-static pf_status check_model(pf_job_spec *s, pf_error *err) {
-    const pf_model_spec *m = &s->model;
-    pf_status st = check_embeddings(m, err);
-    if (st != PF_OK)
-        return st;
-    if (m->type == PF_MODEL_LINEAR && m->outputs != 1)
-        return pf_error_set(err, PF_ERR_SPEC, "/model/outputs",
-                            "/model/outputs: a linear model has exactly 1 output, got %d",
-                            m->outputs);
-    if (m->type != PF_MODEL_LINEAR && m->outputs < 2)
-        return pf_error_set(
-            err, PF_ERR_SPEC, "/model/outputs",
-            "/model/outputs: model type %s needs at least 2 outputs (classes), got %d",
-            model_names[m->type], m->outputs);
-    return PF_OK;
-}
-
-static pf_status check_paths(const char *ptr, int format, int count, pf_error *err) {
-    int want = format == PF_DATA_IDX ? 2 : 1;
-    if (count == 0 || count == want)
-        return PF_OK;
-    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d", ptr,
-                        format_names[format], want,
-                        format == PF_DATA_IDX ? "paths (images, labels)" : "path", count);
-}
-
-/* Runs after check_model: the model is known here. */
-static pf_status check_data(pf_job_spec *s, pf_error *err) {
-    const pf_data_spec *d = &s->data;
-    const pf_model_spec *m = &s->model;
-    if (d->format == PF_DATA_SYNTHETIC_LINEAR) {
-        /* Its examples are one x and a real-valued y: only a linear model can fit them. */
-        if (m->n_embeddings > 0)
-            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
-                                "/data/format: synthetic_linear gives one number per example; a "
-                                "model with embeddings reads ids: use libsvm, csv or "
-                                "synthetic_ctr");
-        if (m->type != PF_MODEL_LINEAR)
-            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
-                                "/data/format: synthetic_linear gives regression targets; model "
-                                "type %s needs class labels",
-                                model_names[m->type]);
-        if (m->inputs != 1)
-            return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
-                                "/model/inputs: synthetic_linear data has 1 feature, got %d",
-                                m->inputs);
-        return PF_OK;
-    }
-    /* One id per embedding feature and a click or not: a two-class model of embeddings. */
-    if (d->format == PF_DATA_SYNTHETIC_CTR &&
-        (m->n_embeddings == 0 || m->type == PF_MODEL_LINEAR || m->outputs != 2))
-        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
-                            "/data/format: synthetic_ctr gives clicks (2 classes) over the ids of "
-                            "model.embeddings: it needs a softmax or mlp model with embeddings "
-                            "and outputs 2");
-    if (m->n_embeddings > 0 && d->format == PF_DATA_IDX)
-        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
-                            "/data/format: a model with embeddings reads sparse examples (ids "
-                            "and weights): use libsvm, csv or synthetic_ctr, got idx");
-    for (int i = 0; i < m->n_embeddings && d->format != PF_DATA_CSV; i++)
-        if (m->embeddings[i].hash) {
-            char ptr[PTR_SIZE];
-            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
-            return pf_error_set(err, PF_ERR_SPEC, ptr,
-                                "%s: hash applies to csv data (categorical values); %s ids "
-                                "index the table directly",
-                                ptr, format_names[d->format]);
-        }
-    if (d->format == PF_DATA_SYNTHETIC_CTR)
-        return PF_OK;
-    pf_status st = check_paths("/data/train", d->format, d->n_train, err);
-    return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, err);
-}
-
-static pf_status check_training(pf_job_spec *s, pf_error *err) {
-    pf_training_spec *t = &s->training;
-    int workers = s->replicas.worker;
-    if (t->mode != PF_MODE_ASYNC)
-        t->max_staleness = -1; /* not parsed: absent */
-    if (t->replicas_to_aggregate == 0)
-        t->replicas_to_aggregate = workers;
-    else if (t->replicas_to_aggregate > workers)
-        return pf_error_set(err, PF_ERR_SPEC, "/training/replicas_to_aggregate",
-                            "/training/replicas_to_aggregate: must be at most replicas.worker "
-                            "(%d), got %d",
-                            workers, t->replicas_to_aggregate);
-    if (t->prefetch && t->max_staleness >= 0)
-        return pf_error_set(err, PF_ERR_SPEC, "/training/prefetch",
-                            "/training/prefetch: cannot be combined with max_staleness (a "
-                            "prefetched step is computed on values one push older than the "
-                            "bound allows)");
-    return PF_OK;
-}
-
-static pf_status check_partitioner(pf_job_spec *s, pf_error *err) {
-    pf_partitioner_spec *p = &s->partitioner;
-    if (p->type == PF_PART_MIN_SIZE && p->max_shards == 0)
-        return pf_error_set(err, PF_ERR_SPEC, "/placement/partitioner/max_shards",
-                            "/placement/partitioner/max_shards: must be >= 1 for min_size, got 0");
-    if (p->max_shards == -1)
-        p->max_shards = p->type == PF_PART_MIN_SIZE ? 1 : 0;
-    return PF_OK;
-}
-
-/* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"
- * is written back as "cpu". */
-static pf_status check_devices(pf_job_spec *s, pf_error *err) {
-    for (int r = 0; s->model.n_embeddings > 0 && r < s->replicas_per_worker; r++) {
-        if (s->devices[r].device == PF_DEVICE_AUTO)
-            s->devices[r].device = PF_DEVICE_CPU;
-        if (s->devices[r].device == PF_DEVICE_CUDA)
-            return pf_error_set(err, PF_ERR_SPEC, "/device",
-                                "/device: a model with embeddings trains on the CPU (\"cpu\" or "
-                                "\"auto\", which then means the CPU), got a CUDA device");
-    }
-    return PF_OK;
-}
-
 /* --- parse entry points ----------------------------------------------------------------------- */
 
 /* Byte offset of the bracket that opens level SPEC_MAX_DEPTH + 1, or -1. Brackets inside
@@ -999,7 +818,7 @@ pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err) {
     return st;
 }
 
-/* --- lifecycle and names ---------------------------------------------------------------------- */
+/* --- lifecycle ---------------------------------------------------------------------- */
 
 void pf_job_spec_deinit(pf_job_spec *spec) {
     if (!spec)
@@ -1024,56 +843,5 @@ pf_status pf_job_spec_copy(pf_job_spec *dst, const pf_job_spec *src) {
             return PF_ERR_NOMEM;
         }
     }
-    return PF_OK;
-}
-
-static const char *name_of(const char *const *names, size_t n, int v) {
-    return v >= 0 && (size_t)v < n ? names[v] : "unknown";
-}
-
-const char *pf_model_type_name(pf_model_type t) {
-    return name_of(model_names, COUNT(model_names), (int)t);
-}
-
-const char *pf_activation_name(pf_activation a) {
-    return name_of(activation_names, COUNT(activation_names), (int)a);
-}
-
-const char *pf_optimizer_type_name(pf_optimizer_type t) {
-    return name_of(optimizer_names, COUNT(optimizer_names), (int)t);
-}
-
-const char *pf_combiner_name(pf_combiner c) {
-    return name_of(combiner_names, COUNT(combiner_names), (int)c);
-}
-
-const char *pf_device_name(pf_device d) {
-    return name_of(device_names, COUNT(device_names), (int)d);
-}
-
-pf_status pf_device_parse(const char *text, pf_device *device, int *index) {
-    *device = PF_DEVICE_CPU;
-    *index = 0;
-    if (!text)
-        return PF_ERR_SPEC;
-    for (size_t i = 0; i < COUNT(device_names); i++) {
-        if (strcmp(text, device_names[i]) == 0) {
-            *device = (pf_device)i;
-            return PF_OK;
-        }
-    }
-    /* "cuda:N": N is 1 to 3 digits, without a sign or leading zeros, at most
-     * PF_MAX_GPU_INDEX. */
-    if (strncmp(text, "cuda:", 5) != 0)
-        return PF_ERR_SPEC;
-    const char *digits = text + 5;
-    size_t n = strlen(digits);
-    if (n == 0 || n > 3 || strspn(digits, "0123456789") != n || (n > 1 && digits[0] == '0'))
-        return PF_ERR_SPEC;
-    int value = atoi(digits);
-    if (value > PF_MAX_GPU_INDEX)
-        return PF_ERR_SPEC;
-    *device = PF_DEVICE_CUDA;
-    *index = value;
     return PF_OK;
 }

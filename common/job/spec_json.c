@@ -1,5 +1,5 @@
 /* spec_json.c - the normalised JSON form of a job spec (pf_job_spec_to_json), written by the
- * same field tables the parser reads (spec_fields.h): every field that applies, defaults
+ * same field tables the parser reads (spec_internal.h): every field that applies, defaults
  * filled in, in table order.
  */
 #include <math.h>
@@ -12,7 +12,7 @@
 #include "psflow/mem.h"
 #include "psflow/spec.h"
 
-#include "spec_fields.h"
+#include "spec_internal.h"
 
 /* The fewest significant digits (1..17) with which "%.*g" reads back as exactly v, raised so
  * that values >= 1 print without an exponent (10 as "10.0", not "1e+01"). Printing with more

@@ -25,33 +25,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "checkpoint_files.h"
+#include "checkpoint_internal.h"
 #include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
 
 #define CRC_CHUNK (1u << 16) /* bytes read per crc32() call */
-
-/* --- helpers the checkpoint files share ------------------------------------------------------ */
-
-int ckpt_parse_step_name(const char *name, int64_t *step) {
-    uint64_t v;
-    if (strncmp(name, "step-", 5) != 0 || ckpt_parse_u64(name + 5, true, &v) != 0 ||
-        v > (uint64_t)INT64_MAX)
-        return -1;
-    *step = (int64_t)v;
-    return 0;
-}
-
-int ckpt_get_int(json_t *o, const char *key, int64_t min, int64_t max, int64_t *out) {
-    json_t *v = json_object_get(o, key);
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return -1;
-    *out = (int64_t)json_integer_value(v);
-    return 0;
-}
-
-/* --- files of a step folder ------------------------------------------------------------------ */
 
 /* True for the names this module writes into a step folder. */
 static bool is_own_file(const char *name) {

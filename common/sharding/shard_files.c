@@ -1,6 +1,6 @@
-/* shard_files.c - the checkpoint file of each ps task: step folder paths, writing a ps's
- * shards and optimizer slots into ps-<i>.safetensors, and loading them back for a restore
- * (see checkpoint.h).
+/* shard_files.c - the checkpoint file of each ps task: writing a ps's shards and optimizer
+ * slots into ps-<i>.safetensors, loading them back for a restore (also under another
+ * partitioning), and reading a file's shard list for export (see checkpoint.h).
  *
  * DESIGN: a ps file is a safetensors file, renamed into place and its folder fsynced by
  * pf_safetensors_write; it names every tensor after its shard and slot (the optimizer's
@@ -17,43 +17,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoint_files.h"
+#include "checkpoint_internal.h"
 #include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
 #include "psflow/safetensors.h"
-
-/* --- helpers the checkpoint files share ------------------------------------------------------ */
-
-pf_status ckpt_join(char *out, size_t len, const char *dir, const char *name, pf_error *err) {
-    int w = snprintf(out, len, "%s/%s", dir, name);
-    if (w < 0 || (size_t)w >= len)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s/%s: path too long", dir, name);
-    return PF_OK;
-}
-
-void ckpt_ps_file_name(int ps_task, char out[PF_CKPT_FILE_NAME_MAX]) {
-    snprintf(out, PF_CKPT_FILE_NAME_MAX, "ps-%d.safetensors", ps_task);
-}
-
-int ckpt_parse_u64(const char *s, bool canonical, uint64_t *out) {
-    if (!*s || (canonical && s[0] == '0' && s[1] != '\0'))
-        return -1;
-    uint64_t v = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 0;
-}
-
-/* --- names -------------------------------------------------------------------------------- */
 
 static int64_t view_count(const pf_tensor_view *v) {
     int64_t c = 1;
@@ -72,21 +41,6 @@ static pf_status slot_name(char out[SLOT_NAME_MAX], const char *shard, const pf_
         return pf_error_set(err, PF_ERR_INVALID, NULL, "slot variable name %s/%s too long", shard,
                             optim->variable[k]);
     return PF_OK;
-}
-
-/* --- paths -------------------------------------------------------------------------------- */
-
-pf_status pf_checkpoint_job_dir(const char *root, const char *job, char *out, size_t len) {
-    int w = snprintf(out, len, "%s/%s", root, job);
-    return w < 0 || (size_t)w >= len ? PF_ERR_INVALID : PF_OK;
-}
-
-pf_status pf_checkpoint_step_dir(const char *root, const char *job, int64_t step, char *out,
-                                 size_t len) {
-    if (step < 0)
-        return PF_ERR_INVALID;
-    int w = snprintf(out, len, "%s/%s/step-%lld", root, job, (long long)step);
-    return w < 0 || (size_t)w >= len ? PF_ERR_INVALID : PF_OK;
 }
 
 /* --- writing a ps file -------------------------------------------------------------------- */
@@ -330,6 +284,76 @@ pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shar
 fail:
     pf_checkpoint_ps_destroy(c);
     return st;
+}
+
+/* --- reading a ps file's shard list ------------------------------------------------------- */
+
+/* Reads a shape array of rank 1 or 2 with dimensions >= 1; -1 when it is not one. */
+static int get_shape(json_t *o, const char *key, int *rank, int64_t *rows, int64_t *cols) {
+    json_t *a = json_object_get(o, key);
+    size_t r = json_array_size(a);
+    if (!json_is_array(a) || r < 1 || r > 2)
+        return -1;
+    int64_t dims[2] = {1, 1};
+    for (size_t d = 0; d < r; d++) {
+        json_t *v = json_array_get(a, d);
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            return -1;
+        dims[d] = (int64_t)json_integer_value(v);
+    }
+    *rank = (int)r;
+    *rows = dims[0];
+    *cols = dims[1];
+    return 0;
+}
+
+pf_status ckpt_collect_entries(const pf_safetensors *st, const char *path, json_t *meta,
+                               shard_entry **v, size_t *n, size_t *cap, pf_error *err) {
+    if (!json_is_array(meta))
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: metadata 'psflow_shards' is not a JSON array", path);
+    for (size_t i = 0; i < json_array_size(meta); i++) {
+        json_t *o = json_array_get(meta, i);
+        json_t *name = json_object_get(o, "name"), *var = json_object_get(o, "variable");
+        int64_t shard, num_shards, row_offset;
+        shard_entry e = {0};
+        int vrank;
+        if (!json_is_string(name) || !json_is_string(var) || !*json_string_value(var) ||
+            ckpt_get_int(o, "shard", 0, INT32_MAX, &shard) != 0 ||
+            ckpt_get_int(o, "num_shards", 1, INT32_MAX, &num_shards) != 0 ||
+            ckpt_get_int(o, "row_offset", 0, INT64_MAX, &row_offset) != 0 ||
+            get_shape(o, "shape", &e.rank, &e.rows, &e.cols) != 0 ||
+            get_shape(o, "variable_shape", &vrank, &e.var_rows, &e.var_cols) != 0 ||
+            vrank != e.rank || e.cols != e.var_cols || shard >= num_shards)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "%s: psflow_shards[%zu] is not a valid shard description", path, i);
+        e.name = json_string_value(name);
+        e.variable = json_string_value(var);
+        e.shard = (int)shard;
+        e.num_shards = (int)num_shards;
+        e.row_offset = row_offset;
+        pf_tensor_view t;
+        if (pf_safetensors_find(st, e.name, &t) != 0)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' missing", path, e.name);
+        if (t.rank != e.rank || t.shape[0] != e.rows || (e.rank == 2 && t.shape[1] != e.cols))
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "%s: tensor '%s' has another shape than psflow_shards says", path,
+                                e.name);
+        e.data = t.data;
+        if (*n == *cap) {
+            size_t ncap = *cap ? 2 * *cap : 16;
+            shard_entry *nv = pf_mallocarray(ncap, sizeof *nv);
+            if (!nv)
+                return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+            if (*n)
+                memcpy(nv, *v, *n * sizeof *nv);
+            pf_free(*v);
+            *v = nv;
+            *cap = ncap;
+        }
+        (*v)[(*n)++] = e;
+    }
+    return PF_OK;
 }
 
 /* --- restoring under another partitioning ---------------------------------------------------- */

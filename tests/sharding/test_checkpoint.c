@@ -1,7 +1,8 @@
-/* test_checkpoint.c - checkpoints of a partitioned MLP over 2 ps tasks: writing, the
- * manifest, finding the newest complete one (incomplete, resized and corrupted ones are
- * not), restoring each ps byte for byte, pruning and exporting one merged model that
- * equals the flat parameter vector the shards were cut from. */
+/* test_checkpoint.c - checkpoints of a partitioned MLP over 2 ps tasks: writing the ps files
+ * and the manifest, restoring each ps byte for byte (also under another partitioning), and
+ * allocation failures. test_checkpoint_manifest.c has what counts as complete and pruning,
+ * test_checkpoint_export.c the merged model file; the fixture is
+ * tests/support/checkpoint_fixture.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,168 +25,9 @@
 #include "psflow/placement.h"
 #include "psflow/safetensors.h"
 #include "psflow/spec.h"
+#include "tests/support/checkpoint_fixture.h"
 #include "tests/support/counting_alloc.h"
 #include "tests/support/data_files.h"
-
-#define JOB    "ckpt-mlp"
-#define MAX_PS 2
-
-static char root[64];     /* temp checkpoint_dir */
-static char job_dir[128]; /* root/JOB */
-
-/* --- fixture ------------------------------------------------------------------------------- */
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(root, sizeof root, "/tmp/psflow-ckpt-XXXXXX");
-    if (!mkdtemp(root))
-        return -1;
-    snprintf(job_dir, sizeof job_dir, "%s/%s", root, JOB);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    return system(cmd);
-}
-
-/* A 5-4-3 MLP, every variable split in 2 (fixed_shards), placed on 2 ps tasks. */
-static void make_spec(const char *optimizer, pf_job_spec *spec, pf_placement *pl) {
-    char json[512];
-    snprintf(json, sizeof json,
-             "{\"name\": \"%s\", \"replicas\": {\"ps\": 2, \"worker\": 2},"
-             " \"model\": {\"type\": \"mlp\", \"inputs\": 5, \"hidden\": [4], \"outputs\": 3},"
-             " \"data\": {\"format\": \"csv\", \"train\": [\"train.csv\"]},"
-             " \"optimizer\": {\"type\": \"%s\"},"
-             " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2}}}",
-             JOB, optimizer);
-    pf_error err;
-    assert_int_equal(pf_job_spec_parse(json, strlen(json), spec, &err), PF_OK);
-    assert_int_equal(pf_placement_compute(spec, pl), PF_OK);
-    assert_int_equal(pl->n_ps, 2);
-    assert_int_equal(pl->n_shards, 8); /* 4 variables x 2 parts */
-}
-
-/* The "training state" at a step: a flat parameter vector and slot vectors that differ per
- * step, element and slot. */
-typedef struct state_vectors {
-    size_t n;
-    float *params;
-    float *slots[PF_OPTIM_MAX_SLOTS];
-} state_vectors;
-
-static void make_state(const pf_job_spec *spec, int64_t step, state_vectors *s) {
-    s->n = pf_model_num_params(&spec->model);
-    s->params = malloc(s->n * sizeof(float));
-    assert_non_null(s->params);
-    for (size_t j = 0; j < s->n; j++)
-        s->params[j] = (float)step * 1000.0f + (float)j * 0.5f + 0.125f;
-    for (int k = 0; k < PF_OPTIM_MAX_SLOTS; k++) {
-        s->slots[k] = malloc(s->n * sizeof(float));
-        assert_non_null(s->slots[k]);
-        for (size_t j = 0; j < s->n; j++)
-            s->slots[k][j] = -(float)step - (float)j * 0.25f - (float)k * 0.0625f;
-    }
-}
-
-static void free_state(state_vectors *s) {
-    free(s->params);
-    for (int k = 0; k < PF_OPTIM_MAX_SLOTS; k++)
-        free(s->slots[k]);
-}
-
-/* Local shards of ps task `ps`, in local order, with pointers into the state vectors. */
-typedef struct local_shards {
-    int n;
-    pf_shard_info info[8];
-    const float *values[8];
-    const float *slot_rows[8][PF_OPTIM_MAX_SLOTS];
-    const float *const *slots[8];
-} local_shards;
-
-static void local_of(const pf_placement *pl, int ps, const state_vectors *s, local_shards *l) {
-    int idx[8];
-    l->n = pf_placement_shards_of(pl, ps, idx, 8);
-    for (int i = 0; i < l->n; i++) {
-        l->info[i] = pl->shards[idx[i]];
-        l->values[i] = s->params + l->info[i].offset;
-        for (int k = 0; k < PF_OPTIM_MAX_SLOTS; k++)
-            l->slot_rows[i][k] = s->slots[k] + l->info[i].offset;
-        l->slots[i] = l->slot_rows[i];
-    }
-}
-
-static void step_dir_of(int64_t step, char *dir, size_t len) {
-    assert_int_equal(pf_checkpoint_step_dir(root, JOB, step, dir, len), PF_OK);
-}
-
-/* Every ps writes its file for `step`; with `manifest` the chief then commits it. */
-static void write_checkpoint(const pf_job_spec *spec, const pf_placement *pl, int64_t step,
-                             bool manifest) {
-    state_vectors s;
-    make_state(spec, step, &s);
-    char dir[PF_CKPT_PATH_MAX];
-    step_dir_of(step, dir, sizeof dir);
-    for (int ps = 0; ps < pl->n_ps; ps++) {
-        local_shards l;
-        local_of(pl, ps, &s, &l);
-        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots};
-        char path[PF_CKPT_PATH_MAX];
-        int64_t bytes = -1;
-        pf_error err;
-        assert_int_equal(pf_checkpoint_write_ps(dir, ps, (uint64_t)step * 10 + (uint64_t)ps, spec,
-                                                pf_optim_slots_of(&spec->optimizer), &sh, path,
-                                                sizeof path, &bytes, &err),
-                         PF_OK);
-        struct stat sb;
-        assert_int_equal(stat(path, &sb), 0);
-        assert_int_equal(sb.st_size, bytes);
-    }
-    if (manifest) {
-        pf_error err;
-        assert_int_equal(pf_checkpoint_write_manifest(dir, JOB, step, pl->n_ps, NULL, &err), PF_OK);
-    }
-    free_state(&s);
-}
-
-static void file_path(int64_t step, const char *name, char *path, size_t len) {
-    char dir[PF_CKPT_PATH_MAX];
-    step_dir_of(step, dir, sizeof dir);
-    assert_true(snprintf(path, len, "%s/%s", dir, name) < (int)len);
-}
-
-static bool exists(const char *path) {
-    struct stat sb;
-    return lstat(path, &sb) == 0;
-}
-
-/* The whole file at path, NUL-terminated (pf_free it). */
-static unsigned char *slurp(const char *path, size_t *len) {
-    return (unsigned char *)data_read(path, 64u << 20, len);
-}
-
-static void spill(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    fclose(f);
-}
-
-static int64_t latest(unsigned flags) {
-    int64_t step = -1;
-    char dir[PF_CKPT_PATH_MAX];
-    pf_error err;
-    pf_status st = pf_checkpoint_find_latest(job_dir, flags, &step, dir, sizeof dir, &err);
-    if (st == PF_ERR_NOT_FOUND)
-        return -1;
-    assert_int_equal(st, PF_OK);
-    char want[PF_CKPT_PATH_MAX];
-    step_dir_of(step, want, sizeof want);
-    assert_string_equal(dir, want);
-    return step;
-}
 
 /* --- writing, the manifest, restoring ---------------------------------------------------- */
 
@@ -545,442 +387,7 @@ static void test_manifest_needs_every_file(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
-/* --- what counts as complete ---------------------------------------------------------------- */
-
-static void test_incomplete_and_junk_ignored(void **state) {
-    (void)state;
-    pf_job_spec spec;
-    pf_placement pl;
-    make_spec("momentum", &spec, &pl);
-    assert_int_equal(latest(0), -1); /* no job folder yet */
-    write_checkpoint(&spec, &pl, 10, true);
-    write_checkpoint(&spec, &pl, 20, false); /* every ps wrote, the chief did not commit */
-    assert_int_equal(latest(0), 10);
-
-    /* Names that are not step-<N>, and step-<N> that is not a folder. */
-    const char *junk_dirs[] = {"step-abc", "step-007", "step-", "step--5", "step-+9", "tmp"};
-    char path[PF_CKPT_PATH_MAX];
-    for (size_t i = 0; i < sizeof junk_dirs / sizeof junk_dirs[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", job_dir, junk_dirs[i]);
-        assert_int_equal(mkdir(path, 0755), 0);
-    }
-    snprintf(path, sizeof path, "%s/step-99", job_dir);
-    spill(path, "x", 1);
-    /* A manifest that names another step does not make step-30 complete. */
-    snprintf(path, sizeof path, "%s/step-30", job_dir);
-    assert_int_equal(mkdir(path, 0755), 0);
-    char from[PF_CKPT_PATH_MAX], to[PF_CKPT_PATH_MAX];
-    const char *names[] = {"ps-0.safetensors", "ps-1.safetensors", "manifest.json"};
-    for (int i = 0; i < 3; i++) {
-        size_t len;
-        file_path(10, names[i], from, sizeof from);
-        file_path(30, names[i], to, sizeof to);
-        unsigned char *bytes = slurp(from, &len);
-        spill(to, bytes, len);
-        pf_free(bytes);
-    }
-    /* A manifest that is not JSON. */
-    file_path(20, "manifest.json", path, sizeof path);
-    spill(path, "{\"job\": ", 8);
-    assert_int_equal(latest(0), 10);
-
-    int64_t *steps;
-    int n;
-    pf_error err;
-    assert_int_equal(pf_checkpoint_list(job_dir, 0, &steps, &n, &err), PF_OK);
-    assert_int_equal(n, 1);
-    assert_int_equal(steps[0], 10);
-    pf_free(steps);
-    pf_placement_deinit(&pl);
-    pf_job_spec_deinit(&spec);
-}
-
-static void test_wrong_size_is_incomplete(void **state) {
-    (void)state;
-    pf_job_spec spec;
-    pf_placement pl;
-    make_spec("adagrad", &spec, &pl);
-    write_checkpoint(&spec, &pl, 10, true);
-    write_checkpoint(&spec, &pl, 20, true);
-    assert_int_equal(latest(0), 20);
-
-    /* The manifest says one byte more than ps-1 holds. */
-    char path[PF_CKPT_PATH_MAX], dir[PF_CKPT_PATH_MAX];
-    step_dir_of(20, dir, sizeof dir);
-    pf_checkpoint_manifest m;
-    pf_error err;
-    assert_int_equal(pf_checkpoint_manifest_read(dir, &m, &err), PF_OK);
-    file_path(20, "manifest.json", path, sizeof path);
-    json_t *doc = json_load_file(path, 0, NULL);
-    assert_non_null(doc);
-    json_t *f1 = json_array_get(json_object_get(doc, "files"), 1);
-    json_object_set_new(f1, "bytes", json_integer(m.files[1].bytes + 1));
-    assert_int_equal(json_dump_file(doc, path, JSON_PRESERVE_ORDER), 0);
-    json_decref(doc);
-    assert_int_equal(latest(0), 10);
-    pf_checkpoint_manifest m2;
-    assert_int_equal(pf_checkpoint_manifest_read(dir, &m2, &err), PF_OK);
-    assert_int_equal(pf_checkpoint_verify(dir, &m2, 0, &err), PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "ps-1.safetensors"));
-    pf_checkpoint_manifest_deinit(&m2);
-
-    /* Restoring the manifest but growing the file is just as incomplete. */
-    assert_int_equal(pf_checkpoint_write_manifest(dir, JOB, 20, 2, NULL, &err), PF_OK);
-    assert_int_equal(latest(0), 20);
-    file_path(20, "ps-0.safetensors", path, sizeof path);
-    FILE *f = fopen(path, "ab");
-    assert_non_null(f);
-    fputc(' ', f);
-    fclose(f);
-    assert_int_equal(latest(0), 10);
-    /* A file listed but gone. */
-    unlink(path);
-    assert_int_equal(latest(0), 10);
-    assert_int_equal(pf_checkpoint_verify(dir, &m, 0, &err), PF_ERR_NOT_FOUND);
-    assert_non_null(strstr(err.message, "missing"));
-    pf_checkpoint_manifest_deinit(&m);
-    pf_placement_deinit(&pl);
-    pf_job_spec_deinit(&spec);
-}
-
-static void test_corrupt_crc_detected(void **state) {
-    (void)state;
-    pf_job_spec spec;
-    pf_placement pl;
-    make_spec("adam", &spec, &pl);
-    write_checkpoint(&spec, &pl, 10, true);
-    write_checkpoint(&spec, &pl, 20, true);
-    /* Flip one bit of the last float of ps-1: same size, other checksum. */
-    char path[PF_CKPT_PATH_MAX], dir[PF_CKPT_PATH_MAX];
-    file_path(20, "ps-1.safetensors", path, sizeof path);
-    size_t len;
-    unsigned char *bytes = slurp(path, &len);
-    bytes[len - 1] ^= 0x01;
-    spill(path, bytes, len);
-    pf_free(bytes);
-    assert_int_equal(latest(0), 20); /* sizes only: looks complete */
-    assert_int_equal(latest(PF_CKPT_VERIFY_CRC), 10);
-    step_dir_of(20, dir, sizeof dir);
-    pf_checkpoint_manifest m;
-    pf_error err;
-    assert_int_equal(pf_checkpoint_manifest_read(dir, &m, &err), PF_OK);
-    assert_int_equal(pf_checkpoint_verify(dir, &m, PF_CKPT_VERIFY_CRC, &err), PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "crc32"));
-    assert_non_null(strstr(err.message, "ps-1.safetensors"));
-    pf_checkpoint_manifest_deinit(&m);
-
-    int64_t *steps;
-    int n;
-    assert_int_equal(pf_checkpoint_list(job_dir, PF_CKPT_VERIFY_CRC, &steps, &n, &err), PF_OK);
-    assert_int_equal(n, 1);
-    assert_int_equal(steps[0], 10);
-    pf_free(steps);
-    assert_int_equal(pf_checkpoint_list(job_dir, 0, &steps, &n, &err), PF_OK);
-    assert_int_equal(n, 2);
-    assert_int_equal(steps[0], 10);
-    assert_int_equal(steps[1], 20);
-    pf_free(steps);
-
-    /* Export verifies checksums and refuses the step. */
-    char out[PF_CKPT_PATH_MAX];
-    snprintf(out, sizeof out, "%s/model.safetensors", root);
-    assert_int_equal(pf_checkpoint_export(dir, out, NULL, &err), PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "not a complete checkpoint"));
-    assert_false(exists(out));
-
-    /* Set aside: renamed step-20.corrupt-<time> with its files, then invisible to finding,
-     * listing and pruning; a second attempt finds it gone. */
-    char aside[PF_CKPT_PATH_MAX + 64];
-    assert_int_equal(pf_checkpoint_set_aside(dir, aside, sizeof aside, &err), PF_OK);
-    assert_non_null(strstr(aside, "/step-20.corrupt-"));
-    assert_false(exists(dir));
-    char moved[PF_CKPT_PATH_MAX + 128];
-    snprintf(moved, sizeof moved, "%s/ps-1.safetensors", aside);
-    assert_true(exists(moved));
-    assert_int_equal(latest(0), 10);
-    assert_int_equal(pf_checkpoint_prune(job_dir, 1, NULL, &err), PF_OK);
-    assert_true(exists(moved));
-    assert_int_equal(pf_checkpoint_set_aside(dir, NULL, 0, &err), PF_ERR_NOT_FOUND);
-    pf_placement_deinit(&pl);
-    pf_job_spec_deinit(&spec);
-}
-
-/* A manifest whose file entries are not exactly ps-<i>.safetensors is malformed (a listed
- * name is never used as a path without this check). */
-static void test_manifest_validation(void **state) {
-    (void)state;
-    pf_job_spec spec;
-    pf_placement pl;
-    make_spec("sgd", &spec, &pl);
-    write_checkpoint(&spec, &pl, 4, true);
-    char path[PF_CKPT_PATH_MAX], dir[PF_CKPT_PATH_MAX];
-    step_dir_of(4, dir, sizeof dir);
-    file_path(4, "manifest.json", path, sizeof path);
-    size_t len;
-    char *good = (char *)slurp(path, &len);
-    static const char *const bad[] = {
-        "[]",
-        "{\"job\": \"ckpt-mlp\", \"step\": 4, \"created\": \"x\", \"num_ps\": 1, \"files\": "
-        "[{\"name\": \"../../x\", \"bytes\": 1, \"crc32\": \"00000000\"}]}",
-        "{\"job\": \"ckpt-mlp\", \"step\": 4, \"created\": \"x\", \"num_ps\": 1, \"files\": "
-        "[{\"name\": \"ps-0.safetensors\", \"bytes\": 1, \"crc32\": \"0000000g\"}]}",
-        "{\"job\": \"ckpt-mlp\", \"step\": 4, \"created\": \"x\", \"num_ps\": 2, \"files\": "
-        "[{\"name\": \"ps-0.safetensors\", \"bytes\": 1, \"crc32\": \"00000000\"}]}",
-        "{\"job\": \"ckpt-mlp\", \"step\": -4, \"created\": \"x\", \"num_ps\": 1, \"files\": "
-        "[{\"name\": \"ps-0.safetensors\", \"bytes\": 1, \"crc32\": \"00000000\"}]}",
-        "{\"job\": \"ckpt-mlp\", \"step\": 4, \"created\": \"x\", \"num_ps\": 0, \"files\": []}",
-    };
-    pf_error err;
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        spill(path, bad[i], strlen(bad[i]));
-        pf_checkpoint_manifest m;
-        assert_int_equal(pf_checkpoint_manifest_read(dir, &m, &err), PF_ERR_FORMAT);
-        assert_null(m.files);
-        assert_int_equal(latest(0), -1);
-    }
-    spill(path, good, len);
-    assert_int_equal(latest(PF_CKPT_VERIFY_CRC), 4);
-    pf_free(good);
-    pf_placement_deinit(&pl);
-    pf_job_spec_deinit(&spec);
-}
-
-/* --- pruning ------------------------------------------------------------------------------- */
-
-static void test_prune(void **state) {
-    (void)state;
-    pf_job_spec spec;
-    pf_placement pl;
-    make_spec("adam", &spec, &pl);
-    write_checkpoint(&spec, &pl, 5, false); /* an old attempt that never completed */
-    for (int64_t step = 10; step <= 50; step += 10)
-        write_checkpoint(&spec, &pl, step, true);
-    write_checkpoint(&spec, &pl, 60, false); /* being written right now */
-    char path[PF_CKPT_PATH_MAX];
-    file_path(10, "ps-0.safetensors.tmp", path, sizeof path); /* a crashed write's leftover */
-    spill(path, "x", 1);
-
-    int removed = -1;
-    pf_error err;
-    assert_int_equal(pf_checkpoint_prune(job_dir, 0, &removed, &err), PF_ERR_INVALID);
-    assert_int_equal(pf_checkpoint_prune(job_dir, 3, &removed, &err), PF_OK);
-    assert_int_equal(removed, 3); /* step-5, step-10, step-20 */
-    int64_t *steps;
-    int n;
-    assert_int_equal(pf_checkpoint_list(job_dir, 0, &steps, &n, &err), PF_OK);
-    assert_int_equal(n, 3);
-    assert_int_equal(steps[0], 30);
-    assert_int_equal(steps[1], 40);
-    assert_int_equal(steps[2], 50);
-    pf_free(steps);
-    const int64_t gone[] = {5, 10, 20}, kept[] = {30, 40, 50, 60};
-    for (int i = 0; i < 3; i++) {
-        step_dir_of(gone[i], path, sizeof path);
-        assert_false(exists(path));
-    }
-    for (int i = 0; i < 4; i++) {
-        step_dir_of(kept[i], path, sizeof path);
-        assert_true(exists(path));
-    }
-    /* Again: nothing more to do. */
-    assert_int_equal(pf_checkpoint_prune(job_dir, 3, &removed, &err), PF_OK);
-    assert_int_equal(removed, 0);
-    assert_int_equal(pf_checkpoint_prune(job_dir, 10, &removed, &err), PF_OK);
-    assert_int_equal(removed, 0);
-
-    /* A file psflow did not write keeps its folder, which is reported; the checkpoint in it
-     * is gone all the same (its manifest was removed first). */
-    file_path(30, "notes.txt", path, sizeof path);
-    spill(path, "mine", 4);
-    assert_int_equal(pf_checkpoint_prune(job_dir, 1, &removed, &err), PF_ERR_IO);
-    assert_int_equal(removed, 1); /* step-40 */
-    assert_non_null(strstr(err.message, "step-30"));
-    assert_non_null(strstr(err.message, "left in place"));
-    assert_true(exists(path));
-    file_path(30, "ps-0.safetensors", path, sizeof path);
-    assert_false(exists(path));
-    assert_int_equal(pf_checkpoint_list(job_dir, 0, &steps, &n, &err), PF_OK);
-    assert_int_equal(n, 1);
-    assert_int_equal(steps[0], 50);
-    pf_free(steps);
-    step_dir_of(60, path, sizeof path);
-    assert_true(exists(path));
-    assert_int_equal(latest(PF_CKPT_VERIFY_CRC), 50);
-
-    assert_int_equal(pf_checkpoint_prune("/nonexistent/psflow", 1, &removed, &err),
-                     PF_ERR_NOT_FOUND);
-    pf_placement_deinit(&pl);
-    pf_job_spec_deinit(&spec);
-}
-
-/* --- export -------------------------------------------------------------------------------- */
-
-/* The exported file holds every variable whole, under its TensorFlow name, sorted, with
- * exactly the values of the flat vector at `step`. */
-static void check_export(const pf_job_spec *spec, const char *path, int64_t step) {
-    pf_safetensors *st;
-    pf_error err;
-    assert_int_equal(pf_safetensors_read(path, &st, &err), PF_OK);
-    pf_var_info vars[PF_MAX_VARS];
-    int nv = pf_model_layout(&spec->model, vars);
-    assert_int_equal(pf_safetensors_count(st), nv);
-    state_vectors s;
-    make_state(spec, step, &s);
-    const char *sorted[] = {"dense_0/bias", "dense_0/kernel", "dense_1/bias", "dense_1/kernel"};
-    for (int i = 0; i < nv; i++) {
-        pf_tensor_view t = pf_safetensors_get(st, i);
-        assert_string_equal(t.name, sorted[i]);
-        pf_tensor_view v;
-        assert_int_equal(pf_safetensors_find(st, vars[i].name, &v), 0);
-        assert_int_equal(v.rank, vars[i].rank);
-        assert_int_equal(v.shape[0], vars[i].shape[0]);
-        if (v.rank == 2)
-            assert_int_equal(v.shape[1], vars[i].shape[1]);
-        assert_memory_equal(v.data, s.params + vars[i].offset, vars[i].count * sizeof(float));
-    }
-    char text[32];
-    snprintf(text, sizeof text, "%lld", (long long)step);
-    assert_string_equal(pf_safetensors_meta(st, "global_step"), text);
-    assert_string_equal(pf_safetensors_meta(st, "psflow_job"), JOB);
-    free_state(&s);
-    pf_safetensors_destroy(st);
-}
-
-static void test_export(void **state) {
-    (void)state;
-    pf_job_spec spec;
-    pf_placement pl;
-    make_spec("adam", &spec, &pl);
-    write_checkpoint(&spec, &pl, 10, true);
-    write_checkpoint(&spec, &pl, 20, true);
-    write_checkpoint(&spec, &pl, 30, false);
-    char out[PF_CKPT_PATH_MAX], dir[PF_CKPT_PATH_MAX], slash[PF_CKPT_PATH_MAX];
-    snprintf(out, sizeof out, "%s/model.safetensors", root);
-    pf_error err;
-
-    /* A job folder means its newest complete checkpoint. */
-    int64_t step = -1;
-    assert_int_equal(pf_checkpoint_export(job_dir, out, &step, &err), PF_OK);
-    assert_int_equal(step, 20);
-    check_export(&spec, out, 20);
-
-    /* A step folder means that one, also with a trailing slash. */
-    step_dir_of(10, dir, sizeof dir);
-    assert_true(snprintf(slash, sizeof slash, "%s/", dir) < (int)sizeof slash);
-    assert_int_equal(pf_checkpoint_export(slash, out, &step, &err), PF_OK);
-    assert_int_equal(step, 10);
-    check_export(&spec, out, 10);
-
-    /* The merged model is also available in memory. */
-    pf_checkpoint_model *m;
-    assert_int_equal(pf_checkpoint_merge(dir, &m, &err), PF_OK);
-    assert_string_equal(pf_checkpoint_model_job(m), JOB);
-    assert_int_equal(pf_checkpoint_model_step(m), 10);
-    assert_int_equal(pf_checkpoint_model_count(m), 4);
-    pf_tensor_view v = pf_checkpoint_model_get(m, 1);
-    assert_string_equal(v.name, "dense_0/kernel");
-    assert_int_equal(v.shape[0], 5);
-    assert_int_equal(v.shape[1], 4);
-    pf_checkpoint_model_destroy(m);
-
-    /* Without a complete manifest there is nothing to export, and the message says so. */
-    step_dir_of(30, dir, sizeof dir);
-    assert_int_equal(pf_checkpoint_export(dir, out, NULL, &err), PF_ERR_NOT_FOUND);
-    assert_non_null(strstr(err.message, "no complete checkpoint"));
-    assert_non_null(strstr(err.message, "manifest.json"));
-    char empty[PF_CKPT_PATH_MAX];
-    snprintf(empty, sizeof empty, "%s/empty-job", root);
-    assert_int_equal(mkdir(empty, 0755), 0);
-    assert_int_equal(pf_checkpoint_export(empty, out, NULL, &err), PF_ERR_NOT_FOUND);
-    assert_non_null(strstr(err.message, "no complete checkpoint"));
-    snprintf(empty, sizeof empty, "%s/no-such-dir", root);
-    assert_int_equal(pf_checkpoint_export(empty, out, NULL, &err), PF_ERR_NOT_FOUND);
-    assert_non_null(strstr(err.message, "no-such-dir"));
-    /* A step folder whose manifest lists a file of another size. */
-    file_path(20, "ps-1.safetensors", dir, sizeof dir);
-    FILE *f = fopen(dir, "ab");
-    assert_non_null(f);
-    fputc(0, f);
-    fclose(f);
-    step_dir_of(20, dir, sizeof dir);
-    assert_int_equal(pf_checkpoint_export(dir, out, NULL, &err), PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "not a complete checkpoint"));
-    /* The job folder falls back to step 10. */
-    assert_int_equal(pf_checkpoint_export(job_dir, out, &step, &err), PF_OK);
-    assert_int_equal(step, 10);
-    pf_placement_deinit(&pl);
-    pf_job_spec_deinit(&spec);
-}
-
-/* Hand-made one-ps checkpoints whose shard metadata does not tile the variable. */
-static pf_status export_handmade(const char *shards_meta, int n_tensors, pf_error *err) {
-    char dir[PF_CKPT_PATH_MAX], path[PF_CKPT_PATH_MAX], out[PF_CKPT_PATH_MAX];
-    step_dir_of(1, dir, sizeof dir);
-    char cmd[PF_CKPT_PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-    assert_true(snprintf(path, sizeof path, "%s/ps-0.safetensors", dir) < (int)sizeof path);
-    float data[4] = {1, 2, 3, 4};
-    pf_tensor_view t[] = {{"v/part_0", 1, {2}, data}, {"v/part_1", 1, {2}, data + 2}};
-    const char *keys[] = {"psflow_job", "psflow_shards"};
-    const char *values[] = {JOB, shards_meta};
-    assert_int_equal(pf_safetensors_write(path, t, n_tensors, keys, values, 2, err), PF_OK);
-    assert_int_equal(pf_checkpoint_write_manifest(dir, JOB, 1, 1, NULL, err), PF_OK);
-    snprintf(out, sizeof out, "%s/model.safetensors", root);
-    return pf_checkpoint_export(dir, out, NULL, err);
-}
-
-static void test_export_tiling(void **state) {
-    (void)state;
-    pf_error err;
-#define SHARD(name, s, n, off, rows, vrows)                                                        \
-    "{\"name\": \"" name "\", \"variable\": \"v\", \"shard\": " #s ", \"num_shards\": " #n         \
-    ", \"row_offset\": " #off ", \"shape\": [" #rows "], \"variable_shape\": [" #vrows "]}"
-    /* Good: [4] from two [2] parts. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 2, 0, 2,
-                                               4) ", " SHARD("v/part_1", 1, 2, 2, 2, 4) "]",
-                                     2, &err),
-                     PF_OK);
-    /* Overlap: part_1 starts at row 1. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 2, 0, 2,
-                                               3) ", " SHARD("v/part_1", 1, 2, 1, 2, 3) "]",
-                                     2, &err),
-                     PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "overlap"));
-    /* Gap: part_1 starts at row 3 of 5. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 2, 0, 2,
-                                               5) ", " SHARD("v/part_1", 1, 2, 3, 2, 5) "]",
-                                     2, &err),
-                     PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "gap"));
-    /* Short: the parts cover 4 of 6 rows. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 2, 0, 2,
-                                               6) ", " SHARD("v/part_1", 1, 2, 2, 2, 6) "]",
-                                     2, &err),
-                     PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "4 of its 6 rows"));
-    /* A shard missing: num_shards says 3. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 3, 0, 2,
-                                               4) ", " SHARD("v/part_1", 1, 3, 2, 2, 4) "]",
-                                     2, &err),
-                     PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "'v'"));
-    /* Metadata naming a tensor the file does not hold. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 2, 0, 2,
-                                               4) ", " SHARD("v/part_1", 1, 2, 2, 2, 4) "]",
-                                     1, &err),
-                     PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "'v/part_1' missing"));
-    /* A shape that disagrees with the tensor. */
-    assert_int_equal(export_handmade("[" SHARD("v/part_0", 0, 2, 0, 3,
-                                               4) ", " SHARD("v/part_1", 1, 2, 3, 1, 4) "]",
-                                     2, &err),
-                     PF_ERR_FORMAT);
-    /* Not JSON at all. */
-    assert_int_equal(export_handmade("[{", 2, &err), PF_ERR_FORMAT);
-    assert_non_null(strstr(err.message, "psflow_shards"));
-#undef SHARD
-}
+/* --- restoring under another partitioning ------------------------------------------------ */
 
 /* A spec of the same model and optimizer under another layout: `ps` ps tasks and
  * `partitioner` (a "placement" object's text). */
@@ -1111,7 +518,7 @@ static void test_allocation_failures(void **state) {
     write_checkpoint(&spec, &pl, 10, true);
     char dir[PF_CKPT_PATH_MAX], out[PF_CKPT_PATH_MAX];
     step_dir_of(10, dir, sizeof dir);
-    snprintf(out, sizeof out, "%s/model.safetensors", root);
+    snprintf(out, sizeof out, "%s/model.safetensors", fixture_root);
     state_vectors s;
     make_state(&spec, 10, &s);
     local_shards l;
@@ -1135,17 +542,17 @@ static void test_allocation_failures(void **state) {
                                            &c, &err);
                 break;
             case 1:
-                st = pf_checkpoint_merge(job_dir, &m, &err);
+                st = pf_checkpoint_merge(fixture_job_dir, &m, &err);
                 break;
             case 2:
                 st = pf_checkpoint_write_ps(dir, 1, 101, &spec, pf_optim_slots_of(&spec.optimizer),
                                             &sh, NULL, 0, NULL, &err);
                 break;
             case 3:
-                st = pf_checkpoint_list(job_dir, PF_CKPT_VERIFY_CRC, &steps, &n, &err);
+                st = pf_checkpoint_list(fixture_job_dir, PF_CKPT_VERIFY_CRC, &steps, &n, &err);
                 break;
             default:
-                st = pf_checkpoint_prune(job_dir, 1, &removed, &err);
+                st = pf_checkpoint_prune(fixture_job_dir, 1, &removed, &err);
                 break;
             }
             use_libc();
@@ -1165,21 +572,17 @@ static void test_allocation_failures(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slot_names, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fake_optimizer_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nonfinite_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_manifest_needs_every_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_incomplete_and_junk_ignored, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_size_is_incomplete, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_corrupt_crc_detected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_manifest_validation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_export, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_export_tiling, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_repartitioned_restore, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_allocation_failures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_slot_names, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_fake_optimizer_round_trip, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_load_errors, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_nonfinite_refused, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_manifest_needs_every_file, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_repartitioned_restore, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_allocation_failures, fixture_setup, fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

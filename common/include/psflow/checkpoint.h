@@ -30,9 +30,9 @@
  * one object per shard, {"name", "variable", "shard", "num_shards", "row_offset", "shape",
  * "variable_shape"}, so that export can merge the shards without the job spec.
  *
- * The module is three files by job, in common/sharding/: shard_files.c (paths, the ps
- * files: writing and restoring), manifest.c (the manifest, finding complete checkpoints,
- * pruning) and export.c (merging into one model file).
+ * The module is four files by job, in common/sharding/: checkpoint_paths.c (paths and names),
+ * manifest.c (the manifest, finding complete checkpoints, pruning), shard_files.c (the ps
+ * files: writing and restoring) and export.c (merging into one model file).
  *
  * All functions are reentrant and may be called from any thread; none keeps global state.
  * Paths longer than PF_CKPT_PATH_MAX - 1 are refused with PF_ERR_INVALID. Every file read

@@ -1,8 +1,10 @@
-/* spec_fields.h - private to common/job: the field tables that describe the job spec, shared
- * by the parser (spec.c) and the writer (spec_json.c). See spec.c's DESIGN note.
+/* spec_internal.h - private to common/job: the field tables that describe the job spec, shared
+ * by the parser (spec.c) and the writer (spec_json.c), with the enums' spellings
+ * (spec_names.c) and the cross-field checks (spec_checks.c) the tables name. See spec.c's
+ * DESIGN note.
  */
-#ifndef PSFLOW_JOB_SPEC_FIELDS_H
-#define PSFLOW_JOB_SPEC_FIELDS_H
+#ifndef PSFLOW_JOB_SPEC_INTERNAL_H
+#define PSFLOW_JOB_SPEC_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #define BIT(v)     (1u << (v))
 #define ALWAYS     (~0u)
 #define NO_SLOT    SIZE_MAX /* a field that is validated and written back but not stored */
+#define PTR_SIZE   sizeof(((pf_error *)0)->pointer) /* a JSON pointer's buffer */
 
 typedef enum {
     K_NAME,   /* char[PF_NAME_MAX + 1]: the job name */
@@ -66,6 +69,28 @@ struct object_desc {
 
 /* The top-level table (spec.c). */
 extern const object_desc pf_spec_desc;
+
+/* The spellings of each enum, indexed by its values (spec_names.c). */
+extern const char *const pf_spec_model_names[];
+extern const char *const pf_spec_activation_names[];
+extern const char *const pf_spec_format_names[];
+extern const char *const pf_spec_combiner_names[];
+extern const char *const pf_spec_optimizer_names[];
+extern const char *const pf_spec_mode_names[];
+extern const char *const pf_spec_nonfinite_names[];
+extern const char *const pf_spec_strategy_names[];
+extern const char *const pf_spec_partitioner_names[];
+extern const char *const pf_spec_restart_names[];
+extern const char *const pf_spec_device_names[];
+extern const char *const pf_spec_decay_names[];
+
+/* The cross-field checks of the typed objects and of the top level (spec_checks.c), run once
+ * the object's own fields are in. Errors: PF_ERR_SPEC with err's pointer at the field. */
+pf_status pf_spec_check_model(pf_job_spec *s, pf_error *err);
+pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err); /* after the model */
+pf_status pf_spec_check_training(pf_job_spec *s, pf_error *err);
+pf_status pf_spec_check_partitioner(pf_job_spec *s, pf_error *err);
+pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err);
 
 static inline void *slot(pf_job_spec *s, size_t at) {
     return (char *)s + at;

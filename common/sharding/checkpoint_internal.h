@@ -1,9 +1,14 @@
-/* checkpoint_files.h - what the files of the checkpoint module share (private to
- * common/sharding/: shard_files.c, manifest.c, export.c; the public API is
- * psflow/checkpoint.h).
+/* checkpoint_internal.h - what the files of the checkpoint module share (private to
+ * common/sharding/; the public API is psflow/checkpoint.h). Internal functions are ckpt_,
+ * public ones pf_checkpoint_.
+ *
+ * The files are layered, each calling only those below it: checkpoint_paths.c (paths, names,
+ * reading numbers back), manifest.c (the manifest, finding and pruning checkpoints),
+ * shard_files.c (the ps files: writing, restoring, reading their shard lists), export.c
+ * (merging a checkpoint into one model file).
  */
-#ifndef PSFLOW_SHARDING_CHECKPOINT_FILES_H
-#define PSFLOW_SHARDING_CHECKPOINT_FILES_H
+#ifndef PSFLOW_SHARDING_CHECKPOINT_INTERNAL_H
+#define PSFLOW_SHARDING_CHECKPOINT_INTERNAL_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -15,6 +20,8 @@
 
 #define MANIFEST     "manifest.json"
 #define MANIFEST_TMP "manifest.json.tmp"
+
+/* --- checkpoint_paths.c ---------------------------------------------------------------------- */
 
 /* out = dir + "/" + name; PF_ERR_INVALID (message names the path) when it does not fit. */
 pf_status ckpt_join(char *out, size_t len, const char *dir, const char *name, pf_error *err);
@@ -32,6 +39,8 @@ int ckpt_parse_step_name(const char *name, int64_t *step);
 /* Reads the integer member key of o in [min, max]; -1 when missing, mistyped or out of
  * range. */
 int ckpt_get_int(json_t *o, const char *key, int64_t min, int64_t max, int64_t *out);
+
+/* --- shard_files.c ---------------------------------------------------------------------------- */
 
 /* One value shard found in a ps file's "psflow_shards" metadata. */
 typedef struct shard_entry {

@@ -1,0 +1,153 @@
+/* spec_checks.c - the rules of the job spec that span fields (spec.h): the checks each typed
+ * object's table names (spec_internal.h), run once the object's own fields are in; objects are
+ * parsed in table order, so a check may read the objects parsed before it (check_data reads
+ * the model). A check may also fill in what the fields leave open (replicas_to_aggregate,
+ * max_shards, the device of a model with embeddings).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "spec_internal.h"
+
+/* Names unique and short enough for "<name>/embeddings"; inputs given exactly when there
+ * are no embeddings. */
+static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
+    char ptr[PTR_SIZE];
+    for (int i = 0; i < m->n_embeddings; i++) {
+        const char *name = m->embeddings[i].name;
+        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/name", i);
+        if (strlen(name) > PF_EMBEDDING_NAME_MAX)
+            return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is longer than %d characters", ptr,
+                                name, PF_EMBEDDING_NAME_MAX);
+        for (int j = 0; j < i; j++)
+            if (strcmp(name, m->embeddings[j].name) == 0)
+                return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is also embedding %d", ptr,
+                                    name, j);
+    }
+    if (m->n_embeddings > 0 && m->inputs != 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                            "/model/inputs: a model with embeddings takes its inputs from them "
+                            "(the dense layers get the sum of their dims); remove inputs");
+    if (m->n_embeddings == 0 && m->inputs == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                            "missing required field 'inputs' in /model (or give embeddings)");
+    return PF_OK;
+}
+
+pf_status pf_spec_check_model(pf_job_spec *s, pf_error *err) {
+    const pf_model_spec *m = &s->model;
+    pf_status st = check_embeddings(m, err);
+    if (st != PF_OK)
+        return st;
+    if (m->type == PF_MODEL_LINEAR && m->outputs != 1)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/outputs",
+                            "/model/outputs: a linear model has exactly 1 output, got %d",
+                            m->outputs);
+    if (m->type != PF_MODEL_LINEAR && m->outputs < 2)
+        return pf_error_set(
+            err, PF_ERR_SPEC, "/model/outputs",
+            "/model/outputs: model type %s needs at least 2 outputs (classes), got %d",
+            pf_spec_model_names[m->type], m->outputs);
+    return PF_OK;
+}
+
+static pf_status check_paths(const char *ptr, int format, int count, pf_error *err) {
+    int want = format == PF_DATA_IDX ? 2 : 1;
+    if (count == 0 || count == want)
+        return PF_OK;
+    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d", ptr,
+                        pf_spec_format_names[format], want,
+                        format == PF_DATA_IDX ? "paths (images, labels)" : "path", count);
+}
+
+/* Runs after check_model: the model is known here. */
+pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
+    const pf_data_spec *d = &s->data;
+    const pf_model_spec *m = &s->model;
+    if (d->format == PF_DATA_SYNTHETIC_LINEAR) {
+        /* Its examples are one x and a real-valued y: only a linear model can fit them. */
+        if (m->n_embeddings > 0)
+            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                                "/data/format: synthetic_linear gives one number per example; a "
+                                "model with embeddings reads ids: use libsvm, csv or "
+                                "synthetic_ctr");
+        if (m->type != PF_MODEL_LINEAR)
+            return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                                "/data/format: synthetic_linear gives regression targets; model "
+                                "type %s needs class labels",
+                                pf_spec_model_names[m->type]);
+        if (m->inputs != 1)
+            return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                                "/model/inputs: synthetic_linear data has 1 feature, got %d",
+                                m->inputs);
+        return PF_OK;
+    }
+    /* One id per embedding feature and a click or not: a two-class model of embeddings. */
+    if (d->format == PF_DATA_SYNTHETIC_CTR &&
+        (m->n_embeddings == 0 || m->type == PF_MODEL_LINEAR || m->outputs != 2))
+        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                            "/data/format: synthetic_ctr gives clicks (2 classes) over the ids of "
+                            "model.embeddings: it needs a softmax or mlp model with embeddings "
+                            "and outputs 2");
+    if (m->n_embeddings > 0 && d->format == PF_DATA_IDX)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                            "/data/format: a model with embeddings reads sparse examples (ids "
+                            "and weights): use libsvm, csv or synthetic_ctr, got idx");
+    for (int i = 0; i < m->n_embeddings && d->format != PF_DATA_CSV; i++)
+        if (m->embeddings[i].hash) {
+            char ptr[PTR_SIZE];
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: hash applies to csv data (categorical values); %s ids "
+                                "index the table directly",
+                                ptr, pf_spec_format_names[d->format]);
+        }
+    if (d->format == PF_DATA_SYNTHETIC_CTR)
+        return PF_OK;
+    pf_status st = check_paths("/data/train", d->format, d->n_train, err);
+    return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, err);
+}
+
+pf_status pf_spec_check_training(pf_job_spec *s, pf_error *err) {
+    pf_training_spec *t = &s->training;
+    int workers = s->replicas.worker;
+    if (t->mode != PF_MODE_ASYNC)
+        t->max_staleness = -1; /* not parsed: absent */
+    if (t->replicas_to_aggregate == 0)
+        t->replicas_to_aggregate = workers;
+    else if (t->replicas_to_aggregate > workers)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/replicas_to_aggregate",
+                            "/training/replicas_to_aggregate: must be at most replicas.worker "
+                            "(%d), got %d",
+                            workers, t->replicas_to_aggregate);
+    if (t->prefetch && t->max_staleness >= 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/prefetch",
+                            "/training/prefetch: cannot be combined with max_staleness (a "
+                            "prefetched step is computed on values one push older than the "
+                            "bound allows)");
+    return PF_OK;
+}
+
+pf_status pf_spec_check_partitioner(pf_job_spec *s, pf_error *err) {
+    pf_partitioner_spec *p = &s->partitioner;
+    if (p->type == PF_PART_MIN_SIZE && p->max_shards == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/placement/partitioner/max_shards",
+                            "/placement/partitioner/max_shards: must be >= 1 for min_size, got 0");
+    if (p->max_shards == -1)
+        p->max_shards = p->type == PF_PART_MIN_SIZE ? 1 : 0;
+    return PF_OK;
+}
+
+/* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"
+ * is written back as "cpu". */
+pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err) {
+    for (int r = 0; s->model.n_embeddings > 0 && r < s->replicas_per_worker; r++) {
+        if (s->devices[r].device == PF_DEVICE_AUTO)
+            s->devices[r].device = PF_DEVICE_CPU;
+        if (s->devices[r].device == PF_DEVICE_CUDA)
+            return pf_error_set(err, PF_ERR_SPEC, "/device",
+                                "/device: a model with embeddings trains on the CPU (\"cpu\" or "
+                                "\"auto\", which then means the CPU), got a CUDA device");
+    }
+    return PF_OK;
+}

@@ -158,13 +158,13 @@ static void *worker_task_main(void *arg) {
         .workers = &t->workers,
         .report = agent_reporter_add,
         .report_ctx = t->rep,
-        .result = &t->result,
         .ca_file = o->data_plane.ca_file,
     };
     uint8_t key[PF_WIRE_KEY_SIZE];
     wo.job_key = job_key(t, key);
     t->result.accuracy = t->result.test_loss = NAN;
-    pf_status st = worker_run(&wo);
+    pf_status st = worker_run(&wo, &t->result);
+    worker_result_print(&wo, &t->result);
     pf_wire_key_clear(key, sizeof key);
     /* The final evaluation and checkpoint reach the coordinator before the task reports
      * success, so a job is Succeeded only with its final accuracy and checkpoint on record. */

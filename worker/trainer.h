@@ -40,11 +40,17 @@ typedef struct worker_report {
     const char *message;      /* ROLLBACK with a reason: what was non-finite, what is skipped */
 } worker_report;
 
-/* The chief's final evaluation (when the run ends with PF_OK), or why the run failed. */
+/* How a run ended, filled by worker_run; worker_result_print prints it as the task's last
+ * words (a result line on the chief's stdout, or the failure on stderr). */
 typedef struct worker_result {
-    uint64_t steps;
-    double accuracy; /* NAN for regression */
-    double test_loss;
+    pf_status status;  /* what worker_run returned */
+    uint64_t steps;    /* the global step reached */
+    long local_steps;  /* steps this task took */
+    double seconds;    /* from the first step to the end (or the failure) */
+    int evaluated;     /* the chief's final evaluation is in accuracy, test_loss and auc */
+    double accuracy;   /* NAN for regression, or without the final evaluation */
+    double test_loss;  /* NAN without the final evaluation */
+    double auc;        /* NAN without one (a two-class model's) */
     char message[256]; /* when the run fails: what went wrong (the line logged) */
 } worker_result;
 
@@ -68,7 +74,6 @@ typedef struct worker_options {
     void (*report)(void *ctx, const worker_report *r);
     void *report_ctx;
     double report_every_seconds;
-    worker_result *result; /* chief: receives the final evaluation; may be NULL */
     /* The job's data-plane key (PF_WIRE_KEY_SIZE bytes, psflow/wire_auth.h), or NULL: the
      * task proves the key derived from it for its role and index to every ps. */
     const uint8_t *job_key;
@@ -76,10 +81,16 @@ typedef struct worker_options {
     const char *threads_note; /* the thread policy's choice, for the first log line; or NULL */
 } worker_options;
 
-/* Runs the task to the end of the job, logging progress and errors to stderr. Returns
- * PF_OK when done, else the failure: PF_ERR_UNAVAILABLE (a ps stayed unreachable),
- * PF_ERR_UNSUPPORTED (device), PF_ERR_IO / PF_ERR_NOT_FOUND (data or checkpoint files),
- * PF_ERR_SPEC / PF_ERR_FORMAT (bad data), PF_ERR_NOMEM, PF_ERR_CANCELLED (o->stop was set). */
-pf_status worker_run(const worker_options *o);
+/* Runs the task to the end of the job, logging progress to stderr, and fills *out (every
+ * field, whatever it returns). Returns PF_OK when done, else the failure: PF_ERR_UNAVAILABLE
+ * (a ps stayed unreachable), PF_ERR_UNSUPPORTED (device), PF_ERR_IO / PF_ERR_NOT_FOUND (data
+ * or checkpoint files), PF_ERR_SPEC / PF_ERR_FORMAT (bad data), PF_ERR_NOMEM,
+ * PF_ERR_NONFINITE, PF_ERR_CANCELLED (o->stop was set). */
+pf_status worker_run(const worker_options *o, worker_result *out);
+
+/* Prints how the run ended: a failure as one line on stderr (and, for a chief with o->json
+ * that failed with PF_ERR_NONFINITE, the result object with the reason on stdout); the
+ * chief's result on stdout: one JSON object with o->json, else one line. */
+void worker_result_print(const worker_options *o, const worker_result *r);
 
 #endif

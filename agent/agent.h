@@ -1,4 +1,4 @@
-/* agent.h - managed ps and worker nodes (DESIGN.md section 1, "Managed").
+/* agent.h - managed ps and worker nodes (docs/design.md section 1, "Managed").
  *
  * An agent registers with the coordinator (retrying with backoff until it answers),
  * heartbeats every second, and makes what it runs match the assignment each heartbeat

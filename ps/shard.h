@@ -1,6 +1,6 @@
 /* shard.h - the state one parameter-server task holds: the values and optimizer slots of
  * its shards, the version (updates applied so far) and the gradient aggregation of
- * DESIGN.md section 5. No I/O and no locking: the server serialises calls.
+ * docs/design.md section 5. No I/O and no locking: the server serialises calls.
  *
  * Pushes carry a gradient for every shard this ps holds (local shard order).
  *   sync:  a push for step == version is kept in its worker's slot; when

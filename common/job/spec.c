@@ -3,7 +3,7 @@
  * DESIGN: every object of the spec is described by a table of fields: key, kind, where the
  * value lives in pf_job_spec, range, default, and which types it applies to. One walker
  * parses any object against its table and another writes it back, so the accepted keys,
- * the checks, the defaults and the output order (DESIGN.md section 2) cannot drift apart.
+ * the checks, the defaults and the output order (docs/design.md section 2) cannot drift apart.
  * Objects whose first field is an enum that selects the others (model.type, data.format,
  * optimizer.type, training.mode, partitioner.type) are "typed": that field is read first,
  * then each other field is either applicable to the chosen value or rejected by name.
@@ -206,7 +206,7 @@ static const object_desc checkpoint_desc = {checkpoint_fields, COUNT(checkpoint_
 static const object_desc run_policy_desc = {run_policy_fields, COUNT(run_policy_fields), false,
                                             NULL};
 
-/* Top level, in DESIGN.md order. replicas comes before training: pf_spec_check_training reads it.
+/* Top level, in docs/design.md order. replicas comes before training: pf_spec_check_training reads it.
  */
 static const field spec_fields[] = {
     {"name", K_NAME, AT(name), .need = ALWAYS},

@@ -3,7 +3,7 @@
 # timeout: 900
 # The coordinator's main path, through the public API only: `psflow up --ps 2 --workers 2`,
 # `curl -X POST /api/v1/jobs -d @examples/fashion-mnist-mlp.json` -> 201; submitting it again
-# gives the same job (200, one job); the TF_CONFIG of worker 1 is exactly DESIGN section 4's
+# gives the same job (200, one job); the TF_CONFIG of worker 1 is exactly docs/design.md section 4's
 # format with the advertised addresses; mid-training the coordinator is killed with -9:
 # training goes on meanwhile (the data plane does not pass through it), and after a restart
 # on the same database every acknowledged job, condition, task and metric is still there;
@@ -41,7 +41,7 @@ assert st["phase"] != "Running" or st["steps_per_sec"] <= 0 or abs(
 print("ok: status.progress %.4f, eta_seconds %.1f at %.1f steps/s" % (p, eta, st["steps_per_sec"]))
 PY
 
-# TF_CONFIG of worker 1: the exact bytes of DESIGN section 4, built here from the tasks'
+# TF_CONFIG of worker 1: the exact bytes of docs/design.md section 4, built here from the tasks'
 # advertised addresses (the agents' --advertise, as /api/v1/nodes lists them).
 curl -sf "$URL/api/v1/jobs/$JOB/tf_config?type=worker&index=1" -o "$WORK/tf_config"
 curl -sf "$URL/api/v1/jobs/$JOB/tasks" -o "$WORK/tasks.json"

@@ -1,5 +1,5 @@
 /* test_spec.c - the job spec parser: every file under tests/data/spec/{valid,invalid}/, the
- * defaults, DESIGN.md's example, the error details, and failing allocations.
+ * defaults, docs/design.md's example, the error details, and failing allocations.
  *
  * Each invalid case NAME.json has a sibling NAME.pointer holding the JSON pointer the error
  * must name (empty for malformed JSON, which has no field to point at).
@@ -26,7 +26,7 @@
 #define SPEC_DIR  PSFLOW_TEST_DATA "/spec"
 #define MAX_FILES 256
 
-/* The example of DESIGN.md section 2, verbatim. */
+/* The example of docs/design.md section 2, verbatim. */
 static const char design_example[] =
     "{\n"
     "  \"name\": \"fmnist-mlp\",\n"

@@ -42,7 +42,7 @@ static const char kf_v1_no_evaluator[] =
     "{\"cluster\":{\"ps\":[\"test-tfjob-ps-0.ns3.svc.tf.training.io:2222\"],"
     "\"worker\":[\"test-tfjob-worker-0.ns3.svc.tf.training.io:2222\"]},"
     "\"task\":{\"type\":\"worker\",\"index\":0},\"environment\":\"cloud\"}";
-/* DESIGN.md section 4. */
+/* docs/design.md section 4. */
 static const char design_example[] =
     "{\"cluster\":{\"ps\":[\"10.0.0.3:2222\"],\"worker\":[\"10.0.0.4:2222\",\"10.0.0.5:2222\"]},"
     "\"task\":{\"type\":\"worker\",\"index\":0},\"environment\":\"cloud\"}";
@@ -182,7 +182,7 @@ static void test_operator_vectors_built(void **state) {
     pf_free(s);
     pf_tf_config_deinit(&c);
 
-    /* DESIGN.md section 4. */
+    /* docs/design.md section 4. */
     pf_tf_config_init(&c);
     const char *workers[] = {"10.0.0.4:2222", "10.0.0.5:2222"};
     assert_int_equal(pf_tf_config_add_job(&c, "worker", workers, 2), PF_OK);

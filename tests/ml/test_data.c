@@ -689,7 +689,7 @@ static void test_batch_gather_boundary(void **state) {
 static void test_sharding(void **state) {
     (void)state;
     /* W workers with batch B read, at every step, exactly what one reader with batch W*B
-     * reads, in task order: the equivalence sync training relies on (DESIGN.md section 5). */
+     * reads, in task order: the equivalence sync training relies on (docs/design.md section 5). */
     enum { N = 10, W = 3, B = 4, STEPS = 21 };
     pf_dataset ds;
     index_dataset(&ds, N);

@@ -39,7 +39,7 @@ static const pf_backend *backend_at(int i) {
 }
 #define NUM_BACKENDS 2
 
-/* An optimizer spec with DESIGN.md's defaults and the given type and learning rate. */
+/* An optimizer spec with docs/design.md's defaults and the given type and learning rate. */
 static pf_optimizer_spec make_spec(pf_optimizer_type type, double learning_rate) {
     pf_optimizer_spec s;
     memset(&s, 0, sizeof s);
@@ -311,7 +311,7 @@ static void test_decay(void **state) {
     expect_lr(&spec, 25, 0.025); /* 0.1 * 0.5^floor(2.5) */
     expect_lr(&spec, 100, 9.765625e-05);
 
-    /* DESIGN.md's example: lr 0.01, decay_steps 600, rate 0.7. */
+    /* docs/design.md's example: lr 0.01, decay_steps 600, rate 0.7. */
     spec = make_spec(PF_OPT_ADAGRAD, 0.01);
     spec.decay = (pf_decay_spec){.enabled = true, .decay_steps = 600, .decay_rate = 0.7};
     expect_lr(&spec, 599, 0.0070041624447565003);  /* 0.01 * 0.7^(599/600) */

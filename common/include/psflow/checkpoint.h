@@ -1,4 +1,4 @@
-/* checkpoint.h - checkpoints on disk (DESIGN.md section 6): per-ps shard files, the
+/* checkpoint.h - checkpoints on disk (docs/design.md section 6): per-ps shard files, the
  * manifest that makes a checkpoint exist, finding the newest complete one, restoring a ps
  * from it, pruning old ones and exporting one merged model file.
  *

@@ -5,7 +5,7 @@
  * one float target per example: the class index for classification data (IDX labels, CSV
  * first column when integral) or the regression target.
  *
- * Sharding (DESIGN.md section 5, sync equivalence): the examples form an endless stream,
+ * Sharding (docs/design.md section 5, sync equivalence): the examples form an endless stream,
  * position p being example perm_e[p mod n] where e = p / n is the epoch and perm_e the
  * epoch's permutation drawn from the seed. At global step s with W workers of batch b,
  * worker i reads positions s*W*b + i*b .. s*W*b + i*b + b - 1. One process with batch W*b

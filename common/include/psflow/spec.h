@@ -1,4 +1,4 @@
-/* spec.h - the job spec (DESIGN.md section 2): parse, validate, normalise, serialise.
+/* spec.h - the job spec (docs/design.md section 2): parse, validate, normalise, serialise.
  *
  * A job spec is JSON with snake_case keys. Parsing is strict: unknown fields, wrong types,
  * out-of-range values and bad enum values are rejected with PF_ERR_SPEC and a pf_error
@@ -239,7 +239,7 @@ pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err);
 struct json_t *pf_json_number(double v);
 
 /* New string (caller frees with pf_free) holding the normalised spec as compact JSON, keys
- * in the order of DESIGN.md section 2; NULL on allocation failure. */
+ * in the order of docs/design.md section 2; NULL on allocation failure. */
 char *pf_job_spec_to_json(const pf_job_spec *spec);
 
 /* Frees the strings held by spec and zeroes it. Safe on a zeroed spec. */

@@ -1,7 +1,7 @@
 /* tf_config.h - TF_CONFIG: parse every form TensorFlow accepts, write the exact form
  * Kubeflow's TFJob operator injects.
  *
- * Written form (DESIGN.md section 4), byte for byte:
+ * Written form (docs/design.md section 4), byte for byte:
  *   {"cluster":{"ps":["10.0.0.3:2222"],"worker":["10.0.0.4:2222","10.0.0.5:2222"]},
  *    "task":{"type":"worker","index":0},"environment":"cloud"}
  * on one line: keys in that order, cluster job names sorted, no spaces.

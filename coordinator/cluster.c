@@ -1,4 +1,9 @@
-/* cluster.c - the coordinator's pure state machine (see cluster.h for the design). */
+/* cluster.c - the coordinator's pure state machine (see cluster.h for the design): admission,
+ * replacements and restarts, failures, the evaluator after training, jobs, nodes and time.
+ * Its files, each calling only those before it: cluster_events.c (the event queue),
+ * cluster_index.c (containers and lookups), cluster_conditions.c (phases and conditions),
+ * cluster.c, cluster_reports.c (metrics, rollbacks, checkpoints); cluster_json.c above them.
+ */
 #include "coordinator/cluster.h"
 
 #include <inttypes.h>
@@ -7,93 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/cluster_conditions.h"
 #include "coordinator/cluster_events.h"
 #include "psflow/mem.h"
-#include "psflow/tf_config.h"
-
-static const char *const phase_names[] = {"Created",   "Running",   "Restarting",
-                                          "Suspended", "Succeeded", "Failed"};
-static const char *const task_state_names[] = {"Pending", "Running", "Succeeded", "Failed", "Lost"};
-
-const char *coord_phase_name(coord_phase p) {
-    return phase_names[p];
-}
-const char *coord_task_state_name(coord_task_state s) {
-    return task_state_names[s];
-}
-
-bool coord_job_finished(const coord_job *j) {
-    return j->phase == COORD_SUCCEEDED || j->phase == COORD_FAILED;
-}
-
-/* --- conditions and phases --- */
-
-/* The condition of this type, or NULL when the job has none. */
-static coord_condition *find_condition(coord_job *j, const char *type) {
-    for (int i = 0; i < j->n_conds; i++)
-        if (!strcmp(j->conds[i].type, type))
-            return &j->conds[i];
-    return NULL;
-}
-
-/* The condition of this type, added (status False) when the job has none; NULL only when
- * the job has COORD_MAX_CONDS already. */
-static coord_condition *condition(coord_job *j, const char *type) {
-    coord_condition *k = find_condition(j, type);
-    if (k)
-        return k;
-    if (j->n_conds == COORD_MAX_CONDS)
-        return NULL;
-    k = &j->conds[j->n_conds++];
-    memset(k, 0, sizeof *k);
-    snprintf(k->type, sizeof k->type, "%s", type);
-    snprintf(k->status, sizeof k->status, "False");
-    return k;
-}
-
-static void set_condition(coord_job *j, const char *type, const char *status, const char *reason,
-                          const char *message, double now) {
-    coord_condition *k = condition(j, type);
-    if (!k)
-        return;
-    if (strcmp(k->status, status) != 0 || strcmp(k->reason, reason) != 0 || k->time == 0)
-        k->time = now;
-    snprintf(k->status, sizeof k->status, "%s", status);
-    snprintf(k->reason, sizeof k->reason, "%s", reason);
-    snprintf(k->message, sizeof k->message, "%s", message);
-}
-
-/* Moves the job to `phase`: its condition becomes True, the other phase conditions that
- * exclude it become False; logs the change with its reason. */
-static void set_phase(coord_cluster *c, coord_job *j, coord_phase phase, const char *reason,
-                      const char *message, double now) {
-    const char *name = phase_names[phase];
-    bool changed = j->phase != phase;
-    coord_condition *k = condition(j, name);
-    bool same_reason = k && !strcmp(k->reason, reason) && !strcmp(k->message, message);
-    j->phase = phase;
-    snprintf(j->message, sizeof j->message, "%s", message);
-    static const char *const exclusive[] = {"Running", "Restarting", "Suspended"};
-    for (size_t i = 0; i < sizeof exclusive / sizeof exclusive[0]; i++) {
-        coord_condition *o = NULL;
-        for (int q = 0; q < j->n_conds; q++)
-            if (!strcmp(j->conds[q].type, exclusive[i]))
-                o = &j->conds[q];
-        if (o && strcmp(o->type, name) != 0 && !strcmp(o->status, "True")) {
-            snprintf(o->status, sizeof o->status, "False");
-            o->time = now;
-        }
-    }
-    if (phase != COORD_CREATED || !k || strcmp(k->status, "True") != 0 || !same_reason)
-        set_condition(j, name, "True", reason, message, now);
-    if (phase == COORD_SUCCEEDED || phase == COORD_FAILED)
-        j->completion_time = now;
-    j->dirty = true;
-    if (changed || !same_reason) {
-        coord_log_event(c, j->name, name, reason, message, now);
-        coord_job_event(c, j, now);
-    }
-}
 
 /* --- tasks --- */
 
@@ -104,20 +25,6 @@ static bool is_chief(const coord_job *j, const coord_task *t) {
 
 static bool is_evaluator(const coord_task *t) {
     return !strcmp(t->type, "evaluator");
-}
-
-/* "chief", "worker-<i>" or "evaluator": the name metric reports use. */
-static coord_task *find_task_by_name(coord_job *j, const char *name) {
-    if (!strcmp(name, "chief"))
-        return j->spec.replicas.chief ? coord_task_find(j, "chief", 0)
-                                      : coord_task_find(j, "worker", 0);
-    if (!strcmp(name, "evaluator"))
-        return coord_task_find(j, "evaluator", 0);
-    int index;
-    char tail;
-    if (sscanf(name, "worker-%d%c", &index, &tail) == 1)
-        return coord_task_find(j, "worker", index);
-    return NULL;
 }
 
 static const char *task_role(const coord_task *t) {
@@ -192,28 +99,6 @@ static void cap_ps_workers(const coord_cluster *c, coord_job *j) {
             j->tasks[k].workers = members;
 }
 
-/* Training goes on from checkpoint `to` (`reached`: a later step already reported after it,
- * or -1): the RolledBack condition and event, with `msg`. */
-static void rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,
-                            int64_t to, int64_t reached, double now) {
-    set_condition(j, "RolledBack", "True", reason, msg, now);
-    coord_log_event(c, j->name, "RolledBack", reason, msg, now);
-    j->global_step = reached > to ? reached : to;
-    j->rate_step = j->global_step;
-    j->rate_time = now;
-    j->dirty = true;
-}
-
-/* rolled_back_msg with a message that names both steps, for a reason and its cause. */
-static void rolled_back(coord_cluster *c, coord_job *j, const char *reason, const char *cause,
-                        int64_t from, int64_t to, int64_t reached, double now) {
-    char msg[COORD_TEXT_MAX];
-    snprintf(msg, sizeof msg,
-             "%.120s: every ps rolled back from step %" PRId64 " to checkpoint step %" PRId64,
-             cause, from, to);
-    rolled_back_msg(c, j, reason, msg, to, reached, now);
-}
-
 /* Gives every task of j an idle agent, or none. */
 static void admit(coord_cluster *c, coord_job *j, double now) {
     int need_ps = j->spec.replicas.ps;
@@ -245,7 +130,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
         }
         if (strcmp(j->message, msg) != 0) {
             if (j->phase == COORD_CREATED) {
-                set_phase(c, j, COORD_CREATED, "WaitingForAgents", msg, now);
+                coord_job_set_phase(c, j, COORD_CREATED, "WaitingForAgents", msg, now);
             } else {
                 /* Restarting keeps the reason it restarts for; the message says what it
                  * waits for. */
@@ -277,11 +162,12 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
                  "restarted as generation %d on %d agents; ps tasks restore the newest "
                  "checkpoint",
                  j->generation, j->n_tasks);
-        set_phase(c, j, COORD_RUNNING, "JobRestarted", msg, now);
+        coord_job_set_phase(c, j, COORD_RUNNING, "JobRestarted", msg, now);
         /* The steps after that checkpoint are done again: global_step goes back to it. */
         if (j->has_checkpoint && j->checkpoint_step < j->global_step) {
             snprintf(msg, sizeof msg, "the job restarted as generation %d", j->generation);
-            rolled_back(c, j, "JobRestarted", msg, j->global_step, j->checkpoint_step, -1, now);
+            coord_job_rolled_back(c, j, "JobRestarted", msg, j->global_step, j->checkpoint_step, -1,
+                                  now);
         } else if (!j->has_checkpoint && j->global_step > 0) {
             /* No checkpoint reported (the chief takes one at start, but its report may not
              * have arrived): the ps tasks restore the newest one on disk, if any, else start
@@ -291,11 +177,11 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
                      "the job restarted as generation %d with no checkpoint reported (the ps "
                      "tasks restore the newest on disk)",
                      j->generation);
-            rolled_back(c, j, "JobRestarted", msg, j->global_step, 0, -1, now);
+            coord_job_rolled_back(c, j, "JobRestarted", msg, j->global_step, 0, -1, now);
         }
     } else {
         snprintf(msg, sizeof msg, "%d tasks assigned to agents", j->n_tasks);
-        set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
+        coord_job_set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
     }
     for (int k = 0; k < j->n_tasks; k++)
         coord_task_event(c, j, &j->tasks[k], now);
@@ -409,7 +295,7 @@ static void admit_all(coord_cluster *c, double now) {
 static void finish(coord_cluster *c, coord_job *j, coord_phase phase, const char *reason,
                    const char *message, double now) {
     release(c, j, now);
-    set_phase(c, j, phase, reason, message, now);
+    coord_job_set_phase(c, j, phase, reason, message, now);
 }
 
 /* Takes task t's agent off it (the agent stops what it runs on its next heartbeat). */
@@ -431,7 +317,7 @@ static void free_task_agent(coord_cluster *c, coord_job *j, coord_task *t, doubl
  * freed at once; COORD_EVALUATOR_GRACE_SECONDS bounds the wait. */
 
 static bool training_complete(coord_job *j) {
-    coord_condition *k = find_condition(j, "TrainingComplete");
+    coord_condition *k = coord_job_find_condition(j, "TrainingComplete");
     return k && !strcmp(k->status, "True") && !coord_job_finished(j);
 }
 
@@ -442,7 +328,7 @@ static bool evaluator_busy(const coord_job *j, const coord_task *t) {
 }
 
 static void await_evaluator(coord_cluster *c, coord_job *j, const char *done, double now) {
-    set_condition(j, "TrainingComplete", "True", "ChiefSucceeded", done, now);
+    coord_job_set_condition(j, "TrainingComplete", "True", "ChiefSucceeded", done, now);
     coord_log_event(c, j->name, "TrainingComplete", "ChiefSucceeded", done, now);
     snprintf(j->message, sizeof j->message,
              "training done; waiting up to %d s for the evaluator's final evaluation",
@@ -456,7 +342,7 @@ static void evaluator_done(coord_cluster *c, coord_job *j, double now) {
     if (!training_complete(j))
         return;
     char msg[COORD_TEXT_MAX];
-    snprintf(msg, sizeof msg, "%s", find_condition(j, "TrainingComplete")->message);
+    snprintf(msg, sizeof msg, "%s", coord_job_find_condition(j, "TrainingComplete")->message);
     finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
 }
 
@@ -536,7 +422,7 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
         snprintf(msg, sizeof msg, "%s %d %s; restarting the job (restart %d of at most %d)",
                  t->type, t->index, why, j->restarts, rp->backoff_limit);
         release(c, j, now);
-        set_phase(c, j, COORD_RESTARTING, reason, msg, now);
+        coord_job_set_phase(c, j, COORD_RESTARTING, reason, msg, now);
         return;
     }
     if (retryable)
@@ -590,7 +476,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     j->dirty = true;
     char msg[COORD_TEXT_MAX];
     snprintf(msg, sizeof msg, "job %s created", j->name);
-    set_condition(j, "Created", "True", "JobCreated", msg, now);
+    coord_job_set_condition(j, "Created", "True", "JobCreated", msg, now);
     snprintf(j->message, sizeof j->message, "%s", msg);
     coord_log_event(c, j->name, "Created", "JobCreated", msg, now);
     coord_job_event(c, j, now);
@@ -656,7 +542,7 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
                           pf_error *err) {
     if (coord_job_finished(j))
         return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
-                            phase_names[j->phase]);
+                            coord_phase_name(j->phase));
     /* Added workers would never start, and a suspended job would start training again. */
     if (training_complete(j))
         return pf_error_set(err, PF_ERR_INVALID, "",
@@ -717,201 +603,20 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
             release(c, j, now);
             coord_log_event(c, j->name, "Scaled", "WorkersChanged", msg, now);
             if (j->phase == COORD_RESTARTING)
-                set_phase(c, j, COORD_RESTARTING, "WorkersChanged", msg, now);
+                coord_job_set_phase(c, j, COORD_RESTARTING, "WorkersChanged", msg, now);
             j->dirty = true;
         }
     }
     if (suspend == 1 && j->phase != COORD_SUSPENDED) {
         release(c, j, now);
-        set_phase(c, j, COORD_SUSPENDED, "JobSuspended", "suspended by request", now);
+        coord_job_set_phase(c, j, COORD_SUSPENDED, "JobSuspended", "suspended by request", now);
     } else if (suspend == 0 && j->phase == COORD_SUSPENDED) {
-        set_condition(j, "Suspended", "False", "JobResumed", "resumed by request", now);
-        set_phase(c, j, j->start_time ? COORD_RESTARTING : COORD_CREATED, "JobResumed",
-                  "resumed by request", now);
+        coord_job_set_condition(j, "Suspended", "False", "JobResumed", "resumed by request", now);
+        coord_job_set_phase(c, j, j->start_time ? COORD_RESTARTING : COORD_CREATED, "JobResumed",
+                            "resumed by request", now);
     }
     admit_all(c, now);
     return PF_OK;
-}
-
-void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
-                               int64_t reached, const char *reason, const char *detail,
-                               double now) {
-    bool finished = coord_job_finished(j);
-    if (!reason) {
-        if (!finished)
-            rolled_back(c, j, "PsRestarted", "a ps restarted", from, to, reached, now);
-        return;
-    }
-    char msg[COORD_TEXT_MAX];
-    if (detail && detail[0]) /* the chief's own account (non-finite rollback) */
-        snprintf(msg, sizeof msg, "%s", detail);
-    else
-        snprintf(msg, sizeof msg,
-                 "a non-finite value: every ps rolled back from step %" PRId64
-                 " to checkpoint step %" PRId64,
-                 from, to);
-    if (finished) /* the chief's report came after the job ended (it failed on the next one) */
-        coord_log_event(c, j->name, "RolledBack", reason, msg, now);
-    else
-        rolled_back_msg(c, j, reason, msg, to, reached, now);
-}
-
-void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
-                              const coord_point *points, int n_points, const coord_eval *evals,
-                              int n_evals, double now) {
-    coord_task *t = find_task_by_name(j, task);
-    bool finished = coord_job_finished(j);
-    int64_t best = -1;
-    for (int i = 0; i < n_points; i++) {
-        const coord_point *p = &points[i];
-        int64_t step = p->step;
-        double loss = p->loss, eps = p->examples_per_sec;
-        coord_event *e = coord_metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
-        if (e) {
-            e->u.metric.loss = loss;
-            e->u.metric.examples_per_sec = eps;
-            e->u.metric.step_time_seconds = p->step_time_seconds;
-        }
-        if (finished)
-            continue; /* kept in the history; the final summary stays as the job ended */
-        /* A task not yet running again reports what its previous incarnation did before a
-         * gang restart: that step is not the job's any more. */
-        if (step > j->global_step && !(t && t->state == TASK_PENDING && j->generation > 1))
-            j->global_step = step;
-        if (step >= best && !isnan(loss)) {
-            best = step;
-            j->loss = loss;
-        }
-        if (t) {
-            t->step = step;
-            if (!isnan(eps))
-                t->examples_per_sec = eps;
-        }
-    }
-    for (int i = 0; i < n_evals; i++) {
-        const coord_eval *p = &evals[i];
-        double acc = p->accuracy, tl = p->test_loss;
-        int64_t step = p->step;
-        coord_event *e = coord_metric_event(c, COORD_EVENT_EVAL, j, task, step, p->time, now);
-        if (e) {
-            e->u.metric.accuracy = acc;
-            e->u.metric.test_loss = tl;
-        }
-        if (t && is_evaluator(t)) { /* eval_loss / eval_accuracy: never the chief's figures */
-            if (step >= j->eval_step) {
-                j->eval_step = step;
-                j->eval_accuracy = acc;
-                j->eval_loss = tl;
-            }
-            continue;
-        }
-        /* An evaluation may carry only one of the two: the other keeps its last value. */
-        if (!isnan(acc))
-            j->accuracy = acc;
-        if (!isnan(tl))
-            j->test_loss = tl;
-    }
-    j->dirty = true;
-    if (finished) {
-        if (n_evals > 0)
-            coord_job_event(c, j, now);
-        return;
-    }
-    double eps = 0;
-    for (int k = 0; k < j->n_tasks; k++)
-        if (strcmp(j->tasks[k].type, "ps") != 0 && j->tasks[k].state == TASK_RUNNING)
-            eps += j->tasks[k].examples_per_sec;
-    j->examples_per_sec = eps;
-    if (j->rate_time == 0) {
-        j->rate_time = now;
-        j->rate_step = j->global_step;
-    } else if (now - j->rate_time >= 2.0) {
-        j->steps_per_sec = (double)(j->global_step - j->rate_step) / (now - j->rate_time);
-        j->rate_time = now;
-        j->rate_step = j->global_step;
-    }
-    j->dirty = true;
-    if (now - j->last_summary_event >= 0.25 || n_evals > 0)
-        coord_job_event(c, j, now);
-}
-
-void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
-                                 const char *files, const char *kept, int64_t kept_max,
-                                 double now) {
-    char *copy = files ? pf_strdup(files) : NULL, *kept_copy = kept ? pf_strdup(kept) : NULL;
-    coord_event *e = (!files || copy) && (!kept || kept_copy)
-                         ? coord_queue_event(c, COORD_EVENT_CHECKPOINT, "checkpoint", j->name, now)
-                         : NULL;
-    if (e) {
-        e->u.checkpoint.step = step;
-        e->u.checkpoint.bytes = bytes;
-        e->u.checkpoint.files = copy;
-        e->u.checkpoint.kept = kept_copy;
-    } else {
-        pf_free(copy);
-        pf_free(kept_copy);
-    }
-    int64_t newest = kept_max > step ? kept_max : step;
-    if (!j->has_checkpoint || newest > j->checkpoint_step) {
-        j->has_checkpoint = true;
-        j->checkpoint_step = newest;
-    }
-    char msg[160];
-    snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 " complete (%" PRId64 " bytes)", step,
-             bytes);
-    coord_log_event(c, j->name, "Checkpoint", "CheckpointWritten", msg, now);
-}
-
-char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why) {
-    *why = NULL;
-    coord_task *self = coord_task_find((coord_job *)j, type, index);
-    if (!self) {
-        *why = "the job has no such task";
-        return NULL;
-    }
-    /* Every task has an agent's address but workers added by a live scale-up that have none
-     * yet: they get their agents all at once (replace_tasks), and until then the cluster
-     * lists the workers before them, so each listed index is the task's own. */
-    int workers = 0;
-    bool gap = false;
-    for (int i = 0; i < j->n_tasks; i++) {
-        const coord_task *t = &j->tasks[i];
-        bool worker = !strcmp(t->type, "worker");
-        if (!t->address[0] && (!worker || t->incarnation))
-            gap = true;
-        else if (worker && t->address[0])
-            gap |= workers++ != t->index; /* an addressed worker after one without */
-    }
-    if (gap) {
-        *why = "the job has no agents assigned yet";
-        return NULL;
-    }
-    if (!self->address[0]) {
-        *why = "the task has no agent assigned yet";
-        return NULL;
-    }
-    pf_tf_config cfg;
-    pf_tf_config_init(&cfg);
-    static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
-    const char *addrs[PF_MAX_REPLICAS];
-    char *out = NULL;
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        int n = 0;
-        for (int i = 0; i < j->n_tasks; i++)
-            if (!strcmp(j->tasks[i].type, types[k]) && j->tasks[i].address[0])
-                addrs[n++] = j->tasks[i].address;
-        if (n && pf_tf_config_add_job(&cfg, types[k], addrs, n) != PF_OK)
-            goto done;
-    }
-    cfg.has_task = true;
-    snprintf(cfg.task_type, sizeof cfg.task_type, "%s", type);
-    cfg.task_index = index;
-    out = pf_tf_config_format(&cfg);
-done:
-    pf_tf_config_deinit(&cfg);
-    if (!out && !*why)
-        *why = "out of memory";
-    return out;
 }
 
 /* --- nodes --- */
@@ -965,6 +670,59 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     admit_all(c, now);
     *out = n;
     return PF_OK;
+}
+
+/* The chief reported success (its result in r): the job succeeds, or waits for its evaluator's
+ * final evaluation; every other task is done and its agent freed. */
+static void chief_succeeded(coord_cluster *c, coord_job *j, const coord_report *r, double now) {
+    double acc = r->accuracy, tl = r->test_loss;
+    if (!isnan(acc))
+        j->accuracy = acc;
+    if (!isnan(tl))
+        j->test_loss = tl;
+    if (r->steps > j->global_step && r->steps <= j->spec.training.max_steps)
+        j->global_step = r->steps;
+    bool evaluating = false;
+    for (int i = 0; i < j->n_tasks; i++) {
+        coord_task *o = &j->tasks[i];
+        if (is_evaluator(o) && evaluator_busy(j, o)) {
+            evaluating = true; /* keeps its agent for the final checkpoint */
+            continue;
+        }
+        if (o->state == TASK_RUNNING || o->state == TASK_PENDING) {
+            o->state = TASK_SUCCEEDED;
+            coord_task_event(c, j, o, now);
+        }
+        free_task_agent(c, j, o, now);
+    }
+    char msg[COORD_TEXT_MAX];
+    if (!isnan(acc))
+        snprintf(msg, sizeof msg, "reached step %" PRId64 " of %" PRId64 "; test accuracy %.4f",
+                 j->global_step, (int64_t)j->spec.training.max_steps, acc);
+    else
+        snprintf(msg, sizeof msg, "reached step %" PRId64 " of %" PRId64, j->global_step,
+                 (int64_t)j->spec.training.max_steps);
+    if (evaluating)
+        await_evaluator(c, j, msg, now);
+    else
+        finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
+}
+
+/* Task t reported failure: a non-finite loss fails the job, anything else is judged by the
+ * restart policy (task_failed). */
+static void task_reported_failed(coord_cluster *c, coord_job *j, coord_task *t,
+                                 const coord_report *r, double now) {
+    const char *m = r->message;
+    char why[COORD_TEXT_MAX];
+    if (r->reason && !strcmp(r->reason, "NonFiniteLoss")) {
+        /* training.on_nonfinite "fail": a restart would repeat the same numbers */
+        snprintf(why, sizeof why, "%s %d: %.200s", t->type, t->index, m ? m : "non-finite loss");
+        finish(c, j, COORD_FAILED, "NonFiniteLoss", why, now);
+    } else {
+        snprintf(why, sizeof why, "failed (exit code %d%s%.180s)", (int)r->exit_code, m ? ": " : "",
+                 m ? m : "");
+        task_failed(c, j, t, (int)r->exit_code, false, why, now);
+    }
 }
 
 void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r, double now) {
@@ -1022,45 +780,14 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 if (all && j->phase == COORD_RUNNING) {
                     char msg[COORD_TEXT_MAX];
                     snprintf(msg, sizeof msg, "all %d tasks running", j->n_tasks);
-                    set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
+                    coord_job_set_phase(c, j, COORD_RUNNING, "JobRunning", msg, now);
                 }
             } else if (!strcmp(state, "succeeded") && t->state != TASK_SUCCEEDED) {
                 t->state = TASK_SUCCEEDED;
                 j->dirty = true;
                 coord_task_event(c, j, t, now);
                 if (is_chief(j, t)) {
-                    double acc = r->accuracy, tl = r->test_loss;
-                    if (!isnan(acc))
-                        j->accuracy = acc;
-                    if (!isnan(tl))
-                        j->test_loss = tl;
-                    if (r->steps > j->global_step && r->steps <= j->spec.training.max_steps)
-                        j->global_step = r->steps;
-                    bool evaluating = false;
-                    for (int i = 0; i < j->n_tasks; i++) {
-                        coord_task *o = &j->tasks[i];
-                        if (is_evaluator(o) && evaluator_busy(j, o)) {
-                            evaluating = true; /* keeps its agent for the final checkpoint */
-                            continue;
-                        }
-                        if (o->state == TASK_RUNNING || o->state == TASK_PENDING) {
-                            o->state = TASK_SUCCEEDED;
-                            coord_task_event(c, j, o, now);
-                        }
-                        free_task_agent(c, j, o, now);
-                    }
-                    char msg[COORD_TEXT_MAX];
-                    if (!isnan(acc))
-                        snprintf(msg, sizeof msg,
-                                 "reached step %" PRId64 " of %" PRId64 "; test accuracy %.4f",
-                                 j->global_step, (int64_t)j->spec.training.max_steps, acc);
-                    else
-                        snprintf(msg, sizeof msg, "reached step %" PRId64 " of %" PRId64,
-                                 j->global_step, (int64_t)j->spec.training.max_steps);
-                    if (evaluating)
-                        await_evaluator(c, j, msg, now);
-                    else
-                        finish(c, j, COORD_SUCCEEDED, "JobSucceeded", msg, now);
+                    chief_succeeded(c, j, r, now);
                 } else if (is_evaluator(t)) {
                     evaluator_done(c, j, now);
                 }
@@ -1068,39 +795,11 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 t->state = TASK_FAILED;
                 j->dirty = true;
                 coord_task_event(c, j, t, now);
-                const char *m = r->message;
-                char why[COORD_TEXT_MAX];
-                if (r->reason && !strcmp(r->reason, "NonFiniteLoss")) {
-                    /* training.on_nonfinite "fail": a restart would repeat the same numbers */
-                    snprintf(why, sizeof why, "%s %d: %.200s", t->type, t->index,
-                             m ? m : "non-finite loss");
-                    finish(c, j, COORD_FAILED, "NonFiniteLoss", why, now);
-                } else {
-                    snprintf(why, sizeof why, "failed (exit code %d%s%.180s)", (int)r->exit_code,
-                             m ? ": " : "", m ? m : "");
-                    task_failed(c, j, t, (int)r->exit_code, false, why, now);
-                }
+                task_reported_failed(c, j, t, r, now);
             }
         }
     }
     admit_all(c, now);
-}
-
-int coord_job_membership(const coord_cluster *c, const coord_job *j) {
-    int workers = j->spec.replicas.worker;
-    for (int i = 0; i < c->n_nodes; i++) {
-        const coord_node *n = c->nodes[i];
-        if (n->draining[0] && !n->lost && !n->deleted && !strcmp(n->draining, j->name) &&
-            n->index >= workers)
-            workers = n->index + 1;
-    }
-    return workers;
-}
-
-void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,
-                         coord_task **task) {
-    *job = n->job[0] ? coord_job_find(c, n->job) : NULL;
-    *task = *job ? coord_task_find(*job, n->type, n->index) : NULL;
 }
 
 void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
@@ -1161,7 +860,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         coord_job *j = c->jobs[i];
         if (j->deleted || !training_complete(j))
             continue;
-        coord_condition *k = find_condition(j, "TrainingComplete");
+        coord_condition *k = coord_job_find_condition(j, "TrainingComplete");
         if (now - k->time <= COORD_EVALUATOR_GRACE_SECONDS)
             continue;
         snprintf(msg, sizeof msg,

@@ -305,10 +305,6 @@ bool coord_job_finished(const coord_job *j);
 const char *coord_phase_name(coord_phase p);
 const char *coord_task_state_name(coord_task_state s);
 
-/* The TF_CONFIG of one task (new string, pf_free), NULL when the job has no such task or
- * no agents yet (*why says which). */
-char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why);
-
 /* --- nodes --- */
 
 /* Registers (or updates: idempotent on id) an agent; memory: the bytes it offers its tasks,

@@ -1,6 +1,6 @@
 /* cluster_events.c - the state machine's event queue (part of cluster.h): each change a
  * client should see is queued as a snapshot taken when it happened, for the caller to
- * persist and publish (coord_cluster_take_events).
+ * persist and publish (coord_cluster_take_events), with the job summary a job event carries.
  */
 #include "coordinator/cluster_events.h"
 
@@ -36,6 +36,41 @@ void coord_event_deinit(coord_event *e) {
     else if (e->type == COORD_EVENT_CHECKPOINT)
         pf_free(e->u.checkpoint.files), pf_free(e->u.checkpoint.kept);
     memset(e, 0, sizeof *e);
+}
+
+/* The newest condition that holds: what a list item names as the reason for its phase. */
+static const char *latest_reason(const coord_job *j) {
+    const coord_condition *best = NULL;
+    for (int i = 0; i < j->n_conds; i++)
+        if (!strcmp(j->conds[i].status, "True") && (!best || j->conds[i].time >= best->time))
+            best = &j->conds[i];
+    return best ? best->reason : "";
+}
+
+void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", j->name);
+    out->phase = j->phase;
+    snprintf(out->reason, sizeof out->reason, "%s", latest_reason(j));
+    snprintf(out->message, sizeof out->message, "%s", j->message);
+    out->sync = j->spec.training.mode == PF_MODE_SYNC;
+    out->global_step = j->global_step;
+    out->max_steps = (int64_t)j->spec.training.max_steps;
+    out->loss = j->loss;
+    out->accuracy = j->accuracy;
+    out->examples_per_sec = j->examples_per_sec;
+    out->steps_per_sec = j->steps_per_sec;
+    out->create_time = j->create_time;
+    out->start_time = j->start_time;
+    out->completion_time = j->completion_time;
+    out->restarts = j->restarts;
+    for (int i = 0; i < j->n_tasks; i++) {
+        if (!strcmp(j->tasks[i].type, "evaluator"))
+            continue; /* replicas counts the training cluster: ps and training tasks */
+        int w = strcmp(j->tasks[i].type, "ps") != 0;
+        out->desired[w]++;
+        out->ready[w] += j->tasks[i].state == TASK_RUNNING;
+    }
 }
 
 coord_event *coord_cluster_take_events(coord_cluster *c, int *n) {

@@ -206,6 +206,23 @@ coord_task *coord_task_find(coord_job *j, const char *type, int index) {
 }
 
 /* Rows per second between two counts; 0 when the count went back (a restarted ps). */
+int coord_job_membership(const coord_cluster *c, const coord_job *j) {
+    int workers = j->spec.replicas.worker;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *n = c->nodes[i];
+        if (n->draining[0] && !n->lost && !n->deleted && !strcmp(n->draining, j->name) &&
+            n->index >= workers)
+            workers = n->index + 1;
+    }
+    return workers;
+}
+
+void coord_node_assigned(const coord_cluster *c, const coord_node *n, coord_job **job,
+                         coord_task **task) {
+    *job = n->job[0] ? coord_job_find(c, n->job) : NULL;
+    *task = *job ? coord_task_find(*job, n->type, n->index) : NULL;
+}
+
 static double rate(int64_t before, int64_t after, double seconds) {
     return after >= before && seconds > 0 ? (double)(after - before) / seconds : 0;
 }

@@ -12,6 +12,7 @@
 
 #include "psflow/mem.h"
 #include "psflow/text.h"
+#include "psflow/tf_config.h"
 
 json_t *coord_time_json(double t) {
     if (t <= 0)
@@ -183,40 +184,6 @@ json_t *coord_node_json(const coord_node *n, double now) {
 
 /* --- job summaries (list items and job events) --- */
 
-static const char *latest_reason(const coord_job *j) {
-    const coord_condition *best = NULL;
-    for (int i = 0; i < j->n_conds; i++)
-        if (!strcmp(j->conds[i].status, "True") && (!best || j->conds[i].time >= best->time))
-            best = &j->conds[i];
-    return best ? best->reason : "";
-}
-
-void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", j->name);
-    out->phase = j->phase;
-    snprintf(out->reason, sizeof out->reason, "%s", latest_reason(j));
-    snprintf(out->message, sizeof out->message, "%s", j->message);
-    out->sync = j->spec.training.mode == PF_MODE_SYNC;
-    out->global_step = j->global_step;
-    out->max_steps = (int64_t)j->spec.training.max_steps;
-    out->loss = j->loss;
-    out->accuracy = j->accuracy;
-    out->examples_per_sec = j->examples_per_sec;
-    out->steps_per_sec = j->steps_per_sec;
-    out->create_time = j->create_time;
-    out->start_time = j->start_time;
-    out->completion_time = j->completion_time;
-    out->restarts = j->restarts;
-    for (int i = 0; i < j->n_tasks; i++) {
-        if (!strcmp(j->tasks[i].type, "evaluator"))
-            continue; /* replicas counts the training cluster: ps and training tasks */
-        int w = strcmp(j->tasks[i].type, "ps") != 0;
-        out->desired[w]++;
-        out->ready[w] += j->tasks[i].state == TASK_RUNNING;
-    }
-}
-
 static json_t *summary_json(const coord_job_summary *s) {
     return json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:f, s:o, s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:i, "
@@ -238,6 +205,60 @@ json_t *coord_job_summary_json(const coord_job *j) {
     coord_job_summary s;
     coord_job_summarize(j, &s);
     return summary_json(&s);
+}
+
+/* --- TF_CONFIG and assignments --- */
+
+char *coord_job_tf_config(const coord_job *j, const char *type, int index, const char **why) {
+    *why = NULL;
+    coord_task *self = coord_task_find((coord_job *)j, type, index);
+    if (!self) {
+        *why = "the job has no such task";
+        return NULL;
+    }
+    /* Every task has an agent's address but workers added by a live scale-up that have none
+     * yet: they get their agents all at once (replace_tasks), and until then the cluster
+     * lists the workers before them, so each listed index is the task's own. */
+    int workers = 0;
+    bool gap = false;
+    for (int i = 0; i < j->n_tasks; i++) {
+        const coord_task *t = &j->tasks[i];
+        bool worker = !strcmp(t->type, "worker");
+        if (!t->address[0] && (!worker || t->incarnation))
+            gap = true;
+        else if (worker && t->address[0])
+            gap |= workers++ != t->index; /* an addressed worker after one without */
+    }
+    if (gap) {
+        *why = "the job has no agents assigned yet";
+        return NULL;
+    }
+    if (!self->address[0]) {
+        *why = "the task has no agent assigned yet";
+        return NULL;
+    }
+    pf_tf_config cfg;
+    pf_tf_config_init(&cfg);
+    static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
+    const char *addrs[PF_MAX_REPLICAS];
+    char *out = NULL;
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        int n = 0;
+        for (int i = 0; i < j->n_tasks; i++)
+            if (!strcmp(j->tasks[i].type, types[k]) && j->tasks[i].address[0])
+                addrs[n++] = j->tasks[i].address;
+        if (n && pf_tf_config_add_job(&cfg, types[k], addrs, n) != PF_OK)
+            goto done;
+    }
+    cfg.has_task = true;
+    snprintf(cfg.task_type, sizeof cfg.task_type, "%s", type);
+    cfg.task_index = index;
+    out = pf_tf_config_format(&cfg);
+done:
+    pf_tf_config_deinit(&cfg);
+    if (!out && !*why)
+        *why = "out of memory";
+    return out;
 }
 
 json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {

@@ -9,7 +9,7 @@
 #include "psflow/mem.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
-#include "coordinator/coord_server.h"
+#include "coordinator/coordinator_internal.h"
 
 /* The message of a field error without the "<pointer>: " prefix pf_error puts on it: the
  * problem's errors[] carry the pointer separately. */
@@ -665,6 +665,48 @@ static int collect_log(int64_t id, const char *kind, const char *job, const char
     return 0;
 }
 
+/* GET /api/v1/jobs/{name}/metrics: the stored points from since_step on, and each ps
+ * task's count of stale gradients. */
+static void get_metrics(coord_server *s, coord_request *rq, coord_reply *rp, const coord_job *j) {
+    long long since, max_points;
+    if (!coord_query_long(rq, rp, "since_step", 0, INT64_MAX, 0, &since) &&
+        !coord_query_long(rq, rp, "max_points", 1, 100000, 2000, &max_points)) {
+        json_t *m = coord_store_metrics(s->store, j->name, since, (int)max_points);
+        json_t *stale = json_object();
+        for (int i = 0; m && stale && i < j->n_tasks; i++)
+            if (!strcmp(j->tasks[i].type, "ps")) {
+                char key[32];
+                snprintf(key, sizeof key, "ps-%d", j->tasks[i].index);
+                json_object_set_new(stale, key, json_integer(j->tasks[i].stale));
+            }
+        if (m)
+            json_object_set_new(m, "stale", stale);
+        else
+            json_decref(stale);
+        coord_reply_json(rp, 200, m);
+    }
+}
+
+/* GET /api/v1/jobs/{name}/events: the job's log lines after since_id. */
+static void get_events(coord_server *s, coord_request *rq, coord_reply *rp, const coord_job *j) {
+    long long since;
+    if (!coord_query_long(rq, rp, "since_id", 0, INT64_MAX, 0, &since)) {
+        log_collect l = {json_array()};
+        coord_store_events_after(s->store, since, j->name, "log", 1000, collect_log, &l);
+        /* Only this job's log, not the agent-wide lines that have no job. */
+        json_t *items = json_array();
+        size_t i;
+        json_t *v;
+        json_array_foreach(l.items, i, v) {
+            const char *vj = json_string_value(json_object_get(v, "job"));
+            if (vj && !strcmp(vj, j->name))
+                json_array_append(items, v);
+        }
+        json_decref(l.items);
+        coord_reply_json(rp, 200, json_pack("{s:o}", "items", items));
+    }
+}
+
 int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     if (rq->n_seg < 1 || strcmp(rq->seg[0], "jobs") != 0)
         return 0;
@@ -740,42 +782,11 @@ int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     } else if (!strcmp(sub, "placement")) {
         coord_reply_json(rp, 200, placement_json(j));
     } else if (!strcmp(sub, "metrics")) {
-        long long since, max_points;
-        if (!coord_query_long(rq, rp, "since_step", 0, INT64_MAX, 0, &since) &&
-            !coord_query_long(rq, rp, "max_points", 1, 100000, 2000, &max_points)) {
-            json_t *m = coord_store_metrics(s->store, j->name, since, (int)max_points);
-            json_t *stale = json_object();
-            for (int i = 0; m && stale && i < j->n_tasks; i++)
-                if (!strcmp(j->tasks[i].type, "ps")) {
-                    char key[32];
-                    snprintf(key, sizeof key, "ps-%d", j->tasks[i].index);
-                    json_object_set_new(stale, key, json_integer(j->tasks[i].stale));
-                }
-            if (m)
-                json_object_set_new(m, "stale", stale);
-            else
-                json_decref(stale);
-            coord_reply_json(rp, 200, m);
-        }
+        get_metrics(s, rq, rp, j);
     } else if (!strcmp(sub, "checkpoints")) {
         coord_reply_json(rp, 200, coord_store_checkpoints(s->store, j->name));
     } else if (!strcmp(sub, "events")) {
-        long long since;
-        if (!coord_query_long(rq, rp, "since_id", 0, INT64_MAX, 0, &since)) {
-            log_collect l = {json_array()};
-            coord_store_events_after(s->store, since, j->name, "log", 1000, collect_log, &l);
-            /* Only this job's log, not the agent-wide lines that have no job. */
-            json_t *items = json_array();
-            size_t i;
-            json_t *v;
-            json_array_foreach(l.items, i, v) {
-                const char *vj = json_string_value(json_object_get(v, "job"));
-                if (vj && !strcmp(vj, j->name))
-                    json_array_append(items, v);
-            }
-            json_decref(l.items);
-            coord_reply_json(rp, 200, json_pack("{s:o}", "items", items));
-        }
+        get_events(s, rq, rp, j);
     }
     pthread_mutex_unlock(&s->lock);
     return 1;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "psflow/address.h"
-#include "coordinator/coord_server.h"
+#include "coordinator/coordinator_internal.h"
 
 static int valid_id(const char *id) {
     size_t n = strlen(id);

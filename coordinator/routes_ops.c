@@ -12,7 +12,7 @@
 #include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/version.h"
-#include "coordinator/coord_server.h"
+#include "coordinator/coordinator_internal.h"
 
 #define METRICS_MAX (64u << 20) /* bytes of /metrics text: far above any real cluster's */
 #define FILE_MAX    (16u << 20) /* bytes of openapi.yaml or the job schema */

@@ -1,13 +1,16 @@
-/* coord_server.h - what the coordinator's HTTP glue (http.c) and its route handlers (routes_*.c)
- * share: the server object, the request/reply records, and the commit step that persists a
- * change and publishes its events.
+/* coordinator_internal.h - what the files of the coordinator's server share: the server
+ * object, the request/reply records and the helpers to read and answer a request
+ * (http_reply.c), the commit step that persists a change and publishes its events
+ * (commit.c), the route handlers (routes_*.c) and the HTTP daemon that calls them (http.c).
+ * Layered, each file calling only those listed before it: http_reply.c, commit.c,
+ * routes_*.c, http.c, coordinator.c (the process's lifecycle).
  *
  * Threads: libmicrohttpd runs one thread per connection; every handler takes s->lock for
  * the whole parse-apply-persist step, so the cluster and the store see one caller at a
  * time. Event streams wait on s->changed.
  */
-#ifndef PSFLOW_COORDINATOR_COORD_SERVER_H
-#define PSFLOW_COORDINATOR_COORD_SERVER_H
+#ifndef PSFLOW_COORDINATOR_COORDINATOR_INTERNAL_H
+#define PSFLOW_COORDINATOR_COORDINATOR_INTERNAL_H
 
 #include <jansson.h>
 #include <pthread.h>
@@ -94,23 +97,14 @@ typedef struct coord_reply {
     int close;         /* send "Connection: close" and end the connection */
 } coord_reply;
 
+/* --- reading and answering a request (http_reply.c) --- */
+
 /* Sets a JSON reply (steals json; NULL means out of memory -> 500). */
 void coord_reply_json(coord_reply *r, int status, json_t *json);
 /* Sets an application/problem+json reply; errors (stolen, may be NULL) is an array of
  * {pointer, message}. */
 void coord_reply_problem(coord_reply *r, int status, json_t *errors, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-
-/* Persists what the cluster marked dirty plus, inside the same transaction, whatever
- * extra() writes (may be NULL), then publishes the queued events. Caller holds s->lock.
- * Returns 0, or -1 after rolling back (the in-memory state is reloaded from the database
- * so it matches what was committed). */
-int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void *ctx), void *ctx);
-
-double coord_now(void);
-
-/* Starts the HTTP daemon (http.c); NULL with err set when it cannot listen. */
-struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err);
 
 /* Parses a JSON body that must be an object; on failure sets a 400 reply naming the
  * problem and returns NULL. */
@@ -123,10 +117,30 @@ const char *coord_query(const coord_request *rq, const char *name);
 int coord_query_long(const coord_request *rq, coord_reply *rp, const char *name, long long min,
                      long long max, long long fallback, long long *out);
 
+/* --- the commit step (commit.c) --- */
+
+/* Persists what the cluster marked dirty plus, inside the same transaction, whatever
+ * extra() writes (may be NULL), then publishes the queued events. Caller holds s->lock.
+ * Returns 0, or -1 after rolling back (the in-memory state is reloaded from the database
+ * so it matches what was committed). */
+int coord_commit(coord_server *s, double now, int (*extra)(coord_store *st, void *ctx), void *ctx);
+
+/* The wall clock, Unix seconds: the `now` of every handler. */
+double coord_now(void);
+/* Frees the recent events kept for the streams (at destroy). */
+void coord_ring_clear(coord_server *s);
+
+/* --- the route handlers (routes_*.c) --- */
+
 /* Route handlers: return 1 when they handled the path (rp set), 0 when it is not theirs. */
 int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp);
 int coord_routes_nodes(coord_server *s, coord_request *rq, coord_reply *rp);
 /* /livez /readyz /version /metrics; rq->path is the full path. */
 int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp);
+
+/* --- the HTTP daemon (http.c) --- */
+
+/* Starts the HTTP daemon; NULL with err set when it cannot listen. */
+struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err);
 
 #endif

@@ -1,0 +1,377 @@
+/* test_cluster_reports.c - what a job's tasks report to the coordinator's state machine
+ * (coordinator/cluster.c, cluster_reports.c), driven in-process with explicit times: the
+ * chief's success (and the evaluator's last word), metrics that arrive after the end,
+ * rollbacks and the step training goes on from, and the newest checkpoint. The rest of the
+ * state machine is in test_cluster.c.
+ *
+ * Agents are simulated by calling coord_node_register and coord_node_heartbeat with the
+ * reports of api/rest.md; no test sleeps: `now` is an argument.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/support/cluster_fixture.h"
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_json.h"
+#include "psflow/mem.h"
+#include "psflow/spec.h"
+
+/* --- success and reports ---------------------------------------------------------------------- */
+
+/* The chief's success ends the job: every task succeeded, every agent released. */
+static void test_chief_success(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "success", "", T0, &ps, &w);
+    /* Ticks of a running job add no condition (TrainingComplete is for an evaluator). */
+    coord_cluster_tick(&c, T0 + 1);
+    report(&c, ps, "running", 0, T0 + 2);
+    report(&c, w, "running", 0, T0 + 2);
+    coord_cluster_tick(&c, T0 + 3);
+    assert_null(find_condition(j, "TrainingComplete"));
+    int n_conds = j->n_conds;
+    json_t *r =
+        json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded", "job",
+                  "success", "generation", 1, "type", "worker", "index", 0, "exit_code", 0,
+                  "result", "accuracy", 0.89, "test_loss", 0.31, "steps", 100);
+    coord_node_heartbeat_json(&c, w, r, T0 + 10);
+    json_decref(r);
+    assert_int_equal(j->phase, COORD_SUCCEEDED);
+    assert_condition(j, "Succeeded", "True", "JobSucceeded");
+    assert_int_equal(j->n_conds, n_conds + 1);
+    assert_string_equal(j->message, "reached step 100 of 100; test accuracy 0.8900");
+    assert_int_equal(j->global_step, 100);
+    assert_true(j->accuracy == 0.89);
+    assert_true(j->completion_time == T0 + 10);
+    for (int k = 0; k < j->n_tasks; k++)
+        assert_int_equal(j->tasks[k].state, TASK_SUCCEEDED);
+    assert_string_equal(ps->job, "");
+    assert_string_equal(w->job, "");
+    coord_cluster_deinit(&c);
+}
+
+/* With an evaluator still running when the chief succeeds, the job stays Running
+ * (TrainingComplete) and its training agents are freed; it succeeds when the evaluator ends,
+ * failed or not, or after COORD_EVALUATOR_GRACE_SECONDS. A ps agent lost meanwhile changes
+ * nothing. */
+static void test_success_waits_for_evaluator(void **state) {
+    (void)state;
+    for (int how = 0; how < 3; how++) { /* evaluator succeeds, fails, never ends */
+        coord_cluster c;
+        coord_cluster_init(&c, LEASE);
+        pf_job_spec spec;
+        make_spec(&spec, "evalwait", 1, 1, "");
+        spec.replicas.evaluator = 1;
+        coord_job *j = submit(&c, &spec, T0);
+        coord_node *ps = add_node(&c, "ps-a", "ps", T0);
+        coord_node *w = add_node(&c, "w-a", "worker", T0);
+        coord_node *e = add_node(&c, "w-b", "worker", T0);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        report(&c, ps, "running", 0, T0);
+        report(&c, w, "running", 0, T0);
+        report(&c, e, "running", 0, T0);
+        assert_int_equal(task_of(j, "evaluator", 0)->state, TASK_RUNNING);
+        json_t *r =
+            json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded",
+                      "job", "evalwait", "generation", 1, "type", "worker", "index", 0, "exit_code",
+                      0, "result", "accuracy", 0.89, "test_loss", 0.31, "steps", 100);
+        coord_node_heartbeat_json(&c, w, r, T0 + 10);
+        json_decref(r);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_condition(j, "TrainingComplete", "True", "ChiefSucceeded");
+        assert_non_null(strstr(j->message, "evaluator's final evaluation"));
+        assert_int_equal(task_of(j, "worker", 0)->state, TASK_SUCCEEDED);
+        assert_int_equal(task_of(j, "ps", 0)->state, TASK_SUCCEEDED);
+        assert_int_equal(task_of(j, "evaluator", 0)->state, TASK_RUNNING);
+        assert_string_equal(ps->job, "");
+        assert_string_equal(w->job, "");
+        assert_string_equal(e->job, "evalwait");
+        /* Training is over: no scaling, no suspension (409 for the API: no pointer). */
+        pf_error err;
+        assert_int_equal(coord_job_patch(&c, j, 2, -1, T0 + 11, &err), PF_ERR_INVALID);
+        assert_string_equal(err.pointer, "");
+        assert_non_null(strstr(err.message, "TrainingComplete"));
+        assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 11, &err), PF_ERR_INVALID);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_int_equal(j->spec.replicas.worker, 1);
+        assert_int_equal(j->n_tasks, 3);
+        /* The ps agent goes silent: no restart, the job still waits for the evaluator. */
+        report(&c, e, "running", 0, T0 + 2 * LEASE);
+        coord_cluster_tick(&c, T0 + 3 * LEASE);
+        assert_int_equal(j->phase, COORD_RUNNING);
+        assert_int_equal(j->restarts, 0);
+        if (how == 0) {
+            report(&c, e, "succeeded", 0, T0 + 40);
+            assert_int_equal(task_of(j, "evaluator", 0)->state, TASK_SUCCEEDED);
+        } else if (how == 1) {
+            report(&c, e, "failed", 1, T0 + 40);
+            assert_int_equal(take_events(&c, "log", "EvaluatorFailed"), 1);
+        } else {
+            for (double t = T0 + 40; t < T0 + 10 + COORD_EVALUATOR_GRACE_SECONDS; t += 5) {
+                report(&c, e, "running", 0, t);
+                coord_cluster_tick(&c, t);
+                assert_int_equal(j->phase, COORD_RUNNING);
+            }
+            report(&c, e, "running", 0, T0 + 11 + COORD_EVALUATOR_GRACE_SECONDS);
+            coord_cluster_tick(&c, T0 + 11 + COORD_EVALUATOR_GRACE_SECONDS);
+            assert_int_equal(take_events(&c, "log", "EvaluatorTimeout"), 1);
+        }
+        assert_int_equal(j->phase, COORD_SUCCEEDED);
+        assert_condition(j, "Succeeded", "True", "JobSucceeded");
+        assert_string_equal(j->message, "reached step 100 of 100; test accuracy 0.8900");
+        assert_string_equal(e->job, "");
+        coord_cluster_deinit(&c);
+    }
+}
+
+/* Metric points update the job's step, loss and rates while it runs; points that arrive
+ * after it finished are kept in the history (events) but leave its summary as it ended. */
+static void test_metrics_after_end(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "metrics", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *nodes[3] = {add_node(&c, "ps-a", "ps", T0), add_node(&c, "w-a", "worker", T0),
+                            add_node(&c, "w-b", "worker", T0)};
+    for (int i = 0; i < 3; i++)
+        report(&c, nodes[i], "running", 0, T0 + 1);
+    assert_true(isnan(j->loss));
+    take_events(&c, NULL, NULL);
+
+    json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}, {s:i, s:f, s:f, s:f}]", "step", 10, "time",
+                           T0 + 2, "loss", 0.5, "examples_per_sec", 100.0, "step", 12, "time",
+                           T0 + 2.1, "loss", 0.4, "examples_per_sec", 110.0);
+    coord_job_record_metrics_json(&c, j, "worker-0", p0, NULL, T0 + 2.2);
+    json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 13, "time", T0 + 2.3, "loss", 0.35,
+                           "examples_per_sec", 90.0);
+    coord_job_record_metrics_json(&c, j, "worker-1", p1, NULL, T0 + 2.4);
+    assert_int_equal(take_events(&c, "metric", NULL), 3);
+    assert_int_equal(j->global_step, 13);
+    assert_true(j->loss == 0.35);
+    assert_true(j->examples_per_sec == 200.0);
+    assert_int_equal(task_of(j, "worker", 0)->step, 12);
+
+    coord_job_cancel(&c, j, T0 + 3);
+    take_events(&c, NULL, NULL);
+    json_t *late = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 20, "time", T0 + 4, "loss", 0.1,
+                             "examples_per_sec", 500.0);
+    coord_job_record_metrics_json(&c, j, "worker-0", late, NULL, T0 + 4);
+    assert_int_equal(take_events(&c, "metric", NULL), 1);
+    assert_int_equal(j->global_step, 13);
+    assert_true(j->loss == 0.35);
+    assert_true(j->examples_per_sec == 200.0);
+    assert_int_equal(task_of(j, "worker", 0)->step, 12);
+
+    /* A late evaluation still gives the job its accuracy. */
+    json_t *evals = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 20, "time", T0 + 5, "accuracy", 0.9,
+                              "test_loss", 0.3);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, evals, T0 + 5);
+    assert_true(j->accuracy == 0.9);
+    assert_true(j->test_loss == 0.3);
+    assert_int_equal(j->global_step, 13);
+    assert_int_equal(j->phase, COORD_FAILED);
+
+    /* An evaluation with only a test loss (or only an accuracy) leaves the other figure as
+     * it was instead of blanking it. */
+    json_t *loss_only =
+        json_pack("[{s:i, s:f, s:f}]", "step", 21, "time", T0 + 6, "test_loss", 0.25);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, loss_only, T0 + 6);
+    assert_true(j->accuracy == 0.9);
+    assert_true(j->test_loss == 0.25);
+    json_t *acc_only = json_pack("[{s:i, s:f, s:f}]", "step", 22, "time", T0 + 7, "accuracy", 0.91);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, acc_only, T0 + 7);
+    assert_true(j->accuracy == 0.91);
+    assert_true(j->test_loss == 0.25);
+    json_decref(loss_only);
+    json_decref(acc_only);
+    json_decref(p0);
+    json_decref(p1);
+    json_decref(late);
+    json_decref(evals);
+    coord_cluster_deinit(&c);
+}
+
+/* The chief's rollback: a RolledBack condition and event naming both steps, and
+ * global_step back at the step training continues from (not the high-water mark). */
+static void test_rollback_global_step(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "rollback", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *nodes[3] = {add_node(&c, "ps-a", "ps", T0), add_node(&c, "w-a", "worker", T0),
+                            add_node(&c, "w-b", "worker", T0)};
+    for (int i = 0; i < 3; i++)
+        report(&c, nodes[i], "running", 0, T0 + 1);
+    json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 800, "time", T0 + 2, "loss", 0.5,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
+    assert_int_equal(j->global_step, 800);
+    take_events(&c, NULL, NULL);
+    coord_job_record_rollback(&c, j, 800, 400, -1, NULL, NULL, T0 + 3);
+    assert_int_equal(j->global_step, 400);
+    assert_condition(j, "RolledBack", "True", "PsRestarted");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message, "from step 800"));
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message, "step 400"));
+    assert_int_equal(take_events(&c, "log", "PsRestarted"), 1);
+    json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 450, "time", T0 + 4, "loss", 0.4,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p1, NULL, T0 + 4);
+    assert_int_equal(j->global_step, 450);
+    /* Reported with points from after it: global_step is the newest of those. */
+    coord_job_record_rollback(&c, j, 450, 400, 420, NULL, NULL, T0 + 5);
+    assert_int_equal(j->global_step, 420);
+    /* A non-finite rollback: its reason, and the chief's message as the condition's. */
+    coord_job_record_rollback(&c, j, 430, 400, -1, "NonFiniteLoss",
+                              "non-finite value: every ps rolled back from step 430 to "
+                              "checkpoint step 400; data step 430 skipped",
+                              T0 + 6);
+    assert_int_equal(j->global_step, 400);
+    assert_condition(j, "RolledBack", "True", "NonFiniteLoss");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message, "data step 430 skipped"));
+    assert_int_equal(take_events(&c, "log", "NonFiniteLoss"), 1);
+    json_decref(p0);
+    json_decref(p1);
+    coord_cluster_deinit(&c);
+}
+
+/* A gang restart is a rollback too: the ps tasks restore the newest checkpoint, so the job's
+ * RolledBack condition and event name both steps and global_step goes back to the checkpoint;
+ * what the previous generation's tasks report late does not raise it again. */
+static void test_gang_restart_rollback(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "gang", "", T0, &ps, &w);
+    coord_job_record_checkpoint(&c, j, 200, 1000, NULL, NULL, -1, T0 + 1);
+    json_t *p0 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 350, "time", T0 + 2, "loss", 0.5,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p0, NULL, T0 + 2);
+    assert_int_equal(j->global_step, 350);
+
+    /* The ps agent is lost: the gang restarts from checkpoint 200. */
+    report(&c, w, "running", 0, T0 + 8);
+    report(&c, ps, "running", 0, T0 + 2);
+    coord_cluster_tick(&c, T0 + 2.5 + LEASE);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_int_equal(j->global_step, 350); /* nothing restored yet */
+    report(&c, w, "idle", 0, T0 + 13);
+    take_events(&c, NULL, NULL);
+    add_node(&c, "ps-a", "ps", T0 + 13.5);
+    assert_int_equal(j->generation, 2);
+    assert_condition(j, "Running", "True", "JobRestarted");
+    assert_int_equal(j->global_step, 200);
+    assert_condition(j, "RolledBack", "True", "JobRestarted");
+    const char *msg = find_condition(j, "RolledBack")->message;
+    assert_non_null(strstr(msg, "rolled back from step 350 to checkpoint step 200"));
+    assert_non_null(strstr(msg, "generation 2"));
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
+
+    /* The previous generation's chief's last report arrives late: not the job's step any
+     * more. */
+    json_t *late = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 360, "time", T0 + 3, "loss", 0.5,
+                             "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", late, NULL, T0 + 14);
+    assert_int_equal(j->global_step, 200);
+    /* The new generation runs; its chief reports from the checkpoint on. */
+    report(&c, ps, "running", 0, T0 + 14.5);
+    report(&c, w, "running", 0, T0 + 14.5);
+    json_t *p1 = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 230, "time", T0 + 15, "loss", 0.4,
+                           "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p1, NULL, T0 + 15);
+    assert_int_equal(j->global_step, 230);
+
+    /* A restart with no newer checkpoint than the step: nothing to roll back. */
+    coord_job_record_checkpoint(&c, j, 230, 1000, NULL, NULL, -1, T0 + 16);
+    report(&c, w, "running", 0, T0 + 20);
+    coord_cluster_tick(&c, T0 + 15 + LEASE);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, w, "idle", 0, T0 + 26);
+    take_events(&c, NULL, NULL);
+    add_node(&c, "ps-a", "ps", T0 + 26.5);
+    assert_int_equal(j->generation, 3);
+    assert_int_equal(j->global_step, 230);
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 1);
+    json_decref(p0);
+    json_decref(late);
+    json_decref(p1);
+    coord_cluster_deinit(&c);
+}
+
+/* A gang restart before the job's first checkpoint starts training again from step 0: the
+ * job says so (RolledBack) and its global step goes back to 0. */
+static void test_gang_restart_before_checkpoint(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "early", "", T0, &ps, &w);
+    json_t *p = json_pack("[{s:i, s:f, s:f, s:f}]", "step", 150, "time", T0 + 2, "loss", 0.5,
+                          "examples_per_sec", 100.0);
+    coord_job_record_metrics_json(&c, j, "chief", p, NULL, T0 + 2);
+    json_decref(p);
+    assert_int_equal(j->global_step, 150);
+    assert_false(j->has_checkpoint);
+
+    report(&c, ps, "failed", 137, T0 + 3); /* the ps: the gang restarts */
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, ps, "idle", 0, T0 + 4);
+    report(&c, w, "idle", 0, T0 + 4);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_int_equal(j->global_step, 0);
+    assert_condition(j, "RolledBack", "True", "JobRestarted");
+    assert_non_null(strstr(find_condition(j, "RolledBack")->message,
+                           "with no checkpoint reported (the ps tasks restore the newest on "
+                           "disk): every ps rolled back from step 150 to checkpoint step 0"));
+    assert_int_equal(take_events(&c, "log", "JobRestarted"), 2); /* Running, then RolledBack */
+    coord_cluster_deinit(&c);
+}
+
+/* The checkpoint a gang restart rolls back to is the newest on disk: a report retried after a
+ * newer one (its agent could not deliver it at first) does not take it back, and a newer step
+ * that `kept` names counts even when its own report was lost. */
+static void test_checkpoint_step_newest(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "ckpt", "", T0, &ps, &w);
+    coord_job_record_checkpoint(&c, j, 600, 1000, NULL, "[500,600]", 600, T0 + 1);
+    assert_true(j->has_checkpoint);
+    assert_int_equal(j->checkpoint_step, 600);
+    coord_job_record_checkpoint(&c, j, 500, 1000, NULL, "[400,500]", 500, T0 + 2);
+    assert_int_equal(j->checkpoint_step, 600);
+    assert_int_equal(take_events(&c, "checkpoint", NULL), 2); /* both are listed */
+    coord_job_record_checkpoint(&c, j, 700, 1000, NULL, "[600,700,800]", 800, T0 + 3);
+    assert_int_equal(j->checkpoint_step, 800);
+    coord_cluster_deinit(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chief_success),
+        cmocka_unit_test(test_success_waits_for_evaluator),
+        cmocka_unit_test(test_metrics_after_end),
+        cmocka_unit_test(test_rollback_global_step),
+        cmocka_unit_test(test_gang_restart_rollback),
+        cmocka_unit_test(test_gang_restart_before_checkpoint),
+        cmocka_unit_test(test_checkpoint_step_newest),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
 #include "cli/options.h"
 #include "psflow/mem.h"
 
@@ -51,6 +51,15 @@ char *api_url_escape(const char *s, char *dst, size_t cap) {
     return dst;
 }
 
+int api_job_ref_init(api_job_ref *j, const char *cmd, const char *name, const char *suffix) {
+    j->name = name;
+    if (!api_url_escape(name, j->escaped, sizeof j->escaped))
+        return cli_usage_error(cmd, "job NAME too long");
+    snprintf(j->path, sizeof j->path, "/api/v1/jobs/%s%s", j->escaped, suffix);
+    snprintf(j->not_found, sizeof j->not_found, "no job named '%s'", name);
+    return 0;
+}
+
 int api_url(const api_client *c, const char *path, char *url, size_t cap) {
     int n = snprintf(url, cap, "%s%s", c->base, path);
     if (n < 0 || (size_t)n >= cap) {
@@ -79,6 +88,16 @@ int api_call(const api_client *c, const char *method, const char *path, const ch
     fprintf(stderr, "psflow %s: %s%s\n", c->cmd,
             st == PF_ERR_UNAVAILABLE ? "coordinator unreachable: " : "", why.message);
     return pf_exit_code(st);
+}
+
+int api_call_job(const api_client *c, const char *method, const api_job_ref *j,
+                 pf_http_response *out) {
+    int rc = api_call(c, method, j->path, NULL, 0, API_REQUEST_TIMEOUT, out);
+    if (rc || out->status == 200)
+        return rc;
+    rc = api_report_error(c, out, j->not_found);
+    pf_http_response_deinit(out);
+    return rc;
 }
 
 const char *api_jstr(const json_t *o, const char *key) {
@@ -210,33 +229,6 @@ void api_format_steps(const api_job_view *v, char *buf, size_t cap) {
         snprintf(buf, cap, "%lld/%lld", v->step, v->max_steps);
     else
         snprintf(buf, cap, "%lld", v->step);
-}
-
-int api_parse_args(const char *cmd, int argc, char **argv, cli_option *opts, int n_opts,
-                   cli_args *args) {
-    char *copy[64];
-    if (argc > (int)(sizeof copy / sizeof copy[0])) {
-        fprintf(stderr, "psflow %s: too many arguments\n", cmd);
-        return -1;
-    }
-    for (int i = 0; i < argc; i++)
-        copy[i] = strcmp(argv[i], "-o") ? argv[i] : "--output";
-    return cli_parse(cmd, argc, copy, opts, n_opts, args);
-}
-
-int api_output_json(const char *cmd, const cli_option *opts, int n_opts) {
-    const char *o = cli_get(opts, n_opts, "output");
-    if (!o || !strcmp(o, "text"))
-        return 0;
-    if (!strcmp(o, "json"))
-        return 1;
-    fprintf(stderr, "psflow %s: -o/--output must be text or json, got '%s'\n", cmd, o);
-    return -1;
-}
-
-int api_usage_error(const char *cmd, const char *what) {
-    fprintf(stderr, "psflow %s: %s (see 'psflow %s --help')\n", cmd, what, cmd);
-    return PF_EX_USAGE;
 }
 
 void api_print_body(const pf_http_response *r) {

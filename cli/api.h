@@ -1,7 +1,7 @@
 /* api.h - what the clients of the coordinator's REST API share (psflow submit, list, get,
  * watch, cancel, tfconfig, health): the coordinator's address and token, one request with
  * its failure mapped to an exit code, problem+json errors, the job state as the API shows
- * it, and the options and help texts every client command has.
+ * it, the options and help texts every client command has.
  *
  * Exit codes (psflow/exit_code.h): 65 for a rejected spec (400, 413, 422), 77 for 401/403,
  * 69 when the coordinator is unreachable or answers 5xx, 1 for any other 4xx. Errors are
@@ -24,8 +24,8 @@
 /* The --coordinator and --ca-file options every client command has, and the help text about
  * the token. */
 #define API_COORDINATOR_OPTIONS                                                                    \
-    {"coordinator", "URL",                                                                         \
-     "the coordinator's address, http:// or https:// [" API_DEFAULT_COORDINATOR "]", NULL},        \
+    CLI_OPT("coordinator", "URL",                                                                  \
+            "the coordinator's address, http:// or https:// [" API_DEFAULT_COORDINATOR "]"),       \
         CLI_CA_FILE_OPTION, CLI_TOKEN_FILE_OPTION
 
 #define API_TOKEN_NOTE                                                                             \
@@ -60,6 +60,19 @@ int api_client_init(api_client *c, const char *cmd, const cli_option *opts, int 
  * when the result does not fit. */
 char *api_url_escape(const char *s, char *dst, size_t cap);
 
+/* A job named on the command line: its name percent-encoded, the API path of the job (or
+ * of one of its resources) and the message for a 404. */
+typedef struct api_job_ref {
+    const char *name;
+    char escaped[512];
+    char path[600];      /* /api/v1/jobs/{escaped}{suffix} */
+    char not_found[400]; /* no job named '{name}' */
+} api_job_ref;
+
+/* Fills j for the job `name` and the path suffix ("", "/cancel"). Returns 0, or the usage
+ * exit code after printing "job NAME too long". */
+int api_job_ref_init(api_job_ref *j, const char *cmd, const char *name, const char *suffix);
+
 /* Joins the base URL and a path ("/api/v1/jobs"). Returns 0 or a usage exit code. */
 int api_url(const api_client *c, const char *path, char *url, size_t cap);
 
@@ -72,6 +85,11 @@ pf_status api_try(const api_client *c, const char *method, const char *path, con
  * arrived). */
 int api_call(const api_client *c, const char *method, const char *path, const char *body,
              size_t len, double timeout, pf_http_response *out);
+
+/* Sends METHOD j->path. Returns 0 with a 200 answer in *out (pf_http_response_deinit), else
+ * the exit code after printing the failure or the error answer (j->not_found for a 404). */
+int api_call_job(const api_client *c, const char *method, const api_job_ref *j,
+                 pf_http_response *out);
 
 /* --- JSON answers --- */
 
@@ -107,17 +125,7 @@ void api_view_update(api_job_view *v, const json_t *o);
 /* "step/max_steps", "step" when max_steps is unknown, "-" when the step is. */
 void api_format_steps(const api_job_view *v, char *buf, size_t cap);
 
-/* --- options and output --- */
-
-/* cli_parse with "-o" accepted as a short form of --output. */
-int api_parse_args(const char *cmd, int argc, char **argv, cli_option *opts, int n_opts,
-                   cli_args *args);
-
-/* Reads --output: 0 text, 1 json, -1 after printing a usage error. */
-int api_output_json(const char *cmd, const cli_option *opts, int n_opts);
-
-/* Prints "psflow CMD: WHAT (see 'psflow CMD --help')" and returns the usage exit code. */
-int api_usage_error(const char *cmd, const char *what);
+/* --- output --- */
 
 /* Writes a raw body followed by a newline when it lacks one. */
 void api_print_body(const pf_http_response *r);

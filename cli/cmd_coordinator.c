@@ -4,16 +4,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "coordinator/coordinator.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "cli/options.h"
+#include "coordinator/coordinator.h"
 #include "psflow/http_client.h"
 #include "psflow/address.h"
 #include "psflow/signals.h"
@@ -141,178 +142,233 @@ static int valid_origin(const char *o) {
     return 1;
 }
 
-int cli_coordinator(int argc, char **argv) {
-    cli_option opts[] = {
-        {"listen", "HOST:PORT", "address of the API and dashboard [0.0.0.0:8080]", NULL},
-        {"db", "FILE", "SQLite database of the job state [./psflow.db]", NULL},
-        {"web", "DIR", "dashboard files [installed share/psflow/web, or web/ of the source tree]",
-         NULL},
-        {"lease-seconds", "S", "an agent without a heartbeat for S seconds is lost [10]", NULL},
-        {"max-connections", "N", "concurrent HTTP connections [256]", NULL},
-        {"connection-timeout", "S", "idle HTTP connections are closed after S seconds [30]", NULL},
-        {"max-streams", "N",
-         "event streams open at once; more are told 503 [64, at most max-connections/2]", NULL},
-        {"cors-origin", "ORIGIN",
-         "let pages of ORIGIN (https://host:port) call the API; repeatable or comma-separated "
-         "[none]",
-         NULL},
-        {"tls-cert", "FILE", "serve HTTPS with this PEM certificate (chain) [plain HTTP]", NULL},
-        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
-        {"data-root", "DIR",
-         "jobs may read data only under DIR; repeatable or ':'-separated [the Fashion-MNIST "
-         "folder and the working directory]",
-         NULL},
-        {"max-steps-limit", "N", "refuse jobs whose training.max_steps is above N [100000000]",
-         NULL},
-        {"max-model-bytes", "SIZE",
-         "refuse models whose values and optimizer slots take more than SIZE [4G]", NULL},
-        {"max-shards", "N", "refuse jobs whose variables are cut into more than N shards [1024]",
-         NULL},
-        {"max-replicas", "N", "refuse jobs with more than N ps or N worker tasks [256]", NULL},
-        {"generate-token", NULL,
-         "create PSFLOW_TOKEN_FILE (--token-file) with a random token when it does not exist yet",
-         NULL},
-        CLI_TOKEN_FILE_OPTION,
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (cli_parse("coordinator", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("coordinator", "[options]",
-                       "Serves the job API (api/rest.md), the live event stream and the "
-                       "dashboard, and keeps\nmembership and job state in SQLite. Agents "
-                       "(psflow ps|worker --coordinator URL) register\nwith it and are assigned "
-                       "tasks. Set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a\nbearer token "
-                       "on the API.",
-                       opts, n_opts);
-        return 0;
-    }
-    if (args.n_positional) {
-        fprintf(stderr, "psflow coordinator: unexpected argument '%s'\n", args.positional[0]);
-        return PF_EX_USAGE;
-    }
-    const char *listen = cli_get(opts, n_opts, "listen");
-    char host[256] = "0.0.0.0";
-    int port = 8080;
-    if (listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) {
-        fprintf(stderr, "psflow coordinator: --listen '%s' is not HOST:PORT\n", listen);
-        return PF_EX_USAGE;
-    }
-    long lease, max_conn, timeout, max_streams;
-    if (cli_get_long("coordinator", opts, n_opts, "lease-seconds", 1, 3600, 10, &lease) ||
-        cli_get_long("coordinator", opts, n_opts, "max-connections", 4, 65536, 256, &max_conn) ||
-        cli_get_long("coordinator", opts, n_opts, "connection-timeout", 1, 3600, 30, &timeout))
-        return PF_EX_USAGE;
-    long reserve = max_conn / 8 > 2 ? max_conn / 8 : 2, stream_cap = (max_conn - reserve) / 2;
-    if (cli_get_long("coordinator", opts, n_opts, "max-streams", 1, stream_cap,
-                     stream_cap < 64 ? stream_cap : 64, &max_streams))
-        return PF_EX_USAGE;
-    char cors_buf[2048];
-    const char *cors[16];
-    int n_cors = cli_get_list("coordinator", argc, argv, opts, n_opts, "cors-origin", ',', cors_buf,
-                              sizeof cors_buf, cors, 16);
-    if (n_cors < 0)
-        return PF_EX_USAGE;
-    for (int i = 0; i < n_cors; i++)
+/* What `psflow coordinator` was told. */
+typedef struct coord_cli {
+    cli_run run; /* the options as parsed */
+    int argc;
+    char **argv;
+    const char *listen, *db, *web, *cert_path, *key_path;
+    long lease, max_conn, timeout, max_shards, max_replicas, per_address, header_s, body_s;
+    long evict_ms;
+    long long max_steps, max_model;
+    bool generate_token;
+} coord_cli;
+
+/* --max-streams, whose range depends on --max-connections. Returns 0 or PF_EX_USAGE. */
+static int max_streams_option(const coord_cli *c, long *max_streams) {
+    long reserve = c->max_conn / 8 > 2 ? c->max_conn / 8 : 2;
+    long stream_cap = (c->max_conn - reserve) / 2;
+    return cli_get_long("coordinator", c->run.table, c->run.n_table, "max-streams", 1, stream_cap,
+                        stream_cap < 64 ? stream_cap : 64, max_streams)
+               ? PF_EX_USAGE
+               : 0;
+}
+
+/* The connection and admission limits the options set into o. */
+static void copy_limits(const coord_cli *c, long max_streams, coord_options *o) {
+    o->max_per_address = (int)c->per_address;
+    o->header_timeout = (int)c->header_s;
+    o->body_timeout = (int)c->body_s;
+    o->evict_after_ms = (int)c->evict_ms;
+    o->lease_seconds = (double)c->lease;
+    o->max_connections = (int)c->max_conn;
+    o->connection_timeout = (int)c->timeout;
+    o->max_streams = (int)max_streams;
+    o->limits = (coord_limits){.max_steps = c->max_steps,
+                               .max_model_bytes = c->max_model,
+                               .max_shards = (int)c->max_shards,
+                               .max_replicas = (int)c->max_replicas};
+}
+
+/* The --cors-origin list into cors[0..16) (strings in buf[cap]). Returns the count, or -1
+ * after printing why. */
+static int cors_origins(const coord_cli *c, char *buf, size_t cap, const char **cors) {
+    int n = cli_get_list("coordinator", c->argc, c->argv, c->run.table, c->run.n_table,
+                         "cors-origin", ',', buf, cap, cors, 16);
+    for (int i = 0; i < n; i++)
         if (!valid_origin(cors[i])) {
             fprintf(stderr,
                     "psflow coordinator: --cors-origin '%s' is not an origin like "
                     "https://host:port (scheme, host and port only)\n",
                     cors[i]);
-            return PF_EX_USAGE;
+            return -1;
         }
-    long max_shards, max_replicas;
-    long long max_steps, max_model;
-    if (cli_get_size("coordinator", opts, n_opts, "max-steps-limit", 1, INT64_MAX,
-                     COORD_DEFAULT_MAX_STEPS, &max_steps) ||
-        cli_get_size("coordinator", opts, n_opts, "max-model-bytes", 1, INT64_MAX,
-                     COORD_DEFAULT_MAX_MODEL_BYTES, &max_model) ||
-        cli_get_long("coordinator", opts, n_opts, "max-shards", 1, PF_FOOTPRINT_MAX_SHARDS,
-                     COORD_DEFAULT_MAX_SHARDS, &max_shards) ||
-        cli_get_long("coordinator", opts, n_opts, "max-replicas", 1, PF_MAX_REPLICAS,
-                     COORD_DEFAULT_MAX_REPLICAS, &max_replicas))
+    return n;
+}
+
+/* The --data-root list into l->data_roots (strings in buf[cap]), else the defaults (the
+ * Fashion-MNIST folder and the working directory, which need not exist). Returns 0 or
+ * PF_EX_USAGE. */
+static int data_roots(const coord_cli *c, char *buf, size_t cap, const char **roots,
+                      coord_limits *l) {
+    int n = cli_get_list("coordinator", c->argc, c->argv, c->run.table, c->run.n_table, "data-root",
+                         ':', buf, cap, roots, COORD_MAX_DATA_ROOTS);
+    if (n < 0)
         return PF_EX_USAGE;
-    char roots_buf[4 * PATH_MAX];
-    const char *roots[COORD_MAX_DATA_ROOTS];
-    int n_roots = cli_get_list("coordinator", argc, argv, opts, n_opts, "data-root", ':', roots_buf,
-                               sizeof roots_buf, roots, COORD_MAX_DATA_ROOTS);
-    if (n_roots < 0)
-        return PF_EX_USAGE;
-    int default_roots = n_roots == 0;
-    if (default_roots) {
-        roots[n_roots++] = "/usr/share/datasets/fashion-mnist";
-        roots[n_roots++] = ".";
+    l->data_roots_optional = n == 0;
+    if (n == 0) {
+        roots[n++] = "/usr/share/datasets/fashion-mnist";
+        roots[n++] = ".";
     }
-    const char *cert_path = cli_get(opts, n_opts, "tls-cert");
-    const char *key_path = cli_get(opts, n_opts, "tls-key");
-    if (!cert_path != !key_path) {
+    l->data_roots = roots;
+    l->n_data_roots = n;
+    return 0;
+}
+
+/* The token (--generate-token first creates it) into token[cap], and the PEM texts of
+ * --tls-cert and --tls-key into o (pf_free both). Returns 0 or an exit code. */
+static int load_secrets(const coord_cli *c, char *token, size_t cap, coord_options *o) {
+    if (!c->cert_path != !c->key_path) {
         fprintf(stderr, "psflow coordinator: --tls-cert and --tls-key go together\n");
         return PF_EX_USAGE;
     }
-    char token[512];
-    int rc = cli_get(opts, n_opts, "generate-token") ? generate_token() : 0;
-    if (rc || (rc = cli_token("coordinator", token, sizeof token)))
+    int rc = c->generate_token ? generate_token() : 0;
+    if (rc || (rc = cli_token("coordinator", token, cap)))
         return rc;
-    pf_error err;
-    pf_error_clear(&err);
+    o->token = token;
     char *cert = NULL, *key = NULL;
-    if (cert_path &&
-        (!(cert = read_pem("tls-cert", cert_path)) || !(key = read_pem("tls-key", key_path)))) {
+    if (c->cert_path && (!(cert = read_pem("tls-cert", c->cert_path)) ||
+                         !(key = read_pem("tls-key", c->key_path)))) {
         pf_free(cert);
         return PF_EX_NOINPUT;
     }
-    char web[PATH_MAX], openapi[PATH_MAX];
-    const char *web_dir = cli_get(opts, n_opts, "web");
+    o->tls_cert_pem = cert;
+    o->tls_key_pem = key;
+    return 0;
+}
+
+/* The dashboard (--web, else installed next to the executable) and openapi.yaml into o, the
+ * paths kept in web[cap] and openapi[cap]. */
+static void find_files(const coord_cli *c, char *web, char *openapi, size_t cap, coord_options *o) {
     static const char *const web_rels[] = {"share/psflow/web", "web"};
     static const char *const api_rels[] = {"share/psflow/openapi.yaml", "api/openapi.yaml"};
-    if (!web_dir && find_near_exe(web_rels, 2, 1, web, sizeof web) == 0)
-        web_dir = web;
-    int have_api = find_near_exe(api_rels, 2, 0, openapi, sizeof openapi) == 0;
-    const char *db = cli_get(opts, n_opts, "db");
-    coord_options o = {
-        .listen_host = host,
-        .port = port,
-        .db_path = db ? db : "./psflow.db",
-        .web_dir = web_dir,
-        .openapi_path = have_api ? openapi : NULL,
-        .token = token,
-        .lease_seconds = (double)lease,
-        .max_connections = (int)max_conn,
-        .connection_timeout = (int)timeout,
-        .max_streams = (int)max_streams,
-        .cors_origins = cors,
-        .n_cors_origins = n_cors,
-        .tls_cert_pem = cert,
-        .tls_key_pem = key,
-        .limits = {.data_roots = roots,
-                   .n_data_roots = n_roots,
-                   .data_roots_optional = default_roots,
-                   .max_steps = max_steps,
-                   .max_model_bytes = max_model,
-                   .max_shards = (int)max_shards,
-                   .max_replicas = (int)max_replicas},
-    };
+    o->web_dir = c->web;
+    if (!o->web_dir && find_near_exe(web_rels, 2, 1, web, cap) == 0)
+        o->web_dir = web;
+    if (find_near_exe(api_rels, 2, 0, openapi, cap) == 0)
+        o->openapi_path = openapi;
+}
+
+/* Serves until SIGINT or SIGTERM; frees the PEM texts in o. Returns the exit code. */
+static int serve(coord_options *o) {
+    pf_error err;
+    pf_error_clear(&err);
     coord_server *s;
-    if (coord_server_start(&o, &s, &err) != PF_OK) {
+    int rc = 0;
+    if (coord_server_start(o, &s, &err) != PF_OK) {
         fprintf(stderr, "psflow coordinator: %s\n", err.message);
-        pf_free(cert);
-        pf_free(key);
-        return !strncmp(err.message, "--data-root", 11)          ? PF_EX_USAGE
-               : err.message[0] && strstr(err.message, "listen") ? PF_EX_UNAVAILABLE
-                                                                 : PF_EX_CANTCREAT;
+        int usage = !strncmp(err.message, "--data-root", 11) ||
+                    !strncmp(err.message, "--allowed-hosts", 15);
+        rc = usage                                             ? PF_EX_USAGE
+             : err.message[0] && strstr(err.message, "listen") ? PF_EX_UNAVAILABLE
+                                                               : PF_EX_CANTCREAT;
+    } else {
+        fprintf(
+            stderr, "psflow coordinator: listening on %s://%s:%d (database %s, dashboard %s%s%s)\n",
+            o->tls_cert_pem ? "https" : "http", o->listen_host, coord_server_port(s), o->db_path,
+            o->web_dir ? o->web_dir : "not installed", o->token[0] ? ", bearer token required" : "",
+            o->n_cors_origins ? ", CORS for --cors-origin" : "");
+        running = s;
+        pf_signals_on_stop(on_signal);
+        coord_server_wait(s);
+        fprintf(stderr, "psflow coordinator: stopping\n");
+        running = NULL;
+        coord_server_destroy(s);
     }
-    fprintf(stderr, "psflow coordinator: listening on %s://%s:%d (database %s, dashboard %s%s%s)\n",
-            cert ? "https" : "http", host, coord_server_port(s), o.db_path,
-            web_dir ? web_dir : "not installed", token[0] ? ", bearer token required" : "",
-            n_cors ? ", CORS for --cors-origin" : "");
-    running = s;
-    pf_signals_on_stop(on_signal);
-    coord_server_wait(s);
-    fprintf(stderr, "psflow coordinator: stopping\n");
-    running = NULL;
-    coord_server_destroy(s);
-    pf_free(cert);
-    pf_free(key);
-    return 0;
+    pf_free((char *)o->tls_cert_pem);
+    pf_free((char *)o->tls_key_pem);
+    return rc;
+}
+
+int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
+    coord_cli c = {.argc = argc, .argv = argv};
+    cli_option opts[] = {
+        CLI_TEXT("listen", "HOST:PORT", "address of the API and dashboard [0.0.0.0:8080]", NULL,
+                 &c.listen),
+        CLI_TEXT("db", "FILE", "SQLite database of the job state [./psflow.db]", "./psflow.db",
+                 &c.db),
+        CLI_TEXT("web", "DIR",
+                 "dashboard files [installed share/psflow/web, or web/ of the source tree]", NULL,
+                 &c.web),
+        CLI_LONG("lease-seconds", "S", "an agent without a heartbeat for S seconds is lost [10]", 1,
+                 3600, 10, &c.lease),
+        CLI_LONG("max-connections", "N", "concurrent HTTP connections [256]", 4, 65536, 256,
+                 &c.max_conn),
+        CLI_LONG("connection-timeout", "S", "idle HTTP connections are closed after S seconds [30]",
+                 1, 3600, 30, &c.timeout),
+        CLI_OPT("max-streams", "N",
+                "event streams open at once; more are told 503 [64, at most max-connections/2]"),
+        CLI_LONG("max-pending-per-address", "N",
+                 "connections of one client address still sending their request; one more "
+                 "closes the longest-waiting [32]",
+                 1, 65536, 32, &c.per_address),
+        CLI_LONG("header-timeout", "S",
+                 "a request's headers must arrive within S seconds of the connection [10]", 1, 3600,
+                 10, &c.header_s),
+        CLI_LONG("body-timeout", "S",
+                 "a request's body must arrive within S seconds of its headers [30]", 1, 3600, 30,
+                 &c.body_s),
+        CLI_LONG("evict-after-ms", "MS",
+                 "with every ordinary connection taken, a new one closes the one that has "
+                 "waited longest for its request, if MS or more [500]",
+                 1, 3600000, 500, &c.evict_ms),
+        CLI_OPT("allowed-hosts", "NAME",
+                "answer requests for Host NAME too (besides 127.0.0.1, localhost, the --listen "
+                "host and this machine's name and addresses); repeatable or comma-separated; '*': "
+                "any [none]"),
+        CLI_OPT("cors-origin", "ORIGIN",
+                "let pages of ORIGIN (https://host:port) call the API; repeatable or "
+                "comma-separated [none]"),
+        CLI_TEXT("tls-cert", "FILE", "serve HTTPS with this PEM certificate (chain) [plain HTTP]",
+                 NULL, &c.cert_path),
+        CLI_TEXT("tls-key", "FILE", "the PEM private key of --tls-cert", NULL, &c.key_path),
+        CLI_OPT("data-root", "DIR",
+                "jobs may read data only under DIR; repeatable or ':'-separated [the "
+                "Fashion-MNIST folder and the working directory]"),
+        CLI_SIZE("max-steps-limit", "N",
+                 "refuse jobs whose training.max_steps is above N [100000000]", 1, INT64_MAX,
+                 COORD_DEFAULT_MAX_STEPS, &c.max_steps),
+        CLI_SIZE("max-model-bytes", "SIZE",
+                 "refuse models whose values and optimizer slots take more than SIZE [4G]", 1,
+                 INT64_MAX, COORD_DEFAULT_MAX_MODEL_BYTES, &c.max_model),
+        CLI_LONG("max-shards", "N",
+                 "refuse jobs whose variables are cut into more than N shards [1024]", 1,
+                 PF_FOOTPRINT_MAX_SHARDS, COORD_DEFAULT_MAX_SHARDS, &c.max_shards),
+        CLI_LONG("max-replicas", "N", "refuse jobs with more than N ps or N worker tasks [256]", 1,
+                 PF_MAX_REPLICAS, COORD_DEFAULT_MAX_REPLICAS, &c.max_replicas),
+        CLI_FLAG("generate-token",
+                 "create PSFLOW_TOKEN_FILE (--token-file) with a random token when it does not "
+                 "exist yet",
+                 &c.generate_token),
+        CLI_TOKEN_FILE_OPTION,
+    };
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &c.run))
+        return c.run.exit_code;
+    int rc;
+    char host[256] = "0.0.0.0";
+    coord_options o = {.listen_host = host, .port = 8080, .db_path = c.db};
+    if (c.listen && pf_split_host_port(c.listen, host, sizeof host, &o.port) != 0) {
+        fprintf(stderr, "psflow coordinator: --listen '%s' is not HOST:PORT\n", c.listen);
+        return PF_EX_USAGE;
+    }
+    long max_streams;
+    char cors_buf[2048], roots_buf[4 * PATH_MAX], token[512], web[PATH_MAX], openapi[PATH_MAX];
+    const char *cors[16], *roots[COORD_MAX_DATA_ROOTS], *hosts[32];
+    char hosts_buf[2048];
+    if ((rc = max_streams_option(&c, &max_streams)))
+        return rc;
+    if ((o.n_cors_origins = cors_origins(&c, cors_buf, sizeof cors_buf, cors)) < 0)
+        return PF_EX_USAGE;
+    o.cors_origins = cors;
+    o.n_allowed_hosts = cli_get_list("coordinator", argc, argv, c.run.table, c.run.n_table,
+                                     "allowed-hosts", ',', hosts_buf, sizeof hosts_buf, hosts, 32);
+    if (o.n_allowed_hosts < 0)
+        return PF_EX_USAGE;
+    o.allowed_hosts = hosts;
+    copy_limits(&c, max_streams, &o);
+    if ((rc = data_roots(&c, roots_buf, sizeof roots_buf, roots, &o.limits)) ||
+        (rc = load_secrets(&c, token, sizeof token, &o)))
+        return rc;
+    find_files(&c, web, openapi, sizeof web, &o);
+    return serve(&o);
 }

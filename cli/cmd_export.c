@@ -8,7 +8,8 @@
  */
 #include <stdio.h>
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "cli/options.h"
 #include "psflow/checkpoint.h"
 
@@ -28,39 +29,21 @@ static int exit_code_for(pf_status st) {
     }
 }
 
-int cli_export(int argc, char **argv) {
+int cli_export(const cli_command *cmd, int argc, char **argv) {
+    const char *out;
     cli_option opts[] = {
-        {"out", "FILE", "write the merged variables to FILE (safetensors); required", NULL},
+        CLI_TEXT("out", "FILE", "write the merged variables to FILE (safetensors); required", NULL,
+                 &out),
     };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (cli_parse("export", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("export", "DIR --out FILE",
-                       "Merges the parameter-server shards of a checkpoint into one safetensors "
-                       "file,\nvariables under their TensorFlow names (dense_0/kernel [in, out], "
-                       "dense_0/bias\n[out], ...). DIR is a step-<N> folder with a complete "
-                       "manifest.json, or a job's\ncheckpoint folder (its newest complete "
-                       "checkpoint). Exit codes: 0 done, 64 usage,\n65 corrupt checkpoint, 66 no "
-                       "complete checkpoint or unreadable input, 73 cannot\nwrite --out.",
-                       opts, n_opts);
-        return 0;
-    }
-    if (args.n_positional != 1) {
-        fprintf(stderr, "psflow export: expected one checkpoint folder (see 'psflow export "
-                        "--help')\n");
-        return PF_EX_USAGE;
-    }
-    const char *out = cli_get(opts, n_opts, "out");
-    if (!out || !*out) {
-        fprintf(stderr, "psflow export: --out FILE is required (see 'psflow export --help')\n");
-        return PF_EX_USAGE;
-    }
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    if (!out || !*out)
+        return cli_usage_error("export", "--out FILE is required");
     pf_error err;
     pf_error_clear(&err);
     pf_checkpoint_model *m;
-    pf_status st = pf_checkpoint_merge(args.positional[0], &m, &err);
+    pf_status st = pf_checkpoint_merge(run.args.positional[0], &m, &err);
     if (st != PF_OK) {
         fprintf(stderr, "psflow export: %s\n", err.message);
         return exit_code_for(st);

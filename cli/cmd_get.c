@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "cli/api.h"
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "psflow/clock.h"
 #include "psflow/text.h"
 
@@ -129,48 +130,22 @@ static void print_job(const json_t *job) {
     }
 }
 
-int cli_get_job(int argc, char **argv) {
-    cli_option opts[] = {
-        API_COORDINATOR_OPTIONS,
-        {"output", "FORMAT",
-         "text (a summary, default) or json (the job as the API gives it); "
-         "also -o",
-         NULL},
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (api_parse_args("get", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("get", "NAME [-o json] [options]",
-                       "Shows one job: phase and message, conditions with reasons and times, "
-                       "global step,\nloss, accuracy, replica statuses and its tasks. Exit "
-                       "codes: 0 shown, 1 no such job,\n64 usage, 69 coordinator unreachable, 77 "
-                       "token missing or rejected." API_TOKEN_NOTE,
-                       opts, n_opts);
-        return 0;
-    }
-    int json_out = api_output_json("get", opts, n_opts);
-    if (json_out < 0)
-        return PF_EX_USAGE;
-    if (args.n_positional != 1)
-        return api_usage_error("get", "expected one job NAME");
-    api_client c;
-    int rc = api_client_init(&c, "get", opts, n_opts, true);
-    if (rc)
-        return rc;
-    const char *name = args.positional[0];
-    char escaped[512], path[600], not_found[400];
-    if (!api_url_escape(name, escaped, sizeof escaped))
-        return api_usage_error("get", "job NAME too long");
-    snprintf(path, sizeof path, "/api/v1/jobs/%s", escaped);
-    snprintf(not_found, sizeof not_found, "no job named '%s'", name);
+int cli_get_job(const cli_command *cmd, int argc, char **argv) {
+    api_job_ref job;
     pf_http_response r;
-    if ((rc = api_call(&c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, &r)))
+    int format;
+    cli_option opts[] = {
+        CLI_CHOICE("output", "FORMAT",
+                   "text (a summary, default) or json (the job as the API gives it); also -o",
+                   "text|json", &format),
+    };
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    int rc = api_job_ref_init(&job, "get", run.args.positional[0], "");
+    if (rc || (rc = api_call_job(&run.client, "GET", &job, &r)))
         return rc;
-    if (r.status != 200) {
-        rc = api_report_error(&c, &r, not_found);
-    } else if (json_out) {
+    if (format == 1) { /* json */
         api_print_body(&r);
     } else {
         json_t *doc = api_body_json(&r);
@@ -179,7 +154,7 @@ int cli_get_job(int argc, char **argv) {
             rc = PF_EX_UNAVAILABLE;
         } else {
             print_job(doc);
-            print_tasks(&c, escaped);
+            print_tasks(&run.client, job.escaped);
         }
         json_decref(doc);
     }

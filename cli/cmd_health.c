@@ -3,33 +3,20 @@
 #include <string.h>
 
 #include "cli/api.h"
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 
 #define HEALTH_TIMEOUT 2.0 /* seconds: the compose healthcheck must stay quick */
 
-int cli_health(int argc, char **argv) {
-    cli_option opts[] = {API_COORDINATOR_OPTIONS};
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (api_parse_args("health", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("health", "[options]",
-                       "Asks the coordinator's /readyz (2 s at most). Prints ok and exits 0 "
-                       "when it is\nready, else prints why and exits 69. Meant for container "
-                       "health checks.",
-                       opts, n_opts);
-        return 0;
-    }
-    if (args.n_positional != 0)
-        return api_usage_error("health", "takes no arguments");
-    api_client c;
-    int rc = api_client_init(&c, "health", opts, n_opts, false);
-    if (rc)
-        return rc;
+int cli_health(const cli_command *cmd, int argc, char **argv) {
+    cli_run run;
+    if (!cli_command_start(cmd, NULL, 0, argc, argv, &run))
+        return run.exit_code;
+    const api_client *c = &run.client;
+    int rc = 0;
     pf_http_response r;
     pf_error why;
-    if (api_try(&c, "GET", "/readyz", NULL, 0, HEALTH_TIMEOUT, &r, &why) != PF_OK) {
+    if (api_try(c, "GET", "/readyz", NULL, 0, HEALTH_TIMEOUT, &r, &why) != PF_OK) {
         fprintf(stderr, "psflow health: coordinator unreachable: %s\n", why.message);
         return PF_EX_UNAVAILABLE;
     }

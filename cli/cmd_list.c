@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "cli/api.h"
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
@@ -66,58 +67,12 @@ static json_t *fetch_all(const api_client *c, int *rc) {
     return NULL;
 }
 
-int cli_list(int argc, char **argv) {
-    cli_option opts[] = {
-        API_COORDINATOR_OPTIONS,
-        {"output", "FORMAT", "text (a table, default) or json (the API's answer); also -o", NULL},
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (api_parse_args("list", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help(
-            "list", "[-o json] [options]",
-            "Lists the coordinator's jobs, newest first: phase, global step, last "
-            "loss, test\naccuracy, workers and ps tasks ready/desired, and age." API_TOKEN_NOTE,
-            opts, n_opts);
-        return 0;
-    }
-    int json_out = api_output_json("list", opts, n_opts);
-    if (json_out < 0)
-        return PF_EX_USAGE;
-    if (args.n_positional != 0)
-        return api_usage_error("list", "takes no arguments");
-    api_client c;
-    int rc = api_client_init(&c, "list", opts, n_opts, true);
-    if (rc)
-        return rc;
-    json_t *items = fetch_all(&c, &rc);
-    if (!items)
-        return rc;
-    json_t *doc = json_pack("{s:o}", "items", items);
-    if (!doc) {
-        fprintf(stderr, "psflow list: out of memory\n");
-        return PF_EX_OSERR;
-    }
-    if (json_out) {
-        /* Every page's items as one answer, the shape of a single page without metadata. */
-        int ok = json_dumpf(doc, stdout, JSON_COMPACT) == 0;
-        fputc('\n', stdout);
-        json_decref(doc);
-        return ok ? 0 : PF_EX_OSERR;
-    }
-    size_t n = json_array_size(items);
-    if (n == 0) {
-        fprintf(stderr, "psflow list: no jobs\n");
-        json_decref(doc);
-        return 0;
-    }
+/* Prints the jobs as a table (n > 0). Returns 0 or PF_EX_OSERR. */
+static int print_table(const json_t *items, size_t n) {
     /* Two passes: format every cell, then print with each column as wide as its widest. */
     typedef char cell[80];
     cell *cells = pf_mallocarray((n + 1) * N_COLS, sizeof(cell));
     if (!cells) {
-        json_decref(doc);
         fprintf(stderr, "psflow list: out of memory\n");
         return PF_EX_OSERR;
     }
@@ -163,6 +118,42 @@ int cli_list(int argc, char **argv) {
             printf("%-*s%s", last ? 0 : width[k], cells[i * N_COLS + k], last ? "\n" : "   ");
         }
     pf_free(cells);
-    json_decref(doc);
     return 0;
+}
+
+int cli_list(const cli_command *cmd, int argc, char **argv) {
+    int format;
+    cli_option opts[] = {
+        CLI_CHOICE("output", "FORMAT",
+                   "text (a table, default) or json (the API's answer); also -o", "text|json",
+                   &format),
+    };
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    int rc;
+    json_t *items = fetch_all(&run.client, &rc);
+    if (!items)
+        return rc;
+    json_t *doc = json_pack("{s:o}", "items", items);
+    if (!doc) {
+        fprintf(stderr, "psflow list: out of memory\n");
+        return PF_EX_OSERR;
+    }
+    if (format == 1) { /* json */
+        /* Every page's items as one answer, the shape of a single page without metadata. */
+        int ok = json_dumpf(doc, stdout, JSON_COMPACT) == 0;
+        fputc('\n', stdout);
+        json_decref(doc);
+        return ok ? 0 : PF_EX_OSERR;
+    }
+    size_t n = json_array_size(items);
+    if (n == 0) {
+        fprintf(stderr, "psflow list: no jobs\n");
+        json_decref(doc);
+        return 0;
+    }
+    rc = print_table(items, n);
+    json_decref(doc);
+    return rc;
 }

@@ -1,17 +1,18 @@
 /* cmd_ps.c - `psflow ps`: a parameter-server task, static (--job, task from TF_CONFIG) or a
  * managed agent of a coordinator (--coordinator). */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "agent/agent.h"
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "cli/node.h"
 #include "cli/options.h"
 #include "ps/server.h"
 #include "psflow/address.h"
 #include "psflow/backend.h"
 #include "psflow/mem.h"
+#include "psflow/signals.h"
 #include "psflow/wire_auth.h"
 
 static ps_server *running_ps;
@@ -22,12 +23,23 @@ static void stop_ps(int sig) {
         ps_server_stop(running_ps);
 }
 
+/* What `psflow ps` was told. */
+typedef struct ps_cli {
+    cli_run run; /* the options as parsed */
+    const char *coordinator, *job, *listen, *advertise, *checkpoint_dir;
+    long grace;
+    long long memory;
+    pf_ws_options data_plane;
+} ps_cli;
+
 /* The data plane's limits and TLS from the options into *o. Returns 0, or PF_EX_USAGE after
  * printing what is wrong. */
 static int data_plane_options(const cli_option *opts, int n_opts, pf_ws_options *o) {
-    long conns, handshake, idle;
+    long conns, untrusted, handshake, idle;
     long long buffered;
     if (cli_get_long("ps", opts, n_opts, "max-connections", 1, 100000, 0, &conns) ||
+        cli_get_long("ps", opts, n_opts, "max-untrusted", 4, 100000, PF_WS_DEFAULT_MAX_UNTRUSTED,
+                     &untrusted) ||
         cli_get_long("ps", opts, n_opts, "handshake-timeout", 1, 3600,
                      (long)PF_WS_DEFAULT_HANDSHAKE_TIMEOUT, &handshake) ||
         cli_get_long("ps", opts, n_opts, "idle-timeout", 1, 3600, (long)PF_WS_DEFAULT_IDLE_TIMEOUT,
@@ -40,6 +52,7 @@ static int data_plane_options(const cli_option *opts, int n_opts, pf_ws_options 
         return PF_EX_USAGE;
     }
     *o = (pf_ws_options){.max_connections = (int)conns,
+                         .max_untrusted = (int)untrusted,
                          .handshake_timeout = (double)handshake,
                          .idle_timeout = (double)idle,
                          .max_buffered = (size_t)buffered,
@@ -48,139 +61,73 @@ static int data_plane_options(const cli_option *opts, int n_opts, pf_ws_options 
     return 0;
 }
 
-/* `psflow ps --coordinator URL` without --job: a managed ps agent; grace is --exit-grace. */
-static int run_ps_agent(const cli_option *opts, int n_opts, const char *coordinator, double grace,
-                        long long memory, const pf_ws_options *data_plane) {
-    const char *listen = cli_get(opts, n_opts, "listen");
-    const char *advertise = cli_get(opts, n_opts, "advertise");
+/* `psflow ps --coordinator URL` without --job: a managed ps agent. */
+static int run_ps_agent(const ps_cli *p) {
     char host[256] = "0.0.0.0", adv_host[256];
     int port = 2222;
-    if (listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) {
-        fprintf(stderr, "psflow ps: --listen '%s' is not HOST:PORT\n", listen);
+    if (p->listen && pf_split_host_port(p->listen, host, sizeof host, &port) != 0) {
+        fprintf(stderr, "psflow ps: --listen '%s' is not HOST:PORT\n", p->listen);
         return PF_EX_USAGE;
     }
-    if (!listen && advertise &&
-        pf_split_host_port(advertise, adv_host, sizeof adv_host, &port) != 0) {
-        fprintf(stderr, "psflow ps: --advertise '%s' is not HOST:PORT\n", advertise);
+    if (!p->listen && p->advertise &&
+        pf_split_host_port(p->advertise, adv_host, sizeof adv_host, &port) != 0) {
+        fprintf(stderr, "psflow ps: --advertise '%s' is not HOST:PORT\n", p->advertise);
         return PF_EX_USAGE;
     }
     char id[128], adv[300], token[512];
-    node_defaults("ps", cli_get(opts, n_opts, "node-id"), advertise, port, id, sizeof id, adv,
-                  sizeof adv);
-    int rc = cli_token("ps", token, sizeof token);
-    if (rc || (rc = cli_use_ca_file("ps", opts, n_opts)))
+    node_defaults("ps", cli_get(p->run.table, p->run.n_table, "node-id"), p->advertise, port, id,
+                  sizeof id, adv, sizeof adv);
+    int rc = cli_coordinator_auth("ps", p->run.table, p->run.n_table, token, sizeof token);
+    if (rc)
         return rc;
-    const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
     agent_options ao = {.role = "ps",
-                        .coordinator = coordinator,
+                        .coordinator = p->coordinator,
                         .token = token,
                         .node_id = id,
                         .advertise = adv,
                         .listen_host = host,
                         .listen_port = port,
-                        .checkpoint_dir = ckpt ? ckpt : "./checkpoints",
+                        .checkpoint_dir = p->checkpoint_dir,
                         .log_every = 100,
-                        .exit_grace_seconds = grace,
-                        .memory = memory > 0 ? memory : pf_mem_system_bytes(),
-                        .data_plane = *data_plane};
+                        .exit_grace_seconds = (double)p->grace,
+                        .memory = p->memory > 0 ? p->memory : pf_mem_system_bytes(),
+                        .data_plane = p->data_plane};
     return agent_run(&ao);
 }
 
-int cli_ps(int argc, char **argv) {
-    cli_option opts[] = {
-        {"coordinator", "URL", "run as a managed agent of this coordinator (no --job)", NULL},
-        {"node-id", "ID", "managed: this agent's id [ps-<hostname>-<pid>]", NULL},
-        {"job", "FILE", "static mode: the job spec (JSON); the task comes from TF_CONFIG", NULL},
-        {"listen", "HOST:PORT", "address to bind [0.0.0.0 and the port of this task in TF_CONFIG]",
-         NULL},
-        {"advertise", "HOST:PORT",
-         "address workers reach this ps at [this task's TF_CONFIG address]", NULL},
-        {"checkpoint-dir", "DIR", "checkpoint root, shared by the job's tasks [./checkpoints]",
-         NULL},
-        {"exit-grace", "SECONDS", "after the final checkpoint, wait for workers to leave [10]",
-         NULL},
-        NODE_MEMORY_OPTION,
-        CLI_CA_FILE_OPTION,
-        CLI_TOKEN_FILE_OPTION,
-        {"tls-cert", "FILE",
-         "serve the data plane over TLS (wss) with this PEM certificate "
-         "[plain TCP]",
-         NULL},
-        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
-        {"max-connections", "N",
-         "data-plane connections open at once [twice the job's training tasks + 32]", NULL},
-        {"handshake-timeout", "SECONDS",
-         "close a connection whose WebSocket (and TLS) handshake is not done by then [10]", NULL},
-        {"idle-timeout", "SECONDS",
-         "close a connection that has not been accepted by HELLO by then [30]", NULL},
-        {"max-buffered", "BYTES",
-         "bytes of incomplete messages held over all connections [(training tasks + 4) x the "
-         "largest message]",
-         NULL},
-        {"shm", "on|off",
-         "map the shared segments of workers on this host; off: everything over the socket [on]",
-         NULL},
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (cli_parse("ps", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("ps", "--job FILE [options]  |  --coordinator URL [options]",
-                       "Runs a parameter-server task. Static mode (--job): the task (type ps, "
-                       "index) and the\ncluster come from the TF_CONFIG environment variable, "
-                       "as Kubeflow's TFJob operator\nsets it; it restores the job's newest "
-                       "complete checkpoint, serves its shards until the\nchief's final "
-                       "checkpoint, then exits 0. Managed mode (--coordinator without --job):\n"
-                       "registers as an idle ps agent, runs the ps tasks it is assigned (listening "
-                       "on --listen,\n[0.0.0.0 and the --advertise port, 2222]) and returns to "
-                       "the pool after each job;\nSIGTERM stops it and deregisters.",
-                       opts, n_opts);
-        return 0;
-    }
-    /* A ps runs no matrix products: one BLAS thread, and OpenBLAS's pool (started when the
-     * library loaded) put to sleep. */
-    node_set_threads(1, 1, NULL, 0);
-    pf_backend_openblas_idle();
-    long grace;
-    long long memory;
-    if (cli_get_long("ps", opts, n_opts, "exit-grace", 0, 3600, 10, &grace) ||
-        cli_get_size("ps", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
-        return PF_EX_USAGE;
-    if (cli_use_shm("ps", opts, n_opts))
-        return PF_EX_USAGE;
-    pf_ws_options data_plane;
-    int drc = data_plane_options(opts, n_opts, &data_plane);
-    if (drc)
-        return drc;
-    const char *coordinator = cli_get(opts, n_opts, "coordinator");
-    if (coordinator && !cli_get(opts, n_opts, "job"))
-        return run_ps_agent(opts, n_opts, coordinator, (double)grace, memory, &data_plane);
-    node n;
-    int rc = node_load("ps", cli_get(opts, n_opts, "job"), &n);
+/* Loads --job and TF_CONFIG for a ps task that fits this machine, and the address it binds
+ * (--listen, else 0.0.0.0 and its TF_CONFIG port) into host[256] and *port. Returns 0, or an
+ * exit code after printing why (n then holds nothing). */
+static int load_ps_task(const ps_cli *p, node *n, char *host, int *port) {
+    int rc = node_load("ps", p->job, n);
     if (rc)
         return rc;
-    if (strcmp(n.type, "ps") != 0) {
-        fprintf(stderr, "psflow ps: TF_CONFIG says this task is a %s, not a ps\n", n.type);
-        node_deinit(&n);
-        return PF_EX_USAGE;
+    if (strcmp(n->type, "ps") != 0) {
+        fprintf(stderr, "psflow ps: TF_CONFIG says this task's type is %s, not ps\n", n->type);
+        rc = PF_EX_USAGE;
     }
-    if ((rc = node_check_fit("ps", &n.spec, "ps", n.index, memory))) {
-        node_deinit(&n);
-        return rc;
+    if (!rc)
+        rc = node_check_fit("ps", &n->spec, "ps", n->index, p->memory);
+    const char *own = pf_tf_config_address(&n->cfg, "ps", n->index);
+    char own_host[256];
+    if (!rc && ((p->listen && pf_split_host_port(p->listen, host, 256, port) != 0) ||
+                (!p->listen && pf_split_host_port(own, own_host, sizeof own_host, port) != 0))) {
+        fprintf(stderr, "psflow ps: '%s' is not HOST:PORT\n", p->listen ? p->listen : own);
+        rc = PF_EX_USAGE;
     }
-    const char *own = pf_tf_config_address(&n.cfg, "ps", n.index);
-    const char *listen = cli_get(opts, n_opts, "listen");
+    if (rc)
+        node_deinit(n);
+    return rc;
+}
+
+/* `psflow ps --job FILE`: the ps task TF_CONFIG names, until the job ends or a signal. */
+static int run_static_ps(const ps_cli *p) {
+    node n;
     char host[256] = "0.0.0.0";
     int port = 0;
-    char own_host[256];
-    if ((listen && pf_split_host_port(listen, host, sizeof host, &port) != 0) ||
-        (!listen && pf_split_host_port(own, own_host, sizeof own_host, &port) != 0)) {
-        fprintf(stderr, "psflow ps: '%s' is not HOST:PORT\n", listen ? listen : own);
-        node_deinit(&n);
-        return PF_EX_USAGE;
-    }
-    const char *ckpt = cli_get(opts, n_opts, "checkpoint-dir");
+    int rc = load_ps_task(p, &n, host, &port);
+    if (rc)
+        return rc;
     uint8_t key[PF_WIRE_KEY_SIZE];
     int has_key = node_job_key("ps", n.spec.name, key);
     if (has_key < 0) {
@@ -191,11 +138,11 @@ int cli_ps(int argc, char **argv) {
                             n.index,
                             host,
                             port,
-                            ckpt ? ckpt : "./checkpoints",
+                            p->checkpoint_dir,
                             node_incarnation(),
-                            (double)grace,
+                            (double)p->grace,
                             has_key ? key : NULL,
-                            data_plane};
+                            p->data_plane};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
@@ -206,15 +153,71 @@ int cli_ps(int argc, char **argv) {
         node_deinit(&n);
         return PF_EX_UNAVAILABLE;
     }
-    const char *advertise = cli_get(opts, n_opts, "advertise");
-    fprintf(stderr, "psflow ps %d: listening on %s:%d, advertised as %s\n", n.index, host,
-            ps_server_port(s), advertise ? advertise : own);
+    fprintf(stderr, "psflow ps %d: listening on %s:%d (%s), advertised as %s\n", n.index, host,
+            ps_server_port(s), p->data_plane.tls_cert ? "TLS" : "plain TCP",
+            p->advertise ? p->advertise : pf_tf_config_address(&n.cfg, "ps", n.index));
     running_ps = s;
-    signal(SIGINT, stop_ps);
-    signal(SIGTERM, stop_ps);
+    pf_signals_on_stop(stop_ps);
     rc = ps_server_wait(s) == 0 ? 0 : 130;
     running_ps = NULL;
     ps_server_destroy(s);
     node_deinit(&n);
     return rc;
+}
+
+int cli_ps(const cli_command *cmd, int argc, char **argv) {
+    ps_cli p;
+    cli_option opts[] = {
+        CLI_TEXT("coordinator", "URL", "run as a managed agent of this coordinator (no --job)",
+                 NULL, &p.coordinator),
+        CLI_OPT("node-id", "ID", "managed: this agent's id [ps-<hostname>-<pid>]"),
+        CLI_TEXT("job", "FILE", "static mode: the job spec (JSON); the task comes from TF_CONFIG",
+                 NULL, &p.job),
+        CLI_TEXT("listen", "HOST:PORT",
+                 "address to bind [0.0.0.0 and the port of this task in TF_CONFIG]", NULL,
+                 &p.listen),
+        CLI_TEXT("advertise", "HOST:PORT",
+                 "address workers reach this ps at [this task's TF_CONFIG address]", NULL,
+                 &p.advertise),
+        CLI_TEXT("checkpoint-dir", "DIR",
+                 "checkpoint root, shared by the job's tasks [./checkpoints]", "./checkpoints",
+                 &p.checkpoint_dir),
+        CLI_LONG("exit-grace", "SECONDS",
+                 "after the final checkpoint, wait for workers to leave [10]", 0, 3600, 10,
+                 &p.grace),
+        NODE_MEMORY_OPTION(&p.memory),
+        CLI_CA_FILE_OPTION,
+        CLI_TOKEN_FILE_OPTION,
+        CLI_OPT("tls-cert", "FILE",
+                "serve the data plane over TLS (wss) with this PEM certificate [plain TCP]"),
+        CLI_OPT("tls-key", "FILE", "the PEM private key of --tls-cert"),
+        CLI_OPT("max-connections", "N",
+                "data-plane connections of the job's own tasks (HELLO, and the key's proof, "
+                "accepted) open at once [twice the job's training tasks + 32]"),
+        CLI_OPT("max-untrusted", "N",
+                "data-plane connections not yet accepted by HELLO open at once, a quarter of "
+                "them from one address; a new one replaces the least advanced, oldest [64]"),
+        CLI_OPT("handshake-timeout", "SECONDS",
+                "close a connection whose WebSocket (and TLS) handshake is not done by then [10]"),
+        CLI_OPT("idle-timeout", "SECONDS",
+                "close a connection that has not been accepted by HELLO by then [30]"),
+        CLI_OPT("max-buffered", "BYTES",
+                "bytes of incomplete messages held over all connections [(training tasks + 4) x "
+                "the largest message]"),
+        CLI_OPT("shm", "on|off",
+                "map the shared segments of workers on this host; off: everything over the "
+                "socket [on]"),
+    };
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &p.run))
+        return p.run.exit_code;
+    /* A ps runs no matrix products: one BLAS thread, and OpenBLAS's pool (started when the
+     * library loaded) put to sleep. */
+    node_set_threads(1, 1, NULL, 0);
+    pf_backend_openblas_idle();
+    if (cli_use_shm("ps", p.run.table, p.run.n_table))
+        return PF_EX_USAGE;
+    int rc = data_plane_options(p.run.table, p.run.n_table, &p.data_plane);
+    if (rc)
+        return rc;
+    return p.coordinator && !p.job ? run_ps_agent(&p) : run_static_ps(&p);
 }

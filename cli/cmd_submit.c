@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 #include "cli/api.h"
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "psflow/clock.h"
 #include "psflow/fs.h"
 #include "psflow/mem.h"
@@ -312,35 +313,18 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
 
 /* ---- psflow submit ------------------------------------------------------------------------- */
 
-int cli_submit(int argc, char **argv) {
+int cli_submit(const cli_command *cmd, int argc, char **argv) {
+    bool wait;
     cli_option opts[] = {
-        API_COORDINATOR_OPTIONS,
-        {"wait", NULL, "follow the job until it ends; exit 0 if it succeeded, 1 if it failed",
-         NULL},
+        CLI_FLAG("wait", "follow the job until it ends; exit 0 if it succeeded, 1 if it failed",
+                 &wait),
     };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (api_parse_args("submit", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("submit", "FILE [--wait] [options]",
-                       "Submits the job spec in FILE (JSON, api/schemas/job.schema.json) to the "
-                       "coordinator. Submitting\nthe same spec again is safe: the existing job "
-                       "is reported. With --wait, shows a\nprogress line until the job ends, "
-                       "then its result.\n\nExit codes: 0 created (with --wait: succeeded), 1 "
-                       "failed or name taken by another spec,\n64 usage, 65 spec rejected, 66 "
-                       "FILE unreadable, 69 coordinator unreachable, 77 token\nmissing or "
-                       "rejected." API_TOKEN_NOTE,
-                       opts, n_opts);
-        return 0;
-    }
-    if (args.n_positional != 1)
-        return api_usage_error("submit", "expected one job spec FILE");
-    api_client c;
-    int rc = api_client_init(&c, "submit", opts, n_opts, true);
-    if (rc)
-        return rc;
-    const char *path = args.positional[0];
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    const api_client *c = &run.client;
+    int rc;
+    const char *path = run.args.positional[0];
     size_t len = 0;
     char *spec;
     pf_error err;
@@ -350,7 +334,7 @@ int cli_submit(int argc, char **argv) {
         return PF_EX_NOINPUT;
     }
     pf_http_response r;
-    rc = api_call(&c, "POST", "/api/v1/jobs", spec, len, API_REQUEST_TIMEOUT, &r);
+    rc = api_call(c, "POST", "/api/v1/jobs", spec, len, API_REQUEST_TIMEOUT, &r);
     pf_free(spec);
     if (rc)
         return rc;
@@ -369,23 +353,23 @@ int cli_submit(int argc, char **argv) {
         printf("job %s %s\n", name_buf, r.status == 201 ? "created" : "exists (same spec)");
         fflush(stdout);
         pf_http_response_deinit(&r);
-        if (!cli_get(opts, n_opts, "wait"))
+        if (!wait)
             return 0;
         char escaped[256 * 3 + 1];
         api_url_escape(name_buf, escaped, sizeof escaped);
-        return follow_job(&c, name_buf, escaped);
+        return follow_job(c, name_buf, escaped);
     }
     char prefix[600];
     if (r.status == 400 || r.status == 413 || r.status == 422) {
         snprintf(prefix, sizeof prefix, "%s: job spec rejected", path);
-        api_print_problem(&c, prefix, &r);
+        api_print_problem(c, prefix, &r);
         rc = PF_EX_DATAERR;
     } else if (r.status == 409) {
         snprintf(prefix, sizeof prefix, "%s: a job of that name exists with another spec", path);
-        api_print_problem(&c, prefix, &r);
+        api_print_problem(c, prefix, &r);
         rc = 1;
     } else {
-        rc = api_report_error(&c, &r, NULL);
+        rc = api_report_error(c, &r, NULL);
     }
     pf_http_response_deinit(&r);
     return rc;

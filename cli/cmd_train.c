@@ -8,11 +8,13 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "cli/node.h"
 #include "cli/options.h"
 #include "psflow/clock.h"
@@ -21,6 +23,7 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/session.h"
+#include "psflow/signals.h"
 
 #define LOSS_WINDOW 100 /* the reported training loss is the mean of the last 100 steps */
 
@@ -92,214 +95,179 @@ static void check_params(const pf_session *s, char *why, size_t len) {
     pf_free(params);
 }
 
-int cli_train(int argc, char **argv) {
-    cli_option opts[] = {
-        {"output", "FORMAT", "result format: text (default) or json", NULL},
-        {"save", "FILE", "write the final variables to FILE (safetensors)", NULL},
-        {"log-every", "N", "without a terminal, print progress every N steps [100]", NULL},
-        {"backend", "NAME", "compute backend: openblas (default on cpu) or reference", NULL},
-        NODE_MEMORY_OPTION,
-        NODE_THREADS_OPTION,
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (cli_parse("train", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("train", "JOB.json [options]",
-                       "Trains the job described by JOB.json in this one process, evaluates it "
-                       "on the\ntest set and prints the result. Exit codes: 0 done, 64 usage, "
-                       "65 invalid spec\nor data, or a NaN/infinite loss or value (training "
-                       "stops at that step\nwhatever training.on_nonfinite says: one process "
-                       "has no checkpoint to roll\nback to), 66 unreadable input, 69 device "
-                       "unavailable, 73 cannot write --save.",
-                       opts, n_opts);
-        return 0;
-    }
-    if (args.n_positional != 1) {
-        fprintf(stderr, "psflow train: expected one job spec file (see 'psflow train --help')\n");
-        return PF_EX_USAGE;
-    }
-    const char *output = cli_get(opts, n_opts, "output");
-    bool json_out = false;
-    if (output && !strcmp(output, "json"))
-        json_out = true;
-    else if (output && strcmp(output, "text") != 0) {
-        fprintf(stderr, "psflow train: --output must be text or json, got '%s'\n", output);
-        return PF_EX_USAGE;
-    }
-    progress prog = {.tty = isatty(STDERR_FILENO) != 0};
-    long long memory;
-    long threads;
-    if (cli_get_long("train", opts, n_opts, "log-every", 1, 1L << 40, 100, &prog.log_every) ||
-        cli_get_long("train", opts, n_opts, "threads", 1, 4096, 0, &threads) ||
-        cli_get_size("train", opts, n_opts, "memory", 1, INT64_MAX, 0, &memory))
-        return PF_EX_USAGE;
-    node_set_threads(threads, 1, NULL, 0); /* one task: every core it may use */
-    const char *save = cli_get(opts, n_opts, "save");
-    const char *backend = cli_get(opts, n_opts, "backend");
-    pf_session_options sopts = {.load_test = true};
-    if (backend && !strcmp(backend, "reference"))
-        sopts.backend = pf_backend_reference();
-    else if (backend && !strcmp(backend, "openblas"))
-        sopts.backend = pf_backend_openblas();
-    else if (backend) {
-        fprintf(stderr, "psflow train: --backend must be openblas or reference, got '%s'\n",
-                backend);
-        return PF_EX_USAGE;
-    }
-
-    const char *path = args.positional[0];
+/* One run of `psflow train`: the job, its session and what the loop measured. */
+typedef struct train_run {
     pf_job_spec spec;
+    pf_session *s;
+    progress prog;
+    int batch;            /* the examples of one step: replicas x batch_size */
+    double train_seconds; /* in pf_session_step */
+    double bayes_auc;     /* NaN unless the data is synthetic_ctr */
+    char bayes_text[64];
+    pf_eval ev;
+    char nonfinite[256]; /* why training stopped on a NaN or infinite number */
+} train_run;
+
+/* Loads the spec at path and refuses a job this process cannot run. Returns 0, or an exit
+ * code after printing why (spec then holds nothing). */
+static int load_job(const char *path, long long memory, const pf_session_options *sopts,
+                    pf_job_spec *spec) {
     pf_error err;
     pf_error_clear(&err);
-    pf_status st = pf_job_spec_load(path, &spec, &err);
+    pf_status st = pf_job_spec_load(path, spec, &err);
     if (st != PF_OK) {
         /* Spec messages start with the JSON pointer of the field they name. */
         fprintf(stderr, "psflow train: %s: %s\n", path, err.message);
         return pf_exit_code(st);
     }
-    int fit = node_check_fit("train", &spec, "train", 0, memory);
-    if (fit) {
-        pf_job_spec_deinit(&spec);
-        return fit;
-    }
+    int rc = node_check_fit("train", spec, "train", 0, memory);
     /* The job's devices, one per in-graph replica, in replica order; one line says which GPU,
      * or why "auto" trains on the CPU. The session asks again for each replica. */
-    for (int r = 0; !sopts.backend && r < spec.replicas_per_worker; r++) {
+    for (int r = 0; !rc && !sopts->backend && r < spec->replicas_per_worker; r++) {
         const pf_backend *be;
-        st = pf_backend_for_device(spec.devices[r].device, spec.devices[r].index, &be, &err);
+        st = pf_backend_for_device(spec->devices[r].device, spec->devices[r].index, &be, &err);
         if (st != PF_OK || err.message[0])
             fprintf(stderr, "psflow train: %s\n", err.message);
-        if (st != PF_OK) {
-            pf_job_spec_deinit(&spec);
-            return pf_exit_code(st);
-        }
+        if (st != PF_OK)
+            rc = pf_exit_code(st);
     }
-    fprintf(stderr, "psflow train: job %s, loading data\n", spec.name);
-    pf_session *s;
-    st = pf_session_create(&spec, &sopts, &s, &err);
-    if (st != PF_OK) {
-        fprintf(stderr, "psflow train: %s\n", err.message);
-        pf_job_spec_deinit(&spec);
-        return pf_exit_code(st);
-    }
-    const pf_dataset *train = pf_session_train_set(s);
-    int64_t max_steps = spec.training.max_steps;
-    /* the examples of one step: replicas x batch_size */
-    const int replicas = spec.replicas_per_worker, batch = replicas * spec.training.batch_size;
+    if (rc)
+        pf_job_spec_deinit(spec);
+    return rc;
+}
+
+/* Says what will be trained, and for generated clicks the best AUC any model can reach. */
+static void print_plan(train_run *t) {
+    const pf_job_spec *spec = &t->spec;
+    const pf_dataset *train = pf_session_train_set(t->s);
+    const int replicas = spec->replicas_per_worker;
+    int64_t max_steps = spec->training.max_steps;
     char split[64] = "";
     if (replicas > 1)
         snprintf(split, sizeof split, " (%d in-graph replicas x %d)", replicas,
-                 spec.training.batch_size);
+                 spec->training.batch_size);
     fprintf(stderr,
             "psflow train: %s model, %zu parameters, %lld training examples, batch %d%s, "
             "%lld steps (%.2f epochs)\n",
-            pf_model_type_name(spec.model.type), pf_model_num_params(&spec.model),
-            (long long)train->n, batch, split, (long long)max_steps,
-            (double)max_steps * batch / (double)train->n);
+            pf_model_type_name(spec->model.type), pf_model_num_params(&spec->model),
+            (long long)train->n, t->batch, split, (long long)max_steps,
+            (double)max_steps * t->batch / (double)train->n);
     /* Generated clicks come from a known model: the best AUC any model can reach on them. */
-    double bayes_auc = spec.data.format == PF_DATA_SYNTHETIC_CTR
-                           ? pf_synthetic_ctr_bayes_auc(&spec, pf_session_eval_set(s))
-                           : NAN;
-    char bayes_text[64] = "";
-    if (!isnan(bayes_auc)) {
+    t->bayes_auc = spec->data.format == PF_DATA_SYNTHETIC_CTR
+                       ? pf_synthetic_ctr_bayes_auc(spec, pf_session_eval_set(t->s))
+                       : NAN;
+    if (!isnan(t->bayes_auc)) {
         fprintf(stderr,
                 "psflow train: synthetic_ctr: Bayes-optimal test auc %.4f (the true model on "
                 "the test labels)\n",
-                bayes_auc);
-        snprintf(bayes_text, sizeof bayes_text, " (Bayes-optimal %.4f)", bayes_auc);
+                t->bayes_auc);
+        snprintf(t->bayes_text, sizeof t->bayes_text, " (Bayes-optimal %.4f)", t->bayes_auc);
     }
+}
 
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    double train_seconds = 0, t_start = pf_clock_now();
-    pf_eval ev = {.auc = NAN};
-    char nonfinite[256] = ""; /* why training stopped on a NaN or infinite number */
-    while (pf_session_global_step(s) < max_steps && !interrupted) {
+/* The progress line after `step`: redrawn on a terminal, else every --log-every steps. */
+static void show_progress(train_run *t, int64_t step) {
+    progress *p = &t->prog;
+    int64_t max_steps = t->spec.training.max_steps;
+    double rate = (double)step * t->batch / t->train_seconds;
+    bool draw = p->tty ? (pf_clock_now() - p->last_draw > 0.1 || step == max_steps)
+                       : (step % p->log_every == 0 || step == max_steps);
+    if (!draw)
+        return;
+    char eta[32];
+    format_eta((double)(max_steps - step) * t->batch / rate, eta, sizeof eta);
+    fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %s%s",
+            p->tty ? "\r\033[K" : "",
+            (long long)((step - 1) * t->batch / pf_session_train_set(t->s)->n + 1), (long long)step,
+            (long long)max_steps, window_mean(p), rate, eta, p->tty ? "" : "\n");
+    p->last_draw = pf_clock_now();
+}
+
+/* Steps until training.max_steps, a signal or a non-finite loss, evaluating every
+ * training.eval_every_steps. */
+static void train_loop(train_run *t) {
+    int64_t max_steps = t->spec.training.max_steps, every = t->spec.training.eval_every_steps;
+    while (pf_session_global_step(t->s) < max_steps && !interrupted) {
         double t0 = pf_clock_now();
-        float loss = pf_session_step(s);
-        train_seconds += pf_clock_now() - t0;
-        int64_t step = pf_session_global_step(s);
+        float loss = pf_session_step(t->s);
+        t->train_seconds += pf_clock_now() - t0;
+        int64_t step = pf_session_global_step(t->s);
         if (!isfinite(loss)) {
-            snprintf(nonfinite, sizeof nonfinite, "non-finite loss (%g) at step %lld", (double)loss,
-                     (long long)step);
+            snprintf(t->nonfinite, sizeof t->nonfinite, "non-finite loss (%g) at step %lld",
+                     (double)loss, (long long)step);
             break;
         }
-        prog.window[(step - 1) % LOSS_WINDOW] = loss;
-        if (prog.filled < LOSS_WINDOW)
-            prog.filled++;
-        double rate = (double)step * batch / train_seconds;
-        bool draw = prog.tty ? (pf_clock_now() - prog.last_draw > 0.1 || step == max_steps)
-                             : (step % prog.log_every == 0 || step == max_steps);
-        if (draw) {
-            char eta[32];
-            format_eta((double)(max_steps - step) * batch / rate, eta, sizeof eta);
-            fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %s%s",
-                    prog.tty ? "\r\033[K" : "", (long long)((step - 1) * batch / train->n + 1),
-                    (long long)step, (long long)max_steps, window_mean(&prog), rate, eta,
-                    prog.tty ? "" : "\n");
-            prog.last_draw = pf_clock_now();
-        }
-        int64_t every = spec.training.eval_every_steps;
+        t->prog.window[(step - 1) % LOSS_WINDOW] = loss;
+        if (t->prog.filled < LOSS_WINDOW)
+            t->prog.filled++;
+        show_progress(t, step);
         if (every > 0 && step % every == 0 && step < max_steps) {
-            pf_session_evaluate(s, &ev);
-            print_eval(s, &ev, prog.tty);
+            pf_session_evaluate(t->s, &t->ev);
+            print_eval(t->s, &t->ev, t->prog.tty);
         }
     }
-    if (prog.tty)
+    if (t->prog.tty)
         fputc('\n', stderr);
     if (interrupted)
         fprintf(stderr, "psflow train: interrupted at step %lld\n",
-                (long long)pf_session_global_step(s));
-    if (!nonfinite[0]) /* the last update can overflow with a finite loss */
-        check_params(s, nonfinite, sizeof nonfinite);
-    if (!nonfinite[0]) {
-        pf_session_evaluate(s, &ev);
-        print_eval(s, &ev, false);
+                (long long)pf_session_global_step(t->s));
+    if (!t->nonfinite[0]) /* the last update can overflow with a finite loss */
+        check_params(t->s, t->nonfinite, sizeof t->nonfinite);
+    if (!t->nonfinite[0]) {
+        pf_session_evaluate(t->s, &t->ev);
+        print_eval(t->s, &t->ev, false);
     }
-    double seconds = pf_clock_now() - t_start;
+}
 
+/* The exit code of the run, after writing --save (when given and the values are finite). */
+static int finish(train_run *t, const char *save) {
     int rc = interrupted ? 130 : 0;
-    if (nonfinite[0]) {
+    if (t->nonfinite[0]) {
         fprintf(stderr,
                 "psflow train: %s; stopping (lower optimizer.learning_rate or check the "
                 "data)\n",
-                nonfinite);
+                t->nonfinite);
         rc = pf_exit_code(PF_ERR_NONFINITE);
     }
-    if (save && nonfinite[0]) {
+    pf_error err;
+    if (save && t->nonfinite[0]) {
         fprintf(stderr, "psflow train: not saving %s: the variables are not finite\n", save);
+    } else if (save && pf_session_save(t->s, save, &err) != PF_OK) {
+        fprintf(stderr, "psflow train: cannot save: %s\n", err.message);
+        rc = PF_EX_CANTCREAT;
     } else if (save) {
-        st = pf_session_save(s, save, &err);
-        if (st != PF_OK) {
-            fprintf(stderr, "psflow train: cannot save: %s\n", err.message);
-            rc = PF_EX_CANTCREAT;
-        } else {
-            fprintf(stderr, "psflow train: saved variables to %s\n", save);
-        }
+        fprintf(stderr, "psflow train: saved variables to %s\n", save);
     }
-    int64_t steps = pf_session_global_step(s);
-    double examples_per_sec = train_seconds > 0 ? (double)steps * batch / train_seconds : 0;
-    double test_loss = ev.examples ? ev.loss_sum / (double)ev.examples : NAN;
-    bool classifier = spec.model.type != PF_MODEL_LINEAR;
-    double accuracy = classifier && ev.examples ? (double)ev.correct / (double)ev.examples : NAN;
+    return rc;
+}
+
+/* The result on stdout: one JSON object, or a text summary. */
+static void print_result(const train_run *t, double seconds, bool json_out) {
+    const char *name = t->spec.name, *nonfinite = t->nonfinite;
+    const pf_eval *ev = &t->ev;
+    int64_t steps = pf_session_global_step(t->s);
+    double epochs = (double)steps * t->batch / (double)pf_session_train_set(t->s)->n;
+    double examples_per_sec =
+        t->train_seconds > 0 ? (double)steps * t->batch / t->train_seconds : 0;
+    double test_loss = ev->examples ? ev->loss_sum / (double)ev->examples : NAN;
+    bool classifier = t->spec.model.type != PF_MODEL_LINEAR;
+    double accuracy = classifier && ev->examples ? (double)ev->correct / (double)ev->examples : NAN;
+    double loss = window_mean(&t->prog);
     if (json_out) {
         /* Numbers JSON cannot hold (NaN, Inf) are null; reason says why training ended. */
         const char *reason = nonfinite[0] ? "NonFiniteLoss" : interrupted ? "Interrupted" : "Done";
-        json_t *o = json_pack("{s:s, s:I, s:o, s:o, s:o, s:f, s:f, s:f, s:s, s:s}", "name",
-                              spec.name, "steps", (json_int_t)steps, "loss",
-                              pf_json_number(nonfinite[0] ? NAN : window_mean(&prog)), "test_loss",
+        json_t *o = json_pack("{s:s, s:I, s:o, s:o, s:o, s:f, s:f, s:f, s:s, s:s}", "name", name,
+                              "steps", (json_int_t)steps, "loss",
+                              pf_json_number(nonfinite[0] ? NAN : loss), "test_loss",
                               pf_json_number(test_loss), "test_accuracy", pf_json_number(accuracy),
                               "examples_per_sec", examples_per_sec, "seconds", seconds, "epochs",
-                              (double)steps * batch / (double)train->n, "backend",
-                              pf_session_backend(s)->name, "reason", reason);
+                              epochs, "backend", pf_session_backend(t->s)->name, "reason", reason);
         if (o && nonfinite[0])
             json_object_set_new(o, "message", json_string(nonfinite));
-        if (o && !isnan(ev.auc))
-            json_object_set_new(o, "test_auc", pf_json_number(ev.auc));
-        if (o && !isnan(bayes_auc))
-            json_object_set_new(o, "bayes_auc", pf_json_number(bayes_auc));
+        if (o && !isnan(ev->auc))
+            json_object_set_new(o, "test_auc", pf_json_number(ev->auc));
+        if (o && !isnan(t->bayes_auc))
+            json_object_set_new(o, "bayes_auc", pf_json_number(t->bayes_auc));
         char *text =
             o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8)) : NULL;
         if (text)
@@ -309,21 +277,66 @@ int cli_train(int argc, char **argv) {
         free(text);
         json_decref(o);
     } else if (nonfinite[0]) {
-        printf("%s: stopped at step %lld: %s\n", spec.name, (long long)steps, nonfinite);
-    } else if (classifier && !isnan(ev.auc)) {
+        printf("%s: stopped at step %lld: %s\n", name, (long long)steps, nonfinite);
+    } else if (classifier && !isnan(ev->auc)) {
         printf("%s: %lld steps, loss %.4f, test accuracy %.4f, test auc %.4f%s, %.0f examples/s, "
                "%.1f s\n",
-               spec.name, (long long)steps, window_mean(&prog), accuracy, ev.auc, bayes_text,
-               examples_per_sec, seconds);
-    } else if (classifier) {
-        printf("%s: %lld steps, loss %.4f, test accuracy %.4f, %.0f examples/s, %.1f s\n",
-               spec.name, (long long)steps, window_mean(&prog), accuracy, examples_per_sec,
+               name, (long long)steps, loss, accuracy, ev->auc, t->bayes_text, examples_per_sec,
                seconds);
+    } else if (classifier) {
+        printf("%s: %lld steps, loss %.4f, test accuracy %.4f, %.0f examples/s, %.1f s\n", name,
+               (long long)steps, loss, accuracy, examples_per_sec, seconds);
     } else {
-        printf("%s: %lld steps, loss %.6f, test loss %.6f, %.0f examples/s, %.1f s\n", spec.name,
-               (long long)steps, window_mean(&prog), test_loss, examples_per_sec, seconds);
+        printf("%s: %lld steps, loss %.6f, test loss %.6f, %.0f examples/s, %.1f s\n", name,
+               (long long)steps, loss, test_loss, examples_per_sec, seconds);
     }
-    pf_session_destroy(s);
-    pf_job_spec_deinit(&spec);
+}
+
+int cli_train(const cli_command *cmd, int argc, char **argv) {
+    train_run t = {.prog.tty = isatty(STDERR_FILENO) != 0, .ev.auc = NAN};
+    int format, backend;
+    const char *save;
+    long long memory;
+    long threads;
+    cli_option opts[] = {
+        CLI_CHOICE("output", "FORMAT", "result format: text (default) or json", "text|json",
+                   &format),
+        CLI_TEXT("save", "FILE", "write the final variables to FILE (safetensors)", NULL, &save),
+        CLI_LONG("log-every", "N", "without a terminal, print progress every N steps [100]", 1,
+                 1L << 40, 100, &t.prog.log_every),
+        CLI_CHOICE("backend", "NAME", "compute backend: openblas (default on cpu) or reference",
+                   "openblas|reference", &backend),
+        NODE_MEMORY_OPTION(&memory),
+        NODE_THREADS_OPTION(&threads),
+    };
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    int rc;
+    node_set_threads(threads, 1, NULL, 0); /* one task: every core it may use */
+    pf_session_options sopts = {.load_test = true};
+    if (backend >= 0)
+        sopts.backend = backend == 0 ? pf_backend_openblas() : pf_backend_reference();
+    if ((rc = load_job(run.args.positional[0], memory, &sopts, &t.spec)))
+        return rc;
+    fprintf(stderr, "psflow train: job %s, loading data\n", t.spec.name);
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_session_create(&t.spec, &sopts, &t.s, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow train: %s\n", err.message);
+        pf_job_spec_deinit(&t.spec);
+        return pf_exit_code(st);
+    }
+    t.batch = t.spec.replicas_per_worker * t.spec.training.batch_size;
+    print_plan(&t);
+    pf_signals_on_stop(on_signal);
+    double t_start = pf_clock_now();
+    train_loop(&t);
+    double seconds = pf_clock_now() - t_start;
+    rc = finish(&t, save);
+    print_result(&t, seconds, format == 1);
+    pf_session_destroy(t.s);
+    pf_job_spec_deinit(&t.spec);
     return rc;
 }

@@ -23,16 +23,19 @@
 
 #include <jansson.h>
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
+#include "psflow/signals.h"
 
 #define UP_MAX_AGENTS 64
 
 typedef struct child {
     char name[32];
+    char address[64]; /* an agent's advertised address; "" for the coordinator */
     pid_t pid;
     int exited;
 } child;
@@ -183,181 +186,202 @@ static void stop_all(child *kids, int from, int to, double grace) {
         }
 }
 
-int cli_up(int argc, char **argv) {
-    cli_option opts[] = {
-        {"ps", "N", "parameter-server agents [2]", NULL},
-        {"workers", "M", "worker agents [2]", NULL},
-        {"port", "P", "the coordinator's port on 127.0.0.1 [8080]", NULL},
-        {"dir", "DIR", "database, checkpoints and logs [./psflow-up]", NULL},
-        {"tls-cert", "FILE",
-         "the coordinator serves HTTPS and the ps agents wss with this PEM certificate [HTTP]",
-         NULL},
-        {"tls-key", "FILE", "the PEM private key of --tls-cert", NULL},
-        {"ca-file", "FILE",
-         "the CA the agents trust for the coordinator and the ps [--tls-cert itself]", NULL},
-        CLI_TOKEN_FILE_OPTION,
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (cli_parse("up", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help("up", "[options]",
-                       "Starts a local cluster on 127.0.0.1: the coordinator (API and dashboard) "
-                       "and N ps and M\nworker agents, each a psflow process logging to "
-                       "DIR/logs/. Prints the dashboard URL and\nhow to submit a job; Ctrl-C "
-                       "stops them all.",
-                       opts, n_opts);
-        return 0;
-    }
+/* What `psflow up` was told, and the paths and address it derives. */
+typedef struct up_cli {
     long n_ps, n_workers, port;
-    if (cli_get_long("up", opts, n_opts, "ps", 1, UP_MAX_AGENTS / 2, 2, &n_ps) ||
-        cli_get_long("up", opts, n_opts, "workers", 1, UP_MAX_AGENTS / 2, 2, &n_workers) ||
-        cli_get_long("up", opts, n_opts, "port", 0, 65535, 8080, &port))
-        return PF_EX_USAGE;
-    if (port == 0 && (port = free_port()) < 0) {
-        fprintf(stderr, "psflow up: no free port on 127.0.0.1\n");
-        return PF_EX_UNAVAILABLE;
-    }
-    const char *dir = cli_get(opts, n_opts, "dir");
-    if (!dir)
-        dir = "./psflow-up";
+    const char *dir, *cert, *key, *ca;
     char logs[PATH_MAX], db[PATH_MAX], ckpt[PATH_MAX], url[128], listen[64], token[512];
-    snprintf(logs, sizeof logs, "%s/logs", dir);
-    snprintf(db, sizeof db, "%s/psflow.db", dir);
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoints", dir);
-    if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(logs, 0755) != 0 && errno != EEXIST)) {
-        fprintf(stderr, "psflow up: cannot create %s: %s\n", logs, strerror(errno));
+} up_cli;
+
+/* DIR and DIR/logs, and the paths under DIR. Returns 0 or an exit code. */
+static int make_dirs(up_cli *u) {
+    snprintf(u->logs, sizeof u->logs, "%s/logs", u->dir);
+    snprintf(u->db, sizeof u->db, "%s/psflow.db", u->dir);
+    snprintf(u->ckpt, sizeof u->ckpt, "%s/checkpoints", u->dir);
+    if ((mkdir(u->dir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(u->logs, 0755) != 0 && errno != EEXIST)) {
+        fprintf(stderr, "psflow up: cannot create %s: %s\n", u->logs, strerror(errno));
         return PF_EX_CANTCREAT;
     }
-    int rc = cli_token("up", token, sizeof token);
-    if (rc)
-        return rc;
-    pf_error err;
-    const char *cert = cli_get(opts, n_opts, "tls-cert");
-    const char *key = cli_get(opts, n_opts, "tls-key");
-    const char *ca = cli_get(opts, n_opts, "ca-file");
-    if (!cert != !key) {
+    return 0;
+}
+
+/* TLS: --tls-cert and --tls-key together; the CA this supervisor and the agents trust is
+ * --ca-file, else the certificate itself (a self-signed one is its own CA). Returns 0 or an
+ * exit code. */
+static int use_tls(up_cli *u) {
+    if (!u->cert != !u->key) {
         fprintf(stderr, "psflow up: --tls-cert and --tls-key go together\n");
         return PF_EX_USAGE;
     }
-    if (!ca)
-        ca = cert; /* a self-signed certificate is its own CA */
-    if (ca && pf_http_set_ca_file(ca, &err) != PF_OK) {
+    if (!u->ca)
+        u->ca = u->cert;
+    pf_error err;
+    if (u->ca && pf_http_set_ca_file(u->ca, &err) != PF_OK) {
         fprintf(stderr, "psflow up: --ca-file: %s\n", err.message);
         return PF_EX_NOINPUT;
     }
-    snprintf(listen, sizeof listen, "127.0.0.1:%ld", port);
-    snprintf(url, sizeof url, "%s://127.0.0.1:%ld", cert ? "https" : "http", port);
+    return 0;
+}
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
-    child kids[UP_MAX_AGENTS + 1];
-    int n = 0;
-    char *cargv[] = {
-        "psflow",     "coordinator", "--listen",  listen, "--db", db, cert ? "--tls-cert" : NULL,
-        (char *)cert, "--tls-key",   (char *)key, NULL};
-    if (spawn(&kids[n++], "coordinator", logs, cargv) != 0) {
+/* Starts the coordinator as kids[0] and waits until /readyz answers; a coordinator that
+ * exits (port taken...) ends it here. Returns 0 or an exit code. */
+static int start_coordinator(const up_cli *u, child *kids) {
+    char *cargv[] = {"psflow",
+                     "coordinator",
+                     "--listen",
+                     (char *)u->listen,
+                     "--db",
+                     (char *)u->db,
+                     u->cert ? "--tls-cert" : NULL,
+                     (char *)u->cert,
+                     "--tls-key",
+                     (char *)u->key,
+                     NULL};
+    if (spawn(&kids[0], "coordinator", u->logs, cargv) != 0) {
         fprintf(stderr, "psflow up: cannot start the coordinator: %s\n", strerror(errno));
         return PF_EX_OSERR;
     }
-    /* Ready when /readyz answers; a coordinator that exits (port taken...) ends it here. */
     char readyz[160];
-    snprintf(readyz, sizeof readyz, "%s/readyz", url);
+    snprintf(readyz, sizeof readyz, "%s/readyz", u->url);
     double deadline = pf_clock_now() + 30;
     int ready = 0;
     while (!ready && !up_signalled && pf_clock_now() < deadline) {
         pf_http_response r;
-        if (pf_http_request("GET", readyz, token, NULL, 0, 1.0, &r, &err) == PF_OK &&
+        pf_error err;
+        if (pf_http_request("GET", readyz, u->token, NULL, 0, 1.0, &r, &err) == PF_OK &&
             r.status == 200)
             ready = 1;
         pf_http_response_deinit(&r);
-        reap(kids, n);
+        reap(kids, 1);
         if (kids[0].exited)
             break;
         if (!ready)
             pf_clock_sleep(0.1);
     }
-    reap(kids, n);
+    reap(kids, 1);
     if (kids[0].exited) /* something else answered on that port */
         ready = 0;
     if (!ready) {
         fprintf(stderr, "psflow up: the coordinator did not become ready; see %s/coordinator.log\n",
-                logs);
-        stop_all(kids, 0, n, 5);
+                u->logs);
+        stop_all(kids, 0, 1, 5);
         return PF_EX_UNAVAILABLE;
     }
-    fprintf(stderr, "psflow up: coordinator %s (pid %d, database %s)\n", url, (int)kids[0].pid, db);
-    for (long i = 0; i < n_ps + n_workers; i++) {
-        int is_ps = i < n_ps;
-        long k = is_ps ? i : i - n_ps;
-        int p = free_port();
-        char name[32], id[48], adv[64];
-        snprintf(name, sizeof name, "%s-%ld", is_ps ? "ps" : "worker", k);
-        snprintf(id, sizeof id, "%s", name);
-        snprintf(adv, sizeof adv, "127.0.0.1:%d", p);
-        char *aargv[24] = {"psflow",           is_ps ? "ps" : "worker",
-                           "--coordinator",    url,
-                           "--node-id",        id,
-                           "--advertise",      adv,
-                           "--checkpoint-dir", ckpt};
-        int argn = 10;
-        if (is_ps) {
-            aargv[argn++] = "--listen";
-            aargv[argn++] = adv;
-        }
-        if (is_ps && cert) { /* the data plane over TLS with the API's certificate */
-            aargv[argn++] = "--tls-cert";
-            aargv[argn++] = (char *)cert;
-            aargv[argn++] = "--tls-key";
-            aargv[argn++] = (char *)key;
-        }
-        if (ca) {
-            aargv[argn++] = "--ca-file";
-            aargv[argn++] = (char *)ca;
-        }
-        aargv[argn] = NULL;
-        if (p < 0 || spawn(&kids[n++], name, logs, aargv) != 0) {
-            fprintf(stderr, "psflow up: cannot start %s\n", name);
-            stop_all(kids, 1, n, 10);
-            stop_all(kids, 0, 1, 10);
-            return PF_EX_OSERR;
-        }
+    fprintf(stderr, "psflow up: coordinator %s (pid %d, database %s)\n", u->url, (int)kids[0].pid,
+            u->db);
+    return 0;
+}
+
+/* Starts agent i (the ps agents first, then the workers) as kids[*n]. Returns 0, or -1
+ * after printing which could not start. */
+static int start_agent(const up_cli *u, long i, child *kids, int *n) {
+    int is_ps = i < u->n_ps;
+    long k = is_ps ? i : i - u->n_ps;
+    int p = free_port();
+    char name[32], id[48], adv[64];
+    snprintf(name, sizeof name, "%s-%ld", is_ps ? "ps" : "worker", k);
+    snprintf(id, sizeof id, "%s", name);
+    snprintf(adv, sizeof adv, "127.0.0.1:%d", p);
+    char *aargv[24] = {"psflow",           is_ps ? "ps" : "worker",
+                       "--coordinator",    (char *)u->url,
+                       "--node-id",        id,
+                       "--advertise",      adv,
+                       "--checkpoint-dir", (char *)u->ckpt};
+    int argn = 10;
+    if (is_ps) {
+        aargv[argn++] = "--listen";
+        aargv[argn++] = adv;
     }
-    /* Wait until every agent has registered. */
+    if (is_ps && u->cert) { /* the data plane over TLS with the API's certificate */
+        aargv[argn++] = "--tls-cert";
+        aargv[argn++] = (char *)u->cert;
+        aargv[argn++] = "--tls-key";
+        aargv[argn++] = (char *)u->key;
+    }
+    if (u->ca) {
+        aargv[argn++] = "--ca-file";
+        aargv[argn++] = (char *)u->ca;
+    }
+    aargv[argn] = NULL;
+    if (p < 0 || spawn(&kids[(*n)++], name, u->logs, aargv) != 0) {
+        fprintf(stderr, "psflow up: cannot start %s\n", name);
+        return -1;
+    }
+    snprintf(kids[*n - 1].address, sizeof kids[*n - 1].address, "%s", adv);
+    return 0;
+}
+
+/* How many of the agents started (kids[1..n-1]) the node list shows live, each under its id
+ * and at the address it was started with: a database of an earlier run may still list agents
+ * of the same ids, at other ports, which are not this run's. */
+static size_t count_registered(json_t *items, const child *kids, int n) {
+    size_t count = 0;
+    for (size_t i = 0; i < json_array_size(items); i++) {
+        json_t *it = json_array_get(items, i);
+        const char *id = json_string_value(json_object_get(it, "id"));
+        const char *addr = json_string_value(json_object_get(it, "address"));
+        const char *state = json_string_value(json_object_get(it, "state"));
+        for (int k = 1; id && addr && state && strcmp(state, "lost") != 0 && k < n; k++)
+            if (!strcmp(kids[k].name, id) && !strcmp(kids[k].address, addr))
+                count++;
+    }
+    return count;
+}
+
+/* Waits (30 s at most) until every agent has registered, then says how many did. */
+static void wait_registered(const up_cli *u, const child *kids, int n) {
     char nodes_url[160];
-    snprintf(nodes_url, sizeof nodes_url, "%s/api/v1/nodes", url);
-    deadline = pf_clock_now() + 30;
+    snprintf(nodes_url, sizeof nodes_url, "%s/api/v1/nodes", u->url);
+    double deadline = pf_clock_now() + 30;
     size_t registered = 0;
     while (!up_signalled && pf_clock_now() < deadline) {
         json_t *nodes;
-        if (get_json(nodes_url, token, &nodes) == 0) {
-            registered = json_array_size(json_object_get(nodes, "items"));
+        if (get_json(nodes_url, u->token, &nodes) == 0) {
+            registered = count_registered(json_object_get(nodes, "items"), kids, n);
             json_decref(nodes);
         }
-        if (registered >= (size_t)(n_ps + n_workers))
+        if (registered >= (size_t)(u->n_ps + u->n_workers))
             break;
         pf_clock_sleep(0.1);
     }
     fprintf(stderr, "psflow up: %zu of %ld agents registered (%ld ps, %ld workers; logs in %s)\n",
-            registered, n_ps + n_workers, n_ps, n_workers, logs);
+            registered, u->n_ps + u->n_workers, u->n_ps, u->n_workers, u->logs);
+}
+
+/* The dashboard's URL and how to submit a job. */
+static void print_usage_hints(const up_cli *u) {
     char cacert[PATH_MAX + 32] = "", cafile[PATH_MAX + 32] = "";
-    if (ca) {
-        snprintf(cacert, sizeof cacert, "--cacert %s ", ca);
-        snprintf(cafile, sizeof cafile, " --ca-file %s", ca);
+    if (u->ca) {
+        snprintf(cacert, sizeof cacert, "--cacert %s ", u->ca);
+        snprintf(cafile, sizeof cafile, " --ca-file %s", u->ca);
     }
-    printf("dashboard: %s/\n", url);
+    printf("dashboard: %s/\n", u->url);
     printf("submit:    curl %s-X POST -H 'Content-Type: application/json' --data-binary "
            "@examples/fashion-mnist-mlp.json %s/api/v1/jobs\n",
-           cacert, url);
+           cacert, u->url);
     printf("      or:  psflow submit examples/fashion-mnist-mlp.json --coordinator %s%s --wait\n",
-           url, cafile);
+           u->url, cafile);
     printf("Ctrl-C stops the cluster.\n");
     fflush(stdout);
+}
+
+/* Starts the coordinator and the agents, then supervises them until SIGINT or SIGTERM and
+ * stops the agents first (they deregister), then the coordinator. Returns the exit code. */
+static int run_cluster(const up_cli *u) {
+    child kids[UP_MAX_AGENTS + 1];
+    int n = 1;
+    int rc = start_coordinator(u, kids);
+    if (rc)
+        return rc;
+    for (long i = 0; i < u->n_ps + u->n_workers; i++)
+        if (start_agent(u, i, kids, &n) != 0) {
+            stop_all(kids, 1, n, 10);
+            stop_all(kids, 0, 1, 10);
+            return PF_EX_OSERR;
+        }
+    wait_registered(u, kids, n);
+    print_usage_hints(u);
     while (!up_signalled) {
         reap(kids, n);
         pf_clock_sleep(0.2);
@@ -367,4 +391,40 @@ int cli_up(int argc, char **argv) {
     stop_all(kids, 0, 1, 10);
     fprintf(stderr, "psflow up: stopped\n");
     return 0;
+}
+
+int cli_up(const cli_command *cmd, int argc, char **argv) {
+    up_cli u;
+    cli_option opts[] = {
+        CLI_LONG("ps", "N", "parameter-server agents [2]", 1, UP_MAX_AGENTS / 2, 2, &u.n_ps),
+        CLI_LONG("workers", "M", "worker agents [2]", 1, UP_MAX_AGENTS / 2, 2, &u.n_workers),
+        CLI_LONG("port", "P", "the coordinator's port on 127.0.0.1 [8080]", 0, 65535, 8080,
+                 &u.port),
+        CLI_TEXT("dir", "DIR", "database, checkpoints and logs [./psflow-up]", "./psflow-up",
+                 &u.dir),
+        CLI_TEXT("tls-cert", "FILE",
+                 "the coordinator serves HTTPS and the ps agents wss with this PEM certificate "
+                 "[HTTP]",
+                 NULL, &u.cert),
+        CLI_TEXT("tls-key", "FILE", "the PEM private key of --tls-cert", NULL, &u.key),
+        CLI_TEXT("ca-file", "FILE",
+                 "the CA the agents trust for the coordinator and the ps [--tls-cert itself]", NULL,
+                 &u.ca),
+        CLI_TOKEN_FILE_OPTION,
+    };
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    int rc;
+    if (u.port == 0 && (u.port = free_port()) < 0) {
+        fprintf(stderr, "psflow up: no free port on 127.0.0.1\n");
+        return PF_EX_UNAVAILABLE;
+    }
+    if ((rc = make_dirs(&u)) || (rc = cli_token("up", u.token, sizeof u.token)) ||
+        (rc = use_tls(&u)))
+        return rc;
+    snprintf(u.listen, sizeof u.listen, "127.0.0.1:%ld", u.port);
+    snprintf(u.url, sizeof u.url, "%s://127.0.0.1:%ld", u.cert ? "https" : "http", u.port);
+    pf_signals_on_stop(on_signal);
+    return run_cluster(&u);
 }

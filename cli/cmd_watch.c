@@ -10,7 +10,8 @@
 #include <time.h>
 
 #include "cli/api.h"
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
 #include "psflow/clock.h"
 #include "psflow/sse.h"
 #include "psflow/text.h"
@@ -114,8 +115,8 @@ static void watcher_event(const char *event, const char *data, const char *id, v
 
 static int watcher_on_data(const char *data, size_t len, void *ctx) {
     watcher *w = ctx;
-    w->outage = false;
     pf_sse_feed(&w->parser, data, len);
+    w->outage = false;
     return w->write_failed;
 }
 
@@ -141,51 +142,30 @@ static int watch_check(watcher *w, const char *path, const char *not_found) {
     return rc;
 }
 
-int cli_watch(int argc, char **argv) {
-    cli_option opts[] = {
-        API_COORDINATOR_OPTIONS,
-        {"since-id", "ID", "first replay the events after event ID (0: all the coordinator keeps)",
-         NULL},
-    };
-    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    cli_args args;
-    if (api_parse_args("watch", argc, argv, opts, n_opts, &args) != 0)
-        return PF_EX_USAGE;
-    if (args.help) {
-        cli_print_help(
-            "watch", "[NAME] [options]",
-            "Prints the coordinator's live events, one line each: time (the event's own, "
-            "or when it\narrived), job, kind (job, task, metric, node, checkpoint, "
-            "log) and a summary; with\nNAME that job's and the cluster's (agents registering, "
-            "lost). Reconnects without\nlosing events when the stream drops. Ctrl-C ends "
-            "it." API_TOKEN_NOTE,
-            opts, n_opts);
-        return 0;
-    }
-    if (args.n_positional > 1)
-        return api_usage_error("watch", "expected at most one job NAME");
+int cli_watch(const cli_command *cmd, int argc, char **argv) {
+    cli_run run;
     long since;
-    if (cli_get_long("watch", opts, n_opts, "since-id", 0, LONG_MAX, -1, &since))
-        return PF_EX_USAGE;
-    api_client c;
-    int rc = api_client_init(&c, "watch", opts, n_opts, true);
-    if (rc)
+    cli_option opts[] = {
+        CLI_LONG("since-id", "ID",
+                 "first replay the events after event ID (0: all the coordinator keeps)", 0,
+                 LONG_MAX, -1, &since),
+    };
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    const api_client *c = &run.client;
+    int rc;
+    const char *name = run.args.n_positional ? run.args.positional[0] : NULL;
+    api_job_ref job = {.path = "/api/v1/jobs"}; /* no NAME: the check reads the job list */
+    if (name && (rc = api_job_ref_init(&job, "watch", name, "")))
         return rc;
-    const char *name = args.n_positional ? args.positional[0] : NULL;
-    char escaped[512] = "", check_path[600], url[2048], not_found[400] = "";
-    if (name && !api_url_escape(name, escaped, sizeof escaped))
-        return api_usage_error("watch", "job NAME too long");
-    if (name) {
-        snprintf(check_path, sizeof check_path, "/api/v1/jobs/%s", escaped);
-        snprintf(not_found, sizeof not_found, "no job named '%s'", name);
-    } else {
-        snprintf(check_path, sizeof check_path, "/api/v1/jobs");
-    }
+    const char *not_found = name ? job.not_found : NULL;
+    char url[2048];
     char events_path[700];
-    snprintf(events_path, sizeof events_path, "/api/v1/events%s%s", name ? "?job=" : "", escaped);
-    if ((rc = api_url(&c, events_path, url, sizeof url)))
+    snprintf(events_path, sizeof events_path, "/api/v1/events%s%s", name ? "?job=" : "",
+             job.escaped);
+    if ((rc = api_url(c, events_path, url, sizeof url)))
         return rc;
-    watcher w = {.c = &c};
+    watcher w = {.c = c};
     pf_sse_init(&w.parser, watcher_event, &w);
     if (since >= 0) {
         /* Resuming after a given event is exactly a reconnection after it. */
@@ -194,7 +174,7 @@ int cli_watch(int argc, char **argv) {
         pf_sse_resume_after(&w.parser, id);
     }
     /* The first check turns a wrong name or token into a clear error before any waiting. */
-    while ((rc = watch_check(&w, check_path, name ? not_found : NULL)) < 0)
+    while ((rc = watch_check(&w, job.path, not_found)) < 0)
         pf_clock_sleep(1.0);
     if (rc)
         return rc;
@@ -203,7 +183,7 @@ int cli_watch(int argc, char **argv) {
         pf_error_clear(&err);
         double t0 = pf_clock_now();
         pf_status st =
-            pf_http_stream(url, c.token, pf_sse_last_id(&w.parser), watcher_on_data, &w, &err);
+            pf_http_stream(url, c->token, pf_sse_last_id(&w.parser), watcher_on_data, &w, &err);
         pf_sse_reset(&w.parser);
         if (w.write_failed)
             break;
@@ -212,7 +192,7 @@ int cli_watch(int argc, char **argv) {
             /* A plain GET tells a coordinator that is down (retry, said once) from one that
              * refuses this client (job deleted, token) and from a stream that merely broke
              * (reconnect at once). */
-            rc = watch_check(&w, check_path, name ? not_found : NULL);
+            rc = watch_check(&w, job.path, not_found);
             if (rc > 0)
                 break;
             if (rc == 0 && st == PF_ERR_FORMAT) {

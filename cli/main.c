@@ -1,31 +1,211 @@
 /* main.c - the psflow executable: one program, its role chosen by the subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "cli/command.h"
+#include "psflow/backend.h"
+#include "psflow/exit_code.h"
 
-typedef struct command {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} command;
-
-static const command commands[] = {
-    {"train", cli_train, "train a job in this one process (no network)"},
-    {"coordinator", cli_coordinator, "run the coordinator: job API, dashboard, SQLite state"},
-    {"up", cli_up, "start a local cluster: coordinator + ps and worker agents"},
-    {"ps", cli_ps, "run a parameter-server task (TF_CONFIG) or agent (--coordinator)"},
-    {"worker", cli_worker, "run a training task (TF_CONFIG) or agent (--coordinator)"},
-    {"evaluator", cli_evaluator, "evaluate each new checkpoint of a job (TF_CONFIG evaluator)"},
-    {"submit", cli_submit, "submit a job spec to the coordinator (--wait: follow it)"},
-    {"list", cli_list, "list the coordinator's jobs"},
-    {"get", cli_get_job, "show one job: status, conditions, tasks"},
-    {"watch", cli_watch, "print the coordinator's live events"},
-    {"cancel", cli_cancel, "cancel a job"},
-    {"tfconfig", cli_tfconfig, "print the TF_CONFIG of one task of a job"},
-    {"health", cli_health, "check that the coordinator is ready (exit 0 or 69)"},
-    {"export", cli_export, "merge a checkpoint's shards into one safetensors file"},
-    {"version", cli_version, "print the version"},
+/* Every subcommand: its summary here, its help and argument rule (command.h). */
+static const cli_command commands[] = {
+    {
+        .name = "train",
+        .summary = "train a job in this one process (no network)",
+        .usage = "JOB.json [options]",
+        .description = "Trains the job described by JOB.json in this one process, evaluates it "
+                       "on the\ntest set and prints the result. Exit codes: 0 done, 64 usage, "
+                       "65 invalid spec\nor data, or a NaN/infinite loss or value (training "
+                       "stops at that step\nwhatever training.on_nonfinite says: one process "
+                       "has no checkpoint to roll\nback to), 66 unreadable input, 69 device "
+                       "unavailable, 73 cannot write --save.",
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job spec file",
+        .run = cli_train,
+    },
+    {
+        .name = "coordinator",
+        .summary = "run the coordinator: job API, dashboard, SQLite state",
+        .usage = "[options]",
+        .description = "Serves the job API (api/rest.md), the live event stream and the "
+                       "dashboard, and keeps\nmembership and job state in SQLite. Agents "
+                       "(psflow ps|worker --coordinator URL) register\nwith it and are assigned "
+                       "tasks. Set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a\nbearer token "
+                       "on the API.",
+        .run = cli_coordinator,
+    },
+    {
+        .name = "up",
+        .summary = "start a local cluster: coordinator + ps and worker agents",
+        .usage = "[options]",
+        .description = "Starts a local cluster on 127.0.0.1: the coordinator (API and dashboard) "
+                       "and N ps and M\nworker agents, each a psflow process logging to "
+                       "DIR/logs/. Prints the dashboard URL and\nhow to submit a job; Ctrl-C "
+                       "stops them all.",
+        .max_args = CLI_ANY_ARGS,
+        .run = cli_up,
+    },
+    {
+        .name = "ps",
+        .summary = "run a parameter-server task (TF_CONFIG) or agent (--coordinator)",
+        .usage = "--job FILE [options]  |  --coordinator URL [options]",
+        .description = "Runs a parameter-server task. Static mode (--job): the task (type ps, "
+                       "index) and the\ncluster come from the TF_CONFIG environment variable, "
+                       "as Kubeflow's TFJob operator\nsets it; it restores the job's newest "
+                       "complete checkpoint, serves its shards until the\nchief's final "
+                       "checkpoint, then exits 0. Managed mode (--coordinator without --job):\n"
+                       "registers as an idle ps agent, runs the ps tasks it is assigned (listening "
+                       "on --listen,\n[0.0.0.0 and the --advertise port, 2222]) and returns to "
+                       "the pool after each job;\nSIGTERM stops it and deregisters.",
+        .max_args = CLI_ANY_ARGS,
+        .run = cli_ps,
+    },
+    {
+        .name = "worker",
+        .summary = "run a training task (TF_CONFIG) or agent (--coordinator)",
+        .usage = "--job FILE [options]  |  --coordinator URL [options]",
+        .description = "Runs a training task (TF_CONFIG task type worker or chief; worker 0 is "
+                       "the chief\nwhen the cluster has no chief task). The chief evaluates, "
+                       "checkpoints and, at\ntraining.max_steps, ends the job. Managed mode "
+                       "(--coordinator without --job): registers\nas an idle worker agent and "
+                       "runs the chief or worker tasks it is assigned; SIGTERM\nfinishes the "
+                       "current step, stops and deregisters.",
+        .max_args = CLI_ANY_ARGS,
+        .run = cli_worker,
+    },
+    {
+        .name = "evaluator",
+        .summary = "evaluate each new checkpoint of a job (TF_CONFIG evaluator)",
+        .usage = "--job FILE [options]",
+        .description = "Runs the evaluator task of a job (TF_CONFIG task type evaluator, as TF "
+                       "Estimator's\nevaluator): it never trains and never connects to the ps "
+                       "tasks. Each new complete\ncheckpoint under --checkpoint-dir is merged "
+                       "(CRC-32s verified), evaluated on the\ntest set and logged; exits 0 "
+                       "after the checkpoint of training.max_steps, printing\nthe final "
+                       "evaluation.",
+        .max_args = CLI_ANY_ARGS,
+        .run = cli_evaluator,
+    },
+    {
+        .name = "submit",
+        .summary = "submit a job spec to the coordinator (--wait: follow it)",
+        .usage = "FILE [--wait] [options]",
+        .description = "Submits the job spec in FILE (JSON, api/schemas/job.schema.json) to the "
+                       "coordinator. Submitting\nthe same spec again is safe: the existing job "
+                       "is reported. With --wait, shows a\nprogress line until the job ends, "
+                       "then its result.\n\nExit codes: 0 created (with --wait: succeeded), 1 "
+                       "failed or name taken by another spec,\n64 usage, 65 spec rejected, 66 "
+                       "FILE unreadable, 69 coordinator unreachable, 77 token\nmissing or "
+                       "rejected." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job spec FILE",
+        .client_mode = CLI_CLIENT,
+        .run = cli_submit,
+    },
+    {
+        .name = "list",
+        .summary = "list the coordinator's jobs",
+        .usage = "[-o json] [options]",
+        .description =
+            "Lists the coordinator's jobs, newest first: phase, global step, last "
+            "loss, test\naccuracy, workers and ps tasks ready/desired, and age." API_TOKEN_NOTE,
+        .args_error = "takes no arguments",
+        .short_output = true,
+        .client_mode = CLI_CLIENT,
+        .run = cli_list,
+    },
+    {
+        .name = "get",
+        .summary = "show one job: status, conditions, tasks",
+        .usage = "NAME [-o json] [options]",
+        .description = "Shows one job: phase and message, conditions with reasons and times, "
+                       "global step,\nloss, accuracy, replica statuses and its tasks. Exit "
+                       "codes: 0 shown, 1 no such job,\n64 usage, 69 coordinator unreachable, 77 "
+                       "token missing or rejected." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job NAME",
+        .short_output = true,
+        .client_mode = CLI_CLIENT,
+        .run = cli_get_job,
+    },
+    {
+        .name = "watch",
+        .summary = "print the coordinator's live events",
+        .usage = "[NAME] [options]",
+        .description =
+            "Prints the coordinator's live events, one line each: time (the event's own, "
+            "or when it\narrived), job, kind (job, task, metric, node, checkpoint, "
+            "log) and a summary; with\nNAME that job's and the cluster's (agents registering, "
+            "lost). Reconnects without\nlosing events when the stream drops. Ctrl-C ends "
+            "it." API_TOKEN_NOTE,
+        .max_args = 1,
+        .args_error = "expected at most one job NAME",
+        .client_mode = CLI_CLIENT,
+        .run = cli_watch,
+    },
+    {
+        .name = "cancel",
+        .summary = "cancel a job",
+        .usage = "NAME [options]",
+        .description = "Cancels a job: it ends in phase Failed with reason Cancelled and its "
+                       "tasks are\nstopped. Checkpoints are kept. Prints the resulting "
+                       "phase." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job NAME",
+        .client_mode = CLI_CLIENT,
+        .run = cli_cancel,
+    },
+    {
+        .name = "tfconfig",
+        .summary = "print the TF_CONFIG of one task of a job",
+        .usage = "NAME TYPE INDEX [options]",
+        .description =
+            "Prints the TF_CONFIG of one task of a running job exactly as the "
+            "coordinator hands\nit to the task, e.g. `psflow tfconfig fmnist-mlp "
+            "worker 0`. A job still waiting for\nagents has none yet (exit 1)." API_TOKEN_NOTE,
+        .min_args = 3,
+        .max_args = 3,
+        .args_error = "expected NAME TYPE INDEX",
+        .client_mode = CLI_CLIENT_LATER,
+        .run = cli_tfconfig,
+    },
+    {
+        .name = "health",
+        .summary = "check that the coordinator is ready (exit 0 or 69)",
+        .usage = "[options]",
+        .description = "Asks the coordinator's /readyz (2 s at most). Prints ok and exits 0 "
+                       "when it is\nready, else prints why and exits 69. Meant for container "
+                       "health checks.",
+        .args_error = "takes no arguments",
+        .client_mode = CLI_CLIENT_NO_TOKEN,
+        .run = cli_health,
+    },
+    {
+        .name = "export",
+        .summary = "merge a checkpoint's shards into one safetensors file",
+        .usage = "DIR --out FILE",
+        .description = "Merges the parameter-server shards of a checkpoint into one safetensors "
+                       "file,\nvariables under their TensorFlow names (dense_0/kernel [in, out], "
+                       "dense_0/bias\n[out], ...). DIR is a step-<N> folder with a complete "
+                       "manifest.json, or a job's\ncheckpoint folder (its newest complete "
+                       "checkpoint). Exit codes: 0 done, 64 usage,\n65 corrupt checkpoint, 66 no "
+                       "complete checkpoint or unreadable input, 73 cannot\nwrite --out.",
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one checkpoint folder",
+        .run = cli_export,
+    },
+    {
+        .name = "version",
+        .summary = "print the version",
+        .run = cli_version,
+    },
 };
 
 static void usage(FILE *out) {
@@ -37,7 +217,20 @@ static void usage(FILE *out) {
     fprintf(out, "\nRun 'psflow <command> --help' for a command's options.\n");
 }
 
+/* OpenBLAS starts a helper thread per core when it loads, before main, and each maps a
+ * 128 MiB buffer, retrying forever when RLIMIT_AS or RLIMIT_DATA refuses it: the process
+ * would spin with no word, and not even exit. Where a limit leaves no room, psflow starts
+ * again with one BLAS thread (no helpers), and a task that trains then says there is not
+ * enough memory (pf_backend_openblas_check_room) instead of spinning. */
+static void fit_blas_to_limits(char **argv) {
+    if (getenv("OPENBLAS_NUM_THREADS") || pf_backend_openblas_pool_fits())
+        return;
+    if (setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+        execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
+}
+
 int main(int argc, char **argv) {
+    fit_blas_to_limits(argv);
     if (argc < 2) {
         usage(stderr);
         return PF_EX_USAGE;
@@ -46,11 +239,10 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(argv[1], "--version"))
-        return cli_version(argc - 1, argv + 1);
+    const char *name = strcmp(argv[1], "--version") ? argv[1] : "version";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(name, commands[i].name))
+            return commands[i].run(&commands[i], argc - 1, argv + 1);
     fprintf(stderr, "psflow: unknown command '%s' (see 'psflow --help')\n", argv[1]);
     return PF_EX_USAGE;
 }

@@ -1,12 +1,15 @@
 /* node.c - what the node commands share (see node.h). */
 #include "cli/node.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
 #include "cli/options.h"
 #include "psflow/backend.h"
 #include "psflow/clock.h"
@@ -131,6 +134,20 @@ uint64_t node_incarnation(void) {
     return (uint64_t)(pf_clock_wall() * 1e6);
 }
 
+/* A TCP port of this host that no other process holds, kept bound (never listened on) for
+ * this process's life so that no other agent on the host takes it; 2222 when none can be. */
+static int reserve_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof a;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        return ntohs(a.sin_port); /* fd stays open: the reservation */
+    if (fd >= 0)
+        close(fd);
+    return 2222;
+}
+
 void node_defaults(const char *role, const char *id, const char *advertise, int port, char *id_out,
                    size_t id_cap, char *adv_out, size_t adv_cap) {
     char host[200] = "localhost";
@@ -143,7 +160,7 @@ void node_defaults(const char *role, const char *id, const char *advertise, int 
     if (advertise)
         snprintf(adv_out, adv_cap, "%s", advertise);
     else
-        snprintf(adv_out, adv_cap, "%s:%d", host, port);
+        snprintf(adv_out, adv_cap, "%s:%d", host, port > 0 ? port : reserve_port());
 }
 
 int node_set_threads(long threads, int tasks_on_host, char *note, size_t cap) {
@@ -161,4 +178,20 @@ int node_set_threads(long threads, int tasks_on_host, char *note, size_t cap) {
                  "%d BLAS thread%s: %d core%s for %d of the job's training tasks on this host", set,
                  set == 1 ? "" : "s", cores, cores == 1 ? "" : "s", tasks_on_host);
     return set;
+}
+
+int node_reporter_start(const char *cmd, const cli_option *opts, int n_opts,
+                        const char *coordinator, const char *job, const char *task,
+                        void (**report)(void *ctx, const worker_report *r), void **ctx) {
+    *report = NULL;
+    *ctx = NULL;
+    if (!coordinator)
+        return 0;
+    char token[512];
+    int rc = cli_coordinator_auth(cmd, opts, n_opts, token, sizeof token);
+    if (!rc)
+        *ctx = agent_reporter_create(coordinator, token, job, task);
+    if (*ctx)
+        *report = agent_reporter_add;
+    return rc;
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/reporter.h"
+#include "cli/options.h"
 #include "psflow/spec.h"
 #include "psflow/tf_config.h"
 
@@ -42,26 +44,37 @@ int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, i
  * unauthenticated), or -exit code after printing why the token file cannot be read. */
 int node_job_key(const char *cmd, const char *job, uint8_t *key);
 
+/* With a coordinator (NULL: nothing to do, both NULL): reads the token, applies --ca-file
+ * and starts the reporter (agent/reporter.h) of task `task` of job `job`: *report is
+ * agent_reporter_add and *ctx the reporter, for agent_reporter_destroy(). Returns 0, or an
+ * exit code after printing why. */
+int node_reporter_start(const char *cmd, const cli_option *opts, int n_opts,
+                        const char *coordinator, const char *job, const char *task,
+                        void (**report)(void *ctx, const worker_report *r), void **ctx);
+
 /* A new incarnation for a task this process starts: microseconds since the epoch, so a
  * restarted task always gets a larger one. */
 uint64_t node_incarnation(void);
 
-/* Defaults of a managed node: id "<role>-<hostname>-<pid>", address "<hostname>:<port>". */
+/* Defaults of a managed node: id "<role>-<hostname>-<pid>", address "<hostname>:<port>";
+ * port 0: a port no other process of this host holds, reserved for this process's life (a
+ * worker agent listens on nothing, but its address must be its own in a job's TF_CONFIG). */
 void node_defaults(const char *role, const char *id, const char *advertise, int port, char *id_out,
                    size_t id_cap, char *adv_out, size_t adv_cap);
 
-/* The --memory option of the node commands and `psflow train`. */
-#define NODE_MEMORY_OPTION                                                                         \
-    { "memory", "SIZE", "memory this process may use [MemTotal, or the cgroup's limit]", NULL }
+/* The --memory option of the node commands and `psflow train`, into long long *dst (0: not
+ * given). */
+#define NODE_MEMORY_OPTION(dst)                                                                    \
+    CLI_SIZE("memory", "SIZE", "memory this process may use [MemTotal, or the cgroup's limit]", 1, \
+             INT64_MAX, 0, dst)
 
-/* The --threads option of `psflow worker` and `psflow train` (twin PSFLOW_THREADS). */
-#define NODE_THREADS_OPTION                                                                        \
-    {                                                                                              \
-        "threads", "N",                                                                            \
-            "BLAS threads of this process [the cores it may use, shared equally by the job's "     \
-            "training tasks on this host]",                                                        \
-            NULL                                                                                   \
-    }
+/* The --threads option of `psflow worker` and `psflow train` (twin PSFLOW_THREADS), into long
+ * *dst (0: not given). */
+#define NODE_THREADS_OPTION(dst)                                                                   \
+    CLI_LONG("threads", "N",                                                                       \
+             "BLAS threads of this process [the cores it may use, shared equally by the job's "    \
+             "training tasks on this host]",                                                       \
+             1, 4096, 0, dst)
 
 /* The thread policy (psflow/cpus.h): sets the BLAS threads of this process to `threads`
  * when > 0 (--threads), else to the cores it may use shared by `tasks_on_host` training tasks (at

@@ -1,7 +1,7 @@
 /* options.c - option parsing with PSFLOW_* environment twins (see options.h). */
 #include "cli/options.h"
 
-#include "cli/cli.h"
+#include "cli/cli_internal.h"
 #include "psflow/http_client.h"
 #include "psflow/text.h"
 
@@ -161,6 +161,12 @@ int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts) {
     return 0;
 }
 
+int cli_coordinator_auth(const char *cmd, const cli_option *opts, int n_opts, char *token,
+                         size_t cap) {
+    int rc = cli_token(cmd, token, cap);
+    return rc ? rc : cli_use_ca_file(cmd, opts, n_opts);
+}
+
 int cli_get_size(const char *cmd, const cli_option *opts, int n_opts, const char *name,
                  long long min, long long max, long long fallback, long long *out) {
     const char *v = cli_get(opts, n_opts, name);
@@ -261,4 +267,50 @@ int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts) {
         return setenv("PSFLOW_SHM", on ? "on" : "off", 1) == 0 ? 0 : -1;
     fprintf(stderr, "psflow %s: --shm must be on or off, not '%s'\n", cmd, v);
     return -1;
+}
+
+int cli_usage_error(const char *cmd, const char *what) {
+    fprintf(stderr, "psflow %s: %s (see 'psflow %s --help')\n", cmd, what, cmd);
+    return PF_EX_USAGE;
+}
+
+/* The index of value among choices ("text|json"), or -1; the choices as "text or json"
+ * into list[cap]. */
+static int find_choice(const char *choices, const char *value, char *list, size_t cap) {
+    int found = -1, k = 0;
+    size_t used = 0;
+    list[0] = '\0';
+    for (const char *p = choices; *p; k++) {
+        size_t len = strcspn(p, "|");
+        if (strlen(value) == len && !strncmp(p, value, len))
+            found = k;
+        const char *sep = !k ? "" : p[len] ? ", " : " or ";
+        int n = snprintf(list + used, cap - used, "%s%.*s", sep, (int)len, p);
+        if (n > 0 && used + (size_t)n < cap)
+            used += (size_t)n;
+        p += len + (p[len] == '|');
+    }
+    return found;
+}
+
+int cli_convert(const char *cmd, const cli_option *o, const char *prefix) {
+    if (o->text)
+        *o->text = o->value ? o->value : o->fallback_text;
+    if (o->flag)
+        *o->flag = o->value != NULL;
+    if (o->integer &&
+        cli_get_long(cmd, o, 1, o->name, (long)o->min, (long)o->max, (long)o->fallback, o->integer))
+        return PF_EX_USAGE;
+    if (o->size && cli_get_size(cmd, o, 1, o->name, o->min, o->max, o->fallback, o->size))
+        return PF_EX_USAGE;
+    if (o->choice) {
+        char list[128];
+        *o->choice = o->value ? find_choice(o->fallback_text, o->value, list, sizeof list) : -1;
+        if (o->value && *o->choice < 0) {
+            fprintf(stderr, "psflow %s: %s--%s must be %s, got '%s'\n", cmd, prefix, o->name, list,
+                    o->value);
+            return PF_EX_USAGE;
+        }
+    }
+    return 0;
 }

@@ -13,12 +13,39 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* One row of a command's option table. The first four fields are all cli_parse() needs; a
+ * row built with CLI_TEXT, CLI_FLAG, CLI_LONG, CLI_SIZE or CLI_CHOICE also says its kind
+ * and default and where cli_convert() stores the checked value (the one pointer set). */
 typedef struct cli_option {
     const char *name;  /* without dashes: "save" */
     const char *arg;   /* placeholder shown in help ("FILE"), NULL for a boolean flag */
     const char *help;  /* one line */
     const char *value; /* out: the value, or NULL when absent ("1" for a boolean flag) */
+    const char **text; /* the value, else `fallback_text` */
+    bool *flag;        /* whether the flag is set */
+    long *integer;     /* an integer in [min, max], else `fallback` */
+    long long *size;   /* a size in bytes (cli_get_size) in [min, max], else `fallback` */
+    int *choice;       /* the index of the value in `fallback_text` ("text|json"); -1: absent */
+    long long min, max, fallback;
+    const char *fallback_text; /* a text option's default, or a choice option's choices */
 } cli_option;
+
+/* A plain row: the command reads its value with cli_get() (or cli_get_list()). */
+#define CLI_OPT(name, arg, help)                                                                   \
+    { name, arg, help, .value = NULL }
+#define CLI_TEXT(name, arg, help, dflt, dst)                                                       \
+    { name, arg, help, NULL, .text = (dst), .fallback_text = (dflt) }
+#define CLI_FLAG(name, help, dst)                                                                  \
+    { name, NULL, help, NULL, .flag = (dst) }
+#define CLI_LONG(name, arg, help, lo, hi, dflt, dst)                                               \
+    { name, arg, help, NULL, .integer = (dst), .min = (lo), .max = (hi), .fallback = (dflt) }
+#define CLI_SIZE(name, arg, help, lo, hi, dflt, dst)                                               \
+    { name, arg, help, NULL, .size = (dst), .min = (lo), .max = (hi), .fallback = (dflt) }
+#define CLI_CHOICE(name, arg, help, choices, dst)                                                  \
+    { name, arg, help, NULL, .choice = (dst), .fallback_text = (choices) }
+
+/* The entries of an array: the size of an option table. */
+#define CLI_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #define CLI_MAX_POSITIONAL 8
 
@@ -36,25 +63,29 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_op
 void cli_print_help(const char *cmd, const char *usage, const char *description,
                     const cli_option *opts, int n_opts);
 
+/* Checks the value of a typed row (CLI_TEXT...) and stores it; a plain row is left alone.
+ * `prefix` goes before "--NAME" in messages ("-o/" for a short form). Returns 0, or
+ * PF_EX_USAGE after printing "psflow CMD: --NAME must be ..., got '...'". */
+int cli_convert(const char *cmd, const cli_option *o, const char *prefix);
+
+/* Prints "psflow CMD: WHAT (see 'psflow CMD --help')" and returns the usage exit code. */
+int cli_usage_error(const char *cmd, const char *what);
+
 /* Value of the named option (NULL when absent). */
 const char *cli_get(const cli_option *opts, int n_opts, const char *name);
 
 /* --ca-file, which every command that talks to a coordinator has. */
 #define CLI_CA_FILE_OPTION                                                                         \
-    {                                                                                              \
-        "ca-file", "FILE",                                                                         \
-            "trust only this PEM CA for an https:// coordinator [the system's CAs]", NULL          \
-    }
+    CLI_OPT("ca-file", "FILE",                                                                     \
+            "trust only this PEM CA for an https:// coordinator [the system's CAs]")
 
 /* --token-file, which every command that talks to a coordinator, serves its API or serves or
  * dials the data plane has. Its twin is PSFLOW_TOKEN_FILE; given on the command line it
  * replaces PSFLOW_TOKEN_FILE in this process's environment and drops PSFLOW_TOKEN, so the
  * file named there is the token (cli_parse). */
 #define CLI_TOKEN_FILE_OPTION                                                                      \
-    {                                                                                              \
-        "token-file", "FILE",                                                                      \
-            "read the API token (which also keys the data plane) from FILE [PSFLOW_TOKEN]", NULL   \
-    }
+    CLI_OPT("token-file", "FILE",                                                                  \
+            "read the API token (which also keys the data plane) from FILE [PSFLOW_TOKEN]")
 
 /* Applies --shm on|off (PSFLOW_SHM; also 1/0, true/false, yes/no): sets PSFLOW_SHM to on or
  * off for this process and the tasks it starts, which psflow/segment.h reads. Absent:
@@ -64,6 +95,11 @@ int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts);
 /* Applies --ca-file (psflow/http_client.h) for every request this process makes. Returns 0,
  * or PF_EX_NOINPUT after printing why the file cannot be used. */
 int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts);
+
+/* What a command needs to call a coordinator from a task or an agent: the token (cli_token)
+ * into token[cap], and --ca-file applied (cli_use_ca_file). Returns 0 or the exit code. */
+int cli_coordinator_auth(const char *cmd, const cli_option *opts, int n_opts, char *token,
+                         size_t cap);
 
 /* Parses an integer option value in [min, max]; prints an error and returns -1 if bad. */
 int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char *name, long min,

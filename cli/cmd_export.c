@@ -1,5 +1,5 @@
 /* cmd_export.c - `psflow export DIR --out model.safetensors`: merges a checkpoint's shards into
- * one safetensors file with the variables under their TensorFlow names (DESIGN.md section
+ * one safetensors file with the variables under their TensorFlow names (docs/design.md section
  * 6), loadable with the `safetensors` library from PyTorch or NumPy.
  *
  * DIR is a step-<N> folder (it must have a complete manifest.json) or a job's checkpoint

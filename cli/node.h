@@ -1,4 +1,4 @@
-/* node.h - what `psflow ps` and `psflow worker` share (DESIGN.md section 1). A static node
+/* node.h - what `psflow ps` and `psflow worker` share (docs/design.md section 1). A static node
  * takes its task from TF_CONFIG in the environment and its job from --job spec.json, the
  * Kubeflow TFJob way; the cluster's shape in TF_CONFIG must match the spec's replicas, so
  * that every process computes the same placement. A managed node (--coordinator, no --job)

@@ -49,7 +49,7 @@ static void create_job(coord_server *s, coord_request *rq, coord_reply *rp) {
         return;
     }
     if (st != PF_OK) {
-        /* DESIGN section 2: unknown fields are a malformed request (400); a known field
+        /* docs/design.md section 2: unknown fields are a malformed request (400); a known field
          * with a bad value is an invalid spec (422). */
         int unknown = strstr(err.message, "unknown field") != NULL;
         coord_reply_problem(

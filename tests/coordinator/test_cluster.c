@@ -32,7 +32,7 @@
 
 /* --- admission -------------------------------------------------------------------------------- */
 
-/* DESIGN.md section 3: a Created job's message names exactly the tasks without an agent, and a
+/* docs/design.md section 3: a Created job's message names exactly the tasks without an agent, and a
  * job gets all of its agents at once or none (never a half-started job). */
 static void test_gang_admission(void **state) {
     (void)state;

@@ -17,7 +17,8 @@
 #   make lint-openapi lint api/openapi.yaml with the pinned @redocly/cli
 #   make format      reformat the C sources with clang-format
 #   make check-layout check the layering of common/, the roles' includes, no GLOB, unique
-#                    C file names, no C file over 1,200 lines and no web/ file over 600
+#                    C file and header names, no circle between a folder's files, no
+#                    function over 120 lines, ARCHITECTURE.md naming every folder and file
 #                    (scripts/check-layout.sh; also a unit test)
 
 BUILD       ?= build

@@ -10,15 +10,24 @@
 #     agent may include ps and worker, cli may include anything; a role names another
 #     folder's header by its path ("ps/server.h"), never by a bare name;
 #  4. a CMakeLists.txt (or .cmake file) uses file(GLOB ...): sources are listed by name;
-#  5. two C files share a basename;
-#  6. a file does more than one job, as its length shows: a C file (.c, .h) over
-#     C_MAX_LINES lines, a dashboard file (web/, but not node_modules/ or npm's
-#     package*.json) over WEB_MAX_LINES.
+#  5. two C files, or two headers, share a basename; a private header (outside
+#     common/include/psflow/, tests/ and bench/) is neither NAME.h beside its NAME.c nor
+#     MODULE_internal.h, the one name for a header that several files of a module share;
+#  6. the C files of one folder call each other in a circle (scripts/layout_calls.py): a
+#     folder's files form layers, each calling only files below it;
+#  7. a function outside tests/ and bench/ is longer than FUNCTION_MAX_LINES lines;
+#  8. ARCHITECTURE.md does not name a folder of the tree, or a file outside tests/ (and
+#     outside web/'s npm files): the map is complete.
+#
+# Length of a file is advice, not a rule: a C file over C_ADVICE_LINES lines or a dashboard
+# file over WEB_ADVICE_LINES is listed with a reminder to split it by job - along the
+# direction of its calls, never by size alone (rule 6 catches a split that makes a circle).
 #
 # usage: scripts/check-layout.sh [ROOT]     (default: the repository this script is in)
 # Exit 0 when the layout holds, 1 after printing one line per problem.
 set -euo pipefail
-root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+here=$(cd "$(dirname "$0")" && pwd)
+root=${1:-$(cd "$here/.." && pwd)}
 cd "$root"
 
 LAYERS=(base io job dataplane control compute ml sharding)
@@ -26,8 +35,9 @@ LAYERS=(base io job dataplane control compute ml sharding)
 # and its folder.
 HEADER_ONLY=(tensor:base version:base checkpoint:sharding)
 ROLES=(ps worker coordinator agent cli)
-C_MAX_LINES=1200
-WEB_MAX_LINES=600
+FUNCTION_MAX_LINES=120
+C_ADVICE_LINES=1000
+WEB_ADVICE_LINES=600
 
 problems=0
 problem() {
@@ -164,26 +174,68 @@ for f in "${files[@]}"; do
   done < <(grep -niE 'file[[:space:]]*\([[:space:]]*GLOB' "$f" | cut -d: -f1)
 done
 
-# --- 5: one C file per basename -------------------------------------------------------------------
+# --- 5: one C file and one header per basename; private headers named by their job ----------
 while read -r base; do
-  problem "C files share the name $base: $(printf '%s\n' "${files[@]}" | grep -E "(^|/)$base\$" | tr '\n' ' ')"
-done < <(printf '%s\n' "${files[@]}" | grep '\.c$' | xargs -n1 basename | sort | uniq -d)
+  problem "files share the name $base: $(printf '%s\n' "${files[@]}" | grep -E "(^|/)$base\$" | tr '\n' ' ')"
+done < <(printf '%s\n' "${files[@]}" | grep -E '\.(c|h)$' | xargs -n1 basename | sort | uniq -d)
+for f in "${files[@]}"; do
+  case $f in common/include/psflow/* | tests/* | bench/*) continue ;; *.h) ;; *) continue ;; esac
+  base=${f%.h}
+  case $base in *_internal) continue ;; esac
+  [ -f "$base.c" ] || [ -f "$base.cu" ] ||
+    problem "$f: a private header is NAME.h beside NAME.c, or MODULE_internal.h when several files share it"
+done
 
-# --- 6: no file too long to do one job ------------------------------------------------------------
+# --- 6, 7: no circle between the C files of a folder; no function too long to read ------------
+c_files=()
+production=()
+for f in "${files[@]}"; do
+  case $f in *.c | *.cu) ;; *) continue ;; esac
+  c_files+=("$f")
+  case $f in tests/* | bench/*) ;; *) production+=("$f") ;; esac
+done
+while IFS= read -r line; do
+  problem "$line"
+done < <(python3 "$here/layout_calls.py" "${c_files[@]}" || true)
+while IFS= read -r line; do
+  problem "$line"
+done < <(python3 "$here/layout_calls.py" --max-function-lines "$FUNCTION_MAX_LINES" \
+  "${production[@]}" || true)
+
+# --- 8: ARCHITECTURE.md names every folder and every file outside tests/ ------------------------
+if [ -f ARCHITECTURE.md ]; then
+  declare -A folders
+  for f in "${files[@]}"; do
+    case $f in */node_modules/* | .*) continue ;; esac
+    d=$(dirname "$f")
+    [ "$d" = . ] || folders[$d]=1
+    case $f in
+      tests/* | web/package*.json | */package-lock.json | */package.json | .* | */.*) continue ;;
+      */*) grep -qF "$(basename "$f")" ARCHITECTURE.md ||
+        problem "$f: ARCHITECTURE.md does not say what this file does" ;;
+    esac
+  done
+  for d in "${!folders[@]}"; do
+    grep -qF "$d/" ARCHITECTURE.md || problem "$d/: ARCHITECTURE.md does not name this folder"
+  done
+fi
+
+# --- advice: a file long enough to hold more than one job ------------------------------------------
 for f in "${files[@]}"; do
   case $f in
     web/node_modules/* | web/package*.json) continue ;;
-    web/*) limit=$WEB_MAX_LINES ;;
-    *.c | *.h) limit=$C_MAX_LINES ;;
+    web/*) limit=$WEB_ADVICE_LINES ;;
+    *.c | *.h | *.cu) limit=$C_ADVICE_LINES ;;
     *) continue ;;
   esac
   lines=$(wc -l <"$f")
-  [ "$lines" -le "$limit" ] || problem "$f: $lines lines, more than $limit: split it by job"
+  [ "$lines" -le "$limit" ] ||
+    echo "check-layout: advice: $f has $lines lines; if it does more than one job, split it by job"
 done
 
 if [ "$problems" -gt 0 ]; then
   echo "check-layout: $problems problem(s); see ARCHITECTURE.md for the layout"
   exit 1
 fi
-echo "check-layout: ok (${#files[@]} files: layers ${LAYERS[*]}; roles ${ROLES[*]};" \
-  "C files <= $C_MAX_LINES lines, web/ files <= $WEB_MAX_LINES)"
+echo "check-layout: ok (${#files[@]} files: layers ${LAYERS[*]}; roles ${ROLES[*]}; no circle;" \
+  "functions <= $FUNCTION_MAX_LINES lines; unique C and header names; ARCHITECTURE.md complete)"

@@ -104,14 +104,15 @@ RUN if [ "$PSFLOW_CUDA" = ON ]; then \
     fi \
  && rm -rf /tmp/cuda-keyring
 
-# An unprivileged user whose home holds the coordinator's database, the checkpoints and the
-# API token. Named volumes mounted on these folders start with this ownership.
+# An unprivileged user whose home holds the coordinator's database, the checkpoints, the
+# API token and the agent token. Named volumes mounted on these folders start with this
+# ownership.
 RUN groupadd --system --gid 10001 psflow \
  && useradd --system --uid 10001 --gid psflow --home-dir /var/lib/psflow \
       --shell /usr/sbin/nologin psflow \
  && install -d -o psflow -g psflow /var/lib/psflow /var/lib/psflow/data \
       /var/lib/psflow/checkpoints \
- && install -d -o psflow -g psflow -m 0700 /var/lib/psflow/token
+ && install -d -o psflow -g psflow -m 0700 /var/lib/psflow/token /var/lib/psflow/agent-token
 
 COPY --from=builder /out/ /
 

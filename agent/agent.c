@@ -56,6 +56,10 @@ typedef struct task {
     uint64_t assigned;    /* the assignment's incarnation, 0 when it had none (older coordinator) */
     pf_job_spec spec;
     pf_tf_config cfg;
+    /* The data-plane key the assignment carries (docs/security.md): a ps's job key, or a
+     * training task's own task key; has_key 0: none (the data plane is unauthenticated). */
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    int has_key;
     int stop;      /* atomic: set to stop a training task */
     int workers;   /* atomic: the job's workers as the coordinator last said (live changes) */
     int aggregate; /* with workers: a sync step's replicas_to_aggregate, under a->mu */
@@ -86,31 +90,18 @@ static void task_finish(task *t, int state, int code, const char *message) {
     pthread_mutex_unlock(&t->a->mu);
 }
 
-/* The job's data-plane key: derived from the agent's API token and the job's name, as a
- * static task derives it from PSFLOW_TOKEN (api/wire.md, "Authentication"), so managed and
- * static tasks of one job with one token interoperate. Returns key, or NULL without a token
- * (the data plane is then unauthenticated, as the coordinator's API is). */
-static const uint8_t *job_key(const task *t, uint8_t key[PF_WIRE_KEY_SIZE]) {
-    const char *token = t->a->o->token;
-    if (!token || !*token)
-        return NULL;
-    pf_wire_job_key(token, strlen(token), t->spec.name, key);
-    return key;
-}
-
 static void *ps_task_main(void *arg) {
     task *t = arg;
     const agent_options *o = t->a->o;
-    uint8_t key[PF_WIRE_KEY_SIZE];
+    /* the job key the coordinator gave this ps: it verifies every task of the job */
     ps_server_options so = {
         &t->spec,          t->index,       o->listen_host,        o->listen_port,
-        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, job_key(t, key),
+        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, t->has_key > 0 ? t->key : NULL,
         o->data_plane};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
     pf_status started = ps_server_start(&so, &s, &err);
-    pf_wire_key_clear(key, sizeof key);
     if (started != PF_OK) {
         fprintf(stderr, "psflow ps agent: %s\n", err.message);
         task_finish(t, TASK_FAILED, PF_EX_UNAVAILABLE, err.message);
@@ -160,15 +151,15 @@ static void *worker_task_main(void *arg) {
         .report_ctx = t->rep,
         .ca_file = o->data_plane.ca_file,
     };
-    uint8_t key[PF_WIRE_KEY_SIZE];
-    wo.job_key = job_key(t, key);
+    wo.task_key = t->has_key > 0 ? t->key : NULL; /* its own key only (docs/security.md) */
     t->result.accuracy = t->result.test_loss = NAN;
     pf_status st = worker_run(&wo, &t->result);
     worker_result_print(&wo, &t->result);
-    pf_wire_key_clear(key, sizeof key);
     /* The final evaluation and checkpoint reach the coordinator before the task reports
-     * success, so a job is Succeeded only with its final accuracy and checkpoint on record. */
-    if (st == PF_OK && agent_reporter_flush(t->rep, 10.0) != 0)
+     * success, so a job is Succeeded only with its final accuracy and checkpoint on record;
+     * and the rollbacks before a failure reach it before the failure, so the job's events
+     * come in the order they happened. */
+    if (!__atomic_load_n(&t->stop, __ATOMIC_RELAXED) && agent_reporter_flush(t->rep, 10.0) != 0)
         fprintf(stderr, "psflow %s agent %s: the final metrics are still unsent after 10 s\n",
                 o->role, o->node_id);
     if (st == PF_OK) {
@@ -222,6 +213,16 @@ static int64_t task_need(const task *t) {
     return need;
 }
 
+/* The data-plane key an assignment carries into key: 1, 0 when it has none (an older
+ * coordinator), -1 when it is not 64 hex digits. */
+static int assignment_key(json_t *as, uint8_t key[PF_WIRE_KEY_SIZE]) {
+    json_t *k = json_object_get(as, "key");
+    if (!k)
+        return 0;
+    const char *hex = json_string_value(k);
+    return hex && pf_wire_key_parse_hex(hex, strlen(hex), key) == PF_OK ? 1 : -1;
+}
+
 /* Starts the assigned task; on a bad assignment, or one that needs more memory than this
  * agent offers (the coordinator admitted it against its largest agent, and may have given
  * it a smaller one), reports the task failed instead of running out of memory. */
@@ -244,7 +245,11 @@ static task *task_start(agent *a, json_t *as) {
     char *spec = json_dumps(json_object_get(as, "spec"), JSON_COMPACT);
     pf_error err;
     pf_error_clear(&err);
-    if (!tf || !spec || pf_job_spec_parse(spec, strlen(spec), &t->spec, &err) != PF_OK ||
+    t->has_key = assignment_key(as, t->key);
+    if (t->has_key < 0)
+        pf_error_set(&err, PF_ERR_FORMAT, NULL, "its data-plane key is not 64 hex digits");
+    if (t->has_key < 0 || !tf || !spec ||
+        pf_job_spec_parse(spec, strlen(spec), &t->spec, &err) != PF_OK ||
         pf_tf_config_parse(tf, strlen(tf), &t->cfg, &err) != PF_OK ||
         pf_tf_config_validate(&t->cfg, &err) != PF_OK) {
         free(spec);
@@ -288,6 +293,7 @@ static task *task_start(agent *a, json_t *as) {
         else
             snprintf(name, sizeof name, "worker-%d", t->index);
         t->rep = agent_reporter_create(a->base, a->o->token, t->job, name);
+        agent_reporter_set_incarnation(t->rep, t->assigned);
     }
     void *(*run)(void *) = is_ps                           ? ps_task_main
                            : !strcmp(t->type, "evaluator") ? evaluator_task_main
@@ -347,14 +353,17 @@ static void task_stop(agent *a, task *t) {
     agent_reporter_destroy(t->rep, 5.0);
     pf_job_spec_deinit(&t->spec);
     pf_tf_config_deinit(&t->cfg);
+    pf_wire_key_clear(t->key, sizeof t->key);
     pf_free(t);
 }
 
 /* --- control loop --- */
 
-/* With training.max_staleness: each training task's lag (pushes ahead of the slowest
- * connected one, -1 while it is not connected) as this ps counts it, indexed by training
- * task, up to the last one it has seen; NULL without the bound or when out of memory. */
+/* With training.max_staleness: each training task's lag as this ps counts it - how many
+ * pushes it was ahead of the slowest connected one when its latest pull was answered, 0 ..
+ * max_staleness (a held task is one more ahead now, and waits); -1 while it is not connected
+ * or before its first answered pull - indexed by training task, up to the last one it has
+ * seen; NULL without the bound or when out of memory. */
 static json_t *staleness_lags(ps_server *ps) {
     static ps_staleness_task rec[PF_MAX_REPLICAS + 1]; /* the control loop's thread only */
     int n = ps_server_staleness(ps, rec, PF_MAX_REPLICAS + 1);
@@ -362,7 +371,7 @@ static json_t *staleness_lags(ps_server *ps) {
         n--;
     json_t *lags = n > 0 ? json_array() : NULL;
     for (int i = 0; lags && i < n; i++)
-        if (json_array_append_new(lags, json_integer(rec[i].live ? rec[i].lag : -1)) != 0) {
+        if (json_array_append_new(lags, json_integer(rec[i].live ? rec[i].pull_lag : -1)) != 0) {
             json_decref(lags);
             lags = NULL;
         }
@@ -425,9 +434,14 @@ static int same_assignment(const task *t, json_t *as) {
     const char *job = json_string_value(json_object_get(as, "job"));
     const char *type = json_string_value(json_object_get(as, "type"));
     json_int_t incarnation = json_integer_value(json_object_get(as, "incarnation"));
+    /* a new key (the coordinator's secret was replaced) restarts the task with it */
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    int has_key = assignment_key(as, key);
+    int same_key = has_key == t->has_key && (has_key != 1 || !memcmp(key, t->key, sizeof key));
+    pf_wire_key_clear(key, sizeof key);
     return job && type && !strcmp(job, t->job) && !strcmp(type, t->type) &&
            json_integer_value(json_object_get(as, "generation")) == t->generation &&
-           json_integer_value(json_object_get(as, "index")) == t->index &&
+           json_integer_value(json_object_get(as, "index")) == t->index && same_key &&
            (incarnation <= 0 || !t->assigned || (uint64_t)incarnation == t->assigned);
 }
 

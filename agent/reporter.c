@@ -1,7 +1,8 @@
 /* reporter.c - a training task's metric reports to the coordinator (see reporter.h).
  *
- * DESIGN: the training thread only appends JSON items to three queues under the reporter's
- * lock; the reporter's own thread takes the queues four times a second and POSTs them
+ * DESIGN: the training thread only appends JSON items to four queues under the reporter's
+ * lock; the reporter's own thread takes the queues four times a second (at once after a
+ * rollback, which may be followed by the task's failure) and POSTs them
  * (points and evaluations to .../metrics, each checkpoint to .../checkpoints). What could
  * not be delivered goes back to the front of its queue, bounded by REPORTER_MAX_QUEUED.
  * Checkpoints go in the order they were written, one after the other: a report lists the
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
@@ -28,6 +30,7 @@ struct agent_reporter {
     char url[1024];
     char token[512];
     char task[32];
+    uint64_t incarnation; /* the task's, from its assignment; 0: none (not sent) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     json_t *points, *evals, *checkpoints, *rollbacks;
@@ -36,6 +39,8 @@ struct agent_reporter {
     double flush_until;
     pthread_t thread;
     int dropped;
+    int refused; /* a report was refused (4xx): said once */
+    int urgent;  /* a rollback waits: send without waiting for the next quarter second */
 };
 
 static int post_json(const char *url, const char *token, json_t *body, long *status) {
@@ -67,6 +72,8 @@ static int reporter_send(agent_reporter *r) {
     if (json_array_size(points) || json_array_size(evals) || json_array_size(rollbacks)) {
         json_t *body =
             json_pack("{s:s, s:O, s:O}", "task", r->task, "points", points, "evals", evals);
+        if (body && r->incarnation)
+            json_object_set_new(body, "incarnation", json_integer((json_int_t)r->incarnation));
         if (body && json_array_size(rollbacks))
             json_object_set(body, "rollbacks", rollbacks);
         char url[1100];
@@ -78,6 +85,10 @@ static int reporter_send(agent_reporter *r) {
                     "psflow %s: the coordinator has no such job; metrics are not reported\n",
                     r->task);
             r->gone = 1;
+        } else if (rc == 0 && status >= 400 && status < 500 && !r->refused) {
+            r->refused = 1; /* once: a replaced task's reports are all refused */
+            fprintf(stderr, "psflow %s: the coordinator refused the metrics (HTTP %ld)\n", r->task,
+                    status);
         } else if (rc != 0 || status >= 500 || status == 0) {
             left = 1; /* keep them for the next try */
             pthread_mutex_lock(&r->mu);
@@ -102,6 +113,10 @@ static int reporter_send(agent_reporter *r) {
     for (size_t i = 0; i < json_array_size(ckpts); i++) {
         char url[1100];
         snprintf(url, sizeof url, "%s/checkpoints", r->url);
+        json_t *item = json_array_get(ckpts, i);
+        json_object_set_new(item, "task", json_string(r->task));
+        if (r->incarnation)
+            json_object_set_new(item, "incarnation", json_integer((json_int_t)r->incarnation));
         if (post_json(url, r->token, json_array_get(ckpts, i), &status) == 0 && status < 500 &&
             status != 0)
             continue;
@@ -151,7 +166,21 @@ static void *reporter_main(void *arg) {
         int left = r->gone ? 0 : reporter_send(r);
         if (stop && (!left || pf_clock_now() > r->flush_until))
             break;
-        pf_clock_sleep(0.25);
+        /* Four times a second, or at once for a rollback: the coordinator hears of it before
+         * the failure it may lead to. */
+        pthread_mutex_lock(&r->mu);
+        if (!r->urgent && !r->stop) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 250000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&r->cv, &r->mu, &until);
+        }
+        r->urgent = 0;
+        pthread_mutex_unlock(&r->mu);
     }
     return NULL;
 }
@@ -180,6 +209,14 @@ agent_reporter *agent_reporter_create(const char *coordinator, const char *token
         return NULL;
     }
     return r;
+}
+
+void agent_reporter_set_incarnation(agent_reporter *r, uint64_t incarnation) {
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->incarnation = incarnation;
+    pthread_mutex_unlock(&r->mu);
 }
 
 json_t *agent_number_json(double v) {
@@ -251,6 +288,10 @@ void agent_reporter_add(void *ctx, const worker_report *rep) {
                           : rep->kind == WORKER_REPORT_ROLLBACK ? r->rollbacks
                                                                 : r->checkpoints,
                           item);
+    if (rep->kind == WORKER_REPORT_ROLLBACK) {
+        r->urgent = 1;
+        pthread_cond_signal(&r->cv);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -260,6 +301,7 @@ void agent_reporter_destroy(agent_reporter *r, double seconds) {
     pthread_mutex_lock(&r->mu);
     r->stop = 1;
     r->flush_until = pf_clock_now() + seconds;
+    pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->thread, NULL);
     if (r->dropped)

@@ -7,6 +7,7 @@
 #define PSFLOW_AGENT_REPORTER_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "worker/trainer.h"
 
@@ -16,6 +17,10 @@ typedef struct agent_reporter agent_reporter;
  * base URL (token "" or NULL for none). NULL when out of memory or no thread could start. */
 agent_reporter *agent_reporter_create(const char *coordinator, const char *token, const char *job,
                                       const char *task_name);
+/* The incarnation of the task's assignment, sent with every report: the coordinator takes
+ * reports only from a task's current incarnation (api/rest.md). Until it is set (0) none is
+ * sent, and a coordinator refuses the reports. NULL r is ignored. */
+void agent_reporter_set_incarnation(agent_reporter *r, uint64_t incarnation);
 /* worker_options.report callback: ctx is the reporter (NULL: nothing is reported). Any
  * thread. */
 void agent_reporter_add(void *ctx, const worker_report *r);

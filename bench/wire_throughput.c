@@ -14,6 +14,10 @@
  * medians do. Read the median ratio first, and compare runs. Targets: push-pull goodput
  * >= 0.8 x TCP at 4 MB and 40 MB; 4 KB round trip <= 2 x TCP.
  *
+ * "+tag" rows: the same patterns on a second ps and link that share a job key and no TLS,
+ * so every message carries its integrity tag (api/wire.md "Integrity") and pulls land in
+ * the connection's buffer before they are copied. Target: push-pull >= 0.7 x TCP at 4 MB.
+ *
  * usage: wire_throughput [--seconds T] [--size S]   (T: time per measurement, default 2; S: only
  * the case of S bytes: 4096, 4194304 or 41943040)
  */
@@ -27,6 +31,7 @@
 #include "psflow/clock.h"
 #include "psflow/model.h"
 #include "psflow/wire.h"
+#include "psflow/wire_auth.h"
 #include "ps/server.h"
 #include "worker/link.h"
 #include "bench/samples.h"
@@ -94,6 +99,31 @@ static int usage(void) {
     return 64;
 }
 
+/* A ps of spec on an ephemeral port of 127.0.0.1 and a chief's link to it; with a key, the
+ * job key of a bench token (the link proves the chief's key, every message is tagged). */
+static int start_pair(const pf_job_spec *spec, const char *dir, int with_key, ps_server **server,
+                      worker_link **link) {
+    uint8_t job_key[PF_WIRE_KEY_SIZE], task_key[PF_WIRE_KEY_SIZE];
+    pf_wire_job_key("bench-token", 11, spec->name, job_key);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_CHIEF, 0, task_key);
+    ps_server_options so = {spec, 0, "127.0.0.1", 0, dir, 1, 0, with_key ? job_key : NULL, {0}};
+    pf_error err;
+    if (ps_server_start(&so, server, &err) != PF_OK) {
+        fprintf(stderr, "wire: %s\n", err.message);
+        return -1;
+    }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(*server));
+    const char *addrs[] = {addr};
+    worker_link_options co = {
+        spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 1, 10, NULL, with_key ? task_key : NULL, NULL, NULL, 0};
+    if (worker_link_create(&co, link, &err) != PF_OK) {
+        fprintf(stderr, "wire: %s\n", err.message);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     double seconds = 2.0;
     size_t only = 0;
@@ -110,7 +140,7 @@ int main(int argc, char **argv) {
            "TCP = plain socket, same run\n");
     printf("GB/s and ratio at each side's median round trip; mean ratio: of the mean round trips "
            "(total goodput); best ratio: of the best round trips\n");
-    printf("%-6s %-10s %12s %12s %7s %11s %11s\n", "size", "pattern", "psflow GB/s", "TCP GB/s",
+    printf("%-6s %-14s %8s %12s %7s %11s %11s\n", "size", "pattern", "psflow GB/s", "TCP GB/s",
            "ratio", "mean ratio", "best ratio");
     for (int s = 0; s < 3; s++) {
         if (only && cases[s].bytes != only)
@@ -128,54 +158,52 @@ int main(int argc, char **argv) {
             fprintf(stderr, "wire: %s\n", err.message);
             return 1;
         }
-        ps_server_options so = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
-        ps_server *server;
-        if (ps_server_start(&so, &server, &err) != PF_OK) {
-            fprintf(stderr, "wire: %s\n", err.message);
+        ps_server *server, *server_k;
+        worker_link *link, *link_k;
+        if (start_pair(&spec, dir, 0, &server, &link) != 0 ||
+            start_pair(&spec, dir, 1, &server_k, &link_k) != 0)
             return 1;
-        }
-        char addr[64];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(server));
-        const char *addrs[] = {addr};
-        worker_link_options co = {&spec, addrs, 0, PF_WIRE_ROLE_CHIEF, 1, 10, NULL, NULL,
-                                  NULL,  NULL,  0};
-        worker_link *link;
-        if (worker_link_create(&co, &link, &err) != PF_OK) {
-            fprintf(stderr, "wire: %s\n", err.message);
-            return 1;
-        }
         size_t n = pf_model_num_params(&spec.model);
         float *grads = calloc(n, sizeof(float)), *params = calloc(n, sizeof(float));
         round_fn fns[] = {do_push, do_pull, do_push_pull};
         const char *names[] = {"push", "pull", "push-pull"};
         double factor[] = {1, 1, 2};
-        samples mine[3] = {{0}}, tcp[3] = {{0}};
+        samples mine[6] = {{0}}, tcp[3] = {{0}};
         for (int r = 0; r < ROUNDS; r++) {
             bench_tcp_baseline(argv[0], seconds / ROUNDS, cases[s].bytes, tcp);
-            for (int p = 0; p < 3; p++)
-                time_rounds(link, fns[p], grads, params, seconds / ROUNDS, &mine[p]);
+            for (int p = 0; p < 6; p++)
+                time_rounds(p < 3 ? link : link_k, fns[p % 3], grads, params, seconds / ROUNDS,
+                            &mine[p]);
         }
-        for (int p = 0; p < 3; p++) {
-            samples_sort(&mine[p]);
+        for (int p = 0; p < 3; p++)
             samples_sort(&tcp[p]);
-            double t = samples_quantile(&mine[p], 0.5), base = samples_quantile(&tcp[p], 0.5);
-            double t_best = samples_quantile(&mine[p], 0), base_best = samples_quantile(&tcp[p], 0);
-            double t_mean = samples_mean(&mine[p]), base_mean = samples_mean(&tcp[p]);
+        for (int q = 0; q < 6; q++) {
+            int p = q % 3;
+            samples_sort(&mine[q]);
+            double t = samples_quantile(&mine[q], 0.5), base = samples_quantile(&tcp[p], 0.5);
+            double t_best = samples_quantile(&mine[q], 0), base_best = samples_quantile(&tcp[p], 0);
+            double t_mean = samples_mean(&mine[q]), base_mean = samples_mean(&tcp[p]);
             double bytes = factor[p] * (double)cases[s].bytes;
-            printf("%-6s %-10s %12.3f %12.3f %7.2f %11.2f %11.2f\n", cases[s].label, names[p],
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", names[p], q < 3 ? "" : "+tag");
+            printf("%-6s %-14s %8.3f %12.3f %7.2f %11.2f %11.2f\n", cases[s].label, name,
                    bytes / t / 1e9, bytes / base / 1e9, base / t, base_mean / t_mean,
                    base_best / t_best);
-            if (s == 0 && p == 2)
-                printf("%-6s %-10s %9.1f us %9.1f us %7.2f %11.2f %11.2f   (round trip; target <= "
+            if (s == 0 && (q == 2 || q == 5))
+                printf("%-6s %-14s %6.1f us %9.1f us %7.2f %11.2f %11.2f   (round trip; target <= "
                        "2.00)\n",
-                       cases[s].label, "rtt", t * 1e6, base * 1e6, t / base, t_mean / base_mean,
-                       t_best / base_best);
-            free(mine[p].t);
-            free(tcp[p].t);
+                       cases[s].label, q < 3 ? "rtt" : "rtt+tag", t * 1e6, base * 1e6, t / base,
+                       t_mean / base_mean, t_best / base_best);
+            free(mine[q].t);
         }
+        for (int p = 0; p < 3; p++)
+            free(tcp[p].t);
         worker_link_destroy(link);
+        worker_link_destroy(link_k);
         ps_server_stop(server);
         ps_server_destroy(server);
+        ps_server_stop(server_k);
+        ps_server_destroy(server_k);
         free(grads);
         free(params);
         pf_job_spec_deinit(&spec);
@@ -184,6 +212,7 @@ int main(int argc, char **argv) {
         if (system(cmd) != 0)
             return 1;
     }
-    printf("targets: push-pull ratio >= 0.80 at 4 MB and 40 MB; 4 KB rtt ratio <= 2.00\n");
+    printf("targets: push-pull ratio >= 0.80 at 4 MB and 40 MB; 4 KB rtt ratio <= 2.00; "
+           "push-pull+tag >= 0.70 at 4 MB\n");
     return 0;
 }

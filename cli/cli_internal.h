@@ -14,6 +14,7 @@ int cli_up(const cli_command *cmd, int argc, char **argv);
 int cli_ps(const cli_command *cmd, int argc, char **argv);
 int cli_worker(const cli_command *cmd, int argc, char **argv);
 int cli_evaluator(const cli_command *cmd, int argc, char **argv);
+int cli_key(const cli_command *cmd, int argc, char **argv);
 int cli_export(const cli_command *cmd, int argc, char **argv);
 int cli_version(const cli_command *cmd, int argc, char **argv);
 

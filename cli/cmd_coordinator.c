@@ -1,5 +1,6 @@
 /* cmd_coordinator.c - `psflow coordinator`: the REST API, the event stream, the dashboard and
  * the job state in SQLite (coordinator/coordinator.h). */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -79,20 +80,13 @@ static char *read_pem(const char *option, const char *path) {
     return text;
 }
 
-/* --generate-token: when PSFLOW_TOKEN_FILE names a file that does not exist (and
- * PSFLOW_TOKEN is not set), creates it with a new random token, 32 bytes from /dev/urandom
- * as 64 hex digits, readable by this user only. O_EXCL: a file that appears meanwhile (a
- * second coordinator) is not overwritten, and is then read like any token file. Returns 0
- * or an exit code after printing why. */
-static int generate_token(void) {
-    const char *path = getenv("PSFLOW_TOKEN_FILE");
-    if (getenv("PSFLOW_TOKEN") && *getenv("PSFLOW_TOKEN"))
-        return 0;
-    if (!path || !*path) {
-        fprintf(stderr, "psflow coordinator: --generate-token needs PSFLOW_TOKEN_FILE, the file "
-                        "to keep the token in\n");
-        return PF_EX_USAGE;
-    }
+/* When `path` does not exist, creates it with a new random token, 32 bytes from
+ * /dev/urandom as 64 hex digits, readable by this user only, and says so (`what`: "API
+ * token"). O_EXCL: a file that appears meanwhile (a second coordinator) is not overwritten,
+ * and is then read like any token file. *created: whether this call made it. Returns 0 or
+ * an exit code after printing why. */
+static int create_token_file(const char *path, const char *what, int *created) {
+    *created = 0;
     if (access(path, F_OK) == 0)
         return 0;
     unsigned char raw[32];
@@ -101,7 +95,7 @@ static int generate_token(void) {
     if (r)
         fclose(r);
     if (got != sizeof raw) {
-        fprintf(stderr, "psflow coordinator: --generate-token: cannot read /dev/urandom\n");
+        fprintf(stderr, "psflow coordinator: new %s: cannot read /dev/urandom\n", what);
         return PF_EX_OSERR;
     }
     char text[2 * sizeof raw + 2];
@@ -118,14 +112,31 @@ static int generate_token(void) {
     if (fd >= 0)
         close(fd);
     if (!ok) {
-        fprintf(stderr, "psflow coordinator: --generate-token: cannot write %s: %s\n", path,
+        fprintf(stderr, "psflow coordinator: new %s: cannot write %s: %s\n", what, path,
                 strerror(saved));
         if (fd >= 0)
             unlink(path);
         return PF_EX_CANTCREAT;
     }
-    fprintf(stderr, "psflow coordinator: created a new API token in %s\n", path);
+    fprintf(stderr, "psflow coordinator: created a new %s in %s\n", what, path);
+    *created = 1;
     return 0;
+}
+
+/* --generate-token: when PSFLOW_TOKEN_FILE names a file that does not exist (and
+ * PSFLOW_TOKEN is not set), creates it with a new random API token. Returns 0 or an exit
+ * code after printing why. */
+static int generate_token(void) {
+    const char *path = getenv("PSFLOW_TOKEN_FILE");
+    if (getenv("PSFLOW_TOKEN") && *getenv("PSFLOW_TOKEN"))
+        return 0;
+    if (!path || !*path) {
+        fprintf(stderr, "psflow coordinator: --generate-token needs PSFLOW_TOKEN_FILE, the file "
+                        "to keep the token in\n");
+        return PF_EX_USAGE;
+    }
+    int created;
+    return create_token_file(path, "API token", &created);
 }
 
 /* An origin as browsers send it: http or https, a host, an optional port, nothing after. */
@@ -147,11 +158,11 @@ typedef struct coord_cli {
     cli_run run; /* the options as parsed */
     int argc;
     char **argv;
-    const char *listen, *db, *web, *cert_path, *key_path;
+    const char *listen, *db, *web, *cert_path, *key_path, *agent_token_file;
     long lease, max_conn, timeout, max_shards, max_replicas, per_address, header_s, body_s;
     long evict_ms;
     long long max_steps, max_model;
-    bool generate_token;
+    bool generate_token, insecure;
 } coord_cli;
 
 /* --max-streams, whose range depends on --max-connections. Returns 0 or PF_EX_USAGE. */
@@ -237,6 +248,78 @@ static int load_secrets(const coord_cli *c, char *token, size_t cap, coord_optio
     return 0;
 }
 
+/* The agent token into token[cap] and o: PSFLOW_AGENT_TOKEN, else the file of
+ * --agent-token-file, else agent-token beside the database; a file that does not exist is
+ * created with a random token (reused by every later start). Says where it is. Returns 0 or
+ * an exit code after printing why. */
+static int load_agent_token(const coord_cli *c, char *token, size_t cap, coord_options *o) {
+    char path[PATH_MAX];
+    const char *env = getenv("PSFLOW_AGENT_TOKEN");
+    int created = 0, rc = 0;
+    if (env && *env) {
+        snprintf(path, sizeof path, "PSFLOW_AGENT_TOKEN");
+    } else {
+        const char *slash = strrchr(c->db, '/');
+        if (c->agent_token_file)
+            snprintf(path, sizeof path, "%s", c->agent_token_file);
+        else
+            snprintf(path, sizeof path, "%.*s%sagent-token", slash ? (int)(slash - c->db) : 0,
+                     c->db, slash ? "/" : "");
+        if ((rc = create_token_file(path, "agent token", &created)))
+            return rc;
+        if (setenv("PSFLOW_AGENT_TOKEN_FILE", path, 1) != 0)
+            return PF_EX_OSERR;
+    }
+    pf_error err;
+    pf_error_clear(&err);
+    if (!pf_http_token_load("PSFLOW_AGENT_TOKEN", "PSFLOW_AGENT_TOKEN_FILE", token, cap, &err)) {
+        fprintf(stderr, "psflow coordinator: %s\n", err.message);
+        return PF_EX_NOINPUT;
+    }
+    for (const char *p = token; *p; p++)
+        if (*p <= ' ' || *p > '~')
+            token[0] = '\0';
+    if (!token[0]) {
+        fprintf(stderr,
+                "psflow coordinator: the agent token in %s is empty or holds characters other "
+                "than printable ASCII: write one line of letters and digits there\n",
+                path);
+        return PF_EX_DATAERR;
+    }
+    o->agent_token = token;
+    if (!created)
+        fprintf(stderr,
+                "psflow coordinator: agents authenticate with the agent token in %s (give them "
+                "--agent-token-file, or PSFLOW_AGENT_TOKEN)\n",
+                path);
+    return 0;
+}
+
+/* Whether host is a loopback address (127.0.0.0/8, ::1, localhost). */
+static int loopback_host(const char *host) {
+    unsigned char a[16];
+    if (inet_pton(AF_INET, host, a) == 1)
+        return a[0] == 127;
+    if (inet_pton(AF_INET6, host, a) == 1)
+        return !memcmp(a, (unsigned char[16]){[15] = 1}, 16);
+    return !strcmp(host, "localhost");
+}
+
+/* An API without a token is open to whoever reaches it: refused on an address other hosts
+ * reach unless --insecure. Returns 0 or PF_EX_USAGE after printing how to fix it. */
+static int check_exposure(const coord_cli *c, const coord_options *o) {
+    if (o->token[0] || c->insecure || loopback_host(o->listen_host))
+        return 0;
+    fprintf(stderr,
+            "psflow coordinator: refusing to serve an API without a token on %s:%d, where "
+            "anyone who reaches it could submit and cancel jobs: set PSFLOW_TOKEN or "
+            "PSFLOW_TOKEN_FILE (--token-file), or add --generate-token with PSFLOW_TOKEN_FILE, "
+            "or listen on 127.0.0.1, or add --insecure (PSFLOW_INSECURE=1) to serve it open "
+            "anyway\n",
+            o->listen_host, o->port);
+    return PF_EX_USAGE;
+}
+
 /* The dashboard (--web, else installed next to the executable) and openapi.yaml into o, the
  * paths kept in web[cap] and openapi[cap]. */
 static void find_files(const coord_cli *c, char *web, char *openapi, size_t cap, coord_options *o) {
@@ -268,6 +351,12 @@ static int serve(coord_options *o) {
             o->tls_cert_pem ? "https" : "http", o->listen_host, coord_server_port(s), o->db_path,
             o->web_dir ? o->web_dir : "not installed", o->token[0] ? ", bearer token required" : "",
             o->n_cors_origins ? ", CORS for --cors-origin" : "");
+        if (!o->token[0])
+            fprintf(stderr,
+                    "psflow coordinator: WARNING: the API has no token: anyone who reaches "
+                    "%s:%d can submit and cancel jobs (set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to "
+                    "require one)\n",
+                    o->listen_host, coord_server_port(s));
         running = s;
         pf_signals_on_stop(on_signal);
         coord_server_wait(s);
@@ -283,8 +372,10 @@ static int serve(coord_options *o) {
 int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
     coord_cli c = {.argc = argc, .argv = argv};
     cli_option opts[] = {
-        CLI_TEXT("listen", "HOST:PORT", "address of the API and dashboard [0.0.0.0:8080]", NULL,
-                 &c.listen),
+        CLI_TEXT("listen", "HOST:PORT",
+                 "address of the API and dashboard [127.0.0.1:8080]; another than loopback "
+                 "needs an API token or --insecure",
+                 NULL, &c.listen),
         CLI_TEXT("db", "FILE", "SQLite database of the job state [./psflow.db]", "./psflow.db",
                  &c.db),
         CLI_TEXT("web", "DIR",
@@ -313,9 +404,9 @@ int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
                  "waited longest for its request, if MS or more [500]",
                  1, 3600000, 500, &c.evict_ms),
         CLI_OPT("allowed-hosts", "NAME",
-                "answer requests for Host NAME too (besides 127.0.0.1, localhost, the --listen "
-                "host and this machine's name and addresses); repeatable or comma-separated; '*': "
-                "any [none]"),
+                "answer requests for Host NAME too, besides IP addresses, localhost, the "
+                "--listen host and on 0.0.0.0 this machine's name (others: 421); repeatable or "
+                "comma-separated; '*': any [none]"),
         CLI_OPT("cors-origin", "ORIGIN",
                 "let pages of ORIGIN (https://host:port) call the API; repeatable or "
                 "comma-separated [none]"),
@@ -341,11 +432,19 @@ int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
                  "exist yet",
                  &c.generate_token),
         CLI_TOKEN_FILE_OPTION,
+        CLI_TEXT("agent-token-file", "FILE",
+                 "the agents' token (they need no API token): read from FILE, created with a "
+                 "random one when missing [PSFLOW_AGENT_TOKEN, else agent-token beside --db]",
+                 NULL, &c.agent_token_file),
+        CLI_FLAG("insecure",
+                 "serve an API without a token on an address other than loopback (anyone who "
+                 "reaches it can submit and cancel jobs)",
+                 &c.insecure),
     };
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &c.run))
         return c.run.exit_code;
     int rc;
-    char host[256] = "0.0.0.0";
+    char host[256] = "127.0.0.1";
     coord_options o = {.listen_host = host, .port = 8080, .db_path = c.db};
     if (c.listen && pf_split_host_port(c.listen, host, sizeof host, &o.port) != 0) {
         fprintf(stderr, "psflow coordinator: --listen '%s' is not HOST:PORT\n", c.listen);
@@ -353,6 +452,7 @@ int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
     }
     long max_streams;
     char cors_buf[2048], roots_buf[4 * PATH_MAX], token[512], web[PATH_MAX], openapi[PATH_MAX];
+    char agent_token[512];
     const char *cors[16], *roots[COORD_MAX_DATA_ROOTS], *hosts[32];
     char hosts_buf[2048];
     if ((rc = max_streams_option(&c, &max_streams)))
@@ -369,6 +469,12 @@ int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
     if ((rc = data_roots(&c, roots_buf, sizeof roots_buf, roots, &o.limits)) ||
         (rc = load_secrets(&c, token, sizeof token, &o)))
         return rc;
+    if ((rc = check_exposure(&c, &o)) ||
+        (rc = load_agent_token(&c, agent_token, sizeof agent_token, &o))) {
+        pf_free((char *)o.tls_cert_pem);
+        pf_free((char *)o.tls_key_pem);
+        return rc;
+    }
     find_files(&c, web, openapi, sizeof web, &o);
     return serve(&o);
 }

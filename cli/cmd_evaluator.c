@@ -49,6 +49,7 @@ int cli_evaluator(const cli_command *cmd, int argc, char **argv) {
                  &coordinator),
         CLI_OPT("ca-file", "FILE", "trust only this PEM CA for an https:// coordinator"),
         CLI_TOKEN_FILE_OPTION,
+        CLI_AGENT_TOKEN_FILE_OPTION,
     };
     cli_run run;
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))

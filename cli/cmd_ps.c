@@ -1,7 +1,10 @@
 /* cmd_ps.c - `psflow ps`: a parameter-server task, static (--job, task from TF_CONFIG) or a
  * managed agent of a coordinator (--coordinator). */
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "agent/agent.h"
 #include "cli/cli_internal.h"
@@ -95,9 +98,37 @@ static int run_ps_agent(const ps_cli *p) {
     return agent_run(&ao);
 }
 
+/* The address to bind for `name`, the host TF_CONFIG names for this ps: an IP address as it
+ * is, a name resolved (IPv4 first) into host[256]. Returns 0, or PF_EX_USAGE after printing
+ * why. */
+static int tf_config_bind_host(const char *name, char *host) {
+    unsigned char a[16];
+    if (inet_pton(AF_INET, name, a) == 1 || inet_pton(AF_INET6, name, a) == 1) {
+        snprintf(host, 256, "%s", name);
+        return 0;
+    }
+    int families[] = {AF_INET, AF_UNSPEC};
+    for (int i = 0; i < 2; i++) {
+        struct addrinfo hints = {.ai_family = families[i], .ai_socktype = SOCK_STREAM}, *res;
+        if (getaddrinfo(name, NULL, &hints, &res) != 0)
+            continue;
+        int ok =
+            getnameinfo(res->ai_addr, res->ai_addrlen, host, 256, NULL, 0, NI_NUMERICHOST) == 0;
+        freeaddrinfo(res);
+        if (ok)
+            return 0;
+    }
+    fprintf(stderr,
+            "psflow ps: cannot resolve '%s', this task's host in TF_CONFIG, to bind it: give "
+            "--listen HOST:PORT (0.0.0.0:PORT for every interface)\n",
+            name);
+    return PF_EX_USAGE;
+}
+
 /* Loads --job and TF_CONFIG for a ps task that fits this machine, and the address it binds
- * (--listen, else 0.0.0.0 and its TF_CONFIG port) into host[256] and *port. Returns 0, or an
- * exit code after printing why (n then holds nothing). */
+ * (--listen, else the host and port TF_CONFIG names for it: never every interface unless
+ * told) into host[256] and *port. Returns 0, or an exit code after printing why (n then
+ * holds nothing). */
 static int load_ps_task(const ps_cli *p, node *n, char *host, int *port) {
     int rc = node_load("ps", p->job, n);
     if (rc)
@@ -115,6 +146,8 @@ static int load_ps_task(const ps_cli *p, node *n, char *host, int *port) {
         fprintf(stderr, "psflow ps: '%s' is not HOST:PORT\n", p->listen ? p->listen : own);
         rc = PF_EX_USAGE;
     }
+    if (!rc && !p->listen)
+        rc = tf_config_bind_host(own_host, host);
     if (rc)
         node_deinit(n);
     return rc;
@@ -174,8 +207,9 @@ int cli_ps(const cli_command *cmd, int argc, char **argv) {
         CLI_TEXT("job", "FILE", "static mode: the job spec (JSON); the task comes from TF_CONFIG",
                  NULL, &p.job),
         CLI_TEXT("listen", "HOST:PORT",
-                 "address to bind [0.0.0.0 and the port of this task in TF_CONFIG]", NULL,
-                 &p.listen),
+                 "address to bind [managed: 0.0.0.0:2222; static: this task's TF_CONFIG "
+                 "address]",
+                 NULL, &p.listen),
         CLI_TEXT("advertise", "HOST:PORT",
                  "address workers reach this ps at [this task's TF_CONFIG address]", NULL,
                  &p.advertise),
@@ -188,6 +222,7 @@ int cli_ps(const cli_command *cmd, int argc, char **argv) {
         NODE_MEMORY_OPTION(&p.memory),
         CLI_CA_FILE_OPTION,
         CLI_TOKEN_FILE_OPTION,
+        CLI_AGENT_TOKEN_FILE_OPTION,
         CLI_OPT("tls-cert", "FILE",
                 "serve the data plane over TLS (wss) with this PEM certificate [plain TCP]"),
         CLI_OPT("tls-key", "FILE", "the PEM private key of --tls-cert"),
@@ -196,14 +231,14 @@ int cli_ps(const cli_command *cmd, int argc, char **argv) {
                 "accepted) open at once [twice the job's training tasks + 32]"),
         CLI_OPT("max-untrusted", "N",
                 "data-plane connections not yet accepted by HELLO open at once, a quarter of "
-                "them from one address; a new one replaces the least advanced, oldest [64]"),
+                "them from one address; a new one replaces the one stalled longest [64]"),
         CLI_OPT("handshake-timeout", "SECONDS",
                 "close a connection whose WebSocket (and TLS) handshake is not done by then [10]"),
         CLI_OPT("idle-timeout", "SECONDS",
                 "close a connection that has not been accepted by HELLO by then [30]"),
         CLI_OPT("max-buffered", "BYTES",
-                "bytes of incomplete messages held over all connections [(training tasks + 4) x "
-                "the largest message]"),
+                "bytes of incomplete messages held over the job's tasks' connections "
+                "[(training tasks + 4) x the largest message]"),
         CLI_OPT("shm", "on|off",
                 "map the shared segments of workers on this host; off: everything over the "
                 "socket [on]"),

@@ -191,6 +191,7 @@ typedef struct up_cli {
     long n_ps, n_workers, port;
     const char *dir, *cert, *key, *ca;
     char logs[PATH_MAX], db[PATH_MAX], ckpt[PATH_MAX], url[128], listen[64], token[512];
+    char agent_token[PATH_MAX]; /* the coordinator writes it, the agents read it */
 } up_cli;
 
 /* DIR and DIR/logs, and the paths under DIR. Returns 0 or an exit code. */
@@ -198,6 +199,7 @@ static int make_dirs(up_cli *u) {
     snprintf(u->logs, sizeof u->logs, "%s/logs", u->dir);
     snprintf(u->db, sizeof u->db, "%s/psflow.db", u->dir);
     snprintf(u->ckpt, sizeof u->ckpt, "%s/checkpoints", u->dir);
+    snprintf(u->agent_token, sizeof u->agent_token, "%s/agent-token", u->dir);
     if ((mkdir(u->dir, 0755) != 0 && errno != EEXIST) ||
         (mkdir(u->logs, 0755) != 0 && errno != EEXIST)) {
         fprintf(stderr, "psflow up: cannot create %s: %s\n", u->logs, strerror(errno));
@@ -233,6 +235,8 @@ static int start_coordinator(const up_cli *u, child *kids) {
                      (char *)u->listen,
                      "--db",
                      (char *)u->db,
+                     "--agent-token-file",
+                     (char *)u->agent_token,
                      u->cert ? "--tls-cert" : NULL,
                      (char *)u->cert,
                      "--tls-key",
@@ -289,6 +293,8 @@ static int start_agent(const up_cli *u, long i, child *kids, int *n) {
                        "--advertise",      adv,
                        "--checkpoint-dir", (char *)u->ckpt};
     int argn = 10;
+    aargv[argn++] = "--agent-token-file"; /* the one the coordinator made */
+    aargv[argn++] = (char *)u->agent_token;
     if (is_ps) {
         aargv[argn++] = "--listen";
         aargv[argn++] = adv;

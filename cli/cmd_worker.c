@@ -9,6 +9,7 @@
 #include "cli/command.h"
 #include "cli/node.h"
 #include "cli/options.h"
+#include "psflow/fs.h"
 #include "psflow/mem.h"
 #include "psflow/wire_auth.h"
 #include "worker/trainer.h"
@@ -16,7 +17,7 @@
 /* What `psflow worker` was told. */
 typedef struct worker_cli {
     cli_run run; /* the options as parsed */
-    const char *coordinator, *job, *checkpoint_dir, *ca_file;
+    const char *coordinator, *job, *checkpoint_dir, *ca_file, *task_key_file;
     int format; /* --output: -1 absent, 0 text, 1 json */
     long log_every, retry, delay, threads;
     long long memory;
@@ -27,6 +28,11 @@ static int run_worker_agent(const worker_cli *w) {
     if (w->format >= 0) {
         fprintf(stderr, "psflow worker: --output is for static mode (--job); a managed "
                         "chief reports its result to the coordinator\n");
+        return PF_EX_USAGE;
+    }
+    if (w->task_key_file) {
+        fprintf(stderr, "psflow worker: --task-key-file is for static mode (--job); a managed "
+                        "agent gets each task's key from the coordinator\n");
         return PF_EX_USAGE;
     }
     char id[128], adv[300], token[512];
@@ -68,6 +74,32 @@ static int load_training_task(const worker_cli *w, node *n) {
     return rc;
 }
 
+/* --task-key-file: this task's own data-plane key (64 hex digits, psflow key). Returns 1
+ * with key set, 0 when not given, or minus the exit code after printing why. */
+static int read_task_key(const worker_cli *w, uint8_t key[PF_WIRE_KEY_SIZE]) {
+    if (!w->task_key_file)
+        return 0;
+    char *text = NULL;
+    size_t len = 0;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_fs_read_file(w->task_key_file, 1024, &text, &len, &err);
+    if (st == PF_OK) {
+        st = pf_wire_key_parse_hex(text, len, key);
+        pf_wire_key_clear(text, len);
+        pf_free(text);
+        if (st == PF_OK)
+            return 1;
+        fprintf(stderr,
+                "psflow worker: --task-key-file %s: not 64 hex digits (make it with 'psflow key "
+                "--job FILE --task TYPE:INDEX')\n",
+                w->task_key_file);
+        return -PF_EX_DATAERR;
+    }
+    fprintf(stderr, "psflow worker: --task-key-file: %s\n", err.message);
+    return -PF_EX_NOINPUT;
+}
+
 /* `psflow worker --job FILE`: the training task TF_CONFIG names. */
 static int run_static_worker(const worker_cli *w) {
     node n;
@@ -96,13 +128,16 @@ static int run_static_worker(const worker_cli *w) {
         .ca_file = w->ca_file,
         .threads_note = threads_note,
     };
+    /* Its own key (--task-key-file), else the job key from the token. */
     uint8_t key[PF_WIRE_KEY_SIZE];
-    int has_key = node_job_key("worker", n.spec.name, key);
+    int has_task_key = read_task_key(w, key);
+    int has_key = has_task_key ? has_task_key : node_job_key("worker", n.spec.name, key);
     if (has_key < 0) {
         node_deinit(&n);
         return -has_key;
     }
-    wo.job_key = has_key ? key : NULL;
+    wo.job_key = has_key && !has_task_key ? key : NULL;
+    wo.task_key = has_task_key ? key : NULL;
     char name[32];
     if (wo.is_chief)
         snprintf(name, sizeof name, "chief");
@@ -154,6 +189,11 @@ int cli_worker(const cli_command *cmd, int argc, char **argv) {
                  "(wss) verifying them with it [the system's CAs; plain TCP to the ps]",
                  NULL, &w.ca_file),
         CLI_TOKEN_FILE_OPTION,
+        CLI_AGENT_TOKEN_FILE_OPTION,
+        CLI_TEXT("task-key-file", "FILE",
+                 "static mode: prove this task's own data-plane key (64 hex digits, 'psflow "
+                 "key') to the ps instead of one derived from the token",
+                 NULL, &w.task_key_file),
         CLI_OPT("shm", "on|off",
                 "offer the ps tasks a shared segment (used by those on this host); off: "
                 "everything over the socket [on]"),

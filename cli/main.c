@@ -34,7 +34,11 @@ static const cli_command commands[] = {
                        "dashboard, and keeps\nmembership and job state in SQLite. Agents "
                        "(psflow ps|worker --coordinator URL) register\nwith it and are assigned "
                        "tasks. Set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE to require a\nbearer token "
-                       "on the API.",
+                       "on the API; without one it listens only on loopback (or with\n"
+                       "--insecure) and warns. Agents authenticate with the agent token, "
+                       "always required\non their routes and good for nothing else: the file "
+                       "it names at start (agent-token\nbeside --db unless "
+                       "--agent-token-file or PSFLOW_AGENT_TOKEN).",
         .run = cli_coordinator,
     },
     {
@@ -88,6 +92,20 @@ static const cli_command commands[] = {
                        "evaluation.",
         .max_args = CLI_ANY_ARGS,
         .run = cli_evaluator,
+    },
+    {
+        .name = "key",
+        .summary = "print one static task's data-plane key (for --task-key-file)",
+        .usage = "--job FILE --task TYPE:INDEX [options]",
+        .description = "Prints the data-plane key of one chief, worker or evaluator task of a "
+                       "static job\n(64 hex digits), derived from PSFLOW_TOKEN or "
+                       "PSFLOW_TOKEN_FILE and the job's name.\nGive it to that task alone "
+                       "(psflow worker --task-key-file FILE) instead of the\ntoken: its key "
+                       "proves only its own role and index, never the chief's. The ps\ntasks "
+                       "keep the token (docs/security.md). E.g. `psflow key --job job.json "
+                       "--task\nworker:1 >worker-1.key`.",
+        .args_error = "takes no arguments",
+        .run = cli_key,
     },
     {
         .name = "submit",

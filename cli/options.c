@@ -98,6 +98,16 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_op
         }
         unsetenv("PSFLOW_TOKEN");
     }
+    /* The same for --agent-token-file (PSFLOW_AGENT_TOKEN_FILE, over PSFLOW_AGENT_TOKEN). */
+    const char *agent_file = cli_get(opts, n_opts, "agent-token-file");
+    const char *env_agent = getenv("PSFLOW_AGENT_TOKEN_FILE");
+    if (agent_file && (!env_agent || strcmp(env_agent, agent_file) != 0)) {
+        if (!*agent_file || setenv("PSFLOW_AGENT_TOKEN_FILE", agent_file, 1) != 0) {
+            fprintf(stderr, "psflow %s: --agent-token-file: cannot use '%s'\n", cmd, agent_file);
+            return -1;
+        }
+        unsetenv("PSFLOW_AGENT_TOKEN");
+    }
     return 0;
 }
 
@@ -163,7 +173,13 @@ int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts) {
 
 int cli_coordinator_auth(const char *cmd, const cli_option *opts, int n_opts, char *token,
                          size_t cap) {
-    int rc = cli_token(cmd, token, cap);
+    pf_error err;
+    pf_error_clear(&err);
+    if (!pf_http_token_load("PSFLOW_AGENT_TOKEN", "PSFLOW_AGENT_TOKEN_FILE", token, cap, &err)) {
+        fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
+        return PF_EX_NOINPUT;
+    }
+    int rc = token[0] ? 0 : cli_token(cmd, token, cap); /* the API token, as before */
     return rc ? rc : cli_use_ca_file(cmd, opts, n_opts);
 }
 

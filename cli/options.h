@@ -87,6 +87,13 @@ const char *cli_get(const cli_option *opts, int n_opts, const char *name);
     CLI_OPT("token-file", "FILE",                                                                  \
             "read the API token (which also keys the data plane) from FILE [PSFLOW_TOKEN]")
 
+/* --agent-token-file FILE of the agents and the tasks that report to a coordinator (twin
+ * PSFLOW_AGENT_TOKEN_FILE; on the command line it wins over PSFLOW_AGENT_TOKEN). */
+#define CLI_AGENT_TOKEN_FILE_OPTION                                                                \
+    CLI_OPT("agent-token-file", "FILE",                                                            \
+            "the coordinator's agent token, for registering and reporting (the file it names "     \
+            "at start) [PSFLOW_AGENT_TOKEN, else the API token]")
+
 /* Applies --shm on|off (PSFLOW_SHM; also 1/0, true/false, yes/no): sets PSFLOW_SHM to on or
  * off for this process and the tasks it starts, which psflow/segment.h reads. Absent:
  * nothing changes (on). Returns 0, or -1 after printing an error for another value. */
@@ -96,8 +103,10 @@ int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts);
  * or PF_EX_NOINPUT after printing why the file cannot be used. */
 int cli_use_ca_file(const char *cmd, const cli_option *opts, int n_opts);
 
-/* What a command needs to call a coordinator from a task or an agent: the token (cli_token)
- * into token[cap], and --ca-file applied (cli_use_ca_file). Returns 0 or the exit code. */
+/* What a command needs to call a coordinator from a task or an agent: the agent token
+ * (PSFLOW_AGENT_TOKEN, else the file PSFLOW_AGENT_TOKEN_FILE or --agent-token-file names,
+ * else the API token of cli_token) into token[cap], and --ca-file applied
+ * (cli_use_ca_file). Returns 0 or the exit code. */
 int cli_coordinator_auth(const char *cmd, const cli_option *opts, int n_opts, char *token,
                          size_t cap);
 

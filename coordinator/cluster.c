@@ -144,6 +144,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
     }
     j->generation++;
     bool restart = j->generation > 1;
+    coord_job_restart_rate(j, now);
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
         coord_node *n = first_idle(c, task_role(t)); /* counted above, so found */
@@ -204,6 +205,7 @@ static void give_running_task(coord_cluster *c, coord_job *j, int k, coord_node 
     give_task(j, k, n, now);
     t->restarts += !added;
     t->examples_per_sec = 0;
+    coord_job_restart_rate(j, now); /* the membership changes */
     char msg[COORD_TEXT_MAX];
     if (added)
         snprintf(msg, sizeof msg,
@@ -292,9 +294,21 @@ static void admit_all(coord_cluster *c, double now) {
 
 /* --- failures --- */
 
+/* A job ended (Succeeded, or Failed: cancelled too): its agents are freed, and no task of it
+ * stays Pending or Running: a task running when its job Succeeded served it to the end
+ * (Succeeded, the ps tasks); any other is Stopped (its agent stops it). */
 static void finish(coord_cluster *c, coord_job *j, coord_phase phase, const char *reason,
                    const char *message, double now) {
     release(c, j, now);
+    for (int i = 0; i < j->n_tasks; i++) {
+        coord_task *t = &j->tasks[i];
+        if (t->state != TASK_PENDING && t->state != TASK_RUNNING)
+            continue;
+        t->state =
+            phase == COORD_SUCCEEDED && t->state == TASK_RUNNING ? TASK_SUCCEEDED : TASK_STOPPED;
+        j->dirty = true;
+        coord_task_event(c, j, t, now);
+    }
     coord_job_set_phase(c, j, phase, reason, message, now);
 }
 
@@ -471,6 +485,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     }
     memset(spec, 0, sizeof *spec); /* stolen */
     j->loss = j->accuracy = j->test_loss = j->eval_loss = j->eval_accuracy = NAN;
+    j->steps_per_sec = NAN; /* unknown until measured (cluster_rate.h) */
     j->eval_step = -1;
     j->phase = COORD_CREATED;
     j->dirty = true;
@@ -531,6 +546,7 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
     pf_free(j->tasks);
     j->tasks = t;
     j->n_tasks = n;
+    coord_job_restart_rate(j, now);
     for (int i = 0; i < n; i++)
         if (!strcmp(t[i].type, "worker") && t[i].index >= old)
             coord_task_event(c, j, &t[i], now);
@@ -682,6 +698,11 @@ static void chief_succeeded(coord_cluster *c, coord_job *j, const coord_report *
         j->test_loss = tl;
     if (r->steps > j->global_step && r->steps <= j->spec.training.max_steps)
         j->global_step = r->steps;
+    /* Every ps has applied every step (a ps's version is the global step) and written the
+     * final checkpoint; its last heartbeat may not have said so before its agent is freed. */
+    for (int i = 0; i < j->n_tasks; i++)
+        if (!strcmp(j->tasks[i].type, "ps") && j->tasks[i].updates < j->global_step)
+            j->tasks[i].updates = j->global_step;
     bool evaluating = false;
     for (int i = 0; i < j->n_tasks; i++) {
         coord_task *o = &j->tasks[i];
@@ -773,6 +794,8 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
                 j->dirty = true;
+                if (strcmp(t->type, "ps") != 0 && !is_evaluator(t)) /* a trainer (re)joins */
+                    coord_job_restart_rate(j, now);
                 coord_task_event(c, j, t, now);
                 bool all = true;
                 for (int i = 0; i < j->n_tasks; i++)
@@ -878,6 +901,15 @@ void coord_cluster_tick(coord_cluster *c, double now) {
             continue;
         snprintf(msg, sizeof msg, "ran longer than active_deadline_seconds (%" PRId64 " s)", limit);
         finish(c, j, COORD_FAILED, "DeadlineExceeded", msg, now);
+    }
+    for (int i = 0; i < c->n_jobs; i++) { /* training that stopped advancing: stalled */
+        coord_job *j = c->jobs[i];
+        bool training = !j->deleted && j->phase == COORD_RUNNING && !training_complete(j);
+        if (coord_rate_check(&j->rate, training, now)) {
+            j->steps_per_sec = coord_rate_steps_per_sec(&j->rate);
+            j->dirty = true;
+            coord_job_event(c, j, now);
+        }
     }
     admit_all(c, now);
 }

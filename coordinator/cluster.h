@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "coordinator/cluster_rate.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
 
@@ -45,7 +46,8 @@ typedef enum {
     TASK_RUNNING,
     TASK_SUCCEEDED,
     TASK_FAILED,
-    TASK_LOST
+    TASK_LOST,
+    TASK_STOPPED /* still Pending or Running when its job ended: its agent stops it */
 } coord_task_state;
 
 #define COORD_ID_MAX    128 /* node ids */
@@ -76,15 +78,21 @@ typedef struct coord_task {
     int64_t step;          /* last step it reported */
     double examples_per_sec;
     int64_t updates; /* ps: optimizer updates it applied */
-    int64_t stale;   /* ps: stale gradients it dropped */
-    int workers;     /* the job's workers this task runs with, as its agent last reported */
-    bool has_lag;    /* training task of a max_staleness job: lag reported by a ps */
-    int64_t lag;     /* pushes ahead of the slowest connected training task */
+    /* ps: updates a second, over reports at least 2 s apart (0 when unknown or finished),
+     * from the count `updates_base` it had at `updates_time` (0 = none yet) */
+    double updates_per_sec, updates_time;
+    int64_t updates_base;
+    int64_t stale; /* ps: stale gradients it dropped */
+    int workers;   /* the job's workers this task runs with, as its agent last reported */
+    bool has_lag;  /* training task of a max_staleness job: lag reported by a ps */
+    int64_t lag;   /* pushes ahead of the slowest connected training task */
     /* ps of a model with embedding tables: rows served (ROW_PULL) and received (row
      * pushes) so far, and their rates over the last two reports */
     int64_t rows_pulled, rows_pushed;
     double rows_pulled_per_sec, rows_pushed_per_sec;
-    double rows_time; /* when the counts were reported, 0 = never */
+    double rows_time;   /* when the counts were reported, 0 = never */
+    double point_time;  /* the time of the newest metric point it reported, 0 = none */
+    int64_t point_step; /* and its step */
 } coord_task;
 
 typedef struct coord_job {
@@ -106,9 +114,9 @@ typedef struct coord_job {
     double create_time, start_time, completion_time; /* 0 = not yet */
     int n_tasks;
     coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
-    /* steps/s: global step and time of the last rate sample */
-    int64_t rate_step;
-    double rate_time, last_summary_event;
+    /* steps/s (steps_per_sec: NAN while unknown) and stall: the window of recent steps */
+    coord_rate rate;
+    double last_summary_event;
     bool dirty;   /* job row (status) changed */
     bool deleted; /* to be removed from the store, then from memory */
 } coord_job;
@@ -141,8 +149,9 @@ typedef struct coord_job_summary {
     char message[COORD_TEXT_MAX];
     bool sync;
     int64_t global_step, max_steps;
-    double loss, accuracy; /* NAN when unknown */
-    double examples_per_sec, steps_per_sec;
+    double loss, accuracy;                  /* NAN when unknown */
+    double examples_per_sec, steps_per_sec; /* steps_per_sec NAN while unknown */
+    double stalled_seconds;                 /* NAN unless stalled (coord_rate) */
     double create_time, start_time, completion_time;
     int restarts;
     int ready[2], desired[2]; /* ps, worker (with chief) */
@@ -301,6 +310,13 @@ void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int
  * checkpoint); a report older than one recorded (it was retried) leaves it as it is. */
 void coord_job_record_checkpoint(coord_cluster *c, coord_job *j, int64_t step, int64_t bytes,
                                  const char *files, const char *kept, int64_t kept_max, double now);
+/* Whether task `task` ("chief", "worker-<i>" or "evaluator") of j, in `incarnation`, may
+ * report: 0 when it may; else the HTTP status of the refusal, with why (cap bytes) filled:
+ * 409 when j never ran (none of its tasks was ever assigned), names no such task, or
+ * incarnation is not that task's current one; 403 when chief_only and task is not "chief"
+ * (the job's current chief: replicas.chief's task, else worker 0). Changes nothing. */
+int coord_job_check_reporter(const coord_job *j, const char *task, uint64_t incarnation,
+                             bool chief_only, char *why, size_t cap);
 bool coord_job_finished(const coord_job *j);
 const char *coord_phase_name(coord_phase p);
 const char *coord_task_state_name(coord_task_state s);

@@ -5,6 +5,7 @@
 #include "coordinator/cluster_conditions.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,7 +13,8 @@
 
 static const char *const phase_names[] = {"Created",   "Running",   "Restarting",
                                           "Suspended", "Succeeded", "Failed"};
-static const char *const task_state_names[] = {"Pending", "Running", "Succeeded", "Failed", "Lost"};
+static const char *const task_state_names[] = {"Pending", "Running", "Succeeded",
+                                               "Failed",  "Lost",    "Stopped"};
 
 const char *coord_phase_name(coord_phase p) {
     return phase_names[p];
@@ -80,8 +82,16 @@ void coord_job_set_phase(coord_cluster *c, coord_job *j, coord_phase phase, cons
     }
     if (phase != COORD_CREATED || !k || strcmp(k->status, "True") != 0 || !same_reason)
         coord_job_set_condition(j, name, "True", reason, message, now);
-    if (phase == COORD_SUCCEEDED || phase == COORD_FAILED)
+    if (phase == COORD_SUCCEEDED || phase == COORD_FAILED) {
         j->completion_time = now;
+        for (int i = 0; i < j->n_tasks; i++) /* a finished job's tasks lag nobody */
+            j->tasks[i].updates_per_sec = 0;
+        for (int i = 0; i < j->n_tasks; i++)
+            if (j->tasks[i].has_lag) {
+                j->tasks[i].has_lag = false;
+                coord_task_event(c, j, &j->tasks[i], now);
+            }
+    }
     j->dirty = true;
     if (changed || !same_reason) {
         coord_log_event(c, j->name, name, reason, message, now);
@@ -89,13 +99,18 @@ void coord_job_set_phase(coord_cluster *c, coord_job *j, coord_phase phase, cons
     }
 }
 
+void coord_job_restart_rate(coord_job *j, double now) {
+    coord_rate_restart(&j->rate, j->global_step, now);
+    j->steps_per_sec = NAN;
+    j->dirty = true;
+}
+
 void coord_job_rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,
                                int64_t to, int64_t reached, double now) {
     coord_job_set_condition(j, "RolledBack", "True", reason, msg, now);
     coord_log_event(c, j->name, "RolledBack", reason, msg, now);
     j->global_step = reached > to ? reached : to;
-    j->rate_step = j->global_step;
-    j->rate_time = now;
+    coord_job_restart_rate(j, now);
     j->dirty = true;
 }
 

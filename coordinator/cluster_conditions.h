@@ -20,6 +20,10 @@ void coord_job_set_condition(coord_job *j, const char *type, const char *status,
  * exclude it become False; logs the change with its reason. */
 void coord_job_set_phase(coord_cluster *c, coord_job *j, coord_phase phase, const char *reason,
                          const char *message, double now);
+/* The job's membership changed (a live scale, a replaced or added task, a gang restart, a
+ * rollback): its step rate is measured anew from the next step reported (cluster_rate.h),
+ * unknown (NAN) until then. */
+void coord_job_restart_rate(coord_job *j, double now);
 /* Training goes on from checkpoint `to` (`reached`: a later step already reported after it,
  * or -1): the RolledBack condition and event, with `msg`. */
 void coord_job_rolled_back_msg(coord_cluster *c, coord_job *j, const char *reason, const char *msg,

@@ -60,6 +60,7 @@ void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
     out->accuracy = j->accuracy;
     out->examples_per_sec = j->examples_per_sec;
     out->steps_per_sec = j->steps_per_sec;
+    out->stalled_seconds = coord_rate_stalled_seconds(&j->rate);
     out->create_time = j->create_time;
     out->start_time = j->start_time;
     out->completion_time = j->completion_time;

@@ -236,6 +236,16 @@ void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, dou
         if (w)
             w->has_lag = (w->lag = r->lags[i]) >= 0;
     }
+    if (r->has_updates && r->updates >= 0) { /* updates a second over at least 2 s */
+        if (t->updates_time <= 0 || r->updates < t->updates_base || now < t->updates_time) {
+            t->updates_base = r->updates; /* the first report, or a restarted ps */
+            t->updates_time = now;
+        } else if (now - t->updates_time >= 2.0) {
+            t->updates_per_sec = rate(t->updates_base, r->updates, now - t->updates_time);
+            t->updates_base = r->updates;
+            t->updates_time = now;
+        }
+    }
     if (!r->has_rows)
         return;
     if (t->rows_time > 0 && now > t->rows_time) {

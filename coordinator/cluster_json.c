@@ -57,6 +57,13 @@ static json_t *eta_json(coord_phase phase, int64_t step, int64_t max_steps, doub
     return json_real((double)left / steps_per_sec);
 }
 
+/* status.stalled and status.stalled_seconds: no step progress for COORD_STALL_SECONDS while
+ * training, and for how long (null when not stalled). */
+static json_t *stall_json(double stalled_seconds) {
+    return json_pack("{s:b, s:o}", "stalled", !isnan(stalled_seconds), "stalled_seconds",
+                     json_number_or_null(stalled_seconds));
+}
+
 json_t *coord_job_status_json(const coord_job *j) {
     json_t *conds = json_array();
     for (int i = 0; i < j->n_conds; i++) {
@@ -86,18 +93,21 @@ json_t *coord_job_status_json(const coord_job *j) {
                                           succeeded, "failed", failed));
     }
     int64_t max_steps = j->spec.training.max_steps;
-    json_t *out = json_pack(
-        "{s:s, s:s, s:o, s:I, s:I, s:f, s:o, s:o, s:o, s:o, s:f, s:f, s:i, s:i, s:o, "
-        "s:o, s:o, s:o}",
-        "phase", coord_phase_name(j->phase), "message", j->message, "conditions", conds,
-        "global_step", (json_int_t)j->global_step, "max_steps", (json_int_t)max_steps, "progress",
-        progress_of(j->phase, j->global_step, max_steps), "eta_seconds",
-        eta_json(j->phase, j->global_step, max_steps, j->steps_per_sec), "loss",
-        json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy), "test_loss",
-        json_number_or_null(j->test_loss), "examples_per_sec", j->examples_per_sec, "steps_per_sec",
-        j->steps_per_sec, "restarts", j->restarts, "generation", j->generation, "create_time",
-        coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
-        "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
+    json_t *out =
+        json_pack("{s:s, s:s, s:o, s:I, s:I, s:f, s:o, s:o, s:o, s:o, s:f, s:o, s:i, s:i, s:o, "
+                  "s:o, s:o, s:o}",
+                  "phase", coord_phase_name(j->phase), "message", j->message, "conditions", conds,
+                  "global_step", (json_int_t)j->global_step, "max_steps", (json_int_t)max_steps,
+                  "progress", progress_of(j->phase, j->global_step, max_steps), "eta_seconds",
+                  eta_json(j->phase, j->global_step, max_steps, j->steps_per_sec), "loss",
+                  json_number_or_null(j->loss), "accuracy", json_number_or_null(j->accuracy),
+                  "test_loss", json_number_or_null(j->test_loss), "examples_per_sec",
+                  j->examples_per_sec, "steps_per_sec", json_number_or_null(j->steps_per_sec),
+                  "restarts", j->restarts, "generation", j->generation, "create_time",
+                  coord_time_json(j->create_time), "start_time", coord_time_json(j->start_time),
+                  "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
+    if (out) /* training that stopped advancing (cluster_rate.h) */
+        json_object_update_new(out, stall_json(coord_rate_stalled_seconds(&j->rate)));
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
         json_object_update_new(
             out, json_pack("{s:o, s:o, s:o}", "eval_step",
@@ -140,7 +150,7 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     json_t *es = json_object_get(s, "eval_step");
     j->eval_step = json_is_integer(es) ? (int64_t)json_integer_value(es) : -1;
     j->examples_per_sec = isnan(num(s, "examples_per_sec")) ? 0 : num(s, "examples_per_sec");
-    j->steps_per_sec = isnan(num(s, "steps_per_sec")) ? 0 : num(s, "steps_per_sec");
+    j->steps_per_sec = num(s, "steps_per_sec"); /* NAN: null, not measured */
     j->restarts = (int)json_integer_value(json_object_get(s, "restarts"));
     j->generation = (int)json_integer_value(json_object_get(s, "generation"));
     j->create_time = time_from_json(json_object_get(s, "create_time"));
@@ -185,8 +195,8 @@ json_t *coord_node_json(const coord_node *n, double now) {
 /* --- job summaries (list items and job events) --- */
 
 static json_t *summary_json(const coord_job_summary *s) {
-    return json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:f, s:o, s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:i, "
+    json_t *out = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:f, s:o, s:o, s:o, s:f, s:o, s:o, s:o, s:o, s:i, "
         "s:{s:{s:i, s:i}, s:{s:i, s:i}}}",
         "name", s->name, "phase", coord_phase_name(s->phase), "reason", s->reason, "message",
         s->message, "mode", s->sync ? "sync" : "async", "global_step", (json_int_t)s->global_step,
@@ -194,11 +204,15 @@ static json_t *summary_json(const coord_job_summary *s) {
         progress_of(s->phase, s->global_step, s->max_steps), "eta_seconds",
         eta_json(s->phase, s->global_step, s->max_steps, s->steps_per_sec), "loss",
         json_number_or_null(s->loss), "accuracy", json_number_or_null(s->accuracy),
-        "examples_per_sec", s->examples_per_sec, "steps_per_sec", s->steps_per_sec, "create_time",
-        coord_time_json(s->create_time), "start_time", coord_time_json(s->start_time),
-        "completion_time", coord_time_json(s->completion_time), "restarts", s->restarts, "replicas",
-        "ps", "ready", s->ready[0], "desired", s->desired[0], "worker", "ready", s->ready[1],
-        "desired", s->desired[1]);
+        "examples_per_sec", s->examples_per_sec, "steps_per_sec",
+        json_number_or_null(s->steps_per_sec), "create_time", coord_time_json(s->create_time),
+        "start_time", coord_time_json(s->start_time), "completion_time",
+        coord_time_json(s->completion_time), "restarts", s->restarts, "replicas", "ps", "ready",
+        s->ready[0], "desired", s->desired[0], "worker", "ready", s->ready[1], "desired",
+        s->desired[1]);
+    if (out)
+        json_object_update_new(out, stall_json(s->stalled_seconds));
+    return out;
 }
 
 json_t *coord_job_summary_json(const coord_job *j) {

@@ -26,6 +26,34 @@ static coord_task *find_task_by_name(coord_job *j, const char *name) {
     return NULL;
 }
 
+int coord_job_check_reporter(const coord_job *j, const char *task, uint64_t incarnation,
+                             bool chief_only, char *why, size_t cap) {
+    bool ran = false;
+    for (int i = 0; i < j->n_tasks; i++)
+        ran = ran || j->tasks[i].incarnation != 0;
+    if (!ran) {
+        snprintf(why, cap, "job %s has not run: no task of it was ever started", j->name);
+        return 409;
+    }
+    if (chief_only && strcmp(task, "chief") != 0) {
+        snprintf(why, cap, "only the chief of job %s makes this report, not %s", j->name, task);
+        return 403;
+    }
+    coord_task *t = find_task_by_name((coord_job *)j, task);
+    if (!t || t->incarnation == 0) {
+        snprintf(why, cap, "job %s has no started task %s", j->name, task);
+        return 409;
+    }
+    if (t->incarnation != incarnation) {
+        snprintf(why, cap,
+                 "incarnation %" PRIu64 " of %s is not its current one (%" PRIu64
+                 "): a report of a task that was replaced",
+                 incarnation, task, t->incarnation);
+        return 409;
+    }
+    return 0;
+}
+
 void coord_job_record_rollback(coord_cluster *c, coord_job *j, int64_t from, int64_t to,
                                int64_t reached, const char *reason, const char *detail,
                                double now) {
@@ -57,6 +85,15 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
     int64_t best = -1;
     for (int i = 0; i < n_points; i++) {
         const coord_point *p = &points[i];
+        /* A report sent again: its points are on record (a step trained again after a
+         * rollback is a later time, and is taken). */
+        if (t &&
+            (p->time < t->point_time || (p->time == t->point_time && p->step <= t->point_step)))
+            continue;
+        if (t) {
+            t->point_time = p->time;
+            t->point_step = p->step;
+        }
         int64_t step = p->step;
         double loss = p->loss, eps = p->examples_per_sec;
         coord_event *e = coord_metric_event(c, COORD_EVENT_POINT, j, task, step, p->time, now);
@@ -116,14 +153,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
         if (strcmp(j->tasks[k].type, "ps") != 0 && j->tasks[k].state == TASK_RUNNING)
             eps += j->tasks[k].examples_per_sec;
     j->examples_per_sec = eps;
-    if (j->rate_time == 0) {
-        j->rate_time = now;
-        j->rate_step = j->global_step;
-    } else if (now - j->rate_time >= 2.0) {
-        j->steps_per_sec = (double)(j->global_step - j->rate_step) / (now - j->rate_time);
-        j->rate_time = now;
-        j->rate_step = j->global_step;
-    }
+    coord_rate_note(&j->rate, j->global_step, now); /* steps/s: cluster_rate.h */
+    j->steps_per_sec = coord_rate_steps_per_sec(&j->rate);
     j->dirty = true;
     if (now - j->last_summary_event >= 0.25 || n_evals > 0)
         coord_job_event(c, j, now);

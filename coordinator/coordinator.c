@@ -42,14 +42,20 @@ pf_status coord_server_start(const coord_options *o, coord_server **out, pf_erro
     if (s->o.lease_seconds <= 0)
         s->o.lease_seconds = 10;
     s->token = o->token && *o->token ? pf_strdup(o->token) : NULL;
+    s->agent_token = o->agent_token && *o->agent_token ? pf_strdup(o->agent_token) : NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     coord_cluster_init(&s->cluster, s->o.lease_seconds);
     s->start_time = coord_now();
     pf_status st = coord_limits_resolve(&s->o.limits, s->data_roots, s->data_root_ptrs, err);
+    if (st == PF_OK && ((o->token && *o->token && !s->token) ||
+                        (o->agent_token && *o->agent_token && !s->agent_token)))
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory copying the tokens");
     if (st == PF_OK)
         st = coord_store_open(o->db_path, &s->store, err);
+    if (st == PF_OK)
+        st = coord_dataplane_secret_load(o->db_path, s->dataplane_secret, err);
     if (st == PF_OK)
         st = coord_store_load(s->store, &s->cluster, s->start_time, err);
     if (st != PF_OK) {
@@ -109,6 +115,8 @@ void coord_server_destroy(coord_server *s) {
     pthread_mutex_unlock(&s->lock);
     if (s->mhd)
         MHD_stop_daemon(s->mhd);
+    coord_watch_destroy(s->watch);
+    coord_hosts_destroy(s->hosts);
     if (s->ticker_started)
         pthread_join(s->ticker, NULL);
     coord_store_close(s->store);
@@ -123,5 +131,7 @@ void coord_server_destroy(coord_server *s) {
     pthread_mutex_destroy(&s->stats_lock);
     pf_free(s->counts);
     pf_free(s->token);
+    pf_wire_key_clear(s->dataplane_secret, sizeof s->dataplane_secret);
+    pf_free(s->agent_token);
     pf_free(s);
 }

@@ -20,10 +20,22 @@ typedef struct coord_options {
     const char *web_dir;      /* dashboard files; NULL: none */
     const char *openapi_path; /* api/openapi.yaml to serve; NULL: none */
     const char *token;        /* bearer token; NULL or "": no authentication */
-    double lease_seconds;     /* agents lost after this long without a heartbeat */
-    int max_connections;      /* concurrent HTTP connections */
-    int connection_timeout;   /* seconds an idle connection is kept */
-    int max_streams;          /* event streams open at once (<= max_connections / 2) */
+    /* The agents' bearer token: the agent routes (registration, heartbeat, deregistration,
+     * metric and checkpoint reports) take it or the API token, and nothing else, even where
+     * the API is open; it grants nothing else. NULL or "": those routes are authenticated
+     * like the rest (`psflow coordinator` always sets one). */
+    const char *agent_token;
+    double lease_seconds;   /* agents lost after this long without a heartbeat */
+    int max_connections;    /* concurrent HTTP connections */
+    int connection_timeout; /* seconds an idle connection is kept */
+    int max_streams;        /* event streams open at once (<= max_connections / 2) */
+    int max_per_address;    /* connections from one client address; 0: 32 */
+    int header_timeout;     /* seconds a request's headers may take; 0: 10 */
+    int body_timeout;       /* seconds its body may take after the headers; 0: 30 */
+    int evict_after_ms;     /* a request this late may be evicted for a newcomer; 0: 500 */
+    /* Host names the API answers to besides its own (http_guard.h); "*": any */
+    const char *const *allowed_hosts;
+    int n_allowed_hosts;
     /* CORS: origins ("https://host:port") whose pages may call the API; none by default */
     const char *const *cors_origins;
     int n_cors_origins;

@@ -2,7 +2,7 @@
  * object, the request/reply records and the helpers to read and answer a request
  * (http_reply.c), the commit step that persists a change and publishes its events
  * (commit.c), the route handlers (routes_*.c) and the HTTP daemon that calls them (http.c).
- * Layered, each file calling only those listed before it: http_reply.c, commit.c,
+ * Layered, each file calling only those listed before it: http_guard.c, http_reply.c, commit.c,
  * routes_*.c, http.c, coordinator.c (the process's lifecycle).
  *
  * Threads: libmicrohttpd runs one thread per connection; every handler takes s->lock for
@@ -20,11 +20,14 @@
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_json.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/dataplane_keys.h"
+#include "coordinator/http_guard.h"
 #include "coordinator/store.h"
 
 #define COORD_BODY_MAX        (1 << 20) /* request bodies: 413 above this */
 #define COORD_RING_SIZE       8192      /* recent events kept in memory for streams */
 #define COORD_RESERVE_TIMEOUT 2         /* seconds a reserve connection may stay silent */
+#define COORD_EVICT_AFTER_MS  500       /* --evict-after-ms by default */
 #define COORD_RETRY_AFTER     2         /* Retry-After of a 503 for capacity, seconds */
 #define COORD_STREAM_RETRY    5         /* the same for an event stream over --max-streams */
 
@@ -44,6 +47,9 @@ typedef struct coord_http_count {
 struct coord_server {
     coord_options o;
     char *token;
+    /* the data-plane secret every job's keys derive from (dataplane_keys.h) */
+    uint8_t dataplane_secret[PF_WIRE_KEY_SIZE];
+    char *agent_token; /* NULL: the agent routes are authenticated like the rest */
     pthread_mutex_t lock;
     pthread_cond_t changed; /* broadcast after every commit that published events */
     coord_cluster cluster;
@@ -67,6 +73,8 @@ struct coord_server {
      * ordinary and the rest the reserve; event streams open (under lock) */
     int open_connections;
     int normal_slots;
+    coord_hosts *hosts; /* the Host allowlist (http_guard.h) */
+    coord_watch *watch; /* request deadlines and eviction of slow clients */
     int streams;
     /* the data roots resolved at start (o.limits.data_roots points here) */
     char data_roots[COORD_MAX_DATA_ROOTS][PATH_MAX];

@@ -20,10 +20,22 @@
  *    COORD_RESERVE_TIMEOUT seconds, not --connection-timeout, to send its request, so
  *    silent clients cannot sit on the reserve.
  *  - Idle connections in the ordinary slots are closed after --connection-timeout.
+ *  - A request's headers are due --header-timeout seconds after the accept and its body
+ *    --body-timeout after the headers, however steadily the bytes trickle in; a connection
+ *    accepted while the ordinary slots are all taken first evicts the one that has waited
+ *    longest for its request, if --evict-after-ms or more, and takes its slot
+ *    (http_guard.h), so trickling clients give way to clients that send theirs at once.
+ *  - One client address has at most --max-pending-per-address connections still sending
+ *    their request; one more closes the longest-waiting of them (or itself, when none has
+ *    waited --evict-after-ms). Connections being answered do not count: on loopback,
+ *    behind NAT or a proxy the agents and users share an address with each other and with
+ *    a flood, and a cap on all of an address's connections would lock them out.
  * An agent heartbeats every second on a fresh connection (http_client.c reuses none) and
  * is lost only after --lease-seconds without one: to starve it a flood has to refill the
- * whole reserve faster than every COORD_RESERVE_TIMEOUT seconds. Limits per client address
- * are not used: on loopback, behind NAT or a proxy the agents share the flood's address.
+ * whole reserve faster than every COORD_RESERVE_TIMEOUT seconds.
+ *
+ * Host. Before anything else a request's Host must be one of the coordinator's names
+ * (http_guard.h; 421 otherwise), except for /livez and /readyz: DNS rebinding.
  *
  * Strictness. Everything decided from the headers alone is decided in the first call of the
  * request handler, before libmicrohttpd would send "100 Continue": a body over the limit
@@ -62,13 +74,16 @@ typedef struct request_state {
     char reject_why[240];
 } request_state;
 
-/* The socket context of a connection accepted into the reserve (see DESIGN). */
-static char reserve_mark;
-
-static int in_reserve(struct MHD_Connection *c) {
+/* The connection's record in the watch (http_guard.h), its socket context; NULL when it
+ * could not be recorded. */
+static coord_conn *watched(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci && ci->socket_context == &reserve_mark;
+    return ci ? ci->socket_context : NULL;
+}
+
+static int in_reserve(struct MHD_Connection *c) {
+    return coord_conn_in_reserve(watched(c));
 }
 
 /* --- counters for /metrics --- */
@@ -142,18 +157,39 @@ static int token_equal(const char *given, const char *want) {
     return diff == 0;
 }
 
-static int authorized(coord_server *s, struct MHD_Connection *c, int allow_query) {
-    if (!s->token)
-        return 1;
+/* The routes agents call: registration, heartbeat, deregistration, and the metric and
+ * checkpoint reports of their tasks. */
+static int agent_route(const char *method, const coord_request *rq) {
+    int post = !strcmp(method, "POST");
+    if (rq->n_seg < 1 || rq->n_seg > 3)
+        return 0;
+    if (!strcmp(rq->seg[0], "nodes"))
+        return rq->n_seg == 1   ? post
+               : rq->n_seg == 2 ? !strcmp(method, "DELETE")
+                                : post && !strcmp(rq->seg[2], "heartbeat");
+    return post && rq->n_seg == 3 && !strcmp(rq->seg[0], "jobs") &&
+           (!strcmp(rq->seg[2], "metrics") || !strcmp(rq->seg[2], "checkpoints"));
+}
+
+/* 0 when the request may go on, else the refusal's status: 401 without the credential its
+ * route needs (an agent route always needs the agent or the API token, even where the API
+ * is open), 403 for the agent token on any other route of an API with a token. */
+static int auth_refusal(coord_server *s, struct MHD_Connection *c, const char *method,
+                        const coord_request *rq) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h && !strncmp(h, "Bearer ", 7) && token_equal(h + 7, s->token))
-        return 1;
-    if (allow_query) {
+    const char *given = h && !strncmp(h, "Bearer ", 7) ? h + 7 : NULL;
+    int api = given && s->token && token_equal(given, s->token);
+    int agent = given && s->agent_token && token_equal(given, s->agent_token);
+    if (s->agent_token && agent_route(method, rq))
+        return api || agent ? 0 : 401;
+    if (!s->token || api)
+        return 0;
+    if (rq->n_seg == 1 && !strcmp(rq->seg[0], "events")) { /* EventSource sends no header */
         const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "access_token");
         if (q && token_equal(q, s->token))
-            return 1;
+            return 0;
     }
-    return 0;
+    return agent ? 403 : 401;
 }
 
 /* --- refusals, CORS --- */
@@ -574,6 +610,26 @@ static const char *route_of(const char *url, coord_request *rq, char *copy, size
     return route_pattern(url, rq);
 }
 
+/* The problem for a refusal of auth_refusal(), logged. */
+static void refuse_auth(coord_server *s, struct MHD_Connection *c, const char *method,
+                        const coord_request *rq, int status, coord_reply *rp) {
+    if (status == 403)
+        coord_reply_problem(rp, 403, NULL,
+                            "the agent token grants only the agents' routes (registration, "
+                            "heartbeat, reports): send the API token (PSFLOW_TOKEN)");
+    else if (s->agent_token && agent_route(method, rq))
+        coord_reply_problem(rp, 401, NULL,
+                            "missing or wrong agent token: an agent sends 'Authorization: Bearer "
+                            "TOKEN' with the coordinator's agent token (the file it names at "
+                            "start; PSFLOW_AGENT_TOKEN_FILE) or its API token");
+    else
+        coord_reply_problem(rp, 401, NULL,
+                            "missing or wrong bearer token: send 'Authorization: Bearer TOKEN' "
+                            "(the coordinator's PSFLOW_TOKEN)");
+    log_refusal(s, c, method, rq->path, status,
+                status == 403 ? "agent token on an API route" : "missing or wrong bearer token");
+}
+
 static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const char *url,
                                 const char *method, request_state *rs) {
     coord_request rq = {c, method, url, (char *)rs->body.data, rs->body.len, {0}, 0};
@@ -589,6 +645,7 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
     const char *route = route_of(url, &rq, copy, sizeof copy);
     const char *origin = header(c, "Origin");
     enum MHD_Result ret;
+    int auth;
     if (rs->reject) {
         coord_reply_problem(&rp, rs->reject, NULL, "%s", rs->reject_why);
         rp.retry_after = rs->reject_retry;
@@ -624,11 +681,8 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
             json_decref(rp.json);
             return ret;
         }
-    } else if (!authorized(s, c, rq.n_seg == 1 && !strcmp(rq.seg[0], "events"))) {
-        coord_reply_problem(&rp, 401, NULL,
-                            "missing or wrong bearer token: send 'Authorization: Bearer TOKEN' "
-                            "(the coordinator's PSFLOW_TOKEN)");
-        log_refusal(s, c, method, url, 401, "missing or wrong bearer token");
+    } else if ((auth = auth_refusal(s, c, method, &rq)) != 0) {
+        refuse_auth(s, c, method, &rq, auth, &rp);
     } else if (rq.n_seg == 1 && !strcmp(rq.seg[0], "events")) {
         if (strcmp(method, "GET") != 0) {
             rp.allow = "GET";
@@ -719,8 +773,16 @@ static void refuse(request_state *rs, int status, int retry, const char *fmt, ..
 
 /* Decides what the headers alone decide (see DESIGN) into rs->reject. Returns 1 when the
  * answer must go out now, before any body is read. */
-static int check_headers(struct MHD_Connection *c, const char *url, const char *method,
-                         request_state *rs) {
+static int check_headers(coord_server *s, struct MHD_Connection *c, const char *url,
+                         const char *method, request_state *rs) {
+    const char *host = header(c, "Host");
+    if (!coord_hosts_allow(s->hosts, host) && strcmp(url, "/livez") && strcmp(url, "/readyz")) {
+        refuse(rs, 421, 0,
+               "Host '%.100s' is not a name of this coordinator: add it with --allowed-hosts "
+               "(PSFLOW_ALLOWED_HOSTS)",
+               host);
+        return 1;
+    }
     header_scan h = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
     if (h.transfer_encoding && h.lengths) {
@@ -775,7 +837,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         pf_buf_init(&rs->body, COORD_BODY_MAX + 1);
         *con_cls = rs;
-        if (!check_headers(c, url, method, rs))
+        coord_watch_headers_done(s->watch, watched(c));
+        if (!check_headers(s, c, url, method, rs))
             return MHD_YES;
         /* Answered in this first call: libmicrohttpd sends no "100 Continue", drops any
          * body and closes the connection after the answer. */
@@ -806,12 +869,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    coord_watch_body_done(s->watch, watched(c));
     return dispatch(s, c, url, method, rs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)toe;
+    coord_server *s = cls;
+    coord_watch_answered(s->watch, watched(c));
     request_state *rs = *con_cls;
     if (rs) {
         pf_buf_deinit(&rs->body);
@@ -820,21 +886,31 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
-/* Counts open connections; one accepted while the ordinary slots are all taken goes to the
- * reserve, with the short timeout (see DESIGN). Called by libmicrohttpd's accepting thread
- * (started) and the connection's own (closed). */
+/* Counts and watches open connections. One accepted while the ordinary slots are all
+ * taken first shuts down the connection that has waited longest for its request (at least
+ * --evict-after-ms) and takes its place; with none to shut down it goes
+ * to the reserve, with the short timeout (see DESIGN). Called by libmicrohttpd's accepting
+ * thread (started) and the connection's own (closed, before the fd is closed). */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     coord_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         int open = __atomic_add_fetch(&s->open_connections, 1, __ATOMIC_SEQ_CST);
-        if (open > s->normal_slots) {
-            *socket_context = &reserve_mark;
+        int reserve = open > s->normal_slots && !coord_watch_evict(s->watch);
+        if (reserve)
             MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
                                       (unsigned)COORD_RESERVE_TIMEOUT);
-        }
+        const union MHD_ConnectionInfo *fd =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *from =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context =
+            fd ? coord_watch_add(s->watch, fd->connect_fd, from ? from->client_addr : NULL, reserve)
+               : NULL;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         __atomic_sub_fetch(&s->open_connections, 1, __ATOMIC_SEQ_CST);
+        coord_watch_remove(s->watch, *socket_context);
+        *socket_context = NULL;
     }
 }
 
@@ -842,6 +918,27 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     fprintf(stderr, "psflow coordinator: http: ");
     vfprintf(stderr, fmt, ap);
+}
+
+/* The Host allowlist and the connection watch (http_guard.h) into s; host is the address
+ * the coordinator listens on. */
+static pf_status start_guard(coord_server *s, const char *host, pf_error *err) {
+    pf_status st =
+        coord_hosts_create(host, s->o.allowed_hosts, s->o.n_allowed_hosts, &s->hosts, err);
+    if (st != PF_OK)
+        return st;
+    coord_watch_limits l = {
+        .header_s = s->o.header_timeout > 0 ? s->o.header_timeout : 10,
+        .body_s = s->o.body_timeout > 0 ? s->o.body_timeout : 30,
+        .idle_s = s->o.connection_timeout > 0 ? s->o.connection_timeout : 30,
+        .evict_after_s =
+            (s->o.evict_after_ms > 0 ? s->o.evict_after_ms : COORD_EVICT_AFTER_MS) / 1000.0,
+        .per_address = s->o.max_per_address > 0 ? s->o.max_per_address : 32,
+    };
+    s->watch = coord_watch_create(&l);
+    if (!s->watch)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the connection watch");
+    return PF_OK;
 }
 
 struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err) {
@@ -862,6 +959,8 @@ struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err) {
     s->normal_slots = limit - reserve;
     if (s->o.max_streams < 1) /* the default: 64, or half the ordinary slots when fewer */
         s->o.max_streams = s->normal_slots / 2 < 64 ? s->normal_slots / 2 : 64;
+    if (start_guard(s, host, err) != PF_OK)
+        return NULL;
     int tls = s->o.tls_cert_pem && s->o.tls_key_pem;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         pf_error_set(err, PF_ERR_UNSUPPORTED, NULL,

@@ -334,12 +334,14 @@ static json_t *placement_json(const coord_job *j) {
         if (!task)
             task = &none;
         json_array_append_new(
-            ps, json_pack(
-                    "{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f}", "task", t, "bytes",
-                    (json_int_t)bytes[t], "shards", count[t], "updates", (json_int_t)task->updates,
-                    "stale", (json_int_t)task->stale, "rows_pulled", (json_int_t)task->rows_pulled,
-                    "rows_pushed", (json_int_t)task->rows_pushed, "rows_pulled_per_sec",
-                    task->rows_pulled_per_sec, "rows_pushed_per_sec", task->rows_pushed_per_sec));
+            ps,
+            json_pack("{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "task", t, "bytes",
+                      (json_int_t)bytes[t], "shards", count[t], "updates",
+                      (json_int_t)task->updates, "stale", (json_int_t)task->stale, "rows_pulled",
+                      (json_int_t)task->rows_pulled, "rows_pushed", (json_int_t)task->rows_pushed,
+                      "rows_pulled_per_sec", task->rows_pulled_per_sec, "rows_pushed_per_sec",
+                      task->rows_pushed_per_sec, "updates_per_sec", task->updates_per_sec,
+                      "updated_bytes_per_sec", task->updates_per_sec * (double)bytes[t]));
         if (bytes[t] > largest)
             largest = bytes[t];
     }
@@ -355,12 +357,73 @@ static json_t *placement_json(const coord_job *j) {
 /* POST .../metrics: validated before anything is stored. */
 typedef struct metrics_post {
     const char *job, *task;
+    uint64_t incarnation;
     json_t *points, *evals;
+    int max_rows; /* the task's share of the job's metric rows */
 } metrics_post;
 
 static int store_metrics(coord_store *st, void *ctx) {
     metrics_post *m = ctx;
-    return coord_store_add_metrics(st, m->job, m->task, m->points, m->evals) == PF_OK ? 0 : -1;
+    return coord_store_add_metrics(st, m->job, m->task, m->incarnation, m->points, m->evals,
+                                   m->max_rows) == PF_OK
+               ? 0
+               : -1;
+}
+
+/* The training tasks of j (chief and workers): they share its metric rows. */
+static int training_tasks(const coord_job *j) {
+    int n = 0;
+    for (int i = 0; i < j->n_tasks; i++)
+        n += !strcmp(j->tasks[i].type, "chief") || !strcmp(j->tasks[i].type, "worker");
+    return n;
+}
+
+/* Logs a refused report: at most one line a second, with the count of those left out (the
+ * server's refusal log, shared with http.c's). */
+static void log_report_refused(coord_server *s, const char *job, int status, const char *why) {
+    pthread_mutex_lock(&s->stats_lock);
+    double now = coord_now();
+    int print = now - s->refusal_logged >= 1.0;
+    uint64_t skipped = s->refusals_unlogged;
+    if (print) {
+        s->refusal_logged = now;
+        s->refusals_unlogged = 0;
+    } else {
+        s->refusals_unlogged++;
+    }
+    pthread_mutex_unlock(&s->stats_lock);
+    if (print)
+        fprintf(stderr,
+                "psflow coordinator: refused a report for job %s: %d, %.200s (%" PRIu64
+                " more refused in the last second)\n",
+                job, status, why, skipped);
+}
+
+/* Whether the report body `body` of `task` comes from the task's current incarnation, and
+ * from the chief when chief_only: 0 if so; else the reply is set (422 without a valid
+ * incarnation, 409 or 403 from coord_job_check_reporter) and the refusal logged. */
+static int check_reporter(coord_server *s, const coord_job *j, json_t *body, const char *task,
+                          bool chief_only, uint64_t *incarnation, coord_reply *rp) {
+    json_t *inc = json_object_get(body, "incarnation");
+    char why[COORD_TEXT_MAX];
+    if (!json_is_integer(inc) || json_integer_value(inc) <= 0) {
+        coord_reply_problem(rp, 422,
+                            json_pack("[{s:s, s:s}]", "pointer", "/incarnation", "message",
+                                      "required: the reporting task's incarnation (an integer "
+                                      ">= 1, from its assignment)"),
+                            "/incarnation: required: the reporting task's incarnation (an "
+                            "integer >= 1, from its assignment)");
+        log_report_refused(s, j->name, 422, "no incarnation");
+        return -1;
+    }
+    *incarnation = (uint64_t)json_integer_value(inc);
+    int status = coord_job_check_reporter(j, task, *incarnation, chief_only, why, sizeof why);
+    if (status) {
+        coord_reply_problem(rp, status, NULL, "%s", why);
+        log_report_refused(s, j->name, status, why);
+        return -1;
+    }
+    return 0;
 }
 
 /* A 422 naming the member `key` of item `where` (a JSON pointer) and what it must be. */
@@ -501,7 +564,7 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"task", "points", "evals", "rollbacks", NULL};
+    static const char *const keys[] = {"task", "incarnation", "points", "evals", "rollbacks", NULL};
     static const char *const rkeys[] = {"from", "to", "time", "reason", "message", NULL};
     static const char *const rreq[] = {"from", "to", "time", NULL};
     static const char *const rtexts[] = {"reason", "message", NULL};
@@ -513,6 +576,7 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     const char *task = json_string_value(json_object_get(body, "task"));
     int index;
     char tail;
+    uint64_t incarnation = 0;
     if (coord_check_keys(body, keys, "", rp)) {
         /* reply set */
     } else if (!task || (strcmp(task, "chief") != 0 && strcmp(task, "evaluator") != 0 &&
@@ -539,10 +603,17 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
             coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
         } else if (check_steps(body, j->spec.training.max_steps, rp)) {
             /* reply set */
+        } else if (check_reporter(s, j, body, task, json_object_get(body, "rollbacks") != NULL,
+                                  &incarnation, rp)) {
+            /* reply set: nothing changes */
         } else {
             json_t *empty = json_array();
-            metrics_post m = {j->name, task, json_object_get(body, "points"),
-                              json_object_get(body, "evals")};
+            metrics_post m = {j->name,
+                              task,
+                              incarnation,
+                              json_object_get(body, "points"),
+                              json_object_get(body, "evals"),
+                              coord_store_metric_rows_per_task(training_tasks(j))};
             if (!m.points)
                 m.points = empty;
             if (!m.evals)
@@ -604,7 +675,10 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"step", "time", "bytes", "files", "kept", NULL};
+    static const char *const keys[] = {"task",  "incarnation", "step", "time",
+                                       "bytes", "files",       "kept", NULL};
+    const char *task = json_string_value(json_object_get(body, "task"));
+    uint64_t incarnation = 0;
     json_t *step = json_object_get(body, "step"), *bytes = json_object_get(body, "bytes"),
            *files = json_object_get(body, "files"), *kept = json_object_get(body, "kept");
     if (coord_check_keys(body, keys, "", rp)) {
@@ -625,6 +699,8 @@ static void post_checkpoint(coord_server *s, coord_request *rq, coord_reply *rp,
         coord_job *j = coord_job_find(&s->cluster, name);
         if (!j) {
             coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
+        } else if (check_reporter(s, j, body, task ? task : "(none)", true, &incarnation, rp)) {
+            /* reply set: nothing changes */
         } else {
             double now = coord_now();
             checkpoint_post c = {j->name,

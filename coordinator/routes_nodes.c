@@ -23,6 +23,18 @@ static void problem_field(coord_reply *rp, int status, const char *pointer, cons
                         pointer, message);
 }
 
+/* The live agent other than `id` that advertises `address`, or NULL: two agents at one
+ * address would put it twice into a job's TF_CONFIG. A lost agent's address is free again. */
+static const coord_node *address_holder(const coord_cluster *c, const char *id,
+                                        const char *address) {
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *n = c->nodes[i];
+        if (!n->lost && !n->deleted && strcmp(n->id, id) != 0 && !strcmp(n->address, address))
+            return n;
+    }
+    return NULL;
+}
+
 static void register_node(coord_server *s, coord_request *rq, coord_reply *rp) {
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
@@ -57,10 +69,17 @@ static void register_node(coord_server *s, coord_request *rq, coord_reply *rp) {
         double now = coord_now();
         coord_node *n;
         int created;
-        if (coord_node_register(&s->cluster, id, role, address, json_string_value(version),
-                                json_is_integer(memory) ? (int64_t)json_integer_value(memory) : 0,
-                                now, &n, &created) != PF_OK ||
-            coord_commit(s, now, NULL, NULL) != 0) {
+        const coord_node *holder = address_holder(&s->cluster, id, address);
+        if (holder) {
+            coord_reply_problem(rp, 409, NULL,
+                                "address %s is advertised by the live %s agent %s: give each "
+                                "agent its own address (--advertise HOST:PORT)",
+                                address, holder->role, holder->id);
+        } else if (coord_node_register(&s->cluster, id, role, address, json_string_value(version),
+                                       json_is_integer(memory) ? (int64_t)json_integer_value(memory)
+                                                               : 0,
+                                       now, &n, &created) != PF_OK ||
+                   coord_commit(s, now, NULL, NULL) != 0) {
             coord_reply_problem(rp, 503, NULL, "the registration could not be stored");
         } else {
             coord_reply_json(
@@ -122,13 +141,18 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
             coord_node_heartbeat_json(&s->cluster, n, body, now);
             /* Nothing to write for a plain lease renewal: leases are in memory and restart
              * with the coordinator; state changes are committed before the answer. */
+            json_t *as = NULL;
             if (coord_commit(s, now, NULL, NULL) != 0) {
                 coord_reply_problem(rp, 503, NULL, "the heartbeat could not be stored");
+            } else if (!(as = coord_node_assignment(&s->cluster, n)) ||
+                       coord_assignment_add_key(as, &s->cluster, n, s->dataplane_secret) != 0) {
+                json_decref(as); /* never an assignment without its key */
+                coord_reply_problem(rp, 503, NULL, "out of memory");
             } else {
                 coord_reply_json(rp, 200,
                                  json_pack("{s:f, s:f, s:o}", "lease_seconds",
                                            s->cluster.lease_seconds, "heartbeat_seconds", 1.0,
-                                           "assignment", coord_node_assignment(&s->cluster, n)));
+                                           "assignment", as));
             }
             s->heartbeats++;
         }

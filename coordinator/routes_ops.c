@@ -72,7 +72,7 @@ static char *prometheus(coord_server *s) {
     family(&t, "psflow_tasks", "gauge", "Tasks of all jobs by type and state.");
     static const char *const types[] = {"chief", "evaluator", "ps", "worker"};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
-        for (int st = TASK_PENDING; st <= TASK_LOST; st++) {
+        for (int st = TASK_PENDING; st <= TASK_STOPPED; st++) {
             int n = 0;
             for (int i = 0; i < c->n_jobs; i++)
                 for (int q = 0; q < c->jobs[i]->n_tasks; q++)
@@ -129,6 +129,18 @@ static char *prometheus(coord_server *s) {
         __atomic_load_n(&s->open_connections, __ATOMIC_RELAXED));
     family(&t, "psflow_http_event_streams", "gauge", "Open event streams (GET /api/v1/events).");
     put(&t, "psflow_http_event_streams %d\n", s->streams);
+    coord_watch_counts closed = {0};
+    if (s->watch)
+        closed = coord_watch_totals(s->watch);
+    family(&t, "psflow_http_connections_closed_total", "counter",
+           "Connections closed while still sending their request: past --header-timeout or "
+           "--body-timeout, evicted for a newcomer, or over --max-pending-per-address.");
+    put(&t, "psflow_http_connections_closed_total{reason=\"deadline\"} %" PRIu64 "\n",
+        closed.deadline);
+    put(&t, "psflow_http_connections_closed_total{reason=\"evicted\"} %" PRIu64 "\n",
+        closed.evicted);
+    put(&t, "psflow_http_connections_closed_total{reason=\"address\"} %" PRIu64 "\n",
+        closed.address);
     double uptime_start = s->start_time;
     pthread_mutex_unlock(&s->lock);
 

@@ -47,6 +47,18 @@ static const char *const migrations[] = {
     /* 3: the job whose removed worker the agent is still stopping ('' = none): the job's ps
      * tasks keep that worker in their membership across a coordinator restart */
     "ALTER TABLE nodes ADD COLUMN draining TEXT NOT NULL DEFAULT '';",
+    /* 4: a metric point and an evaluation are stored once per (job, task, incarnation,
+     * step): duplicates an older version stored are dropped (the newest row of each is kept)
+     * and a UNIQUE index keeps them out; events are pruned by job and kind */
+    "ALTER TABLE metrics ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE evals ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;"
+    "DELETE FROM metrics WHERE rowid NOT IN (SELECT MAX(rowid) FROM metrics"
+    "  GROUP BY job, task, incarnation, step);"
+    "DELETE FROM evals WHERE rowid NOT IN (SELECT MAX(rowid) FROM evals"
+    "  GROUP BY job, task, incarnation, step);"
+    "CREATE UNIQUE INDEX metrics_once ON metrics (job, task, incarnation, step);"
+    "CREATE UNIQUE INDEX evals_once ON evals (job, task, incarnation, step);"
+    "CREATE INDEX events_by_job_kind ON events (job, kind, id);",
 };
 
 enum {
@@ -64,6 +76,11 @@ enum {
     Q_EVALS_DELETE,
     Q_CKPTS_KEEP,
     Q_CKPTS_DELETE,
+    Q_METRICS_COUNT,
+    Q_METRICS_CUT,
+    Q_METRICS_THIN,
+    Q_EVENTS_CUT,
+    Q_EVENTS_PRUNE,
     Q_COUNT
 };
 
@@ -80,10 +97,30 @@ static const char *const queries[Q_COUNT] = {
                       " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [Q_NODE_DELETE] = "DELETE FROM nodes WHERE id = ?",
     [Q_EVENT_ADD] = "INSERT INTO events (time, job, kind, data) VALUES (?,?,?,?)",
-    [Q_METRIC_ADD] = "INSERT INTO metrics (job, task, step, time, loss, examples_per_sec,"
-                     " step_time) VALUES (?,?,?,?,?,?,?)",
-    [Q_EVAL_ADD] = "INSERT INTO evals (job, task, step, time, accuracy, test_loss)"
-                   " VALUES (?,?,?,?,?,?)",
+    /* The same step again (a retried report, or the step trained again after a rollback):
+     * the newer measurement replaces the older, a retry of an older one changes nothing. */
+    [Q_METRIC_ADD] = "INSERT INTO metrics (job, task, incarnation, step, time, loss,"
+                     " examples_per_sec, step_time) VALUES (?,?,?,?,?,?,?,?)"
+                     " ON CONFLICT(job, task, incarnation, step) DO UPDATE SET"
+                     " time = excluded.time, loss = excluded.loss,"
+                     " examples_per_sec = excluded.examples_per_sec,"
+                     " step_time = excluded.step_time WHERE excluded.time > metrics.time",
+    [Q_EVAL_ADD] = "INSERT INTO evals (job, task, incarnation, step, time, accuracy, test_loss)"
+                   " VALUES (?,?,?,?,?,?,?) ON CONFLICT(job, task, incarnation, step) DO UPDATE"
+                   " SET time = excluded.time, accuracy = excluded.accuracy,"
+                   " test_loss = excluded.test_loss WHERE excluded.time > evals.time",
+    [Q_METRICS_COUNT] = "SELECT COUNT(*), MIN(step) FROM metrics WHERE job = ? AND task = ?",
+    /* The step below which a task's points are thinned: that of its `recent`-th newest. */
+    [Q_METRICS_CUT] = "SELECT step FROM metrics WHERE job = ? AND task = ?"
+                      " ORDER BY step DESC LIMIT 1 OFFSET ?",
+    /* Below the cut, one point (the first stored) per bucket of `width` steps from `first`. */
+    [Q_METRICS_THIN] = "DELETE FROM metrics WHERE job = ?1 AND task = ?2 AND step < ?3"
+                       " AND rowid NOT IN (SELECT MIN(rowid) FROM metrics WHERE job = ?1"
+                       " AND task = ?2 AND step < ?3 GROUP BY (step - ?4) / ?5)",
+    /* The id of a job's `keep`-th newest event of a kind: older ones are pruned. */
+    [Q_EVENTS_CUT] = "SELECT id FROM events WHERE job = ? AND kind = ?"
+                     " ORDER BY id DESC LIMIT 1 OFFSET ?",
+    [Q_EVENTS_PRUNE] = "DELETE FROM events WHERE job = ? AND kind = ? AND id <= ?",
     [Q_CKPT_ADD] = "INSERT OR REPLACE INTO checkpoints (job, step, time, bytes, files)"
                    " VALUES (?,?,?,?,?)",
     [Q_METRICS_DELETE] = "DELETE FROM metrics WHERE job = ?",
@@ -301,7 +338,7 @@ static pf_status load_tasks(coord_store *s, coord_job *j) {
             snprintf(t->node_id, sizeof t->node_id, "%s", col_text(st, 2));
             snprintf(t->address, sizeof t->address, "%s", col_text(st, 3));
             const char *state = col_text(st, 4);
-            for (int k = TASK_PENDING; k <= TASK_LOST; k++)
+            for (int k = TASK_PENDING; k <= TASK_STOPPED; k++)
                 if (!strcmp(state, coord_task_state_name((coord_task_state)k)))
                     t->state = (coord_task_state)k;
             t->incarnation = (uint64_t)sqlite3_column_int64(st, 5);
@@ -368,8 +405,8 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         /* The column keeps the exact time; the status's RFC 3339 text only milliseconds. It
          * orders the jobs and is their position in a paginated list. */
         j->create_time = sqlite3_column_double(st, 3);
-        j->rate_time = now;
-        j->rate_step = j->global_step;
+        coord_rate_restart(&j->rate, j->global_step, now); /* no rate until it is measured */
+        j->steps_per_sec = NAN;
         if (coord_job_make_tasks(j) != PF_OK || load_tasks(s, j) != PF_OK ||
             load_checkpoint_step(s, j) != PF_OK || coord_cluster_adopt_job(c, j) != PF_OK) {
             coord_job_free(j);
@@ -462,23 +499,63 @@ static double jnum(json_t *o, const char *key) {
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *task, json_t *points,
-                                  json_t *evals) {
+/* Thins the points of one task of a job once it holds more than max_rows: the newest
+ * max_rows / 4 stay at full resolution, the older ones keep one point per bucket of equal
+ * steps, at most max_rows / 4 buckets. A task's rows stay at most max_rows (+ one report). */
+static pf_status thin_metrics(coord_store *s, const char *job, const char *task, int max_rows) {
+    sqlite3_stmt *st = bind(s, Q_METRICS_COUNT, "ss", job, task);
+    int64_t rows = 0, first = 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        rows = sqlite3_column_int64(st, 0);
+        first = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    if (rows <= max_rows)
+        return PF_OK;
+    int64_t quarter = max_rows / 4 > 0 ? max_rows / 4 : 1, cut = -1;
+    st = bind(s, Q_METRICS_CUT, "ssi", job, task, quarter - 1);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        cut = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    if (cut <= first)
+        return PF_OK;
+    int64_t width = (cut - first + quarter - 1) / quarter;
+    return run(bind(s, Q_METRICS_THIN, "ssiii", job, task, cut, first, width < 1 ? 1 : width));
+}
+
+/* Keeps a job's newest COORD_STORE_EVENTS_KEPT events of one kind. */
+static pf_status prune_events(coord_store *s, const char *job, const char *kind) {
+    sqlite3_stmt *st = bind(s, Q_EVENTS_CUT, "ssi", job, kind, (int64_t)COORD_STORE_EVENTS_KEPT);
+    int64_t cut = -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        cut = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return cut < 0 ? PF_OK : run(bind(s, Q_EVENTS_PRUNE, "ssi", job, kind, cut));
+}
+
+pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *task,
+                                  uint64_t incarnation, json_t *points, json_t *evals,
+                                  int max_rows) {
     size_t i;
     json_t *p;
+    int64_t inc = (int64_t)incarnation;
     json_array_foreach(points, i, p) {
-        if (run(bind(s, Q_METRIC_ADD, "ssidddd", job, task,
+        if (run(bind(s, Q_METRIC_ADD, "ssiidddd", job, task, inc,
                      (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
                      jnum(p, "loss"), jnum(p, "examples_per_sec"), jnum(p, "step_time_seconds"))) !=
             PF_OK)
             return PF_ERR_IO;
     }
     json_array_foreach(evals, i, p) {
-        if (run(bind(s, Q_EVAL_ADD, "ssiddd", job, task,
+        if (run(bind(s, Q_EVAL_ADD, "ssiiddd", job, task, inc,
                      (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
                      jnum(p, "accuracy"), jnum(p, "test_loss"))) != PF_OK)
             return PF_ERR_IO;
     }
+    if (json_array_size(points) && thin_metrics(s, job, task, max_rows) != PF_OK)
+        return PF_ERR_IO;
+    if (prune_events(s, job, "metric") != PF_OK || prune_events(s, job, "job") != PF_OK)
+        return PF_ERR_IO;
     return PF_OK;
 }
 
@@ -596,4 +673,9 @@ json_t *coord_store_checkpoints(coord_store *s, const char *job) {
     }
     sqlite3_finalize(st);
     return json_pack("{s:o}", "items", items);
+}
+
+int coord_store_metric_rows_per_task(int n_tasks) {
+    int rows = n_tasks > 0 ? COORD_STORE_METRIC_ROWS / n_tasks : COORD_STORE_METRIC_ROWS;
+    return rows < COORD_STORE_MIN_TASK_ROWS ? COORD_STORE_MIN_TASK_ROWS : rows;
 }

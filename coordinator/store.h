@@ -50,9 +50,23 @@ pf_status coord_store_events_after(coord_store *s, int64_t after, const char *jo
                                    void *ctx);
 int64_t coord_store_last_event_id(coord_store *s);
 
-/* Appends metric points and evaluations of one task (arrays as in api/rest.md). */
-pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *task, json_t *points,
-                                  json_t *evals);
+/* Retention (docs/operations.md): a job keeps its newest COORD_STORE_EVENTS_KEPT `metric`
+ * events and as many `job` summaries; its metric points at most COORD_STORE_METRIC_ROWS
+ * (coord_store_metric_rows_per_task spreads them over its training tasks). */
+#define COORD_STORE_EVENTS_KEPT   10000
+#define COORD_STORE_METRIC_ROWS   20000
+#define COORD_STORE_MIN_TASK_ROWS 64
+
+/* The metric rows one of n_tasks training tasks may keep: COORD_STORE_METRIC_ROWS / n_tasks,
+ * at least COORD_STORE_MIN_TASK_ROWS. */
+int coord_store_metric_rows_per_task(int n_tasks);
+/* Stores metric points and evaluations of one incarnation of a task (arrays as in
+ * api/rest.md), once per step: the same step again replaces the stored one if it was
+ * measured later, else changes nothing. Then thins the task's points to max_rows (the newest
+ * quarter at full resolution, older ones evenly spaced) and prunes the job's old events. */
+pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *task,
+                                  uint64_t incarnation, json_t *points, json_t *evals,
+                                  int max_rows);
 /* The GET .../metrics answer: {job, total_points, downsampled, points, aggregate, evals}. */
 json_t *coord_store_metrics(coord_store *s, const char *job, int64_t since_step, int max_points);
 

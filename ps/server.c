@@ -219,6 +219,8 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         s->seen[p->task] = 1; /* p->task < n_tasks <= PF_MAX_TASKS: check_hello */
         pthread_mutex_unlock(&s->mu);
         ps_staleness_join(s->staleness, p->task);
+        ps_server_log(s, "%s %d connected (incarnation %" PRIu64 ")", ps_server_role_name(p->role),
+                      p->task, p->incarnation);
     }
     if (!s->sink.send)
         pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
@@ -257,6 +259,45 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
                    "AUTH_CHALLENGE", 0);
 }
 
+/* Right after AUTH_OK: every message from now on, both ways, carries a tag (api/wire.md
+ * "Integrity"). Returns 0, or -1 with the connection closed (out of memory). */
+static int start_integrity(ps_server *s, peer *p, const uint8_t key[PF_WIRE_KEY_SIZE],
+                           const uint8_t nonce_task[PF_WIRE_NONCE_SIZE]) {
+    p->mac_in =
+        pf_wire_mac_create(key, PF_WIRE_TO_PS, p->hello_msg, p->hello_len, p->nonce, nonce_task);
+    p->mac_out =
+        pf_wire_mac_create(key, PF_WIRE_TO_TASK, p->hello_msg, p->hello_len, p->nonce, nonce_task);
+    if (p->mac_in && p->mac_out)
+        return 0;
+    ps_server_log(s, "out of memory for a connection's message tags; closing it");
+    p->refused = 1;
+    ps_server_close(s, p->conn);
+    return -1;
+}
+
+/* A message whose tag is wrong - injected, changed, replayed, reordered, or one before it
+ * dropped - is refused whole: nothing of it is applied and the connection closes (the
+ * peer reconnects). Logged at the first and then every power of two. Returns 0 when the
+ * message may be handled (its tag stripped from *len). */
+static int check_tag(ps_server *s, peer *p, const uint8_t *data, size_t *len) {
+    if (!p->mac_in)
+        return 0;
+    if (pf_wire_mac_check(p->mac_in, data, *len)) {
+        *len -= PF_WIRE_TAG_SIZE;
+        return 0;
+    }
+    uint64_t n = ++s->bad_tags;
+    if ((n & (n - 1)) == 0)
+        ps_server_log(s,
+                      "refused a message from %s %d whose integrity tag does not verify (message "
+                      "%" PRIu64 " of the connection, %zu bytes; %" PRIu64
+                      " so far): injected, changed or out of order; closing the connection",
+                      ps_server_role_name(p->role), p->task, pf_wire_mac_seq(p->mac_in), *len, n);
+    p->refused = 1;
+    ps_server_close(s, p->conn);
+    return -1;
+}
+
 /* The message after AUTH_CHALLENGE: an AUTH_PROOF under the key of the task the HELLO
  * named, or the connection is refused and closed. A valid proof is answered by AUTH_OK
  * (the ps's own proof) and HELLO_ACK. */
@@ -284,12 +325,16 @@ static void check_proof(ps_server *s, peer *p, const pf_wire_msg *m, int decoded
     }
     pf_wire_proof(key, PF_WIRE_PROOF_PS, p->hello_msg, p->hello_len, p->nonce, m->u.auth.nonce,
                   want);
-    pf_wire_key_clear(key, sizeof key);
     pf_wire_auth a = {NULL, want};
     pf_error err;
     ps_server_send(s, p->conn,
                    pf_wire_encode_auth(&s->out, PF_WIRE_AUTH_OK, m->request_id, &a, &err),
                    "AUTH_OK", 0);
+    if (s->integrity && start_integrity(s, p, key, m->u.auth.nonce) != 0) {
+        pf_wire_key_clear(key, sizeof key);
+        return;
+    }
+    pf_wire_key_clear(key, sizeof key);
     accept_hello(s, p, m->request_id, &p->pending);
 }
 
@@ -300,7 +345,7 @@ static void handle_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire_msg 
         pull = (pf_wire_row_pull){m->u.pull.min_version, m->u.pull.n, m->u.pull.ids, 0, NULL};
     if (p->role == PF_WIRE_ROLE_TOOL ||
         (m->type == PF_WIRE_ROW_PULL && p->role == PF_WIRE_ROLE_EVALUATOR)) {
-        ps_server_error(s, conn, m->request_id, PF_WIRE_FORBIDDEN, "a %s may not %s",
+        ps_server_error(s, conn, m->request_id, PF_WIRE_FORBIDDEN, "a task of role %s may not %s",
                         ps_server_role_name(p->role),
                         m->type == PF_WIRE_PULL ? "pull" : "pull rows");
         return;
@@ -337,7 +382,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     (void)ws;
     ps_server *s = user;
     peer *p = conn_user;
-    if (!p || p->refused)
+    if (!p || p->refused || check_tag(s, p, data, &len) != 0)
         return;
     if (__atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED))
         apply_membership(s); /* before a message it may concern (a new worker's HELLO) */
@@ -592,6 +637,8 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
             ps_server_log(s, "%s %d disconnected%s%s", ps_server_role_name(p->role), p->task,
                           record[0] ? "; staleness: " : "", record);
         pf_wire_in_deinit(&p->in);
+        pf_wire_mac_destroy(p->mac_in);
+        pf_wire_mac_destroy(p->mac_out);
         pf_segment_close(&p->seg);
         pf_free(p->ids);
         pf_free(p->sel);
@@ -616,8 +663,8 @@ static pf_status alloc_scratch(ps_server *s) {
     s->seen = pf_calloc(PF_MAX_TASKS, 1);
     s->n_tasks = ps_shards_tasks(s->shards);
     s->max_parts = 2 * (size_t)n_local + 1;
-    s->parts = pf_calloc(s->max_parts, sizeof *s->parts);
-    s->lend = pf_calloc(s->max_parts, 1);
+    s->parts = pf_calloc(s->max_parts + 1, sizeof *s->parts); /* + a tag (integrity) */
+    s->lend = pf_calloc(s->max_parts + 1, 1);
     s->pulled = pf_calloc((size_t)(n_local ? n_local : 1), 1);
     s->seg_ids = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_ids);
     s->seg_views = pf_calloc((size_t)(n_local ? n_local : 1), sizeof *s->seg_views);
@@ -656,6 +703,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     if (o->job_key) {
         s->has_key = 1;
         memcpy(s->job_key, o->job_key, PF_WIRE_KEY_SIZE);
+        s->integrity = !o->data_plane.tls_cert; /* TLS protects every byte itself */
     }
     snprintf(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s",
              o->checkpoint_dir ? o->checkpoint_dir : "./checkpoints");
@@ -709,6 +757,12 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     if (!sink && (st = pf_ws_server_create_with(o->listen_host, o->port, s->max_message, &wo, &h, s,
                                                 &s->ws, err)) != PF_OK)
         goto fail;
+    ps_server_log(s,
+                  "data plane for %d training tasks: at most %d connections of the job's tasks, "
+                  "%d untrusted ones and %zu bytes of incomplete messages",
+                  s->n_tasks, s->max_connections,
+                  wo.max_untrusted > 0 ? wo.max_untrusted : PF_WS_DEFAULT_MAX_UNTRUSTED,
+                  s->max_buffered);
     if (!s->has_key)
         ps_server_log(s,
                       "the data plane is unauthenticated: any peer that reaches port %d and names "
@@ -716,10 +770,12 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                       "of the job's key)",
                       ps_server_port(s), s->spec.name);
     ps_server_log(s,
-                  "serving %d shards (%" PRId64 " bytes) of job %s on port %d, version %" PRIu64
-                  "; memory bound %" PRId64 " bytes",
+                  "serving %d shards (%" PRId64
+                  " bytes) of job %s on port %d (%s), version %" PRIu64 "; memory bound %" PRId64
+                  " bytes",
                   n_local, s->placement.bytes_per_ps[s->task], s->spec.name, ps_server_port(s),
-                  ps_server_version(s), pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
+                  o->data_plane.tls_cert ? "TLS" : "plain TCP", ps_server_version(s),
+                  pf_footprint_ps_bytes(&s->spec, &s->placement, s->task));
     *out = s;
     return PF_OK;
 fail:
@@ -736,20 +792,13 @@ pf_status ps_server_start_sink(const ps_server_options *o, const ps_server_sink 
     return start(o, sink, out, err);
 }
 
-static peer *find_peer(ps_server *s, uint64_t conn) {
-    for (peer *p = s->peers; p; p = p->next)
-        if (p->conn == conn)
-            return p;
-    return NULL;
-}
-
 void ps_server_sink_open(ps_server *s, uint64_t conn) {
-    if (!find_peer(s, conn))
+    if (!ps_server_peer(s, conn))
         on_open(NULL, conn, NULL, s);
 }
 
 void ps_server_sink_message(ps_server *s, uint64_t conn, const uint8_t *data, size_t len) {
-    peer *p = find_peer(s, conn);
+    peer *p = ps_server_peer(s, conn);
     if (p)
         on_message(NULL, conn, p, data, len, s);
 }

@@ -294,7 +294,7 @@ void ps_server_settle(ps_server *s) {
 static int check_pusher(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push) {
     int n_tasks = ps_shards_tasks(s->shards);
     if (p->role != PF_WIRE_ROLE_WORKER && p->role != PF_WIRE_ROLE_CHIEF) {
-        ps_server_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a %s may not push",
+        ps_server_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN, "a task of role %s may not push",
                         ps_server_role_name(p->role));
         return -1;
     }

@@ -36,6 +36,10 @@ typedef struct peer {
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
     size_t hello_len;
     uint8_t nonce[PF_WIRE_NONCE_SIZE];
+    /* integrity once the proofs are done (s->integrity): each message in is checked against
+     * mac_in and each one out tagged with mac_out (api/wire.md "Integrity"); else NULL */
+    pf_wire_mac *mac_in, *mac_out;
+    uint8_t tag[PF_WIRE_TAG_SIZE]; /* the tag of the reply being sent */
     pf_wire_in in;
     pf_segment seg; /* the worker's shared segment (SEG_ATTACH), mapped until the close */
     /* a parked pull */
@@ -108,7 +112,9 @@ struct ps_server {
     double retry_at;
     int has_key;
     uint8_t job_key[PF_WIRE_KEY_SIZE];
-    uint64_t chief_incarnation;                     /* newest incarnation a chief said HELLO with */
+    int integrity;              /* has_key and no TLS: messages after the proofs carry a tag */
+    uint64_t bad_tags;          /* messages refused for their tag (the log's rate limit) */
+    uint64_t chief_incarnation; /* newest incarnation a chief said HELLO with */
     uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
     double final_time;
     volatile sig_atomic_t stop;
@@ -132,6 +138,9 @@ static inline uint64_t ps_server_version(const ps_server *s) {
 
 /* One line on stderr, prefixed with the task. */
 void ps_server_log(const ps_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The peer of a connection, or NULL. */
+peer *ps_server_peer(ps_server *s, uint64_t conn);
 
 /* Closes a connection after what was queued for it is written. */
 void ps_server_close(ps_server *s, uint64_t conn);

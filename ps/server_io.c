@@ -25,6 +25,13 @@ void ps_server_log(const ps_server *s, const char *fmt, ...) {
         fprintf(stderr, "psflow ps %d: %s\n", s->task, line);
 }
 
+peer *ps_server_peer(ps_server *s, uint64_t conn) {
+    for (peer *p = s->peers; p; p = p->next)
+        if (p->conn == conn)
+            return p;
+    return NULL;
+}
+
 void ps_server_close(ps_server *s, uint64_t conn) {
     if (s->sink.send)
         s->sink.close(s->sink.user, conn);
@@ -38,6 +45,12 @@ void ps_server_close(ps_server *s, uint64_t conn) {
 static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
     assert(n <= s->max_parts);
+    size_t n_body = n;
+    peer *to = s->integrity ? ps_server_peer(s, conn) : NULL;
+    if (to && to->mac_out) { /* the tag goes last, copied: s->parts has room for it */
+        pf_wire_mac_sign(to->mac_out, s->parts, (int)n, to->tag);
+        s->parts[n++] = (struct iovec){to->tag, sizeof to->tag};
+    }
     if (s->sink.send) {
         s->sink.send(s->sink.user, conn, s->parts, (int)n);
         return;
@@ -45,7 +58,7 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     const uint8_t *head = s->out.head.data, *end = head + s->out.head.len;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *p = s->parts[i].iov_base;
-        s->lend[i] = lend_values && !(p >= head && p < end);
+        s->lend[i] = lend_values && i < n_body && !(p >= head && p < end);
     }
     if (pf_ws_sendv_lent(s->ws, conn, s->parts, (int)n, s->lend) == PF_ERR_NOMEM) {
         ps_server_log(s, "out of memory for a %zu-byte reply; closing connection",

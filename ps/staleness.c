@@ -20,6 +20,7 @@ typedef struct record {
     double last; /* when it last joined, pushed or pulled */
     uint64_t clock;
     int64_t max_lag;
+    int64_t pull_lag; /* the lag its latest answered pull was answered at; -1 before any */
     uint64_t held;
     double held_secs;
 } record;
@@ -43,7 +44,7 @@ ps_staleness *ps_staleness_create(int tasks, int64_t bound, double idle_secs) {
     st->bound = bound;
     st->idle = idle_secs;
     for (int i = 0; i < tasks; i++)
-        st->t[i].max_lag = -1;
+        st->t[i].max_lag = st->t[i].pull_lag = -1;
     return st;
 }
 
@@ -156,6 +157,7 @@ void ps_staleness_answered(ps_staleness *st, int task, double held_secs) {
     int64_t lag = lag_of(st, task, pf_clock_now());
     if (lag > t->max_lag)
         t->max_lag = lag;
+    t->pull_lag = lag;
     if (held_secs >= 0) {
         t->held++;
         t->held_secs += held_secs;
@@ -171,8 +173,8 @@ int ps_staleness_snapshot(ps_staleness *st, ps_staleness_task *out, int max) {
     double now = pf_clock_now();
     for (int i = 0; i < n; i++) {
         const record *t = &st->t[i];
-        out[i] = (ps_staleness_task){live(st, i, now), t->clock, lag_of(st, i, now),
-                                     t->max_lag,       t->held,  t->held_secs};
+        out[i] = (ps_staleness_task){live(st, i, now), t->clock, lag_of(st, i, now), t->max_lag,
+                                     t->pull_lag,      t->held,  t->held_secs};
     }
     pthread_mutex_unlock(&st->mu);
     return n;
@@ -199,9 +201,10 @@ size_t ps_staleness_json_close(ps_staleness *st, char *out, size_t len, size_t c
             char e[200];
             int k = snprintf(e, sizeof e,
                              "%s{\"task\":%d,\"clock\":%" PRIu64 ",\"lag\":%" PRId64
-                             ",\"max_lag\":%" PRId64 ",\"held\":%" PRIu64 ",\"held_secs\":%.3f}",
-                             first ? "" : ",", i, t->clock, lag_of(st, i, now), t->max_lag, t->held,
-                             t->held_secs);
+                             ",\"max_lag\":%" PRId64 ",\"pull_lag\":%" PRId64 ",\"held\":%" PRIu64
+                             ",\"held_secs\":%.3f}",
+                             first ? "" : ",", i, t->clock, lag_of(st, i, now), t->max_lag,
+                             t->pull_lag, t->held, t->held_secs);
             cut = k < 0 || (size_t)k >= sizeof e || at + (size_t)k >= end;
             if (!cut) {
                 memcpy(out + at, e, (size_t)k);

@@ -17,8 +17,10 @@
  * keeps its clock, so reconnecting is no way around the bound. Clocks start at 0 when the
  * ps starts.
  *
- * Records, per task: its clock and lag now, the largest lag at which one of its pulls was
- * answered (never above s), and how many of its pulls were held and for how long.
+ * Records, per task: its clock and lag now (a task whose pull is held is s + 1 ahead: it has
+ * pushed, and waits), the lag its latest pull was answered at and the largest (never above
+ * s: how many pushes of the slowest the values it computes on may lack), and how many of its
+ * pulls were held and for how long.
  *
  * Threads: the ps's service thread changes it; ps_staleness_snapshot may run on any
  * thread (the agent's heartbeat).
@@ -59,6 +61,7 @@ typedef struct ps_staleness_task {
     uint64_t clock;   /* pushes applied */
     int64_t lag;      /* clock - smallest live clock; -1 when not live */
     int64_t max_lag;  /* largest lag a pull of it was answered at; -1 before any */
+    int64_t pull_lag; /* the lag its latest pull was answered at (0 .. s); -1 before any */
     uint64_t held;    /* pulls held back */
     double held_secs; /* time they waited */
 } ps_staleness_task;
@@ -69,7 +72,7 @@ int ps_staleness_snapshot(ps_staleness *st, ps_staleness_task *out, int max);
 int64_t ps_staleness_bound(const ps_staleness *st);
 
 /* Ends the JSON object in out[0 .. len) (cap bytes in all, len < cap - 1): appends
- * `,"max_staleness":S,"staleness":[{"task":..,"clock":..,"lag":..,"max_lag":..,"held":..,
+ * `,"max_staleness":S,"staleness":[{"task":..,"clock":..,"lag":..,"max_lag":..,"pull_lag":..,"held":..,
  * "held_secs":..},..]` for the tasks that are live or have pushed (none when st is NULL;
  * entries that do not fit are left out and `"staleness_cut":true` says so), then `}`.
  * Returns the new length; out is NUL-terminated. */

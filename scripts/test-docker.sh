@@ -8,9 +8,10 @@
 #     so no registry but Debian's mirror is needed;
 #  3. builds the Dockerfile on that base;
 #  4. `docker-compose up -d` of docker-compose.yml with nothing set but the port: the API
-#     needs the token the coordinator generated on its volume, which the agents read and the
-#     test takes with `docker-compose exec`; submits a Fashion-MNIST job with curl, waits
-#     for Succeeded, checks the checkpoint, scales the workers to 3 and back to 2;
+#     needs the token the coordinator generated on its volume, which the test takes with
+#     `docker-compose exec` (the agents read the agent token from a volume of its own);
+#     submits a Fashion-MNIST job with curl, waits for Succeeded, checks the checkpoint,
+#     scales the workers to 3 and back to 2;
 #  5. `docker-compose down -v`, stops dockerd.
 #
 # Exit 0 passed, 1 failed, 77 skipped (no root, no dockerd, the engine does not start).
@@ -220,7 +221,7 @@ health=$(docker inspect --format '{{.State.Health.Status}}' "$(compose ps -q coo
 # The token the coordinator generated, read the way the README says.
 PSFLOW_TOKEN=$(compose exec -T coordinator cat /var/lib/psflow/token/token | tr -d '\r\n')
 [[ $PSFLOW_TOKEN =~ ^[0-9a-f]{64}$ ]] || fail "no generated token in the token volume: '$PSFLOW_TOKEN'"
-log "the coordinator generated its API token; the agents read it from the token volume"
+log "the coordinator generated its API token; the agents use the agent token of their own volume"
 wait_for 60 "2 ps agents registered" agents ps 2
 wait_for 60 "2 worker agents registered" agents worker 2
 # Every agent advertises its container's hostname, which Docker's DNS resolves.

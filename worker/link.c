@@ -58,6 +58,14 @@ typedef struct ps_link {
     /* service thread only */
     pf_wire_in in;
     pf_wire_out auth_out; /* AUTH_PROOF */
+    /* integrity (api/wire.md "Integrity"): the ps's messages on connection mac_conn are
+     * checked against mac_in from AUTH_OK on (service thread); ours are tagged with mac_out
+     * once HELLO_ACK came (trainer thread); NULL before */
+    pf_wire_mac *mac_in;
+    uint64_t mac_conn;
+    uint64_t bad_tags;
+    pf_wire_mac *mac_out;
+    uint8_t tag[PF_WIRE_TAG_SIZE];
 } ps_link;
 
 struct worker_link {
@@ -71,7 +79,9 @@ struct worker_link {
     uint64_t incarnation;
     int has_key;
     uint8_t task_key[PF_WIRE_KEY_SIZE];
+    int integrity; /* has_key and no TLS: messages after the proofs carry a tag */
     double retry;
+    int tls;              /* --ca-file: every ps is dialled over TLS */
     const int *stop;      /* see worker_link_options */
     uint64_t max_version; /* the largest version a ps may report (max_version_of) */
     uint32_t next_request;
@@ -151,15 +161,57 @@ static int authenticate(worker_link *c, ps_link *l, uint64_t conn, const pf_wire
         snprintf(msg, len, "ps %d could not prove the job's key: not a ps of this job", l->index);
         return -1;
     }
+    if (c->integrity) { /* every message of the ps from HELLO_ACK on carries a tag */
+        pf_wire_mac_destroy(l->mac_in);
+        l->mac_in = pf_wire_mac_create(c->task_key, PF_WIRE_TO_TASK, l->hello_msg, l->hello_len,
+                                       l->nonce_ps, l->nonce_task);
+        l->mac_conn = conn;
+        if (!l->mac_in) {
+            snprintf(msg, len, "out of memory for the message tags of ps %d", l->index);
+            return -1;
+        }
+    }
     l->auth = 2;
     return 0;
 }
 
+/* With integrity: 0 when the message on conn may be handled (its tag, once the ps proved
+ * the key, verified and stripped from *len); -1 when it is refused - a tag that does not
+ * verify (injected, changed, replayed, or one before it dropped: the connection is closed,
+ * and the request resent on a new one), or a connection that is no longer l's. */
+static int check_tag(worker_link *c, ps_link *l, uint64_t conn, const uint8_t *data, size_t *len) {
+    pthread_mutex_lock(&c->mu);
+    uint64_t current = l->conn;
+    pthread_mutex_unlock(&c->mu);
+    if (conn != current)
+        return -1;
+    if (l->mac_conn != conn)
+        return 0; /* the handshake, before AUTH_OK */
+    if (l->mac_in && pf_wire_mac_check(l->mac_in, data, *len)) {
+        *len -= PF_WIRE_TAG_SIZE;
+        return 0;
+    }
+    if (!l->mac_in)
+        return -1; /* after a refused one, closing: nothing more is taken */
+    uint64_t n = ++l->bad_tags;
+    if ((n & (n - 1)) == 0)
+        fprintf(stderr,
+                "psflow worker %d: refused a message from ps %d whose integrity tag does not "
+                "verify (%zu bytes; %" PRIu64
+                " so far): injected, changed or out of order; closing the connection\n",
+                c->task, l->index, *len, n);
+    pf_wire_mac_destroy(l->mac_in);
+    l->mac_in = NULL; /* with mac_conn still conn: nothing more of it is taken */
+    pf_ws_close(c->ws, conn);
+    return -1;
+}
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
-    (void)conn;
     worker_link *c = user;
     ps_link *l = conn_user;
+    if (c->integrity && check_tag(c, l, conn, data, &len) != 0)
+        return;
     pf_wire_msg m;
     memset(&m, 0, sizeof m);
     pf_error err;
@@ -222,6 +274,11 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         l->open = 0;
         l->closed = 1;
     }
+    if (l->mac_conn == conn) {
+        pf_wire_mac_destroy(l->mac_in);
+        l->mac_in = NULL;
+        l->mac_conn = 0;
+    }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
@@ -240,8 +297,14 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
     l->done = 0;
     uint64_t conn = l->conn;
     pthread_mutex_unlock(&c->mu);
-    if (values && c->params && !c->env.rows &&
-        !l->req.out_seg) { /* whole shards: received in place */
+    if (l->mac_out) { /* integrity: the tag goes last; c->parts has room for it */
+        pf_wire_mac_sign(l->mac_out, c->parts, (int)n, l->tag);
+        c->parts[n++] = (struct iovec){l->tag, sizeof l->tag};
+    }
+    /* Whole shards are received in place - except with integrity: values must not change
+     * before their tag verifies, so the reply lands in the connection's buffer and is
+     * copied once it has. */
+    if (values && c->params && !c->env.rows && !l->req.out_seg && !c->integrity) {
         for (int i = 0; i < l->req.n_ids; i++)
             l->req.places[i].dst = c->params + c->placement.shards[l->req.ids[i]].offset;
         /* Refused (out of memory, or the connection is gone): received as usual. */
@@ -336,6 +399,12 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
         pthread_mutex_unlock(&c->mu);
         if (!up)
             pf_ws_close(c->ws, conn); /* no orphan connection if it opens later */
+        if (!up && !c->tls && pf_ws_probe_tls(l->host, l->port, 2.0)) { /* never will be */
+            snprintf(last, sizeof last,
+                     "it speaks TLS (wss): give --ca-file, the CA that "
+                     "signed its certificate");
+            break;
+        }
         if (up) {
             /* HELLO on the fresh connection, then restore the request being retried. */
             pf_wire_out saved = l->req.out;
@@ -349,6 +418,8 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             pf_error e2;
             st = pf_wire_encode_hello(&l->req.out, l->request_id, &h, &e2);
             struct iovec part[2];
+            pf_wire_mac_destroy(l->mac_out); /* the HELLO goes untagged */
+            l->mac_out = NULL;
             pthread_mutex_lock(&c->mu);
             l->auth = 0;
             l->hello_len = 0;
@@ -373,6 +444,12 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
             snprintf(last, sizeof last, "%s", l->done ? l->message : "no answer to HELLO");
             l->request_id = saved_id; /* the request being retried keeps its id */
             pthread_mutex_unlock(&c->mu);
+            if (ok && c->integrity &&
+                !(l->mac_out = pf_wire_mac_create(c->task_key, PF_WIRE_TO_PS, l->hello_msg,
+                                                  l->hello_len, l->nonce_ps, l->nonce_task))) {
+                snprintf(last, sizeof last, "out of memory for the message tags");
+                ok = 0;
+            }
             if (ok && attach_segment(c, l, &hello_out) != 0) {
                 snprintf(last, sizeof last, "the connection closed while offering the segment");
                 ok = 0;
@@ -689,6 +766,7 @@ static pf_status start_transport(worker_link *c, const char *ca_file, pf_error *
             max_message = (size_t)c->placement.bytes_per_ps[p];
     max_message += 65536 + (size_t)c->placement.n_shards * 16;
     pf_ws_options wo = {.ca_file = ca_file};
+    c->tls = ca_file != NULL;
     return pf_ws_client_create_with(max_message, &wo, &h, c, &c->ws, err);
 }
 
@@ -707,6 +785,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     if (o->task_key) {
         c->has_key = 1;
         memcpy(c->task_key, o->task_key, PF_WIRE_KEY_SIZE);
+        c->integrity = !o->ca_file; /* TLS protects every byte itself */
     }
     pf_status st = pf_job_spec_copy(&c->spec, o->spec);
     if (st == PF_OK)
@@ -719,7 +798,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     c->n = c->spec.replicas.ps;
     c->links = pf_calloc((size_t)c->n, sizeof *c->links);
     c->max_parts = 2 * (size_t)c->placement.n_shards + 1;
-    c->parts = pf_calloc(c->max_parts, sizeof *c->parts);
+    c->parts = pf_calloc(c->max_parts + 1, sizeof *c->parts); /* + a tag (integrity) */
     st = worker_request_env_init(&c->env, &c->placement, o->rows, &c->seg,
                                  pf_model_num_params(&c->spec.model), c->task, c->incarnation);
     if (!c->links || !c->parts || st != PF_OK) {
@@ -750,6 +829,8 @@ void worker_link_destroy(worker_link *c) {
         worker_request_deinit(&c->links[p].req);
         pf_wire_out_deinit(&c->links[p].auth_out);
         pf_wire_in_deinit(&c->links[p].in);
+        pf_wire_mac_destroy(c->links[p].mac_in);
+        pf_wire_mac_destroy(c->links[p].mac_out);
     }
     pf_free(c->links);
     pf_free(c->parts);

@@ -114,6 +114,16 @@ static float lr_factor(const trainer *t) {
     return worker_recovery_lr_factor(t->spec->training.nonfinite_lr_scale, t->n_rollbacks);
 }
 
+/* The step the chief was at: the newest version a ps served it, or the step its last push
+ * was computed at (a ps that restarted has already answered with its restored version). */
+static uint64_t step_reached(const trainer *t) {
+    uint64_t m = worker_max_version(t);
+    for (int p = 0; t->steps && p < t->n_ps; p++)
+        if (t->steps[p] > m)
+            m = t->steps[p];
+    return m;
+}
+
 /* After every ps restored one checkpoint (RESTORE answered): the chief pulls the values it
  * goes on from, forgets the restores it caused itself, does not checkpoint what it just
  * restored at once, and says so (log and the coordinator's RolledBack) from step `from`. */
@@ -125,8 +135,9 @@ static pf_status rolled_back_to(trainer *t, uint64_t from, pf_error *err) {
     uint64_t restored;
     t->io->take_restart(t, &ps, &restored); /* its own restore: already done */
     t->last_checkpoint_time = pf_clock_now();
-    fprintf(stderr, "psflow chief: rolled back from step %" PRIu64 " to step %" PRIu64 "\n", from,
-            t->versions[0]);
+    fprintf(stderr,
+            "psflow chief: rolled back from step %" PRIu64 " to checkpoint step %" PRIu64 "\n",
+            from, t->versions[0]);
     worker_report r = {.kind = WORKER_REPORT_ROLLBACK, .step = t->versions[0], .from_step = from};
     worker_send_report(t, &r);
     return PF_OK;
@@ -142,7 +153,7 @@ pf_status worker_roll_back(trainer *t, int *rolled, pf_error *err) {
     if (!t->o->is_chief || !t->io->take_restart(t, &ps, &restored))
         return PF_OK;
     int64_t step;
-    uint64_t from = worker_max_version(t);
+    uint64_t from = step_reached(t);
     for (int attempt = 0;; attempt++) {
         pf_status st = t->io->newest_checkpoint(t, &step, err);
         if (st == PF_ERR_NOT_FOUND) {
@@ -176,7 +187,7 @@ pf_status worker_roll_back(trainer *t, int *rolled, pf_error *err) {
  * so and goes on. */
 pf_status worker_realign(trainer *t, pf_error *err) {
     int64_t step;
-    uint64_t lo = worker_lowest_version(t), from = worker_max_version(t);
+    uint64_t lo = worker_lowest_version(t), from = step_reached(t);
     pf_status st = t->io->newest_checkpoint(t, &step, err);
     if (st == PF_ERR_NOT_FOUND) {
         fprintf(stderr,

@@ -180,10 +180,12 @@ static pf_status connect_link(trainer *t, int prefetch, pf_error *err) {
     const worker_options *o = t->o;
     uint8_t role = o->is_chief ? PF_WIRE_ROLE_CHIEF : PF_WIRE_ROLE_WORKER;
     uint8_t key[PF_WIRE_KEY_SIZE];
-    if (o->job_key)
+    if (o->task_key)
+        memcpy(key, o->task_key, sizeof key);
+    else if (o->job_key)
         pf_wire_task_key(o->job_key, role, (uint32_t)o->task, key);
     worker_link_options co = {t->spec, o->ps_addrs, o->task, role, o->incarnation, o->retry_seconds,
-                              o->stop, o->job_key ? key : NULL, o->ca_file,
+                              o->stop, o->task_key || o->job_key ? key : NULL, o->ca_file,
                               t->row_mode ? &t->rows : NULL,
                               /* the gradient a prefetching push sends is reused before
                                * the ps has read it: that push goes over the socket */
@@ -544,6 +546,16 @@ static void count_step(trainer *t, run *r) {
     }
 }
 
+/* Every ps went back (a rollback, or a resync after one): the steps counted since the last
+ * report and progress line were undone, so the loss and rates start again from here. */
+static void restart_window(run *r) {
+    r->report_start = pf_clock_now();
+    r->report_loss = 0;
+    r->report_steps = 0;
+    r->loss_sum = 0;
+    r->window = 0;
+}
+
 /* Every ps reached max_steps: the last report, and on the chief the final evaluation and
  * the final checkpoint, which tells the ps tasks to finish. */
 static step_outcome finish(trainer *t, run *r, worker_result *out) {
@@ -587,6 +599,8 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
         s = worker_lowest_version(&t) < r.max_steps ? train_step(&t, &r) : finish(&t, &r, out);
         if (s == STEP_ROLLED_BACK) /* the chief's schedules start again from there */
             t.last_eval = t.last_ckpt = t.versions[0];
+        if (s == STEP_ROLLED_BACK || s == STEP_RESYNCED)
+            restart_window(&r);
         r.ahead = s == STEP_TAKEN && r.computed; /* kept only by a step that ended normally */
         if (s == STEP_TAKEN)
             count_step(&t, &r);

@@ -77,6 +77,9 @@ typedef struct worker_options {
     /* The job's data-plane key (PF_WIRE_KEY_SIZE bytes, psflow/wire_auth.h), or NULL: the
      * task proves the key derived from it for its role and index to every ps. */
     const uint8_t *job_key;
+    /* Or this task's own key (pf_wire_task_key for its role and index), used as it is: what a
+     * managed agent is given, or --task-key-file. Wins over job_key; both NULL: no proof. */
+    const uint8_t *task_key;
     const char *ca_file;      /* NULL: the data plane is plain TCP; else TLS verified with it */
     const char *threads_note; /* the thread policy's choice, for the first log line; or NULL */
 } worker_options;

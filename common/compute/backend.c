@@ -28,7 +28,7 @@ pf_status pf_backend_for_device(pf_device device, int index, const pf_backend **
     switch (device) {
     case PF_DEVICE_CPU:
         *out = pf_backend_openblas();
-        return PF_OK;
+        return pf_backend_openblas_check_room(err);
     case PF_DEVICE_CUDA:
         /* Spelled as the job spec spells it: "cuda" is cuda:0. */
         if (index == 0)
@@ -47,6 +47,8 @@ pf_status pf_backend_for_device(pf_device device, int index, const pf_backend **
         if ((*out = cuda_table(0, text, sizeof text)) != NULL)
             return pf_error_set(err, PF_OK, NULL, "device cuda:0: %s", text);
         *out = pf_backend_openblas();
+        if (pf_backend_openblas_check_room(err) != PF_OK)
+            return PF_ERR_NOMEM;
         return pf_error_set(err, PF_OK, NULL,
                             "device \"auto\": no usable GPU (%s); training on the CPU", text);
     }

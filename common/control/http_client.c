@@ -239,23 +239,27 @@ void pf_http_response_deinit(pf_http_response *r) {
 }
 
 const char *pf_http_token_from_env(char *buf, size_t size, pf_error *err) {
+    return pf_http_token_load("PSFLOW_TOKEN", "PSFLOW_TOKEN_FILE", buf, size, err);
+}
+
+const char *pf_http_token_load(const char *var, const char *file_var, char *buf, size_t size,
+                               pf_error *err) {
     buf[0] = '\0';
-    const char *t = getenv("PSFLOW_TOKEN");
+    const char *t = getenv(var);
     if (t && *t) {
         if (strlen(t) >= size) {
-            pf_error_set(err, PF_ERR_INVALID, NULL, "PSFLOW_TOKEN is longer than %zu bytes",
-                         size - 1);
+            pf_error_set(err, PF_ERR_INVALID, NULL, "%s is longer than %zu bytes", var, size - 1);
             return NULL;
         }
         snprintf(buf, size, "%s", t);
         return buf;
     }
-    const char *path = getenv("PSFLOW_TOKEN_FILE");
+    const char *path = getenv(file_var);
     if (!path || !*path)
         return buf;
     FILE *f = fopen(path, "r");
     if (!f) {
-        pf_error_set(err, PF_ERR_IO, NULL, "PSFLOW_TOKEN_FILE %s: cannot read it", path);
+        pf_error_set(err, PF_ERR_IO, NULL, "%s %s: cannot read it", file_var, path);
         return NULL;
     }
     if (!fgets(buf, (int)size, f))
@@ -265,8 +269,8 @@ const char *pf_http_token_from_env(char *buf, size_t size, pf_error *err) {
     fclose(f);
     buf[n] = '\0';
     if (!whole) {
-        pf_error_set(err, PF_ERR_INVALID, NULL,
-                     "PSFLOW_TOKEN_FILE %s: the token is longer than %zu bytes", path, size - 1);
+        pf_error_set(err, PF_ERR_INVALID, NULL, "%s %s: the token is longer than %zu bytes",
+                     file_var, path, size - 1);
         buf[0] = '\0';
         return NULL;
     }

@@ -1,7 +1,10 @@
-/* wire_auth.c - keys and proofs of the data plane (see wire_auth.h), on OpenSSL's
- * libcrypto: HMAC-SHA256, CRYPTO_memcmp, RAND_bytes. */
+/* wire_auth.c - keys, proofs and message tags of the data plane (see wire_auth.h), on
+ * OpenSSL's libcrypto: HMAC-SHA256, ChaCha20-Poly1305 with an empty plaintext as the tag
+ * (Poly1305 under a key ChaCha20 draws for each message; libcrypto's vectorised Poly1305 is
+ * faster than GHASH alone for additional data), CRYPTO_memcmp, RAND_bytes. */
 #include "psflow/wire_auth.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -9,10 +12,21 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "psflow/mem.h"
+#include "psflow/wire.h"
+
 static const char LABEL_JOB[] = "psflow data plane v1 job key";
 static const char LABEL_TASK[] = "psflow data plane v1 task key";
 static const char LABEL_TASK_PROOF[] = "psflow data plane v1 task proof";
 static const char LABEL_PS_PROOF[] = "psflow data plane v1 ps proof";
+static const char LABEL_TO_PS[] = "psflow data plane v1 task-to-ps mac key";
+static const char LABEL_TO_TASK[] = "psflow data plane v1 ps-to-task mac key";
+
+struct pf_wire_mac {
+    EVP_CIPHER_CTX *ctx; /* ChaCha20-Poly1305 under the direction's key */
+    pf_wire_direction dir;
+    uint64_t seq;
+};
 
 typedef struct piece {
     const void *p;
@@ -71,6 +85,172 @@ pf_status pf_wire_nonce(uint8_t nonce[PF_WIRE_NONCE_SIZE], pf_error *err) {
     return PF_OK;
 }
 
+void pf_wire_mac_key(const uint8_t task_key[PF_WIRE_KEY_SIZE], pf_wire_direction dir,
+                     const void *hello, size_t hello_len,
+                     const uint8_t nonce_ps[PF_WIRE_NONCE_SIZE],
+                     const uint8_t nonce_task[PF_WIRE_NONCE_SIZE], uint8_t key[PF_WIRE_KEY_SIZE]) {
+    piece p[] = {
+        {hello, hello_len}, {nonce_ps, PF_WIRE_NONCE_SIZE}, {nonce_task, PF_WIRE_NONCE_SIZE}};
+    memset(key, 0, PF_WIRE_KEY_SIZE);
+    hmac(task_key, PF_WIRE_KEY_SIZE, dir == PF_WIRE_TO_PS ? LABEL_TO_PS : LABEL_TO_TASK, p, 3, key);
+}
+
+/* Keys ctx with ChaCha20-Poly1305 under key and a 12-byte nonce. Returns 1 on success. */
+static int aead_key(EVP_CIPHER_CTX *ctx, const uint8_t key[PF_WIRE_KEY_SIZE]) {
+    return EVP_EncryptInit_ex(ctx, EVP_chacha20_poly1305(), NULL, NULL, NULL) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_IVLEN, 12, NULL) == 1 &&
+           EVP_EncryptInit_ex(ctx, NULL, NULL, key, NULL) == 1;
+}
+
+/* The tag of parts under ctx's key, nonce = dir, seq (the parts as additional data). Returns 1 on
+ * success; on a failure of the library the tag is all zero (and verifies nothing: a real tag is
+ * checked too). */
+static int aead_tag(EVP_CIPHER_CTX *ctx, pf_wire_direction dir, uint64_t seq,
+                    const struct iovec *parts, int n, uint8_t tag[PF_WIRE_TAG_SIZE]) {
+    uint8_t iv[12], none[16];
+    for (int i = 0; i < 4; i++)
+        iv[i] = (uint8_t)((uint32_t)dir >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        iv[4 + i] = (uint8_t)(seq >> (8 * i));
+    memset(tag, 0, PF_WIRE_TAG_SIZE);
+    int out_len;
+    if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, iv) != 1)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *p = parts[i].iov_base;
+        for (size_t left = parts[i].iov_len; left > 0;) {
+            int step = left > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)left;
+            if (EVP_EncryptUpdate(ctx, NULL, &out_len, p, step) != 1)
+                return 0;
+            p += step;
+            left -= (size_t)step;
+        }
+    }
+    if (EVP_EncryptFinal_ex(ctx, none, &out_len) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)PF_WIRE_TAG_SIZE, tag) != 1) {
+        memset(tag, 0, PF_WIRE_TAG_SIZE);
+        return 0;
+    }
+    return 1;
+}
+
+void pf_wire_tag(const uint8_t key[PF_WIRE_KEY_SIZE], pf_wire_direction dir, uint64_t seq,
+                 const struct iovec *parts, int n, uint8_t tag[PF_WIRE_TAG_SIZE]) {
+    memset(tag, 0, PF_WIRE_TAG_SIZE);
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (ctx && aead_key(ctx, key))
+        aead_tag(ctx, dir, seq, parts, n, tag);
+    EVP_CIPHER_CTX_free(ctx);
+}
+
+pf_wire_mac *pf_wire_mac_create(const uint8_t task_key[PF_WIRE_KEY_SIZE], pf_wire_direction dir,
+                                const void *hello, size_t hello_len,
+                                const uint8_t nonce_ps[PF_WIRE_NONCE_SIZE],
+                                const uint8_t nonce_task[PF_WIRE_NONCE_SIZE]) {
+    pf_wire_mac *m = pf_calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    pf_wire_mac_key(task_key, dir, hello, hello_len, nonce_ps, nonce_task, key);
+    m->dir = dir;
+    m->ctx = EVP_CIPHER_CTX_new();
+    int ok = m->ctx && aead_key(m->ctx, key);
+    OPENSSL_cleanse(key, sizeof key);
+    if (!ok) {
+        pf_wire_mac_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+void pf_wire_mac_destroy(pf_wire_mac *m) {
+    if (!m)
+        return;
+    EVP_CIPHER_CTX_free(m->ctx); /* clears the key schedule */
+    pf_free(m);
+}
+
+void pf_wire_mac_sign(pf_wire_mac *m, const struct iovec *parts, int n,
+                      uint8_t tag[PF_WIRE_TAG_SIZE]) {
+    aead_tag(m->ctx, m->dir, m->seq, parts, n, tag);
+    m->seq++;
+}
+
+int pf_wire_mac_check(pf_wire_mac *m, const uint8_t *msg, size_t len) {
+    if (len < PF_WIRE_TAG_SIZE)
+        return 0;
+    uint8_t want[PF_WIRE_TAG_SIZE];
+    struct iovec body = {(void *)(uintptr_t)msg, len - PF_WIRE_TAG_SIZE};
+    if (!aead_tag(m->ctx, m->dir, m->seq, &body, 1, want) ||
+        CRYPTO_memcmp(want, msg + len - PF_WIRE_TAG_SIZE, PF_WIRE_TAG_SIZE) != 0)
+        return 0;
+    m->seq++;
+    return 1;
+}
+
+uint64_t pf_wire_mac_seq(const pf_wire_mac *m) {
+    return m->seq;
+}
+
 void pf_wire_key_clear(void *key, size_t len) {
     OPENSSL_cleanse(key, len);
+}
+
+/* --- keys as text, and the key of a task TF_CONFIG names -------------------------------- */
+
+void pf_wire_key_hex(const uint8_t key[PF_WIRE_KEY_SIZE], char hex[PF_WIRE_KEY_HEX_SIZE]) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < PF_WIRE_KEY_SIZE; i++) {
+        hex[2 * i] = digits[key[i] >> 4];
+        hex[2 * i + 1] = digits[key[i] & 15];
+    }
+    hex[2 * PF_WIRE_KEY_SIZE] = '\0';
+}
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+pf_status pf_wire_key_parse_hex(const char *text, size_t len, uint8_t key[PF_WIRE_KEY_SIZE]) {
+    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
+                   text[len - 1] == '\t'))
+        len--;
+    if (len != 2 * PF_WIRE_KEY_SIZE)
+        return PF_ERR_FORMAT;
+    uint8_t out[PF_WIRE_KEY_SIZE];
+    for (size_t i = 0; i < PF_WIRE_KEY_SIZE; i++) {
+        int hi = hex_digit(text[2 * i]), lo = hex_digit(text[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            OPENSSL_cleanse(out, sizeof out);
+            return PF_ERR_FORMAT;
+        }
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    memcpy(key, out, sizeof out);
+    OPENSSL_cleanse(out, sizeof out);
+    return PF_OK;
+}
+
+pf_status pf_wire_task_key_for(const uint8_t job_key[PF_WIRE_KEY_SIZE], const char *type, int index,
+                               int has_chief, uint8_t key[PF_WIRE_KEY_SIZE]) {
+    if (index < 0 || !type)
+        return PF_ERR_INVALID;
+    if (!strcmp(type, "chief") && index == 0)
+        pf_wire_task_key(job_key, PF_WIRE_ROLE_CHIEF, 0, key);
+    else if (!strcmp(type, "worker") && !has_chief && index == 0)
+        pf_wire_task_key(job_key, PF_WIRE_ROLE_CHIEF, 0, key);
+    else if (!strcmp(type, "worker"))
+        pf_wire_task_key(job_key, PF_WIRE_ROLE_WORKER, (uint32_t)index + (has_chief ? 1u : 0u),
+                         key);
+    else if (!strcmp(type, "evaluator"))
+        pf_wire_task_key(job_key, PF_WIRE_ROLE_EVALUATOR, (uint32_t)index, key);
+    else
+        return PF_ERR_INVALID;
+    return PF_OK;
 }

@@ -35,13 +35,16 @@
  * only those below it: ws_send.c (the sending half), ws_tls.c (client TLS) and ws_log.c (the
  * refusal log).
  *
- * Limits (pf_ws_options): a server counts its connections and closes one past the maximum
- * on accept; each connection gets a libwebsockets timer for its handshake and idle
- * deadlines, which stops mattering once its owner calls pf_ws_trust(). Frame headers are
- * checked before anything is reserved: an untrusted connection's message is small, and
- * every data frame is charged, as its header announces it, against the bytes all
- * connections may hold in incomplete messages, and discharged when its message is
- * delivered or its connection closes; the owner may move both limits while it runs
+ * Limits (pf_ws_options): a server admits its connections in two classes, untrusted from
+ * accept and trusted once its owner calls pf_ws_trust(), each with its own slots and bytes
+ * of incomplete messages (ws_admit.c: a newcomer takes the place of the untrusted connection
+ * stalled longest when there is no room, so strangers cannot keep the owner's peers
+ * out). Each connection gets a libwebsockets timer for its handshake and idle deadlines,
+ * which stops mattering once it is trusted; a dropped one is closed by the same timer.
+ * Frame headers are checked before anything is reserved: an untrusted connection's message
+ * is small, and every data frame is charged, as its header announces it, against its
+ * class's bytes of incomplete messages, and discharged when its message is delivered or its
+ * connection closes; the owner may move the trusted limits while it runs
  * (pf_ws_set_limits). The handshake's bytes are checked as they come, so
  * garbage is answered 400 at once rather than when 8 KiB have arrived.
  *
@@ -114,8 +117,7 @@ static void finish(pf_ws *ws, conn *c) {
     c->head = c->tail = NULL;
     pthread_mutex_unlock(&ws->lock);
     if (c->server)
-        ws->n_server--;
-    ws->buffered -= c->charged;
+        ws_admit_leave(ws, c);
     if (c->ssl)
         ws_tls_conn_free(c);
     while (q) {
@@ -146,8 +148,12 @@ static void deliver(pf_ws *ws, conn *c) {
     size_t n = c->rx.len;
     pf_buf_reset(&c->rx);
     c->in_message = 0;
-    ws->buffered -= c->charged;
-    c->charged = 0;
+    if (c->server) {
+        ws_admit_discharge(ws, c);
+        if (!c->delivered)
+            ws_admit_progress(c);
+        c->delivered = 1;
+    }
     ws->placed = c->placing ? c->place : NULL;
     ws->placed_n = c->placing ? c->place_n : 0;
     c->placing = 0;
@@ -194,31 +200,6 @@ static uint8_t *rx_dest(conn *c, size_t pos, size_t *room) {
     }
     *room = p->pos - pos;
     return c->rx.data + pos;
-}
-
-/* Server: counts a data frame of len bytes against the limits of an untrusted connection
- * and of all connections' incomplete messages; returns -1 (logged) to refuse it. */
-static int charge(pf_ws *ws, conn *c, uint64_t len) {
-    int trusted = __atomic_load_n(&c->trusted, __ATOMIC_ACQUIRE);
-    size_t limit = ws->o.untrusted_max_message;
-    if (!trusted && (len > limit || c->rx.len + len > limit)) {
-        ws_refused(ws, REF_UNTRUSTED_SIZE,
-                   "closed connection %llu: a %llu-byte frame before HELLO (at most %zu bytes)",
-                   (unsigned long long)c->id, (unsigned long long)len, limit);
-        return -1;
-    }
-    /* pf_ws_set_limits may have lowered the cap below what is in use already */
-    size_t max_buffered = __atomic_load_n(&ws->o.max_buffered, __ATOMIC_RELAXED);
-    if (ws->buffered > max_buffered || len > max_buffered - ws->buffered) {
-        ws_refused(ws, REF_BUFFERED,
-                   "closed connection %llu: a %llu-byte frame would pass the %zu bytes this "
-                   "endpoint buffers for incomplete messages (%zu in use)",
-                   (unsigned long long)c->id, (unsigned long long)len, max_buffered, ws->buffered);
-        return -1;
-    }
-    c->charged += (size_t)len;
-    ws->buffered += (size_t)len;
-    return 0;
 }
 
 /* Parses a frame header once enough bytes are in c->hdr; returns the header's length when
@@ -269,7 +250,7 @@ static int parse_header(pf_ws *ws, conn *c) {
         if (!continuation)
             take_expectation(ws, c, len, c->frame_fin);
         c->in_message = 1;
-        if (c->server && charge(ws, c, len) != 0)
+        if (c->server && ws_admit_charge(ws, c, len) != 0)
             return -1;
         if (rx_reserve(ws, c, len) != 0)
             return -1;
@@ -317,7 +298,8 @@ static int frame_done(pf_ws *ws, conn *c) {
 
 static int read_direct(pf_ws *ws, conn *c) {
     int fd = c->fd; /* set when the handshake completed; changed only on this thread */
-    while (fd >= 0 && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) && c->frame_left > 0) {
+    while (fd >= 0 && !c->dropped && c->state == ST_PAYLOAD && !(c->frame_opcode & 0x08) &&
+           c->frame_left > 0) {
         size_t room;
         uint8_t *dst = rx_dest(c, c->rx.len, &room);
         size_t want = c->frame_left > DIRECT_READ_MAX ? DIRECT_READ_MAX : (size_t)c->frame_left;
@@ -339,6 +321,8 @@ static int read_direct(pf_ws *ws, conn *c) {
 
 static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     while (len > 0) {
+        if (c->dropped)
+            return -1; /* by its own message's handler (ws_admit_promote) */
         if (c->state == ST_HEADER) {
             size_t take = sizeof c->hdr - c->hdr_len < len ? sizeof c->hdr - c->hdr_len : len;
             /* Copy conservatively, then give back what belongs to the payload. */
@@ -386,6 +370,8 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
 
 static void opened(pf_ws *ws, conn *c) {
     c->state = ST_HEADER;
+    if (c->server)
+        ws_admit_progress(c);
     pthread_mutex_lock(&ws->lock);
     c->open = 1;
     c->fd = ws->tls ? -1 : (int)lws_get_socket_fd(c->wsi); /* TLS: no direct socket I/O */
@@ -418,6 +404,8 @@ static int refuse_http(pf_ws *ws, conn *c) {
 /* Handshake bytes. Returns -1 to close; leftover bytes after the handshake are frames. */
 static int on_http(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
     size_t before = c->http_len;
+    if (c->server && before == 0 && len > 0)
+        ws_admit_progress(c); /* its handshake began */
     size_t take = MAX_HTTP - 1 - c->http_len < len ? MAX_HTTP - 1 - c->http_len : len;
     memcpy(c->http + c->http_len, in, take);
     c->http_len += take;
@@ -489,6 +477,10 @@ static void handle_requests(pf_ws *ws) {
             c->want_connect = 0;
             todo[n] = c;
             kind[n++] = 0;
+        } else if (c->want_trust) {
+            c->want_trust = 0;
+            todo[n] = c;
+            kind[n++] = 2;
         } else if (c->wsi && (c->want_close || c->head)) {
             todo[n] = c;
             kind[n++] = 1;
@@ -499,6 +491,8 @@ static void handle_requests(pf_ws *ws) {
     for (int i = 0; i < n; i++) {
         if (kind[i] == 0)
             start_connect(ws, todo[i]);
+        else if (kind[i] == 2)
+            ws_admit_promote(ws, todo[i]);
         else
             lws_callback_on_writable(todo[i]->wsi);
     }
@@ -571,11 +565,13 @@ static lws_usec_t next_deadline(pf_ws *ws, conn *c) {
     return left <= 0 ? 1 : (lws_usec_t)(left * 1e6) + 1;
 }
 
-/* The timer of a server connection: closes it (logged) when it is past a deadline,
- * otherwise waits for the next one; a trusted connection has none. */
+/* The timer of a server connection: closes it when it was dropped (ws_admit.c) or (logged)
+ * when it is past a deadline, otherwise waits for the next one; a trusted connection has
+ * none. */
 static int on_deadline(pf_ws *ws, conn *c) {
-    int trusted = __atomic_load_n(&c->trusted, __ATOMIC_ACQUIRE);
-    if (trusted)
+    if (c->dropped)
+        return -1;
+    if (c->cls == CLS_TRUSTED)
         return 0;
     double age = pf_clock_now() - c->accepted;
     if (!c->open && age >= ws->o.handshake_timeout) {
@@ -591,6 +587,29 @@ static int on_deadline(pf_ws *ws, conn *c) {
         return -1;
     }
     lws_set_timer_usecs(c->wsi, next_deadline(ws, c));
+    return 0;
+}
+
+/* A server's new connection: admitted as untrusted (ws_admit.c), or refused (-1). */
+static int on_accept(pf_ws *ws, struct lws *wsi) {
+    uint8_t addr[16];
+    int addr_len = ws_admit_peer_address(wsi, addr);
+    if (ws_admit_room(ws, addr, addr_len) != 0)
+        return -1;
+    pthread_mutex_lock(&ws->lock);
+    conn *c = new_conn_locked(ws, NULL);
+    pthread_mutex_unlock(&ws->lock);
+    if (!c)
+        return -1;
+    c->wsi = wsi;
+    c->server = 1;
+    c->state = ST_HTTP;
+    c->accepted = pf_clock_now();
+    ws_admit_progress(c);
+    ws_admit_enter(ws, c, addr, addr_len);
+    lws_set_opaque_user_data(wsi, c);
+    tune_socket(wsi);
+    lws_set_timer_usecs(wsi, next_deadline(ws, c));
     return 0;
 }
 
@@ -637,25 +656,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             ws->h.on_wake(ws, ws->user);
         return 0;
     case LWS_CALLBACK_RAW_ADOPT: /* server: a new connection */
-        if (ws->n_server >= __atomic_load_n(&ws->o.max_connections, __ATOMIC_RELAXED)) {
-            ws_refused(ws, REF_CONNECTIONS, "refused a connection: %d open already (the maximum)",
-                       ws->n_server);
-            return -1;
-        }
-        pthread_mutex_lock(&ws->lock);
-        c = new_conn_locked(ws, NULL);
-        pthread_mutex_unlock(&ws->lock);
-        if (!c)
-            return -1;
-        c->wsi = wsi;
-        c->server = 1;
-        c->state = ST_HTTP;
-        c->accepted = pf_clock_now();
-        ws->n_server++;
-        lws_set_opaque_user_data(wsi, c);
-        tune_socket(wsi);
-        lws_set_timer_usecs(wsi, next_deadline(ws, c));
-        return 0;
+        return on_accept(ws, wsi);
     case LWS_CALLBACK_TIMER: /* server: a deadline of an untrusted connection */
         return c ? on_deadline(ws, c) : 0;
     case LWS_CALLBACK_RAW_CONNECTED: /* client: TCP is up */
@@ -666,7 +667,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         tune_socket(wsi);
         return ws->ssl_ctx ? ws_tls_start(ws, c) : send_upgrade(ws, c);
     case LWS_CALLBACK_RAW_RX:
-        if (!c)
+        if (!c || c->dropped)
             return -1;
         return c->ssl ? on_ciphertext(ws, c, in, len) : on_plain(ws, c, in, len);
     case LWS_CALLBACK_RAW_WRITEABLE:
@@ -684,8 +685,12 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     }
 }
 
+/* The endpoint whose service thread this is (NULL on other threads). */
+static _Thread_local pf_ws *serving;
+
 static void *service_thread(void *arg) {
     pf_ws *ws = arg;
+    serving = ws;
     while (!__atomic_load_n(&ws->stop, __ATOMIC_ACQUIRE))
         lws_service(ws->ctx, 0);
     return NULL;
@@ -718,6 +723,10 @@ static pf_status resolve_options(const pf_ws_options *in, int server, size_t max
         o->idle_timeout = PF_WS_DEFAULT_IDLE_TIMEOUT;
     if (o->untrusted_max_message == 0)
         o->untrusted_max_message = PF_WS_DEFAULT_UNTRUSTED_MAX_MESSAGE;
+    if (o->max_untrusted <= 0)
+        o->max_untrusted = PF_WS_DEFAULT_MAX_UNTRUSTED;
+    if (o->max_untrusted_per_address < 0)
+        o->max_untrusted_per_address = 0; /* ws_admit_per_address: its default */
     if (o->max_buffered == 0)
         o->max_buffered = max_message > SIZE_MAX / 4 ? SIZE_MAX : 4 * max_message;
     if (!server)
@@ -917,11 +926,18 @@ const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n) {
 }
 
 void pf_ws_trust(pf_ws *ws, uint64_t id) {
+    int here = serving == ws;
     pthread_mutex_lock(&ws->lock);
     conn *c = find_locked(ws, id);
-    if (c)
-        __atomic_store_n(&c->trusted, 1, __ATOMIC_RELEASE);
+    if (c && !c->server)
+        c = NULL; /* a client's own connections: nothing to trust */
+    if (c && !here)
+        c->want_trust = 1; /* the loop promotes it (handle_requests) */
     pthread_mutex_unlock(&ws->lock);
+    if (c && here)
+        ws_admit_promote(ws, c); /* the loop thread: c cannot be freed meanwhile */
+    else if (c)
+        lws_cancel_service(ws->ctx);
 }
 
 void pf_ws_set_limits(pf_ws *ws, int max_connections, size_t max_buffered) {

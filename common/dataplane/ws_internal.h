@@ -1,7 +1,8 @@
 /* ws_internal.h - the connection table of a pf_ws (ws.h) and the functions its files share,
  * private to common/dataplane/. The files are layered, each calling only those below it:
- * ws.c (connections, receiving, the loop) -> ws_send.c (send buffers and writing) ->
- * ws_tls.c (client TLS) -> ws_log.c (the refusal log). ws.c's DESIGN comment describes how
+ * ws.c (connections, receiving, the loop) -> ws_admit.c (a server's admission classes) and
+ * ws.c -> ws_send.c (send buffers and writing) -> ws_tls.c (client TLS), all -> ws_log.c
+ * (the refusal log). ws.c's DESIGN comment describes how
  * they work together.
  */
 #ifndef PSFLOW_DATAPLANE_WS_INTERNAL_H
@@ -64,20 +65,34 @@ static inline out_msg *msg_of(uint8_t *bytes) {
 
 enum { ST_HTTP, ST_HEADER, ST_PAYLOAD, ST_REFUSED /* answered 400: input is dropped */ };
 
+/* A server connection's admission class (ws_admit.c); loop thread only. */
+enum {
+    CLS_NONE,      /* a client connection, or a server one that was closed or dropped */
+    CLS_UNTRUSTED, /* counted in n_untrusted (and untrusted_buffered) */
+    CLS_TRUSTED,   /* counted in n_trusted (and buffered) */
+};
+
 typedef struct conn {
     struct conn *next;
     uint64_t id;
     struct lws *wsi;
     void *user;
     int server;
-    int open;        /* handshake complete */
-    int finished;    /* on_close delivered */
-    int trusted;     /* server: pf_ws_trust called (atomic) */
-    double accepted; /* server: pf_clock_now() at accept */
-    size_t charged;  /* server: bytes of the incomplete message counted in ws->buffered */
+    int open;          /* handshake complete */
+    int finished;      /* on_close delivered */
+    double accepted;   /* server: pf_clock_now() at accept */
+    int cls;           /* server: CLS_*, loop thread */
+    int delivered;     /* server: a message has been delivered (how far it got), loop thread */
+    double progressed; /* server: pf_clock_now() when it last got further (ws_admit_progress) */
+    int dropped;       /* server: made room for another (ws_admit.c): closed at its next event */
+    uint8_t addr[16];  /* server: the remote address's bytes (addr_len of them: 4 for IPv4) */
+    int addr_len;
+    size_t charged; /* server: bytes of the incomplete message counted in ws->buffered (trusted)
+                       or ws->untrusted_buffered */
     /* requests from other threads, under ws->lock */
     int want_connect;
     int want_close;
+    int want_trust;   /* pf_ws_trust from another thread: the loop promotes it */
     int fd;           /* the socket once the handshake is done, else -1 */
     int direct;       /* a sender is writing a message straight to fd */
     int lws_buffered; /* libwebsockets holds unsent bytes of ours */
@@ -116,6 +131,19 @@ typedef struct conn {
     int tls_ready;  /* handshake done */
 } conn;
 
+/* Causes of a refusal, each logged on its own rate limit. */
+enum {
+    REF_CONNECTIONS,
+    REF_HANDSHAKE_TIMEOUT,
+    REF_IDLE_TIMEOUT,
+    REF_GARBAGE,
+    REF_UNTRUSTED_SIZE,
+    REF_BUFFERED,
+    REF_TLS,
+    REF_DROPPED, /* an untrusted connection made room for a new one */
+    REF_COUNT
+};
+
 struct pf_ws {
     struct lws_context *ctx;
     struct lws_protocols protocols[2];
@@ -139,25 +167,16 @@ struct pf_ws {
     pf_ws_options o; /* defaults filled in; the strings are the caller's */
     int tls;
     /* server, loop thread only */
-    int n_server;    /* server connections open */
-    size_t buffered; /* sum of the connections' `charged` */
+    int n_trusted;             /* CLS_TRUSTED connections */
+    int n_untrusted;           /* CLS_UNTRUSTED connections */
+    size_t buffered;           /* sum of the trusted connections' `charged` */
+    size_t untrusted_buffered; /* sum of the untrusted connections' `charged` */
     struct refusal {
         double last;         /* when it was last logged; 0: never */
         unsigned long since; /* refusals since then not logged */
-    } refusals[8];
+    } refusals[REF_COUNT];
     SSL_CTX *ssl_ctx; /* client TLS (o.ca_file), else NULL */
     uint8_t *tls_rx;  /* RX_CHUNK bytes: plaintext as it is decrypted */
-};
-
-/* Causes of a refusal, each logged on its own rate limit. */
-enum {
-    REF_CONNECTIONS,
-    REF_HANDSHAKE_TIMEOUT,
-    REF_IDLE_TIMEOUT,
-    REF_GARBAGE,
-    REF_UNTRUSTED_SIZE,
-    REF_BUFFERED,
-    REF_TLS,
 };
 
 #define REFUSAL_LOG_EVERY 10.0 /* seconds between two log lines of one cause */
@@ -168,6 +187,41 @@ static inline conn *find_locked(pf_ws *ws, uint64_t id) {
             return c;
     return NULL;
 }
+
+/* --- ws_admit.c ---------------------------------------------------------------------------- */
+
+/* The admission of server connections in two classes (ws_admit.c's DESIGN). Loop thread. */
+
+/* The remote address of wsi's socket into addr; returns its length (4 or 16), 0 unknown. */
+int ws_admit_peer_address(struct lws *wsi, uint8_t addr[16]);
+/* Before a connection from addr is accepted: makes room for it among the untrusted (drops
+ * one, logged, when its address's or all slots are taken). Returns -1 (logged) to refuse
+ * it: every trusted slot is taken. */
+int ws_admit_room(pf_ws *ws, const uint8_t *addr, int addr_len);
+/* The accepted connection c takes an untrusted slot. */
+void ws_admit_enter(pf_ws *ws, conn *c, const uint8_t *addr, int addr_len);
+/* pf_ws_trust: c moves to a trusted slot, or is dropped (logged) when there is none. */
+void ws_admit_promote(pf_ws *ws, conn *c);
+/* c is closing: out of its class's counts and budget. */
+void ws_admit_leave(pf_ws *ws, conn *c);
+/* A data frame of len bytes begins or continues c's message: charged to c's class's budget
+ * (an untrusted connection's message also against untrusted_max_message). Returns -1
+ * (logged) to refuse it. */
+int ws_admit_charge(pf_ws *ws, conn *c, uint64_t len);
+/* c's message was delivered: its bytes leave the budget. */
+void ws_admit_discharge(pf_ws *ws, conn *c);
+/* c got a step further (accepted, handshake bytes, upgraded, a first message delivered). */
+void ws_admit_progress(conn *c);
+/* How far c got: 0 nothing received, 1 handshake bytes, 2 upgraded, 3 a message delivered. */
+int ws_admit_stage(const conn *c);
+/* The untrusted slots one address may take (max_untrusted_per_address, or its default). */
+int ws_admit_per_address(const pf_ws *ws);
+/* Of the untrusted connections in list (linked by next): the one to drop for a newcomer from
+ * addr, or NULL when there is room. Of its address's, when that address has per_address of
+ * them, else (when there are max_untrusted) of all: the one that got further longest ago
+ * (`progressed`). Pure: reads the connections' fields only. */
+conn *ws_admit_victim(conn *list, const uint8_t *addr, int addr_len, int max_untrusted,
+                      int per_address);
 
 /* --- ws_send.c ------------------------------------------------------------------------- */
 

@@ -10,14 +10,19 @@
  *
  * Below ws.c and ws_send.c, it calls nothing of theirs (only ws_log.c's log): it hands
  * plaintext up when asked (ws_tls_read) and says when the handshake is done (c->tls_ready);
- * ws.c parses the one and sends the WebSocket upgrade on the other.
+ * ws.c parses the one and sends the WebSocket upgrade on the other. pf_ws_probe_tls, on a
+ * socket of its own, tells a plain client that could not connect whether the server speaks TLS.
  */
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "ws_internal.h"
 
@@ -158,4 +163,41 @@ int ws_tls_flush(struct lws *wsi, conn *c) {
         return -1;
     pf_buf_reset(&c->tls_out);
     return 0;
+}
+
+/* --- probing a server that a plain client could not reach --------------------------------- */
+
+int pf_ws_probe_tls(const char *host, int port, double timeout_s) {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (port < 1 || port > 65535 || getaddrinfo(host, service, &hints, &res) != 0)
+        return 0;
+    struct timeval tv = {(time_t)timeout_s,
+                         (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    int fd = -1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0)
+            continue;
+        /* Bounded: on Linux SO_SNDTIMEO bounds connect too. */
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return 0;
+    /* Any certificate will do: this only asks whether the server answers a ClientHello. */
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL *ssl = ctx ? SSL_new(ctx) : NULL;
+    int tls = ssl && SSL_set_fd(ssl, fd) == 1 && SSL_connect(ssl) == 1;
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    close(fd);
+    return tls;
 }

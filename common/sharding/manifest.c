@@ -469,6 +469,19 @@ static pf_status remove_step_dir(const char *dir, pf_error *err) {
     return PF_OK;
 }
 
+/* True when job_dir/step-<step> holds no manifest, not even one the chief moved aside to
+ * write the step again: an attempt that was never committed. */
+static bool never_committed(const char *job_dir, int64_t step) {
+    char path[PF_CKPT_PATH_MAX];
+    struct stat sb;
+    int w = snprintf(path, sizeof path, "%s/step-%lld/%s", job_dir, (long long)step, MANIFEST);
+    if (w < 0 || (size_t)w + sizeof ".replaced" > sizeof path || lstat(path, &sb) == 0 ||
+        errno != ENOENT)
+        return false;
+    strcat(path, ".replaced");
+    return lstat(path, &sb) != 0 && errno == ENOENT;
+}
+
 pf_status pf_checkpoint_prune(const char *job_dir, int keep, int *removed, pf_error *err) {
     if (removed)
         *removed = 0;
@@ -479,21 +492,37 @@ pf_status pf_checkpoint_prune(const char *job_dir, int keep, int *removed, pf_er
     pf_status st = scan_steps(job_dir, &steps, &n, err);
     if (st != PF_OK)
         return st;
-    /* The oldest step kept: the keep-th newest complete checkpoint. */
+    /* Newest first: the newest complete checkpoint, the keep-th newest (the oldest kept), and
+     * the folders older than the newest complete one that were never committed: abandoned
+     * attempts, as nothing older than the newest complete checkpoint is being written. */
     char dir[PF_CKPT_PATH_MAX];
-    int complete = 0, oldest_kept = -1;
-    for (int i = n - 1; i >= 0 && complete < keep; i--) {
+    int complete = 0, newest = -1, oldest_kept = -1;
+    unsigned char *abandoned = pf_calloc((size_t)(n > 0 ? n : 1), 1);
+    if (!abandoned) {
+        pf_free(steps);
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", job_dir);
+    }
+    for (int i = n - 1; i >= 0; i--) {
         pf_status c = check_complete(job_dir, steps[i], 0, dir, sizeof dir, err);
         if (c == PF_ERR_NOMEM) {
+            pf_free(abandoned);
             pf_free(steps);
             return c;
         }
-        if (c == PF_OK && ++complete == keep)
+        if (c == PF_OK && complete < keep && ++complete == keep)
             oldest_kept = i;
+        if (c == PF_OK && newest < 0)
+            newest = i;
+        else if (c != PF_OK && newest >= 0)
+            abandoned[i] = never_committed(job_dir, steps[i]);
     }
     pf_status first = PF_OK;
     pf_error local;
-    for (int i = 0; i < oldest_kept; i++) {
+    int any = 0;
+    for (int i = 0; i < newest; i++) {
+        if (i >= oldest_kept && !abandoned[i])
+            continue;
+        any = 1;
         char name[32];
         snprintf(name, sizeof name, "step-%lld", (long long)steps[i]);
         pf_error_clear(&local);
@@ -508,8 +537,9 @@ pf_status pf_checkpoint_prune(const char *job_dir, int keep, int *removed, pf_er
                 *err = local;
         }
     }
+    pf_free(abandoned);
     pf_free(steps);
-    if (oldest_kept > 0)
+    if (any)
         pf_fs_fsync_dir(job_dir); /* best effort: the removals are done either way */
     return first;
 }

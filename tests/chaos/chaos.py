@@ -243,6 +243,8 @@ class Cluster:
         os.makedirs(self.logs)
         self.ckpt = os.path.join(work, "checkpoints")
         self.db = os.path.join(work, "psflow.db")
+        # The coordinator creates the agents' token here on its first start; the agents read it.
+        self.agent_token = os.path.join(work, "agent-token")
         self.port, = free_ports(1)
         self.url = "http://127.0.0.1:%d" % self.port
         self.acks = Acks()
@@ -265,7 +267,8 @@ class Cluster:
     def start_coordinator(self):
         self.coord_starts += 1
         self.coord = self.spawn("coordinator", ["coordinator", "--listen", "127.0.0.1:%d" % self.port,
-                                                "--db", self.db])
+                                                "--db", self.db,
+                                                "--agent-token-file", self.agent_token])
         wait_until(30, "the coordinator ready (start %d)" % self.coord_starts,
                    lambda: self.coord.poll() is None and http_ok(self.url + "/readyz"),
                    abort=lambda: self.coord.poll() is not None and
@@ -281,7 +284,8 @@ class Cluster:
         a["starts"] += 1
         addr = "127.0.0.1:%d" % a["port"]
         argv = [a["role"], "--coordinator", self.agent_url, "--node-id", node_id,
-                "--advertise", addr, "--checkpoint-dir", self.ckpt]
+                "--advertise", addr, "--checkpoint-dir", self.ckpt,
+                "--agent-token-file", self.agent_token]
         if a["role"] == "ps":
             argv += ["--listen", addr]
         else:

@@ -363,6 +363,106 @@ static void test_checkpoint_step_newest(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* --- who may report ------------------------------------------------------------------------ */
+
+/* A report is taken only from the current incarnation of the task it names, a chief-only one
+ * only from the chief, and none for a job that never ran; refusals change nothing. */
+static void test_reporter_checked(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    char why[COORD_TEXT_MAX];
+    pf_job_spec spec;
+    make_spec(&spec, "never", 1, 1, "");
+    coord_job *never = submit(&c, &spec, T0); /* no agents: it never runs */
+    assert_int_equal(coord_job_check_reporter(never, "chief", 1, true, why, sizeof why), 409);
+    assert_non_null(strstr(why, "has not run"));
+    coord_job_delete(&c, never, T0);
+    coord_cluster_reap(&c);
+
+    make_spec(&spec, "pair", 1, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *nodes[3] = {add_node(&c, "ps-a", "ps", T0), add_node(&c, "w-a", "worker", T0),
+                            add_node(&c, "w-b", "worker", T0)};
+    for (int i = 0; i < 3; i++)
+        report(&c, nodes[i], "running", 0, T0 + 1);
+    uint64_t chief = task_of(j, "worker", 0)->incarnation,
+             w1 = task_of(j, "worker", 1)->incarnation;
+    assert_true(chief != 0 && w1 != 0 && chief != w1);
+    assert_int_equal(coord_job_check_reporter(j, "chief", chief, true, why, sizeof why), 0);
+    assert_int_equal(coord_job_check_reporter(j, "worker-1", w1, false, why, sizeof why), 0);
+    /* A stale (or guessed) incarnation. */
+    assert_int_equal(coord_job_check_reporter(j, "chief", chief - 1, true, why, sizeof why), 409);
+    assert_non_null(strstr(why, "not its current one"));
+    /* Worker 1 with its own incarnation, but a chief-only report (a rollback, a checkpoint). */
+    assert_int_equal(coord_job_check_reporter(j, "worker-1", w1, true, why, sizeof why), 403);
+    assert_non_null(strstr(why, "only the chief"));
+    /* Worker 1 claiming to be the chief: the chief's incarnation is not its own. */
+    assert_int_equal(coord_job_check_reporter(j, "chief", w1, true, why, sizeof why), 409);
+    assert_int_equal(coord_job_check_reporter(j, "worker-7", w1, false, why, sizeof why), 409);
+    coord_cluster_deinit(&c);
+}
+
+/* A report sent again (the same points, or older ones) queues no metric event and leaves the
+ * job's figures; the step trained again after a rollback (a later time) is taken. */
+static void test_report_sent_again(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "again", "", T0, &ps, &w);
+    json_t *p = json_pack("[{s:i, s:f, s:f}, {s:i, s:f, s:f}]", "step", 10, "time", T0 + 2, "loss",
+                          0.5, "step", 11, "time", T0 + 2, "loss", 0.4);
+    for (int i = 0; i < 5; i++)
+        coord_job_record_metrics_json(&c, j, "chief", p, NULL, T0 + 3 + i);
+    assert_int_equal(take_events(&c, "metric", NULL), 2);
+    json_t *again = json_pack("[{s:i, s:f, s:f}]", "step", 5, "time", T0 + 4, "loss", 0.9);
+    coord_job_record_metrics_json(&c, j, "chief", again, NULL, T0 + 9);
+    assert_int_equal(take_events(&c, "metric", NULL), 1);
+    assert_true(j->loss == 0.9);
+    json_decref(p);
+    json_decref(again);
+    coord_cluster_deinit(&c);
+}
+
+/* --- the tasks of an ended job ------------------------------------------------------------- */
+
+static const char *state_of(coord_job *j, const char *type, int index) {
+    return coord_task_state_name(task_of(j, type, index)->state);
+}
+
+/* When a job fails (here: the chief's non-finite loss) or is cancelled, no task of it stays
+ * Running or Pending: they are Stopped, and their agents are free. */
+static void test_ended_job_tasks_stop(void **state) {
+    (void)state;
+    for (int how = 0; how < 2; how++) {
+        coord_cluster c;
+        coord_cluster_init(&c, LEASE);
+        coord_node *ps, *w;
+        coord_job *j = running_pair(&c, "ends", "", T0, &ps, &w);
+        if (how == 0) {
+            json_t *r = report_json(w, "failed", 65, task_of(j, "worker", 0)->incarnation);
+            json_object_set_new(r, "reason", json_string("NonFiniteLoss"));
+            json_object_set_new(r, "message", json_string("non-finite loss (inf) at step 12"));
+            coord_node_heartbeat_json(&c, w, r, T0 + 5);
+            json_decref(r);
+            assert_condition(j, "Failed", "True", "NonFiniteLoss");
+            assert_int_equal(task_of(j, "worker", 0)->state, TASK_FAILED);
+        } else {
+            coord_job_cancel(&c, j, T0 + 5);
+            assert_condition(j, "Failed", "True", "Cancelled");
+            assert_string_equal(state_of(j, "worker", 0), "Stopped");
+        }
+        assert_int_equal(j->phase, COORD_FAILED);
+        assert_string_equal(state_of(j, "ps", 0), "Stopped");
+        /* The ps agent's late "running" heartbeat does not bring it back. */
+        report(&c, ps, "running", 0, T0 + 6);
+        assert_string_equal(state_of(j, "ps", 0), "Stopped");
+        assert_string_equal(ps->job, "");
+        coord_cluster_deinit(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chief_success),
@@ -372,6 +472,9 @@ int main(void) {
         cmocka_unit_test(test_gang_restart_rollback),
         cmocka_unit_test(test_gang_restart_before_checkpoint),
         cmocka_unit_test(test_checkpoint_step_newest),
+        cmocka_unit_test(test_reporter_checked),
+        cmocka_unit_test(test_report_sent_again),
+        cmocka_unit_test(test_ended_job_tasks_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -328,8 +328,8 @@ static void test_delete_and_rollback(void **state) {
     assert_int_equal(keep->phase, COORD_RUNNING);
     json_t *points = json_pack("[{s:i, s:f, s:f}]", "step", 1, "time", T0 + 3, "loss", 1.0);
     assert_int_equal(coord_store_begin(s), PF_OK);
-    assert_int_equal(coord_store_add_metrics(s, "drop", "worker-0", points, NULL), PF_OK);
-    assert_int_equal(coord_store_add_metrics(s, "keep", "worker-0", points, NULL), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "drop", "worker-0", 1, points, NULL, 20000), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "keep", "worker-0", 1, points, NULL, 20000), PF_OK);
     assert_int_equal(coord_store_add_checkpoint(s, "drop", 1, T0 + 3, 10, "[]", NULL), PF_OK);
     assert_int_equal(coord_store_commit(s), PF_OK);
     json_decref(points);
@@ -403,8 +403,8 @@ static void test_metrics_downsampling(void **state) {
                               T0 + 1000, "accuracy", 0.9, "test_loss", 0.3, "step", 500, "time",
                               T0 + 500, "accuracy", 0.8, "test_loss", 0.5);
     assert_int_equal(coord_store_begin(s), PF_OK);
-    assert_int_equal(coord_store_add_metrics(s, "m", "worker-0", w0, NULL), PF_OK);
-    assert_int_equal(coord_store_add_metrics(s, "m", "worker-1", w1, evals), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "m", "worker-0", 1, w0, NULL, 20000), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "m", "worker-1", 1, w1, evals, 20000), PF_OK);
     assert_int_equal(coord_store_commit(s), PF_OK);
     json_decref(w0);
     json_decref(w1);
@@ -515,6 +515,105 @@ static void assert_events(coord_store *st, int64_t after, const char *job, const
 
 /* Event ids increase and continue after a reopen; a job's log includes the events of no job;
  * kind, limit and the callback's stop are honoured. */
+static int count_event(int64_t id, const char *kind, const char *job, const char *data, void *ctx) {
+    (void)id, (void)kind, (void)job, (void)data;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+/* Points of steps [from, to) of one report, one second apart from `t`. */
+static json_t *steps_json(int64_t from, int64_t to, double t) {
+    json_t *a = json_array();
+    for (int64_t step = from; a && step < to; step++)
+        json_array_append_new(a, json_pack("{s:I, s:f, s:f, s:f, s:f}", "step", (json_int_t)step,
+                                           "time", t + (double)(step - from), "loss", 1.0,
+                                           "examples_per_sec", 100.0, "step_time_seconds", 0.01));
+    assert_non_null(a);
+    return a;
+}
+
+static int64_t total_points(coord_store *s, const char *job) {
+    json_t *m = coord_store_metrics(s, job, 0, 10);
+    assert_non_null(m);
+    int64_t n = json_integer_value(json_object_get(m, "total_points"));
+    json_decref(m);
+    return n;
+}
+
+/* The same report stored 50 times (a client that repeats it) is stored once per step; the
+ * same step measured later (trained again after a rollback) replaces it; another
+ * incarnation's points of the same steps are its own. */
+static void test_metrics_stored_once(void **state) {
+    fixture *fx = *state;
+    coord_store *s = open_store(fx);
+    json_t *points = steps_json(0, 1000, T0);
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(coord_store_begin(s), PF_OK);
+        assert_int_equal(coord_store_add_metrics(s, "once", "chief", 7, points, NULL, 20000),
+                         PF_OK);
+        assert_int_equal(coord_store_commit(s), PF_OK);
+    }
+    assert_int_equal(total_points(s, "once"), 1000);
+    json_t *later = json_pack("[{s:i, s:f, s:f}]", "step", 10, "time", T0 + 5000, "loss", 0.25);
+    assert_int_equal(coord_store_begin(s), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "once", "chief", 7, later, NULL, 20000), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "once", "chief", 8, points, NULL, 20000), PF_OK);
+    assert_int_equal(coord_store_commit(s), PF_OK);
+    assert_int_equal(total_points(s, "once"), 2000);
+    json_t *m = coord_store_metrics(s, "once", 10, 100000);
+    json_t *p = json_array_get(json_object_get(m, "points"), 0);
+    assert_int_equal(json_integer_value(json_object_get(p, "step")), 10);
+    /* incarnation 7's 0.25 (measured later) and incarnation 8's 1.0, averaged */
+    assert_true(fabs(json_real_value(json_object_get(p, "loss")) - 0.625) < 1e-9);
+    json_decref(m);
+    json_decref(later);
+    json_decref(points);
+    coord_store_close(s);
+}
+
+/* A job of 1,000,000 steps, reported 5,000 steps at a time by its one training task, keeps
+ * at most COORD_STORE_METRIC_ROWS rows after every report: the newest steps at full
+ * resolution, the older ones evenly spaced back to the first; its metric events are pruned
+ * to the newest COORD_STORE_EVENTS_KEPT. */
+static void test_metrics_bounded(void **state) {
+    fixture *fx = *state;
+    coord_store *s = open_store(fx);
+    int rows = coord_store_metric_rows_per_task(1);
+    assert_int_equal(rows, COORD_STORE_METRIC_ROWS);
+    assert_int_equal(coord_store_metric_rows_per_task(1000), COORD_STORE_MIN_TASK_ROWS);
+    const int64_t steps = 1000000, batch = 5000;
+    for (int64_t from = 0; from < steps; from += batch) {
+        json_t *points = steps_json(from, from + batch, T0 + (double)from);
+        /* As coord_commit does: the report's events, then its points. */
+        assert_int_equal(coord_store_begin(s), PF_OK);
+        for (int k = 0; k < 100; k++) {
+            int64_t id;
+            assert_int_equal(coord_store_add_event(s, "metric", "long", "{}", T0, &id), PF_OK);
+        }
+        assert_int_equal(coord_store_add_metrics(s, "long", "chief", 1, points, NULL, rows), PF_OK);
+        assert_int_equal(coord_store_commit(s), PF_OK);
+        json_decref(points);
+        if (from % (50 * batch) == 0)
+            assert_true(total_points(s, "long") <= COORD_STORE_METRIC_ROWS);
+    }
+    int64_t total = total_points(s, "long");
+    assert_true(total <= COORD_STORE_METRIC_ROWS);
+    assert_true(total >= COORD_STORE_METRIC_ROWS / 4); /* thinned, not emptied */
+    /* The newest rows / 4 steps are all there; the oldest kept is near step 0. */
+    json_t *m = coord_store_metrics(s, "long", steps - rows / 4, 100000);
+    assert_int_equal(json_integer_value(json_object_get(m, "total_points")), rows / 4);
+    json_decref(m);
+    m = coord_store_metrics(s, "long", 0, 100000);
+    json_t *first = json_array_get(json_object_get(m, "points"), 0);
+    assert_true(json_integer_value(json_object_get(first, "step")) < steps / 100);
+    json_decref(m);
+    int n_events = 0;
+    assert_int_equal(
+        coord_store_events_after(s, 0, "long", "metric", 100000, count_event, &n_events), PF_OK);
+    assert_int_equal(n_events, COORD_STORE_EVENTS_KEPT);
+    coord_store_close(s);
+}
+
 static void test_events(void **state) {
     fixture *fx = *state;
     coord_store *s = open_store(fx);
@@ -608,6 +707,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_save_load_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_downsampling, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_stored_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoints, setup, teardown),
     };

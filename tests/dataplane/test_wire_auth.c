@@ -1,6 +1,8 @@
 /* test_wire_auth.c - the data plane's keys and proofs against the test vectors of
- * api/wire.md (computed with Python's hmac module, not with psflow), and the AUTH messages'
- * layouts. */
+ * api/wire.md (computed with Python's hmac module, not with psflow), the AUTH messages'
+ * layouts, and the message tags after the handshake (vectors from Python's cryptography
+ * ChaCha20Poly1305; a tag of another position, direction or message, or a short one, is refused).
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,6 +75,110 @@ static void test_vectors(void **state) {
     pf_wire_out_deinit(&o);
 }
 
+static const char VEC_HELLO[] = "505346570100010007000000000000001a00000000000000000000000100000005"
+                                "0000000000000006000000666d6e697374";
+
+/* The session of the api/wire.md vectors: one direction's pf_wire_mac. */
+static pf_wire_mac *vector_mac(pf_wire_direction dir) {
+    uint8_t job_key[PF_WIRE_KEY_SIZE], task_key[PF_WIRE_KEY_SIZE], hello[50], nps[32], nt[32];
+    pf_wire_job_key("s3cret-token", 12, "fmnist", job_key);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_WORKER, 1, task_key);
+    unhex(VEC_HELLO, hello, sizeof hello);
+    for (int i = 0; i < 32; i++) {
+        nps[i] = (uint8_t)i;
+        nt[i] = (uint8_t)(32 + i);
+    }
+    pf_wire_mac *m = pf_wire_mac_create(task_key, dir, hello, sizeof hello, nps, nt);
+    assert_non_null(m);
+    return m;
+}
+
+/* api/wire.md, "Integrity": the direction keys and tags of message bytes 0x00 .. 0x31. */
+static void test_tag_vectors(void **state) {
+    (void)state;
+    uint8_t job_key[PF_WIRE_KEY_SIZE], task_key[PF_WIRE_KEY_SIZE], hello[50], nps[32], nt[32];
+    uint8_t key[PF_WIRE_KEY_SIZE], tag[PF_WIRE_TAG_SIZE], msg[50];
+    pf_wire_job_key("s3cret-token", 12, "fmnist", job_key);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_WORKER, 1, task_key);
+    unhex(VEC_HELLO, hello, sizeof hello);
+    for (int i = 0; i < 50; i++)
+        msg[i] = (uint8_t)i;
+    for (int i = 0; i < 32; i++) {
+        nps[i] = (uint8_t)i;
+        nt[i] = (uint8_t)(32 + i);
+    }
+    pf_wire_mac_key(task_key, PF_WIRE_TO_PS, hello, sizeof hello, nps, nt, key);
+    assert_hex(key, "45bcfb541e076085eb341d7cd0803d67608f6d16b0755b89b12710467b1d168b");
+    struct iovec whole = {msg, sizeof msg}, none = {msg, 0};
+    pf_wire_tag(key, PF_WIRE_TO_PS, 0, &whole, 1, tag);
+    assert_hex(tag, "167304f2c224d720c48b0356dbb6ec7d");
+    pf_wire_tag(key, PF_WIRE_TO_PS, 0, &none, 1, tag);
+    assert_hex(tag, "c1bebfb936b8e5b168ce249b73c11706");
+    pf_wire_mac_key(task_key, PF_WIRE_TO_TASK, hello, sizeof hello, nps, nt, key);
+    assert_hex(key, "613ea2b75d07f2b0c7631939b46d4340aafe3b087e70cae02adf90a03e05d861");
+    /* in pieces, as a reply is sent: the same tag as the whole */
+    struct iovec pieces[3] = {{msg, 7}, {msg + 7, 0}, {msg + 7, 43}};
+    pf_wire_tag(key, PF_WIRE_TO_TASK, 1, pieces, 3, tag);
+    assert_hex(tag, "3da9b822fd540bb6e82b7401f52d30ce");
+    /* a pf_wire_mac signs message 0, then 1, ... */
+    pf_wire_mac *m = vector_mac(PF_WIRE_TO_TASK);
+    pf_wire_mac_sign(m, &whole, 1, tag);
+    assert_int_equal(pf_wire_mac_seq(m), 1);
+    pf_wire_mac_sign(m, pieces, 3, tag);
+    assert_hex(tag, "3da9b822fd540bb6e82b7401f52d30ce");
+    pf_wire_mac_destroy(m);
+    pf_wire_mac_destroy(NULL);
+}
+
+/* msg[0 .. 50) + its tag as the sender made it, into out (66 bytes). */
+static void sealed(pf_wire_mac *sender, uint8_t fill, uint8_t *out) {
+    memset(out, fill, 50);
+    struct iovec v = {out, 50};
+    pf_wire_mac_sign(sender, &v, 1, out + 50);
+}
+
+/* Every message checks in order; one out of place, changed, truncated, of the other
+ * direction or of another session is refused, and a refusal moves nothing. */
+static void test_tag_refusals(void **state) {
+    (void)state;
+    pf_wire_mac *tx = vector_mac(PF_WIRE_TO_PS), *rx = vector_mac(PF_WIRE_TO_PS);
+    pf_wire_mac *other_dir = vector_mac(PF_WIRE_TO_TASK);
+    uint8_t m0[66], m1[66], m2[66], back[66];
+    sealed(tx, 0xa0, m0);
+    sealed(tx, 0xa1, m1);
+    sealed(tx, 0xa2, m2);
+    sealed(other_dir, 0xa0, back); /* message 0 of the other direction, same bytes */
+    assert_false(pf_wire_mac_check(rx, back, sizeof back)); /* wrong direction */
+    assert_false(pf_wire_mac_check(rx, m1, sizeof m1));     /* m0 dropped: out of sequence */
+    assert_int_equal(pf_wire_mac_seq(rx), 0);
+    assert_true(pf_wire_mac_check(rx, m0, sizeof m0));
+    assert_false(pf_wire_mac_check(rx, m0, sizeof m0)); /* replayed */
+    uint8_t changed[66];
+    memcpy(changed, m1, sizeof changed);
+    changed[10] ^= 0x01;
+    assert_false(pf_wire_mac_check(rx, changed, sizeof changed));
+    memcpy(changed, m1, sizeof changed);
+    changed[65] ^= 0x80; /* the tag itself */
+    assert_false(pf_wire_mac_check(rx, changed, sizeof changed));
+    assert_false(pf_wire_mac_check(rx, m1, sizeof m1 - 1)); /* truncated tag */
+    assert_false(pf_wire_mac_check(rx, m1, PF_WIRE_TAG_SIZE - 1));
+    assert_false(pf_wire_mac_check(rx, m1, 0));
+    assert_true(pf_wire_mac_check(rx, m1, sizeof m1));
+    assert_true(pf_wire_mac_check(rx, m2, sizeof m2));
+    assert_int_equal(pf_wire_mac_seq(rx), 3);
+    /* another session (other nonces): nothing verifies */
+    uint8_t job_key[PF_WIRE_KEY_SIZE], task_key[PF_WIRE_KEY_SIZE], nonce[32] = {0};
+    pf_wire_job_key("s3cret-token", 12, "fmnist", job_key);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_WORKER, 1, task_key);
+    pf_wire_mac *fresh = pf_wire_mac_create(task_key, PF_WIRE_TO_PS, "x", 1, nonce, nonce);
+    assert_non_null(fresh);
+    assert_false(pf_wire_mac_check(fresh, m0, sizeof m0));
+    pf_wire_mac_destroy(fresh);
+    pf_wire_mac_destroy(tx);
+    pf_wire_mac_destroy(rx);
+    pf_wire_mac_destroy(other_dir);
+}
+
 static void test_nonces_differ(void **state) {
     (void)state;
     uint8_t a[PF_WIRE_NONCE_SIZE], b[PF_WIRE_NONCE_SIZE];
@@ -136,11 +242,92 @@ static void test_messages(void **state) {
     pf_wire_out_deinit(&o);
 }
 
+/* The key a task is given proves its own role and index only: no worker's key (what a
+ * compromised worker host holds) makes a proof the ps accepts for a HELLO as the chief, in a
+ * job with a chief or without one (where worker 0 is the chief, and only it). */
+static void test_worker_key_never_proves_chief(void **state) {
+    (void)state;
+    uint8_t job_key[PF_WIRE_KEY_SIZE], chief[PF_WIRE_KEY_SIZE], key[PF_WIRE_KEY_SIZE];
+    uint8_t want[PF_WIRE_MAC_SIZE], forged[PF_WIRE_MAC_SIZE], nonce_ps[32], nonce_task[32];
+    pf_wire_job_key("coordinator secret", 18, "fmnist", job_key);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_CHIEF, 0, chief);
+    memset(nonce_ps, 1, sizeof nonce_ps);
+    memset(nonce_task, 2, sizeof nonce_task);
+    uint8_t hello[50];
+    unhex(VEC_HELLO, hello, sizeof hello);
+    hello[24] = PF_WIRE_ROLE_CHIEF; /* the HELLO's role byte (api/wire.md "HELLO") */
+    memset(hello + 28, 0, 4);       /* task_index 0 */
+    pf_wire_proof(chief, PF_WIRE_PROOF_TASK, hello, sizeof hello, nonce_ps, nonce_task, want);
+    for (int has_chief = 0; has_chief <= 1; has_chief++) {
+        for (int k = 0; k < 64; k++) {
+            assert_int_equal(pf_wire_task_key_for(job_key, "worker", k, has_chief, key), PF_OK);
+            pf_wire_proof(key, PF_WIRE_PROOF_TASK, hello, sizeof hello, nonce_ps, nonce_task,
+                          forged);
+            /* worker 0 of a job without a chief is the chief: the one key that must pass */
+            int is_chief = !has_chief && k == 0;
+            assert_int_equal(pf_wire_mac_equal(want, forged), is_chief);
+            assert_int_equal(memcmp(key, chief, sizeof key) == 0, is_chief);
+        }
+        assert_int_equal(pf_wire_task_key_for(job_key, "evaluator", 0, has_chief, key), PF_OK);
+        pf_wire_proof(key, PF_WIRE_PROOF_TASK, hello, sizeof hello, nonce_ps, nonce_task, forged);
+        assert_false(pf_wire_mac_equal(want, forged));
+    }
+    /* The roles and indices each key is for, as a HELLO says them. */
+    uint8_t direct[PF_WIRE_KEY_SIZE];
+    assert_int_equal(pf_wire_task_key_for(job_key, "chief", 0, 1, key), PF_OK);
+    assert_memory_equal(key, chief, sizeof key);
+    assert_int_equal(pf_wire_task_key_for(job_key, "worker", 1, 1, key), PF_OK);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_WORKER, 2, direct);
+    assert_memory_equal(key, direct, sizeof key);
+    assert_int_equal(pf_wire_task_key_for(job_key, "worker", 1, 0, key), PF_OK);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_WORKER, 1, direct);
+    assert_memory_equal(key, direct, sizeof key);
+    assert_int_equal(pf_wire_task_key_for(job_key, "ps", 0, 0, key), PF_ERR_INVALID);
+    assert_int_equal(pf_wire_task_key_for(job_key, "chief", 1, 1, key), PF_ERR_INVALID);
+    assert_int_equal(pf_wire_task_key_for(job_key, "worker", -1, 1, key), PF_ERR_INVALID);
+    assert_int_equal(pf_wire_task_key_for(job_key, "tool", 0, 1, key), PF_ERR_INVALID);
+}
+
+/* Keys as text: 64 hex digits round-trip; anything else is refused and leaves the key. */
+static void test_key_hex(void **state) {
+    (void)state;
+    uint8_t key[PF_WIRE_KEY_SIZE], back[PF_WIRE_KEY_SIZE];
+    for (size_t i = 0; i < sizeof key; i++)
+        key[i] = (uint8_t)(i * 37 + 11);
+    char hex[PF_WIRE_KEY_HEX_SIZE], text[80];
+    pf_wire_key_hex(key, hex);
+    assert_int_equal(strlen(hex), 64);
+    assert_int_equal(pf_wire_key_parse_hex(hex, 64, back), PF_OK);
+    assert_memory_equal(key, back, sizeof key);
+    snprintf(text, sizeof text, "%s \r\n", hex); /* a file's line end */
+    memset(back, 0, sizeof back);
+    assert_int_equal(pf_wire_key_parse_hex(text, strlen(text), back), PF_OK);
+    assert_memory_equal(key, back, sizeof key);
+    for (int i = 0; hex[i]; i++) /* upper case too */
+        text[i] = hex[i] >= 'a' ? (char)(hex[i] - 32) : hex[i];
+    assert_int_equal(pf_wire_key_parse_hex(text, 64, back), PF_OK);
+    assert_memory_equal(key, back, sizeof key);
+    memset(back, 0x5a, sizeof back);
+    uint8_t untouched[PF_WIRE_KEY_SIZE];
+    memset(untouched, 0x5a, sizeof untouched);
+    assert_int_equal(pf_wire_key_parse_hex(hex, 63, back), PF_ERR_FORMAT);
+    snprintf(text, sizeof text, "%s0", hex);
+    assert_int_equal(pf_wire_key_parse_hex(text, 65, back), PF_ERR_FORMAT);
+    snprintf(text, sizeof text, "%s", hex);
+    text[40] = 'g';
+    assert_int_equal(pf_wire_key_parse_hex(text, 64, back), PF_ERR_FORMAT);
+    snprintf(text, sizeof text, " %s", hex);
+    assert_int_equal(pf_wire_key_parse_hex(text, 65, back), PF_ERR_FORMAT);
+    assert_int_equal(pf_wire_key_parse_hex("", 0, back), PF_ERR_FORMAT);
+    assert_memory_equal(back, untouched, sizeof back);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_vectors),
-        cmocka_unit_test(test_nonces_differ),
-        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_vectors),     cmocka_unit_test(test_nonces_differ),
+        cmocka_unit_test(test_tag_vectors), cmocka_unit_test(test_tag_refusals),
+        cmocka_unit_test(test_messages),    cmocka_unit_test(test_worker_key_never_proves_chief),
+        cmocka_unit_test(test_key_hex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

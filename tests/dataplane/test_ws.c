@@ -1,7 +1,8 @@
 /* test_ws.c - the data-plane transport on 127.0.0.1: the opening handshake (RFC 6455's own
  * example key and answer; a client refusing a wrong answer), round trips of small and
  * fragmented messages, byte-exact reassembly, sends to closed connections, receiving in
- * place, the message size cap and connection failures. Every send is pf_ws_sendv, the
+ * place, the message size cap, the admission of untrusted connections and connection
+ * failures. Every send is pf_ws_sendv, the
  * production path. Waits use condition variables or poll() with deadlines, never sleeps. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -623,6 +624,90 @@ static void test_handshake_garbage(void **state) {
     ep_deinit(&s);
 }
 
+/* A raw connection from 127.0.0.<last> that finishes the WebSocket upgrade: once it has
+ * the answer, the server has accepted it (and made room for it). */
+static int stranger_upgraded(int port, int last) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in from = {.sin_family = AF_INET};
+    from.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)last);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char req[] =
+        "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof req - 1), (ssize_t)(sizeof req - 1));
+    char answer[1024];
+    read_http(fd, answer, sizeof answer);
+    assert_true(strncmp(answer, "HTTP/1.1 101 ", 13) == 0);
+    return fd;
+}
+
+/* Whether the server closes fd within ms milliseconds. */
+static int closed_within(int fd, int ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    char b[64];
+    return poll(&p, 1, ms) == 1 && read(fd, b, sizeof b) <= 0;
+}
+
+/* Untrusted connections have slots of their own, which a newcomer takes from the one that
+ * got further longest ago: of its address's when that address holds its share, else of
+ * all; a trusted connection is never dropped and keeps working. */
+static void test_untrusted_make_room(void **state) {
+    (void)state;
+    endpoint s, c;
+    ep_init(&s);
+    ep_init(&c);
+    s.echo = 1;
+    pf_ws *srv, *cli;
+    pf_error err;
+    pf_ws_options o = {.max_connections = 2, .max_untrusted = 4, .max_untrusted_per_address = 2};
+    assert_int_equal(
+        pf_ws_server_create_with("127.0.0.1", 0, 1u << 20, &o, &handlers, &s, &srv, &err), PF_OK);
+    int port = pf_ws_port(srv);
+    assert_int_equal(pf_ws_client_create(1u << 20, &handlers, &c, &cli, &err), PF_OK);
+    uint64_t trusted;
+    assert_int_equal(pf_ws_connect(cli, "127.0.0.1", port, NULL, &trusted), PF_OK);
+    assert_true(wait_for(&c, &c.opened, 1));
+    pthread_mutex_lock(&s.mu);
+    s.stranger = 1; /* from now on, no connection is trusted */
+    s.echo = 0;
+    pthread_mutex_unlock(&s.mu);
+    /* Its address's share: a third from 127.0.0.2 drops the oldest from there. */
+    int a = stranger_upgraded(port, 2), b = stranger_upgraded(port, 2);
+    int c2 = stranger_upgraded(port, 2);
+    assert_true(closed_within(a, 5000));
+    /* All four slots: the one that got further longest ago goes, not b, which is older but
+     * has delivered a message since. */
+    int d = stranger_upgraded(port, 3), e = stranger_upgraded(port, 4);
+    static const uint8_t frame[] = {0x82, 0x81, 0, 0, 0, 0, 7}; /* a 1-byte message */
+    assert_int_equal(write(b, frame, sizeof frame), (ssize_t)sizeof frame);
+    assert_true(wait_for(&s, &s.messages, 1));
+    int f = stranger_upgraded(port, 5);
+    assert_true(closed_within(c2, 5000));
+    assert_false(closed_within(b, 200));
+    assert_false(closed_within(d, 0));
+    assert_false(closed_within(e, 0));
+    assert_false(closed_within(f, 0));
+    /* Ten more strangers: the trusted connection is never the one dropped. */
+    for (int i = 0; i < 10; i++)
+        close(stranger_upgraded(port, 6 + i % 3));
+    assert_int_equal(c.closed, 0);
+    pthread_mutex_lock(&s.mu);
+    s.echo = 1;
+    pthread_mutex_unlock(&s.mu);
+    assert_int_equal(send_message(cli, trusted, 5000, 9, NULL), PF_OK);
+    assert_true(wait_for(&c, &c.messages, 1));
+    check_payload(&c, 5000, 9);
+    int fds[] = {a, b, c2, d, e, f};
+    for (int i = 0; i < 6; i++)
+        close(fds[i]);
+    destroy_pair(&s, &c, srv, cli);
+}
+
 /* A client sends a fresh 16-byte key in base64 and refuses an answer whose accept value is
  * not the one for it: the connection never opens. */
 static void test_handshake_wrong_accept(void **state) {
@@ -779,6 +864,7 @@ int main(void) {
         cmocka_unit_test(test_settle_out_of_memory),
         cmocka_unit_test(test_connect_refused),
         cmocka_unit_test(test_handshake_garbage),
+        cmocka_unit_test(test_untrusted_make_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,10 +16,14 @@
  * any other pid becomes this process's with the descriptor, size and token as sent, so the
  * ps never looks at another process's descriptors and the segment paths past the attach
  * (record checks, values written into the segment) are reached.
- * Oracles: every reply the ps sends decodes; nothing but AUTH_CHALLENGE or ERROR answers
- * a connection that has not been accepted yet, and with a key no HELLO_ACK comes without a
- * right proof before it; a connection the ps closed gets nothing more; and the sanitizers.
- * Seeds: tests/data/ps/valid/ (conversations written by tests/fuzz/ps_seeds.py).
+ * With a key, once a right proof was answered with AUTH_OK the harness tags every message it
+ * sends on that connection (api/wire.md "Integrity"), except an empty one, which goes as 16
+ * bytes of a wrong tag; and it checks and strips the tag of every reply.
+ * Oracles: every reply the ps sends decodes (after its tag verifies, where one is due); nothing but
+ * AUTH_CHALLENGE or ERROR answers a connection that has not been accepted yet, and with a key no
+ * HELLO_ACK comes without a right proof before it; a connection the ps closed gets nothing more;
+ * and the sanitizers. Seeds: tests/data/ps/valid/ (conversations written by
+ * tests/fuzz/ps_seeds.py).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -53,6 +57,7 @@ typedef struct conn_state {
     uint32_t request_id;
     uint8_t nonce_ps[PF_WIRE_NONCE_SIZE];
     int challenged;
+    pf_wire_mac *tx, *rx; /* the message tags once AUTH_OK came after a right proof */
 } conn_state;
 
 static struct {
@@ -85,9 +90,15 @@ static void on_send(void *user, uint64_t conn, const struct iovec *parts, int n)
             abort();
         memcpy(dst, parts[i].iov_base, parts[i].iov_len);
     }
+    size_t len = h.reply.len;
+    if (c->rx) {
+        if (!pf_wire_mac_check(c->rx, h.reply.data, len))
+            abort(); /* the ps's tag does not verify */
+        len -= PF_WIRE_TAG_SIZE;
+    }
     pf_wire_msg m;
     pf_error err;
-    if (pf_wire_decode(&h.in, h.reply.data, h.reply.len, &m, &err) != PF_OK)
+    if (pf_wire_decode(&h.in, h.reply.data, len, &m, &err) != PF_OK)
         abort(); /* the ps sent a malformed message */
     if (!c->accepted && m.type != PF_WIRE_ERROR && m.type != PF_WIRE_AUTH_CHALLENGE &&
         m.type != PF_WIRE_AUTH_OK && m.type != PF_WIRE_HELLO_ACK)
@@ -100,7 +111,20 @@ static void on_send(void *user, uint64_t conn, const struct iovec *parts, int n)
         c->proved = 0;
     }
     if (m.type == PF_WIRE_AUTH_OK && (!h.with_key || !c->proved))
-        abort(); /* AUTH_OK without a right proof */
+        abort();                     /* AUTH_OK without a right proof */
+    if (m.type == PF_WIRE_AUTH_OK) { /* from now on every message both ways is tagged */
+        uint8_t key[PF_WIRE_KEY_SIZE], nonce_task[PF_WIRE_NONCE_SIZE];
+        memset(nonce_task, 0xa5, sizeof nonce_task); /* send_proof's */
+        pf_wire_task_key(h.job_key, c->role, c->task, key);
+        pf_wire_mac_destroy(c->tx);
+        pf_wire_mac_destroy(c->rx);
+        c->tx =
+            pf_wire_mac_create(key, PF_WIRE_TO_PS, c->hello, c->hello_len, c->nonce_ps, nonce_task);
+        c->rx = pf_wire_mac_create(key, PF_WIRE_TO_TASK, c->hello, c->hello_len, c->nonce_ps,
+                                   nonce_task);
+        if (!c->tx || !c->rx)
+            abort();
+    }
     if (m.type == PF_WIRE_HELLO_ACK) {
         if (h.with_key && !c->proved)
             abort(); /* authenticated without a right proof */
@@ -175,18 +199,43 @@ static ps_server *start_ps(int with_key, int variant) {
     return s;
 }
 
+static void forget_conn(conn_state *c) {
+    pf_wire_mac_destroy(c->tx);
+    pf_wire_mac_destroy(c->rx);
+    memset(c, 0, sizeof *c);
+}
+
 static void open_conn(ps_server *s, conn_state *c) {
     if (c->open && !c->closed_by_ps)
         return;
     if (c->open)
         ps_server_sink_close(s, c->id); /* the transport reports the close */
-    memset(c, 0, sizeof *c);
+    forget_conn(c);
     c->id = ++h.next_id;
     c->open = 1;
     ps_server_sink_open(s, c->id);
 }
 
-/* Sends a copy of msg (aligned, exact size, so reads past it are caught). */
+/* Hands msg to the ps in a copy of its exact size (so reads past it are caught), tagged
+ * once the connection's messages are (an empty one then goes as a wrong tag alone). */
+static void deliver(ps_server *s, conn_state *c, const uint8_t *msg, size_t len) {
+    uint8_t *copy = malloc(len + (c->tx ? PF_WIRE_TAG_SIZE : 0) + 1);
+    if (!copy)
+        return;
+    memcpy(copy, msg, len);
+    if (c->tx && len == 0) {
+        memset(copy, 0x5a, PF_WIRE_TAG_SIZE);
+        len = PF_WIRE_TAG_SIZE;
+    } else if (c->tx) {
+        struct iovec v = {copy, len};
+        pf_wire_mac_sign(c->tx, &v, 1, copy + len);
+        len += PF_WIRE_TAG_SIZE;
+    }
+    ps_server_sink_message(s, c->id, copy, len);
+    free(copy);
+}
+
+/* Sends a copy of msg, a HELLO remembered and a SEG_ATTACH made to name this process. */
 static void send_msg(ps_server *s, conn_state *c, const uint8_t *msg, size_t len) {
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy)
@@ -215,7 +264,7 @@ static void send_msg(ps_server *s, conn_state *c, const uint8_t *msg, size_t len
         }
     }
     c->proved = 0;
-    ps_server_sink_message(s, c->id, copy, len);
+    deliver(s, c, copy, len);
     free(copy);
 }
 
@@ -238,7 +287,7 @@ static void send_proof(ps_server *s, conn_state *c, int flip) {
         pf_wire_out_gather(&out, &b) == PF_OK) {
         c->challenged = 0;
         c->proved = !flip;
-        ps_server_sink_message(s, c->id, b.data, b.len);
+        deliver(s, c, b.data, b.len);
     }
     pf_buf_deinit(&b);
     pf_wire_out_deinit(&out);
@@ -260,6 +309,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 ps_server_sink_close(s, c->id);
                 c->open = 0;
                 c->closed_by_ps = 0;
+                pf_wire_mac_destroy(c->tx);
+                pf_wire_mac_destroy(c->rx);
+                c->tx = c->rx = NULL;
             }
             continue;
         }
@@ -278,5 +330,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     ps_server_destroy(s);
+    for (int i = 0; i < N_CONN; i++)
+        forget_conn(&h.c[i]);
     return 0;
 }

@@ -37,6 +37,13 @@ cleanup() {
 trap cleanup EXIT
 cd "$WORK"
 
+# The agent token of the coordinators and agents a test starts by hand (psflow up gives its
+# own a file of their own): a coordinator's agent routes (registration, heartbeat, reports)
+# take nothing else, so a curl that plays an agent sends "${AGENT_AUTH[@]}".
+PSFLOW_AGENT_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export PSFLOW_AGENT_TOKEN
+AGENT_AUTH=(-H "Authorization: Bearer $PSFLOW_AGENT_TOKEN")
+
 fail() {
   echo "FAIL: $*" >&2
   exit 1
@@ -249,7 +256,8 @@ logged_step_past() {
 }
 
 # up_start ARGS...: starts `psflow up --port 0 --dir $WORK/up ARGS` in the background and
-# sets UP_PID, URL and COORD_PID once every agent has registered.
+# sets UP_PID, URL, COORD_PID, PSFLOW_AGENT_TOKEN_FILE and AGENT_AUTH (its agent token) once
+# every agent has registered.
 up_start() {
   "$PSFLOW_BIN" up --port 0 --dir "$WORK/up" "$@" >"$WORK/up.out" 2>"$WORK/up.err" &
   UP_PID=$!
@@ -260,6 +268,10 @@ up_start() {
     sleep 0.2
   done
   URL=$(sed -n 's|^dashboard: \(https\{0,1\}://[0-9.:]*\)/$|\1|p' "$WORK/up.out")
+  # Agents started by hand and curls that play one use psflow up's agent token.
+  unset PSFLOW_AGENT_TOKEN
+  export PSFLOW_AGENT_TOKEN_FILE=$WORK/up/agent-token
+  AGENT_AUTH=(-H "Authorization: Bearer $(cat "$PSFLOW_AGENT_TOKEN_FILE")")
   COORD_PID=$(sed -n 's/.*coordinator http[^ ]* (pid \([0-9]*\),.*/\1/p' "$WORK/up.err")
   [ -n "$URL" ] && [ -n "$COORD_PID" ] || fail "cannot read the URL and pid from psflow up"
 }

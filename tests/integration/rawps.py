@@ -2,7 +2,11 @@
 the message layouts of api/wire.md, written from the document and not from psflow's codec.
 
 Used as a module by tests/integration/test_dataplane_auth.sh (python3 -c 'import rawps ...').
+Message tags after the handshake (api/wire.md "Integrity") are ChaCha20-Poly1305 from the
+system's libcrypto through ctypes (Python's standard library has no AEAD).
 """
+import ctypes
+import ctypes.util
 import hashlib
 import hmac
 import os
@@ -25,6 +29,36 @@ class Closed(Exception):
     pass
 
 
+_crypto = None
+
+
+def tag_of(key, direction, seq, msg):
+    """The tag of message `seq` of a direction (0: task to ps, 1: ps to task):
+    ChaCha20-Poly1305 under key, nonce u32 direction + u64 seq little-endian, msg as
+    additional data only."""
+    global _crypto
+    if _crypto is None:
+        _crypto = ctypes.CDLL(ctypes.util.find_library("crypto") or "libcrypto.so.3")
+        _crypto.EVP_CIPHER_CTX_new.restype = ctypes.c_void_p
+        _crypto.EVP_chacha20_poly1305.restype = ctypes.c_void_p
+        for f in ("EVP_EncryptInit_ex", "EVP_EncryptUpdate", "EVP_EncryptFinal_ex",
+                  "EVP_CIPHER_CTX_ctrl"):
+            getattr(_crypto, f).restype = ctypes.c_int
+        _crypto.EVP_CIPHER_CTX_free.argtypes = [ctypes.c_void_p]
+    c = _crypto
+    ctx = ctypes.c_void_p(c.EVP_CIPHER_CTX_new())
+    n, tag, iv = ctypes.c_int(0), ctypes.create_string_buffer(16), struct.pack("<IQ", direction, seq)
+    ok = (c.EVP_EncryptInit_ex(ctx, ctypes.c_void_p(c.EVP_chacha20_poly1305()), None, None, None) == 1
+          and c.EVP_CIPHER_CTX_ctrl(ctx, 0x9, 12, None) == 1  # EVP_CTRL_AEAD_SET_IVLEN
+          and c.EVP_EncryptInit_ex(ctx, None, None, key, iv) == 1
+          and (not msg or c.EVP_EncryptUpdate(ctx, None, ctypes.byref(n), msg, len(msg)) == 1)
+          and c.EVP_EncryptFinal_ex(ctx, ctypes.create_string_buffer(16), ctypes.byref(n)) == 1
+          and c.EVP_CIPHER_CTX_ctrl(ctx, 0x10, 16, tag) == 1)  # EVP_CTRL_AEAD_GET_TAG
+    c.EVP_CIPHER_CTX_free(ctx)
+    assert ok, "libcrypto's ChaCha20-Poly1305 failed"
+    return tag.raw
+
+
 class Conn:
     def __init__(self, port, host="127.0.0.1", timeout=10):
         self.s = socket.create_connection((host, port), timeout=timeout)
@@ -41,6 +75,7 @@ class Conn:
         head, self.buf = head.split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 101"), head
         self.next_id = 1
+        self.tx = self.rx = None  # [key, direction, next seq] once the proofs are done
 
     def close(self):
         self.s.close()
@@ -91,12 +126,26 @@ class Conn:
         rid = request_id if request_id is not None else self.next_id
         self.next_id += 1
         msg = struct.pack("<IHHIIQ", MAGIC, 1, TYPES[mtype], rid, 0, len(payload)) + payload
-        self.send_frame(msg)
         self.last_sent = msg
+        self.send_frame(self.seal(msg))
         return self.recv()
+
+    def seal(self, msg):
+        """msg with its tag appended, once the proofs are done; msg as it is before."""
+        if not self.tx:
+            return msg
+        tag = tag_of(self.tx[0], self.tx[1], self.tx[2], msg)
+        self.tx[2] += 1
+        return msg + tag
 
     def recv(self):
         msg = self.recv_frame()
+        if self.rx:
+            body, tag = msg[:-16], msg[-16:]
+            assert len(msg) >= 16 and hmac.compare_digest(
+                tag, tag_of(self.rx[0], self.rx[1], self.rx[2], body)), "the ps's tag is wrong"
+            self.rx[2] += 1
+            msg = body
         magic, ver, mtype, rid, flags, plen = struct.unpack("<IHHIIQ", msg[:24])
         assert magic == MAGIC and len(msg) == 24 + plen, msg[:24]
         return NAMES.get(mtype, str(mtype)), rid, msg[24:]
@@ -171,6 +220,8 @@ LABEL_JOB = b"psflow data plane v1 job key"
 LABEL_TASK = b"psflow data plane v1 task key"
 LABEL_PROOF = b"psflow data plane v1 task proof"
 LABEL_PS = b"psflow data plane v1 ps proof"
+LABEL_TO_PS = b"psflow data plane v1 task-to-ps mac key"
+LABEL_TO_TASK = b"psflow data plane v1 ps-to-task mac key"
 
 
 def job_key(token, job):
@@ -185,6 +236,13 @@ def task_key(jkey, role, task):
 def proof(tkey, label, hello_msg, nonce_ps, nonce_task):
     return hmac.new(tkey, label + b"\0" + hello_msg + nonce_ps + nonce_task,
                     hashlib.sha256).digest()
+
+
+def start_integrity(c, tkey, hello_msg, nonce_ps, nonce_task):
+    """After AUTH_OK: every message both ways carries a tag (api/wire.md "Integrity")."""
+    t = hello_msg + nonce_ps + nonce_task
+    c.tx = [hmac.new(tkey, LABEL_TO_PS + b"\0" + t, hashlib.sha256).digest(), 0, 0]
+    c.rx = [hmac.new(tkey, LABEL_TO_TASK + b"\0" + t, hashlib.sha256).digest(), 1, 0]
 
 
 def authed_hello(c, role, task, incarnation, job, token, forge=None):
@@ -203,5 +261,6 @@ def authed_hello(c, role, task, incarnation, job, token, forge=None):
     if ans[0] == "AUTH_OK":
         want = proof(tkey, LABEL_PS, hello_msg, nonce_ps, nonce_task)
         assert hmac.compare_digest(ans[2], want), "the ps's proof is wrong"
+        start_integrity(c, tkey, hello_msg, nonce_ps, nonce_task)
         ans = c.recv()
     return ans

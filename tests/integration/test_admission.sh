@@ -91,10 +91,10 @@ wait_until 120 "job in-root Succeeded" phase_is in-root Succeeded
 # A ps agent with little memory (registered by hand, as an agent would): a job whose ps
 # share exceeds it is refused naming /replicas/ps; a sync job that fits with 1 worker is
 # refused when PATCH asks for 4 (4 pending gradients and push buffers per ps).
-curl -sf -X POST -H 'Content-Type: application/json' \
+curl -sf -X POST "${AGENT_AUTH[@]}" -H 'Content-Type: application/json' \
   --data '{"id": "w-big", "role": "worker", "address": "127.0.0.1:1", "memory_bytes": 1073741824}' \
   "$URL/api/v1/nodes" >/dev/null || fail "registering w-big"
-curl -sf -X POST -H 'Content-Type: application/json' \
+curl -sf -X POST "${AGENT_AUTH[@]}" -H 'Content-Type: application/json' \
   --data '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": '$(((32 << 20) + 10000))'}' \
   "$URL/api/v1/nodes" >/dev/null || fail "registering ps-big again with 32 MiB + 10000 bytes"
 refused /replicas/ps '{"name": "wide", "model": {"type": "softmax", "inputs": 100, "outputs": 10},
@@ -104,7 +104,7 @@ refused /replicas/ps '{"name": "wide", "model": {"type": "softmax", "inputs": 10
 # linear, 1 input, 2 ps: P = 2, one parameter (one shard) each; sync: 32 MiB + 4 (1 + 0 + T)
 # + 2 T (4 + 88 + 32) bytes per ps, 32 MiB + 256 with T = 1, 32 MiB + 1012 with T = 4. Two
 # ps tasks and one ps agent: it waits, never runs.
-curl -sf -X POST -H 'Content-Type: application/json' \
+curl -sf -X POST "${AGENT_AUTH[@]}" -H 'Content-Type: application/json' \
   --data '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": '$(((32 << 20) + 300))'}' \
   "$URL/api/v1/nodes" >/dev/null || fail "registering ps-big again with 32 MiB + 300 bytes"
 submit "$(NAME=tiny base '"replicas": {"ps": 2}, "training": {"mode": "sync", "max_steps": 100}')"
@@ -123,7 +123,8 @@ pass "a ps share over the largest ps agent's memory is refused, at submit and wh
 # instead of allocating (the job's log says so).
 for reg in '{"id": "ps-big", "role": "ps", "address": "127.0.0.1:'"$ps_port"'", "memory_bytes": 1073741824}' \
   '{"id": "w-huge", "role": "worker", "address": "127.0.0.1:2", "memory_bytes": 1073741824}'; do
-  curl -sf -X POST -H 'Content-Type: application/json' --data "$reg" "$URL/api/v1/nodes" \
+  curl -sf -X POST "${AGENT_AUTH[@]}" -H 'Content-Type: application/json' --data "$reg" \
+    "$URL/api/v1/nodes" \
     >/dev/null || fail "registering $reg"
 done
 submit '{"name": "lands-small", "replicas": {"worker": 2},

@@ -186,6 +186,7 @@ nonce_task = os.urandom(32)
 tkey = rawps.task_key(jkey, "worker", 1)
 old_proof = nonce_task + rawps.proof(tkey, rawps.LABEL_PROOF, old_hello, nonce_ps, nonce_task)
 assert c.request("AUTH_PROOF", old_proof, request_id=ans[1])[0] == "AUTH_OK"
+rawps.start_integrity(c, tkey, old_hello, nonce_ps, nonce_task)
 assert c.recv()[0] == "HELLO_ACK"
 c.close()
 r = Conn(port)

@@ -4,12 +4,14 @@
 # A ps's data-plane limits (api/wire.md "Limits", docs/security.md) against a hostile
 # crowd on 127.0.0.1 (tests/integration/dataplane_flood.py), while a real job trains:
 #  - 2,000 connections that finish the WebSocket upgrade and then say nothing, and 400 that
-#    send half of the largest frame a peer may send before HELLO, are all closed by the idle
-#    timeout (shortened to 3 s by --idle-timeout);
+#    send half of the largest frame a peer may send before HELLO, are all closed: each
+#    newcomer takes the slot of the oldest (64 untrusted slots), and the last ones go by the
+#    idle timeout (shortened to 3 s by --idle-timeout);
 #  - a frame header announcing 1 GiB before HELLO, and NUL bytes instead of an upgrade
 #    request (answered 400), are refused at once;
-#  - the ps's peak RSS stays within its baseline + 16 KiB per connection + --max-buffered
-#    (the bound docs/security.md states), and the refusals are logged without a flood;
+#  - the ps's peak RSS stays within its baseline + 16 KiB x --max-connections + 20 KiB x
+#    --max-untrusted + --max-buffered (the bound docs/security.md states), and the refusals
+#    are logged without a flood;
 #  - the worker, started while the crowd is connected, trains the job to the end.
 source "$(dirname "$0")/lib.sh"
 
@@ -27,6 +29,7 @@ JSON
 read -r ps_port w_port <<<"$(free_ports 2)"
 MAX_CONNECTIONS=2500
 MAX_BUFFERED=$((4 << 20))
+MAX_UNTRUSTED=64 # the default
 TF_CONFIG=$(tf_config ps 0 "$ps_port" "$w_port") \
   "$PSFLOW_BIN" ps --job job.json --checkpoint-dir "$WORK/ckpt" --idle-timeout 3 \
   --max-connections $MAX_CONNECTIONS --max-buffered $MAX_BUFFERED 2>ps.log &
@@ -46,7 +49,7 @@ WORKER=$!
 wait_pid "$WORKER" 120 || { tail -n 20 worker.log ps.log >&2; fail "the worker failed"; }
 json_field worker.out 'd' >/dev/null ||
   fail "the worker printed no result: $(cat worker.out)"
-pass "the worker trained the job to the end while $N_IDLE idle and $N_HALF half-sent connections were open"
+pass "the worker trained the job to the end while $N_IDLE idle and $N_HALF half-sent connections came in"
 
 wait_pid "$FLOOD" 180 || { cat flood.err >&2; fail "the crowd's checks failed"; }
 cat flood.json
@@ -58,10 +61,10 @@ pass "all $closed connections were closed by the ps; the 1 GiB frame and the NUL
 
 peak=$(json_field flood.json 'd["peak_rss_kib"]')
 base=$(json_field flood.json 'd["baseline_rss_kib"]')
-bound=$((base + MAX_CONNECTIONS * 16 + MAX_BUFFERED / 1024))
+bound=$((base + MAX_CONNECTIONS * 16 + MAX_UNTRUSTED * 20 + MAX_BUFFERED / 1024))
 echo "ps RSS: baseline $base KiB, peak $peak KiB, bound $bound KiB"
 [ "$peak" -le "$bound" ] || fail "peak RSS $peak KiB over the bound $bound KiB"
-pass "the ps's peak RSS ($peak KiB) stayed within baseline + 16 KiB x $MAX_CONNECTIONS + max-buffered ($bound KiB)"
+pass "the ps's peak RSS ($peak KiB) stayed within baseline + 16 KiB x $MAX_CONNECTIONS + 20 KiB x $MAX_UNTRUSTED + max-buffered ($bound KiB)"
 
 grep -q 'idle timeout' ps.log || fail "the ps did not log the idle timeout"
 grep -q 'before HELLO' ps.log || fail "the ps did not log the oversized frame"

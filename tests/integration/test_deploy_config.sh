@@ -4,8 +4,9 @@
 #     `docker compose config -q` (v2); then the resolved file: only the coordinator
 #     publishes a port, on 127.0.0.1; agents have no fixed names or ports (so --scale
 #     works), wait for a healthy coordinator and share the checkpoint volume; a token is
-#     required by default: the coordinator generates it into the token volume, which the
-#     agents mount read-only and read it from.
+#     required by default: the coordinator generates it into the token volume, and the
+#     agents' token into the agent-token volume, which the agents mount read-only and read
+#     it from (they never see the API token).
 #  2. deploy/kubernetes: it ships no token (no Secret manifest, `kubectl kustomize` fails
 #     until the user generates deploy/kubernetes/token, which git ignores); a copy with a
 #     generated token is rendered with `kubectl kustomize` when kubectl exists, else its
@@ -98,6 +99,10 @@ expect(test[:3] == ["CMD", "psflow", "health"],
 expect(any(v.startswith("db:") or (isinstance(v, dict) and v.get("source") == "db")
            for v in coord.get("volumes", [])), "coordinator: the db volume holds the database")
 env_by_cmd = [["coordinator", coord.get("environment", {})]]
+# The coordinator answers only to its own names and PSFLOW_ALLOWED_HOSTS (DNS rebinding).
+allowed = str(coord.get("environment", {}).get("PSFLOW_ALLOWED_HOSTS") or "").split(",")
+expect("coordinator" in [a.strip() for a in allowed],
+       "coordinator: PSFLOW_ALLOWED_HOSTS must name 'coordinator', the agents' name for it")
 for name in ("ps", "worker"):
     s = services[name]
     cmd = s.get("command", [])
@@ -114,7 +119,7 @@ for name in ("ps", "worker"):
     expect(s.get("environment", {}).get("PSFLOW_CHECKPOINT_DIR") == "/var/lib/psflow/checkpoints",
            "%s: PSFLOW_CHECKPOINT_DIR is the shared volume" % name)
     env_by_cmd.append([name, s.get("environment", {})])
-expect(set(doc.get("volumes", {})) == {"db", "checkpoints", "token"},
+expect(set(doc.get("volumes", {})) == {"db", "checkpoints", "token", "agent-token"},
        "volumes: %s" % doc.get("volumes"))
 # A token by default: the coordinator generates it into the token volume; agents read it.
 def mounts(service):
@@ -134,12 +139,25 @@ expect(token_dir and token_file.startswith(token_dir.rstrip("/") + "/"),
 expect(not mounts(coord).get("token", (None, True))[1], "coordinator: the token volume is read-only")
 expect(str(cenv.get("PSFLOW_GENERATE_TOKEN")) in ("1", "true"),
        "coordinator: PSFLOW_GENERATE_TOKEN must be on (a token from the first start)")
+# The agents never see the API token: the coordinator writes the agent token into a volume
+# of its own, which the agents mount read-only and read through PSFLOW_AGENT_TOKEN_FILE.
+agent_file = cenv.get("PSFLOW_AGENT_TOKEN_FILE") or ""
+agent_dir = mounts(coord).get("agent-token", (None, None))[0]
+expect(agent_dir and agent_file.startswith(agent_dir.rstrip("/") + "/"),
+       "coordinator: PSFLOW_AGENT_TOKEN_FILE %r is not in the agent-token volume (%s)"
+       % (agent_file, agent_dir))
+expect(not mounts(coord).get("agent-token", (None, True))[1],
+       "coordinator: the agent-token volume is read-only")
 for name in ("ps", "worker"):
     s = services[name]
-    expect(s.get("environment", {}).get("PSFLOW_TOKEN_FILE") == token_file,
-           "%s: PSFLOW_TOKEN_FILE must be the coordinator's %s" % (name, token_file))
-    expect(mounts(s).get("token") == (token_dir, True),
-           "%s: the token volume read-only at %s: %s" % (name, token_dir, mounts(s).get("token")))
+    senv = s.get("environment", {})
+    expect(senv.get("PSFLOW_AGENT_TOKEN_FILE") == agent_file,
+           "%s: PSFLOW_AGENT_TOKEN_FILE must be the coordinator's %s" % (name, agent_file))
+    expect(mounts(s).get("agent-token") == (agent_dir, True),
+           "%s: the agent-token volume read-only at %s: %s"
+           % (name, agent_dir, mounts(s).get("agent-token")))
+    expect("token" not in mounts(s) and "PSFLOW_TOKEN_FILE" not in senv and
+           "PSFLOW_TOKEN" not in senv, "%s: an agent must not get the API token" % name)
 json.dump(env_by_cmd, open(sys.argv[2], "w"))
 for e in errors:
     print("docker-compose.yml:", e)
@@ -266,6 +284,15 @@ if not errors:
                "coordinator: %s on %s, found %s" % (probe, path, get.get("path")))
         port = get.get("port")
         expect(ports.get(port, port) == 8080, "coordinator: %s port %s is not 8080" % (probe, port))
+    # The agents call it by the Service's name: it must be an allowed Host (DNS rebinding).
+    names = [e["name"] for e in c.get("env", [])]
+    allowed = env(c).get("PSFLOW_ALLOWED_HOSTS", {}).get("value", "").split(",")
+    expect("psflow-coordinator" in allowed,
+           "coordinator: PSFLOW_ALLOWED_HOSTS must name psflow-coordinator: %s" % allowed)
+    if any("$(POD_NAMESPACE)" in a for a in allowed):
+        expect("POD_NAMESPACE" in names and
+               names.index("POD_NAMESPACE") < names.index("PSFLOW_ALLOWED_HOSTS"),
+               "coordinator: POD_NAMESPACE must come before PSFLOW_ALLOWED_HOSTS")
     expect(selects(coord_svc, coord), "Service psflow-coordinator does not select the coordinator")
     expect([p["port"] for p in coord_svc["spec"]["ports"]] == [8080],
            "Service psflow-coordinator: port 8080")

@@ -12,23 +12,26 @@ source "$(dirname "$0")/lib.sh"
 
 read -r port <<<"$(free_ports 1)"
 URL=http://127.0.0.1:$port
-# 8 connections: 6 ordinary slots and a reserve of 2.
+# 8 connections: 6 ordinary slots and a reserve of 2. Eviction of the clients that have
+# waited longest for their request is put off for a minute, so the silent clients here hold
+# their slots as long as this test needs (test_slowloris.sh checks eviction).
 "$PSFLOW_BIN" coordinator --listen "127.0.0.1:$port" --db "$WORK/psflow.db" \
-  --max-connections 8 --connection-timeout 10 --max-streams 2 2>"$WORK/coordinator.log" &
+  --max-connections 8 --connection-timeout 10 --max-streams 2 --evict-after-ms 60000 \
+  2>"$WORK/coordinator.log" &
 COORD=$!
 wait_until 30 "the coordinator ready" curl -sf "$URL/readyz"
-curl -sf -X POST -H 'Content-Type: application/json' \
+curl -sf -X POST "${AGENT_AUTH[@]}" -H 'Content-Type: application/json' \
   --data '{"id": "agent-1", "role": "worker", "address": "127.0.0.1:2999"}' \
   "$URL/api/v1/nodes" >/dev/null || fail "registering an agent"
 
 python3 - "$port" <<'PY' || fail "connection limits"
-import socket, subprocess, sys, time
+import os, socket, subprocess, sys, time
 port = int(sys.argv[1])
 url = "http://127.0.0.1:%d" % port
 
-def curl(path, method="GET", body=None):
+def curl(path, method="GET", body=None, extra=()):
     """(status, headers) of one request on a new connection."""
-    args = ["curl", "-s", "-o", "/dev/null", "-D", "-", "--max-time", "5", "-X", method]
+    args = ["curl", "-s", "-o", "/dev/null", "-D", "-", "--max-time", "5", "-X", method, *extra]
     if body is not None:
         args += ["-H", "Content-Type: application/json", "--data", body]
     r = subprocess.run(args + [url + path], capture_output=True, text=True)
@@ -40,7 +43,8 @@ def served():
     return curl("/livez")[0] == "200"
 
 def heartbeat():
-    return curl("/api/v1/nodes/agent-1/heartbeat", "POST", '{"state": "idle"}')[0] == "200"
+    return curl("/api/v1/nodes/agent-1/heartbeat", "POST", '{"state": "idle"}',
+                ["-H", "Authorization: Bearer " + os.environ["PSFLOW_AGENT_TOKEN"]])[0] == "200"
 
 def closed_by_server(s, wait=0.5):
     """True when the server has closed s (EOF, possibly after an error answer)."""
@@ -148,7 +152,7 @@ print("ok: psflow_http_connections back to 1 once the clients left")
 # one opens.
 def open_stream():
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+    s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
     s.settimeout(5)
     data = b""
     while b"\r\n\r\n" not in data:

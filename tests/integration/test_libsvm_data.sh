@@ -52,8 +52,9 @@ for f in svm csv; do
   "$PSFLOW_BIN" train "$f.json" --log-every 500 >"$WORK/$f.out" 2>"$WORK/$f.log" ||
     fail "psflow train $f.json exited $?: $(tail -n 3 "$WORK/$f.log")"
 done
-# Every figure but the throughput: loss per progress line, evaluations, the final result.
-figures() { sed -e 's/[0-9]* examples\/s//' -e 's/ in [0-9.]* s//' "$1" | grep -E 'loss|accuracy'; }
+# Every figure but the throughput and the time left: loss per progress line, evaluations, the
+# final result.
+figures() { sed -e 's/[0-9]* examples\/s//' -e 's/ETA [0-9:]*//' -e 's/ in [0-9.]* s//' "$1" | grep -E 'loss|accuracy'; }
 figures "$WORK/svm.log" >svm.fig
 figures "$WORK/csv.log" >csv.fig
 [ -s svm.fig ] || fail "no progress lines: $(head -n 5 "$WORK/svm.log")"

@@ -67,7 +67,7 @@ import selectors, socket, sys, time, urllib.parse
 url = urllib.parse.urlparse(sys.argv[1])
 host, port = url.hostname, url.port
 HOLD, CLIENTS = 60.0, 300
-REQUEST = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+REQUEST = b"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
 
 sel = selectors.DefaultSelector()
 state = {}  # socket -> {"n", "buf", "status"}

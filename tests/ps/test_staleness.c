@@ -16,7 +16,7 @@
 static ps_staleness_task rec(ps_staleness *st, int task) {
     ps_staleness_task t[8];
     if (task >= ps_staleness_snapshot(st, t, 8)) /* never joined: not in the snapshot */
-        return (ps_staleness_task){0, 0, -1, -1, 0, 0};
+        return (ps_staleness_task){.lag = -1, .max_lag = -1, .pull_lag = -1};
     return t[task];
 }
 
@@ -50,6 +50,37 @@ static void test_bound_holds_the_fast_task(void **state) {
     assert_true(t.held_secs == 0.25);
     assert_int_equal(rec(st, 1).max_lag, -1); /* no pull answered yet */
     assert_int_equal(rec(st, 5).lag, -1);     /* never live */
+    ps_staleness_destroy(st);
+}
+
+/* The lag a task's Lag figure shows is the one its latest pull was answered at, 0 .. bound:
+ * a task held at the bound is one push further ahead now (bound + 1), and that is no lag of
+ * the values it computes on. In the STATS JSON as pull_lag, beside the lag now. */
+static void test_pull_lag_stays_within_bound(void **state) {
+    (void)state;
+    ps_staleness *st = ps_staleness_create(4, 1, 0);
+    assert_non_null(st);
+    ps_staleness_join(st, 0);
+    ps_staleness_join(st, 1);
+    assert_int_equal(rec(st, 0).pull_lag, -1); /* no pull answered yet */
+    ps_staleness_pushed(st, 0);
+    assert_true(ps_staleness_ready(st, 0)); /* lag 1 */
+    ps_staleness_answered(st, 0, -1);
+    ps_staleness_pushed(st, 0);
+    assert_false(ps_staleness_ready(st, 0)); /* held at lag 2 */
+    char out[1024] = "{\"a\":1";
+    ps_staleness_json_close(st, out, strlen(out), sizeof out);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *first = json_array_get(json_object_get(j, "staleness"), 0);
+    assert_int_equal(json_integer_value(json_object_get(first, "lag")), 2);
+    assert_true(json_is_integer(json_object_get(first, "pull_lag")));
+    assert_int_equal(json_integer_value(json_object_get(first, "pull_lag")), 1);
+    json_decref(j);
+    ps_staleness_pushed(st, 1);
+    assert_true(ps_staleness_ready(st, 0));
+    ps_staleness_answered(st, 0, 0.1);
+    assert_int_equal(rec(st, 0).pull_lag, 1);
     ps_staleness_destroy(st);
 }
 
@@ -170,6 +201,7 @@ static void test_json(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bound_holds_the_fast_task),
+        cmocka_unit_test(test_pull_lag_stays_within_bound),
         cmocka_unit_test(test_zero_is_lockstep),
         cmocka_unit_test(test_join_and_leave),
         cmocka_unit_test(test_reconnect_and_idle),

@@ -238,16 +238,21 @@ static void test_prune(void **state) {
     write_checkpoint(&spec, &pl, 5, false); /* an old attempt that never completed */
     for (int64_t step = 10; step <= 50; step += 10)
         write_checkpoint(&spec, &pl, step, true);
+    write_checkpoint(&spec, &pl, 35, false); /* abandoned: a ps had passed step 35 */
+    write_checkpoint(&spec, &pl, 45, true);  /* being written again: its manifest aside */
     write_checkpoint(&spec, &pl, 60, false); /* being written right now */
-    char path[PF_CKPT_PATH_MAX];
+    char path[PF_CKPT_PATH_MAX], aside[PF_CKPT_PATH_MAX + 16];
     file_path(10, "ps-0.safetensors.tmp", path, sizeof path); /* a crashed write's leftover */
     spill(path, "x", 1);
+    file_path(45, "manifest.json", path, sizeof path);
+    snprintf(aside, sizeof aside, "%s.replaced", path);
+    assert_int_equal(rename(path, aside), 0);
 
     int removed = -1;
     pf_error err;
     assert_int_equal(pf_checkpoint_prune(fixture_job_dir, 0, &removed, &err), PF_ERR_INVALID);
     assert_int_equal(pf_checkpoint_prune(fixture_job_dir, 3, &removed, &err), PF_OK);
-    assert_int_equal(removed, 3); /* step-5, step-10, step-20 */
+    assert_int_equal(removed, 4); /* step-5, step-10, step-20, step-35 */
     int64_t *steps;
     int n;
     assert_int_equal(pf_checkpoint_list(fixture_job_dir, 0, &steps, &n, &err), PF_OK);
@@ -256,12 +261,12 @@ static void test_prune(void **state) {
     assert_int_equal(steps[1], 40);
     assert_int_equal(steps[2], 50);
     pf_free(steps);
-    const int64_t gone[] = {5, 10, 20}, kept[] = {30, 40, 50, 60};
-    for (int i = 0; i < 3; i++) {
+    const int64_t gone[] = {5, 10, 20, 35}, kept[] = {30, 40, 45, 50, 60};
+    for (int i = 0; i < 4; i++) {
         step_dir_of(gone[i], path, sizeof path);
         assert_false(exists(path));
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         step_dir_of(kept[i], path, sizeof path);
         assert_true(exists(path));
     }
@@ -271,12 +276,14 @@ static void test_prune(void **state) {
     assert_int_equal(pf_checkpoint_prune(fixture_job_dir, 10, &removed, &err), PF_OK);
     assert_int_equal(removed, 0);
 
+    file_path(45, "manifest.json", path, sizeof path); /* written again: complete once more */
+    assert_int_equal(rename(aside, path), 0);
     /* A file psflow did not write keeps its folder, which is reported; the checkpoint in it
      * is gone all the same (its manifest was removed first). */
     file_path(30, "notes.txt", path, sizeof path);
     spill(path, "mine", 4);
     assert_int_equal(pf_checkpoint_prune(fixture_job_dir, 1, &removed, &err), PF_ERR_IO);
-    assert_int_equal(removed, 1); /* step-40 */
+    assert_int_equal(removed, 2); /* step-40, step-45 */
     assert_non_null(strstr(err.message, "step-30"));
     assert_non_null(strstr(err.message, "left in place"));
     assert_true(exists(path));

@@ -191,18 +191,6 @@ export class JobMetrics {
         return this.loss.lastStep();
     }
 
-    /* Steps per second over the last 30 s of metric points (server timestamps). */
-    stepRate() {
-        const x = this.loss.x;
-        const t = this.loss.t;
-        const n = x.length;
-        if (n < 2 || t[n - 1] === null) return null;
-        let i = n - 1;
-        while (i > 0 && t[i - 1] !== null && t[n - 1] - t[i - 1] <= 30) i--;
-        const dt = t[n - 1] - t[i];
-        return dt > 0 ? (x[n - 1] - x[i]) / dt : null;
-    }
-
     /* ---------- rendering */
 
     lossSeriesKeys() {

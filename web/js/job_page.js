@@ -47,7 +47,7 @@ export class JobPage {
             current: () => !this.destroyed,
             settled: () => this.loadedOnce && !this.loading,
         });
-        this.summary = new JobSummary(() => this.metrics.stepRate());
+        this.summary = new JobSummary();
         this.actions = new JobActions(this.name, {
             phase: () => (this.job && this.job.status || {}).phase,
             applyJob: (job) => {
@@ -134,7 +134,7 @@ export class JobPage {
         this.metrics.set(metrics);
         this.checkpoints.setAll(checkpoints.items || []);
         this.log.setAll(events.items || []);
-        this.summary.resetRate();
+        this.summary.noteSummary({});
         this.markDirty('all');
     }
 
@@ -170,7 +170,8 @@ export class JobPage {
         const st = this.job.status || (this.job.status = {});
         const phaseChanged = s.phase && s.phase !== st.phase;
         for (const k of ['phase', 'message', 'global_step', 'max_steps', 'progress', 'eta_seconds',
-            'loss', 'accuracy', 'examples_per_sec', 'steps_per_sec', 'start_time', 'completion_time']) {
+            'loss', 'accuracy', 'examples_per_sec', 'steps_per_sec', 'stalled', 'stalled_seconds',
+            'start_time', 'completion_time']) {
             if (s[k] !== undefined) st[k] = s[k];
         }
         this.summary.noteSummary(s);

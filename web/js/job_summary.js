@@ -3,21 +3,21 @@
  * examples/s, ETA, loss, accuracy, replicas, restarts, running time), the progress bar and
  * the conditions.
  *
- * Steps/s is measured on the page from the global steps of "job" events over the last 15 s;
- * without recent samples it is the coordinator's steps_per_sec, else the rate of the metric
- * points (the metricRate given to the constructor).
+ * Steps/s and the ETA are the coordinator's (status.steps_per_sec, status.eta_seconds: a 30 s
+ * window of the reported steps, restarted at each membership change; "—" while it is too
+ * short), never measured on the page, so the page and the API show one figure. A job whose
+ * step has not advanced for 30 s shows "stalled" and for how long (status.stalled_seconds).
  */
 
 import {h, setText} from './dom.js';
 import {fmtDuration, fmtInt, fmtNum, fmtRate, isNum, parseTime} from './format.js';
 import {timeEl} from './widgets.js';
 
-/* new JobSummary(metricRate): el is the summary section; metricRate() is steps/s or null. */
+/* new JobSummary(): el is the summary section. */
 export class JobSummary {
-    constructor(metricRate) {
-        this.metricRate = metricRate;
-        this.rateSamples = [];
+    constructor() {
         this.liveReplicas = null;
+        this.stallAt = 0;
         const stat = (label, testid, hint, wide) => {
             const v = h('dd', {dataset: {testid}});
             return [h('div', {class: 'stat' + (wide ? ' stat-wide' : ''), title: hint || null},
@@ -45,39 +45,20 @@ export class JobSummary {
             h('details', {class: 'conditions-box'}, h('summary', null, 'Conditions'), this.conditions));
     }
 
-    /* Forgets the rate samples: a fresh snapshot of the job was loaded. */
-    resetRate() {
-        this.rateSamples = [];
-    }
-
-    /* A "job" event's summary: its replica counts and a global-step sample. */
+    /* A "job" event's summary: its replica counts. */
     noteSummary(s) {
         if (s.replicas) this.liveReplicas = s.replicas;
-        if (isNum(s.global_step)) this.sampleRate(s.global_step);
+        this.stallAt = performance.now();
     }
 
-    sampleRate(step) {
-        const now = performance.now();
-        const rs = this.rateSamples;
-        if (rs.length && rs[rs.length - 1].step === step) return;
-        rs.push({t: now, step});
-        while (rs.length > 2 && now - rs[0].t > 15000) rs.shift();
-    }
-
-    liveRate() {
-        const rs = this.rateSamples;
-        if (rs.length < 2) return null;
-        const a = rs[0];
-        const b = rs[rs.length - 1];
-        if (b.t - a.t < 2000 || performance.now() - b.t > 10000) return null;
-        return (b.step - a.step) / ((b.t - a.t) / 1000);
-    }
-
-    stepsPerSec(st) {
-        if (st.phase !== 'Running') return null;
-        const live = this.liveRate();
-        if (live !== null) return live;
-        return isNum(st.steps_per_sec) ? st.steps_per_sec : this.metricRate();
+    /* Steps/s as the coordinator gives it, or "stalled N s". */
+    stepsText(st) {
+        if (st.phase !== 'Running') return '—';
+        if (st.stalled && isNum(st.stalled_seconds)) {
+            const at = this.stallAt || performance.now();
+            return 'stalled ' + fmtDuration(st.stalled_seconds + (performance.now() - at) / 1000);
+        }
+        return isNum(st.steps_per_sec) ? fmtRate(st.steps_per_sec) : '—';
     }
 
     render(job) {
@@ -88,8 +69,8 @@ export class JobSummary {
         const maxSteps = isNum(st.max_steps) ? st.max_steps : (spec.training || {}).max_steps;
         setText(this.v.step, fmtInt(st.global_step) + (isNum(maxSteps) ? ' / ' + fmtInt(maxSteps) : ''));
         this.v.step.dataset.value = isNum(st.global_step) ? st.global_step : '';
-        const sps = this.stepsPerSec(st);
-        setText(this.v.sps, phase === 'Running' ? fmtRate(sps) : '—');
+        setText(this.v.sps, this.stepsText(st));
+        this.v.sps.dataset.stalled = st.stalled ? '1' : '';
         setText(this.v.eps, phase === 'Running' ? fmtRate(st.examples_per_sec) : '—');
         /* Progress and time left are the coordinator's (status.progress, status.eta_seconds). */
         let eta = '—';

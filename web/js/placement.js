@@ -72,6 +72,9 @@ export class PlacementView {
             h('div', {class: 'ps-bar-fill', style: 'width:' + ((x.bytes || 0) / max * 100).toFixed(1) + '%'})),
             h('div', {class: 'ps-bar-figures'}, h('span', {title: fmtInt(x.bytes) + ' bytes'}, fmtBytes(x.bytes)),
                 h('span', {class: 'muted'}, fmtInt(x.shards) + ' shard' + (x.shards === 1 ? '' : 's')),
-                h('span', {class: 'muted'}, fmtInt(x.updates) + ' updates'), ...rowRates(x)))));
+                h('span', {class: 'muted', dataset: {testid: 'ps-updates'},
+                    title: fmtRate(x.updated_bytes_per_sec) + ' bytes of variables updated a second'},
+                fmtInt(x.updates) + ' updates' + (x.updates_per_sec > 0 ? ', ' + fmtRate(x.updates_per_sec) + '/s' : '')),
+                ...rowRates(x)))));
     }
 }

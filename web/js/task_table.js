@@ -64,7 +64,8 @@ export class TaskTable {
         setText(c[5], fmtInt(t.step));
         setText(c[6], fmtRate(t.examples_per_sec));
         setText(c[7], isNum(t.lag) ? fmtInt(t.lag) : '—');
-        c[7].title = 'Pushes ahead of the slowest training task (training.max_staleness)';
+        c[7].title = 'Pushes it was ahead of the slowest training task when its latest pull was ' +
+            'answered, 0 .. training.max_staleness';
         this.renderHeartbeat(c[8], t);
     }
 

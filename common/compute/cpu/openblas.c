@@ -24,14 +24,19 @@
  * a 20 ms wait after a 2-thread gemm burns a whole core without it, nothing with it; the
  * pool's restart at the next gemm costs a thread creation).
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include "psflow/backend.h"
+#include "psflow/cpus.h"
 #include "psflow/mem.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "cpu_internal.h"
 
@@ -303,6 +308,8 @@ const pf_backend *pf_backend_openblas(void) {
 
 /* --- sharing the cores ----------------------------------------------------------------------- */
 
+static int threads_that_fit(int threads);
+
 static pthread_once_t share_once = PTHREAD_ONCE_INIT;
 static int share_base; /* OpenBLAS's threads before the first pf_backend_openblas_share() */
 
@@ -315,7 +322,7 @@ static void share_init(void) {
 }
 
 int pf_backend_openblas_set_threads(int threads) {
-    share_base = threads < 1 ? 1 : threads;
+    share_base = threads_that_fit(threads < 1 ? 1 : threads);
     pthread_once(&share_once, share_init);
     openblas_set_num_threads(share_base);
     return share_base;
@@ -338,4 +345,67 @@ int pf_backend_openblas_share(int callers) {
         per = 1;
     openblas_set_num_threads(per);
     return per;
+}
+
+/* --- room for OpenBLAS's buffers ------------------------------------------------------------ */
+
+/* OpenBLAS maps one buffer of BUFFER_SIZE (32 << 22 bytes in its x86_64 and arm64 builds)
+ * for each thread that runs a gemm: a helper thread of its pool when the pool starts (at load
+ * time, before main, and when the thread count is raised), the calling thread at its first
+ * gemm; and it retries that mmap forever when it fails. Under a low RLIMIT_AS or RLIMIT_DATA a
+ * task would spin there with no word, and even exit would wait for the spinning helpers. */
+#define OPENBLAS_BUFFER (128ull << 20)
+#define OPENBLAS_SLACK  (64ull << 20) /* the rest of a first step: stacks, arenas, batches */
+
+static int limited(void) {
+    struct rlimit as, data;
+    return (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) ||
+           (getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY);
+}
+
+/* 1 when this process can map `bytes` more now: counted against both limits as OpenBLAS's
+ * own mapping would be, never touched, unmapped at once. */
+static int can_map(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    munmap(p, bytes);
+    return 1;
+}
+
+static void limit_text(int resource, char *out, size_t cap) {
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        snprintf(out, cap, "unlimited");
+    else
+        snprintf(out, cap, "%llu MiB", (unsigned long long)(rl.rlim_cur >> 20));
+}
+
+int pf_backend_openblas_pool_fits(void) {
+    return !limited() || can_map(OPENBLAS_BUFFER + OPENBLAS_SLACK);
+}
+
+/* The most threads, at most `threads`, whose buffers this process can still map. */
+static int threads_that_fit(int threads) {
+    while (threads > 1 && limited() && !can_map((size_t)threads * OPENBLAS_BUFFER))
+        threads--;
+    return threads;
+}
+
+pf_status pf_backend_openblas_check_room(pf_error *err) {
+    /* Its memory table files a buffer under the CPU the caller ran on, so a thread that
+     * moves between CPUs may map one on each: room for one per CPU this process may use. */
+    int cpus = pf_cpus_available();
+    size_t bytes = (size_t)(cpus > 1 ? cpus : 1) * OPENBLAS_BUFFER + OPENBLAS_SLACK;
+    if (!limited() || can_map(bytes))
+        return PF_OK;
+    char as[32], data[32];
+    limit_text(RLIMIT_AS, as, sizeof as);
+    limit_text(RLIMIT_DATA, data, sizeof data);
+    return pf_error_set(err, PF_ERR_NOMEM, NULL,
+                        "not enough memory to start: OpenBLAS may map %llu MiB for each of the %d "
+                        "CPUs this process may use, and it cannot map %zu MiB more (RLIMIT_AS %s, "
+                        "RLIMIT_DATA %s: ulimit -v, ulimit -d); raise the limit",
+                        OPENBLAS_BUFFER >> 20, cpus, bytes >> 20, as, data);
 }

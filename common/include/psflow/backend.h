@@ -126,6 +126,19 @@ int pf_backend_openblas_set_threads(int threads);
  * Process-wide: call it while no gemm runs. */
 void pf_backend_openblas_idle(void);
 
+/* PF_OK when this process can still map the buffers the "openblas" backend's gemm may map
+ * (128 MiB for each CPU this process may use) and a little more; PF_ERR_NOMEM, with
+ * a message naming RLIMIT_AS and RLIMIT_DATA, when it cannot: OpenBLAS would retry its mmap
+ * forever. pf_backend_for_device checks it whenever it returns this backend. Without either
+ * limit it maps nothing and returns PF_OK. */
+pf_status pf_backend_openblas_check_room(pf_error *err);
+
+/* 0 when a limit (RLIMIT_AS, RLIMIT_DATA) leaves no room for one more OpenBLAS buffer: the
+ * helper threads OpenBLAS started when it loaded (one per core) may be spinning on theirs, and
+ * the process should start again with OPENBLAS_NUM_THREADS=1 (cli/main.c does). 1 otherwise.
+ * pf_backend_openblas_set_threads likewise never raises the threads past what fits. */
+int pf_backend_openblas_pool_fits(void);
+
 /* The backend for a device (a job spec's "device"; index is the N of "cuda:N", 0 for
  * "cuda"): PF_DEVICE_CPU -> openblas; PF_DEVICE_CUDA -> cuda on GPU `index`, or
  * PF_ERR_UNSUPPORTED with the one-line reason in err when the build has no CUDA or that GPU

@@ -207,8 +207,12 @@ const float *const *const *pf_checkpoint_ps_slots(const pf_checkpoint_ps *c);
 /* --- pruning ------------------------------------------------------------------------------- */
 
 /* Keeps the newest `keep` (>= 1) complete checkpoints under job_dir and deletes every step
- * folder older than the oldest one kept, complete or not. Folders newer than that are left
- * alone, so a checkpoint being written is never touched. Only files this module writes
+ * folder older than the oldest one kept, complete or not, and every abandoned attempt: a
+ * folder older than the newest complete checkpoint that holds no manifest (one whose
+ * manifest the chief moved aside to write it again is not abandoned). The caller writes
+ * nothing older than its newest complete checkpoint (the chief prunes right after a commit,
+ * when every ps has acknowledged it); folders newer than that checkpoint are left alone, so
+ * a checkpoint being written is never touched. Only files this module writes
  * are removed (manifest.json first, so a half-deleted checkpoint is never complete, then
  * ps-<i>.safetensors and the .tmp of either); a folder that still holds anything else is
  * left in place and reported. *removed (may be NULL) receives the number of folders

@@ -52,4 +52,10 @@ pf_status pf_http_set_ca_file(const char *path, pf_error *err);
  * unreadable (err says why). */
 const char *pf_http_token_from_env(char *buf, size_t size, pf_error *err);
 
+/* The same for another pair of variables: the token in the environment variable `var`,
+ * else the first line of the file `file_var` names (pf_http_token_from_env is
+ * ("PSFLOW_TOKEN", "PSFLOW_TOKEN_FILE")). */
+const char *pf_http_token_load(const char *var, const char *file_var, char *buf, size_t size,
+                               pf_error *err);
+
 #endif

@@ -26,10 +26,14 @@
  * straight to their destination; on_message learns which ranges went where from
  * pf_ws_message_places(), and pf_wire_decode_placed() gives views of the values there.
  *
- * Limits and TLS (pf_ws_options): a server bounds its connections, their handshake and
- * idle time until their owner trusts them (pf_ws_trust), their messages before that, and
- * the bytes all of them hold in incomplete messages; with a certificate it serves TLS, and a
- * client given a CA file dials TLS and verifies each server's certificate and address.
+ * Limits and TLS (pf_ws_options): a server admits connections in two classes. Until their
+ * owner trusts them (pf_ws_trust) they are *untrusted*: few at once, and few from one
+ * address, a newcomer taking the place of the one that got further longest ago when there
+ * is no room; their handshake and idle time are bounded, their messages small and their
+ * incomplete messages held in a budget of their own. Trusted connections (the owner's own
+ * peers) have slots and bytes of incomplete messages reserved, which no untrusted one can
+ * take. With a certificate a server serves TLS, and a client given a CA file dials TLS and
+ * verifies each server's certificate and address.
  *
  * Connections are named by a 64-bit id that is never reused, so a send to a connection
  * that has meanwhile closed fails cleanly instead of touching freed memory. pf_ws_sendv,
@@ -75,27 +79,41 @@ typedef struct pf_ws_place {
  * field takes its default. A server connection is *untrusted* from accept until its owner
  * calls pf_ws_trust() (a ps: once HELLO, and authentication where configured, succeeded);
  * until then its messages are at most untrusted_max_message bytes and it is closed
- * idle_timeout seconds after it was accepted. Every refusal is logged on stderr, once per
- * cause and then at most once every 10 seconds with the count since. */
+ * idle_timeout seconds after it was accepted. Untrusted connections never count against
+ * max_connections or max_buffered: they have their own max_untrusted slots (at most
+ * max_untrusted_per_address from one remote address) and max_untrusted x
+ * untrusted_max_message bytes of incomplete messages. A connection accepted when its
+ * address's or all untrusted slots are taken closes the untrusted one, of that address or
+ * of all, that took its last step longest ago (its steps: accepted, handshake begun,
+ * upgraded, a first message delivered): a stranger's crowd cannot keep a new peer out,
+ * and a peer that takes its steps promptly is dropped only if the whole share of slots
+ * turns over between two of them. Every refusal is logged on stderr, once per cause and then at
+ * most once every 10 seconds with the count since. */
 typedef struct pf_ws_options {
-    int max_connections;          /* server: connections open at once [1024]; more are closed
-                                     on accept */
-    double handshake_timeout;     /* server: seconds from accept to a finished upgrade (and TLS
-                                     handshake) [10] */
-    double idle_timeout;          /* server: seconds from accept to pf_ws_trust [30] */
-    size_t untrusted_max_message; /* server: message bytes before pf_ws_trust [4096] */
-    size_t max_buffered;          /* server: bytes of incomplete messages (as their frame
-                                     headers announce them) over all connections; a frame that
-                                     would pass it closes its connection [4 x max_message] */
-    const char *tls_cert;         /* server: PEM certificate (chain) to serve TLS with, and */
-    const char *tls_key;          /*   its PEM private key; both or neither */
-    const char *ca_file;          /* client: dial TLS and verify servers against this PEM CA */
+    int max_connections;           /* server: trusted connections open at once [1024]; a
+                                      connection trusted past it is closed, and none is
+                                      accepted while they are all taken */
+    int max_untrusted;             /* server: untrusted connections open at once [64] */
+    int max_untrusted_per_address; /* server: ... from one remote address [a quarter of
+                                      max_untrusted, at least 1] */
+    double handshake_timeout;      /* server: seconds from accept to a finished upgrade (and TLS
+                                      handshake) [10] */
+    double idle_timeout;           /* server: seconds from accept to pf_ws_trust [30] */
+    size_t untrusted_max_message;  /* server: message bytes before pf_ws_trust [4096] */
+    size_t max_buffered;           /* server: bytes of incomplete messages (as their frame
+                                      headers announce them) over all trusted connections; a
+                                      frame that would pass it closes its connection
+                                      [4 x max_message] */
+    const char *tls_cert;          /* server: PEM certificate (chain) to serve TLS with, and */
+    const char *tls_key;           /*   its PEM private key; both or neither */
+    const char *ca_file;           /* client: dial TLS and verify servers against this PEM CA */
 } pf_ws_options;
 
 #define PF_WS_DEFAULT_MAX_CONNECTIONS       1024
 #define PF_WS_DEFAULT_HANDSHAKE_TIMEOUT     10.0
 #define PF_WS_DEFAULT_IDLE_TIMEOUT          30.0
 #define PF_WS_DEFAULT_UNTRUSTED_MAX_MESSAGE 4096
+#define PF_WS_DEFAULT_MAX_UNTRUSTED         64
 
 /* --- lifecycle ------------------------------------------------------------------------- */
 
@@ -129,6 +147,11 @@ pf_status pf_ws_connect(pf_ws *ws, const char *host, int port, void *conn_user, 
 
 /* Closes a connection (asynchronously; on_close follows). Unknown ids are ignored. */
 void pf_ws_close(pf_ws *ws, uint64_t conn);
+
+/* 1 when host:port completes a TLS handshake (its certificate unchecked: this only asks
+ * whether it speaks TLS), else 0; blocks for timeout_s at most per address tried. For a
+ * plain client's message when it could not connect: a server that serves wss needs a CA. */
+int pf_ws_probe_tls(const char *host, int port, double timeout_s);
 
 /* From any thread: has the service thread call the on_wake handler soon, so another thread
  * can hand it work without a message on a connection. */
@@ -168,8 +191,11 @@ pf_status pf_ws_expect(pf_ws *ws, uint64_t conn, size_t len, const pf_ws_place *
  * borrowed for the call; NULL (and *n 0) when it was received whole into `data`. */
 const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n);
 
-/* Server: marks conn trusted (see pf_ws_options): its messages may be up to max_message
- * bytes and the idle timeout no longer applies. Unknown ids are ignored. Any thread. */
+/* Server: marks conn trusted (see pf_ws_options): it moves from the untrusted slots to the
+ * trusted ones, its messages may be up to max_message bytes and the idle timeout no longer
+ * applies; when max_connections trusted connections are open already it is closed instead
+ * (logged). Unknown ids are ignored. Any thread; on the service thread (a handler) it takes
+ * effect before it returns, from another thread soon after. */
 void pf_ws_trust(pf_ws *ws, uint64_t conn);
 
 /* Server: new limits for connections open at once and bytes of incomplete messages

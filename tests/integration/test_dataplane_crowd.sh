@@ -18,6 +18,13 @@
 # With the old single connection cap, the crowd held every slot (default limits) or filled
 # the buffer for incomplete messages (--max-connections 5000), and the workers were kept out.
 source "$(dirname "$0")/lib.sh"
+# The acceptance bound is 2 s; a sanitizer build runs every process several times slower,
+# so there the figure is printed and held to a looser bound.
+RECONNECT_BOUND=2
+if ldd "$PSFLOW_BIN" | grep -q -e libasan -e libtsan; then
+  RECONNECT_BOUND=8
+  echo "sanitizer build: the reconnect time is held to $RECONNECT_BOUND s (2 s in the release tier)"
+fi
 
 N_CROWD=${N_CROWD:-1000}
 STEPS=${STEPS:-30000}
@@ -110,7 +117,8 @@ run_config() {
   local took
   took=$(python3 -c "print(round($t1 - $t0, 3))")
   echo "$name: the restarted worker 1 had its HELLO accepted $took s after its start"
-  in_range "$took" 0 2 || fail "$name: worker 1 reconnected in $took s, over 2 s"
+  in_range "$took" 0 "$RECONNECT_BOUND" ||
+    fail "$name: worker 1 reconnected in $took s, over $RECONNECT_BOUND s"
 
   wait_pid "$chief" 120 || fail "$name: the chief exited non-zero"
   wait_pid "$worker" 60 || fail "$name: worker 1 exited non-zero"

@@ -206,8 +206,8 @@ static const object_desc checkpoint_desc = {checkpoint_fields, COUNT(checkpoint_
 static const object_desc run_policy_desc = {run_policy_fields, COUNT(run_policy_fields), false,
                                             NULL};
 
-/* Top level, in docs/design.md order. replicas comes before training: pf_spec_check_training reads it.
- */
+/* Top level, in docs/design.md order. replicas comes before training: pf_spec_check_training
+ * reads it. */
 static const field spec_fields[] = {
     {"name", K_NAME, AT(name), .need = ALWAYS},
     {"replicas", K_OBJECT, NO_SLOT, .sub = &replicas_desc},

@@ -20,10 +20,15 @@
 source "$(dirname "$0")/lib.sh"
 # The acceptance bound is 2 s; a sanitizer build runs every process several times slower,
 # so there the figure is printed and held to a looser bound.
+# Its allocator keeps freed memory in quarantine (256 MiB), so the RSS bound is checked in the
+# release tier only; a sanitizer build prints the figures.
 RECONNECT_BOUND=2
+SANITIZED=0
 if ldd "$PSFLOW_BIN" | grep -q -e libasan -e libtsan; then
   RECONNECT_BOUND=8
-  echo "sanitizer build: the reconnect time is held to $RECONNECT_BOUND s (2 s in the release tier)"
+  SANITIZED=1
+  echo "sanitizer build: the reconnect time is held to $RECONNECT_BOUND s (2 s in the release" \
+    "tier); the RSS bound is checked in the release tier"
 fi
 
 N_CROWD=${N_CROWD:-1000}
@@ -135,7 +140,8 @@ run_config() {
   echo "$name: crowd $c"
   echo "$name: limits $conns task connections, $untrusted untrusted, $buffered bytes buffered;" \
     "ps RSS baseline $base KiB, peak $peak KiB, bound $bound KiB"
-  [ "$peak" -le "$bound" ] || fail "$name: peak RSS $peak KiB over the bound $bound KiB"
+  [ "$SANITIZED" = 1 ] || [ "$peak" -le "$bound" ] ||
+    fail "$name: peak RSS $peak KiB over the bound $bound KiB"
   local closed
   closed=$(json_field "$dir/crowd.json" 'd["closed_by_ps"]')
   [ "$closed" -gt 0 ] || fail "$name: the ps closed none of the crowd's connections"
@@ -143,8 +149,10 @@ run_config() {
   local lines
   lines=$(grep -c 'dropped untrusted connection' "$dir/ps.log")
   [ "$lines" -le 30 ] || fail "$name: $lines log lines about drops: the log is flooded"
+  local rss="peak RSS $peak KiB <= $bound KiB"
+  [ "$SANITIZED" = 0 ] || rss="peak RSS $peak KiB (sanitizer build: not held to $bound KiB)"
   pass "$name: job done at version $STEPS under a crowd of $N_CROWD; worker 1 back in $took s;" \
-    "peak RSS $peak KiB <= $bound KiB; $closed crowd connections closed by the ps"
+    "$rss; $closed crowd connections closed by the ps"
 }
 
 run_config defaults

@@ -224,12 +224,17 @@ PSFLOW_TOKEN=$(compose exec -T coordinator cat /var/lib/psflow/token/token | tr 
 log "the coordinator generated its API token; the agents use the agent token of their own volume"
 wait_for 60 "2 ps agents registered" agents ps 2
 wait_for 60 "2 worker agents registered" agents worker 2
-# Every agent advertises its container's hostname, which Docker's DNS resolves.
-hosts=$(for c in $(compose ps -q ps) $(compose ps -q worker); do
-  docker inspect --format '{{.Config.Hostname}}:2222' "$c"; done | sort)
+# Every agent advertises its container's hostname, which Docker's DNS resolves: a ps agent
+# at its data-plane port 2222, a worker agent at the port it holds for itself (a worker
+# listens on nothing; the port keeps two agents of one host apart).
+hosts=$( (for c in $(compose ps -q ps); do docker inspect --format '{{.Config.Hostname}}:2222' "$c"; done
+  for c in $(compose ps -q worker); do docker inspect --format '{{.Config.Hostname}}:PORT' "$c"; done) |
+  sort)
 [ "$(api GET /api/v1/nodes | python3 -c '
-import json, sys
-print("\n".join(sorted(x["address"] for x in json.load(sys.stdin)["items"])))')" = "$hosts" ] ||
+import json, re, sys
+items = json.load(sys.stdin)["items"]
+print("\n".join(sorted(x["address"] if x["role"] == "ps" else re.sub(r":[0-9]+$", ":PORT", x["address"])
+                       for x in items)))')" = "$hosts" ] ||
   fail "the agents' addresses are not their container hostnames: $hosts"
 log "4 agents registered, advertising ${hosts//$'\n'/ }"
 

@@ -1,6 +1,7 @@
 # lib.sh - helpers for integration tests, sourced by tests/integration/test_*.sh.
 # CTest sets PSFLOW_BIN (the built psflow), PSFLOW_SRC (the source tree) and
-# PSFLOW_TEST_DATA. Each test gets a fresh temp dir in $WORK, removed on exit.
+# PSFLOW_TEST_DATA, and PSFLOW_SANITIZE (the build's -fsanitize list, empty in a release
+# build). Each test gets a fresh temp dir in $WORK, removed on exit.
 set -euo pipefail
 
 : "${PSFLOW_BIN:?run through ctest (PSFLOW_BIN unset)}"
@@ -48,6 +49,9 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+
+# True in a sanitizer build (the PSFLOW_SANITIZE the build was configured with).
+sanitized_build() { [ -n "${PSFLOW_SANITIZE:-}" ]; }
 
 pass() {
   echo "ok: $*"

@@ -24,7 +24,7 @@ source "$(dirname "$0")/lib.sh"
 # release tier only; a sanitizer build prints the figures.
 RECONNECT_BOUND=2
 SANITIZED=0
-if ldd "$PSFLOW_BIN" | grep -q -e libasan -e libtsan; then
+if sanitized_build; then
   RECONNECT_BOUND=8
   SANITIZED=1
   echo "sanitizer build: the reconnect time is held to $RECONNECT_BOUND s (2 s in the release" \

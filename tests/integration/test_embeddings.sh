@@ -23,7 +23,7 @@
 source "$(dirname "$0")/lib.sh"
 
 S=1
-if ldd "$PSFLOW_BIN" | grep -e libasan -e libubsan -e libtsan >/dev/null; then
+if sanitized_build; then
   S=10
   echo "sanitizer build: a tenth of the steps, accuracy bounds not checked"
 fi

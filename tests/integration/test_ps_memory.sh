@@ -13,8 +13,7 @@ source "$(dirname "$0")/lib.sh"
 out=$(TMPDIR=$WORK "$PSFLOW_SRC/bench/ps_memory.sh" -b "$(dirname "$PSFLOW_BIN")" -o adam -p 2 -s 3 4096 4096) ||
   fail "the cluster failed: $out"
 echo "$out"
-# grep reads all of ldd's output (with -q, ldd could die of SIGPIPE and pipefail hide the match)
-if ldd "$PSFLOW_BIN" | grep -e libasan -e libubsan -e libtsan >/dev/null; then
+if sanitized_build; then
   echo "sanitizer build: peak RSS not compared with the bound"
   exit 77
 fi

@@ -17,7 +17,7 @@
 source "$(dirname "$0")/lib.sh"
 
 scale=1 examples=2000000 sanitizer=
-if ldd "$PSFLOW_BIN" | grep -e libasan -e libubsan -e libtsan >/dev/null; then
+if sanitized_build; then
   scale=100 examples=500000 sanitizer=1
   echo "sanitizer build: tables 100 times smaller, 1/8 of the steps, no RSS, memory or AUC bound"
 fi

@@ -32,7 +32,7 @@ unset TF_CONFIG
 pass "a TLS ps says so on its start line; a worker without --ca-file is told to give one"
 
 # --- a worker under a low RLIMIT_DATA --------------------------------------------------------
-if ldd "$PSFLOW_BIN" | grep -q -e libasan -e libtsan; then
+if sanitized_build; then
   echo "skipped the memory limit: a sanitizer build maps its shadow memory under it"
   exit 0
 fi

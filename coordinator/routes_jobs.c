@@ -402,6 +402,13 @@ static void log_report_refused(coord_server *s, const char *job, int status, con
 /* Whether the report body `body` of `task` comes from the task's current incarnation, and
  * from the chief when chief_only: 0 if so; else the reply is set (422 without a valid
  * incarnation, 409 or 403 from coord_job_check_reporter) and the refusal logged. */
+/* The one name a task's metrics are kept under: worker 0 of a job without a chief replica is
+ * its chief, and reports as "chief" or "worker-0" are both stored as "chief" (otherwise its
+ * rows would count twice against the job's retention bound). */
+static const char *reporter_name(const coord_job *j, const char *task) {
+    return !j->spec.replicas.chief && !strcmp(task, "worker-0") ? "chief" : task;
+}
+
 static int check_reporter(coord_server *s, const coord_job *j, json_t *body, const char *task,
                           bool chief_only, uint64_t *incarnation, coord_reply *rp) {
     json_t *inc = json_object_get(body, "incarnation");
@@ -599,6 +606,8 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
                !check_rollbacks(json_object_get(body, "rollbacks"), rp)) {
         pthread_mutex_lock(&s->lock);
         coord_job *j = coord_job_find(&s->cluster, name);
+        if (j)
+            task = reporter_name(j, task);
         if (!j) {
             coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
         } else if (check_steps(body, j->spec.training.max_steps, rp)) {

@@ -8,7 +8,8 @@
 #  2. the same report POSTed 500 times is stored once per step (rows counted in the file);
 #     a report of a stale incarnation (409), a rollback or checkpoint from a task that is
 #     not the chief (403), and a forged RolledBack for a job that never ran (409) are
-#     refused and change nothing;
+#     refused and change nothing; worker 0 of a job without a chief replica reporting as
+#     "chief" and as "worker-0" is stored once, under "chief";
 #  3. a job that keeps diverging (one rollback, then Failed/NonFiniteLoss) logs its
 #     RolledBack event before the Failed one, and no task of it stays Running or Pending.
 source "$(dirname "$0")/lib.sh"
@@ -107,6 +108,24 @@ after = rows("recover")
 # worker-1's own points of these steps, if it reported them, were measured later: kept
 assert after <= before + 300, "500 POSTs of 300 steps: %d rows before, %d after" % (before, after)
 print("500 POSTs of the same 300 steps: %d rows before, %d after" % (before, after))
+
+# Worker 0 of a job without a chief replica is its chief: reports under either name are
+# one task's, stored once (not twice against the job's retention bound).
+late = [{"step": s, "time": 1763809200.0 + s, "loss": 0.25} for s in range(1, 301)]
+before = rows("recover")
+for name in ("chief", "worker-0", "chief", "worker-0"):
+    code, text = post("/api/v1/jobs/recover/metrics",
+                      {"task": name, "incarnation": chief, "points": late})
+    assert code == 204, (name, code, text)
+c = sqlite3.connect("file:%s?mode=ro" % db, uri=True)
+names = [r[0] for r in c.execute("SELECT DISTINCT task FROM metrics WHERE job = 'recover'"
+                                 " AND task IN ('chief', 'worker-0')")]
+c.close()
+assert names == ["chief"], "worker 0's reports kept under %s" % names
+assert rows("recover") <= before + 300, "as chief and worker-0: %d rows before, %d after" % (
+    before, rows("recover"))
+print("worker 0 as chief and as worker-0: %d rows before, %d after, kept as %s"
+      % (before, rows("recover"), names))
 
 refusals = [
     ("stale incarnation", "/api/v1/jobs/recover/metrics",

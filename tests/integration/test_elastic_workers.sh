@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # labels: slow
-# timeout: 900
+# timeout: 600
 # Managed workers that come and go without a gang restart, against `psflow up` (a real
 # coordinator with its SQLite file and real agents on 127.0.0.1), one async and one sync job:
 # kill -9 of the agent running worker 1 mid-training -> its lease expires, worker 1 is
@@ -8,6 +8,8 @@
 # on; then the same for worker 0, the chief (async), whose replacement takes up its
 # checkpoints and ends the job: generation stays 1, no restart, no ps restores a checkpoint, the global step sampled
 # from the API never goes back, and the job succeeds with the example's accuracy target.
+# The jobs are short (1500 async steps, 1000 sync) and paced by a push delay rather than by
+# the CPU (about 40 s each), in both the release and the sanitizer build.
 source "$(dirname "$0")/lib.sh"
 
 spec() { # NAME MODE STEPS -> a softmax job on Fashion-MNIST, 1 ps + 2 workers
@@ -30,11 +32,14 @@ agent_pid() { pgrep -f -- "--coordinator $URL --node-id $1 " | head -1; }
 step_over() { [ "$(jget "$URL/api/v1/jobs/$1" "int(d['status']['global_step'] > $2)")" = 1 ]; }
 
 export PSFLOW_LEASE_SECONDS=3 # the coordinator (a child of psflow up) inherits it
-# Every worker agent (psflow up's and the spares) waits 3 ms before each push (the worker's
+# Every worker agent (psflow up's and the spares) waits 20 ms before each push (the worker's
 # testing option --push-delay-ms, through its environment twin), so that a job lasts long
-# enough for a lease to expire and a replacement to join: without it a fast machine trains
-# the 20000 async steps in under 4 s, before the killed agent's lease has even run out.
-export PSFLOW_PUSH_DELAY_MS=3
+# enough for a lease to expire and a replacement to join, however fast the machine: the lone
+# async worker left after a kill (before half the steps, checked) needs more than 750 x 20 ms
+# = 15 s for the steps still to go, about 1100 of them (a replacement takes about 5 s: the
+# 3 s lease, a start and the data), and a job stays wall-clock-bound, not CPU-bound, on a
+# loaded machine or under the sanitizers.
+export PSFLOW_PUSH_DELAY_MS=20
 up_start --ps 1 --workers 2
 spare_port=$(free_ports 1)
 "$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker --advertise "127.0.0.1:$spare_port" \
@@ -96,21 +101,21 @@ PY
   # The killed agent is gone for good; the agent that held worker $w is the next spare.
 }
 
-run_case elastic-async async 20000
+run_case elastic-async async 1500
 # Another worker agent for the sync case: the killed one does not come back.
 spare2_port=$(free_ports 1)
 "$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker-2 --advertise "127.0.0.1:$spare2_port" \
   --checkpoint-dir "$WORK/up/checkpoints" 2>"$WORK/spare-worker-2.log" &
 SPARE2=$!
 wait_until 20 "second spare worker registered" jget "$URL/api/v1/nodes/spare-worker-2" 'd["id"]'
-run_case elastic-sync sync 16000
+run_case elastic-sync sync 1000
 # The chief (worker 0) too, on a third spare.
 spare3_port=$(free_ports 1)
 "$PSFLOW_BIN" worker --coordinator "$URL" --node-id spare-worker-3 --advertise "127.0.0.1:$spare3_port" \
   --checkpoint-dir "$WORK/up/checkpoints" 2>"$WORK/spare-worker-3.log" &
 SPARE3=$!
 wait_until 20 "third spare worker registered" jget "$URL/api/v1/nodes/spare-worker-3" 'd["id"]'
-run_case elastic-chief async 20000 0
+run_case elastic-chief async 1500 0
 
 kill -TERM "$SPARE" "$SPARE2" "$SPARE3" 2>/dev/null || true
 wait "$SPARE" "$SPARE2" "$SPARE3" 2>/dev/null || true

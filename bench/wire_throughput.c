@@ -15,8 +15,9 @@
  * >= 0.8 x TCP at 4 MB and 40 MB; 4 KB round trip <= 2 x TCP.
  *
  * "+tag" rows: the same patterns on a second ps and link that share a job key and no TLS,
- * so every message carries its integrity tag (api/wire.md "Integrity") and pulls land in
- * the connection's buffer before they are copied. Target: push-pull >= 0.7 x TCP at 4 MB.
+ * so every message carries its integrity tag (api/wire.md "Integrity"): the worker tags its
+ * requests as it masks them, each side checks a message's tag as its bytes arrive, and
+ * pulls land in place as without tags. Target: push-pull >= 0.7 x TCP at 4 MB.
  *
  * usage: wire_throughput [--seconds T] [--size S]   (T: time per measurement, default 2; S: only
  * the case of S bytes: 4096, 4194304 or 41943040)

@@ -259,16 +259,36 @@ static void handle_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
                    "AUTH_CHALLENGE", 0);
 }
 
+/* With integrity: a peer's messages are digested as their bytes land, so only the tag's
+ * final step is left once one is whole (check_tag). Service thread, as everything that
+ * touches mac_in. */
+static void on_bytes(pf_ws *ws, uint64_t conn, void *conn_user, size_t pos, const uint8_t *data,
+                     size_t n, void *user) {
+    (void)ws;
+    (void)conn;
+    (void)user;
+    peer *p = conn_user;
+    if (!p || !p->mac_in || p->refused)
+        return;
+    if (pos == 0)
+        pf_wire_mac_begin(p->mac_in);
+    pf_wire_mac_update(p->mac_in, data, n);
+}
+
 /* Right after AUTH_OK: every message from now on, both ways, carries a tag (api/wire.md
- * "Integrity"). Returns 0, or -1 with the connection closed (out of memory). */
+ * "Integrity"), each one's checked as it arrives (on_bytes). Returns 0, or -1 with the
+ * connection closed (out of memory). */
 static int start_integrity(ps_server *s, peer *p, const uint8_t key[PF_WIRE_KEY_SIZE],
                            const uint8_t nonce_task[PF_WIRE_NONCE_SIZE]) {
     p->mac_in =
         pf_wire_mac_create(key, PF_WIRE_TO_PS, p->hello_msg, p->hello_len, p->nonce, nonce_task);
     p->mac_out =
         pf_wire_mac_create(key, PF_WIRE_TO_TASK, p->hello_msg, p->hello_len, p->nonce, nonce_task);
-    if (p->mac_in && p->mac_out)
+    if (p->mac_in && p->mac_out) {
+        if (s->ws) /* not in a sink's test: it hands whole messages */
+            pf_ws_set_on_bytes(s->ws, p->conn, on_bytes);
         return 0;
+    }
     ps_server_log(s, "out of memory for a connection's message tags; closing it");
     p->refused = 1;
     ps_server_close(s, p->conn);
@@ -278,11 +298,13 @@ static int start_integrity(ps_server *s, peer *p, const uint8_t key[PF_WIRE_KEY_
 /* A message whose tag is wrong - injected, changed, replayed, reordered, or one before it
  * dropped - is refused whole: nothing of it is applied and the connection closes (the
  * peer reconnects). Logged at the first and then every power of two. Returns 0 when the
- * message may be handled (its tag stripped from *len). */
+ * message may be handled (its tag stripped from *len). A message on_bytes digested whole is
+ * verified by the digest's final step, another one (a sink's) checked whole. */
 static int check_tag(ps_server *s, peer *p, const uint8_t *data, size_t *len) {
     if (!p->mac_in)
         return 0;
-    if (pf_wire_mac_check(p->mac_in, data, *len)) {
+    if (pf_wire_mac_fed(p->mac_in) == *len ? pf_wire_mac_verify(p->mac_in)
+                                           : pf_wire_mac_check(p->mac_in, data, *len)) {
         *len -= PF_WIRE_TAG_SIZE;
         return 0;
     }

@@ -26,6 +26,14 @@ struct pf_wire_mac {
     EVP_CIPHER_CTX *ctx; /* ChaCha20-Poly1305 under the direction's key */
     pf_wire_direction dir;
     uint64_t seq;
+    /* receiving as it arrives (pf_wire_mac_begin): the message's bytes but its last 16 are
+     * additional data fed to ctx; those last ones, the tag if the message ends there, are
+     * held back in `hold` until more bytes come or it ends */
+    int open;    /* a message is begun */
+    int failed;  /* the library failed on it: it cannot verify */
+    size_t fed;  /* bytes of it fed so far */
+    size_t held; /* bytes in hold: min(fed, PF_WIRE_TAG_SIZE) */
+    uint8_t hold[PF_WIRE_TAG_SIZE];
 };
 
 typedef struct piece {
@@ -102,36 +110,55 @@ static int aead_key(EVP_CIPHER_CTX *ctx, const uint8_t key[PF_WIRE_KEY_SIZE]) {
            EVP_EncryptInit_ex(ctx, NULL, NULL, key, NULL) == 1;
 }
 
-/* The tag of parts under ctx's key, nonce = dir, seq (the parts as additional data). Returns 1 on
- * success; on a failure of the library the tag is all zero (and verifies nothing: a real tag is
- * checked too). */
-static int aead_tag(EVP_CIPHER_CTX *ctx, pf_wire_direction dir, uint64_t seq,
-                    const struct iovec *parts, int n, uint8_t tag[PF_WIRE_TAG_SIZE]) {
-    uint8_t iv[12], none[16];
+/* Starts ctx's message seq of direction dir (its nonce). Returns 1 on success. */
+static int aead_begin(EVP_CIPHER_CTX *ctx, pf_wire_direction dir, uint64_t seq) {
+    uint8_t iv[12];
     for (int i = 0; i < 4; i++)
         iv[i] = (uint8_t)((uint32_t)dir >> (8 * i));
     for (int i = 0; i < 8; i++)
         iv[4 + i] = (uint8_t)(seq >> (8 * i));
-    memset(tag, 0, PF_WIRE_TAG_SIZE);
+    return EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, iv) == 1;
+}
+
+/* Feeds p[0 .. n) to ctx's message as additional data (in as many calls as it takes: the
+ * library's Poly1305 carries a partial block from one call to the next). Returns 1 on
+ * success. */
+static int aead_update(EVP_CIPHER_CTX *ctx, const uint8_t *p, size_t n) {
     int out_len;
-    if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, iv) != 1)
-        return 0;
-    for (int i = 0; i < n; i++) {
-        const uint8_t *p = parts[i].iov_base;
-        for (size_t left = parts[i].iov_len; left > 0;) {
-            int step = left > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)left;
-            if (EVP_EncryptUpdate(ctx, NULL, &out_len, p, step) != 1)
-                return 0;
-            p += step;
-            left -= (size_t)step;
-        }
+    while (n > 0) {
+        int step = n > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)n;
+        if (EVP_EncryptUpdate(ctx, NULL, &out_len, p, step) != 1)
+            return 0;
+        p += step;
+        n -= (size_t)step;
     }
+    return 1;
+}
+
+/* Ends ctx's message: its tag. Returns 1 on success; else the tag is all zero. */
+static int aead_final(EVP_CIPHER_CTX *ctx, uint8_t tag[PF_WIRE_TAG_SIZE]) {
+    uint8_t none[16];
+    int out_len;
     if (EVP_EncryptFinal_ex(ctx, none, &out_len) != 1 ||
         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, (int)PF_WIRE_TAG_SIZE, tag) != 1) {
         memset(tag, 0, PF_WIRE_TAG_SIZE);
         return 0;
     }
     return 1;
+}
+
+/* The tag of parts under ctx's key, nonce = dir, seq (the parts as additional data). Returns 1 on
+ * success; on a failure of the library the tag is all zero (and verifies nothing: a real tag is
+ * checked too). */
+static int aead_tag(EVP_CIPHER_CTX *ctx, pf_wire_direction dir, uint64_t seq,
+                    const struct iovec *parts, int n, uint8_t tag[PF_WIRE_TAG_SIZE]) {
+    memset(tag, 0, PF_WIRE_TAG_SIZE);
+    if (!aead_begin(ctx, dir, seq))
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!aead_update(ctx, parts[i].iov_base, parts[i].iov_len))
+            return 0;
+    return aead_final(ctx, tag);
 }
 
 void pf_wire_tag(const uint8_t key[PF_WIRE_KEY_SIZE], pf_wire_direction dir, uint64_t seq,
@@ -176,16 +203,74 @@ void pf_wire_mac_sign(pf_wire_mac *m, const struct iovec *parts, int n,
     m->seq++;
 }
 
-int pf_wire_mac_check(pf_wire_mac *m, const uint8_t *msg, size_t len) {
-    if (len < PF_WIRE_TAG_SIZE)
-        return 0;
-    uint8_t want[PF_WIRE_TAG_SIZE];
-    struct iovec body = {(void *)(uintptr_t)msg, len - PF_WIRE_TAG_SIZE};
-    if (!aead_tag(m->ctx, m->dir, m->seq, &body, 1, want) ||
-        CRYPTO_memcmp(want, msg + len - PF_WIRE_TAG_SIZE, PF_WIRE_TAG_SIZE) != 0)
-        return 0;
+void pf_wire_mac_sign_begin(pf_wire_mac *m) {
+    m->failed = !aead_begin(m->ctx, m->dir, m->seq);
+}
+
+void pf_wire_mac_sign_update(pf_wire_mac *m, const void *data, size_t n) {
+    if (!m->failed && !aead_update(m->ctx, data, n))
+        m->failed = 1;
+}
+
+void pf_wire_mac_sign_end(pf_wire_mac *m, uint8_t tag[PF_WIRE_TAG_SIZE]) {
+    /* On a failure of the library the tag is all zero: it verifies nothing. */
+    if (!aead_final(m->ctx, tag) || m->failed)
+        memset(tag, 0, PF_WIRE_TAG_SIZE);
     m->seq++;
-    return 1;
+}
+
+void pf_wire_mac_begin(pf_wire_mac *m) {
+    m->open = 1;
+    m->fed = m->held = 0;
+    m->failed = !aead_begin(m->ctx, m->dir, m->seq);
+}
+
+void pf_wire_mac_update(pf_wire_mac *m, const void *data, size_t n) {
+    const uint8_t *p = data;
+    if (!m->open || n == 0)
+        return;
+    m->fed += n;
+    if (m->held + n <= PF_WIRE_TAG_SIZE) { /* all of it may still be the tag */
+        memcpy(m->hold + m->held, p, n);
+        m->held += n;
+        return;
+    }
+    /* Of hold then p, everything but the last PF_WIRE_TAG_SIZE bytes is message. */
+    size_t out = m->held + n - PF_WIRE_TAG_SIZE;
+    size_t from_hold = out < m->held ? out : m->held;
+    if (!m->failed && from_hold > 0 && !aead_update(m->ctx, m->hold, from_hold))
+        m->failed = 1;
+    memmove(m->hold, m->hold + from_hold, m->held - from_hold);
+    m->held -= from_hold;
+    size_t from_data = out - from_hold;
+    if (!m->failed && from_data > 0 && !aead_update(m->ctx, p, from_data))
+        m->failed = 1;
+    memcpy(m->hold + m->held, p + from_data, n - from_data);
+    m->held = PF_WIRE_TAG_SIZE;
+}
+
+size_t pf_wire_mac_fed(const pf_wire_mac *m) {
+    return m->open ? m->fed : 0;
+}
+
+int pf_wire_mac_verify(pf_wire_mac *m) {
+    if (!m->open)
+        return 0;
+    m->open = 0;
+    uint8_t want[PF_WIRE_TAG_SIZE];
+    /* A message too short for a tag still ends the library's message (a failed final is
+     * harmless: the next begin sets a new nonce). */
+    int ok = aead_final(m->ctx, want) && !m->failed && m->fed >= PF_WIRE_TAG_SIZE &&
+             CRYPTO_memcmp(want, m->hold, PF_WIRE_TAG_SIZE) == 0;
+    if (ok)
+        m->seq++;
+    return ok;
+}
+
+int pf_wire_mac_check(pf_wire_mac *m, const uint8_t *msg, size_t len) {
+    pf_wire_mac_begin(m);
+    pf_wire_mac_update(m, msg, len);
+    return pf_wire_mac_verify(m);
 }
 
 uint64_t pf_wire_mac_seq(const pf_wire_mac *m) {

@@ -12,7 +12,8 @@
  * has nothing else to write goes straight to the socket from the sender's thread (no loop
  * wake-up on a request/reply round trip): a server writes it with one gathering sendmsg()
  * from wherever its pieces lie (a ps's shards), a client masks it into the buffer a chunk
- * at a time and sends each chunk while it is in cache. Otherwise, and for what the socket
+ * at a time and sends each chunk while it is in cache (digesting it first when the message
+ * ends in a tag: pf_ws_sendv_tagged). Otherwise, and for what the socket
  * did not take (copied into the buffer before the sender returns), the loop writes it in
  * pieces of at most PF_WS_CHUNK bytes, one lws_write() per WRITEABLE callback. A lent
  * message (pf_ws_sendv_lent, a server's handler) keeps a list of its pieces instead of
@@ -21,7 +22,8 @@
  * libwebsockets reads up to RX_CHUNK bytes per readable event; the rest of an incoming
  * data frame is read from the socket straight into the message buffer (or where
  * pf_ws_expect placed it), DIRECT_READ_MAX bytes a read, and unmasked there while still
- * in cache.
+ * in cache; a connection's byte handler (pf_ws_set_on_bytes: its owner's integrity tag)
+ * sees each piece right there too, so no second pass over a message is needed.
  *
  * Threads: everything that touches a wsi runs on the service thread. Other threads edit
  * the connection table under `lock` (queue a message, ask for a connect or a close) and
@@ -164,9 +166,11 @@ static void deliver(pf_ws *ws, conn *c) {
     ws->placed_n = 0;
 }
 
-/* A data frame begins a message: it is received in place if it is the one expected. */
+/* A data frame begins a message: it is received in place if it is the one expected, and
+ * its bytes are shown to the byte handler set now (pf_ws_set_on_bytes). */
 static void take_expectation(pf_ws *ws, conn *c, uint64_t len, int whole) {
     pthread_mutex_lock(&ws->lock);
+    c->bytes_now = c->on_bytes;
     if (c->expect_len && whole && len == c->expect_len) {
         pf_ws_place *p = c->place;
         int cap = c->place_cap;
@@ -310,6 +314,8 @@ static int read_direct(pf_ws *ws, conn *c) {
         size_t n = (size_t)k;
         if (c->frame_masked)
             ws_apply_mask(dst, n, c->frame_mask, c->frame_done);
+        if (c->bytes_now) /* while they are in cache */
+            c->bytes_now(ws, c->id, c->user, c->rx.len, dst, n, ws->user);
         c->rx.len += n;
         c->frame_done += n;
         c->frame_left -= n;
@@ -354,6 +360,8 @@ static int on_frames(pf_ws *ws, conn *c, const uint8_t *in, size_t len) {
                 ws_copy_unmask(dst, in + done, take, c->frame_mask, c->frame_done);
             else
                 memcpy(dst, in + done, take);
+            if (!control && c->bytes_now)
+                c->bytes_now(ws, c->id, c->user, c->rx.len, dst, take, ws->user);
             if (!control)
                 c->rx.len += take;
             c->frame_done += take;
@@ -918,6 +926,14 @@ pf_status pf_ws_expect(pf_ws *ws, uint64_t id, size_t len, const pf_ws_place *pl
     }
     pthread_mutex_unlock(&ws->lock);
     return st;
+}
+
+void pf_ws_set_on_bytes(pf_ws *ws, uint64_t id, pf_ws_bytes_fn fn) {
+    pthread_mutex_lock(&ws->lock);
+    conn *c = find_locked(ws, id);
+    if (c)
+        c->on_bytes = fn; /* taken at the next message's first frame (take_expectation) */
+    pthread_mutex_unlock(&ws->lock);
 }
 
 const pf_ws_place *pf_ws_message_places(const pf_ws *ws, int *n) {

@@ -121,6 +121,8 @@ typedef struct conn {
     size_t expect_len; /* 0: no expectation */
     pf_ws_place *expect;
     int expect_n, expect_cap;
+    pf_ws_bytes_fn on_bytes;  /* pf_ws_set_on_bytes; under ws->lock */
+    pf_ws_bytes_fn bytes_now; /* loop thread: the byte handler of the message being received */
     /* loop thread: the places of the message being received, when `placing` */
     pf_ws_place *place;
     int place_n, place_cap, place_i;

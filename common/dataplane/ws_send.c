@@ -149,21 +149,61 @@ static void frame(conn *c, out_msg *m) {
 }
 
 /* A read position in a message given as parts (an iovec array): part i, offset off in it,
- * payload position pos. */
+ * payload position pos. With a tagger (pf_ws_sendv_tagged) the message is the parts and
+ * then their tag, a last part (index n) computed once every byte before it has been
+ * digested: by cursor_copy as it reads them, or all at once (cursor_digest_all). */
 typedef struct cursor {
     const struct iovec *parts;
     int n, i;
     size_t off, pos;
+    const pf_ws_tagger *tagger; /* NULL: no tag */
+    int tagged;                 /* the tag is in `tag` */
+    uint8_t tag[PF_WS_MAX_TAG];
 } cursor;
 
+static cursor cursor_at(const struct iovec *parts, int n, const pf_ws_tagger *t) {
+    cursor k = {parts, n, 0, 0, 0, t, 0, {0}};
+    return k;
+}
+
+static int cursor_parts(const cursor *k) {
+    return k->n + (k->tagger ? 1 : 0);
+}
+
+/* Part i of the message: the caller's, or the tag, computed when first reached. */
+static struct iovec cursor_part(cursor *k, int i) {
+    if (i < k->n)
+        return k->parts[i];
+    if (!k->tagged) {
+        k->tagger->final(k->tagger->ctx, k->tag);
+        k->tagged = 1;
+    }
+    return (struct iovec){k->tag, k->tagger->tag_len};
+}
+
+/* Digests every part now and computes the tag (for a sender that writes from the parts
+ * without reading them itself). */
+static void cursor_digest_all(cursor *k) {
+    if (!k->tagger || k->tagged)
+        return;
+    for (int i = 0; i < k->n; i++)
+        if (k->parts[i].iov_len)
+            k->tagger->update(k->tagger->ctx, k->parts[i].iov_base, k->parts[i].iov_len);
+    cursor_part(k, k->n);
+}
+
 /* Copies the next len payload bytes to payload + their position, XOR mask when mask is
- * not NULL (mask in place when the parts are the payload itself). */
+ * not NULL (mask in place when the parts are the payload itself); a tag not computed yet
+ * digests them first, while they are read. */
 static void cursor_copy(cursor *k, uint8_t *payload, size_t len, const uint8_t *mask) {
-    while (len > 0 && k->i < k->n) {
-        const struct iovec *p = &k->parts[k->i];
+    while (len > 0 && k->i < cursor_parts(k)) {
+        struct iovec part = cursor_part(k, k->i);
+        const struct iovec *p = &part;
         size_t take = p->iov_len - k->off < len ? p->iov_len - k->off : len;
         const uint8_t *src = (const uint8_t *)p->iov_base + k->off;
         uint8_t *dst = payload + k->pos;
+        if (k->tagger && !k->tagged && take)
+            k->tagger->update(k->tagger->ctx, src, take);
         if (mask)
             ws_copy_unmask(dst, src, take, mask, k->pos & 3);
         else if (take && dst != src)
@@ -178,11 +218,11 @@ static void cursor_copy(cursor *k, uint8_t *payload, size_t len, const uint8_t *
     }
 }
 
-/* Moves past len payload bytes (sent straight from the parts). */
+/* Moves past len payload bytes (sent straight from the parts, digested already). */
 static void cursor_skip(cursor *k, size_t len) {
     k->pos += len;
-    while (len > 0 && k->i < k->n) {
-        size_t left = k->parts[k->i].iov_len - k->off;
+    while (len > 0 && k->i < cursor_parts(k)) {
+        size_t left = cursor_part(k, k->i).iov_len - k->off;
         if (len < left) {
             k->off += len;
             return;
@@ -194,13 +234,14 @@ static void cursor_skip(cursor *k, size_t len) {
 }
 
 /* Fills v with up to max iovecs for the payload bytes not yet passed; returns how many. */
-static int cursor_iov(const cursor *k, struct iovec *v, int max) {
+static int cursor_iov(cursor *k, struct iovec *v, int max) {
     int nv = 0;
     size_t off = k->off;
-    for (int i = k->i; i < k->n && nv < max; i++, off = 0)
-        if (k->parts[i].iov_len > off)
-            v[nv++] =
-                (struct iovec){(uint8_t *)k->parts[i].iov_base + off, k->parts[i].iov_len - off};
+    for (int i = k->i; i < cursor_parts(k) && nv < max; i++, off = 0) {
+        struct iovec p = cursor_part(k, i);
+        if (p.iov_len > off)
+            v[nv++] = (struct iovec){(uint8_t *)p.iov_base + off, p.iov_len - off};
+    }
     return nv;
 }
 
@@ -278,14 +319,17 @@ int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
  * the wire bytes the socket took. A server sends straight from the parts (the payload is
  * never copied when the socket takes it all); a client masks the payload into m's buffer
  * a chunk at a time and sends each chunk while it is still in cache. Either way m holds
- * the frame from the returned offset on, ready for the loop to finish. */
-static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *parts, int n) {
+ * the frame from the returned offset on, ready for the loop to finish. A tag (t) is
+ * digested by the client as it masks each chunk, by a server before it sends. */
+static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *parts, int n,
+                           const pf_ws_tagger *t) {
     uint8_t mask[4];
     put_header(c, m, mask);
     uint8_t *payload = msg_bytes(m);
     size_t hn = m->wire - m->len, sent = 0;
-    cursor k = {parts, n, 0, 0, 0};
+    cursor k = cursor_at(parts, n, t);
     if (c->server) {
+        cursor_digest_all(&k);
         for (;;) {
             struct iovec v[IOV_BATCH];
             int nv = 0;
@@ -335,7 +379,8 @@ static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *part
  * (no loop wake-up on a request/reply round trip) and only what the socket does not take
  * now is left in m, at the head of the queue, for the loop to finish. Otherwise the
  * payload is gathered into m and m is queued; the loop frames (and masks) it. */
-static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iovec *parts, int n) {
+static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iovec *parts, int n,
+                            const pf_ws_tagger *t) {
     m->next = NULL;
     m->raw = 0;
     m->framed = 0;
@@ -350,7 +395,7 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
         c->direct = 1; /* claimed: the loop writes nothing on c until it ends */
         int fd = c->fd;
         pthread_mutex_unlock(&ws->lock);
-        size_t sent = write_direct(c, fd, m, m->lent ? m->lent : parts, m->lent ? m->n_lent : n);
+        size_t sent = write_direct(c, fd, m, m->lent ? m->lent : parts, m->lent ? m->n_lent : n, t);
         pthread_mutex_lock(&ws->lock);
         c->direct = 0;
         pthread_cond_broadcast(&ws->direct_done);
@@ -382,7 +427,7 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
     /* The parts are the caller's: gather them (a lent message's pieces stay where they
      * are); the loop frames and masks. */
     if (!m->lent) {
-        cursor k = {parts, n, 0, 0, 0};
+        cursor k = cursor_at(parts, n, t);
         cursor_copy(&k, msg_bytes(m), m->len, NULL);
     }
     pthread_mutex_lock(&ws->lock);
@@ -412,7 +457,14 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
 }
 
 pf_status pf_ws_sendv(pf_ws *ws, uint64_t id, const struct iovec *parts, int n) {
-    size_t len = 0;
+    return pf_ws_sendv_tagged(ws, id, parts, n, NULL);
+}
+
+pf_status pf_ws_sendv_tagged(pf_ws *ws, uint64_t id, const struct iovec *parts, int n,
+                             const pf_ws_tagger *t) {
+    if (t && (t->tag_len > PF_WS_MAX_TAG || !t->update || !t->final))
+        return PF_ERR_INVALID;
+    size_t len = t ? t->tag_len : 0;
     for (int i = 0; i < n; i++)
         len += parts[i].iov_len;
     uint8_t *b = ws_take_buffer(ws, len);
@@ -420,7 +472,7 @@ pf_status pf_ws_sendv(pf_ws *ws, uint64_t id, const struct iovec *parts, int n) 
         return PF_ERR_NOMEM;
     out_msg *m = msg_of(b);
     m->len = len;
-    return send_parts(ws, id, m, parts, n);
+    return send_parts(ws, id, m, parts, n, t);
 }
 
 pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t id, const struct iovec *parts, int n,
@@ -453,7 +505,7 @@ pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t id, const struct iovec *parts, in
     m->len = len;
     m->lent = v;
     m->n_lent = n;
-    return send_parts(ws, id, m, parts, n);
+    return send_parts(ws, id, m, parts, n, NULL);
 }
 
 /* A lent message's bytes not yet written - the frame header's rest, then the payload
@@ -476,7 +528,9 @@ static out_msg *settle_one(conn *c, out_msg *m, size_t written) {
         memcpy(d, m->start + written, head - written);
         d += head - written;
     }
-    cursor k = {m->lent, m->n_lent, m->lent_i, m->lent_off, 0};
+    cursor k = cursor_at(m->lent, m->n_lent, NULL);
+    k.i = m->lent_i;
+    k.off = m->lent_off;
     cursor_copy(&k, d - k.pos, rest - (size_t)(d - s->start), NULL);
     return s;
 }

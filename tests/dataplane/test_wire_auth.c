@@ -179,6 +179,92 @@ static void test_tag_refusals(void **state) {
     pf_wire_mac_destroy(other_dir);
 }
 
+/* Streams msg[0 .. len) into m split at a and b (a <= b <= len), as bytes arrive, and
+ * verifies it. */
+static int streamed(pf_wire_mac *m, const uint8_t *msg, size_t len, size_t a, size_t b) {
+    pf_wire_mac_begin(m);
+    pf_wire_mac_update(m, msg, a);
+    pf_wire_mac_update(m, msg + a, b - a);
+    pf_wire_mac_update(m, msg + b, len - b);
+    assert_int_equal(pf_wire_mac_fed(m), len);
+    return pf_wire_mac_verify(m);
+}
+
+/* A message received as it arrives, split anywhere (at every pair of boundaries, so each
+ * piece's end falls at every position relative to the 16-byte tag and Poly1305's blocks),
+ * verifies as the whole one does against the vector's one-shot tag; a change of any byte,
+ * a short message or one not begun is refused and moves nothing. */
+static void test_tag_streamed(void **state) {
+    (void)state;
+    uint8_t msg[50 + PF_WIRE_TAG_SIZE];
+    for (int i = 0; i < 50; i++)
+        msg[i] = (uint8_t)i;
+    unhex("167304f2c224d720c48b0356dbb6ec7d", msg + 50, PF_WIRE_TAG_SIZE); /* seq 0, to ps */
+    const size_t len = sizeof msg;
+    for (size_t a = 0; a <= len; a++)
+        for (size_t b = a; b <= len; b++) {
+            pf_wire_mac *m = vector_mac(PF_WIRE_TO_PS);
+            assert_true(streamed(m, msg, len, a, b));
+            assert_int_equal(pf_wire_mac_seq(m), 1);
+            assert_int_equal(pf_wire_mac_fed(m), 0); /* the message ended */
+            pf_wire_mac_destroy(m);
+        }
+    pf_wire_mac *m = vector_mac(PF_WIRE_TO_PS);
+    for (size_t i = 0; i < len; i++) {
+        uint8_t changed[sizeof msg];
+        memcpy(changed, msg, len);
+        changed[i] ^= 0x04;
+        assert_false(streamed(m, changed, len, i / 2, i + (len - i) / 2));
+    }
+    assert_false(streamed(m, msg, len - 1, 7, 40));              /* truncated */
+    assert_false(streamed(m, msg + 50, PF_WIRE_TAG_SIZE, 3, 9)); /* the tag alone */
+    assert_false(streamed(m, msg, PF_WIRE_TAG_SIZE - 1, 0, 5));  /* too short */
+    assert_false(pf_wire_mac_verify(m));                         /* none begun */
+    pf_wire_mac_update(m, msg, len);                             /* none begun: ignored */
+    assert_int_equal(pf_wire_mac_fed(m), 0);
+    pf_wire_mac_begin(m); /* a message begun and given up is forgotten by the next */
+    pf_wire_mac_update(m, msg, 20);
+    assert_int_equal(pf_wire_mac_seq(m), 0);
+    assert_true(streamed(m, msg, len, 33, 33));
+    pf_wire_mac_destroy(m);
+
+    /* A long message in pieces of every size from 1 up, against the sender's tag, then the
+     * next one in order, and the first one again (a replay) refused. */
+    pf_wire_mac *tx = vector_mac(PF_WIRE_TO_TASK), *rx = vector_mac(PF_WIRE_TO_TASK);
+    static uint8_t big[3000 + PF_WIRE_TAG_SIZE], big2[3000 + PF_WIRE_TAG_SIZE];
+    for (size_t i = 0; i < 3000; i++) {
+        big[i] = (uint8_t)(i * 7);
+        big2[i] = (uint8_t)(i * 11);
+    }
+    struct iovec v = {big, 3000}, v2 = {big2, 3000};
+    pf_wire_mac_sign(tx, &v, 1, big + 3000);
+    /* signed as it is written, in pieces: the same tag as the one-shot */
+    pf_wire_mac *tx2 = vector_mac(PF_WIRE_TO_TASK);
+    uint8_t tag[PF_WIRE_TAG_SIZE];
+    pf_wire_mac_sign_begin(tx2);
+    for (size_t pos = 0, step = 1; pos < 3000; pos += step, step += 3)
+        pf_wire_mac_sign_update(tx2, big + pos, step < 3000 - pos ? step : 3000 - pos);
+    pf_wire_mac_sign_end(tx2, tag);
+    assert_memory_equal(tag, big + 3000, PF_WIRE_TAG_SIZE);
+    assert_int_equal(pf_wire_mac_seq(tx2), 1);
+    pf_wire_mac_sign_begin(tx2);
+    pf_wire_mac_sign_update(tx2, big2, 1234);
+    pf_wire_mac_sign_update(tx2, big2 + 1234, 3000 - 1234);
+    pf_wire_mac_sign_end(tx2, big2 + 3000);
+    pf_wire_mac_destroy(tx2);
+    pf_wire_mac_sign(tx, &v2, 1, tag);
+    assert_memory_equal(tag, big2 + 3000, PF_WIRE_TAG_SIZE);
+    pf_wire_mac_begin(rx);
+    for (size_t pos = 0, step = 1; pos < sizeof big; pos += step, step++)
+        pf_wire_mac_update(rx, big + pos, step < sizeof big - pos ? step : sizeof big - pos);
+    assert_true(pf_wire_mac_verify(rx));
+    assert_true(pf_wire_mac_check(rx, big2, sizeof big2)); /* the whole-message check agrees */
+    assert_false(streamed(rx, big, sizeof big, 100, 2000));
+    assert_int_equal(pf_wire_mac_seq(rx), 2);
+    pf_wire_mac_destroy(tx);
+    pf_wire_mac_destroy(rx);
+}
+
 static void test_nonces_differ(void **state) {
     (void)state;
     uint8_t a[PF_WIRE_NONCE_SIZE], b[PF_WIRE_NONCE_SIZE];
@@ -324,9 +410,13 @@ static void test_key_hex(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_vectors),     cmocka_unit_test(test_nonces_differ),
-        cmocka_unit_test(test_tag_vectors), cmocka_unit_test(test_tag_refusals),
-        cmocka_unit_test(test_messages),    cmocka_unit_test(test_worker_key_never_proves_chief),
+        cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_nonces_differ),
+        cmocka_unit_test(test_tag_vectors),
+        cmocka_unit_test(test_tag_refusals),
+        cmocka_unit_test(test_tag_streamed),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_worker_key_never_proves_chief),
         cmocka_unit_test(test_key_hex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

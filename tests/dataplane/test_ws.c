@@ -2,8 +2,8 @@
  * example key and answer; a client refusing a wrong answer), round trips of small and
  * fragmented messages, byte-exact reassembly, sends to closed connections, receiving in
  * place, the message size cap, the admission of untrusted connections and connection
- * failures. Every send is pf_ws_sendv, the
- * production path. Waits use condition variables or poll() with deadlines, never sleeps. */
+ * failures, tagged sends and byte handlers. Every send is pf_ws_sendv (or _tagged), the
+ * production paths. Waits use condition variables or poll() with deadlines, never sleeps. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -47,17 +47,55 @@ typedef struct endpoint {
     pf_status settle_status;
     uint64_t digest[64]; /* FNV-1a of each of the first 64 messages, in arrival order */
     int placed[64];      /* whether pf_ws_message_places() gave places for each of them */
+    int echo_tagged;     /* server: echo all but the last 8 bytes with pf_ws_sendv_tagged and
+                            fnv_tagger (the same message back when they are its tag) */
+    /* on_bytes (service thread): the FNV-1a of the message being received, as it comes */
+    uint64_t stream_h;
+    size_t stream_next;    /* the position the next piece must start at */
+    int stream_bad;        /* a piece out of order */
+    uint64_t streamed[64]; /* stream_h of each of the first 64 messages when delivered */
 } endpoint;
 
-static uint64_t fnv1a(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
+#define FNV_BASIS 1469598103934665603ull
+
+static uint64_t fnv1a_more(uint64_t h, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 1099511628211ull;
     return h;
 }
 
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    return fnv1a_more(FNV_BASIS, p, n);
+}
+
+/* A tagger for pf_ws_sendv_tagged: the FNV-1a of the bytes before it, 8 bytes LE. */
+static void fnv_update(void *ctx, const void *data, size_t n) {
+    uint64_t *h = ctx;
+    *h = fnv1a_more(*h, data, n);
+}
+
+static void fnv_final(void *ctx, uint8_t *tag) {
+    uint64_t *h = ctx;
+    for (int i = 0; i < 8; i++)
+        tag[i] = (uint8_t)(*h >> (8 * i));
+}
+
+/* pf_ws_set_on_bytes: every piece must continue where the last one ended. */
+static void on_bytes(pf_ws *ws, uint64_t conn, void *cu, size_t pos, const uint8_t *data, size_t n,
+                     void *user) {
+    (void)ws;
+    (void)conn;
+    (void)cu;
+    endpoint *e = user;
+    if (pos != e->stream_next)
+        e->stream_bad = 1;
+    e->stream_h = fnv1a_more(e->stream_h, data, n);
+    e->stream_next = pos + n;
+}
+
 static void ep_init(endpoint *e) {
     memset(e, 0, sizeof *e);
+    e->stream_h = FNV_BASIS;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
 }
@@ -93,7 +131,10 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
         e->digest[e->messages] = fnv1a(data, len);
         int n_places;
         e->placed[e->messages] = pf_ws_message_places(ws, &n_places) != NULL;
+        e->streamed[e->messages] = e->stream_next == len ? e->stream_h : 0;
     }
+    e->stream_h = FNV_BASIS;
+    e->stream_next = 0;
     e->messages++;
     if (e->hold_for && e->messages == 1) {
         /* Not reading meanwhile fills the socket buffers, so the peer's sends stall. */
@@ -122,6 +163,12 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
             assert_int_equal(pf_ws_settle(ws), PF_OK);
             memset(copy, 0xAA, len); /* an update: the rest of the reply must not see it */
         }
+    } else if (e->echo && e->echo_tagged) {
+        uint64_t h = FNV_BASIS;
+        pf_ws_tagger tagger = {fnv_update, fnv_final, &h, 8};
+        size_t body = len >= 8 ? len - 8 : 0, a = body / 3;
+        struct iovec parts[] = {{(void *)data, a}, {(void *)(data + a), body - a}};
+        assert_int_equal(pf_ws_sendv_tagged(ws, conn, parts, 2, &tagger), PF_OK);
     } else if (e->echo && e->echo_parts) {
         size_t a = len / 3, b = len / 2 + (len > 1);
         struct iovec parts[] = {{(void *)data, a},
@@ -394,6 +441,72 @@ static void test_expect(void **state) {
     assert_int_equal(pf_ws_expect(cli, 999, 4096, one, 1), PF_ERR_NOT_FOUND);
     free(a);
     free(b);
+    destroy_pair(&s, &c, srv, cli);
+}
+
+/* pf_ws_sendv_tagged and pf_ws_set_on_bytes: the client sends messages in parts with a tag
+ * computed as they are masked; the server, seeing each message's bytes as they arrive,
+ * echoes all but the tag with a tag of its own computing (sent straight, or copied when the
+ * client holds back and the echoes stall). Both ends' byte handlers see every byte once, in
+ * order, placed ones too (pf_ws_expect); each message arrives with the right tag. */
+static void test_tagged(void **state) {
+    (void)state;
+    endpoint s, c;
+    pf_ws *srv, *cli;
+    uint64_t conn;
+    echo_pair(&s, &c, &srv, &cli, &conn);
+    s.echo_tagged = 1;
+    assert_true(wait_for(&c, &c.opened, 1));
+    assert_true(wait_for(&s, &s.opened, 1));
+    pf_ws_set_on_bytes(srv, s.last_conn, on_bytes);
+    pf_ws_set_on_bytes(cli, conn, on_bytes);
+    c.hold_for = &s;
+    const size_t sizes[] = {0, 1, 4096, 3 * PF_WS_CHUNK + 5, 300001, 9 * PF_WS_CHUNK + 1, 5000};
+    const int n_parts[] = {1, 2, 7, 65, 3, 300, 4};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint64_t want[N];
+    size_t wire[N];
+    c.hold_count = N - 1;
+    uint8_t *scratch = malloc(9 * PF_WS_CHUNK + 16), *place = malloc(4000);
+    struct iovec parts[300];
+    for (int i = 0; i < N; i++) {
+        for (size_t k = 0; k < sizes[i]; k++)
+            scratch[k] = (uint8_t)(k * 131u + (unsigned)i);
+        uint64_t h = fnv1a(scratch, sizes[i]);
+        uint8_t tag[8];
+        fnv_final(&h, tag);
+        want[i] = fnv1a_more(h, tag, 8); /* the message as it goes: parts, then tag */
+        wire[i] = sizes[i] + 8;
+        size_t pos = 0;
+        for (int p = 0; p < n_parts[i]; p++) {
+            size_t len = p + 1 == n_parts[i] ? sizes[i] - pos : (sizes[i] - pos) / 3;
+            parts[p] = (struct iovec){scratch + pos, len};
+            pos += len;
+        }
+        if (i == N - 1) { /* its echo is received in place */
+            assert_true(wait_for(&c, &c.messages, N - 1));
+            pf_ws_place at[] = {{1000, 4000, place}};
+            assert_int_equal(pf_ws_expect(cli, conn, wire[i], at, 1), PF_OK);
+        }
+        uint64_t th = FNV_BASIS;
+        pf_ws_tagger tagger = {fnv_update, fnv_final, &th, 8};
+        assert_int_equal(pf_ws_sendv_tagged(cli, conn, parts, n_parts[i], &tagger), PF_OK);
+        memset(scratch, 0xAA, sizes[i]);
+    }
+    assert_true(wait_for(&c, &c.messages, N));
+    assert_int_equal(c.placed[N - 1], 1);
+    for (int i = 0; i < N; i++) {
+        if (s.streamed[i] != want[i] || (i < N - 1 && s.digest[i] != want[i]))
+            fail_msg("message %d (%zu bytes) reached the server changed", i, wire[i]);
+        if (c.streamed[i] != want[i] || (i < N - 1 && c.digest[i] != want[i]))
+            fail_msg("message %d (%zu bytes) came back changed", i, wire[i]);
+    }
+    assert_false(s.stream_bad);
+    assert_false(c.stream_bad);
+    pf_ws_tagger too_long = {fnv_update, fnv_final, NULL, PF_WS_MAX_TAG + 1};
+    assert_int_equal(pf_ws_sendv_tagged(cli, conn, parts, 1, &too_long), PF_ERR_INVALID);
+    free(scratch);
+    free(place);
     destroy_pair(&s, &c, srv, cli);
 }
 
@@ -857,6 +970,7 @@ int main(void) {
         cmocka_unit_test(test_sendv),
         cmocka_unit_test(test_sendv_lent),
         cmocka_unit_test(test_expect),
+        cmocka_unit_test(test_tagged),
         cmocka_unit_test(test_message_cap),
         cmocka_unit_test(test_untrusted_limits),
         cmocka_unit_test(test_max_connections),

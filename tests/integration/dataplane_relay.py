@@ -9,6 +9,8 @@ usage: python3 dataplane_relay.py LISTEN_PORT PS_PORT ATTACK...
     inject   a forged CHECKPOINT final (step 1) is sent before message N
     replay   message N is dropped and message N - 1 is sent again in its place
     flip     one byte in the middle of message N is changed
+    poison   64 bytes from the middle of message N are set to 0xff (float32 NaNs, however
+             they align with a reply's values)
   Every other message, and every connection not named, is forwarded as it is.
 Each attack is logged on stderr ("relay: conn 0: up message 6: inject"). Messages are
 re-framed (one frame each; the task's masked with a fresh mask), as RFC 6455 allows.
@@ -109,6 +111,11 @@ def pump(src, dst, buf, masked, attack, who):
                     changed = bytearray(msg)
                     changed[len(changed) // 2] ^= 0x40
                     out = [bytes(changed)]
+                elif action == "poison":
+                    changed = bytearray(msg)
+                    mid = len(changed) // 2
+                    changed[mid:mid + 64] = b"\xff" * len(changed[mid:mid + 64])
+                    out = [bytes(changed)]
             for m in out:
                 dst.sendall(frame(op, m, masked))
             last, index = msg, index + 1
@@ -158,7 +165,7 @@ def main():
     attacks = []
     for a in sys.argv[3:]:
         c, d, action, n = a.split(":")
-        assert d in ("up", "down") and action in ("inject", "replay", "flip"), a
+        assert d in ("up", "down") and action in ("inject", "replay", "flip", "poison"), a
         attacks.append((int(c), d, action, int(n)))
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -7,10 +7,13 @@
 #  0. injects a forged CHECKPOINT final (the attack that ended a job at step 304 of 3000),
 #  1. drops a push-pull and replays the one before in its place,
 #  2. changes one byte of a push-pull,
-#  3. changes one byte of the ps's reply (the values a pull receives).
+#  3. sets 64 bytes in the middle of the ps's reply to NaN: the values of a push-pull, which
+#     the chief receives in place, straight into its parameters, before their tag verifies.
 # Each is refused by the side that receives it (the log names the tag that does not
 # verify), the connection is closed, the chief reconnects and resends, and the job runs to
-# max_steps: every process exits 0 and the final checkpoint is at the last step.
+# max_steps: every process exits 0 and the final checkpoint is at the last step. With
+# on_nonfinite "fail", a NaN the chief computed with would have failed the job: the resent
+# request's verified reply rewrote the values the refused one had left.
 source "$(dirname "$0")/lib.sh"
 export PYTHONPATH="$PSFLOW_SRC/tests/integration"
 
@@ -21,7 +24,7 @@ d = json.load(open(sys.argv[1]))
 d["name"] = "relayed"
 d["replicas"] = {"ps": 1, "worker": 2}
 d["training"].update(batch_size=50, max_steps=int(sys.argv[2]), mode="async",
-                     eval_every_steps=0)
+                     eval_every_steps=0, on_nonfinite="fail")
 json.dump(d, sys.stdout)
 PY
 
@@ -39,7 +42,7 @@ wait_until 30 "the ps listens on $PS_PORT" python3 -c "import rawps; rawps.Conn(
 # Message 4 up is the chief's 3rd request after HELLO and AUTH_PROOF; message 5 down the
 # 3rd reply after AUTH_CHALLENGE, AUTH_OK and HELLO_ACK.
 python3 "$PSFLOW_SRC/tests/integration/dataplane_relay.py" "$RELAY_PORT" "$PS_PORT" \
-  0:up:inject:4 1:up:replay:4 2:up:flip:4 3:down:flip:5 2>"$WORK/relay.log" &
+  0:up:inject:4 1:up:replay:4 2:up:flip:4 3:down:poison:5 2>"$WORK/relay.log" &
 RELAY_PID=$!
 wait_until 10 "the relay listens" python3 -c "import socket; socket.create_connection(('127.0.0.1', $RELAY_PORT)).close()"
 
@@ -62,16 +65,19 @@ show() { for f in relay ps w0 w1; do echo "--- $f.log" >&2; tail -n 20 "$WORK/$f
 [ "$status" = 0 ] || { show; fail "a task exited non-zero ($status)"; }
 
 for attack in "conn 0: up message 4: inject" "conn 1: up message 4: replay" \
-  "conn 2: up message 4: flip" "conn 3: down message 5: flip"; do
+  "conn 2: up message 4: flip" "conn 3: down message 5: poison"; do
   grep -q "$attack" "$WORK/relay.log" || { show; fail "the relay did not attack ($attack)"; }
 done
-pass "the relay injected, replayed in place of a dropped message, and changed a byte both ways"
+pass "the relay injected, replayed in place of a dropped message, changed a byte and poisoned a reply"
 
 grep -q "integrity tag does not verify" "$WORK/ps.log" ||
   { show; fail "the ps did not log the messages it refused"; }
 grep -q "refused a message from ps 0 whose integrity tag does not verify" "$WORK/w0.log" ||
   { show; fail "the chief did not log the reply it refused"; }
 pass "each forged message was refused and logged by the side that received it"
+! grep -q "non-finite" "$WORK/w0.log" "$WORK/w1.log" ||
+  { show; fail "a worker computed with the NaN values of the refused reply"; }
+pass "the values of the refused reply were rewritten before the chief computed with them"
 
 ls "$WORK/ckpt/relayed/step-$STEPS/ps-0.safetensors" >/dev/null ||
   { show; ls -R "$WORK/ckpt" >&2; fail "no final checkpoint at step $STEPS"; }

@@ -96,10 +96,33 @@ void pf_wire_mac_destroy(pf_wire_mac *m);
 void pf_wire_mac_sign(pf_wire_mac *m, const struct iovec *parts, int n,
                       uint8_t tag[PF_WIRE_TAG_SIZE]);
 
-/* Receiving: 1 when msg[0 .. len) ends in the right tag of the next message over the bytes
- * before it (the sequence number then moves on), else 0 (too short, or a tag of another
- * message, key, direction or position: nothing moves). The message is len - PF_WIRE_TAG_SIZE
- * bytes. Compared in constant time. */
+/* Sending as the message is written: begin, update with its bytes in order (split
+ * anywhere), then end writes its tag and moves the sequence number on; the same tag as
+ * pf_wire_mac_sign over the same bytes (which is the three at once). */
+void pf_wire_mac_sign_begin(pf_wire_mac *m);
+void pf_wire_mac_sign_update(pf_wire_mac *m, const void *data, size_t n);
+void pf_wire_mac_sign_end(pf_wire_mac *m, uint8_t tag[PF_WIRE_TAG_SIZE]);
+
+/* Receiving a message as it arrives, in one pass while its bytes are in cache: begin, then
+ * update with its bytes in order, split anywhere (the last PF_WIRE_TAG_SIZE bytes fed are
+ * taken as its tag: the receiver need not know the message's length until it ends), then
+ * verify once the last byte is in. pf_wire_mac_begin forgets a message begun and not
+ * verified. pf_wire_mac_update without a message begun does nothing. */
+void pf_wire_mac_begin(pf_wire_mac *m);
+void pf_wire_mac_update(pf_wire_mac *m, const void *data, size_t n);
+
+/* The bytes fed to the message begun (0 when none is): a receiver checks that they are the
+ * whole message it was handed before it verifies. */
+size_t pf_wire_mac_fed(const pf_wire_mac *m);
+
+/* Ends the message begun: 1 when the bytes fed end in the right tag of the next message over
+ * the bytes before it (the sequence number then moves on), else 0 (none begun, too short, or
+ * a tag of another message, key, direction or position: nothing moves). Compared in constant
+ * time. */
+int pf_wire_mac_verify(pf_wire_mac *m);
+
+/* Receiving a message that is whole in memory: begin, update with msg[0 .. len), verify (the
+ * message is len - PF_WIRE_TAG_SIZE bytes, then its tag). */
 int pf_wire_mac_check(pf_wire_mac *m, const uint8_t *msg, size_t len);
 
 /* The sequence number of the next message (for tests and logs). */

@@ -24,7 +24,9 @@
  * knows the layout of the reply it awaits (a PULL_REPLY: pf_wire_pull_reply_places) calls
  * pf_ws_expect() first, and the reply's tensor values are then read from the socket
  * straight to their destination; on_message learns which ranges went where from
- * pf_ws_message_places(), and pf_wire_decode_placed() gives views of the values there.
+ * pf_ws_message_places(), and pf_wire_decode_placed() gives views of the values there. An
+ * owner may also see each message's bytes as they land (pf_ws_set_on_bytes), to digest it
+ * in the same pass.
  *
  * Limits and TLS (pf_ws_options): a server admits connections in two classes. Until their
  * owner trusts them (pf_ws_trust) they are *untrusted*: few at once, and few from one
@@ -164,6 +166,27 @@ void pf_ws_wake(pf_ws *ws);
  * connection is closed: nothing sent), PF_ERR_NOMEM. Any thread. */
 pf_status pf_ws_sendv(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n);
 
+/* A tag that ends a message, computed as the message is written (pf_ws_sendv_tagged):
+ * update sees every byte of the message before the tag, in order and split anywhere, then
+ * final writes the tag_len bytes of the tag. Called on the sending thread before
+ * pf_ws_sendv_tagged returns; when that fails, maybe not at all, or not to the end (the
+ * connection is gone, or memory short: the tag's state is the caller's to discard). */
+typedef struct pf_ws_tagger {
+    void (*update)(void *ctx, const void *data, size_t n);
+    void (*final)(void *ctx, uint8_t *tag);
+    void *ctx;
+    size_t tag_len; /* at most PF_WS_MAX_TAG */
+} pf_ws_tagger;
+
+#define PF_WS_MAX_TAG 64
+
+/* As pf_ws_sendv, the message being parts[0 .. n) and then their tag as t computes it
+ * (t NULL: none). A client digests each chunk as it masks it, while it is in cache: no
+ * separate pass over the message before it goes out. Errors also: PF_ERR_INVALID (t
+ * incomplete, or its tag too long). */
+pf_status pf_ws_sendv_tagged(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n,
+                             const pf_ws_tagger *t);
+
 /* As pf_ws_sendv, from a server's service thread (its handlers), with the parts whose
  * lend[i] is set lent rather than copied: what the socket does not take now is written
  * later from where those parts lie, so they must stay valid and unchanged until the
@@ -186,6 +209,21 @@ pf_status pf_ws_settle(pf_ws *ws);
  * connection has closed. Errors: PF_ERR_INVALID (places out of order or past len),
  * PF_ERR_NOT_FOUND, PF_ERR_NOMEM. Any thread. */
 pf_status pf_ws_expect(pf_ws *ws, uint64_t conn, size_t len, const pf_ws_place *places, int n);
+
+/* A handler of the bytes of conn's data messages as they arrive (pf_ws_set_on_bytes):
+ * data[0 .. n) are the bytes at [pos, pos + n) of the message being received, after
+ * unmasking, where they now lie (the connection's buffer, or a place of pf_ws_expect).
+ * Every byte of a message is shown once, in order, pos from 0, before on_message delivers
+ * it; a message whose connection closes first is never delivered. `data` is borrowed for the
+ * call and must not be changed. Service thread. */
+typedef void (*pf_ws_bytes_fn)(pf_ws *ws, uint64_t conn, void *conn_user, size_t pos,
+                               const uint8_t *data, size_t n, void *user);
+
+/* Shows the data messages of conn to fn as they arrive, from the next one whose first frame
+ * comes after this call (NULL: none from then on): the owner can digest a message - check
+ * its integrity tag - in the same pass that receives it, while its bytes are in cache,
+ * instead of a second pass once it is whole. Unknown ids are ignored. Any thread. */
+void pf_ws_set_on_bytes(pf_ws *ws, uint64_t conn, pf_ws_bytes_fn fn);
 
 /* In on_message: the places the message was received in (see pf_ws_expect), *n of them,
  * borrowed for the call; NULL (and *n 0) when it was received whole into `data`. */

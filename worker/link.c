@@ -26,82 +26,9 @@
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
 #include "psflow/ws.h"
+#include "worker/link_internal.h"
 #include "worker/request.h"
 #include "worker/rows.h"
-
-typedef struct ps_link {
-    int index;
-    char host[256];
-    int port;
-    worker_request req; /* its shards, and the request in flight kept for resending */
-    int local;          /* the ps's address is this host's: it may be offered the segment */
-    int attaching;      /* the request in flight is SEG_ATTACH (only it is answered by SEG_ACK) */
-    int seg;            /* the ps took the link's segment on the current connection */
-    int seg_said;       /* its refusal was logged */
-    /* under the link's mu */
-    uint64_t conn;
-    int open;    /* transport connection up */
-    int closed;  /* the connection went away */
-    int waiting; /* a reply is expected */
-    int done;    /* the reply arrived */
-    uint32_t request_id;
-    pf_status status;
-    char message[256];
-    uint64_t version;
-    uint64_t ps_incarnation;
-    uint32_t push_result;
-    /* the authentication of the current connection (api/wire.md) */
-    int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
-    uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */
-    size_t hello_len;
-    uint8_t nonce_ps[PF_WIRE_NONCE_SIZE], nonce_task[PF_WIRE_NONCE_SIZE];
-    /* service thread only */
-    pf_wire_in in;
-    pf_wire_out auth_out; /* AUTH_PROOF */
-    /* integrity (api/wire.md "Integrity"): the ps's messages on connection mac_conn are
-     * checked against mac_in from AUTH_OK on (service thread); ours are tagged with mac_out
-     * once HELLO_ACK came (trainer thread); NULL before */
-    pf_wire_mac *mac_in;
-    uint64_t mac_conn;
-    uint64_t bad_tags;
-    pf_wire_mac *mac_out;
-    uint8_t tag[PF_WIRE_TAG_SIZE];
-} ps_link;
-
-struct worker_link {
-    pf_job_spec spec;
-    pf_placement placement;
-    pf_ws *ws;
-    ps_link *links;
-    int n;
-    int task;
-    uint8_t role;
-    uint64_t incarnation;
-    int has_key;
-    uint8_t task_key[PF_WIRE_KEY_SIZE];
-    int integrity; /* has_key and no TLS: messages after the proofs carry a tag */
-    double retry;
-    int tls;              /* --ca-file: every ps is dialled over TLS */
-    const int *stop;      /* see worker_link_options */
-    uint64_t max_version; /* the largest version a ps may report (max_version_of) */
-    uint32_t next_request;
-    /* what every ps's requests share: the layout, rows (NULL: every shard whole, no tables),
-     * the plan (row mode: the rows pulls fetch and pushes send), the push sequence number */
-    worker_request_env env;
-    pf_segment seg; /* options.segment: [token | params | grads] */
-    float *seg_params, *seg_grads;
-    struct iovec *parts; /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
-    size_t max_parts;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    float *params; /* destination of pulled values during a request */
-    double start;  /* when the round trip in progress began */
-    int detached;  /* a push_pull_start'ed request is in flight: its gradients may be gone */
-    /* a ps seen with a new incarnation since worker_link_take_restart last asked */
-    int restarted;
-    int restarted_ps;
-    uint64_t restarted_version;
-};
 
 /* --- service thread ------------------------------------------------------------------------ */
 
@@ -112,105 +39,11 @@ static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *ms
     pthread_cond_broadcast(&c->cv);
 }
 
-/* AUTH_CHALLENGE and AUTH_OK, the ps's part of the exchange that answers our HELLO. Returns
- * 0 to keep waiting for HELLO_ACK, or -1 with msg saying why the ps is refused. Under mu. */
-static int authenticate(worker_link *c, ps_link *l, uint64_t conn, const pf_wire_msg *m, char *msg,
-                        size_t len) {
-    pf_error err;
-    if (m->type == PF_WIRE_AUTH_CHALLENGE) {
-        if (!c->has_key) {
-            snprintf(msg, len,
-                     "ps %d requires a proof of the job's key: give this task the job's "
-                     "PSFLOW_TOKEN (or PSFLOW_TOKEN_FILE)",
-                     l->index);
-            return -1;
-        }
-        if (l->auth != 0 || l->hello_len == 0) {
-            snprintf(msg, len, "ps %d sent AUTH_CHALLENGE out of turn", l->index);
-            return -1;
-        }
-        uint8_t mac[PF_WIRE_MAC_SIZE];
-        memcpy(l->nonce_ps, m->u.auth.nonce, PF_WIRE_NONCE_SIZE);
-        if (pf_wire_nonce(l->nonce_task, &err) != PF_OK) {
-            snprintf(msg, len, "%s", err.message);
-            return -1;
-        }
-        pf_wire_proof(c->task_key, PF_WIRE_PROOF_TASK, l->hello_msg, l->hello_len, l->nonce_ps,
-                      l->nonce_task, mac);
-        pf_wire_auth a = {l->nonce_task, mac};
-        struct iovec part[2];
-        if (pf_wire_encode_auth(&l->auth_out, PF_WIRE_AUTH_PROOF, m->request_id, &a, &err) !=
-                PF_OK ||
-            pf_wire_out_parts(&l->auth_out, part, 2) != 1 ||
-            pf_ws_sendv(c->ws, conn, part, 1) != PF_OK) {
-            snprintf(msg, len, "cannot answer the challenge of ps %d", l->index);
-            return -1;
-        }
-        l->auth = 1;
-        return 0;
-    }
-    /* AUTH_OK: the ps's proof over the same transcript */
-    uint8_t want[PF_WIRE_MAC_SIZE];
-    if (!c->has_key || l->auth != 1) {
-        snprintf(msg, len, "ps %d sent AUTH_OK out of turn", l->index);
-        return -1;
-    }
-    pf_wire_proof(c->task_key, PF_WIRE_PROOF_PS, l->hello_msg, l->hello_len, l->nonce_ps,
-                  l->nonce_task, want);
-    if (!pf_wire_mac_equal(want, m->u.auth.mac)) {
-        snprintf(msg, len, "ps %d could not prove the job's key: not a ps of this job", l->index);
-        return -1;
-    }
-    if (c->integrity) { /* every message of the ps from HELLO_ACK on carries a tag */
-        pf_wire_mac_destroy(l->mac_in);
-        l->mac_in = pf_wire_mac_create(c->task_key, PF_WIRE_TO_TASK, l->hello_msg, l->hello_len,
-                                       l->nonce_ps, l->nonce_task);
-        l->mac_conn = conn;
-        if (!l->mac_in) {
-            snprintf(msg, len, "out of memory for the message tags of ps %d", l->index);
-            return -1;
-        }
-    }
-    l->auth = 2;
-    return 0;
-}
-
-/* With integrity: 0 when the message on conn may be handled (its tag, once the ps proved
- * the key, verified and stripped from *len); -1 when it is refused - a tag that does not
- * verify (injected, changed, replayed, or one before it dropped: the connection is closed,
- * and the request resent on a new one), or a connection that is no longer l's. */
-static int check_tag(worker_link *c, ps_link *l, uint64_t conn, const uint8_t *data, size_t *len) {
-    pthread_mutex_lock(&c->mu);
-    uint64_t current = l->conn;
-    pthread_mutex_unlock(&c->mu);
-    if (conn != current)
-        return -1;
-    if (l->mac_conn != conn)
-        return 0; /* the handshake, before AUTH_OK */
-    if (l->mac_in && pf_wire_mac_check(l->mac_in, data, *len)) {
-        *len -= PF_WIRE_TAG_SIZE;
-        return 0;
-    }
-    if (!l->mac_in)
-        return -1; /* after a refused one, closing: nothing more is taken */
-    uint64_t n = ++l->bad_tags;
-    if ((n & (n - 1)) == 0)
-        fprintf(stderr,
-                "psflow worker %d: refused a message from ps %d whose integrity tag does not "
-                "verify (%zu bytes; %" PRIu64
-                " so far): injected, changed or out of order; closing the connection\n",
-                c->task, l->index, *len, n);
-    pf_wire_mac_destroy(l->mac_in);
-    l->mac_in = NULL; /* with mac_conn still conn: nothing more of it is taken */
-    pf_ws_close(c->ws, conn);
-    return -1;
-}
-
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     worker_link *c = user;
     ps_link *l = conn_user;
-    if (c->integrity && check_tag(c, l, conn, data, &len) != 0)
+    if (c->integrity && worker_link_check_tag(c, l, conn, data, &len) != 0)
         return;
     pf_wire_msg m;
     memset(&m, 0, sizeof m);
@@ -226,7 +59,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     }
     char msg[256] = "";
     if (st == PF_OK && (m.type == PF_WIRE_AUTH_CHALLENGE || m.type == PF_WIRE_AUTH_OK) &&
-        authenticate(c, l, conn, &m, msg, sizeof msg) == 0) {
+        worker_link_authenticate(c, l, conn, &m, msg, sizeof msg) == 0) {
         pthread_mutex_unlock(&c->mu);
         return; /* HELLO_ACK is still to come */
     }
@@ -286,7 +119,8 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
 /* --- trainer thread ------------------------------------------------------------------------ */
 
 /* Sends l->req.out on l's connection (the encoded request must already be there). The
- * transport masks the gradients into its send buffer as it writes them. With `values`
+ * transport masks the gradients into its send buffer as it writes them, and with integrity
+ * computes their tag in the same pass. With `values`
  * (a pull into c->params), the reply's values are received straight into c->params. */
 static pf_status send_request(worker_link *c, ps_link *l, int values) {
     size_t n = pf_wire_out_parts(&l->req.out, c->parts, c->max_parts);
@@ -297,20 +131,28 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
     l->done = 0;
     uint64_t conn = l->conn;
     pthread_mutex_unlock(&c->mu);
-    if (l->mac_out) { /* integrity: the tag goes last; c->parts has room for it */
-        pf_wire_mac_sign(l->mac_out, c->parts, (int)n, l->tag);
-        c->parts[n++] = (struct iovec){l->tag, sizeof l->tag};
-    }
-    /* Whole shards are received in place - except with integrity: values must not change
-     * before their tag verifies, so the reply lands in the connection's buffer and is
-     * copied once it has. */
-    if (values && c->params && !c->env.rows && !l->req.out_seg && !c->integrity) {
+    pf_ws_tagger tagger = worker_link_tagger(l);
+    if (l->mac_out) /* integrity: the tag goes last */
+        pf_wire_mac_sign_begin(l->mac_out);
+    /* Whole shards are received in place, with integrity too (the tag then follows the
+     * reply, into the connection's buffer). The values land in c->params before the tag is
+     * verified, which is safe because a reply whose tag fails is never used: check_tag
+     * refuses it before anything reads it and closes the connection, so l is not done with
+     * it; await_all reconnects and sends the request again, which places the same shards
+     * (resume: the same request, or a pull of the same shards) and whose verified reply
+     * rewrites every value there - or the round trip fails, and c->params, which a failed
+     * pull leaves unspecified as a dropped connection always could, go back to the caller
+     * with an error. The caller does not read c->params before the round trip returns
+     * (worker_link_push_pull_start: they belong to the link until _finish), so nothing
+     * reads the refused reply's values in between (api/wire.md "Integrity"). */
+    if (values && c->params && !c->env.rows && !l->req.out_seg) {
         for (int i = 0; i < l->req.n_ids; i++)
             l->req.places[i].dst = c->params + c->placement.shards[l->req.ids[i]].offset;
         /* Refused (out of memory, or the connection is gone): received as usual. */
-        pf_ws_expect(c->ws, conn, l->req.reply_len, l->req.places, l->req.n_ids);
+        pf_ws_expect(c->ws, conn, l->req.reply_len + (l->mac_out ? PF_WIRE_TAG_SIZE : 0),
+                     l->req.places, l->req.n_ids);
     }
-    pf_status st = pf_ws_sendv(c->ws, conn, c->parts, (int)n);
+    pf_status st = pf_ws_sendv_tagged(c->ws, conn, c->parts, (int)n, l->mac_out ? &tagger : NULL);
     if (st == PF_ERR_NOMEM)
         return st;
     if (st != PF_OK) {
@@ -798,7 +640,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     c->n = c->spec.replicas.ps;
     c->links = pf_calloc((size_t)c->n, sizeof *c->links);
     c->max_parts = 2 * (size_t)c->placement.n_shards + 1;
-    c->parts = pf_calloc(c->max_parts + 1, sizeof *c->parts); /* + a tag (integrity) */
+    c->parts = pf_calloc(c->max_parts, sizeof *c->parts);
     st = worker_request_env_init(&c->env, &c->placement, o->rows, &c->seg,
                                  pf_model_num_params(&c->spec.model), c->task, c->incarnation);
     if (!c->links || !c->parts || st != PF_OK) {

@@ -1,0 +1,109 @@
+/* link_internal.h - the state of a worker's link to its ps tasks, shared by link.c (requests,
+ * replies, reconnection) and link_auth.c (the proofs of the key and the message tags,
+ * api/wire.md "Authentication" and "Integrity"). Private to worker/.
+ */
+#ifndef PSFLOW_WORKER_LINK_INTERNAL_H
+#define PSFLOW_WORKER_LINK_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "psflow/placement.h"
+#include "psflow/segment.h"
+#include "psflow/wire.h"
+#include "psflow/wire_auth.h"
+#include "psflow/ws.h"
+#include "worker/link.h"
+#include "worker/request.h"
+
+typedef struct ps_link {
+    int index;
+    char host[256];
+    int port;
+    worker_request req; /* its shards, and the request in flight kept for resending */
+    int local;          /* the ps's address is this host's: it may be offered the segment */
+    int attaching;      /* the request in flight is SEG_ATTACH (only it is answered by SEG_ACK) */
+    int seg;            /* the ps took the link's segment on the current connection */
+    int seg_said;       /* its refusal was logged */
+    /* under the link's mu */
+    uint64_t conn;
+    int open;    /* transport connection up */
+    int closed;  /* the connection went away */
+    int waiting; /* a reply is expected */
+    int done;    /* the reply arrived */
+    uint32_t request_id;
+    pf_status status;
+    char message[256];
+    uint64_t version;
+    uint64_t ps_incarnation;
+    uint32_t push_result;
+    /* the authentication of the current connection (api/wire.md) */
+    int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
+    uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */
+    size_t hello_len;
+    uint8_t nonce_ps[PF_WIRE_NONCE_SIZE], nonce_task[PF_WIRE_NONCE_SIZE];
+    /* service thread only */
+    pf_wire_in in;
+    pf_wire_out auth_out; /* AUTH_PROOF */
+    /* integrity (api/wire.md "Integrity"): the ps's messages on connection mac_conn are
+     * checked against mac_in from AUTH_OK on (service thread); ours are tagged with mac_out
+     * once HELLO_ACK came (trainer thread); NULL before */
+    pf_wire_mac *mac_in;
+    uint64_t mac_conn;
+    uint64_t bad_tags;
+    pf_wire_mac *mac_out;
+} ps_link;
+
+struct worker_link {
+    pf_job_spec spec;
+    pf_placement placement;
+    pf_ws *ws;
+    ps_link *links;
+    int n;
+    int task;
+    uint8_t role;
+    uint64_t incarnation;
+    int has_key;
+    uint8_t task_key[PF_WIRE_KEY_SIZE];
+    int integrity; /* has_key and no TLS: messages after the proofs carry a tag */
+    double retry;
+    int tls;              /* --ca-file: every ps is dialled over TLS */
+    const int *stop;      /* see worker_link_options */
+    uint64_t max_version; /* the largest version a ps may report (max_version_of) */
+    uint32_t next_request;
+    /* what every ps's requests share: the layout, rows (NULL: every shard whole, no tables),
+     * the plan (row mode: the rows pulls fetch and pushes send), the push sequence number */
+    worker_request_env env;
+    pf_segment seg; /* options.segment: [token | params | grads] */
+    float *seg_params, *seg_grads;
+    struct iovec *parts; /* a request's pieces (trainer thread), 2 * n_shards + 1 at most */
+    size_t max_parts;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    float *params; /* destination of pulled values during a request */
+    double start;  /* when the round trip in progress began */
+    int detached;  /* a push_pull_start'ed request is in flight: its gradients may be gone */
+    /* a ps seen with a new incarnation since worker_link_take_restart last asked */
+    int restarted;
+    int restarted_ps;
+    uint64_t restarted_version;
+};
+
+/* The ps's AUTH_CHALLENGE or AUTH_OK on conn, its part of the exchange that answers our HELLO
+ * (service thread, under mu). Returns 0 to keep waiting for HELLO_ACK, or -1 with msg saying
+ * why the ps is refused. */
+int worker_link_authenticate(worker_link *c, ps_link *l, uint64_t conn, const pf_wire_msg *m,
+                             char *msg, size_t len);
+
+/* With integrity: 0 when the message on conn may be handled (its tag verified and stripped
+ * from *len), -1 when it is refused and the connection closed (service thread). */
+int worker_link_check_tag(worker_link *c, ps_link *l, uint64_t conn, const uint8_t *data,
+                          size_t *len);
+
+/* What tags a request of l as the transport writes it (pf_ws_sendv_tagged), under l's
+ * mac_out; the caller begins the tag (pf_wire_mac_sign_begin) first. */
+pf_ws_tagger worker_link_tagger(ps_link *l);
+
+#endif

@@ -18,7 +18,7 @@ cat >ctr.json <<'JSON'
                            {"name": "site", "vocab": 1000, "dim": 16}]},
   "data": {"format": "synthetic_ctr", "n": 200000, "zipf": 1.2},
   "optimizer": {"type": "adagrad", "learning_rate": 0.5},
-  "training": {"mode": "async", "batch_size": 200, "max_steps": 150000},
+  "training": {"mode": "async", "batch_size": 200, "max_steps": 25000},
   "placement": {"partitioner": {"type": "fixed_shards", "num_shards": 2}}
 }
 JSON

@@ -39,7 +39,7 @@ typedef struct peer {
     /* integrity once the proofs are done (s->integrity): each message in is checked against
      * mac_in and each one out tagged with mac_out (api/wire.md "Integrity"); else NULL */
     pf_wire_mac *mac_in, *mac_out;
-    uint8_t tag[PF_WIRE_TAG_SIZE]; /* the tag of the reply being sent */
+    uint8_t tag[PF_WIRE_TAG_SIZE]; /* the tag of the reply given to a sink */
     pf_wire_in in;
     pf_segment seg; /* the worker's shared segment (SEG_ATTACH), mapped until the close */
     /* a parked pull */

@@ -39,28 +39,44 @@ void ps_server_close(ps_server *s, uint64_t conn) {
         pf_ws_close(s->ws, conn); /* after what was queued for it is written */
 }
 
+/* The tag of a reply, digested by the transport as it writes the reply
+ * (pf_ws_sendv_lent_tagged): ctx is the peer's mac_out, its message begun. */
+static void tag_update(void *ctx, const void *data, size_t n) {
+    pf_wire_mac_sign_update(ctx, data, n);
+}
+
+static void tag_final(void *ctx, uint8_t *tag) {
+    pf_wire_mac_sign_end(ctx, tag);
+}
+
 /* Sends the message held in s->out to conn: the transport writes its pieces from where they
  * lie while the socket takes them. What it does not take is copied, except, with lend_values
- * (a PULL_REPLY), the tensor data - the shards' values - which is lent (pf_ws_sendv_lent). */
+ * (a PULL_REPLY), the tensor data - the shards' values - which is lent (pf_ws_sendv_lent).
+ * Its tag, where the connection has one, is computed by the transport as it writes the
+ * message (for a sink: before, and appended as a last part). */
 static void send_message(ps_server *s, uint64_t conn, int lend_values) {
     size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
     assert(n <= s->max_parts);
-    size_t n_body = n;
     peer *to = s->integrity ? ps_server_peer(s, conn) : NULL;
-    if (to && to->mac_out) { /* the tag goes last, copied: s->parts has room for it */
-        pf_wire_mac_sign(to->mac_out, s->parts, (int)n, to->tag);
-        s->parts[n++] = (struct iovec){to->tag, sizeof to->tag};
-    }
+    pf_wire_mac *mac = to ? to->mac_out : NULL;
     if (s->sink.send) {
+        if (mac) { /* the tag goes last, copied: s->parts has room for it */
+            pf_wire_mac_sign(mac, s->parts, (int)n, to->tag);
+            s->parts[n++] = (struct iovec){to->tag, sizeof to->tag};
+        }
         s->sink.send(s->sink.user, conn, s->parts, (int)n);
         return;
     }
     const uint8_t *head = s->out.head.data, *end = head + s->out.head.len;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *p = s->parts[i].iov_base;
-        s->lend[i] = lend_values && i < n_body && !(p >= head && p < end);
+        s->lend[i] = lend_values && !(p >= head && p < end);
     }
-    if (pf_ws_sendv_lent(s->ws, conn, s->parts, (int)n, s->lend) == PF_ERR_NOMEM) {
+    pf_ws_tagger tagger = {tag_update, tag_final, mac, PF_WIRE_TAG_SIZE};
+    if (mac)
+        pf_wire_mac_sign_begin(mac);
+    if (pf_ws_sendv_lent_tagged(s->ws, conn, s->parts, (int)n, s->lend, mac ? &tagger : NULL) ==
+        PF_ERR_NOMEM) {
         ps_server_log(s, "out of memory for a %zu-byte reply; closing connection",
                       pf_wire_out_len(&s->out));
         ps_server_close(s, conn);

@@ -151,18 +151,27 @@ static void frame(conn *c, out_msg *m) {
 /* A read position in a message given as parts (an iovec array): part i, offset off in it,
  * payload position pos. With a tagger (pf_ws_sendv_tagged) the message is the parts and
  * then their tag, a last part (index n) computed once every byte before it has been
- * digested: by cursor_copy as it reads them, or all at once (cursor_digest_all). */
+ * digested: by cursor_copy as it reads them, or ahead of the reading, a chunk at a time,
+ * by cursor_digest (its own position: part di, offset doff, payload position digested).
+ * The tag is computed into `tag`, or into tag_at (a lent message's own buffer). */
 typedef struct cursor {
     const struct iovec *parts;
     int n, i;
     size_t off, pos;
     const pf_ws_tagger *tagger; /* NULL: no tag */
-    int tagged;                 /* the tag is in `tag` */
+    int tagged;                 /* the tag is computed */
+    uint8_t *tag_at;            /* NULL: `tag` */
+    int di;
+    size_t doff, digested;
     uint8_t tag[PF_WS_MAX_TAG];
 } cursor;
 
 static cursor cursor_at(const struct iovec *parts, int n, const pf_ws_tagger *t) {
-    cursor k = {parts, n, 0, 0, 0, t, 0, {0}};
+    cursor k;
+    memset(&k, 0, sizeof k);
+    k.parts = parts;
+    k.n = n;
+    k.tagger = t;
     return k;
 }
 
@@ -174,22 +183,42 @@ static int cursor_parts(const cursor *k) {
 static struct iovec cursor_part(cursor *k, int i) {
     if (i < k->n)
         return k->parts[i];
+    uint8_t *tag = k->tag_at ? k->tag_at : k->tag;
     if (!k->tagged) {
-        k->tagger->final(k->tagger->ctx, k->tag);
+        k->tagger->final(k->tagger->ctx, tag);
         k->tagged = 1;
     }
-    return (struct iovec){k->tag, k->tagger->tag_len};
+    return (struct iovec){tag, k->tagger->tag_len};
 }
 
-/* Digests every part now and computes the tag (for a sender that writes from the parts
- * without reading them itself). */
-static void cursor_digest_all(cursor *k) {
+/* Digests the next len bytes of the parts not digested yet (before a sender that writes
+ * from the parts without reading them itself offers them), and computes the tag once they
+ * are all digested. Not mixed with cursor_copy's digest: a cursor is digested by one. */
+static void cursor_digest(cursor *k, size_t len) {
     if (!k->tagger || k->tagged)
         return;
-    for (int i = 0; i < k->n; i++)
-        if (k->parts[i].iov_len)
-            k->tagger->update(k->tagger->ctx, k->parts[i].iov_base, k->parts[i].iov_len);
-    cursor_part(k, k->n);
+    while (len > 0 && k->di < k->n) {
+        const struct iovec *p = &k->parts[k->di];
+        size_t take = p->iov_len - k->doff < len ? p->iov_len - k->doff : len;
+        if (take)
+            k->tagger->update(k->tagger->ctx, (const uint8_t *)p->iov_base + k->doff, take);
+        k->doff += take;
+        k->digested += take;
+        len -= take;
+        if (k->doff == p->iov_len) {
+            k->di++;
+            k->doff = 0;
+        }
+    }
+    while (k->di < k->n && k->parts[k->di].iov_len == 0)
+        k->di++;
+    if (k->di == k->n)
+        cursor_part(k, k->n);
+}
+
+/* Digests every part not digested yet and computes the tag. */
+static void cursor_digest_all(cursor *k) {
+    cursor_digest(k, SIZE_MAX);
 }
 
 /* Copies the next len payload bytes to payload + their position, XOR mask when mask is
@@ -233,14 +262,20 @@ static void cursor_skip(cursor *k, size_t len) {
     }
 }
 
-/* Fills v with up to max iovecs for the payload bytes not yet passed; returns how many. */
-static int cursor_iov(cursor *k, struct iovec *v, int max) {
+/* Fills v with up to max iovecs for the payload bytes not yet passed, before payload
+ * position `limit` and, while the tag is not computed, before the tag; returns how many. */
+static int cursor_iov(cursor *k, struct iovec *v, int max, size_t limit) {
     int nv = 0;
-    size_t off = k->off;
-    for (int i = k->i; i < cursor_parts(k) && nv < max; i++, off = 0) {
+    size_t off = k->off, pos = k->pos;
+    for (int i = k->i; i < cursor_parts(k) && nv < max && pos < limit; i++, off = 0) {
+        if (i == k->n && !k->tagged)
+            break;
         struct iovec p = cursor_part(k, i);
-        if (p.iov_len > off)
-            v[nv++] = (struct iovec){(uint8_t *)p.iov_base + off, p.iov_len - off};
+        if (p.iov_len > off) {
+            size_t len = p.iov_len - off < limit - pos ? p.iov_len - off : limit - pos;
+            v[nv++] = (struct iovec){(uint8_t *)p.iov_base + off, len};
+            pos += len;
+        }
     }
     return nv;
 }
@@ -314,29 +349,48 @@ int ws_on_writeable(pf_ws *ws, struct lws *wsi, conn *c) {
  * reads them from cache right after the mask pass wrote them. */
 #define MASK_CHUNK (1u << 20)
 #define IOV_BATCH  64
+/* Bytes a server digests (its tag) ahead of what it offers the socket: the digest runs
+ * interleaved with the socket taking bytes, and the peer digests one chunk while the next
+ * is digested here, instead of a whole pass before the first byte goes out. */
+#define DIGEST_CHUNK (256u << 10)
+
+/* A cursor over m's payload: parts[0 .. n) (a lent message: its pieces) and then the tag
+ * of t, which for a lent message is its last piece, in m's buffer. */
+static cursor msg_cursor(out_msg *m, const struct iovec *parts, int n, const pf_ws_tagger *t) {
+    if (!m->lent)
+        return cursor_at(parts, n, t);
+    cursor k = cursor_at(m->lent, m->n_lent - (t ? 1 : 0), t);
+    if (t)
+        k.tag_at = m->lent[k.n].iov_base;
+    return k;
+}
 
 /* Writes the frame of m, whose payload is parts[0 .. n), to fd without blocking; returns
  * the wire bytes the socket took. A server sends straight from the parts (the payload is
  * never copied when the socket takes it all); a client masks the payload into m's buffer
  * a chunk at a time and sends each chunk while it is still in cache. Either way m holds
  * the frame from the returned offset on, ready for the loop to finish. A tag (t) is
- * digested by the client as it masks each chunk, by a server before it sends. */
+ * digested by the client as it masks each chunk; by a server DIGEST_CHUNK bytes ahead of
+ * what it offers the socket, the tag offered once everything before it is digested, and
+ * all that is left as soon as the socket stops taking bytes (the tag is then in m, or its
+ * lent piece, before the loop or pf_ws_settle reads it). */
 static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *parts, int n,
                            const pf_ws_tagger *t) {
     uint8_t mask[4];
     put_header(c, m, mask);
     uint8_t *payload = msg_bytes(m);
     size_t hn = m->wire - m->len, sent = 0;
-    cursor k = cursor_at(parts, n, t);
+    cursor k = msg_cursor(m, parts, n, t);
     if (c->server) {
-        cursor_digest_all(&k);
         for (;;) {
+            if (t && !k.tagged && k.digested - k.pos < DIGEST_CHUNK)
+                cursor_digest(&k, DIGEST_CHUNK);
             struct iovec v[IOV_BATCH];
             int nv = 0;
             size_t head_left = sent < hn ? hn - sent : 0;
             if (head_left)
                 v[nv++] = (struct iovec){m->start + sent, head_left};
-            nv += cursor_iov(&k, v + nv, IOV_BATCH - nv);
+            nv += cursor_iov(&k, v + nv, IOV_BATCH - nv, t && !k.tagged ? k.digested : SIZE_MAX);
             if (nv == 0)
                 break;
             struct msghdr mh;
@@ -350,7 +404,8 @@ static size_t write_direct(conn *c, int fd, out_msg *m, const struct iovec *part
             sent += took;
             cursor_skip(&k, took - head);
         }
-        if (m->lent) { /* the rest is written from where it lies, from here on */
+        cursor_digest_all(&k); /* what the socket did not take: the tag is needed now */
+        if (m->lent) {         /* the rest is written from where it lies, from here on */
             m->lent_i = k.i;
             m->lent_off = k.off;
         } else {
@@ -395,7 +450,7 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
         c->direct = 1; /* claimed: the loop writes nothing on c until it ends */
         int fd = c->fd;
         pthread_mutex_unlock(&ws->lock);
-        size_t sent = write_direct(c, fd, m, m->lent ? m->lent : parts, m->lent ? m->n_lent : n, t);
+        size_t sent = write_direct(c, fd, m, parts, n, t);
         pthread_mutex_lock(&ws->lock);
         c->direct = 0;
         pthread_cond_broadcast(&ws->direct_done);
@@ -425,11 +480,12 @@ static pf_status send_parts(pf_ws *ws, uint64_t id, out_msg *m, const struct iov
     }
     pthread_mutex_unlock(&ws->lock);
     /* The parts are the caller's: gather them (a lent message's pieces stay where they
-     * are); the loop frames and masks. */
-    if (!m->lent) {
-        cursor k = cursor_at(parts, n, t);
+     * are, its tag computed into its last piece now); the loop frames and masks. */
+    cursor k = msg_cursor(m, parts, n, t);
+    if (m->lent)
+        cursor_digest_all(&k);
+    else
         cursor_copy(&k, msg_bytes(m), m->len, NULL);
-    }
     pthread_mutex_lock(&ws->lock);
     c = find_locked(ws, id);
     if (c && !c->want_close) {
@@ -477,18 +533,28 @@ pf_status pf_ws_sendv_tagged(pf_ws *ws, uint64_t id, const struct iovec *parts, 
 
 pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t id, const struct iovec *parts, int n,
                            const unsigned char *lend) {
+    return pf_ws_sendv_lent_tagged(ws, id, parts, n, lend, NULL);
+}
+
+pf_status pf_ws_sendv_lent_tagged(pf_ws *ws, uint64_t id, const struct iovec *parts, int n,
+                                  const unsigned char *lend, const pf_ws_tagger *t) {
+    if (t && (t->tag_len > PF_WS_MAX_TAG || !t->update || !t->final))
+        return PF_ERR_INVALID;
     if (ws->port == 0) /* a client masks every byte it sends: nothing to gain */
-        return pf_ws_sendv(ws, id, parts, n);
+        return pf_ws_sendv_tagged(ws, id, parts, n, t);
     size_t len = 0, copied = 0;
     for (int i = 0; i < n; i++) {
         len += parts[i].iov_len;
         copied += lend[i] ? 0 : parts[i].iov_len;
     }
     if (copied == len)
-        return pf_ws_sendv(ws, id, parts, n);
-    /* The buffer: the piece list, then copies of the pieces not lent. */
-    size_t list = (size_t)n * sizeof(struct iovec);
-    uint8_t *b = ws_take_buffer(ws, list + copied);
+        return pf_ws_sendv_tagged(ws, id, parts, n, t);
+    /* The buffer: the piece list, then copies of the pieces not lent, then the tag's bytes
+     * (its last piece, filled once it is computed: before anything writes them). */
+    size_t tag_len = t ? t->tag_len : 0;
+    int n_lent = n + (t ? 1 : 0);
+    size_t list = (size_t)n_lent * sizeof(struct iovec);
+    uint8_t *b = ws_take_buffer(ws, list + copied + tag_len);
     if (!b)
         return PF_ERR_NOMEM;
     out_msg *m = msg_of(b);
@@ -502,10 +568,12 @@ pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t id, const struct iovec *parts, in
             copy += parts[i].iov_len;
         }
     }
-    m->len = len;
+    if (t)
+        v[n] = (struct iovec){copy, tag_len};
+    m->len = len + tag_len;
     m->lent = v;
-    m->n_lent = n;
-    return send_parts(ws, id, m, parts, n, NULL);
+    m->n_lent = n_lent;
+    return send_parts(ws, id, m, parts, n, t);
 }
 
 /* A lent message's bytes not yet written - the frame header's rest, then the payload

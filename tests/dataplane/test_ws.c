@@ -2,8 +2,8 @@
  * example key and answer; a client refusing a wrong answer), round trips of small and
  * fragmented messages, byte-exact reassembly, sends to closed connections, receiving in
  * place, the message size cap, the admission of untrusted connections and connection
- * failures, tagged sends and byte handlers. Every send is pf_ws_sendv (or _tagged), the
- * production paths. Waits use condition variables or poll() with deadlines, never sleeps. */
+ * failures, tagged sends (lent ones too) and byte handlers. Every send is pf_ws_sendv (or _tagged),
+ * the production paths. Waits use condition variables or poll() with deadlines, never sleeps. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -32,11 +32,12 @@ typedef struct endpoint {
     uint64_t last_conn;
     uint8_t *last;
     size_t last_len;
-    int echo;       /* server: send every message back */
-    int echo_parts; /* ... with pf_ws_sendv, in uneven parts read from the message */
-    int echo_lent;  /* ... with pf_ws_sendv_lent from a copy kept in lent[] (its
-                       first 100 bytes copied, the rest lent); after odd-numbered
-                       messages pf_ws_settle, then the copy is scribbled over */
+    int echo;        /* server: send every message back */
+    int echo_parts;  /* ... with pf_ws_sendv, in uneven parts read from the message */
+    int echo_lent;   /* ... with pf_ws_sendv_lent from a copy kept in lent[] (its
+                        first 100 bytes copied, the rest lent); after odd-numbered
+                        messages pf_ws_settle, then the copy is scribbled over */
+    int lent_tagged; /* ... with pf_ws_sendv_lent_tagged and fnv_tagger */
     uint8_t *lent[16];
     struct endpoint *hold_for; /* client: on the first message, wait (up to 5 s) until this
                                   peer has received hold_count messages */
@@ -158,7 +159,11 @@ static void on_message(pf_ws *ws, uint64_t conn, void *cu, const uint8_t *data, 
         size_t a = len < 100 ? len : 100;
         struct iovec parts[] = {{copy, a}, {copy + a, len - a}};
         const unsigned char lend[] = {0, 1};
-        assert_int_equal(pf_ws_sendv_lent(ws, conn, parts, 2, lend), PF_OK);
+        uint64_t h = FNV_BASIS; /* the transport is done with the tagger when it returns */
+        pf_ws_tagger tagger = {fnv_update, fnv_final, &h, 8};
+        assert_int_equal(e->lent_tagged ? pf_ws_sendv_lent_tagged(ws, conn, parts, 2, lend, &tagger)
+                                        : pf_ws_sendv_lent(ws, conn, parts, 2, lend),
+                         PF_OK);
         if (i == 1 || i == 3) {
             assert_int_equal(pf_ws_settle(ws), PF_OK);
             memset(copy, 0xAA, len); /* an update: the rest of the reply must not see it */
@@ -376,6 +381,50 @@ static void test_sendv_lent(void **state) {
     for (int i = 0; i < N; i++)
         assert_int_equal(send_message(cli, conn, sizes[i], (unsigned)i + 3, &want[i]), PF_OK);
     check_echoes(&s, &c, want, sizes, N);
+    destroy_pair(&s, &c, srv, cli);
+    for (int i = 0; i < N; i++)
+        free(s.lent[i]);
+}
+
+/* pf_ws_sendv_lent_tagged: as test_sendv_lent, the server's echoes lent and tagged. The
+ * first echo stalls midway while the client reads (its tag digested ahead of the socket,
+ * the rest at once); the client then holds back, so the next stalls at once and the others
+ * queue behind it (their tags computed before they are queued); some are settled and their
+ * lent memory scribbled over. The client's byte handler digests every byte of each echo:
+ * the message and then its right tag, unchanged, in order. */
+static void test_sendv_lent_tagged(void **state) {
+    (void)state;
+    endpoint s, c;
+    pf_ws *srv, *cli;
+    uint64_t conn;
+    echo_pair(&s, &c, &srv, &cli, &conn);
+    s.echo_lent = s.lent_tagged = 1;
+    assert_true(wait_for(&c, &c.opened, 1));
+    pf_ws_set_on_bytes(cli, conn, on_bytes);
+    c.hold_for = &s;
+    const size_t sizes[] = {
+        9 * PF_WS_CHUNK + 5, 12 * PF_WS_CHUNK, 50, 3 * PF_WS_CHUNK, 300001, 8 * PF_WS_CHUNK, 0, 99};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    uint64_t sent[N], want[N];
+    c.hold_count = N;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(send_message(cli, conn, sizes[i], (unsigned)i + 5, &sent[i]), PF_OK);
+    assert_true(wait_for(&c, &c.messages, N));
+    for (int i = 0; i < N; i++) {
+        uint8_t tag[8];
+        fnv_final(&sent[i], tag);
+        want[i] = fnv1a_more(sent[i], tag, 8); /* the echo: the message, then its tag */
+        if (s.digest[i] != sent[i])
+            fail_msg("message %d (%zu bytes) reached the server changed", i, sizes[i]);
+        if (c.digest[i] != want[i] || c.streamed[i] != want[i])
+            fail_msg("echo %d (%zu bytes) came back changed or wrongly tagged", i, sizes[i]);
+    }
+    assert_false(c.stream_bad);
+    pf_ws_tagger too_long = {fnv_update, fnv_final, NULL, PF_WS_MAX_TAG + 1};
+    const unsigned char lend[] = {1};
+    struct iovec part = {s.lent[0], 1};
+    assert_int_equal(pf_ws_sendv_lent_tagged(srv, s.last_conn, &part, 1, lend, &too_long),
+                     PF_ERR_INVALID);
     destroy_pair(&s, &c, srv, cli);
     for (int i = 0; i < N; i++)
         free(s.lent[i]);
@@ -969,6 +1018,7 @@ int main(void) {
         cmocka_unit_test(test_pipelined),
         cmocka_unit_test(test_sendv),
         cmocka_unit_test(test_sendv_lent),
+        cmocka_unit_test(test_sendv_lent_tagged),
         cmocka_unit_test(test_expect),
         cmocka_unit_test(test_tagged),
         cmocka_unit_test(test_message_cap),

@@ -194,6 +194,15 @@ pf_status pf_ws_sendv_tagged(pf_ws *ws, uint64_t conn, const struct iovec *parts
 pf_status pf_ws_sendv_lent(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n,
                            const unsigned char *lend);
 
+/* As pf_ws_sendv_lent, the message being the parts and then their tag as t computes it (t
+ * NULL: none), as pf_ws_sendv_tagged. A server digests the parts a chunk ahead of what the
+ * socket is offered, so the digest runs while the socket takes the bytes before it rather
+ * than in a pass before the first goes out; when the socket stops taking them it digests
+ * the rest at once (the tag is in the message's own memory from then on: t is not called
+ * after this returns). Errors also: PF_ERR_INVALID (t incomplete, or its tag too long). */
+pf_status pf_ws_sendv_lent_tagged(pf_ws *ws, uint64_t conn, const struct iovec *parts, int n,
+                                  const unsigned char *lend, const pf_ws_tagger *t);
+
 /* Copies the unwritten rest of every lent message into the endpoint's own memory: after
  * it returns, the lent parts may change. Service thread. PF_ERR_NOMEM when a copy cannot
  * be made: that message is dropped and its connection closed. */

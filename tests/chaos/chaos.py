@@ -29,6 +29,13 @@ CHAOS_ACCURACY [0.84], CHAOS_PREFETCH [1 or 0: the async job's training.prefetch
 on for an odd seed], CHAOS_STALENESS [S >= 0: the async job's training.max_staleness, -1:
 none; by default 2 for a seed that is a multiple of 4, none otherwise; never with prefetch],
 CHAOS_KEEP=1 keeps the run's folder.
+
+Under the sanitizer build (PSFLOW_SANITIZE set, as ctest sets it) the defaults are shorter:
+CHAOS_SECONDS 44 (the four kinds, one slot of 8 + CHAOS_LEASE s each), CHAOS_DELAY_MS 20,
+max_steps what a job would do at the push-delay bound in the schedule's time alone (the last
+fault ends within it; a job is never faster than the bound), and CHAOS_ACCURACY 0.80 (about
+2200 sync steps, too few for the example's 0.84); the first line says so. Every check is the
+same; explicit CHAOS_* settings win.
 """
 import calendar
 import http.client
@@ -50,7 +57,9 @@ import urllib.request
 
 BIN = os.environ.get("PSFLOW_BIN") or sys.exit("PSFLOW_BIN unset (run through ctest)")
 SRC = os.environ.get("PSFLOW_SRC") or sys.exit("PSFLOW_SRC unset (run through ctest)")
-SECONDS = float(os.environ.get("CHAOS_SECONDS", "60"))
+# The sanitizer build (PSFLOW_SANITIZE, from ctest) runs a shorter schedule by default.
+SANITIZED = bool(os.environ.get("PSFLOW_SANITIZE"))
+SECONDS = float(os.environ.get("CHAOS_SECONDS") or ("44" if SANITIZED else "60"))
 FAULTS = int(os.environ.get("CHAOS_FAULTS", "4"))
 SEED = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1, 1 << 31))
 # Whether the async job prefetches (training.prefetch): CHAOS_PREFETCH=1/0, else by the seed.
@@ -60,16 +69,18 @@ PREFETCH = (os.environ.get("CHAOS_PREFETCH") == "1" if os.environ.get("CHAOS_PRE
 _STALENESS = int(os.environ.get("CHAOS_STALENESS") or (2 if SEED % 4 == 0 else -1))
 STALENESS = None if PREFETCH or _STALENESS < 0 else _STALENESS
 LEASE = float(os.environ.get("CHAOS_LEASE", "3"))
-ACCURACY = float(os.environ.get("CHAOS_ACCURACY", "0.84"))
+ACCURACY = float(os.environ.get("CHAOS_ACCURACY") or ("0.80" if SANITIZED else "0.84"))
 MODES = ("sync", "async")
 PS_PER_JOB, WORKERS_PER_JOB = 2, 2
 # The worker agents wait DELAY_MS before every push (their testing option --push-delay-ms), so
 # a job cannot go faster than 1000 / DELAY_MS steps a second per worker (sync: per job): a
 # softmax step alone takes about a millisecond, and a job must outlast the schedule however
 # fast the machine is. Each job's max_steps is what it would do at that bound in the
-# schedule's time plus 15 s.
-DELAY_MS = int(os.environ.get("CHAOS_DELAY_MS", "10"))
-STEPS = {m: int(os.environ.get("CHAOS_STEPS") or (SECONDS + 15) * 1000 / DELAY_MS
+# schedule's time plus 15 s (in the sanitizer build, the schedule's time alone: each fault
+# ends within its slot, so even at the bound a job outlasts the last one).
+DELAY_MS = int(os.environ.get("CHAOS_DELAY_MS") or ("20" if SANITIZED else "10"))
+MARGIN = 0 if SANITIZED else 15
+STEPS = {m: int(os.environ.get("CHAOS_STEPS") or (SECONDS + MARGIN) * 1000 / DELAY_MS
                 * (1 if m == "sync" else WORKERS_PER_JOB)) for m in MODES}
 SPARE_PS, SPARE_WORKERS = 1, 1
 KINDS = ("kill-worker", "kill-ps", "kill-coord", "stop-agent")
@@ -147,6 +158,8 @@ def replay():
                     ("CHAOS_STEPS", "CHAOS_DELAY_MS", "CHAOS_LEASE", "CHAOS_PREFETCH",
                      "CHAOS_STALENESS")
                     if k in os.environ)
+    if SANITIZED and "CHAOS_DELAY_MS" not in os.environ:
+        extra += " CHAOS_DELAY_MS=%d" % DELAY_MS  # the sanitizer build's default
     return "CHAOS_SEED=%d CHAOS_SECONDS=%g CHAOS_FAULTS=%d%s" % (SEED, SECONDS, FAULTS, extra)
 
 
@@ -564,10 +577,14 @@ def stop_cluster(cluster, grace=30):
 
 def main():
     schedule = make_schedule(SEED, SECONDS, FAULTS)
+    if SANITIZED:
+        print("chaos: sanitizer build: by default a %.0f s schedule, push delay %d ms, max_steps "
+              "for the schedule alone, accuracy bound %.2f (0.84 in the release build)"
+              % (SECONDS, DELAY_MS, ACCURACY))
     print("chaos: seed %d, %d faults over %.0f s, max_steps %s, push delay %d ms, lease %.0f s,"
-          " async prefetch %s, max_staleness %s" % (SEED, FAULTS, SECONDS, STEPS, DELAY_MS, LEASE,
-                                                    "on" if PREFETCH else "off",
-                                                    "none" if STALENESS is None else STALENESS))
+          " accuracy bound %.2f, async prefetch %s, max_staleness %s"
+          % (SEED, FAULTS, SECONDS, STEPS, DELAY_MS, LEASE, ACCURACY,
+             "on" if PREFETCH else "off", "none" if STALENESS is None else STALENESS))
     print("chaos: replay with %s" % replay())
     for f in schedule:
         print("chaos: fault %2d at +%6.1f s: %s" % (f["n"], f["at"], describe(f)))

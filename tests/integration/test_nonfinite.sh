@@ -17,7 +17,18 @@
 #     learning rate of 1000) Failed/NonFiniteLoss; a poisoned sync job completes with one
 #     rollback; a bad nonfinite_* field is a 422 naming it;
 #  and no checkpoint on disk, after all of these, holds a non-finite value.
+# Under the sanitizer build (sanitized_build) the poisoned jobs of 4 and 5 train fewer steps,
+# sync 700 instead of 3000 and async 1400 instead of 4000: still past the NaN, with the same
+# rollback and the same skipped data step, but too few steps for the example's accuracy, so
+# their bound is 0.75 instead of 0.84 (printed); every other check is the same.
 source "$(dirname "$0")/lib.sh"
+
+SYNC_STEPS=3000 ASYNC_STEPS=4000 MIN_ACC=0.84
+if sanitized_build; then
+  SYNC_STEPS=700 ASYNC_STEPS=1400 MIN_ACC=0.75
+  echo "sanitizer build: poisoned jobs of $SYNC_STEPS (sync), $ASYNC_STEPS (async) steps;" \
+    "accuracy bound $MIN_ACC"
+fi
 
 diverging() { # NAME [EXTRA-TRAINING-JSON]: the linear example with learning rate 1000
   python3 - "$PSFLOW_SRC/examples/linear.json" "$@" <<'PY'
@@ -148,7 +159,7 @@ pass "static, rollback: 2 rollbacks (learning rate x0.5 each), then exit 65 with
 # Sync, 2 tasks of batch 100: stream position 132345 is in data step 661 (132345 // 200),
 # task 1's batch. Checkpoints every 500 steps: the rollback goes from step 661 to 500 and
 # skips exactly data step 661 (stream positions 132200..132399), in every run.
-poisoned poison-sync sync 2 3000 >psync.json
+poisoned poison-sync sync 2 "$SYNC_STEPS" >psync.json
 read -r PS_PORT W0 W1 <<<"$(free_ports 3)"
 export PSFLOW_TEST_NAN_POSITION=132345
 TF_CONFIG=$(tf_config ps 0 "$PS_PORT" "$W0,$W1") "$PSFLOW_BIN" ps --job psync.json \
@@ -176,30 +187,30 @@ grep -q 'data step 661 skipped (stream positions 132200..132399' "$WORK/w1.log" 
 [ "$(json_field "$WORK/ckpt/poison-sync/data-skips.json" '[d["rollbacks"], d["skipped"], d["pending"]]')" = "[1, [661], False]" ] ||
   fail "data-skips.json: $(cat "$WORK/ckpt/poison-sync/data-skips.json")"
 acc=$(json_field chief.json 'd["test_accuracy"]')
-python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.84 else 1)" || fail "accuracy $acc < 0.84"
-pass "static sync, one NaN example: one rollback 661 -> 500, data step 661 skipped, accuracy $acc"
+python3 -c "import sys; sys.exit(0 if float('$acc') >= $MIN_ACC else 1)" || fail "accuracy $acc < $MIN_ACC"
+pass "static sync, one NaN example: one rollback 661 -> 500, data step 661 skipped, accuracy $acc (bound $MIN_ACC)"
 
 # Async, one task: the chief feeds the NaN itself (position 132345 = data step 1323).
-poisoned poison-async async 1 4000 >pasync.json
+poisoned poison-async async 1 "$ASYNC_STEPS" >pasync.json
 NAN_ENV=PSFLOW_TEST_NAN_POSITION=132345 static_job pasync.json "$WORK/ckpt"
 [ "$got" = 0 ] || { cat "$WORK/chief.log" >&2; fail "poisoned async job exited $got"; }
 grep -q 'every ps rolled back from step 1323 to checkpoint step 1000; data step 1323 skipped (stream positions 132300..132399' \
   "$WORK/chief.log" || fail "async rollback line: $(grep 'rolled back' "$WORK/chief.log")"
 acc=$(json_field chief.json 'd["test_accuracy"]')
-python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.84 else 1)" || fail "async accuracy $acc < 0.84"
-pass "static async, one NaN example: one rollback 1323 -> 1000, accuracy $acc"
+python3 -c "import sys; sys.exit(0 if float('$acc') >= $MIN_ACC else 1)" || fail "async accuracy $acc < $MIN_ACC"
+pass "static async, one NaN example: one rollback 1323 -> 1000, accuracy $acc (bound $MIN_ACC)"
 
 # The same with prefetch (training.prefetch): the batch of data step 1323 is computed ahead,
 # during the push of step 1322; the rollback and the skipped data step are the same.
-poisoned poison-async-pf async 1 4000 on >pasyncpf.json
+poisoned poison-async-pf async 1 "$ASYNC_STEPS" on >pasyncpf.json
 NAN_ENV=PSFLOW_TEST_NAN_POSITION=132345 static_job pasyncpf.json "$WORK/ckpt"
 [ "$got" = 0 ] || { cat "$WORK/chief.log" >&2; fail "poisoned async prefetch job exited $got"; }
 grep -q 'prefetch: the next step is computed' "$WORK/chief.log" || fail "the chief does not prefetch"
 grep -q 'every ps rolled back from step 1323 to checkpoint step 1000; data step 1323 skipped (stream positions 132300..132399' \
   "$WORK/chief.log" || fail "async prefetch rollback line: $(grep 'rolled back' "$WORK/chief.log")"
 acc=$(json_field chief.json 'd["test_accuracy"]')
-python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.84 else 1)" || fail "async prefetch accuracy $acc < 0.84"
-pass "static async with prefetch, one NaN example: one rollback 1323 -> 1000, accuracy $acc"
+python3 -c "import sys; sys.exit(0 if float('$acc') >= $MIN_ACC else 1)" || fail "async prefetch accuracy $acc < $MIN_ACC"
+pass "static async with prefetch, one NaN example: one rollback 1323 -> 1000, accuracy $acc (bound $MIN_ACC)"
 unset PSFLOW_TEST_NAN_POSITION
 all_finite "$WORK/ckpt"
 pass "static: every checkpoint on disk holds finite values only"
@@ -243,7 +254,7 @@ jget "$URL/api/v1/jobs/rb" 'd["status"]["message"]' | grep -q 'nonfinite_max_rol
   fail "message: $(cat "$WORK/jget.json")"
 pass "managed, rollback: 2 RolledBack/NonFiniteLoss events, then Failed/NonFiniteLoss"
 
-poisoned poison-managed sync 2 3000 >pmanaged.json
+poisoned poison-managed sync 2 "$SYNC_STEPS" >pmanaged.json
 submit pmanaged.json
 wait_until 300 "job poison-managed Succeeded" phase_is poison-managed Succeeded
 rolled_back_events poison-managed | grep -q 'from step 661 to checkpoint step 500; data step 661 skipped' ||
@@ -251,7 +262,7 @@ rolled_back_events poison-managed | grep -q 'from step 661 to checkpoint step 50
 [ "$(jget "$URL/api/v1/jobs/poison-managed" '[c["reason"] for c in d["status"]["conditions"] if c["type"] == "RolledBack"]')" = "['NonFiniteLoss']" ] ||
   fail "RolledBack condition: $(cat "$WORK/jget.json")"
 acc=$(jget "$URL/api/v1/jobs/poison-managed" 'd["status"]["accuracy"]')
-python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.84 else 1)" || fail "managed accuracy $acc < 0.84"
+python3 -c "import sys; sys.exit(0 if float('$acc') >= $MIN_ACC else 1)" || fail "managed accuracy $acc < $MIN_ACC"
 up_stop
 all_finite "$WORK/up"
 pass "managed sync, one NaN example: RolledBack/NonFiniteLoss 661 -> 500, Succeeded, accuracy $acc; every checkpoint finite"

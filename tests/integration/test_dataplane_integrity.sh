@@ -81,5 +81,10 @@ pass "the values of the refused reply were rewritten before the chief computed w
 
 ls "$WORK/ckpt/relayed/step-$STEPS/ps-0.safetensors" >/dev/null ||
   { show; ls -R "$WORK/ckpt" >&2; fail "no final checkpoint at step $STEPS"; }
-[ ! -e "$WORK/ckpt/relayed/step-1" ] || { show; fail "a checkpoint at step 1: the forged CHECKPOINT was applied"; }
+# The forged CHECKPOINT is a final one (step 1): applied, it would have ended the job there.
+# (A checkpoint directory step-1 proves nothing: the chief's own checkpoint at its start is
+# written at version 1 when worker 1's first push lands before it.)
+grep -qx "psflow ps 0: job relayed done at version $STEPS" "$WORK/ps.log" &&
+  [ "$(grep -c "done at version" "$WORK/ps.log")" = 1 ] ||
+  { show; fail "the ps ended the job other than at version $STEPS: the forged final CHECKPOINT was applied"; }
 pass "the job ran to max_steps ($STEPS): nothing of a forged message was applied"

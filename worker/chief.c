@@ -4,8 +4,9 @@
  * of its steps: an evaluation when the global step crossed a multiple of eval_every_steps, a
  * checkpoint when it crossed one of checkpoint.every_steps or every_secs passed (never at
  * max_steps: the final checkpoint writes that step, once). A checkpoint is one request to
- * every ps, then the manifest that makes it complete. What happens when one fails (a ps
- * restarted or went non-finite) the trainer decides with recovery.h.
+ * every ps, then the manifest that makes it complete; in sync mode the chief trains on
+ * while the ps tasks reach the step asked for (ask_ahead, settle). What happens when one fails (a
+ * ps restarted or went non-finite) the trainer decides with recovery.h.
  */
 #include "worker/chief.h"
 
@@ -124,14 +125,25 @@ static int retire_complete(const trainer *t, uint64_t step, int put_back) {
     return 1;
 }
 
-/* Asks every ps to checkpoint at `step`. A sync checkpoint holds values of one version on
- * every ps (the ps writes when it holds version `step`); with backup workers a ps may already
- * be past it, and the chief asks again at a later version, a few times. A periodic checkpoint
- * never asks for max_steps or beyond: a ps there applies nothing more, so such a request
- * could only wait, and the final checkpoint writes that step. *step receives the step
+/* A periodic checkpoint never asks for max_steps or beyond: a ps there applies nothing more,
+ * so such a request could only wait, and the final checkpoint writes that step. Says so and
+ * returns 1 when `step` is that far. */
+static int past_periodic(trainer *t, uint64_t step) {
+    const uint64_t max_steps = (uint64_t)t->spec->training.max_steps;
+    if (step < max_steps)
+        return 0;
+    fprintf(stderr,
+            "psflow chief: periodic checkpoint skipped: the ps tasks are at step %" PRIu64
+            " of %" PRIu64 " and the final checkpoint follows\n",
+            worker_max_version(t), max_steps);
+    return 1;
+}
+
+/* Asks every ps to checkpoint at `step` and waits for them (async mode, where a ps writes at
+ * once, and the final checkpoint). A sync ps already past `step` refuses; the chief then
+ * asks again at a later version, a few times, unless final. *step receives the step
  * written; *skipped 1 when the checkpoint was skipped (PF_OK). */
 static pf_status ask_every_ps(trainer *t, uint64_t *step, int final, int *skipped, pf_error *err) {
-    const uint64_t max_steps = (uint64_t)t->spec->training.max_steps;
     *skipped = 0;
     for (int attempt = 0;; attempt++) {
         int retired = retire_complete(t, *step, 0);
@@ -145,11 +157,7 @@ static pf_status ask_every_ps(trainer *t, uint64_t *step, int final, int *skippe
         if ((st = worker_link_pull(t->link, NULL, t->params, t->versions, err)) != PF_OK)
             return st;
         *step = worker_max_version(t) + 1 + (uint64_t)attempt;
-        if (*step >= max_steps) {
-            fprintf(stderr,
-                    "psflow chief: periodic checkpoint skipped: the ps tasks are at step %" PRIu64
-                    " of %" PRIu64 " and the final checkpoint follows\n",
-                    worker_max_version(t), max_steps);
+        if (past_periodic(t, *step)) {
             pf_error_clear(err);
             *skipped = 1;
             return PF_OK;
@@ -157,23 +165,17 @@ static pf_status ask_every_ps(trainer *t, uint64_t *step, int final, int *skippe
     }
 }
 
-/* Asks every ps to checkpoint at `step` (ask_every_ps), then makes the checkpoint exist
- * (manifest) and prunes old ones. Skipping one returns PF_OK. */
-pf_status worker_chief_checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
-    int skipped;
-    pf_status st = ask_every_ps(t, &step, final, &skipped, err);
-    if (st != PF_OK || skipped) {
-        if (skipped)
-            t->last_checkpoint_time = pf_clock_now();
-        return st;
-    }
+/* Makes checkpoint `step`, which every ps has written, exist (manifest), prunes old ones
+ * and reports it. */
+static pf_status complete(trainer *t, uint64_t step, int final, pf_error *err) {
     char job_dir[2048], step_dir[2048];
     const char *root = t->o->checkpoint_dir;
     if (pf_checkpoint_job_dir(root, t->spec->name, job_dir, sizeof job_dir) != PF_OK ||
         pf_checkpoint_step_dir(root, t->spec->name, (int64_t)step, step_dir, sizeof step_dir) !=
             PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
-    st = pf_checkpoint_write_manifest(step_dir, t->spec->name, (int64_t)step, t->n_ps, NULL, err);
+    pf_status st =
+        pf_checkpoint_write_manifest(step_dir, t->spec->name, (int64_t)step, t->n_ps, NULL, err);
     if (st != PF_OK)
         return st;
     int removed = 0;
@@ -183,6 +185,114 @@ pf_status worker_chief_checkpoint(trainer *t, uint64_t step, int final, pf_error
     worker_send_report(t, &r);
     t->last_checkpoint_time = pf_clock_now();
     return PF_OK;
+}
+
+/* A sync checkpoint that is not the final one is asked without waiting (ask_ahead) and taken up
+ * before each later step (settle): a ps behind `step` writes when it reaches that version,
+ * and with backup workers the step that takes it there may need the chief's own gradient,
+ * so the chief trains on meanwhile rather than wait for it. A ps already past the step
+ * refuses, and the chief asks again a little ahead of the versions it last saw, at most 8
+ * times for one checkpoint. */
+static pf_status ask_ahead(trainer *t, uint64_t step, pf_error *err) {
+    t->ck_retired = retire_complete(t, step, 0);
+    pf_status st = worker_link_checkpoint_send(t->link, step, err);
+    if (st != PF_OK) {
+        if (t->ck_retired)
+            retire_complete(t, step, 1);
+        return st;
+    }
+    t->ck_inflight = 1;
+    t->ck_step = step;
+    t->ck_sent_max = worker_max_version(t);
+    return PF_OK;
+}
+
+/* Takes up the checkpoint in flight once every ps answered, waiting up to wait_seconds for
+ * that: completes it, asks again at a later step, or gives it up (a connection ended, a
+ * rollback replaced it: the schedule asks for the next). Errors: a ps's answer that training
+ * cannot go on from (PF_ERR_NONFINITE, PF_ERR_IO, ...); sending again (PF_ERR_NOMEM). */
+static pf_status settle(trainer *t, double wait_seconds, pf_error *err) {
+    if (!t->ck_inflight)
+        return PF_OK;
+    pf_status st = PF_OK;
+    pf_error answer;
+    pf_error_clear(&answer);
+    int r = worker_link_checkpoint_poll(t->link, wait_seconds, &st, &answer);
+    if (r == 0)
+        return PF_OK;
+    const uint64_t step = t->ck_step;
+    t->ck_inflight = 0;
+    if (t->ck_retired)
+        retire_complete(t, step, r == 1 && st == PF_OK ? 2 : 1);
+    if (r == 1 && st == PF_OK) {
+        t->ck_attempt = 0;
+        return complete(t, step, 0, err);
+    }
+    if (r < 0 || st == PF_ERR_UNAVAILABLE) {
+        fprintf(stderr,
+                "psflow chief: checkpoint at step %" PRIu64 " given up: %s; the next one is "
+                "asked on schedule\n",
+                step, r < 0 ? "a rollback or another checkpoint replaced it" : answer.message);
+        t->ck_attempt = 0;
+        return PF_OK;
+    }
+    if (st != PF_ERR_RANGE) {
+        *err = answer;
+        return st;
+    }
+    if (++t->ck_attempt > 8) {
+        fprintf(stderr,
+                "psflow chief: checkpoint at step %" PRIu64 ": %s; skipped after 8 later steps "
+                "were passed too\n",
+                step, answer.message);
+        t->ck_attempt = 0;
+        t->last_checkpoint_time = pf_clock_now();
+        return PF_OK;
+    }
+    /* Ahead of the furthest ps by as much as the ps tasks moved while the refused request
+     * was out (a chief that is mostly the backup sees them move many steps between two of
+     * its own), so the request is there before that ps gets past it; a ps that must wait
+     * for it holds nobody up. */
+    const uint64_t now_max = worker_max_version(t);
+    const uint64_t moved = now_max > t->ck_sent_max ? now_max - t->ck_sent_max : 0;
+    uint64_t later = now_max + 1 + moved + (uint64_t)t->ck_attempt;
+    fprintf(stderr,
+            "psflow chief: checkpoint at step %" PRIu64 ": %s; asking at step %" PRIu64 "\n", step,
+            answer.message, later);
+    if (past_periodic(t, later)) {
+        t->ck_attempt = 0;
+        t->last_checkpoint_time = pf_clock_now();
+        return PF_OK;
+    }
+    return ask_ahead(t, later, err);
+}
+
+/* Asks every ps to checkpoint at `step`, then makes the checkpoint exist (manifest) and
+ * prunes old ones: at once in async mode and for the final one; a sync one that is not
+ * final is asked without waiting (ask_ahead). Skipping one returns PF_OK. */
+pf_status worker_chief_checkpoint(trainer *t, uint64_t step, int final, pf_error *err) {
+    /* One at a time: the final one waits for the one in flight (every ps is at its step or
+     * past it by now, so each answers at once). */
+    pf_status st = settle(t, final ? (double)t->spec->training.stall_timeout_secs : 0, err);
+    if (st != PF_OK)
+        return st;
+    if (t->ck_inflight && !final)
+        return PF_OK;     /* the one in flight stands for this one */
+    if (t->ck_inflight) { /* asked again, or unanswered: the final one replaces it */
+        t->ck_inflight = 0;
+        if (t->ck_retired)
+            retire_complete(t, t->ck_step, 1);
+    }
+    if (!final && t->spec->training.mode == PF_MODE_SYNC)
+        return ask_ahead(t, step, err);
+    int skipped;
+    st = ask_every_ps(t, &step, final, &skipped, err);
+    if (st != PF_OK || skipped) {
+        if (skipped)
+            t->last_checkpoint_time = pf_clock_now();
+        return st;
+    }
+    return complete(t, step, final, err);
 }
 
 /* A first checkpoint right after the variables are initialised (step 0, or where async
@@ -213,13 +323,15 @@ pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
         pf_eval ev = worker_chief_evaluate(t);
         worker_chief_log_eval(t, global, &ev);
     }
+    pf_status st = settle(t, 0, err);
+    if (st != PF_OK)
+        return st;
     /* Never at max_steps (ps 0 may be there while another ps is a step short): the final
      * checkpoint writes that step, once. */
     int by_steps =
         ce > 0 && global < max_steps && global / (uint64_t)ce > t->last_ckpt / (uint64_t)ce;
     int by_time = spec->checkpoint.every_secs > 0 && global < max_steps &&
                   pf_clock_now() - t->last_checkpoint_time > (double)spec->checkpoint.every_secs;
-    pf_status st;
     if ((by_steps || by_time) && (st = worker_chief_checkpoint(t, global, 0, err)) != PF_OK)
         return st;
     t->last_eval = t->last_ckpt = global;

@@ -21,15 +21,19 @@ pf_eval worker_chief_evaluate(trainer *t);
 void worker_chief_log_eval(trainer *t, uint64_t step, const pf_eval *ev);
 
 /* Asks every ps to checkpoint at `step` (final: the job is done, the ps tasks exit), then
- * writes the manifest and prunes old checkpoints. Errors: those of worker_link_checkpoint
- * (PF_ERR_NONFINITE, PF_ERR_UNAVAILABLE when a ps restarted meanwhile), PF_ERR_IO. */
+ * writes the manifest and prunes old checkpoints. In sync mode a checkpoint that is not
+ * final is only asked here (while one is in flight, not even that): the chief trains on, and
+ * worker_chief_duties completes it before a later step, once every ps has answered. Errors:
+ * those of worker_link_checkpoint (PF_ERR_NONFINITE, PF_ERR_UNAVAILABLE when a ps restarted
+ * meanwhile), PF_ERR_IO. */
 pf_status worker_chief_checkpoint(trainer *t, uint64_t step, int final, pf_error *err);
 
 /* Right after the first pull: a checkpoint of the initial values when the job has none. */
 pf_status worker_chief_first_checkpoint(trainer *t, pf_error *err);
 
-/* Before each step at `global`: evaluates and checkpoints when due (then last_eval and
- * last_ckpt move to `global`). Returns the checkpoint's error, else PF_OK. */
+/* Before each step at `global`: evaluates when due, takes up the answers to a checkpoint in
+ * flight, and checkpoints when due (then last_eval and last_ckpt move to `global`). Returns
+ * the checkpoint's error, else PF_OK. */
 pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err);
 
 /* The watchdog: starts counting from the versions this task sees now. */

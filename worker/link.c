@@ -39,6 +39,29 @@ static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *ms
     pthread_cond_broadcast(&c->cv);
 }
 
+/* The end of l's checkpoint asked without waiting (under mu). */
+static void finish_checkpoint(worker_link *c, ps_link *l, pf_status st, const char *msg) {
+    l->ck_waiting = 0;
+    l->ck_done = 1;
+    l->ck_status = st;
+    snprintf(l->ck_message, sizeof l->ck_message, "%s", msg);
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* The answer m (decoded with status st) to l's checkpoint asked without waiting (under mu). */
+static void take_checkpoint_answer(worker_link *c, ps_link *l, pf_status st, const pf_wire_msg *m,
+                                   const pf_error *err) {
+    char msg[256] = "";
+    uint64_t version = 0, incarnation = 0;
+    uint32_t push_result = 0;
+    if (st != PF_OK)
+        snprintf(msg, sizeof msg, "bad reply from ps %d: %.200s", l->index, err->message);
+    else
+        st = worker_request_check_reply(&l->ck, m, 0, &version, &incarnation, &push_result, msg,
+                                        sizeof msg);
+    finish_checkpoint(c, l, st, msg);
+}
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     worker_link *c = user;
@@ -53,6 +76,11 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     const pf_ws_place *places = pf_ws_message_places(ws, &n_places);
     pf_status st = pf_wire_decode_placed(&l->in, data, len, places, n_places, &m, &err);
     pthread_mutex_lock(&c->mu);
+    if (l->ck_waiting && conn == l->ck_conn && m.request_id == l->ck_request_id) {
+        take_checkpoint_answer(c, l, st, &m, &err);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     if (!l->waiting || m.request_id != l->request_id) {
         pthread_mutex_unlock(&c->mu);
         return; /* a late answer to a request that was given up */
@@ -106,6 +134,14 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
     if (l->conn == conn) {
         l->open = 0;
         l->closed = 1;
+    }
+    if (l->ck_waiting && l->ck_conn == conn) { /* the ps forgets a parked CHECKPOINT too */
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "the connection to ps %d closed before it answered the checkpoint at step "
+                 "%" PRIu64,
+                 l->index, l->ck.ck_step);
+        finish_checkpoint(c, l, PF_ERR_UNAVAILABLE, msg);
     }
     if (l->mac_conn == conn) {
         pf_wire_mac_destroy(l->mac_in);
@@ -580,6 +616,8 @@ static pf_status init_ps_link(worker_link *c, ps_link *l, int p, const char *add
         return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d address '%s' is not host:port", p,
                             addr);
     l->local = pf_segment_host_is_local(l->host);
+    l->ck.ps = p; /* only its CHECKPOINT and the check of the answer are used */
+    pf_wire_out_init(&l->ck.out);
     return worker_request_init(&l->req, &c->env, p, err);
 }
 
@@ -669,6 +707,7 @@ void worker_link_destroy(worker_link *c) {
     pf_ws_destroy(c->ws);
     for (int p = 0; c->links && p < c->n; p++) {
         worker_request_deinit(&c->links[p].req);
+        worker_request_deinit(&c->links[p].ck);
         pf_wire_out_deinit(&c->links[p].auth_out);
         pf_wire_in_deinit(&c->links[p].in);
         pf_wire_mac_destroy(c->links[p].mac_in);
@@ -807,7 +846,109 @@ void worker_link_set_plan(worker_link *c, const worker_row_plan *plan) {
     c->env.plan = plan;
 }
 
+/* Gives up the checkpoint asked without waiting, if one is in flight: its answers, should they
+ * still come, are ignored (a ps answers its parked CHECKPOINT with an error when another
+ * CHECKPOINT or a RESTORE replaces it). */
+static void forget_checkpoint(worker_link *c) {
+    pthread_mutex_lock(&c->mu);
+    for (int p = 0; p < c->n; p++)
+        c->links[p].ck_waiting = 0;
+    c->ck_active = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Sends l's CHECKPOINT (l->ck.out) on its connection; a connection that is down, or goes
+ * down, ends it (on_close, or here). */
+static pf_status send_checkpoint(worker_link *c, ps_link *l) {
+    size_t n = pf_wire_out_parts(&l->ck.out, c->parts, c->max_parts);
+    if (n > c->max_parts)
+        return PF_ERR_NOMEM; /* cannot happen: a CHECKPOINT is one small part */
+    pthread_mutex_lock(&c->mu);
+    int up = l->open && !l->closed;
+    uint64_t conn = l->conn;
+    l->ck_waiting = 1;
+    l->ck_done = 0;
+    l->ck_conn = conn;
+    pthread_mutex_unlock(&c->mu);
+    pf_status st = PF_ERR_NOT_FOUND;
+    if (up) {
+        pf_ws_tagger tagger = worker_link_tagger(l);
+        if (l->mac_out)
+            pf_wire_mac_sign_begin(l->mac_out);
+        st = pf_ws_sendv_tagged(c->ws, conn, c->parts, (int)n, l->mac_out ? &tagger : NULL);
+    }
+    if (st == PF_ERR_NOMEM)
+        return st;
+    if (st != PF_OK) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "ps %d is not connected (its connection is being re-established); the "
+                 "checkpoint at step %" PRIu64 " was not asked of it",
+                 l->index, l->ck.ck_step);
+        pthread_mutex_lock(&c->mu);
+        if (l->ck_waiting)
+            finish_checkpoint(c, l, PF_ERR_UNAVAILABLE, msg);
+        if (!up || l->conn == conn)
+            l->closed = 1; /* the next request reconnects */
+        pthread_mutex_unlock(&c->mu);
+    }
+    return PF_OK;
+}
+
+pf_status worker_link_checkpoint_send(worker_link *c, uint64_t step, pf_error *err) {
+    forget_checkpoint(c);
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        l->ck_request_id = ++c->next_request;
+        pf_status st = worker_request_checkpoint(&l->ck, l->ck_request_id, step, 0, err);
+        if (st == PF_OK)
+            st = send_checkpoint(c, l);
+        if (st != PF_OK) {
+            forget_checkpoint(c);
+            return pf_error_set(err, st, NULL, "out of memory");
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    c->ck_active = 1;
+    pthread_mutex_unlock(&c->mu);
+    return PF_OK;
+}
+
+int worker_link_checkpoint_poll(worker_link *c, double wait_seconds, pf_status *st, pf_error *err) {
+    pthread_mutex_lock(&c->mu);
+    struct timespec ts = pf_clock_deadline(wait_seconds > 0 ? wait_seconds : 0);
+    int all = 0;
+    while (c->ck_active) {
+        all = 1;
+        for (int p = 0; p < c->n; p++)
+            all &= c->links[p].ck_done;
+        if (all || wait_seconds <= 0 || pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
+            break;
+    }
+    if (!c->ck_active || !all) {
+        int active = c->ck_active;
+        pthread_mutex_unlock(&c->mu);
+        return active ? 0 : -1;
+    }
+    /* Every ps answered: the first failure that is not "past that step" says most (a
+     * non-finite value, a write that failed), else the first one. */
+    const ps_link *worst = NULL;
+    for (int p = 0; p < c->n; p++) {
+        const ps_link *l = &c->links[p];
+        if (l->ck_status != PF_OK &&
+            (!worst || (worst->ck_status == PF_ERR_RANGE && l->ck_status != PF_ERR_RANGE)))
+            worst = l;
+    }
+    *st = worst ? worst->ck_status : PF_OK;
+    if (worst)
+        pf_error_set(err, worst->ck_status, NULL, "%s", worst->ck_message);
+    c->ck_active = 0;
+    pthread_mutex_unlock(&c->mu);
+    return 1;
+}
+
 pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err) {
+    forget_checkpoint(c);
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         l->request_id = ++c->next_request;
@@ -819,6 +960,7 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
 }
 
 pf_status worker_link_restore(worker_link *c, uint64_t step, float lr_factor, pf_error *err) {
+    forget_checkpoint(c);
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
         l->request_id = ++c->next_request;

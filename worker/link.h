@@ -113,6 +113,21 @@ pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_er
  * checkpoint is given up: worker_link_take_restart says which). Every ps has answered (or
  * its connection was closed) when it returns. */
 
+/* Asks every ps to checkpoint at `step` without waiting for the answers, so the caller
+ * trains on meanwhile: a sync ps behind `step` writes when it reaches that version, and
+ * with backup workers that may take the caller's own next gradients (a chief waiting for it
+ * instead could wait forever: the ps tasks move on without the chief only while the other
+ * workers happen to feed the same step on every ps). One such checkpoint at a time; sending
+ * another, worker_link_checkpoint or worker_link_restore gives it up. Errors: PF_ERR_NOMEM. */
+pf_status worker_link_checkpoint_send(worker_link *c, uint64_t step, pf_error *err);
+
+/* How the checkpoint worker_link_checkpoint_send asked went: 1 when every ps answered,
+ * *st PF_OK or the failure that says most (err its message: PF_ERR_RANGE a ps is past
+ * `step`, PF_ERR_UNAVAILABLE a connection ended before its ps answered, PF_ERR_NONFINITE,
+ * ...); 0 while a ps has not, after waiting up to wait_seconds (0: not at all); -1 when none
+ * is in flight (never sent, already polled done, or given up). */
+int worker_link_checkpoint_poll(worker_link *c, double wait_seconds, pf_status *st, pf_error *err);
+
 /* Tells every ps to restore the complete checkpoint `step` (the chief's consistent
  * rollback, RESTORE) and to update with the job's learning rate times lr_factor (in (0, 1])
  * from then on, and waits for all of them. */

@@ -54,6 +54,16 @@ typedef struct ps_link {
     uint64_t mac_conn;
     uint64_t bad_tags;
     pf_wire_mac *mac_out;
+    /* a checkpoint asked without waiting (worker_link_checkpoint_send): its CHECKPOINT
+     * (trainer thread), and under mu whether its answer is awaited on connection ck_conn
+     * and how it went */
+    worker_request ck;
+    uint32_t ck_request_id;
+    uint64_t ck_conn;
+    int ck_waiting;
+    int ck_done;
+    pf_status ck_status;
+    char ck_message[256];
 } ps_link;
 
 struct worker_link {
@@ -85,6 +95,7 @@ struct worker_link {
     float *params; /* destination of pulled values during a request */
     double start;  /* when the round trip in progress began */
     int detached;  /* a push_pull_start'ed request is in flight: its gradients may be gone */
+    int ck_active; /* a worker_link_checkpoint_send'ed checkpoint is not yet polled done */
     /* a ps seen with a new incarnation since worker_link_take_restart last asked */
     int restarted;
     int restarted_ps;

@@ -64,6 +64,10 @@ struct trainer {
      * the time of the last checkpoint; the watchdog's last progress */
     uint64_t last_eval, last_ckpt;
     double last_checkpoint_time;
+    /* sync: the checkpoint asked without waiting and not yet answered (chief.c): its step,
+     * the tries at later steps so far, whether a complete one of that step was moved aside */
+    int ck_inflight, ck_attempt, ck_retired;
+    uint64_t ck_step, ck_sent_max; /* and the furthest ps's version when it was sent */
     double progress_time;
     uint64_t progress_version;
     /* training.on_nonfinite "rollback": the data steps never fed again (ascending; one per

@@ -30,9 +30,9 @@ for i in 0 1; do
     --checkpoint-dir "$WORK/ckpt" --exit-grace 2 2>"$WORK/ps$i.log" &
   PIDS[i]=$!
 done
-for i in 0 1 2; do # worker 2 pushes late: mostly the backup, so the chief keeps stepping
-  delay=0
-  [ "$i" = 2 ] && delay=2
+for i in 0 1 2; do # the chief pushes late: mostly the backup, so the ps tasks are often
+  delay=0          # past the step it asks for and it asks again at a later one
+  [ "$i" = 0 ] && delay=3
   TF_CONFIG=$(tf_config worker "$i" "$PS_PORTS" "$W_PORTS") "$PSFLOW_BIN" worker --job job.json \
     --checkpoint-dir "$WORK/ckpt" --push-delay-ms "$delay" >"$WORK/worker$i.out" \
     2>"$WORK/worker$i.log" &
@@ -42,11 +42,13 @@ rc=0
 for i in 2 3 4 0 1; do wait_pid "${PIDS[$i]}" 100 || { rc=$?; echo "process $i exited $rc" >&2; }; done
 [ "$rc" = 0 ] || fail "a process exited non-zero"
 
-checkpoint_versions "$WORK/ckpt/ckabandon" 2 10 >versions.txt || fail "a checkpoint mixes versions"
+# (the chief steps rarely, and checks its schedule once a step of its own: a few complete
+# checkpoints, not one per 5 steps)
+checkpoint_versions "$WORK/ckpt/ckabandon" 2 3 >versions.txt || fail "a checkpoint mixes versions"
 grep -q '^step-300: ' versions.txt || fail "no final checkpoint step-300"
 partial=$(cd "$WORK/ckpt/ckabandon" && for d in step-*; do
   [ -e "$d/manifest.json" ] || echo "$d"
 done)
 [ -z "$partial" ] || fail "abandoned attempts left behind: $(tr '\n' ' ' <<<"$partial")"
-later=$(grep -c 'asking at a later one' "$WORK/worker0.log" || true)
+later=$(grep -cE 'asking at (step|a later one)' "$WORK/worker0.log" || true)
 pass "$(wc -l <versions.txt) complete checkpoints and no abandoned step folder ($later asked again later)"

@@ -1,7 +1,8 @@
 /* test_link.c - the worker's link to the ps tasks against real in-process ps servers: a request in
  * flight when the connection is lost completes once the same ps (same incarnation) is back,
  * and a checkpoint is given up (never asked again: the ps restored older values) when the
- * ps restarted meanwhile, the restart being reported for the chief's rollback. A watchdog
+ * ps restarted meanwhile, the restart being reported for the chief's rollback; a sync
+ * checkpoint asked without waiting is written while the link pushes on. A watchdog
  * fails the test instead of letting a hang run into the ctest timeout. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -143,6 +144,76 @@ static void test_restarted_ps_checkpoint_given_up(void **state) {
     lose_and_return(101, 1); /* new incarnation: the checkpoint is given up, not re-sent */
 }
 
+/* A sync checkpoint asked without waiting: the ps parks it until it reaches the step while
+ * the same link goes on pushing (the chief's own gradients may be what gets it there), and
+ * writes it at exactly that version; a step already passed is refused; a checkpoint asked
+ * and waited for gives up the one in flight. */
+static void test_checkpoint_without_waiting(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"ahead\", \"replicas\": {\"ps\": 1, \"worker\": 1},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"sync\", \"max_steps\": 1000}}";
+    pf_job_spec sync;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &sync, &err), PF_OK);
+    ps_server_options o = {&sync, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
+    ps_server *ps;
+    assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(ps));
+    const char *addrs[] = {addr};
+    worker_link_options co = {&sync, addrs, 0, PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL,
+                              NULL,  NULL,  0};
+    worker_link *c;
+    assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
+    alarm(30);
+    size_t n = pf_model_num_params(&sync.model);
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float));
+    pf_status st = PF_OK;
+    assert_int_equal(worker_link_checkpoint_poll(c, 0, &st, &err), -1); /* none asked */
+    assert_int_equal(worker_link_checkpoint_send(c, 3, &err), PF_OK);
+    assert_int_equal(worker_link_checkpoint_poll(c, 0.2, &st, &err), 0); /* ps at version 0 */
+    char path[256];
+    snprintf(path, sizeof path, "%s/ahead/step-3/ps-0.safetensors", dir);
+    for (uint64_t step = 0; step < 5; step++) { /* version 3 comes from this link's pushes */
+        for (size_t i = 0; i < n; i++)
+            grads[i] = 0.01f * (float)(i % 5) + 0.1f * (float)step;
+        uint64_t v = 0;
+        uint32_t result = 99;
+        assert_int_equal(worker_link_push_pull(c, grads, &step, NULL, params, &v, &result, &err),
+                         PF_OK);
+        assert_int_equal(result, PF_WIRE_PUSH_APPLIED);
+        assert_int_equal(v, step + 1);
+        if (step + 1 < 3)
+            assert_int_equal(access(path, F_OK), -1);
+    }
+    assert_int_equal(worker_link_checkpoint_poll(c, 10, &st, &err), 1);
+    assert_int_equal(st, PF_OK);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(worker_link_checkpoint_poll(c, 0, &st, &err), -1); /* taken up once */
+    /* the ps is at version 5: step 4 is refused, never labelled with version-5 values */
+    assert_int_equal(worker_link_checkpoint_send(c, 4, &err), PF_OK);
+    assert_int_equal(worker_link_checkpoint_poll(c, 10, &st, &err), 1);
+    assert_int_equal(st, PF_ERR_RANGE);
+    assert_non_null(strstr(err.message, "past step 4"));
+    /* one parked at 9, then a checkpoint at 5 asked and waited for: written, and the one in
+     * flight given up (its late refusal is not taken for anything) */
+    assert_int_equal(worker_link_checkpoint_send(c, 9, &err), PF_OK);
+    assert_int_equal(worker_link_checkpoint(c, 5, 0, &err), PF_OK);
+    assert_int_equal(worker_link_checkpoint_poll(c, 0.2, &st, &err), -1);
+    uint64_t v = 0;
+    assert_int_equal(worker_link_pull(c, NULL, params, &v, &err), PF_OK);
+    assert_int_equal(v, 5);
+    alarm(0);
+    worker_link_destroy(c);
+    ps_server_destroy(ps);
+    pf_job_spec_deinit(&sync);
+    free(params);
+    free(grads);
+}
+
 /* A ps serving the same job name with another placement (a spec with more shards): the
  * link refuses it at HELLO_ACK instead of exchanging tensors it would misread. */
 static void test_other_placement_refused(void **state) {
@@ -269,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_same_ps_returns),
         cmocka_unit_test(test_restarted_ps_checkpoint_given_up),
         cmocka_unit_test(test_other_placement_refused),
+        cmocka_unit_test(test_checkpoint_without_waiting),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

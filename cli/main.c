@@ -220,6 +220,29 @@ static const cli_command commands[] = {
         .run = cli_export,
     },
     {
+        .name = "data",
+        .summary = "generate and inspect training data (Criteo layout)",
+        .usage = "gen criteo --rows N --out DIR [options]  |  inspect FILE  |  stats FILE... "
+                 "[--out FILE]",
+        .description =
+            "gen criteo: writes N click-log rows in the Criteo layout (label, 13 "
+            "integer and 26\ncategorical columns, tab-separated) over --files files "
+            "in DIR, drawn from a known\nmodel with numeric effects and pairwise "
+            "interactions of categorical columns, and\nprints the Bayes-optimal AUC "
+            "of those rows (DIR/truth.json says how they were drawn).\ninspect: reads "
+            "a Criteo-layout file, plain or gzip, of any size in fixed memory, and\n"
+            "prints its rows, click rate and each column's fill, range and distinct "
+            "ids; every\nbad line is named by file, line and column. stats: reads up to 7 "
+            "files and writes as\nJSON what the numeric transforms need (each integer "
+            "column's log1p mean and\nstandard deviation, range and fill) and each "
+            "categorical column's distinct ids.\nExit codes: 0 done, 64 usage, 65 bad "
+            "lines or no rows, 66 unreadable input, 73\ncannot write the output.",
+        .min_args = 1,
+        .max_args = 8,
+        .args_error = "expected 'gen criteo', 'inspect FILE' or 'stats FILE...' (7 files at most)",
+        .run = cli_data,
+    },
+    {
         .name = "version",
         .summary = "print the version",
         .run = cli_version,

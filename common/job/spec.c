@@ -84,13 +84,15 @@ static const field model_fields[] = {
     {"embeddings", K_LIST, AT(model.embeddings), .min = 1, .max = PF_MAX_EMBEDDINGS,
      .sub = &embedding_desc, .count_at = AT(model.n_embeddings),
      .stride = sizeof(pf_embedding_spec)},
+    /* Only with embeddings (pf_spec_check_model); default 0 stands for "absent" (none). */
+    {"numeric_inputs", K_INT, AT(model.numeric_inputs), .min = 1, .max = PF_MAX_UNITS},
 };
 
-#define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM))
+#define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM) | BIT(PF_DATA_CRITEO))
 #define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
 #define CTR       BIT(PF_DATA_SYNTHETIC_CTR)
 static const field data_fields[] = {
-    {"format", K_ENUM, AT(data.format), .names = pf_spec_format_names, .max = PF_DATA_SYNTHETIC_CTR,
+    {"format", K_ENUM, AT(data.format), .names = pf_spec_format_names, .max = PF_DATA_CRITEO,
      .need = ALWAYS},
     /* Exact path counts per format are checked in pf_spec_check_data. */
     {"train", K_PATHS, AT(data.train), .count_at = AT(data.n_train), .min = 1,

@@ -31,6 +31,10 @@ static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
     if (m->n_embeddings == 0 && m->inputs == 0)
         return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
                             "missing required field 'inputs' in /model (or give embeddings)");
+    if (m->n_embeddings == 0 && m->numeric_inputs != 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/numeric_inputs",
+                            "/model/numeric_inputs: numeric columns go beside embeddings; a model "
+                            "without embeddings takes `inputs` numbers");
     return PF_OK;
 }
 
@@ -53,11 +57,47 @@ pf_status pf_spec_check_model(pf_job_spec *s, pf_error *err) {
 
 static pf_status check_paths(const char *ptr, int format, int count, pf_error *err) {
     int want = format == PF_DATA_IDX ? 2 : 1;
-    if (count == 0 || count == want)
+    if (count == 0 || count == want || format == PF_DATA_CRITEO) /* criteo: any of its files */
         return PF_OK;
     return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d", ptr,
                         pf_spec_format_names[format], want,
                         format == PF_DATA_IDX ? "paths (images, labels)" : "path", count);
+}
+
+/* A Criteo-layout log feeds a two-class model its 26 categorical columns as embeddings (one
+ * id each) or none of them, and its 13 integer columns as numeric inputs or not: numeric
+ * only (inputs 13, no embeddings), categorical only, or both (numeric_inputs 13). */
+static pf_status check_criteo(const pf_model_spec *m, pf_error *err) {
+    if (m->type == PF_MODEL_LINEAR || m->outputs != 2)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/outputs",
+                            "/model/outputs: criteo data gives clicks: it needs a softmax or mlp "
+                            "model with outputs 2");
+    if (m->n_embeddings == 0 && m->inputs != PF_CRITEO_NUMERIC_COLUMNS)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                            "/model/inputs: a model of criteo data without embeddings reads its "
+                            "%d integer columns: inputs must be %d, got %d",
+                            PF_CRITEO_NUMERIC_COLUMNS, PF_CRITEO_NUMERIC_COLUMNS, m->inputs);
+    if (m->n_embeddings != 0 && m->n_embeddings != PF_CRITEO_CATEGORICAL_COLUMNS)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/embeddings",
+                            "/model/embeddings: criteo data has %d categorical columns, one "
+                            "embedding each (C1..C26 in order), or none; got %d embeddings",
+                            PF_CRITEO_CATEGORICAL_COLUMNS, m->n_embeddings);
+    if (m->n_embeddings != 0 && m->numeric_inputs != 0 &&
+        m->numeric_inputs != PF_CRITEO_NUMERIC_COLUMNS)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/numeric_inputs",
+                            "/model/numeric_inputs: criteo data has %d integer columns: "
+                            "numeric_inputs must be %d (use them) or 0 (leave them out), got %d",
+                            PF_CRITEO_NUMERIC_COLUMNS, PF_CRITEO_NUMERIC_COLUMNS,
+                            m->numeric_inputs);
+    for (int i = 0; i < m->n_embeddings; i++)
+        if (m->embeddings[i].max_ids != 1) {
+            char ptr[PTR_SIZE];
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/max_ids", i);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: a criteo column holds one id: max_ids must be 1, got %d", ptr,
+                                m->embeddings[i].max_ids);
+        }
+    return PF_OK;
 }
 
 /* Runs after check_model: the model is known here. */
@@ -89,19 +129,30 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
                             "/data/format: synthetic_ctr gives clicks (2 classes) over the ids of "
                             "model.embeddings: it needs a softmax or mlp model with embeddings "
                             "and outputs 2");
+    if (d->format == PF_DATA_CRITEO) {
+        pf_status st = check_criteo(m, err);
+        if (st != PF_OK)
+            return st;
+    }
     if (m->n_embeddings > 0 && d->format == PF_DATA_IDX)
         return pf_error_set(err, PF_ERR_SPEC, "/data/format",
                             "/data/format: a model with embeddings reads sparse examples (ids "
                             "and weights): use libsvm, csv or synthetic_ctr, got idx");
-    for (int i = 0; i < m->n_embeddings && d->format != PF_DATA_CSV; i++)
+    for (int i = 0; i < m->n_embeddings && d->format != PF_DATA_CSV && d->format != PF_DATA_CRITEO;
+         i++)
         if (m->embeddings[i].hash) {
             char ptr[PTR_SIZE];
             snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
             return pf_error_set(err, PF_ERR_SPEC, ptr,
-                                "%s: hash applies to csv data (categorical values); %s ids "
+                                "%s: hash applies to csv and criteo data; %s ids "
                                 "index the table directly",
                                 ptr, pf_spec_format_names[d->format]);
         }
+    if (m->numeric_inputs != 0 && d->format != PF_DATA_CRITEO)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/numeric_inputs",
+                            "/model/numeric_inputs: numeric columns beside embeddings come from "
+                            "criteo data; %s examples hold ids only",
+                            pf_spec_format_names[d->format]);
     if (d->format == PF_DATA_SYNTHETIC_CTR)
         return PF_OK;
     pf_status st = check_paths("/data/train", d->format, d->n_train, err);

@@ -17,7 +17,8 @@ const char *const pf_spec_format_names[] = {[PF_DATA_IDX] = "idx",
                                             [PF_DATA_CSV] = "csv",
                                             [PF_DATA_SYNTHETIC_LINEAR] = "synthetic_linear",
                                             [PF_DATA_LIBSVM] = "libsvm",
-                                            [PF_DATA_SYNTHETIC_CTR] = "synthetic_ctr"};
+                                            [PF_DATA_SYNTHETIC_CTR] = "synthetic_ctr",
+                                            [PF_DATA_CRITEO] = "criteo"};
 const char *const pf_spec_combiner_names[] = {
     [PF_COMBINE_SUM] = "sum", [PF_COMBINE_MEAN] = "mean", [PF_COMBINE_SQRTN] = "sqrtn"};
 const char *const pf_spec_optimizer_names[] = {[PF_OPT_SGD] = "sgd",

@@ -4,8 +4,8 @@
  * DESIGN: the true model is logistic: P(click) = sigmoid(bias + sum_f w_f(id_f)) over one id
  * per embedding feature. w_f(id) is signal * N(0, 1) drawn from its own rng stream keyed by
  * (seed, f, id), so the truth costs no memory for any vocabulary and every process computes
- * the same one. Ids follow Zipf's law over ranks 1..vocab (P(rank k) ~ k^-zipf), sampled by
- * Hoermann and Derflinger's rejection-inversion (O(1) a draw, no table); rank k becomes id
+ * the same one. Ids follow Zipf's law over ranks 1..vocab (P(rank k) ~ k^-zipf, zipf.h);
+ * rank k becomes id
  * (k * step) mod vocab with step coprime to vocab, so the hot ids are spread over the
  * table (and over the ps tasks of a partitioned one) as hashed ids are. The Bayes-optimal
  * AUC of a test set is the AUC of the true logits against its drawn labels: no model can
@@ -19,63 +19,9 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/rng.h"
+#include "zipf.h"
 
 #define TRUTH_SEED 0x63747274727574ULL /* keys the true weights apart from other streams */
-
-/* --- Zipf by rejection-inversion ------------------------------------------------------------ */
-
-typedef struct zipf {
-    double s;      /* exponent */
-    int64_t n;     /* ranks 1..n */
-    double h_x1;   /* H(1.5) - 1 */
-    double h_n;    /* H(n + 0.5) */
-    double accept; /* the squeeze: k - x <= accept is accepted at once */
-} zipf;
-
-/* log1p(x) / x and expm1(x) / x, with their series near 0. */
-static double helper1(double x) {
-    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - x * 0.25));
-}
-
-static double helper2(double x) {
-    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + x * 0.25));
-}
-
-static double zipf_h(const zipf *z, double x) {
-    return exp(-z->s * log(x));
-}
-
-/* H(x), an integral of h, and its inverse. */
-static double zipf_hi(const zipf *z, double x) {
-    double lx = log(x);
-    return helper2((1 - z->s) * lx) * lx;
-}
-
-static double zipf_hi_inverse(const zipf *z, double x) {
-    double t = x * (1 - z->s);
-    if (t < -1)
-        t = -1; /* rounding only */
-    return exp(helper1(t) * x);
-}
-
-static void zipf_init(zipf *z, int64_t n, double s) {
-    z->s = s;
-    z->n = n;
-    z->h_x1 = zipf_hi(z, 1.5) - 1;
-    z->h_n = zipf_hi(z, (double)n + 0.5);
-    z->accept = 2 - zipf_hi_inverse(z, zipf_hi(z, 2.5) - zipf_h(z, 2));
-}
-
-static int64_t zipf_rank(const zipf *z, pf_rng *rng) {
-    for (;;) {
-        double u = z->h_n + pf_rng_uniform(rng) * (z->h_x1 - z->h_n);
-        double x = zipf_hi_inverse(z, u);
-        int64_t k = (int64_t)(x + 0.5);
-        k = k < 1 ? 1 : k > z->n ? z->n : k;
-        if ((double)k - x <= z->accept || u >= zipf_hi(z, (double)k + 0.5) - zipf_h(z, (double)k))
-            return k;
-    }
-}
 
 static int64_t gcd(int64_t a, int64_t b) {
     while (b) {
@@ -124,10 +70,10 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
     if (pf_dataset_alloc(out, n, width) != PF_OK)
         return PF_ERR_NOMEM;
     out->num_classes = 2;
-    zipf z[PF_MAX_EMBEDDINGS];
+    data_zipf z[PF_MAX_EMBEDDINGS];
     int64_t step[PF_MAX_EMBEDDINGS];
     for (int f = 0; f < m->n_embeddings; f++) {
-        zipf_init(&z[f], m->embeddings[f].vocab, d->zipf);
+        data_zipf_init(&z[f], m->embeddings[f].vocab, d->zipf);
         step[f] = spread_step(m->embeddings[f].vocab);
     }
     pf_rng rng;
@@ -137,7 +83,7 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
         pf_model_pad_example(m, row);
         for (int f = 0, col = 0; f < m->n_embeddings; f++) {
             int max = m->embeddings[f].max_ids;
-            int64_t rank = zipf_rank(&z[f], &rng);
+            int64_t rank = data_zipf_rank(&z[f], &rng);
             /* One id of weight 1: rank * step mod vocab, without overflow (both <= 2^24). */
             row[col] = (float)((rank * step[f]) % m->embeddings[f].vocab);
             row[col + max] = 1;

@@ -52,6 +52,15 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         }
         return status;
     }
+    if (d->format == PF_DATA_CRITEO) {
+        if (test && n_files == 0)
+            return pf_error_set_offset(err, PF_ERR_NOT_FOUND, -1,
+                                       "the job names no test set (data.test is empty)");
+        status = pf_criteo_load(files, n_files, &spec->model, out, err);
+        if (status != PF_OK)
+            set_pointer(err, pointer);
+        return status;
+    }
     if (d->format != PF_DATA_IDX && d->format != PF_DATA_CSV && d->format != PF_DATA_LIBSVM) {
         pf_error_set_offset(err, PF_ERR_UNSUPPORTED, -1, "unknown data format %d", (int)d->format);
         set_pointer(err, "/data/format");

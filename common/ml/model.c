@@ -70,12 +70,14 @@ void pf_model_pad_example(const pf_model_spec *spec, float *row) {
         }
         row += 2 * max;
     }
+    for (int j = 0; spec->n_embeddings > 0 && j < spec->numeric_inputs; j++)
+        row[j] = 0;
 }
 
 int pf_model_dense_inputs(const pf_model_spec *spec) {
     if (spec->n_embeddings == 0)
         return spec->inputs;
-    int sum = 0;
+    int sum = spec->numeric_inputs;
     for (int f = 0; f < spec->n_embeddings; f++)
         sum += spec->embeddings[f].dim;
     return sum;
@@ -84,7 +86,7 @@ int pf_model_dense_inputs(const pf_model_spec *spec) {
 int pf_model_input_width(const pf_model_spec *spec) {
     if (spec->n_embeddings == 0)
         return spec->inputs;
-    int sum = 0;
+    int sum = spec->numeric_inputs;
     for (int f = 0; f < spec->n_embeddings; f++)
         sum += 2 * spec->embeddings[f].max_ids;
     return sum;
@@ -356,9 +358,14 @@ uint32_t pf_model_batch_rows(const pf_model_spec *spec, int f, const float *x, i
     return u;
 }
 
-/* looked[b, col[f] ..] = scale * sum_k w_k table_f[id_k] for every example and feature. */
+/* looked[b, col[f] ..] = scale * sum_k w_k table_f[id_k] for every example and feature, then
+ * the example's numeric inputs as they are. */
 static void look_up(pf_model *m, const float *params, const float *x, int batch) {
+    const int numeric = m->spec.numeric_inputs, slots = m->width - numeric;
     for (int b = 0; b < batch; b++) {
+        if (numeric > 0)
+            memcpy(m->looked + (size_t)b * (size_t)m->in[0] + (m->in[0] - numeric),
+                   x + (size_t)b * (size_t)m->width + slots, (size_t)numeric * sizeof(float));
         for (int f = 0; f < m->n_emb; f++) {
             const pf_embedding_spec *e = &m->spec.embeddings[f];
             const float *ids = x + (size_t)b * (size_t)m->width + m->slot_col[f];

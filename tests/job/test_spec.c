@@ -955,7 +955,7 @@ static void test_embedding_forms(void **state) {
          "missing required field 'vocab' in /model/embeddings/0"},
         {"[{\"name\":\"a\",\"vocab\":2,\"dim\":1},7]", "/model/embeddings/1",
          "expected an object, got integer"},
-        {"[]", "/model/embeddings", "expected 1 to 16 entries, got 0"},
+        {"[]", "/model/embeddings", "expected 1 to 32 entries, got 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char doc[512];

@@ -1,6 +1,7 @@
 /* test_model_embeddings.c - models with embeddings (model.h): layout and initial values,
  * the three combiners against values computed by hand, gradients against central
- * differences of a double-precision forward pass written here, padding and empty examples,
+ * differences of a double-precision forward pass written here (also with numeric inputs
+ * beside the embeddings), padding and empty examples,
  * ids that name no row, and the host-memory rule.
  */
 #include <math.h>
@@ -134,7 +135,7 @@ static double ref_loss(const pf_model_spec *s, const double *p, const float *x, 
     int width = pf_model_input_width(s);
     double total = 0;
     for (int b = 0; b < batch; b++) {
-        double a[8] = {0}, z[8];
+        double a[16] = {0}, z[16];
         int col = 0, slot = 0;
         for (int f = 0; f < s->n_embeddings; f++) {
             const pf_embedding_spec *e = &s->embeddings[f];
@@ -156,7 +157,9 @@ static double ref_loss(const pf_model_spec *s, const double *p, const float *x, 
             col += e->dim;
             slot += 2 * e->max_ids;
         }
-        int in = col;
+        for (int j = 0; j < s->numeric_inputs; j++) /* numeric inputs as they are */
+            a[col + j] = x[b * width + slot + j];
+        int in = col + s->numeric_inputs;
         for (int l = 0; l < 2; l++) {
             const pf_var_info *k = &vars[s->n_embeddings + 2 * l], *bias = k + 1;
             int out = (int)k->shape[1];
@@ -177,20 +180,13 @@ static double ref_loss(const pf_model_spec *s, const double *p, const float *x, 
     return total / batch;
 }
 
-static void test_gradcheck(void **state) {
-    (void)state;
+enum { B = 4 };
+
+/* Train-step gradients of spec s on examples x (B of them) against central differences of
+ * ref_loss, on both host backends; user row 2 and tags rows 1, 4 are named by no example. */
+static void gradcheck(const pf_model_spec *sp, const float *x) {
     const pf_backend *backends[] = {pf_backend_reference(), pf_backend_openblas()};
-    pf_model_spec s = two_features();
-    enum { B = 4 };
-    /* user: ids (width 2), tags: ids (width 3); -1 pads. Example 2 names user 1 twice (the
-     * row gets both contributions), example 3 has no tags (zeros). Weights include 0.25,
-     * 3 and a negative one. */
-    const float x[B][10] = {
-        {0, 4, 1, 1, 6, 2, 3, 1, 0.5f, 2},
-        {1, -1, 2, 0, 0, -1, -1, 1, 0, 0},
-        {1, 1, 0.25f, 3, 5, 6, 0, -1, 1, 1},
-        {3, 4, 1, -0.5f, -1, -1, -1, 0, 0, 0},
-    };
+    pf_model_spec s = *sp;
     const int y[B] = {0, 2, 1, 2};
     for (size_t bi = 0; bi < 2; bi++) {
         const pf_backend *be = backends[bi];
@@ -212,16 +208,16 @@ static void test_gradcheck(void **state) {
         assert_int_equal(pf_model_create(&s, be, B, &m), PF_OK);
         for (size_t i = 0; i < np; i++)
             gf[i] = NAN; /* every element is written, untouched rows with 0 */
-        float loss = pf_model_train_step(m, pf, &x[0][0], NULL, labels, B, gf);
-        double ref = ref_loss(&s, pd, &x[0][0], y, B);
+        float loss = pf_model_train_step(m, pf, x, NULL, labels, B, gf);
+        double ref = ref_loss(&s, pd, x, y, B);
         assert_true(fabs(loss - ref) < 1e-5 * fmax(1, fabs(ref)));
         double diff = 0, norm = 0;
         for (size_t i = 0; i < np; i++) {
             double keep = pd[i];
             pd[i] = keep + FD_STEP;
-            double up = ref_loss(&s, pd, &x[0][0], y, B);
+            double up = ref_loss(&s, pd, x, y, B);
             pd[i] = keep - FD_STEP;
-            double down = ref_loss(&s, pd, &x[0][0], y, B);
+            double down = ref_loss(&s, pd, x, y, B);
             pd[i] = keep;
             double num = (up - down) / (2 * FD_STEP);
             diff += (gf[i] - num) * (gf[i] - num);
@@ -236,13 +232,52 @@ static void test_gradcheck(void **state) {
         for (int j = 0; j < 2; j++)
             assert_true(gf[15 + 1 * 2 + j] == 0 && gf[15 + 4 * 2 + j] == 0);
         pf_eval ev = {0};
-        pf_model_eval_batch(m, pf, &x[0][0], NULL, labels, B, &ev);
+        pf_model_eval_batch(m, pf, x, NULL, labels, B, &ev);
         assert_true(fabs(ev.loss_sum / B - ref) < 1e-5 * fmax(1, fabs(ref)));
         pf_model_destroy(m);
         pf_free(pf);
         pf_free(gf);
         pf_free(pd);
     }
+}
+
+static void test_gradcheck(void **state) {
+    (void)state;
+    /* user: ids (width 2), tags: ids (width 3); -1 pads. Example 2 names user 1 twice (the
+     * row gets both contributions), example 3 has no tags (zeros). Weights include 0.25,
+     * 3 and a negative one. */
+    const float x[B][10] = {
+        {0, 4, 1, 1, 6, 2, 3, 1, 0.5f, 2},
+        {1, -1, 2, 0, 0, -1, -1, 1, 0, 0},
+        {1, 1, 0.25f, 3, 5, 6, 0, -1, 1, 1},
+        {3, 4, 1, -0.5f, -1, -1, -1, 0, 0, 0},
+    };
+    pf_model_spec s = two_features();
+    gradcheck(&s, &x[0][0]);
+}
+
+/* Numeric inputs beside the embeddings (model.numeric_inputs): three numbers after the id
+ * slots go to dense_0 after the features' outputs; their kernel rows get gradients, the
+ * tables as before. The example's width and dense_0's inputs grow by 3. */
+static void test_gradcheck_numeric(void **state) {
+    (void)state;
+    const float x[B][13] = {
+        {0, 4, 1, 1, 6, 2, 3, 1, 0.5f, 2, 0.5f, -1.25f, 3},
+        {1, -1, 2, 0, 0, -1, -1, 1, 0, 0, 0, 0, 0},
+        {1, 1, 0.25f, 3, 5, 6, 0, -1, 1, 1, 2.5f, 0.75f, -2},
+        {3, 4, 1, -0.5f, -1, -1, -1, 0, 0, 0, 1, 1, 1},
+    };
+    pf_model_spec s = two_features();
+    s.numeric_inputs = 3;
+    assert_int_equal(pf_model_input_width(&s), 13);
+    assert_int_equal(pf_model_dense_inputs(&s), 8);
+    pf_var_info vars[PF_MAX_VARS];
+    pf_model_layout(&s, vars);
+    assert_int_equal(vars[2].shape[0], 8); /* dense_0/kernel [5 + 3, 4] */
+    float row[13];
+    pf_model_pad_example(&s, row);
+    assert_true(row[10] == 0 && row[11] == 0 && row[12] == 0 && row[0] == -1);
+    gradcheck(&s, &x[0][0]);
 }
 
 /* An id that names no row (the table's size, negative other than -1, a fraction, NaN)
@@ -298,11 +333,9 @@ static void test_needs_host_memory(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_combiners),
-        cmocka_unit_test(test_gradcheck),
-        cmocka_unit_test(test_bad_ids),
-        cmocka_unit_test(test_needs_host_memory),
+        cmocka_unit_test(test_layout),    cmocka_unit_test(test_combiners),
+        cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_gradcheck_numeric),
+        cmocka_unit_test(test_bad_ids),   cmocka_unit_test(test_needs_host_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,16 @@ pf_status pf_libsvm_load(const char *path, int features, int index_base, bool cl
 pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int features,
                           int index_base, bool classification, pf_dataset *out, pf_error *err);
 
+/* Reads Criteo-layout files (criteo.h; plain or gzip, streamed) as examples of a two-class
+ * model: with embeddings (one per categorical column, max_ids 1) each example is an id slot
+ * and a weight slot per column, the id modulo the table's vocab (mixed first with the
+ * embedding's `hash`), -1 and weight 0 for an empty field, then the model's numeric_inputs
+ * (0 or 13); without embeddings the model's 13 inputs. A numeric input is log1p(max(value,
+ * 0)), 0 when empty. Errors name the file, line and column (PF_ERR_FORMAT), PF_ERR_IO,
+ * PF_ERR_NOMEM. */
+pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *model,
+                         pf_dataset *out, pf_error *err);
+
 /* Reads a LIBSVM file as sparse examples of a model with embeddings (model.h): the ids of
  * the line name feature f's rows when they fall in f's range (feature 0 owns the first
  * vocab ids from index_base, feature 1 the next, ...), each pair's value is its weight, and

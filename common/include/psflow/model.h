@@ -17,7 +17,9 @@
  * pf_model_input_width floats, for each feature in order max_ids id slots then max_ids
  * weight slots. Ids are whole numbers 0 .. vocab - 1 held exactly in float32; a slot with
  * id -1 (weight 0) is padding. Each feature's weighted rows are combined (sum, mean,
- * sqrtn) into dim inputs of dense_0, features side by side; the gradient of a table is
+ * sqrtn) into dim inputs of dense_0, features side by side, and after the last feature's
+ * slots come model.numeric_inputs numbers that go to dense_0 as they are, after the
+ * features' inputs (numeric columns beside categorical ones); the gradient of a table is
  * zero except on the rows the batch named. Any other id (NaN, negative, a fraction, past
  * the table) makes that example's outputs NaN, so training's non-finite handling sees it.
  * Lookups read and write host memory: such a model needs a host-memory backend.
@@ -59,7 +61,7 @@ size_t pf_first_nonfinite(const float *x, size_t n);
 int pf_model_var_at(const pf_model_spec *spec, size_t i, pf_var_info *out);
 
 /* Floats of one example as the model reads it: model.inputs for a dense model, the sum of
- * 2 * max_ids over the features for a model with embeddings. */
+ * 2 * max_ids over the features plus numeric_inputs for a model with embeddings. */
 int pf_model_input_width(const pf_model_spec *spec);
 
 /* Whether the embeddings are within the spec's limits (1..PF_MAX_EMBEDDINGS of them, each
@@ -68,7 +70,7 @@ int pf_model_input_width(const pf_model_spec *spec);
 bool pf_model_embeddings_valid(const pf_model_spec *spec);
 
 /* Fills an example of a model with embeddings (pf_model_input_width floats) with padding:
- * every id slot -1, every weight 0. */
+ * every id slot -1, every weight 0, every numeric input 0. */
 void pf_model_pad_example(const pf_model_spec *spec, float *row);
 
 /* The row an id slot names in a table of `vocab` rows: -1 for padding (id -1), -2 for an id
@@ -89,7 +91,7 @@ static inline bool pf_model_two_class(const pf_model_spec *spec) {
     return spec->type != PF_MODEL_LINEAR && spec->outputs == 2;
 }
 
-/* Inputs of dense_0: model.inputs, or the sum of the embedding dims. */
+/* Inputs of dense_0: model.inputs, or the sum of the embedding dims plus numeric_inputs. */
 int pf_model_dense_inputs(const pf_model_spec *spec);
 
 /* Total parameters (floats) of the model. */

@@ -20,18 +20,20 @@
 
 #include "psflow/status.h"
 
-#define PF_NAME_MAX                63 /* job names: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars */
-#define PF_MAX_HIDDEN              8         /* hidden layers an mlp may have */
-#define PF_MAX_DATA_FILES          2         /* idx: images + labels; csv: one file */
-#define PF_MAX_UNITS               (1 << 20) /* upper bound for inputs, outputs and each hidden width */
-#define PF_MAX_REPLICAS            1024      /* upper bound for replicas.ps and replicas.worker */
-#define PF_MAX_GPU_INDEX           255       /* the largest N of "device": "cuda:N" */
-#define PF_MAX_REPLICAS_PER_WORKER 16        /* in-graph replicas one worker may run */
-#define PF_MAX_EMBEDDINGS          16        /* categorical features a model may embed */
-#define PF_EMBEDDING_NAME_MAX      20        /* "<name>/embeddings" fits a variable name */
-#define PF_MAX_VOCAB               (1 << 24) /* rows of a table: ids are exact in float32 */
-#define PF_MAX_EMBEDDING_DIM       4096      /* columns of a table */
-#define PF_MAX_IDS                 4096      /* ids of one feature in one example */
+#define PF_NAME_MAX                   63 /* job names: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 chars */
+#define PF_MAX_HIDDEN                 8         /* hidden layers an mlp may have */
+#define PF_MAX_DATA_FILES             2         /* idx: images + labels; csv: one file */
+#define PF_CRITEO_NUMERIC_COLUMNS     13        /* data.format criteo: I1..I13 */
+#define PF_CRITEO_CATEGORICAL_COLUMNS 26        /* C1..C26 */
+#define PF_MAX_UNITS                  (1 << 20) /* upper bound for inputs, outputs and each hidden width */
+#define PF_MAX_REPLICAS               1024 /* upper bound for replicas.ps and replicas.worker */
+#define PF_MAX_GPU_INDEX              255  /* the largest N of "device": "cuda:N" */
+#define PF_MAX_REPLICAS_PER_WORKER    16   /* in-graph replicas one worker may run */
+#define PF_MAX_EMBEDDINGS             32   /* categorical features a model may embed */
+#define PF_EMBEDDING_NAME_MAX         20   /* "<name>/embeddings" fits a variable name */
+#define PF_MAX_VOCAB                  (1 << 24) /* rows of a table: ids are exact in float32 */
+#define PF_MAX_EMBEDDING_DIM          4096      /* columns of a table */
+#define PF_MAX_IDS                    4096      /* ids of one feature in one example */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
@@ -40,7 +42,8 @@ typedef enum {
     PF_DATA_CSV,
     PF_DATA_SYNTHETIC_LINEAR,
     PF_DATA_LIBSVM,
-    PF_DATA_SYNTHETIC_CTR
+    PF_DATA_SYNTHETIC_CTR,
+    PF_DATA_CRITEO
 } pf_data_format;
 typedef enum {
     PF_OPT_SGD,
@@ -111,13 +114,18 @@ typedef struct pf_model_spec {
      * features 0..i-1), and its variables start with each feature's table. */
     int n_embeddings;
     pf_embedding_spec embeddings[PF_MAX_EMBEDDINGS];
+    /* With embeddings: numeric columns that follow the id slots of an example and go to
+     * dense_0 as they are, beside the embeddings' outputs (data.format criteo: its 13
+     * integer columns), 0..PF_MAX_UNITS [0]. Without embeddings the inputs are `inputs`. */
+    int numeric_inputs;
 } pf_model_spec;
 
 typedef struct pf_data_spec {
     pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" | "libsvm" |
-                                       "synthetic_ctr" */
+                                       "synthetic_ctr" | "criteo" */
     int n_train;                    /* number of paths in train[] */
-    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file] */
+    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file]; criteo:
+                                       1..PF_MAX_DATA_FILES files */
     int n_test;                     /* 0 when there is no test set */
     char *test[PF_MAX_DATA_FILES];
     /* synthetic_linear only: y = w * x + b + noise * N(0, 1), x ~ U(0, 1) */

@@ -1,0 +1,314 @@
+/* criteo.c - the Criteo-layout line parser and the streaming reader (see criteo.h).
+ *
+ * DESIGN: the reader keeps one buffer of PF_CRITEO_BUFFER + max_line bytes. zlib's gzread
+ * (which reads plain files as they are) fills it; each line is found with memchr and parsed
+ * in place, and what is left of a line cut by the buffer's end moves to the front before
+ * the next read. A line that does not fit in max_line is an error, never a bigger buffer,
+ * so memory is the same for a 1 KB file and a 1 TB one. After that error the rest of the
+ * long line is read past without keeping it, so the caller may skip it and go on.
+ */
+#include "psflow/criteo.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "psflow/mem.h"
+
+/* --- one line ------------------------------------------------------------------------------ */
+
+const char *pf_criteo_column_name(int column) {
+    static const char *const names[PF_CRITEO_FIELDS] = {
+        "label", "I1",  "I2",  "I3",  "I4",  "I5",  "I6",  "I7",  "I8",  "I9",
+        "I10",   "I11", "I12", "I13", "C1",  "C2",  "C3",  "C4",  "C5",  "C6",
+        "C7",    "C8",  "C9",  "C10", "C11", "C12", "C13", "C14", "C15", "C16",
+        "C17",   "C18", "C19", "C20", "C21", "C22", "C23", "C24", "C25", "C26"};
+    return column >= 0 && column < PF_CRITEO_FIELDS ? names[column] : "line";
+}
+
+/* A decimal integer of int64 range in f[0..n). 0, or -1 with why set. */
+static int parse_int(const char *f, size_t n, int64_t *out, char *why, size_t why_len) {
+    size_t i = 0;
+    int neg = 0;
+    if (n > 0 && (f[0] == '-' || f[0] == '+')) {
+        neg = f[0] == '-';
+        i = 1;
+    }
+    if (i == n) {
+        snprintf(why, why_len, "'%.*s' is not an integer", (int)(n < 40 ? n : 40), f);
+        return -1;
+    }
+    uint64_t v = 0;
+    const uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (; i < n; i++) {
+        unsigned d = (unsigned)(unsigned char)f[i] - '0';
+        if (d > 9) {
+            snprintf(why, why_len, "'%.*s' is not an integer", (int)(n < 40 ? n : 40), f);
+            return -1;
+        }
+        if (v > (limit - d) / 10) {
+            snprintf(why, why_len, "'%.*s' overflows a 64-bit integer", (int)(n < 40 ? n : 40), f);
+            return -1;
+        }
+        v = v * 10 + d;
+    }
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* A hex id of 1 to 8 digits in f[0..n). 0, or -1 with why set. */
+static int parse_id(const char *f, size_t n, uint32_t *out, char *why, size_t why_len) {
+    if (n > 8) {
+        snprintf(why, why_len, "'%.*s' is longer than a 32-bit id (8 hex digits)",
+                 (int)(n < 40 ? n : 40), f);
+        return -1;
+    }
+    uint32_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = (unsigned char)f[i], d;
+        if (c - '0' < 10)
+            d = c - '0';
+        else if ((c | 0x20) - 'a' < 6)
+            d = (c | 0x20) - 'a' + 10;
+        else {
+            snprintf(why, why_len, "'%.*s' is not a hex id", (int)n, f);
+            return -1;
+        }
+        v = v << 4 | d;
+    }
+    *out = v;
+    return 0;
+}
+
+pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row, int *column,
+                               char *why, size_t why_len) {
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    row->num_present = row->cat_present = 0;
+    const char *p = line, *end = line + len;
+    for (int col = 0; col < PF_CRITEO_FIELDS; col++) {
+        const char *tab = memchr(p, '\t', (size_t)(end - p));
+        const char *f_end = tab ? tab : end;
+        if (!tab && col < PF_CRITEO_FIELDS - 1) {
+            *column = -1;
+            snprintf(why, why_len, "%d fields, the Criteo layout has %d (label, I1..I13, C1..C26)",
+                     col + 1, PF_CRITEO_FIELDS);
+            return PF_ERR_FORMAT;
+        }
+        if (tab && col == PF_CRITEO_FIELDS - 1) {
+            int n = PF_CRITEO_FIELDS;
+            for (const char *q = tab; q && n < 1000000;
+                 q = memchr(q + 1, '\t', (size_t)(end - q - 1)))
+                n++;
+            *column = -1;
+            snprintf(why, why_len,
+                     "%s%d fields, the Criteo layout has %d (label, I1..I13, C1..C26)",
+                     n >= 1000000 ? "over " : "", n, PF_CRITEO_FIELDS);
+            return PF_ERR_FORMAT;
+        }
+        size_t n = (size_t)(f_end - p);
+        *column = col;
+        if (col == 0) {
+            if (n != 1 || (p[0] != '0' && p[0] != '1')) {
+                snprintf(why, why_len, "the label must be 0 or 1, got '%.*s'",
+                         (int)(n < 40 ? n : 40), p);
+                return PF_ERR_FORMAT;
+            }
+            row->label = p[0] - '0';
+        } else if (n == 0) {
+            /* missing value */
+        } else if (col <= PF_CRITEO_NUMERIC) {
+            if (parse_int(p, n, &row->num[col - 1], why, why_len) != 0)
+                return PF_ERR_FORMAT;
+            row->num_present |= 1u << (col - 1);
+        } else {
+            int c = col - 1 - PF_CRITEO_NUMERIC;
+            if (parse_id(p, n, &row->cat[c], why, why_len) != 0)
+                return PF_ERR_FORMAT;
+            row->cat_present |= 1u << c;
+        }
+        p = f_end + 1;
+    }
+    *column = -1;
+    return PF_OK;
+}
+
+/* --- the reader ---------------------------------------------------------------------------- */
+
+struct pf_criteo_reader {
+    char path[1024];
+    gzFile f;
+    char *buf; /* cap bytes: [pos, len) not yet parsed */
+    size_t cap, pos, len, max_line;
+    int eof;  /* gzread said end (or failed: done) */
+    int skip; /* in the middle of a line too long: drop bytes to its end */
+    int done; /* a read error, or corrupt data: nothing more */
+    uint64_t line, bytes;
+};
+
+static void os_text(int errnum, char *buf, size_t size) {
+    if (errnum == 0 || strerror_r(errnum, buf, size) != 0)
+        snprintf(buf, size, "error %d", errnum);
+}
+
+pf_status pf_criteo_open(const char *path, size_t max_line, pf_criteo_reader **out, pf_error *err) {
+    *out = NULL;
+    pf_criteo_reader *r = pf_calloc(1, sizeof *r);
+    if (!r)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->max_line = max_line ? max_line : PF_CRITEO_MAX_LINE;
+    r->cap = PF_CRITEO_BUFFER + r->max_line;
+    r->buf = pf_malloc(r->cap);
+    if (!r->buf) {
+        pf_free(r);
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+    }
+    errno = 0;
+    r->f = gzopen(path, "rb");
+    if (!r->f) {
+        char os[128];
+        int e = errno;
+        os_text(e, os, sizeof os);
+        pf_free(r->buf);
+        pf_free(r);
+        return e ? pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot open: %s", path, os)
+                 : pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: cannot open: out of memory", path);
+    }
+    gzbuffer(r->f, 256 << 10);
+    *out = r;
+    return PF_OK;
+}
+
+/* Reads more after the unparsed bytes (moved to the front first). PF_OK, or an error that
+ * ends the reader (truncated or corrupt gzip, a failed read). */
+static pf_status fill(pf_criteo_reader *r, pf_error *err) {
+    if (r->pos > 0) {
+        memmove(r->buf, r->buf + r->pos, r->len - r->pos);
+        r->len -= r->pos;
+        r->pos = 0;
+    }
+    size_t room = r->cap - r->len;
+    if (room > PF_CRITEO_BUFFER)
+        room = PF_CRITEO_BUFFER;
+    int n = gzread(r->f, r->buf + r->len, (unsigned)room);
+    if (n > 0) {
+        r->len += (size_t)n;
+        r->bytes += (uint64_t)n;
+        return PF_OK;
+    }
+    r->eof = 1;
+    int zerr = Z_OK;
+    const char *msg = gzerror(r->f, &zerr);
+    if (n == 0 && zerr == Z_OK) {
+        /* gzread reports a gzip stream cut short only at gzclose_r (or as Z_BUF_ERROR) */
+        return PF_OK;
+    }
+    r->done = 1;
+    if (zerr == Z_BUF_ERROR)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: gzip data ends early (truncated after %" PRIu64
+                            " decompressed bytes, line %" PRIu64 ")",
+                            r->path, r->bytes, r->line + 1);
+    if (zerr == Z_ERRNO) {
+        char os[128];
+        os_text(errno, os, sizeof os);
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: read failed: %s", r->path, os);
+    }
+    return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: corrupt gzip data near line %" PRIu64 ": %s",
+                        r->path, r->line + 1, msg ? msg : "unknown error");
+}
+
+/* Finds the end of the next line in [pos, len): its newline, or NULL. */
+static char *find_newline(pf_criteo_reader *r) {
+    return memchr(r->buf + r->pos, '\n', r->len - r->pos);
+}
+
+pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err) {
+    for (;;) {
+        if (r->done)
+            return PF_ERR_NOT_FOUND;
+        char *nl = find_newline(r);
+        if (r->skip) { /* the rest of a line too long, dropped */
+            if (nl) {
+                r->pos = (size_t)(nl - r->buf) + 1;
+                r->skip = 0;
+                continue;
+            }
+            r->pos = r->len;
+            if (r->eof) { /* the end: checked as any end is, below */
+                r->skip = 0;
+                continue;
+            }
+            pf_status st = fill(r, err);
+            if (st != PF_OK)
+                return st;
+            continue;
+        }
+        size_t have = nl ? (size_t)(nl - r->buf) - r->pos : r->len - r->pos;
+        if (!nl && !r->eof && have <= r->max_line) {
+            pf_status st = fill(r, err);
+            if (st != PF_OK)
+                return st;
+            continue;
+        }
+        if (have > r->max_line) {
+            r->line++;
+            r->skip = 1;
+            r->pos = nl ? (size_t)(nl - r->buf) : r->len; /* the skip finds its end */
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "%s:%" PRIu64 ": the line is longer than %zu bytes; not read",
+                                r->path, r->line, r->max_line);
+        }
+        if (!nl && have == 0) { /* the end */
+            int rc = gzclose_r(r->f);
+            r->f = NULL;
+            r->done = 1;
+            if (rc == Z_BUF_ERROR)
+                return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                    "%s: gzip data ends early (truncated after %" PRIu64
+                                    " decompressed bytes)",
+                                    r->path, r->bytes);
+            return PF_ERR_NOT_FOUND;
+        }
+        const char *line = r->buf + r->pos;
+        r->pos += have + (nl ? 1 : 0);
+        r->line++;
+        if (have == 0 || (have == 1 && line[0] == '\r'))
+            continue; /* blank */
+        int column;
+        char why[160];
+        if (pf_criteo_parse_line(line, have, row, &column, why, sizeof why) != PF_OK) {
+            if (column >= 0)
+                return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s:%" PRIu64 ": column %s: %s",
+                                    r->path, r->line, pf_criteo_column_name(column), why);
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s:%" PRIu64 ": %s", r->path, r->line,
+                                why);
+        }
+        return PF_OK;
+    }
+}
+
+int pf_criteo_ended(const pf_criteo_reader *r) {
+    return r->done;
+}
+
+uint64_t pf_criteo_line(const pf_criteo_reader *r) {
+    return r->line;
+}
+
+uint64_t pf_criteo_bytes(const pf_criteo_reader *r) {
+    return r->bytes;
+}
+
+void pf_criteo_close(pf_criteo_reader *r) {
+    if (!r)
+        return;
+    if (r->f)
+        gzclose_r(r->f);
+    pf_free(r->buf);
+    pf_free(r);
+}

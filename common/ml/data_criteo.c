@@ -1,0 +1,99 @@
+/* data_criteo.c - Criteo-layout files as examples of a two-class model (pf_criteo_load, see
+ * data.h): the streaming reader (criteo.c) turns each line into one example, held in memory.
+ *
+ * An example is what the model reads (model.h): with embeddings, one id slot and one weight
+ * slot per categorical column (the id reduced into the table's vocabulary, or -1 and weight
+ * 0 when the field is empty), then the numeric inputs when the model takes them; without
+ * embeddings, the 13 numeric inputs alone. A numeric input is log1p(max(value, 0)), 0 when
+ * the field is empty: counts spread over six orders of magnitude become a few units, the
+ * transform the anchors' CTR pipelines apply. Rows grow by doubling, so memory is the
+ * examples themselves (4 bytes a float) and a reader's buffer; the files themselves may be
+ * any size.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "psflow/criteo.h"
+#include "psflow/data.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
+
+/* The row of table `vocab` a 32-bit id goes to: the id itself modulo the vocabulary, or with
+ * `hash` a mix of it first (ids that are not already well spread). */
+static int64_t row_of_id(uint32_t id, int64_t vocab, bool hash) {
+    uint64_t z = id;
+    if (hash) {
+        z = (z ^ (z >> 16)) * 0x7feb352dULL;
+        z = (z ^ (z >> 15)) * 0x846ca68bULL;
+        z ^= z >> 16;
+    }
+    return (int64_t)(z % (uint64_t)vocab);
+}
+
+static void fill_example(const pf_model_spec *m, const pf_criteo_row *r, float *x) {
+    int col = 0;
+    for (int f = 0; f < m->n_embeddings; f++, col += 2) {
+        bool present = r->cat_present >> f & 1;
+        x[col] = present
+                     ? (float)row_of_id(r->cat[f], m->embeddings[f].vocab, m->embeddings[f].hash)
+                     : -1.0f;
+        x[col + 1] = present ? 1.0f : 0.0f;
+    }
+    int numeric = m->n_embeddings > 0 ? m->numeric_inputs : m->inputs;
+    for (int j = 0; j < numeric; j++)
+        x[col + j] =
+            r->num_present >> j & 1 ? (float)log1p(r->num[j] > 0 ? (double)r->num[j] : 0.0) : 0.0f;
+}
+
+/* Makes room for one more example in out (rows grow by doubling). */
+static pf_status grow(pf_dataset *out, int64_t *cap, pf_error *err) {
+    if (out->n < *cap)
+        return PF_OK;
+    int64_t want = *cap ? *cap * 2 : 4096;
+    size_t floats = (size_t)want * (size_t)out->features;
+    float *x = floats / (size_t)out->features == (size_t)want && floats < SIZE_MAX / sizeof(float)
+                   ? pf_realloc(out->x, floats * sizeof(float))
+                   : NULL;
+    if (x)
+        out->x = x;
+    float *y = x ? pf_realloc(out->y, (size_t)want * sizeof(float)) : NULL;
+    if (y)
+        out->y = y;
+    if (!x || !y)
+        return pf_error_set_offset(err, PF_ERR_NOMEM, -1,
+                                   "out of memory for %lld examples of %d floats in memory",
+                                   (long long)want, out->features);
+    *cap = want;
+    return PF_OK;
+}
+
+pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *model,
+                         pf_dataset *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    out->features = pf_model_input_width(model);
+    out->num_classes = 2;
+    int64_t cap = 0;
+    pf_status st = PF_OK;
+    for (int i = 0; i < n_paths && st == PF_OK; i++) {
+        pf_criteo_reader *r;
+        if ((st = pf_criteo_open(paths[i], 0, &r, err)) != PF_OK)
+            break;
+        pf_criteo_row row;
+        while ((st = pf_criteo_next(r, &row, err)) == PF_OK) {
+            if ((st = grow(out, &cap, err)) != PF_OK)
+                break;
+            fill_example(model, &row, out->x + (size_t)out->n * (size_t)out->features);
+            out->y[out->n++] = (float)row.label;
+        }
+        pf_criteo_close(r);
+        if (st == PF_ERR_NOT_FOUND)
+            st = PF_OK;
+    }
+    if (st == PF_OK && out->n == 0)
+        st = pf_error_set_offset(err, PF_ERR_FORMAT, -1, "%s: no examples", paths[0]);
+    if (st != PF_OK)
+        pf_dataset_deinit(out);
+    return st;
+}

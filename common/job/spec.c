@@ -68,19 +68,22 @@ static const field embedding_fields[] = {
 static const object_desc embedding_desc = {embedding_fields, COUNT(embedding_fields), false, NULL};
 
 #define MLP         BIT(PF_MODEL_MLP)
-#define CLASSIFIERS (BIT(PF_MODEL_SOFTMAX) | BIT(PF_MODEL_MLP))
+#define DLRM        BIT(PF_MODEL_DLRM)
+#define CLASSIFIERS (BIT(PF_MODEL_SOFTMAX) | BIT(PF_MODEL_MLP) | BIT(PF_MODEL_DLRM))
 static const field model_fields[] = {
-    {"type", K_ENUM, AT(model.type), .names = pf_spec_model_names, .max = PF_MODEL_MLP,
+    {"type", K_ENUM, AT(model.type), .names = pf_spec_model_names, .max = PF_MODEL_DLRM,
      .need = ALWAYS},
     /* Required unless there are embeddings (pf_spec_check_model): default 0 stands for "absent". */
     {"inputs", K_INT, AT(model.inputs), .min = 1, .max = PF_MAX_UNITS},
     {"hidden", K_WIDTHS, AT(model.hidden), .count_at = AT(model.n_hidden), .min = 1,
-     .max = PF_MAX_HIDDEN, .only = MLP, .need = MLP},
+     .max = PF_MAX_HIDDEN, .only = MLP | DLRM, .need = MLP | DLRM},
+    {"bottom", K_WIDTHS, AT(model.bottom), .count_at = AT(model.n_bottom), .min = 1,
+     .max = PF_MAX_HIDDEN, .only = DLRM, .need = DLRM},
     /* Linear's single output and the classifiers' >= 2 are checked in pf_spec_check_model. */
     {"outputs", K_INT, AT(model.outputs), .min = 1, .max = PF_MAX_UNITS, .def = 1,
      .need = CLASSIFIERS},
     {"activation", K_ENUM, AT(model.activation), .names = pf_spec_activation_names,
-     .min = PF_ACT_RELU, .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP},
+     .min = PF_ACT_RELU, .max = PF_ACT_SIGMOID, .def = PF_ACT_RELU, .only = MLP | DLRM},
     {"embeddings", K_LIST, AT(model.embeddings), .min = 1, .max = PF_MAX_EMBEDDINGS,
      .sub = &embedding_desc, .count_at = AT(model.n_embeddings),
      .stride = sizeof(pf_embedding_spec)},

@@ -38,10 +38,40 @@ static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
     return PF_OK;
 }
 
+/* A DLRM-style model: embeddings of one dim d, numeric inputs for its bottom MLP, whose last
+ * width is d (its output meets the embeddings' vectors in dot products). */
+static pf_status check_dlrm(const pf_model_spec *m, pf_error *err) {
+    if (m->n_embeddings == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/embeddings",
+                            "/model/embeddings: a dlrm model crosses embeddings: give them");
+    if (m->numeric_inputs == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/numeric_inputs",
+                            "/model/numeric_inputs: a dlrm model's bottom MLP reads numeric "
+                            "inputs: give numeric_inputs (criteo data: 13)");
+    int d = m->embeddings[0].dim;
+    for (int i = 1; i < m->n_embeddings; i++)
+        if (m->embeddings[i].dim != d) {
+            char ptr[PTR_SIZE];
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/dim", i);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: a dlrm model's embeddings share one dim (their dot products "
+                                "are its interactions): embedding 0 has %d, this one %d",
+                                ptr, d, m->embeddings[i].dim);
+        }
+    if (m->bottom[m->n_bottom - 1] != d)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/bottom",
+                            "/model/bottom: the bottom MLP's last width must be the embeddings' "
+                            "dim %d (its output is crossed with them), got %d",
+                            d, m->bottom[m->n_bottom - 1]);
+    return PF_OK;
+}
+
 pf_status pf_spec_check_model(pf_job_spec *s, pf_error *err) {
     const pf_model_spec *m = &s->model;
     pf_status st = check_embeddings(m, err);
     if (st != PF_OK)
+        return st;
+    if (m->type == PF_MODEL_DLRM && (st = check_dlrm(m, err)) != PF_OK)
         return st;
     if (m->type == PF_MODEL_LINEAR && m->outputs != 1)
         return pf_error_set(err, PF_ERR_SPEC, "/model/outputs",

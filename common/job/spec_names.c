@@ -7,8 +7,10 @@
 
 #include "spec_internal.h"
 
-const char *const pf_spec_model_names[] = {
-    [PF_MODEL_LINEAR] = "linear", [PF_MODEL_SOFTMAX] = "softmax", [PF_MODEL_MLP] = "mlp"};
+const char *const pf_spec_model_names[] = {[PF_MODEL_LINEAR] = "linear",
+                                           [PF_MODEL_SOFTMAX] = "softmax",
+                                           [PF_MODEL_MLP] = "mlp",
+                                           [PF_MODEL_DLRM] = "dlrm"};
 const char *const pf_spec_activation_names[] = {[PF_ACT_NONE] = "none",
                                                 [PF_ACT_RELU] = "relu",
                                                 [PF_ACT_TANH] = "tanh",

@@ -35,7 +35,7 @@
 #define AUC_BINS  65536
 #define CLICKS    0.256 /* the click rate the bias is set for (the Kaggle set's) */
 #define W_SCALE   0.2   /* per-id weights: N(0, W_SCALE^2) */
-#define V_SCALE   0.45  /* interaction factors: N(0, V_SCALE^2) each */
+#define V_SCALE   0.6   /* interaction factors: N(0, V_SCALE^2) each */
 #define A_SCALE   0.25  /* numeric coefficients: N(0, A_SCALE^2) */
 #define CALIBRATE 20000 /* rows drawn to set the bias */
 #define MAX_FILES 100000
@@ -53,7 +53,7 @@ static const double num_mu[PF_CRITEO_NUMERIC] = {0.8, 1.5, 2.3, 1.6, 7.5, 3.8, 1
                                                  2.4, 3.9, 0.4, 0.9, 0.3, 1.6};
 static const double num_sigma[PF_CRITEO_NUMERIC] = {0.9, 1.6, 1.1, 0.8, 2.0, 1.5, 1.1,
                                                     0.9, 1.3, 0.5, 0.7, 0.6, 0.9};
-static const int pairs[][2] = {{0, 1}, {2, 6}, {3, 4}, {7, 10}, {12, 13}, {15, 17}};
+static const int pairs[][2] = {{0, 1}, {4, 7}, {10, 12}, {13, 16}, {17, 18}, {24, 5}};
 #define N_PAIRS ((int)(sizeof pairs / sizeof pairs[0]))
 
 /* --- the truth ----------------------------------------------------------------------------- */

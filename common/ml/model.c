@@ -13,7 +13,11 @@
  * example's rows into `looked` [batch, dense inputs], the input of dense_0, keeping each
  * (example, feature) scale (1, 1/sum w, 1/sqrt(sum w^2)); backward zeroes the tables'
  * gradient and adds w * scale * (delta_0 . K_0^T) to each row an example named, the
- * scatter-add of TensorFlow's IndexedSlices summed into a dense gradient.
+ * scatter-add of TensorFlow's IndexedSlices summed into a dense gradient. A dlrm model runs
+ * its bottom MLP after the lookups and crosses its output with the features' vectors into
+ * `top`, dense_0's input (dlrm_forward); backward sends dense_0's input gradient through the
+ * dot products (d(u . v) = v du + u dv) to the tables and down the bottom MLP
+ * (dlrm_backward), all in host memory.
  */
 #include "psflow/model.h"
 
@@ -44,10 +48,25 @@ struct pf_model {
     int slot_col[PF_MAX_EMBEDDINGS];
     int col[PF_MAX_EMBEDDINGS];
     size_t tables; /* floats of all tables: params[0 .. tables) */
-    float *looked; /* [max_batch, in[0]] */
+    int looked_w;  /* floats of a row of `looked`: the features' vectors, numeric inputs */
+    float *looked; /* [max_batch, looked_w] */
     float *scale;  /* [max_batch, n_emb] */
     float *logits; /* host [max_batch, 2] for the scores of a two-class model */
+    /* dlrm (host memory): the bottom MLP's layers over the numeric inputs (the last
+     * looked_w - n_emb * dim columns of `looked`), its output crossed with the features'
+     * vectors into `top` [max_batch, in[0]], the input of dense_0; the gradients that come
+     * back from dense_0 go to d_looked (the features' part) and d_bot (the bottom's) */
+    int n_bot;
+    int bin[PF_MAX_HIDDEN], bout[PF_MAX_HIDDEN];
+    size_t bkernel_off[PF_MAX_HIDDEN], bbias_off[PF_MAX_HIDDEN];
+    float *bact[PF_MAX_HIDDEN];
+    float *top, *d_looked, *d_bot[2];
 };
+
+/* dlrm: the pairs among the bottom output and the n_emb features' vectors. */
+static int dlrm_pairs(int n_emb) {
+    return (n_emb + 1) * n_emb / 2;
+}
 
 bool pf_model_embeddings_valid(const pf_model_spec *spec) {
     if (spec->n_embeddings < 1 || spec->n_embeddings > PF_MAX_EMBEDDINGS)
@@ -77,6 +96,8 @@ void pf_model_pad_example(const pf_model_spec *spec, float *row) {
 int pf_model_dense_inputs(const pf_model_spec *spec) {
     if (spec->n_embeddings == 0)
         return spec->inputs;
+    if (spec->type == PF_MODEL_DLRM) /* the bottom output, then the dot products */
+        return spec->bottom[spec->n_bottom - 1] + dlrm_pairs(spec->n_embeddings);
     int sum = spec->numeric_inputs;
     for (int f = 0; f < spec->n_embeddings; f++)
         sum += spec->embeddings[f].dim;
@@ -102,6 +123,28 @@ static int layer_dims(const pf_model_spec *spec, int dims[PF_MAX_LAYERS + 1]) {
     return n - 1;
 }
 
+/* A dense layer's two variables "<prefix>_<l>/kernel" [in, out] and "/bias" [out] at
+ * *offset, into vars[*n], vars[*n + 1]. */
+static void dense_vars(const char *prefix, int l, int in, int out, pf_var_info *vars, int *n,
+                       size_t *offset) {
+    pf_var_info *k = &vars[(*n)++];
+    snprintf(k->name, sizeof k->name, "%s_%d/kernel", prefix, l);
+    k->rank = 2;
+    k->shape[0] = in;
+    k->shape[1] = out;
+    k->offset = *offset;
+    k->count = (size_t)in * (size_t)out;
+    *offset += k->count;
+    pf_var_info *b = &vars[(*n)++];
+    snprintf(b->name, sizeof b->name, "%s_%d/bias", prefix, l);
+    b->rank = 1;
+    b->shape[0] = out;
+    b->shape[1] = 1;
+    b->offset = *offset;
+    b->count = (size_t)out;
+    *offset += b->count;
+}
+
 int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]) {
     int dims[PF_MAX_LAYERS + 1];
     int layers = layer_dims(spec, dims);
@@ -118,25 +161,11 @@ int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]) {
         t->count = (size_t)e->vocab * (size_t)e->dim;
         offset += t->count;
     }
-    for (int l = 0; l < layers; l++) {
-        pf_var_info *k = &vars[n++];
-        snprintf(k->name, sizeof k->name, "dense_%d/kernel", l);
-        k->rank = 2;
-        k->shape[0] = dims[l];
-        k->shape[1] = dims[l + 1];
-        k->offset = offset;
-        k->count = (size_t)dims[l] * (size_t)dims[l + 1];
-        offset += k->count;
-
-        pf_var_info *b = &vars[n++];
-        snprintf(b->name, sizeof b->name, "dense_%d/bias", l);
-        b->rank = 1;
-        b->shape[0] = dims[l + 1];
-        b->shape[1] = 1;
-        b->offset = offset;
-        b->count = (size_t)dims[l + 1];
-        offset += b->count;
-    }
+    for (int l = 0; spec->type == PF_MODEL_DLRM && l < spec->n_bottom; l++)
+        dense_vars("bottom", l, l ? spec->bottom[l - 1] : spec->numeric_inputs, spec->bottom[l],
+                   vars, &n, &offset);
+    for (int l = 0; l < layers; l++)
+        dense_vars("dense", l, dims[l], dims[l + 1], vars, &n, &offset);
     return n;
 }
 
@@ -230,6 +259,10 @@ double pf_model_flops_per_example(const pf_model_spec *spec) {
     double macs = 0;
     for (int l = 0; l < layers; l++)
         macs += (double)dims[l] * dims[l + 1];
+    for (int l = 0; spec->type == PF_MODEL_DLRM && l < spec->n_bottom; l++)
+        macs += (double)(l ? spec->bottom[l - 1] : spec->numeric_inputs) * spec->bottom[l];
+    if (spec->type == PF_MODEL_DLRM)
+        macs += (double)dlrm_pairs(spec->n_embeddings) * spec->bottom[spec->n_bottom - 1];
     return 6.0 * macs;
 }
 
@@ -254,6 +287,19 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
     int widest = 0;
     m->n_emb = spec->n_embeddings;
     m->width = pf_model_input_width(spec);
+    m->n_bot = spec->type == PF_MODEL_DLRM ? spec->n_bottom : 0;
+    m->looked_w = spec->numeric_inputs;
+    for (int f = 0; f < m->n_emb; f++)
+        m->looked_w += spec->embeddings[f].dim;
+    int widest_bot = 0;
+    for (int l = 0; l < m->n_bot; l++) {
+        m->bin[l] = l ? spec->bottom[l - 1] : spec->numeric_inputs;
+        m->bout[l] = spec->bottom[l];
+        m->bkernel_off[l] = vars[m->n_emb + 2 * l].offset;
+        m->bbias_off[l] = vars[m->n_emb + 2 * l + 1].offset;
+        widest_bot = m->bout[l] > widest_bot ? m->bout[l] : widest_bot;
+        widest_bot = m->bin[l] > widest_bot ? m->bin[l] : widest_bot;
+    }
     for (int f = 0, slot_col = 0, col = 0; f < m->n_emb; f++) {
         m->table_off[f] = vars[f].offset;
         m->slot_col[f] = slot_col;
@@ -265,8 +311,8 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
     for (int l = 0; l < m->n_layers; l++) {
         m->in[l] = dims[l];
         m->out[l] = dims[l + 1];
-        m->kernel_off[l] = vars[m->n_emb + 2 * l].offset;
-        m->bias_off[l] = vars[m->n_emb + 2 * l + 1].offset;
+        m->kernel_off[l] = vars[m->n_emb + 2 * m->n_bot + 2 * l].offset;
+        m->bias_off[l] = vars[m->n_emb + 2 * m->n_bot + 2 * l + 1].offset;
         if (dims[l] > widest)
             widest = dims[l];
         if (dims[l + 1] > widest)
@@ -286,9 +332,21 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
         !(m->logits = pf_mallocarray((size_t)max_batch * 2, sizeof(float))))
         goto nomem;
     if (m->n_emb > 0) {
-        m->looked = be->alloc((size_t)max_batch * (size_t)m->in[0] * sizeof(float));
+        m->looked = be->alloc((size_t)max_batch * (size_t)m->looked_w * sizeof(float));
         m->scale = pf_calloc((size_t)max_batch * (size_t)m->n_emb, sizeof *m->scale);
         if (!m->looked || !m->scale)
+            goto nomem;
+    }
+    if (m->n_bot > 0) { /* host memory, as every model with embeddings */
+        for (int l = 0; l < m->n_bot; l++)
+            if (!(m->bact[l] =
+                      pf_mallocarray((size_t)max_batch * (size_t)m->bout[l], sizeof(float))))
+                goto nomem;
+        m->top = pf_mallocarray((size_t)max_batch * (size_t)m->in[0], sizeof(float));
+        m->d_looked = pf_mallocarray((size_t)max_batch * (size_t)m->looked_w, sizeof(float));
+        m->d_bot[0] = pf_mallocarray((size_t)max_batch * (size_t)widest_bot, sizeof(float));
+        m->d_bot[1] = pf_mallocarray((size_t)max_batch * (size_t)widest_bot, sizeof(float));
+        if (!m->top || !m->d_looked || !m->d_bot[0] || !m->d_bot[1])
             goto nomem;
     }
     *out = m;
@@ -309,6 +367,12 @@ void pf_model_destroy(pf_model *m) {
             m->be->free(m->delta[i]);
     if (m->looked)
         m->be->free(m->looked);
+    for (int l = 0; l < m->n_bot; l++)
+        pf_free(m->bact[l]);
+    pf_free(m->top);
+    pf_free(m->d_looked);
+    pf_free(m->d_bot[0]);
+    pf_free(m->d_bot[1]);
     pf_free(m->scale);
     pf_free(m->logits);
     pf_free(m);
@@ -364,13 +428,13 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
     const int numeric = m->spec.numeric_inputs, slots = m->width - numeric;
     for (int b = 0; b < batch; b++) {
         if (numeric > 0)
-            memcpy(m->looked + (size_t)b * (size_t)m->in[0] + (m->in[0] - numeric),
+            memcpy(m->looked + (size_t)b * (size_t)m->looked_w + (m->looked_w - numeric),
                    x + (size_t)b * (size_t)m->width + slots, (size_t)numeric * sizeof(float));
         for (int f = 0; f < m->n_emb; f++) {
             const pf_embedding_spec *e = &m->spec.embeddings[f];
             const float *ids = x + (size_t)b * (size_t)m->width + m->slot_col[f];
             const float *w = ids + e->max_ids;
-            float *out = m->looked + (size_t)b * (size_t)m->in[0] + m->col[f];
+            float *out = m->looked + (size_t)b * (size_t)m->looked_w + m->col[f];
             memset(out, 0, (size_t)e->dim * sizeof *out);
             double sum_w = 0, sum_w2 = 0;
             bool bad = false;
@@ -397,7 +461,7 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
     }
 }
 
-/* The tables' gradient from d_looked [batch, in[0]]: zero, then w * scale * d_looked added
+/* The tables' gradient from d_looked [batch, looked_w]: zero, then w * scale * d_looked added
  * to each named row. */
 static void scatter(pf_model *m, const float *x, const float *d_looked, int batch, float *grads) {
     memset(grads, 0, m->tables * sizeof *grads);
@@ -406,7 +470,7 @@ static void scatter(pf_model *m, const float *x, const float *d_looked, int batc
             const pf_embedding_spec *e = &m->spec.embeddings[f];
             const float *ids = x + (size_t)b * (size_t)m->width + m->slot_col[f];
             const float *w = ids + e->max_ids;
-            const float *d = d_looked + (size_t)b * (size_t)m->in[0] + m->col[f];
+            const float *d = d_looked + (size_t)b * (size_t)m->looked_w + m->col[f];
             float scale = m->scale[(size_t)b * (size_t)m->n_emb + f];
             for (int k = 0; k < e->max_ids; k++) {
                 int64_t r = pf_model_row_of(ids[k], e->vocab);
@@ -421,6 +485,88 @@ static void scatter(pf_model *m, const float *x, const float *d_looked, int batc
     }
 }
 
+/* dlrm: vector i of example b among those crossed: 0 the bottom output, f + 1 feature f's. */
+static const float *dlrm_vec(const pf_model *m, int b, int i, int d) {
+    return i == 0 ? m->bact[m->n_bot - 1] + (size_t)b * (size_t)d
+                  : m->looked + (size_t)b * (size_t)m->looked_w + m->col[i - 1];
+}
+
+/* dlrm, after look_up: the bottom MLP over the numeric inputs (every layer activated), then
+ * top [b] = bottom output, then the dot product of every pair (i < j) of the crossed vectors. */
+static void dlrm_forward(pf_model *m, const float *params, int batch) {
+    const pf_backend *be = m->be;
+    const float *a = m->looked + (m->looked_w - m->spec.numeric_inputs);
+    int lda = m->looked_w;
+    for (int l = 0; l < m->n_bot; l++) {
+        be->gemm(false, false, batch, m->bout[l], m->bin[l], 1.0f, a, lda,
+                 params + m->bkernel_off[l], m->bout[l], 0.0f, m->bact[l], m->bout[l]);
+        be->bias_add(batch, m->bout[l], params + m->bbias_off[l], m->bact[l]);
+        if (m->spec.activation != PF_ACT_NONE)
+            be->activation(m->spec.activation, (size_t)batch * (size_t)m->bout[l], m->bact[l],
+                           m->bact[l]);
+        a = m->bact[l];
+        lda = m->bout[l];
+    }
+    const int d = m->bout[m->n_bot - 1];
+    for (int b = 0; b < batch; b++) {
+        float *t = m->top + (size_t)b * (size_t)m->in[0];
+        memcpy(t, dlrm_vec(m, b, 0, d), (size_t)d * sizeof *t);
+        int k = d;
+        for (int i = 0; i <= m->n_emb; i++)
+            for (int j = i + 1; j <= m->n_emb; j++) {
+                const float *u = dlrm_vec(m, b, i, d), *v = dlrm_vec(m, b, j, d);
+                float dot = 0;
+                for (int c = 0; c < d; c++)
+                    dot += u[c] * v[c];
+                t[k++] = dot;
+            }
+    }
+}
+
+/* dlrm, from d_top [batch, in[0]] (the gradient of dense_0's input): the crossed vectors'
+ * gradients (d(u . v) = v du + u dv), the tables' (scatter) and the bottom MLP's. */
+static void dlrm_backward(pf_model *m, const float *params, const float *x, const float *d_top,
+                          int batch, float *grads) {
+    const pf_backend *be = m->be;
+    const int d = m->bout[m->n_bot - 1];
+    memset(m->d_looked, 0, (size_t)batch * (size_t)m->looked_w * sizeof(float));
+    for (int b = 0; b < batch; b++) {
+        const float *g = d_top + (size_t)b * (size_t)m->in[0];
+        float *d0 = m->d_bot[0] + (size_t)b * (size_t)d;
+        memcpy(d0, g, (size_t)d * sizeof *d0);
+        int k = d;
+        for (int i = 0; i <= m->n_emb; i++)
+            for (int j = i + 1; j <= m->n_emb; j++) {
+                float gk = g[k++];
+                const float *u = dlrm_vec(m, b, i, d), *v = dlrm_vec(m, b, j, d);
+                float *du = i ? m->d_looked + (size_t)b * (size_t)m->looked_w + m->col[i - 1] : d0;
+                float *dv = m->d_looked + (size_t)b * (size_t)m->looked_w + m->col[j - 1];
+                for (int c = 0; c < d; c++) {
+                    du[c] += gk * v[c];
+                    dv[c] += gk * u[c];
+                }
+            }
+    }
+    scatter(m, x, m->d_looked, batch, grads);
+    float *delta = m->d_bot[0];
+    for (int l = m->n_bot - 1; l >= 0; l--) {
+        be->activation_grad(m->spec.activation, (size_t)batch * (size_t)m->bout[l], m->bact[l],
+                            delta, delta);
+        const float *a_in =
+            l > 0 ? m->bact[l - 1] : m->looked + (m->looked_w - m->spec.numeric_inputs);
+        int lda = l > 0 ? m->bin[l] : m->looked_w;
+        be->gemm(true, false, m->bin[l], m->bout[l], batch, 1.0f, a_in, lda, delta, m->bout[l],
+                 0.0f, grads + m->bkernel_off[l], m->bout[l]);
+        be->bias_grad(batch, m->bout[l], delta, grads + m->bbias_off[l]);
+        if (l == 0)
+            break;
+        float *next = m->d_bot[(m->n_bot - l) & 1];
+        be->gemm(false, true, batch, m->bin[l], m->bout[l], 1.0f, delta, m->bout[l],
+                 params + m->bkernel_off[l], m->bout[l], 0.0f, next, m->bin[l]);
+        delta = next;
+    }
+}
+
 /* Runs the layers on x [batch, width]; returns the last layer's output (the logits or
  * predictions, [batch, outputs]). */
 static const float *forward(pf_model *m, const float *params, const float *x, int batch) {
@@ -429,6 +575,10 @@ static const float *forward(pf_model *m, const float *params, const float *x, in
     if (m->n_emb > 0) {
         look_up(m, params, x, batch);
         a = m->looked;
+    }
+    if (m->n_bot > 0) {
+        dlrm_forward(m, params, batch);
+        a = m->top;
     }
     for (int l = 0; l < m->n_layers; l++) {
         float *y = m->act[l];
@@ -456,7 +606,10 @@ float pf_model_train_step(pf_model *m, const float *params, const float *x, cons
         loss = be->softmax_xent(batch, m->out[last], out, labels, delta);
 
     for (int l = last; l >= 0; l--) {
-        const float *a_in = l > 0 ? m->act[l - 1] : m->n_emb > 0 ? m->looked : x;
+        const float *a_in = l > 0          ? m->act[l - 1]
+                            : m->n_bot > 0 ? m->top
+                            : m->n_emb > 0 ? m->looked
+                                           : x;
         be->gemm(true, false, m->in[l], m->out[l], batch, 1.0f, a_in, m->in[l], delta, m->out[l],
                  0.0f, grads + m->kernel_off[l], m->out[l]);
         be->bias_grad(batch, m->out[l], delta, grads + m->bias_off[l]);
@@ -466,7 +619,10 @@ float pf_model_train_step(pf_model *m, const float *params, const float *x, cons
         be->gemm(false, true, batch, m->in[l], m->out[l], 1.0f, delta, m->out[l],
                  params + m->kernel_off[l], m->out[l], 0.0f, next, m->in[l]);
         if (l == 0) {
-            scatter(m, x, next, batch, grads);
+            if (m->n_bot > 0)
+                dlrm_backward(m, params, x, next, batch, grads);
+            else
+                scatter(m, x, next, batch, grads);
             break;
         }
         be->activation_grad(m->spec.activation, (size_t)batch * (size_t)m->in[l], m->act[l - 1],

@@ -8,10 +8,12 @@
 #     beats chance (numeric and mixed 0.6, categorical alone 0.53: most of its ids are rare
 #     in 30000 rows) and the mixed model's beats both others' (the generator's clicks
 #     depend on both kinds of column);
-#  2. sync equivalence of the mixed model: 2 ps + 2 workers of batch 64 end with the
-#     variables of `psflow train` with batch 128 after 100 steps (max |diff| <= 1e-5), tanh
-#     in place of relu (relu's kink now and then turns the rounding of another summation
-#     order into another gradient: 2e-3 apart after 85 steps, 1e-7 after 70);
+#  2. sync equivalence of the mixed model and of the DLRM-style one (bottom MLP 13-16-4,
+#     dot products of its output and the 26 vectors, the same top MLP): 2 ps + 2 workers of
+#     batch 64 end with the variables of `psflow train` with batch 128 after 100 steps (max
+#     |diff| <= 1e-5), tanh in place of relu (relu's kink now and then turns the rounding of
+#     another summation order into another gradient: 2e-3 apart after 85 steps, 1e-7
+#     after 70);
 #  3. a bad line in a training file (a non-hex id) exits 65 naming the file, line and column.
 # Under a sanitizer build the runs train a fifth of the steps and the AUC bounds are not
 # checked; equivalence and the refusal still are.
@@ -28,7 +30,8 @@ fi
 cat gen.out
 gzip -k "$WORK/data/part-00001.tsv"
 
-spec() { # NAME KIND BATCH STEPS WORKERS: KIND numeric | categorical | mixed | smooth (mixed, tanh)
+spec() { # NAME KIND BATCH STEPS WORKERS: KIND numeric | categorical | mixed, or smooth |
+  # smooth-dlrm (mixed or dlrm, tanh)
   python3 - "$PSFLOW_SRC/examples/criteo-mlp.json" "$WORK/data" "$@" <<'PY'
 import json, sys
 src, data, name, kind, batch, steps, workers = sys.argv[1:8]
@@ -42,7 +45,9 @@ if kind == "numeric":
     d["model"] = {"type": "mlp", "hidden": m["hidden"], "outputs": 2, "inputs": 13}
 elif kind == "categorical":
     del m["numeric_inputs"]
-elif kind == "smooth":
+if kind.endswith("dlrm"):
+    m.update(type="dlrm", bottom=[16, 4])
+if kind.startswith("smooth"):
     m["activation"] = "tanh"
 d["data"]["train"] = [data + "/part-00000.tsv", data + "/part-00001.tsv.gz"]
 d["data"]["test"] = [data + "/part-00002.tsv"]
@@ -73,14 +78,18 @@ if [ "$S" = 1 ]; then
 fi
 
 # --- 2. sync equivalence ----------------------------------------------------------------
-spec equiv smooth 128 100 1 >one.json
-"$PSFLOW_BIN" train one.json --save one.safetensors --output json >one.out 2>one.log ||
-  fail "psflow train (equivalence) exited $?"
-spec equiv smooth 64 100 2 >two.json
-run_static_cluster two.json 2 2 >/dev/null
-"$PSFLOW_BIN" export "$WORK/ckpt/equiv" --out two.safetensors 2>export.log || fail "export exited $?"
-diff=$(max_abs_diff one.safetensors two.safetensors)
-in_range "$diff" 0 1e-5 || fail "2 workers differ from one process by $diff"
+declare -A DIFF
+for kind in smooth smooth-dlrm; do
+  spec "equiv-$kind" "$kind" 128 100 1 >one.json
+  "$PSFLOW_BIN" train one.json --save one.safetensors --output json >one.out 2>one.log ||
+    fail "psflow train ($kind equivalence) exited $?"
+  spec "equiv-$kind" "$kind" 64 100 2 >two.json
+  run_static_cluster two.json 2 2 >/dev/null
+  "$PSFLOW_BIN" export "$WORK/ckpt/equiv-$kind" --out two.safetensors 2>export.log ||
+    fail "export exited $?"
+  DIFF[$kind]=$(max_abs_diff one.safetensors two.safetensors)
+  in_range "${DIFF[$kind]}" 0 1e-5 || fail "$kind: 2 workers differ from one process by ${DIFF[$kind]}"
+done
 
 # --- 3. a bad line ----------------------------------------------------------------------
 head -50 "$WORK/data/part-00000.tsv" >bad.tsv
@@ -95,4 +104,4 @@ expect_exit 65 "$PSFLOW_BIN" train bad.json
 grep -q 'bad2.tsv:41: column C16: .beef!. is not a hex id' "$WORK/stderr" ||
   fail "bad line: $(cat "$WORK/stderr")"
 
-pass "test auc numeric ${AUC[numeric]}, categorical ${AUC[categorical]}, mixed ${AUC[mixed]} ($(sed -n 's/.*\(bayes-optimal auc [0-9.]*\).*/\1/p' gen.out)); 2 workers = one process (max |diff| $diff); a bad line named"
+pass "test auc numeric ${AUC[numeric]}, categorical ${AUC[categorical]}, mixed ${AUC[mixed]} ($(sed -n 's/.*\(bayes-optimal auc [0-9.]*\).*/\1/p' gen.out)); 2 workers = one process (max |diff| mlp ${DIFF[smooth]}, dlrm ${DIFF[smooth-dlrm]}); a bad line named"

@@ -24,6 +24,12 @@
  * the table) makes that example's outputs NaN, so training's non-finite handling sees it.
  * Lookups read and write host memory: such a model needs a host-memory backend.
  *
+ * A `dlrm` model (DLRM-style, host memory as every model with embeddings) has besides its
+ * tables a bottom MLP "bottom_<l>/kernel|bias" over the numeric inputs, whose last width is
+ * the embeddings' shared dim; dense_0's inputs are the bottom output followed by the dot
+ * product of every pair (i < j) among it and the features' vectors, and dense_<l> is the top
+ * MLP. Every layer but the last is activated, the bottom's last included.
+ *
  * A pf_model owns the activation and gradient scratch buffers for batches of up to
  * max_batch examples, in the memory of its backend. It is not thread-safe; use one per
  * thread.
@@ -38,7 +44,7 @@
 #include "psflow/spec.h"
 
 #define PF_MAX_LAYERS   (PF_MAX_HIDDEN + 1)
-#define PF_MAX_VARS     (2 * PF_MAX_LAYERS + PF_MAX_EMBEDDINGS)
+#define PF_MAX_VARS     (2 * PF_MAX_LAYERS + 2 * PF_MAX_HIDDEN + PF_MAX_EMBEDDINGS)
 #define PF_VAR_NAME_MAX 32
 
 typedef struct pf_var_info {

@@ -35,7 +35,7 @@
 #define PF_MAX_EMBEDDING_DIM          4096      /* columns of a table */
 #define PF_MAX_IDS                    4096      /* ids of one feature in one example */
 
-typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP } pf_model_type;
+typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP, PF_MODEL_DLRM } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
 typedef enum {
     PF_DATA_IDX,
@@ -101,14 +101,19 @@ typedef struct pf_embedding_spec {
 } pf_embedding_spec;
 
 typedef struct pf_model_spec {
-    pf_model_type type;        /* required: "linear" | "softmax" | "mlp" */
+    pf_model_type type;        /* required: "linear" | "softmax" | "mlp" | "dlrm" */
     int inputs;                /* 1..PF_MAX_UNITS, required without embeddings and refused
                                   with them (the dense layers' inputs are then the sum of
                                   the embedding dims); 0 when absent */
     int outputs;               /* linear: [1], must be 1; softmax/mlp: required, >= 2 */
-    int n_hidden;              /* mlp: 1..PF_MAX_HIDDEN entries of "hidden"; others: 0 */
+    int n_hidden;              /* mlp, dlrm: 1..PF_MAX_HIDDEN entries of "hidden"; others: 0 */
     int hidden[PF_MAX_HIDDEN]; /* widths, each 1..PF_MAX_UNITS */
-    pf_activation activation;  /* mlp: relu | tanh | sigmoid [relu]; others: PF_ACT_NONE */
+    /* dlrm: the bottom MLP over the numeric inputs, 1..PF_MAX_HIDDEN widths ("bottom"), the
+     * last one every embedding's dim: its output and the embeddings' vectors meet in
+     * pairwise dot products, which with the bottom output feed the top MLP ("hidden") */
+    int n_bottom;
+    int bottom[PF_MAX_HIDDEN];
+    pf_activation activation; /* mlp: relu | tanh | sigmoid [relu]; others: PF_ACT_NONE */
     /* Categorical features ("embeddings", 0..PF_MAX_EMBEDDINGS entries): the model reads
      * sparse examples (data.format libsvm, where feature i owns the ids after those of
      * features 0..i-1), and its variables start with each feature's table. */

@@ -1,10 +1,12 @@
 /* criteo.c - the Criteo-layout line parser and the streaming reader (see criteo.h).
  *
- * DESIGN: the reader keeps one buffer of PF_CRITEO_BUFFER + max_line bytes. zlib's gzread
- * (which reads plain files as they are) fills it; each line is found with memchr and parsed
- * in place, and what is left of a line cut by the buffer's end moves to the front before
- * the next read. A line that does not fit in max_line is an error, never a bigger buffer,
- * so memory is the same for a 1 KB file and a 1 TB one. After that error the rest of the
+ * DESIGN: a line is parsed in one pass (parse_fast); one it cannot take is parsed again
+ * field by field, which accepts the same lines plus a few rare forms ("+8", 19-digit
+ * numbers) and says what is wrong with a bad one. The reader keeps one buffer of PF_CRITEO_BUFFER +
+ * max_line bytes. zlib's gzread (which reads plain files as they are) fills it; each line is found
+ * with memchr and parsed in place, and what is left of a line cut by the buffer's end moves to the
+ * front before the next read. A line that does not fit in max_line is an error, never a bigger
+ * buffer, so memory is the same for a 1 KB file and a 1 TB one. After that error the rest of the
  * long line is read past without keeping it, so the caller may skip it and go on.
  */
 #include "psflow/criteo.h"
@@ -83,10 +85,67 @@ static int parse_id(const char *f, size_t n, uint32_t *out, char *why, size_t wh
     return 0;
 }
 
+/* 1 + the value of a hex digit, 0 for any other byte: a table rather than comparisons, as
+ * an id's digits and letters come in no order a branch could predict. */
+static const uint8_t hex1[256] = {
+    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,  ['6'] = 7,  ['7'] = 8,
+    ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+    ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16};
+
+/* The usual line in one pass, each byte looked at once: a label, 13 integers of at most 18
+ * digits (no overflow possible), 26 ids of at most 8 hex digits, tabs between them. Returns
+ * 0 with *row filled, or -1 for anything else (a bad line, a "+", 19 digits or more), which
+ * the careful parser below then reads and, if it is bad, explains. */
+static int parse_fast(const char *p, const char *end, pf_criteo_row *row) {
+    if (end - p < 2 || (p[0] != '0' && p[0] != '1') || p[1] != '\t')
+        return -1;
+    row->label = p[0] - '0';
+    p += 2;
+    uint32_t num_present = 0, cat_present = 0;
+    for (int j = 0; j < PF_CRITEO_NUMERIC; j++) {
+        int neg = p < end && *p == '-';
+        p += neg;
+        const char *digits = p;
+        uint64_t v = 0;
+        for (unsigned d; p < end && (d = (unsigned)(unsigned char)*p - '0') <= 9; p++)
+            v = v * 10 + d;
+        size_t n = (size_t)(p - digits);
+        if (n > 18 || (n == 0 && neg) || p >= end || *p != '\t')
+            return -1;
+        if (n) {
+            row->num[j] = neg ? -(int64_t)v : (int64_t)v;
+            num_present |= 1u << j;
+        }
+        p++;
+    }
+    for (int c = 0; c < PF_CRITEO_CATEGORICAL; c++) {
+        const char *digits = p;
+        uint32_t v = 0;
+        for (unsigned d; p < end && (d = hex1[(unsigned char)*p]) != 0; p++)
+            v = v << 4 | (d - 1);
+        size_t n = (size_t)(p - digits);
+        int last = c == PF_CRITEO_CATEGORICAL - 1;
+        if (n > 8 || (last ? p != end : p >= end || *p != '\t'))
+            return -1;
+        if (n) {
+            row->cat[c] = v;
+            cat_present |= 1u << c;
+        }
+        p += !last;
+    }
+    row->num_present = num_present;
+    row->cat_present = cat_present;
+    return 0;
+}
+
 pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row, int *column,
                                char *why, size_t why_len) {
     if (len > 0 && line[len - 1] == '\r')
         len--;
+    if (parse_fast(line, line + len, row) == 0) {
+        *column = -1;
+        return PF_OK;
+    }
     row->num_present = row->cat_present = 0;
     const char *p = line, *end = line + len;
     for (int col = 0; col < PF_CRITEO_FIELDS; col++) {

@@ -890,9 +890,73 @@ static void test_generate_invalid(void **state) {
     assert_non_null(strstr(err.message, dir));
 }
 
+/* Random lines in every form a field may take (empty, negative, up to 18 digits, "+",
+ * ids of 1 to 8 digits in either case, a "\r" before the end) parse back to the values
+ * they were written from, whichever of the parser's two paths reads them. */
+static void test_parse_random_round_trip(void **state) {
+    (void)state;
+    uint64_t z = 12345;
+    for (int line_no = 0; line_no < 20000; line_no++) {
+        char line[1024];
+        int len = 0;
+        pf_criteo_row want = {0};
+        z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+        want.label = (int)(z >> 63);
+        len += snprintf(line + len, sizeof line - (size_t)len, "%d", want.label);
+        for (int j = 0; j < PF_CRITEO_NUMERIC; j++) {
+            z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+            int kind = (int)(z >> 60) & 7, digits = 1 + (int)((z >> 40) % 18);
+            int64_t v = 0;
+            for (int d = 0; d < digits; d++)
+                v = v * 10 + (int64_t)((z >> (d % 32)) % 10);
+            if (kind == 0) { /* empty */
+                len += snprintf(line + len, sizeof line - (size_t)len, "\t");
+                continue;
+            }
+            if (kind == 1)
+                v = -v;
+            want.num[j] = v;
+            want.num_present |= 1u << j;
+            len += snprintf(line + len, sizeof line - (size_t)len,
+                            kind == 2 ? "\t+%" PRId64 : "\t%" PRId64, v);
+        }
+        for (int c = 0; c < PF_CRITEO_CATEGORICAL; c++) {
+            z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+            int kind = (int)(z >> 61), digits = 1 + (int)((z >> 20) % 8);
+            uint32_t v = (uint32_t)(z >> 24) & (uint32_t)((1ULL << (4 * digits)) - 1);
+            if (kind == 0) {
+                len += snprintf(line + len, sizeof line - (size_t)len, "\t");
+                continue;
+            }
+            want.cat[c] = v;
+            want.cat_present |= 1u << c;
+            len += snprintf(line + len, sizeof line - (size_t)len, kind == 1 ? "\t%0*X" : "\t%0*x",
+                            digits, v);
+        }
+        if (z >> 62 == 0)
+            line[len++] = '\r';
+        pf_criteo_row got;
+        int column;
+        char why[160];
+        pf_status st = pf_criteo_parse_line(line, (size_t)len, &got, &column, why, sizeof why);
+        if (st != PF_OK)
+            fail_msg("line %d: %s (column %d): %.*s", line_no, why, column, len, line);
+        assert_int_equal(got.label, want.label);
+        assert_int_equal(got.num_present, want.num_present);
+        assert_int_equal(got.cat_present, want.cat_present);
+        for (int j = 0; j < PF_CRITEO_NUMERIC; j++)
+            if (want.num_present >> j & 1)
+                assert_true(got.num[j] == want.num[j]);
+        for (int c = 0; c < PF_CRITEO_CATEGORICAL; c++)
+            if (want.cat_present >> c & 1)
+                assert_int_equal(got.cat[c], want.cat[c]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),
+        cmocka_unit_test(test_parse_random_round_trip),
         cmocka_unit_test(test_parse_missing),
         cmocka_unit_test(test_parse_bad_label),
         cmocka_unit_test(test_parse_field_count),

@@ -204,12 +204,14 @@ static pf_status ask_ahead(trainer *t, uint64_t step, pf_error *err) {
     t->ck_inflight = 1;
     t->ck_step = step;
     t->ck_sent_max = worker_max_version(t);
+    t->ck_sent_time = pf_clock_now();
     return PF_OK;
 }
 
 /* Takes up the checkpoint in flight once every ps answered, waiting up to wait_seconds for
  * that: completes it, asks again at a later step, or gives it up (a connection ended, a
- * rollback replaced it: the schedule asks for the next). Errors: a ps's answer that training
+ * rollback replaced it, or not every ps answered within training.stall_timeout_secs: the
+ * schedule asks for the next). Errors: a ps's answer that training
  * cannot go on from (PF_ERR_NONFINITE, PF_ERR_IO, ...); sending again (PF_ERR_NOMEM). */
 static pf_status settle(trainer *t, double wait_seconds, pf_error *err) {
     if (!t->ck_inflight)
@@ -218,8 +220,16 @@ static pf_status settle(trainer *t, double wait_seconds, pf_error *err) {
     pf_error answer;
     pf_error_clear(&answer);
     int r = worker_link_checkpoint_poll(t->link, wait_seconds, &st, &answer);
-    if (r == 0)
+    const double limit = (double)t->spec->training.stall_timeout_secs;
+    if (r == 0 && pf_clock_now() - t->ck_sent_time < limit)
         return PF_OK;
+    if (r == 0) { /* unanswered that long: given up, so the schedule asks again */
+        worker_link_checkpoint_give_up(t->link);
+        snprintf(answer.message, sizeof answer.message,
+                 "no answer from every ps for %.0f s (training.stall_timeout_secs)", limit);
+        st = PF_ERR_UNAVAILABLE;
+        r = 1;
+    }
     const uint64_t step = t->ck_step;
     t->ck_inflight = 0;
     if (t->ck_retired)

@@ -895,6 +895,10 @@ static pf_status send_checkpoint(worker_link *c, ps_link *l) {
     return PF_OK;
 }
 
+void worker_link_checkpoint_give_up(worker_link *c) {
+    forget_checkpoint(c);
+}
+
 pf_status worker_link_checkpoint_send(worker_link *c, uint64_t step, pf_error *err) {
     forget_checkpoint(c);
     for (int p = 0; p < c->n; p++) {

@@ -128,6 +128,10 @@ pf_status worker_link_checkpoint_send(worker_link *c, uint64_t step, pf_error *e
  * is in flight (never sent, already polled done, or given up). */
 int worker_link_checkpoint_poll(worker_link *c, double wait_seconds, pf_status *st, pf_error *err);
 
+/* Gives up the checkpoint worker_link_checkpoint_send asked, if it is still in flight: any
+ * answer that comes later is ignored. */
+void worker_link_checkpoint_give_up(worker_link *c);
+
 /* Tells every ps to restore the complete checkpoint `step` (the chief's consistent
  * rollback, RESTORE) and to update with the job's learning rate times lr_factor (in (0, 1])
  * from then on, and waits for all of them. */

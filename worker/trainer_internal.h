@@ -68,6 +68,7 @@ struct trainer {
      * the tries at later steps so far, whether a complete one of that step was moved aside */
     int ck_inflight, ck_attempt, ck_retired;
     uint64_t ck_step, ck_sent_max; /* and the furthest ps's version when it was sent */
+    double ck_sent_time;
     double progress_time;
     uint64_t progress_version;
     /* training.on_nonfinite "rollback": the data steps never fed again (ascending; one per

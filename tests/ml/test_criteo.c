@@ -25,17 +25,13 @@
 
 #include "psflow/criteo.h"
 #include "psflow/data.h"
+#include "psflow/mem.h"
 #include "tests/support/data_files.h"
 
 #define ALL_NUM ((1u << PF_CRITEO_NUMERIC) - 1)
 #define ALL_CAT ((1u << PF_CRITEO_CATEGORICAL) - 1)
 
 /* --- helpers ------------------------------------------------------------------------------ */
-
-static void path_join(char *out, size_t size, const char *a, const char *b) {
-    int n = snprintf(out, size, "%s/%s", a, b);
-    assert_true(n > 0 && (size_t)n < size);
-}
 
 static void make_temp_dir(char *dir, size_t size) {
     const char *tmp = getenv("TMPDIR");
@@ -53,41 +49,11 @@ static void remove_dir(const char *dir) {
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        path_join(path, sizeof path, dir, e->d_name);
+        data_path_join(path, sizeof path, dir, e->d_name);
         assert_int_equal(unlink(path), 0);
     }
     closedir(d);
     assert_int_equal(rmdir(dir), 0);
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
-static void write_gz(const char *path, const void *data, size_t len) {
-    gzFile f = gzopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(gzwrite(f, data, (unsigned)len), (int)len);
-    assert_int_equal(gzclose(f), Z_OK);
-}
-
-/* The whole file at path in a new block (free it), its size in *len. */
-static char *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long size = ftell(f);
-    assert_true(size >= 0);
-    rewind(f);
-    char *data = malloc((size_t)size + 1);
-    assert_non_null(data);
-    assert_int_equal(fread(data, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    *len = (size_t)size;
-    return data;
 }
 
 static pf_status parse(const char *line, pf_criteo_row *row, int *column) {
@@ -432,22 +398,22 @@ static void test_reader_plain_and_gzip(void **state) {
     (void)state;
     char dir[256], plain[320], gz[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(plain, sizeof plain, dir, "rows.tsv");
-    path_join(gz, sizeof gz, dir, "rows.tsv.gz");
+    data_path_join(plain, sizeof plain, dir, "rows.tsv");
+    data_path_join(gz, sizeof gz, dir, "rows.tsv.gz");
     size_t len;
     char *text = format_rows(0, 10000, &len);
     assert_true(len > PF_CRITEO_BUFFER);
-    write_file(plain, text, len);
-    write_gz(gz, text, len);
+    data_write(plain, text, len);
+    data_write_gz(gz, text, len);
     assert_reads_rows(plain, 0, 10000, len);
     assert_reads_rows(gz, 0, 10000, len);
     free(text);
 
     /* a gzip file named like a plain one is still read as gzip (by its magic bytes) */
     char hidden[320];
-    path_join(hidden, sizeof hidden, dir, "small.tsv");
+    data_path_join(hidden, sizeof hidden, dir, "small.tsv");
     text = format_rows(5, 3, &len);
-    write_gz(hidden, text, len);
+    data_write_gz(hidden, text, len);
     assert_reads_rows(hidden, 5, 3, len);
     free(text);
     remove_dir(dir);
@@ -457,7 +423,7 @@ static void test_reader_blank_lines_and_no_newline(void **state) {
     (void)state;
     char dir[256], path[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(path, sizeof path, dir, "blank.tsv");
+    data_path_join(path, sizeof path, dir, "blank.tsv");
     char text[4096], line[1024];
     size_t used = 0;
     used += (size_t)snprintf(text + used, sizeof text - used, "\n"); /* line 1 blank */
@@ -467,7 +433,7 @@ static void test_reader_blank_lines_and_no_newline(void **state) {
     used += (size_t)snprintf(text + used, sizeof text - used, "%s\n", line); /* 5 */
     format_row(2, line, sizeof line);
     used += (size_t)snprintf(text + used, sizeof text - used, "%s", line); /* 6, no "\n" */
-    write_file(path, text, used);
+    data_write(path, text, used);
 
     pf_criteo_reader *r;
     pf_error err;
@@ -487,7 +453,7 @@ static void test_reader_blank_lines_and_no_newline(void **state) {
     /* a file of one row and no "\n", with "\r" */
     format_row(7, line, sizeof line);
     used = (size_t)snprintf(text, sizeof text, "%s\r", line);
-    write_file(path, text, used);
+    data_write(path, text, used);
     assert_int_equal(pf_criteo_open(path, 0, &r, &err), PF_OK);
     expect_next(r, PF_OK, &got, &err);
     make_row(7, &want);
@@ -501,10 +467,10 @@ static void test_reader_empty_file(void **state) {
     (void)state;
     char dir[256], path[320], gz[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(path, sizeof path, dir, "empty.tsv");
-    path_join(gz, sizeof gz, dir, "empty.tsv.gz");
-    write_file(path, "", 0);
-    write_gz(gz, "", 0);
+    data_path_join(path, sizeof path, dir, "empty.tsv");
+    data_path_join(gz, sizeof gz, dir, "empty.tsv.gz");
+    data_write(path, "", 0);
+    data_write_gz(gz, "", 0);
     const char *paths[] = {path, gz};
     for (int i = 0; i < 2; i++) {
         pf_criteo_reader *r;
@@ -517,7 +483,7 @@ static void test_reader_empty_file(void **state) {
         pf_criteo_close(r);
     }
     /* only blank lines: no rows either */
-    write_file(path, "\n\r\n\n", 4);
+    data_write(path, "\n\r\n\n", 4);
     pf_criteo_reader *r;
     pf_error err;
     assert_int_equal(pf_criteo_open(path, 0, &r, &err), PF_OK);
@@ -532,7 +498,7 @@ static void test_reader_missing_file(void **state) {
     (void)state;
     char dir[256], path[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(path, sizeof path, dir, "no-such-file.tsv");
+    data_path_join(path, sizeof path, dir, "no-such-file.tsv");
     pf_criteo_reader *r = NULL;
     pf_error err;
     assert_int_equal(pf_criteo_open(path, 0, &r, &err), PF_ERR_IO);
@@ -576,24 +542,24 @@ static void test_reader_truncated_gzip(void **state) {
     (void)state;
     char dir[256], full[320], cut[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(full, sizeof full, dir, "full.tsv.gz");
-    path_join(cut, sizeof cut, dir, "cut.tsv.gz");
+    data_path_join(full, sizeof full, dir, "full.tsv.gz");
+    data_path_join(cut, sizeof cut, dir, "cut.tsv.gz");
     size_t len, gz_len;
     char *text = format_rows(0, 4000, &len);
-    write_gz(full, text, len);
+    data_write_gz(full, text, len);
     free(text);
-    char *gz = read_whole(full, &gz_len);
+    char *gz = data_read(full, (size_t)1 << 30, &gz_len);
     /* cut in the middle of the deflate data */
-    write_file(cut, gz, gz_len / 2);
+    data_write(cut, gz, gz_len / 2);
     uint64_t rows = read_truncated(cut);
     assert_true(rows > 0 && rows < 4000);
     /* cut in the 8-byte trailer (CRC and length): every row is there, the end is not */
-    write_file(cut, gz, gz_len - 4);
+    data_write(cut, gz, gz_len - 4);
     assert_true(read_truncated(cut) <= 4000);
     /* only the 10-byte header */
-    write_file(cut, gz, 10);
+    data_write(cut, gz, 10);
     assert_int_equal(read_truncated(cut), 0);
-    free(gz);
+    pf_free(gz);
     remove_dir(dir);
 }
 
@@ -602,7 +568,7 @@ static void test_reader_long_line(void **state) {
     (void)state;
     char dir[256], path[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(path, sizeof path, dir, "long.tsv");
+    data_path_join(path, sizeof path, dir, "long.tsv");
     size_t cap = 8192, used = 0;
     char *text = malloc(cap);
     assert_non_null(text);
@@ -613,7 +579,7 @@ static void test_reader_long_line(void **state) {
     text[used++] = '\n';
     used += format_row(1, text + used, cap - used); /* line 3 */
     text[used++] = '\n';
-    write_file(path, text, used);
+    data_write(path, text, used);
     free(text);
 
     pf_criteo_reader *r;
@@ -641,7 +607,7 @@ static void test_reader_bad_line(void **state) {
     (void)state;
     char dir[256], path[320];
     make_temp_dir(dir, sizeof dir);
-    path_join(path, sizeof path, dir, "bad.tsv");
+    data_path_join(path, sizeof path, dir, "bad.tsv");
     char text[8192];
     size_t used = 0;
     for (uint64_t i = 0; i < 2; i++) {
@@ -652,7 +618,7 @@ static void test_reader_bad_line(void **state) {
     used += (size_t)snprintf(text + used, sizeof text - used, "%s\n", with_field(0, "7"));
     used += format_row(2, text + used, sizeof text - used); /* line 5 */
     text[used++] = '\n';
-    write_file(path, text, used);
+    data_write(path, text, used);
 
     pf_criteo_reader *r;
     pf_error err;
@@ -711,7 +677,7 @@ static void test_data_files(void **state) {
         int n = (int)data_files(dir, ".tsv", false, names, 32);
         assert_true(n >= 2);
         for (int i = 0; i < n; i++) {
-            path_join(path, sizeof path, dir, names[i]);
+            data_path_join(path, sizeof path, dir, names[i]);
             uint64_t bad, rows = read_all(path, &bad);
             if (k == 0 && (bad != 0 || rows == 0))
                 fail_msg("%s: %" PRIu64 " rows, %" PRIu64 " bad lines", names[i], rows, bad);
@@ -763,7 +729,7 @@ static void generate_and_check(int64_t rows, int files, uint64_t seed, int gzip,
     assert_true(out->bayes_loss > 0 && out->bayes_loss < log(2.0));
 
     char path[600];
-    path_join(path, sizeof path, dir, "truth.json");
+    data_path_join(path, sizeof path, dir, "truth.json");
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     assert_true(sb.st_size > 2);
@@ -780,7 +746,7 @@ static void generate_and_check(int64_t rows, int files, uint64_t seed, int gzip,
         const char *ext = gzip ? ".tsv.gz" : ".tsv";
         size_t nl = strlen(names[f]), el = strlen(ext);
         assert_true(nl > el && strcmp(names[f] + nl - el, ext) == 0);
-        path_join(path, sizeof path, dir, names[f]);
+        data_path_join(path, sizeof path, dir, names[f]);
         if (gzip) {
             unsigned char magic[2];
             FILE *fp = fopen(path, "rb");
@@ -832,10 +798,10 @@ static void test_generate(void **state) {
 
 static bool files_equal(const char *a, const char *b) {
     size_t la, lb;
-    char *da = read_whole(a, &la), *db = read_whole(b, &lb);
+    char *da = data_read(a, (size_t)1 << 30, &la), *db = data_read(b, (size_t)1 << 30, &lb);
     bool same = la == lb && memcmp(da, db, la) == 0;
-    free(da);
-    free(db);
+    pf_free(da);
+    pf_free(db);
     return same;
 }
 
@@ -849,9 +815,9 @@ static void test_generate_deterministic(void **state) {
     char names[16][64];
     assert_int_equal(part_files(a, names, 16), 2);
     for (int f = 0; f < 2; f++) {
-        path_join(pa, sizeof pa, a, names[f]);
-        path_join(pb, sizeof pb, b, names[f]);
-        path_join(pc, sizeof pc, c, names[f]);
+        data_path_join(pa, sizeof pa, a, names[f]);
+        data_path_join(pb, sizeof pb, b, names[f]);
+        data_path_join(pc, sizeof pc, c, names[f]);
         assert_true(files_equal(pa, pb));
         assert_false(files_equal(pa, pc)); /* the seed matters */
     }

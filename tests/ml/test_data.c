@@ -78,25 +78,6 @@ static void assert_zeroed(const pf_dataset *ds) {
     assert_null(ds->y);
 }
 
-static void path_join(char *out, size_t size, const char *a, const char *b) {
-    int n = snprintf(out, size, "%s/%s", a, b);
-    assert_true(n > 0 && (size_t)n < size);
-}
-
-static void write_file(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
-static void write_gz(const char *path, const void *data, size_t len) {
-    gzFile f = gzopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(gzwrite(f, data, (unsigned)len), (int)len);
-    assert_int_equal(gzclose(f), Z_OK);
-}
-
 static bool file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
@@ -125,16 +106,16 @@ static int setup(void **state) {
         free(fx);
         return -1;
     }
-    path_join(fx->plain_images, sizeof fx->plain_images, fx->dir, "tiny-images-idx3-ubyte");
-    path_join(fx->plain_labels, sizeof fx->plain_labels, fx->dir, "tiny-labels-idx1-ubyte");
-    path_join(fx->gz_images, sizeof fx->gz_images, fx->dir, "tiny-images-idx3-ubyte.gz");
-    path_join(fx->gz_labels, sizeof fx->gz_labels, fx->dir, "tiny-labels-idx1-ubyte.gz");
+    data_path_join(fx->plain_images, sizeof fx->plain_images, fx->dir, "tiny-images-idx3-ubyte");
+    data_path_join(fx->plain_labels, sizeof fx->plain_labels, fx->dir, "tiny-labels-idx1-ubyte");
+    data_path_join(fx->gz_images, sizeof fx->gz_images, fx->dir, "tiny-images-idx3-ubyte.gz");
+    data_path_join(fx->gz_labels, sizeof fx->gz_labels, fx->dir, "tiny-labels-idx1-ubyte.gz");
     uint8_t images[16 + sizeof TINY_PIXELS], labels[8 + TINY_N];
     tiny_idx(images, labels);
-    write_file(fx->plain_images, images, sizeof images);
-    write_file(fx->plain_labels, labels, sizeof labels);
-    write_gz(fx->gz_images, images, sizeof images);
-    write_gz(fx->gz_labels, labels, sizeof labels);
+    data_write(fx->plain_images, images, sizeof images);
+    data_write(fx->plain_labels, labels, sizeof labels);
+    data_write_gz(fx->gz_images, images, sizeof images);
+    data_write_gz(fx->gz_labels, labels, sizeof labels);
     *state = fx;
     return 0;
 }
@@ -178,15 +159,15 @@ static void test_idx_generated(void **state) {
 static void test_idx_valid_files(void **state) {
     (void)state;
     char dir[512], images[600], labels[600], file[300];
-    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "idx/valid");
+    data_path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "idx/valid");
     char *names[MAX_CASES];
     int n = (int)data_files(dir, ".images", true, names, MAX_CASES);
     assert_true(n >= 4);
     for (int i = 0; i < n; i++) {
         snprintf(file, sizeof file, "%s.images", names[i]);
-        path_join(images, sizeof images, dir, file);
+        data_path_join(images, sizeof images, dir, file);
         snprintf(file, sizeof file, "%s.labels", names[i]);
-        path_join(labels, sizeof labels, dir, file);
+        data_path_join(labels, sizeof labels, dir, file);
         pf_dataset ds;
         pf_error err;
         pf_status st = pf_idx_load(images, labels, &ds, &err);
@@ -202,7 +183,7 @@ static void test_idx_valid_files(void **state) {
 static void test_idx_invalid_files(void **state) {
     (void)state;
     char dir[512], images[600], labels[600], file[300];
-    path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "idx/invalid");
+    data_path_join(dir, sizeof dir, PSFLOW_TEST_DATA, "idx/invalid");
     char *names[MAX_CASES];
     int n = (int)data_files(dir, ".images", true, names, MAX_CASES);
     static const char *const required[] = {
@@ -221,9 +202,9 @@ static void test_idx_invalid_files(void **state) {
     }
     for (int i = 0; i < n; i++) {
         snprintf(file, sizeof file, "%s.images", names[i]);
-        path_join(images, sizeof images, dir, file);
+        data_path_join(images, sizeof images, dir, file);
         snprintf(file, sizeof file, "%s.labels", names[i]);
-        path_join(labels, sizeof labels, dir, file);
+        data_path_join(labels, sizeof labels, dir, file);
         assert_true(file_exists(labels));
         pf_dataset ds;
         pf_error err;
@@ -294,7 +275,7 @@ static void test_idx_messages(void **state) {
 
     /* A file that does not exist: an I/O error naming the path. */
     char missing[400];
-    path_join(missing, sizeof missing, fx->dir, "no-such-file");
+    data_path_join(missing, sizeof missing, fx->dir, "no-such-file");
     assert_int_equal(pf_idx_load(missing, fx->plain_labels, &ds, &err), PF_ERR_IO);
     assert_non_null(strstr(err.message, missing));
     assert_zeroed(&ds);
@@ -306,11 +287,11 @@ static void test_idx_messages(void **state) {
 
     /* Through pf_idx_load the message names the path. */
     char truncated[400];
-    path_join(truncated, sizeof truncated, fx->dir, "truncated.gz");
+    data_path_join(truncated, sizeof truncated, fx->dir, "truncated.gz");
     put_be32(images + 8, 28);
     put_be32(images + 12, 28);
     put_be32(images + 4, 60000);
-    write_gz(truncated, images, sizeof images);
+    data_write_gz(truncated, images, sizeof images);
     assert_int_equal(pf_idx_load(truncated, fx->plain_labels, &ds, &err), PF_ERR_FORMAT);
     char expected[600];
     snprintf(expected, sizeof expected, "%s: truncated: expected 47040016 bytes, got 1000",
@@ -323,7 +304,7 @@ static void test_idx_size_cap(void **state) {
     /* A 1 MiB gzip file of 257 MiB of zeros: refused once the read passes 256 MiB. */
     fixture *fx = *state;
     char path[400];
-    path_join(path, sizeof path, fx->dir, "bomb.gz");
+    data_path_join(path, sizeof path, fx->dir, "bomb.gz");
     static uint8_t zeros[1 << 20];
     gzFile f = gzopen(path, "wb1");
     assert_non_null(f);
@@ -504,7 +485,7 @@ static void test_dataset_load(void **state) {
     assert_string_equal(err.pointer, "/data/train");
 
     /* csv: features come from model.inputs, classification from model.type. */
-    path_join(f.train[0], sizeof f.train[0], PSFLOW_TEST_DATA, "csv/valid/basic.csv");
+    data_path_join(f.train[0], sizeof f.train[0], PSFLOW_TEST_DATA, "csv/valid/basic.csv");
     base_spec(&spec, &f, PF_MODEL_MLP, 3, 3);
     spec.data.format = PF_DATA_CSV;
     spec.data.n_train = 1;
@@ -515,7 +496,7 @@ static void test_dataset_load(void **state) {
     assert_int_equal(pf_dataset_load(&spec, true, &ds, &err), PF_ERR_NOT_FOUND);
     spec.model.type = PF_MODEL_LINEAR;
     spec.model.outputs = 1;
-    path_join(f.train[0], sizeof f.train[0], PSFLOW_TEST_DATA, "csv/valid/regression.csv");
+    data_path_join(f.train[0], sizeof f.train[0], PSFLOW_TEST_DATA, "csv/valid/regression.csv");
     assert_int_equal(pf_dataset_load(&spec, false, &ds, &err), PF_OK);
     assert_int_equal(ds.num_classes, 0);
     pf_dataset_deinit(&ds);
@@ -751,7 +732,7 @@ static pf_status parse_idx_tiny(const fixture *fx, pf_dataset *ds, pf_error *err
 static pf_status load_csv(const fixture *fx, pf_dataset *ds, pf_error *err) {
     (void)fx;
     char path[512];
-    path_join(path, sizeof path, PSFLOW_TEST_DATA, "csv/valid/crlf_blank.csv");
+    data_path_join(path, sizeof path, PSFLOW_TEST_DATA, "csv/valid/crlf_blank.csv");
     return pf_csv_load(path, 3, true, ds, err);
 }
 

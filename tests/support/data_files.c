@@ -9,7 +9,9 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "psflow/fs.h"
 
@@ -44,4 +46,23 @@ char *data_read(const char *path, size_t max, size_t *len) {
     if (pf_fs_read_file(path, max, &text, len, &err) != PF_OK)
         fail_msg("%s", err.message);
     return text;
+}
+
+void data_path_join(char *out, size_t size, const char *a, const char *b) {
+    int n = snprintf(out, size, "%s/%s", a, b);
+    assert_true(n > 0 && (size_t)n < size);
+}
+
+void data_write(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+void data_write_gz(const char *path, const void *data, size_t len) {
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, data, (unsigned)len), (int)len);
+    assert_int_equal(gzclose(f), Z_OK);
 }

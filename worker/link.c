@@ -360,16 +360,27 @@ static const char *kind_name(int kind) {
                                          : "push/pull";
 }
 
-/* Waits (under c->mu) for l's reply or its connection's end, saying every 30 s (half the
- * limit when that is shorter) what it waits for, and at most until training.stall_timeout_secs
- * after the round trip began (`start`, the same for every ps and across reconnects): a ps
- * that holds a request that long stalls the job, and the task fails rather than hang (exit
- * 69; a restart policy then acts on it). */
+/* The first link of the round trip whose connection went away before its answer came, or -1
+ * (under c->mu). */
+static int lost_link(const worker_link *c) {
+    for (int p = 0; p < c->n; p++)
+        if (!c->links[p].settled && !c->links[p].done && c->links[p].closed)
+            return p;
+    return -1;
+}
+
+/* Waits (under c->mu) for l's reply or the end of a connection of the round trip (l's or
+ * another's: a ps lost while another holds this task's push must be seen at once, for in a
+ * sync step that push may wait on a task that waits for the lost ps's rollback), saying
+ * every 30 s (half the limit when that is shorter) what it waits for, and at most until
+ * training.stall_timeout_secs after the round trip began (`start`, the same for every ps and
+ * across reconnects): a ps that holds a request that long stalls the job, and the task fails
+ * rather than hang (exit 69; a restart policy then acts on it). */
 static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *err) {
     const double limit = (double)c->spec.training.stall_timeout_secs;
     const double every = limit < 60 ? limit / 2 : 30.0;
     double next_note = pf_clock_now() + every;
-    while (!l->done && !l->closed) {
+    while (!l->done && lost_link(c) < 0) {
         double now = pf_clock_now();
         if (now - start >= limit)
             return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
@@ -414,29 +425,74 @@ static pf_status send_all(worker_link *c, pf_error *err) {
     return PF_OK;
 }
 
-/* Waits for l's answer to the request in flight: returns 1 when it came (*st and msg[len]
- * its status and text), 0 when l's connection went away first, -1 (err set) when the job
- * stalled (wait_reply). */
-static int await_one(worker_link *c, ps_link *l, double start, pf_status *st, char *msg, size_t len,
-                     pf_error *err) {
+/* Waits for the next answer of the round trip: returns the link to deal with, the first not
+ * settled once its answer came (*answered 1, *st and msg[len] its status and text) or, first,
+ * one whose connection went away before its answer (*answered 0); NULL when every link is
+ * settled, or (*answered -1, err set) when the job stalled (wait_reply). */
+static ps_link *await_next(worker_link *c, double start, int *answered, pf_status *st, char *msg,
+                           size_t len, pf_error *err) {
     pthread_mutex_lock(&c->mu);
-    if (wait_reply(c, l, start, err) != PF_OK) {
+    ps_link *l = NULL;
+    for (int p = 0; p < c->n && !l; p++)
+        if (!c->links[p].settled)
+            l = &c->links[p];
+    *answered = 0;
+    if (l && wait_reply(c, l, start, err) != PF_OK) {
         pthread_mutex_unlock(&c->mu); /* still waiting: abandon() closes it */
-        return -1;
+        *answered = -1;
+        return NULL;
     }
-    int done = l->done;
-    *st = l->status;
-    snprintf(msg, len, "%s", l->message);
-    l->waiting = 0;
+    if (l && !l->done)
+        l = &c->links[lost_link(c)];
+    if (l) {
+        *answered = l->done;
+        *st = l->status;
+        snprintf(msg, len, "%s", l->message);
+        l->waiting = 0;
+    }
     pthread_mutex_unlock(&c->mu);
-    return done;
+    return l;
+}
+
+/* Closes l's connection, whose request is given up, and awaits the close (under c->mu): a
+ * reply may be being received straight into c->params. The close is the transport's next
+ * turn; 10 s at most. Should it not come, the caller still owns params safely: it destroys
+ * the link (stopping the transport) before it frees them. */
+static void close_awaited(worker_link *c, ps_link *l) {
+    uint64_t conn = l->conn;
+    pthread_mutex_unlock(&c->mu);
+    pf_ws_close(c->ws, conn);
+    pthread_mutex_lock(&c->mu);
+    struct timespec ts = pf_clock_deadline(10.0);
+    while (!l->closed)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0) {
+            fprintf(stderr,
+                    "psflow worker %d: the connection to ps %d did not close in 10 s "
+                    "after its request was given up; going on\n",
+                    c->task, l->index);
+            break;
+        }
+}
+
+/* A ps restarted during a sync step: every push of the step still unanswered is given up,
+ * its connection closed (await_all reconnects it, and resume pulls instead). A ps holding
+ * such a push waits for the gradients of other workers, which wait for the chief to roll
+ * every ps back: the chief cannot do so while it waits for that push. */
+static void give_up_pushes(worker_link *c) {
+    pthread_mutex_lock(&c->mu);
+    for (int p = 0; p < c->n; p++) {
+        ps_link *l = &c->links[p];
+        if (!l->settled && !l->done && !l->closed && l->req.kind == WORKER_REQ_DATA)
+            close_awaited(c, l);
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* After l reconnected (its ps had incarnation `before`): makes l->req.out what is to be sent
  * again. Sets *lost instead when the request is a checkpoint that a restarted ps cannot
  * write. *restore_resends counts the RESTOREs sent again to a ps that restarted meanwhile. */
-static pf_status resume(worker_link *c, ps_link *l, uint64_t before, int *restore_resends,
-                        int *lost, pf_error *err) {
+static pf_status resume(worker_link *c, ps_link *l, uint64_t before, int pushes_given_up,
+                        int *restore_resends, int *lost, pf_error *err) {
     int restarted = l->ps_incarnation != before;
     if (restarted) {
         c->restarted = 1;
@@ -479,6 +535,13 @@ static pf_status resume(worker_link *c, ps_link *l, uint64_t before, int *restor
                 c->task, l->index, l->ps_incarnation, l->version);
         return pull_instead(c, l, 0, err) != PF_OK ? PF_ERR_NOMEM : PF_OK;
     }
+    if (l->req.kind == WORKER_REQ_DATA && pushes_given_up && !l->req.swapped) {
+        fprintf(stderr,
+                "psflow worker %d: reconnected to ps %d; its push is given up (another ps "
+                "restarted during the step), pulling\n",
+                c->task, l->index);
+        return pull_instead(c, l, 0, err) != PF_OK ? PF_ERR_NOMEM : PF_OK;
+    }
     if (l->req.kind == WORKER_REQ_DATA && c->detached) {
         /* A push started with worker_link_push_pull_start: the caller may have reused the
          * gradient buffer it was encoded from, so it is not sent again (it was never
@@ -504,45 +567,54 @@ static pf_status resume(worker_link *c, ps_link *l, uint64_t before, int *restor
 }
 
 /* Waits for every answer to the requests send_all sent, reconnecting and resending where a
- * connection drops. */
+ * connection drops; in a sync step, a ps that restarted gives up the pushes still awaited
+ * (give_up_pushes). */
 static pf_status await_all(worker_link *c, pf_error *err) {
     const double start = c->start;
     int lost_checkpoint = -1; /* a ps that restarted during a checkpoint */
     int restore_resends = 0;  /* RESTOREs sent again to a ps that restarted meanwhile */
+    int given_up = 0;         /* the step's unanswered pushes were given up */
     pf_status failed = PF_OK;
-    for (int p = 0; p < c->n; p++) {
-        ps_link *l = &c->links[p];
-        for (;;) {
-            pf_status st;
-            char msg[256];
-            int answered = await_one(c, l, start, &st, msg, sizeof msg, err);
-            if (answered < 0)
-                return PF_ERR_UNAVAILABLE;
-            if (answered) {
-                /* A checkpoint refused by one ps: the others' answers are still awaited,
-                 * so none is taken for the next request's. */
-                if (st != PF_OK && l->req.kind == WORKER_REQ_CHECKPOINT && failed == PF_OK) {
-                    failed = pf_error_set(err, st, NULL, "%s", msg);
-                    break;
-                }
-                if (st != PF_OK && l->req.kind != WORKER_REQ_CHECKPOINT)
-                    return pf_error_set(err, st, NULL, "%s", msg);
-                break;
-            }
-            fprintf(stderr, "psflow worker %d: lost ps %d; reconnecting\n", c->task, l->index);
-            uint64_t before = l->ps_incarnation;
-            int lost = 0;
-            pf_status cs = connect_link(c, l, err);
-            if (cs == PF_OK)
-                cs = resume(c, l, before, &restore_resends, &lost, err);
-            if (cs != PF_OK)
-                return cs;
-            if (lost) {
-                lost_checkpoint = l->index;
-                break;
-            }
-            if (send_request(c, l, l->req.kind == WORKER_REQ_DATA) != PF_OK)
-                return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (int p = 0; p < c->n; p++)
+        c->links[p].settled = 0;
+    for (;;) {
+        pf_status st;
+        char msg[256];
+        int answered;
+        ps_link *l = await_next(c, start, &answered, &st, msg, sizeof msg, err);
+        if (answered < 0)
+            return PF_ERR_UNAVAILABLE;
+        if (!l)
+            break;
+        if (answered) {
+            l->settled = 1;
+            /* A checkpoint refused by one ps: the others' answers are still awaited, so
+             * none is taken for the next request's. */
+            if (st != PF_OK && l->req.kind == WORKER_REQ_CHECKPOINT && failed == PF_OK)
+                failed = pf_error_set(err, st, NULL, "%s", msg);
+            else if (st != PF_OK && l->req.kind != WORKER_REQ_CHECKPOINT)
+                return pf_error_set(err, st, NULL, "%s", msg);
+            continue;
+        }
+        fprintf(stderr, "psflow worker %d: lost ps %d; reconnecting\n", c->task, l->index);
+        uint64_t before = l->ps_incarnation;
+        int lost = 0;
+        pf_status cs = connect_link(c, l, err);
+        if (cs == PF_OK)
+            cs = resume(c, l, before, given_up, &restore_resends, &lost, err);
+        if (cs != PF_OK)
+            return cs;
+        if (lost) {
+            lost_checkpoint = l->index;
+            l->settled = 1;
+            continue;
+        }
+        if (send_request(c, l, l->req.kind == WORKER_REQ_DATA) != PF_OK)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        if (l->ps_incarnation != before && l->req.kind == WORKER_REQ_DATA &&
+            c->spec.training.mode == PF_MODE_SYNC && !given_up) {
+            given_up = 1;
+            give_up_pushes(c);
         }
     }
     if (lost_checkpoint >= 0)
@@ -563,24 +635,8 @@ static void abandon(worker_link *c) {
     pthread_mutex_lock(&c->mu);
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        if (l->waiting && !l->done && !l->closed) {
-            uint64_t conn = l->conn;
-            pthread_mutex_unlock(&c->mu);
-            pf_ws_close(c->ws, conn);
-            pthread_mutex_lock(&c->mu);
-            /* The close is the transport's next turn; 10 s at most. Should it not come,
-             * the caller still owns params safely: it destroys the link (stopping the
-             * transport) before it frees them. */
-            struct timespec ts = pf_clock_deadline(10.0);
-            while (!l->closed)
-                if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0) {
-                    fprintf(stderr,
-                            "psflow worker %d: the connection to ps %d did not close in 10 s "
-                            "after its request was given up; going on\n",
-                            c->task, l->index);
-                    break;
-                }
-        }
+        if (l->waiting && !l->done && !l->closed)
+            close_awaited(c, l);
         l->waiting = 0;
     }
     pthread_mutex_unlock(&c->mu);

@@ -27,6 +27,7 @@ typedef struct ps_link {
     int attaching;      /* the request in flight is SEG_ATTACH (only it is answered by SEG_ACK) */
     int seg;            /* the ps took the link's segment on the current connection */
     int seg_said;       /* its refusal was logged */
+    int settled;        /* trainer thread: the round trip has its answer, or gave it up */
     /* under the link's mu */
     uint64_t conn;
     int open;    /* transport connection up */

@@ -214,11 +214,12 @@ pf_status worker_realign(trainer *t, pf_error *err) {
 pf_status worker_resync(trainer *t, pf_error *err) {
     const char *who = worker_who(t);
     const double limit = (double)t->spec->training.stall_timeout_secs, start = pf_clock_now();
-    uint64_t spread = t->spec->training.replicas_to_aggregate < t->n_tasks ? 1 : 0;
+    uint64_t spread = t->spec->training.replicas_to_aggregate < t->n_tasks ? 1 : 0, lo0, hi0;
+    version_range(t->n_ps, t->versions, &lo0, &hi0);
     fprintf(stderr,
-            "psflow %s %d: a ps went back to version %" PRIu64
-            " (rollback); waiting for every ps to serve one version\n",
-            who, t->o->task, t->versions[0]);
+            "psflow %s %d: a ps went back (a rollback, or a ps restarted): the ps tasks serve "
+            "versions %" PRIu64 " to %" PRIu64 "; waiting for every ps to serve one version\n",
+            who, t->o->task, lo0, hi0);
     for (double backoff = 0.01;; backoff = backoff * 2 > 0.5 ? 0.5 : backoff * 2) {
         pf_status st = t->io->pull(t, err);
         if (st != PF_OK)

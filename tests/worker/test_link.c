@@ -2,7 +2,8 @@
  * flight when the connection is lost completes once the same ps (same incarnation) is back,
  * and a checkpoint is given up (never asked again: the ps restored older values) when the
  * ps restarted meanwhile, the restart being reported for the chief's rollback; a sync
- * checkpoint asked without waiting is written while the link pushes on. A watchdog
+ * checkpoint asked without waiting is written while the link pushes on; a ps restarting
+ * while another holds the chief's sync push is seen at once. A watchdog
  * fails the test instead of letting a hang run into the ctest timeout. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -217,6 +218,95 @@ static void test_checkpoint_without_waiting(void **state) {
     free(grads);
 }
 
+typedef struct ps_swap {
+    const pf_job_spec *spec;
+    int ps_task, port;
+    ps_server *old, *server;
+} ps_swap;
+
+/* Stops a ps after a moment and starts it again on its port under a new incarnation, from
+ * its initial values (there is no checkpoint): a ps restarted by kill -9. */
+static void *restart_later(void *arg) {
+    ps_swap *r = arg;
+    pf_clock_sleep(0.3); /* the link is waiting on the other ps meanwhile */
+    ps_server_destroy(r->old);
+    ps_server_options o = {r->spec, r->ps_task, "127.0.0.1", r->port, dir, 2, 0, NULL, {0}};
+    pf_error err;
+    for (int i = 0; i < 50; i++) {
+        if (ps_server_start(&o, &r->server, &err) == PF_OK)
+            return NULL;
+        pf_clock_sleep(0.3);
+    }
+    return NULL;
+}
+
+/* A sync step of 2 ps and 2 workers in which ps 1 restarts while ps 0 holds the chief's push
+ * (it waits for the other worker's gradient, which waits for the chief's rollback): the
+ * chief sees the restart at once instead of waiting on ps 0 until the stall timeout, gives
+ * the step's pushes up (each ps pulled instead, reported stale; ps 0 applied nothing) and
+ * reports the restart for the rollback. Over the socket and through the segment. */
+static void test_restart_seen_while_parked(void **state) {
+    (void)state;
+    const char *json = "{\"name\": \"parked\", \"replicas\": {\"ps\": 2, \"worker\": 2},"
+                       " \"model\": {\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3},"
+                       " \"data\": {\"format\": \"csv\", \"train\": [\"unused.csv\"]},"
+                       " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\","
+                       " \"num_shards\": 2}},"
+                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
+                       " \"training\": {\"mode\": \"sync\", \"max_steps\": 1000}}";
+    pf_job_spec sync;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &sync, &err), PF_OK);
+    size_t n = pf_model_num_params(&sync.model);
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float));
+    for (int segment = 0; segment <= 1; segment++) {
+        ps_server *ps[2];
+        for (int p = 0; p < 2; p++) {
+            ps_server_options o = {&sync, p, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
+            assert_int_equal(ps_server_start(&o, &ps[p], &err), PF_OK);
+        }
+        char addr[2][64];
+        for (int p = 0; p < 2; p++)
+            snprintf(addr[p], sizeof addr[p], "127.0.0.1:%d", ps_server_port(ps[p]));
+        const char *addrs[] = {addr[0], addr[1]};
+        worker_link_options co = {&sync, addrs, 0,      PF_WIRE_ROLE_CHIEF, 7, 20, NULL, NULL,
+                                  NULL,  NULL,  segment};
+        worker_link *c;
+        assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
+        ps_swap r = {&sync, 1, ps_server_port(ps[1]), ps[1], NULL};
+        pthread_t th;
+        pthread_create(&th, NULL, restart_later, &r);
+        alarm(30);
+        for (size_t i = 0; i < n; i++)
+            grads[i] = 0.5f;
+        uint64_t step[2] = {0, 0}, next[2] = {1, 1}, v[2] = {9, 9};
+        uint32_t result[2] = {99, 99};
+        assert_int_equal(worker_link_push_pull(c, grads, step, next, params, v, result, &err),
+                         PF_OK);
+        alarm(0);
+        pthread_join(th, NULL);
+        assert_non_null(r.server);
+        assert_int_equal(result[0], PF_WIRE_PUSH_STALE);
+        assert_int_equal(result[1], PF_WIRE_PUSH_STALE);
+        assert_int_equal(v[0], 0);
+        assert_int_equal(v[1], 0);
+        int which = -1;
+        uint64_t restored = 99;
+        assert_int_equal(worker_link_take_restart(c, &which, &restored), 1);
+        assert_int_equal(which, 1);
+        assert_int_equal(restored, 0);
+        uint64_t version, applied, stale;
+        ps_server_stats(ps[0], &version, &applied, &stale);
+        assert_int_equal(version, 0);
+        worker_link_destroy(c);
+        ps_server_destroy(ps[0]);
+        ps_server_destroy(r.server);
+    }
+    pf_job_spec_deinit(&sync);
+    free(params);
+    free(grads);
+}
+
 /* A ps serving the same job name with another placement (a spec with more shards): the
  * link refuses it at HELLO_ACK instead of exchanging tensors it would misread. */
 static void test_other_placement_refused(void **state) {
@@ -344,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_restarted_ps_checkpoint_given_up),
         cmocka_unit_test(test_other_placement_refused),
         cmocka_unit_test(test_checkpoint_without_waiting),
+        cmocka_unit_test(test_restart_seen_while_parked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

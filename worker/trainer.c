@@ -107,13 +107,43 @@ static pf_status read_nan_position(trainer *t, pf_error *err) {
     return PF_OK;
 }
 
-/* Gathers this task's batch of global step `step` (its data step, past skipped ones). */
-static void gather(trainer *t, uint64_t step, int b) {
+/* Gathers this task's batch of global step `step` (its data step, past skipped ones), from
+ * memory or from the streamed files (whose read error fails it). */
+static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
     int64_t start = worker_plan_position(&t->plan, step, t->o->task);
-    pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
+    if (t->input) {
+        pf_status st = pf_stream_gather(t->input, start, b, t->hx, t->hy, t->hlabels, err);
+        if (st != PF_OK)
+            return st;
+    } else {
+        pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
+    }
     if (t->nan_position >= start && t->nan_position < start + b)
         t->hx[(size_t)(t->nan_position - start) * (size_t)pf_model_input_width(&t->spec->model)] =
             NAN;
+    return PF_OK;
+}
+
+/* The training examples: the files read as streams, one per replica that trains
+ * (data.streaming), or the train set loaded whole. */
+static pf_status open_input(trainer *t, pf_error *err) {
+    const pf_job_spec *spec = t->spec;
+    if (!spec->data.streaming) {
+        pf_status st = pf_dataset_load(spec, false, &t->train, err);
+        if (st == PF_OK && !(t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true)))
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        return st;
+    }
+    int streams = (spec->replicas.worker + spec->replicas.chief) * spec->replicas_per_worker;
+    pf_status st = pf_stream_open(spec, streams, spec->training.batch_size, &t->input, err);
+    if (st == PF_OK)
+        fprintf(stderr,
+                "psflow %s %d: streaming %d training file(s) as %d streams, one per replica; "
+                "this task reads stream(s) %d..%d\n",
+                worker_who(t), t->o->task, pf_stream_files(t->input), streams,
+                t->o->task * spec->replicas_per_worker,
+                (t->o->task + 1) * spec->replicas_per_worker - 1);
+    return st;
 }
 
 /* --- setup and teardown --- */
@@ -210,7 +240,7 @@ static pf_status setup(trainer *t, pf_error *err) {
     pf_status st;
     if ((st = read_nan_position(t, err)) != PF_OK || (st = setup_towers(t, err)) != PF_OK)
         return st;
-    if ((st = pf_dataset_load(spec, false, &t->train, err)) != PF_OK)
+    if ((st = open_input(t, err)) != PF_OK)
         return st;
     int test_exists = pf_data_has_test(&spec->data);
     if (t->o->is_chief && test_exists) {
@@ -224,7 +254,6 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->n_ps = spec->replicas.ps;
     t->n_tasks = spec->replicas.worker + spec->replicas.chief;
     size_t in = (size_t)pf_model_input_width(&spec->model);
-    t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true);
     t->params = pf_mallocarray(t->n_params, sizeof(float));
     t->grads = pf_mallocarray(t->n_params, sizeof(float));
     /* Prefetch computes the next step from this step's values: row mode pulls each batch's
@@ -242,8 +271,8 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->skipped = pf_calloc((size_t)spec->training.nonfinite_max_rollbacks + 1, sizeof(uint64_t));
     worker_plan_init(&t->plan, t->n_tasks, step_batch, t->skipped,
                      spec->training.nonfinite_max_rollbacks + 1);
-    if (!t->sampler || !t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions ||
-        !t->steps || !t->min_version || !t->results || !t->skipped)
+    if (!t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions || !t->steps ||
+        !t->min_version || !t->results || !t->skipped)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     worker_read_skips(t);
     if (t->o->is_chief && (st = setup_chief(t, err)) != PF_OK)
@@ -258,6 +287,7 @@ static void teardown(trainer *t) {
     pf_model_destroy(t->model);
     pf_towers_destroy(t->towers);
     pf_sampler_destroy(t->sampler);
+    pf_stream_close(t->input);
     pf_dataset_deinit(&t->train);
     pf_dataset_deinit(&t->test);
     if (t->be) {
@@ -376,7 +406,9 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         r->fed = r->ahead_step;
         r->last_loss = r->ahead_loss;
     } else {
-        gather(t, global, r->b);
+        pf_status gs = gather(t, global, r->b, &r->err);
+        if (gs != PF_OK)
+            return failed(r, gs);
         if (t->row_mode) { /* this batch's rows, and the dense variables */
             worker_rows_plan(&t->rows, &t->placement, t->hx, r->b, &t->rplan);
             worker_link_set_plan(t->link, &t->rplan);
@@ -442,9 +474,10 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global) {
     pf_status st = worker_link_push_pull_start(t->link, t->grads, t->steps, t->min_version,
                                                t->params_next, &r->err);
     if (st == PF_OK) {
-        if (global + 1 < r->max_steps && !stopped(t)) {
+        pf_error gather_err; /* met again, and reported, when the step comes */
+        if (global + 1 < r->max_steps && !stopped(t) &&
+            gather(t, global + 1, r->b, &gather_err) == PF_OK) {
             r->ahead_step = global + 1;
-            gather(t, r->ahead_step, r->b);
             r->ahead_loss =
                 pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
             r->computed = 1;

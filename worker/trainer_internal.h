@@ -11,6 +11,7 @@
 #include "psflow/backend.h"
 #include "psflow/clock.h"
 #include "psflow/data.h"
+#include "psflow/stream.h"
 #include "psflow/model.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
@@ -48,7 +49,8 @@ struct trainer {
     pf_model *model; /* evaluation (chief) */
     pf_dataset train, test;
     int has_test;
-    pf_sampler *sampler;
+    pf_sampler *sampler;     /* the train set's order, in memory */
+    pf_stream_source *input; /* or, with data.streaming, the train files read as streams */
     size_t n_params;
     int n_ps, n_tasks;
     float *params, *grads; /* host; in the link's segment when in_segment */

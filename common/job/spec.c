@@ -111,6 +111,7 @@ static const field data_fields[] = {
     {"bias", K_DOUBLE, AT(data.bias), .def = -1.5, .only = CTR},
     {"index_base", K_INT, AT(data.index_base), .min = 0, .max = 1, .def = 1,
      .only = BIT(PF_DATA_LIBSVM)},
+    {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = BIT(PF_DATA_CRITEO)},
 };
 
 static const field decay_fields[] = {

@@ -163,6 +163,10 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
         pf_status st = check_criteo(m, err);
         if (st != PF_OK)
             return st;
+        if (d->streaming && d->n_test == 0)
+            return pf_error_set(err, PF_ERR_SPEC, "/data/test",
+                                "/data/test: streamed training files are never held whole, so "
+                                "evaluation needs a test set: name its files in data.test");
     }
     if (m->n_embeddings > 0 && d->format == PF_DATA_IDX)
         return pf_error_set(err, PF_ERR_SPEC, "/data/format",

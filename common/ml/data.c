@@ -10,6 +10,7 @@
 
 #include "psflow/data.h"
 #include "psflow/model.h"
+#include "psflow/stream.h"
 
 static void set_pointer(pf_error *err, const char *pointer) {
     if (err)
@@ -56,7 +57,12 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         if (test && n_files == 0)
             return pf_error_set_offset(err, PF_ERR_NOT_FOUND, -1,
                                        "the job names no test set (data.test is empty)");
-        status = pf_criteo_load(files, n_files, &spec->model, out, err);
+        char **paths = NULL;
+        int n_paths = 0;
+        status = pf_input_expand(files, n_files, &paths, &n_paths, err);
+        if (status == PF_OK)
+            status = pf_criteo_load(paths, n_paths, &spec->model, out, err);
+        pf_input_free(paths, n_paths);
         if (status != PF_OK)
             set_pointer(err, pointer);
         return status;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data_internal.h"
 #include "psflow/criteo.h"
 #include "psflow/data.h"
 #include "psflow/mem.h"
@@ -32,7 +33,7 @@ static int64_t row_of_id(uint32_t id, int64_t vocab, bool hash) {
     return (int64_t)(z % (uint64_t)vocab);
 }
 
-static void fill_example(const pf_model_spec *m, const pf_criteo_row *r, float *x) {
+void data_criteo_example(const pf_model_spec *m, const pf_criteo_row *r, float *x) {
     int col = 0;
     for (int f = 0; f < m->n_embeddings; f++, col += 2) {
         bool present = r->cat_present >> f & 1;
@@ -84,7 +85,7 @@ pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *m
         while ((st = pf_criteo_next(r, &row, err)) == PF_OK) {
             if ((st = grow(out, &cap, err)) != PF_OK)
                 break;
-            fill_example(model, &row, out->x + (size_t)out->n * (size_t)out->features);
+            data_criteo_example(model, &row, out->x + (size_t)out->n * (size_t)out->features);
             out->y[out->n++] = (float)row.label;
         }
         pf_criteo_close(r);

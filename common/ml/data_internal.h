@@ -96,4 +96,12 @@ void data_sink_line(data_sink *k, float *row);
 pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, long long line_no,
                         const char *what, pf_error *err);
 
+/* --- criteo ---------------------------------------------------------------------------------- */
+
+struct pf_criteo_row;
+
+/* One Criteo-layout row as the example model m reads (pf_criteo_load's layout, data.h):
+ * pf_model_input_width(m) floats into x. Defined in data_criteo.c; stream.c shares it. */
+void data_criteo_example(const pf_model_spec *m, const struct pf_criteo_row *r, float *x);
+
 #endif

@@ -53,6 +53,11 @@ static bool is_classifier(const pf_job_spec *spec) {
 pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *options,
                             pf_session **out, pf_error *err) {
     *out = NULL;
+    if (spec->data.streaming)
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/data/streaming",
+                            "/data/streaming: a single-process session loads its data whole; "
+                            "train streamed files on a cluster (psflow up, or psflow ps and "
+                            "psflow worker), or set data.streaming to false");
     pf_session *s = pf_calloc(1, sizeof *s);
     if (!s)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");

@@ -29,7 +29,8 @@ typedef struct pf_session_options {
 typedef struct pf_session pf_session;
 
 /* Loads data, builds the model and initialises the parameters from training.seed. The
- * spec is copied. Errors: those of pf_backend_for_device, pf_dataset_load (PF_ERR_IO for
+ * spec is copied. Errors: PF_ERR_UNSUPPORTED for data.streaming (streamed files are trained on
+ * a cluster), those of pf_backend_for_device, pf_dataset_load (PF_ERR_IO for
  * unreadable data, PF_ERR_FORMAT / PF_ERR_SPEC for bad data) and PF_ERR_NOMEM, each with
  * a one-line message in err. */
 pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *options,

@@ -130,7 +130,8 @@ typedef struct pf_data_spec {
                                        "synthetic_ctr" | "criteo" */
     int n_train;                    /* number of paths in train[] */
     char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file]; criteo:
-                                       1..PF_MAX_DATA_FILES files */
+                                       1..PF_MAX_DATA_FILES entries, each a file, a folder
+                                       or a glob pattern (pf_input_expand) */
     int n_test;                     /* 0 when there is no test set */
     char *test[PF_MAX_DATA_FILES];
     /* synthetic_linear only: y = w * x + b + noise * N(0, 1), x ~ U(0, 1) */
@@ -144,6 +145,9 @@ typedef struct pf_data_spec {
     double zipf;   /* > 0 [1.1]: P(the k-th most frequent id) ~ k^-zipf */
     double signal; /* >= 0 [1] */
     double bias;   /* [-1.5] */
+    /* criteo only: read the training files as streams while training (stream.h) instead of
+     * loading them whole; each replica that trains reads its own files [false] */
+    bool streaming;
 } pf_data_spec;
 
 /* Data a generator draws (synthetic_linear, synthetic_ctr) rather than files. */

@@ -1,0 +1,76 @@
+/* stream.h - training examples read from their files as training needs them (data.streaming),
+ * in memory bounded whatever the files' size, and the expansion of data file entries (files,
+ * folders, glob patterns).
+ *
+ * The input is cut into *splits* (one per file) dealt to `streams` streams: file i (in the
+ * order the entries expand to) goes to stream i mod streams. A stream is its splits read one
+ * after another, in an order drawn anew each epoch from (training.seed, stream, epoch)
+ * (pf_stream_split_order), each split's lines in file order; at its end the stream's next
+ * epoch begins. Streams are as many as the replicas that train on the data (training tasks x
+ * replicas_per_worker), so each replica reads its own files and no file is read by two.
+ *
+ * The stream positions of data.h map onto the streams in blocks of `block` examples (the
+ * per-replica batch): block k of the global stream is block k / streams of stream k mod
+ * streams. Task i of W tasks at a step reads exactly its own stream's next block, one
+ * process with W replicas reads the same W blocks, and a position is a pure function of the
+ * global step: a restore, a rollback or a replaced worker reads from where the restored step
+ * left off, so a sync run with faults reads the examples of a run without.
+ *
+ * A background thread reads ahead for every stream a process has asked for, into a bounded
+ * ring, so that parsing overlaps training. A position behind what was read (a rollback) or
+ * far ahead (a membership change) is reached by reading the stream again from the start of
+ * the epoch that holds it, skipping whole splits whose example count it already knows.
+ */
+#ifndef PSFLOW_STREAM_H
+#define PSFLOW_STREAM_H
+
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+#define PF_INPUT_MAX_FILES 100000 /* paths one job's entries may expand to */
+
+/* Expands data file entries: a folder stands for the regular files in it whose names do not
+ * begin with '.' and do not end in ".json" (metadata such as the generator's truth.json), a
+ * path holding '*', '?' or '[' for the paths glob(3) matches, anything else for itself; the
+ * paths of each entry sorted by name. *out is an array of n_out strings (pf_input_free).
+ * Errors: PF_ERR_NOT_FOUND (a folder without files, a pattern matching nothing; the entry
+ * named), PF_ERR_IO (a folder that cannot be read), PF_ERR_INVALID (more than
+ * PF_INPUT_MAX_FILES paths), PF_ERR_NOMEM. */
+pf_status pf_input_expand(char *const *entries, int n, char ***out, int *n_out, pf_error *err);
+
+void pf_input_free(char **paths, int n);
+
+/* The order in which a stream of n splits reads them in epoch `epoch`: order[0..n) a
+ * permutation of 0..n-1 drawn from (seed, stream, epoch), the same in every process. */
+void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int *order);
+
+typedef struct pf_stream_source pf_stream_source;
+
+/* Opens the streaming source of spec's training files (data.format criteo) with `streams`
+ * streams and blocks of `block` examples; nothing is read until asked for. Errors:
+ * PF_ERR_INVALID (streams or block below 1), PF_ERR_SPEC (fewer files than streams: a stream
+ * would have none), those of pf_input_expand, PF_ERR_IO (a file that cannot be opened),
+ * PF_ERR_NOMEM. */
+pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_stream_source **out,
+                         pf_error *err);
+
+/* Copies the examples at global stream positions start .. start+count-1 into x [count,
+ * features] and y [count] (labels, when not NULL, receives y as int32), waiting for the
+ * reader as needed. Errors: PF_ERR_FORMAT (a bad line: file, line and column named; a stream
+ * whose files hold no example), PF_ERR_IO; the example at fault and those after it in its
+ * stream are not given. */
+pf_status pf_stream_gather(pf_stream_source *s, int64_t start, int count, float *x, float *y,
+                           int32_t *labels, pf_error *err);
+
+/* Floats per example (pf_model_input_width of the spec's model). */
+int pf_stream_features(const pf_stream_source *s);
+
+/* The files the training entries expanded to. */
+int pf_stream_files(const pf_stream_source *s);
+
+/* Stops the reader and frees everything; NULL is fine. */
+void pf_stream_close(pf_stream_source *s);
+
+#endif

@@ -1,0 +1,497 @@
+/* stream.c - training examples streamed from their files (see stream.h), and the expansion of
+ * data file entries.
+ *
+ * DESIGN. Each stream has a reader state, owned by the source's reader thread: the epoch whose
+ * split order it follows, the split open (a Criteo reader, criteo.c), and `q`, the stream
+ * position of the next example it reads; and a ring under the source's mutex: the examples
+ * already read for positions [ring_q, ring_q + filled). The trainer's gather takes examples
+ * from the front of the ring (dropping what is behind them: a stream is read forwards); a
+ * position outside the ring moves the ring there (`want`, a new generation) and the thread
+ * seeks: forwards by reading on, backwards from the start of the epoch that holds the
+ * position. Each split's example count is kept once it was read through, so a seek skips
+ * whole splits it knows and reads again only the split it lands in. The thread fills the ring
+ * of every stream asked for since the last seek, round robin, one example at a time outside
+ * the mutex; an example read for an older generation is dropped. An error stops its stream
+ * at its position until the ring moves.
+ */
+#include "psflow/stream.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data_internal.h"
+#include "psflow/criteo.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
+#include "psflow/rng.h"
+
+#define SPLIT_ORDER_STREAM 3000u /* stream j, epoch e: pf_rng(seed, 3000 + j) advanced per e */
+#define RING_MIN           4096  /* examples read ahead per stream, at least */
+
+/* --- entries ------------------------------------------------------------------------------- */
+
+typedef struct path_list {
+    char **v;
+    int n, cap;
+} path_list;
+
+static pf_status add_path(path_list *l, const char *path, pf_error *err) {
+    if (l->n >= PF_INPUT_MAX_FILES)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "the data entries name more than %d files",
+                            PF_INPUT_MAX_FILES);
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        char **v = pf_realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = pf_strdup(path)))
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    l->n++;
+    return PF_OK;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The data files of folder `dir`, sorted by name, appended to l. */
+static pf_status add_folder(path_list *l, const char *dir, pf_error *err) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot read the folder: %s", dir,
+                            strerror(errno));
+    int first = l->n;
+    pf_status st = PF_OK;
+    struct dirent *e;
+    while (st == PF_OK && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || ends_with(e->d_name, ".json"))
+            continue;
+        char path[4096];
+        struct stat sb;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path)
+            st = pf_error_set(err, PF_ERR_INVALID, NULL, "%s/%s: path too long", dir, e->d_name);
+        else if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+            st = add_path(l, path, err);
+    }
+    closedir(d);
+    if (st == PF_OK && l->n == first)
+        return pf_error_set(err, PF_ERR_NOT_FOUND, NULL, "%s: the folder holds no data file", dir);
+    if (st == PF_OK)
+        qsort(l->v + first, (size_t)(l->n - first), sizeof *l->v, by_name);
+    return st;
+}
+
+static pf_status add_pattern(path_list *l, const char *pattern, pf_error *err) {
+    glob_t g;
+    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (rc == GLOB_NOMATCH) {
+        globfree(&g);
+        return pf_error_set(err, PF_ERR_NOT_FOUND, NULL, "%s: no file matches the pattern",
+                            pattern);
+    }
+    if (rc != 0) {
+        globfree(&g);
+        return pf_error_set(err, rc == GLOB_NOSPACE ? PF_ERR_NOMEM : PF_ERR_IO, NULL,
+                            "%s: cannot expand the pattern", pattern);
+    }
+    pf_status st = PF_OK; /* glob sorts its matches */
+    for (size_t i = 0; i < g.gl_pathc && st == PF_OK; i++)
+        st = add_path(l, g.gl_pathv[i], err);
+    globfree(&g);
+    return st;
+}
+
+pf_status pf_input_expand(char *const *entries, int n, char ***out, int *n_out, pf_error *err) {
+    path_list l = {0};
+    pf_status st = PF_OK;
+    for (int i = 0; i < n && st == PF_OK; i++) {
+        struct stat sb;
+        if (strpbrk(entries[i], "*?["))
+            st = add_pattern(&l, entries[i], err);
+        else if (stat(entries[i], &sb) == 0 && S_ISDIR(sb.st_mode))
+            st = add_folder(&l, entries[i], err);
+        else
+            st = add_path(&l, entries[i], err);
+    }
+    if (st != PF_OK) {
+        pf_input_free(l.v, l.n);
+        return st;
+    }
+    *out = l.v;
+    *n_out = l.n;
+    return PF_OK;
+}
+
+void pf_input_free(char **paths, int n) {
+    for (int i = 0; paths && i < n; i++)
+        pf_free(paths[i]);
+    pf_free(paths);
+}
+
+/* --- split order --------------------------------------------------------------------------- */
+
+void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int *order) {
+    pf_rng rng;
+    pf_rng_init(&rng, seed ^ ((uint64_t)epoch * 0x9e3779b97f4a7c15ULL),
+                SPLIT_ORDER_STREAM + (uint64_t)stream);
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)pf_rng_below(&rng, (uint64_t)i + 1);
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+/* --- one stream ---------------------------------------------------------------------------- */
+
+typedef struct stream {
+    int index;
+    /* its splits: file indices, example counts (-1 until read through once) */
+    int n;
+    int *files;
+    int64_t *count;
+    int64_t epoch_len; /* the sum once every split is counted, else -1 */
+    /* reader thread only */
+    int *order;       /* the split order of `epoch` */
+    int64_t epoch;    /* -1: none drawn yet */
+    int at;           /* the split read: order[at] */
+    int64_t in_split; /* examples read from it */
+    int64_t q;        /* the stream position of the next example read */
+    pf_criteo_reader *r;
+    float *row; /* one example, read outside the mutex */
+    /* under the source's mutex */
+    float *ring_x, *ring_y; /* cap examples; position p in slot p mod cap */
+    int64_t ring_q, filled, cap;
+    uint64_t gen; /* moved ring: what is read for an older generation is dropped */
+    int active;   /* asked for: the thread reads ahead */
+    int failed;   /* the example at err_q could not be read */
+    int64_t err_q;
+    pf_status err_status;
+    char err_message[sizeof(((pf_error *)0)->message)];
+} stream;
+
+struct pf_stream_source {
+    pf_model_spec model; /* a copy of the spec's */
+    uint64_t seed;
+    int n_streams, block, features, n_files;
+    char **paths;
+    stream *streams;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+};
+
+static void close_split(stream *st) {
+    pf_criteo_close(st->r);
+    st->r = NULL;
+}
+
+/* Makes `epoch` the stream's epoch, its order drawn. */
+static void set_epoch(const pf_stream_source *s, stream *st, int64_t epoch) {
+    if (st->epoch != epoch)
+        pf_stream_split_order(s->seed, st->index, epoch, st->n, st->order);
+    st->epoch = epoch;
+    st->at = 0;
+    st->in_split = 0;
+}
+
+/* After the open split ended with `in_split` examples: counts it and moves to the next split
+ * (the next epoch after the last). Error: a whole epoch without an example. */
+static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err) {
+    close_split(st);
+    st->count[st->order[st->at]] = st->in_split;
+    st->in_split = 0;
+    if (++st->at < st->n)
+        return PF_OK;
+    int64_t sum = 0;
+    for (int i = 0; i < st->n && sum >= 0; i++)
+        sum = st->count[i] < 0 ? -1 : sum + st->count[i];
+    st->epoch_len = sum;
+    if (sum == 0)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "stream %d: its %d file(s) hold no example (the first: %s)", st->index,
+                            st->n, s->paths[st->files[0]]);
+    set_epoch(s, st, st->epoch + 1);
+    return PF_OK;
+}
+
+/* Reads the stream's next example into st->row (and *y), opening splits as needed. */
+static pf_status read_next(const pf_stream_source *s, stream *st, float *y, pf_error *err) {
+    for (;;) {
+        if (!st->r) {
+            pf_status st_open =
+                pf_criteo_open(s->paths[st->files[st->order[st->at]]], 0, &st->r, err);
+            if (st_open != PF_OK)
+                return st_open;
+        }
+        pf_criteo_row row;
+        pf_status rc = pf_criteo_next(st->r, &row, err);
+        if (rc == PF_OK) {
+            data_criteo_example(&s->model, &row, st->row);
+            *y = (float)row.label;
+            st->in_split++;
+            st->q++;
+            return PF_OK;
+        }
+        if (rc != PF_ERR_NOT_FOUND)
+            return rc;
+        if ((rc = next_split(s, st, err)) != PF_OK)
+            return rc;
+    }
+}
+
+/* Positions the reader so that its next example is stream position `target`: from the start
+ * of the epoch that holds it when it lies behind, skipping whole splits whose count is known,
+ * then reading on. */
+static pf_status seek(const pf_stream_source *s, stream *st, int64_t target, pf_error *err) {
+    if (target < st->q || st->epoch < 0) {
+        close_split(st);
+        int64_t epoch = st->epoch_len > 0 ? target / st->epoch_len : 0;
+        set_epoch(s, st, epoch);
+        st->q = st->epoch_len > 0 ? epoch * st->epoch_len : 0;
+    }
+    while (st->q < target) {
+        int64_t known = st->count[st->order[st->at]];
+        if (known >= 0 && target - st->q >= known - st->in_split) {
+            st->q += known - st->in_split;
+            st->in_split = known;
+            pf_status rc = next_split(s, st, err);
+            if (rc != PF_OK)
+                return rc;
+            continue;
+        }
+        float y;
+        pf_status rc = read_next(s, st, &y, err);
+        if (rc != PF_OK)
+            return rc;
+    }
+    return PF_OK;
+}
+
+/* --- the reader thread --------------------------------------------------------------------- */
+
+/* A stream the thread may read ahead for (under mu), round robin from *next; NULL if none. */
+static stream *pick(pf_stream_source *s, int *next) {
+    for (int i = 0; i < s->n_streams; i++) {
+        stream *st = &s->streams[(*next + i) % s->n_streams];
+        if (st->active && !st->failed && st->filled < st->cap) {
+            *next = (int)(st - s->streams + 1) % s->n_streams;
+            return st;
+        }
+    }
+    return NULL;
+}
+
+static void *reader_main(void *arg) {
+    pf_stream_source *s = arg;
+    int next = 0;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        stream *st = pick(s, &next);
+        if (!st) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        int64_t pos = st->ring_q + st->filled;
+        uint64_t gen = st->gen;
+        pthread_mutex_unlock(&s->mu);
+        pf_error err;
+        pf_error_clear(&err);
+        float y = 0;
+        pf_status rc = st->q == pos && st->epoch >= 0 ? PF_OK : seek(s, st, pos, &err);
+        if (rc == PF_OK)
+            rc = read_next(s, st, &y, &err);
+        pthread_mutex_lock(&s->mu);
+        if (gen != st->gen)
+            continue; /* the ring moved meanwhile: read again from where it is now */
+        if (rc != PF_OK) {
+            close_split(st);
+            st->epoch = -1; /* the next seek starts over */
+            st->failed = 1;
+            st->err_q = pos;
+            st->err_status = rc;
+            snprintf(st->err_message, sizeof st->err_message, "%s", err.message);
+        } else {
+            int64_t slot = pos % st->cap;
+            memcpy(st->ring_x + slot * s->features, st->row, (size_t)s->features * sizeof(float));
+            st->ring_y[slot] = y;
+            st->filled++;
+        }
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* --- the source ---------------------------------------------------------------------------- */
+
+static pf_status init_streams(pf_stream_source *s, int cap, pf_error *err) {
+    for (int j = 0; j < s->n_streams; j++) {
+        stream *st = &s->streams[j];
+        st->index = j;
+        st->n = (s->n_files - j + s->n_streams - 1) / s->n_streams;
+        st->files = pf_mallocarray((size_t)st->n, sizeof *st->files);
+        st->count = pf_mallocarray((size_t)st->n, sizeof *st->count);
+        st->order = pf_mallocarray((size_t)st->n, sizeof *st->order);
+        st->row = pf_mallocarray((size_t)s->features, sizeof(float));
+        st->cap = cap;
+        st->ring_x = pf_mallocarray((size_t)cap * (size_t)s->features, sizeof(float));
+        st->ring_y = pf_mallocarray((size_t)cap, sizeof(float));
+        if (!st->files || !st->count || !st->order || !st->row || !st->ring_x || !st->ring_y)
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory for the input streams");
+        for (int i = 0; i < st->n; i++) {
+            st->files[i] = j + i * s->n_streams;
+            st->count[i] = -1;
+        }
+        st->epoch_len = -1;
+        st->epoch = -1;
+    }
+    return PF_OK;
+}
+
+pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_stream_source **out,
+                         pf_error *err) {
+    *out = NULL;
+    if (streams < 1 || block < 1)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "streams (%d) and block (%d) must be >= 1",
+                            streams, block);
+    pf_stream_source *s = pf_calloc(1, sizeof *s);
+    if (!s)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->model = spec->model;
+    s->seed = spec->training.seed;
+    s->n_streams = streams;
+    s->block = block;
+    s->features = pf_model_input_width(&spec->model);
+    pf_status st =
+        pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
+    if (st == PF_OK && s->n_files < streams)
+        st = pf_error_set(err, PF_ERR_SPEC, "/data/train",
+                          "/data/train: streamed input gives each of the %d replicas that train "
+                          "its own files, and the entries name %d file(s): give at least %d",
+                          streams, s->n_files, streams);
+    for (int i = 0; st == PF_OK && i < s->n_files; i++) /* every file is there and readable */
+        if (access(s->paths[i], R_OK) != 0)
+            st = pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot open: %s", s->paths[i],
+                              strerror(errno));
+    if (st == PF_OK && !(s->streams = pf_calloc((size_t)streams, sizeof *s->streams)))
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    int cap = 4 * block > RING_MIN ? 4 * block : RING_MIN;
+    if (st == PF_OK)
+        st = init_streams(s, cap, err);
+    if (st == PF_OK && pthread_create(&s->thread, NULL, reader_main, s) != 0)
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the input reader thread");
+    if (st != PF_OK) {
+        pf_stream_close(s);
+        return st;
+    }
+    s->started = 1;
+    *out = s;
+    return PF_OK;
+}
+
+/* Copies stream st's example at stream position q into x, *y (under mu, waiting for the
+ * reader), dropping what the ring holds before it. */
+static pf_status take(pf_stream_source *s, stream *st, int64_t q, float *x, float *y,
+                      pf_error *err) {
+    if (!st->active || q < st->ring_q || q > st->ring_q + st->filled + st->cap) {
+        st->ring_q = q; /* a seek: a new generation, read from q on */
+        st->filled = 0;
+        st->failed = 0;
+        st->gen++;
+        st->active = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    for (;;) {
+        if (q < st->ring_q + st->filled) {
+            int64_t slot = q % st->cap;
+            memcpy(x, st->ring_x + slot * s->features, (size_t)s->features * sizeof(float));
+            *y = st->ring_y[slot];
+            st->filled -= q + 1 - st->ring_q;
+            st->ring_q = q + 1;
+            pthread_cond_broadcast(&s->cv);
+            return PF_OK;
+        }
+        /* q is not read yet: what was read before it is not needed (a stream is read
+         * forwards), and its room goes to the reader */
+        st->ring_q += st->filled;
+        st->filled = 0;
+        if (st->failed && st->err_q <= q)
+            return pf_error_set(err, st->err_status, NULL, "%s", st->err_message);
+        pthread_cond_broadcast(&s->cv);
+        pthread_cond_wait(&s->cv, &s->mu); /* the reader thread signals every example */
+    }
+}
+
+pf_status pf_stream_gather(pf_stream_source *s, int64_t start, int count, float *x, float *y,
+                           int32_t *labels, pf_error *err) {
+    pf_status rc = PF_OK;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < count && rc == PF_OK; i++) {
+        int64_t p = start + i, k = p / s->block;
+        stream *st = &s->streams[k % s->n_streams];
+        int64_t q = k / s->n_streams * s->block + p % s->block;
+        rc = take(s, st, q, x + (size_t)i * (size_t)s->features, &y[i], err);
+        if (rc == PF_OK && labels)
+            labels[i] = (int32_t)y[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int pf_stream_features(const pf_stream_source *s) {
+    return s->features;
+}
+
+int pf_stream_files(const pf_stream_source *s) {
+    return s->n_files;
+}
+
+void pf_stream_close(pf_stream_source *s) {
+    if (!s)
+        return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    for (int j = 0; s->streams && j < s->n_streams; j++) {
+        stream *st = &s->streams[j];
+        close_split(st);
+        pf_free(st->files);
+        pf_free(st->count);
+        pf_free(st->order);
+        pf_free(st->row);
+        pf_free(st->ring_x);
+        pf_free(st->ring_y);
+    }
+    pf_free(s->streams);
+    pf_input_free(s->paths, s->n_files);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pf_free(s);
+}

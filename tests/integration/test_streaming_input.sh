@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# labels: slow
+# timeout: 600
+# data.streaming: Criteo-layout training files read as streams while training, each replica
+# reading its own files, trained as users train them (TF_CONFIG + --job, real processes on
+# 127.0.0.1). `psflow data gen criteo` writes 5 files (seed 5); the training entry is the
+# folder of 4 of them (one gzip), the fifth is the test set. A mixed model (26 small tables,
+# 13 numeric inputs, tanh) trains sync with batch 64:
+#  1. 2 workers read 2 streams (their logs say which) and end with the variables of 1 worker
+#     of 2 in-graph replicas (max |diff| <= 1e-5): one process reads both streams in turn;
+#  2. 1 ps + 2 workers with a checkpoint every 25 steps, and three kill -9 faults in the run
+#     (worker 1, then the chief, then the ps, each started again): the final variables equal
+#     those of the same run without faults (max |diff| <= 1e-5), and so does the test AUC:
+#     every restarted reader went back to where the restored step left its stream;
+#  3. the worker's peak RSS while streaming a 270 MiB training file (past the 256 MiB that
+#     the other formats' readers take whole) stays under 200 MiB with its data segment
+#     limited to 1 GB (prlimit --data); the same job loading the file whole peaks above it;
+#     (Not under a sanitizer build, whose shadow memory makes RSS meaningless.)
+#  4. refusals: fewer files than replicas, and `psflow train` of a streaming spec, exit with
+#     a message that says what to do.
+source "$(dirname "$0")/lib.sh"
+
+"$PSFLOW_BIN" data gen criteo --rows 40000 --files 5 --seed 5 --out "$WORK/gen" >gen.out ||
+  fail "data gen exited $?"
+mkdir "$WORK/train"
+mv "$WORK"/gen/part-0000[0-3].tsv "$WORK/train/"
+gzip "$WORK/train/part-00001.tsv"
+cp "$WORK/gen/truth.json" "$WORK/train/" # metadata beside the data: not read as a data file
+
+spec() { # NAME WORKERS REPLICAS PS STEPS CKPT_EVERY [TRAIN...]
+  python3 - "$PSFLOW_SRC/examples/criteo-mlp.json" "$WORK" "$@" <<'PY'
+import json, sys
+src, work, name, workers, replicas, ps, steps, every = sys.argv[1:9]
+train = sys.argv[9:] or [work + "/train"]
+d = json.load(open(src))
+d["name"] = name
+d["replicas"] = {"ps": int(ps), "worker": int(workers)}
+if int(replicas) > 1:
+    d["replicas_per_worker"] = int(replicas)
+m = d["model"]
+for e in m["embeddings"]:
+    e.update(vocab=min(e["vocab"], 5000), dim=4)
+m.update(hidden=[16], activation="tanh")
+d["data"] = {"format": "criteo", "streaming": True, "train": train,
+             "test": [work + "/gen/part-00004.tsv"]}
+d["training"].update(batch_size=64, max_steps=int(steps), eval_every_steps=0)
+d["checkpoint"] = {"every_steps": int(every), "every_secs": 0}
+json.dump(d, sys.stdout)
+PY
+}
+
+# --- 1. two workers = one worker of two replicas --------------------------------------
+spec stream 2 1 2 100 0 >two.json
+run_static_cluster two.json 2 2 "$WORK/ck-two" >/dev/null
+for i in 0 1; do
+  grep -q "streaming 4 training file(s) as 2 streams, one per replica; this task reads stream(s) $i..$i" \
+    "$WORK/worker$i.log" || fail "worker $i: $(grep -m1 streaming "$WORK/worker$i.log")"
+done
+spec stream 1 2 2 100 0 >one.json
+run_static_cluster one.json 1 2 "$WORK/ck-one" >/dev/null
+grep -q "as 2 streams, one per replica; this task reads stream(s) 0..1" "$WORK/worker0.log" ||
+  fail "one worker of 2 replicas: $(grep -m1 streaming "$WORK/worker0.log")"
+"$PSFLOW_BIN" export "$WORK/ck-two/stream" --out two.safetensors 2>export.log || fail "export exited $?"
+"$PSFLOW_BIN" export "$WORK/ck-one/stream" --out one.safetensors 2>export.log || fail "export exited $?"
+EQUIV=$(max_abs_diff one.safetensors two.safetensors)
+in_range "$EQUIV" 0 1e-5 || fail "2 workers differ from 1 worker of 2 replicas by $EQUIV"
+echo "2 workers = 1 worker of 2 replicas: max |diff| $EQUIV"
+
+# --- 2. three kill -9 faults ----------------------------------------------------------
+STEPS=300
+spec faults 2 1 1 $STEPS 25 >faults.json
+rm -f "$WORK"/worker*.log
+run_static_cluster faults.json 2 1 "$WORK/ck-clean" >clean.out
+read -r -a PORTS <<<"$(free_ports 3)"
+PS_PORTS=${PORTS[0]} W_PORTS="${PORTS[1]},${PORTS[2]}"
+PIDS=()
+start_ps() {
+  TF_CONFIG=$(tf_config ps 0 "$PS_PORTS" "$W_PORTS") "$PSFLOW_BIN" ps --job faults.json \
+    --checkpoint-dir "$WORK/ck-faults" --exit-grace 5 2>>"$WORK/fps.log" &
+  PIDS[0]=$!
+}
+start_worker() { # INDEX
+  TF_CONFIG=$(tf_config worker "$1" "$PS_PORTS" "$W_PORTS") "$PSFLOW_BIN" worker --job faults.json \
+    --checkpoint-dir "$WORK/ck-faults" --push-delay-ms 15 --log-every 10 --output json \
+    >"$WORK/fw$1.out" 2>>"$WORK/fw$1.log" &
+  PIDS[$((1 + $1))]=$!
+}
+start_ps
+start_worker 0
+start_worker 1
+chief_past() { logged_step_past "$WORK/fw0.log" "$1"; }
+kill_at() { # STEP PROCESS-INDEX WHAT
+  wait_until 120 "chief step $1" chief_past "$1"
+  kill -9 "${PIDS[$2]}"
+  wait "${PIDS[$2]}" 2>/dev/null || true
+  echo "$3 killed at chief step $(grep -o 'step [0-9]*/' "$WORK/fw0.log" | tail -1 | tr -dc 0-9)"
+}
+kill_at 60 2 "worker 1"
+start_worker 1
+kill_at 130 1 "the chief"
+start_worker 0
+kill_at 200 0 "the ps"
+start_ps
+rc=0
+for i in 1 2 0; do wait_pid "${PIDS[$i]}" 300 || { rc=$?; echo "process $i exited $rc" >&2; }; done
+[ "$rc" = 0 ] || { tail -5 "$WORK"/fw*.log "$WORK/fps.log" >&2; fail "a process exited non-zero"; }
+grep -q 'restored from' "$WORK/fps.log" || fail "the restarted ps restored no checkpoint"
+grep -q 'rolled back from step' "$WORK/fw0.log" || fail "the chief did not roll back after the ps restart"
+"$PSFLOW_BIN" export "$WORK/ck-clean/faults" --out clean.safetensors 2>export.log || fail "export exited $?"
+"$PSFLOW_BIN" export "$WORK/ck-faults/faults" --out faults.safetensors 2>export.log || fail "export exited $?"
+FAULT_DIFF=$(max_abs_diff clean.safetensors faults.safetensors)
+in_range "$FAULT_DIFF" 0 1e-5 || fail "the run with faults differs from the clean run by $FAULT_DIFF"
+AUC_CLEAN=$(json_field clean.out '"%.6f" % d["test_auc"]')
+AUC_FAULTS=$(json_field "$WORK/fw0.out" '"%.6f" % d["test_auc"]')
+[ "$AUC_CLEAN" = "$AUC_FAULTS" ] || fail "test auc $AUC_FAULTS with faults, $AUC_CLEAN without"
+echo "three kill -9 faults: max |diff| $FAULT_DIFF against the clean run; test auc $AUC_FAULTS both"
+
+# --- 3. a file past the whole-file cap, in bounded memory ------------------------------
+if sanitized_build; then # the sanitizers' shadow memory and quarantine make RSS meaningless
+  echo "sanitizer build: the memory bound of a 270 MiB file is not measured"
+  RSS=0 WHOLE=0 BIG=0
+else
+"$PSFLOW_BIN" data gen criteo --rows 1150000 --files 1 --seed 6 --out "$WORK/big" >big.out ||
+  fail "data gen (big) exited $?"
+BIG=$(stat -c %s "$WORK/big/part-00000.tsv")
+[ "$BIG" -gt $((256 << 20)) ] || fail "the big file is only $BIG bytes"
+spec big 1 1 1 200 0 "$WORK/big/part-00000.tsv" >big.json
+rm -f "$WORK"/worker*.log
+STATIC_RSS=1 STATIC_WORKER_DATA=1000000000 run_static_cluster big.json 1 1 "$WORK/ck-big" >/dev/null
+RSS=$(cat "$WORK/worker0.rss")
+[ "$RSS" -lt $((200 * 1024)) ] || fail "the streaming worker's peak RSS is $RSS KiB"
+python3 - big.json >whole.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["data"]["streaming"] = False
+json.dump(d, sys.stdout)
+PY
+STATIC_RSS=1 run_static_cluster whole.json 1 1 "$WORK/ck-whole" >/dev/null
+WHOLE=$(cat "$WORK/worker0.rss")
+[ "$WHOLE" -gt $((200 * 1024)) ] || fail "the same file loaded whole took only $WHOLE KiB"
+echo "a $((BIG >> 20)) MiB file: the worker's peak RSS $((RSS / 1024)) MiB streaming it, $((WHOLE / 1024)) MiB loading it whole"
+fi
+
+# --- 4. refusals -------------------------------------------------------------------------
+spec few 2 1 1 10 0 "$WORK/gen/part-00004.tsv" >few.json
+read -r -a P <<<"$(free_ports 3)"
+TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") expect_exit 65 "$PSFLOW_BIN" worker --job few.json
+grep -q 'give at least 2' "$WORK/stderr" || fail "fewer files than replicas: $(cat "$WORK/stderr")"
+expect_exit 69 "$PSFLOW_BIN" train two.json
+grep -q 'train streamed files on a cluster' "$WORK/stderr" || fail "psflow train: $(cat "$WORK/stderr")"
+
+pass "2 workers = 1 worker of 2 replicas (max |diff| $EQUIV); three kill -9 faults end as the clean run (max |diff| $FAULT_DIFF, auc $AUC_FAULTS); a $((BIG >> 20)) MiB file streamed in $((RSS / 1024)) MiB peak RSS, $((WHOLE / 1024)) MiB loaded whole"

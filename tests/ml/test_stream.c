@@ -1,0 +1,341 @@
+/* test_stream.c - training files read as streams (stream.h) against the same files loaded whole:
+ * generated Criteo-layout files (plain and gzip) dealt to 2 and 3 streams; reading forwards as
+ * tasks do over several epochs, jumping back (a rollback), far ahead (a membership change) and
+ * starting in a later epoch (a replaced worker) each give exactly the examples the block
+ * mapping and the per-epoch split order say; a bad line fails at its own position (earlier
+ * ones still read) naming file, line and column; entries expand from folders and patterns;
+ * fewer files than streams, and streams whose files hold no example, are refused.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "psflow/criteo.h"
+#include "psflow/data.h"
+#include "psflow/mem.h"
+#include "psflow/spec.h"
+#include "psflow/stream.h"
+#include "tests/support/data_files.h"
+
+#define FILES 5
+#define ROWS  1500
+
+static char dir[256];
+static char *paths[FILES];
+static pf_dataset files[FILES]; /* each file loaded whole: the reference */
+
+static void make_temp_dir(char *out, size_t size) {
+    const char *tmp = getenv("TMPDIR");
+    int n = snprintf(out, size, "%s/psflow_test_stream_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_true(n > 0 && (size_t)n < size);
+    assert_non_null(mkdtemp(out));
+}
+
+/* A criteo job spec of 26 embeddings and 13 numeric inputs over `train` (a JSON array). */
+static void make_spec(pf_job_spec *spec, const char *train, uint64_t seed) {
+    char json[8192];
+    size_t at = (size_t)snprintf(json, sizeof json,
+                                 "{\"name\": \"s\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
+                                 " \"model\": {\"type\": \"mlp\", \"hidden\": [4], \"outputs\": 2,"
+                                 " \"numeric_inputs\": 13, \"embeddings\": [");
+    for (int f = 0; f < PF_CRITEO_CATEGORICAL; f++)
+        at +=
+            (size_t)snprintf(json + at, sizeof json - at,
+                             "%s{\"name\": \"c%d\", \"vocab\": 100, \"dim\": 2}", f ? ", " : "", f);
+    snprintf(json + at, sizeof json - at,
+             "]}, \"data\": {\"format\": \"criteo\", \"streaming\": true, \"train\": %s,"
+             " \"test\": [\"t.tsv\"]},"
+             " \"training\": {\"mode\": \"sync\", \"batch_size\": 8, \"max_steps\": 10,"
+             " \"seed\": %llu}}",
+             train, (unsigned long long)seed);
+    pf_error err;
+    pf_status st = pf_job_spec_parse(json, strlen(json), spec, &err);
+    if (st != PF_OK)
+        fail_msg("spec: %s", err.message);
+}
+
+static int setup(void **state) {
+    (void)state;
+    make_temp_dir(dir, sizeof dir);
+    pf_criteo_gen_options o = {dir, ROWS, FILES, 11, 0, NULL, NULL};
+    pf_criteo_gen_result r;
+    pf_error err;
+    if (pf_criteo_generate(&o, &r, &err) != PF_OK)
+        return -1;
+    /* one file in gzip: streams mix both */
+    char plain[512], gz[512];
+    snprintf(plain, sizeof plain, "%s/part-00003.tsv", dir);
+    snprintf(gz, sizeof gz, "%s/part-00003.tsv.gz", dir);
+    size_t len;
+    char *text = data_read(plain, 64 << 20, &len);
+    data_write_gz(gz, text, len);
+    pf_free(text);
+    unlink(plain);
+    pf_job_spec spec;
+    make_spec(&spec, "[\"x\"]", 1);
+    for (int i = 0; i < FILES; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/part-%05d.tsv%s", dir, i, i == 3 ? ".gz" : "");
+        paths[i] = strdup(p);
+        if (pf_criteo_load(&paths[i], 1, &spec.model, &files[i], &err) != PF_OK)
+            return -1;
+    }
+    pf_job_spec_deinit(&spec);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < FILES; i++) {
+        pf_dataset_deinit(&files[i]);
+        free(paths[i]);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd);
+}
+
+/* The example at position q of stream j of `streams` by the rule of stream.h, from the files
+ * loaded whole: its row of the reference. */
+static const float *expected_in_stream(uint64_t seed, int streams, int j, int64_t q, float *y) {
+    int n = (FILES - j + streams - 1) / streams, order[FILES];
+    int64_t epoch_len = 0;
+    for (int i = 0; i < n; i++)
+        epoch_len += files[j + i * streams].n;
+    int64_t e = q / epoch_len, off = q % epoch_len;
+    pf_stream_split_order(seed, j, e, n, order);
+    for (int i = 0;; i++) {
+        const pf_dataset *d = &files[j + order[i] * streams];
+        if (off < d->n) {
+            *y = d->y[off];
+            return d->x + off * d->features;
+        }
+        off -= d->n;
+    }
+}
+
+static const float *expected(uint64_t seed, int streams, int block, int64_t p, float *y) {
+    int64_t k = p / block;
+    return expected_in_stream(seed, streams, (int)(k % streams), k / streams * block + p % block,
+                              y);
+}
+
+/* Gathers count examples at start and checks every one against the reference. */
+static void check_range(pf_stream_source *s, uint64_t seed, int streams, int block, int64_t start,
+                        int count) {
+    int w = pf_stream_features(s);
+    float *x = pf_mallocarray((size_t)count * (size_t)w, sizeof(float));
+    float *y = pf_mallocarray((size_t)count, sizeof(float));
+    int32_t *labels = pf_mallocarray((size_t)count, sizeof(int32_t));
+    pf_error err;
+    pf_status st = pf_stream_gather(s, start, count, x, y, labels, &err);
+    if (st != PF_OK)
+        fail_msg("gather at %lld: %s", (long long)start, err.message);
+    for (int i = 0; i < count; i++) {
+        float ey;
+        const float *ex = expected(seed, streams, block, start + i, &ey);
+        if (memcmp(x + (size_t)i * (size_t)w, ex, (size_t)w * sizeof(float)) != 0 || y[i] != ey ||
+            labels[i] != (int32_t)ey)
+            fail_msg("position %lld (streams %d, block %d) differs from the files' example",
+                     (long long)(start + i), streams, block);
+    }
+    pf_free(x);
+    pf_free(y);
+    pf_free(labels);
+}
+
+static pf_stream_source *open_source(const char *train, uint64_t seed, int streams, int block) {
+    pf_job_spec spec;
+    make_spec(&spec, train, seed);
+    pf_stream_source *s;
+    pf_error err;
+    pf_status st = pf_stream_open(&spec, streams, block, &s, &err);
+    pf_job_spec_deinit(&spec);
+    if (st != PF_OK)
+        fail_msg("open: %s", err.message);
+    return s;
+}
+
+static void folder_entry(char *out, size_t size) {
+    snprintf(out, size, "[\"%s\"]", dir);
+}
+
+/* Tasks reading forwards, step after step, over 3 epochs; then a rollback, a jump ahead and
+ * a step back into the first epoch. */
+static void test_forwards_and_back(void **state) {
+    (void)state;
+    char train[300];
+    folder_entry(train, sizeof train);
+    const int configs[][2] = {{2, 8}, {3, 5}, {2, 64}};
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        int streams = configs[c][0], block = configs[c][1];
+        pf_stream_source *s = open_source(train, 7, streams, block);
+        assert_int_equal(pf_stream_files(s), FILES);
+        int64_t per_step = (int64_t)streams * block;
+        int64_t steps = 3 * ROWS / per_step + 2; /* past the end of every stream's 2nd epoch */
+        for (int64_t g = 0; g < steps; g++)
+            for (int task = 0; task < streams; task++)
+                check_range(s, 7, streams, block, g * per_step + task * block, block);
+        check_range(s, 7, streams, block, 5 * per_step, 2 * block);         /* rollback */
+        check_range(s, 7, streams, block, (steps + 400) * per_step, block); /* far ahead */
+        check_range(s, 7, streams, block, 3, 2 * block);                    /* epoch 0 again */
+        pf_stream_close(s);
+    }
+}
+
+/* A source that starts in a later epoch (a worker replaced late in the job), with another
+ * seed (another split order), and one process reading two tasks' blocks at once. */
+static void test_start_late(void **state) {
+    (void)state;
+    char train[300];
+    folder_entry(train, sizeof train);
+    pf_stream_source *s = open_source(train, 99, 2, 16);
+    check_range(s, 99, 2, 16, 2 * 2 * ROWS + 37, 32);
+    check_range(s, 99, 2, 16, 2 * 2 * ROWS + 37 + 32, 300);
+    pf_stream_close(s);
+}
+
+/* The split order is a permutation drawn per epoch: the same for the same inputs, not the
+ * same in every epoch. */
+static void test_split_order(void **state) {
+    (void)state;
+    int a[10], b[10], seen[10] = {0}, differs = 0;
+    pf_stream_split_order(5, 1, 0, 10, a);
+    pf_stream_split_order(5, 1, 0, 10, b);
+    assert_memory_equal(a, b, sizeof a);
+    for (int i = 0; i < 10; i++)
+        seen[a[i]]++;
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(seen[i], 1);
+    for (int e = 1; e < 5; e++) {
+        pf_stream_split_order(5, 1, e, 10, b);
+        differs |= memcmp(a, b, sizeof a) != 0;
+    }
+    assert_true(differs);
+}
+
+/* A bad line fails exactly the position it holds, naming file, line and column; the
+ * examples before it are read. */
+static void test_bad_line(void **state) {
+    (void)state;
+    char bad[512], sub[300];
+    snprintf(sub, sizeof sub, "%s/bad", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    for (int i = 0; i < 2; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/part-%d.tsv", sub, i);
+        size_t len;
+        char *text = data_read(paths[i], 64 << 20, &len);
+        if (i == 1) { /* line 4 of the second file: a non-hex id in C2 */
+            char *line = text;
+            for (int l = 0; l < 3; l++)
+                line = strchr(line, '\n') + 1;
+            char *end = strchr(line, '\n');
+            char badline[400];
+            size_t at = (size_t)snprintf(badline, sizeof badline, "0");
+            for (int f = 0; f < PF_CRITEO_NUMERIC; f++)
+                at += (size_t)snprintf(badline + at, sizeof badline - at, "\t1");
+            for (int f = 0; f < PF_CRITEO_CATEGORICAL; f++)
+                at += (size_t)snprintf(badline + at, sizeof badline - at, "\t%s",
+                                       f == 1 ? "zz" : "aa");
+            size_t head = (size_t)(line - text), tail = len - (size_t)(end - text);
+            char *out = pf_malloc(head + at + tail);
+            memcpy(out, text, head);
+            memcpy(out + head, badline, at);
+            memcpy(out + head + at, end, tail);
+            pf_free(text);
+            text = out;
+            len = head + at + tail;
+        }
+        data_write(p, text, len);
+        pf_free(text);
+    }
+    snprintf(bad, sizeof bad, "[\"%s/part-*.tsv\"]", sub);
+    pf_stream_source *s = open_source(bad, 1, 2, 2);
+    float x[8 * 65], y[8];
+    pf_error err;
+    /* blocks of 2: positions 2, 3 and 6, 7 are stream 1's first four, the lines of part-1 */
+    assert_int_equal(pf_stream_gather(s, 0, 4, x, y, NULL, &err), PF_OK);
+    assert_int_equal(pf_stream_gather(s, 6, 1, x, y, NULL, &err), PF_OK); /* stream 1, q 2 */
+    assert_int_equal(pf_stream_gather(s, 7, 1, x, y, NULL, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "part-1.tsv:4: column C2"));
+    assert_int_equal(pf_stream_gather(s, 4, 2, x, y, NULL, &err), PF_OK); /* stream 0 goes on */
+    pf_stream_close(s);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", sub);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Refusals: fewer files than streams; a pattern matching nothing; streams without examples. */
+static void test_refusals(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_stream_source *s = NULL;
+    pf_error err;
+    char train[600];
+    snprintf(train, sizeof train, "[\"%s\"]", paths[0]);
+    make_spec(&spec, train, 1);
+    assert_int_equal(pf_stream_open(&spec, 2, 8, &s, &err), PF_ERR_SPEC);
+    assert_non_null(strstr(err.message, "at least 2"));
+    assert_null(s);
+    pf_job_spec_deinit(&spec);
+
+    snprintf(train, sizeof train, "[\"%s/nothing-*.tsv\"]", dir);
+    make_spec(&spec, train, 1);
+    assert_int_equal(pf_stream_open(&spec, 1, 8, &s, &err), PF_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.message, "no file matches"));
+    pf_job_spec_deinit(&spec);
+
+    char empty[512];
+    snprintf(empty, sizeof empty, "%s/empty.tsv", dir);
+    data_write(empty, "\n\n", 2);
+    snprintf(train, sizeof train, "[\"%s\"]", empty);
+    make_spec(&spec, train, 1);
+    assert_int_equal(pf_stream_open(&spec, 1, 4, &s, &err), PF_OK);
+    float x[4 * 65], y[4];
+    assert_int_equal(pf_stream_gather(s, 0, 4, x, y, NULL, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "hold no example"));
+    pf_stream_close(s);
+    pf_job_spec_deinit(&spec);
+    unlink(empty);
+}
+
+/* Entries: a folder (without its truth.json), a pattern, a file; sorted per entry. */
+static void test_expand(void **state) {
+    (void)state;
+    char pattern[300], *entries[2] = {dir, pattern}, **out;
+    int n;
+    pf_error err;
+    snprintf(pattern, sizeof pattern, "%s/part-0000[12].tsv", dir);
+    assert_int_equal(pf_input_expand(entries, 2, &out, &n, &err), PF_OK);
+    assert_int_equal(n, FILES + 2);
+    for (int i = 0; i < FILES; i++)
+        assert_string_equal(out[i], paths[i]);
+    assert_string_equal(out[FILES], paths[1]);
+    assert_string_equal(out[FILES + 1], paths[2]);
+    pf_input_free(out, n);
+    char missing[300], *one[1] = {missing};
+    snprintf(missing, sizeof missing, "%s/sub-none", dir);
+    assert_int_equal(mkdir(missing, 0700), 0);
+    assert_int_equal(pf_input_expand(one, 1, &out, &n, &err), PF_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.message, "holds no data file"));
+    rmdir(missing);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_order),       cmocka_unit_test(test_expand),
+        cmocka_unit_test(test_forwards_and_back), cmocka_unit_test(test_start_late),
+        cmocka_unit_test(test_bad_line),          cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

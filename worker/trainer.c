@@ -138,10 +138,10 @@ static pf_status open_input(trainer *t, pf_error *err) {
     pf_status st = pf_stream_open(spec, streams, spec->training.batch_size, &t->input, err);
     if (st == PF_OK)
         fprintf(stderr,
-                "psflow %s %d: streaming %d training file(s) as %d streams, one per replica; "
-                "this task reads stream(s) %d..%d\n",
-                worker_who(t), t->o->task, pf_stream_files(t->input), streams,
-                t->o->task * spec->replicas_per_worker,
+                "psflow %s %d: streaming %d training file(s) in %d splits as %d streams, one "
+                "per replica; this task reads stream(s) %d..%d\n",
+                worker_who(t), t->o->task, pf_stream_files(t->input), pf_stream_splits(t->input),
+                streams, t->o->task * spec->replicas_per_worker,
                 (t->o->task + 1) * spec->replicas_per_worker - 1);
     return st;
 }

@@ -112,6 +112,8 @@ static const field data_fields[] = {
     {"index_base", K_INT, AT(data.index_base), .min = 0, .max = 1, .def = 1,
      .only = BIT(PF_DATA_LIBSVM)},
     {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = BIT(PF_DATA_CRITEO)},
+    {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64,
+     .only = BIT(PF_DATA_CRITEO)},
 };
 
 static const field decay_fields[] = {

@@ -206,6 +206,9 @@ struct pf_criteo_reader {
     int skip; /* in the middle of a line too long: drop bytes to its end */
     int done; /* a read error, or corrupt data: nothing more */
     uint64_t line, bytes;
+    /* a byte range (pf_criteo_open_range): bytes are counted from `base`; the lines that
+     * start before `end` are read (0: to the end of the file) */
+    uint64_t base, end, start;
 };
 
 static void os_text(int errnum, char *buf, size_t size) {
@@ -214,6 +217,11 @@ static void os_text(int errnum, char *buf, size_t size) {
 }
 
 pf_status pf_criteo_open(const char *path, size_t max_line, pf_criteo_reader **out, pf_error *err) {
+    return pf_criteo_open_range(path, 0, 0, max_line, out, err);
+}
+
+pf_status pf_criteo_open_range(const char *path, uint64_t start, uint64_t end, size_t max_line,
+                               pf_criteo_reader **out, pf_error *err) {
     *out = NULL;
     pf_criteo_reader *r = pf_calloc(1, sizeof *r);
     if (!r)
@@ -238,8 +246,36 @@ pf_status pf_criteo_open(const char *path, size_t max_line, pf_criteo_reader **o
                  : pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: cannot open: out of memory", path);
     }
     gzbuffer(r->f, 256 << 10);
+    r->start = start;
+    r->end = end;
+    if (start > 0) { /* from the byte before: the line there ends where this range's begin */
+        if (!gzdirect(r->f) || gzseek(r->f, (z_off_t)(start - 1), SEEK_SET) < 0) {
+            pf_criteo_close(r);
+            return pf_error_set(err, PF_ERR_INVALID, NULL,
+                                "%s: cannot read from byte %" PRIu64 " (a gzip file is read "
+                                "from its start)",
+                                path, start);
+        }
+        r->base = start - 1;
+        r->skip = 1;
+    }
     *out = r;
     return PF_OK;
+}
+
+/* The file offset of the first byte not yet parsed. */
+static uint64_t offset_of_pos(const pf_criteo_reader *r) {
+    return r->base + r->bytes - (uint64_t)(r->len - r->pos);
+}
+
+/* Where the line just taken is, for messages: "PATH:LINE", or in a range that does not start
+ * the file "PATH:byte OFFSET" (its line number is not known without reading before it). */
+static const char *where(const pf_criteo_reader *r, uint64_t line_offset, char *buf, size_t len) {
+    if (r->start > 0)
+        snprintf(buf, len, "%s:byte %" PRIu64, r->path, line_offset);
+    else
+        snprintf(buf, len, "%s:%" PRIu64, r->path, r->line);
+    return buf;
 }
 
 /* Reads more after the unparsed bytes (moved to the front first). PF_OK, or an error that
@@ -307,6 +343,14 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
                 return st;
             continue;
         }
+        uint64_t line_offset = offset_of_pos(r);
+        if (r->end && line_offset >= r->end) { /* the next range's first line */
+            gzclose_r(r->f);
+            r->f = NULL;
+            r->done = 1;
+            return PF_ERR_NOT_FOUND;
+        }
+        char at[1100];
         size_t have = nl ? (size_t)(nl - r->buf) - r->pos : r->len - r->pos;
         if (!nl && !r->eof && have <= r->max_line) {
             pf_status st = fill(r, err);
@@ -319,8 +363,8 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
             r->skip = 1;
             r->pos = nl ? (size_t)(nl - r->buf) : r->len; /* the skip finds its end */
             return pf_error_set(err, PF_ERR_FORMAT, NULL,
-                                "%s:%" PRIu64 ": the line is longer than %zu bytes; not read",
-                                r->path, r->line, r->max_line);
+                                "%s: the line is longer than %zu bytes; not read",
+                                where(r, line_offset, at, sizeof at), r->max_line);
         }
         if (!nl && have == 0) { /* the end */
             int rc = gzclose_r(r->f);
@@ -341,11 +385,11 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
         int column;
         char why[160];
         if (pf_criteo_parse_line(line, have, row, &column, why, sizeof why) != PF_OK) {
+            where(r, line_offset, at, sizeof at);
             if (column >= 0)
-                return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s:%" PRIu64 ": column %s: %s",
-                                    r->path, r->line, pf_criteo_column_name(column), why);
-            return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s:%" PRIu64 ": %s", r->path, r->line,
-                                why);
+                return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: column %s: %s", at,
+                                    pf_criteo_column_name(column), why);
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: %s", at, why);
         }
         return PF_OK;
     }

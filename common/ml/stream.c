@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "data_internal.h"
 #include "psflow/criteo.h"
@@ -160,13 +159,21 @@ void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int 
     }
 }
 
+/* --- splits ------------------------------------------------------------------------------- */
+
+/* A split: the lines of file `file` that start in [start, end) (end 0: to its end). */
+typedef struct split {
+    int file;
+    uint64_t start, end;
+} split;
+
 /* --- one stream ---------------------------------------------------------------------------- */
 
 typedef struct stream {
     int index;
-    /* its splits: file indices, example counts (-1 until read through once) */
+    /* its splits (indices into the source's), example counts (-1 until read through once) */
     int n;
-    int *files;
+    int *splits;
     int64_t *count;
     int64_t epoch_len; /* the sum once every split is counted, else -1 */
     /* reader thread only */
@@ -191,8 +198,9 @@ typedef struct stream {
 struct pf_stream_source {
     pf_model_spec model; /* a copy of the spec's */
     uint64_t seed;
-    int n_streams, block, features, n_files;
+    int n_streams, block, features, n_files, n_splits;
     char **paths;
+    split *splits;
     stream *streams;
     pthread_t thread;
     int started;
@@ -229,8 +237,8 @@ static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err
     st->epoch_len = sum;
     if (sum == 0)
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
-                            "stream %d: its %d file(s) hold no example (the first: %s)", st->index,
-                            st->n, s->paths[st->files[0]]);
+                            "stream %d: its %d split(s) hold no example (the first in %s)",
+                            st->index, st->n, s->paths[s->splits[st->splits[0]].file]);
     set_epoch(s, st, st->epoch + 1);
     return PF_OK;
 }
@@ -239,8 +247,9 @@ static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err
 static pf_status read_next(const pf_stream_source *s, stream *st, float *y, pf_error *err) {
     for (;;) {
         if (!st->r) {
+            const split *sp = &s->splits[st->splits[st->order[st->at]]];
             pf_status st_open =
-                pf_criteo_open(s->paths[st->files[st->order[st->at]]], 0, &st->r, err);
+                pf_criteo_open_range(s->paths[sp->file], sp->start, sp->end, 0, &st->r, err);
             if (st_open != PF_OK)
                 return st_open;
         }
@@ -343,24 +352,94 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
+/* --- splits of the source -------------------------------------------------------------- */
+
+/* The size of path and whether it is gzip (by its magic bytes), or an error naming it. */
+static pf_status probe(const char *path, uint64_t *size, int *gzip, pf_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char magic[2] = {0, 0};
+    size_t got = fread(magic, 1, 2, f);
+    int seek_ok = fseeko(f, 0, SEEK_END) == 0;
+    off_t end = seek_ok ? ftello(f) : -1;
+    fclose(f);
+    if (end < 0)
+        return pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot tell its size", path);
+    *size = (uint64_t)end;
+    *gzip = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    return PF_OK;
+}
+
+/* How many ranges of at most `target` bytes a plain file of `size` bytes is cut into. */
+static uint64_t ranges_of(uint64_t size, uint64_t target) {
+    return size <= target ? 1 : (size + target - 1) / target;
+}
+
+/* Cuts the files into splits: a gzip file whole, a plain one into ranges of about
+ * split_bytes (cut anywhere: the reader aligns them on lines), smaller when there would be
+ * fewer splits than streams. */
+static pf_status make_splits(pf_stream_source *s, uint64_t split_bytes, pf_error *err) {
+    uint64_t *size = pf_mallocarray((size_t)s->n_files, sizeof *size), plain = 0;
+    int *gzip = pf_mallocarray((size_t)s->n_files, sizeof *gzip), n_gzip = 0;
+    pf_status st = size && gzip ? PF_OK : pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (int i = 0; st == PF_OK && i < s->n_files; i++)
+        if ((st = probe(s->paths[i], &size[i], &gzip[i], err)) == PF_OK) {
+            n_gzip += gzip[i];
+            plain += gzip[i] ? 0 : size[i];
+        }
+    uint64_t target = split_bytes, n = 0;
+    for (int pass = 0; st == PF_OK && pass < 2; pass++) {
+        n = (uint64_t)n_gzip;
+        for (int i = 0; i < s->n_files; i++)
+            n += gzip[i] ? 0 : ranges_of(size[i], target);
+        if (n >= (uint64_t)s->n_streams || plain == 0)
+            break;
+        uint64_t finer = plain / (uint64_t)s->n_streams; /* every stream gets a range */
+        target = finer > 0 ? finer : 1;
+    }
+    if (st == PF_OK && n < (uint64_t)s->n_streams)
+        st = pf_error_set(err, PF_ERR_SPEC, "/data/train",
+                          "/data/train: streamed input gives each of the %d replicas that train "
+                          "its own splits (a gzip file is one, a plain file is cut into ranges), "
+                          "and the entries make %" PRIu64 ": give at least %d gzip files, or "
+                          "plain ones",
+                          s->n_streams, n, s->n_streams);
+    if (st == PF_OK && n > (uint64_t)PF_INPUT_MAX_FILES * 64)
+        st = pf_error_set(err, PF_ERR_SPEC, "/data/split_mb",
+                          "/data/split_mb: %" PRIu64 " splits; raise split_mb", n);
+    if (st == PF_OK && !(s->splits = pf_mallocarray((size_t)n, sizeof *s->splits)))
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (int i = 0; st == PF_OK && i < s->n_files; i++) {
+        uint64_t k = gzip[i] ? 1 : ranges_of(size[i], target);
+        for (uint64_t r = 0; r < k; r++)
+            s->splits[s->n_splits++] =
+                (split){i, k > 1 ? size[i] / k * r + size[i] % k * r / k : 0,
+                        k > 1 && r + 1 < k ? size[i] / k * (r + 1) + size[i] % k * (r + 1) / k : 0};
+    }
+    pf_free(size);
+    pf_free(gzip);
+    return st;
+}
+
 /* --- the source ---------------------------------------------------------------------------- */
 
 static pf_status init_streams(pf_stream_source *s, int cap, pf_error *err) {
     for (int j = 0; j < s->n_streams; j++) {
         stream *st = &s->streams[j];
         st->index = j;
-        st->n = (s->n_files - j + s->n_streams - 1) / s->n_streams;
-        st->files = pf_mallocarray((size_t)st->n, sizeof *st->files);
+        st->n = (s->n_splits - j + s->n_streams - 1) / s->n_streams;
+        st->splits = pf_mallocarray((size_t)st->n, sizeof *st->splits);
         st->count = pf_mallocarray((size_t)st->n, sizeof *st->count);
         st->order = pf_mallocarray((size_t)st->n, sizeof *st->order);
         st->row = pf_mallocarray((size_t)s->features, sizeof(float));
         st->cap = cap;
         st->ring_x = pf_mallocarray((size_t)cap * (size_t)s->features, sizeof(float));
         st->ring_y = pf_mallocarray((size_t)cap, sizeof(float));
-        if (!st->files || !st->count || !st->order || !st->row || !st->ring_x || !st->ring_y)
+        if (!st->splits || !st->count || !st->order || !st->row || !st->ring_x || !st->ring_y)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory for the input streams");
         for (int i = 0; i < st->n; i++) {
-            st->files[i] = j + i * s->n_streams;
+            st->splits[i] = j + i * s->n_streams;
             st->count[i] = -1;
         }
         st->epoch_len = -1;
@@ -387,15 +466,8 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     s->features = pf_model_input_width(&spec->model);
     pf_status st =
         pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
-    if (st == PF_OK && s->n_files < streams)
-        st = pf_error_set(err, PF_ERR_SPEC, "/data/train",
-                          "/data/train: streamed input gives each of the %d replicas that train "
-                          "its own files, and the entries name %d file(s): give at least %d",
-                          streams, s->n_files, streams);
-    for (int i = 0; st == PF_OK && i < s->n_files; i++) /* every file is there and readable */
-        if (access(s->paths[i], R_OK) != 0)
-            st = pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot open: %s", s->paths[i],
-                              strerror(errno));
+    if (st == PF_OK)
+        st = make_splits(s, (uint64_t)spec->data.split_mb << 20, err);
     if (st == PF_OK && !(s->streams = pf_calloc((size_t)streams, sizeof *s->streams)))
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     int cap = 4 * block > RING_MIN ? 4 * block : RING_MIN;
@@ -469,6 +541,10 @@ int pf_stream_files(const pf_stream_source *s) {
     return s->n_files;
 }
 
+int pf_stream_splits(const pf_stream_source *s) {
+    return s->n_splits;
+}
+
 void pf_stream_close(pf_stream_source *s) {
     if (!s)
         return;
@@ -482,7 +558,7 @@ void pf_stream_close(pf_stream_source *s) {
     for (int j = 0; s->streams && j < s->n_streams; j++) {
         stream *st = &s->streams[j];
         close_split(st);
-        pf_free(st->files);
+        pf_free(st->splits);
         pf_free(st->count);
         pf_free(st->order);
         pf_free(st->row);
@@ -491,6 +567,7 @@ void pf_stream_close(pf_stream_source *s) {
     }
     pf_free(s->streams);
     pf_input_free(s->paths, s->n_files);
+    pf_free(s->splits);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pf_free(s);

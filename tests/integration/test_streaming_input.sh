@@ -16,7 +16,7 @@
 #     the other formats' readers take whole) stays under 200 MiB with its data segment
 #     limited to 1 GB (prlimit --data); the same job loading the file whole peaks above it;
 #     (Not under a sanitizer build, whose shadow memory makes RSS meaningless.)
-#  4. refusals: fewer files than replicas, and `psflow train` of a streaming spec, exit with
+#  4. refusals: fewer splits than replicas (one gzip file for 2), and `psflow train` of a streaming spec, exit with
 #     a message that says what to do.
 source "$(dirname "$0")/lib.sh"
 
@@ -53,7 +53,7 @@ PY
 spec stream 2 1 2 100 0 >two.json
 run_static_cluster two.json 2 2 "$WORK/ck-two" >/dev/null
 for i in 0 1; do
-  grep -q "streaming 4 training file(s) as 2 streams, one per replica; this task reads stream(s) $i..$i" \
+  grep -q "streaming 4 training file(s) in 4 splits as 2 streams, one per replica; this task reads stream(s) $i..$i" \
     "$WORK/worker$i.log" || fail "worker $i: $(grep -m1 streaming "$WORK/worker$i.log")"
 done
 spec stream 1 2 2 100 0 >one.json
@@ -142,10 +142,11 @@ echo "a $((BIG >> 20)) MiB file: the worker's peak RSS $((RSS / 1024)) MiB strea
 fi
 
 # --- 4. refusals -------------------------------------------------------------------------
-spec few 2 1 1 10 0 "$WORK/gen/part-00004.tsv" >few.json
+gzip -c "$WORK/gen/part-00004.tsv" >"$WORK/one.tsv.gz" # a gzip file is one split
+spec few 2 1 1 10 0 "$WORK/one.tsv.gz" >few.json
 read -r -a P <<<"$(free_ports 3)"
 TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") expect_exit 65 "$PSFLOW_BIN" worker --job few.json
-grep -q 'give at least 2' "$WORK/stderr" || fail "fewer files than replicas: $(cat "$WORK/stderr")"
+grep -q 'give at least 2 gzip files' "$WORK/stderr" || fail "fewer splits than replicas: $(cat "$WORK/stderr")"
 expect_exit 69 "$PSFLOW_BIN" train two.json
 grep -q 'train streamed files on a cluster' "$WORK/stderr" || fail "psflow train: $(cat "$WORK/stderr")"
 

@@ -282,10 +282,10 @@ static void test_refusals(void **state) {
     pf_stream_source *s = NULL;
     pf_error err;
     char train[600];
-    snprintf(train, sizeof train, "[\"%s\"]", paths[0]);
+    snprintf(train, sizeof train, "[\"%s\"]", paths[3]); /* one gzip file: one split */
     make_spec(&spec, train, 1);
     assert_int_equal(pf_stream_open(&spec, 2, 8, &s, &err), PF_ERR_SPEC);
-    assert_non_null(strstr(err.message, "at least 2"));
+    assert_non_null(strstr(err.message, "at least 2 gzip files"));
     assert_null(s);
     pf_job_spec_deinit(&spec);
 
@@ -307,6 +307,120 @@ static void test_refusals(void **state) {
     pf_stream_close(s);
     pf_job_spec_deinit(&spec);
     unlink(empty);
+}
+
+/* Two rows read back are the same row. */
+static int same_row(const pf_criteo_row *a, const pf_criteo_row *b) {
+    if (a->label != b->label || a->num_present != b->num_present ||
+        a->cat_present != b->cat_present)
+        return 0;
+    for (int j = 0; j < PF_CRITEO_NUMERIC; j++)
+        if ((a->num_present >> j & 1) && a->num[j] != b->num[j])
+            return 0;
+    for (int j = 0; j < PF_CRITEO_CATEGORICAL; j++)
+        if ((a->cat_present >> j & 1) && a->cat[j] != b->cat[j])
+            return 0;
+    return 1;
+}
+
+/* Appends the rows of path's range [start, end) to rows[*n] (at most max). */
+static void read_range(const char *path, uint64_t start, uint64_t end, pf_criteo_row *rows, int *n,
+                       int max) {
+    pf_criteo_reader *r;
+    pf_error err;
+    assert_int_equal(pf_criteo_open_range(path, start, end, 0, &r, &err), PF_OK);
+    pf_status st;
+    pf_criteo_row row;
+    while ((st = pf_criteo_next(r, &row, &err)) == PF_OK) {
+        assert_true(*n < max);
+        rows[(*n)++] = row;
+    }
+    assert_int_equal(st, PF_ERR_NOT_FOUND);
+    pf_criteo_close(r);
+}
+
+/* A plain file cut at any byte, or at two: the ranges read every line exactly once, in
+ * order (a cut inside a line leaves it to the range before; a cut at a line's first byte
+ * gives it to the range after). A gzip file is read from its start only. */
+static void test_ranges(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/small.tsv", dir);
+    size_t len;
+    char *text = data_read(paths[0], 64 << 20, &len);
+    size_t cut = 0;
+    for (int l = 0; l < 12; l++) /* the first 12 lines */
+        cut = (size_t)(strchr(text + cut, '\n') - text) + 1;
+    data_write(path, text, cut - 1); /* the last line without its newline */
+    pf_free(text);
+    size_t size = cut - 1;
+    pf_criteo_row whole[16], parts[16];
+    int n_whole = 0;
+    read_range(path, 0, 0, whole, &n_whole, 16);
+    assert_int_equal(n_whole, 12);
+    for (uint64_t c = 1; c <= size + 1; c++) { /* (end 0 means the end of the file) */
+        int n = 0;
+        read_range(path, 0, c, parts, &n, 16);
+        read_range(path, c, 0, parts, &n, 16);
+        if (n != n_whole)
+            fail_msg("cut at %llu: %d rows, not %d", (unsigned long long)c, n, n_whole);
+        for (int i = 0; i < n; i++)
+            if (!same_row(&parts[i], &whole[i]))
+                fail_msg("cut at %llu: row %d differs", (unsigned long long)c, i);
+    }
+    for (uint64_t c = 1; c < size; c += 97) /* two cuts */
+        for (uint64_t d = c; d <= size; d += 89) {
+            int n = 0;
+            read_range(path, 0, c, parts, &n, 16);
+            read_range(path, c, d, parts, &n, 16);
+            read_range(path, d, 0, parts, &n, 16);
+            assert_int_equal(n, n_whole);
+            for (int i = 0; i < n; i++)
+                assert_true(same_row(&parts[i], &whole[i]));
+        }
+    pf_criteo_reader *r;
+    pf_error err;
+    assert_int_equal(pf_criteo_open_range(paths[3], 10, 0, 0, &r, &err), PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "gzip"));
+    unlink(path);
+}
+
+/* One plain file and 3 streams: it is cut into 3 ranges, one per stream, and the streams
+ * read its lines, each exactly once: stream j's examples are range j's lines. */
+static void test_one_file_many_streams(void **state) {
+    (void)state;
+    char train[600];
+    snprintf(train, sizeof train, "[\"%s\"]", paths[0]);
+    pf_stream_source *s = open_source(train, 3, 3, 1);
+    assert_int_equal(pf_stream_splits(s), 3);
+    const pf_dataset *d = &files[0];
+    int w = pf_stream_features(s);
+    float *x = pf_mallocarray((size_t)w, sizeof(float)), y;
+    pf_error err;
+    int64_t row = 0; /* stream j's first epoch is range j: rows in file order */
+    for (int j = 0; j < 3; j++) {
+        int64_t first = row;
+        for (int64_t q = 0;; q++) {
+            assert_int_equal(pf_stream_gather(s, 3 * q + j, 1, x, &y, NULL, &err), PF_OK);
+            if (q > 0 && row < d->n && memcmp(x, d->x + row * w, (size_t)w * sizeof(float)) == 0 &&
+                y == d->y[row]) {
+                row++; /* the next line of the file */
+                continue;
+            }
+            if (q == 0) {
+                assert_memory_equal(x, d->x + row * w, (size_t)w * sizeof(float));
+                row++;
+                continue;
+            }
+            /* the stream wrapped: its next epoch starts its range again */
+            assert_memory_equal(x, d->x + first * w, (size_t)w * sizeof(float));
+            break;
+        }
+        assert_true(row > first);
+    }
+    assert_int_equal(row, d->n); /* every line, once */
+    pf_free(x);
+    pf_stream_close(s);
 }
 
 /* Entries: a folder (without its truth.json), a pattern, a file; sorted per entry. */
@@ -333,9 +447,14 @@ static void test_expand(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split_order),       cmocka_unit_test(test_expand),
-        cmocka_unit_test(test_forwards_and_back), cmocka_unit_test(test_start_late),
-        cmocka_unit_test(test_bad_line),          cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_split_order),
+        cmocka_unit_test(test_expand),
+        cmocka_unit_test(test_forwards_and_back),
+        cmocka_unit_test(test_start_late),
+        cmocka_unit_test(test_bad_line),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_ranges),
+        cmocka_unit_test(test_one_file_many_streams),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -51,6 +51,15 @@ typedef struct pf_criteo_reader pf_criteo_reader;
  * grows. Errors: PF_ERR_IO (cannot open, naming the path and why), PF_ERR_NOMEM. */
 pf_status pf_criteo_open(const char *path, size_t max_line, pf_criteo_reader **out, pf_error *err);
 
+/* Opens the lines of plain file `path` that start at byte offsets in [start, end) (end 0: to
+ * the end of the file): a line that starts before `end` is read whole, the line that `start`
+ * falls inside is left to the range before. Ranges cut anywhere thus read every line of a
+ * file exactly once. With start > 0, messages name a line by its byte offset
+ * ("PATH:byte N") instead of its number. Errors: those of pf_criteo_open, PF_ERR_INVALID (a
+ * gzip file from start > 0: its bytes are not addressable). */
+pf_status pf_criteo_open_range(const char *path, uint64_t start, uint64_t end, size_t max_line,
+                               pf_criteo_reader **out, pf_error *err);
+
 /* The next row into *row: PF_OK; PF_ERR_NOT_FOUND at the end of the file (err untouched);
  * PF_ERR_FORMAT for a bad line, a line longer than max_line or truncated or corrupt gzip
  * data, the message "PATH:LINE: column NAME: why"; PF_ERR_IO for a read that failed. After

@@ -148,6 +148,8 @@ typedef struct pf_data_spec {
     /* criteo only: read the training files as streams while training (stream.h) instead of
      * loading them whole; each replica that trains reads its own files [false] */
     bool streaming;
+    int split_mb; /* criteo with streaming: plain files are cut into ranges of about this many
+                     MiB, 1..1048576 [64] */
 } pf_data_spec;
 
 /* Data a generator draws (synthetic_linear, synthetic_ctr) rather than files. */

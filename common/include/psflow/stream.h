@@ -2,12 +2,14 @@
  * in memory bounded whatever the files' size, and the expansion of data file entries (files,
  * folders, glob patterns).
  *
- * The input is cut into *splits* (one per file) dealt to `streams` streams: file i (in the
- * order the entries expand to) goes to stream i mod streams. A stream is its splits read one
- * after another, in an order drawn anew each epoch from (training.seed, stream, epoch)
+ * The input is cut into *splits*: a gzip file is one, a plain file is cut into byte ranges of
+ * about data.split_mb (smaller when there would be fewer splits than streams), each holding
+ * the lines that start in it (pf_criteo_open_range). Split i (files in the order the entries
+ * expand to, ranges in file order) goes to stream i mod streams. A stream is its splits read
+ * one after another, in an order drawn anew each epoch from (training.seed, stream, epoch)
  * (pf_stream_split_order), each split's lines in file order; at its end the stream's next
  * epoch begins. Streams are as many as the replicas that train on the data (training tasks x
- * replicas_per_worker), so each replica reads its own files and no file is read by two.
+ * replicas_per_worker), so each replica reads its own splits and no line is read by two.
  *
  * The stream positions of data.h map onto the streams in blocks of `block` examples (the
  * per-replica batch): block k of the global stream is block k / streams of stream k mod
@@ -49,10 +51,10 @@ void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int 
 typedef struct pf_stream_source pf_stream_source;
 
 /* Opens the streaming source of spec's training files (data.format criteo) with `streams`
- * streams and blocks of `block` examples; nothing is read until asked for. Errors:
- * PF_ERR_INVALID (streams or block below 1), PF_ERR_SPEC (fewer files than streams: a stream
- * would have none), those of pf_input_expand, PF_ERR_IO (a file that cannot be opened),
- * PF_ERR_NOMEM. */
+ * streams and blocks of `block` examples; nothing but the files' sizes and first bytes is
+ * read until asked for. Errors: PF_ERR_INVALID (streams or block below 1), PF_ERR_SPEC (fewer
+ * splits than streams: only gzip files, fewer than the streams), those of pf_input_expand,
+ * PF_ERR_IO (a file that cannot be opened), PF_ERR_NOMEM. */
 pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_stream_source **out,
                          pf_error *err);
 
@@ -69,6 +71,9 @@ int pf_stream_features(const pf_stream_source *s);
 
 /* The files the training entries expanded to. */
 int pf_stream_files(const pf_stream_source *s);
+
+/* The splits they were cut into. */
+int pf_stream_splits(const pf_stream_source *s);
 
 /* Stops the reader and frees everything; NULL is fine. */
 void pf_stream_close(pf_stream_source *s);

@@ -27,8 +27,9 @@ pf_status worker_rows_init(worker_rows *r, const pf_model_spec *model, int batch
         int64_t named = (int64_t)batch * e->max_ids;
         r->cap[f] = (uint32_t)(named < e->vocab ? named : e->vocab);
         r->table_off[f] = compact;
-        full += (size_t)e->vocab * (size_t)e->dim;
-        compact += (size_t)r->cap[f] * (size_t)e->dim;
+        size_t row = (size_t)pf_model_row_width(model, f);
+        full += (size_t)e->vocab * row;
+        compact += (size_t)r->cap[f] * row;
         e->vocab = r->cap[f];
     }
     r->dense_shift = full - compact;

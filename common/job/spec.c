@@ -89,6 +89,8 @@ static const field model_fields[] = {
      .stride = sizeof(pf_embedding_spec)},
     /* Only with embeddings (pf_spec_check_model); default 0 stands for "absent" (none). */
     {"numeric_inputs", K_INT, AT(model.numeric_inputs), .min = 1, .max = PF_MAX_UNITS},
+    /* Only with embeddings (pf_spec_check_model); written only when on (min 1). */
+    {"wide", K_BOOL, AT(model.wide), .min = 1, .def = false, .only = MLP},
 };
 
 #define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM) | BIT(PF_DATA_CRITEO))

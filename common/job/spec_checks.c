@@ -35,6 +35,10 @@ static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
         return pf_error_set(err, PF_ERR_SPEC, "/model/numeric_inputs",
                             "/model/numeric_inputs: numeric columns go beside embeddings; a model "
                             "without embeddings takes `inputs` numbers");
+    if (m->n_embeddings == 0 && m->wide)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/wide",
+                            "/model/wide: the wide part is a linear model of the embeddings' ids: "
+                            "give embeddings");
     return PF_OK;
 }
 

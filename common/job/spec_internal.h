@@ -46,7 +46,8 @@ typedef struct field {
     const char *key;
     kind kind;
     size_t at;                /* offset of the value in pf_job_spec, or NO_SLOT */
-    long long min, max;       /* integers: value range; enums: accepted values; arrays: count */
+    long long min, max;       /* integers: value range; enums: accepted values; arrays: count;
+                                 K_BOOL: min 1 writes it in the JSON form only when true */
     double def;               /* default when absent (every integer default is exact) */
     real_range real;          /* K_DOUBLE */
     const char *const *names; /* K_ENUM: spelling of each value */

@@ -143,6 +143,8 @@ static bool written(const field *f, const pf_job_spec *s) {
         ((f->kind == K_INT64 && *(const int64_t *)cslot(s, f->at) == (int64_t)f->def) ||
          (f->kind == K_INT && *(const int *)cslot(s, f->at) == (int)f->def)))
         return false; /* a default outside the range stands for "absent" */
+    if (f->kind == K_BOOL && f->min == 1 && !*(const bool *)cslot(s, f->at))
+        return false; /* a switch written only when on (min 1) */
     if (f->kind == K_OBJECT && f->present_at)
         return *(const bool *)cslot(s, f->present_at);
     if (f->kind == K_PATHS || f->kind == K_LIST)

@@ -52,6 +52,12 @@ struct pf_model {
     float *looked; /* [max_batch, looked_w] */
     float *scale;  /* [max_batch, n_emb] */
     float *logits; /* host [max_batch, 2] for the scores of a two-class model */
+    /* wide & deep (model.wide, host memory): a table row is [dim | wide_k weights]; the
+     * weights of the ids an example names, combined, go to wide [max_batch, wide_k] and are
+     * added to the logits; d_wide keeps the logits' gradient for them */
+    int wide_k;
+    int row_w[PF_MAX_EMBEDDINGS]; /* floats per table row */
+    float *wide, *d_wide, *wacc;  /* wacc [wide_k]: one feature's sum in look_up */
     /* dlrm (host memory): the bottom MLP's layers over the numeric inputs (the last
      * looked_w - n_emb * dim columns of `looked`), its output crossed with the features'
      * vectors into `top` [max_batch, in[0]], the input of dense_0; the gradients that come
@@ -156,9 +162,9 @@ int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]) {
         snprintf(t->name, sizeof t->name, "%.*s/embeddings", PF_EMBEDDING_NAME_MAX, e->name);
         t->rank = 2;
         t->shape[0] = e->vocab;
-        t->shape[1] = e->dim;
+        t->shape[1] = pf_model_row_width(spec, f);
         t->offset = offset;
-        t->count = (size_t)e->vocab * (size_t)e->dim;
+        t->count = (size_t)e->vocab * (size_t)t->shape[1];
         offset += t->count;
     }
     for (int l = 0; spec->type == PF_MODEL_DLRM && l < spec->n_bottom; l++)
@@ -238,11 +244,16 @@ void pf_model_init_ranges(const pf_model_spec *spec, uint64_t seed, int n_ranges
                 break;
             size_t to = offsets[r] + counts[r] < hi ? offsets[r] + counts[r] : hi;
             float *o = outs[r] + (j - offsets[r]);
+            /* a wide & deep table's wide weights (after `deep` numbers of a row) start at 0 */
+            int deep = i < spec->n_embeddings && spec->wide ? spec->embeddings[i].dim : 0;
             if (vars[i].rank == 1)
                 memset(o, 0, (to - j) * sizeof *o);
             else
-                for (size_t k = 0; k < to - j; k++)
+                for (size_t k = 0; k < to - j; k++) {
                     o[k] = (float)((2.0 * pf_rng_uniform(&rng) - 1.0) * limit);
+                    if (deep && (j + k - lo) % (size_t)vars[i].shape[1] >= (size_t)deep)
+                        o[k] = 0;
+                }
             j = to;
         }
     }
@@ -300,8 +311,10 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
         widest_bot = m->bout[l] > widest_bot ? m->bout[l] : widest_bot;
         widest_bot = m->bin[l] > widest_bot ? m->bin[l] : widest_bot;
     }
+    m->wide_k = spec->wide ? spec->outputs : 0;
     for (int f = 0, slot_col = 0, col = 0; f < m->n_emb; f++) {
         m->table_off[f] = vars[f].offset;
+        m->row_w[f] = pf_model_row_width(spec, f);
         m->slot_col[f] = slot_col;
         m->col[f] = col;
         slot_col += 2 * spec->embeddings[f].max_ids;
@@ -337,6 +350,11 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
         if (!m->looked || !m->scale)
             goto nomem;
     }
+    if (m->wide_k > 0 &&
+        (!(m->wide = pf_mallocarray((size_t)max_batch * (size_t)m->wide_k, sizeof(float))) ||
+         !(m->d_wide = pf_mallocarray((size_t)max_batch * (size_t)m->wide_k, sizeof(float))) ||
+         !(m->wacc = pf_mallocarray((size_t)m->wide_k, sizeof(float)))))
+        goto nomem;
     if (m->n_bot > 0) { /* host memory, as every model with embeddings */
         for (int l = 0; l < m->n_bot; l++)
             if (!(m->bact[l] =
@@ -375,6 +393,9 @@ void pf_model_destroy(pf_model *m) {
     pf_free(m->d_bot[1]);
     pf_free(m->scale);
     pf_free(m->logits);
+    pf_free(m->wide);
+    pf_free(m->d_wide);
+    pf_free(m->wacc);
     pf_free(m);
 }
 
@@ -423,9 +444,12 @@ uint32_t pf_model_batch_rows(const pf_model_spec *spec, int f, const float *x, i
 }
 
 /* looked[b, col[f] ..] = scale * sum_k w_k table_f[id_k] for every example and feature, then
- * the example's numeric inputs as they are. */
+ * the example's numeric inputs as they are; with wide & deep, wide[b] = the sum over the
+ * features of the rows' wide weights, combined the same way. */
 static void look_up(pf_model *m, const float *params, const float *x, int batch) {
-    const int numeric = m->spec.numeric_inputs, slots = m->width - numeric;
+    const int numeric = m->spec.numeric_inputs, slots = m->width - numeric, wk = m->wide_k;
+    if (wk > 0)
+        memset(m->wide, 0, (size_t)batch * (size_t)wk * sizeof *m->wide);
     for (int b = 0; b < batch; b++) {
         if (numeric > 0)
             memcpy(m->looked + (size_t)b * (size_t)m->looked_w + (m->looked_w - numeric),
@@ -436,6 +460,9 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
             const float *w = ids + e->max_ids;
             float *out = m->looked + (size_t)b * (size_t)m->looked_w + m->col[f];
             memset(out, 0, (size_t)e->dim * sizeof *out);
+            float *wacc = m->wacc; /* this feature's wide weights, combined below */
+            for (int c = 0; c < wk; c++)
+                wacc[c] = 0;
             double sum_w = 0, sum_w2 = 0;
             bool bad = false;
             for (int k = 0; k < e->max_ids; k++) {
@@ -443,9 +470,11 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
                 bad = bad || r == -2 || !isfinite(w[k]);
                 if (r < 0)
                     continue;
-                const float *row = params + m->table_off[f] + (size_t)r * (size_t)e->dim;
+                const float *row = params + m->table_off[f] + (size_t)r * (size_t)m->row_w[f];
                 for (int j = 0; j < e->dim; j++)
                     out[j] += w[k] * row[j];
+                for (int c = 0; c < wk; c++)
+                    wacc[c] += w[k] * row[e->dim + c];
                 sum_w += w[k];
                 sum_w2 += (double)w[k] * w[k];
             }
@@ -456,13 +485,15 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
                 scale = sum_w2 > 0 ? 1 / sqrt(sum_w2) : 0;
             for (int j = 0; j < e->dim; j++)
                 out[j] = bad ? NAN : (float)(out[j] * scale);
+            for (int c = 0; c < wk; c++)
+                m->wide[(size_t)b * (size_t)wk + c] += bad ? NAN : (float)(wacc[c] * scale);
             m->scale[(size_t)b * (size_t)m->n_emb + f] = (float)scale;
         }
     }
 }
 
-/* The tables' gradient from d_looked [batch, looked_w]: zero, then w * scale * d_looked added
- * to each named row. */
+/* The tables' gradient from d_looked [batch, looked_w] (and with wide & deep d_wide): zero,
+ * then w * scale * d_looked added to each named row. */
 static void scatter(pf_model *m, const float *x, const float *d_looked, int batch, float *grads) {
     memset(grads, 0, m->tables * sizeof *grads);
     for (int b = 0; b < batch; b++) {
@@ -472,14 +503,17 @@ static void scatter(pf_model *m, const float *x, const float *d_looked, int batc
             const float *w = ids + e->max_ids;
             const float *d = d_looked + (size_t)b * (size_t)m->looked_w + m->col[f];
             float scale = m->scale[(size_t)b * (size_t)m->n_emb + f];
+            const float *dw = m->wide_k ? m->d_wide + (size_t)b * (size_t)m->wide_k : NULL;
             for (int k = 0; k < e->max_ids; k++) {
                 int64_t r = pf_model_row_of(ids[k], e->vocab);
                 if (r < 0)
                     continue;
                 float c = w[k] * scale;
-                float *g = grads + m->table_off[f] + (size_t)r * (size_t)e->dim;
+                float *g = grads + m->table_off[f] + (size_t)r * (size_t)m->row_w[f];
                 for (int j = 0; j < e->dim; j++)
                     g[j] += c * d[j];
+                for (int j = 0; j < m->wide_k; j++) /* the wide weights: the logits' gradient */
+                    g[e->dim + j] += c * dw[j];
             }
         }
     }
@@ -589,6 +623,9 @@ static const float *forward(pf_model *m, const float *params, const float *x, in
             be->activation(m->spec.activation, (size_t)batch * (size_t)m->out[l], y, y);
         a = y;
     }
+    if (m->wide_k > 0) /* host memory: the wide part's logits beside the deep part's */
+        for (size_t i = 0; i < (size_t)batch * (size_t)m->wide_k; i++)
+            m->act[m->n_layers - 1][i] += m->wide[i];
     return a;
 }
 
@@ -604,6 +641,8 @@ float pf_model_train_step(pf_model *m, const float *params, const float *x, cons
         loss = be->mse((size_t)batch, out, targets, delta);
     else
         loss = be->softmax_xent(batch, m->out[last], out, labels, delta);
+    if (m->wide_k > 0) /* the wide weights' gradient is the logits' (scatter) */
+        memcpy(m->d_wide, delta, (size_t)batch * (size_t)m->wide_k * sizeof *delta);
 
     for (int l = last; l >= 0; l--) {
         const float *a_in = l > 0          ? m->act[l - 1]

@@ -44,7 +44,7 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
         const pf_embedding_spec *e = &spec->model.embeddings[f];
         double named = batch * spec->replicas_per_worker * e->max_ids;
         if (named < (double)e->vocab)
-            held -= ((double)e->vocab - named) * e->dim;
+            held -= ((double)e->vocab - named) * pf_model_row_width(&spec->model, f);
     }
     double per_batch = batch * (2.0 * pf_model_input_width(&spec->model) + 4 + widths + 2 * widest);
     double training = 4 * (4 * held + per_batch) + data;

@@ -8,8 +8,9 @@
 #     beats chance (numeric and mixed 0.6, categorical alone 0.53: most of its ids are rare
 #     in 30000 rows) and the mixed model's beats both others' (the generator's clicks
 #     depend on both kinds of column);
-#  2. sync equivalence of the mixed model and of the DLRM-style one (bottom MLP 13-16-4,
-#     dot products of its output and the 26 vectors, the same top MLP): 2 ps + 2 workers of
+#  2. sync equivalence of the mixed model, of the DLRM-style one (bottom MLP 13-16-4,
+#     dot products of its output and the 26 vectors, the same top MLP) and of wide & deep
+#     (the mixed model with model.wide): 2 ps + 2 workers of
 #     batch 64 end with the variables of `psflow train` with batch 128 after 100 steps (max
 #     |diff| <= 1e-5), tanh in place of relu (relu's kink now and then turns the rounding of
 #     another summation order into another gradient: 2e-3 apart after 85 steps, 1e-7
@@ -47,6 +48,8 @@ elif kind == "categorical":
     del m["numeric_inputs"]
 if kind.endswith("dlrm"):
     m.update(type="dlrm", bottom=[16, 4])
+if kind.endswith("wide"):
+    m["wide"] = True
 if kind.startswith("smooth"):
     m["activation"] = "tanh"
 d["data"]["train"] = [data + "/part-00000.tsv", data + "/part-00001.tsv.gz"]
@@ -79,7 +82,7 @@ fi
 
 # --- 2. sync equivalence ----------------------------------------------------------------
 declare -A DIFF
-for kind in smooth smooth-dlrm; do
+for kind in smooth smooth-dlrm smooth-wide; do
   spec "equiv-$kind" "$kind" 128 100 1 >one.json
   "$PSFLOW_BIN" train one.json --save one.safetensors --output json >one.out 2>one.log ||
     fail "psflow train ($kind equivalence) exited $?"
@@ -104,4 +107,4 @@ expect_exit 65 "$PSFLOW_BIN" train bad.json
 grep -q 'bad2.tsv:41: column C16: .beef!. is not a hex id' "$WORK/stderr" ||
   fail "bad line: $(cat "$WORK/stderr")"
 
-pass "test auc numeric ${AUC[numeric]}, categorical ${AUC[categorical]}, mixed ${AUC[mixed]} ($(sed -n 's/.*\(bayes-optimal auc [0-9.]*\).*/\1/p' gen.out)); 2 workers = one process (max |diff| mlp ${DIFF[smooth]}, dlrm ${DIFF[smooth-dlrm]}); a bad line named"
+pass "test auc numeric ${AUC[numeric]}, categorical ${AUC[categorical]}, mixed ${AUC[mixed]} ($(sed -n 's/.*\(bayes-optimal auc [0-9.]*\).*/\1/p' gen.out)); 2 workers = one process (max |diff| mlp ${DIFF[smooth]}, dlrm ${DIFF[smooth-dlrm]}, wide & deep ${DIFF[smooth-wide]}); a bad line named"

@@ -97,6 +97,11 @@ static inline bool pf_model_two_class(const pf_model_spec *spec) {
     return spec->type != PF_MODEL_LINEAR && spec->outputs == 2;
 }
 
+/* Floats in a row of table f: its dim, plus one wide weight per output with model.wide. */
+static inline int pf_model_row_width(const pf_model_spec *spec, int f) {
+    return spec->embeddings[f].dim + (spec->wide ? spec->outputs : 0);
+}
+
 /* Inputs of dense_0: model.inputs, or the sum of the embedding dims plus numeric_inputs. */
 int pf_model_dense_inputs(const pf_model_spec *spec);
 
@@ -148,6 +153,7 @@ typedef struct pf_eval {
      * scores[examples], so the caller gives room for the whole set. */
     float *scores;
     double auc; /* area under the ROC curve of those scores, set by the caller (NaN: none) */
+    double calibration; /* mean sigmoid(score) / mean label, set by the caller (NaN: none) */
 } pf_eval;
 
 /* Forward pass only, adding this batch's totals to *acc. Same arguments as train_step. */

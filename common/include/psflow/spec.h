@@ -123,6 +123,10 @@ typedef struct pf_model_spec {
      * dense_0 as they are, beside the embeddings' outputs (data.format criteo: its 13
      * integer columns), 0..PF_MAX_UNITS [0]. Without embeddings the inputs are `inputs`. */
     int numeric_inputs;
+    /* mlp with embeddings: wide & deep. Each table row also holds one linear weight per
+     * output after its `dim` numbers; the weights of the ids an example names (combined as
+     * the vectors are) add to the logits beside the MLP's [false] */
+    bool wide;
 } pf_model_spec;
 
 typedef struct pf_data_spec {

@@ -115,6 +115,14 @@ static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
         pf_status st = pf_stream_gather(t->input, start, b, t->hx, t->hy, t->hlabels, err);
         if (st != PF_OK)
             return st;
+        char last[sizeof err->message];
+        int64_t total, fresh = pf_stream_take_bad(t->input, &total, last, sizeof last);
+        if (fresh > 0)
+            fprintf(stderr,
+                    "psflow %s %d: skipped %lld bad line(s) (data.on_error skip; %lld of at most "
+                    "%lld so far), the last: %s\n",
+                    worker_who(t), t->o->task, (long long)fresh, (long long)total,
+                    (long long)t->spec->data.max_bad_lines, last);
     } else {
         pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     }
@@ -130,6 +138,12 @@ static pf_status open_input(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     if (!spec->data.streaming) {
         pf_status st = pf_dataset_load(spec, false, &t->train, err);
+        if (st == PF_OK && t->train.skipped > 0)
+            fprintf(stderr,
+                    "psflow %s %d: skipped %lld bad line(s) of the training files "
+                    "(data.on_error skip, at most %lld)\n",
+                    worker_who(t), t->o->task, (long long)t->train.skipped,
+                    (long long)spec->data.max_bad_lines);
         if (st == PF_OK && !(t->sampler = pf_sampler_create(t->train.n, spec->training.seed, true)))
             st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         return st;

@@ -116,6 +116,10 @@ static const field data_fields[] = {
     {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = BIT(PF_DATA_CRITEO)},
     {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64,
      .only = BIT(PF_DATA_CRITEO)},
+    {"on_error", K_ENUM, AT(data.on_error), .names = pf_spec_on_error_names,
+     .max = PF_ON_ERROR_SKIP, .def = PF_ON_ERROR_FAIL, .only = BIT(PF_DATA_CRITEO)},
+    {"max_bad_lines", K_INT64, AT(data.max_bad_lines), .min = 1, .max = 1LL << 40, .def = 1000,
+     .only = BIT(PF_DATA_CRITEO)},
 };
 
 static const field decay_fields[] = {

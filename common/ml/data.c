@@ -61,7 +61,9 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
         int n_paths = 0;
         status = pf_input_expand(files, n_files, &paths, &n_paths, err);
         if (status == PF_OK)
-            status = pf_criteo_load(paths, n_paths, &spec->model, out, err);
+            status = pf_criteo_load_skipping(
+                paths, n_paths, &spec->model,
+                d->on_error == PF_ON_ERROR_SKIP ? d->max_bad_lines : -1, out, err);
         pf_input_free(paths, n_paths);
         if (status != PF_OK)
             set_pointer(err, pointer);

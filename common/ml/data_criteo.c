@@ -72,6 +72,22 @@ static pf_status grow(pf_dataset *out, int64_t *cap, pf_error *err) {
 
 pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *model,
                          pf_dataset *out, pf_error *err) {
+    return pf_criteo_load_skipping(paths, n_paths, model, -1, out, err);
+}
+
+/* A bad line described by err, skipped: counted, and an error once more than max_bad were. */
+static pf_status skip_line(pf_dataset *out, int64_t max_bad, pf_error *err) {
+    if (++out->skipped <= max_bad)
+        return PF_OK;
+    char last[sizeof err->message];
+    snprintf(last, sizeof last, "%s", err->message);
+    return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                        "more than %lld bad lines (data.max_bad_lines); the last: %s",
+                        (long long)max_bad, last);
+}
+
+pf_status pf_criteo_load_skipping(char *const *paths, int n_paths, const pf_model_spec *model,
+                                  int64_t max_bad, pf_dataset *out, pf_error *err) {
     memset(out, 0, sizeof *out);
     out->features = pf_model_input_width(model);
     out->num_classes = 2;
@@ -82,8 +98,15 @@ pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *m
         if ((st = pf_criteo_open(paths[i], 0, &r, err)) != PF_OK)
             break;
         pf_criteo_row row;
-        while ((st = pf_criteo_next(r, &row, err)) == PF_OK) {
-            if ((st = grow(out, &cap, err)) != PF_OK)
+        for (;;) {
+            st = pf_criteo_next(r, &row, err);
+            if (st == PF_ERR_FORMAT && max_bad >= 0) {
+                int ended = pf_criteo_ended(r);
+                if ((st = skip_line(out, max_bad, err)) != PF_OK || ended)
+                    break; /* over the limit, or the corrupt rest of a gzip file */
+                continue;
+            }
+            if (st != PF_OK || (st = grow(out, &cap, err)) != PF_OK)
                 break;
             data_criteo_example(model, &row, out->x + (size_t)out->n * (size_t)out->features);
             out->y[out->n++] = (float)row.label;

@@ -175,7 +175,9 @@ typedef struct stream {
     int n;
     int *splits;
     int64_t *count;
-    int64_t epoch_len; /* the sum once every split is counted, else -1 */
+    int64_t epoch_len;    /* the sum once every split is counted, else -1 */
+    int64_t *bad_seen;    /* per split: bad lines skipped and counted so far (data.on_error) */
+    int64_t bad_in_split; /* reader thread: bad lines skipped in the open split */
     /* reader thread only */
     int *order;       /* the split order of `epoch` */
     int64_t epoch;    /* -1: none drawn yet */
@@ -207,6 +209,10 @@ struct pf_stream_source {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    /* data.on_error skip: at most max_bad distinct bad lines (-1: the first fails); under mu,
+     * the count, those not yet taken (pf_stream_take_bad) and the last one's message */
+    int64_t max_bad, bad_total, bad_new;
+    char bad_msg[sizeof(((pf_error *)0)->message)];
 };
 
 static void close_split(stream *st) {
@@ -221,6 +227,7 @@ static void set_epoch(const pf_stream_source *s, stream *st, int64_t epoch) {
     st->epoch = epoch;
     st->at = 0;
     st->in_split = 0;
+    st->bad_in_split = 0;
 }
 
 /* After the open split ended with `in_split` examples: counts it and moves to the next split
@@ -229,6 +236,7 @@ static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err
     close_split(st);
     st->count[st->order[st->at]] = st->in_split;
     st->in_split = 0;
+    st->bad_in_split = 0;
     if (++st->at < st->n)
         return PF_OK;
     int64_t sum = 0;
@@ -243,8 +251,32 @@ static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err
     return PF_OK;
 }
 
-/* Reads the stream's next example into st->row (and *y), opening splits as needed. */
-static pf_status read_next(const pf_stream_source *s, stream *st, float *y, pf_error *err) {
+/* A bad line in the open split, described by err, skipped (data.on_error skip): counted the
+ * first time the split's reading gets this far, and an error once more than max_bad_lines
+ * were. */
+static pf_status skip_bad(pf_stream_source *s, stream *st, pf_error *err) {
+    int64_t *seen = &st->bad_seen[st->order[st->at]];
+    if (++st->bad_in_split <= *seen)
+        return PF_OK; /* read again (a rollback, a seek): counted already */
+    *seen = st->bad_in_split;
+    pthread_mutex_lock(&s->mu);
+    int64_t total = ++s->bad_total;
+    s->bad_new++;
+    snprintf(s->bad_msg, sizeof s->bad_msg, "%s", err->message);
+    pthread_mutex_unlock(&s->mu);
+    if (total <= s->max_bad)
+        return PF_OK;
+    char last[sizeof err->message];
+    snprintf(last, sizeof last, "%s", err->message);
+    return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                        "more than %lld bad lines (data.max_bad_lines); the last: %s",
+                        (long long)s->max_bad, last);
+}
+
+/* Reads the stream's next example into st->row (and *y), opening splits as needed; with
+ * data.on_error skip, past bad lines (and past the corrupt rest of a gzip file: the split
+ * ends there). */
+static pf_status read_next(pf_stream_source *s, stream *st, float *y, pf_error *err) {
     for (;;) {
         if (!st->r) {
             const split *sp = &s->splits[st->splits[st->order[st->at]]];
@@ -262,6 +294,14 @@ static pf_status read_next(const pf_stream_source *s, stream *st, float *y, pf_e
             st->q++;
             return PF_OK;
         }
+        if (rc == PF_ERR_FORMAT && s->max_bad >= 0) {
+            int ended = pf_criteo_ended(st->r);
+            if ((rc = skip_bad(s, st, err)) != PF_OK)
+                return rc;
+            if (!ended)
+                continue;
+            rc = PF_ERR_NOT_FOUND;
+        }
         if (rc != PF_ERR_NOT_FOUND)
             return rc;
         if ((rc = next_split(s, st, err)) != PF_OK)
@@ -272,7 +312,7 @@ static pf_status read_next(const pf_stream_source *s, stream *st, float *y, pf_e
 /* Positions the reader so that its next example is stream position `target`: from the start
  * of the epoch that holds it when it lies behind, skipping whole splits whose count is known,
  * then reading on. */
-static pf_status seek(const pf_stream_source *s, stream *st, int64_t target, pf_error *err) {
+static pf_status seek(pf_stream_source *s, stream *st, int64_t target, pf_error *err) {
     if (target < st->q || st->epoch < 0) {
         close_split(st);
         int64_t epoch = st->epoch_len > 0 ? target / st->epoch_len : 0;
@@ -432,11 +472,13 @@ static pf_status init_streams(pf_stream_source *s, int cap, pf_error *err) {
         st->splits = pf_mallocarray((size_t)st->n, sizeof *st->splits);
         st->count = pf_mallocarray((size_t)st->n, sizeof *st->count);
         st->order = pf_mallocarray((size_t)st->n, sizeof *st->order);
+        st->bad_seen = pf_calloc((size_t)st->n, sizeof *st->bad_seen);
         st->row = pf_mallocarray((size_t)s->features, sizeof(float));
         st->cap = cap;
         st->ring_x = pf_mallocarray((size_t)cap * (size_t)s->features, sizeof(float));
         st->ring_y = pf_mallocarray((size_t)cap, sizeof(float));
-        if (!st->splits || !st->count || !st->order || !st->row || !st->ring_x || !st->ring_y)
+        if (!st->splits || !st->bad_seen || !st->count || !st->order || !st->row || !st->ring_x ||
+            !st->ring_y)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory for the input streams");
         for (int i = 0; i < st->n; i++) {
             st->splits[i] = j + i * s->n_streams;
@@ -464,6 +506,7 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     s->n_streams = streams;
     s->block = block;
     s->features = pf_model_input_width(&spec->model);
+    s->max_bad = spec->data.on_error == PF_ON_ERROR_SKIP ? spec->data.max_bad_lines : -1;
     pf_status st =
         pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
     if (st == PF_OK)
@@ -541,6 +584,17 @@ int pf_stream_files(const pf_stream_source *s) {
     return s->n_files;
 }
 
+int64_t pf_stream_take_bad(pf_stream_source *s, int64_t *total, char *last, size_t len) {
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->bad_new;
+    s->bad_new = 0;
+    *total = s->bad_total;
+    if (last && len)
+        snprintf(last, len, "%s", s->bad_msg);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 int pf_stream_splits(const pf_stream_source *s) {
     return s->n_splits;
 }
@@ -559,6 +613,7 @@ void pf_stream_close(pf_stream_source *s) {
         stream *st = &s->streams[j];
         close_split(st);
         pf_free(st->splits);
+        pf_free(st->bad_seen);
         pf_free(st->count);
         pf_free(st->order);
         pf_free(st->row);

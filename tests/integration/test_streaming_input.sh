@@ -16,8 +16,11 @@
 #     the other formats' readers take whole) stays under 200 MiB with its data segment
 #     limited to 1 GB (prlimit --data); the same job loading the file whole peaks above it;
 #     (Not under a sanitizer build, whose shadow memory makes RSS meaningless.)
-#  4. refusals: fewer splits than replicas (one gzip file for 2), and `psflow train` of a streaming spec, exit with
-#     a message that says what to do.
+#  4. refusals: fewer splits than replicas (one gzip file for 2), and `psflow train` of a
+#     streaming spec, exit with a message that says what to do;
+#  5. bad lines (a non-hex id, a number past int64, a short line, a gzip file cut short):
+#     the worker exits 65 naming the first by file, line and column; with data.on_error
+#     skip the job completes and the 4 are counted once each in the worker's log.
 source "$(dirname "$0")/lib.sh"
 
 "$PSFLOW_BIN" data gen criteo --rows 40000 --files 5 --seed 5 --out "$WORK/gen" >gen.out ||
@@ -149,5 +152,40 @@ TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") expect_exit 65 "$PSF
 grep -q 'give at least 2 gzip files' "$WORK/stderr" || fail "fewer splits than replicas: $(cat "$WORK/stderr")"
 expect_exit 69 "$PSFLOW_BIN" train two.json
 grep -q 'train streamed files on a cluster' "$WORK/stderr" || fail "psflow train: $(cat "$WORK/stderr")"
+
+# --- 5. bad lines: refused by name, or skipped and counted --------------------------------
+mkdir "$WORK/dirty"
+head -2000 "$WORK/gen/part-00004.tsv" |
+  awk -F'\t' 'BEGIN{OFS="\t"} NR==41{$16="beef!"} NR==77{$3="99999999999999999999"} NR==90{NF=20} {print}' \
+    >"$WORK/dirty/a.tsv"
+sed -n 2001,4000p "$WORK/gen/part-00004.tsv" | gzip >"$WORK/dirty/b.tsv.gz"
+truncate -s -100 "$WORK/dirty/b.tsv.gz" # cut short: its corrupt end is one more bad line
+spec dirty 1 1 1 80 0 "$WORK/dirty" >dirty.json
+read -r -a P <<<"$(free_ports 2)"
+TF_CONFIG=$(tf_config ps 0 "${P[0]}" "${P[1]}") "$PSFLOW_BIN" ps --job dirty.json \
+  --checkpoint-dir "$WORK/ck-dirty" 2>"$WORK/dirty-ps.log" &
+DIRTY_PS=$!
+TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]}") expect_exit 65 "$PSFLOW_BIN" worker \
+  --job dirty.json --checkpoint-dir "$WORK/ck-dirty"
+kill "$DIRTY_PS" 2>/dev/null || true
+wait "$DIRTY_PS" 2>/dev/null || true
+grep -q 'a.tsv:41: column C2: .beef!. is not a hex id' "$WORK/stderr" ||
+  fail "a bad line without on_error skip: $(tail -3 "$WORK/stderr")"
+python3 - dirty.json >skip.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "skip"
+d["data"].update(on_error="skip", max_bad_lines=10)
+json.dump(d, sys.stdout)
+PY
+rm -f "$WORK"/worker*.log
+run_static_cluster skip.json 1 1 "$WORK/ck-skip" >/dev/null
+SKIPPED=$(sed -n 's/.*skipped [0-9]* bad line(s) (data.on_error skip; \([0-9]*\) of at most 10 so far).*/\1/p' \
+  "$WORK/worker0.log" | tail -1)
+[ "$SKIPPED" = 4 ] || fail "skipped '$SKIPPED' bad lines, not 4: $(grep skipped "$WORK/worker0.log")"
+grep -q 'a.tsv:90: .*' "$WORK/worker0.log" || grep -q 'b.tsv.gz' "$WORK/worker0.log" ||
+  fail "the skipped lines are not named"
+grep 'skipped' "$WORK/worker0.log" | head -4
+echo "a bad line fails the worker (exit 65) naming a.tsv:41 column C2; with on_error skip 4 bad lines skipped and counted"
 
 pass "2 workers = 1 worker of 2 replicas (max |diff| $EQUIV); three kill -9 faults end as the clean run (max |diff| $FAULT_DIFF, auc $AUC_FAULTS); a $((BIG >> 20)) MiB file streamed in $((RSS / 1024)) MiB peak RSS, $((WHOLE / 1024)) MiB loaded whole"

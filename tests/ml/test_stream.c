@@ -30,6 +30,7 @@
 #define ROWS  1500
 
 static char dir[256];
+static const char *data_extra = ""; /* more data fields, each ending in ", " */
 static char *paths[FILES];
 static pf_dataset files[FILES]; /* each file loaded whole: the reference */
 
@@ -52,11 +53,11 @@ static void make_spec(pf_job_spec *spec, const char *train, uint64_t seed) {
             (size_t)snprintf(json + at, sizeof json - at,
                              "%s{\"name\": \"c%d\", \"vocab\": 100, \"dim\": 2}", f ? ", " : "", f);
     snprintf(json + at, sizeof json - at,
-             "]}, \"data\": {\"format\": \"criteo\", \"streaming\": true, \"train\": %s,"
+             "]}, \"data\": {\"format\": \"criteo\", \"streaming\": true, %s\"train\": %s,"
              " \"test\": [\"t.tsv\"]},"
              " \"training\": {\"mode\": \"sync\", \"batch_size\": 8, \"max_steps\": 10,"
              " \"seed\": %llu}}",
-             train, (unsigned long long)seed);
+             data_extra, train, (unsigned long long)seed);
     pf_error err;
     pf_status st = pf_job_spec_parse(json, strlen(json), spec, &err);
     if (st != PF_OK)
@@ -423,6 +424,123 @@ static void test_one_file_many_streams(void **state) {
     pf_stream_close(s);
 }
 
+/* Writes the first `lines` lines of paths[i] to path, line k (from 1) replaced by a bad one
+ * (a non-hex id in C2) for each k in bad[0..n_bad). */
+static void write_with_bad(const char *path, int i, int lines, const int *bad, int n_bad) {
+    size_t len;
+    char *text = data_read(paths[i], 64 << 20, &len), *out = pf_malloc(len + 4096);
+    size_t at = 0;
+    const char *line = text;
+    for (int k = 1; k <= lines; k++) {
+        const char *end = strchr(line, '\n');
+        int is_bad = 0;
+        for (int j = 0; j < n_bad; j++)
+            is_bad |= bad[j] == k;
+        if (is_bad) {
+            at += (size_t)sprintf(out + at, "1");
+            for (int f = 0; f < PF_CRITEO_NUMERIC; f++)
+                at += (size_t)sprintf(out + at, "\t2");
+            for (int f = 0; f < PF_CRITEO_CATEGORICAL; f++)
+                at += (size_t)sprintf(out + at, "\t%s", f == 1 ? "zz" : "ab");
+            out[at++] = '\n';
+        } else {
+            memcpy(out + at, line, (size_t)(end - line) + 1);
+            at += (size_t)(end - line) + 1;
+        }
+        line = end + 1;
+    }
+    data_write(path, out, at);
+    pf_free(text);
+    pf_free(out);
+}
+
+/* data.on_error skip: bad lines are passed over (the examples are the good lines in order),
+ * each counted once however often a rollback reads it again, up to max_bad_lines; one more
+ * fails naming the limit and the line; a truncated gzip file ends its split, counted. The
+ * same for files loaded whole. */
+static void test_skip_bad_lines(void **state) {
+    (void)state;
+    char sub[300], a[400], b[400], train[900];
+    snprintf(sub, sizeof sub, "%s/skip", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(a, sizeof a, "%s/a.tsv", sub);
+    snprintf(b, sizeof b, "%s/b.tsv.gz", sub);
+    const int bad_a[] = {2, 5, 6};
+    write_with_bad(a, 0, 10, bad_a, 3); /* 7 good lines */
+    size_t len;                         /* b: 10 good lines, gzip cut short */
+    char *text = data_read(paths[1], 64 << 20, &len), *cut = text;
+    for (int k = 0; k < 10; k++)
+        cut = strchr(cut, '\n') + 1;
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s/b.full.gz", sub);
+    data_write_gz(tmp, text, (size_t)(cut - text));
+    pf_free(text);
+    size_t gz_len;
+    char *gz = data_read(tmp, 1 << 20, &gz_len);
+    data_write(b, gz, gz_len - 12); /* no trailer, part of the last block */
+    pf_free(gz);
+    unlink(tmp);
+    snprintf(train, sizeof train, "[\"%s\", \"%s\"]", a, b);
+
+    data_extra = "\"on_error\": \"skip\", \"max_bad_lines\": 4, ";
+    pf_stream_source *s = open_source(train, 1, 1, 1);
+    const pf_dataset *d = &files[0];
+    int w = pf_stream_features(s);
+    float *x = pf_mallocarray((size_t)w, sizeof(float)), y;
+    pf_error err;
+    const int good[] = {0, 2, 3, 6, 7, 8, 9}; /* a's lines kept (from 0) */
+    int64_t total = -1;
+    char last[512];
+    int found_a = 0;
+    for (int64_t p = 0; p < 40 && !found_a; p++) { /* the split order may put b first */
+        assert_int_equal(pf_stream_gather(s, p, 1, x, &y, NULL, &err), PF_OK);
+        if (memcmp(x, d->x + (size_t)good[0] * (size_t)w, (size_t)w * sizeof(float)) == 0) {
+            for (int g = 1; g < 7; g++) {
+                assert_int_equal(pf_stream_gather(s, p + g, 1, x, &y, NULL, &err), PF_OK);
+                assert_memory_equal(x, d->x + (size_t)good[g] * (size_t)w,
+                                    (size_t)w * sizeof(float));
+            }
+            found_a = 1;
+            assert_int_equal(pf_stream_gather(s, 0, 1, x, &y, NULL, &err), PF_OK);  /* back */
+            assert_int_equal(pf_stream_gather(s, 60, 1, x, &y, NULL, &err), PF_OK); /* on */
+        }
+    }
+    assert_true(found_a);
+    pf_stream_take_bad(s, &total, last, sizeof last);
+    assert_int_equal(total, 4); /* a's 3 and b's corrupt end, once each */
+    pf_stream_close(s);
+
+    data_extra = "\"on_error\": \"skip\", \"max_bad_lines\": 2, ";
+    s = open_source(train, 1, 1, 1);
+    pf_status st = PF_OK;
+    for (int64_t p = 0; p < 40 && st == PF_OK; p++)
+        st = pf_stream_gather(s, p, 1, x, &y, NULL, &err);
+    assert_int_equal(st, PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "more than 2 bad lines (data.max_bad_lines)"));
+    pf_stream_close(s);
+    data_extra = "";
+
+    pf_job_spec spec; /* loaded whole */
+    make_spec(&spec, train, 1);
+    char *both[] = {a, b};
+    pf_dataset whole;
+    assert_int_equal(pf_criteo_load_skipping(both, 2, &spec.model, 4, &whole, &err), PF_OK);
+    assert_int_equal(whole.skipped, 4);
+    print_message("loaded whole: %lld examples, %lld skipped\n", (long long)whole.n,
+                  (long long)whole.skipped);
+    assert_true(whole.n >= 7 + 8 && whole.n <= 7 + 10);
+    pf_dataset_deinit(&whole);
+    assert_int_equal(pf_criteo_load_skipping(both, 2, &spec.model, 3, &whole, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "more than 3 bad lines"));
+    assert_int_equal(pf_criteo_load(both, 2, &spec.model, &whole, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "a.tsv:2: column C2"));
+    pf_job_spec_deinit(&spec);
+    pf_free(x);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", sub);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* Entries: a folder (without its truth.json), a pattern, a file; sorted per entry. */
 static void test_expand(void **state) {
     (void)state;
@@ -455,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_one_file_many_streams),
+        cmocka_unit_test(test_skip_bad_lines),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

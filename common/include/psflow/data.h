@@ -31,6 +31,7 @@ typedef struct pf_dataset {
     int num_classes; /* 1 + largest label for classification data; 0 for regression */
     float *x;        /* [n, features], owned */
     float *y;        /* [n], owned: class index (exact integer) or regression target */
+    int64_t skipped; /* bad lines skipped while reading (criteo, data.on_error skip) */
 } pf_dataset;
 
 /* Allocates x [n, features] and y [n] for out (zeroed first); sets out->n and out->features.
@@ -87,6 +88,12 @@ pf_status pf_libsvm_parse(const char *text, size_t len, const char *what, int fe
  * PF_ERR_NOMEM. */
 pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *model,
                          pf_dataset *out, pf_error *err);
+
+/* Same, skipping up to max_bad bad lines (and the corrupt rest of a gzip file) instead of
+ * failing: out->skipped counts them, and one more is PF_ERR_FORMAT naming the limit and the
+ * last line (data.on_error skip, data.max_bad_lines). */
+pf_status pf_criteo_load_skipping(char *const *paths, int n_paths, const pf_model_spec *model,
+                                  int64_t max_bad, pf_dataset *out, pf_error *err);
 
 /* Reads a LIBSVM file as sparse examples of a model with embeddings (model.h): the ids of
  * the line name feature f's rows when they fall in f's range (feature 0 owns the first

@@ -55,6 +55,9 @@ typedef enum {
 typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
 /* What a job does when training produces a NaN or infinite loss, gradient or value. */
 typedef enum { PF_NONFINITE_FAIL, PF_NONFINITE_ROLLBACK } pf_nonfinite_action;
+
+/* data.on_error (criteo): a bad line fails the task, or is skipped and counted. */
+typedef enum { PF_ON_ERROR_FAIL, PF_ON_ERROR_SKIP } pf_on_error;
 typedef enum { PF_PLACE_ROUND_ROBIN, PF_PLACE_GREEDY } pf_placement_strategy;
 typedef enum {
     PF_PART_NONE,
@@ -154,6 +157,10 @@ typedef struct pf_data_spec {
     bool streaming;
     int split_mb; /* criteo with streaming: plain files are cut into ranges of about this many
                      MiB, 1..1048576 [64] */
+    /* criteo: a bad line (or the corrupt rest of a gzip file) fails the task [fail], or is
+     * skipped and counted, at most max_bad_lines of them (1..2^40) [1000] */
+    pf_on_error on_error;
+    int64_t max_bad_lines;
 } pf_data_spec;
 
 /* Data a generator draws (synthetic_linear, synthetic_ctr) rather than files. */

@@ -26,6 +26,7 @@
 #ifndef PSFLOW_STREAM_H
 #define PSFLOW_STREAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "psflow/spec.h"
@@ -60,9 +61,10 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
 
 /* Copies the examples at global stream positions start .. start+count-1 into x [count,
  * features] and y [count] (labels, when not NULL, receives y as int32), waiting for the
- * reader as needed. Errors: PF_ERR_FORMAT (a bad line: file, line and column named; a stream
- * whose files hold no example), PF_ERR_IO; the example at fault and those after it in its
- * stream are not given. */
+ * reader as needed. Errors: PF_ERR_FORMAT (a bad line: file, line and column named, or with
+ * data.on_error skip more than data.max_bad_lines of them; a stream whose files hold no
+ * example), PF_ERR_IO; the example at fault and those after it in its stream are not
+ * given. */
 pf_status pf_stream_gather(pf_stream_source *s, int64_t start, int count, float *x, float *y,
                            int32_t *labels, pf_error *err);
 
@@ -71,6 +73,11 @@ int pf_stream_features(const pf_stream_source *s);
 
 /* The files the training entries expanded to. */
 int pf_stream_files(const pf_stream_source *s);
+
+/* With data.on_error skip: the bad lines skipped since the last call (each line counted once,
+ * however often a rollback reads it), *total those so far, last[len] the last one's message
+ * (file, line and column). Any thread. */
+int64_t pf_stream_take_bad(pf_stream_source *s, int64_t *total, char *last, size_t len);
 
 /* The splits they were cut into. */
 int pf_stream_splits(const pf_stream_source *s);

@@ -152,7 +152,7 @@ static void *worker_task_main(void *arg) {
         .ca_file = o->data_plane.ca_file,
     };
     wo.task_key = t->has_key > 0 ? t->key : NULL; /* its own key only (docs/security.md) */
-    t->result.accuracy = t->result.test_loss = NAN;
+    t->result.accuracy = t->result.test_loss = t->result.auc = t->result.calibration = NAN;
     pf_status st = worker_run(&wo, &t->result);
     worker_result_print(&wo, &t->result);
     /* The final evaluation and checkpoint reach the coordinator before the task reports
@@ -378,6 +378,18 @@ static json_t *staleness_lags(ps_server *ps) {
     return lags;
 }
 
+/* A succeeded chief's result; a two-class model's adds test_auc and test_calibration. */
+static json_t *result_json(const worker_result *r) {
+    json_t *o =
+        json_pack("{s:o, s:o, s:I}", "accuracy", agent_number_json(r->accuracy), "test_loss",
+                  agent_number_json(r->test_loss), "steps", (json_int_t)r->steps);
+    if (o && !isnan(r->auc))
+        json_object_set_new(o, "test_auc", agent_number_json(r->auc));
+    if (o && !isnan(r->calibration))
+        json_object_set_new(o, "test_calibration", agent_number_json(r->calibration));
+    return o;
+}
+
 static json_t *heartbeat_body(agent *a) {
     pthread_mutex_lock(&a->mu);
     task *t = a->t;
@@ -396,11 +408,7 @@ static json_t *heartbeat_body(agent *a) {
         if (b && t->state == TASK_FAILED && t->reason)
             json_object_set_new(b, "reason", json_string(t->reason));
         if (b && t->state == TASK_SUCCEEDED && t->result.steps)
-            json_object_set_new(b, "result",
-                                json_pack("{s:o, s:o, s:I}", "accuracy",
-                                          agent_number_json(t->result.accuracy), "test_loss",
-                                          agent_number_json(t->result.test_loss), "steps",
-                                          (json_int_t)t->result.steps));
+            json_object_set_new(b, "result", result_json(&t->result));
         if (b && t->state == TASK_RUNNING) /* the membership this task runs with */
             json_object_set_new(b, "workers",
                                 json_integer(t->ps

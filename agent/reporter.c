@@ -257,6 +257,18 @@ static json_t *checkpoint_item(const worker_report *rep) {
     return item;
 }
 
+/* An evaluation; a two-class model's adds test_auc and test_calibration. */
+static json_t *eval_item(const worker_report *rep) {
+    json_t *item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time",
+                             rep->time, "accuracy", agent_number_json(rep->accuracy), "test_loss",
+                             agent_number_json(rep->test_loss));
+    if (item && !isnan(rep->auc))
+        json_object_set_new(item, "test_auc", agent_number_json(rep->auc));
+    if (item && !isnan(rep->calibration))
+        json_object_set_new(item, "test_calibration", agent_number_json(rep->calibration));
+    return item;
+}
+
 void agent_reporter_add(void *ctx, const worker_report *rep) {
     agent_reporter *r = ctx;
     if (!r)
@@ -268,9 +280,7 @@ void agent_reporter_add(void *ctx, const worker_report *rep) {
                          agent_number_json(rep->examples_per_sec), "step_time_seconds",
                          agent_number_json(rep->step_time_seconds));
     else if (rep->kind == WORKER_REPORT_EVAL)
-        item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time", rep->time,
-                         "accuracy", agent_number_json(rep->accuracy), "test_loss",
-                         agent_number_json(rep->test_loss));
+        item = eval_item(rep);
     else if (rep->kind == WORKER_REPORT_ROLLBACK && rep->reason)
         item = json_pack("{s:I, s:I, s:f, s:s, s:s}", "from", (json_int_t)rep->from_step, "to",
                          (json_int_t)rep->step, "time", rep->time, "reason", rep->reason, "message",

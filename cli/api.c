@@ -216,6 +216,10 @@ void api_view_update(api_job_view *v, const json_t *o) {
         v->has_accuracy = api_jnum(o, "accuracy", &v->accuracy);
     if (json_object_get(o, "test_loss"))
         v->has_test_loss = api_jnum(o, "test_loss", &v->test_loss);
+    if (json_object_get(o, "test_auc"))
+        v->has_test_auc = api_jnum(o, "test_auc", &v->test_auc);
+    if (json_object_get(o, "test_calibration"))
+        v->has_test_calibration = api_jnum(o, "test_calibration", &v->test_calibration);
     if (json_object_get(o, "steps_per_sec"))
         v->has_rate = api_jnum(o, "steps_per_sec", &v->steps_per_sec) && v->steps_per_sec > 0;
     if (json_object_get(o, "eta_seconds"))

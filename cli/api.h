@@ -47,6 +47,8 @@ typedef struct api_job_view {
     long long step, max_steps; /* -1: unknown */
     bool has_loss, has_accuracy, has_test_loss, has_rate, has_eta;
     double loss, accuracy, test_loss, steps_per_sec, eta_seconds; /* eta: the coordinator's */
+    bool has_test_auc, has_test_calibration; /* a two-class job's, once evaluated */
+    double test_auc, test_calibration;
 } api_job_view;
 
 /* --- requests --- */

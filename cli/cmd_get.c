@@ -89,6 +89,10 @@ static void print_job(const json_t *job) {
         printf("Accuracy:    %.4f\n", v.accuracy);
     if (v.has_test_loss)
         printf("Test loss:   %.6g\n", v.test_loss);
+    if (v.has_test_auc)
+        printf("Test AUC:    %.4f\n", v.test_auc);
+    if (v.has_test_calibration) /* mean prediction over mean label */
+        printf("Calibration: %.4g\n", v.test_calibration);
     double x;
     if (api_jnum(st, "steps_per_sec", &x))
         printf("Steps/s:     %.1f\n", x);

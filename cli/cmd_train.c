@@ -70,9 +70,10 @@ static void print_eval(const pf_session *s, const pf_eval *ev, bool tty) {
         fprintf(stderr, "eval   step %lld  %s loss %.6f\n", (long long)pf_session_global_step(s),
                 set, ev->loss_sum / (double)ev->examples);
     else if (!isnan(ev->auc))
-        fprintf(stderr, "eval   step %lld  %s loss %.4f  %s accuracy %.4f  %s auc %.4f\n",
+        fprintf(stderr,
+                "eval   step %lld  %s loss %.4f  %s accuracy %.4f  %s auc %.4f  calibration %.4g\n",
                 (long long)pf_session_global_step(s), set, ev->loss_sum / (double)ev->examples, set,
-                (double)ev->correct / (double)ev->examples, set, ev->auc);
+                (double)ev->correct / (double)ev->examples, set, ev->auc, ev->calibration);
     else
         fprintf(stderr, "eval   step %lld  %s loss %.4f  %s accuracy %.4f\n",
                 (long long)pf_session_global_step(s), set, ev->loss_sum / (double)ev->examples, set,
@@ -266,6 +267,10 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
             json_object_set_new(o, "message", json_string(nonfinite));
         if (o && !isnan(ev->auc))
             json_object_set_new(o, "test_auc", pf_json_number(ev->auc));
+        if (o && !isnan(ev->calibration))
+            json_object_set_new(o, "test_calibration", pf_json_number(ev->calibration));
+        if (o && pf_model_two_class(&t->spec.model)) /* its test loss: the mean cross-entropy */
+            json_object_set_new(o, "test_logloss", pf_json_number(test_loss));
         if (o && !isnan(t->bayes_auc))
             json_object_set_new(o, "bayes_auc", pf_json_number(t->bayes_auc));
         char *text =
@@ -279,10 +284,10 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
     } else if (nonfinite[0]) {
         printf("%s: stopped at step %lld: %s\n", name, (long long)steps, nonfinite);
     } else if (classifier && !isnan(ev->auc)) {
-        printf("%s: %lld steps, loss %.4f, test accuracy %.4f, test auc %.4f%s, %.0f examples/s, "
-               "%.1f s\n",
-               name, (long long)steps, loss, accuracy, ev->auc, t->bayes_text, examples_per_sec,
-               seconds);
+        printf("%s: %lld steps, loss %.4f, test accuracy %.4f, test auc %.4f%s, test logloss %.4f, "
+               "calibration %.4g, %.0f examples/s, %.1f s\n",
+               name, (long long)steps, loss, accuracy, ev->auc, t->bayes_text, test_loss,
+               ev->calibration, examples_per_sec, seconds);
     } else if (classifier) {
         printf("%s: %lld steps, loss %.4f, test accuracy %.4f, %.0f examples/s, %.1f s\n", name,
                (long long)steps, loss, accuracy, examples_per_sec, seconds);
@@ -293,7 +298,7 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
 }
 
 int cli_train(const cli_command *cmd, int argc, char **argv) {
-    train_run t = {.prog.tty = isatty(STDERR_FILENO) != 0, .ev.auc = NAN};
+    train_run t = {.prog.tty = isatty(STDERR_FILENO) != 0, .ev.auc = NAN, .ev.calibration = NAN};
     int format, backend;
     const char *save;
     long long memory;

@@ -51,6 +51,10 @@ static void event_summary(const char *event, const json_t *d, char *buf, size_t 
             n += snprintf(buf + n, cap - (size_t)n, "  loss %.4f", v.loss);
         if (v.has_accuracy && n >= 0 && (size_t)n < cap)
             n += snprintf(buf + n, cap - (size_t)n, "  accuracy %.4f", v.accuracy);
+        if (v.has_test_auc && n >= 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "  auc %.4f", v.test_auc);
+        if (v.has_test_calibration && n >= 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "  calibration %.4g", v.test_calibration);
         /* While Running the message stays the same; elsewhere it says what changed. */
         if (strcmp(v.phase, "Running") != 0 && v.message[0] && n >= 0 && (size_t)n < cap)
             snprintf(buf + n, cap - (size_t)n, "  %s", v.message);
@@ -66,6 +70,10 @@ static void event_summary(const char *event, const json_t *d, char *buf, size_t 
             n += snprintf(buf + n, cap - (size_t)n, "  accuracy %.4f", x);
         if (api_jnum(d, "test_loss", &x) && n >= 0 && (size_t)n < cap)
             n += snprintf(buf + n, cap - (size_t)n, "  test loss %.4f", x);
+        if (api_jnum(d, "test_auc", &x) && n >= 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "  auc %.4f", x);
+        if (api_jnum(d, "test_calibration", &x) && n >= 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, "  calibration %.4g", x);
         if (api_jnum(d, "loss", &x) && n >= 0 && (size_t)n < cap)
             n += snprintf(buf + n, cap - (size_t)n, "  loss %.4f", x);
         if (api_jnum(d, "examples_per_sec", &y) && n >= 0 && (size_t)n < cap)

@@ -485,6 +485,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     }
     memset(spec, 0, sizeof *spec); /* stolen */
     j->loss = j->accuracy = j->test_loss = j->eval_loss = j->eval_accuracy = NAN;
+    j->test_auc = j->test_calibration = NAN;
     j->steps_per_sec = NAN; /* unknown until measured (cluster_rate.h) */
     j->eval_step = -1;
     j->phase = COORD_CREATED;
@@ -696,6 +697,10 @@ static void chief_succeeded(coord_cluster *c, coord_job *j, const coord_report *
         j->accuracy = acc;
     if (!isnan(tl))
         j->test_loss = tl;
+    if (!isnan(r->test_auc))
+        j->test_auc = r->test_auc;
+    if (!isnan(r->test_calibration))
+        j->test_calibration = r->test_calibration;
     if (r->steps > j->global_step && r->steps <= j->spec.training.max_steps)
         j->global_step = r->steps;
     /* Every ps has applied every step (a ps's version is the global step) and written the

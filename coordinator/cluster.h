@@ -105,8 +105,11 @@ typedef struct coord_job {
     int n_conds;
     int64_t global_step;
     double loss, accuracy, test_loss; /* NAN when unknown */
-    double eval_loss, eval_accuracy;  /* the evaluator task's latest; NAN when unknown */
-    int64_t eval_step;                /* the checkpoint it evaluated; -1 before any */
+    /* a two-class job's test AUC and calibration (mean prediction / mean label): the chief's
+     * latest; NAN when unknown. test_loss is then the logloss (mean cross-entropy). */
+    double test_auc, test_calibration;
+    double eval_loss, eval_accuracy; /* the evaluator task's latest; NAN when unknown */
+    int64_t eval_step;               /* the checkpoint it evaluated; -1 before any */
     double examples_per_sec, steps_per_sec;
     int restarts, generation;
     bool has_checkpoint;     /* a complete checkpoint was reported */
@@ -187,6 +190,7 @@ typedef struct coord_event {
             int64_t step;
             double time; /* as reported; NAN when absent */
             double loss, examples_per_sec, step_time_seconds, accuracy, test_loss;
+            double test_auc, test_calibration;
         } metric; /* POINT uses loss, examples_per_sec, step_time_seconds; EVAL the others */
         struct {
             char type[24];
@@ -225,8 +229,9 @@ typedef struct coord_report {
     long long updates, stale;
     bool has_rows; /* stats.rows_pulled and stats.rows_pushed given as integers >= 0 */
     long long rows_pulled, rows_pushed;
-    double accuracy, test_loss; /* result of a succeeded chief */
-    long long steps;            /* its result.steps; -1 when absent or not an integer >= 0 */
+    double accuracy, test_loss;        /* result of a succeeded chief */
+    double test_auc, test_calibration; /* its two-class figures; NAN when absent */
+    long long steps;                   /* its result.steps; -1 when absent or not an integer >= 0 */
 } coord_report;
 
 /* Metric reports (api/rest.md, POST /api/v1/jobs/{name}/metrics); NAN for an absent or
@@ -239,6 +244,7 @@ typedef struct coord_point {
 typedef struct coord_eval {
     int64_t step;
     double time, accuracy, test_loss;
+    double test_auc, test_calibration; /* a two-class model's; NAN when absent */
 } coord_eval;
 
 typedef struct coord_cluster {

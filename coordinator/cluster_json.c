@@ -108,6 +108,10 @@ json_t *coord_job_status_json(const coord_job *j) {
                   "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
     if (out) /* training that stopped advancing (cluster_rate.h) */
         json_object_update_new(out, stall_json(coord_rate_stalled_seconds(&j->rate)));
+    if (out) /* a two-class job's (null otherwise, and until the chief evaluates) */
+        json_object_update_new(out, json_pack("{s:o, s:o}", "test_auc",
+                                              json_number_or_null(j->test_auc), "test_calibration",
+                                              json_number_or_null(j->test_calibration)));
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
         json_object_update_new(
             out, json_pack("{s:o, s:o, s:o}", "eval_step",
@@ -145,6 +149,8 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->loss = num(s, "loss");
     j->accuracy = num(s, "accuracy");
     j->test_loss = num(s, "test_loss");
+    j->test_auc = num(s, "test_auc");
+    j->test_calibration = num(s, "test_calibration");
     j->eval_loss = num(s, "eval_loss");
     j->eval_accuracy = num(s, "eval_accuracy");
     json_t *es = json_object_get(s, "eval_step");
@@ -312,10 +318,12 @@ json_t *coord_event_json(const coord_event *e) {
                          "examples_per_sec", json_number_or_null(e->u.metric.examples_per_sec),
                          "step_time_seconds", json_number_or_null(e->u.metric.step_time_seconds));
     case COORD_EVENT_EVAL:
-        return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o}", "job", e->job, "task", e->u.metric.task,
-                         "step", (json_int_t)e->u.metric.step, "time", e->u.metric.time, "accuracy",
-                         json_number_or_null(e->u.metric.accuracy), "test_loss",
-                         json_number_or_null(e->u.metric.test_loss));
+        return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o}", "job", e->job, "task",
+                         e->u.metric.task, "step", (json_int_t)e->u.metric.step, "time",
+                         e->u.metric.time, "accuracy", json_number_or_null(e->u.metric.accuracy),
+                         "test_loss", json_number_or_null(e->u.metric.test_loss), "test_auc",
+                         json_number_or_null(e->u.metric.test_auc), "test_calibration",
+                         json_number_or_null(e->u.metric.test_calibration));
     case COORD_EVENT_LOG:
         return json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", e->job, "time",
                          coord_time_json(e->time), "type", e->u.log.type, "reason", e->u.log.reason,
@@ -382,6 +390,8 @@ void coord_report_from_json(json_t *r, coord_report *out) {
     json_t *res = json_object_get(r, "result");
     out->accuracy = num(res, "accuracy");
     out->test_loss = num(res, "test_loss");
+    out->test_auc = num(res, "test_auc");
+    out->test_calibration = num(res, "test_calibration");
     json_t *steps = json_object_get(res, "steps");
     out->steps = json_is_integer(steps) && json_integer_value(steps) >= 0
                      ? (long long)json_integer_value(steps)
@@ -412,8 +422,12 @@ pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const ch
     }
     for (size_t i = 0; i < n_evals; i++) {
         json_t *o = json_array_get(evals, i);
-        e[i] = (coord_eval){json_integer_value(json_object_get(o, "step")), num(o, "time"),
-                            num(o, "accuracy"), num(o, "test_loss")};
+        e[i] = (coord_eval){json_integer_value(json_object_get(o, "step")),
+                            num(o, "time"),
+                            num(o, "accuracy"),
+                            num(o, "test_loss"),
+                            num(o, "test_auc"),
+                            num(o, "test_calibration")};
     }
     coord_job_record_metrics(c, j, task, p, (int)n_points, e, (int)n_evals, now);
     pf_free(p);

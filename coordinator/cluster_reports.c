@@ -126,6 +126,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
         if (e) {
             e->u.metric.accuracy = acc;
             e->u.metric.test_loss = tl;
+            e->u.metric.test_auc = p->test_auc;
+            e->u.metric.test_calibration = p->test_calibration;
         }
         if (t && !strcmp(t->type,
                          "evaluator")) { /* eval_loss / eval_accuracy: never the chief's figures */
@@ -141,6 +143,10 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
             j->accuracy = acc;
         if (!isnan(tl))
             j->test_loss = tl;
+        if (!isnan(p->test_auc))
+            j->test_auc = p->test_auc;
+        if (!isnan(p->test_calibration))
+            j->test_calibration = p->test_calibration;
     }
     j->dirty = true;
     if (finished) {

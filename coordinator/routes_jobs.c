@@ -577,7 +577,8 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     static const char *const rtexts[] = {"reason", "message", NULL};
     static const char *const pkeys[] = {
         "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
-    static const char *const ekeys[] = {"step", "time", "accuracy", "test_loss", NULL};
+    static const char *const ekeys[] = {
+        "step", "time", "accuracy", "test_loss", "test_auc", "test_calibration", NULL};
     static const char *const req[] = {"step", "time", NULL};
     static const char *const steps[] = {"step", NULL}, *const rsteps[] = {"from", "to", NULL};
     const char *task = json_string_value(json_object_get(body, "task"));

@@ -55,6 +55,22 @@ static void family(text *t, const char *name, const char *type, const char *help
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A two-class job's test AUC and calibration, for the jobs whose chief reported them. */
+static void job_quality(text *t, const coord_cluster *c) {
+    family(t, "psflow_job_test_auc", "gauge",
+           "Test AUC of each two-class job (its chief's latest evaluation).");
+    for (int i = 0; i < c->n_jobs; i++)
+        if (!isnan(c->jobs[i]->test_auc))
+            put(t, "psflow_job_test_auc{job=\"%s\"} %.6g\n", c->jobs[i]->name,
+                c->jobs[i]->test_auc);
+    family(t, "psflow_job_test_calibration", "gauge",
+           "Test calibration of each two-class job: mean prediction over mean label.");
+    for (int i = 0; i < c->n_jobs; i++)
+        if (!isnan(c->jobs[i]->test_calibration))
+            put(t, "psflow_job_test_calibration{job=\"%s\"} %.6g\n", c->jobs[i]->name,
+                c->jobs[i]->test_calibration);
+}
+
 static char *prometheus(coord_server *s) {
     text t = {.st = PF_OK};
     pf_buf_init(&t.b, METRICS_MAX);
@@ -119,6 +135,7 @@ static char *prometheus(coord_server *s) {
     for (int i = 0; i < c->n_jobs; i++)
         if (!isnan(c->jobs[i]->loss))
             put(&t, "psflow_job_loss{job=\"%s\"} %.6g\n", c->jobs[i]->name, c->jobs[i]->loss);
+    job_quality(&t, c);
     family(&t, "psflow_job_restarts_total", "counter", "Gang restarts of each job.");
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,

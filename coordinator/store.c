@@ -59,6 +59,9 @@ static const char *const migrations[] = {
     "CREATE UNIQUE INDEX metrics_once ON metrics (job, task, incarnation, step);"
     "CREATE UNIQUE INDEX evals_once ON evals (job, task, incarnation, step);"
     "CREATE INDEX events_by_job_kind ON events (job, kind, id);",
+    /* 5: a two-class model's test AUC and calibration (mean prediction / mean label) */
+    "ALTER TABLE evals ADD COLUMN auc REAL;"
+    "ALTER TABLE evals ADD COLUMN calibration REAL;",
 };
 
 enum {
@@ -105,10 +108,12 @@ static const char *const queries[Q_COUNT] = {
                      " time = excluded.time, loss = excluded.loss,"
                      " examples_per_sec = excluded.examples_per_sec,"
                      " step_time = excluded.step_time WHERE excluded.time > metrics.time",
-    [Q_EVAL_ADD] = "INSERT INTO evals (job, task, incarnation, step, time, accuracy, test_loss)"
-                   " VALUES (?,?,?,?,?,?,?) ON CONFLICT(job, task, incarnation, step) DO UPDATE"
+    [Q_EVAL_ADD] = "INSERT INTO evals (job, task, incarnation, step, time, accuracy, test_loss,"
+                   " auc, calibration) VALUES (?,?,?,?,?,?,?,?,?)"
+                   " ON CONFLICT(job, task, incarnation, step) DO UPDATE"
                    " SET time = excluded.time, accuracy = excluded.accuracy,"
-                   " test_loss = excluded.test_loss WHERE excluded.time > evals.time",
+                   " test_loss = excluded.test_loss, auc = excluded.auc,"
+                   " calibration = excluded.calibration WHERE excluded.time > evals.time",
     [Q_METRICS_COUNT] = "SELECT COUNT(*), MIN(step) FROM metrics WHERE job = ? AND task = ?",
     /* The step below which a task's points are thinned: that of its `recent`-th newest. */
     [Q_METRICS_CUT] = "SELECT step FROM metrics WHERE job = ? AND task = ?"
@@ -547,9 +552,10 @@ pf_status coord_store_add_metrics(coord_store *s, const char *job, const char *t
             return PF_ERR_IO;
     }
     json_array_foreach(evals, i, p) {
-        if (run(bind(s, Q_EVAL_ADD, "ssiiddd", job, task, inc,
+        if (run(bind(s, Q_EVAL_ADD, "ssiiddddd", job, task, inc,
                      (int64_t)json_integer_value(json_object_get(p, "step")), jnum(p, "time"),
-                     jnum(p, "accuracy"), jnum(p, "test_loss"))) != PF_OK)
+                     jnum(p, "accuracy"), jnum(p, "test_loss"), jnum(p, "test_auc"),
+                     jnum(p, "test_calibration"))) != PF_OK)
             return PF_ERR_IO;
     }
     if (json_array_size(points) && thin_metrics(s, job, task, max_rows) != PF_OK)
@@ -629,17 +635,18 @@ json_t *coord_store_metrics(coord_store *s, const char *job, int64_t since_step,
         sqlite3_finalize(st);
     }
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT step, time, accuracy, test_loss, task FROM evals"
-                           " WHERE job = ? AND step >= ? ORDER BY step LIMIT 10000",
+                           "SELECT step, time, accuracy, test_loss, task, auc, calibration"
+                           " FROM evals WHERE job = ? AND step >= ? ORDER BY step LIMIT 10000",
                            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 2, since_step);
         while (sqlite3_step(st) == SQLITE_ROW)
-            json_array_append_new(evals, json_pack("{s:I, s:f, s:o, s:o, s:s}", "step",
-                                                   (json_int_t)sqlite3_column_int64(st, 0), "time",
-                                                   sqlite3_column_double(st, 1), "accuracy",
-                                                   real_or_null(st, 2), "test_loss",
-                                                   real_or_null(st, 3), "task", col_text(st, 4)));
+            json_array_append_new(
+                evals, json_pack("{s:I, s:f, s:o, s:o, s:o, s:o, s:s}", "step",
+                                 (json_int_t)sqlite3_column_int64(st, 0), "time",
+                                 sqlite3_column_double(st, 1), "accuracy", real_or_null(st, 2),
+                                 "test_loss", real_or_null(st, 3), "test_auc", real_or_null(st, 5),
+                                 "test_calibration", real_or_null(st, 6), "task", col_text(st, 4)));
         sqlite3_finalize(st);
     }
     return out;

@@ -61,19 +61,23 @@ pf_eval worker_chief_evaluate(trainer *t) {
         upload_batch(t, count);
         pf_model_eval_batch(t->model, params, t->d_x, t->d_y, t->d_labels, count, &ev);
     }
-    ev.auc = ev.scores && ev.examples == ds->n ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
+    bool whole = ev.scores && ev.examples == ds->n;
+    ev.auc = whole ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
+    ev.calibration = whole ? pf_calibration(ev.scores, ds->y, ds->n) : NAN;
     ev.scores = NULL;
     return ev;
 }
 
 typedef struct auc_text_buf {
-    char text[32];
+    char text[64];
 } auc_text_buf;
 
-/* " test auc 0.8123", or "" without an AUC. */
-static auc_text_buf auc_text(const char *set, double auc) {
+/* " test auc 0.8123 calibration 1.012", " test auc 0.8123", or "" without an AUC. */
+static auc_text_buf auc_text(const char *set, double auc, double calibration) {
     auc_text_buf b = {""};
-    if (!isnan(auc))
+    if (!isnan(auc) && !isnan(calibration))
+        snprintf(b.text, sizeof b.text, " %s auc %.4f calibration %.4g", set, auc, calibration);
+    else if (!isnan(auc))
         snprintf(b.text, sizeof b.text, " %s auc %.4f", set, auc);
     return b;
 }
@@ -84,7 +88,9 @@ void worker_chief_log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
                        .accuracy = t->spec->model.type == PF_MODEL_LINEAR
                                        ? NAN
                                        : (double)ev->correct / (double)ev->examples,
-                       .test_loss = ev->loss_sum / (double)ev->examples};
+                       .test_loss = ev->loss_sum / (double)ev->examples,
+                       .auc = ev->auc,
+                       .calibration = ev->calibration};
     worker_send_report(t, &r);
     const char *set = t->has_test ? "test" : "train";
     if (t->spec->model.type == PF_MODEL_LINEAR)
@@ -93,7 +99,8 @@ void worker_chief_log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
     else
         fprintf(stderr, "psflow chief: eval step %" PRIu64 " %s loss %.4f %s accuracy %.4f%s\n",
                 step, set, ev->loss_sum / (double)ev->examples, set,
-                (double)ev->correct / (double)ev->examples, auc_text(set, ev->auc).text);
+                (double)ev->correct / (double)ev->examples,
+                auc_text(set, ev->auc, ev->calibration).text);
 }
 
 /* --- checkpoints --- */

@@ -136,6 +136,7 @@ static pf_eval evaluate(evaluator *e) {
         pf_model_eval_batch(e->model, e->d_params, e->d_x, e->d_y, e->d_labels, count, &ev);
     }
     ev.auc = ev.scores ? pf_auc(ev.scores, ds->y, ds->n) : NAN;
+    ev.calibration = ev.scores ? pf_calibration(ev.scores, ds->y, ds->n) : NAN;
     ev.scores = NULL;
     return ev;
 }
@@ -162,8 +163,9 @@ static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t
         fprintf(stderr, "psflow evaluator: step %" PRId64 " %s loss %.6f\n", step, set, loss);
     else if (!isnan(out->auc))
         fprintf(stderr,
-                "psflow evaluator: step %" PRId64 " %s loss %.4f %s accuracy %.4f %s auc %.4f\n",
-                step, set, loss, set, acc, set, out->auc);
+                "psflow evaluator: step %" PRId64
+                " %s loss %.4f %s accuracy %.4f %s auc %.4f calibration %.4g\n",
+                step, set, loss, set, acc, set, out->auc, out->calibration);
     else
         fprintf(stderr, "psflow evaluator: step %" PRId64 " %s loss %.4f %s accuracy %.4f\n", step,
                 set, loss, set, acc);
@@ -172,7 +174,9 @@ static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t
                            .step = (uint64_t)step,
                            .time = pf_clock_wall(),
                            .accuracy = acc,
-                           .test_loss = loss};
+                           .test_loss = loss,
+                           .auc = out->auc,
+                           .calibration = out->calibration};
         e->o->report(e->o->report_ctx, &r);
     }
     return PF_OK;
@@ -189,6 +193,8 @@ static void print_result(const evaluator *e, int64_t step, const pf_eval *ev, in
                               pf_json_number(loss), "eval_accuracy", pf_json_number(acc));
         if (j && !isnan(ev->auc))
             json_object_set_new(j, "eval_auc", pf_json_number(ev->auc));
+        if (j && !isnan(ev->calibration))
+            json_object_set_new(j, "eval_calibration", pf_json_number(ev->calibration));
         char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (text)
             printf("%s\n", text);
@@ -236,7 +242,7 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
             spec->name, job_dir, e.has_test ? "test" : "train", e.data.n, limit);
     int64_t last = -1, skipped = -1;
     int count = 0;
-    pf_eval ev = {.auc = NAN};
+    pf_eval ev = {.auc = NAN, .calibration = NAN};
     double since = pf_clock_now();
     st = PF_OK;
     while (st == PF_OK) {
@@ -249,7 +255,7 @@ pf_status evaluator_run(const evaluator_options *o, pf_error *err) {
         pf_status found =
             pf_checkpoint_find_latest(job_dir, 0, &step, step_dir, sizeof step_dir, &ferr);
         if (found == PF_OK && step > last && step != skipped) {
-            pf_eval one = {.auc = NAN};
+            pf_eval one = {.auc = NAN, .calibration = NAN};
             pf_error cerr;
             pf_error_clear(&cerr);
             pf_status cst = evaluate_checkpoint(&e, step_dir, step, &one, &cerr);

@@ -623,6 +623,7 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
         t->spec->model.type == PF_MODEL_LINEAR ? NAN : (double)ev.correct / (double)ev.examples;
     out->test_loss = ev.loss_sum / (double)ev.examples;
     out->auc = ev.auc;
+    out->calibration = ev.calibration;
     return STEP_DONE;
 }
 
@@ -635,7 +636,7 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
     run r;
     memset(&r, 0, sizeof r);
     memset(out, 0, sizeof *out);
-    out->accuracy = out->test_loss = out->auc = NAN;
+    out->accuracy = out->test_loss = out->auc = out->calibration = NAN;
     pf_error_clear(&r.err);
     if ((r.st = setup(&t, &r.err)) == PF_OK) {
         run_init(&t, &r);
@@ -697,6 +698,10 @@ void worker_result_print(const worker_options *o, const worker_result *r) {
                               "local_steps", (json_int_t)r->local_steps);
         if (j && !isnan(r->auc))
             json_object_set_new(j, "test_auc", pf_json_number(r->auc));
+        if (j && !isnan(r->calibration))
+            json_object_set_new(j, "test_calibration", pf_json_number(r->calibration));
+        if (j && pf_model_two_class(&o->spec->model)) /* its test loss: the mean cross-entropy */
+            json_object_set_new(j, "test_logloss", pf_json_number(r->test_loss));
         print_json(j);
     } else if (r->accuracy >= 0) {
         printf("%s: %" PRIu64 " steps, test accuracy %.4f, %.1f s\n", name, r->steps, r->accuracy,

@@ -34,6 +34,8 @@ typedef struct worker_report {
     double step_time_seconds; /* STEP: mean wall time of this task's steps */
     double accuracy;          /* EVAL: NAN for regression */
     double test_loss;         /* EVAL */
+    double auc;               /* EVAL: a two-class model's, else NAN */
+    double calibration;       /* EVAL: a two-class model's mean prediction / mean label, or NAN */
     const char *step_dir;     /* CHECKPOINT: the complete checkpoint's folder */
     uint64_t from_step;       /* ROLLBACK: the step training had reached */
     const char *reason;       /* ROLLBACK: NULL (a ps restarted) or "NonFiniteLoss" */
@@ -43,15 +45,16 @@ typedef struct worker_report {
 /* How a run ended, filled by worker_run; worker_result_print prints it as the task's last
  * words (a result line on the chief's stdout, or the failure on stderr). */
 typedef struct worker_result {
-    pf_status status;  /* what worker_run returned */
-    uint64_t steps;    /* the global step reached */
-    long local_steps;  /* steps this task took */
-    double seconds;    /* from the first step to the end (or the failure) */
-    int evaluated;     /* the chief's final evaluation is in accuracy, test_loss and auc */
-    double accuracy;   /* NAN for regression, or without the final evaluation */
-    double test_loss;  /* NAN without the final evaluation */
-    double auc;        /* NAN without one (a two-class model's) */
-    char message[256]; /* when the run fails: what went wrong (the line logged) */
+    pf_status status;   /* what worker_run returned */
+    uint64_t steps;     /* the global step reached */
+    long local_steps;   /* steps this task took */
+    double seconds;     /* from the first step to the end (or the failure) */
+    int evaluated;      /* the chief's final evaluation is in the four fields below */
+    double accuracy;    /* NAN for regression, or without the final evaluation */
+    double test_loss;   /* NAN without the final evaluation */
+    double auc;         /* NAN without one (a two-class model's) */
+    double calibration; /* mean prediction / mean label: NAN without one (a two-class model's) */
+    char message[256];  /* when the run fails: what went wrong (the line logged) */
 } worker_result;
 
 typedef struct worker_options {

@@ -1,5 +1,5 @@
 /* ctr.c - the synthetic_ctr generator: click-through data drawn from a known model (data.h),
- * and the area under the ROC curve (pf_auc).
+ * the area under the ROC curve (pf_auc) and the calibration (pf_calibration).
  *
  * DESIGN: the true model is logistic: P(click) = sigmoid(bias + sum_f w_f(id_f)) over one id
  * per embedding feature. w_f(id) is signal * N(0, 1) drawn from its own rng stream keyed by
@@ -137,6 +137,19 @@ double pf_auc(const float *scores, const float *labels, int64_t n) {
     if (pos == 0 || neg == 0)
         return NAN;
     return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+double pf_calibration(const float *scores, const float *labels, int64_t n) {
+    double predicted = 0, positives = 0;
+    if (!scores || !labels)
+        return NAN;
+    for (int64_t i = 0; i < n; i++) {
+        predicted += 1.0 / (1.0 + exp(-(double)scores[i]));
+        positives += labels[i] > 0.5f;
+    }
+    if (n <= 0 || positives == 0)
+        return NAN; /* a NaN score makes the sum NaN too */
+    return predicted / positives;
 }
 
 double pf_synthetic_ctr_bayes_auc(const pf_job_spec *spec, const pf_dataset *test) {

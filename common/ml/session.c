@@ -263,6 +263,7 @@ void pf_session_evaluate(pf_session *s, pf_eval *out) {
         pf_model_eval_batch(s->model, s->params, s->x, s->y, s->labels, count, out);
     }
     out->auc = out->scores ? pf_auc(out->scores, ds->y, ds->n) : NAN;
+    out->calibration = out->scores ? pf_calibration(out->scores, ds->y, ds->n) : NAN;
     out->scores = NULL;
 }
 

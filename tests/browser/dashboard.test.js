@@ -20,7 +20,8 @@
  *      database: the page is "live" again, without a reload, and has re-fetched its state;
  *   4. an embedding model's job (synthetic_ctr, async): its placement view marks the tables'
  *      shards with their rows, and each ps bar shows the rows a second it serves and receives,
- *      above zero while it trains; the job is then cancelled;
+ *      above zero while it trains; the summary shows the chief's test AUC and calibration of
+ *      this two-class model once it has evaluated; the job is then cancelled;
  *   5. a job with as many metric points as the coordinator keeps (docs/operations.md: 20,000
  *      rows a job, 20,000 / n for each of its n training tasks): an async job the cluster's
  *      agents run until its workers have started, then cancelled, so that nothing else writes
@@ -589,7 +590,7 @@ async function main() {
             model: {type: 'softmax', outputs: 2, embeddings: [{name: 'user', vocab: 100000, dim: 8}]},
             data: {format: 'synthetic_ctr', n: 100000},
             optimizer: {type: 'adagrad', learning_rate: 0.5},
-            training: {mode: 'async', batch_size: 100, max_steps: 100000000},
+            training: {mode: 'async', batch_size: 100, max_steps: 100000000, eval_every_steps: 500},
             placement: {partitioner: {type: 'fixed_shards', num_shards: 2}}});
         await page.goto(base + '/#/jobs/' + ctrName);
         const tableRows = await waitFor('the placement view to list the table\'s shards', async () => {
@@ -604,6 +605,13 @@ async function main() {
             return t.length === 2 && t.every((x) => /^[1-9][0-9,.]* rows\/s pulled, [1-9][0-9,.]* pushed$/.test(x)) ? t : null;
         }, 60000, 250);
         check(true, 'each ps bar shows the rows it serves and receives (' + rates.join('; ') + ')');
+        const quality = await waitFor('the summary to show the test AUC and calibration', async () => {
+            const t = await page.$$eval('[data-testid="test-auc"], [data-testid="test-calibration"]',
+                (els) => els.map((e) => (e.parentNode.hidden ? '' : e.textContent)));
+            return t.length === 2 && t.every((x) => /^[0-9]/.test(x)) ? t.map(Number) : null;
+        }, 60000, 250);
+        check(quality[0] > 0.5 && quality[0] <= 1 && quality[1] > 0.5 && quality[1] < 2,
+            'the summary shows the two-class job\'s test AUC ' + quality[0] + ' and calibration ' + quality[1]);
         await page.locator('#placement').screenshot({path: path.join(ARTIFACTS, 'job-embeddings.png'), animations: 'disabled'});
         await api(base, 'POST', '/api/v1/jobs/' + ctrName + '/cancel');
         await waitFor('the embedding job to end (cancelled: Failed)', async () =>

@@ -263,6 +263,12 @@ setInterval(() => {
         if (every && Math.floor(st.global_step / every) > Math.floor(prev / every)) {
             const e = {step: st.global_step, time: now, accuracy: Math.min(0.95, 0.6 + st.global_step / 5000),
                 test_loss: st.loss * 1.1};
+            if (job.spec.model.outputs === 2 && job.spec.model.type !== 'linear') {
+                e.test_auc = Math.min(0.8, 0.55 + st.global_step / 20000); /* a two-class job's */
+                e.test_calibration = 1.02;
+                st.test_auc = e.test_auc;
+                st.test_calibration = e.test_calibration;
+            }
             m.evals.push(e);
             st.accuracy = e.accuracy;
             st.test_loss = e.test_loss;

@@ -53,6 +53,7 @@ static void test_chief_success(void **state) {
     assert_string_equal(j->message, "reached step 100 of 100; test accuracy 0.8900");
     assert_int_equal(j->global_step, 100);
     assert_true(j->accuracy == 0.89);
+    assert_true(isnan(j->test_auc) && isnan(j->test_calibration)); /* not a two-class result */
     assert_true(j->completion_time == T0 + 10);
     for (int k = 0; k < j->n_tasks; k++)
         assert_int_equal(j->tasks[k].state, TASK_SUCCEEDED);
@@ -184,6 +185,20 @@ static void test_metrics_after_end(void **state) {
     assert_int_equal(j->global_step, 13);
     assert_int_equal(j->phase, COORD_FAILED);
 
+    /* A two-class evaluation's AUC and calibration reach the status (null before). */
+    json_t *status = coord_job_status_json(j);
+    assert_true(json_is_null(json_object_get(status, "test_auc")));
+    assert_true(json_is_null(json_object_get(status, "test_calibration")));
+    json_decref(status);
+    json_t *ctr = json_pack("[{s:i, s:f, s:f, s:f, s:f}]", "step", 20, "time", T0 + 5.5,
+                            "test_loss", 0.3, "test_auc", 0.78, "test_calibration", 0.97);
+    coord_job_record_metrics_json(&c, j, "chief", NULL, ctr, T0 + 5.5);
+    json_decref(ctr);
+    status = coord_job_status_json(j);
+    assert_true(json_real_value(json_object_get(status, "test_auc")) == 0.78);
+    assert_true(json_real_value(json_object_get(status, "test_calibration")) == 0.97);
+    json_decref(status);
+
     /* An evaluation with only a test loss (or only an accuracy) leaves the other figure as
      * it was instead of blanking it. */
     json_t *loss_only =
@@ -195,6 +210,7 @@ static void test_metrics_after_end(void **state) {
     coord_job_record_metrics_json(&c, j, "chief", NULL, acc_only, T0 + 7);
     assert_true(j->accuracy == 0.91);
     assert_true(j->test_loss == 0.25);
+    assert_true(j->test_auc == 0.78 && j->test_calibration == 0.97);
     json_decref(loss_only);
     json_decref(acc_only);
     json_decref(p0);

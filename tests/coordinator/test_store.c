@@ -2,7 +2,8 @@
  * folder: a cluster saved, closed and loaded again is the same cluster (and carries on: its
  * agents get the same assignments and fresh leases); deletions are stored and rolled-back
  * changes are not; metrics are downsampled to about max_points; the event log's filters and
- * ids; checkpoints; migrations that run once and a schema newer than the code refused.
+ * ids; checkpoints; migrations that run once (schema 4 evaluations gain null auc and
+ * calibration) and a schema newer than the code refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <sqlite3.h> /* only to write a file as an older psflow did */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +248,49 @@ static void test_newer_schema_refused(void **state) {
     assert_int_equal(coord_store_open(fx->path, &s, &err), PF_ERR_UNSUPPORTED);
     assert_null(s);
     assert_non_null(strstr(err.message, "newer"));
+}
+
+/* A file of schema 4 (evals without auc and calibration) opens migrated: its evaluations read
+ * back with null test_auc and test_calibration, new ones keep theirs. */
+static void test_eval_columns_migrated(void **state) {
+    fixture *fx = *state;
+    coord_store *s = open_store(fx);
+    int version = coord_store_schema_version(s);
+    assert_true(version >= 5);
+    coord_store_close(s);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(fx->path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "ALTER TABLE evals DROP COLUMN calibration;"
+                                  "ALTER TABLE evals DROP COLUMN auc;"
+                                  "INSERT INTO evals (job, task, incarnation, step, time, accuracy,"
+                                  "  test_loss) VALUES ('q', 'chief', 1, 5, 1.0, 0.7, 0.6);"
+                                  "PRAGMA user_version = 4;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_close(db), SQLITE_OK);
+
+    s = open_store(fx);
+    assert_int_equal(coord_store_schema_version(s), version);
+    json_t *evals =
+        json_pack("[{s:i, s:f, s:f, s:f, s:f, s:f}]", "step", 10, "time", T0, "accuracy", 0.8,
+                  "test_loss", 0.45, "test_auc", 0.75, "test_calibration", 1.05);
+    assert_int_equal(coord_store_begin(s), PF_OK);
+    assert_int_equal(coord_store_add_metrics(s, "q", "chief", 1, NULL, evals, 20000), PF_OK);
+    assert_int_equal(coord_store_commit(s), PF_OK);
+    json_decref(evals);
+    json_t *m = coord_store_metrics(s, "q", 0, 100);
+    json_t *ev = json_object_get(m, "evals");
+    assert_int_equal(json_array_size(ev), 2);
+    json_t *old = json_array_get(ev, 0), *now = json_array_get(ev, 1);
+    assert_int_equal(json_integer_value(json_object_get(old, "step")), 5);
+    assert_true(json_is_null(json_object_get(old, "test_auc")));
+    assert_true(json_is_null(json_object_get(old, "test_calibration")));
+    assert_true(json_real_value(json_object_get(old, "test_loss")) == 0.6);
+    assert_true(json_real_value(json_object_get(now, "test_auc")) == 0.75);
+    assert_true(json_real_value(json_object_get(now, "test_calibration")) == 1.05);
+    json_decref(m);
+    coord_store_close(s);
 }
 
 /* --- jobs, tasks, nodes ----------------------------------------------------------------------- */
@@ -704,6 +749,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_open_and_migrate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eval_columns_migrated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_load_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_downsampling, setup, teardown),

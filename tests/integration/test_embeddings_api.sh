@@ -5,7 +5,11 @@
 # both ps), async. While it trains, GET /api/v1/jobs/NAME/placement marks the tables' shards
 # "kind": "table" with the rows each holds (the dense ones "dense"), and each ps reports the
 # rows it served and received and their rates per second (from its agent's heartbeats),
-# above zero on both ps; the counts only grow; the job succeeds.
+# above zero on both ps; the counts only grow; the job succeeds. Its chief's evaluation of
+# this two-class model reaches the API: test_auc in (0.5, 1] and test_calibration (mean
+# prediction / mean label) in (0.5, 2) in the job's status, in the metrics history's evals
+# and as psflow_job_test_auc / psflow_job_test_calibration in /metrics, and `psflow get`
+# prints them.
 source "$(dirname "$0")/lib.sh"
 
 up_start --ps 2 --workers 2
@@ -55,5 +59,28 @@ wait_until 240 "the job to succeed" phase_is ctr-api Succeeded
 pulled1=$(jget "$URL/api/v1/jobs/ctr-api/placement" 'd["ps"][0]["rows_pulled"]')
 [ "$pulled1" -ge "$pulled0" ] || fail "ps 0's rows pulled went from $pulled0 back to $pulled1"
 echo "ps 0 rows pulled: $pulled0 while training, $pulled1 at the end"
+curl -sf "$URL/api/v1/jobs/ctr-api" -o "$WORK/job.json" || fail "GET the job"
+curl -sf "$URL/api/v1/jobs/ctr-api/metrics" -o "$WORK/history.json" || fail "GET its metrics"
+curl -sf "$URL/metrics" -o "$WORK/prom.txt" || fail "GET /metrics"
+quality=$(python3 - "$WORK/job.json" "$WORK/history.json" "$WORK/prom.txt" <<'PY'
+import json, re, sys
+st = json.load(open(sys.argv[1]))["status"]
+auc, cal = st["test_auc"], st["test_calibration"]
+assert 0.5 < auc <= 1 and 0.5 < cal < 2, st
+evals = [e for e in json.load(open(sys.argv[2]))["evals"] if e["task"] == "chief"]
+assert evals and all(0.5 < e["test_auc"] <= 1 and 0.5 < e["test_calibration"] < 2
+                     for e in evals), evals
+prom = open(sys.argv[3]).read()
+for name, want in (("test_auc", auc), ("test_calibration", cal)):
+    m = re.search(r'^psflow_job_%s\{job="ctr-api"\} (\S+)$' % name, prom, re.M)
+    assert m and abs(float(m.group(1)) - want) < 1e-4, (name, m and m.group(0))
+print("test auc %.4f, calibration %.4f, logloss %.4f; %d chief evaluations in the history"
+      % (auc, cal, st["test_loss"], len(evals)))
+PY
+) || fail "test_auc / test_calibration missing or implausible"
+echo "$quality"
+PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get ctr-api >"$WORK/get.txt" || fail "psflow get ctr-api"
+grep -Eq '^Test AUC: +(0\.[5-9]|1\.0)' "$WORK/get.txt" && grep -q '^Calibration: ' "$WORK/get.txt" ||
+  fail "psflow get prints no test AUC or calibration: $(cat "$WORK/get.txt")"
 up_stop
-pass "embeddings API: table shards and rows/s per ps in GET .../placement ($first)"
+pass "embeddings API: table shards and rows/s per ps in GET .../placement ($first); $quality"

@@ -4,7 +4,9 @@
 # data.format synthetic_ctr: clicks drawn from a known logistic model over three embedding
 # features (111,000 ids, Zipf exponent 1.6, dimension 16), a softmax over the embeddings:
 #  1. `psflow train` prints the Bayes-optimal test AUC (the true model on the test labels)
-#     and reaches a test AUC within 0.01 of it after 6000 steps;
+#     and reaches a test AUC within 0.01 of it after 6000 steps; its result has a
+#     test_calibration (mean prediction / mean label) in (0.5, 2) and a test_logloss equal
+#     to its test_loss, and so has the chief's in 2;
 #  2. async, 2 ps + 2 workers (each table split over both ps by fixed_shards 2): the chief
 #     generates the same test set from the seed, and its final test AUC is within 0.01 of
 #     the same Bayes-optimal AUC;
@@ -51,11 +53,21 @@ in_range "$bayes" 0.6 0.99 || fail "Bayes-optimal auc $bayes"
 in_range "$(python3 -c "print($bayes - $auc)")" "-$TOL" "$TOL" ||
   fail "psflow train: auc $auc is not within $TOL of the Bayes-optimal $bayes"
 
+# calibrated OUT: OUT's test_calibration lies in (0.5, 2) and its test_logloss is its test_loss.
+calibrated() {
+  json_field "$1" '"%.4f" % d["test_calibration"] if 0.5 < d["test_calibration"] < 2 and d["test_logloss"] == d["test_loss"] else ""' | grep -q . ||
+    fail "$1: no plausible test_calibration or test_logloss: $(cat "$1")"
+  json_field "$1" '"%.4f" % d["test_calibration"]'
+}
+cal=$(calibrated train.out)
+echo "one process: test calibration $cal"
+
 # --- 2. 2 ps + 2 workers, async ------------------------------------------------------------
 run_static_cluster ctr.json 2 >/dev/null
 grep -rqa 'user/embeddings/part_1' "$WORK/ckpt/ctr" || fail "the user table was not split in two"
 dauc=$(json_field worker0.out 'd["test_auc"]')
-echo "async 2 ps + 2 workers, $STEPS steps: test auc $dauc, Bayes-optimal $bayes"
+dcal=$(calibrated worker0.out)
+echo "async 2 ps + 2 workers, $STEPS steps: test auc $dauc, Bayes-optimal $bayes, calibration $dcal"
 in_range "$(python3 -c "print($bayes - $dauc)")" "-$TOL" "$TOL" ||
   fail "async: auc $dauc is not within $TOL of the Bayes-optimal $bayes"
 

@@ -1,6 +1,7 @@
-/* test_ctr.c - the synthetic_ctr generator and pf_auc (data.h): Zipf frequencies against
- * k^-s, the rank-to-id permutation, determinism per (seed, stream), the click rate against
- * the true model's, the Bayes-optimal AUC, and AUC on cases computed by hand.
+/* test_ctr.c - the synthetic_ctr generator, pf_auc and pf_calibration (data.h): Zipf
+ * frequencies against k^-s, the rank-to-id permutation, determinism per (seed, stream), the
+ * click rate against the true model's, the Bayes-optimal AUC, and AUC and calibration on
+ * cases computed by hand.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -143,11 +144,27 @@ static void test_auc(void **state) {
     assert_true(isnan(pf_auc(perfect, labels, 0)));
 }
 
+static void test_calibration(void **state) {
+    (void)state;
+    /* Scores 0 predict 0.5 each against a click rate of 0.5: calibrated. */
+    const float zeros[] = {0, 0, 0, 0}, labels[] = {1, 0, 1, 0};
+    assert_true(fabs(pf_calibration(zeros, labels, 4) - 1) < 1e-12);
+    /* sigmoid(+-ln 3) = 0.75, 0.25: a mean prediction of 0.5 against one click in four. */
+    const float s[] = {0, 0, logf(3), -logf(3)}, one_click[] = {1, 0, 0, 0};
+    assert_true(fabs(pf_calibration(s, one_click, 4) - 2) < 1e-6);
+    const float none[] = {0, 0, 0, 0}, with_nan[] = {0, NAN, 0, 0};
+    assert_true(isnan(pf_calibration(zeros, none, 4)));
+    assert_true(isnan(pf_calibration(with_nan, labels, 4)));
+    assert_true(isnan(pf_calibration(zeros, labels, 0)));
+    assert_true(isnan(pf_calibration(NULL, labels, 4)));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_large_vocab),
         cmocka_unit_test(test_auc),
+        cmocka_unit_test(test_calibration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

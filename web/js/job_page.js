@@ -11,6 +11,7 @@ import {ApiError, api, jobPath} from './api.js';
 import {h} from './dom.js';
 import {CheckpointTable} from './checkpoints.js';
 import {EventLog} from './event_log.js';
+import {isNum} from './format.js';
 import {JobActions} from './job_actions.js';
 import {JobMetrics, MAX_POINTS} from './job_metrics.js';
 import {JobSummary} from './job_summary.js';
@@ -151,6 +152,7 @@ export class JobPage {
             break;
         case 'metric':
             this.metrics.add(d);
+            this.applyEvaluation(d);
             break;
         case 'checkpoint':
             this.checkpoints.set(d);
@@ -163,6 +165,15 @@ export class JobPage {
         default:
             break;
         }
+    }
+
+    /* The chief's evaluation of a two-class job: its AUC and calibration for the summary. */
+    applyEvaluation(d) {
+        if (!this.job || d.task !== 'chief' || !isNum(d.test_auc)) return;
+        const st = this.job.status || (this.job.status = {});
+        st.test_auc = d.test_auc;
+        st.test_calibration = d.test_calibration;
+        this.markDirty('stats');
     }
 
     applySummary(s) {

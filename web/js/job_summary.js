@@ -1,7 +1,7 @@
 /*
  * The job page's status summary: the job's message, the figures (global step, steps/s,
- * examples/s, ETA, loss, accuracy, replicas, restarts, running time), the progress bar and
- * the conditions.
+ * examples/s, ETA, loss, accuracy, a two-class job's test AUC and calibration, replicas,
+ * restarts, running time), the progress bar and the conditions.
  *
  * Steps/s and the ETA are the coordinator's (status.steps_per_sec, status.eta_seconds: a 30 s
  * window of the reported steps, restarted at each membership change; "—" while it is too
@@ -29,18 +29,23 @@ export class JobSummary {
         const [sEta, vEta] = stat('ETA', 'eta', 'Time left at the current rate');
         const [sLoss, vLoss] = stat('Loss', 'loss');
         const [sAcc, vAcc] = stat('Accuracy', 'accuracy', 'Latest evaluation on the test set');
+        const [sAuc, vAuc] = stat('AUC', 'test-auc', 'Area under the ROC curve on the test set');
+        const [sCal, vCal] = stat('Calibration', 'test-calibration',
+            'Mean prediction over mean label on the test set (1: calibrated)');
+        sAuc.hidden = sCal.hidden = true; /* until a two-class job's chief has evaluated */
         const [sRep, vRep] = stat('Workers / ps', 'replicas', 'Ready / desired');
         const [sRst, vRst] = stat('Restarts', 'restarts', 'Gang restarts (generation)');
         const [sDur, vDur] = stat('Running for', 'duration');
         this.v = {step: vStep, sps: vSps, eps: vEps, eta: vEta, loss: vLoss, acc: vAcc,
-            rep: vRep, rst: vRst, dur: vDur};
+            auc: vAuc, cal: vCal, rep: vRep, rst: vRst, dur: vDur};
         this.progress = h('div', {class: 'progress', role: 'progressbar', 'aria-valuemin': 0,
             'aria-label': 'Training progress'}, h('div', {class: 'progress-bar'}));
         this.message = h('p', {class: 'job-message', dataset: {testid: 'job-message'}});
         this.conditions = h('ol', {class: 'conditions', dataset: {testid: 'conditions'}});
         this.el = h('section', {class: 'summary', 'aria-label': 'Job status'},
             this.message,
-            h('dl', {class: 'stats'}, sStep, sSps, sEps, sEta, sLoss, sAcc, sRep, sRst, sDur),
+            h('dl', {class: 'stats'}, sStep, sSps, sEps, sEta, sLoss, sAcc, sAuc, sCal, sRep, sRst,
+                sDur),
             this.progress,
             h('details', {class: 'conditions-box'}, h('summary', null, 'Conditions'), this.conditions));
     }
@@ -79,6 +84,10 @@ export class JobSummary {
         setText(this.v.eta, eta);
         setText(this.v.loss, fmtNum(st.loss, 4));
         setText(this.v.acc, isNum(st.accuracy) ? (st.accuracy * 100).toFixed(2) + ' %' : '—');
+        this.v.auc.parentNode.hidden = !isNum(st.test_auc);
+        setText(this.v.auc, fmtNum(st.test_auc, 4));
+        this.v.cal.parentNode.hidden = !isNum(st.test_calibration);
+        setText(this.v.cal, fmtNum(st.test_calibration, 3));
         const rep = spec.replicas || {};
         const rs = st.replica_statuses || {};
         const live = this.liveReplicas || {};

@@ -152,6 +152,12 @@ double pf_synthetic_ctr_bayes_auc(const pf_job_spec *spec, const pf_dataset *tes
  * memory runs out. */
 double pf_auc(const float *scores, const float *labels, int64_t n);
 
+/* Calibration of a two-class model's scores (logit 1 - logit 0) for labels (1 positive, 0
+ * negative) over n examples: the mean predicted probability sigmoid(score) over the mean
+ * label (1: calibrated, above 1: it predicts too many clicks). NaN when scores is NULL, n is
+ * 0, no label is positive or a score is NaN. */
+double pf_calibration(const float *scores, const float *labels, int64_t n);
+
 /* Loads the train (test == false) or test set a job spec names, checking that its feature
  * count matches the model's input width (pf_model_input_width) and its labels fit model.outputs.
  * For synthetic_linear the test set is n/5 (at least 1) fresh examples. A spec with no test files

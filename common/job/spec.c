@@ -120,6 +120,8 @@ static const field data_fields[] = {
      .max = PF_ON_ERROR_SKIP, .def = PF_ON_ERROR_FAIL, .only = BIT(PF_DATA_CRITEO)},
     {"max_bad_lines", K_INT64, AT(data.max_bad_lines), .min = 1, .max = 1LL << 40, .def = 1000,
      .only = BIT(PF_DATA_CRITEO)},
+    {"stats", K_PATHS, AT(data.stats), .count_at = AT(data.n_stats), .min = 1, .max = 1,
+     .only = BIT(PF_DATA_CRITEO)},
 };
 
 static const field decay_fields[] = {
@@ -841,6 +843,7 @@ void pf_job_spec_deinit(pf_job_spec *spec) {
         pf_free(spec->data.train[i]);
         pf_free(spec->data.test[i]);
     }
+    pf_free(spec->data.stats[0]);
     memset(spec, 0, sizeof *spec);
 }
 
@@ -850,6 +853,11 @@ pf_status pf_job_spec_copy(pf_job_spec *dst, const pf_job_spec *src) {
     *dst = *src;
     memset(dst->data.train, 0, sizeof dst->data.train);
     memset(dst->data.test, 0, sizeof dst->data.test);
+    dst->data.stats[0] = NULL;
+    if (src->data.stats[0] && !(dst->data.stats[0] = pf_strdup(src->data.stats[0]))) {
+        pf_job_spec_deinit(dst);
+        return PF_ERR_NOMEM;
+    }
     for (int i = 0; i < PF_MAX_DATA_FILES; i++) {
         if ((src->data.train[i] && !(dst->data.train[i] = pf_strdup(src->data.train[i]))) ||
             (src->data.test[i] && !(dst->data.test[i] = pf_strdup(src->data.test[i])))) {

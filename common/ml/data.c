@@ -59,11 +59,14 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
                                        "the job names no test set (data.test is empty)");
         char **paths = NULL;
         int n_paths = 0;
+        pf_criteo_scaling sc;
         status = pf_input_expand(files, n_files, &paths, &n_paths, err);
+        if (status == PF_OK && d->n_stats)
+            status = pf_criteo_scaling_load(d->stats[0], &sc, err);
         if (status == PF_OK)
-            status = pf_criteo_load_skipping(
-                paths, n_paths, &spec->model,
-                d->on_error == PF_ON_ERROR_SKIP ? d->max_bad_lines : -1, out, err);
+            status = pf_criteo_load_scaled(paths, n_paths, &spec->model, d->n_stats ? &sc : NULL,
+                                           d->on_error == PF_ON_ERROR_SKIP ? d->max_bad_lines : -1,
+                                           out, err);
         pf_input_free(paths, n_paths);
         if (status != PF_OK)
             set_pointer(err, pointer);

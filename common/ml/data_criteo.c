@@ -10,10 +10,12 @@
  * examples themselves (4 bytes a float) and a reader's buffer; the files themselves may be
  * any size.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data_internal.h"
 #include "psflow/criteo.h"
@@ -33,7 +35,8 @@ static int64_t row_of_id(uint32_t id, int64_t vocab, bool hash) {
     return (int64_t)(z % (uint64_t)vocab);
 }
 
-void data_criteo_example(const pf_model_spec *m, const pf_criteo_row *r, float *x) {
+void data_criteo_example(const pf_model_spec *m, const pf_criteo_scaling *sc,
+                         const pf_criteo_row *r, float *x) {
     int col = 0;
     for (int f = 0; f < m->n_embeddings; f++, col += 2) {
         bool present = r->cat_present >> f & 1;
@@ -43,9 +46,48 @@ void data_criteo_example(const pf_model_spec *m, const pf_criteo_row *r, float *
         x[col + 1] = present ? 1.0f : 0.0f;
     }
     int numeric = m->n_embeddings > 0 ? m->numeric_inputs : m->inputs;
-    for (int j = 0; j < numeric; j++)
-        x[col + j] =
+    for (int j = 0; j < numeric; j++) {
+        float v =
             r->num_present >> j & 1 ? (float)log1p(r->num[j] > 0 ? (double)r->num[j] : 0.0) : 0.0f;
+        if (sc)
+            v = r->num_present >> j & 1 ? (v - sc->mean[j]) * sc->inv_std[j] : 0.0f;
+        x[col + j] = v;
+    }
+}
+
+pf_status pf_criteo_scaling_load(const char *path, pf_criteo_scaling *out, pf_error *err) {
+    for (int j = 0; j < PF_CRITEO_NUMERIC; j++) {
+        out->mean[j] = 0;
+        out->inv_std[j] = 1;
+    }
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        return pf_error_set(err, access(path, R_OK) == 0 ? PF_ERR_FORMAT : PF_ERR_IO, NULL,
+                            "%s: %s (data.stats: psflow data stats writes it)", path, jerr.text);
+    json_t *numeric = json_object_get(root, "numeric");
+    pf_status st = json_is_object(numeric)
+                       ? PF_OK
+                       : pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                      "%s: no \"numeric\" object (data.stats: psflow data stats "
+                                      "writes it)",
+                                      path);
+    for (int j = 0; st == PF_OK && j < PF_CRITEO_NUMERIC; j++) {
+        const char *name = pf_criteo_column_name(1 + j);
+        json_t *c = json_object_get(numeric, name), *mean = json_object_get(c, "log1p_mean"),
+               *sd = json_object_get(c, "log1p_std");
+        if (!mean && json_is_object(c))
+            continue; /* a column without values */
+        double m = json_number_value(mean), s = json_number_value(sd);
+        if (!json_is_number(mean) || !json_is_number(sd) || !isfinite(m) || !isfinite(s) || s < 0)
+            st = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                              "%s: numeric.%s needs a finite log1p_mean and log1p_std >= 0", path,
+                              name);
+        out->mean[j] = (float)m;
+        out->inv_std[j] = s > 0 ? (float)(1 / s) : 1.0f;
+    }
+    json_decref(root);
+    return st;
 }
 
 /* Makes room for one more example in out (rows grow by doubling). */
@@ -72,7 +114,12 @@ static pf_status grow(pf_dataset *out, int64_t *cap, pf_error *err) {
 
 pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *model,
                          pf_dataset *out, pf_error *err) {
-    return pf_criteo_load_skipping(paths, n_paths, model, -1, out, err);
+    return pf_criteo_load_scaled(paths, n_paths, model, NULL, -1, out, err);
+}
+
+pf_status pf_criteo_load_skipping(char *const *paths, int n_paths, const pf_model_spec *model,
+                                  int64_t max_bad, pf_dataset *out, pf_error *err) {
+    return pf_criteo_load_scaled(paths, n_paths, model, NULL, max_bad, out, err);
 }
 
 /* A bad line described by err, skipped: counted, and an error once more than max_bad were. */
@@ -86,8 +133,9 @@ static pf_status skip_line(pf_dataset *out, int64_t max_bad, pf_error *err) {
                         (long long)max_bad, last);
 }
 
-pf_status pf_criteo_load_skipping(char *const *paths, int n_paths, const pf_model_spec *model,
-                                  int64_t max_bad, pf_dataset *out, pf_error *err) {
+pf_status pf_criteo_load_scaled(char *const *paths, int n_paths, const pf_model_spec *model,
+                                const pf_criteo_scaling *sc, int64_t max_bad, pf_dataset *out,
+                                pf_error *err) {
     memset(out, 0, sizeof *out);
     out->features = pf_model_input_width(model);
     out->num_classes = 2;
@@ -108,7 +156,7 @@ pf_status pf_criteo_load_skipping(char *const *paths, int n_paths, const pf_mode
             }
             if (st != PF_OK || (st = grow(out, &cap, err)) != PF_OK)
                 break;
-            data_criteo_example(model, &row, out->x + (size_t)out->n * (size_t)out->features);
+            data_criteo_example(model, sc, &row, out->x + (size_t)out->n * (size_t)out->features);
             out->y[out->n++] = (float)row.label;
         }
         pf_criteo_close(r);

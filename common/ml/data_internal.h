@@ -101,7 +101,9 @@ pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, l
 struct pf_criteo_row;
 
 /* One Criteo-layout row as the example model m reads (pf_criteo_load's layout, data.h):
- * pf_model_input_width(m) floats into x. Defined in data_criteo.c; stream.c shares it. */
-void data_criteo_example(const pf_model_spec *m, const struct pf_criteo_row *r, float *x);
+ * pf_model_input_width(m) floats into x, the numeric inputs standardised by sc when not NULL.
+ * Defined in data_criteo.c; stream.c shares it. */
+void data_criteo_example(const pf_model_spec *m, const pf_criteo_scaling *sc,
+                         const struct pf_criteo_row *r, float *x);
 
 #endif

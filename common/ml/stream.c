@@ -212,6 +212,8 @@ struct pf_stream_source {
     /* data.on_error skip: at most max_bad distinct bad lines (-1: the first fails); under mu,
      * the count, those not yet taken (pf_stream_take_bad) and the last one's message */
     int64_t max_bad, bad_total, bad_new;
+    pf_criteo_scaling scaling; /* data.stats: the numeric inputs' standardisation */
+    int scaled;
     char bad_msg[sizeof(((pf_error *)0)->message)];
 };
 
@@ -288,7 +290,7 @@ static pf_status read_next(pf_stream_source *s, stream *st, float *y, pf_error *
         pf_criteo_row row;
         pf_status rc = pf_criteo_next(st->r, &row, err);
         if (rc == PF_OK) {
-            data_criteo_example(&s->model, &row, st->row);
+            data_criteo_example(&s->model, s->scaled ? &s->scaling : NULL, &row, st->row);
             *y = (float)row.label;
             st->in_split++;
             st->q++;
@@ -509,6 +511,9 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     s->max_bad = spec->data.on_error == PF_ON_ERROR_SKIP ? spec->data.max_bad_lines : -1;
     pf_status st =
         pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
+    if (st == PF_OK && spec->data.n_stats &&
+        (st = pf_criteo_scaling_load(spec->data.stats[0], &s->scaling, err)) == PF_OK)
+        s->scaled = 1;
     if (st == PF_OK)
         st = make_splits(s, (uint64_t)spec->data.split_mb << 20, err);
     if (st == PF_OK && !(s->streams = pf_calloc((size_t)streams, sizeof *s->streams)))

@@ -20,7 +20,8 @@
 #     streaming spec, exit with a message that says what to do;
 #  5. bad lines (a non-hex id, a number past int64, a short line, a gzip file cut short):
 #     the worker exits 65 naming the first by file, line and column; with data.on_error
-#     skip the job completes and the 4 are counted once each in the worker's log.
+#     skip (and data.stats from `psflow data stats`, standardising the numbers) the job
+#     completes and the 4 are counted once each in the worker's log.
 source "$(dirname "$0")/lib.sh"
 
 "$PSFLOW_BIN" data gen criteo --rows 40000 --files 5 --seed 5 --out "$WORK/gen" >gen.out ||
@@ -171,11 +172,13 @@ kill "$DIRTY_PS" 2>/dev/null || true
 wait "$DIRTY_PS" 2>/dev/null || true
 grep -q 'a.tsv:41: column C2: .beef!. is not a hex id' "$WORK/stderr" ||
   fail "a bad line without on_error skip: $(tail -3 "$WORK/stderr")"
-python3 - dirty.json >skip.json <<'PY'
+"$PSFLOW_BIN" data stats "$WORK/train/part-00000.tsv" --out "$WORK/stats.json" 2>/dev/null ||
+  fail "psflow data stats exited $?"
+python3 - dirty.json "$WORK/stats.json" >skip.json <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d["name"] = "skip"
-d["data"].update(on_error="skip", max_bad_lines=10)
+d["data"].update(on_error="skip", max_bad_lines=10, stats=[sys.argv[2]])
 json.dump(d, sys.stdout)
 PY
 rm -f "$WORK"/worker*.log

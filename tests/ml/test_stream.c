@@ -4,7 +4,8 @@
  * starting in a later epoch (a replaced worker) each give exactly the examples the block
  * mapping and the per-epoch split order say; a bad line fails at its own position (earlier
  * ones still read) naming file, line and column; entries expand from folders and patterns;
- * fewer files than streams, and streams whose files hold no example, are refused.
+ * fewer files than streams, and streams whose files hold no example, are refused; bad lines
+ * are skipped and counted with data.on_error skip; data.stats standardises the numbers.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,6 +543,64 @@ static void test_skip_bad_lines(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* data.stats: the numeric inputs standardised, (log1p(v) - mean) / std, an empty field 0; a
+ * column without values left as it is; a malformed or missing file refused by name. */
+static void test_scaling(void **state) {
+    (void)state;
+    char stats[400], bad[400];
+    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad-stats.json", dir);
+    char json[4096];
+    size_t at = (size_t)snprintf(json, sizeof json, "{\"numeric\": {");
+    for (int j = 0; j < PF_CRITEO_NUMERIC; j++)
+        at += (size_t)snprintf(json + at, sizeof json - at,
+                               j == 4 ? "%s\"I%d\": {\"present\": 0}"
+                                      : "%s\"I%d\": {\"present\": 9, \"log1p_mean\": %g, "
+                                        "\"log1p_std\": %g}",
+                               j ? ", " : "", j + 1, 0.5 * j, j == 7 ? 0.0 : 0.25 + j);
+    snprintf(json + at, sizeof json - at, "}}");
+    data_write(stats, json, strlen(json));
+    pf_criteo_scaling sc;
+    pf_error err;
+    assert_int_equal(pf_criteo_scaling_load(stats, &sc, &err), PF_OK);
+    pf_job_spec spec;
+    make_spec(&spec, "[\"x\"]", 1);
+    pf_dataset plain, scaled;
+    assert_int_equal(pf_criteo_load(&paths[0], 1, &spec.model, &plain, &err), PF_OK);
+    assert_int_equal(pf_criteo_load_scaled(&paths[0], 1, &spec.model, &sc, -1, &scaled, &err),
+                     PF_OK);
+    assert_int_equal(plain.n, scaled.n);
+    const int numeric_at = 2 * PF_CRITEO_CATEGORICAL;
+    int checked = 0;
+    for (int64_t i = 0; i < plain.n; i++)
+        for (int j = 0; j < PF_CRITEO_NUMERIC; j++) {
+            float p = plain.x[i * plain.features + numeric_at + j];
+            float s = scaled.x[i * plain.features + numeric_at + j];
+            double mean = j == 4 ? 0 : 0.5 * j, inv = j == 4 || j == 7 ? 1 : 1 / (0.25 + j);
+            if (p == 0.0f && s == 0.0f)
+                continue; /* empty (or a 0 that lands on the mean: rare) */
+            assert_true(fabs(s - (p - mean) * inv) < 1e-5);
+            checked++;
+        }
+    assert_true(checked > plain.n);
+    assert_memory_equal(plain.x, scaled.x, (size_t)numeric_at * sizeof(float)); /* ids alike */
+    pf_dataset_deinit(&plain);
+    pf_dataset_deinit(&scaled);
+    pf_job_spec_deinit(&spec);
+    char *i3 = strstr(json, "\"I3\""), *sd = strstr(i3, "log1p_std\": ") + 12;
+    memmove(sd + 1, sd, strlen(sd) + 1); /* I3's std made negative */
+    sd[0] = '-';
+    data_write(bad, json, strlen(json));
+    assert_int_equal(pf_criteo_scaling_load(bad, &sc, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "numeric.I3"));
+    data_write(bad, "[1, 2]", 6);
+    assert_int_equal(pf_criteo_scaling_load(bad, &sc, &err), PF_ERR_FORMAT);
+    unlink(bad);
+    assert_int_equal(pf_criteo_scaling_load(bad, &sc, &err), PF_ERR_IO);
+    assert_non_null(strstr(err.message, "bad-stats.json"));
+    unlink(stats);
+}
+
 /* Entries: a folder (without its truth.json), a pattern, a file; sorted per entry. */
 static void test_expand(void **state) {
     (void)state;
@@ -574,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_one_file_many_streams),
         cmocka_unit_test(test_skip_bad_lines),
+        cmocka_unit_test(test_scaling),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

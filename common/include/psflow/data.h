@@ -95,6 +95,24 @@ pf_status pf_criteo_load(char *const *paths, int n_paths, const pf_model_spec *m
 pf_status pf_criteo_load_skipping(char *const *paths, int n_paths, const pf_model_spec *model,
                                   int64_t max_bad, pf_dataset *out, pf_error *err);
 
+/* The standardisation of a Criteo-layout log's 13 numeric columns (data.stats): column j's
+ * input is (log1p(max(v, 0)) - mean[j]) * inv_std[j] (inv_std 1 for a column of one value),
+ * an empty field 0. */
+typedef struct pf_criteo_scaling {
+    float mean[13], inv_std[13];
+} pf_criteo_scaling;
+
+/* Reads what `psflow data stats` wrote ("numeric": {"I1": {"log1p_mean", "log1p_std", ...},
+ * ...}); a column without values (no log1p_mean) is left as it is (mean 0, inv_std 1).
+ * Errors: PF_ERR_IO (unreadable), PF_ERR_FORMAT (not that JSON, a value not finite or a
+ * negative std; the path and the column named), PF_ERR_NOMEM. */
+pf_status pf_criteo_scaling_load(const char *path, pf_criteo_scaling *out, pf_error *err);
+
+/* pf_criteo_load_skipping with the numeric inputs standardised by sc (NULL: log1p only). */
+pf_status pf_criteo_load_scaled(char *const *paths, int n_paths, const pf_model_spec *model,
+                                const pf_criteo_scaling *sc, int64_t max_bad, pf_dataset *out,
+                                pf_error *err);
+
 /* Reads a LIBSVM file as sparse examples of a model with embeddings (model.h): the ids of
  * the line name feature f's rows when they fall in f's range (feature 0 owns the first
  * vocab ids from index_base, feature 1 the next, ...), each pair's value is its weight, and

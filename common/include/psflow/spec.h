@@ -161,6 +161,10 @@ typedef struct pf_data_spec {
      * skipped and counted, at most max_bad_lines of them (1..2^40) [1000] */
     pf_on_error on_error;
     int64_t max_bad_lines;
+    /* criteo: `psflow data stats` output; with it each numeric input is standardised,
+     * (log1p(max(v, 0)) - mean) / std of its column, and an empty field is 0 (the mean) */
+    int n_stats;
+    char *stats[1];
 } pf_data_spec;
 
 /* Data a generator draws (synthetic_linear, synthetic_ctr) rather than files. */

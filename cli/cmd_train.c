@@ -24,6 +24,7 @@
 #include "psflow/model.h"
 #include "psflow/session.h"
 #include "psflow/signals.h"
+#include "psflow/stream.h"
 
 #define LOSS_WINDOW 100 /* the reported training loss is the mean of the last 100 steps */
 
@@ -107,6 +108,8 @@ typedef struct train_run {
     char bayes_text[64];
     pf_eval ev;
     char nonfinite[256]; /* why training stopped on a NaN or infinite number */
+    pf_status input_st;  /* streamed input that could not be read: why training stopped */
+    pf_error input_err;
 } train_run;
 
 /* Loads the spec at path and refuses a job this process cannot run. Returns 0, or an exit
@@ -147,12 +150,25 @@ static void print_plan(train_run *t) {
     if (replicas > 1)
         snprintf(split, sizeof split, " (%d in-graph replicas x %d)", replicas,
                  spec->training.batch_size);
-    fprintf(stderr,
-            "psflow train: %s model, %zu parameters, %lld training examples, batch %d%s, "
-            "%lld steps (%.2f epochs)\n",
-            pf_model_type_name(spec->model.type), pf_model_num_params(&spec->model),
-            (long long)train->n, t->batch, split, (long long)max_steps,
-            (double)max_steps * t->batch / (double)train->n);
+    const pf_stream_source *input = pf_session_input(t->s);
+    if (input)
+        fprintf(stderr,
+                "psflow train: %s model, %zu parameters, streaming %d training file(s) in %d "
+                "splits as %d streams, one per replica, batch %d%s, %lld steps\n",
+                pf_model_type_name(spec->model.type), pf_model_num_params(&spec->model),
+                pf_stream_files(input), pf_stream_splits(input), replicas, t->batch, split,
+                (long long)max_steps);
+    else
+        fprintf(stderr,
+                "psflow train: %s model, %zu parameters, %lld training examples, batch %d%s, "
+                "%lld steps (%.2f epochs)\n",
+                pf_model_type_name(spec->model.type), pf_model_num_params(&spec->model),
+                (long long)train->n, t->batch, split, (long long)max_steps,
+                (double)max_steps * t->batch / (double)train->n);
+    if (train->skipped > 0)
+        fprintf(stderr,
+                "psflow train: skipped %lld bad line(s) (data.on_error skip, at most %lld)\n",
+                (long long)train->skipped, (long long)spec->data.max_bad_lines);
     /* Generated clicks come from a known model: the best AUC any model can reach on them. */
     t->bayes_auc = spec->data.format == PF_DATA_SYNTHETIC_CTR
                        ? pf_synthetic_ctr_bayes_auc(spec, pf_session_eval_set(t->s))
@@ -175,12 +191,14 @@ static void show_progress(train_run *t, int64_t step) {
                        : (step % p->log_every == 0 || step == max_steps);
     if (!draw)
         return;
-    char eta[32];
+    char eta[32], epoch[32] = ""; /* streamed files: their size is not known ahead */
     format_eta((double)(max_steps - step) * t->batch / rate, eta, sizeof eta);
-    fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f  %.0f examples/s  ETA %s%s",
-            p->tty ? "\r\033[K" : "",
-            (long long)((step - 1) * t->batch / pf_session_train_set(t->s)->n + 1), (long long)step,
-            (long long)max_steps, window_mean(p), rate, eta, p->tty ? "" : "\n");
+    if (!pf_session_input(t->s))
+        snprintf(epoch, sizeof epoch, "epoch %lld  ",
+                 (long long)((step - 1) * t->batch / pf_session_train_set(t->s)->n + 1));
+    fprintf(stderr, "%s%sstep %lld/%lld  loss %.4f  %.0f examples/s  ETA %s%s",
+            p->tty ? "\r\033[K" : "", epoch, (long long)step, (long long)max_steps, window_mean(p),
+            rate, eta, p->tty ? "" : "\n");
     p->last_draw = pf_clock_now();
 }
 
@@ -193,6 +211,8 @@ static void train_loop(train_run *t) {
         float loss = pf_session_step(t->s);
         t->train_seconds += pf_clock_now() - t0;
         int64_t step = pf_session_global_step(t->s);
+        if ((t->input_st = pf_session_input_error(t->s, &t->input_err)) != PF_OK)
+            break; /* the streamed batch could not be read: nothing trained */
         if (!isfinite(loss)) {
             snprintf(t->nonfinite, sizeof t->nonfinite, "non-finite loss (%g) at step %lld",
                      (double)loss, (long long)step);
@@ -223,6 +243,10 @@ static void train_loop(train_run *t) {
 /* The exit code of the run, after writing --save (when given and the values are finite). */
 static int finish(train_run *t, const char *save) {
     int rc = interrupted ? 130 : 0;
+    if (t->input_st != PF_OK) {
+        fprintf(stderr, "psflow train: %s\n", t->input_err.message);
+        rc = pf_exit_code(t->input_st);
+    }
     if (t->nonfinite[0]) {
         fprintf(stderr,
                 "psflow train: %s; stopping (lower optimizer.learning_rate or check the "
@@ -247,7 +271,9 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
     const char *name = t->spec.name, *nonfinite = t->nonfinite;
     const pf_eval *ev = &t->ev;
     int64_t steps = pf_session_global_step(t->s);
-    double epochs = (double)steps * t->batch / (double)pf_session_train_set(t->s)->n;
+    double epochs = pf_session_input(t->s)
+                        ? NAN /* streamed: the files' size is not known */
+                        : (double)steps * t->batch / (double)pf_session_train_set(t->s)->n;
     double examples_per_sec =
         t->train_seconds > 0 ? (double)steps * t->batch / t->train_seconds : 0;
     double test_loss = ev->examples ? ev->loss_sum / (double)ev->examples : NAN;
@@ -257,12 +283,12 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
     if (json_out) {
         /* Numbers JSON cannot hold (NaN, Inf) are null; reason says why training ended. */
         const char *reason = nonfinite[0] ? "NonFiniteLoss" : interrupted ? "Interrupted" : "Done";
-        json_t *o = json_pack("{s:s, s:I, s:o, s:o, s:o, s:f, s:f, s:f, s:s, s:s}", "name", name,
-                              "steps", (json_int_t)steps, "loss",
-                              pf_json_number(nonfinite[0] ? NAN : loss), "test_loss",
-                              pf_json_number(test_loss), "test_accuracy", pf_json_number(accuracy),
-                              "examples_per_sec", examples_per_sec, "seconds", seconds, "epochs",
-                              epochs, "backend", pf_session_backend(t->s)->name, "reason", reason);
+        json_t *o = json_pack(
+            "{s:s, s:I, s:o, s:o, s:o, s:f, s:f, s:o, s:s, s:s}", "name", name, "steps",
+            (json_int_t)steps, "loss", pf_json_number(nonfinite[0] ? NAN : loss), "test_loss",
+            pf_json_number(test_loss), "test_accuracy", pf_json_number(accuracy),
+            "examples_per_sec", examples_per_sec, "seconds", seconds, "epochs",
+            pf_json_number(epochs), "backend", pf_session_backend(t->s)->name, "reason", reason);
         if (o && nonfinite[0])
             json_object_set_new(o, "message", json_string(nonfinite));
         if (o && !isnan(ev->auc))

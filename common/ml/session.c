@@ -17,6 +17,7 @@
 #include "psflow/mem.h"
 #include "psflow/optim.h"
 #include "psflow/safetensors.h"
+#include "psflow/stream.h"
 #include "psflow/towers.h"
 
 #define EVAL_BATCH 1000
@@ -28,6 +29,9 @@ struct pf_session {
     pf_dataset train, test;
     bool has_test;
     pf_sampler *sampler;
+    pf_stream_source *input; /* data.streaming: the train files read as streams instead */
+    pf_status input_status;  /* the last step's reading (PF_OK, or why its batch is missing) */
+    pf_error input_err;
     int64_t step;
     size_t n_params;
     int n_slots;
@@ -53,11 +57,6 @@ static bool is_classifier(const pf_job_spec *spec) {
 pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *options,
                             pf_session **out, pf_error *err) {
     *out = NULL;
-    if (spec->data.streaming)
-        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/data/streaming",
-                            "/data/streaming: a single-process session loads its data whole; "
-                            "train streamed files on a cluster (psflow up, or psflow ps and "
-                            "psflow worker), or set data.streaming to false");
     pf_session *s = pf_calloc(1, sizeof *s);
     if (!s)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -76,7 +75,11 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     if (replicas > 1 && (st = pf_towers_create(spec, override, &s->towers, err)) != PF_OK)
         goto fail;
 
-    if ((st = pf_dataset_load(spec, false, &s->train, err)) != PF_OK)
+    /* Streamed: one stream per replica, as a worker of the same replicas reads them. */
+    st = spec->data.streaming
+             ? pf_stream_open(spec, replicas, spec->training.batch_size, &s->input, err)
+             : pf_dataset_load(spec, false, &s->train, err);
+    if (st != PF_OK)
         goto fail;
     bool test_exists = pf_data_has_test(&spec->data);
     if (options && options->load_test && test_exists) {
@@ -96,7 +99,7 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     }
     if (st != PF_OK)
         goto nomem;
-    s->sampler = pf_sampler_create(s->train.n, spec->training.seed, true);
+    s->sampler = s->input ? NULL : pf_sampler_create(s->train.n, spec->training.seed, true);
     s->n_params = pf_model_num_params(&spec->model);
     s->n_slots = pf_optim_num_slots(&spec->optimizer);
     const pf_backend *be = s->be;
@@ -109,8 +112,8 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     s->hx = pf_mallocarray((size_t)stage * in, sizeof(float));
     s->hy = pf_mallocarray((size_t)stage, sizeof(float));
     s->hlabels = pf_mallocarray((size_t)stage, sizeof(int32_t));
-    if (!s->sampler || !s->params || !s->grads || !s->x || !s->y || !s->labels || !s->hx ||
-        !s->hy || !s->hlabels)
+    if ((!s->sampler && !s->input) || !s->params || !s->grads || !s->x || !s->y || !s->labels ||
+        !s->hx || !s->hy || !s->hlabels)
         goto nomem;
     int most_ids = 0;
     for (int f = 0; f < spec->model.n_embeddings; f++)
@@ -168,6 +171,7 @@ void pf_session_destroy(pf_session *s) {
     pf_towers_destroy(s->towers);
     pf_model_destroy(s->model);
     pf_sampler_destroy(s->sampler);
+    pf_stream_close(s->input);
     pf_dataset_deinit(&s->train);
     pf_dataset_deinit(&s->test);
     pf_job_spec_deinit(&s->spec);
@@ -221,8 +225,15 @@ static void apply(pf_session *s, int batch) {
 
 float pf_session_step(pf_session *s) {
     int batch = s->spec.training.batch_size * s->spec.replicas_per_worker;
-    pf_batch_gather(&s->train, s->sampler, pf_shard_position(s->step, 1, 0, batch), batch, s->hx,
-                    s->hy, s->hlabels);
+    int64_t start = pf_shard_position(s->step, 1, 0, batch);
+    if (s->input) {
+        s->input_status =
+            pf_stream_gather(s->input, start, batch, s->hx, s->hy, s->hlabels, &s->input_err);
+        if (s->input_status != PF_OK)
+            return NAN; /* nothing trained: pf_session_input_error says why */
+    } else {
+        pf_batch_gather(&s->train, s->sampler, start, batch, s->hx, s->hy, s->hlabels);
+    }
     float loss;
     if (s->towers) {
         s->be->download(s->hparams, s->params, s->n_params);
@@ -235,6 +246,16 @@ float pf_session_step(pf_session *s) {
     apply(s, batch);
     s->step++;
     return loss;
+}
+
+pf_status pf_session_input_error(const pf_session *s, pf_error *err) {
+    if (s->input_status != PF_OK && err)
+        *err = s->input_err;
+    return s->input_status;
+}
+
+const pf_stream_source *pf_session_input(const pf_session *s) {
+    return s->input;
 }
 
 int64_t pf_session_global_step(const pf_session *s) {

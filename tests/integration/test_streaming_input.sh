@@ -16,12 +16,13 @@
 #     the other formats' readers take whole) stays under 200 MiB with its data segment
 #     limited to 1 GB (prlimit --data); the same job loading the file whole peaks above it;
 #     (Not under a sanitizer build, whose shadow memory makes RSS meaningless.)
-#  4. refusals: fewer splits than replicas (one gzip file for 2), and `psflow train` of a
-#     streaming spec, exit with a message that says what to do;
+#  4. fewer splits than replicas (one gzip file for 2) is refused, saying what to do; and
+#     `psflow train` of 1 worker of 2 replicas reads the same 2 streams, ending with the
+#     variables of the 2 workers (max |diff| <= 1e-5);
 #  5. bad lines (a non-hex id, a number past int64, a short line, a gzip file cut short):
-#     the worker exits 65 naming the first by file, line and column; with data.on_error
-#     skip (and data.stats from `psflow data stats`, standardising the numbers) the job
-#     completes and the 4 are counted once each in the worker's log.
+#     the worker and `psflow train` exit 65 naming the first by file, line and column;
+#     with data.on_error skip (and data.stats from `psflow data stats`, standardising the
+#     numbers) the job completes and the 4 are counted once each in the worker's log.
 source "$(dirname "$0")/lib.sh"
 
 "$PSFLOW_BIN" data gen criteo --rows 40000 --files 5 --seed 5 --out "$WORK/gen" >gen.out ||
@@ -151,8 +152,14 @@ spec few 2 1 1 10 0 "$WORK/one.tsv.gz" >few.json
 read -r -a P <<<"$(free_ports 3)"
 TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") expect_exit 65 "$PSFLOW_BIN" worker --job few.json
 grep -q 'give at least 2 gzip files' "$WORK/stderr" || fail "fewer splits than replicas: $(cat "$WORK/stderr")"
-expect_exit 69 "$PSFLOW_BIN" train two.json
-grep -q 'train streamed files on a cluster' "$WORK/stderr" || fail "psflow train: $(cat "$WORK/stderr")"
+# `psflow train` (one process) of 1 worker of 2 replicas reads the same 2 streams
+"$PSFLOW_BIN" train one.json --save train.safetensors --output json >train.out 2>train.log ||
+  { tail -3 train.log >&2; fail "psflow train exited $?"; }
+grep -q 'streaming 4 training file(s) in 4 splits as 2 streams' train.log ||
+  fail "psflow train: $(head -2 train.log)"
+TRAIN_DIFF=$(max_abs_diff train.safetensors two.safetensors)
+in_range "$TRAIN_DIFF" 0 1e-5 || fail "psflow train differs from 2 workers by $TRAIN_DIFF"
+echo "psflow train of 2 replicas = 2 workers: max |diff| $TRAIN_DIFF"
 
 # --- 5. bad lines: refused by name, or skipped and counted --------------------------------
 mkdir "$WORK/dirty"
@@ -172,6 +179,9 @@ kill "$DIRTY_PS" 2>/dev/null || true
 wait "$DIRTY_PS" 2>/dev/null || true
 grep -q 'a.tsv:41: column C2: .beef!. is not a hex id' "$WORK/stderr" ||
   fail "a bad line without on_error skip: $(tail -3 "$WORK/stderr")"
+expect_exit 65 "$PSFLOW_BIN" train dirty.json
+grep -q 'psflow train: .*a.tsv:41: column C2: .beef!. is not a hex id' "$WORK/stderr" ||
+  fail "psflow train, a bad line: $(tail -3 "$WORK/stderr")"
 "$PSFLOW_BIN" data stats "$WORK/train/part-00000.tsv" --out "$WORK/stats.json" 2>/dev/null ||
   fail "psflow data stats exited $?"
 python3 - dirty.json "$WORK/stats.json" >skip.json <<'PY'
@@ -191,4 +201,4 @@ grep -q 'a.tsv:90: .*' "$WORK/worker0.log" || grep -q 'b.tsv.gz' "$WORK/worker0.
 grep 'skipped' "$WORK/worker0.log" | head -4
 echo "a bad line fails the worker (exit 65) naming a.tsv:41 column C2; with on_error skip 4 bad lines skipped and counted"
 
-pass "2 workers = 1 worker of 2 replicas (max |diff| $EQUIV); three kill -9 faults end as the clean run (max |diff| $FAULT_DIFF, auc $AUC_FAULTS); a $((BIG >> 20)) MiB file streamed in $((RSS / 1024)) MiB peak RSS, $((WHOLE / 1024)) MiB loaded whole"
+pass "2 workers = 1 worker of 2 replicas (max |diff| $EQUIV) = psflow train ($TRAIN_DIFF); three kill -9 faults end as the clean run (max |diff| $FAULT_DIFF, auc $AUC_FAULTS); a $((BIG >> 20)) MiB file streamed in $((RSS / 1024)) MiB peak RSS, $((WHOLE / 1024)) MiB loaded whole"

@@ -29,16 +29,26 @@ typedef struct pf_session_options {
 typedef struct pf_session pf_session;
 
 /* Loads data, builds the model and initialises the parameters from training.seed. The
- * spec is copied. Errors: PF_ERR_UNSUPPORTED for data.streaming (streamed files are trained on
- * a cluster), those of pf_backend_for_device, pf_dataset_load (PF_ERR_IO for
+ * spec is copied; with data.streaming the training files are read as streams (stream.h), one
+ * per replica. Errors: those of pf_backend_for_device, pf_dataset_load or pf_stream_open
+ * (PF_ERR_IO for
  * unreadable data, PF_ERR_FORMAT / PF_ERR_SPEC for bad data) and PF_ERR_NOMEM, each with
  * a one-line message in err. */
 pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *options,
                             pf_session **out, pf_error *err);
 void pf_session_destroy(pf_session *s);
 
-/* One global step; returns the batch's mean loss. */
+/* One global step; returns the batch's mean loss, or NaN without a step when the streamed
+ * input could not give the batch (pf_session_input_error). */
 float pf_session_step(pf_session *s);
+
+/* PF_OK, or why the last step's streamed batch could not be read (a bad line named by file,
+ * line and column, or too many with data.on_error skip; err filled). */
+pf_status pf_session_input_error(const pf_session *s, pf_error *err);
+
+struct pf_stream_source;
+/* The streamed training files (data.streaming: one stream per replica), or NULL. */
+const struct pf_stream_source *pf_session_input(const pf_session *s);
 
 /* Steps applied so far. */
 int64_t pf_session_global_step(const pf_session *s);

@@ -39,8 +39,8 @@ static void finish_link(worker_link *c, ps_link *l, pf_status st, const char *ms
     pthread_cond_broadcast(&c->cv);
 }
 
-/* The end of l's checkpoint asked without waiting (under mu). */
-static void finish_checkpoint(worker_link *c, ps_link *l, pf_status st, const char *msg) {
+/* The end of l's checkpoint asked without waiting (under mu; link_internal.h). */
+void worker_link_finish_checkpoint(worker_link *c, ps_link *l, pf_status st, const char *msg) {
     l->ck_waiting = 0;
     l->ck_done = 1;
     l->ck_status = st;
@@ -59,7 +59,7 @@ static void take_checkpoint_answer(worker_link *c, ps_link *l, pf_status st, con
     else
         st = worker_request_check_reply(&l->ck, m, 0, &version, &incarnation, &push_result, msg,
                                         sizeof msg);
-    finish_checkpoint(c, l, st, msg);
+    worker_link_finish_checkpoint(c, l, st, msg);
 }
 
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
@@ -141,7 +141,7 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
                  "the connection to ps %d closed before it answered the checkpoint at step "
                  "%" PRIu64,
                  l->index, l->ck.ck_step);
-        finish_checkpoint(c, l, PF_ERR_UNAVAILABLE, msg);
+        worker_link_finish_checkpoint(c, l, PF_ERR_UNAVAILABLE, msg);
     }
     if (l->mac_conn == conn) {
         pf_wire_mac_destroy(l->mac_in);
@@ -643,8 +643,8 @@ static void abandon(worker_link *c) {
 }
 
 /* Sends every link's encoded request and waits for all answers, reconnecting and resending
- * where a connection drops. */
-static pf_status round_trip(worker_link *c, pf_error *err) {
+ * where a connection drops (link_internal.h). */
+pf_status worker_link_round_trip(worker_link *c, pf_error *err) {
     pf_status st = send_all(c, err);
     if (st == PF_OK)
         st = await_all(c, err);
@@ -802,7 +802,7 @@ pf_status worker_link_pull(worker_link *c, const uint64_t *min_version, float *p
             return st;
     }
     c->params = params;
-    pf_status st = round_trip(c, err);
+    pf_status st = worker_link_round_trip(c, err);
     c->params = NULL;
     collect(c, versions, NULL);
     return st;
@@ -834,7 +834,7 @@ pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64
     if (st != PF_OK)
         return st;
     c->params = params;
-    st = round_trip(c, err);
+    st = worker_link_round_trip(c, err);
     c->params = NULL;
     collect(c, versions, results);
     return st;
@@ -881,7 +881,7 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
         if (st != PF_OK)
             return st;
     }
-    pf_status st = round_trip(c, err);
+    pf_status st = worker_link_round_trip(c, err);
     collect(c, versions, results);
     return st;
 }
@@ -900,135 +900,6 @@ int worker_link_shared(const worker_link *c) {
 
 void worker_link_set_plan(worker_link *c, const worker_row_plan *plan) {
     c->env.plan = plan;
-}
-
-/* Gives up the checkpoint asked without waiting, if one is in flight: its answers, should they
- * still come, are ignored (a ps answers its parked CHECKPOINT with an error when another
- * CHECKPOINT or a RESTORE replaces it). */
-static void forget_checkpoint(worker_link *c) {
-    pthread_mutex_lock(&c->mu);
-    for (int p = 0; p < c->n; p++)
-        c->links[p].ck_waiting = 0;
-    c->ck_active = 0;
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Sends l's CHECKPOINT (l->ck.out) on its connection; a connection that is down, or goes
- * down, ends it (on_close, or here). */
-static pf_status send_checkpoint(worker_link *c, ps_link *l) {
-    size_t n = pf_wire_out_parts(&l->ck.out, c->parts, c->max_parts);
-    if (n > c->max_parts)
-        return PF_ERR_NOMEM; /* cannot happen: a CHECKPOINT is one small part */
-    pthread_mutex_lock(&c->mu);
-    int up = l->open && !l->closed;
-    uint64_t conn = l->conn;
-    l->ck_waiting = 1;
-    l->ck_done = 0;
-    l->ck_conn = conn;
-    pthread_mutex_unlock(&c->mu);
-    pf_status st = PF_ERR_NOT_FOUND;
-    if (up) {
-        pf_ws_tagger tagger = worker_link_tagger(l);
-        if (l->mac_out)
-            pf_wire_mac_sign_begin(l->mac_out);
-        st = pf_ws_sendv_tagged(c->ws, conn, c->parts, (int)n, l->mac_out ? &tagger : NULL);
-    }
-    if (st == PF_ERR_NOMEM)
-        return st;
-    if (st != PF_OK) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "ps %d is not connected (its connection is being re-established); the "
-                 "checkpoint at step %" PRIu64 " was not asked of it",
-                 l->index, l->ck.ck_step);
-        pthread_mutex_lock(&c->mu);
-        if (l->ck_waiting)
-            finish_checkpoint(c, l, PF_ERR_UNAVAILABLE, msg);
-        if (!up || l->conn == conn)
-            l->closed = 1; /* the next request reconnects */
-        pthread_mutex_unlock(&c->mu);
-    }
-    return PF_OK;
-}
-
-void worker_link_checkpoint_give_up(worker_link *c) {
-    forget_checkpoint(c);
-}
-
-pf_status worker_link_checkpoint_send(worker_link *c, uint64_t step, pf_error *err) {
-    forget_checkpoint(c);
-    for (int p = 0; p < c->n; p++) {
-        ps_link *l = &c->links[p];
-        l->ck_request_id = ++c->next_request;
-        pf_status st = worker_request_checkpoint(&l->ck, l->ck_request_id, step, 0, err);
-        if (st == PF_OK)
-            st = send_checkpoint(c, l);
-        if (st != PF_OK) {
-            forget_checkpoint(c);
-            return pf_error_set(err, st, NULL, "out of memory");
-        }
-    }
-    pthread_mutex_lock(&c->mu);
-    c->ck_active = 1;
-    pthread_mutex_unlock(&c->mu);
-    return PF_OK;
-}
-
-int worker_link_checkpoint_poll(worker_link *c, double wait_seconds, pf_status *st, pf_error *err) {
-    pthread_mutex_lock(&c->mu);
-    struct timespec ts = pf_clock_deadline(wait_seconds > 0 ? wait_seconds : 0);
-    int all = 0;
-    while (c->ck_active) {
-        all = 1;
-        for (int p = 0; p < c->n; p++)
-            all &= c->links[p].ck_done;
-        if (all || wait_seconds <= 0 || pthread_cond_timedwait(&c->cv, &c->mu, &ts) != 0)
-            break;
-    }
-    if (!c->ck_active || !all) {
-        int active = c->ck_active;
-        pthread_mutex_unlock(&c->mu);
-        return active ? 0 : -1;
-    }
-    /* Every ps answered: the first failure that is not "past that step" says most (a
-     * non-finite value, a write that failed), else the first one. */
-    const ps_link *worst = NULL;
-    for (int p = 0; p < c->n; p++) {
-        const ps_link *l = &c->links[p];
-        if (l->ck_status != PF_OK &&
-            (!worst || (worst->ck_status == PF_ERR_RANGE && l->ck_status != PF_ERR_RANGE)))
-            worst = l;
-    }
-    *st = worst ? worst->ck_status : PF_OK;
-    if (worst)
-        pf_error_set(err, worst->ck_status, NULL, "%s", worst->ck_message);
-    c->ck_active = 0;
-    pthread_mutex_unlock(&c->mu);
-    return 1;
-}
-
-pf_status worker_link_checkpoint(worker_link *c, uint64_t step, int final, pf_error *err) {
-    forget_checkpoint(c);
-    for (int p = 0; p < c->n; p++) {
-        ps_link *l = &c->links[p];
-        l->request_id = ++c->next_request;
-        pf_status st = worker_request_checkpoint(&l->req, l->request_id, step, final, err);
-        if (st != PF_OK)
-            return st;
-    }
-    return round_trip(c, err);
-}
-
-pf_status worker_link_restore(worker_link *c, uint64_t step, float lr_factor, pf_error *err) {
-    forget_checkpoint(c);
-    for (int p = 0; p < c->n; p++) {
-        ps_link *l = &c->links[p];
-        l->request_id = ++c->next_request;
-        pf_status st = worker_request_restore(&l->req, l->request_id, step, lr_factor, err);
-        if (st != PF_OK)
-            return st;
-    }
-    return round_trip(c, err);
 }
 
 int worker_link_take_restart(worker_link *c, int *ps, uint64_t *version) {

@@ -118,4 +118,12 @@ int worker_link_check_tag(worker_link *c, ps_link *l, uint64_t conn, const uint8
  * mac_out; the caller begins the tag (pf_wire_mac_sign_begin) first. */
 pf_ws_tagger worker_link_tagger(ps_link *l);
 
+/* The end of l's checkpoint asked without waiting, with status st and msg (under mu; wakes
+ * the pollers). link.c. */
+void worker_link_finish_checkpoint(worker_link *c, ps_link *l, pf_status st, const char *msg);
+
+/* Sends every link's encoded request (l->req) and waits for all answers, reconnecting and
+ * resending where a connection drops; a failed one gives up what is still in flight. link.c. */
+pf_status worker_link_round_trip(worker_link *c, pf_error *err);
+
 #endif

@@ -722,7 +722,10 @@ async function main() {
         await page.goto('about:blank');
         await page.goto(base + '/#/jobs/' + bigName);
         const fresh = await waitFor('the big job\'s chart after a fresh load', bigStats, 20000, 20);
-        check(opened.points > 0 && opened.points <= BIG_POINTS / 10,
+        /* The page asks for at most 2000 points (web/js/job_metrics.js): what it drew is that
+         * downsampled series, a tenth of the job's points or so (exactly 2000 can come back,
+         * which is BIG_POINTS / 10 only when the job holds 20000). */
+        check(opened.points > 0 && opened.points <= 2000 && opened.points <= BIG_POINTS / 5,
             'the page loaded a downsampled series (' + opened.points + ' of ' + BIG_POINTS + ' points)');
         log('RESULT fresh page load of that job page: chart drawn ' + fresh.loadMs.toFixed(0) +
             ' ms after the page script started, ' + fresh.lastPointDrawnAt.toFixed(0) + ' ms after navigation start');

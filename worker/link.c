@@ -474,15 +474,16 @@ static void close_awaited(worker_link *c, ps_link *l) {
         }
 }
 
-/* A ps restarted during a sync step: every push of the step still unanswered is given up,
- * its connection closed (await_all reconnects it, and resume pulls instead). A ps holding
+/* A ps restarted during a sync step: every other push of the step still unanswered is given
+ * up, its connection closed (await_all reconnects it, and resume pulls instead). A ps holding
  * such a push waits for the gradients of other workers, which wait for the chief to roll
  * every ps back: the chief cannot do so while it waits for that push. */
-static void give_up_pushes(worker_link *c) {
+static void give_up_pushes(worker_link *c, const ps_link *restarted) {
     pthread_mutex_lock(&c->mu);
     for (int p = 0; p < c->n; p++) {
         ps_link *l = &c->links[p];
-        if (!l->settled && !l->done && !l->closed && l->req.kind == WORKER_REQ_DATA)
+        if (l != restarted && !l->settled && !l->done && !l->closed &&
+            l->req.kind == WORKER_REQ_DATA && !l->req.swapped) /* (its own pull goes on) */
             close_awaited(c, l);
     }
     pthread_mutex_unlock(&c->mu);
@@ -614,7 +615,7 @@ static pf_status await_all(worker_link *c, pf_error *err) {
         if (l->ps_incarnation != before && l->req.kind == WORKER_REQ_DATA &&
             c->spec.training.mode == PF_MODE_SYNC && !given_up) {
             given_up = 1;
-            give_up_pushes(c);
+            give_up_pushes(c, l);
         }
     }
     if (lost_checkpoint >= 0)

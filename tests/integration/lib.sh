@@ -32,7 +32,11 @@ cleanup() {
     done
     rc=1
   fi
-  rm -rf "$WORK"
+  if [ "$rc" != 0 ] && [ -n "${PSFLOW_TEST_KEEP:-}" ]; then # debugging: keep what failed
+    echo "kept $WORK (PSFLOW_TEST_KEEP)" >&2
+  else
+    rm -rf "$WORK"
+  fi
   exit "$rc"
 }
 trap cleanup EXIT

@@ -60,8 +60,7 @@ static const char *const migrations[] = {
     "CREATE UNIQUE INDEX evals_once ON evals (job, task, incarnation, step);"
     "CREATE INDEX events_by_job_kind ON events (job, kind, id);",
     /* 5: a two-class model's test AUC and calibration (mean prediction / mean label) */
-    "ALTER TABLE evals ADD COLUMN auc REAL;"
-    "ALTER TABLE evals ADD COLUMN calibration REAL;",
+    "ALTER TABLE evals ADD COLUMN auc REAL; ALTER TABLE evals ADD COLUMN calibration REAL;",
 };
 
 enum {

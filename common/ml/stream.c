@@ -187,7 +187,8 @@ typedef struct stream {
     pf_criteo_reader *r;
     float *row; /* one example, read outside the mutex */
     /* under the source's mutex */
-    float *ring_x, *ring_y; /* cap examples; position p in slot p mod cap */
+    float *ring_x, *ring_y; /* cap examples, position p in slot p mod cap; allocated when the
+                               stream is first asked for (a process reads only its own) */
     int64_t ring_q, filled, cap;
     uint64_t gen; /* moved ring: what is read for an older generation is dropped */
     int active;   /* asked for: the thread reads ahead */
@@ -477,10 +478,7 @@ static pf_status init_streams(pf_stream_source *s, int cap, pf_error *err) {
         st->bad_seen = pf_calloc((size_t)st->n, sizeof *st->bad_seen);
         st->row = pf_mallocarray((size_t)s->features, sizeof(float));
         st->cap = cap;
-        st->ring_x = pf_mallocarray((size_t)cap * (size_t)s->features, sizeof(float));
-        st->ring_y = pf_mallocarray((size_t)cap, sizeof(float));
-        if (!st->splits || !st->bad_seen || !st->count || !st->order || !st->row || !st->ring_x ||
-            !st->ring_y)
+        if (!st->splits || !st->bad_seen || !st->count || !st->order || !st->row)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory for the input streams");
         for (int i = 0; i < st->n; i++) {
             st->splits[i] = j + i * s->n_streams;
@@ -536,6 +534,17 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
  * reader), dropping what the ring holds before it. */
 static pf_status take(pf_stream_source *s, stream *st, int64_t q, float *x, float *y,
                       pf_error *err) {
+    if (!st->ring_x) { /* the first time: the reader thread leaves inactive streams alone */
+        st->ring_x = pf_mallocarray((size_t)st->cap * (size_t)s->features, sizeof(float));
+        st->ring_y = pf_mallocarray((size_t)st->cap, sizeof(float));
+        if (!st->ring_x || !st->ring_y) {
+            pf_free(st->ring_x);
+            pf_free(st->ring_y);
+            st->ring_x = st->ring_y = NULL;
+            return pf_error_set(err, PF_ERR_NOMEM, NULL,
+                                "out of memory for the read-ahead of input stream %d", st->index);
+        }
+    }
     if (!st->active || q < st->ring_q || q > st->ring_q + st->filled + st->cap) {
         st->ring_q = q; /* a seek: a new generation, read from q on */
         st->filled = 0;

@@ -636,6 +636,51 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
     return PF_OK;
 }
 
+pf_status coord_job_set_ps(coord_cluster *c, coord_job *j, pf_job_spec *spec, double now,
+                           pf_error *err) {
+    if (coord_job_finished(j))
+        return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
+                            coord_phase_name(j->phase));
+    if (training_complete(j))
+        return pf_error_set(err, PF_ERR_INVALID, "",
+                            "job %s has finished training (TrainingComplete); only its evaluator "
+                            "still runs",
+                            j->name);
+    int old = j->spec.replicas.ps;
+    char *json = pf_job_spec_to_json(spec);
+    if (!json)
+        return PF_ERR_NOMEM;
+    pf_job_spec prev = j->spec;
+    j->spec = *spec;
+    if (coord_job_make_tasks(j) != PF_OK) {
+        j->spec = prev;
+        pf_free(json);
+        return PF_ERR_NOMEM;
+    }
+    memset(spec, 0, sizeof *spec); /* stolen */
+    pf_job_spec_deinit(&prev);
+    pf_free(j->spec_json);
+    j->spec_json = json;
+    /* The ps tasks of the next generation restore the newest checkpoint, each reassembling
+     * its shards from the slices the checkpoint's files hold (ps/ps_checkpoint.c). */
+    char msg[COORD_TEXT_MAX];
+    bool running = j->phase == COORD_RUNNING || j->phase == COORD_RESTARTING;
+    snprintf(msg, sizeof msg, "ps tasks %d -> %d: %s", old, j->spec.replicas.ps,
+             running ? "the job restarts from its newest checkpoint, repartitioned"
+                     : "the job starts with them, from its newest checkpoint when it has one");
+    release(c, j, now);
+    coord_log_event(c, j->name, "Scaled", "PsChanged", msg, now);
+    if (running) {
+        coord_job_set_phase(c, j, COORD_RESTARTING, "PsChanged", msg, now);
+    } else {
+        snprintf(j->message, sizeof j->message, "%s", msg);
+        coord_job_event(c, j, now);
+    }
+    j->dirty = true;
+    admit_all(c, now);
+    return PF_OK;
+}
+
 /* --- nodes --- */
 
 pf_status coord_node_register(coord_cluster *c, const char *id, const char *role,

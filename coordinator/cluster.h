@@ -292,6 +292,13 @@ void coord_job_delete(coord_cluster *c, coord_job *j, double now);
  * unchanged). PF_ERR_INVALID (err names the field) for a finished job or a bad value. */
 pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int suspend, double now,
                           pf_error *err);
+/* Changes replicas.ps: *spec is the job's spec with the new count, parsed and admitted by the
+ * caller, and is taken (zeroed) on success. A running job stops its tasks and restarts as a
+ * new generation whose ps tasks restore its newest checkpoint repartitioned into the new
+ * count (the steps after that checkpoint are trained again, as after a ps failure); a
+ * created or suspended one starts that way. PF_ERR_INVALID for a finished job. */
+pf_status coord_job_set_ps(coord_cluster *c, coord_job *j, pf_job_spec *spec, double now,
+                           pf_error *err);
 /* Records metric points reported for a task ("chief" or "worker-<i>"): updates the job's
  * step, loss, rates and accuracy, and queues metric events. Points that arrive after the
  * job finished are kept in the history but leave its step, loss and rates as they ended;

@@ -175,15 +175,52 @@ static void list_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     }
 }
 
+/* The spec of job j with `ps` ps tasks (and `workers` workers, when > 0, for the size check),
+ * validated as a submitted spec is and admitted, into *out. Replies with the problem and
+ * returns -1 when it is refused. */
+static int respec_ps(coord_server *s, coord_reply *rp, const coord_job *j, int ps, int workers,
+                     pf_job_spec *out) {
+    json_error_t jerr;
+    json_t *doc = json_loads(j->spec_json, 0, &jerr), *rep = json_object_get(doc, "replicas");
+    char *text = NULL;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = PF_ERR_NOMEM;
+    if (json_is_object(rep) && json_object_set_new(rep, "ps", json_integer(ps)) == 0 &&
+        (text = json_dumps(doc, JSON_COMPACT)) != NULL)
+        st = pf_job_spec_parse(text, strlen(text), out, &err);
+    free(text);
+    json_decref(doc);
+    if (st == PF_OK) {
+        pf_job_spec sized = *out; /* a shallow copy, only read */
+        if (workers > 0)
+            sized.replicas.worker = workers;
+        st = coord_admit_size(&s->o.limits, &s->cluster, &sized, &err);
+    }
+    if (st == PF_OK)
+        return 0;
+    pf_job_spec_deinit(out);
+    if (st == PF_ERR_NOMEM || !err.pointer[0])
+        coord_reply_problem(rp, 500, NULL, "the spec with %d ps tasks could not be built", ps);
+    else
+        coord_reply_problem(
+            rp, 422,
+            json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)),
+            "with %d ps tasks: %s", ps, err.message);
+    return -1;
+}
+
 static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord_job *j) {
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
     static const char *const keys[] = {"replicas", "suspend", NULL};
-    static const char *const rkeys[] = {"worker", NULL};
+    static const char *const rkeys[] = {"worker", "ps", NULL};
     json_t *replicas = json_object_get(body, "replicas"),
            *suspend = json_object_get(body, "suspend");
-    int workers = 0, susp = -1;
+    int workers = 0, ps = 0, susp = -1;
+    pf_job_spec respec; /* the spec with the new ps count */
+    memset(&respec, 0, sizeof respec);
     if (coord_check_keys(body, keys, "", rp))
         goto done;
     if (replicas) {
@@ -196,9 +233,19 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
         }
         if (coord_check_keys(replicas, rkeys, "/replicas", rp))
             goto done;
-        json_t *w = json_object_get(replicas, "worker");
-        if (!json_is_integer(w) || json_integer_value(w) < 1 ||
-            json_integer_value(w) > PF_MAX_REPLICAS) {
+        json_t *w = json_object_get(replicas, "worker"), *p = json_object_get(replicas, "ps");
+        if (p && (!json_is_integer(p) || json_integer_value(p) < 1 ||
+                  json_integer_value(p) > PF_MAX_REPLICAS)) {
+            coord_reply_problem(rp, 422,
+                                json_pack("[{s:s, s:s}]", "pointer", "/replicas/ps", "message",
+                                          "must be an integer from 1 to 1024"),
+                                "/replicas/ps: must be an integer from 1 to %d", PF_MAX_REPLICAS);
+            goto done;
+        }
+        if (p)
+            ps = (int)json_integer_value(p);
+        if (w && (!json_is_integer(w) || json_integer_value(w) < 1 ||
+                  json_integer_value(w) > PF_MAX_REPLICAS)) {
             coord_reply_problem(rp, 422,
                                 json_pack("[{s:s, s:s}]", "pointer", "/replicas/worker", "message",
                                           "must be an integer from 1 to 1024"),
@@ -206,7 +253,15 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
                                 PF_MAX_REPLICAS);
             goto done;
         }
-        workers = (int)json_integer_value(w);
+        if (w)
+            workers = (int)json_integer_value(w);
+        if (!w && !p) {
+            coord_reply_problem(
+                rp, 422,
+                json_pack("[{s:s, s:s}]", "pointer", "/replicas", "message", "names no count"),
+                "/replicas: name a count, like {\"worker\": 4} or {\"ps\": 3}");
+            goto done;
+        }
     }
     if (suspend) {
         if (!json_is_boolean(suspend)) {
@@ -245,7 +300,17 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
             goto done;
         }
     }
-    st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
+    if (ps > 0 && ps != j->spec.replicas.ps && respec_ps(s, rp, j, ps, workers, &respec))
+        goto done;
+    if (respec.replicas.ps > 0) {
+        /* The workers first (live when it runs), then the restart with the new ps tasks. */
+        st = workers > 0 ? coord_job_patch(&s->cluster, j, workers, -1, now, &err) : PF_OK;
+        if (st == PF_OK)
+            st = coord_job_set_ps(&s->cluster, j, &respec, now, &err);
+        workers = 0;
+    }
+    if (st == PF_OK)
+        st = coord_job_patch(&s->cluster, j, workers, susp, now, &err);
     if (st == PF_ERR_INVALID) {
         coord_reply_problem(rp, err.pointer[0] ? 422 : 409,
                             err.pointer[0] ? json_pack("[{s:s, s:s}]", "pointer", err.pointer,
@@ -258,6 +323,7 @@ static void patch_job(coord_server *s, coord_request *rq, coord_reply *rp, coord
         coord_reply_json(rp, 200, coord_job_json(j, now));
     }
 done:
+    pf_job_spec_deinit(&respec);
     json_decref(body);
 }
 
@@ -525,6 +591,26 @@ static int check_steps(json_t *body, int64_t max_steps, coord_reply *rp) {
     return 0;
 }
 
+/* An evaluation's bayes_auc (synthetic_ctr data's Bayes-optimal AUC), when a number, is an
+ * AUC: in [0, 1]. Else the report is refused (422) and the refusal logged. */
+static int check_bayes_auc(coord_server *s, const coord_job *j, json_t *evals, coord_reply *rp) {
+    size_t i;
+    json_t *o;
+    json_array_foreach(evals, i, o) {
+        json_t *v = json_object_get(o, "bayes_auc");
+        double auc = json_number_value(v);
+        if (!json_is_number(v) || (auc >= 0 && auc <= 1))
+            continue;
+        char where[64], why[160];
+        snprintf(where, sizeof where, "/evals/%zu", i);
+        problem_at(rp, where, "bayes_auc", "must be a number in [0, 1] (an AUC)");
+        snprintf(why, sizeof why, "%s/bayes_auc %g is not in [0, 1]", where, auc);
+        log_report_refused(s, j->name, 422, why);
+        return -1;
+    }
+    return 0;
+}
+
 /* Each rollback goes back: to <= from (both were range-checked by check_points); a reason,
  * when given, is NonFiniteLoss (absent: a ps restarted). */
 static int check_rollbacks(json_t *arr, coord_reply *rp) {
@@ -578,7 +664,7 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     static const char *const pkeys[] = {
         "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
     static const char *const ekeys[] = {
-        "step", "time", "accuracy", "test_loss", "test_auc", "test_calibration", NULL};
+        "step", "time", "accuracy", "test_loss", "test_auc", "test_calibration", "bayes_auc", NULL};
     static const char *const req[] = {"step", "time", NULL};
     static const char *const steps[] = {"step", NULL}, *const rsteps[] = {"from", "to", NULL};
     const char *task = json_string_value(json_object_get(body, "task"));
@@ -611,7 +697,8 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
             task = reporter_name(j, task);
         if (!j) {
             coord_reply_problem(rp, 404, NULL, "no job named '%s'", name);
-        } else if (check_steps(body, j->spec.training.max_steps, rp)) {
+        } else if (check_steps(body, j->spec.training.max_steps, rp) ||
+                   check_bayes_auc(s, j, json_object_get(body, "evals"), rp)) {
             /* reply set */
         } else if (check_reporter(s, j, body, task, json_object_get(body, "rollbacks") != NULL,
                                   &incarnation, rp)) {

@@ -8,6 +8,7 @@
 
 #include "cli/cli_internal.h"
 #include "cli/options.h"
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 
 int api_client_init(api_client *c, const char *cmd, const cli_option *opts, int n_opts,
@@ -92,8 +93,13 @@ int api_call(const api_client *c, const char *method, const char *path, const ch
 
 int api_call_job(const api_client *c, const char *method, const api_job_ref *j,
                  pf_http_response *out) {
-    int rc = api_call(c, method, j->path, NULL, 0, API_REQUEST_TIMEOUT, out);
-    if (rc || out->status == 200)
+    return api_send_job(c, method, j, NULL, out);
+}
+
+int api_send_job(const api_client *c, const char *method, const api_job_ref *j, const char *body,
+                 pf_http_response *out) {
+    int rc = api_call(c, method, j->path, body, body ? strlen(body) : 0, API_REQUEST_TIMEOUT, out);
+    if (rc || (out->status >= 200 && out->status < 300))
         return rc;
     rc = api_report_error(c, out, j->not_found);
     pf_http_response_deinit(out);
@@ -233,6 +239,121 @@ void api_format_steps(const api_job_view *v, char *buf, size_t cap) {
         snprintf(buf, cap, "%lld/%lld", v->step, v->max_steps);
     else
         snprintf(buf, cap, "%lld", v->step);
+}
+
+/* ---- waiting for a change of a job --------------------------------------------------------- */
+
+static bool phase_is_final(const char *phase) {
+    return phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
+}
+
+/* GETs path into *out. Returns false while the coordinator is unreachable or answers 5xx,
+ * having said so once per outage. */
+static bool poll_get(const api_client *c, const char *path, bool *outage, pf_http_response *out) {
+    pf_error why;
+    char msg[sizeof why.message];
+    if (api_try(c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, out, &why) != PF_OK) {
+        snprintf(msg, sizeof msg, "%s", why.message);
+    } else if (out->status >= 500) {
+        snprintf(msg, sizeof msg, "HTTP %ld", out->status);
+        pf_http_response_deinit(out);
+    } else {
+        *outage = false;
+        return true;
+    }
+    if (!*outage)
+        fprintf(stderr, "psflow %s: coordinator unreachable, retrying (%s)\n", c->cmd, msg);
+    *outage = true;
+    return false;
+}
+
+/* The exit code of an answer other than 200 while waiting (the job gone: 1). */
+static int wait_error(const api_client *c, const api_job_ref *j, pf_http_response *r) {
+    char gone[600];
+    snprintf(gone, sizeof gone, "job %s no longer exists", j->name);
+    int rc = api_report_error(c, r, gone);
+    pf_http_response_deinit(r);
+    return rc;
+}
+
+int api_wait_job(const api_client *c, const api_job_ref *j, bool tasks, api_wait_test test,
+                 void *ctx, json_t **last) {
+    char tasks_path[sizeof j->path + 8], shown[400] = "";
+    snprintf(tasks_path, sizeof tasks_path, "%s/tasks", j->path);
+    bool outage = false;
+    *last = NULL;
+    for (bool first = true;; first = false) {
+        if (!first)
+            pf_clock_sleep(1.0);
+        pf_http_response r;
+        if (!poll_get(c, j->path, &outage, &r))
+            continue;
+        if (r.status == 404 && !test) {
+            pf_http_response_deinit(&r);
+            json_decref(*last);
+            *last = NULL;
+            return 0;
+        }
+        if (r.status != 200)
+            return wait_error(c, j, &r);
+        json_t *job = api_body_json(&r);
+        pf_http_response_deinit(&r);
+        if (!json_is_object(job)) {
+            json_decref(job);
+            fprintf(stderr, "psflow %s: the coordinator's answer is not a job\n", c->cmd);
+            return PF_EX_UNAVAILABLE;
+        }
+        json_decref(*last);
+        *last = job;
+        json_t *task_doc = NULL;
+        if (tasks && test) {
+            if (!poll_get(c, tasks_path, &outage, &r))
+                continue;
+            if (r.status != 200)
+                return wait_error(c, j, &r);
+            task_doc = api_body_json(&r);
+            pf_http_response_deinit(&r);
+        }
+        char line[256] = "";
+        bool done = test && test(job, json_object_get(task_doc, "items"), ctx, line, sizeof line);
+        json_decref(task_doc);
+        const char *phase = api_jstr(json_object_get(job, "status"), "phase");
+        if (done)
+            return 0;
+        if (test && phase_is_final(phase))
+            return strcmp(phase, "Succeeded") ? 1 : 0;
+        char now[sizeof shown];
+        snprintf(now, sizeof now, "%s (%s)", line[0] ? line : "waiting", phase ? phase : "?");
+        if (strcmp(now, shown) != 0) {
+            fprintf(stderr, "psflow %s: job %s: %s\n", c->cmd, j->name, now);
+            snprintf(shown, sizeof shown, "%s", now);
+        }
+    }
+}
+
+void api_print_job_line(const char *name, const json_t *job, const char *what) {
+    api_job_view v = {.step = -1, .max_steps = -1};
+    api_view_update(&v, json_object_get(job, "status"));
+    if (!strcmp(v.phase, "Succeeded")) {
+        printf("job %s: Succeeded\n", name);
+    } else if (!strcmp(v.phase, "Failed")) {
+        bool why = v.reason[0] || v.message[0];
+        printf("job %s: Failed%s%s%s%s%s\n", name, why ? " (" : "", v.reason,
+               v.reason[0] && v.message[0] ? ": " : "", v.message, why ? ")" : "");
+    } else {
+        printf("job %s: %s (%s)\n", name, what, v.phase[0] ? v.phase : "?");
+    }
+}
+
+void api_print_waited(const char *name, const json_t *last, int rc, bool json, const char *what) {
+    if (!last || (rc != 0 && !phase_is_final(api_jstr(json_object_get(last, "status"), "phase"))))
+        return;
+    if (json) {
+        json_dumpf(last, stdout, JSON_COMPACT);
+        putchar('\n');
+    } else {
+        api_print_job_line(name, last, what);
+    }
 }
 
 void api_print_body(const pf_http_response *r) {

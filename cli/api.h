@@ -1,7 +1,8 @@
 /* api.h - what the clients of the coordinator's REST API share (psflow submit, list, get,
- * watch, cancel, tfconfig, health): the coordinator's address and token, one request with
- * its failure mapped to an exit code, problem+json errors, the job state as the API shows
- * it, the options and help texts every client command has.
+ * watch, cancel, scale, suspend, resume, delete, tfconfig, health): the coordinator's address
+ * and token, one request with its failure mapped to an exit code, problem+json errors, the
+ * job state as the API shows it, waiting for a change of a job, the options and help texts
+ * every client command has.
  *
  * Exit codes (psflow/exit_code.h): 65 for a rejected spec (400, 413, 422), 77 for 401/403,
  * 69 when the coordinator is unreachable or answers 5xx, 1 for any other 4xx. Errors are
@@ -93,6 +94,10 @@ int api_call(const api_client *c, const char *method, const char *path, const ch
 int api_call_job(const api_client *c, const char *method, const api_job_ref *j,
                  pf_http_response *out);
 
+/* api_call_job with a JSON body (NULL: none); any 2xx answer is a success (DELETE: 204). */
+int api_send_job(const api_client *c, const char *method, const api_job_ref *j, const char *body,
+                 pf_http_response *out);
+
 /* --- JSON answers --- */
 
 /* o[key] as a string (borrowed), NULL when it is not one. */
@@ -126,6 +131,33 @@ void api_view_update(api_job_view *v, const json_t *o);
 
 /* "step/max_steps", "step" when max_steps is unknown, "-" when the step is. */
 void api_format_steps(const api_job_view *v, char *buf, size_t cap);
+
+/* --- waiting for a change of a job --- */
+
+/* A wait's test of the job as GET shows it and, when asked for, of its tasks (the items of
+ * GET .../tasks). Writes where the change stands into line[cap] ("workers 2/3 ready") and
+ * returns whether it is done. */
+typedef bool (*api_wait_test)(const json_t *job, const json_t *tasks, void *ctx, char *line,
+                              size_t cap);
+
+/* Reads the job every second until `test` says done (0) or the job ends first (0 Succeeded,
+ * 1 Failed); with test NULL, until GET answers 404 (0: the job is gone). Prints to stderr
+ * "psflow CMD: job NAME: LINE (PHASE)" each time that changes, and once per outage that the
+ * coordinator is unreachable, then retries until it is back (as submit --wait does). A 404
+ * while waiting for anything else prints "job NAME no longer exists" (1); another error
+ * answer, its exit code (api_report_error). *last: the job as last read (new reference; NULL
+ * once gone or never read), for the command's output. */
+int api_wait_job(const api_client *c, const api_job_ref *j, bool tasks, api_wait_test test,
+                 void *ctx, json_t **last);
+
+/* Prints the one human line of a changed job to stdout: "job NAME: WHAT (PHASE)", or for a
+ * job that ended "job NAME: Succeeded" / "job NAME: Failed (REASON: MESSAGE)". */
+void api_print_job_line(const char *name, const json_t *job, const char *what);
+
+/* The output of a command after api_wait_job() returned rc with *last: the job as JSON, or
+ * its line (api_print_job_line); nothing when the wait failed otherwise than by the job
+ * ending (its error was printed). */
+void api_print_waited(const char *name, const json_t *last, int rc, bool json, const char *what);
 
 /* --- output --- */
 

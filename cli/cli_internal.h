@@ -17,6 +17,7 @@ int cli_evaluator(const cli_command *cmd, int argc, char **argv);
 int cli_key(const cli_command *cmd, int argc, char **argv);
 int cli_export(const cli_command *cmd, int argc, char **argv);
 int cli_data(const cli_command *cmd, int argc, char **argv);
+int cli_plan(const cli_command *cmd, int argc, char **argv);
 int cli_version(const cli_command *cmd, int argc, char **argv);
 
 /* Clients of the coordinator's REST API (cmd_*.c over api.h). Exit codes: 0 done, 1 a 4xx answer
@@ -27,6 +28,10 @@ int cli_list(const cli_command *cmd, int argc, char **argv);
 int cli_get_job(const cli_command *cmd, int argc, char **argv);
 int cli_watch(const cli_command *cmd, int argc, char **argv);
 int cli_cancel(const cli_command *cmd, int argc, char **argv);
+int cli_scale(const cli_command *cmd, int argc, char **argv);
+int cli_suspend(const cli_command *cmd, int argc, char **argv);
+int cli_resume(const cli_command *cmd, int argc, char **argv);
+int cli_delete(const cli_command *cmd, int argc, char **argv);
 int cli_tfconfig(const cli_command *cmd, int argc, char **argv);
 int cli_health(const cli_command *cmd, int argc, char **argv);
 

@@ -108,6 +108,24 @@ static const cli_command commands[] = {
         .run = cli_key,
     },
     {
+        .name = "plan",
+        .summary = "show a job spec's placement and the memory of each task (offline)",
+        .usage = "FILE [-o json]",
+        .description = "Reads and checks the job spec in FILE as the coordinator does on "
+                       "submission, without\none, and prints how the ps tasks place its "
+                       "variables (each ps task's shards and\nbytes, the imbalance: the largest "
+                       "ps task's bytes over the mean) and the memory\neach ps task and each "
+                       "training task needs, the figures the coordinator's admission\ncompares "
+                       "with its agents' memory. Exit codes: 0 shown, 64 usage, 65 invalid "
+                       "spec\n(the message starts with the field's JSON pointer), 66 FILE "
+                       "unreadable.",
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job spec FILE",
+        .short_output = true,
+        .run = cli_plan,
+    },
+    {
         .name = "submit",
         .summary = "submit a job spec to the coordinator (--wait: follow it)",
         .usage = "FILE [--wait] [options]",
@@ -178,6 +196,74 @@ static const cli_command commands[] = {
         .args_error = "expected one job NAME",
         .client_mode = CLI_CLIENT,
         .run = cli_cancel,
+    },
+    {
+        .name = "scale",
+        .summary = "change a job's worker or ps count (--wait: until they run)",
+        .usage = "NAME --workers N [--ps N] [--wait] [-o json] [options]",
+        .description =
+            "Sets a job's worker count (--workers), parameter-server count (--ps) or both in "
+            "one change\n(PATCH replicas). A running job takes new workers live; a new ps "
+            "count restarts it from\nits newest checkpoint. Prints the change, e.g. `job "
+            "fmnist-mlp: workers 2 -> 3 (Running)`.\nWith --wait, reads the job until it runs "
+            "with exactly that many of each, all running.\n\nExit codes: 0 done (with --wait: "
+            "running, or the job succeeded), 1 refused, no such\njob or (--wait) the job failed, "
+            "64 usage, 69 coordinator unreachable, 77 token missing\nor rejected." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job NAME",
+        .short_output = true,
+        .client_mode = CLI_CLIENT,
+        .run = cli_scale,
+    },
+    {
+        .name = "suspend",
+        .summary = "suspend a job: stop its tasks, free its agents",
+        .usage = "NAME [--wait] [-o json] [options]",
+        .description =
+            "Suspends a job: its tasks stop and its agents return to the pool; `psflow resume` "
+            "starts\nit again from its newest checkpoint. With --wait, reads the job until it "
+            "is Suspended.\n\nExit codes: 0 done, 1 refused (the job has finished), no such job "
+            "or (--wait) the job\nfailed, 64 usage, 69 coordinator unreachable, 77 token missing "
+            "or rejected." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job NAME",
+        .short_output = true,
+        .client_mode = CLI_CLIENT,
+        .run = cli_suspend,
+    },
+    {
+        .name = "resume",
+        .summary = "resume a suspended job",
+        .usage = "NAME [--wait] [-o json] [options]",
+        .description =
+            "Resumes a suspended job: it starts again, from its newest checkpoint, once agents "
+            "are\nfree. With --wait, reads the job until it is Running (or it ends).\n\nExit "
+            "codes: 0 done (with --wait: running, or the job succeeded), 1 refused, no such\njob "
+            "or (--wait) the job failed, 64 usage, 69 coordinator unreachable, 77 token "
+            "missing\nor rejected." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job NAME",
+        .short_output = true,
+        .client_mode = CLI_CLIENT,
+        .run = cli_resume,
+    },
+    {
+        .name = "delete",
+        .summary = "cancel a job and delete its record (checkpoints kept)",
+        .usage = "NAME [--wait] [options]",
+        .description =
+            "Cancels a job and deletes its record: `psflow get` no longer finds it and its "
+            "name is free.\nIts checkpoints on disk are kept. With --wait, reads until the "
+            "coordinator no longer\nshows it.\n\nExit codes: 0 deleted, 1 no such job, 64 usage, "
+            "69 coordinator unreachable, 77 token\nmissing or rejected." API_TOKEN_NOTE,
+        .min_args = 1,
+        .max_args = 1,
+        .args_error = "expected one job NAME",
+        .client_mode = CLI_CLIENT,
+        .run = cli_delete,
     },
     {
         .name = "tfconfig",

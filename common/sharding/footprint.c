@@ -54,6 +54,7 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
     out->model_bytes = clamp(4 * params * (1 + slots));
     out->shards = clamp(shards);
     out->worker_bytes = clamp(training);
+    out->data_bytes = clamp(data);
     out->process_bytes = clamp(process + 4 * params * (1 + slots));
 }
 

@@ -217,3 +217,13 @@ int64_t pf_placement_max_shard_bytes(const pf_placement *p) {
         best = max64(best, ELEM_BYTES * (int64_t)p->shards[i].count);
     return best;
 }
+
+double pf_placement_imbalance(const pf_placement *p) {
+    int64_t total = 0, largest = 0;
+    for (int t = 0; t < p->n_ps; t++) {
+        total += p->bytes_per_ps[t];
+        largest = max64(largest, p->bytes_per_ps[t]);
+    }
+    double mean = p->n_ps > 0 ? (double)total / p->n_ps : 0;
+    return mean > 0 ? (double)largest / mean : 1.0;
+}

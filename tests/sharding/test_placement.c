@@ -582,6 +582,23 @@ static void test_max_shard_bytes(void **state) {
     pf_placement_deinit(&pl);
 }
 
+/* The largest ps task's bytes over the mean, as GET .../placement reports it. */
+static void test_imbalance(void **state) {
+    (void)state;
+    pf_placement pl;
+    memset(&pl, 0, sizeof pl);
+    assert_true(pf_placement_imbalance(&pl) == 1.0); /* no ps tasks */
+    int64_t bytes[3] = {300, 100, 200};
+    pl.n_ps = 3;
+    pl.bytes_per_ps = bytes;
+    assert_true(pf_placement_imbalance(&pl) == 1.5); /* 300 over a mean of 200 */
+    bytes[0] = bytes[1] = bytes[2] = 0;
+    assert_true(pf_placement_imbalance(&pl) == 1.0); /* nothing placed */
+    pl.n_ps = 1;
+    bytes[0] = 7;
+    assert_true(pf_placement_imbalance(&pl) == 1.0);
+}
+
 static void test_deterministic_and_deinit(void **state) {
     (void)state;
     pf_job_spec spec = job(mlp(30, 20, 10, 4), 3, PF_PLACE_GREEDY, part_max(100, 0));
@@ -655,6 +672,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_mlp),
         cmocka_unit_test(test_shards_of),
         cmocka_unit_test(test_max_shard_bytes),
+        cmocka_unit_test(test_imbalance),
         cmocka_unit_test(test_deterministic_and_deinit),
         cmocka_unit_test(test_failing_allocator),
     };

@@ -79,6 +79,8 @@ typedef struct pf_footprint {
     int64_t model_bytes;   /* values and optimizer slots of the whole model */
     int64_t shards;        /* variable shards the partitioner makes */
     int64_t worker_bytes;  /* one training task (a worker or the chief) */
+    int64_t data_bytes;    /* D: the data set in memory, included in worker_bytes and
+                              process_bytes; 0 when files hold it (read on the agent) */
     int64_t process_bytes; /* psflow train: the whole job in one process */
 } pf_footprint;
 

@@ -81,4 +81,8 @@ int pf_placement_shards_of(const pf_placement *p, int ps, int *out, int max);
 /* Largest shard in bytes (for balance checks and buffer sizing). */
 int64_t pf_placement_max_shard_bytes(const pf_placement *p);
 
+/* The largest ps task's bytes over the mean of all n_ps tasks' (1.0 for an empty model):
+ * 1.0 is a perfect balance, n_ps all of it on one task. */
+double pf_placement_imbalance(const pf_placement *p);
+
 #endif

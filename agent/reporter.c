@@ -257,7 +257,8 @@ static json_t *checkpoint_item(const worker_report *rep) {
     return item;
 }
 
-/* An evaluation; a two-class model's adds test_auc and test_calibration. */
+/* An evaluation; a two-class model's adds test_auc and test_calibration, synthetic_ctr
+ * data's the Bayes-optimal AUC. */
 static json_t *eval_item(const worker_report *rep) {
     json_t *item = json_pack("{s:I, s:f, s:o, s:o}", "step", (json_int_t)rep->step, "time",
                              rep->time, "accuracy", agent_number_json(rep->accuracy), "test_loss",
@@ -266,6 +267,8 @@ static json_t *eval_item(const worker_report *rep) {
         json_object_set_new(item, "test_auc", agent_number_json(rep->auc));
     if (item && !isnan(rep->calibration))
         json_object_set_new(item, "test_calibration", agent_number_json(rep->calibration));
+    if (item && !isnan(rep->bayes_auc))
+        json_object_set_new(item, "bayes_auc", agent_number_json(rep->bayes_auc));
     return item;
 }
 

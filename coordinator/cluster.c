@@ -485,7 +485,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     }
     memset(spec, 0, sizeof *spec); /* stolen */
     j->loss = j->accuracy = j->test_loss = j->eval_loss = j->eval_accuracy = NAN;
-    j->test_auc = j->test_calibration = NAN;
+    j->test_auc = j->test_calibration = j->bayes_auc = NAN;
     j->steps_per_sec = NAN; /* unknown until measured (cluster_rate.h) */
     j->eval_step = -1;
     j->phase = COORD_CREATED;

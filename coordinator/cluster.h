@@ -108,6 +108,9 @@ typedef struct coord_job {
     /* a two-class job's test AUC and calibration (mean prediction / mean label): the chief's
      * latest; NAN when unknown. test_loss is then the logloss (mean cross-entropy). */
     double test_auc, test_calibration;
+    /* synthetic_ctr data's Bayes-optimal test AUC (the true model's, which the chief reports
+     * with its evaluations); NAN for other data and until then */
+    double bayes_auc;
     double eval_loss, eval_accuracy; /* the evaluator task's latest; NAN when unknown */
     int64_t eval_step;               /* the checkpoint it evaluated; -1 before any */
     double examples_per_sec, steps_per_sec;
@@ -190,7 +193,7 @@ typedef struct coord_event {
             int64_t step;
             double time; /* as reported; NAN when absent */
             double loss, examples_per_sec, step_time_seconds, accuracy, test_loss;
-            double test_auc, test_calibration;
+            double test_auc, test_calibration, bayes_auc;
         } metric; /* POINT uses loss, examples_per_sec, step_time_seconds; EVAL the others */
         struct {
             char type[24];
@@ -245,6 +248,7 @@ typedef struct coord_eval {
     int64_t step;
     double time, accuracy, test_loss;
     double test_auc, test_calibration; /* a two-class model's; NAN when absent */
+    double bayes_auc; /* synthetic_ctr's Bayes-optimal AUC, in [0, 1] (checked); NAN: absent */
 } coord_eval;
 
 typedef struct coord_cluster {

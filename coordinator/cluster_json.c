@@ -108,10 +108,12 @@ json_t *coord_job_status_json(const coord_job *j) {
                   "completion_time", coord_time_json(j->completion_time), "replica_statuses", rs);
     if (out) /* training that stopped advancing (cluster_rate.h) */
         json_object_update_new(out, stall_json(coord_rate_stalled_seconds(&j->rate)));
-    if (out) /* a two-class job's (null otherwise, and until the chief evaluates) */
-        json_object_update_new(out, json_pack("{s:o, s:o}", "test_auc",
+    if (out) /* a two-class job's (null otherwise, and until the chief evaluates); bayes_auc:
+              * synthetic_ctr data's, the best any model can reach on the test set */
+        json_object_update_new(out, json_pack("{s:o, s:o, s:o}", "test_auc",
                                               json_number_or_null(j->test_auc), "test_calibration",
-                                              json_number_or_null(j->test_calibration)));
+                                              json_number_or_null(j->test_calibration), "bayes_auc",
+                                              json_number_or_null(j->bayes_auc)));
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
         json_object_update_new(
             out, json_pack("{s:o, s:o, s:o}", "eval_step",
@@ -151,6 +153,7 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->test_loss = num(s, "test_loss");
     j->test_auc = num(s, "test_auc");
     j->test_calibration = num(s, "test_calibration");
+    j->bayes_auc = num(s, "bayes_auc"); /* NAN in a status stored before it existed */
     j->eval_loss = num(s, "eval_loss");
     j->eval_accuracy = num(s, "eval_accuracy");
     json_t *es = json_object_get(s, "eval_step");
@@ -317,13 +320,18 @@ json_t *coord_event_json(const coord_event *e) {
                          e->u.metric.time, "loss", json_number_or_null(e->u.metric.loss),
                          "examples_per_sec", json_number_or_null(e->u.metric.examples_per_sec),
                          "step_time_seconds", json_number_or_null(e->u.metric.step_time_seconds));
-    case COORD_EVENT_EVAL:
-        return json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o}", "job", e->job, "task",
-                         e->u.metric.task, "step", (json_int_t)e->u.metric.step, "time",
-                         e->u.metric.time, "accuracy", json_number_or_null(e->u.metric.accuracy),
-                         "test_loss", json_number_or_null(e->u.metric.test_loss), "test_auc",
-                         json_number_or_null(e->u.metric.test_auc), "test_calibration",
-                         json_number_or_null(e->u.metric.test_calibration));
+    case COORD_EVENT_EVAL: {
+        json_t *o =
+            json_pack("{s:s, s:s, s:I, s:f, s:o, s:o, s:o, s:o}", "job", e->job, "task",
+                      e->u.metric.task, "step", (json_int_t)e->u.metric.step, "time",
+                      e->u.metric.time, "accuracy", json_number_or_null(e->u.metric.accuracy),
+                      "test_loss", json_number_or_null(e->u.metric.test_loss), "test_auc",
+                      json_number_or_null(e->u.metric.test_auc), "test_calibration",
+                      json_number_or_null(e->u.metric.test_calibration));
+        if (o && !isnan(e->u.metric.bayes_auc)) /* synthetic_ctr's, when reported */
+            json_object_set_new(o, "bayes_auc", json_real(e->u.metric.bayes_auc));
+        return o;
+    }
     case COORD_EVENT_LOG:
         return json_pack("{s:s, s:o, s:s, s:s, s:s}", "job", e->job, "time",
                          coord_time_json(e->time), "type", e->u.log.type, "reason", e->u.log.reason,
@@ -427,7 +435,8 @@ pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const ch
                             num(o, "accuracy"),
                             num(o, "test_loss"),
                             num(o, "test_auc"),
-                            num(o, "test_calibration")};
+                            num(o, "test_calibration"),
+                            num(o, "bayes_auc")};
     }
     coord_job_record_metrics(c, j, task, p, (int)n_points, e, (int)n_evals, now);
     pf_free(p);

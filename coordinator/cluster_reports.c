@@ -128,6 +128,7 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
             e->u.metric.test_loss = tl;
             e->u.metric.test_auc = p->test_auc;
             e->u.metric.test_calibration = p->test_calibration;
+            e->u.metric.bayes_auc = p->bayes_auc;
         }
         if (t && !strcmp(t->type,
                          "evaluator")) { /* eval_loss / eval_accuracy: never the chief's figures */
@@ -147,6 +148,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
             j->test_auc = p->test_auc;
         if (!isnan(p->test_calibration))
             j->test_calibration = p->test_calibration;
+        if (!isnan(p->bayes_auc))
+            j->bayes_auc = p->bayes_auc;
     }
     j->dirty = true;
     if (finished) {

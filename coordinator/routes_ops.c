@@ -55,7 +55,8 @@ static void family(text *t, const char *name, const char *type, const char *help
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* A two-class job's test AUC and calibration, for the jobs whose chief reported them. */
+/* A two-class job's test AUC and calibration, for the jobs whose chief reported them, and
+ * synthetic_ctr data's Bayes-optimal test AUC beside them. */
 static void job_quality(text *t, const coord_cluster *c) {
     family(t, "psflow_job_test_auc", "gauge",
            "Test AUC of each two-class job (its chief's latest evaluation).");
@@ -69,6 +70,13 @@ static void job_quality(text *t, const coord_cluster *c) {
         if (!isnan(c->jobs[i]->test_calibration))
             put(t, "psflow_job_test_calibration{job=\"%s\"} %.6g\n", c->jobs[i]->name,
                 c->jobs[i]->test_calibration);
+    family(t, "psflow_job_bayes_auc", "gauge",
+           "Bayes-optimal test AUC of each synthetic_ctr job: the true model's, the best any "
+           "model can reach on its test set.");
+    for (int i = 0; i < c->n_jobs; i++)
+        if (!isnan(c->jobs[i]->bayes_auc))
+            put(t, "psflow_job_bayes_auc{job=\"%s\"} %.6g\n", c->jobs[i]->name,
+                c->jobs[i]->bayes_auc);
 }
 
 static char *prometheus(coord_server *s) {

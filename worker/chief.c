@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "psflow/checkpoint.h"
+#include "psflow/data.h"
 #include "psflow/fs.h"
 #include "psflow/mem.h"
 
@@ -68,6 +69,18 @@ pf_eval worker_chief_evaluate(trainer *t) {
     return ev;
 }
 
+void worker_chief_bayes_auc(trainer *t) {
+    const pf_dataset *ds = t->has_test ? &t->test : &t->train;
+    t->bayes_auc = t->spec->data.format == PF_DATA_SYNTHETIC_CTR && ds->n > 0
+                       ? pf_synthetic_ctr_bayes_auc(t->spec, ds)
+                       : NAN;
+    if (!isnan(t->bayes_auc))
+        fprintf(stderr,
+                "psflow chief: synthetic_ctr: Bayes-optimal %s auc %.4f (the true model on the "
+                "%s labels)\n",
+                t->has_test ? "test" : "train", t->bayes_auc, t->has_test ? "test" : "train");
+}
+
 typedef struct auc_text_buf {
     char text[64];
 } auc_text_buf;
@@ -90,7 +103,8 @@ void worker_chief_log_eval(trainer *t, uint64_t step, const pf_eval *ev) {
                                        : (double)ev->correct / (double)ev->examples,
                        .test_loss = ev->loss_sum / (double)ev->examples,
                        .auc = ev->auc,
-                       .calibration = ev->calibration};
+                       .calibration = ev->calibration,
+                       .bayes_auc = t->bayes_auc};
     worker_send_report(t, &r);
     const char *set = t->has_test ? "test" : "train";
     if (t->spec->model.type == PF_MODEL_LINEAR)

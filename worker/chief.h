@@ -17,6 +17,11 @@
  * mode, pulls each batch's rows as the ps tasks hold them now. */
 pf_eval worker_chief_evaluate(trainer *t);
 
+/* synthetic_ctr data comes from a known model: sets t->bayes_auc to the AUC of its true
+ * logits on the evaluation set (the best any model can reach there) and logs it once; NAN
+ * for other data. Every evaluation reports it (api/rest.md, bayes_auc). */
+void worker_chief_bayes_auc(trainer *t);
+
 /* Logs an evaluation at `step` and reports it (WORKER_REPORT_EVAL). */
 void worker_chief_log_eval(trainer *t, uint64_t step, const pf_eval *ev);
 

@@ -176,7 +176,8 @@ static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t
                            .accuracy = acc,
                            .test_loss = loss,
                            .auc = out->auc,
-                           .calibration = out->calibration};
+                           .calibration = out->calibration,
+                           .bayes_auc = NAN};
         e->o->report(e->o->report_ctx, &r);
     }
     return PF_OK;

@@ -291,6 +291,8 @@ static pf_status setup(trainer *t, pf_error *err) {
     worker_read_skips(t);
     if (t->o->is_chief && (st = setup_chief(t, err)) != PF_OK)
         return st;
+    if (t->o->is_chief)
+        worker_chief_bayes_auc(t);
     return connect_link(t, prefetch, err);
 }
 
@@ -624,6 +626,7 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
     out->test_loss = ev.loss_sum / (double)ev.examples;
     out->auc = ev.auc;
     out->calibration = ev.calibration;
+    out->bayes_auc = t->bayes_auc;
     return STEP_DONE;
 }
 
@@ -632,11 +635,11 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
  * needs this task's gradient as much as any other), then finishes; a rollback at the end
  * (the final checkpoint found a non-finite value) trains on from the checkpoint. */
 pf_status worker_run(const worker_options *o, worker_result *out) {
-    trainer t = {.o = o, .spec = o->spec, .io = &worker_recovery_link};
+    trainer t = {.o = o, .spec = o->spec, .io = &worker_recovery_link, .bayes_auc = NAN};
     run r;
     memset(&r, 0, sizeof r);
     memset(out, 0, sizeof *out);
-    out->accuracy = out->test_loss = out->auc = out->calibration = NAN;
+    out->accuracy = out->test_loss = out->auc = out->calibration = out->bayes_auc = NAN;
     pf_error_clear(&r.err);
     if ((r.st = setup(&t, &r.err)) == PF_OK) {
         run_init(&t, &r);
@@ -702,6 +705,8 @@ void worker_result_print(const worker_options *o, const worker_result *r) {
             json_object_set_new(j, "test_calibration", pf_json_number(r->calibration));
         if (j && pf_model_two_class(&o->spec->model)) /* its test loss: the mean cross-entropy */
             json_object_set_new(j, "test_logloss", pf_json_number(r->test_loss));
+        if (j && !isnan(r->bayes_auc))
+            json_object_set_new(j, "bayes_auc", pf_json_number(r->bayes_auc));
         print_json(j);
     } else if (r->accuracy >= 0) {
         printf("%s: %" PRIu64 " steps, test accuracy %.4f, %.1f s\n", name, r->steps, r->accuracy,

@@ -36,6 +36,7 @@ typedef struct worker_report {
     double test_loss;         /* EVAL */
     double auc;               /* EVAL: a two-class model's, else NAN */
     double calibration;       /* EVAL: a two-class model's mean prediction / mean label, or NAN */
+    double bayes_auc;         /* EVAL: synthetic_ctr's Bayes-optimal AUC; set NAN otherwise */
     const char *step_dir;     /* CHECKPOINT: the complete checkpoint's folder */
     uint64_t from_step;       /* ROLLBACK: the step training had reached */
     const char *reason;       /* ROLLBACK: NULL (a ps restarted) or "NonFiniteLoss" */
@@ -54,6 +55,7 @@ typedef struct worker_result {
     double test_loss;   /* NAN without the final evaluation */
     double auc;         /* NAN without one (a two-class model's) */
     double calibration; /* mean prediction / mean label: NAN without one (a two-class model's) */
+    double bayes_auc;   /* synthetic_ctr data's Bayes-optimal AUC on the same examples, or NAN */
     char message[256];  /* when the run fails: what went wrong (the line logged) */
 } worker_result;
 

@@ -81,6 +81,7 @@ struct trainer {
     int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
     worker_plan plan;     /* which examples each step reads (data_plan.h) */
     float *scores;        /* a two-class model's evaluation scores, one per example */
+    double bayes_auc;     /* chief: synthetic_ctr's Bayes-optimal AUC on its evaluation set */
     /* row mode (a model with embedding tables, worker/rows.h): params and grads are the
      * compact vectors of one batch's rows; the chief evaluates a batch of rows at a time */
     int row_mode;

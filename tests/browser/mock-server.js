@@ -268,6 +268,7 @@ setInterval(() => {
                 e.test_calibration = 1.02;
                 st.test_auc = e.test_auc;
                 st.test_calibration = e.test_calibration;
+                if (job.spec.data.format === 'synthetic_ctr') st.bayes_auc = e.bayes_auc = 0.8117;
             }
             m.evals.push(e);
             st.accuracy = e.accuracy;

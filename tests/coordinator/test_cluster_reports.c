@@ -185,18 +185,25 @@ static void test_metrics_after_end(void **state) {
     assert_int_equal(j->global_step, 13);
     assert_int_equal(j->phase, COORD_FAILED);
 
-    /* A two-class evaluation's AUC and calibration reach the status (null before). */
+    /* A two-class evaluation's AUC and calibration reach the status (null before), and a
+     * synthetic_ctr chief's Bayes-optimal AUC; the status the store keeps reads it back. */
     json_t *status = coord_job_status_json(j);
     assert_true(json_is_null(json_object_get(status, "test_auc")));
     assert_true(json_is_null(json_object_get(status, "test_calibration")));
+    assert_true(json_is_null(json_object_get(status, "bayes_auc")));
     json_decref(status);
-    json_t *ctr = json_pack("[{s:i, s:f, s:f, s:f, s:f}]", "step", 20, "time", T0 + 5.5,
-                            "test_loss", 0.3, "test_auc", 0.78, "test_calibration", 0.97);
+    json_t *ctr =
+        json_pack("[{s:i, s:f, s:f, s:f, s:f, s:f}]", "step", 20, "time", T0 + 5.5, "test_loss",
+                  0.3, "test_auc", 0.78, "test_calibration", 0.97, "bayes_auc", 0.8468);
     coord_job_record_metrics_json(&c, j, "chief", NULL, ctr, T0 + 5.5);
     json_decref(ctr);
     status = coord_job_status_json(j);
     assert_true(json_real_value(json_object_get(status, "test_auc")) == 0.78);
     assert_true(json_real_value(json_object_get(status, "test_calibration")) == 0.97);
+    assert_true(json_real_value(json_object_get(status, "bayes_auc")) == 0.8468);
+    coord_job stored = {0};
+    coord_job_status_from_json(&stored, status);
+    assert_true(stored.bayes_auc == 0.8468);
     json_decref(status);
 
     /* An evaluation with only a test loss (or only an accuracy) leaves the other figure as
@@ -210,7 +217,7 @@ static void test_metrics_after_end(void **state) {
     coord_job_record_metrics_json(&c, j, "chief", NULL, acc_only, T0 + 7);
     assert_true(j->accuracy == 0.91);
     assert_true(j->test_loss == 0.25);
-    assert_true(j->test_auc == 0.78 && j->test_calibration == 0.97);
+    assert_true(j->test_auc == 0.78 && j->test_calibration == 0.97 && j->bayes_auc == 0.8468);
     json_decref(loss_only);
     json_decref(acc_only);
     json_decref(p0);

@@ -163,6 +163,8 @@ bodies = {
     "metrics_step_past_max": b'{"task": "chief", "points": [{"step": 101, "time": 0}]}',
     "metrics_rollback_huge": b'{"task": "chief", "rollbacks": [{"from": 1e300, "to": 1e300, "time": 0}]}',
     "metrics_rollback_past_max": b'{"task": "chief", "rollbacks": [{"from": 200, "to": 150, "time": 0}]}',
+    # A Bayes-optimal AUC is an AUC: in [0, 1].
+    "metrics_bayes_auc_range": b'{"task": "chief", "evals": [{"step": 1, "time": 0, "bayes_auc": 1.5}]}',
     "hb_exit_code_big": b'{"state": "failed", "exit_code": 300}',
     "hb_exit_code_huge": b'{"state": "failed", "exit_code": 1e300}',
     "hb_steps_huge": b'{"state": "succeeded", "result": {"steps": 1e300}}',
@@ -302,6 +304,7 @@ POST   /api/v1/jobs/errs/metrics             ok     metrics_step_fraction 422   
 POST   /api/v1/jobs/errs/metrics             ok     metrics_step_past_max 422    ptr:/points/0/step
 POST   /api/v1/jobs/errs/metrics             ok     metrics_rollback_huge 422    ptr:/rollbacks/0/from
 POST   /api/v1/jobs/errs/metrics             ok     metrics_rollback_past_max 422 ptr:/rollbacks/0/from
+POST   /api/v1/jobs/errs/metrics             ok     metrics_bayes_auc_range 422   ptr:/evals/0/bayes_auc
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_exit_code_big     422     ptr:/exit_code
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_exit_code_huge    422     ptr:/exit_code
 POST   /api/v1/nodes/errs-worker-1/heartbeat ok     hb_steps_huge        422     ptr:/result/steps

@@ -9,7 +9,9 @@
 # this two-class model reaches the API: test_auc in (0.5, 1] and test_calibration (mean
 # prediction / mean label) in (0.5, 2) in the job's status, in the metrics history's evals
 # and as psflow_job_test_auc / psflow_job_test_calibration in /metrics, and `psflow get`
-# prints them.
+# prints them. The data's Bayes-optimal test AUC (synthetic_ctr: the true model's) is
+# logged once by the chief, is the job's status.bayes_auc and psflow_job_bayes_auc in
+# /metrics, and equals (to 4 decimals) what `psflow train` prints for the same spec.
 source "$(dirname "$0")/lib.sh"
 
 up_start --ps 2 --workers 2
@@ -79,8 +81,32 @@ print("test auc %.4f, calibration %.4f, logloss %.4f; %d chief evaluations in th
 PY
 ) || fail "test_auc / test_calibration missing or implausible"
 echo "$quality"
+
+# The Bayes-optimal test AUC: `psflow train` of the same spec (one step: the test set does not
+# depend on the training) prints the figure the chief logged and reported.
+python3 - ctr.json >ctr-one.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["training"]["max_steps"] = 1
+json.dump(d, sys.stdout)
+PY
+"$PSFLOW_BIN" train ctr-one.json --output json >"$WORK/train.out" 2>"$WORK/train.log" ||
+  fail "psflow train exited $?: $(tail -n 3 "$WORK/train.log")"
+want=$(json_field "$WORK/train.out" '"%.4f" % d["bayes_auc"]')
+grep -rhq "^psflow chief: synthetic_ctr: Bayes-optimal test auc $want (" "$WORK/up/logs" ||
+  fail "the chief logged no Bayes-optimal test auc $want: $(grep -rh 'Bayes-optimal' "$WORK/up/logs")"
+bayes=$(python3 - "$WORK/job.json" "$WORK/prom.txt" <<'PY'
+import json, re, sys
+b = json.load(open(sys.argv[1]))["status"]["bayes_auc"]
+m = re.search(r'^psflow_job_bayes_auc\{job="ctr-api"\} (\S+)$', open(sys.argv[2]).read(), re.M)
+assert m and abs(float(m.group(1)) - b) < 1e-4, m and m.group(0)
+print("%.4f" % b)
+PY
+) || fail "status.bayes_auc or psflow_job_bayes_auc missing: $(grep bayes "$WORK/prom.txt")"
+[ "$bayes" = "$want" ] || fail "status.bayes_auc $bayes, psflow train printed $want"
+echo "Bayes-optimal test auc $bayes: the chief's log, status.bayes_auc, /metrics and psflow train agree"
 PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get ctr-api >"$WORK/get.txt" || fail "psflow get ctr-api"
 grep -Eq '^Test AUC: +(0\.[5-9]|1\.0)' "$WORK/get.txt" && grep -q '^Calibration: ' "$WORK/get.txt" ||
   fail "psflow get prints no test AUC or calibration: $(cat "$WORK/get.txt")"
 up_stop
-pass "embeddings API: table shards and rows/s per ps in GET .../placement ($first); $quality"
+pass "embeddings API: table shards and rows/s per ps in GET .../placement ($first); $quality; Bayes-optimal $bayes"

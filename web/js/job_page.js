@@ -167,12 +167,14 @@ export class JobPage {
         }
     }
 
-    /* The chief's evaluation of a two-class job: its AUC and calibration for the summary. */
+    /* The chief's evaluation of a two-class job: its AUC and calibration for the summary (and
+     * a synthetic_ctr job's Bayes-optimal AUC, which comes with each). */
     applyEvaluation(d) {
         if (!this.job || d.task !== 'chief' || !isNum(d.test_auc)) return;
         const st = this.job.status || (this.job.status = {});
         st.test_auc = d.test_auc;
         st.test_calibration = d.test_calibration;
+        if (isNum(d.bayes_auc)) st.bayes_auc = d.bayes_auc;
         this.markDirty('stats');
     }
 

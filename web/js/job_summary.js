@@ -1,7 +1,8 @@
 /*
  * The job page's status summary: the job's message, the figures (global step, steps/s,
- * examples/s, ETA, loss, accuracy, a two-class job's test AUC and calibration, replicas,
- * restarts, running time), the progress bar and the conditions.
+ * examples/s, ETA, loss, accuracy, a two-class job's test AUC and calibration, a synthetic_ctr
+ * job's Bayes-optimal AUC beside them, replicas, restarts, running time), the progress bar and
+ * the conditions.
  *
  * Steps/s and the ETA are the coordinator's (status.steps_per_sec, status.eta_seconds: a 30 s
  * window of the reported steps, restarted at each membership change; "—" while it is too
@@ -32,20 +33,23 @@ export class JobSummary {
         const [sAuc, vAuc] = stat('AUC', 'test-auc', 'Area under the ROC curve on the test set');
         const [sCal, vCal] = stat('Calibration', 'test-calibration',
             'Mean prediction over mean label on the test set (1: calibrated)');
-        sAuc.hidden = sCal.hidden = true; /* until a two-class job's chief has evaluated */
+        const [sBayes, vBayes] = stat('Bayes-optimal AUC', 'bayes-auc',
+            'synthetic_ctr: the true model\'s AUC on the test set, the best any model can reach');
+        /* until a two-class job's chief has evaluated; Bayes-optimal: synthetic_ctr data only */
+        sAuc.hidden = sCal.hidden = sBayes.hidden = true;
         const [sRep, vRep] = stat('Workers / ps', 'replicas', 'Ready / desired');
         const [sRst, vRst] = stat('Restarts', 'restarts', 'Gang restarts (generation)');
         const [sDur, vDur] = stat('Running for', 'duration');
         this.v = {step: vStep, sps: vSps, eps: vEps, eta: vEta, loss: vLoss, acc: vAcc,
-            auc: vAuc, cal: vCal, rep: vRep, rst: vRst, dur: vDur};
+            auc: vAuc, cal: vCal, bayes: vBayes, rep: vRep, rst: vRst, dur: vDur};
         this.progress = h('div', {class: 'progress', role: 'progressbar', 'aria-valuemin': 0,
             'aria-label': 'Training progress'}, h('div', {class: 'progress-bar'}));
         this.message = h('p', {class: 'job-message', dataset: {testid: 'job-message'}});
         this.conditions = h('ol', {class: 'conditions', dataset: {testid: 'conditions'}});
         this.el = h('section', {class: 'summary', 'aria-label': 'Job status'},
             this.message,
-            h('dl', {class: 'stats'}, sStep, sSps, sEps, sEta, sLoss, sAcc, sAuc, sCal, sRep, sRst,
-                sDur),
+            h('dl', {class: 'stats'}, sStep, sSps, sEps, sEta, sLoss, sAcc, sAuc, sBayes, sCal, sRep,
+                sRst, sDur),
             this.progress,
             h('details', {class: 'conditions-box'}, h('summary', null, 'Conditions'), this.conditions));
     }
@@ -86,6 +90,8 @@ export class JobSummary {
         setText(this.v.acc, isNum(st.accuracy) ? (st.accuracy * 100).toFixed(2) + ' %' : '—');
         this.v.auc.parentNode.hidden = !isNum(st.test_auc);
         setText(this.v.auc, fmtNum(st.test_auc, 4));
+        this.v.bayes.parentNode.hidden = !isNum(st.bayes_auc);
+        setText(this.v.bayes, fmtNum(st.bayes_auc, 4));
         this.v.cal.parentNode.hidden = !isNum(st.test_calibration);
         setText(this.v.cal, fmtNum(st.test_calibration, 3));
         const rep = spec.replicas || {};

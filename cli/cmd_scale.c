@@ -90,6 +90,10 @@ int cli_scale(const cli_command *cmd, int argc, char **argv) {
                    "text (one line, default) or json (the job as the API answers); also -o",
                    "text|json", &format),
     };
+    /* The counts are the change itself: from the command line only. PSFLOW_WORKERS and
+     * PSFLOW_PS, set for `psflow up`, must not scale a job by themselves. */
+    unsetenv("PSFLOW_WORKERS");
+    unsetenv("PSFLOW_PS");
     cli_run run;
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
         return run.exit_code;

@@ -311,6 +311,95 @@ static int follow_job(const api_client *c, const char *name, const char *escaped
     return 1;
 }
 
+/* ---- --set KEY=VALUE ----------------------------------------------------------------------- */
+
+#define MAX_SETS 32
+
+/* Sets the member `key` (a dotted path of object members, "replicas.evaluator"; objects on
+ * the way are created) of doc to `text`, read as JSON when it is JSON (3, true, "a", [1, 2])
+ * and as a string otherwise (name=fmnist-live). Returns 0, or -1 after printing why. */
+static int set_member(json_t *doc, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment) {
+        fprintf(stderr, "psflow submit: --set %s: expected KEY=VALUE, like replicas.worker=4\n",
+                assignment);
+        return -1;
+    }
+    char key[256];
+    size_t key_len = (size_t)(eq - assignment);
+    if (key_len >= sizeof key) {
+        fprintf(stderr, "psflow submit: --set: the key is longer than %zu bytes\n", sizeof key - 1);
+        return -1;
+    }
+    memcpy(key, assignment, key_len);
+    key[key_len] = '\0';
+    json_t *value = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (!value)
+        value = json_string(eq + 1);
+    json_t *obj = doc;
+    char *part = key, *dot;
+    while (value && (dot = strchr(part, '.')) != NULL) {
+        *dot = '\0';
+        json_t *next = json_object_get(obj, part);
+        if (!next) {
+            next = json_object();
+            if (!next || json_object_set_new(obj, part, next) != 0)
+                break;
+        } else if (!json_is_object(next)) {
+            fprintf(stderr, "psflow submit: --set %s: %s is not an object in the spec\n", key,
+                    part);
+            json_decref(value);
+            return -1;
+        }
+        obj = next;
+        part = dot + 1;
+    }
+    if (!value || !*part || json_object_set_new(obj, part, value) != 0) {
+        fprintf(stderr, "psflow submit: --set %s: cannot set %s\n", assignment,
+                *part ? "that member" : "an empty member name");
+        return -1;
+    }
+    return 0;
+}
+
+/* The spec text with every --set applied, in *spec (replaced) and *len. Returns 0, or an
+ * exit code after printing why. */
+static int apply_sets(const char *path, char **spec, size_t *len, const char *const *sets, int n) {
+    json_error_t jerr;
+    json_t *doc = json_loadb(*spec, *len, 0, &jerr);
+    if (!json_is_object(doc)) {
+        fprintf(stderr,
+                "psflow submit: %s: not a JSON object (line %d: %s), so --set cannot "
+                "change it\n",
+                path, jerr.line, doc ? "not an object" : jerr.text);
+        json_decref(doc);
+        return PF_EX_DATAERR;
+    }
+    for (int i = 0; i < n; i++) {
+        if (set_member(doc, sets[i]) != 0) {
+            json_decref(doc);
+            return PF_EX_USAGE;
+        }
+    }
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (!text) {
+        fprintf(stderr, "psflow submit: out of memory\n");
+        return PF_EX_OSERR;
+    }
+    pf_free(*spec);
+    *len = strlen(text);
+    *spec = pf_malloc(*len + 1);
+    if (*spec)
+        memcpy(*spec, text, *len + 1);
+    free(text);
+    if (!*spec) {
+        fprintf(stderr, "psflow submit: out of memory\n");
+        return PF_EX_OSERR;
+    }
+    return 0;
+}
+
 /* ---- psflow submit ------------------------------------------------------------------------- */
 
 int cli_submit(const cli_command *cmd, int argc, char **argv) {
@@ -318,6 +407,9 @@ int cli_submit(const cli_command *cmd, int argc, char **argv) {
     cli_option opts[] = {
         CLI_FLAG("wait", "follow the job until it ends; exit 0 if it succeeded, 1 if it failed",
                  &wait),
+        CLI_OPT("set", "KEY=VALUE",
+                "change the spec before submitting it (name=fmnist-2, replicas.evaluator=1; "
+                "repeatable)"),
     };
     cli_run run;
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
@@ -332,6 +424,14 @@ int cli_submit(const cli_command *cmd, int argc, char **argv) {
     if (pf_fs_read_file(path, 64u << 20, &spec, &len, &err) != PF_OK) {
         fprintf(stderr, "psflow submit: %s\n", err.message);
         return PF_EX_NOINPUT;
+    }
+    char set_buf[8192];
+    const char *sets[MAX_SETS];
+    int n_sets = cli_get_list("submit", argc, argv, run.table, run.n_table, "set", '\n', set_buf,
+                              sizeof set_buf, sets, MAX_SETS);
+    if (n_sets < 0 || (n_sets > 0 && (rc = apply_sets(path, &spec, &len, sets, n_sets)) != 0)) {
+        pf_free(spec);
+        return n_sets < 0 ? PF_EX_USAGE : rc;
     }
     pf_http_response r;
     rc = api_call(c, "POST", "/api/v1/jobs", spec, len, API_REQUEST_TIMEOUT, &r);

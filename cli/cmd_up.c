@@ -402,8 +402,8 @@ static int run_cluster(const up_cli *u) {
 int cli_up(const cli_command *cmd, int argc, char **argv) {
     up_cli u;
     cli_option opts[] = {
-        CLI_LONG("ps", "N", "parameter-server agents [2]", 1, UP_MAX_AGENTS / 2, 2, &u.n_ps),
-        CLI_LONG("workers", "M", "worker agents [2]", 1, UP_MAX_AGENTS / 2, 2, &u.n_workers),
+        CLI_LONG("ps", "N", "parameter-server agents [3]", 1, UP_MAX_AGENTS / 2, 3, &u.n_ps),
+        CLI_LONG("workers", "M", "worker agents [3]", 1, UP_MAX_AGENTS / 2, 3, &u.n_workers),
         CLI_LONG("port", "P", "the coordinator's port on 127.0.0.1 [8080]", 0, 65535, 8080,
                  &u.port),
         CLI_TEXT("dir", "DIR", "database, checkpoints and logs [./psflow-up]", "./psflow-up",

@@ -54,6 +54,13 @@ NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])'
 ACC=$("$PSFLOW" get "$NAME" -o json --coordinator "$URL" |
   python3 -c 'import json,sys; a=json.load(sys.stdin)["status"].get("accuracy"); print("n/a" if a is None else "%.4f" % a)')
 echo "== final test accuracy: $ACC"
+# How the ps tasks share the model: the coordinator's placement (bytes per ps, imbalance).
+python3 - "$URL/api/v1/jobs/$NAME/placement" <<'PY' || echo "== placement: not available"
+import json, sys, urllib.request
+p = json.load(urllib.request.urlopen(sys.argv[1], timeout=10))
+print("== placement: %d ps, %s bytes, imbalance %.2f (largest ps over the mean)"
+      % (len(p["ps"]), " + ".join(str(t["bytes"]) for t in p["ps"]), p["imbalance"]))
+PY
 echo "== dashboard: $URL/#/jobs/$NAME"
 if [ "${PSFLOW_DEMO_KEEP:-0}" = 1 ]; then
   echo "== the cluster keeps running: Ctrl-C stops it"

@@ -143,3 +143,22 @@ grep -qx "job $NAME: Failed (Cancelled: cancelled by request)" "$WORK/resume.out
 kill "$COORD"
 wait_pid "$COORD" 30 || true
 pass "resume --wait rode out a coordinator restart (said once) and exited 1 when the job was cancelled"
+
+# submit --set: the spec changed before it is sent; a malformed --set changes nothing.
+start_coordinator
+expect_exit 64 "$P" submit "$WORK/job.json" --set replicas.worker
+grep -q "expected KEY=VALUE" "$WORK/stderr" || fail "--set without '=': $(cat "$WORK/stderr")"
+expect_exit 64 "$P" submit "$WORK/job.json" --set name.first=x
+grep -q "name is not an object" "$WORK/stderr" || fail "--set through a string: $(cat "$WORK/stderr")"
+echo 'not json' >"$WORK/bad.json"
+expect_exit 65 "$P" submit "$WORK/bad.json" --set name=x
+expect_exit 65 "$P" submit "$WORK/job.json" --set replicas.worker=0
+grep -q "/replicas/worker" "$WORK/stderr" || fail "--set replicas.worker=0: $(cat "$WORK/stderr")"
+expect_exit 0 "$P" submit "$WORK/job.json" --set name=set-copy --set replicas.worker=3 --set 'training.seed=7'
+curl -sf "http://127.0.0.1:$PORT/api/v1/jobs/set-copy" -o "$WORK/set-copy.json" || fail "no job set-copy"
+[ "$(json_field "$WORK/set-copy.json" '(d["spec"]["replicas"]["worker"], d["spec"]["training"]["seed"])')" = "(3, 7)" ] ||
+  fail "--set did not change the spec: $(cat "$WORK/set-copy.json")"
+"$P" delete set-copy >/dev/null || fail "delete set-copy"
+kill "$COORD"
+wait_pid "$COORD" 30 || true
+pass "submit --set: name, replicas.worker and training.seed changed; no '=' and a path through a string 64, not JSON 65, an invalid value 65 with its pointer"

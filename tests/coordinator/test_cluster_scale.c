@@ -1,8 +1,9 @@
 /* test_cluster_scale.c - the coordinator's state machine (coordinator/cluster.c) when a
  * job's worker count changes: live PATCH of a running job (tasks resized in place, added
  * workers started once every ps runs with the new membership, removed workers stopped),
- * replicas_to_aggregate with and without backup workers, task order, suspension, async.
- * Driven in-process with explicit times, as test_cluster.c.
+ * replicas_to_aggregate with and without backup workers, task order, suspension, async;
+ * and when its ps count changes (coord_job_set_ps: a restart as a new generation). Driven
+ * in-process with explicit times, as test_cluster.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -339,11 +340,248 @@ static void test_scale_async(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* The spec of j with replicas.ps = ps, parsed from its spec text as PATCH builds it
+ * (coordinator/routes_jobs.c respec_ps). */
+static void respec(const coord_job *j, int ps, pf_job_spec *out) {
+    json_t *doc = json_loads(j->spec_json, 0, NULL);
+    assert_non_null(doc);
+    assert_int_equal(json_object_set_new(json_object_get(doc, "replicas"), "ps", json_integer(ps)),
+                     0);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    assert_non_null(text);
+    parse_spec(text, out);
+    free(text);
+}
+
+/* The replicas.ps that j's stored spec text says. */
+static int stored_ps(const coord_job *j) {
+    pf_job_spec stored;
+    parse_spec(j->spec_json, &stored);
+    int ps = stored.replicas.ps;
+    pf_job_spec_deinit(&stored);
+    return ps;
+}
+
+/* The replicas.ps of the spec in agent n's assignment. */
+static int assigned_ps(coord_cluster *c, coord_node *n) {
+    json_t *a = coord_node_assignment(c, n);
+    int ps = (int)json_integer_value(
+        json_object_get(json_object_get(json_object_get(a, "spec"), "replicas"), "ps"));
+    json_decref(a);
+    return ps;
+}
+
+/* Changing the ps count of a running job restarts it: its agents are freed at once (phase
+ * Restarting, reason PsChanged), its tasks are rebuilt for the new count, and once the agents
+ * have stopped the old tasks it is admitted again as generation 2 with every task assigned.
+ * The spec is taken. */
+static void test_set_ps_running(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "repart", 2, 2, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *old[4];
+    static const char *const ids[] = {"ps-a", "ps-b", "w-a", "w-b"};
+    for (int i = 0; i < 4; i++)
+        old[i] = add_node(&c, ids[i], i < 2 ? "ps" : "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    for (int i = 0; i < 4; i++)
+        report(&c, old[i], "running", 0, T0 + 1);
+    coord_node *spare = add_node(&c, "ps-c", "ps", T0 + 1);
+    assert_idle(&c, spare);
+    take_events(&c, NULL, NULL);
+
+    respec(j, 3, &spec);
+    pf_error err;
+    pf_error_clear(&err);
+    assert_int_equal(coord_job_set_ps(&c, j, &spec, T0 + 2, &err), PF_OK);
+    assert_int_equal(spec.replicas.ps, 0); /* taken */
+    assert_string_equal(spec.name, "");    /* zeroed */
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_condition(j, "Restarting", "True", "PsChanged");
+    assert_condition(j, "Running", "False", NULL);
+    assert_int_equal(j->generation, 1);
+    for (int i = 0; i < 4; i++)
+        assert_idle(&c, old[i]);
+    assert_idle(&c, spare);
+    assert_int_equal(j->spec.replicas.ps, 3);
+    assert_int_equal(j->spec.replicas.worker, 2);
+    assert_int_equal(stored_ps(j), 3);
+    static const char *const types[] = {"ps", "ps", "ps", "worker", "worker"};
+    static const int indices[] = {0, 1, 2, 0, 1};
+    assert_int_equal(j->n_tasks, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_string_equal(j->tasks[i].type, types[i]);
+        assert_int_equal(j->tasks[i].index, indices[i]);
+        assert_string_equal(j->tasks[i].node_id, "");
+    }
+    /* The old agents still run the old tasks: only the spare ps agent is free. */
+    assert_string_equal(j->message, "waiting for agents: missing ps 1, ps 2, worker 0, worker 1");
+    assert_int_equal(take_events(&c, "log", "PsChanged"), 2); /* Scaled and Restarting */
+
+    /* The agents stop the old tasks; with the last one the job runs again. */
+    for (int i = 0; i < 3; i++)
+        report(&c, old[i], "idle", 0, T0 + 3);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    report(&c, old[3], "idle", 0, T0 + 4);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_condition(j, "Running", "True", "JobRestarted");
+    assert_condition(j, "Restarting", "False", NULL);
+    assert_int_equal(j->generation, 2);
+    assert_assigned(j, old[0], "ps", 0, 2);
+    assert_assigned(j, old[1], "ps", 1, 2);
+    assert_assigned(j, spare, "ps", 2, 2);
+    assert_assigned(j, old[2], "worker", 0, 2);
+    assert_assigned(j, old[3], "worker", 1, 2);
+    for (int i = 0; i < j->n_tasks; i++)
+        assert_int_equal(j->tasks[i].state, TASK_PENDING);
+    assert_int_equal(assigned_ps(&c, spare), 3);
+    assert_int_equal(assigned_ps(&c, old[3]), 3);
+    coord_cluster_deinit(&c);
+}
+
+/* A suspended job takes the new count for its next start and stays suspended; resumed, it
+ * starts with it. */
+static void test_set_ps_suspended(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "napping", 2, 1, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps0 = add_node(&c, "ps-a", "ps", T0);
+    coord_node *ps1 = add_node(&c, "ps-b", "ps", T0);
+    coord_node *w = add_node(&c, "w-a", "worker", T0);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    for (coord_node *n = ps0; n; n = n == ps0 ? ps1 : n == ps1 ? w : NULL)
+        report(&c, n, "running", 0, T0 + 1);
+    pf_error err;
+    pf_error_clear(&err);
+    assert_int_equal(coord_job_patch(&c, j, 0, 1, T0 + 2, &err), PF_OK);
+    assert_int_equal(j->phase, COORD_SUSPENDED);
+    for (coord_node *n = ps0; n; n = n == ps0 ? ps1 : n == ps1 ? w : NULL)
+        report(&c, n, "idle", 0, T0 + 3);
+
+    respec(j, 1, &spec);
+    assert_int_equal(coord_job_set_ps(&c, j, &spec, T0 + 4, &err), PF_OK);
+    assert_int_equal(spec.replicas.ps, 0); /* taken */
+    assert_int_equal(j->phase, COORD_SUSPENDED);
+    assert_condition(j, "Suspended", "True", "JobSuspended");
+    assert_int_equal(j->generation, 1);
+    assert_int_equal(j->spec.replicas.ps, 1);
+    assert_int_equal(stored_ps(j), 1);
+    assert_int_equal(j->n_tasks, 2);
+    assert_null(coord_task_find(j, "ps", 1));
+    assert_non_null(strstr(j->message, "ps tasks 2 -> 1"));
+    assert_idle(&c, ps0);
+    assert_idle(&c, ps1);
+    assert_idle(&c, w);
+
+    assert_int_equal(coord_job_patch(&c, j, 0, 0, T0 + 5, &err), PF_OK);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_assigned(j, ps0, "ps", 0, 2);
+    assert_assigned(j, w, "worker", 0, 2);
+    assert_idle(&c, ps1);
+    assert_int_equal(assigned_ps(&c, w), 1);
+    coord_cluster_deinit(&c);
+}
+
+/* A finished job (Succeeded, or cancelled) takes no new ps count: PF_ERR_INVALID, its spec
+ * unchanged, and the caller keeps the spec it passed. */
+static void test_set_ps_finished(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *done = running_pair(&c, "done", "", T0, &ps, &w);
+    report(&c, w, "succeeded", 0, T0 + 1);
+    assert_int_equal(done->phase, COORD_SUCCEEDED);
+    report(&c, ps, "idle", 0, T0 + 2);
+    report(&c, w, "idle", 0, T0 + 2);
+    pf_job_spec spec;
+    pf_error err;
+    pf_error_clear(&err);
+    respec(done, 2, &spec);
+    assert_int_equal(coord_job_set_ps(&c, done, &spec, T0 + 3, &err), PF_ERR_INVALID);
+    assert_string_equal(err.pointer, "");
+    assert_non_null(strstr(err.message, "has finished (Succeeded)"));
+    assert_int_equal(spec.replicas.ps, 2); /* not taken */
+    assert_string_equal(spec.name, "done");
+    pf_job_spec_deinit(&spec);
+    assert_int_equal(done->phase, COORD_SUCCEEDED);
+    assert_int_equal(done->spec.replicas.ps, 1);
+    assert_int_equal(stored_ps(done), 1);
+    assert_int_equal(done->n_tasks, 2);
+
+    pf_job_spec gone_spec;
+    make_spec(&gone_spec, "gone", 1, 1, "");
+    coord_job *gone = submit(&c, &gone_spec, T0 + 4);
+    assert_int_equal(gone->phase, COORD_RUNNING);
+    coord_job_cancel(&c, gone, T0 + 5);
+    assert_int_equal(gone->phase, COORD_FAILED);
+    respec(gone, 3, &spec);
+    assert_int_equal(coord_job_set_ps(&c, gone, &spec, T0 + 6, &err), PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "has finished (Failed)"));
+    assert_int_equal(spec.replicas.ps, 3);
+    pf_job_spec_deinit(&spec);
+    assert_int_equal(gone->phase, COORD_FAILED);
+    assert_condition(gone, "Failed", "True", "Cancelled");
+    assert_int_equal(gone->spec.replicas.ps, 1);
+    assert_int_equal(stored_ps(gone), 1);
+    assert_int_equal(gone->n_tasks, 2);
+    coord_cluster_deinit(&c);
+}
+
+/* With fewer ps agents than the new count the job waits, Restarting, its message naming the
+ * ps task that has no agent; a third ps agent starts it. */
+static void test_set_ps_waits_for_agents(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "cramped", 2, 1, "");
+    coord_job *j = submit(&c, &spec, T0);
+    coord_node *ps0 = add_node(&c, "ps-a", "ps", T0);
+    coord_node *ps1 = add_node(&c, "ps-b", "ps", T0);
+    coord_node *w = add_node(&c, "w-a", "worker", T0);
+    for (coord_node *n = ps0; n; n = n == ps0 ? ps1 : n == ps1 ? w : NULL)
+        report(&c, n, "running", 0, T0 + 1);
+    respec(j, 3, &spec);
+    pf_error err;
+    pf_error_clear(&err);
+    assert_int_equal(coord_job_set_ps(&c, j, &spec, T0 + 2, &err), PF_OK);
+    for (coord_node *n = ps0; n; n = n == ps0 ? ps1 : n == ps1 ? w : NULL)
+        report(&c, n, "idle", 0, T0 + 3);
+    coord_cluster_tick(&c, T0 + 4);
+    assert_int_equal(j->phase, COORD_RESTARTING);
+    assert_condition(j, "Restarting", "True", "PsChanged");
+    assert_string_equal(j->message, "waiting for agents: missing ps 2");
+    assert_int_equal(j->generation, 1);
+    assert_idle(&c, ps0);
+    assert_idle(&c, ps1);
+    assert_idle(&c, w);
+    for (int i = 0; i < j->n_tasks; i++)
+        assert_string_equal(j->tasks[i].node_id, "");
+
+    coord_node *ps2 = add_node(&c, "ps-c", "ps", T0 + 5);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(j->generation, 2);
+    assert_assigned(j, ps2, "ps", 2, 2);
+    assert_assigned(j, w, "worker", 0, 2);
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale_and_suspend),    cmocka_unit_test(test_scale_up_all_at_once),
         cmocka_unit_test(test_scale_backup_workers), cmocka_unit_test(test_scale_keeps_task_order),
         cmocka_unit_test(test_scale_async),          cmocka_unit_test(test_scale_down_then_up),
+        cmocka_unit_test(test_set_ps_running),       cmocka_unit_test(test_set_ps_suspended),
+        cmocka_unit_test(test_set_ps_finished),      cmocka_unit_test(test_set_ps_waits_for_agents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,8 @@
 #     shows;
 #  3. "Training in one process" (docs/training.md): the block runs as written;
 #  4. "A local cluster" (README), "The job API", "Command-line clients", "Changing a running
-#     job" (docs/api.md) and "Operations" (docs/operations.md): their blocks run in that order
+#     job" (docs/api.md), "Embeddings" (docs/embeddings.md) and "Operations"
+#     (docs/operations.md): their blocks run in that order
 #     in one shell, against the `psflow up` the first one starts (a free port for 8080, a
 #     shortened copy of the example job; the copy the commands change while it trains runs
 #     until it is deleted), then the last block of "A local cluster" exports the model and stops the
@@ -336,16 +337,17 @@ timeout_ok() {
 }
 SH
   for part in "A local cluster:0" "The job API:0" "Command-line clients:0" \
-    "Changing a running job:0" "Changing a running job:1" "Operations:0" "A local cluster:1"; do
+    "Changing a running job:0" "Changing a running job:1" "Embeddings:0" "Operations:0" \
+    "A local cluster:1"; do
     echo "echo '### ${part%:*} ${part#*:}'"
     block "${part%:*}" "${part#*:}"
   done
   echo "echo '### end'"
   echo 'wait %1 # psflow up, stopped by the last block'
 } >cluster.tmpl
-python3 - cluster.tmpl "$PSFLOW_BIN" "$WORK" "$PORT" >cluster.sh <<'PY'
+python3 - cluster.tmpl "$PSFLOW_BIN" "$WORK" "$PORT" "$PSFLOW_SRC" >cluster.sh <<'PY'
 import sys
-text, binary, work, port = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
+text, binary, work, port, src = open(sys.argv[1]).read(), *sys.argv[2:6]
 for old, new in [
         # the copy the commands change while it trains: long enough to outlast them
         ("examples/fashion-mnist-mlp.json --set name=fmnist-live",
@@ -355,14 +357,18 @@ for old, new in [
         ("build/psflow watch", "timeout_ok 3 @BIN@ watch"),
         ("build/psflow", "@BIN@"),
         ("examples/fashion-mnist-mlp.json", "@WORK@/short.json"),
+        ("examples/fashion-mnist-tokens.json", "@WORK@/tokens-short.json"),
+        ("python3 scripts/", "python3 @SRC@/scripts/"),
         ("127.0.0.1:8080", "127.0.0.1:%s" % port)]:
     text = text.replace(old, new)
-sys.stdout.write(text.replace("@BIN@", binary).replace("@WORK@", work))
+sys.stdout.write(text.replace("@BIN@", binary).replace("@WORK@", work).replace("@SRC@", src))
 PY
 grep -q "$PSFLOW_BIN up --port $PORT" cluster.sh || fail "no 'build/psflow up' in the local cluster block"
 grep -q "$WORK/long.json --set name=fmnist-live" cluster.sh || fail "no fmnist-live in 'Changing a running job'"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["training"]["max_steps"] = 1000000; json.dump(d, sys.stdout)' \
   short.json >long.json
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["training"].update(max_steps=200, eval_every_steps=0); json.dump(d, sys.stdout)' \
+  "$PSFLOW_SRC/examples/fashion-mnist-tokens.json" >tokens-short.json
 PSFLOW_COORDINATOR=http://127.0.0.1:$PORT timeout 320 bash cluster.sh >cluster.out 2>cluster.err ||
   { tail -30 cluster.err; tail -20 cluster.out; fail "the README's cluster blocks failed"; }
 ! pgrep -f -- "$WORK/psflow-up" >/dev/null || fail "processes of psflow up left running"
@@ -420,7 +426,12 @@ expect "Changing a running job 1" '^ *evaluator +0 ' "get: the evaluator task"
 pass "Changing a running job: a job with an evaluator on the third worker agent succeeds"
 
 expect "Operations 0" '^\{"version":"[0-9.]+","git":".*","api":"v1"' "GET /version"
-expect "Operations 0" '^psflow_jobs\{phase="Succeeded"\} 2$' "GET /metrics"
+expect "Embeddings 0" '^fmnist-tokens: 200 steps, ' "psflow train of the tokens example"
+expect "Embeddings 0" '^fmnist-tokens: Succeeded, step 200/200, test accuracy 0\.[0-9]+$' "submit --wait of the tokens example"
+expect "Embeddings 0" '"variable":"pixels/embeddings","name":"pixels/embeddings","kind":"table","shape":\[1568,64\],.*"ps_task":0,' "the placement: the table pixels on ps 0"
+pass "Embeddings: the tokens data written, trained in one process and on the local cluster, the table placed on ps 0"
+
+expect "Operations 0" '^psflow_jobs\{phase="Succeeded"\} 3$' "GET /metrics"
 part "Operations 0" >part.txt
 [ "$(grep -c '^ok$' part.txt)" = 2 ] || fail "Operations: /livez and /readyz should print ok"
 [ -f "$WORK/fmnist-mlp.safetensors" ] || fail "psflow export wrote no fmnist-mlp.safetensors"

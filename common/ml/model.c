@@ -22,6 +22,7 @@
 #include "psflow/model.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -67,6 +68,16 @@ struct pf_model {
     size_t bkernel_off[PF_MAX_HIDDEN], bbias_off[PF_MAX_HIDDEN];
     float *bact[PF_MAX_HIDDEN];
     float *top, *d_looked, *d_bot[2];
+    /* pf_model_keep_grads_sparse: the rows of the tables' gradient the last scatter wrote
+     * (offset, floats) in the buffer dirty_grads, zeroed by the next instead of the whole
+     * tables, so that a step costs O(batch) whatever the vocabulary. */
+    bool sparse_grads;
+    struct dirty_row {
+        size_t off;
+        int w;
+    } * dirty;
+    size_t n_dirty, cap_dirty;
+    const float *dirty_grads;
 };
 
 /* dlrm: the pairs among the bottom output and the n_emb features' vectors. */
@@ -349,6 +360,8 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
         m->scale = pf_calloc((size_t)max_batch * (size_t)m->n_emb, sizeof *m->scale);
         if (!m->looked || !m->scale)
             goto nomem;
+        for (int f = 0; f < m->n_emb; f++)
+            m->cap_dirty += (size_t)max_batch * (size_t)spec->embeddings[f].max_ids;
     }
     if (m->wide_k > 0 &&
         (!(m->wide = pf_mallocarray((size_t)max_batch * (size_t)m->wide_k, sizeof(float))) ||
@@ -374,6 +387,17 @@ nomem:
     return PF_ERR_NOMEM;
 }
 
+pf_status pf_model_keep_grads_sparse(pf_model *m, const float *zeroed) {
+    if (m->n_emb == 0)
+        return PF_OK;
+    if (!m->dirty && !(m->dirty = pf_mallocarray(m->cap_dirty, sizeof *m->dirty)))
+        return PF_ERR_NOMEM;
+    m->sparse_grads = true;
+    m->n_dirty = 0;
+    m->dirty_grads = zeroed;
+    return PF_OK;
+}
+
 void pf_model_destroy(pf_model *m) {
     if (!m)
         return;
@@ -392,6 +416,7 @@ void pf_model_destroy(pf_model *m) {
     pf_free(m->d_bot[0]);
     pf_free(m->d_bot[1]);
     pf_free(m->scale);
+    pf_free(m->dirty);
     pf_free(m->logits);
     pf_free(m->wide);
     pf_free(m->d_wide);
@@ -492,10 +517,23 @@ static void look_up(pf_model *m, const float *params, const float *x, int batch)
     }
 }
 
+/* Zeroes the tables' part of grads: whole, or with pf_model_keep_grads_sparse on the buffer
+ * the last scatter wrote, just the rows it wrote (the rest is still zero). */
+static void clear_tables(pf_model *m, float *grads) {
+    if (!m->sparse_grads || grads != m->dirty_grads) {
+        memset(grads, 0, m->tables * sizeof *grads);
+    } else {
+        for (size_t i = 0; i < m->n_dirty; i++)
+            memset(grads + m->dirty[i].off, 0, (size_t)m->dirty[i].w * sizeof *grads);
+    }
+    m->n_dirty = 0;
+    m->dirty_grads = m->sparse_grads ? grads : NULL;
+}
+
 /* The tables' gradient from d_looked [batch, looked_w] (and with wide & deep d_wide): zero,
  * then w * scale * d_looked added to each named row. */
 static void scatter(pf_model *m, const float *x, const float *d_looked, int batch, float *grads) {
-    memset(grads, 0, m->tables * sizeof *grads);
+    clear_tables(m, grads);
     for (int b = 0; b < batch; b++) {
         for (int f = 0; f < m->n_emb; f++) {
             const pf_embedding_spec *e = &m->spec.embeddings[f];
@@ -509,7 +547,12 @@ static void scatter(pf_model *m, const float *x, const float *d_looked, int batc
                 if (r < 0)
                     continue;
                 float c = w[k] * scale;
-                float *g = grads + m->table_off[f] + (size_t)r * (size_t)m->row_w[f];
+                size_t off = m->table_off[f] + (size_t)r * (size_t)m->row_w[f];
+                float *g = grads + off;
+                if (m->sparse_grads && m->n_dirty < m->cap_dirty)
+                    m->dirty[m->n_dirty++] = (struct dirty_row){off, m->row_w[f]};
+                else
+                    m->dirty_grads = NULL; /* untracked: the next step zeroes them whole */
                 for (int j = 0; j < e->dim; j++)
                     g[j] += c * d[j];
                 for (int j = 0; j < m->wide_k; j++) /* the wide weights: the logits' gradient */

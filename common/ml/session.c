@@ -97,6 +97,8 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
                      s->be->name);
         goto fail;
     }
+    /* One replica trains straight into s->grads, which only apply() reads: a step zeroes just
+     * the table rows the last one wrote (O(batch), not O(vocabulary)). */
     if (st != PF_OK)
         goto nomem;
     s->sampler = s->input ? NULL : pf_sampler_create(s->train.n, spec->training.seed, true);
@@ -114,6 +116,11 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     s->hlabels = pf_mallocarray((size_t)stage, sizeof(int32_t));
     if ((!s->sampler && !s->input) || !s->params || !s->grads || !s->x || !s->y || !s->labels ||
         !s->hx || !s->hy || !s->hlabels)
+        goto nomem;
+    /* One replica trains straight into s->grads, which only apply() reads: a step zeroes just
+     * the table rows the last one wrote (O(batch), not O(vocabulary)). */
+    if (!s->towers &&
+        pf_model_keep_grads_sparse(s->model, be->alloc_zeroed ? s->grads : NULL) != PF_OK)
         goto nomem;
     int most_ids = 0;
     for (int f = 0; f < spec->model.n_embeddings; f++)

@@ -1,7 +1,8 @@
 /* test_model_embeddings.c - models with embeddings (model.h): layout and initial values,
  * the three combiners against values computed by hand, gradients against central
  * differences of a double-precision forward pass written here (also with numeric inputs
- * beside the embeddings), padding and empty examples,
+ * beside the embeddings), padding and empty examples, the gradient of a model that zeroes
+ * only the rows its last step wrote against one that zeroes the whole tables,
  * ids that name no row, and the host-memory rule.
  */
 #include <math.h>
@@ -282,6 +283,58 @@ static void test_gradcheck_numeric(void **state) {
 
 /* An id that names no row (the table's size, negative other than -1, a fraction, NaN)
  * makes the example's loss NaN; the other examples of the batch are unaffected. */
+/* pf_model_keep_grads_sparse: a model that zeroes only the rows its last step wrote gives,
+ * step after step with different rows, the gradient a model that zeroes the whole tables
+ * gives, element for element; a buffer said to be zeroed is trusted, another one (here
+ * filled with NaN) is zeroed whole first, and switching buffers does the same. */
+static void test_sparse_grads(void **state) {
+    (void)state;
+    const float x[3][B][10] = {
+        {{0, 4, 1, 1, 6, 2, 3, 1, 0.5f, 2},
+         {1, -1, 2, 0, 0, -1, -1, 1, 0, 0},
+         {1, 1, 0.25f, 3, 5, 6, 0, -1, 1, 1},
+         {3, 4, 1, -0.5f, -1, -1, -1, 0, 0, 0}},
+        {{2, -1, 1, 0, 1, -1, -1, 1, 0, 0},
+         {2, 2, 1, 1, 4, -1, -1, 2, 0, 0},
+         {-1, -1, 0, 0, 1, 4, -1, 1, 1, 0},
+         {0, -1, 1, 0, -1, -1, -1, 0, 0, 0}},
+        {{4, 3, 1, 1, 0, 6, 5, 1, 1, 1}, /* every row the first two did not name */
+         {4, -1, 1, 0, 2, -1, -1, 1, 0, 0},
+         {3, -1, 1, 0, 3, -1, -1, 1, 0, 0},
+         {4, 4, 1, 1, 6, 6, 6, 1, 1, 1}},
+    };
+    const int32_t labels[B] = {0, 2, 1, 2};
+    pf_model_spec s = two_features();
+    size_t np = pf_model_num_params(&s);
+    float *p = pf_calloc(np, sizeof *p), *dense = pf_calloc(np, sizeof *dense);
+    float *a = pf_calloc(np, sizeof *a), *b = pf_malloc(np * sizeof *b);
+    assert_true(p && dense && a && b);
+    pf_model_init_params(&s, 3, p);
+    pf_model *whole, *sparse;
+    assert_int_equal(pf_model_create(&s, pf_backend_openblas(), B, &whole), PF_OK);
+    assert_int_equal(pf_model_create(&s, pf_backend_openblas(), B, &sparse), PF_OK);
+    assert_int_equal(pf_model_keep_grads_sparse(sparse, a), PF_OK); /* a: calloc, zeroed */
+    for (size_t i = 0; i < np; i++)
+        b[i] = NAN;
+    /* a, a, a, then b (not known to be zero), b, then a again (written since) */
+    float *bufs[] = {a, a, a, b, b, a};
+    for (int k = 0; k < 6; k++) {
+        const float *xk = &x[k % 3][0][0];
+        float lw = pf_model_train_step(whole, p, xk, NULL, labels, B, dense);
+        float ls = pf_model_train_step(sparse, p, xk, NULL, labels, B, bufs[k]);
+        assert_true(lw == ls);
+        assert_memory_equal(dense, bufs[k], np * sizeof *dense);
+        for (size_t i = 0; i < np; i++) /* the next step's parameters differ */
+            p[i] -= 0.1f * dense[i];
+    }
+    pf_model_destroy(whole);
+    pf_model_destroy(sparse);
+    pf_free(p);
+    pf_free(dense);
+    pf_free(a);
+    pf_free(b);
+}
+
 static void test_bad_ids(void **state) {
     (void)state;
     pf_model_spec s = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 1};
@@ -333,9 +386,10 @@ static void test_needs_host_memory(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout),    cmocka_unit_test(test_combiners),
-        cmocka_unit_test(test_gradcheck), cmocka_unit_test(test_gradcheck_numeric),
-        cmocka_unit_test(test_bad_ids),   cmocka_unit_test(test_needs_host_memory),
+        cmocka_unit_test(test_layout),       cmocka_unit_test(test_combiners),
+        cmocka_unit_test(test_gradcheck),    cmocka_unit_test(test_gradcheck_numeric),
+        cmocka_unit_test(test_bad_ids),      cmocka_unit_test(test_needs_host_memory),
+        cmocka_unit_test(test_sparse_grads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,10 +16,17 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "psflow/mem.h"
+
 /* Host <-> host copies: a CPU backend's buffers are host memory. */
 static inline void cpu_copy(float *dst, const float *src, size_t n) {
     if (n > 0)
         memcpy(dst, src, n * sizeof *dst);
+}
+
+/* A zeroed buffer (pf_backend.alloc_zeroed). */
+static inline void *cpu_alloc(size_t bytes) {
+    return pf_calloc(1, bytes);
 }
 
 static inline void cpu_copy_i32(int32_t *dst, const int32_t *src, size_t n) {

@@ -278,7 +278,8 @@ VECTOR_CLONES static void ob_adam_step(size_t n, float lr_t, float beta1, float 
 static const pf_backend openblas_backend = {
     .name = "openblas",
     .host_memory = true,
-    .alloc = pf_malloc,
+    .alloc = cpu_alloc,
+    .alloc_zeroed = true,
     .free = pf_free,
     .upload = cpu_copy,
     .download = cpu_copy,

@@ -199,7 +199,8 @@ static void ref_adam_step(size_t n, float lr_t, float beta1, float beta2, float 
 static const pf_backend reference_backend = {
     .name = "reference",
     .host_memory = true,
-    .alloc = pf_malloc,
+    .alloc = cpu_alloc,
+    .alloc_zeroed = true,
     .free = pf_free,
     .upload = cpu_copy,
     .download = cpu_copy,

@@ -36,8 +36,12 @@ typedef struct pf_backend {
     bool host_memory;
 
     /* --- memory ------------------------------------------------------------------------ */
-    /* New buffer of `bytes` bytes (contents undefined), or NULL on failure. */
+    /* New buffer of `bytes` bytes (contents undefined unless alloc_zeroed), or NULL on
+     * failure. */
     void *(*alloc)(size_t bytes);
+    /* alloc's buffers start zeroed (the CPU backends: calloc, whose large buffers the kernel
+     * maps lazily, so that pages never written cost neither time nor memory). */
+    bool alloc_zeroed;
     void (*free)(void *buf);
     /* Host -> backend and backend -> host copies of n floats (or n int32 for the _i32). */
     void (*upload)(float *dst, const float *host_src, size_t n);

@@ -133,6 +133,14 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
                           pf_model **out);
 void pf_model_destroy(pf_model *m);
 
+/* For a caller that leaves the tables' part of its gradient buffer as pf_model_train_step
+ * wrote it (it only reads it) from one step to the next: each step then zeroes only the rows
+ * the previous step wrote, not the whole tables, so that a step costs O(batch) whatever the
+ * vocabulary. `zeroed`: a gradient buffer that holds zeros now (a fresh buffer of a backend
+ * with alloc_zeroed), or NULL; the first step on any other buffer zeroes it whole. No-op
+ * without embeddings. PF_ERR_NOMEM. */
+pf_status pf_model_keep_grads_sparse(pf_model *m, const float *zeroed);
+
 const pf_backend *pf_model_backend(const pf_model *m);
 
 /* One forward and backward pass over `batch` (1..max_batch) examples.

@@ -91,6 +91,9 @@ static void print_job(const json_t *job) {
         printf("Test loss:   %.6g\n", v.test_loss);
     if (v.has_test_auc)
         printf("Test AUC:    %.4f\n", v.test_auc);
+    double bayes;
+    if (api_jnum(st, "bayes_auc", &bayes)) /* synthetic_ctr: the true model's */
+        printf("Bayes AUC:   %.4f (the best any model can reach on this test set)\n", bayes);
     if (v.has_test_calibration) /* mean prediction over mean label */
         printf("Calibration: %.4g\n", v.test_calibration);
     double x;

@@ -108,5 +108,6 @@ echo "Bayes-optimal test auc $bayes: the chief's log, status.bayes_auc, /metrics
 PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get ctr-api >"$WORK/get.txt" || fail "psflow get ctr-api"
 grep -Eq '^Test AUC: +(0\.[5-9]|1\.0)' "$WORK/get.txt" && grep -q '^Calibration: ' "$WORK/get.txt" ||
   fail "psflow get prints no test AUC or calibration: $(cat "$WORK/get.txt")"
+grep -q "^Bayes AUC: *$bayes " "$WORK/get.txt" || fail "psflow get prints no Bayes AUC $bayes: $(cat "$WORK/get.txt")"
 up_stop
 pass "embeddings API: table shards and rows/s per ps in GET .../placement ($first); $quality; Bayes-optimal $bayes"

@@ -18,7 +18,7 @@
 #    finished job's count cannot change (409).
 source "$(dirname "$0")/lib.sh"
 
-STEPS=900
+STEPS=600
 python3 - "$PSFLOW_SRC/examples/fashion-mnist-mlp.json" "$STEPS" >job.json <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -31,7 +31,7 @@ PY
 sed 's/"grow"/"steady"/' job.json >steady.json
 
 # Each worker agent waits 20 ms before each push, so that the job is still training when the
-# test changes it: at least 900 x 20 ms = 18 s. The two jobs run side by side: 2 + 3 ps
+# test changes it: at least 600 x 20 ms = 12 s. The two jobs run side by side: 2 + 3 ps
 # agents, 2 + 2 worker agents.
 export PSFLOW_PUSH_DELAY_MS=20
 up_start --ps 5 --workers 4
@@ -74,19 +74,17 @@ code=$(patch '{"replicas":{"ps":3}}')
 [ "$code" = 200 ] || fail "PATCH ps 3: HTTP $code $(cat patch.json)"
 [ "$(json_field patch.json "d['spec']['replicas']['ps']")" = 3 ] || fail "the spec still says 2 ps"
 wait_until 120 "3 ps tasks running" ps_running 3
-resumed=$(jget "$URL/api/v1/jobs/grow/events" \
-  "[e for e in d['items'] if e.get('reason') == 'RolledBack'][-1]['message']" 2>/dev/null || echo "")
 gen=$(status "['generation']")
 [ "$gen" = 2 ] || fail "generation $gen after the change, expected 2"
 jget "$URL/api/v1/jobs/grow/events" "[e['reason'] for e in d['items']]" | grep -q PsChanged ||
   fail "no PsChanged event"
-imb=$(jget "$URL/api/v1/jobs/grow/placement" 'd["imbalance"]')
+imb=$(jget "$URL/api/v1/jobs/grow/placement" '"%.3f" % d["imbalance"]')
 nps=$(jget "$URL/api/v1/jobs/grow/placement" 'len([p for p in d["ps"] if p["bytes"] > 0])')
 in_range "$imb" 1.0 1.2 || fail "placement imbalance $imb over 3 ps"
-pass "PATCH ps 2 -> 3 at step $before_step: generation 2, event PsChanged, 3 ps running, placement over $nps ps (imbalance $imb); $resumed"
+pass "PATCH ps 2 -> 3 at step $before_step: generation 2, event PsChanged, 3 ps running, placement over $nps ps (imbalance $imb)"
 
 # Later, while suspended: 3 -> 1.
-wait_until 120 "a checkpoint 200 steps after the change" checkpointed_past $((before_step + 200))
+wait_until 120 "a checkpoint 100 steps after the change" checkpointed_past $((before_step + 100))
 code=$(patch '{"suspend":true}')
 [ "$code" = 200 ] || fail "suspend: HTTP $code $(cat patch.json)"
 wait_until 30 "Suspended" phase_is grow Suspended
@@ -137,6 +135,6 @@ for dir in "$CKPT"/step-*; do
   worst=$(python3 -c "print(max($worst, $d))")
   compared="$compared $s"
 done
-[ "$(echo $compared | wc -w)" -ge 8 ] || fail "only the checkpoints at steps$compared were compared"
+[ "$(echo $compared | wc -w)" -ge 6 ] || fail "only the checkpoints at steps$compared were compared"
 pass "Succeeded at step $STEPS (generation $first; a finished job's ps count is 409); the checkpoints at steps$compared equal the undisturbed job's: max |diff| $worst"
 up_stop

@@ -98,14 +98,6 @@ static int64_t shard_bytes(const pf_shard_info *sh) {
     return (int64_t)sh->count * (int64_t)sizeof(float);
 }
 
-/* "dense_0/kernel/part_1" -> "dense_0/kernel" into buf. */
-static void shard_variable(const pf_shard_info *sh, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s", sh->name);
-    char *part = sh->num_shards > 1 ? strstr(buf, "/part_") : NULL;
-    if (part)
-        *part = '\0';
-}
-
 /* ---- text ------------------------------------------------------------------------------- */
 
 static void print_shards(const plan *p, int task) {
@@ -163,27 +155,6 @@ static void print_text(const plan *p) {
 
 /* ---- json ------------------------------------------------------------------------------- */
 
-/* The shards as GET .../placement lists them. */
-static json_t *shards_json(const plan *p) {
-    json_t *out = json_array();
-    for (int i = 0; out && i < p->placement.n_shards; i++) {
-        const pf_shard_info *sh = &p->placement.shards[i];
-        char variable[PF_SHARD_NAME_MAX];
-        shard_variable(sh, variable, sizeof variable);
-        json_t *shape = json_array();
-        for (int d = 0; d < sh->rank; d++)
-            json_array_append_new(shape, json_integer(sh->shape[d]));
-        json_array_append_new(
-            out,
-            json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:I, s:i, s:I}", "variable", variable, "name",
-                      sh->name, "kind", sh->var < p->spec.model.n_embeddings ? "table" : "dense",
-                      "shape", shape, "shard", sh->shard, "offset", (json_int_t)sh->row_offset,
-                      "rows", (json_int_t)sh->shape[0], "ps_task", sh->ps_task, "bytes",
-                      (json_int_t)shard_bytes(sh)));
-    }
-    return out;
-}
-
 static json_t *plan_json(const plan *p) {
     const pf_job_spec *s = &p->spec;
     const pf_placement *pl = &p->placement;
@@ -208,7 +179,8 @@ static json_t *plan_json(const plan *p) {
                      (json_int_t)p->fp.params, "optimizer_slots", p->fp.slots, "model_bytes",
                      (json_int_t)p->fp.model_bytes, "placement", p->placement_spec, "total_bytes",
                      (json_int_t)total, "imbalance", pf_placement_imbalance(pl), "shards",
-                     shards_json(p), "ps", ps, "training", training, "agents", agents);
+                     pf_placement_shards_json(pl, s->model.n_embeddings), "ps", ps, "training",
+                     training, "agents", agents);
 }
 
 int cli_plan(const cli_command *cmd, int argc, char **argv) {

@@ -77,12 +77,13 @@ int cli_scale(const cli_command *cmd, int argc, char **argv) {
     bool wait;
     int format;
     cli_option opts[] = {
-        CLI_LONG("workers", "N", "the job's worker count (live while it runs)", 1, PF_MAX_REPLICAS,
-                 0, &want.workers),
-        CLI_LONG("ps", "N",
-                 "the job's parameter-server count (a running job restarts from its newest "
-                 "checkpoint)",
-                 1, PF_MAX_REPLICAS, 0, &want.ps),
+        CLI_LONG_ARGV("workers", "N",
+                      "the job's worker count (live while it runs; command line only)", 1,
+                      PF_MAX_REPLICAS, 0, &want.workers),
+        CLI_LONG_ARGV("ps", "N",
+                      "the job's parameter-server count (a running job restarts from its newest "
+                      "checkpoint; command line only)",
+                      1, PF_MAX_REPLICAS, 0, &want.ps),
         CLI_FLAG("wait",
                  "wait until that many run (exit 0), or the job ends (0 succeeded, 1 failed)",
                  &wait),
@@ -90,10 +91,6 @@ int cli_scale(const cli_command *cmd, int argc, char **argv) {
                    "text (one line, default) or json (the job as the API answers); also -o",
                    "text|json", &format),
     };
-    /* The counts are the change itself: from the command line only. PSFLOW_WORKERS and
-     * PSFLOW_PS, set for `psflow up`, must not scale a job by themselves. */
-    unsetenv("PSFLOW_WORKERS");
-    unsetenv("PSFLOW_PS");
     cli_run run;
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
         return run.exit_code;

@@ -69,7 +69,7 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_option *opts, int n_op
         }
     }
     for (int i = 0; i < n_opts; i++) {
-        if (opts[i].value)
+        if (opts[i].value || opts[i].no_env)
             continue;
         const char *v = env_twin(opts[i].name);
         if (v && !opts[i].arg) {

@@ -28,6 +28,7 @@ typedef struct cli_option {
     int *choice;       /* the index of the value in `fallback_text` ("text|json"); -1: absent */
     long long min, max, fallback;
     const char *fallback_text; /* a text option's default, or a choice option's choices */
+    bool no_env; /* read from the command line only: no PSFLOW_* twin (CLI_LONG_ARGV) */
 } cli_option;
 
 /* A plain row: the command reads its value with cli_get() (or cli_get_list()). */
@@ -39,6 +40,13 @@ typedef struct cli_option {
     { name, NULL, help, NULL, .flag = (dst) }
 #define CLI_LONG(name, arg, help, lo, hi, dflt, dst)                                               \
     { name, arg, help, NULL, .integer = (dst), .min = (lo), .max = (hi), .fallback = (dflt) }
+/* CLI_LONG without the environment twin: a value that must be given each time (psflow
+ * scale's counts, whose PSFLOW_WORKERS and PSFLOW_PS configure psflow up). */
+#define CLI_LONG_ARGV(name, arg, help, lo, hi, dflt, dst)                                          \
+    {                                                                                              \
+        name, arg, help, NULL, .integer = (dst), .min = (lo), .max = (hi), .fallback = (dflt),     \
+                               .no_env = true                                                      \
+    }
 #define CLI_SIZE(name, arg, help, lo, hi, dflt, dst)                                               \
     { name, arg, help, NULL, .size = (dst), .min = (lo), .max = (hi), .fallback = (dflt) }
 #define CLI_CHOICE(name, arg, help, choices, dst)                                                  \

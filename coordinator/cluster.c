@@ -555,17 +555,25 @@ static pf_status resize_workers(coord_cluster *c, coord_job *j, int old, int wor
     return PF_OK;
 }
 
-pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int suspend, double now,
-                          pf_error *err) {
+/* PF_OK when job j may still change (PATCH): not finished, and its training not over (added
+ * workers would never start, and a suspended job would start training again). */
+static pf_status check_changeable(coord_job *j, pf_error *err) {
     if (coord_job_finished(j))
         return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
                             coord_phase_name(j->phase));
-    /* Added workers would never start, and a suspended job would start training again. */
     if (training_complete(j))
         return pf_error_set(err, PF_ERR_INVALID, "",
                             "job %s has finished training (TrainingComplete); only its evaluator "
                             "still runs",
                             j->name);
+    return PF_OK;
+}
+
+pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int suspend, double now,
+                          pf_error *err) {
+    pf_status st = check_changeable(j, err);
+    if (st != PF_OK)
+        return st;
     if (new_workers > 0 && new_workers != j->spec.replicas.worker) {
         /* Only a sync job aggregates gradients. An async job's replicas_to_aggregate is its
          * worker count (the parser's effective value, not part of its spec text) and follows
@@ -638,14 +646,9 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
 
 pf_status coord_job_set_ps(coord_cluster *c, coord_job *j, pf_job_spec *spec, double now,
                            pf_error *err) {
-    if (coord_job_finished(j))
-        return pf_error_set(err, PF_ERR_INVALID, "", "job %s has finished (%s)", j->name,
-                            coord_phase_name(j->phase));
-    if (training_complete(j))
-        return pf_error_set(err, PF_ERR_INVALID, "",
-                            "job %s has finished training (TrainingComplete); only its evaluator "
-                            "still runs",
-                            j->name);
+    pf_status st = check_changeable(j, err);
+    if (st != PF_OK)
+        return st;
     int old = j->spec.replicas.ps;
     char *json = pf_job_spec_to_json(spec);
     if (!json)

@@ -200,13 +200,14 @@ static int respec_ps(coord_server *s, coord_reply *rp, const coord_job *j, int p
     if (st == PF_OK)
         return 0;
     pf_job_spec_deinit(out);
-    if (st == PF_ERR_NOMEM || !err.pointer[0])
+    if (st == PF_ERR_NOMEM)
         coord_reply_problem(rp, 500, NULL, "the spec with %d ps tasks could not be built", ps);
-    else
-        coord_reply_problem(
-            rp, 422,
-            json_pack("[{s:s, s:s}]", "pointer", err.pointer, "message", field_message(&err)),
-            "with %d ps tasks: %s", ps, err.message);
+    else /* invalid or too large with that count; a problem without a field names /replicas/ps */
+        coord_reply_problem(rp, 422,
+                            json_pack("[{s:s, s:s}]", "pointer",
+                                      err.pointer[0] ? err.pointer : "/replicas/ps", "message",
+                                      field_message(&err)),
+                            "with %d ps tasks: %s", ps, err.message);
     return -1;
 }
 
@@ -366,35 +367,9 @@ static json_t *placement_json(const coord_job *j) {
     pf_placement p;
     if (pf_placement_compute(&j->spec, &p) != PF_OK)
         return NULL;
-    int n_ps = j->spec.replicas.ps;
-    int64_t *bytes = pf_calloc((size_t)n_ps, sizeof *bytes);
-    int *count = pf_calloc((size_t)n_ps, sizeof *count);
-    json_t *shards = json_array(), *ps = json_array();
+    json_t *shards = pf_placement_shards_json(&p, j->spec.model.n_embeddings), *ps = json_array();
     int64_t total = 0;
-    for (int i = 0; bytes && count && i < p.n_shards; i++) {
-        const pf_shard_info *sh = &p.shards[i];
-        char variable[PF_SHARD_NAME_MAX];
-        snprintf(variable, sizeof variable, "%s", sh->name);
-        char *part = sh->num_shards > 1 ? strstr(variable, "/part_") : NULL;
-        if (part)
-            *part = '\0'; /* the shard's variable: "dense_0/kernel/part_1" -> "dense_0/kernel" */
-        int64_t nbytes = (int64_t)sh->count * (int64_t)sizeof(float);
-        json_t *shape = json_array();
-        for (int d = 0; d < sh->rank; d++)
-            json_array_append_new(shape, json_integer(sh->shape[d]));
-        json_array_append_new(
-            shards,
-            json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:I, s:i, s:I}", "variable", variable, "name",
-                      sh->name, "kind", sh->var < j->spec.model.n_embeddings ? "table" : "dense",
-                      "shape", shape, "shard", sh->shard, "offset", (json_int_t)sh->row_offset,
-                      "rows", (json_int_t)sh->shape[0], "ps_task", sh->ps_task, "bytes",
-                      (json_int_t)nbytes));
-        bytes[sh->ps_task] += nbytes;
-        count[sh->ps_task]++;
-        total += nbytes;
-    }
-    int64_t largest = 0;
-    for (int t = 0; bytes && count && t < n_ps; t++) {
+    for (int t = 0; shards && ps && t < p.n_ps; t++) {
         const coord_task *task = coord_task_find((coord_job *)j, "ps", t);
         coord_task none = {0};
         if (!task)
@@ -402,20 +377,22 @@ static json_t *placement_json(const coord_job *j) {
         json_array_append_new(
             ps,
             json_pack("{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "task", t, "bytes",
-                      (json_int_t)bytes[t], "shards", count[t], "updates",
+                      (json_int_t)p.bytes_per_ps[t], "shards", p.shards_per_ps[t], "updates",
                       (json_int_t)task->updates, "stale", (json_int_t)task->stale, "rows_pulled",
                       (json_int_t)task->rows_pulled, "rows_pushed", (json_int_t)task->rows_pushed,
                       "rows_pulled_per_sec", task->rows_pulled_per_sec, "rows_pushed_per_sec",
                       task->rows_pushed_per_sec, "updates_per_sec", task->updates_per_sec,
-                      "updated_bytes_per_sec", task->updates_per_sec * (double)bytes[t]));
-        if (bytes[t] > largest)
-            largest = bytes[t];
+                      "updated_bytes_per_sec", task->updates_per_sec * (double)p.bytes_per_ps[t]));
+        total += p.bytes_per_ps[t];
     }
-    double mean = (double)total / n_ps;
-    json_t *out = json_pack("{s:I, s:f, s:o, s:o}", "total_bytes", (json_int_t)total, "imbalance",
-                            mean > 0 ? (double)largest / mean : 1.0, "shards", shards, "ps", ps);
-    pf_free(bytes);
-    pf_free(count);
+    json_t *out = shards && ps ? json_pack("{s:I, s:f, s:o, s:o}", "total_bytes", (json_int_t)total,
+                                           "imbalance", pf_placement_imbalance(&p), "shards",
+                                           shards, "ps", ps)
+                               : NULL;
+    if (!out) {
+        json_decref(shards);
+        json_decref(ps);
+    }
     pf_placement_deinit(&p);
     return out;
 }

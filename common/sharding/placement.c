@@ -16,6 +16,7 @@
  */
 #include "psflow/placement.h"
 
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -216,6 +217,31 @@ int64_t pf_placement_max_shard_bytes(const pf_placement *p) {
     for (int i = 0; i < p->n_shards; i++)
         best = max64(best, ELEM_BYTES * (int64_t)p->shards[i].count);
     return best;
+}
+
+struct json_t *pf_placement_shards_json(const pf_placement *p, int n_tables) {
+    json_t *out = json_array();
+    for (int i = 0; out && i < p->n_shards; i++) {
+        const pf_shard_info *sh = &p->shards[i];
+        char variable[PF_SHARD_NAME_MAX];
+        snprintf(variable, sizeof variable, "%s", sh->name);
+        char *part = sh->num_shards > 1 ? strstr(variable, "/part_") : NULL;
+        if (part)
+            *part = '\0'; /* the shard's variable: "dense_0/kernel/part_1" -> "dense_0/kernel" */
+        json_t *shape = json_array();
+        for (int d = 0; shape && d < sh->rank; d++)
+            json_array_append_new(shape, json_integer(sh->shape[d]));
+        json_t *item = json_pack(
+            "{s:s, s:s, s:s, s:o, s:i, s:I, s:I, s:i, s:I}", "variable", variable, "name", sh->name,
+            "kind", sh->var < n_tables ? "table" : "dense", "shape", shape, "shard", sh->shard,
+            "offset", (json_int_t)sh->row_offset, "rows", (json_int_t)sh->shape[0], "ps_task",
+            sh->ps_task, "bytes", (json_int_t)(ELEM_BYTES * (int64_t)sh->count));
+        if (!item || json_array_append_new(out, item) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
 }
 
 double pf_placement_imbalance(const pf_placement *p) {

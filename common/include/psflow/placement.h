@@ -85,4 +85,10 @@ int64_t pf_placement_max_shard_bytes(const pf_placement *p);
  * 1.0 is a perfect balance, n_ps all of it on one task. */
 double pf_placement_imbalance(const pf_placement *p);
 
+/* The shards as GET /api/v1/jobs/{name}/placement and `psflow plan -o json` list them, in
+ * creation order: {variable, name, kind ("table" for the first n_tables variables, else
+ * "dense"), shape, shard, offset, rows, ps_task, bytes}. A new JSON array, or NULL on
+ * allocation failure. */
+struct json_t *pf_placement_shards_json(const pf_placement *p, int n_tables);
+
 #endif

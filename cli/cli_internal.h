@@ -16,6 +16,7 @@ int cli_worker(const cli_command *cmd, int argc, char **argv);
 int cli_evaluator(const cli_command *cmd, int argc, char **argv);
 int cli_key(const cli_command *cmd, int argc, char **argv);
 int cli_export(const cli_command *cmd, int argc, char **argv);
+int cli_serve(const cli_command *cmd, int argc, char **argv);
 int cli_data(const cli_command *cmd, int argc, char **argv);
 int cli_plan(const cli_command *cmd, int argc, char **argv);
 int cli_version(const cli_command *cmd, int argc, char **argv);

@@ -1,6 +1,5 @@
 /* cmd_coordinator.c - `psflow coordinator`: the REST API, the event stream, the dashboard and
  * the job state in SQLite (coordinator/coordinator.h). */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -295,20 +294,10 @@ static int load_agent_token(const coord_cli *c, char *token, size_t cap, coord_o
     return 0;
 }
 
-/* Whether host is a loopback address (127.0.0.0/8, ::1, localhost). */
-static int loopback_host(const char *host) {
-    unsigned char a[16];
-    if (inet_pton(AF_INET, host, a) == 1)
-        return a[0] == 127;
-    if (inet_pton(AF_INET6, host, a) == 1)
-        return !memcmp(a, (unsigned char[16]){[15] = 1}, 16);
-    return !strcmp(host, "localhost");
-}
-
 /* An API without a token is open to whoever reaches it: refused on an address other hosts
  * reach unless --insecure. Returns 0 or PF_EX_USAGE after printing how to fix it. */
 static int check_exposure(const coord_cli *c, const coord_options *o) {
-    if (o->token[0] || c->insecure || loopback_host(o->listen_host))
+    if (o->token[0] || c->insecure || cli_loopback_host(o->listen_host))
         return 0;
     fprintf(stderr,
             "psflow coordinator: refusing to serve an API without a token on %s:%d, where "

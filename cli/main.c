@@ -291,6 +291,23 @@ static const cli_command commands[] = {
         .run = cli_health,
     },
     {
+        .name = "serve",
+        .summary = "answer predict requests with a job's newest checkpoint (TF Serving REST)",
+        .usage = "--job FILE [--checkpoint-dir DIR] [--listen HOST:PORT] [options]",
+        .description = "Serves the newest verified checkpoint of the job in FILE (under "
+                       "DIR/<job>) over\nTensorFlow Serving's REST API: POST "
+                       "/v1/models/<job>:predict with {\"instances\": [...]}\nanswers "
+                       "{\"model_version\": \"STEP\", \"predictions\": [...]}; GET "
+                       "/v1/models/<job> gives the\nversion status, /metrics Prometheus "
+                       "figures. A newer complete checkpoint is loaded\nbeside the serving "
+                       "one and switched in without failing a request; one that fails\nits "
+                       "CRC-32s is refused and logged. Concurrent requests are batched "
+                       "(docs/serving.md).\nExit codes: 0 stopped by SIGTERM/SIGINT, 64 usage, "
+                       "65 invalid spec, 66 unreadable\nspec, 69 cannot listen.",
+        .args_error = "takes no arguments (the job spec is --job FILE)",
+        .run = cli_serve,
+    },
+    {
         .name = "export",
         .summary = "merge a checkpoint's shards into one safetensors file",
         .usage = "DIR --out FILE",

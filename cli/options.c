@@ -5,6 +5,7 @@
 #include "psflow/http_client.h"
 #include "psflow/text.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -329,4 +330,13 @@ int cli_convert(const char *cmd, const cli_option *o, const char *prefix) {
         }
     }
     return 0;
+}
+
+int cli_loopback_host(const char *host) {
+    unsigned char a[16];
+    if (inet_pton(AF_INET, host, a) == 1)
+        return a[0] == 127;
+    if (inet_pton(AF_INET6, host, a) == 1)
+        return !memcmp(a, (unsigned char[16]){[15] = 1}, 16);
+    return !strcmp(host, "localhost");
 }

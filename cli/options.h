@@ -126,6 +126,10 @@ int cli_get_long(const char *cmd, const cli_option *opts, int n_opts, const char
  * every subcommand that talks to the coordinator or serves its API. Returns 0, or the exit
  * code for an unreadable token file after printing "psflow CMD: why". */
 int cli_token(const char *cmd, char *token, size_t cap);
+
+/* Whether host is a loopback address (127.0.0.0/8, ::1, localhost): an API listening there
+ * without a token reaches only this host. */
+int cli_loopback_host(const char *host);
 /* Parses a size in bytes, a whole number with an optional suffix K, M, G or T (powers of
  * 1024, "Ki" etc. also accepted), in [min, max]; prints an error and returns -1 if bad. */
 int cli_get_size(const char *cmd, const cli_option *opts, int n_opts, const char *name,

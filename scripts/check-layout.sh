@@ -4,9 +4,9 @@
 #  1. a common/ folder includes the header of a higher layer; the layers, lowest first:
 #     base io job dataplane control compute ml sharding. psflow/NAME.h belongs to the folder
 #     that holds NAME.c (HEADER_ONLY below names the headers without one);
-#  2. common/ includes a role (ps/ worker/ coordinator/ agent/ cli/) or anything else that is
+#  2. common/ includes a role (ps/ worker/ coordinator/ agent/ serve/ cli/) or anything else that is
 #     not a psflow/ header or a file next to the including one;
-#  3. a role includes a role it must not: ps, worker and coordinator include no other role,
+#  3. a role includes a role it must not: ps, worker, coordinator and serve include no other role,
 #     agent may include ps and worker, cli may include anything; a role names another
 #     folder's header by its path ("ps/server.h"), never by a bare name;
 #  4. a CMakeLists.txt (or .cmake file) uses file(GLOB ...): sources are listed by name;
@@ -34,7 +34,7 @@ LAYERS=(base io job dataplane control compute ml sharding)
 # psflow/NAME.h without a NAME.c - header-only, or one module in files named by their jobs -
 # and its folder.
 HEADER_ONLY=(tensor:base version:base checkpoint:sharding)
-ROLES=(ps worker coordinator agent cli)
+ROLES=(ps worker coordinator agent serve cli)
 FUNCTION_MAX_LINES=120
 C_ADVICE_LINES=1000
 WEB_ADVICE_LINES=600

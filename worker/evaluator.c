@@ -87,36 +87,6 @@ static void teardown(evaluator *e) {
     pf_free(e->scores);
 }
 
-/* Copies the merged checkpoint's variables into e->params by name; every variable of the
- * model must be there with its shape. */
-static pf_status load_params(evaluator *e, const pf_checkpoint_model *m, pf_error *err) {
-    pf_var_info vars[PF_MAX_VARS];
-    int n_vars = pf_model_layout(&e->spec->model, vars);
-    int n = pf_checkpoint_model_count(m);
-    for (int v = 0; v < n_vars; v++) {
-        const pf_tensor_view *found = NULL;
-        pf_tensor_view t;
-        for (int i = 0; i < n && !found; i++) {
-            t = pf_checkpoint_model_get(m, i);
-            if (strcmp(t.name, vars[v].name) == 0)
-                found = &t;
-        }
-        if (!found)
-            return pf_error_set(err, PF_ERR_FORMAT, NULL, "the checkpoint has no variable %s",
-                                vars[v].name);
-        int64_t count = 1;
-        for (int d = 0; d < found->rank; d++)
-            count *= found->shape[d];
-        if (count != (int64_t)vars[v].count)
-            return pf_error_set(err, PF_ERR_FORMAT, NULL,
-                                "variable %s holds %" PRId64 " values in the checkpoint, the "
-                                "model has %zu",
-                                vars[v].name, count, vars[v].count);
-        memcpy(e->params + vars[v].offset, found->data, vars[v].count * sizeof(float));
-    }
-    return PF_OK;
-}
-
 static pf_eval evaluate(evaluator *e) {
     pf_eval ev = {0};
     const pf_dataset *ds = &e->data;
@@ -147,7 +117,7 @@ static pf_status evaluate_checkpoint(evaluator *e, const char *step_dir, int64_t
     pf_checkpoint_model *m = NULL;
     pf_status st = pf_checkpoint_merge(step_dir, &m, err);
     if (st == PF_OK)
-        st = load_params(e, m, err);
+        st = pf_checkpoint_model_params(m, &e->spec->model, e->params, err);
     pf_checkpoint_model_destroy(m);
     if (st != PF_OK)
         return st;

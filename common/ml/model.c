@@ -732,3 +732,21 @@ void pf_model_eval_batch(pf_model *m, const float *params, const float *x, const
     }
     acc->examples += batch;
 }
+
+void pf_model_predict(pf_model *m, const float *params, const float *x, int batch, float *out) {
+    const float *y = forward(m, params, x, batch);
+    int cols = m->out[m->n_layers - 1];
+    m->be->download(out, y, (size_t)batch * (size_t)cols);
+    if (m->spec.type == PF_MODEL_LINEAR)
+        return;
+    for (int b = 0; b < batch; b++) { /* softmax, in double, of each example's logits */
+        float *row = out + (size_t)b * (size_t)cols;
+        double top = row[0], sum = 0;
+        for (int c = 1; c < cols; c++)
+            top = row[c] > top ? row[c] : top;
+        for (int c = 0; c < cols; c++)
+            sum += exp((double)row[c] - top);
+        for (int c = 0; c < cols; c++)
+            row[c] = (float)(exp((double)row[c] - top) / sum);
+    }
+}

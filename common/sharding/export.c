@@ -17,6 +17,7 @@
 
 #include "checkpoint_internal.h"
 #include "psflow/mem.h"
+#include "psflow/model.h"
 #include "psflow/safetensors.h"
 
 /* Last path component of `path` without trailing slashes, into out[len]. */
@@ -285,4 +286,32 @@ pf_status pf_checkpoint_export(const char *dir, const char *out_path, int64_t *s
         *step = m->step;
     pf_checkpoint_model_destroy(m);
     return st;
+}
+
+pf_status pf_checkpoint_model_params(const pf_checkpoint_model *m, const pf_model_spec *model,
+                                     float *params, pf_error *err) {
+    pf_var_info vars[PF_MAX_VARS];
+    int n_vars = pf_model_layout(model, vars);
+    int n = pf_checkpoint_model_count(m);
+    for (int v = 0; v < n_vars; v++) {
+        pf_tensor_view t = {0};
+        int found = 0;
+        for (int i = 0; i < n && !found; i++) {
+            t = pf_checkpoint_model_get(m, i);
+            found = strcmp(t.name, vars[v].name) == 0;
+        }
+        if (!found)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "the checkpoint has no variable %s",
+                                vars[v].name);
+        int64_t count = 1;
+        for (int d = 0; d < t.rank; d++)
+            count *= t.shape[d];
+        if (count != (int64_t)vars[v].count)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                                "variable %s holds %lld values in the checkpoint, the model has "
+                                "%zu",
+                                vars[v].name, (long long)count, vars[v].count);
+        memcpy(params + vars[v].offset, t.data, vars[v].count * sizeof(float));
+    }
+    return PF_OK;
 }

@@ -252,6 +252,12 @@ pf_tensor_view pf_checkpoint_model_get(const pf_checkpoint_model *m, int i);
  * "global_step") through pf_safetensors_write. Errors: PF_ERR_IO, PF_ERR_NOMEM. */
 pf_status pf_checkpoint_model_write(const pf_checkpoint_model *m, const char *path, pf_error *err);
 
+/* Copies m's variables into params[pf_model_num_params(model)] (host memory) at the model's
+ * layout (model.h), by name: every variable of the model must be in m with its number of
+ * values. Errors: PF_ERR_FORMAT (the message names the variable). */
+pf_status pf_checkpoint_model_params(const pf_checkpoint_model *m, const pf_model_spec *model,
+                                     float *params, pf_error *err);
+
 /* pf_checkpoint_merge(dir) then pf_checkpoint_model_write(out_path); *step (may be NULL)
  * receives the step exported. */
 pf_status pf_checkpoint_export(const char *dir, const char *out_path, int64_t *step, pf_error *err);

@@ -168,4 +168,10 @@ typedef struct pf_eval {
 void pf_model_eval_batch(pf_model *m, const float *params, const float *x, const float *targets,
                          const int32_t *labels, int batch, pf_eval *acc);
 
+/* Forward pass only: the model's answer for `batch` (1..max_batch) examples x (backend
+ * memory, as train_step) into host memory out[batch * outputs]: the class probabilities
+ * (softmax of the logits, computed in double) for a classifier, the prediction for linear.
+ * Non-finite inputs or ids the tables lack give NaN outputs, as in training. */
+void pf_model_predict(pf_model *m, const float *params, const float *x, int batch, float *out);
+
 #endif

@@ -1,0 +1,103 @@
+/* cmd_serve.c - `psflow serve`: answers predict requests with a job's newest verified
+ * checkpoint (serve/serve.h, docs/serving.md). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli_internal.h"
+#include "cli/command.h"
+#include "cli/options.h"
+#include "psflow/address.h"
+#include "psflow/signals.h"
+#include "serve/serve.h"
+
+static volatile int serve_stop;
+
+static void on_stop(int sig) {
+    (void)sig;
+    serve_stop = 1;
+}
+
+int cli_serve(const cli_command *cmd, int argc, char **argv) {
+    const char *job, *checkpoint_dir, *listen;
+    long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first;
+    long long max_body;
+    bool insecure = false;
+    cli_option opts[] = {
+        CLI_TEXT("job", "FILE", "the job spec (JSON) whose checkpoints to serve; required", NULL,
+                 &job),
+        CLI_TEXT("checkpoint-dir", "DIR",
+                 "checkpoint root: versions come from DIR/<job>/step-<N> [./checkpoints]",
+                 "./checkpoints", &checkpoint_dir),
+        CLI_TEXT("listen", "HOST:PORT", "address to serve on [0.0.0.0:8501]", "0.0.0.0:8501",
+                 &listen),
+        CLI_LONG("max-batch", "N", "examples in one forward pass [64]", 1, 65536, 64, &max_batch),
+        CLI_LONG("batch-wait-us", "US",
+                 "microseconds a request waits for others to fill its batch [500]", 0, 1000000, 500,
+                 &wait_us),
+        CLI_LONG("max-instances", "N", "examples one request may hold (more: 413) [1000]", 1,
+                 1000000, 1000, &max_instances),
+        CLI_LONG("request-timeout-ms", "MS",
+                 "from a request's arrival to its answer; later: 504 [5000]", 1, 3600000, 5000,
+                 &timeout_ms),
+        CLI_SIZE("max-body", "SIZE", "request body bytes (more: 413) [16M]", 1024,
+                 (long long)1 << 32, (long long)16 << 20, &max_body),
+        CLI_LONG("max-connections", "N", "open connections at most [512]", 4, 100000, 512,
+                 &max_conns),
+        CLI_LONG("wait-first", "S",
+                 "seconds to wait for the first verified checkpoint before opening the port "
+                 "[0: open at once, 503 until one appears]",
+                 0, 86400, 0, &wait_first),
+        CLI_FLAG("insecure", "serve without a token on an address other hosts reach", &insecure),
+        CLI_TOKEN_FILE_OPTION,
+    };
+    cli_run run;
+    if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
+        return run.exit_code;
+    if (!job || !*job)
+        return cli_usage_error("serve", "--job FILE is required");
+    char host[256];
+    int port;
+    if (pf_split_host_port(listen, host, sizeof host, &port) != 0 || port < 1 || port > 65535) {
+        fprintf(stderr, "psflow serve: --listen '%s' is not HOST:PORT\n", listen);
+        return PF_EX_USAGE;
+    }
+    char token[512];
+    int rc = cli_token("serve", token, sizeof token);
+    if (rc)
+        return rc;
+    if (!token[0] && !insecure && !cli_loopback_host(host)) {
+        fprintf(stderr,
+                "psflow serve: refusing to serve a model without a token on %s:%d, where anyone "
+                "who reaches it could query it: set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE "
+                "(--token-file), or listen on 127.0.0.1, or add --insecure (PSFLOW_INSECURE=1)\n",
+                host, port);
+        return PF_EX_USAGE;
+    }
+    pf_job_spec spec;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_job_spec_load(job, &spec, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow serve: %s: %s\n", job, err.message);
+        return pf_exit_code(st);
+    }
+    pf_signals_on_stop(on_stop);
+    serve_options o = {.spec = &spec,
+                       .checkpoint_dir = checkpoint_dir,
+                       .listen_host = host,
+                       .port = port,
+                       .token = token,
+                       .max_batch = (int)max_batch,
+                       .max_wait = (double)wait_us * 1e-6,
+                       .max_instances = (int)max_instances,
+                       .request_timeout = (double)timeout_ms * 1e-3,
+                       .max_body = (size_t)max_body,
+                       .max_connections = (int)max_conns,
+                       .wait_first = (double)wait_first,
+                       .stop = &serve_stop};
+    st = serve_run(&o, &err);
+    if (st != PF_OK)
+        fprintf(stderr, "psflow serve: %s\n", err.message);
+    pf_job_spec_deinit(&spec);
+    return st == PF_OK ? 0 : pf_exit_code(st);
+}

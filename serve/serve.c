@@ -1,0 +1,663 @@
+/* serve.c - the serving task's HTTP server, its model runner and its checkpoint watcher
+ * (see serve.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "psflow/backend.h"
+#include "psflow/buf.h"
+#include "psflow/checkpoint.h"
+#include "psflow/clock.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
+#include "serve/batcher.h"
+#include "serve/serve_request.h"
+#include "serve/serve.h"
+#include "serve/versions.h"
+
+#define LOG         "psflow serve"
+#define ANSWER_MAX  ((size_t)1 << 30)
+#define N_BUCKETS   14
+#define VERSION_HDR "PSFlow-Model-Version"
+
+static const double bucket_le[N_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                            0.1,    0.25,  0.5,   1,     2.5,  5,    INFINITY};
+
+enum route { ROUTE_NONE, ROUTE_PREDICT, ROUTE_STATUS, ROUTE_METADATA, ROUTE_METRICS, ROUTE_HEALTH };
+
+typedef struct server {
+    serve_options o; /* with the defaults filled in */
+    int width, outputs;
+    char base[160]; /* "/v1/models/NAME" */
+    pf_model *model;
+    serve_versions *versions;
+    serve_batcher *batcher;
+    pthread_t watcher;
+    int watching;
+    volatile int stopping;
+    pthread_mutex_t mu; /* the counters below */
+    int64_t by_code[6]; /* answers by class: [2] 2xx ... [5] 5xx */
+    int64_t predicts, examples;
+    int64_t buckets[N_BUCKETS];
+    double latency_sum;
+} server;
+
+typedef struct request_state {
+    server *s;
+    struct MHD_Connection *c;
+    double start;
+    enum route route;
+    int64_t want_version; /* a /versions/V:predict: V, else -1 */
+    int refused;          /* the HTTP status of an early refusal, or 0 */
+    pf_error err;
+    pf_buf body;
+    serve_request req;
+    serve_item item;
+    float *y;
+    pthread_mutex_t mu;
+    int queued, suspended, done;
+} request_state;
+
+/* --- answers ---------------------------------------------------------------------------- */
+
+static const char *title(int status) {
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return status >= 500 ? "Internal Server Error" : "Error";
+    }
+}
+
+static void count(server *s, int status, double seconds, int predict, int examples) {
+    pthread_mutex_lock(&s->mu);
+    int cls = status / 100;
+    if (cls >= 1 && cls <= 5)
+        s->by_code[cls]++;
+    if (predict) {
+        s->predicts++;
+        s->examples += examples;
+        s->latency_sum += seconds;
+        for (int b = 0; b < N_BUCKETS; b++)
+            if (seconds <= bucket_le[b]) {
+                s->buckets[b]++;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static enum MHD_Result answer(request_state *rs, int status, const char *type, void *body,
+                              size_t len, int64_t version) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    char v[24];
+    if (version >= 0) {
+        snprintf(v, sizeof v, "%" PRId64, version);
+        MHD_add_response_header(r, VERSION_HDR, v);
+    }
+    if (status == 503)
+        MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ok = MHD_queue_response(rs->c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    count(rs->s, status, pf_clock_now() - rs->start, rs->route == ROUTE_PREDICT,
+          status == 200 ? rs->req.n : 0);
+    return ok;
+}
+
+static enum MHD_Result send_json(request_state *rs, int status, json_t *j, int64_t version) {
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (!text)
+        return MHD_NO;
+    return answer(rs, status, "application/json", text, strlen(text), version);
+}
+
+/* problem+json; ptr names the field ("" or NULL: none). */
+static enum MHD_Result problem(request_state *rs, int status, const char *ptr, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result problem(request_state *rs, int status, const char *ptr, const char *fmt,
+                               ...) {
+    char msg[512], detail[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ptr && *ptr)
+        snprintf(detail, sizeof detail, "%s: %s", ptr, msg);
+    else
+        snprintf(detail, sizeof detail, "%s", msg);
+    json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title", title(status),
+                          "status", status, "detail", detail);
+    if (p && ptr && *ptr)
+        json_object_set_new(p, "errors", json_pack("[{s:s, s:s}]", "pointer", ptr, "message", msg));
+    char *text = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(p);
+    if (!text)
+        return MHD_NO;
+    return answer(rs, status, "application/problem+json", text, strlen(text), -1);
+}
+
+/* --- routes ----------------------------------------------------------------------------- */
+
+static enum route route_of(server *s, const char *url, int64_t *version) {
+    *version = -1;
+    if (!strcmp(url, "/metrics"))
+        return ROUTE_METRICS;
+    if (!strcmp(url, "/healthz"))
+        return ROUTE_HEALTH;
+    size_t n = strlen(s->base);
+    if (strncmp(url, s->base, n) != 0)
+        return ROUTE_NONE;
+    const char *rest = url + n;
+    if (!*rest)
+        return ROUTE_STATUS;
+    if (!strcmp(rest, "/metadata"))
+        return ROUTE_METADATA;
+    if (!strcmp(rest, ":predict"))
+        return ROUTE_PREDICT;
+    if (!strncmp(rest, "/versions/", 10)) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(rest + 10, &end, 10);
+        if (end != rest + 10 && !errno && v >= 0 && rest[10] != '+' && !strcmp(end, ":predict")) {
+            *version = v;
+            return ROUTE_PREDICT;
+        }
+    }
+    return ROUTE_NONE;
+}
+
+static int token_ok(const server *s, struct MHD_Connection *c) {
+    if (!s->o.token || !*s->o.token)
+        return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    const char *given = h + 7, *want = s->o.token;
+    size_t gl = strlen(given), wl = strlen(want);
+    unsigned diff = (unsigned)(gl ^ wl);
+    for (size_t i = 0; i < wl; i++) /* constant time in the token's length */
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result status_route(request_state *rs) {
+    int64_t step, loaded, refused;
+    serve_versions_counts(rs->s->versions, &step, &loaded, &refused);
+    char v[24];
+    snprintf(v, sizeof v, "%" PRId64, step < 0 ? 0 : step);
+    json_t *entry = json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", v, "state",
+                              step < 0 ? "LOADING" : "AVAILABLE", "status", "error_code",
+                              step < 0 ? "UNAVAILABLE" : "OK", "error_message",
+                              step < 0 ? "no verified checkpoint of the job yet" : "");
+    return send_json(rs, 200, json_pack("{s:[o]}", "model_version_status", entry), step);
+}
+
+static enum MHD_Result metadata_route(request_state *rs) {
+    const pf_model_spec *m = &rs->s->o.spec->model;
+    json_t *inputs = json_object();
+    if (m->n_embeddings == 0) {
+        json_object_set_new(
+            inputs, "x", json_pack("{s:s, s:[i, i]}", "dtype", "DT_FLOAT", "shape", -1, m->inputs));
+    } else {
+        for (int f = 0; f < m->n_embeddings; f++)
+            json_object_set_new(inputs, m->embeddings[f].name,
+                                json_pack("{s:s, s:I, s:i}", "dtype", "DT_INT64", "vocab",
+                                          (json_int_t)m->embeddings[f].vocab, "max_ids",
+                                          m->embeddings[f].max_ids));
+        if (m->numeric_inputs > 0)
+            json_object_set_new(
+                inputs, "numeric",
+                json_pack("{s:s, s:[i, i]}", "dtype", "DT_FLOAT", "shape", -1, m->numeric_inputs));
+    }
+    const char *kind = m->type == PF_MODEL_LINEAR ? "prediction" : "probabilities";
+    json_t *j =
+        json_pack("{s:s, s:{s:o, s:i, s:{s:{s:s, s:[i, i]}}}}", "model_spec_name",
+                  rs->s->o.spec->name, "signature_def", "inputs", inputs, "flat_width",
+                  rs->s->width, "outputs", kind, "dtype", "DT_FLOAT", "shape", -1, rs->s->outputs);
+    int64_t step, loaded, refused;
+    serve_versions_counts(rs->s->versions, &step, &loaded, &refused);
+    return send_json(rs, 200, j, step);
+}
+
+static enum MHD_Result metrics_route(request_state *rs) {
+    server *s = rs->s;
+    int64_t step, loaded, refused, queued, batches;
+    serve_versions_counts(s->versions, &step, &loaded, &refused);
+    serve_batcher_counts(s->batcher, &queued, &batches);
+    pf_buf b;
+    pf_buf_init(&b, 1 << 20);
+    pthread_mutex_lock(&s->mu);
+    pf_buf_printf(&b,
+                  "# HELP psflow_serve_model_version The checkpoint step that serves (-1: none).\n"
+                  "# TYPE psflow_serve_model_version gauge\n"
+                  "psflow_serve_model_version{model=\"%s\"} %" PRId64 "\n"
+                  "# TYPE psflow_serve_reloads_total counter\n"
+                  "psflow_serve_reloads_total %" PRId64 "\n"
+                  "# TYPE psflow_serve_refused_checkpoints_total counter\n"
+                  "psflow_serve_refused_checkpoints_total %" PRId64 "\n"
+                  "# TYPE psflow_serve_batches_total counter\n"
+                  "psflow_serve_batches_total %" PRId64 "\n"
+                  "# TYPE psflow_serve_queued_examples gauge\n"
+                  "psflow_serve_queued_examples %" PRId64 "\n"
+                  "# TYPE psflow_serve_examples_total counter\n"
+                  "psflow_serve_examples_total %" PRId64 "\n"
+                  "# TYPE psflow_serve_responses_total counter\n",
+                  s->o.spec->name, step, loaded, refused, batches, queued, s->examples);
+    for (int c = 2; c <= 5; c++)
+        pf_buf_printf(&b, "psflow_serve_responses_total{code=\"%dxx\"} %" PRId64 "\n", c,
+                      s->by_code[c]);
+    pf_buf_printf(&b, "# HELP psflow_serve_request_seconds Predict requests, arrival to answer.\n"
+                      "# TYPE psflow_serve_request_seconds histogram\n");
+    int64_t cum = 0;
+    for (int i = 0; i < N_BUCKETS; i++) {
+        cum += s->buckets[i];
+        if (isinf(bucket_le[i]))
+            pf_buf_printf(&b, "psflow_serve_request_seconds_bucket{le=\"+Inf\"} %" PRId64 "\n",
+                          cum);
+        else
+            pf_buf_printf(&b, "psflow_serve_request_seconds_bucket{le=\"%g\"} %" PRId64 "\n",
+                          bucket_le[i], cum);
+    }
+    pf_buf_printf(
+        &b,
+        "psflow_serve_request_seconds_sum %.6f\npsflow_serve_request_seconds_count %" PRId64 "\n",
+        s->latency_sum, s->predicts);
+    pthread_mutex_unlock(&s->mu);
+    size_t len = b.len;
+    void *text = pf_buf_detach(&b);
+    if (!text)
+        return MHD_NO;
+    char *copy = malloc(len ? len : 1); /* MHD frees with free() */
+    if (copy)
+        memcpy(copy, text, len);
+    pf_free(text);
+    if (!copy)
+        return MHD_NO;
+    return answer(rs, 200, "text/plain; version=0.0.4", copy, len, -1);
+}
+
+/* --- predict ---------------------------------------------------------------------------- */
+
+/* On the batcher's thread. The lock waits until start_predict has suspended the connection;
+ * the resume comes after it is released, since the answer may then free rs at once. */
+static void on_done(serve_item *it) {
+    request_state *rs = it->ctx;
+    struct MHD_Connection *c = rs->c;
+    pthread_mutex_lock(&rs->mu);
+    rs->done = 1;
+    pthread_mutex_unlock(&rs->mu);
+    MHD_resume_connection(c);
+}
+
+/* The body is complete: parse it and queue its examples (then the connection waits,
+ * suspended), or answer at once. */
+static enum MHD_Result start_predict(request_state *rs) {
+    server *s = rs->s;
+    int st = serve_request_parse(&s->o.spec->model, (const char *)rs->body.data, rs->body.len,
+                                 s->o.max_instances, &rs->req, &rs->err);
+    pf_buf_deinit(&rs->body);
+    if (st)
+        return problem(rs, st, rs->err.pointer, "%s", rs->err.message);
+    rs->y = pf_mallocarray((size_t)rs->req.n * (size_t)s->outputs, sizeof(float));
+    if (!rs->y)
+        return problem(rs, 503, NULL, "out of memory");
+    rs->item = (serve_item){.x = rs->req.x,
+                            .n = rs->req.n,
+                            .y = rs->y,
+                            .deadline = rs->start + s->o.request_timeout,
+                            .done = on_done,
+                            .ctx = rs};
+    pthread_mutex_lock(&rs->mu);
+    int refused = serve_batcher_submit(s->batcher, &rs->item);
+    if (!refused) {
+        rs->queued = 1;
+        MHD_suspend_connection(rs->c);
+        rs->suspended = 1;
+    }
+    pthread_mutex_unlock(&rs->mu);
+    if (refused)
+        return problem(rs, 503, NULL, "the queue is full (%d examples wait at most); retry",
+                       (int)(s->o.max_instances * 8 > s->o.max_batch * 64 ? s->o.max_instances * 8
+                                                                          : s->o.max_batch * 64));
+    return MHD_YES;
+}
+
+static enum MHD_Result finish_predict(request_state *rs) {
+    server *s = rs->s;
+    serve_item *it = &rs->item;
+    if (it->status == 504)
+        return problem(rs, 504, NULL, "the request waited longer than its %.3g s timeout",
+                       s->o.request_timeout);
+    if (it->status != 200)
+        return problem(rs, 503, NULL,
+                       "no model version is loaded yet (no verified checkpoint "
+                       "of job %s)",
+                       s->o.spec->name);
+    if (rs->want_version >= 0 && it->version != rs->want_version)
+        return problem(rs, 404, NULL,
+                       "version %" PRId64 " is not served; the serving version is %" PRId64,
+                       rs->want_version, it->version);
+    pf_buf out;
+    pf_buf_init(&out, ANSWER_MAX);
+    if (serve_answer_write(&out, it->version, rs->req.columnar, rs->y, rs->req.n, s->outputs) !=
+        PF_OK) {
+        pf_buf_deinit(&out);
+        return problem(rs, 503, NULL, "out of memory");
+    }
+    size_t len = out.len;
+    char *copy = malloc(len);
+    if (copy)
+        memcpy(copy, out.data, len);
+    pf_buf_deinit(&out);
+    if (!copy)
+        return problem(rs, 503, NULL, "out of memory");
+    return answer(rs, 200, "application/json", copy, len, it->version);
+}
+
+/* --- libmicrohttpd callbacks ------------------------------------------------------------ */
+
+static int json_media(const char *type) {
+    if (!type)
+        return 0;
+    size_t n = strlen("application/json");
+    return !strncasecmp(type, "application/json", n) &&
+           (type[n] == '\0' || type[n] == ';' || type[n] == ' ');
+}
+
+/* The first call of a request: decides what it is and whether it is refused before its body
+ * is read (the refusal is answered once the body is discarded). */
+static void first_call(request_state *rs, const char *url, const char *method) {
+    server *s = rs->s;
+    rs->route = route_of(s, url, &rs->want_version);
+    int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (rs->route != ROUTE_HEALTH && !token_ok(s, rs->c)) {
+        rs->refused = 401;
+        pf_error_set(&rs->err, PF_ERR_INVALID, "", "a valid bearer token is required");
+    } else if (rs->route == ROUTE_NONE) {
+        rs->refused = 404;
+        pf_error_set(&rs->err, PF_ERR_NOT_FOUND, "",
+                     "no such route; this server serves model %s at %s (:predict, /metadata)",
+                     s->o.spec->name, s->base);
+    } else if (rs->route == ROUTE_PREDICT ? !post : !get) {
+        rs->refused = 405;
+        pf_error_set(&rs->err, PF_ERR_INVALID, "", "%s takes %s", url,
+                     rs->route == ROUTE_PREDICT ? "POST" : "GET");
+    } else if (rs->route == ROUTE_PREDICT &&
+               !json_media(MHD_lookup_connection_value(rs->c, MHD_HEADER_KIND, "Content-Type"))) {
+        rs->refused = 415;
+        pf_error_set(&rs->err, PF_ERR_INVALID, "", "the body must be application/json");
+    } else {
+        const char *cl = MHD_lookup_connection_value(rs->c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
+            rs->refused = 413;
+            pf_error_set(&rs->err, PF_ERR_RANGE, "", "the body is larger than %zu bytes",
+                         s->o.max_body);
+        }
+    }
+    if (rs->refused)
+        fprintf(stderr, LOG ": refused %s %.200s: %d %s\n", method, url, rs->refused,
+                rs->err.message);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+    (void)version;
+    server *s = cls;
+    request_state *rs = *con_cls;
+    if (!rs) {
+        rs = pf_calloc(1, sizeof *rs);
+        if (!rs)
+            return MHD_NO;
+        rs->s = s;
+        rs->c = c;
+        rs->start = pf_clock_now();
+        pthread_mutex_init(&rs->mu, NULL);
+        pf_buf_init(&rs->body, s->o.max_body);
+        pf_error_clear(&rs->err);
+        *con_cls = rs;
+        first_call(rs, url, method);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!rs->refused && pf_clock_now() - rs->start > s->o.request_timeout) {
+            fprintf(stderr, LOG ": closing a connection whose body took over %.3g s\n",
+                    s->o.request_timeout);
+            return MHD_NO;
+        }
+        if (!rs->refused && pf_buf_append(&rs->body, upload, *upload_size) != PF_OK) {
+            rs->refused = 413;
+            pf_error_set(&rs->err, PF_ERR_RANGE, "", "the body is larger than %zu bytes",
+                         s->o.max_body);
+            pf_buf_deinit(&rs->body);
+            fprintf(stderr, LOG ": refused %s %.200s: 413 %s\n", method, url, rs->err.message);
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rs->refused)
+        return problem(rs, rs->refused, rs->err.pointer, "%s", rs->err.message);
+    switch (rs->route) {
+    case ROUTE_PREDICT:
+        return rs->queued ? finish_predict(rs) : start_predict(rs);
+    case ROUTE_STATUS:
+        return status_route(rs);
+    case ROUTE_METADATA:
+        return metadata_route(rs);
+    case ROUTE_METRICS:
+        return metrics_route(rs);
+    case ROUTE_HEALTH: {
+        int64_t step, loaded, refused;
+        serve_versions_counts(s->versions, &step, &loaded, &refused);
+        return step >= 0 ? send_json(rs, 200,
+                                     json_pack("{s:s, s:I}", "status", "ok", "model_version",
+                                               (json_int_t)step),
+                                     step)
+                         : problem(rs, 503, NULL, "no model version is loaded yet");
+    }
+    default:
+        return MHD_NO;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    request_state *rs = *con_cls;
+    if (!rs)
+        return;
+    pf_buf_deinit(&rs->body);
+    serve_request_deinit(&rs->req);
+    pf_free(rs->y);
+    pthread_mutex_destroy(&rs->mu);
+    pf_free(rs);
+    *con_cls = NULL;
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    fprintf(stderr, LOG ": http: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+/* --- the model and the watcher ---------------------------------------------------------- */
+
+static int64_t run_model(void *ctx, const float *x, int n, float *y) {
+    server *s = ctx;
+    const serve_version *v = serve_versions_acquire(s->versions);
+    if (!v)
+        return -1;
+    pf_model_predict(s->model, v->params, x, n, y);
+    int64_t step = v->step;
+    serve_versions_release(s->versions, v);
+    return step;
+}
+
+static void *watch(void *arg) {
+    server *s = arg;
+    while (!s->stopping) {
+        if (serve_versions_refresh(s->versions) < 0)
+            fprintf(stderr, LOG ": out of memory loading a checkpoint; still serving the old "
+                                "version\n");
+        for (double t = 0; t < s->o.poll_seconds && !s->stopping; t += 0.05)
+            pf_clock_sleep(0.05);
+    }
+    return NULL;
+}
+
+static void defaults(serve_options *o) {
+    if (!o->listen_host || !*o->listen_host)
+        o->listen_host = "0.0.0.0";
+    if (o->max_batch < 1)
+        o->max_batch = 64;
+    if (o->max_wait < 0)
+        o->max_wait = 0;
+    if (o->max_instances < 1)
+        o->max_instances = 1000;
+    if (o->request_timeout <= 0)
+        o->request_timeout = 5;
+    if (o->max_body < 1)
+        o->max_body = (size_t)16 << 20;
+    if (o->max_connections < 4)
+        o->max_connections = 512;
+    if (o->poll_seconds <= 0)
+        o->poll_seconds = 1;
+}
+
+static void teardown(server *s) {
+    s->stopping = 1;
+    if (s->watching)
+        pthread_join(s->watcher, NULL);
+    serve_versions_destroy(s->versions);
+    pf_model_destroy(s->model);
+    pthread_mutex_destroy(&s->mu);
+}
+
+static struct MHD_Daemon *listen_on(server *s, pf_error *err) {
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)s->o.port);
+    const char *host = !strcmp(s->o.listen_host, "localhost") ? "127.0.0.1" : s->o.listen_host;
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "--listen: '%s' is not an IPv4 address", host);
+        return NULL;
+    }
+    errno = 0;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+            MHD_USE_ERROR_LOG,
+        (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, 2u,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
+        MHD_OPTION_END);
+    if (!d)
+        pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "cannot listen on %s:%d: %s", host, s->o.port,
+                     errno ? strerror(errno) : "address in use or not available");
+    return d;
+}
+
+pf_status serve_run(const serve_options *opts, pf_error *err) {
+    pf_error_clear(err);
+    server s = {.o = *opts};
+    defaults(&s.o);
+    pthread_mutex_init(&s.mu, NULL);
+    const pf_job_spec *spec = s.o.spec;
+    s.width = pf_model_input_width(&spec->model);
+    s.outputs = spec->model.outputs;
+    snprintf(s.base, sizeof s.base, "/v1/models/%s", spec->name);
+    char job_dir[PF_CKPT_PATH_MAX];
+    pf_status st = pf_checkpoint_job_dir(s.o.checkpoint_dir, spec->name, job_dir, sizeof job_dir);
+    if (st != PF_OK) {
+        teardown(&s);
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    }
+    st = pf_model_create(&spec->model, pf_backend_openblas(), s.o.max_batch, &s.model);
+    if (st == PF_OK)
+        st = serve_versions_create(&spec->model, job_dir, LOG, &s.versions);
+    if (st != PF_OK) {
+        teardown(&s);
+        return pf_error_set(err, st, NULL, "cannot set up the model: %s", pf_strerror(st));
+    }
+    /* The first version before the port opens, so that /healthz says 200 from the start. */
+    for (double t0 = pf_clock_now(); serve_versions_refresh(s.versions) == 0 &&
+                                     pf_clock_now() - t0 < s.o.wait_first && !*s.o.stop;)
+        pf_clock_sleep(0.2);
+    serve_batcher_options bo = {.width = s.width,
+                                .outputs = s.outputs,
+                                .max_batch = s.o.max_batch,
+                                .max_wait = s.o.max_wait,
+                                .max_queued = s.o.max_instances * 8 > s.o.max_batch * 64
+                                                  ? s.o.max_instances * 8
+                                                  : s.o.max_batch * 64,
+                                .run = run_model,
+                                .run_ctx = &s};
+    st = serve_batcher_create(&bo, &s.batcher);
+    if (st != PF_OK) {
+        teardown(&s);
+        return pf_error_set(err, st, NULL, "cannot start the batcher");
+    }
+    if (pthread_create(&s.watcher, NULL, watch, &s) == 0)
+        s.watching = 1;
+    struct MHD_Daemon *d = listen_on(&s, err);
+    if (!d) {
+        serve_batcher_destroy(s.batcher);
+        teardown(&s);
+        return PF_ERR_UNAVAILABLE;
+    }
+    int64_t step, loaded, refused;
+    serve_versions_counts(s.versions, &step, &loaded, &refused);
+    fprintf(stderr,
+            LOG ": model %s on http://%s:%d%s:predict (%s, batches of up to %d examples, "
+                "waiting %.0f us for company; %s); checkpoints from %s\n",
+            spec->name, s.o.listen_host, s.o.port, s.base,
+            step >= 0 ? "serving" : "no verified checkpoint yet: 503 until one appears",
+            s.o.max_batch, s.o.max_wait * 1e6,
+            s.o.token && *s.o.token ? "bearer token required" : "no token", job_dir);
+    if (step >= 0)
+        fprintf(stderr, LOG ": version %" PRId64 "\n", step);
+    while (!*s.o.stop)
+        pf_clock_sleep(0.1);
+    fprintf(stderr, LOG ": stopping\n");
+    MHD_quiesce_daemon(d);
+    serve_batcher_stop(s.batcher); /* answers what still waits (503), resuming it */
+    MHD_stop_daemon(d);
+    serve_batcher_destroy(s.batcher);
+    teardown(&s);
+    return PF_OK;
+}

@@ -1,0 +1,53 @@
+/* serve.h - the serving task: answers predict requests with a job's newest verified
+ * checkpoint, in TensorFlow Serving's REST shape (docs/serving.md).
+ *
+ *   GET  /v1/models/NAME                     the version status
+ *   GET  /v1/models/NAME/metadata            the model's inputs and outputs
+ *   POST /v1/models/NAME:predict             {"instances"|"inputs": ...} (serve_request.h)
+ *   POST /v1/models/NAME/versions/V:predict  the same, only while V is the serving version
+ *   GET  /metrics                            Prometheus text
+ *   GET  /healthz                            200 once a version serves, else 503 (no token)
+ *
+ * NAME is the job's name. Every answer to a predict says which version (the checkpoint's
+ * step) answered, in its body ("model_version") and in the header PSFlow-Model-Version.
+ * With a token every route but /healthz requires "Authorization: Bearer TOKEN" (401). Errors
+ * are RFC 9457 problem+json naming the field by JSON pointer; bodies over max_body are 413,
+ * a Content-Type other than application/json 415, a full queue 503 with Retry-After, a
+ * request that waited past its timeout 504.
+ *
+ * DESIGN: libmicrohttpd's internal threads parse requests; a predict request is suspended
+ * (MHD_suspend_connection) while its examples wait in the batcher (batcher.h), whose one
+ * thread runs the model on the CPU backend, and resumed with its outputs; a watcher thread
+ * polls the checkpoint folder and switches versions (versions.h).
+ */
+#ifndef PSFLOW_SERVE_SERVE_H
+#define PSFLOW_SERVE_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+typedef struct serve_options {
+    const pf_job_spec *spec;
+    const char *checkpoint_dir; /* the checkpoint root: versions come from <root>/<job> */
+    const char *listen_host;    /* IPv4 address ["0.0.0.0"] */
+    int port;
+    const char *token;        /* bearer token; NULL or "" serves without one */
+    int max_batch;            /* examples in one forward pass [64] */
+    double max_wait;          /* seconds a request waits for company [0.0005] */
+    int max_instances;        /* examples in one request [1000] */
+    double request_timeout;   /* seconds from a request's arrival to its answer [5] */
+    size_t max_body;          /* request body bytes [16 MiB] */
+    int max_connections;      /* [512] */
+    double poll_seconds;      /* checkpoint folder poll [1] */
+    double wait_first;        /* seconds to wait for the first version before serving 503 [0] */
+    const volatile int *stop; /* set (by a signal handler) to stop */
+} serve_options;
+
+/* Serves until *o->stop. Errors: PF_ERR_UNAVAILABLE (cannot listen), PF_ERR_NOMEM,
+ * PF_ERR_UNSUPPORTED (a model the CPU backend cannot run). */
+pf_status serve_run(const serve_options *o, pf_error *err);
+
+#endif

@@ -16,8 +16,9 @@
 #     shows;
 #  3. "Training in one process" (docs/training.md): the block runs as written;
 #  4. "A local cluster" (README), "The job API", "Command-line clients", "Changing a running
-#     job" (docs/api.md), "Embeddings" (docs/embeddings.md) and "Operations"
-#     (docs/operations.md): their blocks run in that order
+#     job" (docs/api.md), "Embeddings" (docs/embeddings.md), "Operations"
+#     (docs/operations.md) and "Serving a trained model" (docs/serving.md): their blocks run
+#     in that order
 #     in one shell, against the `psflow up` the first one starts (a free port for 8080, a
 #     shortened copy of the example job; the copy the commands change while it trains runs
 #     until it is deleted), then the last block of "A local cluster" exports the model and stops the
@@ -202,7 +203,7 @@ for line in lines:
                 errors.append("'%s': psflow %s has no option %s" % (line.strip(), cmd, flag))
 
 # Paths: every `path` or link into the repository (or build/) must exist.
-tops = ("common/", "coordinator/", "ps/", "worker/", "agent/", "cli/", "web/", "api/", "deploy/",
+tops = ("common/", "coordinator/", "ps/", "worker/", "agent/", "serve/", "cli/", "web/", "api/", "deploy/",
         "tests/", "bench/", "examples/", "scripts/", "build/")
 words = re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text)
 path_re = r"(?<![\w./-])((?:%s)[\w./-]*)" % "|".join(map(re.escape, tops))
@@ -311,7 +312,7 @@ PY
 pass "'Training in one process' runs as written; --save and --output json give what it says"
 
 # --- 4. A local cluster, the job API, the clients, operations ---------------------------------
-read -r PORT <<<"$(free_ports 1)"
+read -r PORT SERVE_PORT <<<"$(free_ports 2)"
 {
   cat <<'SH'
 set -euo pipefail
@@ -323,10 +324,12 @@ curl() {
   if [ "$stream" = 1 ]; then
     command curl --fail-with-body --max-time 3 "$@" || rc=$?
     [ "$rc" = 28 ] || { echo "curl $*: exit $rc, not the 3 s limit" >&2; return 1; }
+    rc=0
   else
-    command curl --fail-with-body --max-time 30 "$@"
+    command curl --fail-with-body --max-time 30 "$@" || rc=$? # an `until curl` sees it
   fi
   echo
+  return "$rc"
 }
 # timeout_ok SECONDS CMD...: CMD must still be running after SECONDS (psflow watch).
 timeout_ok() {
@@ -338,16 +341,16 @@ timeout_ok() {
 SH
   for part in "A local cluster:0" "The job API:0" "Command-line clients:0" \
     "Changing a running job:0" "Changing a running job:1" "Embeddings:0" "Operations:0" \
-    "A local cluster:1"; do
+    "Serving a trained model:0" "A local cluster:1"; do
     echo "echo '### ${part%:*} ${part#*:}'"
     block "${part%:*}" "${part#*:}"
   done
   echo "echo '### end'"
   echo 'wait %1 # psflow up, stopped by the last block'
 } >cluster.tmpl
-python3 - cluster.tmpl "$PSFLOW_BIN" "$WORK" "$PORT" "$PSFLOW_SRC" >cluster.sh <<'PY'
+python3 - cluster.tmpl "$PSFLOW_BIN" "$WORK" "$PORT" "$PSFLOW_SRC" "$SERVE_PORT" >cluster.sh <<'PY'
 import sys
-text, binary, work, port, src = open(sys.argv[1]).read(), *sys.argv[2:6]
+text, binary, work, port, src, serve_port = open(sys.argv[1]).read(), *sys.argv[2:7]
 for old, new in [
         # the copy the commands change while it trains: long enough to outlast them
         ("examples/fashion-mnist-mlp.json --set name=fmnist-live",
@@ -359,7 +362,9 @@ for old, new in [
         ("examples/fashion-mnist-mlp.json", "@WORK@/short.json"),
         ("examples/fashion-mnist-tokens.json", "@WORK@/tokens-short.json"),
         ("python3 scripts/", "python3 @SRC@/scripts/"),
-        ("127.0.0.1:8080", "127.0.0.1:%s" % port)]:
+        ("127.0.0.1:8080", "127.0.0.1:%s" % port),
+        ("127.0.0.1:8501", "127.0.0.1:%s" % serve_port),
+        ("localhost:8501", "localhost:%s" % serve_port)]:
     text = text.replace(old, new)
 sys.stdout.write(text.replace("@BIN@", binary).replace("@WORK@", work).replace("@SRC@", src))
 PY
@@ -438,6 +443,10 @@ part "Operations 0" >part.txt
 [ "$(safetensors_values fmnist-mlp.safetensors dense_2/bias | wc -w)" = 10 ] ||
   fail "the exported model has no dense_2/bias [10]"
 pass "Operations: /livez /readyz /version /metrics; export and Ctrl-C (kill -INT) as shown"
+
+expect "Serving a trained model 0" '^\{"model_version_status":\[\{"version":"200","state":"AVAILABLE"' "GET /v1/models/fmnist-mlp"
+expect "Serving a trained model 0" '^\{"model_version":"200","predictions":\[\[[0-9.e-]+(,[0-9.e-]+){9}\]\]\}$' "the predict request"
+pass "Serving a trained model: psflow serve answered the version status and a prediction of step 200"
 
 # The Docker Compose section submits with the same curl command the local cluster block ran.
 # (Compose needs the token it generated: the Authorization header is the one difference.)

@@ -293,10 +293,11 @@ static const cli_command commands[] = {
     {
         .name = "serve",
         .summary = "answer predict requests with a job's newest checkpoint (TF Serving REST)",
-        .usage = "--job FILE [--checkpoint-dir DIR] [--listen HOST:PORT] [options]",
-        .description = "Serves the newest verified checkpoint of the job in FILE (under "
-                       "DIR/<job>) over\nTensorFlow Serving's REST API: POST "
-                       "/v1/models/<job>:predict with {\"instances\": [...]}\nanswers "
+        .usage = "--model NAME | --job FILE  [--checkpoint-dir DIR] [--listen HOST:PORT] [options]",
+        .description = "Serves the newest verified checkpoint of a job (under DIR/<job>; the "
+                       "model is the job\nspec the checkpoint records, or --job FILE's) over "
+                       "TensorFlow Serving's REST API:\nPOST "
+                       "/v1/models/<job>:predict with {\"instances\": [...]} answers\n"
                        "{\"model_version\": \"STEP\", \"predictions\": [...]}; GET "
                        "/v1/models/<job> gives the\nversion status, /metrics Prometheus "
                        "figures. A newer complete checkpoint is loaded\nbeside the serving "

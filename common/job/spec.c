@@ -516,6 +516,15 @@ static pf_status get_device(const field *f, const json_t *v, const char *ptr, pf
     return PF_OK;
 }
 
+bool pf_job_name_valid(const char *name) {
+    size_t len = strlen(name);
+    bool ok = len > 0 && len <= PF_NAME_MAX && name[0] != '-' && name[len - 1] != '-';
+    for (size_t i = 0; ok && i < len; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+             name[i] == '-';
+    return ok;
+}
+
 static pf_status get_name(const json_t *v, const char *ptr, char *out, pf_error *err) {
     if (!json_is_string(v))
         return type_error(err, ptr, "a string", v);
@@ -526,11 +535,7 @@ static pf_status get_name(const json_t *v, const char *ptr, char *out, pf_error 
     if (len > PF_NAME_MAX)
         return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: %zu characters long, at most %d allowed",
                             ptr, len, PF_NAME_MAX);
-    bool ok = name[0] != '-' && name[len - 1] != '-';
-    for (size_t i = 0; ok && i < len; i++)
-        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
-             name[i] == '-';
-    if (!ok) {
+    if (!pf_job_name_valid(name)) {
         char buf[SHOWN_MAX + 4];
         return pf_error_set(err, PF_ERR_SPEC, ptr,
                             "%s: '%s' is not a valid name: use lowercase letters, digits and '-', "

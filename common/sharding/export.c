@@ -33,6 +33,7 @@ static void base_name(const char *path, char *out, size_t len) {
 
 struct pf_checkpoint_model {
     char job[PF_NAME_MAX + 1];
+    char *spec; /* ps 0's "psflow_spec", or NULL (a checkpoint written before it was kept) */
     int64_t step;
     int n;
     char **names;
@@ -52,7 +53,12 @@ void pf_checkpoint_model_destroy(pf_checkpoint_model *m) {
     pf_free(m->ranks);
     pf_free(m->shapes);
     pf_free(m->data);
+    pf_free(m->spec);
     pf_free(m);
+}
+
+const char *pf_checkpoint_model_spec(const pf_checkpoint_model *m) {
+    return m->spec;
 }
 
 const char *pf_checkpoint_model_job(const pf_checkpoint_model *m) {
@@ -230,6 +236,11 @@ pf_status pf_checkpoint_merge(const char *dir, pf_checkpoint_model **out, pf_err
             st = pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: no 'psflow_shards' metadata", path);
             break;
         }
+        const char *spec = pf_safetensors_meta(files[i], "psflow_spec");
+        if (i == 0 && spec && !(m->spec = pf_strdup(spec))) {
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+            break;
+        }
         json_error_t jerr;
         metas[i] = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
         st = ckpt_collect_entries(files[i], path, metas[i], &entries, &n_entries, &cap, err);
@@ -268,9 +279,9 @@ pf_status pf_checkpoint_model_write(const pf_checkpoint_model *m, const char *pa
         t[i] = pf_checkpoint_model_get(m, i);
     char step[24];
     snprintf(step, sizeof step, "%lld", (long long)m->step);
-    const char *keys[] = {"psflow_job", "global_step"};
-    const char *values[] = {m->job, step};
-    pf_status st = pf_safetensors_write(path, t, m->n, keys, values, 2, err);
+    const char *keys[] = {"psflow_job", "global_step", "psflow_spec"};
+    const char *values[] = {m->job, step, m->spec};
+    pf_status st = pf_safetensors_write(path, t, m->n, keys, values, m->spec ? 3 : 2, err);
     pf_free(t);
     return st;
 }

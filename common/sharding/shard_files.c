@@ -5,8 +5,9 @@
  * DESIGN: a ps file is a safetensors file, renamed into place and its folder fsynced by
  * pf_safetensors_write; it names every tensor after its shard and slot (the optimizer's
  * pf_optim_slots give the slot suffixes) and carries the shard layout as metadata, so that
- * export can merge it without the job spec. Loading checks every expected tensor and its
- * size before the ps takes any value from it.
+ * export can merge it without the job spec, and the job spec itself ("psflow_spec"), so that
+ * a checkpoint says which model its variables belong to. Loading checks every expected tensor and
+ * its size before the ps takes any value from it.
  */
 #include "psflow/checkpoint.h"
 
@@ -129,6 +130,7 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
     pf_tensor_view *t = pf_mallocarray(n_tensors, sizeof *t);
     char(*names)[SLOT_NAME_MAX] = pf_mallocarray((size_t)n * (size_t)n_slots, sizeof *names);
     char *shards_meta = shards_json(shards, vars);
+    char *spec_text = NULL; /* the whole job spec: psflow serve needs nothing else */
     if (!t || !names || !shards_meta) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
         goto done;
@@ -149,11 +151,18 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
     char task_text[24], version_text[24];
     snprintf(task_text, sizeof task_text, "%d", ps_task);
     snprintf(version_text, sizeof version_text, "%llu", (unsigned long long)version);
-    const char *keys[] = {"psflow_job", "ps_task", "version", "optimizer", "psflow_shards"};
-    const char *values[] = {spec->name, task_text, version_text, optim->optimizer, shards_meta};
+    spec_text = pf_job_spec_to_json(spec);
+    if (!spec_text) {
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        goto done;
+    }
+    const char *keys[] = {"psflow_job", "ps_task",       "version",
+                          "optimizer",  "psflow_shards", "psflow_spec"};
+    const char *values[] = {spec->name,       task_text,   version_text,
+                            optim->optimizer, shards_meta, spec_text};
     if ((st = pf_fs_make_dirs(step_dir, err)) != PF_OK)
         goto done;
-    if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, 5, err)) != PF_OK)
+    if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, 6, err)) != PF_OK)
         goto done;
     struct stat sb; /* pf_safetensors_write has fsynced step_dir after the rename */
     if (stat(path, &sb) != 0) {
@@ -169,6 +178,7 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
 done:
     pf_free(t);
     pf_free(names);
+    pf_free(spec_text);
     free(shards_meta); /* from jansson's allocator */
     return st;
 }

@@ -26,9 +26,10 @@
  * (optim.h): momentum "<shard>/Momentum"; adagrad "<shard>/Adagrad"; adam "<shard>/Adam"
  * (m) and "<shard>/Adam_1" (v). This module knows no optimizer by name. Shapes are the shard's:
  * [rows, cols] for kernels, [rows] for biases. String metadata: "psflow_job", "ps_task", "version"
- * (updates applied), "optimizer" (pf_optim_slots.optimizer) and "psflow_shards", a JSON array with
+ * (updates applied), "optimizer" (pf_optim_slots.optimizer), "psflow_shards", a JSON array with
  * one object per shard, {"name", "variable", "shard", "num_shards", "row_offset", "shape",
- * "variable_shape"}, so that export can merge the shards without the job spec.
+ * "variable_shape"}, so that export can merge the shards without the job spec, and
+ * "psflow_spec", the job spec (pf_job_spec_to_json), so that the checkpoint names its model.
  *
  * The module is four files by job, in common/sharding/: checkpoint_paths.c (paths and names),
  * manifest.c (the manifest, finding complete checkpoints, pruning), shard_files.c (the ps
@@ -241,6 +242,8 @@ void pf_checkpoint_model_destroy(pf_checkpoint_model *m);
 
 /* The job and step of the merged checkpoint (borrowed). */
 const char *pf_checkpoint_model_job(const pf_checkpoint_model *m);
+/* The job spec ps 0's file records (JSON, borrowed), or NULL for a checkpoint without one. */
+const char *pf_checkpoint_model_spec(const pf_checkpoint_model *m);
 int64_t pf_checkpoint_model_step(const pf_checkpoint_model *m);
 
 /* Variables, sorted by name (strcmp), as views borrowed from m: "dense_0/kernel" [in, out],
@@ -248,8 +251,9 @@ int64_t pf_checkpoint_model_step(const pf_checkpoint_model *m);
 int pf_checkpoint_model_count(const pf_checkpoint_model *m);
 pf_tensor_view pf_checkpoint_model_get(const pf_checkpoint_model *m, int i);
 
-/* Writes m as one safetensors file (variables sorted by name, metadata "psflow_job" and
- * "global_step") through pf_safetensors_write. Errors: PF_ERR_IO, PF_ERR_NOMEM. */
+/* Writes m as one safetensors file (variables sorted by name, metadata "psflow_job",
+ * "global_step" and, when m has it, "psflow_spec") through pf_safetensors_write. Errors: PF_ERR_IO,
+ * PF_ERR_NOMEM. */
 pf_status pf_checkpoint_model_write(const pf_checkpoint_model *m, const char *path, pf_error *err);
 
 /* Copies m's variables into params[pf_model_num_params(model)] (host memory) at the model's

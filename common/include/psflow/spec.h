@@ -264,6 +264,10 @@ typedef struct pf_job_spec {
  * than 32 levels are rejected as PF_ERR_FORMAT. */
 pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_error *err);
 
+/* Whether name is a valid job or table name: 1..PF_NAME_MAX lowercase letters, digits and
+ * '-', starting and ending with a letter or digit (so it is safe as a path component). */
+bool pf_job_name_valid(const char *name);
+
 /* Reads `path` and parses it. Unreadable file: PF_ERR_IO with err->message naming the path
  * and the OS error; a file over 1 MiB: PF_ERR_FORMAT. */
 pf_status pf_job_spec_load(const char *path, pf_job_spec *out, pf_error *err);

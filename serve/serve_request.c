@@ -1,7 +1,6 @@
 /* serve_request.c - predict request bodies and answers (see serve_request.h). */
 #include "serve/serve_request.h"
 
-#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,7 +47,9 @@ static int number(parse *p, const json_t *v, const char *ptr, float *out) {
     if (!json_is_number(v))
         return refuse(p, 400, ptr, "must be a number");
     double d = json_number_value(v);
-    if (!isfinite(d) || fabs(d) > FLT_MAX)
+    /* Finite once rounded: float32's largest as nine digits print it (3.40282347e+38) is above
+     * FLT_MAX as a double, yet rounds to it. */
+    if (!isfinite(d) || !isfinite((float)d))
         return refuse(p, 400, ptr, "must be a finite float32 number");
     *out = (float)d;
     return 0;

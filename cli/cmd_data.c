@@ -3,7 +3,9 @@
  * a Criteo-layout file (plain or gzip, any size, memory fixed) and prints its rows, label
  * rate and each column's fill, range and distinct ids, naming every bad line; `stats
  * FILE...` writes as JSON what the numeric transforms need (each column's log1p mean and
- * standard deviation, range, fill) and the categorical columns' distinct ids. */
+ * standard deviation, range, fill) and the categorical columns' distinct ids; `examples JOB`
+ * prints a job's examples as its model reads them, one JSON line each, in the instance form
+ * psflow serve takes. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/criteo.h"
+#include "psflow/data.h"
 #include "psflow/fs.h"
 #include "psflow/mem.h"
 
@@ -291,9 +294,55 @@ static int stats(char *const *paths, int n, long max_line, const char *out) {
     return rc;
 }
 
+/* --- examples ------------------------------------------------------------------------------ */
+
+/* Prints up to `limit` examples (0: all) of the job's test (or train) set as its model reads
+ * them, {"label": L, "instance": [...]} a line: what a psflow serve client sends. */
+static int examples(const char *job, bool train, long limit) {
+    pf_job_spec spec;
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_job_spec_load(job, &spec, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow data: %s: %s\n", job, err.message);
+        return pf_exit_code(st);
+    }
+    bool test = !train;
+    if (test && !pf_data_has_test(&spec.data)) {
+        fprintf(stderr,
+                "psflow data: job %s has no test set (data.test); --split train reads its "
+                "training set\n",
+                spec.name);
+        pf_job_spec_deinit(&spec);
+        return PF_EX_USAGE;
+    }
+    pf_dataset ds;
+    st = pf_dataset_load(&spec, test, &ds, &err);
+    pf_job_spec_deinit(&spec);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow data: %s\n", err.message);
+        return pf_exit_code(st);
+    }
+    int64_t n = limit > 0 && limit < ds.n ? limit : ds.n;
+    for (int64_t i = 0; i < n; i++) {
+        const float *x = ds.x + (size_t)i * (size_t)ds.features;
+        printf("{\"label\":%.9g,\"instance\":[", (double)ds.y[i]);
+        for (int f = 0; f < ds.features; f++)
+            printf(f ? ",%.9g" : "%.9g", (double)x[f]);
+        fputs("]}\n", stdout);
+    }
+    pf_dataset_deinit(&ds);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "psflow data: cannot write the examples\n");
+        return PF_EX_CANTCREAT;
+    }
+    return 0;
+}
+
 int cli_data(const cli_command *cmd, int argc, char **argv) {
     cli_run run;
-    long rows = 0, files = 1, seed = 1, max_line = (long)PF_CRITEO_MAX_LINE;
+    long rows = 0, files = 1, seed = 1, max_line = (long)PF_CRITEO_MAX_LINE, limit = 0;
+    int split = 0;
     bool gzip = false;
     const char *out = NULL;
     cli_option opts[] = {
@@ -309,6 +358,10 @@ int cli_data(const cli_command *cmd, int argc, char **argv) {
         CLI_FLAG("gzip", "gen: write part-NNNNN.tsv.gz", &gzip),
         CLI_LONG("max-line", "BYTES", "inspect, stats: the longest line read", 64, 1 << 26,
                  (long)PF_CRITEO_MAX_LINE, &max_line),
+        CLI_CHOICE("split", "SET", "examples: the job's test (default) or train set", "test|train",
+                   &split),
+        CLI_LONG("limit", "N", "examples: print the first N only [all]", 0, (long)INT64_MAX, 0,
+                 &limit),
     };
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
         return run.exit_code;
@@ -333,6 +386,12 @@ int cli_data(const cli_command *cmd, int argc, char **argv) {
         return stats((char *const *)run.args.positional + 1, run.args.n_positional - 1, max_line,
                      out);
     }
-    return cli_usage_error("data", "the subcommands are 'gen criteo', 'inspect FILE' and 'stats "
-                                   "FILE...'");
+    if (!strcmp(sub, "examples")) {
+        if (run.args.n_positional != 2)
+            return cli_usage_error("data", "examples takes one job spec: psflow data examples "
+                                           "JOB.json [--split test|train] [--limit N]");
+        return examples(run.args.positional[1], split == 1, limit);
+    }
+    return cli_usage_error("data", "the subcommands are 'gen criteo', 'inspect FILE', 'stats "
+                                   "FILE...' and 'examples JOB.json'");
 }

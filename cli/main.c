@@ -325,9 +325,9 @@ static const cli_command commands[] = {
     },
     {
         .name = "data",
-        .summary = "generate and inspect training data (Criteo layout)",
+        .summary = "generate and inspect training data (Criteo layout), print a job's examples",
         .usage = "gen criteo --rows N --out DIR [options]  |  inspect FILE  |  stats FILE... "
-                 "[--out FILE]",
+                 "[--out FILE]  |  examples JOB.json [--split test|train] [--limit N]",
         .description =
             "gen criteo: writes N click-log rows in the Criteo layout (label, 13 "
             "integer and 26\ncategorical columns, tab-separated) over --files files "
@@ -339,11 +339,15 @@ static const cli_command commands[] = {
             "ids; every\nbad line is named by file, line and column. stats: reads up to 7 "
             "files and writes as\nJSON what the numeric transforms need (each integer "
             "column's log1p mean and\nstandard deviation, range and fill) and each "
-            "categorical column's distinct ids.\nExit codes: 0 done, 64 usage, 65 bad "
-            "lines or no rows, 66 unreadable input, 73\ncannot write the output.",
+            "categorical column's distinct ids. examples: reads a job's test (or train) set "
+            "as its\nworkers do and prints each example as the model reads it, one JSON line "
+            "{\"label\",\n\"instance\"}: the flat instance psflow serve takes.\nExit codes: "
+            "0 done, 64 usage, 65 bad lines or no rows, 66 unreadable input, 73\ncannot write "
+            "the output.",
         .min_args = 1,
         .max_args = 8,
-        .args_error = "expected 'gen criteo', 'inspect FILE' or 'stats FILE...' (7 files at most)",
+        .args_error = "expected 'gen criteo', 'inspect FILE', 'stats FILE...' (7 files at most) "
+                      "or 'examples JOB.json'",
         .run = cli_data,
     },
     {

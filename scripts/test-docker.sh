@@ -10,7 +10,8 @@
 #  4. `docker-compose up -d` of docker-compose.yml with nothing set but the port: the API
 #     needs the token the coordinator generated on its volume, which the test takes with
 #     `docker-compose exec` (the agents read the agent token from a volume of its own);
-#     submits a Fashion-MNIST job with curl, waits for Succeeded, checks the checkpoint,
+#     submits a Fashion-MNIST job with curl, waits for Succeeded, checks that the serve
+#     service answers predict requests with its final checkpoint, checks the checkpoint,
 #     scales the workers to 3 and back to 2;
 #  5. `docker-compose down -v`, stops dockerd.
 #
@@ -176,8 +177,14 @@ import socket
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])')
-unset PSFLOW_TOKEN
-export PSFLOW_PORT PSFLOW_IMAGE=$IMAGE
+PSFLOW_SERVE_PORT=$(python3 -c '
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+unset PSFLOW_TOKEN PSFLOW_SERVE_MODEL
+export PSFLOW_PORT PSFLOW_SERVE_PORT PSFLOW_IMAGE=$IMAGE
+SERVE=http://127.0.0.1:$PSFLOW_SERVE_PORT
 API=http://127.0.0.1:$PSFLOW_PORT
 compose() {
   docker-compose -f "$SRC/docker-compose.yml" "$@"
@@ -281,6 +288,27 @@ acc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["status"]
 python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)' "$acc" ||
   fail "$JOB succeeded with test accuracy $acc < 0.8"
 log "$JOB Succeeded, test accuracy $acc"
+
+# The serve service answers with the final checkpoint (the example's job is its default
+# model), with the token only.
+serving_version() {
+  curl -sS --fail --max-time 5 -H "Authorization: Bearer $PSFLOW_TOKEN" "$SERVE/v1/models/$JOB" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["model_version_status"][0]["version"])'
+}
+wait_for 30 "the serve service serving step 1000" test "$(serving_version 2>/dev/null)" = 1000
+code=$(curl -sS -o /dev/null -w '%{http_code}' "$SERVE/v1/models/$JOB")
+[ "$code" = 401 ] || fail "the serve service answered $code without the token, expected 401"
+curl -sS --fail-with-body --max-time 10 -H "Authorization: Bearer $PSFLOW_TOKEN" \
+  -H 'Content-Type: application/json' \
+  -d "{\"instances\": [$(python3 -c 'print([0.5] * 784)')]}" "$SERVE/v1/models/$JOB:predict" \
+  >"$WORK/predict.json" || { cat "$WORK/predict.json" >&2; fail "the serve service's predict failed"; }
+python3 -c '
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert a["model_version"] == "1000" and len(a["predictions"][0]) == 10, a
+assert abs(sum(a["predictions"][0]) - 1) < 1e-5, a' "$WORK/predict.json" ||
+  fail "the serve service's answer: $(cat "$WORK/predict.json")"
+log "the serve service answers predict requests with step 1000 (401 without the token)"
 
 # The final checkpoint is on the shared volume, and psflow export merges it.
 compose exec -T coordinator psflow export "/var/lib/psflow/checkpoints/$JOB" \

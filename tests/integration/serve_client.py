@@ -3,12 +3,13 @@
 
   serve_client.py evaluate ADDR MODEL idx IMAGES.gz LABELS.gz
   serve_client.py evaluate ADDR MODEL libsvm FILE FEATURE
+  serve_client.py evaluate ADDR MODEL lines FILE    (psflow data examples' output)
       sends the test set in requests of 100 instances (and checks that the columnar and
       named forms answer the same), computes the mean cross-entropy, the accuracy and, for
       two classes, the AUC from the predictions, prints them as JSON
-  serve_client.py load ADDR MODEL SECONDS RATE OUT.json
-      batch-1 requests at RATE per second (open loop, several connections) for SECONDS;
-      writes the count of answers by status, the versions that answered and failures
+  serve_client.py load ADDR MODEL STOPFILE RATE OUT.json
+      batch-1 requests at RATE per second (open loop, several connections) until STOPFILE
+      exists; writes the count of answers by status, the versions that answered and failures
   serve_client.py malformed ADDR MODEL N
       N malformed requests of many kinds; each must get 400/413/415 problem+json whose
       detail names the field
@@ -79,6 +80,15 @@ def libsvm_examples(path, feature):
     return xs, ys
 
 
+def line_examples(path):
+    xs, ys = [], []
+    for line in open(path):
+        d = json.loads(line)
+        xs.append(d["instance"])
+        ys.append(int(d["label"]))
+    return xs, ys
+
+
 def auc(scores, labels):
     pairs = sorted(zip(scores, labels))
     pos = sum(labels)
@@ -95,7 +105,8 @@ def auc(scores, labels):
 
 
 def evaluate(addr, model, fmt, *args):
-    xs, ys = idx_examples(*args) if fmt == "idx" else libsvm_examples(*args)
+    readers = {"idx": idx_examples, "libsvm": libsvm_examples, "lines": line_examples}
+    xs, ys = readers[fmt](*args)
     conn = connect(addr)
     preds, versions = [], set()
     for start in range(0, len(xs), 100):
@@ -107,7 +118,7 @@ def evaluate(addr, model, fmt, *args):
         assert answer["model_version"] == version, (answer["model_version"], version)
         versions.add(version)
         preds.extend(answer["predictions"])
-        if start == 0:  # the same examples in the columnar form, by name
+        if start == 0 and isinstance(chunk[0], dict):  # the columnar form, by name
             names = list(chunk[0])
             cols = {k: [x[k] for x in chunk] for k in names}
             s2, _, _, d2 = post(conn, model, json.dumps({"inputs": cols}))
@@ -122,20 +133,23 @@ def evaluate(addr, model, fmt, *args):
     print(json.dumps(out))
 
 
-def load(addr, model, seconds, rate, out_path):
-    seconds, rate = float(seconds), float(rate)
+def load(addr, model, stop_file, rate, out_path):
+    rate = float(rate)
     n_threads = 8
     example = {"instances": [[0.5] * 784]}
     body = json.dumps(example)
     results = {"by_status": {}, "versions": [[] for _ in range(8)], "errors": [], "latencies": []}
     lock = threading.Lock()
     t0 = time.monotonic() + 0.2
-    total = int(seconds * rate)
+    sent = [0] * n_threads
 
     def worker(k):
         conn = connect(addr)
-        for i in range(k, total, n_threads):
+        i = k
+        while not os.path.exists(stop_file):
             due = t0 + i / rate
+            i += n_threads
+            sent[k] += 1
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
@@ -161,7 +175,7 @@ def load(addr, model, seconds, rate, out_path):
     for t in threads:
         t.join()
     lat = sorted(results.pop("latencies"))
-    results["requests"] = total
+    results["requests"] = sum(sent)
     results["p50_ms"] = 1000 * lat[len(lat) // 2] if lat else None
     results["p99_ms"] = 1000 * lat[int(len(lat) * 0.99)] if lat else None
     per_conn = results.pop("versions")

@@ -2,7 +2,7 @@
 # The deployment files are valid and wired together, checked offline:
 #  1. docker-compose.yml: `docker-compose config -q` (Compose 1.29) and, when installed,
 #     `docker compose config -q` (v2); then the resolved file: only the coordinator
-#     publishes a port, on 127.0.0.1; agents have no fixed names or ports (so --scale
+#     and the serve service publish a port, each on 127.0.0.1; agents have no fixed names or ports (so --scale
 #     works), wait for a healthy coordinator and share the checkpoint volume; a token is
 #     required by default: the coordinator generates it into the token volume, and the
 #     agents' token into the agent-token volume, which the agents mount read-only and read
@@ -13,7 +13,8 @@
 #     resources read as they are and the Secret made as kustomize would; schema-checked with
 #     the npm package kubernetes-models (deploy/validate) when kubectl is missing or its
 #     node_modules are installed; then the objects: kinds, Recreate, probes on /readyz and
-#     /livez, the headless ps Service and advertised names, references to Secrets and claims
+#     /livez, the headless ps Service and advertised names, the serve Deployment (ready on
+#     /healthz, checkpoints read-only) and its Service, references to Secrets and claims
 #     that exist, the token mounted where PSFLOW_TOKEN_FILE points.
 #  3. deploy/kubernetes/tfjob/tfjob.yaml: the same schema check, the container and port
 #     names Kubeflow's operator looks for, and a job spec whose replicas match.
@@ -25,7 +26,7 @@ source "$(dirname "$0")/lib.sh"
 export PYTHONPATH=$PSFLOW_SRC/deploy/validate PYTHONDONTWRITEBYTECODE=1
 KUBE=$PSFLOW_SRC/deploy/kubernetes
 # Options per command, for the environment-variable check.
-for cmd in coordinator ps worker; do
+for cmd in coordinator ps worker serve; do
   "$PSFLOW_BIN" "$cmd" --help >"$WORK/help-$cmd.txt" || fail "psflow $cmd --help failed"
 done
 
@@ -84,7 +85,7 @@ def expect(cond, msg):
     if not cond:
         errors.append(msg)
 
-expect(set(services) == {"coordinator", "ps", "worker"}, "services: %s" % sorted(services))
+expect(set(services) == {"coordinator", "ps", "worker", "serve"}, "services: %s" % sorted(services))
 coord = services["coordinator"]
 expect(coord.get("command", [None])[0] == "coordinator", "coordinator: command")
 for port in coord.get("ports", []):
@@ -158,6 +159,28 @@ for name in ("ps", "worker"):
            % (name, agent_dir, mounts(s).get("agent-token")))
     expect("token" not in mounts(s) and "PSFLOW_TOKEN_FILE" not in senv and
            "PSFLOW_TOKEN" not in senv, "%s: an agent must not get the API token" % name)
+# serve: one port, on 127.0.0.1; the API token from its volume (read-only), the checkpoints
+# read-only; it waits for a healthy coordinator (which makes the token).
+serve = services["serve"]
+expect(serve.get("command", [None])[0] == "serve", "serve: command")
+sports = serve.get("ports", [])
+for port in sports:
+    if not isinstance(port, str):
+        port = "%s:%s:%s" % (port.get("host_ip"), port.get("published"), port.get("target"))
+    expect(port.startswith("127.0.0.1:") and port.split("/")[0].endswith(":8501"),
+           "serve publishes %s, not 127.0.0.1:...:8501" % port)
+expect(len(sports) == 1, "serve: one published port")
+senv = serve.get("environment", {})
+expect(senv.get("PSFLOW_TOKEN_FILE") == token_file and mounts(serve).get("token") == (token_dir, True),
+       "serve: the API token read-only from the token volume: %s %s" % (senv.get("PSFLOW_TOKEN_FILE"),
+                                                                        mounts(serve).get("token")))
+expect(mounts(serve).get("checkpoints") == ("/var/lib/psflow/checkpoints", True) and
+       senv.get("PSFLOW_CHECKPOINT_DIR") == "/var/lib/psflow/checkpoints",
+       "serve: the checkpoint volume read-only at PSFLOW_CHECKPOINT_DIR")
+expect(senv.get("PSFLOW_MODEL") == "fmnist-mlp", "serve: PSFLOW_MODEL defaults to the example's job")
+expect(serve.get("depends_on", {}).get("coordinator", {}).get("condition") == "service_healthy",
+       "serve: must wait for a healthy coordinator (its token)")
+env_by_cmd.append(["serve", senv])
 json.dump(env_by_cmd, open(sys.argv[2], "w"))
 for e in errors:
     print("docker-compose.yml:", e)
@@ -245,7 +268,7 @@ def expect(cond, msg):
 
 by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
 kinds = Counter(d["kind"] for d in docs)
-want = Counter({"Deployment": 2, "StatefulSet": 1, "Service": 2, "PersistentVolumeClaim": 2,
+want = Counter({"Deployment": 3, "StatefulSet": 1, "Service": 3, "PersistentVolumeClaim": 2,
                 "Secret": 1})
 expect(kinds == want, "kinds %s, expected %s" % (dict(kinds), dict(want)))
 
@@ -269,7 +292,10 @@ ps = by.get(("StatefulSet", "psflow-ps"))
 worker = by.get(("Deployment", "psflow-worker"))
 coord_svc = by.get(("Service", "psflow-coordinator"))
 ps_svc = by.get(("Service", "psflow-ps"))
-expect(all([coord, ps, worker, coord_svc, ps_svc]), "missing workloads or Services")
+serve = by.get(("Deployment", "psflow-serve"))
+serve_svc = by.get(("Service", "psflow-serve"))
+expect(all([coord, ps, worker, coord_svc, ps_svc, serve, serve_svc]),
+       "missing workloads or Services")
 if not errors:
     # Coordinator: one replica, Recreate, probes on its HTTP port, its database on a claim.
     expect(coord["spec"]["replicas"] == 1, "coordinator: 1 replica (SQLite has one writer)")
@@ -325,9 +351,22 @@ if not errors:
     rwx = by.get(("PersistentVolumeClaim", "psflow-checkpoints"), {}).get("spec", {})
     expect("ReadWriteMany" in rwx.get("accessModes", []),
            "psflow-checkpoints must be ReadWriteMany")
+    # serve: ready on /healthz at 8501, the checkpoint claim read-only, its Service on 8501.
+    c = container(serve)
+    expect(c["args"][0] == "serve", "serve: args")
+    ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+    get = c.get("readinessProbe", {}).get("httpGet", {})
+    expect(get.get("path") == "/healthz" and ports.get(get.get("port"), get.get("port")) == 8501,
+           "serve: readinessProbe on /healthz at 8501: %s" % get)
+    expect(env(c).get("PSFLOW_CHECKPOINT_DIR", {}).get("value") == "/var/lib/psflow/checkpoints",
+           "serve: PSFLOW_CHECKPOINT_DIR")
+    ro = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/var/lib/psflow/checkpoints"]
+    expect(ro and ro[0].get("readOnly") is True, "serve: the checkpoints mounted read-only")
+    expect(selects(serve_svc, serve) and [p["port"] for p in serve_svc["spec"]["ports"]] == [8501],
+           "Service psflow-serve: selects the serve pods on 8501")
     # Every referenced Secret and claim exists; images were set by kustomize.
     env_by_cmd = []
-    for w in (coord, ps, worker):
+    for w in (coord, ps, worker, serve):
         for v in pod(w).get("volumes", []):
             if "secret" in v:
                 n = v["secret"]["secretName"]

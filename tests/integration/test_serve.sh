@@ -128,7 +128,7 @@ PY
 start_serve --job job.json --checkpoint-dir "$LIVE"
 RATE=200
 sanitized_build && RATE=100
-python3 "$CLIENT" load "$ADDR" fmnist-serve 18 "$RATE" load.json &
+python3 "$CLIENT" load "$ADDR" fmnist-serve "$WORK/load.stop" "$RATE" load.json &
 LOAD_PID=$!
 sleep 1.5
 for k in $(seq 1 10); do
@@ -136,6 +136,12 @@ for k in $(seq 1 10); do
   sleep 1.1
 done
 new_version $((STEPS + 11)) flip
+# The load goes on until the last good version served for a while and the flipped one was
+# looked at (however slow the machine).
+wait_until 60 "step $((STEPS + 10)) served" grep -q "serving step $((STEPS + 10)) " "$WORK/serve.log"
+wait_until 60 "step $((STEPS + 11)) refused" grep -q "refusing checkpoint step-$((STEPS + 11)) " "$WORK/serve.log"
+sleep 1
+touch "$WORK/load.stop"
 wait_pid "$LOAD_PID" 60 || fail "the load generator failed"
 python3 - load.json "$STEPS" <<'PY' || fail "requests failed during reloads: $(cat load.json)"
 import json, sys
@@ -148,7 +154,6 @@ assert r["versions_in_order"], "a connection got an older version than its previ
 assert r["distinct_versions"][-1] == base + 10, r["distinct_versions"]
 assert len(r["distinct_versions"]) >= 8, r["distinct_versions"]
 PY
-for _ in $(seq 50); do grep -q "refusing checkpoint step-$((STEPS + 11))" "$WORK/serve.log" && break; sleep 0.1; done
 grep -qi "refusing checkpoint step-$((STEPS + 11)) .*crc" "$WORK/serve.log" ||
   fail "the flipped byte was not refused: $(grep refusing "$WORK/serve.log")"
 version=$(curl -sf "${AUTH[@]}" "http://$ADDR/v1/models/fmnist-serve" | python3 -c \
@@ -202,6 +207,41 @@ code=$(curl -s -o bad.json -w '%{http_code}' "${AUTH[@]}" -H 'Content-Type: appl
 [ "$code" = 400 ] && grep -q '/instances/0/tokens/1' bad.json || fail "an id past the table: $code $(cat bad.json)"
 stop_serve
 pass "an embedding model, its spec read from the checkpoint (--model): served predictions give the evaluator's loss, accuracy and AUC; an id past the table is 400 naming it"
+
+# --- the CTR model: DLRM-style on generated Criteo-layout rows, inputs from psflow data examples --
+"$PSFLOW_BIN" data gen criteo --rows 6000 --files 2 --seed 5 --out "$WORK/criteo" >/dev/null ||
+  fail "psflow data gen criteo"
+python3 - "$PSFLOW_SRC/examples/criteo-dlrm.json" "$WORK/criteo" >dlrm.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = "dlrm-serve"
+d["replicas"] = {"ps": 1, "worker": 1}
+for e in d["model"]["embeddings"]:
+    e["vocab"] = min(e["vocab"], 3000)
+d["data"].update(streaming=False, train=[sys.argv[2] + "/part-00000.tsv"],
+                 test=[sys.argv[2] + "/part-00001.tsv"])
+d["training"].update(mode="async", batch_size=100, max_steps=60, eval_every_steps=0)
+d["checkpoint"] = {"every_steps": 30, "keep": 2}
+d.pop("placement", None)
+json.dump(d, sys.stdout)
+PY
+run_static_cluster dlrm.json 1 1 "$WORK/ckpt" >/dev/null
+evaluate_final dlrm.json "$WORK/ckpt" >eval-dlrm.json || fail "the evaluator (dlrm): $(cat "$WORK/evaluator.log")"
+"$PSFLOW_BIN" data examples dlrm.json >dlrm-test.jsonl || fail "psflow data examples"
+[ "$(wc -l <dlrm-test.jsonl)" = 3000 ] || fail "psflow data examples printed $(wc -l <dlrm-test.jsonl) lines, not 3000"
+start_serve --model dlrm-serve --checkpoint-dir "$WORK/ckpt"
+python3 "$CLIENT" evaluate "$ADDR" dlrm-serve lines dlrm-test.jsonl >served-dlrm.json ||
+  fail "serving the DLRM model"
+python3 - eval-dlrm.json served-dlrm.json <<'PY' || fail "served DLRM predictions differ"
+import json, sys
+e, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+dl = abs(e["eval_loss"] - s["loss"])
+print("dlrm step %d: evaluator loss %.9f auc %.6f; served loss %.9f auc %.6f"
+      % (e["step"], e["eval_loss"], e["eval_auc"], s["loss"], s["auc"]))
+assert dl <= 1e-6 and abs(e["eval_auc"] - s["auc"]) <= 1e-6 and e["eval_accuracy"] == s["accuracy"], dl
+PY
+stop_serve
+pass "the DLRM-style CTR model on Criteo-layout rows (psflow data examples): served loss, accuracy and AUC equal the evaluator's"
 
 # --- refusals at start ---------------------------------------------------------------------------
 expect_exit 69 "$PSFLOW_BIN" serve --model nosuchjob --checkpoint-dir "$WORK/ckpt" --wait-first 1 --listen 127.0.0.1:1

@@ -293,6 +293,8 @@ void agent_reporter_add(void *ctx, const worker_report *rep) {
                          (json_int_t)rep->step, "time", rep->time);
     else
         item = checkpoint_item(rep);
+    if (item && rep->kind == WORKER_REPORT_STEP && rep->bad_lines > 0)
+        json_object_set_new(item, "bad_lines", json_integer((json_int_t)rep->bad_lines));
     if (!item)
         return;
     pthread_mutex_lock(&r->mu);

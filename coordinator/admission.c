@@ -10,6 +10,7 @@
 
 #include "psflow/footprint.h"
 #include "psflow/placement.h"
+#include "psflow/stream.h"
 
 /* True when path (absolute, resolved) is root itself or lies below it. */
 static int under(const char *path, const char *root) {
@@ -64,18 +65,40 @@ pf_status coord_limits_resolve(coord_limits *l, char (*storage)[PATH_MAX], const
     return PF_OK;
 }
 
+/* One data entry at ptr: a file, or for criteo data also a folder or a glob pattern, each
+ * file it stands for (pf_input_expand) a regular file under a data root. */
+static pf_status check_entry(const coord_limits *l, const pf_job_spec *spec, char *entry,
+                             const char *ptr, pf_error *err) {
+    if (spec->data.format != PF_DATA_CRITEO)
+        return check_path(l, entry, ptr, err);
+    char **paths = NULL;
+    int n = 0;
+    pf_status st = pf_input_expand(&entry, 1, &paths, &n, err);
+    if (st == PF_ERR_NOMEM)
+        return st;
+    if (st != PF_OK) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: %s", ptr, why);
+    }
+    for (int k = 0; k < n && st == PF_OK; k++)
+        st = check_path(l, paths[k], ptr, err);
+    pf_input_free(paths, n);
+    return st;
+}
+
 pf_status coord_admit_data(const coord_limits *l, const pf_job_spec *spec, pf_error *err) {
     const pf_data_spec *d = &spec->data;
     char ptr[40];
     for (int i = 0; i < d->n_train; i++) {
         snprintf(ptr, sizeof ptr, "/data/train/%d", i);
-        pf_status st = check_path(l, d->train[i], ptr, err);
+        pf_status st = check_entry(l, spec, d->train[i], ptr, err);
         if (st != PF_OK)
             return st;
     }
     for (int i = 0; i < d->n_test; i++) {
         snprintf(ptr, sizeof ptr, "/data/test/%d", i);
-        pf_status st = check_path(l, d->test[i], ptr, err);
+        pf_status st = check_entry(l, spec, d->test[i], ptr, err);
         if (st != PF_OK)
             return st;
     }

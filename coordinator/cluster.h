@@ -93,6 +93,7 @@ typedef struct coord_task {
     double rows_time;   /* when the counts were reported, 0 = never */
     double point_time;  /* the time of the newest metric point it reported, 0 = none */
     int64_t point_step; /* and its step */
+    int64_t bad_lines;  /* the most bad input lines any incarnation of it reported skipping */
 } coord_task;
 
 typedef struct coord_job {
@@ -113,6 +114,10 @@ typedef struct coord_job {
     double bayes_auc;
     double eval_loss, eval_accuracy; /* the evaluator task's latest; NAN when unknown */
     int64_t eval_step;               /* the checkpoint it evaluated; -1 before any */
+    /* bad input lines its training tasks skipped (data.on_error skip): the largest sum over
+     * the tasks of each one's count seen so far (a task that reads a line again after a
+     * restart does not count it twice); kept in the stored status */
+    int64_t bad_lines;
     double examples_per_sec, steps_per_sec;
     int restarts, generation;
     bool has_checkpoint;     /* a complete checkpoint was reported */
@@ -242,6 +247,7 @@ typedef struct coord_report {
 typedef struct coord_point {
     int64_t step;
     double time, loss, examples_per_sec, step_time_seconds;
+    int64_t bad_lines; /* bad input lines the task skipped so far (on_error skip); 0: none */
 } coord_point;
 
 typedef struct coord_eval {

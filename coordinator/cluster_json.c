@@ -114,6 +114,8 @@ json_t *coord_job_status_json(const coord_job *j) {
                                               json_number_or_null(j->test_auc), "test_calibration",
                                               json_number_or_null(j->test_calibration), "bayes_auc",
                                               json_number_or_null(j->bayes_auc)));
+    if (out) /* bad input lines skipped (data.on_error skip) */
+        json_object_set_new(out, "bad_lines_skipped", json_integer((json_int_t)j->bad_lines));
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
         json_object_update_new(
             out, json_pack("{s:o, s:o, s:o}", "eval_step",
@@ -154,6 +156,7 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->test_auc = num(s, "test_auc");
     j->test_calibration = num(s, "test_calibration");
     j->bayes_auc = num(s, "bayes_auc"); /* NAN in a status stored before it existed */
+    j->bad_lines = (int64_t)json_integer_value(json_object_get(s, "bad_lines_skipped"));
     j->eval_loss = num(s, "eval_loss");
     j->eval_accuracy = num(s, "eval_accuracy");
     json_t *es = json_object_get(s, "eval_step");
@@ -424,9 +427,12 @@ pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const ch
     }
     for (size_t i = 0; i < n_points; i++) {
         json_t *o = json_array_get(points, i);
-        p[i] =
-            (coord_point){json_integer_value(json_object_get(o, "step")), num(o, "time"),
-                          num(o, "loss"), num(o, "examples_per_sec"), num(o, "step_time_seconds")};
+        p[i] = (coord_point){json_integer_value(json_object_get(o, "step")),
+                             num(o, "time"),
+                             num(o, "loss"),
+                             num(o, "examples_per_sec"),
+                             num(o, "step_time_seconds"),
+                             json_integer_value(json_object_get(o, "bad_lines"))};
     }
     for (size_t i = 0; i < n_evals; i++) {
         json_t *o = json_array_get(evals, i);

@@ -116,6 +116,8 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
             t->step = step;
             if (!isnan(eps))
                 t->examples_per_sec = eps;
+            if (p->bad_lines > t->bad_lines)
+                t->bad_lines = p->bad_lines;
         }
     }
     for (int i = 0; i < n_evals; i++) {
@@ -158,10 +160,15 @@ void coord_job_record_metrics(coord_cluster *c, coord_job *j, const char *task,
         return;
     }
     double eps = 0;
-    for (int k = 0; k < j->n_tasks; k++)
+    int64_t bad = 0;
+    for (int k = 0; k < j->n_tasks; k++) {
         if (strcmp(j->tasks[k].type, "ps") != 0 && j->tasks[k].state == TASK_RUNNING)
             eps += j->tasks[k].examples_per_sec;
+        bad += j->tasks[k].bad_lines;
+    }
     j->examples_per_sec = eps;
+    if (bad > j->bad_lines)
+        j->bad_lines = bad;
     coord_rate_note(&j->rate, j->global_step, now); /* steps/s: cluster_rate.h */
     j->steps_per_sec = coord_rate_steps_per_sec(&j->rate);
     j->dirty = true;

@@ -639,11 +639,12 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
     static const char *const rreq[] = {"from", "to", "time", NULL};
     static const char *const rtexts[] = {"reason", "message", NULL};
     static const char *const pkeys[] = {
-        "step", "time", "loss", "examples_per_sec", "step_time_seconds", NULL};
+        "step", "time", "loss", "examples_per_sec", "step_time_seconds", "bad_lines", NULL};
     static const char *const ekeys[] = {
         "step", "time", "accuracy", "test_loss", "test_auc", "test_calibration", "bayes_auc", NULL};
     static const char *const req[] = {"step", "time", NULL};
     static const char *const steps[] = {"step", NULL}, *const rsteps[] = {"from", "to", NULL};
+    static const char *const psteps[] = {"step", "bad_lines", NULL};
     const char *task = json_string_value(json_object_get(body, "task"));
     int index;
     char tail;
@@ -661,7 +662,7 @@ static void post_metrics(coord_server *s, coord_request *rq, coord_reply *rp, co
                             json_pack("[{s:s, s:s}]", "pointer", "/rollbacks", "message",
                                       "only the chief reports rollbacks"),
                             "/rollbacks: only the chief reports rollbacks");
-    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, steps, NULL,
+    } else if (!check_points(json_object_get(body, "points"), "points", pkeys, req, psteps, NULL,
                              rp) &&
                !check_points(json_object_get(body, "evals"), "evals", ekeys, req, steps, NULL,
                              rp) &&

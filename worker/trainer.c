@@ -118,6 +118,8 @@ static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
         char last[sizeof err->message];
         int64_t total, fresh = pf_stream_take_bad(t->input, &total, last, sizeof last);
         if (fresh > 0)
+            t->bad_lines = total;
+        if (fresh > 0)
             fprintf(stderr,
                     "psflow %s %d: skipped %lld bad line(s) (data.on_error skip; %lld of at most "
                     "%lld so far), the last: %s\n",
@@ -138,6 +140,7 @@ static pf_status open_input(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     if (!spec->data.streaming) {
         pf_status st = pf_dataset_load(spec, false, &t->train, err);
+        t->bad_lines = st == PF_OK ? t->train.skipped : 0;
         if (st == PF_OK && t->train.skipped > 0)
             fprintf(stderr,
                     "psflow %s %d: skipped %lld bad line(s) of the training files "
@@ -567,7 +570,8 @@ static void report_steps(trainer *t, run *r, double now) {
                          .loss = r->report_loss / (double)r->report_steps,
                          .examples_per_sec =
                              (double)r->report_steps * r->b / (now - r->report_start),
-                         .step_time_seconds = (now - r->report_start) / (double)r->report_steps};
+                         .step_time_seconds = (now - r->report_start) / (double)r->report_steps,
+                         .bad_lines = t->bad_lines};
     worker_send_report(t, &rep);
 }
 

@@ -32,6 +32,7 @@ typedef struct worker_report {
     double loss;              /* STEP: mean training loss since the last report */
     double examples_per_sec;  /* STEP: this task's, since the last report */
     double step_time_seconds; /* STEP: mean wall time of this task's steps */
+    int64_t bad_lines;        /* STEP: bad input lines this task skipped so far (on_error skip) */
     double accuracy;          /* EVAL: NAN for regression */
     double test_loss;         /* EVAL */
     double auc;               /* EVAL: a two-class model's, else NAN */

@@ -51,6 +51,7 @@ struct trainer {
     int has_test;
     pf_sampler *sampler;     /* the train set's order, in memory */
     pf_stream_source *input; /* or, with data.streaming, the train files read as streams */
+    int64_t bad_lines;       /* bad lines skipped so far (data.on_error skip), reported */
     size_t n_params;
     int n_ps, n_tasks;
     float *params, *grads; /* host; in the link's segment when in_segment */

@@ -25,7 +25,7 @@
 
 /* The job's chief reports `step` at `now` (one metric point, as its agent posts them). */
 static void chief_step(coord_cluster *c, coord_job *j, int64_t step, double now) {
-    coord_point p = {step, now, 0.5, 100.0, 0.01};
+    coord_point p = {step, now, 0.5, 100.0, 0.01, 0};
     coord_job_record_metrics(c, j, "chief", &p, 1, NULL, 0, now);
 }
 

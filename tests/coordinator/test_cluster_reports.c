@@ -448,6 +448,36 @@ static void test_report_sent_again(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* Bad input lines a task skipped (data.on_error skip) reach the job's status: a task's count
+ * is the most it reported (a restarted incarnation that counts again from 0 adds nothing),
+ * the job's the sum, kept through the stored status. */
+static void test_bad_lines_counted(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "bad", "", T0, &ps, &w);
+    assert_int_equal(j->bad_lines, 0);
+    json_t *p = json_pack("[{s:i, s:f, s:f, s:i}, {s:i, s:f, s:f, s:i}]", "step", 10, "time",
+                          T0 + 2, "loss", 0.5, "bad_lines", 3, "step", 11, "time", T0 + 2.5, "loss",
+                          0.4, "bad_lines", 5);
+    coord_job_record_metrics_json(&c, j, "chief", p, NULL, T0 + 3);
+    assert_int_equal(j->bad_lines, 5);
+    json_t *again = json_pack("[{s:i, s:f, s:f, s:i}]", "step", 12, "time", T0 + 4, "loss", 0.3,
+                              "bad_lines", 2);
+    coord_job_record_metrics_json(&c, j, "chief", again, NULL, T0 + 5);
+    assert_int_equal(j->bad_lines, 5);
+    json_t *status = coord_job_status_json(j);
+    assert_int_equal(json_integer_value(json_object_get(status, "bad_lines_skipped")), 5);
+    j->bad_lines = 0;
+    coord_job_status_from_json(j, status);
+    assert_int_equal(j->bad_lines, 5);
+    json_decref(status);
+    json_decref(p);
+    json_decref(again);
+    coord_cluster_deinit(&c);
+}
+
 /* --- the tasks of an ended job ------------------------------------------------------------- */
 
 static const char *state_of(coord_job *j, const char *type, int index) {
@@ -497,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_step_newest),
         cmocka_unit_test(test_reporter_checked),
         cmocka_unit_test(test_report_sent_again),
+        cmocka_unit_test(test_bad_lines_counted),
         cmocka_unit_test(test_ended_job_tasks_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

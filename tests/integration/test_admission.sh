@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Spec admission limits (coordinator/admission.h, psflow/footprint.h), against the real
 # binary: a coordinator with custom --data-root and size limits refuses what is outside
-# them with a 422 naming the field, and stores nothing (the jobs table unchanged); agents
+# them with a 422 naming the field (a Criteo folder or glob pattern: each file it stands for),
+# and stores nothing (the jobs table unchanged); agents
 # register the memory their tasks may use (--memory, else the machine's), and a job whose
 # ps share or training task cannot fit the largest agent is refused, also when PATCH adds
 # workers; in static mode `psflow train`, `psflow ps --job` and `psflow worker --job` refuse
@@ -51,6 +52,22 @@ refused /data/train/0 '{"name": "a", "model": {"type": "linear", "inputs": 1},
   "data": {"format": "csv", "train": ["'"$WORK"'/data/../other/secret.csv"]}}'
 refused /data/train/0 '{"name": "a", "model": {"type": "linear", "inputs": 1},
   "data": {"format": "csv", "train": ["/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"]}}'
+# Criteo entries may be folders and glob patterns: every file they stand for must be inside.
+mkdir -p data/clicks
+printf '0\t1\n' >data/clicks/a.tsv
+ln -s "$WORK/other/secret.csv" data/clicks/b.tsv
+criteo() { # criteo ENTRY: a Criteo-layout job reading ENTRY
+  echo '{"name": "c", "model": {"type": "mlp", "inputs": 13, "hidden": [4], "outputs": 2},
+         "data": {"format": "criteo", "train": ["'"$1"'"]}}'
+}
+refused /data/train/0 "$(criteo "$WORK/data/clicks")"
+refused /data/train/0 "$(criteo "$WORK/data/clicks/*.tsv")"
+refused /data/train/0 "$(criteo "$WORK/data/nothing-*.tsv")"
+rm data/clicks/b.tsv
+submit "$(criteo "$WORK/data/clicks")"
+[ "$code" = 201 ] || fail "a Criteo folder inside the data root was refused: $code $(cat body.json)"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/api/v1/jobs/c")
+[ "$code" = 200 ] || [ "$code" = 204 ] || [ "$code" = 202 ] || fail "DELETE c: $code"
 refused /training/max_steps "$(base '"training": {"max_steps": 5001}')"
 refused /replicas/worker "$(base '"replicas": {"worker": 5}')"
 refused /placement/partitioner '{"name": "a", "model": {"type": "softmax", "inputs": 64, "outputs": 10},

@@ -217,6 +217,20 @@ SKIPPED=$(sed -n 's/.*skipped [0-9]* bad line(s) (data.on_error skip; \([0-9]*\)
 grep -q 'a.tsv:90: .*' "$WORK/worker0.log" || grep -q 'b.tsv.gz' "$WORK/worker0.log" ||
   fail "the skipped lines are not named"
 grep 'skipped' "$WORK/worker0.log" | head -4
-echo "a bad line fails the worker (exit 65) naming a.tsv:41 column C2; with on_error skip 4 bad lines skipped and counted"
+# The count reaches the job's status and /metrics: the same job on a local cluster.
+up_start --ps 1 --workers 1
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["name"] = "skip-managed"; json.dump(d, sys.stdout)' \
+  skip.json >skip-managed.json
+code=$(curl -s -o submit.json -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  --data-binary @skip-managed.json "$URL/api/v1/jobs")
+[ "$code" = 201 ] || fail "submit skip-managed: HTTP $code $(cat submit.json)"
+wait_until 120 "job skip-managed Succeeded" phase_is skip-managed Succeeded
+MANAGED_SKIPPED=$(jget "$URL/api/v1/jobs/skip-managed" 'd["status"]["bad_lines_skipped"]')
+[ "$MANAGED_SKIPPED" = 4 ] || fail "status.bad_lines_skipped $MANAGED_SKIPPED, not 4"
+curl -sf "$URL/metrics" >metrics.txt || fail "GET /metrics"
+grep -q '^psflow_job_bad_lines_skipped{job="skip-managed"} 4$' metrics.txt ||
+  fail "/metrics has no psflow_job_bad_lines_skipped 4: $(grep -i bad_lines metrics.txt)"
+up_stop
+echo "a bad line fails the worker (exit 65) naming a.tsv:41 column C2; with on_error skip 4 bad lines skipped and counted, in the managed job's status.bad_lines_skipped and /metrics too"
 
 pass "2 workers = 1 worker of 2 replicas (max |diff| $EQUIV) = psflow train ($TRAIN_DIFF); a worker and the chief killed end as the clean run (max |diff| $FAULT_DIFF, auc $AUC_FAULTS), the ps killed: rolled back and done ($PS_DIFF); a $((BIG >> 20)) MiB file streamed in $((RSS / 1024)) MiB peak RSS, $((WHOLE / 1024)) MiB loaded whole"

@@ -115,8 +115,8 @@ void coord_server_destroy(coord_server *s) {
     pthread_mutex_unlock(&s->lock);
     if (s->mhd)
         MHD_stop_daemon(s->mhd);
-    coord_watch_destroy(s->watch);
-    coord_hosts_destroy(s->hosts);
+    pf_http_watch_destroy(s->watch);
+    pf_http_hosts_destroy(s->hosts);
     if (s->ticker_started)
         pthread_join(s->ticker, NULL);
     coord_store_close(s->store);

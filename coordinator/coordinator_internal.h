@@ -21,7 +21,7 @@
 #include "coordinator/cluster_json.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/dataplane_keys.h"
-#include "coordinator/http_guard.h"
+#include "psflow/http_guard.h"
 #include "coordinator/store.h"
 
 #define COORD_BODY_MAX        (1 << 20) /* request bodies: 413 above this */
@@ -73,8 +73,8 @@ struct coord_server {
      * ordinary and the rest the reserve; event streams open (under lock) */
     int open_connections;
     int normal_slots;
-    coord_hosts *hosts; /* the Host allowlist (http_guard.h) */
-    coord_watch *watch; /* request deadlines and eviction of slow clients */
+    pf_http_hosts *hosts; /* the Host allowlist (http_guard.h) */
+    pf_http_watch *watch; /* request deadlines and eviction of slow clients */
     int streams;
     /* the data roots resolved at start (o.limits.data_roots points here) */
     char data_roots[COORD_MAX_DATA_ROOTS][PATH_MAX];

@@ -76,14 +76,14 @@ typedef struct request_state {
 
 /* The connection's record in the watch (http_guard.h), its socket context; NULL when it
  * could not be recorded. */
-static coord_conn *watched(struct MHD_Connection *c) {
+static pf_http_conn *watched(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
 static int in_reserve(struct MHD_Connection *c) {
-    return coord_conn_in_reserve(watched(c));
+    return pf_http_conn_in_reserve(watched(c));
 }
 
 /* --- counters for /metrics --- */
@@ -776,7 +776,7 @@ static void refuse(request_state *rs, int status, int retry, const char *fmt, ..
 static int check_headers(coord_server *s, struct MHD_Connection *c, const char *url,
                          const char *method, request_state *rs) {
     const char *host = header(c, "Host");
-    if (!coord_hosts_allow(s->hosts, host) && strcmp(url, "/livez") && strcmp(url, "/readyz")) {
+    if (!pf_http_hosts_allow(s->hosts, host) && strcmp(url, "/livez") && strcmp(url, "/readyz")) {
         refuse(rs, 421, 0,
                "Host '%.100s' is not a name of this coordinator: add it with --allowed-hosts "
                "(PSFLOW_ALLOWED_HOSTS)",
@@ -837,7 +837,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         pf_buf_init(&rs->body, COORD_BODY_MAX + 1);
         *con_cls = rs;
-        coord_watch_headers_done(s->watch, watched(c));
+        pf_http_watch_headers_done(s->watch, watched(c));
         if (!check_headers(s, c, url, method, rs))
             return MHD_YES;
         /* Answered in this first call: libmicrohttpd sends no "100 Continue", drops any
@@ -869,7 +869,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    coord_watch_body_done(s->watch, watched(c));
+    pf_http_watch_body_done(s->watch, watched(c));
     return dispatch(s, c, url, method, rs);
 }
 
@@ -877,7 +877,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)toe;
     coord_server *s = cls;
-    coord_watch_answered(s->watch, watched(c));
+    pf_http_watch_answered(s->watch, watched(c));
     request_state *rs = *con_cls;
     if (rs) {
         pf_buf_deinit(&rs->body);
@@ -896,7 +896,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     coord_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         int open = __atomic_add_fetch(&s->open_connections, 1, __ATOMIC_SEQ_CST);
-        int reserve = open > s->normal_slots && !coord_watch_evict(s->watch);
+        int reserve = open > s->normal_slots && !pf_http_watch_evict(s->watch);
         if (reserve)
             MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
                                       (unsigned)COORD_RESERVE_TIMEOUT);
@@ -904,12 +904,12 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *from =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        *socket_context =
-            fd ? coord_watch_add(s->watch, fd->connect_fd, from ? from->client_addr : NULL, reserve)
-               : NULL;
+        *socket_context = fd ? pf_http_watch_add(s->watch, fd->connect_fd,
+                                                 from ? from->client_addr : NULL, reserve)
+                             : NULL;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         __atomic_sub_fetch(&s->open_connections, 1, __ATOMIC_SEQ_CST);
-        coord_watch_remove(s->watch, *socket_context);
+        pf_http_watch_remove(s->watch, *socket_context);
         *socket_context = NULL;
     }
 }
@@ -924,10 +924,10 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
  * the coordinator listens on. */
 static pf_status start_guard(coord_server *s, const char *host, pf_error *err) {
     pf_status st =
-        coord_hosts_create(host, s->o.allowed_hosts, s->o.n_allowed_hosts, &s->hosts, err);
+        pf_http_hosts_create(host, s->o.allowed_hosts, s->o.n_allowed_hosts, &s->hosts, err);
     if (st != PF_OK)
         return st;
-    coord_watch_limits l = {
+    pf_http_watch_limits l = {
         .header_s = s->o.header_timeout > 0 ? s->o.header_timeout : 10,
         .body_s = s->o.body_timeout > 0 ? s->o.body_timeout : 30,
         .idle_s = s->o.connection_timeout > 0 ? s->o.connection_timeout : 30,
@@ -935,7 +935,7 @@ static pf_status start_guard(coord_server *s, const char *host, pf_error *err) {
             (s->o.evict_after_ms > 0 ? s->o.evict_after_ms : COORD_EVICT_AFTER_MS) / 1000.0,
         .per_address = s->o.max_per_address > 0 ? s->o.max_per_address : 32,
     };
-    s->watch = coord_watch_create(&l);
+    s->watch = pf_http_watch_create(&l);
     if (!s->watch)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the connection watch");
     return PF_OK;

@@ -160,9 +160,9 @@ static char *prometheus(coord_server *s) {
         __atomic_load_n(&s->open_connections, __ATOMIC_RELAXED));
     family(&t, "psflow_http_event_streams", "gauge", "Open event streams (GET /api/v1/events).");
     put(&t, "psflow_http_event_streams %d\n", s->streams);
-    coord_watch_counts closed = {0};
+    pf_http_watch_counts closed = {0};
     if (s->watch)
-        closed = coord_watch_totals(s->watch);
+        closed = pf_http_watch_totals(s->watch);
     family(&t, "psflow_http_connections_closed_total", "counter",
            "Connections closed while still sending their request: past --header-timeout or "
            "--body-timeout, evicted for a newcomer, or over --max-pending-per-address.");

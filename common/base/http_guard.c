@@ -17,7 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "coordinator/http_guard.h"
+#include "psflow/http_guard.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 
@@ -27,7 +27,7 @@
 
 /* --- the Host allowlist --- */
 
-struct coord_hosts {
+struct pf_http_hosts {
     int any; /* "*" */
     int n;
     char name[HOSTS_MAX][HOST_MAX + 1]; /* lower case, no trailing dot */
@@ -55,7 +55,7 @@ static void normalize(const char *name, size_t n, char *out) {
     out[n] = '\0';
 }
 
-static int add_name(coord_hosts *h, const char *name, pf_error *err) {
+static int add_name(pf_http_hosts *h, const char *name, pf_error *err) {
     size_t n = strlen(name);
     if (!host_chars(name, n))
         return pf_error_set(err, PF_ERR_INVALID, NULL,
@@ -69,9 +69,9 @@ static int add_name(coord_hosts *h, const char *name, pf_error *err) {
     return PF_OK;
 }
 
-pf_status coord_hosts_create(const char *listen_host, const char *const *names, int n,
-                             coord_hosts **out, pf_error *err) {
-    coord_hosts *h = pf_calloc(1, sizeof *h);
+pf_status pf_http_hosts_create(const char *listen_host, const char *const *names, int n,
+                               pf_http_hosts **out, pf_error *err) {
+    pf_http_hosts *h = pf_calloc(1, sizeof *h);
     *out = NULL;
     if (!h)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -103,11 +103,11 @@ pf_status coord_hosts_create(const char *listen_host, const char *const *names, 
     return PF_OK;
 }
 
-void coord_hosts_destroy(coord_hosts *h) {
+void pf_http_hosts_destroy(pf_http_hosts *h) {
     pf_free(h);
 }
 
-int coord_hosts_any(const coord_hosts *h) {
+int pf_http_hosts_any(const pf_http_hosts *h) {
     return h->any;
 }
 
@@ -123,7 +123,7 @@ static int port_part(const char *s, size_t n) {
     return 1;
 }
 
-int coord_hosts_allow(const coord_hosts *h, const char *host) {
+int pf_http_hosts_allow(const pf_http_hosts *h, const char *host) {
     if (h->any || !host)
         return 1;
     size_t len = strlen(host);
@@ -163,8 +163,8 @@ typedef struct address {
     unsigned char bytes[16];
 } address;
 
-struct coord_conn {
-    coord_conn *prev, *next;
+struct pf_http_conn {
+    pf_http_conn *prev, *next;
     int fd;
     address from;
     int reserve;
@@ -173,30 +173,30 @@ struct coord_conn {
     double deadline; /* when a connection still in it is shut down */
 };
 
-struct coord_watch {
+struct pf_http_watch {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_t reaper;
     int stopping;
-    coord_watch_limits l;
-    coord_conn *head; /* oldest first */
-    coord_conn *tail;
-    coord_watch_counts totals;
+    pf_http_watch_limits l;
+    pf_http_conn *head; /* oldest first */
+    pf_http_conn *tail;
+    pf_http_watch_counts totals;
 };
 
-static void cut_off(coord_conn *c) {
+static void cut_off(pf_http_conn *c) {
     shutdown(c->fd, SHUT_RDWR);
     c->phase = CUT;
 }
 
 static void *reap(void *arg) {
-    coord_watch *w = arg;
+    pf_http_watch *w = arg;
     pthread_mutex_lock(&w->lock);
     while (!w->stopping) {
         struct timespec until = pf_clock_deadline(REAP_PERIOD);
         pthread_cond_timedwait(&w->wake, &w->lock, &until);
         double now = pf_clock_now();
-        for (coord_conn *c = w->head; c; c = c->next)
+        for (pf_http_conn *c = w->head; c; c = c->next)
             if ((c->phase == AWAIT_HEADERS || c->phase == AWAIT_BODY) && now >= c->deadline) {
                 cut_off(c);
                 w->totals.deadline++;
@@ -206,8 +206,8 @@ static void *reap(void *arg) {
     return NULL;
 }
 
-coord_watch *coord_watch_create(const coord_watch_limits *limits) {
-    coord_watch *w = pf_calloc(1, sizeof *w);
+pf_http_watch *pf_http_watch_create(const pf_http_watch_limits *limits) {
+    pf_http_watch *w = pf_calloc(1, sizeof *w);
     if (!w)
         return NULL;
     w->l = *limits;
@@ -222,7 +222,7 @@ coord_watch *coord_watch_create(const coord_watch_limits *limits) {
     return w;
 }
 
-void coord_watch_destroy(coord_watch *w) {
+void pf_http_watch_destroy(pf_http_watch *w) {
     if (!w)
         return;
     pthread_mutex_lock(&w->lock);
@@ -231,7 +231,7 @@ void coord_watch_destroy(coord_watch *w) {
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->reaper, NULL);
     while (w->head) {
-        coord_conn *c = w->head;
+        pf_http_conn *c = w->head;
         w->head = c->next;
         pf_free(c);
     }
@@ -253,19 +253,19 @@ static address address_of(const struct sockaddr *sa) {
     return a;
 }
 
-static int still_sending(const coord_conn *c) {
+static int still_sending(const pf_http_conn *c) {
     return c->phase == AWAIT_HEADERS || c->phase == AWAIT_BODY;
 }
 
 /* Applies the per-address limit to the newcomer c (not yet listed): when its address has
  * per_address connections still sending their request, shuts down the longest-waiting of
  * them if it has waited evict_after, else c itself. Caller holds the lock. */
-static void limit_address(coord_watch *w, coord_conn *c, double now) {
+static void limit_address(pf_http_watch *w, pf_http_conn *c, double now) {
     if (!c->from.family)
         return;
     int n = 0;
-    coord_conn *oldest = NULL;
-    for (coord_conn *o = w->head; o; o = o->next)
+    pf_http_conn *oldest = NULL;
+    for (pf_http_conn *o = w->head; o; o = o->next)
         if (still_sending(o) && !memcmp(&o->from, &c->from, sizeof c->from)) {
             n++;
             if (!oldest || o->since < oldest->since)
@@ -277,8 +277,9 @@ static void limit_address(coord_watch *w, coord_conn *c, double now) {
     w->totals.address++;
 }
 
-coord_conn *coord_watch_add(coord_watch *w, int fd, const struct sockaddr *addr, int reserve) {
-    coord_conn *c = pf_calloc(1, sizeof *c);
+pf_http_conn *pf_http_watch_add(pf_http_watch *w, int fd, const struct sockaddr *addr,
+                                int reserve) {
+    pf_http_conn *c = pf_calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->fd = fd;
@@ -299,7 +300,7 @@ coord_conn *coord_watch_add(coord_watch *w, int fd, const struct sockaddr *addr,
     return c;
 }
 
-void coord_watch_remove(coord_watch *w, coord_conn *c) {
+void pf_http_watch_remove(pf_http_watch *w, pf_http_conn *c) {
     if (!c)
         return;
     pthread_mutex_lock(&w->lock);
@@ -316,7 +317,7 @@ void coord_watch_remove(coord_watch *w, coord_conn *c) {
 }
 
 /* Moves c to phase p (a cut connection stays cut) with a deadline `allowed` seconds on. */
-static void enter(coord_watch *w, coord_conn *c, enum phase p, double allowed) {
+static void enter(pf_http_watch *w, pf_http_conn *c, enum phase p, double allowed) {
     if (!c)
         return;
     pthread_mutex_lock(&w->lock);
@@ -328,36 +329,36 @@ static void enter(coord_watch *w, coord_conn *c, enum phase p, double allowed) {
     pthread_mutex_unlock(&w->lock);
 }
 
-void coord_watch_headers_done(coord_watch *w, coord_conn *c) {
+void pf_http_watch_headers_done(pf_http_watch *w, pf_http_conn *c) {
     enter(w, c, AWAIT_BODY, w->l.body_s);
 }
 
-void coord_watch_body_done(coord_watch *w, coord_conn *c) {
+void pf_http_watch_body_done(pf_http_watch *w, pf_http_conn *c) {
     enter(w, c, ANSWERING, 0);
 }
 
-void coord_watch_answered(coord_watch *w, coord_conn *c) {
+void pf_http_watch_answered(pf_http_watch *w, pf_http_conn *c) {
     enter(w, c, AWAIT_HEADERS, w->l.idle_s + w->l.header_s);
 }
 
-int coord_conn_in_reserve(const coord_conn *c) {
+int pf_http_conn_in_reserve(const pf_http_conn *c) {
     return c && c->reserve;
 }
 
 /* The connection in phase p that has been in it longest, at least min_age seconds; NULL if
  * none. Caller holds the lock. */
-static coord_conn *longest_in(coord_watch *w, enum phase p, double min_age) {
+static pf_http_conn *longest_in(pf_http_watch *w, enum phase p, double min_age) {
     double now = pf_clock_now();
-    coord_conn *oldest = NULL;
-    for (coord_conn *c = w->head; c; c = c->next)
+    pf_http_conn *oldest = NULL;
+    for (pf_http_conn *c = w->head; c; c = c->next)
         if (c->phase == p && now - c->since >= min_age && (!oldest || c->since < oldest->since))
             oldest = c;
     return oldest;
 }
 
-int coord_watch_evict(coord_watch *w) {
+int pf_http_watch_evict(pf_http_watch *w) {
     pthread_mutex_lock(&w->lock);
-    coord_conn *oldest = longest_in(w, AWAIT_HEADERS, w->l.evict_after_s);
+    pf_http_conn *oldest = longest_in(w, AWAIT_HEADERS, w->l.evict_after_s);
     if (!oldest)
         oldest = longest_in(w, AWAIT_BODY, w->l.evict_after_s);
     if (oldest) {
@@ -368,9 +369,9 @@ int coord_watch_evict(coord_watch *w) {
     return oldest != NULL;
 }
 
-coord_watch_counts coord_watch_totals(coord_watch *w) {
+pf_http_watch_counts pf_http_watch_totals(pf_http_watch *w) {
     pthread_mutex_lock(&w->lock);
-    coord_watch_counts t = w->totals;
+    pf_http_watch_counts t = w->totals;
     pthread_mutex_unlock(&w->lock);
     return t;
 }

@@ -18,14 +18,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "coordinator/http_guard.h"
+#include "psflow/http_guard.h"
 #include "psflow/clock.h"
 
 static void test_hosts_own_names(void **state) {
     (void)state;
     const char *extra[] = {"psflow.test", "Coord.Example."};
-    coord_hosts *h;
-    assert_int_equal(coord_hosts_create("127.0.0.1", extra, 2, &h, NULL), PF_OK);
+    pf_http_hosts *h;
+    assert_int_equal(pf_http_hosts_create("127.0.0.1", extra, 2, &h, NULL), PF_OK);
     const char *ok[] = {"127.0.0.1:8080",
                         "127.0.0.1",
                         "localhost:1",
@@ -40,7 +40,7 @@ static void test_hosts_own_names(void **state) {
                         "coord.example.:1",
                         NULL /* no Host: HTTP/1.0 */};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        assert_true(coord_hosts_allow(h, ok[i]));
+        assert_true(pf_http_hosts_allow(h, ok[i]));
     const char *refused[] = {"evil.example:8080",
                              "evil.example",
                              "127.0.0.1.evil.example",
@@ -62,40 +62,40 @@ static void test_hosts_own_names(void **state) {
                              "0x7f.1",
                              "2130706433"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        assert_false(coord_hosts_allow(h, refused[i]));
-    assert_false(coord_hosts_any(h));
-    coord_hosts_destroy(h);
+        assert_false(pf_http_hosts_allow(h, refused[i]));
+    assert_false(pf_http_hosts_any(h));
+    pf_http_hosts_destroy(h);
 }
 
 static void test_hosts_any_and_listen(void **state) {
     (void)state;
     const char *star[] = {"*"};
-    coord_hosts *h;
-    assert_int_equal(coord_hosts_create("0.0.0.0", star, 1, &h, NULL), PF_OK);
-    assert_true(coord_hosts_any(h));
-    assert_true(coord_hosts_allow(h, "evil.example:1"));
-    coord_hosts_destroy(h);
+    pf_http_hosts *h;
+    assert_int_equal(pf_http_hosts_create("0.0.0.0", star, 1, &h, NULL), PF_OK);
+    assert_true(pf_http_hosts_any(h));
+    assert_true(pf_http_hosts_allow(h, "evil.example:1"));
+    pf_http_hosts_destroy(h);
     /* A --listen host name is one of its own names. */
-    assert_int_equal(coord_hosts_create("coord.lan", NULL, 0, &h, NULL), PF_OK);
-    assert_true(coord_hosts_allow(h, "coord.lan:8080"));
-    assert_false(coord_hosts_allow(h, "other.lan:8080"));
-    coord_hosts_destroy(h);
+    assert_int_equal(pf_http_hosts_create("coord.lan", NULL, 0, &h, NULL), PF_OK);
+    assert_true(pf_http_hosts_allow(h, "coord.lan:8080"));
+    assert_false(pf_http_hosts_allow(h, "other.lan:8080"));
+    pf_http_hosts_destroy(h);
     /* On every interface the machine's hostname is too. */
     char self[256];
     assert_int_equal(gethostname(self, sizeof self), 0);
-    assert_int_equal(coord_hosts_create(NULL, NULL, 0, &h, NULL), PF_OK);
-    assert_true(coord_hosts_allow(h, self));
-    coord_hosts_destroy(h);
+    assert_int_equal(pf_http_hosts_create(NULL, NULL, 0, &h, NULL), PF_OK);
+    assert_true(pf_http_hosts_allow(h, self));
+    pf_http_hosts_destroy(h);
 }
 
 static void test_hosts_bad_names(void **state) {
     (void)state;
     const char *bad[][1] = {{"evil.example:8080"}, {"a b"}, {""}, {"[::1]"}, {"x/y"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        coord_hosts *h = (coord_hosts *)1;
+        pf_http_hosts *h = (pf_http_hosts *)1;
         pf_error err;
         pf_error_clear(&err);
-        assert_int_equal(coord_hosts_create("127.0.0.1", bad[i], 1, &h, &err), PF_ERR_INVALID);
+        assert_int_equal(pf_http_hosts_create("127.0.0.1", bad[i], 1, &h, &err), PF_ERR_INVALID);
         assert_null(h);
         assert_non_null(strstr(err.message, "--allowed-hosts"));
     }
@@ -125,30 +125,30 @@ static struct sockaddr_in from(const char *ip) {
 
 static void test_watch_deadlines(void **state) {
     (void)state;
-    coord_watch_limits l = {
+    pf_http_watch_limits l = {
         .header_s = 0.3, .body_s = 0.3, .idle_s = 0.0, .evict_after_s = 100, .per_address = 100};
-    coord_watch *w = coord_watch_create(&l);
+    pf_http_watch *w = pf_http_watch_create(&l);
     assert_non_null(w);
     int slow[2], body[2], answered[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, slow), 0);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, body), 0);
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, answered), 0);
-    coord_conn *a = coord_watch_add(w, slow[0], NULL, 0);
-    coord_conn *b = coord_watch_add(w, body[0], NULL, 0);
-    coord_conn *c = coord_watch_add(w, answered[0], NULL, 1);
-    assert_false(coord_conn_in_reserve(a));
-    assert_true(coord_conn_in_reserve(c));
-    coord_watch_headers_done(w, b);
-    coord_watch_headers_done(w, c);
-    coord_watch_body_done(w, c);
+    pf_http_conn *a = pf_http_watch_add(w, slow[0], NULL, 0);
+    pf_http_conn *b = pf_http_watch_add(w, body[0], NULL, 0);
+    pf_http_conn *c = pf_http_watch_add(w, answered[0], NULL, 1);
+    assert_false(pf_http_conn_in_reserve(a));
+    assert_true(pf_http_conn_in_reserve(c));
+    pf_http_watch_headers_done(w, b);
+    pf_http_watch_headers_done(w, c);
+    pf_http_watch_body_done(w, c);
     assert_true(peer_ended(slow[1], 5));
     assert_true(peer_ended(body[1], 5));
     assert_false(peer_ended(answered[1], 1.0));
-    assert_int_equal(coord_watch_totals(w).deadline, 2);
-    coord_watch_remove(w, a);
-    coord_watch_remove(w, b);
-    coord_watch_remove(w, c);
-    coord_watch_destroy(w);
+    assert_int_equal(pf_http_watch_totals(w).deadline, 2);
+    pf_http_watch_remove(w, a);
+    pf_http_watch_remove(w, b);
+    pf_http_watch_remove(w, c);
+    pf_http_watch_destroy(w);
     for (int i = 0; i < 2; i++) {
         close(slow[i]);
         close(body[i]);
@@ -158,58 +158,58 @@ static void test_watch_deadlines(void **state) {
 
 static void test_watch_evict_and_address(void **state) {
     (void)state;
-    coord_watch_limits l = {
+    pf_http_watch_limits l = {
         .header_s = 100, .body_s = 100, .idle_s = 100, .evict_after_s = 0.2, .per_address = 2};
-    coord_watch *w = coord_watch_create(&l);
+    pf_http_watch *w = pf_http_watch_create(&l);
     assert_non_null(w);
     struct sockaddr_in one = from("127.0.0.2"), two = from("127.0.0.3");
     int p[5][2];
     for (int i = 0; i < 5; i++)
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, p[i]), 0);
-    coord_conn *c[5];
-    c[0] = coord_watch_add(w, p[0][0], (struct sockaddr *)&one, 0); /* waits for its body */
-    coord_watch_headers_done(w, c[0]);
-    c[1] = coord_watch_add(w, p[1][0], (struct sockaddr *)&two, 0); /* waits for headers */
+    pf_http_conn *c[5];
+    c[0] = pf_http_watch_add(w, p[0][0], (struct sockaddr *)&one, 0); /* waits for its body */
+    pf_http_watch_headers_done(w, c[0]);
+    c[1] = pf_http_watch_add(w, p[1][0], (struct sockaddr *)&two, 0); /* waits for headers */
     /* Nothing has waited 0.2 s yet: nothing to evict. */
-    assert_false(coord_watch_evict(w));
+    assert_false(pf_http_watch_evict(w));
     poll(NULL, 0, 300);
     /* Headers before bodies. */
-    assert_true(coord_watch_evict(w));
+    assert_true(pf_http_watch_evict(w));
     assert_true(peer_ended(p[1][1], 2));
     assert_false(peer_ended(p[0][1], 0.2));
-    assert_true(coord_watch_evict(w));
+    assert_true(pf_http_watch_evict(w));
     assert_true(peer_ended(p[0][1], 2));
-    assert_false(coord_watch_evict(w)); /* both are closing already */
+    assert_false(pf_http_watch_evict(w)); /* both are closing already */
     /* Address two: two connections waiting, a third right away closes itself, and one
      * 0.2 s later closes the oldest instead. */
-    c[2] = coord_watch_add(w, p[2][0], (struct sockaddr *)&two, 0);
-    c[3] = coord_watch_add(w, p[3][0], (struct sockaddr *)&two, 0);
-    c[4] = coord_watch_add(w, p[4][0], (struct sockaddr *)&two, 0);
+    c[2] = pf_http_watch_add(w, p[2][0], (struct sockaddr *)&two, 0);
+    c[3] = pf_http_watch_add(w, p[3][0], (struct sockaddr *)&two, 0);
+    c[4] = pf_http_watch_add(w, p[4][0], (struct sockaddr *)&two, 0);
     assert_true(peer_ended(p[4][1], 2));
     assert_false(peer_ended(p[2][1], 0.3));
-    coord_watch_remove(w, c[4]);
+    pf_http_watch_remove(w, c[4]);
     int again[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, again), 0);
-    coord_conn *late = coord_watch_add(w, again[0], (struct sockaddr *)&two, 0);
+    pf_http_conn *late = pf_http_watch_add(w, again[0], (struct sockaddr *)&two, 0);
     assert_true(peer_ended(p[2][1], 2));
     assert_false(peer_ended(again[1], 0.2));
     /* An address's connections being answered do not count. */
-    coord_watch_headers_done(w, c[3]);
-    coord_watch_body_done(w, c[3]);
-    coord_watch_headers_done(w, late);
-    coord_watch_body_done(w, late);
+    pf_http_watch_headers_done(w, c[3]);
+    pf_http_watch_body_done(w, c[3]);
+    pf_http_watch_headers_done(w, late);
+    pf_http_watch_body_done(w, late);
     int more[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, more), 0);
-    coord_conn *next = coord_watch_add(w, more[0], (struct sockaddr *)&two, 0);
+    pf_http_conn *next = pf_http_watch_add(w, more[0], (struct sockaddr *)&two, 0);
     assert_false(peer_ended(more[1], 0.2));
-    coord_watch_counts t = coord_watch_totals(w);
+    pf_http_watch_counts t = pf_http_watch_totals(w);
     assert_int_equal(t.evicted, 2);
     assert_int_equal(t.address, 2);
     for (int i = 0; i < 4; i++)
-        coord_watch_remove(w, c[i]);
-    coord_watch_remove(w, late);
-    coord_watch_remove(w, next);
-    coord_watch_destroy(w); /* frees nothing twice: every record was removed */
+        pf_http_watch_remove(w, c[i]);
+    pf_http_watch_remove(w, late);
+    pf_http_watch_remove(w, next);
+    pf_http_watch_destroy(w); /* frees nothing twice: every record was removed */
     for (int i = 0; i < 2; i++) {
         for (int j = 0; j < 5; j++)
             close(p[j][i]);

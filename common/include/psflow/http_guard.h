@@ -1,6 +1,7 @@
-/* http_guard.h - what the coordinator's HTTP front decides before any route runs: which
- * Host names it answers to (the DNS-rebinding guard) and how long a connection may take to
- * send its request (the slow-client guard). Used by http.c only.
+/* http_guard.h - what an HTTP server of psflow (the coordinator's API, psflow serve) decides
+ * before any route runs: which Host names it answers to (the DNS-rebinding guard) and how
+ * long a connection may take to send its request (the slow-client guard). No HTTP library:
+ * the server tells the watch what happens to each connection.
  *
  * Hosts. A page of evil.example whose name is rebound to the coordinator's address is, for
  * the browser, same-origin with the coordinator: it sends `Host: evil.example:PORT` and a
@@ -16,7 +17,7 @@
  * then closes it) a connection whose request headers are not complete within
  * header_seconds of the accept (or of the previous answer, plus the idle allowance for a
  * kept-alive connection), or whose body is not complete within body_seconds of the
- * headers. When the ordinary slots run out, coord_watch_evict() shuts down the connection
+ * headers. When the ordinary slots run out, pf_http_watch_evict() shuts down the connection
  * that has waited longest for its request, so a slow client gives way to one that sends
  * its request at once. One client address may have at most per_address connections still
  * sending their request: one more shuts down the longest-waiting of them, or itself when
@@ -26,8 +27,8 @@
  *
  * Threads: every function may be called from any thread; the watch has its own lock.
  */
-#ifndef PSFLOW_COORDINATOR_HTTP_GUARD_H
-#define PSFLOW_COORDINATOR_HTTP_GUARD_H
+#ifndef PSFLOW_HTTP_GUARD_H
+#define PSFLOW_HTTP_GUARD_H
 
 #include <stdint.h>
 #include <sys/socket.h>
@@ -36,65 +37,65 @@
 
 /* --- the Host allowlist --- */
 
-typedef struct coord_hosts coord_hosts;
+typedef struct pf_http_hosts pf_http_hosts;
 
-/* A new allowlist (coord_hosts_destroy) for a coordinator listening on listen_host (NULL or
+/* A new allowlist (pf_http_hosts_destroy) for a coordinator listening on listen_host (NULL or
  * "0.0.0.0": every interface, which adds the machine's hostname) with the extra names[0..n)
  * ("*" allows every Host). Errors: PF_ERR_INVALID for a name that is not a host name (err
  * names it), PF_ERR_NOMEM. */
-pf_status coord_hosts_create(const char *listen_host, const char *const *names, int n,
-                             coord_hosts **out, pf_error *err);
-void coord_hosts_destroy(coord_hosts *h);
+pf_status pf_http_hosts_create(const char *listen_host, const char *const *names, int n,
+                               pf_http_hosts **out, pf_error *err);
+void pf_http_hosts_destroy(pf_http_hosts *h);
 /* 1 when a request with this Host header value ("name", "name:port", "[v6]:port") is for
  * this coordinator; a missing header (NULL: HTTP/1.0, never a browser) is allowed. */
-int coord_hosts_allow(const coord_hosts *h, const char *host);
+int pf_http_hosts_allow(const pf_http_hosts *h, const char *host);
 /* 1 when every Host is allowed ("*"). */
-int coord_hosts_any(const coord_hosts *h);
+int pf_http_hosts_any(const pf_http_hosts *h);
 
 /* --- the connection watch --- */
 
-typedef struct coord_watch coord_watch;
-typedef struct coord_conn coord_conn; /* one connection, owned by the watch */
+typedef struct pf_http_watch pf_http_watch;
+typedef struct pf_http_conn pf_http_conn; /* one connection, owned by the watch */
 
-typedef struct coord_watch_limits {
+typedef struct pf_http_watch_limits {
     double header_s;      /* request headers due this long after the accept */
     double body_s;        /* the body this long after the headers */
     double idle_s;        /* added for the next request of a kept-alive connection */
     double evict_after_s; /* a request this late may be shut down for a newcomer */
     int per_address;      /* connections of one address still sending their request */
-} coord_watch_limits;
+} pf_http_watch_limits;
 
 /* Starts the reaper thread; NULL when out of memory or threads. */
-coord_watch *coord_watch_create(const coord_watch_limits *limits);
+pf_http_watch *pf_http_watch_create(const pf_http_watch_limits *limits);
 /* Stops the reaper and frees every record; after libmicrohttpd has stopped. */
-void coord_watch_destroy(coord_watch *w);
+void pf_http_watch_destroy(pf_http_watch *w);
 
 /* Records a connection accepted on fd from addr (NULL: unknown) (new record, owned by the
- * watch until coord_watch_remove), applying the per-address limit; NULL when out of memory
+ * watch until pf_http_watch_remove), applying the per-address limit; NULL when out of memory
  * (the connection is then not watched). */
-coord_conn *coord_watch_add(coord_watch *w, int fd, const struct sockaddr *addr, int reserve);
+pf_http_conn *pf_http_watch_add(pf_http_watch *w, int fd, const struct sockaddr *addr, int reserve);
 /* Forgets a connection; before libmicrohttpd closes its fd. */
-void coord_watch_remove(coord_watch *w, coord_conn *c);
+void pf_http_watch_remove(pf_http_watch *w, pf_http_conn *c);
 /* The request's headers are complete: its body is now due within body_seconds. */
-void coord_watch_headers_done(coord_watch *w, coord_conn *c);
+void pf_http_watch_headers_done(pf_http_watch *w, pf_http_conn *c);
 /* The request is complete: no deadline while it is answered. */
-void coord_watch_body_done(coord_watch *w, coord_conn *c);
+void pf_http_watch_body_done(pf_http_watch *w, pf_http_conn *c);
 /* The answer is sent: the next request's headers are due (idle allowance included). */
-void coord_watch_answered(coord_watch *w, coord_conn *c);
+void pf_http_watch_answered(pf_http_watch *w, pf_http_conn *c);
 /* Whether the connection was accepted into the reserve. */
-int coord_conn_in_reserve(const coord_conn *c);
+int pf_http_conn_in_reserve(const pf_http_conn *c);
 
 /* Shuts down the connection that has waited longest for its request headers, else the one
  * that has waited longest for its body (a body trickles as well as headers do), if it has
  * waited at least evict_after seconds. Returns 1 when one was shut down. */
-int coord_watch_evict(coord_watch *w);
+int pf_http_watch_evict(pf_http_watch *w);
 
-typedef struct coord_watch_counts {
+typedef struct pf_http_watch_counts {
     uint64_t deadline; /* past --header-timeout or --body-timeout */
     uint64_t evicted;  /* for a newcomer, the ordinary slots being full */
     uint64_t address;  /* over the per-address limit (the oldest or the newcomer) */
-} coord_watch_counts;
+} pf_http_watch_counts;
 /* Connections shut down so far. */
-coord_watch_counts coord_watch_totals(coord_watch *w);
+pf_http_watch_counts pf_http_watch_totals(pf_http_watch *w);
 
 #endif

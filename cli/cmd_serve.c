@@ -75,8 +75,8 @@ static int spec_from_checkpoint(const char *root, const char *model, long wait, 
 
 int cli_serve(const cli_command *cmd, int argc, char **argv) {
     const char *job, *model, *checkpoint_dir, *listen;
-    long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first;
-    long long max_body;
+    long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first, threads;
+    long long max_body, max_buffered;
     bool insecure = false;
     cli_option opts[] = {
         CLI_TEXT("job", "FILE",
@@ -93,8 +93,10 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                  &listen),
         CLI_LONG("max-batch", "N", "examples in one forward pass [64]", 1, 65536, 64, &max_batch),
         CLI_LONG("batch-wait-us", "US",
-                 "microseconds a request waits for others to fill its batch [500]", 0, 1000000, 500,
-                 &wait_us),
+                 "microseconds a request waits for others to fill its batch [0: requests that "
+                 "arrive during a pass go in the next one]",
+                 0, 1000000, 0, &wait_us),
+        CLI_LONG("threads", "N", "BLAS threads of a forward pass [1]", 1, 1024, 1, &threads),
         CLI_LONG("max-instances", "N", "examples one request may hold (more: 413) [1000]", 1,
                  1000000, 1000, &max_instances),
         CLI_LONG("request-timeout-ms", "MS",
@@ -102,6 +104,9 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                  &timeout_ms),
         CLI_SIZE("max-body", "SIZE", "request body bytes (more: 413) [16M]", 1024,
                  (long long)1 << 32, (long long)16 << 20, &max_body),
+        CLI_SIZE("max-buffered", "SIZE",
+                 "request body bytes of every connection together (more: 503) [256M]", 1024,
+                 (long long)1 << 40, (long long)256 << 20, &max_buffered),
         CLI_LONG("max-connections", "N", "open connections at most [512]", 4, 100000, 512,
                  &max_conns),
         CLI_LONG("wait-first", "S",
@@ -165,9 +170,11 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                        .token = token,
                        .max_batch = (int)max_batch,
                        .max_wait = (double)wait_us * 1e-6,
+                       .threads = (int)threads,
                        .max_instances = (int)max_instances,
                        .request_timeout = (double)timeout_ms * 1e-3,
                        .max_body = (size_t)max_body,
+                       .max_buffered = (size_t)max_buffered,
                        .max_connections = (int)max_conns,
                        .wait_first = (double)wait_first,
                        .stop = &serve_stop};

@@ -15,7 +15,7 @@ struct serve_batcher {
     serve_item *head, *tail;
     int64_t queued, batches;
     int stopping, joined;
-    float *x, *y; /* [max_batch * width], [max_batch * outputs] */
+    float *x, *y; /* [capacity * width], [capacity * outputs] */
 };
 
 static void finish(serve_item *it, int status, int64_t version, double now, int batch) {
@@ -44,11 +44,12 @@ static serve_item *take(serve_batcher *b) {
     return first;
 }
 
-/* Runs one request larger than max_batch in passes. */
+/* Runs one request larger than max_batch alone: one pass when it fits the capacity (else, a
+ * caller's mistake, passes that must all see one version). */
 static void run_alone(serve_batcher *b, serve_item *it, double now) {
     int64_t version = -1;
-    for (int at = 0; at < it->n; at += b->o.max_batch) {
-        int n = it->n - at < b->o.max_batch ? it->n - at : b->o.max_batch;
+    for (int at = 0; at < it->n; at += b->o.capacity) {
+        int n = it->n - at < b->o.capacity ? it->n - at : b->o.capacity;
         int64_t v = b->o.run(b->o.run_ctx, it->x + (size_t)at * (size_t)b->o.width, n,
                              it->y + (size_t)at * (size_t)b->o.outputs);
         if (v < 0 || (version >= 0 && v != version)) { /* none, or reloaded between passes */
@@ -130,14 +131,16 @@ static void *loop(void *arg) {
 pf_status serve_batcher_create(const serve_batcher_options *o, serve_batcher **out) {
     *out = NULL;
     if (o->width < 1 || o->outputs < 1 || o->max_batch < 1 || o->max_queued < 1 ||
-        o->max_wait < 0 || !o->run)
+        o->max_wait < 0 || !o->run || (o->capacity && o->capacity < o->max_batch))
         return PF_ERR_INVALID;
     serve_batcher *b = pf_calloc(1, sizeof *b);
     if (!b)
         return PF_ERR_NOMEM;
     b->o = *o;
-    b->x = pf_mallocarray((size_t)o->max_batch * (size_t)o->width, sizeof(float));
-    b->y = pf_mallocarray((size_t)o->max_batch * (size_t)o->outputs, sizeof(float));
+    if (!b->o.capacity)
+        b->o.capacity = o->max_batch;
+    b->x = pf_mallocarray((size_t)b->o.capacity * (size_t)o->width, sizeof(float));
+    b->y = pf_mallocarray((size_t)b->o.capacity * (size_t)o->outputs, sizeof(float));
     if (!b->x || !b->y) {
         pf_free(b->x);
         pf_free(b->y);

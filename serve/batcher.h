@@ -2,10 +2,10 @@
  *
  * One thread runs the model. A request's examples wait in a FIFO queue; once the first one
  * is there the thread waits at most max_wait seconds for more, then takes requests in order
- * while their examples fit max_batch (a request larger than max_batch goes alone, in passes
- * of max_batch), copies them into one batch, runs it and hands each request its outputs. A
- * request whose deadline passed before its turn is answered 504 without running; a queue
- * holding max_queued examples refuses more (503), so memory stays bounded whatever the load.
+ * while their examples fit max_batch (a request larger than max_batch goes alone, in one
+ * pass of up to `capacity` examples), copies them into one batch, runs it and hands each request
+ * its outputs. A request whose deadline passed before its turn is answered 504 without running; a
+ * queue holding max_queued examples refuses more (503), so memory stays bounded whatever the load.
  *
  * Thread-safe: serve_batcher_submit may be called from any thread.
  */
@@ -44,7 +44,9 @@ typedef int64_t (*serve_run_fn)(void *ctx, const float *x, int n, float *y);
 
 typedef struct serve_batcher_options {
     int width, outputs;
-    int max_batch;      /* examples in one forward pass, >= 1 */
+    int max_batch;      /* examples of several requests gathered into one pass, >= 1 */
+    int capacity;       /* examples one pass may hold, >= max_batch: a request up to this
+                           size runs alone in one pass, so one version answers it whole */
     double max_wait;    /* seconds the first request waits for company, >= 0 */
     int64_t max_queued; /* examples waiting at most */
     serve_run_fn run;

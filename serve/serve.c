@@ -18,6 +18,7 @@
 #include "psflow/buf.h"
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
+#include "psflow/http_guard.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "serve/batcher.h"
@@ -42,9 +43,12 @@ typedef struct server {
     pf_model *model;
     serve_versions *versions;
     serve_batcher *batcher;
+    pf_http_watch *watch;    /* request deadlines, slow clients (psflow/http_guard.h) */
+    _Atomic int open;        /* connections open now */
+    _Atomic size_t buffered; /* request body bytes held, of every connection */
     pthread_t watcher;
     int watching;
-    volatile int stopping;
+    _Atomic int stopping;
     pthread_mutex_t mu; /* the counters below */
     int64_t by_code[6]; /* answers by class: [2] 2xx ... [5] 5xx */
     int64_t predicts, examples;
@@ -59,6 +63,8 @@ typedef struct request_state {
     enum route route;
     int64_t want_version; /* a /versions/V:predict: V, else -1 */
     int refused;          /* the HTTP status of an early refusal, or 0 */
+    size_t discarded;     /* body bytes of a refused request read and dropped */
+    size_t held;          /* body bytes counted in the server's `buffered` */
     pf_error err;
     pf_buf body;
     serve_request req;
@@ -130,6 +136,8 @@ static enum MHD_Result answer(request_state *rs, int status, const char *type, v
         MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 405)
+        MHD_add_response_header(r, "Allow", rs->route == ROUTE_PREDICT ? "POST" : "GET, HEAD");
     enum MHD_Result ok = MHD_queue_response(rs->c, (unsigned)status, r);
     MHD_destroy_response(r);
     count(rs->s, status, pf_clock_now() - rs->start, rs->route == ROUTE_PREDICT,
@@ -323,13 +331,20 @@ static void on_done(serve_item *it) {
     MHD_resume_connection(c);
 }
 
+/* Frees the request's body and its share of the server's body bytes. */
+static void release_body(request_state *rs) {
+    rs->s->buffered -= rs->held;
+    rs->held = 0;
+    pf_buf_deinit(&rs->body);
+}
+
 /* The body is complete: parse it and queue its examples (then the connection waits,
  * suspended), or answer at once. */
 static enum MHD_Result start_predict(request_state *rs) {
     server *s = rs->s;
     int st = serve_request_parse(&s->o.spec->model, (const char *)rs->body.data, rs->body.len,
                                  s->o.max_instances, &rs->req, &rs->err);
-    pf_buf_deinit(&rs->body);
+    release_body(rs);
     if (st)
         return problem(rs, st, rs->err.pointer, "%s", rs->err.message);
     rs->y = pf_mallocarray((size_t)rs->req.n * (size_t)s->outputs, sizeof(float));
@@ -398,8 +413,28 @@ static int json_media(const char *type) {
            (type[n] == '\0' || type[n] == ';' || type[n] == ' ');
 }
 
+/* The watch's record of connection c. */
+static pf_http_conn *watched(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
+}
+
+/* One line for a refused request; control characters of the (decoded) URL are shown as '?'
+ * so that a request cannot forge log lines. */
+static void log_refusal(const char *method, const char *url, int status, const char *why) {
+    char shown[201], verb[17];
+    snprintf(shown, sizeof shown, "%s", url);
+    snprintf(verb, sizeof verb, "%s", method);
+    for (char *p = shown; *p; p++)
+        *p = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+    for (char *p = verb; *p; p++)
+        *p = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+    fprintf(stderr, LOG ": refused %s %s: %d %s\n", verb, shown, status, why);
+}
+
 /* The first call of a request: decides what it is and whether it is refused before its body
- * is read (the refusal is answered once the body is discarded). */
+ * is read (then the refusal is answered at once, its body never read). */
 static void first_call(request_state *rs, const char *url, const char *method) {
     server *s = rs->s;
     rs->route = route_of(s, url, &rs->want_version);
@@ -429,8 +464,7 @@ static void first_call(request_state *rs, const char *url, const char *method) {
         }
     }
     if (rs->refused)
-        fprintf(stderr, LOG ": refused %s %.200s: %d %s\n", method, url, rs->refused,
-                rs->err.message);
+        log_refusal(method, url, rs->refused, rs->err.message);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -450,25 +484,54 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pf_buf_init(&rs->body, s->o.max_body);
         pf_error_clear(&rs->err);
         *con_cls = rs;
+        pf_http_watch_headers_done(s->watch, watched(c));
         first_call(rs, url, method);
+        /* A refusal is answered in this first call (libmicrohttpd then sends no "100
+         * Continue", reads no body and closes the connection after the answer) when the
+         * body is too large, awaits "100 Continue" or there is none; a small body already on
+         * its way is read (at most --max-body, within the timeout) and then answered, so the
+         * client is not cut off while it sends. */
+        const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+        int has_body = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") ||
+                       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+        if (rs->refused &&
+            (rs->refused == 413 || !has_body || (expect && !strcasecmp(expect, "100-continue"))))
+            return problem(rs, rs->refused, rs->err.pointer, "%s", rs->err.message);
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!rs->refused && pf_clock_now() - rs->start > s->o.request_timeout) {
+        if (pf_clock_now() - rs->start > s->o.request_timeout) {
             fprintf(stderr, LOG ": closing a connection whose body took over %.3g s\n",
                     s->o.request_timeout);
             return MHD_NO;
         }
-        if (!rs->refused && pf_buf_append(&rs->body, upload, *upload_size) != PF_OK) {
-            rs->refused = 413;
-            pf_error_set(&rs->err, PF_ERR_RANGE, "", "the body is larger than %zu bytes",
-                         s->o.max_body);
-            pf_buf_deinit(&rs->body);
-            fprintf(stderr, LOG ": refused %s %.200s: 413 %s\n", method, url, rs->err.message);
+        rs->discarded += rs->refused ? *upload_size : 0;
+        if (rs->discarded > s->o.max_body) {
+            log_refusal(method, url, rs->refused, "and its body is larger than --max-body: closed");
+            return MHD_NO;
+        }
+        if (!rs->refused && (s->buffered += *upload_size) > s->o.max_buffered) {
+            s->buffered -= *upload_size; /* every connection's bodies together: bounded */
+            rs->refused = 503;
+            pf_error_set(&rs->err, PF_ERR_RANGE, "",
+                         "the server holds %zu bytes of request bodies (--max-buffered); retry",
+                         s->o.max_buffered);
+            release_body(rs);
+            log_refusal(method, url, 503, rs->err.message);
+        } else if (!rs->refused) {
+            rs->held += *upload_size;
+            if (pf_buf_append(&rs->body, upload, *upload_size) != PF_OK) {
+                rs->refused = 413; /* a chunked body: its length shows only now */
+                pf_error_set(&rs->err, PF_ERR_RANGE, "", "the body is larger than %zu bytes",
+                             s->o.max_body);
+                release_body(rs);
+                log_refusal(method, url, 413, rs->err.message);
+            }
         }
         *upload_size = 0;
         return MHD_YES;
     }
+    pf_http_watch_body_done(s->watch, watched(c));
     if (rs->refused)
         return problem(rs, rs->refused, rs->err.pointer, "%s", rs->err.message);
     switch (rs->route) {
@@ -494,13 +557,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
 }
 
+/* Every connection is watched from its accept: its headers are due within 10 s, its body
+ * within the request timeout, so one that trickles bytes cannot hold its slot; with every
+ * slot but an eighth (the reserve) taken, the one that has waited longest for its request
+ * gives way, as the coordinator's API does (psflow/http_guard.h). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        int open = ++s->open;
+        /* With no one to give way, it takes a reserve slot, where 2 s of silence end it. */
+        int reserve = open > s->o.max_connections - s->o.max_connections / 8 &&
+                      !pf_http_watch_evict(s->watch);
+        if (reserve)
+            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 2u);
+        const union MHD_ConnectionInfo *fd =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *from =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = fd ? pf_http_watch_add(s->watch, fd->connect_fd,
+                                                 from ? from->client_addr : NULL, reserve)
+                             : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        --s->open;
+        pf_http_watch_remove(s->watch, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    server *s = cls;
+    (void)toe;
+    pf_http_watch_answered(s->watch, watched(c));
     request_state *rs = *con_cls;
     if (!rs)
         return;
-    pf_buf_deinit(&rs->body);
+    release_body(rs);
     serve_request_deinit(&rs->req);
     pf_free(rs->y);
     pthread_mutex_destroy(&rs->mu);
@@ -546,12 +639,16 @@ static void defaults(serve_options *o) {
         o->max_batch = 64;
     if (o->max_wait < 0)
         o->max_wait = 0;
+    if (o->threads < 1)
+        o->threads = 1;
     if (o->max_instances < 1)
         o->max_instances = 1000;
     if (o->request_timeout <= 0)
         o->request_timeout = 5;
     if (o->max_body < 1)
         o->max_body = (size_t)16 << 20;
+    if (o->max_buffered < o->max_body)
+        o->max_buffered = o->max_body > ((size_t)256 << 20) ? o->max_body : (size_t)256 << 20;
     if (o->max_connections < 4)
         o->max_connections = 512;
     if (o->poll_seconds <= 0)
@@ -562,6 +659,7 @@ static void teardown(server *s) {
     s->stopping = 1;
     if (s->watching)
         pthread_join(s->watcher, NULL);
+    pf_http_watch_destroy(s->watch); /* after libmicrohttpd stopped */
     serve_versions_destroy(s->versions);
     pf_model_destroy(s->model);
     pthread_mutex_destroy(&s->mu);
@@ -584,8 +682,8 @@ static struct MHD_Daemon *listen_on(server *s, pf_error *err) {
         (uint16_t)s->o.port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, 2u,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1,
-        MHD_OPTION_END);
+        30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
     if (!d)
         pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "cannot listen on %s:%d: %s", host, s->o.port,
                      errno ? strerror(errno) : "address in use or not available");
@@ -607,7 +705,11 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
         teardown(&s);
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     }
-    st = pf_model_create(&spec->model, pf_backend_openblas(), s.o.max_batch, &s.model);
+    /* Small batches want one thread: OpenBLAS's helpers would spin between the passes. */
+    pf_backend_openblas_set_threads(s.o.threads);
+    /* One pass holds the largest request, so one version answers it whole. */
+    int capacity = s.o.max_instances > s.o.max_batch ? s.o.max_instances : s.o.max_batch;
+    st = pf_model_create(&spec->model, pf_backend_openblas(), capacity, &s.model);
     if (st == PF_OK)
         st = serve_versions_create(&spec->model, job_dir, LOG, &s.versions);
     if (st != PF_OK) {
@@ -621,6 +723,7 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     serve_batcher_options bo = {.width = s.width,
                                 .outputs = s.outputs,
                                 .max_batch = s.o.max_batch,
+                                .capacity = capacity,
                                 .max_wait = s.o.max_wait,
                                 .max_queued = s.o.max_instances * 8 > s.o.max_batch * 64
                                                   ? s.o.max_instances * 8
@@ -634,6 +737,16 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     }
     if (pthread_create(&s.watcher, NULL, watch, &s) == 0)
         s.watching = 1;
+    pf_http_watch_limits limits = {.header_s = 10,
+                                   .body_s = s.o.request_timeout,
+                                   .idle_s = 30,
+                                   .evict_after_s = 0.5,
+                                   .per_address = 64};
+    if (!(s.watch = pf_http_watch_create(&limits))) {
+        serve_batcher_destroy(s.batcher);
+        teardown(&s);
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the connection watch");
+    }
     struct MHD_Daemon *d = listen_on(&s, err);
     if (!d) {
         serve_batcher_destroy(s.batcher);
@@ -644,10 +757,10 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     serve_versions_counts(s.versions, &step, &loaded, &refused);
     fprintf(stderr,
             LOG ": model %s on http://%s:%d%s:predict (%s, batches of up to %d examples, "
-                "waiting %.0f us for company; %s); checkpoints from %s\n",
+                "waiting %.0f us for company, %d BLAS thread%s; %s); checkpoints from %s\n",
             spec->name, s.o.listen_host, s.o.port, s.base,
             step >= 0 ? "serving" : "no verified checkpoint yet: 503 until one appears",
-            s.o.max_batch, s.o.max_wait * 1e6,
+            s.o.max_batch, s.o.max_wait * 1e6, s.o.threads, s.o.threads == 1 ? "" : "s",
             s.o.token && *s.o.token ? "bearer token required" : "no token", job_dir);
     if (step >= 0)
         fprintf(stderr, LOG ": version %" PRId64 "\n", step);
@@ -656,6 +769,9 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     fprintf(stderr, LOG ": stopping\n");
     MHD_quiesce_daemon(d);
     serve_batcher_stop(s.batcher); /* answers what still waits (503), resuming it */
+    /* The answers on their way go out before the connections close (2 s at most). */
+    for (double t0 = pf_clock_now(); s.open > 0 && pf_clock_now() - t0 < 2;)
+        pf_clock_sleep(0.05);
     MHD_stop_daemon(d);
     serve_batcher_destroy(s.batcher);
     teardown(&s);

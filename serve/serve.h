@@ -36,10 +36,12 @@ typedef struct serve_options {
     int port;
     const char *token;        /* bearer token; NULL or "" serves without one */
     int max_batch;            /* examples in one forward pass [64] */
-    double max_wait;          /* seconds a request waits for company [0.0005] */
+    double max_wait;          /* seconds a request waits for company [0] */
+    int threads;              /* BLAS threads of a forward pass [1] */
     int max_instances;        /* examples in one request [1000] */
     double request_timeout;   /* seconds from a request's arrival to its answer [5] */
     size_t max_body;          /* request body bytes [16 MiB] */
+    size_t max_buffered;      /* body bytes of every connection together [256 MiB] */
     int max_connections;      /* [512] */
     double poll_seconds;      /* checkpoint folder poll [1] */
     double wait_first;        /* seconds to wait for the first version before serving 503 [0] */

@@ -1,9 +1,11 @@
 /* serve_request.c - predict request bodies and answers (see serve_request.h). */
 #include "serve/serve_request.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "psflow/mem.h"
@@ -42,30 +44,40 @@ static void child_index(char *out, const char *base, size_t i) {
     pf_text_pointer_add_index(out, PTR_MAX, i);
 }
 
+/* Whether d rounds to a finite float32, tested before converting (a conversion out of range
+ * is undefined behaviour): below FLT_MAX plus half its ulp, 2^103, which rounds to FLT_MAX
+ * (float32's largest as nine digits print it, 3.40282347e+38, is above FLT_MAX as a double). */
+static int fits_float(double d) {
+    return isfinite(d) && fabs(d) < (double)FLT_MAX + 0x1p103;
+}
+
 /* A finite number that float32 holds (not rounded to infinity) into *out. */
 static int number(parse *p, const json_t *v, const char *ptr, float *out) {
     if (!json_is_number(v))
         return refuse(p, 400, ptr, "must be a number");
     double d = json_number_value(v);
-    /* Finite once rounded: float32's largest as nine digits print it (3.40282347e+38) is above
-     * FLT_MAX as a double, yet rounds to it. */
-    if (!isfinite(d) || !isfinite((float)d))
+    if (!fits_float(d))
         return refuse(p, 400, ptr, "must be a finite float32 number");
     *out = (float)d;
     return 0;
 }
 
-/* An array of exactly n numbers into out[n]. */
+/* An array of exactly n numbers into out[n]. The element's pointer is formatted only for a
+ * refusal: this loop runs once per input number of every request. */
 static int numbers(parse *p, const json_t *v, int n, const char *ptr, float *out) {
     if (!json_is_array(v))
         return refuse(p, 400, ptr, "must be an array of %d numbers", n);
     if ((int)json_array_size(v) != n)
         return refuse(p, 400, ptr, "holds %zu numbers, the model takes %d", json_array_size(v), n);
-    char at[PTR_MAX];
     for (int i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, (size_t)i);
+        if (json_is_number(x) && fits_float(json_number_value(x))) {
+            out[i] = (float)json_number_value(x);
+            continue;
+        }
+        char at[PTR_MAX];
         child_index(at, ptr, (size_t)i);
-        if (number(p, json_array_get(v, (size_t)i), at, &out[i]))
-            return -1;
+        return number(p, x, at, &out[i]); /* refuses, saying why */
     }
     return 0;
 }
@@ -321,12 +333,136 @@ static int parse_root(parse *p, const json_t *root, int max_instances, serve_req
     return refuse(p, 400, "/inputs", "must be an array of examples or an object of named inputs");
 }
 
+/* --- the fast path: {"instances": [[numbers], ...]} without a tree ------------------------ */
+
+static const char *blank(const char *at, const char *end) {
+    while (at < end && (*at == ' ' || *at == '\t' || *at == '\n' || *at == '\r'))
+        at++;
+    return at;
+}
+
+/* A JSON number at *at (RFC 8259's grammar, which strtod alone does not keep: no "inf",
+ * "nan", hex or leading '+') that rounds to a finite float32 into *out. */
+static int fast_number(const char **at, const char *end, float *out) {
+    const char *p = *at;
+    char buf[64];
+    size_t n = 0;
+    if (p < end && *p == '-')
+        buf[n++] = *p++;
+    if (p >= end || *p < '0' || *p > '9' ||
+        (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9'))
+        return -1;
+    while (
+        p < end && n < sizeof buf - 1 &&
+        ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' || *p == '-'))
+        buf[n++] = *p++;
+    if (n >= sizeof buf - 1)
+        return -1;
+    buf[n] = '\0';
+    for (size_t i = 1; i < n; i++) /* '.' needs a digit on each side, an exponent digits */
+        if ((buf[i] == '.' && (buf[i - 1] < '0' || buf[i - 1] > '9')) ||
+            ((buf[i] == 'e' || buf[i] == 'E') && (buf[i - 1] < '0' || buf[i - 1] > '9')))
+            return -1;
+    char *stop;
+    double d = strtod(buf, &stop);
+    if (*stop || (buf[n - 1] < '0' || buf[n - 1] > '9') || !fits_float(d))
+        return -1;
+    *out = (float)d;
+    *at = p;
+    return 0;
+}
+
+/* Parses a body that is exactly {"instances": [[w numbers], ...]} (blanks anywhere) of a
+ * model without embeddings straight into out. Returns 0 done, 1 when the body is anything
+ * else (the caller parses it whole, which also explains what is wrong), or 413 for more
+ * than max_instances examples. */
+static int fast_instances(const parse *p, const char *body, size_t len, int max_instances,
+                          serve_request *out) {
+    static const char key[] = "\"instances\"";
+    const char *at = blank(body, body + len), *end = body + len;
+    if (p->model->n_embeddings || at >= end || *at++ != '{')
+        return 1;
+    at = blank(at, end);
+    if ((size_t)(end - at) < sizeof key - 1 || memcmp(at, key, sizeof key - 1))
+        return 1;
+    at = blank(at + sizeof key - 1, end);
+    if (at >= end || *at++ != ':')
+        return 1;
+    at = blank(at, end);
+    if (at >= end || *at++ != '[')
+        return 1;
+    size_t cap = 0;
+    int w = p->width;
+    for (;;) {
+        at = blank(at, end);
+        if (at >= end || *at++ != '[')
+            return 1;
+        if (out->n == max_instances)
+            return 413;
+        if ((size_t)out->n == cap) {
+            size_t more = cap ? cap * 2 : 16;
+            if (more > (size_t)max_instances)
+                more = (size_t)max_instances;
+            float *x = pf_realloc(out->x, more * (size_t)w * sizeof(float));
+            if (!x)
+                return 1; /* the whole parse reports it */
+            out->x = x, cap = more;
+        }
+        float *row = out->x + (size_t)out->n * (size_t)w;
+        for (int i = 0; i < w; i++) {
+            at = blank(at, end);
+            if (fast_number(&at, end, &row[i]))
+                return 1;
+            at = blank(at, end);
+            if (at >= end || *at++ != (i + 1 < w ? ',' : ']'))
+                return 1;
+        }
+        out->n++;
+        at = blank(at, end);
+        if (at >= end)
+            return 1;
+        if (*at == ',') {
+            at++;
+            continue;
+        }
+        if (*at++ != ']')
+            return 1;
+        break;
+    }
+    at = blank(at, end);
+    if (at >= end || *at++ != '}')
+        return 1;
+    return blank(at, end) == end ? 0 : 1;
+}
+
+/* More values than a request of max_instances examples can need: a body of small values
+ * ("[{},{},...]") would cost its tree far more than its bytes. */
+static int too_many_values(const char *body, size_t len, int64_t most) {
+    int64_t values = 1;
+    for (size_t i = 0; i < len; i++)
+        values += body[i] == ',' || body[i] == '[' || body[i] == '{';
+    return values > most;
+}
+
 int serve_request_parse(const pf_model_spec *model, const char *body, size_t len, int max_instances,
                         serve_request *out, pf_error *err) {
     memset(out, 0, sizeof *out);
     pf_error_clear(err);
     parse p = {.model = model, .width = pf_model_input_width(model), .err = err};
     out->width = p.width;
+    int fast = fast_instances(&p, body, len, max_instances, out);
+    if (fast == 0)
+        return 0;
+    serve_request_deinit(out);
+    out->width = p.width;
+    int64_t per_example = 2 * (int64_t)p.width + 8 * (int64_t)model->n_embeddings + 16;
+    if (fast == 413 || too_many_values(body, len, (int64_t)max_instances * per_example + 64)) {
+        refuse(&p, 413, "/instances",
+               "the body holds more values than %d examples of %d inputs (at most %d examples a "
+               "request)",
+               max_instances, p.width, max_instances);
+        return p.status;
+    }
     json_error_t je;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {

@@ -299,6 +299,14 @@ pf_status pf_checkpoint_export(const char *dir, const char *out_path, int64_t *s
     return st;
 }
 
+/* "[a]" or "[a, b]" into out. */
+static void shape_text(int rank, const int64_t *shape, char *out, size_t cap) {
+    if (rank == 2)
+        snprintf(out, cap, "[%lld, %lld]", (long long)shape[0], (long long)shape[1]);
+    else
+        snprintf(out, cap, "[%lld]", (long long)(rank == 1 ? shape[0] : 0));
+}
+
 pf_status pf_checkpoint_model_params(const pf_checkpoint_model *m, const pf_model_spec *model,
                                      float *params, pf_error *err) {
     pf_var_info vars[PF_MAX_VARS];
@@ -314,14 +322,15 @@ pf_status pf_checkpoint_model_params(const pf_checkpoint_model *m, const pf_mode
         if (!found)
             return pf_error_set(err, PF_ERR_FORMAT, NULL, "the checkpoint has no variable %s",
                                 vars[v].name);
-        int64_t count = 1;
-        for (int d = 0; d < t.rank; d++)
-            count *= t.shape[d];
-        if (count != (int64_t)vars[v].count)
+        if (t.rank != vars[v].rank || t.shape[0] != vars[v].shape[0] ||
+            (t.rank == 2 && t.shape[1] != vars[v].shape[1])) {
+            char have[48], want[48];
+            shape_text(t.rank, t.shape, have, sizeof have);
+            shape_text(vars[v].rank, vars[v].shape, want, sizeof want);
             return pf_error_set(err, PF_ERR_FORMAT, NULL,
-                                "variable %s holds %lld values in the checkpoint, the model has "
-                                "%zu",
-                                vars[v].name, (long long)count, vars[v].count);
+                                "variable %s has shape %s in the checkpoint, the model %s",
+                                vars[v].name, have, want);
+        }
         memcpy(params + vars[v].offset, t.data, vars[v].count * sizeof(float));
     }
     return PF_OK;

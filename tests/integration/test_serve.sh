@@ -56,7 +56,7 @@ stop_serve() {
   wait_pid "$SERVE_PID" 20 || fail "psflow serve exited $? on SIGTERM"
 }
 
-start_serve --job job.json --checkpoint-dir "$WORK/ckpt" --max-body 8M
+start_serve --job job.json --checkpoint-dir "$WORK/ckpt" --max-body 8M --max-connections 64
 AUTH=(-H "Authorization: Bearer $PSFLOW_TOKEN")
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://$ADDR/v1/models/fmnist-serve")
 [ "$code" = 401 ] || fail "no token: HTTP $code, expected 401"
@@ -99,6 +99,37 @@ cmp -s <(json_field served.json 'd["loss"]') <(json_field served2.json 'd["loss"
   fail "the answers changed after malformed requests"
 grep -q 'refused POST .*: 415' "$WORK/serve.log" || fail "refusals are not logged"
 pass "1,000 malformed requests refused with problem+json naming the field; still serving; VmRSS +$((after - before)) KiB"
+
+# --- slow clients: 200 connections trickling their headers cannot keep others out -----------
+python3 - "$ADDR" <<'PY' || fail "slow clients held the server"
+import http.client, socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+socks = []
+for i in range(200):
+    try:
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"POST /v1/models/fmnist-serve:predict HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    except OSError:
+        pass
+took = []
+for _ in range(3):
+    for s in socks:  # every one trickles a byte now and then
+        try:
+            s.sendall(b"X")
+        except OSError:
+            pass
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection(host, int(port), timeout=20)
+    c.request("GET", "/healthz")
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, r.status
+    took.append(time.monotonic() - t0)
+    c.close()
+print("200 trickling connections (64 slots): /healthz answered 3 times, in %s s"
+      % ", ".join("%.2f" % t for t in took))
+PY
 stop_serve
 
 # --- hot reload under load: ten newer versions, no failed request; a flipped byte refused -----

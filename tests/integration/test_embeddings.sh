@@ -21,26 +21,30 @@
 #     as the LIBSVM file does (small set: identical loss lines and test loss and accuracy
 #     every 25 steps and at the end), and as strings ("p6d|p28l|...") hashed into 4096 rows
 #     the model still reaches test accuracy >= 0.84 after 3000 steps.
+# Runs that do not depend on each other go at once where timing cannot change what they
+# check: section 5's hashed names beside sections 1 and 2 (one-process runs with one BLAS
+# thread each), section 2's two runs, section 3b's two restores; the async job runs alone.
 # Under a sanitizer build (many times slower) every run reads the small set, the runs train a
-# tenth of the steps and the accuracy bounds are not checked; equivalence, identical exports
-# and refusals still are.
+# thirtieth of the steps and the accuracy bounds are not checked; equivalence, identical
+# exports and refusals still are.
 source "$(dirname "$0")/lib.sh"
 
 S=1 DATA=$WORK # DATA: the folder of the runs that check accuracy
 if sanitized_build; then
-  S=10 DATA=$WORK/small
-  echo "sanitizer build: the small set, a tenth of the steps, accuracy bounds not checked"
+  S=30 DATA=$WORK/small
+  echo "sanitizer build: the small set, a thirtieth of the steps, accuracy bounds not checked"
 fi
 # accurate VALUE MIN: VALUE >= MIN, or a sanitizer build (which trains too few steps to tell)
 accurate() { [ "$S" != 1 ] || in_range "$1" "$2" 1; }
 
 python3 "$PSFLOW_SRC/scripts/fashion-mnist-tokens.py" "$WORK" >/dev/null || fail "fashion-mnist-tokens.py exited $?"
-# small/: the first 10000 training and 1000 test lines; small/*.ids.csv.gz: those as
-# categorical CSV of integer ids; DATA/*.names.csv.gz: DATA's as hashed strings
-python3 - "$WORK" "$DATA" <<'PY'
+# prep small: small/, the first 10000 training and 1000 test lines, and small/*.ids.csv.gz,
+# those as categorical CSV of integer ids; prep names: DATA/*.names.csv.gz, DATA's lines as
+# hashed strings
+prep() {
+  python3 - "$WORK" "$DATA" "$1" <<'PY'
 import gzip, itertools, os, sys
-work, data = sys.argv[1:]
-os.makedirs(work + "/small")
+work, data, part = sys.argv[1:]
 names = {str(t): "p%d%s" % (t // 2, "ld"[t % 2]) for t in range(1568)}
 def csv(path, lines, cell):
     with gzip.open(path, "wt", compresslevel=1) as out:
@@ -49,15 +53,20 @@ def csv(path, lines, cell):
             label, _, pairs = line.rstrip("\n").partition(" ")
             out.write("%s,%s\n" % (label, cell(pairs.replace(":1", "").split(" "))))
 for name, n in (("train", 10000), ("test", 1000)):
-    with gzip.open("%s/%s.tokens.gz" % (work, name), "rt") as src:
-        lines = list(itertools.islice(src, n))
-    with gzip.open("%s/small/%s.tokens.gz" % (work, name), "wt", compresslevel=1) as out:
-        out.writelines(lines)
-    csv("%s/small/%s.ids.csv.gz" % (work, name), lines, "|".join)
-    with gzip.open("%s/%s.tokens.gz" % (data, name), "rt") as src:
-        csv("%s/%s.names.csv.gz" % (data, name), src,
-            lambda t: "|".join(map(names.__getitem__, t)))
+    if part == "small":
+        os.makedirs(work + "/small", exist_ok=True)
+        with gzip.open("%s/%s.tokens.gz" % (work, name), "rt") as src:
+            lines = list(itertools.islice(src, n))
+        with gzip.open("%s/small/%s.tokens.gz" % (work, name), "wt", compresslevel=1) as out:
+            out.writelines(lines)
+        csv("%s/small/%s.ids.csv.gz" % (work, name), lines, "|".join)
+    else:
+        with gzip.open("%s/%s.tokens.gz" % (data, name), "rt") as src:
+            csv("%s/%s.names.csv.gz" % (data, name), src,
+                lambda t: "|".join(map(names.__getitem__, t)))
 PY
+}
+prep small || fail "writing the small set failed"
 
 spec() { # NAME PS WORKERS BATCH STEPS MODE DIR [TRAIN]: DIR's train and test tokens
   python3 - "$PSFLOW_SRC/examples/fashion-mnist-tokens.json" "$@" <<'PY'
@@ -74,11 +83,31 @@ d["checkpoint"] = {"every_steps": 1000}
 json.dump(d, sys.stdout)
 PY
 }
+csv_spec() { # FROM NAME KIND STEPS DIR
+  python3 - "$@" <<'PY'
+import json, sys
+src, name, kind, steps, work = sys.argv[1:6]
+d = json.load(open(src))
+d["name"] = name
+d["training"]["max_steps"] = int(steps)
+d["data"] = {"format": "csv", "train": [work + "/train.%s.csv.gz" % kind],
+             "test": [work + "/test.%s.csv.gz" % kind]}
+if kind == "names":
+    d["model"]["embeddings"][0].update(vocab=4096, hash=True)
+json.dump(d, sys.stdout)
+PY
+}
 
 # --- 1. one process --------------------------------------------------------------------
+# Sections 1 and 2 run while section 5's hashed names are written and trained (until
+# section 3): the one-process runs have one BLAS thread each (--threads 1), and all are
+# sync, the same steps whatever the timing.
 spec tokens 1 1 100 $((3000 / S)) sync "$DATA" >tokens.json
-"$PSFLOW_BIN" train tokens.json --save tokens.safetensors >tokens.out 2>tokens.log ||
-  fail "psflow train exited $?: $(tail -n 3 tokens.log)"
+csv_spec tokens.json names names $((3000 / S)) "$DATA" >names.json
+(prep names && "$PSFLOW_BIN" train names.json --threads 1 >names.out 2>names.log) &
+names=$!
+"$PSFLOW_BIN" train tokens.json --save tokens.safetensors --threads 1 >tokens.out \
+  2>tokens.log || fail "psflow train exited $?: $(tail -n 3 tokens.log)"
 acc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' tokens.out)
 [ -n "$acc" ] || fail "no final accuracy: $(cat tokens.out)"
 accurate "$acc" 0.85 || fail "psflow train: test accuracy $acc below 0.85"
@@ -101,10 +130,12 @@ import json, sys
 d = json.load(sys.stdin)
 d["training"]["eval_every_steps"] = 25 # for section 5: test figures along the way
 json.dump(d, sys.stdout)' >single.json
-"$PSFLOW_BIN" train single.json --save single.safetensors --log-every 25 >single.out \
-  2>single.log ||
-  fail "psflow train single.json: $(tail -n 3 single.log)"
+# the two at once
+"$PSFLOW_BIN" train single.json --save single.safetensors --log-every 25 --threads 1 \
+  >single.out 2>single.log &
+single=$!
 run_static_cluster equiv.json 2 >/dev/null
+wait_pid $single 300 || fail "psflow train single.json: $(tail -n 3 single.log)"
 grep -rqa 'pixels/embeddings/part_1' "$WORK/ckpt/equiv" || fail "the table was not split in two shards"
 "$PSFLOW_BIN" export "$WORK/ckpt/equiv" --out dist.safetensors || fail "export failed"
 diff=$(max_abs_diff single.safetensors dist.safetensors)
@@ -112,6 +143,7 @@ echo "sync equivalence: max |one process - 2 ps + 2 workers| = $diff"
 in_range "$diff" 0 1e-5 || fail "distributed sync differs from psflow train by $diff"
 
 # --- 3. async --------------------------------------------------------------------------
+wait_pid $names 500 || fail "hashed names: $(tail -n 3 names.log 2>/dev/null)"
 rm -rf "$WORK/ckpt"
 AS=$((3000 / S)) # the async job's steps
 spec async 2 2 100 $AS async "$DATA" >async.json
@@ -140,12 +172,20 @@ d["placement"] = {"partitioner": {"type": "fixed_shards", "num_shards": parts}} 
 json.dump(d, open(out, "w"))
 PY
 }
+# The two clusters run at once, each with its tasks' logs in a folder of its own.
+restores=()
 for ps in 3 1; do
   cp -r "$WORK/ckpt" "$WORK/ckpt$ps"
   regrow same$ps.json $ps $ps $AS "$WORK/small"
-  run_static_cluster same$ps.json 2 $ps "$WORK/ckpt$ps" >/dev/null
-  grep -q "repartitioned from a checkpoint of 2 ps tasks" "$WORK/ps0.log" ||
-    fail "ps 0 of $ps did not repartition: $(tail -n 3 "$WORK/ps0.log")"
+  mkdir "$WORK/same$ps"
+  (WORK=$WORK/same$ps && run_static_cluster same$ps.json 2 $ps "${WORK%/*}/ckpt$ps" >/dev/null) &
+  restores+=($!)
+done
+wait_pid "${restores[0]}" 400 || fail "restoring into 3 ps failed"
+wait_pid "${restores[1]}" 400 || fail "restoring into 1 ps failed"
+for ps in 3 1; do
+  grep -q "repartitioned from a checkpoint of 2 ps tasks" "$WORK/same$ps/ps0.log" ||
+    fail "ps 0 of $ps did not repartition: $(tail -n 3 "$WORK/same$ps/ps0.log")"
   "$PSFLOW_BIN" export "$WORK/ckpt$ps/async" --out after$ps.safetensors >/dev/null || fail "export failed"
   same=$(max_abs_diff before.safetensors after$ps.safetensors)
   [ "$same" = 0 ] || fail "restored into $ps ps, the variables differ by $same"
@@ -171,22 +211,8 @@ grep -q "many.libsvm: line 1: more than max_ids 784 ids for embedding 'pixels'" 
 expect_exit 65 "$PSFLOW_BIN" train past.json
 grep -q "past.libsvm: line 1: feature id 1570 outside 0 .. 1567" stderr || fail "past the table: $(cat stderr)"
 # --- 5. categorical CSV -----------------------------------------------------------------
-# The small set's integer ids against section 2's `psflow train` of its LIBSVM lines; the
-# hashed names of DATA against section 1's accuracy bound.
-csv_spec() { # FROM NAME KIND STEPS DIR
-  python3 - "$@" <<'PY'
-import json, sys
-src, name, kind, steps, work = sys.argv[1:6]
-d = json.load(open(src))
-d["name"] = name
-d["training"]["max_steps"] = int(steps)
-d["data"] = {"format": "csv", "train": [work + "/train.%s.csv.gz" % kind],
-             "test": [work + "/test.%s.csv.gz" % kind]}
-if kind == "names":
-    d["model"]["embeddings"][0].update(vocab=4096, hash=True)
-json.dump(d, sys.stdout)
-PY
-}
+# The small set's integer ids against section 2's `psflow train` of its LIBSVM lines (both
+# --threads 1); the hashed names of DATA (trained in section 1) against an accuracy bound.
 # the loss and test figures of a run: its progress lines and its result line (name cut)
 figures() {
   sed -e 's/[0-9]* examples\/s//' -e 's/ in [0-9.]* s//' -e 's/ETA.*//' "$1.log" |
@@ -194,15 +220,13 @@ figures() {
   sed -e 's/^[^:]*://' -e 's/[0-9]* examples\/s.*//' "$1.out"
 }
 csv_spec single.json ids ids 100 "$WORK/small" >ids.json
-"$PSFLOW_BIN" train ids.json --log-every 25 >ids.out 2>ids.log ||
+"$PSFLOW_BIN" train ids.json --log-every 25 --threads 1 >ids.out 2>ids.log ||
   fail "psflow train ids.json: $(tail -n 3 ids.log)"
 figures single >svm.fig
 figures ids >ids.fig
 grep -q 'test accuracy' svm.fig && [ "$(grep -c loss svm.fig)" -ge 9 ] ||
   fail "too few figures: $(cat svm.fig)"
 diff svm.fig ids.fig >/dev/null || fail "csv ids and libsvm trained differently: $(diff svm.fig ids.fig | head -n 6)"
-csv_spec tokens.json names names $((3000 / S)) "$DATA" >names.json
-"$PSFLOW_BIN" train names.json >names.out 2>names.log || fail "psflow train names.json: $(tail -n 3 names.log)"
 nacc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' names.out)
 echo "categorical csv: integer ids train as libsvm ($(wc -l <ids.fig) identical lines); hashed names: test accuracy $nacc"
 accurate "$nacc" 0.84 || fail "hashed names: test accuracy $nacc below 0.84"

@@ -70,11 +70,11 @@ static void job_quality(text *t, const coord_cluster *c) {
         if (!isnan(c->jobs[i]->test_calibration))
             put(t, "psflow_job_test_calibration{job=\"%s\"} %.6g\n", c->jobs[i]->name,
                 c->jobs[i]->test_calibration);
-    family(t, "psflow_job_bad_lines_skipped", "counter",
+    family(t, "psflow_job_bad_lines_skipped_total", "counter",
            "Bad input lines each job's training tasks skipped (data.on_error skip).");
     for (int i = 0; i < c->n_jobs; i++)
         if (c->jobs[i]->bad_lines > 0)
-            put(t, "psflow_job_bad_lines_skipped{job=\"%s\"} %lld\n", c->jobs[i]->name,
+            put(t, "psflow_job_bad_lines_skipped_total{job=\"%s\"} %lld\n", c->jobs[i]->name,
                 (long long)c->jobs[i]->bad_lines);
     family(t, "psflow_job_bayes_auc", "gauge",
            "Bayes-optimal test AUC of each synthetic_ctr job: the true model's, the best any "

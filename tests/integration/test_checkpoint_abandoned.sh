@@ -30,13 +30,17 @@ for i in 0 1; do
     --checkpoint-dir "$WORK/ckpt" --exit-grace 2 2>"$WORK/ps$i.log" &
   PIDS[i]=$!
 done
-for i in 0 1 2; do # the chief pushes late: mostly the backup, so the ps tasks are often
-  delay=0          # past the step it asks for and it asks again at a later one
-  [ "$i" = 0 ] && delay=3
+# The chief pushes late: mostly the backup, so the ps tasks are often past the step it asks
+# for and it asks again at a later one. It starts first, and the others push a little late
+# too, so that on a busy machine they cannot train all 300 steps before it takes part.
+for i in 0 1 2; do
+  delay=2
+  [ "$i" = 0 ] && delay=6
   TF_CONFIG=$(tf_config worker "$i" "$PS_PORTS" "$W_PORTS") "$PSFLOW_BIN" worker --job job.json \
     --checkpoint-dir "$WORK/ckpt" --push-delay-ms "$delay" >"$WORK/worker$i.out" \
     2>"$WORK/worker$i.log" &
   PIDS[2 + i]=$!
+  [ "$i" = 0 ] && wait_until 60 "the chief connected" grep -q 'connected to 2 ps' "$WORK/worker0.log"
 done
 rc=0
 for i in 2 3 4 0 1; do wait_pid "${PIDS[$i]}" 100 || { rc=$?; echo "process $i exited $rc" >&2; }; done

@@ -228,8 +228,8 @@ wait_until 120 "job skip-managed Succeeded" phase_is skip-managed Succeeded
 MANAGED_SKIPPED=$(jget "$URL/api/v1/jobs/skip-managed" 'd["status"]["bad_lines_skipped"]')
 [ "$MANAGED_SKIPPED" = 4 ] || fail "status.bad_lines_skipped $MANAGED_SKIPPED, not 4"
 curl -sf "$URL/metrics" >metrics.txt || fail "GET /metrics"
-grep -q '^psflow_job_bad_lines_skipped{job="skip-managed"} 4$' metrics.txt ||
-  fail "/metrics has no psflow_job_bad_lines_skipped 4: $(grep -i bad_lines metrics.txt)"
+grep -q '^psflow_job_bad_lines_skipped_total{job="skip-managed"} 4$' metrics.txt ||
+  fail "/metrics has no psflow_job_bad_lines_skipped_total 4: $(grep -i bad_lines metrics.txt)"
 up_stop
 echo "a bad line fails the worker (exit 65) naming a.tsv:41 column C2; with on_error skip 4 bad lines skipped and counted, in the managed job's status.bad_lines_skipped and /metrics too"
 

@@ -43,12 +43,12 @@ typedef struct server {
     pf_model *model;
     serve_versions *versions;
     serve_batcher *batcher;
-    pf_http_watch *watch;    /* request deadlines, slow clients (psflow/http_guard.h) */
-    _Atomic int open;        /* connections open now */
-    _Atomic size_t buffered; /* request body bytes held, of every connection */
+    pf_http_watch *watch; /* request deadlines, slow clients (psflow/http_guard.h) */
+    int open;             /* connections open now (__atomic) */
+    size_t buffered;      /* request body bytes held, of every connection (__atomic) */
     pthread_t watcher;
     int watching;
-    _Atomic int stopping;
+    int stopping;       /* __atomic */
     pthread_mutex_t mu; /* the counters below */
     int64_t by_code[6]; /* answers by class: [2] 2xx ... [5] 5xx */
     int64_t predicts, examples;
@@ -333,7 +333,7 @@ static void on_done(serve_item *it) {
 
 /* Frees the request's body and its share of the server's body bytes. */
 static void release_body(request_state *rs) {
-    rs->s->buffered -= rs->held;
+    __atomic_sub_fetch(&rs->s->buffered, rs->held, __ATOMIC_SEQ_CST);
     rs->held = 0;
     pf_buf_deinit(&rs->body);
 }
@@ -510,8 +510,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             log_refusal(method, url, rs->refused, "and its body is larger than --max-body: closed");
             return MHD_NO;
         }
-        if (!rs->refused && (s->buffered += *upload_size) > s->o.max_buffered) {
-            s->buffered -= *upload_size; /* every connection's bodies together: bounded */
+        if (!rs->refused &&
+            __atomic_add_fetch(&s->buffered, *upload_size, __ATOMIC_SEQ_CST) > s->o.max_buffered) {
+            /* every connection's bodies together: bounded */
+            __atomic_sub_fetch(&s->buffered, *upload_size, __ATOMIC_SEQ_CST);
             rs->refused = 503;
             pf_error_set(&rs->err, PF_ERR_RANGE, "",
                          "the server holds %zu bytes of request bodies (--max-buffered); retry",
@@ -565,7 +567,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code) {
     server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        int open = ++s->open;
+        int open = __atomic_add_fetch(&s->open, 1, __ATOMIC_SEQ_CST);
         /* With no one to give way, it takes a reserve slot, where 2 s of silence end it. */
         int reserve = open > s->o.max_connections - s->o.max_connections / 8 &&
                       !pf_http_watch_evict(s->watch);
@@ -579,7 +581,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                                                  from ? from->client_addr : NULL, reserve)
                              : NULL;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        --s->open;
+        __atomic_sub_fetch(&s->open, 1, __ATOMIC_SEQ_CST);
         pf_http_watch_remove(s->watch, *socket_context);
         *socket_context = NULL;
     }
@@ -622,11 +624,12 @@ static int64_t run_model(void *ctx, const float *x, int n, float *y) {
 
 static void *watch(void *arg) {
     server *s = arg;
-    while (!s->stopping) {
+    while (!__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
         if (serve_versions_refresh(s->versions) < 0)
             fprintf(stderr, LOG ": out of memory loading a checkpoint; still serving the old "
                                 "version\n");
-        for (double t = 0; t < s->o.poll_seconds && !s->stopping; t += 0.05)
+        for (double t = 0;
+             t < s->o.poll_seconds && !__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST); t += 0.05)
             pf_clock_sleep(0.05);
     }
     return NULL;
@@ -656,7 +659,7 @@ static void defaults(serve_options *o) {
 }
 
 static void teardown(server *s) {
-    s->stopping = 1;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_SEQ_CST);
     if (s->watching)
         pthread_join(s->watcher, NULL);
     pf_http_watch_destroy(s->watch); /* after libmicrohttpd stopped */
@@ -770,7 +773,8 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     MHD_quiesce_daemon(d);
     serve_batcher_stop(s.batcher); /* answers what still waits (503), resuming it */
     /* The answers on their way go out before the connections close (2 s at most). */
-    for (double t0 = pf_clock_now(); s.open > 0 && pf_clock_now() - t0 < 2;)
+    for (double t0 = pf_clock_now();
+         __atomic_load_n(&s.open, __ATOMIC_SEQ_CST) > 0 && pf_clock_now() - t0 < 2;)
         pf_clock_sleep(0.05);
     MHD_stop_daemon(d);
     serve_batcher_destroy(s.batcher);

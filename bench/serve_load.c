@@ -111,7 +111,7 @@ static void parse_options(int argc, char **argv, options *o) {
     if (argc < 2)
         usage();
     o->mode = argv[1];
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) { /* --name value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             usage();
@@ -137,7 +137,6 @@ static void parse_options(int argc, char **argv, options *o) {
             o->rate = atof(v);
         else
             usage();
-        i++;
     }
 }
 

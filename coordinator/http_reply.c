@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "coordinator/coordinator_internal.h"
+#include "psflow/http_guard.h"
 
 /* --- replies --- */
 
@@ -23,33 +24,6 @@ void coord_reply_json(coord_reply *r, int status, json_t *json) {
     r->json = json;
 }
 
-static const char *status_title(int status) {
-    switch (status) {
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Content Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 422:
-        return "Unprocessable Content";
-    case 503:
-        return "Service Unavailable";
-    default:
-        return status >= 500 ? "Internal Server Error" : "Error";
-    }
-}
-
 void coord_reply_problem(coord_reply *r, int status, json_t *errors, const char *fmt, ...) {
     char detail[512];
     va_list ap;
@@ -57,7 +31,7 @@ void coord_reply_problem(coord_reply *r, int status, json_t *errors, const char 
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
     json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
-                          status_title(status), "status", status, "detail", detail);
+                          pf_http_status_title(status), "status", status, "detail", detail);
     if (p && errors)
         json_object_set_new(p, "errors", errors);
     else

@@ -76,29 +76,6 @@ typedef struct request_state {
 
 /* --- answers ---------------------------------------------------------------------------- */
 
-static const char *title(int status) {
-    switch (status) {
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 413:
-        return "Content Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return status >= 500 ? "Internal Server Error" : "Error";
-    }
-}
-
 static void count(server *s, int status, double seconds, int predict, int examples) {
     pthread_mutex_lock(&s->mu);
     int cls = status / 100;
@@ -168,8 +145,8 @@ static enum MHD_Result problem(request_state *rs, int status, const char *ptr, c
         snprintf(detail, sizeof detail, "%s: %s", ptr, msg);
     else
         snprintf(detail, sizeof detail, "%s", msg);
-    json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title", title(status),
-                          "status", status, "detail", detail);
+    json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", "about:blank", "title",
+                          pf_http_status_title(status), "status", status, "detail", detail);
     if (p && ptr && *ptr)
         json_object_set_new(p, "errors", json_pack("[{s:s, s:s}]", "pointer", ptr, "message", msg));
     char *text = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;

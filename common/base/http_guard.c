@@ -375,3 +375,32 @@ pf_http_watch_counts pf_http_watch_totals(pf_http_watch *w) {
     pthread_mutex_unlock(&w->lock);
     return t;
 }
+
+const char *pf_http_status_title(int status) {
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Content";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return status >= 500 ? "Internal Server Error" : "Error";
+    }
+}

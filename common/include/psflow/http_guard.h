@@ -98,4 +98,7 @@ typedef struct pf_http_watch_counts {
 /* Connections shut down so far. */
 pf_http_watch_counts pf_http_watch_totals(pf_http_watch *w);
 
+/* The reason phrase of an HTTP status (RFC 9110), the "title" of a problem+json answer. */
+const char *pf_http_status_title(int status);
+
 #endif

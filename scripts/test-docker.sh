@@ -35,7 +35,9 @@ skip() {
   echo "test-docker: SKIPPED: $*" >&2
   exit 77
 }
+FAILURE=
 fail() {
+  FAILURE=$*
   echo "test-docker: FAILED: $*" >&2
   exit 1
 }
@@ -61,7 +63,10 @@ cleanup() {
   set +e
   if [ -n "$DOCKERD_PID" ] && [ "${PSFLOW_DOCKER_KEEP:-0}" != 1 ]; then
     if [ "${COMPOSE_UP:-0}" = 1 ]; then
-      [ "$rc" = 0 ] || compose logs --no-color --tail 40 >&2 2>/dev/null
+      if [ "$rc" != 0 ]; then
+        compose ps >&2 2>/dev/null
+        compose logs --no-color --tail 40 >&2 2>/dev/null
+      fi
       compose down -v --remove-orphans >/dev/null 2>&1
     fi
     kill "$DOCKERD_PID" 2>/dev/null
@@ -70,6 +75,8 @@ cleanup() {
     kill -0 "$DOCKERD_PID" 2>/dev/null || umount "$DIR/exec/netns/default" 2>/dev/null
   fi
   rm -rf "$WORK"
+  # Said again after the services' logs, so that the last lines of a CI log name the failure.
+  [ -z "$FAILURE" ] || echo "test-docker: FAILED: $FAILURE" >&2
   log "done (exit $rc)"
 }
 trap cleanup EXIT

@@ -302,7 +302,8 @@ serving_version() {
   curl -sS --fail --max-time 5 -H "Authorization: Bearer $PSFLOW_TOKEN" "$SERVE/v1/models/$JOB" |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["model_version_status"][0]["version"])'
 }
-wait_for 30 "the serve service serving step 1000" test "$(serving_version 2>/dev/null)" = 1000
+serving_step_1000() { [ "$(serving_version 2>/dev/null)" = 1000 ]; } # asked again at each poll
+wait_for 30 "the serve service serving step 1000" serving_step_1000
 code=$(curl -sS -o /dev/null -w '%{http_code}' "$SERVE/v1/models/$JOB")
 [ "$code" = 401 ] || fail "the serve service answered $code without the token, expected 401"
 curl -sS --fail-with-body --max-time 10 -H "Authorization: Bearer $PSFLOW_TOKEN" \

@@ -112,7 +112,8 @@ RUN groupadd --system --gid 10001 psflow \
       --shell /usr/sbin/nologin psflow \
  && install -d -o psflow -g psflow /var/lib/psflow /var/lib/psflow/data \
       /var/lib/psflow/checkpoints \
- && install -d -o psflow -g psflow -m 0700 /var/lib/psflow/token /var/lib/psflow/agent-token
+ && install -d -o psflow -g psflow -m 0700 /var/lib/psflow/token /var/lib/psflow/agent-token \
+      /var/lib/psflow/segments
 
 COPY --from=builder /out/ /
 

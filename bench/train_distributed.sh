@@ -16,7 +16,9 @@
 #
 # The workers share their memory with the ps on this host (docs/distributed.md "Same host", --shm off:
 # everything over the socket); --ps N spreads the model over N ps tasks, each measured
-# against its own formula.
+# against its own formula. --isolate pid runs every ps and worker in a PID namespace of its
+# own (unshare, root), as Compose containers and the pods of one node run: the segment then
+# reaches a ps only handed over through PSFLOW_SHM_DIR (a folder of the run).
 #
 # Targets (issue 20): 1 ps + 1 worker >= 0.7 of one process on 784-1024-1024-10 and
 # 784-4096-4096-10, >= 0.6 on 784-256-256-10; async 1 ps + 2 workers >= 0.7 on
@@ -36,6 +38,8 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --prefetch on|off the async clusters' training.prefetch (docs/distributed.md "Overlap") [off]
   --shm on|off      the shared segment of a worker and a ps on one host (PSFLOW_SHM,
                     docs/distributed.md "Overlap") [on]
+  --isolate none|pid  every cluster task in a PID namespace of its own, the segment handed
+                    over through PSFLOW_SHM_DIR (needs root: unshare) [none]
   --help            this text
 
 BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.
@@ -54,6 +58,7 @@ optimizer=sgd
 nps=1
 prefetch=off
 shm=on
+isolate=none
 while [ $# -gt 0 ]; do
   case $1 in
   --help | -h) usage; exit 0 ;;
@@ -65,6 +70,7 @@ while [ $# -gt 0 ]; do
   --ps) nps=${2:?--ps needs a value}; shift 2 ;;
   --prefetch) prefetch=${2:?--prefetch needs a value}; shift 2 ;;
   --shm) shm=${2:?--shm needs a value}; shift 2 ;;
+  --isolate) isolate=${2:?--isolate needs a value}; shift 2 ;;
   -*) echo "train_distributed.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
   *) build=$1; shift ;;
   esac
@@ -75,6 +81,7 @@ done
 case $optimizer in sgd | adam) ;; *) echo "train_distributed.sh: --optimizer must be sgd or adam" >&2; exit 64 ;; esac
 case $prefetch in on | off) ;; *) echo "train_distributed.sh: --prefetch must be on or off" >&2; exit 64 ;; esac
 case $shm in on | off) ;; *) echo "train_distributed.sh: --shm must be on or off" >&2; exit 64 ;; esac
+case $isolate in none | pid) ;; *) echo "train_distributed.sh: --isolate must be none or pid" >&2; exit 64 ;; esac
 export PSFLOW_SHM=$shm
 for m in ${models//,/ }; do
   [[ $m =~ ^[1-9][0-9]{0,4}$ ]] || { echo "train_distributed.sh: bad model width '$m'" >&2; exit 64; }
@@ -97,6 +104,13 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+wrap=()
+if [ "$isolate" = pid ]; then
+  wrap=(unshare --pid --fork --kill-child --mount-proc)
+  "${wrap[@]}" true 2>/dev/null || { echo "train_distributed.sh: --isolate pid: unshare cannot make a PID namespace (root?)" >&2; exit 1; }
+  mkdir -m 700 "$work/segments"
+  export PSFLOW_SHM_DIR=$work/segments
+fi
 
 # spec OUT WIDTH STEPS WORKERS MODE: the job, one process's (WORKERS 1) or a cluster's.
 spec() {
@@ -191,12 +205,12 @@ cluster() {
   pids=()
   for k in $(seq 0 $((nps - 1))); do
     TF_CONFIG=$(tf_config ps "$k" "$p_ports" "$w_ports") /usr/bin/time -f %M -o "$work/ps$k.rss" \
-      "$psflow" ps --job "$job" --checkpoint-dir "$work/ckpt" 2>"$work/ps$k.log" &
+      "${wrap[@]}" "$psflow" ps --job "$job" --checkpoint-dir "$work/ckpt" 2>"$work/ps$k.log" &
     pids+=($!)
   done
   for i in $(seq 0 $((nw - 1))); do
     TF_CONFIG=$(tf_config worker "$i" "$p_ports" "$w_ports") /usr/bin/time -f %M -o "$work/w$i.rss" \
-      "$psflow" worker --job "$job" --checkpoint-dir "$work/ckpt" --log-every "$every" \
+      "${wrap[@]}" "$psflow" worker --job "$job" --checkpoint-dir "$work/ckpt" --log-every "$every" \
       >/dev/null 2>"$work/w$i.log" &
     pids+=($!)
   done
@@ -224,7 +238,7 @@ steps_for() { # WIDTH
 print(max(10, int(base*s)))' "$1" "$scale"
 }
 
-echo "train_distributed: $(nproc) cores, $nps ps, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
+echo "train_distributed: $(nproc) cores, $nps ps, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, isolation $isolate, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
 printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "1 proc ex/s" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
 for width in ${models//,/ }; do
   steps=$(steps_for "$width")

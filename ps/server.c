@@ -708,6 +708,24 @@ static pf_status alloc_scratch(ps_server *s) {
     return PF_OK;
 }
 
+/* PSFLOW_SHM_DIR: workers in other containers or pods of this host hand their segments over
+ * through a socket there (seg_handoff.h). Without it, or when it cannot listen, they attach
+ * through /proc (the same PID namespace) or go over the socket. */
+static void start_handoff(ps_server *s) {
+    const char *dir = pf_seg_handoff_dir();
+    if (!dir || !pf_segment_enabled())
+        return;
+    char who[32];
+    snprintf(who, sizeof who, "psflow ps %d", s->task);
+    pf_error err;
+    if (pf_seg_handoff_listen(dir, s->spec.name, s->task, who, &s->handoff, &err) != PF_OK)
+        ps_server_log(s, "no segment handoff (workers in other containers go over the socket): %s",
+                      err.message);
+    else
+        ps_server_log(s, "workers of this host may hand their segments over at %s",
+                      pf_seg_handoff_socket(s->handoff));
+}
+
 static pf_status start(const ps_server_options *o, const ps_server_sink *sink, ps_server **out,
                        pf_error *err) {
     *out = NULL;
@@ -785,6 +803,8 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                   s->n_tasks, s->max_connections,
                   wo.max_untrusted > 0 ? wo.max_untrusted : PF_WS_DEFAULT_MAX_UNTRUSTED,
                   s->max_buffered);
+    if (!sink)
+        start_handoff(s);
     if (!s->has_key)
         ps_server_log(s,
                       "the data plane is unauthenticated: any peer that reaches port %d and names "
@@ -885,6 +905,7 @@ void ps_server_destroy(ps_server *s) {
     if (!s)
         return;
     __atomic_store_n(&s->destroying, 1, __ATOMIC_RELEASE);
+    pf_seg_handoff_close(s->handoff);
     pf_ws_destroy(s->ws); /* closes every connection: on_close frees the peers */
     while (s->peers)      /* without a socket: the caller's connections still open */
         on_close(NULL, s->peers->conn, NULL, s);

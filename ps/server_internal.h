@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "psflow/placement.h"
+#include "psflow/seg_handoff.h"
 #include "psflow/segment.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
@@ -85,7 +86,8 @@ struct ps_server {
     uint32_t *seg_ids;
     pf_wire_tensor *seg_views;
     float **seg_dst;
-    uint64_t seg_limit; /* the largest segment a worker may attach (pf_segment_bytes) */
+    uint64_t seg_limit;      /* the largest segment a worker may attach (pf_segment_bytes) */
+    pf_seg_handoff *handoff; /* PSFLOW_SHM_DIR: segments handed over as descriptors, or NULL */
     pf_ws *ws;
     size_t max_message; /* the largest message this ps accepts (a push of every shard) */
     /* the data plane's limits; those the options left to the ps (auto_*) follow the

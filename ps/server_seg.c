@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "psflow/footprint.h"
 #include "ps/server_internal.h"
@@ -29,7 +30,20 @@ void ps_server_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_w
         return;
     }
     pf_error err;
-    if (pf_segment_open(a->pid, a->fd, a->size, a->token, s->seg_limit, &p->seg, &err) != PF_OK) {
+    pf_status st;
+    if (a->pid == 0) { /* handed over through PSFLOW_SHM_DIR: fd is the handle it got */
+        int fd = pf_seg_handoff_take(s->handoff, a->fd);
+        st = fd < 0 ? pf_error_set(&err, PF_ERR_INVALID, NULL,
+                                   "no descriptor was handed over with handle %u (none, taken, or "
+                                   "older than %.0f s)",
+                                   a->fd, PF_SEG_HANDOFF_TTL)
+                    : pf_segment_open_fd(fd, a->size, a->token, s->seg_limit, &p->seg, &err);
+        if (fd >= 0)
+            close(fd);
+    } else {
+        st = pf_segment_open(a->pid, a->fd, a->size, a->token, s->seg_limit, &p->seg, &err);
+    }
+    if (st != PF_OK) {
         ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
                         "segment of %s %d refused (it goes on over the socket): %s",
                         ps_server_role_name(p->role), p->task, err.message);
@@ -37,8 +51,9 @@ void ps_server_seg_attach(ps_server *s, peer *p, uint32_t request_id, const pf_w
     }
     char size[32];
     pf_footprint_format_bytes((int64_t)p->seg.size, size, sizeof size);
-    ps_server_log(s, "%s %d shares a segment of %s: its pulls and pushes skip the socket",
-                  ps_server_role_name(p->role), p->task, size);
+    ps_server_log(s, "%s %d shares a segment of %s%s: its pulls and pushes skip the socket",
+                  ps_server_role_name(p->role), p->task, size,
+                  a->pid == 0 ? " (its descriptor handed over through PSFLOW_SHM_DIR)" : "");
     ps_server_send(s, p->conn, pf_wire_encode_seg_ack(&s->out, request_id, &err), "SEG_ACK", 0);
 }
 

@@ -10,7 +10,8 @@
 #  4. `docker-compose up -d` of docker-compose.yml with nothing set but the port: the API
 #     needs the token the coordinator generated on its volume, which the test takes with
 #     `docker-compose exec` (the agents read the agent token from a volume of its own);
-#     submits a Fashion-MNIST job with curl, waits for Succeeded, checks that the serve
+#     submits a Fashion-MNIST job with curl, waits for Succeeded, checks that each worker
+#     handed its shared segment to both ps through the segments volume, that the serve
 #     service answers predict requests with its final checkpoint, checks the checkpoint,
 #     scales the workers to 3 and back to 2;
 #  5. `docker-compose down -v`, stops dockerd.
@@ -295,6 +296,15 @@ acc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["status"]
 python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)' "$acc" ||
   fail "$JOB succeeded with test accuracy $acc < 0.8"
 log "$JOB Succeeded, test accuracy $acc"
+
+# The workers, each in a container of its own, handed their segments to the ps tasks through
+# the segments volume (PSFLOW_SHM_DIR): one handoff per worker and ps, none over /proc.
+handed=$(compose logs --no-color ps 2>/dev/null | grep -c "handed over through PSFLOW_SHM_DIR" || true)
+[ "$handed" -ge 4 ] || {
+  compose logs --no-color ps worker 2>/dev/null | grep -i segment >&2
+  fail "$handed segments handed over to the ps tasks, expected 4 (2 workers x 2 ps)"
+}
+log "each worker shared its segment with both ps across containers ($handed handoffs)"
 
 # The serve service answers with the final checkpoint (the example's job is its default
 # model), with the token only.

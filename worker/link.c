@@ -22,6 +22,7 @@
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
+#include "psflow/seg_handoff.h"
 #include "psflow/segment.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
@@ -205,14 +206,33 @@ static pf_status send_request(worker_link *c, ps_link *l, int values) {
  * when the connection went away meanwhile. */
 static int attach_segment(worker_link *c, ps_link *l, pf_wire_out *tmp) {
     l->seg = 0;
-    if (!c->seg.base || !l->local)
+    if (!c->seg.base)
+        return 0;
+    /* Handed over through PSFLOW_SHM_DIR, which reaches a ps in another container of this
+     * host; else named by process id, which only a ps in this PID namespace can open. */
+    uint32_t pid = (uint32_t)getpid(), fd = (uint32_t)c->seg.fd;
+    const char *dir = pf_seg_handoff_dir();
+    pf_error e;
+    if (dir) {
+        uint32_t handle;
+        if (pf_seg_handoff_send(dir, c->spec.name, l->index, c->seg.fd, 2.0, &handle, &e) ==
+            PF_OK) {
+            pid = 0;
+            fd = handle;
+        } else if (!l->local && !l->seg_said) {
+            fprintf(stderr,
+                    "psflow worker %d: ps %d takes no segment handoff; over the socket: %s\n",
+                    c->task, l->index, e.message);
+            l->seg_said = 1;
+        }
+    }
+    if (pid != 0 && !l->local)
         return 0;
     pf_wire_out saved = l->req.out;
     uint32_t saved_id = l->request_id;
     l->req.out = *tmp;
     l->request_id = ++c->next_request;
-    pf_wire_seg_attach a = {(uint32_t)getpid(), (uint32_t)c->seg.fd, c->seg.size, c->seg.token};
-    pf_error e;
+    pf_wire_seg_attach a = {pid, fd, c->seg.size, c->seg.token};
     pf_status st = pf_wire_encode_seg_attach(&l->req.out, l->request_id, &a, &e);
     pthread_mutex_lock(&c->mu);
     l->attaching = 1;

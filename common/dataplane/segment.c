@@ -71,43 +71,27 @@ pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err) {
     return PF_OK;
 }
 
-pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_t *token,
-                          uint64_t limit, pf_segment *out, pf_error *err) {
-    memset(out, 0, sizeof *out);
-    out->fd = -1;
-    if (size <= PF_WIRE_SEG_TOKEN_SIZE || size > limit || size > (uint64_t)SIZE_MAX)
-        return pf_error_set(
-            err, PF_ERR_INVALID, NULL, "a segment of %llu bytes (this ps takes %u to %llu)",
-            (unsigned long long)size, PF_WIRE_SEG_TOKEN_SIZE + 1, (unsigned long long)limit);
-    char path[64], target[64];
-    snprintf(path, sizeof path, "/proc/%u/fd/%u", pid, fd);
-    /* What the descriptor names is looked at before anything follows it: only a psflow
-     * memfd (no file system is touched, so no hung mount can hold the ps), then only one of
-     * this user of the announced size is opened at all (no FIFO, no device, no other file). */
-    static const char memfd[] = "/memfd:" PF_SEGMENT_NAME " ";
-    ssize_t n = readlink(path, target, sizeof target - 1);
-    if (n < 0)
-        return pf_error_set(err, PF_ERR_INVALID, NULL,
-                            "%s names nothing this ps can see (not on this host?)", path);
-    target[n] = '\0';
-    if (strncmp(target, memfd, sizeof memfd - 1) != 0)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s is not a psflow segment", path);
-    struct stat before, st;
-    if (stat(path, &before) != 0)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
-    if (!S_ISREG(before.st_mode) || before.st_uid != geteuid() || (uint64_t)before.st_size != size)
-        return pf_error_set(err, PF_ERR_INVALID, NULL,
-                            "%s is not a regular file of this user of %llu bytes", path,
-                            (unsigned long long)size);
-    int f = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (f < 0)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
+/* 1 (err set) when a segment of `size` bytes is not one a ps with this limit takes. */
+static int size_refused(uint64_t size, uint64_t limit, pf_error *err) {
+    if (size > PF_WIRE_SEG_TOKEN_SIZE && size <= limit && size <= (uint64_t)SIZE_MAX)
+        return 0;
+    pf_error_set(err, PF_ERR_INVALID, NULL, "a segment of %llu bytes (this ps takes %u to %llu)",
+                 (unsigned long long)size, PF_WIRE_SEG_TOKEN_SIZE + 1, (unsigned long long)limit);
+    return 1;
+}
+
+/* The checks on an open descriptor f of a would-be segment (stat'ed as *before) that need
+ * it open - in tmpfs, unchanged, sealed against shrinking, starting with the token - and its
+ * mapping into *out. `what` names it in the error. */
+static pf_status map_checked(int f, const char *what, const struct stat *before, uint64_t size,
+                             const uint8_t *token, pf_segment *out, pf_error *err) {
     const char *why = NULL;
+    struct stat st;
     int seals = fcntl(f, F_GET_SEALS);
     struct statfs fs;
     if (fstatfs(f, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
         why = "not in ordinary shared memory (a huge-page segment could fault)";
-    else if (fstat(f, &st) != 0 || st.st_dev != before.st_dev || st.st_ino != before.st_ino ||
+    else if (fstat(f, &st) != 0 || st.st_dev != before->st_dev || st.st_ino != before->st_ino ||
              (uint64_t)st.st_size != size)
         why = "changed while it was opened";
     else if (seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_SEAL))
@@ -121,12 +105,78 @@ pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_
         out->base = NULL;
         why = "does not start with the token named";
     }
-    close(f);
     if (why)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s %s", path, why);
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s %s", what, why);
     out->size = (size_t)size;
     memcpy(out->token, token, sizeof out->token);
     return PF_OK;
+}
+
+pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_t *token,
+                          uint64_t limit, pf_segment *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (size_refused(size, limit, err))
+        return PF_ERR_INVALID;
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/%u/fd/%u", pid, fd);
+    /* What the descriptor names is looked at before anything follows it: only a psflow
+     * memfd (no file system is touched, so no hung mount can hold the ps), then only one of
+     * this user of the announced size is opened at all (no FIFO, no device, no other file). */
+    static const char memfd[] = "/memfd:" PF_SEGMENT_NAME " ";
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "%s names nothing this ps can see (not on this host?)", path);
+    target[n] = '\0';
+    if (strncmp(target, memfd, sizeof memfd - 1) != 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s is not a psflow segment", path);
+    struct stat before;
+    if (stat(path, &before) != 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(before.st_mode) || before.st_uid != geteuid() || (uint64_t)before.st_size != size)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "%s is not a regular file of this user of %llu bytes", path,
+                            (unsigned long long)size);
+    int f = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (f < 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%s: %s", path, strerror(errno));
+    pf_status st_map = map_checked(f, path, &before, size, token, out, err);
+    close(f);
+    return st_map;
+}
+
+pf_status pf_segment_open_fd(int fd, uint64_t size, const uint8_t *token, uint64_t limit,
+                             pf_segment *out, pf_error *err) {
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (size_refused(size, limit, err))
+        return PF_ERR_INVALID;
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    static const char memfd[] = "/memfd:" PF_SEGMENT_NAME " ";
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n < 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "the descriptor handed over: %s",
+                            strerror(errno));
+    target[n] = '\0';
+    if (strncmp(target, memfd, sizeof memfd - 1) != 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "the descriptor handed over is not a psflow segment");
+    struct stat before;
+    if (fstat(fd, &before) != 0)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "the descriptor handed over: %s",
+                            strerror(errno));
+    if (!S_ISREG(before.st_mode) || before.st_uid != geteuid() || (uint64_t)before.st_size != size)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "the descriptor handed over is not a regular file of this user of "
+                            "%llu bytes",
+                            (unsigned long long)size);
+    int mode = fcntl(fd, F_GETFL);
+    if (mode < 0 || (mode & O_ACCMODE) != O_RDWR)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "the descriptor handed over is not open for reading and writing");
+    return map_checked(fd, "the descriptor handed over", &before, size, token, out, err);
 }
 
 void pf_segment_close(pf_segment *s) {

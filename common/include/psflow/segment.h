@@ -56,6 +56,12 @@ pf_status pf_segment_create(size_t size, pf_segment *out, pf_error *err);
 pf_status pf_segment_open(uint32_t pid, uint32_t fd, uint64_t size, const uint8_t *token,
                           uint64_t limit, pf_segment *out, pf_error *err);
 
+/* ps: the same checks and mapping for a descriptor handed over by the worker (SCM_RIGHTS,
+ * seg_handoff.h) instead of named by process id: fd must be open for reading and writing.
+ * The caller still owns fd (the mapping does not need it). */
+pf_status pf_segment_open_fd(int fd, uint64_t size, const uint8_t *token, uint64_t limit,
+                             pf_segment *out, pf_error *err);
+
 /* Worker: 1 when `host` (a name or an address) resolves to this host - a loopback address or
  * one of this host's interfaces - so a ps there may be offered the segment; 0 otherwise or
  * when it does not resolve. No ps elsewhere learns the segment's token. */

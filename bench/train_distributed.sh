@@ -17,8 +17,11 @@
 # The workers share their memory with the ps on this host (docs/distributed.md "Same host", --shm off:
 # everything over the socket); --ps N spreads the model over N ps tasks, each measured
 # against its own formula. --isolate pid runs every ps and worker in a PID namespace of its
-# own (unshare, root), as Compose containers and the pods of one node run: the segment then
-# reaches a ps only handed over through PSFLOW_SHM_DIR (a folder of the run).
+# own (unshare, root), as the pods of one node run: the segment then reaches a ps only handed
+# over through PSFLOW_SHM_DIR (a folder of the run). --isolate net adds a network namespace
+# per task, joined by a bridge in a namespace of the run's own (veth pairs, 10.231.0.0/24),
+# as Docker Compose runs its services: each task then sees the others at addresses that are
+# not its own.
 #
 # Targets (issue 20): 1 ps + 1 worker >= 0.7 of one process on 784-1024-1024-10 and
 # 784-4096-4096-10, >= 0.6 on 784-256-256-10; async 1 ps + 2 workers >= 0.7 on
@@ -38,8 +41,10 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --prefetch on|off the async clusters' training.prefetch (docs/distributed.md "Overlap") [off]
   --shm on|off      the shared segment of a worker and a ps on one host (PSFLOW_SHM,
                     docs/distributed.md "Overlap") [on]
-  --isolate none|pid  every cluster task in a PID namespace of its own, the segment handed
-                    over through PSFLOW_SHM_DIR (needs root: unshare) [none]
+  --isolate none|pid|net
+                    pid: every cluster task in a PID namespace of its own, the segment
+                    handed over through PSFLOW_SHM_DIR (needs root: unshare); net: in a
+                    network namespace of its own as well, the Compose layout (ip netns) [none]
   --help            this text
 
 BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.
@@ -81,7 +86,7 @@ done
 case $optimizer in sgd | adam) ;; *) echo "train_distributed.sh: --optimizer must be sgd or adam" >&2; exit 64 ;; esac
 case $prefetch in on | off) ;; *) echo "train_distributed.sh: --prefetch must be on or off" >&2; exit 64 ;; esac
 case $shm in on | off) ;; *) echo "train_distributed.sh: --shm must be on or off" >&2; exit 64 ;; esac
-case $isolate in none | pid) ;; *) echo "train_distributed.sh: --isolate must be none or pid" >&2; exit 64 ;; esac
+case $isolate in none | pid | net) ;; *) echo "train_distributed.sh: --isolate must be none, pid or net" >&2; exit 64 ;; esac
 export PSFLOW_SHM=$shm
 for m in ${models//,/ }; do
   [[ $m =~ ^[1-9][0-9]{0,4}$ ]] || { echo "train_distributed.sh: bad model width '$m'" >&2; exit 64; }
@@ -98,19 +103,52 @@ data=/usr/share/datasets/fashion-mnist
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/psflow-bench.XXXXXX")
 pids=()
+netns=() # --isolate net: the namespaces this run made, the bridge's first
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${netns[@]}"; do ip netns del "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
-wrap=()
-if [ "$isolate" = pid ]; then
-  wrap=(unshare --pid --fork --kill-child --mount-proc)
-  "${wrap[@]}" true 2>/dev/null || { echo "train_distributed.sh: --isolate pid: unshare cannot make a PID namespace (root?)" >&2; exit 1; }
+pidns=()
+if [ "$isolate" != none ]; then
+  pidns=(unshare --pid --fork --kill-child --mount-proc)
+  "${pidns[@]}" true 2>/dev/null || { echo "train_distributed.sh: --isolate $isolate: unshare cannot make a PID namespace (root?)" >&2; exit 1; }
   mkdir -m 700 "$work/segments"
   export PSFLOW_SHM_DIR=$work/segments
 fi
+
+# --isolate net: namespace NAME holding one end of a veth pair at 10.231.0.HOST/24, the other
+# end on the run's bridge.
+add_netns() {
+  local name=$1 host=$2 hub=${netns[0]}
+  ip netns add "$name" && netns+=("$name")
+  ip link add "v$host" netns "$hub" type veth peer name eth0 netns "$name"
+  ip -n "$hub" link set "v$host" master br0 up
+  ip -n "$name" link set lo up
+  ip -n "$name" addr add "10.231.0.$host/24" dev eth0
+  ip -n "$name" link set eth0 up
+}
+if [ "$isolate" = net ]; then
+  command -v ip >/dev/null || { echo "train_distributed.sh: --isolate net needs ip (iproute2)" >&2; exit 1; }
+  hub=pfbench-$$-hub
+  ip netns add "$hub" || { echo "train_distributed.sh: --isolate net: cannot make a network namespace (root?)" >&2; exit 1; }
+  netns+=("$hub")
+  ip -n "$hub" link add br0 type bridge
+  ip -n "$hub" link set br0 up
+  for k in $(seq 0 $((nps - 1))); do add_netns "pfbench-$$-ps$k" $((10 + k)); done
+  for i in 0 1; do add_netns "pfbench-$$-w$i" $((100 + i)); done
+fi
+
+# task_wrap TYPE INDEX: the command prefix of a cluster task, in wrap[].
+task_wrap() {
+  wrap=("${pidns[@]}")
+  [ "$isolate" = net ] || return 0
+  local ns=pfbench-$$-ps$2
+  [ "$1" = ps ] || ns=pfbench-$$-w$2
+  wrap=(ip netns exec "$ns" "${pidns[@]}")
+}
 
 # spec OUT WIDTH STEPS WORKERS MODE: the job, one process's (WORKERS 1) or a cluster's.
 spec() {
@@ -164,9 +202,10 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
-tf_config() { # TYPE INDEX PS_PORT WORKER_PORTS
-  python3 -c 'import json,sys; t,i,ps,w=sys.argv[1:5]; a=lambda p:["127.0.0.1:"+x for x in p.split(",")]
-print(json.dumps({"cluster":{"ps":a(ps),"worker":a(w)},"task":{"type":t,"index":int(i)}}))' "$@"
+tf_config() { # TYPE INDEX PS_PORT WORKER_PORTS [NET]: with NET, each task at its namespace's address
+  python3 -c 'import json,sys; t,i,ps,w=sys.argv[1:5]; net=len(sys.argv) > 5
+a=lambda p,base:[("10.231.0.%d:" % (base + k) if net else "127.0.0.1:")+x for k,x in enumerate(p.split(","))]
+print(json.dumps({"cluster":{"ps":a(ps,10),"worker":a(w,100)},"task":{"type":t,"index":int(i)}}))' "$@"
 }
 
 # ps_formula JOB WORKERS TASK: the bytes `psflow ps` would need for ps task TASK (its own
@@ -203,13 +242,17 @@ cluster() {
   p_ports=$(IFS=,; echo "${ports[*]:0:nps}")
   w_ports=$(IFS=,; echo "${ports[*]:nps}")
   pids=()
+  local net=()
+  [ "$isolate" = net ] && net=(net)
   for k in $(seq 0 $((nps - 1))); do
-    TF_CONFIG=$(tf_config ps "$k" "$p_ports" "$w_ports") /usr/bin/time -f %M -o "$work/ps$k.rss" \
+    task_wrap ps "$k"
+    TF_CONFIG=$(tf_config ps "$k" "$p_ports" "$w_ports" "${net[@]}") /usr/bin/time -f %M -o "$work/ps$k.rss" \
       "${wrap[@]}" "$psflow" ps --job "$job" --checkpoint-dir "$work/ckpt" 2>"$work/ps$k.log" &
     pids+=($!)
   done
   for i in $(seq 0 $((nw - 1))); do
-    TF_CONFIG=$(tf_config worker "$i" "$p_ports" "$w_ports") /usr/bin/time -f %M -o "$work/w$i.rss" \
+    task_wrap worker "$i"
+    TF_CONFIG=$(tf_config worker "$i" "$p_ports" "$w_ports" "${net[@]}") /usr/bin/time -f %M -o "$work/w$i.rss" \
       "${wrap[@]}" "$psflow" worker --job "$job" --checkpoint-dir "$work/ckpt" --log-every "$every" \
       >/dev/null 2>"$work/w$i.log" &
     pids+=($!)
@@ -288,5 +331,8 @@ med = lambda xs: statistics.median(xs) if xs else float("nan")
 print("%-18s %-9s %6s %12.0f %12.0f %7.2f  %-28s %s" % (name, mode, steps, med(ones), med(cls), med(ratios),
       " ".join("%.2f" % r for r in ratios), rss))
 PY
+    if [ "$isolate" != none ]; then # the last cluster's workers: did the segment reach the ps?
+      echo "  isolated tasks, last cluster: $(grep -ho '[0-9]* of [0-9]* ps share its memory' "$work"/w*.log | sort | uniq -c | tr -s ' ' | paste -sd ';')"
+    fi
   done
 done

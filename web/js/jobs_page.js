@@ -1,7 +1,7 @@
 /*
- * "#/": every job (newest first, with a cancel button), the submit form, and the agents
- * registered with the coordinator. Live updates come from the stream's "job" and "node"
- * events; ages tick every second.
+ * "#/": every job (newest first, with a cancel button and a checkbox to pick it for
+ * "#/compare"), the submit form, and the agents registered with the coordinator. Live
+ * updates come from the stream's "job" and "node" events; ages tick every second.
  *
  * A page (this one and job_page.js) offers what main.js's router uses: kind, root, load()
  * (fetches a snapshot), onEvent(ev), showError(err), mounted(), destroy(), and the fields
@@ -9,6 +9,7 @@
  */
 
 import {api, jobPath, listAll} from './api.js';
+import {compareHash} from './compare_page.js';
 import {KeyedRows, fillRow, h, setText} from './dom.js';
 import {fmtDuration, fmtInt, fmtNum, isNum, parseTime} from './format.js';
 import {SpecForm} from './spec_form.js';
@@ -44,6 +45,8 @@ export class JobsPage {
         this.queue = [];
         this.err = errorBox();
         this.renderPending = false;
+        /* Jobs ticked for comparison, kept while the page lives. */
+        this.selected = new Set();
         this.build();
     }
 
@@ -76,11 +79,18 @@ export class JobsPage {
         });
         this.nodesEmpty = h('p', {class: 'empty', hidden: true}, 'No agents registered.');
 
+        this.compareButton = h('button', {type: 'button', class: 'btn btn-small btn-primary',
+            disabled: true, dataset: {testid: 'compare-selected'}, onclick: () => this.compare()},
+        'Compare');
+        this.compareCount = h('span', {class: 'muted'});
+        const compareBar = h('div', {class: 'inline-form'}, this.compareCount, this.compareButton);
+
         this.root = h('div', {class: 'page page-jobs'},
             h('div', {class: 'page-head'}, h('h1', null, 'Jobs'),
                 this.summary = h('span', {class: 'muted'})),
             this.err.el,
-            card('All jobs', {id: 'jobs'}, h('div', {class: 'table-wrap'}, this.table), this.empty),
+            card('All jobs', {id: 'jobs', extra: compareBar}, h('div', {class: 'table-wrap'}, this.table),
+                this.empty),
             new SpecForm((job) => this.upsertJob(summaryFromJob(job))).el,
             card('Agents', {id: 'agents'}, h('div', {class: 'table-wrap'}, this.nodeTable),
                 this.nodesEmpty));
@@ -93,8 +103,16 @@ export class JobsPage {
 
     renderJobRow(row, j, fresh) {
         if (fresh) {
+            const pick = h('input', {type: 'checkbox', class: 'compare-pick',
+                'aria-label': 'Select ' + j.name + ' to compare', dataset: {testid: 'compare-pick'}});
+            pick.addEventListener('change', () => {
+                if (pick.checked) this.selected.add(j.name);
+                else this.selected.delete(j.name);
+                this.renderCompareBar();
+            });
+            row._pick = pick;
             row.append(
-                h('th', {scope: 'row'}, h('a', {href: '#/jobs/' + encodeURIComponent(j.name),
+                h('th', {scope: 'row'}, pick, h('a', {href: '#/jobs/' + encodeURIComponent(j.name),
                     class: 'job-link'}, j.name)),
                 h('td'), h('td'), h('td', {class: 'num'}), h('td', {class: 'num'}),
                 h('td', {class: 'num'}), h('td', {class: 'num'}), h('td', {class: 'num'}),
@@ -118,6 +136,24 @@ export class JobsPage {
         setText(c[6], rd(r.ps));
         setText(c[7], fmtNum(j.loss, 4));
         row._cancel.hidden = TERMINAL.has(j.phase);
+        row._pick.checked = this.selected.has(j.name);
+    }
+
+    /* The ticked jobs that still exist, in the table's order. */
+    picked() {
+        return [...this.rows.tbody.children].map((tr) => tr.dataset.key).filter((n) => this.selected.has(n));
+    }
+
+    renderCompareBar() {
+        const n = this.picked().length;
+        setText(this.compareCount, n ? n + ' selected' : 'Tick jobs to compare them');
+        this.compareButton.disabled = n < 2;
+        this.compareButton.title = n < 2 ? 'Select at least two jobs' : '';
+    }
+
+    compare() {
+        const names = this.picked();
+        if (names.length >= 2) location.hash = compareHash(names);
     }
 
     ageOf(j) {
@@ -192,6 +228,7 @@ export class JobsPage {
             (parseTime(b.create_time) || 0) - (parseTime(a.create_time) || 0) ||
             a.name.localeCompare(b.name));
         this.rows.update(jobs, (j) => j.name);
+        this.renderCompareBar();
         this.empty.hidden = jobs.length > 0;
         this.table.hidden = jobs.length === 0;
         const running = jobs.filter((j) => j.phase === 'Running').length;

@@ -6,7 +6,7 @@
  *
  * DESIGN
  * - Hash routing: "#/" lists the jobs (jobs_page.js), "#/jobs/NAME" shows one job
- *   (job_page.js). A token given in the URL fragment ("#token=..."), or typed into the banner
+ *   (job_page.js), "#/compare?jobs=A,B" compares jobs (compare_page.js). A token given in the URL fragment ("#token=..."), or typed into the banner
  *   after a 401, is kept in sessionStorage and sent as "Authorization: Bearer" (api.js).
  * - One event stream for the whole page (stream.js). Every time it opens, the current page
  *   fetches a fresh snapshot over REST; events that arrive while the snapshot loads are queued
@@ -17,7 +17,7 @@
  *
  * Test hooks (tests/browser/dashboard.test.js reads them):
  *   document.body.dataset.connection  "live" | "reconnecting" | "stale"
- *   document.body.dataset.page        "jobs" | "job"; dataset.loaded = "1" once its snapshot has
+ *   document.body.dataset.page        "jobs" | "job" | "compare"; dataset.loaded = "1" once its snapshot has
  *                                     been applied; dataset.loads counts snapshots (one more after
  *                                     each reconnect); dataset.phase is the job page's phase
  *   [data-testid=...]                 global-step, phase, loss-chart, task-table, placement-table,
@@ -32,6 +32,7 @@
  */
 
 import {ApiError, setToken, takeTokenFromHash} from './api.js';
+import {ComparePage, parseCompareHash} from './compare_page.js';
 import {JobPage} from './job_page.js';
 import {JobsPage} from './jobs_page.js';
 import {connectionState, onStream, setConnection, stream} from './stream.js';
@@ -83,6 +84,9 @@ function route() {
     if (m) {
         page = new JobPage(decodeURIComponent(m[1]));
         document.title = page.name + ' · psflow';
+    } else if (/^\/compare(?:[?/]|$)/.test(hash)) {
+        page = new ComparePage(parseCompareHash(hash));
+        document.title = 'Compare · psflow';
     } else {
         page = new JobsPage();
         document.title = 'Jobs · psflow';
@@ -90,6 +94,8 @@ function route() {
     document.body.dataset.page = page.kind;
     document.getElementById('nav-jobs').setAttribute('aria-current',
         page.kind === 'jobs' ? 'page' : 'false');
+    document.getElementById('nav-compare').setAttribute('aria-current',
+        page.kind === 'compare' ? 'page' : 'false');
     main.replaceChildren(page.root);
     page.mounted();
     if (connectionState() !== 'reconnecting' || stream.failures > 0) loadPage(page);

@@ -242,6 +242,9 @@ int cli_ps(const cli_command *cmd, int argc, char **argv) {
         CLI_OPT("shm", "on|off",
                 "map the shared segments of workers on this host; off: everything over the "
                 "socket [on]"),
+        CLI_OPT("shm-dir", "DIR",
+                "listen on a Unix socket in DIR for the segments of workers in other containers "
+                "or pods of this host [none: only workers that share this PID namespace]"),
     };
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &p.run))
         return p.run.exit_code;

@@ -197,6 +197,9 @@ int cli_worker(const cli_command *cmd, int argc, char **argv) {
         CLI_OPT("shm", "on|off",
                 "offer the ps tasks a shared segment (used by those on this host); off: "
                 "everything over the socket [on]"),
+        CLI_OPT("shm-dir", "DIR",
+                "hand the segment to each ps through its socket in DIR, which reaches a ps in "
+                "another container or pod of this host [none: by process id]"),
     };
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &w.run))
         return w.run.exit_code;

@@ -276,6 +276,9 @@ int cli_get_list(const char *cmd, int argc, char **argv, const cli_option *opts,
 }
 
 int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts) {
+    const char *dir = cli_get(opts, n_opts, "shm-dir");
+    if (dir && setenv("PSFLOW_SHM_DIR", dir, 1) != 0)
+        return -1;
     const char *v = cli_get(opts, n_opts, "shm");
     if (!v)
         return 0;

@@ -104,7 +104,8 @@ const char *cli_get(const cli_option *opts, int n_opts, const char *name);
 
 /* Applies --shm on|off (PSFLOW_SHM; also 1/0, true/false, yes/no): sets PSFLOW_SHM to on or
  * off for this process and the tasks it starts, which psflow/segment.h reads. Absent:
- * nothing changes (on). Returns 0, or -1 after printing an error for another value. */
+ * nothing changes (on). And --shm-dir DIR (PSFLOW_SHM_DIR), which psflow/seg_handoff.h
+ * reads. Returns 0, or -1 after printing an error for another value. */
 int cli_use_shm(const char *cmd, const cli_option *opts, int n_opts);
 
 /* Applies --ca-file (psflow/http_client.h) for every request this process makes. Returns 0,

@@ -35,9 +35,11 @@ run() {
       2>"$WORK/$v-ps$i.log" &
     pids+=($!)
   done
+  local opt=() # the workers take the folder as an option, the ps tasks from the environment
+  [ -n "$dir" ] && opt=(--shm-dir "$dir")
   for i in 0 1; do
-    PSFLOW_SHM_DIR=$dir TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
-      "${isolate[@]}" "$PSFLOW_BIN" worker --job job.json --checkpoint-dir "$WORK/$v" \
+    TF_CONFIG=$(tf_config worker $i "$ps_ports" "$w_ports") \
+      "${isolate[@]}" "$PSFLOW_BIN" worker --job job.json --checkpoint-dir "$WORK/$v" "${opt[@]}" \
       2>"$WORK/$v-worker$i.log" >/dev/null &
     pids+=($!)
   done

@@ -96,6 +96,7 @@ static const field model_fields[] = {
 #define FILES     (BIT(PF_DATA_IDX) | BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM) | BIT(PF_DATA_CRITEO))
 #define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
 #define CTR       BIT(PF_DATA_SYNTHETIC_CTR)
+#define STREAMED  (BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM) | BIT(PF_DATA_CRITEO))
 static const field data_fields[] = {
     {"format", K_ENUM, AT(data.format), .names = pf_spec_format_names, .max = PF_DATA_CRITEO,
      .need = ALWAYS},
@@ -113,13 +114,12 @@ static const field data_fields[] = {
     {"bias", K_DOUBLE, AT(data.bias), .def = -1.5, .only = CTR},
     {"index_base", K_INT, AT(data.index_base), .min = 0, .max = 1, .def = 1,
      .only = BIT(PF_DATA_LIBSVM)},
-    {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = BIT(PF_DATA_CRITEO)},
-    {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64,
-     .only = BIT(PF_DATA_CRITEO)},
+    {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = STREAMED},
+    {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64, .only = STREAMED},
     {"on_error", K_ENUM, AT(data.on_error), .names = pf_spec_on_error_names,
-     .max = PF_ON_ERROR_SKIP, .def = PF_ON_ERROR_FAIL, .only = BIT(PF_DATA_CRITEO)},
+     .max = PF_ON_ERROR_SKIP, .def = PF_ON_ERROR_FAIL, .only = STREAMED},
     {"max_bad_lines", K_INT64, AT(data.max_bad_lines), .min = 1, .max = 1LL << 40, .def = 1000,
-     .only = BIT(PF_DATA_CRITEO)},
+     .only = STREAMED},
     {"stats", K_PATHS, AT(data.stats), .count_at = AT(data.n_stats), .min = 1, .max = 1,
      .only = BIT(PF_DATA_CRITEO)},
 };

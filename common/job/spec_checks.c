@@ -89,9 +89,10 @@ pf_status pf_spec_check_model(pf_job_spec *s, pf_error *err) {
     return PF_OK;
 }
 
-static pf_status check_paths(const char *ptr, int format, int count, pf_error *err) {
+/* streamed: the training entries expand to any number of files (stream.h) */
+static pf_status check_paths(const char *ptr, int format, int count, bool streamed, pf_error *err) {
     int want = format == PF_DATA_IDX ? 2 : 1;
-    if (count == 0 || count == want || format == PF_DATA_CRITEO) /* criteo: any of its files */
+    if (count == 0 || count == want || format == PF_DATA_CRITEO || streamed) /* any files */
         return PF_OK;
     return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d", ptr,
                         pf_spec_format_names[format], want,
@@ -167,11 +168,16 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
         pf_status st = check_criteo(m, err);
         if (st != PF_OK)
             return st;
-        if (d->streaming && d->n_test == 0)
-            return pf_error_set(err, PF_ERR_SPEC, "/data/test",
-                                "/data/test: streamed training files are never held whole, so "
-                                "evaluation needs a test set: name its files in data.test");
     }
+    if (d->streaming && d->n_test == 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/test",
+                            "/data/test: streamed training files are never held whole, so "
+                            "evaluation needs a test set: name its files in data.test");
+    if (!d->streaming && d->on_error == PF_ON_ERROR_SKIP && d->format != PF_DATA_CRITEO)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/on_error",
+                            "/data/on_error: skipping bad lines applies to criteo data and to "
+                            "streamed (data.streaming) %s data",
+                            pf_spec_format_names[d->format]);
     if (m->n_embeddings > 0 && d->format == PF_DATA_IDX)
         return pf_error_set(err, PF_ERR_SPEC, "/data/format",
                             "/data/format: a model with embeddings reads sparse examples (ids "
@@ -193,8 +199,8 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
                             pf_spec_format_names[d->format]);
     if (d->format == PF_DATA_SYNTHETIC_CTR)
         return PF_OK;
-    pf_status st = check_paths("/data/train", d->format, d->n_train, err);
-    return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, err);
+    pf_status st = check_paths("/data/train", d->format, d->n_train, d->streaming, err);
+    return st != PF_OK ? st : check_paths("/data/test", d->format, d->n_test, false, err);
 }
 
 pf_status pf_spec_check_training(pf_job_spec *s, pf_error *err) {

@@ -1,7 +1,8 @@
 /* data_internal.h - what the readers of training data share (private to common/ml/: defined in
  * data_read.c, used by data_idx.c, data_csv.c and data_libsvm.c; the public API is
  * psflow/data.h): reading a file whole, number fields, lines, growing rows, labels, and the
- * sink that turns the ids of a line into a sparse example.
+ * sink that turns the ids of a line into a sparse example; the per-line parsing of csv and
+ * libsvm, shared with the streamed reader of those files (data_text.c, used by stream.c).
  *
  * The readers all parse from memory, so the fuzz targets and tests reach the same code as a
  * file does. Every error names the input (`what`), the line and the byte offset.
@@ -45,9 +46,21 @@ bool data_next_line(const char *text, size_t len, size_t *pos, size_t *start, si
 /* Why a label is refused, or NULL: a class index must be an integer in [0, 2^20). */
 const char *data_label_problem(double v, bool classification);
 
-/* A label field line[0 .. n) at byte `offset` read into *label, or the error naming it. */
-pf_status data_parse_label(const char *field, size_t n, long long offset, long long line_no,
-                           const char *what, bool classification, double *label, pf_error *err);
+/* Where a line is, for messages: "what: line N" when its number is known, else (a byte range
+ * that starts inside a file) "what: line at byte N". */
+typedef struct data_at {
+    const char *what;
+    long long line_no; /* from 1; 0: not known */
+    long long start;   /* the byte offset of the line's first byte in its text or file */
+} data_at;
+
+#define DATA_AT_TEXT 1200 /* room for data_at_text */
+
+const char *data_at_text(const data_at *at, char *buf, size_t len);
+
+/* A label field[0 .. n) at byte `offset` read into *label, or the error naming it. */
+pf_status data_parse_label(const char *field, size_t n, long long offset, const data_at *at,
+                           bool classification, double *label, pf_error *err);
 
 /* --- rows ------------------------------------------------------------------------------------ */
 
@@ -58,8 +71,7 @@ typedef struct data_rows {
 } data_rows;
 
 /* Storage for one more row (row rows->ds->n), or an error naming the line. */
-pf_status data_room_for_row(data_rows *rows, size_t line_start, long long line_no, const char *what,
-                            pf_error *err);
+pf_status data_room_for_row(data_rows *rows, const data_at *at, pf_error *err);
 
 /* After the last line of a text of len bytes: no rows is an error; else the class count and
  * the buffers cut to the rows read. */
@@ -93,8 +105,64 @@ pf_status data_sink_for_model(data_sink *k, const pf_model_spec *model, int inde
 void data_sink_line(data_sink *k, float *row);
 
 /* Stores feature id (base excluded) with value v; refuses a feature's max_ids + 1st id. */
-pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, long long line_no,
-                        const char *what, pf_error *err);
+pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, const data_at *at,
+                        pf_error *err);
+
+/* --- one line of a text format ------------------------------------------------------------- */
+
+/* The per-line parsing that the whole-file readers (pf_csv_*, pf_libsvm_*) and the streamed
+ * one (data_text_*) share, so both give the same examples and the same messages. */
+
+/* A CSV line without its trailing '\r'; 0 when it is blank. */
+size_t data_csv_trim(const char *line, size_t n);
+
+/* Whether the first non-blank line of a CSV file is a header rather than data: for numbers
+ * (ids false) a field that does not read as a number, for ids a first field that does not. */
+bool data_csv_is_header(const char *line, size_t n, bool ids);
+
+/* A CSV data line (trimmed, not blank) into row and *label: the label, then `features`
+ * numbers (k NULL) or one cell of ids per embedding of k's model. */
+pf_status data_csv_line(const char *line, size_t n, const data_at *at, int features, data_sink *k,
+                        bool classification, float *row, double *label, pf_error *err);
+
+/* A LIBSVM line into row and *label: `label id:value ...`, a '#' starting a comment. *empty is
+ * set (and nothing parsed) for a line without an example. */
+pf_status data_libsvm_line(const char *line, size_t n, const data_at *at, data_sink *k,
+                           bool classification, float *row, double *label, bool *empty,
+                           pf_error *err);
+
+/* --- streamed text (data_text.c) ------------------------------------------------------------ */
+
+/* csv and libsvm files read line by line in one bounded buffer, for data.streaming: the
+ * counterpart of criteo.h's reader, the same examples as the whole-file readers. */
+#define DATA_TEXT_BUFFER   ((size_t)1 << 20) /* bytes read at a time */
+#define DATA_TEXT_MAX_LINE ((size_t)1 << 20) /* default longest line */
+
+typedef struct data_text_reader data_text_reader;
+
+/* Opens the lines of `path` (plain, or gzip by its magic bytes) that start at byte offsets in
+ * [start, end) (end 0: to the end), as pf_criteo_open_range cuts ranges, to read examples of
+ * `format` (PF_DATA_CSV or PF_DATA_LIBSVM) for `model` (which must outlive the reader): its
+ * embeddings' ids, or model->inputs numbers. A CSV header is looked for in the file's first
+ * line that is not blank, whichever range it starts in.
+ * max_line: the longest line (0: DATA_TEXT_MAX_LINE). Errors: PF_ERR_IO (cannot open),
+ * PF_ERR_INVALID (a gzip file from start > 0, a model sparse examples cannot have),
+ * PF_ERR_NOMEM. */
+pf_status data_text_open_range(int format, const pf_model_spec *model, int index_base,
+                               const char *path, uint64_t start, uint64_t end, size_t max_line,
+                               data_text_reader **out, pf_error *err);
+
+/* The next example into x (pf_model_input_width floats) and *y: PF_OK; PF_ERR_NOT_FOUND at
+ * the end (err untouched); PF_ERR_FORMAT for a bad line (naming the file, the line and the
+ * column; the reader goes on with the next line), a line longer than max_line (refused, not
+ * kept: memory does not grow), a class label not below model->outputs, or corrupt gzip data
+ * (the reader ends); PF_ERR_IO for a failed read. Blank lines are skipped. */
+pf_status data_text_next(data_text_reader *r, float *x, float *y, pf_error *err);
+
+/* 1 once the reader has nothing more to give (its end, or an error it cannot go on from). */
+int data_text_ended(const data_text_reader *r);
+
+void data_text_close(data_text_reader *r);
 
 /* --- criteo ---------------------------------------------------------------------------------- */
 

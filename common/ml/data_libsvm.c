@@ -1,6 +1,7 @@
 /* data_libsvm.c - the LIBSVM (svmlight) reader (see data.h): `label id:value ...` lines into
  * dense rows (pf_libsvm_*) or into the id and weight slots of a model with embeddings
- * (pf_libsvm_*_ids).
+ * (pf_libsvm_*_ids). A line is parsed by data_libsvm_line, which the streamed reader
+ * (data_text.c) calls too.
  */
 #include <stdint.h>
 #include <string.h>
@@ -9,9 +10,10 @@
 #include "psflow/mem.h"
 
 /* Parses a LIBSVM token "id:value" at line[0 .. n) into the sink. */
-static pf_status parse_pair(const char *tok, size_t n, long long offset, long long line_no,
-                            const char *what, data_sink *k, pf_error *err) {
+static pf_status parse_pair(const char *tok, size_t n, long long offset, const data_at *at,
+                            data_sink *k, pf_error *err) {
     int base = k->base, features = k->features;
+    char where[DATA_AT_TEXT];
     int shown = (int)(n > 40 ? 40 : n);
     const char *colon = memchr(tok, ':', n);
     size_t digits = colon ? (size_t)(colon - tok) : 0;
@@ -20,36 +22,68 @@ static pf_status parse_pair(const char *tok, size_t n, long long offset, long lo
         ok = tok[i] >= '0' && tok[i] <= '9';
     if (!ok)
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                   "%s: line %lld: \"%.*s\" is not id:value (a non-negative "
-                                   "integer id of at most 10 digits, a colon, a number)",
-                                   what, line_no, shown, tok);
+                                   "%s: \"%.*s\" is not id:value (a non-negative integer id of "
+                                   "at most 10 digits, a colon, a number)",
+                                   data_at_text(at, where, sizeof where), shown, tok);
     long long id = 0;
     for (size_t i = 0; i < digits; i++)
         id = id * 10 + (tok[i] - '0');
     if (id < base || id - base >= features)
-        return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                   "%s: line %lld: feature id %lld outside %d .. %d (%s %d, "
-                                   "data.index_base %d)",
-                                   what, line_no, id, base, features - 1 + base,
-                                   k->model ? "ids of the model's embeddings" : "model.inputs",
-                                   features, base);
+        return pf_error_set_offset(
+            err, PF_ERR_FORMAT, offset,
+            "%s: feature id %lld outside %d .. %d (%s %d, "
+            "data.index_base %d)",
+            data_at_text(at, where, sizeof where), id, base, features - 1 + base,
+            k->model ? "ids of the model's embeddings" : "model.inputs", features, base);
     if (id <= k->prev)
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                   "%s: line %lld: feature ids must increase along a line (%lld "
-                                   "after %lld)",
-                                   what, line_no, id, k->prev);
+                                   "%s: feature ids must increase along a line (%lld after %lld)",
+                                   data_at_text(at, where, sizeof where), id, k->prev);
     double v = 0;
     data_field r = data_parse_field(colon + 1, n - digits - 1, &v);
     if (r != FIELD_OK)
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset + (long long)digits + 1,
-                                   "%s: line %lld: feature %lld: %s: \"%.*s\"", what, line_no, id,
+                                   "%s: feature %lld: %s: \"%.*s\"",
+                                   data_at_text(at, where, sizeof where), id,
                                    r == FIELD_EMPTY        ? "no value"
                                    : r == FIELD_NOT_FINITE ? "not a finite number"
                                    : r == FIELD_RANGE      ? "out of float32 range"
                                                            : "not a number",
                                    shown, tok);
     k->prev = id;
-    return data_sink_put(k, id - base, (float)v, offset, line_no, what, err);
+    return data_sink_put(k, id - base, (float)v, offset, at, err);
+}
+
+pf_status data_libsvm_line(const char *line, size_t line_len, const data_at *at, data_sink *k,
+                           bool classification, float *row, double *label, bool *empty,
+                           pf_error *err) {
+    const char *hash = memchr(line, '#', line_len); /* a comment runs to the line's end */
+    if (hash)
+        line_len = (size_t)(hash - line);
+    size_t i = 0, end;
+    while (i < line_len && (data_is_blank(line[i]) || line[i] == '\r'))
+        i++;
+    *empty = i == line_len;
+    if (*empty)
+        return PF_OK;
+    for (end = i; end < line_len && !data_is_blank(line[end]) && line[end] != '\r'; end++) {
+    }
+    pf_status st = data_parse_label(line + i, end - i, at->start + (long long)i, at, classification,
+                                    label, err);
+    if (st != PF_OK)
+        return st;
+    data_sink_line(k, row);
+    for (i = end;;) {
+        while (i < line_len && (data_is_blank(line[i]) || line[i] == '\r'))
+            i++;
+        if (i == line_len)
+            return PF_OK;
+        for (end = i; end < line_len && !data_is_blank(line[end]) && line[end] != '\r'; end++) {
+        }
+        if ((st = parse_pair(line + i, end - i, at->start + (long long)i, at, k, err)) != PF_OK)
+            return st;
+        i = end;
+    }
 }
 
 static pf_status parse_libsvm(const char *text, size_t len, const char *what, data_sink *k,
@@ -61,39 +95,17 @@ static pf_status parse_libsvm(const char *text, size_t len, const char *what, da
     size_t pos = 0, line_start, line_len;
     long long line_no = 0;
     while (data_next_line(text, len, &pos, &line_start, &line_len)) {
-        line_no++;
-        const char *line = text + line_start;
-        const char *hash = memchr(line, '#', line_len); /* a comment runs to the line's end */
-        if (hash)
-            line_len = (size_t)(hash - line);
-        size_t i = 0, end;
-        while (i < line_len && (data_is_blank(line[i]) || line[i] == '\r'))
-            i++;
-        if (i == line_len)
-            continue;
-        for (end = i; end < line_len && !data_is_blank(line[end]) && line[end] != '\r'; end++) {
-        }
+        data_at at = {what, ++line_no, (long long)line_start};
         double label = 0;
-        pf_status room = data_parse_label(line + i, end - i, (long long)(line_start + i), line_no,
-                                          what, classification, &label, err);
-        if (room == PF_OK)
-            room = data_room_for_row(&rows, line_start, line_no, what, err);
-        if (room != PF_OK)
-            return room;
-        data_sink_line(k, out->x + (size_t)out->n * (size_t)width);
-        for (i = end;;) {
-            while (i < line_len && (data_is_blank(line[i]) || line[i] == '\r'))
-                i++;
-            if (i == line_len)
-                break;
-            for (end = i; end < line_len && !data_is_blank(line[end]) && line[end] != '\r'; end++) {
-            }
-            pf_status st =
-                parse_pair(line + i, end - i, (long long)(line_start + i), line_no, what, k, err);
-            if (st != PF_OK)
-                return st;
-            i = end;
-        }
+        bool empty = false;
+        pf_status st = data_room_for_row(&rows, &at, err);
+        if (st == PF_OK)
+            st = data_libsvm_line(text + line_start, line_len, &at, k, classification,
+                                  out->x + (size_t)out->n * (size_t)width, &label, &empty, err);
+        if (st != PF_OK)
+            return st;
+        if (empty)
+            continue;
         out->y[out->n] = (float)label;
         if (label > max_label)
             max_label = label;

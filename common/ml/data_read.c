@@ -194,8 +194,16 @@ bool data_next_line(const char *text, size_t len, size_t *pos, size_t *start, si
     return true;
 }
 
-pf_status data_parse_label(const char *field, size_t n, long long offset, long long line_no,
-                           const char *what, bool classification, double *label, pf_error *err) {
+const char *data_at_text(const data_at *at, char *buf, size_t len) {
+    if (at->line_no > 0)
+        snprintf(buf, len, "%s: line %lld", at->what, at->line_no);
+    else
+        snprintf(buf, len, "%s: line at byte %lld", at->what, at->start);
+    return buf;
+}
+
+pf_status data_parse_label(const char *field, size_t n, long long offset, const data_at *at,
+                           bool classification, double *label, pf_error *err) {
     data_field r = data_parse_field(field, n, label);
     const char *bad =
         r == FIELD_OK ? data_label_problem(*label, classification) : "is not a number";
@@ -203,18 +211,18 @@ pf_status data_parse_label(const char *field, size_t n, long long offset, long l
         bad = r == FIELD_RANGE ? "is out of float32 range" : "is not a finite number";
     if (!bad)
         return PF_OK;
-    return pf_error_set_offset(err, PF_ERR_FORMAT, offset, "%s: line %lld: %s \"%.*s\" %s", what,
-                               line_no, classification ? "label" : "target", (int)(n > 40 ? 40 : n),
-                               field, bad);
+    char where[DATA_AT_TEXT];
+    return pf_error_set_offset(
+        err, PF_ERR_FORMAT, offset, "%s: %s \"%.*s\" %s", data_at_text(at, where, sizeof where),
+        classification ? "label" : "target", (int)(n > 40 ? 40 : n), field, bad);
 }
 
-pf_status data_room_for_row(data_rows *rows, size_t line_start, long long line_no, const char *what,
-                            pf_error *err) {
+pf_status data_room_for_row(data_rows *rows, const data_at *at, pf_error *err) {
     if (rows->ds->n < rows->capacity || grow_rows(rows) == PF_OK)
         return PF_OK;
-    return pf_error_set_offset(err, PF_ERR_NOMEM, (long long)line_start,
-                               "%s: line %lld: out of memory for %lld rows", what, line_no,
-                               (long long)rows->ds->n + 1);
+    char where[DATA_AT_TEXT];
+    return pf_error_set_offset(err, PF_ERR_NOMEM, at->start, "%s: out of memory for %lld rows",
+                               data_at_text(at, where, sizeof where), (long long)rows->ds->n + 1);
 }
 
 pf_status data_finish_rows(pf_dataset *out, size_t len, const char *what, bool classification,
@@ -242,8 +250,8 @@ void data_sink_line(data_sink *k, float *row) {
         memset(row, 0, (size_t)k->features * sizeof *row);
 }
 
-pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, long long line_no,
-                        const char *what, pf_error *err) {
+pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, const data_at *at,
+                        pf_error *err) {
     if (!k->model) {
         k->row[id] = v;
         return PF_OK;
@@ -255,10 +263,12 @@ pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, l
         k->count = 0;
         e = &k->model->embeddings[++k->f];
     }
-    if (k->count == e->max_ids)
+    if (k->count == e->max_ids) {
+        char where[DATA_AT_TEXT];
         return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
-                                   "%s: line %lld: more than max_ids %d ids for embedding '%s'",
-                                   what, line_no, e->max_ids, e->name);
+                                   "%s: more than max_ids %d ids for embedding '%s'",
+                                   data_at_text(at, where, sizeof where), e->max_ids, e->name);
+    }
     k->row[k->slot + k->count] = (float)(id - k->first);
     k->row[k->slot + e->max_ids + k->count] = v;
     k->count++;

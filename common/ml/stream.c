@@ -2,10 +2,11 @@
  * data file entries.
  *
  * DESIGN. Each stream has a reader state, owned by the source's reader thread: the epoch whose
- * split order it follows, the split open (a Criteo reader, criteo.c), and `q`, the stream
- * position of the next example it reads; and a ring under the source's mutex: the examples
- * already read for positions [ring_q, ring_q + filled). The trainer's gather takes examples
- * from the front of the ring (dropping what is behind them: a stream is read forwards); a
+ * split order it follows, the split open (a reader of the data format behind the small
+ * interface `split_format`: criteo.c's for criteo, data_text.c's for csv and libsvm), and `q`,
+ * the stream position of the next example it reads; and a ring under the source's mutex: the
+ * examples already read for positions [ring_q, ring_q + filled). The trainer's gather takes
+ * examples from the front of the ring (dropping what is behind them: a stream is read forwards); a
  * position outside the ring moves the ring there (`want`, a new generation) and the thread
  * seeks: forwards by reading on, backwards from the start of the epoch that holds the
  * position. Each split's example count is kept once it was read through, so a seek skips
@@ -167,6 +168,22 @@ typedef struct split {
     uint64_t start, end;
 } split;
 
+/* --- the readers of a split, per format ------------------------------------------------------ */
+
+typedef struct pf_stream_source source;
+
+/* How a split of one data format is read: open_range (the lines of path that start in
+ * [start, end), end 0 the file's end), next (one example into x and *y: PF_OK, PF_ERR_NOT_FOUND
+ * at the end, PF_ERR_FORMAT for a bad line the reader may go on after unless it ended),
+ * ended (nothing more to give), close (NULL is fine). */
+typedef struct split_format {
+    pf_status (*open_range)(const source *s, const char *path, uint64_t start, uint64_t end,
+                            void **out, pf_error *err);
+    pf_status (*next)(const source *s, void *r, float *x, float *y, pf_error *err);
+    int (*ended)(const void *r);
+    void (*close)(void *r);
+} split_format;
+
 /* --- one stream ---------------------------------------------------------------------------- */
 
 typedef struct stream {
@@ -184,8 +201,8 @@ typedef struct stream {
     int at;           /* the split read: order[at] */
     int64_t in_split; /* examples read from it */
     int64_t q;        /* the stream position of the next example read */
-    pf_criteo_reader *r;
-    float *row; /* one example, read outside the mutex */
+    void *r;          /* the split open (the source's format), or NULL */
+    float *row;       /* one example, read outside the mutex */
     /* under the source's mutex */
     float *ring_x, *ring_y; /* cap examples, position p in slot p mod cap; allocated when the
                                stream is first asked for (a process reads only its own) */
@@ -200,6 +217,8 @@ typedef struct stream {
 
 struct pf_stream_source {
     pf_model_spec model; /* a copy of the spec's */
+    const split_format *format;
+    int data_format, index_base; /* the spec's data.format and data.index_base */
     uint64_t seed;
     int n_streams, block, features, n_files, n_splits;
     char **paths;
@@ -218,8 +237,64 @@ struct pf_stream_source {
     char bad_msg[sizeof(((pf_error *)0)->message)];
 };
 
-static void close_split(stream *st) {
-    pf_criteo_close(st->r);
+/* criteo (criteo.c): each row as data_criteo_example lays it out for the model */
+static pf_status criteo_open(const source *s, const char *path, uint64_t start, uint64_t end,
+                             void **out, pf_error *err) {
+    (void)s;
+    pf_criteo_reader *r = NULL;
+    pf_status st = pf_criteo_open_range(path, start, end, 0, &r, err);
+    *out = r;
+    return st;
+}
+
+static pf_status criteo_next(const source *s, void *r, float *x, float *y, pf_error *err) {
+    pf_criteo_row row;
+    pf_status rc = pf_criteo_next(r, &row, err);
+    if (rc == PF_OK) {
+        data_criteo_example(&s->model, s->scaled ? &s->scaling : NULL, &row, x);
+        *y = (float)row.label;
+    }
+    return rc;
+}
+
+static int criteo_ended(const void *r) {
+    return pf_criteo_ended(r);
+}
+
+static void criteo_close(void *r) {
+    pf_criteo_close(r);
+}
+
+static const split_format criteo_format = {criteo_open, criteo_next, criteo_ended, criteo_close};
+
+/* csv and libsvm (data_text.c): the whole-file readers' line parsing */
+static pf_status text_open(const source *s, const char *path, uint64_t start, uint64_t end,
+                           void **out, pf_error *err) {
+    data_text_reader *r = NULL;
+    pf_status st = data_text_open_range(s->data_format, &s->model, s->index_base, path, start, end,
+                                        0, &r, err);
+    *out = r;
+    return st;
+}
+
+static pf_status text_next(const source *s, void *r, float *x, float *y, pf_error *err) {
+    (void)s;
+    return data_text_next(r, x, y, err);
+}
+
+static int text_ended(const void *r) {
+    return data_text_ended(r);
+}
+
+static void text_close(void *r) {
+    data_text_close(r);
+}
+
+static const split_format text_format = {text_open, text_next, text_ended, text_close};
+
+static void close_split(const pf_stream_source *s, stream *st) {
+    if (st->r)
+        s->format->close(st->r);
     st->r = NULL;
 }
 
@@ -236,7 +311,7 @@ static void set_epoch(const pf_stream_source *s, stream *st, int64_t epoch) {
 /* After the open split ended with `in_split` examples: counts it and moves to the next split
  * (the next epoch after the last). Error: a whole epoch without an example. */
 static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err) {
-    close_split(st);
+    close_split(s, st);
     st->count[st->order[st->at]] = st->in_split;
     st->in_split = 0;
     st->bad_in_split = 0;
@@ -284,21 +359,18 @@ static pf_status read_next(pf_stream_source *s, stream *st, float *y, pf_error *
         if (!st->r) {
             const split *sp = &s->splits[st->splits[st->order[st->at]]];
             pf_status st_open =
-                pf_criteo_open_range(s->paths[sp->file], sp->start, sp->end, 0, &st->r, err);
+                s->format->open_range(s, s->paths[sp->file], sp->start, sp->end, &st->r, err);
             if (st_open != PF_OK)
                 return st_open;
         }
-        pf_criteo_row row;
-        pf_status rc = pf_criteo_next(st->r, &row, err);
+        pf_status rc = s->format->next(s, st->r, st->row, y, err);
         if (rc == PF_OK) {
-            data_criteo_example(&s->model, s->scaled ? &s->scaling : NULL, &row, st->row);
-            *y = (float)row.label;
             st->in_split++;
             st->q++;
             return PF_OK;
         }
         if (rc == PF_ERR_FORMAT && s->max_bad >= 0) {
-            int ended = pf_criteo_ended(st->r);
+            int ended = s->format->ended(st->r);
             if ((rc = skip_bad(s, st, err)) != PF_OK)
                 return rc;
             if (!ended)
@@ -317,7 +389,7 @@ static pf_status read_next(pf_stream_source *s, stream *st, float *y, pf_error *
  * then reading on. */
 static pf_status seek(pf_stream_source *s, stream *st, int64_t target, pf_error *err) {
     if (target < st->q || st->epoch < 0) {
-        close_split(st);
+        close_split(s, st);
         int64_t epoch = st->epoch_len > 0 ? target / st->epoch_len : 0;
         set_epoch(s, st, epoch);
         st->q = st->epoch_len > 0 ? epoch * st->epoch_len : 0;
@@ -377,7 +449,7 @@ static void *reader_main(void *arg) {
         if (gen != st->gen)
             continue; /* the ring moved meanwhile: read again from where it is now */
         if (rc != PF_OK) {
-            close_split(st);
+            close_split(s, st);
             st->epoch = -1; /* the next seek starts over */
             st->failed = 1;
             st->err_q = pos;
@@ -507,9 +579,17 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     s->block = block;
     s->features = pf_model_input_width(&spec->model);
     s->max_bad = spec->data.on_error == PF_ON_ERROR_SKIP ? spec->data.max_bad_lines : -1;
-    pf_status st =
-        pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
-    if (st == PF_OK && spec->data.n_stats &&
+    s->data_format = (int)spec->data.format;
+    s->index_base = spec->data.index_base;
+    s->format = spec->data.format == PF_DATA_CRITEO ? &criteo_format : &text_format;
+    pf_status st = PF_OK;
+    if (spec->data.format != PF_DATA_CRITEO && spec->data.format != PF_DATA_CSV &&
+        spec->data.format != PF_DATA_LIBSVM)
+        st = pf_error_set(err, PF_ERR_SPEC, "/data/streaming",
+                          "/data/streaming: only criteo, csv and libsvm data are streamed");
+    if (st == PF_OK)
+        st = pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
+    if (st == PF_OK && spec->data.format == PF_DATA_CRITEO && spec->data.n_stats &&
         (st = pf_criteo_scaling_load(spec->data.stats[0], &s->scaling, err)) == PF_OK)
         s->scaled = 1;
     if (st == PF_OK)
@@ -625,7 +705,7 @@ void pf_stream_close(pf_stream_source *s) {
     }
     for (int j = 0; s->streams && j < s->n_streams; j++) {
         stream *st = &s->streams[j];
-        close_split(st);
+        close_split(s, st);
         pf_free(st->splits);
         pf_free(st->bad_seen);
         pf_free(st->count);

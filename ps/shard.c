@@ -616,6 +616,8 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
 
 /* The first non-finite element of the n floats at v (backend memory), or n. */
 static size_t first_nonfinite(const ps_shards *s, const float *v, size_t n) {
+    if (s->be->host_memory) /* read where they are */
+        return pf_first_nonfinite(v, n);
     float chunk[4096]; /* values may be backend memory: checked a piece at a time */
     for (size_t done = 0; done < n; done += sizeof chunk / sizeof *chunk) {
         size_t k =

@@ -65,11 +65,20 @@ pf_status coord_limits_resolve(coord_limits *l, char (*storage)[PATH_MAX], const
     return PF_OK;
 }
 
-/* One data entry at ptr: a file, or for criteo data also a folder or a glob pattern, each
- * file it stands for (pf_input_expand) a regular file under a data root. */
-static pf_status check_entry(const coord_limits *l, const pf_job_spec *spec, char *entry,
-                             const char *ptr, pf_error *err) {
-    if (spec->data.format != PF_DATA_CRITEO)
+/* Whether the train (or test) entries of spec may be folders and glob patterns: criteo data,
+ * and the training files of streamed csv or libsvm data (the readers' rules, data.h and
+ * stream.h). */
+static bool entries_expand(const pf_job_spec *spec, bool train) {
+    const pf_data_spec *d = &spec->data;
+    return d->format == PF_DATA_CRITEO ||
+           (train && d->streaming && (d->format == PF_DATA_CSV || d->format == PF_DATA_LIBSVM));
+}
+
+/* One data entry at ptr: a file, or where entries_expand says so also a folder or a glob
+ * pattern, each file it stands for (pf_input_expand) a regular file under a data root. */
+static pf_status check_entry(const coord_limits *l, bool expand, char *entry, const char *ptr,
+                             pf_error *err) {
+    if (!expand)
         return check_path(l, entry, ptr, err);
     char **paths = NULL;
     int n = 0;
@@ -92,13 +101,13 @@ pf_status coord_admit_data(const coord_limits *l, const pf_job_spec *spec, pf_er
     char ptr[40];
     for (int i = 0; i < d->n_train; i++) {
         snprintf(ptr, sizeof ptr, "/data/train/%d", i);
-        pf_status st = check_entry(l, spec, d->train[i], ptr, err);
+        pf_status st = check_entry(l, entries_expand(spec, true), d->train[i], ptr, err);
         if (st != PF_OK)
             return st;
     }
     for (int i = 0; i < d->n_test; i++) {
         snprintf(ptr, sizeof ptr, "/data/test/%d", i);
-        pf_status st = check_entry(l, spec, d->test[i], ptr, err);
+        pf_status st = check_entry(l, entries_expand(spec, false), d->test[i], ptr, err);
         if (st != PF_OK)
             return st;
     }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Spec admission limits (coordinator/admission.h, psflow/footprint.h), against the real
 # binary: a coordinator with custom --data-root and size limits refuses what is outside
-# them with a 422 naming the field (a Criteo folder or glob pattern: each file it stands for),
-# and stores nothing (the jobs table unchanged); agents
+# them with a 422 naming the field (a Criteo folder or glob pattern, or one of streamed csv:
+# each file it stands for), and stores nothing (the jobs table unchanged); agents
 # register the memory their tasks may use (--memory, else the machine's), and a job whose
 # ps share or training task cannot fit the largest agent is refused, also when PATCH adds
 # workers; in static mode `psflow train`, `psflow ps --job` and `psflow worker --job` refuse
@@ -68,6 +68,22 @@ submit "$(criteo "$WORK/data/clicks")"
 [ "$code" = 201 ] || fail "a Criteo folder inside the data root was refused: $code $(cat body.json)"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/api/v1/jobs/c")
 [ "$code" = 200 ] || [ "$code" = 204 ] || [ "$code" = 202 ] || fail "DELETE c: $code"
+# So may the training entries of streamed csv and libsvm data; read whole, an entry is one file.
+mkdir -p data/rows
+printf '1,0.5\n' >data/rows/a.csv
+ln -s "$WORK/other/secret.csv" data/rows/b.csv
+csvjob() { # csvjob ENTRY STREAMING: a linear job on csv rows
+  echo '{"name": "s", "model": {"type": "linear", "inputs": 1},
+         "data": {"format": "csv", "streaming": '"$2"', "train": ["'"$1"'"],
+                  "test": ["'"$WORK"'/data/ok.csv"]}}'
+}
+refused /data/train/0 "$(csvjob "$WORK/data/rows/*.csv" true)"
+rm data/rows/b.csv
+refused /data/train/0 "$(csvjob "$WORK/data/rows" false)"
+submit "$(csvjob "$WORK/data/rows" true)"
+[ "$code" = 201 ] || fail "a streamed csv folder inside the data root was refused: $code $(cat body.json)"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/api/v1/jobs/s")
+[ "$code" = 200 ] || [ "$code" = 204 ] || [ "$code" = 202 ] || fail "DELETE s: $code"
 refused /training/max_steps "$(base '"training": {"max_steps": 5001}')"
 refused /replicas/worker "$(base '"replicas": {"worker": 5}')"
 refused /placement/partitioner '{"name": "a", "model": {"type": "softmax", "inputs": 64, "outputs": 10},

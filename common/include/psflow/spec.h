@@ -56,7 +56,8 @@ typedef enum { PF_MODE_ASYNC, PF_MODE_SYNC } pf_training_mode;
 /* What a job does when training produces a NaN or infinite loss, gradient or value. */
 typedef enum { PF_NONFINITE_FAIL, PF_NONFINITE_ROLLBACK } pf_nonfinite_action;
 
-/* data.on_error (criteo): a bad line fails the task, or is skipped and counted. */
+/* data.on_error (criteo; csv and libsvm streamed): a bad line fails the task, or is skipped
+ * and counted. */
 typedef enum { PF_ON_ERROR_FAIL, PF_ON_ERROR_SKIP } pf_on_error;
 typedef enum { PF_PLACE_ROUND_ROBIN, PF_PLACE_GREEDY } pf_placement_strategy;
 typedef enum {
@@ -136,9 +137,10 @@ typedef struct pf_data_spec {
     pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" | "libsvm" |
                                        "synthetic_ctr" | "criteo" */
     int n_train;                    /* number of paths in train[] */
-    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file]; criteo:
-                                       1..PF_MAX_DATA_FILES entries, each a file, a folder
-                                       or a glob pattern (pf_input_expand) */
+    char *train[PF_MAX_DATA_FILES]; /* idx: [images, labels]; csv, libsvm: [file], streamed
+                                       1..2 entries; criteo: 1..PF_MAX_DATA_FILES; an entry
+                                       of criteo or streamed data is a file, a folder or a
+                                       glob pattern (pf_input_expand) */
     int n_test;                     /* 0 when there is no test set */
     char *test[PF_MAX_DATA_FILES];
     /* synthetic_linear only: y = w * x + b + noise * N(0, 1), x ~ U(0, 1) */
@@ -152,13 +154,14 @@ typedef struct pf_data_spec {
     double zipf;   /* > 0 [1.1]: P(the k-th most frequent id) ~ k^-zipf */
     double signal; /* >= 0 [1] */
     double bias;   /* [-1.5] */
-    /* criteo only: read the training files as streams while training (stream.h) instead of
-     * loading them whole; each replica that trains reads its own files [false] */
+    /* criteo, csv, libsvm: read the training files as streams while training (stream.h)
+     * instead of loading them whole; each replica that trains reads its own files [false] */
     bool streaming;
-    int split_mb; /* criteo with streaming: plain files are cut into ranges of about this many
+    int split_mb; /* with streaming: plain files are cut into ranges of about this many
                      MiB, 1..1048576 [64] */
-    /* criteo: a bad line (or the corrupt rest of a gzip file) fails the task [fail], or is
-     * skipped and counted, at most max_bad_lines of them (1..2^40) [1000] */
+    /* criteo, and csv or libsvm streamed: a bad line (or the corrupt rest of a gzip file)
+     * fails the task [fail], or is skipped and counted, at most max_bad_lines of them
+     * (1..2^40) [1000] */
     pf_on_error on_error;
     int64_t max_bad_lines;
     /* criteo: `psflow data stats` output; with it each numeric input is standardised,

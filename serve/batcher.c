@@ -14,6 +14,7 @@ struct serve_batcher {
     pthread_t thread;
     serve_item *head, *tail;
     int64_t queued, batches;
+    int running; /* the model is in use: by the thread's batch or by a request run at once */
     int stopping, joined;
     float *x, *y; /* [capacity * width], [capacity * outputs] */
 };
@@ -99,7 +100,7 @@ static void *loop(void *arg) {
     serve_batcher *b = arg;
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while (!b->head && !b->stopping)
+        while ((!b->head || b->running) && !b->stopping)
             pthread_cond_wait(&b->cv, &b->mu);
         if (b->stopping)
             break;
@@ -110,11 +111,15 @@ static void *loop(void *arg) {
         }
         if (b->stopping)
             break;
+        if (b->running) /* a request took the model while this one waited for company */
+            continue;
         serve_item *list = take(b);
         b->batches++;
+        b->running = 1;
         pthread_mutex_unlock(&b->mu);
         run_batch(b, list);
         pthread_mutex_lock(&b->mu);
+        b->running = 0;
     }
     serve_item *left = b->head;
     b->head = b->tail = NULL;
@@ -178,6 +183,31 @@ int serve_batcher_submit(serve_batcher *b, serve_item *item) {
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
     return 0;
+}
+
+int serve_batcher_run_now(serve_batcher *b, serve_item *item) {
+    pthread_mutex_lock(&b->mu);
+    int now =
+        b->o.max_wait == 0 && !b->head && !b->running && !b->stopping && item->n <= b->o.capacity;
+    if (now) {
+        b->running = 1;
+        b->batches++;
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (!now)
+        return 0;
+    double t = pf_clock_now();
+    int64_t version = t > item->deadline ? -1 : b->o.run(b->o.run_ctx, item->x, item->n, item->y);
+    item->status = t > item->deadline ? 504 : version < 0 ? 503 : 200;
+    item->version = version;
+    item->batch = item->n;
+    item->queued_s = 0;
+    pthread_mutex_lock(&b->mu);
+    b->running = 0;
+    if (b->head) /* requests that came meanwhile: the thread takes them */
+        pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    return 1;
 }
 
 void serve_batcher_counts(serve_batcher *b, int64_t *queued, int64_t *batches) {

@@ -310,39 +310,6 @@ static void release_body(request_state *rs) {
     pf_buf_deinit(&rs->body);
 }
 
-/* The body is complete: parse it and queue its examples (then the connection waits,
- * suspended), or answer at once. */
-static enum MHD_Result start_predict(request_state *rs) {
-    server *s = rs->s;
-    int st = serve_request_parse(&s->o.spec->model, (const char *)rs->body.data, rs->body.len,
-                                 s->o.max_instances, &rs->req, &rs->err);
-    release_body(rs);
-    if (st)
-        return problem(rs, st, rs->err.pointer, "%s", rs->err.message);
-    rs->y = pf_mallocarray((size_t)rs->req.n * (size_t)s->outputs, sizeof(float));
-    if (!rs->y)
-        return problem(rs, 503, NULL, "out of memory");
-    rs->item = (serve_item){.x = rs->req.x,
-                            .n = rs->req.n,
-                            .y = rs->y,
-                            .deadline = rs->start + s->o.request_timeout,
-                            .done = on_done,
-                            .ctx = rs};
-    pthread_mutex_lock(&rs->mu);
-    int refused = serve_batcher_submit(s->batcher, &rs->item);
-    if (!refused) {
-        rs->queued = 1;
-        MHD_suspend_connection(rs->c);
-        rs->suspended = 1;
-    }
-    pthread_mutex_unlock(&rs->mu);
-    if (refused)
-        return problem(rs, 503, NULL, "the queue is full (%d examples wait at most); retry",
-                       (int)(s->o.max_instances * 8 > s->o.max_batch * 64 ? s->o.max_instances * 8
-                                                                          : s->o.max_batch * 64));
-    return MHD_YES;
-}
-
 static enum MHD_Result finish_predict(request_state *rs) {
     server *s = rs->s;
     serve_item *it = &rs->item;
@@ -367,6 +334,41 @@ static enum MHD_Result finish_predict(request_state *rs) {
     }
     size_t len = out.len;
     return answer(rs, 200, "application/json", pf_buf_detach(&out), len, pf_free, it->version);
+}
+
+/* The body is complete: parse it and queue its examples (then the connection waits,
+ * suspended), or answer at once. */
+static enum MHD_Result start_predict(request_state *rs) {
+    server *s = rs->s;
+    int st = serve_request_parse(&s->o.spec->model, (const char *)rs->body.data, rs->body.len,
+                                 s->o.max_instances, &rs->req, &rs->err);
+    release_body(rs);
+    if (st)
+        return problem(rs, st, rs->err.pointer, "%s", rs->err.message);
+    rs->y = pf_mallocarray((size_t)rs->req.n * (size_t)s->outputs, sizeof(float));
+    if (!rs->y)
+        return problem(rs, 503, NULL, "out of memory");
+    rs->item = (serve_item){.x = rs->req.x,
+                            .n = rs->req.n,
+                            .y = rs->y,
+                            .deadline = rs->start + s->o.request_timeout,
+                            .done = on_done,
+                            .ctx = rs};
+    if (serve_batcher_run_now(s->batcher, &rs->item)) /* idle: no queue, no thread switch */
+        return finish_predict(rs);
+    pthread_mutex_lock(&rs->mu);
+    int refused = serve_batcher_submit(s->batcher, &rs->item);
+    if (!refused) {
+        rs->queued = 1;
+        MHD_suspend_connection(rs->c);
+        rs->suspended = 1;
+    }
+    pthread_mutex_unlock(&rs->mu);
+    if (refused)
+        return problem(rs, 503, NULL, "the queue is full (%d examples wait at most); retry",
+                       (int)(s->o.max_instances * 8 > s->o.max_batch * 64 ? s->o.max_instances * 8
+                                                                          : s->o.max_batch * 64));
+    return MHD_YES;
 }
 
 /* --- libmicrohttpd callbacks ------------------------------------------------------------ */

@@ -1,7 +1,9 @@
 /* test_batcher.c - serve/batcher.h with a fake model (y0 = 2 x0, y1 = x1 + x2): one item, many
  * items from several threads at once (each done once, right outputs, batches within max_batch),
  * an item larger than max_batch run in passes, a deadline already past (504, not run), a full
- * queue (503), a model that cannot answer (503), and a stop with items queued.
+ * queue (503), a model that cannot answer (503), and a stop with items queued; a request run at
+ * once on its own thread when the model is idle (not with max_wait > 0, nor while a batch
+ * runs), and threads mixing both ways without the model ever running twice at once.
  * Every wait is on a condition with a generous deadline; nothing asserts on timing.
  */
 #include <pthread.h>
@@ -30,6 +32,9 @@ typedef struct fake {
     int max_n;        /* the largest n run */
     int gated;        /* run waits while gated */
     int inside;       /* runs that have entered */
+    int active;       /* runs in progress now */
+    int max_active;   /* the most at once: the model is never run by two threads */
+    double slow_s;    /* run takes at least this long */
 } fake;
 
 static fake F;
@@ -47,6 +52,8 @@ static int64_t fake_run(void *ctx, const float *x, int n, float *y) {
     fake *f = ctx;
     pthread_mutex_lock(&f->mu);
     f->inside++;
+    if (++f->active > f->max_active)
+        f->max_active = f->active;
     pthread_cond_broadcast(&f->cv);
     while (f->gated)
         pthread_cond_wait(&f->cv, &f->mu);
@@ -60,6 +67,11 @@ static int64_t fake_run(void *ctx, const float *x, int n, float *y) {
         y[i * OUTPUTS] = 2 * x[i * WIDTH];
         y[i * OUTPUTS + 1] = x[i * WIDTH + 1] + x[i * WIDTH + 2];
     }
+    if (f->slow_s > 0)
+        pf_clock_sleep(f->slow_s);
+    pthread_mutex_lock(&f->mu);
+    f->active--;
+    pthread_mutex_unlock(&f->mu);
     return version;
 }
 
@@ -405,6 +417,114 @@ static void test_stop_with_items_queued(void **state) {
     pf_free(probes);
 }
 
+/* Idle, max_wait 0: the item runs on this thread, done() not called. */
+static void test_run_now(void **state) {
+    (void)state;
+    serve_batcher *b = start(8, 0, 100);
+    static test_item t;
+    fill(&t, 3, 2);
+    assert_int_equal(serve_batcher_run_now(b, &t.it), 1);
+    assert_int_equal(t.done_calls, 0);
+    assert_int_equal(t.it.status, 200);
+    assert_int_equal(t.it.version, 7);
+    assert_int_equal(t.it.batch, 3);
+    check_outputs(&t);
+    int64_t queued, batches;
+    serve_batcher_counts(b, &queued, &batches);
+    assert_int_equal(queued, 0);
+    assert_int_equal(batches, 1);
+    fill(&t, 3, 2);
+    t.it.deadline = pf_clock_now() - 1; /* already late: 504, not run */
+    assert_int_equal(serve_batcher_run_now(b, &t.it), 1);
+    assert_int_equal(t.it.status, 504);
+    assert_int_equal(F.runs, 1);
+    serve_batcher_destroy(b);
+    /* with max_wait the request waits for company: never at once */
+    b = start(8, 0.001, 100);
+    fill(&t, 1, 0);
+    assert_int_equal(serve_batcher_run_now(b, &t.it), 0);
+    serve_batcher_destroy(b);
+    assert_int_equal(t.done_calls, 0);
+}
+
+/* While the thread runs a batch the model is busy: the item goes through the queue. */
+static void test_run_now_busy(void **state) {
+    (void)state;
+    serve_batcher *b = start(8, 0, 100);
+    static test_item a, c;
+    fill(&a, 1, 1);
+    fill(&c, 1, 5);
+    set_gate(1);
+    assert_int_equal(serve_batcher_submit(b, &a.it), 0);
+    wait_inside(1);
+    assert_int_equal(serve_batcher_run_now(b, &c.it), 0);
+    assert_int_equal(serve_batcher_submit(b, &c.it), 0);
+    set_gate(0);
+    wait_done(2);
+    assert_int_equal(a.it.status, 200);
+    assert_int_equal(c.it.status, 200);
+    check_outputs(&a);
+    check_outputs(&c);
+    assert_int_equal(F.max_active, 1);
+    serve_batcher_destroy(b);
+}
+
+typedef struct mixer {
+    serve_batcher *b;
+    test_item *items;
+    int at_once; /* items that ran on this thread */
+    int refused;
+} mixer;
+
+static void *mix_all(void *arg) {
+    mixer *m = arg;
+    for (int i = 0; i < PER_THREAD; i++) {
+        if (serve_batcher_run_now(m->b, &m->items[i].it)) {
+            m->items[i].done_calls++; /* counted as answered; only this thread touches it */
+            m->at_once++;
+            pthread_mutex_lock(&F.mu);
+            done_total++;
+            pthread_mutex_unlock(&F.mu);
+        } else if (serve_batcher_submit(m->b, &m->items[i].it) != 0) {
+            m->refused++;
+        }
+    }
+    return NULL;
+}
+
+static void test_run_now_threads(void **state) {
+    (void)state;
+    F.slow_s = 0.0002; /* runs long enough for the threads to meet */
+    serve_batcher *b = start(8, 0, 100000);
+    test_item *items = pf_calloc(THREADS * PER_THREAD, sizeof *items);
+    assert_non_null(items);
+    for (int i = 0; i < THREADS * PER_THREAD; i++)
+        fill(&items[i], 1 + i % 4, (float)(100 * i));
+    mixer mx[THREADS];
+    pthread_t threads[THREADS];
+    for (int k = 0; k < THREADS; k++) {
+        mx[k] = (mixer){.b = b, .items = items + k * PER_THREAD};
+        assert_int_equal(pthread_create(&threads[k], NULL, mix_all, &mx[k]), 0);
+    }
+    int at_once = 0;
+    for (int k = 0; k < THREADS; k++) {
+        pthread_join(threads[k], NULL);
+        assert_int_equal(mx[k].refused, 0);
+        at_once += mx[k].at_once;
+    }
+    wait_done(THREADS * PER_THREAD);
+    serve_batcher_destroy(b);
+    for (int i = 0; i < THREADS * PER_THREAD; i++) {
+        assert_int_equal(items[i].done_calls, 1);
+        assert_int_equal(items[i].it.status, 200);
+        check_outputs(&items[i]);
+    }
+    assert_int_equal(F.max_active, 1);
+    print_message("%d of %d items ran at once on their own thread\n", at_once,
+                  THREADS * PER_THREAD);
+    pf_free(items);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_options, setup, teardown),
@@ -415,6 +535,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_queue_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_with_items_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_now, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_now_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_run_now_threads, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

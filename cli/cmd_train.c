@@ -109,6 +109,7 @@ typedef struct train_run {
     pf_eval ev;
     char nonfinite[256]; /* why training stopped on a NaN or infinite number */
     pf_status input_st;  /* streamed input that could not be read: why training stopped */
+    int64_t bad_lines;   /* streamed, data.on_error skip: bad lines skipped so far */
     pf_error input_err;
 } train_run;
 
@@ -211,6 +212,14 @@ static void train_loop(train_run *t) {
         float loss = pf_session_step(t->s);
         t->train_seconds += pf_clock_now() - t0;
         int64_t step = pf_session_global_step(t->s);
+        char last[sizeof t->input_err.message];
+        int64_t fresh = pf_session_take_bad(t->s, &t->bad_lines, last, sizeof last);
+        if (fresh > 0)
+            fprintf(stderr,
+                    "psflow train: skipped %lld bad line(s) (data.on_error skip; %lld of at most "
+                    "%lld so far), the last: %s\n",
+                    (long long)fresh, (long long)t->bad_lines,
+                    (long long)t->spec.data.max_bad_lines, last);
         if ((t->input_st = pf_session_input_error(t->s, &t->input_err)) != PF_OK)
             break; /* the streamed batch could not be read: nothing trained */
         if (!isfinite(loss)) {
@@ -232,6 +241,11 @@ static void train_loop(train_run *t) {
     if (interrupted)
         fprintf(stderr, "psflow train: interrupted at step %lld\n",
                 (long long)pf_session_global_step(t->s));
+    if (t->bad_lines > 0) /* streamed: as a whole data set says it before training */
+        fprintf(stderr,
+                "psflow train: skipped %lld bad line(s) in all (data.on_error skip, at most "
+                "%lld)\n",
+                (long long)t->bad_lines, (long long)t->spec.data.max_bad_lines);
     if (!t->nonfinite[0]) /* the last update can overflow with a finite loss */
         check_params(t->s, t->nonfinite, sizeof t->nonfinite);
     if (!t->nonfinite[0]) {
@@ -282,7 +296,10 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
     double loss = window_mean(&t->prog);
     if (json_out) {
         /* Numbers JSON cannot hold (NaN, Inf) are null; reason says why training ended. */
-        const char *reason = nonfinite[0] ? "NonFiniteLoss" : interrupted ? "Interrupted" : "Done";
+        const char *reason = nonfinite[0]           ? "NonFiniteLoss"
+                             : t->input_st != PF_OK ? "InputError"
+                             : interrupted          ? "Interrupted"
+                                                    : "Done";
         json_t *o = json_pack(
             "{s:s, s:I, s:o, s:o, s:o, s:f, s:f, s:o, s:s, s:s}", "name", name, "steps",
             (json_int_t)steps, "loss", pf_json_number(nonfinite[0] ? NAN : loss), "test_loss",
@@ -291,6 +308,12 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
             pf_json_number(epochs), "backend", pf_session_backend(t->s)->name, "reason", reason);
         if (o && nonfinite[0])
             json_object_set_new(o, "message", json_string(nonfinite));
+        else if (o && t->input_st != PF_OK)
+            json_object_set_new(o, "message", json_string(t->input_err.message));
+        int64_t skipped =
+            pf_session_input(t->s) ? t->bad_lines : pf_session_train_set(t->s)->skipped;
+        if (o && skipped > 0)
+            json_object_set_new(o, "bad_lines_skipped", json_integer((json_int_t)skipped));
         if (o && !isnan(ev->auc))
             json_object_set_new(o, "test_auc", pf_json_number(ev->auc));
         if (o && !isnan(ev->calibration))

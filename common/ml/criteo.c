@@ -28,6 +28,8 @@ const char *pf_criteo_column_name(int column) {
         "I10",   "I11", "I12", "I13", "C1",  "C2",  "C3",  "C4",  "C5",  "C6",
         "C7",    "C8",  "C9",  "C10", "C11", "C12", "C13", "C14", "C15", "C16",
         "C17",   "C18", "C19", "C20", "C21", "C22", "C23", "C24", "C25", "C26"};
+    if (column == PF_CRITEO_FIELDS)
+        return "after C26"; /* a field too many */
     return column >= 0 && column < PF_CRITEO_FIELDS ? names[column] : "line";
 }
 
@@ -152,7 +154,7 @@ pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row,
         const char *tab = memchr(p, '\t', (size_t)(end - p));
         const char *f_end = tab ? tab : end;
         if (!tab && col < PF_CRITEO_FIELDS - 1) {
-            *column = -1;
+            *column = col + 1; /* the first one missing */
             snprintf(why, why_len, "%d fields, the Criteo layout has %d (label, I1..I13, C1..C26)",
                      col + 1, PF_CRITEO_FIELDS);
             return PF_ERR_FORMAT;
@@ -162,7 +164,7 @@ pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row,
             for (const char *q = tab; q && n < 1000000;
                  q = memchr(q + 1, '\t', (size_t)(end - q - 1)))
                 n++;
-            *column = -1;
+            *column = PF_CRITEO_FIELDS; /* "after C26": the first one too many */
             snprintf(why, why_len,
                      "%s%d fields, the Criteo layout has %d (label, I1..I13, C1..C26)",
                      n >= 1000000 ? "over " : "", n, PF_CRITEO_FIELDS);
@@ -303,11 +305,16 @@ static pf_status fill(pf_criteo_reader *r, pf_error *err) {
         return PF_OK;
     }
     r->done = 1;
-    if (zerr == Z_BUF_ERROR)
+    if (zerr == Z_BUF_ERROR && r->skip) /* inside a line too long, whose bytes are gone */
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "%s: gzip data ends early (truncated after %" PRIu64
-                            " decompressed bytes, line %" PRIu64 ")",
-                            r->path, r->bytes, r->line + 1);
+                            " decompressed bytes, in line %" PRIu64 ", the line too long)",
+                            r->path, r->bytes, r->line);
+    if (zerr == Z_BUF_ERROR) /* the line it cut: the bytes of it read so far, then the end */
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: gzip data ends early (truncated after %" PRIu64
+                            " decompressed bytes, line %" PRIu64 ", column %zu)",
+                            r->path, r->bytes, r->line + 1, r->len - r->pos + 1);
     if (zerr == Z_ERRNO) {
         char os[128];
         os_text(errno, os, sizeof os);
@@ -363,8 +370,9 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
             r->skip = 1;
             r->pos = nl ? (size_t)(nl - r->buf) : r->len; /* the skip finds its end */
             return pf_error_set(err, PF_ERR_FORMAT, NULL,
-                                "%s: the line is longer than %zu bytes; not read",
-                                where(r, line_offset, at, sizeof at), r->max_line);
+                                "%s: the line is longer than %zu bytes (column %zu is past the "
+                                "limit); not read",
+                                where(r, line_offset, at, sizeof at), r->max_line, r->max_line + 1);
         }
         if (!nl && have == 0) { /* the end */
             int rc = gzclose_r(r->f);
@@ -373,8 +381,8 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
             if (rc == Z_BUF_ERROR)
                 return pf_error_set(err, PF_ERR_FORMAT, NULL,
                                     "%s: gzip data ends early (truncated after %" PRIu64
-                                    " decompressed bytes)",
-                                    r->path, r->bytes);
+                                    " decompressed bytes, line %" PRIu64 ", column 1)",
+                                    r->path, r->bytes, r->line + 1);
             return PF_ERR_NOT_FOUND;
         }
         const char *line = r->buf + r->pos;

@@ -166,11 +166,16 @@ static pf_status fill(data_text_reader *r, pf_error *err) {
     if (n == 0 && zerr == Z_OK)
         return PF_OK; /* a gzip stream cut short shows at gzclose_r */
     r->done = 1;
-    if (zerr == Z_BUF_ERROR)
+    if (zerr == Z_BUF_ERROR && r->skip) /* inside a line passed over, whose bytes are gone */
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "%s: gzip data ends early (truncated after %" PRIu64
-                            " decompressed bytes, line %" PRIu64 ")",
-                            r->path, r->bytes, r->line + 1);
+                            " decompressed bytes, inside a line passed over)",
+                            r->path, r->bytes);
+    if (zerr == Z_BUF_ERROR) /* the line it cut: the bytes of it read so far, then the end */
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: gzip data ends early (truncated after %" PRIu64
+                            " decompressed bytes, line %" PRIu64 ", column %zu)",
+                            r->path, r->bytes, r->line + 1, r->len - r->pos + 1);
     if (zerr == Z_ERRNO) {
         char os[128];
         os_text(errno, os, sizeof os);
@@ -189,8 +194,8 @@ static pf_status finish(data_text_reader *r, pf_error *err) {
     if (rc == Z_BUF_ERROR)
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "%s: gzip data ends early (truncated after %" PRIu64
-                            " decompressed bytes)",
-                            r->path, r->bytes);
+                            " decompressed bytes, line %" PRIu64 ", column 1)",
+                            r->path, r->bytes, r->line + 1);
     return PF_ERR_NOT_FOUND;
 }
 
@@ -235,8 +240,10 @@ static pf_status next_line(data_text_reader *r, const char **line, size_t *n, da
             r->pos = nl ? (size_t)(nl - r->buf) : r->len; /* the skip finds its end */
             char where[DATA_AT_TEXT];
             return pf_error_set_offset(err, PF_ERR_FORMAT, (long long)line_offset,
-                                       "%s: the line is longer than %zu bytes; not read",
-                                       data_at_text(at, where, sizeof where), r->max_line);
+                                       "%s: the line is longer than %zu bytes (column %zu is "
+                                       "past the limit); not read",
+                                       data_at_text(at, where, sizeof where), r->max_line,
+                                       r->max_line + 1);
         }
         if (!nl && have == 0) {
             r->line--;

@@ -265,6 +265,13 @@ const pf_stream_source *pf_session_input(const pf_session *s) {
     return s->input;
 }
 
+int64_t pf_session_take_bad(pf_session *s, int64_t *total, char *last, size_t len) {
+    *total = 0;
+    if (len)
+        last[0] = '\0';
+    return s->input ? pf_stream_take_bad(s->input, total, last, len) : 0;
+}
+
 int64_t pf_session_global_step(const pf_session *s) {
     return s->step;
 }

@@ -23,7 +23,7 @@ static void parse_one(const char *line, size_t len) {
             abort();
         return;
     }
-    if (st != PF_ERR_FORMAT || column < -1 || column >= PF_CRITEO_FIELDS)
+    if (st != PF_ERR_FORMAT || column < -1 || column > PF_CRITEO_FIELDS) /* 40: "after C26" */
         abort();
     if (memchr(why, '\0', sizeof why) == NULL)
         abort();

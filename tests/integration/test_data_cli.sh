@@ -54,7 +54,7 @@ awk -F'\t' 'BEGIN{OFS="\t"} NR==10{$20="zz12"} NR==20{NF=39} NR==30{$4="99999999
   bad.tsv >bad2.tsv
 expect_exit 65 "$PSFLOW_BIN" data inspect bad2.tsv
 grep -q 'bad2.tsv:10: column C6: .zz12. is not a hex id' "$WORK/stderr" || fail "non-hex id: $(cat "$WORK/stderr")"
-grep -q 'bad2.tsv:20: 39 fields' "$WORK/stderr" || fail "missing field: $(cat "$WORK/stderr")"
+grep -q 'bad2.tsv:20: column C26: 39 fields' "$WORK/stderr" || fail "missing field: $(cat "$WORK/stderr")"
 grep -q 'bad2.tsv:30: column I3: .* overflows' "$WORK/stderr" || fail "overflow: $(cat "$WORK/stderr")"
 grep -q '^rows 97, .*bad lines 3' "$WORK/stdout" || fail "counts: $(head -2 "$WORK/stdout")"
 

@@ -322,17 +322,23 @@ static void test_parse_field_count(void **state) {
     f[PF_CRITEO_FIELDS] = "1";
     pf_criteo_row row;
     int column;
+    /* too few: the first field missing is named; too many: "after C26" */
     assert_int_equal(parse(join(f, PF_CRITEO_FIELDS - 1), &row, &column), PF_ERR_FORMAT);
-    assert_int_equal(column, -1);
+    assert_int_equal(column, PF_CRITEO_FIELDS - 1);
+    assert_string_equal(pf_criteo_column_name(column), "C26");
     assert_int_equal(parse(join(f, PF_CRITEO_FIELDS + 1), &row, &column), PF_ERR_FORMAT);
-    assert_int_equal(column, -1);
+    assert_int_equal(column, PF_CRITEO_FIELDS);
+    assert_string_equal(pf_criteo_column_name(column), "after C26");
     assert_int_equal(parse("1", &row, &column), PF_ERR_FORMAT);
-    assert_int_equal(column, -1);
+    assert_int_equal(column, 1);
+    assert_string_equal(pf_criteo_column_name(column), "I1");
     /* an extra empty field (a trailing tab) is one too many */
     char tab[4096];
     snprintf(tab, sizeof tab, "%s\t", join(f, PF_CRITEO_FIELDS));
     assert_int_equal(parse(tab, &row, &column), PF_ERR_FORMAT);
-    assert_int_equal(column, -1);
+    assert_int_equal(column, PF_CRITEO_FIELDS);
+    assert_string_equal(pf_criteo_column_name(-1), "line");
+    assert_string_equal(pf_criteo_column_name(PF_CRITEO_FIELDS + 1), "line");
 }
 
 static void test_parse_bad_ids(void **state) {

@@ -35,13 +35,14 @@ typedef struct pf_criteo_row {
 
 /* Parses one line (without its "\n"; a trailing "\r" is allowed) into *row. Returns PF_OK, or
  * PF_ERR_FORMAT with *column the field at fault (0 the label, 1..13 I1..I13, 14..39
- * C1..C26, -1 the line as a whole) and why[len] saying what is wrong with it. Pure: the fuzz
- * target and the reader call it alike. */
+ * C1..C26; with too few fields the first one missing, with too many 40, "after C26") and
+ * why[len] saying what is wrong with it. Pure: the fuzz target and the reader call it
+ * alike. */
 pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row, int *column,
                                char *why, size_t why_len);
 
 /* The name of field `column` as pf_criteo_parse_line numbers them: "label", "I1".."I13",
- * "C1".."C26"; "line" for -1. */
+ * "C1".."C26", "after C26" for 40; "line" for -1 (and anything else). */
 const char *pf_criteo_column_name(int column);
 
 typedef struct pf_criteo_reader pf_criteo_reader;

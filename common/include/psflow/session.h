@@ -50,6 +50,11 @@ struct pf_stream_source;
 /* The streamed training files (data.streaming: one stream per replica), or NULL. */
 const struct pf_stream_source *pf_session_input(const pf_session *s);
 
+/* With streamed input and data.on_error skip: the bad lines skipped since the last call,
+ * *total those so far and last[len] the last one's message (pf_stream_take_bad); 0 (and
+ * *total 0) without streamed input. */
+int64_t pf_session_take_bad(pf_session *s, int64_t *total, char *last, size_t len);
+
 /* Steps applied so far. */
 int64_t pf_session_global_step(const pf_session *s);
 

@@ -6,7 +6,8 @@
 #     works), wait for a healthy coordinator and share the checkpoint volume; a token is
 #     required by default: the coordinator generates it into the token volume, and the
 #     agents' token into the agent-token volume, which the agents mount read-only and read
-#     it from (they never see the API token).
+#     it from (they never see the API token); every ps and worker mounts the segments
+#     volume where PSFLOW_SHM_DIR points.
 #  2. deploy/kubernetes: it ships no token (no Secret manifest, `kubectl kustomize` fails
 #     until the user generates deploy/kubernetes/token, which git ignores); a copy with a
 #     generated token is rendered with `kubectl kustomize` when kubectl exists, else its
@@ -120,7 +121,7 @@ for name in ("ps", "worker"):
     expect(s.get("environment", {}).get("PSFLOW_CHECKPOINT_DIR") == "/var/lib/psflow/checkpoints",
            "%s: PSFLOW_CHECKPOINT_DIR is the shared volume" % name)
     env_by_cmd.append([name, s.get("environment", {})])
-expect(set(doc.get("volumes", {})) == {"db", "checkpoints", "token", "agent-token"},
+expect(set(doc.get("volumes", {})) == {"db", "checkpoints", "token", "agent-token", "segments"},
        "volumes: %s" % doc.get("volumes"))
 # A token by default: the coordinator generates it into the token volume; agents read it.
 def mounts(service):
@@ -159,6 +160,13 @@ for name in ("ps", "worker"):
            % (name, agent_dir, mounts(s).get("agent-token")))
     expect("token" not in mounts(s) and "PSFLOW_TOKEN_FILE" not in senv and
            "PSFLOW_TOKEN" not in senv, "%s: an agent must not get the API token" % name)
+    # The segment handoff: every ps and worker has the segments volume, writable, where
+    # PSFLOW_SHM_DIR points (docs/distributed.md, "The shared segment").
+    expect(mounts(s).get("segments") == (senv.get("PSFLOW_SHM_DIR"), False),
+           "%s: the segments volume read-write at PSFLOW_SHM_DIR (%s): %s"
+           % (name, senv.get("PSFLOW_SHM_DIR"), mounts(s).get("segments")))
+for name in ("coordinator", "serve"):
+    expect("segments" not in mounts(services[name]), "%s: has no use for the segments volume" % name)
 # serve: one port, on 127.0.0.1; the API token from its volume (read-only), the checkpoints
 # read-only; it waits for a healthy coordinator (which makes the token).
 serve = services["serve"]

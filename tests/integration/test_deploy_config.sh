@@ -17,6 +17,8 @@
 #     /livez, the headless ps Service and advertised names, the serve Deployment (ready on
 #     /healthz, checkpoints read-only) and its Service, references to Secrets and claims
 #     that exist, the token mounted where PSFLOW_TOKEN_FILE points.
+#     With kubectl, the segments component rendered over the base: the ps and worker pods
+#     (only they) mount the node's folder where PSFLOW_SHM_DIR points.
 #  3. deploy/kubernetes/tfjob/tfjob.yaml: the same schema check, the container and port
 #     names Kubeflow's operator looks for, and a job spec whose replicas match.
 # Every PSFLOW_* variable set in these files must be an option of the command it runs
@@ -407,6 +409,43 @@ sys.exit(1 if errors else 0)
 PY
 check_env kube-env.json || fail "deploy/kubernetes sets variables psflow does not read"
 pass "deploy/kubernetes: Recreate coordinator, /readyz and /livez probes, headless ps StatefulSet"
+
+# The segments component: an overlay of the base with it gives every ps and worker pod the
+# node's folder (hostPath, type Directory) where PSFLOW_SHM_DIR points, and nothing else.
+if [ "$rendered_by" = kubectl ]; then
+  mkdir overlay
+  printf 'resources:\n  - ../kube\ncomponents:\n  - ../kube/segments\n' >overlay/kustomization.yaml
+  kubectl kustomize overlay >segments.yaml 2>segments.err ||
+    { cat segments.err >&2; fail "the segments component does not render over the base"; }
+  python3 - segments.yaml <<'PY' || fail "deploy/kubernetes/segments: wrong wiring"
+import sys
+from manifests import load_documents
+errors = []
+for d in load_documents(sys.argv[1]):
+    if d.get("kind") not in ("StatefulSet", "Deployment"):
+        continue
+    name, spec = d["metadata"]["name"], d["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+    vols = {v["name"]: v for v in spec.get("volumes", [])}
+    if name in ("psflow-ps", "psflow-worker"):
+        hp = vols.get("segments", {}).get("hostPath", {})
+        if hp.get("type") != "Directory" or not hp.get("path"):
+            errors.append("%s: no hostPath segments volume of type Directory: %s" % (name, hp))
+        if env.get("PSFLOW_SHM_DIR") is None or env.get("PSFLOW_SHM_DIR") != mounts.get("segments"):
+            errors.append("%s: PSFLOW_SHM_DIR %s is not the segments mount %s"
+                          % (name, env.get("PSFLOW_SHM_DIR"), mounts.get("segments")))
+    elif "segments" in vols or "PSFLOW_SHM_DIR" in env:
+        errors.append("%s: has the segments volume or PSFLOW_SHM_DIR" % name)
+for e in errors:
+    print("deploy/kubernetes/segments:", e)
+sys.exit(1 if errors else 0)
+PY
+  pass "deploy/kubernetes/segments: ps and worker pods get the node's folder at PSFLOW_SHM_DIR"
+else
+  echo "skipped: the segments component (kubectl is needed to render it)"
+fi
 
 # --- 3. TFJob --------------------------------------------------------------------------------
 python3 - "$KUBE/tfjob/tfjob.yaml" tfjob-env.json <<'PY' || fail "tfjob.yaml: wrong wiring"

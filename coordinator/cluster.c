@@ -99,20 +99,28 @@ static void cap_ps_workers(const coord_cluster *c, coord_job *j) {
             j->tasks[k].workers = members;
 }
 
-/* Gives every task of j an idle agent, or none. */
-static void admit(coord_cluster *c, coord_job *j, double now) {
-    int need_ps = j->spec.replicas.ps;
-    int need_workers =
-        j->spec.replicas.chief + j->spec.replicas.worker + j->spec.replicas.evaluator;
-    int have_ps = 0, have_workers = 0;
-    for (int i = 0; i < c->n_nodes; i++) {
-        have_ps += idle(c->nodes[i], "ps");
-        have_workers += idle(c->nodes[i], "worker");
-    }
-    if (have_ps < need_ps || have_workers < need_workers) {
+/* The agents of each role job j takes. */
+static int need_ps(const coord_job *j) {
+    return j->spec.replicas.ps;
+}
+
+static int need_workers(const coord_job *j) {
+    return j->spec.replicas.chief + j->spec.replicas.worker + j->spec.replicas.evaluator;
+}
+
+/* Gives every task of j an idle agent, or none: j may take have_ps of the idle ps agents and
+ * have_workers of the idle worker agents (the others are held for jobs ahead of it, `behind`
+ * the first of them, or NULL). Returns whether it was admitted. */
+static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
+                  const coord_job *behind, double now) {
+    if (have_ps < need_ps(j) || have_workers < need_workers(j)) {
         /* Name the tasks that would get no agent: the last ones of each role. */
         char msg[COORD_TEXT_MAX];
-        int len = snprintf(msg, sizeof msg, "waiting for agents: missing");
+        int len = behind ? snprintf(msg, sizeof msg,
+                                    "waiting behind job %s (agents are held for the jobs ahead "
+                                    "in the queue): missing",
+                                    behind->name)
+                         : snprintf(msg, sizeof msg, "waiting for agents: missing");
         int listed = 0, ps_seen = 0, worker_seen = 0;
         for (int i = 0; i < j->n_tasks && len < (int)sizeof msg - 40; i++) {
             coord_task *t = &j->tasks[i];
@@ -140,7 +148,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
                 coord_job_event(c, j, now);
             }
         }
-        return;
+        return false;
     }
     j->generation++;
     bool restart = j->generation > 1;
@@ -186,6 +194,7 @@ static void admit(coord_cluster *c, coord_job *j, double now) {
     }
     for (int k = 0; k < j->n_tasks; k++)
         coord_task_event(c, j, &j->tasks[k], now);
+    return true;
 }
 
 /* Sets the job's message (and tells the clients) when it changed. */
@@ -283,13 +292,91 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     }
 }
 
+/* The queue's order: higher run_policy.priority first, then the earlier submitted, then the
+ * job list's order. */
+static int queue_before(const void *a, const void *b) {
+    const coord_job *x = *(const coord_job *const *)a, *y = *(const coord_job *const *)b;
+    if (x->spec.run_policy.priority != y->spec.run_policy.priority)
+        return x->spec.run_policy.priority > y->spec.run_policy.priority ? -1 : 1;
+    if (x->create_time != y->create_time)
+        return x->create_time < y->create_time ? -1 : 1;
+    return 0;
+}
+
+/* Records j's place in the queue (0: admitted), telling the clients when it changed. */
+static void set_queue(coord_cluster *c, coord_job *j, int position, const coord_job *behind,
+                      double now) {
+    const char *name = behind ? behind->name : "";
+    if (j->queue_position == position && !strcmp(j->queue_behind, name))
+        return;
+    j->queue_position = position;
+    snprintf(j->queue_behind, sizeof j->queue_behind, "%s", name);
+    j->dirty = true;
+    coord_job_event(c, j, now);
+}
+
+/* Running jobs first (a replacement, or a worker added live, keeps going a job that holds
+ * agents already), then the waiting ones in queue order. The agents a waiting job needs are
+ * held for it: a job behind it starts only on agents left over after every job ahead took
+ * what it needs, so no later job can take an agent that an earlier (or higher-priority) one
+ * waits for, and a large job is never starved by small ones. A job that needs more agents of
+ * a role than the cluster has at all holds none (it could not start anyway). */
 static void admit_all(coord_cluster *c, double now) {
-    for (int i = 0; i < c->n_jobs; i++) {
-        if (waiting(c->jobs[i]))
-            admit(c, c->jobs[i], now);
-        else if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
+    for (int i = 0; i < c->n_jobs; i++)
+        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
             replace_tasks(c, c->jobs[i], now);
+    coord_job **queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
+    if (!queue)
+        return; /* out of memory: nothing admitted this round */
+    int n = 0;
+    for (int i = 0; i < c->n_jobs; i++)
+        if (waiting(c->jobs[i]))
+            queue[n++] = c->jobs[i];
+        else if (c->jobs[i]->queue_position)
+            set_queue(c, c->jobs[i], 0, NULL, now);
+    if (n > 1) /* stable for equal keys: merge the list order in as the last key */
+        for (int i = 1; i < n; i++)
+            for (int k = i; k > 0 && queue_before(&queue[k], &queue[k - 1]) < 0; k--) {
+                coord_job *t = queue[k];
+                queue[k] = queue[k - 1];
+                queue[k - 1] = t;
+            }
+    int idle_ps = 0, idle_workers = 0, live_ps = 0, live_workers = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *nd = c->nodes[i];
+        idle_ps += idle(nd, "ps");
+        idle_workers += idle(nd, "worker");
+        if (!nd->lost && !nd->deleted) {
+            live_ps += !strcmp(nd->role, "ps");
+            live_workers += !strcmp(nd->role, "worker");
+        }
     }
+    int held_ps = 0, held_workers = 0, position = 0;
+    const coord_job *first_holder = NULL;
+    for (int q = 0; q < n; q++) {
+        coord_job *j = queue[q];
+        int have_ps = idle_ps - held_ps, have_workers = idle_workers - held_workers;
+        have_ps = have_ps > 0 ? have_ps : 0;
+        have_workers = have_workers > 0 ? have_workers : 0;
+        /* agents held for jobs ahead are among those it lacks */
+        bool held_back =
+            first_holder && ((have_ps < need_ps(j) && have_ps < idle_ps) ||
+                             (have_workers < need_workers(j) && have_workers < idle_workers));
+        if (admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
+            idle_ps -= need_ps(j);
+            idle_workers -= need_workers(j);
+            set_queue(c, j, 0, NULL, now);
+            continue;
+        }
+        set_queue(c, j, ++position, held_back ? first_holder : NULL, now);
+        if (need_ps(j) > live_ps || need_workers(j) > live_workers)
+            continue; /* cannot start on this cluster: holds nothing */
+        held_ps += need_ps(j);
+        held_workers += need_workers(j);
+        if (!first_holder)
+            first_holder = j;
+    }
+    pf_free(queue);
 }
 
 /* --- failures --- */
@@ -496,7 +583,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     snprintf(j->message, sizeof j->message, "%s", msg);
     coord_log_event(c, j->name, "Created", "JobCreated", msg, now);
     coord_job_event(c, j, now);
-    admit(c, j, now);
+    admit_all(c, now); /* in its place in the queue */
     *out = j;
     *created = 1;
     return PF_OK;

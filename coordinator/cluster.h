@@ -123,6 +123,10 @@ typedef struct coord_job {
     bool has_checkpoint;     /* a complete checkpoint was reported */
     int64_t checkpoint_step; /* the newest reported one: what a gang restart restores */
     double create_time, start_time, completion_time; /* 0 = not yet */
+    /* while it waits for agents: its place in the queue (1 = next; 0 when not waiting) and
+     * the job whose held agents keep it waiting ("" when none: the cluster lacks them) */
+    int queue_position;
+    char queue_behind[PF_NAME_MAX + 1];
     int n_tasks;
     coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
     /* steps/s (steps_per_sec: NAN while unknown) and stall: the window of recent steps */

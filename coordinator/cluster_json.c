@@ -114,6 +114,14 @@ json_t *coord_job_status_json(const coord_job *j) {
                                               json_number_or_null(j->test_auc), "test_calibration",
                                               json_number_or_null(j->test_calibration), "bayes_auc",
                                               json_number_or_null(j->bayes_auc)));
+    if (out) /* waiting for agents: its place in the queue (null once admitted) */
+        json_object_set_new(
+            out, "queue",
+            j->queue_position > 0
+                ? json_pack("{s:i, s:i, s:o}", "position", j->queue_position, "priority",
+                            j->spec.run_policy.priority, "behind",
+                            j->queue_behind[0] ? json_string(j->queue_behind) : json_null())
+                : json_null());
     if (out) /* bad input lines skipped (data.on_error skip) */
         json_object_set_new(out, "bad_lines_skipped", json_integer((json_int_t)j->bad_lines));
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
@@ -157,6 +165,11 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->test_calibration = num(s, "test_calibration");
     j->bayes_auc = num(s, "bayes_auc"); /* NAN in a status stored before it existed */
     j->bad_lines = (int64_t)json_integer_value(json_object_get(s, "bad_lines_skipped"));
+    /* its place in the queue as stored: the next scheduling round works it out again */
+    json_t *q = json_object_get(s, "queue");
+    const char *behind = json_string_value(json_object_get(q, "behind"));
+    j->queue_position = (int)json_integer_value(json_object_get(q, "position"));
+    snprintf(j->queue_behind, sizeof j->queue_behind, "%s", behind ? behind : "");
     j->eval_loss = num(s, "eval_loss");
     j->eval_accuracy = num(s, "eval_accuracy");
     json_t *es = json_object_get(s, "eval_step");

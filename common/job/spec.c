@@ -207,6 +207,7 @@ static const field run_policy_fields[] = {
     {"backoff_limit", K_INT, AT(run_policy.backoff_limit), .min = 0, .max = INT_MAX, .def = 3},
     {"active_deadline_seconds", K_INT64, AT(run_policy.active_deadline_seconds), .min = 0,
      .max = INT64_MAX},
+    {"priority", K_INT, AT(run_policy.priority), .min = -1000, .max = 1000},
 };
 
 static const object_desc replicas_desc = {replicas_fields, COUNT(replicas_fields), false, NULL};

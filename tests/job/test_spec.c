@@ -130,6 +130,7 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->run_policy.restart_policy == b->run_policy.restart_policy &&
         a->run_policy.backoff_limit == b->run_policy.backoff_limit &&
         a->run_policy.active_deadline_seconds == b->run_policy.active_deadline_seconds &&
+        a->run_policy.priority == b->run_policy.priority &&
         a->replicas_per_worker == b->replicas_per_worker;
     for (int r = 0; eq && r < a->replicas_per_worker; r++)
         eq = a->devices[r].device == b->devices[r].device &&
@@ -281,6 +282,7 @@ static void test_defaults(void **state) {
     assert_int_equal(s.run_policy.restart_policy, PF_RESTART_ON_FAILURE);
     assert_int_equal(s.run_policy.backoff_limit, 3);
     assert_int_equal(s.run_policy.active_deadline_seconds, 0);
+    assert_int_equal(s.run_policy.priority, 0);
     assert_int_equal(s.replicas_per_worker, 1);
     assert_int_equal(s.devices[0].device, PF_DEVICE_CPU);
 
@@ -298,7 +300,7 @@ static void test_defaults(void **state) {
               "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
               "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
               "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-              "\"active_deadline_seconds\":0},"
+              "\"active_deadline_seconds\":0,\"priority\":0},"
               "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
@@ -431,6 +433,7 @@ static void test_design_example(void **state) {
     assert_int_equal(s.run_policy.restart_policy, PF_RESTART_ON_FAILURE);
     assert_int_equal(s.run_policy.backoff_limit, 3);
     assert_int_equal(s.run_policy.active_deadline_seconds, 0);
+    assert_int_equal(s.run_policy.priority, 0);
     assert_int_equal(s.replicas_per_worker, 1);
     assert_int_equal(s.devices[0].device, PF_DEVICE_CPU);
 
@@ -457,7 +460,7 @@ static void test_design_example(void **state) {
         "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-        "\"active_deadline_seconds\":0},"
+        "\"active_deadline_seconds\":0,\"priority\":0},"
         "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);

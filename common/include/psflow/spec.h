@@ -237,6 +237,7 @@ typedef struct pf_run_policy_spec {
         restart_policy;              /* "Never" | "OnFailure" | "Always" | "ExitCode" [OnFailure] */
     int backoff_limit;               /* >= 0 [3] */
     int64_t active_deadline_seconds; /* >= 0, 0 = none [0] */
+    int priority; /* -1000..1000 [0]: a waiting job of higher priority is admitted first */
 } pf_run_policy_spec;
 
 typedef struct pf_job_spec {

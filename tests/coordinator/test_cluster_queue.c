@@ -1,0 +1,159 @@
+/* test_cluster_queue.c - the coordinator's queue (coordinator/cluster.c admit_all,
+ * docs/design.md "The queue"), driven in-process with explicit times: a large job submitted
+ * first is not overtaken by a small one submitted later (the agents it needs are held for it,
+ * its status and the small job's message say so) and starts first once agents free up; a job
+ * of higher run_policy.priority goes ahead of an earlier one; a job that needs more agents
+ * than the cluster has holds nothing, so a small job behind it starts at once; the status's
+ * `queue` is null once a job has its agents.
+ *
+ * Agents are simulated by the fixture's registrations and heartbeat reports; no test sleeps.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <string.h>
+
+#include "tests/support/cluster_fixture.h"
+#include "coordinator/cluster.h"
+#include "coordinator/cluster_json.h"
+#include "psflow/spec.h"
+
+/* The status's queue object of j (borrowed from *status, which the caller frees), or NULL
+ * when it is null. */
+static json_t *queue_of(const coord_job *j, json_t **status) {
+    *status = coord_job_status_json(j);
+    assert_non_null(*status);
+    json_t *q = json_object_get(*status, "queue");
+    assert_non_null(q); /* present: null or an object */
+    return json_is_null(q) ? NULL : q;
+}
+
+static void assert_queue(const coord_job *j, int position, int priority, const char *behind) {
+    assert_int_equal(j->queue_position, position);
+    json_t *status;
+    json_t *q = queue_of(j, &status);
+    if (position == 0) {
+        assert_null(q);
+    } else {
+        assert_non_null(q);
+        assert_int_equal(json_integer_value(json_object_get(q, "position")), position);
+        assert_int_equal(json_integer_value(json_object_get(q, "priority")), priority);
+        json_t *b = json_object_get(q, "behind");
+        if (behind)
+            assert_string_equal(json_string_value(b), behind);
+        else
+            assert_true(json_is_null(b));
+    }
+    json_decref(status);
+}
+
+/* Ends the running job j and has its agents report idle. */
+static void finish_job(coord_cluster *c, coord_job *j, coord_node *ps, coord_node *w, double now) {
+    coord_job_cancel(c, j, now);
+    report(c, ps, "idle", 0, now);
+    report(c, w, "idle", 0, now);
+}
+
+/* A large job first, a small one later: the small one would fit the idle agents, but they
+ * are held for the large one, which starts first once the running job frees its agents. */
+static void test_no_overtaking(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *busy = running_pair(&c, "busy", "", T0, &ps, &w);
+    add_node(&c, "ps-b", "ps", T0);
+    add_node(&c, "w-b", "worker", T0);
+    add_node(&c, "w-c", "worker", T0);
+    pf_job_spec spec;
+    make_spec(&spec, "big", 2, 2, "");
+    coord_job *big = submit(&c, &spec, T0 + 1);
+    assert_int_equal(big->phase, COORD_CREATED);
+    assert_string_equal(big->message, "waiting for agents: missing ps 1");
+    assert_queue(big, 1, 0, NULL);
+
+    make_spec(&spec, "small", 1, 1, "");
+    coord_job *small = submit(&c, &spec, T0 + 2);
+    assert_int_equal(small->phase, COORD_CREATED); /* 1 ps and 2 workers idle, but held */
+    assert_string_equal(small->message,
+                        "waiting behind job big (agents are held for the jobs ahead in the "
+                        "queue): missing ps 0, worker 0");
+    assert_queue(small, 2, 0, "big");
+    coord_cluster_tick(&c, T0 + 3);
+    assert_int_equal(small->phase, COORD_CREATED);
+
+    finish_job(&c, busy, ps, w, T0 + 4);
+    assert_int_equal(big->phase, COORD_RUNNING);
+    assert_queue(big, 0, 0, NULL);
+    /* what is left (1 worker) is not enough: the small job waits for the cluster now */
+    assert_int_equal(small->phase, COORD_CREATED);
+    assert_string_equal(small->message, "waiting for agents: missing ps 0");
+    assert_queue(small, 1, 0, NULL);
+    coord_cluster_deinit(&c);
+}
+
+/* A job of higher priority submitted later goes ahead of one waiting already. */
+static void test_priority(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *busy = running_pair(&c, "busy", "", T0, &ps, &w);
+    pf_job_spec spec;
+    make_spec(&spec, "low", 1, 1, "");
+    coord_job *low = submit(&c, &spec, T0 + 1);
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 2);
+    make_spec(&spec, "lower", 1, 1, ", \"run_policy\": {\"priority\": -5}");
+    coord_job *lower = submit(&c, &spec, T0 + 0.5);
+    assert_queue(high, 1, 10, NULL);
+    assert_queue(low, 2, 0, NULL); /* nothing idle to hold: the cluster lacks the agents */
+    assert_queue(lower, 3, -5, NULL);
+
+    finish_job(&c, busy, ps, w, T0 + 3);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    assert_int_equal(low->phase, COORD_CREATED);
+    assert_int_equal(lower->phase, COORD_CREATED);
+    assert_queue(low, 1, 0, NULL);
+    assert_queue(lower, 2, -5, NULL);
+
+    finish_job(&c, high, ps, w, T0 + 4);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_int_equal(lower->phase, COORD_CREATED);
+    assert_queue(lower, 1, -5, NULL);
+    coord_cluster_deinit(&c);
+}
+
+/* A job that needs more agents of a role than the cluster has holds none: the jobs behind it
+ * start on what is idle. */
+static void test_too_large_holds_nothing(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    add_node(&c, "ps-a", "ps", T0);
+    add_node(&c, "w-a", "worker", T0);
+    pf_job_spec spec;
+    make_spec(&spec, "huge", 3, 1, "");
+    coord_job *huge = submit(&c, &spec, T0 + 1);
+    assert_int_equal(huge->phase, COORD_CREATED);
+    assert_string_equal(huge->message, "waiting for agents: missing ps 1, ps 2");
+    make_spec(&spec, "small", 1, 1, "");
+    coord_job *small = submit(&c, &spec, T0 + 2);
+    assert_int_equal(small->phase, COORD_RUNNING);
+    assert_queue(small, 0, 0, NULL);
+    assert_queue(huge, 1, 0, NULL);
+    coord_cluster_deinit(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_overtaking),
+        cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_too_large_holds_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -284,12 +284,13 @@ static pf_status setup(trainer *t, pf_error *err) {
     t->versions = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->steps = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->min_version = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
+    t->gathered_at = pf_calloc((size_t)t->n_ps, sizeof(uint64_t));
     t->results = pf_calloc((size_t)t->n_ps, sizeof(uint32_t));
     t->skipped = pf_calloc((size_t)spec->training.nonfinite_max_rollbacks + 1, sizeof(uint64_t));
     worker_plan_init(&t->plan, t->n_tasks, step_batch, t->skipped,
                      spec->training.nonfinite_max_rollbacks + 1);
     if (!t->params || !t->grads || !t->hx || !t->hy || !t->hlabels || !t->versions || !t->steps ||
-        !t->min_version || !t->results || !t->skipped)
+        !t->min_version || !t->gathered_at || !t->results || !t->skipped)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     worker_read_skips(t);
     if (t->o->is_chief && (st = setup_chief(t, err)) != PF_OK)
@@ -325,6 +326,7 @@ static void teardown(trainer *t) {
     pf_free(t->versions);
     pf_free(t->steps);
     pf_free(t->min_version);
+    pf_free(t->gathered_at);
     pf_free(t->results);
     pf_free(t->skipped);
     pf_free(t->eval_params);
@@ -417,8 +419,29 @@ static pf_status start(trainer *t, run *r) {
     return PF_OK;
 }
 
+/* After the ps tasks answered a request: a ps that restarted (the chief rolls every ps back
+ * to one checkpoint), or in sync mode a ps whose version went below `floor` (a rollback, or
+ * a restart; every ps is waited for, resync). STEP_GOES_ON when neither happened. */
+static step_outcome follow_ps(trainer *t, run *r, const uint64_t *floor) {
+    int rolled = 0;
+    pf_status st = worker_roll_back(t, &rolled, &r->err);
+    if (st != PF_OK)
+        return failed(r, st);
+    if (rolled)
+        return STEP_ROLLED_BACK;
+    if (!worker_recovery_went_back(r->sync, t->n_ps, t->versions, floor, r->max_steps))
+        return STEP_GOES_ON;
+    st = worker_resync(t, &r->err);
+    step_outcome s = answer(t, r, st, t->versions[0], 0, 0);
+    return s == STEP_FAILED ? s : STEP_RESYNCED;
+}
+
 /* The step's gradient into t->grads, from the batch of step `global` (in row mode with its
- * rows pulled), or the one computed ahead during the last push-pull (prefetch). */
+ * rows pulled), or the one computed ahead during the last push-pull (prefetch). In row mode
+ * the pull may find the ps tasks gone back (a ps restarted, or the chief rolled them back,
+ * between the last push-pull and this pull): the batch of `global` is then not the batch of
+ * the step they serve, and a gradient of it would be applied to another step. The step is
+ * dropped instead and taken again from the versions served. */
 static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
     r->fed = global;
     if (r->ahead) {
@@ -431,8 +454,11 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         if (t->row_mode) { /* this batch's rows, and the dense variables */
             worker_rows_plan(&t->rows, &t->placement, t->hx, r->b, &t->rplan);
             worker_link_set_plan(t->link, &t->rplan);
+            memcpy(t->gathered_at, t->versions, (size_t)t->n_ps * sizeof *t->versions);
             pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, &r->err);
             step_outcome s = answer(t, r, st, global, 0, 0);
+            if (s == STEP_GOES_ON)
+                s = follow_ps(t, r, t->gathered_at);
             if (s != STEP_GOES_ON)
                 return s;
         }
@@ -523,18 +549,9 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global) {
  * consistent rollback), a ps that went back (resync), or a step taken. */
 static step_outcome after_push(trainer *t, run *r, pf_status st) {
     step_outcome s = answer(t, r, st, r->fed, 1, 0);
-    if (s != STEP_GOES_ON)
-        return s;
-    int rolled = 0;
-    if ((st = worker_roll_back(t, &rolled, &r->err)) != PF_OK)
-        return failed(r, st);
-    if (rolled)
-        return STEP_ROLLED_BACK;
-    if (!worker_recovery_went_back(r->sync, t->n_ps, t->versions, t->min_version, r->max_steps))
-        return STEP_TAKEN;
-    st = worker_resync(t, &r->err);
-    s = answer(t, r, st, t->versions[0], 0, 0);
-    return s == STEP_FAILED ? s : STEP_RESYNCED;
+    if (s == STEP_GOES_ON)
+        s = follow_ps(t, r, t->min_version);
+    return s == STEP_GOES_ON ? STEP_TAKEN : s;
 }
 
 /* One step at global step t->versions[0]. */

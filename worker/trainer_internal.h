@@ -62,7 +62,8 @@ struct trainer {
     float *hx, *hy; /* host: the step's K * batch examples, or an evaluation batch */
     int32_t *hlabels;
     uint64_t *versions, *steps, *min_version;
-    uint32_t *results; /* each ps's PF_WIRE_PUSH_* answer to the last push (prefetch) */
+    uint64_t *gathered_at; /* row mode: each ps's version when the step's batch was gathered */
+    uint32_t *results;     /* each ps's PF_WIRE_PUSH_* answer to the last push (prefetch) */
     /* the chief's schedules: the global step of the last evaluation and checkpoint check,
      * the time of the last checkpoint; the watchdog's last progress */
     uint64_t last_eval, last_ckpt;

@@ -242,6 +242,7 @@ cluster() {
   p_ports=$(IFS=,; echo "${ports[*]:0:nps}")
   w_ports=$(IFS=,; echo "${ports[*]:nps}")
   pids=()
+  rm -f "$work"/w*.log "$work"/ps*.log # this cluster's logs only (the segment line reads them)
   local net=()
   [ "$isolate" = net ] && net=(net)
   for k in $(seq 0 $((nps - 1))); do

@@ -292,15 +292,22 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     }
 }
 
+/* A waiting job and its place in the job list, the queue order's last key. */
+typedef struct queued {
+    coord_job *job;
+    int at;
+} queued;
+
 /* The queue's order: higher run_policy.priority first, then the earlier submitted, then the
- * job list's order. */
+ * job list's order (so qsort's instability cannot reorder equal jobs between rounds). */
 static int queue_before(const void *a, const void *b) {
-    const coord_job *x = *(const coord_job *const *)a, *y = *(const coord_job *const *)b;
+    const queued *qx = a, *qy = b;
+    const coord_job *x = qx->job, *y = qy->job;
     if (x->spec.run_policy.priority != y->spec.run_policy.priority)
         return x->spec.run_policy.priority > y->spec.run_policy.priority ? -1 : 1;
     if (x->create_time != y->create_time)
         return x->create_time < y->create_time ? -1 : 1;
-    return 0;
+    return (qx->at > qy->at) - (qx->at < qy->at);
 }
 
 /* Records j's place in the queue (0: admitted), telling the clients when it changed. */
@@ -325,22 +332,16 @@ static void admit_all(coord_cluster *c, double now) {
     for (int i = 0; i < c->n_jobs; i++)
         if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
             replace_tasks(c, c->jobs[i], now);
-    coord_job **queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
+    queued *queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
     if (!queue)
         return; /* out of memory: nothing admitted this round */
     int n = 0;
     for (int i = 0; i < c->n_jobs; i++)
         if (waiting(c->jobs[i]))
-            queue[n++] = c->jobs[i];
+            queue[n++] = (queued){c->jobs[i], i};
         else if (c->jobs[i]->queue_position)
             set_queue(c, c->jobs[i], 0, NULL, now);
-    if (n > 1) /* stable for equal keys: merge the list order in as the last key */
-        for (int i = 1; i < n; i++)
-            for (int k = i; k > 0 && queue_before(&queue[k], &queue[k - 1]) < 0; k--) {
-                coord_job *t = queue[k];
-                queue[k] = queue[k - 1];
-                queue[k - 1] = t;
-            }
+    qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
     int idle_ps = 0, idle_workers = 0, live_ps = 0, live_workers = 0;
     for (int i = 0; i < c->n_nodes; i++) {
         const coord_node *nd = c->nodes[i];
@@ -354,7 +355,7 @@ static void admit_all(coord_cluster *c, double now) {
     int held_ps = 0, held_workers = 0, position = 0;
     const coord_job *first_holder = NULL;
     for (int q = 0; q < n; q++) {
-        coord_job *j = queue[q];
+        coord_job *j = queue[q].job;
         int have_ps = idle_ps - held_ps, have_workers = idle_workers - held_workers;
         have_ps = have_ps > 0 ? have_ps : 0;
         have_workers = have_workers > 0 ? have_workers : 0;

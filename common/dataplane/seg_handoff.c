@@ -109,6 +109,11 @@ static uint32_t keep(pf_seg_handoff *h, int fd) {
         if (s->handle && s->at < h->slots[oldest].at)
             oldest = i;
     }
+    for (int i = 0; i < PF_SEG_HANDOFF_SLOTS; i++) /* unique among those kept, never 0 */
+        if (h->slots[i].handle == handle) {
+            handle = handle + 1 ? handle + 1 : 1;
+            i = -1;
+        }
     if (pick < 0) { /* full: the oldest unclaimed descriptor goes */
         close(h->slots[oldest].fd);
         pick = oldest;

@@ -302,24 +302,30 @@ static pf_status rd_str(reader *r, uint32_t limit, const char *field, pf_wire_st
     return PF_OK;
 }
 
-/* A count n of items of at least `min_size` bytes each: n <= max_tensors (TOO_LARGE),
+/* A count n of items of at least `min_size` bytes each: n <= limit (TOO_LARGE),
  * n * min_size <= remaining (BAD_LENGTH). Checked before anything is sized by n. */
-static pf_status rd_count(reader *r, size_t min_size, const char *field, uint32_t *n) {
+static pf_status rd_count_max(reader *r, size_t min_size, uint32_t limit, const char *field,
+                              uint32_t *n) {
     size_t off = r->pos;
     pf_status st = need(r, 4, field);
     if (st != PF_OK)
         return st;
     *n = rd32(r);
-    if (*n > r->in->max_tensors)
+    if (*n > limit)
         return fail(r->in, r->err, PF_ERR_RANGE, PF_WIRE_TOO_LARGE, off,
                     "%s: %s %u at offset %zu exceeds the limit of %u", r->type, field, (unsigned)*n,
-                    off, (unsigned)r->in->max_tensors);
+                    off, (unsigned)limit);
     if (*n > remain(r) / min_size)
         return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, off,
                     "%s: %s %u at offset %zu needs at least %zu bytes but the payload has %zu "
                     "left",
                     r->type, field, (unsigned)*n, off, (size_t)*n * min_size, remain(r));
     return PF_OK;
+}
+
+/* rd_count_max against the receiver's tensor limit: tensors, ids, selections, records. */
+static pf_status rd_count(reader *r, size_t min_size, const char *field, uint32_t *n) {
+    return rd_count_max(r, min_size, r->in->max_tensors, field, n);
 }
 
 /* One of in's view arrays, `views` of *cap elements of `size` bytes, grown to hold n (a
@@ -752,6 +758,50 @@ static pf_status rd_seg_push_pull(reader *r, pf_wire_seg_push_pull *p) {
     return rd_seg_pull(r, 1, &p->pull);
 }
 
+/* LEASE: epoch, n_splits (1 .. PF_WIRE_MAX_SPLITS), want (0 or 1), n_done and the done split
+ * indices, each below n_splits. The indices are split numbers, not shards, so n_done is held
+ * to PF_WIRE_MAX_TENSORS rather than to the receiver's tensor limit (a ps's shard count). */
+static pf_status rd_lease(reader *r, pf_wire_lease *l) {
+    pf_status st = need(r, LEASE_FIXED, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    l->epoch = rd64(r);
+    size_t off = r->pos;
+    l->n_splits = rd32(r);
+    if (l->n_splits == 0 || l->n_splits > PF_WIRE_MAX_SPLITS)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
+                    "LEASE: n_splits %u at offset %zu is out of range (1..%u)",
+                    (unsigned)l->n_splits, off, PF_WIRE_MAX_SPLITS);
+    if ((st = rd_enum(r, 1, "want", &l->want)) != PF_OK ||
+        (st = rd_count_max(r, 4, PF_WIRE_MAX_TENSORS, "done count n_done", &l->n_done)) != PF_OK)
+        return st;
+    /* 4-byte aligned, as the header and the fixed fields are multiples of 4 bytes. */
+    l->done = (const uint32_t *)(const void *)(r->b + r->pos);
+    for (uint32_t i = 0; i < l->n_done; i++) {
+        size_t at = r->pos + (size_t)i * 4;
+        uint32_t split = ld32(r->b + at);
+        if (split >= l->n_splits)
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, at,
+                        "LEASE: done[%u] = %u at offset %zu is not below n_splits %u", (unsigned)i,
+                        (unsigned)split, at, (unsigned)l->n_splits);
+    }
+    r->pos += (size_t)l->n_done * 4;
+    return PF_OK;
+}
+
+static pf_status rd_lease_reply(reader *r, pf_wire_lease_reply *l) {
+    pf_status st = need(r, LEASE_REPLY_SIZE, "fixed fields");
+    if (st != PF_OK)
+        return st;
+    if ((st = rd_enum(r, PF_WIRE_LEASE_END, "state", &l->state)) != PF_OK)
+        return st;
+    l->split = rd32(r);
+    l->epoch = rd64(r);
+    l->accepted = rd32(r);
+    l->refused = rd32(r);
+    return PF_OK;
+}
+
 static pf_status rd_error(reader *r, pf_wire_error *e) {
     pf_status st = need(r, ERROR_FIXED, "fixed fields");
     if (st != PF_OK)
@@ -806,6 +856,10 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
         return rd_seg_pull(r, 0, &m->u.seg_pull);
     case PF_WIRE_SEG_PUSH_PULL:
         return rd_seg_push_pull(r, &m->u.seg_push_pull);
+    case PF_WIRE_LEASE:
+        return rd_lease(r, &m->u.lease);
+    case PF_WIRE_LEASE_REPLY:
+        return rd_lease_reply(r, &m->u.lease_reply);
     case PF_WIRE_ERROR:
         return rd_error(r, &m->u.error);
     }

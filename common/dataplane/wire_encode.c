@@ -581,6 +581,57 @@ pf_status pf_wire_encode_seg_push_pull(pf_wire_out *out, uint32_t request_id,
     return PF_OK;
 }
 
+pf_status pf_wire_encode_lease(pf_wire_out *out, uint32_t request_id, const pf_wire_lease *m,
+                               pf_error *err) {
+    reset(out);
+    plan p = {.type = "LEASE", .head = LEASE_FIXED, .err = err};
+    if (m->n_splits == 0 || m->n_splits > PF_WIRE_MAX_SPLITS)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "LEASE: n_splits %u is out of range (1..%u)",
+                                   (unsigned)m->n_splits, PF_WIRE_MAX_SPLITS);
+    if (m->want > 1)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "LEASE: want %u is not 0 or 1",
+                                   (unsigned)m->want);
+    pf_status st = plan_ids(&p, m->done, m->n_done, "n_done");
+    if (st != PF_OK)
+        return st;
+    for (uint32_t i = 0; i < m->n_done; i++)
+        if (m->done[i] >= m->n_splits)
+            return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                       "LEASE: done[%u] = %u is not below n_splits %u", (unsigned)i,
+                                       (unsigned)m->done[i], (unsigned)m->n_splits);
+    writer w;
+    if ((st = begin(out, PF_WIRE_LEASE, request_id, &p, &w)) != PF_OK)
+        return st;
+    w64(&w, m->epoch);
+    w32(&w, m->n_splits);
+    w32(&w, m->want);
+    wids(&w, m->done, m->n_done);
+    finish(&w);
+    return PF_OK;
+}
+
+pf_status pf_wire_encode_lease_reply(pf_wire_out *out, uint32_t request_id,
+                                     const pf_wire_lease_reply *m, pf_error *err) {
+    reset(out);
+    if (m->state > PF_WIRE_LEASE_END)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1,
+                                   "LEASE_REPLY: state %u is out of range (0..2)",
+                                   (unsigned)m->state);
+    plan p = {.type = "LEASE_REPLY", .head = LEASE_REPLY_SIZE, .err = err};
+    writer w;
+    pf_status st = begin(out, PF_WIRE_LEASE_REPLY, request_id, &p, &w);
+    if (st != PF_OK)
+        return st;
+    w32(&w, m->state);
+    w32(&w, m->split);
+    w64(&w, m->epoch);
+    w32(&w, m->accepted);
+    w32(&w, m->refused);
+    finish(&w);
+    return PF_OK;
+}
+
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err) {
     return encode_empty(out, PF_WIRE_STATS, "STATS", request_id, err);
 }
@@ -731,6 +782,10 @@ pf_status pf_wire_encode(pf_wire_out *out, const pf_wire_msg *m, pf_error *err) 
         return pf_wire_encode_seg_pull(out, id, &m->u.seg_pull, err);
     case PF_WIRE_SEG_PUSH_PULL:
         return pf_wire_encode_seg_push_pull(out, id, &m->u.seg_push_pull, err);
+    case PF_WIRE_LEASE:
+        return pf_wire_encode_lease(out, id, &m->u.lease, err);
+    case PF_WIRE_LEASE_REPLY:
+        return pf_wire_encode_lease_reply(out, id, &m->u.lease_reply, err);
     case PF_WIRE_STATS:
         return pf_wire_encode_stats(out, id, err);
     case PF_WIRE_STATS_REPLY:

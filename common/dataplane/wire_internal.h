@@ -47,7 +47,9 @@ enum {
     SEG_ATTACH_SIZE = 32,     /* pid, fd, size, token */
     SEG_PULL_FIXED = 16,      /* min_version, n, reserved */
     SEG_PUSH_PULL_FIXED = 48, /* task_index, incarnation, seq, step, min_version, n, 2 reserved */
-    SEG_RECORD = 32           /* id, dtype, count, grad, value */
+    SEG_RECORD = 32,          /* id, dtype, count, grad, value */
+    LEASE_FIXED = 20,         /* epoch, n_splits, want, n_done (the done indices follow) */
+    LEASE_REPLY_SIZE = 24     /* state, split, epoch, accepted, refused */
 };
 _Static_assert(SEG_ATTACH_SIZE == 16 + PF_WIRE_SEG_TOKEN_SIZE, "SEG_ATTACH carries the token");
 

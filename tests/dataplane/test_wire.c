@@ -1,8 +1,8 @@
 /* test_wire.c - the data-plane codec: round trips of every message type, the frozen HELLO
- * layout, gathering (the pieces a transport sends), zero-copy and no-allocation-when-warm
- * encoding, failing allocators, and the type and code names. Malformed frames are
- * test_wire_invalid.c's, receiving in place test_wire_placed.c's; pf_buf has its own test
- * (tests/base/test_buf.c).
+ * layout, the LEASE and LEASE_REPLY layouts (field by field and golden frames), gathering (the
+ * pieces a transport sends), zero-copy and no-allocation-when-warm encoding, failing allocators,
+ * and the type and code names. Malformed frames are test_wire_invalid.c's, receiving in place
+ * test_wire_placed.c's; pf_buf has its own test (tests/base/test_buf.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +18,10 @@
 #include "psflow/mem.h"
 #include "psflow/wire.h"
 #include "tests/support/counting_alloc.h"
+#include "tests/support/data_files.h"
 #include "tests/support/wire_frames.h"
+
+#define WIRE_VALID PSFLOW_TEST_DATA "/wire/valid"
 
 /* --- layout ----------------------------------------------------------------------------- */
 
@@ -45,6 +48,82 @@ static void test_hello_golden(void **state) {
     assert_memory_equal(got.data, golden, sizeof golden);
     assert_int_equal(get32(got.data), PF_WIRE_MAGIC);
     pf_buf_deinit(&got);
+    pf_wire_out_deinit(&o);
+}
+
+/* LEASE {epoch, n_splits, want, done[n]} built field by field (request_id 42). */
+static void lease_frame(frame *f, uint64_t epoch, uint32_t n_splits, uint32_t want,
+                        const uint32_t *done, uint32_t n) {
+    f_begin(f, PF_WIRE_LEASE);
+    f_u64(f, epoch);
+    f_u32(f, n_splits);
+    f_u32(f, want);
+    f_u32(f, n);
+    for (uint32_t i = 0; i < n; i++)
+        f_u32(f, done[i]);
+    f_end(f);
+}
+
+static void lease_reply_frame(frame *f, const pf_wire_lease_reply *r) {
+    f_begin(f, PF_WIRE_LEASE_REPLY);
+    f_u32(f, r->state);
+    f_u32(f, r->split);
+    f_u64(f, r->epoch);
+    f_u32(f, r->accepted);
+    f_u32(f, r->refused);
+    f_end(f);
+}
+
+/* The message in o is exactly f's bytes, as one head piece (no tensor data), and so is the
+ * golden file `name` under tests/data/wire/valid/. */
+static void assert_frame(const pf_wire_out *o, const frame *f, const char *name) {
+    pf_buf b;
+    pf_buf_init(&b, 1 << 16);
+    assert_int_equal(pf_wire_out_gather(o, &b), PF_OK);
+    assert_int_equal(b.len, f->len);
+    assert_memory_equal(b.data, f->b, f->len);
+    assert_int_equal(o->n_seg, 0);
+    pf_buf_deinit(&b);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", WIRE_VALID, name);
+    size_t len;
+    char *data = data_read(path, 65535, &len);
+    assert_int_equal(len, f->len);
+    assert_memory_equal(data, f->b, f->len);
+    pf_free(data);
+}
+
+/* LEASE: u64 epoch @24, u32 n_splits @32, u32 want @36, u32 n_done @40, u32 done[n_done]
+ * @44; LEASE_REPLY: u32 state @24, u32 split @28, u64 epoch @32, u32 accepted @40, u32
+ * refused @44 (api/wire.md). */
+static void test_lease_layout(void **state) {
+    (void)state;
+    pf_wire_out o;
+    pf_wire_out_init(&o);
+    frame f;
+    const uint32_t done[] = {7, 2};
+
+    lease_frame(&f, 3, 10, 1, done, 2);
+    assert_int_equal(f.len, 24 + 20 + 8);
+    assert_int_equal(pf_wire_encode_lease(&o, 42, &(pf_wire_lease){3, 10, 1, 2, done}, NULL),
+                     PF_OK);
+    assert_frame(&o, &f, "lease.bin");
+
+    lease_frame(&f, 0, 1, 1, NULL, 0); /* a task's first ask: nothing done yet */
+    assert_int_equal(f.len, 24 + 20);
+    assert_int_equal(pf_wire_encode_lease(&o, 42, &(pf_wire_lease){0, 1, 1, 0, NULL}, NULL), PF_OK);
+    assert_frame(&o, &f, "lease_ask.bin");
+
+    pf_wire_lease_reply r = {PF_WIRE_LEASE_GRANTED, 5, 3, 2, 0};
+    lease_reply_frame(&f, &r);
+    assert_int_equal(f.len, 24 + 24);
+    assert_int_equal(pf_wire_encode_lease_reply(&o, 42, &r, NULL), PF_OK);
+    assert_frame(&o, &f, "lease_reply.bin");
+
+    r = (pf_wire_lease_reply){PF_WIRE_LEASE_END, 0, 4, 1, 1};
+    lease_reply_frame(&f, &r);
+    assert_int_equal(pf_wire_encode_lease_reply(&o, 42, &r, NULL), PF_OK);
+    assert_frame(&o, &f, "lease_reply_end.bin");
     pf_wire_out_deinit(&o);
 }
 
@@ -222,6 +301,93 @@ static void test_round_trip(void **state) {
 
 /* --- gathering -------------------------------------------------------------------------- */
 
+/* LEASE with no, one and several done splits, want 0 and 1, at the edges of n_splits and
+ * n_done, and LEASE_REPLY in every state; done is a view into the message like PULL's ids. */
+static void test_lease_round_trip(void **state) {
+    (void)state;
+    pf_wire_out o;
+    pf_wire_in in;
+    pf_buf b;
+    pf_wire_out_init(&o);
+    pf_wire_in_init(&in, 0, 0);
+    pf_buf_init(&b, 1 << 20);
+    pf_wire_msg m, d;
+    static uint32_t done[PF_WIRE_MAX_TENSORS];
+    for (uint32_t i = 0; i < PF_WIRE_MAX_TENSORS; i++)
+        done[i] = (i * 7919u) % 100000u;
+
+    const struct {
+        uint64_t epoch;
+        uint32_t n_splits, want, n_done;
+    } cases[] = {
+        {0, 1, 1, 0},                           /* the first ask */
+        {0, 1, 0, 0},                           /* nothing done, nothing wanted */
+        {2, 100000, 0, 1},                      /* a last report */
+        {7, 100000, 1, 5},                      /* several done, and the next */
+        {UINT64_MAX, PF_WIRE_MAX_SPLITS, 1, 3}, /* the largest split count */
+        {1, 100000, 1, PF_WIRE_MAX_TENSORS},    /* the largest report */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        m = (pf_wire_msg){.type = PF_WIRE_LEASE, .request_id = 30 + (uint32_t)k};
+        m.u.lease = (pf_wire_lease){cases[k].epoch, cases[k].n_splits, cases[k].want,
+                                    cases[k].n_done, cases[k].n_done ? done : NULL};
+        encode_into(&o, &m, &b);
+        assert_int_equal(b.len, 24 + 20 + 4 * (size_t)cases[k].n_done);
+        decode_ok(&in, &b, &d);
+        assert_int_equal(d.type, PF_WIRE_LEASE);
+        assert_int_equal(d.request_id, 30 + k);
+        assert_true(d.u.lease.epoch == cases[k].epoch);
+        assert_int_equal(d.u.lease.n_splits, cases[k].n_splits);
+        assert_int_equal(d.u.lease.want, cases[k].want);
+        assert_int_equal(d.u.lease.n_done, cases[k].n_done);
+        assert_int_equal((uintptr_t)d.u.lease.done % 4, 0);
+        assert_ptr_equal(d.u.lease.done, (const void *)(b.data + 44));
+        if (cases[k].n_done)
+            assert_memory_equal(d.u.lease.done, done, 4 * (size_t)cases[k].n_done);
+    }
+    /* The largest split index of the largest split count. */
+    const uint32_t last = PF_WIRE_MAX_SPLITS - 1;
+    m = (pf_wire_msg){.type = PF_WIRE_LEASE};
+    m.u.lease = (pf_wire_lease){1, PF_WIRE_MAX_SPLITS, 0, 1, &last};
+    encode_into(&o, &m, &b);
+    decode_ok(&in, &b, &d);
+    assert_int_equal(d.u.lease.done[0], last);
+
+    /* Done splits are not shards: a ps's tensor limit (its shard count) does not bound them. */
+    pf_wire_in one;
+    pf_wire_in_init(&one, 0, 1);
+    m.u.lease = (pf_wire_lease){1, 100000, 1, 5, done};
+    encode_into(&o, &m, &b);
+    decode_ok(&one, &b, &d);
+    assert_int_equal(d.u.lease.n_done, 5);
+    pf_wire_in_deinit(&one);
+
+    const pf_wire_lease_reply replies[] = {
+        {PF_WIRE_LEASE_GRANTED, 0, 0, 0, 0},
+        {PF_WIRE_LEASE_GRANTED, PF_WIRE_MAX_SPLITS - 1, UINT64_MAX, 3, 2},
+        {PF_WIRE_LEASE_WAIT, 0, 5, PF_WIRE_MAX_TENSORS, 0},
+        {PF_WIRE_LEASE_END, 0, 6, 0, PF_WIRE_MAX_TENSORS},
+    };
+    for (size_t k = 0; k < sizeof replies / sizeof replies[0]; k++) {
+        m = (pf_wire_msg){.type = PF_WIRE_LEASE_REPLY, .request_id = 40 + (uint32_t)k};
+        m.u.lease_reply = replies[k];
+        encode_into(&o, &m, &b);
+        assert_int_equal(b.len, 24 + 24);
+        decode_ok(&in, &b, &d);
+        assert_int_equal(d.type, PF_WIRE_LEASE_REPLY);
+        assert_int_equal(d.request_id, 40 + k);
+        assert_int_equal(d.u.lease_reply.state, replies[k].state);
+        assert_int_equal(d.u.lease_reply.split, replies[k].split);
+        assert_true(d.u.lease_reply.epoch == replies[k].epoch);
+        assert_int_equal(d.u.lease_reply.accepted, replies[k].accepted);
+        assert_int_equal(d.u.lease_reply.refused, replies[k].refused);
+    }
+
+    pf_buf_deinit(&b);
+    pf_wire_in_deinit(&in);
+    pf_wire_out_deinit(&o);
+}
+
 static void test_chunked_gather(void **state) {
     (void)state;
     enum { N = 9 };
@@ -326,6 +492,11 @@ static void test_no_alloc_when_warm(void **state) {
         assert_int_equal(
             pf_wire_encode_pull_reply(&o, 4, &(pf_wire_pull_reply){1, 0, 10, ts}, NULL), PF_OK);
         assert_int_equal(pf_wire_encode_error(&o, 5, PF_WIRE_NOT_READY, "restoring", NULL), PF_OK);
+        assert_int_equal(pf_wire_encode_lease(&o, 6, &(pf_wire_lease){1, N, 1, N, ids}, NULL),
+                         PF_OK);
+        assert_int_equal(pf_wire_encode_lease_reply(
+                             &o, 7, &(pf_wire_lease_reply){PF_WIRE_LEASE_WAIT, 0, 1, N, 0}, NULL),
+                         PF_OK);
         assert_int_equal(pf_wire_encode_push_pull(&o, 2, &pp, NULL), PF_OK);
         pf_buf_reset(&b);
         assert_int_equal(pf_wire_out_gather(&o, &b), PF_OK);
@@ -426,7 +597,9 @@ static void test_names(void **state) {
     assert_string_equal(pf_wire_type_name(20), "SEG_ACK");
     assert_string_equal(pf_wire_type_name(21), "SEG_PULL");
     assert_string_equal(pf_wire_type_name(22), "SEG_PUSH_PULL");
-    assert_string_equal(pf_wire_type_name(23), "UNKNOWN");
+    assert_string_equal(pf_wire_type_name(23), "LEASE");
+    assert_string_equal(pf_wire_type_name(24), "LEASE_REPLY");
+    assert_string_equal(pf_wire_type_name(25), "UNKNOWN");
     assert_string_equal(pf_wire_code_name(19), "VERSION_PASSED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_UNAUTHENTICATED), "UNAUTHENTICATED");
     assert_string_equal(pf_wire_code_name(PF_WIRE_STALE_INCARNATION), "STALE_INCARNATION");
@@ -440,10 +613,16 @@ static void test_names(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hello_golden),          cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_chunked_gather),        cmocka_unit_test(test_zero_copy),
-        cmocka_unit_test(test_no_alloc_when_warm),    cmocka_unit_test(test_encoder_alloc_failure),
-        cmocka_unit_test(test_decoder_alloc_failure), cmocka_unit_test(test_names),
+        cmocka_unit_test(test_hello_golden),
+        cmocka_unit_test(test_lease_layout),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_lease_round_trip),
+        cmocka_unit_test(test_chunked_gather),
+        cmocka_unit_test(test_zero_copy),
+        cmocka_unit_test(test_no_alloc_when_warm),
+        cmocka_unit_test(test_encoder_alloc_failure),
+        cmocka_unit_test(test_decoder_alloc_failure),
+        cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

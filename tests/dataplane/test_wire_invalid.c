@@ -68,7 +68,7 @@ static void test_invalid_header(void **state) {
     f_begin(&f, 0);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_TYPE), 6);
-    f_begin(&f, PF_WIRE_SEG_PUSH_PULL + 1);
+    f_begin(&f, PF_WIRE_LEASE_REPLY + 1);
     f_end(&f);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_TYPE), 6);
     f.b[6] = PF_WIRE_STATS;
@@ -373,6 +373,130 @@ static void test_invalid_payload(void **state) {
     pf_wire_in_deinit(&in);
 }
 
+/* A LEASE of epoch 3 over 10 splits, want 1, done {7, 2}: n_splits at 32, want at 36,
+ * n_done at 40, done[0] at 44, done[1] at 48; 52 bytes. */
+static void lease_frame(frame *f) {
+    f_begin(f, PF_WIRE_LEASE);
+    f_u64(f, 3);
+    f_u32(f, 10);
+    f_u32(f, 1);
+    f_u32(f, 2);
+    f_u32(f, 7);
+    f_u32(f, 2);
+    f_end(f);
+    assert_int_equal(f->len, 52);
+}
+
+/* A LEASE_REPLY {GRANTED, split 5, epoch 3, accepted 2, refused 0}: 48 bytes. */
+static void lease_reply_frame(frame *f) {
+    f_begin(f, PF_WIRE_LEASE_REPLY);
+    f_u32(f, PF_WIRE_LEASE_GRANTED);
+    f_u32(f, 5);
+    f_u64(f, 3);
+    f_u32(f, 2);
+    f_u32(f, 0);
+    f_end(f);
+    assert_int_equal(f->len, 48);
+}
+
+static void test_invalid_lease(void **state) {
+    (void)state;
+    pf_wire_in in;
+    pf_wire_in_init(&in, 0, 0);
+    frame f;
+
+    lease_frame(&f);
+    {
+        uint8_t *c = heap_copy(f.b, f.len);
+        pf_wire_msg m;
+        assert_int_equal(pf_wire_decode(&in, c, f.len, &m, NULL), PF_OK);
+        assert_int_equal(m.u.lease.n_done, 2);
+        free(c);
+    }
+    /* Fewer bytes than payload_len, bytes after it. */
+    f.len -= 4;
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_TRUNCATED), 48);
+    lease_frame(&f);
+    f.len += 4;
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 52);
+    /* n_done says 3, 2 are present; n_done 1 leaves a trailing index. */
+    lease_frame(&f);
+    put32(f.b + 40, 3);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 40);
+    put32(f.b + 40, 1);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 48);
+    /* A payload shorter than the fixed fields (n_done missing). */
+    f_begin(&f, PF_WIRE_LEASE);
+    f_u64(&f, 3);
+    f_u32(&f, 10);
+    f_u32(&f, 1);
+    f_end(&f);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 24);
+    /* n_done over PF_WIRE_MAX_TENSORS, before anything is read by it. */
+    lease_frame(&f);
+    put32(f.b + 40, PF_WIRE_MAX_TENSORS + 1);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_TOO_LARGE), 40);
+    put32(f.b + 40, UINT32_MAX);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_TOO_LARGE), 40);
+    /* want 2; n_splits 0 and over PF_WIRE_MAX_SPLITS. */
+    lease_frame(&f);
+    put32(f.b + 36, 2);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 36);
+    put32(f.b + 36, UINT32_MAX);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 36);
+    lease_frame(&f);
+    put32(f.b + 32, 0);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 32);
+    put32(f.b + 32, PF_WIRE_MAX_SPLITS + 1);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 32);
+    put32(f.b + 32, PF_WIRE_MAX_SPLITS); /* the limit itself is fine */
+    {
+        uint8_t *c = heap_copy(f.b, f.len);
+        pf_wire_msg m;
+        assert_int_equal(pf_wire_decode(&in, c, f.len, &m, NULL), PF_OK);
+        free(c);
+    }
+    /* A done index at or past n_splits, named by its position and offset. */
+    lease_frame(&f);
+    put32(f.b + 48, 10);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 48);
+    {
+        uint8_t *c = heap_copy(f.b, f.len);
+        pf_wire_msg m;
+        pf_error err;
+        assert_int_equal(pf_wire_decode(&in, c, f.len, &m, &err), PF_ERR_FORMAT);
+        assert_non_null(strstr(err.message, "LEASE"));
+        assert_non_null(strstr(err.message, "done[1] = 10"));
+        assert_int_equal(m.type, PF_WIRE_LEASE);
+        assert_int_equal(m.request_id, 42);
+        free(c);
+    }
+    put32(f.b + 48, UINT32_MAX);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 48);
+    put32(f.b + 48, 9);
+    put32(f.b + 44, 12);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 44);
+
+    /* LEASE_REPLY: state 3 and beyond; exactly 24 payload bytes. */
+    lease_reply_frame(&f);
+    put32(f.b + 24, 3);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 24);
+    put32(f.b + 24, UINT32_MAX);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 24);
+    lease_reply_frame(&f);
+    f.len -= 1;
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_TRUNCATED), 47);
+    lease_reply_frame(&f);
+    put64(f.b + 16, 23);
+    f.len = 47;
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 24);
+    lease_reply_frame(&f);
+    f_u32(&f, 0);
+    f_end(&f);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 48);
+    pf_wire_in_deinit(&in);
+}
+
 /* --- encoder refusals ------------------------------------------------------------------- */
 
 static void test_encode_rejects(void **state) {
@@ -436,6 +560,25 @@ static void test_encode_rejects(void **state) {
                &o, 1, &(pf_wire_checkpoint_ack){1, 0, {path, sizeof path}}, &err),
            PF_ERR_INVALID);
     REJECT(pf_wire_encode_stats_reply(&o, 1, &(pf_wire_stats_reply){{"{\"a\":\0}", 7}}, &err),
+           PF_ERR_INVALID);
+    const uint32_t done[] = {3, 9, 10};
+    REJECT(pf_wire_encode_lease(&o, 1, &(pf_wire_lease){0, 10, 2, 0, NULL}, &err),
+           PF_ERR_INVALID); /* want 2 */
+    REJECT(pf_wire_encode_lease(&o, 1, &(pf_wire_lease){0, 0, 1, 0, NULL}, &err), PF_ERR_INVALID);
+    REJECT(
+        pf_wire_encode_lease(&o, 1, &(pf_wire_lease){0, PF_WIRE_MAX_SPLITS + 1, 1, 0, NULL}, &err),
+        PF_ERR_INVALID);
+    REJECT(pf_wire_encode_lease(&o, 1, &(pf_wire_lease){0, 10, 1, 3, done}, &err),
+           PF_ERR_INVALID); /* done[2] = 10 is not a split of 10 */
+    assert_non_null(strstr(err.message, "done[2] = 10"));
+    REJECT(pf_wire_encode_lease(&o, 1, &(pf_wire_lease){0, 10, 1, 2, NULL}, &err), PF_ERR_INVALID);
+    REJECT(pf_wire_encode_lease(&o, 1, &(pf_wire_lease){0, 10, 1, PF_WIRE_MAX_TENSORS + 1, done},
+                                &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_lease_reply(&o, 1, &(pf_wire_lease_reply){3, 0, 0, 0, 0}, &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode(&o, &(pf_wire_msg){.type = PF_WIRE_LEASE_REPLY, .u.lease_reply.state = 9},
+                          &err),
            PF_ERR_INVALID);
     REJECT(pf_wire_encode_error(&o, 1, PF_WIRE_OK, "no", &err), PF_ERR_INVALID);
     REJECT(pf_wire_encode(&o, &(pf_wire_msg){.type = 99}, &err), PF_ERR_INVALID);
@@ -532,7 +675,7 @@ static void test_valid_files(void **state) {
     }
     /* Every message type has a valid example (the authentication exchange and RESTORE are
      * test_wire_auth.c's and test_wire.c's). */
-    for (unsigned t = PF_WIRE_HELLO; t <= PF_WIRE_SEG_PUSH_PULL; t++)
+    for (unsigned t = PF_WIRE_HELLO; t <= PF_WIRE_LEASE_REPLY; t++)
         if (!(seen & 1u << t) && (t <= PF_WIRE_ERROR || t >= PF_WIRE_ROW_PULL))
             fail_msg("no valid example of %s", pf_wire_type_name(t));
     pf_buf_deinit(&b);
@@ -577,8 +720,9 @@ static void test_invalid_files(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_header), cmocka_unit_test(test_invalid_payload),
-        cmocka_unit_test(test_encode_rejects), cmocka_unit_test(test_error_text),
-        cmocka_unit_test(test_valid_files),    cmocka_unit_test(test_invalid_files),
+        cmocka_unit_test(test_invalid_lease),  cmocka_unit_test(test_encode_rejects),
+        cmocka_unit_test(test_error_text),     cmocka_unit_test(test_valid_files),
+        cmocka_unit_test(test_invalid_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

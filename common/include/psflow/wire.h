@@ -53,6 +53,7 @@
 #define PF_WIRE_MAX_ERROR_MSG 1024u        /* ERROR message, bytes */
 #define PF_WIRE_MAX_PATH      4096u        /* CHECKPOINT_ACK path, bytes */
 #define PF_WIRE_TENSOR_HEADER 16u          /* id, dtype, count before each tensor's values */
+#define PF_WIRE_MAX_SPLITS    (1u << 24)   /* LEASE.n_splits at most */
 
 #define PF_WIRE_F32 1u /* the only dtype of v1 */
 
@@ -79,7 +80,9 @@
     X(PF_WIRE_SEG_ATTACH, 19, "SEG_ATTACH")                                                        \
     X(PF_WIRE_SEG_ACK, 20, "SEG_ACK")                                                              \
     X(PF_WIRE_SEG_PULL, 21, "SEG_PULL")                                                            \
-    X(PF_WIRE_SEG_PUSH_PULL, 22, "SEG_PUSH_PULL")
+    X(PF_WIRE_SEG_PUSH_PULL, 22, "SEG_PUSH_PULL")                                                  \
+    X(PF_WIRE_LEASE, 23, "LEASE")                                                                  \
+    X(PF_WIRE_LEASE_REPLY, 24, "LEASE_REPLY")
 
 typedef enum {
 #define PF_WIRE_TYPE_ENUM(name, value, text) name = value,
@@ -282,6 +285,36 @@ typedef struct pf_wire_seg_push_pull {
     pf_wire_seg_pull pull;
 } pf_wire_seg_push_pull;
 
+/* The dynamic split of the input (api/wire.md "LEASE"): with `data.splits: "dynamic"` the
+ * training tasks lease the input's splits from a work queue that ps task 0 keeps. A task
+ * reports the splits it finished (their last example's step applied on every ps) and asks
+ * for the next one in one round trip. */
+
+/* LEASE_REPLY.state */
+enum {
+    PF_WIRE_LEASE_GRANTED = 0, /* `split` of `epoch` is leased to the asking task */
+    PF_WIRE_LEASE_WAIT = 1,    /* nothing to lease now (every split left is leased): ask again */
+    PF_WIRE_LEASE_END = 2      /* training.epochs are done: nothing more to read */
+};
+
+/* LEASE (training task -> ps 0): the splits of `epoch` the task finished, and with want 1 a
+ * request for the next split. Answered by LEASE_REPLY or ERROR. */
+typedef struct pf_wire_lease {
+    uint64_t epoch;       /* the epoch of the done splits (that of the task's last lease) */
+    uint32_t n_splits;    /* the splits the task cut the input into: 1 .. PF_WIRE_MAX_SPLITS */
+    uint32_t want;        /* 0 or 1 */
+    uint32_t n_done;      /* <= PF_WIRE_MAX_TENSORS */
+    const uint32_t *done; /* [n_done] split indices, each < n_splits; borrowed */
+} pf_wire_lease;
+
+typedef struct pf_wire_lease_reply {
+    uint32_t state;    /* PF_WIRE_LEASE_* */
+    uint32_t split;    /* the split leased (GRANTED), else 0 */
+    uint64_t epoch;    /* the queue's epoch: the leased split's */
+    uint32_t accepted; /* of the done splits: recorded as done */
+    uint32_t refused;  /* not leased to this task in this epoch: nothing recorded */
+} pf_wire_lease_reply;
+
 typedef struct pf_wire_stats_reply {
     pf_wire_str json; /* UTF-8 JSON text */
 } pf_wire_stats_reply;
@@ -341,6 +374,8 @@ typedef struct pf_wire_msg {
         pf_wire_seg_attach seg_attach;
         pf_wire_seg_pull seg_pull;
         pf_wire_seg_push_pull seg_push_pull; /* SEG_ACK has no payload */
+        pf_wire_lease lease;
+        pf_wire_lease_reply lease_reply;
     } u;
 } pf_wire_msg;
 
@@ -364,9 +399,9 @@ typedef struct pf_wire_in {
 } pf_wire_in;
 
 /* Limits: payload_len above max_payload is TOO_LARGE, and so is a count of tensors, ids,
- * selections or row records above max_tensors (the ps passes its shard count). 0, or a
- * value above PF_WIRE_MAX_*, means PF_WIRE_MAX_PAYLOAD / PF_WIRE_MAX_TENSORS. Allocates
- * nothing. */
+ * selections or row records above max_tensors (the ps passes its shard count; a LEASE's
+ * done splits are not shards and are held to PF_WIRE_MAX_TENSORS). 0, or a value above
+ * PF_WIRE_MAX_*, means PF_WIRE_MAX_PAYLOAD / PF_WIRE_MAX_TENSORS. Allocates nothing. */
 void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors);
 
 /* Frees the views; safe on a zeroed or deinit'ed pf_wire_in. */
@@ -391,10 +426,12 @@ pf_status pf_wire_decode_header(pf_wire_in *in, const void *msg, size_t len, pf_
  * Errors: as pf_wire_decode_header, plus PF_ERR_FORMAT (TRUNCATED: len < 24 +
  * payload_len; BAD_LENGTH: a field runs past the payload, or bytes are left over;
  * BAD_VALUE: enum out of range, nonzero padding, string not UTF-8 or containing NUL, rows
- * not strictly increasing, a row record of width 0), PF_ERR_RANGE (TOO_LARGE: a count
- * over max_tensors or a string over its limit), PF_ERR_UNSUPPORTED
- * (BAD_DTYPE), PF_ERR_NOMEM (INTERNAL: growing the views), PF_ERR_INVALID (INTERNAL:
- * msg not aligned). */
+ * not strictly increasing, a row record of width 0, LEASE's n_splits out of
+ * 1 .. PF_WIRE_MAX_SPLITS, want > 1 or a done index >= n_splits, LEASE_REPLY's state > 2),
+ * PF_ERR_RANGE (TOO_LARGE: a count over max_tensors - LEASE's n_done over
+ * PF_WIRE_MAX_TENSORS, whatever max_tensors is - or a string over its limit),
+ * PF_ERR_UNSUPPORTED (BAD_DTYPE), PF_ERR_NOMEM (INTERNAL: growing the views), PF_ERR_INVALID
+ * (INTERNAL: msg not aligned). LEASE's done points into msg, 4-byte aligned, like PULL's ids. */
 pf_status pf_wire_decode(pf_wire_in *in, const void *msg, size_t len, pf_wire_msg *out,
                          pf_error *err);
 
@@ -490,6 +527,13 @@ pf_status pf_wire_encode_seg_pull(pf_wire_out *out, uint32_t request_id, const p
                                   pf_error *err);
 pf_status pf_wire_encode_seg_push_pull(pf_wire_out *out, uint32_t request_id,
                                        const pf_wire_seg_push_pull *m, pf_error *err);
+/* The lease messages (no tensor data: the head is the whole message). PF_ERR_INVALID: LEASE's
+ * n_splits out of 1 .. PF_WIRE_MAX_SPLITS, want > 1, n_done over PF_WIRE_MAX_TENSORS, done
+ * NULL while n_done > 0, a done index >= n_splits; LEASE_REPLY's state > 2. */
+pf_status pf_wire_encode_lease(pf_wire_out *out, uint32_t request_id, const pf_wire_lease *m,
+                               pf_error *err);
+pf_status pf_wire_encode_lease_reply(pf_wire_out *out, uint32_t request_id,
+                                     const pf_wire_lease_reply *m, pf_error *err);
 pf_status pf_wire_encode_stats(pf_wire_out *out, uint32_t request_id, pf_error *err);
 pf_status pf_wire_encode_stats_reply(pf_wire_out *out, uint32_t request_id,
                                      const pf_wire_stats_reply *m, pf_error *err);

@@ -36,6 +36,7 @@
 #include "ps/ps_checkpoint.h"
 #include "ps/server_internal.h"
 #include "ps/shard.h"
+#include "ps/split_queue.h"
 
 /* CHECKPOINT and RESTORE come from the current chief only. Returns 0 or sends an error. */
 static int check_current_chief(ps_server *s, peer *p, uint32_t request_id, const char *what) {
@@ -221,6 +222,7 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         ps_staleness_join(s->staleness, p->task);
         ps_server_log(s, "%s %d connected (incarnation %" PRIu64 ")", ps_server_role_name(p->role),
                       p->task, p->incarnation);
+        ps_server_lease_renew(s, p);
     }
     if (!s->sink.send)
         pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
@@ -472,6 +474,9 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     case PF_WIRE_RESTORE:
         handle_restore(s, p, m.request_id, m.u.restore.step, m.u.restore.lr_factor);
         return;
+    case PF_WIRE_LEASE:
+        ps_server_lease(s, p, m.request_id, &m.u.lease);
+        return;
     default:
         ps_server_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
                         pf_wire_type_name(m.type));
@@ -648,6 +653,7 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         if (p->conn != conn)
             continue;
         *pp = p->next;
+        ps_server_lease_release(s, p); /* p is off the list: only the others are looked at */
         char record[200] = "";
         if (s->staleness && ps_server_trainer(p) >= 0) { /* it holds nobody back any more */
             ps_staleness_describe(s->staleness, p->task, record, sizeof record);
@@ -910,6 +916,7 @@ void ps_server_destroy(ps_server *s) {
     while (s->peers)      /* without a socket: the caller's connections still open */
         on_close(NULL, s->peers->conn, NULL, s);
     ps_shards_destroy(s->shards);
+    ps_split_queue_destroy(s->splits);
     pf_placement_deinit(&s->placement);
     pf_wire_out_deinit(&s->out);
     pf_free(s->local_of);

@@ -71,10 +71,12 @@ struct ps_server {
     double grace;
     pf_placement placement;
     ps_shards *shards;
-    ps_staleness *staleness; /* training.max_staleness set (async): its clocks; else NULL */
-    int *local_of;           /* global shard id -> local index, or -1 */
-    ps_grad *grads;          /* scratch: a push's gradients, local shard order */
-    float *row_values;       /* scratch: a reply's gathered rows, grown */
+    ps_staleness *staleness;       /* training.max_staleness set (async): its clocks; else NULL */
+    struct ps_split_queue *splits; /* ps 0, data.splits dynamic: the input's work queue, made
+                                      by the first LEASE (server_lease.c); else NULL */
+    int *local_of;                 /* global shard id -> local index, or -1 */
+    ps_grad *grads;                /* scratch: a push's gradients, local shard order */
+    float *row_values;             /* scratch: a reply's gathered rows, grown */
     size_t cap_row_values;
     uint64_t rows_pulled, rows_pushed; /* table rows served and received (atomic access) */
     pf_wire_tensor *views;             /* scratch for replies */
@@ -186,6 +188,20 @@ void ps_server_check_finite(ps_server *s);
 void ps_server_settle(ps_server *s);
 int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push *push,
                           uint32_t n_rows, const pf_wire_rows *rows);
+
+/* --- server_lease.c: the input's work queue (data.splits dynamic) ------------------------- */
+
+/* A LEASE: answered with LEASE_REPLY, or an error (not ps 0 of such a job, not a training
+ * task, another number of splits than the queue's). */
+void ps_server_lease(ps_server *s, peer *p, uint32_t request_id, const pf_wire_lease *m);
+
+/* Training task `gone`'s connection closed: unless another connection of the same
+ * incarnation is open, its leased splits go back to the queue. */
+void ps_server_lease_release(ps_server *s, const peer *gone);
+
+/* Training task p said HELLO: a connection of an older incarnation of it that is still open
+ * is a process that is gone, and its leased splits go back to the queue. */
+void ps_server_lease_renew(ps_server *s, const peer *p);
 
 /* --- server_seg.c -------------------------------------------------------------------------- */
 

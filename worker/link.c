@@ -104,6 +104,8 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     } else {
         st = worker_request_check_reply(&l->req, &m, l->attaching, &l->version, &l->ps_incarnation,
                                         &l->push_result, msg, sizeof msg);
+        if (st == PF_OK && m.type == PF_WIRE_LEASE_REPLY)
+            l->lease_reply = m.u.lease_reply;
         if (st == PF_OK && l->version > c->max_version) {
             st = PF_ERR_FORMAT; /* the trainer computes stream positions from it */
             snprintf(msg, sizeof msg,
@@ -377,6 +379,7 @@ static pf_status connect_link(worker_link *c, ps_link *l, pf_error *err) {
 static const char *kind_name(int kind) {
     return kind == WORKER_REQ_CHECKPOINT ? "checkpoint request"
            : kind == WORKER_REQ_RESTORE  ? "rollback request"
+           : kind == WORKER_REQ_LEASE    ? "split lease"
                                          : "push/pull";
 }
 
@@ -440,7 +443,8 @@ static pf_status pull_instead(worker_link *c, ps_link *l, uint64_t min_version, 
 static pf_status send_all(worker_link *c, pf_error *err) {
     c->start = pf_clock_now();
     for (int p = 0; p < c->n; p++)
-        if (send_request(c, &c->links[p], c->links[p].req.kind == WORKER_REQ_DATA) != PF_OK)
+        if ((c->only < 0 || p == c->only) &&
+            send_request(c, &c->links[p], c->links[p].req.kind == WORKER_REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     return PF_OK;
 }
@@ -597,7 +601,7 @@ static pf_status await_all(worker_link *c, pf_error *err) {
     int given_up = 0;         /* the step's unanswered pushes were given up */
     pf_status failed = PF_OK;
     for (int p = 0; p < c->n; p++)
-        c->links[p].settled = 0;
+        c->links[p].settled = c->only >= 0 && p != c->only;
     for (;;) {
         pf_status st;
         char msg[256];
@@ -665,6 +669,22 @@ static void abandon(worker_link *c) {
 
 /* Sends every link's encoded request and waits for all answers, reconnecting and resending
  * where a connection drops (link_internal.h). */
+pf_status worker_link_lease(worker_link *c, const pf_wire_lease *req, pf_wire_lease_reply *reply,
+                            pf_error *err) {
+    ps_link *l = &c->links[0];
+    l->request_id = ++c->next_request;
+    l->req.kind = WORKER_REQ_LEASE;
+    pf_status st = pf_wire_encode_lease(&l->req.out, l->request_id, req, err);
+    if (st != PF_OK)
+        return st;
+    c->only = 0;
+    st = worker_link_round_trip(c, err);
+    c->only = -1;
+    if (st == PF_OK)
+        *reply = l->lease_reply;
+    return st;
+}
+
 pf_status worker_link_round_trip(worker_link *c, pf_error *err) {
     pf_status st = send_all(c, err);
     if (st == PF_OK)
@@ -735,6 +755,7 @@ pf_status worker_link_create(const worker_link_options *o, worker_link **out, pf
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     c->task = o->task;
+    c->only = -1;
     c->role = o->role;
     c->incarnation = o->incarnation;
     c->retry = o->retry_seconds > 0 ? o->retry_seconds : 60;

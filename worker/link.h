@@ -24,6 +24,7 @@
 #include "psflow/placement.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
+#include "psflow/wire.h"
 
 typedef struct worker_link worker_link;
 
@@ -104,6 +105,11 @@ pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint3
 /* Pushes grads to every ps without pulling; results as in worker_link_push_pull. */
 pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *step,
                            uint64_t *versions, uint32_t *results, pf_error *err);
+
+/* One LEASE round trip with ps 0 (data.splits dynamic, api/wire.md): reply receives its
+ * answer; reconnects and asks again as a push-pull does. */
+pf_status worker_link_lease(worker_link *c, const pf_wire_lease *req, pf_wire_lease_reply *reply,
+                            pf_error *err);
 
 /* Asks every ps to checkpoint at `step` (final: the job is done, then they exit) and
  * waits for their acknowledgements. */

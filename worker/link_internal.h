@@ -40,6 +40,7 @@ typedef struct ps_link {
     uint64_t version;
     uint64_t ps_incarnation;
     uint32_t push_result;
+    pf_wire_lease_reply lease_reply; /* the answer to a LEASE (ps 0) */
     /* the authentication of the current connection (api/wire.md) */
     int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */
@@ -84,6 +85,7 @@ struct worker_link {
     const int *stop;      /* see worker_link_options */
     uint64_t max_version; /* the largest version a ps may report (max_version_of) */
     uint32_t next_request;
+    int only; /* the round trip is with ps `only` alone (a LEASE to ps 0), or -1: every ps */
     /* what every ps's requests share: the layout, rows (NULL: every shard whole, no tables),
      * the plan (row mode: the rows pulls fetch and pushes send), the push sequence number */
     worker_request_env env;

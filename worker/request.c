@@ -326,6 +326,11 @@ pf_status worker_request_check_reply(const worker_request *q, const pf_wire_msg 
         *version = m->u.push_ack.version;
         *push_result = m->u.push_ack.result;
         return PF_OK;
+    case PF_WIRE_LEASE_REPLY:
+        if (q->kind == WORKER_REQ_LEASE)
+            return PF_OK;
+        snprintf(msg, len, "ps %d sent LEASE_REPLY to a request that was not LEASE", q->ps);
+        return PF_ERR_FORMAT;
     case PF_WIRE_CHECKPOINT_ACK:
         return m->u.checkpoint_ack.status == 0
                    ? PF_OK

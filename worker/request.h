@@ -25,7 +25,7 @@ struct worker_rows;
 struct worker_row_plan;
 
 /* What a request holds. */
-enum { WORKER_REQ_DATA, WORKER_REQ_CHECKPOINT, WORKER_REQ_RESTORE };
+enum { WORKER_REQ_DATA, WORKER_REQ_CHECKPOINT, WORKER_REQ_RESTORE, WORKER_REQ_LEASE };
 
 /* What every ps's requests share: the job's layout, the link's segment, and scratch. The
  * link owns it; worker_request_env_init allocates the scratch. */

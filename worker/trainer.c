@@ -38,6 +38,7 @@ typedef enum {
     STEP_RESYNCED,    /* a ps went back, and every ps serves one version again */
     STEP_DONE,        /* every ps reached max_steps (and the chief's final checkpoint exists) */
     STEP_FAILED,      /* run.st and run.err say why */
+    STEP_INPUT_DONE,  /* leased input: the queue's epochs are done (nothing was computed) */
 } step_outcome;
 
 /* The loop's own state. */
@@ -111,7 +112,12 @@ static pf_status read_nan_position(trainer *t, pf_error *err) {
  * memory or from the streamed files (whose read error fails it). */
 static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
     int64_t start = worker_plan_position(&t->plan, step, t->o->task);
-    if (t->input) {
+    if (t->leases) {
+        pf_status st = worker_leases_fill(t->leases, b, t->hx, t->hy, t->hlabels, t->o->stop, err);
+        if (st != PF_OK)
+            return st;
+        start = -1; /* no stream position: PSFLOW_TEST_NAN_POSITION does not apply */
+    } else if (t->input) {
         pf_status st = pf_stream_gather(t->input, start, b, t->hx, t->hy, t->hlabels, err);
         if (st != PF_OK)
             return st;
@@ -128,7 +134,7 @@ static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
     } else {
         pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     }
-    if (t->nan_position >= start && t->nan_position < start + b)
+    if (start >= 0 && t->nan_position >= start && t->nan_position < start + b)
         t->hx[(size_t)(t->nan_position - start) * (size_t)pf_model_input_width(&t->spec->model)] =
             NAN;
     return PF_OK;
@@ -153,6 +159,16 @@ static pf_status open_input(trainer *t, pf_error *err) {
     }
     int streams = (spec->replicas.worker + spec->replicas.chief) * spec->replicas_per_worker;
     pf_status st = pf_stream_open(spec, streams, spec->training.batch_size, &t->input, err);
+    if (st == PF_OK && pf_stream_leased(t->input)) {
+        if (!(t->leases = pf_calloc(1, sizeof *t->leases)))
+            return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        fprintf(stderr,
+                "psflow %s %d: streaming %d training file(s) in %d splits, leased from ps 0 "
+                "(data.splits dynamic%s)\n",
+                worker_who(t), t->o->task, pf_stream_files(t->input), pf_stream_splits(t->input),
+                spec->training.epochs > 0 ? ", training.epochs counted there" : "");
+        return PF_OK;
+    }
     if (st == PF_OK)
         fprintf(stderr,
                 "psflow %s %d: streaming %d training file(s) in %d splits as %d streams, one "
@@ -297,7 +313,9 @@ static pf_status setup(trainer *t, pf_error *err) {
         return st;
     if (t->o->is_chief)
         worker_chief_bayes_auc(t);
-    return connect_link(t, prefetch, err);
+    if ((st = connect_link(t, prefetch, err)) == PF_OK && t->leases)
+        worker_leases_init(t->leases, t->input, t->link, worker_who(t), t->o->task);
+    return st;
 }
 
 static void teardown(trainer *t) {
@@ -307,6 +325,9 @@ static void teardown(trainer *t) {
     pf_model_destroy(t->model);
     pf_towers_destroy(t->towers);
     pf_sampler_destroy(t->sampler);
+    if (t->leases)
+        worker_leases_free(t->leases);
+    pf_free(t->leases);
     pf_stream_close(t->input);
     pf_dataset_deinit(&t->train);
     pf_dataset_deinit(&t->test);
@@ -449,6 +470,10 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         r->last_loss = r->ahead_loss;
     } else {
         pf_status gs = gather(t, global, r->b, &r->err);
+        if (gs == PF_ERR_NOT_FOUND && t->leases) {
+            t->input_done = 1;
+            return STEP_INPUT_DONE;
+        }
         if (gs != PF_OK)
             return failed(r, gs);
         if (t->row_mode) { /* this batch's rows, and the dense variables */
@@ -510,7 +535,7 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global) {
     if (!t->params_next) {
         pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
         return worker_link_push_pull(t->link, t->grads, t->steps, t->min_version, t->params,
-                                     t->versions, NULL, &r->err);
+                                     t->versions, t->results, &r->err);
     }
     /* Prefetch (async): while the ps tasks apply this gradient and answer with their values
      * (received into params_next), the next step's gradient is computed from the values this
@@ -548,6 +573,13 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global) {
 /* After the push-pull answered st: a non-finite ps, a ps that restarted (the chief's
  * consistent rollback), a ps that went back (resync), or a step taken. */
 static step_outcome after_push(trainer *t, run *r, pf_status st) {
+    if (t->leases) { /* the batch is let go only once every ps applied it */
+        int applied = st == PF_OK;
+        for (int p = 0; applied && p < t->n_ps; p++)
+            applied =
+                t->results[p] == PF_WIRE_PUSH_APPLIED || t->results[p] == PF_WIRE_PUSH_DUPLICATE;
+        worker_leases_pushed(t->leases, applied);
+    }
     step_outcome s = answer(t, r, st, r->fed, 1, 0);
     if (s == STEP_GOES_ON)
         s = follow_ps(t, r, t->min_version);
@@ -632,6 +664,8 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
     if (r->report_steps > 0)
         report_steps(t, r, pf_clock_now());
     out->seconds = pf_clock_now() - r->t_start;
+    if (t->leases)
+        worker_leases_log(t->leases);
     fprintf(stderr, "psflow %s %d: reached step %" PRIu64 " after %ld local steps, %.1f s\n",
             worker_who(t), t->o->task, t->versions[0], r->local_steps, out->seconds);
     if (!t->o->is_chief)
@@ -668,7 +702,8 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
     }
     step_outcome s = r.st == PF_OK ? STEP_GOES_ON : STEP_FAILED;
     while (s != STEP_DONE && s != STEP_FAILED) {
-        s = worker_lowest_version(&t) < r.max_steps ? train_step(&t, &r) : finish(&t, &r, out);
+        s = worker_lowest_version(&t) < r.max_steps && !t.input_done ? train_step(&t, &r)
+                                                                     : finish(&t, &r, out);
         if (s == STEP_ROLLED_BACK) /* the chief's schedules start again from there */
             t.last_eval = t.last_ckpt = t.versions[0];
         if (s == STEP_ROLLED_BACK || s == STEP_RESYNCED)

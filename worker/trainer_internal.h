@@ -18,6 +18,7 @@
 #include "psflow/status.h"
 #include "psflow/towers.h"
 #include "worker/data_plan.h"
+#include "worker/leases.h"
 #include "worker/link.h"
 #include "worker/rows.h"
 #include "worker/trainer.h"
@@ -52,6 +53,8 @@ struct trainer {
     pf_sampler *sampler;     /* the train set's order, in memory */
     pf_stream_source *input; /* or, with data.streaming, the train files read as streams */
     int64_t bad_lines;       /* bad lines skipped so far (data.on_error skip), reported */
+    worker_leases *leases;   /* data.splits dynamic: the splits leased from ps 0; else NULL */
+    int input_done;          /* leased: the queue's epochs are done, nothing left to train on */
     size_t n_params;
     int n_ps, n_tasks;
     float *params, *grads; /* host; in the link's segment when in_segment */

@@ -116,6 +116,8 @@ static const field data_fields[] = {
      .only = BIT(PF_DATA_LIBSVM)},
     {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = STREAMED},
     {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64, .only = STREAMED},
+    {"splits", K_ENUM, AT(data.splits), .names = pf_spec_split_names, .max = PF_SPLITS_DYNAMIC,
+     .def = PF_SPLITS_STATIC, .only = STREAMED},
     {"on_error", K_ENUM, AT(data.on_error), .names = pf_spec_on_error_names,
      .max = PF_ON_ERROR_SKIP, .def = PF_ON_ERROR_FAIL, .only = STREAMED},
     {"max_bad_lines", K_INT64, AT(data.max_bad_lines), .min = 1, .max = 1LL << 40, .def = 1000,
@@ -168,6 +170,9 @@ static const field training_fields[] = {
     {"prefetch", K_BOOL, AT(training.prefetch), .def = false, .only = BIT(PF_MODE_ASYNC)},
     /* Default -1 stands for "absent" (unbounded) and is not written back. */
     {"max_staleness", K_INT64, AT(training.max_staleness), .min = 0, .max = 1000000, .def = -1,
+     .only = BIT(PF_MODE_ASYNC)},
+    /* Default 0 stands for "absent" (steps only) and is not written back. */
+    {"epochs", K_INT64, AT(training.epochs), .min = 1, .max = 1000000, .def = 0,
      .only = BIT(PF_MODE_ASYNC)},
 };
 

@@ -215,6 +215,27 @@ pf_status pf_spec_check_training(pf_job_spec *s, pf_error *err) {
                             "/training/replicas_to_aggregate: must be at most replicas.worker "
                             "(%d), got %d",
                             workers, t->replicas_to_aggregate);
+    if (s->data.splits == PF_SPLITS_DYNAMIC && !s->data.streaming)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/splits",
+                            "/data/splits: dynamic splits are leased to the readers of streamed "
+                            "input: set data.streaming");
+    if (s->data.splits == PF_SPLITS_DYNAMIC && t->mode != PF_MODE_ASYNC)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/splits",
+                            "/data/splits: dynamic splits go to whichever worker asks first, "
+                            "and a sync step needs every worker's batch fixed in advance (so "
+                            "that it equals one process): use static splits, or "
+                            "training.mode async");
+    if (s->data.splits == PF_SPLITS_DYNAMIC && t->prefetch)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/prefetch",
+                            "/training/prefetch: cannot be combined with dynamic splits (a "
+                            "batch is kept until its push was applied, so that a leased split "
+                            "is recorded done only once it was trained on; a prefetched batch "
+                            "would take its place)");
+    if (t->epochs > 0 && s->data.splits != PF_SPLITS_DYNAMIC)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/epochs",
+                            "/training/epochs: epochs are counted by the work queue of "
+                            "dynamic splits: set data.streaming and data.splits dynamic, or "
+                            "count training in max_steps");
     if (t->prefetch && t->max_staleness >= 0)
         return pf_error_set(err, PF_ERR_SPEC, "/training/prefetch",
                             "/training/prefetch: cannot be combined with max_staleness (a "

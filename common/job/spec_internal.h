@@ -80,6 +80,7 @@ extern const char *const pf_spec_optimizer_names[];
 extern const char *const pf_spec_mode_names[];
 extern const char *const pf_spec_nonfinite_names[];
 extern const char *const pf_spec_on_error_names[];
+extern const char *const pf_spec_split_names[];
 extern const char *const pf_spec_strategy_names[];
 extern const char *const pf_spec_partitioner_names[];
 extern const char *const pf_spec_restart_names[];

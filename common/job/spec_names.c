@@ -31,6 +31,8 @@ const char *const pf_spec_optimizer_names[] = {[PF_OPT_SGD] = "sgd",
 const char *const pf_spec_mode_names[] = {[PF_MODE_ASYNC] = "async", [PF_MODE_SYNC] = "sync"};
 const char *const pf_spec_on_error_names[] = {
     [PF_ON_ERROR_FAIL] = "fail", [PF_ON_ERROR_SKIP] = "skip"};
+const char *const pf_spec_split_names[] = {
+    [PF_SPLITS_STATIC] = "static", [PF_SPLITS_DYNAMIC] = "dynamic"};
 const char *const pf_spec_nonfinite_names[] = {
     [PF_NONFINITE_FAIL] = "fail", [PF_NONFINITE_ROLLBACK] = "rollback"};
 const char *const pf_spec_strategy_names[] = {

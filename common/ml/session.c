@@ -75,9 +75,12 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     if (replicas > 1 && (st = pf_towers_create(spec, override, &s->towers, err)) != PF_OK)
         goto fail;
 
-    /* Streamed: one stream per replica, as a worker of the same replicas reads them. */
+    /* Streamed: one stream per replica, as a worker of the same replicas reads them. One
+     * process has nobody to share splits with: dynamic splits are read as static ones. */
+    pf_job_spec one = *spec;
+    one.data.splits = PF_SPLITS_STATIC;
     st = spec->data.streaming
-             ? pf_stream_open(spec, replicas, spec->training.batch_size, &s->input, err)
+             ? pf_stream_open(&one, replicas, spec->training.batch_size, &s->input, err)
              : pf_dataset_load(spec, false, &s->train, err);
     if (st != PF_OK)
         goto fail;

@@ -215,6 +215,26 @@ typedef struct stream {
     char err_message[sizeof(((pf_error *)0)->message)];
 } stream;
 
+/* Leased mode (data.splits dynamic): one stream, stream 0, whose ring holds the examples of
+ * the splits leased so far in lease order. Under the source's mutex: `items` the leases
+ * (split, epoch) in order, of which the reader has opened or finished the first `read`;
+ * `ends` the ring positions where leased splits ended (one per finished split, in order),
+ * of which the first `emitted` were given to the trainer as done. Reader thread only: the
+ * split open, and the bad lines counted per split (seen, in_split). */
+typedef struct lease_item {
+    uint32_t split;
+    uint64_t epoch;
+    int64_t end; /* the ring position after its last example, once read through; else -1 */
+} lease_item;
+
+typedef struct leased_state {
+    lease_item *items;
+    int64_t n, cap, read, emitted;
+    int64_t *seen;    /* per split: bad lines counted so far */
+    int64_t in_split; /* bad lines skipped in the split open */
+    int64_t at_item;  /* the item whose split is open, or -1 */
+} leased_state;
+
 struct pf_stream_source {
     pf_model_spec model; /* a copy of the spec's */
     const split_format *format;
@@ -235,6 +255,7 @@ struct pf_stream_source {
     pf_criteo_scaling scaling; /* data.stats: the numeric inputs' standardisation */
     int scaled;
     char bad_msg[sizeof(((pf_error *)0)->message)];
+    leased_state *lease; /* data.splits dynamic: the splits leased (stream 0 reads them) */
 };
 
 /* criteo (criteo.c): each row as data_criteo_example lays it out for the model */
@@ -332,11 +353,10 @@ static pf_status next_split(const pf_stream_source *s, stream *st, pf_error *err
 /* A bad line in the open split, described by err, skipped (data.on_error skip): counted the
  * first time the split's reading gets this far, and an error once more than max_bad_lines
  * were. */
-static pf_status skip_bad(pf_stream_source *s, stream *st, pf_error *err) {
-    int64_t *seen = &st->bad_seen[st->order[st->at]];
-    if (++st->bad_in_split <= *seen)
+static pf_status skip_bad(pf_stream_source *s, int64_t *seen, int64_t *in_split, pf_error *err) {
+    if (++*in_split <= *seen)
         return PF_OK; /* read again (a rollback, a seek): counted already */
-    *seen = st->bad_in_split;
+    *seen = *in_split;
     pthread_mutex_lock(&s->mu);
     int64_t total = ++s->bad_total;
     s->bad_new++;
@@ -371,7 +391,8 @@ static pf_status read_next(pf_stream_source *s, stream *st, float *y, pf_error *
         }
         if (rc == PF_ERR_FORMAT && s->max_bad >= 0) {
             int ended = s->format->ended(st->r);
-            if ((rc = skip_bad(s, st, err)) != PF_OK)
+            if ((rc = skip_bad(s, &st->bad_seen[st->order[st->at]], &st->bad_in_split, err)) !=
+                PF_OK)
                 return rc;
             if (!ended)
                 continue;
@@ -426,8 +447,67 @@ static stream *pick(pf_stream_source *s, int *next) {
     return NULL;
 }
 
+/* Leased mode: reads the leased splits in lease order into stream 0's ring, recording where
+ * each ended; stops at a read error until the source is closed. */
+static void reader_leased(pf_stream_source *s) {
+    stream *st = &s->streams[0];
+    leased_state *L = s->lease;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        if (st->failed || st->filled >= st->cap || (L->at_item < 0 && L->read >= L->n)) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        if (L->at_item < 0) {
+            L->at_item = L->read++;
+            L->in_split = 0;
+        }
+        uint32_t idx = L->items[L->at_item].split;
+        pthread_mutex_unlock(&s->mu);
+        pf_error err;
+        pf_error_clear(&err);
+        pf_status rc = PF_OK;
+        float y = 0;
+        if (!st->r) {
+            const split *sp = &s->splits[idx];
+            rc = s->format->open_range(s, s->paths[sp->file], sp->start, sp->end, &st->r, &err);
+        }
+        if (rc == PF_OK)
+            rc = s->format->next(s, st->r, st->row, &y, &err);
+        int skipped = 0;
+        if (rc == PF_ERR_FORMAT && s->max_bad >= 0) {
+            int ended = s->format->ended(st->r);
+            rc = skip_bad(s, &L->seen[idx], &L->in_split, &err);
+            if (rc == PF_OK)
+                skipped = !ended, rc = ended ? PF_ERR_NOT_FOUND : PF_OK;
+        }
+        pthread_mutex_lock(&s->mu);
+        if (rc == PF_OK && !skipped) {
+            int64_t slot = (st->ring_q + st->filled) % st->cap;
+            memcpy(st->ring_x + slot * s->features, st->row, (size_t)s->features * sizeof(float));
+            st->ring_y[slot] = y;
+            st->filled++;
+        } else if (rc == PF_ERR_NOT_FOUND) {
+            close_split(s, st);
+            L->items[L->at_item].end = st->ring_q + st->filled;
+            L->at_item = -1;
+        } else if (rc != PF_OK) {
+            close_split(s, st);
+            st->failed = 1;
+            st->err_status = rc;
+            snprintf(st->err_message, sizeof st->err_message, "%s", err.message);
+        }
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *reader_main(void *arg) {
     pf_stream_source *s = arg;
+    if (s->lease) {
+        reader_leased(s);
+        return NULL;
+    }
     int next = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
@@ -562,12 +642,30 @@ static pf_status init_streams(pf_stream_source *s, int cap, pf_error *err) {
     return PF_OK;
 }
 
+/* Leased mode: stream 0's ring allocated up front (it is the only one read), no split
+ * leased yet. */
+static pf_status init_leased(pf_stream_source *s, pf_error *err) {
+    stream *st = &s->streams[0];
+    s->lease = pf_calloc(1, sizeof *s->lease);
+    if (s->lease) {
+        s->lease->seen = pf_calloc((size_t)s->n_splits, sizeof *s->lease->seen);
+        s->lease->at_item = -1;
+    }
+    st->ring_x = pf_mallocarray((size_t)st->cap * (size_t)s->features, sizeof(float));
+    st->ring_y = pf_mallocarray((size_t)st->cap, sizeof(float));
+    if (!s->lease || !s->lease->seen || !st->ring_x || !st->ring_y)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory for the input read-ahead");
+    st->active = 1;
+    return PF_OK;
+}
+
 pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_stream_source **out,
                          pf_error *err) {
     *out = NULL;
     if (streams < 1 || block < 1)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "streams (%d) and block (%d) must be >= 1",
                             streams, block);
+    int leased = spec->data.splits == PF_SPLITS_DYNAMIC;
     pf_stream_source *s = pf_calloc(1, sizeof *s);
     if (!s)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
@@ -583,6 +681,8 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     s->index_base = spec->data.index_base;
     s->format = spec->data.format == PF_DATA_CRITEO ? &criteo_format : &text_format;
     pf_status st = PF_OK;
+    if (leased)
+        s->n_streams = streams = 1;
     if (spec->data.format != PF_DATA_CRITEO && spec->data.format != PF_DATA_CSV &&
         spec->data.format != PF_DATA_LIBSVM)
         st = pf_error_set(err, PF_ERR_SPEC, "/data/streaming",
@@ -599,6 +699,8 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     int cap = 4 * block > RING_MIN ? 4 * block : RING_MIN;
     if (st == PF_OK)
         st = init_streams(s, cap, err);
+    if (st == PF_OK && leased)
+        st = init_leased(s, err);
     if (st == PF_OK && pthread_create(&s->thread, NULL, reader_main, s) != 0)
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "cannot start the input reader thread");
     if (st != PF_OK) {
@@ -656,6 +758,9 @@ static pf_status take(pf_stream_source *s, stream *st, int64_t q, float *x, floa
 
 pf_status pf_stream_gather(pf_stream_source *s, int64_t start, int count, float *x, float *y,
                            int32_t *labels, pf_error *err) {
+    if (s->lease)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "leased input (data.splits dynamic) is taken, not gathered");
     pf_status rc = PF_OK;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < count && rc == PF_OK; i++) {
@@ -666,6 +771,102 @@ pf_status pf_stream_gather(pf_stream_source *s, int64_t start, int count, float 
         if (rc == PF_OK && labels)
             labels[i] = (int32_t)y[i];
     }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* --- leased splits ------------------------------------------------------------------------ */
+
+int pf_stream_leased(const pf_stream_source *s) {
+    return s->lease != NULL;
+}
+
+pf_status pf_stream_lease_add(pf_stream_source *s, uint32_t index, uint64_t epoch, pf_error *err) {
+    if (!s->lease || index >= (uint32_t)s->n_splits)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "split %" PRIu32 " leased: the input has %d splits%s", index,
+                            s->n_splits, s->lease ? "" : " and is not leased");
+    leased_state *L = s->lease;
+    pf_status st = PF_OK;
+    pthread_mutex_lock(&s->mu);
+    if (L->n == L->cap) {
+        int64_t cap = L->cap ? L->cap * 2 : 16;
+        lease_item *v = pf_realloc(L->items, (size_t)cap * sizeof *v);
+        if (v) {
+            L->items = v;
+            L->cap = cap;
+        } else {
+            st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory for the leased splits");
+        }
+    }
+    if (st == PF_OK) {
+        L->items[L->n++] = (lease_item){index, epoch, -1};
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+int64_t pf_stream_leased_open(pf_stream_source *s) {
+    if (!s->lease)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->lease->n - s->lease->emitted;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* Moves the leased splits whose examples were all taken to done (under mu). */
+static void emit_ends(pf_stream_source *s, pf_stream_split_done *done, int max_done, int *n_done) {
+    leased_state *L = s->lease;
+    stream *st = &s->streams[0];
+    while (*n_done < max_done && L->emitted < L->n && L->items[L->emitted].end >= 0 &&
+           L->items[L->emitted].end <= st->ring_q) {
+        done[(*n_done)++] =
+            (pf_stream_split_done){L->items[L->emitted].split, L->items[L->emitted].epoch};
+        L->emitted++;
+    }
+}
+
+pf_status pf_stream_take(pf_stream_source *s, int count, float *x, float *y, int32_t *labels,
+                         int *got, pf_stream_split_done *done, int max_done, int *n_done,
+                         pf_error *err) {
+    *got = 0;
+    *n_done = 0;
+    if (!s->lease)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "this input is not leased (data.splits static): gather it");
+    leased_state *L = s->lease;
+    stream *st = &s->streams[0];
+    pf_status rc = PF_OK;
+    pthread_mutex_lock(&s->mu);
+    while (*got < count) {
+        emit_ends(s, done, max_done, n_done);
+        if (*n_done == max_done)
+            break;
+        if (st->filled > 0) {
+            int64_t slot = st->ring_q % st->cap;
+            memcpy(x + (size_t)*got * (size_t)s->features, st->ring_x + slot * s->features,
+                   (size_t)s->features * sizeof(float));
+            y[*got] = st->ring_y[slot];
+            if (labels)
+                labels[*got] = (int32_t)st->ring_y[slot];
+            st->ring_q++;
+            st->filled--;
+            (*got)++;
+            pthread_cond_broadcast(&s->cv);
+            continue;
+        }
+        if (st->failed) {
+            rc = pf_error_set(err, st->err_status, NULL, "%s", st->err_message);
+            break;
+        }
+        if (L->emitted == L->n)
+            break; /* every leased split taken through */
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    if (rc == PF_OK)
+        emit_ends(s, done, max_done, n_done);
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
@@ -715,6 +916,11 @@ void pf_stream_close(pf_stream_source *s) {
         pf_free(st->ring_y);
     }
     pf_free(s->streams);
+    if (s->lease) {
+        pf_free(s->lease->items);
+        pf_free(s->lease->seen);
+        pf_free(s->lease);
+    }
     pf_input_free(s->paths, s->n_files);
     pf_free(s->splits);
     pthread_mutex_destroy(&s->mu);

@@ -3,7 +3,9 @@
  * state machine, through the real handler (ps_server_start_sink).
  *
  * Input: byte 0 picks the ps (bit 0: with a job key; bit 1: a model with an embedding table,
- * [8, 2] in two row shards, which takes ROW_PULL and ROW_PUSH_PULL; bit 2 with bit 1: async).
+ * [8, 2] in two row shards, which takes ROW_PULL and ROW_PUSH_PULL; bit 2 with bit 1: async;
+ * bit 3 without bit 1: the dense job async over streamed input with data.splits dynamic and
+ * training.epochs 2, whose ps keeps the LEASE work queue).
  * Then records, each an op byte:
  *   op & 3         the connection (a closed one is opened again on its next use)
  *   (op >> 2) & 3  0: a message follows as u16 length (little-endian) + bytes;
@@ -145,15 +147,17 @@ static void on_nonce(void *user, uint8_t *nonce) {
     memcpy(nonce, &h.nonce_counter, sizeof h.nonce_counter);
 }
 
-/* The fuzz jobs: a dense softmax, and one over an embedding table (sync and async). */
+/* The fuzz jobs: a dense softmax (sync, and async with dynamic splits), and one over an
+ * embedding table (sync and async). data and mode are the JSON values of data.format and
+ * training.mode, and the fields after them. */
 static void parse_spec(const char *model, const char *data, const char *mode, pf_job_spec *spec) {
     char json[1024];
     snprintf(json, sizeof json,
              "{\"name\": \"fuzz\", \"replicas\": {\"ps\": 1, \"worker\": 2, \"chief\": 1, "
-             "\"evaluator\": 1}, \"model\": %s, \"data\": {\"format\": \"%s\", \"train\": "
+             "\"evaluator\": 1}, \"model\": %s, \"data\": {\"format\": %s, \"train\": "
              "[\"unused\"]}, \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},"
              " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2}},"
-             " \"training\": {\"mode\": \"%s\", \"max_steps\": 5}}",
+             " \"training\": {\"mode\": %s, \"max_steps\": 5}}",
              model, data, mode);
     pf_error err;
     if (pf_job_spec_parse(json, strlen(json), spec, &err) != PF_OK)
@@ -161,15 +165,18 @@ static void parse_spec(const char *model, const char *data, const char *mode, pf
 }
 
 static ps_server *start_ps(int with_key, int variant) {
-    static pf_job_spec specs[3];
+    static pf_job_spec specs[4];
     static int parsed;
     if (!parsed) {
-        parse_spec("{\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3}", "csv", "sync",
-                   &specs[0]);
+        const char *dense = "{\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3}";
+        parse_spec(dense, "\"csv\"", "\"sync\"", &specs[0]);
+        parse_spec(dense,
+                   "\"csv\", \"streaming\": true, \"splits\": \"dynamic\", \"test\": [\"unused\"]",
+                   "\"async\", \"epochs\": 2", &specs[3]);
         const char *table = "{\"type\": \"softmax\", \"outputs\": 3, \"embeddings\": "
                             "[{\"name\": \"ids\", \"vocab\": 8, \"dim\": 2, \"max_ids\": 2}]}";
-        parse_spec(table, "libsvm", "sync", &specs[1]);
-        parse_spec(table, "libsvm", "async", &specs[2]);
+        parse_spec(table, "\"libsvm\"", "\"sync\"", &specs[1]);
+        parse_spec(table, "\"libsvm\"", "\"async\"", &specs[2]);
         pf_wire_job_key("fuzz-token", 10, "fuzz", h.job_key);
         pf_wire_in_init(&h.in, 0, 0);
         pf_buf_init(&h.reply, 1u << 20);
@@ -298,7 +305,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     memset(h.c, 0, sizeof h.c);
     h.with_key = data[0] & 1;
-    ps_server *s = start_ps(h.with_key, data[0] & 2 ? 1 + ((data[0] >> 2) & 1) : 0);
+    ps_server *s =
+        start_ps(h.with_key, data[0] & 2 ? 1 + ((data[0] >> 2) & 1) : (data[0] & 8 ? 3 : 0));
     size_t pos = 1;
     while (pos < size) {
         uint8_t op = data[pos++];

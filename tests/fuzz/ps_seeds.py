@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ps_seeds.py - writes the seed conversations of fuzz_ps (tests/fuzz/fuzz_ps.c) into
-tests/data/ps/valid/: valid exchanges with and without a key, for the fuzzer to mutate.
+tests/data/ps/valid/: valid exchanges with and without a key, for the fuzzer to mutate (LEASE
+on the dynamic-splits job through to training.epochs' end, and on a static one).
 usage: python3 tests/fuzz/ps_seeds.py [OUT_DIR]"""
 import os
 import struct
@@ -128,6 +129,19 @@ def seg_push_pull(task, inc, seq, step, shards, reserved=0, records=None, rid=12
                struct.pack("<QII", step + 1, len(shards), 0) + body, rid)
 
 
+def lease(epoch, n_splits, want, done, rid=13):
+    """LEASE (23): epoch, n_splits, want, n_done, done[n_done]."""
+    return msg(23, struct.pack("<QIII", epoch, n_splits, want, len(done)) +
+               struct.pack("<%dI" % len(done), *done), rid)
+
+
+# the dynamic-splits job (byte 0 bit 3): its ps 0 keeps the work queue of LEASE; 3 splits,
+# training.epochs 2. A task reports done splits of the epoch it last leased in and asks for
+# the next; "all three done" records the one it holds and refuses the others (not its own).
+LEASE_JOB = 8
+ALL = [0, 1, 2]
+
+
 def conversation(key, steps, variant=0):
     out = bytes([(1 if key else 0) | variant])
     for s in steps:
@@ -213,6 +227,26 @@ def main():
         rec(0, hello("chief", 0, 7)), rec(0, seg_attach(size=1 << 20)), rec(0, seg_attach()),
         rec(0, seg_pull([(0, 8), (2, 3)])), rec(0, seg_pull([(2, 3), (3, 3)])), rec(0, seg_push_pull(0, 7, 1, 0, [(0, 8), (1, 8)] + DENSE)),
         rec(0, row_pull([2, 3, 4, 5], [(0, [0, 3])])), close(0)], 2)
+    for key in (0, 1):
+        auth = (lambda c: [proof(c)]) if key else (lambda c: [])
+        k = "key" if key else "open"
+        seeds["%s-lease" % k] = conversation(key, [
+            rec(0, lease(0, 3, 1, [])), rec(0, hello("chief", 0, 7)), *auth(0),
+            rec(1, hello("worker", 1, 9)), *auth(1), rec(2, hello("evaluator", 0)), *auth(2),
+            rec(2, lease(0, 3, 1, [])), rec(1, lease(0, 3, 1, [])), rec(0, lease(0, 3, 1, [])),
+            rec(0, lease(0, 4, 1, [])), rec(0, lease(0, 3, 2, [])), rec(0, lease(0, 3, 1, [3])),
+            rec(0, lease(0, 0, 1, [])), rec(0, msg(23, struct.pack("<QIII", 0, 3, 1, 2) + bytes(4))),
+            rec(0, lease(0, 3, 1, ALL)), rec(0, lease(5, 3, 0, ALL)), close(1),
+            rec(0, lease(0, 3, 1, ALL)), rec(0, lease(0, 3, 1, ALL)), rec(0, lease(0, 3, 1, ALL)),
+            rec(3, hello("worker", 1, 10)), *auth(3), rec(3, lease(0, 3, 1, [])),
+            rec(1, hello("worker", 1, 11)), *auth(1), rec(1, lease(1, 3, 1, [])),
+            rec(0, lease(1, 3, 1, ALL)), rec(0, lease(1, 3, 1, ALL)), rec(1, lease(1, 3, 1, ALL)),
+            rec(0, lease(1, 3, 1, ALL)), rec(0, lease(1, 3, 1, ALL)), rec(0, lease(2, 3, 1, ALL)),
+            rec(0, lease(1 << 63, 3, 0, [])), rec(0, stats()), close(0), close(1), close(3)],
+            LEASE_JOB)
+    seeds["open-lease-static"] = conversation(0, [
+        rec(0, hello("chief", 0, 7)), rec(0, lease(0, 3, 1, [])), rec(0, lease(0, 3, 0, ALL)),
+        close(0)])
     for name, data in seeds.items():
         with open(os.path.join(out, name + ".bin"), "wb") as f:
             f.write(data)

@@ -118,7 +118,9 @@ static bool spec_equal(const pf_job_spec *a, const pf_job_spec *b) {
         a->training.nonfinite_max_rollbacks == b->training.nonfinite_max_rollbacks &&
         a->training.nonfinite_lr_scale == b->training.nonfinite_lr_scale &&
         a->training.prefetch == b->training.prefetch &&
-        a->training.max_staleness == b->training.max_staleness && a->placement == b->placement &&
+        a->training.max_staleness == b->training.max_staleness &&
+        a->training.epochs == b->training.epochs && a->data.streaming == b->data.streaming &&
+        a->data.splits == b->data.splits && a->placement == b->placement &&
         a->partitioner.type == b->partitioner.type &&
         a->partitioner.num_shards == b->partitioner.num_shards &&
         a->partitioner.min_shard_bytes == b->partitioner.min_shard_bytes &&
@@ -979,6 +981,70 @@ static void test_embedding_forms(void **state) {
     assert_non_null(strstr(err.message, "missing required field 'inputs'"));
 }
 
+/* data.splits and training.epochs: dynamic splits and epochs are kept and written back, absent
+ * they are static and 0 (not written); each refusal names its field and what to do. */
+static void test_dynamic_splits(void **state) {
+    (void)state;
+#define LEASE_SPEC(data, training)                                                                 \
+    "{\"name\":\"l\",\"replicas\":{\"ps\":1,\"worker\":2},\"model\":{\"type\":\"softmax\","        \
+    "\"outputs\":2,\"inputs\":13},\"data\":{\"format\":\"criteo\",\"train\":[\"d\"],"              \
+    "\"test\":[\"t\"]" data "},\"training\":{\"mode\":\"" training "}}"
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(
+        parse_text(LEASE_SPEC(",\"streaming\":true,\"splits\":\"dynamic\"", "async\",\"epochs\":3"),
+                   &s, &err),
+        PF_OK);
+    assert_int_equal(s.data.splits, PF_SPLITS_DYNAMIC);
+    assert_int_equal(s.training.epochs, 3);
+    char *json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"splits\":\"dynamic\""));
+    assert_non_null(strstr(json, "\"epochs\":3"));
+    assert_round_trip(&s, "dynamic splits");
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+
+    assert_int_equal(parse_text(LEASE_SPEC(",\"streaming\":true", "async\""), &s, &err), PF_OK);
+    assert_int_equal(s.data.splits, PF_SPLITS_STATIC);
+    assert_int_equal(s.training.epochs, 0);
+    json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_null(strstr(json, "\"epochs\""));
+    assert_null(strstr(json, "\"dynamic\""));
+    assert_round_trip(&s, "static splits");
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+
+    static const struct {
+        const char *text;
+        const char *pointer;
+        const char *message; /* a part of it */
+    } bad[] = {
+        {LEASE_SPEC(",\"splits\":\"dynamic\"", "async\""), "/data/splits", "set data.streaming"},
+        {LEASE_SPEC(",\"streaming\":true,\"splits\":\"dynamic\"", "sync\""), "/data/splits",
+         "training.mode async"},
+        {LEASE_SPEC(",\"streaming\":true,\"splits\":\"dynamic\"", "async\",\"prefetch\":true"),
+         "/training/prefetch", "cannot be combined with dynamic splits"},
+        {LEASE_SPEC(",\"streaming\":true", "async\",\"epochs\":2"), "/training/epochs",
+         "set data.streaming and data.splits dynamic"},
+        {LEASE_SPEC("", "async\",\"epochs\":2"), "/training/epochs", "data.splits dynamic"},
+        {LEASE_SPEC(",\"streaming\":true,\"splits\":\"dynamic\"", "async\",\"epochs\":0"),
+         "/training/epochs", "got 0"},
+        {LEASE_SPEC(",\"streaming\":true,\"splits\":\"dynamic\"", "async\",\"epochs\":1000001"),
+         "/training/epochs", "got 1000001"},
+        {LEASE_SPEC(",\"streaming\":true,\"splits\":\"elastic\"", "async\""), "/data/splits",
+         "'elastic'"},
+    };
+#undef LEASE_SPEC
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(parse_fails(bad[i].text, &err), PF_ERR_SPEC);
+        if (strcmp(err.pointer, bad[i].pointer) != 0 || !strstr(err.message, bad[i].message))
+            fail_msg("case %zu: got '%s' at %s, want '%s' at %s", i, err.message, err.pointer,
+                     bad[i].message, bad[i].pointer);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonfinite_fields),
@@ -997,6 +1063,7 @@ int main(void) {
         cmocka_unit_test(test_device_forms),
         cmocka_unit_test(test_replica_forms),
         cmocka_unit_test(test_embedding_forms),
+        cmocka_unit_test(test_dynamic_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

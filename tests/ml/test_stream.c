@@ -6,6 +6,9 @@
  * ones still read) naming file, line and column; entries expand from folders and patterns;
  * fewer files than streams, and streams whose files hold no example, are refused; bad lines
  * are skipped and counted with data.on_error skip; data.stats standardises the numbers.
+ * Leased input (data.splits dynamic): splits read in the order they are leased, each named
+ * done once all its examples were taken (an empty one too, one leased twice twice, at most
+ * max_done per take), a bad line failing the take after the examples before it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,6 +36,7 @@
 
 static char dir[256];
 static const char *data_extra = ""; /* more data fields, each ending in ", " */
+static const char *mode = "sync";   /* training.mode */
 static char *paths[FILES];
 static pf_dataset files[FILES]; /* each file loaded whole: the reference */
 
@@ -57,9 +61,9 @@ static void make_spec(pf_job_spec *spec, const char *train, uint64_t seed) {
     snprintf(json + at, sizeof json - at,
              "]}, \"data\": {\"format\": \"criteo\", \"streaming\": true, %s\"train\": %s,"
              " \"test\": [\"t.tsv\"]},"
-             " \"training\": {\"mode\": \"sync\", \"batch_size\": 8, \"max_steps\": 10,"
+             " \"training\": {\"mode\": \"%s\", \"batch_size\": 8, \"max_steps\": 10,"
              " \"seed\": %llu}}",
-             data_extra, train, (unsigned long long)seed);
+             data_extra, train, mode, (unsigned long long)seed);
     pf_error err;
     pf_status st = pf_job_spec_parse(json, strlen(json), spec, &err);
     if (st != PF_OK)
@@ -623,6 +627,304 @@ static void test_expand(void **state) {
     rmdir(missing);
 }
 
+/* --- leased input (data.splits dynamic) ---------------------------------------------------- */
+
+/* Small files in a folder of their own: file i (f<i>.tsv) the first lines[i] lines of
+ * paths[from[i]] (line bad[i] > 0 made bad, as write_with_bad does), or with lines[i] < 0 an
+ * empty file (-1) or one of blank lines only (-2); train names the folder (criteo takes at
+ * most 2 entries), which expands to the files in that order. */
+typedef struct lease_files {
+    char sub[300];
+    char train[320];
+} lease_files;
+
+static void make_lease_files(lease_files *lf, const char *name, int n, const int *from,
+                             const int *lines, const int *bad) {
+    snprintf(lf->sub, sizeof lf->sub, "%s/%s", dir, name);
+    assert_int_equal(mkdir(lf->sub, 0700), 0);
+    for (int i = 0; i < n; i++) {
+        char p[400];
+        snprintf(p, sizeof p, "%s/f%d.tsv", lf->sub, i);
+        if (lines[i] == -1)
+            data_write(p, "", 0);
+        else if (lines[i] == -2)
+            data_write(p, "\n\n\n", 3);
+        else
+            write_with_bad(p, from[i], lines[i], bad ? &bad[i] : NULL, bad && bad[i] > 0);
+    }
+    snprintf(lf->train, sizeof lf->train, "[\"%s\"]", lf->sub);
+}
+
+static void remove_lease_files(const lease_files *lf) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", lf->sub);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A leased source (training.mode async, data.splits dynamic, `extra` more data fields) over
+ * train, opened for 5 streams: leased input makes one whatever it is asked. */
+static pf_stream_source *open_leased(const char *train, const char *extra) {
+    char fields[256];
+    snprintf(fields, sizeof fields, "\"splits\": \"dynamic\", %s", extra);
+    data_extra = fields;
+    mode = "async";
+    pf_stream_source *s = open_source(train, 1, 5, 4);
+    data_extra = "";
+    mode = "sync";
+    assert_int_equal(pf_stream_leased(s), 1);
+    return s;
+}
+
+/* The examples a leased source should give, in order: rows of the files loaded whole. */
+typedef struct want {
+    const float *x[64];
+    float y[64];
+    int n, at;
+} want;
+
+static void want_row(want *w, int file, int64_t row) {
+    assert_true(w->n < 64 && row < files[file].n);
+    w->x[w->n] = files[file].x + row * files[file].features;
+    w->y[w->n++] = files[file].y[row];
+}
+
+static void want_rows(want *w, int file, int rows) {
+    for (int r = 0; r < rows; r++)
+        want_row(w, file, r);
+}
+
+/* One pf_stream_take of `count`, expecting status `want_st`: every example given checked
+ * against the next of w; returns how many were given. */
+static int take_checked(pf_stream_source *s, int count, want *w, pf_stream_split_done *done,
+                        int max_done, int *n_done, pf_status want_st, pf_error *err) {
+    int f = pf_stream_features(s), got = -1;
+    float *x = pf_mallocarray((size_t)count * (size_t)f, sizeof(float));
+    float *y = pf_mallocarray((size_t)count, sizeof(float));
+    int32_t *labels = pf_mallocarray((size_t)count, sizeof(int32_t));
+    pf_status st = pf_stream_take(s, count, x, y, labels, &got, done, max_done, n_done, err);
+    if (st != want_st)
+        fail_msg("take: %s (%s), want %s", pf_strerror(st), err->message, pf_strerror(want_st));
+    assert_in_range(got, 0, count);
+    assert_in_range(*n_done, 0, max_done);
+    for (int i = 0; i < got; i++) {
+        if (w->at >= w->n)
+            fail_msg("example %d given, %d wanted", w->at + 1, w->n);
+        if (memcmp(x + (size_t)i * (size_t)f, w->x[w->at], (size_t)f * sizeof(float)) != 0 ||
+            y[i] != w->y[w->at] || labels[i] != (int32_t)w->y[w->at])
+            fail_msg("example %d differs from the file's", w->at);
+        w->at++;
+    }
+    pf_free(x);
+    pf_free(y);
+    pf_free(labels);
+    return got;
+}
+
+static void assert_done(const pf_stream_split_done *d, uint32_t split, uint64_t epoch) {
+    if (d->split != split || d->epoch != epoch)
+        fail_msg("done split %u of epoch %llu, want %u of %llu", d->split,
+                 (unsigned long long)d->epoch, split, (unsigned long long)epoch);
+}
+
+static void lease(pf_stream_source *s, uint32_t split, uint64_t epoch) {
+    pf_error err;
+    if (pf_stream_lease_add(s, split, epoch, &err) != PF_OK)
+        fail_msg("lease %u: %s", split, err.message);
+}
+
+/* Nothing is read before a lease; the leased splits are read in lease order, each in file
+ * order, and each is named done in the take that took its last example once the reader saw
+ * its end (before any example of the next), or in a later one. */
+static void test_leased_order(void **state) {
+    (void)state;
+    lease_files lf;
+    const int from[] = {0, 1, 2}, lines[] = {10, 13, 17};
+    make_lease_files(&lf, "leased", 3, from, lines, NULL);
+    pf_stream_source *s = open_leased(lf.train, "");
+    assert_int_equal(pf_stream_splits(s), 3); /* one per file, not cut for 5 streams */
+    assert_int_equal(pf_stream_files(s), 3);
+    want w = {0};
+    pf_stream_split_done done[8];
+    int n_done = -1;
+    pf_error err;
+    assert_int_equal(take_checked(s, 7, &w, done, 8, &n_done, PF_OK, &err), 0);
+    assert_int_equal(n_done, 0);
+    assert_int_equal(pf_stream_leased_open(s), 0);
+
+    lease(s, 2, 0);
+    lease(s, 0, 0);
+    assert_int_equal(pf_stream_leased_open(s), 2);
+    want_rows(&w, 2, 17);
+    want_rows(&w, 0, 10);
+    assert_int_equal(take_checked(s, 7, &w, done, 8, &n_done, PF_OK, &err), 7);
+    assert_int_equal(n_done, 0);
+    assert_int_equal(take_checked(s, 7, &w, done, 8, &n_done, PF_OK, &err), 7);
+    assert_int_equal(n_done, 0);
+    assert_int_equal(pf_stream_leased_open(s), 2);
+    assert_int_equal(take_checked(s, 7, &w, done, 8, &n_done, PF_OK, &err), 7); /* 3 + 4 */
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 2, 0);
+    assert_int_equal(pf_stream_leased_open(s), 1);
+    assert_int_equal(take_checked(s, 7, &w, done, 8, &n_done, PF_OK, &err), 6);
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 0, 0);
+    assert_int_equal(pf_stream_leased_open(s), 0);
+    assert_int_equal(take_checked(s, 7, &w, done, 8, &n_done, PF_OK, &err), 0);
+    assert_int_equal(n_done, 0);
+
+    /* a take that ends exactly at a split's end may name it, or leave it to the next take */
+    lease(s, 1, 1);
+    want_rows(&w, 1, 13);
+    assert_int_equal(take_checked(s, 13, &w, done, 8, &n_done, PF_OK, &err), 13);
+    int first = n_done;
+    assert_in_range(first, 0, 1);
+    if (first)
+        assert_done(&done[0], 1, 1);
+    assert_int_equal(take_checked(s, 13, &w, done, 8, &n_done, PF_OK, &err), 0);
+    assert_int_equal(n_done, 1 - first);
+    if (n_done)
+        assert_done(&done[0], 1, 1);
+    assert_int_equal(pf_stream_leased_open(s), 0);
+    assert_int_equal(w.at, w.n);
+    pf_stream_close(s);
+    remove_lease_files(&lf);
+}
+
+/* An empty split (an empty file, a file of blank lines) is named done without an example;
+ * a split leased twice is read twice; max_done stops a take at that many done splits. */
+static void test_leased_empty_twice_max_done(void **state) {
+    (void)state;
+    lease_files lf;
+    const int from[] = {0, 0, 0, 1}, lines[] = {10, -1, -2, 13};
+    make_lease_files(&lf, "leased-empty", 4, from, lines, NULL);
+    pf_stream_source *s = open_leased(lf.train, "");
+    assert_int_equal(pf_stream_splits(s), 4);
+    want w = {0};
+    pf_stream_split_done done[8];
+    int n_done;
+    pf_error err;
+    lease(s, 1, 0);
+    assert_int_equal(take_checked(s, 5, &w, done, 8, &n_done, PF_OK, &err), 0);
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 1, 0);
+
+    lease(s, 2, 0); /* blank lines, the file twice, blank lines again */
+    lease(s, 0, 0);
+    lease(s, 0, 1);
+    lease(s, 2, 1);
+    want_rows(&w, 0, 10);
+    want_rows(&w, 0, 10);
+    assert_int_equal(take_checked(s, 30, &w, done, 8, &n_done, PF_OK, &err), 20);
+    assert_int_equal(n_done, 4);
+    assert_done(&done[0], 2, 0);
+    assert_done(&done[1], 0, 0);
+    assert_done(&done[2], 0, 1);
+    assert_done(&done[3], 2, 1);
+    assert_int_equal(pf_stream_leased_open(s), 0);
+
+    lease(s, 0, 2); /* max_done 1: one split per take, whatever count asks */
+    lease(s, 3, 2);
+    lease(s, 1, 2);
+    want_rows(&w, 0, 10);
+    want_rows(&w, 1, 13);
+    assert_int_equal(take_checked(s, 100, &w, done, 1, &n_done, PF_OK, &err), 10);
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 0, 2);
+    assert_int_equal(pf_stream_leased_open(s), 2);
+    assert_int_equal(take_checked(s, 100, &w, done, 1, &n_done, PF_OK, &err), 13);
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 3, 2);
+    assert_int_equal(take_checked(s, 100, &w, done, 1, &n_done, PF_OK, &err), 0);
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 1, 2);
+    assert_int_equal(pf_stream_leased_open(s), 0);
+    assert_int_equal(w.at, w.n);
+    pf_stream_close(s);
+    remove_lease_files(&lf);
+}
+
+/* A leased source is taken, not gathered; a static one is gathered, not taken or leased; a
+ * split out of range is refused. */
+static void test_leased_refusals(void **state) {
+    (void)state;
+    lease_files lf;
+    const int from[] = {0, 1}, lines[] = {10, 13};
+    make_lease_files(&lf, "leased-refused", 2, from, lines, NULL);
+    pf_stream_source *s = open_leased(lf.train, "");
+    float x[4 * 65], y[4];
+    int got = -1, n_done = -1;
+    pf_stream_split_done done[2];
+    pf_error err;
+    assert_int_equal(pf_stream_gather(s, 0, 1, x, y, NULL, &err), PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "taken, not gathered"));
+    assert_int_equal(pf_stream_lease_add(s, 2, 0, &err), PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "the input has 2 splits"));
+    assert_int_equal(pf_stream_lease_add(s, UINT32_MAX, 0, &err), PF_ERR_INVALID);
+    assert_int_equal(pf_stream_leased_open(s), 0);
+    assert_int_equal(pf_stream_take(s, 4, x, y, NULL, &got, done, 2, &n_done, &err), PF_OK);
+    assert_int_equal(got, 0);
+    assert_int_equal(n_done, 0);
+    pf_stream_close(s);
+
+    s = open_source(lf.train, 1, 1, 4); /* static (sync): gathered */
+    assert_int_equal(pf_stream_leased(s), 0);
+    assert_int_equal(pf_stream_take(s, 4, x, y, NULL, &got, done, 2, &n_done, &err),
+                     PF_ERR_INVALID);
+    assert_int_equal(got, 0);
+    assert_int_equal(n_done, 0);
+    assert_non_null(strstr(err.message, "not leased"));
+    assert_int_equal(pf_stream_lease_add(s, 0, 0, &err), PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "not leased"));
+    assert_int_equal(pf_stream_leased_open(s), 0);
+    assert_int_equal(pf_stream_gather(s, 0, 4, x, y, NULL, &err), PF_OK);
+    pf_stream_close(s);
+    remove_lease_files(&lf);
+}
+
+/* A bad line with data.on_error fail: the take gives the examples before it (the whole split
+ * before, named done, and the bad file's first lines), then fails naming file, line and
+ * column, and so does the next. With skip the line is passed over and counted. */
+static void test_leased_bad_line(void **state) {
+    (void)state;
+    lease_files lf;
+    const int from[] = {1, 0}, lines[] = {13, 10}, bad[] = {0, 4};
+    make_lease_files(&lf, "leased-bad", 2, from, lines, bad);
+    pf_stream_source *s = open_leased(lf.train, "");
+    want w = {0};
+    pf_stream_split_done done[4];
+    int n_done;
+    pf_error err;
+    lease(s, 0, 0);
+    lease(s, 1, 0);
+    want_rows(&w, 1, 13);
+    want_rows(&w, 0, 3);
+    assert_int_equal(take_checked(s, 40, &w, done, 4, &n_done, PF_ERR_FORMAT, &err), 16);
+    assert_non_null(strstr(err.message, "f1.tsv:4: column C2"));
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 0, 0);
+    assert_int_equal(take_checked(s, 40, &w, done, 4, &n_done, PF_ERR_FORMAT, &err), 0);
+    assert_non_null(strstr(err.message, "f1.tsv:4: column C2"));
+    assert_int_equal(pf_stream_leased_open(s), 1);
+    pf_stream_close(s);
+
+    s = open_leased(lf.train, "\"on_error\": \"skip\", ");
+    w = (want){0};
+    lease(s, 1, 3);
+    want_rows(&w, 0, 3);
+    for (int r = 4; r < 10; r++)
+        want_row(&w, 0, r);
+    assert_int_equal(take_checked(s, 40, &w, done, 4, &n_done, PF_OK, &err), 9);
+    assert_int_equal(n_done, 1);
+    assert_done(&done[0], 1, 3);
+    int64_t total = 0;
+    char last[512];
+    assert_int_equal(pf_stream_take_bad(s, &total, last, sizeof last), 1);
+    assert_int_equal(total, 1);
+    assert_non_null(strstr(last, "f1.tsv:4: column C2"));
+    pf_stream_close(s);
+    remove_lease_files(&lf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_order),
@@ -635,6 +937,10 @@ int main(void) {
         cmocka_unit_test(test_one_file_many_streams),
         cmocka_unit_test(test_skip_bad_lines),
         cmocka_unit_test(test_scaling),
+        cmocka_unit_test(test_leased_order),
+        cmocka_unit_test(test_leased_empty_twice_max_done),
+        cmocka_unit_test(test_leased_refusals),
+        cmocka_unit_test(test_leased_bad_line),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

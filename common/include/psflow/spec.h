@@ -59,6 +59,9 @@ typedef enum { PF_NONFINITE_FAIL, PF_NONFINITE_ROLLBACK } pf_nonfinite_action;
 /* data.on_error (criteo; csv and libsvm streamed): a bad line fails the task, or is skipped
  * and counted. */
 typedef enum { PF_ON_ERROR_FAIL, PF_ON_ERROR_SKIP } pf_on_error;
+/* data.splits (streamed input): each replica reads the splits its index names, or the
+ * training tasks lease splits from the work queue ps task 0 keeps (async only). */
+typedef enum { PF_SPLITS_STATIC, PF_SPLITS_DYNAMIC } pf_split_policy;
 typedef enum { PF_PLACE_ROUND_ROBIN, PF_PLACE_GREEDY } pf_placement_strategy;
 typedef enum {
     PF_PART_NONE,
@@ -157,8 +160,9 @@ typedef struct pf_data_spec {
     /* criteo, csv, libsvm: read the training files as streams while training (stream.h)
      * instead of loading them whole; each replica that trains reads its own files [false] */
     bool streaming;
-    int split_mb; /* with streaming: plain files are cut into ranges of about this many
-                     MiB, 1..1048576 [64] */
+    int split_mb;           /* with streaming: plain files are cut into ranges of about this many
+                               MiB, 1..1048576 [64] */
+    pf_split_policy splits; /* with streaming [static]; dynamic: leased (async only) */
     /* criteo, and csv or libsvm streamed: a bad line (or the corrupt rest of a gzip file)
      * fails the task [fail], or is skipped and counted, at most max_bad_lines of them
      * (1..2^40) [1000] */
@@ -216,6 +220,9 @@ typedef struct pf_training_spec {
     int64_t max_staleness;            /* async only, 0..1000000; -1 when absent (unbounded):
                                          a worker waits while it is more than this many
                                          pushes ahead of the slowest live one */
+    int64_t epochs;                   /* with data.splits dynamic, >= 1; 0 when absent: the
+                                         run ends once every split was trained on this many
+                                         times (or at max_steps, whichever comes first) */
 } pf_training_spec;
 
 typedef struct pf_partitioner_spec {

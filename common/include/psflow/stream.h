@@ -23,6 +23,12 @@
  * ring, so that parsing overlaps training. A position behind what was read (a rollback) or
  * far ahead (a membership change) is reached by reading the stream again from the start of
  * the epoch that holds it, skipping whole splits whose example count it already knows.
+ *
+ * Leased input (data.splits dynamic) has no fixed assignment: the training task leases splits
+ * one at a time from the work queue ps task 0 keeps (api/wire.md, LEASE) and adds each to the
+ * source (pf_stream_lease_add); the reader thread reads the leased splits in that order, and
+ * pf_stream_take gives their examples in order and names each split whose examples were all
+ * taken, so that the task can report it done once the step that used them was applied.
  */
 #ifndef PSFLOW_STREAM_H
 #define PSFLOW_STREAM_H
@@ -53,7 +59,8 @@ void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int 
 typedef struct pf_stream_source pf_stream_source;
 
 /* Opens the streaming source of spec's training files (data.format criteo, csv or libsvm)
- * with `streams` streams and blocks of `block` examples; nothing but the files' sizes and
+ * with `streams` streams (1 for leased input, whatever `streams` says) and blocks of `block`
+ * examples; nothing but the files' sizes and
  * first bytes is read until asked for. A csv or libsvm line gives the example the whole-file
  * reader (data.h) gives, parsed by the same code, a class label not below model.outputs being
  * a bad line. Errors: PF_ERR_INVALID (streams or block below 1), PF_ERR_SPEC (another format;
@@ -71,6 +78,35 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
  * given. */
 pf_status pf_stream_gather(pf_stream_source *s, int64_t start, int count, float *x, float *y,
                            int32_t *labels, pf_error *err);
+
+/* --- leased input (data.splits dynamic; pf_stream_open then makes one stream) --- */
+
+/* A leased split all of whose examples were taken. */
+typedef struct pf_stream_split_done {
+    uint32_t split;
+    uint64_t epoch;
+} pf_stream_split_done;
+
+/* Whether the source is leased (the spec's data.splits is dynamic). */
+int pf_stream_leased(const pf_stream_source *s);
+
+/* Adds split `split` (< pf_stream_splits), leased for `epoch`, after the splits added before;
+ * a split may be added again (read again). Errors: PF_ERR_INVALID (a split out of range, a
+ * source that is not leased), PF_ERR_NOMEM. */
+pf_status pf_stream_lease_add(pf_stream_source *s, uint32_t split, uint64_t epoch, pf_error *err);
+
+/* The splits added whose examples were not all taken yet. */
+int64_t pf_stream_leased_open(pf_stream_source *s);
+
+/* Takes up to `count` examples, in the order of the splits added, into x [count, features],
+ * y and labels (when not NULL), waiting for the reader; fewer (*got) only when every split
+ * added was taken through, or when max_done splits were completed. done[0 .. *n_done) are the
+ * splits all of whose examples have now been taken (an empty split too), in the order they
+ * were added. Errors: PF_ERR_FORMAT, PF_ERR_IO (as pf_stream_gather; the examples before
+ * the fault are given), PF_ERR_INVALID (a source that is not leased). */
+pf_status pf_stream_take(pf_stream_source *s, int count, float *x, float *y, int32_t *labels,
+                         int *got, pf_stream_split_done *done, int max_done, int *n_done,
+                         pf_error *err);
 
 /* Floats per example (pf_model_input_width of the spec's model). */
 int pf_stream_features(const pf_stream_source *s);

@@ -1,0 +1,104 @@
+/* server_lease.c - the work queue of input splits ps task 0 keeps for a job with data.splits
+ * dynamic (api/wire.md "LEASE"; the queue itself is split_queue.c). It is created by the
+ * first LEASE, with the number of splits the training tasks cut the input into (every task
+ * must name the same), training.epochs and training.seed. A training task's leases go back
+ * to the queue when its last connection closes or a new incarnation of it says HELLO, so a
+ * dead worker's unfinished splits are read by the others. The queue lives in this process:
+ * a restarted ps 0 starts over at epoch 0.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "ps/server_internal.h"
+#include "ps/shard.h"
+#include "ps/split_queue.h"
+
+/* Logs the per-task counts of the epoch that just ended. */
+static void log_epoch(const ps_server *s, uint64_t ended) {
+    char line[1024];
+    size_t n = 0;
+    int tasks = ps_shards_tasks(s->shards);
+    for (int t = 0; t < tasks && t < PF_MAX_TASKS && n < sizeof line - 32; t++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%d:%" PRIu32, t ? " " : "", t,
+                              ps_split_queue_last_epoch(s->splits, t));
+    ps_split_queue_stats st = ps_split_queue_stats_get(s->splits);
+    ps_server_log(s, "input epoch %" PRIu64 " done: %" PRIu32 " splits; splits per task: %s%s",
+                  ended, ps_split_queue_splits(s->splits), line,
+                  st.finished ? "; training.epochs reached" : "");
+}
+
+void ps_server_lease(ps_server *s, peer *p, uint32_t request_id, const pf_wire_lease *m) {
+    int task = ps_server_trainer(p);
+    if (s->spec.data.splits != PF_SPLITS_DYNAMIC || s->task != 0 || task < 0) {
+        ps_server_error(s, p->conn, request_id, PF_WIRE_UNEXPECTED,
+                        "LEASE goes to ps 0 of a job with data.splits dynamic, from a "
+                        "training task (this is ps %d of job %s, splits %s; the peer is %s)",
+                        s->task, s->spec.name,
+                        s->spec.data.splits == PF_SPLITS_DYNAMIC ? "dynamic" : "static",
+                        ps_server_role_name(p->role));
+        return;
+    }
+    if (!s->splits) {
+        pf_error err;
+        pf_status st = ps_split_queue_create(m->n_splits, s->spec.training.epochs,
+                                             s->spec.training.seed, PF_MAX_TASKS, &s->splits, &err);
+        if (st != PF_OK) {
+            ps_server_error(s, p->conn, request_id,
+                            st == PF_ERR_NOMEM ? PF_WIRE_INTERNAL : PF_WIRE_BAD_VALUE, "%s",
+                            err.message);
+            return;
+        }
+        ps_server_log(s, "input work queue: %" PRIu32 " splits, %s%" PRId64 " epoch(s)",
+                      m->n_splits, s->spec.training.epochs > 0 ? "" : "endless; not counting ",
+                      s->spec.training.epochs);
+    } else if (ps_split_queue_splits(s->splits) != m->n_splits) {
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "%s %d cut the input into %" PRIu32 " splits, the queue holds %" PRIu32
+                        " (do all tasks read the same files with the same data.split_mb?)",
+                        ps_server_role_name(p->role), task, m->n_splits,
+                        ps_split_queue_splits(s->splits));
+        return;
+    }
+    ps_lease_result r =
+        ps_split_queue_lease(s->splits, task, m->epoch, m->done, m->n_done, (int)m->want);
+    if (r.refused > 0)
+        ps_server_log(s,
+                      "refused %" PRIu32 " of %" PRIu32 " split completion(s) of epoch %" PRIu64
+                      " from %s %d: not leased to it in the current epoch %" PRIu64,
+                      r.refused, m->n_done, m->epoch, ps_server_role_name(p->role), task, r.epoch);
+    if (r.epoch_ended)
+        log_epoch(s, r.epoch - 1); /* r.epoch is the next one (or, finished, the count) */
+    pf_wire_lease_reply rep = {(uint32_t)r.state, r.split, r.epoch, r.accepted, r.refused};
+    pf_error err;
+    ps_server_send(s, p->conn, pf_wire_encode_lease_reply(&s->out, request_id, &rep, &err),
+                   "LEASE_REPLY", 0);
+}
+
+void ps_server_lease_release(ps_server *s, const peer *gone) {
+    int task = ps_server_trainer(gone);
+    if (!s->splits || task < 0)
+        return;
+    for (const peer *q = s->peers; q; q = q->next)
+        if (q != gone && ps_server_trainer(q) == task && q->incarnation == gone->incarnation)
+            return; /* another connection of the same task lives on */
+    uint32_t n = ps_split_queue_release(s->splits, task);
+    if (n > 0)
+        ps_server_log(s, "%u split(s) leased to %s %d go back to the queue (it is gone)", n,
+                      ps_server_role_name(gone->role), task);
+}
+
+void ps_server_lease_renew(ps_server *s, const peer *p) {
+    int task = ps_server_trainer(p);
+    if (!s->splits || task < 0)
+        return;
+    for (const peer *q = s->peers; q; q = q->next)
+        if (q != p && ps_server_trainer(q) == task && q->incarnation < p->incarnation) {
+            uint32_t n = ps_split_queue_release(s->splits, task);
+            if (n > 0)
+                ps_server_log(s,
+                              "%u split(s) leased to %s %d go back to the queue (incarnation "
+                              "%" PRIu64 " replaced it)",
+                              n, ps_server_role_name(p->role), task, p->incarnation);
+            return;
+        }
+}

@@ -36,8 +36,8 @@ static void test_pause(const char *dir, int task, uint64_t step) {
 }
 
 pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, int task,
-                              const char *checkpoint_dir, uint64_t step, char *path, size_t len,
-                              pf_error *err) {
+                              const char *checkpoint_dir, uint64_t step, const char *input_queue,
+                              char *path, size_t len, pf_error *err) {
     char dir[2048];
     pf_status st =
         pf_checkpoint_step_dir(checkpoint_dir, spec->name, (int64_t)step, dir, sizeof dir);
@@ -62,7 +62,7 @@ pf_status ps_checkpoint_write(const ps_shards *shards, const pf_job_spec *spec, 
             slot_ptrs[i * PF_OPTIM_MAX_SLOTS + k] = ps_shards_slot(shards, i, k);
         slots[i] = slot_ptrs + i * PF_OPTIM_MAX_SLOTS;
     }
-    pf_checkpoint_shards sh = {n, info, values, optim->n ? slots : NULL};
+    pf_checkpoint_shards sh = {n, info, values, optim->n ? slots : NULL, input_queue};
     test_pause(dir, task, step);
     st = pf_checkpoint_write_ps(dir, task, ps_shards_stats(shards).version, spec, optim, &sh, path,
                                 len, NULL, err);
@@ -125,9 +125,20 @@ static pf_status load_verified(const char *step_dir, const pf_job_spec *spec, in
     return st;
 }
 
+/* A copy of the input queue's state c holds (NULL: none, or out of memory, said). */
+static char *input_queue_of(const pf_checkpoint_ps *c, int task) {
+    const char *q = pf_checkpoint_ps_input_queue(c);
+    char *copy = q ? pf_strdup(q) : NULL;
+    if (q && !copy)
+        fprintf(stderr, "psflow ps %d: out of memory for the input queue's state\n", task);
+    return copy;
+}
+
 pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int task,
-                                const char *checkpoint_dir, char *note, size_t len, pf_error *err) {
+                                const char *checkpoint_dir, char **input_queue, char *note,
+                                size_t len, pf_error *err) {
     char job_dir[2048], step_dir[2048];
+    *input_queue = NULL;
     int64_t step;
     if (pf_checkpoint_job_dir(checkpoint_dir, spec->name, job_dir, sizeof job_dir) != PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
@@ -193,14 +204,16 @@ pf_status ps_checkpoint_restore(ps_shards *shards, const pf_job_spec *spec, int 
              ", values crc32 %08lx; every file's size and CRC-32 verified%s%s)",
              step_dir, (long long)step, pf_checkpoint_ps_version(c), (unsigned long)crc,
              set_aside ? ", after setting bad ones aside" : "", from);
+    *input_queue = input_queue_of(c, task);
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }
 
 pf_status ps_checkpoint_restore_step(ps_shards *shards, const pf_job_spec *spec, int task,
-                                     const char *checkpoint_dir, uint64_t step, char *note,
-                                     size_t len, pf_error *err) {
+                                     const char *checkpoint_dir, uint64_t step, char **input_queue,
+                                     char *note, size_t len, pf_error *err) {
     char step_dir[2048];
+    *input_queue = NULL;
     if (pf_checkpoint_step_dir(checkpoint_dir, spec->name, (int64_t)step, step_dir,
                                sizeof step_dir) != PF_OK)
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
@@ -213,6 +226,7 @@ pf_status ps_checkpoint_restore_step(ps_shards *shards, const pf_job_spec *spec,
                       pf_checkpoint_ps_slots(c));
     snprintf(note, len, "restored %s (step %" PRIu64 ", version %" PRIu64 ", verified%s)", step_dir,
              step, pf_checkpoint_ps_version(c), from_ps ? ", repartitioned" : "");
+    *input_queue = input_queue_of(c, task);
     pf_checkpoint_ps_destroy(c);
     return PF_OK;
 }

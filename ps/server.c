@@ -119,13 +119,16 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     pf_error err;
     pf_error_clear(&err);
     ps_server_settle(s); /* (a refused rollback changes nothing: the copies are then spare) */
+    char *queue = NULL;
     pf_status st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir, step,
-                                              note, sizeof note, &err);
+                                              &queue, note, sizeof note, &err);
     if (st != PF_OK) {
         ps_server_log(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
         ps_server_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
         return;
     }
+    ps_server_lease_restore(s, queue);
+    pf_free(queue);
     s->nonfinite[0] = '\0';
     __atomic_store_n(&s->pub_version, ps_server_version(s), __ATOMIC_RELAXED);
     ps_server_log(s, "rolled back from version %" PRIu64 ": %s", before, note);
@@ -773,11 +776,13 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     }
     int n_local = ps_shards_count(s->shards);
     /* Restore before listening: a restarted ps never serves fresh values to a running job. */
-    char note[3000];
-    if ((st = ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir, note,
+    char note[3000], *queue = NULL;
+    if ((st = ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir, &queue, note,
                                     sizeof note, err)) != PF_OK)
         goto fail;
     ps_server_log(s, "%s", note);
+    ps_server_lease_restore(s, queue);
+    pf_free(queue);
     if (s->staleness)
         ps_server_log(
             s,

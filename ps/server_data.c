@@ -208,8 +208,10 @@ void ps_server_write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint
     pf_error err;
     pf_error_clear(&err);
     char path[2048] = "";
-    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, step, path,
-                                       sizeof path, &err);
+    char *queue = ps_server_lease_state(s);
+    pf_status st = ps_checkpoint_write(s->shards, &s->spec, s->task, s->checkpoint_dir, step, queue,
+                                       path, sizeof path, &err);
+    pf_free(queue);
     if (st == PF_OK) {
         ps_stats ps = ps_shards_stats(s->shards);
         ps_server_log(s,

@@ -199,6 +199,16 @@ void ps_server_lease(ps_server *s, peer *p, uint32_t request_id, const pf_wire_l
  * incarnation is open, its leased splits go back to the queue. */
 void ps_server_lease_release(ps_server *s, const peer *gone);
 
+/* The input queue's state for a checkpoint (hex; free with pf_free), or NULL: no queue
+ * (not ps 0, static splits, none leased yet), or out of memory (said in the log). */
+char *ps_server_lease_state(const ps_server *s);
+
+/* After a restore: the input queue becomes the one the checkpoint held (hex, from
+ * ps_server_lease_state), its leases dropped; without one (NULL: a checkpoint written before
+ * the first LEASE) the queue starts over at epoch 0 with the next LEASE. A state that does
+ * not decode is said in the log and treated as none. */
+void ps_server_lease_restore(ps_server *s, const char *hex);
+
 /* Training task p said HELLO: a connection of an older incarnation of it that is still open
  * is a process that is gone, and its leased splits go back to the queue. */
 void ps_server_lease_renew(ps_server *s, const peer *p);

@@ -3,12 +3,16 @@
  * first LEASE, with the number of splits the training tasks cut the input into (every task
  * must name the same), training.epochs and training.seed. A training task's leases go back
  * to the queue when its last connection closes or a new incarnation of it says HELLO, so a
- * dead worker's unfinished splits are read by the others. The queue lives in this process:
- * a restarted ps 0 starts over at epoch 0.
+ * dead worker's unfinished splits are read by the others. ps 0's checkpoint file holds the
+ * queue's state (the metadata "psflow_input_queue", hex): a restore and a rollback take the
+ * queue back to the checkpoint's step, so the splits done after it are read again, as the
+ * updates made from them were undone.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "psflow/mem.h"
 #include "ps/server_internal.h"
 #include "ps/shard.h"
 #include "ps/split_queue.h"
@@ -101,4 +105,91 @@ void ps_server_lease_renew(ps_server *s, const peer *p) {
                               n, ps_server_role_name(p->role), task, p->incarnation);
             return;
         }
+}
+
+char *ps_server_lease_state(const ps_server *s) {
+    if (!s->splits)
+        return NULL;
+    size_t n = ps_split_queue_encode(s->splits, NULL, 0);
+    uint8_t *bytes = pf_malloc(n);
+    char *hex = pf_mallocarray(2 * n + 1, 1);
+    if (!bytes || !hex) {
+        pf_free(bytes);
+        pf_free(hex);
+        ps_server_log(s, "out of memory for the input queue's state: the checkpoint goes without");
+        return NULL;
+    }
+    ps_split_queue_encode(s->splits, bytes, n);
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        hex[2 * i] = digits[bytes[i] >> 4];
+        hex[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    hex[2 * n] = '\0';
+    pf_free(bytes);
+    return hex;
+}
+
+static int hex_value(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The queue a checkpoint's state describes, or NULL with the reason in err. */
+static ps_split_queue *queue_from(const ps_server *s, const char *hex, pf_error *err) {
+    size_t len = strlen(hex);
+    if (len % 2 != 0 || len / 2 < 32) {
+        pf_error_set(err, PF_ERR_FORMAT, NULL, "%zu hex digits", len);
+        return NULL;
+    }
+    uint8_t *bytes = pf_malloc(len / 2);
+    if (!bytes) {
+        pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < len / 2; i++) {
+        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            pf_free(bytes);
+            pf_error_set(err, PF_ERR_FORMAT, NULL, "not hex at digit %zu", 2 * i);
+            return NULL;
+        }
+        bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    /* the number of splits, at byte 20 (split_queue.c's layout); decode checks the rest */
+    uint32_t n = (uint32_t)bytes[20] | (uint32_t)bytes[21] << 8 | (uint32_t)bytes[22] << 16 |
+                 (uint32_t)bytes[23] << 24;
+    ps_split_queue *q = NULL;
+    if (ps_split_queue_create(n, s->spec.training.epochs, s->spec.training.seed, PF_MAX_TASKS, &q,
+                              err) == PF_OK &&
+        ps_split_queue_decode(q, bytes, len / 2, err) != PF_OK) {
+        ps_split_queue_destroy(q);
+        q = NULL;
+    }
+    pf_free(bytes);
+    return q;
+}
+
+void ps_server_lease_restore(ps_server *s, const char *hex) {
+    if (s->spec.data.splits != PF_SPLITS_DYNAMIC || s->task != 0)
+        return;
+    ps_split_queue *q = NULL;
+    pf_error err;
+    pf_error_clear(&err);
+    if (hex && !(q = queue_from(s, hex, &err)))
+        ps_server_log(s,
+                      "the checkpoint's input queue cannot be read back (%s): the queue starts "
+                      "over at epoch 0",
+                      err.message);
+    ps_split_queue_destroy(s->splits);
+    s->splits = q;
+    if (!q) {
+        ps_server_log(s, "input work queue: none at this step; the next LEASE starts epoch 0");
+        return;
+    }
+    ps_split_queue_stats st = ps_split_queue_stats_get(q);
+    ps_server_log(s,
+                  "input work queue restored: epoch %" PRIu64 ", %" PRIu32 " of %" PRIu32
+                  " splits done%s; leases dropped (their holders' reports are refused, and the "
+                  "splits leased again)",
+                  st.epoch, st.done, ps_split_queue_splits(q), st.finished ? ", finished" : "");
 }

@@ -156,13 +156,14 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         goto done;
     }
-    const char *keys[] = {"psflow_job", "ps_task",       "version",
-                          "optimizer",  "psflow_shards", "psflow_spec"};
-    const char *values[] = {spec->name,       task_text,   version_text,
-                            optim->optimizer, shards_meta, spec_text};
+    const char *keys[] = {"psflow_job",    "ps_task",     "version",           "optimizer",
+                          "psflow_shards", "psflow_spec", "psflow_input_queue"};
+    const char *values[] = {spec->name,  task_text, version_text,       optim->optimizer,
+                            shards_meta, spec_text, shards->input_queue};
+    int n_meta = shards->input_queue ? 7 : 6;
     if ((st = pf_fs_make_dirs(step_dir, err)) != PF_OK)
         goto done;
-    if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, 6, err)) != PF_OK)
+    if ((st = pf_safetensors_write(path, t, (int)n_tensors, keys, values, n_meta, err)) != PF_OK)
         goto done;
     struct stat sb; /* pf_safetensors_write has fsynced step_dir after the rename */
     if (stat(path, &sb) != 0) {
@@ -207,6 +208,10 @@ void pf_checkpoint_ps_destroy(pf_checkpoint_ps *c) {
 
 uint64_t pf_checkpoint_ps_version(const pf_checkpoint_ps *c) {
     return c->version;
+}
+
+const char *pf_checkpoint_ps_input_queue(const pf_checkpoint_ps *c) {
+    return c->st ? pf_safetensors_meta(c->st, "psflow_input_queue") : NULL;
 }
 
 const float *const *pf_checkpoint_ps_values(const pf_checkpoint_ps *c) {

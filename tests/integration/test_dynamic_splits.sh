@@ -13,7 +13,10 @@
 #     again: ps 0 gives its leased splits back to the queue, each epoch still ends
 #     with 64 splits done, and the completions recorded in the workers' logs (both
 #     incarnations of worker 1) agree with the ps's counts.
-#  3. a LEASE from a job with static splits, and dynamic splits in a sync job, are refused.
+#  3. ps 0 killed (kill -9) after checkpoints and started again: it restores the queue's
+#     state from its checkpoint (metadata psflow_input_queue), the chief rolls back, and both
+#     epochs still end with 64 splits done.
+#  4. dynamic splits in a sync job, and epochs with static splits, are refused.
 source "$(dirname "$0")/lib.sh"
 
 "$PSFLOW_BIN" data gen criteo --rows 52000 --files 65 --seed 11 --out "$WORK/gen" >gen.out 2>gen.err ||
@@ -128,7 +131,28 @@ finish_cluster
 check_counts worker0.log worker1-killed.log worker1.log
 echo "worker 1 killed mid-split: $(grep -m1 'go back to the queue' ps0.log | sed 's/^psflow ps 0: //'); splits per epoch: $(tr '\n' ';' <ps.counts)"
 
-# --- 3. refusals ---------------------------------------------------------------------------
+# --- 3. ps 0 killed: the queue comes back from its checkpoint ----------------------------
+mkdir part2 && mv ps0.log worker0.log worker1.log worker1-killed.log part2/
+python3 -c 'import json; d=json.load(open("dyn.json")); d["checkpoint"]={"every_steps":150,"every_secs":0}; json.dump(d,open("ck.json","w"))'
+start_cluster ck.json "$WORK/ck3" 5
+wait_until 60 "a checkpoint after the first completions" \
+  sh -c '[ "$(grep -c "checkpoint written at step [1-9]" "$0")" -ge 2 ]' "$WORK/ps0.log"
+kill -9 "$PS_PID"
+wait "$PS_PID" 2>/dev/null || true
+TF_CONFIG=$(tf_config ps 0 "$PSC" "$WC") "$PSFLOW_BIN" ps --job ck.json \
+  --checkpoint-dir "$WORK/ck3" 2>>"$WORK/ps0.log" &
+PS_PID=$!
+finish_cluster
+grep -q "input work queue restored: epoch [01], [0-9]* of 64 splits done" ps0.log ||
+  fail "the restarted ps did not restore the queue: $(grep -m2 'restored\|work queue' ps0.log)"
+for e in 0 1; do
+  last=$(ps_counts ps0.log | awk -v e=$e '$1 == e' | tail -1)
+  [ "$(echo "$last" | awk '{ print $4 }')" = 64 ] || fail "epoch $e after the restart: '$last'"
+done
+grep -q "training.epochs reached" ps0.log || fail "the epochs never ended after the ps restart"
+echo "ps 0 killed and restarted: $(grep -m1 'input work queue restored' ps0.log | sed 's/^psflow ps 0: //' | cut -c1-60)...; both epochs ended with 64 splits"
+
+# --- 4. refusals ---------------------------------------------------------------------------
 spec sync sync >sync.json
 expect_exit 65 "$PSFLOW_BIN" plan sync.json
 grep -q "/data/splits: dynamic splits go to whichever worker asks first" stderr ||

@@ -29,7 +29,9 @@
  * (updates applied), "optimizer" (pf_optim_slots.optimizer), "psflow_shards", a JSON array with
  * one object per shard, {"name", "variable", "shard", "num_shards", "row_offset", "shape",
  * "variable_shape"}, so that export can merge the shards without the job spec, and
- * "psflow_spec", the job spec (pf_job_spec_to_json), so that the checkpoint names its model.
+ * "psflow_spec", the job spec (pf_job_spec_to_json), so that the checkpoint names its model;
+ * ps 0's file of a job with dynamic splits also "psflow_input_queue", the input's work queue
+ * (ps/split_queue.h's bytes, as hex).
  *
  * The module is four files by job, in common/sharding/: checkpoint_paths.c (paths and names),
  * manifest.c (the manifest, finding complete checkpoints, pruning), shard_files.c (the ps
@@ -77,6 +79,9 @@ typedef struct pf_checkpoint_shards {
     const float *const *values;       /* [n]: values[i] holds info[i].count floats */
     const float *const *const *slots; /* [n][num_slots]: slots[i][k] holds info[i].count
                                          floats; may be NULL when the optimizer has no slots */
+    const char *input_queue;          /* ps 0 of a job with dynamic splits: the state of the
+                                         input's work queue (hex), written as the metadata
+                                         "psflow_input_queue"; NULL: none */
 } pf_checkpoint_shards;
 
 /* Writes step_dir/ps-<ps_task>.safetensors (creating step_dir and its parents as needed,
@@ -197,6 +202,10 @@ void pf_checkpoint_ps_destroy(pf_checkpoint_ps *c);
 
 /* The loaded version (updates applied when the file was written). */
 uint64_t pf_checkpoint_ps_version(const pf_checkpoint_ps *c);
+
+/* The "psflow_input_queue" metadata of a file loaded by pf_checkpoint_load_ps (borrowed,
+ * valid until pf_checkpoint_ps_destroy), or NULL: none, or a repartitioned load. */
+const char *pf_checkpoint_ps_input_queue(const pf_checkpoint_ps *c);
 
 /* values[i] (info[i].count floats) and slots[i][k] (k < optim->n) for local shard
  * i, host memory borrowed from c and valid until pf_checkpoint_ps_destroy: exactly the

@@ -97,6 +97,8 @@ static const field model_fields[] = {
 #define SYNTHETIC BIT(PF_DATA_SYNTHETIC_LINEAR)
 #define CTR       BIT(PF_DATA_SYNTHETIC_CTR)
 #define STREAMED  (BIT(PF_DATA_CSV) | BIT(PF_DATA_LIBSVM) | BIT(PF_DATA_CRITEO))
+/* An IDX pair streams as record ranges; it has no lines, so no bad lines to skip (on_error). */
+#define SPLIT (STREAMED | BIT(PF_DATA_IDX))
 static const field data_fields[] = {
     {"format", K_ENUM, AT(data.format), .names = pf_spec_format_names, .max = PF_DATA_CRITEO,
      .need = ALWAYS},
@@ -114,10 +116,10 @@ static const field data_fields[] = {
     {"bias", K_DOUBLE, AT(data.bias), .def = -1.5, .only = CTR},
     {"index_base", K_INT, AT(data.index_base), .min = 0, .max = 1, .def = 1,
      .only = BIT(PF_DATA_LIBSVM)},
-    {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = STREAMED},
-    {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64, .only = STREAMED},
+    {"streaming", K_BOOL, AT(data.streaming), .def = false, .only = SPLIT},
+    {"split_mb", K_INT, AT(data.split_mb), .min = 1, .max = 1048576, .def = 64, .only = SPLIT},
     {"splits", K_ENUM, AT(data.splits), .names = pf_spec_split_names, .max = PF_SPLITS_DYNAMIC,
-     .def = PF_SPLITS_STATIC, .only = STREAMED},
+     .def = PF_SPLITS_STATIC, .only = SPLIT},
     {"on_error", K_ENUM, AT(data.on_error), .names = pf_spec_on_error_names,
      .max = PF_ON_ERROR_SKIP, .def = PF_ON_ERROR_FAIL, .only = STREAMED},
     {"max_bad_lines", K_INT64, AT(data.max_bad_lines), .min = 1, .max = 1LL << 40, .def = 1000,

@@ -89,14 +89,19 @@ pf_status pf_spec_check_model(pf_job_spec *s, pf_error *err) {
     return PF_OK;
 }
 
-/* streamed: the training entries expand to any number of files (stream.h) */
+/* streamed: the training entries expand to any number of files (stream.h), but for an IDX
+ * pair, which is split by record ranges */
 static pf_status check_paths(const char *ptr, int format, int count, bool streamed, pf_error *err) {
     int want = format == PF_DATA_IDX ? 2 : 1;
-    if (count == 0 || count == want || format == PF_DATA_CRITEO || streamed) /* any files */
+    if (count == 0 || count == want || format == PF_DATA_CRITEO ||
+        (streamed && format != PF_DATA_IDX)) /* any files */
         return PF_OK;
-    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d", ptr,
+    return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: format %s needs exactly %d %s, got %d%s", ptr,
                         pf_spec_format_names[format], want,
-                        format == PF_DATA_IDX ? "paths (images, labels)" : "path", count);
+                        format == PF_DATA_IDX ? "paths (images, labels)" : "path", count,
+                        streamed ? " (streamed idx data is split by record ranges of the one "
+                                   "pair: no folders or patterns)"
+                                 : "");
 }
 
 /* A Criteo-layout log feeds a two-class model its 26 categorical columns as embeddings (one
@@ -231,6 +236,11 @@ pf_status pf_spec_check_training(pf_job_spec *s, pf_error *err) {
                             "batch is kept until its push was applied, so that a leased split "
                             "is recorded done only once it was trained on; a prefetched batch "
                             "would take its place)");
+    if (s->data.splits == PF_SPLITS_DYNAMIC && t->max_staleness >= 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/training/max_staleness",
+                            "/training/max_staleness: cannot be combined with dynamic splits (a "
+                            "task that waits for the next epoch pushes nothing, and the bound "
+                            "would hold back the tasks that read the epoch's last splits)");
     if (t->epochs > 0 && s->data.splits != PF_SPLITS_DYNAMIC)
         return pf_error_set(err, PF_ERR_SPEC, "/training/epochs",
                             "/training/epochs: epochs are counted by the work queue of "

@@ -2,7 +2,8 @@
  * data_read.c, used by data_idx.c, data_csv.c and data_libsvm.c; the public API is
  * psflow/data.h): reading a file whole, number fields, lines, growing rows, labels, and the
  * sink that turns the ids of a line into a sparse example; the per-line parsing of csv and
- * libsvm, shared with the streamed reader of those files (data_text.c, used by stream.c).
+ * libsvm, shared with the streamed reader of those files (data_text.c, used by stream.c); the
+ * streamed reader of IDX record ranges (data_idx.c, used by stream.c).
  *
  * The readers all parse from memory, so the fuzz targets and tests reach the same code as a
  * file does. Every error names the input (`what`), the line and the byte offset.
@@ -163,6 +164,36 @@ pf_status data_text_next(data_text_reader *r, float *x, float *y, pf_error *err)
 int data_text_ended(const data_text_reader *r);
 
 void data_text_close(data_text_reader *r);
+
+/* --- streamed IDX (data_idx.c) ------------------------------------------------------------- */
+
+/* A range of records of an IDX pair (images, labels; plain or gzip by their magic bytes), for
+ * data.streaming: the examples pf_idx_load gives for those records, one record held at a
+ * time. */
+typedef struct data_idx_reader data_idx_reader;
+
+/* The record count and pixels per image of the pair, from the headers (checked as by
+ * data_idx_open_range). */
+pf_status data_idx_probe(const char *images, const char *labels, uint64_t *n, int *features,
+                         pf_error *err);
+
+/* Opens records [first, end) (end 0: to the last) of the pair. Checks both headers (magic,
+ * dims, equal counts; a plain file's length), and when features > 0 that the images hold that
+ * many pixels; a label not below `classes` (> 0) is an error when its record is read.
+ * Errors: PF_ERR_IO (cannot open or read), PF_ERR_FORMAT (naming the file), PF_ERR_INVALID
+ * (a range beyond the records), PF_ERR_NOMEM. */
+pf_status data_idx_open_range(const char *images, const char *labels, uint64_t first, uint64_t end,
+                              int features, int classes, data_idx_reader **out, pf_error *err);
+
+/* The next record into x (features floats, pixels / 255) and *y (the label): PF_OK;
+ * PF_ERR_NOT_FOUND at the range's end; PF_ERR_FORMAT (a file cut short or corrupt, a label
+ * out of range: the file and the record named) or PF_ERR_IO, after which the reader ends. */
+pf_status data_idx_next(data_idx_reader *r, float *x, float *y, pf_error *err);
+
+/* 1 once the reader has nothing more to give. */
+int data_idx_ended(const data_idx_reader *r);
+
+void data_idx_close(data_idx_reader *r);
 
 /* --- criteo ---------------------------------------------------------------------------------- */
 

@@ -2,18 +2,17 @@
  * data file entries.
  *
  * DESIGN. Each stream has a reader state, owned by the source's reader thread: the epoch whose
- * split order it follows, the split open (a reader of the data format behind the small
- * interface `split_format`: criteo.c's for criteo, data_text.c's for csv and libsvm), and `q`,
- * the stream position of the next example it reads; and a ring under the source's mutex: the
- * examples already read for positions [ring_q, ring_q + filled). The trainer's gather takes
+ * split order it follows, the split open (a reader of the data format behind the small interface
+ * `split_format`: criteo.c's for criteo, data_text.c's for csv and libsvm, data_idx.c's for idx),
+ * and `q`, the stream position of the next example it reads; and a ring under the source's mutex:
+ * the examples already read for positions [ring_q, ring_q + filled). The trainer's gather takes
  * examples from the front of the ring (dropping what is behind them: a stream is read forwards); a
- * position outside the ring moves the ring there (`want`, a new generation) and the thread
- * seeks: forwards by reading on, backwards from the start of the epoch that holds the
- * position. Each split's example count is kept once it was read through, so a seek skips
- * whole splits it knows and reads again only the split it lands in. The thread fills the ring
- * of every stream asked for since the last seek, round robin, one example at a time outside
- * the mutex; an example read for an older generation is dropped. An error stops its stream
- * at its position until the ring moves.
+ * position outside the ring moves the ring there (`want`, a new generation) and the thread seeks:
+ * forwards by reading on, backwards from the start of the epoch that holds the position. Each
+ * split's example count is kept once it was read through, so a seek skips whole splits it knows and
+ * reads again only the split it lands in. The thread fills the ring of every stream asked for since
+ * the last seek, round robin, one example at a time outside the mutex; an example read for an older
+ * generation is dropped. An error stops its stream at its position until the ring moves.
  */
 #include "psflow/stream.h"
 
@@ -162,7 +161,8 @@ void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int 
 
 /* --- splits ------------------------------------------------------------------------------- */
 
-/* A split: the lines of file `file` that start in [start, end) (end 0: to its end). */
+/* A split: the lines of file `file` that start in [start, end) (end 0: to its end); for idx
+ * data the records [start, end) of the pair paths[file] (images), paths[file + 1] (labels). */
 typedef struct split {
     int file;
     uint64_t start, end;
@@ -312,6 +312,32 @@ static void text_close(void *r) {
 }
 
 static const split_format text_format = {text_open, text_next, text_ended, text_close};
+
+/* idx (data_idx.c): path is the images file, the labels file the path after it */
+static pf_status idx_open(const source *s, const char *path, uint64_t start, uint64_t end,
+                          void **out, pf_error *err) {
+    data_idx_reader *r = NULL;
+    pf_status st =
+        data_idx_open_range(path, s->paths[1], start, end, s->features,
+                            s->model.type != PF_MODEL_LINEAR ? s->model.outputs : 0, &r, err);
+    *out = r;
+    return st;
+}
+
+static pf_status idx_next(const source *s, void *r, float *x, float *y, pf_error *err) {
+    (void)s;
+    return data_idx_next(r, x, y, err);
+}
+
+static int idx_ended(const void *r) {
+    return data_idx_ended(r);
+}
+
+static void idx_close(void *r) {
+    data_idx_close(r);
+}
+
+static const split_format idx_format = {idx_open, idx_next, idx_ended, idx_close};
 
 static void close_split(const pf_stream_source *s, stream *st) {
     if (st->r)
@@ -617,6 +643,57 @@ static pf_status make_splits(pf_stream_source *s, uint64_t split_bytes, pf_error
     return st;
 }
 
+/* Cuts an IDX pair (one entry of the splits, file 0) into ranges of records holding about
+ * split_bytes of pixels, more when there would be fewer ranges than streams. Reads the headers
+ * only. */
+static pf_status make_idx_splits(pf_stream_source *s, uint64_t split_bytes, pf_error *err) {
+    uint64_t n = 0;
+    int pixels = 0;
+    pf_status st = data_idx_probe(s->paths[0], s->paths[1], &n, &pixels, err);
+    if (st != PF_OK)
+        return st;
+    if (pixels != s->features)
+        return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
+                            "/model/inputs: data has %d features but model.inputs is %d", pixels,
+                            s->features);
+    uint64_t per = split_bytes / (uint64_t)pixels;
+    per = per > 0 ? per : 1;
+    uint64_t k = (n + per - 1) / per;
+    if (k < (uint64_t)s->n_streams) /* every stream gets a range */
+        k = n < (uint64_t)s->n_streams ? n : (uint64_t)s->n_streams;
+    if (k < (uint64_t)s->n_streams)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/train",
+                            "/data/train: streamed input gives each of the %d replicas that train "
+                            "its own splits, and %s holds %" PRIu64 " records: fewer than the "
+                            "replicas",
+                            s->n_streams, s->paths[0], n);
+    if (k > (uint64_t)PF_INPUT_MAX_FILES * 64)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/split_mb",
+                            "/data/split_mb: %" PRIu64 " splits; raise split_mb", k);
+    if (!(s->splits = pf_mallocarray((size_t)k, sizeof *s->splits)))
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    for (uint64_t r = 0; r < k; r++) /* n <= 2^26 and k <= n: n * (r + 1) fits */
+        s->splits[s->n_splits++] = (split){0, n * r / k, n * (r + 1) / k};
+    return PF_OK;
+}
+
+/* The pair of idx entries, taken as they are: an images file, then a labels file. */
+static pf_status idx_paths(pf_stream_source *s, const pf_data_spec *d, pf_error *err) {
+    if (d->n_train != 2)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/train",
+                            "/data/train: streamed idx data is one pair of files (images, "
+                            "labels), split by record ranges; folders and patterns are not "
+                            "expanded; got %d entries",
+                            d->n_train);
+    path_list l = {0};
+    pf_status st = add_path(&l, d->train[0], err);
+    if (st == PF_OK)
+        st = add_path(&l, d->train[1], err);
+    s->paths = l.v;
+    s->n_files = l.n;
+    return st;
+}
+
 /* --- the source ---------------------------------------------------------------------------- */
 
 static pf_status init_streams(pf_stream_source *s, int cap, pf_error *err) {
@@ -679,21 +756,27 @@ pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_str
     s->max_bad = spec->data.on_error == PF_ON_ERROR_SKIP ? spec->data.max_bad_lines : -1;
     s->data_format = (int)spec->data.format;
     s->index_base = spec->data.index_base;
-    s->format = spec->data.format == PF_DATA_CRITEO ? &criteo_format : &text_format;
+    s->format = spec->data.format == PF_DATA_CRITEO ? &criteo_format
+                : spec->data.format == PF_DATA_IDX  ? &idx_format
+                                                    : &text_format;
     pf_status st = PF_OK;
     if (leased)
         s->n_streams = streams = 1;
+    int idx = spec->data.format == PF_DATA_IDX;
     if (spec->data.format != PF_DATA_CRITEO && spec->data.format != PF_DATA_CSV &&
-        spec->data.format != PF_DATA_LIBSVM)
+        spec->data.format != PF_DATA_LIBSVM && !idx)
         st = pf_error_set(err, PF_ERR_SPEC, "/data/streaming",
-                          "/data/streaming: only criteo, csv and libsvm data are streamed");
+                          "/data/streaming: only criteo, csv, libsvm and idx data are streamed");
     if (st == PF_OK)
-        st = pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files, err);
+        st = idx ? idx_paths(s, &spec->data, err)
+                 : pf_input_expand(spec->data.train, spec->data.n_train, &s->paths, &s->n_files,
+                                   err);
     if (st == PF_OK && spec->data.format == PF_DATA_CRITEO && spec->data.n_stats &&
         (st = pf_criteo_scaling_load(spec->data.stats[0], &s->scaling, err)) == PF_OK)
         s->scaled = 1;
     if (st == PF_OK)
-        st = make_splits(s, (uint64_t)spec->data.split_mb << 20, err);
+        st = idx ? make_idx_splits(s, (uint64_t)spec->data.split_mb << 20, err)
+                 : make_splits(s, (uint64_t)spec->data.split_mb << 20, err);
     if (st == PF_OK && !(s->streams = pf_calloc((size_t)streams, sizeof *s->streams)))
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     int cap = 4 * block > RING_MIN ? 4 * block : RING_MIN;
@@ -825,6 +908,17 @@ static void emit_ends(pf_stream_source *s, pf_stream_split_done *done, int max_d
         done[(*n_done)++] =
             (pf_stream_split_done){L->items[L->emitted].split, L->items[L->emitted].epoch};
         L->emitted++;
+    }
+    /* the leases given out are dropped, so that a long job's list does not grow: the reader
+     * is at or past `emitted` (a split is done only once it was read through) */
+    if (L->emitted >= 1024 && L->emitted * 2 >= L->n) {
+        int64_t k = L->emitted;
+        memmove(L->items, L->items + k, (size_t)(L->n - k) * sizeof *L->items);
+        L->n -= k;
+        L->read -= k;
+        L->emitted = 0;
+        if (L->at_item >= 0)
+            L->at_item -= k;
     }
 }
 

@@ -439,8 +439,8 @@ static void test_design_example(void **state) {
     assert_int_equal(s.replicas_per_worker, 1);
     assert_int_equal(s.devices[0].device, PF_DEVICE_CPU);
 
-    /* The normalised form is the example itself (plus the adagrad default and
-     * replicas_per_worker), in its order. */
+    /* The normalised form is the example itself (plus the adagrad default, the streaming
+     * defaults and replicas_per_worker), in its order. */
     char *json = pf_job_spec_to_json(&s);
     assert_non_null(json);
     assert_string_equal(
@@ -452,7 +452,8 @@ static void test_design_example(void **state) {
         "\"train\":[\"/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz\","
         "\"/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz\"],"
         "\"test\":[\"/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz\","
-        "\"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\"]},"
+        "\"/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz\"],"
+        "\"streaming\":false,\"split_mb\":64,\"splits\":\"static\"},"
         "\"optimizer\":{\"type\":\"adagrad\",\"learning_rate\":0.01,"
         "\"initial_accumulator_value\":0.1},"
         "\"training\":{\"mode\":\"sync\",\"batch_size\":100,\"max_steps\":2000,"

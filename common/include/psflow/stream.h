@@ -3,13 +3,15 @@
  * folders, glob patterns).
  *
  * The input is cut into *splits*: a gzip file is one, a plain file is cut into byte ranges of
- * about data.split_mb (smaller when there would be fewer splits than streams), each holding
- * the lines that start in it (pf_criteo_open_range; csv and libsvm alike). A csv file's header
- * line is looked for in its first split only. Split i (files in the order the entries
- * expand to, ranges in file order) goes to stream i mod streams. A stream is its splits read
- * one after another, in an order drawn anew each epoch from (training.seed, stream, epoch)
- * (pf_stream_split_order), each split's lines in file order; at its end the stream's next
- * epoch begins. Streams are as many as the replicas that train on the data (training tasks x
+ * about data.split_mb (smaller when there would be fewer splits than streams), each holding the
+ * lines that start in it (pf_criteo_open_range; csv and libsvm alike). A csv file's header line
+ * is looked for in its first split only. An IDX pair (exactly its 2 entries, images and labels)
+ * is cut into ranges of records of about data.split_mb of images (data_idx.c reads them: a plain
+ * file seeked, a gzip one decompressed from its start). Split i (files in the order the entries
+ * expand to, ranges in file order) goes to stream i mod streams. A stream is its splits read one
+ * after another, in an order drawn anew each epoch from (training.seed, stream, epoch)
+ * (pf_stream_split_order), each split's lines in file order; at its end the stream's next epoch
+ * begins. Streams are as many as the replicas that train on the data (training tasks x
  * replicas_per_worker), so each replica reads its own splits and no line is read by two.
  *
  * The stream positions of data.h map onto the streams in blocks of `block` examples (the
@@ -58,15 +60,16 @@ void pf_stream_split_order(uint64_t seed, int stream, int64_t epoch, int n, int 
 
 typedef struct pf_stream_source pf_stream_source;
 
-/* Opens the streaming source of spec's training files (data.format criteo, csv or libsvm)
+/* Opens the streaming source of spec's training files (data.format criteo, csv, libsvm, idx)
  * with `streams` streams (1 for leased input, whatever `streams` says) and blocks of `block`
  * examples; nothing but the files' sizes and
  * first bytes is read until asked for. A csv or libsvm line gives the example the whole-file
  * reader (data.h) gives, parsed by the same code, a class label not below model.outputs being
  * a bad line. Errors: PF_ERR_INVALID (streams or block below 1), PF_ERR_SPEC (another format;
- * fewer splits than streams: only gzip files, fewer than the streams), those of
- * pf_input_expand,
- * PF_ERR_IO (a file that cannot be opened), PF_ERR_NOMEM. */
+ * fewer splits than streams: only gzip files, fewer than the streams; idx: not 2 entries,
+ * fewer records than streams, images of other than model.inputs pixels), those of
+ * pf_input_expand, PF_ERR_FORMAT (an IDX header: the file named), PF_ERR_IO (a file that
+ * cannot be opened), PF_ERR_NOMEM. */
 pf_status pf_stream_open(const pf_job_spec *spec, int streams, int block, pf_stream_source **out,
                          pf_error *err);
 

@@ -64,6 +64,9 @@ typedef struct task {
     int workers;   /* atomic: the job's workers as the coordinator last said (live changes) */
     int aggregate; /* with workers: a sync step's replicas_to_aggregate, under a->mu */
     ps_server *ps; /* under a->mu */
+    /* a ps's input work queue as it was when the ps ended (its last report says it) */
+    ps_server_input_stats last_input;
+    int has_last_input;
     /* published under a->mu */
     int state;
     int exit_code;
@@ -118,6 +121,7 @@ static void *ps_task_main(void *arg) {
     int rc = ps_server_wait(s);
     pthread_mutex_lock(&t->a->mu);
     t->ps = NULL;
+    t->has_last_input = ps_server_input(s, &t->last_input);
     pthread_mutex_unlock(&t->a->mu);
     ps_server_destroy(s);
     if (rc == 0)
@@ -379,6 +383,13 @@ static json_t *staleness_lags(ps_server *ps) {
 }
 
 /* A succeeded chief's result; a two-class model's adds test_auc and test_calibration. */
+/* A ps's input work queue (data.splits dynamic), as its reports carry it. */
+static json_t *input_json(const ps_server_input_stats *in) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:b}", "epoch", (json_int_t)in->epoch, "splits",
+                     (json_int_t)in->splits, "done", (json_int_t)in->done, "leased",
+                     (json_int_t)in->leased, "finished", in->finished);
+}
+
 static json_t *result_json(const worker_result *r) {
     json_t *o =
         json_pack("{s:o, s:o, s:I}", "accuracy", agent_number_json(r->accuracy), "test_loss",
@@ -427,7 +438,13 @@ static json_t *heartbeat_body(agent *a) {
                 json_object_set_new(stats, "lags", lags);
             else
                 json_decref(lags);
+            ps_server_input_stats in;
+            if (stats && ps_server_input(t->ps, &in)) /* ps 0 of a job with dynamic splits */
+                json_object_set_new(stats, "input", input_json(&in));
             json_object_set_new(b, "stats", stats);
+        } else if (b && t->has_last_input) { /* the queue as the ps left it */
+            json_object_set_new(b, "stats",
+                                json_pack("{s:o}", "input", input_json(&t->last_input)));
         }
     }
     a->changed = 0;

@@ -118,6 +118,10 @@ typedef struct coord_job {
      * the tasks of each one's count seen so far (a task that reads a line again after a
      * restart does not count it twice); kept in the stored status */
     int64_t bad_lines;
+    /* data.splits dynamic: the input work queue as ps 0 last reported it (has_input false
+     * until then); kept in the stored status */
+    bool has_input, input_finished;
+    int64_t input_epoch, input_splits, input_done, input_leased;
     double examples_per_sec, steps_per_sec;
     int restarts, generation;
     bool has_checkpoint;     /* a complete checkpoint was reported */
@@ -239,6 +243,10 @@ typedef struct coord_report {
     int n_lags;
     long long lags[PF_MAX_REPLICAS + 1];
     long long updates, stale;
+    /* ps 0 of a job with dynamic splits: stats.input, every figure in range (splits 1 ..
+     * 2^24, done and leased at most splits, epoch 0 .. 10^6) or has_input false */
+    bool has_input, input_finished;
+    long long input_epoch, input_splits, input_done, input_leased;
     bool has_rows; /* stats.rows_pulled and stats.rows_pushed given as integers >= 0 */
     long long rows_pulled, rows_pushed;
     double accuracy, test_loss;        /* result of a succeeded chief */

@@ -228,6 +228,16 @@ static double rate(int64_t before, int64_t after, double seconds) {
 }
 
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now) {
+    if (r->has_input && t->index == 0 && j->spec.data.splits == PF_SPLITS_DYNAMIC) {
+        j->dirty |= !j->has_input || j->input_epoch != r->input_epoch ||
+                    j->input_done != r->input_done || j->input_finished != r->input_finished;
+        j->has_input = true;
+        j->input_epoch = r->input_epoch;
+        j->input_splits = r->input_splits;
+        j->input_done = r->input_done;
+        j->input_leased = r->input_leased;
+        j->input_finished = r->input_finished;
+    }
     /* training task i is the chief replica when the job has one (i = 0, then worker i-1),
      * else worker i */
     for (int i = 0, chief = j->spec.replicas.chief; i < r->n_lags; i++) {

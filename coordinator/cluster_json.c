@@ -124,6 +124,15 @@ json_t *coord_job_status_json(const coord_job *j) {
                 : json_null());
     if (out) /* bad input lines skipped (data.on_error skip) */
         json_object_set_new(out, "bad_lines_skipped", json_integer((json_int_t)j->bad_lines));
+    if (out) /* data.splits dynamic: ps 0's work queue (null until it reports one) */
+        json_object_set_new(
+            out, "input",
+            j->has_input
+                ? json_pack("{s:I, s:I, s:I, s:I, s:I, s:b}", "epoch", (json_int_t)j->input_epoch,
+                            "epochs", (json_int_t)j->spec.training.epochs, "splits",
+                            (json_int_t)j->input_splits, "done", (json_int_t)j->input_done,
+                            "leased", (json_int_t)j->input_leased, "finished", j->input_finished)
+                : json_null());
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
         json_object_update_new(
             out, json_pack("{s:o, s:o, s:o}", "eval_step",
@@ -165,6 +174,13 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->test_calibration = num(s, "test_calibration");
     j->bayes_auc = num(s, "bayes_auc"); /* NAN in a status stored before it existed */
     j->bad_lines = (int64_t)json_integer_value(json_object_get(s, "bad_lines_skipped"));
+    json_t *in = json_object_get(s, "input"); /* as stored: ps 0's next report refreshes it */
+    j->has_input = json_is_object(in);
+    j->input_epoch = (int64_t)json_integer_value(json_object_get(in, "epoch"));
+    j->input_splits = (int64_t)json_integer_value(json_object_get(in, "splits"));
+    j->input_done = (int64_t)json_integer_value(json_object_get(in, "done"));
+    j->input_leased = (int64_t)json_integer_value(json_object_get(in, "leased"));
+    j->input_finished = json_is_true(json_object_get(in, "finished"));
     /* its place in the queue as stored: the next scheduling round works it out again */
     json_t *q = json_object_get(s, "queue");
     const char *behind = json_string_value(json_object_get(q, "behind"));
@@ -394,6 +410,24 @@ void coord_report_from_json(json_t *r, coord_report *out) {
         out->updates = json_integer_value(updates);
         out->has_stale = json_is_integer(stale);
         out->stale = json_integer_value(stale);
+        json_t *in = json_object_get(stats, "input");
+        json_t *ie = json_object_get(in, "epoch"), *is = json_object_get(in, "splits"),
+               *id = json_object_get(in, "done"), *il = json_object_get(in, "leased"),
+               *fin = json_object_get(in, "finished");
+        long long splits = json_integer_value(is);
+        out->has_input = json_is_integer(ie) && json_integer_value(ie) >= 0 &&
+                         json_integer_value(ie) <= 1000000 && json_is_integer(is) && splits >= 1 &&
+                         splits <= (1 << 24) && json_is_integer(id) &&
+                         json_integer_value(id) >= 0 && json_integer_value(id) <= splits &&
+                         json_is_integer(il) && json_integer_value(il) >= 0 &&
+                         json_integer_value(il) <= splits && json_is_boolean(fin);
+        if (out->has_input) {
+            out->input_epoch = json_integer_value(ie);
+            out->input_splits = splits;
+            out->input_done = json_integer_value(id);
+            out->input_leased = json_integer_value(il);
+            out->input_finished = json_is_true(fin);
+        }
         json_t *pulled = json_object_get(stats, "rows_pulled"),
                *pushed = json_object_get(stats, "rows_pushed");
         out->has_rows = json_is_integer(pulled) && json_integer_value(pulled) >= 0 &&

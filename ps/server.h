@@ -51,6 +51,19 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
  * since it started. Any thread. */
 void ps_server_rows(const ps_server *s, uint64_t *pulled, uint64_t *pushed);
 
+/* ps 0 of a job with dynamic splits: the input work queue as the service thread last left
+ * it (server_lease.c). */
+typedef struct ps_server_input_stats {
+    uint64_t epoch;        /* the epoch being read (the epochs' count once finished) */
+    uint32_t splits;       /* splits in the queue */
+    uint32_t done, leased; /* in the current epoch */
+    int finished;          /* training.epochs are done */
+} ps_server_input_stats;
+
+/* Fills *out and returns 1 when this ps keeps an input work queue, else returns 0. Any
+ * thread. */
+int ps_server_input(ps_server *s, ps_server_input_stats *out);
+
 /* With training.max_staleness: each training task's clock and lag (ps/staleness.h) for tasks
  * 0 .. max-1, into out; returns how many (0 without the bound). Any thread. */
 int ps_server_staleness(ps_server *s, ps_staleness_task *out, int max);

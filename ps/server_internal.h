@@ -71,12 +71,14 @@ struct ps_server {
     double grace;
     pf_placement placement;
     ps_shards *shards;
-    ps_staleness *staleness;       /* training.max_staleness set (async): its clocks; else NULL */
-    struct ps_split_queue *splits; /* ps 0, data.splits dynamic: the input's work queue, made
-                                      by the first LEASE (server_lease.c); else NULL */
-    int *local_of;                 /* global shard id -> local index, or -1 */
-    ps_grad *grads;                /* scratch: a push's gradients, local shard order */
-    float *row_values;             /* scratch: a reply's gathered rows, grown */
+    ps_staleness *staleness;         /* training.max_staleness set (async): its clocks; else NULL */
+    struct ps_split_queue *splits;   /* ps 0, data.splits dynamic: the input's work queue, made
+                                        by the first LEASE (server_lease.c); else NULL */
+    ps_server_input_stats pub_input; /* under mu: the queue as last changed (ps_server_input) */
+    int pub_has_input;
+    int *local_of;     /* global shard id -> local index, or -1 */
+    ps_grad *grads;    /* scratch: a push's gradients, local shard order */
+    float *row_values; /* scratch: a reply's gathered rows, grown */
     size_t cap_row_values;
     uint64_t rows_pulled, rows_pushed; /* table rows served and received (atomic access) */
     pf_wire_tensor *views;             /* scratch for replies */

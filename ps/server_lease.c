@@ -9,6 +9,7 @@
  * updates made from them were undone.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,28 @@
 #include "ps/server_internal.h"
 #include "ps/shard.h"
 #include "ps/split_queue.h"
+
+/* Publishes the queue's figures for ps_server_input (any thread reads them under mu). */
+static void publish(ps_server *s) {
+    ps_server_input_stats in = {0};
+    if (s->splits) {
+        ps_split_queue_stats st = ps_split_queue_stats_get(s->splits);
+        in = (ps_server_input_stats){st.epoch, ps_split_queue_splits(s->splits), st.done, st.leased,
+                                     st.finished};
+    }
+    pthread_mutex_lock(&s->mu);
+    s->pub_input = in;
+    s->pub_has_input = s->splits != NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ps_server_input(ps_server *s, ps_server_input_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    int has = s->pub_has_input;
+    *out = s->pub_input;
+    pthread_mutex_unlock(&s->mu);
+    return has;
+}
 
 /* Logs the per-task counts of the epoch that just ended. */
 static void log_epoch(const ps_server *s, uint64_t ended) {
@@ -42,6 +65,14 @@ void ps_server_lease(ps_server *s, peer *p, uint32_t request_id, const pf_wire_l
                         ps_server_role_name(p->role));
         return;
     }
+    for (const peer *q = s->peers; q; q = q->next)
+        if (ps_server_trainer(q) == task && q->incarnation > p->incarnation) {
+            ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                            "%s %d incarnation %" PRIu64 " was replaced by incarnation %" PRIu64
+                            ": it leases nothing",
+                            ps_server_role_name(p->role), task, p->incarnation, q->incarnation);
+            return;
+        }
     if (!s->splits) {
         pf_error err;
         pf_status st = ps_split_queue_create(m->n_splits, s->spec.training.epochs,
@@ -52,9 +83,14 @@ void ps_server_lease(ps_server *s, peer *p, uint32_t request_id, const pf_wire_l
                             err.message);
             return;
         }
-        ps_server_log(s, "input work queue: %" PRIu32 " splits, %s%" PRId64 " epoch(s)",
-                      m->n_splits, s->spec.training.epochs > 0 ? "" : "endless; not counting ",
-                      s->spec.training.epochs);
+        if (s->spec.training.epochs > 0)
+            ps_server_log(s, "input work queue: %" PRIu32 " splits, %" PRId64 " epoch(s)",
+                          m->n_splits, s->spec.training.epochs);
+        else
+            ps_server_log(s,
+                          "input work queue: %" PRIu32
+                          " splits, epoch after epoch until max_steps (no training.epochs)",
+                          m->n_splits);
     } else if (ps_split_queue_splits(s->splits) != m->n_splits) {
         ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
                         "%s %d cut the input into %" PRIu32 " splits, the queue holds %" PRIu32
@@ -72,6 +108,7 @@ void ps_server_lease(ps_server *s, peer *p, uint32_t request_id, const pf_wire_l
                       r.refused, m->n_done, m->epoch, ps_server_role_name(p->role), task, r.epoch);
     if (r.epoch_ended)
         log_epoch(s, r.epoch - 1); /* r.epoch is the next one (or, finished, the count) */
+    publish(s);
     pf_wire_lease_reply rep = {(uint32_t)r.state, r.split, r.epoch, r.accepted, r.refused};
     pf_error err;
     ps_server_send(s, p->conn, pf_wire_encode_lease_reply(&s->out, request_id, &rep, &err),
@@ -83,12 +120,13 @@ void ps_server_lease_release(ps_server *s, const peer *gone) {
     if (!s->splits || task < 0)
         return;
     for (const peer *q = s->peers; q; q = q->next)
-        if (q != gone && ps_server_trainer(q) == task && q->incarnation == gone->incarnation)
-            return; /* another connection of the same task lives on */
+        if (q != gone && ps_server_trainer(q) == task && q->incarnation >= gone->incarnation)
+            return; /* another connection of the task (or of a newer incarnation) lives on */
     uint32_t n = ps_split_queue_release(s->splits, task);
     if (n > 0)
         ps_server_log(s, "%u split(s) leased to %s %d go back to the queue (it is gone)", n,
                       ps_server_role_name(gone->role), task);
+    publish(s);
 }
 
 void ps_server_lease_renew(ps_server *s, const peer *p) {
@@ -103,6 +141,7 @@ void ps_server_lease_renew(ps_server *s, const peer *p) {
                               "%u split(s) leased to %s %d go back to the queue (incarnation "
                               "%" PRIu64 " replaced it)",
                               n, ps_server_role_name(p->role), task, p->incarnation);
+            publish(s);
             return;
         }
 }
@@ -170,8 +209,8 @@ static ps_split_queue *queue_from(const ps_server *s, const char *hex, pf_error 
 }
 
 void ps_server_lease_restore(ps_server *s, const char *hex) {
-    if (s->spec.data.splits != PF_SPLITS_DYNAMIC || s->task != 0)
-        return;
+    if (s->spec.data.splits != PF_SPLITS_DYNAMIC || s->task != 0 || (!hex && !s->splits))
+        return; /* nothing leased yet, nothing to go back to */
     ps_split_queue *q = NULL;
     pf_error err;
     pf_error_clear(&err);
@@ -182,6 +221,7 @@ void ps_server_lease_restore(ps_server *s, const char *hex) {
                       err.message);
     ps_split_queue_destroy(s->splits);
     s->splits = q;
+    publish(s);
     if (!q) {
         ps_server_log(s, "input work queue: none at this step; the next LEASE starts epoch 0");
         return;

@@ -12,8 +12,9 @@
 #define LEASES_POLL_SECONDS 0.05 /* between two asks while the queue says WAIT */
 
 void worker_leases_init(worker_leases *l, pf_stream_source *input, worker_link *link,
-                        const char *who, int task) {
+                        const char *who, int task, double stall_seconds) {
     memset(l, 0, sizeof *l);
+    l->stall_seconds = stall_seconds;
     l->input = input;
     l->link = link;
     l->who = who;
@@ -51,17 +52,20 @@ static pf_status ask(worker_leases *l, int want, pf_error *err) {
     uint32_t done[WORKER_LEASES_MAX_BATCH];
     uint32_t n = 0;
     uint64_t epoch = l->n_report > 0 ? l->report[0].epoch : l->epoch;
-    int rest = 0;
     for (int i = 0; i < l->n_report; i++)
         if (l->report[i].epoch == epoch && n < WORKER_LEASES_MAX_BATCH)
             done[n++] = l->report[i].split;
-        else
-            l->report[rest++] = l->report[i];
     pf_wire_lease req = {epoch, l->n_splits, (uint32_t)want, n, done};
     pf_wire_lease_reply rep;
     pf_status st = worker_link_lease(l->link, &req, &rep, err);
     if (st != PF_OK)
         return st;
+    int rest = 0, sent = 0; /* the reports not sent stay, in order */
+    for (int i = 0; i < l->n_report; i++)
+        if (l->report[i].epoch == epoch && sent < (int)n)
+            sent++;
+        else
+            l->report[rest++] = l->report[i];
     l->n_report = rest;
     count_accepted(l, epoch, rep.accepted);
     if (rep.accepted > 0) /* one line per split or so: the record of what this task read */
@@ -92,6 +96,27 @@ static pf_status ask(worker_leases *l, int want, pf_error *err) {
     return pf_stream_lease_add(l->input, rep.split, rep.epoch, err);
 }
 
+/* Queues the completed splits of the batch (or of no batch) for the next report. */
+static void queue_report(worker_leases *l) {
+    if (l->n_batch_done == 0)
+        return;
+    if (l->n_report + l->n_batch_done > l->cap_report) {
+        int cap = (l->n_report + l->n_batch_done) * 2;
+        pf_stream_split_done *v = pf_realloc(l->report, (size_t)cap * sizeof *v);
+        if (!v) { /* unreported splits stay leased to this task: read again after it ends */
+            fprintf(stderr, "psflow %s %d: out of memory for the splits to report\n", l->who,
+                    l->task);
+            l->n_batch_done = 0;
+            return;
+        }
+        l->report = v;
+        l->cap_report = cap;
+    }
+    memcpy(l->report + l->n_report, l->batch_done, (size_t)l->n_batch_done * sizeof *l->report);
+    l->n_report += l->n_batch_done;
+    l->n_batch_done = 0;
+}
+
 /* Leases until WORKER_LEASES_AHEAD splits are open, or the queue has none to give. */
 static pf_status lease_ahead(worker_leases *l, pf_error *err) {
     pf_status st = PF_OK;
@@ -120,6 +145,7 @@ pf_status worker_leases_fill(worker_leases *l, int count, float *x, float *y, in
         return PF_OK;
     int width = pf_stream_features(l->input), got = 0;
     l->n_batch_done = 0;
+    double waited_since = 0;
     for (;;) {
         pf_status st = lease_ahead(l, err);
         int g = 0, nd = 0;
@@ -131,16 +157,27 @@ pf_status worker_leases_fill(worker_leases *l, int count, float *x, float *y, in
             return st;
         got += g;
         l->n_batch_done += nd;
+        if (got == 0) /* splits found done without an example of this batch: theirs were in */
+            queue_report(l); /* batches applied already, or they were empty */
         if (got == count || (got > 0 && l->n_batch_done == WORKER_LEASES_MAX_BATCH))
             break;
-        if (pf_stream_leased_open(l->input) > 0)
-            continue; /* the split taken through was followed by one leased ahead */
+        if (!l->waiting && !l->ended)
+            continue; /* the splits open were taken through: lease more */
         if (got > 0)  /* nothing left to lease now: train on what there is */
             break;
         if (l->ended) /* every split of the last epoch was done: nothing is left to report */
             return PF_ERR_NOT_FOUND;
         if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED))
             return pf_error_set(err, PF_ERR_CANCELLED, NULL, "stopped waiting for a split");
+        double now = pf_clock_now();
+        if (waited_since == 0)
+            waited_since = now;
+        else if (now - waited_since > l->stall_seconds)
+            return pf_error_set(err, PF_ERR_UNAVAILABLE, NULL,
+                                "no split to lease for %.0f s (training.stall_timeout_secs): "
+                                "the epoch's last splits are leased to a task that does not "
+                                "finish them",
+                                now - waited_since);
         /* every split left is leased by others (this task's done ones were reported with the
          * ask): ask again a little later */
         pf_clock_sleep(LEASES_POLL_SECONDS);
@@ -155,22 +192,7 @@ void worker_leases_pushed(worker_leases *l, int applied) {
     if (!l->held || !applied)
         return;
     l->held = 0;
-    if (l->n_batch_done == 0)
-        return;
-    if (l->n_report + l->n_batch_done > l->cap_report) {
-        int cap = (l->n_report + l->n_batch_done) * 2;
-        pf_stream_split_done *v = pf_realloc(l->report, (size_t)cap * sizeof *v);
-        if (!v) { /* unreported splits stay leased to this task: read again after it ends */
-            fprintf(stderr, "psflow %s %d: out of memory for the splits to report\n", l->who,
-                    l->task);
-            return;
-        }
-        l->report = v;
-        l->cap_report = cap;
-    }
-    memcpy(l->report + l->n_report, l->batch_done, (size_t)l->n_batch_done * sizeof *l->report);
-    l->n_report += l->n_batch_done;
-    l->n_batch_done = 0;
+    queue_report(l);
 }
 
 void worker_leases_log(const worker_leases *l) {

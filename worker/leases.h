@@ -2,10 +2,10 @@
  * the work queue ps task 0 keeps, the batches it takes from them, and the splits it reports
  * done.
  *
- * A task keeps two splits leased ahead of the one it trains on (so the reader thread never
- * waits for a lease), fills each batch from them in lease order, and holds the batch until a
- * push of it was applied by every ps: only then are the splits whose last examples it holds
- * reported done (with the next LEASE), so a split is recorded done only once all of it was
+ * A task keeps WORKER_LEASES_AHEAD splits leased, the one it reads and the next (so the
+ * reader thread never waits for a lease), fills each batch from them in lease order, and holds the
+ * batch until a push of it was applied by every ps: only then are the splits whose last examples it
+ * holds reported done (with the next LEASE), so a split is recorded done only once all of it was
  * trained on. A push that was not applied (a ps restarted, a rollback) leaves the batch
  * held, and the next step trains on it again.
  *
@@ -25,7 +25,7 @@
 #include "psflow/stream.h"
 #include "worker/link.h"
 
-#define WORKER_LEASES_AHEAD     2    /* splits leased ahead of the one read */
+#define WORKER_LEASES_AHEAD     2    /* splits leased, not yet taken through */
 #define WORKER_LEASES_MAX_BATCH 4096 /* splits one batch may complete */
 
 typedef struct worker_leases {
@@ -33,6 +33,7 @@ typedef struct worker_leases {
     worker_link *link;       /* borrowed */
     const char *who;         /* "chief" or "worker", for the log */
     int task;
+    double stall_seconds;
     uint32_t n_splits;
     uint64_t epoch; /* the queue's epoch, as last answered */
     int waiting;    /* the last answer was WAIT */
@@ -51,8 +52,10 @@ typedef struct worker_leases {
     int n_per_epoch;
 } worker_leases;
 
+/* stall_seconds: the longest wait for a split at an epoch's end (training.stall_timeout_secs)
+ * before the task fails, as a ps request unanswered that long does. */
 void worker_leases_init(worker_leases *l, pf_stream_source *input, worker_link *link,
-                        const char *who, int task);
+                        const char *who, int task, double stall_seconds);
 
 void worker_leases_free(worker_leases *l);
 

@@ -104,8 +104,10 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
     } else {
         st = worker_request_check_reply(&l->req, &m, l->attaching, &l->version, &l->ps_incarnation,
                                         &l->push_result, msg, sizeof msg);
-        if (st == PF_OK && m.type == PF_WIRE_LEASE_REPLY)
+        if (st == PF_OK && m.type == PF_WIRE_LEASE_REPLY) {
             l->lease_reply = m.u.lease_reply;
+            l->lease_answered = 1;
+        }
         if (st == PF_OK && l->version > c->max_version) {
             st = PF_ERR_FORMAT; /* the trainer computes stream positions from it */
             snprintf(msg, sizeof msg,
@@ -550,6 +552,9 @@ static pf_status resume(worker_link *c, ps_link *l, uint64_t before, int pushes_
                    ? PF_ERR_NOMEM
                    : PF_OK;
     }
+    if (l->req.kind == WORKER_REQ_LEASE)
+        return PF_OK; /* asked again as it is: a restarted ps 0 answers from its restored
+                         queue (refusing the reports of splits it no longer has leased) */
     if (restarted) {
         /* The ps restarted and restored its newest checkpoint: a gradient computed against
          * its old values means nothing to it. Pull its values instead; the next step
@@ -667,8 +672,6 @@ static void abandon(worker_link *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Sends every link's encoded request and waits for all answers, reconnecting and resending
- * where a connection drops (link_internal.h). */
 pf_status worker_link_lease(worker_link *c, const pf_wire_lease *req, pf_wire_lease_reply *reply,
                             pf_error *err) {
     ps_link *l = &c->links[0];
@@ -677,14 +680,23 @@ pf_status worker_link_lease(worker_link *c, const pf_wire_lease *req, pf_wire_le
     pf_status st = pf_wire_encode_lease(&l->req.out, l->request_id, req, err);
     if (st != PF_OK)
         return st;
+    pthread_mutex_lock(&c->mu);
+    l->lease_answered = 0;
+    pthread_mutex_unlock(&c->mu);
     c->only = 0;
     st = worker_link_round_trip(c, err);
     c->only = -1;
-    if (st == PF_OK)
-        *reply = l->lease_reply;
+    pthread_mutex_lock(&c->mu);
+    int answered = l->lease_answered;
+    *reply = l->lease_reply;
+    pthread_mutex_unlock(&c->mu);
+    if (st == PF_OK && !answered)
+        st = pf_error_set(err, PF_ERR_UNAVAILABLE, NULL, "ps 0 did not answer the LEASE");
     return st;
 }
 
+/* Sends every link's encoded request and waits for all answers, reconnecting and resending
+ * where a connection drops (link_internal.h). */
 pf_status worker_link_round_trip(worker_link *c, pf_error *err) {
     pf_status st = send_all(c, err);
     if (st == PF_OK)

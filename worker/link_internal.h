@@ -41,6 +41,7 @@ typedef struct ps_link {
     uint64_t ps_incarnation;
     uint32_t push_result;
     pf_wire_lease_reply lease_reply; /* the answer to a LEASE (ps 0) */
+    int lease_answered;              /* lease_reply is the answer to the LEASE in flight */
     /* the authentication of the current connection (api/wire.md) */
     int auth; /* 0 nothing yet, 1 proof sent, 2 the ps proved the key */
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME]; /* the HELLO sent */

@@ -314,7 +314,8 @@ static pf_status setup(trainer *t, pf_error *err) {
     if (t->o->is_chief)
         worker_chief_bayes_auc(t);
     if ((st = connect_link(t, prefetch, err)) == PF_OK && t->leases)
-        worker_leases_init(t->leases, t->input, t->link, worker_who(t), t->o->task);
+        worker_leases_init(t->leases, t->input, t->link, worker_who(t), t->o->task,
+                           (double)t->spec->training.stall_timeout_secs);
     return st;
 }
 
@@ -706,6 +707,8 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
                                                                      : finish(&t, &r, out);
         if (s == STEP_ROLLED_BACK) /* the chief's schedules start again from there */
             t.last_eval = t.last_ckpt = t.versions[0];
+        if (s == STEP_ROLLED_BACK) /* leased input: ps 0's queue went back too */
+            t.input_done = 0;
         if (s == STEP_ROLLED_BACK || s == STEP_RESYNCED)
             restart_window(&r);
         r.ahead = s == STEP_TAKEN && r.computed; /* kept only by a step that ended normally */

@@ -16,7 +16,9 @@
 #  3. ps 0 killed (kill -9) after checkpoints and started again: it restores the queue's
 #     state from its checkpoint (metadata psflow_input_queue), the chief rolls back, and both
 #     epochs still end with 64 splits done.
-#  4. dynamic splits in a sync job, and epochs with static splits, are refused.
+#  4. managed (psflow up, 1 ps + 2 worker agents): the job succeeds and its status shows ps
+#     0's queue, finished after its 2 epochs.
+#  5. dynamic splits in a sync job, and epochs with static splits, are refused.
 source "$(dirname "$0")/lib.sh"
 
 "$PSFLOW_BIN" data gen criteo --rows 52000 --files 65 --seed 11 --out "$WORK/gen" >gen.out 2>gen.err ||
@@ -152,7 +154,22 @@ done
 grep -q "training.epochs reached" ps0.log || fail "the epochs never ended after the ps restart"
 echo "ps 0 killed and restarted: $(grep -m1 'input work queue restored' ps0.log | sed 's/^psflow ps 0: //' | cut -c1-60)...; both epochs ended with 64 splits"
 
-# --- 4. refusals ---------------------------------------------------------------------------
+# --- 4. managed: psflow up, the queue in the job's status ------------------------------
+up_start --ps 1 --workers 2
+python3 -c 'import json; d=json.load(open("dyn.json")); d["name"]="dynup"; json.dump(d,open("up.json","w"))'
+code=$(curl -s -o created.json -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  --data @up.json "$URL/api/v1/jobs")
+[ "$code" = 201 ] || fail "submitting the job: HTTP $code $(cat created.json)"
+wait_until 120 "dynup Succeeded" phase_is dynup Succeeded
+wait_until 20 "the finished queue in the status" \
+  jget "$URL/api/v1/jobs/dynup" 'd["status"]["input"]["finished"] or exit(1)'
+INPUT=$(jget "$URL/api/v1/jobs/dynup" 'json.dumps(d["status"]["input"], sort_keys=True)')
+[ "$INPUT" = '{"done": 0, "epoch": 2, "epochs": 2, "finished": true, "leased": 0, "splits": 64}' ] ||
+  fail "status.input: $INPUT"
+up_stop
+echo "managed: status.input $INPUT"
+
+# --- 5. refusals ---------------------------------------------------------------------------
 spec sync sync >sync.json
 expect_exit 65 "$PSFLOW_BIN" plan sync.json
 grep -q "/data/splits: dynamic splits go to whichever worker asks first" stderr ||

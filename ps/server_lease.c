@@ -176,7 +176,7 @@ static int hex_value(char c) {
 /* The queue a checkpoint's state describes, or NULL with the reason in err. */
 static ps_split_queue *queue_from(const ps_server *s, const char *hex, pf_error *err) {
     size_t len = strlen(hex);
-    if (len % 2 != 0 || len / 2 < 32) {
+    if (len == 0 || len % 2 != 0) {
         pf_error_set(err, PF_ERR_FORMAT, NULL, "%zu hex digits", len);
         return NULL;
     }
@@ -194,16 +194,9 @@ static ps_split_queue *queue_from(const ps_server *s, const char *hex, pf_error 
         }
         bytes[i] = (uint8_t)(hi << 4 | lo);
     }
-    /* the number of splits, at byte 20 (split_queue.c's layout); decode checks the rest */
-    uint32_t n = (uint32_t)bytes[20] | (uint32_t)bytes[21] << 8 | (uint32_t)bytes[22] << 16 |
-                 (uint32_t)bytes[23] << 24;
     ps_split_queue *q = NULL;
-    if (ps_split_queue_create(n, s->spec.training.epochs, s->spec.training.seed, PF_MAX_TASKS, &q,
-                              err) == PF_OK &&
-        ps_split_queue_decode(q, bytes, len / 2, err) != PF_OK) {
-        ps_split_queue_destroy(q);
-        q = NULL;
-    }
+    ps_split_queue_from_bytes(bytes, len / 2, s->spec.training.epochs, s->spec.training.seed,
+                              PF_MAX_TASKS, &q, err);
     pf_free(bytes);
     return q;
 }

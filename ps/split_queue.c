@@ -410,3 +410,18 @@ pf_status ps_split_queue_decode(ps_split_queue *q, const uint8_t *buf, size_t le
     }
     return PF_OK;
 }
+
+pf_status ps_split_queue_from_bytes(const uint8_t *buf, size_t len, int64_t epochs, uint64_t seed,
+                                    int max_tasks, ps_split_queue **out, pf_error *err) {
+    *out = NULL;
+    if (len < HEADER_SIZE || memcmp(buf, MAGIC, 4) != 0)
+        return pf_error_set(err, PF_ERR_FORMAT, "", "split queue: no \"%s\" header", MAGIC);
+    ps_split_queue *q = NULL;
+    pf_status st = ps_split_queue_create(get_u32(buf + 20), epochs, seed, max_tasks, &q, err);
+    if (st == PF_OK && (st = ps_split_queue_decode(q, buf, len, err)) != PF_OK) {
+        ps_split_queue_destroy(q);
+        q = NULL;
+    }
+    *out = q;
+    return st;
+}

@@ -117,4 +117,10 @@ size_t ps_split_queue_encode(const ps_split_queue *q, uint8_t *buf, size_t cap);
  * n_splits or epochs than q's, counts that do not add up); q is unchanged then. */
 pf_status ps_split_queue_decode(ps_split_queue *q, const uint8_t *buf, size_t len, pf_error *err);
 
+/* A new queue (as ps_split_queue_create with epochs, seed and max_tasks) of the number of
+ * splits buf[0 .. len) saved, holding the state decoded from it. Errors: those of create and
+ * of decode; *out is NULL then. */
+pf_status ps_split_queue_from_bytes(const uint8_t *buf, size_t len, int64_t epochs, uint64_t seed,
+                                    int max_tasks, ps_split_queue **out, pf_error *err);
+
 #endif

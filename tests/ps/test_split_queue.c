@@ -368,6 +368,41 @@ static void test_encode_decode_round_trip(void **state) {
 }
 
 /* Decoding checks everything and leaves the queue as it was when anything is wrong. */
+/* A queue made from the bytes alone takes its number of splits from them; bytes that are
+ * not a queue's make none. */
+static void test_from_bytes(void **state) {
+    (void)state;
+    ps_split_queue *q = make(9, 3, 4, 2);
+    uint32_t order[9];
+    drain_epoch(q, order);
+    uint32_t s = lease(q, 1, 1).split;
+    finish(q, 1, 1, s);
+    size_t len;
+    uint8_t *buf = encode(q, &len);
+    ps_split_queue *r = NULL;
+    pf_error err;
+    assert_int_equal(ps_split_queue_from_bytes(buf, len, 3, 4, 2, &r, &err), PF_OK);
+    assert_non_null(r);
+    assert_int_equal(ps_split_queue_splits(r), 9);
+    ps_split_queue_stats st = ps_split_queue_stats_get(r);
+    assert_int_equal(st.epoch, 1);
+    assert_int_equal(st.done, 1);
+    assert_int_equal(ps_split_queue_task_done(r, 1), 1);
+    ps_split_queue_destroy(r);
+    r = (ps_split_queue *)1;
+    assert_int_equal(ps_split_queue_from_bytes(buf, 10, 3, 4, 2, &r, &err), PF_ERR_FORMAT);
+    assert_null(r);
+    r = (ps_split_queue *)1;
+    assert_int_equal(ps_split_queue_from_bytes(buf, len, 5, 4, 2, &r, &err), PF_ERR_FORMAT);
+    assert_null(r);                                     /* another training.epochs */
+    buf[20] = 0, buf[21] = 0, buf[22] = 0, buf[23] = 0; /* 0 splits */
+    r = (ps_split_queue *)1;
+    assert_int_equal(ps_split_queue_from_bytes(buf, len, 3, 4, 2, &r, &err), PF_ERR_INVALID);
+    assert_null(r);
+    free(buf);
+    ps_split_queue_destroy(q);
+}
+
 static void test_decode_refuses_bad_bytes(void **state) {
     (void)state;
     enum { N = 10 };
@@ -468,6 +503,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_release_puts_splits_back_first),
         cmocka_unit_test(test_encode_decode_round_trip),
+        cmocka_unit_test(test_from_bytes),
         cmocka_unit_test(test_decode_refuses_bad_bytes),
         cmocka_unit_test(test_large_queue),
     };

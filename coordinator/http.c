@@ -16,9 +16,11 @@
  *    hold more than max_streams slots, however many clients ask.
  *  - The last slots (an eighth of the cap, at least 2) are a reserve. A connection accepted
  *    while every other slot is taken serves only those routes, always with
- *    "Connection: close"; any other request on it gets 503 + Retry-After at once, and it has
- *    COORD_RESERVE_TIMEOUT seconds, not --connection-timeout, to send its request, so
- *    silent clients cannot sit on the reserve.
+ *    "Connection: close", and it has COORD_RESERVE_TIMEOUT seconds, not
+ *    --connection-timeout, to send its request, so silent clients cannot sit on the
+ *    reserve. Any other request on it first shuts down the connection that has waited
+ *    longest for its request, if that one was accepted before it, and takes its ordinary
+ *    slot; with none, it gets 503 + Retry-After at once.
  *  - Idle connections in the ordinary slots are closed after --connection-timeout.
  *  - A request's headers are due --header-timeout seconds after the accept and its body
  *    --body-timeout after the headers, however steadily the bytes trickle in; a connection
@@ -84,6 +86,16 @@ static pf_http_conn *watched(struct MHD_Connection *c) {
 
 static int in_reserve(struct MHD_Connection *c) {
     return pf_http_conn_in_reserve(watched(c));
+}
+
+/* A reserve connection with a whole request takes the slot of one still sending an older
+ * one (pf_http_watch_promote) and gets the ordinary timeout back; 1 when it did. */
+static int promote(coord_server *s, struct MHD_Connection *c) {
+    if (!pf_http_watch_promote(s->watch, watched(c)))
+        return 0;
+    unsigned timeout = s->o.connection_timeout > 0 ? (unsigned)s->o.connection_timeout : 30;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, timeout);
+    return 1;
 }
 
 /* --- counters for /metrics --- */
@@ -711,7 +723,8 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
 
 /* --- the first look at a request: its headers --- */
 
-/* Routes served from the reserve: what keeps agents' leases and the liveness probe. */
+/* Routes served from the reserve: what keeps agents' leases and the liveness probe. Any
+ * other request there first tries to take an ordinary slot (promote). */
 static int priority_route(const char *method, const char *url) {
     if (!strcmp(url, "/livez") || !strcmp(url, "/readyz"))
         return 1;
@@ -797,7 +810,7 @@ static int check_headers(coord_server *s, struct MHD_Connection *c, const char *
                "ambiguous");
         return 1;
     }
-    if (in_reserve(c) && !priority_route(method, url)) {
+    if (in_reserve(c) && !priority_route(method, url) && !promote(s, c)) {
         refuse(rs, 503, COORD_RETRY_AFTER,
                "the coordinator is at its connection limit (--max-connections): retry later");
         return 1;

@@ -169,7 +169,8 @@ struct pf_http_conn {
     address from;
     int reserve;
     enum phase phase;
-    double since;    /* when the phase began (pf_clock_now) */
+    double accepted; /* when the connection was accepted (pf_clock_now) */
+    double since;    /* when the phase began */
     double deadline; /* when a connection still in it is shut down */
 };
 
@@ -286,7 +287,7 @@ pf_http_conn *pf_http_watch_add(pf_http_watch *w, int fd, const struct sockaddr 
     c->from = address_of(addr);
     c->reserve = reserve;
     c->phase = AWAIT_HEADERS;
-    c->since = pf_clock_now();
+    c->accepted = c->since = pf_clock_now();
     c->deadline = c->since + w->l.header_s;
     pthread_mutex_lock(&w->lock);
     limit_address(w, c, c->since);
@@ -367,6 +368,27 @@ int pf_http_watch_evict(pf_http_watch *w) {
     }
     pthread_mutex_unlock(&w->lock);
     return oldest != NULL;
+}
+
+int pf_http_watch_promote(pf_http_watch *w, pf_http_conn *c) {
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&w->lock);
+    if (c->reserve && c->phase != CUT) {
+        pf_http_conn *oldest = NULL;
+        for (pf_http_conn *o = w->head; o; o = o->next)
+            if (!o->reserve && still_sending(o) && o->since < c->accepted &&
+                (!oldest || o->since < oldest->since))
+                oldest = o;
+        if (oldest) {
+            cut_off(oldest);
+            w->totals.evicted++;
+            c->reserve = 0;
+        }
+    }
+    int promoted = !c->reserve;
+    pthread_mutex_unlock(&w->lock);
+    return promoted;
 }
 
 pf_http_watch_counts pf_http_watch_totals(pf_http_watch *w) {

@@ -218,11 +218,72 @@ static void test_watch_evict_and_address(void **state) {
     }
 }
 
+/* A reserve connection with a whole request takes the slot of the longest-waiting ordinary
+ * one accepted before it, however young; with none still sending, it stays. */
+static void test_watch_promote(void **state) {
+    (void)state;
+    pf_http_watch_limits l = {
+        .header_s = 100, .body_s = 100, .idle_s = 100, .evict_after_s = 100, .per_address = 100};
+    pf_http_watch *w = pf_http_watch_create(&l);
+    assert_non_null(w);
+    int p[4][2];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, p[i]), 0);
+    pf_http_conn *older = pf_http_watch_add(w, p[0][0], NULL, 0);
+    pf_http_conn *oldest = pf_http_watch_add(w, p[1][0], NULL, 0);
+    pf_http_watch_headers_done(w, older); /* oldest has waited longest for its request */
+    poll(NULL, 0, 20);
+    pf_http_conn *quick = pf_http_watch_add(w, p[2][0], NULL, 1);
+    poll(NULL, 0, 20);
+    pf_http_conn *younger = pf_http_watch_add(w, p[3][0], NULL, 1);
+    assert_false(pf_http_watch_evict(w)); /* nothing has waited evict_after */
+    pf_http_watch_headers_done(w, quick);
+    assert_true(pf_http_watch_promote(w, quick));
+    assert_false(pf_http_conn_in_reserve(quick));
+    assert_true(peer_ended(p[1][1], 2));
+    assert_false(peer_ended(p[0][1], 0.1));
+    assert_true(pf_http_watch_promote(w, quick)); /* already out: nothing more is closed */
+    assert_false(peer_ended(p[0][1], 0.1));
+    /* younger: older still waits for its body and was accepted first. */
+    pf_http_watch_headers_done(w, younger);
+    assert_true(pf_http_watch_promote(w, younger));
+    assert_true(peer_ended(p[0][1], 2));
+    /* Now only quick and younger (both answering) and another reserve connection still
+     * waiting are left: nobody to give way. */
+    int q[2], r[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, q), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, r), 0);
+    pf_http_conn *waiting = pf_http_watch_add(w, r[0], NULL, 1);
+    poll(NULL, 0, 20);
+    pf_http_conn *last = pf_http_watch_add(w, q[0], NULL, 1);
+    pf_http_watch_body_done(w, quick);
+    pf_http_watch_body_done(w, younger);
+    pf_http_watch_headers_done(w, last);
+    assert_false(pf_http_watch_promote(w, last));
+    assert_true(pf_http_conn_in_reserve(last));
+    assert_false(peer_ended(q[1], 0.1));
+    assert_false(peer_ended(r[1], 0.1));
+    assert_int_equal(pf_http_watch_totals(w).evicted, 2);
+    pf_http_watch_remove(w, older);
+    pf_http_watch_remove(w, oldest);
+    pf_http_watch_remove(w, quick);
+    pf_http_watch_remove(w, younger);
+    pf_http_watch_remove(w, last);
+    pf_http_watch_remove(w, waiting);
+    pf_http_watch_destroy(w);
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 4; j++)
+            close(p[j][i]);
+        close(q[i]);
+        close(r[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hosts_own_names),         cmocka_unit_test(test_hosts_any_and_listen),
         cmocka_unit_test(test_hosts_bad_names),         cmocka_unit_test(test_watch_deadlines),
-        cmocka_unit_test(test_watch_evict_and_address),
+        cmocka_unit_test(test_watch_evict_and_address), cmocka_unit_test(test_watch_promote),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,10 @@
 # `--max-streams`; coordinator/http.c "Capacity"): slow clients that open connections and
 # then send nothing, or drip a request byte by byte, do not keep others from being served;
 # once they hold every ordinary slot, the reserve still serves /livez, /readyz and the
-# agents' routes, and answers anything else 503 with Retry-After and Connection: close;
-# silent connections in the reserve are cut off long before ordinary ones; idle
+# agents' routes, and any other whole request takes the slot of the slow client that has
+# waited longest; with nobody to give way it is answered 503 with Retry-After and
+# Connection: close; silent connections in the reserve are cut off
+# long before ordinary ones; idle
 # connections are closed after the timeout; clients beyond the cap are turned away and
 # service comes back once the slow ones are cut off. Event streams beyond --max-streams are
 # answered 503 with Retry-After while /livez and heartbeats go on being served.
@@ -66,9 +68,11 @@ def wait_closed(s, limit):
     return False
 
 # 1. Four silent clients and two that drip a request fill the 6 ordinary slots: /livez and
-# an agent's heartbeat are still served (from the reserve), an ordinary API call is told to
-# come back later.
+# an agent's heartbeat are still served (from the reserve); an ordinary API call, whole at
+# once, takes the slot of the client that has waited longest (the first silent one), even
+# with eviction at accept put off for a minute.
 slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+time.sleep(0.1)
 drip = []
 for _ in range(2):
     s = socket.create_connection(("127.0.0.1", port))
@@ -78,9 +82,14 @@ time.sleep(0.3)
 assert served(), "a GET /livez was not answered while 6 slow clients held the ordinary slots"
 assert heartbeat(), "a heartbeat was not answered while 6 slow clients held the ordinary slots"
 status, headers = curl("/api/v1/jobs")
-assert status == "503", "GET /api/v1/jobs from the reserve answered %s, expected 503" % status
-assert "retry-after:" in headers and "connection: close" in headers, headers
-print("ok: ordinary slots full: /livez and a heartbeat served, GET /api/v1/jobs 503 + Retry-After")
+assert status == "200", "GET /api/v1/jobs from the reserve answered %s, expected 200" % status
+assert wait_closed(slow[0], 2), "the longest-waiting silent client kept its slot"
+assert not any(closed_by_server(s, 0.05) for s in slow[1:] + drip), "a younger one was closed"
+slow[0].close()
+slow[0] = socket.create_connection(("127.0.0.1", port))  # the ordinary slots full again
+time.sleep(0.3)
+print("ok: ordinary slots full: /livez and a heartbeat served, GET /api/v1/jobs took the "
+      "longest-waiting client's slot")
 
 # 2. A silent client that lands in the reserve is cut off after a couple of seconds, while
 # the ordinary ones are kept until --connection-timeout (10 s).
@@ -190,6 +199,45 @@ for s in streams:
     s.close()
 print("ok: streams over --max-streams 2 answered 503 + Retry-After; a freed place is reused "
       "(%.1f s after its subscriber left)" % (time.time() - freed_at))
+
+# 6. Nobody to give way: the 6 ordinary connections have each been answered since the
+# reserve connection opened (kept alive, they wait for their next request for less time
+# than it has), so its ordinary API call is told to come back later.
+deadline = time.time() + 10
+while open_connections() != 1:
+    assert time.time() < deadline, "the streams' connections are still counted"
+    time.sleep(0.1)
+hold = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
+time.sleep(0.3)
+late = socket.create_connection(("127.0.0.1", port))
+time.sleep(0.2)
+
+def answer(s, request):
+    """The head of the answer to request on s (its body read too, so s stays usable)."""
+    s.settimeout(5)
+    s.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.decode("latin-1").lower().splitlines():
+        if line.startswith("content-length:"):
+            while len(body) < int(line.split(":")[1]):
+                body += s.recv(4096)
+    return head.decode("latin-1").lower()
+
+for s in hold:
+    assert answer(s, b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith("http/1.1 200")
+head = answer(late, b"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+assert head.startswith("http/1.1 503"), "GET /api/v1/jobs from the reserve: %r" % head[:100]
+assert "retry-after:" in head and "connection: close" in head, head
+assert served(), "a GET /livez was not answered with the ordinary slots all taken"
+for s in hold + [late]:
+    s.close()
+print("ok: nobody to give way: /livez served, GET /api/v1/jobs 503 + Retry-After + close")
 PY
 
 kill -TERM "$COORD"

@@ -90,6 +90,15 @@ int pf_http_conn_in_reserve(const pf_http_conn *c);
  * waited at least evict_after seconds. Returns 1 when one was shut down. */
 int pf_http_watch_evict(pf_http_watch *w);
 
+/* For c, a reserve connection whose request headers are complete: shuts down the ordinary
+ * connection that has waited longest for its request, if it has waited since before c was
+ * accepted (c sent a whole request in less time), and moves c out of the reserve into its
+ * slot. evict_after does not apply: c has shown its request, a newcomer at accept has not.
+ * So when a burst of new trickling connections has filled the ordinary slots faster than
+ * evict_after, a client that sends its request at once still gets an ordinary slot.
+ * Returns 1 when c is (now) out of the reserve, 0 when it stays there (nobody to give way). */
+int pf_http_watch_promote(pf_http_watch *w, pf_http_conn *c);
+
 typedef struct pf_http_watch_counts {
     uint64_t deadline; /* past --header-timeout or --body-timeout */
     uint64_t evicted;  /* for a newcomer, the ordinary slots being full */

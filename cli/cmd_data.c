@@ -42,7 +42,8 @@ static void gen_said(void *ctx, int file, int64_t done) {
             file, done, g->rows, 100.0 * (double)done / (double)g->rows, pf_clock_now() - g->start);
 }
 
-static int gen(const char *what, long rows, long files, long seed, bool gzip, const char *out) {
+static int gen(const char *what, long rows, long files, long first, long seed, bool gzip,
+               const char *out) {
     if (!what || strcmp(what, "criteo") != 0)
         return cli_usage_error("data", "gen: the one layout is 'criteo' (psflow data gen criteo "
                                        "--rows N --out DIR)");
@@ -50,6 +51,8 @@ static int gen(const char *what, long rows, long files, long seed, bool gzip, co
         return cli_usage_error("data", "gen: --out DIR is required");
     if (files > rows)
         return cli_usage_error("data", "gen: --files must not exceed --rows");
+    if (first + files > 100000)
+        return cli_usage_error("data", "gen: --first-file + --files must not exceed 100000");
     pf_error err;
     pf_error_clear(&err);
     if (pf_fs_make_dirs(out, &err) != PF_OK || access(out, W_OK) != 0) {
@@ -58,7 +61,14 @@ static int gen(const char *what, long rows, long files, long seed, bool gzip, co
         return PF_EX_CANTCREAT;
     }
     gen_progress g = {rows, (int)files, pf_clock_now()};
-    pf_criteo_gen_options o = {out, rows, (int)files, (uint64_t)seed, gzip, gen_said, &g};
+    pf_criteo_gen_options o = {.dir = out,
+                               .rows = rows,
+                               .files = (int)files,
+                               .seed = (uint64_t)seed,
+                               .gzip = gzip,
+                               .progress = gen_said,
+                               .ctx = &g,
+                               .first = (int)first};
     pf_criteo_gen_result r;
     pf_status st = pf_criteo_generate(&o, &r, &err);
     if (st != PF_OK) {
@@ -341,7 +351,7 @@ static int examples(const char *job, bool train, long limit) {
 
 int cli_data(const cli_command *cmd, int argc, char **argv) {
     cli_run run;
-    long rows = 0, files = 1, seed = 1, max_line = (long)PF_CRITEO_MAX_LINE, limit = 0;
+    long rows = 0, files = 1, first = 0, seed = 1, max_line = (long)PF_CRITEO_MAX_LINE, limit = 0;
     int split = 0;
     bool gzip = false;
     const char *out = NULL;
@@ -353,6 +363,10 @@ int cli_data(const cli_command *cmd, int argc, char **argv) {
                  NULL, &out),
         CLI_LONG("files", "K", "gen: split the rows over K files part-00000.tsv ...", 1, 100000, 1,
                  &files),
+        CLI_LONG("first-file", "I",
+                 "gen: number the files from I (the same model, rows no file below I holds: a "
+                 "test set beside a training set of I files)",
+                 0, 99999, 0, &first),
         CLI_LONG("seed", "S", "gen: the seed of the generating model and of the rows", 0,
                  (long)INT64_MAX, 1, &seed),
         CLI_FLAG("gzip", "gen: write part-NNNNN.tsv.gz", &gzip),
@@ -372,7 +386,7 @@ int cli_data(const cli_command *cmd, int argc, char **argv) {
                                            "--out DIR");
         if (rows < 1)
             return cli_usage_error("data", "gen: --rows N is required");
-        return gen(run.args.positional[1], rows, files, seed, gzip, out);
+        return gen(run.args.positional[1], rows, files, first, seed, gzip, out);
     }
     if (!strcmp(sub, "inspect")) {
         if (run.args.n_positional != 2)

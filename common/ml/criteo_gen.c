@@ -336,23 +336,25 @@ static pf_status write_truth(const pf_criteo_gen_options *o, const pf_criteo_gen
         return pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot create: %s", path, strerror(errno));
     fprintf(f,
             "{\"layout\": \"criteo\", \"seed\": %" PRIu64 ", \"rows\": %" PRId64
-            ", \"files\": %d, \"gzip\": %s, \"positives\": %" PRId64 ", \"bytes\": %" PRIu64
+            ", \"files\": %d, \"first_file\": %d, \"gzip\": %s, \"positives\": %" PRId64
+            ", \"bytes\": %" PRIu64
             ", \"bayes_auc\": %.6f, \"bayes_logloss\": %.6f, \"model\": \"logistic: "
             "standardised log1p numeric effects, one weight per id, dot products of %d-d id "
             "factors for %d column pairs (criteo_gen.c)\"}\n",
-            o->seed, r->rows, o->files, o->gzip ? "true" : "false", r->positives, r->bytes,
-            r->bayes_auc, r->bayes_loss, DIM, N_PAIRS);
+            o->seed, r->rows, o->files, o->first, o->gzip ? "true" : "false", r->positives,
+            r->bytes, r->bayes_auc, r->bayes_loss, DIM, N_PAIRS);
     return fclose(f) == 0 ? PF_OK : pf_error_set(err, PF_ERR_IO, NULL, "%s: write failed", path);
 }
 
 pf_status pf_criteo_generate(const pf_criteo_gen_options *o, pf_criteo_gen_result *out,
                              pf_error *err) {
     memset(out, 0, sizeof *out);
-    if (o->rows < 1 || o->files < 1 || o->files > MAX_FILES || o->files > o->rows)
+    if (o->rows < 1 || o->files < 1 || o->files > o->rows || o->first < 0 ||
+        o->files > MAX_FILES - o->first)
         return pf_error_set(err, PF_ERR_INVALID, NULL,
-                            "rows must be >= 1 and files between 1 and min(rows, %d); got rows "
-                            "%" PRId64 ", files %d",
-                            MAX_FILES, o->rows, o->files);
+                            "rows must be >= 1, files between 1 and rows, and file indices "
+                            "below %d; got rows %" PRId64 ", files %d from index %d",
+                            MAX_FILES, o->rows, o->files, o->first);
     tally *t = pf_calloc(1, sizeof *t);
     char *buf = pf_malloc(OUT_CHUNK);
     if (!t || !buf) {
@@ -369,11 +371,11 @@ pf_status pf_criteo_generate(const pf_criteo_gen_options *o, pf_criteo_gen_resul
     for (int k = 0; k < o->files && st == PF_OK; k++) {
         /* file k ends at rows * (k + 1) / files, without overflow */
         int64_t end = o->rows / o->files * (k + 1) + o->rows % o->files * (k + 1) / o->files;
-        st = write_file(o, k, end - done, z, &tr, t, buf, out, err);
+        st = write_file(o, o->first + k, end - done, z, &tr, t, buf, out, err);
         done = end;
         out->rows = done;
         if (st == PF_OK && o->progress)
-            o->progress(o->ctx, k, done);
+            o->progress(o->ctx, o->first + k, done);
     }
     if (st == PF_OK) {
         out->bayes_auc = auc_of(t);

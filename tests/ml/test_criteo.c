@@ -841,10 +841,15 @@ static void test_generate_invalid(void **state) {
     const struct {
         int64_t rows;
         int files;
-    } cases[] = {{0, 1}, {-5, 1}, {10, 0}, {10, -1}, {3, 4}, {200000, 100001}};
+        int first;
+    } cases[] = {{0, 1, 0},           {-5, 1, 0},  {10, 0, 0},     {10, -1, 0},    {3, 4, 0},
+                 {200000, 100001, 0}, {10, 1, -1}, {10, 2, 99999}, {10, 1, 100000}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        pf_criteo_gen_options o = {
-            .dir = dir, .rows = cases[i].rows, .files = cases[i].files, .seed = 1};
+        pf_criteo_gen_options o = {.dir = dir,
+                                   .rows = cases[i].rows,
+                                   .files = cases[i].files,
+                                   .seed = 1,
+                                   .first = cases[i].first};
         pf_criteo_gen_result out;
         pf_error err;
         pf_status st = pf_criteo_generate(&o, &out, &err);
@@ -860,6 +865,59 @@ static void test_generate_invalid(void **state) {
     pf_error err;
     assert_int_equal(pf_criteo_generate(&o, &out, &err), PF_ERR_IO);
     assert_non_null(strstr(err.message, dir));
+}
+
+/* Whole contents of path (malloc'd, NUL-terminated; its length in *n). */
+static char *file_text(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    char *text = malloc((size_t)size + 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)size, f), (size_t)size);
+    text[size] = 0;
+    fclose(f);
+    *n = (size_t)size;
+    return text;
+}
+
+/* first: files numbered from it are those a larger call writes under the same numbers (the
+ * same model and streams), so a test set made with first = the training set's file count
+ * holds none of its rows. */
+static void test_generate_first_file(void **state) {
+    (void)state;
+    char all[256], later[256], path[600];
+    make_temp_dir(all, sizeof all);
+    make_temp_dir(later, sizeof later);
+    pf_criteo_gen_options o = {.dir = all, .rows = 300, .files = 3, .seed = 4};
+    pf_criteo_gen_result r;
+    pf_error err;
+    assert_int_equal(pf_criteo_generate(&o, &r, &err), PF_OK);
+    pf_criteo_gen_options p = {.dir = later, .rows = 100, .files = 1, .seed = 4, .first = 2};
+    assert_int_equal(pf_criteo_generate(&p, &r, &err), PF_OK);
+    size_t n_all, n_later, n_zero;
+    data_path_join(path, sizeof path, all, "part-00002.tsv");
+    char *a = file_text(path, &n_all);
+    data_path_join(path, sizeof path, later, "part-00002.tsv");
+    char *b = file_text(path, &n_later);
+    data_path_join(path, sizeof path, all, "part-00000.tsv");
+    char *z = file_text(path, &n_zero);
+    assert_int_equal(n_all, n_later);
+    assert_memory_equal(a, b, n_all);
+    assert_true(n_zero != n_all || memcmp(a, z, n_all) != 0);
+    data_path_join(path, sizeof path, later, "part-00000.tsv");
+    assert_int_not_equal(access(path, F_OK), 0);
+    data_path_join(path, sizeof path, later, "truth.json");
+    char *truth = file_text(path, &n_later);
+    assert_non_null(strstr(truth, "\"first_file\": 2"));
+    free(a);
+    free(b);
+    free(z);
+    free(truth);
+    remove_dir(all);
+    remove_dir(later);
 }
 
 /* Random lines in every form a field may take (empty, negative, up to 18 digits, "+",
@@ -946,6 +1004,7 @@ int main(void) {
         cmocka_unit_test(test_generate),
         cmocka_unit_test(test_generate_deterministic),
         cmocka_unit_test(test_generate_invalid),
+        cmocka_unit_test(test_generate_first_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

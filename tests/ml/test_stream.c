@@ -73,7 +73,7 @@ static void make_spec(pf_job_spec *spec, const char *train, uint64_t seed) {
 static int setup(void **state) {
     (void)state;
     make_temp_dir(dir, sizeof dir);
-    pf_criteo_gen_options o = {dir, ROWS, FILES, 11, 0, NULL, NULL};
+    pf_criteo_gen_options o = {.dir = dir, .rows = ROWS, .files = FILES, .seed = 11};
     pf_criteo_gen_result r;
     pf_error err;
     if (pf_criteo_generate(&o, &r, &err) != PF_OK)

@@ -95,6 +95,10 @@ typedef struct pf_criteo_gen_options {
     /* called after each file with the rows written so far (may be NULL) */
     void (*progress)(void *ctx, int file, int64_t rows_done);
     void *ctx;
+    /* the index of the first file (0: part-00000): files first..first+files-1, each drawn
+     * from its own stream, so a later call with first = an earlier call's files adds rows
+     * of the same model that no earlier file holds (a test set beside a training set) */
+    int first;
 } pf_criteo_gen_options;
 
 typedef struct pf_criteo_gen_result {
@@ -105,8 +109,8 @@ typedef struct pf_criteo_gen_result {
 } pf_criteo_gen_result;
 
 /* Writes the files (dir must exist) and a truth.json beside them saying how they were drawn
- * and the figures in *out. Errors: PF_ERR_INVALID (rows < 1, files < 1 or > rows, or more
- * than 100000 files), PF_ERR_IO (naming the file), PF_ERR_NOMEM. */
+ * and the figures in *out. Errors: PF_ERR_INVALID (rows < 1, files < 1 or > rows, first < 0,
+ * or a file index past 99999), PF_ERR_IO (naming the file), PF_ERR_NOMEM. */
 pf_status pf_criteo_generate(const pf_criteo_gen_options *o, pf_criteo_gen_result *out,
                              pf_error *err);
 

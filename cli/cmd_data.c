@@ -82,6 +82,9 @@ static int gen(const char *what, long rows, long files, long first, long seed, b
     printf("bayes-optimal auc %.4f logloss %.4f (the true probabilities on these rows: no model "
            "does better; %s/truth.json)\n",
            r.bayes_auc, r.bayes_loss, out);
+    printf("first-order auc %.4f (the true model without its interactions: a model above it "
+           "has learned some)\n",
+           r.first_order_auc);
     return 0;
 }
 

@@ -6,18 +6,20 @@
 # test file numbered after them, and 2 ps + 2 sync workers train the DLRM-style model over
 # it for one epoch, each worker streaming its splits under `prlimit --data=1000000000`.
 # Checked: the job ends, each worker's peak RSS stays under 400 MiB, the chief reports the
-# test AUC, logloss and calibration, and the model learned (test AUC at least 0.62, the
-# generator's Bayes-optimal AUC on the same rows being about 0.88; one epoch of 4 M rows
-# reaches about 0.7). The sanitizer build runs the same path on 0.05 GB without the memory
-# figures (its shadow memory makes RSS meaningless and the data limit unusable).
+# test AUC, logloss and calibration, and the model learned the data's interactions: its
+# test AUC is above the generator's first-order AUC on the same rows (the true model without
+# its interactions, about 0.72; one epoch of 4 M rows reaches about 0.82, the Bayes-optimal
+# AUC being about 0.88). The sanitizer build runs the same path on 0.05 GB without the
+# memory figures (its shadow memory makes RSS meaningless and the data limit unusable) and
+# with a lower bar (0.6) for its few rows.
 source "$(dirname "$0")/lib.sh"
 
 if sanitized_build; then
   args=(--gb 0.05 --test-rows 20000 --data-limit unlimited)
-  min_bytes=50000000 min_auc=0.55
+  min_bytes=50000000 min_auc=0.6
 else
   args=(--gb 1 --test-rows 200000)
-  min_bytes=1000000000 min_auc=0.62
+  min_bytes=1000000000 min_auc=first_order
 fi
 TMPDIR=$WORK bash "$PSFLOW_SRC/bench/criteo_scale.sh" "$(dirname "$PSFLOW_BIN")" "${args[@]}" \
   >scale.out 2>scale.log || { tail -20 scale.log >&2; fail "bench/criteo_scale.sh exited $?"; }
@@ -26,13 +28,15 @@ result=$(grep '^result: ' scale.out) || fail "no result line"
 python3 - "$result" "$min_bytes" "$min_auc" "$(sanitized_build && echo 1 || echo 0)" <<'PY' || fail "scale run"
 import sys
 fields = dict(kv.split("=", 1) for kv in sys.argv[1].split()[1:])
-min_bytes, min_auc, sanitized = int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+min_bytes, sanitized = int(sys.argv[2]), sys.argv[4] == "1"
+min_auc = float(fields["first_order_auc"] if sys.argv[3] == "first_order" else sys.argv[3])
 assert int(fields["data_bytes"]) >= min_bytes, "only %s bytes of training data" % fields["data_bytes"]
 if not sanitized:
     for kib in fields["rss_kib"].split(","):
         assert int(kib) < 400 * 1024, "a worker's peak RSS is %s KiB (bound: 400 MiB)" % kib
 auc, bayes = float(fields["test_auc"]), float(fields["bayes_auc"])
-assert min_auc <= auc <= bayes + 0.005, "test auc %.4f (Bayes-optimal %.4f)" % (auc, bayes)
+assert min_auc < auc <= bayes + 0.005, "test auc %.4f (at least %.4f; Bayes-optimal %.4f)" % (
+    auc, min_auc, bayes)
 assert 0 < float(fields["test_logloss"]) < 0.7, fields["test_logloss"]
 assert 0.8 < float(fields["test_calibration"]) < 1.25, fields["test_calibration"]
 PY

@@ -733,6 +733,8 @@ static void generate_and_check(int64_t rows, int files, uint64_t seed, int gzip,
     assert_true(out->positives > 0 && out->positives < rows);
     assert_true(out->bayes_auc > 0.6 && out->bayes_auc < 1.0);
     assert_true(out->bayes_loss > 0 && out->bayes_loss < log(2.0));
+    /* the interactions carry signal: without them the true model ranks worse */
+    assert_true(out->first_order_auc > 0.55 && out->first_order_auc < out->bayes_auc - 0.05);
 
     char path[600];
     data_path_join(path, sizeof path, dir, "truth.json");

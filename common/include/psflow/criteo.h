@@ -106,6 +106,9 @@ typedef struct pf_criteo_gen_result {
     uint64_t bytes;    /* written, before compression */
     double bayes_auc;  /* the AUC of the true click probabilities against the drawn labels */
     double bayes_loss; /* the mean logloss of the true probabilities */
+    /* the AUC of the true model without its pairwise interactions (numeric effects and id
+     * weights only): what no model of per-column effects can pass */
+    double first_order_auc;
 } pf_criteo_gen_result;
 
 /* Writes the files (dir must exist) and a truth.json beside them saying how they were drawn

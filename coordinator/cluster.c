@@ -825,6 +825,20 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     return PF_OK;
 }
 
+/* The message of a job that succeeded: how far it got and its test accuracy. With
+ * training.epochs a chief that succeeds before max_steps has read them all (its input ended
+ * the run); otherwise max_steps did. */
+static void done_message(const coord_job *j, double acc, char *msg, size_t size) {
+    int64_t epochs = j->spec.training.epochs;
+    int n = epochs > 0 && j->global_step < (int64_t)j->spec.training.max_steps
+                ? snprintf(msg, size, "finished %" PRId64 " epoch%s at step %" PRId64, epochs,
+                           epochs == 1 ? "" : "s", j->global_step)
+                : snprintf(msg, size, "reached step %" PRId64 " of %" PRId64, j->global_step,
+                           (int64_t)j->spec.training.max_steps);
+    if (!isnan(acc) && n > 0 && (size_t)n < size)
+        snprintf(msg + n, size - (size_t)n, "; test accuracy %.4f", acc);
+}
+
 /* The chief reported success (its result in r): the job succeeds, or waits for its evaluator's
  * final evaluation; every other task is done and its agent freed. */
 static void chief_succeeded(coord_cluster *c, coord_job *j, const coord_report *r, double now) {
@@ -858,12 +872,7 @@ static void chief_succeeded(coord_cluster *c, coord_job *j, const coord_report *
         free_task_agent(c, j, o, now);
     }
     char msg[COORD_TEXT_MAX];
-    if (!isnan(acc))
-        snprintf(msg, sizeof msg, "reached step %" PRId64 " of %" PRId64 "; test accuracy %.4f",
-                 j->global_step, (int64_t)j->spec.training.max_steps, acc);
-    else
-        snprintf(msg, sizeof msg, "reached step %" PRId64 " of %" PRId64, j->global_step,
-                 (int64_t)j->spec.training.max_steps);
+    done_message(j, acc, msg, sizeof msg);
     if (evaluating)
         await_evaluator(c, j, msg, now);
     else

@@ -516,8 +516,33 @@ static void test_ended_job_tasks_stop(void **state) {
     }
 }
 
+/* With training.epochs, a chief that succeeds before max_steps read every epoch: the
+ * message says so; one that reached max_steps first says that. */
+static void test_epochs_message(void **state) {
+    (void)state;
+    for (int at_max = 0; at_max < 2; at_max++) {
+        coord_cluster c;
+        coord_cluster_init(&c, LEASE);
+        coord_node *ps, *w;
+        coord_job *j = running_pair(&c, at_max ? "epochs-max" : "epochs", "", T0, &ps, &w);
+        j->spec.training.epochs = 3; /* as a dynamic-splits job's spec has it */
+        json_t *r =
+            json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded",
+                      "job", j->name, "generation", 1, "type", "worker", "index", 0, "exit_code", 0,
+                      "result", "accuracy", 0.5, "test_loss", 0.7, "steps", at_max ? 100 : 37);
+        coord_node_heartbeat_json(&c, w, r, T0 + 10);
+        json_decref(r);
+        assert_int_equal(j->phase, COORD_SUCCEEDED);
+        assert_string_equal(j->message, at_max
+                                            ? "reached step 100 of 100; test accuracy 0.5000"
+                                            : "finished 3 epochs at step 37; test accuracy 0.5000");
+        coord_cluster_deinit(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_epochs_message),
         cmocka_unit_test(test_chief_success),
         cmocka_unit_test(test_success_waits_for_evaluator),
         cmocka_unit_test(test_metrics_after_end),

@@ -825,12 +825,16 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     return PF_OK;
 }
 
-/* The message of a job that succeeded: how far it got and its test accuracy. With
- * training.epochs a chief that succeeds before max_steps has read them all (its input ended
- * the run); otherwise max_steps did. */
+/* With training.epochs, a chief that succeeds before max_steps has read them all: its input
+ * (ps 0's queue) ended the run; otherwise max_steps did. */
+static bool ended_by_epochs(const coord_job *j) {
+    return j->spec.training.epochs > 0 && j->global_step < (int64_t)j->spec.training.max_steps;
+}
+
+/* The message of a job that succeeded: how far it got and its test accuracy. */
 static void done_message(const coord_job *j, double acc, char *msg, size_t size) {
     int64_t epochs = j->spec.training.epochs;
-    int n = epochs > 0 && j->global_step < (int64_t)j->spec.training.max_steps
+    int n = ended_by_epochs(j)
                 ? snprintf(msg, size, "finished %" PRId64 " epoch%s at step %" PRId64, epochs,
                            epochs == 1 ? "" : "s", j->global_step)
                 : snprintf(msg, size, "reached step %" PRId64 " of %" PRId64, j->global_step,
@@ -870,6 +874,14 @@ static void chief_succeeded(coord_cluster *c, coord_job *j, const coord_report *
             coord_task_event(c, j, o, now);
         }
         free_task_agent(c, j, o, now);
+    }
+    /* ps 0's last report of its queue may come after its agent is freed here, and be
+     * dropped: a job its epochs ended has a finished queue, as ps 0 would have said. */
+    if (ended_by_epochs(j) && j->has_input && !j->input_finished) {
+        j->input_epoch = j->spec.training.epochs;
+        j->input_done = j->input_leased = 0;
+        j->input_finished = true;
+        j->dirty = true;
     }
     char msg[COORD_TEXT_MAX];
     done_message(j, acc, msg, sizeof msg);

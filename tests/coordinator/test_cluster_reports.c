@@ -517,7 +517,9 @@ static void test_ended_job_tasks_stop(void **state) {
 }
 
 /* With training.epochs, a chief that succeeds before max_steps read every epoch: the
- * message says so; one that reached max_steps first says that. */
+ * message says so, and the queue in the status is finished even when ps 0's last report
+ * of it never came; one that reached max_steps first says that and keeps the queue as
+ * reported. */
 static void test_epochs_message(void **state) {
     (void)state;
     for (int at_max = 0; at_max < 2; at_max++) {
@@ -526,6 +528,11 @@ static void test_epochs_message(void **state) {
         coord_node *ps, *w;
         coord_job *j = running_pair(&c, at_max ? "epochs-max" : "epochs", "", T0, &ps, &w);
         j->spec.training.epochs = 3; /* as a dynamic-splits job's spec has it */
+        j->has_input = true;         /* ps 0's last report: in epoch 2 */
+        j->input_splits = 64;
+        j->input_epoch = 2;
+        j->input_done = 60;
+        j->input_leased = 2;
         json_t *r =
             json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:{s:f, s:f, s:i}}", "state", "succeeded",
                       "job", j->name, "generation", 1, "type", "worker", "index", 0, "exit_code", 0,
@@ -536,6 +543,11 @@ static void test_epochs_message(void **state) {
         assert_string_equal(j->message, at_max
                                             ? "reached step 100 of 100; test accuracy 0.5000"
                                             : "finished 3 epochs at step 37; test accuracy 0.5000");
+        assert_int_equal(j->input_finished, !at_max);
+        assert_int_equal(j->input_epoch, at_max ? 2 : 3);
+        assert_int_equal(j->input_done, at_max ? 60 : 0);
+        assert_int_equal(j->input_leased, at_max ? 2 : 0);
+        assert_int_equal(j->input_splits, 64);
         coord_cluster_deinit(&c);
     }
 }

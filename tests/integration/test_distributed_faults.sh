@@ -23,7 +23,7 @@ d["training"].update(batch_size=100, max_steps=int(steps), mode=mode, eval_every
 if mode == "sync":
     d["training"]["replicas_to_aggregate"] = int(aggregate)
 d["placement"] = {"partitioner": {"type": "fixed_shards", "num_shards": 2}}
-d["checkpoint"] = {"every_steps": 100, "keep": 3}
+d["checkpoint"] = {"every_steps": 100, "keep": 20}  # the restored one is read after the run goes on
 json.dump(d, sys.stdout)
 PY
 }

@@ -88,13 +88,17 @@ static int in_reserve(struct MHD_Connection *c) {
     return pf_http_conn_in_reserve(watched(c));
 }
 
+/* --connection-timeout in seconds, 30 when not given. */
+static unsigned connection_timeout(const coord_server *s) {
+    return s->o.connection_timeout > 0 ? (unsigned)s->o.connection_timeout : 30;
+}
+
 /* A reserve connection with a whole request takes the slot of one still sending an older
  * one (pf_http_watch_promote) and gets the ordinary timeout back; 1 when it did. */
 static int promote(coord_server *s, struct MHD_Connection *c) {
     if (!pf_http_watch_promote(s->watch, watched(c)))
         return 0;
-    unsigned timeout = s->o.connection_timeout > 0 ? (unsigned)s->o.connection_timeout : 30;
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, timeout);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, connection_timeout(s));
     return 1;
 }
 
@@ -943,7 +947,7 @@ static pf_status start_guard(coord_server *s, const char *host, pf_error *err) {
     pf_http_watch_limits l = {
         .header_s = s->o.header_timeout > 0 ? s->o.header_timeout : 10,
         .body_s = s->o.body_timeout > 0 ? s->o.body_timeout : 30,
-        .idle_s = s->o.connection_timeout > 0 ? s->o.connection_timeout : 30,
+        .idle_s = connection_timeout(s),
         .evict_after_s =
             (s->o.evict_after_ms > 0 ? s->o.evict_after_ms : COORD_EVICT_AFTER_MS) / 1000.0,
         .per_address = s->o.max_per_address > 0 ? s->o.max_per_address : 32,
@@ -967,7 +971,7 @@ struct MHD_Daemon *coord_http_start(coord_server *s, pf_error *err) {
         return NULL;
     }
     int limit = s->o.max_connections >= 4 ? s->o.max_connections : 256;
-    unsigned timeout = s->o.connection_timeout > 0 ? (unsigned)s->o.connection_timeout : 30;
+    unsigned timeout = connection_timeout(s);
     int reserve = limit / 8 > 2 ? limit / 8 : 2;
     s->normal_slots = limit - reserve;
     if (s->o.max_streams < 1) /* the default: 64, or half the ordinary slots when fewer */

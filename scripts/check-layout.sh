@@ -56,10 +56,21 @@ existing=()
 for f in "${files[@]}"; do [ -f "$f" ] && existing+=("$f"); done
 files=("${existing[@]}")
 
-layer_index() { # layer_index NAME -> its position in LAYERS, or nothing
-  local i
-  for i in "${!LAYERS[@]}"; do [ "${LAYERS[$i]}" = "$1" ] && echo "$i" && return; done
-}
+# Every loop below runs in this shell, without a process per file (the check runs as a test
+# on loaded 2-core machines).
+declare -A layer_i # layer name -> its position in LAYERS
+for i in "${!LAYERS[@]}"; do layer_i[${LAYERS[$i]}]=$i; done
+
+# The folder under common/ of each C module, by its name.
+declare -A module_folder
+for f in "${files[@]}"; do
+  case $f in common/*/*.c)
+    name=${f##*/}
+    rest=${f#common/}
+    module_folder[${name%.c}]=${rest%%/*}
+    ;;
+  esac
+done
 
 # --- which folder each psflow/ header belongs to -------------------------------------------
 declare -A owner
@@ -68,30 +79,31 @@ for f in "${files[@]}"; do
     common/include/psflow/*.h | common/include/psflow/*.h.in) ;;
     *) continue ;;
   esac
-  name=$(basename "$f")
+  name=${f##*/}
   name=${name%.in}
   name=${name%.h}
-  folder=
-  for f2 in "${files[@]}"; do
-    case $f2 in common/*/"$name".c | common/*/*/"$name".c)
-      folder=${f2#common/}
-      folder=${folder%%/*}
-      ;;
-    esac
-  done
+  folder=${module_folder[$name]:-}
   for pair in "${HEADER_ONLY[@]}"; do
     [ "${pair%%:*}" = "$name" ] && folder=${pair#*:}
   done
-  if [ -z "$folder" ] || [ -z "$(layer_index "$folder")" ]; then
+  if [ -z "$folder" ] || [ -z "${layer_i[$folder]:-}" ]; then
     problem "$f: no module $name.c in a common/ layer folder (a header-only one goes in HEADER_ONLY)"
     continue
   fi
   owner[psflow/$name.h]=$folder
 done
 
-# includes FILE: the names its #include "..." lines give, one per line
+# The names each C file's and header's #include "..." lines give, read in one pass; includes
+# FILE prints them one per line.
+declare -A included
+while IFS=$'\t' read -r f inc; do
+  included[$f]+="$inc"$'\n'
+done < <(for f in "${files[@]}"; do case $f in *.c | *.h) printf '%s\0' "$f" ;; esac; done |
+  xargs -0 -r awk 'match($0, /^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*"/) {
+      s = substr($0, RSTART, RLENGTH); sub(/^[^"]*"/, "", s); sub(/"$/, "", s)
+      print FILENAME "\t" s }')
 includes() {
-  sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$1"
+  printf '%s' "${included[$1]:-}"
 }
 
 is_role() {
@@ -104,17 +116,17 @@ for f in "${files[@]}"; do
   case $f in *.c | *.h) ;; *) continue ;; esac
   top=${f%%/*}
   [ "$top" != "$f" ] || continue # files at the root: none are C
-  dir=$(dirname "$f")
+  dir=${f%/*}
 
   # --- 1, 2: common/ ------------------------------------------------------------------------
   if [ "$top" = common ]; then
     if [[ $f == common/include/psflow/* ]]; then
-      mine=${owner[psflow/$(basename "$f")]:-}
+      mine=${owner[psflow/${f##*/}]:-}
     else
       mine=${f#common/}
       mine=${mine%%/*}
     fi
-    mine_i=$(layer_index "$mine")
+    mine_i=${layer_i[$mine]:-}
     if [ -z "$mine_i" ]; then
       problem "$f: common/$mine/ is no layer (${LAYERS[*]})"
       continue
@@ -125,7 +137,7 @@ for f in "${files[@]}"; do
           theirs=${owner[$inc]:-}
           if [ -z "$theirs" ]; then
             [ "$inc" = psflow/version.h ] || problem "$f includes $inc, which is no psflow header"
-          elif [ "$(layer_index "$theirs")" -gt "$mine_i" ]; then
+          elif [ "${layer_i[$theirs]}" -gt "$mine_i" ]; then
             problem "$f ($mine/) includes $inc of $theirs/, a higher layer"
           fi
           ;;
@@ -177,7 +189,7 @@ done
 # --- 5: one C file and one header per basename; private headers named by their job ----------
 while read -r base; do
   problem "files share the name $base: $(printf '%s\n' "${files[@]}" | grep -E "(^|/)$base\$" | tr '\n' ' ')"
-done < <(printf '%s\n' "${files[@]}" | grep -E '\.(c|h)$' | xargs -n1 basename | sort | uniq -d)
+done < <(printf '%s\n' "${files[@]}" | grep -E '\.(c|h)$' | sed 's|.*/||' | sort | uniq -d)
 for f in "${files[@]}"; do
   case $f in common/include/psflow/* | tests/* | bench/*) continue ;; *.h) ;; *) continue ;; esac
   base=${f%.h}
@@ -194,44 +206,54 @@ for f in "${files[@]}"; do
   c_files+=("$f")
   case $f in tests/* | bench/*) ;; *) production+=("$f") ;; esac
 done
+# layout_calls.py exits 1 after printing what it found; any other failure is a problem too.
+layout_calls() {
+  local rc=0
+  python3 "$here/layout_calls.py" "$@" || rc=$?
+  [ "$rc" -le 1 ] || echo "scripts/layout_calls.py stopped with exit code $rc"
+}
 while IFS= read -r line; do
   problem "$line"
-done < <(python3 "$here/layout_calls.py" "${c_files[@]}" || true)
+done < <(layout_calls "${c_files[@]}")
 while IFS= read -r line; do
   problem "$line"
-done < <(python3 "$here/layout_calls.py" --max-function-lines "$FUNCTION_MAX_LINES" \
-  "${production[@]}" || true)
+done < <(layout_calls --max-function-lines "$FUNCTION_MAX_LINES" "${production[@]}")
 
 # --- 8: ARCHITECTURE.md names every folder and every file outside tests/ ------------------------
 if [ -f ARCHITECTURE.md ]; then
+  arch=$(<ARCHITECTURE.md)
   declare -A folders
   for f in "${files[@]}"; do
     case $f in */node_modules/* | .*) continue ;; esac
-    d=$(dirname "$f")
-    [ "$d" = . ] || folders[$d]=1
+    case $f in */*) folders[${f%/*}]=1 ;; esac
     case $f in
       tests/* | web/package*.json | */package-lock.json | */package.json | .* | */.*) continue ;;
-      */*) grep -qF "$(basename "$f")" ARCHITECTURE.md ||
+      */*) [[ $arch == *"${f##*/}"* ]] ||
         problem "$f: ARCHITECTURE.md does not say what this file does" ;;
     esac
   done
   for d in "${!folders[@]}"; do
-    grep -qF "$d/" ARCHITECTURE.md || problem "$d/: ARCHITECTURE.md does not name this folder"
+    [[ $arch == *"$d/"* ]] || problem "$d/: ARCHITECTURE.md does not name this folder"
   done
 fi
 
 # --- advice: a file long enough to hold more than one job ------------------------------------------
+advised=()
 for f in "${files[@]}"; do
   case $f in
-    web/node_modules/* | web/package*.json) continue ;;
-    web/*) limit=$WEB_ADVICE_LINES ;;
-    *.c | *.h | *.cu) limit=$C_ADVICE_LINES ;;
-    *) continue ;;
+    web/node_modules/* | web/package*.json) ;;
+    web/* | *.c | *.h | *.cu) advised+=("$f") ;;
   esac
-  lines=$(wc -l <"$f")
+done
+while read -r lines f; do
+  case $f in
+    total) continue ;;
+    web/*) limit=$WEB_ADVICE_LINES ;;
+    *) limit=$C_ADVICE_LINES ;;
+  esac
   [ "$lines" -le "$limit" ] ||
     echo "check-layout: advice: $f has $lines lines; if it does more than one job, split it by job"
-done
+done < <([ ${#advised[@]} -eq 0 ] || wc -l "${advised[@]}")
 
 if [ "$problems" -gt 0 ]; then
   echo "check-layout: $problems problem(s); see ARCHITECTURE.md for the layout"

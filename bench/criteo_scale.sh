@@ -92,7 +92,7 @@ if [ "$(cat "$DIR/made" 2>/dev/null)" != "$tag" ]; then
   echo "$tag" >"$DIR/made"
   say "generated in $(python3 -c "import time; print('%.0f' % (time.time() - $t0))") s"
 fi
-BYTES=$(stat -c %s "$DIR"/train/part-*.tsv | awk '{n += $1} END {print n + 0}')
+BYTES=$(stat -c %s "$DIR"/train/part-*.tsv | awk '{n += $1} END {printf "%.0f\n", n}')
 [ "$BYTES" -gt 0 ] || { say "no training data under $DIR/train"; exit 1; }
 read -r BAYES FIRST <<<"$(python3 -c 'import json,sys; d = json.load(open(sys.argv[1]))
 print("%.4f %.4f" % (d["bayes_auc"], d.get("first_order_auc", float("nan"))))' "$DIR/test/truth.json")"

@@ -8,10 +8,11 @@
 # Checked: the job ends, each worker's peak RSS stays under 400 MiB, the chief reports the
 # test AUC, logloss and calibration, and the model learned the data's interactions: its
 # test AUC is above the generator's first-order AUC on the same rows (the true model without
-# its interactions, about 0.72; one epoch of 4 M rows reaches about 0.82, the Bayes-optimal
-# AUC being about 0.88). The sanitizer build runs the same path on 0.05 GB without the
-# memory figures (its shadow memory makes RSS meaningless and the data limit unusable) and
-# with a lower bar (0.6) for its few rows.
+# its interactions, about 0.72) and within 0.04 of the Bayes-optimal AUC (about 0.88; one
+# epoch of 4 M rows reaches about 0.85 with the example's tables, 0.82 when they had one or
+# two rows per id of the small columns). The sanitizer build runs the same path on 0.05 GB
+# without the memory figures (its shadow memory makes RSS meaningless and the data limit
+# unusable) and with a lower bar (0.6) for its few rows.
 source "$(dirname "$0")/lib.sh"
 
 if sanitized_build; then
@@ -19,7 +20,7 @@ if sanitized_build; then
   min_bytes=50000000 min_auc=0.6
 else
   args=(--gb 1 --test-rows 200000)
-  min_bytes=1000000000 min_auc=first_order
+  min_bytes=1000000000 min_auc=interactions
 fi
 TMPDIR=$WORK bash "$PSFLOW_SRC/bench/criteo_scale.sh" "$(dirname "$PSFLOW_BIN")" "${args[@]}" \
   >scale.out 2>scale.log || { tail -20 scale.log >&2; fail "bench/criteo_scale.sh exited $?"; }
@@ -29,12 +30,15 @@ python3 - "$result" "$min_bytes" "$min_auc" "$(sanitized_build && echo 1 || echo
 import sys
 fields = dict(kv.split("=", 1) for kv in sys.argv[1].split()[1:])
 min_bytes, sanitized = int(sys.argv[2]), sys.argv[4] == "1"
-min_auc = float(fields["first_order_auc"] if sys.argv[3] == "first_order" else sys.argv[3])
+auc, bayes = float(fields["test_auc"]), float(fields["bayes_auc"])
+if sys.argv[3] == "interactions":
+    min_auc = max(float(fields["first_order_auc"]), bayes - 0.04)
+else:
+    min_auc = float(sys.argv[3])
 assert int(fields["data_bytes"]) >= min_bytes, "only %s bytes of training data" % fields["data_bytes"]
 if not sanitized:
     for kib in fields["rss_kib"].split(","):
         assert int(kib) < 400 * 1024, "a worker's peak RSS is %s KiB (bound: 400 MiB)" % kib
-auc, bayes = float(fields["test_auc"]), float(fields["bayes_auc"])
 assert min_auc < auc <= bayes + 0.005, "test auc %.4f (at least %.4f; Bayes-optimal %.4f)" % (
     auc, min_auc, bayes)
 assert 0 < float(fields["test_logloss"]) < 0.7, fields["test_logloss"]

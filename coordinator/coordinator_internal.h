@@ -146,6 +146,15 @@ int coord_routes_nodes(coord_server *s, coord_request *rq, coord_reply *rp);
 /* /livez /readyz /version /metrics; rq->path is the full path. */
 int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp);
 
+/* --- the event stream (events_stream.c) --- */
+
+/* A 200 response streaming the events after `since` (-1: from now on) of `job` (NULL or "":
+ * every job) to the subscriber on socket fd (-1: unknown, its leaving is then seen only when
+ * a write fails). It holds a place in the --max-streams budget until libmicrohttpd frees
+ * it. NULL with *full = 1 when every place is taken; NULL with *full = 0 when out of memory. */
+struct MHD_Response *coord_events_response(coord_server *s, int fd, const char *job, int64_t since,
+                                           int *full);
+
 /* --- the HTTP daemon (http.c) --- */
 
 /* Starts the HTTP daemon; NULL with err set when it cannot listen. */

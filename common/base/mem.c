@@ -1,4 +1,5 @@
 /* mem.c - checked allocation behind a replaceable allocator (see mem.h). */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
 #include "psflow/mem.h"
 
 #include <errno.h>
@@ -6,6 +7,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+/* Blocks from this size up (a ps's tables and optimizer slots, a model's values) ask for
+ * transparent huge pages: an embedding table of a GB is touched at random rows, and with 4 KiB
+ * pages its first touch costs a page fault per 4 KiB and every row lookup a TLB miss
+ * (bench/RESULTS.md, "Huge pages for tables"). Smaller blocks keep the default, so a
+ * buffer touched in part does not hold 2 MiB pages. A no-op where the kernel's THP setting is
+ * "never". */
+#define HUGE_PAGE_MIN (32u << 20)
+#define HUGE_PAGE     ((uintptr_t)2 << 20)
+
+static void advise_huge_pages(void *p, size_t size) {
+#ifdef MADV_HUGEPAGE
+    uintptr_t start = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    uintptr_t end = ((uintptr_t)p + size) & ~(HUGE_PAGE - 1);
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_HUGEPAGE); /* a hint: failure is fine */
+#else
+    (void)p;
+    (void)size;
+#endif
+}
 
 static pf_allocator current = {malloc, realloc, free};
 
@@ -17,7 +40,10 @@ void pf_mem_set_allocator(const pf_allocator *a) {
 }
 
 void *pf_malloc(size_t size) {
-    return current.malloc_fn(size ? size : 1);
+    void *p = current.malloc_fn(size ? size : 1);
+    if (p && size >= HUGE_PAGE_MIN)
+        advise_huge_pages(p, size);
+    return p;
 }
 
 void *pf_mallocarray(size_t count, size_t size) {

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # Spec admission limits (coordinator/admission.h, psflow/footprint.h), against the real
 # binary: a coordinator with custom --data-root and size limits refuses what is outside
 # them with a 422 naming the field (a Criteo folder or glob pattern, or one of streamed csv:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 120
 # Every agent has an address of its own, and the figures about agents count this run's:
 # two worker agents started on one host without --advertise register at two addresses (a

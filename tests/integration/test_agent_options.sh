@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: integration
+# labels: sanitizer-only
 # A managed agent's task options reach the tasks it runs: a worker agent started with
 # --retry-seconds 2 gives up on a ps killed with -9 about 2 s later (the default, 120 s, is
 # longer than this test waits, and the coordinator's lease is set longer still, so nothing

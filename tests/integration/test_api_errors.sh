@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # The REST API's answers to bad requests (api/rest.md "Errors"), checked against a real
 # coordinator started with a token: every case in the table below gets its documented
 # status, an application/problem+json body with type/title/status/detail whose detail or

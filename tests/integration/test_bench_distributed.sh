@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # bench/train_distributed.sh runs end to end on a tiny model and prints its table: the
 # header, one row per mode with a ratio and every process's peak RSS next to its bound, and
 # refuses bad options with exit 64; with --ps 2 (over the socket, --shm off) a peak and a

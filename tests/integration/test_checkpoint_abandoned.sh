@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 120
 # Abandoned checkpoint attempts are pruned: a sync job with backup workers (3 workers,
 # replicas_to_aggregate 2, 2 ps) asks again at a later step when a ps has passed the step

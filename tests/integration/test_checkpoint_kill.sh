@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 600
 # A ps killed (kill -9) in the middle of writing a checkpoint, then started again: the job
 # rolls every ps back to one complete checkpoint, goes on, and completes; every step-<N>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # Sync checkpoints with backup workers hold one version on every ps: 3 workers,
 # replicas_to_aggregate 2, 2 ps, so the ps tasks move on without the chief and are never

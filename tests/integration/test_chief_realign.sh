@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # A chief that starts on a running sync job whose ps tasks are more than a step apart (its
 # predecessor died in the middle of a rollback: one ps restored, the other not) rolls every

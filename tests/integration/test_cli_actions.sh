@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # The job actions of the command line against `psflow up` (1 ps, 3 worker agents: one spare):
 # a running sync softmax job of 2 workers, paced by a push delay, goes through `psflow scale

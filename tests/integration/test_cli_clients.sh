@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # The REST clients (psflow health, submit, list, get, watch, cancel, tfconfig) against a real
 # `psflow coordinator` without agents: what they print and the exit codes scripts rely on
 # (0 ok, 1 failed job or other 4xx, 65 spec rejected, 66 unreadable file, 69 coordinator

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: release-only
 # timeout: 400
 # Job lifecycle through the public API, against `psflow up` (a real coordinator with its
 # SQLite file and real agent processes on 127.0.0.1):

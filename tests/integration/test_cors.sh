@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # CORS and cross-site requests (api/rest.md "Browsers and CORS"). By default no answer of
 # any route carries Access-Control-Allow-Origin, whatever Origin the request names, and a
 # request that changes something from another origin is refused 403 even without a token

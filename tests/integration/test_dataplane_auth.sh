@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # A raw data-plane client (tests/integration/rawps.py: RFC 6455 and api/wire.md in Python,
 # not psflow's codec) against real ps processes on 127.0.0.1:

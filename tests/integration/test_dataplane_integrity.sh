@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 240
 # Integrity of the data plane without TLS (api/wire.md "Integrity"): a ps and two workers
 # with PSFLOW_TOKEN, the chief's connections through a relay on 127.0.0.1

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # Data-plane keys by role in managed mode (docs/security.md "The data plane"), against
 # `psflow up` without an API token (a real coordinator with its SQLite file and real agents on

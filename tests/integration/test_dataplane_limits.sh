@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 300
 # A ps's data-plane limits (api/wire.md "Limits", docs/security.md) against a hostile
 # crowd on 127.0.0.1 (tests/integration/dataplane_flood.py), while a real job trains:

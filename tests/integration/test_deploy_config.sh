@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # The deployment files are valid and wired together, checked offline:
 #  1. docker-compose.yml: `docker-compose config -q` (Compose 1.29) and, when installed,
 #     `docker compose config -q` (v2); then the resolved file: only the coordinator

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # Faults, with real ps and worker processes on 127.0.0.1 (TF_CONFIG + --job):
 #  1. backup workers: 3 workers, replicas_to_aggregate 2; worker 2 is stopped (SIGSTOP) for

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # Real ps and worker processes on 127.0.0.1, started the TFJob way (TF_CONFIG + --job):
 #  1. sync equivalence: 2 workers x batch 50, replicas_to_aggregate 2, 200 steps give the

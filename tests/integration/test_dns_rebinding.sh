@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # DNS rebinding (docs/security.md "Host names"): a page of evil.example whose name is rebound
 # to the coordinator's address sends `Host: evil.example:PORT` with a matching Origin, which
 # the Origin check alone takes for the coordinator's own dashboard. The coordinator answers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # data.splits dynamic: the training tasks of an async job lease the input's splits from the
 # work queue ps task 0 keeps (api/wire.md, LEASE), trained as users train them (TF_CONFIG +

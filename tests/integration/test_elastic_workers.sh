@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow release-only
 # timeout: 600
 # Managed workers that come and go without a gang restart, against `psflow up` (a real
 # coordinator with its SQLite file and real agents on 127.0.0.1), one async and one sync job:

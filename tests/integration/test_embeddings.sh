@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow release-only
 # timeout: 600
 # model.embeddings on Fashion-MNIST read as sparse pixel tokens (scripts/fashion-mnist-tokens.py:
 # each non-zero pixel p is one id, 2p light or 2p + 1 dark, weight 1, gzipped LIBSVM with

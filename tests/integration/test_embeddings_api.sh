@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # The job API on an embedding model (managed mode, `psflow up --ps 2 --workers 2`): a
 # synthetic_ctr job of two tables (1,000,000 and 1,000 rows, dimension 16, each split over

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # The coordinator's connection limits (`--max-connections`, `--connection-timeout`,
 # `--max-streams`; coordinator/http.c "Capacity"): slow clients that open connections and
 # then send nothing, or drip a request byte by byte, do not keep others from being served;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # GET /api/v1/jobs pages as Kubernetes lists do (api/rest.md "Jobs"): `limit` jobs per page,
 # newest first, and metadata.continue for the next page until the last. Against a real
 # coordinator holding 600 jobs: walking the pages with limits 1, 7 and 100 returns every job

@@ -2,7 +2,7 @@
 # api/schemas/job.schema.json agrees with the parser: every spec the parser accepts
 # (tests/data/spec/valid and examples/) validates against the schema, and the invalid
 # cases that a schema can express (no cross-field rules) are rejected by it too.
-# labels: integration
+# labels: sanitizer-only
 source "$(dirname "$0")/lib.sh"
 
 python3 - "$PSFLOW_SRC" <<'PY'

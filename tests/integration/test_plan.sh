@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 120
 # psflow plan, as a user runs it before submitting: every example plans (text and -o json),
 # its figures agree with each other (the imbalance is the largest ps task's bytes over the

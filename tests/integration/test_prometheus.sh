@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # GET /metrics of a coordinator that has a job and a registered agent: the text passes
 # `promtool check metrics` without a single remark, is served without the token, every
 # family is psflow_-prefixed with HELP and TYPE, counters end in _total, and the families

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow release-only
 # timeout: 480
 # README.md and the pages of docs/ say what a user can run; this test runs it, so they cannot
 # drift. A section named below is looked up by its "## " heading (or a docs page's "# " title)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # Repartitioning restore, with real ps and worker processes on 127.0.0.1 (TF_CONFIG +
 # --job): a job trained on 2 ps tasks (every variable in 2 parts, Adam) is resubmitted with
 # 3 ps tasks (3 parts), with 1 ps task (no partitioner) and with 2 ps tasks under greedy

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # In-graph replicas ("replicas_per_worker": K, or "device" as a list) on the CPU, with the
 # Fashion-MNIST MLP example (784-256-256-10, adam) over 200 sync steps; every comparison is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # What trainers report, through the real coordinator and its SQLite file (psflow up, one ps
 # and two worker agents on 127.0.0.1; reports carry the agents' token, as agents send them):

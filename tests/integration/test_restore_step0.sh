@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # The chief checkpoints step 0 right after the variables are initialised, so a ps killed
 # (kill -9) and restarted before the first periodic checkpoint restores that checkpoint

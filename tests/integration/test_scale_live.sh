@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow release-only
 # timeout: 900
 # PATCH of a managed job's worker count while it runs, against `psflow up` (a real coordinator
 # and real agents on 127.0.0.1): a sync and an async softmax job go 2 -> 3 -> 2 workers. No

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow release-only
 # timeout: 600
 # PATCH of a managed job's ps count, against `psflow up` (a real coordinator and real agents
 # on 127.0.0.1): the `make demo` job (examples/fashion-mnist-mlp.json: greedy placement, its

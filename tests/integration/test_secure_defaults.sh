@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # Defaults that do not trust the network (docs/security.md, "Defaults"), against the real
 # binary with real SQLite files and real agents on 127.0.0.1:
 #  a. a coordinator without an API token on 127.0.0.1 still keeps its agent routes closed:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # Every task in a PID namespace of its own on one host, as Compose containers and the pods
 # of one node run (util-linux unshare; skipped, 77, where it cannot make one):
 #  1. with PSFLOW_SHM_DIR, a folder all of them reach, each worker hands its segment to both

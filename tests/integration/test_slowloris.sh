@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # Slow clients (docs/security.md "Slow clients"): 240 connections that send their request
 # headers a byte a second, from 127.0.0.2..127.0.0.9 and from 127.0.0.1 (the address the
 # user and the agent share with part of the flood), reopened as the coordinator closes

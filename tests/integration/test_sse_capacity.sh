@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 400
 # 300 Server-Sent Events subscribers against a running managed job (coordinator/http.c
 # "Capacity"): `psflow up` trains a job that runs throughout; 300 clients keep subscribing to

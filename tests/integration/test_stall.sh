@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # No silent waits: a ps that stops answering (SIGSTOP) stalls the job; the chief says what
 # it waits for, and after training.stall_timeout_secs (2 here) fails with exit 69 and a
 # line naming the ps, instead of hanging. Real processes on 127.0.0.1 (TF_CONFIG + --job).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # deploy/kubernetes/tfjob/tfjob.yaml run the way Kubeflow's TFJob operator runs it, without
 # Kubernetes: every replica is a separate psflow process in its own network namespace,

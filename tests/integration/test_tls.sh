@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # TLS for the API (docs/security.md): a CA and a server certificate for 127.0.0.1 made with
 # the openssl CLI; `psflow up --tls-cert --tls-key --ca-file` runs its coordinator over
 # https:// and its agents register trusting the CA; a job is submitted and followed over

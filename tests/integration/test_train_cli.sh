@@ -2,7 +2,7 @@
 # `psflow train` as a user runs it: the linear example recovers y = 2x + 10, the saved
 # safetensors file is readable by an independent reader, --output json is one object, and
 # bad input gives one clear line and the documented exit code.
-# labels: integration
+# labels: sanitizer-only
 source "$(dirname "$0")/lib.sh"
 
 "$PSFLOW_BIN" train "$PSFLOW_SRC/examples/linear.json" --save m.safetensors --output json \

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # Verified restore, with real ps and worker processes on 127.0.0.1 (TF_CONFIG + --job): the
 # ps is killed (kill -9) once two checkpoints are complete, one byte of the newest one's
 # ps-0.safetensors is flipped (in the tensor data, so only the CRC-32 can tell), and the ps

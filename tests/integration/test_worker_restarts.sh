@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # A static sync job survives a worker killed (kill -9) and started again 10 times at random
 # moments: real processes on 127.0.0.1 (TF_CONFIG + --job), the Fashion-MNIST softmax

@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow release-only
 # timeout: 900
 # The coordinator's main path, through the public API only: `psflow up --ps 2 --workers 2`,
-# `curl -X POST /api/v1/jobs -d @examples/fashion-mnist-mlp.json` -> 201; submitting it again
+# `curl -X POST /api/v1/jobs` of the Fashion-MNIST MLP example (shortened, below) -> 201; submitting it again
 # gives the same job (200, one job); the TF_CONFIG of worker 1 is exactly docs/design.md section 4's
 # format with the advertised addresses; mid-training the coordinator is killed with -9:
 # training goes on meanwhile (the data plane does not pass through it), and after a restart
 # on the same database every acknowledged job, condition, task and metric is still there;
-# the job ends Succeeded with test accuracy >= 0.88 in its status, and every agent is idle.
-# Under a sanitizer build (many times slower) the example trains 2000 of its 6000 steps
-# (evaluations and checkpoints every 500), held to 0.80; every other check is the same.
+# the job ends Succeeded with test accuracy >= 0.86 in its status, and every agent is idle.
+# The job is the example with half its 6000 steps (evaluations and checkpoints every 500;
+# test_distributed_accuracy holds the whole example to its 0.88), and under a sanitizer build
+# (many times slower) a third of them, held to 0.80; every other check is the same.
 source "$(dirname "$0")/lib.sh"
 
-SPEC=$PSFLOW_SRC/examples/fashion-mnist-mlp.json MAX_STEPS=6000 MIN_ACCURACY=0.88
+SPEC=$WORK/fashion-mnist-mlp.json MAX_STEPS=3000 MIN_ACCURACY=0.86
 if sanitized_build; then
-  SPEC=$WORK/fashion-mnist-mlp.json MAX_STEPS=2000 MIN_ACCURACY=0.80
-  python3 - "$PSFLOW_SRC/examples/fashion-mnist-mlp.json" "$SPEC" <<'PY'
+  MAX_STEPS=2000 MIN_ACCURACY=0.80
+  echo "sanitizer build: the example's first $MAX_STEPS steps, accuracy held to $MIN_ACCURACY"
+fi
+python3 - "$PSFLOW_SRC/examples/fashion-mnist-mlp.json" "$SPEC" "$MAX_STEPS" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-d["training"].update(max_steps=2000, eval_every_steps=500)
+d["training"].update(max_steps=int(sys.argv[3]), eval_every_steps=500)
 d["checkpoint"]["every_steps"] = 500
 json.dump(d, open(sys.argv[2], "w"))
 PY
-  echo "sanitizer build: the example's first $MAX_STEPS steps, accuracy held to $MIN_ACCURACY"
-fi
 
 up_start --ps 2 --workers 2
 JOB=fmnist-mlp

@@ -18,7 +18,7 @@
 #    finished job's count cannot change (409).
 source "$(dirname "$0")/lib.sh"
 
-STEPS=600
+STEPS=800
 python3 - "$PSFLOW_SRC/examples/fashion-mnist-mlp.json" "$STEPS" >job.json <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -31,7 +31,7 @@ PY
 sed 's/"grow"/"steady"/' job.json >steady.json
 
 # Each worker agent waits 20 ms before each push, so that the job is still training when the
-# test changes it: at least 600 x 20 ms = 12 s. The two jobs run side by side: 2 + 3 ps
+# test changes it: at least 800 x 20 ms = 16 s. The two jobs run side by side: 2 + 3 ps
 # agents, 2 + 2 worker agents.
 export PSFLOW_PUSH_DELAY_MS=20
 up_start --ps 5 --workers 4
@@ -58,7 +58,10 @@ for job in steady job; do
     --data-binary @$job.json "$URL/api/v1/jobs")
   [ "$code" = 201 ] || fail "submit $job: HTTP $code $(cat submit.json)"
 done
-wait_until 120 "a checkpoint at step 200 or later" checkpointed_past 200
+# The change comes early (the job's status trails its steps by a heartbeat, and the API shows
+# the new ps tasks Running only seconds after they are), so that the job trains on 3 ps long
+# enough to write a checkpoint before the test suspends it.
+wait_until 120 "a checkpoint at step 100 or later" checkpointed_past 100
 
 # Bad counts change nothing.
 for body in '{"replicas":{"ps":0}}' '{"replicas":{"ps":"3"}}' '{"replicas":{"ps":2000}}' '{"replicas":{}}'; do
@@ -83,8 +86,10 @@ nps=$(jget "$URL/api/v1/jobs/grow/placement" 'len([p for p in d["ps"] if p["byte
 in_range "$imb" 1.0 1.2 || fail "placement imbalance $imb over 3 ps"
 pass "PATCH ps 2 -> 3 at step $before_step: generation 2, event PsChanged, 3 ps running, placement over $nps ps (imbalance $imb)"
 
-# Later, while suspended: 3 -> 1.
-wait_until 120 "a checkpoint 100 steps after the change" checkpointed_past $((before_step + 100))
+# Later, while suspended: 3 -> 1, once 3 ps tasks have written a checkpoint (the newest one
+# may still be the 2 ps tasks' own, from before the restart).
+three_ps_checkpoint() { s=$(newest_checkpoint); [ "$s" -gt "$before_step" ] && [ "$(manifest_ps "$s")" = 3 ]; }
+wait_until 120 "a checkpoint of 3 ps tasks" three_ps_checkpoint
 code=$(patch '{"suspend":true}')
 [ "$code" = 200 ] || fail "suspend: HTTP $code $(cat patch.json)"
 wait_until 30 "Suspended" phase_is grow Suspended

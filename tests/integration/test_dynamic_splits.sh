@@ -12,7 +12,8 @@
 #  2. the same with worker 1 killed (kill -9) while it reads its first splits and started
 #     again: ps 0 gives its leased splits back to the queue, each epoch still ends
 #     with 64 splits done, and the completions recorded in the workers' logs (both
-#     incarnations of worker 1) agree with the ps's counts.
+#     incarnations of worker 1) agree with the ps's counts, but for completions ps 0
+#     recorded that the killed incarnation did not live to log (at most the 2 it held).
 #  3. ps 0 killed (kill -9) after checkpoints and started again: it restores the queue's
 #     state from its checkpoint (metadata psflow_input_queue), the chief rolls back, and both
 #     epochs still end with 64 splits done.
@@ -100,14 +101,24 @@ finish_cluster() { # [late]: worker 1 may come after the job ended (it then exit
   wait_pid "$PS_PID" 60 || fail "the ps exited $?"
 }
 
-check_counts() { # WORKER_LOGS...: the ps's counts agree with the workers'; 64 per epoch
+# check_counts exact|killed WORKER_LOGS...: 64 splits per epoch, and the ps's counts agree
+# with the workers' logs. "killed": worker 1 was killed (kill -9), so ps 0 may have recorded a
+# completion whose answer that worker never lived to log: its logged count may fall short of
+# the ps's by the splits it held (the one it read and the next leased), never exceed it.
+check_counts() {
+  local mode=$1
+  shift
   ps_counts "$WORK/ps0.log" >ps.counts
   worker_counts "$@" >workers.counts
   [ "$(wc -l <ps.counts)" = 2 ] || fail "the ps logged $(wc -l <ps.counts) epochs: $(cat ps.counts)"
   awk '$4 != 64 { exit 1 }' ps.counts || fail "an epoch without 64 splits: $(cat ps.counts)"
   awk '$2 + $3 != 64 { exit 1 }' ps.counts || fail "per-task counts do not add up: $(cat ps.counts)"
-  diff ps.counts workers.counts >/dev/null ||
-    fail "the ps's record ($(tr '\n' ';' <ps.counts)) differs from the workers' ($(tr '\n' ';' <workers.counts))"
+  if [ "$mode" = exact ]; then
+    diff ps.counts workers.counts >/dev/null
+  else
+    paste -d' ' ps.counts workers.counts |
+      awk '$1 != $5 || $2 != $6 || $7 > $3 || $3 - $7 > 2 { exit 1 }'
+  fi || fail "the ps's record ($(tr '\n' ';' <ps.counts)) differs from the workers' ($(tr '\n' ';' <workers.counts))"
 }
 
 # --- 1. a slow worker takes fewer splits ------------------------------------------------
@@ -118,7 +129,7 @@ grep -q "input work queue: 64 splits, 2 epoch(s)" ps0.log || fail "ps: $(grep -m
 grep -q "leased from ps 0 (data.splits dynamic, training.epochs counted there)" worker1.log ||
   fail "worker 1: $(grep -m1 streaming worker1.log)"
 grep -q "training.epochs reached" ps0.log || fail "the ps never said the epochs were done"
-check_counts worker0.log worker1.log
+check_counts exact worker0.log worker1.log
 awk '$3 >= $2 { exit 1 }' ps.counts || fail "the slowed worker took as many splits: $(cat ps.counts)"
 AUC=$(json_field worker0.out 'd["test_auc"]')
 in_range "$AUC" 0.55 1 || fail "test AUC $AUC"
@@ -139,7 +150,7 @@ start_worker1 dyn.json "$WORK/ck2" 20 "$WORK/worker1.log"
 # machine it needs about a second): the replacement then finds no ps and exits 69, which is
 # right; the splits must still add up.
 finish_cluster late
-check_counts worker0.log worker1-killed.log worker1.log
+check_counts killed worker0.log worker1-killed.log worker1.log
 echo "worker 1 killed mid-split: $(grep -m1 'go back to the queue' ps0.log | sed 's/^psflow ps 0: //'); splits per epoch: $(tr '\n' ';' <ps.counts)"
 
 # --- 3. ps 0 killed: the queue comes back from its checkpoint ----------------------------

@@ -41,6 +41,13 @@ typedef struct pf_criteo_row {
 pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row, int *column,
                                char *why, size_t why_len);
 
+/* Whether lines are parsed eight fields per instruction (x86-64 with AVX-512 VBMI2; the
+ * reader and pf_criteo_parse_line give the same rows either way): asks for it on or off and
+ * returns whether it is now on (0 on a processor without the instructions). Without a call
+ * it is on where the processor has them, unless PSFLOW_CRITEO_VECTOR=0. For every thread of
+ * the process; tests and benchmarks use it to compare the two. */
+int pf_criteo_use_vector(int on);
+
 /* The name of field `column` as pf_criteo_parse_line numbers them: "label", "I1".."I13",
  * "C1".."C26", "after C26" for 40; "line" for -1 (and anything else). */
 const char *pf_criteo_column_name(int column);

@@ -262,6 +262,9 @@ static int parse_fast(const char *p, const char *end, pf_criteo_row *row) {
         target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,popcnt,bmi,bmi2")))
 #define VECTOR_MAX    440 /* the longest line it takes (real ones are about 250 bytes) */
 #define VECTOR_BLOCKS ((VECTOR_MAX + 1 + 63) / 64)
+#define FIRST_BLOCKS  5 /* the blocks read before looking for the newline: real lines fit */
+#define VECTOR_AT     (PF_CRITEO_FIELDS + 64) /* the tabs' positions, room for a whole block */
+#define VECTOR_COPY   (64 + VECTOR_BLOCKS * 64 + 128) /* a line copied, with room on each side */
 #else
 #define CRITEO_VECTOR 0
 #endif
@@ -325,9 +328,15 @@ VECTOR_TARGET static inline uint64_t vector_ids(__m512i w, __m512i n, __mmask8 l
     return bad;
 }
 
-VECTOR_TARGET static int parse_vector(const char *p, size_t n, int bounded, pf_criteo_row *row,
-                                      size_t *len) {
-    _Alignas(64) unsigned char b[64 + VECTOR_BLOCKS * 64 + 128]; /* 64 bytes before the line */
+/* Finds the tabs of the line at p: with b, the n bytes at p are the line, copied to b + 64 (b
+ * has VECTOR_COPY bytes) for the fields to be read there; without, the line is the n bytes or
+ * fewer at p up to the first newline, and the caller has READER_PAD bytes readable on either
+ * side of p's n. 0 with the positions of the 39 tabs and of the line's end in at[0..39] (at
+ * has VECTOR_AT entries, the rest scratch) and the line's length in *len; -1 for a line that
+ * does not have 40 fields, has over 32 in 64 bytes, or no end within VECTOR_MAX bytes. */
+VECTOR_TARGET static int index_line(const char *p, size_t n, unsigned char *b, unsigned short *at,
+                                    size_t *len) {
+    int bounded = b != NULL;
     if (n < 2 || (bounded && n > VECTOR_MAX))
         return -1;
     if (bounded)
@@ -336,34 +345,34 @@ VECTOR_TARGET static int parse_vector(const char *p, size_t n, int bounded, pf_c
         63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41,
         40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18,
         17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    unsigned short at[PF_CRITEO_FIELDS + 64]; /* the tabs' positions; room for a whole block */
     unsigned k = 0, i = 0;
     size_t end = 0;
-    if (!bounded && n >= 256) { /* the usual line, whose newline is in its first 256 bytes */
+    if (!bounded && n >= 64 * FIRST_BLOCKS) { /* the usual line: its newline in 320 bytes */
         const __m512i tab = _mm512_set1_epi8('\t'), newline = _mm512_set1_epi8('\n');
-        __m512i v[4];
-        uint64_t t[4], e[4];
-        for (int j = 0; j < 4; j++) {
-            v[j] = _mm512_loadu_si512((const void *)(p + 64 * j));
-            t[j] = _mm512_cmpeq_epi8_mask(v[j], tab);
-            e[j] = _tzcnt_u64(_mm512_cmpeq_epi8_mask(v[j], newline)); /* 64: none */
+        uint64_t t[FIRST_BLOCKS], e[FIRST_BLOCKS];
+        unsigned with = 0; /* bit j: a newline in block j */
+        for (int j = 0; j < FIRST_BLOCKS; j++) {
+            __m512i v = _mm512_loadu_si512((const void *)(p + 64 * j));
+            t[j] = _mm512_cmpeq_epi8_mask(v, tab);
+            uint64_t nl = _mm512_cmpeq_epi8_mask(v, newline);
+            e[j] = _tzcnt_u64(nl);
+            with |= (unsigned)(nl != 0) << j;
         }
-        end = e[0] < 64 ? e[0] : e[1] < 64 ? 64 + e[1] : e[2] < 64 ? 128 + e[2] : 192 + e[3];
-        if (end < 256) {
-            unsigned offset[4];
-            for (int j = 0; j < 4; j++) { /* the tabs before the end, and the end */
-                int64_t before = (int64_t)end - 64 * j;
-                uint64_t m = _bzhi_u64(t[j], (unsigned)(before < 0    ? 0
-                                                        : before > 64 ? 64
-                                                                      : before));
-                t[j] = m | ((uint64_t)(before >= 0 && before < 64) << (before & 63));
+        if (with) {
+            unsigned last = (unsigned)__builtin_ctz(with);
+            end = 64 * (size_t)last + e[last];
+            unsigned offset[FIRST_BLOCKS], most = 0;
+            for (unsigned j = 0; j < FIRST_BLOCKS; j++) { /* the tabs before the end, the end */
+                uint64_t before = j < last ? 64 : j == last ? e[last] : 0;
+                t[j] = _bzhi_u64(t[j], (unsigned)before) | (uint64_t)(j == last) << (e[last] & 63);
                 offset[j] = k;
-                k += (unsigned)_mm_popcnt_u64(t[j]);
+                unsigned count = (unsigned)_mm_popcnt_u64(t[j]);
+                k += count;
+                most |= count;
             }
-            if (k != PF_CRITEO_FIELDS || _mm_popcnt_u64(t[0]) > 32 || _mm_popcnt_u64(t[1]) > 32 ||
-                _mm_popcnt_u64(t[2]) > 32 || _mm_popcnt_u64(t[3]) > 32)
+            if (k != PF_CRITEO_FIELDS || most > 63 - 31) /* over 32 tabs in a block: parse_fast */
                 return -1;
-            for (int j = 0; j < 4; j++) {
+            for (unsigned j = 0; j < FIRST_BLOCKS; j++) {
                 __m512i c = _mm512_maskz_compress_epi8(t[j], iota);
                 _mm512_storeu_si512(
                     (void *)(at + offset[j]),
@@ -372,8 +381,6 @@ VECTOR_TARGET static int parse_vector(const char *p, size_t n, int bounded, pf_c
             }
             goto indexed;
         }
-        k = 0;
-        end = 0;
     }
     for (;; i++) {
         if (i == VECTOR_BLOCKS || (size_t)64 * i > n - !bounded)
@@ -411,10 +418,16 @@ VECTOR_TARGET static int parse_vector(const char *p, size_t n, int bounded, pf_c
         return -1;
 indexed:
     *len = end;
-    const void *src = bounded ? (const void *)(b + 64) : (const void *)p;
-    if (k != PF_CRITEO_FIELDS || at[0] != 1 || (p[0] != '0' && p[0] != '1'))
-        return -1;
+    return k == PF_CRITEO_FIELDS ? 0 : -1;
+}
 
+/* The fields of the line at src whose tabs index_line found: 0 with *row filled, or -1 for a
+ * line parse_fast is to read (a bad field, a number of over 8 characters, an id of over 8
+ * digits, a group of fields over 120 bytes long), *row then undefined. src has READER_PAD
+ * readable bytes on either side of the line. */
+VECTOR_TARGET static int read_fields(const char *src, const unsigned short *at, pf_criteo_row *row) {
+    if (at[0] != 1 || (src[0] != '0' && src[0] != '1'))
+        return -1;
     /* field f is [at[f - 1] + 1, at[f]); eight fields from f: where they end and their lengths */
     uint64_t bad = 0;
     uint32_t num_present = 0, cat_present = 0, got;
@@ -431,7 +444,7 @@ indexed:
                                       (const __m128i *)(const void *)(at + (f)-1)))),              \
         one);                                                                                      \
     int64_t first_##w = _mm_cvtsi128_si64(_mm512_castsi512_si128(end_##w));                        \
-    const char *from_##w = (const char *)src + first_##w - 8;                                      \
+    const char *from_##w = src + first_##w - 8;                                      \
     __m512i rel_##w = _mm512_sub_epi64(end_##w, _mm512_set1_epi64(first_##w));                     \
     bad |= _mm512_mask_cmpgt_epu64_mask(lanes, rel_##w, _mm512_set1_epi64(128 - 8));               \
     __m512i w =                                                                                    \
@@ -459,10 +472,20 @@ indexed:
 #undef FIELDS
     if (bad) /* a bad field, or one too far from its group's first for the 128 bytes read */
         return -1;
-    row->label = p[0] - '0';
+    row->label = src[0] - '0';
     row->num_present = num_present;
     row->cat_present = cat_present;
     return 0;
+}
+
+/* One line of len bytes (no newline), as pf_criteo_parse_line has it. */
+VECTOR_TARGET static int parse_vector(const char *line, size_t len, pf_criteo_row *row) {
+    _Alignas(64) unsigned char b[VECTOR_COPY];
+    unsigned short at[VECTOR_AT];
+    size_t same;
+    if (index_line(line, len, b, at, &same) != 0)
+        return -1;
+    return read_fields((const char *)b + 64, at, row);
 }
 
 /* Whether this processor has what parse_vector needs. */
@@ -504,8 +527,7 @@ pf_status pf_criteo_parse_line(const char *line, size_t len, pf_criteo_row *row,
     if (len > 0 && line[len - 1] == '\r')
         len--;
 #if CRITEO_VECTOR
-    size_t same;
-    if (vector_usable() && parse_vector(line, len, 1, row, &same) == 0) {
+    if (vector_usable() && parse_vector(line, len, row) == 0) {
         *column = -1;
         return PF_OK;
     }
@@ -582,6 +604,12 @@ struct pf_criteo_reader {
     /* a byte range (pf_criteo_open_range): bytes are counted from `base`; the lines that
      * start before `end` are read (0: to the end of the file) */
     uint64_t base, end, start;
+#if CRITEO_VECTOR
+    unsigned short at[2][VECTOR_AT]; /* the tabs of the line at pos, and of the one after it */
+    int cur;                         /* at[cur]: the line at pos */
+    int ahead;                       /* at[!cur] holds the tabs of the line after pos... */
+    size_t ahead_len;                /* ...whose length is this */
+#endif
 };
 
 static void os_text(int errnum, char *buf, size_t size) {
@@ -655,6 +683,9 @@ static const char *where(const pf_criteo_reader *r, uint64_t line_offset, char *
 /* Reads more after the unparsed bytes (moved to the front first). PF_OK, or an error that
  * ends the reader (truncated or corrupt gzip, a failed read). */
 static pf_status fill(pf_criteo_reader *r, pf_error *err) {
+#if CRITEO_VECTOR
+    r->ahead = 0;
+#endif
     if (r->pos > 0) {
         memmove(r->buf, r->buf + r->pos, r->len - r->pos);
         r->len -= r->pos;
@@ -707,14 +738,24 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
             return PF_ERR_NOT_FOUND;
 #if CRITEO_VECTOR
         /* the usual line, its newline found with its tabs; any other goes the long way */
-        size_t len;
-        if (!r->skip && (!r->end || offset_of_pos(r) < r->end) && vector_usable() &&
-            parse_vector(r->buf + r->pos, r->len - r->pos, 0, row, &len) == 0 &&
-            len <= r->max_line) {
-            r->pos += len + 1;
-            r->line++;
-            return PF_OK;
+        if (!r->skip && (!r->end || offset_of_pos(r) < r->end) && vector_usable()) {
+            const char *p = r->buf + r->pos;
+            size_t avail = r->len - r->pos, len = r->ahead_len;
+            unsigned short *at = r->at[r->cur];
+            if ((r->ahead || index_line(p, avail, NULL, at, &len) == 0) && len <= r->max_line) {
+                /* the next line's tabs now: its fields, read at the next call, find them stored
+                 * long before (read at once, the stores of its positions would hold them up) */
+                r->ahead = avail > len + 1 && index_line(p + len + 1, avail - len - 1, NULL,
+                                                         r->at[!r->cur], &r->ahead_len) == 0;
+                if (read_fields(p, at, row) == 0) {
+                    r->cur = !r->cur;
+                    r->pos += len + 1;
+                    r->line++;
+                    return PF_OK;
+                }
+            }
         }
+        r->ahead = 0;
 #endif
         char *nl = find_newline(r);
         if (r->skip) { /* the rest of a line too long, dropped */

@@ -273,30 +273,30 @@ static int parse_fast(const char *p, const char *end, pf_criteo_row *row) {
 
 /* Each lane holds the 8 bytes that end where its field ends, so a field of n bytes (n <= 8)
  * is the lane's high n bytes, its last digit the lowest of its value: no lane needs a shift
- * of its own. A field with something wrong sets bits in the returned mask (which only says
- * that the line goes to parse_fast); `in` has the bytes of the lanes in use. */
+ * of its own; n is in every byte of its lane. A field with something wrong sets bits in the
+ * returned mask (which only says that the line goes to parse_fast); `in` has the bytes of
+ * the lanes in use. */
 
 /* The bytes of the lanes that belong to their field: the high n of each lane. */
 VECTOR_TARGET static inline __mmask64 field_bytes(__m512i n, __mmask64 in) {
-    const __m512i low_byte = _mm512_set4_epi64(0x0808080808080808LL, 0, 0x0808080808080808LL, 0);
     const __m512i need = _mm512_set1_epi64(0x0102030405060708LL); /* byte j kept if n >= 8 - j */
-    return _mm512_mask_cmpge_epu8_mask(in, _mm512_shuffle_epi8(n, low_byte), need);
+    return _mm512_mask_cmpge_epu8_mask(in, n, need);
 }
 
 /* Integers (an optional '-' and 1 to 7 digits, or nothing). */
 VECTOR_TARGET static inline uint64_t vector_ints(__m512i w, __m512i n, __mmask8 lanes, __mmask64 in,
                                                  int64_t *num, uint32_t *present) {
-    const uint64_t lane_first = 0x0101010101010101ULL;
-    uint64_t bad = _mm512_mask_cmpgt_epu64_mask(lanes, n, _mm512_set1_epi64(8));
+    const __m512i need = _mm512_set1_epi64(0x0102030405060708LL); /* as in field_bytes */
+    uint64_t bad = 0;
     __mmask64 kept = field_bytes(n, in);
     __mmask64 minus = _mm512_mask_cmpeq_epi8_mask(kept, w, _mm512_set1_epi8('-'));
-    __mmask64 first = kept & ~((kept << 1) & ~lane_first);
+    __mmask64 first = _mm512_cmpeq_epi8_mask(n, need); /* each field's first byte */
     __m512i d = _mm512_sub_epi8(w, _mm512_set1_epi8('0'));
     __mmask64 digits = kept & ~minus;
     bad |= (minus & ~first) | (digits & ~_mm512_cmplt_epu8_mask(d, _mm512_set1_epi8(10)));
     __mmask8 neg = _mm512_test_epi64_mask(_mm512_maskz_mov_epi8(minus, _mm512_set1_epi8(1)),
                                           _mm512_set1_epi8(1));
-    bad |= neg & _mm512_cmpeq_epi64_mask(n, _mm512_set1_epi64(1)); /* "-" alone */
+    bad |= neg & _mm512_cmpeq_epi64_mask(n, _mm512_set1_epi8(1)); /* "-" alone */
     d = _mm512_maskz_mov_epi8(digits, d);
     d = _mm512_maddubs_epi16(d, _mm512_set1_epi16(0x010A)); /* pairs, fours, eights of digits */
     d = _mm512_madd_epi16(d, _mm512_set1_epi32(0x00010064));
@@ -312,8 +312,8 @@ VECTOR_TARGET static inline uint64_t vector_ints(__m512i w, __m512i n, __mmask8 
 VECTOR_TARGET static inline uint64_t vector_ids(__m512i w, __m512i n, __mmask8 lanes, __mmask64 in,
                                                 __m512i table_lo, __m512i table_hi, uint32_t *cat,
                                                 uint32_t *present) {
-    uint64_t bad = _mm512_mask_cmpgt_epu64_mask(lanes, n, _mm512_set1_epi64(8));
     __mmask64 kept = field_bytes(n, in);
+    uint64_t bad = 0;
     __m512i x = _mm512_permutex2var_epi8(table_lo, w, table_hi); /* 1 + value, 0: not hex */
     bad |= kept & (_mm512_testn_epi8_mask(x, x) | _mm512_movepi8_mask(w));
     x = _mm512_maskz_sub_epi8(kept, x, _mm512_set1_epi8(1));
@@ -428,29 +428,42 @@ indexed:
 VECTOR_TARGET static int read_fields(const char *src, const unsigned short *at, pf_criteo_row *row) {
     if (at[0] != 1 || (src[0] != '0' && src[0] != '1'))
         return -1;
-    /* field f is [at[f - 1] + 1, at[f]); eight fields from f: where they end and their lengths */
-    uint64_t bad = 0;
+    /* the length of every field, at[f] - at[f - 1] - 1 for f = 1..39: 32 words and 7 */
+    const __m512i one = _mm512_set1_epi16(1);
+    __m512i pos0 = _mm512_loadu_si512((const void *)at);
+    __m512i pos1 = _mm512_loadu_si512((const void *)(at + 32));
+    __m512i size0 = _mm512_sub_epi16(
+        _mm512_sub_epi16(_mm512_loadu_si512((const void *)(at + 1)), pos0), one);
+    __m512i size1 = _mm512_sub_epi16(
+        _mm512_sub_epi16(_mm512_loadu_si512((const void *)(at + 33)), pos1), one);
+    uint64_t bad = _mm512_cmpgt_epu16_mask(size0, _mm512_set1_epi16(8)) |
+                   (uint64_t)(_mm512_cmpgt_epu16_mask(size1, _mm512_set1_epi16(8)) & 0x7F) << 32;
+    if (bad) /* a field over 8 bytes: parse_fast's (and no group is then over 72 bytes long) */
+        return -1;
+
+    /* eight fields from f: lane L gets, in each of its bytes, the low byte of word f + L - 1
+     * of the lengths (the length of field f + L) or of word f + L of the positions (the tab
+     * after it; as the fields are short, its distance from the group's first tab is that of
+     * the low bytes) */
     uint32_t num_present = 0, cat_present = 0, got;
-    const __m512i one = _mm512_set1_epi64(1);
     const __m512i table_lo = _mm512_loadu_si512((const void *)hex1);
     const __m512i table_hi = _mm512_loadu_si512((const void *)(hex1 + 64));
-    const __m512i low_byte = _mm512_set4_epi64(0x0808080808080808LL, 0, 0x0808080808080808LL, 0);
+    const __m512i ladder = _mm512_set_epi64(0x0E0E0E0E0E0E0E0ELL, 0x0C0C0C0C0C0C0C0CLL,
+                                            0x0A0A0A0A0A0A0A0ALL, 0x0808080808080808LL,
+                                            0x0606060606060606LL, 0x0404040404040404LL,
+                                            0x0202020202020202LL, 0);
     const __m512i ramp = _mm512_set1_epi64(0x0706050403020100LL);
 #define FIELDS(f, lanes, w, size)                                                                  \
-    __m512i end_##w =                                                                              \
-        _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(const void *)(at + (f))));         \
-    __m512i size = _mm512_sub_epi64(                                                               \
-        _mm512_sub_epi64(end_##w, _mm512_cvtepu16_epi64(_mm_loadu_si128(                           \
-                                      (const __m128i *)(const void *)(at + (f)-1)))),              \
-        one);                                                                                      \
-    int64_t first_##w = _mm_cvtsi128_si64(_mm512_castsi512_si128(end_##w));                        \
-    const char *from_##w = src + first_##w - 8;                                      \
-    __m512i rel_##w = _mm512_sub_epi64(end_##w, _mm512_set1_epi64(first_##w));                     \
-    bad |= _mm512_mask_cmpgt_epu64_mask(lanes, rel_##w, _mm512_set1_epi64(128 - 8));               \
-    __m512i w =                                                                                    \
-        _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)from_##w),                       \
-                                 _mm512_add_epi8(_mm512_shuffle_epi8(rel_##w, low_byte), ramp),    \
-                                 _mm512_loadu_si512((const void *)(from_##w + 64)))
+    __m512i size = _mm512_permutex2var_epi8(                                                       \
+        size0, _mm512_add_epi8(ladder, _mm512_set1_epi8((char)(2 * ((f)-1)))), size1);            \
+    const char *from_##w = src + at[f] - 8;                                                        \
+    __m512i w = _mm512_permutex2var_epi8(                                                          \
+        _mm512_loadu_si512((const void *)from_##w),                                                \
+        _mm512_add_epi8(_mm512_permutex2var_epi8(                                                  \
+                            pos0, _mm512_add_epi8(ladder, _mm512_set1_epi8((char)(2 * (f)))),      \
+                            pos1),                                                                 \
+                        _mm512_sub_epi8(ramp, _mm512_set1_epi8((char)at[f]))),                     \
+        _mm512_loadu_si512((const void *)(from_##w + 64)))
     FIELDS(1, 0xFF, w1, n1);
     bad |= vector_ints(w1, n1, 0xFF, ~0ULL, row->num, &got);
     num_present = got;
@@ -470,7 +483,7 @@ VECTOR_TARGET static int read_fields(const char *src, const unsigned short *at, 
     bad |= vector_ids(w6, n6, 0x03, 0xFFFFULL, table_lo, table_hi, row->cat + 24, &got);
     cat_present |= got << 24;
 #undef FIELDS
-    if (bad) /* a bad field, or one too far from its group's first for the 128 bytes read */
+    if (bad)
         return -1;
     row->label = src[0] - '0';
     row->num_present = num_present;

@@ -660,7 +660,7 @@ pf_status pf_criteo_open_range(const char *path, uint64_t start, uint64_t end, s
         return e ? pf_error_set(err, PF_ERR_IO, NULL, "%s: cannot open: %s", path, os)
                  : pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: cannot open: out of memory", path);
     }
-    gzbuffer(r->f, 256 << 10);
+    gzbuffer(r->f, 64 << 10); /* reads of PF_CRITEO_BUFFER go straight to buf */
     r->start = start;
     r->end = end;
     if (start > 0) { /* from the byte before: the line there ends where this range's begin */

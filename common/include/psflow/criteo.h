@@ -22,7 +22,7 @@
 #define PF_CRITEO_NUMERIC     13
 #define PF_CRITEO_CATEGORICAL 26
 #define PF_CRITEO_FIELDS      (1 + PF_CRITEO_NUMERIC + PF_CRITEO_CATEGORICAL)
-#define PF_CRITEO_BUFFER      ((size_t)1 << 20) /* bytes read at a time */
+#define PF_CRITEO_BUFFER      ((size_t)1 << 19) /* bytes read at a time */
 #define PF_CRITEO_MAX_LINE    ((size_t)1 << 16) /* default longest line: real ones are < 1 KiB */
 
 /* One example. Bit j of num_present / cat_present is set when column j has a value. */

@@ -334,8 +334,8 @@ VECTOR_TARGET static inline uint64_t vector_ids(__m512i w, __m512i n, __mmask8 l
  * side of p's n. 0 with the positions of the 39 tabs and of the line's end in at[0..39] (at
  * has VECTOR_AT entries, the rest scratch) and the line's length in *len; -1 for a line that
  * does not have 40 fields, has over 32 in 64 bytes, or no end within VECTOR_MAX bytes. */
-VECTOR_TARGET static int index_line(const char *p, size_t n, unsigned char *b, unsigned short *at,
-                                    size_t *len) {
+VECTOR_TARGET static inline __attribute__((always_inline)) int
+index_line(const char *p, size_t n, unsigned char *b, unsigned short *at, size_t *len) {
     int bounded = b != NULL;
     if (n < 2 || (bounded && n > VECTOR_MAX))
         return -1;
@@ -425,7 +425,8 @@ indexed:
  * line parse_fast is to read (a bad field, a number of over 8 characters, an id of over 8
  * digits, a group of fields over 120 bytes long), *row then undefined. src has READER_PAD
  * readable bytes on either side of the line. */
-VECTOR_TARGET static int read_fields(const char *src, const unsigned short *at, pf_criteo_row *row) {
+VECTOR_TARGET static inline __attribute__((always_inline)) int
+read_fields(const char *src, const unsigned short *at, pf_criteo_row *row) {
     if (at[0] != 1 || (src[0] != '0' && src[0] != '1'))
         return -1;
     /* the length of every field, at[f] - at[f - 1] - 1 for f = 1..39: 32 words and 7 */
@@ -740,6 +741,28 @@ static pf_status fill(pf_criteo_reader *r, pf_error *err) {
                         r->path, r->line + 1, msg ? msg : "unknown error");
 }
 
+#if CRITEO_VECTOR
+/* The line at pos by parse_vector's way, with pos and line moved past it: 0, or -1 for a line
+ * it does not take (nothing moved). */
+VECTOR_TARGET static int next_vector(pf_criteo_reader *r, pf_criteo_row *row) {
+    const char *p = r->buf + r->pos;
+    size_t avail = r->len - r->pos, len = r->ahead_len;
+    unsigned short *at = r->at[r->cur];
+    if ((!r->ahead && index_line(p, avail, NULL, at, &len) != 0) || len > r->max_line)
+        return -1;
+    /* the next line's tabs now: its fields, read at the next call, find them stored long
+     * before (read at once, the stores of its positions would hold the reads up) */
+    r->ahead = avail > len + 1 &&
+               index_line(p + len + 1, avail - len - 1, NULL, r->at[!r->cur], &r->ahead_len) == 0;
+    if (read_fields(p, at, row) != 0)
+        return -1;
+    r->cur = !r->cur;
+    r->pos += len + 1;
+    r->line++;
+    return 0;
+}
+#endif
+
 /* Finds the end of the next line in [pos, len): its newline, or NULL. */
 static char *find_newline(pf_criteo_reader *r) {
     return memchr(r->buf + r->pos, '\n', r->len - r->pos);
@@ -751,23 +774,9 @@ pf_status pf_criteo_next(pf_criteo_reader *r, pf_criteo_row *row, pf_error *err)
             return PF_ERR_NOT_FOUND;
 #if CRITEO_VECTOR
         /* the usual line, its newline found with its tabs; any other goes the long way */
-        if (!r->skip && (!r->end || offset_of_pos(r) < r->end) && vector_usable()) {
-            const char *p = r->buf + r->pos;
-            size_t avail = r->len - r->pos, len = r->ahead_len;
-            unsigned short *at = r->at[r->cur];
-            if ((r->ahead || index_line(p, avail, NULL, at, &len) == 0) && len <= r->max_line) {
-                /* the next line's tabs now: its fields, read at the next call, find them stored
-                 * long before (read at once, the stores of its positions would hold them up) */
-                r->ahead = avail > len + 1 && index_line(p + len + 1, avail - len - 1, NULL,
-                                                         r->at[!r->cur], &r->ahead_len) == 0;
-                if (read_fields(p, at, row) == 0) {
-                    r->cur = !r->cur;
-                    r->pos += len + 1;
-                    r->line++;
-                    return PF_OK;
-                }
-            }
-        }
+        if (!r->skip && (!r->end || offset_of_pos(r) < r->end) && vector_usable() &&
+            next_vector(r, row) == 0)
+            return PF_OK;
         r->ahead = 0;
 #endif
         char *nl = find_newline(r);

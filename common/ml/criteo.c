@@ -331,11 +331,12 @@ VECTOR_TARGET static inline uint64_t vector_ids(__m512i w, __m512i n, __mmask8 l
 /* Finds the tabs of the line at p: with b, the n bytes at p are the line, copied to b + 64 (b
  * has VECTOR_COPY bytes) for the fields to be read there; without, the line is the n bytes or
  * fewer at p up to the first newline, and the caller has READER_PAD bytes readable on either
- * side of p's n. 0 with the positions of the 39 tabs and of the line's end in at[0..39] (at
- * has VECTOR_AT entries, the rest scratch) and the line's length in *len; -1 for a line that
- * does not have 40 fields, has over 32 in 64 bytes, or no end within VECTOR_MAX bytes. */
+ * side of p's n. 0 with the positions of the 39 tabs and of the line's end, modulo 256, in
+ * at[0..39] (at has VECTOR_AT bytes, the rest scratch; read_fields tells the true positions
+ * from them) and the line's length in *len; -1 for a line that
+ * does not have 40 fields or no end within VECTOR_MAX bytes. */
 VECTOR_TARGET static inline __attribute__((always_inline)) int
-index_line(const char *p, size_t n, unsigned char *b, unsigned short *at, size_t *len) {
+index_line(const char *p, size_t n, unsigned char *b, unsigned char *at, size_t *len) {
     int bounded = b != NULL;
     if (n < 2 || (bounded && n > VECTOR_MAX))
         return -1;
@@ -361,24 +362,19 @@ index_line(const char *p, size_t n, unsigned char *b, unsigned short *at, size_t
         if (with) {
             unsigned last = (unsigned)__builtin_ctz(with);
             end = 64 * (size_t)last + e[last];
-            unsigned offset[FIRST_BLOCKS], most = 0;
+            unsigned offset[FIRST_BLOCKS];
             for (unsigned j = 0; j < FIRST_BLOCKS; j++) { /* the tabs before the end, the end */
                 uint64_t before = j < last ? 64 : j == last ? e[last] : 0;
                 t[j] = _bzhi_u64(t[j], (unsigned)before) | (uint64_t)(j == last) << (e[last] & 63);
                 offset[j] = k;
-                unsigned count = (unsigned)_mm_popcnt_u64(t[j]);
-                k += count;
-                most |= count;
+                k += (unsigned)_mm_popcnt_u64(t[j]);
             }
-            if (k != PF_CRITEO_FIELDS || most > 63 - 31) /* over 32 tabs in a block: parse_fast */
+            if (k != PF_CRITEO_FIELDS)
                 return -1;
-            for (unsigned j = 0; j < FIRST_BLOCKS; j++) {
-                __m512i c = _mm512_maskz_compress_epi8(t[j], iota);
-                _mm512_storeu_si512(
-                    (void *)(at + offset[j]),
-                    _mm512_add_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(c)),
-                                     _mm512_set1_epi16((short)(64 * j))));
-            }
+            for (unsigned j = 0; j < FIRST_BLOCKS; j++)
+                _mm512_storeu_si512((void *)(at + offset[j]),
+                                    _mm512_add_epi8(_mm512_maskz_compress_epi8(t[j], iota),
+                                                    _mm512_set1_epi8((char)(64 * j))));
             goto indexed;
         }
     }
@@ -401,15 +397,8 @@ index_line(const char *p, size_t n, unsigned char *b, unsigned short *at, size_t
         unsigned count = (unsigned)__builtin_popcountll(m);
         if (k + count > PF_CRITEO_FIELDS)
             return -1;
-        __m512i c = _mm512_maskz_compress_epi8(m, iota);
-        __m512i base = _mm512_set1_epi16((short)(64 * i));
-        _mm512_storeu_si512(
-            (void *)(at + k),
-            _mm512_add_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(c)), base));
-        if (count > 32)
-            _mm512_storeu_si512(
-                (void *)(at + k + 32),
-                _mm512_add_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c, 1)), base));
+        _mm512_storeu_si512((void *)(at + k), _mm512_add_epi8(_mm512_maskz_compress_epi8(m, iota),
+                                                              _mm512_set1_epi8((char)(64 * i))));
         k += count;
         if (stop)
             break;
@@ -426,44 +415,43 @@ indexed:
  * digits, a group of fields over 120 bytes long), *row then undefined. src has READER_PAD
  * readable bytes on either side of the line. */
 VECTOR_TARGET static inline __attribute__((always_inline)) int
-read_fields(const char *src, const unsigned short *at, pf_criteo_row *row) {
+read_fields(const char *src, const unsigned char *at, size_t len, pf_criteo_row *row) {
     if (at[0] != 1 || (src[0] != '0' && src[0] != '1'))
         return -1;
-    /* the length of every field, at[f] - at[f - 1] - 1 for f = 1..39: 32 words and 7 */
-    const __m512i one = _mm512_set1_epi16(1);
-    __m512i pos0 = _mm512_loadu_si512((const void *)at);
-    __m512i pos1 = _mm512_loadu_si512((const void *)(at + 32));
-    __m512i size0 = _mm512_sub_epi16(
-        _mm512_sub_epi16(_mm512_loadu_si512((const void *)(at + 1)), pos0), one);
-    __m512i size1 = _mm512_sub_epi16(
-        _mm512_sub_epi16(_mm512_loadu_si512((const void *)(at + 33)), pos1), one);
-    uint64_t bad = _mm512_cmpgt_epu16_mask(size0, _mm512_set1_epi16(8)) |
-                   (uint64_t)(_mm512_cmpgt_epu16_mask(size1, _mm512_set1_epi16(8)) & 0x7F) << 32;
-    if (bad) /* a field over 8 bytes: parse_fast's (and no group is then over 72 bytes long) */
+    /* the length of every field, at[f] - at[f - 1] - 1 for f = 1..39 (modulo 256) */
+    __m512i pos = _mm512_loadu_si512((const void *)at);
+    __m512i size = _mm512_sub_epi8(_mm512_sub_epi8(_mm512_loadu_si512((const void *)(at + 1)), pos),
+                                   _mm512_set1_epi8(1));
+    if (_mm512_mask_cmpgt_epu8_mask((1ULL << 39) - 1, size, _mm512_set1_epi8(8)))
+        return -1; /* a field over 8 bytes (or 256 and more over): parse_fast's */
+    /* the true positions of the tabs before each group of eight, each from the one before:
+     * a field of 256 bytes or more between them would make the last differ from the end */
+    size_t t1 = 1 + (uint8_t)(at[1] - 1), t9 = t1 + (uint8_t)(at[9] - at[1]);
+    size_t t14 = t9 + (uint8_t)(at[14] - at[9]), t22 = t14 + (uint8_t)(at[22] - at[14]);
+    size_t t30 = t22 + (uint8_t)(at[30] - at[22]), t38 = t30 + (uint8_t)(at[38] - at[30]);
+    if (t38 + (uint8_t)(at[39] - at[38]) != len)
         return -1;
 
-    /* eight fields from f: lane L gets, in each of its bytes, the low byte of word f + L - 1
-     * of the lengths (the length of field f + L) or of word f + L of the positions (the tab
-     * after it; as the fields are short, its distance from the group's first tab is that of
-     * the low bytes) */
+    /* eight fields from f: lane L gets, in each of its bytes, byte f + L - 1 of the lengths
+     * (the length of field f + L) or byte f + L of the positions (the tab after it, whose
+     * distance from the group's first tab, at most 72, is that of the positions modulo 256) */
+    uint64_t bad = 0;
     uint32_t num_present = 0, cat_present = 0, got;
     const __m512i table_lo = _mm512_loadu_si512((const void *)hex1);
     const __m512i table_hi = _mm512_loadu_si512((const void *)(hex1 + 64));
-    const __m512i ladder = _mm512_set_epi64(0x0E0E0E0E0E0E0E0ELL, 0x0C0C0C0C0C0C0C0CLL,
-                                            0x0A0A0A0A0A0A0A0ALL, 0x0808080808080808LL,
-                                            0x0606060606060606LL, 0x0404040404040404LL,
-                                            0x0202020202020202LL, 0);
+    const __m512i ladder = _mm512_set_epi64(
+        0x0707070707070707LL, 0x0606060606060606LL, 0x0505050505050505LL, 0x0404040404040404LL,
+        0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
     const __m512i ramp = _mm512_set1_epi64(0x0706050403020100LL);
-#define FIELDS(f, lanes, w, size)                                                                  \
-    __m512i size = _mm512_permutex2var_epi8(                                                       \
-        size0, _mm512_add_epi8(ladder, _mm512_set1_epi8((char)(2 * ((f)-1)))), size1);            \
-    const char *from_##w = src + at[f] - 8;                                                        \
+#define FIELDS(f, lanes, w, n)                                                                     \
+    __m512i n =                                                                                    \
+        _mm512_permutexvar_epi8(_mm512_add_epi8(ladder, _mm512_set1_epi8((char)((f)-1))), size);   \
+    const char *from_##w = src + t##f - 8;                                                         \
     __m512i w = _mm512_permutex2var_epi8(                                                          \
         _mm512_loadu_si512((const void *)from_##w),                                                \
-        _mm512_add_epi8(_mm512_permutex2var_epi8(                                                  \
-                            pos0, _mm512_add_epi8(ladder, _mm512_set1_epi8((char)(2 * (f)))),      \
-                            pos1),                                                                 \
-                        _mm512_sub_epi8(ramp, _mm512_set1_epi8((char)at[f]))),                     \
+        _mm512_add_epi8(                                                                           \
+            _mm512_permutexvar_epi8(_mm512_add_epi8(ladder, _mm512_set1_epi8((char)(f))), pos),    \
+            _mm512_sub_epi8(ramp, _mm512_set1_epi8((char)at[f]))),                                 \
         _mm512_loadu_si512((const void *)(from_##w + 64)))
     FIELDS(1, 0xFF, w1, n1);
     bad |= vector_ints(w1, n1, 0xFF, ~0ULL, row->num, &got);
@@ -495,11 +483,11 @@ read_fields(const char *src, const unsigned short *at, pf_criteo_row *row) {
 /* One line of len bytes (no newline), as pf_criteo_parse_line has it. */
 VECTOR_TARGET static int parse_vector(const char *line, size_t len, pf_criteo_row *row) {
     _Alignas(64) unsigned char b[VECTOR_COPY];
-    unsigned short at[VECTOR_AT];
+    unsigned char at[VECTOR_AT];
     size_t same;
     if (index_line(line, len, b, at, &same) != 0)
         return -1;
-    return read_fields((const char *)b + 64, at, row);
+    return read_fields((const char *)b + 64, at, len, row);
 }
 
 /* Whether this processor has what parse_vector needs. */
@@ -619,10 +607,10 @@ struct pf_criteo_reader {
      * start before `end` are read (0: to the end of the file) */
     uint64_t base, end, start;
 #if CRITEO_VECTOR
-    unsigned short at[2][VECTOR_AT]; /* the tabs of the line at pos, and of the one after it */
-    int cur;                         /* at[cur]: the line at pos */
-    int ahead;                       /* at[!cur] holds the tabs of the line after pos... */
-    size_t ahead_len;                /* ...whose length is this */
+    unsigned char at[2][VECTOR_AT]; /* the tabs of the line at pos, and of the one after it */
+    int cur;                        /* at[cur]: the line at pos */
+    int ahead;                      /* at[!cur] holds the tabs of the line after pos... */
+    size_t ahead_len;               /* ...whose length is this */
 #endif
 };
 
@@ -747,14 +735,14 @@ static pf_status fill(pf_criteo_reader *r, pf_error *err) {
 VECTOR_TARGET static int next_vector(pf_criteo_reader *r, pf_criteo_row *row) {
     const char *p = r->buf + r->pos;
     size_t avail = r->len - r->pos, len = r->ahead_len;
-    unsigned short *at = r->at[r->cur];
+    unsigned char *at = r->at[r->cur];
     if ((!r->ahead && index_line(p, avail, NULL, at, &len) != 0) || len > r->max_line)
         return -1;
     /* the next line's tabs now: its fields, read at the next call, find them stored long
      * before (read at once, the stores of its positions would hold the reads up) */
     r->ahead = avail > len + 1 &&
                index_line(p + len + 1, avail - len - 1, NULL, r->at[!r->cur], &r->ahead_len) == 0;
-    if (read_fields(p, at, row) != 0)
+    if (read_fields(p, at, len, row) != 0)
         return -1;
     r->cur = !r->cur;
     r->pos += len + 1;

@@ -1073,6 +1073,24 @@ static void test_parse_paths_agree(void **state) {
         }
     }
     fclose(f);
+    /* one field 250 to 300 bytes long (whose length modulo 256 looks short), anywhere */
+    static const int fields[] = {0, 1, 7, 8, 9, 13, 14, 21, 22, 30, 37, 38, 39};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        for (int size = 250; size <= 300; size++) {
+            int len = 0;
+            for (int col = 0; col < PF_CRITEO_FIELDS; col++) {
+                if (col)
+                    t[len++] = '\t';
+                if (col == fields[i]) {
+                    memset(t + len, col <= PF_CRITEO_NUMERIC ? '1' : 'a', (size_t)size);
+                    len += size;
+                } else {
+                    t[len++] = col ? '7' : '1';
+                }
+            }
+            if (!same_parse(t, (size_t)len))
+                fail_msg("field %d of %d bytes", fields[i], size);
+        }
     for (int tabs = 0; tabs <= 300; tabs++) {
         memset(t, '\t', (size_t)tabs);
         t[0] = '1';

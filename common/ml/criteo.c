@@ -1,13 +1,16 @@
 /* criteo.c - the Criteo-layout line parser and the streaming reader (see criteo.h).
  *
- * DESIGN: a line is parsed in one pass (parse_fast); one it cannot take is parsed again
- * field by field, which accepts the same lines plus a few rare forms ("+8", 19-digit
- * numbers) and says what is wrong with a bad one. The reader keeps one buffer of PF_CRITEO_BUFFER +
- * max_line bytes. zlib's gzread (which reads plain files as they are) fills it; each line is found
- * with memchr and parsed in place, and what is left of a line cut by the buffer's end moves to the
- * front before the next read. A line that does not fit in max_line is an error, never a bigger
- * buffer, so memory is the same for a 1 KB file and a 1 TB one. After that error the rest of the
- * long line is read past without keeping it, so the caller may skip it and go on.
+ * DESIGN: three parsers, each taking what the one before cannot: eight fields per instruction
+ * (parse_vector, on processors with AVX-512 VBMI2: the usual line, all fields of at most 8
+ * bytes), one pass a field after the other (parse_fast: numbers of up to 18 digits), and field
+ * by field (which accepts the same lines plus a few rare forms, "+8", 19-digit numbers, and
+ * says what is wrong with a bad one). The reader keeps one buffer of PF_CRITEO_BUFFER +
+ * max_line bytes. zlib's gzread (which reads plain files as they are) fills it; each line is
+ * found (by the vector parser's own scan, else memchr) and parsed in place, and what is left
+ * of a line cut by the buffer's end moves to the front before the next read. A line that does not
+ * fit in max_line is an error, never a bigger buffer, so memory is the same for a 1 KB file and a 1
+ * TB one. After that error the rest of the long line is read past without keeping it, so the caller
+ * may skip it and go on.
  */
 #include "psflow/criteo.h"
 
@@ -283,7 +286,7 @@ VECTOR_TARGET static inline __mmask64 field_bytes(__m512i n, __mmask64 in) {
     return _mm512_mask_cmpge_epu8_mask(in, n, need);
 }
 
-/* Integers (an optional '-' and 1 to 7 digits, or nothing). */
+/* Integers (an optional '-' and digits, 1 to 8 characters in all, or nothing). */
 VECTOR_TARGET static inline uint64_t vector_ints(__m512i w, __m512i n, __mmask8 lanes, __mmask64 in,
                                                  int64_t *num, uint32_t *present) {
     const __m512i need = _mm512_set1_epi64(0x0102030405060708LL); /* as in field_bytes */
@@ -410,10 +413,9 @@ indexed:
     return k == PF_CRITEO_FIELDS ? 0 : -1;
 }
 
-/* The fields of the line at src whose tabs index_line found: 0 with *row filled, or -1 for a
- * line parse_fast is to read (a bad field, a number of over 8 characters, an id of over 8
- * digits, a group of fields over 120 bytes long), *row then undefined. src has READER_PAD
- * readable bytes on either side of the line. */
+/* The fields of the line at src, of len bytes, whose tabs index_line found: 0 with *row
+ * filled, or -1 for a line parse_fast is to read (a bad field, a field of over 8 bytes),
+ * *row then undefined. src has READER_PAD readable bytes on either side of the line. */
 VECTOR_TARGET static inline __attribute__((always_inline)) int
 read_fields(const char *src, const unsigned char *at, size_t len, pf_criteo_row *row) {
     if (at[0] != 1 || (src[0] != '0' && src[0] != '1'))

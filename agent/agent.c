@@ -21,6 +21,7 @@
 #include "agent/reporter.h"
 #include "ps/server.h"
 #include "psflow/clock.h"
+#include "psflow/address.h"
 #include "psflow/exit_code.h"
 #include "psflow/footprint.h"
 #include "psflow/http_client.h"
@@ -29,6 +30,7 @@
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
 #include "psflow/wire_auth.h"
+#include "serve/serve.h"
 #include "worker/evaluator.h"
 #include "worker/trainer.h"
 
@@ -74,6 +76,9 @@ typedef struct task {
     const char *reason; /* a failure's reason for the coordinator ("NonFiniteLoss"), or NULL */
     worker_result result;
     agent_reporter *rep;
+    /* a serving task (type "serve"): what its server says, and the URL it is reached at */
+    serve_stats *serving;
+    char endpoint[400];
 } task;
 
 struct agent {
@@ -88,7 +93,7 @@ static void task_finish(task *t, int state, int code, const char *message) {
     pthread_mutex_lock(&t->a->mu);
     t->state = state;
     t->exit_code = code;
-    snprintf(t->message, sizeof t->message, "%s", message ? message : "");
+    snprintf(t->message, sizeof t->message, "%.255s", message ? message : "");
     t->a->changed = 1;
     pthread_mutex_unlock(&t->a->mu);
 }
@@ -201,9 +206,65 @@ static void *evaluator_task_main(void *arg) {
     return NULL;
 }
 
-/* The bytes task t needs (psflow/footprint.h): a ps task's share, or a training task's;
- * -1 when the placement cannot even be computed. */
+/* The address a serving task listens on: the agent's advertised host when that is an IPv4
+ * loopback address (nothing else can reach it anyway), else every interface. */
+static const char *serve_listen_host(const char *host) {
+    return !strncmp(host, "127.", 4) ? host : "0.0.0.0";
+}
+
+/* A serving task (docs/serving.md, "Managed"): psflow serve for the job, its checkpoints
+ * from this agent's checkpoint folder, on the agent's advertised host at serving.port (0:
+ * any free port); its endpoint and figures go out with the heartbeats until it is stopped. */
+static void *serve_task_main(void *arg) {
+    task *t = arg;
+    const agent_options *o = t->a->o;
+    char host[256];
+    int advertised_port;
+    pf_error err;
+    pf_error_clear(&err);
+    if (pf_split_host_port(o->advertise, host, sizeof host, &advertised_port) != 0) {
+        task_finish(t, TASK_FAILED, PF_EX_USAGE, "the agent's --advertise is not HOST:PORT");
+        return NULL;
+    }
+    const char *listen = serve_listen_host(host);
+    const char *token = o->serve_token ? o->serve_token : "";
+    if (!token[0] && strncmp(listen, "127.", 4) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "serving on %.60s needs a token: give the agent PSFLOW_TOKEN or PSFLOW_TOKEN_FILE "
+                 "(the job API's), or advertise a 127.0.0.1 address",
+                 host);
+        fprintf(stderr, "psflow %s agent %s: %s\n", o->role, o->node_id, msg);
+        task_finish(t, TASK_FAILED, PF_EX_USAGE, msg);
+        return NULL;
+    }
+    serve_options so = {.spec = &t->spec,
+                        .checkpoint_dir = o->checkpoint_dir,
+                        .listen_host = listen,
+                        .port = t->spec.serving.port,
+                        .token = token,
+                        .stop = &t->stop,
+                        .stats = t->serving};
+    pf_status st = serve_run(&so, &err);
+    if (st == PF_OK) {
+        task_finish(t, TASK_SUCCEEDED, 0, "stopped");
+    } else {
+        fprintf(stderr, "psflow %s agent %s: serve %d of job %s: %s\n", o->role, o->node_id,
+                t->index, t->job, err.message);
+        task_finish(t, TASK_FAILED, pf_exit_code(st), err.message);
+    }
+    return NULL;
+}
+
+/* The bytes task t needs (psflow/footprint.h): a ps task's share, a training task's, or a
+ * serving task's (two versions of the whole model while it switches); -1 when the placement
+ * cannot even be computed. */
 static int64_t task_need(const task *t) {
+    if (!strcmp(t->type, "serve")) {
+        pf_footprint fp;
+        pf_footprint_estimate(&t->spec, &fp);
+        return 2 * fp.params * (int64_t)sizeof(float);
+    }
     if (strcmp(t->type, "ps") != 0) {
         pf_footprint fp;
         pf_footprint_estimate(&t->spec, &fp);
@@ -252,10 +313,11 @@ static task *task_start(agent *a, json_t *as) {
     t->has_key = assignment_key(as, t->key);
     if (t->has_key < 0)
         pf_error_set(&err, PF_ERR_FORMAT, NULL, "its data-plane key is not 64 hex digits");
-    if (t->has_key < 0 || !tf || !spec ||
+    int is_serve = !strcmp(t->type, "serve"); /* no TF_CONFIG: it never joins the data plane */
+    if (t->has_key < 0 || (!tf && !is_serve) || !spec ||
         pf_job_spec_parse(spec, strlen(spec), &t->spec, &err) != PF_OK ||
-        pf_tf_config_parse(tf, strlen(tf), &t->cfg, &err) != PF_OK ||
-        pf_tf_config_validate(&t->cfg, &err) != PF_OK) {
+        (!is_serve && (pf_tf_config_parse(tf, strlen(tf), &t->cfg, &err) != PF_OK ||
+                       pf_tf_config_validate(&t->cfg, &err) != PF_OK))) {
         free(spec);
         t->state = TASK_FAILED;
         t->exit_code = PF_EX_DATAERR;
@@ -285,7 +347,16 @@ static task *task_start(agent *a, json_t *as) {
     int is_ps = !strcmp(t->type, "ps");
     fprintf(stderr, "psflow %s agent %s: assigned %s %d of job %s (generation %d)\n", a->o->role,
             a->o->node_id, t->type, t->index, t->job, t->generation);
-    if (!is_ps) {
+    if (is_serve) {
+        if (!(t->serving = pf_calloc(1, sizeof *t->serving))) {
+            t->state = TASK_FAILED;
+            t->exit_code = PF_EX_OSERR;
+            snprintf(t->message, sizeof t->message, "out of memory");
+            a->changed = 1;
+            return t;
+        }
+        serve_stats_init(t->serving);
+    } else if (!is_ps) {
         char name[32];
         int chief = !strcmp(t->type, "chief") ||
                     (!strcmp(t->type, "worker") && pf_tf_config_count(&t->cfg, "chief") == 0 &&
@@ -300,6 +371,7 @@ static task *task_start(agent *a, json_t *as) {
         agent_reporter_set_incarnation(t->rep, t->assigned);
     }
     void *(*run)(void *) = is_ps                           ? ps_task_main
+                           : is_serve                      ? serve_task_main
                            : !strcmp(t->type, "evaluator") ? evaluator_task_main
                                                            : worker_task_main;
     if (pthread_create(&t->thread, NULL, run, t) != 0) {
@@ -355,6 +427,10 @@ static void task_stop(agent *a, task *t) {
     if (t->thread)
         pthread_join(t->thread, NULL); /* it returns right after task_finish */
     agent_reporter_destroy(t->rep, 5.0);
+    if (t->serving) {
+        serve_stats_deinit(t->serving);
+        pf_free(t->serving);
+    }
     pf_job_spec_deinit(&t->spec);
     pf_tf_config_deinit(&t->cfg);
     pf_wire_key_clear(t->key, sizeof t->key);
@@ -401,6 +477,24 @@ static json_t *result_json(const worker_result *r) {
     return o;
 }
 
+/* A serving task's figures, as its heartbeats carry them (api/rest.md): the endpoint once
+ * it listens, the serving version, predicts answered and their latency percentiles. */
+static json_t *serving_json(task *t) {
+    serve_stats_view v;
+    serve_stats_read(t->serving, &v);
+    char host[256];
+    int port;
+    if (v.port && pf_split_host_port(t->a->o->advertise, host, sizeof host, &port) == 0)
+        snprintf(t->endpoint, sizeof t->endpoint, "http://%.255s:%d/v1/models/%s", host, v.port,
+                 t->job);
+    return json_pack("{s:o, s:o, s:I, s:I, s:o, s:o}", "endpoint",
+                     t->endpoint[0] ? json_string(t->endpoint) : json_null(), "version",
+                     v.version >= 0 ? json_integer((json_int_t)v.version) : json_null(), "requests",
+                     (json_int_t)v.requests, "failed", (json_int_t)v.failed, "latency_p50_ms",
+                     agent_number_json(v.p50 * 1e3), "latency_p99_ms",
+                     agent_number_json(v.p99 * 1e3));
+}
+
 static json_t *heartbeat_body(agent *a) {
     pthread_mutex_lock(&a->mu);
     task *t = a->t;
@@ -442,6 +536,8 @@ static json_t *heartbeat_body(agent *a) {
             if (stats && ps_server_input(t->ps, &in)) /* ps 0 of a job with dynamic splits */
                 json_object_set_new(stats, "input", input_json(&in));
             json_object_set_new(b, "stats", stats);
+        } else if (b && t->serving && t->state == TASK_RUNNING) {
+            json_object_set_new(b, "serving", serving_json(t));
         } else if (b && t->has_last_input) { /* the queue as the ps left it */
             json_object_set_new(b, "stats",
                                 json_pack("{s:o}", "input", input_json(&t->last_input)));

@@ -13,9 +13,11 @@
 #include "psflow/ws.h"
 
 typedef struct agent_options {
-    const char *role;        /* "ps" or "worker" */
+    const char *role;        /* "ps" or "worker" (which also runs evaluator and serve tasks) */
     const char *coordinator; /* base URL, e.g. http://127.0.0.1:8080 */
     const char *token;       /* "" for none */
+    const char *serve_token; /* worker: the bearer token its serving tasks require; ""/NULL:
+                                none, allowed only on a 127.0.0.1 address */
     const char *node_id;
     const char *advertise; /* host:port given to the job's other tasks */
     const char *listen_host;

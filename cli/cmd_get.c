@@ -1,4 +1,4 @@
-/* cmd_get.c - `psflow get NAME`: one job, its conditions, replicas and tasks
+/* cmd_get.c - `psflow get NAME`: one job, its conditions, replicas, servers and tasks
  * (GET /api/v1/jobs/{name} and .../tasks). */
 #include <stdbool.h>
 #include <stdio.h>
@@ -65,6 +65,33 @@ static void print_tasks(const api_client *c, const char *escaped) {
     }
     json_decref(doc);
     pf_http_response_deinit(&r);
+}
+
+/* status.serving: each server's state, endpoint, version and latency (a serving section). */
+static void print_serving(const json_t *st) {
+    const json_t *serving = json_object_get(st, "serving");
+    if (!json_array_size(serving))
+        return;
+    printf("Serving:\n  %-8s %-8s %-9s %-10s %-9s %-9s %s\n", "SERVER", "STATE", "VERSION",
+           "REQUESTS", "P50 MS", "P99 MS", "ENDPOINT");
+    size_t i;
+    json_t *s;
+    json_array_foreach((json_t *)serving, i, s) {
+        char version[32] = "-", p50[32] = "-", p99[32] = "-";
+        double x;
+        if (api_jint(s, "version", -1) >= 0)
+            snprintf(version, sizeof version, "%lld", api_jint(s, "version", -1));
+        if (api_jnum(s, "latency_p50_ms", &x))
+            snprintf(p50, sizeof p50, "%.3f", x);
+        if (api_jnum(s, "latency_p99_ms", &x))
+            snprintf(p99, sizeof p99, "%.3f", x);
+        const char *why = api_jstr(s, "message");
+        printf("  serve-%-2lld %-8s %-9s %-10lld %-9s %-9s %s%s%s\n", api_jint(s, "index", 0),
+               api_jstr(s, "state") ? api_jstr(s, "state") : "-", version,
+               api_jint(s, "requests", 0), p50, p99,
+               api_jstr(s, "endpoint") ? api_jstr(s, "endpoint") : "-", why ? "  " : "",
+               why ? why : "");
+    }
 }
 
 static void print_job(const json_t *job) {
@@ -135,6 +162,7 @@ static void print_job(const json_t *job) {
                    api_jint(rs, "succeeded", 0), api_jint(rs, "failed", 0));
         }
     }
+    print_serving(st);
 }
 
 int cli_get_job(const cli_command *cmd, int argc, char **argv) {

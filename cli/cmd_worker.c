@@ -35,11 +35,13 @@ static int run_worker_agent(const worker_cli *w) {
                         "agent gets each task's key from the coordinator\n");
         return PF_EX_USAGE;
     }
-    char id[128], adv[300], token[512];
+    char id[128], adv[300], token[512], serve_token[512];
     node_defaults("worker", cli_get(w->run.table, w->run.n_table, "node-id"),
                   cli_get(w->run.table, w->run.n_table, "advertise"), 0, id, sizeof id, adv,
                   sizeof adv);
     int rc = cli_coordinator_auth("worker", w->run.table, w->run.n_table, token, sizeof token);
+    if (!rc) /* the job API's token, which the job's serving tasks require (docs/serving.md) */
+        rc = cli_token("worker", serve_token, sizeof serve_token);
     if (rc)
         return rc;
     if (w->threads > 0) /* otherwise every core, as OpenBLAS sizes itself */
@@ -47,6 +49,7 @@ static int run_worker_agent(const worker_cli *w) {
     agent_options ao = {.role = "worker",
                         .coordinator = w->coordinator,
                         .token = token,
+                        .serve_token = serve_token,
                         .node_id = id,
                         .advertise = adv,
                         .checkpoint_dir = w->checkpoint_dir,

@@ -14,6 +14,7 @@
 
 #include "coordinator/cluster_conditions.h"
 #include "coordinator/cluster_events.h"
+#include "coordinator/cluster_serving.h"
 #include "psflow/mem.h"
 
 /* --- tasks --- */
@@ -31,11 +32,12 @@ static const char *task_role(const coord_task *t) {
     return strcmp(t->type, "ps") ? "worker" : "ps";
 }
 
-/* Takes the job's tasks away from their agents (they stop them on their next heartbeat). */
+/* Takes the job's training tasks away from their agents (they stop them on their next
+ * heartbeat); its serving tasks keep theirs (coord_serving_stop frees those). */
 static void release(coord_cluster *c, coord_job *j, double now) {
     for (int i = 0; i < c->n_nodes; i++) {
         coord_node *n = c->nodes[i];
-        if (!strcmp(n->job, j->name)) {
+        if (!strcmp(n->job, j->name) && !coord_serving_node(n)) {
             n->job[0] = '\0';
             n->type[0] = '\0';
             n->dirty = true;
@@ -378,6 +380,7 @@ static void admit_all(coord_cluster *c, double now) {
             first_holder = j;
     }
     pf_free(queue);
+    coord_serving_place(c, idle_workers - held_workers, now); /* what no waiting job holds */
 }
 
 /* --- failures --- */
@@ -388,6 +391,8 @@ static void admit_all(coord_cluster *c, double now) {
 static void finish(coord_cluster *c, coord_job *j, coord_phase phase, const char *reason,
                    const char *message, double now) {
     release(c, j, now);
+    if (phase == COORD_FAILED)
+        coord_serving_stop(c, j, now);
     for (int i = 0; i < j->n_tasks; i++) {
         coord_task *t = &j->tasks[i];
         if (t->state != TASK_PENDING && t->state != TASK_RUNNING)
@@ -566,7 +571,8 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
     j->spec = *spec;
     j->spec_json = json;
     j->create_time = now; /* before adopting: it orders the jobs */
-    if (coord_job_make_tasks(j) != PF_OK || coord_cluster_adopt_job(c, j) != PF_OK) {
+    if (coord_job_make_tasks(j) != PF_OK || coord_serving_make(j) != PF_OK ||
+        coord_cluster_adopt_job(c, j) != PF_OK) {
         memset(&j->spec, 0, sizeof j->spec); /* the caller still owns spec */
         coord_job_free(j);
         return PF_ERR_NOMEM;
@@ -598,6 +604,7 @@ void coord_job_cancel(coord_cluster *c, coord_job *j, double now) {
 
 void coord_job_delete(coord_cluster *c, coord_job *j, double now) {
     coord_job_cancel(c, j, now);
+    coord_serving_stop(c, j, now); /* a succeeded job's too */
     j->deleted = true;
     j->dirty = true;
     coord_log_event(c, j->name, "Deleted", "JobDeleted", "job record deleted", now);
@@ -810,6 +817,8 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     }
     /* A re-registering agent has restarted: whatever it was assigned is gone with it. */
     if (!*created && n->job[0]) {
+        snprintf(msg, sizeof msg, "restarted on agent %s", n->id);
+        coord_serving_node_gone(c, n, msg, now);
         coord_job *j = coord_job_find(c, n->job);
         coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
         n->job[0] = '\0';
@@ -931,7 +940,9 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         n->dirty = true;
         coord_node_event(c, n, now);
     }
-    if (n->job[0]) {
+    if (coord_serving_node(n)) {
+        coord_serving_report(c, n, r, now);
+    } else if (n->job[0]) {
         coord_job *j = coord_job_find(c, n->job);
         coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
         const char *rjob = r->job, *rtype = r->type;
@@ -990,11 +1001,12 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
 void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
     char msg[COORD_TEXT_MAX];
     if (n->job[0]) {
+        snprintf(msg, sizeof msg, "lost: agent %s deregistered", n->id);
+        coord_serving_node_gone(c, n, msg, now);
         coord_job *j = coord_job_find(c, n->job);
         coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
         n->job[0] = '\0';
         if (j && t && !coord_job_finished(j)) {
-            snprintf(msg, sizeof msg, "lost: agent %s deregistered", n->id);
             t->state = TASK_LOST;
             j->dirty = true;
             coord_task_event(c, j, t, now);
@@ -1027,6 +1039,9 @@ void coord_cluster_tick(coord_cluster *c, double now) {
                  now - n->last_heartbeat);
         coord_log_event(c, n->job[0] ? n->job : NULL, "Lost", "NodeLost", msg, now);
         if (n->job[0]) {
+            snprintf(msg, sizeof msg, "lost: agent %s sent no heartbeat for %.0f s", n->id,
+                     now - n->last_heartbeat);
+            coord_serving_node_gone(c, n, msg, now);
             coord_job *j = coord_job_find(c, n->job);
             coord_task *t = j ? coord_task_find(j, n->type, n->index) : NULL;
             n->job[0] = '\0';

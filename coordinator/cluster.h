@@ -96,6 +96,24 @@ typedef struct coord_task {
     int64_t bad_lines;  /* the most bad input lines any incarnation of it reported skipping */
 } coord_task;
 
+/* A serving task of a job with a `serving` section (docs/serving.md, "Managed"): psflow serve
+ * on a worker agent, from the job's first admission until the job is deleted or fails. It
+ * is not a member of the job's cluster (no TF_CONFIG entry, no data-plane key). */
+typedef struct coord_serving {
+    char node_id[COORD_ID_MAX]; /* "" while no agent holds it */
+    coord_task_state state;     /* Pending (no agent, or not yet listening), Running, Failed,
+                                   Stopped (the job failed or was deleted) */
+    uint64_t incarnation;
+    char message[COORD_TEXT_MAX];  /* a failure's, from its agent */
+    char endpoint[COORD_ADDR_MAX]; /* its agent's report: http://host:port/v1/models/NAME */
+    int64_t version;               /* the serving version (checkpoint step); -1 before one */
+    int64_t requests, failed;      /* predicts answered, and of those with an error */
+    double requests_per_sec;       /* over the last two reports at least 2 s apart */
+    double requests_time;          /* when `requests_base` was reported; 0 = never */
+    int64_t requests_base;
+    double latency_p50_ms, latency_p99_ms; /* over its last 10 s; NAN when it answered none */
+} coord_serving;
+
 typedef struct coord_job {
     char name[PF_NAME_MAX + 1];
     char *spec_json; /* normalised spec, compact JSON (owned) */
@@ -133,6 +151,8 @@ typedef struct coord_job {
     char queue_behind[PF_NAME_MAX + 1];
     int n_tasks;
     coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
+    int n_serving;
+    coord_serving *serving; /* spec.serving.replicas of them (none without the section) */
     /* steps/s (steps_per_sec: NAN while unknown) and stall: the window of recent steps */
     coord_rate rate;
     double last_summary_event;
@@ -252,6 +272,12 @@ typedef struct coord_report {
     double accuracy, test_loss;        /* result of a succeeded chief */
     double test_auc, test_calibration; /* its two-class figures; NAN when absent */
     long long steps;                   /* its result.steps; -1 when absent or not an integer >= 0 */
+    /* a serving task's figures (serving); has_serving false when absent or out of range */
+    bool has_serving;
+    const char *endpoint; /* NULL until it listens */
+    long long version;    /* -1: none yet */
+    long long requests, failed;
+    double latency_p50_ms, latency_p99_ms; /* NAN when null */
 } coord_report;
 
 /* Metric reports (api/rest.md, POST /api/v1/jobs/{name}/metrics); NAN for an absent or

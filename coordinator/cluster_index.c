@@ -22,6 +22,7 @@ void coord_job_free(coord_job *j) {
     pf_free(j->spec_json);
     pf_job_spec_deinit(&j->spec);
     pf_free(j->tasks);
+    pf_free(j->serving);
     pf_free(j);
 }
 

@@ -64,6 +64,29 @@ static json_t *stall_json(double stalled_seconds) {
                      json_number_or_null(stalled_seconds));
 }
 
+/* status.serving (api/rest.md): one entry per serving task; null without a serving section. */
+static json_t *serving_status_json(const coord_job *j) {
+    if (!j->n_serving)
+        return json_null();
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < j->n_serving; i++) {
+        const coord_serving *s = &j->serving[i];
+        json_array_append_new(
+            arr, json_pack("{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:f, s:o, s:o, s:I, s:o}", "index",
+                           i, "state", coord_task_state_name(s->state), "node",
+                           s->node_id[0] ? json_string(s->node_id) : json_null(), "endpoint",
+                           s->endpoint[0] ? json_string(s->endpoint) : json_null(), "version",
+                           s->version >= 0 ? json_integer((json_int_t)s->version) : json_null(),
+                           "requests", (json_int_t)s->requests, "failed", (json_int_t)s->failed,
+                           "requests_per_sec", s->requests_per_sec, "latency_p50_ms",
+                           json_number_or_null(s->latency_p50_ms), "latency_p99_ms",
+                           json_number_or_null(s->latency_p99_ms), "incarnation",
+                           (json_int_t)s->incarnation, "message",
+                           s->message[0] ? json_string(s->message) : json_null()));
+    }
+    return arr;
+}
+
 json_t *coord_job_status_json(const coord_job *j) {
     json_t *conds = json_array();
     for (int i = 0; i < j->n_conds; i++) {
@@ -133,6 +156,8 @@ json_t *coord_job_status_json(const coord_job *j) {
                             (json_int_t)j->input_splits, "done", (json_int_t)j->input_done,
                             "leased", (json_int_t)j->input_leased, "finished", j->input_finished)
                 : json_null());
+    if (out) /* serving: its tasks, endpoints and figures (null without the section) */
+        json_object_set_new(out, "serving", serving_status_json(j));
     if (out) /* the evaluator task's latest evaluation (null until it reports one) */
         json_object_update_new(
             out, json_pack("{s:o, s:o, s:o}", "eval_step",
@@ -140,6 +165,30 @@ json_t *coord_job_status_json(const coord_job *j) {
                            "eval_loss", json_number_or_null(j->eval_loss), "eval_accuracy",
                            json_number_or_null(j->eval_accuracy)));
     return out;
+}
+
+/* The serving tasks as stored: which agent holds each, its state and last figures (the
+ * agent's next heartbeat refreshes them). */
+static void serving_status_from_json(coord_job *j, json_t *arr) {
+    for (int i = 0; i < j->n_serving && i < (int)json_array_size(arr); i++) {
+        json_t *o = json_array_get(arr, (size_t)i);
+        coord_serving *s = &j->serving[i];
+        const char *state = json_string_value(json_object_get(o, "state")),
+                   *node = json_string_value(json_object_get(o, "node")),
+                   *endpoint = json_string_value(json_object_get(o, "endpoint")),
+                   *message = json_string_value(json_object_get(o, "message"));
+        for (int k = TASK_PENDING; state && k <= TASK_STOPPED; k++)
+            if (!strcmp(state, coord_task_state_name((coord_task_state)k)))
+                s->state = (coord_task_state)k;
+        snprintf(s->node_id, sizeof s->node_id, "%s", node ? node : "");
+        snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint ? endpoint : "");
+        snprintf(s->message, sizeof s->message, "%s", message ? message : "");
+        json_t *v = json_object_get(o, "version"), *inc = json_object_get(o, "incarnation");
+        s->version = json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+        s->incarnation = json_is_integer(inc) ? (uint64_t)json_integer_value(inc) : 0;
+        s->requests = (int64_t)json_integer_value(json_object_get(o, "requests"));
+        s->failed = (int64_t)json_integer_value(json_object_get(o, "failed"));
+    }
 }
 
 void coord_job_status_from_json(coord_job *j, json_t *s) {
@@ -197,6 +246,7 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     j->create_time = time_from_json(json_object_get(s, "create_time"));
     j->start_time = time_from_json(json_object_get(s, "start_time"));
     j->completion_time = time_from_json(json_object_get(s, "completion_time"));
+    serving_status_from_json(j, json_object_get(s, "serving"));
 }
 
 json_t *coord_job_json(const coord_job *j, double now) {
@@ -325,9 +375,12 @@ json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {
     const char *why;
     char *tf = coord_job_tf_config(j, n->type, n->index, &why);
     json_t *spec = json_loads(j->spec_json, 0, NULL);
+    uint64_t incarnation = t ? t->incarnation : 0;
+    if (!strcmp(n->type, "serve") && n->index >= 0 && n->index < j->n_serving)
+        incarnation = j->serving[n->index].incarnation; /* no TF_CONFIG: not in the cluster */
     json_t *a = json_pack("{s:s, s:i, s:s, s:i, s:s?, s:o?, s:I}", "job", j->name, "generation",
                           n->generation, "type", n->type, "index", n->index, "tf_config", tf,
-                          "spec", spec, "incarnation", (json_int_t)(t ? t->incarnation : 0));
+                          "spec", spec, "incarnation", (json_int_t)incarnation);
     pf_free(tf);
     if (a && !strcmp(n->type, "ps")) /* the membership it serves (coord_job_membership) */
         json_object_set_new(a, "workers", json_integer(coord_job_membership(c, j)));
@@ -383,6 +436,48 @@ json_t *coord_event_json(const coord_event *e) {
     }
     }
     return NULL;
+}
+
+/* Whether s is all visible ASCII (no space, no control character): an endpoint URL. */
+static bool visible_ascii(const char *s) {
+    for (; *s; s++)
+        if (*s < 0x21 || *s > 0x7e)
+            return false;
+    return true;
+}
+
+/* A latency figure: a number >= 0 (ms) below a day, NAN for null; -1 when malformed. */
+static double latency_ms(json_t *v) {
+    if (json_is_null(v))
+        return NAN;
+    double x = json_number_value(v);
+    return json_is_number(v) && x >= 0 && x < 86400e3 ? x : -1;
+}
+
+/* A serving task's figures (serving in a heartbeat): all of them in range, or none. */
+static void serving_from_json(json_t *sv, coord_report *out) {
+    if (!json_is_object(sv))
+        return;
+    json_t *ep = json_object_get(sv, "endpoint"), *ver = json_object_get(sv, "version"),
+           *req = json_object_get(sv, "requests"), *fail = json_object_get(sv, "failed");
+    const char *e = json_string_value(ep);
+    double p50 = latency_ms(json_object_get(sv, "latency_p50_ms")),
+           p99 = latency_ms(json_object_get(sv, "latency_p99_ms"));
+    bool ok = (json_is_null(ep) || (e && !strncmp(e, "http://", 7) && strlen(e) < COORD_ADDR_MAX &&
+                                    visible_ascii(e))) &&
+              (json_is_null(ver) || (json_is_integer(ver) && json_integer_value(ver) >= 0)) &&
+              json_is_integer(req) && json_integer_value(req) >= 0 && json_is_integer(fail) &&
+              json_integer_value(fail) >= 0 &&
+              json_integer_value(fail) <= json_integer_value(req) && p50 != -1 && p99 != -1;
+    if (!ok)
+        return;
+    out->has_serving = true;
+    out->endpoint = e;
+    out->version = json_is_integer(ver) ? json_integer_value(ver) : -1;
+    out->requests = json_integer_value(req);
+    out->failed = json_integer_value(fail);
+    out->latency_p50_ms = p50;
+    out->latency_p99_ms = p99;
 }
 
 void coord_report_from_json(json_t *r, coord_report *out) {
@@ -445,6 +540,7 @@ void coord_report_from_json(json_t *r, coord_report *out) {
             out->lags[i] = json_integer_value(lag);
         }
     }
+    serving_from_json(json_object_get(r, "serving"), out);
     json_t *res = json_object_get(r, "result");
     out->accuracy = num(res, "accuracy");
     out->test_loss = num(res, "test_loss");

@@ -111,8 +111,8 @@ int coord_assignment_add_key(json_t *assignment, const coord_cluster *c, const c
     coord_job *j;
     coord_task *t;
     coord_node_assigned(c, n, &j, &t);
-    if (!j || !json_is_object(assignment))
-        return 0;
+    if (!j || !json_is_object(assignment) || !strcmp(n->type, "serve"))
+        return 0; /* a serving task never joins the data plane */
     uint8_t job_key[PF_WIRE_KEY_SIZE], key[PF_WIRE_KEY_SIZE];
     char hex[PF_WIRE_KEY_HEX_SIZE];
     pf_wire_job_key(secret, PF_WIRE_KEY_SIZE, j->name, job_key);

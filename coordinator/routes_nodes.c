@@ -100,7 +100,7 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
         return;
     static const char *const keys[] = {"state",     "job",         "generation", "type",   "index",
                                        "exit_code", "message",     "reason",     "result", "stats",
-                                       "workers",   "incarnation", NULL};
+                                       "workers",   "incarnation", "serving",    NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
     json_t *exit_code = json_object_get(body, "exit_code"),
            *result = json_object_get(body, "result");
@@ -127,6 +127,9 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     } else if (exit_code && (!json_is_integer(exit_code) || json_integer_value(exit_code) < 0 ||
                              json_integer_value(exit_code) > 255)) {
         problem_field(rp, 422, "/exit_code", "must be an integer from 0 to 255");
+    } else if (json_object_get(body, "serving") &&
+               !json_is_object(json_object_get(body, "serving"))) {
+        problem_field(rp, 422, "/serving", "must be an object (a serving task's figures)");
     } else if (result && !json_is_object(result)) {
         problem_field(rp, 422, "/result", "must be an object");
     } else if (steps && (!json_is_integer(steps) || json_integer_value(steps) < 0)) {

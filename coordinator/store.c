@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "coordinator/cluster_json.h"
+#include "coordinator/cluster_serving.h"
 #include "psflow/mem.h"
 
 static const char *const migrations[] = {
@@ -402,6 +403,11 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         }
         pf_free(j->spec_json);
         j->spec_json = normal;
+        if (coord_serving_make(j) != PF_OK) { /* before the status, which names their state */
+            coord_job_free(j);
+            rc = PF_ERR_NOMEM;
+            break;
+        }
         snprintf(j->name, sizeof j->name, "%s", col_text(st, 0));
         json_t *status = json_loads(col_text(st, 2), 0, NULL);
         coord_job_status_from_json(j, status);

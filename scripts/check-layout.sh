@@ -7,7 +7,7 @@
 #  2. common/ includes a role (ps/ worker/ coordinator/ agent/ serve/ cli/) or anything else that is
 #     not a psflow/ header or a file next to the including one;
 #  3. a role includes a role it must not: ps, worker, coordinator and serve include no other role,
-#     agent may include ps and worker, cli may include anything; a role names another
+#     agent may include ps, worker and serve, cli may include anything; a role names another
 #     folder's header by its path ("ps/server.h"), never by a bare name;
 #  4. a CMakeLists.txt (or .cmake file) uses file(GLOB ...): sources are listed by name;
 #  5. two C files, or two headers, share a basename; a private header (outside
@@ -164,7 +164,7 @@ for f in "${files[@]}"; do
         is_role "$other" || continue
         [ "$other" = "$top" ] && continue
         [ "$top" = cli ] && continue
-        if [ "$top" = agent ] && { [ "$other" = ps ] || [ "$other" = worker ]; }; then
+        if [ "$top" = agent ] && { [ "$other" = ps ] || [ "$other" = worker ] || [ "$other" = serve ]; }; then
           continue
         fi
         problem "$f ($top/) includes $inc: $top/ must not include $other/"

@@ -76,7 +76,69 @@ typedef struct request_state {
 
 /* --- answers ---------------------------------------------------------------------------- */
 
+/* --- what the server tells its host (serve_stats) --------------------------------------- */
+
+void serve_stats_init(serve_stats *st) {
+    memset(st, 0, sizeof *st);
+    pthread_mutex_init(&st->mu, NULL);
+    st->version = -1;
+}
+
+void serve_stats_deinit(serve_stats *st) {
+    pthread_mutex_destroy(&st->mu);
+}
+
+static int float_order(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void serve_stats_read(serve_stats *st, serve_stats_view *out) {
+    pthread_mutex_lock(&st->mu);
+    float *recent = st->sorted;
+    out->port = st->port;
+    out->version = st->version;
+    out->requests = st->requests;
+    out->failed = st->failed;
+    double since = pf_clock_now() - SERVE_STATS_SECONDS;
+    int n = 0;
+    for (int i = 0; i < st->n; i++)
+        if (st->at[i] >= since)
+            recent[n++] = st->seconds[i];
+    qsort(recent, (size_t)n, sizeof *recent, float_order);
+    /* nearest rank: the smallest latency that at least p of the requests did not exceed */
+    out->p50 = n ? recent[(n * 50 + 99) / 100 - 1] : NAN;
+    out->p99 = n ? recent[(n * 99 + 99) / 100 - 1] : NAN;
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void stats_add(serve_stats *st, int status, double seconds) {
+    pthread_mutex_lock(&st->mu);
+    st->requests++;
+    st->failed += status >= 400;
+    st->at[st->next] = pf_clock_now();
+    st->seconds[st->next] = (float)seconds;
+    st->next = (st->next + 1) % SERVE_STATS_WINDOW;
+    if (st->n < SERVE_STATS_WINDOW)
+        st->n++;
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void stats_set(serve_stats *st, int port, int64_t version) {
+    if (!st)
+        return;
+    pthread_mutex_lock(&st->mu);
+    if (port)
+        st->port = port;
+    st->version = version;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* --- counting the answers ---------------------------------------------------------------- */
+
 static void count(server *s, int status, double seconds, int predict, int examples) {
+    if (predict && s->o.stats)
+        stats_add(s->o.stats, status, seconds);
     pthread_mutex_lock(&s->mu);
     int cls = status / 100;
     if (cls >= 1 && cls <= 5)
@@ -596,6 +658,9 @@ static void *watch(void *arg) {
         if (serve_versions_refresh(s->versions) < 0)
             fprintf(stderr, LOG ": out of memory loading a checkpoint; still serving the old "
                                 "version\n");
+        int64_t step, loaded, refused;
+        serve_versions_counts(s->versions, &step, &loaded, &refused);
+        stats_set(s->o.stats, 0, step);
         for (double t = 0;
              t < s->o.poll_seconds && !__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST); t += 0.05)
             pf_clock_sleep(0.05);
@@ -724,8 +789,12 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
         teardown(&s);
         return PF_ERR_UNAVAILABLE;
     }
+    const union MHD_DaemonInfo *bound = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    if (bound && bound->port)
+        s.o.port = bound->port; /* the kernel's pick when port was 0 */
     int64_t step, loaded, refused;
     serve_versions_counts(s.versions, &step, &loaded, &refused);
+    stats_set(s.o.stats, s.o.port, step);
     fprintf(stderr,
             LOG ": model %s on http://%s:%d%s:predict (%s, batches of up to %d examples, "
                 "waiting %.0f us for company, %d BLAS thread%s; %s); checkpoints from %s\n",

@@ -217,6 +217,11 @@ static const field run_policy_fields[] = {
     {"priority", K_INT, AT(run_policy.priority), .min = -1000, .max = 1000},
 };
 
+static const field serving_fields[] = {
+    {"replicas", K_INT, AT(serving.replicas), .min = 1, .max = PF_MAX_SERVING_REPLICAS, .def = 1},
+    {"port", K_INT, AT(serving.port), .min = 0, .max = 65535, .def = 0},
+};
+
 static const object_desc replicas_desc = {replicas_fields, COUNT(replicas_fields), false, NULL};
 static const object_desc model_desc = {model_fields, COUNT(model_fields), true,
                                        pf_spec_check_model};
@@ -227,6 +232,7 @@ static const object_desc training_desc = {training_fields, COUNT(training_fields
 static const object_desc placement_desc = {placement_fields, COUNT(placement_fields), false, NULL};
 static const object_desc checkpoint_desc = {checkpoint_fields, COUNT(checkpoint_fields), false,
                                             NULL};
+static const object_desc serving_desc = {serving_fields, COUNT(serving_fields), false, NULL};
 static const object_desc run_policy_desc = {run_policy_fields, COUNT(run_policy_fields), false,
                                             NULL};
 
@@ -242,6 +248,7 @@ static const field spec_fields[] = {
     {"placement", K_OBJECT, NO_SLOT, .sub = &placement_desc},
     {"checkpoint", K_OBJECT, NO_SLOT, .sub = &checkpoint_desc},
     {"run_policy", K_OBJECT, NO_SLOT, .sub = &run_policy_desc},
+    {"serving", K_OBJECT, NO_SLOT, .sub = &serving_desc, .present_at = AT(serving.enabled)},
     /* Default 0 stands for "absent": "device", parsed next, settles the count. */
     {"replicas_per_worker", K_INT, AT(replicas_per_worker), .min = 1,
      .max = PF_MAX_REPLICAS_PER_WORKER},

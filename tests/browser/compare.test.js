@@ -3,7 +3,7 @@
  * Browser test of the dashboard's run comparison ("#/compare?jobs=A,B,C", web/js/compare_*.js):
  * a real `psflow up` cluster on 127.0.0.1, three small jobs submitted through the API that
  * differ in their learning rate and batch size, and Debian's chromium driven by playwright-core
- * (no browser download). Run it through test_compare.sh (ctest -R test_compare), which installs
+ * (no browser download). Run it through run_test.sh compare (ctest -R test_compare), which installs
  * the npm packages and skips when chromium is missing.
  *
  * Environment: PSFLOW_BIN (the built psflow), PSFLOW_SRC (the source tree), PSFLOW_ARTIFACTS
@@ -28,11 +28,10 @@
 'use strict';
 
 const {chromium} = require('playwright-core');
-const {spawn} = require('child_process');
 const fs = require('fs');
-const net = require('net');
 const os = require('os');
 const path = require('path');
+const {log, check, waitFor, fatal, api, Cluster, ConsoleWatch} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
@@ -52,117 +51,6 @@ const MAX_STEPS = 40000;
 const DIFFERING = ['/optimizer/learning_rate', '/training/batch_size'];
 const SHARED = ['/model/type', '/training/max_steps', '/training/seed', '/data/format'];
 
-const t0 = Date.now();
-function log(...args) {
-    console.log('[' + ((Date.now() - t0) / 1000).toFixed(1).padStart(6) + ' s]', ...args);
-}
-
-function check(cond, message) {
-    if (!cond) throw new Error('check failed: ' + message);
-    log('ok: ' + message);
-}
-
-/* Polls fn until it returns a truthy value; an error it throws is retried unless fatal. */
-async function waitFor(what, fn, timeoutMs, intervalMs) {
-    const deadline = Date.now() + timeoutMs;
-    let last;
-    for (;;) {
-        try {
-            last = await fn();
-            if (last) return last;
-        } catch (e) {
-            if (e.fatal) throw e;
-            last = e;
-        }
-        if (Date.now() > deadline) {
-            throw new Error('timed out after ' + timeoutMs / 1000 + ' s waiting for ' + what +
-                (last instanceof Error ? ' (last error: ' + last.message + ')' : ''));
-        }
-        await new Promise((r) => setTimeout(r, intervalMs || 100));
-    }
-}
-
-function fatal(message) {
-    return Object.assign(new Error(message), {fatal: true});
-}
-
-function freePort() {
-    return new Promise((resolve, reject) => {
-        const srv = net.createServer();
-        srv.on('error', reject);
-        srv.listen(0, '127.0.0.1', () => {
-            const {port} = srv.address();
-            srv.close(() => resolve(port));
-        });
-    });
-}
-
-async function api(base, method, route, body) {
-    const res = await fetch(base + route, {
-        method,
-        headers: body === undefined ? {} : {'Content-Type': 'application/json'},
-        body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await res.text();
-    if (!res.ok) throw new Error(method + ' ' + route + ': ' + res.status + ' ' + text.slice(0, 300));
-    return text ? JSON.parse(text) : null;
-}
-
-/* `psflow up` on a port of ours, its output in the work dir. */
-class Cluster {
-    constructor(dir) {
-        this.dir = dir;
-        this.logPath = path.join(dir, 'up.log');
-    }
-
-    async start(ps, workers) {
-        this.port = await freePort();
-        this.url = 'http://127.0.0.1:' + this.port;
-        process.env.PSFLOW_WEB = path.join(SRC, 'web');
-        const out = fs.openSync(this.logPath, 'a');
-        this.child = spawn(BIN, ['up', '--ps', String(ps), '--workers', String(workers), '--port', String(this.port),
-            '--dir', path.join(this.dir, 'up')], {cwd: this.dir, stdio: ['ignore', out, out], env: process.env});
-        fs.closeSync(out);
-        this.exited = new Promise((resolve) => this.child.on('exit', resolve));
-        this.running = true;
-        this.exited.then(() => {
-            this.running = false;
-        });
-        await waitFor('psflow up to print the dashboard URL', async () => {
-            if (!this.running) throw fatal('psflow up exited:\n' + this.tail(this.logPath));
-            return fs.readFileSync(this.logPath, 'utf8').includes('dashboard: ' + this.url);
-        }, 60000, 100);
-        await waitFor((ps + workers) + ' agents registered', async () => {
-            const nodes = await api(this.url, 'GET', '/api/v1/nodes');
-            return nodes.items.filter((n) => n.state !== 'lost').length >= ps + workers;
-        }, 30000, 200);
-    }
-
-    async stop() {
-        if (!this.child) return;
-        if (this.running) this.child.kill('SIGTERM');
-        const timer = setTimeout(() => this.running && this.child.kill('SIGKILL'), 40000);
-        await this.exited;
-        clearTimeout(timer);
-    }
-
-    tail(file, n) {
-        try {
-            return fs.readFileSync(file, 'utf8').split('\n').slice(-(n || 40)).join('\n');
-        } catch (e) {
-            return '(no log)';
-        }
-    }
-
-    dumpLogs() {
-        const logs = [['up', this.logPath]];
-        const upLogs = path.join(this.dir, 'up', 'logs');
-        if (fs.existsSync(upLogs)) {
-            for (const f of fs.readdirSync(upLogs)) logs.push(['up/' + f, path.join(upLogs, f)]);
-        }
-        for (const [name, file] of logs) console.log('---- ' + name + ' (' + file + ')\n' + this.tail(file));
-    }
-}
 
 /* A linear regression on synthetic data: thousands of steps a second. */
 function jobSpec(name, v) {
@@ -176,34 +64,6 @@ function jobSpec(name, v) {
     };
 }
 
-class ConsoleWatch {
-    constructor(page) {
-        this.unexpected = [];
-        this.allowed = [];
-        page.on('console', (m) => {
-            if (m.type() === 'error') this.record(m.text());
-        });
-        page.on('pageerror', (e) => this.record('uncaught: ' + e.message));
-    }
-    record(text) {
-        const a = this.allowed.find((x) => x.re.test(text));
-        if (a) {
-            log('expected console error (' + a.why + '): ' + text);
-        } else {
-            this.unexpected.push(text);
-            log('CONSOLE ERROR: ' + text);
-        }
-    }
-    async allowing(why, re, fn) {
-        const a = {why, re};
-        this.allowed.push(a);
-        try {
-            return await fn();
-        } finally {
-            this.allowed = this.allowed.filter((x) => x !== a);
-        }
-    }
-}
 
 /* The fields of the final figures table that are the API's status figures as they are. */
 const FINAL_FIELDS = ['global_step', 'loss', 'accuracy', 'test_auc', 'test_loss'];
@@ -259,7 +119,7 @@ function waitForCompare(page, what, pred) {
 const sameSet = (a, b) => a.length === b.length && a.every((x) => b.includes(x));
 
 async function main() {
-    if (!SRC || !BIN) throw new Error('PSFLOW_SRC and PSFLOW_BIN must be set (run test_compare.sh)');
+    if (!SRC || !BIN) throw new Error('PSFLOW_SRC and PSFLOW_BIN must be set (run run_test.sh compare)');
     fs.mkdirSync(ARTIFACTS, {recursive: true});
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psflow-compare-'));
     const cluster = new Cluster(dir);

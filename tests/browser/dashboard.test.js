@@ -2,7 +2,7 @@
 /*
  * Browser test of the dashboard (web/): a real cluster on 127.0.0.1, a job trained through the
  * API, and Debian's chromium driven by playwright-core (no browser download). Run it through
- * test_dashboard.sh (ctest -L browser), which installs the npm packages and skips when chromium
+ * run_test.sh dashboard (ctest -R test_dashboard), which installs the npm packages and skips when chromium
  * is missing.
  *
  * Environment: PSFLOW_BIN (the built psflow), PSFLOW_SRC (the source tree), PSFLOW_ARTIFACTS
@@ -42,9 +42,9 @@
 const {chromium} = require('playwright-core');
 const {spawn} = require('child_process');
 const fs = require('fs');
-const net = require('net');
 const os = require('os');
 const path = require('path');
+const {log, check, waitFor, fatal, freePort, api} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
@@ -66,52 +66,6 @@ const metricRowsPerTask = (nTasks) => Math.max(MIN_TASK_ROWS, Math.floor(nTasks 
 /* Live points posted into the big job (half to each of its two workers). */
 const LIVE_POSTS = 20;
 const LATENCY_LIMIT_MS = 1000;
-
-const t0 = Date.now();
-function log(...args) {
-    console.log('[' + ((Date.now() - t0) / 1000).toFixed(1).padStart(6) + ' s]', ...args);
-}
-
-function check(cond, message) {
-    if (!cond) throw new Error('check failed: ' + message);
-    log('ok: ' + message);
-}
-
-/* Polls fn until it returns a truthy value, failing after timeoutMs with what it waited for.
- * An error fn throws is retried unless it is fatal(). */
-async function waitFor(what, fn, timeoutMs, intervalMs) {
-    const deadline = Date.now() + timeoutMs;
-    let last;
-    for (;;) {
-        try {
-            last = await fn();
-            if (last) return last;
-        } catch (e) {
-            if (e.fatal) throw e;
-            last = e;
-        }
-        if (Date.now() > deadline) {
-            throw new Error('timed out after ' + timeoutMs / 1000 + ' s waiting for ' + what +
-                (last instanceof Error ? ' (last error: ' + last.message + ')' : ''));
-        }
-        await new Promise((r) => setTimeout(r, intervalMs || 100));
-    }
-}
-
-function fatal(message) {
-    return Object.assign(new Error(message), {fatal: true});
-}
-
-function freePort() {
-    return new Promise((resolve, reject) => {
-        const srv = net.createServer();
-        srv.on('error', reject);
-        srv.listen(0, '127.0.0.1', () => {
-            const {port} = srv.address();
-            srv.close(() => resolve(port));
-        });
-    });
-}
 
 function median(xs) {
     const s = xs.slice().sort((a, b) => a - b);
@@ -246,23 +200,6 @@ class Cluster {
     }
 }
 
-async function api(base, method, route, body, headers = {}) {
-    const res = await fetch(base + route, {
-        method,
-        headers: Object.assign(body === undefined ? {} : {'Content-Type': 'application/json'}, headers),
-        body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await res.text();
-    const data = text ? JSON.parse(text) : null;
-    if (!res.ok) {
-        const err = new Error(method + ' ' + route + ': ' + res.status + ' ' + text.slice(0, 300));
-        err.status = res.status;
-        err.body = data;
-        throw err;
-    }
-    return data;
-}
-
 /* ------------------------------------------------------------------ the job */
 
 function trainingSpec(name) {
@@ -362,7 +299,7 @@ async function postPointAndTime(page, base, job, task, incarnation, step, loss) 
 }
 
 async function main() {
-    if (!SRC || (!BIN && !MOCK)) throw new Error('PSFLOW_SRC and PSFLOW_BIN must be set (run test_dashboard.sh)');
+    if (!SRC || (!BIN && !MOCK)) throw new Error('PSFLOW_SRC and PSFLOW_BIN must be set (run run_test.sh dashboard)');
     fs.mkdirSync(ARTIFACTS, {recursive: true});
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'psflow-browser-'));
     const cluster = new Cluster(dir);

@@ -1,9 +1,10 @@
 /*
  * "#/jobs/NAME": one job. Its summary and actions, the metric charts, the task table, the
- * variable placement, the checkpoints and the event log. A snapshot comes over REST (see
- * main.js for when); then "job", "task", "metric", "checkpoint" and "log" events update it,
- * and what has no events (heartbeats, update counters, stale-gradient counts) is polled every
- * 3 s while the job is active and the stream is open. Rendering is batched per animation
+ * serving tasks, the variable placement, the checkpoints and the event log. A snapshot comes
+ * over REST (see main.js for when); then "job", "task", "metric", "checkpoint" and "log"
+ * events update it, and what has no events (heartbeats, update counters, stale-gradient
+ * counts, the serving tasks' figures) is polled every 3 s while the job is active (or, with
+ * a serving section, while its servers run after it) and the stream is open. Rendering is batched per animation
  * frame: markDirty(part...) names what changed.
  */
 
@@ -16,12 +17,20 @@ import {JobActions} from './job_actions.js';
 import {JobMetrics, MAX_POINTS} from './job_metrics.js';
 import {JobSummary} from './job_summary.js';
 import {PlacementView} from './placement.js';
+import {ServingView} from './serving.js';
 import {connectionState} from './stream.js';
 import {TaskTable} from './task_table.js';
 import {TERMINAL, card, errorBox, phaseBadge} from './widgets.js';
 
 const POLL_MS = 3000;
-const PARTS = ['stats', 'loss', 'acc', 'steptime', 'tasks', 'placement', 'checkpoints', 'log'];
+const PARTS = ['stats', 'loss', 'acc', 'steptime', 'tasks', 'serving', 'placement', 'checkpoints',
+    'log'];
+
+/* Whether the job's servers may still run: a serving section, and not failed (or deleted). */
+function serves(job) {
+    const st = job.status || {};
+    return Array.isArray(st.serving) && st.serving.length > 0 && st.phase !== 'Failed';
+}
 
 function isSync(job) {
     return ((job.spec || {}).training || {}).mode === 'sync';
@@ -60,6 +69,7 @@ export class JobPage {
         });
         this.tasks = new TaskTable();
         this.placementView = new PlacementView();
+        this.servingView = new ServingView();
         this.checkpoints = new CheckpointTable();
         this.log = new EventLog();
         this.phaseSlot = h('span');
@@ -80,6 +90,7 @@ export class JobPage {
                 this.metrics.accCard,
                 this.metrics.syncCard,
                 card('Tasks', {id: 'tasks', class: 'span-2'}, h('div', {class: 'table-wrap'}, this.tasks.el)),
+                this.servingView.el,
                 this.placementView.el,
                 this.checkpoints.el,
                 this.log.el));
@@ -212,7 +223,11 @@ export class JobPage {
     async poll() {
         if (this.loading || !this.job || connectionState() === 'reconnecting') return;
         const phase = (this.job.status || {}).phase;
-        if (TERMINAL.has(phase)) return;
+        if (TERMINAL.has(phase)) {
+            if (serves(this.job)) this.pollServing();
+            return;
+        }
+        if (serves(this.job)) this.pollServing();
         try {
             const sync = isSync(this.job);
             const since = this.metrics.lastStep();
@@ -231,6 +246,18 @@ export class JobPage {
             this.markDirty('tasks', 'placement', 'steptime');
         } catch (e) {
             /* A failed poll is retried on the next tick. */
+        }
+    }
+
+    /* The serving tasks' figures (status.serving), which change without events. */
+    async pollServing() {
+        try {
+            const job = await api(jobPath(this.name));
+            if (this.destroyed || this.loading || !this.job) return;
+            (this.job.status || (this.job.status = {})).serving = (job.status || {}).serving;
+            this.markDirty('serving');
+        } catch (e) {
+            /* retried on the next tick */
         }
     }
 
@@ -257,6 +284,7 @@ export class JobPage {
         if (d.has('acc')) this.metrics.renderAcc();
         if (d.has('steptime') && isSync(this.job)) this.metrics.renderStepTime();
         if (d.has('tasks')) this.tasks.render();
+        if (d.has('serving') || d.has('stats')) this.servingView.render(this.job);
         if (d.has('placement')) this.placementView.render(this.placement);
         if (d.has('checkpoints')) this.checkpoints.render();
         if (d.has('log')) this.log.render();

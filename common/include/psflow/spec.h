@@ -247,6 +247,15 @@ typedef struct pf_run_policy_spec {
     int priority; /* -1000..1000 [0]: a waiting job of higher priority is admitted first */
 } pf_run_policy_spec;
 
+/* "serving": prediction servers the coordinator runs on worker agents from the job's start
+ * until it is deleted or fails (docs/serving.md, "Managed"). Absent: none. */
+#define PF_MAX_SERVING_REPLICAS 8
+typedef struct pf_serving_spec {
+    bool enabled; /* the section was given */
+    int replicas; /* 1..PF_MAX_SERVING_REPLICAS [1] */
+    int port;     /* 0..65535 [0: any free port, the job's status says which] */
+} pf_serving_spec;
+
 typedef struct pf_job_spec {
     char name[PF_NAME_MAX + 1]; /* required */
     pf_replicas replicas;
@@ -258,6 +267,7 @@ typedef struct pf_job_spec {
     pf_partitioner_spec partitioner; /* "placement.partitioner" */
     pf_checkpoint_spec checkpoint;
     pf_run_policy_spec run_policy;
+    pf_serving_spec serving;
     /* In-graph replicas: each worker (and psflow train) runs replicas_per_worker copies of
      * the model, replica r on devices[r], each on batch_size examples, and averages their
      * gradients in replica order. "replicas_per_worker": 1..PF_MAX_REPLICAS_PER_WORKER [1,

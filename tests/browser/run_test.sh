@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Browser test of the dashboard's run comparison (web/js/compare_*.js): `psflow up`, three
-# jobs trained through the API, and Debian's chromium driven by npm playwright-core
-# (tests/browser/package.json; never a downloaded browser). Checks are in compare.test.js; screenshots go to $PSFLOW_ARTIFACTS
-# [tests/browser/artifacts]. Needs chromium (apt) and node; skips (77) without chromium.
-#   ctest -R test_compare    or    PSFLOW_BIN=build/psflow PSFLOW_SRC=. bash tests/browser/test_compare.sh
+# Runs one browser test of the dashboard, NAME.test.js (dashboard: the pages as a job trains;
+# compare: the run comparison; serving: a job's serving tasks): `psflow up`, jobs trained
+# through the API, and Debian's chromium driven by npm playwright-core
+# (tests/browser/package.json; never a downloaded browser).
+# Screenshots go to $PSFLOW_ARTIFACTS [tests/browser/artifacts]. Needs chromium (apt) and
+# node; skips (77) without chromium.
+#   ctest -R test_compare    or    PSFLOW_BIN=build/psflow PSFLOW_SRC=. bash tests/browser/run_test.sh compare
 set -euo pipefail
 
+name=${1:?usage: run_test.sh NAME (runs tests/browser/NAME.test.js)}
 : "${PSFLOW_BIN:?run through ctest (PSFLOW_BIN unset)}"
 : "${PSFLOW_SRC:?run through ctest (PSFLOW_SRC unset)}"
 chromium=${PSFLOW_CHROMIUM:-/usr/bin/chromium}
@@ -26,4 +29,4 @@ done
 
 export PSFLOW_ARTIFACTS=${PSFLOW_ARTIFACTS:-$PSFLOW_SRC/tests/browser/artifacts}
 export PSFLOW_CHROMIUM=$chromium
-exec node "$PSFLOW_SRC/tests/browser/compare.test.js"
+exec node "$PSFLOW_SRC/tests/browser/$name.test.js"

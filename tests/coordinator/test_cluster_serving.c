@@ -31,12 +31,11 @@ static void serve_report(coord_cluster *c, coord_node *n, const char *state, con
     assert_non_null(j);
     json_t *r = report_json(n, state, 0, j->serving[n->index].incarnation);
     if (endpoint)
-        json_object_set_new(
-            r, "serving",
-            json_pack("{s:s, s:o, s:I, s:I, s:f, s:f}", "endpoint", endpoint, "version",
-                      version >= 0 ? json_integer(version) : json_null(), "requests",
-                      (json_int_t)requests, "failed", (json_int_t)0, "latency_p50_ms", p99 / 2,
-                      "latency_p99_ms", p99));
+        json_object_set_new(r, "serving",
+                            json_pack("{s:s, s:o, s:I, s:I, s:f, s:f}", "endpoint", endpoint,
+                                      "version", version >= 0 ? json_integer(version) : json_null(),
+                                      "requests", (json_int_t)requests, "failed", (json_int_t)0,
+                                      "latency_p50_ms", p99 / 2, "latency_p99_ms", p99));
     coord_node_heartbeat_json(c, n, r, now);
     json_decref(r);
 }
@@ -109,8 +108,8 @@ static void test_placed_on_spare_agents(void **state) {
     assert_string_equal(json_string_value(json_object_get(s0, "endpoint")),
                         "http://worker-b.test:8501/v1/models/served");
     assert_int_equal(json_integer_value(json_object_get(s0, "version")), 1000);
-    assert_true(json_is_null(json_object_get(json_array_get(json_object_get(st, "serving"), 1),
-                                             "version")));
+    assert_true(json_is_null(
+        json_object_get(json_array_get(json_object_get(st, "serving"), 1), "version")));
 
     /* The stored status brings them back (a coordinator restart). */
     coord_job *k = pf_calloc(1, sizeof *k);
@@ -247,7 +246,7 @@ static void test_kept_after_success_stopped_on_delete(void **state) {
     report(&c, n[0], "succeeded", 0, T0 + 5);
     report(&c, n[1], "succeeded", 0, T0 + 5);
     assert_int_equal(j->phase, COORD_SUCCEEDED);
-    assert_string_equal(n[1]->job, "");  /* the trainer's agent is free */
+    assert_string_equal(n[1]->job, "");     /* the trainer's agent is free */
     assert_true(serves(n[2], "served", 0)); /* the servers keep theirs */
     assert_true(serves(n[3], "served", 1));
     assert_int_equal(j->serving[0].state, TASK_RUNNING);

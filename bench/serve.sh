@@ -25,8 +25,10 @@
 # usage: bench/serve.sh [BUILD_DIR]     (default: build)
 #   environment: STEPS [300] training steps; SECONDS_PER_PHASE [5]; OPEN_SECONDS [10];
 #   RATE [1000]; RATE_B100 [auto]; SERVE_OPTS [--max-batch 100: a batch-100 request is one
-#   forward pass] extra psflow serve options. OPENBLAS_NUM_THREADS, when set, reaches both
-#   psflow serve and the forward timing.
+#   forward pass] extra psflow serve options; PIN [0]: 1 runs psflow serve on core 0 and the
+#   load generator on core 1 (taskset), so that neither waits for the other's time slice on
+#   a 2-core machine. OPENBLAS_NUM_THREADS, when set, reaches both psflow serve and the
+#   forward timing.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,6 +41,14 @@ open_seconds=${OPEN_SECONDS:-10}
 rate=${RATE:-1000}
 rate_b100=${RATE_B100:-auto}
 serve_opts=${SERVE_OPTS:---max-batch 100}
+serve_pin=() load_pin=()
+if [ "${PIN:-0}" = 1 ]; then
+  [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null || {
+    echo "serve.sh: PIN=1 needs 2 cores and taskset" >&2
+    exit 1
+  }
+  serve_pin=(taskset -c 0) load_pin=(taskset -c 1)
+fi
 fm=/usr/share/datasets/fashion-mnist
 die() {
   echo "serve.sh: $*" >&2
@@ -136,8 +146,8 @@ cp -r "$ckpt" "$live/$job/"
 port=$(free_ports 1)
 addr=127.0.0.1:$port
 # shellcheck disable=SC2086 # SERVE_OPTS is a list of options
-"$psflow" serve --job "$work/job.json" --checkpoint-dir "$live" --listen "$addr" $serve_opts \
-  2>"$work/serve.log" &
+"${serve_pin[@]}" "$psflow" serve --job "$work/job.json" --checkpoint-dir "$live" --listen "$addr" \
+  $serve_opts 2>"$work/serve.log" &
 serve_pid=$!
 pids+=("$serve_pid")
 for _ in $(seq 100); do
@@ -146,7 +156,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 curl -sf "http://$addr/healthz" >/dev/null || die "psflow serve did not become healthy"
-echo "== psflow serve on $addr ($serve_opts): $(head -1 "$work/serve.log" | cut -c1-160)"
+echo "== psflow serve on $addr ($serve_opts${serve_pin[*]:+; serve on core 0, the load on core 1}): $(head -1 "$work/serve.log" | cut -c1-160)"
 
 # metric NAME: a counter of psflow serve's /metrics
 metric() {
@@ -161,7 +171,7 @@ run_phase() {
   shift 3
   b0=$(metric psflow_serve_batches_total)
   e0=$(metric psflow_serve_examples_total)
-  line=$("$load" "$mode" --addr "$addr" --model "$job" --body "$work/body-$batch.json" "$@") ||
+  line=$("${load_pin[@]}" "$load" "$mode" --addr "$addr" --model "$job" --body "$work/body-$batch.json" "$@") ||
     die "serve_load failed in phase $name"
   b1=$(metric psflow_serve_batches_total)
   e1=$(metric psflow_serve_examples_total)

@@ -50,10 +50,11 @@ typedef enum {
     TASK_STOPPED /* still Pending or Running when its job ended: its agent stops it */
 } coord_task_state;
 
-#define COORD_ID_MAX    128 /* node ids */
-#define COORD_ADDR_MAX  256 /* advertised host:port */
-#define COORD_TEXT_MAX  256 /* condition and status messages */
-#define COORD_MAX_CONDS 10  /* one per condition type */
+#define COORD_ID_MAX       128 /* node ids */
+#define COORD_ADDR_MAX     256 /* advertised host:port */
+#define COORD_ENDPOINT_MAX 400 /* a serving task's URL: http:// host : port /v1/models/ job */
+#define COORD_TEXT_MAX     256 /* condition and status messages */
+#define COORD_MAX_CONDS    10  /* one per condition type */
 /* How long a job whose training is done waits for its evaluator's final evaluation. */
 #define COORD_EVALUATOR_GRACE_SECONDS 120
 
@@ -104,12 +105,12 @@ typedef struct coord_serving {
     coord_task_state state;     /* Pending (no agent, or not yet listening), Running, Failed,
                                    Stopped (the job failed or was deleted) */
     uint64_t incarnation;
-    char message[COORD_TEXT_MAX];  /* a failure's, from its agent */
-    char endpoint[COORD_ADDR_MAX]; /* its agent's report: http://host:port/v1/models/NAME */
-    int64_t version;               /* the serving version (checkpoint step); -1 before one */
-    int64_t requests, failed;      /* predicts answered, and of those with an error */
-    double requests_per_sec;       /* over the last two reports at least 2 s apart */
-    double requests_time;          /* when `requests_base` was reported; 0 = never */
+    char message[COORD_TEXT_MAX];      /* a failure's, from its agent */
+    char endpoint[COORD_ENDPOINT_MAX]; /* its agent's report: http://host:port/v1/models/NAME */
+    int64_t version;                   /* the serving version (checkpoint step); -1 before one */
+    int64_t requests, failed;          /* predicts answered, and of those with an error */
+    double requests_per_sec;           /* over the last two reports at least 2 s apart */
+    double requests_time;              /* when `requests_base` was reported; 0 = never */
     int64_t requests_base;
     double latency_p50_ms, latency_p99_ms; /* over its last 10 s; NAN when it answered none */
 } coord_serving;

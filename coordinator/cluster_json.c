@@ -167,19 +167,25 @@ json_t *coord_job_status_json(const coord_job *j) {
     return out;
 }
 
-/* The serving tasks as stored: which agent holds each, its state and last figures (the
- * agent's next heartbeat refreshes them). */
+/* The serving tasks as stored, each by its "index": which agent holds it, its state and last
+ * figures (the agent's next heartbeat refreshes them; coord_serving_reconcile checks them
+ * against the agents' assignments). */
 static void serving_status_from_json(coord_job *j, json_t *arr) {
-    for (int i = 0; i < j->n_serving && i < (int)json_array_size(arr); i++) {
-        json_t *o = json_array_get(arr, (size_t)i);
-        coord_serving *s = &j->serving[i];
+    size_t k;
+    json_t *o;
+    json_array_foreach(arr, k, o) {
+        json_t *index = json_object_get(o, "index");
+        if (!json_is_integer(index) || json_integer_value(index) < 0 ||
+            json_integer_value(index) >= j->n_serving)
+            continue;
+        coord_serving *s = &j->serving[json_integer_value(index)];
         const char *state = json_string_value(json_object_get(o, "state")),
                    *node = json_string_value(json_object_get(o, "node")),
                    *endpoint = json_string_value(json_object_get(o, "endpoint")),
                    *message = json_string_value(json_object_get(o, "message"));
-        for (int k = TASK_PENDING; state && k <= TASK_STOPPED; k++)
-            if (!strcmp(state, coord_task_state_name((coord_task_state)k)))
-                s->state = (coord_task_state)k;
+        for (int q = TASK_PENDING; state && q <= TASK_STOPPED; q++)
+            if (!strcmp(state, coord_task_state_name((coord_task_state)q)))
+                s->state = (coord_task_state)q;
         snprintf(s->node_id, sizeof s->node_id, "%s", node ? node : "");
         snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint ? endpoint : "");
         snprintf(s->message, sizeof s->message, "%s", message ? message : "");
@@ -463,8 +469,8 @@ static void serving_from_json(json_t *sv, coord_report *out) {
     const char *e = json_string_value(ep);
     double p50 = latency_ms(json_object_get(sv, "latency_p50_ms")),
            p99 = latency_ms(json_object_get(sv, "latency_p99_ms"));
-    bool ok = (json_is_null(ep) || (e && !strncmp(e, "http://", 7) && strlen(e) < COORD_ADDR_MAX &&
-                                    visible_ascii(e))) &&
+    bool ok = (json_is_null(ep) || (e && !strncmp(e, "http://", 7) &&
+                                    strlen(e) < COORD_ENDPOINT_MAX && visible_ascii(e))) &&
               (json_is_null(ver) || (json_is_integer(ver) && json_integer_value(ver) >= 0)) &&
               json_is_integer(req) && json_integer_value(req) >= 0 && json_is_integer(fail) &&
               json_integer_value(fail) >= 0 &&

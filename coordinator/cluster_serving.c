@@ -1,12 +1,12 @@
 /* cluster_serving.c - a job's serving tasks (cluster_serving.h; docs/serving.md, "Managed").
  *
  * DESIGN: serving tasks are not members of the job's training gang: they take only the idle
- * worker agents no waiting job holds (a waiting job is never delayed by them), one at a time,
- * from the job's first admission; they keep their agents through the
- * job's success, its restarts and a suspension, and give them back when the job fails or is
- * deleted. A serving task whose agent is lost, deregisters or restarts goes back to Pending
- * and is placed on the next idle worker agent; one that fails (its agent reports why: a port
- * in use, no token for an address others reach) stays Failed with the message.
+ * worker agents no waiting job holds (never one a waiting job needs when they are placed;
+ * once placed they are not preempted), one at a time, from the job's first admission; they keep
+ * their agents through the job's success, its restarts and a suspension, and give them back when
+ * the job fails or is deleted. A serving task whose agent is lost, deregisters or restarts goes
+ * back to Pending and is placed on the next idle worker agent; one that fails (its agent reports
+ * why: a port in use, no token for an address others reach) stays Failed with the message.
  */
 #include "coordinator/cluster_serving.h"
 
@@ -16,6 +16,7 @@
 
 #include "coordinator/cluster_events.h"
 #include "psflow/mem.h"
+#include "psflow/text.h"
 
 pf_status coord_serving_make(coord_job *j) {
     int n = j->spec.serving.enabled ? j->spec.serving.replicas : 0;
@@ -138,6 +139,7 @@ void coord_serving_report(coord_cluster *c, coord_node *n, const coord_report *r
         return; /* about another task, or an earlier one on this agent */
     char msg[COORD_TEXT_MAX];
     int64_t version = s->version;
+    coord_task_state was = s->state;
     bool had_endpoint = s->endpoint[0] != '\0';
     if (!strcmp(r->state, "running")) {
         take_figures(s, r, now);
@@ -150,6 +152,7 @@ void coord_serving_report(coord_cluster *c, coord_node *n, const coord_report *r
         s->state = TASK_FAILED; /* a server stops only when told to */
         snprintf(s->message, sizeof s->message, "%.200s",
                  r->message && r->message[0] ? r->message : "stopped");
+        pf_text_cut_utf8(s->message); /* the stored status must stay valid JSON text */
         snprintf(msg, sizeof msg, "serve %d on agent %.60s failed: %.160s", n->index, n->id,
                  s->message);
         coord_log_event(c, j->name, "Warning", "ServingFailed", msg, now);
@@ -157,8 +160,7 @@ void coord_serving_report(coord_cluster *c, coord_node *n, const coord_report *r
         clear_figures(s);
         unassign(c, n, now);
     }
-    if (version != s->version || had_endpoint != (s->endpoint[0] != '\0') ||
-        s->state != TASK_RUNNING) {
+    if (version != s->version || had_endpoint != (s->endpoint[0] != '\0') || was != s->state) {
         j->dirty = true; /* the stored status and the dashboard follow a change, not a figure */
         coord_job_event(c, j, now);
     }
@@ -177,6 +179,32 @@ void coord_serving_node_gone(coord_cluster *c, coord_node *n, const char *why, d
     snprintf(msg, sizeof msg, "serve %d %.200s; it goes to another agent", n->index, why);
     coord_log_event(c, j->name, "Warning", "ServingLost", msg, now);
     coord_job_event(c, j, now);
+}
+
+void coord_serving_reconcile(coord_cluster *c) {
+    for (int k = 0; k < c->n_nodes; k++) { /* an agent serving a slot that does not name it */
+        coord_node *n = c->nodes[k];
+        coord_job *j;
+        if (coord_serving_node(n) && !of_node(c, n, &j)) {
+            n->job[0] = n->type[0] = '\0';
+            n->dirty = true;
+        }
+    }
+    for (int k = 0; k < c->n_jobs; k++) { /* a slot naming an agent that does not serve it */
+        coord_job *j = c->jobs[k];
+        for (int i = 0; i < j->n_serving; i++) {
+            coord_serving *s = &j->serving[i];
+            coord_node *n = s->node_id[0] ? coord_node_find(c, s->node_id) : NULL;
+            if (s->node_id[0] &&
+                (!n || !coord_serving_node(n) || strcmp(n->job, j->name) != 0 || n->index != i)) {
+                s->node_id[0] = '\0';
+                if (s->state == TASK_RUNNING || s->state == TASK_PENDING)
+                    s->state = TASK_PENDING;
+                clear_figures(s);
+                j->dirty = true;
+            }
+        }
+    }
 }
 
 void coord_serving_stop(coord_cluster *c, coord_job *j, double now) {

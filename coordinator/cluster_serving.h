@@ -27,6 +27,10 @@ void coord_serving_report(coord_cluster *c, coord_node *n, const coord_report *r
  * and to another agent. Call before clearing n's assignment; nothing when n serves none. */
 void coord_serving_node_gone(coord_cluster *c, coord_node *n, const char *why, double now);
 
+/* After a store reload: an agent assigned a serving task whose slot does not name it is
+ * freed, and a slot naming an agent that does not serve it goes back to Pending. */
+void coord_serving_reconcile(coord_cluster *c);
+
 /* j failed or was deleted: its serving tasks are Stopped and their agents freed. */
 void coord_serving_stop(coord_cluster *c, coord_job *j, double now);
 

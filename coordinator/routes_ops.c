@@ -85,6 +85,32 @@ static void job_quality(text *t, const coord_cluster *c) {
                 c->jobs[i]->bayes_auc);
 }
 
+/* Each serving task's version, predicts answered and p99 latency (jobs with a serving
+ * section; a task that serves no version yet, or answered none in its last 10 s, is left out
+ * of that family). */
+static void job_serving(text *t, const coord_cluster *c) {
+    family(t, "psflow_job_serving_version", "gauge",
+           "Checkpoint step each serving task of a job serves.");
+    for (int i = 0; i < c->n_jobs; i++)
+        for (int k = 0; k < c->jobs[i]->n_serving; k++)
+            if (c->jobs[i]->serving[k].version >= 0)
+                put(t, "psflow_job_serving_version{job=\"%s\",server=\"%d\"} %" PRId64 "\n",
+                    c->jobs[i]->name, k, c->jobs[i]->serving[k].version);
+    family(t, "psflow_job_serving_requests_total", "counter",
+           "Predict requests each serving task of a job answered, as its agent last reported.");
+    for (int i = 0; i < c->n_jobs; i++)
+        for (int k = 0; k < c->jobs[i]->n_serving; k++)
+            put(t, "psflow_job_serving_requests_total{job=\"%s\",server=\"%d\"} %" PRId64 "\n",
+                c->jobs[i]->name, k, c->jobs[i]->serving[k].requests);
+    family(t, "psflow_job_serving_latency_p99_seconds", "gauge",
+           "p99 predict latency of each serving task of a job over its last 10 s.");
+    for (int i = 0; i < c->n_jobs; i++)
+        for (int k = 0; k < c->jobs[i]->n_serving; k++)
+            if (!isnan(c->jobs[i]->serving[k].latency_p99_ms))
+                put(t, "psflow_job_serving_latency_p99_seconds{job=\"%s\",server=\"%d\"} %.6g\n",
+                    c->jobs[i]->name, k, c->jobs[i]->serving[k].latency_p99_ms / 1e3);
+}
+
 static char *prometheus(coord_server *s) {
     text t = {.st = PF_OK};
     pf_buf_init(&t.b, METRICS_MAX);
@@ -150,6 +176,7 @@ static char *prometheus(coord_server *s) {
         if (!isnan(c->jobs[i]->loss))
             put(&t, "psflow_job_loss{job=\"%s\"} %.6g\n", c->jobs[i]->name, c->jobs[i]->loss);
     job_quality(&t, c);
+    job_serving(&t, c);
     family(&t, "psflow_job_restarts_total", "counter", "Gang restarts of each job.");
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,

@@ -457,6 +457,8 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         n->last_heartbeat = now; /* a fresh lease: see store.h */
     }
     sqlite3_finalize(st);
+    if (rc == PF_OK) /* the serving tasks and the agents must agree on who serves what */
+        coord_serving_reconcile(c);
     return rc;
 }
 

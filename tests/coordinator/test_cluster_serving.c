@@ -272,6 +272,61 @@ static void test_stopped_when_failed(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* After a coordinator restart: slots come back by their index, and what the agents' stored
+ * assignments say wins over a stale slot (coord_serving_reconcile). */
+static void test_restore_checked_against_agents(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_node *n[4];
+    coord_job *j = setup(&c, n);
+    /* A failure message cut inside a UTF-8 character still gives a stored status whose
+     * serving entries are all there. */
+    char why[400];
+    memset(why, 'x', sizeof why);
+    memcpy(why + 199, "\xc3\xa9", 2); /* an e-acute across the 200-byte cut */
+    why[sizeof why - 1] = '\0';
+    json_t *r = report_json(n[3], "failed", 69, j->serving[1].incarnation);
+    json_object_set_new(r, "message", json_string(why));
+    coord_node_heartbeat_json(&c, n[3], r, T0 + 3);
+    json_decref(r);
+    assert_int_equal(j->serving[1].state, TASK_FAILED);
+    json_t *st = coord_job_status_json(j);
+    json_t *arr = json_object_get(st, "serving");
+    assert_int_equal(json_array_size(arr), 2);
+    /* stored in the other order: each goes back to its own index */
+    json_t *rev = json_array();
+    json_array_append(rev, json_array_get(arr, 1));
+    json_array_append(rev, json_array_get(arr, 0));
+    json_object_set_new(st, "serving", rev);
+    coord_job *k = pf_calloc(1, sizeof *k);
+    make_spec(&k->spec, "served", 1, 1, SERVING);
+    assert_int_equal(coord_serving_make(k), PF_OK);
+    coord_job_status_from_json(k, st);
+    assert_string_equal(k->serving[0].node_id, "worker-b");
+    assert_int_equal(k->serving[1].state, TASK_FAILED);
+    assert_int_equal(strlen(k->serving[1].message), 199); /* the half character dropped */
+    coord_job_free(k);
+    json_decref(st);
+
+    /* worker-b's stored assignment names another slot; worker-d serves a slot that names
+     * worker-b: both are put right. */
+    n[2]->index = 1;
+    coord_node *d = add_node(&c, "worker-d", "worker", T0 + 4);
+    snprintf(d->job, sizeof d->job, "served");
+    snprintf(d->type, sizeof d->type, "serve");
+    d->index = 0;
+    coord_serving_reconcile(&c);
+    assert_string_equal(n[2]->job, "");             /* slot 1 names nobody (failed) */
+    assert_string_equal(d->job, "");                /* slot 0 names worker-b */
+    assert_string_equal(j->serving[0].node_id, ""); /* and worker-b does not serve it */
+    assert_int_equal(j->serving[0].state, TASK_PENDING);
+    coord_cluster_tick(&c, T0 + 5); /* placed again, on one agent */
+    assert_string_equal(j->serving[0].node_id, "worker-b");
+    assert_true(serves(n[2], "served", 0));
+    assert_int_equal(j->serving[1].state, TASK_FAILED);
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placed_on_spare_agents),
@@ -281,6 +336,7 @@ int main(void) {
         cmocka_unit_test(test_failed_server_stays_failed),
         cmocka_unit_test(test_kept_after_success_stopped_on_delete),
         cmocka_unit_test(test_stopped_when_failed),
+        cmocka_unit_test(test_restore_checked_against_agents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,7 +106,12 @@ PY
 PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get served >"$WORK/get.txt" || fail "psflow get served"
 grep -A3 '^Serving:' "$WORK/get.txt"
 grep -q "^  serve-0  Running  $STEPS .*$EP0" "$WORK/get.txt" || fail "psflow get: no serve-0 line: $(cat "$WORK/get.txt")"
-pass "after the job succeeded both serving tasks answer with its final checkpoint (version $STEPS); psflow get lists them"
+curl -sf "$URL/metrics" -o "$WORK/metrics.txt" || fail "GET /metrics"
+grep -q "^psflow_job_serving_version{job=\"served\",server=\"1\"} $STEPS$" "$WORK/metrics.txt" ||
+  fail "/metrics: no serving version: $(grep serving "$WORK/metrics.txt")"
+grep -q '^psflow_job_serving_requests_total{job="served",server="0"} [1-9]' "$WORK/metrics.txt" ||
+  fail "/metrics: no serving requests: $(grep serving "$WORK/metrics.txt")"
+pass "after the job succeeded both serving tasks answer with its final checkpoint (version $STEPS); psflow get and /metrics list them"
 
 # Kill serve 0's agent: its task goes to the agent the training left idle.
 NODE0=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"]["serving"][0]["node"])' "$WORK/job2.json")

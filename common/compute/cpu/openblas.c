@@ -329,6 +329,11 @@ int pf_backend_openblas_set_threads(int threads) {
     return share_base;
 }
 
+int pf_backend_openblas_threads(void) {
+    pthread_once(&share_once, share_init);
+    return share_base;
+}
+
 /* OpenBLAS's own shutdown of its thread pool (what its fork handler calls): exported by the
  * pthreads and OpenMP builds, absent from others, hence weak. Its next level-3 call starts
  * the pool again (exec_blas checks blas_server_avail). */

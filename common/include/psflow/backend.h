@@ -122,6 +122,10 @@ int pf_backend_openblas_share(int callers);
  * (cpus.h). Returns the threads now used. Process-wide: call it while no gemm runs. */
 int pf_backend_openblas_set_threads(int threads);
 
+/* T as it is now (what pf_backend_openblas_set_threads set, else OpenBLAS's own count): to
+ * put it back after a task that sets its own, such as a server in an agent. */
+int pf_backend_openblas_threads(void);
+
 /* Puts OpenBLAS's helper threads to sleep until the next gemm: after a call they otherwise
  * spin in sched_yield for up to OpenBLAS's thread timeout (about 0.1 s), taking a core from
  * whatever runs next (a ps or the transport, while a worker waits on the network). The next

@@ -255,6 +255,8 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
             continue;
         }
         coord_node *n = first_idle(c, task_role(t));
+        if (!n && strcmp(t->type, "ps") != 0) /* training first: one of its own servers yields */
+            n = coord_serving_yield(c, j, t->type, t->index, now);
         if (n) {
             give_running_task(c, j, k, n, now);
         } else {

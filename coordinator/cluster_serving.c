@@ -2,7 +2,9 @@
  *
  * DESIGN: serving tasks are not members of the job's training gang: they take only the idle
  * worker agents no waiting job holds (never one a waiting job needs when they are placed;
- * once placed they are not preempted), one at a time, from the job's first admission; they keep
+ * once placed they keep it, except that the job's own chief or worker to be replaced with
+ * no idle agent left takes its last server's: coord_serving_yield), one at a time, from the
+ * job's first admission; they keep
  * their agents through the job's success, its restarts and a suspension, and give them back when
  * the job fails or is deleted. A serving task whose agent is lost, deregisters or restarts goes
  * back to Pending and is placed on the next idle worker agent; one that fails (its agent reports
@@ -179,6 +181,28 @@ void coord_serving_node_gone(coord_cluster *c, coord_node *n, const char *why, d
     snprintf(msg, sizeof msg, "serve %d %.200s; it goes to another agent", n->index, why);
     coord_log_event(c, j->name, "Warning", "ServingLost", msg, now);
     coord_job_event(c, j, now);
+}
+
+coord_node *coord_serving_yield(coord_cluster *c, coord_job *j, const char *type, int index,
+                                double now) {
+    for (int i = j->n_serving - 1; i >= 0; i--) {
+        coord_serving *s = &j->serving[i];
+        coord_node *n = s->node_id[0] ? coord_node_find(c, s->node_id) : NULL;
+        if (!n || n->lost || !coord_serving_node(n) || strcmp(n->job, j->name) != 0 ||
+            n->index != i)
+            continue;
+        char msg[COORD_TEXT_MAX];
+        snprintf(msg, sizeof msg, "serve %d gives agent %.80s to %s %d; it waits for another", i,
+                 n->id, type, index);
+        coord_log_event(c, j->name, "Serving", "ServingYielded", msg, now);
+        s->node_id[0] = '\0';
+        s->state = TASK_PENDING;
+        clear_figures(s);
+        j->dirty = true;
+        unassign(c, n, now);
+        return n;
+    }
+    return NULL;
 }
 
 void coord_serving_reconcile(coord_cluster *c) {

@@ -27,6 +27,12 @@ void coord_serving_report(coord_cluster *c, coord_node *n, const coord_report *r
  * and to another agent. Call before clearing n's assignment; nothing when n serves none. */
 void coord_serving_node_gone(coord_cluster *c, coord_node *n, const char *why, double now);
 
+/* A replacement for j's training task TYPE INDEX finds no idle worker agent: the agent of
+ * j's highest-numbered placed server is taken from it (the server goes back to Pending, for
+ * the next spare agent) and returned, to be given the training task; NULL when j has none. */
+coord_node *coord_serving_yield(coord_cluster *c, coord_job *j, const char *type, int index,
+                                double now);
+
 /* After a store reload: an agent assigned a serving task whose slot does not name it is
  * freed, and a slot naming an agent that does not serve it goes back to Pending. */
 void coord_serving_reconcile(coord_cluster *c);

@@ -272,6 +272,38 @@ static void test_stopped_when_failed(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A lost training worker with no idle agent left takes the agent of the job's own last
+ * placed server: training first; the server waits for the next spare agent. */
+static void test_server_yields_to_training(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_node *n[4];
+    coord_job *j = setup(&c, n);
+    for (int i = 0; i < 2; i++)
+        report(&c, n[i], "running", 0, T0 + 3);
+    serve_report(&c, n[2], "running", "http://worker-b.test:8501/v1/models/served", 100, 0, 1,
+                 T0 + 3);
+    serve_report(&c, n[3], "running", "http://worker-c.test:8501/v1/models/served", 100, 0, 1,
+                 T0 + 3);
+    for (double t = T0 + 4; t <= T0 + 3 + LEASE + 2; t += 1) { /* worker-a falls silent */
+        report(&c, n[0], "running", 0, t);
+        serve_report(&c, n[2], "running", "http://worker-b.test:8501/v1/models/served", 100, 0, 1,
+                     t);
+        serve_report(&c, n[3], "running", "http://worker-c.test:8501/v1/models/served", 100, 0, 1,
+                     t);
+        coord_cluster_tick(&c, t);
+    }
+    assert_true(n[1]->lost);
+    assert_assigned(j, n[3], "worker", 0, 1);
+    assert_int_equal(j->serving[1].state, TASK_PENDING);
+    assert_string_equal(j->serving[1].node_id, "");
+    assert_true(serves(n[2], "served", 0)); /* the other server keeps its agent */
+    assert_int_equal(take_events(&c, "log", "ServingYielded"), 1);
+    coord_node *e = add_node(&c, "worker-e", "worker", T0 + 20);
+    assert_true(serves(e, "served", 1));
+    coord_cluster_deinit(&c);
+}
+
 /* After a coordinator restart: slots come back by their index, and what the agents' stored
  * assignments say wins over a stale slot (coord_serving_reconcile). */
 static void test_restore_checked_against_agents(void **state) {
@@ -337,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_kept_after_success_stopped_on_delete),
         cmocka_unit_test(test_stopped_when_failed),
         cmocka_unit_test(test_restore_checked_against_agents),
+        cmocka_unit_test(test_server_yields_to_training),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,6 @@
 #include "ps/server.h"
 #include "psflow/clock.h"
 #include "psflow/address.h"
-#include "psflow/backend.h"
 #include "psflow/exit_code.h"
 #include "psflow/footprint.h"
 #include "psflow/http_client.h"
@@ -246,10 +245,7 @@ static void *serve_task_main(void *arg) {
                         .token = token,
                         .stop = &t->stop,
                         .stats = t->serving};
-    /* A server runs on one BLAS thread (serve.h): the agent's later tasks get its count back. */
-    int blas_threads = pf_backend_openblas_threads();
     pf_status st = serve_run(&so, &err);
-    pf_backend_openblas_set_threads(blas_threads);
     if (st == PF_OK) {
         task_finish(t, TASK_SUCCEEDED, 0, "stopped");
     } else {

@@ -49,6 +49,7 @@ typedef struct server {
     pthread_t watcher;
     int watching;
     int stopping;       /* __atomic */
+    int blas_before;    /* the process's BLAS threads before serve_run set its own; 0: unset */
     pthread_mutex_t mu; /* the counters below */
     int64_t by_code[6]; /* answers by class: [2] 2xx ... [5] 5xx */
     int64_t predicts, examples;
@@ -698,6 +699,8 @@ static void teardown(server *s) {
     pf_http_watch_destroy(s->watch); /* after libmicrohttpd stopped */
     serve_versions_destroy(s->versions);
     pf_model_destroy(s->model);
+    if (s->blas_before > 0) /* the process (an agent) gets its BLAS threads back */
+        pf_backend_openblas_set_threads(s->blas_before);
     pthread_mutex_destroy(&s->mu);
 }
 
@@ -742,6 +745,7 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     }
     /* Small batches want one thread: OpenBLAS's helpers would spin between the passes. */
+    s.blas_before = pf_backend_openblas_threads();
     pf_backend_openblas_set_threads(s.o.threads);
     /* One pass holds the largest request, so one version answers it whole. */
     int capacity = s.o.max_instances > s.o.max_batch ? s.o.max_instances : s.o.max_batch;

@@ -65,7 +65,8 @@ typedef struct serve_options {
     const char *token;          /* bearer token; NULL or "" serves without one */
     int max_batch;              /* examples in one forward pass [64] */
     double max_wait;            /* seconds a request waits for company [0] */
-    int threads;                /* BLAS threads of a forward pass [1] */
+    int threads;                /* BLAS threads of a forward pass [1]; the process gets its
+                                   own count back when serve_run returns */
     int max_instances;          /* examples in one request [1000] */
     double request_timeout;     /* seconds from a request's arrival to its answer [5] */
     size_t max_body;            /* request body bytes [16 MiB] */

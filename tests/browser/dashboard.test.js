@@ -44,7 +44,7 @@ const {spawn} = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {log, check, waitFor, fatal, freePort, api} = require('./harness.js');
+const {log, check, waitFor, fatal, freePort, api, ConsoleWatch, runMain} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
@@ -233,37 +233,6 @@ function expectedVariables(spec) {
 }
 
 /* ------------------------------------------------------------------ the browser */
-
-class ConsoleWatch {
-    constructor(page) {
-        this.unexpected = [];
-        this.allowed = [];
-        page.on('console', (m) => {
-            if (m.type() === 'error') this.record(m.text());
-        });
-        page.on('pageerror', (e) => this.record('uncaught: ' + e.message));
-    }
-    record(text) {
-        const a = this.allowed.find((x) => x.re.test(text));
-        if (a) {
-            a.hits++;
-            log('expected console error (' + a.why + '): ' + text);
-        } else {
-            this.unexpected.push(text);
-            log('CONSOLE ERROR: ' + text);
-        }
-    }
-    /* Runs fn while console errors matching re are expected (they are still logged). */
-    async allowing(why, re, fn) {
-        const a = {why, re, hits: 0};
-        this.allowed.push(a);
-        try {
-            return await fn();
-        } finally {
-            this.allowed = this.allowed.filter((x) => x !== a);
-        }
-    }
-}
 
 const bodyData = (page, key) => page.evaluate((k) => document.body.dataset[k], key);
 
@@ -741,10 +710,4 @@ async function main() {
     }
 }
 
-main().then(() => {
-    log('PASS');
-    process.exit(0);
-}, (e) => {
-    log('FAIL: ' + (e && e.stack || e));
-    process.exit(1);
-});
+runMain(main);

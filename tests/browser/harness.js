@@ -132,6 +132,8 @@ class Cluster {
     }
 }
 
+/* The page's console errors: each is logged; one not expected (allowing) is kept in
+ * `unexpected` for the test's last check. */
 class ConsoleWatch {
     constructor(page) {
         this.unexpected = [];
@@ -144,14 +146,16 @@ class ConsoleWatch {
     record(text) {
         const a = this.allowed.find((x) => x.re.test(text));
         if (a) {
+            a.hits++;
             log('expected console error (' + a.why + '): ' + text);
         } else {
             this.unexpected.push(text);
             log('CONSOLE ERROR: ' + text);
         }
     }
+    /* Runs fn while console errors matching re are expected (they are still logged). */
     async allowing(why, re, fn) {
-        const a = {why, re};
+        const a = {why, re, hits: 0};
         this.allowed.push(a);
         try {
             return await fn();
@@ -161,4 +165,15 @@ class ConsoleWatch {
     }
 }
 
-module.exports = {log, check, waitFor, fatal, freePort, api, Cluster, ConsoleWatch};
+/* Runs the test's main(): PASS and exit 0, or FAIL with the error and exit 1. */
+function runMain(main) {
+    main().then(() => {
+        log('PASS');
+        process.exit(0);
+    }, (e) => {
+        log('FAIL: ' + (e && e.stack || e));
+        process.exit(1);
+    });
+}
+
+module.exports = {log, check, waitFor, fatal, freePort, api, Cluster, ConsoleWatch, runMain};

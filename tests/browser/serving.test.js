@@ -22,7 +22,7 @@ const {chromium} = require('playwright-core');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {log, check, waitFor, fatal, api, Cluster, ConsoleWatch} = require('./harness.js');
+const {log, check, waitFor, fatal, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
@@ -150,10 +150,4 @@ async function main() {
     }
 }
 
-main().then(() => {
-    log('PASS');
-    process.exit(0);
-}, (e) => {
-    log('FAIL: ' + (e && e.stack || e));
-    process.exit(1);
-});
+runMain(main);

@@ -40,6 +40,14 @@ static void serve_report(coord_cluster *c, coord_node *n, const char *state, con
     json_decref(r);
 }
 
+/* A heartbeat of serving agent n (worker-b or worker-c of setup) at version 100. */
+static void serve_running(coord_cluster *c, coord_node *n, double now) {
+    serve_report(c, n, "running",
+                 n->index ? "http://worker-c.test:8501/v1/models/served"
+                          : "http://worker-b.test:8501/v1/models/served",
+                 100, 0, 1, now);
+}
+
 static bool serves(const coord_node *n, const char *job, int index) {
     return !strcmp(n->job, job) && !strcmp(n->type, "serve") && n->index == index;
 }
@@ -241,8 +249,7 @@ static void test_kept_after_success_stopped_on_delete(void **state) {
     coord_job *j = setup(&c, n);
     for (int i = 0; i < 2; i++)
         report(&c, n[i], "running", 0, T0 + 3);
-    serve_report(&c, n[2], "running", "http://worker-b.test:8501/v1/models/served", 100, 0, 1,
-                 T0 + 3);
+    serve_running(&c, n[2], T0 + 3);
     report(&c, n[0], "succeeded", 0, T0 + 5);
     report(&c, n[1], "succeeded", 0, T0 + 5);
     assert_int_equal(j->phase, COORD_SUCCEEDED);
@@ -279,18 +286,12 @@ static void test_server_yields_to_training(void **state) {
     coord_cluster c;
     coord_node *n[4];
     coord_job *j = setup(&c, n);
-    for (int i = 0; i < 2; i++)
-        report(&c, n[i], "running", 0, T0 + 3);
-    serve_report(&c, n[2], "running", "http://worker-b.test:8501/v1/models/served", 100, 0, 1,
-                 T0 + 3);
-    serve_report(&c, n[3], "running", "http://worker-c.test:8501/v1/models/served", 100, 0, 1,
-                 T0 + 3);
-    for (double t = T0 + 4; t <= T0 + 3 + LEASE + 2; t += 1) { /* worker-a falls silent */
+    for (double t = T0 + 3; t <= T0 + 3 + LEASE + 2; t += 1) { /* worker-a falls silent */
         report(&c, n[0], "running", 0, t);
-        serve_report(&c, n[2], "running", "http://worker-b.test:8501/v1/models/served", 100, 0, 1,
-                     t);
-        serve_report(&c, n[3], "running", "http://worker-c.test:8501/v1/models/served", 100, 0, 1,
-                     t);
+        if (t == T0 + 3)
+            report(&c, n[1], "running", 0, t);
+        serve_running(&c, n[2], t);
+        serve_running(&c, n[3], t);
         coord_cluster_tick(&c, t);
     }
     assert_true(n[1]->lost);

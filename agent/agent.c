@@ -26,6 +26,7 @@
 #include "psflow/footprint.h"
 #include "psflow/http_client.h"
 #include "psflow/mem.h"
+#include "psflow/profile.h"
 #include "psflow/signals.h"
 #include "psflow/tf_config.h"
 #include "psflow/version.h"
@@ -75,6 +76,7 @@ typedef struct task {
     char message[256];
     const char *reason; /* a failure's reason for the coordinator ("NonFiniteLoss"), or NULL */
     worker_result result;
+    pf_profile profile; /* a training task's step breakdown (the trainer writes it) */
     agent_reporter *rep;
     /* a serving task (type "serve"): what its server says, and the URL it is reached at */
     serve_stats *serving;
@@ -159,6 +161,7 @@ static void *worker_task_main(void *arg) {
         .report = agent_reporter_add,
         .report_ctx = t->rep,
         .ca_file = o->data_plane.ca_file,
+        .profile = &t->profile,
     };
     wo.task_key = t->has_key > 0 ? t->key : NULL; /* its own key only (docs/security.md) */
     t->result.accuracy = t->result.test_loss = t->result.auc = t->result.calibration = NAN;
@@ -495,6 +498,23 @@ static json_t *serving_json(task *t) {
                      agent_number_json(v.p99 * 1e3));
 }
 
+/* Where a task's time went (psflow/profile.h), as its heartbeats carry it (api/rest.md):
+ * cumulative seconds of the role's phases, the time since they started counting, and its
+ * steps (training task) or answered pulls (ps); NULL before the first step. */
+static json_t *profile_json(const pf_profile *p, int ps) {
+    double sec[PF_PHASE_COUNT], wall;
+    uint64_t count;
+    if (pf_profile_read(p, sec, &count, &wall) != 0)
+        return NULL;
+    json_t *phases = json_object();
+    for (int i = ps ? PF_PHASE_FIRST_PS : 0;
+         phases && i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++)
+        json_object_set_new(phases, pf_phase_name(i), json_real(sec[i]));
+    return phases ? json_pack("{s:I, s:f, s:o}", "count", (json_int_t)count, "seconds", wall,
+                              "phases", phases)
+                  : NULL;
+}
+
 static json_t *heartbeat_body(agent *a) {
     pthread_mutex_lock(&a->mu);
     task *t = a->t;
@@ -519,6 +539,14 @@ static json_t *heartbeat_body(agent *a) {
                                 json_integer(t->ps
                                                  ? ps_server_workers(t->ps)
                                                  : __atomic_load_n(&t->workers, __ATOMIC_RELAXED)));
+        json_t *profile = t->ps ? profile_json(ps_server_profile(t->ps), 1)
+                          : !strcmp(t->type, "chief") || !strcmp(t->type, "worker")
+                              ? profile_json(&t->profile, 0)
+                              : NULL;
+        if (b && profile)
+            json_object_set_new(b, "profile", profile);
+        else
+            json_decref(profile);
         if (b && t->ps) {
             uint64_t version, applied, stale;
             ps_server_stats(t->ps, &version, &applied, &stale);

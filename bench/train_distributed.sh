@@ -23,6 +23,10 @@
 # as Docker Compose runs its services: each task then sees the others at addresses that are
 # not its own.
 #
+# --baseline profile-off measures the step breakdown's cost instead (docs/profile.md): each
+# pair is the same cluster twice, first with PSFLOW_PROFILE=off (no phase counted, no clock
+# read for it), then as users run it; the ratio is on / off (target: >= 0.99).
+#
 # Targets (issue 20): 1 ps + 1 worker >= 0.7 of one process on 784-1024-1024-10 and
 # 784-4096-4096-10, >= 0.6 on 784-256-256-10; async 1 ps + 2 workers >= 0.7 on
 # 784-256-256-10; every worker within its bound.
@@ -41,6 +45,9 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --prefetch on|off the async clusters' training.prefetch (docs/distributed.md "Overlap") [off]
   --shm on|off      the shared segment of a worker and a ps on one host (PSFLOW_SHM,
                     docs/distributed.md "Overlap") [on]
+  --baseline one|profile-off
+                    what each cluster run is measured against: one process (`psflow train`),
+                    or the same cluster with the step breakdown off (PSFLOW_PROFILE=off) [one]
   --isolate none|pid|net
                     pid: every cluster task in a PID namespace of its own, the segment
                     handed over through PSFLOW_SHM_DIR (needs root: unshare); net: in a
@@ -64,6 +71,7 @@ nps=1
 prefetch=off
 shm=on
 isolate=none
+baseline=one
 while [ $# -gt 0 ]; do
   case $1 in
   --help | -h) usage; exit 0 ;;
@@ -76,6 +84,7 @@ while [ $# -gt 0 ]; do
   --prefetch) prefetch=${2:?--prefetch needs a value}; shift 2 ;;
   --shm) shm=${2:?--shm needs a value}; shift 2 ;;
   --isolate) isolate=${2:?--isolate needs a value}; shift 2 ;;
+  --baseline) baseline=${2:?--baseline needs a value}; shift 2 ;;
   -*) echo "train_distributed.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
   *) build=$1; shift ;;
   esac
@@ -86,6 +95,7 @@ done
 case $optimizer in sgd | adam) ;; *) echo "train_distributed.sh: --optimizer must be sgd or adam" >&2; exit 64 ;; esac
 case $prefetch in on | off) ;; *) echo "train_distributed.sh: --prefetch must be on or off" >&2; exit 64 ;; esac
 case $shm in on | off) ;; *) echo "train_distributed.sh: --shm must be on or off" >&2; exit 64 ;; esac
+case $baseline in one | profile-off) ;; *) echo "train_distributed.sh: --baseline must be one or profile-off" >&2; exit 64 ;; esac
 case $isolate in none | pid | net) ;; *) echo "train_distributed.sh: --isolate must be none, pid or net" >&2; exit 64 ;; esac
 export PSFLOW_SHM=$shm
 for m in ${models//,/ }; do
@@ -282,8 +292,10 @@ steps_for() { # WIDTH
 print(max(10, int(base*s)))' "$1" "$scale"
 }
 
-echo "train_distributed: $(nproc) cores, $nps ps, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, isolation $isolate, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
-printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "1 proc ex/s" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
+echo "train_distributed: $(nproc) cores, $nps ps, optimizer $optimizer, async prefetch $prefetch, shared segment $shm, isolation $isolate, baseline $baseline, $repeats interleaved pair(s) per row; load: $(uptime | sed 's/.*load average/load average/')"
+base_name="1 proc ex/s"
+[ "$baseline" = one ] || base_name="prof off ex/s"
+printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "$base_name" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
 for width in ${models//,/ }; do
   steps=$(steps_for "$width")
   params=$((784 * width + width + width * width + width + width * 10 + 10))
@@ -299,12 +311,17 @@ for width in ${models//,/ }; do
     for k in $(seq 0 $((nps - 1))); do ps_bounds="$ps_bounds${ps_bounds:+,}$(ps_formula "$work/cl.json" "$nw" "$k")"; done
     ratios=() ones=() cls=() rss_line=""
     for rep in $(seq 1 "$repeats"); do
-      read -r one one_kb <<<"$(one_process "$work/one.json" "$steps")"
+      if [ "$baseline" = one ]; then
+        read -r one one_kb <<<"$(one_process "$work/one.json" "$steps")"
+      else # the same cluster without the breakdown; no memory line
+        read -r -a off <<<"$(PSFLOW_PROFILE=off cluster "$work/cl.json" "$steps" "$nw")"
+        one=${off[0]} one_kb=0
+      fi
       read -r -a c <<<"$(cluster "$work/cl.json" "$steps" "$nw")"
       ones+=("$one")
       cls+=("${c[0]}")
       ratios+=("$(python3 -c 'import sys; a,b=map(float,sys.argv[1:]); print("%.2f" % (b/a) if a>0 else "nan")' "$one" "${c[0]}")")
-      if [ "$rep" = "$repeats" ] && [ "${#c[@]}" -gt 1 ]; then # the last pair's memory
+      if [ "$rep" = "$repeats" ] && [ "${#c[@]}" -gt 1 ] && [ "$baseline" = one ]; then # the last pair's memory
         rss_line=$(python3 - "$one_kb" "$params" "$ps_bounds" "${c[@]:1}" <<'PY'
 import sys
 one, params = int(sys.argv[1]) * 1024, int(sys.argv[2])

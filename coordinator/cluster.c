@@ -962,6 +962,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 t->stale = r->stale;
             if (!strcmp(t->type, "ps")) /* its lags and row counts */
                 coord_take_ps_stats(j, t, r, now);
+            coord_take_profile(t, r);
             if (r->has_workers) { /* more than it is told to serve: it has not heard yet */
                 int members = coord_job_membership(c, j);
                 t->workers = (int)r->workers < members ? (int)r->workers : members;

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "coordinator/cluster_rate.h"
+#include "psflow/profile.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
 
@@ -67,6 +68,14 @@ typedef struct coord_condition {
     double time; /* last transition, Unix seconds */
 } coord_condition;
 
+/* Where a task's time went (psflow/profile.h): seconds of each phase, over `seconds` of its
+ * time, in `count` steps (training task) or answered pulls (ps). */
+typedef struct coord_profile {
+    double seconds;
+    int64_t count;
+    double phases[PF_PHASE_COUNT];
+} coord_profile;
+
 typedef struct coord_task {
     char type[16]; /* chief, ps, worker, evaluator */
     int index;
@@ -95,7 +104,14 @@ typedef struct coord_task {
     double point_time;  /* the time of the newest metric point it reported, 0 = none */
     int64_t point_step; /* and its step */
     int64_t bad_lines;  /* the most bad input lines any incarnation of it reported skipping */
+    /* its profile as its agent last reported it (since its incarnation's first step), the
+     * report the latest window starts from, and that window: the difference of two reports
+     * at least COORD_PROFILE_WINDOW seconds of its time apart */
+    bool has_profile, has_window;
+    coord_profile profile, profile_base, window;
 } coord_task;
+
+#define COORD_PROFILE_WINDOW 2.0
 
 /* A serving task of a job with a `serving` section (docs/serving.md, "Managed"): psflow serve
  * on a worker agent, from the job's first admission until the job is deleted or fails. It
@@ -279,6 +295,10 @@ typedef struct coord_report {
     long long version;    /* -1: none yet */
     long long requests, failed;
     double latency_p50_ms, latency_p99_ms; /* NAN when null */
+    /* a training task's or ps's profile: every figure finite, >= 0 and at most 10^9, its
+     * phases among those of the role (absent ones 0); has_profile false otherwise */
+    bool has_profile;
+    coord_profile profile;
 } coord_report;
 
 /* Metric reports (api/rest.md, POST /api/v1/jobs/{name}/metrics); NAN for an absent or
@@ -330,6 +350,10 @@ coord_task *coord_task_find(coord_job *j, const char *type, int index);
  * (training.max_staleness) and the embedding-table rows it served and received, whose
  * rates per second it computes from the last report's (at `now`). */
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now);
+
+/* Takes a report's profile into t (its latest, and its window); a profile whose time went
+ * back (a new incarnation) starts t's again. */
+void coord_take_profile(coord_task *t, const coord_report *r);
 /* How many jobs were created before (create_time, name) in creation order: jobs[0..n) are
  * the older ones. A binary search, for listing from a position. */
 int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name);

@@ -228,6 +228,28 @@ static double rate(int64_t before, int64_t after, double seconds) {
     return after >= before && seconds > 0 ? (double)(after - before) / seconds : 0;
 }
 
+void coord_take_profile(coord_task *t, const coord_report *r) {
+    if (!r->has_profile)
+        return;
+    const coord_profile *p = &r->profile;
+    if (!t->has_profile || p->seconds < t->profile.seconds || p->count < t->profile.count) {
+        t->profile_base = *p; /* the first report, or a new incarnation's */
+        t->has_window = false;
+    } else if (p->seconds - t->profile_base.seconds >= COORD_PROFILE_WINDOW) {
+        coord_profile w = {
+            p->seconds - t->profile_base.seconds, p->count - t->profile_base.count, {0}};
+        for (int i = 0; i < PF_PHASE_COUNT; i++)
+            w.phases[i] = p->phases[i] >= t->profile_base.phases[i]
+                              ? p->phases[i] - t->profile_base.phases[i]
+                              : 0;
+        t->window = w;
+        t->has_window = true;
+        t->profile_base = *p;
+    }
+    t->profile = *p;
+    t->has_profile = true;
+}
+
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now) {
     if (r->has_input && t->index == 0 && j->spec.data.splits == PF_SPLITS_DYNAMIC) {
         j->dirty |= !j->has_input || j->input_epoch != r->input_epoch ||

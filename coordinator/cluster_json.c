@@ -277,6 +277,41 @@ json_t *coord_task_json(const coord_task *t, double lease, double now) {
                      t->has_lag ? json_integer((json_int_t)t->lag) : json_null());
 }
 
+/* One profile: its time, count, the role's phases and what they leave ("other"; never
+ * below 0: the phases are read a moment apart from the time). */
+static json_t *profile_json(const coord_profile *p, int ps) {
+    json_t *phases = json_object();
+    double sum = 0;
+    for (int i = ps ? PF_PHASE_FIRST_PS : 0;
+         phases && i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++) {
+        json_object_set_new(phases, pf_phase_name(i), json_real(p->phases[i]));
+        if (i != PF_PHASE_QUEUE) /* summed over pulls, not a share of the thread's time */
+            sum += p->phases[i];
+    }
+    return phases ? json_pack("{s:f, s:I, s:o, s:f}", "seconds", p->seconds, "count",
+                              (json_int_t)p->count, "phases", phases, "other",
+                              sum < p->seconds ? p->seconds - sum : 0.0)
+                  : NULL;
+}
+
+json_t *coord_job_profile_json(const coord_job *j) {
+    json_t *tasks = json_array();
+    for (int i = 0; tasks && i < j->n_tasks; i++) {
+        const coord_task *t = &j->tasks[i];
+        int ps = !strcmp(t->type, "ps");
+        if (!ps && strcmp(t->type, "chief") && strcmp(t->type, "worker"))
+            continue;
+        json_array_append_new(
+            tasks, json_pack("{s:s, s:i, s:s, s:o, s:o}", "type", t->type, "index", t->index,
+                             "state", coord_task_state_name(t->state), "total",
+                             t->has_profile ? profile_json(&t->profile, ps) : json_null(), "recent",
+                             t->has_window ? profile_json(&t->window, ps) : json_null()));
+    }
+    return tasks ? json_pack("{s:s, s:f, s:o}", "job", j->name, "window_seconds",
+                             COORD_PROFILE_WINDOW, "tasks", tasks)
+                 : NULL;
+}
+
 json_t *coord_node_json(const coord_node *n, double now) {
     const char *state = n->lost ? "lost" : (n->busy || n->job[0]) ? "busy" : "idle";
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:s, s:o}", "id", n->id, "role",
@@ -486,6 +521,31 @@ static void serving_from_json(json_t *sv, coord_report *out) {
     out->latency_p99_ms = p99;
 }
 
+/* A heartbeat's profile (api/rest.md): {"count", "seconds", "phases": {NAME: seconds}}, the
+ * phases a ps reports (apply, copy, queue) or a training task's (the others); all or
+ * nothing. */
+static void profile_from_json(json_t *p, const char *type, coord_report *out) {
+    json_t *count = json_object_get(p, "count"), *secs = json_object_get(p, "seconds"),
+           *phases = json_object_get(p, "phases"), *v;
+    const double max = 1e9;
+    if (!json_is_integer(count) || json_integer_value(count) < 0 || !json_is_number(secs) ||
+        !(json_number_value(secs) >= 0 && json_number_value(secs) <= max) ||
+        !json_is_object(phases) || !type)
+        return;
+    int ps = !strcmp(type, "ps");
+    coord_profile prof = {json_number_value(secs), json_integer_value(count), {0}};
+    const char *name;
+    json_object_foreach(phases, name, v) {
+        int i = pf_phase_from_name(name);
+        if (i < 0 || (i >= PF_PHASE_FIRST_PS) != ps || !json_is_number(v) ||
+            !(json_number_value(v) >= 0 && json_number_value(v) <= max))
+            return;
+        prof.phases[i] = json_number_value(v);
+    }
+    out->has_profile = true;
+    out->profile = prof;
+}
+
 void coord_report_from_json(json_t *r, coord_report *out) {
     memset(out, 0, sizeof *out);
     out->state = json_string_value(json_object_get(r, "state"));
@@ -547,6 +607,7 @@ void coord_report_from_json(json_t *r, coord_report *out) {
         }
     }
     serving_from_json(json_object_get(r, "serving"), out);
+    profile_from_json(json_object_get(r, "profile"), out->type, out);
     json_t *res = json_object_get(r, "result");
     out->accuracy = num(res, "accuracy");
     out->test_loss = num(res, "test_loss");

@@ -874,8 +874,8 @@ int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
         return 0;
     const char *name = rq->seg[1];
     const char *sub = rq->n_seg == 3 ? rq->seg[2] : "";
-    static const char *const subs[] = {"",          "cancel",  "tasks",       "tf_config",
-                                       "placement", "metrics", "checkpoints", "events"};
+    static const char *const subs[] = {"",        "cancel",      "tasks",  "tf_config", "placement",
+                                       "metrics", "checkpoints", "events", "profile"};
     int known = 0;
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
         known |= !strcmp(sub, subs[i]);
@@ -938,6 +938,8 @@ int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
         coord_reply_json(rp, 200, coord_store_checkpoints(s->store, j->name));
     } else if (!strcmp(sub, "events")) {
         get_events(s, rq, rp, j);
+    } else if (!strcmp(sub, "profile")) {
+        coord_reply_json(rp, 200, coord_job_profile_json(j));
     }
     pthread_mutex_unlock(&s->lock);
     return 1;

@@ -98,9 +98,9 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"state",     "job",         "generation", "type",   "index",
-                                       "exit_code", "message",     "reason",     "result", "stats",
-                                       "workers",   "incarnation", "serving",    NULL};
+    static const char *const keys[] = {"state",     "job",         "generation", "type",    "index",
+                                       "exit_code", "message",     "reason",     "result",  "stats",
+                                       "workers",   "incarnation", "serving",    "profile", NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
     json_t *exit_code = json_object_get(body, "exit_code"),
            *result = json_object_get(body, "result");

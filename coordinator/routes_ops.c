@@ -111,6 +111,26 @@ static void job_serving(text *t, const coord_cluster *c) {
                     c->jobs[i]->name, k, c->jobs[i]->serving[k].latency_p99_ms / 1e3);
 }
 
+/* Each training task's and ps's cumulative seconds per phase (GET .../profile's totals). */
+static void job_profiles(text *t, const coord_cluster *c) {
+    family(t, "psflow_task_phase_seconds_total", "counter",
+           "Seconds each training task spent in each phase of its steps, and each ps's service "
+           "thread applying and copying (queue: its pulls' held time, summed), since the task's "
+           "incarnation started.");
+    for (int i = 0; i < c->n_jobs; i++)
+        for (int k = 0; k < c->jobs[i]->n_tasks; k++) {
+            const coord_task *task = &c->jobs[i]->tasks[k];
+            int ps = !strcmp(task->type, "ps");
+            for (int p = ps ? PF_PHASE_FIRST_PS : 0;
+                 task->has_profile && p < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); p++)
+                put(t,
+                    "psflow_task_phase_seconds_total{job=\"%s\",task=\"%s-%d\",phase=\"%s\"} "
+                    "%.6f\n",
+                    c->jobs[i]->name, task->type, task->index, pf_phase_name(p),
+                    task->profile.phases[p]);
+        }
+}
+
 static char *prometheus(coord_server *s) {
     text t = {.st = PF_OK};
     pf_buf_init(&t.b, METRICS_MAX);
@@ -177,6 +197,7 @@ static char *prometheus(coord_server *s) {
             put(&t, "psflow_job_loss{job=\"%s\"} %.6g\n", c->jobs[i]->name, c->jobs[i]->loss);
     job_quality(&t, c);
     job_serving(&t, c);
+    job_profiles(&t, c);
     family(&t, "psflow_job_restarts_total", "counter", "Gang restarts of each job.");
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,

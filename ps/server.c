@@ -743,6 +743,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     if (sink)
         s->sink = *sink;
+    pf_profile_start(&s->prof);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pf_wire_out_init(&s->out);
@@ -870,6 +871,10 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
     *stale = __atomic_load_n(&s->pub_stale, __ATOMIC_RELAXED);
 }
 
+const pf_profile *ps_server_profile(const ps_server *s) {
+    return &s->prof;
+}
+
 void ps_server_rows(const ps_server *s, uint64_t *pulled, uint64_t *pushed) {
     *pulled = __atomic_load_n(&s->rows_pulled, __ATOMIC_RELAXED);
     *pushed = __atomic_load_n(&s->rows_pushed, __ATOMIC_RELAXED);
@@ -896,8 +901,10 @@ int ps_server_wait(ps_server *s) {
         for (int t = 0; t < s->n_tasks; t++)
             n_seen += s->seen[t];
         if (s->final_done && ((s->n_peers == 0 && n_seen == s->n_tasks) ||
-                              pf_clock_now() - s->final_time > s->grace))
+                              pf_clock_now() - s->final_time > s->grace)) {
+            pf_profile_stop(&s->prof);
             break;
+        }
         /* Once a second even when no message comes: a membership change waiting for memory
          * (a sync step may wait on it), and pulls held for a task that may have gone silent. */
         if (s->ws && (s->staleness || __atomic_load_n(&s->membership_retry, __ATOMIC_RELAXED)) &&

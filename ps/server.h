@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "psflow/profile.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
 #include "psflow/ws.h"
@@ -50,6 +51,10 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
 /* Embedding-table rows this ps has served (ROW_PULL selections) and received (row pushes)
  * since it started. Any thread. */
 void ps_server_rows(const ps_server *s, uint64_t *pulled, uint64_t *pushed);
+
+/* Where the service thread's time goes (psflow/profile.h): apply and copy, the pulls' queue
+ * time and the pulls answered. Any thread (pf_profile_read). */
+const pf_profile *ps_server_profile(const ps_server *s);
 
 /* ps 0 of a job with dynamic splits: the input work queue as the service thread last left
  * it (server_lease.c). */

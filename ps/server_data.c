@@ -79,9 +79,9 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
     return 0;
 }
 
-void ps_server_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
-                          const pf_wire_row_pull *pull, uint32_t push_result,
-                          float *const *seg_dst) {
+/* ps_server_reply_pull without its count and its time. */
+static void reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                       const pf_wire_row_pull *pull, uint32_t push_result, float *const *seg_dst) {
     pf_error err;
     if (seg_dst) { /* the values go into the peer's segment; the reply says they are there */
         for (uint32_t i = 0; i < pull->n; i++) {
@@ -114,6 +114,15 @@ void ps_server_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
      * reuses, so a reply with rows is copied where the socket does not take it at once. */
     ps_server_send(s, conn, pf_wire_encode_pull_reply(&s->out, request_id, &r, &err), "PULL_REPLY",
                    pull->n_sel == 0);
+}
+
+void ps_server_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
+                          const pf_wire_row_pull *pull, uint32_t push_result,
+                          float *const *seg_dst) {
+    double at = pf_profile_now(&s->prof);
+    pf_profile_count(&s->prof, 1);
+    reply_pull(s, conn, request_id, pull, push_result, seg_dst);
+    pf_profile_add(&s->prof, PF_PHASE_COPY, at);
 }
 
 /* Keeps a pull on its peer until its version: ids, selections and segment destinations
@@ -161,6 +170,7 @@ void ps_server_pull_or_park(ps_server *s, peer *p, uint32_t request_id,
         return;
     }
     p->held_since = fresh ? -1 : pf_clock_now();
+    p->parked_at = pf_profile_now(&s->prof);
     p->parked = 1;
     p->request_id = request_id;
     p->min_version = pull->min_version;
@@ -183,6 +193,7 @@ void ps_server_release_parked(ps_server *s) {
             p->parked = 0;
             ps_staleness_answered(s->staleness, fresh ? ps_server_trainer(p) : -1,
                                   p->held_since >= 0 ? pf_clock_now() - p->held_since : -1);
+            pf_profile_add(&s->prof, PF_PHASE_QUEUE, p->parked_at);
             ps_server_reply_pull(s, p->conn, p->request_id, &p->pull, p->push_result,
                                  p->parked_seg ? p->seg_dst : NULL);
         }
@@ -346,8 +357,11 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
     if (ps_server_version(s) >= (uint64_t)s->spec.training.max_steps || s->final_done)
         return PF_WIRE_PUSH_STALE; /* the job is over: nothing more is applied */
     ps_server_settle(s);
+    double at = pf_profile_now(&s->prof);
     ps_push_result r = ps_shards_push_grads(s->shards, (int)push->task_index, push->incarnation,
                                             push->seq, push->step, s->grads);
+    if (r != PS_PUSH_APPLIED)
+        at = pf_profile_add(&s->prof, PF_PHASE_APPLY, at);
     ps_stats now = ps_shards_stats(s->shards);
     __atomic_store_n(&s->pub_version, now.version, __ATOMIC_RELAXED);
     __atomic_store_n(&s->pub_applied, now.pushes_applied, __ATOMIC_RELAXED);
@@ -369,6 +383,7 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
     if (r == PS_PUSH_APPLIED) {
         ps_staleness_pushed(s->staleness, (int)push->task_index);
         ps_server_check_finite(s);
+        pf_profile_add(&s->prof, PF_PHASE_APPLY, at); /* the update and its finite check */
         if (!s->nonfinite[0])
             ps_server_write_parked_checkpoints(s); /* before anything more is applied */
         ps_server_release_parked(s);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "psflow/placement.h"
+#include "psflow/profile.h"
 #include "psflow/seg_handoff.h"
 #include "psflow/segment.h"
 #include "psflow/wire.h"
@@ -56,6 +57,7 @@ typedef struct peer {
     float **seg_dst;   /* a parked SEG_PULL: where each shard's values go (capacity as ids) */
     int parked_seg;    /* the parked pull is one: its reply writes its values there */
     double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
+    double parked_at;  /* when the parked pull was parked (its queue time, profile.h) */
     /* a parked CHECKPOINT (sync): written when the version reaches ck_step */
     int ck_parked;
     uint32_t ck_request_id;
@@ -127,6 +129,7 @@ struct ps_server {
     int destroying; /* ps_server_destroy is closing every connection: nothing more is sent */
     /* counters published by the service thread for ps_server_stats (atomic access) */
     uint64_t pub_version, pub_applied, pub_stale;
+    pf_profile prof;     /* apply, copy and queue time (psflow/profile.h), read by the agent */
     ps_server_sink sink; /* without a socket: replies go here (sink.send set) */
 };
 

@@ -350,11 +350,14 @@ pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     const uint64_t max_steps = (uint64_t)spec->training.max_steps;
     int64_t ee = spec->training.eval_every_steps, ce = spec->checkpoint.every_steps;
+    double at = pf_profile_now(t->prof);
     if (ee > 0 && global / (uint64_t)ee > t->last_eval / (uint64_t)ee) {
         pf_eval ev = worker_chief_evaluate(t);
         worker_chief_log_eval(t, global, &ev);
+        at = pf_profile_add(t->prof, PF_PHASE_EVALUATE, at);
     }
     pf_status st = settle(t, 0, err);
+    pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
     if (st != PF_OK)
         return st;
     /* Never at max_steps (ps 0 may be there while another ps is a step short): the final
@@ -363,8 +366,13 @@ pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
         ce > 0 && global < max_steps && global / (uint64_t)ce > t->last_ckpt / (uint64_t)ce;
     int by_time = spec->checkpoint.every_secs > 0 && global < max_steps &&
                   pf_clock_now() - t->last_checkpoint_time > (double)spec->checkpoint.every_secs;
-    if ((by_steps || by_time) && (st = worker_chief_checkpoint(t, global, 0, err)) != PF_OK)
-        return st;
+    if (by_steps || by_time) {
+        at = pf_profile_now(t->prof);
+        st = worker_chief_checkpoint(t, global, 0, err);
+        pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
+        if (st != PF_OK)
+            return st;
+    }
     t->last_eval = t->last_ckpt = global;
     return PF_OK;
 }

@@ -448,6 +448,7 @@ static pf_status send_all(worker_link *c, pf_error *err) {
         if ((c->only < 0 || p == c->only) &&
             send_request(c, &c->links[p], c->links[p].req.kind == WORKER_REQ_DATA) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    c->sent = pf_clock_now();
     return PF_OK;
 }
 
@@ -938,6 +939,10 @@ pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *s
     pf_status st = worker_link_round_trip(c, err);
     collect(c, versions, results);
     return st;
+}
+
+double worker_link_sent_at(const worker_link *c) {
+    return c->sent;
 }
 
 float *worker_link_segment(worker_link *c, float **grads) {

@@ -98,6 +98,7 @@ struct worker_link {
     pthread_cond_t cv;
     float *params; /* destination of pulled values during a request */
     double start;  /* when the round trip in progress began */
+    double sent;   /* when the last round trip's requests were all handed to the sockets */
     int detached;  /* a push_pull_start'ed request is in flight: its gradients may be gone */
     int ck_active; /* a worker_link_checkpoint_send'ed checkpoint is not yet polled done */
     /* a ps seen with a new incarnation since worker_link_take_restart last asked */

@@ -108,6 +108,27 @@ static pf_status read_nan_position(trainer *t, pf_error *err) {
     return PF_OK;
 }
 
+/* PSFLOW_TEST_INPUT_DELAY_MS=<ms> (a testing aid, like the NaN position): every batch is
+ * read that much slower, as from a slow disk; 0 .. 60000. */
+static pf_status read_input_delay(trainer *t, pf_error *err) {
+    t->input_delay = 0;
+    const char *e = getenv("PSFLOW_TEST_INPUT_DELAY_MS");
+    if (!e || !*e)
+        return PF_OK;
+    char *end;
+    errno = 0;
+    long ms = strtol(e, &end, 10);
+    if (errno || *end || ms < 0 || ms > 60000)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "PSFLOW_TEST_INPUT_DELAY_MS: '%s' is not 0 .. 60000 milliseconds", e);
+    t->input_delay = (double)ms / 1000.0;
+    fprintf(stderr,
+            "psflow %s %d: PSFLOW_TEST_INPUT_DELAY_MS: every batch is read %ld ms late (a "
+            "testing aid)\n",
+            worker_who(t), t->o->task, ms);
+    return PF_OK;
+}
+
 /* Gathers this task's batch of global step `step` (its data step, past skipped ones), from
  * memory or from the streamed files (whose read error fails it). */
 static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
@@ -134,6 +155,8 @@ static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
     } else {
         pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     }
+    if (t->input_delay > 0)
+        pf_clock_sleep(t->input_delay);
     if (start >= 0 && t->nan_position >= start && t->nan_position < start + b)
         t->hx[(size_t)(t->nan_position - start) * (size_t)pf_model_input_width(&t->spec->model)] =
             NAN;
@@ -271,7 +294,8 @@ static pf_status setup(trainer *t, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     const int k = spec->replicas_per_worker;
     pf_status st;
-    if ((st = read_nan_position(t, err)) != PF_OK || (st = setup_towers(t, err)) != PF_OK)
+    if ((st = read_nan_position(t, err)) != PF_OK || (st = read_input_delay(t, err)) != PF_OK ||
+        (st = setup_towers(t, err)) != PF_OK)
         return st;
     if ((st = open_input(t, err)) != PF_OK)
         return st;
@@ -470,7 +494,9 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         r->fed = r->ahead_step;
         r->last_loss = r->ahead_loss;
     } else {
+        double at = pf_profile_now(t->prof);
         pf_status gs = gather(t, global, r->b, &r->err);
+        at = pf_profile_add(t->prof, PF_PHASE_INPUT, at);
         if (gs == PF_ERR_NOT_FOUND && t->leases) {
             t->input_done = 1;
             return STEP_INPUT_DONE;
@@ -482,13 +508,16 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
             worker_link_set_plan(t->link, &t->rplan);
             memcpy(t->gathered_at, t->versions, (size_t)t->n_ps * sizeof *t->versions);
             pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, &r->err);
+            at = pf_profile_add(t->prof, PF_PHASE_PULL, at);
             step_outcome s = answer(t, r, st, global, 0, 0);
             if (s == STEP_GOES_ON)
                 s = follow_ps(t, r, t->gathered_at);
             if (s != STEP_GOES_ON)
                 return s;
+            at = pf_profile_now(t->prof); /* a rollback or resync above is not the pull */
         }
         r->last_loss = pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
+        pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
     }
     r->ahead = 0;
     return STEP_GOES_ON;
@@ -531,12 +560,22 @@ static void set_push_versions(trainer *t, const run *r) {
 }
 
 /* Pushes the gradient and pulls the next values in one round trip per ps. */
-static pf_status push_pull(trainer *t, run *r, uint64_t global) {
+static pf_status push_pull(trainer *t, run *r, uint64_t global, double at) {
     r->computed = 0;
+    pf_phase wait = r->sync ? PF_PHASE_BARRIER : PF_PHASE_PULL;
     if (!t->params_next) {
         pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
-        return worker_link_push_pull(t->link, t->grads, t->steps, t->min_version, t->params,
-                                     t->versions, t->results, &r->err);
+        pf_status st = worker_link_push_pull(t->link, t->grads, t->steps, t->min_version, t->params,
+                                             t->versions, t->results, &r->err);
+        /* encoding and sending the push, then waiting for every answer */
+        double sent = worker_link_sent_at(t->link);
+        if (at > 0 && sent >= at) {
+            pf_profile_add_seconds(t->prof, PF_PHASE_PUSH, sent - at);
+            pf_profile_add(t->prof, wait, sent);
+        } else {
+            pf_profile_add(t->prof, wait, at); /* nothing was sent: all of it waiting */
+        }
+        return st;
     }
     /* Prefetch (async): while the ps tasks apply this gradient and answer with their values
      * (received into params_next), the next step's gradient is computed from the values this
@@ -544,17 +583,21 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global) {
      * batch is the one of the step this push leads to. */
     pf_status st = worker_link_push_pull_start(t->link, t->grads, t->steps, t->min_version,
                                                t->params_next, &r->err);
+    at = pf_profile_add(t->prof, PF_PHASE_PUSH, at);
     if (st == PF_OK) {
         pf_error gather_err; /* met again, and reported, when the step comes */
         if (global + 1 < r->max_steps && !stopped(t) &&
             gather(t, global + 1, r->b, &gather_err) == PF_OK) {
+            at = pf_profile_add(t->prof, PF_PHASE_INPUT, at);
             r->ahead_step = global + 1;
             r->ahead_loss =
                 pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
             r->computed = 1;
         }
+        at = pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
         pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
         st = worker_link_push_pull_finish(t->link, t->versions, t->results, &r->err);
+        pf_profile_add(t->prof, wait, at);
         /* A ps that restarted (or a push not sent again after a reconnect), or one the chief
          * rolled back meanwhile (its version went below the one this push was computed
          * against), answered with values the gradient computed ahead knows nothing of: it
@@ -597,19 +640,22 @@ static step_outcome train_step(trainer *t, run *r) {
     if ((st = worker_watchdog_check(t, &r->err)) != PF_OK)
         return failed(r, st);
     step_outcome s;
-    if (t->o->is_chief) {
+    if (t->o->is_chief) { /* its evaluations and checkpoints count themselves (chief.c) */
         st = worker_chief_duties(t, global, &r->err);
         if ((s = answer(t, r, st, global, 0, 1)) != STEP_GOES_ON)
             return s;
     }
     worker_take_membership(t, global);
-    if ((s = compute_gradient(t, r, global)) != STEP_GOES_ON ||
-        (s = check_gradient(t, r)) != STEP_GOES_ON)
+    if ((s = compute_gradient(t, r, global)) != STEP_GOES_ON)
         return s;
+    double at = pf_profile_now(t->prof);
+    if ((s = check_gradient(t, r)) != STEP_GOES_ON)
+        return s;
+    at = pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
     set_push_versions(t, r);
     if (t->o->push_delay_ms > 0) /* testing aid: make this task's gradients arrive last */
         pf_clock_sleep(t->o->push_delay_ms / 1000.0);
-    st = push_pull(t, r, global);
+    st = push_pull(t, r, global, at);
     return after_push(t, r, st);
 }
 
@@ -627,6 +673,7 @@ static void report_steps(trainer *t, run *r, double now) {
 
 /* A step taken: counted, reported every r->every seconds, logged every o->log_every. */
 static void count_step(trainer *t, run *r) {
+    pf_profile_count(t->prof, 1);
     r->local_steps++;
     r->loss_sum += r->last_loss;
     r->window++;
@@ -659,6 +706,29 @@ static void restart_window(run *r) {
     r->window = 0;
 }
 
+/* One line: where the steps' time went (docs/profile.md), each phase as a share of the time
+ * since the first step; what no phase covers (rollbacks, reports) is the rest. */
+static void log_breakdown(trainer *t) {
+    pf_profile_stop(t->prof);
+    double sec[PF_PHASE_COUNT], wall;
+    uint64_t steps;
+    if (pf_profile_read(t->prof, sec, &steps, &wall) != 0 || wall <= 0 || !steps)
+        return;
+    char line[512];
+    int n = snprintf(line, sizeof line, "%.2f ms a step:", wall * 1e3 / (double)steps);
+    double sum = 0;
+    for (int i = 0; i < PF_PHASE_FIRST_PS && n > 0 && (size_t)n < sizeof line; i++) {
+        sum += sec[i];
+        if (sec[i] > 0)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.1f%%", pf_phase_name(i),
+                          100 * sec[i] / wall);
+    }
+    if (n > 0 && (size_t)n < sizeof line)
+        snprintf(line + n, sizeof line - (size_t)n, ", the rest %.1f%%",
+                 sum < wall ? 100 * (wall - sum) / wall : 0.0);
+    fprintf(stderr, "psflow %s %d: time per step: %s\n", worker_who(t), t->o->task, line);
+}
+
 /* Every ps reached max_steps: the last report, and on the chief the final evaluation and
  * the final checkpoint, which tells the ps tasks to finish. */
 static step_outcome finish(trainer *t, run *r, worker_result *out) {
@@ -669,11 +739,17 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
         worker_leases_log(t->leases);
     fprintf(stderr, "psflow %s %d: reached step %" PRIu64 " after %ld local steps, %.1f s\n",
             worker_who(t), t->o->task, t->versions[0], r->local_steps, out->seconds);
-    if (!t->o->is_chief)
+    if (!t->o->is_chief) {
+        log_breakdown(t);
         return STEP_DONE;
+    }
+    double at = pf_profile_now(t->prof);
     pf_eval ev = worker_chief_evaluate(t);
     worker_chief_log_eval(t, t->versions[0], &ev);
+    at = pf_profile_add(t->prof, PF_PHASE_EVALUATE, at);
     pf_status st = worker_chief_checkpoint(t, t->versions[0], 1, &r->err);
+    pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
+    log_breakdown(t);
     if (st != PF_OK) /* async: another task's last push made a value non-finite */
         return answer(t, r, st, t->versions[0], 0, 0);
     out->evaluated = 1;
@@ -697,10 +773,13 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
     memset(out, 0, sizeof *out);
     out->accuracy = out->test_loss = out->auc = out->calibration = out->bayes_auc = NAN;
     pf_error_clear(&r.err);
+    t.prof = o->profile ? o->profile : &t.own_profile;
     if ((r.st = setup(&t, &r.err)) == PF_OK) {
         run_init(&t, &r);
         r.st = start(&t, &r);
     }
+    if (r.st == PF_OK)
+        pf_profile_start(t.prof); /* the steps' time, from the first step */
     step_outcome s = r.st == PF_OK ? STEP_GOES_ON : STEP_FAILED;
     while (s != STEP_DONE && s != STEP_FAILED) {
         s = worker_lowest_version(&t) < r.max_steps && !t.input_done ? train_step(&t, &r)
@@ -715,6 +794,7 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
         if (s == STEP_TAKEN)
             count_step(&t, &r);
     }
+    pf_profile_stop(t.prof);
     out->status = r.st;
     out->steps = t.versions ? t.versions[0] : 0;
     out->local_steps = r.local_steps;

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "psflow/profile.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
 
@@ -88,6 +89,10 @@ typedef struct worker_options {
     const uint8_t *task_key;
     const char *ca_file;      /* NULL: the data plane is plain TCP; else TLS verified with it */
     const char *threads_note; /* the thread policy's choice, for the first log line; or NULL */
+    /* Where the step's time goes (psflow/profile.h), started with the first step and read by
+     * another thread (the agent's heartbeats); NULL: the trainer keeps its own, for the
+     * breakdown it logs at the end. */
+    pf_profile *profile;
 } worker_options;
 
 /* Runs the task to the end of the job, logging progress to stderr, and fills *out (every

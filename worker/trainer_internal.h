@@ -14,6 +14,7 @@
 #include "psflow/stream.h"
 #include "psflow/model.h"
 #include "psflow/placement.h"
+#include "psflow/profile.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
 #include "psflow/towers.h"
@@ -84,6 +85,7 @@ struct trainer {
     int n_rollbacks;      /* every one this task saw (it fed data or not) */
     int pending;          /* data-skips.json says its last rollback may not be done yet */
     int64_t nan_position; /* PSFLOW_TEST_NAN_POSITION (a testing aid), or -1 */
+    double input_delay;   /* PSFLOW_TEST_INPUT_DELAY_MS (a testing aid), in seconds; or 0 */
     worker_plan plan;     /* which examples each step reads (data_plan.h) */
     float *scores;        /* a two-class model's evaluation scores, one per example */
     double bayes_auc;     /* chief: synthetic_ctr's Bayes-optimal AUC on its evaluation set */
@@ -96,6 +98,8 @@ struct trainer {
     pf_job_spec compact; /* the job with rows.compact as its model: the towers' */
     float *eval_params;  /* eval_rows' compact vector */
     uint64_t *eval_versions;
+    pf_profile *prof; /* o->profile, or own_profile */
+    pf_profile own_profile;
 };
 
 /* "chief" or "worker", as log lines name the task. */

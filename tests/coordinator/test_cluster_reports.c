@@ -552,6 +552,103 @@ static void test_epochs_message(void **state) {
     }
 }
 
+/* --- profiles ----------------------------------------------------------------------------------
+ */
+
+/* One heartbeat of w (worker 0 of `job`, running) carrying `profile` (JSON text). */
+static void beat_profile(coord_cluster *c, coord_node *w, const char *job, const char *profile,
+                         double now) {
+    json_error_t e;
+    json_t *p = json_loads(profile, 0, &e);
+    assert_non_null(p);
+    json_t *r = json_pack("{s:s, s:s, s:i, s:s, s:i, s:o}", "state", "running", "job", job,
+                          "generation", 1, "type", "worker", "index", 0, "profile", p);
+    coord_node_heartbeat_json(c, w, r, now);
+    json_decref(r);
+}
+
+/* A training task's profile: the latest totals, a window once two reports are 2 s of its
+ * time apart, a new incarnation's (its time went back) starting again; a profile that is not
+ * all in range, or names a phase of the other role, is left out whole. */
+static void test_profile_window(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *j = running_pair(&c, "prof", "", T0, &ps, &w);
+    coord_task *t = coord_task_find(j, "worker", 0);
+    assert_false(t->has_profile);
+    beat_profile(&c, w, "prof",
+                 "{\"count\": 10, \"seconds\": 1.0, \"phases\": {\"input\": 0.1, \"push\": 0.5}}",
+                 T0 + 1);
+    assert_true(t->has_profile);
+    assert_false(t->has_window);
+    assert_int_equal(t->profile.count, 10);
+    assert_true(fabs(t->profile.phases[PF_PHASE_PUSH] - 0.5) < 1e-12);
+    /* 1.5 s later: not yet a window */
+    beat_profile(&c, w, "prof",
+                 "{\"count\": 20, \"seconds\": 2.5, \"phases\": {\"input\": 0.2, \"push\": 1.0}}",
+                 T0 + 2);
+    assert_false(t->has_window);
+    beat_profile(&c, w, "prof",
+                 "{\"count\": 40, \"seconds\": 3.0, \"phases\": {\"input\": 0.3, \"push\": 2.0, "
+                 "\"barrier\": 0.5}}",
+                 T0 + 3);
+    assert_true(t->has_window);
+    assert_int_equal(t->window.count, 30);
+    assert_true(fabs(t->window.seconds - 2.0) < 1e-12);
+    assert_true(fabs(t->window.phases[PF_PHASE_PUSH] - 1.5) < 1e-12);
+    assert_true(fabs(t->window.phases[PF_PHASE_BARRIER] - 0.5) < 1e-12);
+    /* bad ones change nothing */
+    static const char *const bad[] = {
+        "{\"count\": 50, \"seconds\": 9, \"phases\": {\"apply\": 1}}",
+        "{\"count\": 50, \"seconds\": 9, \"phases\": {\"input\": -1}}",
+        "{\"count\": 50, \"seconds\": \"9\", \"phases\": {\"input\": 1}}",
+        "{\"count\": 50, \"seconds\": 9, \"phases\": {\"nap\": 1}}",
+        "{\"count\": -5, \"seconds\": 9, \"phases\": {\"input\": 1}}",
+        "{\"count\": 50, \"seconds\": 1e300, \"phases\": {\"input\": 1}}",
+        "{\"count\": 50, \"seconds\": 9, \"phases\": {\"input\": 1e12}}",
+        "{\"count\": 50, \"seconds\": 9, \"phases\": [1, 2]}",
+        "{\"count\": 50.5, \"seconds\": 9, \"phases\": {}}",
+        "{\"seconds\": 9, \"phases\": {}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        beat_profile(&c, w, "prof", bad[i], T0 + 4);
+        assert_int_equal(t->profile.count, 40);
+        assert_true(fabs(t->profile.seconds - 3.0) < 1e-12);
+    }
+    /* GET .../profile: the ps without a profile yet, the worker's totals and window, and what
+     * its phases leave */
+    json_t *pj = coord_job_profile_json(j);
+    assert_non_null(pj);
+    json_t *tasks = json_object_get(pj, "tasks");
+    assert_int_equal(json_array_size(tasks), 2);
+    json_t *item, *wt = NULL;
+    size_t k;
+    json_array_foreach(tasks, k, item) {
+        if (!strcmp(json_string_value(json_object_get(item, "type")), "worker"))
+            wt = item;
+        else
+            assert_true(json_is_null(json_object_get(item, "total")));
+    }
+    assert_non_null(wt);
+    json_t *recent = json_object_get(wt, "recent");
+    assert_int_equal(json_integer_value(json_object_get(recent, "count")), 30);
+    assert_true(fabs(json_real_value(json_object_get(json_object_get(recent, "phases"), "push")) -
+                     1.5) < 1e-12);
+    assert_int_equal(json_object_size(json_object_get(recent, "phases")), PF_PHASE_FIRST_PS);
+    assert_true(fabs(json_real_value(json_object_get(recent, "other")) - 0.0) < 1e-12);
+    json_t *total = json_object_get(wt, "total");
+    assert_true(fabs(json_real_value(json_object_get(total, "other")) - 0.2) < 1e-9);
+    json_decref(pj);
+    /* a new incarnation: its time starts again, and so does the window */
+    beat_profile(&c, w, "prof", "{\"count\": 1, \"seconds\": 0.1, \"phases\": {\"input\": 0.05}}",
+                 T0 + 5);
+    assert_int_equal(t->profile.count, 1);
+    assert_false(t->has_window);
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epochs_message),
@@ -566,6 +663,7 @@ int main(void) {
         cmocka_unit_test(test_report_sent_again),
         cmocka_unit_test(test_bad_lines_counted),
         cmocka_unit_test(test_ended_job_tasks_stop),
+        cmocka_unit_test(test_profile_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,11 +36,13 @@ export function setText(el, text) {
 }
 
 /* Keyed table body: rows are created once per key and updated in place, so focus, hover
- * and selection survive live updates. render(row, item, fresh) fills the row. */
+ * and selection survive live updates. render(row, item, fresh) fills the row; rows are <tr>
+ * unless `tag` names another element (a list of <div> rows). */
 export class KeyedRows {
-    constructor(tbody, render) {
+    constructor(tbody, render, tag = 'tr') {
         this.tbody = tbody;
         this.render = render;
+        this.tag = tag;
         this.rows = new Map();
     }
     update(items, keyOf) {
@@ -52,7 +54,7 @@ export class KeyedRows {
             let row = this.rows.get(key);
             const fresh = !row;
             if (fresh) {
-                row = h('tr', {dataset: {key}});
+                row = h(this.tag, {dataset: {key}});
                 this.rows.set(key, row);
             }
             this.render(row, item, fresh);

@@ -1,9 +1,9 @@
 /*
- * "#/jobs/NAME": one job. Its summary and actions, the metric charts, the task table, the
- * serving tasks, the variable placement, the checkpoints and the event log. A snapshot comes
- * over REST (see main.js for when); then "job", "task", "metric", "checkpoint" and "log"
- * events update it, and what has no events (heartbeats, update counters, stale-gradient
- * counts, the serving tasks' figures) is polled every 3 s while the job is active (or, with
+ * "#/jobs/NAME": one job. Its summary and actions, the metric charts, the task table, the step
+ * breakdown, the serving tasks, the variable placement, the checkpoints and the event log. A
+ * snapshot comes over REST (see main.js for when); then "job", "task", "metric", "checkpoint"
+ * and "log" events update it, and what has no events (heartbeats, update counters,
+ * stale-gradient counts, the step breakdown, the serving tasks' figures) is polled every 3 s while the job is active (or, with
  * a serving section, while its servers run after it) and the stream is open. Rendering is batched per animation
  * frame: markDirty(part...) names what changed.
  */
@@ -17,14 +17,15 @@ import {JobActions} from './job_actions.js';
 import {JobMetrics, MAX_POINTS} from './job_metrics.js';
 import {JobSummary} from './job_summary.js';
 import {PlacementView} from './placement.js';
+import {ProfileView} from './profile.js';
 import {ServingView} from './serving.js';
 import {connectionState} from './stream.js';
 import {TaskTable} from './task_table.js';
 import {TERMINAL, card, errorBox, phaseBadge} from './widgets.js';
 
 const POLL_MS = 3000;
-const PARTS = ['stats', 'loss', 'acc', 'steptime', 'tasks', 'serving', 'placement', 'checkpoints',
-    'log'];
+const PARTS = ['stats', 'loss', 'acc', 'steptime', 'tasks', 'profile', 'serving', 'placement',
+    'checkpoints', 'log'];
 
 /* Whether the job's servers may still run: a serving section, and not failed (or deleted). */
 function serves(job) {
@@ -69,6 +70,8 @@ export class JobPage {
         });
         this.tasks = new TaskTable();
         this.placementView = new PlacementView();
+        this.profileView = new ProfileView();
+        this.profile = null;
         this.servingView = new ServingView();
         this.checkpoints = new CheckpointTable();
         this.log = new EventLog();
@@ -90,6 +93,7 @@ export class JobPage {
                 this.metrics.accCard,
                 this.metrics.syncCard,
                 card('Tasks', {id: 'tasks', class: 'span-2'}, h('div', {class: 'table-wrap'}, this.tasks.el)),
+                this.profileView.el,
                 this.servingView.el,
                 this.placementView.el,
                 this.checkpoints.el,
@@ -133,16 +137,18 @@ export class JobPage {
         const job = await p('');
         /* A job waiting for agents has no placement yet; asking would only log a 409. */
         const placed = (job.status || {}).phase !== 'Created';
-        const [tasks, placement, metrics, checkpoints, events] = await Promise.all([
+        const [tasks, placement, metrics, checkpoints, events, profile] = await Promise.all([
             soft('/tasks', {items: []}),
             placed ? soft('/placement', null) : null,
             soft('/metrics?max_points=' + MAX_POINTS, null),
             soft('/checkpoints', {items: []}),
             soft('/events', {items: []}),
+            soft('/profile', null),
         ]);
         this.job = job;
         this.tasks.setAll(tasks.items || []);
         this.placement = placement;
+        this.profile = profile;
         this.metrics.set(metrics);
         this.checkpoints.setAll(checkpoints.items || []);
         this.log.setAll(events.items || []);
@@ -231,19 +237,21 @@ export class JobPage {
         try {
             const sync = isSync(this.job);
             const since = this.metrics.lastStep();
-            const [tasks, placement, m] = await Promise.all([
+            const [tasks, placement, m, profile] = await Promise.all([
                 api(jobPath(this.name, '/tasks')),
                 phase === 'Created' ? this.placement :
                     api(jobPath(this.name, '/placement')).catch(() => this.placement),
                 sync && since !== null ?
                     api(jobPath(this.name, '/metrics?since_step=' + (since + 1) + '&max_points=1')).catch(() => null) :
                     null,
+                api(jobPath(this.name, '/profile')).catch(() => this.profile),
             ]);
             if (this.destroyed || this.loading) return;
             this.tasks.setAll(tasks.items || []);
             this.placement = placement;
+            this.profile = profile;
             if (m && m.stale) this.metrics.stale = m.stale;
-            this.markDirty('tasks', 'placement', 'steptime');
+            this.markDirty('tasks', 'placement', 'steptime', 'profile');
         } catch (e) {
             /* A failed poll is retried on the next tick. */
         }
@@ -284,6 +292,7 @@ export class JobPage {
         if (d.has('acc')) this.metrics.renderAcc();
         if (d.has('steptime') && isSync(this.job)) this.metrics.renderStepTime();
         if (d.has('tasks')) this.tasks.render();
+        if (d.has('profile')) this.profileView.render(this.profile);
         if (d.has('serving') || d.has('stats')) this.servingView.render(this.job);
         if (d.has('placement')) this.placementView.render(this.placement);
         if (d.has('checkpoints')) this.checkpoints.render();

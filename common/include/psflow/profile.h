@@ -1,0 +1,77 @@
+/* profile.h - where a task's time goes: cumulative seconds per phase, as cheap counters.
+ *
+ * A training task (chief or worker) counts the time of each of its steps in the phases
+ * input .. evaluate, a ps the time its service thread spends applying gradients and copying
+ * values into replies, and the time its pulls were held waiting for a version (queue).
+ * One thread writes (pf_profile_add), any thread reads (pf_profile_read): every counter is
+ * a 64-bit integer of nanoseconds accessed atomically, so a reader never sees a torn value,
+ * though a snapshot may be a phase or two apart. No row per step is kept: the coordinator
+ * takes differences of two snapshots (docs/profile.md).
+ */
+#ifndef PSFLOW_PROFILE_H
+#define PSFLOW_PROFILE_H
+
+#include <stdint.h>
+
+typedef enum pf_phase {
+    /* a training task's step */
+    PF_PHASE_INPUT,      /* reading and decoding its batch (and waiting for the reader) */
+    PF_PHASE_PULL,       /* waiting for variables: a row pull, or an async push-pull's answer */
+    PF_PHASE_COMPUTE,    /* forward and backward, and the gradient's finite check */
+    PF_PHASE_PUSH,       /* encoding and sending the gradients */
+    PF_PHASE_BARRIER,    /* sync: from the push sent until every ps answered with new values */
+    PF_PHASE_CHECKPOINT, /* the chief: periodic checkpoints */
+    PF_PHASE_EVALUATE,   /* the chief: evaluations */
+    /* a ps's service thread */
+    PF_PHASE_APPLY, /* aggregating and applying gradients, the finite check of the values */
+    PF_PHASE_COPY,  /* copying values (whole shards or rows) into replies or segments */
+    /* a ps: summed over its pulls, the time each was held for its version (not a share of
+     * the thread's time: several pulls wait at once) */
+    PF_PHASE_QUEUE,
+    PF_PHASE_COUNT
+} pf_phase;
+
+#define PF_PHASE_FIRST_PS PF_PHASE_APPLY
+
+typedef struct pf_profile {
+    uint64_t ns[PF_PHASE_COUNT]; /* atomic access */
+    uint64_t count;              /* steps taken (training task) or pulls answered (ps) */
+    uint64_t started_ns;         /* pf_profile_start's clock; 0: not started */
+    uint64_t stopped_ns;         /* pf_profile_stop's; 0: still counting */
+    int off;                     /* PSFLOW_PROFILE=off when started: nothing is counted */
+} pf_profile;
+
+/* The phase's name in reports ("input", ... "queue"), or NULL out of range. */
+const char *pf_phase_name(int phase);
+
+/* The phase named `name`, or -1. */
+int pf_phase_from_name(const char *name);
+
+/* Zeroes p and starts its wall clock; counting is off when PSFLOW_PROFILE is "off" (the
+ * overhead benchmark's baseline). */
+void pf_profile_start(pf_profile *p);
+
+/* Stops p's wall clock: the task's steps are over (its counters stay readable). */
+void pf_profile_stop(pf_profile *p);
+
+/* Adds the time since `since` (pf_clock_now seconds) to `phase`; returns now, the start of
+ * the next phase. With p NULL or off, returns since unchanged and reads no clock: callers
+ * chain it as t = pf_profile_add(p, PHASE, t) and need a first t only when counting
+ * (pf_profile_now). */
+double pf_profile_add(pf_profile *p, pf_phase phase, double since);
+
+/* Adds seconds to `phase` (a time measured by the caller). */
+void pf_profile_add_seconds(pf_profile *p, pf_phase phase, double seconds);
+
+/* pf_clock_now() while p counts, else 0 (no clock read). */
+double pf_profile_now(const pf_profile *p);
+
+/* Counts n steps or answered pulls. */
+void pf_profile_count(pf_profile *p, uint64_t n);
+
+/* A snapshot: seconds[PF_PHASE_COUNT], *count, and *wall (seconds from pf_profile_start to now or
+ * to pf_profile_stop). Returns 0, or -1 (nothing written) when p was never started or counts
+ * nothing. */
+int pf_profile_read(const pf_profile *p, double *seconds, uint64_t *count, double *wall);
+
+#endif

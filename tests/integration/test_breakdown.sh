@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# labels: slow
+# timeout: 600
+# Where the step time goes (docs/profile.md), in managed mode (`psflow up`, a real
+# coordinator and agents): the Fashion-MNIST softmax example, sync, 1 ps + 2 training tasks,
+# one on psflow up's worker agent, the other (the slow one) on an agent started by hand.
+#  1. the slow agent pushes 20 ms late (PSFLOW_PUSH_DELAY_MS=20): GET .../profile shows push
+#     as the largest phase of its task (>= 50 % of its recent time) and barrier as the other
+#     task's (>= 50 %): that one waits for the late push at every step. For each training
+#     task the phases add up to its time within 5 % (nothing of the step goes uncounted),
+#     and "other" is what they leave. The ps reports apply, copy and
+#     queue, and answered pulls. Prometheus has psflow_task_phase_seconds_total for each
+#     phase of each task.
+#  2. the job again with the slow agent reading its input 20 ms late instead
+#     (PSFLOW_TEST_INPUT_DELAY_MS=20): input is its task's largest phase (>= 50 %).
+#  3. static mode: each training task logs one "time per step" line at the end.
+# (Bad profiles in heartbeats: tests/coordinator/test_cluster_reports.c.)
+# Shares, not times, are checked: the delays are 20 ms against steps of about 1 ms.
+source "$(dirname "$0")/lib.sh"
+
+spec() { # NAME STEPS
+  python3 - "$PSFLOW_SRC/examples/fashion-mnist-softmax.json" "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["name"] = sys.argv[2]
+d["replicas"] = {"ps": 1, "worker": 2}
+d["training"].update(mode="sync", max_steps=int(sys.argv[3]), eval_every_steps=0)
+d["checkpoint"] = {"every_steps": 0, "every_secs": 600}
+json.dump(d, sys.stdout)
+PY
+}
+
+submit() { # FILE
+  local code
+  code=$(curl -s -o "$WORK/created.json" -w '%{http_code}' -X POST \
+    -H 'Content-Type: application/json' --data-binary @"$1" "$URL/api/v1/jobs")
+  [ "$code" = 201 ] || fail "submitting $1: HTTP $code $(cat "$WORK/created.json")"
+}
+
+# check_profile JOB TASK PHASE: the task's recent window names PHASE as its largest phase,
+# with at least half its time; every training task's phases add up to its time.
+check_profile() {
+  curl -sf "$URL/api/v1/jobs/$1/profile" -o "$WORK/profile.json" &&
+    python3 - "$WORK/profile.json" "$2" "$3" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+want_task, want_phase = sys.argv[2], sys.argv[3]
+tasks = {"%s-%d" % (t["type"], t["index"]): t for t in d["tasks"]}
+assert set(tasks) == {"ps-0", "worker-0", "worker-1"}, sorted(tasks)
+for name, t in sorted(tasks.items()):
+    r = t["recent"]
+    assert r is not None and r["count"] > 0, (name, t)
+    if name == "ps-0":
+        assert set(r["phases"]) == {"apply", "copy", "queue"}, r
+        continue
+    assert set(r["phases"]) == {"input", "pull", "compute", "push", "barrier", "checkpoint",
+                                "evaluate"}, r
+    phases = sum(r["phases"].values())
+    # "other" is what the phases leave (a span in progress at either end of the window
+    # may put the phases a little over the time)
+    assert abs(r["other"] - max(0.0, r["seconds"] - phases)) < 1e-6, (name, r)
+    assert abs(phases - r["seconds"]) <= 0.05 * r["seconds"], \
+        "%s: the phases cover %.1f %% of its time" % (name, 100 * phases / r["seconds"])
+r = tasks[want_task]["recent"]
+top = max(r["phases"], key=r["phases"].get)
+share = r["phases"][want_phase] / r["seconds"]
+assert top == want_phase and share >= 0.5, (want_task, top, r)
+print("%s: %s %.0f %% of %.2f s (%d steps, %.2f ms a step); %s" % (
+    want_task, want_phase, 100 * share, r["seconds"], r["count"],
+    1e3 * r["seconds"] / r["count"],
+    ", ".join("%s %.0f %%" % (k, 100 * v / r["seconds"]) for k, v in r["phases"].items() if v)))
+PY
+}
+
+up_start --ps 1 --workers 1
+start_spare() { # NODE-ID ENV... : the slow agent, with the testing aid given as environment
+  local id=$1
+  shift
+  env "$@" "$PSFLOW_BIN" worker --coordinator "$URL" --node-id "$id" \
+    --advertise "127.0.0.1:$(free_ports 1)" --checkpoint-dir "$WORK/up/checkpoints" \
+    2>>"$WORK/$id.log" &
+  SPARE=$!
+  wait_until 20 "agent $id registered" jget "$URL/api/v1/nodes/$id" 'd["id"]'
+}
+
+# task_on JOB NODE-ID [not]: the training task ("worker-I") the agent runs, or with "not" the
+# job's other one.
+task_on() {
+  jget "$URL/api/v1/jobs/$1/tasks" "[\"worker-%d\" % t[\"index\"] for t in d[\"items\"]
+    if t[\"type\"] == \"worker\" and (t[\"node_id\"] == \"$2\") != (\"${3:-}\" == \"not\")][0]"
+}
+
+# --- 1: a late push
+start_spare late-push PSFLOW_PUSH_DELAY_MS=20
+spec prof-push 200000 >push.json
+submit push.json
+wait_until 60 "both training tasks running" task_on prof-push late-push
+slow=$(task_on prof-push late-push) other=$(task_on prof-push late-push not)
+echo "the late pusher runs $slow, psflow up's agent $other"
+wait_until 90 "$slow's push and $other's barrier in the profile" \
+  check_profile prof-push "$slow" push
+check_profile prof-push "$slow" push
+check_profile prof-push "$other" barrier
+curl -sf "$URL/metrics" >"$WORK/metrics.txt" || fail "GET /metrics"
+for phase in input pull compute push barrier checkpoint evaluate; do
+  grep -q "^psflow_task_phase_seconds_total{job=\"prof-push\",task=\"$slow\",phase=\"$phase\"} " \
+    "$WORK/metrics.txt" || fail "no $phase of $slow in /metrics"
+done
+for phase in apply copy queue; do
+  grep -q "^psflow_task_phase_seconds_total{job=\"prof-push\",task=\"ps-0\",phase=\"$phase\"} " \
+    "$WORK/metrics.txt" || fail "no $phase of ps-0 in /metrics"
+done
+echo "Prometheus: $(grep -c '^psflow_task_phase_seconds_total{job="prof-push"' "$WORK/metrics.txt") phase counters"
+
+curl -sf -X POST "$URL/api/v1/jobs/prof-push/cancel" >/dev/null || fail "cancel"
+kill "$SPARE" 2>/dev/null || true
+wait_pid "$SPARE" 30 || true
+
+# --- 2: a slow input reader
+start_spare slow-input PSFLOW_TEST_INPUT_DELAY_MS=20
+spec prof-input 200000 >input.json
+submit input.json
+wait_until 60 "both training tasks running" task_on prof-input slow-input
+slow=$(task_on prof-input slow-input)
+wait_until 90 "$slow's input in the profile" check_profile prof-input "$slow" input
+check_profile prof-input "$slow" input
+curl -sf -X POST "$URL/api/v1/jobs/prof-input/cancel" >/dev/null || fail "cancel"
+kill "$SPARE" 2>/dev/null || true
+wait_pid "$SPARE" 30 || true
+up_stop
+
+# --- 3: static mode logs the breakdown
+spec prof-static 300 >static.json
+run_static_cluster static.json 2 1 >/dev/null
+for i in 0 1; do
+  line=$(grep "time per step:" "$WORK/worker$i.log") || fail "worker $i logged no breakdown"
+  echo "static worker $i: ${line#*: }"
+done
+pass

@@ -1,0 +1,142 @@
+/* test_profile.c - a task's phase counters (common/job/profile.c): names both ways, chained
+ * spans that add up to the time they cover, a stopped wall clock, PSFLOW_PROFILE=off, and a
+ * reader on another thread while one thread counts.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/clock.h"
+#include "psflow/profile.h"
+
+static void test_names(void **state) {
+    (void)state;
+    for (int i = 0; i < PF_PHASE_COUNT; i++) {
+        assert_non_null(pf_phase_name(i));
+        assert_int_equal(pf_phase_from_name(pf_phase_name(i)), i);
+    }
+    assert_null(pf_phase_name(-1));
+    assert_null(pf_phase_name(PF_PHASE_COUNT));
+    assert_int_equal(pf_phase_from_name("nap"), -1);
+    assert_int_equal(pf_phase_from_name(NULL), -1);
+    assert_string_equal(pf_phase_name(PF_PHASE_FIRST_PS), "apply");
+}
+
+/* Spans chained end to start cover the time between the first and the last clock read. */
+static void test_chained_spans(void **state) {
+    (void)state;
+    unsetenv("PSFLOW_PROFILE");
+    pf_profile p;
+    double sec[PF_PHASE_COUNT], wall;
+    uint64_t count;
+    memset(&p, 0, sizeof p);
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), -1); /* not started */
+    pf_profile_start(&p);
+    double first = pf_profile_now(&p), at = first;
+    assert_true(first > 0);
+    for (int i = 0; i < 5; i++) {
+        pf_clock_sleep(0.002);
+        at = pf_profile_add(&p, PF_PHASE_INPUT, at);
+        pf_clock_sleep(0.004);
+        at = pf_profile_add(&p, PF_PHASE_PUSH, at);
+        pf_profile_count(&p, 1);
+    }
+    pf_profile_add_seconds(&p, PF_PHASE_QUEUE, 0.25);
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), 0);
+    assert_int_equal(count, 5);
+    assert_true(sec[PF_PHASE_INPUT] >= 0.010 && sec[PF_PHASE_PUSH] >= 0.020);
+    assert_true(sec[PF_PHASE_PUSH] > sec[PF_PHASE_INPUT]);
+    /* every nanosecond between the first read and the last is in one phase (rounding: 1 ns
+     * a span) */
+    double covered = sec[PF_PHASE_INPUT] + sec[PF_PHASE_PUSH];
+    assert_true(covered <= at - first + 1e-8 && covered >= at - first - 1e-8);
+    assert_true(sec[PF_PHASE_QUEUE] > 0.2499 && sec[PF_PHASE_QUEUE] < 0.2501);
+    assert_true(wall >= covered);
+    /* stopped: the wall clock stands still */
+    pf_profile_stop(&p);
+    double w1, w2;
+    pf_profile_read(&p, sec, &count, &w1);
+    pf_clock_sleep(0.005);
+    pf_profile_read(&p, sec, &count, &w2);
+    assert_true(w1 == w2);
+    /* a NULL profile counts nothing and reads no clock */
+    assert_true(pf_profile_add(NULL, PF_PHASE_INPUT, 7.0) == 7.0);
+    assert_true(pf_profile_now(NULL) == 0);
+    pf_profile_count(NULL, 1);
+}
+
+static void test_off(void **state) {
+    (void)state;
+    setenv("PSFLOW_PROFILE", "off", 1);
+    pf_profile p;
+    pf_profile_start(&p);
+    unsetenv("PSFLOW_PROFILE");
+    assert_true(pf_profile_now(&p) == 0);
+    assert_true(pf_profile_add(&p, PF_PHASE_INPUT, 3.0) == 3.0);
+    pf_profile_count(&p, 1);
+    double sec[PF_PHASE_COUNT], wall;
+    uint64_t count;
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), -1);
+}
+
+typedef struct reader {
+    pf_profile *p;
+    int stop, reads, bad;
+} reader;
+
+static void *read_loop(void *arg) {
+    reader *r = arg;
+    double last = 0;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        double sec[PF_PHASE_COUNT], wall;
+        uint64_t count;
+        if (pf_profile_read(r->p, sec, &count, &wall) != 0)
+            continue;
+        r->reads++;
+        /* each snapshot's phase time only grows, never past the 1 ms a step it is given */
+        if (sec[PF_PHASE_COMPUTE] < last || sec[PF_PHASE_COMPUTE] > (double)count * 1e-3 + 1e-3)
+            r->bad++;
+        last = sec[PF_PHASE_COMPUTE];
+    }
+    return NULL;
+}
+
+/* One thread counts, another reads: every snapshot is whole numbers of what was added. */
+static void test_concurrent_reader(void **state) {
+    (void)state;
+    unsetenv("PSFLOW_PROFILE");
+    pf_profile p;
+    pf_profile_start(&p);
+    reader r = {&p, 0, 0, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, read_loop, &r), 0);
+    for (int i = 0; i < 200000; i++) {
+        pf_profile_add_seconds(&p, PF_PHASE_COMPUTE, 1e-3);
+        pf_profile_count(&p, 1);
+    }
+    __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    assert_true(r.reads > 0);
+    assert_int_equal(r.bad, 0);
+    double sec[PF_PHASE_COUNT], wall;
+    uint64_t count;
+    pf_profile_read(&p, sec, &count, &wall);
+    assert_int_equal(count, 200000);
+    assert_true(sec[PF_PHASE_COMPUTE] > 199.999 && sec[PF_PHASE_COMPUTE] < 200.001);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_chained_spans),
+        cmocka_unit_test(test_off),
+        cmocka_unit_test(test_concurrent_reader),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -48,10 +48,14 @@ export class ProfileView {
         }
         const w = shown(t);
         const secs = w && w.seconds > 0 ? w.seconds : 0;
+        /* A span in progress at either end of a window can put its phases a little over its
+         * time: the bar then shows their shares of their sum. */
+        const sum = !w ? 0 : phases.reduce((a, p) => a + (isNum((w.phases || {})[p]) ? w.phases[p] : 0), 0);
+        const whole = Math.max(secs, sum);
         for (const seg of row.children[1].children) {
             const p = seg.dataset.phase;
             const v = !w ? 0 : p === 'other' ? w.other : (w.phases || {})[p];
-            const share = secs > 0 && isNum(v) ? Math.max(0, Math.min(1, v / secs)) : 0;
+            const share = whole > 0 && isNum(v) ? Math.max(0, Math.min(1, v / whole)) : 0;
             const width = (100 * share).toFixed(2) + '%';
             if (seg.style.width !== width) seg.style.width = width;
             seg.dataset.share = share.toFixed(4);

@@ -1,5 +1,5 @@
-/* cmd_get.c - `psflow get NAME`: one job, its conditions, replicas, servers and tasks
- * (GET /api/v1/jobs/{name} and .../tasks). */
+/* cmd_get.c - `psflow get NAME`: one job, its conditions, replicas, servers, tasks and step
+ * breakdown (GET /api/v1/jobs/{name}, .../tasks and .../profile). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include "cli/cli_internal.h"
 #include "cli/command.h"
 #include "psflow/clock.h"
+#include "psflow/profile.h"
 #include "psflow/text.h"
 
 /* "2026-11-22T10:00:00.000Z (5m ago)", or "-" when absent. */
@@ -62,6 +63,61 @@ static void print_tasks(const api_client *c, const char *escaped) {
                    api_jstr(t, "address") ? api_jstr(t, "address") : "-",
                    api_jint(t, "restarts", 0), step, lag, hb);
         }
+    }
+    json_decref(doc);
+    pf_http_response_deinit(&r);
+}
+
+/* One task's line of the step breakdown: its time a step (a ps: pulls a second) and each
+ * phase's share of its time over the window shown (its newest, else its totals). */
+static void print_breakdown_task(const json_t *t) {
+    const json_t *w = json_object_get(t, "recent");
+    if (!json_is_object(w))
+        w = json_object_get(t, "total");
+    double secs;
+    long long count = api_jint(w, "count", 0);
+    if (!api_jnum(w, "seconds", &secs) || secs <= 0 || count <= 0)
+        return;
+    const char *type = api_jstr(t, "type") ? api_jstr(t, "type") : "?";
+    int ps = !strcmp(type, "ps");
+    char task[64], rate[32], line[512] = "";
+    snprintf(task, sizeof task, "%s-%lld", type, api_jint(t, "index", -1));
+    if (ps)
+        snprintf(rate, sizeof rate, "%.0f pulls/s", (double)count / secs);
+    else
+        snprintf(rate, sizeof rate, "%.3f ms/step", 1e3 * secs / (double)count);
+    size_t n = 0;
+    const json_t *phases = json_object_get(w, "phases");
+    for (int i = ps ? PF_PHASE_FIRST_PS : 0; i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++) {
+        double v;
+        if (!api_jnum(phases, pf_phase_name(i), &v) || v <= 0 || n >= sizeof line)
+            continue;
+        if (i == PF_PHASE_QUEUE) /* summed over pulls: a time a pull, not a share */
+            n += (size_t)snprintf(line + n, sizeof line - n, " queue %.3f ms/pull",
+                                  1e3 * v / (double)count);
+        else
+            n += (size_t)snprintf(line + n, sizeof line - n, " %s %.0f%%", pf_phase_name(i),
+                                  100 * v / secs);
+    }
+    printf("  %-12s %-7s %-16s%s\n", task,
+           json_is_object(json_object_get(t, "recent")) ? "recent" : "total", rate, line);
+}
+
+/* GET .../profile: where each task's time goes (docs/profile.md); nothing before a report. */
+static void print_breakdown(const api_client *c, const char *escaped) {
+    char path[600];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/profile", escaped);
+    pf_http_response r;
+    pf_error why;
+    if (api_try(c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, &r, &why) != PF_OK)
+        return;
+    json_t *doc = r.status == 200 ? api_body_json(&r) : NULL;
+    json_t *tasks = json_object_get(doc, "tasks"), *t;
+    size_t i, shown = 0;
+    json_array_foreach(tasks, i, t) shown += json_is_object(json_object_get(t, "total"));
+    if (shown) {
+        printf("Step breakdown:\n  %-12s %-7s %-16s %s\n", "TASK", "WINDOW", "TIME", "PHASES");
+        json_array_foreach(tasks, i, t) print_breakdown_task(t);
     }
     json_decref(doc);
     pf_http_response_deinit(&r);
@@ -190,6 +246,7 @@ int cli_get_job(const cli_command *cmd, int argc, char **argv) {
         } else {
             print_job(doc);
             print_tasks(&run.client, job.escaped);
+            print_breakdown(&run.client, job.escaped);
         }
         json_decref(doc);
     }

@@ -9,9 +9,9 @@
 #     barrier time of the other task (at least 10 ms a step, and at least 3 times that task's
 #     own push): that one waits for the late push at every step. For each training
 #     task the phases add up to its time within 5 % (nothing of the step goes uncounted),
-#     and "other" is what they leave. The ps reports apply, copy and
-#     queue, and answered pulls. Prometheus has psflow_task_phase_seconds_total for each
-#     phase of each task.
+#     and "other" is what they leave. The ps reports apply, copy and queue, and answered
+#     pulls. Prometheus has psflow_task_phase_seconds_total for each phase of each task;
+#     `psflow get` prints the slow task's push share.
 #  2. the job again with the slow agent reading its input 20 ms late instead
 #     (PSFLOW_TEST_INPUT_DELAY_MS=20): at least 18 ms a step of input on its task, and the
 #     other task's barrier at least 10 ms a step.
@@ -107,6 +107,10 @@ wait_until 90 "$slow's push and $other's barrier in the profile" \
   check_profile prof-push "$slow" push 18
 check_profile prof-push "$slow" push 18
 check_profile prof-push "$other" barrier 10
+PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get prof-push >"$WORK/get.txt" || fail "psflow get"
+grep -A4 '^Step breakdown:' "$WORK/get.txt" | grep -E "^  $slow +recent +[0-9.]+ ms/step .*push [0-9]+%" >/dev/null ||
+  fail "psflow get shows no push share of $slow: $(cat "$WORK/get.txt")"
+echo "psflow get: $(grep -A4 '^Step breakdown:' "$WORK/get.txt" | grep "^  $slow")"
 curl -sf "$URL/metrics" >"$WORK/metrics.txt" || fail "GET /metrics"
 for phase in input pull compute push barrier checkpoint evaluate; do
   grep -q "^psflow_task_phase_seconds_total{job=\"prof-push\",task=\"$slow\",phase=\"$phase\"} " \

@@ -108,6 +108,7 @@ typedef struct coord_task {
      * report the latest window starts from, and that window: the difference of two reports
      * at least COORD_PROFILE_WINDOW seconds of its time apart */
     bool has_profile, has_window;
+    uint64_t profile_incarnation; /* the incarnation `profile` is of */
     coord_profile profile, profile_base, window;
 } coord_task;
 
@@ -351,8 +352,8 @@ coord_task *coord_task_find(coord_job *j, const char *type, int index);
  * rates per second it computes from the last report's (at `now`). */
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now);
 
-/* Takes a report's profile into t (its latest, and its window); a profile whose time went
- * back (a new incarnation) starts t's again. */
+/* Takes a report's profile into t (its latest, and its window); the first one of a new
+ * incarnation, or one whose time or count went back, starts t's again. */
 void coord_take_profile(coord_task *t, const coord_report *r);
 /* How many jobs were created before (create_time, name) in creation order: jobs[0..n) are
  * the older ones. A binary search, for listing from a position. */

@@ -232,7 +232,8 @@ void coord_take_profile(coord_task *t, const coord_report *r) {
     if (!r->has_profile)
         return;
     const coord_profile *p = &r->profile;
-    if (!t->has_profile || p->seconds < t->profile.seconds || p->count < t->profile.count) {
+    if (!t->has_profile || t->profile_incarnation != t->incarnation ||
+        p->seconds < t->profile.seconds || p->count < t->profile.count) {
         t->profile_base = *p; /* the first report, or a new incarnation's */
         t->has_window = false;
     } else if (p->seconds - t->profile_base.seconds >= COORD_PROFILE_WINDOW) {
@@ -248,6 +249,7 @@ void coord_take_profile(coord_task *t, const coord_report *r) {
     }
     t->profile = *p;
     t->has_profile = true;
+    t->profile_incarnation = t->incarnation;
 }
 
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now) {

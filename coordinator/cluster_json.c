@@ -301,11 +301,14 @@ json_t *coord_job_profile_json(const coord_job *j) {
         int ps = !strcmp(t->type, "ps");
         if (!ps && strcmp(t->type, "chief") && strcmp(t->type, "worker"))
             continue;
+        /* a replaced task's profile is its old incarnation's until the new one reports */
+        bool current = t->has_profile && t->profile_incarnation == t->incarnation;
         json_array_append_new(
-            tasks, json_pack("{s:s, s:i, s:s, s:o, s:o}", "type", t->type, "index", t->index,
-                             "state", coord_task_state_name(t->state), "total",
-                             t->has_profile ? profile_json(&t->profile, ps) : json_null(), "recent",
-                             t->has_window ? profile_json(&t->window, ps) : json_null()));
+            tasks,
+            json_pack("{s:s, s:i, s:s, s:o, s:o}", "type", t->type, "index", t->index, "state",
+                      coord_task_state_name(t->state), "total",
+                      current ? profile_json(&t->profile, ps) : json_null(), "recent",
+                      current && t->has_window ? profile_json(&t->window, ps) : json_null()));
     }
     return tasks ? json_pack("{s:s, s:f, s:o}", "job", j->name, "window_seconds",
                              COORD_PROFILE_WINDOW, "tasks", tasks)

@@ -121,8 +121,9 @@ static void job_profiles(text *t, const coord_cluster *c) {
         for (int k = 0; k < c->jobs[i]->n_tasks; k++) {
             const coord_task *task = &c->jobs[i]->tasks[k];
             int ps = !strcmp(task->type, "ps");
+            bool current = task->has_profile && task->profile_incarnation == task->incarnation;
             for (int p = ps ? PF_PHASE_FIRST_PS : 0;
-                 task->has_profile && p < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); p++)
+                 current && p < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); p++)
                 put(t,
                     "psflow_task_phase_seconds_total{job=\"%s\",task=\"%s-%d\",phase=\"%s\"} "
                     "%.6f\n",

@@ -641,10 +641,25 @@ static void test_profile_window(void **state) {
     json_t *total = json_object_get(wt, "total");
     assert_true(fabs(json_real_value(json_object_get(total, "other")) - 0.2) < 1e-9);
     json_decref(pj);
-    /* a new incarnation: its time starts again, and so does the window */
+    /* its time went back (the task's process started again): it starts again, and so does
+     * the window */
     beat_profile(&c, w, "prof", "{\"count\": 1, \"seconds\": 0.1, \"phases\": {\"input\": 0.05}}",
                  T0 + 5);
     assert_int_equal(t->profile.count, 1);
+    assert_false(t->has_window);
+    beat_profile(&c, w, "prof", "{\"count\": 100, \"seconds\": 9.0, \"phases\": {\"input\": 0.5}}",
+                 T0 + 6);
+    assert_true(t->has_window);
+    /* a new incarnation (the task replaced): the old one's profile is not shown, and the
+     * new one's first report starts again even with more time than the old one had */
+    t->incarnation++;
+    pj = coord_job_profile_json(j);
+    json_array_foreach(json_object_get(pj, "tasks"), k, item)
+        assert_true(json_is_null(json_object_get(item, "total")));
+    json_decref(pj);
+    beat_profile(&c, w, "prof", "{\"count\": 200, \"seconds\": 20.0, \"phases\": {\"input\": 1.0}}",
+                 T0 + 7);
+    assert_int_equal(t->profile.count, 200);
     assert_false(t->has_window);
     coord_cluster_deinit(&c);
 }

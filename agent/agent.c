@@ -500,7 +500,8 @@ static json_t *serving_json(task *t) {
 
 /* Where a task's time went (psflow/profile.h), as its heartbeats carry it (api/rest.md):
  * cumulative seconds of the role's phases, the time since they started counting, and its
- * steps (training task) or answered pulls (ps); NULL before the first step. */
+ * steps (training task) or answered pulls (ps); NULL before a training task's first step (a
+ * ps counts from its start). */
 static json_t *profile_json(const pf_profile *p, int ps) {
     double sec[PF_PHASE_COUNT], wall;
     uint64_t count;

@@ -296,8 +296,9 @@ typedef struct coord_report {
     long long version;    /* -1: none yet */
     long long requests, failed;
     double latency_p50_ms, latency_p99_ms; /* NAN when null */
-    /* a training task's or ps's profile: every figure finite, >= 0 and at most 10^9, its
-     * phases among those of the role (absent ones 0); has_profile false otherwise */
+    /* a training task's or ps's profile: its time and phases finite, 0 .. 10^9 seconds, its
+     * count 0 .. 10^15, its phases among those of the role (absent ones 0); has_profile
+     * false otherwise */
     bool has_profile;
     coord_profile profile;
 } coord_report;

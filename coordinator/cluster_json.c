@@ -531,7 +531,8 @@ static void profile_from_json(json_t *p, const char *type, coord_report *out) {
     json_t *count = json_object_get(p, "count"), *secs = json_object_get(p, "seconds"),
            *phases = json_object_get(p, "phases"), *v;
     const double max = 1e9;
-    if (!json_is_integer(count) || json_integer_value(count) < 0 || !json_is_number(secs) ||
+    if (!json_is_integer(count) || json_integer_value(count) < 0 ||
+        json_integer_value(count) > (json_int_t)1e15 || !json_is_number(secs) ||
         !(json_number_value(secs) >= 0 && json_number_value(secs) <= max) ||
         !json_is_object(phases) || !type)
         return;

@@ -140,6 +140,7 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     for (peer *q = s->peers; q; q = q->next) {
         if (q->parked) {
             q->parked = 0;
+            pf_profile_add(&s->prof, PF_PHASE_QUEUE, q->parked_at);
             ps_server_reply_pull(s, q->conn, q->request_id, &q->pull, PF_WIRE_PUSH_STALE,
                                  q->parked_seg ? q->seg_dst : NULL);
         }

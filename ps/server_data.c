@@ -188,6 +188,7 @@ void ps_server_release_parked(ps_server *s) {
                     ps_staleness_ready(s->staleness, ps_server_trainer(p));
         if (p->parked && s->nonfinite[0]) {
             p->parked = 0;
+            pf_profile_add(&s->prof, PF_PHASE_QUEUE, p->parked_at);
             ps_server_error(s, p->conn, p->request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         } else if (p->parked && (fresh || over)) { /* the job's end answers it unrecorded */
             p->parked = 0;

@@ -55,14 +55,14 @@ typedef struct worker_link_options {
     int segment;
 } worker_link_options;
 
-/* The segment's parameter vector (and in *grads its gradient vector), each
- * pf_model_num_params floats, or NULL when the link has no segment. Pulls into and pushes
- * from these vectors go through the segment to every ps that took it; the link owns them
- * (worker_link_destroy unmaps them). */
 /* When the requests of the last round trip were all handed to the transport (pf_clock_now
  * seconds; 0 before the first): the push's end and the start of the wait for its answers. */
 double worker_link_sent_at(const worker_link *c);
 
+/* The segment's parameter vector (and in *grads its gradient vector), each
+ * pf_model_num_params floats, or NULL when the link has no segment. Pulls into and pushes
+ * from these vectors go through the segment to every ps that took it; the link owns them
+ * (worker_link_destroy unmaps them). */
 float *worker_link_segment(worker_link *c, float **grads);
 
 /* How many ps took the segment on their current connection (0 without one). */

@@ -586,15 +586,18 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global, double at) {
     at = pf_profile_add(t->prof, PF_PHASE_PUSH, at);
     if (st == PF_OK) {
         pf_error gather_err; /* met again, and reported, when the step comes */
-        if (global + 1 < r->max_steps && !stopped(t) &&
-            gather(t, global + 1, r->b, &gather_err) == PF_OK) {
+        pf_status ahead = PF_ERR_NOT_FOUND;
+        if (global + 1 < r->max_steps && !stopped(t)) {
+            ahead = gather(t, global + 1, r->b, &gather_err);
             at = pf_profile_add(t->prof, PF_PHASE_INPUT, at);
+        }
+        if (ahead == PF_OK) {
             r->ahead_step = global + 1;
             r->ahead_loss =
                 pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
             r->computed = 1;
+            at = pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
         }
-        at = pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
         pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
         st = worker_link_push_pull_finish(t->link, t->versions, t->results, &r->err);
         pf_profile_add(t->prof, wait, at);
@@ -709,7 +712,6 @@ static void restart_window(run *r) {
 /* One line: where the steps' time went (docs/profile.md), each phase as a share of the time
  * since the first step; what no phase covers (rollbacks, reports) is the rest. */
 static void log_breakdown(trainer *t) {
-    pf_profile_stop(t->prof);
     double sec[PF_PHASE_COUNT], wall;
     uint64_t steps;
     if (pf_profile_read(t->prof, sec, &steps, &wall) != 0 || wall <= 0 || !steps)
@@ -739,17 +741,14 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
         worker_leases_log(t->leases);
     fprintf(stderr, "psflow %s %d: reached step %" PRIu64 " after %ld local steps, %.1f s\n",
             worker_who(t), t->o->task, t->versions[0], r->local_steps, out->seconds);
-    if (!t->o->is_chief) {
-        log_breakdown(t);
+    if (!t->o->is_chief)
         return STEP_DONE;
-    }
     double at = pf_profile_now(t->prof);
     pf_eval ev = worker_chief_evaluate(t);
     worker_chief_log_eval(t, t->versions[0], &ev);
     at = pf_profile_add(t->prof, PF_PHASE_EVALUATE, at);
     pf_status st = worker_chief_checkpoint(t, t->versions[0], 1, &r->err);
     pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
-    log_breakdown(t);
     if (st != PF_OK) /* async: another task's last push made a value non-finite */
         return answer(t, r, st, t->versions[0], 0, 0);
     out->evaluated = 1;
@@ -795,6 +794,8 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
             count_step(&t, &r);
     }
     pf_profile_stop(t.prof);
+    if (s == STEP_DONE) /* the end, not a final checkpoint's rollback that trains on */
+        log_breakdown(&t);
     out->status = r.st;
     out->steps = t.versions ? t.versions[0] : 0;
     out->local_steps = r.local_steps;

@@ -7,8 +7,8 @@
  *
  * What it checks, in order:
  *   1. the Step breakdown card shows one bar per task (ps-0, worker-0, worker-1) and the
- *      legend; each training task's segments fill its bar (within 2 %) and its figure is a
- *      time per step;
+ *      legend; each training task's phases fill at least 95 % of its bar ("other", what no
+ *      phase covers, the rest) and its figure is a time per step;
  *   2. a bar shows the API's figures: for one window (the same `recent.seconds`), each
  *      segment's share is the API's phase over its time, or over the phases' sum where that
  *      is larger (within 0.005);
@@ -87,9 +87,10 @@ async function main() {
         check([...TRAINING, 'apply', 'copy', 'other'].every((p) => legend.includes(p)),
             'the legend names every phase (' + legend.join(', ') + ')');
         for (const t of ['worker-0', 'worker-1']) {
-            const sum = Object.values(first[t].shares).reduce((a, b) => a + b, 0);
-            check(Math.abs(sum - 1) <= 0.02 && / ms\/step$/.test(first[t].figure),
-                t + ': its segments fill ' + (100 * sum).toFixed(1) + ' % of the bar, ' + first[t].figure);
+            const phases = TRAINING.reduce((a, p) => a + first[t].shares[p], 0);
+            check(phases >= 0.95 && / ms\/step$/.test(first[t].figure),
+                t + ': its phases fill ' + (100 * phases).toFixed(1) + ' % of the bar (the rest: ' +
+                (100 * first[t].shares.other).toFixed(1) + ' %), ' + first[t].figure);
         }
         check(/pulls\/s/.test(first['ps-0'].figure), 'ps-0: ' + first['ps-0'].figure);
 

@@ -90,7 +90,8 @@ static void print_breakdown_task(const json_t *t) {
     const json_t *phases = json_object_get(w, "phases");
     for (int i = ps ? PF_PHASE_FIRST_PS : 0; i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++) {
         double v;
-        if (!api_jnum(phases, pf_phase_name(i), &v) || v <= 0 || n >= sizeof line)
+        if (!api_jnum(phases, pf_phase_name(i), &v) || v <= 0 || n >= sizeof line ||
+            (i != PF_PHASE_QUEUE && 100 * v / secs < 0.5)) /* shown as 0%: left out */
             continue;
         if (i == PF_PHASE_QUEUE) /* summed over pulls: a time a pull, not a share */
             n += (size_t)snprintf(line + n, sizeof line - n, " queue %.3f ms/pull",

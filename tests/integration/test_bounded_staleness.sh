@@ -253,7 +253,11 @@ PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" get ssp-up >"$WORK/get.txt"
 python3 - "$WORK/get.txt" <<'PY' || fail "psflow get shows no lags: $(cat "$WORK/get.txt")"
 import sys
 text = open(sys.argv[1]).read()
-rows = [l.split() for l in text[text.index("Tasks:\n"):].splitlines()[1:] if l.startswith("  ")]
+rows = []
+for l in text[text.index("Tasks:\n"):].splitlines()[1:]:
+    if not l.startswith("  "):
+        break  # the next section (Step breakdown)
+    rows.append(l.split())
 head = rows[0]
 assert head[6] == "LAG", head
 lag = {r[0]: r[6] for r in rows[1:]}

@@ -508,8 +508,7 @@ static json_t *profile_json(const pf_profile *p, int ps) {
     if (pf_profile_read(p, sec, &count, &wall) != 0)
         return NULL;
     json_t *phases = json_object();
-    for (int i = ps ? PF_PHASE_FIRST_PS : 0;
-         phases && i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++)
+    for (int i = pf_phase_first(ps); phases && i < pf_phase_end(ps); i++)
         json_object_set_new(phases, pf_phase_name(i), json_real(sec[i]));
     return phases ? json_pack("{s:I, s:f, s:o}", "count", (json_int_t)count, "seconds", wall,
                               "phases", phases)

@@ -88,7 +88,7 @@ static void print_breakdown_task(const json_t *t) {
         snprintf(rate, sizeof rate, "%.3f ms/step", 1e3 * secs / (double)count);
     size_t n = 0;
     const json_t *phases = json_object_get(w, "phases");
-    for (int i = ps ? PF_PHASE_FIRST_PS : 0; i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++) {
+    for (int i = pf_phase_first(ps); i < pf_phase_end(ps); i++) {
         double v;
         if (!api_jnum(phases, pf_phase_name(i), &v) || v <= 0 || n >= sizeof line ||
             (i != PF_PHASE_QUEUE && 100 * v / secs < 0.5)) /* shown as 0%: left out */

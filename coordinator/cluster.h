@@ -356,6 +356,12 @@ void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, dou
 /* Takes a report's profile into t (its latest, and its window); the first one of a new
  * incarnation, or one whose time or count went back, starts t's again. */
 void coord_take_profile(coord_task *t, const coord_report *r);
+
+/* Whether t is a task with a profile to show (chief, worker, ps), and whether the profile it
+ * holds is its current incarnation's (a replaced task's is not shown until the new one
+ * reports). */
+bool coord_task_profiled(const coord_task *t);
+bool coord_task_profile_current(const coord_task *t);
 /* How many jobs were created before (create_time, name) in creation order: jobs[0..n) are
  * the older ones. A binary search, for listing from a position. */
 int coord_cluster_jobs_before(const coord_cluster *c, double create_time, const char *name);

@@ -228,6 +228,14 @@ static double rate(int64_t before, int64_t after, double seconds) {
     return after >= before && seconds > 0 ? (double)(after - before) / seconds : 0;
 }
 
+bool coord_task_profiled(const coord_task *t) {
+    return !strcmp(t->type, "ps") || !strcmp(t->type, "chief") || !strcmp(t->type, "worker");
+}
+
+bool coord_task_profile_current(const coord_task *t) {
+    return coord_task_profiled(t) && t->has_profile && t->profile_incarnation == t->incarnation;
+}
+
 void coord_take_profile(coord_task *t, const coord_report *r) {
     if (!r->has_profile)
         return;

@@ -282,8 +282,7 @@ json_t *coord_task_json(const coord_task *t, double lease, double now) {
 static json_t *profile_json(const coord_profile *p, int ps) {
     json_t *phases = json_object();
     double sum = 0;
-    for (int i = ps ? PF_PHASE_FIRST_PS : 0;
-         phases && i < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); i++) {
+    for (int i = pf_phase_first(ps); phases && i < pf_phase_end(ps); i++) {
         json_object_set_new(phases, pf_phase_name(i), json_real(p->phases[i]));
         if (i != PF_PHASE_QUEUE) /* summed over pulls, not a share of the thread's time */
             sum += p->phases[i];
@@ -298,11 +297,10 @@ json_t *coord_job_profile_json(const coord_job *j) {
     json_t *tasks = json_array();
     for (int i = 0; tasks && i < j->n_tasks; i++) {
         const coord_task *t = &j->tasks[i];
-        int ps = !strcmp(t->type, "ps");
-        if (!ps && strcmp(t->type, "chief") && strcmp(t->type, "worker"))
+        if (!coord_task_profiled(t))
             continue;
-        /* a replaced task's profile is its old incarnation's until the new one reports */
-        bool current = t->has_profile && t->profile_incarnation == t->incarnation;
+        int ps = !strcmp(t->type, "ps");
+        bool current = coord_task_profile_current(t);
         json_array_append_new(
             tasks,
             json_pack("{s:s, s:i, s:s, s:o, s:o}", "type", t->type, "index", t->index, "state",

@@ -121,10 +121,8 @@ static void job_profiles(text *t, const coord_cluster *c) {
         for (int k = 0; k < c->jobs[i]->n_tasks; k++) {
             const coord_task *task = &c->jobs[i]->tasks[k];
             int ps = !strcmp(task->type, "ps");
-            bool current = task->has_profile && task->profile_incarnation == task->incarnation &&
-                           (ps || !strcmp(task->type, "chief") || !strcmp(task->type, "worker"));
-            for (int p = ps ? PF_PHASE_FIRST_PS : 0;
-                 current && p < (ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS); p++)
+            bool current = coord_task_profile_current(task);
+            for (int p = pf_phase_first(ps); current && p < pf_phase_end(ps); p++)
                 put(t,
                     "psflow_task_phase_seconds_total{job=\"%s\",task=\"%s-%d\",phase=\"%s\"} "
                     "%.6f\n",

@@ -33,6 +33,15 @@ typedef enum pf_phase {
 
 #define PF_PHASE_FIRST_PS PF_PHASE_APPLY
 
+/* The phases a role reports, first .. end - 1: a ps's apply .. queue, a training task's
+ * input .. evaluate. */
+static inline int pf_phase_first(int ps) {
+    return ps ? PF_PHASE_FIRST_PS : 0;
+}
+static inline int pf_phase_end(int ps) {
+    return ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS;
+}
+
 typedef struct pf_profile {
     uint64_t ns[PF_PHASE_COUNT]; /* atomic access */
     uint64_t count;              /* steps taken (training task) or pulls answered (ps) */

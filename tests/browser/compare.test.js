@@ -27,18 +27,13 @@
  */
 'use strict';
 
-const {chromium} = require('playwright-core');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {log, check, waitFor, fatal, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
+const {ARTIFACTS, launchChromium, log, check, waitFor, fatal, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
-const CHROMIUM = process.env.PSFLOW_CHROMIUM || '/usr/bin/chromium';
-const ARTIFACTS = process.env.PSFLOW_ARTIFACTS || path.join(SRC || '.', 'tests', 'browser', 'artifacts');
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-    '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 /* The jobs: what differs between them (the rest of the spec is shared). */
 const VARIANTS = [
     {learning_rate: 0.05, batch_size: 50},
@@ -136,7 +131,7 @@ async function main() {
         for (let i = 0; i < names.length; i++) await api(base, 'POST', '/api/v1/jobs', jobSpec(names[i], VARIANTS[i]));
         log('submitted ' + names.join(', ') + ' (' + MAX_STEPS + ' steps each)');
 
-        browser = await chromium.launch({executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS});
+        browser = await launchChromium();
         const context = await browser.newContext({viewport: {width: 1280, height: 900}});
         const page = await context.newPage();
         const consoleWatch = new ConsoleWatch(page);

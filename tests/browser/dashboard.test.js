@@ -39,12 +39,11 @@
  */
 'use strict';
 
-const {chromium} = require('playwright-core');
 const {spawn} = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {log, check, waitFor, fatal, freePort, api, ConsoleWatch, runMain} = require('./harness.js');
+const {ARTIFACTS, launchChromium, log, check, waitFor, fatal, freePort, api, ConsoleWatch, runMain} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
@@ -53,10 +52,6 @@ const MOCK = process.env.PSFLOW_DASHBOARD_MOCK === '1';
  * would need it ('' against the mock server). */
 let agentToken = '';
 const agentAuth = () => (agentToken ? {Authorization: 'Bearer ' + agentToken} : {});
-const CHROMIUM = process.env.PSFLOW_CHROMIUM || '/usr/bin/chromium';
-const ARTIFACTS = process.env.PSFLOW_ARTIFACTS || path.join(SRC || '.', 'tests', 'browser', 'artifacts');
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-    '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 /* The coordinator's retention of metric points (docs/operations.md, COORD_STORE_METRIC_ROWS and
  * COORD_STORE_MIN_TASK_ROWS): a job keeps at most 20,000 rows, 20,000 / n for each of its n
  * training tasks (chief and workers), at least 64 each; a task holding more is thinned. */
@@ -279,7 +274,7 @@ async function main() {
         const base = cluster.url;
         log('cluster up at ' + base + (MOCK ? ' (mock coordinator)' : '') + ', work dir ' + dir);
 
-        browser = await chromium.launch({executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS});
+        browser = await launchChromium();
         const context = await browser.newContext({viewport: {width: 1280, height: 800}});
         const page = await context.newPage();
         const consoleWatch = new ConsoleWatch(page);

@@ -1,7 +1,8 @@
 /*
- * What the browser tests of a real cluster share (dashboard, compare and serving .test.js): logging
- * and checks, polling with a deadline, the REST API, `psflow up` on a free port with its logs,
- * and a watch on the page's console errors.
+ * What the browser tests of a real cluster share (dashboard, compare, serving and breakdown
+ * .test.js): Debian's chromium launched headless, where screenshots go, logging and checks,
+ * polling with a deadline, the REST API, `psflow up` on a free port with its logs, and a watch
+ * on the page's console errors.
  */
 'use strict';
 
@@ -12,6 +13,18 @@ const path = require('path');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
+/* Screenshots: PSFLOW_ARTIFACTS [tests/browser/artifacts]. */
+const ARTIFACTS = process.env.PSFLOW_ARTIFACTS || path.join(SRC || '.', 'tests', 'browser', 'artifacts');
+/* Debian's chromium (PSFLOW_CHROMIUM), never a downloaded one; no background traffic. */
+const CHROMIUM = process.env.PSFLOW_CHROMIUM || '/usr/bin/chromium';
+const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
+    '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+/* A headless chromium browser (playwright-core). */
+function launchChromium() {
+    const {chromium} = require('playwright-core');
+    return chromium.launch({executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS});
+}
 
 const t0 = Date.now();
 function log(...args) {
@@ -176,4 +189,5 @@ function runMain(main) {
     });
 }
 
-module.exports = {log, check, waitFor, fatal, freePort, api, Cluster, ConsoleWatch, runMain};
+module.exports = {ARTIFACTS, launchChromium, log, check, waitFor, fatal, freePort, api, Cluster,
+    ConsoleWatch, runMain};

@@ -18,18 +18,13 @@
  */
 'use strict';
 
-const {chromium} = require('playwright-core');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {log, check, waitFor, fatal, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
+const {ARTIFACTS, launchChromium, log, check, waitFor, fatal, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
-const CHROMIUM = process.env.PSFLOW_CHROMIUM || '/usr/bin/chromium';
-const ARTIFACTS = process.env.PSFLOW_ARTIFACTS || path.join(SRC || '.', 'tests', 'browser', 'artifacts');
-const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-    '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 /* With every push 3 ms late (the agents' --push-delay-ms) the job trains for about 20 s, a
  * checkpoint every 500 steps: several versions while the page is open. */
 const MAX_STEPS = 6000;
@@ -78,7 +73,7 @@ async function main() {
         await api(base, 'POST', '/api/v1/jobs', jobSpec(name));
         log('cluster up at ' + base + '; submitted ' + name + ' with a serving section');
 
-        browser = await chromium.launch({executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS});
+        browser = await launchChromium();
         const page = await (await browser.newContext({viewport: {width: 1280, height: 1000}})).newPage();
         const consoleWatch = new ConsoleWatch(page);
         await page.goto(base + '/#/jobs/' + name);

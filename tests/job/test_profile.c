@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,8 +51,8 @@ static void test_chained_spans(void **state) {
     pf_profile_add_seconds(&p, PF_PHASE_QUEUE, 0.25);
     assert_int_equal(pf_profile_read(&p, sec, &count, &wall), 0);
     assert_int_equal(count, 5);
+    /* at least what was slept in each (how much more depends on the scheduler) */
     assert_true(sec[PF_PHASE_INPUT] >= 0.010 && sec[PF_PHASE_PUSH] >= 0.020);
-    assert_true(sec[PF_PHASE_PUSH] > sec[PF_PHASE_INPUT]);
     /* every nanosecond between the first read and the last is in one phase (rounding: 1 ns
      * a span) */
     double covered = sec[PF_PHASE_INPUT] + sec[PF_PHASE_PUSH];
@@ -87,7 +88,7 @@ static void test_off(void **state) {
 
 typedef struct reader {
     pf_profile *p;
-    int stop, reads, bad;
+    int stop, reads, bad; /* reads: atomic (the writer waits for them) */
 } reader;
 
 static void *read_loop(void *arg) {
@@ -98,7 +99,7 @@ static void *read_loop(void *arg) {
         uint64_t count;
         if (pf_profile_read(r->p, sec, &count, &wall) != 0)
             continue;
-        r->reads++;
+        __atomic_add_fetch(&r->reads, 1, __ATOMIC_RELEASE);
         /* each snapshot's phase time only grows, and stays near the 1 ms a step it is given
          * (the counters are read one after the other while the writer goes on: within 1000
          * steps of the count) */
@@ -109,7 +110,9 @@ static void *read_loop(void *arg) {
     return NULL;
 }
 
-/* One thread counts, another reads: every snapshot is whole numbers of what was added. */
+/* One thread counts, another reads: every snapshot is whole numbers of what was added. The
+ * writer goes on until the reader has read 100 snapshots while it wrote (on a loaded machine
+ * the reader may not run at all during the first 200,000 steps). */
 static void test_concurrent_reader(void **state) {
     (void)state;
     unsetenv("PSFLOW_PROFILE");
@@ -118,19 +121,23 @@ static void test_concurrent_reader(void **state) {
     reader r = {&p, 0, 0, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, read_loop, &r), 0);
-    for (int i = 0; i < 200000; i++) {
+    long steps = 0;
+    double deadline = pf_clock_now() + 60; /* a bound, not a timing: ends the loop on a hang */
+    while (steps < 200000 ||
+           (__atomic_load_n(&r.reads, __ATOMIC_ACQUIRE) < 100 && pf_clock_now() < deadline)) {
         pf_profile_add_seconds(&p, PF_PHASE_COMPUTE, 1e-3);
         pf_profile_count(&p, 1);
+        steps++;
     }
     __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
-    assert_true(r.reads > 0);
+    assert_true(r.reads >= 100);
     assert_int_equal(r.bad, 0);
     double sec[PF_PHASE_COUNT], wall;
     uint64_t count;
     pf_profile_read(&p, sec, &count, &wall);
-    assert_int_equal(count, 200000);
-    assert_true(sec[PF_PHASE_COMPUTE] > 199.999 && sec[PF_PHASE_COMPUTE] < 200.001);
+    assert_int_equal(count, steps);
+    assert_true(fabs(sec[PF_PHASE_COMPUTE] - (double)steps * 1e-3) < 1e-6 * (double)steps);
 }
 
 int main(void) {

@@ -2,10 +2,11 @@
  * read measured in the same run.
  *
  * A training task's step opens and closes about eight spans (pf_profile_add: one monotonic
- * clock read and one atomic add each) and counts one step. This times, on one core and
- * interleaved over --rounds rounds: a loop of bare clock_gettime calls (the baseline), a loop
- * of spans, and a loop of spans with another thread reading the counters as an agent's
- * heartbeats do (but as fast as it can, the worst case for the shared cache line). It
+ * clock read and one atomic add each; pf_profile_open, an atomic store, marks the ones that
+ * may wait long) and counts one step. Every span here is marked open, the upper bound. This times,
+ * on one core and interleaved over --rounds rounds: a loop of bare clock_gettime calls (the
+ * baseline), a loop of spans, and a loop of spans with another thread reading the counters as an
+ * agent's heartbeats do (but as fast as it can, the worst case for the shared cache line). It
  * prints each as nanoseconds and as a ratio to the clock read, and the cost of one step's
  * spans as a share of a step of --step-ms milliseconds (the fastest step of
  * bench/train_distributed.sh is about 2 ms: 784-256-256-10, 1 ps + 1 worker).
@@ -37,6 +38,7 @@ static double clock_loop(void) {
 static double span_loop(pf_profile *p) {
     double t0 = pf_clock_now(), at = pf_profile_now(p);
     for (int i = 0; i < CALLS; i++) {
+        pf_profile_open(p, (pf_phase)(i % PF_PHASE_FIRST_PS), at);
         at = pf_profile_add(p, (pf_phase)(i % PF_PHASE_FIRST_PS), at);
         if (i % SPANS_A_STEP == 0)
             pf_profile_count(p, 1);

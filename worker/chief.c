@@ -352,10 +352,12 @@ pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
     int64_t ee = spec->training.eval_every_steps, ce = spec->checkpoint.every_steps;
     double at = pf_profile_now(t->prof);
     if (ee > 0 && global / (uint64_t)ee > t->last_eval / (uint64_t)ee) {
+        pf_profile_open(t->prof, PF_PHASE_EVALUATE, at);
         pf_eval ev = worker_chief_evaluate(t);
         worker_chief_log_eval(t, global, &ev);
         at = pf_profile_add(t->prof, PF_PHASE_EVALUATE, at);
     }
+    pf_profile_open(t->prof, PF_PHASE_CHECKPOINT, at);
     pf_status st = settle(t, 0, err);
     pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
     if (st != PF_OK)
@@ -368,6 +370,7 @@ pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
                   pf_clock_now() - t->last_checkpoint_time > (double)spec->checkpoint.every_secs;
     if (by_steps || by_time) {
         at = pf_profile_now(t->prof);
+        pf_profile_open(t->prof, PF_PHASE_CHECKPOINT, at);
         st = worker_chief_checkpoint(t, global, 0, err);
         pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
         if (st != PF_OK)

@@ -495,6 +495,7 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         r->last_loss = r->ahead_loss;
     } else {
         double at = pf_profile_now(t->prof);
+        pf_profile_open(t->prof, PF_PHASE_INPUT, at); /* it may wait for a slow reader */
         pf_status gs = gather(t, global, r->b, &r->err);
         at = pf_profile_add(t->prof, PF_PHASE_INPUT, at);
         if (gs == PF_ERR_NOT_FOUND && t->leases) {
@@ -507,6 +508,7 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
             worker_rows_plan(&t->rows, &t->placement, t->hx, r->b, &t->rplan);
             worker_link_set_plan(t->link, &t->rplan);
             memcpy(t->gathered_at, t->versions, (size_t)t->n_ps * sizeof *t->versions);
+            pf_profile_open(t->prof, PF_PHASE_PULL, at);
             pf_status st = worker_link_pull(t->link, NULL, t->params, t->versions, &r->err);
             at = pf_profile_add(t->prof, PF_PHASE_PULL, at);
             step_outcome s = answer(t, r, st, global, 0, 0);
@@ -564,7 +566,8 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global, double at) {
     r->computed = 0;
     pf_phase wait = r->sync ? PF_PHASE_BARRIER : PF_PHASE_PULL;
     if (!t->params_next) {
-        pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
+        pf_backend_openblas_idle();         /* no BLAS helper spinning while this task waits */
+        pf_profile_open(t->prof, wait, at); /* split into push and wait once it is answered */
         pf_status st = worker_link_push_pull(t->link, t->grads, t->steps, t->min_version, t->params,
                                              t->versions, t->results, &r->err);
         /* encoding and sending the push, then waiting for every answer */
@@ -599,6 +602,7 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global, double at) {
             at = pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
         }
         pf_backend_openblas_idle(); /* no BLAS helper spinning while this task waits */
+        pf_profile_open(t->prof, wait, at);
         st = worker_link_push_pull_finish(t->link, t->versions, t->results, &r->err);
         pf_profile_add(t->prof, wait, at);
         /* A ps that restarted (or a push not sent again after a reconnect), or one the chief
@@ -744,9 +748,11 @@ static step_outcome finish(trainer *t, run *r, worker_result *out) {
     if (!t->o->is_chief)
         return STEP_DONE;
     double at = pf_profile_now(t->prof);
+    pf_profile_open(t->prof, PF_PHASE_EVALUATE, at);
     pf_eval ev = worker_chief_evaluate(t);
     worker_chief_log_eval(t, t->versions[0], &ev);
     at = pf_profile_add(t->prof, PF_PHASE_EVALUATE, at);
+    pf_profile_open(t->prof, PF_PHASE_CHECKPOINT, at);
     pf_status st = worker_chief_checkpoint(t, t->versions[0], 1, &r->err);
     pf_profile_add(t->prof, PF_PHASE_CHECKPOINT, at);
     if (st != PF_OK) /* async: another task's last push made a value non-finite */

@@ -37,6 +37,7 @@ void pf_profile_start(pf_profile *p) {
         __atomic_store_n(&p->ns[i], 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->count, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->stopped_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->open, 0, __ATOMIC_RELAXED);
     const char *env = getenv("PSFLOW_PROFILE");
     p->off = env && !strcmp(env, "off");
     __atomic_store_n(&p->started_ns, ns_of(pf_clock_now()), __ATOMIC_RELEASE);
@@ -51,17 +52,32 @@ double pf_profile_now(const pf_profile *p) {
     return p && !p->off ? pf_clock_now() : 0;
 }
 
+/* The open span is closed before its time is added, and the add is a release: a reader
+ * that sees the added time sees the span closed, so no snapshot counts a span twice. */
+static void close_open(pf_profile *p) {
+    if (__atomic_load_n(&p->open, __ATOMIC_RELAXED))
+        __atomic_store_n(&p->open, 0, __ATOMIC_RELAXED);
+}
+
 double pf_profile_add(pf_profile *p, pf_phase phase, double since) {
     if (!p || p->off)
         return since;
     double now = pf_clock_now();
-    __atomic_fetch_add(&p->ns[phase], ns_of(now - since), __ATOMIC_RELAXED);
+    close_open(p);
+    __atomic_fetch_add(&p->ns[phase], ns_of(now - since), __ATOMIC_RELEASE);
     return now;
 }
 
+void pf_profile_open(pf_profile *p, pf_phase phase, double since) {
+    if (p && !p->off && since > 0)
+        __atomic_store_n(&p->open, ns_of(since) << 4 | ((uint64_t)phase + 1), __ATOMIC_RELEASE);
+}
+
 void pf_profile_add_seconds(pf_profile *p, pf_phase phase, double seconds) {
-    if (p && !p->off)
-        __atomic_fetch_add(&p->ns[phase], ns_of(seconds), __ATOMIC_RELAXED);
+    if (p && !p->off) {
+        close_open(p);
+        __atomic_fetch_add(&p->ns[phase], ns_of(seconds), __ATOMIC_RELEASE);
+    }
 }
 
 void pf_profile_count(pf_profile *p, uint64_t n) {
@@ -73,10 +89,27 @@ int pf_profile_read(const pf_profile *p, double *seconds, uint64_t *count, doubl
     uint64_t started = __atomic_load_n(&p->started_ns, __ATOMIC_ACQUIRE);
     if (!started || p->off)
         return -1;
-    for (int i = 0; i < PF_PHASE_COUNT; i++)
-        seconds[i] = (double)__atomic_load_n(&p->ns[i], __ATOMIC_RELAXED) * 1e-9;
+    /* The counters between two reads of the open span: the same span both times, or read
+     * again (a few tries; then the span is left out, as if closed just before). */
+    uint64_t open = 0;
+    double now = 0;
+    for (int tries = 0; tries < 4; tries++) {
+        open = __atomic_load_n(&p->open, __ATOMIC_ACQUIRE);
+        for (int i = 0; i < PF_PHASE_COUNT; i++)
+            seconds[i] = (double)__atomic_load_n(&p->ns[i], __ATOMIC_ACQUIRE) * 1e-9;
+        now = pf_clock_now();
+        if (__atomic_load_n(&p->open, __ATOMIC_ACQUIRE) == open)
+            break;
+        open = 0;
+    }
     *count = __atomic_load_n(&p->count, __ATOMIC_RELAXED);
     uint64_t stopped = __atomic_load_n(&p->stopped_ns, __ATOMIC_ACQUIRE);
-    *wall = (stopped ? (double)stopped * 1e-9 : pf_clock_now()) - (double)started * 1e-9;
+    if (open && !stopped) {
+        int phase = (int)(open & 15) - 1;
+        double since = (double)(open >> 4) * 1e-9;
+        if (phase >= 0 && phase < PF_PHASE_COUNT && now > since)
+            seconds[phase] += now - since;
+    }
+    *wall = (stopped ? (double)stopped * 1e-9 : now) - (double)started * 1e-9;
     return 0;
 }

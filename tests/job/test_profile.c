@@ -1,6 +1,7 @@
 /* test_profile.c - a task's phase counters (common/job/profile.c): names both ways, chained
- * spans that add up to the time they cover, a stopped wall clock, PSFLOW_PROFILE=off, and a
- * reader on another thread while one thread counts.
+ * spans that add up to the time they cover, a stopped wall clock, PSFLOW_PROFILE=off, a
+ * reader on another thread while one thread counts, and open spans (counted up to a
+ * snapshot, never twice).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -140,12 +141,94 @@ static void test_concurrent_reader(void **state) {
     assert_true(fabs(sec[PF_PHASE_COMPUTE] - (double)steps * 1e-3) < 1e-6 * (double)steps);
 }
 
+/* An open span counts up to each snapshot; closed, it counts once and stops growing. */
+static void test_open_span(void **state) {
+    (void)state;
+    unsetenv("PSFLOW_PROFILE");
+    pf_profile p;
+    double sec[PF_PHASE_COUNT], wall;
+    uint64_t count;
+    pf_profile_start(&p);
+    double at = pf_profile_now(&p);
+    pf_profile_open(&p, PF_PHASE_BARRIER, at);
+    pf_clock_sleep(0.02);
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), 0);
+    assert_true(sec[PF_PHASE_BARRIER] >= 0.02 && sec[PF_PHASE_BARRIER] <= wall);
+    for (int i = 0; i < PF_PHASE_COUNT; i++)
+        if (i != PF_PHASE_BARRIER)
+            assert_true(sec[i] == 0);
+    double open_so_far = sec[PF_PHASE_BARRIER];
+    at = pf_profile_add(&p, PF_PHASE_BARRIER, at);
+    pf_clock_sleep(0.02);
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), 0);
+    assert_true(sec[PF_PHASE_BARRIER] >= open_so_far && sec[PF_PHASE_BARRIER] < open_so_far + 0.02);
+    double closed = sec[PF_PHASE_BARRIER];
+    pf_clock_sleep(0.01);
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), 0);
+    assert_true(sec[PF_PHASE_BARRIER] == closed);
+    assert_true(wall - closed >= 0.03);
+    /* a span left open when the clock stops is not counted on */
+    pf_profile_open(&p, PF_PHASE_CHECKPOINT, at);
+    pf_profile_stop(&p);
+    pf_clock_sleep(0.01);
+    assert_int_equal(pf_profile_read(&p, sec, &count, &wall), 0);
+    assert_true(sec[PF_PHASE_CHECKPOINT] == 0);
+}
+
+typedef struct open_reader {
+    pf_profile *p;
+    int stop, reads, bad; /* reads: atomic */
+    double worst;         /* the largest excess of the phases' sum over the wall time seen */
+} open_reader;
+
+static void *read_open_loop(void *arg) {
+    open_reader *r = arg;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        double sec[PF_PHASE_COUNT], wall;
+        uint64_t count;
+        if (pf_profile_read(r->p, sec, &count, &wall) != 0)
+            continue;
+        __atomic_add_fetch(&r->reads, 1, __ATOMIC_RELEASE);
+        double sum = sec[PF_PHASE_PULL] + sec[PF_PHASE_BARRIER];
+        if (sum - wall > r->worst)
+            r->worst = sum - wall;
+    }
+    return NULL;
+}
+
+/* Spans of 100 us chained end to start, each open while it lasts, as a reader reads: the
+ * phases never sum to more than the wall time (a span closed as it was read is counted
+ * once; a span counted twice would be 100 us over, rounding is under 1 ns a span). */
+static void test_open_span_reader(void **state) {
+    (void)state;
+    unsetenv("PSFLOW_PROFILE");
+    pf_profile p;
+    pf_profile_start(&p);
+    open_reader r = {&p, 0, 0, 0, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, read_open_loop, &r), 0);
+    double at = pf_profile_now(&p), deadline = at + 60;
+    long spans = 0;
+    while (spans < 2000 ||
+           (__atomic_load_n(&r.reads, __ATOMIC_ACQUIRE) < 1000 && pf_clock_now() < deadline)) {
+        pf_phase phase = spans % 2 ? PF_PHASE_PULL : PF_PHASE_BARRIER;
+        pf_profile_open(&p, phase, at);
+        while (pf_clock_now() - at < 1e-4)
+            ;
+        at = pf_profile_add(&p, phase, at);
+        spans++;
+    }
+    __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    assert_true(r.reads >= 1000);
+    assert_true(r.worst < 1e-9 * (double)spans + 1e-6);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names),
-        cmocka_unit_test(test_chained_spans),
-        cmocka_unit_test(test_off),
-        cmocka_unit_test(test_concurrent_reader),
+        cmocka_unit_test(test_names),     cmocka_unit_test(test_chained_spans),
+        cmocka_unit_test(test_off),       cmocka_unit_test(test_concurrent_reader),
+        cmocka_unit_test(test_open_span), cmocka_unit_test(test_open_span_reader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

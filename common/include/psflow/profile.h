@@ -5,8 +5,11 @@
  * values into replies, and the time its pulls were held waiting for a version (queue).
  * One thread writes (pf_profile_add), any thread reads (pf_profile_read): every counter is
  * a 64-bit integer of nanoseconds accessed atomically, so a reader never sees a torn value,
- * though a snapshot may be a phase or two apart. No row per step is kept: the coordinator
- * takes differences of two snapshots (docs/profile.md).
+ * though a snapshot may be a phase or two apart. A span counts when it ends, so the writer
+ * marks a wait that may be long as open (pf_profile_open): a snapshot counts an open span
+ * up to its own time, and a window cut through a long wait (a barrier behind a slow chief,
+ * a checkpoint) is not left unexplained. No row per step is kept: the coordinator takes
+ * differences of two snapshots (docs/profile.md).
  */
 #ifndef PSFLOW_PROFILE_H
 #define PSFLOW_PROFILE_H
@@ -47,6 +50,7 @@ typedef struct pf_profile {
     uint64_t count;              /* steps taken (training task) or pulls answered (ps) */
     uint64_t started_ns;         /* pf_profile_start's clock; 0: not started */
     uint64_t stopped_ns;         /* pf_profile_stop's; 0: still counting */
+    uint64_t open;               /* atomic: the open span, start_ns << 4 | phase + 1; 0: none */
     int off;                     /* PSFLOW_PROFILE=off when started: nothing is counted */
 } pf_profile;
 
@@ -63,11 +67,15 @@ void pf_profile_start(pf_profile *p);
 /* Stops p's wall clock: the task's steps are over (its counters stay readable). */
 void pf_profile_stop(pf_profile *p);
 
-/* Adds the time since `since` (pf_clock_now seconds) to `phase`; returns now, the start of
- * the next phase. With p NULL or off, returns since unchanged and reads no clock: callers
- * chain it as t = pf_profile_add(p, PHASE, t) and need a first t only when counting
- * (pf_profile_now). */
+/* Adds the time since `since` (pf_clock_now seconds) to `phase` and closes an open span;
+ * returns now, the start of the next phase. With p NULL or off, returns since unchanged and reads
+ * no clock: callers chain it as t = pf_profile_add(p, PHASE, t) and need a first t only when
+ * counting (pf_profile_now). */
 double pf_profile_add(pf_profile *p, pf_phase phase, double since);
+
+/* Marks a span of `phase` begun at `since` as open: until the next pf_profile_add (any
+ * phase) closes it, pf_profile_read counts it up to the snapshot. */
+void pf_profile_open(pf_profile *p, pf_phase phase, double since);
 
 /* Adds seconds to `phase` (a time measured by the caller). */
 void pf_profile_add_seconds(pf_profile *p, pf_phase phase, double seconds);
@@ -78,9 +86,9 @@ double pf_profile_now(const pf_profile *p);
 /* Counts n steps or answered pulls. */
 void pf_profile_count(pf_profile *p, uint64_t n);
 
-/* A snapshot: seconds[PF_PHASE_COUNT], *count, and *wall (seconds from pf_profile_start to now or
- * to pf_profile_stop). Returns 0, or -1 (nothing written) when p was never started or counts
- * nothing. */
+/* A snapshot: seconds[PF_PHASE_COUNT] (with an open span's time so far), *count, and *wall
+ * (seconds from pf_profile_start to now or to pf_profile_stop). Returns 0, or -1 (nothing
+ * written) when p was never started or counts nothing. */
 int pf_profile_read(const pf_profile *p, double *seconds, uint64_t *count, double *wall);
 
 #endif

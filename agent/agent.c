@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "agent/reporter.h"
+#include "agent/tracing.h"
 #include "ps/server.h"
 #include "psflow/clock.h"
 #include "psflow/address.h"
@@ -76,7 +77,8 @@ typedef struct task {
     char message[256];
     const char *reason; /* a failure's reason for the coordinator ("NonFiniteLoss"), or NULL */
     worker_result result;
-    pf_profile profile; /* a training task's step breakdown (the trainer writes it) */
+    pf_profile profile;               /* a training task's step breakdown (the trainer writes it) */
+    uint64_t trace_armed, trace_sent; /* under a->mu: the trace ids armed and sent */
     agent_reporter *rep;
     /* a serving task (type "serve"): what its server says, and the URL it is reached at */
     serve_stats *serving;
@@ -88,7 +90,8 @@ struct agent {
     pthread_mutex_t mu;
     char base[1024]; /* coordinator URL without a trailing slash */
     task *t;
-    int changed; /* the task's state changed since the last heartbeat */
+    int changed;       /* the task's state changed since the last heartbeat */
+    agent_clock clock; /* under mu: the coordinator's clock, for traces */
 };
 
 static void task_finish(task *t, int state, int code, const char *message) {
@@ -166,6 +169,7 @@ static void *worker_task_main(void *arg) {
     wo.task_key = t->has_key > 0 ? t->key : NULL; /* its own key only (docs/security.md) */
     t->result.accuracy = t->result.test_loss = t->result.auc = t->result.calibration = NAN;
     pf_status st = worker_run(&wo, &t->result);
+    pf_profile_trace_finish(&t->profile); /* a trace still recording ends with the task */
     worker_result_print(&wo, &t->result);
     /* The final evaluation and checkpoint reach the coordinator before the task reports
      * success, so a job is Succeeded only with its final accuracy and checkpoint on record;
@@ -437,6 +441,7 @@ static void task_stop(agent *a, task *t) {
     pf_job_spec_deinit(&t->spec);
     pf_tf_config_deinit(&t->cfg);
     pf_wire_key_clear(t->key, sizeof t->key);
+    pf_profile_trace_free(&t->profile);
     pf_free(t);
 }
 
@@ -515,6 +520,14 @@ static json_t *profile_json(const pf_profile *p, int ps) {
                   : NULL;
 }
 
+/* The profile a task's phases and traces are counted in, under a->mu: a ps's, a training
+ * task's, or NULL. */
+static pf_profile *task_profile(task *t) {
+    if (t->ps)
+        return ps_server_profile(t->ps);
+    return !strcmp(t->type, "chief") || !strcmp(t->type, "worker") ? &t->profile : NULL;
+}
+
 static json_t *heartbeat_body(agent *a) {
     pthread_mutex_lock(&a->mu);
     task *t = a->t;
@@ -539,14 +552,17 @@ static json_t *heartbeat_body(agent *a) {
                                 json_integer(t->ps
                                                  ? ps_server_workers(t->ps)
                                                  : __atomic_load_n(&t->workers, __ATOMIC_RELAXED)));
-        json_t *profile = t->ps ? profile_json(ps_server_profile(t->ps), 1)
-                          : !strcmp(t->type, "chief") || !strcmp(t->type, "worker")
-                              ? profile_json(&t->profile, 0)
-                              : NULL;
+        pf_profile *prof = task_profile(t);
+        json_t *profile = prof ? profile_json(prof, t->ps != NULL) : NULL;
         if (b && profile)
             json_object_set_new(b, "profile", profile);
         else
             json_decref(profile);
+        json_t *trace = prof ? agent_trace_json(prof, &t->trace_sent, &a->clock) : NULL;
+        if (b && trace)
+            json_object_set_new(b, "trace", trace);
+        else
+            json_decref(trace);
         if (b && t->ps) {
             uint64_t version, applied, stale;
             ps_server_stats(t->ps, &version, &applied, &stale);
@@ -704,6 +720,21 @@ static int register_until_accepted(agent *a) {
     return 130;
 }
 
+/* A heartbeat's answer: a clock sample, and a trace to record or stop (docs/profile.md). */
+static void take_trace(agent *a, const json_t *reply, double sent) {
+    pthread_mutex_lock(&a->mu);
+    agent_clock_sample(&a->clock, sent, pf_clock_now(), reply);
+    task *t = a->t;
+    pf_profile *prof = t && t->state == TASK_RUNNING ? task_profile(t) : NULL;
+    json_t *trace = json_object_get(reply, "trace");
+    if (prof && trace) {
+        char who[64];
+        snprintf(who, sizeof who, "%s agent %s", a->o->role, a->o->node_id);
+        agent_trace_directive(prof, trace, &t->trace_armed, who);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
 int agent_run(const agent_options *o) {
     agent a;
     memset(&a, 0, sizeof a);
@@ -737,6 +768,7 @@ int agent_run(const agent_options *o) {
         pf_http_response resp;
         pf_error err;
         pf_error_clear(&err);
+        double sent = pf_clock_now();
         pf_status st = pf_http_request("POST", url, o->token, text, strlen(text), 5.0, &resp, &err);
         free(text);
         if (st != PF_OK || resp.status >= 500) {
@@ -757,6 +789,7 @@ int agent_run(const agent_options *o) {
         } else if (resp.status == 200) {
             json_t *reply = json_loadb(resp.body, resp.len, 0, NULL);
             reconcile(&a, json_object_get(reply, "assignment"));
+            take_trace(&a, reply, sent);
             json_decref(reply);
         } else {
             fprintf(stderr, "psflow %s agent %s: heartbeat refused: HTTP %ld %.300s\n", o->role,

@@ -76,6 +76,19 @@ typedef struct coord_profile {
     double phases[PF_PHASE_COUNT];
 } coord_profile;
 
+/* The newest trace on demand of a job (coordinator/cluster_trace.h, docs/profile.md). */
+typedef struct coord_trace {
+    uint64_t id; /* 1, 2, .. within the job */
+    int steps;
+    int64_t from;             /* the first global step recorded */
+    double started, deadline; /* wall clock: the request, and when the recording is cut */
+    bool complete;
+    double completed;
+    struct json_t
+        *tasks; /* "ps-0" -> {"spans": [[phase, start_us, duration_us, step], ..], "rtt"} or
+            {"refused": message} */
+} coord_trace;
+
 typedef struct coord_task {
     char type[16]; /* chief, ps, worker, evaluator */
     int index;
@@ -174,8 +187,9 @@ typedef struct coord_job {
     /* steps/s (steps_per_sec: NAN while unknown) and stall: the window of recent steps */
     coord_rate rate;
     double last_summary_event;
-    bool dirty;   /* job row (status) changed */
-    bool deleted; /* to be removed from the store, then from memory */
+    coord_trace *trace; /* the newest trace on demand, or NULL */
+    bool dirty;         /* job row (status) changed */
+    bool deleted;       /* to be removed from the store, then from memory */
 } coord_job;
 
 typedef struct coord_node {
@@ -352,6 +366,9 @@ coord_task *coord_task_find(coord_job *j, const char *type, int index);
  * (training.max_staleness) and the embedding-table rows it served and received, whose
  * rates per second it computes from the last report's (at `now`). */
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now);
+
+/* Frees a job's trace (NULL: nothing). */
+void coord_trace_free(coord_trace *t);
 
 /* Takes a report's profile into t (its latest, and its window); the first one of a new
  * incarnation, or one whose time or count went back, starts t's again. */

@@ -2,6 +2,7 @@
  * its nodes: the cluster's lifecycle, a job's task list, adopting, finding, reaping and
  * freeing them (part of the state machine of cluster.h).
  */
+#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,13 @@ void coord_cluster_init(coord_cluster *c, double lease_seconds) {
     c->lease_seconds = lease_seconds;
 }
 
+void coord_trace_free(coord_trace *t) {
+    if (!t)
+        return;
+    json_decref(t->tasks);
+    pf_free(t);
+}
+
 void coord_job_free(coord_job *j) {
     if (!j)
         return;
@@ -23,6 +31,7 @@ void coord_job_free(coord_job *j) {
     pf_job_spec_deinit(&j->spec);
     pf_free(j->tasks);
     pf_free(j->serving);
+    coord_trace_free(j->trace);
     pf_free(j);
 }
 

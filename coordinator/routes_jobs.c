@@ -10,6 +10,7 @@
 #include "psflow/placement.h"
 #include "psflow/spec.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/cluster_trace.h"
 
 /* The message of a field error without the "<pointer>: " prefix pf_error puts on it: the
  * problem's errors[] carry the pointer separately. */
@@ -858,6 +859,45 @@ static void get_events(coord_server *s, coord_request *rq, coord_reply *rp, cons
     }
 }
 
+/* POST .../trace {"steps": N} starts a trace of the job's next N steps (202), GET .../trace
+ * serves the newest one (docs/profile.md, "Trace"). */
+static void trace(coord_request *rq, coord_reply *rp, coord_job *j, double now) {
+    if (is(rq, "GET")) {
+        json_t *tr = coord_trace_json(j, now);
+        if (tr)
+            coord_reply_json(rp, 200, tr);
+        else
+            coord_reply_problem(rp, 404, NULL, "job %s has no trace: POST one first", j->name);
+        return;
+    }
+    if (!is(rq, "POST")) {
+        method_not_allowed(rq, rp, "GET, POST");
+        return;
+    }
+    json_t *body = rq->body_len ? coord_parse_object(rq, rp) : json_object();
+    if (!body)
+        return;
+    static const char *const keys[] = {"steps", NULL};
+    json_t *steps = json_object_get(body, "steps");
+    char why[200];
+    if (coord_check_keys(body, keys, "", rp)) {
+        /* reply set */
+    } else if (steps && (!json_is_integer(steps) || json_integer_value(steps) < 1 ||
+                         json_integer_value(steps) > COORD_TRACE_STEPS_MAX)) {
+        coord_reply_problem(rp, 400,
+                            json_pack("[{s:s, s:s}]", "pointer", "/steps", "message",
+                                      "must be an integer from 1 to 200"),
+                            "/steps: must be an integer from 1 to %d", COORD_TRACE_STEPS_MAX);
+    } else if (coord_trace_start(j, steps ? (int)json_integer_value(steps) : 20, now, why,
+                                 sizeof why) != 0) {
+        coord_reply_problem(rp, 409, NULL, "%s", why);
+    } else {
+        snprintf(rp->location, sizeof rp->location, "/api/v1/jobs/%s/trace", j->name);
+        coord_reply_json(rp, 202, coord_trace_json(j, now));
+    }
+    json_decref(body);
+}
+
 int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     if (rq->n_seg < 1 || strcmp(rq->seg[0], "jobs") != 0)
         return 0;
@@ -875,7 +915,7 @@ int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     const char *name = rq->seg[1];
     const char *sub = rq->n_seg == 3 ? rq->seg[2] : "";
     static const char *const subs[] = {"",        "cancel",      "tasks",  "tf_config", "placement",
-                                       "metrics", "checkpoints", "events", "profile"};
+                                       "metrics", "checkpoints", "events", "profile",   "trace"};
     int known = 0;
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
         known |= !strcmp(sub, subs[i]);
@@ -909,6 +949,8 @@ int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
         } else {
             method_not_allowed(rq, rp, "GET, PATCH, DELETE");
         }
+    } else if (!strcmp(sub, "trace")) {
+        trace(rq, rp, j, now);
     } else if (!strcmp(sub, "cancel")) {
         if (!is(rq, "POST")) {
             method_not_allowed(rq, rp, "POST");

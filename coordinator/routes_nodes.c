@@ -5,6 +5,7 @@
 
 #include "psflow/address.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/cluster_trace.h"
 
 static int valid_id(const char *id) {
     size_t n = strlen(id);
@@ -98,9 +99,9 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"state",     "job",         "generation", "type",    "index",
-                                       "exit_code", "message",     "reason",     "result",  "stats",
-                                       "workers",   "incarnation", "serving",    "profile", NULL};
+    static const char *const keys[] = {
+        "state",  "job",   "generation", "type",        "index",   "exit_code", "message", "reason",
+        "result", "stats", "workers",    "incarnation", "serving", "profile",   "trace",   NULL};
     const char *state = json_string_value(json_object_get(body, "state"));
     json_t *exit_code = json_object_get(body, "exit_code"),
            *result = json_object_get(body, "result");
@@ -130,6 +131,8 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
     } else if (json_object_get(body, "serving") &&
                !json_is_object(json_object_get(body, "serving"))) {
         problem_field(rp, 422, "/serving", "must be an object (a serving task's figures)");
+    } else if (json_object_get(body, "trace") && !json_is_object(json_object_get(body, "trace"))) {
+        problem_field(rp, 422, "/trace", "must be an object (a trace's spans)");
     } else if (result && !json_is_object(result)) {
         problem_field(rp, 422, "/result", "must be an object");
     } else if (steps && (!json_is_integer(steps) || json_integer_value(steps) < 0)) {
@@ -142,6 +145,7 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
             coord_reply_problem(rp, 404, NULL, "no node '%.100s': register it first", id);
         } else {
             coord_node_heartbeat_json(&s->cluster, n, body, now);
+            coord_trace_take(&s->cluster, n, json_object_get(body, "trace"), now);
             /* Nothing to write for a plain lease renewal: leases are in memory and restart
              * with the coordinator; state changes are committed before the answer. */
             json_t *as = NULL;
@@ -152,10 +156,16 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
                 json_decref(as); /* never an assignment without its key */
                 coord_reply_problem(rp, 503, NULL, "out of memory");
             } else {
-                coord_reply_json(rp, 200,
-                                 json_pack("{s:f, s:f, s:o}", "lease_seconds",
-                                           s->cluster.lease_seconds, "heartbeat_seconds", 1.0,
-                                           "assignment", as));
+                /* time: the agent's clock sample (a trace's spans in this clock) */
+                json_t *reply =
+                    json_pack("{s:f, s:f, s:o, s:f}", "lease_seconds", s->cluster.lease_seconds,
+                              "heartbeat_seconds", 1.0, "assignment", as, "time", coord_now());
+                json_t *trace = coord_trace_directive(&s->cluster, n, now);
+                if (reply && trace)
+                    json_object_set_new(reply, "trace", trace);
+                else
+                    json_decref(trace);
+                coord_reply_json(rp, 200, reply);
             }
             s->heartbeats++;
         }

@@ -872,7 +872,7 @@ void ps_server_stats(const ps_server *s, uint64_t *version, uint64_t *applied, u
     *stale = __atomic_load_n(&s->pub_stale, __ATOMIC_RELAXED);
 }
 
-const pf_profile *ps_server_profile(const ps_server *s) {
+pf_profile *ps_server_profile(ps_server *s) {
     return &s->prof;
 }
 
@@ -941,6 +941,7 @@ void ps_server_destroy(ps_server *s) {
     pf_free(s->pulled);
     pf_free(s->seg_ids);
     pf_free(s->seg_views);
+    pf_profile_trace_free(&s->prof);
     pf_free(s->seg_dst);
     pf_free(s->seen);
     ps_staleness_destroy(s->staleness);

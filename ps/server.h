@@ -54,7 +54,7 @@ void ps_server_rows(const ps_server *s, uint64_t *pulled, uint64_t *pushed);
 
 /* Where the service thread's time goes (psflow/profile.h): apply and copy, the pulls' queue
  * time and the pulls answered. Any thread (pf_profile_read). */
-const pf_profile *ps_server_profile(const ps_server *s);
+pf_profile *ps_server_profile(ps_server *s);
 
 /* ps 0 of a job with dynamic splits: the input work queue as the service thread last left
  * it (server_lease.c). */

@@ -388,6 +388,7 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
         if (!s->nonfinite[0])
             ps_server_write_parked_checkpoints(s); /* before anything more is applied */
         ps_server_release_parked(s);
+        pf_profile_at_step(&s->prof, now.version); /* a trace's spans: in the step it serves */
     }
     if (s->nonfinite[0]) {
         ps_server_error(s, p->conn, request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);

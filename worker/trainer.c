@@ -573,7 +573,7 @@ static pf_status push_pull(trainer *t, run *r, uint64_t global, double at) {
         /* encoding and sending the push, then waiting for every answer */
         double sent = worker_link_sent_at(t->link);
         if (at > 0 && sent >= at) {
-            pf_profile_add_seconds(t->prof, PF_PHASE_PUSH, sent - at);
+            pf_profile_span(t->prof, PF_PHASE_PUSH, at, sent);
             pf_profile_add(t->prof, wait, sent);
         } else {
             pf_profile_add(t->prof, wait, at); /* nothing was sent: all of it waiting */
@@ -640,6 +640,7 @@ static step_outcome after_push(trainer *t, run *r, pf_status st) {
 /* One step at global step t->versions[0]. */
 static step_outcome train_step(trainer *t, run *r) {
     uint64_t global = t->versions[0];
+    pf_profile_at_step(t->prof, global); /* a trace's spans are in this step */
     if (stopped(t))
         return failed(
             r, pf_error_set(&r->err, PF_ERR_CANCELLED, NULL, "stopped at step %" PRIu64, global));

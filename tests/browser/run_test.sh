@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one browser test of the dashboard, NAME.test.js (dashboard: the pages as a job trains;
 # compare: the run comparison; serving: a job's serving tasks; breakdown: the step
-# breakdown): `psflow up`, jobs trained
+# breakdown; trace: a trace on demand in Chromium's trace viewer): `psflow up`, jobs trained
 # through the API, and Debian's chromium driven by npm playwright-core
 # (tests/browser/package.json; never a downloaded browser).
 # Screenshots go to $PSFLOW_ARTIFACTS [tests/browser/artifacts]. Needs chromium (apt) and

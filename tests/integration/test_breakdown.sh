@@ -15,6 +15,9 @@
 #  2. the job again with the slow agent reading its input 20 ms late instead
 #     (PSFLOW_TEST_INPUT_DELAY_MS=20): at least 18 ms a step of input on its task, and the
 #     other task's barrier at least 10 ms a step.
+#     A trace of 20 steps (POST/GET .../trace): bad requests refused (400, 404, 409 while one
+#     records), and in the trace the late push as at least 18 ms a step of the slow task's
+#     push spans and 10 ms of the other's barrier, the same 20 steps on both.
 #  3. static mode: each training task logs one "time per step" line at the end.
 # (Bad profiles in heartbeats: tests/coordinator/test_cluster_reports.c.)
 # Time a step is checked against the delay, not shares: under the sanitizers (or a loaded
@@ -121,6 +124,58 @@ for phase in apply copy queue; do
     "$WORK/metrics.txt" || fail "no $phase of ps-0 in /metrics"
 done
 echo "Prometheus: $(grep -c '^psflow_task_phase_seconds_total{job="prof-push"' "$WORK/metrics.txt") phase counters"
+
+# a trace of 20 steps (docs/profile.md, "Trace"): bad requests refused, one at a time, and
+# the late push in it as push spans of the slow task and barrier spans of the other
+trace_post() { # BODY -> HTTP code, answer in $WORK/trace-post.json
+  curl -s -o "$WORK/trace-post.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+    --data-binary "$1" "$URL/api/v1/jobs/${2:-prof-push}/trace"
+}
+code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/api/v1/jobs/prof-push/trace")
+[ "$code" = 404 ] || fail "GET .../trace before any: HTTP $code"
+for body in '{"steps": 0}' '{"steps": 201}' '{"steps": "20"}' '{"steps": 2.5}' '{"step": 20}' '[20]'; do
+  code=$(trace_post "$body")
+  [ "$code" = 400 ] || fail "POST .../trace $body: HTTP $code $(cat "$WORK/trace-post.json")"
+done
+trace_post '{"steps": 0}' >/dev/null
+grep -q '"pointer":"/steps"' "$WORK/trace-post.json" ||
+  fail "a bad steps names the field: $(cat "$WORK/trace-post.json")"
+code=$(trace_post '{"steps": 20}' no-such-job)
+[ "$code" = 404 ] || fail "POST .../trace of no job: HTTP $code"
+code=$(trace_post '{"steps": 20}')
+[ "$code" = 202 ] || fail "POST .../trace: HTTP $code $(cat "$WORK/trace-post.json")"
+code=$(trace_post '{"steps": 5}')
+[ "$code" = 409 ] || fail "a second trace while one records: HTTP $code"
+trace_done() {
+  curl -sf "$URL/api/v1/jobs/prof-push/trace" -o "$WORK/trace.json" &&
+    python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["psflow"]["state"] != "complete")' \
+      "$WORK/trace.json"
+}
+wait_until 120 "the trace to complete" trace_done
+python3 - "$WORK/trace.json" "$slow" "$other" <<'PY' || fail "the trace"
+import json, sys
+d = json.load(open(sys.argv[1]))
+slow, other = sys.argv[2], sys.argv[3]
+meta = d["psflow"]
+assert meta["state"] == "complete" and meta["steps"] == 20 and not meta["missing"], meta
+names = {e["pid"]: e["args"]["name"] for e in d["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+assert sorted(names.values()) == ["ps-0", "worker-0", "worker-1"], names
+spans = {}
+for e in d["traceEvents"]:
+    if e["ph"] == "X":
+        assert e["dur"] >= 0 and e["ts"] >= -1e6, e
+        spans.setdefault(names[e["pid"]], []).append(e)
+per_step = lambda task, phase: sum(e["dur"] for e in spans[task] if e["name"] == phase) / 20e3
+for task in (slow, other):
+    steps = sorted({e["args"]["step"] for e in spans[task]})
+    assert steps == list(range(meta["from"], meta["from"] + 20)), (task, steps)
+assert per_step(slow, "push") >= 18, ("push of the late pusher, ms a step", per_step(slow, "push"))
+assert per_step(other, "barrier") >= 10, ("barrier of the other, ms a step", per_step(other, "barrier"))
+assert any(e["name"] == "apply" for e in spans["ps-0"]), "no apply of ps-0"
+print("trace of steps %d-%d: %s push %.1f ms a step, %s barrier %.1f ms a step, %d spans" % (
+    meta["from"], meta["from"] + 19, slow, per_step(slow, "push"), other,
+    per_step(other, "barrier"), sum(len(v) for v in spans.values())))
+PY
 
 curl -sf -X POST "$URL/api/v1/jobs/prof-push/cancel" >/dev/null || fail "cancel"
 kill "$SPARE" 2>/dev/null || true

@@ -1,7 +1,7 @@
 /* test_profile.c - a task's phase counters (common/job/profile.c): names both ways, chained
  * spans that add up to the time they cover, a stopped wall clock, PSFLOW_PROFILE=off, a
- * reader on another thread while one thread counts, and open spans (counted up to a
- * snapshot, never twice).
+ * reader on another thread while one thread counts, open spans (counted up to a snapshot,
+ * never twice), and traces (a range of global steps, or until stopped).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -224,11 +224,120 @@ static void test_open_span_reader(void **state) {
     assert_true(r.worst < 1e-9 * (double)spans + 1e-6);
 }
 
+/* One step of a training task at global step `global`: input then compute, counted. */
+static void step(pf_profile *p, uint64_t global) {
+    pf_profile_at_step(p, global);
+    double at = pf_profile_now(p);
+    at = pf_profile_add(p, PF_PHASE_INPUT, at);
+    pf_profile_add(p, PF_PHASE_COMPUTE, at);
+    pf_profile_count(p, 1);
+}
+
+/* A trace of global steps 5 .. 7 records their spans in order with their step, from step
+ * 5's start to step 8's; nothing before or after. A trace armed too late is done and empty. */
+static void test_trace_steps(void **state) {
+    (void)state;
+    unsetenv("PSFLOW_PROFILE");
+    pf_profile p;
+    memset(&p, 0, sizeof p);
+    pf_profile_start(&p);
+    uint64_t id;
+    uint32_t n;
+    step(&p, 1);
+    assert_null(pf_profile_trace_spans(&p, &id, &n)); /* never armed */
+    assert_int_equal(pf_profile_trace_arm(&p, 7, 5, 3, 100), 0);
+    assert_int_equal(pf_profile_trace_arm(&p, 8, 5, 3, 100), -1); /* one at a time */
+    for (uint64_t g = 2; g < 8; g++) {
+        assert_null(pf_profile_trace_spans(&p, &id, &n));
+        step(&p, g);
+    }
+    step(&p, 8); /* after the trace */
+    step(&p, 9);
+    const pf_trace_span *sp = pf_profile_trace_spans(&p, &id, &n);
+    assert_non_null(sp);
+    assert_int_equal(id, 7);
+    assert_int_equal(n, 6);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(sp[i].phase, i % 2 ? PF_PHASE_COMPUTE : PF_PHASE_INPUT);
+        assert_int_equal(sp[i].step, 5 + i / 2);
+        assert_true(sp[i].end >= sp[i].start);
+        if (i)
+            assert_true(sp[i].start >= sp[i - 1].end);
+    }
+    /* a second trace after the first is done; steps skipped (async: other workers' pushes)
+     * are not waited for */
+    assert_int_equal(pf_profile_trace_arm(&p, 9, 12, 4, 100), 0);
+    step(&p, 10);
+    step(&p, 13);
+    step(&p, 15);
+    step(&p, 17);
+    sp = pf_profile_trace_spans(&p, &id, &n);
+    assert_non_null(sp);
+    assert_int_equal(id, 9);
+    assert_int_equal(n, 4);
+    assert_int_equal(sp[0].step, 13);
+    assert_int_equal(sp[3].step, 15);
+    /* armed after its steps: done at the next step, with no span */
+    assert_int_equal(pf_profile_trace_arm(&p, 10, 3, 2, 100), 0);
+    step(&p, 18);
+    assert_non_null(pf_profile_trace_spans(&p, &id, &n));
+    assert_int_equal(n, 0);
+    pf_profile_trace_free(&p);
+}
+
+/* A ps's trace (no steps) records from its arming until stopped or full; the queue, whose
+ * waits overlap, is not recorded; a trace stopped before it started is done and empty. */
+static void test_trace_until_stopped(void **state) {
+    (void)state;
+    unsetenv("PSFLOW_PROFILE");
+    pf_profile p;
+    memset(&p, 0, sizeof p);
+    pf_profile_start(&p);
+    uint64_t id;
+    uint32_t n;
+    assert_int_equal(pf_profile_trace_arm(&p, 1, 0, 0, 4), 0);
+    double at = pf_profile_now(&p);
+    at = pf_profile_add(&p, PF_PHASE_APPLY, at);
+    pf_profile_add(&p, PF_PHASE_QUEUE, at - 0.5);
+    at = pf_profile_add(&p, PF_PHASE_COPY, at);
+    pf_profile_trace_stop(&p);
+    assert_null(pf_profile_trace_spans(&p, &id, &n)); /* done at the writer's next span */
+    pf_profile_add(&p, PF_PHASE_APPLY, at);
+    const pf_trace_span *sp = pf_profile_trace_spans(&p, &id, &n);
+    assert_non_null(sp);
+    assert_int_equal(n, 2);
+    assert_int_equal(sp[0].phase, PF_PHASE_APPLY);
+    assert_int_equal(sp[1].phase, PF_PHASE_COPY);
+    /* full: done at the span after the last that fits */
+    assert_int_equal(pf_profile_trace_arm(&p, 2, 0, 0, 3), 0);
+    for (int i = 0; i < 5; i++)
+        at = pf_profile_add(&p, PF_PHASE_APPLY, at);
+    sp = pf_profile_trace_spans(&p, &id, &n);
+    assert_non_null(sp);
+    assert_int_equal(id, 2);
+    assert_int_equal(n, 3);
+    /* stopped before its first span: done, empty; a writer gone for good: done as it is */
+    assert_int_equal(pf_profile_trace_arm(&p, 3, 1, 5, 10), 0);
+    pf_profile_trace_stop(&p);
+    assert_non_null(pf_profile_trace_spans(&p, &id, &n));
+    assert_int_equal(n, 0);
+    assert_int_equal(pf_profile_trace_arm(&p, 4, 1, 5, 10), 0);
+    pf_profile_at_step(&p, 1);
+    pf_profile_add(&p, PF_PHASE_INPUT, pf_profile_now(&p));
+    pf_profile_trace_finish(&p);
+    assert_non_null(pf_profile_trace_spans(&p, &id, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(pf_profile_trace_arm(&p, 5, 1, 5, 0), -1); /* capacity 1 .. max */
+    assert_int_equal(pf_profile_trace_arm(&p, 5, 1, 5, PF_TRACE_SPANS_MAX + 1), -1);
+    pf_profile_trace_free(&p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names),     cmocka_unit_test(test_chained_spans),
-        cmocka_unit_test(test_off),       cmocka_unit_test(test_concurrent_reader),
-        cmocka_unit_test(test_open_span), cmocka_unit_test(test_open_span_reader),
+        cmocka_unit_test(test_names),       cmocka_unit_test(test_chained_spans),
+        cmocka_unit_test(test_off),         cmocka_unit_test(test_concurrent_reader),
+        cmocka_unit_test(test_open_span),   cmocka_unit_test(test_open_span_reader),
+        cmocka_unit_test(test_trace_steps), cmocka_unit_test(test_trace_until_stopped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,7 +70,7 @@ export class JobPage {
         });
         this.tasks = new TaskTable();
         this.placementView = new PlacementView();
-        this.profileView = new ProfileView();
+        this.profileView = new ProfileView(this.name);
         this.profile = null;
         this.servingView = new ServingView();
         this.checkpoints = new CheckpointTable();
@@ -112,6 +112,7 @@ export class JobPage {
         clearInterval(this.poller);
         cancelAnimationFrame(this.frame);
         this.metrics.destroy();
+        this.profileView.destroy();
     }
 
     showError(err) {

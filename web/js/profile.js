@@ -3,14 +3,18 @@
  * training task and ps, each segment a phase's share of the task's time over its newest
  * window (its total before there is one), with the time a step took (a ps: pulls a second),
  * and a legend. A segment's title gives its seconds and share. Hidden until a task reports.
+ * Below the bars, a trace on demand (POST/GET /jobs/NAME/trace): record 20 steps of every
+ * task, then download them as a Chrome trace-event file.
  */
 
+import {api, jobPath} from './api.js';
 import {KeyedRows, h, setText} from './dom.js';
 import {fmtNum, fmtRate, isNum} from './format.js';
 import {card} from './widgets.js';
 
 const TRAINING = ['input', 'pull', 'compute', 'push', 'barrier', 'checkpoint', 'evaluate'];
 const PS = ['apply', 'copy'];
+const TRACE_STEPS = 20;
 
 function taskName(t) {
     return t.type + '-' + t.index;
@@ -21,9 +25,20 @@ function shown(t) {
     return t.recent || t.total;
 }
 
-/* new ProfileView(): el is its card; render(profile) shows GET .../profile's answer or none. */
+/* new ProfileView(name): el is its card; render(profile) shows GET .../profile's answer or
+ * none; destroy() stops watching a trace. */
 export class ProfileView {
-    constructor() {
+    constructor(name) {
+        this.name = name;
+        this.trace = null;
+        this.traceTimer = null;
+        this.traceButton = h('button', {type: 'button', class: 'btn btn-small',
+            dataset: {testid: 'trace-record'}, onclick: () => this.recordTrace()},
+        'Record a trace of ' + TRACE_STEPS + ' steps');
+        this.traceDownload = h('button', {type: 'button', class: 'btn btn-small', hidden: true,
+            dataset: {testid: 'trace-download'}, onclick: () => this.downloadTrace()},
+        'Download trace');
+        this.traceState = h('span', {class: 'muted', dataset: {testid: 'trace-state'}});
         this.legend = h('div', {class: 'breakdown-legend', dataset: {testid: 'breakdown-legend'}},
             [...TRAINING, ...PS, 'other'].map((p) =>
                 h('span', {class: 'breakdown-key'}, h('i', {class: 'phase-' + p}), p)));
@@ -31,8 +46,65 @@ export class ProfileView {
         this.rows = new KeyedRows(this.bars, (row, t, fresh) => this.renderRow(row, t, fresh), 'div');
         this.note = h('p', {class: 'muted breakdown-note'});
         this.el = card('Step breakdown', {id: 'profile', class: 'span-2'},
-            this.legend, this.bars, this.note);
+            this.legend, this.bars, this.note,
+            h('div', {class: 'breakdown-trace'}, this.traceButton, this.traceDownload, this.traceState));
         this.el.hidden = true;
+    }
+
+    destroy() {
+        clearInterval(this.traceTimer);
+    }
+
+    async recordTrace() {
+        this.traceButton.disabled = true;
+        this.traceDownload.hidden = true;
+        try {
+            this.showTrace(await api(jobPath(this.name, '/trace'), {method: 'POST', body: {steps: TRACE_STEPS}}));
+            clearInterval(this.traceTimer);
+            this.traceTimer = setInterval(() => this.pollTrace(), 1000);
+        } catch (e) {
+            setText(this.traceState, 'Not recorded: ' + e.message);
+            this.traceButton.disabled = false;
+        }
+    }
+
+    async pollTrace() {
+        try {
+            this.showTrace(await api(jobPath(this.name, '/trace')));
+        } catch (e) {
+            clearInterval(this.traceTimer);
+            setText(this.traceState, 'Trace lost: ' + e.message);
+            this.traceButton.disabled = false;
+        }
+    }
+
+    showTrace(trace) {
+        const m = (trace || {}).psflow || {};
+        const steps = 'steps ' + m.from + '–' + (m.from + m.steps - 1);
+        if (m.state !== 'complete') {
+            setText(this.traceState, 'Trace ' + m.id + ': recording ' + steps + '…');
+            return;
+        }
+        clearInterval(this.traceTimer);
+        this.trace = trace;
+        const spans = (trace.traceEvents || []).filter((e) => e.ph === 'X').length;
+        const tasks = (m.tasks || []).length;
+        const missing = (m.missing || []).length ? '; no spans from ' + m.missing.join(', ') : '';
+        setText(this.traceState, 'Trace ' + m.id + ' of ' + steps + ': ' + spans + ' spans of ' +
+            tasks + ' tasks' + missing + '. Open it in Chromium DevTools (Performance, Load trace) or Perfetto.');
+        this.traceDownload.hidden = false;
+        this.traceButton.disabled = false;
+    }
+
+    downloadTrace() {
+        if (!this.trace) return;
+        const m = this.trace.psflow || {};
+        const url = URL.createObjectURL(new Blob([JSON.stringify(this.trace)], {type: 'application/json'}));
+        const a = h('a', {href: url, download: this.name + '-trace-' + m.id + '.json', hidden: true});
+        document.body.append(a);
+        a.click();
+        a.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 60000);
     }
 
     renderRow(row, t, fresh) {

@@ -45,6 +45,21 @@ static inline int pf_phase_end(int ps) {
     return ps ? PF_PHASE_COUNT : PF_PHASE_FIRST_PS;
 }
 
+/* A trace on demand (docs/profile.md, "Trace"): the spans of the writer thread over a range
+ * of the job's global steps, each a phase from start to end (pf_clock_now seconds) in global
+ * step `step` (0 for a ps). */
+typedef struct pf_trace_span {
+    double start, end;
+    uint64_t step;
+    int phase;
+} pf_trace_span;
+
+/* A trace's state: armed by another thread, recorded by the writer, then done: the spans
+ * are the arming thread's to read. */
+enum { PF_TRACE_IDLE, PF_TRACE_ARMED, PF_TRACE_RECORDING, PF_TRACE_DONE };
+
+#define PF_TRACE_SPANS_MAX 8192 /* a task's spans in one trace, at most */
+
 typedef struct pf_profile {
     uint64_t ns[PF_PHASE_COUNT]; /* atomic access */
     uint64_t count;              /* steps taken (training task) or pulls answered (ps) */
@@ -52,6 +67,17 @@ typedef struct pf_profile {
     uint64_t stopped_ns;         /* pf_profile_stop's; 0: still counting */
     uint64_t open;               /* atomic: the open span, start_ns << 4 | phase + 1; 0: none */
     int off;                     /* PSFLOW_PROFILE=off when started: nothing is counted */
+    /* a trace on demand: the writer appends to `trace` while RECORDING; in the other states
+     * the buffer is the arming thread's */
+    int trace_state;      /* atomic: PF_TRACE_* */
+    int trace_stop;       /* atomic: the arming thread asks the recording to end */
+    uint64_t trace_id;    /* the arming thread's */
+    pf_trace_span *trace; /* trace_cap spans */
+    uint32_t trace_cap;   /* set when armed */
+    uint32_t trace_len;   /* atomic: spans written */
+    uint64_t trace_from;  /* a training task records global steps from .. from + steps - 1 */
+    uint64_t trace_steps; /* 0: from the arming until stopped (a ps) */
+    uint64_t trace_step;  /* writer's: the global step its spans are in */
 } pf_profile;
 
 /* The phase's name in reports ("input", ... "queue"), or NULL out of range. */
@@ -85,6 +111,33 @@ double pf_profile_now(const pf_profile *p);
 
 /* Counts n steps or answered pulls. */
 void pf_profile_count(pf_profile *p, uint64_t n);
+
+/* Arms a trace `id` of at most `capacity` spans (1 .. PF_TRACE_SPANS_MAX): a training task
+ * records its steps of global steps from .. from + steps - 1 (pf_profile_at_step says which
+ * step it is in); with steps 0 (a ps) from now until pf_profile_trace_stop. Returns 0, or -1
+ * while a trace is armed or records (or out of memory). Any thread but the writer. Spans are
+ * recorded by pf_profile_add and pf_profile_span, except the ps's queue. */
+int pf_profile_trace_arm(pf_profile *p, uint64_t id, uint64_t from, uint64_t steps,
+                         uint32_t capacity);
+
+/* The writer: its next spans are in global step `global` (a training task, at each step's
+ * start); starts and ends a trace of steps. */
+void pf_profile_at_step(pf_profile *p, uint64_t global);
+
+/* Ends the trace: at once if it has not started, else at the writer's next span. */
+void pf_profile_trace_stop(pf_profile *p);
+
+/* Ends the trace of a writer that has stopped for good (its task ended). */
+void pf_profile_trace_finish(pf_profile *p);
+
+/* The spans of a done trace (*n of them, *id its id), or NULL while none is done. */
+const pf_trace_span *pf_profile_trace_spans(const pf_profile *p, uint64_t *id, uint32_t *n);
+
+/* Frees the trace buffer (the writer has stopped for good). */
+void pf_profile_trace_free(pf_profile *p);
+
+/* Adds end - start to `phase`, as pf_profile_add does, for a span measured by the caller. */
+void pf_profile_span(pf_profile *p, pf_phase phase, double start, double end);
 
 /* A snapshot: seconds[PF_PHASE_COUNT] (with an open span's time so far), *count, and *wall
  * (seconds from pf_profile_start to now or to pf_profile_stop). Returns 0, or -1 (nothing

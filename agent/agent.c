@@ -721,16 +721,16 @@ static int register_until_accepted(agent *a) {
 }
 
 /* A heartbeat's answer: a clock sample, and a trace to record or stop (docs/profile.md). */
-static void take_trace(agent *a, const json_t *reply, double sent) {
+static void take_trace(agent *a, const json_t *reply, double sent, double answered) {
     pthread_mutex_lock(&a->mu);
-    agent_clock_sample(&a->clock, sent, pf_clock_now(), reply);
+    agent_clock_sample(&a->clock, sent, answered, reply);
     task *t = a->t;
     pf_profile *prof = t && t->state == TASK_RUNNING ? task_profile(t) : NULL;
     json_t *trace = json_object_get(reply, "trace");
     if (prof && trace) {
         char who[64];
         snprintf(who, sizeof who, "%s agent %s", a->o->role, a->o->node_id);
-        agent_trace_directive(prof, trace, &t->trace_armed, who);
+        agent_trace_directive(prof, trace, &t->trace_armed, &t->trace_sent, who);
     }
     pthread_mutex_unlock(&a->mu);
 }
@@ -788,8 +788,9 @@ int agent_run(const agent_options *o) {
             next = 0;
         } else if (resp.status == 200) {
             json_t *reply = json_loadb(resp.body, resp.len, 0, NULL);
+            double answered = pf_clock_now();
             reconcile(&a, json_object_get(reply, "assignment"));
-            take_trace(&a, reply, sent);
+            take_trace(&a, reply, sent, answered);
             json_decref(reply);
         } else {
             fprintf(stderr, "psflow %s agent %s: heartbeat refused: HTTP %ld %.300s\n", o->role,

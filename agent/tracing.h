@@ -20,9 +20,12 @@ typedef struct agent_clock {
  * `time` being the coordinator's wall clock when it answered. */
 void agent_clock_sample(agent_clock *c, double sent, double answered, const json_t *reply);
 
-/* The answer's `trace` ({id, from, steps, stop}, or absent): arms p for a new trace id, or
- * stops the one recording. `who` names the task in the log. */
-void agent_trace_directive(pf_profile *p, const json_t *trace, uint64_t *armed, const char *who);
+/* The answer's `trace` ({id, from, steps, stop}, or absent): arms p for a new trace id (*armed
+ * its id), or stops the one recording; the coordinator still asking for a trace sent (*sent)
+ * means the heartbeat that carried it was lost: it is sent again. `who` names the task in
+ * the log. */
+void agent_trace_directive(pf_profile *p, const json_t *trace, uint64_t *armed, uint64_t *sent,
+                           const char *who);
 
 /* The heartbeat's `trace` once p's trace is done and not yet sent (*sent is its id then):
  * {id, rtt, spans: [[phase, start_us, duration_us, step], ...]}, start in microseconds of the

@@ -78,7 +78,7 @@ typedef struct coord_profile {
 
 /* The newest trace on demand of a job (coordinator/cluster_trace.h, docs/profile.md). */
 typedef struct coord_trace {
-    uint64_t id; /* 1, 2, .. within the job */
+    uint64_t id; /* milliseconds of the clock when asked for, above the job's trace before */
     int steps;
     int64_t from;             /* the first global step recorded */
     double started, deadline; /* wall clock: the request, and when the recording is cut */

@@ -248,23 +248,29 @@ bool coord_task_profile_current(const coord_task *t) {
 void coord_take_profile(coord_task *t, const coord_report *r) {
     if (!r->has_profile)
         return;
-    const coord_profile *p = &r->profile;
-    if (!t->has_profile || t->profile_incarnation != t->incarnation ||
-        p->seconds < t->profile.seconds || p->count < t->profile.count) {
-        t->profile_base = *p; /* the first report, or a new incarnation's */
+    coord_profile p = r->profile;
+    bool reset = !t->has_profile || t->profile_incarnation != t->incarnation ||
+                 p.seconds < t->profile.seconds || p.count < t->profile.count;
+    if (reset) {
+        t->profile_base = p; /* the first report, or a new incarnation's */
         t->has_window = false;
-    } else if (p->seconds - t->profile_base.seconds >= COORD_PROFILE_WINDOW) {
-        coord_profile w = {
-            p->seconds - t->profile_base.seconds, p->count - t->profile_base.count, {0}};
+    } else {
+        /* A wait counted while it lasted may turn out partly push once answered: a phase
+         * never goes back (the totals are counters, as Prometheus reads them). */
         for (int i = 0; i < PF_PHASE_COUNT; i++)
-            w.phases[i] = p->phases[i] >= t->profile_base.phases[i]
-                              ? p->phases[i] - t->profile_base.phases[i]
-                              : 0;
+            if (p.phases[i] < t->profile.phases[i])
+                p.phases[i] = t->profile.phases[i];
+    }
+    if (!reset && p.seconds - t->profile_base.seconds >= COORD_PROFILE_WINDOW) {
+        coord_profile w = {
+            p.seconds - t->profile_base.seconds, p.count - t->profile_base.count, {0}};
+        for (int i = 0; i < PF_PHASE_COUNT; i++)
+            w.phases[i] = p.phases[i] - t->profile_base.phases[i]; /* >= 0: never back */
         t->window = w;
         t->has_window = true;
-        t->profile_base = *p;
+        t->profile_base = p;
     }
-    t->profile = *p;
+    t->profile = p;
     t->has_profile = true;
     t->profile_incarnation = t->incarnation;
 }

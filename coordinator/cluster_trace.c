@@ -9,10 +9,12 @@
 #include "psflow/mem.h"
 #include "psflow/profile.h"
 
-#define TRACE_LEAD         5.0   /* seconds from the request to the first step recorded */
-#define TRACE_WAIT_MAX     600.0
-#define TRACE_GRACE        15.0  /* after the deadline: the spans' way back */
-#define TRACE_CLOCK_SLACK  600.0 /* seconds a span may lie outside the recording (clocks) */
+#define TRACE_LEAD        5.0 /* seconds from the request to the first step recorded */
+#define TRACE_STEP_MAX    ((int64_t)1 << 50) /* a job step a trace can start after */
+#define TRACE_RATE_MAX    1e7                /* steps a second */
+#define TRACE_WAIT_MAX    600.0
+#define TRACE_GRACE       15.0  /* after the deadline: the spans' way back */
+#define TRACE_CLOCK_SLACK 600.0 /* seconds a span may lie outside the recording (clocks) */
 
 static void task_name(const coord_task *t, char *out, size_t n) {
     snprintf(out, n, "%s-%d", t->type, t->index);
@@ -29,8 +31,8 @@ static bool all_sent(const coord_job *j, bool training_only) {
         const coord_task *t = &j->tasks[i];
         char name[48];
         task_name(t, name, sizeof name);
-        if (coord_task_profiled(t) && (!training_only || training(t)) &&
-            t->state == TASK_RUNNING && !json_object_get(tr->tasks, name))
+        if (coord_task_profiled(t) && (!training_only || training(t)) && t->state == TASK_RUNNING &&
+            !json_object_get(tr->tasks, name))
             return false;
     }
     return true;
@@ -43,7 +45,8 @@ static void check_complete(coord_job *j, double now) {
     if (all_sent(j, false) || now > tr->deadline + TRACE_GRACE) {
         tr->complete = true;
         tr->completed = now;
-        fprintf(stderr, "psflow coordinator: trace %llu of job %s complete (%zu tasks sent spans)\n",
+        fprintf(stderr,
+                "psflow coordinator: trace %llu of job %s complete (%zu tasks sent spans)\n",
                 (unsigned long long)tr->id, j->name, json_object_size(tr->tasks));
     }
 }
@@ -60,6 +63,11 @@ int coord_trace_start(coord_job *j, int steps, double now, char *why, size_t why
         rate = j->global_step > 0 && j->start_time > 0 && now > j->start_time
                    ? (double)j->global_step / (now - j->start_time)
                    : 0;
+    if (j->global_step > TRACE_STEP_MAX || !(rate <= TRACE_RATE_MAX)) {
+        snprintf(why, why_size, "job %s's step (%lld) or step rate is out of what a trace records",
+                 j->name, (long long)j->global_step);
+        return -1;
+    }
     if (!(rate > 0)) {
         snprintf(why, why_size,
                  "job %s has reported no step yet: a trace starts from its step rate; try again "
@@ -79,7 +87,10 @@ int coord_trace_start(coord_job *j, int steps, double now, char *why, size_t why
         snprintf(why, why_size, "out of memory");
         return -1;
     }
-    tr->id = j->trace ? j->trace->id + 1 : 1;
+    /* milliseconds of the clock: an agent that armed a trace of this job before a coordinator
+     * restart never takes a new one for it */
+    uint64_t id = (uint64_t)(now * 1e3);
+    tr->id = j->trace && j->trace->id >= id ? j->trace->id + 1 : id;
     tr->steps = steps;
     tr->started = now;
     /* Every training task records the same steps: ones the job reaches TRACE_LEAD seconds
@@ -119,8 +130,8 @@ json_t *coord_trace_directive(coord_cluster *c, const coord_node *n, double now)
     /* a ps records the versions it serves for the steps, and the one after: the answers to
      * the last step's pushes (or until the training tasks are done with their steps) */
     bool stop = now > tr->deadline || (!training(t) && all_sent(j, true));
-    return json_pack("{s:I, s:I, s:i, s:b}", "id", (json_int_t)tr->id, "from",
-                     (json_int_t)tr->from, "steps", tr->steps + !training(t), "stop", stop);
+    return json_pack("{s:I, s:I, s:i, s:b}", "id", (json_int_t)tr->id, "from", (json_int_t)tr->from,
+                     "steps", tr->steps + !training(t), "stop", stop);
 }
 
 /* Checks one span [phase, start_us, duration_us, step] of a task (ps or not): NULL, or what
@@ -190,8 +201,9 @@ void coord_trace_take(coord_cluster *c, const coord_node *n, const json_t *trace
 
 /* The metadata events of task t as process `pid`: its name, its place, its thread. */
 static void add_meta(json_t *ev, int pid, const char *name, bool ps) {
-    json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "ph", "M", "name",
-                                        "process_name", "pid", pid, "tid", 0, "args", "name", name));
+    json_array_append_new(ev,
+                          json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "ph", "M", "name",
+                                    "process_name", "pid", pid, "tid", 0, "args", "name", name));
     json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:i, s:{s:i}}", "ph", "M", "name",
                                         "process_sort_index", "pid", pid, "tid", 0, "args",
                                         "sort_index", pid));
@@ -240,7 +252,8 @@ json_t *coord_trace_json(coord_job *j, double now) {
             continue;
         }
         json_t *spans = json_object_get(entry, "spans");
-        json_t *summary = json_pack("{s:s, s:i}", "task", name, "spans", (int)json_array_size(spans));
+        json_t *summary =
+            json_pack("{s:s, s:i}", "task", name, "spans", (int)json_array_size(spans));
         int shown = 0;
         if (summary && json_object_get(entry, "refused"))
             json_object_set(summary, "refused", json_object_get(entry, "refused"));

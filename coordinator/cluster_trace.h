@@ -1,6 +1,6 @@
-/* cluster_trace.h - a trace on demand, the coordinator's side (docs/profile.md, "Trace"; api/rest.md):
- * POST .../trace starts one, the heartbeat answers ask each ps and training task of the job
- * to record it, the heartbeats bring the spans back, and GET .../trace serves them in the
+/* cluster_trace.h - a trace on demand, the coordinator's side (docs/profile.md, "Trace";
+ * api/rest.md): POST .../trace starts one, the heartbeat answers ask each ps and training task of
+ * the job to record it, the heartbeats bring the spans back, and GET .../trace serves them in the
  * Chrome trace-event format. Kept in memory (a coordinator restart forgets it). */
 #ifndef PSFLOW_COORD_CLUSTER_TRACE_H
 #define PSFLOW_COORD_CLUSTER_TRACE_H

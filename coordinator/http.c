@@ -155,7 +155,8 @@ static const char *route_pattern(const char *path, const coord_request *rq) {
             "/api/v1/jobs/{name}/cancel",    "/api/v1/jobs/{name}/tasks",
             "/api/v1/jobs/{name}/tf_config", "/api/v1/jobs/{name}/placement",
             "/api/v1/jobs/{name}/metrics",   "/api/v1/jobs/{name}/checkpoints",
-            "/api/v1/jobs/{name}/events",    "/api/v1/jobs/{name}/profile"};
+            "/api/v1/jobs/{name}/events",    "/api/v1/jobs/{name}/profile",
+            "/api/v1/jobs/{name}/trace"};
         for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++)
             if (!strcmp(strrchr(sub[i], '/') + 1, rq->seg[2]))
                 return sub[i];

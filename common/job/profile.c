@@ -116,7 +116,8 @@ int pf_profile_trace_arm(pf_profile *p, uint64_t id, uint64_t from, uint64_t ste
     __atomic_store_n(&p->trace_from, from, __ATOMIC_RELAXED);
     __atomic_store_n(&p->trace_len, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->trace_stop, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->trace_state, PF_TRACE_ARMED, __ATOMIC_RELEASE);
+    /* PSFLOW_PROFILE=off: nothing is recorded; done at once, empty */
+    __atomic_store_n(&p->trace_state, p->off ? PF_TRACE_DONE : PF_TRACE_ARMED, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -128,8 +129,11 @@ void pf_profile_trace_stop(pf_profile *p) {
 }
 
 void pf_profile_trace_finish(pf_profile *p) {
-    if (__atomic_load_n(&p->trace_state, __ATOMIC_ACQUIRE) != PF_TRACE_IDLE)
-        __atomic_store_n(&p->trace_state, PF_TRACE_DONE, __ATOMIC_RELEASE);
+    int state = __atomic_load_n(&p->trace_state, __ATOMIC_ACQUIRE);
+    while ((state == PF_TRACE_ARMED || state == PF_TRACE_RECORDING) &&
+           !__atomic_compare_exchange_n(&p->trace_state, &state, PF_TRACE_DONE, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+        ;
 }
 
 const pf_trace_span *pf_profile_trace_spans(const pf_profile *p, uint64_t *id, uint32_t *n) {
@@ -178,8 +182,10 @@ void pf_profile_at_step(pf_profile *p, uint64_t global) {
     uint64_t from = __atomic_load_n(&p->trace_from, __ATOMIC_RELAXED);
     if (!steps)
         return;
+    /* compare-exchanges: a trace stopped and another armed meanwhile is left alone */
     if (global >= from + steps)
-        __atomic_store_n(&p->trace_state, PF_TRACE_DONE, __ATOMIC_RELEASE);
+        __atomic_compare_exchange_n(&p->trace_state, &state, PF_TRACE_DONE, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
     else if (state == PF_TRACE_ARMED && global >= from)
         __atomic_compare_exchange_n(&p->trace_state, &state, PF_TRACE_RECORDING, 0,
                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);

@@ -641,6 +641,15 @@ static void test_profile_window(void **state) {
     json_t *total = json_object_get(wt, "total");
     assert_true(fabs(json_real_value(json_object_get(total, "other")) - 0.2) < 1e-9);
     json_decref(pj);
+    /* a phase that went back (a wait counted while it lasted turned out partly push): the
+     * total keeps what it had, a counter never decreases */
+    beat_profile(&c, w, "prof",
+                 "{\"count\": 41, \"seconds\": 3.1, \"phases\": {\"input\": 0.3, \"push\": 2.05, "
+                 "\"barrier\": 0.45}}",
+                 T0 + 4);
+    assert_int_equal(t->profile.count, 41);
+    assert_true(fabs(t->profile.phases[PF_PHASE_BARRIER] - 0.5) < 1e-12);
+    assert_true(fabs(t->profile.phases[PF_PHASE_PUSH] - 2.05) < 1e-12);
     /* its time went back (the task's process started again): it starts again, and so does
      * the window */
     beat_profile(&c, w, "prof", "{\"count\": 1, \"seconds\": 0.1, \"phases\": {\"input\": 0.05}}",

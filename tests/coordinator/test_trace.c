@@ -29,11 +29,12 @@ static coord_job *running(coord_cluster *c, coord_node **ps, coord_node **w) {
 }
 
 /* The spans text (a JSON array) as node n's heartbeat trace of trace `id`. */
-static void send_spans(coord_cluster *c, coord_node *n, int id, const char *spans, double now) {
+static void send_spans(coord_cluster *c, coord_node *n, uint64_t id, const char *spans,
+                       double now) {
     json_error_t e;
     json_t *s = json_loads(spans, JSON_DECODE_ANY, &e);
     assert_non_null(s);
-    json_t *t = json_pack("{s:i, s:f, s:o}", "id", id, "rtt", 0.001, "spans", s);
+    json_t *t = json_pack("{s:I, s:f, s:o}", "id", (json_int_t)id, "rtt", 0.001, "spans", s);
     coord_trace_take(c, n, t, now);
     json_decref(t);
 }
@@ -61,7 +62,9 @@ static void test_start_and_directives(void **state) {
     assert_non_null(strstr(why, "still recording"));
     json_t *d = coord_trace_directive(&c, w, T0 + 6);
     assert_non_null(d);
-    assert_int_equal(json_integer_value(json_object_get(d, "id")), 1);
+    uint64_t id = j->trace->id; /* the clock's milliseconds */
+    assert_int_equal(id, (uint64_t)((T0 + 5) * 1e3));
+    assert_int_equal(json_integer_value(json_object_get(d, "id")), id);
     assert_int_equal(json_integer_value(json_object_get(d, "from")), 1502);
     assert_int_equal(json_integer_value(json_object_get(d, "steps")), 20);
     assert_true(json_is_false(json_object_get(d, "stop")));
@@ -75,7 +78,7 @@ static void test_start_and_directives(void **state) {
     char spans[256];
     snprintf(spans, sizeof spans, "[[%d, %.0f, 500, 1502], [%d, %.0f, 300, 1502]]",
              PF_PHASE_COMPUTE, us, PF_PHASE_BARRIER, us + 500);
-    send_spans(&c, w, 1, spans, T0 + 11);
+    send_spans(&c, w, id, spans, T0 + 11);
     assert_null(coord_trace_directive(&c, w, T0 + 11));
     d = coord_trace_directive(&c, ps, T0 + 11);
     assert_true(json_is_true(json_object_get(d, "stop")));
@@ -84,7 +87,7 @@ static void test_start_and_directives(void **state) {
     /* the ps: one apply within the steps, one long before (not shown) */
     snprintf(spans, sizeof spans, "[[%d, %.0f, 100, 0], [%d, %.0f, 100, 0]]", PF_PHASE_APPLY,
              us - 5e6, PF_PHASE_APPLY, us + 600);
-    send_spans(&c, ps, 1, spans, T0 + 12);
+    send_spans(&c, ps, id, spans, T0 + 12);
     assert_true(j->trace->complete);
     assert_null(coord_trace_directive(&c, ps, T0 + 12));
     json_t *out = coord_trace_json(j, T0 + 12);
@@ -110,10 +113,10 @@ static void test_start_and_directives(void **state) {
     assert_int_equal(x, 3); /* the worker's two, the ps's one within them */
     assert_int_equal(names, 2);
     json_decref(out);
-    /* a second trace may start now */
-    assert_int_equal(coord_trace_start(j, 5, T0 + 13, why, sizeof why), 0);
-    assert_int_equal(j->trace->id, 2);
-    send_spans(&c, w, 1, "[]", T0 + 14); /* the first trace's, late: ignored */
+    /* a second trace may start now, with a new id even at the same millisecond */
+    assert_int_equal(coord_trace_start(j, 5, T0 + 5, why, sizeof why), 0);
+    assert_int_equal(j->trace->id, id + 1);
+    send_spans(&c, w, id, "[]", T0 + 14); /* the first trace's, late: ignored */
     assert_null(task_entry(j, "worker-0"));
     coord_cluster_deinit(&c);
 }
@@ -128,20 +131,15 @@ static void test_refused(void **state) {
         int ps;
         const char *spans;
     } bad[] = {
-        {0, "{\"a\": 1}"},
-        {0, "[[2, 1e15, 10]]"},
-        {0, "[[7, @, 10, 1]]"},                   /* apply: not a worker's */
-        {1, "[[9, @, 10, 0]]"},                   /* queue: never traced */
-        {1, "[[2, @, 10, 0]]"},                   /* compute: not a ps's */
-        {0, "[[-1, @, 10, 1]]"},
-        {0, "[[\"input\", @, 10, 1]]"},
-        {0, "[[0, 5, 10, 1]]"},                   /* long before the trace */
-        {0, "[[0, 9e18, 10, 1]]"},
-        {0, "[[0, @, -1, 1]]"},
-        {0, "[[0, @, 1e12, 1]]"},
-        {0, "[[0, @, 10, -1]]"},
-        {0, "[[0, @, 10, 1.5]]"},
-        {0, "[[0, @, 10, 1], [0, @, 10]]"},
+        {0, "{\"a\": 1}"},         {0, "[[2, 1e15, 10]]"},
+        {0, "[[7, @, 10, 1]]"}, /* apply: not a worker's */
+        {1, "[[9, @, 10, 0]]"}, /* queue: never traced */
+        {1, "[[2, @, 10, 0]]"}, /* compute: not a ps's */
+        {0, "[[-1, @, 10, 1]]"},   {0, "[[\"input\", @, 10, 1]]"},
+        {0, "[[0, 5, 10, 1]]"}, /* long before the trace */
+        {0, "[[0, 9e18, 10, 1]]"}, {0, "[[0, @, -1, 1]]"},
+        {0, "[[0, @, 1e12, 1]]"},  {0, "[[0, @, 10, -1]]"},
+        {0, "[[0, @, 10, 1.5]]"},  {0, "[[0, @, 10, 1], [0, @, 10]]"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         coord_cluster c;
@@ -154,7 +152,7 @@ static void test_refused(void **state) {
                 strcat(text, big);
             else
                 strncat(text, s, 1);
-        send_spans(&c, bad[k].ps ? ps : w, 1, text, T0 + 11);
+        send_spans(&c, bad[k].ps ? ps : w, j->trace->id, text, T0 + 11);
         json_t *entry = task_entry(j, bad[k].ps ? "ps-0" : "worker-0");
         assert_non_null(entry);
         assert_non_null(json_object_get(entry, "refused"));
@@ -175,12 +173,12 @@ static void test_refused(void **state) {
     json_t *many = json_array();
     for (int i = 0; i <= PF_TRACE_SPANS_MAX; i++)
         json_array_append_new(many, json_pack("[i, f, i, i]", 0, us, 10, 1502));
-    json_t *t = json_pack("{s:i, s:o}", "id", 1, "spans", many);
+    json_t *t = json_pack("{s:I, s:o}", "id", (json_int_t)j->trace->id, "spans", many);
     coord_trace_take(&c, w, t, T0 + 11);
     json_decref(t);
     assert_non_null(json_object_get(task_entry(j, "worker-0"), "refused"));
     /* an rtt that is not a number of seconds */
-    t = json_pack("{s:i, s:s, s:[]}", "id", 1, "rtt", "x", "spans");
+    t = json_pack("{s:I, s:s, s:[]}", "id", (json_int_t)j->trace->id, "rtt", "x", "spans");
     coord_trace_take(&c, ps, t, T0 + 11);
     json_decref(t);
     assert_non_null(json_object_get(task_entry(j, "ps-0"), "refused"));
@@ -200,8 +198,8 @@ static void test_deadline(void **state) {
     assert_true(json_is_true(json_object_get(d, "stop")));
     json_decref(d);
     json_t *out = coord_trace_json(j, deadline + 1);
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(out, "psflow"), "state")), "recording");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(out, "psflow"), "state")),
+                        "recording");
     json_decref(out);
     out = coord_trace_json(j, deadline + 60);
     json_t *meta = json_object_get(out, "psflow");

@@ -31,7 +31,9 @@ export class ProfileView {
     constructor(name) {
         this.name = name;
         this.trace = null;
-        this.traceTimer = null;
+        this.traceTimer = null; /* the next poll of a recording trace */
+        this.traceId = null; /* the trace being recorded, or null */
+        this.destroyed = false;
         this.traceButton = h('button', {type: 'button', class: 'btn btn-small',
             dataset: {testid: 'trace-record'}, onclick: () => this.recordTrace()},
         'Record a trace of ' + TRACE_STEPS + ' steps');
@@ -52,27 +54,33 @@ export class ProfileView {
     }
 
     destroy() {
-        clearInterval(this.traceTimer);
+        this.destroyed = true;
+        clearTimeout(this.traceTimer);
     }
 
     async recordTrace() {
         this.traceButton.disabled = true;
         this.traceDownload.hidden = true;
         try {
-            this.showTrace(await api(jobPath(this.name, '/trace'), {method: 'POST', body: {steps: TRACE_STEPS}}));
-            clearInterval(this.traceTimer);
-            this.traceTimer = setInterval(() => this.pollTrace(), 1000);
+            const trace = await api(jobPath(this.name, '/trace'), {method: 'POST', body: {steps: TRACE_STEPS}});
+            if (this.destroyed) return;
+            this.traceId = trace.psflow.id;
+            this.showTrace(trace);
         } catch (e) {
             setText(this.traceState, 'Not recorded: ' + e.message);
             this.traceButton.disabled = false;
         }
     }
 
+    /* One poll a second while the trace records, each after the last one's answer. */
     async pollTrace() {
+        this.traceTimer = null;
         try {
-            this.showTrace(await api(jobPath(this.name, '/trace')));
+            const trace = await api(jobPath(this.name, '/trace'));
+            if (!this.destroyed) this.showTrace(trace);
         } catch (e) {
-            clearInterval(this.traceTimer);
+            if (this.destroyed) return;
+            this.traceId = null;
             setText(this.traceState, 'Trace lost: ' + e.message);
             this.traceButton.disabled = false;
         }
@@ -80,12 +88,19 @@ export class ProfileView {
 
     showTrace(trace) {
         const m = (trace || {}).psflow || {};
+        if (m.id !== this.traceId) { /* ours ended and another started (from another page) */
+            this.traceId = null;
+            setText(this.traceState, 'A newer trace (' + m.id + ') replaced it: record again.');
+            this.traceButton.disabled = false;
+            return;
+        }
         const steps = 'steps ' + m.from + '–' + (m.from + m.steps - 1);
         if (m.state !== 'complete') {
             setText(this.traceState, 'Trace ' + m.id + ': recording ' + steps + '…');
+            this.traceTimer = setTimeout(() => this.pollTrace(), 1000);
             return;
         }
-        clearInterval(this.traceTimer);
+        this.traceId = null;
         this.trace = trace;
         const spans = (trace.traceEvents || []).filter((e) => e.ph === 'X').length;
         const tasks = (m.tasks || []).length;

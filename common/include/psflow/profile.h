@@ -112,9 +112,10 @@ double pf_profile_now(const pf_profile *p);
 /* Counts n steps or answered pulls. */
 void pf_profile_count(pf_profile *p, uint64_t n);
 
-/* Arms a trace `id` of at most `capacity` spans (1 .. PF_TRACE_SPANS_MAX): a training task
- * records its steps of global steps from .. from + steps - 1 (pf_profile_at_step says which
- * step it is in); with steps 0 (a ps) from now until pf_profile_trace_stop. Returns 0, or -1
+/* Arms a trace `id` of at most `capacity` spans (1 .. PF_TRACE_SPANS_MAX): the writer
+ * records its spans in global steps from .. from + steps - 1 (pf_profile_at_step says which
+ * step it is in: a training task's step, a ps's version); with steps 0 from now until
+ * pf_profile_trace_stop. Counting off, the trace is done at once, empty. Returns 0, or -1
  * while a trace is armed or records (or out of memory). Any thread but the writer. Spans are
  * recorded by pf_profile_add and pf_profile_span, except the ps's queue. */
 int pf_profile_trace_arm(pf_profile *p, uint64_t id, uint64_t from, uint64_t steps,

@@ -71,7 +71,7 @@ static void test_directive_and_spans(void **state) {
     agent_trace_directive(&p, d, &armed, &sent, "test");
     assert_int_equal(armed, 7);
     agent_trace_directive(&p, d, &armed, &sent, "test"); /* the same again: nothing new */
-    assert_null(agent_trace_json(&p, &sent, &c));       /* not done */
+    assert_null(agent_trace_json(&p, &sent, &c));        /* not done */
     double t0 = 0;
     for (uint64_t g = 4; g <= 7; g++) {
         pf_profile_at_step(&p, g);

@@ -48,7 +48,7 @@ static void on_signal(int sig) {
 }
 
 /* A free TCP port on 127.0.0.1 (the kernel's pick; released before the child binds it). */
-static int free_port(void) {
+static int kernel_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         return -1;
@@ -62,6 +62,26 @@ static int free_port(void) {
         getsockname(fd, (struct sockaddr *)&a, &len) == 0)
         port = ntohs(a.sin_port);
     close(fd);
+    return port;
+}
+
+/* A free port not handed out before by this process: an agent binds its port only once it
+ * is given a task, so until then the kernel may pick the same port again for the next one
+ * (and two agents advertising one address are refused). */
+static int free_port(void) {
+    static int handed[4096];
+    static int n_handed;
+    int port = -1;
+    for (int tries = 0; tries < 64; tries++) {
+        port = kernel_port();
+        int seen = 0;
+        for (int i = 0; port > 0 && i < n_handed; i++)
+            seen |= handed[i] == port;
+        if (!seen)
+            break;
+    }
+    if (port > 0 && n_handed < (int)(sizeof handed / sizeof handed[0]))
+        handed[n_handed++] = port;
     return port;
 }
 

@@ -17,8 +17,8 @@
  *      within barriers of both (the update, while both wait), within 2 ms;
  *   3. the Performance panel loads the file ("Load trace…") without errors and shows its
  *      timeline (screenshot trace.png); its importer (the panel's trace engine) finds each
- *      task's thread with all its spans (as many of each phase; a training task's in the
- *      same order);
+ *      task's thread with all its spans (as many of each phase: spans of one microsecond
+ *      sort either way, so their order is checked in the file, step 2);
  *   and no console errors on the job page.
  */
 'use strict';
@@ -212,11 +212,6 @@ async function main() {
             const mine = spans[t].map((s) => s.name);
             check(th && count(th.names) === count(mine), t + ': the panel\'s importer has its thread "' +
                 (th && th.thread) + '" with its ' + mine.length + ' spans, phase by phase ' + count(mine));
-            if (t.startsWith('worker')) { /* in the same order (the chief's 0 s checkpoint aside) */
-                const steps = (list) => list.filter((n) => n !== 'checkpoint' && n !== 'evaluate').join(' ');
-                check(steps(th.names) === steps(mine), t + ': and in the same order in the panel: ' +
-                    steps(th.names).split(' ').slice(0, 5).join(', ') + ', ...');
-            }
         }
         check(consoleWatch.unexpected.length === 0, 'no console errors on the job page' +
             (consoleWatch.unexpected.length ? ': ' + consoleWatch.unexpected.join(' | ') : ''));

@@ -29,7 +29,10 @@
  * MB/s over TCP's (above 1 is faster than plain TCP moving the same payload), "mean x" the
  * same with the mean rounds (total bytes over total time), "x gath" psflow's MB/s over the
  * memcpy gather's. rtt us is the median time of one round (step: both round trips), "TCP us"
- * TCP's. "rounds" counts psflow's rounds over all turns: every one is kept and counted. On a
+ * TCP's. "rounds" counts psflow's rounds over all turns: every one is kept and counted.
+ * "apply us" and "copy us" are the ps's own account (its profile, docs/profile.md) of its
+ * service thread's time per round (the mean): updating rows with their finite check, and
+ * copying rows into replies; the rest of a round is the wire, both sides' framing and waits. On a
  * loopback between two busy cores single rounds swing widely: read the medians, and compare runs.
  * There is no target and nothing is asserted on timings; the program only checks once, before
  * timing, that a push moves the pushed rows by -learning_rate x gradient, that a pull returns them,
@@ -262,8 +265,22 @@ static void one_round(bench *b, int op) {
     }
 }
 
-/* Times op for about `seconds` (at least 3 rounds) into out. */
-static void time_rounds(bench *b, int op, double seconds, samples *out) {
+/* The ps's apply and copy seconds so far (its profile: service thread time). */
+static void ps_time(bench *b, double *apply, double *copy) {
+    double sec[PF_PHASE_COUNT];
+    uint64_t count;
+    double wall;
+    if (pf_profile_read(ps_server_profile(b->server), sec, &count, &wall) != 0)
+        die("ps profile", "the ps counts nothing");
+    *apply = sec[PF_PHASE_APPLY];
+    *copy = sec[PF_PHASE_COPY];
+}
+
+/* Times op for about `seconds` (at least 3 rounds) into out, adding the ps's apply and copy
+ * seconds to ps[0] and ps[1]. */
+static void time_rounds(bench *b, int op, double seconds, samples *out, double *ps) {
+    double apply0, copy0, apply1, copy1;
+    ps_time(b, &apply0, &copy0);
     double start = pf_clock_now();
     int rounds = 0;
     while (rounds < 3 || (pf_clock_now() - start < seconds && rounds < MAX_ROUNDS)) {
@@ -272,6 +289,9 @@ static void time_rounds(bench *b, int op, double seconds, samples *out) {
         samples_add(out, pf_clock_now() - t0);
         rounds++;
     }
+    ps_time(b, &apply1, &copy1);
+    ps[0] += apply1 - apply0;
+    ps[1] += copy1 - copy0;
 }
 
 /* Whether id is one of plan's rows (its ids are ascending). */
@@ -334,10 +354,11 @@ static void run_dim(const char *self, int dim, double seconds) {
            VOCAB, dim, (double)VOCAB * dim * 4 / 1e6, BATCH, S, pf_clock_now() - t0);
     fflush(stdout);
     samples mine[N_OPS] = {{0}}, tcp[3] = {{0}};
+    double ps[N_OPS][2] = {{0}}; /* the ps's apply and copy seconds in each op's rounds */
     for (int r = 0; r < ROUNDS; r++) {
         bench_tcp_baseline(self, seconds / ROUNDS, S, tcp);
         for (int op = 0; op < N_OPS; op++)
-            time_rounds(&b, op, seconds / ROUNDS, &mine[op]);
+            time_rounds(&b, op, seconds / ROUNDS, &mine[op], ps[op]);
     }
     /* TCP's round trips for each psflow operation: step is a push then a pull */
     double tcp_t[OP_STEP + 1], tcp_m[OP_STEP + 1];
@@ -353,14 +374,14 @@ static void run_dim(const char *self, int dim, double seconds) {
         double t = median(&mine[op]), mb = rows * dim * 4 / t / 1e6;
         printf("%-3d %-6s %8.2f %8.0f %8.0f", dim, op_names[op], rows / t / 1e6, mb, t * 1e6);
         if (op == OP_GATHER) {
-            printf(" | %8s %7s %6s %6s | %9.0f %6.2f %6zu\n", "", "", "", "", gather_mb, 1.0,
+            printf(" | %8s %7s %6s %6s | %9.0f %6.2f %6zu |\n", "", "", "", "", gather_mb, 1.0,
                    mine[op].n);
             continue;
         }
-        double tcp_mb = rows * dim * 4 / tcp_t[op] / 1e6;
-        printf(" | %8.0f %7.0f %6.2f %6.2f | %9.0f %6.2f %6zu\n", tcp_mb, tcp_t[op] * 1e6,
-               mb / tcp_mb, tcp_m[op] / samples_mean(&mine[op]), gather_mb, mb / gather_mb,
-               mine[op].n);
+        double tcp_mb = rows * dim * 4 / tcp_t[op] / 1e6, n = (double)mine[op].n;
+        printf(" | %8.0f %7.0f %6.2f %6.2f | %9.0f %6.2f %6zu | %8.0f %7.0f\n", tcp_mb,
+               tcp_t[op] * 1e6, mb / tcp_mb, tcp_m[op] / samples_mean(&mine[op]), gather_mb,
+               mb / gather_mb, mine[op].n, ps[op][0] / n * 1e6, ps[op][1] / n * 1e6);
     }
     fflush(stdout);
     for (int op = 0; op < N_OPS; op++)
@@ -393,8 +414,9 @@ int main(int argc, char **argv) {
     printf("rows/s, MB/s (row payload, 1 MB = 1e6 bytes) and rtt at each side's median round; TCP "
            "= plain socket (step: a push then a pull round trip), gath = memcpy gather of the "
            "same rows; all in this run\n");
-    printf("%-3s %-6s %8s %8s %8s | %8s %7s %6s %6s | %9s %6s %6s\n", "D", "op", "Mrows/s", "MB/s",
-           "rtt us", "TCP MB/s", "TCP us", "x TCP", "mean x", "gath MB/s", "x gath", "rounds");
+    printf("%-3s %-6s %8s %8s %8s | %8s %7s %6s %6s | %9s %6s %6s | %8s %7s\n", "D", "op",
+           "Mrows/s", "MB/s", "rtt us", "TCP MB/s", "TCP us", "x TCP", "mean x", "gath MB/s",
+           "x gath", "rounds", "apply us", "copy us");
     const int dims[] = {16, 64};
     for (int d = 0; d < 2; d++)
         if (!only || only == dims[d])
@@ -402,6 +424,7 @@ int main(int argc, char **argv) {
     if (only && only != 16 && only != 64)
         run_dim(argv[0], only, seconds);
     printf("x TCP, x gath: psflow's MB/s over the baseline's (above 1: faster); mean x: x TCP of "
-           "the mean rounds\n");
+           "the mean rounds; apply us, copy us: the ps's service thread updating values (and "
+           "checking them) and copying them into replies, per round (mean)\n");
     return 0;
 }

@@ -72,9 +72,13 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
         const float *values = ps_shards_values(s->shards, local);
         s->views[pull->n + i] = (pf_wire_tensor){sel->id, PF_WIRE_F32,
                                                  (uint64_t)sel->n_rows * width, s->row_values + at};
-        for (uint32_t j = 0; j < sel->n_rows; j++, at += width)
+        for (uint32_t j = 0; j < sel->n_rows; j++, at += width) {
+            if (j + PF_PREFETCH_ROWS < sel->n_rows)
+                pf_prefetch_read(values + (size_t)sel->rows[j + PF_PREFETCH_ROWS] * width,
+                                 width * sizeof(float));
             memcpy(s->row_values + at, values + (size_t)sel->rows[j] * width,
                    width * sizeof(float));
+        }
     }
     return 0;
 }

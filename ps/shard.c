@@ -71,8 +71,12 @@ struct ps_shards {
     const uint32_t **touched;
     uint32_t *n_touched;
     int touched_valid; /* 0: unknown (restored, not yet updated): every row is read */
-    ps_grad *whole;    /* n entries: ps_shards_push's gradients */
-    float *scatter;    /* adam: zeros, the widest table shard; a step's rows go in and out */
+    /* host memory: the touched rows were checked for NaN and infinity as they were updated,
+     * the first one found (table shard bad_shard, element bad_elem) kept; -1: none */
+    int rows_checked, bad_shard;
+    size_t bad_elem;
+    ps_grad *whole; /* n entries: ps_shards_push's gradients */
+    float *scatter; /* adam: zeros, the widest table shard; a step's rows go in and out */
 };
 
 /* Lays out the shards idx[0 .. s->n) back to back in the local vector (and the dense ones in
@@ -344,6 +348,25 @@ static void update_whole(ps_shards *s, int i, uint32_t n, const uint32_t *rows) 
         memset(s->scatter + (size_t)rows[j] * width, 0, width * sizeof *s->scatter);
 }
 
+/* Asks for the cache lines of row `row` of table shard i, its values and slots, to be
+ * updated (host memory). */
+static void prefetch_row(const ps_shards *s, int i, uint32_t row) {
+    size_t width = (size_t)s->info[i].shape[1], off = (size_t)row * width;
+    pf_prefetch_write(s->values + s->local_off[i] + off, width * sizeof(float));
+    for (int k = 0; k < s->n_slots; k++)
+        pf_prefetch_write(slot_at(s, k, i) + off, width * sizeof(float));
+}
+
+/* Host memory: checks the row at element `at` of table shard i (its values w, just updated,
+ * still in cache) for NaN and infinity, keeping the first bad one found in this update. */
+static void row_checked(ps_shards *s, int i, size_t at, const float *w, size_t width) {
+    size_t bad = s->bad_shard < 0 ? pf_first_nonfinite(w, width) : width;
+    if (bad < width) {
+        s->bad_shard = i;
+        s->bad_elem = at + bad;
+    }
+}
+
 /* Merges the arrived tasks' rows of table shard i and updates each named row once: its
  * gradients summed in task-index order, divided by the gradients aggregated. The merged
  * rows go to s->merged (room for every arrived row was made by the caller). */
@@ -352,6 +375,7 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
     size_t head[PF_MAX_TASKS] = {0};
     float scale = 1.0f / (float)s->n_arrived;
     float *w = s->values + s->local_off[i];
+    pf_optim_step o = pf_optim_prepare(&s->spec.optimizer, (int64_t)s->stats.version);
     s->merged_at[i] = at;
     for (;;) {
         uint32_t row = UINT32_MAX;
@@ -362,6 +386,11 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
         }
         if (row == UINT32_MAX)
             break;
+        for (int t = 0; s->be->host_memory && !s->scatter && t < s->n_tasks; t++) {
+            const task_rows *tr = &s->trows[t]; /* each task's rows ahead (some the same) */
+            if (s->arrived[t] && head[t] + PF_PREFETCH_ROWS < tr->n_rows[i])
+                prefetch_row(s, i, tr->rows[tr->row_at[i] + head[t] + PF_PREFETCH_ROWS]);
+        }
         int first = 1;
         for (int t = 0; t < s->n_tasks; t++) {
             const task_rows *tr = &s->trows[t];
@@ -378,14 +407,16 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
         }
         s->be->scale(width, scale, s->rowsum);
         size_t off = (size_t)row * width;
-        if (s->scatter)
+        if (s->scatter) {
             memcpy(s->scatter + off, s->rowsum, width * sizeof *s->rowsum);
-        else
-            pf_optim_apply(&s->spec.optimizer, s->be, (int64_t)s->stats.version, width, s->rowsum,
-                           w + off,
-                           (float *const[PF_OPTIM_MAX_SLOTS]){
-                               slot_at(s, 0, i) ? slot_at(s, 0, i) + off : NULL,
-                               slot_at(s, 1, i) ? slot_at(s, 1, i) + off : NULL});
+        } else {
+            pf_optim_step_apply(&o, s->be, width, s->rowsum, w + off,
+                                (float *const[PF_OPTIM_MAX_SLOTS]){
+                                    slot_at(s, 0, i) ? slot_at(s, 0, i) + off : NULL,
+                                    slot_at(s, 1, i) ? slot_at(s, 1, i) + off : NULL});
+            if (s->be->host_memory)
+                row_checked(s, i, off, w + off, width);
+        }
         s->merged[at++] = row;
     }
     s->touched[i] = s->merged + s->merged_at[i];
@@ -416,6 +447,7 @@ static int aggregate_apply(ps_shards *s) {
             s->be->axpy(s->n_dense, 1.0f, s->pending[t], sum);
     }
     s->be->scale(s->n_dense, 1.0f / (float)s->n_arrived, sum);
+    s->bad_shard = -1;
     if (!s->has_tables) {
         apply(s, sum); /* one call over the whole local vector */
     } else {
@@ -432,6 +464,7 @@ static int aggregate_apply(ps_shards *s) {
             }
         }
         s->touched_valid = !s->scatter; /* adam moved every row */
+        s->rows_checked = s->be->host_memory;
         s->stats.version++;
     }
     memset(s->arrived, 0, PF_MAX_TASKS);
@@ -564,6 +597,8 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
     for (int i = 0; i < s->n; i++)
         rows += s->table[i] ? grads[i].n_rows : 0;
     int keep = grow((void **)&s->merged, &s->cap_merged, rows ? rows : 1, sizeof *s->merged) == 0;
+    bool check = s->be->host_memory;
+    s->bad_shard = -1;
     for (int i = 0; i < s->n; i++) {
         float *const slots[PF_OPTIM_MAX_SLOTS] = {slot_at(s, 0, i), slot_at(s, 1, i)};
         if (s->table[i] && s->scatter) { /* adam: the whole shard moves */
@@ -573,9 +608,15 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
                        width * sizeof *s->scatter);
             update_whole(s, i, grads[i].n_rows, grads[i].rows);
         } else if (s->table[i]) {
-            pf_optim_apply_rows(&s->spec.optimizer, s->be, (int64_t)s->stats.version,
-                                (size_t)s->info[i].shape[1], grads[i].n_rows, grads[i].rows,
-                                grads[i].data, s->values + s->local_off[i], slots);
+            size_t width = (size_t)s->info[i].shape[1];
+            float *w = s->values + s->local_off[i];
+            size_t bad =
+                pf_optim_apply_rows(&s->spec.optimizer, s->be, (int64_t)s->stats.version, width,
+                                    grads[i].n_rows, grads[i].rows, grads[i].data, w, slots, check);
+            if (bad < grads[i].n_rows) {
+                size_t off = (size_t)grads[i].rows[bad] * width;
+                row_checked(s, i, off, w + off, width);
+            }
             if (keep) {
                 memcpy(s->merged + at, grads[i].rows, grads[i].n_rows * sizeof *s->merged);
                 s->touched[i] = s->merged + at;
@@ -588,6 +629,7 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
         }
     }
     s->touched_valid = s->has_tables && keep && !s->scatter;
+    s->rows_checked = check;
     s->stats.version++;
     s->stats.pushes_applied++;
     return PS_PUSH_APPLIED;
@@ -633,6 +675,13 @@ static size_t first_nonfinite(const ps_shards *s, const float *v, size_t n) {
 int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
     for (int i = 0; i < s->n; i++) {
         const float *v = s->values + s->local_off[i];
+        if (s->table[i] && s->touched_valid && s->rows_checked) { /* checked as updated */
+            if (s->bad_shard == i) {
+                *elem = s->bad_elem;
+                return i;
+            }
+            continue;
+        }
         if (s->table[i] && s->touched_valid) { /* only the rows the last update changed */
             size_t width = (size_t)s->info[i].shape[1];
             for (uint32_t j = 0; j < s->n_touched[i]; j++) {

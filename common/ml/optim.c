@@ -9,6 +9,9 @@
 #include <assert.h>
 #include <math.h>
 
+#include "psflow/mem.h"
+#include "psflow/model.h" /* pf_first_nonfinite */
+
 /* Every optimizer's slots: TensorFlow's slot names (tf.compat.v1.train's get_slot_names())
  * and the suffixes of its slot variables, which name them in checkpoints. */
 static const pf_optim_slots slot_table[] = {
@@ -58,49 +61,86 @@ double pf_optim_learning_rate(const pf_optimizer_spec *spec, int64_t global_step
     return spec->learning_rate * pow(d->decay_rate, p);
 }
 
-void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
-                    size_t n, const float *g, float *w, float *const *slots) {
-    if (n == 0)
-        return;
+pf_optim_step pf_optim_prepare(const pf_optimizer_spec *spec, int64_t global_step) {
     double lr = pf_optim_learning_rate(spec, global_step);
+    pf_optim_step o = {.type = spec->type, .lr = (float)lr};
     switch (spec->type) {
     case PF_OPT_SGD:
-        be->sgd_step(n, (float)lr, g, w);
-        return;
-    case PF_OPT_MOMENTUM:
-        be->momentum_step(n, (float)lr, (float)spec->momentum, g, w, slots[0]);
-        return;
     case PF_OPT_ADAGRAD:
-        be->adagrad_step(n, (float)lr, g, w, slots[0]);
-        return;
+        break;
+    case PF_OPT_MOMENTUM:
+        o.momentum = (float)spec->momentum;
+        break;
     case PF_OPT_ADAM:
     case PF_OPT_LAZY_ADAM: {
         /* Bias correction for update t = global_step + 1 (TF's beta powers after t steps).
          * The powers use the float betas the kernel uses, so that 1 - beta2 in v and
          * 1 - beta2^t here agree (0.999f is 1.3e-5 off 0.999 relative to 1 - 0.999). */
-        const float beta1 = (float)spec->beta1;
-        const float beta2 = (float)spec->beta2;
+        o.beta1 = (float)spec->beta1;
+        o.beta2 = (float)spec->beta2;
+        o.epsilon = (float)spec->epsilon;
         double t = (double)global_step + 1.0;
-        double lr_t = lr * sqrt(1.0 - pow(beta2, t)) / (1.0 - pow(beta1, t));
-        be->adam_step(n, (float)lr_t, beta1, beta2, (float)spec->epsilon, g, w, slots[0], slots[1]);
+        o.lr = (float)(lr * sqrt(1.0 - pow(o.beta2, t)) / (1.0 - pow(o.beta1, t)));
+        break;
+    }
+    }
+    return o;
+}
+
+void pf_optim_step_apply(const pf_optim_step *o, const pf_backend *be, size_t n, const float *g,
+                         float *w, float *const *slots) {
+    if (n == 0)
+        return;
+    switch (o->type) {
+    case PF_OPT_SGD:
+        be->sgd_step(n, o->lr, g, w);
+        return;
+    case PF_OPT_MOMENTUM:
+        be->momentum_step(n, o->lr, o->momentum, g, w, slots[0]);
+        return;
+    case PF_OPT_ADAGRAD:
+        be->adagrad_step(n, o->lr, g, w, slots[0]);
+        return;
+    case PF_OPT_ADAM:
+    case PF_OPT_LAZY_ADAM:
+        be->adam_step(n, o->lr, o->beta1, o->beta2, o->epsilon, g, w, slots[0], slots[1]);
         return;
     }
-    }
+}
+
+void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                    size_t n, const float *g, float *w, float *const *slots) {
+    if (n == 0)
+        return;
+    pf_optim_step o = pf_optim_prepare(spec, global_step);
+    pf_optim_step_apply(&o, be, n, g, w, slots);
 }
 
 bool pf_optim_rows_only(const pf_optimizer_spec *spec) {
     return spec->type != PF_OPT_ADAM;
 }
 
-void pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
-                         size_t width, size_t n_rows, const uint32_t *rows, const float *g,
-                         float *w, float *const *slots) {
+size_t pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                           size_t width, size_t n_rows, const uint32_t *rows, const float *g,
+                           float *w, float *const *slots, bool check) {
+    assert(!check || be->host_memory);
+    pf_optim_step o = pf_optim_prepare(spec, global_step); /* once, not per row */
     int n_slots = pf_optim_num_slots(spec);
+    size_t bad = n_rows;
     for (size_t j = 0; j < n_rows; j++) {
+        if (be->host_memory && j + PF_PREFETCH_ROWS < n_rows) {
+            size_t ahead = (size_t)rows[j + PF_PREFETCH_ROWS] * width;
+            pf_prefetch_write(w + ahead, width * sizeof *w);
+            for (int k = 0; k < n_slots; k++)
+                pf_prefetch_write(slots[k] + ahead, width * sizeof *w);
+        }
         size_t at = (size_t)rows[j] * width;
         float *row_slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
         for (int k = 0; k < n_slots; k++)
             row_slots[k] = slots[k] + at;
-        pf_optim_apply(spec, be, global_step, width, g + j * width, w + at, row_slots);
+        pf_optim_step_apply(&o, be, width, g + j * width, w + at, row_slots);
+        if (check && bad == n_rows && pf_first_nonfinite(w + at, width) < width)
+            bad = j; /* read while the row is still in cache: no second pass */
     }
+    return bad;
 }

@@ -211,7 +211,8 @@ static void apply(pf_session *s, int batch) {
     }
     pf_var_info vars[PF_MAX_VARS];
     pf_model_layout(m, vars);
-    for (int f = 0; f < m->n_embeddings; f++) { /* the tables come first */
+    pf_optim_step step = pf_optim_prepare(o, s->step); /* once for every row */
+    for (int f = 0; f < m->n_embeddings; f++) {        /* the tables come first */
         uint32_t n = pf_model_batch_rows(m, f, s->hx, batch, s->rows);
         size_t dim = (size_t)vars[f].shape[1], at = vars[f].offset;
         float *slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
@@ -221,8 +222,8 @@ static void apply(pf_session *s, int batch) {
             size_t row = (size_t)s->rows[j] * dim;
             float *row_slots[PF_OPTIM_MAX_SLOTS] = {slots[0] ? slots[0] + row : NULL,
                                                     slots[1] ? slots[1] + row : NULL};
-            pf_optim_apply(o, s->be, s->step, dim, s->grads + at + row, s->params + at + row,
-                           row_slots);
+            pf_optim_step_apply(&step, s->be, dim, s->grads + at + row, s->params + at + row,
+                                row_slots);
         }
     }
     size_t dense = vars[m->n_embeddings].offset;

@@ -504,8 +504,8 @@ static void test_apply_rows(void **state) {
             float *slots[PF_OPTIM_MAX_SLOTS] = {s0, s1};
             for (int k = 0; k < pf_optim_num_slots(&spec); k++)
                 pf_optim_slot_init(&spec, be, k, slots[k], 8);
-            pf_optim_apply_rows(&spec, be, 0, 2, 2, rows1, g1, w, slots);
-            pf_optim_apply_rows(&spec, be, 1, 2, 2, rows2, g2, w, slots);
+            assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 2, rows1, g1, w, slots, 1), 2);
+            assert_int_equal(pf_optim_apply_rows(&spec, be, 1, 2, 2, rows2, g2, w, slots, 0), 2);
             expect_near("w", be->name, 1, w, cases[c].w, 8);
             if (pf_optim_num_slots(&spec) > 0)
                 expect_near("slot 0", be->name, 1, s0, cases[c].s0, 8);
@@ -515,6 +515,27 @@ static void test_apply_rows(void **state) {
     report_error("rows");
 }
 
+/* With the check, the first row an update made non-finite is named (the one updated first,
+ * not the lowest), one that overflowed to infinity as well as one fed a NaN; none when every
+ * row stays finite; without the check nothing is named. */
+static void test_apply_rows_check(void **state) {
+    (void)state;
+    static const uint32_t rows[3] = {3, 0, 2};
+    pf_optimizer_spec spec = make_spec(PF_OPT_SGD, 10.0);
+    for (int b = 0; b < NUM_BACKENDS; b++) {
+        const pf_backend *be = backend_at(b);
+        float w[8] = {1, 1, 1, 1, 3e38f, 1, 1, 1};
+        float g[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+        assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 3, rows, g, w, NULL, 1), 3);
+        g[4] = -1e38f; /* row 2: 3e38 + 10 x 1e38 overflows */
+        assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 3, rows, g, w, NULL, 1), 2);
+        g[3] = NAN; /* row 0 too, updated before row 2 */
+        assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 3, rows, g, w, NULL, 1), 1);
+        assert_true(isnan(w[1]) && isinf(w[4]));
+        assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 3, rows, g, w, NULL, 0), 3);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd),        cmocka_unit_test(test_momentum),
@@ -522,7 +543,7 @@ int main(void) {
         cmocka_unit_test(test_slots),      cmocka_unit_test(test_slot_table),
         cmocka_unit_test(test_decay),      cmocka_unit_test(test_decay_in_apply),
         cmocka_unit_test(test_subrange),   cmocka_unit_test(test_empty_range),
-        cmocka_unit_test(test_apply_rows),
+        cmocka_unit_test(test_apply_rows), cmocka_unit_test(test_apply_rows_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

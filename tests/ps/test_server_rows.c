@@ -5,6 +5,7 @@
  * number, and every malformed row message gets its ERROR code with the values unchanged.
  */
 #include <pthread.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -275,10 +276,41 @@ static void test_rows_sync(void **state) {
     stop(2);
 }
 
+/* A row push that makes a row of the table NaN (async: applied at once; sync: when the step
+ * completes) is answered NONFINITE naming the table and the element; the ps then refuses
+ * pulls with the same error. */
+static void test_rows_nonfinite(void **state) {
+    (void)state;
+    for (int sync = 0; sync <= 1; sync++) {
+        start(sync ? "sync" : "async", 1);
+        hello(0, 0);
+        static const uint32_t rows[2] = {3, 7};
+        float g[2 * DIM] = {0};
+        g[DIM + 1] = NAN; /* row 7, its second element */
+        encode_row_push(0, 1, rows, 2, g, DIM, 1);
+        pf_wire_msg m;
+        exchange(0, &m);
+        assert_int_equal(m.type, PF_WIRE_ERROR);
+        assert_int_equal(m.u.error.code, PF_WIRE_NONFINITE);
+        char want[64], got[512];
+        snprintf(want, sizeof want, "ids/embeddings became non-finite (element %d)", 7 * DIM + 1);
+        snprintf(got, sizeof got, "%.*s", (int)m.u.error.message.len, m.u.error.message.ptr);
+        if (!strstr(got, want))
+            fail_msg("error %s does not name %s", got, want);
+        uint32_t id = 1;
+        pf_wire_pull pull = {0, 1, &id};
+        pf_error err;
+        assert_int_equal(pf_wire_encode_pull(&out, 8, &pull, &err), PF_OK);
+        expect_error(0, PF_WIRE_NONFINITE);
+        stop(1);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_async),
         cmocka_unit_test(test_rows_sync),
+        cmocka_unit_test(test_rows_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -392,6 +392,28 @@ static void test_initial_values(void **state) {
 
 /* An allocator whose realloc fails while `failing` is set (malloc and free as libc's). */
 static int failing;
+/* One ps's shards of a softmax model over a table of 6 rows of 2 (local shard 0) and its
+ * dense variables, the optimizer at learning rate 0.5. */
+static ps_shards *table_shards(const char *optimizer, const char *mode, int workers,
+                               pf_job_spec *spec, pf_placement *pl) {
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"name\": \"rows\", \"replicas\": {\"ps\": 1, \"worker\": %d},"
+             " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
+             " [{\"name\": \"ids\", \"vocab\": 6, \"dim\": 2}]},"
+             " \"data\": {\"format\": \"libsvm\", \"train\": [\"unused\"]},"
+             " \"optimizer\": {\"type\": \"%s\", \"learning_rate\": 0.5},"
+             " \"training\": {\"mode\": \"%s\"}}",
+             workers, optimizer, mode);
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), spec, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(spec, pl), PF_OK);
+    ps_shards *s;
+    assert_int_equal(ps_shards_create(spec, pl, 0, pf_backend_openblas(), &s), PF_OK);
+    assert_true(ps_shards_is_table(s, 0) && !ps_shards_is_table(s, 1));
+    return s;
+}
+
 static void *fail_realloc(void *p, size_t n) {
     return failing ? NULL : realloc(p, n);
 }
@@ -401,20 +423,9 @@ static void *fail_realloc(void *p, size_t n) {
  * later completes the step; rows named by one task only get half its gradient (sgd 0.5). */
 static void test_rows_without_memory(void **state) {
     (void)state;
-    const char *json = "{\"name\": \"rows\", \"replicas\": {\"ps\": 1, \"worker\": 2},"
-                       " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
-                       " [{\"name\": \"ids\", \"vocab\": 6, \"dim\": 2}]},"
-                       " \"data\": {\"format\": \"libsvm\", \"train\": [\"unused\"]},"
-                       " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.5},"
-                       " \"training\": {\"mode\": \"sync\"}}";
     pf_job_spec spec;
-    pf_error err;
-    assert_int_equal(pf_job_spec_parse(json, strlen(json), &spec, &err), PF_OK);
     pf_placement pl;
-    assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
-    ps_shards *s;
-    assert_int_equal(ps_shards_create(&spec, &pl, 0, pf_backend_openblas(), &s), PF_OK);
-    assert_true(ps_shards_is_table(s, 0) && !ps_shards_is_table(s, 1));
+    ps_shards *s = table_shards("sgd", "sync", 2, &spec, &pl);
     float before[12];
     memcpy(before, ps_shards_values(s, 0), sizeof before);
     static const float zeros[8] = {0};
@@ -444,12 +455,89 @@ static void test_rows_without_memory(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
+/* A table's rows are checked as they are updated (async and sync, one update and a merged
+ * step): the first row the update made non-finite is named by its element, in the order the
+ * rows were updated (increasing); a dense shard is still read whole; after a restore every row is
+ * read. */
+static void test_find_nonfinite_rows(void **state) {
+    (void)state;
+    for (int sync = 0; sync <= 1; sync++) {
+        pf_job_spec spec;
+        pf_placement pl;
+        ps_shards *s = table_shards("adagrad", sync ? "sync" : "async", sync ? 2 : 1, &spec, &pl);
+        static const float zeros[8] = {0};
+        static const uint32_t r0[2] = {1, 4}, r1[1] = {2}; /* increasing, as on the wire */
+        float g0[4] = {1, 2, 3, 4}, g1[2] = {1, 1}, dense[8] = {0};
+        ps_grad a[3] = {{g0, r0, 2}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        ps_grad b[3] = {{g1, r1, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        uint64_t seq = 1, step = 0;
+        size_t elem = 99;
+        /* every value finite */
+        assert_int_equal(ps_shards_push_grads(s, 0, 1, seq, step, a),
+                         sync ? PS_PUSH_ACCEPTED : PS_PUSH_APPLIED);
+        if (sync)
+            assert_int_equal(ps_shards_push_grads(s, 1, 1, seq, step, b), PS_PUSH_APPLIED);
+        assert_int_equal(ps_shards_find_nonfinite(s, &elem), -1);
+        /* rows 1 and 4 go bad: the first updated is named */
+        g0[1] = NAN;
+        g0[2] = INFINITY;
+        seq++, step++;
+        assert_int_equal(ps_shards_push_grads(s, 0, 1, seq, step, a),
+                         sync ? PS_PUSH_ACCEPTED : PS_PUSH_APPLIED);
+        if (sync)
+            assert_int_equal(ps_shards_push_grads(s, 1, 1, seq, step, b), PS_PUSH_APPLIED);
+        assert_int_equal(ps_shards_find_nonfinite(s, &elem), 0);
+        assert_int_equal(elem, 1 * 2 + 1);
+        /* restored values that are not finite are found without an update */
+        int n = ps_shards_count(s);
+        assert_true(n >= 2 && n <= 4);
+        float *values[4], *slot[4];
+        const float *restore_values[4];
+        const float *slot_of[4][1];
+        const float *const *restore_slots[4];
+        for (int i = 0; i < n; i++) {
+            values[i] = calloc(ps_shards_info(s, i)->count, sizeof(float));
+            slot[i] = calloc(ps_shards_info(s, i)->count, sizeof(float));
+            for (size_t k = 0; k < ps_shards_info(s, i)->count; k++)
+                slot[i][k] = 1; /* adagrad's accumulators: 0 / sqrt(0) would be NaN */
+            restore_values[i] = values[i];
+            slot_of[i][0] = slot[i];
+            restore_slots[i] = slot_of[i];
+        }
+        values[0][5] = NAN;
+        ps_shards_restore(s, 7, restore_values, restore_slots);
+        assert_int_equal(ps_shards_find_nonfinite(s, &elem), 0);
+        assert_int_equal(elem, 5);
+        /* a dense shard is read whole after a row update */
+        values[0][5] = 0;
+        ps_shards_restore(s, 7, restore_values, restore_slots);
+        g0[1] = 1;
+        g0[2] = 1;
+        dense[1] = NAN;
+        a[1].data = dense;
+        seq++, step = 7;
+        assert_int_equal(ps_shards_push_grads(s, 0, 1, seq, step, a),
+                         sync ? PS_PUSH_ACCEPTED : PS_PUSH_APPLIED);
+        if (sync)
+            assert_int_equal(ps_shards_push_grads(s, 1, 1, seq, step, b), PS_PUSH_APPLIED);
+        assert_int_equal(ps_shards_find_nonfinite(s, &elem), 1);
+        assert_int_equal(elem, 1);
+        for (int i = 0; i < n; i++) {
+            free(values[i]);
+            free(slot[i]);
+        }
+        ps_shards_destroy(s);
+        pf_placement_deinit(&pl);
+        pf_job_spec_deinit(&spec);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_initial_values),           cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_backup_workers_and_stale), cmocka_unit_test(test_membership_change),
         cmocka_unit_test(test_async_and_at_most_once),   cmocka_unit_test(test_find_nonfinite),
-        cmocka_unit_test(test_rows_without_memory),
+        cmocka_unit_test(test_rows_without_memory),      cmocka_unit_test(test_find_nonfinite_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,6 +52,22 @@ void pf_optim_slot_init(const pf_optimizer_spec *spec, const pf_backend *be, int
  * lr * decay_rate ^ (global_step / decay_steps), the exponent floored when staircase. */
 double pf_optim_learning_rate(const pf_optimizer_spec *spec, int64_t global_step);
 
+/* One update's constants: the rule and its learning rate at a global step (decay and adam's
+ * bias correction worked out in double once), for applying the same update to many ranges,
+ * such as the rows of a table, without working them out again for each. */
+typedef struct pf_optim_step {
+    pf_optimizer_type type;
+    float lr; /* adam: the bias-corrected lr_t */
+    float momentum, beta1, beta2, epsilon;
+} pf_optim_step;
+
+/* The update that pf_optim_apply makes at `global_step`. */
+pf_optim_step pf_optim_prepare(const pf_optimizer_spec *spec, int64_t global_step);
+
+/* Applies a prepared update to n params w from grads g (backend memory, as pf_optim_apply). */
+void pf_optim_step_apply(const pf_optim_step *o, const pf_backend *be, size_t n, const float *g,
+                         float *w, float *const *slots);
+
 /* Applies one update to n params w from grads g, with slots[0..num_slots) for this range.
  * `global_step` is the number of updates applied before this one (adam's t = step + 1).
  * All pointers are backend memory. */
@@ -71,9 +87,13 @@ bool pf_optim_rows_only(const pf_optimizer_spec *spec);
  * named keep their values and slots (SparseApplyMomentum, SparseApplyAdagrad, SGD's
  * scatter_sub, and LazyAdamOptimizer: m and v move only where the gradient names a row,
  * with the bias correction of global step t). rows must not repeat. Host or backend
- * memory, as pf_optim_apply. */
-void pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
-                         size_t width, size_t n_rows, const uint32_t *rows, const float *g,
-                         float *w, float *const *slots);
+ * memory, as pf_optim_apply.
+ *
+ * With `check` (host memory only), each row is tested for a NaN or infinite value right after
+ * its update, while it is still in cache, and the index j of the first row that came out
+ * non-finite is returned; n_rows when none did, and always without `check`. */
+size_t pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
+                           size_t width, size_t n_rows, const uint32_t *rows, const float *g,
+                           float *w, float *const *slots, bool check);
 
 #endif

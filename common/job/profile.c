@@ -157,13 +157,6 @@ void pf_profile_open(pf_profile *p, pf_phase phase, double since) {
         __atomic_store_n(&p->open, ns_of(since) << 4 | ((uint64_t)phase + 1), __ATOMIC_RELEASE);
 }
 
-void pf_profile_add_seconds(pf_profile *p, pf_phase phase, double seconds) {
-    if (p && !p->off) {
-        close_open(p);
-        __atomic_fetch_add(&p->ns[phase], ns_of(seconds), __ATOMIC_RELEASE);
-    }
-}
-
 void pf_profile_count(pf_profile *p, uint64_t n) {
     if (p && !p->off)
         __atomic_fetch_add(&p->count, n, __ATOMIC_RELAXED);

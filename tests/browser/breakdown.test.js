@@ -21,20 +21,12 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {ARTIFACTS, launchChromium, log, check, waitFor, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
+const {ARTIFACTS, launchChromium, log, check, waitFor, api, Cluster, ConsoleWatch, runMain,
+    softmaxSpec} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
 const TRAINING = ['input', 'pull', 'compute', 'push', 'barrier', 'checkpoint', 'evaluate'];
-
-function jobSpec(name) {
-    const spec = JSON.parse(fs.readFileSync(path.join(SRC, 'examples', 'fashion-mnist-softmax.json'), 'utf8'));
-    spec.name = name;
-    spec.replicas = {ps: 1, worker: 2};
-    spec.training = Object.assign(spec.training || {}, {mode: 'sync', max_steps: 200000, eval_every_steps: 0});
-    spec.checkpoint = {every_steps: 0, every_secs: 600};
-    return spec;
-}
 
 /* Every bar as the page shows it: task -> {seconds, window, figure, shares {phase: share}}. */
 function readBars(page) {
@@ -65,7 +57,7 @@ async function main() {
         await cluster.start(1, 2);
         const base = cluster.url;
         const name = 'breakdown-' + Date.now().toString(36);
-        await api(base, 'POST', '/api/v1/jobs', jobSpec(name));
+        await api(base, 'POST', '/api/v1/jobs', softmaxSpec(SRC, name, 1, 2, 200000));
         log('cluster up at ' + base + '; submitted ' + name);
 
         browser = await launchChromium();

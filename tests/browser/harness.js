@@ -178,6 +178,17 @@ class ConsoleWatch {
     }
 }
 
+/* A sync job of examples/fashion-mnist-softmax.json (src: the source tree) named `name`, with
+ * `ps` and `workers` tasks, `steps` steps, no evaluation and no checkpoint before 600 s. */
+function softmaxSpec(src, name, ps, workers, steps) {
+    const spec = JSON.parse(fs.readFileSync(path.join(src, 'examples', 'fashion-mnist-softmax.json'), 'utf8'));
+    spec.name = name;
+    spec.replicas = {ps, worker: workers};
+    spec.training = Object.assign(spec.training || {}, {mode: 'sync', max_steps: steps, eval_every_steps: 0});
+    spec.checkpoint = {every_steps: 0, every_secs: 600};
+    return spec;
+}
+
 /* Runs the test's main(): PASS and exit 0, or FAIL with the error and exit 1. */
 function runMain(main) {
     main().then(() => {
@@ -190,4 +201,4 @@ function runMain(main) {
 }
 
 module.exports = {ARTIFACTS, launchChromium, log, check, waitFor, fatal, freePort, api, Cluster,
-    ConsoleWatch, runMain};
+    ConsoleWatch, runMain, softmaxSpec};

@@ -26,21 +26,13 @@
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
-const {ARTIFACTS, launchChromium, log, check, waitFor, api, Cluster, ConsoleWatch, runMain} = require('./harness.js');
+const {ARTIFACTS, launchChromium, log, check, waitFor, api, Cluster, ConsoleWatch, runMain,
+    softmaxSpec} = require('./harness.js');
 
 const SRC = process.env.PSFLOW_SRC;
 const BIN = process.env.PSFLOW_BIN;
 const STEPS = 20;
 const TASKS = ['ps-0', 'ps-1', 'worker-0', 'worker-1'];
-
-function jobSpec(name) {
-    const spec = JSON.parse(fs.readFileSync(path.join(SRC, 'examples', 'fashion-mnist-softmax.json'), 'utf8'));
-    spec.name = name;
-    spec.replicas = {ps: 2, worker: 2};
-    spec.training = Object.assign(spec.training || {}, {mode: 'sync', max_steps: 10000000, eval_every_steps: 0});
-    spec.checkpoint = {every_steps: 0, every_secs: 600};
-    return spec;
-}
 
 /* The file's spans by task: {task: [{name, ts, dur, step}]} in time order, and its threads. */
 function spansByTask(trace) {
@@ -126,7 +118,7 @@ async function main() {
         await cluster.start(2, 2);
         const base = cluster.url;
         const name = 'trace-' + Date.now().toString(36);
-        await api(base, 'POST', '/api/v1/jobs', jobSpec(name));
+        await api(base, 'POST', '/api/v1/jobs', softmaxSpec(SRC, name, 2, 2, 10000000));
         log('cluster up at ' + base + '; submitted ' + name);
         await waitFor('the job to report steps', async () => {
             const j = await api(base, 'GET', '/api/v1/jobs/' + name);

@@ -103,9 +103,6 @@ double pf_profile_add(pf_profile *p, pf_phase phase, double since);
  * phase) closes it, pf_profile_read counts it up to the snapshot. */
 void pf_profile_open(pf_profile *p, pf_phase phase, double since);
 
-/* Adds seconds to `phase` (a time measured by the caller). */
-void pf_profile_add_seconds(pf_profile *p, pf_phase phase, double seconds);
-
 /* pf_clock_now() while p counts, else 0 (no clock read). */
 double pf_profile_now(const pf_profile *p);
 

@@ -2,7 +2,8 @@
 # Distributed step efficiency: examples/s of `psflow train` (one process) against a static
 # cluster on 127.0.0.1 started the way users start one (`psflow ps` + `psflow worker` with
 # TF_CONFIG and --job), on the same job (Fashion-MNIST, batch 100 per worker, SGD unless
-# --optimizer says otherwise). Runs are interleaved: one process, then the cluster, repeated
+# --optimizer says otherwise; or, with --models ctr, bench/train_vocab.sh's click-through
+# job at 1,000,000 rows per table, batch 500, adagrad). Runs are interleaved: one process, then the cluster, repeated
 # --repeats times; the ratio printed is the median over those pairs of (cluster's examples/s
 # over the one process's of the same pair). Each side's rate is measured between two of its
 # own progress lines (after the first fifth of the run, to the end), so start-up, data
@@ -36,7 +37,10 @@ usage() {
   cat <<'EOF'
 usage: bench/train_distributed.sh [BUILD_DIR] [options]
 
-  --models LIST     hidden widths, comma-separated, each an MLP 784-W-W-10 [256,1024,4096]
+  --models LIST     hidden widths, comma-separated, each an MLP 784-W-W-10, or ctr: the
+                    synthetic click-through job (3 tables of 1,000,000 rows of dim 16, a
+                    softmax over their vectors, batch 500, adagrad; workers pull and push
+                    the batch's rows) [256,1024,4096]
   --modes LIST      cluster shapes: 1w (1 ps + 1 worker), 2w-async, 2w-sync [1w,2w-async,2w-sync]
   --repeats N       interleaved pairs per model and mode; the median is printed [3]
   --steps-scale X   multiply each model's step count by X (0.01 for a smoke run) [1]
@@ -55,8 +59,8 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
   --help            this text
 
 BUILD_DIR defaults to build/. The default run takes about 5 minutes on 2 cores.
-Each model's step count: 256: 800, 1024: 150, 4096 and wider: 20 (times --steps-scale, at
-least 10). 784-8192-8192-10 on --ps 2 is the 300 MB model of the memory criterion.
+Each model's step count: 256: 800, 1024: 150, 4096 and wider: 20, ctr: 3000 (times
+--steps-scale, at least 10). 784-8192-8192-10 on --ps 2 is the 300 MB model of the memory criterion.
 EOF
 }
 
@@ -99,7 +103,7 @@ case $baseline in one | profile-off) ;; *) echo "train_distributed.sh: --baselin
 case $isolate in none | pid | net) ;; *) echo "train_distributed.sh: --isolate must be none, pid or net" >&2; exit 64 ;; esac
 export PSFLOW_SHM=$shm
 for m in ${models//,/ }; do
-  [[ $m =~ ^[1-9][0-9]{0,4}$ ]] || { echo "train_distributed.sh: bad model width '$m'" >&2; exit 64; }
+  [ "$m" = ctr ] || [[ $m =~ ^[1-9][0-9]{0,4}$ ]] || { echo "train_distributed.sh: bad model width '$m'" >&2; exit 64; }
 done
 for m in ${modes//,/ }; do
   case $m in 1w | 2w-async | 2w-sync) ;; *) echo "train_distributed.sh: bad mode '$m'" >&2; exit 64 ;; esac
@@ -165,18 +169,26 @@ spec() {
   python3 - "$@" "$optimizer" "$data" "$prefetch" "$nps" <<'PY'
 import json, sys
 out, width, steps, workers, mode, opt, data, prefetch, nps = sys.argv[1:10]
-w = int(width)
 d = {"name": "bench-%s-%s" % (width, mode if int(workers) > 1 else "1w"),
      "replicas": {"ps": int(nps), "worker": int(workers)},
-     "model": {"type": "mlp", "inputs": 784, "hidden": [w, w], "outputs": 10,
-               "activation": "relu"},
-     "data": {"format": "idx",
-              "train": [data + "/train-images-idx3-ubyte.gz", data + "/train-labels-idx1-ubyte.gz"],
-              "test": [data + "/t10k-images-idx3-ubyte.gz", data + "/t10k-labels-idx1-ubyte.gz"]},
-     "optimizer": {"type": opt, "learning_rate": 0.01 if opt == "sgd" else 0.001},
      "training": {"mode": mode, "batch_size": 100, "max_steps": int(steps), "seed": 1,
                   "eval_every_steps": 0},
      "checkpoint": {"every_steps": 0}}
+if width == "ctr":  # bench/train_vocab.sh's job at 1,000,000 rows per table
+    d["model"] = {"type": "softmax", "outputs": 2,
+                  "embeddings": [{"name": n, "vocab": 1000000, "dim": 16}
+                                 for n in ("user", "item", "site")]}
+    d["data"] = {"format": "synthetic_ctr", "n": 200000, "zipf": 1.6}
+    d["optimizer"] = {"type": "adagrad", "learning_rate": 1.0}
+    d["training"]["batch_size"] = 500
+else:
+    w = int(width)
+    d["model"] = {"type": "mlp", "inputs": 784, "hidden": [w, w], "outputs": 10,
+                  "activation": "relu"}
+    d["data"] = {"format": "idx",
+                 "train": [data + "/train-images-idx3-ubyte.gz", data + "/train-labels-idx1-ubyte.gz"],
+                 "test": [data + "/t10k-images-idx3-ubyte.gz", data + "/t10k-labels-idx1-ubyte.gz"]}
+    d["optimizer"] = {"type": opt, "learning_rate": 0.01 if opt == "sgd" else 0.001}
 if mode == "async":
     d["training"]["prefetch"] = prefetch == "on"
 if int(nps) > 1:
@@ -239,7 +251,7 @@ one_process() {
   local job=$1 steps=$2 every=$(($2 / 10))
   /usr/bin/time -f %M -o "$work/train.rss" "$psflow" train "$job" --log-every "$every" \
     >/dev/null 2>"$work/train.log" || { tail -n 5 "$work/train.log" >&2; echo "nan 0"; return; }
-  echo "$(rate "$work/train.log" 100 "$every") $(tail -n 1 "$work/train.rss")"
+  echo "$(rate "$work/train.log" "$batch" "$every") $(tail -n 1 "$work/train.rss")"
 }
 
 # cluster JOB STEPS WORKERS: prints "RATE PS_PEAK_KB... WORKER_PEAK_KB..." (a worker's rate is
@@ -278,7 +290,7 @@ cluster() {
   rm -rf "$work/ckpt"
   [ "$rc" = 0 ] || { echo nan; return; }
   for i in $(seq 0 $((nw - 1))); do
-    r=$(rate "$work/w$i.log" 100 "$every")
+    r=$(rate "$work/w$i.log" "$batch" "$every")
     total=$(python3 -c 'import sys; print("%.1f" % (float(sys.argv[1]) + float(sys.argv[2])))' "$total" "$r")
   done
   local out="$total"
@@ -287,8 +299,8 @@ cluster() {
   echo "$out"
 }
 
-steps_for() { # WIDTH
-  python3 -c 'import sys; w,s=int(sys.argv[1]),float(sys.argv[2]); base={256:800,1024:150}.get(w, 20 if w>=4096 else 100)
+steps_for() { # WIDTH (or ctr)
+  python3 -c 'import sys; w,s=sys.argv[1],float(sys.argv[2]); base=3000 if w=="ctr" else {256:800,1024:150}.get(int(w), 20 if int(w)>=4096 else 100)
 print(max(10, int(base*s)))' "$1" "$scale"
 }
 
@@ -298,7 +310,12 @@ base_name="1 proc ex/s"
 printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "$base_name" "cluster ex/s" ratio "ratio of each pair" "peak RSS MiB (bound): 1 proc; ps; workers"
 for width in ${models//,/ }; do
   steps=$(steps_for "$width")
-  params=$((784 * width + width + width * width + width + width * 10 + 10))
+  if [ "$width" = ctr ]; then
+    batch=500 params=$((3 * 1000000 * 16 + 16 * 2 + 2)) name="ctr-3x1M-d16"
+  else
+    batch=100 params=$((784 * width + width + width * width + width + width * 10 + 10))
+    name="784-$width-$width-10"
+  fi
   spec "$work/one.json" "$width" "$steps" 1 async
   for mode in ${modes//,/ }; do
     case $mode in
@@ -339,7 +356,7 @@ PY
 )
       fi
     done
-    python3 - "784-$width-$width-10" "$mode" "$steps" "${#ratios[@]}" "${ones[@]}" "${cls[@]}" "${ratios[@]}" "$rss_line" <<'PY'
+    python3 - "$name" "$mode" "$steps" "${#ratios[@]}" "${ones[@]}" "${cls[@]}" "${ratios[@]}" "$rss_line" <<'PY'
 import statistics, sys
 name, mode, steps, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 vals = sys.argv[5:5 + 3 * n]

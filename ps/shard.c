@@ -414,11 +414,17 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
                                 (float *const[PF_OPTIM_MAX_SLOTS]){
                                     slot_at(s, 0, i) ? slot_at(s, 0, i) + off : NULL,
                                     slot_at(s, 1, i) ? slot_at(s, 1, i) + off : NULL});
-            if (s->be->host_memory)
-                row_checked(s, i, off, w + off, width);
         }
         s->merged[at++] = row;
+        if (!s->scatter && s->be->host_memory && at - s->merged_at[i] > PF_OPTIM_CHECK_LAG) {
+            size_t back = (size_t)s->merged[at - 1 - PF_OPTIM_CHECK_LAG] * width;
+            row_checked(s, i, back, w + back, width); /* updated a few rows ago */
+        }
     }
+    size_t j =
+        at - s->merged_at[i] > PF_OPTIM_CHECK_LAG ? at - PF_OPTIM_CHECK_LAG : s->merged_at[i];
+    for (; !s->scatter && s->be->host_memory && j < at; j++) /* the last few */
+        row_checked(s, i, (size_t)s->merged[j] * width, w + (size_t)s->merged[j] * width, width);
     s->touched[i] = s->merged + s->merged_at[i];
     s->n_touched[i] = (uint32_t)(at - s->merged_at[i]);
     if (s->scatter)

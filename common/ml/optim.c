@@ -139,8 +139,14 @@ size_t pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, 
         for (int k = 0; k < n_slots; k++)
             row_slots[k] = slots[k] + at;
         pf_optim_step_apply(&o, be, width, g + j * width, w + at, row_slots);
-        if (check && bad == n_rows && pf_first_nonfinite(w + at, width) < width)
-            bad = j; /* read while the row is still in cache: no second pass */
+        size_t back = j - PF_OPTIM_CHECK_LAG; /* updated a few rows ago, still in cache */
+        if (check && bad == n_rows && j >= PF_OPTIM_CHECK_LAG &&
+            pf_first_nonfinite(w + (size_t)rows[back] * width, width) < width)
+            bad = back;
     }
+    size_t j = n_rows > PF_OPTIM_CHECK_LAG ? n_rows - PF_OPTIM_CHECK_LAG : 0;
+    for (; check && bad == n_rows && j < n_rows; j++) /* the last few */
+        if (pf_first_nonfinite(w + (size_t)rows[j] * width, width) < width)
+            bad = j;
     return bad;
 }

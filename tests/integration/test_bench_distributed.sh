@@ -3,8 +3,8 @@
 # bench/train_distributed.sh runs end to end on a tiny model and prints its table: the
 # header, one row per mode with a ratio and every process's peak RSS next to its bound, and
 # refuses bad options with exit 64; with --ps 2 (over the socket, --shm off) a peak and a
-# bound for each ps. It checks that the benchmark works, never its figures
-# (no timing in a pass/fail test).
+# bound for each ps; the click-through job (--models ctr) as well. It checks that the
+# benchmark works, never its figures (no timing in a pass/fail test).
 # labels: integration
 source "$(dirname "$0")/lib.sh"
 
@@ -43,4 +43,12 @@ grep -q "2 ps, .*shared segment off" table2.txt || fail "the header does not say
 row=$(grep "^784-32-32-10  *1w " table2.txt) || fail "no row for --ps 2"
 grep -q "ps0 [0-9][0-9]* ([0-9][0-9]*); ps1 [0-9][0-9]* ([0-9][0-9]*)" <<<"$row" ||
   fail "--ps 2: no peak RSS and bound for each ps"
+# The click-through job (--models ctr): workers of 2 ps pull and push their batch's rows.
+"$bench" "$(dirname "$PSFLOW_BIN")" --models ctr --modes 2w-async --repeats 1 --steps-scale 0.1 \
+  --ps 2 >table3.txt 2>bench3.err || { cat table3.txt bench3.err; fail "--models ctr failed"; }
+cat table3.txt
+row=$(grep "^ctr-3x1M-d16  *2w-async  *300 " table3.txt) || fail "no row for --models ctr"
+in_range "$(awk '{print $6}' <<<"$row")" 0.0001 1000 || fail "ctr: the ratio is not a number: $row"
+grep -q "ps0 [0-9][0-9]* ([0-9][0-9]*); ps1 [0-9][0-9]* ([0-9][0-9]*); w0 [0-9]" <<<"$row" ||
+  fail "ctr: no peak RSS and bound for each task"
 pass "bench/train_distributed.sh runs and prints its table"

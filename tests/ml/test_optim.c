@@ -534,6 +534,24 @@ static void test_apply_rows_check(void **state) {
         assert_true(isnan(w[1]) && isinf(w[4]));
         assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 3, rows, g, w, NULL, 0), 3);
     }
+    /* more rows than the check lags behind: each position found, the earlier of two first */
+    enum { MANY = 12 };
+    uint32_t many[MANY];
+    for (int j = 0; j < MANY; j++)
+        many[j] = (uint32_t)(2 * j + 1);
+    for (int b = 0; b < NUM_BACKENDS; b++)
+        for (int first = 0; first < MANY; first++) {
+            float w[2 * 2 * MANY], g[2 * MANY];
+            for (int k = 0; k < 2 * 2 * MANY; k++)
+                w[k] = 1;
+            for (int k = 0; k < 2 * MANY; k++)
+                g[k] = 0.5f;
+            g[2 * first + 1] = INFINITY;
+            if (first + 3 < MANY)
+                g[2 * (first + 3)] = NAN;
+            assert_int_equal(
+                pf_optim_apply_rows(&spec, backend_at(b), 0, 2, MANY, many, g, w, NULL, 1), first);
+        }
 }
 
 int main(void) {

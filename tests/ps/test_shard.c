@@ -532,12 +532,42 @@ static void test_find_nonfinite_rows(void **state) {
     }
 }
 
+/* A merged sync step over more rows than the check lags behind: the first row (in merged,
+ * increasing order) that came out non-finite is named, wherever it is. */
+static void test_find_nonfinite_merged(void **state) {
+    (void)state;
+    static const float zeros[8] = {0};
+    static const uint32_t all[6] = {0, 1, 2, 3, 4, 5}, one[1] = {3};
+    for (int bad = 0; bad < 6; bad++) {
+        pf_job_spec spec;
+        pf_placement pl;
+        ps_shards *s = table_shards("sgd", "sync", 2, &spec, &pl);
+        float g0[12], g1[2] = {1, 1};
+        for (int k = 0; k < 12; k++)
+            g0[k] = 0.25f;
+        g0[2 * bad + 1] = NAN;
+        if (bad < 5)
+            g0[2 * 5] = INFINITY; /* a later row too */
+        ps_grad a[3] = {{g0, all, 6}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        ps_grad b[3] = {{g1, one, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a), PS_PUSH_ACCEPTED);
+        assert_int_equal(ps_shards_push_grads(s, 1, 1, 1, 0, b), PS_PUSH_APPLIED);
+        size_t elem = 99;
+        assert_int_equal(ps_shards_find_nonfinite(s, &elem), 0);
+        assert_int_equal(elem, 2 * bad + 1);
+        ps_shards_destroy(s);
+        pf_placement_deinit(&pl);
+        pf_job_spec_deinit(&spec);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_initial_values),           cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_backup_workers_and_stale), cmocka_unit_test(test_membership_change),
         cmocka_unit_test(test_async_and_at_most_once),   cmocka_unit_test(test_find_nonfinite),
         cmocka_unit_test(test_rows_without_memory),      cmocka_unit_test(test_find_nonfinite_rows),
+        cmocka_unit_test(test_find_nonfinite_merged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

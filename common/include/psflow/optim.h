@@ -89,9 +89,16 @@ bool pf_optim_rows_only(const pf_optimizer_spec *spec);
  * with the bias correction of global step t). rows must not repeat. Host or backend
  * memory, as pf_optim_apply.
  *
- * With `check` (host memory only), each row is tested for a NaN or infinite value right after
- * its update, while it is still in cache, and the index j of the first row that came out
- * non-finite is returned; n_rows when none did, and always without `check`. */
+ * With `check` (host memory only), each row is tested for a NaN or infinite value soon after
+ * its update, while it is still in cache (PF_OPTIM_CHECK_LAG rows later), and the index j of
+ * the first row that came out non-finite is returned; n_rows when none did, and always
+ * without `check`. */
+/* A row just updated is read back for the finite check this many rows later: read at once,
+ * its values would still be in the store buffer, written wider than they are read, and the
+ * read would wait for them to reach the cache (about 10 ns a row; a second pass over rows
+ * still in cache costs about 4, this about 3: bench/RESULTS.md). */
+#define PF_OPTIM_CHECK_LAG 4
+
 size_t pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
                            size_t width, size_t n_rows, const uint32_t *rows, const float *g,
                            float *w, float *const *slots, bool check);

@@ -39,8 +39,8 @@ usage: bench/train_distributed.sh [BUILD_DIR] [options]
 
   --models LIST     hidden widths, comma-separated, each an MLP 784-W-W-10, or ctr: the
                     synthetic click-through job (3 tables of 1,000,000 rows of dim 16, a
-                    softmax over their vectors, batch 500, adagrad; workers pull and push
-                    the batch's rows) [256,1024,4096]
+                    softmax over their vectors, batch 500, adagrad whatever --optimizer
+                    says; workers pull and push the batch's rows) [256,1024,4096]
   --modes LIST      cluster shapes: 1w (1 ps + 1 worker), 2w-async, 2w-sync [1w,2w-async,2w-sync]
   --repeats N       interleaved pairs per model and mode; the median is printed [3]
   --steps-scale X   multiply each model's step count by X (0.01 for a smoke run) [1]
@@ -311,7 +311,7 @@ printf '%-18s %-9s %6s %12s %12s %7s  %-28s %s\n' model cluster steps "$base_nam
 for width in ${models//,/ }; do
   steps=$(steps_for "$width")
   if [ "$width" = ctr ]; then
-    batch=500 params=$((3 * 1000000 * 16 + 16 * 2 + 2)) name="ctr-3x1M-d16"
+    batch=500 params=$((3 * 1000000 * 16 + 48 * 2 + 2)) name="ctr-3x1M-d16"
   else
     batch=100 params=$((784 * width + width + width * width + width + width * 10 + 10))
     name="784-$width-$width-10"

@@ -376,6 +376,7 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
     float scale = 1.0f / (float)s->n_arrived;
     float *w = s->values + s->local_off[i];
     pf_optim_step o = pf_optim_prepare(&s->spec.optimizer, (int64_t)s->stats.version);
+    int ahead = s->be->host_memory && !s->scatter; /* rows prefetched as each task's advance */
     s->merged_at[i] = at;
     for (;;) {
         uint32_t row = UINT32_MAX;
@@ -386,11 +387,6 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
         }
         if (row == UINT32_MAX)
             break;
-        for (int t = 0; s->be->host_memory && !s->scatter && t < s->n_tasks; t++) {
-            const task_rows *tr = &s->trows[t]; /* each task's rows ahead (some the same) */
-            if (s->arrived[t] && head[t] + PF_PREFETCH_ROWS < tr->n_rows[i])
-                prefetch_row(s, i, tr->rows[tr->row_at[i] + head[t] + PF_PREFETCH_ROWS]);
-        }
         int first = 1;
         for (int t = 0; t < s->n_tasks; t++) {
             const task_rows *tr = &s->trows[t];
@@ -404,6 +400,8 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
                 s->be->axpy(width, 1.0f, g, s->rowsum);
             first = 0;
             head[t]++;
+            if (ahead && head[t] + PF_PREFETCH_ROWS <= tr->n_rows[i]) /* the task's next rows */
+                prefetch_row(s, i, tr->rows[tr->row_at[i] + head[t] + PF_PREFETCH_ROWS - 1]);
         }
         s->be->scale(width, scale, s->rowsum);
         size_t off = (size_t)row * width;
@@ -659,6 +657,8 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
     memset(s->arrived, 0, PF_MAX_TASKS);
     s->n_arrived = 0;
     s->touched_valid = 0;
+    s->rows_checked = 0;
+    s->bad_shard = -1;
     s->stats.version = version;
 }
 

@@ -116,8 +116,10 @@ const float *ps_shards_slot(const ps_shards *s, int i, int k);
 
 /* The local index of the first shard holding a NaN or infinite value (after an update), or
  * -1 when every value is finite; *elem receives the element within that shard. Right after
- * an update only the rows it changed are read of a table (a table is not scanned whole per
- * step); otherwise everything is. */
+ * an update, of a table only the rows it changed count (a table is not scanned whole per
+ * step): in host memory they were checked as they were updated and nothing is read again,
+ * otherwise they are read; after a restore, or an update that moved a table whole (adam),
+ * everything is read. */
 int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem);
 
 /* Updates with learning rate `lr` (> 0) from now on (a rollback after a non-finite value

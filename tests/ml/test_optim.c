@@ -535,7 +535,7 @@ static void test_apply_rows_check(void **state) {
         assert_int_equal(pf_optim_apply_rows(&spec, be, 0, 2, 3, rows, g, w, NULL, 0), 3);
     }
     /* more rows than the check lags behind: each position found, the earlier of two first */
-    enum { MANY = 12 };
+    enum { MANY = 40 }; /* more than the prefetch reaches ahead */
     uint32_t many[MANY];
     for (int j = 0; j < MANY; j++)
         many[j] = (uint32_t)(2 * j + 1);

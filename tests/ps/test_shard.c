@@ -390,21 +390,19 @@ static void test_initial_values(void **state) {
     pf_job_spec_deinit(&spec);
 }
 
-/* An allocator whose realloc fails while `failing` is set (malloc and free as libc's). */
-static int failing;
-/* One ps's shards of a softmax model over a table of 6 rows of 2 (local shard 0) and its
- * dense variables, the optimizer at learning rate 0.5. */
-static ps_shards *table_shards(const char *optimizer, const char *mode, int workers,
+/* One ps's shards of a softmax model over a table of `vocab` rows of 2 (local shard 0) and
+ * its dense variables, the optimizer at learning rate 0.5. */
+static ps_shards *table_shards(int vocab, const char *optimizer, const char *mode, int workers,
                                pf_job_spec *spec, pf_placement *pl) {
     char json[512];
     snprintf(json, sizeof json,
              "{\"name\": \"rows\", \"replicas\": {\"ps\": 1, \"worker\": %d},"
              " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
-             " [{\"name\": \"ids\", \"vocab\": 6, \"dim\": 2}]},"
+             " [{\"name\": \"ids\", \"vocab\": %d, \"dim\": 2}]},"
              " \"data\": {\"format\": \"libsvm\", \"train\": [\"unused\"]},"
              " \"optimizer\": {\"type\": \"%s\", \"learning_rate\": 0.5},"
              " \"training\": {\"mode\": \"%s\"}}",
-             workers, optimizer, mode);
+             workers, vocab, optimizer, mode);
     pf_error err;
     assert_int_equal(pf_job_spec_parse(json, strlen(json), spec, &err), PF_OK);
     assert_int_equal(pf_placement_compute(spec, pl), PF_OK);
@@ -414,6 +412,8 @@ static ps_shards *table_shards(const char *optimizer, const char *mode, int work
     return s;
 }
 
+/* An allocator whose realloc fails while `failing` is set (malloc and free as libc's). */
+static int failing;
 static void *fail_realloc(void *p, size_t n) {
     return failing ? NULL : realloc(p, n);
 }
@@ -425,7 +425,7 @@ static void test_rows_without_memory(void **state) {
     (void)state;
     pf_job_spec spec;
     pf_placement pl;
-    ps_shards *s = table_shards("sgd", "sync", 2, &spec, &pl);
+    ps_shards *s = table_shards(6, "sgd", "sync", 2, &spec, &pl);
     float before[12];
     memcpy(before, ps_shards_values(s, 0), sizeof before);
     static const float zeros[8] = {0};
@@ -464,7 +464,8 @@ static void test_find_nonfinite_rows(void **state) {
     for (int sync = 0; sync <= 1; sync++) {
         pf_job_spec spec;
         pf_placement pl;
-        ps_shards *s = table_shards("adagrad", sync ? "sync" : "async", sync ? 2 : 1, &spec, &pl);
+        ps_shards *s =
+            table_shards(6, "adagrad", sync ? "sync" : "async", sync ? 2 : 1, &spec, &pl);
         static const float zeros[8] = {0};
         static const uint32_t r0[2] = {1, 4}, r1[1] = {2}; /* increasing, as on the wire */
         float g0[4] = {1, 2, 3, 4}, g1[2] = {1, 1}, dense[8] = {0};
@@ -532,23 +533,28 @@ static void test_find_nonfinite_rows(void **state) {
     }
 }
 
-/* A merged sync step over more rows than the check lags behind: the first row (in merged,
- * increasing order) that came out non-finite is named, wherever it is. */
+/* A merged sync step over more rows than the check lags behind (and the prefetch reaches):
+ * the first row (in merged, increasing order) that came out non-finite is named, wherever
+ * it is. */
 static void test_find_nonfinite_merged(void **state) {
     (void)state;
+    enum { ROWS = 40 };
     static const float zeros[8] = {0};
-    static const uint32_t all[6] = {0, 1, 2, 3, 4, 5}, one[1] = {3};
-    for (int bad = 0; bad < 6; bad++) {
+    static const uint32_t one[1] = {3};
+    uint32_t all[ROWS];
+    for (int j = 0; j < ROWS; j++)
+        all[j] = (uint32_t)j;
+    for (int bad = 0; bad < ROWS; bad++) {
         pf_job_spec spec;
         pf_placement pl;
-        ps_shards *s = table_shards("sgd", "sync", 2, &spec, &pl);
-        float g0[12], g1[2] = {1, 1};
-        for (int k = 0; k < 12; k++)
+        ps_shards *s = table_shards(ROWS, "sgd", "sync", 2, &spec, &pl);
+        float g0[2 * ROWS], g1[2] = {1, 1};
+        for (int k = 0; k < 2 * ROWS; k++)
             g0[k] = 0.25f;
         g0[2 * bad + 1] = NAN;
-        if (bad < 5)
-            g0[2 * 5] = INFINITY; /* a later row too */
-        ps_grad a[3] = {{g0, all, 6}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        if (bad < ROWS - 1)
+            g0[2 * (ROWS - 1)] = INFINITY; /* a later row too */
+        ps_grad a[3] = {{g0, all, ROWS}, {zeros, NULL, 0}, {zeros, NULL, 0}};
         ps_grad b[3] = {{g1, one, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
         assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a), PS_PUSH_ACCEPTED);
         assert_int_equal(ps_shards_push_grads(s, 1, 1, 1, 0, b), PS_PUSH_APPLIED);

@@ -34,20 +34,21 @@ char *pf_strdup(const char *s);
 /* Scattered rows, such as an embedding table's: a loop over them asks for the cache lines of
  * the row PF_PREFETCH_ROWS ahead of the one it works on. The rows lie over far more memory
  * than the caches hold, and without the hint each row waits for memory before the next one
- * can start (bench/sparse: a row push's update of 10,000 rows took about half the time with
- * it). */
+ * can start (bench/RESULTS.md: a row push's update of 10,000 rows). */
 #define PF_PREFETCH_ROWS 16
 
-/* Asks for the cache lines of `bytes` at p, to be read. */
+/* Asks for every cache line (64 bytes) that the `bytes` at p touch, to be read. */
 static inline void pf_prefetch_read(const void *p, size_t bytes) {
-    for (size_t b = 0; b < bytes; b += 64)
-        __builtin_prefetch((const char *)p + b, 0, 3);
+    const char *end = (const char *)p + bytes;
+    for (const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63); c < end; c += 64)
+        __builtin_prefetch(c, 0, 3);
 }
 
-/* Asks for the cache lines of `bytes` at p, to be written. */
+/* Asks for every cache line (64 bytes) that the `bytes` at p touch, to be written. */
 static inline void pf_prefetch_write(const void *p, size_t bytes) {
-    for (size_t b = 0; b < bytes; b += 64)
-        __builtin_prefetch((const char *)p + b, 1, 3);
+    const char *end = (const char *)p + bytes;
+    for (const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63); c < end; c += 64)
+        __builtin_prefetch(c, 1, 3);
 }
 
 /* The memory this process may use, in bytes: MemTotal of /proc/meminfo, lowered to the limit

@@ -81,6 +81,12 @@ void pf_optim_apply(const pf_optimizer_spec *spec, const pf_backend *be, int64_t
  * so an adam step updates the whole table with a zero gradient on the rows not named. */
 bool pf_optim_rows_only(const pf_optimizer_spec *spec);
 
+/* A row just updated is read back for the finite check this many rows later: read at once,
+ * its values would still be in the store buffer, written wider than they are read, and the
+ * read would wait for them to reach the cache (about 10 ns a row; a second pass over rows
+ * still in cache costs about 4, this about 3: bench/RESULTS.md). */
+#define PF_OPTIM_CHECK_LAG 4
+
 /* One update of some rows only (IndexedSlices), as TensorFlow's sparse kernels apply it:
  * row rows[j] of a row-major [?, width] block w (and of each slot) is updated from the
  * gradient row g[j * width .. (j + 1) * width) by the rule of pf_optim_apply; rows not
@@ -93,12 +99,6 @@ bool pf_optim_rows_only(const pf_optimizer_spec *spec);
  * its update, while it is still in cache (PF_OPTIM_CHECK_LAG rows later), and the index j of
  * the first row that came out non-finite is returned; n_rows when none did, and always
  * without `check`. */
-/* A row just updated is read back for the finite check this many rows later: read at once,
- * its values would still be in the store buffer, written wider than they are read, and the
- * read would wait for them to reach the cache (about 10 ns a row; a second pass over rows
- * still in cache costs about 4, this about 3: bench/RESULTS.md). */
-#define PF_OPTIM_CHECK_LAG 4
-
 size_t pf_optim_apply_rows(const pf_optimizer_spec *spec, const pf_backend *be, int64_t global_step,
                            size_t width, size_t n_rows, const uint32_t *rows, const float *g,
                            float *w, float *const *slots, bool check);

@@ -73,7 +73,7 @@ struct ps_shards {
     int touched_valid; /* 0: unknown (restored, not yet updated): every row is read */
     /* host memory: the touched rows were checked for NaN and infinity as they were updated,
      * the first one found (table shard bad_shard, element bad_elem) kept; -1: none */
-    int rows_checked, bad_shard;
+    int bad_shard;
     size_t bad_elem;
     ps_grad *whole; /* n entries: ps_shards_push's gradients */
     float *scatter; /* adam: zeros, the widest table shard; a step's rows go in and out */
@@ -357,10 +357,12 @@ static void prefetch_row(const ps_shards *s, int i, uint32_t row) {
         pf_prefetch_write(slot_at(s, k, i) + off, width * sizeof(float));
 }
 
-/* Host memory: checks the row at element `at` of table shard i (its values w, just updated,
- * still in cache) for NaN and infinity, keeping the first bad one found in this update. */
-static void row_checked(ps_shards *s, int i, size_t at, const float *w, size_t width) {
-    size_t bad = s->bad_shard < 0 ? pf_first_nonfinite(w, width) : width;
+/* Host memory: checks the row at element `at` of table shard i (just updated, still in cache)
+ * for NaN and infinity, keeping the first bad one found in this update. */
+static void row_checked(ps_shards *s, int i, size_t at) {
+    size_t width = (size_t)s->info[i].shape[1];
+    size_t bad =
+        s->bad_shard < 0 ? pf_first_nonfinite(s->values + s->local_off[i] + at, width) : width;
     if (bad < width) {
         s->bad_shard = i;
         s->bad_elem = at + bad;
@@ -415,14 +417,14 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
         }
         s->merged[at++] = row;
         if (!s->scatter && s->be->host_memory && at - s->merged_at[i] > PF_OPTIM_CHECK_LAG) {
-            size_t back = (size_t)s->merged[at - 1 - PF_OPTIM_CHECK_LAG] * width;
-            row_checked(s, i, back, w + back, width); /* updated a few rows ago */
+            row_checked(
+                s, i, (size_t)s->merged[at - 1 - PF_OPTIM_CHECK_LAG] * width); /* a few rows ago */
         }
     }
     size_t j =
         at - s->merged_at[i] > PF_OPTIM_CHECK_LAG ? at - PF_OPTIM_CHECK_LAG : s->merged_at[i];
     for (; !s->scatter && s->be->host_memory && j < at; j++) /* the last few */
-        row_checked(s, i, (size_t)s->merged[j] * width, w + (size_t)s->merged[j] * width, width);
+        row_checked(s, i, (size_t)s->merged[j] * width);
     s->touched[i] = s->merged + s->merged_at[i];
     s->n_touched[i] = (uint32_t)(at - s->merged_at[i]);
     if (s->scatter)
@@ -468,7 +470,6 @@ static int aggregate_apply(ps_shards *s) {
             }
         }
         s->touched_valid = !s->scatter; /* adam moved every row */
-        s->rows_checked = s->be->host_memory;
         s->stats.version++;
     }
     memset(s->arrived, 0, PF_MAX_TASKS);
@@ -617,10 +618,8 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
             size_t bad =
                 pf_optim_apply_rows(&s->spec.optimizer, s->be, (int64_t)s->stats.version, width,
                                     grads[i].n_rows, grads[i].rows, grads[i].data, w, slots, check);
-            if (bad < grads[i].n_rows) {
-                size_t off = (size_t)grads[i].rows[bad] * width;
-                row_checked(s, i, off, w + off, width);
-            }
+            if (bad < grads[i].n_rows)
+                row_checked(s, i, (size_t)grads[i].rows[bad] * width);
             if (keep) {
                 memcpy(s->merged + at, grads[i].rows, grads[i].n_rows * sizeof *s->merged);
                 s->touched[i] = s->merged + at;
@@ -633,7 +632,6 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
         }
     }
     s->touched_valid = s->has_tables && keep && !s->scatter;
-    s->rows_checked = check;
     s->stats.version++;
     s->stats.pushes_applied++;
     return PS_PUSH_APPLIED;
@@ -657,7 +655,6 @@ void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *value
     memset(s->arrived, 0, PF_MAX_TASKS);
     s->n_arrived = 0;
     s->touched_valid = 0;
-    s->rows_checked = 0;
     s->bad_shard = -1;
     s->stats.version = version;
 }
@@ -681,7 +678,7 @@ static size_t first_nonfinite(const ps_shards *s, const float *v, size_t n) {
 int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
     for (int i = 0; i < s->n; i++) {
         const float *v = s->values + s->local_off[i];
-        if (s->table[i] && s->touched_valid && s->rows_checked) { /* checked as updated */
+        if (s->table[i] && s->touched_valid && s->be->host_memory) { /* checked as updated */
             if (s->bad_shard == i) {
                 *elem = s->bad_elem;
                 return i;

@@ -107,10 +107,16 @@ static void *ps_task_main(void *arg) {
     task *t = arg;
     const agent_options *o = t->a->o;
     /* the job key the coordinator gave this ps: it verifies every task of the job */
-    ps_server_options so = {
-        &t->spec,          t->index,       o->listen_host,        o->listen_port,
-        o->checkpoint_dir, t->incarnation, o->exit_grace_seconds, t->has_key > 0 ? t->key : NULL,
-        o->data_plane};
+    ps_server_options so = {&t->spec,
+                            t->index,
+                            o->listen_host,
+                            o->listen_port,
+                            o->checkpoint_dir,
+                            t->incarnation,
+                            o->exit_grace_seconds,
+                            t->has_key > 0 ? t->key : NULL,
+                            o->data_plane,
+                            0};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;

@@ -107,7 +107,7 @@ static int start_pair(const pf_job_spec *spec, const char *dir, int with_key, ps
     uint8_t job_key[PF_WIRE_KEY_SIZE], task_key[PF_WIRE_KEY_SIZE];
     pf_wire_job_key("bench-token", 11, spec->name, job_key);
     pf_wire_task_key(job_key, PF_WIRE_ROLE_CHIEF, 0, task_key);
-    ps_server_options so = {spec, 0, "127.0.0.1", 0, dir, 1, 0, with_key ? job_key : NULL, {0}};
+    ps_server_options so = {spec, 0, "127.0.0.1", 0, dir, 1, 0, with_key ? job_key : NULL, {0}, 0};
     pf_error err;
     if (ps_server_start(&so, server, &err) != PF_OK) {
         fprintf(stderr, "wire: %s\n", err.message);

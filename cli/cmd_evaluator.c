@@ -13,7 +13,7 @@
 /* Loads --job and TF_CONFIG for the evaluator task. Returns 0, or an exit code after
  * printing why (n then holds nothing). */
 static int load_evaluator_task(const char *job, node *n) {
-    int rc = node_load("evaluator", job, n);
+    int rc = node_load("evaluator", job, false, n);
     if (rc)
         return rc;
     if (strcmp(n->type, "evaluator") != 0) {

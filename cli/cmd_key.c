@@ -35,6 +35,8 @@ static int tasks_of(const pf_job_spec *spec, const char *type) {
         return spec->replicas.worker;
     if (!strcmp(type, "evaluator"))
         return spec->replicas.evaluator;
+    if (!strcmp(type, "reader"))
+        return pf_serving_readers(&spec->serving);
     return -1;
 }
 

@@ -32,6 +32,7 @@ typedef struct ps_cli {
     const char *coordinator, *job, *listen, *advertise, *checkpoint_dir;
     long grace;
     long long memory;
+    bool read_only;
     pf_ws_options data_plane;
 } ps_cli;
 
@@ -130,7 +131,7 @@ static int tf_config_bind_host(const char *name, char *host) {
  * told) into host[256] and *port. Returns 0, or an exit code after printing why (n then
  * holds nothing). */
 static int load_ps_task(const ps_cli *p, node *n, char *host, int *port) {
-    int rc = node_load("ps", p->job, n);
+    int rc = node_load("ps", p->job, p->read_only, n);
     if (rc)
         return rc;
     if (strcmp(n->type, "ps") != 0) {
@@ -175,7 +176,8 @@ static int run_static_ps(const ps_cli *p) {
                             node_incarnation(),
                             (double)p->grace,
                             has_key ? key : NULL,
-                            p->data_plane};
+                            p->data_plane,
+                            p->read_only};
     pf_error err;
     pf_error_clear(&err);
     ps_server *s;
@@ -191,7 +193,8 @@ static int run_static_ps(const ps_cli *p) {
             p->advertise ? p->advertise : pf_tf_config_address(&n.cfg, "ps", n.index));
     running_ps = s;
     pf_signals_on_stop(stop_ps);
-    rc = ps_server_wait(s) == 0 ? 0 : 130;
+    /* A read-only ps serves until it is stopped: that is its normal end. */
+    rc = ps_server_wait(s) == 0 || p->read_only ? 0 : 130;
     running_ps = NULL;
     ps_server_destroy(s);
     node_deinit(&n);
@@ -216,6 +219,10 @@ int cli_ps(const cli_command *cmd, int argc, char **argv) {
         CLI_TEXT("checkpoint-dir", "DIR",
                  "checkpoint root, shared by the job's tasks [./checkpoints]", "./checkpoints",
                  &p.checkpoint_dir),
+        CLI_FLAG("read-only",
+                 "static mode: serve the newest complete checkpoint to psflow serve --ps and "
+                 "change nothing; TF_CONFIG names the serving cluster's ps tasks",
+                 &p.read_only),
         CLI_LONG("exit-grace", "SECONDS",
                  "after the final checkpoint, wait for workers to leave [10]", 0, 3600, 10,
                  &p.grace),
@@ -246,8 +253,14 @@ int cli_ps(const cli_command *cmd, int argc, char **argv) {
                 "listen on a Unix socket in DIR for the segments of workers in other containers "
                 "or pods of this host [none: only workers that share this PID namespace]"),
     };
+    p.read_only = false;
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &p.run))
         return p.run.exit_code;
+    if (p.read_only && (!p.job || (p.coordinator && *p.coordinator))) {
+        fprintf(stderr, "psflow ps: --read-only is static mode: give --job FILE and no "
+                        "--coordinator\n");
+        return PF_EX_USAGE;
+    }
     /* A ps runs no matrix products: one BLAS thread, and OpenBLAS's pool (started when the
      * library loaded) put to sleep. */
     node_set_threads(1, 1, NULL, 0);

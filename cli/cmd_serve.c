@@ -1,6 +1,7 @@
 /* cmd_serve.c - `psflow serve`: answers predict requests with a job's newest verified
  * checkpoint (serve/serve.h, docs/serving.md). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_internal.h"
@@ -10,6 +11,8 @@
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
 #include "psflow/signals.h"
+#include "psflow/wire.h"
+#include "psflow/wire_auth.h"
 #include "serve/serve.h"
 
 static volatile int serve_stop;
@@ -73,9 +76,83 @@ static int spec_from_checkpoint(const char *root, const char *model, long wait, 
     }
 }
 
+/* The job spec: --job's file (whose name must be --model's when both are given), else the
+ * one the newest verified checkpoint of --model records. Returns 0, or an exit code after
+ * printing why. */
+static int load_spec(const char *job, const char *model, const char *checkpoint_dir, long wait,
+                     pf_job_spec *spec) {
+    if (!job || !*job)
+        return spec_from_checkpoint(checkpoint_dir, model, wait, spec);
+    pf_error err;
+    pf_error_clear(&err);
+    pf_status st = pf_job_spec_load(job, spec, &err);
+    if (st != PF_OK) {
+        fprintf(stderr, "psflow serve: %s: %s\n", job, err.message);
+        return pf_exit_code(st);
+    }
+    if (model && *model && strcmp(model, spec->name) != 0) {
+        fprintf(stderr, "psflow serve: --model %s, but %s is job %s\n", model, job, spec->name);
+        pf_job_spec_deinit(spec);
+        return PF_EX_USAGE;
+    }
+    return 0;
+}
+
+/* --ps HOST:PORT,...: the read-only ps tasks, split in place into addrs[PF_MAX_REPLICAS].
+ * Returns how many, or -1 after printing why not. */
+static int ps_addresses(char *list, const char **addrs) {
+    int n = 0;
+    for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        char host[256];
+        int port;
+        if (pf_split_host_port(a, host, sizeof host, &port) != 0 || port < 1 || port > 65535) {
+            fprintf(stderr, "psflow serve: --ps: '%s' is not HOST:PORT\n", a);
+            return -1;
+        }
+        if (n == PF_MAX_REPLICAS) {
+            fprintf(stderr, "psflow serve: --ps names more than %d ps tasks\n", PF_MAX_REPLICAS);
+            return -1;
+        }
+        addrs[n++] = a;
+    }
+    if (!n)
+        fprintf(stderr, "psflow serve: --ps names no ps task\n");
+    return n ? n : -1;
+}
+
+/* The data-plane key of reader `reader` of job `job`, from the token (which keys the data
+ * plane as it keys the API). */
+static void reader_key(const char *token, const char *job, int reader,
+                       uint8_t key[PF_WIRE_KEY_SIZE]) {
+    uint8_t job_key[PF_WIRE_KEY_SIZE];
+    pf_wire_job_key(token, strlen(token), job, job_key);
+    pf_wire_task_key(job_key, PF_WIRE_ROLE_READER, (uint32_t)reader, key);
+    pf_wire_key_clear(job_key, sizeof job_key);
+}
+
+/* --ps LIST: the read-only ps tasks into o (their addresses split in place in a copy, *copy,
+ * to free after serve_run), the spec's ps count (the serving cluster's: the checkpoint is
+ * repartitioned into it) and, with a token, the reader's key in key. Returns 0, or
+ * PF_EX_USAGE after printing why (nothing to free). */
+static int ps_form(const char *list, const char *token, serve_options *o, pf_job_spec *spec,
+                   char **copy, const char **addrs, uint8_t key[PF_WIRE_KEY_SIZE]) {
+    if (!(*copy = strdup(list)) || (o->n_ps = ps_addresses(*copy, addrs)) < 0) {
+        free(*copy);
+        *copy = NULL;
+        return PF_EX_USAGE;
+    }
+    o->ps_addrs = addrs;
+    spec->replicas.ps = o->n_ps;
+    if (token[0]) {
+        reader_key(token, spec->name, o->reader, key);
+        o->task_key = key;
+    }
+    return 0;
+}
+
 int cli_serve(const cli_command *cmd, int argc, char **argv) {
-    const char *job, *model, *checkpoint_dir, *listen;
-    long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first, threads;
+    const char *job, *model, *checkpoint_dir, *listen, *ps_list, *ca_file;
+    long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first, threads, reader;
     long long max_body, max_buffered;
     bool insecure = false;
     cli_option opts[] = {
@@ -114,6 +191,18 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                  "[0: with --job open at once, 503 until one appears; with --model alone wait "
                  "as long as it takes]",
                  0, 86400, 0, &wait_first),
+        CLI_TEXT("ps", "HOST:PORT,...",
+                 "the read-only ps tasks (psflow ps --read-only) that hold the values, in task "
+                 "order: each pass pulls its rows there, for tables bigger than this process "
+                 "[none: the whole model is loaded here]",
+                 NULL, &ps_list),
+        CLI_LONG("reader", "N",
+                 "with --ps: this server's reader index (0 .. serving.replicas - 1) [0]", 0,
+                 PF_MAX_SERVING_REPLICAS - 1, 0, &reader),
+        CLI_TEXT("ca-file", "FILE",
+                 "with --ps: dial the ps tasks over TLS (wss), verifying them with this PEM CA "
+                 "[plain TCP]",
+                 NULL, &ca_file),
         CLI_FLAG("insecure", "serve without a token on an address other hosts reach", &insecure),
         CLI_TOKEN_FILE_OPTION,
     };
@@ -146,23 +235,8 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
     }
     pf_signals_on_stop(on_stop);
     pf_job_spec spec;
-    pf_error err;
-    pf_error_clear(&err);
-    pf_status st = PF_OK;
-    if (job && *job) {
-        st = pf_job_spec_load(job, &spec, &err);
-        if (st != PF_OK) {
-            fprintf(stderr, "psflow serve: %s: %s\n", job, err.message);
-            return pf_exit_code(st);
-        }
-        if (model && *model && strcmp(model, spec.name) != 0) {
-            fprintf(stderr, "psflow serve: --model %s, but %s is job %s\n", model, job, spec.name);
-            pf_job_spec_deinit(&spec);
-            return PF_EX_USAGE;
-        }
-    } else if ((rc = spec_from_checkpoint(checkpoint_dir, model, wait_first, &spec))) {
+    if ((rc = load_spec(job, model, checkpoint_dir, wait_first, &spec)))
         return rc;
-    }
     serve_options o = {.spec = &spec,
                        .checkpoint_dir = checkpoint_dir,
                        .listen_host = host,
@@ -177,8 +251,20 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                        .max_buffered = (size_t)max_buffered,
                        .max_connections = (int)max_conns,
                        .wait_first = (double)wait_first,
-                       .stop = &serve_stop};
-    st = serve_run(&o, &err);
+                       .stop = &serve_stop,
+                       .reader = (int)reader,
+                       .ca_file = ca_file};
+    char *ps_copy = NULL;
+    const char *ps_addrs[PF_MAX_REPLICAS];
+    uint8_t key[PF_WIRE_KEY_SIZE];
+    if (ps_list && *ps_list && ps_form(ps_list, token, &o, &spec, &ps_copy, ps_addrs, key)) {
+        pf_job_spec_deinit(&spec);
+        return PF_EX_USAGE;
+    }
+    pf_error err;
+    pf_status st = serve_run(&o, &err);
+    pf_wire_key_clear(key, sizeof key);
+    free(ps_copy);
     if (st != PF_OK)
         fprintf(stderr, "psflow serve: %s\n", err.message);
     pf_job_spec_deinit(&spec);

@@ -64,7 +64,7 @@ static int run_worker_agent(const worker_cli *w) {
 /* Loads --job and TF_CONFIG for a training task (worker or chief) that fits this machine.
  * Returns 0, or an exit code after printing why (n then holds nothing). */
 static int load_training_task(const worker_cli *w, node *n) {
-    int rc = node_load("worker", w->job, n);
+    int rc = node_load("worker", w->job, false, n);
     if (rc)
         return rc;
     if (strcmp(n->type, "chief") != 0 && strcmp(n->type, "worker") != 0) {

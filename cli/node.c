@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,7 @@ void node_deinit(node *n) {
     pf_tf_config_deinit(&n->cfg);
 }
 
-int node_load(const char *cmd, const char *job_path, node *n) {
+int node_load(const char *cmd, const char *job_path, bool serving, node *n) {
     memset(n, 0, sizeof *n);
     pf_error err;
     pf_error_clear(&err);
@@ -53,6 +54,16 @@ int node_load(const char *cmd, const char *job_path, node *n) {
     }
     n->type = n->cfg.task_type;
     n->index = n->cfg.task_index;
+    if (serving) {
+        int ps = pf_tf_config_count(&n->cfg, "ps");
+        if (ps < 1 || ps > PF_MAX_REPLICAS) {
+            fprintf(stderr, "psflow %s: TF_CONFIG names %d ps tasks (1 .. %d)\n", cmd, ps,
+                    PF_MAX_REPLICAS);
+            return PF_EX_DATAERR;
+        }
+        n->spec.replicas.ps = ps;
+        return 0;
+    }
     const struct {
         const char *job;
         int want;

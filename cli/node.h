@@ -7,6 +7,7 @@
 #ifndef PSFLOW_CLI_NODE_H
 #define PSFLOW_CLI_NODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,9 +24,11 @@ typedef struct node {
     int index;
 } node;
 
-/* Loads --job and TF_CONFIG and checks they agree (n needs no init). Returns 0, or an exit
- * code after printing why. */
-int node_load(const char *cmd, const char *job_path, node *n);
+/* Loads --job and TF_CONFIG and checks they agree (n needs no init). `serving`: TF_CONFIG
+ * names a serving cluster (read-only ps tasks, psflow ps --read-only): its ps tasks, however
+ * many, become the spec's replicas.ps (the checkpoint is repartitioned into them), and its
+ * other tasks are not checked. Returns 0, or an exit code after printing why. */
+int node_load(const char *cmd, const char *job_path, bool serving, node *n);
 
 /* Frees what n holds. */
 void node_deinit(node *n);

@@ -112,7 +112,9 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
  * parked checkpoint is refused. */
 static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                            float lr_factor) {
-    if (check_current_chief(s, p, request_id, "roll back") != 0)
+    /* A read-only ps switches checkpoints when its reader (psflow serve --ps) asks. */
+    if (!(s->read_only && p->role == PF_WIRE_ROLE_READER) &&
+        check_current_chief(s, p, request_id, "roll back") != 0)
         return;
     uint64_t before = ps_server_version(s);
     char note[2600];
@@ -131,7 +133,8 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     pf_free(queue);
     s->nonfinite[0] = '\0';
     __atomic_store_n(&s->pub_version, ps_server_version(s), __ATOMIC_RELAXED);
-    ps_server_log(s, "rolled back from version %" PRIu64 ": %s", before, note);
+    ps_server_log(s, "%s from version %" PRIu64 ": %s",
+                  s->read_only ? "switched at a reader's RESTORE" : "rolled back", before, note);
     double lr = s->spec.optimizer.learning_rate * (double)lr_factor;
     ps_shards_set_learning_rate(s->shards, lr);
     if (lr_factor < 1)
@@ -201,6 +204,8 @@ static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         lo = 1, end = (uint32_t)n_tasks;
     else if (h->role == PF_WIRE_ROLE_EVALUATOR)
         end = (uint32_t)s->spec.replicas.evaluator;
+    else if (h->role == PF_WIRE_ROLE_READER)
+        end = (uint32_t)pf_serving_readers(&s->spec.serving);
     if (h->task_index < lo || h->task_index >= end) {
         ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
                         "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
@@ -227,6 +232,8 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
         ps_server_log(s, "%s %d connected (incarnation %" PRIu64 ")", ps_server_role_name(p->role),
                       p->task, p->incarnation);
         ps_server_lease_renew(s, p);
+    } else if (p->role == PF_WIRE_ROLE_READER) {
+        ps_server_log(s, "reader %d connected", p->task);
     }
     if (!s->sink.send)
         pf_ws_trust(s->ws, p->conn); /* past the limits of a stranger (psflow/ws.h) */
@@ -405,6 +412,14 @@ static void handle_push_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire
 
 static void apply_membership(ps_server *s);
 
+/* The messages a read-only ps refuses: those that change its values, write a checkpoint or
+ * hand out input. */
+static int writes(uint16_t type) {
+    return type == PF_WIRE_PUSH || type == PF_WIRE_PUSH_PULL || type == PF_WIRE_ROW_PUSH_PULL ||
+           type == PF_WIRE_SEG_ATTACH || type == PF_WIRE_SEG_PUSH_PULL ||
+           type == PF_WIRE_CHECKPOINT || type == PF_WIRE_LEASE;
+}
+
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
     (void)ws;
@@ -437,6 +452,13 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
                             m.type == PF_WIRE_ROW_PUSH_PULL || m.type == PF_WIRE_CHECKPOINT ||
                             m.type == PF_WIRE_SEG_PULL || m.type == PF_WIRE_SEG_PUSH_PULL)) {
         ps_server_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
+        return;
+    }
+    if (s->read_only && writes(m.type)) {
+        ps_server_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN,
+                        "this ps is read-only (psflow ps --read-only): it serves pulls of the "
+                        "checkpoint it restored and accepts no %s",
+                        pf_wire_type_name(m.type));
         return;
     }
     switch (m.type) {
@@ -485,6 +507,43 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         ps_server_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
                         pf_wire_type_name(m.type));
     }
+}
+
+/* A read-only ps's start: the newest complete checkpoint that verifies, older ones when it
+ * does not (each refusal logged; nothing is renamed or written), and none is an error: a
+ * read-only ps serves a checkpoint, never the initial values. */
+static pf_status restore_read_only(ps_server *s, char *note, size_t len, pf_error *err) {
+    char job_dir[2048];
+    if (pf_checkpoint_job_dir(s->checkpoint_dir, s->spec.name, job_dir, sizeof job_dir) != PF_OK)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
+    int64_t *steps = NULL;
+    int n = 0;
+    pf_status st = pf_checkpoint_list(job_dir, 0, &steps, &n, err);
+    if (st == PF_OK && n == 0)
+        st = PF_ERR_NOT_FOUND;
+    for (int i = n - 1; st == PF_OK && i >= 0; i--) {
+        char *queue = NULL;
+        pf_error bad;
+        pf_error_clear(&bad);
+        st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir,
+                                        (uint64_t)steps[i], &queue, note, len, &bad);
+        pf_free(queue);
+        if (st == PF_OK || st == PF_ERR_NOMEM) {
+            if (st != PF_OK)
+                pf_error_set(err, st, NULL, "%s", bad.message);
+            break;
+        }
+        ps_server_log(s, "read-only: checkpoint step %" PRId64 " refused: %s", steps[i],
+                      bad.message);
+        st = i ? PF_OK : PF_ERR_NOT_FOUND;
+    }
+    pf_free(steps);
+    if (st == PF_ERR_NOT_FOUND)
+        return pf_error_set(err, PF_ERR_IO, NULL,
+                            "read-only: no complete checkpoint of job %s under %s that verifies: "
+                            "a read-only ps serves a checkpoint, never the initial values",
+                            s->spec.name, job_dir);
+    return st;
 }
 
 /* The data plane's default limits for n_tasks training tasks (api/wire.md "Limits"):
@@ -751,6 +810,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     s->task = o->ps_task;
     s->incarnation = o->incarnation;
     s->grace = o->exit_grace_seconds;
+    s->read_only = o->read_only;
     if (o->job_key) {
         s->has_key = 1;
         memcpy(s->job_key, o->job_key, PF_WIRE_KEY_SIZE);
@@ -779,10 +839,14 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     int n_local = ps_shards_count(s->shards);
     /* Restore before listening: a restarted ps never serves fresh values to a running job. */
     char note[3000], *queue = NULL;
-    if ((st = ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir, &queue, note,
-                                    sizeof note, err)) != PF_OK)
+    if ((st = s->read_only ? restore_read_only(s, note, sizeof note, err)
+                           : ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir,
+                                                   &queue, note, sizeof note, err)) != PF_OK)
         goto fail;
     ps_server_log(s, "%s", note);
+    if (s->read_only)
+        ps_server_log(s, "read-only: serving these values to readers (psflow serve --ps); "
+                         "pushes, checkpoints and leases are refused");
     ps_server_lease_restore(s, queue);
     pf_free(queue);
     if (s->staleness)

@@ -35,6 +35,11 @@ typedef struct ps_server_options {
      * training tasks plus 4 times the largest message this ps accepts. Defaults follow a
      * live membership change (ps_server_set_workers); values given here stay. */
     pf_ws_options data_plane;
+    /* Serve the checkpoint it restored and change nothing (psflow serve --ps, docs/serving.md):
+     * it refuses to start without a complete checkpoint, refuses every push, CHECKPOINT,
+     * LEASE and SEG_ATTACH (FORBIDDEN), and restores another checkpoint when a reader asks
+     * (RESTORE). */
+    int read_only;
 } ps_server_options;
 
 typedef struct ps_server ps_server;

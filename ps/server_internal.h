@@ -119,6 +119,7 @@ struct ps_server {
     int membership_retry; /* atomic */
     double retry_at;
     int has_key;
+    int read_only; /* ps_server_options.read_only */
     uint8_t job_key[PF_WIRE_KEY_SIZE];
     int integrity;              /* has_key and no TLS: messages after the proofs carry a tag */
     uint64_t bad_tags;          /* messages refused for their tag (the log's rate limit) */

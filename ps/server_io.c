@@ -120,8 +120,8 @@ void ps_server_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_c
 }
 
 const char *ps_server_role_name(uint8_t role) {
-    static const char *const names[] = {"worker", "chief", "evaluator", "tool"};
-    return role < 4 ? names[role] : "unknown role";
+    static const char *const names[] = {"worker", "chief", "evaluator", "tool", "reader"};
+    return role < 5 ? names[role] : "unknown role";
 }
 
 /* Answers CHECKPOINT or RESTORE. The text (a path, or why not) is passed through as it is;

@@ -22,6 +22,7 @@
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "serve/batcher.h"
+#include "serve/remote.h"
 #include "serve/serve_request.h"
 #include "serve/serve.h"
 #include "serve/versions.h"
@@ -39,9 +40,10 @@ enum route { ROUTE_NONE, ROUTE_PREDICT, ROUTE_STATUS, ROUTE_METADATA, ROUTE_METR
 typedef struct server {
     serve_options o; /* with the defaults filled in */
     int width, outputs;
-    char base[160]; /* "/v1/models/NAME" */
-    pf_model *model;
-    serve_versions *versions;
+    char base[160];           /* "/v1/models/NAME" */
+    pf_model *model;          /* the whole model (NULL with --ps) */
+    serve_versions *versions; /* its versions, loaded here (NULL with --ps) */
+    serve_remote *remote;     /* --ps: the values on read-only ps tasks, else NULL */
     serve_batcher *batcher;
     pf_http_watch *watch; /* request deadlines, slow clients (psflow/http_guard.h) */
     int open;             /* connections open now (__atomic) */
@@ -74,6 +76,14 @@ typedef struct request_state {
     pthread_mutex_t mu;
     int queued, suspended, done;
 } request_state;
+
+/* The serving version, the switches and the refusals, wherever the values live. */
+static void version_counts(const server *s, int64_t *step, int64_t *loaded, int64_t *refused) {
+    if (s->remote)
+        serve_remote_counts(s->remote, step, loaded, refused);
+    else
+        serve_versions_counts(s->versions, step, loaded, refused);
+}
 
 /* --- answers ---------------------------------------------------------------------------- */
 
@@ -265,7 +275,7 @@ static int token_ok(const server *s, struct MHD_Connection *c) {
 
 static enum MHD_Result status_route(request_state *rs) {
     int64_t step, loaded, refused;
-    serve_versions_counts(rs->s->versions, &step, &loaded, &refused);
+    version_counts(rs->s, &step, &loaded, &refused);
     char v[24];
     snprintf(v, sizeof v, "%" PRId64, step < 0 ? 0 : step);
     json_t *entry = json_pack("{s:s, s:s, s:{s:s, s:s}}", "version", v, "state",
@@ -298,14 +308,14 @@ static enum MHD_Result metadata_route(request_state *rs) {
                   rs->s->o.spec->name, "signature_def", "inputs", inputs, "flat_width",
                   rs->s->width, "outputs", kind, "dtype", "DT_FLOAT", "shape", -1, rs->s->outputs);
     int64_t step, loaded, refused;
-    serve_versions_counts(rs->s->versions, &step, &loaded, &refused);
+    version_counts(rs->s, &step, &loaded, &refused);
     return send_json(rs, 200, j, step);
 }
 
 static enum MHD_Result metrics_route(request_state *rs) {
     server *s = rs->s;
     int64_t step, loaded, refused, queued, batches;
-    serve_versions_counts(s->versions, &step, &loaded, &refused);
+    version_counts(s, &step, &loaded, &refused);
     serve_batcher_counts(s->batcher, &queued, &batches);
     pf_buf b;
     pf_buf_init(&b, 1 << 20);
@@ -578,7 +588,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return metrics_route(rs);
     case ROUTE_HEALTH: {
         int64_t step, loaded, refused;
-        serve_versions_counts(s->versions, &step, &loaded, &refused);
+        version_counts(s, &step, &loaded, &refused);
         return step >= 0 ? send_json(rs, 200,
                                      json_pack("{s:s, s:I}", "status", "ok", "model_version",
                                                (json_int_t)step),
@@ -644,6 +654,8 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
 
 static int64_t run_model(void *ctx, const float *x, int n, float *y) {
     server *s = ctx;
+    if (s->remote)
+        return serve_remote_run(s->remote, x, n, y);
     const serve_version *v = serve_versions_acquire(s->versions);
     if (!v)
         return -1;
@@ -656,11 +668,13 @@ static int64_t run_model(void *ctx, const float *x, int n, float *y) {
 static void *watch(void *arg) {
     server *s = arg;
     while (!__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
-        if (serve_versions_refresh(s->versions) < 0)
+        if (s->remote)
+            serve_remote_refresh(s->remote);
+        else if (serve_versions_refresh(s->versions) < 0)
             fprintf(stderr, LOG ": out of memory loading a checkpoint; still serving the old "
                                 "version\n");
         int64_t step, loaded, refused;
-        serve_versions_counts(s->versions, &step, &loaded, &refused);
+        version_counts(s, &step, &loaded, &refused);
         stats_set(s->o.stats, 0, step);
         for (double t = 0;
              t < s->o.poll_seconds && !__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST); t += 0.05)
@@ -698,6 +712,7 @@ static void teardown(server *s) {
         pthread_join(s->watcher, NULL);
     pf_http_watch_destroy(s->watch); /* after libmicrohttpd stopped */
     serve_versions_destroy(s->versions);
+    serve_remote_destroy(s->remote);
     pf_model_destroy(s->model);
     if (s->blas_before > 0) /* the process (an agent) gets its BLAS threads back */
         pf_backend_openblas_set_threads(s->blas_before);
@@ -749,16 +764,34 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     pf_backend_openblas_set_threads(s.o.threads);
     /* One pass holds the largest request, so one version answers it whole. */
     int capacity = s.o.max_instances > s.o.max_batch ? s.o.max_instances : s.o.max_batch;
-    st = pf_model_create(&spec->model, pf_backend_openblas(), capacity, &s.model);
-    if (st == PF_OK)
-        st = serve_versions_create(&spec->model, job_dir, LOG, &s.versions);
-    if (st != PF_OK) {
-        teardown(&s);
-        return pf_error_set(err, st, NULL, "cannot set up the model: %s", pf_strerror(st));
+    if (s.o.n_ps > 0) {
+        serve_remote_options ro = {.spec = spec,
+                                   .ps_addrs = s.o.ps_addrs,
+                                   .reader = s.o.reader,
+                                   .task_key = s.o.task_key,
+                                   .ca_file = s.o.ca_file,
+                                   .retry_seconds = s.o.request_timeout,
+                                   .capacity = capacity,
+                                   .job_dir = job_dir,
+                                   .log = LOG};
+        st = serve_remote_create(&ro, &s.remote, err);
+        if (st != PF_OK) {
+            teardown(&s);
+            return st;
+        }
+    } else {
+        st = pf_model_create(&spec->model, pf_backend_openblas(), capacity, &s.model);
+        if (st == PF_OK)
+            st = serve_versions_create(&spec->model, job_dir, LOG, &s.versions);
+        if (st != PF_OK) {
+            teardown(&s);
+            return pf_error_set(err, st, NULL, "cannot set up the model: %s", pf_strerror(st));
+        }
     }
     /* The first version before the port opens, so that /healthz says 200 from the start. */
-    for (double t0 = pf_clock_now(); serve_versions_refresh(s.versions) == 0 &&
-                                     pf_clock_now() - t0 < s.o.wait_first && !*s.o.stop;)
+    for (double t0 = pf_clock_now();
+         (s.remote ? serve_remote_refresh(s.remote) : serve_versions_refresh(s.versions)) == 0 &&
+         pf_clock_now() - t0 < s.o.wait_first && !*s.o.stop;)
         pf_clock_sleep(0.2);
     serve_batcher_options bo = {.width = s.width,
                                 .outputs = s.outputs,
@@ -797,7 +830,7 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     if (bound && bound->port)
         s.o.port = bound->port; /* the kernel's pick when port was 0 */
     int64_t step, loaded, refused;
-    serve_versions_counts(s.versions, &step, &loaded, &refused);
+    version_counts(&s, &step, &loaded, &refused);
     stats_set(s.o.stats, s.o.port, step);
     fprintf(stderr,
             LOG ": model %s on http://%s:%d%s:predict (%s, batches of up to %d examples, "
@@ -806,6 +839,11 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
             step >= 0 ? "serving" : "no verified checkpoint yet: 503 until one appears",
             s.o.max_batch, s.o.max_wait * 1e6, s.o.threads, s.o.threads == 1 ? "" : "s",
             s.o.token && *s.o.token ? "bearer token required" : "no token", job_dir);
+    if (s.remote)
+        fprintf(stderr,
+                LOG ": values on %d read-only ps task%s (reader %d): each pass pulls its "
+                    "rows\n",
+                s.o.n_ps, s.o.n_ps == 1 ? "" : "s", s.o.reader);
     if (step >= 0)
         fprintf(stderr, LOG ": version %" PRId64 "\n", step);
     while (!*s.o.stop)

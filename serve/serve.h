@@ -76,6 +76,14 @@ typedef struct serve_options {
     double wait_first;          /* seconds to wait for the first version before serving 503 [0] */
     const volatile int *stop;   /* set (by a signal handler) to stop */
     serve_stats *stats;         /* NULL, or kept up to date while it serves */
+    /* Tables bigger than this process (remote.h): the read-only ps tasks that hold the
+     * values, n_ps of them in task order (the spec's replicas.ps must be n_ps), or n_ps 0:
+     * the whole model is loaded here. */
+    const char *const *ps_addrs;
+    int n_ps;
+    int reader;              /* this server's reader index on them */
+    const uint8_t *task_key; /* its data-plane key, or NULL */
+    const char *ca_file;     /* NULL: plain TCP to them; else TLS verified against it */
 } serve_options;
 
 /* Serves until *o->stop. Errors: PF_ERR_UNAVAILABLE (cannot listen), PF_ERR_NOMEM,

@@ -627,9 +627,9 @@ static pf_status rd_hello(reader *r, pf_wire_hello *h) {
     size_t off = r->pos;
     uint32_t role_pad = rd32(r);
     h->role = (uint8_t)role_pad;
-    if (h->role > PF_WIRE_ROLE_TOOL)
+    if (h->role > PF_WIRE_ROLE_READER)
         return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off,
-                    "HELLO: role %u at offset %zu is out of range (0..3)", (unsigned)h->role, off);
+                    "HELLO: role %u at offset %zu is out of range (0..4)", (unsigned)h->role, off);
     if (role_pad >> 8)
         return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, off + 1,
                     "HELLO: padding at offset %zu must be zero", off + 1);

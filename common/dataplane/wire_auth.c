@@ -335,6 +335,8 @@ pf_status pf_wire_task_key_for(const uint8_t job_key[PF_WIRE_KEY_SIZE], const ch
                          key);
     else if (!strcmp(type, "evaluator"))
         pf_wire_task_key(job_key, PF_WIRE_ROLE_EVALUATOR, (uint32_t)index, key);
+    else if (!strcmp(type, "reader"))
+        pf_wire_task_key(job_key, PF_WIRE_ROLE_READER, (uint32_t)index, key);
     else
         return PF_ERR_INVALID;
     return PF_OK;

@@ -353,8 +353,8 @@ pf_status pf_wire_encode_hello(pf_wire_out *out, uint32_t request_id, const pf_w
                                pf_error *err) {
     reset(out);
     plan p = {.type = "HELLO", .head = HELLO_FIXED - 4, .err = err};
-    if (m->role > PF_WIRE_ROLE_TOOL)
-        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "HELLO: role %u is out of range (0..3)",
+    if (m->role > PF_WIRE_ROLE_READER)
+        return pf_error_set_offset(err, PF_ERR_INVALID, -1, "HELLO: role %u is out of range (0..4)",
                                    (unsigned)m->role);
     pf_status st = plan_str(&p, m->job, PF_WIRE_MAX_JOB_NAME, "job name");
     writer w;

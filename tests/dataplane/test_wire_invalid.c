@@ -323,7 +323,7 @@ static void test_invalid_payload(void **state) {
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_TOO_LARGE), 36);
 
     /* Enum values and padding. */
-    hello_frame(&f, 4, "j", 1);
+    hello_frame(&f, 5, "j", 1);
     assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 24);
     for (int i = 25; i < 28; i++) {
         hello_frame(&f, 0, "j", 1);
@@ -514,7 +514,7 @@ static void test_encode_rejects(void **state) {
         assert_true(strlen(err.message) > 0);                                                      \
     } while (0)
 
-    REJECT(pf_wire_encode_hello(&o, 1, &(pf_wire_hello){4, 0, 0, {"j", 1}}, &err), PF_ERR_INVALID);
+    REJECT(pf_wire_encode_hello(&o, 1, &(pf_wire_hello){5, 0, 0, {"j", 1}}, &err), PF_ERR_INVALID);
     char job[PF_WIRE_MAX_JOB_NAME + 1];
     memset(job, 'j', sizeof job);
     REJECT(pf_wire_encode_hello(&o, 1, &(pf_wire_hello){0, 0, 0, {job, sizeof job}}, &err),

@@ -197,7 +197,8 @@ static ps_server *start_ps(int with_key, int variant) {
                            1,
                            0,
                            with_key ? h.job_key : NULL,
-                           {0}};
+                           {0},
+                           0};
     ps_server_sink sink = {on_send, on_close, on_nonce, NULL, 1};
     ps_server *s;
     pf_error err;

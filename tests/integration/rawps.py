@@ -22,7 +22,7 @@ CODES = ["OK", "BAD_MAGIC", "BAD_VERSION", "BAD_TYPE", "BAD_FLAGS", "TRUNCATED",
          "TOO_LARGE", "BAD_VALUE", "BAD_DTYPE", "UNKNOWN_SHARD", "BAD_SHAPE",
          "STALE_INCARNATION", "NOT_READY", "UNEXPECTED", "INTERNAL", "FORBIDDEN",
          "UNAUTHENTICATED", "NONFINITE", "VERSION_PASSED"]
-ROLES = {"worker": 0, "chief": 1, "evaluator": 2, "tool": 3}
+ROLES = {"worker": 0, "chief": 1, "evaluator": 2, "tool": 3, "reader": 4}
 
 
 class Closed(Exception):
@@ -196,6 +196,10 @@ def push(task, incarnation, seq, step, pairs):
 
 def checkpoint(step, final):
     return struct.pack("<QI", step, final)
+
+
+def restore(step, lr_factor=1.0):
+    return struct.pack("<Qf", step, lr_factor)
 
 
 def hello_ack(payload):

@@ -7,8 +7,8 @@
       sends the test set in requests of 100 instances (and checks that the columnar and
       named forms answer the same), computes the mean cross-entropy, the accuracy and, for
       two classes, the AUC from the predictions, prints them as JSON
-  serve_client.py load ADDR MODEL STOPFILE RATE OUT.json
-      batch-1 requests at RATE per second (open loop, several connections) until STOPFILE
+  serve_client.py load ADDR MODEL STOPFILE RATE OUT.json [BODY]
+      batch-1 requests (BODY, else one Fashion-MNIST-shaped instance) at RATE per second (open loop, several connections) until STOPFILE
       exists; writes the count of answers by status, the versions that answered and failures
   serve_client.py malformed ADDR MODEL N
       N malformed requests of many kinds; each must get 400/413/415 problem+json whose
@@ -134,11 +134,10 @@ def evaluate(addr, model, fmt, *args):
     print(json.dumps(out))
 
 
-def load(addr, model, stop_file, rate, out_path):
+def load(addr, model, stop_file, rate, out_path, body=None):
     rate = float(rate)
     n_threads = 8
-    example = {"instances": [[0.5] * 784]}
-    body = json.dumps(example)
+    body = body or json.dumps({"instances": [[0.5] * 784]})
     results = {"by_status": {}, "versions": [[] for _ in range(8)], "errors": [], "latencies": []}
     lock = threading.Lock()
     t0 = time.monotonic() + 0.2

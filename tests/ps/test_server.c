@@ -272,7 +272,7 @@ static int setup(void **state) {
     snprintf(fx.dir, sizeof fx.dir, "/tmp/psflow-server-XXXXXX");
     if (!mkdtemp(fx.dir))
         return -1;
-    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0, NULL, {0}};
+    ps_server_options o = {&fx.spec, 0, "127.0.0.1", 0, fx.dir, 42, 0, NULL, {0}, 0};
     if (ps_server_start(&o, &fx.server, &err) != PF_OK)
         return -1;
     pthread_mutex_init(&fx.c.mu, NULL);
@@ -641,7 +641,7 @@ static void test_reply_never_mixes_versions(void **state) {
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/psflow-mix-XXXXXX");
     assert_non_null(mkdtemp(dir));
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 42, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 42, 0, NULL, {0}, 0};
     ps_server *ps;
     assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
     pf_wire_in in;
@@ -787,7 +787,7 @@ static void test_limits_follow_membership(void **state) {
     pf_error err;
     assert_int_equal(pf_job_spec_parse(json, strlen(json), &spec, &err), PF_OK);
     assert_int_equal(pf_placement_compute(&spec, &pl), PF_OK);
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, "/dev/null/none", 42, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, "/dev/null/none", 42, 0, NULL, {0}, 0};
     ps_server *ps;
     assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
     int port = ps_server_port(ps);

@@ -58,7 +58,7 @@ static void start(const char *mode, int workers) {
     pf_model_init_params(&spec.model, spec.training.seed, init);
     snprintf(dir, sizeof dir, "/tmp/psflow-rows-XXXXXX");
     assert_non_null(mkdtemp(dir));
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 42, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 42, 0, NULL, {0}, 0};
     assert_int_equal(ps_server_start(&o, &server, &err), PF_OK);
     pf_wire_out_init(&out);
     for (int k = 0; k < workers; k++)

@@ -62,7 +62,7 @@ static void job_start(job *j, const char *json) {
         j->n_params += (size_t)j->pl.shards[i].count;
     snprintf(j->dir, sizeof j->dir, "/tmp/psflow-seg-XXXXXX");
     assert_non_null(mkdtemp(j->dir));
-    ps_server_options o = {&j->spec, 0, "127.0.0.1", 0, j->dir, 42, 0, NULL, {0}};
+    ps_server_options o = {&j->spec, 0, "127.0.0.1", 0, j->dir, 42, 0, NULL, {0}, 0};
     assert_int_equal(ps_server_start(&o, &j->ps, &err), PF_OK);
 }
 

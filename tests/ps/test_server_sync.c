@@ -81,7 +81,7 @@ static void start(const char *suffix) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", fx.dir);
     assert_int_equal(system(cmd), 0);
-    ps_server_options o = {&fx.spec, 0, NULL, 0, fx.dir, 42, 0, NULL, {0}};
+    ps_server_options o = {&fx.spec, 0, NULL, 0, fx.dir, 42, 0, NULL, {0}, 0};
     ps_server_sink sink = {on_send, on_close, NULL, NULL, 1};
     assert_int_equal(ps_server_start_sink(&o, &sink, &fx.ps, &err), PF_OK);
     pf_wire_out_init(&fx.out);

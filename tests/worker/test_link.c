@@ -66,7 +66,7 @@ typedef struct restart {
 static void *start_later(void *arg) {
     restart *r = arg;
     pf_clock_sleep(0.3); /* the outage being simulated */
-    ps_server_options o = {&spec, 0, "127.0.0.1", r->port, dir, r->incarnation, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", r->port, dir, r->incarnation, 0, NULL, {0}, 0};
     pf_error err;
     for (int i = 0; i < 50; i++) { /* the old listener may take a moment to go */
         if (ps_server_start(&o, &r->server, &err) == PF_OK)
@@ -93,7 +93,7 @@ static worker_link *connect_link(int port) {
 }
 
 static void lose_and_return(uint64_t incarnation_after, int checkpoint) {
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 100, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 100, 0, NULL, {0}, 0};
     ps_server *first;
     pf_error err;
     assert_int_equal(ps_server_start(&o, &first, &err), PF_OK);
@@ -159,7 +159,7 @@ static void test_checkpoint_without_waiting(void **state) {
     pf_job_spec sync;
     pf_error err;
     assert_int_equal(pf_job_spec_parse(json, strlen(json), &sync, &err), PF_OK);
-    ps_server_options o = {&sync, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
+    ps_server_options o = {&sync, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}, 0};
     ps_server *ps;
     assert_int_equal(ps_server_start(&o, &ps, &err), PF_OK);
     char addr[64];
@@ -230,7 +230,7 @@ static void *restart_later(void *arg) {
     ps_swap *r = arg;
     pf_clock_sleep(0.3); /* the link is waiting on the other ps meanwhile */
     ps_server_destroy(r->old);
-    ps_server_options o = {r->spec, r->ps_task, "127.0.0.1", r->port, dir, 2, 0, NULL, {0}};
+    ps_server_options o = {r->spec, r->ps_task, "127.0.0.1", r->port, dir, 2, 0, NULL, {0}, 0};
     pf_error err;
     for (int i = 0; i < 50; i++) {
         if (ps_server_start(&o, &r->server, &err) == PF_OK)
@@ -262,7 +262,7 @@ static void test_restart_seen_while_parked(void **state) {
     for (int segment = 0; segment <= 1; segment++) {
         ps_server *ps[2];
         for (int p = 0; p < 2; p++) {
-            ps_server_options o = {&sync, p, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
+            ps_server_options o = {&sync, p, "127.0.0.1", 0, dir, 1, 0, NULL, {0}, 0};
             assert_int_equal(ps_server_start(&o, &ps[p], &err), PF_OK);
         }
         char addr[2][64];
@@ -321,7 +321,7 @@ static void test_other_placement_refused(void **state) {
     pf_job_spec other;
     pf_error err;
     assert_int_equal(pf_job_spec_parse(json, strlen(json), &other, &err), PF_OK);
-    ps_server_options o = {&other, 0, "127.0.0.1", 0, dir, 100, 0, NULL, {0}};
+    ps_server_options o = {&other, 0, "127.0.0.1", 0, dir, 100, 0, NULL, {0}, 0};
     ps_server *s;
     assert_int_equal(ps_server_start(&o, &s, &err), PF_OK);
     char addr[64];
@@ -353,7 +353,7 @@ static void push_pull_k(worker_link *c, float *grads, float *params, size_t n, i
  * from the same spec, one reached each way, hold the same bits after the same pushes. */
 static void test_segment_same_as_socket(void **state) {
     (void)state;
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 1, 0, NULL, {0}, 0};
     ps_server *a, *b;
     pf_error err;
     assert_int_equal(ps_server_start(&o, &a, &err), PF_OK);
@@ -401,7 +401,7 @@ static void test_segment_same_as_socket(void **state) {
  * sent again over the socket, under its own sequence number, and completes. */
 static void test_segment_refused_after_reconnect(void **state) {
     (void)state;
-    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 200, 0, NULL, {0}};
+    ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 200, 0, NULL, {0}, 0};
     ps_server *first;
     pf_error err;
     assert_int_equal(ps_server_start(&o, &first, &err), PF_OK);

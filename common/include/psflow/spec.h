@@ -256,6 +256,12 @@ typedef struct pf_serving_spec {
     int port;     /* 0..65535 [0: any free port, the job's status says which] */
 } pf_serving_spec;
 
+/* The reader task indices of a job (HELLO role reader, psflow serve --ps): one per serving
+ * replica, at least one. */
+static inline int pf_serving_readers(const pf_serving_spec *s) {
+    return s->enabled && s->replicas > 1 ? s->replicas : 1;
+}
+
 typedef struct pf_job_spec {
     char name[PF_NAME_MAX + 1]; /* required */
     pf_replicas replicas;

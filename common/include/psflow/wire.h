@@ -127,7 +127,9 @@ enum {
     PF_WIRE_ROLE_WORKER = 0,
     PF_WIRE_ROLE_CHIEF = 1,
     PF_WIRE_ROLE_EVALUATOR = 2,
-    PF_WIRE_ROLE_TOOL = 3
+    PF_WIRE_ROLE_TOOL = 3,
+    PF_WIRE_ROLE_READER = 4 /* a serving task (psflow serve --ps): pulls, and RESTORE on a
+                               read-only ps */
 };
 
 /* PUSH_ACK.result and PULL_REPLY.push_result */

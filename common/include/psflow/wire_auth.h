@@ -142,10 +142,10 @@ void pf_wire_key_hex(const uint8_t key[PF_WIRE_KEY_SIZE], char hex[PF_WIRE_KEY_H
  * PF_ERR_FORMAT (key untouched). */
 pf_status pf_wire_key_parse_hex(const char *text, size_t len, uint8_t key[PF_WIRE_KEY_SIZE]);
 
-/* The key of the training or evaluator task that TF_CONFIG names type (chief, worker or
- * evaluator) and index, in a job with or without a chief task: the key of the role and
- * task index its HELLO says (chief 0; the first worker of a job without a chief is the
- * chief; a worker's task index is index + 1 when the job has a chief). Errors:
+/* The key of the training, evaluator or reader task that TF_CONFIG names type (chief, worker,
+ * evaluator or reader: a psflow serve --ps) and index, in a job with or without a chief task: the
+ * key of the role and task index its HELLO says (chief 0; the first worker of a job without a chief
+ * is the chief; a worker's task index is index + 1 when the job has a chief). Errors:
  * PF_ERR_INVALID for a ps (it holds the job key), another type or a negative index. */
 pf_status pf_wire_task_key_for(const uint8_t job_key[PF_WIRE_KEY_SIZE], const char *type, int index,
                                int has_chief, uint8_t key[PF_WIRE_KEY_SIZE]);

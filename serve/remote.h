@@ -1,0 +1,54 @@
+/* remote.h - a served model whose values live on read-only ps tasks (psflow serve --ps,
+ * docs/serving.md "Tables bigger than one server").
+ *
+ * When a job's embedding tables do not fit one serving process, the checkpoint is restored
+ * into ps tasks started read-only (psflow ps --read-only) and the server holds only one
+ * pass's rows: each pass gathers its examples' ids per table (worker/rows.h), pulls those rows
+ * and the dense variables from the ps tasks over the authenticated data plane as a reader
+ * task (ROW_PULL), and runs the compact model on them. The ps tasks hold one version, the
+ * checkpoint the server asked for (RESTORE); a newer complete checkpoint is switched in by
+ * asking every ps to restore it between two passes, so no pass mixes versions. A checkpoint
+ * a ps refuses (a flipped byte: its CRC) is never served: every ps goes back to the serving
+ * step and it keeps answering.
+ *
+ * Thread-safe: passes and switches take turns under one lock.
+ */
+#ifndef PSFLOW_SERVE_REMOTE_H
+#define PSFLOW_SERVE_REMOTE_H
+
+#include <stdint.h>
+
+#include "psflow/spec.h"
+#include "psflow/status.h"
+
+typedef struct serve_remote serve_remote;
+
+typedef struct serve_remote_options {
+    const pf_job_spec *spec;     /* replicas.ps: how many addresses; the model has tables */
+    const char *const *ps_addrs; /* the read-only ps tasks, in task order */
+    int reader;                  /* this server's reader index (HELLO) */
+    const uint8_t *task_key;     /* the reader's data-plane key, or NULL (no key) */
+    const char *ca_file;         /* NULL: plain TCP; else TLS, each ps verified against it */
+    double retry_seconds;        /* a pass gives up on an unreachable ps after this long */
+    int capacity;                /* examples in one pass at most */
+    const char *job_dir;         /* "<checkpoint root>/<job>": the versions there */
+    const char *log;             /* prefix of the lines on stderr */
+} serve_remote_options;
+
+/* Connects to every ps (as reader `reader`). Errors: PF_ERR_INVALID (a model without tables,
+ * an address count other than replicas.ps), PF_ERR_NOMEM, and those of connecting. */
+pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out, pf_error *err);
+void serve_remote_destroy(serve_remote *r);
+
+/* Switches every ps to the newest complete checkpoint newer than the serving one that was not
+ * refused, when there is one. Returns 1 when it switched, 0 when nothing newer passed. */
+int serve_remote_refresh(serve_remote *r);
+
+/* One pass: y[n x outputs] for x[n x input width] (n <= capacity). Returns the version that
+ * answered, or -1 (none yet, or a ps unreachable past retry_seconds: the log says which). */
+int64_t serve_remote_run(serve_remote *r, const float *x, int n, float *y);
+
+/* As serve_versions_counts. */
+void serve_remote_counts(serve_remote *r, int64_t *step, int64_t *loaded, int64_t *refused);
+
+#endif

@@ -6,10 +6,14 @@
 
 #include "cli/cli_internal.h"
 #include "cli/command.h"
+#include "cli/node.h"
 #include "cli/options.h"
 #include "psflow/address.h"
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
+#include "psflow/footprint.h"
+#include "psflow/mem.h"
+#include "psflow/model.h"
 #include "psflow/signals.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
@@ -136,7 +140,9 @@ static void reader_key(const char *token, const char *job, int reader,
  * PF_EX_USAGE after printing why (nothing to free). */
 static int ps_form(const char *list, const char *token, serve_options *o, pf_job_spec *spec,
                    char **copy, const char **addrs, uint8_t key[PF_WIRE_KEY_SIZE]) {
-    if (!(*copy = strdup(list)) || (o->n_ps = ps_addresses(*copy, addrs)) < 0) {
+    if (!(*copy = strdup(list)))
+        return PF_EX_OSERR;
+    if ((o->n_ps = ps_addresses(*copy, addrs)) < 0) {
         free(*copy);
         *copy = NULL;
         return PF_EX_USAGE;
@@ -150,10 +156,47 @@ static int ps_form(const char *list, const char *token, serve_options *o, pf_job
     return 0;
 }
 
+/* The token into token[512] (empty: none). Without one only a loopback address is served,
+ * unless insecure. Returns 0, or an exit code after printing why. */
+static int serve_token(const char *host, int port, bool insecure, char *token) {
+    int rc = cli_token("serve", token, 512);
+    if (rc)
+        return rc;
+    if (!token[0] && !insecure && !cli_loopback_host(host)) {
+        fprintf(stderr,
+                "psflow serve: refusing to serve a model without a token on %s:%d, where anyone "
+                "who reaches it could query it: set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE "
+                "(--token-file), or listen on 127.0.0.1, or add --insecure (PSFLOW_INSECURE=1)\n",
+                host, port);
+        return PF_EX_USAGE;
+    }
+    return 0;
+}
+
+/* Whether the whole model fits this process: while it switches versions it holds the serving
+ * one, the next one and the checkpoint it reads, about three times the model's values.
+ * Returns 0, or PF_EX_DATAERR after saying so and what to do instead (--ps). */
+static int model_fits(const pf_job_spec *spec, long long memory) {
+    int64_t need = 3 * (int64_t)pf_model_num_params(&spec->model) * (int64_t)sizeof(float);
+    int64_t have = memory > 0 ? memory : pf_mem_system_bytes();
+    if (have <= 0 || need <= have)
+        return 0;
+    char a[32], b[32];
+    pf_footprint_format_bytes(need, a, sizeof a);
+    pf_footprint_format_bytes(have, b, sizeof b);
+    fprintf(stderr,
+            "psflow serve: job %s needs about %s here (the serving version, the next one and the "
+            "checkpoint it reads), more than this process may use (%s%s): restore the checkpoint "
+            "into ps tasks started with psflow ps --read-only and serve from them with --ps "
+            "HOST:PORT,... (docs/serving.md section 7)\n",
+            spec->name, a, b, memory > 0 ? ", --memory" : "");
+    return PF_EX_DATAERR;
+}
+
 int cli_serve(const cli_command *cmd, int argc, char **argv) {
     const char *job, *model, *checkpoint_dir, *listen, *ps_list, *ca_file;
     long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first, threads, reader;
-    long long max_body, max_buffered;
+    long long max_body, max_buffered, memory;
     bool insecure = false;
     cli_option opts[] = {
         CLI_TEXT("job", "FILE",
@@ -203,6 +246,7 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                  "with --ps: dial the ps tasks over TLS (wss), verifying them with this PEM CA "
                  "[plain TCP]",
                  NULL, &ca_file),
+        NODE_MEMORY_OPTION(&memory),
         CLI_FLAG("insecure", "serve without a token on an address other hosts reach", &insecure),
         CLI_TOKEN_FILE_OPTION,
     };
@@ -211,6 +255,8 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
         return run.exit_code;
     if ((!job || !*job) && (!model || !*model))
         return cli_usage_error("serve", "--job FILE or --model NAME is required");
+    if ((!ps_list || !*ps_list) && (reader || (ca_file && *ca_file)))
+        return cli_usage_error("serve", "--reader and --ca-file go with --ps");
     if (model && *model && !pf_job_name_valid(model)) {
         fprintf(stderr, "psflow serve: --model '%s' is not a job name\n", model);
         return PF_EX_USAGE;
@@ -222,17 +268,9 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
         return PF_EX_USAGE;
     }
     char token[512];
-    int rc = cli_token("serve", token, sizeof token);
+    int rc = serve_token(host, port, insecure, token);
     if (rc)
         return rc;
-    if (!token[0] && !insecure && !cli_loopback_host(host)) {
-        fprintf(stderr,
-                "psflow serve: refusing to serve a model without a token on %s:%d, where anyone "
-                "who reaches it could query it: set PSFLOW_TOKEN or PSFLOW_TOKEN_FILE "
-                "(--token-file), or listen on 127.0.0.1, or add --insecure (PSFLOW_INSECURE=1)\n",
-                host, port);
-        return PF_EX_USAGE;
-    }
     pf_signals_on_stop(on_stop);
     pf_job_spec spec;
     if ((rc = load_spec(job, model, checkpoint_dir, wait_first, &spec)))
@@ -257,9 +295,11 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
     char *ps_copy = NULL;
     const char *ps_addrs[PF_MAX_REPLICAS];
     uint8_t key[PF_WIRE_KEY_SIZE];
-    if (ps_list && *ps_list && ps_form(ps_list, token, &o, &spec, &ps_copy, ps_addrs, key)) {
+    if ((ps_list && *ps_list &&
+         (rc = ps_form(ps_list, token, &o, &spec, &ps_copy, ps_addrs, key))) ||
+        (!o.n_ps && (rc = model_fits(&spec, memory)))) {
         pf_job_spec_deinit(&spec);
-        return PF_EX_USAGE;
+        return rc;
     }
     pf_error err;
     pf_status st = serve_run(&o, &err);

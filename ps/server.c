@@ -112,10 +112,19 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
  * parked checkpoint is refused. */
 static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                            float lr_factor) {
-    /* A read-only ps switches checkpoints when its reader (psflow serve --ps) asks. */
-    if (!(s->read_only && p->role == PF_WIRE_ROLE_READER) &&
-        check_current_chief(s, p, request_id, "roll back") != 0)
+    /* A read-only ps switches checkpoints when its reader (psflow serve --ps) asks: the
+     * newest one that said HELLO, so that a replaced server cannot switch them back. */
+    if (s->read_only && p->role == PF_WIRE_ROLE_READER) {
+        if (p->incarnation < s->reader_incarnation) {
+            ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                            "RESTORE from reader %d incarnation %" PRIu64 ", replaced by a newer "
+                            "server (incarnation %" PRIu64 "): it switches this read-only ps",
+                            p->task, p->incarnation, s->reader_incarnation);
+            return;
+        }
+    } else if (check_current_chief(s, p, request_id, "roll back") != 0) {
         return;
+    }
     uint64_t before = ps_server_version(s);
     char note[2600];
     pf_error err;
@@ -224,6 +233,8 @@ static void accept_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wi
     p->incarnation = h->incarnation;
     if (p->role == PF_WIRE_ROLE_CHIEF && p->incarnation > s->chief_incarnation)
         s->chief_incarnation = p->incarnation;
+    if (p->role == PF_WIRE_ROLE_READER && p->incarnation > s->reader_incarnation)
+        s->reader_incarnation = p->incarnation;
     if (p->role == PF_WIRE_ROLE_WORKER || p->role == PF_WIRE_ROLE_CHIEF) {
         pthread_mutex_lock(&s->mu);
         s->seen[p->task] = 1; /* p->task < n_tasks <= PF_MAX_TASKS: check_hello */

@@ -121,9 +121,10 @@ struct ps_server {
     int has_key;
     int read_only; /* ps_server_options.read_only */
     uint8_t job_key[PF_WIRE_KEY_SIZE];
-    int integrity;              /* has_key and no TLS: messages after the proofs carry a tag */
-    uint64_t bad_tags;          /* messages refused for their tag (the log's rate limit) */
-    uint64_t chief_incarnation; /* newest incarnation a chief said HELLO with */
+    int integrity;               /* has_key and no TLS: messages after the proofs carry a tag */
+    uint64_t bad_tags;           /* messages refused for their tag (the log's rate limit) */
+    uint64_t chief_incarnation;  /* newest incarnation a chief said HELLO with */
+    uint64_t reader_incarnation; /* newest incarnation a reader said HELLO with (read-only) */
     uint64_t refusals[PF_WIRE_UNAUTHENTICATED + 1]; /* requests refused, per wire code */
     double final_time;
     volatile sig_atomic_t stop;

@@ -16,6 +16,9 @@
 #include "worker/link.h"
 #include "worker/rows.h"
 
+#define REFUSED_MAX   64     /* refused steps remembered; older ones may be tried again */
+#define RESTORE_LIMIT 3600.0 /* seconds a RESTORE may take: reading a ps's share of a table */
+
 struct serve_remote {
     serve_remote_options o;
     char job_dir[PF_CKPT_PATH_MAX];
@@ -29,10 +32,27 @@ struct serve_remote {
     float *params; /* [rows.n_params] */
     uint64_t *versions;
     int width;
-    pthread_mutex_t mu; /* a pass, or a switch; and the fields below */
-    int64_t step;       /* the checkpoint every ps holds; -1: none yet (or unknown) */
-    int64_t loaded, refused, refused_max;
+    int stopping;       /* serve_remote_stop: reconnecting is given up (__atomic) */
+    pthread_mutex_t mu; /* a pass or a switch: the link, the buffers and the fields below */
+    int64_t step;       /* the checkpoint every ps was told to hold; -1: none yet */
+    /* The ps tasks may not all hold `step`: a RESTORE went unanswered (a ps unreachable, a
+     * newer server took the ps tasks) or a restarted ps could not be put back. No pass runs
+     * until a restore succeeds (serve_remote_refresh tries again). */
+    int dirty;
+    int64_t refused_steps[REFUSED_MAX];
+    int n_refused;
+    pthread_mutex_t stats_mu; /* what serve_remote_counts reads, never held across the network */
+    int64_t pub_step, loaded, refused;
 };
+
+/* Publishes the serving step: -1 while none is, or while the ps tasks may not hold it. */
+static void publish(serve_remote *r, int switched, int refused) {
+    pthread_mutex_lock(&r->stats_mu);
+    r->pub_step = r->dirty ? -1 : r->step;
+    r->loaded += switched;
+    r->refused += refused;
+    pthread_mutex_unlock(&r->stats_mu);
+}
 
 void serve_remote_destroy(serve_remote *r) {
     if (!r)
@@ -47,6 +67,7 @@ void serve_remote_destroy(serve_remote *r) {
     pf_free(r->params);
     pf_free(r->versions);
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->stats_mu);
     pf_free(r);
 }
 
@@ -58,15 +79,18 @@ pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out,
                             "--ps serves a model with embedding tables; job %s has none (serve it "
                             "from the checkpoint alone)",
                             spec->name);
+    if (o->n_ps != spec->replicas.ps)
+        return pf_error_set(err, PF_ERR_INVALID, NULL, "%d ps addresses for %d ps tasks", o->n_ps,
+                            spec->replicas.ps);
     serve_remote *r = pf_calloc(1, sizeof *r);
     if (!r)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
     r->o = *o;
     snprintf(r->job_dir, sizeof r->job_dir, "%s", o->job_dir);
     r->o.job_dir = r->job_dir;
-    r->step = -1;
-    r->refused_max = -1;
+    r->step = r->pub_step = -1;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->stats_mu, NULL);
     r->width = pf_model_input_width(&spec->model);
     pf_status st = worker_rows_init(&r->rows, &spec->model, o->capacity);
     if (st == PF_OK && (st = pf_placement_compute(spec, &r->placement)) == PF_OK)
@@ -90,6 +114,7 @@ pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out,
                               .role = PF_WIRE_ROLE_READER,
                               .incarnation = (uint64_t)(pf_clock_wall() * 1e6),
                               .retry_seconds = o->retry_seconds,
+                              .stop = &r->stopping,
                               .task_key = o->task_key,
                               .ca_file = o->ca_file,
                               .rows = &r->rows};
@@ -97,43 +122,82 @@ pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out,
         serve_remote_destroy(r);
         return st;
     }
+    worker_link_set_reply_limit(r->link, o->retry_seconds);
     *out = r;
     return PF_OK;
 }
 
-/* Every ps to checkpoint `step` (under r->mu). Returns 0, or -1 after logging why not; then
- * every ps is back on the serving step (or, when even that fails, no step serves). */
+void serve_remote_stop(serve_remote *r) {
+    __atomic_store_n(&r->stopping, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Asks every ps to restore checkpoint `step` (under r->mu), waiting as long as reading it
+ * takes. A restart a ps went through meanwhile is covered: it restored `step` too. */
+static pf_status restore(serve_remote *r, int64_t step, pf_error *err) {
+    pf_error_clear(err);
+    worker_link_set_reply_limit(r->link, RESTORE_LIMIT);
+    pf_status st = worker_link_restore(r->link, (uint64_t)step, 1.0f, err);
+    worker_link_set_reply_limit(r->link, r->o.retry_seconds);
+    int ps;
+    uint64_t version;
+    if (st == PF_OK)
+        worker_link_take_restart(r->link, &ps, &version);
+    return st;
+}
+
+static int was_refused(const serve_remote *r, int64_t step) {
+    for (int i = 0; i < r->n_refused && i < REFUSED_MAX; i++)
+        if (r->refused_steps[i] == step)
+            return 1;
+    return 0;
+}
+
+/* Every ps to checkpoint `step` (under r->mu). Returns 0 when they all hold it; 1 when a ps
+ * refused it (it does not verify: remembered, never tried again) and every ps is back on the
+ * serving step; -1 when it could not be done now (a ps unreachable, or no longer this
+ * server's), which leaves the ps tasks dirty and is tried again at the next refresh. */
 static int switch_to(serve_remote *r, int64_t step) {
     pf_error err;
-    pf_error_clear(&err);
     int64_t serving = r->step;
-    if (worker_link_restore(r->link, (uint64_t)step, 1.0f, &err) == PF_OK) {
+    pf_status st = restore(r, step, &err);
+    if (st == PF_OK) {
         r->step = step;
-        r->loaded++;
+        r->dirty = 0;
+        publish(r, 1, 0);
         fprintf(stderr, "%s: serving step %" PRId64 " of %s from %d read-only ps task%s%s\n",
-                r->o.log, step, r->job_dir, r->o.spec->replicas.ps,
-                r->o.spec->replicas.ps == 1 ? "" : "s", serving >= 0 ? " (reloaded)" : "");
+                r->o.log, step, r->job_dir, r->o.n_ps, r->o.n_ps == 1 ? "" : "s",
+                serving >= 0 ? " (reloaded)" : "");
         return 0;
     }
-    r->refused++;
-    if (step > r->refused_max)
-        r->refused_max = step;
+    if (st != PF_ERR_IO) { /* no answer, or not this server's to switch: nothing is known */
+        r->dirty = 1;
+        publish(r, 0, 0);
+        fprintf(stderr,
+                "%s: cannot switch the ps tasks to step %" PRId64 " now: %s; not answering "
+                "until they hold one step again\n",
+                r->o.log, step, err.message);
+        return -1;
+    }
+    r->refused_steps[r->n_refused++ % REFUSED_MAX] = step;
+    publish(r, 0, 1);
     fprintf(stderr, "%s: refusing checkpoint step-%" PRId64 " of %s: %s%s\n", r->o.log, step,
             r->job_dir, err.message, serving >= 0 ? "; back to the serving step" : "");
     if (serving < 0)
-        return -1;
+        return 1;
     /* Some ps may have switched before another refused: all of them go back. */
-    pf_error_clear(&err);
-    if (worker_link_restore(r->link, (uint64_t)serving, 1.0f, &err) != PF_OK) {
-        r->step = -1;
+    if ((st = restore(r, serving, &err)) != PF_OK) {
+        r->dirty = 1;
+        publish(r, 0, 0);
         fprintf(stderr,
-                "%s: the ps tasks cannot go back to step %" PRId64 " (%s): nothing serves "
-                "until a newer checkpoint restores\n",
+                "%s: the ps tasks cannot go back to step %" PRId64 " now (%s): not "
+                "answering until they can\n",
                 r->o.log, serving, err.message);
         return -1;
     }
+    r->dirty = 0;
+    publish(r, 0, 0);
     fprintf(stderr, "%s: still serving step %" PRId64 "\n", r->o.log, serving);
-    return -1;
+    return 1;
 }
 
 int serve_remote_refresh(serve_remote *r) {
@@ -143,16 +207,36 @@ int serve_remote_refresh(serve_remote *r) {
     pf_error_clear(&err);
     if (pf_checkpoint_list(r->job_dir, 0, &steps, &n, &err) != PF_OK)
         return 0; /* no folder yet, or unreadable now: looked at again next time */
-    int64_t newest = n ? steps[n - 1] : -1;
-    pf_free(steps);
     pthread_mutex_lock(&r->mu);
-    int rc = newest > r->step && newest > r->refused_max && switch_to(r, newest) == 0;
+    int switched = 0, tried = 0;
+    /* The newest that every ps restores, newest first, as a server holding the model does;
+     * one that could not be tried now stops the search until the next refresh. */
+    for (int i = n - 1; i >= 0 && steps[i] > r->step; i--) {
+        if (was_refused(r, steps[i]))
+            continue;
+        tried = 1;
+        int k = switch_to(r, steps[i]);
+        if (k <= 0) {
+            switched = k == 0;
+            break;
+        }
+    }
+    if (!tried && r->dirty && r->step >= 0) { /* nothing newer: the serving step again */
+        pf_status st = restore(r, r->step, &err);
+        if (st == PF_OK) {
+            r->dirty = 0;
+            publish(r, 0, 0);
+            fprintf(stderr, "%s: the ps tasks hold step %" PRId64 " again\n", r->o.log, r->step);
+        }
+    }
     pthread_mutex_unlock(&r->mu);
-    return rc;
+    pf_free(steps);
+    return switched;
 }
 
 /* Pulls the pass's rows and the dense variables (under r->mu). A ps that restarted restored
- * its newest checkpoint on its own: it is put back on the serving step and pulled again. */
+ * its newest checkpoint on its own: it is put back on the serving step and pulled again;
+ * when that fails the ps tasks are dirty until a refresh restores them. */
 static int pull(serve_remote *r) {
     pf_error err;
     for (int tries = 0; tries < 2; tries++) {
@@ -170,18 +254,21 @@ static int pull(serve_remote *r) {
             return 0;
         fprintf(stderr, "%s: ps %d restarted (version %" PRIu64 "): back to step %" PRId64 "\n",
                 r->o.log, ps, version, r->step);
-        pf_error_clear(&err);
-        if (worker_link_restore(r->link, (uint64_t)r->step, 1.0f, &err) != PF_OK) {
-            fprintf(stderr, "%s: %s\n", r->o.log, err.message);
+        r->dirty = 1;
+        if (restore(r, r->step, &err) != PF_OK) {
+            publish(r, 0, 0);
+            fprintf(stderr, "%s: %s; not answering until the ps tasks hold one step again\n",
+                    r->o.log, err.message);
             return -1;
         }
+        r->dirty = 0;
     }
     return -1;
 }
 
 int64_t serve_remote_run(serve_remote *r, const float *x, int n, float *y) {
     pthread_mutex_lock(&r->mu);
-    int64_t step = r->step;
+    int64_t step = r->dirty ? -1 : r->step;
     if (step >= 0 && n > 0) {
         memcpy(r->x, x, (size_t)n * (size_t)r->width * sizeof(float));
         worker_rows_plan(&r->rows, &r->placement, r->x, n, &r->plan);
@@ -195,9 +282,9 @@ int64_t serve_remote_run(serve_remote *r, const float *x, int n, float *y) {
 }
 
 void serve_remote_counts(serve_remote *r, int64_t *step, int64_t *loaded, int64_t *refused) {
-    pthread_mutex_lock(&r->mu);
-    *step = r->step;
+    pthread_mutex_lock(&r->stats_mu);
+    *step = r->pub_step;
     *loaded = r->loaded;
     *refused = r->refused;
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->stats_mu);
 }

@@ -767,6 +767,7 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     if (s.o.n_ps > 0) {
         serve_remote_options ro = {.spec = spec,
                                    .ps_addrs = s.o.ps_addrs,
+                                   .n_ps = s.o.n_ps,
                                    .reader = s.o.reader,
                                    .task_key = s.o.task_key,
                                    .ca_file = s.o.ca_file,
@@ -849,6 +850,8 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
     while (!*s.o.stop)
         pf_clock_sleep(0.1);
     fprintf(stderr, LOG ": stopping\n");
+    if (s.remote)
+        serve_remote_stop(s.remote);
     MHD_quiesce_daemon(d);
     serve_batcher_stop(s.batcher); /* answers what still waits (503), resuming it */
     /* The answers on their way go out before the connections close (2 s at most). */

@@ -402,7 +402,8 @@ static int lost_link(const worker_link *c) {
  * across reconnects): a ps that holds a request that long stalls the job, and the task fails
  * rather than hang (exit 69; a restart policy then acts on it). */
 static pf_status wait_reply(worker_link *c, ps_link *l, double start, pf_error *err) {
-    const double limit = (double)c->spec.training.stall_timeout_secs;
+    const double limit =
+        c->reply_limit > 0 ? c->reply_limit : (double)c->spec.training.stall_timeout_secs;
     const double every = limit < 60 ? limit / 2 : 30.0;
     double next_note = pf_clock_now() + every;
     while (!l->done && lost_link(c) < 0) {
@@ -959,6 +960,10 @@ int worker_link_shared(const worker_link *c) {
 
 void worker_link_set_plan(worker_link *c, const worker_row_plan *plan) {
     c->env.plan = plan;
+}
+
+void worker_link_set_reply_limit(worker_link *c, double seconds) {
+    c->reply_limit = seconds;
 }
 
 int worker_link_take_restart(worker_link *c, int *ps, uint64_t *version) {

@@ -147,6 +147,11 @@ void worker_link_checkpoint_give_up(worker_link *c);
  * from then on, and waits for all of them. */
 pf_status worker_link_restore(worker_link *c, uint64_t step, float lr_factor, pf_error *err);
 
+/* How long a round trip waits for its answers from now on (seconds; 0: the job's
+ * training.stall_timeout_secs, the default): a server waits for a pass's rows as long as its
+ * requests may wait, and for a RESTORE as long as reading a checkpoint takes. */
+void worker_link_set_reply_limit(worker_link *c, double seconds);
+
 /* 1 when a ps was seen with a new incarnation (restarted, and restored its newest complete
  * checkpoint) since the last call; *ps and *version name it and the version it restored.
  * 0 otherwise. */

@@ -82,6 +82,7 @@ struct worker_link {
     uint8_t task_key[PF_WIRE_KEY_SIZE];
     int integrity; /* has_key and no TLS: messages after the proofs carry a tag */
     double retry;
+    double reply_limit;   /* worker_link_set_reply_limit; 0: training.stall_timeout_secs */
     int tls;              /* --ca-file: every ps is dialled over TLS */
     const int *stop;      /* see worker_link_options */
     uint64_t max_version; /* the largest version a ps may report (max_version_of) */

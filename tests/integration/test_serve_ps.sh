@@ -8,7 +8,10 @@
 #  2. under a steady load, five newer checkpoints are switched in on every ps without a failed
 #     request; one with a flipped byte is refused by the ps tasks and the old version keeps
 #     answering;
-#  3. a read-only ps refuses writes from every role (a raw client: PUSH and CHECKPOINT with the
+#  3. a read-only ps killed and restarted on a newer checkpoint is put back on the serving step
+#     before the next answer; with a ps gone during a switch the server answers 503 (no mixed
+#     versions), does not refuse the checkpoint, and switches once the ps is back;
+#  4. a read-only ps refuses writes from every role (a raw client: PUSH and CHECKPOINT with the
 #     chief's key, a reader's PUSH; a reader index the job lacks), a training
 #     ps refuses a reader's RESTORE, and a read-only ps without a checkpoint does not start.
 source "$(dirname "$0")/lib.sh"
@@ -158,17 +161,81 @@ pass "five newer checkpoints switched in on 3 ps under $RATE requests/s without 
 kill -TERM "$SERVE_PID"
 wait_pid "$SERVE_PID" 20 || fail "psflow serve exited $? on SIGTERM"
 
+# --- a ps that restarts, a ps that is gone during a switch ---------------------------------------
+# The server reads its own view of the folder (VIEW), the ps tasks read LIVE, so that a ps can
+# hold a checkpoint the server does not serve: step FINAL+7 holds step 100's values.
+VIEW="$WORK/view"
+mkdir -p "$VIEW/tokens-ps"
+cp -r "$LIVE/tokens-ps/step-$((FINAL + 5))" "$VIEW/tokens-ps/"
+python3 - "$WORK/ckpt/tokens-ps/step-100" "$LIVE/tokens-ps/step-$((FINAL + 7))" "$((FINAL + 7))" <<'PY'
+import json, os, shutil, sys
+src, dst, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst)
+for f in ("ps-0.safetensors", "ps-1.safetensors"):
+    shutil.copy(os.path.join(src, f), dst)
+m = json.load(open(os.path.join(src, "manifest.json")))
+m["step"] = step
+json.dump(m, open(os.path.join(dst, "manifest.json"), "w"))
+PY
+ADDR=127.0.0.1:$(free_ports 1)
+"$PSFLOW_BIN" serve --listen "$ADDR" --model tokens-ps --checkpoint-dir "$VIEW" --ps "$RO_ADDRS" \
+  --request-timeout-ms 3000 2>>"$WORK/serve2.log" &
+SERVE_PID=$!
+wait_until 30 "psflow serve is healthy" curl -sf "http://$ADDR/healthz"
+restart_ro() { # INDEX: kill -9 read-only ps INDEX and start it again
+  kill -KILL "${RO_PIDS[$1]}"
+  wait "${RO_PIDS[$1]}" 2>/dev/null || true
+  TF_CONFIG=$(tf_config ps "$1" "$RO_LIST" "") \
+    "$PSFLOW_BIN" ps --read-only --job emb.json --checkpoint-dir "$LIVE" 2>>"$WORK/ro$1.log" &
+  RO_PIDS[$1]=$!
+  wait_until 30 "read-only ps $1 listens again" python3 -c "import rawps; rawps.Conn(${RO[$1]})"
+}
+restart_ro 1
+grep -q "restored .*step-$((FINAL + 7))" "$WORK/ro1.log" || fail "ps 1 did not restore step $((FINAL + 7)): $(tail -3 "$WORK/ro1.log")"
+python3 "$CLIENT" evaluate "$ADDR" tokens-ps libsvm test.svm tokens >served3.json ||
+  fail "serving after a ps restart: $(tail -5 "$WORK/serve2.log")"
+python3 - served.json served3.json <<'PY' || fail "a restarted ps answered with its own checkpoint"
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert abs(a["loss"] - b["loss"]) <= 1e-9 and a["accuracy"] == b["accuracy"], (a, b)
+PY
+grep -q "ps 1 restarted .*back to step $((FINAL + 5))" "$WORK/serve2.log" || fail "serve: $(cat "$WORK/serve2.log")"
+pass "ps 1 killed and restarted on a newer checkpoint (step $((FINAL + 7))): the server put it back on step $((FINAL + 5)) before answering; answers unchanged"
+
+# ps 2 gone while a newer checkpoint appears: not refused, no answers until it is back.
+kill -KILL "${RO_PIDS[2]}"
+wait "${RO_PIDS[2]}" 2>/dev/null || true
+cp -r "$LIVE/tokens-ps/step-$((FINAL + 7))" "$VIEW/tokens-ps/"
+wait_until 30 "the switch given up for now" grep -q "cannot switch the ps tasks to step $((FINAL + 7)) now" "$WORK/serve2.log"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://$ADDR/healthz")
+[ "$code" = 503 ] || fail "/healthz answered $code while the ps tasks hold no one step"
+code=$(curl -s -o /dev/null -w '%{http_code}' "${AUTH[@]}" -H 'Content-Type: application/json' \
+  -d '{"instances":[{"tokens":[3]}]}' "http://$ADDR/v1/models/tokens-ps:predict")
+[ "$code" = 503 ] || fail "a predict answered $code while the ps tasks hold no one step"
+TF_CONFIG=$(tf_config ps 2 "$RO_LIST" "") \
+  "$PSFLOW_BIN" ps --read-only --job emb.json --checkpoint-dir "$LIVE" 2>>"$WORK/ro2.log" &
+RO_PIDS[2]=$!
+wait_until 60 "step $((FINAL + 7)) served" grep -q "serving step $((FINAL + 7)) " "$WORK/serve2.log"
+wait_until 10 "healthy again" curl -sf "http://$ADDR/healthz"
+! grep -q "refusing checkpoint step-$((FINAL + 7))" "$WORK/serve2.log" || fail "a good checkpoint was refused for a ps that was down"
+version=$(curl -sf "${AUTH[@]}" "http://$ADDR/v1/models/tokens-ps" | python3 -c \
+  'import json,sys; print(json.load(sys.stdin)["model_version_status"][0]["version"])')
+[ "$version" = $((FINAL + 7)) ] || fail "serving version $version once ps 2 is back"
+pass "ps 2 gone during a switch: 503 (and /healthz 503) rather than mixed versions; the checkpoint not refused; switched once it was back"
+kill -TERM "$SERVE_PID"
+wait_pid "$SERVE_PID" 20 || fail "psflow serve exited $? on SIGTERM"
+
 # --- what a read-only ps refuses ----------------------------------------------------------------
-python3 - "${RO[0]}" "$PSFLOW_TOKEN" <<'PY' || fail "the read-only ps's refusals"
+python3 - "${RO[0]}" "$PSFLOW_TOKEN" "$FINAL" <<'PY' || fail "the read-only ps's refusals"
 import struct, sys
 import rawps
 from rawps import Conn, authed_hello, error_code, error_text, push, pull, checkpoint, restore
-port, token = int(sys.argv[1]), sys.argv[2].encode()
+port, token, final = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3])
 job = "tokens-ps"
 
-def conn(role, task):
+def conn(role, task, incarnation=5):
     c = Conn(port)
-    ans = authed_hello(c, role, task, 5, job, token)
+    ans = authed_hello(c, role, task, incarnation, job, token)
     return c, ans
 
 c, ans = conn("chief", 0)
@@ -190,13 +257,19 @@ ans = c.request("CHECKPOINT", checkpoint(1, 1))
 assert error_code(ans) == "FORBIDDEN", ans
 print("ok: the chief's final CHECKPOINT: FORBIDDEN")
 
-c, ans = conn("reader", 0)
+old, ans = conn("reader", 0)  # an older server than the one that served
 assert ans[0] == "HELLO_ACK", ans
-ans = c.request("PUSH", push(0, 5, 1, 0, grads))
+ans = old.request("RESTORE", restore(final))
+assert error_code(ans) == "STALE_INCARNATION", ans
+print("ok: RESTORE from a reader older than the newest: STALE_INCARNATION (%s...)" % error_text(ans)[:70])
+c, ans = conn("reader", 0, 1 << 62)
+assert ans[0] == "HELLO_ACK", ans
+ans = c.request("PUSH", push(0, 1 << 62, 1, 0, grads))
 assert error_code(ans) == "FORBIDDEN", ans
 ans = c.request("RESTORE", restore(10 ** 9))
-assert ans[0] == "ERROR" or ans[0] == "CHECKPOINT_ACK", ans
-print("ok: a reader's PUSH: FORBIDDEN; its RESTORE of a step that does not exist: %s" % ans[0])
+assert ans[0] == "CHECKPOINT_ACK" and struct.unpack_from("<QI", ans[2])[1] != 0, ans
+print("ok: a reader's PUSH: FORBIDDEN; its RESTORE of a step that does not exist: refused (%s...)"
+      % ans[2][16:90].decode(errors="replace"))
 ans = c.request("PULL", pull(held))
 assert rawps.pull_reply(ans[2])[1] == vals, "a refused RESTORE changed the values"
 
@@ -228,6 +301,11 @@ print("ok: a reader's RESTORE on a training ps: FORBIDDEN")
 PY
 kill -TERM "$TRAIN_PID"
 wait_pid "$TRAIN_PID" 20 || true
+
+# A model that does not fit the server without --ps is refused at start, naming --ps.
+expect_exit 65 "$PSFLOW_BIN" serve --model tokens-ps --checkpoint-dir "$LIVE" --listen 127.0.0.1:1 --memory 64K
+grep -q "more than this process may use (64.*--ps HOST:PORT" "$WORK/stderr" || fail "--memory 64K: $(cat "$WORK/stderr")"
+pass "without --ps, a model bigger than --memory is refused: '$(cut -c1-150 "$WORK/stderr")...'"
 
 # A read-only ps without a checkpoint does not start.
 expect_exit 69 env TF_CONFIG="$(tf_config ps 0 "$(free_ports 1)" "")" \

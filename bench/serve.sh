@@ -27,8 +27,10 @@
 #   RATE [1000]; RATE_B100 [auto]; SERVE_OPTS [--max-batch 100: a batch-100 request is one
 #   forward pass] extra psflow serve options; PIN [0]: 1 runs psflow serve on core 0 and the
 #   load generator on core 1 (taskset), so that neither waits for the other's time slice on
-#   a 2-core machine. OPENBLAS_NUM_THREADS, when set, reaches both psflow serve and the
-#   forward timing.
+#   a 2-core machine. LOAD_RT [0]: 1 runs the load generator at real-time priority (chrt -f
+#   10; needs root), so that its own lateness - which counts in every open-loop latency - is
+#   not the machine's other work; psflow serve runs as it always does. OPENBLAS_NUM_THREADS,
+#   when set, reaches both psflow serve and the forward timing.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +50,13 @@ if [ "${PIN:-0}" = 1 ]; then
     exit 1
   }
   serve_pin=(taskset -c 0) load_pin=(taskset -c 1)
+fi
+if [ "${LOAD_RT:-0}" = 1 ]; then
+  chrt -f 10 true 2>/dev/null || {
+    echo "serve.sh: LOAD_RT=1 needs chrt and the right to use SCHED_FIFO (root)" >&2
+    exit 1
+  }
+  load_pin=(chrt -f 10 "${load_pin[@]}")
 fi
 fm=/usr/share/datasets/fashion-mnist
 die() {
@@ -81,6 +90,7 @@ tf_config() { # TYPE PS_PORT WORKER_PORT
 }
 
 echo "== machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')"
+[ "${LOAD_RT:-0}" = 1 ] && echo "== the load generator runs at real-time priority (LOAD_RT=1: chrt -f 10)"
 
 # --- train ------------------------------------------------------------------------------------
 python3 - "$src/examples/fashion-mnist-mlp.json" "$steps" "$job" >"$work/job.json" <<'PY'

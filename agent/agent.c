@@ -257,7 +257,8 @@ static void *serve_task_main(void *arg) {
                         .port = t->spec.serving.port,
                         .token = token,
                         .stop = &t->stop,
-                        .stats = t->serving};
+                        .stats = t->serving,
+                        .memory = o->memory};
     pf_status st = serve_run(&so, &err);
     if (st == PF_OK) {
         task_finish(t, TASK_SUCCEEDED, 0, "stopped");

@@ -11,9 +11,6 @@
 #include "psflow/address.h"
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
-#include "psflow/footprint.h"
-#include "psflow/mem.h"
-#include "psflow/model.h"
 #include "psflow/signals.h"
 #include "psflow/wire.h"
 #include "psflow/wire_auth.h"
@@ -173,26 +170,6 @@ static int serve_token(const char *host, int port, bool insecure, char *token) {
     return 0;
 }
 
-/* Whether the whole model fits this process: while it switches versions it holds the serving
- * one, the next one and the checkpoint it reads, about three times the model's values.
- * Returns 0, or PF_EX_DATAERR after saying so and what to do instead (--ps). */
-static int model_fits(const pf_job_spec *spec, long long memory) {
-    int64_t need = 3 * (int64_t)pf_model_num_params(&spec->model) * (int64_t)sizeof(float);
-    int64_t have = memory > 0 ? memory : pf_mem_system_bytes();
-    if (have <= 0 || need <= have)
-        return 0;
-    char a[32], b[32];
-    pf_footprint_format_bytes(need, a, sizeof a);
-    pf_footprint_format_bytes(have, b, sizeof b);
-    fprintf(stderr,
-            "psflow serve: job %s needs about %s here (the serving version, the next one and the "
-            "checkpoint it reads), more than this process may use (%s%s): restore the checkpoint "
-            "into ps tasks started with psflow ps --read-only and serve from them with --ps "
-            "HOST:PORT,... (docs/serving.md section 7)\n",
-            spec->name, a, b, memory > 0 ? ", --memory" : "");
-    return PF_EX_DATAERR;
-}
-
 int cli_serve(const cli_command *cmd, int argc, char **argv) {
     const char *job, *model, *checkpoint_dir, *listen, *ps_list, *ca_file;
     long max_batch, wait_us, max_instances, timeout_ms, max_conns, wait_first, threads, reader;
@@ -290,14 +267,13 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
                        .max_connections = (int)max_conns,
                        .wait_first = (double)wait_first,
                        .stop = &serve_stop,
+                       .memory = memory,
                        .reader = (int)reader,
                        .ca_file = ca_file};
     char *ps_copy = NULL;
     const char *ps_addrs[PF_MAX_REPLICAS];
     uint8_t key[PF_WIRE_KEY_SIZE];
-    if ((ps_list && *ps_list &&
-         (rc = ps_form(ps_list, token, &o, &spec, &ps_copy, ps_addrs, key))) ||
-        (!o.n_ps && (rc = model_fits(&spec, memory)))) {
+    if (ps_list && *ps_list && (rc = ps_form(ps_list, token, &o, &spec, &ps_copy, ps_addrs, key))) {
         pf_job_spec_deinit(&spec);
         return rc;
     }

@@ -106,22 +106,35 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     p->ck_final = c->final;
 }
 
+/* A reader older than the newest that said HELLO to this read-only ps (a replaced server):
+ * refused with STALE_INCARNATION. Returns 1 when it was. */
+static int stale_reader(ps_server *s, peer *p, uint32_t request_id) {
+    if (!s->read_only || p->role != PF_WIRE_ROLE_READER || p->incarnation >= s->reader_incarnation)
+        return 0;
+    ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
+                    "reader %d incarnation %" PRIu64 " was replaced by a newer server "
+                    "(incarnation %" PRIu64 ") on this read-only ps",
+                    p->task, p->incarnation, s->reader_incarnation);
+    return 1;
+}
+
 /* RESTORE from the chief: a consistent rollback. Every ps of the job loads the same
  * complete checkpoint; pulls parked for a version past it are answered now with the
  * restored values (their pushes were computed before the rollback and are dropped), and a
  * parked checkpoint is refused. */
 static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                            float lr_factor) {
-    /* A read-only ps switches checkpoints when its reader (psflow serve --ps) asks: the
-     * newest one that said HELLO, so that a replaced server cannot switch them back. */
-    if (s->read_only && p->role == PF_WIRE_ROLE_READER) {
-        if (p->incarnation < s->reader_incarnation) {
-            ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                            "RESTORE from reader %d incarnation %" PRIu64 ", replaced by a newer "
-                            "server (incarnation %" PRIu64 "): it switches this read-only ps",
-                            p->task, p->incarnation, s->reader_incarnation);
+    /* A read-only ps switches checkpoints when its reader (psflow serve --ps) asks, and only
+     * then: the newest reader that said HELLO, so that a replaced server cannot switch it. */
+    if (s->read_only) {
+        if (p->role != PF_WIRE_ROLE_READER) {
+            ps_server_error(s, p->conn, request_id, PF_WIRE_FORBIDDEN,
+                            "a read-only ps restores when its reader asks, not %s %d",
+                            ps_server_role_name(p->role), p->task);
             return;
         }
+        if (stale_reader(s, p, request_id))
+            return;
     } else if (check_current_chief(s, p, request_id, "roll back") != 0) {
         return;
     }
@@ -135,7 +148,12 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
                                               &queue, note, sizeof note, &err);
     if (st != PF_OK) {
         ps_server_log(s, "rollback to step %" PRIu64 " refused: %s", step, err.message);
-        ps_server_checkpoint_ack(s, p, request_id, step, PF_WIRE_INTERNAL, err.message);
+        /* A read-only ps tells a checkpoint that does not verify (its reader never tries it
+         * again) from one it could not read now. */
+        ps_server_checkpoint_ack(s, p, request_id, step,
+                                 s->read_only && st == PF_ERR_FORMAT ? PF_WIRE_BAD_VALUE
+                                                                     : PF_WIRE_INTERNAL,
+                                 err.message);
         return;
     }
     ps_server_lease_restore(s, queue);
@@ -215,6 +233,15 @@ static int check_hello(ps_server *s, peer *p, uint32_t request_id, const pf_wire
         end = (uint32_t)s->spec.replicas.evaluator;
     else if (h->role == PF_WIRE_ROLE_READER)
         end = (uint32_t)pf_serving_readers(&s->spec.serving);
+    /* A reader's incarnation is when it started (microseconds); a newer one takes a
+     * read-only ps over, so one from the future would lock every real server out. */
+    if (h->role == PF_WIRE_ROLE_READER &&
+        (double)h->incarnation > (pf_clock_wall() + 86400) * 1e6) {
+        ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
+                        "reader incarnation %" PRIu64 " is more than a day past this ps's clock",
+                        h->incarnation);
+        return -1;
+    }
     if (h->task_index < lo || h->task_index >= end) {
         ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_VALUE,
                         "%s index %" PRIu32 " out of range (job %s has %" PRIu32 " .. %" PRId64 ")",
@@ -396,6 +423,8 @@ static void handle_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire_msg 
                         m->type == PF_WIRE_PULL ? "pull" : "pull rows");
         return;
     }
+    if (stale_reader(s, p, m->request_id))
+        return;
     if (ps_server_check_pull(s, conn, m->request_id, &pull) == 0)
         ps_server_pull_or_park(s, p, m->request_id, &pull, 0, NULL);
 }

@@ -118,7 +118,14 @@ pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out,
                               .task_key = o->task_key,
                               .ca_file = o->ca_file,
                               .rows = &r->rows};
-    if ((st = worker_link_create(&lo, &r->link, err)) != PF_OK) {
+    /* The ps tasks listen once they restored a checkpoint: wait for them (until stopped). */
+    for (int said = 0; (st = worker_link_create(&lo, &r->link, err)) == PF_ERR_UNAVAILABLE &&
+                       !(o->stop && *o->stop);) {
+        if (!said++)
+            fprintf(stderr, "%s: waiting for the read-only ps tasks: %s\n", o->log, err->message);
+        pf_clock_sleep(1.0);
+    }
+    if (st != PF_OK) {
         serve_remote_destroy(r);
         return st;
     }
@@ -169,7 +176,7 @@ static int switch_to(serve_remote *r, int64_t step) {
                 serving >= 0 ? " (reloaded)" : "");
         return 0;
     }
-    if (st != PF_ERR_IO) { /* no answer, or not this server's to switch: nothing is known */
+    if (st != PF_ERR_FORMAT) { /* no answer, or not this server's, or not now: nothing known */
         r->dirty = 1;
         publish(r, 0, 0);
         fprintf(stderr,
@@ -208,25 +215,18 @@ int serve_remote_refresh(serve_remote *r) {
     if (pf_checkpoint_list(r->job_dir, 0, &steps, &n, &err) != PF_OK)
         return 0; /* no folder yet, or unreadable now: looked at again next time */
     pthread_mutex_lock(&r->mu);
-    int switched = 0, tried = 0;
-    /* The newest that every ps restores, newest first, as a server holding the model does;
-     * one that could not be tried now stops the search until the next refresh. */
-    for (int i = n - 1; i >= 0 && steps[i] > r->step; i--) {
+    int switched = 0;
+    /* The newest that every ps restores, newest first; one that could not be tried now
+     * stops the search until the next refresh. Dirty ps tasks take the newest that
+     * restores, the serving step or an older one too (the serving one may have been
+     * deleted by checkpoint.keep meanwhile). */
+    for (int i = n - 1; i >= 0 && (r->dirty || steps[i] > r->step); i--) {
         if (was_refused(r, steps[i]))
             continue;
-        tried = 1;
         int k = switch_to(r, steps[i]);
         if (k <= 0) {
             switched = k == 0;
             break;
-        }
-    }
-    if (!tried && r->dirty && r->step >= 0) { /* nothing newer: the serving step again */
-        pf_status st = restore(r, r->step, &err);
-        if (st == PF_OK) {
-            r->dirty = 0;
-            publish(r, 0, 0);
-            fprintf(stderr, "%s: the ps tasks hold step %" PRId64 " again\n", r->o.log, r->step);
         }
     }
     pthread_mutex_unlock(&r->mu);
@@ -245,6 +245,12 @@ static int pull(serve_remote *r) {
         pf_status st = worker_link_pull(r->link, NULL, r->params, r->versions, &err);
         worker_link_set_plan(r->link, NULL);
         if (st != PF_OK) {
+            /* An ERROR answer (another server took the ps tasks: STALE_INCARNATION) says
+             * the ps tasks are not this server's to read: none serves until a restore. */
+            if (st == PF_ERR_INVALID) {
+                r->dirty = 1;
+                publish(r, 0, 0);
+            }
             fprintf(stderr, "%s: pulling a pass's rows: %s\n", r->o.log, err.message);
             return -1;
         }

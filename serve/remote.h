@@ -39,10 +39,12 @@ typedef struct serve_remote_options {
     int capacity;                /* examples in one pass at most */
     const char *job_dir;         /* "<checkpoint root>/<job>": the versions there */
     const char *log;             /* prefix of the lines on stderr */
+    const volatile int *stop;    /* NULL, or set (by a signal handler) to stop waiting */
 } serve_remote_options;
 
-/* Connects to every ps (as reader `reader`). Errors: PF_ERR_INVALID (a model without tables,
- * an address count other than replicas.ps), PF_ERR_NOMEM, and those of connecting. */
+/* Connects to every ps (as reader `reader`), waiting for them until *stop. Errors: PF_ERR_INVALID
+ * (a model without tables, an address count other than replicas.ps), PF_ERR_NOMEM, and those of
+ * connecting. */
 pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out, pf_error *err);
 void serve_remote_destroy(serve_remote *r);
 

@@ -18,6 +18,7 @@
 #include "psflow/buf.h"
 #include "psflow/checkpoint.h"
 #include "psflow/clock.h"
+#include "psflow/footprint.h"
 #include "psflow/http_guard.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
@@ -427,7 +428,9 @@ static enum MHD_Result start_predict(request_state *rs) {
                             .deadline = rs->start + s->o.request_timeout,
                             .done = on_done,
                             .ctx = rs};
-    if (serve_batcher_run_now(s->batcher, &rs->item)) /* idle: no queue, no thread switch */
+    /* Idle: run on this thread, with no queue and no thread switch; with --ps a pass may wait
+     * for a switch of the ps tasks, which must not hold an HTTP thread. */
+    if (!s->remote && serve_batcher_run_now(s->batcher, &rs->item))
         return finish_predict(rs);
     pthread_mutex_lock(&rs->mu);
     int refused = serve_batcher_submit(s->batcher, &rs->item);
@@ -719,6 +722,24 @@ static void teardown(server *s) {
     pthread_mutex_destroy(&s->mu);
 }
 
+/* Whether the whole model is too big for this process (serve_options.memory): then err says
+ * so and what to do instead. */
+static int model_too_big(const serve_options *o, pf_error *err) {
+    int64_t need = 3 * (int64_t)pf_model_num_params(&o->spec->model) * (int64_t)sizeof(float);
+    int64_t have = o->memory > 0 ? o->memory : pf_mem_system_bytes();
+    if (have <= 0 || need <= have)
+        return 0;
+    char a[32], b[32];
+    pf_footprint_format_bytes(need, a, sizeof a);
+    pf_footprint_format_bytes(have, b, sizeof b);
+    pf_error_set(err, PF_ERR_SPEC, NULL,
+                 "job %s needs about %s (3 x its values: 2 versions and a checkpoint read), more "
+                 "than this process may use (%s%s): serve it from read-only ps tasks with --ps "
+                 "(docs/serving.md section 7)",
+                 o->spec->name, a, b, o->memory > 0 ? ", --memory" : "");
+    return 1;
+}
+
 static struct MHD_Daemon *listen_on(server *s, pf_error *err) {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
@@ -744,6 +765,32 @@ static struct MHD_Daemon *listen_on(server *s, pf_error *err) {
     return d;
 }
 
+/* The model and its versions: loaded here, or read from read-only ps tasks (--ps). */
+static pf_status set_up_model(server *s, const char *job_dir, int capacity, pf_error *err) {
+    const pf_job_spec *spec = s->o.spec;
+    pf_status st;
+    if (s->o.n_ps > 0) {
+        serve_remote_options ro = {.spec = spec,
+                                   .ps_addrs = s->o.ps_addrs,
+                                   .n_ps = s->o.n_ps,
+                                   .reader = s->o.reader,
+                                   .task_key = s->o.task_key,
+                                   .ca_file = s->o.ca_file,
+                                   .retry_seconds = s->o.request_timeout,
+                                   .capacity = capacity,
+                                   .job_dir = job_dir,
+                                   .log = LOG,
+                                   .stop = s->o.stop};
+        return serve_remote_create(&ro, &s->remote, err);
+    }
+    st = pf_model_create(&spec->model, pf_backend_openblas(), capacity, &s->model);
+    if (st == PF_OK)
+        st = serve_versions_create(&spec->model, job_dir, LOG, &s->versions);
+    if (st != PF_OK)
+        return pf_error_set(err, st, NULL, "cannot set up the model: %s", pf_strerror(st));
+    return PF_OK;
+}
+
 pf_status serve_run(const serve_options *opts, pf_error *err) {
     pf_error_clear(err);
     server s = {.o = *opts};
@@ -759,35 +806,18 @@ pf_status serve_run(const serve_options *opts, pf_error *err) {
         teardown(&s);
         return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
     }
+    if (!s.o.n_ps && model_too_big(&s.o, err)) {
+        teardown(&s);
+        return PF_ERR_SPEC;
+    }
     /* Small batches want one thread: OpenBLAS's helpers would spin between the passes. */
     s.blas_before = pf_backend_openblas_threads();
     pf_backend_openblas_set_threads(s.o.threads);
     /* One pass holds the largest request, so one version answers it whole. */
     int capacity = s.o.max_instances > s.o.max_batch ? s.o.max_instances : s.o.max_batch;
-    if (s.o.n_ps > 0) {
-        serve_remote_options ro = {.spec = spec,
-                                   .ps_addrs = s.o.ps_addrs,
-                                   .n_ps = s.o.n_ps,
-                                   .reader = s.o.reader,
-                                   .task_key = s.o.task_key,
-                                   .ca_file = s.o.ca_file,
-                                   .retry_seconds = s.o.request_timeout,
-                                   .capacity = capacity,
-                                   .job_dir = job_dir,
-                                   .log = LOG};
-        st = serve_remote_create(&ro, &s.remote, err);
-        if (st != PF_OK) {
-            teardown(&s);
-            return st;
-        }
-    } else {
-        st = pf_model_create(&spec->model, pf_backend_openblas(), capacity, &s.model);
-        if (st == PF_OK)
-            st = serve_versions_create(&spec->model, job_dir, LOG, &s.versions);
-        if (st != PF_OK) {
-            teardown(&s);
-            return pf_error_set(err, st, NULL, "cannot set up the model: %s", pf_strerror(st));
-        }
+    if ((st = set_up_model(&s, job_dir, capacity, err)) != PF_OK) {
+        teardown(&s);
+        return st;
     }
     /* The first version before the port opens, so that /healthz says 200 from the start. */
     for (double t0 = pf_clock_now();

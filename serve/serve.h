@@ -84,10 +84,15 @@ typedef struct serve_options {
     int reader;              /* this server's reader index on them */
     const uint8_t *task_key; /* its data-plane key, or NULL */
     const char *ca_file;     /* NULL: plain TCP to them; else TLS verified against it */
+    /* Bytes this process may use [0: MemTotal, or the cgroup's limit]. Without ps tasks a
+     * model whose values times three (the serving version, the next one and the checkpoint
+     * read) need more is refused (PF_ERR_SPEC), the message naming --ps. */
+    int64_t memory;
 } serve_options;
 
 /* Serves until *o->stop. Errors: PF_ERR_UNAVAILABLE (cannot listen), PF_ERR_NOMEM,
- * PF_ERR_UNSUPPORTED (a model the CPU backend cannot run). */
+ * PF_ERR_UNSUPPORTED (a model the CPU backend cannot run), PF_ERR_SPEC (a model bigger than
+ * o->memory allows without ps tasks). */
 pf_status serve_run(const serve_options *o, pf_error *err);
 
 #endif

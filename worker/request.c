@@ -292,6 +292,7 @@ static pf_status checkpoint_refused(const worker_request *q, const pf_wire_check
              a->path.ptr);
     return a->status == PF_WIRE_NONFINITE        ? PF_ERR_NONFINITE
            : a->status == PF_WIRE_VERSION_PASSED ? PF_ERR_RANGE
+           : a->status == PF_WIRE_BAD_VALUE      ? PF_ERR_FORMAT /* does not verify */
                                                  : PF_ERR_IO;
 }
 

@@ -3,8 +3,7 @@
 # psflow serve --ps (docs/serving.md "Tables bigger than one server"): an embedding model
 # trained on 2 ps is served from 3 read-only ps tasks restored from its checkpoint
 # (repartitioned), each pass pulling its rows over the authenticated data plane as a reader:
-#  1. the served predictions give the evaluator's loss, accuracy and AUC (<= 1e-6) and the
-#     server holds none of the table (its log says so; the ps tasks' logs name the checkpoint);
+#  1. the served predictions give the evaluator's loss, accuracy and AUC (<= 1e-6);
 #  2. under a steady load, five newer checkpoints are switched in on every ps without a failed
 #     request; one with a flipped byte is refused by the ps tasks and the old version keeps
 #     answering;
@@ -222,12 +221,29 @@ version=$(curl -sf "${AUTH[@]}" "http://$ADDR/v1/models/tokens-ps" | python3 -c 
   'import json,sys; print(json.load(sys.stdin)["model_version_status"][0]["version"])')
 [ "$version" = $((FINAL + 7)) ] || fail "serving version $version once ps 2 is back"
 pass "ps 2 gone during a switch: 503 (and /healthz 503) rather than mixed versions; the checkpoint not refused; switched once it was back"
+
+# A second server on the same ps tasks (a rolling update): the newer one takes them over, the
+# older one stops answering (503, /healthz 503) instead of serving values it did not choose.
+ADDR_B=127.0.0.1:$(free_ports 1)
+"$PSFLOW_BIN" serve --listen "$ADDR_B" --model tokens-ps --checkpoint-dir "$VIEW" --ps "$RO_ADDRS" \
+  2>>"$WORK/serve3.log" &
+SERVE_B=$!
+wait_until 30 "the newer server is healthy" curl -sf "http://$ADDR_B/healthz"
+code=$(curl -s -o old.json -w '%{http_code}' "${AUTH[@]}" -H 'Content-Type: application/json' \
+  -d '{"instances":[{"tokens":[3]}]}' "http://$ADDR/v1/models/tokens-ps:predict")
+[ "$code" = 503 ] || fail "the replaced server answered $code: $(cat old.json)"
+wait_until 10 "the replaced server unready" sh -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' http://$ADDR/healthz)\" = 503 ]"
+grep -q "STALE_INCARNATION" "$WORK/serve2.log" || fail "serve: $(tail -3 "$WORK/serve2.log")"
+python3 "$CLIENT" evaluate "$ADDR_B" tokens-ps libsvm test.svm tokens >/dev/null || fail "the newer server"
+pass "a newer server on the same ps tasks took them over; the older one answers 503 and /healthz 503: $(grep -m1 -o 'ps [0-9]: STALE_INCARNATION.*' "$WORK/serve2.log" | cut -c1-90)..."
+kill -TERM "$SERVE_B"
+wait_pid "$SERVE_B" 20 || fail "psflow serve exited $? on SIGTERM"
 kill -TERM "$SERVE_PID"
 wait_pid "$SERVE_PID" 20 || fail "psflow serve exited $? on SIGTERM"
 
 # --- what a read-only ps refuses ----------------------------------------------------------------
 python3 - "${RO[0]}" "$PSFLOW_TOKEN" "$FINAL" <<'PY' || fail "the read-only ps's refusals"
-import struct, sys
+import struct, sys, time
 import rawps
 from rawps import Conn, authed_hello, error_code, error_text, push, pull, checkpoint, restore
 port, token, final = int(sys.argv[1]), sys.argv[2].encode(), int(sys.argv[3])
@@ -255,16 +271,25 @@ assert rawps.pull_reply(after[2])[1] == vals, "a refused push changed the values
 print("ok: the chief's PUSH: FORBIDDEN (%s...); the values are unchanged" % error_text(ans)[:60])
 ans = c.request("CHECKPOINT", checkpoint(1, 1))
 assert error_code(ans) == "FORBIDDEN", ans
-print("ok: the chief's final CHECKPOINT: FORBIDDEN")
+ans = c.request("RESTORE", restore(final))
+assert error_code(ans) == "FORBIDDEN", ans
+print("ok: the chief's final CHECKPOINT and its RESTORE: FORBIDDEN")
 
 old, ans = conn("reader", 0)  # an older server than the one that served
 assert ans[0] == "HELLO_ACK", ans
 ans = old.request("RESTORE", restore(final))
 assert error_code(ans) == "STALE_INCARNATION", ans
 print("ok: RESTORE from a reader older than the newest: STALE_INCARNATION (%s...)" % error_text(ans)[:70])
-c, ans = conn("reader", 0, 1 << 62)
+ans = old.request("PULL", pull(held))
+assert error_code(ans) == "STALE_INCARNATION", ans
+print("ok: its PULL too: STALE_INCARNATION")
+_, ans = conn("reader", 0, 1 << 62)
+assert error_code(ans) == "BAD_VALUE", ans
+print("ok: a reader incarnation far in the future: BAD_VALUE (%s)" % error_text(ans)[:70])
+now = int(time.time() * 1e6) + 10 ** 6
+c, ans = conn("reader", 0, now)
 assert ans[0] == "HELLO_ACK", ans
-ans = c.request("PUSH", push(0, 1 << 62, 1, 0, grads))
+ans = c.request("PUSH", push(0, now, 1, 0, grads))
 assert error_code(ans) == "FORBIDDEN", ans
 ans = c.request("RESTORE", restore(10 ** 9))
 assert ans[0] == "CHECKPOINT_ACK" and struct.unpack_from("<QI", ans[2])[1] != 0, ans
@@ -280,7 +305,7 @@ print("ok: reader 1 of a job without a serving section: BAD_VALUE")
 PY
 for pid in "${RO_PIDS[@]}"; do kill -TERM "$pid"; done
 for pid in "${RO_PIDS[@]}"; do wait_pid "$pid" 20 || fail "a read-only ps exited $? on SIGTERM"; done
-grep -q "refused" "$WORK/ro0.log" || fail "ps 0 logged no refusal: $(tail -5 "$WORK/ro0.log")"
+grep -q "FORBIDDEN" "$WORK/ro0.log" || fail "ps 0 logged no refusal: $(tail -5 "$WORK/ro0.log")"
 
 # A training ps does not take a reader's RESTORE.
 TRAIN_PORT=$(free_ports 1)
@@ -304,7 +329,7 @@ wait_pid "$TRAIN_PID" 20 || true
 
 # A model that does not fit the server without --ps is refused at start, naming --ps.
 expect_exit 65 "$PSFLOW_BIN" serve --model tokens-ps --checkpoint-dir "$LIVE" --listen 127.0.0.1:1 --memory 64K
-grep -q "more than this process may use (64.*--ps HOST:PORT" "$WORK/stderr" || fail "--memory 64K: $(cat "$WORK/stderr")"
+grep -q "more than this process may use (64.*: serve it from read-only ps tasks with --ps" "$WORK/stderr" || fail "--memory 64K: $(cat "$WORK/stderr")"
 pass "without --ps, a model bigger than --memory is refused: '$(cut -c1-150 "$WORK/stderr")...'"
 
 # A read-only ps without a checkpoint does not start.

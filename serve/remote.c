@@ -33,6 +33,7 @@ struct serve_remote {
     uint64_t *versions;
     int width;
     int stopping;       /* serve_remote_stop: reconnecting is given up (__atomic) */
+    int switching;      /* a RESTORE is in flight (__atomic): serve_remote_switching */
     pthread_mutex_t mu; /* a pass or a switch: the link, the buffers and the fields below */
     int64_t step;       /* the checkpoint every ps was told to hold; -1: none yet */
     /* The ps tasks may not all hold `step`: a RESTORE went unanswered (a ps unreachable, a
@@ -134,6 +135,10 @@ pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out,
     return PF_OK;
 }
 
+int serve_remote_switching(serve_remote *r) {
+    return __atomic_load_n(&r->switching, __ATOMIC_SEQ_CST);
+}
+
 void serve_remote_stop(serve_remote *r) {
     __atomic_store_n(&r->stopping, 1, __ATOMIC_SEQ_CST);
 }
@@ -142,9 +147,11 @@ void serve_remote_stop(serve_remote *r) {
  * takes. A restart a ps went through meanwhile is covered: it restored `step` too. */
 static pf_status restore(serve_remote *r, int64_t step, pf_error *err) {
     pf_error_clear(err);
+    __atomic_store_n(&r->switching, 1, __ATOMIC_SEQ_CST);
     worker_link_set_reply_limit(r->link, RESTORE_LIMIT);
     pf_status st = worker_link_restore(r->link, (uint64_t)step, 1.0f, err);
     worker_link_set_reply_limit(r->link, r->o.retry_seconds);
+    __atomic_store_n(&r->switching, 0, __ATOMIC_SEQ_CST);
     int ps;
     uint64_t version;
     if (st == PF_OK)

@@ -48,7 +48,13 @@ typedef struct serve_remote_options {
 pf_status serve_remote_create(const serve_remote_options *o, serve_remote **out, pf_error *err);
 void serve_remote_destroy(serve_remote *r);
 
-/* Gives up reconnecting, so that a pass or a switch in progress ends soon (any thread). */
+/* 1 while the ps tasks are asked to restore a checkpoint (a switch, or putting dirty or
+ * restarted ps tasks back), which takes as long as reading it: a pass started now would wait
+ * that long. Any thread. */
+int serve_remote_switching(serve_remote *r);
+
+/* Gives up reconnecting to the ps tasks: a start or a pass waiting for one ends (a RESTORE
+ * in flight is still waited for, up to its limit). Any thread. */
 void serve_remote_stop(serve_remote *r);
 
 /* Switches every ps to the newest complete checkpoint newer than the serving one that no ps

@@ -428,9 +428,10 @@ static enum MHD_Result start_predict(request_state *rs) {
                             .deadline = rs->start + s->o.request_timeout,
                             .done = on_done,
                             .ctx = rs};
-    /* Idle: run on this thread, with no queue and no thread switch; with --ps a pass may wait
-     * for a switch of the ps tasks, which must not hold an HTTP thread. */
-    if (!s->remote && serve_batcher_run_now(s->batcher, &rs->item))
+    /* Idle: run on this thread, with no queue and no thread switch - but not while the ps
+     * tasks switch checkpoints (--ps): that wait must not hold an HTTP thread. */
+    if (!(s->remote && serve_remote_switching(s->remote)) &&
+        serve_batcher_run_now(s->batcher, &rs->item))
         return finish_predict(rs);
     pthread_mutex_lock(&rs->mu);
     int refused = serve_batcher_submit(s->batcher, &rs->item);

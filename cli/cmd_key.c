@@ -46,8 +46,9 @@ int cli_key(const cli_command *cmd, int argc, char **argv) {
     cli_option opts[] = {
         CLI_TEXT("job", "FILE", "the job spec (JSON), as given to the job's tasks", NULL, &job),
         CLI_TEXT("task", "TYPE:INDEX",
-                 "the task as its TF_CONFIG names it: chief:0, worker:N or evaluator:0", NULL,
-                 &task),
+                 "the task as its TF_CONFIG names it: chief:0, worker:N or evaluator:0; reader:N "
+                 "for psflow serve --ps",
+                 NULL, &task),
         CLI_TOKEN_FILE_OPTION,
     };
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
@@ -73,7 +74,7 @@ int cli_key(const cli_command *cmd, int argc, char **argv) {
     if (n < 0) {
         fprintf(stderr, "psflow key: %s: %s\n", type,
                 !strcmp(type, "ps") ? "a ps holds the job key itself: give it PSFLOW_TOKEN"
-                                    : "TYPE must be chief, worker or evaluator");
+                                    : "TYPE must be chief, worker, evaluator or reader");
         rc = PF_EX_USAGE;
     } else if (index >= n) {
         fprintf(stderr, "psflow key: job %s has %d %s task%s: no %s:%d\n", spec.name, n, type,

@@ -106,18 +106,6 @@ static void handle_checkpoint(ps_server *s, peer *p, uint32_t request_id,
     p->ck_final = c->final;
 }
 
-/* A reader older than the newest that said HELLO to this read-only ps (a replaced server):
- * refused with STALE_INCARNATION. Returns 1 when it was. */
-static int stale_reader(ps_server *s, peer *p, uint32_t request_id) {
-    if (!s->read_only || p->role != PF_WIRE_ROLE_READER || p->incarnation >= s->reader_incarnation)
-        return 0;
-    ps_server_error(s, p->conn, request_id, PF_WIRE_STALE_INCARNATION,
-                    "reader %d incarnation %" PRIu64 " was replaced by a newer server "
-                    "(incarnation %" PRIu64 ") on this read-only ps",
-                    p->task, p->incarnation, s->reader_incarnation);
-    return 1;
-}
-
 /* RESTORE from the chief: a consistent rollback. Every ps of the job loads the same
  * complete checkpoint; pulls parked for a version past it are answered now with the
  * restored values (their pushes were computed before the rollback and are dropped), and a
@@ -133,7 +121,7 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
                             ps_server_role_name(p->role), p->task);
             return;
         }
-        if (stale_reader(s, p, request_id))
+        if (ps_server_stale_reader(s, p, request_id))
             return;
     } else if (check_current_chief(s, p, request_id, "roll back") != 0) {
         return;
@@ -423,7 +411,7 @@ static void handle_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire_msg 
                         m->type == PF_WIRE_PULL ? "pull" : "pull rows");
         return;
     }
-    if (stale_reader(s, p, m->request_id))
+    if (ps_server_stale_reader(s, p, m->request_id))
         return;
     if (ps_server_check_pull(s, conn, m->request_id, &pull) == 0)
         ps_server_pull_or_park(s, p, m->request_id, &pull, 0, NULL);
@@ -451,14 +439,6 @@ static void handle_push_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire
 }
 
 static void apply_membership(ps_server *s);
-
-/* The messages a read-only ps refuses: those that change its values, write a checkpoint or
- * hand out input. */
-static int writes(uint16_t type) {
-    return type == PF_WIRE_PUSH || type == PF_WIRE_PUSH_PULL || type == PF_WIRE_ROW_PUSH_PULL ||
-           type == PF_WIRE_SEG_ATTACH || type == PF_WIRE_SEG_PUSH_PULL ||
-           type == PF_WIRE_CHECKPOINT || type == PF_WIRE_LEASE;
-}
 
 static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t *data, size_t len,
                        void *user) {
@@ -494,7 +474,7 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         ps_server_error(s, conn, m.request_id, PF_WIRE_NONFINITE, "%s", s->nonfinite);
         return;
     }
-    if (s->read_only && writes(m.type)) {
+    if (s->read_only && ps_server_read_only_refuses(m.type)) {
         ps_server_error(s, conn, m.request_id, PF_WIRE_FORBIDDEN,
                         "this ps is read-only (psflow ps --read-only): it serves pulls of the "
                         "checkpoint it restored and accepts no %s",
@@ -547,43 +527,6 @@ static void on_message(pf_ws *ws, uint64_t conn, void *conn_user, const uint8_t 
         ps_server_error(s, conn, m.request_id, PF_WIRE_BAD_TYPE, "a ps does not accept %s messages",
                         pf_wire_type_name(m.type));
     }
-}
-
-/* A read-only ps's start: the newest complete checkpoint that verifies, older ones when it
- * does not (each refusal logged; nothing is renamed or written), and none is an error: a
- * read-only ps serves a checkpoint, never the initial values. */
-static pf_status restore_read_only(ps_server *s, char *note, size_t len, pf_error *err) {
-    char job_dir[2048];
-    if (pf_checkpoint_job_dir(s->checkpoint_dir, s->spec.name, job_dir, sizeof job_dir) != PF_OK)
-        return pf_error_set(err, PF_ERR_INVALID, NULL, "checkpoint path too long");
-    int64_t *steps = NULL;
-    int n = 0;
-    pf_status st = pf_checkpoint_list(job_dir, 0, &steps, &n, err);
-    if (st == PF_OK && n == 0)
-        st = PF_ERR_NOT_FOUND;
-    for (int i = n - 1; st == PF_OK && i >= 0; i--) {
-        char *queue = NULL;
-        pf_error bad;
-        pf_error_clear(&bad);
-        st = ps_checkpoint_restore_step(s->shards, &s->spec, s->task, s->checkpoint_dir,
-                                        (uint64_t)steps[i], &queue, note, len, &bad);
-        pf_free(queue);
-        if (st == PF_OK || st == PF_ERR_NOMEM) {
-            if (st != PF_OK)
-                pf_error_set(err, st, NULL, "%s", bad.message);
-            break;
-        }
-        ps_server_log(s, "read-only: checkpoint step %" PRId64 " refused: %s", steps[i],
-                      bad.message);
-        st = i ? PF_OK : PF_ERR_NOT_FOUND;
-    }
-    pf_free(steps);
-    if (st == PF_ERR_NOT_FOUND)
-        return pf_error_set(err, PF_ERR_IO, NULL,
-                            "read-only: no complete checkpoint of job %s under %s that verifies: "
-                            "a read-only ps serves a checkpoint, never the initial values",
-                            s->spec.name, job_dir);
-    return st;
 }
 
 /* The data plane's default limits for n_tasks training tasks (api/wire.md "Limits"):
@@ -879,7 +822,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     int n_local = ps_shards_count(s->shards);
     /* Restore before listening: a restarted ps never serves fresh values to a running job. */
     char note[3000], *queue = NULL;
-    if ((st = s->read_only ? restore_read_only(s, note, sizeof note, err)
+    if ((st = s->read_only ? ps_server_restore_read_only(s, note, sizeof note, err)
                            : ps_checkpoint_restore(s->shards, &s->spec, s->task, s->checkpoint_dir,
                                                    &queue, note, sizeof note, err)) != PF_OK)
         goto fail;

@@ -168,6 +168,14 @@ void ps_server_error(ps_server *s, uint64_t conn, uint32_t request_id, pf_wire_c
 
 const char *ps_server_role_name(uint8_t role);
 
+/* server_read_only.c: a read-only ps's start (the newest complete checkpoint that verifies;
+ * none is an error), whether it refuses a message type (one that would change its values,
+ * write a checkpoint or hand out input), and a reader older than the newest that said HELLO
+ * refused with STALE_INCARNATION (returns 1 when it was). */
+pf_status ps_server_restore_read_only(ps_server *s, char *note, size_t len, pf_error *err);
+int ps_server_read_only_refuses(uint16_t type);
+int ps_server_stale_reader(ps_server *s, peer *p, uint32_t request_id);
+
 void ps_server_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64_t step,
                               uint32_t status, const char *text);
 

@@ -166,6 +166,18 @@ static int was_refused(const serve_remote *r, int64_t step) {
     return 0;
 }
 
+/* A RESTORE of `step` that did not happen everywhere (under r->mu): which step each ps holds
+ * is not known, so no pass runs until a refresh restores one on all of them. Returns -1. */
+static int unknown(serve_remote *r, const char *what, int64_t step, const char *why) {
+    r->dirty = 1;
+    publish(r, 0, 0);
+    fprintf(stderr,
+            "%s: cannot %s step %" PRId64 " now: %s; not answering until they hold one step "
+            "again\n",
+            r->o.log, what, step, why);
+    return -1;
+}
+
 /* Every ps to checkpoint `step` (under r->mu). Returns 0 when they all hold it; 1 when a ps
  * refused it (it does not verify: remembered, never tried again) and every ps is back on the
  * serving step; -1 when it could not be done now (a ps unreachable, or no longer this
@@ -183,15 +195,8 @@ static int switch_to(serve_remote *r, int64_t step) {
                 serving >= 0 ? " (reloaded)" : "");
         return 0;
     }
-    if (st != PF_ERR_FORMAT) { /* no answer, or not this server's, or not now: nothing known */
-        r->dirty = 1;
-        publish(r, 0, 0);
-        fprintf(stderr,
-                "%s: cannot switch the ps tasks to step %" PRId64 " now: %s; not answering "
-                "until they hold one step again\n",
-                r->o.log, step, err.message);
-        return -1;
-    }
+    if (st != PF_ERR_FORMAT) /* no answer, or not this server's, or not now: nothing known */
+        return unknown(r, "switch the ps tasks to", step, err.message);
     r->refused_steps[r->n_refused++ % REFUSED_MAX] = step;
     publish(r, 0, 1);
     fprintf(stderr, "%s: refusing checkpoint step-%" PRId64 " of %s: %s%s\n", r->o.log, step,
@@ -199,15 +204,8 @@ static int switch_to(serve_remote *r, int64_t step) {
     if (serving < 0)
         return 1;
     /* Some ps may have switched before another refused: all of them go back. */
-    if ((st = restore(r, serving, &err)) != PF_OK) {
-        r->dirty = 1;
-        publish(r, 0, 0);
-        fprintf(stderr,
-                "%s: the ps tasks cannot go back to step %" PRId64 " now (%s): not "
-                "answering until they can\n",
-                r->o.log, serving, err.message);
-        return -1;
-    }
+    if ((st = restore(r, serving, &err)) != PF_OK)
+        return unknown(r, "put the ps tasks back on", serving, err.message);
     r->dirty = 0;
     publish(r, 0, 0);
     fprintf(stderr, "%s: still serving step %" PRId64 "\n", r->o.log, serving);
@@ -251,13 +249,11 @@ static int pull(serve_remote *r) {
         worker_link_set_plan(r->link, &r->plan);
         pf_status st = worker_link_pull(r->link, NULL, r->params, r->versions, &err);
         worker_link_set_plan(r->link, NULL);
+        /* An ERROR answer (another server took the ps tasks: STALE_INCARNATION) says
+         * the ps tasks are not this server's to read: none serves until a restore. */
+        if (st == PF_ERR_INVALID)
+            return unknown(r, "read", r->step, err.message);
         if (st != PF_OK) {
-            /* An ERROR answer (another server took the ps tasks: STALE_INCARNATION) says
-             * the ps tasks are not this server's to read: none serves until a restore. */
-            if (st == PF_ERR_INVALID) {
-                r->dirty = 1;
-                publish(r, 0, 0);
-            }
             fprintf(stderr, "%s: pulling a pass's rows: %s\n", r->o.log, err.message);
             return -1;
         }
@@ -267,14 +263,8 @@ static int pull(serve_remote *r) {
             return 0;
         fprintf(stderr, "%s: ps %d restarted (version %" PRIu64 "): back to step %" PRId64 "\n",
                 r->o.log, ps, version, r->step);
-        r->dirty = 1;
-        if (restore(r, r->step, &err) != PF_OK) {
-            publish(r, 0, 0);
-            fprintf(stderr, "%s: %s; not answering until the ps tasks hold one step again\n",
-                    r->o.log, err.message);
-            return -1;
-        }
-        r->dirty = 0;
+        if (restore(r, r->step, &err) != PF_OK)
+            return unknown(r, "put the restarted ps back on", r->step, err.message);
     }
     return -1;
 }

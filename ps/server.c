@@ -411,7 +411,7 @@ static void handle_pull(ps_server *s, peer *p, uint64_t conn, const pf_wire_msg 
                         m->type == PF_WIRE_PULL ? "pull" : "pull rows");
         return;
     }
-    if (ps_server_stale_reader(s, p, m->request_id))
+    if (s->read_only && ps_server_stale_reader(s, p, m->request_id))
         return;
     if (ps_server_check_pull(s, conn, m->request_id, &pull) == 0)
         ps_server_pull_or_park(s, p, m->request_id, &pull, 0, NULL);

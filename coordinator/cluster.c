@@ -118,11 +118,15 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
     if (have_ps < need_ps(j) || have_workers < need_workers(j)) {
         /* Name the tasks that would get no agent: the last ones of each role. */
         char msg[COORD_TEXT_MAX];
-        int len = behind ? snprintf(msg, sizeof msg,
-                                    "waiting behind job %s (agents are held for the jobs ahead "
-                                    "in the queue): missing",
-                                    behind->name)
-                         : snprintf(msg, sizeof msg, "waiting for agents: missing");
+        int len = 0;
+        if (j->preempted_by[0])
+            len = snprintf(msg, sizeof msg, "preempted by job %s; ", j->preempted_by);
+        len += behind
+                   ? snprintf(msg + len, sizeof msg - (size_t)len,
+                              "waiting behind job %s (agents are held for the jobs ahead "
+                              "in the queue): missing",
+                              behind->name)
+                   : snprintf(msg + len, sizeof msg - (size_t)len, "waiting for agents: missing");
         int listed = 0, ps_seen = 0, worker_seen = 0;
         for (int i = 0; i < j->n_tasks && len < (int)sizeof msg - 40; i++) {
             coord_task *t = &j->tasks[i];
@@ -153,6 +157,7 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
         return false;
     }
     j->generation++;
+    j->preempted_by[0] = '\0';
     bool restart = j->generation > 1;
     coord_job_restart_rate(j, now);
     for (int k = 0; k < j->n_tasks; k++) {
@@ -326,12 +331,163 @@ static void set_queue(coord_cluster *c, coord_job *j, int position, const coord_
     coord_job_event(c, j, now);
 }
 
+/* --- preemption --- */
+
+static bool training_complete(coord_job *j);
+
+/* Whether running job v may be stopped so that waiting job j gets its agents: v is of lower
+ * priority, preemptible, and still training (its evaluator's last evaluation is not cut). */
+static bool preemptible_by(coord_job *v, const coord_job *j) {
+    return v != j && !v->deleted && v->phase == COORD_RUNNING && !training_complete(v) &&
+           v->spec.run_policy.preemptible &&
+           v->spec.run_policy.priority < j->spec.run_policy.priority;
+}
+
+/* The order victims are taken in: the lowest priority first, then the latest started (the
+ * least training to repeat), then the later submitted. */
+static int victim_before(const void *a, const void *b) {
+    const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
+    if (x->spec.run_policy.priority != y->spec.run_policy.priority)
+        return x->spec.run_policy.priority < y->spec.run_policy.priority ? -1 : 1;
+    if (x->start_time != y->start_time)
+        return x->start_time > y->start_time ? -1 : 1;
+    return (x->create_time < y->create_time) - (x->create_time > y->create_time);
+}
+
+/* The live agents of each role job j's training tasks hold. */
+static void job_agents(const coord_cluster *c, const coord_job *j, int *ps, int *workers) {
+    *ps = *workers = 0;
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *n = c->nodes[i];
+        if (!n->lost && !n->deleted && !strcmp(n->job, j->name) && !coord_serving_node(n)) {
+            *ps += !strcmp(n->role, "ps");
+            *workers += !strcmp(n->role, "worker");
+        }
+    }
+}
+
+/* Stops job v for waiting job `by`: its agents are freed (they stop its tasks on their next
+ * heartbeat) and it waits in the queue as Restarting, to be admitted again by itself, its ps
+ * tasks restoring its newest checkpoint. Not a failure: its restarts and backoff are
+ * untouched. */
+static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, double now) {
+    release(c, v, now);
+    v->preemptions++;
+    snprintf(v->preempted_by, sizeof v->preempted_by, "%s", by->name);
+    char from[48] = "";
+    if (v->has_checkpoint)
+        snprintf(from, sizeof from, " (step %" PRId64 ")", v->checkpoint_step);
+    char msg[COORD_TEXT_MAX];
+    snprintf(msg, sizeof msg,
+             "preempted by job %s (priority %d > %d), which takes its agents; it resumes from its "
+             "newest checkpoint%s when agents free up",
+             by->name, by->spec.run_policy.priority, v->spec.run_policy.priority, from);
+    coord_job_set_phase(c, v, COORD_RESTARTING, "Preempted", msg, now);
+    snprintf(msg, sizeof msg, "preempted job %s (priority %d) to take its agents", v->name,
+             v->spec.run_policy.priority);
+    coord_log_event(c, by->name, "Normal", "Preempting", msg, now);
+}
+
+/* Waiting job j lacks short_ps ps and short_workers worker agents beyond those idle or
+ * stopping: stops running jobs of lower priority (victim_before's order, only those holding
+ * agents of a role still short) when together they free enough, else none. Returns whether
+ * it stopped any. */
+static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_workers,
+                        double now) {
+    coord_job **victims = pf_mallocarray((size_t)c->n_jobs, sizeof *victims);
+    if (!victims)
+        return false; /* out of memory: nobody preempted this round */
+    int n = 0, taken = 0;
+    for (int i = 0; i < c->n_jobs; i++)
+        if (preemptible_by(c->jobs[i], j))
+            victims[n++] = c->jobs[i];
+    qsort(victims, (size_t)n, sizeof *victims, victim_before);
+    for (int i = 0; i < n && (short_ps > 0 || short_workers > 0); i++) {
+        int ps, workers;
+        job_agents(c, victims[i], &ps, &workers);
+        if ((short_ps > 0 && ps > 0) || (short_workers > 0 && workers > 0)) {
+            victims[taken++] = victims[i];
+            short_ps -= ps;
+            short_workers -= workers;
+        }
+    }
+    bool enough = short_ps <= 0 && short_workers <= 0;
+    for (int i = 0; enough && i < taken; i++)
+        preempt(c, victims[i], j, now);
+    pf_free(victims);
+    return enough && taken > 0;
+}
+
+/* --- the queue --- */
+
+/* Agents of each role that are free or about to be: idle, and stopping a task no job holds
+ * any more (a suspended, preempted or restarting job's, until their next heartbeat). */
+typedef struct capacity {
+    int idle_ps, idle_workers, stopping_ps, stopping_workers, live_ps, live_workers;
+} capacity;
+
+static capacity count_capacity(const coord_cluster *c) {
+    capacity k = {0};
+    for (int i = 0; i < c->n_nodes; i++) {
+        const coord_node *nd = c->nodes[i];
+        k.idle_ps += idle(nd, "ps");
+        k.idle_workers += idle(nd, "worker");
+        if (!nd->lost && !nd->deleted) {
+            bool stopping = nd->busy && nd->job[0] == '\0';
+            bool ps = !strcmp(nd->role, "ps"), worker = !strcmp(nd->role, "worker");
+            k.live_ps += ps;
+            k.live_workers += worker;
+            k.stopping_ps += stopping && ps;
+            k.stopping_workers += stopping && worker;
+        }
+    }
+    return k;
+}
+
+/* Walks the waiting jobs in queue order, admitting those that fit. The agents a waiting job
+ * needs are held for it: a job behind it starts only on agents left over after every job
+ * ahead took what it needs, so no later job can take an agent that an earlier (or
+ * higher-priority) one waits for, and a large job is never starved by small ones. A job that
+ * needs more agents of a role than the cluster has at all holds none (it could not start
+ * anyway). The first job that holds agents may preempt (preempt_for); returns whether it did
+ * (the queue is walked again). *spare_workers: the idle worker agents no waiting job holds. */
+static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_workers, double now) {
+    capacity k = count_capacity(c);
+    int held_ps = 0, held_workers = 0, position = 0;
+    const coord_job *first_holder = NULL;
+    for (int q = 0; q < n; q++) {
+        coord_job *j = queue[q].job;
+        int have_ps = k.idle_ps - held_ps, have_workers = k.idle_workers - held_workers;
+        have_ps = have_ps > 0 ? have_ps : 0;
+        have_workers = have_workers > 0 ? have_workers : 0;
+        /* agents held for jobs ahead are among those it lacks */
+        bool held_back =
+            first_holder && ((have_ps < need_ps(j) && have_ps < k.idle_ps) ||
+                             (have_workers < need_workers(j) && have_workers < k.idle_workers));
+        if (admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
+            k.idle_ps -= need_ps(j);
+            k.idle_workers -= need_workers(j);
+            set_queue(c, j, 0, NULL, now);
+            continue;
+        }
+        set_queue(c, j, ++position, held_back ? first_holder : NULL, now);
+        if (need_ps(j) > k.live_ps || need_workers(j) > k.live_workers)
+            continue; /* cannot start on this cluster: holds nothing */
+        if (!first_holder && preempt_for(c, j, need_ps(j) - have_ps - k.stopping_ps,
+                                         need_workers(j) - have_workers - k.stopping_workers, now))
+            return true;
+        held_ps += need_ps(j);
+        held_workers += need_workers(j);
+        if (!first_holder)
+            first_holder = j;
+    }
+    *spare_workers = k.idle_workers - held_workers;
+    return false;
+}
+
 /* Running jobs first (a replacement, or a worker added live, keeps going a job that holds
- * agents already), then the waiting ones in queue order. The agents a waiting job needs are
- * held for it: a job behind it starts only on agents left over after every job ahead took
- * what it needs, so no later job can take an agent that an earlier (or higher-priority) one
- * waits for, and a large job is never starved by small ones. A job that needs more agents of
- * a role than the cluster has at all holds none (it could not start anyway). */
+ * agents already), then the waiting ones in queue order (admit_queue), again after a
+ * preemption made some wait. */
 static void admit_all(coord_cluster *c, double now) {
     for (int i = 0; i < c->n_jobs; i++)
         if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
@@ -339,50 +495,21 @@ static void admit_all(coord_cluster *c, double now) {
     queued *queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
     if (!queue)
         return; /* out of memory: nothing admitted this round */
-    int n = 0;
-    for (int i = 0; i < c->n_jobs; i++)
-        if (waiting(c->jobs[i]))
-            queue[n++] = (queued){c->jobs[i], i};
-        else if (c->jobs[i]->queue_position)
-            set_queue(c, c->jobs[i], 0, NULL, now);
-    qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
-    int idle_ps = 0, idle_workers = 0, live_ps = 0, live_workers = 0;
-    for (int i = 0; i < c->n_nodes; i++) {
-        const coord_node *nd = c->nodes[i];
-        idle_ps += idle(nd, "ps");
-        idle_workers += idle(nd, "worker");
-        if (!nd->lost && !nd->deleted) {
-            live_ps += !strcmp(nd->role, "ps");
-            live_workers += !strcmp(nd->role, "worker");
-        }
-    }
-    int held_ps = 0, held_workers = 0, position = 0;
-    const coord_job *first_holder = NULL;
-    for (int q = 0; q < n; q++) {
-        coord_job *j = queue[q].job;
-        int have_ps = idle_ps - held_ps, have_workers = idle_workers - held_workers;
-        have_ps = have_ps > 0 ? have_ps : 0;
-        have_workers = have_workers > 0 ? have_workers : 0;
-        /* agents held for jobs ahead are among those it lacks */
-        bool held_back =
-            first_holder && ((have_ps < need_ps(j) && have_ps < idle_ps) ||
-                             (have_workers < need_workers(j) && have_workers < idle_workers));
-        if (admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
-            idle_ps -= need_ps(j);
-            idle_workers -= need_workers(j);
-            set_queue(c, j, 0, NULL, now);
-            continue;
-        }
-        set_queue(c, j, ++position, held_back ? first_holder : NULL, now);
-        if (need_ps(j) > live_ps || need_workers(j) > live_workers)
-            continue; /* cannot start on this cluster: holds nothing */
-        held_ps += need_ps(j);
-        held_workers += need_workers(j);
-        if (!first_holder)
-            first_holder = j;
+    int spare_workers = 0;
+    /* each walk that preempts stops at least one running job: at most n_jobs + 1 walks */
+    for (int walk = 0; walk <= c->n_jobs; walk++) {
+        int n = 0;
+        for (int i = 0; i < c->n_jobs; i++)
+            if (waiting(c->jobs[i]))
+                queue[n++] = (queued){c->jobs[i], i};
+            else if (c->jobs[i]->queue_position)
+                set_queue(c, c->jobs[i], 0, NULL, now);
+        qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
+        if (!admit_queue(c, queue, n, &spare_workers, now))
+            break;
     }
     pf_free(queue);
-    coord_serving_place(c, idle_workers - held_workers, now); /* what no waiting job holds */
+    coord_serving_place(c, spare_workers, now); /* what no waiting job holds */
 }
 
 /* --- failures --- */

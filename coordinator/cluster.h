@@ -180,6 +180,10 @@ typedef struct coord_job {
      * the job whose held agents keep it waiting ("" when none: the cluster lacks them) */
     int queue_position;
     char queue_behind[PF_NAME_MAX + 1];
+    /* times a job of higher priority stopped it to take its agents, and the newest such job
+     * while it waits to resume ("" when none, or once it runs again); kept in the status */
+    int preemptions;
+    char preempted_by[PF_NAME_MAX + 1];
     int n_tasks;
     coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
     int n_serving;

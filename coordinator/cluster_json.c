@@ -141,10 +141,14 @@ json_t *coord_job_status_json(const coord_job *j) {
         json_object_set_new(
             out, "queue",
             j->queue_position > 0
-                ? json_pack("{s:i, s:i, s:o}", "position", j->queue_position, "priority",
+                ? json_pack("{s:i, s:i, s:o, s:o}", "position", j->queue_position, "priority",
                             j->spec.run_policy.priority, "behind",
-                            j->queue_behind[0] ? json_string(j->queue_behind) : json_null())
+                            j->queue_behind[0] ? json_string(j->queue_behind) : json_null(),
+                            "preempted_by",
+                            j->preempted_by[0] ? json_string(j->preempted_by) : json_null())
                 : json_null());
+    if (out) /* times a job of higher priority stopped it (run_policy.preemptible) */
+        json_object_set_new(out, "preemptions", json_integer(j->preemptions));
     if (out) /* bad input lines skipped (data.on_error skip) */
         json_object_set_new(out, "bad_lines_skipped", json_integer((json_int_t)j->bad_lines));
     if (out) /* data.splits dynamic: ps 0's work queue (null until it reports one) */
@@ -241,6 +245,9 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     const char *behind = json_string_value(json_object_get(q, "behind"));
     j->queue_position = (int)json_integer_value(json_object_get(q, "position"));
     snprintf(j->queue_behind, sizeof j->queue_behind, "%s", behind ? behind : "");
+    const char *by = json_string_value(json_object_get(q, "preempted_by"));
+    snprintf(j->preempted_by, sizeof j->preempted_by, "%s", by ? by : "");
+    j->preemptions = (int)json_integer_value(json_object_get(s, "preemptions"));
     j->eval_loss = num(s, "eval_loss");
     j->eval_accuracy = num(s, "eval_accuracy");
     json_t *es = json_object_get(s, "eval_step");

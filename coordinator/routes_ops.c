@@ -202,6 +202,11 @@ static char *prometheus(coord_server *s) {
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,
             c->jobs[i]->restarts);
+    family(&t, "psflow_job_preemptions_total", "counter",
+           "Times a job of higher priority stopped each job to take its agents.");
+    for (int i = 0; i < c->n_jobs; i++)
+        put(&t, "psflow_job_preemptions_total{job=\"%s\"} %d\n", c->jobs[i]->name,
+            c->jobs[i]->preemptions);
     family(&t, "psflow_http_connections", "gauge",
            "Open HTTP connections, the reserve for agents and probes included.");
     put(&t, "psflow_http_connections %d\n",

@@ -215,6 +215,7 @@ static const field run_policy_fields[] = {
     {"active_deadline_seconds", K_INT64, AT(run_policy.active_deadline_seconds), .min = 0,
      .max = INT64_MAX},
     {"priority", K_INT, AT(run_policy.priority), .min = -1000, .max = 1000},
+    {"preemptible", K_BOOL, AT(run_policy.preemptible), .def = true},
 };
 
 static const field serving_fields[] = {

@@ -96,13 +96,15 @@ static void test_no_overtaking(void **state) {
     coord_cluster_deinit(&c);
 }
 
-/* A job of higher priority submitted later goes ahead of one waiting already. */
+/* A job of higher priority submitted later goes ahead of one waiting already (the running
+ * job is not preemptible). */
 static void test_priority(void **state) {
     (void)state;
     coord_cluster c;
     coord_cluster_init(&c, LEASE);
     coord_node *ps, *w;
-    coord_job *busy = running_pair(&c, "busy", "", T0, &ps, &w);
+    coord_job *busy =
+        running_pair(&c, "busy", ", \"run_policy\": {\"preemptible\": false}", T0, &ps, &w);
     pf_job_spec spec;
     make_spec(&spec, "low", 1, 1, "");
     coord_job *low = submit(&c, &spec, T0 + 1);
@@ -149,11 +151,136 @@ static void test_too_large_holds_nothing(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A job of higher priority preempts a running one of lower priority: the victim's agents stop
+ * its tasks, the new job takes them, and the victim resumes by itself once they free again. */
+static void test_preemption(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *low = running_pair(&c, "low", "", T0, &ps, &w);
+    assert_int_equal(low->generation, 1);
+    take_events(&c, NULL, NULL);
+    pf_job_spec spec;
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 1);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    assert_condition(low, "Restarting", "True", "Preempted");
+    assert_non_null(strstr(find_condition(low, "Restarting")->message,
+                           "preempted by job high (priority 10 > 0)"));
+    assert_non_null(strstr(low->message, "preempted by job high; waiting for agents"));
+    assert_int_equal(low->preemptions, 1);
+    assert_int_equal(low->restarts, 0); /* not a failure */
+    assert_int_equal(take_events(&c, "log", "Preempting"), 1);
+    /* the agents still stop low's tasks: high waits for them, nobody else is preempted */
+    assert_int_equal(high->phase, COORD_CREATED);
+    coord_cluster_tick(&c, T0 + 1.5);
+    assert_int_equal(low->preemptions, 1);
+    json_t *status;
+    json_t *q = queue_of(low, &status);
+    assert_non_null(q);
+    assert_string_equal(json_string_value(json_object_get(q, "preempted_by")), "high");
+    assert_int_equal(json_integer_value(json_object_get(status, "preemptions")), 1);
+    json_decref(status);
+
+    report(&c, ps, "idle", 0, T0 + 2);
+    report(&c, w, "idle", 0, T0 + 2);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    assert_assigned(high, ps, "ps", 0, 1);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    assert_non_null(strstr(low->message, "preempted by job high; waiting for agents"));
+    assert_queue(low, 1, 0, NULL);
+
+    finish_job(&c, high, ps, w, T0 + 3);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_int_equal(low->generation, 2);
+    assert_assigned(low, w, "worker", 0, 2);
+    assert_int_equal(low->restarts, 0);
+    assert_string_equal(low->preempted_by, "");
+    assert_queue(low, 0, 0, NULL);
+    coord_cluster_deinit(&c);
+}
+
+/* Never preempted: a job with run_policy.preemptible false, and one of the same priority; a
+ * job that would not fit even with every victim preempts none. */
+static void test_no_preemption(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *keep =
+        running_pair(&c, "keep", ", \"run_policy\": {\"preemptible\": false}", T0, &ps, &w);
+    pf_job_spec spec;
+    make_spec(&spec, "urgent", 1, 1, ", \"run_policy\": {\"priority\": 100}");
+    coord_job *urgent = submit(&c, &spec, T0 + 1);
+    assert_int_equal(keep->phase, COORD_RUNNING);
+    assert_int_equal(keep->preemptions, 0);
+    assert_int_equal(urgent->phase, COORD_CREATED);
+    finish_job(&c, keep, ps, w, T0 + 2);
+    assert_int_equal(urgent->phase, COORD_RUNNING);
+
+    make_spec(&spec, "same", 1, 1, ", \"run_policy\": {\"priority\": 100}");
+    coord_job *same = submit(&c, &spec, T0 + 3);
+    assert_int_equal(urgent->phase, COORD_RUNNING);
+    assert_int_equal(same->phase, COORD_CREATED);
+
+    /* two ps wanted, the one a lower job holds is not enough (a second exists but is
+     * preemptible: false): nothing stopped */
+    finish_job(&c, urgent, ps, w, T0 + 4);
+    assert_int_equal(same->phase, COORD_RUNNING);
+    coord_node *ps_b = add_node(&c, "ps-b", "ps", T0 + 5);
+    add_node(&c, "w-b", "worker", T0 + 5);
+    make_spec(&spec, "fixed", 1, 1, ", \"run_policy\": {\"priority\": 50, \"preemptible\": false}");
+    coord_job *fixed = submit(&c, &spec, T0 + 5);
+    assert_int_equal(fixed->phase, COORD_RUNNING);
+    assert_assigned(fixed, ps_b, "ps", 0, 1);
+    make_spec(&spec, "wide", 2, 1, ", \"run_policy\": {\"priority\": 200}");
+    coord_job *wide = submit(&c, &spec, T0 + 6);
+    assert_int_equal(wide->phase, COORD_CREATED);
+    assert_int_equal(same->phase, COORD_RUNNING); /* alone, it would not free enough */
+    assert_int_equal(same->preemptions, 0);
+    assert_int_equal(fixed->phase, COORD_RUNNING);
+    coord_cluster_deinit(&c);
+}
+
+/* Victims: the lowest priority first, and only as many as the preempting job needs. */
+static void test_preemption_victims(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps_a = add_node(&c, "ps-a", "ps", T0), *ps_b = add_node(&c, "ps-b", "ps", T0);
+    coord_node *w_a = add_node(&c, "w-a", "worker", T0), *w_b = add_node(&c, "w-b", "worker", T0);
+    pf_job_spec spec;
+    make_spec(&spec, "mid", 1, 1, ", \"run_policy\": {\"priority\": 5}");
+    coord_job *mid = submit(&c, &spec, T0 + 1);
+    make_spec(&spec, "low", 1, 1, ", \"run_policy\": {\"priority\": -5}");
+    coord_job *low = submit(&c, &spec, T0 + 2);
+    assert_int_equal(mid->phase, COORD_RUNNING);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    coord_node *all[] = {ps_a, ps_b, w_a, w_b};
+    for (int i = 0; i < 4; i++)
+        report(&c, all[i], "running", 0, T0 + 3);
+
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 4);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    assert_int_equal(mid->phase, COORD_RUNNING);
+    assert_int_equal(mid->preemptions, 0);
+    for (int i = 0; i < 4; i++)
+        if (!all[i]->job[0])
+            report(&c, all[i], "idle", 0, T0 + 5);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    assert_int_equal(mid->phase, COORD_RUNNING);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    assert_queue(low, 1, -5, NULL);
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_no_overtaking),
-        cmocka_unit_test(test_priority),
-        cmocka_unit_test(test_too_large_holds_nothing),
+        cmocka_unit_test(test_no_overtaking),           cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_too_large_holds_nothing), cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_no_preemption),           cmocka_unit_test(test_preemption_victims),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -302,7 +302,7 @@ static void test_defaults(void **state) {
               "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
               "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
               "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-              "\"active_deadline_seconds\":0,\"priority\":0},"
+              "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true},"
               "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
@@ -463,7 +463,7 @@ static void test_design_example(void **state) {
         "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-        "\"active_deadline_seconds\":0,\"priority\":0},"
+        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true},"
         "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);

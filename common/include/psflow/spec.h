@@ -245,6 +245,9 @@ typedef struct pf_run_policy_spec {
     int backoff_limit;               /* >= 0 [3] */
     int64_t active_deadline_seconds; /* >= 0, 0 = none [0] */
     int priority; /* -1000..1000 [0]: a waiting job of higher priority is admitted first */
+    /* [true]: a waiting job of higher priority that cannot start otherwise may stop it and
+     * take its agents; it resumes from its newest checkpoint when agents free up */
+    bool preemptible;
 } pf_run_policy_spec;
 
 /* "serving": prediction servers the coordinator runs on worker agents from the job's start

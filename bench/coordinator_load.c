@@ -10,14 +10,21 @@
  * Phases, in order, each over the same connections:
  *   livez      GET /livez for --seconds: the cheapest route, the baseline of this run.
  *   register   --agents POST /api/v1/nodes (role worker), split over the threads.
+ *   submit     --jobs POST /api/v1/jobs (not timed): jobs of one ps task and two workers,
+ *              which wait in the queue for the whole run (the agents are all worker agents),
+ *              so every scheduling round walks them.
  *   heartbeat  POST /api/v1/nodes/{id}/heartbeat {"state":"idle"} for --seconds, each
- *              thread cycling over its own agents.
+ *              thread cycling over its own agents: as fast as the coordinator answers, or
+ *              with --rate HZ each agent HZ times a second (each thread paces its agents'
+ *              heartbeats evenly; one it cannot send on time is sent at once and counted
+ *              late).
  *   livez      the baseline again; the ratio divides by the mean of both baselines, so a
  *              shared machine getting busier or quieter during the run does not bias it.
  *   deregister DELETE /api/v1/nodes/{id} for every agent (not timed), unless --keep.
  * Targets: >= 5000 heartbeats/s with p99 < 20 ms on 2 cores.
  *
- * usage: coordinator_load --url http://HOST:PORT [--agents N] [--threads T] [--seconds S] [--keep]
+ * usage: coordinator_load --url http://HOST:PORT [--agents N] [--threads T] [--seconds S]
+ *                         [--rate HZ] [--jobs N] [--keep]
  * The bearer token comes from PSFLOW_TOKEN or PSFLOW_TOKEN_FILE, as for every client.
  */
 #include <errno.h>
@@ -44,8 +51,8 @@ typedef struct options {
     char host[256];
     char port[16];
     char token[512];
-    int agents, threads;
-    double seconds;
+    int agents, threads, jobs;
+    double seconds, rate;
     bool keep;
 } options;
 
@@ -64,15 +71,16 @@ typedef struct samples {
     size_t n, cap;
 } samples;
 
-typedef enum { PHASE_LIVEZ, PHASE_REGISTER, PHASE_HEARTBEAT, PHASE_DEREGISTER } phase;
+typedef enum { PHASE_LIVEZ, PHASE_REGISTER, PHASE_SUBMIT, PHASE_HEARTBEAT, PHASE_DEREGISTER } phase;
 
 typedef struct worker_arg {
     conn c;
     phase ph;
     int first_agent, n_agents; /* this thread's agents: [first_agent, first_agent + n_agents) */
-    double end;                /* timed phases run until this pf_clock_now() */
+    int first_job, n_jobs;     /* this thread's jobs to submit, likewise */
+    double start, end;         /* timed phases run until this pf_clock_now() */
     samples lat;
-    long requests, errors;
+    long requests, errors, late;
     char first_bad_body[512]; /* "METHOD PATH -> STATUS BODY" of the first failure */
 } worker_arg;
 
@@ -293,6 +301,19 @@ static void agent_id(char *out, size_t size, int i) {
     snprintf(out, size, "bench-agent-%05d", i);
 }
 
+/* --rate: waits until the i-th heartbeat of this thread is due; counts it late when it is
+ * more than a millisecond past. */
+static void pace(worker_arg *w, long i) {
+    double rate = w->c.opt->rate;
+    if (rate <= 0)
+        return;
+    double due = w->start + (double)i / (rate * (double)w->n_agents), now = pf_clock_now();
+    if (due > now)
+        pf_clock_sleep(due - now);
+    else if (now - due > 1e-3)
+        w->late++;
+}
+
 static void *run_worker(void *p) {
     worker_arg *w = p;
     char path[256], body[512];
@@ -318,9 +339,23 @@ static void *run_worker(void *p) {
                      id, 20000 + agent % 40000);
             req_body = body;
             break;
+        case PHASE_SUBMIT:
+            if (i >= w->n_jobs)
+                return NULL;
+            method = "POST";
+            snprintf(path, sizeof path, "/api/v1/jobs");
+            snprintf(body, sizeof body,
+                     "{\"name\":\"bench-queued-%05ld\",\"replicas\":{\"ps\":1,\"worker\":2},"
+                     "\"model\":{\"type\":\"linear\",\"inputs\":1},"
+                     "\"data\":{\"format\":\"synthetic_linear\"},"
+                     "\"run_policy\":{\"priority\":%ld}}",
+                     w->first_job + i, (w->first_job + i) % 7);
+            req_body = body;
+            break;
         case PHASE_HEARTBEAT:
             if (pf_clock_now() >= w->end || !w->n_agents)
                 return NULL;
+            pace(w, i);
             method = "POST";
             snprintf(path, sizeof path, "/api/v1/nodes/%s/heartbeat", id);
             req_body = "{\"state\":\"idle\"}";
@@ -359,7 +394,7 @@ static int cmp_float(const void *a, const void *b) {
 
 typedef struct result {
     double rate, p50_ms, p99_ms, max_ms, seconds;
-    long requests, errors;
+    long requests, errors, late;
 } result;
 
 /* Runs one phase on every thread and merges the threads' figures. */
@@ -368,9 +403,10 @@ static int run_phase(worker_arg *w, int threads, phase ph, double seconds, resul
     pthread_t tid[64];
     for (int t = 0; t < threads; t++) {
         w[t].ph = ph;
+        w[t].start = start;
         w[t].end = start + seconds;
         w[t].lat.n = 0;
-        w[t].requests = w[t].errors = 0;
+        w[t].requests = w[t].errors = w[t].late = 0;
         w[t].first_bad_body[0] = 0;
         if (pthread_create(&tid[t], NULL, run_worker, &w[t]) != 0) {
             fprintf(stderr, "coordinator bench: pthread_create failed\n");
@@ -386,6 +422,7 @@ static int run_phase(worker_arg *w, int threads, phase ph, double seconds, resul
         n += w[t].lat.n;
         out->requests += w[t].requests;
         out->errors += w[t].errors;
+        out->late += w[t].late;
         if (w[t].errors)
             fprintf(stderr, "  thread %d: %ld failed requests, first: %s\n", t, w[t].errors,
                     w[t].first_bad_body);
@@ -437,7 +474,7 @@ static int parse_url(const char *url, options *o) {
 
 static int usage(void) {
     fprintf(stderr, "usage: coordinator_load --url http://HOST:PORT [--agents N] [--threads T] "
-                    "[--seconds S] [--keep]\n");
+                    "[--seconds S] [--rate HZ] [--jobs N] [--keep]\n");
     return 64;
 }
 
@@ -453,13 +490,18 @@ int main(int argc, char **argv) {
             opt.threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             opt.seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rate") && i + 1 < argc)
+            opt.rate = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--jobs") && i + 1 < argc)
+            opt.jobs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--keep"))
             opt.keep = true;
         else
             return usage();
     }
     if (!url || parse_url(url, &opt) != 0 || opt.agents < 1 || opt.threads < 1 ||
-        opt.threads > 64 || opt.agents < opt.threads || !(opt.seconds > 0))
+        opt.threads > 64 || opt.agents < opt.threads || !(opt.seconds > 0) || opt.jobs < 0 ||
+        opt.jobs > 99999 || !(opt.rate >= 0))
         return usage();
     /* Progress lines show up as each phase ends, also when piped. */
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -482,11 +524,17 @@ int main(int argc, char **argv) {
         /* Agents are split as evenly as integers allow. */
         w[t].first_agent = (int)((long)opt.agents * t / opt.threads);
         w[t].n_agents = (int)((long)opt.agents * (t + 1) / opt.threads) - w[t].first_agent;
+        w[t].first_job = (int)((long)opt.jobs * t / opt.threads);
+        w[t].n_jobs = (int)((long)opt.jobs * (t + 1) / opt.threads) - w[t].first_job;
     }
 
     printf("coordinator %s:%s, %d client threads (one keep-alive connection each), %d agents, "
-           "%.1f s per timed phase\n",
-           opt.host, opt.port, opt.threads, opt.agents, opt.seconds);
+           "%d waiting jobs, heartbeats %s, %.1f s per timed phase\n",
+           opt.host, opt.port, opt.threads, opt.agents, opt.jobs,
+           opt.rate > 0 ? "paced" : "as fast as answered", opt.seconds);
+    if (opt.rate > 0)
+        printf("paced: each agent %.2f heartbeats/s, %.0f/s in all\n", opt.rate,
+               opt.rate * opt.agents);
     result livez1, reg, hb, livez2;
     int rc = 0;
     if (run_phase(w, opt.threads, PHASE_LIVEZ, opt.seconds, &livez1) != 0)
@@ -499,17 +547,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "coordinator bench: %ld registrations failed\n", reg.errors);
         rc = 1;
     } else {
+        if (opt.jobs) {
+            result sub;
+            if (run_phase(w, opt.threads, PHASE_SUBMIT, 0, &sub) != 0)
+                return 70;
+            print_result("submit", &sub);
+            if (sub.errors)
+                rc = 1;
+        }
         if (run_phase(w, opt.threads, PHASE_HEARTBEAT, opt.seconds, &hb) != 0)
             return 70;
         print_result("heartbeat", &hb);
+        if (opt.rate > 0)
+            printf("heartbeats sent more than 1 ms late: %ld of %ld\n", hb.late, hb.requests);
         if (run_phase(w, opt.threads, PHASE_LIVEZ, opt.seconds, &livez2) != 0)
             return 70;
         print_result("livez", &livez2);
         double base = (livez1.rate + livez2.rate) / 2;
         printf("heartbeat throughput = %.2f x livez throughput (livez mean %.0f req/s)\n",
                base > 0 ? hb.rate / base : 0.0, base);
-        printf("targets: heartbeats/s %.0f (>= 5000: %s), p99 %.2f ms (< 20 ms: %s)\n", hb.rate,
-               hb.rate >= 5000 ? "met" : "MISSED", hb.p99_ms, hb.p99_ms < 20 ? "met" : "MISSED");
+        if (opt.rate > 0)
+            printf("targets: heartbeats/s %.0f of %.0f asked, p99 %.2f ms (< 20 ms: %s)\n", hb.rate,
+                   opt.rate * opt.agents, hb.p99_ms, hb.p99_ms < 20 ? "met" : "MISSED");
+        else
+            printf("targets: heartbeats/s %.0f (>= 5000: %s), p99 %.2f ms (< 20 ms: %s)\n", hb.rate,
+                   hb.rate >= 5000 ? "met" : "MISSED", hb.p99_ms,
+                   hb.p99_ms < 20 ? "met" : "MISSED");
         if (hb.errors)
             rc = 1;
     }

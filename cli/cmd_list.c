@@ -1,5 +1,6 @@
 /* cmd_list.c - `psflow list`: the coordinator's jobs as a table (GET /api/v1/jobs, every
- * page: the list is paginated and each page's metadata.continue asks for the next). */
+ * page: the list is paginated and each page's metadata.continue asks for the next);
+ * `--queue`: the jobs waiting for agents, in queue order, with what each waits for. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@ static void ready_desired(const json_t *item, const char *type, char *buf, size_
         snprintf(buf, cap, "%lld/%lld", api_jint(rep, "ready", 0), api_jint(rep, "desired", 0));
 }
 
-#define LIST_PAGE 500 /* jobs asked for per request */
+#define LIST_PAGE  500 /* jobs asked for per request */
+#define QUEUE_CELL 256 /* a cell of the queue table: a message is cut there */
 
 /* Every job the coordinator lists, page after page, as one array (new reference); NULL
  * with *rc set after printing why. */
@@ -67,6 +69,23 @@ static json_t *fetch_all(const api_client *c, int *rc) {
     return NULL;
 }
 
+/* Prints rows x cols cells (each `size` bytes, row after row, the header first), each column
+ * as wide as its widest cell, the last one unpadded. */
+static void print_cells(const char *cells, size_t size, size_t rows, int cols) {
+    int width[16] = {0};
+    for (size_t i = 0; i < rows; i++)
+        for (int k = 0; k < cols && k < 16; k++) {
+            int w = (int)strlen(cells + (i * (size_t)cols + (size_t)k) * size);
+            width[k] = w > width[k] ? w : width[k];
+        }
+    for (size_t i = 0; i < rows; i++)
+        for (int k = 0; k < cols && k < 16; k++) {
+            bool last = k + 1 == cols;
+            printf("%-*s%s", last ? 0 : width[k], cells + (i * (size_t)cols + (size_t)k) * size,
+                   last ? "\n" : "   ");
+        }
+}
+
 /* Prints the jobs as a table (n > 0). Returns 0 or PF_EX_OSERR. */
 static int print_table(const json_t *items, size_t n) {
     /* Two passes: format every cell, then print with each column as wide as its widest. */
@@ -106,27 +125,85 @@ static int print_table(const json_t *items, size_t n) {
         else
             snprintf(row[COL_AGE], sizeof(cell), "-");
     }
-    int width[N_COLS] = {0};
-    for (size_t i = 0; i <= n; i++)
-        for (int k = 0; k < N_COLS; k++) {
-            int w = (int)strlen(cells[i * N_COLS + k]);
-            width[k] = w > width[k] ? w : width[k];
+    print_cells(cells[0], sizeof(cell), n + 1, N_COLS);
+    pf_free(cells);
+    return 0;
+}
+
+/* The waiting jobs of items (those with a queue object), in queue order: a new array. */
+static json_t *waiting_jobs(const json_t *items) {
+    json_t *out = json_array();
+    size_t n = json_array_size(items);
+    for (long long pos = 1; out && pos <= (long long)n; pos++) /* positions are 1..waiting */
+        for (size_t i = 0; i < n; i++) {
+            json_t *it = json_array_get(items, i);
+            if (api_jint(json_object_get(it, "queue"), "position", 0) == pos)
+                json_array_append(out, it);
         }
-    for (size_t i = 0; i <= n; i++)
-        for (int k = 0; k < N_COLS; k++) {
-            bool last = k + 1 == N_COLS;
-            printf("%-*s%s", last ? 0 : width[k], cells[i * N_COLS + k], last ? "\n" : "   ");
-        }
+    return out;
+}
+
+/* Prints the waiting jobs in queue order: position, name, priority, phase, reason (with the
+ * job it names), its message and its age. Returns 0 or PF_EX_OSERR. */
+static int print_queue(const json_t *waiting) {
+    size_t n = json_array_size(waiting);
+    if (n == 0) {
+        fprintf(stderr, "psflow list: no job waits for agents\n");
+        return 0;
+    }
+    enum { Q_POS, Q_NAME, Q_PRIORITY, Q_PHASE, Q_REASON, Q_AGE, Q_MESSAGE, Q_COLS };
+    typedef char cell[QUEUE_CELL];
+    cell *cells = pf_mallocarray((n + 1) * Q_COLS, sizeof(cell));
+    if (!cells) {
+        fprintf(stderr, "psflow list: out of memory\n");
+        return PF_EX_OSERR;
+    }
+    static const char *const head[Q_COLS] = {"POS",    "NAME", "PRIORITY", "PHASE",
+                                             "REASON", "AGE",  "MESSAGE"};
+    for (int k = 0; k < Q_COLS; k++)
+        snprintf(cells[k], sizeof(cell), "%s", head[k]);
+    double now = pf_clock_wall();
+    for (size_t i = 0; i < n; i++) {
+        const json_t *it = json_array_get(waiting, i), *q = json_object_get(it, "queue");
+        cell *row = cells + (i + 1) * Q_COLS;
+        const char *reason = api_jstr(q, "reason"), *behind = api_jstr(q, "behind"),
+                   *by = api_jstr(q, "preempted_by");
+        snprintf(row[Q_POS], sizeof(cell), "%lld", api_jint(q, "position", 0));
+        snprintf(row[Q_NAME], sizeof(cell), "%s",
+                 api_jstr(it, "name") ? api_jstr(it, "name") : "?");
+        snprintf(row[Q_PRIORITY], sizeof(cell), "%lld", api_jint(q, "priority", 0));
+        snprintf(row[Q_PHASE], sizeof(cell), "%s",
+                 api_jstr(it, "phase") ? api_jstr(it, "phase") : "-");
+        if (by)
+            snprintf(row[Q_REASON], sizeof(cell), "%s (by %s)", reason ? reason : "-", by);
+        else if (behind)
+            snprintf(row[Q_REASON], sizeof(cell), "%s (for %s)", reason ? reason : "-", behind);
+        else
+            snprintf(row[Q_REASON], sizeof(cell), "%s", reason ? reason : "-");
+        double created;
+        if (pf_text_parse_rfc3339(api_jstr(it, "create_time"), &created))
+            api_format_age(now - created, row[Q_AGE], sizeof(cell));
+        else
+            snprintf(row[Q_AGE], sizeof(cell), "-");
+        snprintf(row[Q_MESSAGE], sizeof(cell), "%s",
+                 api_jstr(it, "message") ? api_jstr(it, "message") : "");
+    }
+    print_cells(cells[0], sizeof(cell), n + 1, Q_COLS);
     pf_free(cells);
     return 0;
 }
 
 int cli_list(const cli_command *cmd, int argc, char **argv) {
     int format;
+    bool queue = false;
     cli_option opts[] = {
         CLI_CHOICE("output", "FORMAT",
                    "text (a table, default) or json (the API's answer); also -o", "text|json",
                    &format),
+        CLI_FLAG("queue",
+                 "only the jobs waiting for agents, in queue order, with the reason each waits "
+                 "(capacity, reserved for a job ahead, preempted, cluster_too_small)",
+                 &queue),
     };
     cli_run run;
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
@@ -135,6 +212,20 @@ int cli_list(const cli_command *cmd, int argc, char **argv) {
     json_t *items = fetch_all(&run.client, &rc);
     if (!items)
         return rc;
+    if (queue) {
+        json_t *waiting = waiting_jobs(items);
+        json_decref(items);
+        if (!waiting) {
+            fprintf(stderr, "psflow list: out of memory\n");
+            return PF_EX_OSERR;
+        }
+        items = waiting;
+        if (format != 1) {
+            rc = print_queue(items);
+            json_decref(items);
+            return rc;
+        }
+    }
     json_t *doc = json_pack("{s:o}", "items", items);
     if (!doc) {
         fprintf(stderr, "psflow list: out of memory\n");

@@ -7,6 +7,7 @@
 #include "coordinator/cluster.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "coordinator/cluster_conditions.h"
 #include "coordinator/cluster_events.h"
 #include "coordinator/cluster_serving.h"
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 
 /* --- tasks --- */
@@ -157,6 +159,9 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
         return false;
     }
     j->generation++;
+    bool resumed = j->preempted_by[0] != '\0'; /* after a preemption: not a restart of its tasks */
+    if (resumed)
+        j->preempted_seconds += now - j->preempted_at;
     j->preempted_by[0] = '\0';
     bool restart = j->generation > 1;
     coord_job_restart_rate(j, now);
@@ -164,7 +169,7 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
         coord_task *t = &j->tasks[k];
         coord_node *n = first_idle(c, task_role(t)); /* counted above, so found */
         give_task(j, k, n, now);
-        if (restart)
+        if (restart && !resumed)
             t->restarts++;
         t->step = 0;
         t->examples_per_sec = 0;
@@ -241,12 +246,24 @@ static void give_running_task(coord_cluster *c, coord_job *j, int k, coord_node 
     coord_job_event(c, j, now);
 }
 
+/* The first idle agent of `role` within *budget (ps, workers; NULL: any), which it uses up. */
+static coord_node *take_idle(coord_cluster *c, const char *role, int *budget) {
+    int *left = budget ? &budget[strcmp(role, "ps") ? 1 : 0] : NULL;
+    if (left && *left <= 0)
+        return NULL;
+    coord_node *n = first_idle(c, role);
+    if (n && left)
+        (*left)--;
+    return n;
+}
+
 /* Gives each task of a running job that lost its agent (task_failed: pending, no agent) the
- * next idle agent of its role, as a new incarnation of the same task in the same generation.
+ * next idle agent of its role (within *budget, as take_idle), as a new incarnation of the
+ * same task in the same generation.
  * Then the workers a live scale-up added: once every ps runs with them, all at once or none,
  * as a job's admission does, so that no added worker runs while another has no agent (the
  * TF_CONFIG of a task lists the workers started so far, coord_job_tf_config). */
-static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
+static void replace_tasks(coord_cluster *c, coord_job *j, int *budget, double now) {
     char msg[COORD_TEXT_MAX];
     int added = 0, top = 0;
     bool short_of_agents = false;
@@ -259,7 +276,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
             top = t->index + 1 > top ? t->index + 1 : top;
             continue;
         }
-        coord_node *n = first_idle(c, task_role(t));
+        coord_node *n = take_idle(c, task_role(t), budget);
         if (!n && strcmp(t->type, "ps") != 0) /* training first: one of its own servers yields */
             n = coord_serving_yield(c, j, t->type, t->index, now);
         if (n) {
@@ -276,6 +293,8 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     int idle_workers = 0;
     for (int i = 0; i < c->n_nodes; i++)
         idle_workers += idle(c->nodes[i], "worker");
+    if (budget && budget[1] < idle_workers)
+        idle_workers = budget[1];
     if (idle_workers < added) {
         /* Name the added workers that would get no agent: the last ones. */
         int len = snprintf(msg, sizeof msg, "waiting for agents to add workers: missing"), seen = 0;
@@ -297,7 +316,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
         if (t->state == TASK_PENDING && !t->node_id[0] && t->incarnation == 0)
-            give_running_task(c, j, k, first_idle(c, "worker"), now); /* counted above */
+            give_running_task(c, j, k, take_idle(c, "worker", budget), now); /* counted above */
     }
 }
 
@@ -319,16 +338,14 @@ static int queue_before(const void *a, const void *b) {
     return (qx->at > qy->at) - (qx->at < qy->at);
 }
 
-/* Records j's place in the queue (0: admitted), telling the clients when it changed. */
-static void set_queue(coord_cluster *c, coord_job *j, int position, const coord_job *behind,
-                      double now) {
-    const char *name = behind ? behind->name : "";
-    if (j->queue_position == position && !strcmp(j->queue_behind, name))
-        return;
+/* Records j's place in the queue (0: admitted). Not stored and no event: every round works
+ * it out again (a reload too), the status reads it from memory, and a submission ahead of a
+ * thousand waiting jobs would otherwise write a thousand rows and events. What a client
+ * watches changes with it anyway: the job's message (admit) and its phase. */
+static void set_queue(coord_job *j, int position, const coord_job *behind, coord_wait reason) {
     j->queue_position = position;
-    snprintf(j->queue_behind, sizeof j->queue_behind, "%s", name);
-    j->dirty = true;
-    coord_job_event(c, j, now);
+    snprintf(j->queue_behind, sizeof j->queue_behind, "%s", behind ? behind->name : "");
+    j->queue_reason = reason;
 }
 
 /* --- preemption --- */
@@ -343,36 +360,45 @@ static bool preemptible_by(coord_job *v, const coord_job *j) {
            v->spec.run_policy.priority < j->spec.run_policy.priority;
 }
 
-/* The order victims are taken in: the lowest priority first, then the latest started (the
- * least training to repeat), then the later submitted. */
+/* The steps job j would train again if it stopped now: those since its newest checkpoint. */
+static int64_t steps_to_repeat(const coord_job *j) {
+    return j->global_step - (j->has_checkpoint ? j->checkpoint_step : 0);
+}
+
+/* The order victims are taken in: the lowest priority first, then the least training to
+ * repeat, then the later submitted. */
 static int victim_before(const void *a, const void *b) {
     const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
     if (x->spec.run_policy.priority != y->spec.run_policy.priority)
         return x->spec.run_policy.priority < y->spec.run_policy.priority ? -1 : 1;
-    if (x->start_time != y->start_time)
-        return x->start_time > y->start_time ? -1 : 1;
+    int64_t rx = steps_to_repeat(x), ry = steps_to_repeat(y);
+    if (rx != ry)
+        return rx < ry ? -1 : 1;
     return (x->create_time < y->create_time) - (x->create_time > y->create_time);
 }
 
-/* The live agents of each role job j's training tasks hold. */
-static void job_agents(const coord_cluster *c, const coord_job *j, int *ps, int *workers) {
+/* The agents of each role job j's training tasks hold: those running, and those given an
+ * agent that has not reported them yet (O(tasks), no walk over the agents). */
+static void job_agents(const coord_job *j, int *ps, int *workers) {
     *ps = *workers = 0;
-    for (int i = 0; i < c->n_nodes; i++) {
-        const coord_node *n = c->nodes[i];
-        if (!n->lost && !n->deleted && !strcmp(n->job, j->name) && !coord_serving_node(n)) {
-            *ps += !strcmp(n->role, "ps");
-            *workers += !strcmp(n->role, "worker");
+    for (int k = 0; k < j->n_tasks; k++) {
+        const coord_task *t = &j->tasks[k];
+        if (t->state == TASK_RUNNING || (t->state == TASK_PENDING && t->node_id[0])) {
+            bool is_ps = !strcmp(task_role(t), "ps");
+            *ps += is_ps;
+            *workers += !is_ps;
         }
     }
 }
 
 /* Stops job v for waiting job `by`: its agents are freed (they stop its tasks on their next
  * heartbeat) and it waits in the queue as Restarting, to be admitted again by itself, its ps
- * tasks restoring its newest checkpoint. Not a failure: its restarts and backoff are
- * untouched. */
+ * tasks restoring its newest checkpoint. Not a failure: its restarts, its tasks' restarts and
+ * its backoff are untouched, and active_deadline_seconds does not count the wait. */
 static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, double now) {
     release(c, v, now);
     v->preemptions++;
+    v->preempted_at = now;
     snprintf(v->preempted_by, sizeof v->preempted_by, "%s", by->name);
     char from[48] = "";
     if (v->has_checkpoint)
@@ -388,34 +414,61 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, double 
     coord_log_event(c, by->name, "Normal", "Preempting", msg, now);
 }
 
+/* A running job that may be stopped, and the agents it would free. */
+typedef struct victim {
+    coord_job *job;
+    int ps, workers;
+} victim;
+
+static int victim_cmp(const void *a, const void *b) {
+    return victim_before(&((const victim *)a)->job, &((const victim *)b)->job);
+}
+
 /* Waiting job j lacks short_ps ps and short_workers worker agents beyond those idle or
- * stopping: stops running jobs of lower priority (victim_before's order, only those holding
- * agents of a role still short) when together they free enough, else none. Returns whether
- * it stopped any. */
+ * stopping: stops running jobs of lower priority when together they free enough, else none.
+ * Victims are taken in victim_before's order, each only while it holds agents of a role still
+ * short; then any whose agents the others already cover is spared again (latest taken first),
+ * so no job is stopped that j does not need. Returns whether it stopped any. */
 static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_workers,
                         double now) {
-    coord_job **victims = pf_mallocarray((size_t)c->n_jobs, sizeof *victims);
-    if (!victims)
+    if (short_ps <= 0 && short_workers <= 0)
+        return false; /* enough agents are idle or about to be: j waits for them */
+    victim *v = pf_mallocarray((size_t)c->n_jobs, sizeof *v);
+    if (!v)
         return false; /* out of memory: nobody preempted this round */
-    int n = 0, taken = 0;
+    int n = 0, taken = 0, ps_free = 0, workers_free = 0;
     for (int i = 0; i < c->n_jobs; i++)
-        if (preemptible_by(c->jobs[i], j))
-            victims[n++] = c->jobs[i];
-    qsort(victims, (size_t)n, sizeof *victims, victim_before);
-    for (int i = 0; i < n && (short_ps > 0 || short_workers > 0); i++) {
-        int ps, workers;
-        job_agents(c, victims[i], &ps, &workers);
-        if ((short_ps > 0 && ps > 0) || (short_workers > 0 && workers > 0)) {
-            victims[taken++] = victims[i];
-            short_ps -= ps;
-            short_workers -= workers;
+        if (preemptible_by(c->jobs[i], j)) {
+            v[n].job = c->jobs[i];
+            job_agents(v[n].job, &v[n].ps, &v[n].workers);
+            ps_free += v[n].ps;
+            workers_free += v[n].workers;
+            n++;
         }
+    if (ps_free < short_ps || workers_free < short_workers) {
+        pf_free(v);
+        return false; /* all of them would not free enough */
     }
-    bool enough = short_ps <= 0 && short_workers <= 0;
-    for (int i = 0; enough && i < taken; i++)
-        preempt(c, victims[i], j, now);
-    pf_free(victims);
-    return enough && taken > 0;
+    qsort(v, (size_t)n, sizeof *v, victim_cmp);
+    int got_ps = 0, got_workers = 0;
+    for (int i = 0; i < n && (got_ps < short_ps || got_workers < short_workers); i++)
+        if ((got_ps < short_ps && v[i].ps > 0) ||
+            (got_workers < short_workers && v[i].workers > 0)) {
+            v[taken++] = v[i];
+            got_ps += v[i].ps;
+            got_workers += v[i].workers;
+        }
+    for (int i = taken - 1; i >= 0; i--) /* spare those the others cover */
+        if (got_ps - v[i].ps >= short_ps && got_workers - v[i].workers >= short_workers) {
+            got_ps -= v[i].ps;
+            got_workers -= v[i].workers;
+            v[i].job = NULL;
+        }
+    for (int i = 0; i < taken; i++)
+        if (v[i].job)
+            preempt(c, v[i].job, j, now);
+    pf_free(v);
+    return taken > 0;
 }
 
 /* --- the queue --- */
@@ -450,8 +503,8 @@ static capacity count_capacity(const coord_cluster *c) {
  * higher-priority) one waits for, and a large job is never starved by small ones. A job that
  * needs more agents of a role than the cluster has at all holds none (it could not start
  * anyway). The first job that holds agents may preempt (preempt_for); returns whether it did
- * (the queue is walked again). *spare_workers: the idle worker agents no waiting job holds. */
-static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_workers, double now) {
+ * (the queue is walked again). spare: the idle ps and worker agents no waiting job holds. */
+static bool admit_queue(coord_cluster *c, queued *queue, int n, int spare[2], double now) {
     capacity k = count_capacity(c);
     int held_ps = 0, held_workers = 0, position = 0;
     const coord_job *first_holder = NULL;
@@ -467,11 +520,16 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
         if (admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
             k.idle_ps -= need_ps(j);
             k.idle_workers -= need_workers(j);
-            set_queue(c, j, 0, NULL, now);
+            set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
             continue;
         }
-        set_queue(c, j, ++position, held_back ? first_holder : NULL, now);
-        if (need_ps(j) > k.live_ps || need_workers(j) > k.live_workers)
+        bool too_large = need_ps(j) > k.live_ps || need_workers(j) > k.live_workers;
+        coord_wait why = j->preempted_by[0] ? COORD_WAIT_PREEMPTED
+                         : too_large        ? COORD_WAIT_TOO_SMALL
+                         : held_back        ? COORD_WAIT_RESERVED
+                                            : COORD_WAIT_CAPACITY;
+        set_queue(j, ++position, held_back ? first_holder : NULL, why);
+        if (too_large)
             continue; /* cannot start on this cluster: holds nothing */
         if (!first_holder && preempt_for(c, j, need_ps(j) - have_ps - k.stopping_ps,
                                          need_workers(j) - have_workers - k.stopping_workers, now))
@@ -481,21 +539,42 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
         if (!first_holder)
             first_holder = j;
     }
-    *spare_workers = k.idle_workers - held_workers;
+    spare[0] = k.idle_ps - held_ps > 0 ? k.idle_ps - held_ps : 0;
+    spare[1] = k.idle_workers - held_workers > 0 ? k.idle_workers - held_workers : 0;
     return false;
 }
 
-/* Running jobs first (a replacement, or a worker added live, keeps going a job that holds
- * agents already), then the waiting ones in queue order (admit_queue), again after a
- * preemption made some wait. */
-static void admit_all(coord_cluster *c, double now) {
+/* The highest priority of the jobs waiting in the queue (INT_MIN when none). */
+static int top_waiting_priority(const coord_cluster *c) {
+    int top = INT_MIN;
     for (int i = 0; i < c->n_jobs; i++)
-        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
-            replace_tasks(c, c->jobs[i], now);
+        if (waiting(c->jobs[i]) && c->jobs[i]->spec.run_policy.priority > top)
+            top = c->jobs[i]->spec.run_policy.priority;
+    return top;
+}
+
+/* Whether running job j gets replacements and added workers before the queue is walked: a
+ * job of a priority no waiting job exceeds keeps going with what it holds first. One of lower
+ * priority gets only agents no waiting job holds (after the walk), so a replacement never
+ * takes an agent a preemption freed, or one a higher-priority job waits for. */
+static bool replaced_first(const coord_job *j, int top) {
+    return j->spec.run_policy.priority >= top;
+}
+
+/* Running jobs first (replaced_first), then the waiting ones in queue order (admit_queue),
+ * again after a preemption made some wait, then the replacements of running jobs of lower
+ * priority than a waiting one within what is left. */
+static void admit_all(coord_cluster *c, double now) {
+    double start = pf_clock_now();
+    int top = top_waiting_priority(c);
+    for (int i = 0; i < c->n_jobs; i++)
+        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted &&
+            replaced_first(c->jobs[i], top))
+            replace_tasks(c, c->jobs[i], NULL, now);
     queued *queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
     if (!queue)
-        return; /* out of memory: nothing admitted this round */
-    int spare_workers = 0;
+        return;            /* out of memory: nothing admitted this round */
+    int spare[2] = {0, 0}; /* ps, workers */
     /* each walk that preempts stops at least one running job: at most n_jobs + 1 walks */
     for (int walk = 0; walk <= c->n_jobs; walk++) {
         int n = 0;
@@ -503,13 +582,20 @@ static void admit_all(coord_cluster *c, double now) {
             if (waiting(c->jobs[i]))
                 queue[n++] = (queued){c->jobs[i], i};
             else if (c->jobs[i]->queue_position)
-                set_queue(c, c->jobs[i], 0, NULL, now);
+                set_queue(c->jobs[i], 0, NULL, COORD_WAIT_CAPACITY);
         qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
-        if (!admit_queue(c, queue, n, &spare_workers, now))
+        if (!admit_queue(c, queue, n, spare, now))
             break;
     }
     pf_free(queue);
-    coord_serving_place(c, spare_workers, now); /* what no waiting job holds */
+    for (int i = 0; i < c->n_jobs; i++)
+        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted &&
+            !replaced_first(c->jobs[i], top))
+            replace_tasks(c, c->jobs[i], spare, now);
+    coord_serving_place(c, spare[1], now); /* what no waiting job holds */
+    double took = pf_clock_now() - start;
+    c->round_seconds[c->rounds++ % COORD_ROUND_SAMPLES] = took;
+    c->round_seconds_sum += took;
 }
 
 /* --- failures --- */
@@ -729,6 +815,7 @@ void coord_job_cancel(coord_cluster *c, coord_job *j, double now) {
     if (coord_job_finished(j))
         return;
     finish(c, j, COORD_FAILED, "Cancelled", "cancelled by request", now);
+    admit_all(c, now); /* agents its tasks never started on are idle at once */
 }
 
 void coord_job_delete(coord_cluster *c, coord_job *j, double now) {
@@ -857,6 +944,10 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
         }
     }
     if (suspend == 1 && j->phase != COORD_SUSPENDED) {
+        if (j->preempted_by[0]) { /* suspended while it waits to resume: no longer preempted */
+            j->preempted_seconds += now - j->preempted_at;
+            j->preempted_by[0] = '\0';
+        }
         release(c, j, now);
         coord_job_set_phase(c, j, COORD_SUSPENDED, "JobSuspended", "suspended by request", now);
     } else if (suspend == 0 && j->phase == COORD_SUSPENDED) {
@@ -917,11 +1008,12 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
     *created = n == NULL;
     if (!n) {
         n = pf_calloc(1, sizeof *n);
+        if (n) /* before it is adopted: the index hashes it */
+            snprintf(n->id, sizeof n->id, "%s", id);
         if (!n || coord_cluster_adopt_node(c, n) != PF_OK) {
             pf_free(n);
             return PF_ERR_NOMEM;
         }
-        snprintf(n->id, sizeof n->id, "%s", id);
         n->registered = now;
     }
     bool moved = strcmp(n->address, address) != 0 || strcmp(n->role, role) != 0;
@@ -1046,8 +1138,13 @@ static void task_reported_failed(coord_cluster *c, coord_job *j, coord_task *t,
     }
 }
 
-void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r, double now) {
+bool coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r, double now) {
     n->last_heartbeat = now;
+    /* A scheduling round follows only a heartbeat that changed something (each change queues
+     * an event, or sets `changed`): the lease renewals of a large idle cluster cost no round;
+     * the ticker's round (every 0.25 s) catches whatever time alone makes due. */
+    int events_before = c->n_pending;
+    bool changed = false;
     if (n->lost) {
         n->lost = false;
         n->dirty = true;
@@ -1063,6 +1160,7 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
         n->draining[0] = '\0';
         n->dirty = true;
         cap_ps_workers(c, drained);
+        changed = true;
     }
     if (busy != n->busy) {
         n->busy = busy;
@@ -1091,8 +1189,9 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
                 coord_take_ps_stats(j, t, r, now);
             coord_take_profile(t, r);
             if (r->has_workers) { /* more than it is told to serve: it has not heard yet */
-                int members = coord_job_membership(c, j);
+                int members = coord_job_membership(c, j), was = t->workers;
                 t->workers = (int)r->workers < members ? (int)r->workers : members;
+                changed = changed || t->workers != was;
             }
             if (!strcmp(state, "running") && t->state == TASK_PENDING) {
                 t->state = TASK_RUNNING;
@@ -1125,7 +1224,10 @@ void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *r
             }
         }
     }
+    if (!changed && c->n_pending == events_before)
+        return false;
     admit_all(c, now);
+    return true;
 }
 
 void coord_node_remove(coord_cluster *c, coord_node *n, double now) {
@@ -1203,8 +1305,9 @@ void coord_cluster_tick(coord_cluster *c, double now) {
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
         int64_t limit = j->spec.run_policy.active_deadline_seconds;
+        double waited = j->preempted_seconds + (j->preempted_by[0] ? now - j->preempted_at : 0);
         if (j->deleted || coord_job_finished(j) || limit <= 0 || !j->start_time ||
-            now - j->start_time <= (double)limit)
+            now - j->start_time - waited <= (double)limit)
             continue;
         snprintf(msg, sizeof msg, "ran longer than active_deadline_seconds (%" PRId64 " s)", limit);
         finish(c, j, COORD_FAILED, "DeadlineExceeded", msg, now);

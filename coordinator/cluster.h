@@ -145,6 +145,16 @@ typedef struct coord_serving {
     double latency_p50_ms, latency_p99_ms; /* over its last 10 s; NAN when it answered none */
 } coord_serving;
 
+/* What a job in the queue waits for (status.queue.reason). */
+typedef enum {
+    COORD_WAIT_CAPACITY,  /* "capacity": too few idle agents */
+    COORD_WAIT_RESERVED,  /* "reserved": idle agents are held for a job ahead (queue_behind) */
+    COORD_WAIT_TOO_SMALL, /* "cluster_too_small": more agents of a role than there are */
+    COORD_WAIT_PREEMPTED, /* "preempted": stopped by a job of higher priority (preempted_by) */
+} coord_wait;
+
+const char *coord_wait_name(coord_wait w);
+
 typedef struct coord_job {
     char name[PF_NAME_MAX + 1];
     char *spec_json; /* normalised spec, compact JSON (owned) */
@@ -180,10 +190,14 @@ typedef struct coord_job {
      * the job whose held agents keep it waiting ("" when none: the cluster lacks them) */
     int queue_position;
     char queue_behind[PF_NAME_MAX + 1];
+    coord_wait queue_reason; /* what it waits for, while queue_position > 0 */
     /* times a job of higher priority stopped it to take its agents, and the newest such job
      * while it waits to resume ("" when none, or once it runs again); kept in the status */
     int preemptions;
     char preempted_by[PF_NAME_MAX + 1];
+    /* when the newest preemption stopped it (while preempted_by is set), and the seconds it
+     * waited after its earlier ones: active_deadline_seconds does not count them */
+    double preempted_at, preempted_seconds;
     int n_tasks;
     coord_task *tasks; /* chief, ps 0.., worker 0.., evaluator */
     int n_serving;
@@ -230,6 +244,11 @@ typedef struct coord_job_summary {
     double create_time, start_time, completion_time;
     int restarts;
     int ready[2], desired[2]; /* ps, worker (with chief) */
+    /* its place in the queue (0: not waiting) and why, as the job's status has them */
+    int queue_position, priority;
+    coord_wait queue_reason;
+    char queue_behind[PF_NAME_MAX + 1], preempted_by[PF_NAME_MAX + 1];
+    double preempted_at;
 } coord_job_summary;
 
 typedef enum {
@@ -336,6 +355,8 @@ typedef struct coord_eval {
     double bayes_auc; /* synthetic_ctr's Bayes-optimal AUC, in [0, 1] (checked); NAN: absent */
 } coord_eval;
 
+#define COORD_ROUND_SAMPLES 1024
+
 typedef struct coord_cluster {
     coord_job **jobs; /* in creation order: ascending (create_time, name) */
     int n_jobs, cap_jobs;
@@ -343,9 +364,17 @@ typedef struct coord_cluster {
     int by_name_cap;
     coord_node **nodes;
     int n_nodes, cap_nodes;
+    /* open-addressing index of nodes by id (set before coord_cluster_adopt_node); by_id_cap a
+     * power of 2 */
+    coord_node **by_id;
+    int by_id_cap;
     double lease_seconds;
     coord_event *pending; /* queued since the last coord_cluster_take_events */
     int n_pending, cap_pending;
+    /* the seconds the newest scheduling rounds took (admit_all), a ring of the last
+     * COORD_ROUND_SAMPLES, and how many there were: /metrics's psflow_scheduling_round_seconds */
+    double round_seconds[COORD_ROUND_SAMPLES], round_seconds_sum;
+    int64_t rounds;
 } coord_cluster;
 
 /* --- lifecycle --- */
@@ -444,8 +473,10 @@ pf_status coord_node_register(coord_cluster *c, const char *id, const char *role
                               const char *address, const char *version, int64_t memory, double now,
                               coord_node **out, int *created);
 coord_node *coord_node_find(const coord_cluster *c, const char *id);
-/* Applies a heartbeat report and renews the lease. */
-void coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *report, double now);
+/* Applies a heartbeat report and renews the lease. Returns whether it changed anything beyond
+ * the lease and the figures the report carries (an event queued, an agent's state, a ps's
+ * worker count): a plain lease renewal has nothing to commit. */
+bool coord_node_heartbeat(coord_cluster *c, coord_node *n, const coord_report *report, double now);
 /* The job and task a node is assigned (both NULL when none). */
 /* The workers j's ps tasks serve: replicas.worker, and any removed worker whose agent has
  * not yet reported it stopped (coord_node.draining), so a worker being removed is never
@@ -475,6 +506,8 @@ coord_event *coord_cluster_take_events(coord_cluster *c, int *n);
 /* Adds a loaded job (store reload) at its place in creation order; takes ownership of j.
  * PF_ERR_NOMEM. */
 pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j);
+/* Adds a node (registered or loaded) whose id is set: the id index hashes it; takes ownership
+ * of n. PF_ERR_NOMEM. */
 pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n);
 /* Builds a job's task array for its spec (all Pending, unassigned). PF_ERR_NOMEM. */
 pf_status coord_job_make_tasks(coord_job *j);

@@ -65,6 +65,12 @@ void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
     out->start_time = j->start_time;
     out->completion_time = j->completion_time;
     out->restarts = j->restarts;
+    out->queue_position = j->queue_position;
+    out->priority = j->spec.run_policy.priority;
+    out->queue_reason = j->queue_reason;
+    snprintf(out->queue_behind, sizeof out->queue_behind, "%s", j->queue_behind);
+    snprintf(out->preempted_by, sizeof out->preempted_by, "%s", j->preempted_by);
+    out->preempted_at = j->preempted_at;
     for (int i = 0; i < j->n_tasks; i++) {
         if (!strcmp(j->tasks[i].type, "evaluator"))
             continue; /* replicas counts the training cluster: ps and training tasks */

@@ -44,6 +44,7 @@ void coord_cluster_deinit(coord_cluster *c) {
         coord_event_deinit(&c->pending[i]);
     pf_free(c->jobs);
     pf_free(c->by_name);
+    pf_free(c->by_id);
     pf_free(c->nodes);
     pf_free(c->pending);
     memset(c, 0, sizeof *c);
@@ -153,10 +154,39 @@ pf_status coord_cluster_adopt_job(coord_cluster *c, coord_job *j) {
     return PF_OK;
 }
 
+/* --- the nodes' id index (a heartbeat finds its agent among ten thousand) --- */
+
+static void node_index_put(coord_node **slots, int cap, coord_node *n) {
+    uint32_t k = name_hash(n->id) & (uint32_t)(cap - 1);
+    while (slots[k])
+        k = (k + 1) & (uint32_t)(cap - 1);
+    slots[k] = n;
+}
+
+/* Rebuilds the id index for the current nodes, at least twice as large as n_nodes.
+ * PF_ERR_NOMEM leaves the old index as it was. */
+static pf_status node_index_rebuild(coord_cluster *c, int n_nodes) {
+    int cap = 16;
+    while (cap < 2 * n_nodes)
+        cap *= 2;
+    coord_node **slots = pf_calloc((size_t)cap, sizeof *slots);
+    if (!slots)
+        return PF_ERR_NOMEM;
+    for (int i = 0; i < c->n_nodes; i++)
+        node_index_put(slots, cap, c->nodes[i]);
+    pf_free(c->by_id);
+    c->by_id = slots;
+    c->by_id_cap = cap;
+    return PF_OK;
+}
+
 pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n) {
     if (grow((void **)&c->nodes, &c->cap_nodes, c->n_nodes, sizeof *c->nodes))
         return PF_ERR_NOMEM;
+    if (2 * (c->n_nodes + 1) > c->by_id_cap && node_index_rebuild(c, c->n_nodes + 1) != PF_OK)
+        return PF_ERR_NOMEM;
     c->nodes[c->n_nodes++] = n;
+    node_index_put(c->by_id, c->by_id_cap, n);
     return PF_OK;
 }
 
@@ -184,7 +214,13 @@ void coord_cluster_reap(coord_cluster *c) {
         else
             c->nodes[k++] = c->nodes[i];
     }
+    reaped = c->n_nodes - k;
     c->n_nodes = k;
+    if (reaped && node_index_rebuild(c, k) != PF_OK) { /* as for the jobs: scans until then */
+        pf_free(c->by_id);
+        c->by_id = NULL;
+        c->by_id_cap = 0;
+    }
 }
 
 coord_job *coord_job_find(const coord_cluster *c, const char *name) {
@@ -202,9 +238,16 @@ coord_job *coord_job_find(const coord_cluster *c, const char *name) {
 }
 
 coord_node *coord_node_find(const coord_cluster *c, const char *id) {
-    for (int i = 0; i < c->n_nodes; i++)
-        if (!c->nodes[i]->deleted && !strcmp(c->nodes[i]->id, id))
-            return c->nodes[i];
+    if (!c->by_id_cap) {
+        for (int i = 0; i < c->n_nodes; i++)
+            if (!c->nodes[i]->deleted && !strcmp(c->nodes[i]->id, id))
+                return c->nodes[i];
+        return NULL;
+    }
+    uint32_t mask = (uint32_t)(c->by_id_cap - 1);
+    for (uint32_t k = name_hash(id) & mask; c->by_id[k]; k = (k + 1) & mask)
+        if (!c->by_id[k]->deleted && !strcmp(c->by_id[k]->id, id))
+            return c->by_id[k];
     return NULL;
 }
 

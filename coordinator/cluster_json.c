@@ -87,6 +87,24 @@ static json_t *serving_status_json(const coord_job *j) {
     return arr;
 }
 
+const char *coord_wait_name(coord_wait w) {
+    static const char *const names[] = {"capacity", "reserved", "cluster_too_small", "preempted"};
+    return (unsigned)w < sizeof names / sizeof names[0] ? names[w] : "capacity";
+}
+
+/* A job's place in the queue as its status and its list item show it; null when it is not
+ * waiting (position 0). */
+static json_t *queue_json(int position, int priority, coord_wait reason, const char *behind,
+                          const char *preempted_by, double preempted_at) {
+    if (position <= 0)
+        return json_null();
+    return json_pack("{s:i, s:i, s:s, s:o, s:o, s:o}", "position", position, "priority", priority,
+                     "reason", coord_wait_name(reason), "behind",
+                     behind[0] ? json_string(behind) : json_null(), "preempted_by",
+                     preempted_by[0] ? json_string(preempted_by) : json_null(), "preempted_since",
+                     preempted_by[0] ? coord_time_json(preempted_at) : json_null());
+}
+
 json_t *coord_job_status_json(const coord_job *j) {
     json_t *conds = json_array();
     for (int i = 0; i < j->n_conds; i++) {
@@ -138,17 +156,14 @@ json_t *coord_job_status_json(const coord_job *j) {
                                               json_number_or_null(j->test_calibration), "bayes_auc",
                                               json_number_or_null(j->bayes_auc)));
     if (out) /* waiting for agents: its place in the queue (null once admitted) */
-        json_object_set_new(
-            out, "queue",
-            j->queue_position > 0
-                ? json_pack("{s:i, s:i, s:o, s:o}", "position", j->queue_position, "priority",
-                            j->spec.run_policy.priority, "behind",
-                            j->queue_behind[0] ? json_string(j->queue_behind) : json_null(),
-                            "preempted_by",
-                            j->preempted_by[0] ? json_string(j->preempted_by) : json_null())
-                : json_null());
-    if (out) /* times a job of higher priority stopped it (run_policy.preemptible) */
-        json_object_set_new(out, "preemptions", json_integer(j->preemptions));
+        json_object_set_new(out, "queue",
+                            queue_json(j->queue_position, j->spec.run_policy.priority,
+                                       j->queue_reason, j->queue_behind, j->preempted_by,
+                                       j->preempted_at));
+    if (out) /* times a job of higher priority stopped it (run_policy.preemptible), and the
+              * seconds it waited after them before this one */
+        json_object_update_new(out, json_pack("{s:i, s:f}", "preemptions", j->preemptions,
+                                              "preempted_seconds", j->preempted_seconds));
     if (out) /* bad input lines skipped (data.on_error skip) */
         json_object_set_new(out, "bad_lines_skipped", json_integer((json_int_t)j->bad_lines));
     if (out) /* data.splits dynamic: ps 0's work queue (null until it reports one) */
@@ -247,7 +262,14 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     snprintf(j->queue_behind, sizeof j->queue_behind, "%s", behind ? behind : "");
     const char *by = json_string_value(json_object_get(q, "preempted_by"));
     snprintf(j->preempted_by, sizeof j->preempted_by, "%s", by ? by : "");
+    j->preempted_at = by ? time_from_json(json_object_get(q, "preempted_since")) : 0;
+    const char *why = json_string_value(json_object_get(q, "reason"));
+    j->queue_reason = COORD_WAIT_CAPACITY;
+    for (int w = COORD_WAIT_CAPACITY; why && w <= COORD_WAIT_PREEMPTED; w++)
+        if (!strcmp(why, coord_wait_name((coord_wait)w)))
+            j->queue_reason = (coord_wait)w;
     j->preemptions = (int)json_integer_value(json_object_get(s, "preemptions"));
+    j->preempted_seconds = json_number_value(json_object_get(s, "preempted_seconds"));
     j->eval_loss = num(s, "eval_loss");
     j->eval_accuracy = num(s, "eval_accuracy");
     json_t *es = json_object_get(s, "eval_step");
@@ -352,6 +374,10 @@ static json_t *summary_json(const coord_job_summary *s) {
         s->desired[1]);
     if (out)
         json_object_update_new(out, stall_json(s->stalled_seconds));
+    if (out) /* waiting: its place in the queue and why (null otherwise) */
+        json_object_set_new(out, "queue",
+                            queue_json(s->queue_position, s->priority, s->queue_reason,
+                                       s->queue_behind, s->preempted_by, s->preempted_at));
     return out;
 }
 
@@ -628,10 +654,10 @@ void coord_report_from_json(json_t *r, coord_report *out) {
                      : -1;
 }
 
-void coord_node_heartbeat_json(coord_cluster *c, coord_node *n, json_t *report, double now) {
+bool coord_node_heartbeat_json(coord_cluster *c, coord_node *n, json_t *report, double now) {
     coord_report r;
     coord_report_from_json(report, &r);
-    coord_node_heartbeat(c, n, &r, now);
+    return coord_node_heartbeat(c, n, &r, now);
 }
 
 pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const char *task,

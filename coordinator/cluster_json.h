@@ -42,7 +42,7 @@ void coord_job_status_from_json(coord_job *j, json_t *status);
  * *out, whose strings borrow from r. */
 void coord_report_from_json(json_t *r, coord_report *out);
 /* coord_node_heartbeat for a heartbeat body. */
-void coord_node_heartbeat_json(coord_cluster *c, coord_node *n, json_t *report, double now);
+bool coord_node_heartbeat_json(coord_cluster *c, coord_node *n, json_t *report, double now);
 /* coord_job_record_metrics for the points and evals arrays of a metrics body (either may
  * be NULL). PF_ERR_NOMEM, and then nothing is recorded. */
 pf_status coord_job_record_metrics_json(coord_cluster *c, coord_job *j, const char *task,

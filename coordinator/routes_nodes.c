@@ -144,12 +144,15 @@ static void heartbeat(coord_server *s, coord_request *rq, coord_reply *rp, const
         if (!n) {
             coord_reply_problem(rp, 404, NULL, "no node '%.100s': register it first", id);
         } else {
-            coord_node_heartbeat_json(&s->cluster, n, body, now);
-            coord_trace_take(&s->cluster, n, json_object_get(body, "trace"), now);
+            bool changed = coord_node_heartbeat_json(&s->cluster, n, body, now);
+            json_t *spans = json_object_get(body, "trace");
+            coord_trace_take(&s->cluster, n, spans, now);
             /* Nothing to write for a plain lease renewal: leases are in memory and restart
-             * with the coordinator; state changes are committed before the answer. */
+             * with the coordinator, and the figures a report carries are written with the
+             * next commit; state changes are committed before the answer. */
+            bool commit = changed || spans || s->cluster.n_pending > 0;
             json_t *as = NULL;
-            if (coord_commit(s, now, NULL, NULL) != 0) {
+            if (commit && coord_commit(s, now, NULL, NULL) != 0) {
                 coord_reply_problem(rp, 503, NULL, "the heartbeat could not be stored");
             } else if (!(as = coord_node_assignment(&s->cluster, n)) ||
                        coord_assignment_add_key(as, &s->cluster, n, s->dataplane_secret) != 0) {

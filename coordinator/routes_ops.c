@@ -112,6 +112,29 @@ static void job_serving(text *t, const coord_cluster *c) {
 }
 
 /* Each training task's and ps's cumulative seconds per phase (GET .../profile's totals). */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The scheduling rounds (admission, replacements, preemption, serving placement): the
+ * quantiles of the seconds the last COORD_ROUND_SAMPLES took, and the sum and count of all. */
+static void scheduling_rounds(text *t, const coord_cluster *c) {
+    family(t, "psflow_scheduling_round_seconds", "summary",
+           "Seconds a scheduling round took (admission, replacements, preemption), over the "
+           "last 1024 rounds.");
+    int n = c->rounds < COORD_ROUND_SAMPLES ? (int)c->rounds : COORD_ROUND_SAMPLES;
+    double sorted[COORD_ROUND_SAMPLES];
+    memcpy(sorted, c->round_seconds, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    static const double qs[] = {0.5, 0.99, 1.0};
+    for (int i = 0; i < 3 && n; i++)
+        put(t, "psflow_scheduling_round_seconds{quantile=\"%g\"} %.6g\n", qs[i],
+            sorted[(int)(qs[i] * (n - 1))]);
+    put(t, "psflow_scheduling_round_seconds_sum %.6g\n", c->round_seconds_sum);
+    put(t, "psflow_scheduling_round_seconds_count %" PRId64 "\n", c->rounds);
+}
+
 static void job_profiles(text *t, const coord_cluster *c) {
     family(t, "psflow_task_phase_seconds_total", "counter",
            "Seconds each training task spent in each phase of its steps, and each ps's service "
@@ -202,6 +225,7 @@ static char *prometheus(coord_server *s) {
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,
             c->jobs[i]->restarts);
+    scheduling_rounds(&t, c);
     family(&t, "psflow_job_preemptions_total", "counter",
            "Times a job of higher priority stopped each job to take its agents.");
     for (int i = 0; i < c->n_jobs; i++)

@@ -436,12 +436,13 @@ pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_erro
         return db_error(s, err, "loading nodes");
     while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
         coord_node *n = pf_calloc(1, sizeof *n);
+        if (n) /* before it is adopted: the index hashes it */
+            snprintf(n->id, sizeof n->id, "%s", col_text(st, 0));
         if (!n || coord_cluster_adopt_node(c, n) != PF_OK) {
             pf_free(n);
             rc = PF_ERR_NOMEM;
             break;
         }
-        snprintf(n->id, sizeof n->id, "%s", col_text(st, 0));
         snprintf(n->role, sizeof n->role, "%s", col_text(st, 1));
         snprintf(n->address, sizeof n->address, "%s", col_text(st, 2));
         snprintf(n->version, sizeof n->version, "%s", col_text(st, 3));

@@ -51,6 +51,22 @@ static void assert_queue(const coord_job *j, int position, int priority, const c
     json_decref(status);
 }
 
+/* Asserts the reason a waiting job's status and its list item give. */
+static void assert_reason(const coord_job *j, const char *reason) {
+    json_t *status;
+    json_t *q = queue_of(j, &status);
+    assert_non_null(q);
+    assert_string_equal(json_string_value(json_object_get(q, "reason")), reason);
+    json_decref(status);
+    json_t *item = coord_job_summary_json(j);
+    assert_non_null(item);
+    q = json_object_get(item, "queue");
+    assert_true(json_is_object(q));
+    assert_string_equal(json_string_value(json_object_get(q, "reason")), reason);
+    assert_int_equal(json_integer_value(json_object_get(q, "position")), j->queue_position);
+    json_decref(item);
+}
+
 /* Ends the running job j and has its agents report idle. */
 static void finish_job(coord_cluster *c, coord_job *j, coord_node *ps, coord_node *w, double now) {
     coord_job_cancel(c, j, now);
@@ -75,6 +91,7 @@ static void test_no_overtaking(void **state) {
     assert_int_equal(big->phase, COORD_CREATED);
     assert_string_equal(big->message, "waiting for agents: missing ps 1");
     assert_queue(big, 1, 0, NULL);
+    assert_reason(big, "capacity");
 
     make_spec(&spec, "small", 1, 1, "");
     coord_job *small = submit(&c, &spec, T0 + 2);
@@ -83,6 +100,7 @@ static void test_no_overtaking(void **state) {
                         "waiting behind job big (agents are held for the jobs ahead in the "
                         "queue): missing ps 0, worker 0");
     assert_queue(small, 2, 0, "big");
+    assert_reason(small, "reserved");
     coord_cluster_tick(&c, T0 + 3);
     assert_int_equal(small->phase, COORD_CREATED);
 
@@ -148,6 +166,7 @@ static void test_too_large_holds_nothing(void **state) {
     assert_int_equal(small->phase, COORD_RUNNING);
     assert_queue(small, 0, 0, NULL);
     assert_queue(huge, 1, 0, NULL);
+    assert_reason(huge, "cluster_too_small");
     coord_cluster_deinit(&c);
 }
 
@@ -180,6 +199,8 @@ static void test_preemption(void **state) {
     json_t *q = queue_of(low, &status);
     assert_non_null(q);
     assert_string_equal(json_string_value(json_object_get(q, "preempted_by")), "high");
+    assert_string_equal(json_string_value(json_object_get(q, "reason")), "preempted");
+    assert_true(json_is_string(json_object_get(q, "preempted_since")));
     assert_int_equal(json_integer_value(json_object_get(status, "preemptions")), 1);
     json_decref(status);
 
@@ -276,11 +297,146 @@ static void test_preemption_victims(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A preempted job's resume is not a restart of its tasks: a worker failing after it is still
+ * replaced alone (backoff_limit 1), with no gang restart. */
+static void test_preemption_keeps_restarts(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *low =
+        running_pair(&c, "low", ", \"run_policy\": {\"backoff_limit\": 1}", T0, &ps, &w);
+    pf_job_spec spec;
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 1);
+    report(&c, ps, "idle", 0, T0 + 2);
+    report(&c, w, "idle", 0, T0 + 2);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    finish_job(&c, high, ps, w, T0 + 3);
+    assert_int_equal(low->generation, 2);
+    report(&c, ps, "running", 0, T0 + 4);
+    report(&c, w, "running", 0, T0 + 4);
+    assert_int_equal(task_of(low, "worker", 0)->restarts, 0);
+    assert_int_equal(task_of(low, "ps", 0)->restarts, 0);
+    report(&c, w, "failed", 1, T0 + 5);
+    assert_int_equal(low->restarts, 0); /* replaced alone */
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_int_equal(low->generation, 2);
+    coord_cluster_deinit(&c);
+}
+
+/* Only the victims needed: b alone frees what high needs, so a (lower, taken first) is
+ * spared again. */
+static void test_preemption_spares_unneeded(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *n[5] = {add_node(&c, "ps-a", "ps", T0), add_node(&c, "ps-b", "ps", T0),
+                        add_node(&c, "w-a", "worker", T0), add_node(&c, "w-b", "worker", T0),
+                        add_node(&c, "w-c", "worker", T0)};
+    pf_job_spec spec;
+    make_spec(&spec, "b", 1, 2, "");
+    coord_job *b = submit(&c, &spec, T0 + 1);
+    make_spec(&spec, "a", 1, 1, ", \"run_policy\": {\"priority\": -5}");
+    coord_job *a = submit(&c, &spec, T0 + 2);
+    for (int i = 0; i < 5; i++)
+        report(&c, n[i], "running", 0, T0 + 3);
+    make_spec(&spec, "high", 1, 2, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 4);
+    assert_int_equal(a->preemptions, 0);
+    assert_int_equal(a->phase, COORD_RUNNING);
+    assert_int_equal(b->preemptions, 1);
+    for (int i = 0; i < 5; i++)
+        if (!n[i]->job[0])
+            report(&c, n[i], "idle", 0, T0 + 5);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    assert_int_equal(a->phase, COORD_RUNNING);
+    coord_cluster_deinit(&c);
+}
+
+/* Agents a preemption frees go to the job that preempted, not to a replacement for a running
+ * job of lower priority (which would make it preempt a second job). */
+static void test_preemption_not_stolen(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *psa = add_node(&c, "ps-a", "ps", T0), *psb = add_node(&c, "ps-b", "ps", T0);
+    coord_node *wa = add_node(&c, "w-a", "worker", T0), *wb = add_node(&c, "w-b", "worker", T0),
+               *wc = add_node(&c, "w-c", "worker", T0);
+    pf_job_spec spec;
+    make_spec(&spec, "low2", 1, 2, "");
+    coord_job *low2 = submit(&c, &spec, T0 + 1);
+    make_spec(&spec, "low1", 1, 1, "");
+    coord_job *low1 = submit(&c, &spec, T0 + 2);
+    coord_node *all[] = {psa, psb, wa, wb, wc};
+    for (int i = 0; i < 5; i++)
+        report(&c, all[i], "running", 0, T0 + 2);
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 3);
+    assert_int_equal(low1->phase, COORD_RESTARTING);
+    double t1 = T0 + 3 + LEASE + 1;
+    report(&c, psa, "running", 0, t1);
+    report(&c, wa, "running", 0, t1);
+    report(&c, psb, "running", 0, t1); /* still stopping low1's tasks */
+    report(&c, wc, "running", 0, t1);
+    coord_cluster_tick(&c, t1); /* w-b lost: low2's worker 1 waits for a replacement */
+    assert_true(wb->lost);
+    report(&c, wc, "idle", 0, t1 + 1);
+    report(&c, psb, "idle", 0, t1 + 1);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    assert_string_equal(wc->job, "high");
+    assert_int_equal(low2->preemptions, 0);
+    assert_int_equal(low2->phase, COORD_RUNNING); /* its worker 1 still waits */
+    coord_cluster_deinit(&c);
+}
+
+/* active_deadline_seconds does not count the time a preempted job waits to resume. */
+static void test_preemption_deadline(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *low = running_pair(&c, "low", ", \"run_policy\": {\"active_deadline_seconds\": 100}",
+                                  T0, &ps, &w);
+    pf_job_spec spec;
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 50);
+    report(&c, ps, "idle", 0, T0 + 51);
+    report(&c, w, "idle", 0, T0 + 51);
+    assert_int_equal(high->phase, COORD_RUNNING);
+    report(&c, ps, "running", 0, T0 + 52);
+    report(&c, w, "running", 0, T0 + 52);
+    coord_cluster_tick(&c, T0 + 120); /* 50 s run, 70 s waiting */
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    finish_job(&c, high, ps, w, T0 + 130);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    json_t *status = coord_job_status_json(low);
+    assert_true(json_number_value(json_object_get(status, "preempted_seconds")) == 80.0);
+    json_decref(status);
+    for (double t = T0 + 131; t < T0 + 186; t += 1) { /* heartbeats keep the agents */
+        report(&c, ps, "running", 0, t);
+        report(&c, w, "running", 0, t);
+    }
+    coord_cluster_tick(&c, T0 + 175); /* 95 s run */
+    assert_int_equal(low->phase, COORD_RUNNING);
+    coord_cluster_tick(&c, T0 + 185); /* 105 s run */
+    assert_int_equal(low->phase, COORD_FAILED);
+    assert_condition(low, "Failed", "True", "DeadlineExceeded");
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_no_overtaking),           cmocka_unit_test(test_priority),
-        cmocka_unit_test(test_too_large_holds_nothing), cmocka_unit_test(test_preemption),
-        cmocka_unit_test(test_no_preemption),           cmocka_unit_test(test_preemption_victims),
+        cmocka_unit_test(test_no_overtaking),
+        cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_too_large_holds_nothing),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_no_preemption),
+        cmocka_unit_test(test_preemption_victims),
+        cmocka_unit_test(test_preemption_keeps_restarts),
+        cmocka_unit_test(test_preemption_spares_unneeded),
+        cmocka_unit_test(test_preemption_not_stolen),
+        cmocka_unit_test(test_preemption_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

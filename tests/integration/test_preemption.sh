@@ -6,8 +6,9 @@
 # (run_policy.preemptible false) and `low` (priority 0). A job of priority 10 that needs one
 # ps and one worker agent is submitted while both train:
 #  - it preempts `low`, not `steady`: `low` goes Restarting with reason Preempted and an event
-#    naming the preempting job, its agents stop its tasks, and `high` runs on them and
-#    succeeds; `steady` trains on untouched;
+#    naming the preempting job (`psflow list --queue` shows it first, "preempted (by high)"),
+#    its agents stop its tasks, and `high` runs on them and succeeds; `steady` trains on
+#    untouched;
 #  - `low` resumes by itself as generation 2 from its newest checkpoint and succeeds at its
 #    max_steps, with preemptions 1 and restarts 0 in its status and in /metrics;
 #  - nothing is lost and its loss curve continues: it resumed from a checkpoint at step 200 or
@@ -46,7 +47,7 @@ has_event() { # JOB REASON
 
 spec steady $STEPS '{"preemptible": false}' >steady.json
 spec low $STEPS '{"priority": 0}' >low.json
-spec high 100 '{"priority": 10}' >high.json
+spec high 400 '{"priority": 10}' >high.json
 
 # Each worker agent waits 20 ms before each push, so that the jobs are still training when
 # the test submits `high`: at least 600 x 20 ms = 12 s each.
@@ -59,6 +60,12 @@ wait_until 30 "job steady running" phase_is steady Running
 
 submit high.json
 wait_until 30 "job low preempted" has_event low Preempted
+# While it waits (high trains 400 steps, at least 8 s): `psflow list --queue` names it,
+# preempted by high, first in the queue or second behind high while high waits for the agents
+# to stop low's tasks.
+queue_out=$(PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" list --queue 2>&1) || fail "psflow list --queue: $queue_out"
+grep -Eq '^[12] +low +0 +Restarting +preempted \(by high\)' <<<"$queue_out" ||
+  fail "psflow list --queue: $queue_out"
 has_event high Preempting || fail "no Preempting event for job high"
 preempted_at=$(status low "['global_step']")
 [ "$(status low "['preemptions']")" = 1 ] || fail "low's status.preemptions is not 1"
@@ -69,7 +76,7 @@ case $message in
 *"preempted by job high (priority 10 > 0)"*) ;;
 *) fail "low's Preempted event: $message" ;;
 esac
-pass "high preempted low, not steady (preemptible false): $message"
+pass "high preempted low, not steady (preemptible false): $message; psflow list --queue: $(sed -n 2p <<<"$queue_out" | tr -s ' ')"
 
 wait_until 120 "job high Succeeded" phase_is high Succeeded
 wait_until 120 "job low running again" phase_is low Running

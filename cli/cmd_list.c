@@ -130,16 +130,33 @@ static int print_table(const json_t *items, size_t n) {
     return 0;
 }
 
-/* The waiting jobs of items (those with a queue object), in queue order: a new array. */
+static int by_position(const void *a, const void *b) {
+    long long x = api_jint(json_object_get(*(json_t *const *)a, "queue"), "position", 0),
+              y = api_jint(json_object_get(*(json_t *const *)b, "queue"), "position", 0);
+    return (x > y) - (x < y);
+}
+
+/* The waiting jobs of items (those with a queue object), in queue order: a new array, or
+ * NULL when out of memory. */
 static json_t *waiting_jobs(const json_t *items) {
+    size_t n = json_array_size(items), k = 0;
+    json_t **w = pf_mallocarray(n ? n : 1, sizeof *w);
     json_t *out = json_array();
-    size_t n = json_array_size(items);
-    for (long long pos = 1; out && pos <= (long long)n; pos++) /* positions are 1..waiting */
-        for (size_t i = 0; i < n; i++) {
-            json_t *it = json_array_get(items, i);
-            if (api_jint(json_object_get(it, "queue"), "position", 0) == pos)
-                json_array_append(out, it);
+    for (size_t i = 0; w && i < n; i++)
+        if (json_is_object(json_object_get(json_array_get(items, i), "queue")))
+            w[k++] = json_array_get(items, i);
+    if (w)
+        qsort(w, k, sizeof *w, by_position);
+    for (size_t i = 0; w && out && i < k; i++)
+        if (json_array_append(out, w[i]) != 0) {
+            json_decref(out);
+            out = NULL;
         }
+    pf_free(w);
+    if (!w) {
+        json_decref(out);
+        return NULL;
+    }
     return out;
 }
 

@@ -7,7 +7,6 @@
 #include "coordinator/cluster.h"
 
 #include <inttypes.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +49,12 @@ static void release(coord_cluster *c, coord_job *j, double now) {
 
 /* --- admission --- */
 
+/* The seconds preempted job j has waited to resume (0 when it is not preempted, or when its
+ * preemption's time lies ahead of `now`: a clock set back). */
+static double waiting_since_preempted(const coord_job *j, double now) {
+    return j->preempted_by[0] && now > j->preempted_at ? now - j->preempted_at : 0;
+}
+
 static bool idle(const coord_node *n, const char *role) {
     return !n->lost && !n->busy && !n->deleted && n->job[0] == '\0' && !strcmp(n->role, role);
 }
@@ -71,6 +76,7 @@ static coord_node *first_idle(coord_cluster *c, const char *role) {
 static void give_task(coord_job *j, int k, coord_node *n, double now) {
     coord_task *t = &j->tasks[k];
     snprintf(n->job, sizeof n->job, "%s", j->name);
+    n->reserved_for[0] = '\0';
     n->generation = j->generation;
     snprintf(n->type, sizeof n->type, "%s", t->type);
     n->index = t->index;
@@ -161,7 +167,7 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
     j->generation++;
     bool resumed = j->preempted_by[0] != '\0'; /* after a preemption: not a restart of its tasks */
     if (resumed)
-        j->preempted_seconds += now - j->preempted_at;
+        j->preempted_seconds += waiting_since_preempted(j, now);
     j->preempted_by[0] = '\0';
     bool restart = j->generation > 1;
     coord_job_restart_rate(j, now);
@@ -246,24 +252,30 @@ static void give_running_task(coord_cluster *c, coord_job *j, int k, coord_node 
     coord_job_event(c, j, now);
 }
 
-/* The first idle agent of `role` within *budget (ps, workers; NULL: any), which it uses up. */
-static coord_node *take_idle(coord_cluster *c, const char *role, int *budget) {
-    int *left = budget ? &budget[strcmp(role, "ps") ? 1 : 0] : NULL;
-    if (left && *left <= 0)
-        return NULL;
-    coord_node *n = first_idle(c, role);
-    if (n && left)
-        (*left)--;
-    return n;
+/* Whether running job j may take idle agent n for a replacement or an added worker: not one
+ * a preemption freed for another job that still waits for it. */
+static bool may_take(const coord_cluster *c, const coord_node *n, const coord_job *j) {
+    if (!n->reserved_for[0] || !strcmp(n->reserved_for, j->name))
+        return true;
+    const coord_job *holder = coord_job_find(c, n->reserved_for);
+    return !holder || !waiting(holder);
+}
+
+/* The first idle agent of `role` job j may take (may_take), or NULL. */
+static coord_node *take_idle(coord_cluster *c, const char *role, const coord_job *j) {
+    for (int i = 0; i < c->n_nodes; i++)
+        if (idle(c->nodes[i], role) && may_take(c, c->nodes[i], j))
+            return c->nodes[i];
+    return NULL;
 }
 
 /* Gives each task of a running job that lost its agent (task_failed: pending, no agent) the
- * next idle agent of its role (within *budget, as take_idle), as a new incarnation of the
- * same task in the same generation.
+ * next idle agent of its role (take_idle), as a new incarnation of the same task in the same
+ * generation.
  * Then the workers a live scale-up added: once every ps runs with them, all at once or none,
  * as a job's admission does, so that no added worker runs while another has no agent (the
  * TF_CONFIG of a task lists the workers started so far, coord_job_tf_config). */
-static void replace_tasks(coord_cluster *c, coord_job *j, int *budget, double now) {
+static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     char msg[COORD_TEXT_MAX];
     int added = 0, top = 0;
     bool short_of_agents = false;
@@ -276,7 +288,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, int *budget, double no
             top = t->index + 1 > top ? t->index + 1 : top;
             continue;
         }
-        coord_node *n = take_idle(c, task_role(t), budget);
+        coord_node *n = take_idle(c, task_role(t), j);
         if (!n && strcmp(t->type, "ps") != 0) /* training first: one of its own servers yields */
             n = coord_serving_yield(c, j, t->type, t->index, now);
         if (n) {
@@ -292,9 +304,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, int *budget, double no
         return; /* replacements first; the ps tasks learn the new membership first */
     int idle_workers = 0;
     for (int i = 0; i < c->n_nodes; i++)
-        idle_workers += idle(c->nodes[i], "worker");
-    if (budget && budget[1] < idle_workers)
-        idle_workers = budget[1];
+        idle_workers += idle(c->nodes[i], "worker") && may_take(c, c->nodes[i], j);
     if (idle_workers < added) {
         /* Name the added workers that would get no agent: the last ones. */
         int len = snprintf(msg, sizeof msg, "waiting for agents to add workers: missing"), seen = 0;
@@ -316,7 +326,7 @@ static void replace_tasks(coord_cluster *c, coord_job *j, int *budget, double no
     for (int k = 0; k < j->n_tasks; k++) {
         coord_task *t = &j->tasks[k];
         if (t->state == TASK_PENDING && !t->node_id[0] && t->incarnation == 0)
-            give_running_task(c, j, k, take_idle(c, "worker", budget), now); /* counted above */
+            give_running_task(c, j, k, take_idle(c, "worker", j), now); /* counted above */
     }
 }
 
@@ -383,7 +393,9 @@ static void job_agents(const coord_job *j, int *ps, int *workers) {
     *ps = *workers = 0;
     for (int k = 0; k < j->n_tasks; k++) {
         const coord_task *t = &j->tasks[k];
-        if (t->state == TASK_RUNNING || (t->state == TASK_PENDING && t->node_id[0])) {
+        /* a task that succeeded keeps its agent until the job ends */
+        if (t->state == TASK_RUNNING ||
+            ((t->state == TASK_PENDING || t->state == TASK_SUCCEEDED) && t->node_id[0])) {
             bool is_ps = !strcmp(task_role(t), "ps");
             *ps += is_ps;
             *workers += !is_ps;
@@ -396,6 +408,11 @@ static void job_agents(const coord_job *j, int *ps, int *workers) {
  * tasks restoring its newest checkpoint. Not a failure: its restarts, its tasks' restarts and
  * its backoff are untouched, and active_deadline_seconds does not count the wait. */
 static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, double now) {
+    for (int i = 0; i < c->n_nodes; i++) { /* its agents are `by`'s once they stopped */
+        coord_node *n = c->nodes[i];
+        if (!strcmp(n->job, v->name) && !coord_serving_node(n))
+            snprintf(n->reserved_for, sizeof n->reserved_for, "%s", by->name);
+    }
     release(c, v, now);
     v->preemptions++;
     v->preempted_at = now;
@@ -503,8 +520,8 @@ static capacity count_capacity(const coord_cluster *c) {
  * higher-priority) one waits for, and a large job is never starved by small ones. A job that
  * needs more agents of a role than the cluster has at all holds none (it could not start
  * anyway). The first job that holds agents may preempt (preempt_for); returns whether it did
- * (the queue is walked again). spare: the idle ps and worker agents no waiting job holds. */
-static bool admit_queue(coord_cluster *c, queued *queue, int n, int spare[2], double now) {
+ * (the queue is walked again). *spare_workers: the idle worker agents no waiting job holds. */
+static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_workers, double now) {
     capacity k = count_capacity(c);
     int held_ps = 0, held_workers = 0, position = 0;
     const coord_job *first_holder = NULL;
@@ -539,42 +556,23 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int spare[2], do
         if (!first_holder)
             first_holder = j;
     }
-    spare[0] = k.idle_ps - held_ps > 0 ? k.idle_ps - held_ps : 0;
-    spare[1] = k.idle_workers - held_workers > 0 ? k.idle_workers - held_workers : 0;
+    *spare_workers = k.idle_workers - held_workers;
     return false;
 }
 
-/* The highest priority of the jobs waiting in the queue (INT_MIN when none). */
-static int top_waiting_priority(const coord_cluster *c) {
-    int top = INT_MIN;
-    for (int i = 0; i < c->n_jobs; i++)
-        if (waiting(c->jobs[i]) && c->jobs[i]->spec.run_policy.priority > top)
-            top = c->jobs[i]->spec.run_policy.priority;
-    return top;
-}
-
-/* Whether running job j gets replacements and added workers before the queue is walked: a
- * job of a priority no waiting job exceeds keeps going with what it holds first. One of lower
- * priority gets only agents no waiting job holds (after the walk), so a replacement never
- * takes an agent a preemption freed, or one a higher-priority job waits for. */
-static bool replaced_first(const coord_job *j, int top) {
-    return j->spec.run_policy.priority >= top;
-}
-
-/* Running jobs first (replaced_first), then the waiting ones in queue order (admit_queue),
- * again after a preemption made some wait, then the replacements of running jobs of lower
- * priority than a waiting one within what is left. */
+/* Running jobs first (a replacement, or a worker added live, keeps going a job that holds
+ * agents already; agents a preemption freed stay reserved for the job that preempted,
+ * take_idle), then the waiting ones in queue order (admit_queue), again after a preemption
+ * made some wait. */
 static void admit_all(coord_cluster *c, double now) {
     double start = pf_clock_now();
-    int top = top_waiting_priority(c);
     for (int i = 0; i < c->n_jobs; i++)
-        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted &&
-            replaced_first(c->jobs[i], top))
-            replace_tasks(c, c->jobs[i], NULL, now);
+        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
+            replace_tasks(c, c->jobs[i], now);
     queued *queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
     if (!queue)
-        return;            /* out of memory: nothing admitted this round */
-    int spare[2] = {0, 0}; /* ps, workers */
+        return; /* out of memory: nothing admitted this round */
+    int spare_workers = 0;
     /* each walk that preempts stops at least one running job: at most n_jobs + 1 walks */
     for (int walk = 0; walk <= c->n_jobs; walk++) {
         int n = 0;
@@ -584,15 +582,11 @@ static void admit_all(coord_cluster *c, double now) {
             else if (c->jobs[i]->queue_position)
                 set_queue(c->jobs[i], 0, NULL, COORD_WAIT_CAPACITY);
         qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
-        if (!admit_queue(c, queue, n, spare, now))
+        if (!admit_queue(c, queue, n, &spare_workers, now))
             break;
     }
     pf_free(queue);
-    for (int i = 0; i < c->n_jobs; i++)
-        if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted &&
-            !replaced_first(c->jobs[i], top))
-            replace_tasks(c, c->jobs[i], spare, now);
-    coord_serving_place(c, spare[1], now); /* what no waiting job holds */
+    coord_serving_place(c, spare_workers, now); /* what no waiting job holds */
     double took = pf_clock_now() - start;
     c->round_seconds[c->rounds++ % COORD_ROUND_SAMPLES] = took;
     c->round_seconds_sum += took;
@@ -945,7 +939,7 @@ pf_status coord_job_patch(coord_cluster *c, coord_job *j, int new_workers, int s
     }
     if (suspend == 1 && j->phase != COORD_SUSPENDED) {
         if (j->preempted_by[0]) { /* suspended while it waits to resume: no longer preempted */
-            j->preempted_seconds += now - j->preempted_at;
+            j->preempted_seconds += waiting_since_preempted(j, now);
             j->preempted_by[0] = '\0';
         }
         release(c, j, now);
@@ -1305,7 +1299,7 @@ void coord_cluster_tick(coord_cluster *c, double now) {
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
         int64_t limit = j->spec.run_policy.active_deadline_seconds;
-        double waited = j->preempted_seconds + (j->preempted_by[0] ? now - j->preempted_at : 0);
+        double waited = j->preempted_seconds + waiting_since_preempted(j, now);
         if (j->deleted || coord_job_finished(j) || limit <= 0 || !j->start_time ||
             now - j->start_time - waited <= (double)limit)
             continue;

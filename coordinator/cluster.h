@@ -227,6 +227,9 @@ typedef struct coord_node {
     /* a worker removed by a live scale-down, still stopping: its job ("" when none); index
      * above is the worker's. The job's ps tasks keep it in their membership until then. */
     char draining[PF_NAME_MAX + 1];
+    /* the job that preempted the one this agent ran: while it waits, no running job's
+     * replacement takes this agent ("" when none; not stored: lost with a restart) */
+    char reserved_for[PF_NAME_MAX + 1];
     bool dirty, deleted;
 } coord_node;
 

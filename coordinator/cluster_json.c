@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <time.h>
 
+#include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
 #include "psflow/tf_config.h"
@@ -263,6 +264,8 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
     const char *by = json_string_value(json_object_get(q, "preempted_by"));
     snprintf(j->preempted_by, sizeof j->preempted_by, "%s", by ? by : "");
     j->preempted_at = by ? time_from_json(json_object_get(q, "preempted_since")) : 0;
+    if (by && !(j->preempted_at > 0)) /* unreadable: the wait counts from the load */
+        j->preempted_at = pf_clock_wall();
     const char *why = json_string_value(json_object_get(q, "reason"));
     j->queue_reason = COORD_WAIT_CAPACITY;
     for (int w = COORD_WAIT_CAPACITY; why && w <= COORD_WAIT_PREEMPTED; w++)

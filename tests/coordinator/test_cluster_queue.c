@@ -425,6 +425,133 @@ static void test_preemption_deadline(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* A running job that cannot be preempted gets its replacement while a job of higher priority
+ * waits for its agents (it would otherwise wait for ever, and the other job with it). */
+static void test_preemption_no_deadlock(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "r", 1, 2, ", \"run_policy\": {\"preemptible\": false}");
+    coord_job *r = submit(&c, &spec, T0);
+    coord_node *psa = add_node(&c, "ps-a", "ps", T0);
+    coord_node *wa = add_node(&c, "w-a", "worker", T0);
+    coord_node *wb = add_node(&c, "w-b", "worker", T0);
+    assert_int_equal(r->phase, COORD_RUNNING);
+    report(&c, psa, "running", 0, T0);
+    report(&c, wa, "running", 0, T0);
+    report(&c, wb, "running", 0, T0);
+    coord_node *psb = add_node(&c, "ps-b", "ps", T0 + 1);
+    coord_node *wc = add_node(&c, "w-c", "worker", T0 + 1);
+    coord_node *wd = add_node(&c, "w-d", "worker", T0 + 1);
+    make_spec(&spec, "h", 1, 3, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *h = submit(&c, &spec, T0 + 2);
+    assert_int_equal(h->phase, COORD_CREATED);
+    assert_int_equal(r->phase, COORD_RUNNING);
+    coord_node_remove(&c, wb, T0 + 3);
+    for (double t = T0 + 4; t < T0 + 30; t += 1) {
+        report(&c, psa, "running", 0, t);
+        report(&c, wa, "running", 0, t);
+        report(&c, psb, "idle", 0, t);
+        report(&c, wc, "idle", 0, t);
+        report(&c, wd, "idle", 0, t);
+        coord_cluster_tick(&c, t + 0.5);
+    }
+    assert_true(task_of(r, "worker", 1)->node_id[0] != '\0');
+    coord_cluster_deinit(&c);
+}
+
+/* A running job's replacement comes before the waiting jobs, also while a job of higher
+ * priority waits that could never start (cluster_too_small). */
+static void test_replacement_before_queue(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "r", 1, 2, "");
+    coord_job *r = submit(&c, &spec, T0);
+    coord_node *psa = add_node(&c, "ps-a", "ps", T0);
+    coord_node *wa = add_node(&c, "w-a", "worker", T0);
+    coord_node *wb = add_node(&c, "w-b", "worker", T0);
+    report(&c, psa, "running", 0, T0);
+    report(&c, wa, "running", 0, T0);
+    report(&c, wb, "running", 0, T0);
+    coord_node *psb = add_node(&c, "ps-b", "ps", T0 + 1);
+    make_spec(&spec, "huge", 5, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *huge = submit(&c, &spec, T0 + 2);
+    make_spec(&spec, "l", 1, 1, "");
+    coord_job *l = submit(&c, &spec, T0 + 2);
+    assert_int_equal(l->phase, COORD_CREATED);
+    coord_node_remove(&c, wb, T0 + 3);
+    add_node(&c, "w-c", "worker", T0 + 4);
+    (void)psb;
+    assert_int_equal(huge->queue_reason, COORD_WAIT_TOO_SMALL);
+    assert_string_equal(task_of(r, "worker", 1)->node_id, "w-c");
+    assert_int_equal(l->phase, COORD_CREATED);
+    coord_cluster_deinit(&c);
+}
+
+/* A stored status naming a preempting job without its time: the wait counts from the load,
+ * never as seconds since 1970 (the deadline still holds). */
+static void test_preempted_status_without_time(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *low = running_pair(&c, "low", ", \"run_policy\": {\"active_deadline_seconds\": 100}",
+                                  T0, &ps, &w);
+    pf_job_spec spec;
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 10);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    json_t *st = coord_job_status_json(low);
+    json_object_del(json_object_get(st, "queue"), "preempted_since");
+    json_object_del(st, "preempted_seconds");
+    coord_job_status_from_json(low, st);
+    json_decref(st);
+    report(&c, ps, "idle", 0, T0 + 11);
+    report(&c, w, "idle", 0, T0 + 11);
+    finish_job(&c, high, ps, w, T0 + 20);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    for (double t = T0 + 21; t < T0 + 400; t += 5) {
+        report(&c, ps, "running", 0, t);
+        report(&c, w, "running", 0, t);
+        coord_cluster_tick(&c, t);
+    }
+    assert_true(low->preempted_seconds < 100);
+    coord_cluster_deinit(&c);
+}
+
+/* A worker that succeeded still holds its agent until its job ends: counted among what a
+ * victim frees, so only the one victim needed is stopped. */
+static void test_preemption_counts_succeeded(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    pf_job_spec spec;
+    make_spec(&spec, "b", 1, 1, "");
+    coord_job *b = submit(&c, &spec, T0);
+    coord_node *psb = add_node(&c, "ps-b", "ps", T0);
+    coord_node *wb = add_node(&c, "w-b", "worker", T0);
+    report(&c, psb, "running", 0, T0);
+    report(&c, wb, "running", 0, T0);
+    make_spec(&spec, "a", 1, 2, "");
+    coord_job *a = submit(&c, &spec, T0 + 1);
+    coord_node *psa = add_node(&c, "ps-a", "ps", T0 + 1);
+    coord_node *wa0 = add_node(&c, "w-a0", "worker", T0 + 1);
+    coord_node *wa1 = add_node(&c, "w-a1", "worker", T0 + 1);
+    assert_int_equal(a->phase, COORD_RUNNING);
+    report(&c, psa, "running", 0, T0 + 1);
+    report(&c, wa0, "running", 0, T0 + 1);
+    report(&c, wa1, "running", 0, T0 + 1);
+    report(&c, wa1, "succeeded", 0, T0 + 2); /* worker 1 done, the chief (worker 0) not yet */
+    assert_int_equal(a->phase, COORD_RUNNING);
+    make_spec(&spec, "h", 1, 2, ", \"run_policy\": {\"priority\": 10}");
+    submit(&c, &spec, T0 + 3);
+    assert_int_equal(b->phase, COORD_RUNNING); /* a alone frees 1 ps + 2 workers */
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_overtaking),
@@ -437,6 +564,10 @@ int main(void) {
         cmocka_unit_test(test_preemption_spares_unneeded),
         cmocka_unit_test(test_preemption_not_stolen),
         cmocka_unit_test(test_preemption_deadline),
+        cmocka_unit_test(test_preemption_no_deadlock),
+        cmocka_unit_test(test_replacement_before_queue),
+        cmocka_unit_test(test_preempted_status_without_time),
+        cmocka_unit_test(test_preemption_counts_succeeded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* cluster.h - the coordinator's state machine: jobs, their tasks and the agents (nodes) that
- * run them. Pure: no I/O, no clock, no locks. Every function takes `now` (Unix seconds) and
- * changes memory only; what changed is marked dirty and every change a client should see is
- * queued as an event, so the caller (coordinator.c) can persist both in one transaction
+ * run them. Pure: no I/O, no locks, and no clock but the monotonic one that times each
+ * scheduling round for /metrics (decisions never read it). Every function takes `now` (Unix
+ * seconds) and changes memory only; what changed is marked dirty and every change a client should
+ * see is queued as an event, so the caller (coordinator.c) can persist both in one transaction
  * before it answers. The caller serialises all calls (one lock).
  *
  * DESIGN: jobs are gang-scheduled. A job in Created or Restarting gets all of its tasks at

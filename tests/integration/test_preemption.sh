@@ -86,7 +86,9 @@ wait_until 300 "job steady Succeeded" phase_is steady Succeeded
 [ "$(status low "['global_step']")" = $STEPS ] || fail "low ended at step $(status low "['global_step']")"
 [ "$(status low "['restarts']")" = 0 ] || fail "a preemption counted as a restart"
 [ "$(status low "['queue']")" = None ] || fail "low's queue is not null once it ran"
-curl -sf "$URL/metrics" | grep -qx 'psflow_job_preemptions_total{job="low"} 1' ||
+# (to a file first: grep -q would end the pipe early, and pipefail would see curl's SIGPIPE)
+curl -sf "$URL/metrics" >metrics.txt || fail "GET /metrics"
+grep -qx 'psflow_job_preemptions_total{job="low"} 1' metrics.txt ||
   fail "/metrics lacks psflow_job_preemptions_total{job=\"low\"} 1"
 pass "low resumed as generation 2 and succeeded at step $STEPS; preemptions 1, restarts 0"
 

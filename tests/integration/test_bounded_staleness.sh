@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # Bounded staleness (training.max_staleness). Real processes on 127.0.0.1 (TF_CONFIG +
 # --job): the Fashion-MNIST softmax example, async, 1 ps + 2 workers, worker 1 slowed by

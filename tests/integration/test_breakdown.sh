@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # Where the step time goes (docs/profile.md), in managed mode (`psflow up`, a real
 # coordinator and agents): the Fashion-MNIST softmax example, sync, 1 ps + 2 training tasks,

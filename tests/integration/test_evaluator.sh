@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 600
 # The evaluator and TFJob's legacy `master`, static mode (TF_CONFIG + --job), real processes on
 # 127.0.0.1: a cluster of {evaluator, master, ps, worker} as a TFJob with a Master replica

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 300
 # data.format "libsvm": `psflow train` on Fashion-MNIST written as a gzipped LIBSVM file
 # (the first 12000 training and 2000 test examples, only the non-zero pixels, ids from 1)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # NaN and infinite numbers, with training.on_nonfinite "fail" and "rollback" (the default):
 #  1. `psflow train` (one process, no checkpoint to roll back to) exits 65 with one line
 #     naming the step, whatever on_nonfinite says (the linear example at learning rate 1000

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # Async prefetch (training.prefetch): a worker computes its next step while its push-pull
 # is in flight. Real processes on 127.0.0.1 (TF_CONFIG + --job):

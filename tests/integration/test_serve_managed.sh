@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 600
 # A job's `serving` section, managed by the coordinator (docs/serving.md, "Managed"), on a
 # real `psflow up` cluster (1 ps and 3 worker agents): the job trains on one worker agent

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# labels: sanitizer-only
 # timeout: 600
 # psflow serve --ps (docs/serving.md "Tables bigger than one server"): an embedding model
 # trained on 2 ps is served from 3 read-only ps tasks restored from its checkpoint

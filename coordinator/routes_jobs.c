@@ -140,6 +140,15 @@ static void list_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     long long limit;
     if (coord_query_long(rq, rp, "limit", 1, LIST_MAX_LIMIT, LIST_DEFAULT_LIMIT, &limit))
         return;
+    /* waiting=true: only the jobs waiting for agents (a non-null queue), what the dashboard's
+     * queue view polls; the other pages' counts then say nothing, so remainingItemCount is
+     * left out */
+    const char *waiting_q = coord_query(rq, "waiting");
+    bool waiting = waiting_q && strcmp(waiting_q, "true") == 0;
+    if (waiting_q && !waiting && strcmp(waiting_q, "false") != 0) {
+        coord_reply_problem(rp, 400, NULL, "query parameter waiting: must be true or false");
+        return;
+    }
     const char *token = coord_query(rq, "continue");
     double after_time = 0;
     char after_name[PF_NAME_MAX + 1];
@@ -155,7 +164,7 @@ static void list_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
     json_t *items = json_array(), *meta = json_object();
     const coord_job *last = NULL;
     for (long long taken = 0; items && i >= 0 && taken < limit; i--) {
-        if (c->jobs[i]->deleted)
+        if (c->jobs[i]->deleted || (waiting && c->jobs[i]->queue_position <= 0))
             continue;
         last = c->jobs[i];
         json_array_append_new(items, coord_job_summary_json(last));
@@ -165,7 +174,8 @@ static void list_jobs(coord_server *s, coord_request *rq, coord_reply *rp) {
         char next[40 + PF_NAME_MAX];
         continue_token(last, next, sizeof next);
         json_object_set_new(meta, "continue", json_string(next));
-        json_object_set_new(meta, "remainingItemCount", json_integer(i + 1));
+        if (!waiting)
+            json_object_set_new(meta, "remainingItemCount", json_integer(i + 1));
     }
     pthread_mutex_unlock(&s->lock);
     coord_reply_json(

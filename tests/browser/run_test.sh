@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs one browser test of the dashboard, NAME.test.js (dashboard: the pages as a job trains;
 # compare: the run comparison; serving: a job's serving tasks; breakdown: the step
-# breakdown; trace: a trace on demand in Chromium's trace viewer): `psflow up`, jobs trained
-# through the API, and Debian's chromium driven by npm playwright-core
-# (tests/browser/package.json; never a downloaded browser).
+# breakdown; trace: a trace on demand in Chromium's trace viewer; queue: the Jobs page's
+# queue): `psflow up`, jobs trained through the API, and Debian's chromium driven by npm
+# playwright-core (tests/browser/package.json; never a downloaded browser).
 # Screenshots go to $PSFLOW_ARTIFACTS [tests/browser/artifacts]. Needs chromium (apt) and
 # node; skips (77) without chromium.
 #   ctest -R test_compare    or    PSFLOW_BIN=build/psflow PSFLOW_SRC=. bash tests/browser/run_test.sh compare

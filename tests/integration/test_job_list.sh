@@ -5,7 +5,8 @@
 # coordinator holding 600 jobs: walking the pages with limits 1, 7 and 100 returns every job
 # exactly once, in the order of one unlimited walk; a continue token still works after the
 # job it stopped at is deleted and after the coordinator restarts; bad limits and tokens are
-# 400; `psflow list` (pages of 500) shows all 600.
+# 400; `psflow list` (pages of 500) shows all 600; waiting=true pages through the jobs
+# waiting for agents only.
 source "$(dirname "$0")/lib.sh"
 
 read -r port <<<"$(free_ports 1)"
@@ -70,6 +71,38 @@ curl -sf "$URL/api/v1/jobs" >default.json || fail "GET /api/v1/jobs without a li
 [ "$(json_field default.json 'len(d["items"])')" = 500 ] ||
   fail "the default page is not 500 jobs: $(json_field default.json 'len(d["items"])')"
 pass "pages of 1, 7, 100 and 1000 return all 600 jobs exactly once, newest first; default 500"
+
+# waiting=true: only the jobs waiting for agents (no agent here: every job not ended), in the
+# same order and pages, without remainingItemCount.
+for i in $(seq 0 3 27); do printf 'list-%03d\n' "$i"; done >cancelled.txt
+while read -r name; do
+  curl -sf -o /dev/null -X POST "$URL/api/v1/jobs/$name/cancel" || fail "cancel $name"
+done <cancelled.txt
+python3 - "$port" <<'PY' >waiting.txt || fail "walking the waiting jobs"
+import http.client, json, sys, urllib.parse
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+token = ""
+for _ in range(1000):
+    c.request("GET", "/api/v1/jobs?waiting=true&limit=7" + ("&continue=" + urllib.parse.quote(token) if token else ""))
+    r = c.getresponse()
+    d = json.loads(r.read())
+    assert r.status == 200, (r.status, d)
+    assert "remainingItemCount" not in d["metadata"], d["metadata"]
+    for item in d["items"]:
+        assert item["queue"] and item["queue"]["position"] > 0, item
+        print(item["name"])
+    token = d["metadata"].get("continue")
+    if not token:
+        break
+PY
+grep -v -x -f cancelled.txt all.txt >want-waiting.txt
+cmp -s want-waiting.txt waiting.txt ||
+  fail "waiting=true listed $(wc -l <waiting.txt) jobs, not the $(wc -l <want-waiting.txt) not cancelled"
+for q in waiting=yes waiting=1 waiting=; do
+  code=$(curl -s -o body.json -w '%{http_code}' "$URL/api/v1/jobs?$q")
+  [ "$code" = 400 ] && grep -q 'waiting' body.json || fail "GET /api/v1/jobs?$q answered $code"
+done
+pass "waiting=true pages through the 590 waiting jobs only (cancelled ones left out); a bad value is 400"
 
 # A token names a position: deleting the job it stopped at, or restarting the coordinator,
 # leaves the rest of the walk intact.

@@ -1,6 +1,7 @@
 /*
  * "#/": every job (newest first, with a cancel button and a checkbox to pick it for
- * "#/compare"), the submit form, and the agents registered with the coordinator. Live
+ * "#/compare"), the queue of jobs waiting for agents (queue.js), the submit form, and the
+ * agents registered with the coordinator. Live
  * updates come from the stream's "job" and "node" events; ages tick every second.
  *
  * A page (this one and job_page.js) offers what main.js's router uses: kind, root, load()
@@ -12,6 +13,7 @@ import {api, jobPath, listAll} from './api.js';
 import {compareHash} from './compare_page.js';
 import {KeyedRows, fillRow, h, setText} from './dom.js';
 import {fmtDuration, fmtInt, fmtNum, isNum, parseTime} from './format.js';
+import {QueueCard} from './queue.js';
 import {SpecForm} from './spec_form.js';
 import {TERMINAL, card, errorBox, phaseBadge, stateBadge} from './widgets.js';
 
@@ -32,7 +34,7 @@ function summaryFromJob(job) {
         mode: (spec.training || {}).mode, global_step: st.global_step, max_steps: st.max_steps,
         loss: st.loss, accuracy: st.accuracy, examples_per_sec: st.examples_per_sec,
         create_time: st.create_time, start_time: st.start_time,
-        completion_time: st.completion_time, replicas,
+        completion_time: st.completion_time, replicas, queue: st.queue,
     };
 }
 
@@ -47,6 +49,9 @@ export class JobsPage {
         this.renderPending = false;
         /* Jobs ticked for comparison, kept while the page lives. */
         this.selected = new Set();
+        /* The jobs waiting for agents, in queue order (queue.js). */
+        this.queueCard = new QueueCard();
+        this.queueCard.onError = (e) => this.err.show(e, 'Could not read the queue');
         this.build();
     }
 
@@ -91,6 +96,7 @@ export class JobsPage {
             this.err.el,
             card('All jobs', {id: 'jobs', extra: compareBar}, h('div', {class: 'table-wrap'}, this.table),
                 this.empty),
+            this.queueCard.el,
             new SpecForm((job) => this.upsertJob(summaryFromJob(job))).el,
             card('Agents', {id: 'agents'}, h('div', {class: 'table-wrap'}, this.nodeTable),
                 this.nodesEmpty));
@@ -176,10 +182,12 @@ export class JobsPage {
 
     mounted() {
         this.ticker = setInterval(() => this.tick(), 1000);
+        this.queueCard.start();
     }
 
     destroy() {
         clearInterval(this.ticker);
+        this.queueCard.stop();
     }
 
     showError(err) {
@@ -193,6 +201,7 @@ export class JobsPage {
         ]);
         this.jobs = new Map();
         for (const j of jobs) this.jobs.set(j.name, j);
+        this.queueCard.set(jobs);
         this.nodes = new Map();
         const now = performance.now();
         for (const n of (nodes && nodes.items) || []) this.nodes.set(n.id, Object.assign(n, {_at: now}));
@@ -200,8 +209,9 @@ export class JobsPage {
     }
 
     upsertJob(summary) {
-        const old = this.jobs.get(summary.name) || {};
-        this.jobs.set(summary.name, Object.assign({}, old, summary));
+        const old = this.jobs.get(summary.name);
+        this.jobs.set(summary.name, Object.assign({}, old || {}, summary));
+        this.queueCard.noteJob(summary, old);
         this.scheduleRender();
     }
 
@@ -251,5 +261,6 @@ export class JobsPage {
             const n = this.nodes.get(id);
             if (n) setText(row.lastChild, fmtDuration(this.nodeAge(n)));
         }
+        this.queueCard.tick();
     }
 }

@@ -356,6 +356,7 @@ static void set_queue(coord_job *j, int position, const coord_job *behind, coord
     j->queue_position = position;
     snprintf(j->queue_behind, sizeof j->queue_behind, "%s", behind ? behind->name : "");
     j->queue_reason = reason;
+    j->queue_start = 0; /* the first job holding agents gets its estimate after this */
 }
 
 /* --- preemption --- */
@@ -488,6 +489,112 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
     return taken > 0;
 }
 
+/* --- estimates and backfill --- */
+
+/* When running job j is expected to end: its steps left at its measured rate, or the end of
+ * its active_deadline_seconds, whichever comes first; INFINITY when neither is known. */
+static double expected_end(coord_job *j, double now) {
+    if (training_complete(j))
+        return now; /* its evaluator's last evaluation: moments */
+    double end = INFINITY;
+    int64_t left = (int64_t)j->spec.training.max_steps - j->global_step;
+    if (isfinite(j->steps_per_sec) && j->steps_per_sec > 0)
+        end = now + (double)(left > 0 ? left : 0) / j->steps_per_sec;
+    int64_t limit = j->spec.run_policy.active_deadline_seconds;
+    if (limit > 0 && j->start_time > 0)
+        end = fmin(end, j->start_time + (double)limit + j->preempted_seconds);
+    return end;
+}
+
+/* The longest waiting job j can hold agents once started: its active_deadline_seconds (it
+ * fails then), or its steps left from its newest checkpoint at the rate it last ran at,
+ * whichever is shorter (*why says which); INFINITY when neither is known (a job that never
+ * ran and has no deadline). */
+static double expected_run(const coord_job *j, const char **why) {
+    double run = INFINITY;
+    int64_t limit = j->spec.run_policy.active_deadline_seconds;
+    if (limit > 0) {
+        run = (double)limit;
+        *why = "its active_deadline_seconds";
+    }
+    int64_t left =
+        (int64_t)j->spec.training.max_steps - (j->has_checkpoint ? j->checkpoint_step : 0);
+    double at_rate = isfinite(j->steps_per_sec) && j->steps_per_sec > 0
+                         ? (double)(left > 0 ? left : 0) / j->steps_per_sec
+                         : INFINITY;
+    if (at_rate < run) {
+        run = at_rate;
+        *why = "its steps left at the rate it last ran at";
+    }
+    return run;
+}
+
+/* A running job's agents, free again when it is expected to end. */
+typedef struct ending {
+    double at;
+    int ps, workers;
+} ending;
+
+static int ending_before(const void *a, const void *b) {
+    double x = ((const ending *)a)->at, y = ((const ending *)b)->at;
+    return (x > y) - (x < y);
+}
+
+/* When waiting job j, short of short_ps ps and short_workers worker agents beyond those idle
+ * or stopping, is expected to start: when the running jobs, taken as they are expected to
+ * end, have freed enough (the first job that holds agents takes every agent that frees up);
+ * `now` when nothing is short; INFINITY when it cannot be told. */
+static double expected_start(coord_cluster *c, const coord_job *j, int short_ps, int short_workers,
+                             double now) {
+    if (short_ps <= 0 && short_workers <= 0)
+        return now;
+    ending *e = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *e);
+    if (!e)
+        return INFINITY;
+    int n = 0;
+    for (int i = 0; i < c->n_jobs; i++) {
+        coord_job *r = c->jobs[i];
+        if (r == j || r->deleted || r->phase != COORD_RUNNING)
+            continue;
+        job_agents(r, &e[n].ps, &e[n].workers);
+        if (e[n].ps + e[n].workers > 0) {
+            e[n].at = expected_end(r, now);
+            n++;
+        }
+    }
+    qsort(e, (size_t)n, sizeof *e, ending_before);
+    double at = INFINITY;
+    for (int i = 0; i < n && (short_ps > 0 || short_workers > 0); i++) {
+        short_ps -= e[i].ps;
+        short_workers -= e[i].workers;
+        at = e[i].at;
+    }
+    pf_free(e);
+    return short_ps <= 0 && short_workers <= 0 ? at : INFINITY;
+}
+
+/* Starts waiting job j on agents held for `first` (the first job that holds agents) when the
+ * idle ones fit it and it is bound to end before `first` is expected to start, so that it
+ * cannot delay it (nor any job behind `first`, which starts after it). */
+static bool backfill(coord_cluster *c, coord_job *j, const coord_job *first, int idle_ps,
+                     int idle_workers, double now) {
+    const char *why = "";
+    double run = expected_run(j, &why);
+    if (!first || !(first->queue_start > now) || idle_ps < need_ps(j) ||
+        idle_workers < need_workers(j) || !(now + run <= first->queue_start))
+        return false;
+    if (!admit(c, j, idle_ps, idle_workers, NULL, now))
+        return false;
+    char msg[COORD_TEXT_MAX];
+    if (snprintf(msg, sizeof msg,
+                 "started ahead of job %s on agents held for it: it ends within %.0f s (%s), "
+                 "before that job is expected to get the rest of its agents (in %.0f s)",
+                 first->name, run, why, first->queue_start - now) >= (int)sizeof msg)
+        msg[sizeof msg - 2] = '.'; /* cut: still one line */
+    coord_log_event(c, j->name, "Normal", "Backfilled", msg, now);
+    return true;
+}
+
 /* --- the queue --- */
 
 /* Agents of each role that are free or about to be: idle, and stopping a task no job holds
@@ -534,7 +641,9 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
         bool held_back =
             first_holder && ((have_ps < need_ps(j) && have_ps < k.idle_ps) ||
                              (have_workers < need_workers(j) && have_workers < k.idle_workers));
-        if (admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
+        bool fits = have_ps >= need_ps(j) && have_workers >= need_workers(j);
+        if ((!fits && held_back && backfill(c, j, first_holder, k.idle_ps, k.idle_workers, now)) ||
+            admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
             k.idle_ps -= need_ps(j);
             k.idle_workers -= need_workers(j);
             set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
@@ -553,8 +662,12 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
             return true;
         held_ps += need_ps(j);
         held_workers += need_workers(j);
-        if (!first_holder)
+        if (!first_holder) {
             first_holder = j;
+            double at = expected_start(c, j, need_ps(j) - have_ps - k.stopping_ps,
+                                       need_workers(j) - have_workers - k.stopping_workers, now);
+            j->queue_start = isfinite(at) ? at : 0;
+        }
     }
     *spare_workers = k.idle_workers - held_workers;
     return false;

@@ -192,6 +192,9 @@ typedef struct coord_job {
     int queue_position;
     char queue_behind[PF_NAME_MAX + 1];
     coord_wait queue_reason; /* what it waits for, while queue_position > 0 */
+    /* when the first job in the queue that holds agents is expected to get the rest (as the
+     * running jobs are expected to end); 0 for every other job, and when unknown */
+    double queue_start;
     /* times a job of higher priority stopped it to take its agents, and the newest such job
      * while it waits to resume ("" when none, or once it runs again); kept in the status */
     int preemptions;
@@ -252,7 +255,7 @@ typedef struct coord_job_summary {
     int queue_position, priority;
     coord_wait queue_reason;
     char queue_behind[PF_NAME_MAX + 1], preempted_by[PF_NAME_MAX + 1];
-    double preempted_at;
+    double preempted_at, queue_start;
 } coord_job_summary;
 
 typedef enum {

@@ -71,6 +71,7 @@ void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
     snprintf(out->queue_behind, sizeof out->queue_behind, "%s", j->queue_behind);
     snprintf(out->preempted_by, sizeof out->preempted_by, "%s", j->preempted_by);
     out->preempted_at = j->preempted_at;
+    out->queue_start = j->queue_start;
     for (int i = 0; i < j->n_tasks; i++) {
         if (!strcmp(j->tasks[i].type, "evaluator"))
             continue; /* replicas counts the training cluster: ps and training tasks */

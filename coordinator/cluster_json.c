@@ -94,16 +94,17 @@ const char *coord_wait_name(coord_wait w) {
 }
 
 /* A job's place in the queue as its status and its list item show it; null when it is not
- * waiting (position 0). */
+ * waiting (position 0). `start`: its expected start (0: unknown). */
 static json_t *queue_json(int position, int priority, coord_wait reason, const char *behind,
-                          const char *preempted_by, double preempted_at) {
+                          const char *preempted_by, double preempted_at, double start) {
     if (position <= 0)
         return json_null();
-    return json_pack("{s:i, s:i, s:s, s:o, s:o, s:o}", "position", position, "priority", priority,
-                     "reason", coord_wait_name(reason), "behind",
+    return json_pack("{s:i, s:i, s:s, s:o, s:o, s:o, s:o}", "position", position, "priority",
+                     priority, "reason", coord_wait_name(reason), "behind",
                      behind[0] ? json_string(behind) : json_null(), "preempted_by",
                      preempted_by[0] ? json_string(preempted_by) : json_null(), "preempted_since",
-                     preempted_by[0] ? coord_time_json(preempted_at) : json_null());
+                     preempted_by[0] ? coord_time_json(preempted_at) : json_null(),
+                     "estimated_start", start > 0 ? coord_time_json(start) : json_null());
 }
 
 json_t *coord_job_status_json(const coord_job *j) {
@@ -160,7 +161,7 @@ json_t *coord_job_status_json(const coord_job *j) {
         json_object_set_new(out, "queue",
                             queue_json(j->queue_position, j->spec.run_policy.priority,
                                        j->queue_reason, j->queue_behind, j->preempted_by,
-                                       j->preempted_at));
+                                       j->preempted_at, j->queue_start));
     if (out) /* times a job of higher priority stopped it (run_policy.preemptible), and the
               * seconds it waited after them before this one */
         json_object_update_new(out, json_pack("{s:i, s:f}", "preemptions", j->preemptions,
@@ -380,7 +381,8 @@ static json_t *summary_json(const coord_job_summary *s) {
     if (out) /* waiting: its place in the queue and why (null otherwise) */
         json_object_set_new(out, "queue",
                             queue_json(s->queue_position, s->priority, s->queue_reason,
-                                       s->queue_behind, s->preempted_by, s->preempted_at));
+                                       s->queue_behind, s->preempted_by, s->preempted_at,
+                                       s->queue_start));
     return out;
 }
 

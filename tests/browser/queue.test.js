@@ -8,7 +8,8 @@
  * The page stays open, never reloaded, while the queue changes under it:
  *   1. `low` runs; `next` (the same size) waits for capacity at position 1 and `huge` (2
  *      workers, on a cluster of 1) waits for a larger cluster at position 2: the queue card
- *      shows both, in that order, with those reasons;
+ *      shows both, in that order, with those reasons, and once low's rate is measured, when
+ *      next is expected to start (status.queue.estimated_start);
  *   2. `urgent` (priority 5) preempts `low`: `low` comes back into the queue with reason
  *      preempted, naming `urgent`, ahead of `next` (same priority, submitted first);
  *   3. `urgent` is cancelled: `low` resumes and leaves the queue, and `next` is position 1
@@ -97,6 +98,15 @@ async function main() {
         const first = await expectQueue(page, base, [['next', 'capacity'], ['huge', 'cluster_too_small']], 30000);
         check(/free up/.test(first[0].text) && /more agents than the cluster has/.test(first[1].text),
             'the reasons in words: "' + first[0].text + '", "' + first[1].text + '"');
+        /* next holds the agents low runs on: expected to start when low's steps left at its
+         * measured rate are done (the rate is known after 5 s of training) */
+        const start = await waitFor('an expected start for next', async () => {
+            const cell = await page.locator('[data-testid="queue-table"] tr[data-key="next"] td').nth(5).textContent();
+            const job = await api(base, 'GET', '/api/v1/jobs/next');
+            return /^in /.test(cell) && job.status.queue && job.status.queue.estimated_start ?
+                {cell, at: job.status.queue.estimated_start} : null;
+        }, 30000, 250);
+        check(true, 'next is expected to start ' + start.cell + ' (estimated_start ' + start.at + ')');
 
         /* ---- 2. preemption */
         await api(base, 'POST', '/api/v1/jobs', spec('urgent', 1, 5));

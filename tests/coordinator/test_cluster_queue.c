@@ -4,7 +4,8 @@
  * its status and the small job's message say so) and starts first once agents free up; a job
  * of higher run_policy.priority goes ahead of an earlier one; a job that needs more agents
  * than the cluster has holds nothing, so a small job behind it starts at once; the status's
- * `queue` is null once a job has its agents.
+ * `queue` is null once a job has its agents; the first job holding agents gets an estimated
+ * start, and a job behind it backfills only when bound to end before then.
  *
  * Agents are simulated by the fixture's registrations and heartbeat reports; no test sleeps.
  */
@@ -552,6 +553,86 @@ static void test_preemption_counts_succeeded(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* Job `big` waits first in the queue for one worker more than is idle: it is expected to start
+ * when the running job that holds one is expected to end (its steps left at its rate), and
+ * its status says when. A job behind it that fits the idle agents held for big starts ahead
+ * of it (backfill) only when its active_deadline_seconds ends it before then; a longer one,
+ * or one with no bound at all, waits behind big. The backfilled job does not move big's
+ * expected start. */
+static void test_backfill(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    coord_job *busy =
+        running_pair(&c, "busy", ", \"run_policy\": {\"preemptible\": false}", T0, &ps, &w);
+    busy->global_step = 40;
+    busy->steps_per_sec = 1.0; /* 60 steps left: ends about 60 s after the round */
+    add_node(&c, "ps-b", "ps", T0);
+    add_node(&c, "w-b", "worker", T0);
+    add_node(&c, "w-c", "worker", T0);
+    pf_job_spec spec;
+    make_spec(&spec, "big", 1, 3, "");
+    coord_job *big = submit(&c, &spec, T0 + 1);
+    assert_queue(big, 1, 0, NULL);
+    assert_reason(big, "capacity");
+    assert_float_equal((big->queue_start - T0), 61, 1e-6); /* cmocka casts to float */
+    json_t *status;
+    json_t *q = queue_of(big, &status);
+    assert_string_equal(json_string_value(json_object_get(q, "estimated_start")),
+                        "2025-11-22T10:01:01.000Z");
+    json_decref(status);
+    take_events(&c, NULL, NULL);
+
+    make_spec(&spec, "quick", 1, 1, ", \"run_policy\": {\"active_deadline_seconds\": 30}");
+    coord_job *quick = submit(&c, &spec, T0 + 2);
+    assert_int_equal(quick->phase, COORD_RUNNING); /* ends by T0 + 32, before T0 + 61 */
+    assert_queue(quick, 0, 0, NULL);
+    assert_int_equal(take_events(&c, "log", "Backfilled"), 1);
+    assert_int_equal(big->phase, COORD_CREATED);
+    /* quick frees its agents first, and busy (still at step 40) 60 s from this round */
+    assert_float_equal((big->queue_start - T0), 62, 1e-6);
+
+    add_node(&c, "ps-c", "ps", T0 + 3);
+    make_spec(&spec, "long", 1, 1, ", \"run_policy\": {\"active_deadline_seconds\": 300}");
+    coord_job *lng = submit(&c, &spec, T0 + 3);
+    make_spec(&spec, "unbounded", 1, 1, "");
+    coord_job *unbounded = submit(&c, &spec, T0 + 4);
+    assert_int_equal(lng->phase, COORD_CREATED);
+    assert_queue(lng, 2, 0, "big");
+    assert_reason(lng, "reserved");
+    assert_int_equal(unbounded->phase, COORD_CREATED);
+    assert_queue(unbounded, 3, 0, "big");
+    assert_true(lng->queue_start == 0); /* estimated for the first job only */
+    assert_int_equal(take_events(&c, "log", "Backfilled"), 0);
+    coord_cluster_deinit(&c);
+}
+
+/* No estimate, no backfill: a running job with neither a measured rate nor a deadline leaves
+ * the first waiting job's start unknown (null), and nothing starts ahead of it. */
+static void test_backfill_needs_estimate(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_node *ps, *w;
+    running_pair(&c, "busy", ", \"run_policy\": {\"preemptible\": false}", T0, &ps, &w);
+    add_node(&c, "ps-b", "ps", T0);
+    add_node(&c, "w-b", "worker", T0);
+    pf_job_spec spec;
+    make_spec(&spec, "big", 1, 2, "");
+    coord_job *big = submit(&c, &spec, T0 + 1);
+    assert_true(big->queue_start == 0);
+    json_t *status;
+    json_t *q = queue_of(big, &status);
+    assert_true(json_is_null(json_object_get(q, "estimated_start")));
+    json_decref(status);
+    make_spec(&spec, "quick", 1, 1, ", \"run_policy\": {\"active_deadline_seconds\": 5}");
+    coord_job *quick = submit(&c, &spec, T0 + 2);
+    assert_int_equal(quick->phase, COORD_CREATED);
+    assert_reason(quick, "reserved");
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_overtaking),
@@ -568,6 +649,8 @@ int main(void) {
         cmocka_unit_test(test_replacement_before_queue),
         cmocka_unit_test(test_preempted_status_without_time),
         cmocka_unit_test(test_preemption_counts_succeeded),
+        cmocka_unit_test(test_backfill),
+        cmocka_unit_test(test_backfill_needs_estimate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

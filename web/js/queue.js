@@ -1,7 +1,7 @@
 /*
  * The Jobs page's queue: the jobs waiting for agents in the order the coordinator admits them
- * (status.queue, api/rest.md; docs/design.md "The queue"), each with its priority and what it
- * waits for. One job's admission moves every job behind it, and the coordinator sends no
+ * (status.queue, api/rest.md; docs/design.md "The queue"), each with its priority, what it
+ * waits for and, for the first that holds agents, when it is expected to start. One job's admission moves every job behind it, and the coordinator sends no
  * event for a move, so the card asks again (GET /api/v1/jobs?waiting=true) shortly after any
  * event that can change the queue (a job submitted, admitted, finished or preempted) and every
  * few seconds while a job waits.
@@ -50,8 +50,9 @@ export class QueueCard {
         const tbody = h('tbody');
         this.table = h('table', {class: 'table', dataset: {testid: 'queue-table'}},
             h('caption', {class: 'sr-only'}, 'Jobs waiting for agents, in the order they start'),
-            h('thead', null, h('tr', null, ['#', 'Job', 'Priority', 'Phase', 'Waiting for', 'Waiting'].map(
-                (t, i) => h('th', {scope: 'col', class: i === 0 || i === 2 || i === 5 ? 'num' : null}, t)))),
+            h('thead', null, h('tr', null, ['#', 'Job', 'Priority', 'Phase', 'Waiting for', 'Waiting',
+                'Expected start'].map((t, i) => h('th', {scope: 'col', class: i === 0 || i === 2 || i >= 5 ? 'num' : null},
+                t)))),
             tbody);
         this.rows = new KeyedRows(tbody, (row, j, fresh) => this.renderRow(row, j, fresh));
         this.empty = h('p', {class: 'empty'}, 'No job is waiting for agents.');
@@ -64,7 +65,7 @@ export class QueueCard {
     renderRow(row, j, fresh) {
         if (fresh) {
             row.append(h('td', {class: 'num'}), h('th', {scope: 'row'}, jobLink(j.name)), h('td', {class: 'num'}),
-                h('td'), h('td'), h('td', {class: 'num'}));
+                h('td'), h('td'), h('td', {class: 'num'}), h('td', {class: 'num'}));
         }
         const q = j.queue;
         const c = row.children;
@@ -78,6 +79,17 @@ export class QueueCard {
         if (c[4].textContent !== text) c[4].replaceChildren(...words);
         c[4].title = j.message || '';
         setText(c[5], fmtDuration(this.waitedOf(j)));
+        setText(c[6], this.startText(q));
+        c[6].title = q.estimated_start ||
+            'estimated for the first job that holds agents, once the running jobs have a measured rate or a deadline';
+    }
+
+    /* "in 4 min" from queue.estimated_start (the first job holding agents only), else "—". */
+    startText(q) {
+        const at = parseTime(q.estimated_start);
+        if (at === null) return '—';
+        const left = (at - Date.now()) / 1000;
+        return left > 1 ? 'in ' + fmtDuration(left) : 'now';
     }
 
     /* Seconds it has waited: since its preemption, or since it was submitted. */
@@ -143,7 +155,9 @@ export class QueueCard {
     tick() {
         for (const j of this.items) {
             const row = this.rows.rows.get(j.name);
-            if (row) setText(row.children[5], fmtDuration(this.waitedOf(j)));
+            if (!row) continue;
+            setText(row.children[5], fmtDuration(this.waitedOf(j)));
+            setText(row.children[6], this.startText(j.queue));
         }
     }
 }

@@ -28,7 +28,7 @@ static void ready_desired(const json_t *item, const char *type, char *buf, size_
 
 /* Every job the coordinator lists, page after page, as one array (new reference); NULL
  * with *rc set after printing why. */
-static json_t *fetch_all(const api_client *c, int *rc) {
+static json_t *fetch_all(const api_client *c, bool waiting_only, int *rc) {
     json_t *all = json_array();
     char token[256] = "", path[1024];
     for (;;) {
@@ -37,8 +37,8 @@ static json_t *fetch_all(const api_client *c, int *rc) {
             *rc = PF_EX_OSERR;
             break;
         }
-        snprintf(path, sizeof path, "/api/v1/jobs?limit=%d%s%s", LIST_PAGE,
-                 token[0] ? "&continue=" : "", escaped);
+        snprintf(path, sizeof path, "/api/v1/jobs?limit=%d%s%s%s", LIST_PAGE,
+                 waiting_only ? "&waiting=true" : "", token[0] ? "&continue=" : "", escaped);
         pf_http_response r;
         if ((*rc = api_call(c, "GET", path, NULL, 0, API_REQUEST_TIMEOUT, &r)))
             break;
@@ -168,7 +168,7 @@ static int print_queue(const json_t *waiting) {
         fprintf(stderr, "psflow list: no job waits for agents\n");
         return 0;
     }
-    enum { Q_POS, Q_NAME, Q_PRIORITY, Q_PHASE, Q_REASON, Q_AGE, Q_MESSAGE, Q_COLS };
+    enum { Q_POS, Q_NAME, Q_PRIORITY, Q_PHASE, Q_REASON, Q_AGE, Q_START, Q_MESSAGE, Q_COLS };
     typedef char cell[QUEUE_CELL];
     cell *cells = pf_mallocarray((n + 1) * Q_COLS, sizeof(cell));
     if (!cells) {
@@ -176,7 +176,7 @@ static int print_queue(const json_t *waiting) {
         return PF_EX_OSERR;
     }
     static const char *const head[Q_COLS] = {"POS",    "NAME", "PRIORITY", "PHASE",
-                                             "REASON", "AGE",  "MESSAGE"};
+                                             "REASON", "AGE",  "START",    "MESSAGE"};
     for (int k = 0; k < Q_COLS; k++)
         snprintf(cells[k], sizeof(cell), "%s", head[k]);
     double now = pf_clock_wall();
@@ -202,6 +202,14 @@ static int print_queue(const json_t *waiting) {
             api_format_age(now - created, row[Q_AGE], sizeof(cell));
         else
             snprintf(row[Q_AGE], sizeof(cell), "-");
+        double start; /* the first job holding agents only: when it is expected to start */
+        if (pf_text_parse_rfc3339(api_jstr(q, "estimated_start"), &start)) {
+            char in[32];
+            api_format_age(start > now ? start - now : 0, in, sizeof in);
+            snprintf(row[Q_START], sizeof(cell), "in %s", in);
+        } else {
+            snprintf(row[Q_START], sizeof(cell), "-");
+        }
         snprintf(row[Q_MESSAGE], sizeof(cell), "%s",
                  api_jstr(it, "message") ? api_jstr(it, "message") : "");
     }
@@ -226,7 +234,7 @@ int cli_list(const cli_command *cmd, int argc, char **argv) {
     if (!cli_command_start(cmd, opts, CLI_COUNT(opts), argc, argv, &run))
         return run.exit_code;
     int rc;
-    json_t *items = fetch_all(&run.client, &rc);
+    json_t *items = fetch_all(&run.client, queue, &rc);
     if (!items)
         return rc;
     if (queue) {

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# labels: sanitizer-only
+# The queue's order, backfill and reasons (docs/design.md "The queue") on a real coordinator
+# with its SQLite file and simulated agents: 3 ps and 4 worker agents played over the agent
+# API by this test (they register, heartbeat every 0.3 s and report each assignment running
+# until it is taken away), so that no training decides the timing.
+#  1. `first` (1 ps, 2 workers, active_deadline_seconds 600) runs; `large` (3 ps, 4 workers)
+#     waits for capacity, holding the idle agents, and is expected to start when `first`'s
+#     deadline ends (queue.estimated_start within 5 s of first's start + 600 s);
+#  2. `bounded` (1 ps, 1 worker, active_deadline_seconds 60) fits the agents held for
+#     `large` and ends before it could start: it backfills (event Backfilled), and large's
+#     expected start does not move; `unbounded` (the same size, no deadline) would fit the
+#     idle agents too but waits, reserved behind `large`, and so does `late` (2 ps, 1
+#     worker);
+#  3. no starvation: `first` ends, but `large` still lacks the ps `bounded` holds, so it
+#     waits (now expected when `bounded`'s deadline ends) and the small `unbounded` does not
+#     take the agents freed meanwhile; `bounded` ends and `large` starts before `unbounded`;
+#  at every step each waiting job's status names its reason (and `behind` where it is
+#  reserved), and GET /api/v1/jobs?waiting=true lists them in queue order.
+source "$(dirname "$0")/lib.sh"
+
+read -r port <<<"$(free_ports 1)"
+URL=http://127.0.0.1:$port
+"$PSFLOW_BIN" coordinator --listen "127.0.0.1:$port" --db "$WORK/psflow.db" \
+  2>"$WORK/coordinator.log" &
+wait_until 30 "the coordinator ready" curl -sf "$URL/readyz"
+
+python3 - "$URL" "$PSFLOW_AGENT_TOKEN" <<'PY' || fail "the queue scenario (above)"
+import calendar, json, sys, threading, time, urllib.error, urllib.request
+
+URL, TOKEN = sys.argv[1], sys.argv[2]
+AGENT = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
+
+def call(method, path, body=None, headers=None):
+    req = urllib.request.Request(URL + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers=headers or {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+def ok(msg):
+    print("ok: " + msg)
+
+# --- the simulated agents ---
+agents = {}  # id -> the assignment it runs (None: idle)
+lock = threading.Lock()
+stop = threading.Event()
+for i, (role, n) in enumerate([("ps", 3), ("worker", 4)]):
+    for k in range(n):
+        aid = "%s-%d" % (role, k)
+        st, body = call("POST", "/api/v1/nodes", {"id": aid, "role": role,
+                        "address": "127.0.0.1:%d" % (20000 + 10 * i + k), "version": "0.1.0",
+                        "memory_bytes": 16 << 30}, AGENT)
+        if st != 201:
+            fail("registering %s: %s %s" % (aid, st, body))
+        agents[aid] = None
+
+def beat():
+    while not stop.is_set():
+        for aid in list(agents):
+            with lock:
+                a = agents[aid]
+            report = {"state": "idle"} if a is None else {
+                "state": "running", "job": a["job"], "generation": a["generation"],
+                "type": a["type"], "index": a["index"], "incarnation": a["incarnation"]}
+            st, body = call("POST", "/api/v1/nodes/%s/heartbeat" % aid, report, AGENT)
+            if st == 200:
+                with lock:
+                    agents[aid] = body.get("assignment")
+        stop.wait(0.3)
+
+threading.Thread(target=beat, daemon=True).start()
+
+def spec(name, ps, workers, deadline=None):
+    d = {"name": name, "replicas": {"ps": ps, "worker": workers},
+         "model": {"type": "linear", "inputs": 1}, "data": {"format": "synthetic_linear"}}
+    if deadline:
+        d["run_policy"] = {"active_deadline_seconds": deadline}
+    return d
+
+def submit(name, ps, workers, deadline=None):
+    st, body = call("POST", "/api/v1/jobs", spec(name, ps, workers, deadline))
+    if st != 201:
+        fail("submitting %s: %s %s" % (name, st, body))
+
+def job(name):
+    st, body = call("GET", "/api/v1/jobs/" + name)
+    if st != 200:
+        fail("GET %s: %s" % (name, st))
+    return body["status"]
+
+def parse_time(s):  # "2026-11-30T11:19:01.357Z"
+    return calendar.timegm(time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + s[19:-1])
+
+def wait(what, pred, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    fail("timed out waiting for " + what)
+
+def running(name):
+    return wait(name + " Running with every task running", lambda:
+                job(name)["phase"] == "Running" and
+                all(t["state"] == "Running" for t in call("GET", "/api/v1/jobs/%s/tasks" % name)[1]["items"]))
+
+def queue_is(want):
+    """want: [(name, reason, behind)] in queue order; every waiting job's status agrees."""
+    st, body = call("GET", "/api/v1/jobs?waiting=true")
+    got = sorted(body["items"], key=lambda j: j["queue"]["position"])
+    seen = [(j["name"], j["queue"]["reason"], j["queue"]["behind"]) for j in got]
+    if seen != want or [j["queue"]["position"] for j in got] != list(range(1, len(got) + 1)):
+        return None
+    for name, reason, behind in want:
+        q = job(name)["queue"]
+        if not q or q["reason"] != reason or q["behind"] != behind:
+            return None
+    return got
+
+def events(name, reason):
+    st, body = call("GET", "/api/v1/jobs/%s/events" % name)
+    return [e for e in body["items"] if e["reason"] == reason]
+
+# 1. first runs; large waits, holding the idle agents, expected when first's deadline ends
+submit("first", 1, 2, deadline=600)
+running("first")
+first_start = parse_time(job("first")["start_time"])
+submit("large", 3, 4)
+wait("large waiting for capacity", lambda: queue_is([("large", "capacity", None)]))
+est = parse_time(job("large")["queue"]["estimated_start"])
+if abs(est - (first_start + 600)) > 5:
+    fail("large is expected at %.1f, not at first's deadline %.1f" % (est, first_start + 600))
+ok("large waits for capacity, expected to start when first's deadline ends (%+.1f s)" % (est - first_start))
+
+# 2. bounded backfills; unbounded and late wait
+submit("bounded", 1, 1, deadline=60)
+running("bounded")
+if len(events("bounded", "Backfilled")) != 1:
+    fail("no Backfilled event for bounded: %s" % call("GET", "/api/v1/jobs/bounded/events")[1])
+est2 = parse_time(job("large")["queue"]["estimated_start"])
+if abs(est2 - est) > 5:
+    fail("the backfill moved large's expected start from %.1f to %.1f" % (est, est2))
+submit("unbounded", 1, 1)
+submit("late", 2, 1)
+wait("the queue large, unbounded (reserved for large), late", lambda: queue_is(
+    [("large", "capacity", None), ("unbounded", "reserved", "large"), ("late", "reserved", "large")]))
+if events("unbounded", "Backfilled") or job("unbounded")["phase"] != "Created":
+    fail("unbounded (no deadline) started ahead of large")
+ok("bounded (deadline 60 s) backfilled ahead of large, whose expected start stayed; unbounded "
+   "and late wait, reserved behind large: %s" % job("unbounded")["queue"])
+
+# 3. no starvation: first ends; large still waits for bounded's ps, and unbounded does not
+#    take the agents first freed
+st, _ = call("POST", "/api/v1/jobs/first/cancel")
+if st != 200:
+    fail("cancel first: %s" % st)
+wait("first's agents idle", lambda: sum(1 for a in agents.values() if a is None) == 5)
+time.sleep(1.0)  # a few scheduling rounds with the freed agents
+wait("large still first", lambda: queue_is(
+    [("large", "capacity", None), ("unbounded", "reserved", "large"), ("late", "reserved", "large")]))
+bounded_start = parse_time(job("bounded")["start_time"])
+est3 = parse_time(job("large")["queue"]["estimated_start"])
+if abs(est3 - (bounded_start + 60)) > 5:
+    fail("large is expected at %.1f, not at bounded's deadline %.1f" % (est3, bounded_start + 60))
+ok("first ended: large, short of one ps, still waits (expected when bounded's deadline ends) "
+   "and unbounded does not take the freed agents")
+st, _ = call("POST", "/api/v1/jobs/bounded/cancel")
+running("large")
+wait("unbounded and late waiting", lambda: queue_is(
+    [("unbounded", "capacity", None), ("late", "capacity", None)]))
+ok("bounded ended: large started before the smaller unbounded and late, which wait for capacity")
+stop.set()
+PY
+pass "queue order, backfill and reasons on a real coordinator with simulated agents"

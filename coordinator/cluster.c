@@ -165,6 +165,7 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
         return false;
     }
     j->generation++;
+    j->backfilled = false;                     /* backfill() says so after this */
     bool resumed = j->preempted_by[0] != '\0'; /* after a preemption: not a restart of its tasks */
     if (resumed)
         j->preempted_seconds += waiting_since_preempted(j, now);
@@ -362,6 +363,7 @@ static void set_queue(coord_job *j, int position, const coord_job *behind, coord
 /* --- preemption --- */
 
 static bool training_complete(coord_job *j);
+static bool evaluator_busy(const coord_job *j, const coord_task *t);
 
 /* Whether running job v may be stopped so that waiting job j gets its agents: v is of lower
  * priority, preemptible, and still training (its evaluator's last evaluation is not cut). */
@@ -491,37 +493,42 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
 
 /* --- estimates and backfill --- */
 
-/* When running job j is expected to end: its steps left at its measured rate, or the end of
- * its active_deadline_seconds, whichever comes first; INFINITY when neither is known. */
+/* An estimate further ahead than this is no estimate (a rate near 0, a deadline of years). */
+#define ESTIMATE_HORIZON_SECONDS (366.0 * 86400)
+
+/* When running job j is expected to end: its steps left at its measured rate, never later
+ * than the end of its active_deadline_seconds; INFINITY while it has no rate, but for a job
+ * that backfilled by its deadline (it ends by then, and that was before the estimate it
+ * backfilled against). A deadline alone says when a job ends at the latest, not when: a
+ * backfill weighed against it could delay the job it is meant not to delay. */
 static double expected_end(coord_job *j, double now) {
-    if (training_complete(j))
-        return now; /* its evaluator's last evaluation: moments */
-    double end = INFINITY;
-    int64_t left = (int64_t)j->spec.training.max_steps - j->global_step;
-    if (isfinite(j->steps_per_sec) && j->steps_per_sec > 0)
-        end = now + (double)(left > 0 ? left : 0) / j->steps_per_sec;
     int64_t limit = j->spec.run_policy.active_deadline_seconds;
-    if (limit > 0 && j->start_time > 0)
-        end = fmin(end, j->start_time + (double)limit + j->preempted_seconds);
-    return end;
+    double deadline = limit > 0 && j->start_time > 0 && limit < (int64_t)ESTIMATE_HORIZON_SECONDS
+                          ? j->start_time + (double)limit + j->preempted_seconds
+                          : INFINITY;
+    if (!isfinite(j->steps_per_sec) || j->steps_per_sec <= 0)
+        return j->backfilled ? deadline : INFINITY;
+    int64_t left = (int64_t)j->spec.training.max_steps - j->global_step;
+    return fmin(now + (double)(left > 0 ? left : 0) / j->steps_per_sec, deadline);
 }
 
 /* The longest waiting job j can hold agents once started: its active_deadline_seconds (it
- * fails then), or its steps left from its newest checkpoint at the rate it last ran at,
- * whichever is shorter (*why says which); INFINITY when neither is known (a job that never
- * ran and has no deadline). */
+ * fails then), or its steps left from its newest checkpoint at the rate it last ran at plus
+ * its evaluator's grace after the last step, whichever is shorter (*why says which);
+ * INFINITY when neither is known (a job that never ran and has no deadline). */
 static double expected_run(const coord_job *j, const char **why) {
     double run = INFINITY;
     int64_t limit = j->spec.run_policy.active_deadline_seconds;
-    if (limit > 0) {
+    if (limit > 0 && limit < (int64_t)ESTIMATE_HORIZON_SECONDS) {
         run = (double)limit;
         *why = "its active_deadline_seconds";
     }
     int64_t left =
         (int64_t)j->spec.training.max_steps - (j->has_checkpoint ? j->checkpoint_step : 0);
-    double at_rate = isfinite(j->steps_per_sec) && j->steps_per_sec > 0
-                         ? (double)(left > 0 ? left : 0) / j->steps_per_sec
-                         : INFINITY;
+    double at_rate = INFINITY;
+    if (isfinite(j->steps_per_sec) && j->steps_per_sec > 0)
+        at_rate = (double)(left > 0 ? left : 0) / j->steps_per_sec +
+                  (j->spec.replicas.evaluator > 0 ? COORD_EVALUATOR_GRACE_SECONDS : 0);
     if (at_rate < run) {
         run = at_rate;
         *why = "its steps left at the rate it last ran at";
@@ -556,11 +563,17 @@ static double expected_start(coord_cluster *c, const coord_job *j, int short_ps,
         coord_job *r = c->jobs[i];
         if (r == j || r->deleted || r->phase != COORD_RUNNING)
             continue;
-        job_agents(r, &e[n].ps, &e[n].workers);
-        if (e[n].ps + e[n].workers > 0) {
+        if (training_complete(r)) {
+            /* its training agents are free already (counted as idle or stopping): only its
+             * evaluator's agent is left, for its last evaluation */
+            e[n] = (ending){now, 0, 0};
+            for (int k = 0; k < r->n_tasks; k++)
+                e[n].workers += is_evaluator(&r->tasks[k]) && evaluator_busy(r, &r->tasks[k]);
+        } else {
+            job_agents(r, &e[n].ps, &e[n].workers);
             e[n].at = expected_end(r, now);
-            n++;
         }
+        n += e[n].ps + e[n].workers > 0;
     }
     qsort(e, (size_t)n, sizeof *e, ending_before);
     double at = INFINITY;
@@ -570,7 +583,8 @@ static double expected_start(coord_cluster *c, const coord_job *j, int short_ps,
         at = e[i].at;
     }
     pf_free(e);
-    return short_ps <= 0 && short_workers <= 0 ? at : INFINITY;
+    return short_ps <= 0 && short_workers <= 0 && at - now < ESTIMATE_HORIZON_SECONDS ? at
+                                                                                      : INFINITY;
 }
 
 /* Starts waiting job j on agents held for `first` (the first job that holds agents) when the
@@ -585,6 +599,7 @@ static bool backfill(coord_cluster *c, coord_job *j, const coord_job *first, int
         return false;
     if (!admit(c, j, idle_ps, idle_workers, NULL, now))
         return false;
+    j->backfilled = true;
     char msg[COORD_TEXT_MAX];
     if (snprintf(msg, sizeof msg,
                  "started ahead of job %s on agents held for it: it ends within %.0f s (%s), "

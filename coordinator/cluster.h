@@ -195,6 +195,7 @@ typedef struct coord_job {
     /* when the first job in the queue that holds agents is expected to get the rest (as the
      * running jobs are expected to end); 0 for every other job, and when unknown */
     double queue_start;
+    bool backfilled; /* started ahead of the queue, bound by its active_deadline_seconds */
     /* times a job of higher priority stopped it to take its agents, and the newest such job
      * while it waits to resume ("" when none, or once it runs again); kept in the status */
     int preemptions;

@@ -608,14 +608,19 @@ static void test_backfill(void **state) {
     coord_cluster_deinit(&c);
 }
 
-/* No estimate, no backfill: a running job with neither a measured rate nor a deadline leaves
- * the first waiting job's start unknown (null), and nothing starts ahead of it. */
+/* No estimate, no backfill: a running job without a measured rate leaves the first waiting
+ * job's start unknown (null) even with a deadline (when it ends at the latest, not when it
+ * ends), and nothing starts ahead; once it has a rate, however slow, its deadline caps the
+ * estimate, and a short job backfills. */
 static void test_backfill_needs_estimate(void **state) {
     (void)state;
     coord_cluster c;
     coord_cluster_init(&c, LEASE);
     coord_node *ps, *w;
-    running_pair(&c, "busy", ", \"run_policy\": {\"preemptible\": false}", T0, &ps, &w);
+    coord_job *busy = running_pair(
+        &c, "busy",
+        ", \"run_policy\": {\"preemptible\": false, \"active_deadline_seconds\": 86400}", T0, &ps,
+        &w);
     add_node(&c, "ps-b", "ps", T0);
     add_node(&c, "w-b", "worker", T0);
     pf_job_spec spec;
@@ -630,6 +635,10 @@ static void test_backfill_needs_estimate(void **state) {
     coord_job *quick = submit(&c, &spec, T0 + 2);
     assert_int_equal(quick->phase, COORD_CREATED);
     assert_reason(quick, "reserved");
+    busy->steps_per_sec = 1e-6; /* 100 steps left: 3 years, but its deadline ends it first */
+    coord_cluster_tick(&c, T0 + 3);
+    assert_float_equal((big->queue_start - T0), 86400, 1e-6);
+    assert_int_equal(quick->phase, COORD_RUNNING); /* 5 s, long before */
     coord_cluster_deinit(&c);
 }
 

@@ -3,10 +3,13 @@
 # The queue's order, backfill and reasons (docs/design.md "The queue") on a real coordinator
 # with its SQLite file and simulated agents: 3 ps and 4 worker agents played over the agent
 # API by this test (they register, heartbeat every 0.3 s and report each assignment running
-# until it is taken away), so that no training decides the timing.
-#  1. `first` (1 ps, 2 workers, active_deadline_seconds 600) runs; `large` (3 ps, 4 workers)
-#     waits for capacity, holding the idle agents, and is expected to start when `first`'s
-#     deadline ends (queue.estimated_start within 5 s of first's start + 600 s);
+# until it is taken away; the chief of `first` reports 100 steps/s), so that no training
+# decides the timing. A running job's expected end is its steps left at its measured rate,
+# capped by its deadline; a job with no rate is not estimated, but for one that backfilled
+# by its deadline.
+#  1. `first` (1 ps, 2 workers, active_deadline_seconds 600) runs at a measured rate; `large`
+#     (3 ps, 4 workers) waits for capacity, holding the idle agents, and is expected to start
+#     when `first`'s deadline ends (queue.estimated_start within 5 s of first's start + 600 s);
 #  2. `bounded` (1 ps, 1 worker, active_deadline_seconds 60) fits the agents held for
 #     `large` and ends before it could start: it backfills (event Backfilled), and large's
 #     expected start does not move; `unbounded` (the same size, no deadline) would fit the
@@ -62,11 +65,19 @@ for i, (role, n) in enumerate([("ps", 3), ("worker", 4)]):
             fail("registering %s: %s %s" % (aid, st, body))
         agents[aid] = None
 
+progress = {}  # job -> the step its simulated chief reports (100 steps/s)
+
 def beat():
     while not stop.is_set():
         for aid in list(agents):
             with lock:
                 a = agents[aid]
+            if a and a["job"] in progress and a["type"] == "worker" and a["index"] == 0:
+                progress[a["job"]] += 30
+                call("POST", "/api/v1/jobs/%s/metrics" % a["job"], {
+                    "task": "chief", "incarnation": a["incarnation"], "points": [{
+                        "step": progress[a["job"]], "time": time.time(), "loss": 1.0,
+                        "examples_per_sec": 100.0, "step_time_seconds": 0.01}]}, AGENT)
             report = {"state": "idle"} if a is None else {
                 "state": "running", "job": a["job"], "generation": a["generation"],
                 "type": a["type"], "index": a["index"], "incarnation": a["incarnation"]}
@@ -80,7 +91,8 @@ threading.Thread(target=beat, daemon=True).start()
 
 def spec(name, ps, workers, deadline=None):
     d = {"name": name, "replicas": {"ps": ps, "worker": workers},
-         "model": {"type": "linear", "inputs": 1}, "data": {"format": "synthetic_linear"}}
+         "model": {"type": "linear", "inputs": 1}, "data": {"format": "synthetic_linear"},
+         "training": {"max_steps": 1000000}}
     if deadline:
         d["run_policy"] = {"active_deadline_seconds": deadline}
     return d
@@ -130,10 +142,14 @@ def events(name, reason):
     st, body = call("GET", "/api/v1/jobs/%s/events" % name)
     return [e for e in body["items"] if e["reason"] == reason]
 
-# 1. first runs; large waits, holding the idle agents, expected when first's deadline ends
+# 1. first runs, its chief reporting 100 steps/s (1,000,000 steps: its 600 s deadline ends it
+#    first); large waits, holding the idle agents, expected when first's deadline ends
+progress["first"] = 0
 submit("first", 1, 2, deadline=600)
 running("first")
 first_start = parse_time(job("first")["start_time"])
+rate = wait("first's measured rate", lambda: job("first")["steps_per_sec"], timeout=30)
+ok("first runs at a measured %.0f steps/s" % rate)
 submit("large", 3, 4)
 wait("large waiting for capacity", lambda: queue_is([("large", "capacity", None)]))
 est = parse_time(job("large")["queue"]["estimated_start"])

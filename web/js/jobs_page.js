@@ -51,7 +51,6 @@ export class JobsPage {
         this.selected = new Set();
         /* The jobs waiting for agents, in queue order (queue.js). */
         this.queueCard = new QueueCard();
-        this.queueCard.onError = (e) => this.err.show(e, 'Could not read the queue');
         this.build();
     }
 
@@ -195,13 +194,14 @@ export class JobsPage {
     }
 
     async load() {
+        const queueGen = this.queueCard.gen;
         const [jobs, nodes] = await Promise.all([
             listAll('/api/v1/jobs'),
             api('/api/v1/nodes').catch(() => ({items: []})),
         ]);
         this.jobs = new Map();
         for (const j of jobs) this.jobs.set(j.name, j);
-        this.queueCard.set(jobs);
+        this.queueCard.setSnapshot(jobs, queueGen);
         this.nodes = new Map();
         const now = performance.now();
         for (const n of (nodes && nodes.items) || []) this.nodes.set(n.id, Object.assign(n, {_at: now}));

@@ -13,7 +13,7 @@
 import {listAll} from './api.js';
 import {KeyedRows, h, setText} from './dom.js';
 import {fmtDuration, fmtInt, parseTime} from './format.js';
-import {card, phaseBadge} from './widgets.js';
+import {card, errorBox, phaseBadge} from './widgets.js';
 
 /* How often the card asks while jobs wait, and how soon after an event that moves them. */
 const POLL_MS = 5000;
@@ -46,7 +46,9 @@ export class QueueCard {
         this.timer = null;
         this.poller = null;
         this.inflight = false;
-        this.onError = null;
+        /* refreshes applied: a page snapshot fetched before the latest is not applied */
+        this.gen = 0;
+        this.err = errorBox();
         const tbody = h('tbody');
         this.table = h('table', {class: 'table', dataset: {testid: 'queue-table'}},
             h('caption', {class: 'sr-only'}, 'Jobs waiting for agents, in the order they start'),
@@ -57,8 +59,8 @@ export class QueueCard {
         this.rows = new KeyedRows(tbody, (row, j, fresh) => this.renderRow(row, j, fresh));
         this.empty = h('p', {class: 'empty'}, 'No job is waiting for agents.');
         this.count = h('span', {class: 'muted'});
-        this.el = card('Queue', {id: 'queue', extra: this.count}, h('div', {class: 'table-wrap'}, this.table),
-            this.empty);
+        this.el = card('Queue', {id: 'queue', extra: this.count}, this.err.el,
+            h('div', {class: 'table-wrap'}, this.table), this.empty);
         this.table.hidden = true;
     }
 
@@ -81,7 +83,7 @@ export class QueueCard {
         setText(c[5], fmtDuration(this.waitedOf(j)));
         setText(c[6], this.startText(q));
         c[6].title = q.estimated_start ||
-            'estimated for the first job that holds agents, once the running jobs have a measured rate or a deadline';
+            'estimated for the first job that holds agents, once the running jobs it waits for have a measured rate';
     }
 
     /* "in 4 min" from queue.estimated_start (the first job holding agents only), else "—". */
@@ -96,6 +98,12 @@ export class QueueCard {
     waitedOf(j) {
         const since = parseTime((j.queue && j.queue.preempted_since) || j.create_time);
         return since === null ? null : Math.max(0, (Date.now() - since) / 1000);
+    }
+
+    /* The waiting jobs of the page's snapshot, fetched when this.gen was `gen`: skipped when a
+     * refresh has been applied since (it is newer). */
+    setSnapshot(jobs, gen) {
+        if (gen === this.gen) this.set(jobs);
     }
 
     /* The waiting jobs among `jobs` (summaries), shown in queue order. */
@@ -133,8 +141,10 @@ export class QueueCard {
         this.inflight = true;
         try {
             this.set(await listAll('/api/v1/jobs?waiting=true'));
+            this.gen++;
+            this.err.show(null);
         } catch (e) {
-            if (this.onError) this.onError(e);
+            this.err.show(e, 'Could not read the queue');
         } finally {
             this.inflight = false;
         }

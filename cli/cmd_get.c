@@ -151,6 +151,33 @@ static void print_serving(const json_t *st) {
     }
 }
 
+/* A waiting job's place in the queue (docs/design.md "The queue") and its preemptions. */
+static void print_queue_place(const json_t *st) {
+    const json_t *q = json_object_get(st, "queue");
+    if (json_is_object(q)) {
+        const char *reason = api_jstr(q, "reason"), *behind = api_jstr(q, "behind"),
+                   *by = api_jstr(q, "preempted_by");
+        printf("Queue:       position %lld, priority %lld, waiting: %s", api_jint(q, "position", 0),
+               api_jint(q, "priority", 0), reason ? reason : "-");
+        if (by || behind)
+            printf(" (%s %s)", by ? "by" : "for", by ? by : behind);
+        double start;
+        if (pf_text_parse_rfc3339(api_jstr(q, "estimated_start"), &start)) {
+            char in[32];
+            double now = pf_clock_wall();
+            api_format_age(start > now ? start - now : 0, in, sizeof in);
+            printf(", expected to start in %s", in);
+        }
+        printf("\n");
+    }
+    long long preemptions = api_jint(st, "preemptions", 0);
+    double waited = 0; /* after the resumes so far */
+    if (preemptions > 0 && api_jnum(st, "preempted_seconds", &waited) && waited >= 0.5)
+        printf("Preemptions: %lld (waited %.0f s to resume)\n", preemptions, waited);
+    else if (preemptions > 0)
+        printf("Preemptions: %lld\n", preemptions);
+}
+
 static void print_job(const json_t *job) {
     const json_t *st = json_object_get(job, "status");
     api_job_view v = {.step = -1, .max_steps = -1};
@@ -161,6 +188,7 @@ static void print_job(const json_t *job) {
            v.reason[0] ? ")" : "");
     if (v.message[0])
         printf("Message:     %s\n", v.message);
+    print_queue_place(st);
     const json_t *spec = json_object_get(job, "spec");
     const char *mode = api_jstr(json_object_get(spec, "training"), "mode");
     if (mode)

@@ -14,6 +14,7 @@
 
 #include "coordinator/cluster_conditions.h"
 #include "coordinator/cluster_events.h"
+#include "coordinator/cluster_queues.h"
 #include "coordinator/cluster_serving.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
@@ -118,6 +119,22 @@ static int need_workers(const coord_job *j) {
     return j->spec.replicas.chief + j->spec.replicas.worker + j->spec.replicas.evaluator;
 }
 
+/* Says what waiting job j waits for (msg), when that changed: a Created job's
+ * WaitingForAgents condition, a Restarting one's message. */
+static void set_waiting(coord_cluster *c, coord_job *j, const char *msg, double now) {
+    if (!strcmp(j->message, msg))
+        return;
+    if (j->phase == COORD_CREATED) {
+        coord_job_set_phase(c, j, COORD_CREATED, "WaitingForAgents", msg, now);
+    } else {
+        /* Restarting keeps the reason it restarts for; the message says what it waits for. */
+        snprintf(j->message, sizeof j->message, "%s", msg);
+        j->dirty = true;
+        coord_log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
+        coord_job_event(c, j, now);
+    }
+}
+
 /* Gives every task of j an idle agent, or none: j may take have_ps of the idle ps agents and
  * have_workers of the idle worker agents (the others are held for jobs ahead of it, `behind`
  * the first of them, or NULL). Returns whether it was admitted. */
@@ -150,18 +167,7 @@ static bool admit(coord_cluster *c, coord_job *j, int have_ps, int have_workers,
                             t->type, t->index);
             listed++;
         }
-        if (strcmp(j->message, msg) != 0) {
-            if (j->phase == COORD_CREATED) {
-                coord_job_set_phase(c, j, COORD_CREATED, "WaitingForAgents", msg, now);
-            } else {
-                /* Restarting keeps the reason it restarts for; the message says what it
-                 * waits for. */
-                snprintf(j->message, sizeof j->message, "%s", msg);
-                j->dirty = true;
-                coord_log_event(c, j->name, "Restarting", "WaitingForAgents", msg, now);
-                coord_job_event(c, j, now);
-            }
-        }
+        set_waiting(c, j, msg, now);
         return false;
     }
     j->generation++;
@@ -331,10 +337,13 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     }
 }
 
-/* A waiting job and its place in the job list, the queue order's last key. */
+/* A waiting job and its place in the job list, the queue order's last key; for a job over
+ * its queue's quota, its place in the queue order and its queue's share of the cluster
+ * (the order jobs borrow in). */
 typedef struct queued {
     coord_job *job;
-    int at;
+    int at, rank;
+    double share;
 } queued;
 
 /* The queue's order: higher run_policy.priority first, then the earlier submitted, then the
@@ -365,12 +374,18 @@ static void set_queue(coord_job *j, int position, const coord_job *behind, coord
 static bool training_complete(coord_job *j);
 static bool evaluator_busy(const coord_job *j, const coord_task *t);
 
-/* Whether running job v may be stopped so that waiting job j gets its agents: v is of lower
- * priority, preemptible, and still training (its evaluator's last evaluation is not cut). */
-static bool preemptible_by(coord_job *v, const coord_job *j) {
-    return v != j && !v->deleted && v->phase == COORD_RUNNING && !training_complete(v) &&
-           v->spec.run_policy.preemptible &&
-           v->spec.run_policy.priority < j->spec.run_policy.priority;
+/* Whether running job v may be stopped so that waiting job j gets its agents: v is
+ * preemptible and still training (its evaluator's last evaluation is not cut), and either of
+ * lower priority in j's queue q, or of another queue that holds more than its quota (what it
+ * borrowed is reclaimed, whatever its priority). *borrowed says which. */
+static bool preemptible_by(coord_cluster *c, coord_job *v, const coord_job *j, const coord_queue *q,
+                           bool *borrowed) {
+    if (v == j || v->deleted || v->phase != COORD_RUNNING || training_complete(v) ||
+        !v->spec.run_policy.preemptible)
+        return false;
+    const coord_queue *vq = coord_job_queue(c, v);
+    *borrowed = vq != q && (coord_queue_over_ps(vq) > 0 || coord_queue_over_workers(vq) > 0);
+    return *borrowed || (vq == q && v->spec.run_policy.priority < j->spec.run_policy.priority);
 }
 
 /* The steps job j would train again if it stopped now: those since its newest checkpoint. */
@@ -378,39 +393,13 @@ static int64_t steps_to_repeat(const coord_job *j) {
     return j->global_step - (j->has_checkpoint ? j->checkpoint_step : 0);
 }
 
-/* The order victims are taken in: the lowest priority first, then the least training to
- * repeat, then the later submitted. */
-static int victim_before(const void *a, const void *b) {
-    const coord_job *x = *(coord_job *const *)a, *y = *(coord_job *const *)b;
-    if (x->spec.run_policy.priority != y->spec.run_policy.priority)
-        return x->spec.run_policy.priority < y->spec.run_policy.priority ? -1 : 1;
-    int64_t rx = steps_to_repeat(x), ry = steps_to_repeat(y);
-    if (rx != ry)
-        return rx < ry ? -1 : 1;
-    return (x->create_time < y->create_time) - (x->create_time > y->create_time);
-}
-
-/* The agents of each role job j's training tasks hold: those running, and those given an
- * agent that has not reported them yet (O(tasks), no walk over the agents). */
-static void job_agents(const coord_job *j, int *ps, int *workers) {
-    *ps = *workers = 0;
-    for (int k = 0; k < j->n_tasks; k++) {
-        const coord_task *t = &j->tasks[k];
-        /* a task that succeeded keeps its agent until the job ends */
-        if (t->state == TASK_RUNNING ||
-            ((t->state == TASK_PENDING || t->state == TASK_SUCCEEDED) && t->node_id[0])) {
-            bool is_ps = !strcmp(task_role(t), "ps");
-            *ps += is_ps;
-            *workers += !is_ps;
-        }
-    }
-}
-
 /* Stops job v for waiting job `by`: its agents are freed (they stop its tasks on their next
  * heartbeat) and it waits in the queue as Restarting, to be admitted again by itself, its ps
  * tasks restoring its newest checkpoint. Not a failure: its restarts, its tasks' restarts and
- * its backoff are untouched, and active_deadline_seconds does not count the wait. */
-static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, double now) {
+ * its backoff are untouched, and active_deadline_seconds does not count the wait. borrowed:
+ * v's queue held more than its quota, and `by`, of another queue, reclaims the agents. */
+static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool borrowed,
+                    double now) {
     for (int i = 0; i < c->n_nodes; i++) { /* its agents are `by`'s once they stopped */
         coord_node *n = c->nodes[i];
         if (!strcmp(n->job, v->name) && !coord_serving_node(n))
@@ -424,31 +413,68 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, double 
     if (v->has_checkpoint)
         snprintf(from, sizeof from, " (step %" PRId64 ")", v->checkpoint_step);
     char msg[COORD_TEXT_MAX];
-    snprintf(msg, sizeof msg,
-             "preempted by job %s (priority %d > %d), which takes its agents; it resumes from its "
-             "newest checkpoint%s when agents free up",
-             by->name, by->spec.run_policy.priority, v->spec.run_policy.priority, from);
+    if (borrowed)
+        snprintf(msg, sizeof msg,
+                 "preempted by job %s, which reclaims what this job's queue borrowed beyond its "
+                 "quota; it resumes from its newest checkpoint%s when agents free up",
+                 by->name, from);
+    else
+        snprintf(msg, sizeof msg,
+                 "preempted by job %s (priority %d > %d), which takes its agents; it resumes "
+                 "from its newest checkpoint%s when agents free up",
+                 by->name, by->spec.run_policy.priority, v->spec.run_policy.priority, from);
     coord_job_set_phase(c, v, COORD_RESTARTING, "Preempted", msg, now);
-    snprintf(msg, sizeof msg, "preempted job %s (priority %d) to take its agents", v->name,
-             v->spec.run_policy.priority);
-    coord_log_event(c, by->name, "Normal", "Preempting", msg, now);
+    if (borrowed)
+        snprintf(msg, sizeof msg,
+                 "preempted job %s of queue %s to reclaim the agents it borrowed beyond its "
+                 "quota",
+                 v->name, v->spec.run_policy.queue);
+    else
+        snprintf(msg, sizeof msg, "preempted job %s (priority %d) to take its agents", v->name,
+                 v->spec.run_policy.priority);
+    coord_log_event(c, by->name, "Normal", borrowed ? "Reclaiming" : "Preempting", msg, now);
 }
 
-/* A running job that may be stopped, and the agents it would free. */
+/* A running job that may be stopped, the agents it would free, and whether its queue
+ * borrowed them. */
 typedef struct victim {
     coord_job *job;
     int ps, workers;
+    bool borrowed;
 } victim;
 
+/* The order victims are taken in: borrowed agents first, then the lowest priority, then the
+ * least training to repeat, then the later submitted. */
 static int victim_cmp(const void *a, const void *b) {
-    return victim_before(&((const victim *)a)->job, &((const victim *)b)->job);
+    const victim *vx = a, *vy = b;
+    const coord_job *x = vx->job, *y = vy->job;
+    if (vx->borrowed != vy->borrowed)
+        return vx->borrowed ? -1 : 1;
+    if (x->spec.run_policy.priority != y->spec.run_policy.priority)
+        return x->spec.run_policy.priority < y->spec.run_policy.priority ? -1 : 1;
+    int64_t rx = steps_to_repeat(x), ry = steps_to_repeat(y);
+    if (rx != ry)
+        return rx < ry ? -1 : 1;
+    return (x->create_time < y->create_time) - (x->create_time > y->create_time);
 }
 
-/* Waiting job j lacks short_ps ps and short_workers worker agents beyond those idle or
- * stopping: stops running jobs of lower priority when together they free enough, else none.
- * Victims are taken in victim_before's order, each only while it holds agents of a role still
- * short; then any whose agents the others already cover is spared again (latest taken first),
- * so no job is stopped that j does not need. Returns whether it stopped any. */
+/* Whether taking victim v still frees agents of a role j is short of (got_* so far), and,
+ * for a borrowed one, agents its queue holds beyond its quota once the victims taken before
+ * it stopped (over_*, indexed by queue). */
+static bool victim_helps(const victim *v, int short_ps, int short_workers, int got_ps,
+                         int got_workers, const int *over_ps, const int *over_workers, int vq) {
+    bool ps = got_ps < short_ps && v->ps > 0 && (!v->borrowed || over_ps[vq] > 0);
+    bool workers =
+        got_workers < short_workers && v->workers > 0 && (!v->borrowed || over_workers[vq] > 0);
+    return ps || workers;
+}
+
+/* Waiting job j, within its queue's quota, lacks short_ps ps and short_workers worker agents
+ * beyond those idle or stopping: stops running jobs it may (preemptible_by) when together
+ * they free enough, else none. Victims are taken in victim_cmp's order, each only while it
+ * holds agents of a role still short (a borrowed one only while its queue still holds more
+ * than its quota); then any whose agents the others already cover is spared again (latest
+ * taken first), so no job is stopped that j does not need. Returns whether it stopped any. */
 static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_workers,
                         double now) {
     if (short_ps <= 0 && short_workers <= 0)
@@ -456,28 +482,36 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
     victim *v = pf_mallocarray((size_t)c->n_jobs, sizeof *v);
     if (!v)
         return false; /* out of memory: nobody preempted this round */
-    int n = 0, taken = 0, ps_free = 0, workers_free = 0;
+    const coord_queue *q = coord_job_queue(c, j);
+    int n = 0, taken = 0;
     for (int i = 0; i < c->n_jobs; i++)
-        if (preemptible_by(c->jobs[i], j)) {
+        if (preemptible_by(c, c->jobs[i], j, q, &v[n].borrowed)) {
             v[n].job = c->jobs[i];
-            job_agents(v[n].job, &v[n].ps, &v[n].workers);
-            ps_free += v[n].ps;
-            workers_free += v[n].workers;
+            coord_job_agents(v[n].job, &v[n].ps, &v[n].workers);
             n++;
         }
-    if (ps_free < short_ps || workers_free < short_workers) {
-        pf_free(v);
-        return false; /* all of them would not free enough */
-    }
     qsort(v, (size_t)n, sizeof *v, victim_cmp);
+    int over_ps[COORD_MAX_QUEUES], over_workers[COORD_MAX_QUEUES];
+    for (int i = 0; i < c->n_queues; i++) {
+        over_ps[i] = coord_queue_over_ps(&c->queues[i]);
+        over_workers[i] = coord_queue_over_workers(&c->queues[i]);
+    }
     int got_ps = 0, got_workers = 0;
-    for (int i = 0; i < n && (got_ps < short_ps || got_workers < short_workers); i++)
-        if ((got_ps < short_ps && v[i].ps > 0) ||
-            (got_workers < short_workers && v[i].workers > 0)) {
+    for (int i = 0; i < n && (got_ps < short_ps || got_workers < short_workers); i++) {
+        int vq = (int)(coord_job_queue(c, v[i].job) - c->queues);
+        if (victim_helps(&v[i], short_ps, short_workers, got_ps, got_workers, over_ps, over_workers,
+                         vq)) {
+            over_ps[vq] -= v[i].ps;
+            over_workers[vq] -= v[i].workers;
             v[taken++] = v[i];
             got_ps += v[i].ps;
             got_workers += v[i].workers;
         }
+    }
+    if (got_ps < short_ps || got_workers < short_workers) {
+        pf_free(v);
+        return false; /* all of them would not free enough */
+    }
     for (int i = taken - 1; i >= 0; i--) /* spare those the others cover */
         if (got_ps - v[i].ps >= short_ps && got_workers - v[i].workers >= short_workers) {
             got_ps -= v[i].ps;
@@ -486,7 +520,7 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
         }
     for (int i = 0; i < taken; i++)
         if (v[i].job)
-            preempt(c, v[i].job, j, now);
+            preempt(c, v[i].job, j, v[i].borrowed, now);
     pf_free(v);
     return taken > 0;
 }
@@ -570,7 +604,7 @@ static double expected_start(coord_cluster *c, const coord_job *j, int short_ps,
             for (int k = 0; k < r->n_tasks; k++)
                 e[n].workers += is_evaluator(&r->tasks[k]) && evaluator_busy(r, &r->tasks[k]);
         } else {
-            job_agents(r, &e[n].ps, &e[n].workers);
+            coord_job_agents(r, &e[n].ps, &e[n].workers);
             e[n].at = expected_end(r, now);
         }
         n += e[n].ps + e[n].workers > 0;
@@ -636,19 +670,121 @@ static capacity count_capacity(const coord_cluster *c) {
     return k;
 }
 
+/* Whether waiting job j, of queue q, fits q's quota: the agents q's running jobs hold (but
+ * those of its jobs j may preempt for its priority), those its jobs ahead of j wait for, and
+ * j's own, at most the quota of each role. */
+static bool within_quota(coord_cluster *c, const coord_queue *q, const coord_job *j) {
+    int ps = q->used_ps + q->held_ps + need_ps(j);
+    int workers = q->used_workers + q->held_workers + need_workers(j);
+    if ((q->quota_ps < 0 || ps <= q->quota_ps) &&
+        (q->quota_workers < 0 || workers <= q->quota_workers))
+        return true;
+    for (int i = 0; i < c->n_jobs; i++) {
+        bool borrowed;
+        coord_job *v = c->jobs[i];
+        if (preemptible_by(c, v, j, q, &borrowed) && !borrowed) {
+            int vp, vw;
+            coord_job_agents(v, &vp, &vw);
+            ps -= vp;
+            workers -= vw;
+        }
+    }
+    return (q->quota_ps < 0 || ps <= q->quota_ps) &&
+           (q->quota_workers < 0 || workers <= q->quota_workers);
+}
+
+/* "2" or "no limit": a quota as a message says it. */
+static const char *quota_text(int quota, char *buf, size_t cap) {
+    if (quota < 0)
+        return "no limit";
+    snprintf(buf, cap, "%d", quota);
+    return buf;
+}
+
+/* Says that waiting job j waits for its queue q's quota. */
+static void wait_for_quota(coord_cluster *c, coord_job *j, const coord_queue *q, double now) {
+    char msg[COORD_TEXT_MAX], qp[16], qw[16];
+    int len = 0;
+    if (j->preempted_by[0])
+        len = snprintf(msg, sizeof msg, "preempted by job %s; ", j->preempted_by);
+    snprintf(msg + len, sizeof msg - (size_t)len,
+             "waiting for the quota of queue %s (in use: %d ps of %s, %d workers of %s; this job "
+             "needs %d and %d): %s",
+             q->name, q->used_ps, quota_text(q->quota_ps, qp, sizeof qp), q->used_workers,
+             quota_text(q->quota_workers, qw, sizeof qw), need_ps(j), need_workers(j),
+             j->spec.run_policy.preemptible
+                 ? "no idle agent is left to borrow"
+                 : "a job that is not preemptible never borrows beyond its quota");
+    set_waiting(c, j, msg, now);
+}
+
+static int borrow_before(const void *a, const void *b) {
+    const queued *x = a, *y = b;
+    if (x->share != y->share)
+        return x->share < y->share ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Starts the jobs over their queue's quota (borrowers[0..n)) on the idle agents no waiting job
+ * within its quota holds (k, less held_*): the queues holding the least of the cluster for
+ * their weight first, each queue's jobs in queue order. A job that is not preemptible never
+ * borrows (what is borrowed must be given back). */
+static void admit_borrowers(coord_cluster *c, queued *borrowers, int n, capacity *k, int held_ps,
+                            int held_workers, double now) {
+    for (int b = 0; b < n; b++) {
+        const coord_queue *q = coord_job_queue(c, borrowers[b].job);
+        borrowers[b].share = (double)(q->used_ps + q->used_workers) / q->weight;
+    }
+    qsort(borrowers, (size_t)n, sizeof *borrowers, borrow_before);
+    for (int b = 0; b < n; b++) {
+        coord_job *j = borrowers[b].job;
+        coord_queue *q = coord_job_queue(c, j);
+        int have_ps = k->idle_ps - held_ps, have_workers = k->idle_workers - held_workers;
+        if (!j->spec.run_policy.preemptible || have_ps < need_ps(j) ||
+            have_workers < need_workers(j) || !admit(c, j, have_ps, have_workers, NULL, now)) {
+            wait_for_quota(c, j, q, now);
+            continue;
+        }
+        k->idle_ps -= need_ps(j);
+        k->idle_workers -= need_workers(j);
+        q->used_ps += need_ps(j);
+        q->used_workers += need_workers(j);
+        set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
+        char msg[COORD_TEXT_MAX], qp[16], qw[16];
+        snprintf(msg, sizeof msg,
+                 "borrowing: queue %s now holds %d ps of %s and %d workers of %s; a job of "
+                 "another queue that needs these idle agents takes them back",
+                 q->name, q->used_ps, quota_text(q->quota_ps, qp, sizeof qp), q->used_workers,
+                 quota_text(q->quota_workers, qw, sizeof qw));
+        coord_log_event(c, j->name, "Normal", "Borrowing", msg, now);
+    }
+}
+
 /* Walks the waiting jobs in queue order, admitting those that fit. The agents a waiting job
  * needs are held for it: a job behind it starts only on agents left over after every job
  * ahead took what it needs, so no later job can take an agent that an earlier (or
  * higher-priority) one waits for, and a large job is never starved by small ones. A job that
  * needs more agents of a role than the cluster has at all holds none (it could not start
- * anyway). The first job that holds agents may preempt (preempt_for); returns whether it did
- * (the queue is walked again). *spare_workers: the idle worker agents no waiting job holds. */
-static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_workers, double now) {
+ * anyway); nor does one over its queue's quota, which may start only on what is left when the
+ * walk is done (admit_borrowers). The first job that holds agents may preempt (preempt_for);
+ * returns whether it did (the queue is walked again). *spare_workers: the idle worker agents
+ * no waiting job holds. borrowers: room for n. */
+static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrowers,
+                        int *spare_workers, double now) {
     capacity k = count_capacity(c);
-    int held_ps = 0, held_workers = 0, position = 0;
+    coord_queues_measure(c);
+    int held_ps = 0, held_workers = 0, n_borrowers = 0;
     const coord_job *first_holder = NULL;
     for (int q = 0; q < n; q++) {
         coord_job *j = queue[q].job;
+        coord_queue *jq = coord_job_queue(c, j);
+        bool too_large = need_ps(j) > k.live_ps || need_workers(j) > k.live_workers;
+        if (!too_large && !within_quota(c, jq, j)) {
+            set_queue(j, 1, NULL, j->preempted_by[0] ? COORD_WAIT_PREEMPTED : COORD_WAIT_QUOTA);
+            borrowers[n_borrowers] = queue[q];
+            borrowers[n_borrowers++].rank = q;
+            continue;
+        }
         int have_ps = k.idle_ps - held_ps, have_workers = k.idle_workers - held_workers;
         have_ps = have_ps > 0 ? have_ps : 0;
         have_workers = have_workers > 0 ? have_workers : 0;
@@ -661,15 +797,16 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
             admit(c, j, have_ps, have_workers, held_back ? first_holder : NULL, now)) {
             k.idle_ps -= need_ps(j);
             k.idle_workers -= need_workers(j);
+            jq->used_ps += need_ps(j);
+            jq->used_workers += need_workers(j);
             set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
             continue;
         }
-        bool too_large = need_ps(j) > k.live_ps || need_workers(j) > k.live_workers;
         coord_wait why = j->preempted_by[0] ? COORD_WAIT_PREEMPTED
                          : too_large        ? COORD_WAIT_TOO_SMALL
                          : held_back        ? COORD_WAIT_RESERVED
                                             : COORD_WAIT_CAPACITY;
-        set_queue(j, ++position, held_back ? first_holder : NULL, why);
+        set_queue(j, 1, held_back ? first_holder : NULL, why); /* numbered below */
         if (too_large)
             continue; /* cannot start on this cluster: holds nothing */
         if (!first_holder && preempt_for(c, j, need_ps(j) - have_ps - k.stopping_ps,
@@ -677,6 +814,8 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
             return true;
         held_ps += need_ps(j);
         held_workers += need_workers(j);
+        jq->held_ps += need_ps(j);
+        jq->held_workers += need_workers(j);
         if (!first_holder) {
             first_holder = j;
             double at = expected_start(c, j, need_ps(j) - have_ps - k.stopping_ps,
@@ -684,6 +823,10 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, int *spare_worke
             j->queue_start = isfinite(at) ? at : 0;
         }
     }
+    admit_borrowers(c, borrowers, n_borrowers, &k, held_ps, held_workers, now);
+    for (int q = 0, position = 0; q < n; q++)
+        if (queue[q].job->queue_position)
+            queue[q].job->queue_position = ++position;
     *spare_workers = k.idle_workers - held_workers;
     return false;
 }
@@ -697,7 +840,8 @@ static void admit_all(coord_cluster *c, double now) {
     for (int i = 0; i < c->n_jobs; i++)
         if (c->jobs[i]->phase == COORD_RUNNING && !c->jobs[i]->deleted)
             replace_tasks(c, c->jobs[i], now);
-    queued *queue = pf_mallocarray((size_t)(c->n_jobs ? c->n_jobs : 1), sizeof *queue);
+    size_t room = (size_t)(c->n_jobs ? c->n_jobs : 1);
+    queued *queue = pf_mallocarray(2 * room, sizeof *queue);
     if (!queue)
         return; /* out of memory: nothing admitted this round */
     int spare_workers = 0;
@@ -706,11 +850,11 @@ static void admit_all(coord_cluster *c, double now) {
         int n = 0;
         for (int i = 0; i < c->n_jobs; i++)
             if (waiting(c->jobs[i]))
-                queue[n++] = (queued){c->jobs[i], i};
+                queue[n++] = (queued){c->jobs[i], i, 0, 0};
             else if (c->jobs[i]->queue_position)
                 set_queue(c->jobs[i], 0, NULL, COORD_WAIT_CAPACITY);
         qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
-        if (!admit_queue(c, queue, n, &spare_workers, now))
+        if (!admit_queue(c, queue, n, queue + room, &spare_workers, now))
             break;
     }
     pf_free(queue);
@@ -898,6 +1042,13 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
                                 spec->name);
         *out = old;
         return PF_OK;
+    }
+    if (!coord_queue_find(c, spec->run_policy.queue)) {
+        pf_free(json);
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/run_policy/queue",
+                            "/run_policy/queue: there is no queue '%s' (GET /api/v1/queues lists "
+                            "them; PUT /api/v1/queues/%s creates it)",
+                            spec->run_policy.queue, spec->run_policy.queue);
     }
     coord_job *j = pf_calloc(1, sizeof *j);
     if (!j) {

@@ -152,6 +152,8 @@ typedef enum {
     COORD_WAIT_RESERVED,  /* "reserved": idle agents are held for a job ahead (queue_behind) */
     COORD_WAIT_TOO_SMALL, /* "cluster_too_small": more agents of a role than there are */
     COORD_WAIT_PREEMPTED, /* "preempted": stopped by a job of higher priority (preempted_by) */
+    COORD_WAIT_QUOTA,     /* "quota": its queue's quota is taken and no idle agent is left to
+                             borrow (the queue is run_policy.queue) */
 } coord_wait;
 
 const char *coord_wait_name(coord_wait w);
@@ -196,6 +198,7 @@ typedef struct coord_job {
      * running jobs are expected to end); 0 for every other job, and when unknown */
     double queue_start;
     bool backfilled; /* started ahead of the queue, bound by its active_deadline_seconds */
+    int queue_at;    /* where its queue was in coord_cluster.queues last (a hint, checked) */
     /* times a job of higher priority stopped it to take its agents, and the newest such job
      * while it waits to resume ("" when none, or once it runs again); kept in the status */
     int preemptions;
@@ -255,6 +258,7 @@ typedef struct coord_job_summary {
     /* its place in the queue (0: not waiting) and why, as the job's status has them */
     int queue_position, priority;
     coord_wait queue_reason;
+    char queue[PF_NAME_MAX + 1]; /* run_policy.queue */
     char queue_behind[PF_NAME_MAX + 1], preempted_by[PF_NAME_MAX + 1];
     double preempted_at, queue_start;
 } coord_job_summary;
@@ -363,6 +367,23 @@ typedef struct coord_eval {
     double bayes_auc; /* synthetic_ctr's Bayes-optimal AUC, in [0, 1] (checked); NAN: absent */
 } coord_eval;
 
+/* A queue jobs are admitted through (run_policy.queue; api/rest.md, /api/v1/queues): the
+ * agents of each role its running jobs may hold (its quota), beyond which a job of it starts
+ * only on idle agents no other queue's job waits for (it borrows them, and gives them back
+ * when their owner needs them), and its weight, which orders the queues that borrow. */
+#define COORD_MAX_QUEUES 256
+typedef struct coord_queue {
+    char name[PF_NAME_MAX + 1];
+    int quota_ps, quota_workers; /* -1: no limit */
+    int weight;                  /* 1 .. 1000 */
+    double create_time;          /* 0 for the default queue until it is changed */
+    /* worked out by each scheduling round: the agents of each role its running jobs hold,
+     * those held by its jobs waiting within the quota (while the round walks the queue),
+     * and how many of its jobs run and wait */
+    int used_ps, used_workers, held_ps, held_workers, running, waiting;
+    bool dirty, deleted;
+} coord_queue;
+
 #define COORD_ROUND_SAMPLES 1024
 
 typedef struct coord_cluster {
@@ -383,6 +404,10 @@ typedef struct coord_cluster {
      * COORD_ROUND_SAMPLES, and how many there were: /metrics's psflow_scheduling_round_seconds */
     double round_seconds[COORD_ROUND_SAMPLES], round_seconds_sum;
     int64_t rounds;
+    /* queues[0] is the default queue (PF_DEFAULT_QUEUE), there from coord_cluster_init: no
+     * limit and weight 1 until changed; the others in the order they were created */
+    coord_queue queues[COORD_MAX_QUEUES];
+    int n_queues;
 } coord_cluster;
 
 /* --- lifecycle --- */
@@ -521,7 +546,7 @@ pf_status coord_cluster_adopt_node(coord_cluster *c, coord_node *n);
 pf_status coord_job_make_tasks(coord_job *j);
 /* Frees a job (spec, tasks, the struct). */
 void coord_job_free(coord_job *j);
-/* Drops jobs and nodes marked deleted (after the store has removed them). */
+/* Drops jobs, nodes and queues marked deleted (after the store has removed them). */
 void coord_cluster_reap(coord_cluster *c);
 
 #endif

@@ -15,6 +15,10 @@
 void coord_cluster_init(coord_cluster *c, double lease_seconds) {
     memset(c, 0, sizeof *c);
     c->lease_seconds = lease_seconds;
+    coord_queue *q = &c->queues[c->n_queues++];
+    snprintf(q->name, sizeof q->name, "%s", PF_DEFAULT_QUEUE);
+    q->quota_ps = q->quota_workers = -1;
+    q->weight = 1;
 }
 
 void coord_trace_free(coord_trace *t) {
@@ -216,6 +220,11 @@ void coord_cluster_reap(coord_cluster *c) {
     }
     reaped = c->n_nodes - k;
     c->n_nodes = k;
+    k = 0; /* jobs' queue_at hints are checked before use (coord_job_queue) */
+    for (int i = 0; i < c->n_queues; i++)
+        if (!c->queues[i].deleted)
+            c->queues[k++] = c->queues[i];
+    c->n_queues = k;
     if (reaped && node_index_rebuild(c, k) != PF_OK) { /* as for the jobs: scans until then */
         pf_free(c->by_id);
         c->by_id = NULL;

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <time.h>
 
+#include "coordinator/cluster_queues.h"
 #include "psflow/clock.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
@@ -89,18 +90,20 @@ static json_t *serving_status_json(const coord_job *j) {
 }
 
 const char *coord_wait_name(coord_wait w) {
-    static const char *const names[] = {"capacity", "reserved", "cluster_too_small", "preempted"};
+    static const char *const names[] = {"capacity", "reserved", "cluster_too_small", "preempted",
+                                        "quota"};
     return (unsigned)w < sizeof names / sizeof names[0] ? names[w] : "capacity";
 }
 
 /* A job's place in the queue as its status and its list item show it; null when it is not
  * waiting (position 0). `start`: its expected start (0: unknown). */
-static json_t *queue_json(int position, int priority, coord_wait reason, const char *behind,
-                          const char *preempted_by, double preempted_at, double start) {
+static json_t *queue_json(const char *name, int position, int priority, coord_wait reason,
+                          const char *behind, const char *preempted_by, double preempted_at,
+                          double start) {
     if (position <= 0)
         return json_null();
-    return json_pack("{s:i, s:i, s:s, s:o, s:o, s:o, s:o}", "position", position, "priority",
-                     priority, "reason", coord_wait_name(reason), "behind",
+    return json_pack("{s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:o}", "name", name, "position", position,
+                     "priority", priority, "reason", coord_wait_name(reason), "behind",
                      behind[0] ? json_string(behind) : json_null(), "preempted_by",
                      preempted_by[0] ? json_string(preempted_by) : json_null(), "preempted_since",
                      preempted_by[0] ? coord_time_json(preempted_at) : json_null(),
@@ -159,9 +162,10 @@ json_t *coord_job_status_json(const coord_job *j) {
                                               json_number_or_null(j->bayes_auc)));
     if (out) /* waiting for agents: its place in the queue (null once admitted) */
         json_object_set_new(out, "queue",
-                            queue_json(j->queue_position, j->spec.run_policy.priority,
-                                       j->queue_reason, j->queue_behind, j->preempted_by,
-                                       j->preempted_at, j->queue_start));
+                            queue_json(j->spec.run_policy.queue, j->queue_position,
+                                       j->spec.run_policy.priority, j->queue_reason,
+                                       j->queue_behind, j->preempted_by, j->preempted_at,
+                                       j->queue_start));
     if (out) /* times a job of higher priority stopped it (run_policy.preemptible), and the
               * seconds it waited after them before this one */
         json_object_update_new(out, json_pack("{s:i, s:f}", "preemptions", j->preemptions,
@@ -269,7 +273,7 @@ void coord_job_status_from_json(coord_job *j, json_t *s) {
         j->preempted_at = pf_clock_wall();
     const char *why = json_string_value(json_object_get(q, "reason"));
     j->queue_reason = COORD_WAIT_CAPACITY;
-    for (int w = COORD_WAIT_CAPACITY; why && w <= COORD_WAIT_PREEMPTED; w++)
+    for (int w = COORD_WAIT_CAPACITY; why && w <= COORD_WAIT_QUOTA; w++)
         if (!strcmp(why, coord_wait_name((coord_wait)w)))
             j->queue_reason = (coord_wait)w;
     j->preemptions = (int)json_integer_value(json_object_get(s, "preemptions"));
@@ -346,6 +350,19 @@ json_t *coord_job_profile_json(const coord_job *j) {
                  : NULL;
 }
 
+static json_t *quota_json(int quota) {
+    return quota < 0 ? json_null() : json_integer(quota);
+}
+
+json_t *coord_queue_json(const coord_queue *q) {
+    return json_pack("{s:s, s:{s:o, s:o}, s:i, s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}, s:o}",
+                     "name", q->name, "quota", "ps", quota_json(q->quota_ps), "workers",
+                     quota_json(q->quota_workers), "weight", q->weight, "usage", "ps", q->used_ps,
+                     "workers", q->used_workers, "borrowed", "ps", coord_queue_over_ps(q),
+                     "workers", coord_queue_over_workers(q), "jobs", "running", q->running,
+                     "waiting", q->waiting, "create_time", coord_time_json(q->create_time));
+}
+
 json_t *coord_node_json(const coord_node *n, double now) {
     const char *state = n->lost ? "lost" : (n->busy || n->job[0]) ? "busy" : "idle";
     return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:f, s:s, s:o}", "id", n->id, "role",
@@ -380,7 +397,7 @@ static json_t *summary_json(const coord_job_summary *s) {
         json_object_update_new(out, stall_json(s->stalled_seconds));
     if (out) /* waiting: its place in the queue and why (null otherwise) */
         json_object_set_new(out, "queue",
-                            queue_json(s->queue_position, s->priority, s->queue_reason,
+                            queue_json(s->queue, s->queue_position, s->priority, s->queue_reason,
                                        s->queue_behind, s->preempted_by, s->preempted_at,
                                        s->queue_start));
     return out;

@@ -22,6 +22,8 @@ json_t *coord_job_status_json(const coord_job *j);      /* status */
 json_t *coord_job_summary_json(const coord_job *j);     /* list item */
 json_t *coord_task_json(const coord_task *t, double lease, double now);
 json_t *coord_node_json(const coord_node *n, double now);
+/* A queue as GET /api/v1/queues shows it, with what coord_queues_measure last worked out. */
+json_t *coord_queue_json(const coord_queue *q);
 /* GET .../profile: where each training task's and ps's time went (api/rest.md). */
 json_t *coord_job_profile_json(const coord_job *j);
 /* The TF_CONFIG of one task (new string, pf_free), NULL when the job has no such task or

@@ -143,6 +143,8 @@ void coord_ring_clear(coord_server *s);
 /* Route handlers: return 1 when they handled the path (rp set), 0 when it is not theirs. */
 int coord_routes_jobs(coord_server *s, coord_request *rq, coord_reply *rp);
 int coord_routes_nodes(coord_server *s, coord_request *rq, coord_reply *rp);
+/* /api/v1/queues (routes_queues.c) */
+int coord_routes_queues(coord_server *s, coord_request *rq, coord_reply *rp);
 /* /livez /readyz /version /metrics; rq->path is the full path. */
 int coord_routes_ops(coord_server *s, coord_request *rq, coord_reply *rp);
 

@@ -144,6 +144,10 @@ static const char *route_pattern(const char *path, const coord_request *rq) {
         return "/api/v1/nodes";
     if (rq->n_seg == 1 && !strcmp(rq->seg[0], "events"))
         return "/api/v1/events";
+    if (rq->n_seg == 1 && !strcmp(rq->seg[0], "queues"))
+        return "/api/v1/queues";
+    if (rq->n_seg == 2 && !strcmp(rq->seg[0], "queues"))
+        return "/api/v1/queues/{name}";
     if (rq->n_seg == 2 && !strcmp(rq->seg[0], "jobs"))
         return "/api/v1/jobs/{name}";
     if (rq->n_seg == 2 && !strcmp(rq->seg[0], "nodes"))
@@ -581,7 +585,8 @@ static enum MHD_Result dispatch(coord_server *s, struct MHD_Connection *c, const
             json_decref(rp.json);
             return ret;
         }
-    } else if (coord_routes_jobs(s, &rq, &rp) || coord_routes_nodes(s, &rq, &rp)) {
+    } else if (coord_routes_jobs(s, &rq, &rp) || coord_routes_nodes(s, &rq, &rp) ||
+               coord_routes_queues(s, &rq, &rp)) {
         /* handled */
     } else {
         coord_reply_problem(&rp, 404, NULL, "no such route: %s %.200s", method, url);

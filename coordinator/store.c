@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "coordinator/cluster_json.h"
+#include "coordinator/cluster_queues.h"
 #include "coordinator/cluster_serving.h"
 #include "psflow/mem.h"
 
@@ -62,6 +63,10 @@ static const char *const migrations[] = {
     "CREATE INDEX events_by_job_kind ON events (job, kind, id);",
     /* 5: a two-class model's test AUC and calibration (mean prediction / mean label) */
     "ALTER TABLE evals ADD COLUMN auc REAL; ALTER TABLE evals ADD COLUMN calibration REAL;",
+    /* 6: the queues jobs are admitted through (quota -1: no limit); the default queue has a
+     * row only once it was changed */
+    "CREATE TABLE queues (name TEXT PRIMARY KEY, quota_ps INTEGER NOT NULL,"
+    "  quota_workers INTEGER NOT NULL, weight INTEGER NOT NULL, create_time REAL NOT NULL);",
 };
 
 enum {
@@ -84,6 +89,8 @@ enum {
     Q_METRICS_THIN,
     Q_EVENTS_CUT,
     Q_EVENTS_PRUNE,
+    Q_QUEUE_UPSERT,
+    Q_QUEUE_DELETE,
     Q_COUNT
 };
 
@@ -92,6 +99,9 @@ static const char *const queries[Q_COUNT] = {
                      " ON CONFLICT(name) DO UPDATE SET spec = excluded.spec,"
                      " phase = excluded.phase, status = excluded.status",
     [Q_JOB_DELETE] = "DELETE FROM jobs WHERE name = ?",
+    [Q_QUEUE_UPSERT] = "INSERT OR REPLACE INTO queues (name, quota_ps, quota_workers, weight,"
+                       " create_time) VALUES (?,?,?,?,?)",
+    [Q_QUEUE_DELETE] = "DELETE FROM queues WHERE name = ?",
     [Q_TASK_UPSERT] = "INSERT OR REPLACE INTO tasks (job, type, idx, node_id, address, state,"
                       " incarnation, restarts, step) VALUES (?,?,?,?,?,?,?,?,?)",
     [Q_TASKS_DELETE] = "DELETE FROM tasks WHERE job = ?",
@@ -303,6 +313,13 @@ static pf_status save_node(coord_store *s, coord_node *n) {
                     (int64_t)n->generation, n->type, (int64_t)n->index, n->memory, n->draining));
 }
 
+static pf_status save_queue(coord_store *s, const coord_queue *q) {
+    if (q->deleted)
+        return run(bind(s, Q_QUEUE_DELETE, "s", q->name));
+    return run(bind(s, Q_QUEUE_UPSERT, "siiid", q->name, (int64_t)q->quota_ps,
+                    (int64_t)q->quota_workers, (int64_t)q->weight, q->create_time));
+}
+
 pf_status coord_store_save(coord_store *s, coord_cluster *c) {
     for (int i = 0; i < c->n_jobs; i++)
         if (c->jobs[i]->dirty) {
@@ -313,10 +330,15 @@ pf_status coord_store_save(coord_store *s, coord_cluster *c) {
     for (int i = 0; i < c->n_nodes; i++)
         if (c->nodes[i]->dirty && save_node(s, c->nodes[i]) != PF_OK)
             return PF_ERR_IO;
+    for (int i = 0; i < c->n_queues; i++)
+        if (c->queues[i].dirty && save_queue(s, &c->queues[i]) != PF_OK)
+            return PF_ERR_IO;
     for (int i = 0; i < c->n_jobs; i++)
         c->jobs[i]->dirty = false;
     for (int i = 0; i < c->n_nodes; i++)
         c->nodes[i]->dirty = false;
+    for (int i = 0; i < c->n_queues; i++)
+        c->queues[i].dirty = false;
     return PF_OK;
 }
 
@@ -370,7 +392,38 @@ static pf_status load_checkpoint_step(coord_store *s, coord_job *j) {
     return PF_OK;
 }
 
+/* The queues, before the jobs: each job finds its own (coord_job_queue). */
+static pf_status load_queues(coord_store *s, coord_cluster *c, pf_error *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT name, quota_ps, quota_workers, weight, create_time FROM queues"
+                           " ORDER BY create_time, name",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(s, err, "loading queues");
+    pf_status rc = PF_OK;
+    while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
+        coord_queue q = {0};
+        snprintf(q.name, sizeof q.name, "%s", col_text(st, 0));
+        q.quota_ps = sqlite3_column_int(st, 1);
+        q.quota_workers = sqlite3_column_int(st, 2);
+        q.weight = sqlite3_column_int(st, 3);
+        q.create_time = sqlite3_column_double(st, 4);
+        if (!pf_job_name_valid(q.name) || q.quota_ps < -1 || q.quota_workers < -1 || q.weight < 1 ||
+            q.weight > COORD_QUEUE_WEIGHT_MAX)
+            rc = pf_error_set(err, PF_ERR_FORMAT, NULL, "database: queue %.63s: out of range",
+                              q.name);
+        else if (coord_queue_adopt(c, &q) != PF_OK)
+            rc = pf_error_set(err, PF_ERR_FORMAT, NULL, "database: more than %d queues",
+                              COORD_MAX_QUEUES);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 pf_status coord_store_load(coord_store *s, coord_cluster *c, double now, pf_error *err) {
+    pf_status qrc = load_queues(s, c, err);
+    if (qrc != PF_OK)
+        return qrc;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(
             s->db, "SELECT name, spec, status, create_time FROM jobs ORDER BY create_time, name",

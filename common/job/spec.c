@@ -216,6 +216,8 @@ static const field run_policy_fields[] = {
      .max = INT64_MAX},
     {"priority", K_INT, AT(run_policy.priority), .min = -1000, .max = 1000},
     {"preemptible", K_BOOL, AT(run_policy.preemptible), .def = true},
+    /* Absent: "default" (pf_spec_check_run_policy). */
+    {"queue", K_NAME, AT(run_policy.queue), .min = 0},
 };
 
 static const field serving_fields[] = {
@@ -235,7 +237,7 @@ static const object_desc checkpoint_desc = {checkpoint_fields, COUNT(checkpoint_
                                             NULL};
 static const object_desc serving_desc = {serving_fields, COUNT(serving_fields), false, NULL};
 static const object_desc run_policy_desc = {run_policy_fields, COUNT(run_policy_fields), false,
-                                            NULL};
+                                            pf_spec_check_run_policy};
 
 /* Top level, in docs/design.md order. replicas comes before training: pf_spec_check_training
  * reads it. */

@@ -264,6 +264,13 @@ pf_status pf_spec_check_partitioner(pf_job_spec *s, pf_error *err) {
     return PF_OK;
 }
 
+pf_status pf_spec_check_run_policy(pf_job_spec *s, pf_error *err) {
+    (void)err;
+    if (!s->run_policy.queue[0])
+        snprintf(s->run_policy.queue, sizeof s->run_policy.queue, "%s", PF_DEFAULT_QUEUE);
+    return PF_OK;
+}
+
 /* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"
  * is written back as "cpu". */
 pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err) {

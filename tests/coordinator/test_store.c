@@ -21,6 +21,7 @@
 
 #include "coordinator/cluster.h"
 #include "coordinator/cluster_json.h"
+#include "coordinator/cluster_queues.h"
 #include "psflow/mem.h"
 #include "psflow/spec.h"
 #include "coordinator/store.h"
@@ -263,6 +264,7 @@ static void test_eval_columns_migrated(void **state) {
     assert_int_equal(sqlite3_exec(db,
                                   "ALTER TABLE evals DROP COLUMN calibration;"
                                   "ALTER TABLE evals DROP COLUMN auc;"
+                                  "DROP TABLE queues;" /* schema 6 */
                                   "INSERT INTO evals (job, task, incarnation, step, time, accuracy,"
                                   "  test_loss) VALUES ('q', 'chief', 1, 5, 1.0, 0.7, 0.6);"
                                   "PRAGMA user_version = 4;",
@@ -360,6 +362,43 @@ static void test_save_load_round_trip(void **state) {
 
 /* Deleted jobs (with their metrics and checkpoints) and removed agents are gone from the
  * file; a rolled-back transaction leaves no trace. */
+/* Queues come back with their quotas and weights; the default queue's settings too once
+ * changed; a deleted queue is gone. */
+static void test_queues_round_trip(void **state) {
+    fixture *fx = *state;
+    coord_store *s = open_store(fx);
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    coord_queue *q;
+    int created;
+    pf_error err;
+    assert_int_equal(coord_queue_put(&c, "team-a", 2, 4, 3, T0, &q, &created, &err), PF_OK);
+    assert_int_equal(created, 1);
+    assert_int_equal(coord_queue_put(&c, "team-b", -1, 1, 1, T0 + 1, &q, &created, &err), PF_OK);
+    assert_int_equal(coord_queue_put(&c, "default", 1, 2, 5, T0 + 2, &q, &created, &err), PF_OK);
+    assert_int_equal(created, 0);
+    save(s, &c);
+    assert_int_equal(coord_queue_delete(&c, coord_queue_find(&c, "team-b"), &err), PF_OK);
+    assert_int_not_equal(coord_queue_delete(&c, coord_queue_find(&c, "default"), &err), PF_OK);
+    save(s, &c);
+    coord_cluster_deinit(&c);
+
+    load(s, &c, T0 + 10);
+    assert_int_equal(c.n_queues, 2);
+    assert_string_equal(c.queues[0].name, "default");
+    assert_int_equal(c.queues[0].quota_ps, 1);
+    assert_int_equal(c.queues[0].quota_workers, 2);
+    assert_int_equal(c.queues[0].weight, 5);
+    q = coord_queue_find(&c, "team-a");
+    assert_non_null(q);
+    assert_int_equal(q->quota_ps, 2);
+    assert_int_equal(q->quota_workers, 4);
+    assert_int_equal(q->weight, 3);
+    assert_null(coord_queue_find(&c, "team-b"));
+    coord_cluster_deinit(&c);
+    coord_store_close(s);
+}
+
 static void test_delete_and_rollback(void **state) {
     fixture *fx = *state;
     coord_store *s = open_store(fx);
@@ -751,6 +790,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_eval_columns_migrated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_load_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_queues_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_rollback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_downsampling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_stored_once, setup, teardown),

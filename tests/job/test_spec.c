@@ -291,19 +291,20 @@ static void test_defaults(void **state) {
     char *json = pf_job_spec_to_json(&s);
     assert_non_null(json);
     assert_string_equal(
-        json, "{\"name\":\"m\",\"replicas\":{\"ps\":1,\"worker\":1,\"chief\":0,\"evaluator\":0},"
-              "\"model\":{\"type\":\"linear\",\"inputs\":1,\"outputs\":1},"
-              "\"data\":{\"format\":\"synthetic_linear\",\"w\":2.0,\"b\":10.0,\"noise\":0.1,"
-              "\"n\":10000},"
-              "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
-              "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
-              "\"eval_every_steps\":0,\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
-              "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0,\"prefetch\":false},"
-              "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
-              "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
-              "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-              "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true},"
-              "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
+        json,
+        "{\"name\":\"m\",\"replicas\":{\"ps\":1,\"worker\":1,\"chief\":0,\"evaluator\":0},"
+        "\"model\":{\"type\":\"linear\",\"inputs\":1,\"outputs\":1},"
+        "\"data\":{\"format\":\"synthetic_linear\",\"w\":2.0,\"b\":10.0,\"noise\":0.1,"
+        "\"n\":10000},"
+        "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
+        "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
+        "\"eval_every_steps\":0,\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
+        "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0,\"prefetch\":false},"
+        "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
+        "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
+        "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
+        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true,\"queue\":\"default\"},"
+        "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
 }
@@ -463,7 +464,7 @@ static void test_design_example(void **state) {
         "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true},"
+        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true,\"queue\":\"default\"},"
         "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);

@@ -248,7 +248,12 @@ typedef struct pf_run_policy_spec {
     /* [true]: a waiting job of higher priority that cannot start otherwise may stop it and
      * take its agents; it resumes from its newest checkpoint when agents free up */
     bool preemptible;
+    /* the queue it is admitted through (coordinator: /api/v1/queues; its quota, weight and
+     * borrowing) ["default"] */
+    char queue[PF_NAME_MAX + 1];
 } pf_run_policy_spec;
+
+#define PF_DEFAULT_QUEUE "default" /* the queue of a job whose spec names none */
 
 /* "serving": prediction servers the coordinator runs on worker agents from the job's start
  * until it is deleted or fails (docs/serving.md, "Managed"). Absent: none. */

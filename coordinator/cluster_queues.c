@@ -1,0 +1,127 @@
+/* cluster_queues.c - the queues' registry and what each holds (cluster_queues.h). */
+#include "coordinator/cluster_queues.h"
+
+#include <stdio.h>
+#include <string.h>
+
+coord_queue *coord_queue_find(coord_cluster *c, const char *name) {
+    for (int i = 0; i < c->n_queues; i++)
+        if (!c->queues[i].deleted && !strcmp(c->queues[i].name, name))
+            return &c->queues[i];
+    return NULL;
+}
+
+coord_queue *coord_job_queue(coord_cluster *c, coord_job *j) {
+    const char *name = j->spec.run_policy.queue;
+    if (j->queue_at >= 0 && j->queue_at < c->n_queues && !c->queues[j->queue_at].deleted &&
+        !strcmp(c->queues[j->queue_at].name, name))
+        return &c->queues[j->queue_at];
+    coord_queue *q = coord_queue_find(c, name);
+    if (!q)
+        q = &c->queues[0];
+    j->queue_at = (int)(q - c->queues);
+    return q;
+}
+
+pf_status coord_queue_put(coord_cluster *c, const char *name, int quota_ps, int quota_workers,
+                          int weight, double now, coord_queue **out, int *created, pf_error *err) {
+    coord_queue *q = coord_queue_find(c, name);
+    *created = q == NULL;
+    if (!q) {
+        if (c->n_queues >= COORD_MAX_QUEUES)
+            return pf_error_set(err, PF_ERR_INVALID, NULL,
+                                "there are %d queues already, the most a coordinator keeps: "
+                                "delete one that is no longer used",
+                                COORD_MAX_QUEUES);
+        q = &c->queues[c->n_queues++];
+        memset(q, 0, sizeof *q);
+        snprintf(q->name, sizeof q->name, "%s", name);
+    }
+    if (!q->create_time)
+        q->create_time = now;
+    q->quota_ps = quota_ps;
+    q->quota_workers = quota_workers;
+    q->weight = weight;
+    q->dirty = true;
+    *out = q;
+    return PF_OK;
+}
+
+pf_status coord_queue_delete(coord_cluster *c, coord_queue *q, pf_error *err) {
+    if (q == &c->queues[0])
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "the default queue cannot be deleted: it admits every job whose "
+                            "spec names no queue");
+    for (int i = 0; i < c->n_jobs; i++) {
+        const coord_job *j = c->jobs[i];
+        if (!j->deleted && !coord_job_finished(j) && !strcmp(j->spec.run_policy.queue, q->name))
+            return pf_error_set(err, PF_ERR_INVALID, NULL,
+                                "queue %s is in use: job %s (%s) is admitted through it; "
+                                "delete the queue once its jobs have finished",
+                                q->name, j->name, coord_phase_name(j->phase));
+    }
+    q->deleted = true;
+    q->dirty = true;
+    return PF_OK;
+}
+
+pf_status coord_queue_adopt(coord_cluster *c, const coord_queue *q) {
+    coord_queue *to = coord_queue_find(c, q->name);
+    if (!to) {
+        if (c->n_queues >= COORD_MAX_QUEUES)
+            return PF_ERR_INVALID;
+        to = &c->queues[c->n_queues++];
+    }
+    *to = *q;
+    to->dirty = to->deleted = false;
+    return PF_OK;
+}
+
+void coord_job_agents(const coord_job *j, int *ps, int *workers) {
+    *ps = *workers = 0;
+    for (int k = 0; k < j->n_tasks; k++) {
+        const coord_task *t = &j->tasks[k];
+        /* a task that succeeded keeps its agent until the job ends */
+        if (t->state == TASK_RUNNING ||
+            ((t->state == TASK_PENDING || t->state == TASK_SUCCEEDED) && t->node_id[0])) {
+            bool is_ps = !strcmp(t->type, "ps");
+            *ps += is_ps;
+            *workers += !is_ps;
+        }
+    }
+}
+
+void coord_queues_measure(coord_cluster *c) {
+    for (int i = 0; i < c->n_queues; i++) {
+        coord_queue *q = &c->queues[i];
+        q->used_ps = q->used_workers = q->held_ps = q->held_workers = 0;
+        q->running = q->waiting = 0;
+    }
+    for (int i = 0; i < c->n_jobs; i++) {
+        coord_job *j = c->jobs[i];
+        if (j->deleted || coord_job_finished(j))
+            continue;
+        coord_queue *q = coord_job_queue(c, j);
+        if (j->phase == COORD_RUNNING) {
+            int ps, workers;
+            coord_job_agents(j, &ps, &workers);
+            q->used_ps += ps;
+            q->used_workers += workers;
+            q->running++;
+        } else if (j->phase == COORD_CREATED || j->phase == COORD_RESTARTING) {
+            q->waiting++;
+        }
+    }
+}
+
+static int over(int used, int quota) {
+    return quota >= 0 && used > quota ? used - quota : 0;
+}
+
+int coord_queue_over_ps(const coord_queue *q) {
+    return over(q->used_ps, q->quota_ps);
+}
+
+int coord_queue_over_workers(const coord_queue *q) {
+    return over(q->used_workers, q->quota_workers);
+}

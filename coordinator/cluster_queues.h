@@ -1,0 +1,50 @@
+/* cluster_queues.h - the queues jobs are admitted through (run_policy.queue; api/rest.md,
+ * /api/v1/queues): their registry and what each holds. Pure, like cluster.h: the caller
+ * serialises the calls and persists what is marked dirty. How admission uses a queue's
+ * quota and weight is cluster.c's (docs/design.md, "Queues, quotas and borrowing").
+ */
+#ifndef PSFLOW_COORDINATOR_CLUSTER_QUEUES_H
+#define PSFLOW_COORDINATOR_CLUSTER_QUEUES_H
+
+#include <stdbool.h>
+
+#include "coordinator/cluster.h"
+
+#define COORD_QUEUE_WEIGHT_MAX 1000
+#define COORD_QUEUE_QUOTA_MAX  1000000 /* agents of a role */
+
+/* The queue of that name (not deleted), or NULL. */
+coord_queue *coord_queue_find(coord_cluster *c, const char *name);
+
+/* The queue job j is admitted through: its run_policy.queue, or the default queue when that
+ * queue is gone (a store from elsewhere; a queue in use cannot be deleted). Remembers where
+ * it found it in j (queue_at), so that each round finds it with one comparison. */
+coord_queue *coord_job_queue(coord_cluster *c, coord_job *j);
+
+/* Creates the queue `name`, or changes its quota and weight (quota -1: no limit; weight
+ * 1 .. COORD_QUEUE_WEIGHT_MAX): *created says which. PF_ERR_INVALID (err says why) when
+ * COORD_MAX_QUEUES exist already. The next scheduling round applies the change. */
+pf_status coord_queue_put(coord_cluster *c, const char *name, int quota_ps, int quota_workers,
+                          int weight, double now, coord_queue **out, int *created, pf_error *err);
+
+/* Deletes queue q: PF_ERR_INVALID (err says why) for the default queue, and for a queue an
+ * unfinished job is admitted through. */
+pf_status coord_queue_delete(coord_cluster *c, coord_queue *q, pf_error *err);
+
+/* Adds a loaded queue (store reload): replaces the default queue's settings, or appends.
+ * PF_ERR_INVALID when COORD_MAX_QUEUES exist already. */
+pf_status coord_queue_adopt(coord_cluster *c, const coord_queue *q);
+
+/* The agents of each role job j's training tasks hold: those running, and those given an
+ * agent that has not reported them yet (O(tasks), no walk over the agents). */
+void coord_job_agents(const coord_job *j, int *ps, int *workers);
+
+/* Works out each queue's used_ps and used_workers (the agents its running jobs hold), and how
+ * many of its jobs run and wait; held_* start at 0. O(jobs). */
+void coord_queues_measure(coord_cluster *c);
+
+/* How many agents of each role q's running jobs hold beyond its quota (0 when none). */
+int coord_queue_over_ps(const coord_queue *q);
+int coord_queue_over_workers(const coord_queue *q);
+
+#endif

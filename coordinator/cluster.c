@@ -443,8 +443,9 @@ typedef struct victim {
     bool borrowed;
 } victim;
 
-/* The order victims are taken in: borrowed agents first, then the lowest priority, then the
- * least training to repeat, then the later submitted. */
+/* The order victims are taken in: borrowed agents first, then the lowest priority, then (of
+ * a queue that borrowed) the later submitted, which went beyond the quota, or (of j's queue)
+ * the least training to repeat, then the later submitted. */
 static int victim_cmp(const void *a, const void *b) {
     const victim *vx = a, *vy = b;
     const coord_job *x = vx->job, *y = vy->job;
@@ -453,7 +454,7 @@ static int victim_cmp(const void *a, const void *b) {
     if (x->spec.run_policy.priority != y->spec.run_policy.priority)
         return x->spec.run_policy.priority < y->spec.run_policy.priority ? -1 : 1;
     int64_t rx = steps_to_repeat(x), ry = steps_to_repeat(y);
-    if (rx != ry)
+    if (!vx->borrowed && rx != ry)
         return rx < ry ? -1 : 1;
     return (x->create_time < y->create_time) - (x->create_time > y->create_time);
 }

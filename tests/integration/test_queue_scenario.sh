@@ -18,6 +18,15 @@
 #  3. no starvation: `first` ends, but `large` still lacks the ps `bounded` holds, so it
 #     waits (now expected when `bounded`'s deadline ends) and the small `unbounded` does not
 #     take the agents freed meanwhile; `bounded` ends and `large` starts before `unbounded`;
+#  4. the queue API (/api/v1/queues): create, change, list, and the errors (400 for a bad name
+#     or an unknown field, 422 for a bad value or a job naming no existing queue, 404, 409 for
+#     deleting the default queue or one in use);
+#  5. quotas: team-a (1 ps, 2 workers) runs a1 within its quota and a2 beyond it on idle
+#     agents (event Borrowing; the queue shows what it borrowed); b1 of team-b, within its
+#     quota, finds no idle worker and takes a2's agents back in the round it is submitted (a2
+#     is Preempted before the submission is answered; event Reclaiming); a2 then waits,
+#     reason preempted, and a3 of team-a, not preemptible, waits with reason quota naming its
+#     queue; team-a never holds more than its quota but for what it borrowed;
 #  at every step each waiting job's status names its reason (and `behind` where it is
 #  reserved), and GET /api/v1/jobs?waiting=true lists them in queue order.
 source "$(dirname "$0")/lib.sh"
@@ -89,16 +98,16 @@ def beat():
 
 threading.Thread(target=beat, daemon=True).start()
 
-def spec(name, ps, workers, deadline=None):
+def spec(name, ps, workers, deadline=None, policy=None):
     d = {"name": name, "replicas": {"ps": ps, "worker": workers},
          "model": {"type": "linear", "inputs": 1}, "data": {"format": "synthetic_linear"},
-         "training": {"max_steps": 1000000}}
+         "training": {"max_steps": 1000000}, "run_policy": dict(policy or {})}
     if deadline:
-        d["run_policy"] = {"active_deadline_seconds": deadline}
+        d["run_policy"]["active_deadline_seconds"] = deadline
     return d
 
-def submit(name, ps, workers, deadline=None):
-    st, body = call("POST", "/api/v1/jobs", spec(name, ps, workers, deadline))
+def submit(name, ps, workers, deadline=None, policy=None):
+    st, body = call("POST", "/api/v1/jobs", spec(name, ps, workers, deadline, policy))
     if st != 201:
         fail("submitting %s: %s %s" % (name, st, body))
 
@@ -194,6 +203,82 @@ running("large")
 wait("unbounded and late waiting", lambda: queue_is(
     [("unbounded", "capacity", None), ("late", "capacity", None)]))
 ok("bounded ended: large started before the smaller unbounded and late, which wait for capacity")
+for name in ("large", "unbounded", "late"):
+    call("POST", "/api/v1/jobs/%s/cancel" % name)
+wait("every agent idle", lambda: all(a is None for a in agents.values()))
+
+# 4. the queue API
+def expect(method, path, body, status, pointer=None):
+    st, got = call(method, path, body)
+    if st != status or (pointer and got["errors"][0]["pointer"] != pointer):
+        fail("%s %s %s: %s %s, expected %s %s" % (method, path, body, st, got, status, pointer))
+    return got
+expect("PUT", "/api/v1/queues/team-a", {"quota": {"ps": 1, "workers": 1}}, 201)
+q = expect("PUT", "/api/v1/queues/team-a", {"quota": {"ps": 1, "workers": 2}, "weight": 2}, 200)
+if q["quota"] != {"ps": 1, "workers": 2} or q["weight"] != 2:
+    fail("team-a after PUT: %s" % q)
+expect("PUT", "/api/v1/queues/team-b", {"quota": {"ps": 2, "workers": 2}}, 201)
+names = [x["name"] for x in expect("GET", "/api/v1/queues", None, 200)["items"]]
+if names != ["default", "team-a", "team-b"]:
+    fail("GET /api/v1/queues lists %s" % names)
+expect("PUT", "/api/v1/queues/Team_A", {}, 400, "/name")
+expect("PUT", "/api/v1/queues/team-c", {"quota": {"memory": 1}}, 400, "/quota/memory")
+expect("PUT", "/api/v1/queues/team-c", {"weight": 0}, 422, "/weight")
+expect("PUT", "/api/v1/queues/team-c", {"quota": {"workers": -1}}, 422, "/quota/workers")
+expect("PUT", "/api/v1/queues/team-c", {"quota": "all"}, 422, "/quota")
+expect("GET", "/api/v1/queues/team-c", None, 404)
+expect("DELETE", "/api/v1/queues/default", None, 409)
+expect("POST", "/api/v1/jobs", spec("lost", 1, 1, policy={"queue": "team-c"}), 422,
+       "/run_policy/queue")
+ok("the queue API: created, changed and listed; a bad name, field or value, an unknown queue "
+   "and deleting the default queue refused")
+
+# 5. quotas, borrowing and reclaim
+def queue(name):
+    return expect("GET", "/api/v1/queues/" + name, None, 200)
+
+def within_quota_but_borrowed(name):
+    q = queue(name)
+    for role in ("ps", "workers"):
+        if q["usage"][role] - q["borrowed"][role] > q["quota"][role]:
+            fail("queue %s holds more than its quota beyond what it borrowed: %s" % (name, q))
+    return q
+
+submit("a1", 1, 2, policy={"queue": "team-a"})
+running("a1")
+submit("a2", 1, 2, policy={"queue": "team-a"})
+running("a2")
+if len(events("a2", "Borrowing")) != 1:
+    fail("no Borrowing event for a2")
+q = within_quota_but_borrowed("team-a")
+if q["usage"] != {"ps": 2, "workers": 4} or q["borrowed"] != {"ps": 1, "workers": 2}:
+    fail("team-a while a2 borrows: %s" % q)
+ok("a1 runs within team-a's quota, a2 beyond it on idle agents: %s" % q["borrowed"])
+submit("b1", 1, 2, policy={"queue": "team-b"})
+a2 = job("a2")  # asked right after the submission was answered: the same round reclaimed
+if a2["phase"] != "Restarting" or job("a1")["phase"] != "Running":
+    fail("b1's submission did not reclaim a2 in its round: a2 %s, a1 %s" % (a2["phase"], job("a1")["phase"]))
+if len(events("b1", "Reclaiming")) != 1:
+    fail("no Reclaiming event for b1")
+running("b1")
+within_quota_but_borrowed("team-a")
+submit("a3", 1, 1, policy={"queue": "team-a", "preemptible": False})
+got = wait("a2 preempted and a3 waiting for team-a's quota", lambda: queue_is(
+    [("a2", "preempted", None), ("a3", "quota", None)]))
+if any(j["queue"]["name"] != "team-a" for j in got):
+    fail("the waiting jobs do not name their queue: %s" % [j["queue"] for j in got])
+if "waiting for the quota of queue team-a" not in job("a3")["message"]:
+    fail("a3's message: %s" % job("a3")["message"])
+ok("b1 (team-b, within its quota) took back a2's borrowed agents in the round it was "
+   "submitted; a2 waits (preempted), a3 waits for team-a's quota: %s" % job("a3")["message"])
+st, _ = call("POST", "/api/v1/jobs/b1/cancel")
+running("a2")
+if job("a2")["preemptions"] != 1:
+    fail("a2's preemptions: %s" % job("a2")["preemptions"])
+within_quota_but_borrowed("team-a")
+wait("a3 still waiting for team-a's quota", lambda: queue_is([("a3", "quota", None)]))
+expect("DELETE", "/api/v1/queues/team-a", None, 409)
+ok("b1 ended: a2 resumed by borrowing again; a3 (not preemptible) still waits for the quota")
 stop.set()
 PY
-pass "queue order, backfill and reasons on a real coordinator with simulated agents"
+pass "queue order, backfill, quotas, borrowing, reclaim and reasons on a real coordinator with simulated agents"

@@ -157,7 +157,8 @@ static void print_queue_place(const json_t *st) {
     if (json_is_object(q)) {
         const char *reason = api_jstr(q, "reason"), *behind = api_jstr(q, "behind"),
                    *by = api_jstr(q, "preempted_by");
-        printf("Queue:       position %lld, priority %lld, waiting: %s", api_jint(q, "position", 0),
+        printf("Queue:       %s, position %lld, priority %lld, waiting: %s",
+               api_jstr(q, "name") ? api_jstr(q, "name") : "-", api_jint(q, "position", 0),
                api_jint(q, "priority", 0), reason ? reason : "-");
         if (by || behind)
             printf(" (%s %s)", by ? "by" : "for", by ? by : behind);

@@ -160,7 +160,7 @@ static json_t *waiting_jobs(const json_t *items) {
     return out;
 }
 
-/* Prints the waiting jobs in queue order: position, name, priority, phase, reason (with the
+/* Prints the waiting jobs in queue order: position, name, queue, priority, phase, reason (with the
  * job it names), its message and its age. Returns 0 or PF_EX_OSERR. */
 static int print_queue(const json_t *waiting) {
     size_t n = json_array_size(waiting);
@@ -168,15 +168,26 @@ static int print_queue(const json_t *waiting) {
         fprintf(stderr, "psflow list: no job waits for agents\n");
         return 0;
     }
-    enum { Q_POS, Q_NAME, Q_PRIORITY, Q_PHASE, Q_REASON, Q_AGE, Q_START, Q_MESSAGE, Q_COLS };
+    enum {
+        Q_POS,
+        Q_NAME,
+        Q_QUEUE,
+        Q_PRIORITY,
+        Q_PHASE,
+        Q_REASON,
+        Q_AGE,
+        Q_START,
+        Q_MESSAGE,
+        Q_COLS
+    };
     typedef char cell[QUEUE_CELL];
     cell *cells = pf_mallocarray((n + 1) * Q_COLS, sizeof(cell));
     if (!cells) {
         fprintf(stderr, "psflow list: out of memory\n");
         return PF_EX_OSERR;
     }
-    static const char *const head[Q_COLS] = {"POS",    "NAME", "PRIORITY", "PHASE",
-                                             "REASON", "AGE",  "START",    "MESSAGE"};
+    static const char *const head[Q_COLS] = {"POS",    "NAME", "QUEUE", "PRIORITY", "PHASE",
+                                             "REASON", "AGE",  "START", "MESSAGE"};
     for (int k = 0; k < Q_COLS; k++)
         snprintf(cells[k], sizeof(cell), "%s", head[k]);
     double now = pf_clock_wall();
@@ -188,6 +199,7 @@ static int print_queue(const json_t *waiting) {
         snprintf(row[Q_POS], sizeof(cell), "%lld", api_jint(q, "position", 0));
         snprintf(row[Q_NAME], sizeof(cell), "%s",
                  api_jstr(it, "name") ? api_jstr(it, "name") : "?");
+        snprintf(row[Q_QUEUE], sizeof(cell), "%s", api_jstr(q, "name") ? api_jstr(q, "name") : "-");
         snprintf(row[Q_PRIORITY], sizeof(cell), "%lld", api_jint(q, "priority", 0));
         snprintf(row[Q_PHASE], sizeof(cell), "%s",
                  api_jstr(it, "phase") ? api_jstr(it, "phase") : "-");

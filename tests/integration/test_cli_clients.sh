@@ -143,7 +143,7 @@ contains "$WORK/stdout" "Phase:       Created"
 contains "$WORK/stdout" "waiting for agents"
 contains "$WORK/stdout" "WaitingForAgents"
 contains "$WORK/stdout" "worker-1"
-contains "$WORK/stdout" "Queue:       position 1, priority 0, waiting: "
+contains "$WORK/stdout" "Queue:       default, position 1, priority 0, waiting: "
 expect_exit 0 "$P" get alpha -o json
 [ "$(json_field "$WORK/stdout" 'd["status"]["phase"]')" = Created ] || fail "get -o json phase"
 [ "$(json_field "$WORK/stdout" 'd["spec"]["training"]["max_steps"]')" = 500 ] || fail "get -o json spec"

@@ -64,7 +64,7 @@ wait_until 30 "job low preempted" has_event low Preempted
 # preempted by high, first in the queue or second behind high while high waits for the agents
 # to stop low's tasks.
 queue_out=$(PSFLOW_COORDINATOR=$URL "$PSFLOW_BIN" list --queue 2>&1) || fail "psflow list --queue: $queue_out"
-grep -Eq '^[12] +low +0 +Restarting +preempted \(by high\)' <<<"$queue_out" ||
+grep -Eq '^[12] +low +default +0 +Restarting +preempted \(by high\)' <<<"$queue_out" ||
   fail "psflow list --queue: $queue_out"
 has_event high Preempting || fail "no Preempting event for job high"
 preempted_at=$(status low "['global_step']")

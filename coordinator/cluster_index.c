@@ -220,16 +220,16 @@ void coord_cluster_reap(coord_cluster *c) {
     }
     reaped = c->n_nodes - k;
     c->n_nodes = k;
-    k = 0; /* jobs' queue_at hints are checked before use (coord_job_queue) */
-    for (int i = 0; i < c->n_queues; i++)
-        if (!c->queues[i].deleted)
-            c->queues[k++] = c->queues[i];
-    c->n_queues = k;
     if (reaped && node_index_rebuild(c, k) != PF_OK) { /* as for the jobs: scans until then */
         pf_free(c->by_id);
         c->by_id = NULL;
         c->by_id_cap = 0;
     }
+    int queues = 0; /* jobs' queue_at hints are checked before use (coord_job_queue) */
+    for (int i = 0; i < c->n_queues; i++)
+        if (!c->queues[i].deleted)
+            c->queues[queues++] = c->queues[i];
+    c->n_queues = queues;
 }
 
 coord_job *coord_job_find(const coord_cluster *c, const char *name) {

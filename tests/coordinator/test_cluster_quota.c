@@ -260,7 +260,18 @@ static void test_queue_checks(void **state) {
     coord_job_cancel(&c, a1, T0 + 1);
     assert_int_equal(coord_queue_delete(&c, coord_queue_find(&c, "a"), &err), PF_OK);
     assert_null(coord_queue_find(&c, "a"));
+    /* reaping the queue and an agent together keeps every other agent findable */
+    char id[16];
+    for (int i = 0; i < 40; i++) {
+        snprintf(id, sizeof id, "w-%d", i);
+        add_node(&c, id, "worker", T0 + 2);
+    }
+    coord_node_remove(&c, coord_node_find(&c, "w-7"), T0 + 3);
     coord_cluster_reap(&c);
+    for (int i = 0; i < 40; i++) {
+        snprintf(id, sizeof id, "w-%d", i);
+        assert_true((coord_node_find(&c, id) != NULL) == (i != 7));
+    }
     /* a finished job of a deleted queue reads as the default queue's */
     assert_ptr_equal(coord_job_queue(&c, a1), &c.queues[0]);
     coord_cluster_deinit(&c);

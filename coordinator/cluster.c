@@ -337,13 +337,10 @@ static void replace_tasks(coord_cluster *c, coord_job *j, double now) {
     }
 }
 
-/* A waiting job and its place in the job list, the queue order's last key; for a job over
- * its queue's quota, its place in the queue order and its queue's share of the cluster
- * (the order jobs borrow in). */
+/* A waiting job and its place in the job list, the queue order's last key. */
 typedef struct queued {
     coord_job *job;
-    int at, rank;
-    double share;
+    int at;
 } queued;
 
 /* The queue's order: higher run_policy.priority first, then the earlier submitted, then the
@@ -428,7 +425,7 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool bo
         snprintf(msg, sizeof msg,
                  "preempted job %s of queue %s to reclaim the agents it borrowed beyond its "
                  "quota",
-                 v->name, v->spec.run_policy.queue);
+                 v->name, pf_job_spec_queue(&v->spec));
     else
         snprintf(msg, sizeof msg, "preempted job %s (priority %d) to take its agents", v->name,
                  v->spec.run_policy.priority);
@@ -441,11 +438,14 @@ typedef struct victim {
     coord_job *job;
     int ps, workers;
     bool borrowed;
+    int overshoot; /* borrowed: agents stopping it would take below its queue's quota */
 } victim;
 
-/* The order victims are taken in: borrowed agents first, then the lowest priority, then (of
- * a queue that borrowed) the later submitted, which went beyond the quota, or (of j's queue)
- * the least training to repeat, then the later submitted. */
+/* The order victims are taken in: borrowed agents first; then the lowest priority (of a queue
+ * that borrowed, its quota is its jobs' of higher priority); then, of a queue that borrowed,
+ * those whose stop takes their queue least below its quota, then the later submitted, which
+ * went beyond the quota; of j's queue, the least training to repeat, then the later
+ * submitted. */
 static int victim_cmp(const void *a, const void *b) {
     const victim *vx = a, *vy = b;
     const coord_job *x = vx->job, *y = vy->job;
@@ -453,6 +453,8 @@ static int victim_cmp(const void *a, const void *b) {
         return vx->borrowed ? -1 : 1;
     if (x->spec.run_policy.priority != y->spec.run_policy.priority)
         return x->spec.run_policy.priority < y->spec.run_policy.priority ? -1 : 1;
+    if (vx->overshoot != vy->overshoot)
+        return vx->overshoot < vy->overshoot ? -1 : 1;
     int64_t rx = steps_to_repeat(x), ry = steps_to_repeat(y);
     if (!vx->borrowed && rx != ry)
         return rx < ry ? -1 : 1;
@@ -470,14 +472,16 @@ static bool victim_helps(const victim *v, int short_ps, int short_workers, int g
     return ps || workers;
 }
 
-/* Waiting job j, within its queue's quota, lacks short_ps ps and short_workers worker agents
- * beyond those idle or stopping: stops running jobs it may (preemptible_by) when together
- * they free enough, else none. Victims are taken in victim_cmp's order, each only while it
- * holds agents of a role still short (a borrowed one only while its queue still holds more
- * than its quota); then any whose agents the others already cover is spared again (latest
- * taken first), so no job is stopped that j does not need. Returns whether it stopped any. */
+/* Waiting job j needs short_ps ps and short_workers worker agents freed: beyond those idle or
+ * stopping (j within its queue's quota), or, own_queue, beyond its queue's quota (only jobs
+ * of lower priority of its own queue may then give them). Stops running jobs it may
+ * (preemptible_by) when together they free enough, else none. Victims are taken in
+ * victim_cmp's order, each only while it holds agents of a role still short (a borrowed one
+ * only while its queue still holds more than its quota); then any whose agents the others
+ * already cover is spared again (latest taken first), so no job is stopped that j does not
+ * need. Returns whether it stopped any. */
 static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_workers,
-                        double now) {
+                        bool own_queue, double now) {
     if (short_ps <= 0 && short_workers <= 0)
         return false; /* enough agents are idle or about to be: j waits for them */
     victim *v = pf_mallocarray((size_t)c->n_jobs, sizeof *v);
@@ -486,9 +490,16 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
     const coord_queue *q = coord_job_queue(c, j);
     int n = 0, taken = 0;
     for (int i = 0; i < c->n_jobs; i++)
-        if (preemptible_by(c, c->jobs[i], j, q, &v[n].borrowed)) {
+        if (preemptible_by(c, c->jobs[i], j, q, &v[n].borrowed) && !(own_queue && v[n].borrowed)) {
             v[n].job = c->jobs[i];
-            coord_job_agents(v[n].job, &v[n].ps, &v[n].workers);
+            coord_job_agents(c, v[n].job, &v[n].ps, &v[n].workers);
+            const coord_queue *vq = coord_job_queue(c, v[n].job);
+            int under_ps = vq->quota_ps < 0 ? 0 : v[n].ps - coord_queue_over_ps(vq),
+                under_workers =
+                    vq->quota_workers < 0 ? 0 : v[n].workers - coord_queue_over_workers(vq);
+            v[n].overshoot = v[n].borrowed ? (under_ps > 0 ? under_ps : 0) +
+                                                 (under_workers > 0 ? under_workers : 0)
+                                           : 0;
             n++;
         }
     qsort(v, (size_t)n, sizeof *v, victim_cmp);
@@ -605,7 +616,7 @@ static double expected_start(coord_cluster *c, const coord_job *j, int short_ps,
             for (int k = 0; k < r->n_tasks; k++)
                 e[n].workers += is_evaluator(&r->tasks[k]) && evaluator_busy(r, &r->tasks[k]);
         } else {
-            coord_job_agents(r, &e[n].ps, &e[n].workers);
+            coord_job_agents(c, r, &e[n].ps, &e[n].workers);
             e[n].at = expected_end(r, now);
         }
         n += e[n].ps + e[n].workers > 0;
@@ -671,27 +682,26 @@ static capacity count_capacity(const coord_cluster *c) {
     return k;
 }
 
-/* Whether waiting job j, of queue q, fits q's quota: the agents q's running jobs hold (but
- * those of its jobs j may preempt for its priority), those its jobs ahead of j wait for, and
- * j's own, at most the quota of each role. */
-static bool within_quota(coord_cluster *c, const coord_queue *q, const coord_job *j) {
-    int ps = q->used_ps + q->held_ps + need_ps(j);
-    int workers = q->used_workers + q->held_workers + need_workers(j);
-    if ((q->quota_ps < 0 || ps <= q->quota_ps) &&
-        (q->quota_workers < 0 || workers <= q->quota_workers))
-        return true;
-    for (int i = 0; i < c->n_jobs; i++) {
-        bool borrowed;
-        coord_job *v = c->jobs[i];
-        if (preemptible_by(c, v, j, q, &borrowed) && !borrowed) {
-            int vp, vw;
-            coord_job_agents(v, &vp, &vw);
-            ps -= vp;
-            workers -= vw;
-        }
-    }
-    return (q->quota_ps < 0 || ps <= q->quota_ps) &&
-           (q->quota_workers < 0 || workers <= q->quota_workers);
+/* The agents of each role waiting job j, of queue q, needs beyond q's quota: those q's
+ * running jobs hold, those held for its jobs ahead of j, and j's own, less the quota (0 or
+ * less: within it). */
+static int beyond_quota(int used, int held, int need, int quota) {
+    return quota < 0 ? 0 : used + held + need - quota;
+}
+
+static bool within_quota(const coord_queue *q, const coord_job *j) {
+    return beyond_quota(q->used_ps, q->held_ps, need_ps(j), q->quota_ps) <= 0 &&
+           beyond_quota(q->used_workers, q->held_workers, need_workers(j), q->quota_workers) <= 0;
+}
+
+/* Waiting job j is beyond its queue q's quota: when it is first in line, it may stop jobs of
+ * lower priority of q to come within it (their agents are then reserved for it). Returns
+ * whether it stopped any. */
+static bool preempt_within_queue(coord_cluster *c, coord_job *j, const coord_queue *q, double now) {
+    return preempt_for(
+        c, j, beyond_quota(q->used_ps, q->held_ps, need_ps(j), q->quota_ps),
+        beyond_quota(q->used_workers, q->held_workers, need_workers(j), q->quota_workers), true,
+        now);
 }
 
 /* "2" or "no limit": a quota as a message says it. */
@@ -702,16 +712,18 @@ static const char *quota_text(int quota, char *buf, size_t cap) {
     return buf;
 }
 
-/* Says that waiting job j waits for its queue q's quota. */
+/* Says that waiting job j waits for its queue q's quota (the quota, not what the queue
+ * uses: a message that changed with every job of the queue would send an event per waiting
+ * job each time). */
 static void wait_for_quota(coord_cluster *c, coord_job *j, const coord_queue *q, double now) {
     char msg[COORD_TEXT_MAX], qp[16], qw[16];
     int len = 0;
     if (j->preempted_by[0])
         len = snprintf(msg, sizeof msg, "preempted by job %s; ", j->preempted_by);
     snprintf(msg + len, sizeof msg - (size_t)len,
-             "waiting for the quota of queue %s (in use: %d ps of %s, %d workers of %s; this job "
-             "needs %d and %d): %s",
-             q->name, q->used_ps, quota_text(q->quota_ps, qp, sizeof qp), q->used_workers,
+             "waiting for the quota of queue %s (ps: %s, workers: %s), which its other jobs "
+             "hold; this job needs %d ps and %d workers: %s",
+             q->name, quota_text(q->quota_ps, qp, sizeof qp),
              quota_text(q->quota_workers, qw, sizeof qw), need_ps(j), need_workers(j),
              j->spec.run_policy.preemptible
                  ? "no idle agent is left to borrow"
@@ -719,33 +731,39 @@ static void wait_for_quota(coord_cluster *c, coord_job *j, const coord_queue *q,
     set_waiting(c, j, msg, now);
 }
 
-static int borrow_before(const void *a, const void *b) {
-    const queued *x = a, *y = b;
-    if (x->share != y->share)
-        return x->share < y->share ? -1 : 1;
-    return (x->rank > y->rank) - (x->rank < y->rank);
+/* A queue's share of the cluster for its weight: the agents its jobs hold per unit. */
+static double share(const coord_queue *q) {
+    return (double)(q->used_ps + q->used_workers) / q->weight;
 }
 
-/* Starts the jobs over their queue's quota (borrowers[0..n)) on the idle agents no waiting job
- * within its quota holds (k, less held_*): the queues holding the least of the cluster for
- * their weight first, each queue's jobs in queue order. A job that is not preemptible never
- * borrows (what is borrowed must be given back). */
+/* Starts the jobs over their queue's quota (borrowers[0..n), in queue order) on the idle
+ * agents no waiting job within its quota holds (k, less held_*): each time the job of the
+ * queue holding the least of the cluster for its weight among those that fit, the first in
+ * queue order of that queue. A job that is not preemptible never borrows (what is borrowed
+ * must be given back). O(n) per job started. */
 static void admit_borrowers(coord_cluster *c, queued *borrowers, int n, capacity *k, int held_ps,
                             int held_workers, double now) {
-    for (int b = 0; b < n; b++) {
-        const coord_queue *q = coord_job_queue(c, borrowers[b].job);
-        borrowers[b].share = (double)(q->used_ps + q->used_workers) / q->weight;
-    }
-    qsort(borrowers, (size_t)n, sizeof *borrowers, borrow_before);
-    for (int b = 0; b < n; b++) {
-        coord_job *j = borrowers[b].job;
-        coord_queue *q = coord_job_queue(c, j);
-        int have_ps = k->idle_ps - held_ps, have_workers = k->idle_workers - held_workers;
-        if (!j->spec.run_policy.preemptible || have_ps < need_ps(j) ||
-            have_workers < need_workers(j) || !admit(c, j, have_ps, have_workers, NULL, now)) {
-            wait_for_quota(c, j, q, now);
-            continue;
+    for (;;) {
+        int best = -1;
+        double best_share = 0;
+        for (int b = 0; b < n; b++) {
+            coord_job *j = borrowers[b].job;
+            if (!j || !j->spec.run_policy.preemptible || k->idle_ps - held_ps < need_ps(j) ||
+                k->idle_workers - held_workers < need_workers(j))
+                continue;
+            double s = share(coord_job_queue(c, j));
+            if (best < 0 || s < best_share) {
+                best = b;
+                best_share = s;
+            }
         }
+        if (best < 0)
+            break;
+        coord_job *j = borrowers[best].job;
+        coord_queue *q = coord_job_queue(c, j);
+        borrowers[best].job = NULL;
+        if (!admit(c, j, k->idle_ps - held_ps, k->idle_workers - held_workers, NULL, now))
+            continue; /* counted above: not reached */
         k->idle_ps -= need_ps(j);
         k->idle_workers -= need_workers(j);
         q->used_ps += need_ps(j);
@@ -759,6 +777,9 @@ static void admit_borrowers(coord_cluster *c, queued *borrowers, int n, capacity
                  quota_text(q->quota_workers, qw, sizeof qw));
         coord_log_event(c, j->name, "Normal", "Borrowing", msg, now);
     }
+    for (int b = 0; b < n; b++)
+        if (borrowers[b].job)
+            wait_for_quota(c, borrowers[b].job, coord_job_queue(c, borrowers[b].job), now);
 }
 
 /* Walks the waiting jobs in queue order, admitting those that fit. The agents a waiting job
@@ -780,10 +801,14 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrower
         coord_job *j = queue[q].job;
         coord_queue *jq = coord_job_queue(c, j);
         bool too_large = need_ps(j) > k.live_ps || need_workers(j) > k.live_workers;
-        if (!too_large && !within_quota(c, jq, j)) {
+        if (!too_large && !within_quota(jq, j)) {
+            /* borrowing first; else, first in line, lower priority of its queue gives way */
+            bool may_borrow = j->spec.run_policy.preemptible && k.idle_ps - held_ps >= need_ps(j) &&
+                              k.idle_workers - held_workers >= need_workers(j);
+            if (!may_borrow && !first_holder && preempt_within_queue(c, j, jq, now))
+                return true;
             set_queue(j, 1, NULL, j->preempted_by[0] ? COORD_WAIT_PREEMPTED : COORD_WAIT_QUOTA);
-            borrowers[n_borrowers] = queue[q];
-            borrowers[n_borrowers++].rank = q;
+            borrowers[n_borrowers++] = queue[q];
             continue;
         }
         int have_ps = k.idle_ps - held_ps, have_workers = k.idle_workers - held_workers;
@@ -810,8 +835,9 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrower
         set_queue(j, 1, held_back ? first_holder : NULL, why); /* numbered below */
         if (too_large)
             continue; /* cannot start on this cluster: holds nothing */
-        if (!first_holder && preempt_for(c, j, need_ps(j) - have_ps - k.stopping_ps,
-                                         need_workers(j) - have_workers - k.stopping_workers, now))
+        if (!first_holder &&
+            preempt_for(c, j, need_ps(j) - have_ps - k.stopping_ps,
+                        need_workers(j) - have_workers - k.stopping_workers, false, now))
             return true;
         held_ps += need_ps(j);
         held_workers += need_workers(j);
@@ -851,7 +877,7 @@ static void admit_all(coord_cluster *c, double now) {
         int n = 0;
         for (int i = 0; i < c->n_jobs; i++)
             if (waiting(c->jobs[i]))
-                queue[n++] = (queued){c->jobs[i], i, 0, 0};
+                queue[n++] = (queued){c->jobs[i], i};
             else if (c->jobs[i]->queue_position)
                 set_queue(c->jobs[i], 0, NULL, COORD_WAIT_CAPACITY);
         qsort(queue, (size_t)n, sizeof *queue, queue_before); /* every heartbeat: n log n */
@@ -1044,7 +1070,7 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
         *out = old;
         return PF_OK;
     }
-    if (!coord_queue_find(c, spec->run_policy.queue)) {
+    if (spec->run_policy.queue[0] && !coord_queue_find(c, spec->run_policy.queue)) {
         pf_free(json);
         return pf_error_set(err, PF_ERR_UNSUPPORTED, "/run_policy/queue",
                             "/run_policy/queue: there is no queue '%s' (GET /api/v1/queues lists "

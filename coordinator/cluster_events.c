@@ -68,7 +68,7 @@ void coord_job_summarize(const coord_job *j, coord_job_summary *out) {
     out->queue_position = j->queue_position;
     out->priority = j->spec.run_policy.priority;
     out->queue_reason = j->queue_reason;
-    snprintf(out->queue, sizeof out->queue, "%s", j->spec.run_policy.queue);
+    snprintf(out->queue, sizeof out->queue, "%s", pf_job_spec_queue(&j->spec));
     snprintf(out->queue_behind, sizeof out->queue_behind, "%s", j->queue_behind);
     snprintf(out->preempted_by, sizeof out->preempted_by, "%s", j->preempted_by);
     out->preempted_at = j->preempted_at;

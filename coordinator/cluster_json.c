@@ -162,7 +162,7 @@ json_t *coord_job_status_json(const coord_job *j) {
                                               json_number_or_null(j->bayes_auc)));
     if (out) /* waiting for agents: its place in the queue (null once admitted) */
         json_object_set_new(out, "queue",
-                            queue_json(j->spec.run_policy.queue, j->queue_position,
+                            queue_json(pf_job_spec_queue(&j->spec), j->queue_position,
                                        j->spec.run_policy.priority, j->queue_reason,
                                        j->queue_behind, j->preempted_by, j->preempted_at,
                                        j->queue_start));

@@ -13,6 +13,8 @@ coord_queue *coord_queue_find(coord_cluster *c, const char *name) {
 
 coord_queue *coord_job_queue(coord_cluster *c, coord_job *j) {
     const char *name = j->spec.run_policy.queue;
+    if (!name[0])
+        return &c->queues[0];
     if (j->queue_at >= 0 && j->queue_at < c->n_queues && !c->queues[j->queue_at].deleted &&
         !strcmp(c->queues[j->queue_at].name, name))
         return &c->queues[j->queue_at];
@@ -54,7 +56,7 @@ pf_status coord_queue_delete(coord_cluster *c, coord_queue *q, pf_error *err) {
                             "spec names no queue");
     for (int i = 0; i < c->n_jobs; i++) {
         const coord_job *j = c->jobs[i];
-        if (!j->deleted && !coord_job_finished(j) && !strcmp(j->spec.run_policy.queue, q->name))
+        if (!j->deleted && !coord_job_finished(j) && !strcmp(pf_job_spec_queue(&j->spec), q->name))
             return pf_error_set(err, PF_ERR_INVALID, NULL,
                                 "queue %s is in use: job %s (%s) is admitted through it; "
                                 "delete the queue once its jobs have finished",
@@ -77,13 +79,19 @@ pf_status coord_queue_adopt(coord_cluster *c, const coord_queue *q) {
     return PF_OK;
 }
 
-void coord_job_agents(const coord_job *j, int *ps, int *workers) {
+/* Whether the agent task t of j names still runs it: a task that succeeded keeps its agent
+ * until the job ends, but a training task freed at TrainingComplete keeps only its node_id. */
+static bool agent_held(const coord_cluster *c, const coord_job *j, const coord_task *t) {
+    const coord_node *n = coord_node_find(c, t->node_id);
+    return n && !strcmp(n->job, j->name);
+}
+
+void coord_job_agents(const coord_cluster *c, const coord_job *j, int *ps, int *workers) {
     *ps = *workers = 0;
     for (int k = 0; k < j->n_tasks; k++) {
         const coord_task *t = &j->tasks[k];
-        /* a task that succeeded keeps its agent until the job ends */
-        if (t->state == TASK_RUNNING ||
-            ((t->state == TASK_PENDING || t->state == TASK_SUCCEEDED) && t->node_id[0])) {
+        if (t->state == TASK_RUNNING || (t->state == TASK_PENDING && t->node_id[0]) ||
+            (t->state == TASK_SUCCEEDED && t->node_id[0] && agent_held(c, j, t))) {
             bool is_ps = !strcmp(t->type, "ps");
             *ps += is_ps;
             *workers += !is_ps;
@@ -99,12 +107,23 @@ void coord_queues_measure(coord_cluster *c) {
     }
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *j = c->jobs[i];
-        if (j->deleted || coord_job_finished(j))
+        if (j->deleted)
             continue;
         coord_queue *q = coord_job_queue(c, j);
+        /* its serving tasks' agents: held from its first admission until it is deleted or
+         * fails, a job that succeeded too */
+        for (int k = 0; k < j->n_serving; k++) {
+            const coord_serving *s = &j->serving[k];
+            q->used_workers +=
+                s->node_id[0] && (s->state == TASK_PENDING || s->state == TASK_RUNNING);
+        }
         if (j->phase == COORD_RUNNING) {
             int ps, workers;
-            coord_job_agents(j, &ps, &workers);
+            coord_job_agents(c, j, &ps, &workers);
+            /* a training task owed a replacement takes an agent back as soon as one is idle */
+            for (int k = 0; k < j->n_tasks; k++)
+                workers += j->tasks[k].state == TASK_PENDING && !j->tasks[k].node_id[0] &&
+                           j->tasks[k].incarnation != 0;
             q->used_ps += ps;
             q->used_workers += workers;
             q->running++;

@@ -35,12 +35,14 @@ pf_status coord_queue_delete(coord_cluster *c, coord_queue *q, pf_error *err);
  * PF_ERR_INVALID when COORD_MAX_QUEUES exist already. */
 pf_status coord_queue_adopt(coord_cluster *c, const coord_queue *q);
 
-/* The agents of each role job j's training tasks hold: those running, and those given an
- * agent that has not reported them yet (O(tasks), no walk over the agents). */
-void coord_job_agents(const coord_job *j, int *ps, int *workers);
+/* The agents of each role job j's training tasks hold: those running, those given an agent
+ * that has not reported them yet, and those that succeeded while their agent still runs them
+ * (O(tasks), no walk over the agents). */
+void coord_job_agents(const coord_cluster *c, const coord_job *j, int *ps, int *workers);
 
-/* Works out each queue's used_ps and used_workers (the agents its running jobs hold), and how
- * many of its jobs run and wait; held_* start at 0. O(jobs). */
+/* Works out each queue's used_ps and used_workers (the agents its running jobs hold, a
+ * replacement they are owed, and the agents of its jobs' serving tasks), and how many of its
+ * jobs run and wait; held_* start at 0. O(jobs + tasks). */
 void coord_queues_measure(coord_cluster *c);
 
 /* How many agents of each role q's running jobs hold beyond its quota (0 when none). */

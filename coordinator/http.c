@@ -475,7 +475,7 @@ static enum MHD_Result preflight(coord_server *s, struct MHD_Connection *c, cons
     if (!r)
         return MHD_NO;
     add_cors_headers(s, c, r);
-    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE");
     MHD_add_response_header(r, "Access-Control-Allow-Headers",
                             "Authorization, Content-Type, Last-Event-ID");
     MHD_add_response_header(r, "Access-Control-Max-Age", "600");

@@ -81,7 +81,7 @@ static void put_queue(coord_server *s, coord_request *rq, coord_reply *rp, const
                             weight ? (int)json_integer_value(weight) : 1, now, &q, &created, &err);
         if (st == PF_OK && coord_commit(s, now, NULL, NULL) != 0)
             st = PF_ERR_IO;
-        if (st == PF_OK) {
+        if (st == PF_OK && (q = coord_queue_find(&s->cluster, name))) { /* reaped: again */
             coord_queues_measure(&s->cluster);
             coord_reply_json(rp, created ? 201 : 200, coord_queue_json(q));
             snprintf(rp->location, sizeof rp->location, "/api/v1/queues/%s", name);

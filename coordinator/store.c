@@ -404,15 +404,20 @@ static pf_status load_queues(coord_store *s, coord_cluster *c, pf_error *err) {
     while (rc == PF_OK && sqlite3_step(st) == SQLITE_ROW) {
         coord_queue q = {0};
         snprintf(q.name, sizeof q.name, "%s", col_text(st, 0));
-        q.quota_ps = sqlite3_column_int(st, 1);
-        q.quota_workers = sqlite3_column_int(st, 2);
-        q.weight = sqlite3_column_int(st, 3);
+        int64_t quota_ps = sqlite3_column_int64(st, 1), quota_workers = sqlite3_column_int64(st, 2),
+                weight = sqlite3_column_int64(st, 3);
         q.create_time = sqlite3_column_double(st, 4);
-        if (!pf_job_name_valid(q.name) || q.quota_ps < -1 || q.quota_workers < -1 || q.weight < 1 ||
-            q.weight > COORD_QUEUE_WEIGHT_MAX)
+        if (!pf_job_name_valid(q.name) || quota_ps < -1 || quota_ps > COORD_QUEUE_QUOTA_MAX ||
+            quota_workers < -1 || quota_workers > COORD_QUEUE_QUOTA_MAX || weight < 1 ||
+            weight > COORD_QUEUE_WEIGHT_MAX) {
             rc = pf_error_set(err, PF_ERR_FORMAT, NULL, "database: queue %.63s: out of range",
                               q.name);
-        else if (coord_queue_adopt(c, &q) != PF_OK)
+            break;
+        }
+        q.quota_ps = (int)quota_ps;
+        q.quota_workers = (int)quota_workers;
+        q.weight = (int)weight;
+        if (coord_queue_adopt(c, &q) != PF_OK)
             rc = pf_error_set(err, PF_ERR_FORMAT, NULL, "database: more than %d queues",
                               COORD_MAX_QUEUES);
     }

@@ -266,9 +266,13 @@ pf_status pf_spec_check_partitioner(pf_job_spec *s, pf_error *err) {
 
 pf_status pf_spec_check_run_policy(pf_job_spec *s, pf_error *err) {
     (void)err;
-    if (!s->run_policy.queue[0])
-        snprintf(s->run_policy.queue, sizeof s->run_policy.queue, "%s", PF_DEFAULT_QUEUE);
+    if (!strcmp(s->run_policy.queue, PF_DEFAULT_QUEUE))
+        s->run_policy.queue[0] = '\0'; /* one form for the default queue: absent */
     return PF_OK;
+}
+
+const char *pf_job_spec_queue(const pf_job_spec *s) {
+    return s->run_policy.queue[0] ? s->run_policy.queue : PF_DEFAULT_QUEUE;
 }
 
 /* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"

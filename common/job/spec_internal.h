@@ -94,7 +94,7 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err); /* after the model 
 pf_status pf_spec_check_training(pf_job_spec *s, pf_error *err);
 pf_status pf_spec_check_partitioner(pf_job_spec *s, pf_error *err);
 pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err);
-/* run_policy: an absent queue is the default one. */
+/* run_policy: the default queue named explicitly is written as absent. */
 pf_status pf_spec_check_run_policy(pf_job_spec *s, pf_error *err);
 
 static inline void *slot(pf_job_spec *s, size_t at) {

@@ -147,6 +147,8 @@ static bool written(const field *f, const pf_job_spec *s) {
         return false; /* a switch written only when on (min 1) */
     if (f->kind == K_OBJECT && f->present_at)
         return *(const bool *)cslot(s, f->present_at);
+    if (f->kind == K_NAME && !*(const char *)cslot(s, f->at))
+        return false; /* an optional name left empty (run_policy.queue) */
     if (f->kind == K_PATHS || f->kind == K_LIST)
         return *(const int *)cslot(s, f->count_at) > 0;
     return true;

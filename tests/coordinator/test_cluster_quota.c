@@ -142,8 +142,9 @@ static void test_quota_reason(void **state) {
     assert_waits(a2, "quota", "a");
     assert_int_equal(a2->queue_position, 1);
     assert_string_equal(a2->message,
-                        "waiting for the quota of queue a (in use: 1 ps of no limit, 1 workers of "
-                        "1; this job needs 1 and 1): no idle agent is left to borrow");
+                        "waiting for the quota of queue a (ps: no limit, workers: 1), which its "
+                        "other jobs hold; this job needs 1 ps and 1 workers: no idle agent is "
+                        "left to borrow");
 
     add_node(&c, "ps-b", "ps", T0 + 2);
     add_node(&c, "w-b", "worker", T0 + 2);
@@ -209,6 +210,19 @@ static void test_priority_within_queue(void **state) {
     coord_job *low = submit_in(&c, "low", "a", 1, 1, "", T0 + 1);
     report_running(&c, b1, T0 + 1);
     report_running(&c, low, T0 + 1);
+    /* idle agents to borrow: high of a, beyond a's quota, borrows them, and low runs on */
+    add_node(&c, "ps-2", "ps", T0 + 1);
+    add_node(&c, "w-2", "worker", T0 + 1);
+    coord_job *early = submit_in(&c, "early", "a", 1, 1, ", \"priority\": 10", T0 + 1.5);
+    assert_int_equal(early->phase, COORD_RUNNING);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_int_equal(take_events(&c, "log", "Borrowing"), 1);
+    coord_job_cancel(&c, early, T0 + 1.6);
+    report_stopped(&c, T0 + 1.6);
+    coord_node_remove(&c, coord_node_find(&c, "ps-2"), T0 + 1.7);
+    coord_node_remove(&c, coord_node_find(&c, "w-2"), T0 + 1.7);
+
+    /* none idle: high takes the quota of low, of its own queue and lower priority */
     coord_job *high = submit_in(&c, "high", "a", 1, 1, ", \"priority\": 10", T0 + 2);
     assert_int_equal(low->phase, COORD_RESTARTING);
     assert_non_null(strstr(find_condition(low, "Restarting")->message, "priority 10 > 0"));
@@ -231,6 +245,41 @@ static void test_priority_within_queue(void **state) {
     assert_int_equal(high->phase, COORD_RUNNING);
     assert_int_equal(urgent2->phase, COORD_CREATED);
     assert_waits(urgent2, "quota", "b");
+    coord_cluster_deinit(&c);
+}
+
+/* What a queue borrowed is reclaimed, among its jobs of the lowest priority, from the one
+ * whose stop keeps the queue at its quota: the smaller later one that borrowed, not the one
+ * within the quota. */
+static void test_reclaim_victims(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    put_queue(&c, "a", -1, 2, 1);
+    put_queue(&c, "c", -1, 4, 1);
+    char id[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "ps-%d", i);
+        add_node(&c, id, "ps", T0);
+    }
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof id, "w-%d", i);
+        add_node(&c, id, "worker", T0);
+    }
+    coord_job *cl = submit_in(&c, "cl", "c", 1, 4, "", T0);
+    report_running(&c, cl, T0);
+    coord_job *ch = submit_in(&c, "ch", "c", 1, 2, "", T0 + 1);
+    assert_int_equal(ch->phase, COORD_RUNNING); /* borrowed */
+    report_running(&c, ch, T0 + 1);
+    assert_usage(&c, "c", 6, 2);
+    coord_job *j = submit_in(&c, "j", "a", 1, 2, "", T0 + 2);
+    assert_int_equal(ch->phase, COORD_RESTARTING);
+    assert_int_equal(cl->phase, COORD_RUNNING);
+    assert_usage(&c, "c", 4, 0);
+    report_stopped(&c, T0 + 3);
+    assert_int_equal(j->phase, COORD_RUNNING);
+    assert_int_equal(cl->phase, COORD_RUNNING);
+    assert_waits(ch, "preempted", "c");
     coord_cluster_deinit(&c);
 }
 
@@ -281,7 +330,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_borrow_and_reclaim), cmocka_unit_test(test_quota_reason),
         cmocka_unit_test(test_borrow_by_weight),   cmocka_unit_test(test_priority_within_queue),
-        cmocka_unit_test(test_queue_checks),
+        cmocka_unit_test(test_reclaim_victims),    cmocka_unit_test(test_queue_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

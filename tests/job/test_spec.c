@@ -291,20 +291,19 @@ static void test_defaults(void **state) {
     char *json = pf_job_spec_to_json(&s);
     assert_non_null(json);
     assert_string_equal(
-        json,
-        "{\"name\":\"m\",\"replicas\":{\"ps\":1,\"worker\":1,\"chief\":0,\"evaluator\":0},"
-        "\"model\":{\"type\":\"linear\",\"inputs\":1,\"outputs\":1},"
-        "\"data\":{\"format\":\"synthetic_linear\",\"w\":2.0,\"b\":10.0,\"noise\":0.1,"
-        "\"n\":10000},"
-        "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
-        "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
-        "\"eval_every_steps\":0,\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
-        "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0,\"prefetch\":false},"
-        "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
-        "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
-        "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true,\"queue\":\"default\"},"
-        "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
+        json, "{\"name\":\"m\",\"replicas\":{\"ps\":1,\"worker\":1,\"chief\":0,\"evaluator\":0},"
+              "\"model\":{\"type\":\"linear\",\"inputs\":1,\"outputs\":1},"
+              "\"data\":{\"format\":\"synthetic_linear\",\"w\":2.0,\"b\":10.0,\"noise\":0.1,"
+              "\"n\":10000},"
+              "\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.01},"
+              "\"training\":{\"mode\":\"async\",\"batch_size\":100,\"max_steps\":1000,\"seed\":1,"
+              "\"eval_every_steps\":0,\"on_nonfinite\":\"rollback\",\"stall_timeout_secs\":300,"
+              "\"nonfinite_max_rollbacks\":3,\"nonfinite_lr_scale\":1.0,\"prefetch\":false},"
+              "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
+              "\"checkpoint\":{\"every_steps\":0,\"every_secs\":600,\"keep\":5},"
+              "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
+              "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true},"
+              "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
 }
@@ -464,7 +463,7 @@ static void test_design_example(void **state) {
         "\"placement\":{\"strategy\":\"round_robin\",\"partitioner\":{\"type\":\"none\"}},"
         "\"checkpoint\":{\"every_steps\":500,\"every_secs\":600,\"keep\":5},"
         "\"run_policy\":{\"restart_policy\":\"OnFailure\",\"backoff_limit\":3,"
-        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true,\"queue\":\"default\"},"
+        "\"active_deadline_seconds\":0,\"priority\":0,\"preemptible\":true},"
         "\"replicas_per_worker\":1,\"device\":\"cpu\"}");
     pf_free(json);
     pf_job_spec_deinit(&s);
@@ -1047,6 +1046,48 @@ static void test_dynamic_splits(void **state) {
     }
 }
 
+/* run_policy.queue: a name, written back; "default" and an absent queue are one spec, which
+ * the normalised form leaves without it; a bad name is refused at its pointer. */
+static void test_queue_field(void **state) {
+    (void)state;
+#define QUEUE_SPEC(policy)                                                                         \
+    "{\"name\":\"q\",\"model\":{\"type\":\"linear\",\"inputs\":1},"                                \
+    "\"data\":{\"format\":\"synthetic_linear\"}" policy "}"
+    pf_job_spec s;
+    pf_error err;
+    assert_int_equal(parse_text(QUEUE_SPEC(",\"run_policy\":{\"queue\":\"team-a\"}"), &s, &err),
+                     PF_OK);
+    assert_string_equal(pf_job_spec_queue(&s), "team-a");
+    char *json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"queue\":\"team-a\""));
+    assert_round_trip(&s, "a queue");
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+
+    char *forms[2];
+    const char *texts[2] = {QUEUE_SPEC(",\"run_policy\":{\"queue\":\"default\"}"), QUEUE_SPEC("")};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(parse_text(texts[i], &s, &err), PF_OK);
+        assert_string_equal(pf_job_spec_queue(&s), PF_DEFAULT_QUEUE);
+        forms[i] = pf_job_spec_to_json(&s);
+        assert_non_null(forms[i]);
+        assert_null(strstr(forms[i], "\"queue\""));
+        pf_job_spec_deinit(&s);
+    }
+    assert_string_equal(forms[0], forms[1]);
+    pf_free(forms[0]);
+    pf_free(forms[1]);
+
+    assert_int_equal(parse_fails(QUEUE_SPEC(",\"run_policy\":{\"queue\":\"Team_A\"}"), &err),
+                     PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/run_policy/queue");
+    assert_int_equal(parse_fails(QUEUE_SPEC(",\"run_policy\":{\"queue\":\"\"}"), &err),
+                     PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/run_policy/queue");
+#undef QUEUE_SPEC
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nonfinite_fields),
@@ -1066,6 +1107,7 @@ int main(void) {
         cmocka_unit_test(test_replica_forms),
         cmocka_unit_test(test_embedding_forms),
         cmocka_unit_test(test_dynamic_splits),
+        cmocka_unit_test(test_queue_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -249,7 +249,8 @@ typedef struct pf_run_policy_spec {
      * take its agents; it resumes from its newest checkpoint when agents free up */
     bool preemptible;
     /* the queue it is admitted through (coordinator: /api/v1/queues; its quota, weight and
-     * borrowing) ["default"] */
+     * borrowing); "" for the default queue, which the normalised spec leaves out (a spec
+     * naming "default" reads as one naming none): pf_job_spec_queue */
     char queue[PF_NAME_MAX + 1];
 } pf_run_policy_spec;
 
@@ -302,6 +303,9 @@ pf_status pf_job_spec_parse(const char *json, size_t len, pf_job_spec *out, pf_e
 /* Whether name is a valid job or table name: 1..PF_NAME_MAX lowercase letters, digits and
  * '-', starting and ending with a letter or digit (so it is safe as a path component). */
 bool pf_job_name_valid(const char *name);
+
+/* The queue a job is admitted through: run_policy.queue, or PF_DEFAULT_QUEUE. */
+const char *pf_job_spec_queue(const pf_job_spec *s);
 
 /* Reads `path` and parses it. Unreadable file: PF_ERR_IO with err->message naming the path
  * and the OS error; a file over 1 MiB: PF_ERR_FORMAT. */

@@ -412,6 +412,11 @@ async function handle(req, res) {
     if (p === '/api/v1/nodes' && req.method === 'GET') {
         return json(res, 200, {items: [...nodes.values()]});
     }
+    if (p === '/api/v1/queues' && req.method === 'GET') { /* the default queue only */
+        return json(res, 200, {items: [{name: 'default', quota: {ps: null, workers: null}, weight: 1,
+            usage: {ps: 0, workers: 0}, borrowed: {ps: 0, workers: 0},
+            jobs: {running: 0, waiting: 0}, create_time: null}]});
+    }
     if (p === '/api/v1/jobs' && req.method === 'GET') {
         const items = [...jobs.values()].reverse().map(summary);
         return json(res, 200, {items});

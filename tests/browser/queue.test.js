@@ -13,9 +13,16 @@
  *   2. `urgent` (priority 5) preempts `low`: `low` comes back into the queue with reason
  *      preempted, naming `urgent`, ahead of `next` (same priority, submitted first);
  *   3. `urgent` is cancelled: `low` resumes and leaves the queue, and `next` is position 1
- *      again;
+ *      again; with the default queue alone and no quota, the queues table stays hidden;
+ *   4. queue `team-a` is put with a quota of 0 ps and 0 workers (every job of it borrows): the
+ *      queues table appears; `borrower` (team-a) waits behind `hold` (default) with reason
+ *      quota naming team-a; `hold` is cancelled and `borrower` starts on the idle agents, 1 ps
+ *      and 1 worker borrowed (event Borrowing); `reclaim` (default) takes them back, so
+ *      `borrower` waits again, preempted by `reclaim`; once its jobs are cancelled team-a is
+ *      deleted and the queues table hides again;
  *   at each step the rows are exactly the API's (GET /api/v1/jobs?waiting=true: names,
- *   positions, reasons), a bad `waiting` is a 400, and the page logs no console error.
+ *   positions, reasons; GET /api/v1/queues: every queue's figures), a bad `waiting` is a 400,
+ *   and the page logs no console error.
  */
 'use strict';
 
@@ -32,7 +39,7 @@ const BIN = process.env.PSFLOW_BIN;
 function readQueue(page) {
     return page.evaluate(() => [...document.querySelectorAll('[data-testid="queue-table"] tbody tr')]
         .map((r) => ({name: r.dataset.key, position: Number(r.dataset.position), reason: r.dataset.reason,
-            text: r.children[4].textContent})));
+            queue: r.dataset.queue, text: r.children[5].textContent})));
 }
 
 /* The API's queue, in position order. */
@@ -56,14 +63,119 @@ async function expectQueue(page, base, want, timeoutMs) {
         throw new Error(e.message + '; the page shows ' + (seen || 'no queue'));
     });
     const fromApi = brief(await apiQueue(base));
-    check(fromApi === wanted, 'the page shows the API\'s queue: ' + wanted);
+    check(fromApi === wanted, 'the page shows the API\'s queue: ' + (wanted || 'no job waits'));
     return rows;
 }
 
-function spec(name, workers, priority) {
+function spec(name, workers, priority, queue) {
     const s = softmaxSpec(SRC, name, 1, workers, 200000);
-    s.run_policy = Object.assign(s.run_policy || {}, {priority});
+    s.run_policy = Object.assign(s.run_policy || {}, {priority}, queue ? {queue} : {});
     return s;
+}
+
+/* Agents in words, as the page says them (written here again from the API's figures). */
+function agents(a, skipZero) {
+    const parts = [];
+    if (!skipZero || a.ps) parts.push(a.ps + ' ps');
+    if (!skipZero || a.workers) parts.push(a.workers + (a.workers === 1 ? ' worker' : ' workers'));
+    return a.ps || a.workers ? parts.join(' · ') : '—';
+}
+
+function quota(q) {
+    if (q.ps === null && q.workers === null) return 'no limit';
+    return (q.ps === null ? 'no ps limit' : q.ps + ' ps') + ' · ' +
+        (q.workers === null ? 'no worker limit' : q.workers + (q.workers === 1 ? ' worker' : ' workers'));
+}
+
+/* A queue's row as the page should show it: Queue | Quota | In use | Borrowed | Running |
+ * Waiting | Weight. */
+const queueRow = (q) => [q.name, quota(q.quota), agents(q.usage, false), agents(q.borrowed, true),
+    q.jobs.running, q.jobs.waiting, q.weight].join(' | ');
+
+/* The queues table: whether it is shown, and its rows as queueRow writes them. */
+function readQueues(page) {
+    return page.evaluate(() => {
+        const t = document.querySelector('[data-testid="queues-table"]');
+        const head = document.querySelector('[data-testid="queue-table"] thead th:nth-child(3)');
+        return {shown: Boolean(t && t.checkVisibility()), head: head.textContent === 'Queue' && !head.hidden,
+        rows: t ? [...t.querySelectorAll('tbody tr')].map((r) => [...r.children].map((c) => c.textContent)
+            .join(' | ')) : []};
+    });
+}
+
+/* Waits until the API's queues satisfy `want` (items by name) and the page shows them, each
+ * row with the API's figures, the table (and the waiting jobs' Queue column) shown or not as
+ * `shown` says. Returns the API's queues by name. */
+async function expectQueues(page, base, what, shown, want, timeoutMs) {
+    let seen = '';
+    let wanted = '';
+    const got = await waitFor('the queues: ' + what, async () => {
+        const items = (await api(base, 'GET', '/api/v1/queues')).items;
+        const byName = Object.fromEntries(items.map((q) => [q.name, q]));
+        wanted = items.map(queueRow).join(' / ');
+        if (!want(byName)) return null;
+        const pg = await readQueues(page);
+        seen = (pg.shown ? 'shown ' : 'hidden ') + pg.rows.join(' / ');
+        return pg.shown === shown && pg.head === shown && pg.rows.join(' / ') === wanted ? byName : null;
+    }, timeoutMs, 200).catch((e) => {
+        throw new Error(e.message + '; the API has ' + (wanted || 'no queues') + '; the page shows ' +
+            (seen || 'nothing'));
+    });
+    check(true, 'the queues table is ' + (shown ? 'shown' : 'hidden') + ' with the API\'s figures (' + what +
+        '): ' + wanted);
+    return got;
+}
+
+async function running(base, name) {
+    await waitFor(name + ' running', async () =>
+        (await api(base, 'GET', '/api/v1/jobs/' + name)).status.phase === 'Running', 60000, 200);
+}
+
+/* Step 4: a queue with a quota of nothing, whose job borrows and is reclaimed. */
+async function quotaScenario(page, base) {
+    const put = await api(base, 'PUT', '/api/v1/queues/team-a', {quota: {ps: 0, workers: 0}, weight: 2});
+    check(put.name === 'team-a' && put.quota.ps === 0 && put.weight === 2, 'PUT team-a: ' + JSON.stringify(put));
+    await expectQueues(page, base, 'team-a put', true, (q) => q['team-a'] && q.default, 30000);
+
+    await api(base, 'POST', '/api/v1/jobs', spec('hold', 1, 0));
+    await running(base, 'hold');
+    await api(base, 'POST', '/api/v1/jobs', spec('borrower', 1, 0, 'team-a'));
+    const [quotaRow] = await expectQueue(page, base, [['borrower', 'quota']], 30000);
+    check(quotaRow.queue === 'team-a' && /^queue team-a's quota/.test(quotaRow.text),
+        'borrower waits for its queue\'s quota: "' + quotaRow.text + '" (queue ' + quotaRow.queue + ')');
+    check(await page.locator('[data-testid="queue-table"] tr[data-key="borrower"] td').nth(1).textContent() ===
+        'team-a', 'the Queue column names team-a');
+    await expectQueues(page, base, 'hold holds the agents, borrower waits', true, (q) =>
+        q.default.jobs.running === 1 && q.default.usage.workers === 1 && q['team-a'].jobs.waiting === 1, 30000);
+    await page.locator('#queue').scrollIntoViewIfNeeded();
+    await page.screenshot({path: path.join(ARTIFACTS, 'queue_quota.png'), fullPage: true, animations: 'disabled'});
+
+    /* hold ends: borrower starts on the idle agents, beyond its quota */
+    await api(base, 'POST', '/api/v1/jobs/hold/cancel');
+    await expectQueue(page, base, [], 60000);
+    await expectQueues(page, base, 'borrower borrows 1 ps and 1 worker', true, (q) =>
+        q['team-a'].jobs.running === 1 && q['team-a'].borrowed.ps === 1 && q['team-a'].borrowed.workers === 1 &&
+        q.default.jobs.running === 0, 60000);
+    check(await page.locator('[data-testid="queues-table"] tr[data-key="team-a"] td').nth(2).textContent() ===
+        '1 ps · 1 worker', 'Borrowed says 1 ps · 1 worker');
+    await waitFor('a Borrowing event of borrower', async () =>
+        (await api(base, 'GET', '/api/v1/jobs/borrower/events')).items.some((e) => e.reason === 'Borrowing'),
+    30000, 200);
+    await page.locator('#queue').scrollIntoViewIfNeeded();
+    await page.screenshot({path: path.join(ARTIFACTS, 'queue_borrowed.png'), fullPage: true, animations: 'disabled'});
+
+    /* a job of the default queue takes the borrowed agents back */
+    await api(base, 'POST', '/api/v1/jobs', spec('reclaim', 1, 0));
+    const [back] = await expectQueue(page, base, [['borrower', 'preempted']], 60000);
+    check(/preempted by reclaim/.test(back.text), 'borrower: "' + back.text + '"');
+    await expectQueues(page, base, 'reclaim took the agents back', true, (q) =>
+        q.default.jobs.running === 1 && q['team-a'].jobs.running === 0 && q['team-a'].jobs.waiting === 1 &&
+        q['team-a'].borrowed.workers === 0, 60000);
+
+    for (const n of ['reclaim', 'borrower']) await api(base, 'POST', '/api/v1/jobs/' + n + '/cancel');
+    await expectQueue(page, base, [], 60000);
+    await api(base, 'DELETE', '/api/v1/queues/team-a');
+    await expectQueues(page, base, 'team-a deleted', false, (q) => !q['team-a'], 30000);
 }
 
 async function main() {
@@ -101,7 +213,7 @@ async function main() {
         /* next holds the agents low runs on: expected to start when low's steps left at its
          * measured rate are done (the rate is known after 5 s of training) */
         const start = await waitFor('an expected start for next', async () => {
-            const cell = await page.locator('[data-testid="queue-table"] tr[data-key="next"] td').nth(5).textContent();
+            const cell = await page.locator('[data-testid="queue-table"] tr[data-key="next"] td').nth(6).textContent();
             const job = await api(base, 'GET', '/api/v1/jobs/next');
             return /^in /.test(cell) && job.status.queue && job.status.queue.estimated_start ?
                 {cell, at: job.status.queue.estimated_start} : null;
@@ -124,13 +236,18 @@ async function main() {
         const low = await api(base, 'GET', '/api/v1/jobs/low');
         check(low.status.preemptions === 1 && low.status.queue === null,
             'low resumed (preemptions ' + low.status.preemptions + ', phase ' + low.status.phase + ')');
-        check(await page.evaluate(() => document.body.dataset.loads) === '1', 'no reload: one snapshot');
+        await expectQueues(page, base, 'the default queue alone', false, (q) => Object.keys(q).length === 1,
+            30000);
 
         for (const n of ['low', 'next', 'huge']) await api(base, 'POST', '/api/v1/jobs/' + n + '/cancel');
         await waitFor('an empty queue', async () => (await readQueue(page)).length === 0, 30000, 200);
+
+        /* ---- 4. a queue with a quota: waiting for it, borrowing, reclaiming */
+        await quotaScenario(page, base);
+        check(await page.evaluate(() => document.body.dataset.loads) === '1', 'no reload: one snapshot');
         check(consoleWatch.unexpected.length === 0, 'no console errors' +
             (consoleWatch.unexpected.length ? ': ' + consoleWatch.unexpected.join(' | ') : ''));
-        log('screenshot in ' + ARTIFACTS + ': queue.png');
+        log('screenshots in ' + ARTIFACTS + ': queue.png, queue_quota.png, queue_borrowed.png');
         ok = true;
     } finally {
         if (browser) await browser.close().catch(() => {});

@@ -6,11 +6,19 @@
  * event that can change the queue (a job submitted, admitted, finished or preempted) and every
  * few seconds while a job waits.
  *
+ * Below them, the queues jobs are admitted through (GET /api/v1/queues; docs/design.md "The
+ * queue"): each one's quota, the agents its running jobs hold, those borrowed beyond its quota,
+ * its running and waiting jobs and its weight. Shown, with a Queue column in the waiting jobs,
+ * once there is a queue besides the default one or the default one has a quota, so a cluster
+ * with one queue sees the card as before. A quota, weight or deletion sends no event either:
+ * the card asks for the queues with the waiting jobs and every few seconds.
+ *
  * Test hooks: [data-testid=queue-table] with a row per waiting job, whose dataset holds key
- * (the job), position and reason (capacity, reserved, cluster_too_small or preempted).
+ * (the job), position, reason (capacity, reserved, cluster_too_small, preempted or quota) and
+ * queue (its queue's name); [data-testid=queues-table] with a row per queue (dataset key).
  */
 
-import {listAll} from './api.js';
+import {api, listAll} from './api.js';
 import {KeyedRows, h, setText} from './dom.js';
 import {fmtDuration, fmtInt, parseTime} from './format.js';
 import {card, errorBox, phaseBadge} from './widgets.js';
@@ -21,6 +29,25 @@ const SETTLE_MS = 300;
 
 function jobLink(name) {
     return h('a', {href: '#/jobs/' + encodeURIComponent(name)}, name);
+}
+
+/* "2 ps · 1 worker" from {ps, workers}; parts that are 0 left out when `skipZero`; "—" when
+ * nothing is left. */
+export function agentsText(a, skipZero) {
+    const parts = [];
+    if (!skipZero || a.ps) parts.push(fmtInt(a.ps) + ' ps');
+    if (!skipZero || a.workers) parts.push(fmtInt(a.workers) + (a.workers === 1 ? ' worker' : ' workers'));
+    return a.ps || a.workers ? parts.join(' · ') : '—';
+}
+
+/* A queue's quota in words: "2 ps · 4 workers", "no ps limit · 4 workers", "no limit". */
+export function quotaText(quota) {
+    const q = quota || {};
+    const none = (v) => v === null || v === undefined;
+    if (none(q.ps) && none(q.workers)) return 'no limit';
+    const workers = none(q.workers) ? 'no worker limit' :
+        fmtInt(q.workers) + (q.workers === 1 ? ' worker' : ' workers');
+    return (none(q.ps) ? 'no ps limit' : fmtInt(q.ps) + ' ps') + ' · ' + workers;
 }
 
 /* What a waiting job waits for, in words, from its queue object. */
@@ -35,8 +62,55 @@ export function waitingFor(q) {
     case 'preempted':
         return q.preempted_by ? ['preempted by ', jobLink(q.preempted_by), '; resumes when agents free up'] :
             ['preempted; resumes when agents free up'];
+    case 'quota':
+        return ['queue ' + (q.name || 'default') + '\'s quota, until its jobs end or idle agents can be borrowed'];
     default:
         return [q.reason || '—'];
+    }
+}
+
+/* The queues table: a row per queue, in the API's order (the default queue first). */
+class QueuesTable {
+    constructor() {
+        const tbody = h('tbody');
+        const heads = [['Queue'],
+            ['Quota', 'The agents its running jobs may hold; beyond it they only borrow idle ones'],
+            ['In use', 'The agents its running jobs hold'],
+            ['Borrowed', 'Held beyond its quota: taken back when a job of another queue within its quota needs them'],
+            ['Running'], ['Waiting'], ['Weight', 'Its share of the cluster when queues borrow']];
+        this.table = h('table', {class: 'table table-compact', dataset: {testid: 'queues-table'}},
+            h('caption', {class: 'sr-only'}, 'Queues: their quotas, the agents their jobs hold and borrow, their jobs'),
+            h('thead', null, h('tr', null, heads.map(([t, title], i) =>
+                h('th', {scope: 'col', class: i >= 4 ? 'num' : null, title}, t)))),
+            tbody);
+        this.rows = new KeyedRows(tbody, (row, q, fresh) => this.renderRow(row, q, fresh));
+        this.el = h('div', {hidden: true}, h('h3', {class: 'subhead'}, 'Queues'),
+            h('div', {class: 'table-wrap'}, this.table));
+    }
+
+    renderRow(row, q, fresh) {
+        if (fresh) {
+            row.append(h('th', {scope: 'row'}, q.name), h('td'), h('td'), h('td'), h('td', {class: 'num'}),
+                h('td', {class: 'num'}), h('td', {class: 'num'}));
+        }
+        const c = row.children;
+        const jobs = q.jobs || {};
+        setText(c[1], quotaText(q.quota));
+        setText(c[2], agentsText(q.usage || {}, false));
+        setText(c[3], agentsText(q.borrowed || {}, true));
+        setText(c[4], fmtInt(jobs.running));
+        setText(c[5], fmtInt(jobs.waiting));
+        setText(c[6], fmtInt(q.weight));
+    }
+
+    /* Shows `queues` (GET /api/v1/queues items); returns whether the table is shown: more than
+     * the default queue, or a default queue with a quota. */
+    set(queues) {
+        this.rows.update(queues, (q) => q.name);
+        const only = queues.length === 1 ? queues[0] : null;
+        const shown = queues.length > 1 || (only !== null && quotaText(only.quota) !== 'no limit');
+        this.el.hidden = !shown;
+        return shown;
     }
 }
 
@@ -48,41 +122,53 @@ export class QueueCard {
         this.inflight = false;
         /* refreshes applied: a page snapshot fetched before the latest is not applied */
         this.gen = 0;
+        /* queue lists asked for and the newest applied: an older answer is not applied */
+        this.asked = 0;
+        this.applied = 0;
+        /* whether the queues (and the waiting jobs' Queue column) are shown */
+        this.multi = false;
+        /* the last failure of each request, null once it succeeds again */
+        this.failed = {jobs: null, queues: null};
         this.err = errorBox();
         const tbody = h('tbody');
+        this.queueHead = h('th', {scope: 'col', hidden: true}, 'Queue');
         this.table = h('table', {class: 'table', dataset: {testid: 'queue-table'}},
             h('caption', {class: 'sr-only'}, 'Jobs waiting for agents, in the order they start'),
-            h('thead', null, h('tr', null, ['#', 'Job', 'Priority', 'Phase', 'Waiting for', 'Waiting',
-                'Expected start'].map((t, i) => h('th', {scope: 'col', class: i === 0 || i === 2 || i >= 5 ? 'num' : null},
-                t)))),
+            h('thead', null, h('tr', null, ['#', 'Job', this.queueHead, 'Priority', 'Phase', 'Waiting for', 'Waiting',
+                'Expected start'].map((t, i) => (typeof t === 'string' ?
+                h('th', {scope: 'col', class: i === 0 || i === 3 || i >= 6 ? 'num' : null}, t) : t)))),
             tbody);
         this.rows = new KeyedRows(tbody, (row, j, fresh) => this.renderRow(row, j, fresh));
         this.empty = h('p', {class: 'empty'}, 'No job is waiting for agents.');
         this.count = h('span', {class: 'muted'});
+        this.queues = new QueuesTable();
         this.el = card('Queue', {id: 'queue', extra: this.count}, this.err.el,
-            h('div', {class: 'table-wrap'}, this.table), this.empty);
+            h('div', {class: 'table-wrap'}, this.table), this.empty, this.queues.el);
         this.table.hidden = true;
     }
 
     renderRow(row, j, fresh) {
         if (fresh) {
-            row.append(h('td', {class: 'num'}), h('th', {scope: 'row'}, jobLink(j.name)), h('td', {class: 'num'}),
-                h('td'), h('td'), h('td', {class: 'num'}), h('td', {class: 'num'}));
+            row.append(h('td', {class: 'num'}), h('th', {scope: 'row'}, jobLink(j.name)), h('td'),
+                h('td', {class: 'num'}), h('td'), h('td'), h('td', {class: 'num'}), h('td', {class: 'num'}));
         }
         const q = j.queue;
         const c = row.children;
         row.dataset.position = String(q.position);
         row.dataset.reason = q.reason || '';
+        row.dataset.queue = q.name || 'default';
         setText(c[0], fmtInt(q.position));
-        setText(c[2], fmtInt(q.priority));
-        if (c[3].textContent !== (j.phase || '—')) c[3].replaceChildren(phaseBadge(j.phase));
+        setText(c[2], q.name || 'default');
+        c[2].hidden = !this.multi;
+        setText(c[3], fmtInt(q.priority));
+        if (c[4].textContent !== (j.phase || '—')) c[4].replaceChildren(phaseBadge(j.phase));
         const words = waitingFor(q);
         const text = words.map((w) => (typeof w === 'string' ? w : w.textContent)).join('');
-        if (c[4].textContent !== text) c[4].replaceChildren(...words);
-        c[4].title = j.message || '';
-        setText(c[5], fmtDuration(this.waitedOf(j)));
-        setText(c[6], this.startText(q));
-        c[6].title = q.estimated_start ||
+        if (c[5].textContent !== text) c[5].replaceChildren(...words);
+        c[5].title = j.message || '';
+        setText(c[6], fmtDuration(this.waitedOf(j)));
+        setText(c[7], this.startText(q));
+        c[7].title = q.estimated_start ||
             'estimated for the first job that holds agents, once the running jobs it waits for have a measured rate';
     }
 
@@ -101,9 +187,10 @@ export class QueueCard {
     }
 
     /* The waiting jobs of the page's snapshot, fetched when this.gen was `gen`: skipped when a
-     * refresh has been applied since (it is newer). */
+     * refresh has been applied since (it is newer). The queues are asked for with it. */
     setSnapshot(jobs, gen) {
         if (gen === this.gen) this.set(jobs);
+        this.refreshQueues();
     }
 
     /* The waiting jobs among `jobs` (summaries), shown in queue order. */
@@ -117,11 +204,24 @@ export class QueueCard {
         setText(this.count, n ? n + ' waiting' : '');
     }
 
-    /* A job event: ask again soon when it can have moved the queue. */
+    /* The queues (GET /api/v1/queues items) of the answer to ask number `ask`. */
+    setQueues(queues, ask) {
+        if (ask < this.applied) return;
+        this.applied = ask;
+        const multi = this.queues.set(queues);
+        if (multi === this.multi) return;
+        this.multi = multi;
+        this.queueHead.hidden = !multi;
+        for (const row of this.rows.rows.values()) row.children[2].hidden = !multi;
+    }
+
+    /* A job event: ask again soon when it can have moved the queue or what a queue holds. */
     noteJob(summary, old) {
+        const ready = (s) => JSON.stringify(s.replicas || null);
         const moved = !old || old.phase !== summary.phase || Boolean(old.queue) !== Boolean(summary.queue) ||
             (summary.queue && old.queue && (summary.queue.position !== old.queue.position ||
-                summary.queue.reason !== old.queue.reason));
+                summary.queue.reason !== old.queue.reason)) ||
+            (this.multi && summary.replicas !== undefined && ready(summary) !== ready(old));
         if (moved) this.schedule(SETTLE_MS);
     }
 
@@ -133,6 +233,7 @@ export class QueueCard {
         }, ms);
     }
 
+    /* Asks for the waiting jobs and the queues. */
     async refresh() {
         if (this.inflight) {
             this.schedule(SETTLE_MS);
@@ -140,19 +241,41 @@ export class QueueCard {
         }
         this.inflight = true;
         try {
-            this.set(await listAll('/api/v1/jobs?waiting=true'));
+            const [jobs] = await Promise.all([listAll('/api/v1/jobs?waiting=true'), this.refreshQueues()]);
+            this.set(jobs);
             this.gen++;
-            this.err.show(null);
+            this.failed.jobs = null;
         } catch (e) {
-            this.err.show(e, 'Could not read the queue');
+            this.failed.jobs = e;
         } finally {
             this.inflight = false;
+            this.showFailure();
         }
+    }
+
+    /* Asks for the queues alone; a failure is shown, not thrown. */
+    async refreshQueues() {
+        const ask = ++this.asked;
+        try {
+            const queues = await api('/api/v1/queues');
+            this.setQueues((queues && queues.items) || [], ask);
+            this.failed.queues = null;
+        } catch (e) {
+            this.failed.queues = e;
+        }
+        this.showFailure();
+    }
+
+    showFailure() {
+        const f = this.failed;
+        if (f.jobs) this.err.show(f.jobs, 'Could not read the queue');
+        else this.err.show(f.queues, 'Could not read the queues');
     }
 
     start() {
         this.poller = setInterval(() => {
             if (this.items.length) this.refresh();
+            else this.refreshQueues();
         }, POLL_MS);
     }
 
@@ -166,8 +289,8 @@ export class QueueCard {
         for (const j of this.items) {
             const row = this.rows.rows.get(j.name);
             if (!row) continue;
-            setText(row.children[5], fmtDuration(this.waitedOf(j)));
-            setText(row.children[6], this.startText(j.queue));
+            setText(row.children[6], fmtDuration(this.waitedOf(j)));
+            setText(row.children[7], this.startText(j.queue));
         }
     }
 }

@@ -64,8 +64,11 @@ typedef struct task {
      * training task's own task key; has_key 0: none (the data plane is unauthenticated). */
     uint8_t key[PF_WIRE_KEY_SIZE];
     int has_key;
-    int stop;      /* atomic: set to stop a training task */
-    int workers;   /* atomic: the job's workers as the coordinator last said (live changes) */
+    int stop;    /* atomic: set to stop a training task */
+    int workers; /* atomic: the job's workers as the coordinator last said (live changes) */
+    /* atomic: the chief's checkpoint request (worker_options.checkpoint_now): 0, or 1 + the
+     * step of the assignment's checkpoint_now (a preempted job's final checkpoint) */
+    int64_t checkpoint_now;
     int aggregate; /* with workers: a sync step's replicas_to_aggregate, under a->mu */
     ps_server *ps; /* under a->mu */
     /* a ps's input work queue as it was when the ps ended (its last report says it) */
@@ -167,6 +170,7 @@ static void *worker_task_main(void *arg) {
         .push_delay_ms = o->push_delay_ms,
         .stop = &t->stop,
         .workers = &t->workers,
+        .checkpoint_now = &t->checkpoint_now,
         .report = agent_reporter_add,
         .report_ctx = t->rep,
         .ca_file = o->data_plane.ca_file,
@@ -656,6 +660,31 @@ static void take_membership(agent *a, task *t, json_t *as) {
     pthread_mutex_unlock(&a->mu);
 }
 
+/* The assignment's checkpoint_now (a step >= 0: the job is preempted, and its chief takes a
+ * final checkpoint at that step or later), handed to the running training task; anything
+ * else there changes nothing. */
+static void take_checkpoint_request(agent *a, task *t, json_t *as) {
+    json_t *v = json_object_get(as, "checkpoint_now");
+    if (!t || !strcmp(t->type, "ps") || !strcmp(t->type, "evaluator"))
+        return;
+    if (!v) { /* none (any more): a later request of the same step is a new one */
+        __atomic_store_n(&t->checkpoint_now, 0, __ATOMIC_RELAXED);
+        return;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= (json_int_t)INT64_MAX) {
+        fprintf(stderr, "psflow %s agent %s: ignoring a checkpoint_now that is not a step\n",
+                a->o->role, a->o->node_id);
+        return;
+    }
+    int64_t want = (int64_t)json_integer_value(v) + 1;
+    if (__atomic_exchange_n(&t->checkpoint_now, want, __ATOMIC_RELAXED) != want)
+        fprintf(stderr,
+                "psflow %s agent %s: job %s is preempted: its chief takes a final checkpoint at "
+                "step %lld or later\n",
+                a->o->role, a->o->node_id, t->job, (long long)(want - 1));
+}
+
 static void reconcile(agent *a, json_t *as) {
     int has = json_is_object(as);
     if (a->t && has && same_assignment(a->t, as))
@@ -674,6 +703,8 @@ static void reconcile(agent *a, json_t *as) {
         a->t = t;
         pthread_mutex_unlock(&a->mu);
     }
+    if (has && a->t)
+        take_checkpoint_request(a, a->t, as);
 }
 
 /* POSTs the registration; 0 when the coordinator accepted it. */

@@ -159,6 +159,7 @@ typedef struct coord_cli {
     char **argv;
     const char *listen, *db, *web, *cert_path, *key_path, *agent_token_file;
     long lease, max_conn, timeout, max_shards, max_replicas, per_address, header_s, body_s;
+    long preempt_grace;
     long evict_ms;
     long long max_steps, max_model;
     bool generate_token, insecure;
@@ -181,6 +182,7 @@ static void copy_limits(const coord_cli *c, long max_streams, coord_options *o) 
     o->body_timeout = (int)c->body_s;
     o->evict_after_ms = (int)c->evict_ms;
     o->lease_seconds = (double)c->lease;
+    o->preempt_grace_seconds = (double)c->preempt_grace;
     o->max_connections = (int)c->max_conn;
     o->connection_timeout = (int)c->timeout;
     o->max_streams = (int)max_streams;
@@ -372,6 +374,10 @@ int cli_coordinator(const cli_command *cmd, int argc, char **argv) {
                  &c.web),
         CLI_LONG("lease-seconds", "S", "an agent without a heartbeat for S seconds is lost [10]", 1,
                  3600, 10, &c.lease),
+        CLI_LONG("preempt-grace-seconds", "S",
+                 "a preempted job's chief has S seconds to take a final checkpoint before its "
+                 "agents are freed; 0: freed at once [30]",
+                 0, 3600, 30, &c.preempt_grace),
         CLI_LONG("max-connections", "N", "concurrent HTTP connections [256]", 4, 65536, 256,
                  &c.max_conn),
         CLI_LONG("connection-timeout", "S", "idle HTTP connections are closed after S seconds [30]",

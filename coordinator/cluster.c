@@ -378,8 +378,9 @@ static bool evaluator_busy(const coord_job *j, const coord_task *t);
 static bool preemptible_by(coord_cluster *c, coord_job *v, const coord_job *j, const coord_queue *q,
                            bool *borrowed) {
     if (v == j || v->deleted || v->phase != COORD_RUNNING || training_complete(v) ||
-        !v->spec.run_policy.preemptible)
-        return false;
+        v->global_step >= v->spec.training.max_steps || !v->spec.run_policy.preemptible ||
+        v->drain_until > 0)
+        return false; /* finishing (at max_steps), or stopping for another job already */
     const coord_queue *vq = coord_job_queue(c, v);
     *borrowed = vq != q && (coord_queue_over_ps(vq) > 0 || coord_queue_over_workers(vq) > 0);
     return *borrowed || (vq == q && v->spec.run_policy.priority < j->spec.run_policy.priority);
@@ -390,11 +391,48 @@ static int64_t steps_to_repeat(const coord_job *j) {
     return j->global_step - (j->has_checkpoint ? j->checkpoint_step : 0);
 }
 
-/* Stops job v for waiting job `by`: its agents are freed (they stop its tasks on their next
- * heartbeat) and it waits in the queue as Restarting, to be admitted again by itself, its ps
- * tasks restoring its newest checkpoint. Not a failure: its restarts, its tasks' restarts and
- * its backoff are untouched, and active_deadline_seconds does not count the wait. borrowed:
- * v's queue held more than its quota, and `by`, of another queue, reclaims the agents. */
+/* The preemption of job v ends (drain_* say by whom): its agents are freed (they stop its
+ * tasks on their next heartbeat) and it waits in the queue as Restarting, to be admitted
+ * again by itself, its ps tasks restoring its newest checkpoint. Not a failure: its restarts,
+ * its tasks' restarts and its backoff are untouched, and active_deadline_seconds does not
+ * count the wait. `how`: what became of its final checkpoint, for the message ("" when none
+ * was asked). */
+static void stop_preempted(coord_cluster *c, coord_job *v, const char *how, double now) {
+    release(c, v, now);
+    v->preemptions++;
+    v->preempted_at = now;
+    snprintf(v->preempted_by, sizeof v->preempted_by, "%s", v->drain_for);
+    v->drain_until = 0;
+    char from[48] = "";
+    if (v->has_checkpoint)
+        snprintf(from, sizeof from, " (step %" PRId64 ")", v->checkpoint_step);
+    char msg[COORD_TEXT_MAX];
+    if (v->drain_borrowed)
+        snprintf(msg, sizeof msg,
+                 "preempted by job %s, which reclaims what this job's queue borrowed beyond its "
+                 "quota%s; it resumes from its newest checkpoint%s when agents free up",
+                 v->drain_for, how, from);
+    else
+        snprintf(msg, sizeof msg,
+                 "preempted by job %s (priority %d > %d)%s; it resumes from its newest "
+                 "checkpoint%s when agents free up",
+                 v->drain_for, v->drain_priority, v->spec.run_policy.priority, how, from);
+    coord_job_set_phase(c, v, COORD_RESTARTING, "Preempted", msg, now);
+}
+
+/* The chief task of j, or NULL. */
+static coord_task *chief_of(coord_job *j) {
+    for (int k = 0; k < j->n_tasks; k++)
+        if (is_chief(j, &j->tasks[k]))
+            return &j->tasks[k];
+    return NULL;
+}
+
+/* Job `by` preempts job v (borrowed: v's queue had borrowed the agents it reclaims): v's agents
+ * are reserved for `by` and, when the cluster gives a grace (preempt_grace) and v's chief
+ * runs, v first takes a final checkpoint: it runs on, its chief asked in its heartbeat answer
+ * (checkpoint_now), until that checkpoint is reported or the grace ends (coord_cluster_tick),
+ * its agents counted as stopping meanwhile; else it stops at once (stop_preempted). */
 static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool borrowed,
                     double now) {
     for (int i = 0; i < c->n_nodes; i++) { /* its agents are `by`'s once they stopped */
@@ -402,25 +440,12 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool bo
         if (!strcmp(n->job, v->name) && !coord_serving_node(n))
             snprintf(n->reserved_for, sizeof n->reserved_for, "%s", by->name);
     }
-    release(c, v, now);
-    v->preemptions++;
-    v->preempted_at = now;
-    snprintf(v->preempted_by, sizeof v->preempted_by, "%s", by->name);
-    char from[48] = "";
-    if (v->has_checkpoint)
-        snprintf(from, sizeof from, " (step %" PRId64 ")", v->checkpoint_step);
+    snprintf(v->drain_for, sizeof v->drain_for, "%s", by->name);
+    v->drain_priority = by->spec.run_policy.priority;
+    v->drain_borrowed = borrowed;
+    v->drain_step = v->global_step;
+    v->drain_from = v->has_checkpoint ? v->checkpoint_step : -1;
     char msg[COORD_TEXT_MAX];
-    if (borrowed)
-        snprintf(msg, sizeof msg,
-                 "preempted by job %s, which reclaims what this job's queue borrowed beyond its "
-                 "quota; it resumes from its newest checkpoint%s when agents free up",
-                 by->name, from);
-    else
-        snprintf(msg, sizeof msg,
-                 "preempted by job %s (priority %d > %d), which takes its agents; it resumes "
-                 "from its newest checkpoint%s when agents free up",
-                 by->name, by->spec.run_policy.priority, v->spec.run_policy.priority, from);
-    coord_job_set_phase(c, v, COORD_RESTARTING, "Preempted", msg, now);
     if (borrowed)
         snprintf(msg, sizeof msg,
                  "preempted job %s of queue %s to reclaim the agents it borrowed beyond its "
@@ -430,6 +455,49 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool bo
         snprintf(msg, sizeof msg, "preempted job %s (priority %d) to take its agents", v->name,
                  v->spec.run_policy.priority);
     coord_log_event(c, by->name, "Normal", borrowed ? "Reclaiming" : "Preempting", msg, now);
+    const coord_task *chief = chief_of(v);
+    if (!(c->preempt_grace > 0) || !chief || chief->state != TASK_RUNNING) {
+        stop_preempted(c, v, "", now);
+        return;
+    }
+    v->drain_until = now + c->preempt_grace;
+    snprintf(msg, sizeof msg,
+             "preempted by job %s: taking a final checkpoint at step %" PRId64
+             " or later before its agents are freed (at most %.0f s)",
+             by->name, v->drain_step, c->preempt_grace);
+    coord_log_event(c, v->name, "Normal", "Checkpointing", msg, now);
+    set_message(c, v, msg, now);
+}
+
+/* A preemption waiting for its final checkpoint (coord_job.drain_until) ends: when the
+ * checkpoint is reported, or the grace is over; it is called off when its job stopped running
+ * or reached max_steps meanwhile (it finishes), or the job preempting it no longer waits (it
+ * was cancelled, or started on other agents). */
+static void drain_check(coord_cluster *c, coord_job *v, double now) {
+    const coord_job *by = coord_job_find(c, v->drain_for);
+    char how[96];
+    /* it reached its end meanwhile: it finishes (its final checkpoint is the job's last) */
+    bool ending = v->phase == COORD_RUNNING &&
+                  (training_complete(v) || v->global_step >= v->spec.training.max_steps ||
+                   (v->has_checkpoint && v->checkpoint_step >= v->spec.training.max_steps));
+    if (v->deleted || v->phase != COORD_RUNNING || !by || !waiting(by) || ending) {
+        v->drain_until = 0;
+        if (!v->deleted && v->phase == COORD_RUNNING)
+            set_message(c, v,
+                        ending ? "running on to its end: it reached max_steps before it stopped "
+                                 "for the job that preempted it"
+                               : "running on: the job that preempted it no longer waits for its "
+                                 "agents",
+                        now);
+    } else if (v->has_checkpoint && v->checkpoint_step > v->drain_from &&
+               v->checkpoint_step >= v->drain_step) {
+        snprintf(how, sizeof how, " after its final checkpoint at step %" PRId64,
+                 v->checkpoint_step);
+        stop_preempted(c, v, how, now);
+    } else if (now >= v->drain_until) {
+        snprintf(how, sizeof how, " with no final checkpoint within %.0f s", c->preempt_grace);
+        stop_preempted(c, v, how, now);
+    }
 }
 
 /* A running job that may be stopped, the agents it would free, and whether its queue
@@ -607,8 +675,8 @@ static double expected_start(coord_cluster *c, const coord_job *j, int short_ps,
     int n = 0;
     for (int i = 0; i < c->n_jobs; i++) {
         coord_job *r = c->jobs[i];
-        if (r == j || r->deleted || r->phase != COORD_RUNNING)
-            continue;
+        if (r == j || r->deleted || r->phase != COORD_RUNNING || r->drain_until > 0)
+            continue; /* a job taking its final checkpoint: its agents count as stopping */
         if (training_complete(r)) {
             /* its training agents are free already (counted as idle or stopping): only its
              * evaluator's agent is left, for its last evaluation */
@@ -666,6 +734,14 @@ typedef struct capacity {
 
 static capacity count_capacity(const coord_cluster *c) {
     capacity k = {0};
+    for (int i = 0; i < c->n_jobs; i++) /* a preempted job taking its final checkpoint */
+        if (c->jobs[i]->drain_until > 0 && !c->jobs[i]->deleted &&
+            c->jobs[i]->phase == COORD_RUNNING) {
+            int ps, workers;
+            coord_job_agents(c, c->jobs[i], &ps, &workers);
+            k.stopping_ps += ps;
+            k.stopping_workers += workers;
+        }
     for (int i = 0; i < c->n_nodes; i++) {
         const coord_node *nd = c->nodes[i];
         k.idle_ps += idle(nd, "ps");
@@ -872,7 +948,8 @@ static void admit_all(coord_cluster *c, double now) {
     if (!queue)
         return; /* out of memory: nothing admitted this round */
     int spare_workers = 0;
-    /* each walk that preempts stops at least one running job: at most n_jobs + 1 walks */
+    /* each walk that preempts stops a running job, or has it take its final checkpoint (not
+     * preemptible again): at most n_jobs + 1 walks */
     for (int walk = 0; walk <= c->n_jobs; walk++) {
         int n = 0;
         for (int i = 0; i < c->n_jobs; i++)
@@ -1612,6 +1689,9 @@ void coord_cluster_tick(coord_cluster *c, double now) {
         snprintf(msg, sizeof msg, "ran longer than active_deadline_seconds (%" PRId64 " s)", limit);
         finish(c, j, COORD_FAILED, "DeadlineExceeded", msg, now);
     }
+    for (int i = 0; i < c->n_jobs; i++) /* preemptions waiting for a final checkpoint */
+        if (c->jobs[i]->drain_until > 0)
+            drain_check(c, c->jobs[i], now);
     for (int i = 0; i < c->n_jobs; i++) { /* training that stopped advancing: stalled */
         coord_job *j = c->jobs[i];
         bool training = !j->deleted && j->phase == COORD_RUNNING && !training_complete(j);

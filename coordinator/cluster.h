@@ -203,6 +203,16 @@ typedef struct coord_job {
      * while it waits to resume ("" when none, or once it runs again); kept in the status */
     int preemptions;
     char preempted_by[PF_NAME_MAX + 1];
+    /* while a preemption waits for its final checkpoint (drain_until > 0: until then at
+     * most): the job preempting it, that job's priority, whether this job's queue had
+     * borrowed its agents, the step the chief is asked to checkpoint at or after (its
+     * global step when asked), and its newest checkpoint then (-1: none): only a newer one is
+     * the final one; not stored: a coordinator restart lets the job run on */
+    double drain_until;
+    char drain_for[PF_NAME_MAX + 1];
+    int drain_priority;
+    bool drain_borrowed;
+    int64_t drain_step, drain_from;
     /* when the newest preemption stopped it (while preempted_by is set), and the seconds it
      * waited after its earlier ones: active_deadline_seconds does not count them */
     double preempted_at, preempted_seconds;
@@ -408,6 +418,9 @@ typedef struct coord_cluster {
      * limit and weight 1 until changed; the others in the order they were created */
     coord_queue queues[COORD_MAX_QUEUES];
     int n_queues;
+    /* seconds a preempted job's chief has to take a final checkpoint before its agents are
+     * freed; 0 (coord_cluster_init's): freed at once */
+    double preempt_grace;
 } coord_cluster;
 
 /* --- lifecycle --- */

@@ -117,7 +117,9 @@ void coord_queues_measure(coord_cluster *c) {
             q->used_workers +=
                 s->node_id[0] && (s->state == TASK_PENDING || s->state == TASK_RUNNING);
         }
-        if (j->phase == COORD_RUNNING) {
+        if (j->phase == COORD_RUNNING && j->drain_until > 0) {
+            q->running++; /* preempted, taking its final checkpoint: its agents are going */
+        } else if (j->phase == COORD_RUNNING) {
             int ps, workers;
             coord_job_agents(c, j, &ps, &workers);
             /* a training task owed a replacement takes an agent back as soon as one is idle */

@@ -41,8 +41,9 @@ pf_status coord_queue_adopt(coord_cluster *c, const coord_queue *q);
 void coord_job_agents(const coord_cluster *c, const coord_job *j, int *ps, int *workers);
 
 /* Works out each queue's used_ps and used_workers (the agents its running jobs hold, a
- * replacement they are owed, and the agents of its jobs' serving tasks), and how many of its
- * jobs run and wait; held_* start at 0. O(jobs + tasks). */
+ * replacement they are owed, and the agents of its jobs' serving tasks; not those of a job
+ * preempted and taking its final checkpoint, which are counted as stopping), and how many of
+ * its jobs run and wait; held_* start at 0. O(jobs + tasks). */
 void coord_queues_measure(coord_cluster *c);
 
 /* How many agents of each role q's running jobs hold beyond its quota (0 when none). */

@@ -39,6 +39,7 @@ void coord_ring_clear(coord_server *s) {
 static void reload(coord_server *s, double now) {
     coord_cluster_deinit(&s->cluster);
     coord_cluster_init(&s->cluster, s->o.lease_seconds);
+    s->cluster.preempt_grace = s->o.preempt_grace_seconds;
     pf_error err;
     if (coord_store_load(s->store, &s->cluster, now, &err) != PF_OK)
         fprintf(stderr, "psflow coordinator: reloading the state failed: %s\n", err.message);

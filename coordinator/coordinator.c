@@ -47,6 +47,7 @@ pf_status coord_server_start(const coord_options *o, coord_server **out, pf_erro
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     coord_cluster_init(&s->cluster, s->o.lease_seconds);
+    s->cluster.preempt_grace = s->o.preempt_grace_seconds;
     s->start_time = coord_now();
     pf_status st = coord_limits_resolve(&s->o.limits, s->data_roots, s->data_root_ptrs, err);
     if (st == PF_OK && ((o->token && *o->token && !s->token) ||

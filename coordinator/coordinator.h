@@ -25,7 +25,10 @@ typedef struct coord_options {
      * the API is open; it grants nothing else. NULL or "": those routes are authenticated
      * like the rest (`psflow coordinator` always sets one). */
     const char *agent_token;
-    double lease_seconds;   /* agents lost after this long without a heartbeat */
+    double lease_seconds; /* agents lost after this long without a heartbeat */
+    /* how long a preempted job may take its final checkpoint before its agents are freed
+     * (coord_cluster.preempt_grace); 0: freed at once, no final checkpoint */
+    double preempt_grace_seconds;
     int max_connections;    /* concurrent HTTP connections */
     int connection_timeout; /* seconds an idle connection is kept */
     int max_streams;        /* event streams open at once (<= max_connections / 2) */

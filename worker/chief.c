@@ -368,7 +368,19 @@ pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
         ce > 0 && global < max_steps && global / (uint64_t)ce > t->last_ckpt / (uint64_t)ce;
     int by_time = spec->checkpoint.every_secs > 0 && global < max_steps &&
                   pf_clock_now() - t->last_checkpoint_time > (double)spec->checkpoint.every_secs;
-    if (by_steps || by_time) {
+    /* asked by the coordinator (a preemption's final checkpoint): once no checkpoint is in
+     * flight, so that this one is at `global`, not at an older step */
+    int64_t asked =
+        t->o->checkpoint_now ? __atomic_load_n(t->o->checkpoint_now, __ATOMIC_RELAXED) : 0;
+    if (asked == 0)
+        t->ck_requested = 0; /* none now: the next request is new, even of the same step */
+    int by_request = asked > 0 && asked != t->ck_requested && !t->ck_inflight && global < max_steps;
+    if (by_request) {
+        t->ck_requested = asked;
+        fprintf(stderr, "psflow chief: a checkpoint at step %" PRIu64 " asked by the coordinator\n",
+                global);
+    }
+    if (by_steps || by_time || by_request) {
         at = pf_profile_now(t->prof);
         pf_profile_open(t->prof, PF_PHASE_CHECKPOINT, at);
         st = worker_chief_checkpoint(t, global, 0, err);

@@ -76,6 +76,10 @@ typedef struct worker_options {
     /* NULL, or the job's worker count as another thread (the agent) updates it: a live
      * membership change re-partitions the data from the next step (trainer.c, data). */
     const int *workers;
+    /* NULL, or the chief's checkpoint request as another thread (the agent) sets it: 0 none,
+     * else 1 + the step the coordinator asks a checkpoint at or after (a preempted job's final
+     * checkpoint); the chief takes one at its next step, once per request. */
+    const int64_t *checkpoint_now;
     /* Called on the trainer thread every report_every_seconds [0.25] of training, after each
      * evaluation and after each complete checkpoint; NULL: no reports. */
     void (*report)(void *ctx, const worker_report *r);

@@ -75,6 +75,7 @@ struct trainer {
     /* sync: the checkpoint asked without waiting and not yet answered (chief.c): its step,
      * the tries at later steps so far, whether a complete one of that step was moved aside */
     int ck_inflight, ck_attempt, ck_retired;
+    int64_t ck_requested;          /* the checkpoint_now request taken (trainer.h), 0: none */
     uint64_t ck_step, ck_sent_max; /* and the furthest ps's version when it was sent */
     double ck_sent_time;
     double progress_time;

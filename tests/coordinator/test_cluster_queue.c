@@ -642,6 +642,110 @@ static void test_backfill_needs_estimate(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* The checkpoint_now of the assignment agent n's heartbeat answer carries, or -1 when none. */
+static long long checkpoint_now(coord_cluster *c, coord_node *n) {
+    json_t *a = coord_node_assignment(c, n);
+    json_t *v = json_object_get(a, "checkpoint_now");
+    long long step = json_is_integer(v) ? (long long)json_integer_value(v) : -1;
+    json_decref(a);
+    return step;
+}
+
+/* With a grace (psflow coordinator --preempt-grace-seconds), a preempted job first takes a
+ * final checkpoint: it runs on, its chief asked in its heartbeat answer, its agents counted as
+ * stopping (nobody else is preempted), until the checkpoint is reported; then it stops and
+ * resumes from that step. Without a report it stops when the grace ends; when the job
+ * preempting it no longer waits, or it reaches max_steps, it runs on. */
+static void test_preemption_final_checkpoint(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    c.preempt_grace = 30;
+    coord_node *ps, *w;
+    coord_job *low = running_pair(&c, "low", "", T0, &ps, &w);
+    low->global_step = 50;
+    coord_job_record_checkpoint(&c, low, 40, 1, NULL, NULL, -1, T0 + 0.5);
+    take_events(&c, NULL, NULL);
+    pf_job_spec spec;
+    make_spec(&spec, "high", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high = submit(&c, &spec, T0 + 1);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_int_equal(low->preemptions, 0);
+    assert_int_equal(checkpoint_now(&c, w), 50); /* its chief (worker 0) is asked */
+    assert_int_equal(checkpoint_now(&c, ps), -1);
+    assert_int_equal(take_events(&c, "log", "Checkpointing"), 1);
+    assert_non_null(strstr(low->message, "taking a final checkpoint at step 50 or later"));
+    assert_int_equal(high->phase, COORD_CREATED);
+    coord_cluster_tick(&c, T0 + 2);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_int_equal(take_events(&c, "log", "Preempting"), 0); /* not again */
+
+    low->global_step = 62;
+    coord_job_record_checkpoint(&c, low, 60, 1, NULL, NULL, -1, T0 + 3);
+    coord_cluster_tick(&c, T0 + 3);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    assert_condition(low, "Restarting", "True", "Preempted");
+    assert_non_null(strstr(find_condition(low, "Restarting")->message,
+                           "after its final checkpoint at step 60"));
+    assert_int_equal(low->preemptions, 1);
+    assert_int_equal(checkpoint_now(&c, w), -1); /* no assignment now */
+    report(&c, ps, "idle", 0, T0 + 4);
+    report(&c, w, "idle", 0, T0 + 4);
+    assert_int_equal(high->phase, COORD_RUNNING);
+
+    /* no checkpoint within the grace: it stops then */
+    finish_job(&c, high, ps, w, T0 + 5);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    report(&c, ps, "running", 0, T0 + 5);
+    report(&c, w, "running", 0, T0 + 5);
+    make_spec(&spec, "high2", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high2 = submit(&c, &spec, T0 + 6);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    for (double at = T0 + 10; at <= T0 + 35; at += 5) { /* its agents heartbeat meanwhile */
+        report(&c, ps, "running", 0, at);
+        report(&c, w, "running", 0, at);
+        coord_cluster_tick(&c, at);
+        if (low->phase != COORD_RUNNING)
+            fail_msg("at +%.0f s: %s", at - T0, low->message);
+    }
+    assert_int_equal(low->phase, COORD_RUNNING);
+    coord_cluster_tick(&c, T0 + 36.5);
+    assert_int_equal(low->phase, COORD_RESTARTING);
+    assert_non_null(
+        strstr(find_condition(low, "Restarting")->message, "with no final checkpoint within 30 s"));
+    assert_int_equal(low->preemptions, 2);
+
+    /* the job preempting it is cancelled meanwhile: it runs on */
+    report(&c, ps, "idle", 0, T0 + 37);
+    report(&c, w, "idle", 0, T0 + 37);
+    assert_int_equal(high2->phase, COORD_RUNNING);
+    finish_job(&c, high2, ps, w, T0 + 38);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    report(&c, ps, "running", 0, T0 + 38);
+    report(&c, w, "running", 0, T0 + 38);
+    make_spec(&spec, "high3", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high3 = submit(&c, &spec, T0 + 39);
+    assert_true(low->drain_until > 0);
+    coord_job_cancel(&c, high3, T0 + 40);
+    coord_cluster_tick(&c, T0 + 40);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_true(low->drain_until == 0);
+    assert_int_equal(low->preemptions, 2);
+    assert_int_equal(checkpoint_now(&c, w), -1);
+
+    /* it reaches max_steps meanwhile: it finishes rather than stop */
+    make_spec(&spec, "high4", 1, 1, ", \"run_policy\": {\"priority\": 10}");
+    coord_job *high4 = submit(&c, &spec, T0 + 41);
+    assert_true(low->drain_until > 0);
+    low->global_step = low->spec.training.max_steps;
+    coord_cluster_tick(&c, T0 + 42);
+    assert_int_equal(low->phase, COORD_RUNNING);
+    assert_true(low->drain_until == 0);
+    assert_non_null(strstr(low->message, "running on to its end"));
+    assert_int_equal(high4->phase, COORD_CREATED);
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_overtaking),
@@ -660,6 +764,7 @@ int main(void) {
         cmocka_unit_test(test_preemption_counts_succeeded),
         cmocka_unit_test(test_backfill),
         cmocka_unit_test(test_backfill_needs_estimate),
+        cmocka_unit_test(test_preemption_final_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,8 +11,11 @@
 #    untouched;
 #  - `low` resumes by itself as generation 2 from its newest checkpoint and succeeds at its
 #    max_steps, with preemptions 1 and restarts 0 in its status and in /metrics;
-#  - nothing is lost and its loss curve continues: it resumed from a checkpoint at step 200 or
-#    later (not from step 0); a sync job with one worker is deterministic, so every checkpoint
+#  - its chief takes a final checkpoint before its agents are freed (the coordinator's default
+#    --preempt-grace-seconds 30): event Checkpointing names the step it asked for, the
+#    Preempted message the final checkpoint's step, at or after it;
+#  - nothing is lost and its loss curve continues: it resumed from that final checkpoint, or a
+#    newer one (not from an older one, nor from step 0); a sync job with one worker is deterministic, so every checkpoint
 #    of `low` (100..600, those written after the resume included) exports to `steady`'s
 #    variables at that step (max |diff| <= 1e-6); its reported loss after the resume is
 #    `steady`'s over the same steps (means within 0.05), far below where it began.
@@ -59,7 +62,7 @@ wait_until 120 "job low checkpointed at step 200" checkpointed_past low 200
 wait_until 30 "job steady running" phase_is steady Running
 
 submit high.json
-wait_until 30 "job low preempted" has_event low Preempted
+wait_until 60 "job low preempted" has_event low Preempted
 # While it waits (high trains 400 steps, at least 8 s): `psflow list --queue` names it,
 # preempted by high, first in the queue or second behind high while high waits for the agents
 # to stop low's tasks.
@@ -92,10 +95,15 @@ grep -qx 'psflow_job_preemptions_total{job="low"} 1' metrics.txt ||
   fail "/metrics lacks psflow_job_preemptions_total{job=\"low\"} 1"
 pass "low resumed as generation 2 and succeeded at step $STEPS; preemptions 1, restarts 0"
 
-# It resumed from its checkpoint, not from step 0.
-resumed=$(jget "$URL/api/v1/jobs/low/events" "[e['message'] for e in d['items'] if e.get('reason') == 'JobRestarted' and 'to checkpoint step' in e['message']][-1]")
-from=${resumed##*to checkpoint step }
-[ "$from" -ge 200 ] || fail "low resumed from step $from: $resumed"
+# It took a final checkpoint at or after the step it was asked for, and resumed from it (a
+# rollback to it when the chief trained past it before its agents stopped it).
+asked=$(jget "$URL/api/v1/jobs/low/events" "int([e['message'] for e in d['items'] if e.get('reason') == 'Checkpointing'][0].split('final checkpoint at step ')[1].split()[0])")
+final=$(jget "$URL/api/v1/jobs/low/events" "int([e['message'] for e in d['items'] if e.get('reason') == 'Preempted'][0].split('after its final checkpoint at step ')[1].split(';')[0])") ||
+  fail "low's Preempted event names no final checkpoint"
+[ "$final" -ge "$asked" ] && [ "$final" -ge 200 ] || fail "low's final checkpoint at step $final, asked at $asked"
+from=$(jget "$URL/api/v1/jobs/low/events" "([int(e['message'].split('to checkpoint step ')[1]) for e in d['items'] if e.get('reason') == 'JobRestarted' and 'to checkpoint step' in e['message']] or [$final])[-1]")
+# (a periodic checkpoint the chief reached while its agents were stopping it may be newer)
+[ "$from" -ge "$final" ] || fail "low resumed from step $from, before its final checkpoint at step $final"
 # Nothing lost, and its curve continues: a sync job with one worker is deterministic, so
 # every checkpoint of low, those written after the resume included, equals steady's.
 worst=0
@@ -130,5 +138,5 @@ assert abs(a - b) <= 0.05 and a < 0.6 * first, f"after step {start}: low {a:.4f}
 print(f"mean loss after step {start}: low {a:.4f}, steady {b:.4f} (low's first report {first:.4f})")
 PY
 ) || fail "the loss curves: $curve"
-pass "low resumed from checkpoint step $from (preempted at step $preempted_at); its checkpoints at steps 100..$STEPS equal steady's (max |diff| $worst); $curve"
+pass "low took its final checkpoint at step $final (asked at step $asked) and resumed from it (preempted at step $preempted_at); its checkpoints at steps 100..$STEPS equal steady's (max |diff| $worst); $curve"
 up_stop

@@ -23,8 +23,10 @@
 #     deleting the default queue or one in use);
 #  5. quotas: team-a (1 ps, 2 workers) runs a1 within its quota and a2 beyond it on idle
 #     agents (event Borrowing; the queue shows what it borrowed); b1 of team-b, within its
-#     quota, finds no idle worker and takes a2's agents back in the round it is submitted (a2
-#     is Preempted before the submission is answered; event Reclaiming); a2 then waits,
+#     quota, finds no idle worker and takes a2's agents back in the round it is submitted
+#     (events Reclaiming and Checkpointing before the submission is answered; a2's simulated
+#     chief reports the final checkpoint its heartbeat answer asks for, and a2 stops after
+#     it, Preempted); a2 then waits,
 #     reason preempted, and a3 of team-a, not preemptible, waits with reason quota naming its
 #     queue; team-a never holds more than its quota but for what it borrowed;
 #  at every step each waiting job's status names its reason (and `behind` where it is
@@ -94,6 +96,14 @@ def beat():
             if st == 200:
                 with lock:
                     agents[aid] = body.get("assignment")
+                a = body.get("assignment")
+                if a and "checkpoint_now" in a:  # preempted: the chief's final checkpoint
+                    st, got = call("POST", "/api/v1/jobs/%s/checkpoints" % a["job"], {
+                        "task": "chief", "incarnation": a["incarnation"],
+                        "step": max(a["checkpoint_now"], progress.get(a["job"], 0)),
+                        "bytes": 1, "files": []}, AGENT)
+                    if st != 204:
+                        print("checkpoint report for %s: %s %s" % (a["job"], st, got), file=sys.stderr)
         stop.wait(0.3)
 
 threading.Thread(target=beat, daemon=True).start()
@@ -255,11 +265,15 @@ if q["usage"] != {"ps": 2, "workers": 4} or q["borrowed"] != {"ps": 1, "workers"
     fail("team-a while a2 borrows: %s" % q)
 ok("a1 runs within team-a's quota, a2 beyond it on idle agents: %s" % q["borrowed"])
 submit("b1", 1, 2, policy={"queue": "team-b"})
-a2 = job("a2")  # asked right after the submission was answered: the same round reclaimed
-if a2["phase"] != "Restarting" or job("a1")["phase"] != "Running":
-    fail("b1's submission did not reclaim a2 in its round: a2 %s, a1 %s" % (a2["phase"], job("a1")["phase"]))
-if len(events("b1", "Reclaiming")) != 1:
-    fail("no Reclaiming event for b1")
+# asked right after the submission was answered: the same round reclaimed a2, whose chief is
+# asked for a final checkpoint in its next heartbeat answer
+if len(events("b1", "Reclaiming")) != 1 or len(events("a2", "Checkpointing")) != 1:
+    fail("b1's submission did not reclaim a2 in its round: %s" % call("GET", "/api/v1/jobs/a2/events")[1])
+wait("a2 stopped after its final checkpoint", lambda: job("a2")["phase"] == "Restarting")
+if "after its final checkpoint at step" not in [e for e in events("a2", "Preempted")][0]["message"]:
+    fail("a2's Preempted event: %s" % events("a2", "Preempted"))
+if job("a1")["phase"] != "Running":
+    fail("a1, within team-a's quota, was stopped too")
 running("b1")
 within_quota_but_borrowed("team-a")
 submit("a3", 1, 1, policy={"queue": "team-a", "preemptible": False})

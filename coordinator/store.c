@@ -65,8 +65,8 @@ static const char *const migrations[] = {
     "ALTER TABLE evals ADD COLUMN auc REAL; ALTER TABLE evals ADD COLUMN calibration REAL;",
     /* 6: the queues jobs are admitted through (quota -1: no limit); the default queue has a
      * row only once it was changed */
-    "CREATE TABLE queues (name TEXT PRIMARY KEY, quota_ps INTEGER NOT NULL,"
-    "  quota_workers INTEGER NOT NULL, weight INTEGER NOT NULL, create_time REAL NOT NULL);",
+    ("CREATE TABLE queues (name TEXT PRIMARY KEY, quota_ps INTEGER NOT NULL,"
+     "  quota_workers INTEGER NOT NULL, weight INTEGER NOT NULL, create_time REAL NOT NULL);"),
 };
 
 enum {

@@ -151,12 +151,15 @@ read -r -a P <<<"$(free_ports 3)"
 TF_CONFIG=$(tf_config ps 0 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" ps --job gone.json \
   --checkpoint-dir "$WORK/ckpt" --exit-grace 2 2>"$WORK/gone-ps.log" &
 ps_pid=$!
-TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" worker --job gone.json \
-  --checkpoint-dir "$WORK/ckpt" --log-every "$LOG" >"$WORK/gone-w0.out" 2>"$WORK/gone-w0.log" &
-chief_pid=$!
+# The slowed worker first, connected before the chief starts: a chief that finished its steps
+# while the other still started (a loaded sanitizer build) would never be held back by it.
 TF_CONFIG=$(tf_config worker 1 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" worker --job gone.json \
   --checkpoint-dir "$WORK/ckpt" --push-delay-ms 4 2>"$WORK/gone-w1.log" &
 slow_pid=$!
+wait_until 120 "worker 1 connected to the ps" grep -q 'worker 1 connected' "$WORK/gone-ps.log"
+TF_CONFIG=$(tf_config worker 0 "${P[0]}" "${P[1]},${P[2]}") "$PSFLOW_BIN" worker --job gone.json \
+  --checkpoint-dir "$WORK/ckpt" --log-every "$LOG" >"$WORK/gone-w0.out" 2>"$WORK/gone-w0.log" &
+chief_pid=$!
 wait_until 120 "chief step $MID" logged_step_past "$WORK/gone-w0.log" "$MID"
 kill -9 "$slow_pid"
 wait "$slow_pid" 2>/dev/null || true

@@ -420,14 +420,6 @@ static void stop_preempted(coord_cluster *c, coord_job *v, const char *how, doub
     coord_job_set_phase(c, v, COORD_RESTARTING, "Preempted", msg, now);
 }
 
-/* The chief task of j, or NULL. */
-static coord_task *chief_of(coord_job *j) {
-    for (int k = 0; k < j->n_tasks; k++)
-        if (is_chief(j, &j->tasks[k]))
-            return &j->tasks[k];
-    return NULL;
-}
-
 /* Job `by` preempts job v (borrowed: v's queue had borrowed the agents it reclaims): v's agents
  * are reserved for `by` and, when the cluster gives a grace (preempt_grace) and v's chief
  * runs, v first takes a final checkpoint: it runs on, its chief asked in its heartbeat answer
@@ -455,7 +447,7 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool bo
         snprintf(msg, sizeof msg, "preempted job %s (priority %d) to take its agents", v->name,
                  v->spec.run_policy.priority);
     coord_log_event(c, by->name, "Normal", borrowed ? "Reclaiming" : "Preempting", msg, now);
-    const coord_task *chief = chief_of(v);
+    const coord_task *chief = coord_job_chief(v);
     if (!(c->preempt_grace > 0) || !chief || chief->state != TASK_RUNNING) {
         stop_preempted(c, v, "", now);
         return;

@@ -441,6 +441,9 @@ coord_job *coord_job_find(const coord_cluster *c, const char *name);
 /* The task of j with that type and index, or NULL. */
 coord_task *coord_task_find(coord_job *j, const char *type, int index);
 
+/* j's chief: its chief task when replicas.chief, else worker 0; NULL when it has none. */
+coord_task *coord_job_chief(coord_job *j);
+
 /* Takes what ps task t reported beyond its updates: each training task's lag
  * (training.max_staleness) and the embedding-table rows it served and received, whose
  * rates per second it computes from the last report's (at `now`). */

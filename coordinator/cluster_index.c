@@ -267,6 +267,11 @@ coord_task *coord_task_find(coord_job *j, const char *type, int index) {
     return NULL;
 }
 
+coord_task *coord_job_chief(coord_job *j) {
+    return j->spec.replicas.chief ? coord_task_find(j, "chief", 0)
+                                  : coord_task_find(j, "worker", 0);
+}
+
 /* Rows per second between two counts; 0 when the count went back (a restarted ps). */
 int coord_job_membership(const coord_cluster *c, const coord_job *j) {
     int workers = j->spec.replicas.worker;

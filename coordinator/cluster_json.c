@@ -481,9 +481,8 @@ json_t *coord_node_assignment(const coord_cluster *c, const coord_node *n) {
     pf_free(tf);
     if (a && !strcmp(n->type, "ps")) /* the membership it serves (coord_job_membership) */
         json_object_set_new(a, "workers", json_integer(coord_job_membership(c, j)));
-    bool chief = j->spec.replicas.chief ? !strcmp(n->type, "chief")
-                                        : !strcmp(n->type, "worker") && n->index == 0;
-    if (a && chief && j->drain_until > 0) /* preempted: a final checkpoint at this step or later */
+    if (a && t && t == coord_job_chief(j) &&
+        j->drain_until > 0) /* preempted: a final checkpoint at this step or later */
         json_object_set_new(a, "checkpoint_now", json_integer((json_int_t)j->drain_step));
     return a ? a : json_null();
 }

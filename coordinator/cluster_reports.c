@@ -15,8 +15,7 @@
 /* "chief", "worker-<i>" or "evaluator": the name metric reports use. */
 static coord_task *find_task_by_name(coord_job *j, const char *name) {
     if (!strcmp(name, "chief"))
-        return j->spec.replicas.chief ? coord_task_find(j, "chief", 0)
-                                      : coord_task_find(j, "worker", 0);
+        return coord_job_chief(j);
     if (!strcmp(name, "evaluator"))
         return coord_task_find(j, "evaluator", 0);
     int index;

@@ -17,6 +17,7 @@
 #include "coordinator/cluster_queues.h"
 #include "coordinator/cluster_serving.h"
 #include "psflow/clock.h"
+#include "psflow/footprint.h"
 #include "psflow/mem.h"
 
 /* --- tasks --- */
@@ -117,6 +118,11 @@ static int need_ps(const coord_job *j) {
 
 static int need_workers(const coord_job *j) {
     return j->spec.replicas.chief + j->spec.replicas.worker + j->spec.replicas.evaluator;
+}
+
+/* The memory its tasks count against its queue's quota (coord_job_memory). */
+static int64_t need_memory(coord_job *j) {
+    return coord_job_memory(j, need_ps(j), need_workers(j));
 }
 
 /* Says what waiting job j waits for (msg), when that changed: a Created job's
@@ -382,7 +388,7 @@ static bool preemptible_by(coord_cluster *c, coord_job *v, const coord_job *j, c
         v->drain_until > 0)
         return false; /* finishing (at max_steps), or stopping for another job already */
     const coord_queue *vq = coord_job_queue(c, v);
-    *borrowed = vq != q && (coord_queue_over_ps(vq) > 0 || coord_queue_over_workers(vq) > 0);
+    *borrowed = vq != q && coord_queue_borrowed(vq);
     return *borrowed || (vq == q && v->spec.run_policy.priority < j->spec.run_policy.priority);
 }
 
@@ -420,13 +426,14 @@ static void stop_preempted(coord_cluster *c, coord_job *v, const char *how, doub
     coord_job_set_phase(c, v, COORD_RESTARTING, "Preempted", msg, now);
 }
 
-/* Job `by` preempts job v (borrowed: v's queue had borrowed the agents it reclaims): v's agents
+/* Job `by` preempts job v (borrowed: v's queue had borrowed the agents it reclaims; for_quota:
+ * v is stopped to bring by's queue, its own, within its quota): v's agents
  * are reserved for `by` and, when the cluster gives a grace (preempt_grace) and v's chief
  * runs, v first takes a final checkpoint: it runs on, its chief asked in its heartbeat answer
  * (checkpoint_now), until that checkpoint is reported or the grace ends (coord_cluster_tick),
  * its agents counted as stopping meanwhile; else it stops at once (stop_preempted). */
 static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool borrowed,
-                    double now) {
+                    bool for_quota, double now) {
     for (int i = 0; i < c->n_nodes; i++) { /* its agents are `by`'s once they stopped */
         coord_node *n = c->nodes[i];
         if (!strcmp(n->job, v->name) && !coord_serving_node(n))
@@ -435,6 +442,7 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool bo
     snprintf(v->drain_for, sizeof v->drain_for, "%s", by->name);
     v->drain_priority = by->spec.run_policy.priority;
     v->drain_borrowed = borrowed;
+    v->drain_quota = for_quota;
     v->drain_step = v->global_step;
     v->drain_from = v->has_checkpoint ? v->checkpoint_step : -1;
     char msg[COORD_TEXT_MAX];
@@ -464,7 +472,8 @@ static void preempt(coord_cluster *c, coord_job *v, const coord_job *by, bool bo
 /* A preemption waiting for its final checkpoint (coord_job.drain_until) ends: when the
  * checkpoint is reported, or the grace is over; it is called off when its job stopped running
  * or reached max_steps meanwhile (it finishes), or the job preempting it no longer waits (it
- * was cancelled, or started on other agents). */
+ * was cancelled, or started on other agents) - but for a preemption for a quota, which holds
+ * while that job runs: its start counted v's share as freed. */
 static void drain_check(coord_cluster *c, coord_job *v, double now) {
     const coord_job *by = coord_job_find(c, v->drain_for);
     char how[96];
@@ -472,7 +481,10 @@ static void drain_check(coord_cluster *c, coord_job *v, double now) {
     bool ending = v->phase == COORD_RUNNING &&
                   (training_complete(v) || v->global_step >= v->spec.training.max_steps ||
                    (v->has_checkpoint && v->checkpoint_step >= v->spec.training.max_steps));
-    if (v->deleted || v->phase != COORD_RUNNING || !by || !waiting(by) || ending) {
+    /* a preemption for a quota holds while its job waits or runs; one for agents, while its
+     * job waits for them */
+    bool needed = by && (waiting(by) || (v->drain_quota && by->phase == COORD_RUNNING));
+    if (v->deleted || v->phase != COORD_RUNNING || !needed || ending) {
         v->drain_until = 0;
         if (!v->deleted && v->phase == COORD_RUNNING)
             set_message(c, v,
@@ -492,11 +504,18 @@ static void drain_check(coord_cluster *c, coord_job *v, double now) {
     }
 }
 
-/* A running job that may be stopped, the agents it would free, and whether its queue
- * borrowed them. */
+/* Agents of each role and memory: what a waiting job is short of, or what victims free. */
+typedef struct amount {
+    int ps, workers;
+    int64_t memory;
+} amount;
+
+/* A running job that may be stopped, the agents it would free and their memory, and whether
+ * its queue borrowed them. */
 typedef struct victim {
     coord_job *job;
     int ps, workers;
+    int64_t memory;
     bool borrowed;
     int overshoot; /* borrowed: agents stopping it would take below its queue's quota */
 } victim;
@@ -521,28 +540,30 @@ static int victim_cmp(const void *a, const void *b) {
     return (x->create_time < y->create_time) - (x->create_time > y->create_time);
 }
 
-/* Whether taking victim v still frees agents of a role j is short of (got_* so far), and,
- * for a borrowed one, agents its queue holds beyond its quota once the victims taken before
- * it stopped (over_*, indexed by queue). */
-static bool victim_helps(const victim *v, int short_ps, int short_workers, int got_ps,
-                         int got_workers, const int *over_ps, const int *over_workers, int vq) {
-    bool ps = got_ps < short_ps && v->ps > 0 && (!v->borrowed || over_ps[vq] > 0);
-    bool workers =
-        got_workers < short_workers && v->workers > 0 && (!v->borrowed || over_workers[vq] > 0);
-    return ps || workers;
+/* Whether taking victim v still frees agents of a role, or memory, that j is short of (got so
+ * far); a borrowed one only while its queue holds more than its quota once the victims taken
+ * before it stopped (queue_over). */
+static bool victim_helps(const victim *v, amount want, amount got, bool queue_over) {
+    if (v->borrowed && !queue_over)
+        return false;
+    return (got.ps < want.ps && v->ps > 0) || (got.workers < want.workers && v->workers > 0) ||
+           (got.memory < want.memory && v->memory > 0);
 }
 
-/* Waiting job j needs short_ps ps and short_workers worker agents freed: beyond those idle or
- * stopping (j within its queue's quota), or, own_queue, beyond its queue's quota (only jobs
- * of lower priority of its own queue may then give them). Stops running jobs it may
- * (preemptible_by) when together they free enough, else none. Victims are taken in
- * victim_cmp's order, each only while it holds agents of a role still short (a borrowed one
- * only while its queue still holds more than its quota); then any whose agents the others
- * already cover is spared again (latest taken first), so no job is stopped that j does not
- * need. Returns whether it stopped any. */
-static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_workers,
-                        bool own_queue, double now) {
-    if (short_ps <= 0 && short_workers <= 0)
+static bool covers(amount got, amount want) {
+    return got.ps >= want.ps && got.workers >= want.workers && got.memory >= want.memory;
+}
+
+/* Waiting job j needs want.ps ps and want.workers worker agents freed: beyond those idle or
+ * stopping (j within its queue's quota), or, own_queue, beyond its queue's quota, and then
+ * want.memory bytes of it too (only jobs of lower priority of its own queue may then give
+ * them). Stops running jobs it may (preemptible_by) when together they free enough, else
+ * none. Victims are taken in victim_cmp's order, each only while it frees something still
+ * short (a borrowed one only while its queue still holds more than its quota); then any whose
+ * share the others already cover is spared again (latest taken first), so no job is stopped
+ * that j does not need. Returns whether it stopped any. */
+static bool preempt_for(coord_cluster *c, coord_job *j, amount want, bool own_queue, double now) {
+    if (want.ps <= 0 && want.workers <= 0 && want.memory <= 0)
         return false; /* enough agents are idle or about to be: j waits for them */
     victim *v = pf_mallocarray((size_t)c->n_jobs, sizeof *v);
     if (!v)
@@ -553,6 +574,7 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
         if (preemptible_by(c, c->jobs[i], j, q, &v[n].borrowed) && !(own_queue && v[n].borrowed)) {
             v[n].job = c->jobs[i];
             coord_job_agents(c, v[n].job, &v[n].ps, &v[n].workers);
+            v[n].memory = coord_job_memory(v[n].job, v[n].ps, v[n].workers);
             const coord_queue *vq = coord_job_queue(c, v[n].job);
             int under_ps = vq->quota_ps < 0 ? 0 : v[n].ps - coord_queue_over_ps(vq),
                 under_workers =
@@ -563,36 +585,39 @@ static bool preempt_for(coord_cluster *c, coord_job *j, int short_ps, int short_
             n++;
         }
     qsort(v, (size_t)n, sizeof *v, victim_cmp);
-    int over_ps[COORD_MAX_QUEUES], over_workers[COORD_MAX_QUEUES];
+    amount over[COORD_MAX_QUEUES]; /* what each queue holds beyond its quota */
     for (int i = 0; i < c->n_queues; i++) {
-        over_ps[i] = coord_queue_over_ps(&c->queues[i]);
-        over_workers[i] = coord_queue_over_workers(&c->queues[i]);
+        over[i].ps = coord_queue_over_ps(&c->queues[i]);
+        over[i].workers = coord_queue_over_workers(&c->queues[i]);
+        over[i].memory = coord_queue_over_memory(&c->queues[i]);
     }
-    int got_ps = 0, got_workers = 0;
-    for (int i = 0; i < n && (got_ps < short_ps || got_workers < short_workers); i++) {
-        int vq = (int)(coord_job_queue(c, v[i].job) - c->queues);
-        if (victim_helps(&v[i], short_ps, short_workers, got_ps, got_workers, over_ps, over_workers,
-                         vq)) {
-            over_ps[vq] -= v[i].ps;
-            over_workers[vq] -= v[i].workers;
+    amount got = {0, 0, 0};
+    for (int i = 0; i < n && !covers(got, want); i++) {
+        amount *vo = &over[coord_job_queue(c, v[i].job) - c->queues];
+        if (victim_helps(&v[i], want, got, vo->ps > 0 || vo->workers > 0 || vo->memory > 0)) {
+            vo->ps -= v[i].ps;
+            vo->workers -= v[i].workers;
+            vo->memory -= v[i].memory;
             v[taken++] = v[i];
-            got_ps += v[i].ps;
-            got_workers += v[i].workers;
+            got.ps += v[i].ps;
+            got.workers += v[i].workers;
+            got.memory += v[i].memory;
         }
     }
-    if (got_ps < short_ps || got_workers < short_workers) {
+    if (!covers(got, want)) {
         pf_free(v);
         return false; /* all of them would not free enough */
     }
-    for (int i = taken - 1; i >= 0; i--) /* spare those the others cover */
-        if (got_ps - v[i].ps >= short_ps && got_workers - v[i].workers >= short_workers) {
-            got_ps -= v[i].ps;
-            got_workers -= v[i].workers;
+    for (int i = taken - 1; i >= 0; i--) { /* spare those the others cover */
+        amount less = {got.ps - v[i].ps, got.workers - v[i].workers, got.memory - v[i].memory};
+        if (covers(less, want)) {
+            got = less;
             v[i].job = NULL;
         }
+    }
     for (int i = 0; i < taken; i++)
         if (v[i].job)
-            preempt(c, v[i].job, j, v[i].borrowed, now);
+            preempt(c, v[i].job, j, v[i].borrowed, own_queue, now);
     pf_free(v);
     return taken > 0;
 }
@@ -750,29 +775,35 @@ static capacity count_capacity(const coord_cluster *c) {
     return k;
 }
 
-/* The agents of each role waiting job j, of queue q, needs beyond q's quota: those q's
- * running jobs hold, those held for its jobs ahead of j, and j's own, less the quota (0 or
- * less: within it). */
-static int beyond_quota(int used, int held, int need, int quota) {
+/* What waiting job j, of queue q, needs beyond q's quota of one kind: what q's running jobs
+ * hold, what is held for its jobs ahead of j, and j's own, less the quota (0 or less: within
+ * it; quota -1: no limit). */
+static int64_t beyond_quota(int64_t used, int64_t held, int64_t need, int64_t quota) {
     return quota < 0 ? 0 : used + held + need - quota;
 }
 
-static bool within_quota(const coord_queue *q, const coord_job *j) {
-    return beyond_quota(q->used_ps, q->held_ps, need_ps(j), q->quota_ps) <= 0 &&
-           beyond_quota(q->used_workers, q->held_workers, need_workers(j), q->quota_workers) <= 0;
+static amount beyond(const coord_queue *q, coord_job *j) {
+    return (amount){
+        (int)beyond_quota(q->used_ps, q->held_ps, need_ps(j), q->quota_ps),
+        (int)beyond_quota(q->used_workers, q->held_workers, need_workers(j), q->quota_workers),
+        q->quota_memory < 0
+            ? 0
+            : beyond_quota(q->used_memory, q->held_memory, need_memory(j), q->quota_memory)};
+}
+
+static bool within_quota(const coord_queue *q, coord_job *j) {
+    amount b = beyond(q, j);
+    return b.ps <= 0 && b.workers <= 0 && b.memory <= 0;
 }
 
 /* Waiting job j is beyond its queue q's quota: when it is first in line, it may stop jobs of
  * lower priority of q to come within it (their agents are then reserved for it). Returns
  * whether it stopped any. */
 static bool preempt_within_queue(coord_cluster *c, coord_job *j, const coord_queue *q, double now) {
-    return preempt_for(
-        c, j, beyond_quota(q->used_ps, q->held_ps, need_ps(j), q->quota_ps),
-        beyond_quota(q->used_workers, q->held_workers, need_workers(j), q->quota_workers), true,
-        now);
+    return preempt_for(c, j, beyond(q, j), true, now);
 }
 
-/* "2" or "no limit": a quota as a message says it. */
+/* "2", "4.0 GiB" or "no limit": a quota as a message says it. */
 static const char *quota_text(int quota, char *buf, size_t cap) {
     if (quota < 0)
         return "no limit";
@@ -780,19 +811,31 @@ static const char *quota_text(int quota, char *buf, size_t cap) {
     return buf;
 }
 
+static const char *memory_text(int64_t bytes, char *buf, size_t cap) {
+    if (bytes < 0)
+        return "no limit";
+    pf_footprint_format_bytes(bytes, buf, cap);
+    return buf;
+}
+
 /* Says that waiting job j waits for its queue q's quota (the quota, not what the queue
  * uses: a message that changed with every job of the queue would send an event per waiting
  * job each time). */
 static void wait_for_quota(coord_cluster *c, coord_job *j, const coord_queue *q, double now) {
-    char msg[COORD_TEXT_MAX], qp[16], qw[16];
+    char msg[COORD_TEXT_MAX], qp[12], qw[12], qm[32] = "", jm[32] = "", text[16];
     int len = 0;
     if (j->preempted_by[0])
         len = snprintf(msg, sizeof msg, "preempted by job %s; ", j->preempted_by);
+    if (q->quota_memory >= 0) { /* memory is named where the queue limits it */
+        snprintf(qm, sizeof qm, ", memory: %s", memory_text(q->quota_memory, text, sizeof text));
+        snprintf(jm, sizeof jm, " and %s", memory_text(need_memory(j), text, sizeof text));
+    }
     snprintf(msg + len, sizeof msg - (size_t)len,
-             "waiting for the quota of queue %s (ps: %s, workers: %s), which its other jobs "
-             "hold; this job needs %d ps and %d workers: %s",
+             "waiting for the quota of queue %s (ps: %s, workers: %s%s), which its other jobs "
+             "hold; this job needs %d ps%s %d workers%s: %s",
              q->name, quota_text(q->quota_ps, qp, sizeof qp),
-             quota_text(q->quota_workers, qw, sizeof qw), need_ps(j), need_workers(j),
+             quota_text(q->quota_workers, qw, sizeof qw), qm, need_ps(j), jm[0] ? "," : " and",
+             need_workers(j), jm,
              j->spec.run_policy.preemptible
                  ? "no idle agent is left to borrow"
                  : "a job that is not preemptible never borrows beyond its quota");
@@ -836,13 +879,18 @@ static void admit_borrowers(coord_cluster *c, queued *borrowers, int n, capacity
         k->idle_workers -= need_workers(j);
         q->used_ps += need_ps(j);
         q->used_workers += need_workers(j);
+        q->used_memory += need_memory(j);
         set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
-        char msg[COORD_TEXT_MAX], qp[16], qw[16];
+        char msg[COORD_TEXT_MAX], qp[12], qw[12], qm[48] = "", um[16], text[16];
+        if (q->quota_memory >= 0)
+            snprintf(qm, sizeof qm, ", %s of memory of %s",
+                     memory_text(q->used_memory, um, sizeof um),
+                     memory_text(q->quota_memory, text, sizeof text));
         snprintf(msg, sizeof msg,
-                 "borrowing: queue %s now holds %d ps of %s and %d workers of %s; a job of "
+                 "borrowing: queue %s now holds %d ps of %s and %d workers of %s%s; a job of "
                  "another queue that needs these idle agents takes them back",
                  q->name, q->used_ps, quota_text(q->quota_ps, qp, sizeof qp), q->used_workers,
-                 quota_text(q->quota_workers, qw, sizeof qw));
+                 quota_text(q->quota_workers, qw, sizeof qw), qm);
         coord_log_event(c, j->name, "Normal", "Borrowing", msg, now);
     }
     for (int b = 0; b < n; b++)
@@ -893,6 +941,7 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrower
             k.idle_workers -= need_workers(j);
             jq->used_ps += need_ps(j);
             jq->used_workers += need_workers(j);
+            jq->used_memory += need_memory(j);
             set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
             continue;
         }
@@ -904,13 +953,16 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrower
         if (too_large)
             continue; /* cannot start on this cluster: holds nothing */
         if (!first_holder &&
-            preempt_for(c, j, need_ps(j) - have_ps - k.stopping_ps,
-                        need_workers(j) - have_workers - k.stopping_workers, false, now))
+            preempt_for(c, j,
+                        (amount){need_ps(j) - have_ps - k.stopping_ps,
+                                 need_workers(j) - have_workers - k.stopping_workers, 0},
+                        false, now))
             return true;
         held_ps += need_ps(j);
         held_workers += need_workers(j);
         jq->held_ps += need_ps(j);
         jq->held_workers += need_workers(j);
+        jq->held_memory += jq->quota_memory < 0 ? 0 : need_memory(j);
         if (!first_holder) {
             first_holder = j;
             double at = expected_start(c, j, need_ps(j) - have_ps - k.stopping_ps,
@@ -1120,14 +1172,54 @@ static void task_failed(coord_cluster *c, coord_job *j, coord_task *t, int exit_
 
 /* --- jobs --- */
 
+/* Checks that spec's queue exists and, when it names a priority class, that its queue has
+ * it: the class's value becomes its priority (a priority given beside it must be that value;
+ * 0, the default, reads as none given). */
+static pf_status resolve_queue(coord_cluster *c, pf_job_spec *spec, pf_error *err) {
+    const coord_queue *q = &c->queues[0];
+    if (spec->run_policy.queue[0] && !(q = coord_queue_find(c, spec->run_policy.queue)))
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/run_policy/queue",
+                            "/run_policy/queue: there is no queue '%s' (GET /api/v1/queues lists "
+                            "them; PUT /api/v1/queues/%s creates it)",
+                            spec->run_policy.queue, spec->run_policy.queue);
+    const char *name = spec->run_policy.priority_class;
+    if (!name[0])
+        return PF_OK;
+    const coord_priority_class *pc = coord_queue_class(q, name);
+    if (!pc) {
+        char known[COORD_TEXT_MAX / 2] = "none";
+        size_t len = 0;
+        for (int i = 0; i < q->n_classes && len < sizeof known; i++)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
+                                    q->classes[i].name);
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/run_policy/priority_class",
+                            "/run_policy/priority_class: queue %s has no priority class '%s' "
+                            "(its classes: %s; PUT /api/v1/queues/%s sets them)",
+                            q->name, name, known, q->name);
+    }
+    if (spec->run_policy.priority != 0 && spec->run_policy.priority != pc->value)
+        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/run_policy/priority",
+                            "/run_policy/priority: %d, but priority class %s of queue %s gives "
+                            "%d: leave priority out",
+                            spec->run_policy.priority, name, q->name, pc->value);
+    spec->run_policy.priority = pc->value;
+    return PF_OK;
+}
+
 pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coord_job **out,
                            int *created, pf_error *err) {
     *out = NULL;
     *created = 0;
+    coord_job *old = coord_job_find(c, spec->name);
+    if (old && !strcmp(old->spec.run_policy.priority_class, spec->run_policy.priority_class) &&
+        spec->run_policy.priority_class[0] && spec->run_policy.priority == 0)
+        spec->run_policy.priority = old->spec.run_policy.priority; /* a retry: as it was */
+    pf_status st = old ? PF_OK : resolve_queue(c, spec, err);
+    if (st != PF_OK)
+        return st;
     char *json = pf_job_spec_to_json(spec);
     if (!json)
         return PF_ERR_NOMEM;
-    coord_job *old = coord_job_find(c, spec->name);
     if (old) {
         bool same = !strcmp(old->spec_json, json);
         pf_free(json);
@@ -1138,13 +1230,6 @@ pf_status coord_job_submit(coord_cluster *c, pf_job_spec *spec, double now, coor
                                 spec->name);
         *out = old;
         return PF_OK;
-    }
-    if (spec->run_policy.queue[0] && !coord_queue_find(c, spec->run_policy.queue)) {
-        pf_free(json);
-        return pf_error_set(err, PF_ERR_UNSUPPORTED, "/run_policy/queue",
-                            "/run_policy/queue: there is no queue '%s' (GET /api/v1/queues lists "
-                            "them; PUT /api/v1/queues/%s creates it)",
-                            spec->run_policy.queue, spec->run_policy.queue);
     }
     coord_job *j = pf_calloc(1, sizeof *j);
     if (!j) {

@@ -199,6 +199,11 @@ typedef struct coord_job {
     double queue_start;
     bool backfilled; /* started ahead of the queue, bound by its active_deadline_seconds */
     int queue_at;    /* where its queue was in coord_cluster.queues last (a hint, checked) */
+    /* the memory a ps task and a training (or serving) task of it count against its queue's
+     * quota (coord_job_memory), worked out for memory_for_ps ps and memory_for_workers
+     * worker tasks (0: not yet; a live scale changes the workers) */
+    int64_t memory_ps, memory_task;
+    int memory_for_ps, memory_for_workers;
     /* times a job of higher priority stopped it to take its agents, and the newest such job
      * while it waits to resume ("" when none, or once it runs again); kept in the status */
     int preemptions;
@@ -212,6 +217,9 @@ typedef struct coord_job {
     char drain_for[PF_NAME_MAX + 1];
     int drain_priority;
     bool drain_borrowed;
+    /* stopped to bring its own queue within its quota: it stops even once the job preempting
+     * it has started (that job's start counted this one's share as freed) */
+    bool drain_quota;
     int64_t drain_step, drain_from;
     /* when the newest preemption stopped it (while preempted_by is set), and the seconds it
      * waited after its earlier ones: active_deadline_seconds does not count them */
@@ -378,19 +386,31 @@ typedef struct coord_eval {
 } coord_eval;
 
 /* A queue jobs are admitted through (run_policy.queue; api/rest.md, /api/v1/queues): the
- * agents of each role its running jobs may hold (its quota), beyond which a job of it starts
- * only on idle agents no other queue's job waits for (it borrows them, and gives them back
- * when their owner needs them), and its weight, which orders the queues that borrow. */
-#define COORD_MAX_QUEUES 256
+ * agents of each role and the memory its running jobs may hold (its quota), beyond which a
+ * job of it starts only on idle agents no other queue's job waits for (it borrows them, and
+ * gives them back when their owner needs them); its weight, which orders the queues that
+ * borrow; and its priority classes, the named priorities its jobs may give
+ * (run_policy.priority_class). */
+#define COORD_MAX_QUEUES  256
+#define COORD_MAX_CLASSES 16 /* priority classes of one queue */
+typedef struct coord_priority_class {
+    char name[PF_NAME_MAX + 1];
+    int value; /* -1000 .. 1000, as run_policy.priority */
+} coord_priority_class;
+
 typedef struct coord_queue {
     char name[PF_NAME_MAX + 1];
     int quota_ps, quota_workers; /* -1: no limit */
+    int64_t quota_memory;        /* bytes; -1: no limit */
     int weight;                  /* 1 .. 1000 */
-    double create_time;          /* 0 for the default queue until it is changed */
-    /* worked out by each scheduling round: the agents of each role its running jobs hold,
-     * those held by its jobs waiting within the quota (while the round walks the queue),
-     * and how many of its jobs run and wait */
+    int n_classes;
+    coord_priority_class classes[COORD_MAX_CLASSES]; /* names unique */
+    double create_time; /* 0 for the default queue until it is changed */
+    /* worked out by each scheduling round: the agents of each role and the memory
+     * (coord_job_memory) its running jobs hold, those held by its jobs waiting within the
+     * quota (while the round walks the queue), and how many of its jobs run and wait */
     int used_ps, used_workers, held_ps, held_workers, running, waiting;
+    int64_t used_memory, held_memory;
     bool dirty, deleted;
 } coord_queue;
 

@@ -18,6 +18,7 @@ void coord_cluster_init(coord_cluster *c, double lease_seconds) {
     coord_queue *q = &c->queues[c->n_queues++];
     snprintf(q->name, sizeof q->name, "%s", PF_DEFAULT_QUEUE);
     q->quota_ps = q->quota_workers = -1;
+    q->quota_memory = -1;
     q->weight = 1;
 }
 

@@ -350,16 +350,71 @@ json_t *coord_job_profile_json(const coord_job *j) {
                  : NULL;
 }
 
-static json_t *quota_json(int quota) {
-    return quota < 0 ? json_null() : json_integer(quota);
+static json_t *quota_json(int64_t quota) {
+    return quota < 0 ? json_null() : json_integer((json_int_t)quota);
+}
+
+json_t *coord_queue_classes_json(const coord_queue *q) {
+    json_t *classes = json_object();
+    for (int i = 0; classes && i < q->n_classes; i++)
+        json_object_set_new(classes, q->classes[i].name, json_integer(q->classes[i].value));
+    return classes;
+}
+
+/* Priority classes in one order whatever the input's: the highest first, then by name. */
+static int class_before(const void *a, const void *b) {
+    const coord_priority_class *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value > y->value ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+int coord_queue_classes_read(json_t *classes, coord_queue *q, const char **key, char *msg,
+                             size_t cap) {
+    q->n_classes = 0;
+    *key = "";
+    if (!json_is_object(classes)) {
+        snprintf(msg, cap, "must be an object of class names and priorities: {\"high\": 100}");
+        return -1;
+    }
+    if (json_object_size(classes) > COORD_MAX_CLASSES) {
+        snprintf(msg, cap, "%zu classes, more than the %d a queue may have",
+                 json_object_size(classes), COORD_MAX_CLASSES);
+        return -1;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(classes, name, v) {
+        *key = name;
+        if (!pf_job_name_valid(name)) {
+            snprintf(msg, cap,
+                     "a class name is 1 to 63 lowercase letters, digits and '-', starting and "
+                     "ending with a letter or digit");
+            return -1;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < -1000 || json_integer_value(v) > 1000) {
+            snprintf(msg, cap, "must be an integer from -1000 to 1000 (a job's priority)");
+            return -1;
+        }
+        coord_priority_class *pc = &q->classes[q->n_classes++];
+        snprintf(pc->name, sizeof pc->name, "%s", name);
+        pc->value = (int)json_integer_value(v);
+    }
+    qsort(q->classes, (size_t)q->n_classes, sizeof q->classes[0], class_before);
+    return 0;
 }
 
 json_t *coord_queue_json(const coord_queue *q) {
-    return json_pack("{s:s, s:{s:o, s:o}, s:i, s:{s:i, s:i}, s:{s:i, s:i}, s:{s:i, s:i}, s:o}",
+    json_t *classes = coord_queue_classes_json(q);
+    return json_pack("{s:s, s:{s:o, s:o, s:o}, s:i, s:o, s:{s:i, s:i, s:I}, s:{s:i, s:i, s:I},"
+                     " s:{s:i, s:i}, s:o}",
                      "name", q->name, "quota", "ps", quota_json(q->quota_ps), "workers",
-                     quota_json(q->quota_workers), "weight", q->weight, "usage", "ps", q->used_ps,
-                     "workers", q->used_workers, "borrowed", "ps", coord_queue_over_ps(q),
-                     "workers", coord_queue_over_workers(q), "jobs", "running", q->running,
+                     quota_json(q->quota_workers), "memory_bytes", quota_json(q->quota_memory),
+                     "weight", q->weight, "priority_classes", classes, "usage", "ps", q->used_ps,
+                     "workers", q->used_workers, "memory_bytes", (json_int_t)q->used_memory,
+                     "borrowed", "ps", coord_queue_over_ps(q), "workers",
+                     coord_queue_over_workers(q), "memory_bytes",
+                     (json_int_t)coord_queue_over_memory(q), "jobs", "running", q->running,
                      "waiting", q->waiting, "create_time", coord_time_json(q->create_time));
 }
 

@@ -24,6 +24,16 @@ json_t *coord_task_json(const coord_task *t, double lease, double now);
 json_t *coord_node_json(const coord_node *n, double now);
 /* A queue as GET /api/v1/queues shows it, with what coord_queues_measure last worked out. */
 json_t *coord_queue_json(const coord_queue *q);
+/* A queue's priority classes as an object {"name": value, ...} (its JSON, and its column in
+ * the store). */
+json_t *coord_queue_classes_json(const coord_queue *q);
+/* Reads priority classes {"name": value, ...} into q (n_classes, classes): at most
+ * COORD_MAX_CLASSES, each name a valid job name, each value an integer -1000 .. 1000, kept
+ * highest first, then by name.
+ * Returns 0, or -1 with *key the offending class's name ("" for the object itself, its
+ * size) and msg saying what is wrong. */
+int coord_queue_classes_read(json_t *classes, coord_queue *q, const char **key, char *msg,
+                             size_t cap);
 /* GET .../profile: where each training task's and ps's time went (api/rest.md). */
 json_t *coord_job_profile_json(const coord_job *j);
 /* The TF_CONFIG of one task (new string, pf_free), NULL when the job has no such task or

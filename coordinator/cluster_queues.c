@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "psflow/footprint.h"
+#include "psflow/placement.h"
+
 coord_queue *coord_queue_find(coord_cluster *c, const char *name) {
     for (int i = 0; i < c->n_queues; i++)
         if (!c->queues[i].deleted && !strcmp(c->queues[i].name, name))
@@ -25,9 +28,9 @@ coord_queue *coord_job_queue(coord_cluster *c, coord_job *j) {
     return q;
 }
 
-pf_status coord_queue_put(coord_cluster *c, const char *name, int quota_ps, int quota_workers,
-                          int weight, double now, coord_queue **out, int *created, pf_error *err) {
-    coord_queue *q = coord_queue_find(c, name);
+pf_status coord_queue_put(coord_cluster *c, const coord_queue *set, double now, coord_queue **out,
+                          int *created, pf_error *err) {
+    coord_queue *q = coord_queue_find(c, set->name);
     *created = q == NULL;
     if (!q) {
         if (c->n_queues >= COORD_MAX_QUEUES)
@@ -37,16 +40,60 @@ pf_status coord_queue_put(coord_cluster *c, const char *name, int quota_ps, int 
                                 COORD_MAX_QUEUES);
         q = &c->queues[c->n_queues++];
         memset(q, 0, sizeof *q);
-        snprintf(q->name, sizeof q->name, "%s", name);
+        snprintf(q->name, sizeof q->name, "%s", set->name);
     }
     if (!q->create_time)
         q->create_time = now;
-    q->quota_ps = quota_ps;
-    q->quota_workers = quota_workers;
-    q->weight = weight;
+    q->quota_ps = set->quota_ps;
+    q->quota_workers = set->quota_workers;
+    q->quota_memory = set->quota_memory;
+    q->weight = set->weight;
+    q->n_classes = set->n_classes;
+    memcpy(q->classes, set->classes, sizeof q->classes);
     q->dirty = true;
     *out = q;
     return PF_OK;
+}
+
+const coord_priority_class *coord_queue_class(const coord_queue *q, const char *name) {
+    for (int i = 0; i < q->n_classes; i++)
+        if (!strcmp(q->classes[i].name, name))
+            return &q->classes[i];
+    return NULL;
+}
+
+void coord_job_task_memory(coord_job *j, int64_t *ps, int64_t *task) {
+    if (j->memory_for_ps != j->spec.replicas.ps ||
+        j->memory_for_workers != j->spec.replicas.worker || j->spec.replicas.ps <= 0) {
+        pf_footprint fp;
+        pf_footprint_estimate(&j->spec, &fp);
+        pf_placement p;
+        int64_t most = 0;
+        if (pf_placement_compute(&j->spec, &p) != PF_OK) {
+            /* out of memory: an even share, worked out again next time */
+            *ps = PF_FOOTPRINT_PS_BASE +
+                  fp.model_bytes / (j->spec.replicas.ps > 0 ? j->spec.replicas.ps : 1);
+            *task = fp.worker_bytes;
+            return;
+        }
+        for (int t = 0; t < p.n_ps; t++) {
+            int64_t b = pf_footprint_ps_bytes(&j->spec, &p, t);
+            most = b > most ? b : most;
+        }
+        pf_placement_deinit(&p);
+        j->memory_ps = most;
+        j->memory_task = fp.worker_bytes;
+        j->memory_for_ps = j->spec.replicas.ps;
+        j->memory_for_workers = j->spec.replicas.worker;
+    }
+    *ps = j->memory_ps;
+    *task = j->memory_task;
+}
+
+int64_t coord_job_memory(coord_job *j, int ps, int tasks) {
+    int64_t per_ps, per_task;
+    coord_job_task_memory(j, &per_ps, &per_task);
+    return (int64_t)ps * per_ps + (int64_t)tasks * per_task;
 }
 
 pf_status coord_queue_delete(coord_cluster *c, coord_queue *q, pf_error *err) {
@@ -103,6 +150,7 @@ void coord_queues_measure(coord_cluster *c) {
     for (int i = 0; i < c->n_queues; i++) {
         coord_queue *q = &c->queues[i];
         q->used_ps = q->used_workers = q->held_ps = q->held_workers = 0;
+        q->used_memory = q->held_memory = 0;
         q->running = q->waiting = 0;
     }
     for (int i = 0; i < c->n_jobs; i++) {
@@ -112,11 +160,14 @@ void coord_queues_measure(coord_cluster *c) {
         coord_queue *q = coord_job_queue(c, j);
         /* its serving tasks' agents: held from its first admission until it is deleted or
          * fails, a job that succeeded too */
+        int serving = 0;
         for (int k = 0; k < j->n_serving; k++) {
             const coord_serving *s = &j->serving[k];
-            q->used_workers +=
-                s->node_id[0] && (s->state == TASK_PENDING || s->state == TASK_RUNNING);
+            serving += s->node_id[0] && (s->state == TASK_PENDING || s->state == TASK_RUNNING);
         }
+        q->used_workers += serving;
+        if (serving)
+            q->used_memory += coord_job_memory(j, 0, serving);
         if (j->phase == COORD_RUNNING && j->drain_until > 0) {
             q->running++; /* preempted, taking its final checkpoint: its agents are going */
         } else if (j->phase == COORD_RUNNING) {
@@ -128,6 +179,7 @@ void coord_queues_measure(coord_cluster *c) {
                            j->tasks[k].incarnation != 0;
             q->used_ps += ps;
             q->used_workers += workers;
+            q->used_memory += coord_job_memory(j, ps, workers);
             q->running++;
         } else if (j->phase == COORD_CREATED || j->phase == COORD_RESTARTING) {
             q->waiting++;
@@ -145,4 +197,15 @@ int coord_queue_over_ps(const coord_queue *q) {
 
 int coord_queue_over_workers(const coord_queue *q) {
     return over(q->used_workers, q->quota_workers);
+}
+
+int64_t coord_queue_over_memory(const coord_queue *q) {
+    return q->quota_memory >= 0 && q->used_memory > q->quota_memory
+               ? q->used_memory - q->quota_memory
+               : 0;
+}
+
+bool coord_queue_borrowed(const coord_queue *q) {
+    return coord_queue_over_ps(q) > 0 || coord_queue_over_workers(q) > 0 ||
+           coord_queue_over_memory(q) > 0;
 }

@@ -10,8 +10,9 @@
 
 #include "coordinator/cluster.h"
 
-#define COORD_QUEUE_WEIGHT_MAX 1000
-#define COORD_QUEUE_QUOTA_MAX  1000000 /* agents of a role */
+#define COORD_QUEUE_WEIGHT_MAX       1000
+#define COORD_QUEUE_QUOTA_MAX        1000000     /* agents of a role */
+#define COORD_QUEUE_MEMORY_QUOTA_MAX (1ll << 60) /* bytes */
 
 /* The queue of that name (not deleted), or NULL. */
 coord_queue *coord_queue_find(coord_cluster *c, const char *name);
@@ -21,11 +22,25 @@ coord_queue *coord_queue_find(coord_cluster *c, const char *name);
  * it found it in j (queue_at), so that each round finds it with one comparison. */
 coord_queue *coord_job_queue(coord_cluster *c, coord_job *j);
 
-/* Creates the queue `name`, or changes its quota and weight (quota -1: no limit; weight
- * 1 .. COORD_QUEUE_WEIGHT_MAX): *created says which. PF_ERR_INVALID (err says why) when
- * COORD_MAX_QUEUES exist already. The next scheduling round applies the change. */
-pf_status coord_queue_put(coord_cluster *c, const char *name, int quota_ps, int quota_workers,
-                          int weight, double now, coord_queue **out, int *created, pf_error *err);
+/* Creates the queue set->name, or changes its settings to set's (its name, quotas: -1 for no
+ * limit, weight 1 .. COORD_QUEUE_WEIGHT_MAX, priority classes; the caller checked them):
+ * *created says which. PF_ERR_INVALID (err says why) when COORD_MAX_QUEUES exist already.
+ * The next scheduling round applies the change; jobs submitted already keep the priority
+ * their class had then. */
+pf_status coord_queue_put(coord_cluster *c, const coord_queue *set, double now, coord_queue **out,
+                          int *created, pf_error *err);
+
+/* Queue q's priority class of that name, or NULL. */
+const coord_priority_class *coord_queue_class(const coord_queue *q, const char *name);
+
+/* The memory a ps task and a training, evaluator or serving task of job j count against its
+ * queue's memory quota: what the submit check estimates them to need (psflow/footprint.h;
+ * every ps task counts its largest, as a replica spec requests one size for all its
+ * replicas), worked out once for its number of ps and worker tasks. */
+void coord_job_task_memory(coord_job *j, int64_t *ps, int64_t *task);
+
+/* The memory ps ps tasks and `tasks` other tasks of job j count (coord_job_task_memory). */
+int64_t coord_job_memory(coord_job *j, int ps, int tasks);
 
 /* Deletes queue q: PF_ERR_INVALID (err says why) for the default queue, and for a queue an
  * unfinished job is admitted through. */
@@ -40,14 +55,19 @@ pf_status coord_queue_adopt(coord_cluster *c, const coord_queue *q);
  * (O(tasks), no walk over the agents). */
 void coord_job_agents(const coord_cluster *c, const coord_job *j, int *ps, int *workers);
 
-/* Works out each queue's used_ps and used_workers (the agents its running jobs hold, a
- * replacement they are owed, and the agents of its jobs' serving tasks; not those of a job
- * preempted and taking its final checkpoint, which are counted as stopping), and how many of
- * its jobs run and wait; held_* start at 0. O(jobs + tasks). */
+/* Works out each queue's used_ps, used_workers and used_memory (the agents its running jobs
+ * hold, a replacement they are owed, and the agents of its jobs' serving tasks, and their
+ * memory; not those of a job preempted and taking its final checkpoint, which are counted as
+ * stopping), and how many of its jobs run and wait; held_* start at 0. O(jobs + tasks). */
 void coord_queues_measure(coord_cluster *c);
 
-/* How many agents of each role q's running jobs hold beyond its quota (0 when none). */
+/* How many agents of each role, and how many bytes, q's running jobs hold beyond its quota
+ * (0 when none). */
 int coord_queue_over_ps(const coord_queue *q);
 int coord_queue_over_workers(const coord_queue *q);
+int64_t coord_queue_over_memory(const coord_queue *q);
+
+/* Whether q holds more than its quota of anything: it borrowed. */
+bool coord_queue_borrowed(const coord_queue *q);
 
 #endif

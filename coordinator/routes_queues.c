@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "psflow/spec.h"
+#include "psflow/text.h"
+#include "coordinator/cluster_json.h"
 #include "coordinator/cluster_queues.h"
 #include "coordinator/coordinator_internal.h"
 
@@ -15,30 +17,52 @@ static void problem_field(coord_reply *rp, int status, const char *pointer, cons
                         pointer, message);
 }
 
-/* Reads an optional quota: absent or null is no limit (-1). 0 when read. */
-static int read_quota(json_t *quota, const char *key, int *out, coord_reply *rp) {
+/* Reads an optional quota of at most max: absent or null is no limit (-1). 0 when read. */
+static int read_quota(json_t *quota, const char *key, json_int_t max, const char *what,
+                      int64_t *out, coord_reply *rp) {
     char ptr[32];
     snprintf(ptr, sizeof ptr, "/quota/%s", key);
     json_t *v = json_object_get(quota, key);
     *out = -1;
     if (!v || json_is_null(v))
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > COORD_QUEUE_QUOTA_MAX) {
-        char msg[120];
-        snprintf(msg, sizeof msg,
-                 "must be an integer from 0 to %d (the agents its running jobs may hold), or "
-                 "null for no limit",
-                 COORD_QUEUE_QUOTA_MAX);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "must be an integer from 0 to %lld (%s), or null for no limit",
+                 (long long)max, what);
         problem_field(rp, 422, ptr, msg);
         return -1;
     }
-    *out = (int)json_integer_value(v);
+    *out = (int64_t)json_integer_value(v);
     return 0;
 }
 
-/* PUT /api/v1/queues/{name}: {"quota": {"ps": N|null, "workers": N|null}, "weight": N}, every
- * field optional (no limit, weight 1); "name", when given, must be the path's. */
+/* Reads the body's quota object into set; 0, or -1 with the reply set. */
+static int read_quotas(json_t *quota, coord_queue *set, coord_reply *rp) {
+    static const char *const quota_keys[] = {"ps", "workers", "memory_bytes", NULL};
+    int64_t ps, workers;
+    if (quota && !json_is_null(quota) && !json_is_object(quota)) {
+        problem_field(rp, 422, "/quota",
+                      "must be an object: {\"ps\": N, \"workers\": N, \"memory_bytes\": N}");
+        return -1;
+    }
+    if (json_is_object(quota) && coord_check_keys(quota, quota_keys, "/quota", rp))
+        return -1;
+    if (read_quota(quota, "ps", COORD_QUEUE_QUOTA_MAX, "the ps agents its running jobs may hold",
+                   &ps, rp) ||
+        read_quota(quota, "workers", COORD_QUEUE_QUOTA_MAX,
+                   "the worker agents its running jobs may hold", &workers, rp) ||
+        read_quota(quota, "memory_bytes", COORD_QUEUE_MEMORY_QUOTA_MAX,
+                   "the bytes its running jobs' tasks may need", &set->quota_memory, rp))
+        return -1;
+    set->quota_ps = (int)ps;
+    set->quota_workers = (int)workers;
+    return 0;
+}
+
+/* PUT /api/v1/queues/{name}: {"quota": {"ps": N|null, "workers": N|null, "memory_bytes":
+ * N|null}, "weight": N, "priority_classes": {"name": priority, ...}}, every field optional (no
+ * limit, weight 1, no classes); "name", when given, must be the path's. */
 static void put_queue(coord_server *s, coord_request *rq, coord_reply *rp, const char *name) {
     if (!pf_job_name_valid(name)) {
         problem_field(rp, 400, "/name",
@@ -49,36 +73,38 @@ static void put_queue(coord_server *s, coord_request *rq, coord_reply *rp, const
     json_t *body = coord_parse_object(rq, rp);
     if (!body)
         return;
-    static const char *const keys[] = {"name", "quota", "weight", NULL};
-    static const char *const quota_keys[] = {"ps", "workers", NULL};
+    static const char *const keys[] = {"name", "quota", "weight", "priority_classes", NULL};
     json_t *given = json_object_get(body, "name");
-    json_t *quota = json_object_get(body, "quota");
     json_t *weight = json_object_get(body, "weight");
-    int quota_ps = -1, quota_workers = -1;
-    if (coord_check_keys(body, keys, "", rp)) {
+    json_t *classes = json_object_get(body, "priority_classes");
+    coord_queue set = {.weight = 1};
+    snprintf(set.name, sizeof set.name, "%s", name);
+    const char *key;
+    char why[160], ptr[96];
+    if (coord_check_keys(body, keys, "", rp) ||
+        read_quotas(json_object_get(body, "quota"), &set, rp)) {
         /* reply set */
     } else if (given && (!json_is_string(given) || strcmp(json_string_value(given), name))) {
         problem_field(rp, 422, "/name", "must be the queue's name in the path, or absent");
-    } else if (quota && !json_is_null(quota) && !json_is_object(quota)) {
-        problem_field(rp, 422, "/quota", "must be an object: {\"ps\": N, \"workers\": N}");
-    } else if (json_is_object(quota) && coord_check_keys(quota, quota_keys, "/quota", rp)) {
-        /* reply set */
-    } else if (read_quota(quota, "ps", &quota_ps, rp) ||
-               read_quota(quota, "workers", &quota_workers, rp)) {
-        /* reply set */
     } else if (weight && (!json_is_integer(weight) || json_integer_value(weight) < 1 ||
                           json_integer_value(weight) > COORD_QUEUE_WEIGHT_MAX)) {
         problem_field(rp, 422, "/weight", "must be an integer from 1 to 1000");
+    } else if (classes && !json_is_null(classes) &&
+               coord_queue_classes_read(classes, &set, &key, why, sizeof why)) {
+        snprintf(ptr, sizeof ptr, "/priority_classes");
+        if (key[0])
+            pf_text_pointer_add(ptr, sizeof ptr, key);
+        problem_field(rp, 422, ptr, why);
     } else {
+        if (weight)
+            set.weight = (int)json_integer_value(weight);
         pthread_mutex_lock(&s->lock);
         double now = coord_now();
         coord_queue *q;
         int created;
         pf_error err;
         pf_error_clear(&err);
-        pf_status st =
-            coord_queue_put(&s->cluster, name, quota_ps, quota_workers,
-                            weight ? (int)json_integer_value(weight) : 1, now, &q, &created, &err);
+        pf_status st = coord_queue_put(&s->cluster, &set, now, &q, &created, &err);
         if (st == PF_OK && coord_commit(s, now, NULL, NULL) != 0)
             st = PF_ERR_IO;
         if (st == PF_OK && (q = coord_queue_find(&s->cluster, name))) { /* reaped: again */

@@ -67,6 +67,10 @@ static const char *const migrations[] = {
      * row only once it was changed */
     ("CREATE TABLE queues (name TEXT PRIMARY KEY, quota_ps INTEGER NOT NULL,"
      "  quota_workers INTEGER NOT NULL, weight INTEGER NOT NULL, create_time REAL NOT NULL);"),
+    /* 7: a queue's quota of memory (bytes, -1: no limit) and its priority classes (a JSON
+     * object of names and priorities) */
+    ("ALTER TABLE queues ADD COLUMN quota_memory INTEGER NOT NULL DEFAULT -1;"
+     "ALTER TABLE queues ADD COLUMN priority_classes TEXT NOT NULL DEFAULT '{}';"),
 };
 
 enum {
@@ -100,7 +104,7 @@ static const char *const queries[Q_COUNT] = {
                      " phase = excluded.phase, status = excluded.status",
     [Q_JOB_DELETE] = "DELETE FROM jobs WHERE name = ?",
     [Q_QUEUE_UPSERT] = "INSERT OR REPLACE INTO queues (name, quota_ps, quota_workers, weight,"
-                       " create_time) VALUES (?,?,?,?,?)",
+                       " create_time, quota_memory, priority_classes) VALUES (?,?,?,?,?,?,?)",
     [Q_QUEUE_DELETE] = "DELETE FROM queues WHERE name = ?",
     [Q_TASK_UPSERT] = "INSERT OR REPLACE INTO tasks (job, type, idx, node_id, address, state,"
                       " incarnation, restarts, step) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -316,8 +320,16 @@ static pf_status save_node(coord_store *s, coord_node *n) {
 static pf_status save_queue(coord_store *s, const coord_queue *q) {
     if (q->deleted)
         return run(bind(s, Q_QUEUE_DELETE, "s", q->name));
-    return run(bind(s, Q_QUEUE_UPSERT, "siiid", q->name, (int64_t)q->quota_ps,
-                    (int64_t)q->quota_workers, (int64_t)q->weight, q->create_time));
+    json_t *classes = coord_queue_classes_json(q);
+    char *text = classes ? json_dumps(classes, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(classes);
+    if (!text)
+        return PF_ERR_NOMEM;
+    pf_status rc = run(bind(s, Q_QUEUE_UPSERT, "siiidis", q->name, (int64_t)q->quota_ps,
+                            (int64_t)q->quota_workers, (int64_t)q->weight, q->create_time,
+                            q->quota_memory, text));
+    free(text);
+    return rc;
 }
 
 pf_status coord_store_save(coord_store *s, coord_cluster *c) {
@@ -396,7 +408,8 @@ static pf_status load_checkpoint_step(coord_store *s, coord_job *j) {
 static pf_status load_queues(coord_store *s, coord_cluster *c, pf_error *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT name, quota_ps, quota_workers, weight, create_time FROM queues"
+                           "SELECT name, quota_ps, quota_workers, weight, create_time,"
+                           " quota_memory, priority_classes FROM queues"
                            " ORDER BY create_time, name",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(s, err, "loading queues");
@@ -407,9 +420,16 @@ static pf_status load_queues(coord_store *s, coord_cluster *c, pf_error *err) {
         int64_t quota_ps = sqlite3_column_int64(st, 1), quota_workers = sqlite3_column_int64(st, 2),
                 weight = sqlite3_column_int64(st, 3);
         q.create_time = sqlite3_column_double(st, 4);
+        q.quota_memory = sqlite3_column_int64(st, 5);
+        json_t *classes = json_loads(col_text(st, 6), 0, NULL);
+        const char *key;
+        char why[160];
+        int bad_classes = coord_queue_classes_read(classes, &q, &key, why, sizeof why);
+        json_decref(classes);
         if (!pf_job_name_valid(q.name) || quota_ps < -1 || quota_ps > COORD_QUEUE_QUOTA_MAX ||
             quota_workers < -1 || quota_workers > COORD_QUEUE_QUOTA_MAX || weight < 1 ||
-            weight > COORD_QUEUE_WEIGHT_MAX) {
+            weight > COORD_QUEUE_WEIGHT_MAX || q.quota_memory < -1 ||
+            q.quota_memory > COORD_QUEUE_MEMORY_QUOTA_MAX || bad_classes) {
             rc = pf_error_set(err, PF_ERR_FORMAT, NULL, "database: queue %.63s: out of range",
                               q.name);
             break;

@@ -218,6 +218,7 @@ static const field run_policy_fields[] = {
     {"preemptible", K_BOOL, AT(run_policy.preemptible), .def = true},
     /* Absent: "default" (pf_spec_check_run_policy). */
     {"queue", K_NAME, AT(run_policy.queue), .min = 0},
+    {"priority_class", K_NAME, AT(run_policy.priority_class), .min = 0},
 };
 
 static const field serving_fields[] = {

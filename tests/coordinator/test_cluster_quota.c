@@ -25,11 +25,21 @@
 #include "coordinator/cluster_queues.h"
 #include "psflow/spec.h"
 
-static void put_queue(coord_cluster *c, const char *name, int ps, int workers, int weight) {
+/* Creates or changes queue `name`: quotas (-1: no limit) and weight, no priority classes. */
+static coord_queue *put_queue_memory(coord_cluster *c, const char *name, int ps, int workers,
+                                     int64_t memory, int weight) {
+    coord_queue set = {
+        .quota_ps = ps, .quota_workers = workers, .quota_memory = memory, .weight = weight};
+    snprintf(set.name, sizeof set.name, "%s", name);
     coord_queue *q;
     int created;
     pf_error err;
-    assert_int_equal(coord_queue_put(c, name, ps, workers, weight, T0, &q, &created, &err), PF_OK);
+    assert_int_equal(coord_queue_put(c, &set, T0, &q, &created, &err), PF_OK);
+    return q;
+}
+
+static void put_queue(coord_cluster *c, const char *name, int ps, int workers, int weight) {
+    put_queue_memory(c, name, ps, workers, -1, weight);
 }
 
 /* A job of `ps` ps and `workers` workers in queue `queue`, with more run_policy fields in
@@ -326,11 +336,114 @@ static void test_queue_checks(void **state) {
     coord_cluster_deinit(&c);
 }
 
+/* Submits spec text `policy` for a job of queue m and expects err's pointer. */
+static void assert_refused(coord_cluster *c, const char *policy, const char *pointer,
+                           const char *says) {
+    char extra[200];
+    snprintf(extra, sizeof extra, ", \"run_policy\": {\"queue\": \"m\"%s}", policy);
+    pf_job_spec spec;
+    make_spec(&spec, "refused", 1, 1, extra);
+    coord_job *j = NULL;
+    int created = 1;
+    pf_error err;
+    assert_int_equal(coord_job_submit(c, &spec, T0, &j, &created, &err), PF_ERR_UNSUPPORTED);
+    assert_string_equal(err.pointer, pointer);
+    assert_non_null(strstr(err.message, says));
+    assert_null(j);
+    pf_job_spec_deinit(&spec);
+}
+
+/* A quota of memory counts each job's tasks by the submit estimate: a job beyond it borrows
+ * idle agents, or, not preemptible and first in line, stops a job of lower priority of its
+ * queue, which stops after its final checkpoint grace even though the job preempting it
+ * started at once (its share was counted as freed), then borrows. Priority classes: a class
+ * of the job's queue gives its priority; an unknown class, or a priority that disagrees, is
+ * refused naming the field. */
+static void test_memory_quota_and_classes(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    c.preempt_grace = 30;
+    coord_queue *m = put_queue_memory(&c, "m", -1, -1, -1, 1);
+    m->n_classes = 2;
+    m->classes[0] = (coord_priority_class){"high", 100};
+    m->classes[1] = (coord_priority_class){"low", -10};
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "ps-%d", i);
+        add_node(&c, id, "ps", T0);
+        snprintf(id, sizeof id, "w-%d", i);
+        add_node(&c, id, "worker", T0);
+    }
+    assert_refused(&c, ", \"priority_class\": \"urgent\"", "/run_policy/priority_class",
+                   "queue m has no priority class 'urgent' (its classes: high, low;");
+    assert_refused(&c, ", \"priority_class\": \"high\", \"priority\": 5", "/run_policy/priority",
+                   "priority class high of queue m gives 100");
+
+    coord_job *m1 = submit_in(&c, "m1", "m", 1, 1, ", \"priority_class\": \"low\"", T0);
+    assert_int_equal(m1->spec.run_policy.priority, -10);
+    assert_non_null(strstr(m1->spec_json, "\"priority_class\":\"low\""));
+    assert_int_equal(m1->phase, COORD_RUNNING);
+    report_running(&c, m1, T0);
+    int64_t one = coord_job_memory(m1, 1, 1);
+    assert_true(one > 0);
+    m = put_queue_memory(&c, "m", -1, -1, one, 1);
+    m->n_classes = 2;
+    m->classes[0] = (coord_priority_class){"high", 100};
+    m->classes[1] = (coord_priority_class){"low", -20}; /* changed: m1 keeps -10 */
+    pf_job_spec spec;
+    make_spec(&spec, "m1", 1, 1,
+              ", \"run_policy\": {\"queue\": \"m\", \"priority_class\": \"low\"}");
+    coord_job *again = NULL;
+    int created = -1;
+    pf_error err;
+    assert_int_equal(coord_job_submit(&c, &spec, T0, &again, &created, &err), PF_OK);
+    pf_job_spec_deinit(&spec);
+    assert_ptr_equal(again, m1); /* a retry of its submission is answered with it */
+    assert_int_equal(created, 0);
+    assert_int_equal(m1->spec.run_policy.priority, -10);
+    take_events(&c, NULL, NULL);
+
+    coord_job *m2 = submit_in(&c, "m2", "m", 1, 1,
+                              ", \"priority_class\": \"high\", \"preemptible\": false", T0 + 1);
+    assert_int_equal(m2->spec.run_policy.priority, 100);
+    assert_int_equal(take_events(&c, "log", "Preempting"), 1);
+    assert_int_equal(m2->phase, COORD_RUNNING); /* m1's share counted as freed */
+    report_running(&c, m2, T0 + 1);
+    coord_cluster_tick(&c, T0 + 2);
+    assert_int_equal(m1->phase, COORD_RUNNING);    /* taking its final checkpoint */
+    for (double t = T0 + 5; t < T0 + 32; t += 5) { /* every agent heartbeats meanwhile */
+        report_running(&c, m1, t);
+        report_running(&c, m2, t);
+        coord_cluster_tick(&c, t);
+        assert_int_equal(m1->phase, COORD_RUNNING);
+    }
+    coord_cluster_tick(&c, T0 + 32);
+    assert_int_equal(m1->phase, COORD_RESTARTING); /* the grace is over: it stops */
+    assert_int_equal(m1->preemptions, 1);
+    report_stopped(&c, T0 + 33);
+    assert_int_equal(m1->phase, COORD_RUNNING); /* beyond the quota, on idle agents */
+    assert_int_equal(take_events(&c, "log", "Borrowing"), 1);
+    coord_queues_measure(&c);
+    assert_int_equal(m->used_memory, 2 * one);
+    assert_int_equal(coord_queue_over_memory(m), one);
+
+    coord_job *m3 = submit_in(&c, "m3", "m", 1, 1, ", \"preemptible\": false", T0 + 34);
+    assert_int_equal(m3->phase, COORD_CREATED);
+    assert_waits(m3, "quota", "m");
+    assert_non_null(strstr(m3->message, "(ps: no limit, workers: no limit, memory: "));
+    coord_cluster_deinit(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_borrow_and_reclaim), cmocka_unit_test(test_quota_reason),
-        cmocka_unit_test(test_borrow_by_weight),   cmocka_unit_test(test_priority_within_queue),
-        cmocka_unit_test(test_reclaim_victims),    cmocka_unit_test(test_queue_checks),
+        cmocka_unit_test(test_borrow_and_reclaim),
+        cmocka_unit_test(test_quota_reason),
+        cmocka_unit_test(test_borrow_by_weight),
+        cmocka_unit_test(test_priority_within_queue),
+        cmocka_unit_test(test_reclaim_victims),
+        cmocka_unit_test(test_queue_checks),
+        cmocka_unit_test(test_memory_quota_and_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

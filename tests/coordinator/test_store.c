@@ -372,10 +372,29 @@ static void test_queues_round_trip(void **state) {
     coord_queue *q;
     int created;
     pf_error err;
-    assert_int_equal(coord_queue_put(&c, "team-a", 2, 4, 3, T0, &q, &created, &err), PF_OK);
+    coord_queue a = {.name = "team-a",
+                     .quota_ps = 2,
+                     .quota_workers = 4,
+                     .quota_memory = 3ll << 30,
+                     .weight = 3,
+                     .n_classes = 2,
+                     .classes = {{"high", 100}, {"low", -5}}},
+                b = {.name = "team-b",
+                     .quota_ps = -1,
+                     .quota_workers = 1,
+                     .quota_memory = -1,
+                     .weight = 1},
+                d = {.name = "default",
+                     .quota_ps = 1,
+                     .quota_workers = 2,
+                     .quota_memory = -1,
+                     .weight = 5,
+                     .n_classes = 1,
+                     .classes = {{"urgent", 1000}}};
+    assert_int_equal(coord_queue_put(&c, &a, T0, &q, &created, &err), PF_OK);
     assert_int_equal(created, 1);
-    assert_int_equal(coord_queue_put(&c, "team-b", -1, 1, 1, T0 + 1, &q, &created, &err), PF_OK);
-    assert_int_equal(coord_queue_put(&c, "default", 1, 2, 5, T0 + 2, &q, &created, &err), PF_OK);
+    assert_int_equal(coord_queue_put(&c, &b, T0 + 1, &q, &created, &err), PF_OK);
+    assert_int_equal(coord_queue_put(&c, &d, T0 + 2, &q, &created, &err), PF_OK);
     assert_int_equal(created, 0);
     save(s, &c);
     assert_int_equal(coord_queue_delete(&c, coord_queue_find(&c, "team-b"), &err), PF_OK);
@@ -389,11 +408,19 @@ static void test_queues_round_trip(void **state) {
     assert_int_equal(c.queues[0].quota_ps, 1);
     assert_int_equal(c.queues[0].quota_workers, 2);
     assert_int_equal(c.queues[0].weight, 5);
+    assert_int_equal(c.queues[0].quota_memory, -1);
+    assert_int_equal(c.queues[0].n_classes, 1);
+    assert_int_equal(coord_queue_class(&c.queues[0], "urgent")->value, 1000);
     q = coord_queue_find(&c, "team-a");
     assert_non_null(q);
     assert_int_equal(q->quota_ps, 2);
     assert_int_equal(q->quota_workers, 4);
+    assert_int_equal(q->quota_memory, 3ll << 30);
     assert_int_equal(q->weight, 3);
+    assert_int_equal(q->n_classes, 2);
+    assert_int_equal(coord_queue_class(q, "high")->value, 100);
+    assert_int_equal(coord_queue_class(q, "low")->value, -5);
+    assert_null(coord_queue_class(q, "medium"));
     assert_null(coord_queue_find(&c, "team-b"));
     coord_cluster_deinit(&c);
     coord_store_close(s);

@@ -29,6 +29,11 @@
 #     it, Preempted); a2 then waits,
 #     reason preempted, and a3 of team-a, not preemptible, waits with reason quota naming its
 #     queue; team-a never holds more than its quota but for what it borrowed;
+#  6. a quota of memory and priority classes: team-m (classes high 100, low -10) refuses an
+#     unknown class and a priority beside a class; m1 (low) runs and gets priority -10; with
+#     the quota set to m1's memory, m2 (high, not preemptible) preempts m1 to come within it,
+#     m1 resumes by borrowing (event Borrowing; the queue shows the memory it borrowed), and
+#     m3 waits with reason quota, its message naming the memory quota;
 #  at every step each waiting job's status names its reason (and `behind` where it is
 #  reserved), and GET /api/v1/jobs?waiting=true lists them in queue order.
 source "$(dirname "$0")/lib.sh"
@@ -225,7 +230,8 @@ def expect(method, path, body, status, pointer=None):
     return got
 expect("PUT", "/api/v1/queues/team-a", {"quota": {"ps": 1, "workers": 1}}, 201)
 q = expect("PUT", "/api/v1/queues/team-a", {"quota": {"ps": 1, "workers": 2}, "weight": 2}, 200)
-if q["quota"] != {"ps": 1, "workers": 2} or q["weight"] != 2:
+if q["quota"] != {"ps": 1, "workers": 2, "memory_bytes": None} or q["weight"] != 2 or \
+        q["priority_classes"] != {}:
     fail("team-a after PUT: %s" % q)
 expect("PUT", "/api/v1/queues/team-b", {"quota": {"ps": 2, "workers": 2}}, 201)
 names = [x["name"] for x in expect("GET", "/api/v1/queues", None, 200)["items"]]
@@ -236,12 +242,23 @@ expect("PUT", "/api/v1/queues/team-c", {"quota": {"memory": 1}}, 400, "/quota/me
 expect("PUT", "/api/v1/queues/team-c", {"weight": 0}, 422, "/weight")
 expect("PUT", "/api/v1/queues/team-c", {"quota": {"workers": -1}}, 422, "/quota/workers")
 expect("PUT", "/api/v1/queues/team-c", {"quota": "all"}, 422, "/quota")
+expect("PUT", "/api/v1/queues/team-c", {"quota": {"memory_bytes": -1}}, 422, "/quota/memory_bytes")
+expect("PUT", "/api/v1/queues/team-c", {"quota": {"memory_bytes": 1.5}}, 422, "/quota/memory_bytes")
+expect("PUT", "/api/v1/queues/team-c", {"priority_classes": ["high"]}, 422, "/priority_classes")
+expect("PUT", "/api/v1/queues/team-c", {"priority_classes": {"High": 1}}, 422,
+       "/priority_classes/High")
+expect("PUT", "/api/v1/queues/team-c", {"priority_classes": {"high": 1001}}, 422,
+       "/priority_classes/high")
+expect("PUT", "/api/v1/queues/team-c", {"priority_classes": {"a/b~c": 1}}, 422,
+       "/priority_classes/a~1b~0c")
+expect("PUT", "/api/v1/queues/team-c",
+       {"priority_classes": {"c%d" % i: i for i in range(17)}}, 422, "/priority_classes")
 expect("GET", "/api/v1/queues/team-c", None, 404)
 expect("DELETE", "/api/v1/queues/default", None, 409)
 expect("POST", "/api/v1/jobs", spec("lost", 1, 1, policy={"queue": "team-c"}), 422,
        "/run_policy/queue")
-ok("the queue API: created, changed and listed; a bad name, field or value, an unknown queue "
-   "and deleting the default queue refused")
+ok("the queue API: created, changed and listed; a bad name, field, value, quota of memory or "
+   "priority class, an unknown queue and deleting the default queue refused")
 
 # 5. quotas, borrowing and reclaim
 def queue(name):
@@ -249,7 +266,9 @@ def queue(name):
 
 def within_quota_but_borrowed(name):
     q = queue(name)
-    for role in ("ps", "workers"):
+    for role in ("ps", "workers", "memory_bytes"):
+        if q["quota"][role] is None:
+            continue
         if q["usage"][role] - q["borrowed"][role] > q["quota"][role]:
             fail("queue %s holds more than its quota beyond what it borrowed: %s" % (name, q))
     return q
@@ -261,7 +280,8 @@ running("a2")
 if len(events("a2", "Borrowing")) != 1:
     fail("no Borrowing event for a2")
 q = within_quota_but_borrowed("team-a")
-if q["usage"] != {"ps": 2, "workers": 4} or q["borrowed"] != {"ps": 1, "workers": 2}:
+if (q["usage"]["ps"], q["usage"]["workers"]) != (2, 4) or \
+        (q["borrowed"]["ps"], q["borrowed"]["workers"]) != (1, 2):
     fail("team-a while a2 borrows: %s" % q)
 ok("a1 runs within team-a's quota, a2 beyond it on idle agents: %s" % q["borrowed"])
 submit("b1", 1, 2, policy={"queue": "team-b"})
@@ -293,6 +313,47 @@ within_quota_but_borrowed("team-a")
 wait("a3 still waiting for team-a's quota", lambda: queue_is([("a3", "quota", None)]))
 expect("DELETE", "/api/v1/queues/team-a", None, 409)
 ok("b1 ended: a2 resumed by borrowing again; a3 (not preemptible) still waits for the quota")
+for name in ("a1", "a2", "a3"):
+    call("POST", "/api/v1/jobs/%s/cancel" % name)
+wait("every agent idle", lambda: all(a is None for a in agents.values()))
+
+# 6. a quota of memory and priority classes
+expect("PUT", "/api/v1/queues/team-m", {"priority_classes": {"high": 100, "low": -10}}, 201)
+expect("POST", "/api/v1/jobs", spec("m0", 1, 1, policy={"queue": "team-m",
+       "priority_class": "urgent"}), 422, "/run_policy/priority_class")
+expect("POST", "/api/v1/jobs", spec("m0", 1, 1, policy={"queue": "team-m",
+       "priority_class": "high", "priority": 5}), 422, "/run_policy/priority")
+submit("m1", 1, 1, policy={"queue": "team-m", "priority_class": "low"})
+running("m1")
+st, got = call("GET", "/api/v1/jobs/m1")
+if got["spec"]["run_policy"].get("priority") != -10 or \
+        got["spec"]["run_policy"].get("priority_class") != "low":
+    fail("m1's run_policy after submit: %s" % got["spec"]["run_policy"])
+one = queue("team-m")["usage"]["memory_bytes"]
+if not one > 0:
+    fail("team-m's memory while m1 runs: %s" % queue("team-m"))
+# room for one such job: m2 (class high, not preemptible, so it never borrows) comes within
+# the quota only by stopping m1, which then borrows the idle agents beyond it
+expect("PUT", "/api/v1/queues/team-m", {"quota": {"memory_bytes": one},
+       "priority_classes": {"high": 100, "low": -10}}, 200)
+submit("m2", 1, 1, policy={"queue": "team-m", "priority_class": "high", "preemptible": False})
+if len(events("m2", "Preempting")) != 1:
+    fail("m2 did not preempt m1: %s" % call("GET", "/api/v1/jobs/m2/events")[1])
+running("m2")
+wait("m1 preempted by m2", lambda: job("m1")["preemptions"] == 1)
+running("m1")
+if len(events("m1", "Borrowing")) != 1:
+    fail("m1 did not resume by borrowing: %s" % call("GET", "/api/v1/jobs/m1/events")[1])
+q = within_quota_but_borrowed("team-m")
+if q["usage"]["memory_bytes"] != 2 * one or q["borrowed"]["memory_bytes"] != one:
+    fail("team-m while m1 borrows: %s" % q)
+submit("m3", 1, 1, policy={"queue": "team-m", "preemptible": False})
+wait("m3 waiting for team-m's quota", lambda: queue_is([("m3", "quota", None)]))
+if "memory: " not in job("m3")["message"]:
+    fail("m3's message does not name the memory quota: %s" % job("m3")["message"])
+ok("team-m (memory for one job, classes high 100 and low -10): m2 (high) preempted m1 (low) "
+   "to come within the quota, m1 resumed borrowing %d bytes; m3 waits: %s"
+   % (q["borrowed"]["memory_bytes"], job("m3")["message"]))
 stop.set()
 PY
 pass "queue order, backfill, quotas, borrowing, reclaim and reasons on a real coordinator with simulated agents"

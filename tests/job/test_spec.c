@@ -1085,6 +1085,27 @@ static void test_queue_field(void **state) {
     assert_int_equal(parse_fails(QUEUE_SPEC(",\"run_policy\":{\"queue\":\"\"}"), &err),
                      PF_ERR_SPEC);
     assert_string_equal(err.pointer, "/run_policy/queue");
+
+    /* a priority class: a name, kept in the normalised form; absent when not given */
+    assert_int_equal(
+        parse_text(QUEUE_SPEC(",\"run_policy\":{\"priority_class\":\"high\"}"), &s, &err), PF_OK);
+    assert_string_equal(s.run_policy.priority_class, "high");
+    json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "\"priority_class\":\"high\""));
+    assert_round_trip(&s, "a priority class");
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+    assert_int_equal(parse_text(QUEUE_SPEC(""), &s, &err), PF_OK);
+    json = pf_job_spec_to_json(&s);
+    assert_non_null(json);
+    assert_null(strstr(json, "priority_class"));
+    pf_free(json);
+    pf_job_spec_deinit(&s);
+    assert_int_equal(
+        parse_fails(QUEUE_SPEC(",\"run_policy\":{\"priority_class\":\"High!\"}"), &err),
+        PF_ERR_SPEC);
+    assert_string_equal(err.pointer, "/run_policy/priority_class");
 #undef QUEUE_SPEC
 }
 

@@ -8,10 +8,12 @@
  *
  * Below them, the queues jobs are admitted through (GET /api/v1/queues; docs/design.md "The
  * queue"): each one's quota, the agents its running jobs hold, those borrowed beyond its quota,
- * its running and waiting jobs and its weight. Shown, with a Queue column in the waiting jobs,
- * once there is a queue besides the default one or the default one has a quota, so a cluster
- * with one queue sees the card as before. A quota, weight or deletion sends no event either:
- * the card asks for the queues with the waiting jobs and every few seconds.
+ * its running and waiting jobs and its weight; memory beside the agents where a queue has a
+ * quota of it (the bytes its jobs' tasks count, the submit-time estimate), and a Priority
+ * classes column while some queue has classes. Shown, with a Queue column in the waiting jobs,
+ * once there is a queue besides the default one or the default one has a quota or classes, so
+ * a cluster with one queue sees the card as before. A quota, weight, class or deletion sends
+ * no event either: the card asks for the queues with the waiting jobs and every few seconds.
  *
  * Test hooks: [data-testid=queue-table] with a row per waiting job, whose dataset holds key
  * (the job), position, reason (capacity, reserved, cluster_too_small, preempted or quota) and
@@ -20,7 +22,7 @@
 
 import {api, listAll} from './api.js';
 import {KeyedRows, h, setText} from './dom.js';
-import {fmtDuration, fmtInt, parseTime} from './format.js';
+import {fmtBytes, fmtDuration, fmtInt, parseTime} from './format.js';
 import {card, errorBox, phaseBadge} from './widgets.js';
 
 /* How often the card asks while jobs wait, and how soon after an event that moves them. */
@@ -40,14 +42,38 @@ export function agentsText(a, skipZero) {
     return a.ps || a.workers ? parts.join(' · ') : '—';
 }
 
-/* A queue's quota in words: "2 ps · 4 workers", "no ps limit · 4 workers", "no limit". */
+/* Whether a quota field is no limit (null, or absent from an older coordinator). */
+const none = (v) => v === null || v === undefined;
+
+/* agentsText with the memory after the agents ("1 ps · 6 workers · 24.0 MiB") when `memory`;
+ * "—" when all of it is 0. */
+export function amountsText(a, skipZero, memory) {
+    const agents = agentsText(a, skipZero);
+    if (!memory || !a.memory_bytes) return agents;
+    return (agents === '—' ? '' : agents + ' · ') + fmtBytes(a.memory_bytes);
+}
+
+/* A queue's quota in words: "2 ps · 4 workers", "no ps limit · 4 workers", "2 ps · 4 workers ·
+ * 32.0 MiB", "no agent limit · 32.0 MiB", "no limit". Memory is named only where the queue has
+ * a quota of it. */
 export function quotaText(quota) {
     const q = quota || {};
-    const none = (v) => v === null || v === undefined;
-    if (none(q.ps) && none(q.workers)) return 'no limit';
-    const workers = none(q.workers) ? 'no worker limit' :
-        fmtInt(q.workers) + (q.workers === 1 ? ' worker' : ' workers');
-    return (none(q.ps) ? 'no ps limit' : fmtInt(q.ps) + ' ps') + ' · ' + workers;
+    let agents = null;
+    if (!none(q.ps) || !none(q.workers)) {
+        const workers = none(q.workers) ? 'no worker limit' :
+            fmtInt(q.workers) + (q.workers === 1 ? ' worker' : ' workers');
+        agents = (none(q.ps) ? 'no ps limit' : fmtInt(q.ps) + ' ps') + ' · ' + workers;
+    }
+    if (none(q.memory_bytes)) return agents === null ? 'no limit' : agents;
+    return (agents === null ? 'no agent limit' : agents) + ' · ' + fmtBytes(q.memory_bytes);
+}
+
+/* A queue's priority classes in words, highest first: "high 100, low -10"; "" when none. The
+ * values go without a thousands separator, which would read as one between classes. */
+export function classesText(classes) {
+    return Object.entries(classes || {})
+        .sort(([n1, v1], [n2, v2]) => v2 - v1 || n1.localeCompare(n2))
+        .map(([name, value]) => name + ' ' + String(value)).join(', ');
 }
 
 /* What a waiting job waits for, in words, from its queue object. */
@@ -69,19 +95,29 @@ export function waitingFor(q) {
     }
 }
 
-/* The queues table: a row per queue, in the API's order (the default queue first). */
+/* The queues table: a row per queue, in the API's order (the default queue first). Its last
+ * column, Priority classes, is there only while some queue has classes (its cells removed, not
+ * hidden, otherwise). */
 class QueuesTable {
     constructor() {
         const tbody = h('tbody');
         const heads = [['Queue'],
-            ['Quota', 'The agents its running jobs may hold; beyond it they only borrow idle ones'],
-            ['In use', 'The agents its running jobs hold'],
-            ['Borrowed', 'Held beyond its quota: taken back when a job of another queue within its quota needs them'],
+            ['Quota', 'The agents its running jobs may hold, and the memory their tasks may need (each job\'s ' +
+                'estimate at submission); beyond it they only borrow idle agents'],
+            ['In use', 'The agents its running jobs hold, and, where it has a quota of memory, the memory they count'],
+            ['Borrowed', 'Held beyond its quota (agents, memory): taken back when a job of another queue within ' +
+                'its quota needs them'],
             ['Running'], ['Waiting'], ['Weight', 'Its share of the cluster when queues borrow']];
+        this.classesHead = h('th', {scope: 'col', title: 'Named priorities its jobs may give ' +
+            '(run_policy.priority_class); a job keeps the value its class had when it was submitted'},
+        'Priority classes');
+        this.withClasses = false;
+        this.headRow = h('tr', null, heads.map(([t, title], i) =>
+            h('th', {scope: 'col', class: i >= 4 ? 'num' : null, title}, t)));
         this.table = h('table', {class: 'table table-compact', dataset: {testid: 'queues-table'}},
-            h('caption', {class: 'sr-only'}, 'Queues: their quotas, the agents their jobs hold and borrow, their jobs'),
-            h('thead', null, h('tr', null, heads.map(([t, title], i) =>
-                h('th', {scope: 'col', class: i >= 4 ? 'num' : null, title}, t)))),
+            h('caption', {class: 'sr-only'},
+                'Queues: their quotas, the agents and memory their jobs hold and borrow, their jobs, their priority classes'),
+            h('thead', null, this.headRow),
             tbody);
         this.rows = new KeyedRows(tbody, (row, q, fresh) => this.renderRow(row, q, fresh));
         this.el = h('div', {hidden: true}, h('h3', {class: 'subhead'}, 'Queues'),
@@ -93,22 +129,33 @@ class QueuesTable {
             row.append(h('th', {scope: 'row'}, q.name), h('td'), h('td'), h('td'), h('td', {class: 'num'}),
                 h('td', {class: 'num'}), h('td', {class: 'num'}));
         }
+        if (this.withClasses && row.children.length === 7) row.append(h('td'));
+        if (!this.withClasses && row.children.length > 7) row.lastChild.remove();
         const c = row.children;
         const jobs = q.jobs || {};
+        const memory = !none((q.quota || {}).memory_bytes);
         setText(c[1], quotaText(q.quota));
-        setText(c[2], agentsText(q.usage || {}, false));
-        setText(c[3], agentsText(q.borrowed || {}, true));
+        setText(c[2], amountsText(q.usage || {}, false, memory));
+        setText(c[3], amountsText(q.borrowed || {}, true, true));
         setText(c[4], fmtInt(jobs.running));
         setText(c[5], fmtInt(jobs.waiting));
         setText(c[6], fmtInt(q.weight));
+        if (this.withClasses) setText(c[7], classesText(q.priority_classes) || '—');
     }
 
     /* Shows `queues` (GET /api/v1/queues items); returns whether the table is shown: more than
-     * the default queue, or a default queue with a quota. */
+     * the default queue, or a default queue with a quota or priority classes. */
     set(queues) {
+        const withClasses = queues.some((q) => classesText(q.priority_classes) !== '');
+        if (withClasses !== this.withClasses) {
+            this.withClasses = withClasses;
+            if (withClasses) this.headRow.append(this.classesHead);
+            else this.classesHead.remove();
+        }
         this.rows.update(queues, (q) => q.name);
         const only = queues.length === 1 ? queues[0] : null;
-        const shown = queues.length > 1 || (only !== null && quotaText(only.quota) !== 'no limit');
+        const shown = queues.length > 1 || (only !== null &&
+            (quotaText(only.quota) !== 'no limit' || classesText(only.priority_classes) !== ''));
         this.el.hidden = !shown;
         return shown;
     }

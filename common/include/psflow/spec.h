@@ -252,6 +252,10 @@ typedef struct pf_run_policy_spec {
      * borrowing); "" for the default queue, which the normalised spec leaves out (a spec
      * naming "default" reads as one naming none): pf_job_spec_queue */
     char queue[PF_NAME_MAX + 1];
+    /* a priority class of its queue (coordinator: the queue's priority_classes), whose value
+     * the coordinator writes into priority at submit; "" for none, left out of the
+     * normalised spec */
+    char priority_class[PF_NAME_MAX + 1];
 } pf_run_policy_spec;
 
 #define PF_DEFAULT_QUEUE "default" /* the queue of a job whose spec names none */

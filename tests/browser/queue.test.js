@@ -19,7 +19,10 @@
  *      quota naming team-a; `hold` is cancelled and `borrower` starts on the idle agents, 1 ps
  *      and 1 worker borrowed (event Borrowing); `reclaim` (default) takes them back, so
  *      `borrower` waits again, preempted by `reclaim`; once its jobs are cancelled team-a is
- *      deleted and the queues table hides again;
+ *      deleted and the queues table hides again; queue `team-m`, put with a quota of 1 GiB of
+ *      memory and priority classes high 100 and low -10, shows both in its row (the classes
+ *      in their own column, there only while a queue has classes), and hides again when
+ *      deleted;
  *   at each step the rows are exactly the API's (GET /api/v1/jobs?waiting=true: names,
  *   positions, reasons; GET /api/v1/queues: every queue's figures), a bad `waiting` is a 400,
  *   and the page logs no console error.
@@ -176,6 +179,24 @@ async function quotaScenario(page, base) {
     await expectQueue(page, base, [], 60000);
     await api(base, 'DELETE', '/api/v1/queues/team-a');
     await expectQueues(page, base, 'team-a deleted', false, (q) => !q['team-a'], 30000);
+
+    /* a quota of memory and priority classes */
+    await api(base, 'PUT', '/api/v1/queues/team-m', {quota: {memory_bytes: 1 << 30},
+        priority_classes: {low: -10, high: 100}});
+    let seen = [];
+    const cells = await waitFor('team-m with its memory and classes shown', async () => {
+        seen = await page.evaluate(() => [...document.querySelectorAll(
+            '[data-testid="queues-table"] tr')].map((r) => r.dataset.key + ': ' + [...r.children]
+            .map((c) => c.textContent).join(' | ')));
+        const row = seen.find((r) => r.startsWith('team-m: '));
+        return row && row.split(' | ').length === 8 ? row.slice(8).split(' | ') : null;
+    }, 30000, 200).catch((e) => {
+        throw new Error(e.message + '; the page shows ' + JSON.stringify(seen));
+    });
+    check(cells[1] === 'no agent limit · 1.0 GiB' && cells[7] === 'high 100, low -10',
+        'team-m: quota "' + cells[1] + '", classes "' + cells[7] + '"');
+    await api(base, 'DELETE', '/api/v1/queues/team-m');
+    await expectQueues(page, base, 'team-m deleted', false, (q) => !q['team-m'], 30000);
 }
 
 async function main() {

@@ -430,7 +430,7 @@ typedef struct coord_cluster {
     double lease_seconds;
     coord_event *pending; /* queued since the last coord_cluster_take_events */
     int n_pending, cap_pending;
-    /* the seconds the newest scheduling rounds took (admit_all), a ring of the last
+    /* the seconds the newest scheduling rounds took (coord_schedule), a ring of the last
      * COORD_ROUND_SAMPLES, and how many there were: /metrics's psflow_scheduling_round_seconds */
     double round_seconds[COORD_ROUND_SAMPLES], round_seconds_sum;
     int64_t rounds;

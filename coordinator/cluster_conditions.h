@@ -1,7 +1,7 @@
 /* cluster_conditions.h - a job's phase and conditions, shared by the files of the state
- * machine (cluster.c, cluster_reports.c); the names of phases and task states and
- * coord_job_finished are in cluster.h. Same rules as cluster.h: pure, `now` in Unix seconds,
- * the caller holds the coordinator's lock.
+ * machine (cluster.c, cluster_admit.c, cluster_schedule.c, cluster_reports.c); the names of
+ * phases and task states and coord_job_finished are in cluster.h. Same rules as cluster.h:
+ * pure, `now` in Unix seconds, the caller holds the coordinator's lock.
  */
 #ifndef PSFLOW_COORDINATOR_CLUSTER_CONDITIONS_H
 #define PSFLOW_COORDINATOR_CLUSTER_CONDITIONS_H

@@ -474,8 +474,8 @@ char *coord_job_tf_config(const coord_job *j, const char *type, int index, const
         return NULL;
     }
     /* Every task has an agent's address but workers added by a live scale-up that have none
-     * yet: they get their agents all at once (replace_tasks), and until then the cluster
-     * lists the workers before them, so each listed index is the task's own. */
+     * yet: they get their agents all at once (coord_job_replace_tasks), and until then the
+     * cluster lists the workers before them, so each listed index is the task's own. */
     int workers = 0;
     bool gap = false;
     for (int i = 0; i < j->n_tasks; i++) {

@@ -1,7 +1,7 @@
 /* cluster_queues.h - the queues jobs are admitted through (run_policy.queue; api/rest.md,
  * /api/v1/queues): their registry and what each holds. Pure, like cluster.h: the caller
  * serialises the calls and persists what is marked dirty. How admission uses a queue's
- * quota and weight is cluster.c's (docs/design.md, "Queues, quotas and borrowing").
+ * quota and weight is cluster_schedule.c's (docs/design.md, "Queues, quotas and borrowing").
  */
 #ifndef PSFLOW_COORDINATOR_CLUSTER_QUEUES_H
 #define PSFLOW_COORDINATOR_CLUSTER_QUEUES_H

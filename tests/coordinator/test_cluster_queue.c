@@ -1,4 +1,4 @@
-/* test_cluster_queue.c - the coordinator's queue (coordinator/cluster.c admit_all,
+/* test_cluster_queue.c - the coordinator's queue (coordinator/cluster_schedule.c coord_schedule,
  * docs/design.md "The queue"), driven in-process with explicit times: a large job submitted
  * first is not overtaken by a small one submitted later (the agents it needs are held for it,
  * its status and the small job's message say so) and starts first once agents free up; a job

@@ -1,4 +1,4 @@
-/* test_cluster_quota.c - queues with quotas (coordinator/cluster.c admit_queue and
+/* test_cluster_quota.c - queues with quotas (coordinator/cluster_schedule.c admit_queue and
  * admit_borrowers, coordinator/cluster_queues.c; docs/design.md "Queues, quotas and
  * borrowing"), driven in-process with explicit times: a job within its queue's quota starts as
  * before; one beyond it starts only on idle agents no job within its quota waits for

@@ -357,7 +357,10 @@ static json_t *quota_json(int64_t quota) {
 json_t *coord_queue_classes_json(const coord_queue *q) {
     json_t *classes = json_object();
     for (int i = 0; classes && i < q->n_classes; i++)
-        json_object_set_new(classes, q->classes[i].name, json_integer(q->classes[i].value));
+        if (json_object_set_new(classes, q->classes[i].name, json_integer(q->classes[i].value))) {
+            json_decref(classes); /* out of memory: no partial list */
+            return NULL;
+        }
     return classes;
 }
 

@@ -90,10 +90,22 @@ void coord_job_task_memory(coord_job *j, int64_t *ps, int64_t *task) {
     *task = j->memory_task;
 }
 
+int64_t coord_memory_add(int64_t a, int64_t b) {
+    int64_t sum;
+    if (!__builtin_add_overflow(a, b, &sum))
+        return sum;
+    return b > 0 ? INT64_MAX : INT64_MIN;
+}
+
 int64_t coord_job_memory(coord_job *j, int ps, int tasks) {
-    int64_t per_ps, per_task;
+    const int64_t most = COORD_QUEUE_MEMORY_QUOTA_MAX + 1;
+    int64_t per_ps, per_task, a, b;
     coord_job_task_memory(j, &per_ps, &per_task);
-    return (int64_t)ps * per_ps + (int64_t)tasks * per_task;
+    if (__builtin_mul_overflow((int64_t)ps, per_ps, &a) ||
+        __builtin_mul_overflow((int64_t)tasks, per_task, &b))
+        return most;
+    int64_t sum = coord_memory_add(a, b);
+    return sum < most ? sum : most;
 }
 
 pf_status coord_queue_delete(coord_cluster *c, coord_queue *q, pf_error *err) {
@@ -167,7 +179,7 @@ void coord_queues_measure(coord_cluster *c) {
         }
         q->used_workers += serving;
         if (serving)
-            q->used_memory += coord_job_memory(j, 0, serving);
+            q->used_memory = coord_memory_add(q->used_memory, coord_job_memory(j, 0, serving));
         if (j->phase == COORD_RUNNING && j->drain_until > 0) {
             q->running++; /* preempted, taking its final checkpoint: its agents are going */
         } else if (j->phase == COORD_RUNNING) {
@@ -179,7 +191,7 @@ void coord_queues_measure(coord_cluster *c) {
                            j->tasks[k].incarnation != 0;
             q->used_ps += ps;
             q->used_workers += workers;
-            q->used_memory += coord_job_memory(j, ps, workers);
+            q->used_memory = coord_memory_add(q->used_memory, coord_job_memory(j, ps, workers));
             q->running++;
         } else if (j->phase == COORD_CREATED || j->phase == COORD_RESTARTING) {
             q->waiting++;

@@ -39,8 +39,13 @@ const coord_priority_class *coord_queue_class(const coord_queue *q, const char *
  * replicas), worked out once for its number of ps and worker tasks. */
 void coord_job_task_memory(coord_job *j, int64_t *ps, int64_t *task);
 
-/* The memory ps ps tasks and `tasks` other tasks of job j count (coord_job_task_memory). */
+/* The memory ps ps tasks and `tasks` other tasks of job j count (coord_job_task_memory), at
+ * most COORD_QUEUE_MEMORY_QUOTA_MAX + 1: beyond any quota. */
 int64_t coord_job_memory(coord_job *j, int ps, int tasks);
+
+/* a + b for memory figures, held at INT64_MAX or INT64_MIN instead of overflowing (a queue's
+ * figures sum its jobs'). */
+int64_t coord_memory_add(int64_t a, int64_t b);
 
 /* Deletes queue q: PF_ERR_INVALID (err says why) for the default queue, and for a queue an
  * unfinished job is admitted through. */

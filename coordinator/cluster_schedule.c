@@ -221,13 +221,16 @@ static int victim_cmp(const void *a, const void *b) {
 }
 
 /* Whether taking victim v still frees agents of a role, or memory, that j is short of (got so
- * far); a borrowed one only while its queue holds more than its quota once the victims taken
- * before it stopped (queue_over). */
-static bool victim_helps(const victim *v, amount want, amount got, bool queue_over) {
-    if (v->borrowed && !queue_over)
-        return false;
-    return (got.ps < want.ps && v->ps > 0) || (got.workers < want.workers && v->workers > 0) ||
-           (got.memory < want.memory && v->memory > 0);
+ * far); a borrowed one only what its queue holds beyond its quota once the victims taken
+ * before it stopped (queue_over): agents of a role beyond that role's quota, and any of its
+ * agents while it holds memory beyond its quota of memory. */
+static bool victim_helps(const victim *v, amount want, amount got, amount queue_over) {
+    /* a borrowed one gives agents of a role its queue holds beyond that quota, or beyond its
+     * quota of memory */
+    bool memory = !v->borrowed || queue_over.memory > 0;
+    return (got.ps < want.ps && v->ps > 0 && (memory || queue_over.ps > 0)) ||
+           (got.workers < want.workers && v->workers > 0 && (memory || queue_over.workers > 0)) ||
+           (got.memory < want.memory && v->memory > 0 && memory);
 }
 
 static bool covers(amount got, amount want) {
@@ -274,14 +277,14 @@ static bool preempt_for(coord_cluster *c, coord_job *j, amount want, bool own_qu
     amount got = {0, 0, 0};
     for (int i = 0; i < n && !covers(got, want); i++) {
         amount *vo = &over[coord_job_queue(c, v[i].job) - c->queues];
-        if (victim_helps(&v[i], want, got, vo->ps > 0 || vo->workers > 0 || vo->memory > 0)) {
+        if (victim_helps(&v[i], want, got, *vo)) {
             vo->ps -= v[i].ps;
             vo->workers -= v[i].workers;
-            vo->memory -= v[i].memory;
+            vo->memory = coord_memory_add(vo->memory, -v[i].memory);
             v[taken++] = v[i];
             got.ps += v[i].ps;
             got.workers += v[i].workers;
-            got.memory += v[i].memory;
+            got.memory = coord_memory_add(got.memory, v[i].memory);
         }
     }
     if (!covers(got, want)) {
@@ -289,7 +292,8 @@ static bool preempt_for(coord_cluster *c, coord_job *j, amount want, bool own_qu
         return false; /* all of them would not free enough */
     }
     for (int i = taken - 1; i >= 0; i--) { /* spare those the others cover */
-        amount less = {got.ps - v[i].ps, got.workers - v[i].workers, got.memory - v[i].memory};
+        amount less = {got.ps - v[i].ps, got.workers - v[i].workers,
+                       coord_memory_add(got.memory, -v[i].memory)};
         if (covers(less, want)) {
             got = less;
             v[i].job = NULL;
@@ -460,7 +464,9 @@ static capacity count_capacity(const coord_cluster *c) {
  * hold, what is held for its jobs ahead of j, and j's own, less the quota (0 or less: within
  * it; quota -1: no limit). */
 static int64_t beyond_quota(int64_t used, int64_t held, int64_t need, int64_t quota) {
-    return quota < 0 ? 0 : used + held + need - quota;
+    if (quota < 0)
+        return 0;
+    return coord_memory_add(coord_memory_add(coord_memory_add(used, held), need), -quota);
 }
 
 static amount beyond(const coord_queue *q, coord_job *j) {
@@ -562,7 +568,7 @@ static void admit_borrowers(coord_cluster *c, queued *borrowers, int n, capacity
         k->idle_workers -= coord_job_need_workers(j);
         q->used_ps += coord_job_need_ps(j);
         q->used_workers += coord_job_need_workers(j);
-        q->used_memory += coord_job_need_memory(j);
+        q->used_memory = coord_memory_add(q->used_memory, coord_job_need_memory(j));
         set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
         char msg[COORD_TEXT_MAX], qp[12], qw[12], qm[48] = "", um[16], text[16];
         if (q->quota_memory >= 0)
@@ -627,7 +633,7 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrower
             k.idle_workers -= coord_job_need_workers(j);
             jq->used_ps += coord_job_need_ps(j);
             jq->used_workers += coord_job_need_workers(j);
-            jq->used_memory += coord_job_need_memory(j);
+            jq->used_memory = coord_memory_add(jq->used_memory, coord_job_need_memory(j));
             set_queue(j, 0, NULL, COORD_WAIT_CAPACITY);
             continue;
         }
@@ -648,7 +654,8 @@ static bool admit_queue(coord_cluster *c, queued *queue, int n, queued *borrower
         held_workers += coord_job_need_workers(j);
         jq->held_ps += coord_job_need_ps(j);
         jq->held_workers += coord_job_need_workers(j);
-        jq->held_memory += jq->quota_memory < 0 ? 0 : coord_job_need_memory(j);
+        if (jq->quota_memory >= 0)
+            jq->held_memory = coord_memory_add(jq->held_memory, coord_job_need_memory(j));
         if (!first_holder) {
             first_holder = j;
             double at =

@@ -432,6 +432,52 @@ static void test_memory_quota_and_classes(void **state) {
     assert_int_equal(m3->phase, COORD_CREATED);
     assert_waits(m3, "quota", "m");
     assert_non_null(strstr(m3->message, "(ps: no limit, workers: no limit, memory: "));
+    /* a queue's figures saturate rather than wrap */
+    assert_true(coord_memory_add(INT64_MAX - 1, 5) == INT64_MAX);
+    assert_true(coord_memory_add(INT64_MIN + 1, -5) == INT64_MIN);
+    assert_true(coord_job_memory(m3, 1, 1) <= COORD_QUEUE_MEMORY_QUOTA_MAX + 1);
+    coord_cluster_deinit(&c);
+}
+
+/* A reclaim takes from a queue that borrowed only what it holds beyond its quota: agents of a
+ * role beyond that role's quota, or any of its agents while it holds memory beyond its quota
+ * of memory; never agents of a role within quota for a queue over on another role only. */
+static void test_reclaim_by_role(void **state) {
+    (void)state;
+    coord_cluster c;
+    coord_cluster_init(&c, LEASE);
+    put_queue(&c, "a", 2, 1, 1); /* room for 2 ps but 1 worker */
+    put_queue(&c, "b", -1, -1, 1);
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "ps-%d", i);
+        add_node(&c, id, "ps", T0);
+    }
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "w-%d", i);
+        add_node(&c, id, "worker", T0);
+    }
+    coord_job *a1 = submit_in(&c, "a1", "a", 1, 1, "", T0);
+    coord_job *a2 = submit_in(&c, "a2", "a", 1, 1, "", T0 + 1);
+    assert_int_equal(a1->phase, COORD_RUNNING);
+    assert_int_equal(a2->phase, COORD_RUNNING); /* beyond the workers' quota: borrows */
+    report_running(&c, a1, T0 + 1);
+    report_running(&c, a2, T0 + 1);
+    take_events(&c, NULL, NULL);
+
+    /* b1 lacks a ps only: a holds its 2 ps within quota, so nothing is reclaimed */
+    coord_job *b1 = submit_in(&c, "b1", "b", 1, 1, "", T0 + 2);
+    assert_int_equal(b1->phase, COORD_CREATED);
+    assert_int_equal(a2->phase, COORD_RUNNING);
+    assert_int_equal(take_events(&c, "log", "Reclaiming"), 0);
+
+    /* with a quota of memory a1's alone fills, a is beyond it: a2's ps is reclaimed */
+    put_queue_memory(&c, "a", 2, 1, coord_job_memory(a1, 1, 1), 1);
+    coord_cluster_tick(&c, T0 + 3);
+    assert_int_equal(a2->phase, COORD_RESTARTING);
+    assert_int_equal(a1->phase, COORD_RUNNING);
+    assert_int_equal(take_events(&c, "log", "Reclaiming"), 1);
     coord_cluster_deinit(&c);
 }
 
@@ -444,6 +490,7 @@ int main(void) {
         cmocka_unit_test(test_reclaim_victims),
         cmocka_unit_test(test_queue_checks),
         cmocka_unit_test(test_memory_quota_and_classes),
+        cmocka_unit_test(test_reclaim_by_role),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,9 +23,11 @@
 #define NONE         UINT32_MAX /* no row: an empty hash slot, the end of the order */
 #define DEAD         INT64_MIN  /* the last step of a row on the free list */
 #define SKETCH_DEPTH 4
-#define FIRST_ROWS   64 /* rows allocated at first, doubled as needed */
-#define AHEAD        8  /* a batch works this many ids behind the one it asks memory for */
-#define RING         32 /* > 2 * AHEAD, a power of two */
+#define FIRST_ROWS   64  /* rows allocated at first, doubled as needed */
+#define AHEAD        8   /* a batch works this many ids behind the one it asks memory for */
+#define RING         32  /* > 2 * AHEAD, a power of two */
+#define PREFETCH     256 /* bytes of a row asked for ahead: its first cache lines */
+#define AGE_EVERY    10  /* the sketch's counters halve after AGE_EVERY * width counts */
 
 /* A hash slot: an id and its row (NONE: empty), both in one cache line. */
 typedef struct slot {
@@ -54,6 +56,8 @@ struct pf_dyn_table {
     /* the sketch: SKETCH_DEPTH rows of sketch_width counters (a power of two) */
     uint8_t *sketch;
     uint64_t sketch_width;
+    uint64_t sketch_counted; /* counts since the counters last halved */
+    uint64_t draws;          /* probability draws made: the draw of a saturated count */
     pf_dyn_stats stats;
 };
 
@@ -207,7 +211,8 @@ static bool reserve(pf_dyn_table *t, size_t n) {
         size *= 2;
     if (size > t->cap_hash && !rehash(t, size))
         return false;
-    return grow_rows(t, t->high + more);
+    /* new rows come from the free list (high - rows of them) first, then after high */
+    return grow_rows(t, t->high > t->stats.rows + more ? t->high : t->stats.rows + more);
 }
 
 /* Empties hash slot i, shifting back the entries after it that probed past it. */
@@ -319,7 +324,7 @@ void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out) {
             uint32_t r = t->hash[probe(t, ids[i - AHEAD])].row;
             ring[(i - AHEAD) % RING] = r;
             if (r != NONE)
-                pf_prefetch_read(t->values + (size_t)r * dim, bytes);
+                pf_prefetch_read(t->values + (size_t)r * dim, bytes < PREFETCH ? bytes : PREFETCH);
         }
         if (i >= 2 * AHEAD) { /* copy it */
             size_t k = i - 2 * AHEAD;
@@ -349,6 +354,13 @@ static int sketch_count(pf_dyn_table *t, uint64_t id) {
         for (int d = 0; d < SKETCH_DEPTH; d++)
             if (*cell[d] == least)
                 (*cell[d])++;
+    /* ids seen long ago weigh less: without it every counter would fill in a long run, and
+     * any new id would read as seen often */
+    if (++t->sketch_counted >= AGE_EVERY * t->sketch_width) {
+        for (uint64_t c = 0; c < SKETCH_DEPTH * t->sketch_width; c++)
+            t->sketch[c] >>= 1;
+        t->sketch_counted = 0;
+    }
     return least < 255 ? least + 1 : 255;
 }
 
@@ -359,8 +371,11 @@ static bool admits(pf_dyn_table *t, uint64_t id) {
         return false;
     if (t->cfg.probability >= 1)
         return true;
-    /* a draw of its own for each (id, count): the same updates make the same decisions */
-    uint64_t draw = mix(mix(id ^ t->cfg.seed) + (uint64_t)count * 0x9e3779b97f4a7c15ull);
+    /* a draw of its own for each (id, count), and past a saturated count for each draw made:
+     * the same updates make the same decisions */
+    uint64_t nth = count < 255 ? (uint64_t)count : 255 + t->draws;
+    t->draws++;
+    uint64_t draw = mix(mix(id ^ t->cfg.seed) + nth * 0x9e3779b97f4a7c15ull);
     return (double)(draw >> 11) * 0x1.0p-53 < t->cfg.probability;
 }
 
@@ -433,8 +448,11 @@ pf_status pf_dyn_update_batch(pf_dyn_table *t, const uint64_t *ids, size_t n, in
                               float **rows, float **slots) {
     size_t dim = (size_t)t->cfg.dim;
     if (!reserve(t, n)) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             rows[i] = NULL;
+            for (int s = 0; slots && s < PF_DYN_MAX_SLOTS; s++)
+                slots[i * PF_DYN_MAX_SLOTS + s] = NULL;
+        }
         return PF_ERR_NOMEM;
     }
     uint64_t mask = t->cap_hash - 1; /* no rehash from here on */
@@ -447,7 +465,8 @@ pf_status pf_dyn_update_batch(pf_dyn_table *t, const uint64_t *ids, size_t n, in
             ring[(i - AHEAD) % RING] = r;
             if (r != NONE) {
                 __builtin_prefetch(&t->meta[r], 1, 3);
-                pf_prefetch_write(t->values + (size_t)r * dim, dim * sizeof(float));
+                pf_prefetch_write(t->values + (size_t)r * dim,
+                                  dim * sizeof(float) < PREFETCH ? dim * sizeof(float) : PREFETCH);
             }
         }
         if (i >= 2 * AHEAD) {
@@ -473,7 +492,7 @@ pf_status pf_dyn_update_row(pf_dyn_table *t, uint64_t id, int64_t step, float **
 
 int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step) {
     int64_t dropped = 0;
-    if (t->cfg.steps_to_live <= 0)
+    if (t->cfg.steps_to_live <= 0 || step < INT64_MIN + t->cfg.steps_to_live)
         return 0;
     while (t->tail != NONE && t->meta[t->tail].last < step - t->cfg.steps_to_live) {
         drop_row(t, t->tail);
@@ -485,6 +504,8 @@ int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step) {
 pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const float *values,
                         const float *const *slots) {
     size_t dim = (size_t)t->cfg.dim;
+    if (last_step == DEAD || (t->head != NONE && last_step < t->meta[t->head].last))
+        return PF_ERR_INVALID; /* the order is by step: rows come back in pf_dyn_next's */
     if (!reserve(t, 1))
         return PF_ERR_NOMEM;
     uint32_t r = t->hash[probe(t, id)].row;

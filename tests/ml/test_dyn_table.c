@@ -181,11 +181,12 @@ static void test_eviction(void **state) {
     pf_dyn_config c = config(3, 1, 3);
     c.steps_to_live = 5;
     pf_dyn_table *t = create(&c);
+    float *slots[PF_DYN_MAX_SLOTS];
     update(t, 1, 1, NULL);
-    update(t, 2, 2, NULL);
+    update(t, 2, 2, slots);
+    slots[0][0] = slots[0][2] = 5.0f; /* 2's slot, to be dropped with it */
     update(t, 3, 3, NULL);
     update(t, 1, 4, NULL); /* 2 is now the least recent */
-    float *slots[PF_DYN_MAX_SLOTS];
     float *row = update(t, 4, 5, slots);
     assert_non_null(row);
     assert_true(slots[0][0] == 0.0f && slots[0][2] == 0.0f); /* not 2's */
@@ -268,6 +269,89 @@ static void test_random_run(void **state) {
             }
         assert_int_equal(pf_dyn_stats_get(t).rows, rows);
     }
+    pf_dyn_destroy(t);
+}
+
+/* The batch calls against the single ones: a run of batches of 40 ids (some named twice)
+ * through pf_dyn_update_batch, with admissions and evictions inside batches, against the
+ * same run one id at a time in another table: the same rows get the same values; every
+ * pointer a batch hands out is its id's row until the batch is over (a marker written
+ * through each is read back after it); pf_dyn_gather equals pf_dyn_find row by row. */
+static void test_batches(void **state) {
+    (void)state;
+    enum { SPACE = 3000, BATCH = 40 };
+    pf_dyn_config c = config(4, 1, 500);
+    c.min_count = 2;
+    c.sketch_bytes = 1 << 14;
+    c.steps_to_live = 300;
+    pf_dyn_table *t = create(&c), *u = create(&c);
+    pf_rng rng;
+    pf_rng_init(&rng, 5, 0);
+    uint64_t ids[BATCH];
+    float *rows[BATCH], *slots[BATCH * PF_DYN_MAX_SLOTS];
+    float out[BATCH * 4];
+    for (int64_t step = 1; step <= 2000; step++) {
+        for (int i = 0; i < BATCH; i++)
+            ids[i] = i > 0 && i % 7 == 0 ? ids[i - 1] : pf_rng_below(&rng, SPACE) << 24;
+        assert_int_equal(pf_dyn_update_batch(t, ids, BATCH, step, rows, slots), PF_OK);
+        for (int i = 0; i < BATCH; i++) {
+            float *one = update(u, ids[i], step, NULL);
+            assert_int_equal(rows[i] != NULL, one != NULL);
+            if (rows[i]) {
+                assert_memory_equal(rows[i] + 1, one + 1, 3 * sizeof(float));
+                rows[i][0] = one[0] = (float)(ids[i] >> 24);
+                slots[i * PF_DYN_MAX_SLOTS][3] = (float)step;
+                assert_null(slots[i * PF_DYN_MAX_SLOTS + 1]);
+            }
+        }
+        for (int i = 0; i < BATCH; i++)
+            if (rows[i])
+                assert_true(rows[i][0] == (float)(ids[i] >> 24) &&
+                            slots[i * PF_DYN_MAX_SLOTS][3] == (float)step);
+        if (step % 100 == 0)
+            assert_int_equal(pf_dyn_evict_stale(t, step), pf_dyn_evict_stale(u, step));
+        pf_dyn_gather(t, ids, BATCH, out);
+        for (int i = 0; i < BATCH; i++) {
+            const float *v = pf_dyn_find(t, ids[i]);
+            if (v)
+                assert_memory_equal(out + 4 * i, v, 4 * sizeof(float));
+            else
+                assert_true(out[4 * i] == 0.0f && out[4 * i + 3] == 0.0f);
+        }
+    }
+    pf_dyn_stats a = pf_dyn_stats_get(t), b = pf_dyn_stats_get(u);
+    assert_int_equal(a.rows, b.rows);
+    assert_int_equal(a.admitted, b.admitted);
+    assert_int_equal(a.evicted, b.evicted);
+    assert_true(a.evicted > 1000 && a.refused > 1000); /* both happened, many times */
+    pf_dyn_destroy(t);
+    pf_dyn_destroy(u);
+}
+
+/* A step that names more new ids than max_rows: the first max_rows are admitted, the rest
+ * refused, and no row of the step is dropped under it; the next step evicts as usual. */
+static void test_crowded_step(void **state) {
+    (void)state;
+    pf_dyn_config c = config(2, 0, 16);
+    pf_dyn_table *t = create(&c);
+    uint64_t ids[40];
+    float *rows[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = 1000 + (uint64_t)i;
+    assert_int_equal(pf_dyn_update_batch(t, ids, 40, 1, rows, NULL), PF_OK);
+    for (int i = 0; i < 40; i++) {
+        assert_int_equal(rows[i] != NULL, i < 16);
+        if (rows[i])
+            rows[i][1] = (float)i;
+    }
+    for (int i = 0; i < 16; i++)
+        assert_true(rows[i][1] == (float)i && pf_dyn_find(t, ids[i]) == rows[i]);
+    assert_int_equal(pf_dyn_stats_get(t).refused, 24);
+    assert_non_null(update(t, 5000, 2, NULL)); /* ids[0]'s row makes room */
+    assert_null(pf_dyn_find(t, ids[0]));
+    /* a restore takes rows in order only */
+    assert_int_equal(pf_dyn_insert(t, 7, 1, (const float[]){1, 2}, NULL), PF_ERR_INVALID);
+    assert_int_equal(pf_dyn_insert(t, 7, 2, (const float[]){1, 2}, NULL), PF_OK);
     pf_dyn_destroy(t);
 }
 
@@ -372,7 +456,8 @@ int main(void) {
         cmocka_unit_test(test_min_count),        cmocka_unit_test(test_probability),
         cmocka_unit_test(test_eviction),         cmocka_unit_test(test_random_run),
         cmocka_unit_test(test_walk_and_restore), cmocka_unit_test(test_bytes_bound),
-        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_crowded_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

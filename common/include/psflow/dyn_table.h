@@ -5,8 +5,9 @@
  *
  *   admission  an id without a row gets one on an update once it has been updated min_count
  *              times (counted in a count-min sketch of a stated size, so ids seen once cost
- *              no row), each such update admitting it with `probability`; until then it
- *              reads as zeros and its gradient is dropped (counted as refused);
+ *              no row; its counters halve now and then, so that old counts fade), each such
+ *              update admitting it with `probability`; until then it reads as zeros and its
+ *              gradient is dropped (counted as refused);
  *   eviction   rows not updated for steps_to_live global steps are dropped on request
  *              (pf_dyn_evict_stale); at max_rows the least recently updated row makes room
  *              for a new one; an evicted row frees its values and its slots;
@@ -20,8 +21,9 @@
  * Speed: the batch calls (pf_dyn_gather, pf_dyn_update_batch) work on many ids at once,
  * asking for the hash slot and the row of ids ahead of the one they work on, so that the
  * cache misses of a batch overlap instead of following one another.
- * Not thread-safe: the caller serialises calls. A row pointer it returns stays valid until
- * the next call that may create or drop a row (pf_dyn_update_row, pf_dyn_update_batch,
+ * Steps: the steps given to updates and restores never decrease (the order is by step) and
+ * are above INT64_MIN. Not thread-safe: the caller serialises calls. A row pointer it returns stays
+ * valid until the next call that may create or drop a row (pf_dyn_update_row, pf_dyn_update_batch,
  * pf_dyn_insert, pf_dyn_evict_stale).
  */
 #ifndef PSFLOW_DYN_TABLE_H
@@ -111,7 +113,8 @@ pf_status pf_dyn_update_row(pf_dyn_table *t, uint64_t id, int64_t step, float **
 /* pf_dyn_update_row for ids[0..n) in turn: rows[i] (NULL: not admitted) and, with slots,
  * slots[i * PF_DYN_MAX_SLOTS + k]; all of them valid together, until the next call that may
  * create or drop a row. Room for n new rows is made first: PF_ERR_NOMEM then, the table
- * unchanged. An id named twice gets the same row twice. */
+ * unchanged. An id named twice gets the same row twice once it has one (with min_count,
+ * its first occurrences may be refused and a later one admit it). */
 pf_status pf_dyn_update_batch(pf_dyn_table *t, const uint64_t *ids, size_t n, int64_t step,
                               float **rows, float **slots);
 
@@ -119,9 +122,10 @@ pf_status pf_dyn_update_batch(pf_dyn_table *t, const uint64_t *ids, size_t n, in
  * steps_to_live is 0); returns how many. O(rows dropped). */
 int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step);
 
-/* Puts a row as it was (a restore): id's values (dim floats), slots[k] (NULL: zeros) and the
- * step of its latest update, replacing a row id has; no admission. At max_rows the least
- * recently updated row makes room. PF_ERR_NOMEM (the table unchanged). */
+/* Puts a row as it was (a restore, in pf_dyn_next's order): id's values (dim floats), slots[k]
+ * (NULL: zeros) and the step of its latest update, replacing a row id has; no admission. At
+ * max_rows the least recently updated row makes room. PF_ERR_INVALID for a step below the
+ * newest row's (out of order), PF_ERR_NOMEM (the table unchanged either way). */
 pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const float *values,
                         const float *const *slots);
 

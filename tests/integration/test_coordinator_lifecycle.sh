@@ -84,6 +84,10 @@ wait_until 20 "spare ps registered" jget "$URL/api/v1/nodes/spare-ps" 'd["id"]'
 spec lost 2 10000 "training.batch_size=50" >"$WORK/lost.json"
 [ "$(submit "$WORK/lost.json")" = 201 ] || fail "submit lost: $(cat "$WORK/submit.json")"
 wait_until 60 "job 'lost' past step 300" step_over lost 300
+# The kill must come after a checkpoint is complete, or the restart has nothing to restore
+# (a loaded machine can be past step 300 before the first checkpoint's files are written).
+has_checkpoint() { [ "$(jget "$URL/api/v1/jobs/$1/checkpoints" 'len(d["items"])')" -gt 0 ]; }
+wait_until 60 "job 'lost' has a complete checkpoint" has_checkpoint lost
 victim=$(jget "$URL/api/v1/jobs/lost/tasks" '[t["node_id"] for t in d["items"] if t["type"]=="ps" and t["index"]==1][0]')
 pid=$(agent_pid "$victim")
 [ -n "$pid" ] || fail "no process for agent $victim"

@@ -1,4 +1,4 @@
-/* safetensors.c - the safetensors layout for float32 tensors (see safetensors.h).
+/* safetensors.c - the safetensors layout (see safetensors.h).
  *
  * psflow runs on little-endian hosts only (x86-64, arm64), so tensor data is written and
  * read as the host's floats; the header's 8-byte length is encoded explicitly.
@@ -6,6 +6,7 @@
 #include "psflow/safetensors.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -20,7 +21,8 @@ struct pf_safetensors {
     char **names;
     int *ranks;
     int64_t (*shapes)[PF_TENSOR_MAX_RANK];
-    float **data;
+    void **data;
+    pf_dtype *dtypes;
     json_t *meta; /* the "__metadata__" object, or NULL */
 };
 
@@ -30,6 +32,8 @@ static int64_t element_count(int rank, const int64_t *shape) {
         c *= shape[i];
     return c;
 }
+
+static const char *const dtype_names[] = {"F32", "I64", "U64", "U8"};
 
 static void put_le64(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
@@ -60,9 +64,11 @@ static char *build_header(const pf_tensor_view *tensors, int n, const char *cons
         json_t *shape = json_array();
         for (int d = 0; d < t->rank; d++)
             json_array_append_new(shape, json_integer(t->shape[d]));
-        uint64_t bytes = (uint64_t)element_count(t->rank, t->shape) * sizeof(float);
-        json_t *entry = json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape,
-                                  "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
+        uint64_t bytes =
+            (uint64_t)element_count(t->rank, t->shape) * (uint64_t)pf_dtype_size(t->dtype);
+        json_t *entry =
+            json_pack("{s:s, s:o, s:[I,I]}", "dtype", dtype_names[t->dtype], "shape", shape,
+                      "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
         json_object_set_new(root, t->name, entry);
         offset += bytes;
     }
@@ -78,6 +84,9 @@ pf_status pf_safetensors_write(const char *path, const pf_tensor_view *tensors, 
         if (tensors[i].rank < 0 || tensors[i].rank > PF_TENSOR_MAX_RANK)
             return pf_error_set(err, PF_ERR_INVALID, NULL, "tensor '%s': rank %d unsupported",
                                 tensors[i].name, tensors[i].rank);
+        if ((unsigned)tensors[i].dtype > PF_DTYPE_U8)
+            return pf_error_set(err, PF_ERR_INVALID, NULL, "tensor '%s': dtype %d unsupported",
+                                tensors[i].name, (int)tensors[i].dtype);
         for (int j = 0; j < i; j++)
             if (!strcmp(tensors[i].name, tensors[j].name))
                 return pf_error_set(err, PF_ERR_INVALID, NULL, "duplicate tensor name '%s'",
@@ -102,9 +111,9 @@ pf_status pf_safetensors_write(const char *path, const pf_tensor_view *tensors, 
     parts[1] = (struct iovec){header, len};
     parts[2] = (struct iovec){(void *)spaces, padded - len};
     for (int i = 0; i < n; i++)
-        parts[3 + i] = (struct iovec){(void *)tensors[i].data,
+        parts[3 + i] = (struct iovec){(void *)tensors[i].raw,
                                       (size_t)element_count(tensors[i].rank, tensors[i].shape) *
-                                          sizeof(float)};
+                                          (size_t)pf_dtype_size(tensors[i].dtype)};
     pf_status st = pf_fs_write_atomic(path, parts, n + 3, err);
     pf_free(parts);
     free(header); /* from jansson's allocator */
@@ -122,13 +131,15 @@ void pf_safetensors_destroy(pf_safetensors *st) {
     pf_free(st->ranks);
     pf_free(st->shapes);
     pf_free(st->data);
+    pf_free(st->dtypes);
     json_decref(st->meta);
     pf_free(st);
 }
 
 /* Validates one header entry and fills rank/shape/offsets. */
-static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len, int *rank,
-                             int64_t *shape, uint64_t *begin, uint64_t *end, pf_error *err) {
+static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len, bool any,
+                             pf_dtype *type, int *rank, int64_t *shape, uint64_t *begin,
+                             uint64_t *end, pf_error *err) {
     json_t *dtype = json_object_get(entry, "dtype");
     json_t *jshape = json_object_get(entry, "shape");
     json_t *offs = json_object_get(entry, "data_offsets");
@@ -136,10 +147,15 @@ static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len,
         !json_is_array(offs) || json_array_size(offs) != 2)
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "tensor '%s': needs dtype, shape and data_offsets", name);
-    if (strcmp(json_string_value(dtype), "F32") != 0)
+    int t = 0;
+    while (t <= (any ? PF_DTYPE_U8 : PF_DTYPE_F32) &&
+           strcmp(json_string_value(dtype), dtype_names[t]) != 0)
+        t++;
+    if (t > (any ? PF_DTYPE_U8 : PF_DTYPE_F32))
         return pf_error_set(err, PF_ERR_UNSUPPORTED, NULL,
-                            "tensor '%s': dtype %s unsupported (psflow reads F32)", name,
-                            json_string_value(dtype));
+                            "tensor '%s': dtype %s unsupported (psflow reads %s)", name,
+                            json_string_value(dtype), any ? "F32, I64, U64 and U8" : "F32");
+    *type = (pf_dtype)t;
     size_t r = json_array_size(jshape);
     if (r > PF_TENSOR_MAX_RANK)
         return pf_error_set(err, PF_ERR_UNSUPPORTED, NULL, "tensor '%s': rank %zu unsupported",
@@ -164,15 +180,16 @@ static pf_status parse_entry(const char *name, json_t *entry, uint64_t data_len,
                             name);
     *begin = (uint64_t)json_integer_value(jb);
     *end = (uint64_t)json_integer_value(je);
-    if (*end - *begin != count * sizeof(float))
+    if (*end - *begin != count * (uint64_t)pf_dtype_size(*type))
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
-                            "tensor '%s': %llu data bytes for a shape of %llu floats", name,
-                            (unsigned long long)(*end - *begin), (unsigned long long)count);
+                            "tensor '%s': %llu data bytes for a shape of %llu %s elements", name,
+                            (unsigned long long)(*end - *begin), (unsigned long long)count,
+                            dtype_names[*type]);
     *rank = (int)r;
     return PF_OK;
 }
 
-pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *err) {
+static pf_status read_file(const char *path, bool any, pf_safetensors **out, pf_error *err) {
     *out = NULL;
     char *text = NULL;
     size_t len = 0;
@@ -201,7 +218,8 @@ pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *
     if (!s || !(s->names = pf_calloc(n, sizeof *s->names)) ||
         !(s->ranks = pf_calloc(n, sizeof *s->ranks)) ||
         !(s->shapes = pf_calloc(n, sizeof *s->shapes)) ||
-        !(s->data = pf_calloc(n, sizeof *s->data))) {
+        !(s->data = pf_calloc(n, sizeof *s->data)) ||
+        !(s->dtypes = pf_calloc(n, sizeof *s->dtypes))) {
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
         goto done;
     }
@@ -225,7 +243,8 @@ pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *
         }
         int i = s->n;
         uint64_t b = 0, e = 0;
-        st = parse_entry(key, value, data_len, &s->ranks[i], s->shapes[i], &b, &e, err);
+        st = parse_entry(key, value, data_len, any, &s->dtypes[i], &s->ranks[i], s->shapes[i], &b,
+                         &e, err);
         if (st != PF_OK)
             break;
         for (int j = 0; j < i && st == PF_OK; j++)
@@ -261,12 +280,20 @@ done:
     return PF_OK;
 }
 
+pf_status pf_safetensors_read(const char *path, pf_safetensors **out, pf_error *err) {
+    return read_file(path, false, out, err);
+}
+
+pf_status pf_safetensors_read_any(const char *path, pf_safetensors **out, pf_error *err) {
+    return read_file(path, true, out, err);
+}
+
 int pf_safetensors_count(const pf_safetensors *st) {
     return st->n;
 }
 
 pf_tensor_view pf_safetensors_get(const pf_safetensors *st, int i) {
-    pf_tensor_view v = {st->names[i], st->ranks[i], {0}, st->data[i]};
+    pf_tensor_view v = {st->names[i], st->ranks[i], {0}, {.raw = st->data[i]}, st->dtypes[i]};
     memcpy(v.shape, st->shapes[i], sizeof v.shape);
     return v;
 }

@@ -313,6 +313,10 @@ const float *pf_dyn_find(pf_dyn_table *t, uint64_t id) {
     return t->values + (size_t)r * (size_t)t->cfg.dim;
 }
 
+bool pf_dyn_has(const pf_dyn_table *t, uint64_t id) {
+    return t->hash[probe(t, id)].row != NONE;
+}
+
 void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out) {
     size_t dim = (size_t)t->cfg.dim, bytes = dim * sizeof(float);
     uint64_t mask = t->cap_hash - 1;
@@ -550,6 +554,37 @@ pf_dyn_stats pf_dyn_stats_get(const pf_dyn_table *t) {
     pf_dyn_stats s = t->stats;
     s.bytes = bytes_now(t);
     return s;
+}
+
+int pf_dyn_owner(uint64_t id, int n_ps) {
+    /* a mix of its own (the table's hash and the sketch mix the id with other constants),
+     * scaled by a multiply rather than a modulo: no bias towards the low tasks */
+    uint64_t h = mix(id ^ 0x6f776e6572206f66ull);
+    return (int)(((h >> 32) * (uint64_t)(uint32_t)n_ps) >> 32);
+}
+
+pf_dyn_admission pf_dyn_admission_get(const pf_dyn_table *t) {
+    return (pf_dyn_admission){t->sketch, (size_t)(SKETCH_DEPTH * t->sketch_width),
+                              t->sketch_counted, t->draws};
+}
+
+pf_status pf_dyn_admission_add(pf_dyn_table *t, const pf_dyn_admission *a) {
+    size_t n = (size_t)(SKETCH_DEPTH * t->sketch_width);
+    if (a->bytes != n || (n && !a->sketch))
+        return PF_ERR_INVALID;
+    for (size_t c = 0; c < n; c++) {
+        unsigned sum = (unsigned)t->sketch[c] + a->sketch[c];
+        t->sketch[c] = (uint8_t)(sum < 255 ? sum : 255);
+    }
+    t->sketch_counted = a->counted > t->sketch_counted ? a->counted : t->sketch_counted;
+    t->draws = a->draws > t->draws ? a->draws : t->draws;
+    return PF_OK;
+}
+
+void pf_dyn_stats_restore(pf_dyn_table *t, const pf_dyn_stats *s) {
+    t->stats.admitted = s->admitted;
+    t->stats.refused = s->refused;
+    t->stats.evicted = s->evicted;
 }
 
 const pf_dyn_config *pf_dyn_config_get(const pf_dyn_table *t) {

@@ -319,8 +319,10 @@ pf_status pf_session_save(const pf_session *s, const char *path, pf_error *err) 
     int n = pf_model_layout(&s->spec.model, vars);
     pf_tensor_view views[PF_MAX_VARS];
     for (int i = 0; i < n; i++) {
-        views[i] =
-            (pf_tensor_view){vars[i].name, vars[i].rank, {vars[i].shape[0]}, host + vars[i].offset};
+        views[i] = (pf_tensor_view){.name = vars[i].name,
+                                    .rank = vars[i].rank,
+                                    .shape = {vars[i].shape[0]},
+                                    .data = host + vars[i].offset};
         if (vars[i].rank == 2)
             views[i].shape[1] = vars[i].shape[1];
     }

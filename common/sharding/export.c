@@ -74,7 +74,10 @@ int pf_checkpoint_model_count(const pf_checkpoint_model *m) {
 }
 
 pf_tensor_view pf_checkpoint_model_get(const pf_checkpoint_model *m, int i) {
-    pf_tensor_view v = {m->names[i], m->ranks[i], {m->shapes[i][0], m->shapes[i][1]}, m->data[i]};
+    pf_tensor_view v = {.name = m->names[i],
+                        .rank = m->ranks[i],
+                        .shape = {m->shapes[i][0], m->shapes[i][1]},
+                        .data = m->data[i]};
     return v;
 }
 

@@ -137,7 +137,10 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
     }
     for (int i = 0; i < n; i++) {
         const pf_shard_info *s = &shards->info[i];
-        pf_tensor_view v = {s->name, s->rank, {s->shape[0], s->shape[1]}, shards->values[i]};
+        pf_tensor_view v = {.name = s->name,
+                            .rank = s->rank,
+                            .shape = {s->shape[0], s->shape[1]},
+                            .data = shards->values[i]};
         t[(size_t)i * (size_t)(1 + n_slots)] = v;
         for (int k = 0; k < n_slots; k++) {
             char *sn = names[(size_t)i * (size_t)n_slots + (size_t)k];

@@ -1,6 +1,8 @@
 /* fuzz_checkpoint.c - libFuzzer target for reading a ps checkpoint file: a restore under
  * another layout (pf_checkpoint_load_repartitioned), the restore of a ps's own file
- * (pf_checkpoint_load_ps) and the export merge (pf_checkpoint_merge).
+ * (pf_checkpoint_load_ps), the export merge (pf_checkpoint_merge), and a dynamic table
+ * "user/embeddings" in it (dyn_checkpoint.h: restored as the only ps, as either of 2 from
+ * one file and from the file twice, and exported).
  *
  * Input: the bytes of ps-0.safetensors of a one-ps checkpoint, written into a fresh step
  * folder with a manifest that lists it with its true size and CRC-32 (so the input reaches
@@ -15,6 +17,8 @@
 #include <unistd.h>
 
 #include "psflow/checkpoint.h"
+#include "psflow/dyn_checkpoint.h"
+#include "psflow/mem.h"
 #include "psflow/optim.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
@@ -50,6 +54,41 @@ static void init_once(void) {
         abort();
 }
 
+/* The dynamic table of the seeds (tests/data/checkpoint/valid/dynamic.safetensors). */
+static void fuzz_dynamic(const char *path) {
+    static const char *const suffix[2] = {"Adam", "Adam_1"};
+    const pf_dyn_config cfg = {.dim = 4,
+                               .slots = 2,
+                               .max_rows = 64,
+                               .min_count = 2,
+                               .probability = 1,
+                               .sketch_bytes = 1024,
+                               .seed = 3};
+    pf_safetensors *st = NULL;
+    pf_error err;
+    if (pf_safetensors_read_any(path, &st, &err) != PF_OK)
+        return;
+    const pf_safetensors *files[2] = {st, st};
+    for (int n_files = 1; n_files <= 2; n_files++)
+        for (int n_ps = 1; n_ps <= 2; n_ps++)
+            for (int ps = 0; ps < n_ps; ps++) {
+                pf_dyn_table *t = NULL;
+                if (pf_dyn_create(&cfg, &t) != PF_OK)
+                    abort();
+                (void)pf_dyn_restore(t, files, n_files, "user/embeddings", suffix, ps, n_ps, &err);
+                pf_dyn_destroy(t);
+            }
+    uint64_t *ids = NULL;
+    float *values = NULL;
+    int64_t n = 0;
+    int dim = 0;
+    if (pf_dyn_export_rows(files, 1, "user/embeddings", &ids, &values, &n, &dim, &err) == PF_OK) {
+        pf_free(ids);
+        pf_free(values);
+    }
+    pf_safetensors_destroy(st);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     init_once();
     char path[256];
@@ -76,5 +115,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pf_checkpoint_model *m = NULL;
     if (pf_checkpoint_merge(step_dir, &m, &err) == PF_OK)
         pf_checkpoint_model_destroy(m);
+    fuzz_dynamic(path);
     return 0;
 }

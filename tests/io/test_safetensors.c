@@ -38,7 +38,8 @@ static void write_bytes(const char *path, const void *data, size_t n) {
 static void test_round_trip(void **state) {
     (void)state;
     float k[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1, 0.5f, 7};
-    pf_tensor_view t[] = {{"dense_0/kernel", 2, {2, 3}, k}, {"dense_0/bias", 1, {3}, b}};
+    pf_tensor_view t[] = {{.name = "dense_0/kernel", .rank = 2, .shape = {2, 3}, .data = k},
+                          {.name = "dense_0/bias", .rank = 1, .shape = {3}, .data = b}};
     const char *keys[] = {"global_step"}, *values[] = {"42"};
     char path[128];
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
@@ -76,10 +77,62 @@ static void test_round_trip(void **state) {
     pf_safetensors_destroy(st);
 }
 
+/* Integer tensors: written with their dtype and size, read back by pf_safetensors_read_any
+ * with theirs, refused by the float-only reader; a size that disagrees with the dtype is
+ * a format error. */
+static void test_integer_dtypes(void **state) {
+    (void)state;
+    uint64_t u[3] = {1, 1ull << 40, UINT64_MAX};
+    int64_t i[2] = {INT64_MIN + 1, -5};
+    uint8_t b[5] = {0, 1, 2, 254, 255};
+    float f[1] = {3};
+    pf_tensor_view t[] = {
+        {.name = "u", .rank = 1, .shape = {3}, .raw = u, .dtype = PF_DTYPE_U64},
+        {.name = "i", .rank = 1, .shape = {2}, .raw = i, .dtype = PF_DTYPE_I64},
+        {.name = "b", .rank = 1, .shape = {5}, .raw = b, .dtype = PF_DTYPE_U8},
+        {.name = "f", .rank = 1, .shape = {1}, .data = f},
+    };
+    char path[128];
+    snprintf(path, sizeof path, "%s/ints.safetensors", dir);
+    pf_error err;
+    assert_int_equal(pf_safetensors_write(path, t, 4, NULL, NULL, 0, &err), PF_OK);
+    pf_safetensors *st = NULL;
+    assert_int_equal(pf_safetensors_read(path, &st, &err), PF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "reads F32"));
+    assert_int_equal(pf_safetensors_read_any(path, &st, &err), PF_OK);
+    pf_tensor_view v;
+    assert_int_equal(pf_safetensors_find(st, "u", &v), 0);
+    assert_int_equal(v.dtype, PF_DTYPE_U64);
+    assert_memory_equal(v.raw, u, sizeof u);
+    assert_int_equal(pf_safetensors_find(st, "i", &v), 0);
+    assert_int_equal(v.dtype, PF_DTYPE_I64);
+    assert_memory_equal(v.raw, i, sizeof i);
+    assert_int_equal(pf_safetensors_find(st, "b", &v), 0);
+    assert_int_equal(v.dtype, PF_DTYPE_U8);
+    assert_int_equal(v.shape[0], 5);
+    assert_memory_equal(v.raw, b, sizeof b);
+    assert_int_equal(pf_safetensors_find(st, "f", &v), 0);
+    assert_int_equal(v.dtype, PF_DTYPE_F32);
+    assert_true(v.data[0] == 3);
+    pf_safetensors_destroy(st);
+
+    /* "I64" over 12 bytes (3 floats' worth) for a shape of 3 */
+    static const char hdr[] =
+        "{\"x\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,12]}}    ";
+    unsigned char file[8 + sizeof hdr - 1 + 12] = {0};
+    file[0] = (unsigned char)(sizeof hdr - 1);
+    memcpy(file + 8, hdr, sizeof hdr - 1);
+    FILE *fp = fopen(path, "wb");
+    assert_int_equal(fwrite(file, 1, sizeof file, fp), sizeof file);
+    fclose(fp);
+    assert_int_equal(pf_safetensors_read_any(path, &st, &err), PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "I64"));
+}
+
 static void test_write_errors(void **state) {
     (void)state;
     float x = 1;
-    pf_tensor_view dup[] = {{"a", 0, {0}, &x}, {"a", 0, {0}, &x}};
+    pf_tensor_view dup[] = {{.name = "a", .data = &x}, {.name = "a", .data = &x}};
     pf_error err;
     char path[128];
     snprintf(path, sizeof path, "%s/dup.safetensors", dir);
@@ -164,6 +217,7 @@ static void test_invalid(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_integer_dtypes),
         cmocka_unit_test(test_write_errors),
         cmocka_unit_test(test_invalid),
     };

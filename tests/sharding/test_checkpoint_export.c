@@ -135,7 +135,8 @@ static pf_status export_handmade(const char *shards_meta, int n_tensors, pf_erro
     assert_int_equal(system(cmd), 0);
     assert_true(snprintf(path, sizeof path, "%s/ps-0.safetensors", dir) < (int)sizeof path);
     float data[4] = {1, 2, 3, 4};
-    pf_tensor_view t[] = {{"v/part_0", 1, {2}, data}, {"v/part_1", 1, {2}, data + 2}};
+    pf_tensor_view t[] = {{.name = "v/part_0", .rank = 1, .shape = {2}, .data = data},
+                          {.name = "v/part_1", .rank = 1, .shape = {2}, .data = data + 2}};
     const char *keys[] = {"psflow_job", "psflow_shards"};
     const char *values[] = {JOB, shards_meta};
     assert_int_equal(pf_safetensors_write(path, t, n_tensors, keys, values, 2, err), PF_OK);

@@ -97,6 +97,9 @@ void pf_dyn_destroy(pf_dyn_table *t);
  * as zeros). Counts a lookup, and a miss. */
 const float *pf_dyn_find(pf_dyn_table *t, uint64_t id);
 
+/* Whether id has a row, counting nothing (a restore's check). */
+bool pf_dyn_has(const pf_dyn_table *t, uint64_t id);
+
 /* A pull's gather: row i of out (n rows of dim floats) gets ids[i]'s row, or zeros when it
  * has none. Counts n lookups and the misses. */
 void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out);
@@ -136,6 +139,33 @@ pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const f
 bool pf_dyn_next(const pf_dyn_table *t, int64_t *cursor, pf_dyn_row *out);
 
 pf_dyn_stats pf_dyn_stats_get(const pf_dyn_table *t);
+
+/* Which of n_ps ps tasks (n_ps >= 1) holds id's row: a stable hash of the id alone, the same
+ * in every process and every run, spread evenly, and unrelated to the table's own hash. */
+int pf_dyn_owner(uint64_t id, int n_ps);
+
+/* --- admission state (what a checkpoint keeps beside the rows) --- */
+
+/* The sketch's counters as they are (borrowed, *bytes of them; NULL and 0 when admission
+ * does not count), the counts since they last halved and the probability draws made. */
+typedef struct pf_dyn_admission {
+    const uint8_t *sketch;
+    size_t bytes;
+    uint64_t counted;
+    uint64_t draws;
+} pf_dyn_admission;
+
+pf_dyn_admission pf_dyn_admission_get(const pf_dyn_table *t);
+
+/* Adds a's counters to the table's, each saturating at 255, and takes the larger of the two
+ * `counted` and `draws`: into an empty table this restores a's state exactly; the sum of
+ * several tables' sketches (the ps tasks a restore repartitions) never counts an id below
+ * what its own ps had counted. PF_ERR_INVALID when a.bytes differs from the table's. */
+pf_status pf_dyn_admission_add(pf_dyn_table *t, const pf_dyn_admission *a);
+
+/* Sets the cumulative counters admitted, refused and evicted (a restore: rows, lookups,
+ * misses and bytes are the table's own). */
+void pf_dyn_stats_restore(pf_dyn_table *t, const pf_dyn_stats *s);
 
 const pf_dyn_config *pf_dyn_config_get(const pf_dyn_table *t);
 

@@ -10,6 +10,8 @@
  *          ps applies sgd to those rows
  *   step   push one batch's rows, then pull the next batch's, as a training step does: two
  *          round trips, 20,000 rows moved
+ *   fused  the same rows in one round trip (worker_link_push_pull_rows: a ROW_PUSH_PULL that
+ *          pushes this batch's gradients and pulls the next batch's rows)
  * The dense layer (2D + 2 floats) goes along with every message, as in training; it is not
  * counted. S = 10,000 x D x 4 bytes is a batch's row payload; a row costs D x 4 bytes.
  *
@@ -17,8 +19,9 @@
  * so that a stretch of heavy load on a shared machine falls on all of them:
  *   TCP     bench/tcp_baseline (run as a child) on S: its push (S up, 8 bytes back) against
  *           push, its pull (8 bytes up, S back) against pull, and a TCP push round trip
- *           followed by a pull round trip (the sum of their median times) against step
- *           (its push-pull pattern runs too, unused: tcp_baseline always runs all three).
+ *           followed by a pull round trip (the sum of their median times) against step and
+ *           fused (its push-pull pattern, S up and S back in one round trip, is printed
+ *           beside fused as "TCP pp us").
  *   gather  memcpy of the same rows: the batch's 10,000 rows gathered from a table of the
  *           same size into a contiguous buffer, which is what the ps does for a pull (a push
  *           reads and writes the same scattered rows). It bounds what the ps's memory work
@@ -242,9 +245,21 @@ static void gather(bench *b, const worker_row_plan *plan) {
     sink = b->gathered[(plan->n[0] - 1) * row];
 }
 
-enum { OP_PULL, OP_PUSH, OP_STEP, OP_GATHER, N_OPS };
+/* One fused step: push plan's rows and pull next's in one round trip. */
+static void fused(bench *b, const worker_row_plan *plan, const worker_row_plan *next) {
+    pf_error err;
+    uint32_t result;
+    worker_link_set_plan(b->link, plan);
+    if (worker_link_push_pull_rows(b->link, b->grads, &b->version, next, NULL, b->params,
+                                   &b->version, &result, &err) != PF_OK)
+        die("fused step", err.message);
+    if (result != PF_WIRE_PUSH_APPLIED)
+        die("fused step", "not applied");
+}
 
-static const char *const op_names[N_OPS] = {"pull", "push", "step", "gather"};
+enum { OP_PULL, OP_PUSH, OP_STEP, OP_FUSED, OP_GATHER, N_OPS };
+
+static const char *const op_names[N_OPS] = {"pull", "push", "step", "fused", "gather"};
 
 /* One round of op on the next plan. */
 static void one_round(bench *b, int op) {
@@ -260,6 +275,9 @@ static void one_round(bench *b, int op) {
     case OP_STEP: /* this batch's gradients go, the next batch's rows come */
         push(b, plan);
         pull(b, &b->plans[b->next]);
+        break;
+    case OP_FUSED: /* the same in one round trip */
+        fused(b, plan, &b->plans[b->next]);
         break;
     default:
         gather(b, plan);
@@ -338,6 +356,21 @@ static void check(bench *b) {
         if (!names(p0, p1->ids[0][j]) &&
             memcmp(got + j * dim, before1 + j * dim, dim * sizeof(float)) != 0)
             die("check", "a row the push did not name changed");
+    /* a fused step applies plan 0's push and brings plan 1's rows as a pull after it would */
+    pull(b, p0);
+    memcpy(before0, got, n * sizeof(float));
+    fused(b, p0, p1);
+    memcpy(before1, got, n * sizeof(float)); /* plan 1's rows as the fused step pulled them */
+    pull(b, p1);
+    if (memcmp(before1, got, n * sizeof(float)) != 0)
+        die("check", "a fused step's rows differ from those of a pull after it");
+    pull(b, p0);
+    for (size_t i = 0; i < n; i++) {
+        float want = before0[i] - LEARNING_RATE * b->grads[off + i];
+        if (fabsf(got[i] - want) > 1e-6f * (1.f + fabsf(want)))
+            die("check",
+                "a fused step's push did not change its rows by -learning_rate x gradient");
+    }
     free(before0);
     free(before1);
     b->next = 2;
@@ -361,17 +394,18 @@ static void run_dim(const char *self, int dim, double seconds) {
         for (int op = 0; op < N_OPS; op++)
             time_rounds(&b, op, seconds / ROUNDS, &mine[op], ps[op]);
     }
-    /* TCP's round trips for each psflow operation: step is a push then a pull */
-    double tcp_t[OP_STEP + 1], tcp_m[OP_STEP + 1];
+    /* TCP's round trips for each psflow operation: step and fused are a push then a pull */
+    double tcp_t[OP_FUSED + 1], tcp_m[OP_FUSED + 1];
     tcp_t[OP_PULL] = median(&tcp[TCP_PULL]);
     tcp_t[OP_PUSH] = median(&tcp[TCP_PUSH]);
-    tcp_t[OP_STEP] = tcp_t[OP_PULL] + tcp_t[OP_PUSH];
+    tcp_t[OP_STEP] = tcp_t[OP_FUSED] = tcp_t[OP_PULL] + tcp_t[OP_PUSH];
     tcp_m[OP_PULL] = samples_mean(&tcp[TCP_PULL]);
     tcp_m[OP_PUSH] = samples_mean(&tcp[TCP_PUSH]);
-    tcp_m[OP_STEP] = tcp_m[OP_PULL] + tcp_m[OP_PUSH];
+    tcp_m[OP_STEP] = tcp_m[OP_FUSED] = tcp_m[OP_PULL] + tcp_m[OP_PUSH];
+    const double tcp_pp = median(&tcp[TCP_PUSH_PULL]);
     const double gather_mb = (double)S / median(&mine[OP_GATHER]) / 1e6;
     for (int op = 0; op < N_OPS; op++) {
-        double rows = op == OP_STEP ? 2 * BATCH : BATCH; /* moved per round */
+        double rows = op == OP_STEP || op == OP_FUSED ? 2 * BATCH : BATCH; /* moved per round */
         double t = median(&mine[op]), mb = rows * dim * 4 / t / 1e6;
         printf("%-3d %-6s %8.2f %8.0f %8.0f", dim, op_names[op], rows / t / 1e6, mb, t * 1e6);
         if (op == OP_GATHER) {
@@ -380,9 +414,12 @@ static void run_dim(const char *self, int dim, double seconds) {
             continue;
         }
         double tcp_mb = rows * dim * 4 / tcp_t[op] / 1e6, n = (double)mine[op].n;
-        printf(" | %8.0f %7.0f %6.2f %6.2f | %9.0f %6.2f %6zu | %8.0f %7.0f\n", tcp_mb,
+        printf(" | %8.0f %7.0f %6.2f %6.2f | %9.0f %6.2f %6zu | %8.0f %7.0f", tcp_mb,
                tcp_t[op] * 1e6, mb / tcp_mb, tcp_m[op] / samples_mean(&mine[op]), gather_mb,
                mb / gather_mb, mine[op].n, ps[op][0] / n * 1e6, ps[op][1] / n * 1e6);
+        if (op == OP_FUSED)
+            printf(" | %9.0f %6.2f", tcp_pp * 1e6, tcp_pp / t);
+        printf("\n");
     }
     fflush(stdout);
     for (int op = 0; op < N_OPS; op++)
@@ -410,14 +447,15 @@ int main(int argc, char **argv) {
             return usage();
     }
     printf("sparse: 1 ps + 1 worker on 127.0.0.1, row mode; a round moves the rows of %d distinct "
-           "ids (step: pushes them, then pulls the next batch's)\n",
+           "ids (step: pushes them, then pulls the next batch's; fused: both in one round "
+           "trip)\n",
            BATCH);
     printf("rows/s, MB/s (row payload, 1 MB = 1e6 bytes) and rtt at each side's median round; TCP "
            "= plain socket (step: a push then a pull round trip), gath = memcpy gather of the "
            "same rows; all in this run\n");
-    printf("%-3s %-6s %8s %8s %8s | %8s %7s %6s %6s | %9s %6s %6s | %8s %7s\n", "D", "op",
+    printf("%-3s %-6s %8s %8s %8s | %8s %7s %6s %6s | %9s %6s %6s | %8s %7s | %9s %6s\n", "D", "op",
            "Mrows/s", "MB/s", "rtt us", "TCP MB/s", "TCP us", "x TCP", "mean x", "gath MB/s",
-           "x gath", "rounds", "apply us", "copy us");
+           "x gath", "rounds", "apply us", "copy us", "TCP pp us", "x pp");
     const int dims[] = {16, 64};
     for (int d = 0; d < 2; d++)
         if (!only || only == dims[d])
@@ -426,6 +464,7 @@ int main(int argc, char **argv) {
         run_dim(argv[0], only, seconds);
     printf("x TCP, x gath: psflow's MB/s over the baseline's (above 1: faster); mean x: x TCP of "
            "the mean rounds; apply us, copy us: the ps's service thread updating values (and "
-           "checking them) and copying them into replies, per round (mean)\n");
+           "checking them) and copying them into replies, per round (mean); TCP pp us, x pp: "
+           "TCP's one-round-trip push-pull of S each way, and its time over fused's\n");
     return 0;
 }

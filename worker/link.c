@@ -896,6 +896,21 @@ pf_status worker_link_push_pull(worker_link *c, const float *grads, const uint64
     return st;
 }
 
+pf_status worker_link_push_pull_rows(worker_link *c, const float *grads, const uint64_t *step,
+                                     const worker_row_plan *next, const uint64_t *min_version,
+                                     float *params, uint64_t *versions, uint32_t *results,
+                                     pf_error *err) {
+    if (!c->env.rows || !next || !params)
+        return pf_error_set(err, PF_ERR_INVALID, NULL,
+                            "a fused row step needs row mode, the next plan and params");
+    c->env.pull_plan = next; /* also for a pull sent in a push's place after a reconnect */
+    pf_status st =
+        worker_link_push_pull(c, grads, step, min_version, params, versions, results, err);
+    c->env.pull_plan = NULL;
+    c->env.plan = next;
+    return st;
+}
+
 pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const uint64_t *step,
                                       const uint64_t *min_version, float *params, pf_error *err) {
     /* Not through the segment: the caller reuses grads before the ps has read them. */

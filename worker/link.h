@@ -106,6 +106,17 @@ pf_status worker_link_push_pull_start(worker_link *c, const float *grads, const 
 pf_status worker_link_push_pull_finish(worker_link *c, uint64_t *versions, uint32_t *results,
                                        pf_error *err);
 
+/* Row mode, a fused step: one round trip per ps that pushes grads (the compact vector of the
+ * plan set, computed against step[p]) and pulls the dense shards and the rows of `next`
+ * (another batch's plan over the same layout) into params, answered once ps p reaches
+ * min_version[p] (NULL: at once). The ps applies the push before it gathers the pull, so the
+ * rows pulled include this push wherever the batches share ids. Afterwards `next` is the
+ * link's plan (worker_link_set_plan). results as in worker_link_push_pull. */
+pf_status worker_link_push_pull_rows(worker_link *c, const float *grads, const uint64_t *step,
+                                     const struct worker_row_plan *next,
+                                     const uint64_t *min_version, float *params, uint64_t *versions,
+                                     uint32_t *results, pf_error *err);
+
 /* Pushes grads to every ps without pulling; results as in worker_link_push_pull. */
 pf_status worker_link_push(worker_link *c, const float *grads, const uint64_t *step,
                            uint64_t *versions, uint32_t *results, pf_error *err);

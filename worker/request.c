@@ -99,7 +99,7 @@ void worker_request_deinit(worker_request *q) {
  * nowhere). Fills e->sel with the selections (row mode) and returns their number. */
 static uint32_t expect_pull(worker_request *q, const worker_request_env *e, float *params) {
     q->n_exp = 0;
-    const worker_row_plan *plan = e->plan;
+    const worker_row_plan *plan = e->pull_plan ? e->pull_plan : e->plan;
     const worker_rows *r = plan ? plan->rows : e->rows; /* the layout of params */
     uint32_t n_sel = 0;
     /* A reply's records are the whole shards first, then the selections: two passes. */
@@ -182,9 +182,11 @@ static void gradient_views(worker_request *q, const worker_request_env *e, const
 }
 
 /* Row mode: ROW_PUSH_PULL of grads (the compact vector) to q's ps, its dense shards whole
- * and the plan's rows of its table shards, pulling nothing (the reply carries the version). */
+ * and the plan's rows of its table shards; then, with a pull_plan and params, a pull of the
+ * dense shards and the pull_plan's rows into params (a fused step), else nothing (the reply
+ * carries the version). */
 static pf_status encode_row_push(worker_request *q, const worker_request_env *e, uint32_t id,
-                                 const float *grads, uint64_t step, pf_error *err) {
+                                 const float *grads, uint64_t step, float *params, pf_error *err) {
     const worker_row_plan *plan = e->plan;
     const worker_rows *r = plan ? plan->rows : e->rows; /* the layout of grads */
     uint32_t n_dense = 0, n_rows = 0;
@@ -203,10 +205,12 @@ static pf_status encode_row_push(worker_request *q, const worker_request_env *e,
                            n ? grads + r->table_off[s->var] + (size_t)first * dim : NULL};
     }
     q->n_exp = 0;
-    pf_wire_row_push_pull pp = {{e->task, e->incarnation, e->seq, step, n_dense, e->views},
-                                n_rows,
-                                e->prows,
-                                {q->min_version, 0, NULL, 0, NULL}};
+    pf_wire_row_pull pull = {q->min_version, 0, NULL, 0, NULL};
+    if (e->pull_plan && params) /* expect_pull fills e->sel: scratch of its own */
+        pull = (pf_wire_row_pull){q->min_version, (uint32_t)q->n_dense, q->dense_ids,
+                                  expect_pull(q, e, params), e->sel};
+    pf_wire_row_push_pull pp = {
+        {e->task, e->incarnation, e->seq, step, n_dense, e->views}, n_rows, e->prows, pull};
     return pf_wire_encode_row_push_pull(&q->out, id, &pp, err);
 }
 
@@ -221,7 +225,7 @@ pf_status worker_request_push_pull(worker_request *q, const worker_request_env *
         return encode_segment(q, e, id, grads, step, params, err);
     q->out_seg = 0;
     if (e->rows)
-        return encode_row_push(q, e, id, grads, step, err);
+        return encode_row_push(q, e, id, grads, step, params, err);
     gradient_views(q, e, grads);
     expect_pull(q, e, params);
     pf_wire_push_pull pp = {{e->task, e->incarnation, e->seq, step, (uint32_t)q->n_ids, e->views},

@@ -33,8 +33,12 @@ typedef struct worker_request_env {
     const pf_placement *placement;      /* borrowed */
     const struct worker_rows *rows;     /* NULL: every shard whole (no tables) */
     const struct worker_row_plan *plan; /* row mode: the rows pulls fetch and pushes send */
-    const pf_segment *seg;              /* the link's segment (base NULL: none), borrowed */
-    size_t n_params;                    /* floats in a parameter vector */
+    /* row mode, while a fused step is in flight: the rows its pull part fetches (another
+     * batch's plan over the same layout; a pull in its place fetches them too); NULL: a
+     * push-pull pulls nothing and a pull fetches plan's rows */
+    const struct worker_row_plan *pull_plan;
+    const pf_segment *seg; /* the link's segment (base NULL: none), borrowed */
+    size_t n_params;       /* floats in a parameter vector */
     uint32_t task;
     uint64_t incarnation;
     uint64_t seq; /* the push sequence number, counted by the link */
@@ -95,7 +99,8 @@ pf_status worker_request_pull(worker_request *q, const worker_request_env *e, ui
 
 /* Encodes a PUSH_PULL of grads (each shard's part) computed against `step`, then a pull as
  * worker_request_pull; through the segment when seg and both vectors lie in it; in row mode
- * a ROW_PUSH_PULL that pulls nothing. Uses e->seq. */
+ * a ROW_PUSH_PULL of the plan's rows that pulls e->pull_plan's rows and the dense shards into
+ * params, or nothing without a pull_plan. Uses e->seq. */
 pf_status worker_request_push_pull(worker_request *q, const worker_request_env *e, uint32_t id,
                                    int seg, const float *grads, uint64_t step, uint64_t min_version,
                                    float *params, pf_error *err);

@@ -3,7 +3,9 @@
  * and a checkpoint is given up (never asked again: the ps restored older values) when the
  * ps restarted meanwhile, the restart being reported for the chief's rollback; a sync
  * checkpoint asked without waiting is written while the link pushes on; a ps restarting
- * while another holds the chief's sync push is seen at once. A watchdog
+ * while another holds the chief's sync push is seen at once; a fused row step over 2 ps
+ * (a table split between them) applies its push and brings the next batch's rows and the
+ * dense values exactly as a push and then a pull do. A watchdog
  * fails the test instead of letting a hang run into the ctest timeout. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -23,7 +25,9 @@
 #include "psflow/clock.h"
 #include "psflow/model.h"
 #include "psflow/wire.h"
+#include "psflow/placement.h"
 #include "worker/link.h"
+#include "worker/rows.h"
 
 static pf_job_spec spec;
 static char dir[64];
@@ -399,6 +403,110 @@ static void test_segment_same_as_socket(void **state) {
 
 /* A ps that comes back refusing the segment (PSFLOW_SHM=off there): the push in flight is
  * sent again over the socket, under its own sequence number, and completes. */
+/* Plans batch x of `n` examples, one id each (ids[i]). */
+static void plan_ids(const pf_job_spec *s, worker_rows *r, const pf_placement *pl, const int *ids,
+                     int n, worker_row_plan *p) {
+    const pf_model_spec *m = &s->model;
+    int width = pf_model_input_width(m), col = pf_model_id_col(m, 0);
+    float x[8 * 8];
+    assert_true(n <= 8 && width <= 8);
+    for (int i = 0; i < n; i++) {
+        pf_model_pad_example(m, x + i * width);
+        x[i * width + col] = (float)ids[i];
+        x[i * width + col + m->embeddings[0].max_ids] = 1.f;
+    }
+    assert_int_equal(worker_row_plan_init(p, r, pl), PF_OK);
+    worker_rows_plan(r, pl, x, n, p);
+}
+
+static void test_fused_row_step(void **state) {
+    (void)state;
+    const char *json =
+        "{\"name\": \"rows\", \"replicas\": {\"ps\": 2, \"worker\": 1},"
+        " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
+        " [{\"name\": \"ids\", \"vocab\": 40, \"dim\": 3}]},"
+        " \"data\": {\"format\": \"synthetic_ctr\"},"
+        " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.5},"
+        " \"placement\": {\"partitioner\": {\"type\": \"fixed_shards\", \"num_shards\": 2}},"
+        " \"training\": {\"mode\": \"async\", \"max_steps\": 1000}}";
+    pf_job_spec rs;
+    pf_placement pl;
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), &rs, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(&rs, &pl), PF_OK);
+    ps_server *ps[2];
+    char addr[2][64];
+    const char *addrs[2] = {addr[0], addr[1]};
+    for (int p = 0; p < 2; p++) {
+        ps_server_options o = {&rs, p, "127.0.0.1", 0, dir, 1, 0, NULL, {0}, 0};
+        assert_int_equal(ps_server_start(&o, &ps[p], &err), PF_OK);
+        snprintf(addr[p], sizeof addr[p], "127.0.0.1:%d", ps_server_port(ps[p]));
+    }
+    worker_rows r;
+    assert_int_equal(worker_rows_init(&r, &rs.model, 8), PF_OK);
+    worker_link_options co = {.spec = &rs,
+                              .ps_addrs = addrs,
+                              .task = 0,
+                              .role = PF_WIRE_ROLE_CHIEF,
+                              .incarnation = 7,
+                              .retry_seconds = 20,
+                              .rows = &r};
+    worker_link *c;
+    assert_int_equal(worker_link_create(&co, &c, &err), PF_OK);
+    /* ids on both halves of the table (rows 0-19 on one shard, 20-39 on the other), and
+     * shared between the batches */
+    const int ids0[] = {1, 5, 22, 37}, ids1[] = {5, 9, 22, 30, 39};
+    worker_row_plan p0, p1;
+    plan_ids(&rs, &r, &pl, ids0, 4, &p0);
+    plan_ids(&rs, &r, &pl, ids1, 5, &p1);
+    size_t n = r.n_params;
+    float *params = calloc(n, sizeof(float)), *grads = calloc(n, sizeof(float));
+    float *before = calloc(n, sizeof(float)), *fused = calloc(n, sizeof(float));
+    assert_non_null(params && grads && before && fused);
+    for (size_t i = 0; i < n; i++)
+        grads[i] = (float)((int)(i % 5) - 2) * 0.25f;
+    uint64_t v[2], step[2] = {0, 0};
+    uint32_t results[2];
+    alarm(30);
+    worker_link_set_plan(c, &p0);
+    assert_int_equal(worker_link_pull(c, NULL, params, v, &err), PF_OK);
+    memcpy(before, params, n * sizeof(float));
+    assert_int_equal(
+        worker_link_push_pull_rows(c, grads, step, &p1, NULL, params, v, results, &err), PF_OK);
+    assert_int_equal(results[0], PF_WIRE_PUSH_APPLIED);
+    assert_int_equal(results[1], PF_WIRE_PUSH_APPLIED);
+    assert_int_equal(v[0], 1);
+    assert_int_equal(v[1], 1);
+    memcpy(fused, params, n * sizeof(float));
+    memset(params, 0, n * sizeof(float));
+    worker_link_set_plan(c, &p1); /* what the fused step left set */
+    assert_int_equal(worker_link_pull(c, NULL, params, v, &err), PF_OK);
+    assert_memory_equal(fused, params, n * sizeof(float)); /* rows and dense values alike */
+    worker_link_set_plan(c, &p0);
+    assert_int_equal(worker_link_pull(c, NULL, params, v, &err), PF_OK);
+    /* sgd: every value the push named (p0's 4 rows, the dense variables) moved by -0.5 x
+     * its gradient; the compact rows p0 leaves unused were not pushed */
+    size_t dim = 3, at0 = r.table_off[0], k5_in0 = 1, k5_in1 = 0;
+    for (size_t i = 0; i < n; i++) {
+        int unused = i >= at0 + 4 * dim && i < at0 + r.cap[0] * dim;
+        assert_true(unused || params[i] == before[i] - 0.5f * grads[i]);
+    }
+    /* the shared ids' rows in the fused pull include the push */
+    for (size_t k = 0; k < dim; k++)
+        assert_true(fused[at0 + k5_in1 * dim + k] == params[at0 + k5_in0 * dim + k]);
+    alarm(0);
+    worker_link_destroy(c);
+    for (int p = 0; p < 2; p++) {
+        ps_server_stop(ps[p]);
+        ps_server_destroy(ps[p]);
+    }
+    worker_row_plan_deinit(&p0);
+    worker_row_plan_deinit(&p1);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&rs);
+    free(params), free(grads), free(before), free(fused);
+}
+
 static void test_segment_refused_after_reconnect(void **state) {
     (void)state;
     ps_server_options o = {&spec, 0, "127.0.0.1", 0, dir, 200, 0, NULL, {0}, 0};
@@ -428,6 +536,7 @@ static void test_segment_refused_after_reconnect(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fused_row_step),
         cmocka_unit_test(test_segment_same_as_socket),
         cmocka_unit_test(test_segment_refused_after_reconnect),
         cmocka_unit_test(test_same_ps_returns),

@@ -33,6 +33,7 @@ static void upload_batch(trainer *t, int count) {
 pf_eval worker_chief_evaluate(trainer *t) {
     pf_eval ev = {0};
     const pf_dataset *ds = t->has_test ? &t->test : &t->train;
+    t->evaluations++; /* the batches it copies into hx replace the next step's */
     bool binary = pf_model_two_class(&t->spec->model);
     if (binary && !t->scores)
         t->scores = pf_mallocarray((size_t)ds->n, sizeof *t->scores);

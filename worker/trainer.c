@@ -58,6 +58,12 @@ typedef struct run {
     int computed; /* a gradient was computed ahead during this step's push-pull */
     uint64_t ahead_step;
     double ahead_loss;
+    /* row mode, a fused step: the push-pull also brought the rows of step rows_step's batch
+     * (gathered into hx and planned in t->rplan) into params; the next step takes them when
+     * it feeds that batch (rows_ahead), nothing having replaced hx or the data plan since */
+    int rows_fetched, rows_ahead;
+    uint64_t rows_step, rows_evals;
+    int rows_tasks;
 } run;
 
 /* The model the host vectors are laid out by. */
@@ -226,10 +232,13 @@ static pf_status setup_towers(trainer *t, pf_error *err) {
         if (worker_rows_init(&t->rows, &spec->model, k * spec->training.batch_size) != PF_OK ||
             pf_placement_compute(spec, &t->placement) != PF_OK ||
             worker_row_plan_init(&t->rplan, &t->rows, &t->placement) != PF_OK ||
+            worker_row_plan_init(&t->rplan_next, &t->rows, &t->placement) != PF_OK ||
             pf_job_spec_copy(&t->compact, spec) != PF_OK)
             return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
         t->compact.model = t->rows.compact;
         tower_spec = &t->compact;
+        const char *fuse = getenv("PSFLOW_ROW_FUSE");
+        t->row_fuse = !fuse || strcmp(fuse, "off") != 0;
     }
     if ((st = pf_towers_create(tower_spec, NULL, &t->towers, err)) != PF_OK)
         return st;
@@ -378,6 +387,7 @@ static void teardown(trainer *t) {
     pf_free(t->eval_params);
     pf_free(t->eval_versions);
     worker_row_plan_deinit(&t->rplan);
+    worker_row_plan_deinit(&t->rplan_next);
     worker_row_plan_deinit(&t->eval_plan);
     pf_placement_deinit(&t->placement);
     if (t->row_mode)
@@ -404,9 +414,9 @@ static void run_init(trainer *t, run *r) {
             worker_who(t), o->task, t->n_ps, o->task, t->n_tasks, r->b, split,
             o->threads_note ? "; " : "", o->threads_note ? o->threads_note : "", shared,
             t->params_next ? "; prefetch: the next step is computed during each push-pull"
-            : t->row_mode && spec->training.prefetch
-                ? "; training.prefetch does not apply: each step pulls its own batch's rows"
-                : "");
+            : t->row_mode && (t->leases || !t->row_fuse) ? "; each step pulls its own batch's rows"
+            : t->row_mode ? "; each push also pulls the next batch's rows (one round trip a step)"
+                          : "");
     r->sync = spec->training.mode == PF_MODE_SYNC;
     r->rollback = spec->training.on_nonfinite == PF_NONFINITE_ROLLBACK;
     r->max_steps = (uint64_t)spec->training.max_steps;
@@ -482,6 +492,27 @@ static step_outcome follow_ps(trainer *t, run *r, const uint64_t *floor) {
     return s == STEP_FAILED ? s : STEP_RESYNCED;
 }
 
+/* Row mode: gathers and plans the batch of step global + 1 into hx and t->rplan_next, for a
+ * fused push-pull to pull its rows; 0 when there is none to take now (the last step, a stop,
+ * leased input, or the input failing: met again, and reported, when that step comes). */
+static int gather_next_rows(trainer *t, run *r, uint64_t global) {
+    if (!t->row_fuse || t->leases || global + 1 >= r->max_steps || stopped(t))
+        return 0;
+    pf_error gather_err;
+    if (gather(t, global + 1, r->b, &gather_err) != PF_OK)
+        return 0;
+    worker_rows_plan(&t->rows, &t->placement, t->hx, r->b, &t->rplan_next);
+    return 1;
+}
+
+/* Whether the last push-pull brought the rows of the batch this step feeds: a sync step
+ * feeds exactly its own step's batch; an async one takes the batch fetched, as a prefetched
+ * gradient is taken (one step behind when other tasks pushed meanwhile). */
+static int rows_fetched_for(const trainer *t, const run *r, uint64_t global) {
+    return r->rows_ahead && (!r->sync || r->rows_step == global) &&
+           r->rows_evals == t->evaluations && r->rows_tasks == t->n_tasks;
+}
+
 /* The step's gradient into t->grads, from the batch of step `global` (in row mode with its
  * rows pulled), or the one computed ahead during the last push-pull (prefetch). In row mode
  * the pull may find the ps tasks gone back (a ps restarted, or the chief rolled them back,
@@ -493,6 +524,12 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
     if (r->ahead) {
         r->fed = r->ahead_step;
         r->last_loss = r->ahead_loss;
+    } else if (rows_fetched_for(t, r, global)) {
+        r->fed = r->rows_step;
+        worker_link_set_plan(t->link, &t->rplan); /* an evaluation's pulls set their own */
+        double at = pf_profile_now(t->prof);
+        r->last_loss = pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
+        pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
     } else {
         double at = pf_profile_now(t->prof);
         pf_profile_open(t->prof, PF_PHASE_INPUT, at); /* it may wait for a slow reader */
@@ -522,6 +559,7 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
     }
     r->ahead = 0;
+    r->rows_ahead = 0;
     return STEP_GOES_ON;
 }
 
@@ -561,15 +599,33 @@ static void set_push_versions(trainer *t, const run *r) {
     }
 }
 
-/* Pushes the gradient and pulls the next values in one round trip per ps. */
+/* Pushes the gradient and pulls the next values in one round trip per ps (in row mode, the
+ * next batch's rows: a fused step). */
 static pf_status push_pull(trainer *t, run *r, uint64_t global, double at) {
     r->computed = 0;
+    r->rows_fetched = 0;
     pf_phase wait = r->sync ? PF_PHASE_BARRIER : PF_PHASE_PULL;
     if (!t->params_next) {
+        int fuse = gather_next_rows(t, r, global);
+        if (fuse)
+            at = pf_profile_add(t->prof, PF_PHASE_INPUT, at);
         pf_backend_openblas_idle();         /* no BLAS helper spinning while this task waits */
         pf_profile_open(t->prof, wait, at); /* split into push and wait once it is answered */
-        pf_status st = worker_link_push_pull(t->link, t->grads, t->steps, t->min_version, t->params,
-                                             t->versions, t->results, &r->err);
+        pf_status st = fuse ? worker_link_push_pull_rows(t->link, t->grads, t->steps,
+                                                         &t->rplan_next, t->min_version, t->params,
+                                                         t->versions, t->results, &r->err)
+                            : worker_link_push_pull(t->link, t->grads, t->steps, t->min_version,
+                                                    t->params, t->versions, t->results, &r->err);
+        if (fuse && st == PF_OK) { /* the next batch's plan becomes this one */
+            worker_row_plan swap = t->rplan;
+            t->rplan = t->rplan_next;
+            t->rplan_next = swap;
+            worker_link_set_plan(t->link, &t->rplan);
+            r->rows_fetched = 1;
+            r->rows_step = global + 1;
+            r->rows_evals = t->evaluations;
+            r->rows_tasks = t->n_tasks;
+        }
         /* encoding and sending the push, then waiting for every answer */
         double sent = worker_link_sent_at(t->link);
         if (at > 0 && sent >= at) {
@@ -797,6 +853,7 @@ pf_status worker_run(const worker_options *o, worker_result *out) {
         if (s == STEP_ROLLED_BACK || s == STEP_RESYNCED)
             restart_window(&r);
         r.ahead = s == STEP_TAKEN && r.computed; /* kept only by a step that ended normally */
+        r.rows_ahead = s == STEP_TAKEN && r.rows_fetched;
         if (s == STEP_TAKEN)
             count_step(&t, &r);
     }

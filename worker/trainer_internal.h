@@ -96,8 +96,11 @@ struct trainer {
     pf_placement placement;
     worker_rows rows, eval_rows;
     worker_row_plan rplan, eval_plan;
-    pf_job_spec compact; /* the job with rows.compact as its model: the towers' */
-    float *eval_params;  /* eval_rows' compact vector */
+    worker_row_plan rplan_next; /* the next batch's rows, pulled with this step's push */
+    int row_fuse;               /* fused steps (PSFLOW_ROW_FUSE not "off") */
+    uint64_t evaluations;       /* chief: evaluations so far (each one reuses hx) */
+    pf_job_spec compact;        /* the job with rows.compact as its model: the towers' */
+    float *eval_params;         /* eval_rows' compact vector */
     uint64_t *eval_versions;
     pf_profile *prof; /* o->profile, or own_profile */
     pf_profile own_profile;

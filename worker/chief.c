@@ -347,12 +347,17 @@ pf_status worker_chief_first_checkpoint(trainer *t, pf_error *err) {
     return PF_OK;
 }
 
+int worker_chief_evaluates_at(const trainer *t, uint64_t global) {
+    int64_t ee = t->spec->training.eval_every_steps;
+    return ee > 0 && global / (uint64_t)ee > t->last_eval / (uint64_t)ee;
+}
+
 pf_status worker_chief_duties(trainer *t, uint64_t global, pf_error *err) {
     const pf_job_spec *spec = t->spec;
     const uint64_t max_steps = (uint64_t)spec->training.max_steps;
-    int64_t ee = spec->training.eval_every_steps, ce = spec->checkpoint.every_steps;
+    int64_t ce = spec->checkpoint.every_steps;
     double at = pf_profile_now(t->prof);
-    if (ee > 0 && global / (uint64_t)ee > t->last_eval / (uint64_t)ee) {
+    if (worker_chief_evaluates_at(t, global)) {
         pf_profile_open(t->prof, PF_PHASE_EVALUATE, at);
         pf_eval ev = worker_chief_evaluate(t);
         worker_chief_log_eval(t, global, &ev);

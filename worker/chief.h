@@ -17,6 +17,9 @@
  * mode, pulls each batch's rows as the ps tasks hold them now. */
 pf_eval worker_chief_evaluate(trainer *t);
 
+/* Whether worker_chief_duties evaluates at step `global` (training.eval_every_steps). */
+int worker_chief_evaluates_at(const trainer *t, uint64_t global);
+
 /* synthetic_ctr data comes from a known model: sets t->bayes_auc to the AUC of its true
  * logits on the evaluation set (the best any model can reach there) and logs it once; NAN
  * for other data. Every evaluation reports it (api/rest.md, bayes_auc). */

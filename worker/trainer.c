@@ -494,9 +494,12 @@ static step_outcome follow_ps(trainer *t, run *r, const uint64_t *floor) {
 
 /* Row mode: gathers and plans the batch of step global + 1 into hx and t->rplan_next, for a
  * fused push-pull to pull its rows; 0 when there is none to take now (the last step, a stop,
- * leased input, or the input failing: met again, and reported, when that step comes). */
+ * leased input, the chief evaluating before that step, whose test batches replace hx: a
+ * stream would read that batch again; or the input failing: met again, and reported, when
+ * that step comes). */
 static int gather_next_rows(trainer *t, run *r, uint64_t global) {
-    if (!t->row_fuse || t->leases || global + 1 >= r->max_steps || stopped(t))
+    if (!t->row_fuse || t->leases || global + 1 >= r->max_steps || stopped(t) ||
+        (t->o->is_chief && worker_chief_evaluates_at(t, global + 1)))
         return 0;
     pf_error gather_err;
     if (gather(t, global + 1, r->b, &gather_err) != PF_OK)

@@ -94,9 +94,18 @@ pf_status pf_dyn_snapshot_take(const pf_dyn_table *t, const char *var,
         if (!slot_suffix || !slot_suffix[k])
             return pf_error_set(err, PF_ERR_INVALID, NULL,
                                 "dynamic table '%s': slot %d has no name", var, k);
+    out->admission[0] = adm.counted;
+    out->admission[1] = adm.draws;
+    out->admission[2] = cfg->seed;
+    out->stats[0] = stats.admitted;
+    out->stats[1] = stats.refused;
+    out->stats[2] = stats.evicted;
+    /* the 8-byte tensors first: after a header padded to 8 bytes they lie 8-byte aligned */
     pf_status st = PF_OK;
     uint64_t *ids = add_view(out, var, "ids", PF_DTYPE_U64, 1, n, 0, NULL, &st, err);
     int64_t *steps = add_view(out, var, "steps", PF_DTYPE_I64, 1, n, 0, NULL, &st, err);
+    add_view(out, var, "admission", PF_DTYPE_U64, 1, 3, 0, out->admission, &st, err);
+    add_view(out, var, "stats", PF_DTYPE_I64, 1, 3, 0, out->stats, &st, err);
     float *values = add_view(out, var, NULL, PF_DTYPE_F32, 2, n, dim, NULL, &st, err);
     float *slots[PF_DYN_MAX_SLOTS] = {0};
     for (int k = 0; k < cfg->slots; k++)
@@ -107,13 +116,6 @@ pf_status pf_dyn_snapshot_take(const pf_dyn_table *t, const char *var,
         if (sketch)
             memcpy(sketch, adm.sketch, adm.bytes);
     }
-    out->admission[0] = adm.counted;
-    out->admission[1] = adm.draws;
-    out->stats[0] = stats.admitted;
-    out->stats[1] = stats.refused;
-    out->stats[2] = stats.evicted;
-    add_view(out, var, "admission", PF_DTYPE_U64, 1, 2, 0, out->admission, &st, err);
-    add_view(out, var, "stats", PF_DTYPE_I64, 1, 3, 0, out->stats, &st, err);
     if (st != PF_OK) {
         pf_dyn_snapshot_free(out);
         return st;
@@ -203,7 +205,7 @@ static pf_status read_table(const pf_safetensors *st, int f, const char *var, in
         return s;
     ft->sketch = found ? v.raw : NULL;
     ft->sketch_bytes = found ? v.shape[0] : 0;
-    if ((s = find(st, f, var, "admission", PF_DTYPE_U64, 1, 2, 0, true, &v, &found, err)))
+    if ((s = find(st, f, var, "admission", PF_DTYPE_U64, 1, 3, 0, true, &v, &found, err)))
         return s;
     ft->admission = v.raw;
     if ((s = find(st, f, var, "stats", PF_DTYPE_I64, 1, 3, 0, true, &v, &found, err)))
@@ -240,6 +242,13 @@ pf_status pf_dyn_restore(pf_dyn_table *t, const pf_safetensors *const *files, in
         int dim = cfg->dim;
         if ((s = read_table(files[f], f, var, &dim, cfg->slots, slot_suffix, &ft[f], err)))
             break;
+        if (ft[f].admission[2] != cfg->seed) {
+            s = pf_error_set(err, PF_ERR_FORMAT, NULL,
+                             "ps-%d: dynamic table '%s' was saved with seed %" PRIu64
+                             ", the table has %" PRIu64 " (its sketch counts other cells)",
+                             f, var, ft[f].admission[2], cfg->seed);
+            break;
+        }
         if ((size_t)ft[f].sketch_bytes != mine.bytes) {
             s = pf_error_set(err, PF_ERR_FORMAT, NULL,
                              "ps-%d: dynamic table '%s': an admission sketch of %" PRId64
@@ -282,6 +291,12 @@ pf_status pf_dyn_restore(pf_dyn_table *t, const pf_safetensors *const *files, in
         else if (pf_dyn_has(t, id))
             s = pf_error_set(err, PF_ERR_FORMAT, NULL,
                              "ps-%d: dynamic table '%s': id %" PRIu64 " has two rows", f, var, id);
+        else if (pf_dyn_stats_get(t).rows >= cfg->max_rows) /* no row is dropped unsaid */
+            s = pf_error_set(err, PF_ERR_RANGE, NULL,
+                             "dynamic table '%s': ps %d of %d holds more than its max_rows "
+                             "(%" PRId64 ") rows of the checkpoint: give it a larger max_rows "
+                             "or more ps tasks",
+                             var, ps, n_ps, cfg->max_rows);
         else if (pf_dyn_insert(t, id, ft[f].steps[i], ft[f].values + at, slots) != PF_OK)
             s = pf_error_set(err, PF_ERR_NOMEM, NULL,
                              "dynamic table '%s': out of memory restoring its rows", var);

@@ -2,10 +2,11 @@
  * a table saved by 2 ps tasks and restored into 2 holds the same rows in the same order with
  * the same admission state, and goes on exactly as the saved one; restored into 3 and into 1
  * its export (ids and values) is identical, and an id its old ps had counted once is admitted
- * on its next update; the manifest's CRC-32 refuses a flipped byte of a table's rows; a row of
- * another ps, an id twice, steps out of order, a dim or a slot that differs, a missing table
- * and a non-finite row are refused with the file and the reason; integer tensors stay out of
- * the float-only reader.
+ * on its next update; a restore that would hold more than max_rows rows is refused (no row
+ * dropped); the manifest's CRC-32 refuses a flipped byte of a table's rows; a row of another
+ * ps, an id twice, steps out of order, a dim or a slot that differs, another seed, a missing
+ * table and a non-finite row are refused with the file and the reason; integer tensors stay
+ * out of the float-only reader.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -302,6 +303,40 @@ static void test_sketch_survives(void **state) {
     pf_dyn_destroy(t[1]);
 }
 
+/* Two full ps tasks restored into one of the same max_rows: refused, no row dropped. */
+static void test_repartition_over_max_rows(void **state) {
+    (void)state;
+    pf_dyn_table *t[2];
+    train_two(t, 60);
+    int64_t rows = pf_dyn_stats_get(t[0]).rows + pf_dyn_stats_get(t[1]).rows;
+    char dir[256];
+    step_dir("full", dir, sizeof dir);
+    save(dir, t, 2);
+    pf_safetensors *files[2];
+    load(dir, 2, files);
+    pf_dyn_config small = config();
+    small.max_rows = rows - 1;
+    pf_dyn_table *one;
+    pf_error err;
+    assert_int_equal(pf_dyn_create(&small, &one), PF_OK);
+    assert_int_equal(
+        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, &err),
+        PF_ERR_RANGE);
+    assert_non_null(strstr(err.message, "max_rows"));
+    pf_dyn_destroy(one);
+    pf_dyn_config enough = config();
+    enough.max_rows = rows;
+    assert_int_equal(pf_dyn_create(&enough, &one), PF_OK);
+    assert_int_equal(
+        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, &err),
+        PF_OK);
+    assert_int_equal(pf_dyn_stats_get(one).rows, rows);
+    pf_dyn_destroy(one);
+    unload(files, 2);
+    pf_dyn_destroy(t[0]);
+    pf_dyn_destroy(t[1]);
+}
+
 static void test_flipped_byte(void **state) {
     (void)state;
     pf_dyn_table *t[2];
@@ -334,7 +369,7 @@ static void test_flipped_byte(void **state) {
 static void write_rows(const char *path, const uint64_t *ids, const int64_t *steps,
                        const float *values, int64_t n, int dim, bool with_slots) {
     static uint8_t sketch[1024];
-    static const uint64_t admission[2] = {0, 0};
+    static const uint64_t admission[3] = {0, 0, 11}; /* config()'s seed */
     static const int64_t stats[3] = {0, 0, 0};
     pf_tensor_view v[8];
     int k = 0;
@@ -352,7 +387,7 @@ static void write_rows(const char *path, const uint64_t *ids, const int64_t *ste
     v[k++] = (pf_tensor_view){
         .name = VAR "/sketch", .rank = 1, .shape = {1024}, .raw = sketch, .dtype = PF_DTYPE_U8};
     v[k++] = (pf_tensor_view){
-        .name = VAR "/admission", .rank = 1, .shape = {2}, .raw = admission, .dtype = PF_DTYPE_U64};
+        .name = VAR "/admission", .rank = 1, .shape = {3}, .raw = admission, .dtype = PF_DTYPE_U64};
     v[k++] = (pf_tensor_view){
         .name = VAR "/stats", .rank = 1, .shape = {3}, .raw = stats, .dtype = PF_DTYPE_I64};
     pf_error err;
@@ -425,6 +460,20 @@ static void test_bad_tables(void **state) {
                      PF_ERR_NOT_FOUND);
     pf_safetensors_destroy(files[0]);
 
+    /* another seed: the sketch would count other cells */
+    pf_dyn_config seeded = config();
+    seeded.seed = 12;
+    snprintf(path, sizeof path, "%s/seeded.safetensors", fixture_root);
+    write_rows(path, ids, steps, values, 3, DIM, true);
+    assert_int_equal(pf_safetensors_read_any(path, &files[0], &err), PF_OK);
+    assert_int_equal(pf_dyn_create(&seeded, &t), PF_OK);
+    assert_int_equal(
+        pf_dyn_restore(t, (const pf_safetensors *const *)files, 1, VAR, suffix, 0, 1, &err),
+        PF_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "seed 11"));
+    pf_dyn_destroy(t);
+    pf_safetensors_destroy(files[0]);
+
     /* a table with a non-finite row is not taken */
     pf_dyn_config cfg = config();
     cfg.min_count = 0;
@@ -445,6 +494,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_restore_same_ps, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_repartition, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_sketch_survives, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_repartition_over_max_rows, fixture_setup,
+                                        fixture_teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_bad_tables, fixture_setup, fixture_teardown),
     };

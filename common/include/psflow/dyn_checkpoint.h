@@ -11,7 +11,9 @@
  *                                  suffix ("Adam", "Adam_1"; pf_optim_slots.variable)
  *   <var>/sketch     U8  [bytes]   the admission sketch's counters (absent when admission
  *                                  does not count)
- *   <var>/admission  U64 [2]       the sketch's counts since it last halved, draws made
+ *   <var>/admission  U64 [3]       the sketch's counts since it last halved, draws made, and
+ *                                  the table's seed (a restore refuses another seed: the
+ *                                  sketch's cells and the draws depend on it)
  *   <var>/stats      I64 [3]       rows admitted, updates refused, rows evicted so far
  *
  * A restore into the same number of ps tasks puts every row back in its order, with the
@@ -37,13 +39,14 @@
 
 /* The tensors of one table, ready for pf_safetensors_write (beside the ps's other tensors).
  * It owns copies of the rows (a table's rows are scattered in memory), so the table may
- * change once it is taken. */
+ * change once it is taken. Its views point into the struct itself (names, admission,
+ * stats): use it where pf_dyn_snapshot_take filled it, never a copy of it. */
 typedef struct pf_dyn_snapshot {
     int n; /* tensors in views */
     pf_tensor_view views[PF_DYN_CKPT_TENSORS];
     char names[PF_DYN_CKPT_TENSORS][PF_DYN_CKPT_NAME_MAX];
     void *owned[PF_DYN_CKPT_TENSORS]; /* what views point at: pf_dyn_snapshot_free */
-    uint64_t admission[2];
+    uint64_t admission[3];
     int64_t stats[3];
     int64_t rows;
 } pf_dyn_snapshot;
@@ -64,7 +67,9 @@ void pf_dyn_snapshot_free(pf_dyn_snapshot *s);
  * file first, then file order), with the sum of every file's sketch. PF_ERR_FORMAT names the
  * file, the tensor and what is wrong: a tensor missing, of another dtype or shape (its dim,
  * a slot, the sketch's size), steps that decrease or are out of range, an id twice, a row of
- * another task, a value or slot not finite; PF_ERR_NOMEM. t is then to be destroyed. */
+ * another task, a value or slot not finite, another seed; PF_ERR_RANGE when t would hold
+ * more than its max_rows rows (no row is dropped: a larger max_rows, or more ps tasks);
+ * PF_ERR_NOMEM. t is then to be destroyed. */
 pf_status pf_dyn_restore(pf_dyn_table *t, const pf_safetensors *const *files, int n_files,
                          const char *var, const char *const *slot_suffix, int ps, int n_ps,
                          pf_error *err);

@@ -142,13 +142,17 @@ static int park(peer *p, const pf_wire_row_pull *pull, float *const *seg_dst) {
         p->sel_rows = r;
         p->cap_sel_rows = rows;
     }
-    memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
+    if (pull->n) /* none: ids may be NULL, and so may sel_rows below */
+        memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
     p->parked_seg = seg_dst != NULL;
-    if (seg_dst)
+    if (seg_dst && pull->n)
         memcpy(p->seg_dst, seg_dst, pull->n * sizeof *p->seg_dst);
     size_t at = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++) {
         p->sel[i] = pull->sel[i];
+        p->sel[i].rows = NULL; /* an empty selection names no row */
+        if (!pull->sel[i].n_rows)
+            continue;
         memcpy(p->sel_rows + at, pull->sel[i].rows, pull->sel[i].n_rows * sizeof *p->sel_rows);
         p->sel[i].rows = p->sel_rows + at;
         at += pull->sel[i].n_rows;

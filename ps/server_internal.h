@@ -34,6 +34,7 @@ typedef struct peer {
     /* with a key: a HELLO waiting for its AUTH_PROOF */
     int challenged;
     int refused;           /* failed the proof: closing, nothing more is read */
+    int closing;           /* the ps closed it: nothing more is sent (ps_server_close) */
     pf_wire_hello pending; /* its job view is not kept */
     uint8_t hello_msg[PF_WIRE_HEADER_SIZE + 20 + PF_WIRE_MAX_JOB_NAME];
     size_t hello_len;

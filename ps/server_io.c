@@ -33,6 +33,12 @@ peer *ps_server_peer(ps_server *s, uint64_t conn) {
 }
 
 void ps_server_close(ps_server *s, uint64_t conn) {
+    peer *p = ps_server_peer(s, conn);
+    if (p) { /* its parked requests go unanswered: nothing more is sent to it */
+        p->closing = 1;
+        p->parked = 0;
+        p->ck_parked = 0;
+    }
     if (s->sink.send)
         s->sink.close(s->sink.user, conn);
     else
@@ -88,6 +94,9 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
  * and its connection closed: the peer retries at once rather than wait out its timeout. */
 void ps_server_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
                     int lend_values) {
+    peer *p = ps_server_peer(s, conn);
+    if (p && p->closing)
+        return; /* closed by the ps: the transport takes nothing more for it */
     if (encoded == PF_OK) {
         send_message(s, conn, lend_values);
         return;

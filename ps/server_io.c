@@ -59,12 +59,12 @@ static void tag_final(void *ctx, uint8_t *tag) {
  * lie while the socket takes them. What it does not take is copied, except, with lend_values
  * (a PULL_REPLY), the tensor data - the shards' values - which is lent (pf_ws_sendv_lent).
  * Its tag, where the connection has one, is computed by the transport as it writes the
- * message (for a sink: before, and appended as a last part). */
-static void send_message(ps_server *s, uint64_t conn, int lend_values) {
+ * message (for a sink: before, and appended as a last part). `to` is conn's peer (NULL:
+ * none known). */
+static void send_message(ps_server *s, uint64_t conn, peer *to, int lend_values) {
     size_t n = pf_wire_out_parts(&s->out, s->parts, s->max_parts);
     assert(n <= s->max_parts);
-    peer *to = s->integrity ? ps_server_peer(s, conn) : NULL;
-    pf_wire_mac *mac = to ? to->mac_out : NULL;
+    pf_wire_mac *mac = s->integrity && to ? to->mac_out : NULL;
     if (s->sink.send) {
         if (mac) { /* the tag goes last, copied: s->parts has room for it */
             pf_wire_mac_sign(mac, s->parts, (int)n, to->tag);
@@ -94,11 +94,11 @@ static void send_message(ps_server *s, uint64_t conn, int lend_values) {
  * and its connection closed: the peer retries at once rather than wait out its timeout. */
 void ps_server_send(ps_server *s, uint64_t conn, pf_status encoded, const char *what,
                     int lend_values) {
-    peer *p = ps_server_peer(s, conn);
+    peer *p = ps_server_peer(s, conn); /* one lookup a reply: the closing mark and the tag */
     if (p && p->closing)
         return; /* closed by the ps: the transport takes nothing more for it */
     if (encoded == PF_OK) {
-        send_message(s, conn, lend_values);
+        send_message(s, conn, p, lend_values);
         return;
     }
     ps_server_log(s, "cannot encode a %s reply (%s); closing its connection", what,

@@ -67,6 +67,8 @@ static int plan_init(plan *p, const char *path) {
     }
     pf_footprint_estimate(&p->spec, &p->fp);
     st = pf_footprint_check(&p->spec, &p->fp, &err);
+    if (st == PF_OK)
+        st = pf_footprint_check_cluster(&p->spec, &err);
     if (st == PF_OK && (st = pf_placement_compute(&p->spec, &p->placement)) != PF_OK)
         pf_error_set(&err, st, NULL, "cannot place the model's shards: %s", pf_strerror(st));
     if (st == PF_OK)

@@ -96,6 +96,12 @@ static int load_spec(const char *job, const char *model, const char *checkpoint_
         pf_job_spec_deinit(spec);
         return PF_EX_USAGE;
     }
+    if (pf_model_has_dynamic(&spec->model)) {
+        fprintf(stderr,
+                "psflow serve: %s has dynamic tables, which psflow serve does not read yet\n", job);
+        pf_job_spec_deinit(spec);
+        return PF_EX_DATAERR;
+    }
     return 0;
 }
 

@@ -19,9 +19,11 @@
 #include "cli/options.h"
 #include "psflow/clock.h"
 #include "psflow/data.h"
+#include "psflow/dyn_checkpoint.h"
 #include "psflow/exit_code.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
+#include "psflow/optim.h"
 #include "psflow/session.h"
 #include "psflow/signals.h"
 #include "psflow/stream.h"
@@ -83,15 +85,15 @@ static void print_eval(const pf_session *s, const pf_eval *ev, bool tty) {
 
 /* Says into why[] which variable holds a NaN or infinite value, if one does. */
 static void check_params(const pf_session *s, char *why, size_t len) {
-    const pf_job_spec *spec = pf_session_spec(s);
-    size_t n = pf_model_num_params(&spec->model);
+    const pf_model_spec *model = pf_session_model(s);
+    size_t n = pf_model_num_params(model);
     float *params = pf_mallocarray(n, sizeof *params);
     if (!params)
         return; /* the check is skipped, the evaluation still shows a non-finite result */
     pf_session_read_params(s, params);
     size_t i = pf_first_nonfinite(params, n);
     pf_var_info var;
-    if (i < n && pf_model_var_at(&spec->model, i, &var) >= 0)
+    if (i < n && pf_model_var_at(model, i, &var) >= 0)
         snprintf(why, len, "non-finite value (%g) in %s at step %lld", (double)params[i], var.name,
                  (long long)pf_session_global_step(s));
     pf_free(params);
@@ -141,6 +143,31 @@ static int load_job(const char *path, long long memory, const pf_session_options
     return rc;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The distinct ids of dynamic table f among the examples of ds (-1: out of memory). */
+static int64_t distinct_ids(const pf_model_spec *m, int f, const pf_dataset *ds) {
+    const pf_embedding_spec *e = &m->embeddings[f];
+    size_t cap = (size_t)ds->n * (size_t)e->max_ids, n = 0;
+    uint64_t *ids = cap ? pf_mallocarray(cap, sizeof *ids) : NULL;
+    if (!ids)
+        return cap ? -1 : 0;
+    const int col = pf_model_id_col(m, f);
+    for (int64_t i = 0; i < ds->n; i++)
+        for (int k = 0; k < e->max_ids; k++)
+            if (pf_model_get_id(ds->x + (size_t)i * (size_t)ds->features + col, k, &ids[n]) > 0)
+                n++;
+    qsort(ids, n, sizeof *ids, cmp_u64);
+    int64_t distinct = 0;
+    for (size_t i = 0; i < n; i++)
+        distinct += i == 0 || ids[i] != ids[i - 1];
+    pf_free(ids);
+    return distinct;
+}
+
 /* Says what will be trained, and for generated clicks the best AUC any model can reach. */
 static void print_plan(train_run *t) {
     const pf_job_spec *spec = &t->spec;
@@ -170,6 +197,32 @@ static void print_plan(train_run *t) {
         fprintf(stderr,
                 "psflow train: skipped %lld bad line(s) (data.on_error skip, at most %lld)\n",
                 (long long)train->skipped, (long long)spec->data.max_bad_lines);
+    for (int f = 0; f < spec->model.n_embeddings; f++) {
+        const pf_embedding_spec *e = &spec->model.embeddings[f];
+        if (e->kind != PF_TABLE_DYNAMIC)
+            continue;
+        char admit[96] = "an id at its first update", chance[48] = "";
+        if (e->min_count > 1)
+            snprintf(admit, sizeof admit, "an id seen %d times", e->min_count);
+        if (e->probability < 1)
+            snprintf(chance, sizeof chance, ", then with probability %.3g each update",
+                     e->probability);
+        char idle[64] = "";
+        if (e->steps_to_live > 0)
+            snprintf(idle, sizeof idle, ", rows idle %lld steps dropped",
+                     (long long)e->steps_to_live);
+        char seen[64] = ""; /* generated ids: how many distinct ones training will see */
+        int64_t distinct = pf_session_input(t->s) || spec->data.format != PF_DATA_SYNTHETIC_CTR
+                               ? -1
+                               : distinct_ids(&spec->model, f, train);
+        if (distinct >= 0)
+            snprintf(seen, sizeof seen, "; the training set has %lld distinct ids",
+                     (long long)distinct);
+        fprintf(stderr,
+                "psflow train: dynamic table %s: at most %lld rows of %d, admitting %s%s%s%s\n",
+                e->name, (long long)e->max_rows, pf_model_row_width(&spec->model, f), admit, chance,
+                idle, seen);
+    }
     /* Generated clicks come from a known model: the best AUC any model can reach on them. */
     t->bayes_auc = spec->data.format == PF_DATA_SYNTHETIC_CTR
                        ? pf_synthetic_ctr_bayes_auc(spec, pf_session_eval_set(t->s))
@@ -254,6 +307,35 @@ static void train_loop(train_run *t) {
     }
 }
 
+/* Writes the variables to path, each dynamic table as its checkpoint tensors
+ * (dyn_checkpoint.h). */
+static pf_status save_session(const train_run *t, const char *path, pf_error *err) {
+    const pf_model_spec *m = &t->spec.model;
+    pf_dyn_snapshot *snaps = pf_calloc((size_t)m->n_embeddings + 1, sizeof *snaps);
+    pf_tensor_view *extra =
+        pf_mallocarray((size_t)(m->n_embeddings + 1) * PF_DYN_CKPT_TENSORS, sizeof *extra);
+    pf_status st = snaps && extra ? PF_OK : pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    int n_extra = 0;
+    pf_var_info vars[PF_MAX_VARS];
+    pf_model_layout(m, vars);
+    const pf_optim_slots *slots = pf_optim_slots_of(&t->spec.optimizer);
+    for (int f = 0; st == PF_OK && f < m->n_embeddings; f++) {
+        const pf_dyn_table *table = pf_session_table(t->s, f);
+        if (!table)
+            continue;
+        st = pf_dyn_snapshot_take(table, vars[f].name, slots->variable, &snaps[f], err);
+        for (int i = 0; st == PF_OK && i < snaps[f].n; i++)
+            extra[n_extra++] = snaps[f].views[i];
+    }
+    if (st == PF_OK)
+        st = pf_session_save(t->s, path, extra, n_extra, err);
+    for (int f = 0; snaps && f < m->n_embeddings; f++)
+        pf_dyn_snapshot_free(&snaps[f]);
+    pf_free(snaps);
+    pf_free(extra);
+    return st;
+}
+
 /* The exit code of the run, after writing --save (when given and the values are finite). */
 static int finish(train_run *t, const char *save) {
     int rc = interrupted ? 130 : 0;
@@ -271,13 +353,40 @@ static int finish(train_run *t, const char *save) {
     pf_error err;
     if (save && t->nonfinite[0]) {
         fprintf(stderr, "psflow train: not saving %s: the variables are not finite\n", save);
-    } else if (save && pf_session_save(t->s, save, &err) != PF_OK) {
+    } else if (save && save_session(t, save, &err) != PF_OK) {
         fprintf(stderr, "psflow train: cannot save: %s\n", err.message);
         rc = PF_EX_CANTCREAT;
     } else if (save) {
         fprintf(stderr, "psflow train: saved variables to %s\n", save);
     }
     return rc;
+}
+
+/* Each dynamic table's statistics: a line on stderr, and with json an entry of `tables`. */
+static json_t *table_stats(const train_run *t, bool json_out) {
+    const pf_model_spec *m = &t->spec.model;
+    json_t *a = json_out ? json_array() : NULL;
+    for (int f = 0; f < m->n_embeddings; f++) {
+        const pf_dyn_table *table = pf_session_table(t->s, f);
+        if (!table)
+            continue;
+        pf_dyn_stats st = pf_dyn_stats_get(table);
+        const char *name = m->embeddings[f].name;
+        fprintf(stderr,
+                "psflow train: table %s: %lld rows of at most %lld, %lld admitted, %lld updates "
+                "refused, %lld evicted, %lld lookups (%lld without a row), %.1f MiB\n",
+                name, (long long)st.rows, (long long)m->embeddings[f].max_rows,
+                (long long)st.admitted, (long long)st.refused, (long long)st.evicted,
+                (long long)st.lookups, (long long)st.misses, (double)st.bytes / (1 << 20));
+        if (a)
+            json_array_append_new(
+                a, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "name", name, "rows",
+                             (json_int_t)st.rows, "max_rows", (json_int_t)m->embeddings[f].max_rows,
+                             "admitted", (json_int_t)st.admitted, "refused", (json_int_t)st.refused,
+                             "evicted", (json_int_t)st.evicted, "lookups", (json_int_t)st.lookups,
+                             "misses", (json_int_t)st.misses, "bytes", (json_int_t)st.bytes));
+    }
+    return a;
 }
 
 /* The result on stdout: one JSON object, or a text summary. */
@@ -294,6 +403,7 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
     bool classifier = t->spec.model.type != PF_MODEL_LINEAR;
     double accuracy = classifier && ev->examples ? (double)ev->correct / (double)ev->examples : NAN;
     double loss = window_mean(&t->prog);
+    json_t *tables = pf_model_has_dynamic(&t->spec.model) ? table_stats(t, json_out) : NULL;
     if (json_out) {
         /* Numbers JSON cannot hold (NaN, Inf) are null; reason says why training ended. */
         const char *reason = nonfinite[0]           ? "NonFiniteLoss"
@@ -322,6 +432,10 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
             json_object_set_new(o, "test_logloss", pf_json_number(test_loss));
         if (o && !isnan(t->bayes_auc))
             json_object_set_new(o, "bayes_auc", pf_json_number(t->bayes_auc));
+        if (o && tables) {
+            json_object_set_new(o, "tables", tables);
+            tables = NULL;
+        }
         char *text =
             o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8)) : NULL;
         if (text)
@@ -344,6 +458,7 @@ static void print_result(const train_run *t, double seconds, bool json_out) {
         printf("%s: %lld steps, loss %.6f, test loss %.6f, %.0f examples/s, %.1f s\n", name,
                (long long)steps, loss, test_loss, examples_per_sec, seconds);
     }
+    json_decref(tables);
 }
 
 int cli_train(const cli_command *cmd, int argc, char **argv) {

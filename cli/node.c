@@ -89,7 +89,8 @@ int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, i
     pf_error err;
     pf_error_clear(&err);
     pf_footprint_estimate(spec, &fp);
-    if (pf_footprint_check(spec, &fp, &err) != PF_OK) {
+    if (pf_footprint_check(spec, &fp, &err) != PF_OK ||
+        (strcmp(role, "train") && pf_footprint_check_cluster(spec, &err) != PF_OK)) {
         fprintf(stderr, "psflow %s: %s\n", cmd, err.message);
         return PF_EX_DATAERR;
     }
@@ -116,13 +117,18 @@ int node_check_fit(const char *cmd, const pf_job_spec *spec, const char *role, i
     }
     int64_t have = memory > 0 ? memory : pf_mem_system_bytes();
     if (have > 0 && need > have) {
-        char a[32], b[32];
+        char a[32], b[32], c[32];
         pf_footprint_format_bytes(need, a, sizeof a);
         pf_footprint_format_bytes(have, b, sizeof b);
+        pf_footprint_format_bytes(fp.dynamic_bytes, c, sizeof c);
+        bool dynamic = !strcmp(role, "train") && fp.dynamic_bytes > 0;
         fprintf(stderr,
-                "psflow %s: job %s needs about %s for %s, more than this process may use (%s%s): "
-                "shrink the model or the batch, or spread it over more tasks\n",
-                cmd, spec->name, a, what, b, memory > 0 ? ", --memory" : "");
+                "psflow %s: job %s needs about %s for %s%s%s%s, more than this process may use "
+                "(%s%s): shrink the model or the batch, %s\n",
+                cmd, spec->name, a, what, dynamic ? " (" : "", dynamic ? c : "",
+                dynamic ? " of it for the dynamic tables at their max_rows)" : "", b,
+                memory > 0 ? ", --memory" : "",
+                dynamic ? "or lower max_rows" : "or spread it over more tasks");
         return PF_EX_DATAERR;
     }
     return 0;

@@ -146,6 +146,8 @@ pf_status coord_admit_size(const coord_limits *l, const coord_cluster *c, const 
     pf_footprint fp;
     pf_footprint_estimate(spec, &fp);
     pf_status st = pf_footprint_check(spec, &fp, err);
+    if (st == PF_OK)
+        st = pf_footprint_check_cluster(spec, err);
     if (st != PF_OK)
         return st;
     if (fp.shards > l->max_shards)

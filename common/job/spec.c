@@ -45,6 +45,7 @@ _Static_assert(sizeof(pf_partitioner_type) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_restart_policy) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_device) == sizeof(int), "enum size");
 _Static_assert(sizeof(pf_combiner) == sizeof(int), "enum size");
+_Static_assert(sizeof(pf_table_kind) == sizeof(int), "enum size");
 
 /* --- the tables ------------------------------------------------------------------------------- */
 
@@ -58,12 +59,25 @@ static const field replicas_fields[] = {
 #define EMBEDDING(member) AT(model.embeddings[0].member)
 static const field embedding_fields[] = {
     {"name", K_NAME, EMBEDDING(name), .need = ALWAYS},
-    {"vocab", K_INT64, EMBEDDING(vocab), .min = 1, .max = PF_MAX_VOCAB, .need = ALWAYS},
+    /* written only when dynamic, so that a fixed table's form is as it was */
+    {"kind", K_ENUM, EMBEDDING(kind), .names = pf_spec_table_kind_names, .max = PF_TABLE_DYNAMIC,
+     .def = PF_TABLE_FIXED, .quiet_default = true},
+    /* Required for fixed tables and refused for dynamic ones (pf_spec_check_model); default 0
+     * stands for "absent". */
+    {"vocab", K_INT64, EMBEDDING(vocab), .min = 1, .max = PF_MAX_VOCAB},
     {"dim", K_INT, EMBEDDING(dim), .min = 1, .max = PF_MAX_EMBEDDING_DIM, .need = ALWAYS},
     {"combiner", K_ENUM, EMBEDDING(combiner), .names = pf_spec_combiner_names,
      .max = PF_COMBINE_SQRTN},
     {"max_ids", K_INT, EMBEDDING(max_ids), .min = 1, .max = PF_MAX_IDS, .def = 1},
     {"hash", K_BOOL, EMBEDDING(hash), .def = false},
+    /* Dynamic tables only (pf_spec_check_model); default 0 stands for "absent", and
+     * probability's default 1 is written only when another value is given. */
+    {"max_rows", K_INT64, EMBEDDING(max_rows), .min = 1, .max = PF_MAX_DYNAMIC_ROWS},
+    {"min_count", K_INT, EMBEDDING(min_count), .min = 1, .max = PF_MAX_MIN_COUNT},
+    {"probability", K_DOUBLE, EMBEDDING(probability), .real = R_SCALE, .def = 1,
+     .quiet_default = true},
+    {"steps_to_live", K_INT64, EMBEDDING(steps_to_live), .min = 1, .max = INT64_MAX},
+    {"sketch_bytes", K_INT64, EMBEDDING(sketch_bytes), .min = 256, .max = 1LL << 34},
 };
 static const object_desc embedding_desc = {embedding_fields, COUNT(embedding_fields), false, NULL};
 
@@ -111,6 +125,8 @@ static const field data_fields[] = {
     {"b", K_DOUBLE, AT(data.b), .def = 10, .only = SYNTHETIC},
     {"noise", K_DOUBLE, AT(data.noise), .real = R_NONNEGATIVE, .def = 0.1, .only = SYNTHETIC},
     {"n", K_INT64, AT(data.n), .min = 1, .max = INT64_MAX, .def = 10000, .only = SYNTHETIC | CTR},
+    /* Only with dynamic tables (pf_spec_check_data); default 0 stands for "absent". */
+    {"distinct_ids", K_INT64, AT(data.distinct_ids), .min = 1, .max = 1LL << 40, .only = CTR},
     {"zipf", K_DOUBLE, AT(data.zipf), .real = R_POSITIVE, .def = 1.1, .only = CTR},
     {"signal", K_DOUBLE, AT(data.signal), .real = R_NONNEGATIVE, .def = 1, .only = CTR},
     {"bias", K_DOUBLE, AT(data.bias), .def = -1.5, .only = CTR},

@@ -9,6 +9,67 @@
 
 #include "spec_internal.h"
 
+int64_t pf_embedding_sketch_bytes(const pf_embedding_spec *e) {
+    if (e->sketch_bytes > 0)
+        return e->sketch_bytes;
+    if (e->min_count <= 1 && e->probability >= 1)
+        return 0;
+    int64_t bytes = e->max_rows <= (1LL << 28) ? 4 * e->max_rows : 1LL << 30;
+    return bytes < 256 ? 256 : bytes;
+}
+
+/* A fixed table has a vocab and none of a dynamic table's fields; a dynamic one a row cap
+ * and no vocab (its ids are any 64-bit numbers). */
+static pf_status check_table_kind(const pf_model_spec *m, int i, pf_error *err) {
+    const pf_embedding_spec *e = &m->embeddings[i];
+    char ptr[PTR_SIZE];
+    if (e->kind == PF_TABLE_FIXED) {
+        const char *dynamic_only = e->max_rows           ? "max_rows"
+                                   : e->min_count        ? "min_count"
+                                   : e->probability != 1 ? "probability"
+                                   : e->steps_to_live    ? "steps_to_live"
+                                   : e->sketch_bytes     ? "sketch_bytes"
+                                                         : NULL;
+        if (dynamic_only) {
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/%s", i, dynamic_only);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: applies to a dynamic table (\"kind\": \"dynamic\"); this "
+                                "one is fixed",
+                                ptr);
+        }
+        if (e->vocab == 0) {
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/vocab", i);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "missing required field 'vocab' in /model/embeddings/%d (or make "
+                                "the table \"kind\": \"dynamic\" with a max_rows)",
+                                i);
+        }
+        return PF_OK;
+    }
+    if (e->vocab != 0) {
+        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/vocab", i);
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "%s: a dynamic table has no vocab (its ids are any 64-bit numbers, "
+                            "each its own row): cap its rows with max_rows",
+                            ptr);
+    }
+    if (e->max_rows == 0) {
+        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/max_rows", i);
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "missing required field 'max_rows' in /model/embeddings/%d (a "
+                            "dynamic table's row cap)",
+                            i);
+    }
+    if (e->sketch_bytes && e->min_count <= 1 && e->probability >= 1) {
+        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/sketch_bytes", i);
+        return pf_error_set(err, PF_ERR_SPEC, ptr,
+                            "%s: the sketch counts ids for min_count above 1 or probability "
+                            "below 1; this table admits every id at once",
+                            ptr);
+    }
+    return PF_OK;
+}
+
 /* Names unique and short enough for "<name>/embeddings"; inputs given exactly when there
  * are no embeddings. */
 static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
@@ -23,6 +84,9 @@ static pf_status check_embeddings(const pf_model_spec *m, pf_error *err) {
             if (strcmp(name, m->embeddings[j].name) == 0)
                 return pf_error_set(err, PF_ERR_SPEC, ptr, "%s: '%s' is also embedding %d", ptr,
                                     name, j);
+        pf_status st = check_table_kind(m, i, err);
+        if (st != PF_OK)
+            return st;
     }
     if (m->n_embeddings > 0 && m->inputs != 0)
         return pf_error_set(err, PF_ERR_SPEC, "/model/inputs",
@@ -187,16 +251,35 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
         return pf_error_set(err, PF_ERR_SPEC, "/data/format",
                             "/data/format: a model with embeddings reads sparse examples (ids "
                             "and weights): use libsvm, csv or synthetic_ctr, got idx");
-    for (int i = 0; i < m->n_embeddings && d->format != PF_DATA_CSV && d->format != PF_DATA_CRITEO;
-         i++)
-        if (m->embeddings[i].hash) {
-            char ptr[PTR_SIZE];
-            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
+    bool hashed = false;
+    for (int i = 0; i < m->n_embeddings; i++) {
+        const pf_embedding_spec *e = &m->embeddings[i];
+        char ptr[PTR_SIZE];
+        snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
+        if (e->hash && e->kind == PF_TABLE_DYNAMIC && d->format != PF_DATA_CSV &&
+            d->format != PF_DATA_CRITEO)
             return pf_error_set(err, PF_ERR_SPEC, ptr,
-                                "%s: hash applies to csv and criteo data; %s ids "
+                                "%s: a dynamic table keys its rows by the ids themselves: "
+                                "%s ids need no hash",
+                                ptr, pf_spec_format_names[d->format]);
+        if (e->hash && d->format != PF_DATA_CSV && d->format != PF_DATA_CRITEO &&
+            d->format != PF_DATA_SYNTHETIC_CTR)
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: hash applies to csv, criteo and synthetic_ctr data; %s ids "
                                 "index the table directly",
                                 ptr, pf_spec_format_names[d->format]);
-        }
+        hashed = hashed || (e->hash && d->format == PF_DATA_SYNTHETIC_CTR);
+    }
+    if (pf_model_has_dynamic(m) && d->format != PF_DATA_SYNTHETIC_CTR &&
+        d->format != PF_DATA_CRITEO)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/format",
+                            "/data/format: dynamic tables read synthetic_ctr or criteo data in "
+                            "this version, got %s",
+                            pf_spec_format_names[d->format]);
+    if (d->distinct_ids != 0 && !pf_model_has_dynamic(m) && !hashed)
+        return pf_error_set(err, PF_ERR_SPEC, "/data/distinct_ids",
+                            "/data/distinct_ids: the ids of dynamic tables (and of fixed ones "
+                            "with hash); this model's tables take ids 0 .. vocab - 1");
     if (m->numeric_inputs != 0 && d->format != PF_DATA_CRITEO)
         return pf_error_set(err, PF_ERR_SPEC, "/model/numeric_inputs",
                             "/model/numeric_inputs: numeric columns beside embeddings come from "
@@ -278,6 +361,15 @@ const char *pf_job_spec_queue(const pf_job_spec *s) {
 /* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"
  * is written back as "cpu". */
 pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err) {
+    if (pf_model_has_dynamic(&s->model) && s->optimizer.type == PF_OPT_ADAM)
+        return pf_error_set(err, PF_ERR_SPEC, "/optimizer/type",
+                            "/optimizer/type: adam moves every row of a table each step, and a "
+                            "dynamic table's rows are updated where a batch names them: use "
+                            "lazy_adam (TensorFlow's LazyAdamOptimizer) with dynamic tables");
+    if (pf_model_has_dynamic(&s->model) && s->replicas_per_worker > 1)
+        return pf_error_set(err, PF_ERR_SPEC, "/replicas_per_worker",
+                            "/replicas_per_worker: in-graph replicas of a model with dynamic "
+                            "tables are not built yet: use 1");
     for (int r = 0; s->model.n_embeddings > 0 && r < s->replicas_per_worker; r++) {
         if (s->devices[r].device == PF_DEVICE_AUTO)
             s->devices[r].device = PF_DEVICE_CPU;

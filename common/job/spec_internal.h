@@ -59,6 +59,7 @@ typedef struct field {
                                  (offset 0 is the name, never a flag) */
     unsigned only;            /* typed objects: type values it applies to; 0 = all */
     unsigned need;            /* type values for which it must be given; 0 = optional */
+    bool quiet_default;       /* K_ENUM, K_DOUBLE: written in the JSON form only when not def */
 } field;
 
 struct object_desc {
@@ -76,6 +77,7 @@ extern const char *const pf_spec_model_names[];
 extern const char *const pf_spec_activation_names[];
 extern const char *const pf_spec_format_names[];
 extern const char *const pf_spec_combiner_names[];
+extern const char *const pf_spec_table_kind_names[];
 extern const char *const pf_spec_optimizer_names[];
 extern const char *const pf_spec_mode_names[];
 extern const char *const pf_spec_nonfinite_names[];

@@ -145,6 +145,9 @@ static bool written(const field *f, const pf_job_spec *s) {
         return false; /* a default outside the range stands for "absent" */
     if (f->kind == K_BOOL && f->min == 1 && !*(const bool *)cslot(s, f->at))
         return false; /* a switch written only when on (min 1) */
+    if (f->quiet_default && ((f->kind == K_ENUM && get_enum(s, f->at) == (int)f->def) ||
+                             (f->kind == K_DOUBLE && *(const double *)cslot(s, f->at) == f->def)))
+        return false; /* a value written only when it is not the default */
     if (f->kind == K_OBJECT && f->present_at)
         return *(const bool *)cslot(s, f->present_at);
     if (f->kind == K_NAME && !*(const char *)cslot(s, f->at))

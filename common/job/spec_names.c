@@ -23,6 +23,8 @@ const char *const pf_spec_format_names[] = {[PF_DATA_IDX] = "idx",
                                             [PF_DATA_CRITEO] = "criteo"};
 const char *const pf_spec_combiner_names[] = {
     [PF_COMBINE_SUM] = "sum", [PF_COMBINE_MEAN] = "mean", [PF_COMBINE_SQRTN] = "sqrtn"};
+const char *const pf_spec_table_kind_names[] = {
+    [PF_TABLE_FIXED] = "fixed", [PF_TABLE_DYNAMIC] = "dynamic"};
 const char *const pf_spec_optimizer_names[] = {[PF_OPT_SGD] = "sgd",
                                                [PF_OPT_MOMENTUM] = "momentum",
                                                [PF_OPT_ADAGRAD] = "adagrad",

@@ -7,9 +7,13 @@
  * the same one. Ids follow Zipf's law over ranks 1..vocab (P(rank k) ~ k^-zipf, zipf.h);
  * rank k becomes id
  * (k * step) mod vocab with step coprime to vocab, so the hot ids are spread over the
- * table (and over the ps tasks of a partitioned one) as hashed ids are. The Bayes-optimal
- * AUC of a test set is the AUC of the true logits against its drawn labels: no model can
- * rank those examples better in expectation.
+ * table (and over the ps tasks of a partitioned one) as hashed ids are. A dynamic table's
+ * ranks run over 1..data.distinct_ids and become ids of a 2^40 space by a bijection; a fixed
+ * table with `hash` draws the same ids and hashes each into its vocab rows, so that ids share
+ * rows (the collisions a dynamic table avoids; its Bayes-optimal AUC is then unknown from the
+ * rows, NaN). The
+ * Bayes-optimal AUC of a test set is the AUC of the true logits against its drawn labels: no model
+ * can rank those examples better in expectation.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -46,15 +50,49 @@ double pf_synthetic_ctr_weight(double signal, uint64_t seed, int feature, int64_
     return signal * pf_rng_normal(&rng);
 }
 
+#define ID_SPACE_BITS 40
+#define ID_SPACE_MASK ((1ULL << ID_SPACE_BITS) - 1)
+
+int64_t pf_synthetic_ctr_distinct_ids(const pf_data_spec *d) {
+    return d->distinct_ids > 0 ? d->distinct_ids : 1000000;
+}
+
+/* A dynamic table's rank k (1 ..) as an id of 0 .. 2^40 - 1: multiplications by odd numbers
+ * and shifted xors modulo 2^40, each a bijection, so distinct ranks are distinct ids, spread
+ * over the whole space as hashed ids are. */
+uint64_t pf_synthetic_ctr_dynamic_id(int64_t rank) {
+    uint64_t z = (uint64_t)rank & ID_SPACE_MASK;
+    z = (z * 0x9e3779b97f4a7c15ULL) & ID_SPACE_MASK;
+    z ^= z >> 20;
+    z = (z * 0xbf58476d1ce4e5b9ULL) & ID_SPACE_MASK;
+    z ^= z >> 17;
+    return z;
+}
+
+/* A hashed fixed table's row of a 2^40-space id: a 64-bit mix of it modulo the vocab. */
+static int64_t hashed_row(uint64_t id, int64_t vocab) {
+    uint64_t z = id + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (int64_t)(z % (uint64_t)vocab);
+}
+
 double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row) {
     const pf_model_spec *m = &spec->model;
     double logit = spec->data.bias;
     for (int f = 0, col = 0; f < m->n_embeddings; f++) {
-        float id = row[col];
-        if (id >= 0)
+        const pf_embedding_spec *e = &m->embeddings[f];
+        uint64_t dyn;
+        if (e->kind == PF_TABLE_FIXED && e->hash)
+            return NAN; /* the row of a hashed id does not say which id it was */
+        if (e->kind == PF_TABLE_DYNAMIC && pf_model_get_id(row + col, 0, &dyn) > 0)
             logit +=
-                pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f, (int64_t)id);
-        col += 2 * m->embeddings[f].max_ids;
+                pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f, (int64_t)dyn);
+        else if (e->kind != PF_TABLE_DYNAMIC && row[col] >= 0)
+            logit += pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f,
+                                             (int64_t)row[col]);
+        col += pf_model_feature_width(e);
     }
     return logit;
 }
@@ -73,23 +111,38 @@ pf_status pf_synthetic_ctr(const pf_job_spec *spec, int64_t n, uint64_t stream, 
     data_zipf z[PF_MAX_EMBEDDINGS];
     int64_t step[PF_MAX_EMBEDDINGS];
     for (int f = 0; f < m->n_embeddings; f++) {
-        data_zipf_init(&z[f], m->embeddings[f].vocab, d->zipf);
-        step[f] = spread_step(m->embeddings[f].vocab);
+        bool dynamic = m->embeddings[f].kind == PF_TABLE_DYNAMIC || m->embeddings[f].hash;
+        data_zipf_init(&z[f], dynamic ? pf_synthetic_ctr_distinct_ids(d) : m->embeddings[f].vocab,
+                       d->zipf);
+        step[f] = dynamic ? 0 : spread_step(m->embeddings[f].vocab);
     }
     pf_rng rng;
     pf_rng_init(&rng, spec->training.seed, stream);
     for (int64_t i = 0; i < n; i++) {
         float *row = out->x + (size_t)i * (size_t)width;
         pf_model_pad_example(m, row);
+        double logit = d->bias;
         for (int f = 0, col = 0; f < m->n_embeddings; f++) {
-            int max = m->embeddings[f].max_ids;
+            const pf_embedding_spec *e = &m->embeddings[f];
             int64_t rank = data_zipf_rank(&z[f], &rng);
-            /* One id of weight 1: rank * step mod vocab, without overflow (both <= 2^24). */
-            row[col] = (float)((rank * step[f]) % m->embeddings[f].vocab);
-            row[col + max] = 1;
-            col += 2 * max;
+            int64_t id;
+            if (e->kind == PF_TABLE_DYNAMIC) { /* one id of weight 1 from a 2^40 space */
+                id = (int64_t)pf_synthetic_ctr_dynamic_id(rank);
+                pf_model_put_id(row + col, 0, (uint64_t)id);
+                row[col + e->max_ids * PF_DYN_ID_SLOTS] = 1;
+            } else if (e->hash) { /* the same ids, hashed into the vocab's rows */
+                id = (int64_t)pf_synthetic_ctr_dynamic_id(rank);
+                row[col] = (float)hashed_row((uint64_t)id, e->vocab);
+                row[col + e->max_ids] = 1;
+            } else { /* one id of weight 1: rank * step mod vocab, no overflow (both <= 2^24) */
+                id = (rank * step[f]) % e->vocab;
+                row[col] = (float)id;
+                row[col + e->max_ids] = 1;
+            }
+            logit += pf_synthetic_ctr_weight(d->signal, spec->training.seed, f, id);
+            col += pf_model_feature_width(e);
         }
-        double p = 1 / (1 + exp(-pf_synthetic_ctr_logit(spec, row)));
+        double p = 1 / (1 + exp(-logit));
         out->y[i] = pf_rng_uniform(&rng) < p ? 1.0f : 0.0f;
     }
     return PF_OK;

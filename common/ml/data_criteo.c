@@ -38,12 +38,21 @@ static int64_t row_of_id(uint32_t id, int64_t vocab, bool hash) {
 void data_criteo_example(const pf_model_spec *m, const pf_criteo_scaling *sc,
                          const pf_criteo_row *r, float *x) {
     int col = 0;
-    for (int f = 0; f < m->n_embeddings; f++, col += 2) {
+    for (int f = 0; f < m->n_embeddings; f++) {
+        const pf_embedding_spec *e = &m->embeddings[f];
         bool present = r->cat_present >> f & 1;
-        x[col] = present
-                     ? (float)row_of_id(r->cat[f], m->embeddings[f].vocab, m->embeddings[f].hash)
-                     : -1.0f;
-        x[col + 1] = present ? 1.0f : 0.0f;
+        if (e->kind == PF_TABLE_DYNAMIC) { /* the id as it is: every id its own row */
+            if (present)
+                pf_model_put_id(x + col, 0, r->cat[f]);
+            else
+                for (int j = 0; j < PF_DYN_ID_SLOTS; j++)
+                    x[col + j] = -1.0f;
+            x[col + PF_DYN_ID_SLOTS] = present ? 1.0f : 0.0f;
+        } else {
+            x[col] = present ? (float)row_of_id(r->cat[f], e->vocab, e->hash) : -1.0f;
+            x[col + 1] = present ? 1.0f : 0.0f;
+        }
+        col += pf_model_feature_width(e);
     }
     int numeric = m->n_embeddings > 0 ? m->numeric_inputs : m->inputs;
     for (int j = 0; j < numeric; j++) {

@@ -14,6 +14,7 @@
  */
 #include "psflow/dyn_table.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -107,6 +108,8 @@ pf_status pf_dyn_config_check(const pf_dyn_config *cfg, char *why, size_t cap) {
         bad = "init_width: 0 to dim";
     else if (!(cfg->init_limit >= 0 && cfg->init_limit < 1e6f))
         bad = "init_limit: 0 to 1e6";
+    else if (!(isfinite(cfg->slot_init[0]) && isfinite(cfg->slot_init[1])))
+        bad = "slot_init: finite values";
     if (!bad)
         return PF_OK;
     snprintf(why, cap, "%s", bad);
@@ -409,7 +412,12 @@ static void place_row(pf_dyn_table *t, uint32_t r, uint64_t id, int64_t step) {
     t->stats.rows++;
 }
 
-/* Gives a new row r of id its first values and zero slots. */
+static void fill_slot(float *s, size_t dim, float value) {
+    for (size_t k = 0; k < dim; k++)
+        s[k] = value;
+}
+
+/* Gives a new row r of id its first values and its slots' first values. */
 static void init_row(pf_dyn_table *t, uint32_t r, uint64_t id) {
     size_t dim = (size_t)t->cfg.dim;
     float *v = t->values + (size_t)r * dim;
@@ -420,7 +428,7 @@ static void init_row(pf_dyn_table *t, uint32_t r, uint64_t id) {
                    ? (float)((2.0 * pf_rng_uniform(&rng) - 1.0) * t->cfg.init_limit)
                    : 0.0f;
     for (int k = 0; k < t->cfg.slots; k++)
-        memset(t->slots[k] + (size_t)r * dim, 0, dim * sizeof(float));
+        fill_slot(t->slots[k] + (size_t)r * dim, dim, t->cfg.slot_init[k]);
 }
 
 /* The update of id at step, room made (reserve): its row, admitted now or moved to the head
@@ -529,7 +537,7 @@ pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const f
         if (slots && slots[k])
             memcpy(s, slots[k], dim * sizeof(float));
         else
-            memset(s, 0, dim * sizeof(float));
+            fill_slot(s, dim, t->cfg.slot_init[k]);
     }
     return PF_OK;
 }

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "psflow/dyn_table.h"
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 
@@ -90,8 +91,11 @@ bool pf_model_embeddings_valid(const pf_model_spec *spec) {
         return false;
     for (int f = 0; f < spec->n_embeddings; f++) {
         const pf_embedding_spec *e = &spec->embeddings[f];
-        if (e->vocab < 1 || e->vocab > PF_MAX_VOCAB || e->dim < 1 ||
-            e->dim > PF_MAX_EMBEDDING_DIM || e->max_ids < 1 || e->max_ids > PF_MAX_IDS)
+        bool rows_ok = e->kind == PF_TABLE_DYNAMIC
+                           ? e->max_rows >= 1 && e->max_rows < PF_DYN_MAX_ROWS
+                           : e->vocab >= 1 && e->vocab <= PF_MAX_VOCAB;
+        if (!rows_ok || e->dim < 1 || e->dim > PF_MAX_EMBEDDING_DIM || e->max_ids < 1 ||
+            e->max_ids > PF_MAX_IDS)
             return false;
     }
     return true;
@@ -99,12 +103,13 @@ bool pf_model_embeddings_valid(const pf_model_spec *spec) {
 
 void pf_model_pad_example(const pf_model_spec *spec, float *row) {
     for (int f = 0; f < spec->n_embeddings; f++) {
-        int max = spec->embeddings[f].max_ids;
-        for (int i = 0; i < max; i++) {
+        const pf_embedding_spec *e = &spec->embeddings[f];
+        int ids = e->max_ids * pf_model_id_slots(e);
+        for (int i = 0; i < ids; i++)
             row[i] = -1;
-            row[max + i] = 0;
-        }
-        row += 2 * max;
+        for (int i = 0; i < e->max_ids; i++)
+            row[ids + i] = 0;
+        row += pf_model_feature_width(e);
     }
     for (int j = 0; spec->n_embeddings > 0 && j < spec->numeric_inputs; j++)
         row[j] = 0;
@@ -126,7 +131,7 @@ int pf_model_input_width(const pf_model_spec *spec) {
         return spec->inputs;
     int sum = spec->numeric_inputs;
     for (int f = 0; f < spec->n_embeddings; f++)
-        sum += 2 * spec->embeddings[f].max_ids;
+        sum += pf_model_feature_width(&spec->embeddings[f]);
     return sum;
 }
 
@@ -172,10 +177,10 @@ int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]) {
         pf_var_info *t = &vars[n++];
         snprintf(t->name, sizeof t->name, "%.*s/embeddings", PF_EMBEDDING_NAME_MAX, e->name);
         t->rank = 2;
-        t->shape[0] = e->vocab;
+        t->shape[0] = e->kind == PF_TABLE_DYNAMIC ? 0 : e->vocab; /* dynamic: not in the vector */
         t->shape[1] = pf_model_row_width(spec, f);
         t->offset = offset;
-        t->count = (size_t)e->vocab * (size_t)t->shape[1];
+        t->count = (size_t)t->shape[0] * (size_t)t->shape[1];
         offset += t->count;
     }
     for (int l = 0; spec->type == PF_MODEL_DLRM && l < spec->n_bottom; l++)
@@ -292,6 +297,8 @@ pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int m
                           pf_model **out) {
     *out = NULL;
     if (max_batch < 1)
+        return PF_ERR_INVALID;
+    if (pf_model_has_dynamic(spec))
         return PF_ERR_INVALID;
     if (spec->n_embeddings > 0 && !be->host_memory)
         return PF_ERR_UNSUPPORTED;
@@ -439,8 +446,34 @@ int64_t pf_model_row_of(float id, int64_t vocab) {
 int pf_model_id_col(const pf_model_spec *spec, int f) {
     int col = 0;
     for (int g = 0; g < f; g++)
-        col += 2 * spec->embeddings[g].max_ids; /* ids, then as many weights */
+        col += pf_model_feature_width(&spec->embeddings[g]); /* ids, then the weights */
     return col;
+}
+
+#define ID_PART_MASK ((1u << PF_DYN_ID_BITS) - 1)
+
+void pf_model_put_id(float *ids, int k, uint64_t id) {
+    float *at = ids + (size_t)k * PF_DYN_ID_SLOTS;
+    for (int j = 0; j < PF_DYN_ID_SLOTS; j++)
+        at[j] = (float)((id >> (j * PF_DYN_ID_BITS)) & ID_PART_MASK);
+}
+
+int pf_model_get_id(const float *ids, int k, uint64_t *id) {
+    const float *at = ids + (size_t)k * PF_DYN_ID_SLOTS;
+    if (at[0] == -1.0f)
+        return 0;
+    uint64_t v = 0;
+    for (int j = 0; j < PF_DYN_ID_SLOTS; j++) {
+        float part = at[j];
+        if (!(part >= 0 && part <= (float)ID_PART_MASK) || part != floorf(part))
+            return -1;
+        uint64_t bits = (uint64_t)part;
+        if (j * PF_DYN_ID_BITS + PF_DYN_ID_BITS > 64 && bits >> (64 - j * PF_DYN_ID_BITS))
+            return -1; /* past 64 bits */
+        v |= bits << (j * PF_DYN_ID_BITS);
+    }
+    *id = v;
+    return 1;
 }
 
 static int cmp_u32(const void *a, const void *b) {

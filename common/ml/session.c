@@ -7,6 +7,9 @@
  * the host) to the replicas, uploads their averaged gradient and applies the optimizer: the
  * same step as a worker with K replicas whose ps applies its gradient. Evaluation walks the
  * evaluation set in order with batches of up to EVAL_BATCH examples, on replica 0's backend.
+ * A model with dynamic tables (dyn_batch.h) computes on its compact model: each batch is
+ * planned into the compact examples (hc), its rows gathered from the tables into the
+ * compact vector before the step and its rows' gradients applied to the tables after it.
  */
 #include "psflow/session.h"
 
@@ -14,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "psflow/dyn_batch.h"
 #include "psflow/mem.h"
 #include "psflow/optim.h"
 #include "psflow/safetensors.h"
@@ -48,7 +52,84 @@ struct pf_session {
     float *hparams, *hgrads;
     float *scores;  /* a two-class model's evaluation scores, one per example of the set */
     uint32_t *rows; /* a table's rows a batch names (pf_optim_rows_only) */
+    /* dynamic tables: the plan of a batch, its compact examples and the tables */
+    pf_dyn_batch *dyn;
+    float *hc;
+    pf_dyn_table *tables[PF_MAX_EMBEDDINGS];
+    float **dyn_rows, **dyn_slots; /* a batch's rows and slot rows, as pf_dyn_update_batch */
+    pf_var_info vars[PF_MAX_VARS]; /* the layout of the vector the model computes on */
+    int n_vars;
 };
+
+/* The model the session computes on: the job's, or its compact one. */
+static const pf_model_spec *model_of(const pf_session *s) {
+    return s->dyn ? &s->dyn->compact : &s->spec.model;
+}
+
+/* Creates the plan and the tables of a model with dynamic tables, for batches of up to
+ * `stage` examples. */
+static pf_status dyn_create(pf_session *s, int stage, pf_error *err) {
+    const pf_model_spec *m = &s->spec.model;
+    s->dyn = pf_calloc(1, sizeof *s->dyn);
+    if (!s->dyn)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    pf_status st = pf_dyn_batch_init(s->dyn, m, stage);
+    if (st != PF_OK) {
+        pf_free(s->dyn);
+        s->dyn = NULL;
+        return pf_error_set(err, st, NULL,
+                            st == PF_ERR_NOMEM ? "out of memory"
+                                               : "a batch of %d examples names more rows than a "
+                                                 "table of the model may have",
+                            stage);
+    }
+    size_t most = 0;
+    for (int f = 0; f < m->n_embeddings; f++) {
+        if (m->embeddings[f].kind != PF_TABLE_DYNAMIC)
+            continue;
+        pf_dyn_config cfg;
+        pf_dyn_table_config(&s->spec, f, m->embeddings[f].max_rows, &cfg);
+        char why[160];
+        if ((st = pf_dyn_config_check(&cfg, why, sizeof why)) != PF_OK)
+            return pf_error_set(err, st, NULL, "embedding '%s': %s", m->embeddings[f].name, why);
+        if ((st = pf_dyn_create(&cfg, &s->tables[f])) != PF_OK)
+            return pf_error_set(err, st, NULL, "out of memory for embedding '%s'",
+                                m->embeddings[f].name);
+        most = s->dyn->cap[f] > most ? s->dyn->cap[f] : most;
+    }
+    s->hc = pf_mallocarray((size_t)stage * (size_t)s->dyn->out_width, sizeof *s->hc);
+    s->dyn_rows = pf_mallocarray(most, sizeof *s->dyn_rows);
+    s->dyn_slots = pf_mallocarray(most * PF_DYN_MAX_SLOTS, sizeof *s->dyn_slots);
+    if (!s->hc || !s->dyn_rows || !s->dyn_slots)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    return PF_OK;
+}
+
+/* Plans `count` staged examples (hx) into the compact ones (hc) and gathers their rows of
+ * the dynamic tables into the compact vector (host memory: embedding models run on the
+ * CPU). */
+static void dyn_prepare(pf_session *s, int count) {
+    pf_dyn_batch_plan(s->dyn, s->hx, count, s->hc);
+    for (int f = 0; f < s->spec.model.n_embeddings; f++)
+        if (s->tables[f])
+            pf_dyn_gather(s->tables[f], s->dyn->ids[f], s->dyn->n[f],
+                          s->params + s->vars[f].offset);
+}
+
+/* The gradient of the batch's rows of dynamic table f, applied to the table's rows at the
+ * current step: rows not admitted drop theirs. */
+static void dyn_apply(pf_session *s, int f, const pf_optim_step *step) {
+    size_t width = (size_t)s->vars[f].shape[1], at = s->vars[f].offset;
+    uint32_t n = s->dyn->n[f];
+    if (pf_dyn_update_batch(s->tables[f], s->dyn->ids[f], n, s->step, s->dyn_rows, s->dyn_slots) !=
+        PF_OK)
+        return; /* out of memory: the table unchanged, this step's rows not updated */
+    for (uint32_t j = 0; j < n; j++)
+        if (s->dyn_rows[j])
+            pf_optim_step_apply(step, s->be, width, s->grads + at + (size_t)j * width,
+                                s->dyn_rows[j], s->dyn_slots + (size_t)j * PF_DYN_MAX_SLOTS);
+    pf_dyn_evict_stale(s->tables[f], s->step);
+}
 
 static bool is_classifier(const pf_job_spec *spec) {
     return spec->model.type != PF_MODEL_LINEAR;
@@ -95,7 +176,11 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     int max_batch = batch > EVAL_BATCH ? batch : EVAL_BATCH;
     /* the host staging holds every replica's examples */
     int stage = replicas * batch > EVAL_BATCH ? replicas * batch : EVAL_BATCH;
-    if ((st = pf_model_create(&spec->model, s->be, max_batch, &s->model)) == PF_ERR_UNSUPPORTED) {
+    if (pf_model_has_dynamic(&spec->model) && (st = dyn_create(s, stage, err)) != PF_OK)
+        goto fail;
+    const pf_model_spec *computed = model_of(s);
+    s->n_vars = pf_model_layout(computed, s->vars);
+    if ((st = pf_model_create(computed, s->be, max_batch, &s->model)) == PF_ERR_UNSUPPORTED) {
         pf_error_set(err, st, NULL, "a model with embeddings needs a CPU backend, not %s",
                      s->be->name);
         goto fail;
@@ -105,13 +190,14 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
     if (st != PF_OK)
         goto nomem;
     s->sampler = s->input ? NULL : pf_sampler_create(s->train.n, spec->training.seed, true);
-    s->n_params = pf_model_num_params(&spec->model);
+    s->n_params = pf_model_num_params(computed);
     s->n_slots = pf_optim_num_slots(&spec->optimizer);
     const pf_backend *be = s->be;
-    size_t in = (size_t)pf_model_input_width(&spec->model);
+    size_t in = (size_t)pf_model_input_width(&spec->model); /* hx: the examples as read */
+    size_t computed_in = (size_t)pf_model_input_width(computed);
     s->params = be->alloc(s->n_params * sizeof(float));
     s->grads = be->alloc(s->n_params * sizeof(float));
-    s->x = be->alloc((size_t)max_batch * in * sizeof(float));
+    s->x = be->alloc((size_t)max_batch * computed_in * sizeof(float));
     s->y = be->alloc((size_t)max_batch * sizeof(float));
     s->labels = be->alloc((size_t)max_batch * sizeof(int32_t));
     s->hx = pf_mallocarray((size_t)stage * in, sizeof(float));
@@ -145,11 +231,17 @@ pf_status pf_session_create(const pf_job_spec *spec, const pf_session_options *o
         pf_optim_slot_init(&spec->optimizer, be, i, s->slots[i], s->n_params);
     }
     /* Initial values are drawn on the host (identical on every backend), then uploaded. */
-    float *init = pf_mallocarray(s->n_params, sizeof(float));
+    size_t n_init = pf_model_num_params(&spec->model);
+    float *init = pf_mallocarray(n_init, sizeof(float));
     if (!init)
         goto nomem;
     pf_model_init_params(&spec->model, spec->training.seed, init);
-    be->upload(s->params, init, s->n_params);
+    if (s->dyn) { /* the job's variables into the compact vector (host memory) */
+        be->fill(s->params, 0, s->n_params);
+        pf_dyn_batch_map(s->dyn, init, s->params);
+    } else {
+        be->upload(s->params, init, s->n_params);
+    }
     pf_free(init);
     *out = s;
     return PF_OK;
@@ -173,6 +265,14 @@ void pf_session_destroy(pf_session *s) {
     }
     pf_free(s->hx);
     pf_free(s->rows);
+    pf_free(s->hc);
+    pf_free(s->dyn_rows);
+    pf_free(s->dyn_slots);
+    for (int f = 0; f < PF_MAX_EMBEDDINGS; f++)
+        pf_dyn_destroy(s->tables[f]);
+    if (s->dyn)
+        pf_dyn_batch_deinit(s->dyn);
+    pf_free(s->dyn);
     pf_free(s->hy);
     pf_free(s->hlabels);
     pf_free(s->hparams);
@@ -191,7 +291,10 @@ void pf_session_destroy(pf_session *s) {
 /* Uploads `count` host-staged examples to the backend batch buffers. */
 static void upload_batch(pf_session *s, int count) {
     const pf_backend *be = s->be;
-    be->upload(s->x, s->hx, (size_t)count * (size_t)pf_model_input_width(&s->spec.model));
+    if (s->dyn)
+        dyn_prepare(s, count);
+    be->upload(s->x, s->dyn ? s->hc : s->hx,
+               (size_t)count * (size_t)pf_model_input_width(model_of(s)));
     if (is_classifier(&s->spec))
         be->upload_i32(s->labels, s->hlabels, (size_t)count);
     else
@@ -204,16 +307,19 @@ static void upload_batch(pf_session *s, int count) {
  * host memory (embedding models train on the CPU). */
 static void apply(pf_session *s, int batch) {
     const pf_optimizer_spec *o = &s->spec.optimizer;
-    const pf_model_spec *m = &s->spec.model;
+    const pf_model_spec *m = model_of(s);
     if (m->n_embeddings == 0 || !pf_optim_rows_only(o) || !s->rows) {
         pf_optim_apply(o, s->be, s->step, s->n_params, s->grads, s->params, s->slots);
         return;
     }
-    pf_var_info vars[PF_MAX_VARS];
-    pf_model_layout(m, vars);
+    const pf_var_info *vars = s->vars;
     pf_optim_step step = pf_optim_prepare(o, s->step); /* once for every row */
     for (int f = 0; f < m->n_embeddings; f++) {        /* the tables come first */
-        uint32_t n = pf_model_batch_rows(m, f, s->hx, batch, s->rows);
+        if (s->tables[f]) {
+            dyn_apply(s, f, &step);
+            continue;
+        }
+        uint32_t n = pf_model_batch_rows(m, f, s->dyn ? s->hc : s->hx, batch, s->rows);
         size_t dim = (size_t)vars[f].shape[1], at = vars[f].offset;
         float *slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
         for (int k = 0; k < s->n_slots; k++)
@@ -310,29 +416,47 @@ void pf_session_read_params(const pf_session *s, float *params) {
     s->be->download(params, s->params, s->n_params);
 }
 
-pf_status pf_session_save(const pf_session *s, const char *path, pf_error *err) {
+pf_status pf_session_save(const pf_session *s, const char *path, const pf_tensor_view *extra,
+                          int n_extra, pf_error *err) {
     float *host = pf_mallocarray(s->n_params, sizeof(float));
-    if (!host)
+    pf_tensor_view *views = pf_mallocarray((size_t)(PF_MAX_VARS + n_extra), sizeof *views);
+    if (!host || !views || n_extra < 0) {
+        pf_free(host);
+        pf_free(views);
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+    }
     pf_session_read_params(s, host);
-    pf_var_info vars[PF_MAX_VARS];
-    int n = pf_model_layout(&s->spec.model, vars);
-    pf_tensor_view views[PF_MAX_VARS];
-    for (int i = 0; i < n; i++) {
-        views[i] = (pf_tensor_view){.name = vars[i].name,
+    const pf_var_info *vars = s->vars;
+    int n = 0;
+    for (int i = 0; i < s->n_vars; i++) {
+        if (i < PF_MAX_EMBEDDINGS && s->tables[i])
+            continue; /* a dynamic table: its rows are among extra */
+        views[n] = (pf_tensor_view){.name = vars[i].name,
                                     .rank = vars[i].rank,
                                     .shape = {vars[i].shape[0]},
                                     .data = host + vars[i].offset};
         if (vars[i].rank == 2)
-            views[i].shape[1] = vars[i].shape[1];
+            views[n].shape[1] = vars[i].shape[1];
+        n++;
     }
+    for (int i = 0; i < n_extra; i++)
+        views[n++] = extra[i];
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)s->step);
     const char *keys[] = {"format", "psflow_job", "global_step", "model_type"};
     const char *values[] = {"np", s->spec.name, step, pf_model_type_name(s->spec.model.type)};
     pf_status st = pf_safetensors_write(path, views, n, keys, values, 4, err);
     pf_free(host);
+    pf_free(views);
     return st;
+}
+
+const pf_model_spec *pf_session_model(const pf_session *s) {
+    return model_of(s);
+}
+
+pf_dyn_table *pf_session_table(const pf_session *s, int f) {
+    return f >= 0 && f < PF_MAX_EMBEDDINGS ? s->tables[f] : NULL;
 }
 
 const pf_dataset *pf_session_train_set(const pf_session *s) {

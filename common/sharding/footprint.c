@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "psflow/dyn_batch.h"
+#include "psflow/dyn_table.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
 #include "psflow/wire.h"
@@ -39,12 +41,20 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
         data = (4.0 * pf_model_input_width(&spec->model) + 4) * (n + n_test);
     /* A worker holds of each table only the rows one batch (or the chief's evaluation
      * batch) names (worker/rows.h); psflow train holds the tables whole. */
-    double held = params;
+    double held = params, dynamic = 0;
     for (int f = 0; f < spec->model.n_embeddings; f++) {
         const pf_embedding_spec *e = &spec->model.embeddings[f];
         double named = batch * spec->replicas_per_worker * e->max_ids;
-        if (named < (double)e->vocab)
-            held -= ((double)e->vocab - named) * pf_model_row_width(&spec->model, f);
+        double width = pf_model_row_width(&spec->model, f);
+        if (e->kind == PF_TABLE_DYNAMIC) { /* its compact rows, and the table at its cap */
+            held += named * width;
+            params += named * width;
+            pf_dyn_config cfg;
+            pf_dyn_table_config(spec, f, e->max_rows, &cfg);
+            dynamic += (double)pf_dyn_bytes_bound(&cfg);
+        } else if (named < (double)e->vocab) {
+            held -= ((double)e->vocab - named) * width;
+        }
     }
     double per_batch = batch * (2.0 * pf_model_input_width(&spec->model) + 4 + widths + 2 * widest);
     double training = 4 * (4 * held + per_batch) + data;
@@ -55,7 +65,21 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
     out->shards = clamp(shards);
     out->worker_bytes = clamp(training);
     out->data_bytes = clamp(data);
-    out->process_bytes = clamp(process + 4 * params * (1 + slots));
+    out->process_bytes = clamp(process + 4 * params * (1 + slots) + dynamic);
+    out->dynamic_bytes = clamp(dynamic);
+}
+
+pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err) {
+    for (int f = 0; f < spec->model.n_embeddings; f++)
+        if (spec->model.embeddings[f].kind == PF_TABLE_DYNAMIC) {
+            char ptr[64];
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/kind", f);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: dynamic tables train in one process (psflow train) in "
+                                "this version; ps tasks do not hold them yet",
+                                ptr);
+        }
+    return PF_OK;
 }
 
 int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {

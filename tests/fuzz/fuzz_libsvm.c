@@ -15,8 +15,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (pf_libsvm_parse((const char *)data, size, "fuzz", 3, 1, true, &ds, &err) == PF_OK)
         pf_dataset_deinit(&ds);
     pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 2};
-    m.embeddings[0] = (pf_embedding_spec){"a", 3, 2, PF_COMBINE_SUM, 2, false};
-    m.embeddings[1] = (pf_embedding_spec){"b", 5, 2, PF_COMBINE_SUM, 1, false};
+    m.embeddings[0] = (pf_embedding_spec){
+        .name = "a", .vocab = 3, .dim = 2, .combiner = PF_COMBINE_SUM, .max_ids = 2, .hash = false};
+    m.embeddings[1] = (pf_embedding_spec){
+        .name = "b", .vocab = 5, .dim = 2, .combiner = PF_COMBINE_SUM, .max_ids = 1, .hash = false};
     if (pf_libsvm_parse_ids((const char *)data, size, "fuzz", &m, 1, true, &ds, &err) == PF_OK)
         pf_dataset_deinit(&ds);
     return 0;

@@ -29,8 +29,18 @@ static pf_model_spec model_of(int kind) {
     pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 1 << 20, .inputs = 3};
     if (kind == 1) {
         m.n_embeddings = 2;
-        m.embeddings[0] = (pf_embedding_spec){"a", 3, 2, PF_COMBINE_SUM, 2, false};
-        m.embeddings[1] = (pf_embedding_spec){"b", 5, 2, PF_COMBINE_SUM, 1, true};
+        m.embeddings[0] = (pf_embedding_spec){.name = "a",
+                                              .vocab = 3,
+                                              .dim = 2,
+                                              .combiner = PF_COMBINE_SUM,
+                                              .max_ids = 2,
+                                              .hash = false};
+        m.embeddings[1] = (pf_embedding_spec){.name = "b",
+                                              .vocab = 5,
+                                              .dim = 2,
+                                              .combiner = PF_COMBINE_SUM,
+                                              .max_ids = 1,
+                                              .hash = true};
     }
     return m;
 }

@@ -23,8 +23,18 @@ static pf_job_spec ctr_spec(double zipf) {
     s.model.type = PF_MODEL_SOFTMAX;
     s.model.outputs = 2;
     s.model.n_embeddings = 2;
-    s.model.embeddings[0] = (pf_embedding_spec){"a", 1000, 4, PF_COMBINE_SUM, 1, false};
-    s.model.embeddings[1] = (pf_embedding_spec){"b", 50, 4, PF_COMBINE_SUM, 2, false};
+    s.model.embeddings[0] = (pf_embedding_spec){.name = "a",
+                                                .vocab = 1000,
+                                                .dim = 4,
+                                                .combiner = PF_COMBINE_SUM,
+                                                .max_ids = 1,
+                                                .hash = false};
+    s.model.embeddings[1] = (pf_embedding_spec){.name = "b",
+                                                .vocab = 50,
+                                                .dim = 4,
+                                                .combiner = PF_COMBINE_SUM,
+                                                .max_ids = 2,
+                                                .hash = false};
     s.data.format = PF_DATA_SYNTHETIC_CTR;
     s.data.zipf = zipf;
     s.data.signal = 1;

@@ -209,8 +209,14 @@ static void test_libsvm_messages(void **state) {
 static void test_libsvm_ids(void **state) {
     (void)state;
     pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 2};
-    m.embeddings[0] = (pf_embedding_spec){"a", 3, 4, PF_COMBINE_SUM, 2, false};
-    m.embeddings[1] = (pf_embedding_spec){"b", 4, 2, PF_COMBINE_MEAN, 1, false};
+    m.embeddings[0] = (pf_embedding_spec){
+        .name = "a", .vocab = 3, .dim = 4, .combiner = PF_COMBINE_SUM, .max_ids = 2, .hash = false};
+    m.embeddings[1] = (pf_embedding_spec){.name = "b",
+                                          .vocab = 4,
+                                          .dim = 2,
+                                          .combiner = PF_COMBINE_MEAN,
+                                          .max_ids = 1,
+                                          .hash = false};
     pf_dataset ds;
     pf_error err;
     const char *text = "1 1:1 3:0.5 6:2\n0 7:1\n2\n2 2:4\n";
@@ -340,8 +346,10 @@ static void test_csv_messages(void **state) {
 static void test_csv_ids(void **state) {
     (void)state;
     pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 2};
-    m.embeddings[0] = (pf_embedding_spec){"a", 3, 4, PF_COMBINE_SUM, 2, false};
-    m.embeddings[1] = (pf_embedding_spec){"b", 4, 2, PF_COMBINE_MEAN, 1, true};
+    m.embeddings[0] = (pf_embedding_spec){
+        .name = "a", .vocab = 3, .dim = 4, .combiner = PF_COMBINE_SUM, .max_ids = 2, .hash = false};
+    m.embeddings[1] = (pf_embedding_spec){
+        .name = "b", .vocab = 4, .dim = 2, .combiner = PF_COMBINE_MEAN, .max_ids = 1, .hash = true};
     pf_dataset ds;
     pf_error err;
     const char *text = "click,a,b\n1,0|2,red\r\n0, 1 ,\n\n2,,blue \n";

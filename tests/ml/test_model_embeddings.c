@@ -31,8 +31,18 @@ static pf_model_spec two_features(void) {
                        .hidden = {4},
                        .activation = PF_ACT_TANH,
                        .n_embeddings = 2};
-    s.embeddings[0] = (pf_embedding_spec){"user", 5, 3, PF_COMBINE_MEAN, 2, false};
-    s.embeddings[1] = (pf_embedding_spec){"tags", 7, 2, PF_COMBINE_SQRTN, 3, false};
+    s.embeddings[0] = (pf_embedding_spec){.name = "user",
+                                          .vocab = 5,
+                                          .dim = 3,
+                                          .combiner = PF_COMBINE_MEAN,
+                                          .max_ids = 2,
+                                          .hash = false};
+    s.embeddings[1] = (pf_embedding_spec){.name = "tags",
+                                          .vocab = 7,
+                                          .dim = 2,
+                                          .combiner = PF_COMBINE_SQRTN,
+                                          .max_ids = 3,
+                                          .hash = false};
     return s;
 }
 
@@ -78,7 +88,8 @@ static void test_layout(void **state) {
  * the example names ids 1 (weight 2) and 3 (weight 0.5) and one padding slot. */
 static void check_combiner(pf_combiner c, double scale) {
     pf_model_spec s = {.type = PF_MODEL_SOFTMAX, .outputs = 3, .n_embeddings = 1};
-    s.embeddings[0] = (pf_embedding_spec){"f", 4, 3, c, 3, false};
+    s.embeddings[0] =
+        (pf_embedding_spec){.name = "f", .vocab = 4, .dim = 3, .combiner = c, .max_ids = 3};
     size_t np = pf_model_num_params(&s);
     assert_int_equal(np, 12 + 9 + 3);
     float *p = pf_calloc(np, sizeof *p), *g = pf_calloc(np, sizeof *g);
@@ -338,7 +349,8 @@ static void test_sparse_grads(void **state) {
 static void test_bad_ids(void **state) {
     (void)state;
     pf_model_spec s = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 1};
-    s.embeddings[0] = (pf_embedding_spec){"f", 4, 2, PF_COMBINE_SUM, 1, false};
+    s.embeddings[0] = (pf_embedding_spec){
+        .name = "f", .vocab = 4, .dim = 2, .combiner = PF_COMBINE_SUM, .max_ids = 1, .hash = false};
     size_t np = pf_model_num_params(&s);
     float *p = pf_calloc(np, sizeof *p), *g = pf_calloc(np, sizeof *g);
     assert_non_null(p);

@@ -38,9 +38,20 @@ static pf_model_spec wide_spec(void) {
                        .n_embeddings = 3,
                        .numeric_inputs = NUM,
                        .wide = true};
-    s.embeddings[0] = (pf_embedding_spec){"a", 5, D, PF_COMBINE_SUM, 1, false};
-    s.embeddings[1] = (pf_embedding_spec){"b", 4, D, PF_COMBINE_MEAN, 2, false};
-    s.embeddings[2] = (pf_embedding_spec){"c", 3, D, PF_COMBINE_SQRTN, 1, false};
+    s.embeddings[0] = (pf_embedding_spec){
+        .name = "a", .vocab = 5, .dim = D, .combiner = PF_COMBINE_SUM, .max_ids = 1, .hash = false};
+    s.embeddings[1] = (pf_embedding_spec){.name = "b",
+                                          .vocab = 4,
+                                          .dim = D,
+                                          .combiner = PF_COMBINE_MEAN,
+                                          .max_ids = 2,
+                                          .hash = false};
+    s.embeddings[2] = (pf_embedding_spec){.name = "c",
+                                          .vocab = 3,
+                                          .dim = D,
+                                          .combiner = PF_COMBINE_SQRTN,
+                                          .max_ids = 1,
+                                          .hash = false};
     return s;
 }
 

@@ -160,6 +160,11 @@ double pf_synthetic_ctr_weight(double signal, uint64_t seed, int feature, int64_
  * true weights. */
 double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row);
 
+/* synthetic_ctr: how many distinct ids a dynamic table's feature draws from (data.distinct_ids,
+ * or its default), and the id of rank k (1 ..) among them, in 0 .. 2^40 - 1. */
+int64_t pf_synthetic_ctr_distinct_ids(const pf_data_spec *d);
+uint64_t pf_synthetic_ctr_dynamic_id(int64_t rank);
+
 /* The Bayes-optimal AUC on a synthetic_ctr test set: the AUC of the true logits against its
  * labels (no model ranks those examples better in expectation). NaN when the set has only
  * one class or memory runs out. */

@@ -41,7 +41,7 @@
 
 typedef struct pf_dyn_config {
     int dim;               /* floats per row, >= 1 */
-    int slots;             /* optimizer slot rows per row, 0 .. PF_DYN_MAX_SLOTS; new ones zero */
+    int slots;             /* optimizer slot rows per row, 0 .. PF_DYN_MAX_SLOTS (slot_init) */
     int64_t max_rows;      /* 1 .. PF_DYN_MAX_ROWS - 1 */
     int min_count;         /* an id is admitted on its min_count-th update; 0 or 1: its first */
     double probability;    /* (0, 1]: an update that meets min_count admits with it */
@@ -55,6 +55,8 @@ typedef struct pf_dyn_config {
      * (0 .. dim), 0 after */
     float init_limit;
     int init_width;
+    /* a new row's slot rows hold this value each (adagrad's initial accumulator) [0] */
+    float slot_init[PF_DYN_MAX_SLOTS];
 } pf_dyn_config;
 
 typedef struct pf_dyn_stats {
@@ -126,7 +128,7 @@ pf_status pf_dyn_update_batch(pf_dyn_table *t, const uint64_t *ids, size_t n, in
 int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step);
 
 /* Puts a row as it was (a restore, in pf_dyn_next's order): id's values (dim floats), slots[k]
- * (NULL: zeros) and the step of its latest update, replacing a row id has; no admission. At
+ * (NULL: slot_init[k]) and the step of its latest update, replacing a row id has; no admission. At
  * max_rows the least recently updated row makes room. PF_ERR_INVALID for a step below the
  * newest row's (out of order), PF_ERR_NOMEM (the table unchanged either way). */
 pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const float *values,

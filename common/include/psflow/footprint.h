@@ -44,7 +44,11 @@
  *                                            batch can name (a worker holds a batch's
  *                                            rows, worker/rows.h)
  *   process   as a training task with the whole tables, plus 4 P (1 + S) for the slots
- *             and the initial values
+ *             and the initial values, plus the dynamic tables at their row caps
+ *   dynamic   each dynamic table at max_rows rows (pf_dyn_bytes_bound: values, slots,
+ *             its hash, order and admission sketch); P counts of it the B' x max_ids
+ *             rows one batch can name, as the compact model a trainer computes on
+ *             (dyn_batch.h) holds them
  *
  * All functions are pure and reentrant.
  */
@@ -82,6 +86,7 @@ typedef struct pf_footprint {
     int64_t data_bytes;    /* D: the data set in memory, included in worker_bytes and
                               process_bytes; 0 when files hold it (read on the agent) */
     int64_t process_bytes; /* psflow train: the whole job in one process */
+    int64_t dynamic_bytes; /* the dynamic tables at their row caps, in process_bytes */
 } pf_footprint;
 
 /* Fills *out from the spec alone, without placing or allocating anything. */
@@ -94,6 +99,11 @@ int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, in
  * fit in 64 bits (/training/max_steps) and at most PF_FOOTPRINT_MAX_SHARDS shards
  * (/placement/partitioner). PF_ERR_SPEC with err->pointer naming the field. */
 pf_status pf_footprint_check(const pf_job_spec *spec, const pf_footprint *fp, pf_error *err);
+
+/* Whether the job can run as ps and worker tasks: PF_ERR_SPEC naming the first dynamic
+ * table's kind, since in this version dynamic tables train in one process (`psflow
+ * train`) only. */
+pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err);
 
 /* With the job placed: no ps task holds more than one message of the data plane carries
  * (its values in one PULL_REPLY: PF_WIRE_MAX_PAYLOAD) or more than PF_WIRE_MAX_TENSORS

@@ -24,6 +24,13 @@
  * the table) makes that example's outputs NaN, so training's non-finite handling sees it.
  * Lookups read and write host memory: such a model needs a host-memory backend.
  *
+ * A dynamic table (kind dynamic, dyn_table.h) is keyed by 64-bit ids and holds no part of
+ * the vector: its variable has shape [0, width] and no elements. In an example each of its
+ * ids takes PF_DYN_ID_SLOTS slots, whole numbers of PF_DYN_ID_BITS bits each, lowest first
+ * (pf_model_put_id, pf_model_get_id; padding: -1 in every slot), then come its max_ids
+ * weights. A model computes on fixed tables only: pf_model_create refuses a dynamic one, and
+ * a trainer hands its model each batch's rows as a fixed table (dyn_batch.h).
+ *
  * A `dlrm` model (DLRM-style, host memory as every model with embeddings) has besides its
  * tables a bottom MLP "bottom_<l>/kernel|bias" over the numeric inputs, whose last width is
  * the embeddings' shared dim; dense_0's inputs are the bottom output followed by the dot
@@ -55,6 +62,27 @@ typedef struct pf_var_info {
     size_t count;               /* elements */
 } pf_var_info;
 
+#define PF_DYN_ID_SLOTS 3  /* float slots of one id of a dynamic table */
+#define PF_DYN_ID_BITS  22 /* bits of the id in each (3 x 22 >= 64), exact in a float */
+
+/* Float slots one id of table e takes in an example: 1, or PF_DYN_ID_SLOTS when dynamic. */
+static inline int pf_model_id_slots(const pf_embedding_spec *e) {
+    return e->kind == PF_TABLE_DYNAMIC ? PF_DYN_ID_SLOTS : 1;
+}
+
+/* Floats of table e's part of an example: its id slots, then its max_ids weights. */
+static inline int pf_model_feature_width(const pf_embedding_spec *e) {
+    return (pf_model_id_slots(e) + 1) * e->max_ids;
+}
+
+/* Writes id k of a dynamic table's feature whose first slot is ids[0]. */
+void pf_model_put_id(float *ids, int k, uint64_t id);
+
+/* Reads id k of a dynamic table's feature whose first slot is ids[0] into *id: 1 for an id,
+ * 0 for padding, -1 for slots that hold no id (not whole numbers of PF_DYN_ID_BITS bits, or
+ * past 64 bits). */
+int pf_model_get_id(const float *ids, int k, uint64_t *id);
+
 /* Fills vars[0..n) with the model's variables in creation order and returns n (at most
  * PF_MAX_VARS). */
 int pf_model_layout(const pf_model_spec *spec, pf_var_info vars[PF_MAX_VARS]);
@@ -71,21 +99,23 @@ int pf_model_var_at(const pf_model_spec *spec, size_t i, pf_var_info *out);
 int pf_model_input_width(const pf_model_spec *spec);
 
 /* Whether the embeddings are within the spec's limits (1..PF_MAX_EMBEDDINGS of them, each
- * vocab 1..PF_MAX_VOCAB, dim 1..PF_MAX_EMBEDDING_DIM, max_ids 1..PF_MAX_IDS): what code
+ * vocab 1..PF_MAX_VOCAB (a dynamic table: max_rows 1..PF_DYN_MAX_ROWS - 1),
+ * dim 1..PF_MAX_EMBEDDING_DIM, max_ids 1..PF_MAX_IDS): what code
  * given a pf_model_spec by hand checks before trusting it. */
 bool pf_model_embeddings_valid(const pf_model_spec *spec);
 
 /* Fills an example of a model with embeddings (pf_model_input_width floats) with padding:
- * every id slot -1, every weight 0, every numeric input 0. */
+ * every id slot -1 (each slot of a dynamic table's ids too), every weight 0, every numeric
+ * input 0. */
 void pf_model_pad_example(const pf_model_spec *spec, float *row);
 
 /* The row an id slot names in a table of `vocab` rows: -1 for padding (id -1), -2 for an id
  * that names no row (NaN, negative, a fraction, past the table), else the row. */
 int64_t pf_model_row_of(float id, int64_t vocab);
 
-/* The rows of table f that `count` examples x (pf_model_input_width slots each) name, once
- * each and ascending, into rows (room for count x max_ids); returns how many. Padding and
- * ids the table does not have name no row. */
+/* The rows of fixed table f that `count` examples x (pf_model_input_width slots each) name,
+ * once each and ascending, into rows (room for count x max_ids); returns how many. Padding
+ * and ids the table does not have name no row. */
 uint32_t pf_model_batch_rows(const pf_model_spec *spec, int f, const float *x, int count,
                              uint32_t *rows);
 
@@ -127,8 +157,8 @@ double pf_model_flops_per_example(const pf_model_spec *spec);
 typedef struct pf_model pf_model;
 
 /* New model with scratch space for up to max_batch (>= 1) examples. Errors: PF_ERR_NOMEM,
- * PF_ERR_INVALID (max_batch < 1), PF_ERR_UNSUPPORTED (embeddings on a backend whose memory
- * is not the host's). */
+ * PF_ERR_INVALID (max_batch < 1, a dynamic table: dyn_batch.h runs those), PF_ERR_UNSUPPORTED
+ * (embeddings on a backend whose memory is not the host's). */
 pf_status pf_model_create(const pf_model_spec *spec, const pf_backend *be, int max_batch,
                           pf_model **out);
 void pf_model_destroy(pf_model *m);

@@ -18,8 +18,10 @@
 
 #include "psflow/backend.h"
 #include "psflow/data.h"
+#include "psflow/dyn_table.h"
 #include "psflow/model.h"
 #include "psflow/spec.h"
+#include "psflow/tensor.h"
 
 typedef struct pf_session_options {
     const pf_backend *backend; /* NULL: each replica's device of the spec (devices[r]) */
@@ -65,12 +67,24 @@ void pf_session_evaluate(pf_session *s, pf_eval *out);
 /* Whether evaluation uses a separate test set. */
 bool pf_session_has_test_set(const pf_session *s);
 
-/* Copies the current parameters into host memory params[pf_model_num_params]. */
+/* Copies the current parameters into host memory params[pf_model_num_params]: of the job's
+ * model, or with dynamic tables of its compact model (dyn_batch.h; the dynamic tables' part
+ * then holds the rows of the last batch the session computed on). */
 void pf_session_read_params(const pf_session *s, float *params);
 
 /* Writes the variables under their TensorFlow names as safetensors (metadata: job name,
- * global step, model type). */
-pf_status pf_session_save(const pf_session *s, const char *path, pf_error *err);
+ * global step, model type), a dynamic table's in place of it the tensors extra[0 .. n_extra)
+ * (dyn_checkpoint.h: the caller takes them from pf_session_table), which must stay valid
+ * during the call. */
+pf_status pf_session_save(const pf_session *s, const char *path, const pf_tensor_view *extra,
+                          int n_extra, pf_error *err);
+
+/* The model the session computes on: the job's, or with dynamic tables its compact model
+ * (pf_model_num_params of it is the length of pf_session_read_params). */
+const pf_model_spec *pf_session_model(const pf_session *s);
+
+/* Dynamic table f of the model (NULL: table f is fixed), the session's own. */
+pf_dyn_table *pf_session_table(const pf_session *s, int f);
 
 const pf_dataset *pf_session_train_set(const pf_session *s);
 /* The set pf_session_evaluate uses: the test set, or the train set when there is none. */

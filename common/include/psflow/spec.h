@@ -34,6 +34,8 @@
 #define PF_MAX_VOCAB                  (1 << 24) /* rows of a table: ids are exact in float32 */
 #define PF_MAX_EMBEDDING_DIM          4096      /* columns of a table */
 #define PF_MAX_IDS                    4096      /* ids of one feature in one example */
+#define PF_MAX_DYNAMIC_ROWS           ((1LL << 31) - 1) /* a dynamic table's max_rows */
+#define PF_MAX_MIN_COUNT              255 /* a dynamic table's min_count (8-bit counters) */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP, PF_MODEL_DLRM } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;
@@ -78,6 +80,9 @@ typedef enum {
 typedef enum { PF_DEVICE_CPU, PF_DEVICE_CUDA, PF_DEVICE_AUTO } pf_device;
 /* How an example's embedding rows become one vector (tf.nn.embedding_lookup_sparse). */
 typedef enum { PF_COMBINE_SUM, PF_COMBINE_MEAN, PF_COMBINE_SQRTN } pf_combiner;
+/* An embedding table's kind: a [vocab, dim] variable, or rows keyed by 64-bit ids
+ * (dyn_table.h) created as ids are admitted. */
+typedef enum { PF_TABLE_FIXED, PF_TABLE_DYNAMIC } pf_table_kind;
 
 /* One device as the spec spells it. */
 typedef struct pf_device_spec {
@@ -99,12 +104,24 @@ typedef struct pf_replicas {
 typedef struct pf_embedding_spec {
     char name[PF_NAME_MAX + 1]; /* required: a name as the job's, at most
                                    PF_EMBEDDING_NAME_MAX characters, unique in the model */
-    int64_t vocab;              /* required, 1..PF_MAX_VOCAB: ids 0 .. vocab - 1 */
+    int64_t vocab;              /* fixed: required, 1..PF_MAX_VOCAB: ids 0 .. vocab - 1;
+                                   dynamic: refused (0) */
     int dim;                    /* required, 1..PF_MAX_EMBEDDING_DIM */
     pf_combiner combiner;       /* "sum" | "mean" | "sqrtn" [sum] */
     int max_ids;                /* ids one example may have, 1..PF_MAX_IDS [1] */
-    bool hash;                  /* csv data only [false]: a value is any string, hashed into
-                                   the vocab rows (hash buckets), not an integer id */
+    bool hash;                  /* [false] csv: a value is any string, hashed into the vocab
+                                   rows (hash buckets), not an integer id; criteo: ids mixed
+                                   before the modulo; synthetic_ctr: the ids of a dynamic
+                                   table (data.distinct_ids), hashed into the vocab rows */
+    /* dynamic only (dyn_table.h): ids are 64-bit, rows are created as ids are admitted */
+    int64_t max_rows;      /* required, 1..PF_MAX_DYNAMIC_ROWS: the table's row cap */
+    int min_count;         /* 1..255 [absent, 0]: an id gets a row on its min_count-th update */
+    double probability;    /* (0, 1] [1]: an update that meets min_count admits its id so */
+    int64_t steps_to_live; /* >= 1 [absent, 0: never]: rows idle that many steps are dropped */
+    int64_t sketch_bytes;  /* 256..2^34 [absent, 0]: the admission sketch's size;
+                              pf_embedding_sketch_bytes says what absent means */
+    pf_table_kind kind;    /* "fixed" | "dynamic" [fixed] (last: positional initializers of
+                              fixed tables leave it so) */
 } pf_embedding_spec;
 
 typedef struct pf_model_spec {
@@ -136,6 +153,19 @@ typedef struct pf_model_spec {
     bool wide;
 } pf_model_spec;
 
+/* Whether any table of the model is dynamic. */
+static inline bool pf_model_has_dynamic(const pf_model_spec *m) {
+    for (int f = 0; f < m->n_embeddings; f++)
+        if (m->embeddings[f].kind == PF_TABLE_DYNAMIC)
+            return true;
+    return false;
+}
+
+/* The admission sketch of a dynamic table e, in bytes: e->sketch_bytes when given; else,
+ * when admission counts (min_count > 1 or probability < 1), 4 bytes per row of max_rows
+ * within 256 B .. 1 GiB; else 0 (no sketch). */
+int64_t pf_embedding_sketch_bytes(const pf_embedding_spec *e);
+
 typedef struct pf_data_spec {
     pf_data_format format;          /* required: "idx" | "csv" | "synthetic_linear" | "libsvm" |
                                        "synthetic_ctr" | "criteo" */
@@ -152,6 +182,10 @@ typedef struct pf_data_spec {
     double noise;   /* >= 0 [0.1] */
     int index_base; /* libsvm only, 0 or 1 [1]: the feature id of the first input */
     int64_t n;      /* synthetic: training examples, >= 1 [10000]; test set n/5 */
+    /* synthetic_ctr with dynamic tables: each dynamic feature's ids are drawn (Zipf over
+     * ranks 1..distinct_ids) from this many distinct ids, spread over 0 .. 2^40 - 1,
+     * 1..2^40 [absent, 0: 1,000,000] */
+    int64_t distinct_ids;
     /* synthetic_ctr only (data.h): one Zipf-distributed id per embedding feature, a click
      * with probability sigmoid(bias + sum of the ids' true weights, each signal * N(0,1)) */
     double zipf;   /* > 0 [1.1]: P(the k-th most frequent id) ~ k^-zipf */

@@ -1,0 +1,152 @@
+/* dyn_batch.c - each batch's rows of dynamic tables as a fixed table (dyn_batch.h).
+ *
+ * DESIGN: a plan collects (id, position) pairs per dynamic table, sorts them by id and walks
+ * the sorted list once: each new id gets the next compact row, and every position of it is
+ * written that row. O(b log b) for b ids a batch, nothing allocated per batch.
+ */
+#include "psflow/dyn_batch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "psflow/mem.h"
+#include "psflow/optim.h"
+
+_Static_assert(PF_MAX_DYNAMIC_ROWS == PF_DYN_MAX_ROWS - 1, "a spec's max_rows fits a table");
+_Static_assert(PF_MAX_MIN_COUNT == PF_DYN_MAX_MIN_COUNT, "a spec's min_count fits a table");
+
+#define TABLE_SEED 0x64796e5f726f7773ULL /* keys the tables' new rows apart from other streams */
+
+void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dyn_config *out) {
+    const pf_embedding_spec *e = &spec->model.embeddings[f];
+    int width = pf_model_row_width(&spec->model, f);
+    *out = (pf_dyn_config){
+        .dim = width,
+        .slots = pf_optim_num_slots(&spec->optimizer),
+        .max_rows = max_rows,
+        .min_count = e->min_count,
+        .probability = e->probability > 0 ? e->probability : 1,
+        .steps_to_live = e->steps_to_live,
+        .sketch_bytes = (size_t)pf_embedding_sketch_bytes(e),
+        .seed = spec->training.seed ^ TABLE_SEED ^ ((uint64_t)(f + 1) << 48),
+        .init_limit = (float)sqrt(3.0 / (double)width),
+        .init_width = e->dim,
+    };
+    if (spec->optimizer.type == PF_OPT_ADAGRAD)
+        out->slot_init[0] = (float)spec->optimizer.initial_accumulator_value;
+}
+
+pf_status pf_dyn_batch_init(pf_dyn_batch *b, const pf_model_spec *job, int batch) {
+    memset(b, 0, sizeof *b);
+    if (batch < 1 || !pf_model_has_dynamic(job) || !pf_model_embeddings_valid(job))
+        return PF_ERR_INVALID;
+    b->job = *job;
+    b->compact = *job;
+    b->batch = batch;
+    size_t most = 0;
+    for (int f = 0; f < job->n_embeddings; f++) {
+        const pf_embedding_spec *e = &job->embeddings[f];
+        if (e->kind != PF_TABLE_DYNAMIC)
+            continue;
+        int64_t cap = (int64_t)batch * e->max_ids;
+        if (cap > PF_MAX_VOCAB)
+            return PF_ERR_INVALID;
+        b->cap[f] = (uint32_t)cap;
+        pf_embedding_spec *c = &b->compact.embeddings[f];
+        c->kind = PF_TABLE_FIXED;
+        c->vocab = cap;
+        c->max_rows = 0;
+        c->min_count = 0;
+        c->probability = 1;
+        c->steps_to_live = 0;
+        c->sketch_bytes = 0;
+        if (!(b->ids[f] = pf_mallocarray((size_t)cap, sizeof *b->ids[f])))
+            goto nomem;
+        most = (size_t)cap > most ? (size_t)cap : most;
+    }
+    b->in_width = pf_model_input_width(job);
+    b->out_width = pf_model_input_width(&b->compact);
+    if (!(b->scratch = pf_mallocarray(most, sizeof *b->scratch)))
+        goto nomem;
+    return PF_OK;
+nomem:
+    pf_dyn_batch_deinit(b);
+    return PF_ERR_NOMEM;
+}
+
+void pf_dyn_batch_deinit(pf_dyn_batch *b) {
+    for (int f = 0; f < PF_MAX_EMBEDDINGS; f++)
+        pf_free(b->ids[f]);
+    pf_free(b->scratch);
+    memset(b, 0, sizeof *b);
+}
+
+static int by_id(const void *a, const void *b) {
+    uint64_t x = ((const pf_dyn_id_pos *)a)->id, y = ((const pf_dyn_id_pos *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* Dynamic table f of count examples: its ids into b->ids[f], its rows into out's slots. */
+static void plan_table(pf_dyn_batch *b, int f, const float *x, int count, int in_col, float *out,
+                       int out_col) {
+    const pf_embedding_spec *e = &b->job.embeddings[f];
+    const int max = e->max_ids;
+    uint32_t pairs = 0, invalid = 0;
+    for (int i = 0; i < count; i++) {
+        const float *ids = x + (size_t)i * (size_t)b->in_width + in_col;
+        float *row = out + (size_t)i * (size_t)b->out_width + out_col;
+        for (int k = 0; k < max; k++) {
+            uint64_t id;
+            int got = pf_model_get_id(ids, k, &id);
+            row[k] = got == 0 ? -1.0f : NAN; /* an id's row is written below */
+            row[max + k] = ids[(size_t)max * PF_DYN_ID_SLOTS + (size_t)k];
+            if (got > 0)
+                b->scratch[pairs++] = (pf_dyn_id_pos){id, (uint32_t)(i * max + k)};
+            else if (got < 0)
+                invalid++;
+        }
+    }
+    qsort(b->scratch, pairs, sizeof *b->scratch, by_id);
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < pairs; j++) {
+        if (n == 0 || b->scratch[j].id != b->ids[f][n - 1])
+            b->ids[f][n++] = b->scratch[j].id;
+        uint32_t pos = b->scratch[j].pos;
+        out[(size_t)(pos / (uint32_t)max) * (size_t)b->out_width + (size_t)out_col +
+            pos % (uint32_t)max] = (float)(n - 1);
+    }
+    b->n[f] = n;
+    b->invalid[f] = invalid;
+}
+
+void pf_dyn_batch_plan(pf_dyn_batch *b, const float *x, int count, float *out) {
+    const pf_model_spec *m = &b->job;
+    int in_col = 0, out_col = 0;
+    for (int f = 0; f < m->n_embeddings; f++) {
+        const pf_embedding_spec *e = &m->embeddings[f];
+        if (e->kind == PF_TABLE_DYNAMIC) {
+            plan_table(b, f, x, count, in_col, out, out_col);
+        } else {
+            for (int i = 0; i < count; i++)
+                memcpy(out + (size_t)i * (size_t)b->out_width + out_col,
+                       x + (size_t)i * (size_t)b->in_width + in_col,
+                       (size_t)pf_model_feature_width(e) * sizeof *out);
+        }
+        in_col += pf_model_feature_width(e);
+        out_col += pf_model_feature_width(&b->compact.embeddings[f]);
+    }
+    for (int i = 0; i < count && m->numeric_inputs > 0; i++)
+        memcpy(out + (size_t)i * (size_t)b->out_width + out_col,
+               x + (size_t)i * (size_t)b->in_width + in_col,
+               (size_t)m->numeric_inputs * sizeof *out);
+}
+
+void pf_dyn_batch_map(const pf_dyn_batch *b, const float *full, float *compact) {
+    pf_var_info from[PF_MAX_VARS], to[PF_MAX_VARS];
+    int n = pf_model_layout(&b->job, from);
+    pf_model_layout(&b->compact, to);
+    for (int i = 0; i < n; i++)
+        if (from[i].count > 0)
+            memcpy(compact + to[i].offset, full + from[i].offset, from[i].count * sizeof *full);
+}

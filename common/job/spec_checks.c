@@ -256,11 +256,10 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
         const pf_embedding_spec *e = &m->embeddings[i];
         char ptr[PTR_SIZE];
         snprintf(ptr, sizeof ptr, "/model/embeddings/%d/hash", i);
-        if (e->hash && e->kind == PF_TABLE_DYNAMIC && d->format != PF_DATA_CSV &&
-            d->format != PF_DATA_CRITEO)
+        if (e->hash && e->kind == PF_TABLE_DYNAMIC && d->format != PF_DATA_CSV)
             return pf_error_set(err, PF_ERR_SPEC, ptr,
                                 "%s: a dynamic table keys its rows by the ids themselves: "
-                                "%s ids need no hash",
+                                "%s ids need no hash (csv strings do)",
                                 ptr, pf_spec_format_names[d->format]);
         if (e->hash && d->format != PF_DATA_CSV && d->format != PF_DATA_CRITEO &&
             d->format != PF_DATA_SYNTHETIC_CTR)
@@ -270,12 +269,11 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
                                 ptr, pf_spec_format_names[d->format]);
         hashed = hashed || (e->hash && d->format == PF_DATA_SYNTHETIC_CTR);
     }
-    if (pf_model_has_dynamic(m) && d->format != PF_DATA_SYNTHETIC_CTR &&
-        d->format != PF_DATA_CRITEO)
+    if (pf_model_has_dynamic(m) && d->format == PF_DATA_LIBSVM)
         return pf_error_set(err, PF_ERR_SPEC, "/data/format",
-                            "/data/format: dynamic tables read synthetic_ctr or criteo data in "
-                            "this version, got %s",
-                            pf_spec_format_names[d->format]);
+                            "/data/format: libsvm ids are positions in one id space the "
+                            "tables share by their vocabs; a dynamic table reads its own ids "
+                            "from csv, criteo or synthetic_ctr data");
     if (d->distinct_ids != 0 && !pf_model_has_dynamic(m) && !hashed)
         return pf_error_set(err, PF_ERR_SPEC, "/data/distinct_ids",
                             "/data/distinct_ids: the ids of dynamic tables (and of fixed ones "

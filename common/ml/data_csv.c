@@ -196,6 +196,33 @@ static uint64_t fnv1a(const char *s, size_t n) {
     return h;
 }
 
+/* One value v[0 .. n) of dynamic table f at byte `offset`: an integer id 0 .. 2^63 - 1 as it
+ * is or, with hash, any string's FNV-1a hash (all 64 bits: no modulo). */
+static pf_status dyn_value(const char *v, size_t n, long long offset, const data_at *at, int field,
+                           int f, data_sink *k, pf_error *err) {
+    const pf_embedding_spec *e = &k->model->embeddings[f];
+    uint64_t id = 0;
+    if (e->hash) {
+        id = fnv1a(v, n);
+    } else {
+        bool ok = n <= 19;
+        for (size_t j = 0; ok && j < n; j++) {
+            ok = v[j] >= '0' && v[j] <= '9';
+            id = id * 10 + (uint64_t)(v[j] - '0');
+        }
+        if (!ok || id > (uint64_t)INT64_MAX) {
+            char where[DATA_AT_TEXT];
+            return pf_error_set_offset(
+                err, PF_ERR_FORMAT, offset,
+                "%s, field %d: \"%.*s\" is not an id of dynamic table '%s' (an integer 0 .. "
+                "%lld; set its hash for other values)",
+                data_at_text(at, where, sizeof where), field, (int)(n > 40 ? 40 : n), v, e->name,
+                (long long)INT64_MAX);
+        }
+    }
+    return data_sink_put_dyn(k, f, id, 1.0f, offset, at, err);
+}
+
 /* The values of one cell, cell[0 .. n) at byte `offset` of the text, for embedding f (whose
  * ids start at `first` in the sink): separated by '|', each an integer id or, with hash, any
  * string hashed into the table; blanks around a value are not part of it. */
@@ -221,6 +248,12 @@ static pf_status parse_cell(const char *cell, size_t n, long long offset, const 
             return pf_error_set_offset(err, PF_ERR_FORMAT, offset + (long long)i,
                                        "%s, field %d: an empty value",
                                        data_at_text(at, where, sizeof where), field);
+        if (e->kind == PF_TABLE_DYNAMIC) {
+            pf_status st = dyn_value(cell + a, b - a, offset + (long long)a, at, field, f, k, err);
+            if (st != PF_OK || !bar)
+                return st;
+            continue;
+        }
         int64_t id = 0;
         if (e->hash) {
             id = (int64_t)(fnv1a(cell + a, b - a) % (uint64_t)e->vocab);

@@ -105,9 +105,15 @@ pf_status data_sink_for_model(data_sink *k, const pf_model_spec *model, int inde
 /* Starts a line whose example is `row`: zeroes it, or pads its id and weight slots. */
 void data_sink_line(data_sink *k, float *row);
 
-/* Stores feature id (base excluded) with value v; refuses a feature's max_ids + 1st id. */
+/* Stores feature id (base excluded) with value v; refuses a feature's max_ids + 1st id. A
+ * dynamic table owns no range of ids (its vocab is 0): its ids go through data_sink_put_dyn. */
 pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, const data_at *at,
                         pf_error *err);
+
+/* Stores 64-bit id of dynamic table f (not before the feature of the line's previous id) with
+ * value v; refuses the table's max_ids + 1st id. */
+pf_status data_sink_put_dyn(data_sink *k, int f, uint64_t id, float v, long long offset,
+                            const data_at *at, pf_error *err);
 
 /* --- one line of a text format ------------------------------------------------------------- */
 

@@ -259,7 +259,7 @@ pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, c
     const pf_embedding_spec *e = &k->model->embeddings[k->f];
     while (id >= k->first + e->vocab) {
         k->first += e->vocab;
-        k->slot += 2 * e->max_ids;
+        k->slot += pf_model_feature_width(e);
         k->count = 0;
         e = &k->model->embeddings[++k->f];
     }
@@ -271,6 +271,27 @@ pf_status data_sink_put(data_sink *k, long long id, float v, long long offset, c
     }
     k->row[k->slot + k->count] = (float)(id - k->first);
     k->row[k->slot + e->max_ids + k->count] = v;
+    k->count++;
+    return PF_OK;
+}
+
+pf_status data_sink_put_dyn(data_sink *k, int f, uint64_t id, float v, long long offset,
+                            const data_at *at, pf_error *err) {
+    while (k->f < f) {
+        const pf_embedding_spec *e = &k->model->embeddings[k->f++];
+        k->first += e->vocab;
+        k->slot += pf_model_feature_width(e);
+        k->count = 0;
+    }
+    const pf_embedding_spec *e = &k->model->embeddings[f];
+    if (k->count == e->max_ids) {
+        char where[DATA_AT_TEXT];
+        return pf_error_set_offset(err, PF_ERR_FORMAT, offset,
+                                   "%s: more than max_ids %d ids for embedding '%s'",
+                                   data_at_text(at, where, sizeof where), e->max_ids, e->name);
+    }
+    pf_model_put_id(k->row + k->slot, k->count, id);
+    k->row[k->slot + e->max_ids * PF_DYN_ID_SLOTS + k->count] = v;
     k->count++;
     return PF_OK;
 }

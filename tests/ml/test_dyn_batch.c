@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "psflow/data.h"
 #include "psflow/dyn_batch.h"
 #include "psflow/dyn_checkpoint.h"
 #include "psflow/footprint.h"
@@ -53,6 +54,44 @@ static void test_id_slots(void **state) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(pf_model_get_id(bad[i], 0, &got), -1);
+}
+
+/* csv cells of a dynamic table: integer ids as they are, strings by their whole FNV-1a hash
+ * with `hash`; an id past 2^63 - 1, a sign or a letter refused naming line and field. */
+static void test_csv_ids(void **state) {
+    (void)state;
+    pf_model_spec m = {.type = PF_MODEL_SOFTMAX, .outputs = 2, .n_embeddings = 3};
+    m.embeddings[0] = (pf_embedding_spec){
+        .name = "u", .dim = 2, .max_ids = 1, .max_rows = 9, .kind = PF_TABLE_DYNAMIC};
+    m.embeddings[1] = (pf_embedding_spec){.name = "f", .vocab = 5, .dim = 2, .max_ids = 1};
+    m.embeddings[2] = (pf_embedding_spec){
+        .name = "s", .dim = 2, .max_ids = 2, .max_rows = 9, .hash = true, .kind = PF_TABLE_DYNAMIC};
+    const char *text = "1,9223372036854775807,4,a|b\n0,,0,\n";
+    pf_dataset ds;
+    pf_error err;
+    assert_int_equal(pf_csv_parse_ids(text, strlen(text), "t.csv", &m, true, &ds, &err), PF_OK);
+    assert_int_equal(ds.n, 2);
+    assert_int_equal(ds.features, 4 + 2 + 8);
+    uint64_t id;
+    assert_int_equal(pf_model_get_id(ds.x, 0, &id), 1);
+    assert_true(id == (uint64_t)INT64_MAX);
+    assert_true(ds.x[3] == 1 && ds.x[4] == 4 && ds.x[5] == 1);
+    assert_int_equal(pf_model_get_id(ds.x + 6, 0, &id), 1);
+    assert_true(id == 0xaf63dc4c8601ec8cULL); /* FNV-1a 64 of "a" */
+    assert_int_equal(pf_model_get_id(ds.x + 6, 1, &id), 1);
+    assert_true(id == 0xaf63df4c8601f1a5ULL); /* of "b" */
+    assert_true(ds.x[12] == 1 && ds.x[13] == 1);
+    assert_int_equal(pf_model_get_id(ds.x + 14, 0, &id), 0); /* the empty cells: padding */
+    assert_int_equal(pf_model_get_id(ds.x + 14 + 6, 0, &id), 0);
+    pf_dataset_deinit(&ds);
+    const char *bad[] = {"1,9223372036854775808,0,a\n", "1,-1,0,a\n", "1,12x,0,a\n",
+                         "1,1,0,a|b|c\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(pf_csv_parse_ids(bad[i], strlen(bad[i]), "t.csv", &m, true, &ds, &err),
+                         PF_ERR_FORMAT);
+        if (!strstr(err.message, "t.csv: line 1"))
+            fail_msg("%s", err.message);
+    }
 }
 
 /* One dynamic feature of 2 ids an example, then a fixed one, then 1 numeric input. */
@@ -295,10 +334,10 @@ static void test_footprint(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_id_slots),  cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_learns),    cmocka_unit_test(test_admission),
-        cmocka_unit_test(test_eviction),  cmocka_unit_test(test_same_and_saved),
-        cmocka_unit_test(test_footprint),
+        cmocka_unit_test(test_id_slots),       cmocka_unit_test(test_csv_ids),
+        cmocka_unit_test(test_plan),           cmocka_unit_test(test_learns),
+        cmocka_unit_test(test_admission),      cmocka_unit_test(test_eviction),
+        cmocka_unit_test(test_same_and_saved), cmocka_unit_test(test_footprint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,12 +96,6 @@ static int load_spec(const char *job, const char *model, const char *checkpoint_
         pf_job_spec_deinit(spec);
         return PF_EX_USAGE;
     }
-    if (pf_model_has_dynamic(&spec->model)) {
-        fprintf(stderr,
-                "psflow serve: %s has dynamic tables, which psflow serve does not read yet\n", job);
-        pf_job_spec_deinit(spec);
-        return PF_EX_DATAERR;
-    }
     return 0;
 }
 
@@ -258,6 +252,14 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
     pf_job_spec spec;
     if ((rc = load_spec(job, model, checkpoint_dir, wait_first, &spec)))
         return rc;
+    if (pf_model_has_dynamic(&spec.model)) {
+        fprintf(stderr,
+                "psflow serve: job %s has dynamic tables, which psflow serve does not "
+                "read yet\n",
+                spec.name);
+        pf_job_spec_deinit(&spec);
+        return PF_EX_DATAERR;
+    }
     serve_options o = {.spec = &spec,
                        .checkpoint_dir = checkpoint_dir,
                        .listen_host = host,

@@ -97,6 +97,24 @@ static void check_params(const pf_session *s, char *why, size_t len) {
         snprintf(why, len, "non-finite value (%g) in %s at step %lld", (double)params[i], var.name,
                  (long long)pf_session_global_step(s));
     pf_free(params);
+    const pf_model_spec *job = &pf_session_spec(s)->model;
+    for (int f = 0; !why[0] && f < job->n_embeddings; f++) { /* the dynamic tables' rows */
+        const pf_dyn_table *table = pf_session_table(s, f);
+        int64_t cursor = 0;
+        pf_dyn_row row;
+        size_t width = (size_t)pf_model_row_width(job, f);
+        while (table && pf_dyn_next(table, &cursor, &row)) {
+            size_t k = pf_first_nonfinite(row.values, width);
+            if (k < width) {
+                snprintf(why, len,
+                         "non-finite value (%g) in %s/embeddings, the row of id %llu, at "
+                         "step %lld",
+                         (double)row.values[k], job->embeddings[f].name, (unsigned long long)row.id,
+                         (long long)pf_session_global_step(s));
+                break;
+            }
+        }
+    }
 }
 
 /* One run of `psflow train`: the job, its session and what the loop measured. */
@@ -203,7 +221,7 @@ static void print_plan(train_run *t) {
             continue;
         char admit[96] = "an id at its first update", chance[48] = "";
         if (e->min_count > 1)
-            snprintf(admit, sizeof admit, "an id seen %d times", e->min_count);
+            snprintf(admit, sizeof admit, "an id once %d batches have named it", e->min_count);
         if (e->probability < 1)
             snprintf(chance, sizeof chance, ", then with probability %.3g each update",
                      e->probability);
@@ -212,9 +230,10 @@ static void print_plan(train_run *t) {
             snprintf(idle, sizeof idle, ", rows idle %lld steps dropped",
                      (long long)e->steps_to_live);
         char seen[64] = ""; /* generated ids: how many distinct ones training will see */
-        int64_t distinct = pf_session_input(t->s) || spec->data.format != PF_DATA_SYNTHETIC_CTR
-                               ? -1
-                               : distinct_ids(&spec->model, f, train);
+        /* (a buffer of the ids, beside what the memory check counts: at most 1 GiB) */
+        bool count = !pf_session_input(t->s) && spec->data.format == PF_DATA_SYNTHETIC_CTR &&
+                     train->n * e->max_ids <= (1LL << 27);
+        int64_t distinct = count ? distinct_ids(&spec->model, f, train) : -1;
         if (distinct >= 0)
             snprintf(seen, sizeof seen, "; the training set has %lld distinct ids",
                      (long long)distinct);

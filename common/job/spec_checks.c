@@ -364,6 +364,20 @@ pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err) {
                             "/optimizer/type: adam moves every row of a table each step, and a "
                             "dynamic table's rows are updated where a batch names them: use "
                             "lazy_adam (TensorFlow's LazyAdamOptimizer) with dynamic tables");
+    int64_t batch = s->training.batch_size > PF_EVAL_BATCH ? s->training.batch_size : PF_EVAL_BATCH;
+    for (int f = 0; f < s->model.n_embeddings; f++) { /* a batch's rows: a fixed table */
+        const pf_embedding_spec *e = &s->model.embeddings[f];
+        if (e->kind == PF_TABLE_DYNAMIC && batch * e->max_ids > PF_MAX_VOCAB) {
+            char ptr[PTR_SIZE];
+            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/max_ids", f);
+            return pf_error_set(err, PF_ERR_SPEC, ptr,
+                                "%s: a batch of %lld examples (training.batch_size, at least "
+                                "%d for evaluation) names up to %lld ids of this dynamic table, "
+                                "more than the %d one step can hold: lower max_ids or the batch",
+                                ptr, (long long)batch, PF_EVAL_BATCH,
+                                (long long)(batch * e->max_ids), PF_MAX_VOCAB);
+        }
+    }
     if (pf_model_has_dynamic(&s->model) && s->replicas_per_worker > 1)
         return pf_error_set(err, PF_ERR_SPEC, "/replicas_per_worker",
                             "/replicas_per_worker: in-graph replicas of a model with dynamic "

@@ -320,7 +320,7 @@ bool pf_dyn_has(const pf_dyn_table *t, uint64_t id) {
     return t->hash[probe(t, id)].row != NONE;
 }
 
-void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out) {
+static void gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out, bool count) {
     size_t dim = (size_t)t->cfg.dim, bytes = dim * sizeof(float);
     uint64_t mask = t->cap_hash - 1;
     uint32_t ring[RING];
@@ -340,11 +340,19 @@ void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out) {
                 memcpy(out + k * dim, t->values + (size_t)r * dim, bytes);
             } else {
                 memset(out + k * dim, 0, bytes);
-                t->stats.misses++;
+                t->stats.misses += count;
             }
         }
     }
-    t->stats.lookups += (int64_t)n;
+    t->stats.lookups += count ? (int64_t)n : 0;
+}
+
+void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out) {
+    gather(t, ids, n, out, true);
+}
+
+void pf_dyn_gather_uncounted(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out) {
+    gather(t, ids, n, out, false);
 }
 
 /* Counts one more update of id in the sketch; returns its estimated count. */

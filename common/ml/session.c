@@ -24,7 +24,7 @@
 #include "psflow/stream.h"
 #include "psflow/towers.h"
 
-#define EVAL_BATCH 1000
+#define EVAL_BATCH PF_EVAL_BATCH
 
 struct pf_session {
     pf_job_spec spec;
@@ -108,12 +108,12 @@ static pf_status dyn_create(pf_session *s, int stage, pf_error *err) {
 /* Plans `count` staged examples (hx) into the compact ones (hc) and gathers their rows of
  * the dynamic tables into the compact vector (host memory: embedding models run on the
  * CPU). */
-static void dyn_prepare(pf_session *s, int count) {
+static void dyn_prepare(pf_session *s, int count, bool training) {
     pf_dyn_batch_plan(s->dyn, s->hx, count, s->hc);
     for (int f = 0; f < s->spec.model.n_embeddings; f++)
         if (s->tables[f])
-            pf_dyn_gather(s->tables[f], s->dyn->ids[f], s->dyn->n[f],
-                          s->params + s->vars[f].offset);
+            (training ? pf_dyn_gather : pf_dyn_gather_uncounted)(
+                s->tables[f], s->dyn->ids[f], s->dyn->n[f], s->params + s->vars[f].offset);
 }
 
 /* The gradient of the batch's rows of dynamic table f, applied to the table's rows at the
@@ -288,11 +288,12 @@ void pf_session_destroy(pf_session *s) {
     pf_free(s);
 }
 
-/* Uploads `count` host-staged examples to the backend batch buffers. */
-static void upload_batch(pf_session *s, int count) {
+/* Uploads `count` host-staged examples to the backend batch buffers (of a training step, or
+ * of an evaluation, whose lookups the tables do not count). */
+static void upload_batch(pf_session *s, int count, bool training) {
     const pf_backend *be = s->be;
     if (s->dyn)
-        dyn_prepare(s, count);
+        dyn_prepare(s, count, training);
     be->upload(s->x, s->dyn ? s->hc : s->hx,
                (size_t)count * (size_t)pf_model_input_width(model_of(s)));
     if (is_classifier(&s->spec))
@@ -357,7 +358,7 @@ float pf_session_step(pf_session *s) {
         loss = pf_towers_gradient(s->towers, s->hparams, s->hx, s->hy, s->hlabels, s->hgrads);
         s->be->upload(s->grads, s->hgrads, s->n_params);
     } else {
-        upload_batch(s, batch);
+        upload_batch(s, batch, true);
         loss = pf_model_train_step(s->model, s->params, s->x, s->y, s->labels, batch, s->grads);
     }
     apply(s, batch);
@@ -404,7 +405,7 @@ void pf_session_evaluate(pf_session *s, pf_eval *out) {
     for (int64_t start = 0; start < ds->n; start += EVAL_BATCH) {
         int count = (int)(ds->n - start < EVAL_BATCH ? ds->n - start : EVAL_BATCH);
         pf_batch_copy(ds, start, count, s->hx, s->hy, s->hlabels);
-        upload_batch(s, count);
+        upload_batch(s, count, false);
         pf_model_eval_batch(s->model, s->params, s->x, s->y, s->labels, count, out);
     }
     out->auc = out->scores ? pf_auc(out->scores, ds->y, ds->n) : NAN;
@@ -428,6 +429,9 @@ pf_status pf_session_save(const pf_session *s, const char *path, const pf_tensor
     pf_session_read_params(s, host);
     const pf_var_info *vars = s->vars;
     int n = 0;
+    for (int i = 0; i < n_extra; i++) /* 8-byte tensors first: aligned after the header */
+        if (extra[i].dtype == PF_DTYPE_I64 || extra[i].dtype == PF_DTYPE_U64)
+            views[n++] = extra[i];
     for (int i = 0; i < s->n_vars; i++) {
         if (i < PF_MAX_EMBEDDINGS && s->tables[i])
             continue; /* a dynamic table: its rows are among extra */
@@ -440,7 +444,8 @@ pf_status pf_session_save(const pf_session *s, const char *path, const pf_tensor
         n++;
     }
     for (int i = 0; i < n_extra; i++)
-        views[n++] = extra[i];
+        if (extra[i].dtype != PF_DTYPE_I64 && extra[i].dtype != PF_DTYPE_U64)
+            views[n++] = extra[i];
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)s->step);
     const char *keys[] = {"format", "psflow_job", "global_step", "model_type"};

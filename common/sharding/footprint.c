@@ -11,7 +11,7 @@
 #include "psflow/optim.h"
 #include "psflow/wire.h"
 
-#define EVAL_BATCH 1000 /* the evaluation batch every model is also built for (session.c) */
+#define EVAL_BATCH PF_EVAL_BATCH /* the evaluation batch every model is also built for */
 
 static int64_t clamp(double bytes) {
     return bytes >= 9.0e18 ? INT64_MAX : (int64_t)bytes;

@@ -106,6 +106,9 @@ bool pf_dyn_has(const pf_dyn_table *t, uint64_t id);
  * has none. Counts n lookups and the misses. */
 void pf_dyn_gather(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out);
 
+/* pf_dyn_gather counting nothing (an evaluation's lookups, which are not training's). */
+void pf_dyn_gather_uncounted(pf_dyn_table *t, const uint64_t *ids, size_t n, float *out);
+
 /* An update of id at global step `step` (an apply): *row the row to update and slots[k] its
  * slot rows (borrowed), creating the row when this update admits id (at max_rows the least
  * recently updated row is evicted first, unless it too was updated at `step` or later: then

@@ -35,7 +35,8 @@
 #define PF_MAX_EMBEDDING_DIM          4096      /* columns of a table */
 #define PF_MAX_IDS                    4096      /* ids of one feature in one example */
 #define PF_MAX_DYNAMIC_ROWS           ((1LL << 31) - 1) /* a dynamic table's max_rows */
-#define PF_MAX_MIN_COUNT              255 /* a dynamic table's min_count (8-bit counters) */
+#define PF_MAX_MIN_COUNT              255  /* a dynamic table's min_count (8-bit counters) */
+#define PF_EVAL_BATCH                 1000 /* examples psflow train evaluates at a time */
 
 typedef enum { PF_MODEL_LINEAR, PF_MODEL_SOFTMAX, PF_MODEL_MLP, PF_MODEL_DLRM } pf_model_type;
 typedef enum { PF_ACT_NONE, PF_ACT_RELU, PF_ACT_TANH, PF_ACT_SIGMOID } pf_activation;

@@ -77,13 +77,8 @@ static int spec_from_checkpoint(const char *root, const char *model, long wait, 
     }
 }
 
-/* The job spec: --job's file (whose name must be --model's when both are given), else the
- * one the newest verified checkpoint of --model records. Returns 0, or an exit code after
- * printing why. */
-static int load_spec(const char *job, const char *model, const char *checkpoint_dir, long wait,
-                     pf_job_spec *spec) {
-    if (!job || !*job)
-        return spec_from_checkpoint(checkpoint_dir, model, wait, spec);
+/* The job spec in file `job`, whose name must be --model's when that is given. */
+static int spec_from_file(const char *job, const char *model, pf_job_spec *spec) {
     pf_error err;
     pf_error_clear(&err);
     pf_status st = pf_job_spec_load(job, spec, &err);
@@ -97,6 +92,23 @@ static int load_spec(const char *job, const char *model, const char *checkpoint_
         return PF_EX_USAGE;
     }
     return 0;
+}
+
+/* The job spec: --job's file (whose name must be --model's when both are given), else the
+ * one the newest verified checkpoint of --model records; a model psflow serve can answer
+ * for (no dynamic tables). Returns 0, or an exit code after printing why. */
+static int load_spec(const char *job, const char *model, const char *checkpoint_dir, long wait,
+                     pf_job_spec *spec) {
+    int rc = !job || !*job ? spec_from_checkpoint(checkpoint_dir, model, wait, spec)
+                           : spec_from_file(job, model, spec);
+    if (!rc && pf_model_has_dynamic(&spec->model)) {
+        fprintf(stderr,
+                "psflow serve: job %s has dynamic tables, which psflow serve does not read yet\n",
+                spec->name);
+        pf_job_spec_deinit(spec);
+        return PF_EX_DATAERR;
+    }
+    return rc;
 }
 
 /* --ps HOST:PORT,...: the read-only ps tasks, split in place into addrs[PF_MAX_REPLICAS].
@@ -252,14 +264,6 @@ int cli_serve(const cli_command *cmd, int argc, char **argv) {
     pf_job_spec spec;
     if ((rc = load_spec(job, model, checkpoint_dir, wait_first, &spec)))
         return rc;
-    if (pf_model_has_dynamic(&spec.model)) {
-        fprintf(stderr,
-                "psflow serve: job %s has dynamic tables, which psflow serve does not "
-                "read yet\n",
-                spec.name);
-        pf_job_spec_deinit(&spec);
-        return PF_EX_DATAERR;
-    }
     serve_options o = {.spec = &spec,
                        .checkpoint_dir = checkpoint_dir,
                        .listen_host = host,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli/cli_internal.h"
@@ -381,10 +382,27 @@ static int finish(train_run *t, const char *save) {
     return rc;
 }
 
+/* This process's resident memory now and at its peak, in bytes (0: unknown). */
+static void rss_bytes(int64_t *now, int64_t *peak) {
+    struct rusage ru;
+    *peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%*s %ld", &pages) != 1)
+        pages = 0;
+    if (f)
+        fclose(f);
+    *now = (int64_t)pages * sysconf(_SC_PAGESIZE);
+}
+
 /* Each dynamic table's statistics: a line on stderr, and with json an entry of `tables`. */
 static json_t *table_stats(const train_run *t, bool json_out) {
     const pf_model_spec *m = &t->spec.model;
     json_t *a = json_out ? json_array() : NULL;
+    int64_t now, peak; /* tables that evicted most of their rows gave memory back */
+    rss_bytes(&now, &peak);
+    fprintf(stderr, "psflow train: resident memory %.0f MiB now, %.0f MiB at the peak\n",
+            (double)now / (1 << 20), (double)peak / (1 << 20));
     for (int f = 0; f < m->n_embeddings; f++) {
         const pf_dyn_table *table = pf_session_table(t->s, f);
         if (!table)

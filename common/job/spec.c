@@ -127,6 +127,7 @@ static const field data_fields[] = {
     {"n", K_INT64, AT(data.n), .min = 1, .max = INT64_MAX, .def = 10000, .only = SYNTHETIC | CTR},
     /* Only with dynamic tables (pf_spec_check_data); default 0 stands for "absent". */
     {"distinct_ids", K_INT64, AT(data.distinct_ids), .min = 1, .max = 1LL << 40, .only = CTR},
+    {"shift_step", K_INT64, AT(data.shift_step), .min = 1, .max = INT64_MAX, .only = CTR},
     {"zipf", K_DOUBLE, AT(data.zipf), .real = R_POSITIVE, .def = 1.1, .only = CTR},
     {"signal", K_DOUBLE, AT(data.signal), .real = R_NONNEGATIVE, .def = 1, .only = CTR},
     {"bias", K_DOUBLE, AT(data.bias), .def = -1.5, .only = CTR},

@@ -274,6 +274,10 @@ pf_status pf_spec_check_data(pf_job_spec *s, pf_error *err) {
                             "/data/format: libsvm ids are positions in one id space the "
                             "tables share by their vocabs; a dynamic table reads its own ids "
                             "from csv, criteo or synthetic_ctr data");
+    if (d->shift_step != 0 && !pf_model_has_dynamic(m))
+        return pf_error_set(err, PF_ERR_SPEC, "/data/shift_step",
+                            "/data/shift_step: shifts the ids of dynamic tables; this model has "
+                            "none");
     if (d->distinct_ids != 0 && !pf_model_has_dynamic(m) && !hashed)
         return pf_error_set(err, PF_ERR_SPEC, "/data/distinct_ids",
                             "/data/distinct_ids: the ids of dynamic tables (and of fixed ones "

@@ -78,6 +78,19 @@ static int64_t hashed_row(uint64_t id, int64_t vocab) {
     return (int64_t)(z % (uint64_t)vocab);
 }
 
+void pf_synthetic_ctr_shift(const pf_model_spec *m, float *x, int64_t count) {
+    const size_t width = (size_t)pf_model_input_width(m);
+    for (int f = 0, col = 0; f < m->n_embeddings;
+         col += pf_model_feature_width(&m->embeddings[f++]))
+        for (int64_t i = 0; m->embeddings[f].kind == PF_TABLE_DYNAMIC && i < count; i++)
+            for (int k = 0; k < m->embeddings[f].max_ids; k++) {
+                float *ids = x + (size_t)i * width + (size_t)col;
+                uint64_t id;
+                if (pf_model_get_id(ids, k, &id) > 0)
+                    pf_model_put_id(ids, k, id | (1ULL << ID_SPACE_BITS));
+            }
+}
+
 double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row) {
     const pf_model_spec *m = &spec->model;
     double logit = spec->data.bias;
@@ -87,8 +100,8 @@ double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row) {
         if (e->kind == PF_TABLE_FIXED && e->hash)
             return NAN; /* the row of a hashed id does not say which id it was */
         if (e->kind == PF_TABLE_DYNAMIC && pf_model_get_id(row + col, 0, &dyn) > 0)
-            logit +=
-                pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f, (int64_t)dyn);
+            logit += pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f,
+                                             (int64_t)(dyn & ID_SPACE_MASK)); /* shifted too */
         else if (e->kind != PF_TABLE_DYNAMIC && row[col] >= 0)
             logit += pf_synthetic_ctr_weight(spec->data.signal, spec->training.seed, f,
                                              (int64_t)row[col]);

@@ -46,6 +46,8 @@ static pf_status load_from_spec(const pf_job_spec *spec, bool test, pf_dataset *
     if (d->format == PF_DATA_SYNTHETIC_CTR) {
         int64_t n = test ? (d->n / 5 > 1 ? d->n / 5 : 1) : d->n;
         status = pf_synthetic_ctr(spec, n, test ? 2 : 1, out);
+        if (status == PF_OK && test && d->shift_step > 0) /* the test set: after the shift */
+            pf_synthetic_ctr_shift(&spec->model, out->x, out->n);
         if (status != PF_OK) {
             pf_error_set_offset(err, status, -1, "synthetic_ctr: %s (n %lld)", pf_strerror(status),
                                 (long long)n);

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "psflow/mem.h"
 #include "psflow/rng.h"
@@ -149,12 +150,30 @@ static int64_t bytes_now(const pf_dyn_table *t) {
            (int64_t)t->cap_hash * (int64_t)sizeof(slot) + (int64_t)(SKETCH_DEPTH * t->sketch_width);
 }
 
-/* Grows an array to `want` items of `size` bytes; false when out of memory (*p unchanged). */
+/* Asks for huge pages under the array p[bytes] where it spans whole ones: a table's rows and
+ * hash are read at random, and with 4 KiB pages nearly every read of a large table also
+ * misses the TLB. Advice only: nothing changes where it is not taken. */
+static void huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
+              hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* Grows (or shrinks) an array to `want` items of `size` bytes; false when out of memory (*p
+ * unchanged). */
 static bool grow(void **p, int64_t want, size_t size) {
     void *q = pf_realloc(*p, (size_t)want * size);
     if (!q)
         return false;
     *p = q;
+    huge_pages(q, (size_t)want * size);
     return true;
 }
 
@@ -188,6 +207,7 @@ static bool rehash(pf_dyn_table *t, uint64_t size) {
     slot *h = pf_mallocarray(size, sizeof *h);
     if (!h)
         return false;
+    huge_pages(h, size * sizeof *h);
     memset(h, 0xff, size * sizeof *h);
     uint64_t mask = size - 1;
     for (uint64_t s = 0; s < t->cap_hash; s++) {
@@ -510,6 +530,60 @@ pf_status pf_dyn_update_row(pf_dyn_table *t, uint64_t id, int64_t step, float **
     return st;
 }
 
+/* Moves live row `from` to free row `to`: its fields, values and slots, its place in the order
+ * and in the hash. */
+static void move_row(pf_dyn_table *t, uint32_t from, uint32_t to) {
+    size_t dim = (size_t)t->cfg.dim;
+    t->meta[to] = t->meta[from];
+    t->meta[from].last = DEAD;
+    memcpy(t->values + (size_t)to * dim, t->values + (size_t)from * dim, dim * sizeof(float));
+    for (int k = 0; k < t->cfg.slots; k++)
+        memcpy(t->slots[k] + (size_t)to * dim, t->slots[k] + (size_t)from * dim,
+               dim * sizeof(float));
+    const meta *m = &t->meta[to];
+    if (m->newer != NONE)
+        t->meta[m->newer].older = to;
+    else
+        t->head = to;
+    if (m->older != NONE)
+        t->meta[m->older].newer = to;
+    else
+        t->tail = to;
+    t->hash[probe(t, m->id)].row = to;
+}
+
+/* Once evictions leave the row arrays at most a quarter full, gives memory back: the live rows
+ * move into the lowest row indices (O(rows)), and the arrays and the hash shrink to twice what
+ * the rows need, so that the next growth is some way off. A shrink the allocator refuses
+ * leaves that array larger, which is as valid. */
+static void shrink(pf_dyn_table *t) {
+    int64_t rows = t->stats.rows;
+    if (t->cap_rows <= FIRST_ROWS || rows * 4 > t->cap_rows)
+        return;
+    int64_t lo = 0, hi = t->high - 1;
+    for (;;) {
+        while (lo < rows && t->meta[lo].last != DEAD)
+            lo++;
+        while (hi >= rows && t->meta[hi].last == DEAD)
+            hi--;
+        if (lo >= rows || hi < rows)
+            break;
+        move_row(t, (uint32_t)hi--, (uint32_t)lo++);
+    }
+    t->high = rows;
+    t->free_rows = NONE;
+    int64_t cap = rows_size(&t->cfg, 2 * rows);
+    size_t row = (size_t)t->cfg.dim * sizeof(float);
+    grow((void **)&t->meta, cap, sizeof *t->meta);
+    grow((void **)&t->values, cap, row);
+    for (int k = 0; k < t->cfg.slots; k++)
+        grow((void **)&t->slots[k], cap, row);
+    t->cap_rows = cap; /* every array holds at least cap rows, shrunk or not */
+    uint64_t size = hash_size(2 * rows);
+    if (size < t->cap_hash)
+        rehash(t, size);
+}
+
 int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step) {
     int64_t dropped = 0;
     if (t->cfg.steps_to_live <= 0 || step < INT64_MIN + t->cfg.steps_to_live)
@@ -518,6 +592,8 @@ int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step) {
         drop_row(t, t->tail);
         dropped++;
     }
+    if (dropped)
+        shrink(t);
     return dropped;
 }
 

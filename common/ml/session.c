@@ -352,6 +352,8 @@ float pf_session_step(pf_session *s) {
     } else {
         pf_batch_gather(&s->train, s->sampler, start, batch, s->hx, s->hy, s->hlabels);
     }
+    if (s->spec.data.shift_step > 0 && s->step >= s->spec.data.shift_step)
+        pf_synthetic_ctr_shift(&s->spec.model, s->hx, batch);
     float loss;
     if (s->towers) {
         s->be->download(s->hparams, s->params, s->n_params);

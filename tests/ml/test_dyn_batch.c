@@ -155,13 +155,14 @@ static const char *const DYN_SPEC =
     "8%s},"
     " {\"name\": \"item\", \"vocab\": 500, \"dim\": 8}]}, "
     "\"data\": {\"format\": \"synthetic_ctr\", \"n\": 20000, \"distinct_ids\": %lld, "
-    "\"zipf\": 1.05}, \"optimizer\": {\"type\": \"adagrad\", \"learning_rate\": 0.2}, "
+    "\"zipf\": 1.05%s}, \"optimizer\": {\"type\": \"adagrad\", \"learning_rate\": 0.2}, "
     "\"training\": {\"batch_size\": 100, \"max_steps\": %d, \"seed\": 5}}";
 
-static pf_session *dyn_session(long long max_rows, const char *extra, long long distinct, int steps,
-                               pf_job_spec *spec) {
+/* A session of DYN_SPEC: extra in the user table, data in the data object; steps taken. */
+static pf_session *dyn_session_data(long long max_rows, const char *extra, long long distinct,
+                                    const char *data, int steps, pf_job_spec *spec) {
     char text[2048];
-    snprintf(text, sizeof text, DYN_SPEC, max_rows, extra, distinct, steps);
+    snprintf(text, sizeof text, DYN_SPEC, max_rows, extra, distinct, data, steps);
     pf_error err;
     pf_error_clear(&err);
     if (pf_job_spec_parse(text, strlen(text), spec, &err) != PF_OK)
@@ -173,6 +174,11 @@ static pf_session *dyn_session(long long max_rows, const char *extra, long long 
     for (int i = 0; i < steps; i++)
         assert_true(isfinite(pf_session_step(s)));
     return s;
+}
+
+static pf_session *dyn_session(long long max_rows, const char *extra, long long distinct, int steps,
+                               pf_job_spec *spec) {
+    return dyn_session_data(max_rows, extra, distinct, "", steps, spec);
 }
 
 /* How often each id of the user feature appears among the training examples. */
@@ -308,12 +314,56 @@ static void test_same_and_saved(void **state) {
     pf_job_spec_deinit(&b_spec);
 }
 
+/* data.shift_step: after it, every dynamic id is one no earlier batch had (bit 40), with the
+ * same true weight, and the test set is all shifted; the tables learn the new ids. */
+static void test_shift(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_session *s = dyn_session(100000, "", 2000, 1, &spec);
+    const pf_dataset *test = pf_session_eval_set(s);
+    pf_dataset copy;
+    assert_int_equal(pf_dataset_alloc(&copy, 10, test->features), PF_OK);
+    memcpy(copy.x, test->x, 10 * (size_t)test->features * sizeof(float));
+    pf_synthetic_ctr_shift(&spec.model, copy.x, 10);
+    for (int i = 0; i < 10; i++) {
+        const float *a = test->x + (size_t)i * (size_t)test->features;
+        const float *b = copy.x + (size_t)i * (size_t)test->features;
+        uint64_t x, y;
+        assert_int_equal(pf_model_get_id(a, 0, &x), 1);
+        assert_int_equal(pf_model_get_id(b, 0, &y), 1);
+        assert_true(y == (x | (1ULL << 40)) && x < (1ULL << 40));
+        assert_true(a[4] == b[4]); /* the fixed table's id is as it was */
+        assert_true(pf_synthetic_ctr_logit(&spec, a) == pf_synthetic_ctr_logit(&spec, b));
+    }
+    pf_dataset_deinit(&copy);
+    pf_session_destroy(s);
+    pf_job_spec_deinit(&spec);
+
+    /* shifted from step 50 on, with rows idle 20 steps dropped: at the end the table holds
+     * shifted ids only, and the test set (all shifted) is learnt */
+    s = dyn_session_data(100000, ", \"steps_to_live\": 20", 2000, ", \"shift_step\": 50", 150,
+                         &spec);
+    const pf_dyn_table *t = pf_session_table(s, 0);
+    int64_t cursor = 0, rows = 0;
+    pf_dyn_row row;
+    while (pf_dyn_next(t, &cursor, &row)) {
+        assert_true(row.id >> 40 == 1);
+        rows++;
+    }
+    assert_true(rows > 0);
+    pf_eval ev;
+    pf_session_evaluate(s, &ev);
+    assert_true(ev.auc > 0.6);
+    pf_session_destroy(s);
+    pf_job_spec_deinit(&spec);
+}
+
 /* psflow train's memory check counts a dynamic table at its cap; ps tasks refuse it. */
 static void test_footprint(void **state) {
     (void)state;
     char small[2048], large[2048];
-    snprintf(small, sizeof small, DYN_SPEC, 1000LL, "", 100LL, 10);
-    snprintf(large, sizeof large, DYN_SPEC, 10000000LL, "", 100LL, 10);
+    snprintf(small, sizeof small, DYN_SPEC, 1000LL, "", 100LL, "", 10);
+    snprintf(large, sizeof large, DYN_SPEC, 10000000LL, "", 100LL, "", 10);
     pf_job_spec a, b;
     pf_error err;
     assert_int_equal(pf_job_spec_parse(small, strlen(small), &a, &err), PF_OK);
@@ -338,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_plan),           cmocka_unit_test(test_learns),
         cmocka_unit_test(test_admission),      cmocka_unit_test(test_eviction),
         cmocka_unit_test(test_same_and_saved), cmocka_unit_test(test_footprint),
+        cmocka_unit_test(test_shift),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

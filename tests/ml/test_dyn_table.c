@@ -209,6 +209,52 @@ static void test_eviction(void **state) {
     pf_dyn_destroy(t);
 }
 
+/* Evicting most rows gives their memory back: the live rows move below the others' indices,
+ * keep their values, slots and order, and the table goes on admitting and evicting. */
+static void test_shrink(void **state) {
+    (void)state;
+    enum { MANY = 100000, KEPT = 1000 };
+    pf_dyn_config c = config(4, 1, 1 << 20);
+    c.steps_to_live = 10;
+    pf_dyn_table *t = create(&c);
+    float *slots[PF_DYN_MAX_SLOTS];
+    for (uint64_t i = 0; i < MANY; i++) { /* step 1: every id, its number in its row */
+        float *row = update(t, i * 0x9e3779b97f4a7c15ull, 1, slots);
+        row[0] = (float)i;
+        slots[0][1] = (float)i + 0.5f;
+    }
+    int64_t full = pf_dyn_stats_get(t).bytes;
+    for (int64_t step = 2; step <= 20; step++) /* every 100th id stays in use */
+        for (uint64_t i = 0; i < MANY; i += MANY / KEPT)
+            update(t, i * 0x9e3779b97f4a7c15ull, step, NULL);
+    assert_int_equal(pf_dyn_evict_stale(t, 20), MANY - KEPT);
+    pf_dyn_stats st = pf_dyn_stats_get(t);
+    assert_int_equal(st.rows, KEPT);
+    assert_true(st.bytes * 16 < full); /* the arrays and the hash shrank */
+    for (uint64_t i = 0; i < MANY; i++) {
+        float *keep[PF_DYN_MAX_SLOTS];
+        const float *v = pf_dyn_find(t, i * 0x9e3779b97f4a7c15ull);
+        assert_int_equal(v != NULL, i % (MANY / KEPT) == 0);
+        if (v) {
+            assert_true(v[0] == (float)i);
+            float *row = update(t, i * 0x9e3779b97f4a7c15ull, 21, keep); /* slots moved too */
+            assert_true(row == v && keep[0][1] == (float)i + 0.5f);
+        }
+    }
+    int64_t cursor = 0, walked = 0;
+    pf_dyn_row r;
+    while (pf_dyn_next(t, &cursor, &r)) /* the order is whole */
+        walked++;
+    assert_int_equal(walked, KEPT);
+    for (uint64_t i = 0; i < 5000; i++) /* it grows again, and evicts again */
+        assert_non_null(update(t, (MANY + i) * 0x9e3779b97f4a7c15ull, 30, NULL));
+    assert_int_equal(pf_dyn_stats_get(t).rows, KEPT + 5000);
+    assert_int_equal(pf_dyn_evict_stale(t, 39), KEPT);
+    assert_int_equal(pf_dyn_stats_get(t).rows, 5000);
+    assert_non_null(pf_dyn_find(t, (MANY + 4999) * 0x9e3779b97f4a7c15ull));
+    pf_dyn_destroy(t);
+}
+
 /* A long random run against a reference: ids from a small space so that rows are admitted,
  * evicted at max_rows, found again and dropped for idleness; each row holds its id and the
  * step of its latest update in its first floats, so a row that moved or mixed up is caught. */
@@ -457,7 +503,7 @@ int main(void) {
         cmocka_unit_test(test_eviction),         cmocka_unit_test(test_random_run),
         cmocka_unit_test(test_walk_and_restore), cmocka_unit_test(test_bytes_bound),
         cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_batches),
-        cmocka_unit_test(test_crowded_step),
+        cmocka_unit_test(test_crowded_step),     cmocka_unit_test(test_shrink),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

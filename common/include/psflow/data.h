@@ -165,6 +165,11 @@ double pf_synthetic_ctr_logit(const pf_job_spec *spec, const float *row);
 int64_t pf_synthetic_ctr_distinct_ids(const pf_data_spec *d);
 uint64_t pf_synthetic_ctr_dynamic_id(int64_t rank);
 
+/* data.shift_step: every id of a dynamic table among `count` examples x of model m becomes
+ * its shifted one (bit 40 set: an id no unshifted example has), whose true weight is its
+ * unshifted one's. */
+void pf_synthetic_ctr_shift(const pf_model_spec *m, float *x, int64_t count);
+
 /* The Bayes-optimal AUC on a synthetic_ctr test set: the AUC of the true logits against its
  * labels (no model ranks those examples better in expectation). NaN when the set has only
  * one class or memory runs out. */

@@ -127,7 +127,9 @@ pf_status pf_dyn_update_batch(pf_dyn_table *t, const uint64_t *ids, size_t n, in
                               float **rows, float **slots);
 
 /* Drops the rows whose latest update is older than step - steps_to_live (none when
- * steps_to_live is 0); returns how many. O(rows dropped). */
+ * steps_to_live is 0); returns how many. O(rows dropped), and when that leaves the row
+ * arrays at most a quarter full, O(rows) once to give their memory back (the rows move:
+ * a memory use that falls with the rows). */
 int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step);
 
 /* Puts a row as it was (a restore, in pf_dyn_next's order): id's values (dim floats), slots[k]

@@ -187,6 +187,11 @@ typedef struct pf_data_spec {
      * ranks 1..distinct_ids) from this many distinct ids, spread over 0 .. 2^40 - 1,
      * 1..2^40 [absent, 0: 1,000,000] */
     int64_t distinct_ids;
+    /* synthetic_ctr with dynamic tables: from this global step on, every id of a training
+     * batch is another one (pf_synthetic_ctr_shift: bit 40 set, the same true weight), and so
+     * is every id of the test set: a distribution whose ids the steps before never saw,
+     * >= 1 [absent, 0: no shift] */
+    int64_t shift_step;
     /* synthetic_ctr only (data.h): one Zipf-distributed id per embedding feature, a click
      * with probability sigmoid(bias + sum of the ids' true weights, each signal * N(0,1)) */
     double zipf;   /* > 0 [1.1]: P(the k-th most frequent id) ~ k^-zipf */

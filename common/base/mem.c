@@ -60,7 +60,10 @@ void *pf_calloc(size_t count, size_t size) {
 }
 
 void *pf_realloc(void *ptr, size_t size) {
-    return current.realloc_fn(ptr, size ? size : 1);
+    void *p = current.realloc_fn(ptr, size ? size : 1);
+    if (p && size >= HUGE_PAGE_MIN) /* a table's row arrays grow by realloc */
+        advise_huge_pages(p, size);
+    return p;
 }
 
 void pf_free(void *ptr) {

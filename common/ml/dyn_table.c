@@ -2,22 +2,22 @@
  *
  * DESIGN: a row is an index r into arrays of its own fields (id, latest update, links in the
  * order: one struct, one cache line), its values and its slots, handed out from a free list
- * and the high-water mark, so evicting and admitting rows never moves another row; a batch
- * makes room for all its new rows first, so no array moves during it either. The hash maps an id to
- * r by linear probing over a power-of-two array, and deletes by shifting the probe run back (no
- * tombstones, so a long run of admissions and evictions does not slow lookups). The order is a
- * doubly linked list of row indices, most recently updated at its head: an update moves its row to
- * the head in O(1), eviction at max_rows takes the tail, and pf_dyn_evict_stale walks from the tail
- * while rows are too old. The sketch counts updates of ids without a row, with conservative update
- * (only the smallest counters grow), so an estimate is never below the true count and
- * collisions inflate it as little as a count-min sketch allows.
+ * and the high-water mark, so evicting and admitting rows moves no other row; a batch makes
+ * room for all its new rows first, so no array moves during it either. Only
+ * pf_dyn_evict_stale moves rows, when it leaves the arrays at most a quarter full (shrink). The
+ * hash maps an id to r by linear probing over a power-of-two array, and deletes by shifting the
+ * probe run back (no tombstones, so a long run of admissions and evictions does not slow lookups).
+ * The order is a doubly linked list of row indices, most recently updated at its head: an update
+ * moves its row to the head in O(1), eviction at max_rows takes the tail, and pf_dyn_evict_stale
+ * walks from the tail while rows are too old. The sketch counts updates of ids without a row, with
+ * conservative update (only the smallest counters grow), so an estimate is never below the true
+ * count and collisions inflate it as little as a count-min sketch allows.
  */
 #include "psflow/dyn_table.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "psflow/mem.h"
 #include "psflow/rng.h"
@@ -60,6 +60,7 @@ struct pf_dyn_table {
     uint64_t sketch_width;
     uint64_t sketch_counted; /* counts since the counters last halved */
     uint64_t draws;          /* probability draws made: the draw of a saturated count */
+    int64_t reserved;        /* the new rows the latest batch made room for */
     pf_dyn_stats stats;
 };
 
@@ -150,22 +151,6 @@ static int64_t bytes_now(const pf_dyn_table *t) {
            (int64_t)t->cap_hash * (int64_t)sizeof(slot) + (int64_t)(SKETCH_DEPTH * t->sketch_width);
 }
 
-/* Asks for huge pages under the array p[bytes] where it spans whole ones: a table's rows and
- * hash are read at random, and with 4 KiB pages nearly every read of a large table also
- * misses the TLB. Advice only: nothing changes where it is not taken. */
-static void huge_pages(void *p, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
-              hi = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-
 /* Grows (or shrinks) an array to `want` items of `size` bytes; false when out of memory (*p
  * unchanged). */
 static bool grow(void **p, int64_t want, size_t size) {
@@ -173,7 +158,6 @@ static bool grow(void **p, int64_t want, size_t size) {
     if (!q)
         return false;
     *p = q;
-    huge_pages(q, (size_t)want * size);
     return true;
 }
 
@@ -207,7 +191,6 @@ static bool rehash(pf_dyn_table *t, uint64_t size) {
     slot *h = pf_mallocarray(size, sizeof *h);
     if (!h)
         return false;
-    huge_pages(h, size * sizeof *h);
     memset(h, 0xff, size * sizeof *h);
     uint64_t mask = size - 1;
     for (uint64_t s = 0; s < t->cap_hash; s++) {
@@ -234,6 +217,7 @@ static bool reserve(pf_dyn_table *t, size_t n) {
         size *= 2;
     if (size > t->cap_hash && !rehash(t, size))
         return false;
+    t->reserved = more;
     /* new rows come from the free list (high - rows of them) first, then after high */
     return grow_rows(t, t->high > t->stats.rows + more ? t->high : t->stats.rows + more);
 }
@@ -558,7 +542,12 @@ static void move_row(pf_dyn_table *t, uint32_t from, uint32_t to) {
  * leaves that array larger, which is as valid. */
 static void shrink(pf_dyn_table *t) {
     int64_t rows = t->stats.rows;
-    if (t->cap_rows <= FIRST_ROWS || rows * 4 > t->cap_rows)
+    /* room for twice the rows, and for the new rows the latest batch made room for: a table
+     * whose batches bring more rows than it keeps would otherwise shrink and grow back each
+     * step */
+    int64_t want = 2 * rows > rows + t->reserved ? 2 * rows : rows + t->reserved;
+    int64_t cap = rows_size(&t->cfg, want);
+    if (t->cap_rows <= FIRST_ROWS || rows * 4 > t->cap_rows || cap > t->cap_rows / 2)
         return;
     int64_t lo = 0, hi = t->high - 1;
     for (;;) {
@@ -572,14 +561,13 @@ static void shrink(pf_dyn_table *t) {
     }
     t->high = rows;
     t->free_rows = NONE;
-    int64_t cap = rows_size(&t->cfg, 2 * rows);
     size_t row = (size_t)t->cfg.dim * sizeof(float);
     grow((void **)&t->meta, cap, sizeof *t->meta);
     grow((void **)&t->values, cap, row);
     for (int k = 0; k < t->cfg.slots; k++)
         grow((void **)&t->slots[k], cap, row);
     t->cap_rows = cap; /* every array holds at least cap rows, shrunk or not */
-    uint64_t size = hash_size(2 * rows);
+    uint64_t size = hash_size(want);
     if (size < t->cap_hash)
         rehash(t, size);
 }

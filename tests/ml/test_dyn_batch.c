@@ -339,10 +339,38 @@ static void test_shift(void **state) {
     pf_session_destroy(s);
     pf_job_spec_deinit(&spec);
 
+    /* a dynamic table after a fixed one and before numeric inputs: only its ids change */
+    pf_model_spec m = mixed_model();
+    pf_model_spec late = m;
+    late.embeddings[0] = m.embeddings[1];
+    late.embeddings[1] = m.embeddings[0];
+    float x[2 * 11];
+    for (int i = 0; i < 2; i++) {
+        pf_model_pad_example(&late, x + i * 11);
+        x[i * 11] = 3;                                       /* the fixed id */
+        pf_model_put_id(x + i * 11 + 2, 1, 5 + (uint64_t)i); /* the dynamic table's second id */
+        x[i * 11 + 10] = 0.5f;                               /* the numeric input */
+    }
+    pf_synthetic_ctr_shift(&late, x, 2);
+    for (int i = 0; i < 2; i++) {
+        uint64_t id;
+        assert_true(x[i * 11] == 3 && x[i * 11 + 10] == 0.5f);
+        assert_int_equal(pf_model_get_id(x + i * 11 + 2, 0, &id), 0); /* padding stays */
+        assert_int_equal(pf_model_get_id(x + i * 11 + 2, 1, &id), 1);
+        assert_true(id == ((5 + (uint64_t)i) | (1ULL << 40)));
+    }
+
     /* shifted from step 50 on, with rows idle 20 steps dropped: at the end the table holds
      * shifted ids only, and the test set (all shifted) is learnt */
     s = dyn_session_data(100000, ", \"steps_to_live\": 20", 2000, ", \"shift_step\": 50", 150,
                          &spec);
+    const pf_dataset *shifted = pf_session_eval_set(s); /* every test id is a shifted one */
+    for (int64_t i = 0; i < shifted->n; i++) {
+        uint64_t id;
+        assert_int_equal(
+            pf_model_get_id(shifted->x + (size_t)i * (size_t)shifted->features, 0, &id), 1);
+        assert_true(id >> 40 == 1);
+    }
     const pf_dyn_table *t = pf_session_table(s, 0);
     int64_t cursor = 0, rows = 0;
     pf_dyn_row row;

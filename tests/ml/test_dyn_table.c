@@ -243,8 +243,10 @@ static void test_shrink(void **state) {
     }
     int64_t cursor = 0, walked = 0;
     pf_dyn_row r;
-    while (pf_dyn_next(t, &cursor, &r)) /* the order is whole */
+    while (pf_dyn_next(t, &cursor, &r)) { /* the order is whole, least recently updated first */
+        assert_true(r.id == walked * (MANY / KEPT) * 0x9e3779b97f4a7c15ull);
         walked++;
+    }
     assert_int_equal(walked, KEPT);
     for (uint64_t i = 0; i < 5000; i++) /* it grows again, and evicts again */
         assert_non_null(update(t, (MANY + i) * 0x9e3779b97f4a7c15ull, 30, NULL));

@@ -62,3 +62,38 @@ TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:$port\"],\"worker\":[\"127.0.0.1:1\
   expect_exit 69 "$PSFLOW_BIN" worker --job "$PSFLOW_SRC/examples/linear.json" --retry-seconds 1
 grep -q "cannot reach ps 0 at 127.0.0.1:$port" stderr || fail "unreachable ps is named"
 pass "bad input gives the documented exit codes"
+
+# --- dynamic tables: statistics in the result, the tables in the saved file, the cap checked --
+cat >dyn.json <<'JSON'
+{"name": "dyn", "model": {"type": "mlp", "hidden": [8], "outputs": 2,
+ "embeddings": [{"name": "user", "kind": "dynamic", "max_rows": 100000, "dim": 4, "min_count": 2},
+                {"name": "item", "vocab": 100, "dim": 4}]},
+ "data": {"format": "synthetic_ctr", "n": 20000, "distinct_ids": 5000},
+ "optimizer": {"type": "adagrad", "learning_rate": 0.1},
+ "training": {"batch_size": 100, "max_steps": 200}}
+JSON
+"$PSFLOW_BIN" train dyn.json --save dyn.safetensors --output json >dyn-result.json 2>dyn.txt ||
+  { cat dyn.txt; fail "dynamic tables: psflow train failed"; }
+rows=$(json_field dyn-result.json 'd["tables"][0]["rows"]')
+[ "$(json_field dyn-result.json 'd["tables"][0]["name"]')" = user ] || fail "tables names user"
+[ "$(json_field dyn-result.json 'len(d["tables"])')" = 1 ] || fail "one dynamic table listed"
+[ "$(json_field dyn-result.json 'd["tables"][0]["refused"] > 0 and 0 < d["tables"][0]["rows"] <= 5000')" = True ] ||
+  fail "min_count 2 refuses first sightings, rows within the ids ($rows)"
+grep -q '^psflow train: dynamic table user: at most 100000 rows of 4' dyn.txt || fail "the plan line"
+grep -q '^psflow train: table user: ' dyn.txt || fail "the statistics line"
+python3 - dyn.safetensors "$rows" <<'PY' || fail "the saved file holds the table's ids and rows"
+import json, struct, sys
+data = open(sys.argv[1], 'rb').read()
+(n,) = struct.unpack('<Q', data[:8])
+h = json.loads(data[8:8 + n])
+rows = int(sys.argv[2])
+assert h["user/embeddings/ids"]["dtype"] == "U64" and h["user/embeddings/ids"]["shape"] == [rows]
+assert h["user/embeddings"]["shape"] == [rows, 4] and h["item/embeddings"]["shape"] == [100, 4]
+assert h["user/embeddings/ids"]["data_offsets"][0] % 8 == 0  # 8-byte tensors aligned
+PY
+expect_exit 65 "$PSFLOW_BIN" train dyn.json --memory 2M
+grep -q 'of it for the dynamic tables at their max_rows' stderr || fail "the cap's memory named"
+expect_exit 65 "$PSFLOW_BIN" plan dyn.json
+grep -q '/model/embeddings/0/kind: dynamic tables train in one process' stderr ||
+  fail "plan refuses dynamic tables, naming the field"
+pass "dynamic tables: $rows rows, statistics, saved ids, the cap's memory checked"

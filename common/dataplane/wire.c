@@ -10,7 +10,10 @@
  * allocated for a message until its counts have been checked against its length. The only
  * allocations on the receive side are the view arrays (tensors, row records, selections,
  * segment records), each bounded by max_tensors and by payload_len / 8 (a selection, the
- * smallest thing viewed, takes 8 bytes at least).
+ * smallest thing viewed, takes 8 bytes at least), and the ids of id64 row sets, bounded by
+ * payload_len / 8 as well (each id is 8 bytes of the payload). Those ids are copied out of
+ * the message, the one thing that is: they lie at any multiple of 4, and a u64 loaded from
+ * an address that is not a multiple of 8 is undefined behaviour.
  *
  * A PULL_REPLY's layout follows from the pull it answers; pf_wire_pull_reply_places() is the
  * one place that computes it for a receiver, and pf_wire_decode_placed() the one that reads
@@ -163,6 +166,8 @@ void pf_wire_in_init(pf_wire_in *in, uint64_t max_payload, uint32_t max_tensors)
     in->cap_sel_views = 0;
     in->seg_views = NULL;
     in->cap_seg_views = 0;
+    in->id_views = NULL;
+    in->cap_id_views = 0;
     in->code = PF_WIRE_OK;
 }
 
@@ -173,11 +178,14 @@ void pf_wire_in_deinit(pf_wire_in *in) {
     pf_free(in->row_views);
     pf_free(in->sel_views);
     pf_free(in->seg_views);
+    pf_free(in->id_views);
     in->views = NULL;
     in->row_views = NULL;
     in->sel_views = NULL;
     in->seg_views = NULL;
+    in->id_views = NULL;
     in->cap_views = in->cap_row_views = in->cap_sel_views = in->cap_seg_views = 0;
+    in->cap_id_views = 0;
 }
 
 pf_wire_code pf_wire_in_code(const pf_wire_in *in) {
@@ -236,6 +244,7 @@ typedef struct reader {
     pf_error *err;
     const pf_ws_place *places; /* a PULL_REPLY received in place: where its values went */
     uint32_t n_places;
+    uint64_t n_ids; /* 64-bit ids of this message's id64 row sets copied into in->id_views */
 } reader;
 
 static size_t remain(const reader *r) {
@@ -430,11 +439,80 @@ static pf_status rd_push(reader *r, pf_wire_push *p) {
     return rd_tensors(r, p->n, &p->tensors);
 }
 
-/* n selections (push 0: id, n_rows, rows) or row records (push 1: id, dtype, width, n_rows,
- * rows, data; n checked by rd_count) into *views, one of in's view arrays of *cap elements,
- * grown as needed; *out receives it. Each n_rows is checked against the remaining bytes
- * before the rows are read, and n_rows * width against them in 64 bits (no product of two
- * u32 overflows it) before the data is. */
+/* Room in in->id_views for n more ids after the r->n_ids of this message read so far: at
+ * least doubled, never past payload_len / 8 (which the total stays within, as each id was
+ * checked against the bytes left), never shrunk. */
+static pf_status grow_ids(reader *r, uint32_t n) {
+    pf_wire_in *in = r->in;
+    uint64_t want = r->n_ids + n, max = (r->end - PF_WIRE_HEADER_SIZE) / 8;
+    if (want <= in->cap_id_views)
+        return PF_OK;
+    uint64_t c = in->cap_id_views > 32 ? in->cap_id_views * 2 : 64;
+    c = c < want ? want : c > max ? max : c;
+    uint64_t *v = pf_realloc(in->id_views, (size_t)c * sizeof *v);
+    if (!v)
+        return fail(in, r->err, PF_ERR_NOMEM, PF_WIRE_INTERNAL, r->pos,
+                    "%s: out of memory for %llu id views", r->type, (unsigned long long)want);
+    in->id_views = v;
+    in->cap_id_views = c;
+    return PF_OK;
+}
+
+/* The n_rows field of row set s (the i-th `kind`, its id read) and its u32 rows or, id64,
+ * its u64 ids: n_rows checked against the remaining bytes (4 or 8 a row) before they are
+ * read, each above the one before it. Rows are viewed in place (4-byte aligned, as every
+ * part before them is a multiple of 4 bytes); ids are copied to in->id_views from r->n_ids
+ * on, and s->ids is set by link_ids once every set of the message is read. */
+static pf_status rd_set_rows(reader *r, const char *kind, uint32_t i, pf_wire_rows *s) {
+    size_t n_off = r->pos, size = s->id64 ? 8 : 4;
+    s->n_rows = rd32(r);
+    if (s->n_rows > remain(r) / size)
+        return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, n_off,
+                    "%s: %s %u (id %u) n_rows %u at offset %zu needs %zu bytes of %s but the "
+                    "payload has %zu left",
+                    r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows, n_off,
+                    (size_t)s->n_rows * size, s->id64 ? "64-bit ids" : "rows", remain(r));
+    if (!s->id64) {
+        s->rows = (const uint32_t *)(const void *)(r->b + r->pos);
+        for (uint32_t k = 1; k < s->n_rows; k++) {
+            size_t at = r->pos + (size_t)k * 4;
+            uint32_t prev = ld32(r->b + at - 4), row = ld32(r->b + at);
+            if (row <= prev)
+                return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, at,
+                            "%s: %s %u (id %u) row %u at offset %zu is %u, not above the "
+                            "previous row %u: rows must be strictly increasing",
+                            r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k, at,
+                            (unsigned)row, (unsigned)prev);
+        }
+        r->pos += (size_t)s->n_rows * 4;
+        return PF_OK;
+    }
+    if (s->n_rows == 0)
+        return PF_OK; /* no ids: in->id_views may still be NULL */
+    pf_status st = grow_ids(r, s->n_rows);
+    if (st != PF_OK)
+        return st;
+    uint64_t *ids = r->in->id_views + r->n_ids;
+    for (uint32_t k = 0; k < s->n_rows; k++) {
+        size_t at = r->pos + (size_t)k * 8;
+        ids[k] = ld64(r->b + at);
+        if (k > 0 && ids[k] <= ids[k - 1])
+            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, at,
+                        "%s: %s %u (id %u) 64-bit id %u at offset %zu is %llu, not above the "
+                        "previous id %llu: ids must be strictly increasing",
+                        r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k, at,
+                        (unsigned long long)ids[k], (unsigned long long)ids[k - 1]);
+    }
+    r->n_ids += s->n_rows;
+    r->pos += (size_t)s->n_rows * 8;
+    return PF_OK;
+}
+
+/* n selections (push 0: id, n_rows, rows or ids) or row records (push 1: id, dtype, width,
+ * n_rows, rows or ids, data; n checked by rd_count) into *views, one of in's view arrays of
+ * *cap elements, grown as needed; *out receives it. Bit 31 of the id field marks an id64 set
+ * and is not part of s->id. n_rows * width is checked against the remaining bytes in 64 bits
+ * (no product of two u32 overflows it) before the data is read. */
 static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows **views, uint32_t *cap,
                              const pf_wire_rows **out) {
     const char *kind = push ? "row record" : "selection";
@@ -454,7 +532,8 @@ static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows **vie
                         "has %zu left",
                         r->type, kind, (unsigned)i, (unsigned)n, off, header, remain(r));
         pf_wire_rows *s = &v[i];
-        *s = (pf_wire_rows){.id = rd32(r)};
+        uint32_t id = rd32(r);
+        *s = (pf_wire_rows){.id = id & ~PF_WIRE_ROWS_ID64, .id64 = (id & PF_WIRE_ROWS_ID64) != 0};
         if (push) {
             uint32_t dtype = rd32(r);
             if (dtype != PF_WIRE_F32)
@@ -469,27 +548,8 @@ static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows **vie
                             "least one value",
                             r->type, (unsigned)i, (unsigned)s->id, off + 8);
         }
-        size_t n_off = r->pos;
-        s->n_rows = rd32(r);
-        if (s->n_rows > remain(r) / 4)
-            return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_LENGTH, n_off,
-                        "%s: %s %u (id %u) n_rows %u at offset %zu needs %zu bytes of rows but "
-                        "the payload has %zu left",
-                        r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows, n_off,
-                        (size_t)s->n_rows * 4, remain(r));
-        /* 4-byte aligned, as every part before them is a multiple of 4 bytes. */
-        s->rows = (const uint32_t *)(const void *)(r->b + r->pos);
-        for (uint32_t k = 1; k < s->n_rows; k++) {
-            size_t at = r->pos + (size_t)k * 4;
-            uint32_t prev = ld32(r->b + at - 4), row = ld32(r->b + at);
-            if (row <= prev)
-                return fail(r->in, r->err, PF_ERR_FORMAT, PF_WIRE_BAD_VALUE, at,
-                            "%s: %s %u (id %u) row %u at offset %zu is %u, not above the "
-                            "previous row %u: rows must be strictly increasing",
-                            r->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k, at,
-                            (unsigned)row, (unsigned)prev);
-        }
-        r->pos += (size_t)s->n_rows * 4;
+        if ((st = rd_set_rows(r, kind, i, s)) != PF_OK)
+            return st;
         if (!push)
             continue;
         uint64_t values = (uint64_t)s->n_rows * s->width;
@@ -507,9 +567,23 @@ static pf_status rd_row_sets(reader *r, int push, uint32_t n, pf_wire_rows **vie
     return PF_OK;
 }
 
-/* A ROW_PULL's payload, alone or after a ROW_PUSH_PULL's row records: PULL's fields, then
- * n_sel and the selections into in->sel_views. */
-static pf_status rd_row_pull(reader *r, const char *count_field, pf_wire_row_pull *p) {
+/* Points the id64 sets of v[0 .. n) that have ids at them in in->id_views, where they were
+ * copied in this order from *at on; *at moves past them. Called once all of a message's sets
+ * are read: growing the array for a later set may have moved it. */
+static void link_ids(pf_wire_in *in, pf_wire_rows *v, uint32_t n, uint64_t *at) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (!v[i].id64 || v[i].n_rows == 0)
+            continue;
+        v[i].ids = in->id_views + *at;
+        *at += v[i].n_rows;
+    }
+}
+
+/* A ROW_PULL's payload, alone or after a ROW_PUSH_PULL's row records (records[0 .. n_records),
+ * read before): PULL's fields, then n_sel and the selections into in->sel_views; then the
+ * id64 sets of both are linked to their ids. */
+static pf_status rd_row_pull(reader *r, const char *count_field, pf_wire_rows *records,
+                             uint32_t n_records, pf_wire_row_pull *p) {
     pf_wire_pull whole;
     pf_status st = rd_pull(r, count_field, &whole);
     if (st != PF_OK)
@@ -519,7 +593,13 @@ static pf_status rd_row_pull(reader *r, const char *count_field, pf_wire_row_pul
     p->ids = whole.ids;
     if ((st = rd_count(r, SELECTION_HEADER, "selection count n_sel", &p->n_sel)) != PF_OK)
         return st;
-    return rd_row_sets(r, 0, p->n_sel, &r->in->sel_views, &r->in->cap_sel_views, &p->sel);
+    st = rd_row_sets(r, 0, p->n_sel, &r->in->sel_views, &r->in->cap_sel_views, &p->sel);
+    if (st != PF_OK)
+        return st;
+    uint64_t at = 0;
+    link_ids(r->in, records, n_records, &at);
+    link_ids(r->in, r->in->sel_views, p->n_sel, &at);
+    return PF_OK;
 }
 
 /* PUSH's payload, n_records and the row records into in->row_views, then a ROW_PULL's. */
@@ -532,7 +612,7 @@ static pf_status rd_row_push_pull(reader *r, pf_wire_row_push_pull *p) {
     st = rd_row_sets(r, 1, p->n_rows, &r->in->row_views, &r->in->cap_row_views, &p->rows);
     if (st != PF_OK)
         return st;
-    return rd_row_pull(r, "pull id count n_pull", &p->pull);
+    return rd_row_pull(r, "pull id count n_pull", r->in->row_views, p->n_rows, &p->pull);
 }
 
 /* A u32 that must be 0: the reserved fields of the segment messages. */
@@ -832,7 +912,7 @@ static pf_status decode_payload(reader *r, uint16_t type, pf_wire_msg *m) {
     case PF_WIRE_PUSH_PULL:
         return rd_push_pull(r, &m->u.push_pull);
     case PF_WIRE_ROW_PULL:
-        return rd_row_pull(r, "id count n", &m->u.row_pull);
+        return rd_row_pull(r, "id count n", NULL, 0, &m->u.row_pull);
     case PF_WIRE_ROW_PUSH_PULL:
         return rd_row_push_pull(r, &m->u.row_push_pull);
     case PF_WIRE_STATS:
@@ -904,7 +984,7 @@ static pf_status decode(pf_wire_in *in, const void *msg, size_t len, const pf_ws
                     PF_WIRE_HEADER_SIZE + (size_t)h.payload_len,
                     "%s: %zu bytes follow the %llu-byte payload", name,
                     have - (size_t)h.payload_len, (unsigned long long)h.payload_len);
-    reader r = {msg, PF_WIRE_HEADER_SIZE, len, name, in, err, places, n_places};
+    reader r = {msg, PF_WIRE_HEADER_SIZE, len, name, in, err, places, n_places, 0};
     if ((st = decode_payload(&r, h.type, out)) != PF_OK)
         return st;
     if (r.pos != r.end)

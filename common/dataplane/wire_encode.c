@@ -106,10 +106,61 @@ static pf_status plan_ids(plan *p, const uint32_t *ids, uint32_t n, const char *
     return PF_OK;
 }
 
+/* The rows and data of set s (the i-th `kind`, push 1: a row record) as the decoder accepts
+ * them, counted into the plan: u32 rows or, id64, u64 ids (never both), there when n_rows > 0,
+ * data there too in a row record; sizes (4 bytes a row, 8 an id) checked against the payload
+ * limit before any row is read; rows or ids strictly increasing. */
+static pf_status plan_set_rows(plan *p, const char *kind, uint32_t i, const pf_wire_rows *s,
+                               int push) {
+    const void *named = s->id64 ? (const void *)s->ids : (const void *)s->rows;
+    if (s->id64 ? s->rows != NULL : s->ids != NULL)
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                   "%s: %s %u (id %u) has %s with id64 %d; a set names its rows "
+                                   "by rows (id64 0) or by 64-bit ids (id64 1), not both",
+                                   p->type, kind, (unsigned)i, (unsigned)s->id,
+                                   s->id64 ? "rows" : "64-bit ids", s->id64 ? 1 : 0);
+    if (s->n_rows && (!named || (push && !s->data)))
+        return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                   "%s: %s %u (id %u) has %u rows but no %s", p->type, kind,
+                                   (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows,
+                                   named     ? "data"
+                                   : s->id64 ? "64-bit ids"
+                                             : "row ids");
+    uint64_t values = push ? (uint64_t)s->n_rows * s->width : 0;
+    uint64_t bytes = (uint64_t)s->n_rows * (s->id64 ? 8 : 4);
+    if (values > PF_WIRE_MAX_PAYLOAD / 4 ||
+        p->head + p->data + bytes + values * 4 > PF_WIRE_MAX_PAYLOAD)
+        return pf_error_set_offset(p->err, PF_ERR_RANGE, -1,
+                                   "%s: %s %u (id %u) of %u %s x width %u: payload over "
+                                   "the limit of %llu bytes",
+                                   p->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows,
+                                   s->id64 ? "ids" : "rows", (unsigned)s->width,
+                                   (unsigned long long)PF_WIRE_MAX_PAYLOAD);
+    for (uint32_t k = 1; k < s->n_rows; k++) {
+        if (s->id64 && s->ids[k] <= s->ids[k - 1])
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: %s %u (id %u) 64-bit id %u is %llu, not above the "
+                                       "previous id %llu: ids must be strictly increasing",
+                                       p->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k,
+                                       (unsigned long long)s->ids[k],
+                                       (unsigned long long)s->ids[k - 1]);
+        if (!s->id64 && s->rows[k] <= s->rows[k - 1])
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: %s %u (id %u) row %u is %u, not above the "
+                                       "previous row %u: rows must be strictly increasing",
+                                       p->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k,
+                                       (unsigned)s->rows[k], (unsigned)s->rows[k - 1]);
+    }
+    p->head += bytes;
+    p->data += values * 4;
+    p->segs += values > 0;
+    return PF_OK;
+}
+
 /* Selections (push 0) or row records (push 1) as the decoder accepts them (api/wire.md):
- * at most PF_WIRE_MAX_TENSORS, rows strictly increasing, a selection without width or data,
- * a row record of width >= 1 with data when it has rows. Sizes are checked against the
- * payload limit before any row is read; every sum stays far below 2^64 (each term is at most
+ * at most PF_WIRE_MAX_TENSORS, shard ids without PF_WIRE_ROWS_ID64 (the wire's id64 flag,
+ * which the id64 field sets), a selection without width or data, a row record of width >= 1,
+ * rows, ids and data as plan_set_rows. Every sum stays far below 2^64 (each term is at most
  * PF_WIRE_MAX_PAYLOAD and there are a handful). */
 static pf_status plan_row_sets(plan *p, const pf_wire_rows *v, uint32_t n, int push,
                                const char *field) {
@@ -123,6 +174,11 @@ static pf_status plan_row_sets(plan *p, const pf_wire_rows *v, uint32_t n, int p
     p->head += (uint64_t)n * (push ? ROW_RECORD_HEADER : SELECTION_HEADER);
     for (uint32_t i = 0; i < n; i++) {
         const pf_wire_rows *s = &v[i];
+        if (s->id & PF_WIRE_ROWS_ID64)
+            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
+                                       "%s: %s %u has shard id 0x%x: bit 31 is the wire's id64 "
+                                       "flag (PF_WIRE_ROWS_ID64), set by id64",
+                                       p->type, kind, (unsigned)i, (unsigned)s->id);
         if (push && s->width == 0)
             return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
                                        "%s: row record %u (id %u) has width 0", p->type,
@@ -132,30 +188,9 @@ static pf_status plan_row_sets(plan *p, const pf_wire_rows *v, uint32_t n, int p
                                        "%s: selection %u (id %u) has a width or data; a "
                                        "selection names rows only",
                                        p->type, (unsigned)i, (unsigned)s->id);
-        if (s->n_rows && (!s->rows || (push && !s->data)))
-            return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
-                                       "%s: %s %u (id %u) has %u rows but no %s", p->type, kind,
-                                       (unsigned)i, (unsigned)s->id, (unsigned)s->n_rows,
-                                       s->rows ? "data" : "row ids");
-        uint64_t values = push ? (uint64_t)s->n_rows * s->width : 0;
-        if (values > PF_WIRE_MAX_PAYLOAD / 4 ||
-            p->head + p->data + (uint64_t)s->n_rows * 4 + values * 4 > PF_WIRE_MAX_PAYLOAD)
-            return pf_error_set_offset(p->err, PF_ERR_RANGE, -1,
-                                       "%s: %s %u (id %u) of %u rows x width %u: payload over "
-                                       "the limit of %llu bytes",
-                                       p->type, kind, (unsigned)i, (unsigned)s->id,
-                                       (unsigned)s->n_rows, (unsigned)s->width,
-                                       (unsigned long long)PF_WIRE_MAX_PAYLOAD);
-        for (uint32_t k = 1; k < s->n_rows; k++)
-            if (s->rows[k] <= s->rows[k - 1])
-                return pf_error_set_offset(p->err, PF_ERR_INVALID, -1,
-                                           "%s: %s %u (id %u) row %u is %u, not above the "
-                                           "previous row %u: rows must be strictly increasing",
-                                           p->type, kind, (unsigned)i, (unsigned)s->id, (unsigned)k,
-                                           (unsigned)s->rows[k], (unsigned)s->rows[k - 1]);
-        p->head += (uint64_t)s->n_rows * 4;
-        p->data += values * 4;
-        p->segs += values > 0;
+        pf_status st = plan_set_rows(p, kind, i, s, push);
+        if (st != PF_OK)
+            return st;
     }
     return PF_OK;
 }
@@ -304,18 +339,22 @@ static void wids(writer *w, const uint32_t *ids, uint32_t n) {
         w32(w, ids[i]);
 }
 
-/* Selections (push 0) or row records (push 1): the row ids are copied into the head (the
- * host is little-endian, wire_internal.h, so they go as they are), row data is a segment. */
+/* Selections (push 0) or row records (push 1): the rows or 64-bit ids are copied into the
+ * head (the host is little-endian, wire_internal.h, so they go as they are; an id64 set has
+ * PF_WIRE_ROWS_ID64 in its id field), row data is a segment. */
 static void wrow_sets(writer *w, const pf_wire_rows *v, uint32_t n, int push) {
     w32(w, n);
     for (uint32_t i = 0; i < n; i++) {
-        w32(w, v[i].id);
+        w32(w, v[i].id | (v[i].id64 ? PF_WIRE_ROWS_ID64 : 0));
         if (push) {
             w32(w, PF_WIRE_F32);
             w32(w, v[i].width);
         }
         w32(w, v[i].n_rows);
-        wbytes(w, v[i].rows, (size_t)v[i].n_rows * 4);
+        if (v[i].id64)
+            wbytes(w, v[i].ids, (size_t)v[i].n_rows * 8);
+        else
+            wbytes(w, v[i].rows, (size_t)v[i].n_rows * 4);
         if (push)
             wdata(w, v[i].data, (size_t)v[i].n_rows * v[i].width * 4);
     }

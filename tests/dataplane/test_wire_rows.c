@@ -47,7 +47,8 @@ static void row_pull_frame(frame *f) {
     assert_int_equal(f->len, 76);
 }
 
-static const pf_wire_rows golden_sel[2] = {{5, 0, 3, rows_3, NULL}, {6, 0, 0, NULL, NULL}};
+static const pf_wire_rows golden_sel[2] = {{5, 0, 3, rows_3, NULL, 0, NULL},
+                                           {6, 0, 0, NULL, NULL, 0, NULL}};
 static const uint32_t golden_ids[2] = {3, 9};
 
 /* ROW_PUSH_PULL: the push {task 1, incarnation 2, seq 3, step 4, tensor 0 of 3 floats} with
@@ -90,8 +91,9 @@ static void row_push_pull_frame(frame *f) {
 }
 
 static const pf_wire_tensor golden_t[1] = {{0, PF_WIRE_F32, 3, d0}};
-static const pf_wire_rows golden_rec[2] = {{5, 2, 2, rows_2, r4}, {7, 3, 0, NULL, NULL}};
-static const pf_wire_rows golden_pp_sel[1] = {{5, 0, 2, rows_2, NULL}};
+static const pf_wire_rows golden_rec[2] = {{5, 2, 2, rows_2, r4, 0, NULL},
+                                           {7, 3, 0, NULL, NULL, 0, NULL}};
+static const pf_wire_rows golden_pp_sel[1] = {{5, 0, 2, rows_2, NULL, 0, NULL}};
 static const uint32_t zero_id[1] = {0};
 
 static pf_wire_row_push_pull golden_row_push_pull(void) {
@@ -148,7 +150,8 @@ static void test_layout(void **state) {
 
 /* --- round trips ------------------------------------------------------------------------- */
 
-/* got[0 .. n) are want's row sets, their rows and data pointing into msg, 4-aligned. */
+/* got[0 .. n) are want's row sets, their rows and data pointing into msg, 4-aligned; the
+ * 64-bit ids of id64 sets copied out of it (8-aligned, into the decoder's id views). */
 static void assert_row_sets(const pf_wire_rows *got, const pf_wire_rows *want, uint32_t n,
                             const pf_buf *msg) {
     const uint8_t *lo = msg->data, *hi = msg->data + msg->len;
@@ -156,14 +159,28 @@ static void assert_row_sets(const pf_wire_rows *got, const pf_wire_rows *want, u
         assert_int_equal(got[i].id, want[i].id);
         assert_int_equal(got[i].width, want[i].width);
         assert_int_equal(got[i].n_rows, want[i].n_rows);
+        assert_int_equal(got[i].id64, want[i].id64 ? 1 : 0);
         if (want[i].width == 0)
             assert_null(got[i].data); /* a selection */
-        if (!want[i].n_rows)
+        if (want[i].id64)
+            assert_null(got[i].rows);
+        else
+            assert_null(got[i].ids);
+        if (!want[i].n_rows) {
+            assert_null(got[i].ids);
             continue;
-        const uint8_t *rows = (const uint8_t *)got[i].rows;
-        assert_true(rows >= lo && rows + 4 * (size_t)got[i].n_rows <= hi);
-        assert_int_equal((uintptr_t)rows % 4, 0);
-        assert_memory_equal(got[i].rows, want[i].rows, 4 * (size_t)want[i].n_rows);
+        }
+        if (want[i].id64) {
+            const uint8_t *ids = (const uint8_t *)got[i].ids;
+            assert_true(ids + 8 * (size_t)got[i].n_rows <= lo || ids >= hi); /* a copy */
+            assert_int_equal((uintptr_t)ids % 8, 0);
+            assert_memory_equal(got[i].ids, want[i].ids, 8 * (size_t)want[i].n_rows);
+        } else {
+            const uint8_t *rows = (const uint8_t *)got[i].rows;
+            assert_true(rows >= lo && rows + 4 * (size_t)got[i].n_rows <= hi);
+            assert_int_equal((uintptr_t)rows % 4, 0);
+            assert_memory_equal(got[i].rows, want[i].rows, 4 * (size_t)want[i].n_rows);
+        }
         if (want[i].width) {
             size_t bytes = 4 * (size_t)want[i].n_rows * want[i].width;
             const uint8_t *data = (const uint8_t *)got[i].data;
@@ -189,15 +206,15 @@ static void test_round_trip(void **state) {
         {0, PF_WIRE_F32, 3, d0}, {7, PF_WIRE_F32, 0, NULL}, {4, PF_WIRE_F32, 7, d1}};
     const uint32_t ids[] = {4, 0, 9, 65535};
     const uint32_t many[] = {2, 3, 5, 8, 13, 21, 34, 55, UINT32_MAX};
-    const pf_wire_rows sel[] = {{1, 0, 9, many, NULL},
-                                {2, 0, 0, NULL, NULL},
-                                {3, 0, 1, many + 8, NULL},
-                                {3, 0, 3, rows_3, NULL}};
-    const pf_wire_rows rec[] = {{10, 2, 2, rows_2, r4},
-                                {11, 7, 3, rows_3, r21},
-                                {12, 1, 0, NULL, NULL},
-                                {13, 21, 1, many, r21},
-                                {14, 1, 4, many + 5, r4}};
+    const pf_wire_rows sel[] = {{1, 0, 9, many, NULL, 0, NULL},
+                                {2, 0, 0, NULL, NULL, 0, NULL},
+                                {3, 0, 1, many + 8, NULL, 0, NULL},
+                                {3, 0, 3, rows_3, NULL, 0, NULL}};
+    const pf_wire_rows rec[] = {{10, 2, 2, rows_2, r4, 0, NULL},
+                                {11, 7, 3, rows_3, r21, 0, NULL},
+                                {12, 1, 0, NULL, NULL, 0, NULL},
+                                {13, 21, 1, many, r21, 0, NULL},
+                                {14, 1, 4, many + 5, r4, 0, NULL}};
 
     /* Nothing at all: a version probe. */
     m = (pf_wire_msg){.type = PF_WIRE_ROW_PULL, .request_id = 1};
@@ -302,8 +319,9 @@ static void test_round_trip(void **state) {
 static void test_parts(void **state) {
     (void)state;
     const pf_wire_tensor ts[] = {{0, PF_WIRE_F32, 3, d0}, {1, PF_WIRE_F32, 0, NULL}};
-    const pf_wire_rows rec[] = {
-        {2, 2, 2, rows_2, r4}, {3, 5, 0, NULL, NULL}, {4, 7, 3, rows_3, r21}};
+    const pf_wire_rows rec[] = {{2, 2, 2, rows_2, r4, 0, NULL},
+                                {3, 5, 0, NULL, NULL, 0, NULL},
+                                {4, 7, 3, rows_3, r21, 0, NULL}};
     pf_wire_row_push_pull rpp = {{1, 1, 1, 0, 2, ts}, 3, rec, {1, 0, NULL, 1, golden_sel}};
     pf_wire_out o;
     pf_wire_out_init(&o);
@@ -350,8 +368,8 @@ static void test_no_alloc_when_warm(void **state) {
     static uint32_t ids[N];
     static float data[3 * 7];
     for (uint32_t i = 0; i < N; i++) {
-        rec[i] = (pf_wire_rows){i, 7, 1 + i % 3, rows_3, data};
-        sel[i] = (pf_wire_rows){i, 0, 1 + i % 3, rows_3, NULL};
+        rec[i] = (pf_wire_rows){i, 7, 1 + i % 3, rows_3, data, 0, NULL};
+        sel[i] = (pf_wire_rows){i, 0, 1 + i % 3, rows_3, NULL, 0, NULL};
         ids[i] = i;
     }
     use_counting(-1);
@@ -636,9 +654,9 @@ static void test_encode_rejects(void **state) {
         assert_int_equal(pf_wire_out_len(&o), 0);                                                  \
         assert_true(strlen(err.message) > 0);                                                      \
     } while (0)
-#define SEL(s)    (&(pf_wire_row_pull){0, 0, NULL, 1, (s)})
-#define PUSH(r)   (&(pf_wire_row_push_pull){.n_rows = 1, .rows = (r)})
-#define ROWS(...) (&(pf_wire_rows){__VA_ARGS__})
+#define SEL(s)                         (&(pf_wire_row_pull){0, 0, NULL, 1, (s)})
+#define PUSH(r)                        (&(pf_wire_row_push_pull){.n_rows = 1, .rows = (r)})
+#define ROWS(id, width, n, rows, data) (&(pf_wire_rows){id, width, n, rows, data, 0, NULL})
 
     /* Selections: rows equal or descending, rows NULL, a width or data, too many. */
     REJECT(pf_wire_encode_row_pull(&o, 1, SEL(ROWS(1, 0, 2, equal, NULL)), &err), PF_ERR_INVALID);
@@ -715,6 +733,416 @@ static void test_encode_rejects(void **state) {
     pf_wire_out_deinit(&o);
 }
 
+/* --- 64-bit ids ------------------------------------------------------------------------- */
+
+/* Ids of the id64 examples: above 2^32 and up to 2^64 - 1, so no u32 would hold them. */
+static const uint64_t ids_3[] = {1, (1ull << 32) + 1, UINT64_MAX};
+static const uint64_t ids_2[] = {1ull << 40, UINT64_MAX - 1};
+static const uint64_t ids_max[] = {UINT64_MAX};
+
+/* ROW_PULL {min_version 7, ids {3}, selections {5: ids 1 2^32+1 2^64-1}, {6: rows 0 4
+ * 70000}, {7: no ids}}: n at 32, the id at 36, n_sel at 40, selection 0's id field at 44
+ * (5 | bit 31), its n_rows at 48, its ids at 52, 60, 68 (not multiples of 8); selection 1
+ * at 76 (n_rows 80, rows 84 .. 92); selection 2's id field at 96, its n_rows at 100; 104
+ * bytes. */
+static void id64_pull_frame(frame *f) {
+    f_begin(f, PF_WIRE_ROW_PULL);
+    f_u64(f, 7);
+    f_u32(f, 1);
+    f_u32(f, 3);
+    f_u32(f, 3);
+    f_u32(f, 5 | PF_WIRE_ROWS_ID64);
+    f_u32(f, 3);
+    for (int i = 0; i < 3; i++)
+        f_u64(f, ids_3[i]);
+    f_u32(f, 6);
+    f_u32(f, 3);
+    f_bytes(f, rows_3, sizeof rows_3);
+    f_u32(f, 7 | PF_WIRE_ROWS_ID64);
+    f_u32(f, 0);
+    f_end(f);
+    assert_int_equal(f->len, 104);
+}
+
+static const pf_wire_rows id64_sel[3] = {{5, 0, 3, NULL, NULL, 1, ids_3},
+                                         {6, 0, 3, rows_3, NULL, 0, NULL},
+                                         {7, 0, 0, NULL, NULL, 1, NULL}};
+
+/* ROW_PUSH_PULL: the push {task 1, incarnation 2, seq 3, step 4, no tensors}, n_records at
+ * 56; record 0 {id 5 | bit 31, width 2, ids 2^40 2^64-2, 4 floats}: id 60, dtype 64, width
+ * 68, n_rows 72, ids 76 and 84, data 92; record 1 {id 7, width 3, no rows} at 108 (n_rows
+ * 120); the pull {min_version 5, no ids, selection {5 | bit 31: id 2^64-1}}: min_version
+ * 124, n 132, n_sel 136, the selection's id field 140, n_rows 144, id 148; 156 bytes. */
+static void id64_push_pull_frame(frame *f) {
+    f_begin(f, PF_WIRE_ROW_PUSH_PULL);
+    f_u32(f, 1);
+    f_u64(f, 2);
+    f_u64(f, 3);
+    f_u64(f, 4);
+    f_u32(f, 0);
+    f_u32(f, 2);
+    f_u32(f, 5 | PF_WIRE_ROWS_ID64);
+    f_u32(f, PF_WIRE_F32);
+    f_u32(f, 2);
+    f_u32(f, 2);
+    f_u64(f, ids_2[0]);
+    f_u64(f, ids_2[1]);
+    f_bytes(f, r4, sizeof r4);
+    f_u32(f, 7);
+    f_u32(f, PF_WIRE_F32);
+    f_u32(f, 3);
+    f_u32(f, 0);
+    f_u64(f, 5);
+    f_u32(f, 0);
+    f_u32(f, 1);
+    f_u32(f, 5 | PF_WIRE_ROWS_ID64);
+    f_u32(f, 1);
+    f_u64(f, ids_max[0]);
+    f_end(f);
+    assert_int_equal(f->len, 156);
+}
+
+static const pf_wire_rows id64_rec[2] = {{5, 2, 2, NULL, r4, 1, ids_2},
+                                         {7, 3, 0, NULL, NULL, 0, NULL}};
+static const pf_wire_rows id64_pp_sel[1] = {{5, 0, 1, NULL, NULL, 1, ids_max}};
+
+/* The encoders write the id64 frames above; the decoder gives them back with the ids
+ * copied out of the message, which has them at offsets that are not multiples of 8. */
+static void test_id64_layout(void **state) {
+    (void)state;
+    pf_wire_out o;
+    pf_wire_in in;
+    pf_buf b;
+    pf_wire_out_init(&o);
+    pf_wire_in_init(&in, 0, 0);
+    pf_buf_init(&b, 1 << 16);
+    frame f;
+    pf_wire_msg m = {.type = PF_WIRE_ROW_PULL, .request_id = 42}, d;
+
+    id64_pull_frame(&f);
+    m.u.row_pull = (pf_wire_row_pull){7, 1, golden_ids, 3, id64_sel};
+    encode_into(&o, &m, &b);
+    assert_int_equal(b.len, f.len);
+    assert_memory_equal(b.data, f.b, f.len);
+    /* payload_len = 16 + 4n + sum(8 + 8 n_ids or 4 n_rows) */
+    assert_int_equal(get32(b.data + 16), 16 + 4 + (8 + 8 * 3) + (8 + 4 * 3) + 8);
+    assert_int_equal(get32(b.data + 44), 5 | PF_WIRE_ROWS_ID64);
+    assert_int_equal(get32(b.data + 76), 6);
+    assert_int_equal(get32(b.data + 96), 7 | PF_WIRE_ROWS_ID64);
+    assert_int_equal((uintptr_t)(b.data + 52) % 8, 4); /* the ids lie misaligned */
+    decode_ok(&in, &b, &d);
+    assert_int_equal(d.u.row_pull.n, 1);
+    assert_int_equal(d.u.row_pull.n_sel, 3);
+    assert_row_sets(d.u.row_pull.sel, id64_sel, 3, &b);
+    assert_ptr_equal(d.u.row_pull.sel[0].ids, in.id_views);
+    assert_true(d.u.row_pull.sel[0].ids[1] == (1ull << 32) + 1);
+    assert_true(d.u.row_pull.sel[0].ids[2] == UINT64_MAX);
+
+    id64_push_pull_frame(&f);
+    m = (pf_wire_msg){.type = PF_WIRE_ROW_PUSH_PULL, .request_id = 42};
+    m.u.row_push_pull =
+        (pf_wire_row_push_pull){{1, 2, 3, 4, 0, NULL}, 2, id64_rec, {5, 0, NULL, 1, id64_pp_sel}};
+    encode_into(&o, &m, &b);
+    assert_int_equal(b.len, f.len);
+    assert_memory_equal(b.data, f.b, f.len);
+    assert_int_equal(o.n_seg, 1);             /* record 0's data; ids are copied into the head */
+    assert_int_equal(o.seg[0].pos, 92);       /* after the 8-byte ids */
+    assert_int_equal(get32(b.data + 108), 7); /* a u32 record: no flag */
+    decode_ok(&in, &b, &d);
+    const pf_wire_row_push_pull *got = &d.u.row_push_pull;
+    assert_int_equal(got->n_rows, 2);
+    assert_row_sets(got->rows, id64_rec, 2, &b);
+    assert_int_equal(got->pull.n_sel, 1);
+    assert_row_sets(got->pull.sel, id64_pp_sel, 1, &b);
+    /* The ids of all of a message's sets in one array: the records', then the selections'. */
+    assert_ptr_equal(got->rows[0].ids, in.id_views);
+    assert_ptr_equal(got->pull.sel[0].ids, in.id_views + 2);
+    assert_ptr_equal(got->rows[0].data, (const float *)(const void *)(b.data + 92));
+
+    pf_buf_deinit(&b);
+    pf_wire_in_deinit(&in);
+    pf_wire_out_deinit(&o);
+}
+
+/* ROW_PULL and ROW_PUSH_PULL mixing u32 and id64 sets (of 0 ids too) round trip; the id
+ * array grows while a message's selections are read after its records' ids were copied,
+ * and every pointer still points into it; a later, smaller message reuses it. */
+static void test_id64_round_trip(void **state) {
+    (void)state;
+    enum { MANY = 300 };
+    static uint64_t many[MANY];
+    for (uint32_t i = 0; i < MANY; i++)
+        many[i] = UINT64_MAX - (uint64_t)(MANY - 1 - i) * 0x100000001ull;
+    const uint32_t ids[] = {4, 0, 9}; /* 3 whole shards: the selections' ids lie misaligned */
+    const pf_wire_rows sel[] = {{1, 0, 3, rows_3, NULL, 0, NULL},
+                                {2, 0, 0, NULL, NULL, 1, NULL},
+                                {3, 0, MANY, NULL, NULL, 1, many},
+                                {4, 0, 2, rows_2, NULL, 0, NULL},
+                                {0x7fffffffu, 0, 3, NULL, NULL, 1, ids_3}};
+    const pf_wire_rows rec[] = {{10, 2, 2, NULL, r4, 1, ids_2},
+                                {11, 7, 3, rows_3, r21, 0, NULL},
+                                {12, 1, 0, NULL, NULL, 1, NULL},
+                                {13, 1, 4, NULL, r4, 1, many + MANY - 4}};
+    pf_wire_out o;
+    pf_wire_in in;
+    pf_buf b;
+    pf_wire_out_init(&o);
+    pf_wire_in_init(&in, 0, 0);
+    pf_buf_init(&b, 1 << 20);
+    pf_wire_msg m = {.type = PF_WIRE_ROW_PULL, .request_id = 1}, d;
+
+    /* An id64 set of no ids allocates nothing. */
+    m.u.row_pull = (pf_wire_row_pull){1, 0, NULL, 1, sel + 1};
+    encode_into(&o, &m, &b);
+    decode_ok(&in, &b, &d);
+    assert_row_sets(d.u.row_pull.sel, sel + 1, 1, &b);
+    assert_null(in.id_views);
+
+    /* A small message: the array holds its 3 ids (at most payload_len / 8). */
+    m.u.row_pull = (pf_wire_row_pull){1, 0, NULL, 1, sel + 4};
+    encode_into(&o, &m, &b);
+    decode_ok(&in, &b, &d);
+    assert_row_sets(d.u.row_pull.sel, sel + 4, 1, &b);
+    assert_int_equal(d.u.row_pull.sel[0].id, 0x7fffffffu);
+    assert_true(in.cap_id_views <= (b.len - 24) / 8);
+
+    m = (pf_wire_msg){.type = PF_WIRE_ROW_PUSH_PULL, .request_id = 2};
+    m.u.row_push_pull =
+        (pf_wire_row_push_pull){{5, 6, 7, 8, 1, golden_t}, 4, rec, {9, 3, ids, 5, sel}};
+    encode_into(&o, &m, &b);
+    assert_int_equal(b.len, 24 + 32 + 16 + 12 + 4 + 4 * 16 + (2 * 8 + 3 * 4 + 0 + 4 * 8) +
+                                (4 + 21 + 0 + 4) * 4 + 16 + 3 * 4 + 5 * 8 +
+                                (3 * 4 + 0 + MANY * 8 + 2 * 4 + 3 * 8));
+    pf_wire_in fresh;
+    pf_wire_in_init(&fresh, 0, 0);
+    for (int k = 0; k < 2; k++) { /* grown from nothing, and from the small message's array */
+        pf_wire_in *dec = k ? &in : &fresh;
+        decode_ok(dec, &b, &d);
+        const pf_wire_row_push_pull *got = &d.u.row_push_pull;
+        assert_tensors(got->push.tensors, golden_t, 1, b.data);
+        assert_int_equal(got->n_rows, 4);
+        assert_row_sets(got->rows, rec, 4, &b);
+        assert_int_equal(got->pull.n, 3);
+        assert_memory_equal(got->pull.ids, ids, sizeof ids);
+        assert_int_equal(got->pull.n_sel, 5);
+        assert_row_sets(got->pull.sel, sel, 5, &b);
+        /* In order in the one array: 2 + 4 ids of the records, then MANY + 3. */
+        assert_ptr_equal(got->rows[0].ids, dec->id_views);
+        assert_ptr_equal(got->rows[3].ids, dec->id_views + 2);
+        assert_ptr_equal(got->pull.sel[2].ids, dec->id_views + 6);
+        assert_ptr_equal(got->pull.sel[4].ids, dec->id_views + 6 + MANY);
+        assert_true(dec->cap_id_views >= 6 + MANY + 3);
+        assert_true(dec->cap_id_views <= (b.len - 24) / 8);
+    }
+    pf_wire_in_deinit(&fresh);
+
+    /* A smaller message reuses the array (no allocation, no move, no shrink), and so does
+     * one with no ids at all. */
+    uint64_t *views = in.id_views;
+    uint64_t cap = in.cap_id_views;
+    use_counting(-1);
+    m = (pf_wire_msg){.type = PF_WIRE_ROW_PULL, .request_id = 3};
+    m.u.row_pull = (pf_wire_row_pull){2, 0, NULL, 3, sel + 2};
+    encode_into(&o, &m, &b);
+    long before = alloc_count;
+    decode_ok(&in, &b, &d);
+    m.u.row_pull = (pf_wire_row_pull){3, 0, NULL, 1, sel + 1};
+    encode_into(&o, &m, &b);
+    decode_ok(&in, &b, &d);
+    assert_int_equal(alloc_count, before);
+    use_libc();
+    assert_ptr_equal(in.id_views, views);
+    assert_true(in.cap_id_views == cap);
+    assert_int_equal(d.u.row_pull.sel[0].id64, 1);
+    assert_null(d.u.row_pull.sel[0].ids);
+
+    pf_buf_deinit(&b);
+    pf_wire_in_deinit(&in);
+    assert_null(in.id_views);
+    pf_wire_out_deinit(&o);
+}
+
+/* Growing the id views may fail: NOMEM, wire code INTERNAL. */
+static void test_id64_alloc_failure(void **state) {
+    (void)state;
+    frame f;
+    id64_pull_frame(&f);
+    uint8_t *c = heap_copy(f.b, f.len);
+    pf_wire_in in;
+    pf_wire_in_init(&in, 0, 0);
+    pf_wire_msg m;
+    pf_error err;
+    use_counting(1); /* the selection views, then not the id views */
+    assert_int_equal(pf_wire_decode(&in, c, f.len, &m, &err), PF_ERR_NOMEM);
+    assert_int_equal(pf_wire_in_code(&in), PF_WIRE_INTERNAL);
+    assert_non_null(strstr(err.message, "id views"));
+    use_libc();
+    assert_int_equal(pf_wire_decode(&in, c, f.len, &m, &err), PF_OK);
+    pf_wire_in_deinit(&in);
+    free(c);
+}
+
+static void test_id64_refused(void **state) {
+    (void)state;
+    pf_wire_in in;
+    pf_wire_in_init(&in, 0, 0);
+    frame f;
+
+    /* Ids strictly increasing as u64: equal, descending, and below a 2^64 - 1 before them. */
+    id64_pull_frame(&f);
+    put64(f.b + 60, 1);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 60);
+    id64_pull_frame(&f);
+    put64(f.b + 68, 5);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 68);
+    id64_pull_frame(&f);
+    put64(f.b + 52, UINT64_MAX);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 60);
+    id64_push_pull_frame(&f);
+    put64(f.b + 84, 1ull << 40);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 84);
+    id64_push_pull_frame(&f);
+    put32(f.b + 144, 2); /* the selection's second id is past the end */
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 144);
+
+    /* n_rows counts 8 bytes an id: 52 bytes after selection 0's n_rows hold 6 ids (13 u32
+     * rows), and after selection 2's nothing is left. */
+    id64_pull_frame(&f);
+    put32(f.b + 48, 7);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 48);
+    put32(f.b + 48, UINT32_MAX);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 48);
+    id64_pull_frame(&f);
+    put32(f.b + 100, 1);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 100);
+    /* Without the flag the same bytes are u32 rows: 1, 0 (the low and high half of the first
+     * id), refused at the second. */
+    id64_pull_frame(&f);
+    put32(f.b + 44, 5);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_VALUE), 56);
+
+    /* Truncated: the frame shorter than payload_len, and a self-consistent frame cut inside
+     * a record's ids (one record, 4 bytes of its 16 left) or data (8 bytes of its 16), or
+     * data longer than what follows (width 17: 136 bytes, 64 left). */
+    id64_push_pull_frame(&f);
+    f.len -= 1;
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_TRUNCATED), 155);
+    id64_push_pull_frame(&f);
+    put32(f.b + 56, 1);
+    f.len = 80;
+    f_end(&f);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 72);
+    id64_push_pull_frame(&f);
+    f.len = 100;
+    f_end(&f);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 92);
+    id64_push_pull_frame(&f);
+    put32(f.b + 68, 17);
+    assert_int_equal(fails_frame(&in, &f, PF_WIRE_BAD_LENGTH), 92);
+
+    /* The message names the type, the set, its shard id (without the flag) and the offset. */
+    id64_pull_frame(&f);
+    put64(f.b + 60, 0);
+    {
+        uint8_t *c = heap_copy(f.b, f.len);
+        pf_wire_msg m;
+        pf_error err;
+        assert_int_equal(pf_wire_decode(&in, c, f.len, &m, &err), PF_ERR_FORMAT);
+        assert_non_null(strstr(err.message, "ROW_PULL"));
+        assert_non_null(strstr(err.message, "selection 0 (id 5) 64-bit id 1 at offset 60"));
+        assert_non_null(strstr(err.message, "strictly increasing"));
+        assert_int_equal(err.offset, 60);
+        free(c);
+    }
+    id64_push_pull_frame(&f);
+    put32(f.b + 72, 11); /* 80 bytes left: 10 ids */
+    {
+        uint8_t *c = heap_copy(f.b, f.len);
+        pf_wire_msg m;
+        pf_error err;
+        assert_int_equal(pf_wire_decode(&in, c, f.len, &m, &err), PF_ERR_FORMAT);
+        assert_non_null(strstr(err.message, "ROW_PUSH_PULL: row record 0 (id 5) n_rows 11 at "
+                                            "offset 72"));
+        assert_non_null(strstr(err.message, "88 bytes of 64-bit ids"));
+        free(c);
+    }
+    pf_wire_in_deinit(&in);
+}
+
+static void test_id64_encode_rejects(void **state) {
+    (void)state;
+    pf_wire_out o;
+    pf_wire_out_init(&o);
+    pf_error err;
+    const uint64_t equal[] = {1ull << 40, 1ull << 40}, descending[] = {UINT64_MAX, 0};
+    const uint32_t one = 0;
+    float v[2] = {1, 2};
+#define REJECT(call, status)                                                                       \
+    do {                                                                                           \
+        assert_int_equal(pf_wire_encode_stats(&o, 1, NULL), PF_OK);                                \
+        assert_int_equal((call), (status));                                                        \
+        assert_int_equal(pf_wire_out_len(&o), 0);                                                  \
+        assert_true(strlen(err.message) > 0);                                                      \
+    } while (0)
+#define SEL(s)  (&(pf_wire_row_pull){0, 0, NULL, 1, (s)})
+#define PUSH(r) (&(pf_wire_row_push_pull){.n_rows = 1, .rows = (r)})
+#define SET(id, width, n, rows, data, id64, ids)                                                   \
+    (&(pf_wire_rows){id, width, n, rows, data, id64, ids})
+
+    /* Both rows and ids, either way round, with rows or without. */
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 1, &one, NULL, 1, ids_max)), &err),
+           PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "not both"));
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 1, &one, NULL, 0, ids_max)), &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 0, &one, NULL, 1, NULL)), &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_row_push_pull(&o, 1, PUSH(SET(1, 2, 1, &one, v, 1, ids_max)), &err),
+           PF_ERR_INVALID);
+    /* Ids NULL with ids to send; ids equal or descending (as unsigned 64-bit numbers). */
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 1, NULL, NULL, 1, NULL)), &err),
+           PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "no 64-bit ids"));
+    REJECT(pf_wire_encode_row_push_pull(&o, 1, PUSH(SET(1, 1, 1, NULL, v, 1, NULL)), &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_row_push_pull(&o, 1, PUSH(SET(1, 1, 1, NULL, NULL, 1, ids_max)), &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 2, NULL, NULL, 1, equal)), &err),
+           PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "selection 0 (id 1) 64-bit id 1"));
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 2, NULL, NULL, 1, descending)), &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_row_push_pull(&o, 1, PUSH(SET(1, 1, 2, NULL, v, 1, descending)), &err),
+           PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "strictly increasing"));
+    /* A shard id with bit 31 set: the flag is id64's to set, for any set. */
+    REJECT(pf_wire_encode_row_pull(
+               &o, 1, SEL(SET(5 | PF_WIRE_ROWS_ID64, 0, 1, NULL, NULL, 1, ids_max)), &err),
+           PF_ERR_INVALID);
+    assert_non_null(strstr(err.message, "bit 31"));
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(UINT32_MAX, 0, 0, NULL, NULL, 0, NULL)), &err),
+           PF_ERR_INVALID);
+    REJECT(pf_wire_encode_row_push_pull(
+               &o, 1, PUSH(SET(5 | PF_WIRE_ROWS_ID64, 1, 1, &one, v, 0, NULL)), &err),
+           PF_ERR_INVALID);
+    /* Sizes count 8 bytes an id: 2^27 ids are the whole payload limit, as rows half of it
+     * (refused before an id is read: one backs them). */
+    REJECT(pf_wire_encode_row_pull(&o, 1, SEL(SET(1, 0, 1u << 27, NULL, NULL, 1, ids_max)), &err),
+           PF_ERR_RANGE);
+    REJECT(
+        pf_wire_encode_row_push_pull(&o, 1, PUSH(SET(1, 2, 1u << 26, NULL, v, 1, ids_max)), &err),
+        PF_ERR_RANGE); /* 2^29 bytes of ids and 2^29 of data: the head pushes it over */
+    /* Through pf_wire_encode as well. */
+    pf_wire_msg m = {.type = PF_WIRE_ROW_PULL};
+    m.u.row_pull = *SEL(SET(1, 0, 2, NULL, NULL, 1, equal));
+    REJECT(pf_wire_encode(&o, &m, &err), PF_ERR_INVALID);
+#undef SET
+#undef PUSH
+#undef SEL
+#undef REJECT
+    pf_wire_out_deinit(&o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
@@ -726,6 +1154,11 @@ int main(void) {
         cmocka_unit_test(test_row_pull_refused),
         cmocka_unit_test(test_row_push_pull_refused),
         cmocka_unit_test(test_encode_rejects),
+        cmocka_unit_test(test_id64_layout),
+        cmocka_unit_test(test_id64_round_trip),
+        cmocka_unit_test(test_id64_alloc_failure),
+        cmocka_unit_test(test_id64_refused),
+        cmocka_unit_test(test_id64_encode_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

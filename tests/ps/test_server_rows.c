@@ -118,7 +118,7 @@ static void encode_row_push(uint32_t task, uint64_t seq, const uint32_t *rows, u
     pf_wire_tensor t[2];
     for (int i = 0; i < 2; i++)
         t[i] = (pf_wire_tensor){dense_ids[i], PF_WIRE_F32, pl.shards[dense_ids[i]].count, zeros};
-    pf_wire_rows r = {0, width, n, n ? rows : NULL, n ? g : NULL};
+    pf_wire_rows r = {0, width, n, n ? rows : NULL, n ? g : NULL, 0, NULL};
     pf_wire_row_push_pull pp = {{task, 5, seq, 0, 2, t}, 1, &r, {min_version, 0, NULL, 0, NULL}};
     pf_error err;
     assert_int_equal(pf_wire_encode_row_push_pull(&out, 11, &pp, &err), PF_OK);
@@ -134,7 +134,7 @@ static void test_rows_async(void **state) {
 
     /* ROW_PULL: the dense shards whole, then the rows asked for, in order. */
     static const uint32_t want[3] = {1, 3, 11};
-    pf_wire_rows sel = {0, 0, 3, want, NULL};
+    pf_wire_rows sel = {0, 0, 3, want, NULL, 0, NULL};
     pf_wire_row_pull rp = {0, 2, dense_ids, 1, &sel};
     pf_error err;
     assert_int_equal(pf_wire_encode_row_pull(&out, 3, &rp, &err), PF_OK);
@@ -190,20 +190,22 @@ static void test_rows_async(void **state) {
         /* a dense shard pushed by rows */
         pf_wire_tensor t[2] = {{0, PF_WIRE_F32, VOCAB * DIM, zeros},
                                {2, PF_WIRE_F32, pl.shards[2].count, zeros}};
-        pf_wire_rows r = {1, 3, 1, rows, g};
+        pf_wire_rows r = {1, 3, 1, rows, g, 0, NULL};
         pf_wire_row_push_pull pp = {{0, 5, 5, 0, 2, t}, 1, &r, {0, 0, NULL, 0, NULL}};
         assert_int_equal(pf_wire_encode_row_push_pull(&out, 11, &pp, &err), PF_OK);
         expect_error(0, PF_WIRE_UNEXPECTED);
     }
     {
         /* a shard missing from the push */
-        pf_wire_rows r = {0, DIM, 2, rows, g};
+        pf_wire_rows r = {0, DIM, 2, rows, g, 0, NULL};
         pf_wire_row_push_pull pp = {{0, 5, 6, 0, 0, NULL}, 1, &r, {0, 0, NULL, 0, NULL}};
         assert_int_equal(pf_wire_encode_row_push_pull(&out, 11, &pp, &err), PF_OK);
         expect_error(0, PF_WIRE_BAD_LENGTH);
     }
     /* selections: a dense shard, an unknown shard, a row past the table, a shard twice */
-    pf_wire_rows bad_sel[] = {{1, 0, 1, rows, NULL}, {9, 0, 1, rows, NULL}, {0, 0, 1, past, NULL}};
+    pf_wire_rows bad_sel[] = {{1, 0, 1, rows, NULL, 0, NULL},
+                              {9, 0, 1, rows, NULL, 0, NULL},
+                              {0, 0, 1, past, NULL, 0, NULL}};
     pf_wire_code codes[] = {PF_WIRE_UNEXPECTED, PF_WIRE_UNKNOWN_SHARD, PF_WIRE_BAD_SHAPE};
     for (int i = 0; i < 3; i++) {
         pf_wire_row_pull bp = {0, 0, NULL, 1, &bad_sel[i]};

@@ -216,15 +216,27 @@ typedef struct pf_wire_push_pull {
     pf_wire_pull pull;
 } pf_wire_push_pull;
 
+/* On the wire, bit 31 of a selection's or row record's id field marks a set of 64-bit ids
+ * (api/wire.md, "Rows of a shard"): its rows are then n_rows u64 ids, strictly increasing,
+ * instead of u32 rows. The shard id is the field without this bit. */
+#define PF_WIRE_ROWS_ID64 0x80000000u
+
 /* Some rows of one shard (IndexedSlices): a ROW_PULL selection, or row gradients in a
- * ROW_PUSH_PULL. A shard's rows are those of its placement shape (shape[0] rows of
- * shape[1] floats); `rows` are relative to the shard's first row. */
+ * ROW_PUSH_PULL. A shard's rows are named either by u32 `rows`, relative to the first row
+ * of the shard's placement shape (shape[0] rows of shape[1] floats), or (id64) by the
+ * 64-bit `ids` of a dynamic embedding table (psflow/dyn_table.h); which row an id names is
+ * the ps's business, not the codec's. Exactly one of rows and ids is set when n_rows > 0. */
 typedef struct pf_wire_rows {
-    uint32_t id;          /* shard index in pf_placement order */
+    uint32_t id;          /* shard index in pf_placement order; never has PF_WIRE_ROWS_ID64 */
     uint32_t width;       /* floats per row (>= 1) in a push; 0 in a selection */
-    uint32_t n_rows;      /* may be 0 */
-    const uint32_t *rows; /* [n_rows] shard rows, strictly increasing; borrowed */
-    const float *data;    /* [n_rows * width] row gradients in rows' order; NULL in a selection */
+    uint32_t n_rows;      /* rows or ids; may be 0 */
+    const uint32_t *rows; /* [n_rows] shard rows, strictly increasing; NULL when id64; borrowed */
+    const float *data;    /* [n_rows * width] row gradients in rows' (ids') order; NULL in a
+                           * selection */
+    int id64;             /* 1: a set of 64-bit ids (PF_WIRE_ROWS_ID64 on the wire), 0: rows */
+    const uint64_t *ids;  /* [n_rows] when id64, strictly increasing, else NULL (decoded: NULL
+                           * for 0 ids too, else a copy in pf_wire_in.id_views, as the wire's
+                           * may be misaligned); borrowed */
 } pf_wire_rows;
 
 /* ROW_PULL (worker -> ps): whole shards as PULL, then some rows of other shards; answered
@@ -384,8 +396,8 @@ typedef struct pf_wire_msg {
 /* --- decoding -------------------------------------------------------------------------- */
 
 /* Receive-side state of one connection: the limits, storage for the views (each array grown
- * to the largest count seen, never shrunk, at most max_tensors) and the wire code of the last
- * failure. */
+ * to the largest count seen, never shrunk, at most max_tensors; the ids at most payload_len / 8)
+ * and the wire code of the last failure. */
 typedef struct pf_wire_in {
     uint64_t max_payload;
     uint32_t max_tensors;
@@ -397,7 +409,9 @@ typedef struct pf_wire_in {
     uint32_t cap_sel_views;
     pf_wire_seg_tensor *seg_views; /* owned: a SEG_PULL's or SEG_PUSH_PULL's records */
     uint32_t cap_seg_views;
-    pf_wire_code code; /* PF_WIRE_OK after a success */
+    uint64_t *id_views;    /* owned: the 64-bit ids of every id64 row set of the last message */
+    uint64_t cap_id_views; /* ids, at most payload_len / 8 of the largest message that had any */
+    pf_wire_code code;     /* PF_WIRE_OK after a success */
 } pf_wire_in;
 
 /* Limits: payload_len above max_payload is TOO_LARGE, and so is a count of tensors, ids,
@@ -420,15 +434,16 @@ pf_status pf_wire_decode_header(pf_wire_in *in, const void *msg, size_t len, pf_
                                 pf_error *err);
 
 /* Decodes one whole message msg[0 .. len) of any type into *out. msg must be 4-byte
- * aligned (any malloc'd buffer is). Views live in in->views, in->row_views,
- * in->sel_views and in->seg_views and are valid until the next decode with `in`; every other
- * pointer in *out (ids, strings, tensor data, rows, row data) points into msg. On failure out->type
+ * aligned (any malloc'd buffer is). Views live in in->views, in->row_views, in->sel_views,
+ * in->seg_views and in->id_views (the 64-bit ids of id64 row sets, copied) and are valid until
+ * the next decode with `in`; every other pointer in *out (ids, strings, tensor data, rows, row
+ * data) points into msg. On failure out->type
  * and out->request_id hold the raw header values as pf_wire_decode_header leaves them (0 when there
  * is no header or the magic is wrong), so a caller can always answer ERROR with out->request_id.
  * Errors: as pf_wire_decode_header, plus PF_ERR_FORMAT (TRUNCATED: len < 24 +
  * payload_len; BAD_LENGTH: a field runs past the payload, or bytes are left over;
  * BAD_VALUE: enum out of range, nonzero padding, string not UTF-8 or containing NUL, rows
- * not strictly increasing, a row record of width 0, LEASE's n_splits out of
+ * or 64-bit ids not strictly increasing, a row record of width 0, LEASE's n_splits out of
  * 1 .. PF_WIRE_MAX_SPLITS, want > 1 or a done index >= n_splits, LEASE_REPLY's state > 2),
  * PF_ERR_RANGE (TOO_LARGE: a count over max_tensors - LEASE's n_done over
  * PF_WIRE_MAX_TENSORS, whatever max_tensors is - or a string over its limit),
@@ -512,9 +527,10 @@ pf_status pf_wire_encode_push_pull(pf_wire_out *out, uint32_t request_id,
                                    const pf_wire_push_pull *m, pf_error *err);
 /* Row messages: row ids are copied into the head, row data is referenced like tensor data
  * (dtype is always f32: pf_wire_rows has no dtype). PF_ERR_INVALID besides the common cases:
- * rows not strictly increasing, rows NULL while n_rows > 0, a row record with width 0 or
- * data NULL while n_rows > 0, a selection with width != 0 or data != NULL, n, n_sel or
- * the number of row records over PF_WIRE_MAX_TENSORS. */
+ * rows (or, id64, ids) not strictly increasing, rows (ids) NULL while n_rows > 0, ids set
+ * without id64 or rows with it, a shard id with PF_WIRE_ROWS_ID64 set, a row record with
+ * width 0 or data NULL while n_rows > 0, a selection with width != 0 or data != NULL, n,
+ * n_sel or the number of row records over PF_WIRE_MAX_TENSORS. */
 pf_status pf_wire_encode_row_pull(pf_wire_out *out, uint32_t request_id, const pf_wire_row_pull *m,
                                   pf_error *err);
 pf_status pf_wire_encode_row_push_pull(pf_wire_out *out, uint32_t request_id,

@@ -458,6 +458,26 @@ static void task_stop(agent *a, task *t) {
 
 /* --- control loop --- */
 
+/* A ps's dynamic tables as its heartbeat reports them (api/rest.md), or NULL: none. */
+static json_t *tables_json(ps_server *ps) {
+    ps_server_table_stats st[PF_MAX_EMBEDDINGS];
+    int n = ps_server_tables(ps, st, PF_MAX_EMBEDDINGS);
+    json_t *out = n > 0 ? json_array() : NULL;
+    for (int i = 0; out && i < n; i++) {
+        json_t *o = json_pack(
+            "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "table", st[i].table, "rows",
+            (json_int_t)st[i].st.rows, "max_rows", (json_int_t)st[i].max_rows, "admitted",
+            (json_int_t)st[i].st.admitted, "refused", (json_int_t)st[i].st.refused, "evicted",
+            (json_int_t)st[i].st.evicted, "lookups", (json_int_t)st[i].st.lookups, "misses",
+            (json_int_t)st[i].st.misses, "bytes", (json_int_t)st[i].st.bytes);
+        if (!o || json_array_append_new(out, o) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 /* With training.max_staleness: each training task's lag as this ps counts it - how many
  * pushes it was ahead of the slowest connected one when its latest pull was answered, 0 ..
  * max_staleness (a held task is one more ahead now, and waits); -1 while it is not connected
@@ -587,6 +607,11 @@ static json_t *heartbeat_body(agent *a) {
                 json_object_set_new(stats, "lags", lags);
             else
                 json_decref(lags);
+            json_t *tables = tables_json(t->ps); /* NULL without dynamic tables */
+            if (stats && tables)
+                json_object_set_new(stats, "tables", tables);
+            else
+                json_decref(tables);
             ps_server_input_stats in;
             if (stats && ps_server_input(t->ps, &in)) /* ps 0 of a job with dynamic splits */
                 json_object_set_new(stats, "input", input_json(&in));

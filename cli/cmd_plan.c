@@ -19,6 +19,7 @@
 #include "cli/cli_internal.h"
 #include "cli/command.h"
 #include "cli/options.h"
+#include "psflow/dyn_batch.h"
 #include "psflow/footprint.h"
 #include "psflow/mem.h"
 #include "psflow/placement.h"
@@ -109,6 +110,14 @@ static void print_shards(const plan *p, int task) {
         if (sh->ps_task != task)
             continue;
         char shape[48], bytes[32];
+        if (sh->dynamic) { /* rows by id, up to this ps's share of the cap */
+            pf_dyn_config cfg;
+            pf_dyn_table_config(&p->spec, sh->var, sh->max_rows, &cfg);
+            pf_footprint_format_bytes(pf_dyn_bytes_bound(&cfg), bytes, sizeof bytes);
+            printf("    %-26s dynamic up to %lld rows of %lld, at most %s\n", sh->name,
+                   (long long)sh->max_rows, (long long)sh->shape[1], bytes);
+            continue;
+        }
         if (sh->rank == 2)
             snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)sh->shape[0],
                      (long long)sh->shape[1]);

@@ -77,6 +77,14 @@ typedef struct coord_profile {
     double phases[PF_PHASE_COUNT];
 } coord_profile;
 
+/* A ps's share of a dynamic embedding table as its heartbeat reports it (stats.tables):
+ * every count an integer 0 .. 2^53, the table named by the job's model. */
+typedef struct coord_table_stats {
+    char table[PF_NAME_MAX + 1];
+    long long rows, max_rows, admitted, refused, evicted, lookups, misses, bytes;
+    double lookups_per_sec; /* over the last two reports (a task's; 0 in a report) */
+} coord_table_stats;
+
 /* The newest trace on demand of a job (coordinator/cluster_trace.h, docs/profile.md). */
 typedef struct coord_trace {
     uint64_t id; /* milliseconds of the clock when asked for, above the job's trace before */
@@ -114,7 +122,11 @@ typedef struct coord_task {
      * pushes) so far, and their rates over the last two reports */
     int64_t rows_pulled, rows_pushed;
     double rows_pulled_per_sec, rows_pushed_per_sec;
-    double rows_time;   /* when the counts were reported, 0 = never */
+    double rows_time; /* when the counts were reported, 0 = never */
+    /* ps of a model with dynamic tables: each table's share as last reported */
+    int n_tables;
+    coord_table_stats tables[PF_MAX_EMBEDDINGS];
+    double tables_time; /* when they were reported, 0 = never */
     double point_time;  /* the time of the newest metric point it reported, 0 = none */
     int64_t point_step; /* and its step */
     int64_t bad_lines;  /* the most bad input lines any incarnation of it reported skipping */
@@ -354,6 +366,9 @@ typedef struct coord_report {
     long long input_epoch, input_splits, input_done, input_leased;
     bool has_rows; /* stats.rows_pulled and stats.rows_pushed given as integers >= 0 */
     long long rows_pulled, rows_pushed;
+    /* stats.tables: a ps's dynamic tables; n_tables 0 when absent or any entry malformed */
+    int n_tables;
+    coord_table_stats tables[PF_MAX_EMBEDDINGS];
     double accuracy, test_loss;        /* result of a succeeded chief */
     double test_auc, test_calibration; /* its two-class figures; NAN when absent */
     long long steps;                   /* its result.steps; -1 when absent or not an integer >= 0 */

@@ -333,6 +333,25 @@ void coord_take_profile(coord_task *t, const coord_report *r) {
     t->profile_incarnation = t->incarnation;
 }
 
+/* A ps's dynamic tables from r, each table's lookups a second over the time since its last
+ * report (0 for a table it did not report, or a restarted ps's fewer lookups). */
+static void take_tables(coord_task *t, const coord_report *r, double now) {
+    if (r->n_tables == 0)
+        return;
+    coord_table_stats next[PF_MAX_EMBEDDINGS];
+    for (int i = 0; i < r->n_tables; i++) {
+        next[i] = r->tables[i];
+        for (int k = 0; k < t->n_tables; k++)
+            if (!strcmp(t->tables[k].table, next[i].table) && t->tables_time > 0 &&
+                now > t->tables_time && next[i].lookups >= t->tables[k].lookups)
+                next[i].lookups_per_sec =
+                    (double)(next[i].lookups - t->tables[k].lookups) / (now - t->tables_time);
+    }
+    memcpy(t->tables, next, (size_t)r->n_tables * sizeof *next);
+    t->n_tables = r->n_tables;
+    t->tables_time = now;
+}
+
 void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, double now) {
     if (r->has_input && t->index == 0 && j->spec.data.splits == PF_SPLITS_DYNAMIC) {
         j->dirty |= !j->has_input || j->input_epoch != r->input_epoch ||
@@ -362,6 +381,7 @@ void coord_take_ps_stats(coord_job *j, coord_task *t, const coord_report *r, dou
             t->updates_time = now;
         }
     }
+    take_tables(t, r, now);
     if (!r->has_rows)
         return;
     if (t->rows_time > 0 && now > t->rows_time) {

@@ -664,6 +664,36 @@ static void profile_from_json(json_t *p, const char *type, coord_report *out) {
     out->profile = prof;
 }
 
+/* A ps's stats.tables into out (n_tables 0 unless every entry is well formed: a table of the
+ * job's name length, each count an integer 0 .. 2^53). */
+static void tables_from_json(json_t *tables, coord_report *out) {
+    size_t n = json_array_size(tables), i;
+    json_t *o;
+    out->n_tables = 0;
+    if (n > PF_MAX_EMBEDDINGS)
+        return;
+    static const char *const keys[] = {"rows",    "max_rows", "admitted", "refused",
+                                       "evicted", "lookups",  "misses",   "bytes"};
+    json_array_foreach(tables, i, o) {
+        coord_table_stats *t = &out->tables[i];
+        const char *name = json_string_value(json_object_get(o, "table"));
+        if (!name || !*name || strlen(name) > PF_NAME_MAX)
+            return;
+        snprintf(t->table, sizeof t->table, "%s", name);
+        long long *fields[] = {&t->rows,    &t->max_rows, &t->admitted, &t->refused,
+                               &t->evicted, &t->lookups,  &t->misses,   &t->bytes};
+        for (int k = 0; k < 8; k++) {
+            json_t *v = json_object_get(o, keys[k]);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > (1LL << 53))
+                return;
+            *fields[k] = json_integer_value(v);
+        }
+        t->lookups_per_sec = 0;
+    }
+    out->n_tables = (int)n;
+}
+
 void coord_report_from_json(json_t *r, coord_report *out) {
     memset(out, 0, sizeof *out);
     out->state = json_string_value(json_object_get(r, "state"));
@@ -713,6 +743,7 @@ void coord_report_from_json(json_t *r, coord_report *out) {
                         json_is_integer(pushed) && json_integer_value(pushed) >= 0;
         out->rows_pulled = out->has_rows ? json_integer_value(pulled) : 0;
         out->rows_pushed = out->has_rows ? json_integer_value(pushed) : 0;
+        tables_from_json(json_object_get(stats, "tables"), out);
         json_t *lags = json_object_get(stats, "lags"), *lag;
         size_t i, n = json_array_size(lags);
         out->n_lags = n <= PF_MAX_REPLICAS + 1 ? (int)n : 0;

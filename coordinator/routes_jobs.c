@@ -374,6 +374,25 @@ static void tf_config(coord_request *rq, coord_reply *rp, coord_job *j) {
     rp->content_type = "application/json";
 }
 
+/* A ps task's dynamic tables as GET .../placement lists them (an empty array: none). */
+static json_t *task_tables_json(const coord_task *task) {
+    json_t *out = json_array();
+    for (int i = 0; out && i < task->n_tables; i++) {
+        const coord_table_stats *t = &task->tables[i];
+        json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "table",
+                              t->table, "rows", (json_int_t)t->rows, "max_rows",
+                              (json_int_t)t->max_rows, "admitted", (json_int_t)t->admitted,
+                              "refused", (json_int_t)t->refused, "evicted", (json_int_t)t->evicted,
+                              "lookups", (json_int_t)t->lookups, "misses", (json_int_t)t->misses,
+                              "bytes", (json_int_t)t->bytes, "lookups_per_sec", t->lookups_per_sec);
+        if (!o || json_array_append_new(out, o) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static json_t *placement_json(const coord_job *j) {
     pf_placement p;
     if (pf_placement_compute(&j->spec, &p) != PF_OK)
@@ -386,14 +405,15 @@ static json_t *placement_json(const coord_job *j) {
         if (!task)
             task = &none;
         json_array_append_new(
-            ps,
-            json_pack("{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "task", t, "bytes",
-                      (json_int_t)p.bytes_per_ps[t], "shards", p.shards_per_ps[t], "updates",
-                      (json_int_t)task->updates, "stale", (json_int_t)task->stale, "rows_pulled",
-                      (json_int_t)task->rows_pulled, "rows_pushed", (json_int_t)task->rows_pushed,
-                      "rows_pulled_per_sec", task->rows_pulled_per_sec, "rows_pushed_per_sec",
-                      task->rows_pushed_per_sec, "updates_per_sec", task->updates_per_sec,
-                      "updated_bytes_per_sec", task->updates_per_sec * (double)p.bytes_per_ps[t]));
+            ps, json_pack(
+                    "{s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:o*}", "task", t,
+                    "bytes", (json_int_t)p.bytes_per_ps[t], "shards", p.shards_per_ps[t], "updates",
+                    (json_int_t)task->updates, "stale", (json_int_t)task->stale, "rows_pulled",
+                    (json_int_t)task->rows_pulled, "rows_pushed", (json_int_t)task->rows_pushed,
+                    "rows_pulled_per_sec", task->rows_pulled_per_sec, "rows_pushed_per_sec",
+                    task->rows_pushed_per_sec, "updates_per_sec", task->updates_per_sec,
+                    "updated_bytes_per_sec", task->updates_per_sec * (double)p.bytes_per_ps[t],
+                    "tables", task_tables_json(task)));
         total += p.bytes_per_ps[t];
     }
     json_t *out = shards && ps ? json_pack("{s:I, s:f, s:o, s:o}", "total_bytes", (json_int_t)total,

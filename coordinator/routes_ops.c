@@ -154,6 +154,38 @@ static void job_profiles(text *t, const coord_cluster *c) {
         }
 }
 
+/* Each ps's share of each dynamic embedding table, as its heartbeat last reported it. */
+static void dynamic_tables(text *t, const coord_cluster *c) {
+    static const struct {
+        const char *name, *type, *help;
+    } families[] = {
+        {"psflow_table_rows", "gauge", "Rows a ps holds of a dynamic embedding table."},
+        {"psflow_table_max_rows", "gauge", "The most rows a ps may hold of a dynamic table."},
+        {"psflow_table_admitted_total", "counter", "Rows a ps created for ids it admitted."},
+        {"psflow_table_refused_total", "counter",
+         "Updates of ids without a row that a ps did not admit (their gradients dropped)."},
+        {"psflow_table_evicted_total", "counter",
+         "Rows a ps dropped: idle past steps_to_live, or to make room at max_rows."},
+        {"psflow_table_lookups_total", "counter", "Ids a ps looked up in a dynamic table."},
+        {"psflow_table_bytes", "gauge", "Memory a ps's share of a dynamic table holds."},
+    };
+    char name[256];
+    for (int f = 0; f < 7; f++) {
+        family(t, families[f].name, families[f].type, families[f].help);
+        for (int i = 0; i < c->n_jobs; i++)
+            for (int k = 0; k < c->jobs[i]->n_tasks; k++) {
+                const coord_task *task = &c->jobs[i]->tasks[k];
+                for (int n = 0; n < task->n_tables; n++) {
+                    const coord_table_stats *ts = &task->tables[n];
+                    const long long v[] = {ts->rows,    ts->max_rows, ts->admitted, ts->refused,
+                                           ts->evicted, ts->lookups,  ts->bytes};
+                    put(t, "%s{job=\"%s\",ps=\"%d\",table=\"%s\"} %lld\n", families[f].name,
+                        c->jobs[i]->name, task->index, label(ts->table, name, sizeof name), v[f]);
+                }
+            }
+    }
+}
+
 static char *prometheus(coord_server *s) {
     text t = {.st = PF_OK};
     pf_buf_init(&t.b, METRICS_MAX);
@@ -221,6 +253,7 @@ static char *prometheus(coord_server *s) {
     job_quality(&t, c);
     job_serving(&t, c);
     job_profiles(&t, c);
+    dynamic_tables(&t, c);
     family(&t, "psflow_job_restarts_total", "counter", "Gang restarts of each job.");
     for (int i = 0; i < c->n_jobs; i++)
         put(&t, "psflow_job_restarts_total{job=\"%s\"} %d\n", c->jobs[i]->name,

@@ -148,6 +148,7 @@ static void handle_restore(ps_server *s, peer *p, uint32_t request_id, uint64_t 
     pf_free(queue);
     s->nonfinite[0] = '\0';
     __atomic_store_n(&s->pub_version, ps_server_version(s), __ATOMIC_RELAXED);
+    ps_server_publish_tables(s);
     ps_server_log(s, "%s from version %" PRIu64 ": %s",
                   s->read_only ? "switched at a reader's RESTORE" : "rolled back", before, note);
     double lr = s->spec.optimizer.learning_rate * (double)lr_factor;
@@ -672,6 +673,7 @@ static void on_open(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         pf_free(p->sel);
         pf_free(p->seg_dst);
         pf_free(p->sel_rows);
+        pf_free(p->sel_ids);
         pf_free(p);
         p = NULL;
     }
@@ -718,6 +720,7 @@ static void on_close(pf_ws *ws, uint64_t conn, void *conn_user, void *user) {
         pf_free(p->sel);
         pf_free(p->seg_dst);
         pf_free(p->sel_rows);
+        pf_free(p->sel_ids);
         pf_free(p);
         pthread_mutex_lock(&s->mu);
         s->n_peers--;
@@ -827,6 +830,7 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
                                                    &queue, note, sizeof note, err)) != PF_OK)
         goto fail;
     ps_server_log(s, "%s", note);
+    ps_server_publish_tables(s);
     if (s->read_only)
         ps_server_log(s, "read-only: serving these values to readers (psflow serve --ps); "
                          "pushes, checkpoints and leases are refused");
@@ -841,12 +845,16 @@ static pf_status start(const ps_server_options *o, const ps_server_sink *sink, p
     pf_ws_handlers h = {on_open, on_message, on_close, on_wake};
     /* a push of every shard; a row push of a table names each row with 4 more bytes, and its
      * ROW_PUSH_PULL may select them again: 8 bytes per table row on top */
-    size_t table_rows = 0;
-    for (int i = 0; i < n_local; i++)
-        if (ps_shards_is_table(s->shards, i))
-            table_rows += (size_t)ps_shards_info(s->shards, i)->shape[0];
-    s->max_message =
-        (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16 + 8 * table_rows;
+    size_t table_rows = 0, dynamic = 0;
+    for (int i = 0; i < n_local; i++) {
+        const pf_shard_info *info = ps_shards_info(s->shards, i);
+        if (ps_shards_is_dynamic(s->shards, i)) /* a batch's ids, their rows, the next ids */
+            dynamic += (size_t)ps_server_most_ids(s, info) * (16 + 4 * (size_t)info->shape[1]);
+        else if (ps_shards_is_table(s->shards, i))
+            table_rows += (size_t)info->shape[0];
+    }
+    s->max_message = (size_t)s->placement.bytes_per_ps[s->task] + 65536 + (size_t)n_local * 16 +
+                     8 * table_rows + dynamic;
     pf_ws_options wo = o->data_plane;
     s->auto_connections = wo.max_connections <= 0;
     s->auto_buffered = wo.max_buffered == 0;

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 
 #include "psflow/profile.h"
+#include "psflow/dyn_table.h"
 #include "psflow/spec.h"
 #include "psflow/status.h"
 #include "psflow/ws.h"
@@ -73,6 +74,17 @@ typedef struct ps_server_input_stats {
 /* Fills *out and returns 1 when this ps keeps an input work queue, else returns 0. Any
  * thread. */
 int ps_server_input(ps_server *s, ps_server_input_stats *out);
+
+/* A dynamic table's share on this ps (dyn_table.h): its rows and counters. */
+typedef struct ps_server_table_stats {
+    char table[PF_NAME_MAX + 1]; /* model.embeddings[].name */
+    int64_t max_rows;            /* this task's share of the table's max_rows */
+    pf_dyn_stats st;
+} ps_server_table_stats;
+
+/* Each dynamic table's statistics on this ps as of its last update (at most max, in the
+ * model's order) into out; returns how many. Any thread. */
+int ps_server_tables(ps_server *s, ps_server_table_stats *out, int max);
 
 /* With training.max_staleness: each training task's clock and lag (ps/staleness.h) for tasks
  * 0 .. max-1, into out; returns how many (0 without the bound). Any thread. */

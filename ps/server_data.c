@@ -8,10 +8,82 @@
 #include <string.h>
 
 #include "psflow/clock.h"
+#include "psflow/dyn_table.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
 #include "ps/ps_checkpoint.h"
 #include "ps/server_internal.h"
+
+/* The most ids one message may name of a dynamic table: a batch's (a training step's of every
+ * replica, or an evaluation's), each example naming up to max_ids. */
+uint64_t ps_server_most_ids(const ps_server *s, const pf_shard_info *info) {
+    int64_t batch = (int64_t)s->spec.training.batch_size * s->spec.replicas_per_worker;
+    if (batch < PF_EVAL_BATCH)
+        batch = PF_EVAL_BATCH;
+    return (uint64_t)batch * (uint64_t)s->spec.model.embeddings[info->var].max_ids;
+}
+
+int ps_server_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const pf_wire_rows *set,
+                        int local) {
+    const pf_shard_info *info = ps_shards_info(s->shards, local);
+    int dynamic = ps_shards_is_dynamic(s->shards, local);
+    if (set->id64 != dynamic) {
+        ps_server_error(s, conn, request_id, PF_WIRE_UNEXPECTED,
+                        dynamic ? "shard %" PRIu32 " (%s) is a dynamic table's: its rows are named "
+                                  "by 64-bit ids"
+                                : "shard %" PRIu32 " (%s) is not a dynamic table's: its rows are "
+                                  "named by row, not by 64-bit id",
+                        set->id, info->name);
+        return -1;
+    }
+    if (!dynamic)
+        return 0;
+    if (set->n_rows > ps_server_most_ids(s, info)) {
+        ps_server_error(s, conn, request_id, PF_WIRE_BAD_LENGTH,
+                        "shard %" PRIu32 " (%s): %" PRIu32 " ids; a batch names at most %" PRIu64,
+                        set->id, info->name, set->n_rows, ps_server_most_ids(s, info));
+        return -1;
+    }
+    for (uint32_t j = 0; j < set->n_rows; j++) {
+        int owner = pf_dyn_owner(set->ids[j], s->placement.n_ps);
+        if (owner != s->task) {
+            ps_server_error(s, conn, request_id, PF_WIRE_BAD_VALUE,
+                            "id %" PRIu64 " of shard %" PRIu32 " (%s) is held by ps %d, not ps %d",
+                            set->ids[j], set->id, info->name, owner, s->task);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void ps_server_publish_tables(ps_server *s) {
+    int n = 0;
+    ps_server_table_stats now[PF_MAX_EMBEDDINGS];
+    for (int i = 0; i < ps_shards_count(s->shards) && n < PF_MAX_EMBEDDINGS; i++) {
+        if (!ps_shards_is_dynamic(s->shards, i))
+            continue;
+        const pf_shard_info *info = ps_shards_info(s->shards, i);
+        ps_server_table_stats *t = &now[n++];
+        snprintf(t->table, sizeof t->table, "%s", s->spec.model.embeddings[info->var].name);
+        t->max_rows = info->max_rows;
+        t->st = pf_dyn_stats_get(ps_shards_dyn_table(s->shards, i));
+    }
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    memcpy(s->pub_tables, now, (size_t)n * sizeof *now);
+    s->pub_n_tables = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ps_server_tables(ps_server *s, ps_server_table_stats *out, int max) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->pub_n_tables < max ? s->pub_n_tables : max;
+    if (n > 0)
+        memcpy(out, s->pub_tables, (size_t)n * sizeof *out);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
 
 /* Checks a pull: each whole shard must be one this task holds, each row selection a
  * table shard it holds with rows inside it, and no shard named twice (so a reply never has
@@ -39,8 +111,11 @@ int ps_server_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
                             id, info->name);
             return -1;
         }
+        if (ps_server_check_ids(s, conn, request_id, sel, local) != 0)
+            return -1;
         /* rows are strictly increasing (the codec checked): the last is the largest */
-        if (sel->n_rows > 0 && sel->rows[sel->n_rows - 1] >= (uint64_t)info->shape[0]) {
+        if (!sel->id64 && sel->n_rows > 0 &&
+            sel->rows[sel->n_rows - 1] >= (uint64_t)info->shape[0]) {
             ps_server_error(s, conn, request_id, PF_WIRE_BAD_SHAPE,
                             "row %" PRIu32 " of shard %" PRIu32 " (%s): it has %" PRId64 " rows",
                             sel->rows[sel->n_rows - 1], id, info->name, info->shape[0]);
@@ -72,6 +147,11 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
         const float *values = ps_shards_values(s->shards, local);
         s->views[pull->n + i] = (pf_wire_tensor){sel->id, PF_WIRE_F32,
                                                  (uint64_t)sel->n_rows * width, s->row_values + at};
+        if (sel->id64) { /* zeros for an id without a row */
+            ps_shards_dyn_gather(s->shards, local, sel->ids, sel->n_rows, s->row_values + at, true);
+            at += (size_t)sel->n_rows * width;
+            continue;
+        }
         for (uint32_t j = 0; j < sel->n_rows; j++, at += width) {
             if (j + PF_PREFETCH_ROWS < sel->n_rows)
                 pf_prefetch_read(values + (size_t)sel->rows[j + PF_PREFETCH_ROWS] * width,
@@ -132,9 +212,9 @@ void ps_server_reply_pull(ps_server *s, uint64_t conn, uint32_t request_id,
 /* Keeps a pull on its peer until its version: ids, selections and segment destinations
  * copied (the message goes). -1: out of memory for the rows. */
 static int park(peer *p, const pf_wire_row_pull *pull, float *const *seg_dst) {
-    size_t rows = 0;
+    size_t rows = 0, ids = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++)
-        rows += pull->sel[i].n_rows;
+        *(pull->sel[i].id64 ? &ids : &rows) += pull->sel[i].n_rows;
     if (rows > p->cap_sel_rows) {
         uint32_t *r = pf_realloc(p->sel_rows, rows * sizeof *r);
         if (!r)
@@ -142,20 +222,35 @@ static int park(peer *p, const pf_wire_row_pull *pull, float *const *seg_dst) {
         p->sel_rows = r;
         p->cap_sel_rows = rows;
     }
+    if (ids > p->cap_sel_ids) {
+        uint64_t *r = pf_realloc(p->sel_ids, ids * sizeof *r);
+        if (!r)
+            return -1;
+        p->sel_ids = r;
+        p->cap_sel_ids = ids;
+    }
     if (pull->n) /* none: ids may be NULL, and so may sel_rows below */
         memcpy(p->ids, pull->ids, pull->n * sizeof *p->ids);
     p->parked_seg = seg_dst != NULL;
     if (seg_dst && pull->n)
         memcpy(p->seg_dst, seg_dst, pull->n * sizeof *p->seg_dst);
-    size_t at = 0;
+    size_t at = 0, at_ids = 0;
     for (uint32_t i = 0; i < pull->n_sel; i++) {
-        p->sel[i] = pull->sel[i];
+        const pf_wire_rows *sel = &pull->sel[i];
+        p->sel[i] = *sel;
         p->sel[i].rows = NULL; /* an empty selection names no row */
-        if (!pull->sel[i].n_rows)
+        p->sel[i].ids = NULL;
+        if (!sel->n_rows)
             continue;
-        memcpy(p->sel_rows + at, pull->sel[i].rows, pull->sel[i].n_rows * sizeof *p->sel_rows);
+        if (sel->id64) {
+            memcpy(p->sel_ids + at_ids, sel->ids, sel->n_rows * sizeof *p->sel_ids);
+            p->sel[i].ids = p->sel_ids + at_ids;
+            at_ids += sel->n_rows;
+            continue;
+        }
+        memcpy(p->sel_rows + at, sel->rows, sel->n_rows * sizeof *p->sel_rows);
         p->sel[i].rows = p->sel_rows + at;
-        at += pull->sel[i].n_rows;
+        at += sel->n_rows;
     }
     p->pull = (pf_wire_row_pull){pull->min_version, pull->n, p->ids, pull->n_sel, p->sel};
     return 0;
@@ -390,6 +485,7 @@ static int offer(ps_server *s, peer *p, uint32_t request_id, const pf_wire_push 
     if (r == PS_PUSH_APPLIED || r == PS_PUSH_ACCEPTED)
         __atomic_fetch_add(&s->rows_pushed, rows_named, __ATOMIC_RELAXED);
     if (r == PS_PUSH_APPLIED) {
+        ps_server_publish_tables(s);
         ps_staleness_pushed(s->staleness, (int)push->task_index);
         ps_server_check_finite(s);
         pf_profile_add(&s->prof, PF_PHASE_APPLY, at); /* the update and its finite check */
@@ -434,7 +530,7 @@ int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_w
                             info->name, info->count, t->count);
             return -1;
         }
-        s->grads[local] = (ps_grad){t->data, NULL, 0};
+        s->grads[local] = (ps_grad){t->data, NULL, 0, NULL};
     }
     for (uint32_t i = 0; i < n_rows; i++) {
         const pf_wire_rows *r = &rows[i];
@@ -442,8 +538,10 @@ int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_w
         if (local < 0)
             return -1;
         const pf_shard_info *info = ps_shards_info(s->shards, local);
+        if (ps_server_check_ids(s, p->conn, request_id, r, local) != 0)
+            return -1;
         if (r->width != (uint64_t)info->shape[1] ||
-            (r->n_rows > 0 && r->rows[r->n_rows - 1] >= (uint64_t)info->shape[0])) {
+            (!r->id64 && r->n_rows > 0 && r->rows[r->n_rows - 1] >= (uint64_t)info->shape[0])) {
             ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
                             "shard %" PRIu32 " (%s) has %" PRId64 " rows of %" PRId64
                             " floats; the push has rows of %" PRIu32 " up to row %" PRIu32,
@@ -451,7 +549,7 @@ int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_w
                             r->n_rows ? r->rows[r->n_rows - 1] : 0);
             return -1;
         }
-        s->grads[local] = (ps_grad){r->data, r->rows, r->n_rows};
+        s->grads[local] = (ps_grad){r->data, r->rows, r->n_rows, r->ids};
         rows_named += r->n_rows;
     }
     return offer(s, p, request_id, push, rows_named);

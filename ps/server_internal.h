@@ -55,6 +55,8 @@ typedef struct peer {
     pf_wire_rows *sel;     /* capacity: the task's shard count */
     uint32_t *sel_rows;    /* the selections' rows, grown */
     size_t cap_sel_rows;
+    uint64_t *sel_ids; /* the selections' 64-bit ids (dynamic tables), grown */
+    size_t cap_sel_ids;
     float **seg_dst;   /* a parked SEG_PULL: where each shard's values go (capacity as ids) */
     int parked_seg;    /* the parked pull is one: its reply writes its values there */
     double held_since; /* a parked pull held back by max_staleness: since when; else < 0 */
@@ -78,6 +80,9 @@ struct ps_server {
     struct ps_split_queue *splits;   /* ps 0, data.splits dynamic: the input's work queue, made
                                         by the first LEASE (server_lease.c); else NULL */
     ps_server_input_stats pub_input; /* under mu: the queue as last changed (ps_server_input) */
+    /* under mu: each dynamic table's statistics as of the last update (ps_server_tables) */
+    ps_server_table_stats pub_tables[PF_MAX_EMBEDDINGS];
+    int pub_n_tables;
     int pub_has_input;
     int *local_of;     /* global shard id -> local index, or -1 */
     ps_grad *grads;    /* scratch: a push's gradients, local shard order */
@@ -182,6 +187,19 @@ void ps_server_checkpoint_ack(ps_server *s, peer *p, uint32_t request_id, uint64
 
 /* --- server_data.c ------------------------------------------------------------------------- */
 
+/* The most ids one message may name of dynamic table shard info: a batch's (a training step's
+ * of every replica, or an evaluation's), each example naming up to max_ids. */
+uint64_t ps_server_most_ids(const ps_server *s, const pf_shard_info *info);
+
+/* Publishes each dynamic table's statistics for ps_server_tables (service thread: after an
+ * update, a restore, a rollback). */
+void ps_server_publish_tables(ps_server *s);
+
+/* Checks a row set (a selection or a push's row record) of local table shard `local`: a
+ * dynamic table's names 64-bit ids, at most a batch's, each one this task owns
+ * (pf_dyn_owner); any other table's names rows. Returns 0 or sends an error. */
+int ps_server_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const pf_wire_rows *set,
+                        int local);
 /* Pulls: a PULL is a row pull without selections. */
 int ps_server_check_pull(ps_server *s, uint64_t conn, uint32_t request_id,
                          const pf_wire_row_pull *pull);

@@ -15,11 +15,17 @@
  * order - the additions a dense sum would make, zeros aside - divided by the number of
  * gradients, and only those rows are updated. A step so costs the rows it touches, never a
  * whole table.
+ *
+ * A dynamic table's shard holds a pf_dyn_table and no part of the local vector (count 0). Its
+ * sync rows are kept by id (task_rows.ids) and merged the same way into s->dyn_ids and
+ * s->dyn_sum; the summed rows then go through pf_dyn_update_batch, which admits, creates and
+ * evicts, and the optimizer updates the rows it returns.
  */
 #include "ps/shard.h"
 
 #include <string.h>
 
+#include "psflow/dyn_batch.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
@@ -33,7 +39,9 @@ typedef struct task_seq {
 /* sync: one task's row gradients for the current step, per local shard. */
 typedef struct task_rows {
     uint32_t *rows; /* owned, grown; shard i's rows at row_at[i] */
-    float *data;    /* owned, grown; shard i's gradient rows at data_at[i] */
+    uint64_t *ids;  /* owned, grown; a dynamic shard i's ids at row_at[i] */
+    size_t cap_ids;
+    float *data; /* owned, grown; shard i's gradient rows at data_at[i] */
     size_t cap_rows, cap_data;
     size_t *row_at, *data_at; /* n entries */
     uint32_t *n_rows;         /* n entries */
@@ -76,6 +84,14 @@ struct ps_shards {
     int bad_shard;
     size_t bad_elem;
     ps_grad *whole; /* n entries: ps_shards_push's gradients */
+    /* dynamic tables */
+    pf_dyn_table **dyn; /* n entries: a dynamic shard's table, else NULL */
+    uint64_t *dyn_ids;  /* sync: a step's merged ids of one shard */
+    float *dyn_sum;     /* sync: their summed gradients */
+    size_t cap_dyn_ids, cap_dyn_sum;
+    float **dyn_rows, **dyn_slots; /* pf_dyn_update_batch's rows and slots */
+    size_t cap_dyn_rows, cap_dyn_slots;
+    uint64_t dyn_dropped;
     float *scatter; /* adam: zeros, the widest table shard; a step's rows go in and out */
 };
 
@@ -89,6 +105,12 @@ static pf_status lay_out(ps_shards *s, const pf_placement *placement, const int 
         s->n_local += s->info[i].count;
         s->table[i] = s->info[i].var < s->spec.model.n_embeddings;
         s->has_tables |= s->table[i];
+        if (s->info[i].dynamic) {
+            pf_dyn_config cfg;
+            pf_dyn_table_config(&s->spec, s->info[i].var, s->info[i].max_rows, &cfg);
+            if (pf_dyn_create(&cfg, &s->dyn[i]) != PF_OK)
+                return PF_ERR_NOMEM;
+        }
         if (s->table[i] && (size_t)s->info[i].shape[1] > widest)
             widest = (size_t)s->info[i].shape[1];
         s->dense_off[i] = s->n_dense;
@@ -207,8 +229,9 @@ pf_status ps_shards_create(const pf_job_spec *spec, const pf_placement *placemen
     s->n_touched = pf_calloc(nn, sizeof *s->n_touched);
     s->trows = pf_calloc(PF_MAX_TASKS, sizeof *s->trows);
     s->whole = pf_calloc(nn, sizeof *s->whole);
-    if (!s->whole || !s->table || !s->dense_off || !s->merged_at || !s->touched || !s->n_touched ||
-        !s->trows)
+    s->dyn = pf_calloc(nn, sizeof *s->dyn);
+    if (!s->whole || !s->dyn || !s->table || !s->dense_off || !s->merged_at || !s->touched ||
+        !s->n_touched || !s->trows)
         goto nomem;
     if (lay_out(s, placement, idx) != PF_OK || alloc_buffers(s) != PF_OK)
         goto nomem;
@@ -238,6 +261,7 @@ void ps_shards_destroy(ps_shards *s) {
     pf_free(s->pending);
     for (int t = 0; s->trows && t < PF_MAX_TASKS; t++) {
         pf_free(s->trows[t].rows);
+        pf_free(s->trows[t].ids);
         pf_free(s->trows[t].data);
         pf_free(s->trows[t].row_at);
         pf_free(s->trows[t].data_at);
@@ -245,6 +269,13 @@ void ps_shards_destroy(ps_shards *s) {
     }
     pf_free(s->trows);
     pf_free(s->whole);
+    for (int i = 0; s->dyn && i < s->n; i++)
+        pf_dyn_destroy(s->dyn[i]);
+    pf_free(s->dyn);
+    pf_free(s->dyn_ids);
+    pf_free(s->dyn_sum);
+    pf_free(s->dyn_rows);
+    pf_free(s->dyn_slots);
     pf_free(s->table);
     pf_free(s->dense_off);
     pf_free(s->rowsum);
@@ -280,6 +311,35 @@ const float *ps_shards_slot(const ps_shards *s, int i, int k) {
 
 int ps_shards_is_table(const ps_shards *s, int i) {
     return s->table[i];
+}
+
+int ps_shards_is_dynamic(const ps_shards *s, int i) {
+    return s->dyn[i] != NULL;
+}
+
+pf_dyn_table *ps_shards_dyn_table(const ps_shards *s, int i) {
+    return s->dyn[i];
+}
+
+void ps_shards_dyn_gather(ps_shards *s, int i, const uint64_t *ids, size_t n, float *out,
+                          bool count) {
+    if (count)
+        pf_dyn_gather(s->dyn[i], ids, n, out);
+    else
+        pf_dyn_gather_uncounted(s->dyn[i], ids, n, out);
+}
+
+void ps_shards_dyn_replace(ps_shards *s, int i, pf_dyn_table *t) {
+    pf_dyn_destroy(s->dyn[i]);
+    s->dyn[i] = t;
+    memset(s->arrived, 0, PF_MAX_TASKS);
+    s->n_arrived = 0;
+    s->touched_valid = 0;
+    s->bad_shard = -1;
+}
+
+uint64_t ps_shards_dyn_dropped(const ps_shards *s) {
+    return s->dyn_dropped;
 }
 
 ps_stats ps_shards_stats(const ps_shards *s) {
@@ -369,6 +429,93 @@ static void row_checked(ps_shards *s, int i, size_t at) {
     }
 }
 
+/* The backend of a dynamic table's rows: they are host memory whatever the ps's device. */
+static const pf_backend *dyn_backend(const ps_shards *s) {
+    return s->be->host_memory ? s->be : pf_backend_openblas();
+}
+
+/* Room for the rows and slots of n ids to update; -1 out of memory. */
+static int grow_dyn_ptrs(ps_shards *s, size_t n) {
+    n = n ? n : 1;
+    if (grow((void **)&s->dyn_rows, &s->cap_dyn_rows, n, sizeof *s->dyn_rows) != 0 ||
+        grow((void **)&s->dyn_slots, &s->cap_dyn_slots, n * PF_DYN_MAX_SLOTS,
+             sizeof *s->dyn_slots) != 0)
+        return -1;
+    return 0;
+}
+
+/* Updates dynamic shard i's rows of ids[0 .. n) (strictly increasing) by the gradients g (n
+ * rows of its width) with o at the current version: pf_dyn_update_batch finds or creates
+ * each row (an id it does not admit has its gradient dropped), the optimizer updates it and
+ * it is checked for NaN and infinity while in cache; then rows idle past steps_to_live go.
+ * Without memory for the batch its rows are dropped and counted (ps_shards_dyn_dropped). */
+static void dyn_update(ps_shards *s, int i, const uint64_t *ids, uint32_t n, const float *g,
+                       const pf_optim_step *o) {
+    size_t width = (size_t)s->info[i].shape[1];
+    int64_t step = (int64_t)s->stats.version;
+    if (grow_dyn_ptrs(s, n) != 0 ||
+        pf_dyn_update_batch(s->dyn[i], ids, n, step, s->dyn_rows, s->dyn_slots) != PF_OK) {
+        s->dyn_dropped += n;
+        return;
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        float *row = s->dyn_rows[j];
+        if (!row)
+            continue;
+        pf_optim_step_apply(o, dyn_backend(s), width, g + (size_t)j * width, row,
+                            s->dyn_slots + (size_t)j * PF_DYN_MAX_SLOTS);
+        size_t bad = s->bad_shard < 0 ? pf_first_nonfinite(row, width) : width;
+        if (bad < width) {
+            s->bad_shard = i;
+            s->bad_elem = (size_t)j * width + bad; /* within this update's rows */
+        }
+    }
+    pf_dyn_evict_stale(s->dyn[i], step);
+}
+
+/* Merges the arrived tasks' ids of dynamic shard i into s->dyn_ids and their gradients,
+ * summed in task-index order and divided by the gradients aggregated, into s->dyn_sum (room
+ * made by keep_rows), then updates those rows once. */
+static void merge_apply_dyn(ps_shards *s, int i) {
+    size_t width = (size_t)s->info[i].shape[1], head[PF_MAX_TASKS] = {0};
+    const pf_backend *be = dyn_backend(s);
+    uint32_t n = 0;
+    for (;;) {
+        uint64_t id = UINT64_MAX;
+        int any = 0;
+        for (int t = 0; t < s->n_tasks; t++) {
+            const task_rows *tr = &s->trows[t];
+            if (s->arrived[t] && head[t] < tr->n_rows[i] &&
+                (!any || tr->ids[tr->row_at[i] + head[t]] < id)) {
+                id = tr->ids[tr->row_at[i] + head[t]];
+                any = 1;
+            }
+        }
+        if (!any)
+            break;
+        float *sum = s->dyn_sum + (size_t)n * width;
+        int first = 1;
+        for (int t = 0; t < s->n_tasks; t++) {
+            const task_rows *tr = &s->trows[t];
+            if (!s->arrived[t] || head[t] >= tr->n_rows[i] ||
+                tr->ids[tr->row_at[i] + head[t]] != id)
+                continue;
+            const float *g = tr->data + tr->data_at[i] + head[t] * width;
+            if (first)
+                be->copy(sum, g, width);
+            else
+                be->axpy(width, 1.0f, g, sum);
+            first = 0;
+            head[t]++;
+        }
+        be->scale(width, 1.0f / (float)s->n_arrived, sum);
+        s->dyn_ids[n++] = id;
+    }
+    pf_optim_step o = pf_optim_prepare(&s->spec.optimizer, (int64_t)s->stats.version);
+    dyn_update(s, i, s->dyn_ids, n, s->dyn_sum, &o);
+    s->n_touched[i] = 0;
+}
+
 /* Merges the arrived tasks' rows of table shard i and updates each named row once: its
  * gradients summed in task-index order, divided by the gradients aggregated. The merged
  * rows go to s->merged (room for every arrived row was made by the caller). */
@@ -434,10 +581,10 @@ static void merge_apply_rows(ps_shards *s, int i, size_t at) {
 /* Averages the arrived gradients and applies them: one sync step. Returns -1 (nothing
  * applied, the gradients kept) when there is no memory to merge a table's rows. */
 static int aggregate_apply(ps_shards *s) {
-    size_t rows = 0; /* every arrived row: room to merge them */
+    size_t rows = 0; /* every arrived row of a fixed table: room to merge them */
     for (int t = 0; s->has_tables && t < s->n_tasks; t++)
         for (int i = 0; s->arrived[t] && i < s->n; i++)
-            rows += s->table[i] ? s->trows[t].n_rows[i] : 0;
+            rows += s->table[i] && !s->dyn[i] ? s->trows[t].n_rows[i] : 0;
     if (grow((void **)&s->merged, &s->cap_merged, rows ? rows : 1, sizeof *s->merged) != 0)
         return -1;
     /* Average in task-index order so the result is independent of arrival order: summed
@@ -459,7 +606,9 @@ static int aggregate_apply(ps_shards *s) {
     } else {
         size_t at = 0;
         for (int i = 0; i < s->n; i++) {
-            if (s->table[i]) {
+            if (s->dyn[i]) {
+                merge_apply_dyn(s, i);
+            } else if (s->table[i]) {
                 merge_apply_rows(s, i, at);
                 at += s->n_touched[i];
             } else {
@@ -477,13 +626,47 @@ static int aggregate_apply(ps_shards *s) {
     return 0;
 }
 
-/* Keeps task's rows of this push for the sync step. -1: out of memory (nothing kept). */
+/* The rows of the arrived tasks' pushes and of grads (NULL: none) for local shard i. */
+static size_t step_rows(const ps_shards *s, int i, const ps_grad *grads) {
+    size_t n = grads ? grads[i].n_rows : 0;
+    for (int t = 0; t < s->n_tasks; t++)
+        n += s->arrived[t] ? s->trows[t].n_rows[i] : 0;
+    return n;
+}
+
+/* Room to merge the step's rows, those of the tasks already arrived and grads', taken now:
+ * the push that completes the step then cannot fail for memory (aggregate_apply). -1: out
+ * of memory. */
+static int room_to_merge(ps_shards *s, const ps_grad *grads) {
+    size_t merging = 0, dyn = 1, dyn_data = 1;
+    for (int i = 0; i < s->n; i++) {
+        if (!s->table[i])
+            continue;
+        size_t n = step_rows(s, i, grads);
+        if (!s->dyn[i]) {
+            merging += n;
+        } else if (n > dyn) {
+            dyn = n;
+        }
+        if (s->dyn[i] && n * (size_t)s->info[i].shape[1] > dyn_data)
+            dyn_data = n * (size_t)s->info[i].shape[1];
+    }
+    if (grow((void **)&s->merged, &s->cap_merged, merging ? merging : 1, sizeof *s->merged) != 0 ||
+        grow((void **)&s->dyn_ids, &s->cap_dyn_ids, dyn, sizeof *s->dyn_ids) != 0 ||
+        grow((void **)&s->dyn_sum, &s->cap_dyn_sum, dyn_data, sizeof *s->dyn_sum) != 0 ||
+        grow_dyn_ptrs(s, dyn) != 0)
+        return -1;
+    return 0;
+}
+
+/* Keeps task's rows of this push for the sync step (a dynamic shard's by id). -1: out of
+ * memory (nothing kept). */
 static int keep_rows(ps_shards *s, int task, const ps_grad *grads) {
     task_rows *tr = &s->trows[task];
-    size_t n_rows = 0, n_data = 0;
+    size_t n_rows = 0, n_ids = 0, n_data = 0;
     for (int i = 0; i < s->n; i++)
         if (s->table[i]) {
-            n_rows += grads[i].n_rows;
+            *(s->dyn[i] ? &n_ids : &n_rows) += grads[i].n_rows;
             n_data += (size_t)grads[i].n_rows * (size_t)s->info[i].shape[1];
         }
     size_t nn = (size_t)s->n;
@@ -495,27 +678,30 @@ static int keep_rows(ps_shards *s, int task, const ps_grad *grads) {
         tr->row_at = tr->data_at = NULL;
         return -1;
     }
-    /* Room to merge the step's rows, those of the tasks already arrived and these, taken
-     * now: the push that completes the step then cannot fail for memory (aggregate_apply). */
-    size_t merging = n_rows;
-    for (int t = 0; t < s->n_tasks; t++)
-        for (int i = 0; s->arrived[t] && i < s->n; i++)
-            merging += s->table[i] ? s->trows[t].n_rows[i] : 0;
     if (grow((void **)&tr->rows, &tr->cap_rows, n_rows ? n_rows : 1, sizeof *tr->rows) != 0 ||
+        grow((void **)&tr->ids, &tr->cap_ids, n_ids ? n_ids : 1, sizeof *tr->ids) != 0 ||
         grow((void **)&tr->data, &tr->cap_data, n_data ? n_data : 1, sizeof *tr->data) != 0 ||
-        grow((void **)&s->merged, &s->cap_merged, merging ? merging : 1, sizeof *s->merged) != 0)
+        room_to_merge(s, grads) != 0)
         return -1;
-    size_t r = 0, d = 0;
+    size_t r = 0, k = 0, d = 0;
     for (int i = 0; i < s->n; i++) {
         if (!s->table[i])
             continue;
         size_t width = (size_t)s->info[i].shape[1];
-        tr->row_at[i] = r;
+        tr->row_at[i] = s->dyn[i] ? k : r;
         tr->data_at[i] = d;
         tr->n_rows[i] = grads[i].n_rows;
-        memcpy(tr->rows + r, grads[i].rows, grads[i].n_rows * sizeof *tr->rows);
-        memcpy(tr->data + d, grads[i].data, grads[i].n_rows * width * sizeof *tr->data);
-        r += grads[i].n_rows;
+        if (s->dyn[i]) {
+            if (grads[i].n_rows)
+                memcpy(tr->ids + k, grads[i].ids, grads[i].n_rows * sizeof *tr->ids);
+            k += grads[i].n_rows;
+        } else {
+            if (grads[i].n_rows)
+                memcpy(tr->rows + r, grads[i].rows, grads[i].n_rows * sizeof *tr->rows);
+            r += grads[i].n_rows;
+        }
+        if (grads[i].n_rows)
+            memcpy(tr->data + d, grads[i].data, grads[i].n_rows * width * sizeof *tr->data);
         d += grads[i].n_rows * width;
     }
     return 0;
@@ -600,13 +786,17 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
      * memory for them that check reads the whole tables. */
     size_t rows = 0, at = 0;
     for (int i = 0; i < s->n; i++)
-        rows += s->table[i] ? grads[i].n_rows : 0;
+        rows += s->table[i] && !s->dyn[i] ? grads[i].n_rows : 0;
     int keep = grow((void **)&s->merged, &s->cap_merged, rows ? rows : 1, sizeof *s->merged) == 0;
     bool check = s->be->host_memory;
     s->bad_shard = -1;
     for (int i = 0; i < s->n; i++) {
         float *const slots[PF_OPTIM_MAX_SLOTS] = {slot_at(s, 0, i), slot_at(s, 1, i)};
-        if (s->table[i] && s->scatter) { /* adam: the whole shard moves */
+        if (s->dyn[i]) {
+            pf_optim_step o = pf_optim_prepare(&s->spec.optimizer, (int64_t)s->stats.version);
+            dyn_update(s, i, grads[i].ids, grads[i].n_rows, grads[i].data, &o);
+            s->n_touched[i] = 0;
+        } else if (s->table[i] && s->scatter) { /* adam: the whole shard moves */
             size_t width = (size_t)s->info[i].shape[1];
             for (uint32_t j = 0; j < grads[i].n_rows; j++)
                 memcpy(s->scatter + (size_t)grads[i].rows[j] * width, grads[i].data + j * width,
@@ -640,7 +830,7 @@ ps_push_result ps_shards_push_grads(ps_shards *s, int task, uint64_t incarnation
 ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint64_t seq,
                               uint64_t step, const float *const *grads) {
     for (int i = 0; i < s->n; i++)
-        s->whole[i] = (ps_grad){grads[i], NULL, 0};
+        s->whole[i] = (ps_grad){grads[i], NULL, 0, NULL};
     ps_push_result r = ps_shards_push_grads(s, task, incarnation, seq, step, s->whole);
     return r;
 }
@@ -648,6 +838,8 @@ ps_push_result ps_shards_push(ps_shards *s, int task, uint64_t incarnation, uint
 void ps_shards_restore(ps_shards *s, uint64_t version, const float *const *values,
                        const float *const *const *slots) {
     for (int i = 0; i < s->n; i++) {
+        if (s->dyn[i])
+            continue; /* restored by ps_shards_dyn_replace */
         s->be->upload(s->values + s->local_off[i], values[i], s->info[i].count);
         for (int k = 0; k < s->n_slots; k++)
             s->be->upload(s->slots[k] + s->local_off[i], slots[i][k], s->info[i].count);
@@ -675,9 +867,32 @@ static size_t first_nonfinite(const ps_shards *s, const float *v, size_t n) {
     return n;
 }
 
+/* The first non-finite element of dynamic table t's rows, walked in their order (the j-th
+ * row's element k is j * width + k), or -1 when all are finite. */
+static int64_t dyn_first_nonfinite(const pf_dyn_table *t) {
+    size_t width = (size_t)pf_dyn_config_get(t)->dim;
+    int64_t cursor = 0, j = 0;
+    for (pf_dyn_row row; pf_dyn_next(t, &cursor, &row); j++) {
+        size_t bad = pf_first_nonfinite(row.values, width);
+        if (bad < width)
+            return j * (int64_t)width + (int64_t)bad;
+    }
+    return -1;
+}
+
 int ps_shards_find_nonfinite(const ps_shards *s, size_t *elem) {
     for (int i = 0; i < s->n; i++) {
         const float *v = s->values + s->local_off[i];
+        if (s->dyn[i]) { /* checked as updated, read whole after a restore */
+            int64_t bad = s->bad_shard == i  ? (int64_t)s->bad_elem
+                          : s->touched_valid ? -1
+                                             : dyn_first_nonfinite(s->dyn[i]);
+            if (bad >= 0) {
+                *elem = (size_t)bad;
+                return i;
+            }
+            continue;
+        }
         if (s->table[i] && s->touched_valid && s->be->host_memory) { /* checked as updated */
             if (s->bad_shard == i) {
                 *elem = s->bad_elem;

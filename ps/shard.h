@@ -10,6 +10,10 @@
  *          are dropped and counted as stale; a second push for the same step from the same
  *          worker is a duplicate.
  *   async: every push is applied when it arrives.
+ * A dynamic table's shard (placement.h) holds a pf_dyn_table: a push's ids are updated through
+ * it at the current version (created when admitted, their gradients dropped otherwise), in
+ * sync mode once per step with each id's gradients summed in task-index order and divided as
+ * a fixed table's rows are; then rows idle past steps_to_live are evicted.
  * At-most-once: each worker task numbers its pushes (seq, increasing) within an
  * incarnation. A push whose seq is not above the last one seen from that incarnation is a
  * duplicate (acknowledged, not applied); a push from an older incarnation than the newest
@@ -18,9 +22,11 @@
 #ifndef PSFLOW_PS_SHARD_H
 #define PSFLOW_PS_SHARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "psflow/backend.h"
+#include "psflow/dyn_table.h"
 #include "psflow/placement.h"
 #include "psflow/spec.h"
 
@@ -35,12 +41,15 @@ typedef enum {
 
 /* A push's gradient for one local shard: the whole shard (rows NULL: data holds count
  * floats), or some of its rows (data holds n_rows * width floats, rows[j] relative to the
- * shard's first row, strictly increasing, each < shape[0]). Table shards (ps_shards_is_table)
- * take rows only, every other shard whole only; the caller checks. */
+ * shard's first row, strictly increasing, each < shape[0]), or for a dynamic table's shard
+ * the rows of some ids (ids[j] strictly increasing, each one this task owns: pf_dyn_owner).
+ * Table shards (ps_shards_is_table) take rows only, dynamic ones ids only, every other shard
+ * whole only; the caller checks. */
 typedef struct ps_grad {
     const float *data;
     const uint32_t *rows;
     uint32_t n_rows;
+    const uint64_t *ids;
 } ps_grad;
 
 typedef struct ps_stats {
@@ -72,6 +81,26 @@ const float *ps_shards_values(const ps_shards *s, int i);
  * and pushed by rows (api/wire.md ROW_PULL, ROW_PUSH_PULL). Its rows are shape[0] rows of
  * shape[1] floats. */
 int ps_shards_is_table(const ps_shards *s, int i);
+
+/* 1 when local shard i is a dynamic table's (placement.h; also a table): its rows are
+ * those of a pf_dyn_table, pulled and pushed by 64-bit id. */
+int ps_shards_is_dynamic(const ps_shards *s, int i);
+
+/* Dynamic shard i's table (borrowed; valid until ps_shards_dyn_replace or destroy): for
+ * checkpoints and statistics. */
+pf_dyn_table *ps_shards_dyn_table(const ps_shards *s, int i);
+
+/* A pull of dynamic shard i: row j of out (n rows of the shard's width) gets ids[j]'s row,
+ * zeros for an id without one; counted as lookups when `count` (training's pulls). */
+void ps_shards_dyn_gather(ps_shards *s, int i, const uint64_t *ids, size_t n, float *out,
+                          bool count);
+
+/* Puts t (a table of dynamic shard i's configuration: pf_dyn_table_config) in place of the
+ * shard's table, which is destroyed (a restore). Pending sync gradients are discarded. */
+void ps_shards_dyn_replace(ps_shards *s, int i, pf_dyn_table *t);
+
+/* Rows of dynamic tables whose update was dropped for want of memory, since creation. */
+uint64_t ps_shards_dyn_dropped(const ps_shards *s);
 
 /* Offers a push. grads[i] is the gradient for local shard i, already validated by the
  * caller. `task` is the worker's index (0..replicas.worker-1, the chief counting as worker

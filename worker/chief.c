@@ -22,8 +22,9 @@
 
 /* --- evaluation --- */
 
-static void upload_batch(trainer *t, int count) {
-    t->be->upload(t->d_x, t->hx, (size_t)count * (size_t)pf_model_input_width(&t->spec->model));
+/* Uploads count examples of x, as wide as the evaluated model's input. */
+static void upload_batch(trainer *t, int count, const float *x, const pf_model_spec *m) {
+    t->be->upload(t->d_x, x, (size_t)count * (size_t)pf_model_input_width(m));
     if (t->spec->model.type == PF_MODEL_LINEAR)
         t->be->upload(t->d_y, t->hy, (size_t)count);
     else
@@ -60,7 +61,11 @@ pf_eval worker_chief_evaluate(trainer *t) {
             }
             params = t->eval_params;
         }
-        upload_batch(t, count);
+        if (t->row_mode)
+            upload_batch(t, count, worker_row_plan_input(&t->eval_plan, t->hx),
+                         &t->eval_rows.compact);
+        else
+            upload_batch(t, count, t->hx, &t->spec->model);
         pf_model_eval_batch(t->model, params, t->d_x, t->d_y, t->d_labels, count, &ev);
     }
     bool whole = ev.scores && ev.examples == ds->n;

@@ -121,7 +121,7 @@ static uint32_t expect_pull(worker_request *q, const worker_request_env *e, floa
             size_t dim = (size_t)s->shape[1];
             q->exp_count[k] = (uint64_t)n * dim;
             q->exp_dst[k] = params ? params + r->table_off[s->var] + (size_t)first * dim : NULL;
-            e->sel[n_sel++] = (pf_wire_rows){q->ids[i], 0, n, plan->rel[s->var] + first, NULL};
+            e->sel[n_sel++] = worker_rows_set(plan, s, q->ids[i], 0, NULL);
         }
     return n_sel;
 }
@@ -201,8 +201,8 @@ static pf_status encode_row_push(worker_request *q, const worker_request_env *e,
         uint32_t n = plan ? plan->count[q->ids[i]] : 0;
         size_t dim = (size_t)s->shape[1];
         e->prows[n_rows++] =
-            (pf_wire_rows){q->ids[i], (uint32_t)dim, n, n ? plan->rel[s->var] + first : NULL,
-                           n ? grads + r->table_off[s->var] + (size_t)first * dim : NULL};
+            worker_rows_set(plan, s, q->ids[i], (uint32_t)dim,
+                            n ? grads + r->table_off[s->var] + (size_t)first * dim : NULL);
     }
     q->n_exp = 0;
     pf_wire_row_pull pull = {q->min_version, 0, NULL, 0, NULL};

@@ -508,6 +508,12 @@ static int gather_next_rows(trainer *t, run *r, uint64_t global) {
     return 1;
 }
 
+/* Row mode: the batch of t->rplan as its compact model takes it (dynamic tables' ids
+ * rewritten into the plan's buffer); hx otherwise. */
+static const float *row_batch(trainer *t) {
+    return t->row_mode ? worker_row_plan_input(&t->rplan, t->hx) : t->hx;
+}
+
 /* Whether the last push-pull brought the rows of the batch this step feeds: a sync step
  * feeds exactly its own step's batch; an async one takes the batch fetched, as a prefetched
  * gradient is taken (one step behind when other tasks pushed meanwhile). */
@@ -531,7 +537,8 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
         r->fed = r->rows_step;
         worker_link_set_plan(t->link, &t->rplan); /* an evaluation's pulls set their own */
         double at = pf_profile_now(t->prof);
-        r->last_loss = pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
+        r->last_loss =
+            pf_towers_gradient(t->towers, t->params, row_batch(t), t->hy, t->hlabels, t->grads);
         pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
     } else {
         double at = pf_profile_now(t->prof);
@@ -558,7 +565,8 @@ static step_outcome compute_gradient(trainer *t, run *r, uint64_t global) {
                 return s;
             at = pf_profile_now(t->prof); /* a rollback or resync above is not the pull */
         }
-        r->last_loss = pf_towers_gradient(t->towers, t->params, t->hx, t->hy, t->hlabels, t->grads);
+        r->last_loss =
+            pf_towers_gradient(t->towers, t->params, row_batch(t), t->hy, t->hlabels, t->grads);
         pf_profile_add(t->prof, PF_PHASE_COMPUTE, at);
     }
     r->ahead = 0;

@@ -1,6 +1,7 @@
 /* dyn_batch.c - each batch's rows of dynamic tables as a fixed table (dyn_batch.h).
  *
- * DESIGN: a plan collects (id, position) pairs per dynamic table, sorts them by id and walks
+ * DESIGN: a plan collects (id, position) pairs per dynamic table, sorts them by owner and id
+ * (one process: by id) and walks
  * the sorted list once: each new id gets the next compact row, and every position of it is
  * written that row. O(b log b) for b ids a batch, nothing allocated per batch.
  */
@@ -37,14 +38,10 @@ void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dy
         out->slot_init[0] = (float)spec->optimizer.initial_accumulator_value;
 }
 
-pf_status pf_dyn_batch_init(pf_dyn_batch *b, const pf_model_spec *job, int batch) {
-    memset(b, 0, sizeof *b);
+pf_status pf_dyn_compact_model(const pf_model_spec *job, int batch, pf_model_spec *out) {
     if (batch < 1 || !pf_model_has_dynamic(job) || !pf_model_embeddings_valid(job))
         return PF_ERR_INVALID;
-    b->job = *job;
-    b->compact = *job;
-    b->batch = batch;
-    size_t most = 0;
+    *out = *job;
     for (int f = 0; f < job->n_embeddings; f++) {
         const pf_embedding_spec *e = &job->embeddings[f];
         if (e->kind != PF_TABLE_DYNAMIC)
@@ -52,8 +49,7 @@ pf_status pf_dyn_batch_init(pf_dyn_batch *b, const pf_model_spec *job, int batch
         int64_t cap = (int64_t)batch * e->max_ids;
         if (cap > PF_MAX_VOCAB)
             return PF_ERR_INVALID;
-        b->cap[f] = (uint32_t)cap;
-        pf_embedding_spec *c = &b->compact.embeddings[f];
+        pf_embedding_spec *c = &out->embeddings[f];
         c->kind = PF_TABLE_FIXED;
         c->vocab = cap;
         c->max_rows = 0;
@@ -61,9 +57,26 @@ pf_status pf_dyn_batch_init(pf_dyn_batch *b, const pf_model_spec *job, int batch
         c->probability = 1;
         c->steps_to_live = 0;
         c->sketch_bytes = 0;
-        if (!(b->ids[f] = pf_mallocarray((size_t)cap, sizeof *b->ids[f])))
+    }
+    return PF_OK;
+}
+
+pf_status pf_dyn_batch_init(pf_dyn_batch *b, const pf_model_spec *job, int batch) {
+    memset(b, 0, sizeof *b);
+    pf_status st = pf_dyn_compact_model(job, batch, &b->compact);
+    if (st != PF_OK)
+        return st;
+    b->job = *job;
+    b->batch = batch;
+    b->n_ps = 1;
+    size_t most = 0;
+    for (int f = 0; f < job->n_embeddings; f++) {
+        if (job->embeddings[f].kind != PF_TABLE_DYNAMIC)
+            continue;
+        b->cap[f] = (uint32_t)b->compact.embeddings[f].vocab;
+        if (!(b->ids[f] = pf_mallocarray(b->cap[f], sizeof *b->ids[f])))
             goto nomem;
-        most = (size_t)cap > most ? (size_t)cap : most;
+        most = b->cap[f] > most ? b->cap[f] : most;
     }
     b->in_width = pf_model_input_width(job);
     b->out_width = pf_model_input_width(&b->compact);
@@ -82,9 +95,12 @@ void pf_dyn_batch_deinit(pf_dyn_batch *b) {
     memset(b, 0, sizeof *b);
 }
 
-static int by_id(const void *a, const void *b) {
-    uint64_t x = ((const pf_dyn_id_pos *)a)->id, y = ((const pf_dyn_id_pos *)b)->id;
-    return (x > y) - (x < y);
+/* By owner, then by id. */
+static int by_owner_id(const void *a, const void *b) {
+    const pf_dyn_id_pos *x = a, *y = b;
+    if (x->owner != y->owner)
+        return (x->owner > y->owner) - (x->owner < y->owner);
+    return (x->id > y->id) - (x->id < y->id);
 }
 
 /* Dynamic table f of count examples: its ids into b->ids[f], its rows into out's slots. */
@@ -102,12 +118,14 @@ static void plan_table(pf_dyn_batch *b, int f, const float *x, int count, int in
             row[k] = got == 0 ? -1.0f : NAN; /* an id's row is written below */
             row[max + k] = ids[(size_t)max * PF_DYN_ID_SLOTS + (size_t)k];
             if (got > 0)
-                b->scratch[pairs++] = (pf_dyn_id_pos){id, (uint32_t)(i * max + k)};
+                b->scratch[pairs++] =
+                    (pf_dyn_id_pos){id, (uint32_t)(i * max + k),
+                                    b->n_ps > 1 ? (uint32_t)pf_dyn_owner(id, b->n_ps) : 0};
             else if (got < 0)
                 invalid++;
         }
     }
-    qsort(b->scratch, pairs, sizeof *b->scratch, by_id);
+    qsort(b->scratch, pairs, sizeof *b->scratch, by_owner_id);
     uint32_t n = 0;
     for (uint32_t j = 0; j < pairs; j++) {
         if (n == 0 || b->scratch[j].id != b->ids[f][n - 1])

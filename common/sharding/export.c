@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint_internal.h"
+#include "psflow/dyn_checkpoint.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/safetensors.h"
@@ -39,7 +40,8 @@ struct pf_checkpoint_model {
     char **names;
     int *ranks;
     int64_t (*shapes)[2];
-    float **data;
+    void **data;      /* of dtypes[i] */
+    pf_dtype *dtypes; /* F32, or U64 for a dynamic table's ids */
 };
 
 void pf_checkpoint_model_destroy(pf_checkpoint_model *m) {
@@ -53,6 +55,7 @@ void pf_checkpoint_model_destroy(pf_checkpoint_model *m) {
     pf_free(m->ranks);
     pf_free(m->shapes);
     pf_free(m->data);
+    pf_free(m->dtypes);
     pf_free(m->spec);
     pf_free(m);
 }
@@ -77,7 +80,8 @@ pf_tensor_view pf_checkpoint_model_get(const pf_checkpoint_model *m, int i) {
     pf_tensor_view v = {.name = m->names[i],
                         .rank = m->ranks[i],
                         .shape = {m->shapes[i][0], m->shapes[i][1]},
-                        .data = m->data[i]};
+                        .raw = m->data[i],
+                        .dtype = m->dtypes[i]};
     return v;
 }
 
@@ -178,7 +182,8 @@ static pf_status assemble(shard_entry *e, size_t n, const char *step_dir, pf_che
     m->ranks = pf_calloc(vars, sizeof *m->ranks);
     m->shapes = pf_calloc(vars, sizeof *m->shapes);
     m->data = pf_calloc(vars, sizeof *m->data);
-    if (!m->names || !m->ranks || !m->shapes || !m->data)
+    m->dtypes = pf_calloc(vars, sizeof *m->dtypes);
+    if (!m->names || !m->ranks || !m->shapes || !m->data || !m->dtypes)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
     for (size_t i = 0; i < n;) {
         size_t k = 1;
@@ -199,11 +204,132 @@ static pf_status assemble(shard_entry *e, size_t n, const char *step_dir, pf_che
         m->shapes[v][0] = e[i].var_rows;
         m->shapes[v][1] = e[i].rank == 2 ? e[i].var_cols : 0;
         for (size_t j = i; j < i + k; j++)
-            memcpy(m->data[v] + (size_t)e[j].row_offset * (size_t)e[j].cols, e[j].data,
+            memcpy((float *)m->data[v] + (size_t)e[j].row_offset * (size_t)e[j].cols, e[j].data,
                    (size_t)(e[j].rows * e[j].cols) * sizeof(float));
         i += k;
     }
     return PF_OK;
+}
+
+/* Appends variable `name` (copied) of dtype d holding data (taken over) to m. */
+static pf_status add_variable(pf_checkpoint_model *m, const char *name, int rank, int64_t rows,
+                              int64_t cols, pf_dtype d, void *data) {
+    size_t n = (size_t)m->n + 1;
+    char **names = pf_realloc(m->names, n * sizeof *names);
+    if (names)
+        m->names = names;
+    int *ranks = names ? pf_realloc(m->ranks, n * sizeof *ranks) : NULL;
+    if (ranks)
+        m->ranks = ranks;
+    int64_t(*shapes)[2] = ranks ? pf_realloc(m->shapes, n * sizeof *shapes) : NULL;
+    if (shapes)
+        m->shapes = shapes;
+    void **datas = shapes ? pf_realloc(m->data, n * sizeof *datas) : NULL;
+    if (datas)
+        m->data = datas;
+    pf_dtype *dtypes = datas ? pf_realloc(m->dtypes, n * sizeof *dtypes) : NULL;
+    if (dtypes)
+        m->dtypes = dtypes;
+    char *copy = dtypes ? pf_strdup(name) : NULL;
+    if (!copy) {
+        pf_free(data);
+        return PF_ERR_NOMEM;
+    }
+    m->names[m->n] = copy;
+    m->ranks[m->n] = rank;
+    m->shapes[m->n][0] = rows;
+    m->shapes[m->n][1] = cols;
+    m->data[m->n] = data;
+    m->dtypes[m->n] = d;
+    m->n++;
+    return PF_OK;
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(**(char *const *const *)a, **(char *const *const *)b);
+}
+
+/* Sorts m's variables by name. */
+static pf_status sort_variables(pf_checkpoint_model *m) {
+    size_t n = (size_t)m->n;
+    char ***order = pf_mallocarray(n ? n : 1, sizeof *order);
+    pf_checkpoint_model copy = *m;
+    copy.names = pf_mallocarray(n ? n : 1, sizeof *copy.names);
+    copy.ranks = pf_mallocarray(n ? n : 1, sizeof *copy.ranks);
+    copy.shapes = pf_mallocarray(n ? n : 1, sizeof *copy.shapes);
+    copy.data = pf_mallocarray(n ? n : 1, sizeof *copy.data);
+    copy.dtypes = pf_mallocarray(n ? n : 1, sizeof *copy.dtypes);
+    pf_status st = order && copy.names && copy.ranks && copy.shapes && copy.data && copy.dtypes
+                       ? PF_OK
+                       : PF_ERR_NOMEM;
+    if (st == PF_OK) {
+        for (size_t i = 0; i < n; i++)
+            order[i] = &m->names[i];
+        qsort(order, n, sizeof *order, cmp_names);
+        for (size_t i = 0; i < n; i++) {
+            size_t from = (size_t)(order[i] - m->names);
+            copy.names[i] = m->names[from];
+            copy.ranks[i] = m->ranks[from];
+            memcpy(copy.shapes[i], m->shapes[from], sizeof copy.shapes[i]);
+            copy.data[i] = m->data[from];
+            copy.dtypes[i] = m->dtypes[from];
+        }
+        memcpy(m->names, copy.names, n * sizeof *copy.names);
+        memcpy(m->ranks, copy.ranks, n * sizeof *copy.ranks);
+        memcpy(m->shapes, copy.shapes, n * sizeof *copy.shapes);
+        memcpy(m->data, copy.data, n * sizeof *copy.data);
+        memcpy(m->dtypes, copy.dtypes, n * sizeof *copy.dtypes);
+    }
+    pf_free(order);
+    pf_free(copy.names);
+    pf_free(copy.ranks);
+    pf_free(copy.shapes);
+    pf_free(copy.data);
+    pf_free(copy.dtypes);
+    return st;
+}
+
+/* The dynamic tables of the job the checkpoint records (its "psflow_spec"), each as the
+ * variable "<var>" [rows, dim] of its rows sorted by id and "<var>/ids" [rows] (U64) of their
+ * ids, gathered from every file (dyn_checkpoint.h); then every variable sorted by name. */
+static pf_status add_dynamic(pf_checkpoint_model *m, const pf_safetensors *const *files, int n,
+                             const char *step_dir, pf_error *err) {
+    pf_job_spec spec;
+    pf_error perr;
+    if (!m->spec || pf_job_spec_parse(m->spec, strlen(m->spec), &spec, &perr) != PF_OK)
+        return PF_OK; /* a checkpoint before dynamic tables, or one that names no spec */
+    pf_var_info vars[PF_MAX_VARS];
+    pf_model_layout(&spec.model, vars);
+    pf_status st = PF_OK;
+    for (int f = 0; st == PF_OK && f < spec.model.n_embeddings; f++) {
+        if (spec.model.embeddings[f].kind != PF_TABLE_DYNAMIC)
+            continue;
+        uint64_t *ids = NULL;
+        float *values = NULL;
+        int64_t rows = 0;
+        int dim = 0;
+        char name[PF_VAR_NAME_MAX + 8];
+        st = pf_dyn_export_rows(files, n, vars[f].name, &ids, &values, &rows, &dim, err);
+        if (st == PF_OK) {
+            st = add_variable(m, vars[f].name, 2, rows, dim, PF_DTYPE_F32, values); /* takes it */
+            values = NULL;
+            if (st != PF_OK)
+                pf_error_set(err, st, NULL, "%s: out of memory", step_dir);
+        }
+        if (st == PF_OK) {
+            snprintf(name, sizeof name, "%s/ids", vars[f].name);
+            st = add_variable(m, name, 1, rows, 0, PF_DTYPE_U64, ids);
+            ids = NULL;
+            if (st != PF_OK)
+                pf_error_set(err, st, NULL, "%s: out of memory", step_dir);
+        }
+        pf_free(ids);
+        pf_free(values);
+    }
+    pf_job_spec_deinit(&spec);
+    if (st == PF_OK && sort_variables(m) != PF_OK)
+        st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
+    return st;
 }
 
 pf_status pf_checkpoint_merge(const char *dir, pf_checkpoint_model **out, pf_error *err) {
@@ -226,7 +352,7 @@ pf_status pf_checkpoint_merge(const char *dir, pf_checkpoint_model **out, pf_err
     m->step = man.step;
     for (int i = 0; i < man.num_ps && st == PF_OK; i++) {
         if ((st = ckpt_join(path, sizeof path, step_dir, man.files[i].name, err)) != PF_OK ||
-            (st = pf_safetensors_read(path, &files[i], err)) != PF_OK)
+            (st = pf_safetensors_read_any(path, &files[i], err)) != PF_OK)
             break;
         const char *job = pf_safetensors_meta(files[i], "psflow_job");
         const char *text = pf_safetensors_meta(files[i], "psflow_shards");
@@ -257,6 +383,8 @@ pf_status pf_checkpoint_merge(const char *dir, pf_checkpoint_model **out, pf_err
     }
     qsort(entries, n_entries, sizeof *entries, cmp_entry);
     st = assemble(entries, n_entries, step_dir, m, err);
+    if (st == PF_OK)
+        st = add_dynamic(m, (const pf_safetensors *const *)files, man.num_ps, step_dir, err);
 done:
     for (int i = 0; files && metas && i < man.num_ps; i++) {
         pf_safetensors_destroy(files[i]);
@@ -275,11 +403,16 @@ done:
 }
 
 pf_status pf_checkpoint_model_write(const pf_checkpoint_model *m, const char *path, pf_error *err) {
-    pf_tensor_view *t = pf_mallocarray((size_t)m->n, sizeof *t);
+    pf_tensor_view *t = pf_mallocarray((size_t)(m->n ? m->n : 1), sizeof *t);
     if (!t)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
+    int k = 0; /* 8-byte elements first: aligned right after the header */
     for (int i = 0; i < m->n; i++)
-        t[i] = pf_checkpoint_model_get(m, i);
+        if (m->dtypes[i] == PF_DTYPE_U64)
+            t[k++] = pf_checkpoint_model_get(m, i);
+    for (int i = 0; i < m->n; i++)
+        if (m->dtypes[i] != PF_DTYPE_U64)
+            t[k++] = pf_checkpoint_model_get(m, i);
     char step[24];
     snprintf(step, sizeof step, "%lld", (long long)m->step);
     const char *keys[] = {"psflow_job", "global_step", "psflow_spec"};
@@ -318,6 +451,8 @@ pf_status pf_checkpoint_model_params(const pf_checkpoint_model *m, const pf_mode
     for (int v = 0; v < n_vars; v++) {
         pf_tensor_view t = {0};
         int found = 0;
+        if (v < model->n_embeddings && model->embeddings[v].kind == PF_TABLE_DYNAMIC)
+            continue; /* no part of the vector: its rows are by id */
         for (int i = 0; i < n && !found; i++) {
             t = pf_checkpoint_model_get(m, i);
             found = strcmp(t.name, vars[v].name) == 0;

@@ -70,16 +70,25 @@ void pf_footprint_estimate(const pf_job_spec *spec, pf_footprint *out) {
 }
 
 pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err) {
-    for (int f = 0; f < spec->model.n_embeddings; f++)
-        if (spec->model.embeddings[f].kind == PF_TABLE_DYNAMIC) {
-            char ptr[64];
-            snprintf(ptr, sizeof ptr, "/model/embeddings/%d/kind", f);
-            return pf_error_set(err, PF_ERR_SPEC, ptr,
-                                "%s: dynamic tables train in one process (psflow train) in "
-                                "this version; ps tasks do not hold them yet",
-                                ptr);
-        }
+    if (pf_model_has_dynamic(&spec->model) && spec->replicas.evaluator > 0)
+        return pf_error_set(err, PF_ERR_SPEC, "/replicas/evaluator",
+                            "/replicas/evaluator: an evaluator task reads whole tables, and a "
+                            "dynamic table has none to read; the chief evaluates jobs with "
+                            "dynamic tables (training.eval_every_steps)");
     return PF_OK;
+}
+
+/* Of a dynamic table's shard of ps task `task`: its table at its share of max_rows, and the
+ * rows of the ids one message may name (a batch's, at 4 bytes a float and 8 an id) into
+ * *rows. */
+static double dynamic_share(const pf_job_spec *spec, const pf_shard_info *sh, double *rows) {
+    const pf_embedding_spec *e = &spec->model.embeddings[sh->var];
+    double batch = (double)spec->training.batch_size * spec->replicas_per_worker;
+    double ids = (batch > EVAL_BATCH ? batch : EVAL_BATCH) * e->max_ids;
+    *rows = ids * (4.0 * pf_model_row_width(&spec->model, sh->var) + 8);
+    pf_dyn_config cfg;
+    pf_dyn_table_config(spec, sh->var, sh->max_rows, &cfg);
+    return (double)pf_dyn_bytes_bound(&cfg);
 }
 
 int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {
@@ -90,9 +99,17 @@ int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, in
     double sync = spec->training.mode == PF_MODE_SYNC ? tasks : 0;
     double state = held * (1 + pf_optim_num_slots(&spec->optimizer) + sync);
     /* The largest message a training task exchanges with this ps: every shard's values
-     * (a PUSH_PULL, or its PULL_REPLY) with the headers. */
+     * (a PUSH_PULL, or its PULL_REPLY) with the headers, and a batch's rows of each dynamic
+     * table; a sync step keeps every task's rows of it and their sum. */
     double message = held + PF_FOOTPRINT_PS_MESSAGE_EXTRA +
                      PF_FOOTPRINT_PS_SHARD_EXTRA * (double)p->shards_per_ps[task];
+    for (int k = 0; k < p->n_shards; k++) {
+        if (!p->shards[k].dynamic || p->shards[k].ps_task != task)
+            continue;
+        double rows;
+        state += dynamic_share(spec, &p->shards[k], &rows) + (sync ? sync + 1 : 0) * rows;
+        message += rows;
+    }
     return clamp((double)PF_FOOTPRINT_PS_BASE + state + 2 * tasks * message);
 }
 

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,10 +143,13 @@ pf_status pf_placement_compute(const pf_job_spec *spec, pf_placement *out) {
     int counts[PF_MAX_VARS];
     int64_t total = 0;
     for (int v = 0; v < n_vars; v++) {
-        if (vars[v].shape[0] < 1 || vars[v].shape[1] < 1)
+        bool dynamic =
+            v < spec->model.n_embeddings && spec->model.embeddings[v].kind == PF_TABLE_DYNAMIC;
+        if ((vars[v].shape[0] < 1 && !dynamic) || vars[v].shape[1] < 1)
             return PF_ERR_INVALID;
-        counts[v] =
-            pf_partition_count(&spec->partitioner, vars[v].shape[0], ELEM_BYTES * vars[v].shape[1]);
+        counts[v] = dynamic ? n_ps
+                            : pf_partition_count(&spec->partitioner, vars[v].shape[0],
+                                                 ELEM_BYTES * vars[v].shape[1]);
         total += counts[v];
     }
     if (total > INT_MAX)
@@ -167,6 +171,13 @@ pf_status pf_placement_compute(const pf_job_spec *spec, pf_placement *out) {
     int k = 0;
     for (int v = 0; v < n_vars; v++) {
         cut_variable(&vars[v], v, counts[v], &p.shards[k]);
+        for (int i = 0; v < spec->model.n_embeddings &&
+                        spec->model.embeddings[v].kind == PF_TABLE_DYNAMIC && i < counts[v];
+             i++) {
+            p.shards[k + i].dynamic = 1;
+            p.shards[k + i].max_rows = (spec->model.embeddings[v].max_rows + n_ps - 1) / n_ps;
+            p.shards[k + i].ps_task = i; /* fixed: the owner hash names the task */
+        }
         k += counts[v];
     }
 
@@ -177,6 +188,10 @@ pf_status pf_placement_compute(const pf_job_spec *spec, pf_placement *out) {
     for (k = 0; k < p.n_shards; k++) {
         int64_t bytes = ELEM_BYTES * (int64_t)p.shards[k].count;
         int task;
+        if (p.shards[k].dynamic) {
+            p.shards_per_ps[p.shards[k].ps_task]++;
+            continue;
+        }
         if (heap) {
             task = heap[0];
             p.bytes_per_ps[task] += bytes;
@@ -231,11 +246,20 @@ struct json_t *pf_placement_shards_json(const pf_placement *p, int n_tables) {
         json_t *shape = json_array();
         for (int d = 0; shape && d < sh->rank; d++)
             json_array_append_new(shape, json_integer(sh->shape[d]));
-        json_t *item = json_pack(
-            "{s:s, s:s, s:s, s:o, s:i, s:I, s:I, s:i, s:I}", "variable", variable, "name", sh->name,
-            "kind", sh->var < n_tables ? "table" : "dense", "shape", shape, "shard", sh->shard,
-            "offset", (json_int_t)sh->row_offset, "rows", (json_int_t)sh->shape[0], "ps_task",
-            sh->ps_task, "bytes", (json_int_t)(ELEM_BYTES * (int64_t)sh->count));
+        json_t *item =
+            json_pack("{s:s, s:s, s:s, s:o, s:i, s:I, s:I, s:i, s:I}", "variable", variable, "name",
+                      sh->name, "kind",
+                      sh->dynamic          ? "dynamic"
+                      : sh->var < n_tables ? "table"
+                                           : "dense",
+                      "shape", shape, "shard", sh->shard, "offset", (json_int_t)sh->row_offset,
+                      "rows", (json_int_t)sh->shape[0], "ps_task", sh->ps_task, "bytes",
+                      (json_int_t)(ELEM_BYTES * (int64_t)sh->count));
+        if (item && sh->dynamic &&
+            json_object_set_new(item, "max_rows", json_integer(sh->max_rows)) != 0) {
+            json_decref(item);
+            item = NULL;
+        }
         if (!item || json_array_append_new(out, item) != 0) {
             json_decref(out);
             return NULL;

@@ -94,9 +94,10 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
                                  size_t path_len, int64_t *bytes_out, pf_error *err) {
     pf_var_info vars[PF_MAX_VARS];
     int nv = pf_model_layout(&spec->model, vars);
-    int n = shards->n, n_slots = optim->n;
+    int n = shards->n, n_slots = optim->n, n_extra = shards->n_extra;
     if (ps_task < 0 || n < 0 || n_slots < 0 || n_slots > PF_OPTIM_MAX_SLOTS ||
-        (n > 0 && (!shards->info || !shards->values)) || (n > 0 && n_slots > 0 && !shards->slots))
+        (n > 0 && (!shards->info || !shards->values)) || (n > 0 && n_slots > 0 && !shards->slots) ||
+        n_extra < 0 || (n_extra > 0 && !shards->extra))
         return pf_error_set(err, PF_ERR_INVALID, NULL, "ps %d: invalid checkpoint arguments",
                             ps_task);
     for (int i = 0; i < n; i++) {
@@ -126,8 +127,9 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
     if (st != PF_OK)
         return st;
 
-    size_t n_tensors = (size_t)n * (size_t)(1 + n_slots);
-    pf_tensor_view *t = pf_mallocarray(n_tensors, sizeof *t);
+    size_t n_shard_tensors = (size_t)n * (size_t)(1 + n_slots);
+    size_t n_tensors = n_shard_tensors + (size_t)n_extra;
+    pf_tensor_view *t = pf_mallocarray(n_tensors ? n_tensors : 1, sizeof *t);
     char(*names)[SLOT_NAME_MAX] = pf_mallocarray((size_t)n * (size_t)n_slots, sizeof *names);
     char *shards_meta = shards_json(shards, vars);
     char *spec_text = NULL; /* the whole job spec: psflow serve needs nothing else */
@@ -135,20 +137,35 @@ pf_status pf_checkpoint_write_ps(const char *step_dir, int ps_task, uint64_t ver
         st = pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
         goto done;
     }
+    /* The extra tensors of 8-byte elements first (right after the header, aligned), then the
+     * shards, then the other extra tensors. */
+    size_t front = 0;
+    for (int i = 0; i < n_extra; i++)
+        front += shards->extra[i].dtype == PF_DTYPE_I64 || shards->extra[i].dtype == PF_DTYPE_U64;
+    size_t back = front + n_shard_tensors;
+    size_t wide_at = 0;
+    for (int i = 0; i < n_extra; i++) {
+        pf_dtype d = shards->extra[i].dtype;
+        if (d == PF_DTYPE_I64 || d == PF_DTYPE_U64)
+            t[wide_at++] = shards->extra[i];
+        else
+            t[back++] = shards->extra[i];
+    }
+    pf_tensor_view *shard_t = t + front;
     for (int i = 0; i < n; i++) {
         const pf_shard_info *s = &shards->info[i];
         pf_tensor_view v = {.name = s->name,
                             .rank = s->rank,
                             .shape = {s->shape[0], s->shape[1]},
                             .data = shards->values[i]};
-        t[(size_t)i * (size_t)(1 + n_slots)] = v;
+        shard_t[(size_t)i * (size_t)(1 + n_slots)] = v;
         for (int k = 0; k < n_slots; k++) {
             char *sn = names[(size_t)i * (size_t)n_slots + (size_t)k];
             if ((st = slot_name(sn, s->name, optim, k, err)) != PF_OK)
                 goto done;
             v.name = sn;
             v.data = shards->slots[i][k];
-            t[(size_t)i * (size_t)(1 + n_slots) + 1 + (size_t)k] = v;
+            shard_t[(size_t)i * (size_t)(1 + n_slots) + 1 + (size_t)k] = v;
         }
     }
     char task_text[24], version_text[24];
@@ -231,6 +248,8 @@ static pf_status expect_tensor(const pf_safetensors *st, const char *path, const
     pf_tensor_view v;
     if (pf_safetensors_find(st, name, &v) != 0)
         return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' missing", path, name);
+    if (v.dtype != PF_DTYPE_F32)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' is not F32", path, name);
     if (view_count(&v) != (int64_t)count)
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "%s: tensor '%s' has %lld elements, expected %zu", path, name,
@@ -256,7 +275,7 @@ pf_status pf_checkpoint_load_ps(const char *step_dir, int ps_task, const pf_shar
     pf_checkpoint_ps *c = pf_calloc(1, sizeof *c);
     if (!c)
         return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", path);
-    if ((st = pf_safetensors_read(path, &c->st, err)) != PF_OK)
+    if ((st = pf_safetensors_read_any(path, &c->st, err)) != PF_OK) /* a dynamic table's too */
         goto fail;
     const char *version = pf_safetensors_meta(c->st, "version");
     const char *task = pf_safetensors_meta(c->st, "ps_task");
@@ -353,6 +372,9 @@ pf_status ckpt_collect_entries(const pf_safetensors *st, const char *path, json_
         pf_tensor_view t;
         if (pf_safetensors_find(st, e.name, &t) != 0)
             return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' missing", path, e.name);
+        if (t.dtype != PF_DTYPE_F32)
+            return pf_error_set(err, PF_ERR_FORMAT, NULL, "%s: tensor '%s' is not F32", path,
+                                e.name);
         if (t.rank != e.rank || t.shape[0] != e.rows || (e.rank == 2 && t.shape[1] != e.cols))
             return pf_error_set(err, PF_ERR_FORMAT, NULL,
                                 "%s: tensor '%s' has another shape than psflow_shards says", path,
@@ -491,7 +513,7 @@ pf_status pf_checkpoint_load_repartitioned(const char *step_dir, const pf_job_sp
         size_t ne = 0, cap = 0;
         uint64_t version = 0;
         if ((st = ckpt_join(path, sizeof path, step_dir, m.files[f].name, err)) == PF_OK)
-            st = pf_safetensors_read(path, &file, err);
+            st = pf_safetensors_read_any(path, &file, err);
         const char *v = st == PF_OK ? pf_safetensors_meta(file, "version") : NULL;
         const char *o = st == PF_OK ? pf_safetensors_meta(file, "optimizer") : NULL;
         const char *text = st == PF_OK ? pf_safetensors_meta(file, "psflow_shards") : NULL;

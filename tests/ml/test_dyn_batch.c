@@ -404,8 +404,10 @@ static void test_footprint(void **state) {
     assert_int_equal(fb.dynamic_bytes, pf_dyn_bytes_bound(&cfg));
     assert_true(fb.dynamic_bytes > 10000000LL * 8 * 4 * 2); /* values and adagrad's slot */
     assert_int_equal(fb.process_bytes - fa.process_bytes, fb.dynamic_bytes - fa.dynamic_bytes);
+    assert_int_equal(pf_footprint_check_cluster(&b, &err), PF_OK); /* ps tasks hold them */
+    b.replicas.evaluator = 1; /* an evaluator reads whole tables: none to read */
     assert_int_equal(pf_footprint_check_cluster(&b, &err), PF_ERR_SPEC);
-    assert_string_equal(err.pointer, "/model/embeddings/0/kind");
+    assert_string_equal(err.pointer, "/replicas/evaluator");
     pf_job_spec_deinit(&a);
     pf_job_spec_deinit(&b);
 }

@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include "psflow/data.h"
+#include "psflow/dyn_batch.h"
+#include "psflow/dyn_table.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/optim.h"
@@ -431,8 +433,8 @@ static void test_rows_without_memory(void **state) {
     static const float zeros[8] = {0};
     static const uint32_t r0[1] = {1}, r1[2] = {1, 4};
     static const float g0[2] = {1, 2}, g1[4] = {3, 4, 8, -8};
-    ps_grad a[3] = {{g0, r0, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
-    ps_grad b[3] = {{g1, r1, 2}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+    ps_grad a[3] = {{g0, r0, 1, NULL}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
+    ps_grad b[3] = {{g1, r1, 2, NULL}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
     assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a), PS_PUSH_ACCEPTED);
     pf_allocator fails = {malloc, fail_realloc, free};
     pf_mem_set_allocator(&fails);
@@ -469,8 +471,8 @@ static void test_find_nonfinite_rows(void **state) {
         static const float zeros[8] = {0};
         static const uint32_t r0[2] = {1, 4}, r1[1] = {2}; /* increasing, as on the wire */
         float g0[4] = {1, 2, 3, 4}, g1[2] = {1, 1}, dense[8] = {0};
-        ps_grad a[3] = {{g0, r0, 2}, {zeros, NULL, 0}, {zeros, NULL, 0}};
-        ps_grad b[3] = {{g1, r1, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        ps_grad a[3] = {{g0, r0, 2, NULL}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
+        ps_grad b[3] = {{g1, r1, 1, NULL}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
         uint64_t seq = 1, step = 0;
         size_t elem = 99;
         /* every value finite */
@@ -554,8 +556,8 @@ static void test_find_nonfinite_merged(void **state) {
         g0[2 * bad + 1] = NAN;
         if (bad < ROWS - 1)
             g0[2 * (ROWS - 1)] = INFINITY; /* a later row too */
-        ps_grad a[3] = {{g0, all, ROWS}, {zeros, NULL, 0}, {zeros, NULL, 0}};
-        ps_grad b[3] = {{g1, one, 1}, {zeros, NULL, 0}, {zeros, NULL, 0}};
+        ps_grad a[3] = {{g0, all, ROWS, NULL}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
+        ps_grad b[3] = {{g1, one, 1, NULL}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
         assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a), PS_PUSH_ACCEPTED);
         assert_int_equal(ps_shards_push_grads(s, 1, 1, 1, 0, b), PS_PUSH_APPLIED);
         size_t elem = 99;
@@ -567,13 +569,144 @@ static void test_find_nonfinite_merged(void **state) {
     }
 }
 
+/* A store with a dynamic table ("ids", dim 2, max_rows 100) beside a dense softmax. */
+static ps_shards *dynamic_shards(const char *mode, int n_ps, int ps, pf_job_spec *spec,
+                                 pf_placement *pl) {
+    char json[640];
+    snprintf(json, sizeof json,
+             "{\"name\": \"dyn\", \"replicas\": {\"ps\": %d, \"worker\": 2},"
+             " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
+             " [{\"name\": \"ids\", \"kind\": \"dynamic\", \"max_rows\": 100, \"dim\": 2}]},"
+             " \"data\": {\"format\": \"synthetic_ctr\", \"n\": 100},"
+             " \"optimizer\": {\"type\": \"adagrad\", \"learning_rate\": 0.5},"
+             " \"training\": {\"mode\": \"%s\"}}",
+             n_ps, mode);
+    pf_error err;
+    assert_int_equal(pf_job_spec_parse(json, strlen(json), spec, &err), PF_OK);
+    assert_int_equal(pf_placement_compute(spec, pl), PF_OK);
+    ps_shards *s;
+    assert_int_equal(ps_shards_create(spec, pl, ps, pf_backend_openblas(), &s), PF_OK);
+    return s;
+}
+
+/* Updates reference table t by the rows g of ids, as one process applies a step. */
+static void reference_update(pf_dyn_table *t, const pf_job_spec *spec, int64_t step,
+                             const uint64_t *ids, uint32_t n, const float *g) {
+    float *rows[8], *slots[8 * PF_DYN_MAX_SLOTS];
+    assert_int_equal(pf_dyn_update_batch(t, ids, n, step, rows, slots), PF_OK);
+    pf_optim_step o = pf_optim_prepare(&spec->optimizer, step);
+    for (uint32_t j = 0; j < n; j++)
+        pf_optim_step_apply(&o, pf_backend_openblas(), 2, g + 2 * j, rows[j],
+                            slots + j * PF_DYN_MAX_SLOTS);
+}
+
+/* A dynamic table's shards: one per ps task, each with its share of max_rows. A sync step
+ * sums each id's gradients over the tasks (in task order) and halves them, then updates the
+ * rows exactly as one process's table of the same configuration updates the same ids with
+ * those gradients; async pushes update at once. Ids without a row read as zeros; new rows
+ * come from (seed, id) alone. */
+static void test_dynamic_rows(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_placement pl;
+    ps_shards *s = dynamic_shards("sync", 2, 1, &spec, &pl);
+    assert_int_equal(pl.n_shards, 4); /* ids/part_0, ids/part_1, kernel, bias */
+    assert_true(pl.shards[0].dynamic && pl.shards[1].dynamic && !pl.shards[2].dynamic);
+    assert_int_equal(pl.shards[1].ps_task, 1);
+    assert_int_equal(pl.shards[1].max_rows, 50);
+    assert_true(ps_shards_is_dynamic(s, 0) && ps_shards_is_table(s, 0));
+    ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+
+    for (int sync = 0; sync <= 1; sync++) {
+        s = dynamic_shards(sync ? "sync" : "async", 1, 0, &spec, &pl);
+        int n_local = ps_shards_count(s);
+        assert_int_equal(n_local, 3);
+        pf_dyn_config cfg;
+        pf_dyn_table_config(&spec, 0, 100, &cfg);
+        pf_dyn_table *ref;
+        assert_int_equal(pf_dyn_create(&cfg, &ref), PF_OK);
+        static const uint64_t a_ids[2] = {5, 1ull << 40}, b_ids[2] = {7, 1ull << 40};
+        static const float ga[4] = {1, 2, 3, 4}, gb[4] = {-1, 0.5f, 8, -8};
+        float zeros[64] = {0};
+        ps_grad a[3] = {{ga, NULL, 2, a_ids}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
+        ps_grad b[3] = {{gb, NULL, 2, b_ids}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
+        float got[6], want[6];
+        static const uint64_t all[3] = {5, 7, 1ull << 40};
+        ps_shards_dyn_gather(s, 0, all, 3, got, true);
+        for (int i = 0; i < 6; i++)
+            assert_true(got[i] == 0); /* no row yet */
+        assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a),
+                         sync ? PS_PUSH_ACCEPTED : PS_PUSH_APPLIED);
+        assert_int_equal(ps_shards_push_grads(s, 1, 1, 1, sync ? 0 : 1, b), PS_PUSH_APPLIED);
+        if (sync) { /* one step: the merged ids, each id's gradients summed and halved */
+            float merged[6] = {ga[0] / 2, ga[1] / 2, gb[0] / 2, gb[1] / 2, 0, 0};
+            merged[4] = (ga[2] + gb[2]) * 0.5f;
+            merged[5] = (ga[3] + gb[3]) * 0.5f;
+            reference_update(ref, &spec, 0, all, 3, merged);
+            assert_int_equal(ps_shards_stats(s).version, 1);
+        } else {
+            reference_update(ref, &spec, 0, a_ids, 2, ga);
+            reference_update(ref, &spec, 1, b_ids, 2, gb);
+            assert_int_equal(ps_shards_stats(s).version, 2);
+        }
+        ps_shards_dyn_gather(s, 0, all, 3, got, true);
+        pf_dyn_gather(ref, all, 3, want);
+        for (int i = 0; i < 6; i++) {
+            assert_true(got[i] == want[i]);
+            assert_true(got[i] != 0);
+        }
+        pf_dyn_stats st = pf_dyn_stats_get(ps_shards_dyn_table(s, 0));
+        assert_int_equal(st.rows, 3);
+        assert_int_equal(st.admitted, 3);
+        size_t elem;
+        assert_int_equal(ps_shards_find_nonfinite(s, &elem), -1);
+        assert_int_equal(ps_shards_dyn_dropped(s), 0);
+        pf_dyn_destroy(ref);
+        ps_shards_destroy(s);
+        pf_placement_deinit(&pl);
+        pf_job_spec_deinit(&spec);
+    }
+}
+
+/* A dynamic row updated to infinity is named by the update (its element among the update's
+ * rows); after the table is replaced (a restore) the new table is read whole. */
+static void test_dynamic_nonfinite(void **state) {
+    (void)state;
+    pf_job_spec spec;
+    pf_placement pl;
+    ps_shards *s = dynamic_shards("async", 1, 0, &spec, &pl);
+    float zeros[64] = {0};
+    static const uint64_t ids[2] = {3, 9};
+    const float g[4] = {0, 0, INFINITY, 0};
+    ps_grad p[3] = {{g, NULL, 2, ids}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
+    assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, p), PS_PUSH_APPLIED);
+    size_t elem = 0;
+    assert_int_equal(ps_shards_find_nonfinite(s, &elem), 0);
+    assert_int_equal(elem, 2);
+    pf_dyn_config cfg;
+    pf_dyn_table_config(&spec, 0, 100, &cfg);
+    pf_dyn_table *t;
+    assert_int_equal(pf_dyn_create(&cfg, &t), PF_OK);
+    const float bad[2] = {1, NAN};
+    assert_int_equal(pf_dyn_insert(t, 4, 0, bad, NULL), PF_OK);
+    ps_shards_dyn_replace(s, 0, t);
+    assert_int_equal(ps_shards_find_nonfinite(s, &elem), 0);
+    assert_int_equal(elem, 1);
+    ps_shards_destroy(s);
+    pf_placement_deinit(&pl);
+    pf_job_spec_deinit(&spec);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_initial_values),           cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_backup_workers_and_stale), cmocka_unit_test(test_membership_change),
         cmocka_unit_test(test_async_and_at_most_once),   cmocka_unit_test(test_find_nonfinite),
         cmocka_unit_test(test_rows_without_memory),      cmocka_unit_test(test_find_nonfinite_rows),
-        cmocka_unit_test(test_find_nonfinite_merged),
+        cmocka_unit_test(test_find_nonfinite_merged),    cmocka_unit_test(test_dynamic_rows),
+        cmocka_unit_test(test_dynamic_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -212,7 +212,7 @@ static void test_fake_optimizer_round_trip(void **state) {
     for (int ps = 0; ps < pl.n_ps; ps++) {
         local_shards l;
         local_of(&pl, ps, &s, &l);
-        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL};
+        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL, 0, NULL};
         assert_int_equal(pf_checkpoint_write_ps(dir, ps, 70 + (uint64_t)ps, &spec, &ftrl, &sh, path,
                                                 sizeof path, NULL, &err),
                          PF_OK);
@@ -278,7 +278,7 @@ static void test_nonfinite_refused(void **state) {
         float *target = which < 3 ? (float *)l.values[1] : (float *)l.slots[2][1];
         float saved = target[0];
         target[0] = bad[which % 3];
-        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL};
+        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL, 0, NULL};
         pf_error err;
         pf_error_clear(&err);
         assert_int_equal(pf_checkpoint_write_ps(dir, 1, 30, &spec,
@@ -523,7 +523,7 @@ static void test_allocation_failures(void **state) {
     make_state(&spec, 10, &s);
     local_shards l;
     local_of(&pl, 1, &s, &l);
-    pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL};
+    pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL, 0, NULL};
     pf_error err;
     /* Every allocation of each operation fails in turn: each gives PF_ERR_NOMEM (or
      * succeeds once enough are allowed) and never crashes or leaks. */

@@ -111,7 +111,7 @@ void write_checkpoint(const pf_job_spec *spec, const pf_placement *pl, int64_t s
     for (int ps = 0; ps < pl->n_ps; ps++) {
         local_shards l;
         local_of(pl, ps, &s, &l);
-        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL};
+        pf_checkpoint_shards sh = {l.n, l.info, l.values, l.slots, NULL, 0, NULL};
         char path[PF_CKPT_PATH_MAX];
         int64_t bytes = -1;
         pf_error err;

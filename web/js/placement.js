@@ -2,7 +2,9 @@
  * The job page's variable placement view (GET /jobs/NAME/placement): the total size and the
  * imbalance across ps tasks, one bar per ps task, and one table row per variable shard. An
  * embedding table's shards say so and how many rows they hold, and each ps bar how many rows
- * a second it serves and receives.
+ * a second it serves and receives. A dynamic table has a shard on every ps (its ids hashed
+ * over them), and each ps bar says how many rows it holds of it, how many it admitted and
+ * evicted, and its lookups a second.
  */
 
 import {KeyedRows, fillRow, h, setText} from './dom.js';
@@ -20,10 +22,10 @@ export class PlacementView {
                 (t, i) => h('th', {scope: 'col', class: i === 1 || i >= 3 ? 'num' : null}, t)))),
             shardBody);
         this.shardRows = new KeyedRows(shardBody, (row, s) => {
-            const table = s.kind === 'table';
+            const table = s.kind === 'table', dynamic = s.kind === 'dynamic';
             fillRow(row, [s.variable, fmtInt(s.shard), '[' + (s.shape || []).join(', ') + ']',
                 fmtInt(s.offset), fmtInt(s.bytes), 'ps ' + s.ps_task,
-                table ? fmtInt(s.rows) + ' (table)' : '—']);
+                dynamic ? 'up to ' + fmtInt(s.max_rows) + ' (dynamic)' : table ? fmtInt(s.rows) + ' (table)' : '—']);
             if (!row.dataset.styled) {
                 row.dataset.styled = '1';
                 row.dataset.variable = s.variable;
@@ -58,11 +60,17 @@ export class PlacementView {
                 title: 'Largest ps bytes / mean ps bytes (1.00 is perfectly even)'},
             'Imbalance ', h('strong', {dataset: {testid: 'imbalance'}}, isNum(p.imbalance) ? p.imbalance.toFixed(2) : '—')));
         const ps = (p.ps || []).slice().sort((a, b) => a.task - b.task);
-        const tables = shards.some((s) => s.kind === 'table');
+        const tables = shards.some((s) => s.kind === 'table' || s.kind === 'dynamic');
         /* a table's rows a second, served (pulled) and received (pushed) */
         const rowRates = (x) => !tables ? [] : [h('span', {class: 'muted', dataset: {testid: 'ps-rows'},
             title: fmtInt(x.rows_pulled) + ' rows pulled, ' + fmtInt(x.rows_pushed) + ' pushed so far'},
         fmtRate(x.rows_pulled_per_sec) + ' rows/s pulled, ' + fmtRate(x.rows_pushed_per_sec) + ' pushed')];
+        /* each dynamic table's share on this ps */
+        const dynamic = (x) => (x.tables || []).map((t) => h('span', {class: 'muted', dataset: {testid: 'ps-table', table: t.table},
+            title: fmtInt(t.refused) + ' updates refused, ' + fmtInt(t.lookups) + ' lookups (' + fmtInt(t.misses) +
+                ' without a row), ' + fmtBytes(t.bytes)},
+        t.table + ': ' + fmtInt(t.rows) + ' of ' + fmtInt(t.max_rows) + ' rows, ' + fmtInt(t.admitted) + ' admitted, ' +
+            fmtInt(t.evicted) + ' evicted, ' + fmtRate(t.lookups_per_sec) + ' lookups/s'));
         const max = Math.max(1, ...ps.map((x) => x.bytes || 0));
         this.psBars.replaceChildren(...ps.map((x) => h('div', {class: 'ps-bar', dataset: {ps: x.task}},
             h('div', {class: 'ps-bar-label'}, 'ps ' + x.task),
@@ -75,6 +83,6 @@ export class PlacementView {
                 h('span', {class: 'muted', dataset: {testid: 'ps-updates'},
                     title: fmtRate(x.updated_bytes_per_sec) + ' bytes of variables updated a second'},
                 fmtInt(x.updates) + ' updates' + (x.updates_per_sec > 0 ? ', ' + fmtRate(x.updates_per_sec) + '/s' : '')),
-                ...rowRates(x)))));
+                ...rowRates(x), ...dynamic(x)))));
     }
 }

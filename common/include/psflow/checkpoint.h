@@ -72,7 +72,8 @@ pf_status pf_checkpoint_step_dir(const char *root, const char *job, int64_t step
 
 /* --- writing (ps tasks, then the chief) --------------------------------------------------- */
 
-/* One ps task's local shards, as the ps holds them. All pointers are borrowed host memory. */
+/* One ps task's local shards, as the ps holds them (a dynamic table's shards are no part of
+ * them: their rows are extra tensors). All pointers are borrowed host memory. */
 typedef struct pf_checkpoint_shards {
     int n;                            /* local shards */
     const pf_shard_info *info;        /* [n], local (creation) order */
@@ -82,6 +83,9 @@ typedef struct pf_checkpoint_shards {
     const char *input_queue;          /* ps 0 of a job with dynamic splits: the state of the
                                          input's work queue (hex), written as the metadata
                                          "psflow_input_queue"; NULL: none */
+    int n_extra;                      /* tensors written beside the shards: a dynamic table's */
+    const pf_tensor_view *extra;      /* [n_extra] (dyn_checkpoint.h), any dtype; the caller
+                                         has checked them (finite), their names unique */
 } pf_checkpoint_shards;
 
 /* Writes step_dir/ps-<ps_task>.safetensors (creating step_dir and its parents as needed,

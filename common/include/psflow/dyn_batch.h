@@ -32,7 +32,8 @@ void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dy
 
 typedef struct pf_dyn_id_pos {
     uint64_t id;
-    uint32_t pos; /* example * max_ids + k */
+    uint32_t pos;   /* example * max_ids + k */
+    uint32_t owner; /* pf_dyn_owner(id, n_ps) */
 } pf_dyn_id_pos;
 
 typedef struct pf_dyn_batch {
@@ -41,12 +42,20 @@ typedef struct pf_dyn_batch {
     int batch;             /* examples a plan takes at most */
     int in_width, out_width;
     uint32_t cap[PF_MAX_EMBEDDINGS];
-    /* dynamic table f: this batch's distinct ids, ascending, n[f] of them */
+    /* the ps tasks whose shares the ids are ordered by (1 after init: one process) */
+    int n_ps;
+    /* dynamic table f: this batch's distinct ids, n[f] of them, ordered by the ps task that
+     * owns each (pf_dyn_owner over n_ps) and ascending within each task's run */
     uint64_t *ids[PF_MAX_EMBEDDINGS];
     uint32_t n[PF_MAX_EMBEDDINGS];
     uint32_t invalid[PF_MAX_EMBEDDINGS]; /* this batch's id slots that held no id */
     pf_dyn_id_pos *scratch;
 } pf_dyn_batch;
+
+/* The compact model of `job` for batches of up to `batch` examples into *out: each dynamic
+ * table a fixed one of batch x max_ids rows. Errors: PF_ERR_INVALID (no dynamic table,
+ * batch < 1, a cap past PF_MAX_VOCAB). */
+pf_status pf_dyn_compact_model(const pf_model_spec *job, int batch, pf_model_spec *out);
 
 /* The compact model of `job` for batches of up to `batch` examples. Errors: PF_ERR_INVALID
  * (no dynamic table, batch < 1, a cap past PF_MAX_VOCAB), PF_ERR_NOMEM. */

@@ -29,7 +29,12 @@
  *                                            a task on the same host that shares its
  *                                            segment (psflow/segment.h) instead, the pages
  *                                            of this ps's shards in it: their gradients
- *                                            and their values, 4 L each
+ *                                            and their values, 4 L each. Each dynamic
+ *                                            table's shard adds its table at its share of
+ *                                            max_rows (pf_dyn_bytes_bound), R = the rows of
+ *                                            the ids one message may name (a batch's, 4 w + 8
+ *                                            bytes each) to M, and in sync mode (T + 1) R:
+ *                                            every task's rows of a step and their sum
  *   training  4 (4 P + B' (2 I + 4 + A + 2 W)) + D
  *                                            params and gradients on the host and the
  *                                            backend, the input batch, the activations
@@ -100,9 +105,9 @@ int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, in
  * (/placement/partitioner). PF_ERR_SPEC with err->pointer naming the field. */
 pf_status pf_footprint_check(const pf_job_spec *spec, const pf_footprint *fp, pf_error *err);
 
-/* Whether the job can run as ps and worker tasks: PF_ERR_SPEC naming the first dynamic
- * table's kind, since in this version dynamic tables train in one process (`psflow
- * train`) only. */
+/* Whether the job can run as ps and worker tasks: PF_ERR_SPEC naming /replicas/evaluator
+ * for a job with dynamic tables and an evaluator task (an evaluator pulls whole tables; the
+ * chief evaluates such jobs). */
 pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err);
 
 /* With the job placed: no ps task holds more than one message of the data plane carries

@@ -25,6 +25,12 @@
  *
  * Because a variable is stored row-major in the flat parameter vector (model.h), every
  * shard is one contiguous range [offset, offset + count) of that vector.
+ *
+ * A dynamic table (model.h) is no part of that vector: it is cut into one shard per ps task,
+ * shard i on ps task i whatever the strategy, each holding the rows of the ids pf_dyn_owner
+ * gives its task, at most ceil(max_rows / n_ps) of them (so a table never holds more than
+ * max_rows + n_ps - 1 rows; ids do not spread exactly evenly, so a task's share may fill
+ * before the table's does). Such shards weigh 0 bytes in the strategies' loads.
  */
 #ifndef PSFLOW_PLACEMENT_H
 #define PSFLOW_PLACEMENT_H
@@ -49,6 +55,11 @@ typedef struct pf_shard_info {
     size_t offset;                /* first element in the flat parameter vector */
     size_t count;                 /* elements */
     int ps_task;                  /* ps task index that holds it */
+    /* A dynamic table's shard (dyn_table.h): every ps task holds one, the rows of the ids
+     * pf_dyn_owner gives it, at most max_rows of them; shape[0] and count are 0 (it is no part
+     * of the flat vector) */
+    int dynamic;
+    int64_t max_rows;
 } pf_shard_info;
 
 typedef struct pf_placement {
@@ -86,8 +97,9 @@ int64_t pf_placement_max_shard_bytes(const pf_placement *p);
 double pf_placement_imbalance(const pf_placement *p);
 
 /* The shards as GET /api/v1/jobs/{name}/placement and `psflow plan -o json` list them, in
- * creation order: {variable, name, kind ("table" for the first n_tables variables, else
- * "dense"), shape, shard, offset, rows, ps_task, bytes}. A new JSON array, or NULL on
+ * creation order: {variable, name, kind ("dynamic" for a dynamic table's shard, "table" for
+ * the other shards of the first n_tables variables, else "dense"), shape, shard, offset, rows,
+ * ps_task, bytes, and max_rows for a dynamic shard}. A new JSON array, or NULL on
  * allocation failure. */
 struct json_t *pf_placement_shards_json(const pf_placement *p, int n_tables);
 

@@ -140,15 +140,19 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
         s->cap_row_values = total;
     }
     size_t at = 0;
+    int looked_up = 0; /* ids of a dynamic table: its lookups counted */
     for (uint32_t i = 0; i < pull->n_sel; i++) {
         const pf_wire_rows *sel = &pull->sel[i];
         int local = s->local_of[sel->id];
         size_t width = (size_t)ps_shards_info(s->shards, local)->shape[1];
         const float *values = ps_shards_values(s->shards, local);
-        s->views[pull->n + i] = (pf_wire_tensor){sel->id, PF_WIRE_F32,
-                                                 (uint64_t)sel->n_rows * width, s->row_values + at};
+        float *dst = s->row_values ? s->row_values + at : NULL; /* none while no row was asked */
+        s->views[pull->n + i] =
+            (pf_wire_tensor){sel->id, PF_WIRE_F32, (uint64_t)sel->n_rows * width, dst};
         if (sel->id64) { /* zeros for an id without a row */
-            ps_shards_dyn_gather(s->shards, local, sel->ids, sel->n_rows, s->row_values + at, true);
+            if (sel->n_rows)
+                ps_shards_dyn_gather(s->shards, local, sel->ids, sel->n_rows, dst, true);
+            looked_up |= sel->n_rows > 0;
             at += (size_t)sel->n_rows * width;
             continue;
         }
@@ -160,6 +164,8 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
                    width * sizeof(float));
         }
     }
+    if (looked_up)
+        ps_server_publish_tables(s);
     return 0;
 }
 
@@ -540,8 +546,15 @@ int ps_server_handle_push(ps_server *s, peer *p, uint32_t request_id, const pf_w
         const pf_shard_info *info = ps_shards_info(s->shards, local);
         if (ps_server_check_ids(s, p->conn, request_id, r, local) != 0)
             return -1;
-        if (r->width != (uint64_t)info->shape[1] ||
-            (!r->id64 && r->n_rows > 0 && r->rows[r->n_rows - 1] >= (uint64_t)info->shape[0])) {
+        if (r->id64 && r->width != (uint64_t)info->shape[1]) {
+            ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
+                            "shard %" PRIu32 " (%s) has rows of %" PRId64
+                            " floats; the push has rows of %" PRIu32,
+                            r->id, info->name, info->shape[1], r->width);
+            return -1;
+        }
+        if (!r->id64 && (r->width != (uint64_t)info->shape[1] ||
+                         (r->n_rows > 0 && r->rows[r->n_rows - 1] >= (uint64_t)info->shape[0]))) {
             ps_server_error(s, p->conn, request_id, PF_WIRE_BAD_SHAPE,
                             "shard %" PRIu32 " (%s) has %" PRId64 " rows of %" PRId64
                             " floats; the push has rows of %" PRIu32 " up to row %" PRIu32,

@@ -5,7 +5,8 @@
  * Input: byte 0 picks the ps (bit 0: with a job key; bit 1: a model with an embedding table,
  * [8, 2] in two row shards, which takes ROW_PULL and ROW_PUSH_PULL; bit 2 with bit 1: async;
  * bit 3 without bit 1: the dense job async over streamed input with data.splits dynamic and
- * training.epochs 2, whose ps keeps the LEASE work queue).
+ * training.epochs 2, whose ps keeps the LEASE work queue; bit 3 with bit 1: the table is a
+ * dynamic one, max_rows 8, pulled and pushed by 64-bit id).
  * Then records, each an op byte:
  *   op & 3         the connection (a closed one is opened again on its next use)
  *   (op >> 2) & 3  0: a message follows as u16 length (little-endian) + bytes;
@@ -165,7 +166,7 @@ static void parse_spec(const char *model, const char *data, const char *mode, pf
 }
 
 static ps_server *start_ps(int with_key, int variant) {
-    static pf_job_spec specs[4];
+    static pf_job_spec specs[6];
     static int parsed;
     if (!parsed) {
         const char *dense = "{\"type\": \"softmax\", \"inputs\": 4, \"outputs\": 3}";
@@ -177,6 +178,11 @@ static ps_server *start_ps(int with_key, int variant) {
                             "[{\"name\": \"ids\", \"vocab\": 8, \"dim\": 2, \"max_ids\": 2}]}";
         parse_spec(table, "\"libsvm\"", "\"sync\"", &specs[1]);
         parse_spec(table, "\"libsvm\"", "\"async\"", &specs[2]);
+        const char *dynamic = "{\"type\": \"softmax\", \"outputs\": 3, \"embeddings\": "
+                              "[{\"name\": \"ids\", \"kind\": \"dynamic\", \"max_rows\": 8, "
+                              "\"dim\": 2, \"max_ids\": 2}]}";
+        parse_spec(dynamic, "\"csv\"", "\"sync\"", &specs[4]);
+        parse_spec(dynamic, "\"csv\"", "\"async\"", &specs[5]);
         pf_wire_job_key("fuzz-token", 10, "fuzz", h.job_key);
         pf_wire_in_init(&h.in, 0, 0);
         pf_buf_init(&h.reply, 1u << 20);
@@ -306,8 +312,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     memset(h.c, 0, sizeof h.c);
     h.with_key = data[0] & 1;
-    ps_server *s =
-        start_ps(h.with_key, data[0] & 2 ? 1 + ((data[0] >> 2) & 1) : (data[0] & 8 ? 3 : 0));
+    ps_server *s = start_ps(h.with_key, data[0] & 2 ? (data[0] & 8 ? 4 : 1) + ((data[0] >> 2) & 1)
+                                                    : (data[0] & 8 ? 3 : 0));
     size_t pos = 1;
     while (pos < size) {
         uint8_t op = data[pos++];

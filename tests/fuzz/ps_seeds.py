@@ -94,6 +94,36 @@ def row_push_pull(task, inc, seq, step, rows, ids, sels, rid=9):
     return msg(18, out + tail[24:], rid)
 
 
+# the dynamic table job (byte 0 bits 1 and 3): table ids, dynamic, one shard 0 on the one ps;
+# dense_0/kernel [2, 3] as shards 1, 2; bias [3] as shards 3 and 4; a set of 64-bit ids has
+# bit 31 of its shard id set (api/wire.md "Rows of a shard")
+DYN_DENSE = [(1, 3), (2, 3), (3, 2), (4, 1)]
+ID64 = 0x80000000
+
+
+def dyn_row_pull(ids, sels, min_version=0, rid=14):
+    """ROW_PULL (17) whose selections name 64-bit ids: (shard, ids)."""
+    out = struct.pack("<QI", min_version, len(ids)) + struct.pack("<%dI" % len(ids), *ids)
+    out += struct.pack("<I", len(sels))
+    for shard, keys in sels:
+        out += struct.pack("<II", shard | ID64, len(keys)) + struct.pack("<%dQ" % len(keys), *keys)
+    return msg(17, out, rid)
+
+
+def dyn_row_push_pull(task, inc, seq, step, keys, sel_keys, rid=15, width=2):
+    """ROW_PUSH_PULL (18) of the dynamic job: dense shards whole, the gradients of keys' rows
+    (width floats each: 2 is the table's), then a pull of the dense shards and of sel_keys'
+    rows."""
+    out = struct.pack("<IQQQI", task, inc, seq, step, len(DYN_DENSE))
+    for i, n in DYN_DENSE:
+        out += struct.pack("<IIQ", i, 1, n) + struct.pack("<%df" % n, *([0.5] * n))
+    out += struct.pack("<I", 1)
+    out += struct.pack("<IIII", ID64, 1, width, len(keys)) + struct.pack("<%dQ" % len(keys), *keys)
+    out += struct.pack("<%df" % (width * len(keys)), *([0.25] * (width * len(keys))))
+    tail = dyn_row_pull([i for i, _ in DYN_DENSE], [(0, sel_keys)], step + 1)
+    return msg(18, out + tail[24:], rid)
+
+
 # the shared segment (api/wire.md "Shared segment"): fuzz_ps makes a SEG_ATTACH of pid 0 name
 # a real segment of SEG_LIMIT bytes (the size as sent), any other pid its own process; the
 # limit of the dense job is a worker's segment for its 15 parameters (pf_segment_bytes):
@@ -154,6 +184,19 @@ def main():
         os.path.dirname(os.path.abspath(__file__)), "..", "data", "ps", "valid")
     os.makedirs(out, exist_ok=True)
     seeds = {}
+    for variant, mode in ((2 | 8, "sync"), (2 | 4 | 8, "async")):
+        big = [(1 << 40) + k for k in range(12)]  # more than max_rows: the oldest evicted
+        seeds["dynamic-%s" % mode] = conversation(0, [
+            rec(0, hello("chief", 0, 7)), rec(1, hello("worker", 1, 9)),
+            rec(0, dyn_row_pull([1, 2, 3, 4], [(0, [5, 1 << 40, (1 << 64) - 1])])),
+            rec(0, dyn_row_push_pull(0, 7, 1, 0, [5, 1 << 40], [5])),
+            rec(1, dyn_row_push_pull(1, 9, 1, 0, [1 << 40, (1 << 63) + 3], [1 << 40])),
+            rec(0, dyn_row_push_pull(0, 7, 2, 1, big, big[:3])),
+            rec(1, dyn_row_push_pull(1, 9, 2, 1, big[4:], [])),
+            rec(1, row_pull([], [(0, [0])])), rec(1, dyn_row_pull([], [(1, [3])])),
+            rec(1, dyn_row_push_pull(1, 9, 3, 2, [5], [], width=3)),
+            rec(0, dyn_row_pull([], [(0, [7, 7])])), rec(0, stats()), rec(0, checkpoint(2, 1)),
+            close(1), close(0)], variant)
     for key in (0, 1):
         auth = (lambda c: [proof(c)]) if key else (lambda c: [])
         k = "key" if key else "open"
@@ -189,6 +232,19 @@ def main():
             rec(1, row_pull([], [(1, [0, 4])])), rec(1, row_pull([], [(2, [0])])),
             rec(0, push(0, 7, 2, 1)), rec(0, stats()), rec(0, checkpoint(1, 1)), close(1),
             close(0)], variant)
+    for variant, mode in ((2 | 8, "sync"), (2 | 4 | 8, "async")):
+        big = [(1 << 40) + k for k in range(12)]  # more than max_rows: the oldest evicted
+        seeds["dynamic-%s" % mode] = conversation(0, [
+            rec(0, hello("chief", 0, 7)), rec(1, hello("worker", 1, 9)),
+            rec(0, dyn_row_pull([1, 2, 3, 4], [(0, [5, 1 << 40, (1 << 64) - 1])])),
+            rec(0, dyn_row_push_pull(0, 7, 1, 0, [5, 1 << 40], [5])),
+            rec(1, dyn_row_push_pull(1, 9, 1, 0, [1 << 40, (1 << 63) + 3], [1 << 40])),
+            rec(0, dyn_row_push_pull(0, 7, 2, 1, big, big[:3])),
+            rec(1, dyn_row_push_pull(1, 9, 2, 1, big[4:], [])),
+            rec(1, row_pull([], [(0, [0])])), rec(1, dyn_row_pull([], [(1, [3])])),
+            rec(1, dyn_row_push_pull(1, 9, 3, 2, [5], [], width=3)),
+            rec(0, dyn_row_pull([], [(0, [7, 7])])), rec(0, stats()), rec(0, checkpoint(2, 1)),
+            close(1), close(0)], variant)
     for key in (0, 1):
         auth = (lambda c: [proof(c)]) if key else (lambda c: [])
         k = "key" if key else "open"
@@ -227,6 +283,19 @@ def main():
         rec(0, hello("chief", 0, 7)), rec(0, seg_attach(size=1 << 20)), rec(0, seg_attach()),
         rec(0, seg_pull([(0, 8), (2, 3)])), rec(0, seg_pull([(2, 3), (3, 3)])), rec(0, seg_push_pull(0, 7, 1, 0, [(0, 8), (1, 8)] + DENSE)),
         rec(0, row_pull([2, 3, 4, 5], [(0, [0, 3])])), close(0)], 2)
+    for variant, mode in ((2 | 8, "sync"), (2 | 4 | 8, "async")):
+        big = [(1 << 40) + k for k in range(12)]  # more than max_rows: the oldest evicted
+        seeds["dynamic-%s" % mode] = conversation(0, [
+            rec(0, hello("chief", 0, 7)), rec(1, hello("worker", 1, 9)),
+            rec(0, dyn_row_pull([1, 2, 3, 4], [(0, [5, 1 << 40, (1 << 64) - 1])])),
+            rec(0, dyn_row_push_pull(0, 7, 1, 0, [5, 1 << 40], [5])),
+            rec(1, dyn_row_push_pull(1, 9, 1, 0, [1 << 40, (1 << 63) + 3], [1 << 40])),
+            rec(0, dyn_row_push_pull(0, 7, 2, 1, big, big[:3])),
+            rec(1, dyn_row_push_pull(1, 9, 2, 1, big[4:], [])),
+            rec(1, row_pull([], [(0, [0])])), rec(1, dyn_row_pull([], [(1, [3])])),
+            rec(1, dyn_row_push_pull(1, 9, 3, 2, [5], [], width=3)),
+            rec(0, dyn_row_pull([], [(0, [7, 7])])), rec(0, stats()), rec(0, checkpoint(2, 1)),
+            close(1), close(0)], variant)
     for key in (0, 1):
         auth = (lambda c: [proof(c)]) if key else (lambda c: [])
         k = "key" if key else "open"

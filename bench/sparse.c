@@ -15,6 +15,13 @@
  * The dense layer (2D + 2 floats) goes along with every message, as in training; it is not
  * counted. S = 10,000 x D x 4 bytes is a batch's row payload; a row costs D x 4 bytes.
  *
+ * The same four operations then run on a dynamic table (docs/embeddings.md "Dynamic tables")
+ * on a second ps of the same process: 1,000,000 rows keyed by 64-bit ids (row i of the fixed
+ * table is id i x 0x9E3779B97F4A7C15, a bijection of 64-bit numbers), every one created
+ * before timing by pushes of all of them, and batches of the same 10,000 draws, pulled and
+ * pushed by id (the ps finds each id's row in its hash). "x fixed" is its MB/s over the fixed
+ * table's in the same run.
+ *
  * Two baselines, measured in the same run, the three sides taking turns ROUNDS times per D
  * so that a stretch of heavy load on a shared machine falls on all of them:
  *   TCP     bench/tcp_baseline (run as a child) on S: its push (S up, 8 bytes back) against
@@ -89,6 +96,7 @@ static double median(samples *s) {
 
 typedef struct bench {
     int dim;
+    int dynamic; /* the table is a dynamic one: ids are 64-bit numbers, rows by id */
     pf_job_spec spec;
     pf_placement placement;
     worker_rows rows;
@@ -102,24 +110,39 @@ typedef struct bench {
     char dir[64];
 } bench;
 
-/* Plans batch `k`: BATCH distinct ids, uniform over the table (seen: VOCAB zero bytes, left
- * zeroed). */
-static void plan_batch(bench *b, int k, pf_rng *rng, float *x, uint8_t *seen) {
+/* The dynamic table's id of row `row` of the fixed one: a bijection of 64-bit numbers. */
+static uint64_t dynamic_id(uint32_t row) {
+    return (uint64_t)row * 0x9E3779B97F4A7C15ull;
+}
+
+/* Writes example i of x naming row `row` (its id slots, then its weight 1). */
+static void put_row(const bench *b, float *x, int i, uint32_t row) {
     const pf_model_spec *m = &b->spec.model;
     const int width = pf_model_input_width(m), col = pf_model_id_col(m, 0);
+    float *ex = x + (size_t)i * (size_t)width;
+    pf_model_pad_example(m, ex);
+    if (b->dynamic) {
+        pf_model_put_id(ex + col, 0, dynamic_id(row));
+        ex[col + PF_DYN_ID_SLOTS] = 1.f;
+    } else {
+        ex[col] = (float)row;                     /* the id slot */
+        ex[col + m->embeddings[0].max_ids] = 1.f; /* its weight */
+    }
+}
+
+/* Plans batch `k`: BATCH distinct rows, uniform over the table (seen: VOCAB zero bytes, left
+ * zeroed), into plan k. */
+static void plan_batch(bench *b, int k, pf_rng *rng, float *x, uint8_t *seen) {
     uint32_t *drawn = malloc(BATCH * sizeof *drawn);
     if (!drawn)
         die("out of memory", NULL);
     for (int i = 0; i < BATCH;) {
-        uint32_t id = (uint32_t)pf_rng_below(rng, VOCAB);
-        if (seen[id])
+        uint32_t row = (uint32_t)pf_rng_below(rng, VOCAB);
+        if (seen[row])
             continue;
-        seen[id] = 1;
-        drawn[i] = id;
-        float *ex = x + (size_t)i * (size_t)width;
-        pf_model_pad_example(m, ex);
-        ex[col] = (float)id;                      /* the id slot */
-        ex[col + m->embeddings[0].max_ids] = 1.f; /* its weight */
+        seen[row] = 1;
+        drawn[i] = row;
+        put_row(b, x, i, row);
         i++;
     }
     for (int i = 0; i < BATCH; i++)
@@ -130,18 +153,39 @@ static void plan_batch(bench *b, int k, pf_rng *rng, float *x, uint8_t *seen) {
         die("a plan lost ids", NULL);
 }
 
-static void bench_start(bench *b, int dim) {
+static void push(bench *b, const worker_row_plan *plan);
+
+/* The dynamic table: a row for every one of its VOCAB ids, pushed BATCH at a time through
+ * plans[0] (planned again for timing afterwards). */
+static void fill_dynamic(bench *b, float *x) {
+    for (uint32_t first = 0; first < VOCAB; first += BATCH) {
+        for (int i = 0; i < BATCH; i++)
+            put_row(b, x, i, first + (uint32_t)i);
+        worker_rows_plan(&b->rows, &b->placement, x, BATCH, &b->plans[0]);
+        push(b, &b->plans[0]);
+    }
+    ps_server_table_stats st;
+    if (ps_server_tables(b->server, &st, 1) != 1 || st.st.rows != VOCAB)
+        die("the dynamic table does not hold a row for every id", NULL);
+}
+
+static void bench_start(bench *b, int dim, int dynamic) {
     memset(b, 0, sizeof *b);
     b->dim = dim;
-    char json[1024];
+    b->dynamic = dynamic;
+    char json[1024], table[128];
+    if (dynamic)
+        snprintf(table, sizeof table, "\"kind\": \"dynamic\", \"max_rows\": %d", 2 * VOCAB);
+    else
+        snprintf(table, sizeof table, "\"vocab\": %d", VOCAB);
     snprintf(json, sizeof json,
              "{\"name\": \"bench-sparse\", \"replicas\": {\"ps\": 1, \"worker\": 1},"
              " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
-             " [{\"name\": \"ids\", \"vocab\": %d, \"dim\": %d}]},"
+             " [{\"name\": \"ids\", %s, \"dim\": %d}]},"
              " \"data\": {\"format\": \"synthetic_ctr\"},"
              " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": %g},"
-             " \"training\": {\"mode\": \"async\", \"max_steps\": 100000000}}",
-             VOCAB, dim, (double)LEARNING_RATE);
+             " \"training\": {\"mode\": \"async\", \"batch_size\": %d, \"max_steps\": 100000000}}",
+             table, dim, (double)LEARNING_RATE, BATCH);
     pf_error err;
     snprintf(b->dir, sizeof b->dir, "/tmp/psflow-bench-sparse-XXXXXX");
     if (pf_job_spec_parse(json, strlen(json), &b->spec, &err) != PF_OK)
@@ -191,6 +235,8 @@ static void bench_start(bench *b, int dim) {
         b->grads[i] = (float)(1e-3 * pf_rng_normal(&rng));
     for (size_t i = 0; i < (size_t)VOCAB * (size_t)dim; i++) /* every page touched */
         b->table[i] = (float)i;
+    if (dynamic)
+        fill_dynamic(b, x);
     for (int k = 0; k < N_PLANS; k++)
         plan_batch(b, k, &rng, x, seen);
     free(x);
@@ -313,17 +359,22 @@ static void time_rounds(bench *b, int op, double seconds, samples *out, double *
     ps[1] += copy1 - copy0;
 }
 
-/* Whether id is one of plan's rows (its ids are ascending). */
-static int names(const worker_row_plan *plan, uint32_t id) {
+/* The id of plan's j-th row: its row of the fixed table, its 64-bit id of the dynamic one. */
+static uint64_t id_at(const worker_row_plan *plan, uint32_t j) {
+    return plan->x ? plan->dyn.ids[0][j] : plan->ids[0][j];
+}
+
+/* Whether id is one of plan's rows (its ids are ascending: one ps owns them all). */
+static int names(const worker_row_plan *plan, uint64_t id) {
     uint32_t lo = 0, hi = plan->n[0];
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (plan->ids[0][mid] < id)
+        if (id_at(plan, mid) < id)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < plan->n[0] && plan->ids[0][lo] == id;
+    return lo < plan->n[0] && id_at(plan, lo) == id;
 }
 
 /* Before timing: a push of plan 0 moves its rows by -learning_rate x gradient and a pull
@@ -353,7 +404,7 @@ static void check(bench *b) {
     }
     pull(b, p1);
     for (uint32_t j = 0; j < p1->n[0]; j++)
-        if (!names(p0, p1->ids[0][j]) &&
+        if (!names(p0, id_at(p1, j)) &&
             memcmp(got + j * dim, before1 + j * dim, dim * sizeof(float)) != 0)
             die("check", "a row the push did not name changed");
     /* a fused step applies plan 0's push and brings plan 1's rows as a pull after it would */
@@ -378,36 +429,17 @@ static void check(bench *b) {
 
 /* --- main ------------------------------------------------------------------------------ */
 
-static void run_dim(const char *self, int dim, double seconds) {
-    bench b;
-    double t0 = pf_clock_now();
-    bench_start(&b, dim);
-    check(&b);
-    const size_t S = (size_t)BATCH * (size_t)dim * sizeof(float);
-    printf("D=%d: table %d x %d (%.0f MB), batch %d ids, S = %zu bytes; ready in %.1f s\n", dim,
-           VOCAB, dim, (double)VOCAB * dim * 4 / 1e6, BATCH, S, pf_clock_now() - t0);
-    fflush(stdout);
-    samples mine[N_OPS] = {{0}}, tcp[3] = {{0}};
-    double ps[N_OPS][2] = {{0}}; /* the ps's apply and copy seconds in each op's rounds */
-    for (int r = 0; r < ROUNDS; r++) {
-        bench_tcp_baseline(self, seconds / ROUNDS, S, tcp);
-        for (int op = 0; op < N_OPS; op++)
-            time_rounds(&b, op, seconds / ROUNDS, &mine[op], ps[op]);
-    }
-    /* TCP's round trips for each psflow operation: step and fused are a push then a pull */
-    double tcp_t[OP_FUSED + 1], tcp_m[OP_FUSED + 1];
-    tcp_t[OP_PULL] = median(&tcp[TCP_PULL]);
-    tcp_t[OP_PUSH] = median(&tcp[TCP_PUSH]);
-    tcp_t[OP_STEP] = tcp_t[OP_FUSED] = tcp_t[OP_PULL] + tcp_t[OP_PUSH];
-    tcp_m[OP_PULL] = samples_mean(&tcp[TCP_PULL]);
-    tcp_m[OP_PUSH] = samples_mean(&tcp[TCP_PUSH]);
-    tcp_m[OP_STEP] = tcp_m[OP_FUSED] = tcp_m[OP_PULL] + tcp_m[OP_PUSH];
-    const double tcp_pp = median(&tcp[TCP_PUSH_PULL]);
-    const double gather_mb = (double)S / median(&mine[OP_GATHER]) / 1e6;
-    for (int op = 0; op < N_OPS; op++) {
+/* The figures of one table's operations (n_ops of them; the fixed table's include gather),
+ * each against TCP's, and against `fixed` (the fixed table's medians) when given. */
+static void print_ops(int dim, int dynamic, int n_ops, samples *mine, double ps[][2],
+                      const double *tcp_t, const double *tcp_m, double tcp_pp, double gather_mb,
+                      const double *fixed) {
+    for (int op = 0; op < n_ops; op++) {
         double rows = op == OP_STEP || op == OP_FUSED ? 2 * BATCH : BATCH; /* moved per round */
         double t = median(&mine[op]), mb = rows * dim * 4 / t / 1e6;
-        printf("%-3d %-6s %8.2f %8.0f %8.0f", dim, op_names[op], rows / t / 1e6, mb, t * 1e6);
+        char name[16];
+        snprintf(name, sizeof name, "%s%s", dynamic ? "d-" : "", op_names[op]);
+        printf("%-3d %-8s %8.2f %8.0f %8.0f", dim, name, rows / t / 1e6, mb, t * 1e6);
         if (op == OP_GATHER) {
             printf(" | %8s %7s %6s %6s | %9.0f %6.2f %6zu |\n", "", "", "", "", gather_mb, 1.0,
                    mine[op].n);
@@ -419,13 +451,58 @@ static void run_dim(const char *self, int dim, double seconds) {
                mb / gather_mb, mine[op].n, ps[op][0] / n * 1e6, ps[op][1] / n * 1e6);
         if (op == OP_FUSED)
             printf(" | %9.0f %6.2f", tcp_pp * 1e6, tcp_pp / t);
+        else if (fixed)
+            printf(" | %9s %6s", "", "");
+        if (fixed)
+            printf(" | %7.2f", fixed[op] / t);
         printf("\n");
     }
+}
+
+static void run_dim(const char *self, int dim, double seconds) {
+    bench b, d; /* the fixed table, the dynamic one */
+    double t0 = pf_clock_now();
+    bench_start(&b, dim, 0);
+    check(&b);
+    bench_start(&d, dim, 1);
+    check(&d);
+    const size_t S = (size_t)BATCH * (size_t)dim * sizeof(float);
+    printf("D=%d: table %d x %d (%.0f MB), and a dynamic table of as many ids; batch %d ids, S "
+           "= %zu bytes; ready in %.1f s\n",
+           dim, VOCAB, dim, (double)VOCAB * dim * 4 / 1e6, BATCH, S, pf_clock_now() - t0);
+    fflush(stdout);
+    samples mine[N_OPS] = {{0}}, dyn[OP_GATHER] = {{0}}, tcp[3] = {{0}};
+    double ps[N_OPS][2] = {{0}}, dps[OP_GATHER][2] = {{0}}; /* ps apply and copy seconds */
+    for (int r = 0; r < ROUNDS; r++) {
+        bench_tcp_baseline(self, seconds / ROUNDS, S, tcp);
+        for (int op = 0; op < N_OPS; op++) {
+            time_rounds(&b, op, seconds / ROUNDS, &mine[op], ps[op]);
+            if (op < OP_GATHER) /* the dynamic table right after the fixed one */
+                time_rounds(&d, op, seconds / ROUNDS, &dyn[op], dps[op]);
+        }
+    }
+    /* TCP's round trips for each psflow operation: step and fused are a push then a pull */
+    double tcp_t[OP_FUSED + 1], tcp_m[OP_FUSED + 1], fixed[OP_GATHER];
+    tcp_t[OP_PULL] = median(&tcp[TCP_PULL]);
+    tcp_t[OP_PUSH] = median(&tcp[TCP_PUSH]);
+    tcp_t[OP_STEP] = tcp_t[OP_FUSED] = tcp_t[OP_PULL] + tcp_t[OP_PUSH];
+    tcp_m[OP_PULL] = samples_mean(&tcp[TCP_PULL]);
+    tcp_m[OP_PUSH] = samples_mean(&tcp[TCP_PUSH]);
+    tcp_m[OP_STEP] = tcp_m[OP_FUSED] = tcp_m[OP_PULL] + tcp_m[OP_PUSH];
+    const double tcp_pp = median(&tcp[TCP_PUSH_PULL]);
+    const double gather_mb = (double)S / median(&mine[OP_GATHER]) / 1e6;
+    for (int op = 0; op < OP_GATHER; op++)
+        fixed[op] = median(&mine[op]);
+    print_ops(dim, 0, N_OPS, mine, ps, tcp_t, tcp_m, tcp_pp, gather_mb, NULL);
+    print_ops(dim, 1, OP_GATHER, dyn, dps, tcp_t, tcp_m, tcp_pp, gather_mb, fixed);
     fflush(stdout);
     for (int op = 0; op < N_OPS; op++)
         free(mine[op].t);
+    for (int op = 0; op < OP_GATHER; op++)
+        free(dyn[op].t);
     for (int p = 0; p < 3; p++)
         free(tcp[p].t);
+    bench_stop(&d);
     bench_stop(&b);
 }
 
@@ -453,9 +530,9 @@ int main(int argc, char **argv) {
     printf("rows/s, MB/s (row payload, 1 MB = 1e6 bytes) and rtt at each side's median round; TCP "
            "= plain socket (step: a push then a pull round trip), gath = memcpy gather of the "
            "same rows; all in this run\n");
-    printf("%-3s %-6s %8s %8s %8s | %8s %7s %6s %6s | %9s %6s %6s | %8s %7s | %9s %6s\n", "D", "op",
-           "Mrows/s", "MB/s", "rtt us", "TCP MB/s", "TCP us", "x TCP", "mean x", "gath MB/s",
-           "x gath", "rounds", "apply us", "copy us", "TCP pp us", "x pp");
+    printf("%-3s %-8s %8s %8s %8s | %8s %7s %6s %6s | %9s %6s %6s | %8s %7s | %9s %6s | %7s\n", "D",
+           "op", "Mrows/s", "MB/s", "rtt us", "TCP MB/s", "TCP us", "x TCP", "mean x", "gath MB/s",
+           "x gath", "rounds", "apply us", "copy us", "TCP pp us", "x pp", "x fixed");
     const int dims[] = {16, 64};
     for (int d = 0; d < 2; d++)
         if (!only || only == dims[d])
@@ -465,6 +542,7 @@ int main(int argc, char **argv) {
     printf("x TCP, x gath: psflow's MB/s over the baseline's (above 1: faster); mean x: x TCP of "
            "the mean rounds; apply us, copy us: the ps's service thread updating values (and "
            "checking them) and copying them into replies, per round (mean); TCP pp us, x pp: "
-           "TCP's one-round-trip push-pull of S each way, and its time over fused's\n");
+           "TCP's one-round-trip push-pull of S each way, and its time over fused's; d-: the "
+           "dynamic table, x fixed: its rows/s over the fixed table's\n");
     return 0;
 }

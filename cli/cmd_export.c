@@ -58,6 +58,8 @@ int cli_export(const cli_command *cmd, int argc, char **argv) {
     int n = pf_checkpoint_model_count(m);
     for (int i = 0; i < n; i++) {
         pf_tensor_view v = pf_checkpoint_model_get(m, i);
+        if (v.dtype != PF_DTYPE_F32)
+            continue; /* a dynamic table's ids: not parameters */
         long long c = 1;
         for (int d = 0; d < v.rank; d++)
             c *= v.shape[d];

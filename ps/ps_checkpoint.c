@@ -192,9 +192,16 @@ static pf_status load_dynamic(const char *step_dir, const pf_job_spec *spec, int
         pf_dyn_table_config(spec, info->var, info->max_rows, &cfg);
         if (st == PF_OK && pf_dyn_create(&cfg, &r->tables[i]) != PF_OK)
             st = pf_error_set(err, PF_ERR_NOMEM, NULL, "out of memory");
+        int64_t dropped = 0;
         if (st == PF_OK)
             st = pf_dyn_restore(r->tables[i], (const pf_safetensors *const *)files, num_ps,
-                                vars[info->var].name, optim->variable, task, n_ps, err);
+                                vars[info->var].name, optim->variable, task, n_ps, &dropped, err);
+        if (st == PF_OK && dropped > 0) /* fewer ps tasks, a lower max_rows: as at the cap */
+            fprintf(stderr,
+                    "psflow ps %d: dynamic table %s: %lld of the checkpoint's rows over this "
+                    "task's share of max_rows (%lld) dropped, the least recently updated first\n",
+                    task, spec->model.embeddings[info->var].name, (long long)dropped,
+                    (long long)info->max_rows);
     }
     for (int f = 0; f < num_ps; f++)
         pf_safetensors_destroy(files[f]);

@@ -224,7 +224,8 @@ static pf_status read_table(const pf_safetensors *st, int f, const char *var, in
 
 pf_status pf_dyn_restore(pf_dyn_table *t, const pf_safetensors *const *files, int n_files,
                          const char *var, const char *const *slot_suffix, int ps, int n_ps,
-                         pf_error *err) {
+                         int64_t *dropped, pf_error *err) {
+    int64_t lost = 0; /* rows dropped at max_rows (with `dropped`) */
     const pf_dyn_config *cfg = pf_dyn_config_get(t);
     if (n_files < 1 || n_ps < 1 || ps < 0 || ps >= n_ps)
         return pf_error_set(err, PF_ERR_INVALID, NULL,
@@ -291,24 +292,30 @@ pf_status pf_dyn_restore(pf_dyn_table *t, const pf_safetensors *const *files, in
         else if (pf_dyn_has(t, id))
             s = pf_error_set(err, PF_ERR_FORMAT, NULL,
                              "ps-%d: dynamic table '%s': id %" PRIu64 " has two rows", f, var, id);
-        else if (pf_dyn_stats_get(t).rows >= cfg->max_rows) /* no row is dropped unsaid */
+        else if (pf_dyn_stats_get(t).rows >= cfg->max_rows && !dropped) /* none dropped unsaid */
             s = pf_error_set(err, PF_ERR_RANGE, NULL,
                              "dynamic table '%s': ps %d of %d holds more than its max_rows "
                              "(%" PRId64 ") rows of the checkpoint: give it a larger max_rows "
                              "or more ps tasks",
                              var, ps, n_ps, cfg->max_rows);
-        else if (pf_dyn_insert(t, id, ft[f].steps[i], ft[f].values + at, slots) != PF_OK)
-            s = pf_error_set(err, PF_ERR_NOMEM, NULL,
-                             "dynamic table '%s': out of memory restoring its rows", var);
+        else {
+            lost += pf_dyn_stats_get(t).rows >= cfg->max_rows; /* the insert makes room */
+            if (pf_dyn_insert(t, id, ft[f].steps[i], ft[f].values + at, slots) != PF_OK)
+                s = pf_error_set(err, PF_ERR_NOMEM, NULL,
+                                 "dynamic table '%s': out of memory restoring its rows", var);
+        }
     }
     if (s == PF_OK && same) {
-        pf_dyn_stats c = {
-            .admitted = ft[ps].stats[0], .refused = ft[ps].stats[1], .evicted = ft[ps].stats[2]};
+        pf_dyn_stats c = {.admitted = ft[ps].stats[0],
+                          .refused = ft[ps].stats[1],
+                          .evicted = ft[ps].stats[2] + lost};
         pf_dyn_stats_restore(t, &c);
     } else if (s == PF_OK) {
-        pf_dyn_stats zero = {0};
-        pf_dyn_stats_restore(t, &zero);
+        pf_dyn_stats since = {.evicted = lost};
+        pf_dyn_stats_restore(t, &since);
     }
+    if (dropped)
+        *dropped = s == PF_OK ? lost : 0;
     pf_free(ft);
     pf_free(pos);
     return s;

@@ -296,8 +296,13 @@ static pf_status add_dynamic(pf_checkpoint_model *m, const pf_safetensors *const
                              const char *step_dir, pf_error *err) {
     pf_job_spec spec;
     pf_error perr;
-    if (!m->spec || pf_job_spec_parse(m->spec, strlen(m->spec), &spec, &perr) != PF_OK)
-        return PF_OK; /* a checkpoint before dynamic tables, or one that names no spec */
+    if (!m->spec)
+        return PF_OK; /* a checkpoint written before the spec was kept: no dynamic table */
+    if (pf_job_spec_parse(m->spec, strlen(m->spec), &spec, &perr) != PF_OK)
+        return pf_error_set(err, PF_ERR_FORMAT, NULL,
+                            "%s: the job spec ps 0's file records does not parse (%s): its "
+                            "dynamic tables cannot be found",
+                            step_dir, perr.message);
     pf_var_info vars[PF_MAX_VARS];
     pf_model_layout(&spec.model, vars);
     pf_status st = PF_OK;

@@ -78,17 +78,17 @@ pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err) {
     return PF_OK;
 }
 
-/* Of a dynamic table's shard of ps task `task`: its table at its share of max_rows, and the
- * rows of the ids one message may name (a batch's, at 4 bytes a float and 8 an id) into
- * *rows. */
+/* Of a dynamic table's shard of ps task `task`: its table at its share of max_rows and the
+ * pointers an update of a batch's ids takes (24 bytes an id), and into *rows the rows of the
+ * ids one message may name (a batch's: 4 bytes a float, 8 an id pushed and 8 pulled). */
 static double dynamic_share(const pf_job_spec *spec, const pf_shard_info *sh, double *rows) {
     const pf_embedding_spec *e = &spec->model.embeddings[sh->var];
     double batch = (double)spec->training.batch_size * spec->replicas_per_worker;
     double ids = (batch > EVAL_BATCH ? batch : EVAL_BATCH) * e->max_ids;
-    *rows = ids * (4.0 * pf_model_row_width(&spec->model, sh->var) + 8);
+    *rows = ids * (4.0 * pf_model_row_width(&spec->model, sh->var) + 16);
     pf_dyn_config cfg;
     pf_dyn_table_config(spec, sh->var, sh->max_rows, &cfg);
-    return (double)pf_dyn_bytes_bound(&cfg);
+    return (double)pf_dyn_bytes_bound(&cfg) + 24 * ids;
 }
 
 int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {

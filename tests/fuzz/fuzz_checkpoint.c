@@ -75,7 +75,8 @@ static void fuzz_dynamic(const char *path) {
                 pf_dyn_table *t = NULL;
                 if (pf_dyn_create(&cfg, &t) != PF_OK)
                     abort();
-                (void)pf_dyn_restore(t, files, n_files, "user/embeddings", suffix, ps, n_ps, &err);
+                (void)pf_dyn_restore(t, files, n_files, "user/embeddings", suffix, ps, n_ps, NULL,
+                                     &err);
                 pf_dyn_destroy(t);
             }
     uint64_t *ids = NULL;

@@ -12,6 +12,8 @@
 #  2. the final checkpoint of 2 ps restores into 3 ps and into 1 ps (each task takes the ids
 #     it owns from every file) and, written again by them, exports exactly the same ids and
 #     rows;
+#     into 1 ps of a max_rows below the rows, the least recently updated rows make room and
+#     the ps says how many it dropped;
 #  3. a byte flipped in the dynamic table's section of the newest checkpoint: the restarted
 #     ps finds its CRC-32 wrong, sets the checkpoint aside and restores the one before;
 #  4. a job with an evaluator task and a dynamic table is refused by psflow ps, naming
@@ -149,6 +151,24 @@ for n in 3 1; do
   echo "2 ps -> $n ps: max |diff| of the exports $diff over $rows ids"
   [ "$diff" = 0 ] || fail "the export after restoring into $n ps differs by $diff"
 done
+
+# into 1 ps whose max_rows is below the rows: the least recently updated rows make room, said
+cp -r "$WORK/ckpt" "$WORK/ckpt-small"
+spec dyn 1 1 250 300 | sed 's/"max_rows": 1000000/"max_rows": 3000/' >small.json
+rm -f "$WORK"/ps*.log
+cluster small.json 1 1 "$WORK/ckpt-small"
+grep -q "dynamic table user: $((rows - 3000)) of the checkpoint's rows over" "$WORK/ps0.log" ||
+  fail "the rows over max_rows were not dropped as said: $(grep -i 'user\|restored' "$WORK/ps0.log")"
+"$PSFLOW_BIN" export "$WORK/ckpt-small/dyn" --out small.safetensors >/dev/null || fail "export failed"
+kept=$(python3 - small.safetensors <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+print(json.loads(data[8:8 + n])["user/embeddings/ids"]["shape"][0])
+PY
+)
+[ "$kept" = 3000 ] || fail "restored into max_rows 3000, the export holds $kept rows"
+echo "2 ps -> 1 ps of max_rows 3000: $((rows - 3000)) least recently updated rows dropped, said"
 
 # --- 3. a flipped byte in a dynamic table's section ---------------------------------------
 newest=$WORK/ckpt/dyn/step-300

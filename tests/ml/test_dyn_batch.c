@@ -297,7 +297,8 @@ static void test_same_and_saved(void **state) {
     pf_dyn_table *back;
     assert_int_equal(pf_dyn_create(&cfg, &back), PF_OK);
     const pf_safetensors *files[] = {f};
-    assert_int_equal(pf_dyn_restore(back, files, 1, "user/embeddings", suffix, 0, 1, &err), PF_OK);
+    assert_int_equal(pf_dyn_restore(back, files, 1, "user/embeddings", suffix, 0, 1, NULL, &err),
+                     PF_OK);
     ca = cb = 0;
     while (pf_dyn_next(ta, &ca, &ra)) {
         assert_true(pf_dyn_next(back, &cb, &rb));

@@ -126,7 +126,7 @@ static pf_status restore(pf_safetensors **files, int n_files, int ps, int n_ps, 
                          pf_error *err) {
     *out = create();
     return pf_dyn_restore(*out, (const pf_safetensors *const *)files, n_files, VAR, suffix, ps,
-                          n_ps, err);
+                          n_ps, NULL, err);
 }
 
 static void assert_same_table(const pf_dyn_table *a, const pf_dyn_table *b) {
@@ -290,7 +290,7 @@ static void test_sketch_survives(void **state) {
     pf_dyn_table *one;
     assert_int_equal(pf_dyn_create(&cfg, &one), PF_OK);
     assert_int_equal(
-        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, &err),
+        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, NULL, &err),
         PF_OK);
     assert_int_equal(pf_dyn_update_row(one, id, 3, &row, slots), PF_OK);
     assert_non_null(row);
@@ -320,15 +320,33 @@ static void test_repartition_over_max_rows(void **state) {
     pf_error err;
     assert_int_equal(pf_dyn_create(&small, &one), PF_OK);
     assert_int_equal(
-        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, &err),
+        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, NULL, &err),
         PF_ERR_RANGE);
     assert_non_null(strstr(err.message, "max_rows"));
+    pf_dyn_destroy(one);
+    /* asked to, the restore drops the least recently updated row and says so */
+    assert_int_equal(pf_dyn_create(&small, &one), PF_OK);
+    int64_t dropped = -1;
+    assert_int_equal(pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1,
+                                    &dropped, &err),
+                     PF_OK);
+    assert_int_equal(dropped, 1);
+    assert_int_equal(pf_dyn_stats_get(one).rows, rows - 1);
+    assert_int_equal(pf_dyn_stats_get(one).evicted, 1);
+    int64_t oldest = INT64_MAX, cursor = 0;
+    pf_dyn_row row;
+    for (int k = 0; k < 2; k++) /* the oldest row of the two tables is the one gone */
+        for (cursor = 0; pf_dyn_next(t[k], &cursor, &row);)
+            if (row.last_step < oldest)
+                oldest = row.last_step;
+    for (cursor = 0; pf_dyn_next(one, &cursor, &row);)
+        assert_true(row.last_step >= oldest);
     pf_dyn_destroy(one);
     pf_dyn_config enough = config();
     enough.max_rows = rows;
     assert_int_equal(pf_dyn_create(&enough, &one), PF_OK);
     assert_int_equal(
-        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, &err),
+        pf_dyn_restore(one, (const pf_safetensors *const *)files, 2, VAR, suffix, 0, 1, NULL, &err),
         PF_OK);
     assert_int_equal(pf_dyn_stats_get(one).rows, rows);
     pf_dyn_destroy(one);
@@ -468,7 +486,7 @@ static void test_bad_tables(void **state) {
     assert_int_equal(pf_safetensors_read_any(path, &files[0], &err), PF_OK);
     assert_int_equal(pf_dyn_create(&seeded, &t), PF_OK);
     assert_int_equal(
-        pf_dyn_restore(t, (const pf_safetensors *const *)files, 1, VAR, suffix, 0, 1, &err),
+        pf_dyn_restore(t, (const pf_safetensors *const *)files, 1, VAR, suffix, 0, 1, NULL, &err),
         PF_ERR_FORMAT);
     assert_non_null(strstr(err.message, "seed 11"));
     pf_dyn_destroy(t);

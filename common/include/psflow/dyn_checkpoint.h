@@ -67,12 +67,14 @@ void pf_dyn_snapshot_free(pf_dyn_snapshot *s);
  * file first, then file order), with the sum of every file's sketch. PF_ERR_FORMAT names the
  * file, the tensor and what is wrong: a tensor missing, of another dtype or shape (its dim,
  * a slot, the sketch's size), steps that decrease or are out of range, an id twice, a row of
- * another task, a value or slot not finite, another seed; PF_ERR_RANGE when t would hold
- * more than its max_rows rows (no row is dropped: a larger max_rows, or more ps tasks);
- * PF_ERR_NOMEM. t is then to be destroyed. */
+ * another task, a value or slot not finite, another seed; PF_ERR_NOMEM. t is then to be
+ * destroyed. When t would hold more than its max_rows rows (fewer ps tasks, ids that spread
+ * unevenly, a lower max_rows): with `dropped` NULL, PF_ERR_RANGE (no row is dropped unsaid);
+ * otherwise the least recently updated rows make room, as at max_rows in training, and
+ * *dropped says how many (counted as evicted too). */
 pf_status pf_dyn_restore(pf_dyn_table *t, const pf_safetensors *const *files, int n_files,
                          const char *var, const char *const *slot_suffix, int ps, int n_ps,
-                         pf_error *err);
+                         int64_t *dropped, pf_error *err);
 
 /* Every row of `var` across the files of one checkpoint (each read with
  * pf_safetensors_read_any), sorted by id: *ids [*n] and *values [*n x dim] (pf_free both),

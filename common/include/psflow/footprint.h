@@ -31,10 +31,12 @@
  *                                            of this ps's shards in it: their gradients
  *                                            and their values, 4 L each. Each dynamic
  *                                            table's shard adds its table at its share of
- *                                            max_rows (pf_dyn_bytes_bound), R = the rows of
- *                                            the ids one message may name (a batch's, 4 w + 8
- *                                            bytes each) to M, and in sync mode (T + 1) R:
- *                                            every task's rows of a step and their sum
+ *                                            max_rows (pf_dyn_bytes_bound) and 24 bytes an
+ *                                            id of a batch (an update's pointers), R = the
+ *                                            rows of the ids one message may name (a
+ *                                            batch's, 4 w + 16 bytes each) to M, and in sync
+ *                                            mode (T + 1) R: every task's rows of a step and
+ *                                            their sum
  *   training  4 (4 P + B' (2 I + 4 + A + 2 W)) + D
  *                                            params and gradients on the host and the
  *                                            backend, the input batch, the activations

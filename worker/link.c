@@ -748,14 +748,23 @@ static void create_segment(worker_link *c, const worker_link_options *o) {
     c->seg_grads = (float *)(void *)(c->seg.base + grads_at);
 }
 
-/* Starts the transport, taking messages up to the largest a ps of this job answers with. */
+/* Starts the transport, taking messages up to the largest a ps of this job answers with: its
+ * shards whole, and the rows of a batch's ids of each dynamic table (a training batch's or an
+ * evaluation's, whichever names more). */
 static pf_status start_transport(worker_link *c, const char *ca_file, pf_error *err) {
     pf_ws_handlers h = {on_open, on_message, on_close, NULL};
-    size_t max_message = 0;
+    size_t max_message = 0, dynamic = 0;
     for (int p = 0; p < c->n; p++)
         if ((size_t)c->placement.bytes_per_ps[p] > max_message)
             max_message = (size_t)c->placement.bytes_per_ps[p];
-    max_message += 65536 + (size_t)c->placement.n_shards * 16;
+    const pf_model_spec *m = &c->spec.model;
+    size_t batch = (size_t)c->spec.training.batch_size * (size_t)c->spec.replicas_per_worker;
+    batch = batch > PF_EVAL_BATCH ? batch : PF_EVAL_BATCH;
+    for (int f = 0; f < m->n_embeddings; f++)
+        if (m->embeddings[f].kind == PF_TABLE_DYNAMIC)
+            dynamic +=
+                batch * (size_t)m->embeddings[f].max_ids * 4 * (size_t)pf_model_row_width(m, f);
+    max_message += dynamic + 65536 + (size_t)c->placement.n_shards * 16;
     pf_ws_options wo = {.ca_file = ca_file};
     c->tls = ca_file != NULL;
     return pf_ws_client_create_with(max_message, &wo, &h, c, &c->ws, err);

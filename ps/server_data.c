@@ -321,6 +321,20 @@ void ps_server_release_parked(ps_server *s) {
     }
 }
 
+/* A line for each dynamic table's share on this ps (the job's end). */
+static void log_tables(ps_server *s) {
+    ps_server_table_stats t[PF_MAX_EMBEDDINGS];
+    int n = ps_server_tables(s, t, PF_MAX_EMBEDDINGS);
+    for (int i = 0; i < n; i++)
+        ps_server_log(s,
+                      "dynamic table %s: %" PRId64 " rows of at most %" PRId64 ", %" PRId64
+                      " admitted, %" PRId64 " updates refused, %" PRId64 " evicted, %" PRId64
+                      " lookups (%" PRId64 " without a row), %.1f MiB",
+                      t[i].table, t[i].st.rows, t[i].max_rows, t[i].st.admitted, t[i].st.refused,
+                      t[i].st.evicted, t[i].st.lookups, t[i].st.misses,
+                      (double)t[i].st.bytes / (1024.0 * 1024.0));
+}
+
 /* Writes this task's file of checkpoint `step` from the values it holds now (version ==
  * step in sync mode: handle_checkpoint makes sure), acknowledges, and ends the task's
  * service after the final one. */
@@ -356,6 +370,7 @@ void ps_server_write_checkpoint(ps_server *s, peer *p, uint32_t request_id, uint
         pthread_mutex_unlock(&s->mu);
         ps_server_release_parked(s);
         ps_server_log(s, "job %s done at version %" PRIu64, s->spec.name, ps_server_version(s));
+        log_tables(s);
     }
 }
 

@@ -136,7 +136,8 @@ static pf_status read_input_delay(trainer *t, pf_error *err) {
 }
 
 /* Gathers this task's batch of global step `step` (its data step, past skipped ones), from
- * memory or from the streamed files (whose read error fails it). */
+ * memory or from the streamed files (whose read error fails it); from data.shift_step on, its
+ * ids of dynamic tables shifted (synthetic_ctr). */
 static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
     int64_t start = worker_plan_position(&t->plan, step, t->o->task);
     if (t->leases) {
@@ -161,6 +162,8 @@ static pf_status gather(trainer *t, uint64_t step, int b, pf_error *err) {
     } else {
         pf_batch_gather(&t->train, t->sampler, start, b, t->hx, t->hy, t->hlabels);
     }
+    if (t->spec->data.shift_step > 0 && step >= (uint64_t)t->spec->data.shift_step)
+        pf_synthetic_ctr_shift(&t->spec->model, t->hx, b); /* new ids from then on */
     if (t->input_delay > 0)
         pf_clock_sleep(t->input_delay);
     if (start >= 0 && t->nan_position >= start && t->nan_position < start + b)

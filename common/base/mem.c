@@ -1,5 +1,5 @@
 /* mem.c - checked allocation behind a replaceable allocator (see mem.h). */
-#define _DEFAULT_SOURCE /* MADV_HUGEPAGE */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE, MADV_DONTNEED */
 #include "psflow/mem.h"
 
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* Blocks from this size up (a ps's tables and optimizer slots, a model's values) ask for
  * transparent huge pages: an embedding table of a GB is touched at random rows, and with 4 KiB
@@ -28,6 +29,14 @@ static void advise_huge_pages(void *p, size_t size) {
     (void)p;
     (void)size;
 #endif
+}
+
+void pf_mem_release(void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)p + bytes) & ~(page - 1);
+    if (page > 0 && end > start)
+        (void)madvise((void *)start, end - start, MADV_DONTNEED); /* a hint: failure is fine */
 }
 
 static pf_allocator current = {malloc, realloc, free};

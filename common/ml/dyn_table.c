@@ -22,14 +22,15 @@
 #include "psflow/mem.h"
 #include "psflow/rng.h"
 
-#define NONE         UINT32_MAX /* no row: an empty hash slot, the end of the order */
-#define DEAD         INT64_MIN  /* the last step of a row on the free list */
-#define SKETCH_DEPTH 4
-#define FIRST_ROWS   64  /* rows allocated at first, doubled as needed */
-#define AHEAD        8   /* a batch works this many ids behind the one it asks memory for */
-#define RING         32  /* > 2 * AHEAD, a power of two */
-#define PREFETCH     256 /* bytes of a row asked for ahead: its first cache lines */
-#define AGE_EVERY    10  /* the sketch's counters halve after AGE_EVERY * width counts */
+#define NONE          UINT32_MAX /* no row: an empty hash slot, the end of the order */
+#define DEAD          INT64_MIN  /* the last step of a row on the free list */
+#define SKETCH_DEPTH  4
+#define FIRST_ROWS    64        /* rows allocated at first, doubled as needed */
+#define AHEAD         8         /* a batch works this many ids behind the one it asks memory for */
+#define RING          32        /* > 2 * AHEAD, a power of two */
+#define PREFETCH      256       /* bytes of a row asked for ahead: its first cache lines */
+#define AGE_EVERY     10        /* the sketch's counters halve after AGE_EVERY * width counts */
+#define RELEASE_BYTES (4 << 20) /* dead rows weighing less are not worth moving rows for */
 
 /* A hash slot: an id and its row (NONE: empty), both in one cache line. */
 typedef struct slot {
@@ -536,20 +537,10 @@ static void move_row(pf_dyn_table *t, uint32_t from, uint32_t to) {
     t->hash[probe(t, m->id)].row = to;
 }
 
-/* Once evictions leave the row arrays at most a quarter full, gives memory back: the live rows
- * move into the lowest row indices (O(rows)), and the arrays and the hash shrink to twice what
- * the rows need, so that the next growth is some way off. A shrink the allocator refuses
- * leaves that array larger, which is as valid. */
-static void shrink(pf_dyn_table *t) {
-    int64_t rows = t->stats.rows;
-    /* room for twice the rows, and for the new rows the latest batch made room for: a table
-     * whose batches bring more rows than it keeps would otherwise shrink and grow back each
-     * step */
-    int64_t want = 2 * rows > rows + t->reserved ? 2 * rows : rows + t->reserved;
-    int64_t cap = rows_size(&t->cfg, want);
-    if (t->cap_rows <= FIRST_ROWS || rows * 4 > t->cap_rows || cap > t->cap_rows / 2)
-        return;
-    int64_t lo = 0, hi = t->high - 1;
+/* Moves the live rows into the lowest row indices (O(rows handed out)), keeping their order,
+ * hash slots, values and slots; no row is free after. */
+static void compact(pf_dyn_table *t) {
+    int64_t rows = t->stats.rows, lo = 0, hi = t->high - 1;
     for (;;) {
         while (lo < rows && t->meta[lo].last != DEAD)
             lo++;
@@ -561,15 +552,44 @@ static void shrink(pf_dyn_table *t) {
     }
     t->high = rows;
     t->free_rows = NONE;
+}
+
+/* Gives back memory after evictions. Once the row arrays are at most a quarter full, the live
+ * rows move into the lowest row indices and the arrays and the hash shrink to twice what the
+ * rows need, so that the next growth is some way off. Otherwise, once at most two thirds of
+ * the rows handed out are live and the rest weigh RELEASE_BYTES or more, the live rows move
+ * down the same way and the pages of the rest go back to the kernel, the arrays keeping their
+ * size (a table whose ids change holds the memory of the rows it keeps, not of its peak).
+ * Either is O(rows) and follows at least a third as many evictions. A shrink the allocator
+ * refuses leaves that array larger, which is as valid. */
+static void shrink(pf_dyn_table *t) {
+    int64_t rows = t->stats.rows, high = t->high;
+    /* room for twice the rows, and for the new rows the latest batch made room for: a table
+     * whose batches bring more rows than it keeps would otherwise shrink and grow back each
+     * step */
+    int64_t want = 2 * rows > rows + t->reserved ? 2 * rows : rows + t->reserved;
+    int64_t cap = rows_size(&t->cfg, want);
     size_t row = (size_t)t->cfg.dim * sizeof(float);
-    grow((void **)&t->meta, cap, sizeof *t->meta);
-    grow((void **)&t->values, cap, row);
+    if (t->cap_rows > FIRST_ROWS && rows * 4 <= t->cap_rows && cap <= t->cap_rows / 2) {
+        compact(t);
+        grow((void **)&t->meta, cap, sizeof *t->meta);
+        grow((void **)&t->values, cap, row);
+        for (int k = 0; k < t->cfg.slots; k++)
+            grow((void **)&t->slots[k], cap, row);
+        t->cap_rows = cap; /* every array holds at least cap rows, shrunk or not */
+        uint64_t size = hash_size(want);
+        if (size < t->cap_hash)
+            rehash(t, size);
+        return;
+    }
+    int64_t dead = high - rows;
+    if (rows * 3 > high * 2 || dead * row_bytes(&t->cfg) < RELEASE_BYTES)
+        return;
+    compact(t);
+    pf_mem_release(t->meta + rows, (size_t)dead * sizeof *t->meta);
+    pf_mem_release(t->values + (size_t)rows * t->cfg.dim, (size_t)dead * row);
     for (int k = 0; k < t->cfg.slots; k++)
-        grow((void **)&t->slots[k], cap, row);
-    t->cap_rows = cap; /* every array holds at least cap rows, shrunk or not */
-    uint64_t size = hash_size(want);
-    if (size < t->cap_hash)
-        rehash(t, size);
+        pf_mem_release(t->slots[k] + (size_t)rows * t->cfg.dim, (size_t)dead * row);
 }
 
 int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step) {

@@ -257,6 +257,64 @@ static void test_shrink(void **state) {
     pf_dyn_destroy(t);
 }
 
+/* The resident pages of this process (statm's second field), or -1. */
+static long resident_pages(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size, resident = -1;
+    if (f && fscanf(f, "%ld %ld", &size, &resident) != 2)
+        resident = -1;
+    if (f)
+        fclose(f);
+    return resident;
+}
+
+/* Evictions that leave a table a third dead but its arrays more than a quarter full (ids
+ * that changed): the live rows move down and the pages of the dead ones go back to the
+ * kernel; every kept row keeps its values, slots and place in the order, and new rows come
+ * after them. */
+static void test_release(void **state) {
+    (void)state;
+    enum { MANY = 60000, DIM = 64 };
+    pf_dyn_config c = config(DIM, 1, 1 << 20);
+    c.steps_to_live = 10;
+    pf_dyn_table *t = create(&c);
+    float *slots[PF_DYN_MAX_SLOTS];
+    for (uint64_t i = 0; i < MANY; i++) { /* step 1: every id, its number in its row */
+        float *row = update(t, i * 0x9e3779b97f4a7c15ull, 1 + (int64_t)(i % 2), slots);
+        for (int k = 0; k < DIM; k++)
+            row[k] = (float)i;
+        slots[0][DIM - 1] = (float)i + 0.5f;
+    }
+    int64_t bytes = pf_dyn_stats_get(t).bytes;
+    long before = resident_pages();
+    for (int64_t step = 3; step <= 12; step++) /* the odd ids stay in use */
+        for (uint64_t i = 1; i < MANY; i += 2)
+            update(t, i * 0x9e3779b97f4a7c15ull, step, NULL);
+    assert_int_equal(pf_dyn_evict_stale(t, 12), MANY / 2); /* the even ones, idle since 1 */
+    long after = resident_pages();
+    assert_int_equal(pf_dyn_stats_get(t).bytes, bytes); /* the arrays keep their size */
+    if (before > 0 && after > 0)
+        /* 30,000 dead rows of 256 bytes and 256 of slot: about 3,700 pages back */
+        assert_true(after < before - 2000);
+    int64_t cursor = 0, walked = 0;
+    pf_dyn_row r;
+    while (pf_dyn_next(t, &cursor, &r)) { /* the order is whole, least recently updated first */
+        uint64_t i = 2 * (uint64_t)walked + 1;
+        assert_true(r.id == i * 0x9e3779b97f4a7c15ull);
+        assert_true(r.values[0] == (float)i && r.values[DIM - 1] == (float)i);
+        assert_true(r.slots[0][DIM - 1] == (float)i + 0.5f);
+        walked++;
+    }
+    assert_int_equal(walked, MANY / 2);
+    for (uint64_t i = 0; i < 1000; i++) { /* new rows take fresh pages: zeros, then their values */
+        float *row = update(t, (MANY + i) * 0x9e3779b97f4a7c15ull, 13, slots);
+        assert_non_null(row);
+        assert_true(slots[0][0] == 0.0f); /* adagrad's accumulator starts at slot_init 0 here */
+    }
+    assert_int_equal(pf_dyn_stats_get(t).rows, MANY / 2 + 1000);
+    pf_dyn_destroy(t);
+}
+
 /* A long random run against a reference: ids from a small space so that rows are admitted,
  * evicted at max_rows, found again and dropped for idleness; each row holds its id and the
  * step of its latest update in its first floats, so a row that moved or mixed up is caught. */
@@ -506,6 +564,7 @@ int main(void) {
         cmocka_unit_test(test_walk_and_restore), cmocka_unit_test(test_bytes_bound),
         cmocka_unit_test(test_out_of_memory),    cmocka_unit_test(test_batches),
         cmocka_unit_test(test_crowded_step),     cmocka_unit_test(test_shrink),
+        cmocka_unit_test(test_release),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

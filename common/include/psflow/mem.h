@@ -31,6 +31,11 @@ void pf_free(void *ptr);
 /* Copy of a NUL-terminated string, or NULL on failure. */
 char *pf_strdup(const char *s);
 
+/* Gives the whole pages within [p, p + bytes) of a block the caller keeps back to the kernel
+ * (madvise MADV_DONTNEED): they read as zeros when touched again. For memory a block no longer
+ * needs the contents of, such as rows evicted from a table. A hint: failure changes nothing. */
+void pf_mem_release(void *p, size_t bytes);
+
 /* Scattered rows, such as an embedding table's: a loop over them asks for the cache lines of
  * the row PF_PREFETCH_ROWS ahead of the one it works on. The rows lie over far more memory
  * than the caches hold, and without the hint each row waits for memory before the next one

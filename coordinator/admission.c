@@ -183,11 +183,15 @@ pf_status coord_admit_size(const coord_limits *l, const coord_cluster *c, const 
     if (ps_have > 0 && ps_need > ps_have) {
         pf_footprint_format_bytes(ps_need, need, sizeof need);
         pf_footprint_format_bytes(ps_have, have, sizeof have);
+        bool dynamic = pf_model_has_dynamic(&spec->model);
         return pf_error_set(err, PF_ERR_SPEC, "/replicas/ps",
                             "/replicas/ps: ps task %d needs about %s (its shards' values, "
-                            "gradients and optimizer slots, push and sync buffers), more than the "
-                            "largest ps agent has (%s): spread the model over more ps tasks",
-                            ps_task, need, have);
+                            "gradients and optimizer slots, push and sync buffers%s), more than "
+                            "the largest ps agent has (%s): spread the model over more ps "
+                            "tasks%s",
+                            ps_task, need,
+                            dynamic ? ", its share of each dynamic table at its max_rows" : "",
+                            have, dynamic ? " or lower max_rows" : "");
     }
     int64_t worker_have = largest_agent(c, "worker");
     if (worker_have > 0 && fp.worker_bytes > worker_have) {

@@ -363,11 +363,6 @@ const char *pf_job_spec_queue(const pf_job_spec *s) {
 /* Embedding lookups run on the host: a model with embeddings trains on the CPU, and "auto"
  * is written back as "cpu". */
 pf_status pf_spec_check_devices(pf_job_spec *s, pf_error *err) {
-    if (pf_model_has_dynamic(&s->model) && s->optimizer.type == PF_OPT_ADAM)
-        return pf_error_set(err, PF_ERR_SPEC, "/optimizer/type",
-                            "/optimizer/type: adam moves every row of a table each step, and a "
-                            "dynamic table's rows are updated where a batch names them: use "
-                            "lazy_adam (TensorFlow's LazyAdamOptimizer) with dynamic tables");
     int64_t batch = s->training.batch_size > PF_EVAL_BATCH ? s->training.batch_size : PF_EVAL_BATCH;
     for (int f = 0; f < s->model.n_embeddings; f++) { /* a batch's rows: a fixed table */
         const pf_embedding_spec *e = &s->model.embeddings[f];

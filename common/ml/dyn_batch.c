@@ -38,6 +38,32 @@ void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dy
         out->slot_init[0] = (float)spec->optimizer.initial_accumulator_value;
 }
 
+typedef struct dense_ctx {
+    const pf_optim_step *o;
+    const pf_backend *be;
+    size_t dim;
+    const float *zeros;
+} dense_ctx;
+
+static void dense_move(float *row, float *const *slots, void *ctx) {
+    const dense_ctx *c = ctx;
+    pf_optim_step_apply(c->o, c->be, c->dim, c->zeros, row, slots);
+}
+
+pf_status pf_dyn_dense_step(pf_dyn_table *t, const pf_optimizer_spec *spec, const pf_optim_step *o,
+                            const pf_backend *be, int64_t step) {
+    if (pf_optim_rows_only(spec))
+        return PF_OK;
+    size_t dim = (size_t)pf_dyn_config_get(t)->dim;
+    float *zeros = pf_calloc(dim, sizeof *zeros);
+    if (!zeros)
+        return PF_ERR_NOMEM;
+    dense_ctx c = {o, be, dim, zeros};
+    pf_dyn_for_each_idle(t, step, dense_move, &c);
+    pf_free(zeros);
+    return PF_OK;
+}
+
 pf_status pf_dyn_compact_model(const pf_model_spec *job, int batch, pf_model_spec *out) {
     if (batch < 1 || !pf_model_has_dynamic(job) || !pf_model_embeddings_valid(job))
         return PF_ERR_INVALID;

@@ -634,6 +634,19 @@ pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const f
     return PF_OK;
 }
 
+void pf_dyn_for_each_idle(pf_dyn_table *t, int64_t step,
+                          void (*fn)(float *row, float *const *slots, void *ctx), void *ctx) {
+    size_t dim = (size_t)t->cfg.dim;
+    for (int64_t r = 0; r < t->high; r++) {
+        if (t->meta[r].last == DEAD || t->meta[r].last >= step)
+            continue;
+        float *slots[PF_DYN_MAX_SLOTS] = {NULL, NULL};
+        for (int k = 0; k < t->cfg.slots; k++)
+            slots[k] = t->slots[k] + (size_t)r * dim;
+        fn(t->values + (size_t)r * dim, slots, ctx);
+    }
+}
+
 bool pf_dyn_next(const pf_dyn_table *t, int64_t *cursor, pf_dyn_row *out) {
     uint32_t r = *cursor == 0 ? t->tail : *cursor > 0 ? (uint32_t)(*cursor - 1) : NONE;
     if (r == NONE || (int64_t)r >= t->high) {

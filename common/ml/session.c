@@ -128,6 +128,7 @@ static void dyn_apply(pf_session *s, int f, const pf_optim_step *step) {
         if (s->dyn_rows[j])
             pf_optim_step_apply(step, s->be, width, s->grads + at + (size_t)j * width,
                                 s->dyn_rows[j], s->dyn_slots + (size_t)j * PF_DYN_MAX_SLOTS);
+    (void)pf_dyn_dense_step(s->tables[f], &s->spec.optimizer, step, s->be, s->step); /* adam */
     pf_dyn_evict_stale(s->tables[f], s->step);
 }
 
@@ -306,9 +307,33 @@ static void upload_batch(pf_session *s, int count, bool training) {
  * (pf_optim_rows_only: TensorFlow's sparse kernels) changes just the rows the batch hx
  * names; every other variable, and every table under adam, is updated whole. Tables are
  * host memory (embedding models train on the CPU). */
+/* One optimizer update of the elements [from, to) of the vector, whole. */
+static void apply_range(pf_session *s, size_t from, size_t to) {
+    float *slots[PF_OPTIM_MAX_SLOTS] = {NULL, NULL};
+    for (int k = 0; k < s->n_slots; k++)
+        slots[k] = s->slots[k] + from;
+    pf_optim_apply(&s->spec.optimizer, s->be, s->step, to - from, s->grads + from, s->params + from,
+                   slots);
+}
+
 static void apply(pf_session *s, int batch) {
     const pf_optimizer_spec *o = &s->spec.optimizer;
     const pf_model_spec *m = model_of(s);
+    if (s->dyn && !pf_optim_rows_only(o)) {
+        /* adam: every variable whole, but a dynamic table's compact rows: the table's rows the
+         * batch names take their gradients and every other row a zero one (dyn_apply) */
+        pf_optim_step step = pf_optim_prepare(o, s->step);
+        size_t from = 0;
+        for (int f = 0; f < m->n_embeddings; f++) {
+            if (!s->tables[f])
+                continue;
+            apply_range(s, from, s->vars[f].offset);
+            dyn_apply(s, f, &step);
+            from = s->vars[f].offset + s->vars[f].count;
+        }
+        apply_range(s, from, s->n_params);
+        return;
+    }
     if (m->n_embeddings == 0 || !pf_optim_rows_only(o) || !s->rows) {
         pf_optim_apply(o, s->be, s->step, s->n_params, s->grads, s->params, s->slots);
         return;

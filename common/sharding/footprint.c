@@ -78,17 +78,21 @@ pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err) {
     return PF_OK;
 }
 
-/* Of a dynamic table's shard of ps task `task`: its table at its share of max_rows and the
- * pointers an update of a batch's ids takes (24 bytes an id), and into *rows the rows of the
- * ids one message may name (a batch's: 4 bytes a float, 8 an id pushed and 8 pulled). */
+/* Of a dynamic table's shard of ps task `task`: its table at its share of max_rows, the copy
+ * of its rows a checkpoint writes (values, slots, an id and a step each: dyn_checkpoint.h)
+ * and the pointers an update of a batch's ids takes (24 bytes an id), and into *rows the rows
+ * of the ids one message may name (a batch's: 4 bytes a float, 8 an id pushed and 8
+ * pulled). */
 static double dynamic_share(const pf_job_spec *spec, const pf_shard_info *sh, double *rows) {
     const pf_embedding_spec *e = &spec->model.embeddings[sh->var];
     double batch = (double)spec->training.batch_size * spec->replicas_per_worker;
     double ids = (batch > EVAL_BATCH ? batch : EVAL_BATCH) * e->max_ids;
-    *rows = ids * (4.0 * pf_model_row_width(&spec->model, sh->var) + 16);
+    double width = pf_model_row_width(&spec->model, sh->var);
+    *rows = ids * (4.0 * width + 16);
     pf_dyn_config cfg;
     pf_dyn_table_config(spec, sh->var, sh->max_rows, &cfg);
-    return (double)pf_dyn_bytes_bound(&cfg) + 24 * ids;
+    double snapshot = (double)sh->max_rows * (4.0 * width * (1 + cfg.slots) + 16);
+    return (double)pf_dyn_bytes_bound(&cfg) + snapshot + 24 * ids;
 }
 
 int64_t pf_footprint_ps_bytes(const pf_job_spec *spec, const pf_placement *p, int task) {

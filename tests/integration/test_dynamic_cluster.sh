@@ -8,7 +8,8 @@
 #  1. sync equivalence: 2 ps + 2 workers x 250 examples export, id by id, the same rows and
 #     variables as `psflow train` with batch 500 (max |diff| <= 1e-5), also when ps 1 is
 #     killed (kill -9) in the middle and restarted: it restores the newest checkpoint, the
-#     chief rolls every ps back to it and the job goes on to the same end;
+#     chief rolls every ps back to it and the job goes on to the same end; and under adam,
+#     whose every row moves every step;
 #  2. the final checkpoint of 2 ps restores into 3 ps and into 1 ps (each task takes the ids
 #     it owns from every file) and, written again by them, exports exactly the same ids and
 #     rows;
@@ -30,7 +31,7 @@ spec() { # NAME PS WORKERS BATCH STEPS
                             "steps_to_live": 30},
                            {"name": "item", "vocab": 5000, "dim": 8}]},
   "data": {"format": "synthetic_ctr", "n": 20000, "distinct_ids": 200000, "zipf": 1.1},
-  "optimizer": {"type": "adagrad", "learning_rate": 0.5},
+  "optimizer": {"type": "${OPT:-adagrad}", "learning_rate": ${LR:-0.5}},
   "training": {"mode": "sync", "batch_size": $4, "max_steps": $5},
   "checkpoint": {"every_steps": 50, "every_secs": 0, "keep": 20}
 }
@@ -137,6 +138,18 @@ grep -q 'rolling every ps back' "$WORK/worker0.log" || fail "the chief did not r
 read -r diff rows <<<"$(same_rows single.safetensors fault.safetensors)"
 echo "across kill -9 of ps 1 after step 120: max |one process - 2 ps + 2 workers| = $diff"
 in_range "$diff" 0 1e-5 || fail "the run with a ps kill differs from psflow train by $diff"
+
+# adam: every row moves every step (the rows a batch does not name with a zero gradient)
+OPT=adam LR=0.01 spec dyn 1 1 500 100 >adam-single.json
+"$PSFLOW_BIN" train adam-single.json --save adam-single.safetensors --threads 1 >/dev/null 2>adam.log ||
+  fail "psflow train with adam: $(tail -n 3 adam.log)"
+OPT=adam LR=0.01 spec dyn 2 2 250 100 >adam.json
+rm -f "$WORK"/ps*.log "$WORK"/worker*.log
+cluster adam.json 2 2 "$WORK/adam"
+"$PSFLOW_BIN" export "$WORK/adam/dyn" --out adam.safetensors >/dev/null || fail "export failed"
+read -r diff rows <<<"$(same_rows adam-single.safetensors adam.safetensors)"
+echo "adam: max |one process - 2 ps + 2 workers| = $diff over $rows rows"
+in_range "$diff" 0 1e-5 || fail "2 ps + 2 workers under adam differ from psflow train by $diff"
 
 # --- 2. restore into 3 ps and into 1 ps ---------------------------------------------------
 for n in 3 1; do

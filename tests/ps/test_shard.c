@@ -570,6 +570,7 @@ static void test_find_nonfinite_merged(void **state) {
 }
 
 /* A store with a dynamic table ("ids", dim 2, max_rows 100) beside a dense softmax. */
+static const char *dyn_optimizer = "adagrad";
 static ps_shards *dynamic_shards(const char *mode, int n_ps, int ps, pf_job_spec *spec,
                                  pf_placement *pl) {
     char json[640];
@@ -578,9 +579,9 @@ static ps_shards *dynamic_shards(const char *mode, int n_ps, int ps, pf_job_spec
              " \"model\": {\"type\": \"softmax\", \"outputs\": 2, \"embeddings\":"
              " [{\"name\": \"ids\", \"kind\": \"dynamic\", \"max_rows\": 100, \"dim\": 2}]},"
              " \"data\": {\"format\": \"synthetic_ctr\", \"n\": 100},"
-             " \"optimizer\": {\"type\": \"adagrad\", \"learning_rate\": 0.5},"
+             " \"optimizer\": {\"type\": \"%s\", \"learning_rate\": 0.5},"
              " \"training\": {\"mode\": \"%s\"}}",
-             n_ps, mode);
+             n_ps, dyn_optimizer, mode);
     pf_error err;
     assert_int_equal(pf_job_spec_parse(json, strlen(json), spec, &err), PF_OK);
     assert_int_equal(pf_placement_compute(spec, pl), PF_OK);
@@ -589,7 +590,8 @@ static ps_shards *dynamic_shards(const char *mode, int n_ps, int ps, pf_job_spec
     return s;
 }
 
-/* Updates reference table t by the rows g of ids, as one process applies a step. */
+/* Updates reference table t by the rows g of ids, as one process applies a step (adam: and
+ * every other row with a zero gradient). */
 static void reference_update(pf_dyn_table *t, const pf_job_spec *spec, int64_t step,
                              const uint64_t *ids, uint32_t n, const float *g) {
     float *rows[8], *slots[8 * PF_DYN_MAX_SLOTS];
@@ -598,6 +600,8 @@ static void reference_update(pf_dyn_table *t, const pf_job_spec *spec, int64_t s
     for (uint32_t j = 0; j < n; j++)
         pf_optim_step_apply(&o, pf_backend_openblas(), 2, g + 2 * j, rows[j],
                             slots + j * PF_DYN_MAX_SLOTS);
+    assert_int_equal(pf_dyn_dense_step(t, &spec->optimizer, &o, pf_backend_openblas(), step),
+                     PF_OK);
 }
 
 /* A dynamic table's shards: one per ps task, each with its share of max_rows. A sync step
@@ -619,7 +623,9 @@ static void test_dynamic_rows(void **state) {
     pf_placement_deinit(&pl);
     pf_job_spec_deinit(&spec);
 
-    for (int sync = 0; sync <= 1; sync++) {
+    for (int run = 0; run < 4; run++) { /* sync and async, adagrad and adam */
+        int sync = run % 2;
+        dyn_optimizer = run < 2 ? "adagrad" : "adam";
         s = dynamic_shards(sync ? "sync" : "async", 1, 0, &spec, &pl);
         int n_local = ps_shards_count(s);
         assert_int_equal(n_local, 3);
@@ -668,6 +674,7 @@ static void test_dynamic_rows(void **state) {
         pf_placement_deinit(&pl);
         pf_job_spec_deinit(&spec);
     }
+    dyn_optimizer = "adagrad";
 }
 
 /* A dynamic row updated to infinity is named by the update (its element among the update's

@@ -19,8 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "psflow/backend.h"
 #include "psflow/dyn_table.h"
 #include "psflow/model.h"
+#include "psflow/optim.h"
 #include "psflow/spec.h"
 
 /* The configuration of dynamic table f of the job spec, holding at most max_rows rows (the
@@ -29,6 +31,13 @@
  * admission and eviction, and new rows drawn as a fixed table's are (uniform within
  * sqrt(3 / width), a wide part at 0) from training.seed and f. */
 void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dyn_config *out);
+
+/* After an update at `step` with o (pf_optim_prepare at that step): a dense optimizer (adam,
+ * !pf_optim_rows_only) moves every row of t the update did not name with a zero gradient, as
+ * a fixed table's rows a batch does not name move under it; nothing for the others. O(rows);
+ * PF_ERR_NOMEM (nothing moved). */
+pf_status pf_dyn_dense_step(pf_dyn_table *t, const pf_optimizer_spec *spec, const pf_optim_step *o,
+                            const pf_backend *be, int64_t step);
 
 typedef struct pf_dyn_id_pos {
     uint64_t id;

@@ -139,6 +139,13 @@ int64_t pf_dyn_evict_stale(pf_dyn_table *t, int64_t step);
 pf_status pf_dyn_insert(pf_dyn_table *t, uint64_t id, int64_t last_step, const float *values,
                         const float *const *slots);
 
+/* Calls fn(row, slots, ctx) for every row whose latest update is before `step` (the rows an
+ * update at `step` did not name), in row-array order: a dense optimizer's move of the rows a
+ * batch did not name (adam, whose every row moves each step). Changes no row's step or place
+ * in the order, so the rows it moves are evicted as if it had not. O(rows handed out). */
+void pf_dyn_for_each_idle(pf_dyn_table *t, int64_t step,
+                          void (*fn)(float *row, float *const *slots, void *ctx), void *ctx);
+
 /* --- query --- */
 
 /* The next row after *cursor (start at 0), least recently updated first; false after the

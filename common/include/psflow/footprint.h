@@ -31,7 +31,9 @@
  *                                            of this ps's shards in it: their gradients
  *                                            and their values, 4 L each. Each dynamic
  *                                            table's shard adds its table at its share of
- *                                            max_rows (pf_dyn_bytes_bound) and 24 bytes an
+ *                                            max_rows (pf_dyn_bytes_bound), the copy of its
+ *                                            rows a checkpoint writes (at the cap: values,
+ *                                            slots, an id and a step a row) and 24 bytes an
  *                                            id of a batch (an update's pointers), R = the
  *                                            rows of the ids one message may name (a
  *                                            batch's, 4 w + 16 bytes each) to M, and in sync

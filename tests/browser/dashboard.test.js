@@ -20,7 +20,9 @@
  *      database: the page is "live" again, without a reload, and has re-fetched its state;
  *   4. an embedding model's job (synthetic_ctr, async): its placement view marks the tables'
  *      shards with their rows, and each ps bar shows the rows a second it serves and receives,
- *      above zero while it trains; the summary shows the chief's test AUC and calibration of
+ *      above zero while it trains, and (not against the mock) a dynamic table's share on each
+ *      ps with its rows, admissions, evictions and lookups a second; the summary shows the
+ *      chief's test AUC and calibration of
  *      this two-class model once it has evaluated, and beside the AUC the data's Bayes-optimal
  *      AUC (the job's status.bayes_auc); the job is then cancelled;
  *   4b. examples/fashion-mnist-mlp.json, shortened to 300 steps (greedy placement over max_size
@@ -490,9 +492,11 @@ async function main() {
 
         /* ---- an embedding model: tables in the placement view, rows per second per ps */
         const ctrName = 'dash-ctr-' + suffix;
+        /* and, against a real coordinator, a dynamic table (rows by 64-bit id, a share on each ps) */
+        const dynamic = MOCK ? [] : [{name: 'item', kind: 'dynamic', max_rows: 50000, dim: 8}];
         await api(base, 'POST', '/api/v1/jobs', {
             name: ctrName, replicas: {ps: 2, worker: 2},
-            model: {type: 'softmax', outputs: 2, embeddings: [{name: 'user', vocab: 100000, dim: 8}]},
+            model: {type: 'softmax', outputs: 2, embeddings: [{name: 'user', vocab: 100000, dim: 8}, ...dynamic]},
             data: {format: 'synthetic_ctr', n: 100000},
             optimizer: {type: 'adagrad', learning_rate: 0.5},
             training: {mode: 'async', batch_size: 100, max_steps: 100000000, eval_every_steps: 500},
@@ -510,6 +514,17 @@ async function main() {
             return t.length === 2 && t.every((x) => /^[1-9][0-9,.]* rows\/s pulled, [1-9][0-9,.]* pushed$/.test(x)) ? t : null;
         }, 60000, 250);
         check(true, 'each ps bar shows the rows it serves and receives (' + rates.join('; ') + ')');
+        if (!MOCK) {
+            const shares = await page.$$eval('[data-testid="placement-table"] tbody tr[data-kind="dynamic"]',
+                (trs) => trs.map((tr) => tr.children[6].textContent.replace(/,/g, '')));
+            check(shares.length === 2 && shares.every((t) => t === 'up to 25000 (dynamic)'),
+                'the dynamic table has a share on each ps (' + shares.join(', ') + ')');
+            const held = await waitFor('each ps bar to show its share of the dynamic table', async () => {
+                const t = await page.$$eval('[data-testid="ps-table"]', (els) => els.map((e) => e.textContent));
+                return t.length === 2 && t.every((x) => /^item: [1-9][0-9,]* of 25,000 rows, [1-9][0-9,]* admitted, [0-9,]+ evicted, [0-9,.]+[kM]? lookups\/s$/.test(x)) ? t : null;
+            }, 60000, 250);
+            check(true, 'each ps bar shows its rows of the dynamic table (' + held.join('; ') + ')');
+        }
         const quality = await waitFor('the summary to show the test AUC, calibration and Bayes-optimal AUC', async () => {
             const t = await page.$$eval('[data-testid="test-auc"], [data-testid="test-calibration"], [data-testid="bayes-auc"]',
                 (els) => els.map((e) => (e.parentNode.hidden ? '' : e.dataset.testid + '=' + e.textContent)));

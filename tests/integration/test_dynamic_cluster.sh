@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# labels: slow
+# labels: slow sanitizer-only
 # timeout: 600
 # Dynamic embedding tables (docs/embeddings.md "Dynamic tables") on ps tasks, with real ps and
 # worker processes on 127.0.0.1 (TF_CONFIG + --job): a softmax over a dynamic "user" table

@@ -5,7 +5,8 @@
 # set, is one no earlier batch had). Four runs of the same job:
 #   shifted    --steps steps, the ids change at --shift, rows idle --ttl steps evicted
 #   kept       the same without steps_to_live: no row is ever evicted
-#   new-only   every batch of new ids (shift_step 1), as many steps
+#   new-only   new ids from step 1 on (shift_step 1: only step 0's batch has old ones), as
+#              many steps
 #   new-half   the same for only the steps after the shift
 # Each prints its test AUC (on the new ids), each ps's resident memory (VmRSS, sampled every
 # 0.5 s) before the shift, at its peak and at the end (the final checkpoint's copy aside),
@@ -91,7 +92,10 @@ run() { # NAME SHIFT_STEP STEPS TTL
       sleep 0.5
     done ) >"$name.rss" &
   local sampler=$!
-  for pid in "${PIDS[@]}"; do wait "$pid" || { echo "$name: a task exited $?" >&2; exit 1; }; done
+  # the workers first: a ps whose worker died would wait for it for good
+  for pid in "${PIDS[@]:2}" "${PIDS[@]:0:2}"; do
+    wait "$pid" || { echo "$name: a task exited $?" >&2; exit 1; }
+  done
   wait $sampler
   "$PSFLOW" export "$DIR/ck/$name" --out "$name.safetensors" >/dev/null
   python3 - "$name" "$SHIFT" <<'PY'
@@ -99,7 +103,8 @@ import json, re, struct, sys
 name, shift = sys.argv[1], int(sys.argv[2])
 auc = json.load(open(name + "-w0.out")).get("test_auc")
 rss = [tuple(map(int, l.split())) for l in open(name + ".rss") if len(l.split()) == 3]
-rss = [r for r in rss if r[1] > 0 and r[2] > 0 and r[0] < max(x[0] for x in rss)]  # the end's copy aside
+last = max((x[0] for x in rss), default=0)
+rss = [r for r in rss if r[1] > 0 and r[2] > 0 and r[0] < last]  # the end's copy aside
 def mib(v): return "%.0f" % (v / 1024)
 before = [max(r[1], r[2]) for r in rss if 0 < r[0] < shift] or [0]
 after = [max(r[1], r[2]) for r in rss if r[0] >= shift] or [0]

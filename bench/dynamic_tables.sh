@@ -49,7 +49,8 @@ PSFLOW=$(cd "$(dirname "$BUILD/psflow")" && pwd)/psflow
 [ -x "$PSFLOW" ] || { echo "dynamic_tables.sh: $PSFLOW is missing: build first" >&2; exit 66; }
 DIR=$(mktemp -d)
 PIDS=()
-trap 'kill -9 "${PIDS[@]}" 2>/dev/null || true; rm -rf "$DIR"' EXIT
+# PIDS may be /usr/bin/time's: their children go too
+trap 'for p in "${PIDS[@]}"; do pkill -9 -P "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done; rm -rf "$DIR"' EXIT
 
 job() { # KIND -> the job spec (dynamic | hashed)
   python3 - "$1" "$DISTINCT" "$EXAMPLES" "$MAX_ROWS" "$MIN_COUNT" "$ZIPF" "$BATCH" "$CLUSTER" <<'PY'
@@ -96,13 +97,18 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')"
   done
   for i in 0 1; do
     TF_CONFIG=$(tf worker $i) "$PSFLOW" worker --job "$DIR/$kind.json" --checkpoint-dir "$DIR/ck" \
-      --output json --log-every 1000000000 >"$DIR/$kind-w$i.out" 2>"$DIR/$kind.err" &
+      --output json --log-every 1000000000 >"$DIR/$kind-w$i.out" 2>"$DIR/$kind-w$i.err" &
     PIDS+=($!)
   done
-  for pid in "${PIDS[@]}"; do wait "$pid" || { tail -n 5 "$DIR/$kind.err" "$DIR/$kind"-ps*.log >&2; exit 1; }; done
+  # the workers first: a sync ps whose worker died would wait for it for good
+  for pid in "${PIDS[@]:2}" "${PIDS[@]:0:2}"; do
+    wait "$pid" || { tail -n 5 "$DIR/$kind"-w*.err "$DIR/$kind"-ps*.log >&2; exit 1; }
+  done
   cp "$DIR/$kind-w0.out" "$DIR/$kind.out"
+  cat "$DIR/$kind"-w*.err >"$DIR/$kind.err"
   for i in 0 1; do
-    grep -o 'memory bound [0-9]* bytes' "$DIR/$kind-ps$i.log" | tr -dc 0-9 >"$DIR/$kind-ps$i.bound"
+    { grep -o 'memory bound [0-9]* bytes' "$DIR/$kind-ps$i.log" || true; } | head -n 1 | tr -dc 0-9 \
+      >"$DIR/$kind-ps$i.bound"
     grep -h 'dynamic table' "$DIR/$kind-ps$i.log" | sed 's/^psflow /  /' || true
   done
   rm -rf "$DIR/ck"

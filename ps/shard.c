@@ -470,8 +470,9 @@ static void dyn_update(ps_shards *s, int i, const uint64_t *ids, uint32_t n, con
             s->bad_elem = (size_t)j * width + bad; /* within this update's rows */
         }
     }
-    if (pf_dyn_dense_step(s->dyn[i], &s->spec.optimizer, o, dyn_backend(s), step) != PF_OK)
-        s->dyn_dropped += (uint64_t)pf_dyn_stats_get(s->dyn[i]).rows; /* adam: none moved */
+    /* adam: the rows the step did not name move too (out of memory: they stay, as in one
+     * process) */
+    (void)pf_dyn_dense_step(s->dyn[i], &s->spec.optimizer, o, dyn_backend(s), step);
     pf_dyn_evict_stale(s->dyn[i], step);
 }
 

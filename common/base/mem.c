@@ -32,10 +32,13 @@ static void advise_huge_pages(void *p, size_t size) {
 }
 
 void pf_mem_release(void *p, size_t bytes) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    long size = sysconf(_SC_PAGESIZE);
+    if (size <= 0)
+        return;
+    uintptr_t page = (uintptr_t)size;
     uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
     uintptr_t end = ((uintptr_t)p + bytes) & ~(page - 1);
-    if (page > 0 && end > start)
+    if (end > start)
         (void)madvise((void *)start, end - start, MADV_DONTNEED); /* a hint: failure is fine */
 }
 

@@ -32,8 +32,9 @@ void pf_free(void *ptr);
 char *pf_strdup(const char *s);
 
 /* Gives the whole pages within [p, p + bytes) of a block the caller keeps back to the kernel
- * (madvise MADV_DONTNEED): they read as zeros when touched again. For memory a block no longer
- * needs the contents of, such as rows evicted from a table. A hint: failure changes nothing. */
+ * (madvise MADV_DONTNEED): their contents are lost (private anonymous memory, as malloc's,
+ * reads as zeros when touched again). For memory a block no longer needs the contents of,
+ * such as rows evicted from a table. A hint: failure changes nothing. */
 void pf_mem_release(void *p, size_t bytes);
 
 /* Scattered rows, such as an embedding table's: a loop over them asks for the cache lines of

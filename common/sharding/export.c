@@ -298,7 +298,10 @@ static pf_status add_dynamic(pf_checkpoint_model *m, const pf_safetensors *const
     pf_error perr;
     if (!m->spec)
         return PF_OK; /* a checkpoint written before the spec was kept: no dynamic table */
-    if (pf_job_spec_parse(m->spec, strlen(m->spec), &spec, &perr) != PF_OK)
+    pf_status parsed = pf_job_spec_parse(m->spec, strlen(m->spec), &spec, &perr);
+    if (parsed == PF_ERR_NOMEM)
+        return pf_error_set(err, PF_ERR_NOMEM, NULL, "%s: out of memory", step_dir);
+    if (parsed != PF_OK)
         return pf_error_set(err, PF_ERR_FORMAT, NULL,
                             "%s: the job spec ps 0's file records does not parse (%s): its "
                             "dynamic tables cannot be found",

@@ -8,8 +8,10 @@
 # the ps, and exits 0 after the checkpoint of max_steps with its final evaluation.
 # Under the sanitizer build (sanitized_build) both jobs train fewer steps, checkpointing as
 # often per step (static 600 of 1500, a checkpoint every 200; managed 4000 of 20000, every
-# 500): still two or more evaluations ending with the final one, but fewer steps than the
-# accuracy bounds need, so those are 0.70 instead of 0.80 and 0.75 (printed).
+# 500): still evaluations ending with the final one, but fewer steps than the accuracy
+# bounds need, so those are 0.70 instead of 0.80 and 0.75 (printed). The managed evaluator's
+# agent starts beside the workers: how many checkpoints before the final one it catches
+# depends on how fast they train, so only the final evaluation is required of it.
 source "$(dirname "$0")/lib.sh"
 
 STATIC_STEPS=1500 STATIC_EVERY=300 STATIC_ACC=0.80
@@ -117,7 +119,7 @@ job, metrics, tasks = (json.load(open(p)) for p in sys.argv[1:4])
 bound = float(sys.argv[4])
 ev = [e for e in metrics["evals"] if e.get("task") == "evaluator"]
 steps = [e["step"] for e in ev]
-assert len(ev) >= 2, metrics["evals"]
+assert len(ev) >= 1, metrics["evals"]  # earlier ones as its start allows: not a timing test
 assert steps == sorted(set(steps)), steps
 assert ev[-1]["accuracy"] >= bound, ev[-1]
 st = job["status"]

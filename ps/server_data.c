@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "psflow/clock.h"
+#include "psflow/dyn_batch.h"
 #include "psflow/dyn_table.h"
 #include "psflow/mem.h"
 #include "psflow/text.h"
@@ -17,10 +18,7 @@
 /* The most ids one message may name of a dynamic table: a batch's (a training step's of every
  * replica, or an evaluation's), each example naming up to max_ids. */
 uint64_t ps_server_most_ids(const ps_server *s, const pf_shard_info *info) {
-    int64_t batch = (int64_t)s->spec.training.batch_size * s->spec.replicas_per_worker;
-    if (batch < PF_EVAL_BATCH)
-        batch = PF_EVAL_BATCH;
-    return (uint64_t)batch * (uint64_t)s->spec.model.embeddings[info->var].max_ids;
+    return (uint64_t)pf_dyn_message_ids(&s->spec, info->var);
 }
 
 int ps_server_check_ids(ps_server *s, uint64_t conn, uint32_t request_id, const pf_wire_rows *set,
@@ -151,7 +149,7 @@ static int gather_rows(ps_server *s, const pf_wire_row_pull *pull) {
             (pf_wire_tensor){sel->id, PF_WIRE_F32, (uint64_t)sel->n_rows * width, dst};
         if (sel->id64) { /* zeros for an id without a row */
             if (sel->n_rows)
-                ps_shards_dyn_gather(s->shards, local, sel->ids, sel->n_rows, dst, true);
+                ps_shards_dyn_gather(s->shards, local, sel->ids, sel->n_rows, dst);
             looked_up |= sel->n_rows > 0;
             at += (size_t)sel->n_rows * width;
             continue;

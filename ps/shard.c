@@ -321,12 +321,8 @@ pf_dyn_table *ps_shards_dyn_table(const ps_shards *s, int i) {
     return s->dyn[i];
 }
 
-void ps_shards_dyn_gather(ps_shards *s, int i, const uint64_t *ids, size_t n, float *out,
-                          bool count) {
-    if (count)
-        pf_dyn_gather(s->dyn[i], ids, n, out);
-    else
-        pf_dyn_gather_uncounted(s->dyn[i], ids, n, out);
+void ps_shards_dyn_gather(ps_shards *s, int i, const uint64_t *ids, size_t n, float *out) {
+    pf_dyn_gather(s->dyn[i], ids, n, out);
 }
 
 void ps_shards_dyn_replace(ps_shards *s, int i, pf_dyn_table *t) {
@@ -645,14 +641,13 @@ static int room_to_merge(ps_shards *s, const ps_grad *grads) {
     for (int i = 0; i < s->n; i++) {
         if (!s->table[i])
             continue;
-        size_t n = step_rows(s, i, grads);
+        size_t n = step_rows(s, i, grads), data = n * (size_t)s->info[i].shape[1];
         if (!s->dyn[i]) {
-            merging += n;
-        } else if (n > dyn) {
-            dyn = n;
+            merging += n; /* every fixed table's merged rows, one after another */
+            continue;
         }
-        if (s->dyn[i] && n * (size_t)s->info[i].shape[1] > dyn_data)
-            dyn_data = n * (size_t)s->info[i].shape[1];
+        dyn = n > dyn ? n : dyn; /* a dynamic shard is merged at a time: the largest */
+        dyn_data = data > dyn_data ? data : dyn_data;
     }
     if (grow((void **)&s->merged, &s->cap_merged, merging ? merging : 1, sizeof *s->merged) != 0 ||
         grow((void **)&s->dyn_ids, &s->cap_dyn_ids, dyn, sizeof *s->dyn_ids) != 0 ||

@@ -91,9 +91,8 @@ int ps_shards_is_dynamic(const ps_shards *s, int i);
 pf_dyn_table *ps_shards_dyn_table(const ps_shards *s, int i);
 
 /* A pull of dynamic shard i: row j of out (n rows of the shard's width) gets ids[j]'s row,
- * zeros for an id without one; counted as lookups when `count` (training's pulls). */
-void ps_shards_dyn_gather(ps_shards *s, int i, const uint64_t *ids, size_t n, float *out,
-                          bool count);
+ * zeros for an id without one; counted as lookups. */
+void ps_shards_dyn_gather(ps_shards *s, int i, const uint64_t *ids, size_t n, float *out);
 
 /* Puts t (a table of dynamic shard i's configuration: pf_dyn_table_config) in place of the
  * shard's table, which is destroyed (a restore). Pending sync gradients are discarded. */

@@ -20,6 +20,7 @@
 
 #include "psflow/address.h"
 #include "psflow/clock.h"
+#include "psflow/dyn_batch.h"
 #include "psflow/mem.h"
 #include "psflow/model.h"
 #include "psflow/seg_handoff.h"
@@ -758,12 +759,10 @@ static pf_status start_transport(worker_link *c, const char *ca_file, pf_error *
         if ((size_t)c->placement.bytes_per_ps[p] > max_message)
             max_message = (size_t)c->placement.bytes_per_ps[p];
     const pf_model_spec *m = &c->spec.model;
-    size_t batch = (size_t)c->spec.training.batch_size * (size_t)c->spec.replicas_per_worker;
-    batch = batch > PF_EVAL_BATCH ? batch : PF_EVAL_BATCH;
     for (int f = 0; f < m->n_embeddings; f++)
         if (m->embeddings[f].kind == PF_TABLE_DYNAMIC)
             dynamic +=
-                batch * (size_t)m->embeddings[f].max_ids * 4 * (size_t)pf_model_row_width(m, f);
+                (size_t)pf_dyn_message_ids(&c->spec, f) * 4 * (size_t)pf_model_row_width(m, f);
     max_message += dynamic + 65536 + (size_t)c->placement.n_shards * 16;
     pf_ws_options wo = {.ca_file = ca_file};
     c->tls = ca_file != NULL;

@@ -38,6 +38,11 @@ void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dy
         out->slot_init[0] = (float)spec->optimizer.initial_accumulator_value;
 }
 
+int64_t pf_dyn_message_ids(const pf_job_spec *spec, int f) {
+    int64_t batch = (int64_t)spec->training.batch_size * spec->replicas_per_worker;
+    return (batch > PF_EVAL_BATCH ? batch : PF_EVAL_BATCH) * spec->model.embeddings[f].max_ids;
+}
+
 typedef struct dense_ctx {
     const pf_optim_step *o;
     const pf_backend *be;

@@ -84,9 +84,7 @@ pf_status pf_footprint_check_cluster(const pf_job_spec *spec, pf_error *err) {
  * of the ids one message may name (a batch's: 4 bytes a float, 8 an id pushed and 8
  * pulled). */
 static double dynamic_share(const pf_job_spec *spec, const pf_shard_info *sh, double *rows) {
-    const pf_embedding_spec *e = &spec->model.embeddings[sh->var];
-    double batch = (double)spec->training.batch_size * spec->replicas_per_worker;
-    double ids = (batch > EVAL_BATCH ? batch : EVAL_BATCH) * e->max_ids;
+    double ids = (double)pf_dyn_message_ids(spec, sh->var);
     double width = pf_model_row_width(&spec->model, sh->var);
     *rows = ids * (4.0 * width + 16);
     pf_dyn_config cfg;

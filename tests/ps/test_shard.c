@@ -640,7 +640,7 @@ static void test_dynamic_rows(void **state) {
         ps_grad b[3] = {{gb, NULL, 2, b_ids}, {zeros, NULL, 0, NULL}, {zeros, NULL, 0, NULL}};
         float got[6], want[6];
         static const uint64_t all[3] = {5, 7, 1ull << 40};
-        ps_shards_dyn_gather(s, 0, all, 3, got, true);
+        ps_shards_dyn_gather(s, 0, all, 3, got);
         for (int i = 0; i < 6; i++)
             assert_true(got[i] == 0); /* no row yet */
         assert_int_equal(ps_shards_push_grads(s, 0, 1, 1, 0, a),
@@ -657,7 +657,7 @@ static void test_dynamic_rows(void **state) {
             reference_update(ref, &spec, 1, b_ids, 2, gb);
             assert_int_equal(ps_shards_stats(s).version, 2);
         }
-        ps_shards_dyn_gather(s, 0, all, 3, got, true);
+        ps_shards_dyn_gather(s, 0, all, 3, got);
         pf_dyn_gather(ref, all, 3, want);
         for (int i = 0; i < 6; i++) {
             assert_true(got[i] == want[i]);

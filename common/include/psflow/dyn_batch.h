@@ -32,6 +32,11 @@
  * sqrt(3 / width), a wide part at 0) from training.seed and f. */
 void pf_dyn_table_config(const pf_job_spec *spec, int f, int64_t max_rows, pf_dyn_config *out);
 
+/* The most ids of dynamic table f one message may name: a batch's (a training step's of
+ * every replica, or an evaluation's of PF_EVAL_BATCH examples), max_ids each. What a ps
+ * accepts, a worker's replies carry and the memory bounds count. */
+int64_t pf_dyn_message_ids(const pf_job_spec *spec, int f);
+
 /* After an update at `step` with o (pf_optim_prepare at that step): a dense optimizer (adam,
  * !pf_optim_rows_only) moves every row of t the update did not name with a zero gradient, as
  * a fixed table's rows a batch does not name move under it; nothing for the others. O(rows);
